@@ -1,0 +1,33 @@
+#include "model/cluster.hpp"
+
+#include "model/error.hpp"
+
+namespace hetflow::model {
+
+std::vector<Device> Cluster::devices() const {
+  std::vector<Device> out;
+  out.reserve(static_cast<size_t>(device_count()));
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    for (int r = 0; r < nodes[n].gpu_count; ++r) {
+      out.push_back(Device{static_cast<int>(out.size()), static_cast<int>(n), r,
+                           nodes[n].name + "/gpu" + std::to_string(r)});
+    }
+  }
+  return out;
+}
+
+int Cluster::device_count() const {
+  int total = 0;
+  for (const Node& n : nodes) total += n.gpu_count;
+  return total;
+}
+
+const GpuSpec& Cluster::gpu(const std::string& type) const {
+  for (const GpuSpec& g : gpu_types) {
+    if (g.name == type) return g;
+  }
+  if (const GpuSpec* g = find_builtin_gpu(type)) return *g;
+  throw Error("unknown GPU type '" + type + "'");
+}
+
+}  // namespace hetflow::model

@@ -1,0 +1,368 @@
+// Cluster descriptions in YAML (JSON accepted): parse, check, write back.
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/units.hpp"
+#include "model/yaml_util.hpp"
+
+namespace hetflow::model {
+
+using yaml_util::MapReader;
+
+namespace {
+
+constexpr double kDefaultIntraLatency_s = 2e-6;
+constexpr double kDefaultSwitchLatency_s = 1e-6;
+
+std::vector<std::string> builtin_gpu_names() {
+  std::vector<std::string> names;
+  for (const GpuSpec& g : builtin_gpus()) names.push_back(g.name);
+  return names;
+}
+
+GpuSpec parse_gpu_type(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  GpuSpec g;
+  g.name = r.string("name");
+  g.description = r.string_or("description", "user-defined GPU type");
+  g.fp16_flops_per_s = r.quantity("fp16", units::parse_flops_per_s);
+  g.bf16_flops_per_s = r.quantity("bf16", units::parse_flops_per_s, 0.0, true);
+  g.fp32_flops_per_s = r.quantity("fp32", units::parse_flops_per_s);
+  g.memory_bytes = r.quantity("memory", units::parse_bytes);
+  g.memory_bandwidth_bytes_per_s = r.quantity("memory_bandwidth", units::parse_bandwidth_bytes_per_s);
+  try {
+    g.usual_link = parse_link_kind(r.string_or("link", "pcie"));
+  } catch (const std::invalid_argument& e) {
+    r.fail("link", e.what());
+  }
+  g.usual_link_bandwidth_bytes_per_s =
+      r.quantity("link_bandwidth", units::parse_bandwidth_bytes_per_s, 16e9);
+  r.finish();
+  return g;
+}
+
+Fabric parse_fabric(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  Fabric f;
+  const std::string kind = r.string_or("kind", "switch");
+  if (kind == "switch") {
+    f.kind = FabricKind::single_switch;
+  } else if (kind == "fat-tree") {
+    f.kind = FabricKind::fat_tree;
+    f.nodes_per_leaf = r.positive_int("nodes_per_leaf");
+    f.oversubscription = r.number_or("oversubscription", 1.0, 1.0);
+  } else {
+    r.fail("kind", "expected switch or fat-tree, found '" + kind + "'");
+  }
+  f.latency_s = r.quantity("latency", units::parse_time_s, kDefaultSwitchLatency_s, true);
+  r.finish();
+  return f;
+}
+
+// A node entry; `count: N` expands it into N nodes named <name>-0 .. <name>-(N-1).
+std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, const std::string& path,
+                              const std::function<const GpuSpec*(const std::string&)>& find_gpu,
+                              const std::vector<std::string>& gpu_names,
+                              const std::string& default_region) {
+  MapReader r(node, file, path);
+  Node n;
+  n.name = r.string("name");
+  n.region = r.string_or("region", default_region);
+  n.gpu = r.string("gpu");
+  const GpuSpec* spec = find_gpu(n.gpu);
+  if (spec == nullptr) {
+    std::string hint;
+    for (const std::string& s : nearest_names(n.gpu, gpu_names)) hint += (hint.empty() ? "" : ", ") + s;
+    r.fail("gpu", "unknown GPU type '" + n.gpu + "'; nearest known: " + hint +
+                      " (or define it under gpu_types)");
+  }
+  n.gpu = spec->name;  // canonical spelling
+  n.gpu_count = r.positive_int("gpus");
+  const int count = r.int_or("count", 1, 1);
+
+  if (r.has("intra")) {
+    MapReader intra(r.get("intra"), file, r.field("intra"));
+    try {
+      n.intra.kind = parse_link_kind(intra.string_or("kind", std::string(to_string(spec->usual_link))));
+    } catch (const std::invalid_argument& e) {
+      intra.fail("kind", e.what());
+    }
+    n.intra.bandwidth_bytes_per_s = intra.quantity("bandwidth", units::parse_bandwidth_bytes_per_s,
+                                                   spec->usual_link_bandwidth_bytes_per_s);
+    n.intra.latency_s = intra.quantity("latency", units::parse_time_s, kDefaultIntraLatency_s, true);
+    n.intra.uplink_bandwidth_bytes_per_s =
+        intra.quantity("uplink", units::parse_bandwidth_bytes_per_s, 0.0, true);
+    intra.finish();
+  } else {
+    n.intra.kind = spec->usual_link;
+    n.intra.bandwidth_bytes_per_s = spec->usual_link_bandwidth_bytes_per_s;
+    n.intra.latency_s = kDefaultIntraLatency_s;
+  }
+  if (r.has("nic")) {
+    MapReader nic(r.get("nic"), file, r.field("nic"));
+    n.nic.count = nic.int_or("count", 1, 1);
+    n.nic.bandwidth_bytes_per_s = nic.quantity("bandwidth", units::parse_bandwidth_bytes_per_s);
+    n.nic.latency_s = nic.quantity("latency", units::parse_time_s, 5e-6, true);
+    nic.finish();
+  } else {
+    n.nic.count = 0;  // no NIC: only valid for a one-node cluster (checked by validate_cluster)
+  }
+  r.finish();
+
+  std::vector<Node> out;
+  if (count == 1 && !r.has("count")) {
+    out.push_back(n);
+  } else {
+    for (int i = 0; i < count; ++i) {
+      out.push_back(n);
+      out.back().name = n.name + "-" + std::to_string(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Cluster parse_cluster(const std::string& text, const std::string& file) {
+  const YAML::Node root = yaml_util::load(text, file);
+  MapReader r(root, file, "");
+  Cluster c;
+  c.name = r.string_or("name", file);
+  c.description = r.string_or("description", "");
+
+  std::vector<std::string> gpu_names = builtin_gpu_names();
+  if (r.has("gpu_types")) {
+    const YAML::Node list = r.get("gpu_types");
+    if (!list.IsSequence()) r.fail("gpu_types", "expected a list of GPU types");
+    for (size_t i = 0; i < list.size(); ++i) {
+      c.gpu_types.push_back(parse_gpu_type(list[i], file, "gpu_types[" + std::to_string(i) + "]"));
+      gpu_names.push_back(c.gpu_types.back().name);
+    }
+  }
+  auto find_gpu = [&c](const std::string& name) -> const GpuSpec* {
+    for (const GpuSpec& g : c.gpu_types) {
+      if (g.name == name) return &g;
+    }
+    return find_builtin_gpu(name);
+  };
+
+  if (r.has("regions")) {
+    if (r.has("fabric")) r.fail("fabric", "give the fabric inside each region when regions are listed");
+    const YAML::Node list = r.get("regions");
+    if (!list.IsSequence() || list.size() == 0) r.fail("regions", "expected a non-empty list of regions");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = "regions[" + std::to_string(i) + "]";
+      MapReader rr(list[i], file, path);
+      Region region;
+      region.name = rr.string("name");
+      region.fabric = rr.has("fabric") ? parse_fabric(rr.get("fabric"), file, rr.field("fabric")) : Fabric{};
+      if (!rr.has("fabric")) region.fabric.latency_s = kDefaultSwitchLatency_s;
+      rr.finish();
+      c.regions.push_back(region);
+    }
+  } else {
+    Region region{"default", Fabric{}};
+    region.fabric.latency_s = kDefaultSwitchLatency_s;
+    if (r.has("fabric")) region.fabric = parse_fabric(r.get("fabric"), file, "fabric");
+    c.regions.push_back(region);
+  }
+
+  const YAML::Node nodes = r.required("nodes");
+  if (!nodes.IsSequence() || nodes.size() == 0) {
+    r.fail("nodes", "expected a non-empty list of nodes (an empty cluster cannot train)");
+  }
+  std::set<std::string> region_names;
+  for (const Region& region : c.regions) region_names.insert(region.name);
+  std::set<std::string> node_names;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    for (Node& n : parse_nodes(nodes[i], file, path, find_gpu, gpu_names, c.regions.front().name)) {
+      if (region_names.count(n.region) == 0) {
+        throw InputError(file, yaml_util::line_of(nodes[i]), path + ".region",
+                         "unknown region '" + n.region + "'");
+      }
+      if (!node_names.insert(n.name).second) {
+        throw InputError(file, yaml_util::line_of(nodes[i]), path + ".name",
+                         "duplicate node name '" + n.name + "'");
+      }
+      c.nodes.push_back(std::move(n));
+    }
+  }
+
+  if (r.has("wan")) {
+    const YAML::Node list = r.get("wan");
+    if (!list.IsSequence()) r.fail("wan", "expected a list of WAN links");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = "wan[" + std::to_string(i) + "]";
+      MapReader wr(list[i], file, path);
+      const YAML::Node between = wr.required("between");
+      if (!between.IsSequence() || between.size() != 2) {
+        wr.fail("between", "expected two region names, e.g. [us-east, eu-west]");
+      }
+      WanLink w;
+      w.region_a = yaml_util::scalar(between[0], file, wr.field("between"));
+      w.region_b = yaml_util::scalar(between[1], file, wr.field("between"));
+      for (const std::string& name : {w.region_a, w.region_b}) {
+        if (region_names.count(name) == 0) wr.fail("between", "unknown region '" + name + "'");
+      }
+      if (w.region_a == w.region_b) wr.fail("between", "a WAN link joins two different regions");
+      w.bandwidth_bytes_per_s = wr.quantity("bandwidth", units::parse_bandwidth_bytes_per_s);
+      w.latency_s = wr.quantity("latency", units::parse_time_s, 0.0, true);
+      wr.finish();
+      c.wan.push_back(w);
+    }
+  }
+  r.finish();
+  validate_cluster(c, file);
+  return c;
+}
+
+void validate_cluster(const Cluster& c, const std::string& file) {
+  auto fail = [&](const std::string& field, const std::string& message) {
+    throw InputError(file, 0, field, message);
+  };
+  if (c.nodes.empty()) fail("nodes", "expected at least one node (an empty cluster cannot train)");
+  if (c.regions.empty()) fail("regions", "expected at least one region");
+  std::set<std::string> names, regions;
+  for (const Region& r : c.regions) {
+    if (!regions.insert(r.name).second) fail("regions", "duplicate region '" + r.name + "'");
+    if (r.fabric.kind == FabricKind::fat_tree &&
+        (r.fabric.nodes_per_leaf < 1 || r.fabric.oversubscription < 1)) {
+      fail("regions." + r.name + ".fabric", "a fat tree needs nodes_per_leaf >= 1 and oversubscription >= 1");
+    }
+  }
+  std::vector<std::string> gpu_names = builtin_gpu_names();
+  for (const GpuSpec& g : c.gpu_types) gpu_names.push_back(g.name);
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    const Node& n = c.nodes[i];
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    if (!names.insert(n.name).second) fail(path + ".name", "duplicate node name '" + n.name + "'");
+    if (regions.count(n.region) == 0) fail(path + ".region", "unknown region '" + n.region + "'");
+    if (n.gpu_count < 1) fail(path + ".gpus", "expected at least one GPU, found " + std::to_string(n.gpu_count));
+    try {
+      (void)c.gpu(n.gpu);
+    } catch (const Error&) {
+      std::string hint;
+      for (const std::string& s : nearest_names(n.gpu, gpu_names)) hint += (hint.empty() ? "" : ", ") + s;
+      fail(path + ".gpu", "unknown GPU type '" + n.gpu + "'; nearest known: " + hint);
+    }
+    if (n.gpu_count > 1 && n.intra.bandwidth_bytes_per_s <= 0) {
+      fail(path + ".intra.bandwidth", "expected a positive bandwidth between the node's GPUs");
+    }
+    if (c.nodes.size() > 1 && (n.nic.count < 1 || n.nic.bandwidth_bytes_per_s <= 0)) {
+      fail(path + ".nic", "a node of a multi-node cluster needs a NIC with a positive bandwidth");
+    }
+  }
+  for (const GpuSpec& g : c.gpu_types) {
+    if (g.fp16_flops_per_s <= 0 || g.fp32_flops_per_s <= 0 || g.memory_bytes <= 0 ||
+        g.memory_bandwidth_bytes_per_s <= 0) {
+      fail("gpu_types." + g.name, "expected positive fp16, fp32, memory and memory_bandwidth");
+    }
+  }
+  // Every region must reach every other one over WAN links.
+  if (c.regions.size() > 1) {
+    std::map<std::string, std::string> parent;
+    for (const Region& r : c.regions) parent[r.name] = r.name;
+    std::function<std::string(const std::string&)> root = [&](const std::string& x) {
+      return parent[x] == x ? x : parent[x] = root(parent[x]);
+    };
+    for (const WanLink& w : c.wan) {
+      if (regions.count(w.region_a) == 0 || regions.count(w.region_b) == 0) {
+        fail("wan", "link between unknown regions '" + w.region_a + "' and '" + w.region_b + "'");
+      }
+      if (w.bandwidth_bytes_per_s <= 0) fail("wan", "expected a positive WAN bandwidth");
+      parent[root(w.region_a)] = root(w.region_b);
+    }
+    for (const Region& r : c.regions) {
+      if (root(r.name) != root(c.regions.front().name)) {
+        fail("wan", "region '" + r.name + "' is not connected to region '" + c.regions.front().name +
+                        "' by any WAN link");
+      }
+    }
+  }
+}
+
+namespace {
+void emit_gpu(YAML::Emitter& out, const GpuSpec& g) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << g.name;
+  out << YAML::Key << "description" << YAML::Value << g.description;
+  out << YAML::Key << "fp16" << YAML::Value << units::format_flops_per_s(g.fp16_flops_per_s);
+  out << YAML::Key << "bf16" << YAML::Value << units::format_flops_per_s(g.bf16_flops_per_s);
+  out << YAML::Key << "fp32" << YAML::Value << units::format_flops_per_s(g.fp32_flops_per_s);
+  out << YAML::Key << "memory" << YAML::Value << units::format_bytes(g.memory_bytes);
+  out << YAML::Key << "memory_bandwidth" << YAML::Value << units::format_bandwidth(g.memory_bandwidth_bytes_per_s);
+  out << YAML::Key << "link" << YAML::Value << std::string(to_string(g.usual_link));
+  out << YAML::Key << "link_bandwidth" << YAML::Value << units::format_bandwidth(g.usual_link_bandwidth_bytes_per_s);
+  out << YAML::EndMap;
+}
+}  // namespace
+
+std::string write_cluster(const Cluster& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.name;
+  out << YAML::Key << "description" << YAML::Value << c.description;
+  if (!c.gpu_types.empty()) {
+    out << YAML::Key << "gpu_types" << YAML::Value << YAML::BeginSeq;
+    for (const GpuSpec& g : c.gpu_types) emit_gpu(out, g);
+    out << YAML::EndSeq;
+  }
+  out << YAML::Key << "regions" << YAML::Value << YAML::BeginSeq;
+  for (const Region& r : c.regions) {
+    out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << r.name;
+    out << YAML::Key << "fabric" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "kind" << YAML::Value
+        << (r.fabric.kind == FabricKind::fat_tree ? "fat-tree" : "switch");
+    out << YAML::Key << "latency" << YAML::Value << units::format_time_s(r.fabric.latency_s);
+    if (r.fabric.kind == FabricKind::fat_tree) {
+      out << YAML::Key << "nodes_per_leaf" << YAML::Value << r.fabric.nodes_per_leaf;
+      out << YAML::Key << "oversubscription" << YAML::Value << r.fabric.oversubscription;
+    }
+    out << YAML::EndMap << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const Node& n : c.nodes) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << n.name;
+    out << YAML::Key << "region" << YAML::Value << n.region;
+    out << YAML::Key << "gpu" << YAML::Value << n.gpu;
+    out << YAML::Key << "gpus" << YAML::Value << n.gpu_count;
+    out << YAML::Key << "intra" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "kind" << YAML::Value << std::string(to_string(n.intra.kind));
+    out << YAML::Key << "bandwidth" << YAML::Value << units::format_bandwidth(n.intra.bandwidth_bytes_per_s);
+    out << YAML::Key << "latency" << YAML::Value << units::format_time_s(n.intra.latency_s);
+    out << YAML::Key << "uplink" << YAML::Value << units::format_bandwidth(n.intra.uplink_bandwidth_bytes_per_s);
+    out << YAML::EndMap;
+    if (n.nic.count > 0) {
+      out << YAML::Key << "nic" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "count" << YAML::Value << n.nic.count;
+      out << YAML::Key << "bandwidth" << YAML::Value << units::format_bandwidth(n.nic.bandwidth_bytes_per_s);
+      out << YAML::Key << "latency" << YAML::Value << units::format_time_s(n.nic.latency_s);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  if (!c.wan.empty()) {
+    out << YAML::Key << "wan" << YAML::Value << YAML::BeginSeq;
+    for (const WanLink& w : c.wan) {
+      out << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "between" << YAML::Value << YAML::Flow << YAML::BeginSeq << w.region_a
+          << w.region_b << YAML::EndSeq;
+      out << YAML::Key << "bandwidth" << YAML::Value << units::format_bandwidth(w.bandwidth_bytes_per_s);
+      out << YAML::Key << "latency" << YAML::Value << units::format_time_s(w.latency_s);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace hetflow::model

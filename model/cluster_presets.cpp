@@ -1,0 +1,114 @@
+// Built-in clusters, written in the same YAML users write, so each one is also an example of
+// the format. Bandwidths are per direction.
+#include "model/error.hpp"
+#include "model/io.hpp"
+
+namespace hetflow::model {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  const char* description;
+  const char* yaml;
+};
+
+const Preset kPresets[] = {
+    {"mixed-academic",
+     "2 nodes x 4 V100-16 (NVLink) + 1 x 4 A100-40 (NVLink) + 1 x 8 RTX-3090 (PCIe), 25 Gb/s Ethernet",
+     R"(name: mixed-academic
+description: a university cluster grown over three GPU generations, on 25 Gb/s Ethernet
+fabric: {kind: switch, latency: 1 us}
+nodes:
+  - {name: v100, count: 2, gpu: V100-16, gpus: 4,
+     intra: {kind: nvlink, bandwidth: 150 GB/s, latency: 2 us},
+     nic: {count: 1, bandwidth: 25 Gb/s, latency: 10 us}}
+  - {name: a100, gpu: A100-40, gpus: 4,
+     intra: {kind: nvlink, bandwidth: 300 GB/s, latency: 2 us},
+     nic: {count: 1, bandwidth: 25 Gb/s, latency: 10 us}}
+  - {name: rtx3090, gpu: RTX-3090, gpus: 8,
+     intra: {kind: pcie, bandwidth: 32 GB/s, latency: 5 us, uplink: 32 GB/s},
+     nic: {count: 1, bandwidth: 25 Gb/s, latency: 10 us}}
+)"},
+    {"hetpipe-testbed",
+     "HetPipe (ATC'20) testbed: 4 nodes x 4 GPUs (TITAN-V, TITAN-RTX, RTX-2060, Quadro-P4000), PCIe, 56 Gb/s InfiniBand",
+     R"(name: hetpipe-testbed
+description: the HetPipe paper's cluster, one GPU type per node, PCIe 3.0 inside, FDR InfiniBand between
+fabric: {kind: switch, latency: 1 us}
+nodes:
+  - {name: titanv, gpu: TITAN-V, gpus: 4,
+     intra: {kind: pcie, bandwidth: 16 GB/s, latency: 5 us, uplink: 16 GB/s},
+     nic: {count: 1, bandwidth: 56 Gb/s, latency: 2 us}}
+  - {name: titanrtx, gpu: TITAN-RTX, gpus: 4,
+     intra: {kind: pcie, bandwidth: 16 GB/s, latency: 5 us, uplink: 16 GB/s},
+     nic: {count: 1, bandwidth: 56 Gb/s, latency: 2 us}}
+  - {name: rtx2060, gpu: RTX-2060, gpus: 4,
+     intra: {kind: pcie, bandwidth: 16 GB/s, latency: 5 us, uplink: 16 GB/s},
+     nic: {count: 1, bandwidth: 56 Gb/s, latency: 2 us}}
+  - {name: p4000, gpu: Quadro-P4000, gpus: 4,
+     intra: {kind: pcie, bandwidth: 16 GB/s, latency: 5 us, uplink: 16 GB/s},
+     nic: {count: 1, bandwidth: 56 Gb/s, latency: 2 us}}
+)"},
+    {"dgx-a100-x4",
+     "4 DGX-A100: 8 A100-80 each on NVSwitch (600 GB/s bidirectional), 8 x 200 Gb/s HDR InfiniBand",
+     R"(name: dgx-a100-x4
+description: four DGX A100 nodes; NVSwitch gives each GPU 300 GB/s each way (600 GB/s bidirectional)
+fabric: {kind: switch, latency: 1 us}
+nodes:
+  - {name: dgx, count: 4, gpu: A100-80, gpus: 8,
+     intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us},
+     nic: {count: 8, bandwidth: 200 Gb/s, latency: 2 us}}
+)"},
+    {"h100-fat-tree",
+     "16 nodes x 8 H100-SXM on NVSwitch, 8 x 400 Gb/s NDR each, two-level fat tree 2:1 oversubscribed",
+     R"(name: h100-fat-tree
+description: 128 H100 in 16 HGX nodes; leaf switches of 4 nodes, uplinks oversubscribed 2:1
+fabric: {kind: fat-tree, nodes_per_leaf: 4, oversubscription: 2, latency: 1 us}
+nodes:
+  - {name: hgx, count: 16, gpu: H100-SXM, gpus: 8,
+     intra: {kind: nvswitch, bandwidth: 450 GB/s, latency: 2 us},
+     nic: {count: 8, bandwidth: 400 Gb/s, latency: 2 us}}
+)"},
+    {"two-region",
+     "2 A100-80 nodes in us-east + 2 V100-32 nodes in eu-west, joined by a 10 Gb/s, 40 ms WAN link",
+     R"(name: two-region
+description: cross-region training; each region's nodes share a switch, regions share one WAN link
+regions:
+  - {name: us-east, fabric: {kind: switch, latency: 1 us}}
+  - {name: eu-west, fabric: {kind: switch, latency: 1 us}}
+nodes:
+  - {name: us, count: 2, region: us-east, gpu: A100-80, gpus: 8,
+     intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us},
+     nic: {count: 4, bandwidth: 200 Gb/s, latency: 2 us}}
+  - {name: eu, count: 2, region: eu-west, gpu: V100-32, gpus: 8,
+     intra: {kind: nvlink, bandwidth: 150 GB/s, latency: 2 us},
+     nic: {count: 4, bandwidth: 100 Gb/s, latency: 2 us}}
+wan:
+  - {between: [us-east, eu-west], bandwidth: 10 Gb/s, latency: 40 ms}
+)"},
+};
+
+}  // namespace
+
+std::vector<ClusterPreset> cluster_presets() {
+  std::vector<ClusterPreset> out;
+  for (const Preset& p : kPresets) out.push_back({p.name, p.description});
+  return out;
+}
+
+Cluster builtin_cluster(std::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return parse_cluster(p.yaml, std::string("<built-in cluster ") + p.name + ">");
+  }
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  std::string hint;
+  for (const std::string& n : nearest_names(name, names)) hint += (hint.empty() ? "" : ", ") + n;
+  throw InputError(std::string(name), 0, "cluster",
+                   "not a built-in cluster nor a readable file; nearest built-in: " + hint);
+}
+
+std::string default_cluster_name() { return kPresets[0].name; }
+std::string default_model_name() { return "gpt2-xl"; }
+
+}  // namespace hetflow::model

@@ -1,0 +1,49 @@
+#pragma once
+// Reading and writing cluster and network descriptions (YAML; JSON is accepted since it is
+// YAML's flow form), and resolving what users type after --cluster / --model.
+// Every error is an InputError naming the file, the line and the field.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+
+namespace hetflow::model {
+
+// Parse a cluster description. `file` only names the source in error messages.
+// Checks the cluster for consistency too (see validate_cluster).
+Cluster parse_cluster(const std::string& text, const std::string& file);
+// YAML that parse_cluster reads back to an equal Cluster.
+std::string write_cluster(const Cluster& cluster);
+
+// Parse a network description: explicit layers, or `zoo: <spec>` (optionally with
+// `precision:`). Precision given here overrides the file's; activation bytes of explicit
+// layers then scale with the element size.
+Network parse_network(const std::string& text, const std::string& file,
+                      std::optional<Precision> precision = std::nullopt);
+// YAML with every layer explicit, which parse_network reads back to an equal Network.
+std::string write_network(const Network& network);
+
+// Consistency checks that hold for any cluster, whatever its source: a non-empty node list,
+// positive sizes, known GPU types (with the nearest known names), unique node names,
+// known regions, WAN links that connect every region. Throws InputError naming `file`.
+void validate_cluster(const Cluster& cluster, const std::string& file);
+
+// --cluster X: a built-in preset name, or a path to a YAML/JSON file.
+Cluster load_cluster(std::string_view name_or_path);
+// --model X: a zoo name or spec, a network YAML/JSON file, or a HuggingFace config.json
+// (recognised by its keys). Without a precision the file's own (or fp16) is used.
+Network load_network(std::string_view spec_or_path, std::optional<Precision> precision = std::nullopt);
+
+// Built-in clusters, in a stable order; the first is the default.
+struct ClusterPreset {
+  std::string name;
+  std::string description;
+};
+std::vector<ClusterPreset> cluster_presets();
+Cluster builtin_cluster(std::string_view name);  // throws InputError with nearest names
+std::string default_cluster_name();
+std::string default_model_name();
+
+}  // namespace hetflow::model

@@ -1,0 +1,185 @@
+// Network descriptions in YAML (JSON accepted), and resolving --model / --cluster arguments.
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/units.hpp"
+#include "model/yaml_util.hpp"
+#include "model/zoo.hpp"
+
+namespace hetflow::model {
+
+using yaml_util::MapReader;
+
+namespace {
+
+Layer parse_layer(const YAML::Node& node, const std::string& file, const std::string& path, int index) {
+  MapReader r(node, file, path);
+  Layer l;
+  l.name = r.string("name");
+  l.kind = r.string_or("kind", "layer");
+  l.shape = r.string_or("shape", "");
+  if (r.has("inputs")) {
+    const YAML::Node list = r.get("inputs");
+    if (!list.IsSequence()) r.fail("inputs", "expected a list of earlier layer indices");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string s = yaml_util::scalar(list[i], file, r.field("inputs"));
+      int v = -1;
+      try {
+        size_t used = 0;
+        v = std::stoi(s, &used);
+        if (used != s.size()) v = -1;
+      } catch (const std::exception&) {
+        v = -1;
+      }
+      if (v < 0 || v >= index) {
+        r.fail_at(list[i], r.field("inputs"),
+                  "expected the index of an earlier layer (0.." + std::to_string(index - 1) +
+                      "; layers are listed in topological order), found '" + s + "'");
+      }
+      l.inputs.push_back(v);
+    }
+  } else if (index > 0) {
+    l.inputs = {index - 1};
+  }
+  l.forward_flops = r.number_or("forward_flops", 0, 0);
+  l.backward_flops = r.number_or("backward_flops", 2 * l.forward_flops, 0);
+  l.params = r.number_or("params", 0, 0);
+  l.output_elems = r.number("output_elems", 0);
+  l.stashed_bytes = r.number_or("stashed_bytes", 0, 0);
+  l.attention_stash_bytes = r.number_or("attention_stash_bytes", 0, 0);
+  l.attention_core_flops = r.number_or("attention_core_flops", 0, 0);
+  l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0);
+  if (l.attention_stash_bytes > l.stashed_bytes) {
+    r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
+  }
+  r.finish();
+  return l;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, 0, "file", std::string("cannot be read: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool readable_file(std::string_view path) {
+  std::ifstream in{std::string(path)};
+  return static_cast<bool>(in);
+}
+
+}  // namespace
+
+Network parse_network(const std::string& text, const std::string& file, std::optional<Precision> precision) {
+  const YAML::Node root = yaml_util::load(text, file);
+  MapReader r(root, file, "");
+  std::optional<Precision> file_precision;
+  if (r.has("precision")) {
+    try {
+      file_precision = parse_precision(r.string("precision"));
+    } catch (const std::invalid_argument& e) {
+      r.fail("precision", e.what());
+    }
+  }
+  const Precision chosen = precision.value_or(file_precision.value_or(Precision::fp16));
+
+  if (r.has("zoo")) {
+    const std::string spec = r.string("zoo");
+    r.finish();
+    try {
+      return network_from_spec(spec, chosen);
+    } catch (const InputError& e) {
+      throw InputError(file, yaml_util::line_of(root["zoo"]), "zoo", e.message());
+    }
+  }
+
+  Network net;
+  net.name = r.string_or("name", file);
+  net.description = r.string_or("description", "");
+  net.precision = file_precision.value_or(Precision::fp16);
+  net.tokens_per_sample = r.number_or("tokens_per_sample", 1, 1);
+  const YAML::Node layers = r.required("layers");
+  if (!layers.IsSequence() || layers.size() == 0) r.fail("layers", "expected a non-empty list of layers");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    net.layers.push_back(parse_layer(layers[i], file, "layers[" + std::to_string(i) + "]", static_cast<int>(i)));
+  }
+  r.finish();
+  if (net.training_flops_per_sample() <= 0) {
+    throw InputError(file, yaml_util::line_of(layers), "layers", "expected some layer with positive forward_flops");
+  }
+  if (chosen != net.precision) {
+    // Explicit layers give bytes at the file's precision; another precision scales the
+    // activation bytes by the element size (an approximation: dropout masks stay 1 byte).
+    const double scale = element_bytes(chosen) / element_bytes(net.precision);
+    for (Layer& l : net.layers) {
+      l.stashed_bytes *= scale;
+      l.attention_stash_bytes *= scale;
+    }
+    net.precision = chosen;
+  }
+  return net;
+}
+
+std::string write_network(const Network& n) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << n.name;
+  out << YAML::Key << "description" << YAML::Value << n.description;
+  out << YAML::Key << "precision" << YAML::Value << std::string(to_string(n.precision));
+  out << YAML::Key << "tokens_per_sample" << YAML::Value << units::format_number(n.tokens_per_sample);
+  out << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;
+  for (const Layer& l : n.layers) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << l.name;
+    out << YAML::Key << "kind" << YAML::Value << l.kind;
+    out << YAML::Key << "shape" << YAML::Value << l.shape;
+    out << YAML::Key << "inputs" << YAML::Value << YAML::Flow << l.inputs;
+    auto number = [&out](const char* key, double value) {
+      out << YAML::Key << key << YAML::Value << units::format_number(value);
+    };
+    number("forward_flops", l.forward_flops);
+    number("backward_flops", l.backward_flops);
+    number("params", l.params);
+    number("output_elems", l.output_elems);
+    number("stashed_bytes", l.stashed_bytes);
+    number("attention_stash_bytes", l.attention_stash_bytes);
+    number("attention_core_flops", l.attention_core_flops);
+    number("tp_allreduce_elems", l.tp_allreduce_elems);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Cluster load_cluster(std::string_view name_or_path) {
+  for (const ClusterPreset& p : cluster_presets()) {
+    if (p.name == name_or_path) return builtin_cluster(name_or_path);
+  }
+  if (readable_file(name_or_path)) {
+    const std::string path(name_or_path);
+    return parse_cluster(read_text_file(path), path);
+  }
+  return builtin_cluster(name_or_path);  // throws, naming the nearest presets
+}
+
+Network load_network(std::string_view spec_or_path, std::optional<Precision> precision) {
+  if (is_zoo_spec(spec_or_path)) return network_from_spec(spec_or_path, precision.value_or(Precision::fp16));
+  if (readable_file(spec_or_path)) {
+    const std::string path(spec_or_path);
+    const std::string text = read_text_file(path);
+    // A HuggingFace config.json is recognised by its keys.
+    const bool hf = text.find("\"model_type\"") != std::string::npos ||
+                    text.find("\"num_hidden_layers\"") != std::string::npos ||
+                    text.find("\"n_layer\"") != std::string::npos;
+    if (hf) return make_transformer(transformer_from_hf_config(text, path), precision.value_or(Precision::fp16));
+    return parse_network(text, path, precision);
+  }
+  return network_from_spec(spec_or_path, precision.value_or(Precision::fp16));  // throws with hints
+}
+
+}  // namespace hetflow::model

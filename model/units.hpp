@@ -1,0 +1,35 @@
+#pragma once
+// Quantities with units, as users write them in cluster and model files: "25 GB/s", "100 Gb/s",
+// "5 us", "80 GiB", "312 TFLOP/s". Parsing returns SI base units (bytes, seconds, bytes/s,
+// FLOP/s); a plain number is taken as already in base units. Decimal prefixes are powers of
+// 1000, binary ones (KiB, MiB, GiB, TiB) powers of 1024; a lower-case 'b' means bits.
+// Parse failures throw std::invalid_argument whose message says what was expected; callers
+// that know the file and line wrap it into an InputError.
+#include <string>
+#include <string_view>
+
+namespace hetflow::model::units {
+
+double parse_bytes(std::string_view text);
+double parse_time_s(std::string_view text);
+double parse_bandwidth_bytes_per_s(std::string_view text);
+double parse_flops_per_s(std::string_view text);
+
+// Formatting picks the largest unit that still reads back to exactly the same double,
+// so format -> parse is lossless ("25 GB/s", "7 GB/s", "2 us", "80 GiB").
+std::string format_bytes(double bytes);
+std::string format_time_s(double seconds);
+std::string format_bandwidth(double bytes_per_s);
+std::string format_flops_per_s(double flops_per_s);
+
+// Shortest decimal text of a number that reads back to exactly the same double.
+std::string format_number(double value);
+
+// Short, human-rounded forms for tables (3 significant digits): "1.23 TB", "312 TFLOP/s".
+std::string human_bytes(double bytes);
+std::string human_flops(double flops);
+std::string human_bandwidth(double bytes_per_s);  // decimal: "900 GB/s"
+std::string human_count(double count);  // 1.75e11 -> "175B"
+std::string human_time_s(double seconds);
+
+}  // namespace hetflow::model::units

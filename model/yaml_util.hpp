@@ -1,0 +1,60 @@
+#pragma once
+// Reading YAML with errors that name the file, line and field (model/ internal helper).
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+namespace hetflow::model::yaml_util {
+
+// Parses text; a syntax error becomes an InputError at its line.
+YAML::Node load(const std::string& text, const std::string& file);
+
+// 1-based line of a node (0 when unknown).
+int line_of(const YAML::Node& node);
+
+// Reads one YAML mapping, remembering which keys were used so finish() can reject unknown
+// ones (a misspelt key is an error, not silently ignored). `path` is the field path of this
+// mapping ("nodes[2].nic"), used in messages.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string file, std::string path);
+
+  bool has(const std::string& key) const;
+  YAML::Node get(const std::string& key) const;       // undefined node when absent
+  YAML::Node required(const std::string& key) const;  // throws when absent
+
+  std::string string(const std::string& key) const;  // required
+  std::string string_or(const std::string& key, const std::string& fallback) const;
+  bool boolean_or(const std::string& key, bool fallback) const;
+  int positive_int(const std::string& key) const;  // required, >= 1
+  int int_or(const std::string& key, int fallback, int minimum) const;
+  double number(const std::string& key, double minimum_exclusive) const;  // required
+  double number_or(const std::string& key, double fallback, double minimum_inclusive) const;
+  // A quantity with a unit, via `parse` (one of model/units.hpp); must be > 0 unless
+  // allow_zero. Absent -> fallback when given, else an error.
+  double quantity(const std::string& key, double (*parse)(std::string_view),
+                  std::optional<double> fallback = std::nullopt, bool allow_zero = false) const;
+
+  // Throws on any key that was never asked for, naming the nearest accepted keys.
+  void finish() const;
+
+  std::string field(const std::string& key) const;  // "path.key"
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  [[noreturn]] void fail_at(const YAML::Node& node, const std::string& field,
+                            const std::string& message) const;
+  const std::string& file() const { return file_; }
+
+ private:
+  YAML::Node node_;
+  std::string file_;
+  std::string path_;
+  mutable std::set<std::string> used_;
+};
+
+// Scalar text of a node, or an error naming the field when it is a list or a mapping.
+std::string scalar(const YAML::Node& node, const std::string& file, const std::string& field);
+
+}  // namespace hetflow::model::yaml_util

@@ -1,0 +1,254 @@
+// The named networks and the spec strings users type after --model.
+#include <charconv>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
+#include "model/gpu.hpp"
+#include "model/zoo.hpp"
+
+namespace hetflow::model {
+
+namespace {
+
+TransformerConfig gpt(std::string name, int layers, int hidden, int heads, int seq) {
+  TransformerConfig c;
+  c.name = std::move(name);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq = seq;
+  c.vocab = 50257;  // GPT-2/GPT-3 BPE vocabulary
+  return c;
+}
+
+TransformerConfig llama(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
+  TransformerConfig c;
+  c.name = std::move(name);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
+  c.seq = 4096;
+  c.vocab = 32000;
+  c.gated_mlp = true;
+  c.biases = false;
+  c.rms_norm = true;
+  c.tied_embeddings = false;
+  c.learned_positions = false;
+  c.dropout = false;
+  return c;
+}
+
+TransformerConfig bert(std::string name, int layers, int hidden, int heads) {
+  TransformerConfig c;
+  c.name = std::move(name);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq = 512;
+  c.vocab = 30522;
+  c.encoder = true;
+  c.type_vocab = 2;
+  return c;
+}
+
+struct NamedTransformer {
+  TransformerConfig config;
+  const char* description;
+};
+
+// Shapes from the papers: GPT-3 (Brown et al. 2020, table 2.1), GPT-2 (Radford et al. 2019),
+// LLaMA 2 (Touvron et al. 2023, and the released config.json files), BERT (Devlin et al. 2019).
+const std::vector<NamedTransformer>& transformers() {
+  static const std::vector<NamedTransformer> list = {
+      {gpt("gpt2-124m", 12, 768, 12, 1024), "GPT-2 small, 124M parameters, seq 1024"},
+      {gpt("gpt2-350m", 24, 1024, 16, 1024), "GPT-2 medium, 355M parameters, seq 1024"},
+      {gpt("gpt2-xl", 48, 1600, 25, 1024), "GPT-2 XL, 1.5B parameters, seq 1024"},
+      {gpt("gpt3-1.3b", 24, 2048, 16, 2048), "GPT-3 XL, 1.3B parameters, seq 2048"},
+      {gpt("gpt3-6.7b", 32, 4096, 32, 2048), "GPT-3 6.7B, seq 2048"},
+      {gpt("gpt3-13b", 40, 5120, 40, 2048), "GPT-3 13B, seq 2048 (h=5120: the paper's 5140 is not a multiple of 40 heads)"},
+      {gpt("gpt3-175b", 96, 12288, 96, 2048), "GPT-3 175B, seq 2048"},
+      {llama("llama2-7b", 32, 4096, 32, 32, 11008), "LLaMA-2 7B, seq 4096"},
+      {llama("llama2-13b", 40, 5120, 40, 40, 13824), "LLaMA-2 13B, seq 4096"},
+      {llama("llama2-70b", 80, 8192, 64, 8, 28672), "LLaMA-2 70B (grouped-query attention), seq 4096"},
+      {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
+      {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
+  };
+  return list;
+}
+
+struct NamedCnn {
+  const char* name;
+  const char* description;
+  std::function<Network(Precision)> make;
+};
+
+const std::vector<NamedCnn>& cnns() {
+  static const std::vector<NamedCnn> list = {
+      {"resnet50", "ResNet-50, 25.6M parameters, 224x224 images", [](Precision p) { return make_resnet(50, p); }},
+      {"resnet101", "ResNet-101, 44.5M parameters, 224x224 images", [](Precision p) { return make_resnet(101, p); }},
+      {"resnet152", "ResNet-152, 60.2M parameters, 224x224 images", [](Precision p) { return make_resnet(152, p); }},
+      {"vgg19", "VGG-19, 143.7M parameters, 224x224 images", [](Precision p) { return make_vgg19(p); }},
+  };
+  return list;
+}
+
+std::vector<std::string> known_names() {
+  std::vector<std::string> names;
+  for (const auto& t : transformers()) names.push_back(t.config.name);
+  for (const auto& c : cnns()) names.push_back(c.name);
+  return names;
+}
+
+int parse_int_field(std::string_view value, const std::string& key, const std::string& file) {
+  int out = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec != std::errc() || end != value.data() + value.size()) {
+    throw InputError(file, 0, key, "expected an integer, found '" + std::string(value) + "'");
+  }
+  return out;
+}
+
+// "gpt:layers=24,hidden=1024,heads=16,seq=2048" or "llama:..." (gated MLP, RMSNorm, no bias).
+TransformerConfig parse_decoder_spec(std::string_view spec) {
+  const std::string file = "<spec '" + std::string(spec) + "'>";
+  const size_t colon = spec.find(':');
+  const std::string_view family = spec.substr(0, colon);
+  TransformerConfig c = family == "llama" ? llama("", 0, 0, 0, 0, 0) : gpt("", 0, 0, 0, 0);
+  c.name = std::string(spec);
+  c.seq = family == "llama" ? 4096 : 2048;
+  std::string_view rest = spec.substr(colon + 1);
+  bool has_layers = false, has_hidden = false, has_heads = false;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      throw InputError(file, 0, std::string(item), "expected key=value");
+    }
+    const std::string key(item.substr(0, eq));
+    const int value = parse_int_field(item.substr(eq + 1), key, file);
+    if (key == "layers") { c.layers = value; has_layers = true; }
+    else if (key == "hidden") { c.hidden = value; has_hidden = true; }
+    else if (key == "heads") { c.heads = value; has_heads = true; }
+    else if (key == "seq") c.seq = value;
+    else if (key == "ffn") c.ffn = value;
+    else if (key == "vocab") c.vocab = value;
+    else if (key == "kv_heads") c.kv_heads = value;
+    else {
+      throw InputError(file, 0, key, "expected one of layers, hidden, heads, seq, ffn, vocab, kv_heads");
+    }
+  }
+  if (!has_layers || !has_hidden || !has_heads) {
+    throw InputError(file, 0, !has_layers ? "layers" : !has_hidden ? "hidden" : "heads",
+                     "is required (e.g. gpt:layers=24,hidden=1024,heads=16,seq=2048)");
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<ZooEntry> zoo_entries() {
+  std::vector<ZooEntry> out;
+  for (const auto& t : transformers()) out.push_back({t.config.name, t.description});
+  for (const auto& c : cnns()) out.push_back({c.name, c.description});
+  out.push_back({"gpt:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G]", "any GPT-style decoder", true});
+  out.push_back({"llama:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G]", "any LLaMA-style decoder", true});
+  return out;
+}
+
+const TransformerConfig* zoo_transformer(std::string_view name) {
+  for (const auto& t : transformers()) {
+    if (t.config.name == name) return &t.config;
+  }
+  return nullptr;
+}
+
+bool is_zoo_spec(std::string_view spec) {
+  if (spec.rfind("gpt:", 0) == 0 || spec.rfind("llama:", 0) == 0) return true;
+  if (zoo_transformer(spec)) return true;
+  for (const auto& c : cnns()) {
+    if (spec == c.name) return true;
+  }
+  return false;
+}
+
+Network network_from_spec(std::string_view spec, Precision precision) {
+  if (spec.rfind("gpt:", 0) == 0 || spec.rfind("llama:", 0) == 0) {
+    TransformerConfig c = parse_decoder_spec(spec);
+    try {
+      return make_transformer(c, precision);
+    } catch (const InputError& e) {
+      throw InputError("<spec '" + std::string(spec) + "'>", 0, e.field(), e.message());
+    }
+  }
+  if (const TransformerConfig* c = zoo_transformer(spec)) return make_transformer(*c, precision);
+  for (const auto& c : cnns()) {
+    if (spec == c.name) return c.make(precision);
+  }
+  std::string hint;
+  for (const std::string& n : nearest_names(spec, known_names())) hint += (hint.empty() ? "" : ", ") + n;
+  throw InputError(std::string(spec), 0, "model",
+                   "unknown network (not a zoo name, a gpt:/llama: spec or a readable file); nearest: " + hint);
+}
+
+TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    int line = 1;
+    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
+    throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
+  }
+  auto get_int = [&](std::initializer_list<const char*> keys, bool required, int fallback) -> int {
+    for (const char* k : keys) {
+      if (j.contains(k) && !j[k].is_null()) {
+        if (!j[k].is_number_integer()) {
+          throw InputError(file, 0, k, "expected an integer, found " + j[k].dump());
+        }
+        return j[k].get<int>();
+      }
+    }
+    if (required) throw InputError(file, 0, *keys.begin(), "is required in a HuggingFace config.json");
+    return fallback;
+  };
+  const std::string type = j.value("model_type", std::string("gpt2"));
+  TransformerConfig c;
+  if (type == "gpt2") {
+    c = gpt("", 0, 0, 0, 0);
+    c.layers = get_int({"n_layer"}, true, 0);
+    c.hidden = get_int({"n_embd"}, true, 0);
+    c.heads = get_int({"n_head"}, true, 0);
+    c.seq = get_int({"n_positions", "n_ctx"}, false, 1024);
+    c.ffn = get_int({"n_inner"}, false, 0);
+    c.vocab = get_int({"vocab_size"}, false, 50257);
+  } else if (type == "llama" || type == "mistral") {
+    c = llama("", 0, 0, 0, 0, 0);
+    c.layers = get_int({"num_hidden_layers"}, true, 0);
+    c.hidden = get_int({"hidden_size"}, true, 0);
+    c.heads = get_int({"num_attention_heads"}, true, 0);
+    c.kv_heads = get_int({"num_key_value_heads"}, false, 0);
+    c.ffn = get_int({"intermediate_size"}, true, 0);
+    c.seq = get_int({"max_position_embeddings"}, false, 4096);
+    c.vocab = get_int({"vocab_size"}, true, 0);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+  } else {
+    throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + type + "'");
+  }
+  std::string base = file;
+  if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
+  c.name = type + "(" + base + ")";
+  try {
+    check_transformer_config(c);
+  } catch (const InputError& e) {
+    throw InputError(file, 0, e.field(), e.message());
+  }
+  return c;
+}
+
+}  // namespace hetflow::model

@@ -1,0 +1,71 @@
+#pragma once
+// The model zoo: networks built from their architecture (shapes -> FLOPs, params, bytes),
+// never from hard-coded totals.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/network.hpp"
+
+namespace hetflow::model {
+
+// A transformer stack. Decoders (GPT, LLaMA) and encoders (BERT) share it; the flags say
+// which variant of each part is used.
+struct TransformerConfig {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;        // grouped-query attention; 0 = heads (plain multi-head)
+  int ffn = 0;             // MLP inner size; 0 = 4 * hidden
+  int seq = 0;             // sequence length (tokens per sample)
+  int vocab = 0;
+  bool gated_mlp = false;  // SwiGLU (three matrices) instead of GeLU (two)
+  bool biases = true;      // linear layers carry biases (GPT, BERT) or not (LLaMA)
+  bool rms_norm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
+  bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
+  bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)
+  bool dropout = true;            // dropout masks are stashed for backward
+  // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
+  bool encoder = false;
+  int type_vocab = 0;
+  bool operator==(const TransformerConfig&) const = default;
+};
+
+// Throws InputError (file "<spec>") naming the first field that is not usable.
+void check_transformer_config(const TransformerConfig& config);
+
+// Layers: "embedding", then `layers` x "transformer", then "head" (final norm + LM/MLM head).
+Network make_transformer(const TransformerConfig& config, Precision precision);
+
+// ResNet-50/101/152 (bottleneck blocks) for 224x224 images, 1000 classes. One layer per stem,
+// bottleneck block and classifier.
+Network make_resnet(int depth, Precision precision);
+// VGG-19 for 224x224 images, 1000 classes. One layer per convolution and fully connected layer
+// (pooling folded into the convolution that precedes it).
+Network make_vgg19(Precision precision);
+
+struct ZooEntry {
+  std::string name;
+  std::string description;
+  bool is_template = false;  // a spec pattern ("gpt:layers=L,..."), not a network name
+};
+// Every named network, in a stable order, for `hetflow list`.
+std::vector<ZooEntry> zoo_entries();
+
+// A named network ("gpt3-175b"), or a decoder spec "gpt:layers=24,hidden=1024,heads=16,seq=2048"
+// (optional keys: ffn, vocab, kv_heads). Throws InputError (file "<spec>") when unknown or
+// malformed, naming the nearest known names.
+Network network_from_spec(std::string_view spec, Precision precision);
+bool is_zoo_spec(std::string_view spec);
+
+// The transformer config of a zoo decoder by name; nullptr when it is not one.
+const TransformerConfig* zoo_transformer(std::string_view name);
+
+// A HuggingFace-style config.json (GPT-2: n_layer, n_embd, n_head, n_positions, vocab_size;
+// LLaMA/Mistral: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+// intermediate_size, max_position_embeddings, vocab_size) read as a decoder. `text` is the
+// file's content; errors name `file`.
+TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file);
+
+}  // namespace hetflow::model

@@ -1,0 +1,157 @@
+// Transformer stacks (GPT, LLaMA, BERT) from their shapes. FLOPs count matrix multiplies only
+// (2 FLOPs per multiply-accumulate), the convention of Narayanan et al. (SC'21); norms,
+// softmax and activations are O(s*h) and left out. Activation memory follows Korthikanti et
+// al. (2022), "Reducing Activation Recomputation in Large Transformer Models", section 4.1,
+// generalised to grouped-query attention, gated MLPs and dropout-free models.
+#include <string>
+
+#include "model/error.hpp"
+#include "model/zoo.hpp"
+
+namespace hetflow::model {
+
+namespace {
+
+struct Shape {
+  double s, h, a, kv_dim, f, v;  // tokens, hidden, heads, K/V width, MLP width, vocab
+};
+
+Shape shape_of(const TransformerConfig& c) {
+  const double head_dim = static_cast<double>(c.hidden) / c.heads;
+  const int kv_heads = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  return Shape{static_cast<double>(c.seq), static_cast<double>(c.hidden),
+               static_cast<double>(c.heads), kv_heads * head_dim,
+               static_cast<double>(c.ffn > 0 ? c.ffn : 4 * c.hidden),
+               static_cast<double>(c.vocab)};
+}
+
+double norm_params(const TransformerConfig& c, double h) { return c.rms_norm ? h : 2 * h; }
+
+Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
+  Layer l;
+  l.name = "embedding";
+  l.kind = "embedding";
+  l.shape = "vocab=" + std::to_string(c.vocab) + " h=" + std::to_string(c.hidden) +
+            " s=" + std::to_string(c.seq);
+  l.params = x.v * x.h;
+  if (c.learned_positions) l.params += x.s * x.h;
+  if (c.encoder) l.params += c.type_vocab * x.h + norm_params(c, x.h);
+  // A table lookup: no multiply-accumulates. Its backward is a scatter-add into the table.
+  l.forward_flops = 0;
+  l.backward_flops = 0;
+  l.output_elems = x.s * x.h;
+  // Token ids (4-byte ints) plus the embedding dropout mask.
+  l.stashed_bytes = 4 * x.s + (c.dropout ? x.s * x.h : 0);
+  l.tp_allreduce_elems = x.s * x.h;  // vocab-parallel embedding: one all-reduce of the output
+  return l;
+}
+
+Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, int index) {
+  Layer l;
+  l.name = "layer" + std::to_string(index);
+  l.kind = "transformer";
+  l.shape = "h=" + std::to_string(c.hidden) + " heads=" + std::to_string(c.heads) +
+            (c.kv_heads > 0 && c.kv_heads != c.heads ? " kv_heads=" + std::to_string(c.kv_heads) : "") +
+            " ffn=" + std::to_string(static_cast<long long>(x.f)) + " s=" + std::to_string(c.seq);
+  const double mlp_matrices = c.gated_mlp ? 3 : 2;
+  // Parameters: Q and O are h x h, K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
+  l.params = 2 * x.h * x.h + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
+  if (c.biases) l.params += (x.h + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
+
+  const double qkv = 2 * x.s * x.h * (x.h + 2 * x.kv_dim);
+  const double scores = 2 * x.s * x.s * x.h;  // Q K^T over all heads
+  const double context = 2 * x.s * x.s * x.h;  // softmax(.) V
+  const double out_proj = 2 * x.s * x.h * x.h;
+  const double mlp = 2 * x.s * x.h * x.f * mlp_matrices;
+  l.forward_flops = qkv + scores + context + out_proj + mlp;
+  l.backward_flops = 2 * l.forward_flops;
+  l.attention_core_flops = scores + context;
+  l.output_elems = x.s * x.h;
+
+  const double mask = c.dropout ? 1 : 0;  // a dropout mask costs one byte per element
+  // Attention: QKV input, Q, K, V, output-projection input, output dropout mask.
+  const double attention = e * x.s * x.h + e * x.s * (x.h + x.kv_dim) + e * x.s * x.kv_dim +
+                           e * x.s * x.h + mask * x.s * x.h;
+  // Scores: softmax output, plus its dropout mask and dropout output when there is dropout.
+  const double score_elems = x.a * x.s * x.s;
+  l.attention_stash_bytes = e * score_elems + (c.dropout ? (1 + e) * score_elems : 0);
+  // MLP: input, then GeLU input and output (2 f-wide tensors) or gate, up, silu(gate) and
+  // their product (4), then the output dropout mask.
+  const double mlp_stash = e * x.s * x.h + (c.gated_mlp ? 4 : 2) * e * x.s * x.f + mask * x.s * x.h;
+  const double norms = 2 * e * x.s * x.h;
+  l.stashed_bytes = attention + l.attention_stash_bytes + mlp_stash + norms;
+  l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
+  return l;
+}
+
+Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
+  Layer l;
+  l.name = "head";
+  l.kind = "head";
+  l.params = norm_params(c, x.h) + (c.tied_embeddings ? 0 : x.v * x.h);
+  double flops = 2 * x.s * x.h * x.v;  // logits
+  if (c.encoder) {
+    // BERT: pooler on the first token, MLM transform (dense + LayerNorm), decoder bias.
+    l.params += (x.h * x.h + x.h) + (x.h * x.h + x.h + 2 * x.h) + x.v;
+    flops += 2 * x.h * x.h + 2 * x.s * x.h * x.h;
+  }
+  l.shape = "vocab=" + std::to_string(c.vocab) + " h=" + std::to_string(c.hidden) +
+            (c.tied_embeddings ? " (tied to the embedding)" : "");
+  l.forward_flops = flops;
+  l.backward_flops = 2 * flops;
+  l.output_elems = x.s * x.v;
+  // Norm input, head input, and fp32 logits for the cross-entropy (computed in fp32).
+  l.stashed_bytes = 2 * e * x.s * x.h + 4 * x.s * x.v;
+  l.tp_allreduce_elems = 0;  // vocab-parallel cross-entropy reduces O(s) values only
+  return l;
+}
+
+}  // namespace
+
+void check_transformer_config(const TransformerConfig& c) {
+  auto require_positive = [&](int value, const char* field) {
+    if (value <= 0) {
+      throw InputError("<spec>", 0, field, "expected a positive integer, found " + std::to_string(value));
+    }
+  };
+  require_positive(c.layers, "layers");
+  require_positive(c.hidden, "hidden");
+  require_positive(c.heads, "heads");
+  require_positive(c.seq, "seq");
+  require_positive(c.vocab, "vocab");
+  if (c.hidden % c.heads != 0) {
+    throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
+                                               ", found " + std::to_string(c.heads));
+  }
+  const int kv = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  if (kv < 0 || c.heads % kv != 0) {
+    throw InputError("<spec>", 0, "kv_heads", "expected a divisor of heads=" + std::to_string(c.heads) +
+                                                  ", found " + std::to_string(c.kv_heads));
+  }
+  if (c.ffn < 0) throw InputError("<spec>", 0, "ffn", "expected a positive integer, found " + std::to_string(c.ffn));
+}
+
+Network make_transformer(const TransformerConfig& config, Precision precision) {
+  check_transformer_config(config);
+  const Shape x = shape_of(config);
+  const double e = element_bytes(precision);
+  Network net;
+  net.name = config.name.empty() ? "transformer" : config.name;
+  net.precision = precision;
+  net.tokens_per_sample = config.seq;
+  net.description = std::string(config.encoder ? "encoder" : "decoder") + " L=" +
+                    std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
+                    " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +
+                    " vocab=" + std::to_string(config.vocab);
+  net.layers.reserve(static_cast<size_t>(config.layers) + 2);
+  net.layers.push_back(embedding_layer(config, x));
+  for (int i = 0; i < config.layers; ++i) {
+    net.layers.push_back(transformer_layer(config, x, e, i));
+    net.layers.back().inputs = {i};
+  }
+  net.layers.push_back(head_layer(config, x, e));
+  net.layers.back().inputs = {config.layers};
+  return net;
+}
+
+}  // namespace hetflow::model

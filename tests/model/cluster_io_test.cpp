@@ -1,0 +1,75 @@
+// Cluster descriptions: presets, the YAML format, and its lossless round trip.
+#include <gtest/gtest.h>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+
+using namespace hetflow::model;
+
+TEST(ClusterIo, EveryPresetRoundTrips) {
+  for (const ClusterPreset& p : cluster_presets()) {
+    const Cluster c = builtin_cluster(p.name);
+    const std::string yaml = write_cluster(c);
+    EXPECT_EQ(parse_cluster(yaml, "roundtrip.yaml"), c) << p.name << "\n" << yaml;
+  }
+}
+
+TEST(ClusterIo, PresetsHaveTheDocumentedShape) {
+  const Cluster hetpipe = builtin_cluster("hetpipe-testbed");
+  EXPECT_EQ(hetpipe.device_count(), 16);
+  ASSERT_EQ(hetpipe.nodes.size(), 4u);
+  EXPECT_EQ(hetpipe.nodes[0].gpu, "TITAN-V");
+  EXPECT_EQ(hetpipe.nodes[3].gpu, "Quadro-P4000");
+  EXPECT_DOUBLE_EQ(hetpipe.nodes[0].nic.bandwidth_bytes_per_s, 56e9 / 8);
+  EXPECT_EQ(hetpipe.nodes[0].intra.kind, LinkKind::pcie);
+
+  const Cluster dgx = builtin_cluster("dgx-a100-x4");
+  EXPECT_EQ(dgx.device_count(), 32);
+  EXPECT_EQ(dgx.nodes[0].nic.count, 8);
+  EXPECT_DOUBLE_EQ(dgx.nodes[0].intra.bandwidth_bytes_per_s * 2, 600e9);  // bidirectional figure
+
+  const Cluster two = builtin_cluster("two-region");
+  EXPECT_EQ(two.regions.size(), 2u);
+  EXPECT_EQ(two.wan.size(), 1u);
+  EXPECT_EQ(two.nodes.back().region, "eu-west");
+  EXPECT_EQ(builtin_cluster(default_cluster_name()).name, default_cluster_name());
+}
+
+TEST(ClusterIo, CustomGpuTypesFatTreeAndJsonRoundTrip) {
+  const std::string json = R"({
+    "name": "lab", "description": "custom parts",
+    "gpu_types": [{"name": "Blackwell-X", "fp16": "2 PFLOP/s", "bf16": "2 PFLOP/s", "fp32": "80 TFLOP/s",
+                   "memory": "192 GiB", "memory_bandwidth": "8 TB/s", "link": "nvswitch", "link_bandwidth": "900 GB/s"}],
+    "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "oversubscription": 3, "latency": "600 ns"},
+    "nodes": [{"name": "bx", "count": 3, "gpu": "Blackwell-X", "gpus": 8,
+               "nic": {"count": 8, "bandwidth": "800 Gb/s", "latency": "1 us"}},
+              {"name": "old", "gpu": "v100-32", "gpus": 2, "nic": {"bandwidth": "10 Gb/s"}}]})";
+  const Cluster c = parse_cluster(json, "lab.json");
+  EXPECT_EQ(c.nodes.size(), 4u);
+  EXPECT_EQ(c.nodes[2].name, "bx-2");
+  EXPECT_EQ(c.nodes[3].gpu, "V100-32");  // canonical spelling of a case-insensitive match
+  EXPECT_EQ(c.nodes[0].intra.kind, LinkKind::nvswitch);  // default: the GPU type's usual link
+  EXPECT_DOUBLE_EQ(c.nodes[0].intra.bandwidth_bytes_per_s, 900e9);
+  EXPECT_EQ(c.regions[0].fabric.kind, FabricKind::fat_tree);
+  EXPECT_DOUBLE_EQ(c.regions[0].fabric.oversubscription, 3);
+  EXPECT_DOUBLE_EQ(c.gpu("Blackwell-X").peak_flops_per_s(Precision::bf16), 2e15);
+  EXPECT_EQ(c.device_count(), 26);
+  EXPECT_EQ(parse_cluster(write_cluster(c), "again.yaml"), c);
+}
+
+TEST(ClusterIo, DevicesAreNumberedInNodeOrder) {
+  const Cluster c = builtin_cluster("mixed-academic");
+  const auto devices = c.devices();
+  ASSERT_EQ(devices.size(), 20u);
+  EXPECT_EQ(devices[0].name, "v100-0/gpu0");
+  EXPECT_EQ(devices[4].node, 1);
+  EXPECT_EQ(devices[19].local_rank, 7);
+  EXPECT_EQ(c.device_gpu(devices[19]).name, "RTX-3090");
+}
+
+TEST(ClusterIo, BandwidthOfBf16FallsBackToFp32OnVolta) {
+  const GpuSpec* v100 = find_builtin_gpu("v100-16");
+  ASSERT_NE(v100, nullptr);
+  EXPECT_DOUBLE_EQ(v100->peak_flops_per_s(Precision::bf16), v100->fp32_flops_per_s);
+  EXPECT_DOUBLE_EQ(v100->peak_flops_per_s(Precision::fp16), 125e12);
+}

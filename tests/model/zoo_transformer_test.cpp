@@ -1,0 +1,124 @@
+// The transformer zoo against published figures and closed-form formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+
+using namespace hetflow::model;
+
+namespace {
+double params(const char* name) { return network_from_spec(name, Precision::fp16).param_count(); }
+
+// Narayanan et al. (SC'21), eq. 3 without recomputation: per token, a training iteration of a
+// GPT with l layers, hidden h, sequence s and vocabulary V costs 72 l h^2 (1 + s/6h + V/12lh).
+double narayanan_flops_per_token(double l, double h, double s, double v) {
+  return 72 * l * h * h * (1 + s / (6 * h) + v / (12 * l * h));
+}
+}  // namespace
+
+TEST(ZooTransformer, Gpt3_175bHas175BillionParameters) {
+  EXPECT_NEAR(params("gpt3-175b") / 175e9, 1.0, 0.01);
+}
+
+TEST(ZooTransformer, Gpt2FamilyMatchesReleasedCheckpoints) {
+  // Parameter counts of the released GPT-2 checkpoints (tied embeddings).
+  EXPECT_DOUBLE_EQ(params("gpt2-124m"), 124439808);
+  EXPECT_DOUBLE_EQ(params("gpt2-350m"), 354823168);
+  EXPECT_DOUBLE_EQ(params("gpt2-xl"), 1557611200);
+}
+
+TEST(ZooTransformer, Llama2FromItsConfigJsonKeys) {
+  // The key names and values of the released Llama-2-7b-hf config.json.
+  const std::string config = R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 11008, "max_position_embeddings": 4096, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": false, "vocab_size": 32000 })";
+  const Network net = make_transformer(transformer_from_hf_config(config, "config.json"), Precision::bf16);
+  EXPECT_DOUBLE_EQ(net.param_count(), 6738415616);  // the checkpoint's count
+  EXPECT_DOUBLE_EQ(params("llama2-7b"), 6738415616);
+  EXPECT_DOUBLE_EQ(params("llama2-13b"), 13015864320);
+  EXPECT_NEAR(params("llama2-70b") / 68.98e9, 1.0, 0.001);  // grouped-query attention, 8 KV heads
+}
+
+TEST(ZooTransformer, Gpt2ConfigJsonKeys) {
+  const std::string config = R"({"model_type": "gpt2", "n_layer": 48, "n_embd": 1600, "n_head": 25,
+                                  "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257, "n_inner": null})";
+  EXPECT_DOUBLE_EQ(make_transformer(transformer_from_hf_config(config, "c.json"), Precision::fp16).param_count(),
+                   1557611200);
+}
+
+TEST(ZooTransformer, BertLargeIsAbout340M) {
+  // BERT-large encoder + pooler is 335.1M (the HuggingFace BertModel count); the MLM head
+  // transform and decoder bias add 1.1M. Devlin et al. quote 340M.
+  EXPECT_NEAR(params("bert-large") / 340e6, 1.0, 0.02);
+  EXPECT_NEAR(params("bert-base") / 110e6, 1.0, 0.02);
+}
+
+TEST(ZooTransformer, TrainingFlopsPerTokenMatchNarayanan) {
+  struct Case { const char* name; double l, h, s, v; };
+  for (const Case& c : {Case{"gpt3-175b", 96, 12288, 2048, 50257}, Case{"gpt2-xl", 48, 1600, 1024, 50257},
+                        Case{"gpt3-6.7b", 32, 4096, 2048, 50257}, Case{"gpt3-1.3b", 24, 2048, 2048, 50257}}) {
+    const Network net = network_from_spec(c.name, Precision::fp16);
+    const double per_token = net.training_flops_per_sample() / net.tokens_per_sample;
+    EXPECT_NEAR(per_token / narayanan_flops_per_token(c.l, c.h, c.s, c.v), 1.0, 0.02) << c.name;
+  }
+}
+
+TEST(ZooTransformer, TrainingFlopsAreSixNPlusAttention) {
+  // 6N per token for the non-embedding weights, plus 12 l s h for attention scores and context.
+  const Network net = network_from_spec("gpt3-175b", Precision::fp16);
+  const double l = 96, h = 12288, s = 2048, v = 50257;
+  const double n_dense = 12 * l * h * h;
+  const double expected = 6 * n_dense + 12 * l * s * h + 6 * h * v;
+  EXPECT_NEAR(net.training_flops_per_sample() / s / expected, 1.0, 0.02);
+}
+
+TEST(ZooTransformer, ActivationBytesMatchKorthikanti) {
+  // Korthikanti et al. (2022): a GPT layer stashes s b h (34 + 5 a s / h) bytes in fp16,
+  // of which 5 a s^2 b are attention scores (dropped by selective recomputation).
+  const Network net = network_from_spec("gpt3-175b", Precision::fp16);
+  const double s = 2048, h = 12288, a = 96;
+  const Layer& layer = net.layers.at(1);
+  ASSERT_EQ(layer.kind, "transformer");
+  EXPECT_DOUBLE_EQ(layer.stashed_bytes, s * h * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(layer.attention_stash_bytes, 5 * a * s * s);
+  EXPECT_DOUBLE_EQ(layer.attention_core_flops, 4 * s * s * h);
+}
+
+TEST(ZooTransformer, PrecisionChangesBytesNotFlops) {
+  const Network half = network_from_spec("gpt2-350m", Precision::fp16);
+  const Network full = network_from_spec("gpt2-350m", Precision::fp32);
+  EXPECT_DOUBLE_EQ(half.training_flops_per_sample(), full.training_flops_per_sample());
+  EXPECT_DOUBLE_EQ(full.param_bytes(), 2 * half.param_bytes());
+  EXPECT_GT(full.layers[1].stashed_bytes, 1.8 * half.layers[1].stashed_bytes);
+  EXPECT_DOUBLE_EQ(half.adam_training_state_bytes(), 16 * half.param_count());
+}
+
+TEST(ZooTransformer, DecoderSpecBuildsAnyDecoder) {
+  const Network net = network_from_spec("gpt:layers=24,hidden=2048,heads=16,seq=2048", Precision::fp16);
+  EXPECT_DOUBLE_EQ(net.param_count(), params("gpt3-1.3b"));
+  EXPECT_EQ(net.layers.size(), 26u);
+  const Network gqa = network_from_spec("llama:layers=2,hidden=1024,heads=16,kv_heads=4,ffn=2816", Precision::bf16);
+  EXPECT_EQ(gqa.tokens_per_sample, 4096);
+}
+
+TEST(ZooTransformer, BadSpecsNameTheField) {
+  auto field_of = [](const char* spec) {
+    try {
+      network_from_spec(spec, Precision::fp16);
+    } catch (const hetflow::InputError& e) {
+      return e.field();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(field_of("gpt:layers=2,hidden=100,heads=3"), "heads");
+  EXPECT_EQ(field_of("gpt:layers=x,hidden=128,heads=2"), "layers");
+  EXPECT_EQ(field_of("gpt:hidden=128,heads=2"), "layers");
+  EXPECT_EQ(field_of("gpt:layers=2,hidden=128,heads=2,depth=3"), "depth");
+  EXPECT_EQ(field_of("gpt:layers=0,hidden=128,heads=2"), "layers");
+  EXPECT_EQ(field_of("gpt-4"), "model");
+}

@@ -1,0 +1,51 @@
+#pragma once
+// Runs the built `hetflow` binary as a user would, capturing exit status, stdout and stderr.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace hetflow::testing {
+
+struct RunResult {
+  int status = -1;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::filesystem::path scratch_dir() {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("hetflow-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `args` is appended to the command line as is (quote it yourself).
+inline RunResult run_hetflow(const std::string& args) {
+  const auto dir = scratch_dir();
+  const auto out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = std::string(HETFLOW_BIN) + " " + args + " </dev/null >" + out.string() + " 2>" + err.string();
+  const int raw = std::system(cmd.c_str());
+  RunResult r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+inline std::string write_file(const std::string& name, const std::string& text) {
+  const auto path = scratch_dir() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+}  // namespace hetflow::testing

@@ -1,0 +1,29 @@
+#include "tools/cli.hpp"
+
+#include <ostream>
+
+#include "model/error.hpp"
+
+namespace hetflow::tools {
+
+bool parse_options(const std::string& command, const std::string& usage, po::options_description& options,
+                   const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out) {
+  options.add_options()
+      ("json", "print the summary as one JSON object on stdout instead of tables")
+      ("help,h", "show this help");
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError("<command line>", 0, "hetflow " + command, e.what());
+  }
+  if (vm.count("help")) {
+    out << "usage: hetflow " << command << " " << usage << "\n\n" << options << "\n";
+    return false;
+  }
+  return true;
+}
+
+void print_json(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
+
+}  // namespace hetflow::tools

@@ -1,0 +1,17 @@
+// The table of subcommands. A new command is one cmd_*.cpp file plus one line here.
+#include "tools/cli.hpp"
+
+namespace hetflow::tools {
+
+int run_list(const std::vector<std::string>& args, std::ostream& out);
+int run_describe(const std::vector<std::string>& args, std::ostream& out);
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {
+      {"list", "list the built-in clusters, networks and GPU types", run_list},
+      {"describe", "summarise a cluster and a network: devices, peaks, links, parameters, FLOPs", run_describe},
+  };
+  return list;
+}
+
+}  // namespace hetflow::tools

@@ -1,0 +1,53 @@
+// hetflow: plan, simulate and execute training on heterogeneous GPU clusters.
+// Exit status: 0 success, 2 bad input (file, option, spec), 3 a plan that cannot run,
+// 1 anything else.
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "model/error.hpp"
+#include "tools/cli.hpp"
+
+namespace {
+
+void print_usage(std::ostream& out) {
+  out << "hetflow: plan, simulate and execute deep-learning training on heterogeneous GPU clusters\n\n"
+         "usage: hetflow <command> [options]     (hetflow <command> --help for its options)\n\n"
+         "commands:\n";
+  for (const auto& c : hetflow::tools::commands()) {
+    std::string name = c.name;
+    name.resize(12, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+  out << "\nEvery command takes --json to print its summary as one JSON object.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage(std::cout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string name = args[0];
+  args.erase(args.begin());
+  try {
+    for (const auto& c : hetflow::tools::commands()) {
+      if (name == c.name) return c.run(args, std::cout);
+    }
+    std::cerr << "hetflow: unknown command '" << name << "'\n\n";
+    print_usage(std::cerr);
+    return 2;
+  } catch (const hetflow::InputError& e) {
+    std::cerr << "hetflow: " << e.what() << "\n";
+    return 2;
+  } catch (const hetflow::PlanError& e) {
+    std::cerr << "hetflow: plan cannot run: " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "hetflow: " << e.what() << "\n";
+    return 1;
+  }
+}

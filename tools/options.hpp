@@ -1,0 +1,14 @@
+#pragma once
+// Options several commands share: which cluster, which network, which precision.
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+#include "tools/cli.hpp"
+
+namespace hetflow::tools {
+
+// --cluster, --model, --precision (defaults: the built-in default cluster and model, fp16).
+void add_cluster_model_options(po::options_description& options);
+model::Cluster load_cluster_option(const po::variables_map& vm);
+model::Network load_network_option(const po::variables_map& vm);
+
+}  // namespace hetflow::tools

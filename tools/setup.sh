@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One-stop set-up for a Debian bookworm machine (run as root, or with sudo available):
+#   bash tools/setup.sh run    install what is missing, build, run the main job on the defaults
+#   bash tools/setup.sh test   install what is missing, build, run the whole test suite
+# Idempotent: installs only missing packages, and reuses the build directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-}"
+case "$mode" in
+  run|test) ;;
+  *) echo "usage: bash tools/setup.sh run|test" >&2; exit 2 ;;
+esac
+
+bash tools/install-deps.sh
+
+jobs="${HETFLOW_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$jobs"
+
+if [ "$mode" = run ]; then
+  ./build/tools/hetflow describe
+else
+  ctest --preset default -j "$jobs"
+fi

@@ -1,0 +1,183 @@
+#include "tools/summary.hpp"
+
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <tuple>
+
+#include "model/units.hpp"
+
+namespace hetflow::tools {
+
+namespace u = model::units;
+
+namespace {
+
+struct TypeTotals {
+  int devices = 0;
+  double fp16_flops_per_s = 0, fp32_flops_per_s = 0, memory_bytes = 0;
+};
+
+// GPU types in order of first appearance, with their device counts and aggregate peaks.
+std::vector<std::pair<std::string, TypeTotals>> totals_by_type(const model::Cluster& c) {
+  std::vector<std::pair<std::string, TypeTotals>> out;
+  for (const model::Node& n : c.nodes) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == n.gpu; });
+    if (it == out.end()) it = out.insert(out.end(), {n.gpu, TypeTotals{}});
+    const model::GpuSpec& g = c.gpu(n.gpu);
+    it->second.devices += n.gpu_count;
+    it->second.fp16_flops_per_s += n.gpu_count * g.fp16_flops_per_s;
+    it->second.fp32_flops_per_s += n.gpu_count * g.fp32_flops_per_s;
+    it->second.memory_bytes += n.gpu_count * g.memory_bytes;
+  }
+  return out;
+}
+
+// Distinct link classes: what a transfer can cross, each with the nodes that have it.
+struct LinkClass {
+  std::string kind;
+  double bandwidth_bytes_per_s;
+  double latency_s;
+  int count;  // links of this class (per-GPU links, NICs, WAN links)
+};
+
+std::vector<LinkClass> link_classes(const model::Cluster& c) {
+  std::map<std::tuple<std::string, double, double>, int> seen;
+  std::vector<std::tuple<std::string, double, double>> order;
+  auto add = [&](std::string kind, double bw, double lat, int count) {
+    auto key = std::make_tuple(std::move(kind), bw, lat);
+    if (seen.count(key) == 0) order.push_back(key);
+    seen[key] += count;
+  };
+  for (const model::Node& n : c.nodes) {
+    if (n.gpu_count > 1) {
+      add("intra-node " + std::string(model::to_string(n.intra.kind)), n.intra.bandwidth_bytes_per_s,
+          n.intra.latency_s, n.gpu_count);
+    }
+    if (n.intra.uplink_bandwidth_bytes_per_s > 0) add("pcie host uplink", n.intra.uplink_bandwidth_bytes_per_s, 0, 1);
+    if (n.nic.count > 0) add("nic", n.nic.bandwidth_bytes_per_s, n.nic.latency_s, n.nic.count);
+  }
+  for (const model::WanLink& w : c.wan) add("wan " + w.region_a + "<->" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, 1);
+  std::vector<LinkClass> out;
+  for (const auto& key : order) out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), seen[key]});
+  return out;
+}
+
+std::string fabric_text(const model::Fabric& f) {
+  if (f.kind == model::FabricKind::single_switch) return "one switch, " + u::human_time_s(f.latency_s) + " per hop";
+  return "two-level fat tree, " + std::to_string(f.nodes_per_leaf) + " nodes per leaf, " +
+         u::format_number(f.oversubscription) + ":1 oversubscribed, " + u::human_time_s(f.latency_s) + " per hop";
+}
+
+}  // namespace
+
+Json cluster_json(const model::Cluster& c) {
+  Json j;
+  j["name"] = c.name;
+  j["description"] = c.description;
+  j["nodes"] = c.nodes.size();
+  j["devices"] = c.device_count();
+  double fp16 = 0, fp32 = 0, memory = 0;
+  for (const auto& [type, t] : totals_by_type(c)) {
+    j["gpu_types"].push_back({{"type", type},
+                              {"devices", t.devices},
+                              {"peak_fp16_flops_per_s", t.fp16_flops_per_s},
+                              {"peak_fp32_flops_per_s", t.fp32_flops_per_s},
+                              {"memory_bytes", t.memory_bytes}});
+    fp16 += t.fp16_flops_per_s;
+    fp32 += t.fp32_flops_per_s;
+    memory += t.memory_bytes;
+  }
+  j["peak_fp16_flops_per_s"] = fp16;
+  j["peak_fp32_flops_per_s"] = fp32;
+  j["memory_bytes"] = memory;
+  for (const model::Region& r : c.regions) {
+    j["regions"].push_back({{"name", r.name}, {"fabric", fabric_text(r.fabric)}});
+  }
+  for (const LinkClass& l : link_classes(c)) {
+    j["link_classes"].push_back({{"kind", l.kind},
+                                 {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
+                                 {"latency_s", l.latency_s},
+                                 {"count", l.count}});
+  }
+  return j;
+}
+
+void print_cluster(std::ostream& out, const model::Cluster& c) {
+  out << "cluster " << c.name << ": " << c.description << "\n";
+  out << "  " << c.device_count() << " GPUs in " << c.nodes.size() << " nodes, " << c.regions.size()
+      << (c.regions.size() == 1 ? " region" : " regions") << "\n\n";
+  out << "  " << std::left << std::setw(14) << "GPU type" << std::right << std::setw(6) << "count" << std::setw(16)
+      << "fp16 peak" << std::setw(16) << "fp32 peak" << std::setw(12) << "memory" << "\n";
+  double fp16 = 0, fp32 = 0, memory = 0;
+  int devices = 0;
+  for (const auto& [type, t] : totals_by_type(c)) {
+    out << "  " << std::left << std::setw(14) << type << std::right << std::setw(6) << t.devices << std::setw(16)
+        << (u::human_flops(t.fp16_flops_per_s) + "/s") << std::setw(16) << (u::human_flops(t.fp32_flops_per_s) + "/s")
+        << std::setw(12) << u::human_bytes(t.memory_bytes) << "\n";
+    fp16 += t.fp16_flops_per_s;
+    fp32 += t.fp32_flops_per_s;
+    memory += t.memory_bytes;
+    devices += t.devices;
+  }
+  out << "  " << std::left << std::setw(14) << "total" << std::right << std::setw(6) << devices << std::setw(16)
+      << (u::human_flops(fp16) + "/s") << std::setw(16) << (u::human_flops(fp32) + "/s") << std::setw(12)
+      << u::human_bytes(memory) << "\n\n";
+  out << "  link classes (bandwidth per direction):\n";
+  for (const LinkClass& l : link_classes(c)) {
+    out << "    " << std::left << std::setw(30) << l.kind << std::right << std::setw(12)
+        << u::human_bandwidth(l.bandwidth_bytes_per_s) << std::setw(10)
+        << (l.latency_s > 0 ? u::human_time_s(l.latency_s) : "-") << "  x"
+        << l.count << "\n";
+  }
+  for (const model::Region& r : c.regions) out << "    region " << r.name << ": " << fabric_text(r.fabric) << "\n";
+}
+
+Json network_json(const model::Network& n) {
+  Json j;
+  j["name"] = n.name;
+  j["description"] = n.description;
+  j["precision"] = std::string(model::to_string(n.precision));
+  j["layers"] = n.layers.size();
+  j["tokens_per_sample"] = n.tokens_per_sample;
+  j["params"] = n.param_count();
+  j["forward_flops_per_sample"] = n.forward_flops_per_sample();
+  j["backward_flops_per_sample"] = n.backward_flops_per_sample();
+  j["training_flops_per_sample"] = n.training_flops_per_sample();
+  j["training_flops_per_token"] = n.training_flops_per_sample() / n.tokens_per_sample;
+  j["weight_bytes"] = n.param_bytes();
+  j["weights_grads_adam_bytes"] = n.adam_training_state_bytes();
+  double stash = 0;
+  for (const model::Layer& l : n.layers) stash += l.stashed_bytes;
+  j["stashed_activation_bytes_per_sample"] = stash;
+  return j;
+}
+
+void print_network(std::ostream& out, const model::Network& n) {
+  std::map<std::string, int> kinds;
+  std::vector<std::string> kind_order;
+  double stash = 0;
+  for (const model::Layer& l : n.layers) {
+    if (kinds[l.kind]++ == 0) kind_order.push_back(l.kind);
+    stash += l.stashed_bytes;
+  }
+  out << "network " << n.name << ": " << n.description << "\n";
+  out << "  precision " << model::to_string(n.precision) << ", " << n.layers.size() << " layers (";
+  for (size_t i = 0; i < kind_order.size(); ++i) out << (i ? ", " : "") << kinds[kind_order[i]] << " " << kind_order[i];
+  out << ")";
+  if (n.tokens_per_sample > 1) out << ", " << u::format_number(n.tokens_per_sample) << " tokens per sample";
+  out << "\n";
+  out << "  parameters            " << u::human_count(n.param_count()) << " (" << u::format_number(n.param_count()) << ")\n";
+  out << "  FLOPs per sample      forward " << u::human_flops(n.forward_flops_per_sample()) << ", backward "
+      << u::human_flops(n.backward_flops_per_sample()) << ", training " << u::human_flops(n.training_flops_per_sample())
+      << "\n";
+  if (n.tokens_per_sample > 1) {
+    out << "  FLOPs per token       training " << u::human_flops(n.training_flops_per_sample() / n.tokens_per_sample)
+        << "\n";
+  }
+  out << "  memory                weights " << u::human_bytes(n.param_bytes()) << "; weights+grads+Adam "
+      << u::human_bytes(n.adam_training_state_bytes()) << " (16 B/param); activations "
+      << u::human_bytes(stash) << " per sample without recomputation\n";
+}
+
+}  // namespace hetflow::tools
