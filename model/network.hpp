@@ -19,6 +19,10 @@ struct Layer {
   double forward_flops = 0;   // per sample
   double backward_flops = 0;  // per sample (input + weight gradients)
   double params = 0;          // parameter count (elements)
+  // Parameters shared with layer 0 (tied input/output embeddings): not in `params`, since
+  // the model holds them once, but a device that runs this layer without layer 0 keeps its
+  // own copy (Megatron keeps the word embedding on the last pipeline stage too).
+  double tied_params = 0;
   double output_elems = 0;    // elements of the output activation, per sample
   // Bytes kept from the forward pass for the backward pass, per sample, at the network's
   // precision, with no recomputation.
@@ -27,9 +31,15 @@ struct Layer {
   // (attention scores, softmax, dropout mask), and the forward FLOPs it costs to redo them.
   double attention_stash_bytes = 0;
   double attention_core_flops = 0;
-  // Tensor parallelism (Megatron split): elements all-reduced per sample in each forward pass
-  // (and again in each backward pass); 0 = the layer is not tensor-parallel.
+  // Tensor parallelism (Megatron split). A splittable layer divides its FLOPs, parameters and
+  // (with sequence parallelism) stashed bytes over the t devices of a stage; others run
+  // replicated on each. tp_allreduce_elems: elements all-reduced per sample in each forward
+  // pass (and again in each backward pass). tp_replicated_bytes: the part of stashed_bytes
+  // every tensor-parallel rank keeps whole unless sequence parallelism splits it too
+  // (layer-norm inputs, dropout masks, inputs of the first linear layers).
+  bool tp_splittable = false;
   double tp_allreduce_elems = 0;
+  double tp_replicated_bytes = 0;
 
   bool operator==(const Layer&) const = default;
 };

@@ -48,11 +48,14 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.forward_flops = r.number_or("forward_flops", 0, 0);
   l.backward_flops = r.number_or("backward_flops", 2 * l.forward_flops, 0);
   l.params = r.number_or("params", 0, 0);
+  l.tied_params = r.number_or("tied_params", 0, 0);
   l.output_elems = r.number("output_elems", 0);
   l.stashed_bytes = r.number_or("stashed_bytes", 0, 0);
   l.attention_stash_bytes = r.number_or("attention_stash_bytes", 0, 0);
   l.attention_core_flops = r.number_or("attention_core_flops", 0, 0);
+  l.tp_splittable = r.boolean_or("tp_splittable", false);
   l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0);
+  l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
   }
@@ -119,6 +122,7 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
     for (Layer& l : net.layers) {
       l.stashed_bytes *= scale;
       l.attention_stash_bytes *= scale;
+      l.tp_replicated_bytes *= scale;
     }
     net.precision = chosen;
   }
@@ -145,11 +149,14 @@ std::string write_network(const Network& n) {
     number("forward_flops", l.forward_flops);
     number("backward_flops", l.backward_flops);
     number("params", l.params);
+    number("tied_params", l.tied_params);
     number("output_elems", l.output_elems);
     number("stashed_bytes", l.stashed_bytes);
     number("attention_stash_bytes", l.attention_stash_bytes);
     number("attention_core_flops", l.attention_core_flops);
+    out << YAML::Key << "tp_splittable" << YAML::Value << l.tp_splittable;
     number("tp_allreduce_elems", l.tp_allreduce_elems);
+    number("tp_replicated_bytes", l.tp_replicated_bytes);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;

@@ -42,7 +42,9 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   l.output_elems = x.s * x.h;
   // Token ids (4-byte ints) plus the embedding dropout mask.
   l.stashed_bytes = 4 * x.s + (c.dropout ? x.s * x.h : 0);
+  l.tp_splittable = true;
   l.tp_allreduce_elems = x.s * x.h;  // vocab-parallel embedding: one all-reduce of the output
+  l.tp_replicated_bytes = l.stashed_bytes;
   return l;
 }
 
@@ -80,7 +82,11 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   const double mlp_stash = e * x.s * x.h + (c.gated_mlp ? 4 : 2) * e * x.s * x.f + mask * x.s * x.h;
   const double norms = 2 * e * x.s * x.h;
   l.stashed_bytes = attention + l.attention_stash_bytes + mlp_stash + norms;
+  l.tp_splittable = true;
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
+  // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
+  // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.
+  l.tp_replicated_bytes = 2 * e * x.s * x.h + 2 * e * x.s * x.h + 2 * mask * x.s * x.h;
   return l;
 }
 
@@ -89,6 +95,7 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   l.name = "head";
   l.kind = "head";
   l.params = norm_params(c, x.h) + (c.tied_embeddings ? 0 : x.v * x.h);
+  l.tied_params = c.tied_embeddings ? x.v * x.h : 0;
   double flops = 2 * x.s * x.h * x.v;  // logits
   if (c.encoder) {
     // BERT: pooler on the first token, MLM transform (dense + LayerNorm), decoder bias.
@@ -102,7 +109,9 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   l.output_elems = x.s * x.v;
   // Norm input, head input, and fp32 logits for the cross-entropy (computed in fp32).
   l.stashed_bytes = 2 * e * x.s * x.h + 4 * x.s * x.v;
+  l.tp_splittable = true;    // vocab-parallel logits
   l.tp_allreduce_elems = 0;  // vocab-parallel cross-entropy reduces O(s) values only
+  l.tp_replicated_bytes = 2 * e * x.s * x.h;  // norm and head inputs; logits are split
   return l;
 }
 

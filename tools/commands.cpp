@@ -5,11 +5,15 @@ namespace hetflow::tools {
 
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
+int run_plan(const std::vector<std::string>& args, std::ostream& out);
+int run_validate(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"list", "list the built-in clusters, networks and GPU types", run_list},
       {"describe", "summarise a cluster and a network: devices, peaks, links, parameters, FLOPs", run_describe},
+      {"plan", "build a plan (layout, schedule, sync), validate it, print its grid and estimate", run_plan},
+      {"validate", "check a plan file: transfers, deadlock, layer coverage, memory", run_validate},
   };
   return list;
 }

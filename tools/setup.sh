@@ -15,7 +15,12 @@ esac
 bash tools/install-deps.sh
 
 jobs="${HETFLOW_JOBS:-$(nproc 2>/dev/null || echo 2)}"
-cmake --preset default >/dev/null
+mkdir -p build
+if ! cmake --preset default > build/configure.log 2>&1; then
+  cat build/configure.log >&2
+  exit 1
+fi
+grep "hetflow:" build/configure.log || true  # says whether the CUDA parts are built or skipped
 cmake --build --preset default -j "$jobs"
 
 if [ "$mode" = run ]; then

@@ -1,0 +1,102 @@
+#include "model/calibration.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/units.hpp"
+#include "model/yaml_util.hpp"
+
+namespace hetflow::model {
+
+using yaml_util::MapReader;
+
+const GpuEfficiency& Calibration::gpu(const std::string& type) const {
+  const auto it = gpus.find(type);
+  return it == gpus.end() ? default_gpu : it->second;
+}
+
+LinkCalibration Calibration::link(const std::string& link_class) const {
+  const auto it = links.find(link_class);
+  return it == links.end() ? LinkCalibration{} : it->second;
+}
+
+namespace {
+GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  GpuEfficiency g;
+  g.max_efficiency = r.number_or("max_efficiency", g.max_efficiency, 1e-6);
+  if (g.max_efficiency > 1) r.fail("max_efficiency", "expected a fraction in (0, 1]");
+  g.overhead_s = r.quantity("overhead", units::parse_time_s, g.overhead_s, true);
+  r.finish();
+  return g;
+}
+}  // namespace
+
+Calibration parse_calibration(const std::string& text, const std::string& file) {
+  const YAML::Node root = yaml_util::load(text, file);
+  MapReader r(root, file, "");
+  Calibration c;
+  if (r.has("default_gpu")) c.default_gpu = parse_gpu(r.get("default_gpu"), file, "default_gpu");
+  if (r.has("gpus")) {
+    const YAML::Node gpus = r.get("gpus");
+    if (!gpus.IsMap()) r.fail("gpus", "expected a mapping from GPU type to efficiency");
+    for (const auto& kv : gpus) {
+      const std::string name = kv.first.as<std::string>();
+      c.gpus[name] = parse_gpu(kv.second, file, "gpus." + name);
+    }
+  }
+  if (r.has("links")) {
+    const YAML::Node links = r.get("links");
+    if (!links.IsMap()) r.fail("links", "expected a mapping from link class to factors");
+    for (const auto& kv : links) {
+      const std::string name = kv.first.as<std::string>();
+      if (name != "pcie" && name != "nvlink" && name != "nvswitch" && name != "nic" && name != "wan") {
+        throw InputError(file, yaml_util::line_of(kv.first), "links." + name,
+                         "expected a link class: pcie, nvlink, nvswitch, nic or wan");
+      }
+      MapReader lr(kv.second, file, "links." + name);
+      LinkCalibration l;
+      l.bandwidth_factor = lr.number_or("bandwidth_factor", 1.0, 1e-9);
+      l.latency_factor = lr.number_or("latency_factor", 1.0, 0.0);
+      lr.finish();
+      c.links[name] = l;
+    }
+  }
+  r.finish();
+  return c;
+}
+
+std::string write_calibration(const Calibration& c) {
+  YAML::Emitter out;
+  auto gpu = [&out](const GpuEfficiency& g) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "max_efficiency" << YAML::Value
+        << units::format_number(g.max_efficiency) << YAML::Key << "overhead" << YAML::Value
+        << units::format_time_s(g.overhead_s) << YAML::EndMap;
+  };
+  out << YAML::BeginMap << YAML::Key << "default_gpu" << YAML::Value;
+  gpu(c.default_gpu);
+  out << YAML::Key << "gpus" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, g] : c.gpus) {
+    out << YAML::Key << name << YAML::Value;
+    gpu(g);
+  }
+  out << YAML::EndMap << YAML::Key << "links" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, l] : c.links) {
+    out << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "bandwidth_factor"
+        << YAML::Value << units::format_number(l.bandwidth_factor) << YAML::Key << "latency_factor" << YAML::Value
+        << units::format_number(l.latency_factor) << YAML::EndMap;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, 0, "file", "cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_calibration(text.str(), path);
+}
+
+}  // namespace hetflow::model

@@ -1,0 +1,248 @@
+#include "partition/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+
+#include "model/error.hpp"
+
+namespace hetflow::partition {
+
+namespace {
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Keeps the narrower of two routes' bottlenecks and adds latencies.
+void through(Route& route, double bandwidth_bytes_per_s, double latency_s, const std::string& link_class) {
+  if (bandwidth_bytes_per_s < route.bandwidth_bytes_per_s) {
+    route.bandwidth_bytes_per_s = bandwidth_bytes_per_s;
+    route.bottleneck = link_class;
+  }
+  route.latency_s += latency_s;
+}
+}  // namespace
+
+CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, model::Calibration calibration)
+    : cluster_(cluster), precision_(precision), calibration_(std::move(calibration)) {
+  std::map<std::string, int> region_index;
+  for (size_t r = 0; r < cluster_.regions.size(); ++r) region_index[cluster_.regions[r].name] = static_cast<int>(r);
+  for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
+    node_region_.push_back(region_index.at(cluster_.nodes[n].region));
+    const model::GpuSpec* gpu = &cluster_.gpu(cluster_.nodes[n].gpu);
+    for (int g = 0; g < cluster_.nodes[n].gpu_count; ++g) {
+      device_node_.push_back(static_cast<int>(n));
+      device_gpu_.push_back(gpu);
+    }
+  }
+  // Region-to-region WAN routes: the widest path (max of the min bandwidth), then the lowest
+  // latency; a handful of regions, so a simple relaxation to a fixed point is enough.
+  const size_t regions = cluster_.regions.size();
+  region_route_.assign(regions, std::vector<Route>(regions, Route{0, kInfinity, ""}));
+  for (size_t r = 0; r < regions; ++r) region_route_[r][r] = Route{kInfinity, 0, ""};
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (const model::WanLink& w : cluster_.wan) {
+      const size_t a = static_cast<size_t>(region_index.at(w.region_a));
+      const size_t b = static_cast<size_t>(region_index.at(w.region_b));
+      for (size_t src = 0; src < regions; ++src) {
+        for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+          const Route& via = region_route_[src][from];
+          if (via.bandwidth_bytes_per_s <= 0) continue;
+          Route candidate = via;
+          through(candidate, w.bandwidth_bytes_per_s, w.latency_s, "wan");
+          Route& best = region_route_[src][to];
+          if (candidate.bandwidth_bytes_per_s > best.bandwidth_bytes_per_s ||
+              (candidate.bandwidth_bytes_per_s == best.bandwidth_bytes_per_s && candidate.latency_s < best.latency_s)) {
+            best = candidate;
+            changed = true;
+          }
+        }
+      }
+    }
+  }
+}
+
+double CostModel::peak_flops_per_s(int device) const {
+  return device_gpu_.at(static_cast<size_t>(device))->peak_flops_per_s(precision_);
+}
+
+double CostModel::memory_capacity_bytes(int device) const {
+  return device_gpu_.at(static_cast<size_t>(device))->memory_bytes;
+}
+
+double CostModel::compute_time_s(int device, double flops, double memory_bytes) const {
+  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(device));
+  if (flops <= 0 && memory_bytes <= 0) return 0;
+  const model::GpuEfficiency& eff = calibration_.gpu(gpu.name);
+  const double math_s = flops / (gpu.peak_flops_per_s(precision_) * eff.max_efficiency);
+  const double memory_s = memory_bytes / gpu.memory_bandwidth_bytes_per_s;
+  return eff.overhead_s + std::max(math_s, memory_s);
+}
+
+Route CostModel::route(int src, int dst) const {
+  Route r{kInfinity, 0, "local"};
+  if (src == dst) return r;
+  const int ns = node_of(src), nd = node_of(dst);
+  const model::Node& a = cluster_.nodes[static_cast<size_t>(ns)];
+  const model::Node& b = cluster_.nodes[static_cast<size_t>(nd)];
+  if (ns == nd) {
+    through(r, a.intra.bandwidth_bytes_per_s, a.intra.latency_s, std::string(model::to_string(a.intra.kind)));
+    if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+  } else {
+    // GPU -> (PCIe host bridge) -> NIC -> fabric [-> WAN -> fabric] -> NIC -> (bridge) -> GPU
+    if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+    through(r, a.nic.bandwidth_bytes_per_s, a.nic.latency_s, "nic");
+    const int ra = node_region_[static_cast<size_t>(ns)], rb = node_region_[static_cast<size_t>(nd)];
+    const model::Fabric& fa = cluster_.regions[static_cast<size_t>(ra)].fabric;
+    auto hops = [&](const model::Fabric& f, int n1, int n2) {
+      if (f.kind == model::FabricKind::single_switch) return 1;
+      return n1 / f.nodes_per_leaf == n2 / f.nodes_per_leaf ? 1 : 3;
+    };
+    if (ra == rb) {
+      r.latency_s += hops(fa, ns, nd) * fa.latency_s;
+    } else {
+      const Route& wan = region_route_[static_cast<size_t>(ra)][static_cast<size_t>(rb)];
+      const model::Fabric& fb = cluster_.regions[static_cast<size_t>(rb)].fabric;
+      r.latency_s += fa.latency_s + fb.latency_s;
+      through(r, wan.bandwidth_bytes_per_s, wan.latency_s, "wan");
+    }
+    through(r, b.nic.bandwidth_bytes_per_s, b.nic.latency_s, "nic");
+    if (b.intra.uplink_bandwidth_bytes_per_s > 0) through(r, b.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+  }
+  const model::LinkCalibration c = calibration_.link(r.bottleneck);
+  r.bandwidth_bytes_per_s *= c.bandwidth_factor;
+  r.latency_s *= c.latency_factor;
+  return r;
+}
+
+double CostModel::transfer_time_s(int src, int dst, double bytes) const {
+  if (free_communication_ || src == dst || bytes <= 0) return 0;
+  const Route r = route(src, dst);
+  return r.latency_s + bytes / r.bandwidth_bytes_per_s;
+}
+
+double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const {
+  if (ring.size() < 2 || steps <= 0) return 0;
+  double step_s = 0;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const Route r = route(ring[i], ring[(i + 1) % ring.size()]);
+    step_s = std::max(step_s, r.latency_s + bytes_per_step / r.bandwidth_bytes_per_s);
+  }
+  return steps * step_s;
+}
+
+double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes, AllReduceAlgorithm algorithm) const {
+  const int n = static_cast<int>(devices.size());
+  if (free_communication_ || n < 2 || bytes <= 0) return 0;
+  switch (algorithm) {
+    case AllReduceAlgorithm::ring:
+      return ring_time_s(devices, bytes / n, 2 * (n - 1));
+    case AllReduceAlgorithm::tree: {
+      double latency_s = 0, bandwidth = kInfinity;
+      for (int child = 1; child < n; ++child) {
+        const Route r = route(devices[static_cast<size_t>((child - 1) / 2)], devices[static_cast<size_t>(child)]);
+        latency_s = std::max(latency_s, r.latency_s);
+        bandwidth = std::min(bandwidth, r.bandwidth_bytes_per_s);
+      }
+      const double depth = std::ceil(std::log2(static_cast<double>(n)));
+      return 2 * depth * latency_s + 2 * bytes / bandwidth;
+    }
+    case AllReduceAlgorithm::hierarchical: {
+      // Group by node, keeping the participants' order.
+      std::vector<int> nodes;
+      std::map<int, std::vector<int>> local;
+      for (int d : devices) {
+        if (local.count(node_of(d)) == 0) nodes.push_back(node_of(d));
+        local[node_of(d)].push_back(d);
+      }
+      size_t k = 0;
+      for (const auto& [node, group] : local) k = std::max(k, group.size());
+      if (nodes.size() == 1 || k == 1) return ring_time_s(devices, bytes / n, 2 * (n - 1));
+      double intra_s = 0;
+      for (const auto& [node, group] : local) {
+        const int kn = static_cast<int>(group.size());
+        intra_s = std::max(intra_s, ring_time_s(group, bytes / kn, kn - 1));
+      }
+      double inter_s = 0;
+      const int nn = static_cast<int>(nodes.size());
+      for (size_t j = 0; j < k; ++j) {
+        std::vector<int> ring;
+        for (int node : nodes) {
+          const auto& group = local[node];
+          ring.push_back(group[std::min(j, group.size() - 1)]);
+        }
+        inter_s = std::max(inter_s, ring_time_s(ring, bytes / static_cast<double>(k) / nn, 2 * (nn - 1)));
+      }
+      return 2 * intra_s + inter_s;  // reduce-scatter, inter-node all-reduce, all-gather
+    }
+  }
+  return 0;
+}
+
+double params_per_device(const model::Network& network, int begin, int end, int tensor) {
+  double params = 0;
+  const bool has_layer0 = begin == 0;
+  for (int i = begin; i < end; ++i) {
+    const model::Layer& l = network.layers[static_cast<size_t>(i)];
+    const double own = l.params + (has_layer0 ? 0 : l.tied_params);
+    params += l.tp_splittable ? own / tensor : own;
+  }
+  return params;
+}
+
+double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
+  const double t = layer.tp_splittable ? layout.tensor : 1;
+  double bytes = 0;
+  if (layout.recompute == Recompute::full) {
+    // Only the layer's input is kept; the forward pass is redone during backward.
+    double input_elems = 0;
+    for (int i : layer.inputs) input_elems += network.layers[static_cast<size_t>(i)].output_elems;
+    bytes = input_elems * model::element_bytes(network.precision);
+    if (layout.sequence_parallel) bytes /= t;
+  } else {
+    const double kept = layer.stashed_bytes -
+                        (layout.recompute == Recompute::selective ? layer.attention_stash_bytes : 0);
+    if (layout.sequence_parallel || t == 1) {
+      bytes = kept / t;
+    } else {
+      const double replicated = std::min(layer.tp_replicated_bytes, kept);
+      bytes = replicated + (kept - replicated) / t;
+    }
+  }
+  return bytes * layout.micro_batch_size;
+}
+
+DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
+                           const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
+  DeviceMemory m;
+  double params = 0, largest_layer_full_bytes = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, layout.tensor);
+    double chunk_bytes = 0;
+    for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
+      const model::Layer& l = network.layers[static_cast<size_t>(i)];
+      chunk_bytes += stashed_bytes_per_microbatch(l, network, layout);
+      const double t = l.tp_splittable ? layout.tensor : 1;
+      largest_layer_full_bytes = std::max(largest_layer_full_bytes, l.stashed_bytes / t * layout.micro_batch_size);
+    }
+    const int held = c < in_flight.size() ? in_flight[c] : 0;
+    m.activations_bytes += held * chunk_bytes;
+    m.peak_in_flight += held;
+  }
+  // Full recomputation rebuilds one layer's activations at a time during backward.
+  if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
+  const double e = model::element_bytes(layout.precision);
+  m.weights_bytes = params * e;
+  m.gradients_bytes = params * (layout.fp32_grad_accumulation ? 4.0 : e);
+  if (hosts_optimizer) {
+    // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
+    m.optimizer_bytes = params * (8.0 + (layout.precision == model::Precision::fp32 ? 0.0 : 4.0));
+  }
+  m.workspace_bytes = layout.workspace_bytes;
+  m.capacity_bytes = capacity_bytes;
+  return m;
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,62 @@
+#include "partition/layout.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace hetflow::partition {
+
+std::string_view to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "none";
+}
+
+std::string_view to_string(SyncKind s) {
+  switch (s) {
+    case SyncKind::allreduce: return "allreduce";
+    case SyncKind::ps: return "ps";
+    case SyncKind::wsp: return "wsp";
+  }
+  return "allreduce";
+}
+
+std::string_view to_string(AllReduceAlgorithm a) {
+  switch (a) {
+    case AllReduceAlgorithm::ring: return "ring";
+    case AllReduceAlgorithm::tree: return "tree";
+    case AllReduceAlgorithm::hierarchical: return "hierarchical";
+  }
+  return "ring";
+}
+
+Recompute parse_recompute(std::string_view text) {
+  if (text == "none") return Recompute::none;
+  if (text == "selective") return Recompute::selective;
+  if (text == "full") return Recompute::full;
+  throw std::invalid_argument("expected none, selective or full, found '" + std::string(text) + "'");
+}
+
+SyncKind parse_sync(std::string_view text) {
+  if (text == "allreduce") return SyncKind::allreduce;
+  if (text == "ps") return SyncKind::ps;
+  if (text == "wsp") return SyncKind::wsp;
+  throw std::invalid_argument("expected allreduce, ps or wsp, found '" + std::string(text) + "'");
+}
+
+AllReduceAlgorithm parse_allreduce(std::string_view text) {
+  if (text == "ring") return AllReduceAlgorithm::ring;
+  if (text == "tree") return AllReduceAlgorithm::tree;
+  if (text == "hierarchical") return AllReduceAlgorithm::hierarchical;
+  throw std::invalid_argument("expected ring, tree or hierarchical, found '" + std::string(text) + "'");
+}
+
+int Layout::samples_per_iteration() const {
+  int total = 0;
+  for (const VirtualWorker& w : workers) total += w.microbatches * micro_batch_size;
+  return total;
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,74 @@
+#pragma once
+// A layout: how a training job is laid over a cluster. Virtual workers (pipelines) made of
+// ranks (tensor-parallel device groups) that run model chunks (contiguous layer ranges);
+// data parallelism across virtual workers, which may differ in size, GPU mix and split of
+// layers; micro-batching, schedule, recomputation and synchronisation. Pure data.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/precision.hpp"
+
+namespace hetflow::partition {
+
+enum class Recompute { none, selective, full };
+enum class SyncKind { allreduce, ps, wsp };
+enum class AllReduceAlgorithm { ring, tree, hierarchical };
+
+std::string_view to_string(Recompute r);
+std::string_view to_string(SyncKind s);
+std::string_view to_string(AllReduceAlgorithm a);
+// These throw std::invalid_argument naming the accepted values.
+Recompute parse_recompute(std::string_view text);
+SyncKind parse_sync(std::string_view text);
+AllReduceAlgorithm parse_allreduce(std::string_view text);
+
+// One model chunk: layers [layer_begin, layer_end) run by pipeline rank `rank`.
+struct Stage {
+  int layer_begin = 0;
+  int layer_end = 0;
+  int rank = 0;
+  bool operator==(const Stage&) const = default;
+};
+
+struct VirtualWorker {
+  // ranks[r]: the devices of pipeline rank r (a tensor-parallel group of `tensor` devices).
+  std::vector<std::vector<int>> ranks;
+  // Chunks in model order. With v virtual stages there are p * v of them and chunk k runs on
+  // rank k % p (Megatron's interleaving); otherwise chunk k runs on rank k.
+  std::vector<Stage> stages;
+  int microbatches = 1;  // per iteration; may differ between virtual workers
+  bool operator==(const VirtualWorker&) const = default;
+};
+
+struct Sync {
+  SyncKind kind = SyncKind::allreduce;
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::ring;
+  double bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket
+  int staleness = 0;  // WSP: a virtual worker may run at most this many waves ahead
+  // Parameter server (ps, wsp): the device that hosts each layer's parameters and optimizer
+  // state (one entry per layer of the network).
+  std::vector<int> layer_server;
+  bool operator==(const Sync&) const = default;
+};
+
+struct Layout {
+  std::string policy;    // which policy built it
+  std::string schedule = "1f1b";
+  int tensor = 1;          // tensor-parallel degree t (the same in every virtual worker)
+  int virtual_stages = 1;  // v: chunks per rank (interleaved schedules)
+  int micro_batch_size = 1;  // samples per micro-batch
+  model::Precision precision = model::Precision::fp16;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  bool fp32_grad_accumulation = false;  // Megatron's fp32 main grads: +4 B/param
+  double workspace_bytes = 1024.0 * 1024 * 1024;  // per device: cuBLAS/NCCL buffers, fragmentation
+  int iterations = 1;
+  Sync sync;
+  std::vector<VirtualWorker> workers;
+
+  int samples_per_iteration() const;
+  bool operator==(const Layout&) const = default;
+};
+
+}  // namespace hetflow::partition

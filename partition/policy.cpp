@@ -1,0 +1,267 @@
+// The policy registry and what the policies share: stage balancing under memory limits,
+// the choice of GPU-type order along a pipeline, and the split of micro-batches.
+#include "partition/policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "model/error.hpp"
+#include "partition/partitioner.hpp"
+#include "partition/schedule.hpp"
+
+namespace hetflow::partition {
+
+const std::vector<PolicyInfo>& policies() {
+  static const std::vector<PolicyInfo> list = {
+      {"uniform", "Megatron-LM: tensor x pipeline x data groups in device order, equal layers per stage"},
+      {"balanced", "uniform groups, but stages sized to each GPU's speed and memory, GPU-type order chosen"},
+      {"hetpipe-np", "HetPipe NP: one virtual worker per node, stages balanced inside it"},
+      {"hetpipe-ed", "HetPipe ED: every virtual worker gets an equal share of each GPU type"},
+      {"hetpipe-hd", "HetPipe HD: fast GPU types paired with whimpy ones in each virtual worker"},
+      {"hetpipe-ed-local", "HetPipe ED with each stage's parameters served from the node that runs it"},
+  };
+  return list;
+}
+
+Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                   const CostModel& cost) {
+  if (options.policy == "uniform") return make_uniform_layout(cluster, network, options, cost);
+  if (options.policy == "balanced") return make_balanced_layout(cluster, network, options, cost);
+  if (options.policy.rfind("hetpipe-", 0) == 0) {
+    for (const PolicyInfo& p : policies()) {
+      if (p.name == options.policy) return make_hetpipe_layout(cluster, network, options, cost);
+    }
+  }
+  std::string names;
+  for (const PolicyInfo& p : policies()) names += (names.empty() ? "" : ", ") + p.name;
+  throw InputError("<command line>", 0, "--policy", "expected one of " + names + ", found '" + options.policy + "'");
+}
+
+namespace policy_detail {
+
+Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind default_sync) {
+  auto positive = [](int value, const char* option) {
+    if (value < 1) {
+      throw InputError("<command line>", 0, option, "expected a positive number, found " + std::to_string(value));
+    }
+  };
+  positive(o.tensor, "--tensor");
+  positive(o.virtual_stages, "--virtual-stages");
+  positive(o.micro_batch, "--micro-batch");
+  positive(o.iterations, "--iterations");
+  if (o.staleness < 0) throw InputError("<command line>", 0, "--staleness", "expected 0 or more");
+  if (o.bucket_bytes <= 0) throw InputError("<command line>", 0, "--bucket-size", "expected a positive size");
+  const Schedule& schedule = schedule_by_name(o.schedule);
+  if (o.virtual_stages > 1 && !schedule.interleaved) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "schedule " + schedule.name + " runs one chunk per rank; use --schedule interleaved");
+  }
+  Layout l;
+  l.policy = policy;
+  l.schedule = o.schedule;
+  l.precision = o.precision;
+  l.tensor = o.tensor;
+  l.virtual_stages = o.virtual_stages;
+  l.micro_batch_size = o.micro_batch;
+  l.recompute = o.recompute;
+  l.sequence_parallel = o.sequence_parallel;
+  l.fp32_grad_accumulation = o.fp32_grad_accumulation;
+  l.workspace_bytes = o.workspace_bytes;
+  l.iterations = o.iterations;
+  l.sync.kind = o.sync.value_or(default_sync);
+  l.sync.algorithm = o.allreduce;
+  l.sync.bucket_bytes = o.bucket_bytes;
+  l.sync.staleness = o.staleness;
+  if (l.sync.kind != SyncKind::wsp && o.staleness > 0) {
+    throw InputError("<command line>", 0, "--staleness", "only applies to --sync wsp");
+  }
+  if (o.sequence_parallel && o.tensor == 1) {
+    throw InputError("<command line>", 0, "--sequence-parallel", "needs --tensor 2 or more");
+  }
+  return l;
+}
+
+std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int ranks) {
+  const int layers = static_cast<int>(network.layers.size());
+  int first_core = 0, end_core = layers;
+  const auto is_core = [&](int i) { return network.layers[static_cast<size_t>(i)].kind == "transformer"; };
+  bool any_core = false;
+  for (int i = 0; i < layers; ++i) any_core = any_core || is_core(i);
+  if (any_core) {
+    while (!is_core(first_core)) ++first_core;
+    while (!is_core(end_core - 1)) --end_core;
+  }
+  const int core = end_core - first_core;
+  if (core < chunks) {
+    throw InputError("<command line>", 0, "--pipeline",
+                     "cannot split " + std::to_string(core) + (any_core ? " transformer" : "") + " layers into " +
+                         std::to_string(chunks) + " non-empty chunks");
+  }
+  std::vector<Stage> stages;
+  int begin = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int core_end = first_core + (c + 1) * core / chunks;
+    const int end = c + 1 == chunks ? layers : core_end;
+    stages.push_back(Stage{begin, end, c % ranks});
+    begin = end;
+  }
+  return stages;
+}
+
+int microbatches_per_worker(const PlanOptions& o, int workers, int pipeline) {
+  if (o.global_batch > 0 && o.microbatches > 0) {
+    throw InputError("<command line>", 0, "--microbatches", "give either --global-batch or --microbatches, not both");
+  }
+  if (o.global_batch > 0) {
+    const int per_microbatch_round = o.micro_batch * workers;
+    if (o.global_batch % per_microbatch_round != 0) {
+      throw InputError("<command line>", 0, "--global-batch",
+                       "expected a multiple of micro-batch x data-parallel size = " + std::to_string(per_microbatch_round) +
+                           ", found " + std::to_string(o.global_batch));
+    }
+    return o.global_batch / per_microbatch_round;
+  }
+  if (o.microbatches < 0) throw InputError("<command line>", 0, "--microbatches", "expected a positive number");
+  return o.microbatches > 0 ? o.microbatches : 2 * pipeline;
+}
+
+namespace {
+// Prefix sums over the layers so each stage cost is O(1).
+struct Prefix {
+  std::vector<double> forward, backward, recompute, params_split, tied_split, stash;
+  double range(const std::vector<double>& v, int a, int b) const { return v[static_cast<size_t>(b)] - v[static_cast<size_t>(a)]; }
+};
+
+Prefix prefix_sums(const model::Network& net, const Layout& layout) {
+  Prefix p;
+  const size_t n = net.layers.size();
+  for (auto* v : {&p.forward, &p.backward, &p.recompute, &p.params_split, &p.tied_split, &p.stash}) v->assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const model::Layer& l = net.layers[i];
+    const double t = l.tp_splittable ? layout.tensor : 1;
+    const double mbs = layout.micro_batch_size;
+    p.forward[i + 1] = p.forward[i] + l.forward_flops * mbs / t;
+    p.backward[i + 1] = p.backward[i] + l.backward_flops * mbs / t;
+    const double re = layout.recompute == Recompute::full ? l.forward_flops
+                      : layout.recompute == Recompute::selective ? l.attention_core_flops : 0;
+    p.recompute[i + 1] = p.recompute[i] + re * mbs / t;
+    p.params_split[i + 1] = p.params_split[i] + l.params / t;
+    p.tied_split[i + 1] = p.tied_split[i] + l.tied_params / t;
+    p.stash[i + 1] = p.stash[i] + stashed_bytes_per_microbatch(l, net, layout);
+  }
+  return p;
+}
+}  // namespace
+
+Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        int microbatches, const CostModel& cost) {
+  const int p = static_cast<int>(ranks.size());
+  const int v = layout.virtual_stages;
+  const int chunks = p * v;
+  const Prefix pre = prefix_sums(net, layout);
+  const auto in_flight = peak_in_flight(schedule_by_name(layout.schedule).build(p, microbatches, v), v);
+  const double e = model::element_bytes(layout.precision);
+  const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
+  const double state_per_param = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
+                                 (hosts_optimizer ? 8.0 + (layout.precision == model::Precision::fp32 ? 0 : 4.0) : 0);
+
+  auto stage_time = [&](int k, int a, int b) {
+    const int device = ranks[static_cast<size_t>(k % p)].front();
+    const double flops_f = pre.range(pre.forward, a, b);
+    const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
+    double t = cost.compute_time_s(device, flops_f) + cost.compute_time_s(device, flops_b);
+    if (k + 1 < chunks) {
+      const int next = ranks[static_cast<size_t>((k + 1) % p)].front();
+      t += cost.transfer_time_s(device, next, net.cut_bytes(static_cast<size_t>(b)) * layout.micro_batch_size / layout.tensor);
+    }
+    return t;
+  };
+  auto fits = [&](int k, int a, int b) {
+    const int r = k % p;
+    const int device = ranks[static_cast<size_t>(r)].front();
+    const double params = pre.range(pre.params_split, a, b) + (a == 0 ? 0 : pre.range(pre.tied_split, a, b));
+    const double held = in_flight[static_cast<size_t>(r)][static_cast<size_t>(k / p)];
+    const double bytes = params * state_per_param + held * pre.range(pre.stash, a, b);
+    // With v chunks per rank, each chunk gets 1/v of what the workspace leaves.
+    return bytes <= (cost.memory_capacity_bytes(device) - layout.workspace_bytes) / v;
+  };
+  PartitionProblem problem{static_cast<int>(net.layers.size()), chunks, stage_time, fits};
+  Balanced out;
+  std::optional<Partition> best = partition_min_bottleneck(problem);
+  if (!best) {
+    out.fits = false;
+    problem.fits = [](int, int, int) { return true; };
+    best = partition_min_bottleneck(problem);
+  }
+  if (!best) {
+    throw InputError("<command line>", 0, "--pipeline",
+                     "cannot split " + std::to_string(net.layers.size()) + " layers into " + std::to_string(chunks) + " chunks");
+  }
+  for (int k = 0; k < chunks; ++k) {
+    out.stages.push_back(Stage{best->boundaries[static_cast<size_t>(k)], best->boundaries[static_cast<size_t>(k) + 1], k % p});
+  }
+  out.bottleneck_s = best->bottleneck_s;
+  return out;
+}
+
+Balanced balance_with_order(const model::Network& net, const Layout& layout, std::vector<std::vector<int>>& ranks,
+                            int microbatches, const CostModel& cost) {
+  // Group ranks by the GPU type of their devices, keeping first-seen order.
+  std::vector<std::string> types;
+  std::map<std::string, std::vector<std::vector<int>>> by_type;
+  for (const auto& rank : ranks) {
+    const int node = cost.node_of(rank.front());
+    const std::string& type = cost.cluster().nodes[static_cast<size_t>(node)].gpu;
+    if (by_type.count(type) == 0) types.push_back(type);
+    by_type[type].push_back(rank);
+  }
+  std::vector<int> order(types.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::optional<Balanced> best;
+  std::vector<std::vector<int>> best_ranks;
+  // At most 6 types: 720 orders. More types keep the given order.
+  do {
+    std::vector<std::vector<int>> candidate;
+    for (int i : order) {
+      for (const auto& rank : by_type[types[static_cast<size_t>(i)]]) candidate.push_back(rank);
+    }
+    Balanced b = balance_stages(net, layout, candidate, microbatches, cost);
+    const bool better = !best || (b.fits && !best->fits) ||
+                        (b.fits == best->fits && b.bottleneck_s < best->bottleneck_s);
+    if (better) {
+      best = std::move(b);
+      best_ranks = std::move(candidate);
+    }
+  } while (types.size() <= 6 && std::next_permutation(order.begin(), order.end()));
+  ranks = std::move(best_ranks);
+  return std::move(*best);
+}
+
+std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s) {
+  const size_t n = bottleneck_s.size();
+  std::vector<int> out(n, 1);
+  if (n == 0) return out;
+  if (total < static_cast<int>(n)) total = static_cast<int>(n);
+  double speed_sum = 0;
+  for (double b : bottleneck_s) speed_sum += b > 0 ? 1 / b : 0;
+  std::vector<std::pair<double, size_t>> remainders;
+  int assigned = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double share = speed_sum > 0 ? total * (1 / bottleneck_s[i]) / speed_sum : static_cast<double>(total) / n;
+    out[i] = std::max(1, static_cast<int>(std::floor(share)));
+    assigned += out[i];
+    remainders.emplace_back(share - std::floor(share), i);
+  }
+  std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t k = 0; assigned < total; k = (k + 1) % n, ++assigned) ++out[remainders[k].second];
+  while (assigned > total) {  // the at-least-one rule overshot: take from the largest share
+    --*std::max_element(out.begin(), out.end());
+    --assigned;
+  }
+  return out;
+}
+
+}  // namespace policy_detail
+}  // namespace hetflow::partition

@@ -1,0 +1,93 @@
+#pragma once
+// Policies build a layout from a cluster, a network and the user's options. A new policy is
+// one new policy_*.cpp plus one line in policy.cpp.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/layout.hpp"
+
+namespace hetflow::partition {
+
+// What `hetflow plan` takes, in Megatron's vocabulary. 0 means "choose for me".
+struct PlanOptions {
+  std::string policy = "uniform";
+  model::Precision precision = model::Precision::fp16;
+  int tensor = 1;
+  int pipeline = 0;  // uniform/balanced: default 1
+  int data = 0;      // default: as many virtual workers as the devices allow
+  int virtual_stages = 1;
+  int micro_batch = 1;
+  int global_batch = 0;  // samples per iteration over all virtual workers
+  int microbatches = 0;  // per virtual worker; default 2 x pipeline depth (when no global batch)
+  std::string schedule = "1f1b";
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  std::optional<SyncKind> sync;  // default: allreduce, or wsp for the HetPipe policies
+  AllReduceAlgorithm allreduce = AllReduceAlgorithm::ring;
+  double bucket_bytes = 25.0 * 1024 * 1024;
+  int staleness = 0;
+  int iterations = 1;
+  bool fp32_grad_accumulation = false;
+  double workspace_bytes = 1024.0 * 1024 * 1024;
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string description;
+};
+const std::vector<PolicyInfo>& policies();
+
+// Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not
+// fit the cluster or the network.
+Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                   const CostModel& cost);
+
+// --- shared by the policies (policy_*.cpp) ---
+namespace policy_detail {
+
+// The common part of every layout: everything but the workers.
+Layout base_layout(const PlanOptions& options, const std::string& policy, SyncKind default_sync);
+
+// Megatron-style uniform split of the layers into `chunks`: transformer layers (or all
+// layers, when there are none) spread evenly, embedding with the first chunk, head with the
+// last. Throws InputError when there are fewer layers than chunks.
+std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int ranks);
+
+// Micro-batches per virtual worker from the options (same for every worker).
+int microbatches_per_worker(const PlanOptions& options, int workers, int pipeline);
+
+// Splits the layers of one virtual worker over its ranks (in the order given), minimising the
+// slowest stage under memory limits; ranks[r] is a tensor group. Returns the stages and the
+// bottleneck time per micro-batch. When nothing fits, ignores memory (validation then reports
+// the overflow) and says so through `fits`.
+struct Balanced {
+  std::vector<Stage> stages;
+  double bottleneck_s = 0;
+  bool fits = true;
+};
+Balanced balance_stages(const model::Network& network, const Layout& layout,
+                        const std::vector<std::vector<int>>& ranks, int microbatches, const CostModel& cost);
+
+// Tries every order of the GPU types along the pipeline (ranks of one type stay together)
+// and keeps the one with the smallest bottleneck; reorders `ranks` accordingly.
+Balanced balance_with_order(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
+                            int microbatches, const CostModel& cost);
+
+// Splits `total` micro-batches over workers in proportion to 1 / bottleneck (largest
+// remainder, at least one each).
+std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s);
+
+}  // namespace policy_detail
+
+Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                           const CostModel& cost);
+Layout make_balanced_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                            const CostModel& cost);
+Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                           const CostModel& cost);
+
+}  // namespace hetflow::partition

@@ -1,0 +1,152 @@
+// HetPipe's virtual-worker formation (Park et al., ATC'20): NP, ED, HD, and ED with local
+// parameter placement. Inside each virtual worker the stages are balanced to its GPUs;
+// virtual workers synchronise through sharded parameter servers (WSP by default).
+#include <algorithm>
+#include <map>
+
+#include "model/error.hpp"
+#include "partition/policy.hpp"
+
+namespace hetflow::partition {
+
+namespace {
+
+struct TypeGroup {
+  std::string type;
+  std::vector<int> devices;  // in device order
+  double speed = 0;          // per-GPU peak at the run's precision
+};
+
+std::vector<TypeGroup> devices_by_type(const model::Cluster& cluster, const CostModel& cost) {
+  std::vector<TypeGroup> groups;
+  for (const model::Device& d : cluster.devices()) {
+    const std::string& type = cluster.nodes[static_cast<size_t>(d.node)].gpu;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const TypeGroup& g) { return g.type == type; });
+    if (it == groups.end()) {
+      groups.push_back(TypeGroup{type, {}, cost.peak_flops_per_s(d.id)});
+      it = groups.end() - 1;
+    }
+    it->devices.push_back(d.id);
+  }
+  return groups;
+}
+
+// NP: each node is a virtual worker.
+std::vector<std::vector<int>> form_np(const model::Cluster& cluster) {
+  std::vector<std::vector<int>> workers(cluster.nodes.size());
+  for (const model::Device& d : cluster.devices()) workers[static_cast<size_t>(d.node)].push_back(d.id);
+  return workers;
+}
+
+// ED: as many virtual workers as the rarest GPU type has GPUs; each gets an equal share of
+// every type (leftovers stay idle).
+std::vector<std::vector<int>> form_ed(const std::vector<TypeGroup>& types) {
+  size_t workers = types.front().devices.size();
+  for (const TypeGroup& t : types) workers = std::min(workers, t.devices.size());
+  std::vector<std::vector<int>> out(workers);
+  for (const TypeGroup& t : types) {
+    const size_t share = t.devices.size() / workers;
+    for (size_t w = 0; w < workers; ++w) {
+      for (size_t i = 0; i < share; ++i) out[w].push_back(t.devices[w * share + i]);
+    }
+  }
+  return out;
+}
+
+// HD: types sorted by speed; the fastest is paired with the slowest, the second with the
+// second slowest, ...; each pair is split into virtual workers holding half of each
+// (a middle type without a partner forms virtual workers of its own, two GPUs each).
+std::vector<std::vector<int>> form_hd(std::vector<TypeGroup> types) {
+  std::stable_sort(types.begin(), types.end(), [](const TypeGroup& a, const TypeGroup& b) { return a.speed > b.speed; });
+  std::vector<std::vector<int>> out;
+  size_t lo = 0, hi = types.size();
+  while (lo < hi) {
+    const TypeGroup& fast = types[lo];
+    if (hi - lo == 1) {
+      for (size_t i = 0; i + 1 < fast.devices.size(); i += 2) out.push_back({fast.devices[i], fast.devices[i + 1]});
+      break;
+    }
+    const TypeGroup& slow = types[hi - 1];
+    const size_t workers = std::max<size_t>(1, std::min(fast.devices.size(), slow.devices.size()) / 2);
+    const size_t fast_share = fast.devices.size() / workers, slow_share = slow.devices.size() / workers;
+    for (size_t w = 0; w < workers; ++w) {
+      std::vector<int> vw;
+      for (size_t i = 0; i < fast_share; ++i) vw.push_back(fast.devices[w * fast_share + i]);
+      for (size_t i = 0; i < slow_share; ++i) vw.push_back(slow.devices[w * slow_share + i]);
+      out.push_back(vw);
+    }
+    ++lo;
+    --hi;
+  }
+  return out;
+}
+
+// Parameter servers: one per node (its first GPU), layers assigned greedily to the least
+// loaded node by parameter count.
+std::vector<int> spread_servers(const model::Cluster& cluster, const model::Network& network) {
+  std::vector<int> first_gpu;
+  for (const model::Device& d : cluster.devices()) {
+    if (d.local_rank == 0) first_gpu.push_back(d.id);
+  }
+  std::vector<double> load(first_gpu.size(), 0);
+  std::vector<int> server(network.layers.size());
+  for (size_t l = 0; l < network.layers.size(); ++l) {
+    const size_t node = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    server[l] = first_gpu[node];
+    load[node] += network.layers[l].params + 1;  // +1: parameter-free layers spread too
+  }
+  return server;
+}
+
+}  // namespace
+
+Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
+                           const CostModel& cost) {
+  Layout layout = policy_detail::base_layout(o, o.policy, SyncKind::wsp);
+  if (o.tensor != 1) throw InputError("<command line>", 0, "--tensor", "HetPipe policies use pipeline stages of one GPU");
+  if (o.pipeline != 0 || o.data != 0) {
+    throw InputError("<command line>", 0, o.pipeline != 0 ? "--pipeline" : "--data",
+                     "HetPipe policies form virtual workers themselves; leave --pipeline and --data out");
+  }
+  const std::vector<TypeGroup> types = devices_by_type(cluster, cost);
+  std::vector<std::vector<int>> workers;
+  if (o.policy == "hetpipe-np") {
+    workers = form_np(cluster);
+  } else if (o.policy == "hetpipe-hd") {
+    workers = form_hd(types);
+  } else {
+    workers = form_ed(types);
+  }
+  std::erase_if(workers, [](const std::vector<int>& w) { return w.empty(); });
+  size_t depth = 0;
+  for (const auto& w : workers) depth = std::max(depth, w.size());
+  const int m = policy_detail::microbatches_per_worker(o, static_cast<int>(workers.size()), static_cast<int>(depth));
+
+  std::vector<double> bottlenecks;
+  for (const std::vector<int>& devices : workers) {
+    std::vector<std::vector<int>> ranks;
+    for (int d : devices) ranks.push_back({d});
+    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost);
+    bottlenecks.push_back(b.bottleneck_s);
+    layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
+  }
+  const std::vector<int> split = policy_detail::split_microbatches(m * static_cast<int>(workers.size()), bottlenecks);
+  for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
+
+  if (layout.sync.kind != SyncKind::allreduce) {
+    if (o.policy == "hetpipe-ed-local") {
+      // Each layer's parameters live with the GPU that runs it in the first virtual worker:
+      // under ED every virtual worker runs that stage on the same GPU type, i.e. the same node.
+      layout.sync.layer_server.assign(network.layers.size(), 0);
+      for (const Stage& s : layout.workers.front().stages) {
+        const int device = layout.workers.front().ranks[static_cast<size_t>(s.rank)].front();
+        for (int l = s.layer_begin; l < s.layer_end; ++l) layout.sync.layer_server[static_cast<size_t>(l)] = device;
+      }
+    } else {
+      layout.sync.layer_server = spread_servers(cluster, network);
+    }
+  }
+  return layout;
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,73 @@
+// Megatron-LM's layout: ranks ordered tensor (innermost), then data, then pipeline, so a
+// tensor-parallel group sits inside a node; equal layers per stage.
+#include "model/error.hpp"
+#include "partition/policy.hpp"
+
+namespace hetflow::partition {
+
+namespace {
+struct Grid {
+  int tensor, pipeline, data;
+};
+
+Grid choose_grid(const model::Cluster& cluster, const PlanOptions& o) {
+  const int devices = cluster.device_count();
+  Grid g{o.tensor, o.pipeline > 0 ? o.pipeline : 1, o.data};
+  if (g.data == 0) g.data = devices / (g.tensor * g.pipeline);
+  if (g.data < 1 || g.tensor * g.pipeline * g.data > devices) {
+    throw InputError("<command line>", 0, "--data",
+                     "tensor x pipeline x data = " + std::to_string(g.tensor) + " x " + std::to_string(g.pipeline) + " x " +
+                         std::to_string(std::max(g.data, 0)) + " needs more than the cluster's " + std::to_string(devices) +
+                         " devices");
+  }
+  return g;
+}
+}  // namespace
+
+// Virtual worker `dp`, pipeline rank `pp`, tensor rank `tp` -> device pp*(D*T) + dp*T + tp.
+static std::vector<std::vector<std::vector<int>>> megatron_ranks(const Grid& g) {
+  std::vector<std::vector<std::vector<int>>> workers(static_cast<size_t>(g.data));
+  for (int dp = 0; dp < g.data; ++dp) {
+    for (int pp = 0; pp < g.pipeline; ++pp) {
+      std::vector<int> group;
+      for (int tp = 0; tp < g.tensor; ++tp) group.push_back(pp * g.data * g.tensor + dp * g.tensor + tp);
+      workers[static_cast<size_t>(dp)].push_back(group);
+    }
+  }
+  return workers;
+}
+
+Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
+                           const CostModel&) {
+  Layout layout = policy_detail::base_layout(o, "uniform", SyncKind::allreduce);
+  if (layout.sync.kind != SyncKind::allreduce) {
+    throw InputError("<command line>", 0, "--sync", "policy uniform synchronises with allreduce; use a hetpipe policy for ps/wsp");
+  }
+  const Grid g = choose_grid(cluster, o);
+  const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
+  const std::vector<Stage> stages = policy_detail::uniform_stages(network, g.pipeline * o.virtual_stages, g.pipeline);
+  for (auto& ranks : megatron_ranks(g)) layout.workers.push_back(VirtualWorker{std::move(ranks), stages, m});
+  return layout;
+}
+
+Layout make_balanced_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
+                            const CostModel& cost) {
+  Layout layout = policy_detail::base_layout(o, "balanced", SyncKind::allreduce);
+  if (layout.sync.kind != SyncKind::allreduce) {
+    throw InputError("<command line>", 0, "--sync", "policy balanced synchronises with allreduce; use a hetpipe policy for ps/wsp");
+  }
+  const Grid g = choose_grid(cluster, o);
+  const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
+  std::vector<double> bottlenecks;
+  for (auto& ranks : megatron_ranks(g)) {
+    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost);
+    bottlenecks.push_back(b.bottleneck_s);
+    layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
+  }
+  // Faster virtual workers take more of the global batch.
+  const std::vector<int> split = policy_detail::split_microbatches(m * g.data, bottlenecks);
+  for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
+  return layout;
+}
+
+}  // namespace hetflow::partition

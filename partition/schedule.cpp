@@ -1,0 +1,70 @@
+// The schedule registry and the activation-memory measure shared by every schedule.
+#include "partition/schedule.hpp"
+
+#include <algorithm>
+
+#include "model/error.hpp"
+
+namespace hetflow::partition {
+
+// Defined in schedule_*.cpp; one line each in the registry below.
+RankPrograms build_gpipe(int p, int m, int v);
+RankPrograms build_1f1b(int p, int m, int v);
+RankPrograms build_interleaved(int p, int m, int v);
+RankPrograms build_1f1b_split_w(int p, int m, int v);
+
+const std::vector<Schedule>& schedules() {
+  static const std::vector<Schedule> all = {
+      {"gpipe", "GPipe: all forwards, then all backwards (Huang et al. 2019)", false, false,
+       &build_gpipe},
+      {"1f1b", "1F1B / PipeDream-flush: warm-up forwards, one forward one backward, cool-down",
+       false, false, &build_1f1b},
+      {"interleaved",
+       "Megatron-LM interleaved 1F1B over v model chunks per rank (Narayanan et al. 2021)", true,
+       false, &build_interleaved},
+      {"1f1b-split-w",
+       "1F1B with backward split into input gradient B and weight gradient W (Qi et al. 2023)",
+       false, true, &build_1f1b_split_w},
+  };
+  return all;
+}
+
+const Schedule& schedule_by_name(std::string_view name) {
+  std::string known;
+  for (const Schedule& s : schedules()) {
+    if (s.name == name) return s;
+    known += known.empty() ? "" : ", ";
+    known += s.name;
+  }
+  throw InputError("<command line>", 0, "--schedule",
+                   "expected one of " + known + ", found '" + std::string(name) + "'");
+}
+
+std::vector<std::vector<int>> peak_in_flight(const RankPrograms& programs, int v) {
+  if (v < 1) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "expected at least 1 chunk per rank, found " + std::to_string(v));
+  }
+  std::vector<std::vector<int>> peak(programs.size(), std::vector<int>(v, 0));
+  for (std::size_t r = 0; r < programs.size(); ++r) {
+    const std::vector<ScheduledOp>& ops = programs[r];
+    const bool split = std::any_of(ops.begin(), ops.end(),
+                                   [](const ScheduledOp& op) { return op.kind == OpKind::W; });
+    const OpKind release = split ? OpKind::W : OpKind::B;
+    std::vector<int> held(v, 0);
+    for (const ScheduledOp& op : ops) {
+      if (op.chunk < 0 || op.chunk >= v) {
+        throw PlanError("peak_in_flight: rank " + std::to_string(r) + " has an op on chunk " +
+                        std::to_string(op.chunk) + ", expected 0.." + std::to_string(v - 1));
+      }
+      if (op.kind == OpKind::F) {
+        peak[r][op.chunk] = std::max(peak[r][op.chunk], ++held[op.chunk]);
+      } else if (op.kind == release) {
+        --held[op.chunk];
+      }
+    }
+  }
+  return peak;
+}
+
+}  // namespace hetflow::partition

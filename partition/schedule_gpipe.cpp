@@ -1,0 +1,31 @@
+// GPipe (Huang et al. 2019): every rank runs all forwards, then all backwards.
+#include <string>
+
+#include "model/error.hpp"
+#include "partition/schedule.hpp"
+
+namespace hetflow::partition {
+
+RankPrograms build_gpipe(int p, int m, int v) {
+  if (p < 1) {
+    throw InputError("<command line>", 0, "--pipeline-stages",
+                     "expected at least 1 pipeline rank, found " + std::to_string(p));
+  }
+  if (m < 1) {
+    throw InputError("<command line>", 0, "--microbatches",
+                     "expected at least 1 micro-batch, found " + std::to_string(m));
+  }
+  if (v != 1) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "schedule gpipe expects 1 chunk per rank, found " + std::to_string(v));
+  }
+  RankPrograms programs(p);
+  for (std::vector<ScheduledOp>& ops : programs) {
+    ops.reserve(2 * static_cast<std::size_t>(m));
+    for (int i = 0; i < m; ++i) ops.push_back({OpKind::F, i, 0});
+    for (int i = 0; i < m; ++i) ops.push_back({OpKind::B, i, 0});
+  }
+  return programs;
+}
+
+}  // namespace hetflow::partition

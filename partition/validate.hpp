@@ -1,0 +1,22 @@
+#pragma once
+// Validation of a plan before anything runs it: consistent tasks and programs, every send
+// matched by exactly one receive of the same size, every virtual worker covering every
+// layer exactly once, no deadlock, every device within its memory.
+#include <string>
+#include <vector>
+
+#include "partition/plan.hpp"
+
+namespace hetflow::partition {
+
+struct Validation {
+  std::vector<std::string> problems;  // each a sentence naming the task, device or term at fault
+  bool ok() const { return problems.empty(); }
+};
+
+// Checks everything; never throws on a malformed plan (that is what it reports).
+Validation validate_plan(const Plan& plan);
+// Throws PlanError listing every problem when the plan is not valid.
+void require_valid(const Plan& plan);
+
+}  // namespace hetflow::partition

@@ -1,0 +1,24 @@
+#pragma once
+// The options of `hetflow plan` (Megatron's vocabulary), shared with later commands that
+// build a plan themselves (simulate, run, search).
+#include "partition/cost_model.hpp"
+#include "partition/plan.hpp"
+#include "partition/policy.hpp"
+#include "tools/cli.hpp"
+
+namespace hetflow::tools {
+
+void add_plan_options(po::options_description& options);
+partition::PlanOptions read_plan_options(const po::variables_map& vm);
+model::Calibration read_calibration_option(const po::variables_map& vm);
+
+// Everything a command needs after planning.
+struct Planned {
+  model::Cluster cluster;
+  model::Network network;
+  partition::Plan plan;
+};
+// Cluster + network + options -> plan (not yet validated).
+Planned plan_from_options(const po::variables_map& vm);
+
+}  // namespace hetflow::tools

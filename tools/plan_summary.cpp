@@ -1,0 +1,78 @@
+#include "tools/plan_summary.hpp"
+
+#include <iomanip>
+#include <ostream>
+
+#include "model/units.hpp"
+
+namespace hetflow::tools {
+
+namespace u = model::units;
+using partition::Plan;
+
+void print_layout(std::ostream& out, const Plan& plan) {
+  const partition::Layout& l = plan.layout;
+  out << "plan: " << plan.network_name << " on " << plan.cluster_name << " — policy " << l.policy << ", schedule "
+      << l.schedule << ", tensor " << l.tensor << ", " << l.workers.size() << " virtual worker"
+      << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "
+      << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << ", sync "
+      << partition::to_string(l.sync.kind);
+  if (l.sync.kind == partition::SyncKind::wsp) out << " (staleness " << l.sync.staleness << ")";
+  if (l.sync.kind == partition::SyncKind::allreduce) out << " (" << partition::to_string(l.sync.algorithm) << ")";
+  out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s") << "\n";
+  const size_t shown = std::min<size_t>(l.workers.size(), 4);
+  for (size_t w = 0; w < shown; ++w) {
+    const partition::VirtualWorker& vw = l.workers[w];
+    out << "  virtual worker " << w << ": " << vw.ranks.size() << " ranks, " << vw.microbatches << " micro-batches\n";
+    for (const partition::Stage& s : vw.stages) {
+      out << "    layers " << std::setw(3) << s.layer_begin << "-" << std::left << std::setw(4) << (s.layer_end - 1)
+          << std::right << " on ";
+      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];
+      for (size_t j = 0; j < rank.size(); ++j) out << (j ? "," : "") << plan.device_names[static_cast<size_t>(rank[j])];
+      out << "\n";
+    }
+  }
+  if (shown < l.workers.size()) out << "  ... and " << l.workers.size() - shown << " more virtual workers\n";
+}
+
+void print_estimate(std::ostream& out, const Plan& plan, const partition::Estimate& e, double tokens_per_sample) {
+  out << "analytic estimate (critical path, no contention):\n";
+  out << "  iteration time   " << u::human_time_s(e.iteration_time_s) << "\n";
+  out << "  throughput       " << std::setprecision(4) << e.throughput_samples_per_s << " samples/s";
+  if (tokens_per_sample > 1) out << ", " << e.throughput_samples_per_s * tokens_per_sample << " tokens/s";
+  out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n";
+  out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
+      << "peak memory" << std::setw(12) << "capacity" << "\n";
+  const size_t devices = static_cast<size_t>(plan.device_count());
+  size_t printed = 0;
+  for (size_t d = 0; d < devices; ++d) {
+    if (e.busy_s[d] == 0 && e.peak_memory_bytes[d] == 0) continue;
+    if (++printed > 32) continue;
+    out << "  " << std::left << std::setw(22) << plan.device_names[d] << std::right << std::setw(12)
+        << u::human_time_s(e.busy_s[d]) << std::setw(14) << u::human_bytes(e.peak_memory_bytes[d]) << std::setw(12)
+        << u::human_bytes(plan.memory[d].capacity_bytes) << "\n";
+  }
+  if (printed > 32) out << "  ... and " << printed - 32 << " more devices (--json lists all)\n";
+}
+
+Json estimate_json(const Plan& plan, const partition::Estimate& e, double tokens_per_sample) {
+  Json j;
+  j["iteration_time_s"] = e.iteration_time_s;
+  j["makespan_s"] = e.makespan_s;
+  j["bubble_fraction"] = e.bubble_fraction;
+  j["throughput_samples_per_s"] = e.throughput_samples_per_s;
+  j["throughput_tokens_per_s"] = e.throughput_samples_per_s * tokens_per_sample;
+  j["samples_per_iteration"] = plan.layout.samples_per_iteration();
+  j["tasks"] = plan.tasks.size();
+  Json devices = Json::array();
+  for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
+    devices.push_back({{"name", plan.device_names[d]},
+                       {"busy_s", e.busy_s[d]},
+                       {"peak_memory_bytes", e.peak_memory_bytes[d]},
+                       {"capacity_bytes", plan.memory[d].capacity_bytes}});
+  }
+  j["devices"] = std::move(devices);
+  return j;
+}
+
+}  // namespace hetflow::tools
