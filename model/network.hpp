@@ -38,6 +38,7 @@ struct Layer {
   // every tensor-parallel rank keeps whole unless sequence parallelism splits it too
   // (layer-norm inputs, dropout masks, inputs of the first linear layers).
   bool tp_splittable = false;
+  int tp_units = 0;  // heads (or KV groups) a tensor-parallel degree must divide; 0 = any degree
   double tp_allreduce_elems = 0;
   double tp_replicated_bytes = 0;
 

@@ -54,6 +54,7 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.attention_stash_bytes = r.number_or("attention_stash_bytes", 0, 0);
   l.attention_core_flops = r.number_or("attention_core_flops", 0, 0);
   l.tp_splittable = r.boolean_or("tp_splittable", false);
+  l.tp_units = r.int_or("tp_units", 0, 0);
   l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0);
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0);
   if (l.attention_stash_bytes > l.stashed_bytes) {
@@ -155,6 +156,7 @@ std::string write_network(const Network& n) {
     number("attention_stash_bytes", l.attention_stash_bytes);
     number("attention_core_flops", l.attention_core_flops);
     out << YAML::Key << "tp_splittable" << YAML::Value << l.tp_splittable;
+    out << YAML::Key << "tp_units" << YAML::Value << l.tp_units;
     number("tp_allreduce_elems", l.tp_allreduce_elems);
     number("tp_replicated_bytes", l.tp_replicated_bytes);
     out << YAML::EndMap;

@@ -83,6 +83,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   const double norms = 2 * e * x.s * x.h;
   l.stashed_bytes = attention + l.attention_stash_bytes + mlp_stash + norms;
   l.tp_splittable = true;
+  l.tp_units = c.kv_heads > 0 ? c.kv_heads : c.heads;  // Megatron splits whole heads (query groups)
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
   // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
   // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.

@@ -105,6 +105,13 @@ class Builder {
     if (layout_.workers.empty()) throw InputError("<layout>", 0, "workers", "expected at least one virtual worker");
     if (layout_.micro_batch_size < 1) throw InputError("<layout>", 0, "--micro-batch", "expected at least 1 sample");
     if (layout_.iterations < 1) throw InputError("<layout>", 0, "--iterations", "expected at least 1 iteration");
+    for (const model::Layer& l : net_.layers) {
+      if (l.tp_splittable && l.tp_units > 0 && l.tp_units % layout_.tensor != 0) {
+        throw InputError("<command line>", 0, "--tensor",
+                         "expected a divisor of the " + std::to_string(l.tp_units) + " attention heads (or KV groups) of " +
+                             l.name + ", found " + std::to_string(layout_.tensor));
+      }
+    }
     std::set<int> used;
     for (size_t w = 0; w < layout_.workers.size(); ++w) {
       const VirtualWorker& vw = layout_.workers[w];

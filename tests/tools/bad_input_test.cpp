@@ -4,8 +4,8 @@
 
 #include "tests/tools/run_hetflow.hpp"
 
-using hetflow::testing::run_hetflow;
-using hetflow::testing::write_file;
+using hetflow::test_support::run_hetflow;
+using hetflow::test_support::write_file;
 
 namespace {
 

@@ -5,7 +5,7 @@
 
 #include "tests/tools/run_hetflow.hpp"
 
-using hetflow::testing::run_hetflow;
+using hetflow::test_support::run_hetflow;
 
 TEST(Cli, HelpListsCommands) {
   const auto r = run_hetflow("--help");

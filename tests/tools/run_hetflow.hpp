@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-namespace hetflow::testing {
+namespace hetflow::test_support {
 
 struct RunResult {
   int status = -1;
@@ -48,4 +48,4 @@ inline std::string write_file(const std::string& name, const std::string& text) 
   return path.string();
 }
 
-}  // namespace hetflow::testing
+}  // namespace hetflow::test_support

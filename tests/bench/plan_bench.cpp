@@ -1,0 +1,69 @@
+// Planning speed: build + validate + analytic estimate of GPT-3 175B on 1,024 GPUs
+// (PP 16, DP 64, 64 micro-batches, 1F1B), and the estimate alone on a small plan (what a
+// search evaluates thousands of times).
+#include <benchmark/benchmark.h>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "partition/validate.hpp"
+
+using namespace hetflow;
+
+namespace {
+
+// 128 nodes of 8 GPUs: half A100-80 nodes, half H100 nodes, on a fat tree.
+model::Cluster mixed_1024() {
+  const std::string yaml = R"(name: mixed-1024
+fabric: {kind: fat-tree, nodes_per_leaf: 16, oversubscription: 2, latency: 1 us}
+nodes:
+  - {name: a100, count: 64, gpu: A100-80, gpus: 8, intra: {kind: nvswitch, bandwidth: 300 GB/s},
+     nic: {count: 8, bandwidth: 200 Gb/s}}
+  - {name: h100, count: 64, gpu: H100-SXM, gpus: 8, intra: {kind: nvswitch, bandwidth: 450 GB/s},
+     nic: {count: 8, bandwidth: 400 Gb/s}}
+)";
+  return model::parse_cluster(yaml, "mixed-1024.yaml");
+}
+
+void BM_Gpt3_175b_1024Gpus_BuildValidateEstimate(benchmark::State& state) {
+  const model::Cluster cluster = mixed_1024();
+  const model::Network net = model::network_from_spec("gpt3-175b", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.pipeline = 16;
+  o.data = 64;
+  o.microbatches = 64;
+  const partition::CostModel cost(cluster, net.precision);
+  size_t tasks = 0;
+  for (auto _ : state) {
+    const partition::Layout layout = partition::make_layout(cluster, net, o, cost);
+    const partition::Plan plan = partition::build_plan(cluster, net, layout, cost);
+    const partition::Validation v = partition::validate_plan(plan);  // reports memory: 175B needs TP
+    const partition::Estimate e = partition::estimate_plan(plan, cost);
+    benchmark::DoNotOptimize(e.iteration_time_s);
+    benchmark::DoNotOptimize(v.problems.size());
+    tasks = plan.tasks.size();
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Gpt3_175b_1024Gpus_BuildValidateEstimate)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+void BM_SmallPlanEstimate(benchmark::State& state) {
+  const model::Cluster cluster = model::builtin_cluster("hetpipe-testbed");
+  const model::Network net = model::network_from_spec("vgg19", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.microbatches = 8;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  const partition::TaskOrder order = partition::order_tasks(plan);
+  for (auto _ : state) benchmark::DoNotOptimize(partition::estimate_plan(plan, cost, order).iteration_time_s);
+  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
+}
+BENCHMARK(BM_SmallPlanEstimate)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,39 @@
+#pragma once
+// Small clusters and networks for plan tests, built in code.
+#include <string>
+
+#include "model/cluster.hpp"
+#include "model/io.hpp"
+#include "model/network.hpp"
+
+namespace hetflow::test_support {
+
+// One node of `gpus` identical GPUs (A100-80, NVSwitch), or `nodes` such nodes on a switch.
+inline model::Cluster identical_cluster(int gpus, int nodes = 1, const std::string& gpu = "A100-80") {
+  std::string yaml = "name: identical\nnodes:\n  - {name: n, count: " + std::to_string(nodes) + ", gpu: " + gpu +
+                     ", gpus: " + std::to_string(gpus) +
+                     ", intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us}, nic: {count: 1, bandwidth: 200 Gb/s}}\n";
+  return model::parse_cluster(yaml, "identical.yaml");
+}
+
+// `layers` identical layers: equal stages whatever the split.
+inline model::Network equal_layers(int layers, double forward_flops = 1e12, double backward_flops = 2e12) {
+  model::Network net;
+  net.name = "equal";
+  net.precision = model::Precision::fp16;
+  for (int i = 0; i < layers; ++i) {
+    model::Layer l;
+    l.name = "l" + std::to_string(i);
+    l.kind = "block";
+    if (i > 0) l.inputs = {i - 1};
+    l.forward_flops = forward_flops;
+    l.backward_flops = backward_flops;
+    l.params = 1e6;
+    l.output_elems = 1e6;
+    l.stashed_bytes = 1e7;
+    net.layers.push_back(l);
+  }
+  return net;
+}
+
+}  // namespace hetflow::test_support

@@ -1,0 +1,68 @@
+// hetflow plan and hetflow validate as a user runs them.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+using hetflow::test_support::scratch_dir;
+
+TEST(PlanCli, JsonSummaryNamesFieldsWithUnits) {
+  const auto r = run_hetflow("plan --cluster dgx-a100-x4 --model gpt3-1.3b --pipeline 4 --microbatches 8 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["bubble_fraction"].get<double>(), 0);
+  EXPECT_LT(j["bubble_fraction"].get<double>(), 1);
+  EXPECT_GT(j["throughput_samples_per_s"].get<double>(), 0);
+  ASSERT_EQ(j["devices"].size(), 32u);
+  EXPECT_GT(j["devices"][0]["busy_s"].get<double>(), 0);
+  EXPECT_GT(j["devices"][0]["peak_memory_bytes"].get<double>(), 0);
+}
+
+TEST(PlanCli, GridPrintsOneLinePerDeviceInProgramOrder) {
+  const auto r = run_hetflow("plan --cluster hetpipe-testbed --model vgg19 --pipeline 4 --data 1 --microbatches 4 "
+                             "--schedule 1f1b --grid");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Rank 0 of 4 with 4 micro-batches: 3 warm-up forwards, then 1F1B, then cool-down.
+  EXPECT_NE(r.out.find("titanv/gpu0: F0 F1 F2 F3 B0 B1 B2 B3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("titanv/gpu3: F0 B0 F1 B1 F2 B2 F3 B3"), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, WrittenPlanValidatesAndEstimatesTheSame) {
+  const std::string path = (scratch_dir() / "plan.json").string();
+  const auto planned = run_hetflow("plan --cluster hetpipe-testbed --model resnet152 --policy hetpipe-ed "
+                                   "--iterations 3 --staleness 1 --json --out " + path);
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  const auto validated = run_hetflow("validate --plan " + path + " --json");
+  ASSERT_EQ(validated.status, 0) << validated.err;
+  const auto a = nlohmann::json::parse(planned.out), b = nlohmann::json::parse(validated.out);
+  EXPECT_EQ(b["valid"], true);
+  EXPECT_DOUBLE_EQ(a["iteration_time_s"].get<double>(), b["iteration_time_s"].get<double>());
+}
+
+TEST(PlanCli, PlanThatDoesNotFitExits3NamingTheDevice) {
+  const auto r = run_hetflow("plan --cluster hetpipe-testbed --model gpt3-6.7b --pipeline 4 --data 1");
+  EXPECT_EQ(r.status, 3);
+  EXPECT_NE(r.err.find("plan cannot run"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over by"), std::string::npos) << r.err;
+}
+
+TEST(PlanCli, BadOptionsExit2) {
+  for (const char* args : {"plan --schedule zigzag", "plan --policy greedy", "plan --pipeline 99",
+                           "plan --recompute some", "plan --sync gossip", "plan --schedule interleaved --pipeline 4",
+                           "plan --virtual-stages 2", "plan --bucket-size lots", "validate --plan /nonexistent.json",
+                           "plan --policy hetpipe-ed --tensor 2", "plan --tensor 3 --sequence-parallel --pipeline 0"}) {
+    const auto r = run_hetflow(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("hetflow: "), std::string::npos) << args;
+  }
+}
+
+TEST(PlanCli, ValidateReportsABrokenPlanFile) {
+  const std::string path = hetflow::test_support::write_file("broken.json", "{\"format\": \"hetflow-plan\", \"version\": 1,");
+  const auto r = run_hetflow("validate --plan " + path);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("broken.json:1: json: not valid JSON"), std::string::npos) << r.err;
+}
