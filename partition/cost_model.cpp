@@ -15,7 +15,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Keeps the narrower of two routes' bottlenecks and adds latencies.
 void through(Route& route, double bandwidth_bytes_per_s, double latency_s, const std::string& link_class) {
-  if (bandwidth_bytes_per_s < route.bandwidth_bytes_per_s) {
+  if (bandwidth_bytes_per_s > 0 && bandwidth_bytes_per_s < route.bandwidth_bytes_per_s) {  // <= 0: unlimited
     route.bandwidth_bytes_per_s = bandwidth_bytes_per_s;
     route.bottleneck = link_class;
   }
@@ -33,6 +33,28 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
     for (int g = 0; g < cluster_.nodes[n].gpu_count; ++g) {
       device_node_.push_back(static_cast<int>(n));
       device_gpu_.push_back(gpu);
+    }
+  }
+  // Fat-tree leaves: a region's nodes in cluster order, nodes_per_leaf to a leaf.
+  node_leaf_.assign(cluster_.nodes.size(), 0);
+  node_leaf_uplink_.assign(cluster_.nodes.size(), 0);
+  for (const model::Region& region : cluster_.regions) {
+    if (region.fabric.kind != model::FabricKind::fat_tree) continue;
+    std::vector<size_t> members;
+    for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
+      if (cluster_.nodes[n].region == region.name) members.push_back(n);
+    }
+    const auto per_leaf = static_cast<size_t>(region.fabric.nodes_per_leaf);
+    for (size_t first = 0; first < members.size(); first += per_leaf) {
+      double bandwidth = 0;
+      const size_t last = std::min(members.size(), first + per_leaf);
+      for (size_t i = first; i < last; ++i) {
+        bandwidth += cluster_.nodes[members[i]].nic.count * cluster_.nodes[members[i]].nic.bandwidth_bytes_per_s;
+      }
+      for (size_t i = first; i < last; ++i) {
+        node_leaf_[members[i]] = static_cast<int>(first / per_leaf);
+        node_leaf_uplink_[members[i]] = bandwidth / region.fabric.oversubscription;
+      }
     }
   }
   // Region-to-region WAN routes: the widest path (max of the min bandwidth), then the lowest
@@ -87,34 +109,60 @@ Route CostModel::route(int src, int dst) const {
   const int ns = node_of(src), nd = node_of(dst);
   const model::Node& a = cluster_.nodes[static_cast<size_t>(ns)];
   const model::Node& b = cluster_.nodes[static_cast<size_t>(nd)];
-  if (ns == nd) {
-    through(r, a.intra.bandwidth_bytes_per_s, a.intra.latency_s, std::string(model::to_string(a.intra.kind)));
-    if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
-  } else {
-    // GPU -> (PCIe host bridge) -> NIC -> fabric [-> WAN -> fabric] -> NIC -> (bridge) -> GPU
-    if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+  const std::string a_kind(model::to_string(a.intra.kind)), b_kind(model::to_string(b.intra.kind));
+  // GPU link (half the intra-node latency at each end) and the PCIe uplink where present.
+  through(r, a.intra.bandwidth_bytes_per_s, a.intra.latency_s / 2, a_kind);
+  if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+  if (ns != nd) {
     through(r, a.nic.bandwidth_bytes_per_s, a.nic.latency_s, "nic");
-    const int ra = node_region_[static_cast<size_t>(ns)], rb = node_region_[static_cast<size_t>(nd)];
-    const model::Fabric& fa = cluster_.regions[static_cast<size_t>(ra)].fabric;
-    auto hops = [&](const model::Fabric& f, int n1, int n2) {
-      if (f.kind == model::FabricKind::single_switch) return 1;
-      return n1 / f.nodes_per_leaf == n2 / f.nodes_per_leaf ? 1 : 3;
-    };
+    const auto ra = static_cast<size_t>(node_region_[static_cast<size_t>(ns)]);
+    const auto rb = static_cast<size_t>(node_region_[static_cast<size_t>(nd)]);
+    const model::Fabric& fa = cluster_.regions[ra].fabric;
+    const model::Fabric& fb = cluster_.regions[rb].fabric;
+    const bool tree_a = fa.kind == model::FabricKind::fat_tree, tree_b = fb.kind == model::FabricKind::fat_tree;
     if (ra == rb) {
-      r.latency_s += hops(fa, ns, nd) * fa.latency_s;
+      if (tree_a && node_leaf_[static_cast<size_t>(ns)] != node_leaf_[static_cast<size_t>(nd)]) {
+        through(r, node_leaf_uplink_[static_cast<size_t>(ns)], 0, "fabric");  // leaf, spine, leaf
+        through(r, node_leaf_uplink_[static_cast<size_t>(nd)], 0, "fabric");
+        r.latency_s += 3 * fa.latency_s;
+      } else {
+        r.latency_s += fa.latency_s;
+      }
     } else {
-      const Route& wan = region_route_[static_cast<size_t>(ra)][static_cast<size_t>(rb)];
-      const model::Fabric& fb = cluster_.regions[static_cast<size_t>(rb)].fabric;
-      r.latency_s += fa.latency_s + fb.latency_s;
+      // Up to each region's gateway (one switch hop; leaf and spine in a fat tree), across the WAN.
+      if (tree_a) through(r, node_leaf_uplink_[static_cast<size_t>(ns)], 0, "fabric");
+      if (tree_b) through(r, node_leaf_uplink_[static_cast<size_t>(nd)], 0, "fabric");
+      r.latency_s += (tree_a ? 2 : 1) * fa.latency_s + (tree_b ? 2 : 1) * fb.latency_s;
+      const Route& wan = region_route_[ra][rb];
       through(r, wan.bandwidth_bytes_per_s, wan.latency_s, "wan");
     }
     through(r, b.nic.bandwidth_bytes_per_s, b.nic.latency_s, "nic");
-    if (b.intra.uplink_bandwidth_bytes_per_s > 0) through(r, b.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
   }
+  if (b.intra.uplink_bandwidth_bytes_per_s > 0) through(r, b.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
+  through(r, b.intra.bandwidth_bytes_per_s, b.intra.latency_s / 2, b_kind);
   const model::LinkCalibration c = calibration_.link(r.bottleneck);
   r.bandwidth_bytes_per_s *= c.bandwidth_factor;
   r.latency_s *= c.latency_factor;
   return r;
+}
+
+std::vector<std::string> CostModel::link_classes(int src, int dst) const {
+  std::vector<std::string> out;
+  if (src == dst) return out;
+  const int ns = node_of(src), nd = node_of(dst);
+  const model::Node& a = cluster_.nodes[static_cast<size_t>(ns)];
+  const model::Node& b = cluster_.nodes[static_cast<size_t>(nd)];
+  out.emplace_back(model::to_string(a.intra.kind));
+  if (a.intra.uplink_bandwidth_bytes_per_s > 0) out.emplace_back("pcie");
+  if (ns != nd) {
+    out.emplace_back("nic");
+    out.emplace_back("fabric");
+    if (node_region_[static_cast<size_t>(ns)] != node_region_[static_cast<size_t>(nd)]) out.emplace_back("wan");
+    out.emplace_back("nic");
+  }
+  if (b.intra.uplink_bandwidth_bytes_per_s > 0) out.emplace_back("pcie");
+  out.emplace_back(model::to_string(b.intra.kind));
+  return out;
 }
 
 double CostModel::transfer_time_s(int src, int dst, double bytes) const {

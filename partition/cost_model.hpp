@@ -14,7 +14,9 @@
 namespace hetflow::partition {
 
 // A route between two devices, reduced to what the no-contention model needs: the slowest
-// link class it crosses and the sum of latencies along it.
+// link class it crosses and the sum of latencies along it. The path is the one the simulator's
+// platform builds (sim/platform_spec.hpp): GPU link, PCIe uplink, NIC (one NIC per flow),
+// switch hops (one per switch; a fat tree adds leaf uplinks and the spine), WAN links.
 struct Route {
   double bandwidth_bytes_per_s = 0;  // of the slowest link on the way
   double latency_s = 0;              // summed over the links and switch hops
@@ -29,6 +31,9 @@ class CostModel {
   // a roofline with a fixed per-task cost (model/calibration.hpp documents the defaults).
   double compute_time_s(int device, double flops, double memory_bytes = 0) const;
   Route route(int src, int dst) const;
+  // The classes of the links a transfer from src to dst crosses, in order (for traffic
+  // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
+  std::vector<std::string> link_classes(int src, int dst) const;
   double transfer_time_s(int src, int dst, double bytes) const;
   // Closed forms with no contention, on the participants' real routes:
   //   ring:          2(n-1) steps of max over ring neighbours (latency + bytes/(n * bandwidth))
@@ -58,6 +63,8 @@ class CostModel {
   std::vector<int> device_node_;
   std::vector<const model::GpuSpec*> device_gpu_;
   std::vector<int> node_region_;
+  std::vector<int> node_leaf_;                  // fat trees: leaf index of each node in its region
+  std::vector<double> node_leaf_uplink_;        // fat trees: its leaf's uplink bandwidth
   // WAN routes between regions: widest-then-shortest path bandwidth and latency.
   std::vector<std::vector<Route>> region_route_;
   bool free_communication_ = false;

@@ -7,6 +7,7 @@ int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
 int run_validate(const std::vector<std::string>& args, std::ostream& out);
+int run_simulate(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -14,6 +15,7 @@ const std::vector<Command>& commands() {
       {"describe", "summarise a cluster and a network: devices, peaks, links, parameters, FLOPs", run_describe},
       {"plan", "build a plan (layout, schedule, sync), validate it, print its grid and estimate", run_plan},
       {"validate", "check a plan file: transfers, deadlock, layer coverage, memory", run_validate},
+      {"simulate", "run a plan on a SimGrid model of the cluster; metrics and a trace", run_simulate},
   };
   return list;
 }

@@ -1,0 +1,103 @@
+#include "sim/platform.hpp"
+
+#include <simgrid/kernel/ProfileBuilder.hpp>
+#include <xbt/log.h>
+
+#include <map>
+#include <memory>
+
+namespace hetflow::sim {
+
+namespace sg = simgrid::s4u;
+using Direction = sg::LinkInRoute::Direction;
+
+sg::Engine& start_engine() {
+  static int argc = 1;
+  static char name[] = "hetflow-sim";
+  static char* argv[] = {name, nullptr};
+  static std::unique_ptr<sg::Engine> engine;
+  if (!engine) {
+    engine = std::make_unique<sg::Engine>(&argc, argv);
+    // Quiet: hetflow reports stalls itself (SimGrid's deadlock banner is a critical message).
+    xbt_log_control_set("root.thres:critical");
+    xbt_log_control_set("ker_engine.app:file:/dev/null ker_engine.add:no");
+    sg::Engine::set_config("network/model:CM02");
+    sg::Engine::set_config("network/crosstraffic:0");
+    sg::Engine::set_config("network/TCP-gamma:1e15");
+  }
+  return *engine;
+}
+
+Platform instantiate_platform(const PlatformSpec& spec) {
+  Platform p;
+  std::vector<sg::NetZone*> zones;
+  std::vector<simgrid::kernel::routing::NetPoint*> routers(spec.zones.size(), nullptr);
+  std::map<std::string, simgrid::kernel::routing::NetPoint*> router_by_name;
+  for (const ZoneSpec& z : spec.zones) {
+    sg::NetZone* zone = z.full ? sg::create_full_zone(z.name) : sg::create_star_zone(z.name);
+    if (z.parent >= 0) zone->set_parent(zones[static_cast<size_t>(z.parent)]);
+    zones.push_back(zone);
+  }
+  for (size_t i = 0; i < spec.zones.size(); ++i) {
+    if (!spec.zones[i].router.empty()) {
+      routers[i] = zones[i]->create_router(spec.zones[i].router);
+      router_by_name[spec.zones[i].router] = routers[i];
+    }
+  }
+  p.hosts.resize(spec.hosts.size(), nullptr);
+  for (size_t h = 0; h < spec.hosts.size(); ++h) {
+    const HostSpec& host = spec.hosts[h];
+    p.hosts[h] = zones[static_cast<size_t>(host.zone)]->create_host(host.name, host.speed_flops_per_s);
+  }
+  for (const LinkSpec& l : spec.links) {
+    sg::NetZone* zone = zones[static_cast<size_t>(l.zone)];
+    sg::Link* link = l.split_duplex ? zone->create_split_duplex_link(l.name, l.bandwidth_bytes_per_s)
+                                    : zone->create_link(l.name, l.bandwidth_bytes_per_s)
+                                          ->set_sharing_policy(sg::Link::SharingPolicy::FATPIPE);
+    link->set_latency(l.latency_s);
+    p.links.push_back(link->seal());
+  }
+  auto hops_of = [&](const std::vector<Hop>& hops) {
+    std::vector<sg::LinkInRoute> out;
+    for (const Hop& hop : hops) {
+      const LinkSpec& l = spec.links[static_cast<size_t>(hop.link)];
+      sg::Link* link = p.links[static_cast<size_t>(hop.link)];
+      out.emplace_back(l.split_duplex ? sg::LinkInRoute(link, hop.up ? Direction::UP : Direction::DOWN)
+                                      : sg::LinkInRoute(link));
+    }
+    return out;
+  };
+  // Routes and sealing bottom-up: a zone's children are sealed before its own routes.
+  for (size_t i = spec.zones.size(); i-- > 0;) {
+    const ZoneSpec& z = spec.zones[i];
+    for (const StarRoute& r : z.star_routes) {
+      if (r.is_zone) {
+        const ZoneSpec& child = spec.zones[static_cast<size_t>(r.member)];
+        zones[i]->add_route(zones[static_cast<size_t>(r.member)]->get_netpoint(), nullptr,
+                            router_by_name.at(child.gateway), nullptr, hops_of(r.hops), true);
+      } else {
+        zones[i]->add_route(p.hosts[static_cast<size_t>(r.member)]->get_netpoint(), nullptr, nullptr, nullptr,
+                            hops_of(r.hops), true);
+      }
+    }
+    for (const ZoneRoute& r : z.zone_routes) {
+      const ZoneSpec& from = spec.zones[static_cast<size_t>(r.from_zone)];
+      const ZoneSpec& to = spec.zones[static_cast<size_t>(r.to_zone)];
+      zones[i]->add_route(zones[static_cast<size_t>(r.from_zone)]->get_netpoint(),
+                          zones[static_cast<size_t>(r.to_zone)]->get_netpoint(), router_by_name.at(from.gateway),
+                          router_by_name.at(to.gateway), hops_of(r.hops), false);
+    }
+    zones[i]->seal();
+  }
+  return p;
+}
+
+void set_straggler(Platform& platform, int device, double factor, double from_s) {
+  const std::string name = "straggler:" + std::to_string(device);
+  const std::string slow = std::to_string(1.0 / factor);
+  const std::string profile = from_s > 0 ? "0 1.0\n" + std::to_string(from_s) + " " + slow + "\n" : "0 " + slow + "\n";
+  platform.hosts.at(static_cast<size_t>(device))
+      ->set_speed_profile(simgrid::kernel::profile::ProfileBuilder::from_string(name, profile, -1));
+}
+
+}  // namespace hetflow::sim

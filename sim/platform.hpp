@@ -1,0 +1,27 @@
+#pragma once
+// A PlatformSpec made real inside the running SimGrid engine (SimGrid types stay in sim/).
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+#include "sim/platform_spec.hpp"
+
+namespace hetflow::sim {
+
+struct Platform {
+  std::vector<simgrid::s4u::Host*> hosts;  // index = device id
+  std::vector<simgrid::s4u::Link*> links;  // index = PlatformSpec::links index
+};
+
+// Creates the SimGrid engine with hetflow's network model settings: CM02 with cross-traffic
+// off and an unbounded TCP window, i.e. plain max-min fair sharing of split-duplex links —
+// the physics of NCCL streams over GPU fabrics, not TCP's (see README, "Simulator").
+// Call once per process, before instantiate_platform.
+simgrid::s4u::Engine& start_engine();
+
+Platform instantiate_platform(const PlatformSpec& spec);
+
+// From `from_s` on the device's host runs `factor` times slower.
+void set_straggler(Platform& platform, int device, double factor, double from_s);
+
+}  // namespace hetflow::sim

@@ -1,0 +1,189 @@
+#include "sim/platform_spec.hpp"
+
+#include <map>
+
+#include "model/error.hpp"
+
+namespace hetflow::sim {
+
+namespace {
+
+// A FATPIPE's bandwidth: effectively unlimited (a non-blocking switch).
+constexpr double kFatpipeBandwidth = 1e18;
+
+class SpecBuilder {
+ public:
+  SpecBuilder(const model::Cluster& cluster, const std::vector<double>& speeds) : cluster_(cluster), speeds_(speeds) {}
+
+  PlatformSpec build() {
+    const bool multi_region = cluster_.regions.size() > 1;
+    int root = -1;
+    if (multi_region) root = add_zone("cluster", true, -1);
+    std::map<std::string, int> region_zone;
+    for (const model::Region& r : cluster_.regions) {
+      region_zone[r.name] = add_region(r, root);
+    }
+    if (multi_region) add_wan_routes(root, region_zone);
+    return std::move(spec_);
+  }
+
+ private:
+  int add_zone(const std::string& name, bool full, int parent) {
+    ZoneSpec z;
+    z.name = name;
+    z.full = full;
+    z.parent = parent;
+    spec_.zones.push_back(z);
+    return static_cast<int>(spec_.zones.size()) - 1;
+  }
+
+  int add_link(int zone, const std::string& name, double bandwidth, double latency, bool split_duplex,
+               const std::string& cls) {
+    spec_.links.push_back(LinkSpec{name, bandwidth, latency, split_duplex, cls, zone});
+    return static_cast<int>(spec_.links.size()) - 1;
+  }
+
+  // A zone of zones reaches its parent through a router kept in a child zone of its own,
+  // which sits behind the zone's switch.
+  void add_gateway_zone(int zone, const std::string& name, int switch_link) {
+    const int gw = add_zone("gwzone:" + name, false, zone);
+    spec_.zones[static_cast<size_t>(gw)].router = "gw:" + name;
+    spec_.zones[static_cast<size_t>(zone)].gateway = "gw:" + name;
+    spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(StarRoute{true, gw, {Hop{switch_link, true}}});
+  }
+
+  int add_region(const model::Region& region, int root) {
+    const int zone = add_zone("region:" + region.name, false, root);
+    const model::Fabric& f = region.fabric;
+    const bool tree = f.kind == model::FabricKind::fat_tree;
+    const int core = add_link(zone, (tree ? "spine:" : "switch:") + region.name, kFatpipeBandwidth, f.latency_s, false,
+                              "fabric");
+    std::vector<size_t> nodes;
+    for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
+      if (cluster_.nodes[n].region == region.name) nodes.push_back(n);
+    }
+    if (!tree) {
+      for (size_t n : nodes) add_node(n, zone, core);
+    } else {
+      const auto per_leaf = static_cast<size_t>(f.nodes_per_leaf);
+      for (size_t first = 0; first < nodes.size(); first += per_leaf) {
+        const std::string leaf_name = "leaf:" + region.name + "." + std::to_string(first / per_leaf);
+        const int leaf = add_zone(leaf_name, false, zone);
+        const int leaf_switch = add_link(leaf, "leafswitch:" + region.name + "." + std::to_string(first / per_leaf),
+                                         kFatpipeBandwidth, f.latency_s, false, "fabric");
+        double leaf_nic_bandwidth = 0;
+        for (size_t i = first; i < nodes.size() && i < first + per_leaf; ++i) {
+          const model::Node& node = cluster_.nodes[nodes[i]];
+          leaf_nic_bandwidth += node.nic.count * node.nic.bandwidth_bytes_per_s;
+          add_node(nodes[i], leaf, leaf_switch);
+        }
+        add_gateway_zone(leaf, leaf_name, leaf_switch);
+        const int uplink = add_link(zone, "uplink:" + leaf_name, leaf_nic_bandwidth / f.oversubscription, 0, true, "fabric");
+        spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(
+            StarRoute{true, leaf, {Hop{uplink, true}, Hop{core, true}}});
+      }
+    }
+    if (root >= 0) add_gateway_zone(zone, "region:" + region.name, core);
+    return zone;
+  }
+
+  void add_node(size_t n, int parent, int switch_link) {
+    const model::Node& node = cluster_.nodes[n];
+    const int zone = add_zone("node:" + node.name, false, parent);
+    spec_.zones[static_cast<size_t>(zone)].router = "gw:node:" + node.name;
+    spec_.zones[static_cast<size_t>(zone)].gateway = "gw:node:" + node.name;
+    int uplink = -1;
+    if (node.intra.uplink_bandwidth_bytes_per_s > 0) {
+      uplink = add_link(zone, "pcie-uplink:" + node.name, node.intra.uplink_bandwidth_bytes_per_s, 0, true, "pcie");
+    }
+    const double gpu_bandwidth = node.intra.bandwidth_bytes_per_s > 0 ? node.intra.bandwidth_bytes_per_s : kFatpipeBandwidth;
+    for (int g = 0; g < node.gpu_count; ++g) {
+      const int device = static_cast<int>(spec_.hosts.size());
+      const std::string name = node.name + "/gpu" + std::to_string(g);
+      spec_.hosts.push_back(HostSpec{name, speeds_.at(static_cast<size_t>(device)), zone, static_cast<int>(n)});
+      spec_.zones[static_cast<size_t>(zone)].hosts.push_back(device);
+      const int link = add_link(zone, "gpu:" + name, gpu_bandwidth, node.intra.latency_s / 2, true,
+                                std::string(model::to_string(node.intra.kind)));
+      StarRoute route{false, device, {Hop{link, true}}};
+      if (uplink >= 0) route.hops.push_back(Hop{uplink, true});
+      spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(route);
+    }
+    spec_.nic_flow_cap_bytes_per_s.push_back(node.nic.bandwidth_bytes_per_s);
+    StarRoute route{true, zone, {}};
+    if (node.nic.count > 0) {
+      route.hops.push_back(Hop{add_link(parent, "nic:" + node.name, node.nic.count * node.nic.bandwidth_bytes_per_s,
+                                        node.nic.latency_s, true, "nic"),
+                               true});
+    }
+    route.hops.push_back(Hop{switch_link, true});
+    spec_.zones[static_cast<size_t>(parent)].star_routes.push_back(route);
+  }
+
+  // Region pairs joined by the widest WAN path (max of the narrowest link), then the
+  // shortest latency: the same rule as the cost model.
+  void add_wan_routes(int root, const std::map<std::string, int>& region_zone) {
+    std::map<std::pair<std::string, std::string>, int> wan_link;
+    for (const model::WanLink& w : cluster_.wan) {
+      const int link =
+          add_link(root, "wan:" + w.region_a + "-" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, true, "wan");
+      wan_link[{w.region_a, w.region_b}] = link;
+    }
+    struct Path {
+      double bandwidth = 0, latency = 0;
+      std::vector<Hop> hops;
+    };
+    const auto& regions = cluster_.regions;
+    for (const model::Region& src : regions) {
+      std::map<std::string, Path> best;
+      best[src.name] = Path{1e300, 0, {}};
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        for (const model::WanLink& w : cluster_.wan) {
+          for (bool forward : {true, false}) {
+            const std::string& from = forward ? w.region_a : w.region_b;
+            const std::string& to = forward ? w.region_b : w.region_a;
+            if (best.count(from) == 0) continue;
+            Path candidate = best[from];
+            candidate.bandwidth = std::min(candidate.bandwidth, w.bandwidth_bytes_per_s);
+            candidate.latency += w.latency_s;
+            candidate.hops.push_back(Hop{wan_link.at({w.region_a, w.region_b}), forward});
+            auto it = best.find(to);
+            if (it == best.end() || candidate.bandwidth > it->second.bandwidth ||
+                (candidate.bandwidth == it->second.bandwidth && candidate.latency < it->second.latency)) {
+              best[to] = candidate;
+              changed = true;
+            }
+          }
+        }
+      }
+      for (const model::Region& dst : regions) {
+        if (dst.name == src.name || best.count(dst.name) == 0) continue;
+        spec_.zones[static_cast<size_t>(root)].zone_routes.push_back(
+            ZoneRoute{region_zone.at(src.name), region_zone.at(dst.name), best[dst.name].hops});
+      }
+    }
+  }
+
+  const model::Cluster& cluster_;
+  const std::vector<double>& speeds_;
+  PlatformSpec spec_;
+};
+
+}  // namespace
+
+int PlatformSpec::link_index(const std::string& name) const {
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (links[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+PlatformSpec platform_spec(const model::Cluster& cluster, const std::vector<double>& speed_flops_per_s) {
+  if (speed_flops_per_s.size() != static_cast<size_t>(cluster.device_count())) {
+    throw Error("platform_spec: one speed per device expected");
+  }
+  return SpecBuilder(cluster, speed_flops_per_s).build();
+}
+
+}  // namespace hetflow::sim

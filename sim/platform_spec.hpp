@@ -1,0 +1,92 @@
+#pragma once
+// The SimGrid platform of a cluster, as plain data: hosts, links and zones with their
+// routes. Built from a model::Cluster without SimGrid, so it can be tested, written as a
+// platform XML file, and instantiated in a simulation from the same description.
+//
+// Shape (one region; several regions add a Full root zone joining region zones by WAN links):
+//   region zone (star) ── node zones (star): a GPU's route is its split-duplex link to the
+//        │                node fabric (NVLink/NVSwitch/PCIe), plus the shared PCIe uplink
+//        │                where the node has one; the node's gateway router has no route
+//        └─ a node zone's route: the node's NIC link (all NICs aggregated; each flow is capped
+//           at one NIC's bandwidth by the simulator) and the region switch (a FATPIPE)
+//   fat tree: region zone (star) ── leaf zones (star) ── node zones; a node's route crosses
+//           its leaf switch, a leaf's route its oversubscribed uplink and the spine.
+// A zone of zones keeps its gateway router in a child zone of its own whose route is the
+// zone's switch. SimGrid counts a FATPIPE shared by both ends of a star route once, so every
+// route's latency equals partition::CostModel::route(): one switch latency per hop.
+#include <string>
+#include <vector>
+
+#include "model/cluster.hpp"
+
+namespace hetflow::sim {
+
+struct LinkSpec {
+  std::string name;                  // "gpu:<device>", "uplink:<node>", "nic:<node>", "switch:<region>",
+                                     // "leaf:<region>.<i>", "spine:<region>", "wan:<a>-<b>"
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+  bool split_duplex = true;          // false: FATPIPE (a non-blocking switch's latency)
+  std::string link_class;            // pcie, nvlink, nvswitch, nic, fabric, wan
+  int zone = -1;                     // the zone whose routes use it (where it is created)
+  bool operator==(const LinkSpec&) const = default;
+};
+
+struct Hop {
+  int link = -1;
+  bool up = true;  // direction on a split-duplex link: up = away from the member
+  bool operator==(const Hop&) const = default;
+};
+
+// A member of a star zone (a host or a child zone) and its route "to anyone".
+struct StarRoute {
+  bool is_zone = false;
+  int member = -1;  // host index or zone index
+  std::vector<Hop> hops;
+  bool operator==(const StarRoute&) const = default;
+};
+
+// A route between two child zones of a Full zone (regions joined by WAN links).
+struct ZoneRoute {
+  int from_zone = -1, to_zone = -1;
+  std::vector<Hop> hops;
+  bool operator==(const ZoneRoute&) const = default;
+};
+
+struct ZoneSpec {
+  std::string name;
+  bool full = false;   // Full routing (region level) instead of Star
+  int parent = -1;     // -1 for the root
+  std::string router;  // a router created in this zone ("" = none)
+  std::string gateway; // the router through which the parent routes to this zone
+  std::vector<int> hosts;
+  std::vector<StarRoute> star_routes;
+  std::vector<ZoneRoute> zone_routes;
+  bool operator==(const ZoneSpec&) const = default;
+};
+
+struct HostSpec {
+  std::string name;   // the device name, e.g. "v100-0/gpu3"
+  double speed_flops_per_s = 0;
+  int zone = -1;
+  int node = -1;
+  bool operator==(const HostSpec&) const = default;
+};
+
+struct PlatformSpec {
+  std::vector<HostSpec> hosts;  // index = device id
+  std::vector<LinkSpec> links;
+  std::vector<ZoneSpec> zones;  // parents before children; zones[0] is the root
+  std::vector<double> nic_flow_cap_bytes_per_s;  // per node: one NIC's bandwidth
+  int link_index(const std::string& name) const;  // -1 when unknown
+  bool operator==(const PlatformSpec&) const = default;
+};
+
+// Host speeds are `speed_flops_per_s[device]` (the simulator uses nominal speeds and sizes
+// each execution from the cost model's duration, so stragglers scale it).
+PlatformSpec platform_spec(const model::Cluster& cluster, const std::vector<double>& speed_flops_per_s);
+
+// SimGrid platform XML (DTD 4.1) describing the same platform.
+std::string platform_xml(const PlatformSpec& spec);
+
+}  // namespace hetflow::sim

@@ -1,0 +1,140 @@
+// PlatformSpec -> SimGrid platform XML (DTD 4.1). SimGrid 3.32 reads no star zones from XML,
+// so the same topology is written with Floyd zones: each node zone routes its hosts to its
+// gateway router; each switch becomes a router in a zone of its own, reached from a member
+// over [its NIC up, the switch] and left towards a member over [its NIC down], which counts
+// each switch once per route, as the star zones of the in-memory platform do.
+#include <map>
+#include <sstream>
+
+#include "model/units.hpp"
+#include "sim/platform_spec.hpp"
+
+namespace hetflow::sim {
+
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double v) { return model::units::format_number(v); }
+
+class XmlWriter {
+ public:
+  explicit XmlWriter(const PlatformSpec& spec) : spec_(spec) {
+    for (size_t z = 0; z < spec_.zones.size(); ++z) {
+      if (spec_.zones[z].parent >= 0) children_[spec_.zones[z].parent].push_back(static_cast<int>(z));
+    }
+    for (size_t l = 0; l < spec_.links.size(); ++l) links_of_zone_[spec_.links[l].zone].push_back(static_cast<int>(l));
+  }
+
+  std::string write() {
+    out_ << "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+         << "<platform version=\"4.1\">\n";
+    zone(0, 1);
+    out_ << "</platform>\n";
+    return out_.str();
+  }
+
+ private:
+  std::string indent(int depth) const { return std::string(static_cast<size_t>(2 * depth), ' '); }
+
+  std::string link_ctn(const Hop& hop, bool reverse = false) const {
+    const LinkSpec& l = spec_.links[static_cast<size_t>(hop.link)];
+    std::string s = "<link_ctn id=\"" + escape(l.name) + "\"";
+    if (l.split_duplex) s += std::string(" direction=\"") + ((hop.up != reverse) ? "UP" : "DOWN") + "\"";
+    return s + "/>";
+  }
+
+  // The switch a zone's members meet at: the last hop of their star routes (a FATPIPE).
+  int switch_of(const ZoneSpec& z) const {
+    for (const StarRoute& r : z.star_routes) {
+      if (r.is_zone && !r.hops.empty() && !spec_.links[static_cast<size_t>(r.hops.back().link)].split_duplex) {
+        return r.hops.back().link;
+      }
+    }
+    return -1;
+  }
+
+  std::string gateway_of(int zone) const {
+    const ZoneSpec& z = spec_.zones[static_cast<size_t>(zone)];
+    if (!z.gateway.empty() && z.gateway.rfind("gw:node:", 0) == 0) return z.gateway;
+    return "sw:" + z.name;  // zones of zones are entered at their switch router
+  }
+
+  void zone(int index, int depth) {
+    const ZoneSpec& z = spec_.zones[static_cast<size_t>(index)];
+    if (z.name.rfind("gwzone:", 0) == 0) return;  // gateways of zones of zones: their switch router serves
+    const std::string pad = indent(depth);
+    out_ << pad << "<zone id=\"" << escape(z.name) << "\" routing=\"" << (z.full ? "Full" : "Floyd") << "\">\n";
+    for (int child : children_[index]) zone(child, depth + 1);
+    if (!z.router.empty()) out_ << pad << "  <router id=\"" << escape(z.router) << "\"/>\n";
+    for (int h : z.hosts) {
+      out_ << pad << "  <host id=\"" << escape(spec_.hosts[static_cast<size_t>(h)].name) << "\" speed=\""
+           << number(spec_.hosts[static_cast<size_t>(h)].speed_flops_per_s) << "f\"/>\n";
+    }
+    for (int l : links_of_zone_[index]) {
+      const LinkSpec& link = spec_.links[static_cast<size_t>(l)];
+      out_ << pad << "  <link id=\"" << escape(link.name) << "\" bandwidth=\"" << number(link.bandwidth_bytes_per_s)
+           << "Bps\" latency=\"" << number(link.latency_s) << "s\" sharing_policy=\""
+           << (link.split_duplex ? "SPLITDUPLEX" : "FATPIPE") << "\"/>\n";
+    }
+    const int sw = switch_of(z);
+    if (sw >= 0) {
+      out_ << pad << "  <zone id=\"swzone:" << escape(z.name) << "\" routing=\"None\"><router id=\"sw:" << escape(z.name)
+           << "\"/></zone>\n";
+    }
+    for (const StarRoute& r : z.star_routes) {
+      if (!r.is_zone) {
+        out_ << pad << "  <route src=\"" << escape(spec_.hosts[static_cast<size_t>(r.member)].name) << "\" dst=\""
+             << escape(z.router) << "\">";
+        for (const Hop& hop : r.hops) out_ << link_ctn(hop);
+        out_ << "</route>\n";
+        continue;
+      }
+      const ZoneSpec& child = spec_.zones[static_cast<size_t>(r.member)];
+      if (child.name.rfind("gwzone:", 0) == 0 || sw < 0) continue;
+      const std::string gw = gateway_of(r.member);
+      // Up: every hop (the switch included); down: the hops before the switch, reversed.
+      out_ << pad << "  <zoneRoute src=\"" << escape(child.name) << "\" dst=\"swzone:" << escape(z.name)
+           << "\" gw_src=\"" << escape(gw) << "\" gw_dst=\"sw:" << escape(z.name) << "\" symmetrical=\"NO\">";
+      for (const Hop& hop : r.hops) out_ << link_ctn(hop);
+      out_ << "</zoneRoute>\n";
+      out_ << pad << "  <zoneRoute src=\"swzone:" << escape(z.name) << "\" dst=\"" << escape(child.name)
+           << "\" gw_src=\"sw:" << escape(z.name) << "\" gw_dst=\"" << escape(gw) << "\" symmetrical=\"NO\">";
+      for (size_t i = r.hops.size(); i-- > 0;) {
+        if (r.hops[i].link != sw) out_ << link_ctn(r.hops[i], true);
+      }
+      out_ << "</zoneRoute>\n";
+    }
+    for (const ZoneRoute& r : z.zone_routes) {
+      out_ << pad << "  <zoneRoute src=\"" << escape(spec_.zones[static_cast<size_t>(r.from_zone)].name) << "\" dst=\""
+           << escape(spec_.zones[static_cast<size_t>(r.to_zone)].name) << "\" gw_src=\"" << escape(gateway_of(r.from_zone))
+           << "\" gw_dst=\"" << escape(gateway_of(r.to_zone)) << "\" symmetrical=\"NO\">";
+      for (const Hop& hop : r.hops) out_ << link_ctn(hop);
+      out_ << "</zoneRoute>\n";
+    }
+    out_ << pad << "</zone>\n";
+  }
+
+  const PlatformSpec& spec_;
+  std::map<int, std::vector<int>> children_;
+  std::map<int, std::vector<int>> links_of_zone_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string platform_xml(const PlatformSpec& spec) { return XmlWriter(spec).write(); }
+
+}  // namespace hetflow::sim

@@ -1,0 +1,55 @@
+#pragma once
+// Runs a plan on a SimGrid model of its cluster and returns what happened: a trace in the
+// traces/ format, whether the run completed, and, when it did not, what stalled and where.
+//
+// SimGrid allows one simulation per process, so simulate() forks a child process for each
+// run and reads its result back: callers (tests, sweeps, search) may call it as often as
+// they like. simulate_here() is the in-process run that the child performs.
+#include <string>
+#include <vector>
+
+#include "model/calibration.hpp"
+#include "model/cluster.hpp"
+#include "partition/plan.hpp"
+#include "traces/trace.hpp"
+
+namespace hetflow::sim {
+
+// From `from_s` on, the device computes `factor` times slower (factor 2 = half speed).
+struct Straggler {
+  int device = -1;
+  double factor = 1;
+  double from_s = 0;
+};
+
+// At `at_s`, a device (its host goes off: its actors die) or a link (comms on it fail).
+struct Fault {
+  int device = -1;        // >= 0: a device fails
+  std::string link;       // otherwise: the name of a platform link (sim/platform_spec.hpp)
+  double at_s = 0;
+};
+
+struct SimOptions {
+  model::Calibration calibration;
+  std::vector<Straggler> stragglers;
+  std::vector<Fault> faults;
+  bool free_communication = false;  // every transfer and collective instantaneous (tests)
+};
+
+struct SimResult {
+  traces::Trace trace;
+  bool completed = false;
+  std::vector<std::string> stalls;  // when not completed: what never ran, and why
+  double simulated_s = 0;           // simulated time at the end
+  double wall_s = 0;                // host time the simulation took (the child's)
+  long long activities = 0;         // executions + communications simulated
+  long long peak_rss_bytes = 0;     // of the simulating process
+};
+
+// In a child process. Throws hetflow::Error if the child dies without a result.
+SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, const SimOptions& options);
+
+// In this process: at most once per process (SimGrid's engine cannot be restarted).
+SimResult simulate_here(const partition::Plan& plan, const model::Cluster& cluster, const SimOptions& options);
+
+}  // namespace hetflow::sim

@@ -1,0 +1,211 @@
+// hetflow simulate: run a plan (a file, or built from the plan options) on the SimGrid model
+// of its cluster; print the figures of merit; write the trace.
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/units.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/validate.hpp"
+#include "sim/platform_spec.hpp"
+#include "sim/simulator.hpp"
+#include "tools/cli.hpp"
+#include "tools/plan_options.hpp"
+#include "traces/metrics.hpp"
+#include "traces/trace_io.hpp"
+
+namespace hetflow::tools {
+
+namespace {
+
+namespace u = model::units;
+
+int device_by_name(const partition::Plan& plan, const std::string& text, const std::string& option) {
+  for (size_t d = 0; d < plan.device_names.size(); ++d) {
+    if (plan.device_names[d] == text || std::to_string(d) == text) return static_cast<int>(d);
+  }
+  throw InputError("<command line>", 0, option,
+                   "expected a device name (e.g. " + plan.device_names.front() + ") or id, found '" + text + "'");
+}
+
+// "WHAT@TIME" -> {WHAT, seconds}; TIME takes units ("5 s", "200ms"); a plain number is seconds.
+std::pair<std::string, double> split_at(const std::string& text, const std::string& option) {
+  const size_t at = text.rfind('@');
+  if (at == std::string::npos) throw InputError("<command line>", 0, option, "expected WHAT@TIME, found '" + text + "'");
+  try {
+    return {text.substr(0, at), u::parse_time_s(text.substr(at + 1))};
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, option, e.what());
+  }
+}
+
+void write_file(const std::string& path, const std::string& text, const std::string& option) {
+  std::ofstream out(path);
+  if (!out) throw InputError(path, 0, option, "cannot be written");
+  out << text;
+}
+
+}  // namespace
+
+int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("simulate options");
+  add_plan_options(options);
+  options.add_options()
+      ("plan", po::value<std::string>(), "simulate this plan file instead of planning from the options")
+      ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
+      ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)")
+      ("straggler", po::value<std::vector<std::string>>()->composing(),
+       "DEVICE:FACTOR@TIME: from TIME on, DEVICE computes FACTOR times slower (repeatable)")
+      ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
+      ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
+      ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here");
+  po::variables_map vm;
+  if (!parse_options("simulate", "[plan options | --plan plan.json] [--trace t.csv] [--chrome t.json] [--json]", options,
+                     args, vm, out)) {
+    return 0;
+  }
+  model::Cluster cluster;
+  partition::Plan plan;
+  double tokens_per_sample = 1;
+  if (vm.count("plan")) {
+    const std::string path = vm["plan"].as<std::string>();
+    std::ifstream in(path);
+    if (!in) throw InputError(path, 0, "--plan", "cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    plan = partition::read_plan_json(text.str(), path);
+    cluster = model::parse_cluster(plan.cluster_yaml, path + " (cluster)");
+  } else {
+    std::vector<std::string> with_iterations = args;
+    if (vm["iterations"].defaulted()) {
+      with_iterations.insert(with_iterations.end(), {"--iterations", "3"});  // warm-up + steady state
+      vm = po::variables_map();
+      po::store(po::command_line_parser(with_iterations).options(options).run(), vm);
+      po::notify(vm);
+    }
+    Planned p = plan_from_options(vm);
+    cluster = std::move(p.cluster);
+    plan = std::move(p.plan);
+    tokens_per_sample = p.network.tokens_per_sample;
+  }
+  partition::require_valid(plan);
+
+  sim::SimOptions sim_options;
+  sim_options.calibration = read_calibration_option(vm);
+  if (vm.count("straggler")) {
+    for (const std::string& s : vm["straggler"].as<std::vector<std::string>>()) {
+      const auto [what, at] = split_at(s, "--straggler");
+      const size_t colon = what.rfind(':');
+      if (colon == std::string::npos) throw InputError("<command line>", 0, "--straggler", "expected DEVICE:FACTOR@TIME");
+      double factor = 0;
+      try {
+        factor = std::stod(what.substr(colon + 1));
+      } catch (const std::exception&) {
+        factor = 0;
+      }
+      if (!(factor >= 1)) throw InputError("<command line>", 0, "--straggler", "expected a slow-down factor >= 1");
+      sim_options.stragglers.push_back({device_by_name(plan, what.substr(0, colon), "--straggler"), factor, at});
+    }
+  }
+  std::vector<double> speeds(static_cast<size_t>(cluster.device_count()), 1);
+  const sim::PlatformSpec spec = sim::platform_spec(cluster, speeds);
+  if (vm.count("fail-device")) {
+    for (const std::string& s : vm["fail-device"].as<std::vector<std::string>>()) {
+      const auto [what, at] = split_at(s, "--fail-device");
+      sim_options.faults.push_back({device_by_name(plan, what, "--fail-device"), "", at});
+    }
+  }
+  if (vm.count("fail-link")) {
+    for (const std::string& s : vm["fail-link"].as<std::vector<std::string>>()) {
+      const auto [what, at] = split_at(s, "--fail-link");
+      if (spec.link_index(what) < 0) {
+        std::string names;
+        for (size_t i = 0; i < spec.links.size() && i < 8; ++i) names += (i ? ", " : "") + spec.links[i].name;
+        throw InputError("<command line>", 0, "--fail-link", "no link '" + what + "'; links are named like " + names);
+      }
+      sim_options.faults.push_back({-1, what, at});
+    }
+  }
+  if (vm.count("export-platform")) {
+    const partition::CostModel cost(cluster, plan.layout.precision, sim_options.calibration);
+    std::vector<double> peaks;
+    for (int d = 0; d < cost.device_count(); ++d) peaks.push_back(cost.peak_flops_per_s(d));
+    write_file(vm["export-platform"].as<std::string>(), sim::platform_xml(sim::platform_spec(cluster, peaks)),
+               "--export-platform");
+  }
+
+  const sim::SimResult result = sim::simulate(plan, cluster, sim_options);
+  if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
+  if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
+  const partition::CostModel cost(cluster, plan.layout.precision, sim_options.calibration);
+  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost, tokens_per_sample);
+  const partition::Estimate analytic = partition::estimate_plan(plan, cost);
+
+  if (vm.count("json")) {
+    Json j;
+    j["completed"] = result.completed;
+    j["stalls"] = result.stalls;
+    j["iterations"] = m.iterations;
+    j["iteration_time_s"] = m.iteration_time_s;
+    j["analytic_iteration_time_s"] = analytic.iteration_time_s;
+    j["throughput_samples_per_s"] = m.samples_per_s;
+    j["throughput_tokens_per_s"] = m.tokens_per_s;
+    j["mfu"] = m.mfu;
+    j["bubble_fraction"] = m.bubble_fraction;
+    j["exposed_comm_s"] = m.exposed_comm_s;
+    j["bytes_per_link_class"] = m.bytes_per_link_class;
+    j["simulated_s"] = result.simulated_s;
+    j["wall_s"] = result.wall_s;
+    j["activities"] = result.activities;
+    Json devices = Json::array();
+    for (const traces::DeviceMetrics& d : m.devices) {
+      devices.push_back({{"name", d.name},
+                         {"busy_s", d.busy_s},
+                         {"utilization", d.utilization},
+                         {"exposed_comm_s", d.exposed_comm_s},
+                         {"peak_memory_bytes", d.peak_memory_bytes}});
+    }
+    j["devices"] = std::move(devices);
+    print_json(out, j);
+    return result.completed ? 0 : 4;
+  }
+
+  out << "simulated " << plan.network_name << " on " << plan.cluster_name << ": " << m.iterations << " iteration"
+      << (m.iterations == 1 ? "" : "s") << (m.iterations > 1 ? " (the first excluded from steady-state figures)" : "")
+      << ", " << result.activities << " activities in " << u::human_time_s(result.wall_s) << " of host time\n";
+  if (!result.completed) {
+    out << "\nTHE RUN DID NOT COMPLETE:\n";
+    for (const std::string& s : result.stalls) out << "  " << s << "\n";
+    return 4;
+  }
+  out << std::fixed << std::setprecision(3);
+  out << "  iteration time     " << u::human_time_s(m.iteration_time_s) << "   (analytic critical path "
+      << u::human_time_s(analytic.iteration_time_s) << ")\n";
+  out << "  throughput         " << std::setprecision(2) << m.samples_per_s << " samples/s";
+  if (tokens_per_sample > 1) out << ", " << std::setprecision(0) << m.tokens_per_s << " tokens/s";
+  out << "\n" << std::setprecision(1);
+  out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
+  out << "  bubble fraction    " << m.bubble_fraction << "\n";
+  out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s) << " per iteration (mean over computing devices)\n";
+  out << "  traffic/iteration ";
+  for (const auto& [cls, bytes] : m.bytes_per_link_class) out << " " << cls << " " << u::human_bytes(bytes) << ";";
+  out << "\n\n  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "utilization"
+      << std::setw(12) << "busy" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
+  size_t shown = 0;
+  for (const traces::DeviceMetrics& d : m.devices) {
+    if (d.busy_s == 0 || ++shown > 32) continue;
+    out << "  " << std::left << std::setw(22) << d.name << std::right << std::setw(11) << std::setprecision(1)
+        << 100 * d.utilization << "%" << std::setw(12) << u::human_time_s(d.busy_s) << std::setw(14)
+        << u::human_time_s(d.exposed_comm_s) << std::setw(14) << u::human_bytes(d.peak_memory_bytes) << "\n";
+  }
+  if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
+  if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
+  if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
+  return 0;
+}
+
+}  // namespace hetflow::tools

@@ -1,0 +1,40 @@
+#pragma once
+// The one trace format of hetflow: what ran where and when. The simulator and the executor
+// both write it; replay and calibration read it. One event per task (a transfer gives an
+// event on each side).
+#include <string>
+#include <vector>
+
+namespace hetflow::traces {
+
+struct Event {
+  int task = -1;          // task id in the plan
+  int device = -1;
+  std::string stream;     // "compute", "comm", "send>3:act", ...
+  std::string kind;       // forward, backward, backward_weight, optimizer, send, recv, collective
+  std::string purpose;    // compute, activation, gradient, tensor_parallel, data_parallel, ps_push, ps_pull
+  int iteration = 0;
+  int stage = -1;
+  int microbatch = -1;
+  int peer = -1;          // send/recv: the other device
+  int group = -1;         // send/recv: transfer id; collective: collective id
+  double start_s = 0;
+  double end_s = 0;
+  double bytes = 0;
+  double flops = 0;
+  bool operator==(const Event&) const = default;
+};
+
+struct Trace {
+  std::string source;                    // "sim" or "exec-cpu" / "exec-cuda"
+  std::string plan;                      // what ran: "<network> on <cluster>"
+  std::vector<std::string> device_names;  // index = device id
+  std::vector<Event> events;             // in sort_events order
+  bool operator==(const Trace&) const = default;
+};
+
+// Sorts events (stably) by (start_s, device, stream, task, kind): the canonical order, so equal
+// runs give byte-identical files. Writers keep the order they are given.
+void sort_events(Trace& trace);
+
+}  // namespace hetflow::traces

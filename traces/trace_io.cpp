@@ -1,0 +1,408 @@
+#include "traces/trace_io.hpp"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
+
+namespace hetflow::traces {
+namespace {
+
+constexpr std::string_view kMagic = "# hetflow trace v1";
+constexpr std::array<std::string_view, 14> kColumns = {
+    "task", "device",     "stream", "kind", "purpose", "iteration", "stage",
+    "microbatch", "peer", "group",  "start_s", "end_s", "bytes", "flops"};
+
+std::string column_header() {
+  std::string out;
+  for (std::string_view c : kColumns) out += (out.empty() ? "" : ",") + std::string(c);
+  return out;
+}
+
+// Shortest text that reads back (std::from_chars) to exactly the same double.
+std::string format_double(double v) {
+  char buf[40];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// ---------------------------------------------------------------- CSV writing
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// ---------------------------------------------------------------- CSV reading
+
+// The found text of an error: quoted, control bytes escaped (the input may be binary), cut
+// short so one bad line cannot make a huge message.
+std::string found(std::string_view text) {
+  constexpr size_t kMax = 40;
+  std::string out = "'";
+  for (char c : text.substr(0, kMax)) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += std::string("\\x") + kHex[u >> 4] + kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + (text.size() > kMax ? "...'" : "'");
+}
+
+struct Field {
+  std::string text;
+  int line = 0;
+};
+
+// A cursor over the text that knows its line. Line ends are "\n" or "\r\n"; quoted fields
+// may span lines.
+class Scanner {
+ public:
+  Scanner(std::string_view text, const std::string& file) : s_(text), file_(file) {}
+
+  bool eof() const { return pos_ >= s_.size(); }
+  int line() const { return line_; }
+  bool starts_with(std::string_view p) const { return s_.substr(pos_).starts_with(p); }
+  void skip(size_t n) { pos_ += n; }  // callers skip only text without line ends
+  bool eat(std::string_view p) { return starts_with(p) ? (skip(p.size()), true) : false; }
+  bool at_line_end() const {
+    return eof() || s_[pos_] == '\n' || (s_[pos_] == '\r' && (pos_ + 1 == s_.size() || s_[pos_ + 1] == '\n'));
+  }
+  void end_line() {
+    if (!eof() && s_[pos_] == '\r') ++pos_;
+    if (!eof() && s_[pos_] == '\n') ++pos_, ++line_;
+  }
+  // Text up to the next space or line end.
+  std::string_view word() {
+    size_t start = pos_;
+    while (!at_line_end() && s_[pos_] != ' ') ++pos_;
+    return s_.substr(start, pos_ - start);
+  }
+  // The rest of the line, line end consumed.
+  std::string_view raw_line() {
+    size_t start = pos_;
+    while (!at_line_end()) ++pos_;
+    std::string_view out = s_.substr(start, pos_ - start);
+    end_line();
+    return out;
+  }
+
+  // One field, quoted or not. An unquoted field ends at a line end, or at a comma when
+  // comma_ends (header values run to the line end).
+  Field field(std::string_view column, bool comma_ends) {
+    Field f{{}, line_};
+    auto ends_here = [&] { return at_line_end() || (comma_ends && s_[pos_] == ','); };
+    if (eof() || s_[pos_] != '"') {
+      size_t start = pos_;
+      for (; !ends_here(); ++pos_) {
+        if (s_[pos_] == '"') fail(line_, column, "unexpected '\"' in an unquoted field");
+      }
+      f.text = s_.substr(start, pos_ - start);
+      return f;
+    }
+    for (++pos_;; ++pos_) {
+      if (eof()) fail(f.line, column, "unterminated quoted field");
+      char c = s_[pos_];
+      if (c == '"' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '"') {
+        f.text += '"';
+        ++pos_;
+      } else if (c == '"') {
+        ++pos_;
+        break;
+      } else {
+        if (c == '\n') ++line_;
+        f.text += c;
+      }
+    }
+    if (!ends_here()) {
+      fail(line_, column, "expected ',' or a line end after the closing quote, found " + found(s_.substr(pos_, 1)));
+    }
+    return f;
+  }
+
+  // One data row: its fields and the line it starts on.
+  std::vector<Field> record() {
+    std::vector<Field> fields;
+    for (;;) {
+      size_t k = fields.size();
+      fields.push_back(field(k < kColumns.size() ? kColumns[k] : "columns", true));
+      if (eof() || s_[pos_] != ',') break;
+      ++pos_;
+    }
+    end_line();
+    return fields;
+  }
+
+  [[noreturn]] void fail(int line, std::string_view field, const std::string& message) const {
+    throw InputError(file_, line, std::string(field), message);
+  }
+
+ private:
+  std::string_view s_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  const std::string& file_;
+};
+
+int parse_int(const Scanner& in, const Field& f, std::string_view column) {
+  int v = 0;
+  const char* end = f.text.data() + f.text.size();
+  auto r = std::from_chars(f.text.data(), end, v);
+  if (f.text.empty() || r.ec != std::errc() || r.ptr != end) {
+    in.fail(f.line, column, "expected an integer, found " + found(f.text));
+  }
+  return v;
+}
+
+double parse_double(const Scanner& in, const Field& f, std::string_view column) {
+  double v = 0;
+  const char* end = f.text.data() + f.text.size();
+  auto r = std::from_chars(f.text.data(), end, v);
+  if (f.text.empty() || r.ptr != end || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range)) {
+    in.fail(f.line, column, "expected a number, found " + found(f.text));
+  }
+  if (r.ec != std::errc()) in.fail(f.line, column, "expected a number within double range, found " + found(f.text));
+  if (!std::isfinite(v)) in.fail(f.line, column, "expected a finite number, found " + found(f.text));
+  return v;
+}
+
+// "# source: x", "# plan: x", "# device 3 x"; other comment lines are notes and skipped.
+void read_comment(Scanner& in, Trace& trace) {
+  auto value = [&](std::string_view key) {  // the rest of the line, after one space
+    if (in.starts_with(" ")) in.skip(1);
+    std::string text = in.field(key, false).text;
+    in.end_line();
+    return text;
+  };
+  if (in.eat("# source:")) {
+    trace.source = value("source");
+  } else if (in.eat("# plan:")) {
+    trace.plan = value("plan");
+  } else if (int line = in.line(); in.eat("# device ")) {
+    std::string_view id = in.word();
+    std::string want = std::to_string(trace.device_names.size());
+    if (id != want) in.fail(line, "device", "expected device " + want + ", found " + found(id));
+    trace.device_names.push_back(value("device"));  // "# device 3" (no name) reads as ""
+  } else {
+    in.raw_line();
+  }
+}
+
+Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
+  if (f.size() != kColumns.size()) {
+    in.fail(f[0].line, "columns",
+            "expected " + std::to_string(kColumns.size()) + " columns, found " + std::to_string(f.size()));
+  }
+  Event e;
+  e.task = parse_int(in, f[0], "task");
+  e.device = parse_int(in, f[1], "device");
+  e.stream = f[2].text;
+  e.kind = f[3].text;
+  e.purpose = f[4].text;
+  e.iteration = parse_int(in, f[5], "iteration");
+  e.stage = parse_int(in, f[6], "stage");
+  e.microbatch = parse_int(in, f[7], "microbatch");
+  e.peer = parse_int(in, f[8], "peer");
+  e.group = parse_int(in, f[9], "group");
+  e.start_s = parse_double(in, f[10], "start_s");
+  e.end_s = parse_double(in, f[11], "end_s");
+  e.bytes = parse_double(in, f[12], "bytes");
+  e.flops = parse_double(in, f[13], "flops");
+
+  if (e.task < 0) in.fail(f[0].line, "task", "expected a task id >= 0, found " + found(f[0].text));
+  std::string range = devices > 0 ? "a device in 0.." + std::to_string(devices - 1) : "a device id >= 0";
+  if (e.device < 0 || (devices > 0 && e.device >= devices)) {
+    in.fail(f[1].line, "device", "expected " + range + ", found " + found(f[1].text));
+  }
+  if (e.peer < -1 || (devices > 0 && e.peer >= devices)) {
+    in.fail(f[8].line, "peer", "expected -1 or " + range + ", found " + found(f[8].text));
+  }
+  if (e.end_s < e.start_s) {
+    in.fail(f[11].line, "end_s", "expected end_s >= start_s (" + f[10].text + "), found " + found(f[11].text));
+  }
+  if (e.bytes < 0) in.fail(f[12].line, "bytes", "expected a number >= 0, found " + found(f[12].text));
+  if (e.flops < 0) in.fail(f[13].line, "flops", "expected a number >= 0, found " + found(f[13].text));
+  return e;
+}
+
+// ---------------------------------------------------------------- Chrome trace
+
+using Json = nlohmann::ordered_json;
+
+std::string human_bytes(double bytes) {
+  constexpr std::array<const char*, 6> kUnits = {"B", "kB", "MB", "GB", "TB", "PB"};
+  size_t unit = 0;
+  while (unit + 1 < kUnits.size() && std::fabs(bytes) >= 999.5) bytes /= 1000, ++unit;
+  char buf[40];
+  auto r = std::to_chars(buf, buf + sizeof buf, bytes, std::chars_format::general, 3);
+  return std::string(buf, r.ptr) + " " + kUnits[unit];
+}
+
+bool is_compute(const Event& e) {
+  return e.kind == "forward" || e.kind == "backward" || e.kind == "backward_weight";
+}
+
+std::string slice_name(const Event& e, bool several_stages) {
+  if (is_compute(e)) {
+    std::string name = e.kind == "forward" ? "F" : e.kind == "backward" ? "B" : "W";
+    if (e.microbatch >= 0) name += std::to_string(e.microbatch);
+    if (several_stages && e.stage >= 0) name += "." + std::to_string(e.stage);
+    return name;
+  }
+  if (e.kind == "send" || e.kind == "recv") return e.kind + " " + human_bytes(e.bytes);
+  if (e.kind == "collective") return "allreduce " + human_bytes(e.bytes);  // the one collective plans have
+  return e.kind.empty() ? "task " + std::to_string(e.task) : e.kind;
+}
+
+Json metadata(const char* name, int pid, int tid, Json args) {
+  return Json{{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+}
+
+}  // namespace
+
+std::string write_trace_csv(const Trace& trace) {
+  std::string out = std::string(kMagic) + "\n";
+  out += "# source: " + csv_field(trace.source) + "\n";
+  out += "# plan: " + csv_field(trace.plan) + "\n";
+  for (size_t d = 0; d < trace.device_names.size(); ++d) {
+    out += "# device " + std::to_string(d) + " " + csv_field(trace.device_names[d]) + "\n";
+  }
+  out += column_header() + "\n";
+  for (const Event& e : trace.events) {
+    for (int v : {e.task, e.device}) out += std::to_string(v) + ",";
+    for (const std::string* s : {&e.stream, &e.kind, &e.purpose}) out += csv_field(*s) + ",";
+    for (int v : {e.iteration, e.stage, e.microbatch, e.peer, e.group}) out += std::to_string(v) + ",";
+    out += format_double(e.start_s) + "," + format_double(e.end_s) + "," + format_double(e.bytes) + "," +
+           format_double(e.flops) + "\n";
+  }
+  return out;
+}
+
+Trace read_trace_csv(const std::string& text, const std::string& file) {
+  Scanner in(text, file);
+  if (in.starts_with("\xEF\xBB\xBF")) in.skip(3);  // a UTF-8 byte-order mark from an editor
+  std::string_view first = in.raw_line();
+  if (first != kMagic) in.fail(1, "format", "expected '" + std::string(kMagic) + "', found " + found(first));
+
+  Trace trace;
+  while (!in.eof() && (in.at_line_end() || in.starts_with("#"))) {
+    if (in.at_line_end()) {
+      in.end_line();
+    } else {
+      read_comment(in, trace);
+    }
+  }
+  std::string header = column_header();
+  if (in.eof()) in.fail(in.line(), "header", "expected the column header '" + header + "', found the end of the file");
+  int header_line = in.line();
+  std::string_view got = in.raw_line();
+  if (got != header) in.fail(header_line, "header", "expected '" + header + "', found " + found(got));
+
+  const int devices = static_cast<int>(trace.device_names.size());
+  while (!in.eof()) {
+    if (in.at_line_end()) {  // blank lines are harmless
+      in.end_line();
+      continue;
+    }
+    trace.events.push_back(read_event(in, in.record(), devices));
+  }
+  return trace;
+}
+
+std::string write_chrome_trace(const Trace& trace) {
+  // Devices: every listed one, plus any an event names beyond the list.
+  std::set<int> devices;
+  for (int d = 0; d < static_cast<int>(trace.device_names.size()); ++d) devices.insert(d);
+  std::map<int, std::set<int>> stages;  // device -> stages of its compute events
+  for (const Event& e : trace.events) {
+    if (e.device >= 0) devices.insert(e.device);
+    if (is_compute(e)) stages[e.device].insert(e.stage);
+  }
+  std::vector<Json> out;
+  for (int d : devices) {
+    bool listed = d < static_cast<int>(trace.device_names.size());
+    std::string name = listed ? trace.device_names[d] : "device " + std::to_string(d);
+    out.push_back(metadata("process_name", d + 1, 0, {{"name", name}}));
+    out.push_back(metadata("process_sort_index", d + 1, 0, {{"sort_index", d}}));
+  }
+  std::map<std::pair<int, std::string>, int> tids;  // (device, stream) -> tid, first appearance
+  for (const Event& e : trace.events) {
+    auto [it, added] = tids.try_emplace({e.device, e.stream}, static_cast<int>(tids.size()) + 1);
+    if (!added) continue;
+    out.push_back(metadata("thread_name", e.device + 1, it->second, {{"name", e.stream}}));
+    out.push_back(metadata("thread_sort_index", e.device + 1, it->second, {{"sort_index", it->second}}));
+  }
+
+  // Transfers pair up by group: the k-th send of a group with its k-th recv.
+  std::vector<int> groups;  // in order of first appearance
+  std::map<int, std::array<std::vector<size_t>, 2>> sides;
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const Event& e = trace.events[i];
+    bool send = e.kind == "send";
+    if (e.kind != "send" && e.kind != "recv") continue;
+    if (!sides.contains(e.group)) groups.push_back(e.group);
+    sides[e.group][send ? 0 : 1].push_back(i);
+  }
+
+  for (const Event& e : trace.events) {
+    Json args{{"task", e.task}, {"iteration", e.iteration}, {"stage", e.stage}, {"microbatch", e.microbatch},
+              {"purpose", e.purpose}, {"bytes", e.bytes}, {"flops", e.flops}};
+    if (e.kind == "send" || e.kind == "recv") {
+      args["peer"] = e.peer;
+      args["group"] = e.group;
+    } else if (e.kind == "collective") {
+      args["group"] = e.group;
+    }
+    out.push_back(Json{{"name", slice_name(e, stages[e.device].size() > 1)},
+                       {"cat", e.kind},
+                       {"ph", "X"},
+                       {"ts", e.start_s * 1e6},
+                       {"dur", (e.end_s - e.start_s) * 1e6},
+                       {"pid", e.device + 1},
+                       {"tid", tids.at({e.device, e.stream})},
+                       {"args", std::move(args)}});
+  }
+
+  // Flow events come after every slice: viewers bind them to the slice open on their thread at
+  // their timestamp, and at equal timestamps they take events in file order.
+  for (int g : groups) {
+    const auto& [sends, recvs] = sides[g];
+    for (size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
+      const Event& s = trace.events[sends[k]];
+      const Event& r = trace.events[recvs[k]];
+      // A recv posted before its send ends the arrow where the data can start arriving, so it
+      // never points back in time.
+      double f_ts = (s.start_s > r.start_s && s.start_s <= r.end_s) ? s.start_s : r.start_s;
+      auto flow = [&](const char* ph, const Event& e, double ts) {
+        return Json{{"name", "transfer"}, {"cat", "transfer"}, {"ph", ph}, {"id", g},
+                    {"ts", ts * 1e6}, {"pid", e.device + 1}, {"tid", tids.at({e.device, e.stream})}};
+      };
+      out.push_back(flow("s", s, s.start_s));
+      Json f = flow("f", r, f_ts);
+      f["bp"] = "e";
+      out.push_back(std::move(f));
+    }
+  }
+
+  // One event per line: diffable, and still one JSON document.
+  auto dump = [](const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
+  std::string text = "{\"traceEvents\":[";
+  for (size_t i = 0; i < out.size(); ++i) text += (i == 0 ? "\n" : ",\n") + dump(out[i]);
+  Json other{{"format", std::string(kMagic.substr(2))}, {"source", trace.source}, {"plan", trace.plan}};
+  return text + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + dump(other) + "}\n";
+}
+
+}  // namespace hetflow::traces
