@@ -86,6 +86,11 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
   }
 }
 
+void CostModel::set_slowdown(int device, double factor) {
+  slowdown_.resize(device_node_.size(), 1.0);
+  slowdown_.at(static_cast<size_t>(device)) = factor;
+}
+
 double CostModel::peak_flops_per_s(int device) const {
   return device_gpu_.at(static_cast<size_t>(device))->peak_flops_per_s(precision_);
 }
@@ -100,7 +105,8 @@ double CostModel::compute_time_s(int device, double flops, double memory_bytes) 
   const model::GpuEfficiency& eff = calibration_.gpu(gpu.name);
   const double math_s = flops / (gpu.peak_flops_per_s(precision_) * eff.max_efficiency);
   const double memory_s = memory_bytes / gpu.memory_bandwidth_bytes_per_s;
-  return eff.overhead_s + std::max(math_s, memory_s);
+  const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(device)];
+  return (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
 }
 
 Route CostModel::route(int src, int dst) const {

@@ -53,6 +53,9 @@ class CostModel {
   // Free communication (every transfer and collective takes zero time): for tests against
   // closed-form pipeline results.
   void set_free_communication(bool free) { free_communication_ = free; }
+  // A straggler: the device's compute takes `factor` times longer (what-if analyses, and the
+  // oracle for the simulator's stragglers).
+  void set_slowdown(int device, double factor);
 
  private:
   double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const;
@@ -68,6 +71,7 @@ class CostModel {
   // WAN routes between regions: widest-then-shortest path bandwidth and latency.
   std::vector<std::vector<Route>> region_route_;
   bool free_communication_ = false;
+  std::vector<double> slowdown_;  // per device, 1 = nominal
 };
 
 // Memory of one device that runs the given chunks. in_flight[c] is the peak number of

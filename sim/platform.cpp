@@ -11,7 +11,7 @@ namespace hetflow::sim {
 namespace sg = simgrid::s4u;
 using Direction = sg::LinkInRoute::Direction;
 
-sg::Engine& start_engine() {
+sg::Engine& start_engine(size_t actors) {
   static int argc = 1;
   static char name[] = "hetflow-sim";
   static char* argv[] = {name, nullptr};
@@ -24,6 +24,10 @@ sg::Engine& start_engine() {
     sg::Engine::set_config("network/model:CM02");
     sg::Engine::set_config("network/crosstraffic:0");
     sg::Engine::set_config("network/TCP-gamma:1e15");
+    if (actors > 30000) {
+      sg::Engine::set_config("contexts/guard-size:0");
+      sg::Engine::set_config("contexts/stack-size:1024");
+    }
   }
   return *engine;
 }

@@ -16,8 +16,10 @@ struct Platform {
 // Creates the SimGrid engine with hetflow's network model settings: CM02 with cross-traffic
 // off and an unbounded TCP window, i.e. plain max-min fair sharing of split-duplex links —
 // the physics of NCCL streams over GPU fabrics, not TCP's (see README, "Simulator").
-// Call once per process, before instantiate_platform.
-simgrid::s4u::Engine& start_engine();
+// `actors` sizes the context settings: beyond ~30k actors guard pages exhaust the kernel's
+// memory-map limit, so they are dropped (with 1 MiB stacks, which measured leaner than
+// smaller ones). Call once per process, before instantiate_platform.
+simgrid::s4u::Engine& start_engine(size_t actors);
 
 Platform instantiate_platform(const PlatformSpec& spec);
 

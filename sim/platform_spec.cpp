@@ -48,6 +48,7 @@ class SpecBuilder {
   void add_gateway_zone(int zone, const std::string& name, int switch_link) {
     const int gw = add_zone("gwzone:" + name, false, zone);
     spec_.zones[static_cast<size_t>(gw)].router = "gw:" + name;
+    spec_.zones[static_cast<size_t>(gw)].gateway = "gw:" + name;
     spec_.zones[static_cast<size_t>(zone)].gateway = "gw:" + name;
     spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(StarRoute{true, gw, {Hop{switch_link, true}}});
   }

@@ -1,8 +1,9 @@
 // PlatformSpec -> SimGrid platform XML (DTD 4.1). SimGrid 3.32 reads no star zones from XML,
 // so the same topology is written with Floyd zones: each node zone routes its hosts to its
 // gateway router; each switch becomes a router in a zone of its own, reached from a member
-// over [its NIC up, the switch] and left towards a member over [its NIC down], which counts
-// each switch once per route, as the star zones of the in-memory platform do.
+// over [its NIC up, the switch] and left towards a member over [its NIC down]; a zone of
+// zones is entered from its parent through a router in front of its switch. Every route
+// then crosses each switch once, as in the star zones of the in-memory platform.
 #include <map>
 #include <sstream>
 
@@ -69,7 +70,7 @@ class XmlWriter {
   std::string gateway_of(int zone) const {
     const ZoneSpec& z = spec_.zones[static_cast<size_t>(zone)];
     if (!z.gateway.empty() && z.gateway.rfind("gw:node:", 0) == 0) return z.gateway;
-    return "sw:" + z.name;  // zones of zones are entered at their switch router
+    return "in:" + z.name;  // zones of zones are entered through a router in front of their switch
   }
 
   void zone(int index, int depth) {
@@ -77,22 +78,36 @@ class XmlWriter {
     if (z.name.rfind("gwzone:", 0) == 0) return;  // gateways of zones of zones: their switch router serves
     const std::string pad = indent(depth);
     out_ << pad << "<zone id=\"" << escape(z.name) << "\" routing=\"" << (z.full ? "Full" : "Floyd") << "\">\n";
+    // The DTD's order: zones, then hosts and routers, then links, then routes.
     for (int child : children_[index]) zone(child, depth + 1);
-    if (!z.router.empty()) out_ << pad << "  <router id=\"" << escape(z.router) << "\"/>\n";
+    const int sw = switch_of(z);
+    const bool entered_from_parent = sw >= 0 && z.parent >= 0;
+    const std::string name = escape(z.name);
+    if (sw >= 0) {
+      out_ << pad << "  <zone id=\"swzone:" << name << "\" routing=\"None\"><router id=\"sw:" << name << "\"/></zone>\n";
+    }
+    if (entered_from_parent) {
+      out_ << pad << "  <zone id=\"inzone:" << name << "\" routing=\"None\"><router id=\"in:" << name << "\"/></zone>\n";
+    }
     for (int h : z.hosts) {
       out_ << pad << "  <host id=\"" << escape(spec_.hosts[static_cast<size_t>(h)].name) << "\" speed=\""
            << number(spec_.hosts[static_cast<size_t>(h)].speed_flops_per_s) << "f\"/>\n";
     }
+    if (!z.router.empty()) out_ << pad << "  <router id=\"" << escape(z.router) << "\"/>\n";
     for (int l : links_of_zone_[index]) {
       const LinkSpec& link = spec_.links[static_cast<size_t>(l)];
       out_ << pad << "  <link id=\"" << escape(link.name) << "\" bandwidth=\"" << number(link.bandwidth_bytes_per_s)
            << "Bps\" latency=\"" << number(link.latency_s) << "s\" sharing_policy=\""
            << (link.split_duplex ? "SPLITDUPLEX" : "FATPIPE") << "\"/>\n";
     }
-    const int sw = switch_of(z);
-    if (sw >= 0) {
-      out_ << pad << "  <zone id=\"swzone:" << escape(z.name) << "\" routing=\"None\"><router id=\"sw:" << escape(z.name)
-           << "\"/></zone>\n";
+    if (entered_from_parent) {
+      // Entering from the parent crosses the switch once; leaving, the member's route already
+      // has, so it goes over a free FATPIPE (SimGrid forbids empty routes).
+      out_ << pad << "  <link id=\"egress:" << name << "\" bandwidth=\"1e18Bps\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n";
+      out_ << pad << "  <zoneRoute src=\"inzone:" << name << "\" dst=\"swzone:" << name << "\" gw_src=\"in:" << name
+           << "\" gw_dst=\"sw:" << name << "\" symmetrical=\"NO\">" << link_ctn(Hop{sw, true}) << "</zoneRoute>\n";
+      out_ << pad << "  <zoneRoute src=\"swzone:" << name << "\" dst=\"inzone:" << name << "\" gw_src=\"sw:" << name
+           << "\" gw_dst=\"in:" << name << "\" symmetrical=\"NO\"><link_ctn id=\"egress:" << name << "\"/></zoneRoute>\n";
     }
     for (const StarRoute& r : z.star_routes) {
       if (!r.is_zone) {

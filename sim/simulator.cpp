@@ -49,6 +49,11 @@ class Simulation {
     const auto wall_start = std::chrono::steady_clock::now();
     std::vector<double> speeds;
     for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(nominal_speed(d));
+    size_t streams = 0;
+    for (const auto& device : plan_.programs) {
+      for (const auto& program : device) streams += program.empty() ? 0 : 1;
+    }
+    start_engine(streams);
     spec_ = platform_spec(cluster_, speeds);
     platform_ = instantiate_platform(spec_);
     prepare_dependencies();
@@ -113,6 +118,7 @@ class Simulation {
     for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
     for (const Fault& f : options_.faults) {
       sg::Actor::create("fault", platform_.hosts.front(), [this, f] {
+        sg::Actor::self()->daemonize();  // a fault after the run has ended does not prolong it
         sg::this_actor::sleep_until(f.at_s);
         if (f.device >= 0) {
           failed_devices_.push_back(f);

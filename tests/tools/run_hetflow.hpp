@@ -8,26 +8,14 @@
 #include <sstream>
 #include <string>
 
+#include "tests/scratch.hpp"
+
 namespace hetflow::test_support {
 
 struct RunResult {
   int status = -1;
   std::string out, err;
 };
-
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-inline std::filesystem::path scratch_dir() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hetflow-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // `args` is appended to the command line as is (quote it yourself).
 inline RunResult run_hetflow(const std::string& args) {
@@ -42,10 +30,5 @@ inline RunResult run_hetflow(const std::string& args) {
   return r;
 }
 
-inline std::string write_file(const std::string& name, const std::string& text) {
-  const auto path = scratch_dir() / name;
-  std::ofstream(path) << text;
-  return path.string();
-}
 
 }  // namespace hetflow::test_support

@@ -1,0 +1,137 @@
+// The SimGrid platform against the cost model: every route's links, latency and bottleneck
+// bandwidth, for every kind of fabric; and the exported platform XML loading back.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <simgrid/s4u.hpp>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "model/io.hpp"
+#include "partition/cost_model.hpp"
+#include "sim/platform.hpp"
+#include "sim/platform_spec.hpp"
+#include "tests/scratch.hpp"
+
+using namespace hetflow;
+
+namespace {
+
+// SimGrid allows one engine per process: each check runs in a child and reports its
+// mismatches (empty = none) through a pipe.
+std::string in_child(const std::function<std::string()>& check) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      out = check();
+    } catch (const std::exception& e) {
+      out = std::string("exception: ") + e.what();
+    }
+    if (write(fds[1], out.data(), out.size()) < 0) _exit(3);
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) out += " [child exited abnormally]";
+  return out;
+}
+
+// Compares SimGrid's route between every pair of devices with CostModel::route().
+std::string compare_routes(const model::Cluster& cluster, const std::vector<simgrid::s4u::Host*>& hosts) {
+  const partition::CostModel cost(cluster, model::Precision::fp16);
+  std::ostringstream problems;
+  int mismatches = 0;
+  for (size_t a = 0; a < hosts.size(); ++a) {
+    for (size_t b = 0; b < hosts.size(); ++b) {
+      if (a == b) continue;
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      hosts[a]->route_to(hosts[b], links, &latency);
+      double bandwidth = 1e300;
+      for (auto* l : links) bandwidth = std::min(bandwidth, l->get_bandwidth());
+      // The simulator caps inter-node flows at one NIC; the platform's NIC link aggregates all.
+      const int na = cost.node_of(static_cast<int>(a)), nb = cost.node_of(static_cast<int>(b));
+      if (na != nb) {
+        bandwidth = std::min({bandwidth, cluster.nodes[static_cast<size_t>(na)].nic.bandwidth_bytes_per_s,
+                              cluster.nodes[static_cast<size_t>(nb)].nic.bandwidth_bytes_per_s});
+      }
+      const partition::Route r = cost.route(static_cast<int>(a), static_cast<int>(b));
+      if (std::fabs(latency - r.latency_s) > 1e-12 * std::max(1.0, r.latency_s) ||
+          std::fabs(bandwidth / r.bandwidth_bytes_per_s - 1) > 1e-12) {
+        if (++mismatches > 3) continue;  // the first few say enough
+        problems << hosts[a]->get_name() << " -> " << hosts[b]->get_name() << ": simgrid " << latency << " s, "
+                 << bandwidth << " B/s; cost model " << r.latency_s << " s, " << r.bandwidth_bytes_per_s << " B/s\n";
+      }
+    }
+  }
+  if (mismatches > 3) problems << "... " << mismatches << " mismatched routes in all\n";
+  return problems.str();
+}
+
+std::vector<double> unit_speeds(const model::Cluster& c) { return std::vector<double>(static_cast<size_t>(c.device_count()), 1e12); }
+
+const char* kFatTree = R"(name: tree
+fabric: {kind: fat-tree, nodes_per_leaf: 2, oversubscription: 4, latency: 1 us}
+nodes:
+  - {name: a, count: 3, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us},
+     nic: {count: 2, bandwidth: 100 Gb/s, latency: 3 us}}
+  - {name: p, gpu: RTX-3090, gpus: 2, intra: {kind: pcie, bandwidth: 32 GB/s, latency: 5 us, uplink: 16 GB/s},
+     nic: {count: 1, bandwidth: 25 Gb/s, latency: 7 us}}
+)";
+
+}  // namespace
+
+class PlatformRoutes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlatformRoutes, EqualTheCostModelRoutes) {
+  const std::string name = GetParam();
+  const model::Cluster cluster = name == "fat-tree" ? model::parse_cluster(kFatTree, "tree.yaml") : model::builtin_cluster(name);
+  const std::string problems = in_child([&] {
+    sim::start_engine(0);
+    const sim::Platform p = sim::instantiate_platform(sim::platform_spec(cluster, unit_speeds(cluster)));
+    return compare_routes(cluster, p.hosts);
+  });
+  EXPECT_EQ(problems, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Clusters, PlatformRoutes,
+                         ::testing::Values("mixed-academic", "hetpipe-testbed", "two-region", "fat-tree"),
+                         [](const auto& param_info) {
+                           std::string s = param_info.param;
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
+
+TEST(PlatformXml, ExportedPlatformLoadsWithTheSameRoutes) {
+  for (const std::string name : {"mixed-academic", "fat-tree", "two-region"}) {
+    const model::Cluster cluster = name == "fat-tree" ? model::parse_cluster(kFatTree, "tree.yaml") : model::builtin_cluster(name);
+    const std::string path = test_support::write_file(name + ".xml", sim::platform_xml(sim::platform_spec(cluster, unit_speeds(cluster))));
+    const std::string problems = in_child([&] {
+      int argc = 1;
+      char arg0[] = "t";
+      char* argv[] = {arg0, nullptr};
+      simgrid::s4u::Engine e(&argc, argv);
+      e.load_platform(path);
+      e.get_netzone_root()->seal();
+      std::vector<simgrid::s4u::Host*> hosts;
+      for (const model::Device& d : cluster.devices()) hosts.push_back(e.host_by_name(d.name));
+      return compare_routes(cluster, hosts);
+    });
+    EXPECT_EQ(problems, "") << name;
+  }
+}

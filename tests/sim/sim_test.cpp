@@ -1,0 +1,238 @@
+// The simulator against closed forms and the analytic critical path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "sim/simulator.hpp"
+#include "tests/partition/plan_test_util.hpp"
+#include "traces/metrics.hpp"
+#include "traces/trace_io.hpp"
+
+using namespace hetflow;
+using partition::Plan;
+using partition::Task;
+using partition::TaskKind;
+
+namespace {
+
+// n nodes of one GPU on one switch; every route has latency `latency_s` and bandwidth
+// `bandwidth` (NIC latency a/2 at each end; GPU links and the switch add nothing).
+model::Cluster flat_cluster(int n, double bandwidth, double latency_s) {
+  const std::string yaml = "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n  - {name: n, count: " +
+                           std::to_string(n) + ", gpu: A100-80, gpus: 1, intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, " +
+                           "nic: {count: 1, bandwidth: " + std::to_string(bandwidth) + " B/s, latency: " +
+                           std::to_string(latency_s / 2) + " s}}\n";
+  return model::parse_cluster(yaml, "flat.yaml");
+}
+
+// An empty plan for a cluster: devices named, one "comm" stream.
+Plan empty_plan(const model::Cluster& cluster) {
+  Plan plan;
+  plan.cluster_name = cluster.name;
+  plan.cluster_yaml = model::write_cluster(cluster);
+  plan.network_name = "none";
+  for (const model::Device& d : cluster.devices()) plan.device_names.push_back(d.name);
+  plan.programs.resize(plan.device_names.size());
+  plan.streams = {"compute", "comm"};
+  plan.layout.workers.clear();
+  return plan;
+}
+
+Plan plan_for(const model::Cluster& cluster, const model::Network& net, partition::PlanOptions o) {
+  o.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
+
+double duration_of(const traces::Trace& trace, TaskKind kind) {
+  double start = 1e300, end = 0;
+  for (const traces::Event& e : trace.events) {
+    if (e.kind != partition::to_string(kind)) continue;
+    start = std::min(start, e.start_s);
+    end = std::max(end, e.end_s);
+  }
+  return end - start;
+}
+
+}  // namespace
+
+TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
+  for (int n : {2, 4, 8}) {
+    const double bandwidth = 10e9, latency = 5e-6, bytes = 256e6;
+    const model::Cluster cluster = flat_cluster(n, bandwidth, latency);
+    Plan plan = empty_plan(cluster);
+    partition::Collective c;
+    c.bytes = bytes;
+    for (int d = 0; d < n; ++d) {
+      Task t;
+      t.kind = TaskKind::collective;
+      t.purpose = partition::Purpose::data_parallel;
+      t.device = d;
+      t.stream = 1;
+      t.bytes = bytes;
+      t.group = 0;
+      c.devices.push_back(d);
+      c.tasks.push_back(plan.add_task(t));
+    }
+    plan.collectives.push_back(c);
+    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    ASSERT_TRUE(r.completed);
+    const double expected = 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+    EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01) << "n=" << n;
+  }
+}
+
+TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
+  const double bandwidth = 10e9, bytes = 1e9;
+  const model::Cluster cluster = flat_cluster(3, bandwidth, 0);
+  Plan plan = empty_plan(cluster);
+  // Devices 0 and 1 both send to device 2 at once: device 2's NIC is the shared link.
+  for (int src : {0, 1}) {
+    Task s;
+    s.kind = TaskKind::send;
+    s.purpose = partition::Purpose::activation;
+    s.device = src;
+    s.peer = 2;
+    s.bytes = bytes;
+    s.group = src;
+    plan.streams.push_back("send>2:t" + std::to_string(src));
+    s.stream = static_cast<int>(plan.streams.size()) - 1;
+    Task r = s;
+    r.kind = TaskKind::recv;
+    r.device = 2;
+    r.peer = src;
+    plan.streams.push_back("recv<" + std::to_string(src) + ":t" + std::to_string(src));
+    r.stream = static_cast<int>(plan.streams.size()) - 1;
+    plan.add_task(s);
+    plan.add_task(r);
+  }
+  const sim::SimResult r = sim::simulate(plan, cluster, {});
+  ASSERT_TRUE(r.completed);
+  for (const traces::Event& e : r.trace.events) {
+    EXPECT_NEAR((e.end_s - e.start_s) / (bytes / (bandwidth / 2)), 1.0, 1e-6) << e.kind << " " << e.device;
+  }
+}
+
+TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    partition::PlanOptions o;
+    o.schedule = schedule;
+    o.pipeline = 4;
+    o.data = 1;
+    o.microbatches = 8;
+    o.workspace_bytes = 0;
+    const model::Cluster cluster = test_support::identical_cluster(4);
+    const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+    sim::SimOptions options;
+    options.free_communication = true;
+    const sim::SimResult r = sim::simulate(plan, cluster, options);
+    ASSERT_TRUE(r.completed);
+    partition::CostModel cost(cluster, plan.layout.precision);
+    const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost, 1);
+    EXPECT_NEAR(m.bubble_fraction, 3.0 / 11.0, 1e-9) << schedule;
+  }
+}
+
+TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
+  // One pipeline, one GPU per node: consecutive stages talk over their own NICs only.
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=2048,heads=16,seq=1024", model::Precision::fp16);
+  const Plan plan = plan_for(cluster, net, o);
+  const sim::SimResult r = sim::simulate(plan, cluster, {});
+  ASSERT_TRUE(r.completed);
+  const partition::CostModel cost(cluster, plan.layout.precision);
+  const double analytic = partition::estimate_plan(plan, cost).iteration_time_s;
+  EXPECT_NEAR(r.simulated_s / analytic, 1.0, 0.01);
+}
+
+TEST(Simulator, StragglerSlowsTheBottleneckAsTheCriticalPathSays) {
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=2048,heads=16,seq=1024", model::Precision::fp16);
+  const Plan plan = plan_for(cluster, net, o);
+  sim::SimOptions options;
+  options.stragglers.push_back({3, 2.0, 0.0});  // the last stage (with the LM head) is the bottleneck
+  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  ASSERT_TRUE(r.completed);
+  partition::CostModel slowed(cluster, plan.layout.precision);
+  slowed.set_slowdown(3, 2.0);
+  const double with_straggler = partition::estimate_plan(plan, slowed).iteration_time_s;
+  const double without = partition::estimate_plan(plan, partition::CostModel(cluster, plan.layout.precision)).iteration_time_s;
+  EXPECT_GT(with_straggler, 1.3 * without);  // the straggler is the bottleneck
+  EXPECT_NEAR(r.simulated_s / with_straggler, 1.0, 0.01);
+}
+
+TEST(Simulator, SameInputsGiveAByteIdenticalTrace) {
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.microbatches = 4;
+  o.iterations = 2;
+  const model::Cluster cluster = model::builtin_cluster("mixed-academic");
+  const Plan plan = plan_for(cluster, model::network_from_spec("gpt2-350m", model::Precision::fp16), o);
+  const sim::SimResult a = sim::simulate(plan, cluster, {});
+  const sim::SimResult b = sim::simulate(plan, cluster, {});
+  ASSERT_TRUE(a.completed);
+  EXPECT_EQ(traces::write_trace_csv(a.trace), traces::write_trace_csv(b.trace));
+  EXPECT_EQ(traces::write_chrome_trace(a.trace), traces::write_chrome_trace(b.trace));
+}
+
+TEST(Simulator, FailedDeviceStallsAndIsReportedWithoutHanging) {
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  sim::SimOptions options;
+  options.faults.push_back({1, "", 0.02});
+  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  EXPECT_FALSE(r.completed);
+  ASSERT_FALSE(r.stalls.empty());
+  EXPECT_NE(r.stalls.front().find("n-1/gpu0 failed at 0.02"), std::string::npos) << r.stalls.front();
+  bool names_a_stuck_stream = false;
+  for (const std::string& s : r.stalls) names_a_stuck_stream |= s.find("stuck at") != std::string::npos;
+  EXPECT_TRUE(names_a_stuck_stream);
+}
+
+TEST(Simulator, FailedLinkStallsTheTransfersThatCrossIt) {
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  sim::SimOptions options;
+  options.faults.push_back({-1, "nic:n-2", 0.02});
+  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  EXPECT_FALSE(r.completed);
+  bool link_failure = false;
+  for (const std::string& s : r.stalls) link_failure |= s.find("a link on its route failed") != std::string::npos;
+  EXPECT_TRUE(link_failure);
+}
+
+TEST(Simulator, ManySimulationsInOneProcess) {
+  const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  const Plan plan = plan_for(cluster, test_support::equal_layers(4), o);
+  double first = 0;
+  for (int i = 0; i < 5; ++i) {
+    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    ASSERT_TRUE(r.completed);
+    if (i == 0) first = r.simulated_s;
+    EXPECT_EQ(r.simulated_s, first);  // each run starts from a fresh engine at time 0
+  }
+}
