@@ -36,11 +36,20 @@ int Plan::add_task(const Task& task) {
   boost::add_vertex(graph);
   if (programs.size() <= static_cast<size_t>(task.device)) programs.resize(static_cast<size_t>(task.device) + 1);
   auto& device_streams = programs[static_cast<size_t>(task.device)];
-  if (device_streams.size() <= static_cast<size_t>(task.stream)) {
-    device_streams.resize(static_cast<size_t>(task.stream) + 1);
-  }
-  device_streams[static_cast<size_t>(task.stream)].push_back(id);
+  auto it = std::find_if(device_streams.begin(), device_streams.end(),
+                         [&](const StreamProgram& p) { return p.stream == task.stream; });
+  if (it == device_streams.end()) it = device_streams.insert(device_streams.end(), StreamProgram{task.stream, {}});
+  it->tasks.push_back(id);
   return id;
+}
+
+const std::vector<int>& Plan::program(int device, int stream) const {
+  static const std::vector<int> kNone;
+  if (device < 0 || static_cast<size_t>(device) >= programs.size()) return kNone;
+  for (const StreamProgram& p : programs[static_cast<size_t>(device)]) {
+    if (p.stream == stream) return p.tasks;
+  }
+  return kNone;
 }
 
 void Plan::add_dependency(int from_task, int to_task) {

@@ -78,6 +78,13 @@ struct DeviceMemory {
   bool operator==(const DeviceMemory&) const = default;
 };
 
+// One stream of one device: its tasks in program order (each waits for the one before).
+struct StreamProgram {
+  int stream = 0;  // index into Plan::streams
+  std::vector<int> tasks;
+  bool operator==(const StreamProgram&) const = default;
+};
+
 // Data dependencies: an edge u -> v means task v needs task u's result.
 using TaskGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
 
@@ -94,14 +101,17 @@ struct Plan {
   std::vector<Task> tasks;
   TaskGraph graph;
   std::vector<Collective> collectives;
-  // programs[device][stream] = task ids in program order.
-  std::vector<std::vector<std::vector<int>>> programs;
+  // programs[device]: the streams that device uses (in order of first use), each with its
+  // task ids in program order. Sparse: a device has a handful of streams out of many names.
+  std::vector<std::vector<StreamProgram>> programs;
   std::vector<DeviceMemory> memory;  // per device
 
   int device_count() const { return static_cast<int>(device_names.size()); }
   // Adds a task (and its graph vertex) and appends it to its device's stream program.
   int add_task(const Task& task);
   void add_dependency(int from_task, int to_task);
+  // The task ids of one device stream in program order; empty when the device has none.
+  const std::vector<int>& program(int device, int stream) const;
 };
 
 bool same_plan(const Plan& a, const Plan& b);  // everything, graph edges included

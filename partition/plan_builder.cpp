@@ -328,7 +328,7 @@ class Builder {
     for (const VirtualWorker& vw : layout_.workers) {
       for (const auto& rank : vw.ranks) {
         for (int d : rank) {
-          const auto& program = plan_.programs[static_cast<size_t>(d)][static_cast<size_t>(compute_stream_)];
+          const auto& program = plan_.program(d, compute_stream_);
           for (auto i = program.rbegin(); i != program.rend(); ++i) {
             const Task& t = plan_.tasks[static_cast<size_t>(*i)];
             if (t.iteration == it && (t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight ||
@@ -528,7 +528,7 @@ class Builder {
     for (const auto& [key, pulls] : pending_pulls_) {
       const auto [it, w, stage, j] = key;
       const int device = device_of(w, stage, j);
-      const auto& program = plan_.programs[static_cast<size_t>(device)][static_cast<size_t>(compute_stream_)];
+      const auto& program = plan_.program(device, compute_stream_);
       for (int id : program) {
         const Task& t = plan_.tasks[static_cast<size_t>(id)];
         if (t.iteration == it && t.stage == stage && t.kind == TaskKind::forward) {

@@ -189,7 +189,13 @@ std::string write_plan_json(const Plan& plan) {
                            {"tasks", c.tasks}});
   }
   j["collectives"] = std::move(collectives);
-  j["programs"] = plan.programs;
+  Json programs = Json::array();
+  for (const auto& device : plan.programs) {
+    Json streams = Json::array();
+    for (const StreamProgram& p : device) streams.push_back({{"stream", p.stream}, {"tasks", p.tasks}});
+    programs.push_back(std::move(streams));
+  }
+  j["programs"] = std::move(programs);
   Json memory = Json::array();
   for (const DeviceMemory& m : plan.memory) {
     memory.push_back({{"weights_bytes", m.weights_bytes},
@@ -287,10 +293,12 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
   const Json& programs = r.array(j, "programs", "");
   for (size_t d = 0; d < programs.size(); ++d) {
     const std::string p = "programs[" + std::to_string(d) + "]";
-    if (!programs[d].is_array()) r.fail(p, "expected one array of task ids per stream");
-    std::vector<std::vector<int>> streams;
+    if (!programs[d].is_array()) r.fail(p, "expected an array of {stream, tasks} per device");
+    std::vector<StreamProgram> streams;
     for (size_t s = 0; s < programs[d].size(); ++s) {
-      streams.push_back(r.integers(programs[d][s], p + "[" + std::to_string(s) + "]"));
+      const std::string ps = p + "[" + std::to_string(s) + "]";
+      streams.push_back(StreamProgram{r.integer(programs[d][s], "stream", ps),
+                                      r.integers(r.at(programs[d][s], "tasks", ps), ps + ".tasks")});
     }
     plan.programs.push_back(std::move(streams));
   }
@@ -316,8 +324,8 @@ std::string plan_grid(const Plan& plan) {
   for (size_t d = 0; d < plan.programs.size(); ++d) {
     std::string line;
     int iteration = -1;
-    for (const auto& program : plan.programs[d]) {
-      for (int id : program) {
+    for (const StreamProgram& program : plan.programs[d]) {
+      for (int id : program.tasks) {
         const Task& t = plan.tasks[static_cast<size_t>(id)];
         char letter = 0;
         if (t.kind == TaskKind::forward) letter = 'F';

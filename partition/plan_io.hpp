@@ -8,7 +8,7 @@ namespace hetflow::partition {
 
 // {"format": "hetflow-plan", "version": 1, "cluster": {...}, "network": {...}, "layout": {...},
 //  "devices": [...], "streams": [...], "tasks": [{...}], "dependencies": [[from, to], ...],
-//  "collectives": [...], "programs": [[[task, ...] per stream] per device], "memory": [...]}
+//  "collectives": [...], "programs": [[{"stream": s, "tasks": [...]}] per device], "memory": [...]}
 std::string write_plan_json(const Plan& plan);
 // Throws InputError naming the file and the field (e.g. "tasks[12].device") for a malformed
 // file, with the line for JSON syntax errors. Does not validate the plan's semantics: that

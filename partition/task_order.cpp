@@ -43,7 +43,8 @@ TaskOrder order_tasks(const Plan& plan) {
     if (a != b) edges.emplace_back(a, b);
   }
   for (const auto& device : plan.programs) {
-    for (const auto& program : device) {
+    for (const StreamProgram& stream : device) {
+      const std::vector<int>& program = stream.tasks;
       for (size_t i = 1; i < program.size(); ++i) {
         const int a = o.unit_of_task[static_cast<size_t>(program[i - 1])];
         const int b = o.unit_of_task[static_cast<size_t>(program[i])];

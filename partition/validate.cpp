@@ -39,8 +39,9 @@ bool check_structure(const Plan& plan, std::vector<std::string>& problems) {
   if (!problems.empty()) return false;
   std::vector<int> listed(plan.tasks.size(), 0);
   for (size_t d = 0; d < plan.programs.size(); ++d) {
-    for (size_t s = 0; s < plan.programs[d].size(); ++s) {
-      for (int id : plan.programs[d][s]) {
+    for (const StreamProgram& program : plan.programs[d]) {
+      const auto s = static_cast<size_t>(program.stream);
+      for (int id : program.tasks) {
         if (id < 0 || static_cast<size_t>(id) >= plan.tasks.size()) {
           problems.push_back("program of " + device_name(plan, static_cast<int>(d)) + " lists unknown task #" + std::to_string(id));
           continue;

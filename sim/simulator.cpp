@@ -50,24 +50,23 @@ class Simulation {
     std::vector<double> speeds;
     for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(nominal_speed(d));
     size_t streams = 0;
-    for (const auto& device : plan_.programs) {
-      for (const auto& program : device) streams += program.empty() ? 0 : 1;
-    }
+    for (const auto& device : plan_.programs) streams += device.size();
     start_engine(streams);
     spec_ = platform_spec(cluster_, speeds);
     platform_ = instantiate_platform(spec_);
     prepare_dependencies();
     add_stragglers_and_faults();
     for (size_t d = 0; d < plan_.programs.size(); ++d) {
-      for (size_t s = 0; s < plan_.programs[d].size(); ++s) {
-        if (plan_.programs[d][s].empty()) continue;
+      for (const partition::StreamProgram& program : plan_.programs[d]) {
+        if (program.tasks.empty()) continue;
+        const auto s = static_cast<size_t>(program.stream);
         auto actor = std::make_unique<StreamActor>();
         actor->device = static_cast<int>(d);
-        actor->stream = static_cast<int>(s);
+        actor->stream = program.stream;
         actor->mutex = sg::Mutex::create();
         actor->ready = sg::ConditionVariable::create();
         const int index = static_cast<int>(actors_.size());
-        for (int t : plan_.programs[d][s]) owner_[static_cast<size_t>(t)] = index;
+        for (int t : program.tasks) owner_[static_cast<size_t>(t)] = index;
         actors_.push_back(std::move(actor));
         sg::Actor::create(plan_.device_names[d] + ":" + plan_.streams[s], platform_.hosts[d],
                           [this, index] { run_stream(index); });
@@ -134,7 +133,7 @@ class Simulation {
   void run_stream(int index) {
     StreamActor& a = *actors_[static_cast<size_t>(index)];
     try {
-      for (int task : plan_.programs[static_cast<size_t>(a.device)][static_cast<size_t>(a.stream)]) {
+      for (int task : plan_.program(a.device, a.stream)) {
         a.current = task;
         wait_until(a, [this, task] { return remaining_[static_cast<size_t>(task)] == 0; }, task);
         execute(a, task);

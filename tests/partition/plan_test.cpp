@@ -42,7 +42,7 @@ std::vector<ScheduledOp> compute_order(const Plan& plan, int device) {
   std::vector<ScheduledOp> ops;
   const auto& vw = plan.layout.workers.front();
   const int p = static_cast<int>(vw.ranks.size());
-  for (int id : plan.programs[static_cast<size_t>(device)][0]) {
+  for (int id : plan.program(device, 0)) {
     const Task& t = plan.tasks[static_cast<size_t>(id)];
     if (t.kind == TaskKind::forward) ops.push_back({OpKind::F, t.microbatch, t.stage / p});
     if (t.kind == TaskKind::backward) ops.push_back({OpKind::B, t.microbatch, t.stage / p});

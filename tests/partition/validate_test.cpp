@@ -70,7 +70,7 @@ TEST(Validate, MismatchedBytesAreNamed) {
 TEST(Validate, CycleIsReportedAsDeadlockWithItsTasks) {
   Plan plan = small_plan();
   // Make rank 0's first forward wait for its own last backward.
-  const auto& program = plan.programs[0][0];
+  const auto program = plan.program(0, 0);
   plan.add_dependency(program.back(), program.front());
   const Validation v = validate_plan(plan);
   ASSERT_TRUE(mentions(v, "deadlock")) << (v.ok() ? "ok" : v.problems.front());
@@ -95,7 +95,8 @@ TEST(Validate, CrossedChannelsDeadlock) {
   forged_send.peer = send_a.device;
   forged_send.group = 5000;
   const int r = plan.add_task(forged);
-  auto& stream = plan.programs[static_cast<size_t>(send_a.device)][static_cast<size_t>(send_a.stream)];
+  auto& streams = plan.programs[static_cast<size_t>(send_a.device)];
+  auto& stream = std::find_if(streams.begin(), streams.end(), [&](const auto& p) { return p.stream == send_a.stream; })->tasks;
   std::rotate(stream.begin(), stream.end() - 1, stream.end());  // the forged recv goes first
   const int s = plan.add_task(forged_send);
   // The peer sends only after it has received A's first transfer.

@@ -1,0 +1,58 @@
+// Simulator speed: one iteration of GPT-3 175B (PP 16, 64 micro-batches, 1F1B, DP over the
+// rest, one hierarchical all-reduce per stage) on 64, 1,024 and 8,192 GPUs, half A100-80 and
+// half H100 nodes on a 2:1 fat tree. The time reported is the simulating child's own
+// wall-clock time (manual time), without forking and shipping the trace back; counters give
+// simulated activities per second and the child's peak memory.
+// (TP 1 does not fit GPT-3 175B in 80 GB: validation would reject these plans; the simulator
+// does not check memory, and the benchmark measures the simulator, not the plan.)
+#include <benchmark/benchmark.h>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "sim/simulator.hpp"
+
+using namespace hetflow;
+
+namespace {
+
+model::Cluster mixed_cluster(int gpus) {
+  const int nodes = gpus / 8;
+  const std::string yaml = "name: mixed-" + std::to_string(gpus) +
+                           "\nfabric: {kind: fat-tree, nodes_per_leaf: 16, oversubscription: 2, latency: 1 us}\nnodes:\n"
+                           "  - {name: a100, count: " + std::to_string(nodes / 2) +
+                           ", gpu: A100-80, gpus: 8, intra: {kind: nvswitch, bandwidth: 300 GB/s}, nic: {count: 8, bandwidth: 200 Gb/s}}\n"
+                           "  - {name: h100, count: " + std::to_string(nodes - nodes / 2) +
+                           ", gpu: H100-SXM, gpus: 8, intra: {kind: nvswitch, bandwidth: 450 GB/s}, nic: {count: 8, bandwidth: 400 Gb/s}}\n";
+  return model::parse_cluster(yaml, "mixed.yaml");
+}
+
+void BM_SimulateGpt3_175b(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const model::Cluster cluster = mixed_cluster(gpus);
+  const model::Network net = model::network_from_spec("gpt3-175b", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.pipeline = 16;
+  o.microbatches = 64;
+  o.bucket_bytes = 1e15;  // one all-reduce per stage
+  o.allreduce = partition::AllReduceAlgorithm::hierarchical;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  sim::SimResult last;
+  for (auto _ : state) {
+    last = sim::simulate(plan, cluster, {});
+    state.SetIterationTime(last.wall_s);
+  }
+  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
+  state.counters["activities"] = static_cast<double>(last.activities);
+  state.counters["activities_per_s"] = static_cast<double>(last.activities) / last.wall_s;
+  state.counters["peak_rss_MiB"] = static_cast<double>(last.peak_rss_bytes) / (1024.0 * 1024.0);
+  state.counters["simulated_s"] = last.simulated_s;
+  state.counters["completed"] = last.completed ? 1 : 0;
+}
+BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(8192)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
