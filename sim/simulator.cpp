@@ -9,6 +9,8 @@
 #include <xbt/log.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -29,7 +31,11 @@ namespace {
 struct StreamActor {
   int device = -1;
   int stream = -1;
+  // The actor holds its own mutex for its whole life (the condition variable's wait needs
+  // one); wakers only notify. Simcalls are handled in order, so a notification can never
+  // slip between the waiter's check and its wait.
   sg::MutexPtr mutex;
+  std::unique_lock<sg::Mutex> held;
   sg::ConditionVariablePtr ready;
   int waiting_on = -1;   // the task it waits for, -1 when running
   int current = -1;      // the task it is at (for stall reports)
@@ -72,8 +78,19 @@ class Simulation {
                           [this, index] { run_stream(index); });
       }
     }
+    const auto t_setup = std::chrono::steady_clock::now();
     sg::Engine::get_instance()->run();
+    const auto t_run = std::chrono::steady_clock::now();
+    // Actors that ended or were killed still "hold" their mutex; unlocking from outside an
+    // actor is not allowed, so let the locks go without unlocking.
+    for (auto& actor : actors_) actor->held.release();
     SimResult result = collect();
+    if (std::getenv("HETFLOW_SIM_PHASES")) {
+      const auto t_end = std::chrono::steady_clock::now();
+      auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+      std::fprintf(stderr, "sim phases: setup %.2f s, run %.2f s, collect %.2f s\n", s(wall_start, t_setup),
+                   s(t_setup, t_run), s(t_run, t_end));
+    }
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     return result;
   }
@@ -111,6 +128,14 @@ class Simulation {
       }
     }
     arrived_.assign(plan_.collectives.size(), 0);
+    // Each channel's mailbox, looked up once: "<src>><dst>:<tag>".
+    mailbox_of_.assign(n, nullptr);
+    for (size_t t = 0; t < n; ++t) {
+      const Task& task = plan_.tasks[t];
+      if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+      const std::string tag = channel_tag(plan_.streams[static_cast<size_t>(task.stream)]);
+      mailbox_of_[t] = task.kind == TaskKind::send ? channel(task.device, task.peer, tag) : channel(task.peer, task.device, tag);
+    }
   }
 
   void add_stragglers_and_faults() {
@@ -132,6 +157,7 @@ class Simulation {
 
   void run_stream(int index) {
     StreamActor& a = *actors_[static_cast<size_t>(index)];
+    a.held = std::unique_lock<sg::Mutex>(*a.mutex);
     try {
       for (int task : plan_.program(a.device, a.stream)) {
         a.current = task;
@@ -151,9 +177,8 @@ class Simulation {
   template <typename Ready>
   void wait_until(StreamActor& a, Ready ready, int task) {
     if (ready()) return;
-    std::unique_lock<sg::Mutex> lock(*a.mutex);
     a.waiting_on = task;
-    while (!ready()) a.ready->wait(lock);
+    while (!ready()) a.ready->wait(a.held);
     a.waiting_on = -1;
   }
 
@@ -161,9 +186,7 @@ class Simulation {
     const int owner = owner_[static_cast<size_t>(task)];
     if (owner < 0) return;
     StreamActor& a = *actors_[static_cast<size_t>(owner)];
-    if (a.waiting_on != task) return;
-    std::unique_lock<sg::Mutex> lock(*a.mutex);
-    a.ready->notify_all();
+    if (a.waiting_on == task) a.ready->notify_all();
   }
 
   void complete(int task) {
@@ -220,7 +243,7 @@ class Simulation {
   }
 
   void transfer_send(const Task& t, int id) {
-    sg::Mailbox* box = channel(t.device, t.peer, channel_tag(plan_.streams[static_cast<size_t>(t.stream)]));
+    sg::Mailbox* box = mailbox_of_[static_cast<size_t>(id)];
     sg::CommPtr comm = box->put_init(&payload_, static_cast<uint64_t>(t.bytes));
     cap_rate(comm, t.device, t.peer);
     comm->start();
@@ -230,7 +253,7 @@ class Simulation {
   }
 
   void transfer_recv(const Task& t, int id) {
-    sg::Mailbox* box = channel(t.peer, t.device, channel_tag(plan_.streams[static_cast<size_t>(t.stream)]));
+    sg::Mailbox* box = mailbox_of_[static_cast<size_t>(id)];
     int* received = nullptr;
     sg::CommPtr comm = box->get_async<int>(&received);
     comm->wait();
@@ -429,6 +452,7 @@ class Simulation {
   PlatformSpec spec_;
   Platform platform_;
   std::vector<std::unique_ptr<StreamActor>> actors_;
+  std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task
   std::vector<int> remaining_, owner_;
   std::vector<std::vector<int>> successors_;
   std::vector<char> done_;
