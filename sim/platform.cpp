@@ -24,10 +24,7 @@ sg::Engine& start_engine(size_t actors) {
     sg::Engine::set_config("network/model:CM02");
     sg::Engine::set_config("network/crosstraffic:0");
     sg::Engine::set_config("network/TCP-gamma:1e15");
-    if (actors > 30000) {
-      sg::Engine::set_config("contexts/guard-size:0");
-      sg::Engine::set_config("contexts/stack-size:1024");
-    }
+    if (actors > 30000) sg::Engine::set_config("contexts/guard-size:0");
   }
   return *engine;
 }

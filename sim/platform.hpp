@@ -17,8 +17,9 @@ struct Platform {
 // off and an unbounded TCP window, i.e. plain max-min fair sharing of split-duplex links —
 // the physics of NCCL streams over GPU fabrics, not TCP's (see README, "Simulator").
 // `actors` sizes the context settings: beyond ~30k actors guard pages exhaust the kernel's
-// memory-map limit, so they are dropped (with 1 MiB stacks, which measured leaner than
-// smaller ones). Call once per process, before instantiate_platform.
+// memory-map limit, so they are dropped (stacks keep their default size, which measured
+// leaner and faster to set up than small ones). Call once per process, before
+// instantiate_platform.
 simgrid::s4u::Engine& start_engine(size_t actors);
 
 Platform instantiate_platform(const PlatformSpec& spec);

@@ -60,7 +60,9 @@ class Simulation {
     start_engine(streams);
     spec_ = platform_spec(cluster_, speeds);
     platform_ = instantiate_platform(spec_);
+    const auto t_platform = std::chrono::steady_clock::now();
     prepare_dependencies();
+    const auto t_dependencies = std::chrono::steady_clock::now();
     add_stragglers_and_faults();
     for (size_t d = 0; d < plan_.programs.size(); ++d) {
       for (const partition::StreamProgram& program : plan_.programs[d]) {
@@ -88,7 +90,8 @@ class Simulation {
     if (std::getenv("HETFLOW_SIM_PHASES")) {
       const auto t_end = std::chrono::steady_clock::now();
       auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-      std::fprintf(stderr, "sim phases: setup %.2f s, run %.2f s, collect %.2f s\n", s(wall_start, t_setup),
+      std::fprintf(stderr, "sim phases: setup %.2f s (platform %.2f, dependencies %.2f, actors %.2f), run %.2f s, collect %.2f s\n",
+                   s(wall_start, t_setup), s(wall_start, t_platform), s(t_platform, t_dependencies), s(t_dependencies, t_setup),
                    s(t_setup, t_run), s(t_run, t_end));
     }
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -38,9 +38,9 @@ void print_layout(std::ostream& out, const Plan& plan) {
 void print_estimate(std::ostream& out, const Plan& plan, const partition::Estimate& e, double tokens_per_sample) {
   out << "analytic estimate (critical path, no contention):\n";
   out << "  iteration time   " << u::human_time_s(e.iteration_time_s) << "\n";
-  out << "  throughput       " << std::setprecision(4) << e.throughput_samples_per_s << " samples/s";
-  if (tokens_per_sample > 1) out << ", " << e.throughput_samples_per_s * tokens_per_sample << " tokens/s";
-  out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n";
+  out << std::fixed << "  throughput       " << std::setprecision(2) << e.throughput_samples_per_s << " samples/s";
+  if (tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_samples_per_s * tokens_per_sample << " tokens/s";
+  out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n" << std::defaultfloat;
   out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
       << "peak memory" << std::setw(12) << "capacity" << "\n";
   const size_t devices = static_cast<size_t>(plan.device_count());

@@ -24,7 +24,10 @@ grep "hetflow:" build/configure.log || true  # says whether the CUDA parts are b
 cmake --build --preset default -j "$jobs"
 
 if [ "$mode" = run ]; then
-  ./build/tools/hetflow describe
+  # The main job: simulate the default cluster and model, write the trace.
+  # (4 pipeline stages with selective recomputation: gpt2-xl does not fit a 16 GB V100 whole.)
+  ./build/tools/hetflow simulate --pipeline 4 --recompute selective \
+    --trace hetflow-trace.csv --chrome hetflow-trace.json
 else
   ctest --preset default -j "$jobs"
 fi

@@ -57,7 +57,7 @@ void BM_SimulateGpt3_175b(benchmark::State& state) {
   state.counters["simulated_s"] = last.simulated_s;
   state.counters["completed"] = last.completed ? 1 : 0;
 }
-BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(2048)->Arg(8192)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(2048)->Arg(4096)->Arg(8192)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 
