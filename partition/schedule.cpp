@@ -8,6 +8,24 @@
 namespace hetflow::partition {
 
 // Defined in schedule_*.cpp; one line each in the registry below.
+void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved) {
+  const std::string name(schedule);
+  if (p < 1) {
+    throw InputError("<command line>", 0, "--pipeline", "expected at least 1 pipeline rank, found " + std::to_string(p));
+  }
+  if (m < 1) {
+    throw InputError("<command line>", 0, "--microbatches", "expected at least 1 micro-batch, found " + std::to_string(m));
+  }
+  if (interleaved && v < 2) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "schedule " + name + " expects at least 2 chunks per rank, found " + std::to_string(v));
+  }
+  if (!interleaved && v != 1) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "schedule " + name + " expects 1 chunk per rank, found " + std::to_string(v));
+  }
+}
+
 RankPrograms build_gpipe(int p, int m, int v);
 RankPrograms build_1f1b(int p, int m, int v);
 RankPrograms build_interleaved(int p, int m, int v);

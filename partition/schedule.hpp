@@ -38,6 +38,10 @@ const std::vector<Schedule>& schedules();
 // Throws InputError naming the known schedules when the name is unknown.
 const Schedule& schedule_by_name(std::string_view name);
 
+// The checks every schedule makes on its sizes: p >= 1, m >= 1, and v == 1 (or v >= 2 for an
+// interleaved schedule). Throws InputError naming the option at fault.
+void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved);
+
 // Peak number of micro-batches whose activations rank r holds at once, per chunk summed:
 // a micro-batch is held from its F until its B (or its W, when backward is split).
 // Returned per rank, per chunk: peak_in_flight(programs)[r][c].

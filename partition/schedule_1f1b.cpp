@@ -10,18 +10,7 @@
 namespace hetflow::partition {
 
 RankPrograms build_1f1b(int p, int m, int v) {
-  if (p < 1) {
-    throw InputError("<command line>", 0, "--pipeline-stages",
-                     "expected at least 1 pipeline rank, found " + std::to_string(p));
-  }
-  if (m < 1) {
-    throw InputError("<command line>", 0, "--microbatches",
-                     "expected at least 1 micro-batch, found " + std::to_string(m));
-  }
-  if (v != 1) {
-    throw InputError("<command line>", 0, "--virtual-stages",
-                     "schedule 1f1b expects 1 chunk per rank, found " + std::to_string(v));
-  }
+  check_schedule_sizes("1f1b", p, m, v, false);
   RankPrograms programs(p);
   for (int r = 0; r < p; ++r) {
     std::vector<ScheduledOp>& ops = programs[r];

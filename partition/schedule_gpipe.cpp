@@ -7,18 +7,7 @@
 namespace hetflow::partition {
 
 RankPrograms build_gpipe(int p, int m, int v) {
-  if (p < 1) {
-    throw InputError("<command line>", 0, "--pipeline-stages",
-                     "expected at least 1 pipeline rank, found " + std::to_string(p));
-  }
-  if (m < 1) {
-    throw InputError("<command line>", 0, "--microbatches",
-                     "expected at least 1 micro-batch, found " + std::to_string(m));
-  }
-  if (v != 1) {
-    throw InputError("<command line>", 0, "--virtual-stages",
-                     "schedule gpipe expects 1 chunk per rank, found " + std::to_string(v));
-  }
+  check_schedule_sizes("gpipe", p, m, v, false);
   RankPrograms programs(p);
   for (std::vector<ScheduledOp>& ops : programs) {
     ops.reserve(2 * static_cast<std::size_t>(m));

@@ -12,19 +12,7 @@
 namespace hetflow::partition {
 
 RankPrograms build_interleaved(int p, int m, int v) {
-  if (p < 1) {
-    throw InputError("<command line>", 0, "--pipeline-stages",
-                     "expected at least 1 pipeline rank, found " + std::to_string(p));
-  }
-  if (m < 1) {
-    throw InputError("<command line>", 0, "--microbatches",
-                     "expected at least 1 micro-batch, found " + std::to_string(m));
-  }
-  if (v < 2) {
-    throw InputError("<command line>", 0, "--virtual-stages",
-                     "schedule interleaved expects at least 2 chunks per rank, found " +
-                         std::to_string(v));
-  }
+  check_schedule_sizes("interleaved", p, m, v, true);
   if (m % p != 0) {
     throw InputError("<command line>", 0, "--microbatches",
                      "schedule interleaved expects a multiple of the " + std::to_string(p) +

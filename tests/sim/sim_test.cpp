@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
@@ -234,5 +235,38 @@ TEST(Simulator, ManySimulationsInOneProcess) {
     ASSERT_TRUE(r.completed);
     if (i == 0) first = r.simulated_s;
     EXPECT_EQ(r.simulated_s, first);  // each run starts from a fresh engine at time 0
+  }
+}
+
+TEST(Simulator, WaveSynchronousParallelKeepsTheStalenessBound) {
+  // HetPipe WSP: a virtual worker starts iteration k only after the servers applied every
+  // virtual worker's update of iteration k - D - 1.
+  const model::Cluster cluster = model::builtin_cluster("hetpipe-testbed");
+  const model::Network net = model::network_from_spec("resnet152", model::Precision::fp16);
+  for (int staleness : {0, 1}) {
+    partition::PlanOptions o;
+    o.policy = "hetpipe-ed-local";
+    o.microbatches = 2;
+    o.micro_batch = 16;
+    o.iterations = 4;
+    o.staleness = staleness;
+    const Plan plan = plan_for(cluster, net, o);
+    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    ASSERT_TRUE(r.completed);
+    std::map<int, double> updated;                 // iteration -> last server update end
+    std::map<std::pair<int, int>, double> started;  // (worker, iteration) -> first forward start
+    for (const traces::Event& e : r.trace.events) {
+      const Task& t = plan.tasks[static_cast<size_t>(e.task)];
+      if (t.kind == TaskKind::optimizer && t.worker < 0) updated[e.iteration] = std::max(updated[e.iteration], e.end_s);
+      if (t.kind == TaskKind::forward) {
+        auto [it, fresh] = started.try_emplace({t.worker, e.iteration}, e.start_s);
+        if (!fresh) it->second = std::min(it->second, e.start_s);
+      }
+    }
+    ASSERT_EQ(updated.size(), 4u);
+    for (const auto& [key, start] : started) {
+      const int due = key.second - staleness - 1;
+      if (due >= 0) EXPECT_GE(start, updated[due]) << "D=" << staleness << " worker " << key.first << " iteration " << key.second;
+    }
   }
 }
