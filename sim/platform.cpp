@@ -3,6 +3,7 @@
 #include <simgrid/kernel/ProfileBuilder.hpp>
 #include <xbt/log.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 
@@ -29,7 +30,7 @@ sg::Engine& start_engine(size_t actors) {
   return *engine;
 }
 
-Platform instantiate_platform(const PlatformSpec& spec) {
+Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles) {
   Platform p;
   std::vector<sg::NetZone*> zones;
   std::vector<simgrid::kernel::routing::NetPoint*> routers(spec.zones.size(), nullptr);
@@ -56,6 +57,11 @@ Platform instantiate_platform(const PlatformSpec& spec) {
                                     : zone->create_link(l.name, l.bandwidth_bytes_per_s)
                                           ->set_sharing_policy(sg::Link::SharingPolicy::FATPIPE);
     link->set_latency(l.latency_s);
+    const auto profile = bandwidth_profiles.find(static_cast<int>(p.links.size()));
+    if (profile != bandwidth_profiles.end()) {
+      link->set_bandwidth_profile(
+          simgrid::kernel::profile::ProfileBuilder::from_string("bandwidth:" + l.name, profile->second, -1));
+    }
     p.links.push_back(link->seal());
   }
   auto hops_of = [&](const std::vector<Hop>& hops) {
@@ -81,6 +87,10 @@ Platform instantiate_platform(const PlatformSpec& spec) {
                             hops_of(r.hops), true);
       }
     }
+    for (const PairRoute& r : z.pair_routes) {
+      auto point = [&](int host) { return host >= 0 ? p.hosts[static_cast<size_t>(host)]->get_netpoint() : routers[i]; };
+      zones[i]->add_route(point(r.from), point(r.to), nullptr, nullptr, hops_of(r.hops), false);
+    }
     for (const ZoneRoute& r : z.zone_routes) {
       const ZoneSpec& from = spec.zones[static_cast<size_t>(r.from_zone)];
       const ZoneSpec& to = spec.zones[static_cast<size_t>(r.to_zone)];
@@ -93,12 +103,17 @@ Platform instantiate_platform(const PlatformSpec& spec) {
   return p;
 }
 
+
 void set_straggler(Platform& platform, int device, double factor, double from_s) {
   const std::string name = "straggler:" + std::to_string(device);
-  const std::string slow = std::to_string(1.0 / factor);
-  const std::string profile = from_s > 0 ? "0 1.0\n" + std::to_string(from_s) + " " + slow + "\n" : "0 " + slow + "\n";
+  char text[96];
+  if (from_s > 0) {
+    std::snprintf(text, sizeof text, "0 1\n%.17g %.17g\n", from_s, 1.0 / factor);
+  } else {
+    std::snprintf(text, sizeof text, "0 %.17g\n", 1.0 / factor);
+  }
   platform.hosts.at(static_cast<size_t>(device))
-      ->set_speed_profile(simgrid::kernel::profile::ProfileBuilder::from_string(name, profile, -1));
+      ->set_speed_profile(simgrid::kernel::profile::ProfileBuilder::from_string(name, text, -1));
 }
 
 }  // namespace hetflow::sim

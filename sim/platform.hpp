@@ -1,5 +1,7 @@
 #pragma once
 // A PlatformSpec made real inside the running SimGrid engine (SimGrid types stay in sim/).
+#include <map>
+#include <string>
 #include <vector>
 
 #include <simgrid/s4u.hpp>
@@ -22,7 +24,9 @@ struct Platform {
 // instantiate_platform.
 simgrid::s4u::Engine& start_engine(size_t actors);
 
-Platform instantiate_platform(const PlatformSpec& spec);
+// `bandwidth_profiles`: link index -> SimGrid profile text ("<time> <factor>" lines), set
+// before the links are sealed (SimGrid refuses them afterwards).
+Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles = {});
 
 // From `from_s` on the device's host runs `factor` times slower.
 void set_straggler(Platform& platform, int device, double factor, double from_s);

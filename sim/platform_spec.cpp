@@ -90,7 +90,7 @@ class SpecBuilder {
 
   void add_node(size_t n, int parent, int switch_link) {
     const model::Node& node = cluster_.nodes[n];
-    const int zone = add_zone("node:" + node.name, false, parent);
+    const int zone = add_zone("node:" + node.name, true, parent);
     spec_.zones[static_cast<size_t>(zone)].router = "gw:node:" + node.name;
     spec_.zones[static_cast<size_t>(zone)].gateway = "gw:node:" + node.name;
     int uplink = -1;
@@ -98,6 +98,14 @@ class SpecBuilder {
       uplink = add_link(zone, "pcie-uplink:" + node.name, node.intra.uplink_bandwidth_bytes_per_s, 0, true, "pcie");
     }
     const double gpu_bandwidth = node.intra.bandwidth_bytes_per_s > 0 ? node.intra.bandwidth_bytes_per_s : kFatpipeBandwidth;
+    std::vector<int> nics;
+    for (int r = 0; r < node.nic.count; ++r) {
+      const std::string name = node.nic.count == 1 ? "nic:" + node.name : "nic:" + node.name + "." + std::to_string(r);
+      nics.push_back(add_link(zone, name, node.nic.bandwidth_bytes_per_s, node.nic.latency_s, true, "nic"));
+    }
+    // Up from GPU g to the node fabric (and through the host bridge on PCIe nodes).
+    std::vector<std::vector<Hop>> up;
+    std::vector<int> devices;
     for (int g = 0; g < node.gpu_count; ++g) {
       const int device = static_cast<int>(spec_.hosts.size());
       const std::string name = node.name + "/gpu" + std::to_string(g);
@@ -105,19 +113,31 @@ class SpecBuilder {
       spec_.zones[static_cast<size_t>(zone)].hosts.push_back(device);
       const int link = add_link(zone, "gpu:" + name, gpu_bandwidth, node.intra.latency_s / 2, true,
                                 std::string(model::to_string(node.intra.kind)));
-      StarRoute route{false, device, {Hop{link, true}}};
-      if (uplink >= 0) route.hops.push_back(Hop{uplink, true});
-      spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(route);
+      up.push_back({Hop{link, true}});
+      if (uplink >= 0) up.back().push_back(Hop{uplink, true});
+      devices.push_back(device);
     }
-    spec_.nic_flow_cap_bytes_per_s.push_back(node.nic.bandwidth_bytes_per_s);
-    StarRoute route{true, zone, {}};
-    if (node.nic.count > 0) {
-      route.hops.push_back(Hop{add_link(parent, "nic:" + node.name, node.nic.count * node.nic.bandwidth_bytes_per_s,
-                                        node.nic.latency_s, true, "nic"),
-                               true});
+    auto down = [](const std::vector<Hop>& hops) {
+      std::vector<Hop> out(hops.rbegin(), hops.rend());
+      for (Hop& h : out) h.up = !h.up;
+      return out;
+    };
+    ZoneSpec& z = spec_.zones[static_cast<size_t>(zone)];
+    for (size_t a = 0; a < devices.size(); ++a) {
+      for (size_t b = 0; b < devices.size(); ++b) {
+        if (a == b) continue;
+        PairRoute r{devices[a], devices[b], up[a]};
+        for (const Hop& h : down(up[b])) r.hops.push_back(h);
+        z.pair_routes.push_back(std::move(r));
+      }
+      if (!nics.empty()) {
+        std::vector<Hop> out = up[a];
+        out.push_back(Hop{nics[a % nics.size()], true});
+        z.pair_routes.push_back(PairRoute{devices[a], -1, out});
+        z.pair_routes.push_back(PairRoute{-1, devices[a], down(out)});
+      }
     }
-    route.hops.push_back(Hop{switch_link, true});
-    spec_.zones[static_cast<size_t>(parent)].star_routes.push_back(route);
+    spec_.zones[static_cast<size_t>(parent)].star_routes.push_back(StarRoute{true, zone, {Hop{switch_link, true}}});
   }
 
   // Region pairs joined by the widest WAN path (max of the narrowest link), then the

@@ -4,11 +4,12 @@
 // platform XML file, and instantiated in a simulation from the same description.
 //
 // Shape (one region; several regions add a Full root zone joining region zones by WAN links):
-//   region zone (star) ── node zones (star): a GPU's route is its split-duplex link to the
-//        │                node fabric (NVLink/NVSwitch/PCIe), plus the shared PCIe uplink
-//        │                where the node has one; the node's gateway router has no route
-//        └─ a node zone's route: the node's NIC link (all NICs aggregated; each flow is capped
-//           at one NIC's bandwidth by the simulator) and the region switch (a FATPIPE)
+//   region zone (star) ── node zones (full): between two GPUs, their split-duplex links to
+//        │                the node fabric (NVLink/NVSwitch/PCIe), plus the shared PCIe uplink
+//        │                where the node has one; to the node's gateway, the GPU's link and
+//        │                its rail's NIC (GPU i uses NIC i mod count, as rail-optimised
+//        │                nodes do, so one flow never gets more than one NIC)
+//        └─ a node zone's route in its parent star: the region switch (a FATPIPE)
 //   fat tree: region zone (star) ── leaf zones (star) ── node zones; a node's route crosses
 //           its leaf switch, a leaf's route its oversubscribed uplink and the spine.
 // A zone of zones keeps its gateway router in a child zone of its own whose route is the
@@ -46,6 +47,13 @@ struct StarRoute {
   bool operator==(const StarRoute&) const = default;
 };
 
+// A route inside a Full node zone, between two of its hosts or a host and the zone's router.
+struct PairRoute {
+  int from = -1, to = -1;  // host index, or -1 for the zone's router
+  std::vector<Hop> hops;
+  bool operator==(const PairRoute&) const = default;
+};
+
 // A route between two child zones of a Full zone (regions joined by WAN links).
 struct ZoneRoute {
   int from_zone = -1, to_zone = -1;
@@ -61,7 +69,8 @@ struct ZoneSpec {
   std::string gateway; // the router through which the parent routes to this zone
   std::vector<int> hosts;
   std::vector<StarRoute> star_routes;
-  std::vector<ZoneRoute> zone_routes;
+  std::vector<PairRoute> pair_routes;  // Full node zones
+  std::vector<ZoneRoute> zone_routes;  // Full zones of zones (regions)
   bool operator==(const ZoneSpec&) const = default;
 };
 
@@ -77,7 +86,6 @@ struct PlatformSpec {
   std::vector<HostSpec> hosts;  // index = device id
   std::vector<LinkSpec> links;
   std::vector<ZoneSpec> zones;  // parents before children; zones[0] is the root
-  std::vector<double> nic_flow_cap_bytes_per_s;  // per node: one NIC's bandwidth
   int link_index(const std::string& name) const;  // -1 when unknown
   bool operator==(const PlatformSpec&) const = default;
 };

@@ -1,6 +1,7 @@
 // PlatformSpec -> SimGrid platform XML (DTD 4.1). SimGrid 3.32 reads no star zones from XML,
 // so the same topology is written with Floyd zones: each node zone routes its hosts to its
-// gateway router; each switch becomes a router in a zone of its own, reached from a member
+// gateway router (Full node zones list every route, GPU to GPU and GPU to gateway through its
+// rail's NIC); each switch becomes a router in a zone of its own, reached from a member
 // over [its NIC up, the switch] and left towards a member over [its NIC down]; a zone of
 // zones is entered from its parent through a router in front of its switch. Every route
 // then crosses each switch once, as in the star zones of the in-memory platform.
@@ -100,14 +101,16 @@ class XmlWriter {
            << "Bps\" latency=\"" << number(link.latency_s) << "s\" sharing_policy=\""
            << (link.split_duplex ? "SPLITDUPLEX" : "FATPIPE") << "\"/>\n";
     }
+    // SimGrid forbids empty routes: where a route crosses nothing, it crosses a free FATPIPE.
+    if (sw >= 0) {
+      out_ << pad << "  <link id=\"free:" << name << "\" bandwidth=\"1e18Bps\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n";
+    }
     if (entered_from_parent) {
-      // Entering from the parent crosses the switch once; leaving, the member's route already
-      // has, so it goes over a free FATPIPE (SimGrid forbids empty routes).
-      out_ << pad << "  <link id=\"egress:" << name << "\" bandwidth=\"1e18Bps\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n";
+      // Entering from the parent crosses the switch once; leaving, the member's route already has.
       out_ << pad << "  <zoneRoute src=\"inzone:" << name << "\" dst=\"swzone:" << name << "\" gw_src=\"in:" << name
            << "\" gw_dst=\"sw:" << name << "\" symmetrical=\"NO\">" << link_ctn(Hop{sw, true}) << "</zoneRoute>\n";
       out_ << pad << "  <zoneRoute src=\"swzone:" << name << "\" dst=\"inzone:" << name << "\" gw_src=\"sw:" << name
-           << "\" gw_dst=\"in:" << name << "\" symmetrical=\"NO\"><link_ctn id=\"egress:" << name << "\"/></zoneRoute>\n";
+           << "\" gw_dst=\"in:" << name << "\" symmetrical=\"NO\"><link_ctn id=\"free:" << name << "\"/></zoneRoute>\n";
     }
     for (const StarRoute& r : z.star_routes) {
       if (!r.is_zone) {
@@ -127,10 +130,20 @@ class XmlWriter {
       out_ << "</zoneRoute>\n";
       out_ << pad << "  <zoneRoute src=\"swzone:" << escape(z.name) << "\" dst=\"" << escape(child.name)
            << "\" gw_src=\"sw:" << escape(z.name) << "\" gw_dst=\"" << escape(gw) << "\" symmetrical=\"NO\">";
+      bool crossed = false;
       for (size_t i = r.hops.size(); i-- > 0;) {
-        if (r.hops[i].link != sw) out_ << link_ctn(r.hops[i], true);
+        if (r.hops[i].link == sw) continue;
+        out_ << link_ctn(r.hops[i], true);
+        crossed = true;
       }
+      if (!crossed) out_ << "<link_ctn id=\"free:" << name << "\"/>";
       out_ << "</zoneRoute>\n";
+    }
+    for (const PairRoute& r : z.pair_routes) {
+      auto point = [&](int host) { return escape(host >= 0 ? spec_.hosts[static_cast<size_t>(host)].name : z.router); };
+      out_ << pad << "  <route src=\"" << point(r.from) << "\" dst=\"" << point(r.to) << "\" symmetrical=\"NO\">";
+      for (const Hop& hop : r.hops) out_ << link_ctn(hop);
+      out_ << "</route>\n";
     }
     for (const ZoneRoute& r : z.zone_routes) {
       out_ << pad << "  <zoneRoute src=\"" << escape(spec_.zones[static_cast<size_t>(r.from_zone)].name) << "\" dst=\""

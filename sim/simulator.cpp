@@ -237,18 +237,10 @@ class Simulation {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
   }
 
-  // Inter-node flows use one NIC of the node, even when the node has several.
-  void cap_rate(const sg::CommPtr& comm, int src, int dst) const {
-    const int ns = cost_.node_of(src), nd = cost_.node_of(dst);
-    if (ns == nd) return;
-    comm->set_rate(std::min(spec_.nic_flow_cap_bytes_per_s[static_cast<size_t>(ns)],
-                            spec_.nic_flow_cap_bytes_per_s[static_cast<size_t>(nd)]));
-  }
 
   void transfer_send(const Task& t, int id) {
     sg::Mailbox* box = mailbox_of_[static_cast<size_t>(id)];
     sg::CommPtr comm = box->put_init(&payload_, static_cast<uint64_t>(t.bytes));
-    cap_rate(comm, t.device, t.peer);
     comm->start();
     comm->wait();
     ++activities_;
@@ -309,7 +301,6 @@ class Simulation {
     sg::Mailbox* in = channel(prev, self, tag);
     for (int s = 0; s < steps; ++s) {
       sg::CommPtr put = out->put_init(&payload_, static_cast<uint64_t>(chunk_bytes));
-      cap_rate(put, self, next);
       put->start();
       int* received = nullptr;
       sg::CommPtr get = in->get_async<int>(&received);
@@ -332,7 +323,6 @@ class Simulation {
     const int parent = me > 0 ? group[static_cast<size_t>((me - 1) / 2)] : -1;
     auto send = [&](int to) {
       sg::CommPtr put = channel(self, to, tag)->put_init(&payload_, static_cast<uint64_t>(chunk));
-      cap_rate(put, self, to);
       put->start();
       ++activities_;
       return put;
