@@ -183,7 +183,7 @@ class Builder {
 
   // A collective over `devices` with one task per device on `stream_id`; returns task ids.
   std::vector<int> add_collective(const std::vector<int>& devices, double bytes, Purpose purpose,
-                                  AllReduceAlgorithm algorithm, int stream_id, const Task& like) {
+                                  AllReduceAlgorithm algorithm, int stream_id, Task like) {  // by value: add_task reallocates tasks
     Collective c;
     c.algorithm = algorithm;
     c.purpose = purpose;

@@ -13,9 +13,18 @@ namespace sg = simgrid::s4u;
 using Direction = sg::LinkInRoute::Direction;
 
 sg::Engine& start_engine(size_t actors) {
-  static int argc = 1;
   static char name[] = "hetflow-sim";
+#ifdef HETFLOW_SIMGRID_THREAD_CONTEXTS
+  // Sanitizer builds: AddressSanitizer cannot follow SimGrid's hand-switched stacks (it
+  // reports an exception unwinding on one as a stack underflow); threads it understands. The
+  // context factory is read when the engine starts, so it goes on the command line.
+  static char threads[] = "--cfg=contexts/factory:thread";
+  static int argc = 2;
+  static char* argv[] = {name, threads, nullptr};
+#else
+  static int argc = 1;
   static char* argv[] = {name, nullptr};
+#endif
   static std::unique_ptr<sg::Engine> engine;
   if (!engine) {
     engine = std::make_unique<sg::Engine>(&argc, argv);
