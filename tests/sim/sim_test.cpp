@@ -51,6 +51,19 @@ Plan plan_for(const model::Cluster& cluster, const model::Network& net, partitio
   return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
 }
 
+// One pipeline of 4 stages, 8 micro-batches, on 4 single-GPU nodes of a flat network.
+partition::PlanOptions four_stages() {
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  return o;
+}
+
+model::Network small_gpt() {
+  return model::network_from_spec("gpt:layers=8,hidden=2048,heads=16,seq=1024", model::Precision::fp16);
+}
+
 double duration_of(const traces::Trace& trace, TaskKind kind) {
   double start = 1e300, end = 0;
   for (const traces::Event& e : trace.events) {
@@ -142,13 +155,8 @@ TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
 
 TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
   // One pipeline, one GPU per node: consecutive stages talk over their own NICs only.
-  partition::PlanOptions o;
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
-  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=2048,heads=16,seq=1024", model::Precision::fp16);
-  const Plan plan = plan_for(cluster, net, o);
+  const Plan plan = plan_for(cluster, small_gpt(), four_stages());
   const sim::SimResult r = sim::simulate(plan, cluster, {});
   ASSERT_TRUE(r.completed);
   const partition::CostModel cost(cluster, plan.layout.precision);
@@ -157,13 +165,8 @@ TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
 }
 
 TEST(Simulator, StragglerSlowsTheBottleneckAsTheCriticalPathSays) {
-  partition::PlanOptions o;
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
-  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=2048,heads=16,seq=1024", model::Precision::fp16);
-  const Plan plan = plan_for(cluster, net, o);
+  const Plan plan = plan_for(cluster, small_gpt(), four_stages());
   sim::SimOptions options;
   options.stragglers.push_back({3, 2.0, 0.0});  // the last stage (with the LM head) is the bottleneck
   const sim::SimResult r = sim::simulate(plan, cluster, options);
@@ -191,12 +194,8 @@ TEST(Simulator, SameInputsGiveAByteIdenticalTrace) {
 }
 
 TEST(Simulator, FailedDeviceStallsAndIsReportedWithoutHanging) {
-  partition::PlanOptions o;
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
-  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), four_stages());
   sim::SimOptions options;
   options.faults.push_back({1, "", 0.02});
   const sim::SimResult r = sim::simulate(plan, cluster, options);
@@ -209,12 +208,8 @@ TEST(Simulator, FailedDeviceStallsAndIsReportedWithoutHanging) {
 }
 
 TEST(Simulator, FailedLinkStallsTheTransfersThatCrossIt) {
-  partition::PlanOptions o;
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
-  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), four_stages());
   sim::SimOptions options;
   options.faults.push_back({-1, "nic:n-2", 0.02});
   const sim::SimResult r = sim::simulate(plan, cluster, options);
