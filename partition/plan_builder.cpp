@@ -260,8 +260,9 @@ class Builder {
           for (int j = 0; j < layout_.tensor; ++j) devices.push_back(device_of(w, stage, j));
           done = add_collective(devices, work.tp_allreduce_bytes, Purpose::tensor_parallel, AllReduceAlgorithm::ring,
                                 compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])]);
+          // Each rank's all-reduce follows its own compute; the collective is the rendezvous.
           for (int j = 0; j < layout_.tensor; ++j) {
-            for (int c : computes) plan_.add_dependency(c, done[static_cast<size_t>(j)]);
+            plan_.add_dependency(computes[static_cast<size_t>(j)], done[static_cast<size_t>(j)]);
           }
         }
         for (int j = 0; j < layout_.tensor; ++j) {

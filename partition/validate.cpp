@@ -111,6 +111,20 @@ void check_transfers(const Plan& plan, std::vector<std::string>& problems) {
   }
 }
 
+// Devices exchange data only through transfers and collectives: a data dependency between
+// two tasks of different devices has no meaning on real hardware (and back ends rely on it).
+void check_local_dependencies(const Plan& plan, std::vector<std::string>& problems) {
+  for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
+    const auto a = static_cast<int>(boost::source(*it, plan.graph));
+    const auto b = static_cast<int>(boost::target(*it, plan.graph));
+    if (plan.tasks[static_cast<size_t>(a)].device != plan.tasks[static_cast<size_t>(b)].device) {
+      problems.push_back(describe_task(plan, b) + " depends on " + describe_task(plan, a) +
+                         " on another device: devices exchange data only through transfers and collectives");
+      return;  // one says enough
+    }
+  }
+}
+
 void check_collectives(const Plan& plan, std::vector<std::string>& problems) {
   for (size_t c = 0; c < plan.collectives.size(); ++c) {
     const Collective& col = plan.collectives[c];
@@ -201,6 +215,7 @@ Validation validate_plan(const Plan& plan) {
   Validation v;
   if (!check_structure(plan, v.problems)) return v;  // the rest would read out of range
   check_transfers(plan, v.problems);
+  check_local_dependencies(plan, v.problems);
   check_collectives(plan, v.problems);
   check_coverage(plan, v.problems);
   if (v.ok()) {

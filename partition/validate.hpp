@@ -1,7 +1,8 @@
 #pragma once
 // Validation of a plan before anything runs it: consistent tasks and programs, every send
-// matched by exactly one receive of the same size, every virtual worker covering every
-// layer exactly once, no deadlock, every device within its memory.
+// matched by exactly one receive of the same size, data dependencies local to a device,
+// every virtual worker covering every layer exactly once, no deadlock, every device within
+// its memory.
 #include <string>
 #include <vector>
 

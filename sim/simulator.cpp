@@ -1,18 +1,19 @@
-// The in-process simulation: one SimGrid actor per device stream walks that stream's program;
-// a task starts when its data dependencies are done (condition variables) and the previous
-// task of its stream has finished. Compute tasks execute on the device's host; transfers are
-// mailbox communications over the platform's routes; collectives run their algorithm's
-// point-to-point steps, so they share links with everything else.
+// The in-process simulation: one SimGrid actor per device. It keeps every stream of its
+// device going at once: a stream's next task starts as soon as the task before it on that
+// stream has finished and its data dependencies are done (all on the same device: devices
+// only meet through transfers and collectives). Compute tasks execute on the device's host;
+// transfers are mailbox communications on per-peer channels over the platform's routes;
+// collectives run their algorithm's point-to-point steps, so they share links with
+// everything else. The actor sleeps in one wait_any over whatever its streams have in
+// flight: no condition variables, no actor per stream.
 #include "sim/simulator.hpp"
 
 #include <simgrid/s4u.hpp>
-#include <xbt/log.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <memory>
 
 #include "model/error.hpp"
 #include "partition/cost_model.hpp"
@@ -28,87 +29,112 @@ using partition::TaskKind;
 
 namespace {
 
-struct StreamActor {
-  int device = -1;
+// One step of a collective for one participant: what it sends and receives at once.
+struct Step {
+  std::vector<std::pair<sg::Mailbox*, double>> puts;  // (to, bytes)
+  std::vector<sg::Mailbox*> gets;                      // from
+};
+
+struct Stream {
+  const std::vector<int>* tasks = nullptr;
   int stream = -1;
-  // The actor holds its own mutex for its whole life (the condition variable's wait needs
-  // one); wakers only notify. Simcalls are handled in order, so a notification can never
-  // slip between the waiter's check and its wait.
-  sg::MutexPtr mutex;
-  std::unique_lock<sg::Mutex> held;
-  sg::ConditionVariablePtr ready;
-  int waiting_on = -1;   // the task it waits for, -1 when running
-  int current = -1;      // the task it is at (for stall reports)
-  bool finished = false;
-  std::string failure;   // why it stopped early
+  size_t next = 0;        // index of the head task
+  bool running = false;   // the head task has activities in flight
+  std::string failure;    // why it stopped early
+};
+
+// What a device has in flight: each activity with the stream whose head task it serves.
+struct InFlight {
+  std::vector<sg::ActivityPtr> activities;
+  std::vector<size_t> stream;
+
+  void add(sg::ActivityPtr a, size_t s) {
+    activities.push_back(std::move(a));
+    stream.push_back(s);
+  }
+  void remove(size_t i) {
+    activities[i] = activities.back();
+    activities.pop_back();
+    stream[i] = stream.back();
+    stream.pop_back();
+  }
+};
+
+struct Device {
+  int id = -1;
+  std::vector<Stream> streams;
+  // A running collective per stream: its steps, the current one, what is outstanding.
+  std::map<size_t, std::vector<Step>> steps;
+  std::map<size_t, size_t> step;
+  std::map<size_t, int> outstanding;
 };
 
 class Simulation {
  public:
   Simulation(const Plan& plan, const model::Cluster& cluster, const SimOptions& options)
-      : plan_(plan), cluster_(cluster), options_(options),
-        cost_(cluster, plan.layout.precision, options.calibration) {
+      : plan_(plan), cluster_(cluster), options_(options), cost_(cluster, plan.layout.precision, options.calibration) {
     cost_.set_free_communication(options.free_communication);
   }
 
   SimResult run() {
-    const auto wall_start = std::chrono::steady_clock::now();
+    using clock = std::chrono::steady_clock;
+    const auto wall_start = clock::now();
     std::vector<double> speeds;
-    for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(nominal_speed(d));
-    size_t streams = 0;
-    for (const auto& device : plan_.programs) streams += device.size();
-    start_engine(streams);
+    for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(cost_.peak_flops_per_s(d));
+    start_engine(plan_.programs.size());
     spec_ = platform_spec(cluster_, speeds);
-    platform_ = instantiate_platform(spec_);
-    const auto t_platform = std::chrono::steady_clock::now();
-    prepare_dependencies();
-    const auto t_dependencies = std::chrono::steady_clock::now();
-    add_stragglers_and_faults();
-    for (size_t d = 0; d < plan_.programs.size(); ++d) {
-      for (const partition::StreamProgram& program : plan_.programs[d]) {
-        if (program.tasks.empty()) continue;
-        const auto s = static_cast<size_t>(program.stream);
-        auto actor = std::make_unique<StreamActor>();
-        actor->device = static_cast<int>(d);
-        actor->stream = program.stream;
-        actor->mutex = sg::Mutex::create();
-        actor->ready = sg::ConditionVariable::create();
-        const int index = static_cast<int>(actors_.size());
-        for (int t : program.tasks) owner_[static_cast<size_t>(t)] = index;
-        actors_.push_back(std::move(actor));
-        sg::Actor::create(plan_.device_names[d] + ":" + plan_.streams[s], platform_.hosts[d],
-                          [this, index] { run_stream(index); });
+    if (options_.free_communication) {
+      // Free communication: every link instantaneous, so transfers keep their rendezvous
+      // (a receive still waits for its send) but take no time.
+      for (LinkSpec& l : spec_.links) {
+        l.latency_s = 0;
+        l.bandwidth_bytes_per_s = 1e18;
       }
     }
-    const auto t_setup = std::chrono::steady_clock::now();
-    sg::Engine::get_instance()->run();
-    const auto t_run = std::chrono::steady_clock::now();
-    // Actors that ended or were killed still "hold" their mutex; unlocking from outside an
-    // actor is not allowed, so let the locks go without unlocking.
-    for (auto& actor : actors_) actor->held.release();
-    SimResult result = collect();
-    if (std::getenv("HETFLOW_SIM_PHASES")) {
-      const auto t_end = std::chrono::steady_clock::now();
-      auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-      std::fprintf(stderr, "sim phases: setup %.2f s (platform %.2f, dependencies %.2f, actors %.2f), run %.2f s, collect %.2f s\n",
-                   s(wall_start, t_setup), s(wall_start, t_platform), s(t_platform, t_dependencies), s(t_dependencies, t_setup),
-                   s(t_setup, t_run), s(t_run, t_end));
+    platform_ = instantiate_platform(spec_);
+    const auto t_platform = clock::now();
+    prepare();
+    for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
+    add_faults();
+    devices_.resize(plan_.programs.size());
+    for (size_t d = 0; d < plan_.programs.size(); ++d) {
+      Device& device = devices_[d];
+      device.id = static_cast<int>(d);
+      for (const partition::StreamProgram& program : plan_.programs[d]) {
+        if (!program.tasks.empty()) device.streams.push_back(Stream{&program.tasks, program.stream, 0, false, {}});
+      }
+      if (device.streams.empty()) continue;
+      sg::Actor::create(plan_.device_names[d], platform_.hosts[d], [this, d] { run_device(devices_[d]); });
     }
-    result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    const auto t_setup = clock::now();
+    sg::Engine::get_instance()->run();
+    const auto t_run = clock::now();
+    SimResult result = collect();
+    if (std::getenv("HETFLOW_SIM_PHASES") != nullptr) {
+      auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+      std::fprintf(stderr, "sim phases: platform %.2f s, actors %.2f s, run %.2f s, collect %.2f s\n",
+                   s(wall_start, t_platform), s(t_platform, t_setup), s(t_setup, t_run), s(t_run, clock::now()));
+    }
+    result.wall_s = std::chrono::duration<double>(clock::now() - wall_start).count();
     return result;
   }
 
  private:
-  // Nominal host speed: the GPU's peak at the run's precision times its calibrated efficiency.
-  // Executions are sized from the cost model's duration, so overheads and roofline limits are
-  // kept and a straggler's slower speed stretches them.
-  double nominal_speed(int device) const { return cost_.peak_flops_per_s(device); }
+  // --- set-up ---
 
-  void prepare_dependencies() {
+  static std::string channel_tag(const std::string& stream) {
+    const size_t colon = stream.find(':');
+    return colon == std::string::npos ? stream : stream.substr(colon + 1);
+  }
+
+  static sg::Mailbox* channel(int src, int dst, const std::string& tag) {
+    return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
+  }
+
+  void prepare() {
     const size_t n = plan_.tasks.size();
     remaining_.assign(n, 0);
     successors_.assign(n, {});
-    owner_.assign(n, -1);
     done_.assign(n, 0);
     start_.assign(n, 0);
     end_.assign(n, 0);
@@ -117,21 +143,7 @@ class Simulation {
       successors_[from].push_back(static_cast<int>(to));
       ++remaining_[to];
     }
-    if (options_.free_communication) {
-      // No communication at all: a receive simply waits for its send.
-      std::map<int, int> send_of;
-      for (size_t t = 0; t < n; ++t) {
-        if (plan_.tasks[t].kind == TaskKind::send) send_of[plan_.tasks[t].group] = static_cast<int>(t);
-      }
-      for (size_t t = 0; t < n; ++t) {
-        if (plan_.tasks[t].kind == TaskKind::recv) {
-          successors_[static_cast<size_t>(send_of.at(plan_.tasks[t].group))].push_back(static_cast<int>(t));
-          ++remaining_[t];
-        }
-      }
-    }
-    arrived_.assign(plan_.collectives.size(), 0);
-    // Each channel's mailbox, looked up once: "<src>><dst>:<tag>".
+    // Each transfer's channel mailbox, looked up once: "<src>><dst>:<tag>".
     mailbox_of_.assign(n, nullptr);
     for (size_t t = 0; t < n; ++t) {
       const Task& task = plan_.tasks[t];
@@ -141,232 +153,231 @@ class Simulation {
     }
   }
 
-  void add_stragglers_and_faults() {
-    for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
+  void add_faults() {
     for (const Fault& f : options_.faults) {
       sg::Actor::create("fault", platform_.hosts.front(), [this, f] {
         sg::Actor::self()->daemonize();  // a fault after the run has ended does not prolong it
         sg::this_actor::sleep_until(f.at_s);
         if (f.device >= 0) {
-          failed_devices_.push_back(f);
           platform_.hosts[static_cast<size_t>(f.device)]->turn_off();
         } else {
-          failed_links_.push_back(f);
           platform_.links[static_cast<size_t>(spec_.link_index(f.link))]->turn_off();
         }
       });
     }
   }
 
-  void run_stream(int index) {
-    StreamActor& a = *actors_[static_cast<size_t>(index)];
-    a.held = std::unique_lock<sg::Mutex>(*a.mutex);
-    try {
-      for (int task : plan_.program(a.device, a.stream)) {
-        a.current = task;
-        wait_until(a, [this, task] { return remaining_[static_cast<size_t>(task)] == 0; }, task);
-        execute(a, task);
-        complete(task);
+  // --- the device actor ---
+
+  void run_device(Device& d) {
+    InFlight flight;
+    for (;;) {
+      for (size_t s = 0; s < d.streams.size(); ++s) {
+        Stream& stream = d.streams[s];
+        if (stream.running || !stream.failure.empty() || stream.next >= stream.tasks->size()) continue;
+        const int task = (*stream.tasks)[stream.next];
+        if (remaining_[static_cast<size_t>(task)] > 0) continue;
+        start(d, s, task, flight);
       }
-      a.finished = true;
-      a.current = -1;
-    } catch (const simgrid::NetworkFailureException& e) {
-      a.failure = std::string("a link on its route failed at ") + std::to_string(sg::Engine::get_clock()) + " s";
-    } catch (const simgrid::Exception& e) {
-      a.failure = std::string("stopped at ") + std::to_string(sg::Engine::get_clock()) + " s: " + e.what();
+      if (flight.activities.empty()) return;  // finished, or stuck on something that cannot come
+      ssize_t index = -1;
+      try {
+        index = sg::Activity::wait_any(flight.activities);
+      } catch (const simgrid::NetworkFailureException&) {
+        drop_failed(d, flight, "a link on its route failed at " + std::to_string(sg::Engine::get_clock()) + " s");
+        continue;
+      } catch (const simgrid::Exception& e) {
+        drop_failed(d, flight, std::string("stopped: ") + e.what());
+        continue;
+      }
+      const size_t s = flight.stream[static_cast<size_t>(index)];
+      flight.remove(static_cast<size_t>(index));
+      finished_activity(d, s, flight);
     }
   }
 
-  template <typename Ready>
-  void wait_until(StreamActor& a, Ready ready, int task) {
-    if (ready()) return;
-    a.waiting_on = task;
-    while (!ready()) a.ready->wait(a.held);
-    a.waiting_on = -1;
-  }
-
-  void wake(int task) {
-    const int owner = owner_[static_cast<size_t>(task)];
-    if (owner < 0) return;
-    StreamActor& a = *actors_[static_cast<size_t>(owner)];
-    if (a.waiting_on == task) a.ready->notify_all();
-  }
-
-  void complete(int task) {
-    done_[static_cast<size_t>(task)] = 1;
-    for (int s : successors_[static_cast<size_t>(task)]) {
-      if (--remaining_[static_cast<size_t>(s)] == 0) wake(s);
-    }
-  }
-
-  void execute(StreamActor& a, int id) {
+  // Starts the head task of stream s: its activities go in flight (or it completes at once).
+  void start(Device& d, size_t s, int id, InFlight& flight) {
+    Stream& stream = d.streams[s];
     const Task& t = plan_.tasks[static_cast<size_t>(id)];
     start_[static_cast<size_t>(id)] = sg::Engine::get_clock();
+    stream.running = true;
     switch (t.kind) {
       case TaskKind::forward:
       case TaskKind::backward:
       case TaskKind::backward_weight:
       case TaskKind::optimizer: {
+        // Sized from the cost model's duration at the host's nominal speed: overheads and
+        // roofline limits are kept, and a straggler's slower speed stretches them.
         const double duration = cost_.compute_time_s(t.device, t.flops, t.memory_bytes);
-        if (duration > 0) {
-          sg::this_actor::execute(duration * nominal_speed(t.device));
-          ++activities_;
-        }
-        break;
+        if (duration <= 0) break;
+        flight.add(sg::this_actor::exec_async(duration * cost_.peak_flops_per_s(t.device)), s);
+        ++activities_;
+        return;
       }
-      case TaskKind::send:
-        if (!options_.free_communication) transfer_send(t, id);
-        break;
+      case TaskKind::send: {
+        const double bytes = options_.free_communication ? 0 : t.bytes;
+        flight.add(mailbox_of_[static_cast<size_t>(id)]->put_async(&payload_, static_cast<uint64_t>(bytes)), s);
+        ++activities_;
+        return;
+      }
       case TaskKind::recv:
-        if (!options_.free_communication) transfer_recv(t, id);
-        break;
+        flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
+        return;
       case TaskKind::collective:
-        run_collective(a, t, id);
+        d.steps[s] = collective_steps(plan_.collectives[static_cast<size_t>(t.group)], id);
+        d.step[s] = 0;
+        if (start_step(d, s, flight)) return;
         break;
     }
-    end_[static_cast<size_t>(id)] = sg::Engine::get_clock();
+    complete_head(d, s);  // nothing to wait for
   }
 
-  // --- point-to-point ---
-  static std::string channel_tag(const std::string& stream) {
-    const size_t colon = stream.find(':');
-    return colon == std::string::npos ? stream : stream.substr(colon + 1);
-  }
-
-  sg::Mailbox* channel(int src, int dst, const std::string& tag) {
-    return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
-  }
-
-
-  void transfer_send(const Task& t, int id) {
-    sg::Mailbox* box = mailbox_of_[static_cast<size_t>(id)];
-    sg::CommPtr comm = box->put_init(&payload_, static_cast<uint64_t>(t.bytes));
-    comm->start();
-    comm->wait();
-    ++activities_;
-    (void)id;
-  }
-
-  void transfer_recv(const Task& t, int id) {
-    sg::Mailbox* box = mailbox_of_[static_cast<size_t>(id)];
-    int* received = nullptr;
-    sg::CommPtr comm = box->get_async<int>(&received);
-    comm->wait();
-    start_[static_cast<size_t>(id)] = comm->get_start_time();
-    (void)t;
-  }
-
-  // --- collectives ---
-  void run_collective(StreamActor& a, const Task& t, int id) {
-    const Collective& c = plan_.collectives[static_cast<size_t>(t.group)];
-    const auto it = std::find(c.tasks.begin(), c.tasks.end(), id);
-    const int me = static_cast<int>(it - c.tasks.begin());
-    if (options_.free_communication || c.devices.size() < 2 || c.bytes <= 0) {
-      // Instantaneous, but still a rendezvous: everyone leaves when the last one arrives.
-      if (++arrived_[static_cast<size_t>(t.group)] == static_cast<int>(c.devices.size())) {
-        for (int other : c.tasks) {
-          if (other != id) {
-            collective_released_.insert(other);
-            wake(other);
-          }
-        }
-      } else {
-        wait_until(a, [this, id] { return collective_released_.count(id) > 0; }, id);
-      }
-      return;
+  // Issues the current step of stream s's collective; false when there is none left.
+  bool start_step(Device& d, size_t s, InFlight& flight) {
+    const std::vector<Step>& steps = d.steps[s];
+    if (d.step[s] >= steps.size()) return false;
+    const Step& step = steps[d.step[s]];
+    for (const auto& [box, bytes] : step.puts) {
+      flight.add(box->put_async(&payload_, static_cast<uint64_t>(options_.free_communication ? 0 : bytes)), s);
+      ++activities_;
     }
-    const std::string scope = std::to_string(t.stream);
+    for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s);
+    d.outstanding[s] = static_cast<int>(step.puts.size() + step.gets.size());
+    return true;
+  }
+
+  void finished_activity(Device& d, size_t s, InFlight& flight) {
+    const int id = (*d.streams[s].tasks)[d.streams[s].next];
+    const Task& t = plan_.tasks[static_cast<size_t>(id)];
+    if (t.kind == TaskKind::collective) {
+      if (--d.outstanding[s] > 0) return;
+      ++d.step[s];
+      if (start_step(d, s, flight)) return;
+      d.steps.erase(s);
+    }
+    complete_head(d, s);
+  }
+
+  void complete_head(Device& d, size_t s) {
+    Stream& stream = d.streams[s];
+    const auto id = static_cast<size_t>((*stream.tasks)[stream.next]);
+    end_[id] = sg::Engine::get_clock();
+    done_[id] = 1;
+    for (int succ : successors_[id]) --remaining_[static_cast<size_t>(succ)];
+    stream.running = false;
+    ++stream.next;
+  }
+
+  // After a failure: every activity that failed stops its stream, with the reason.
+  void drop_failed(Device& d, InFlight& flight, const std::string& why) {
+    bool any = false;
+    for (size_t i = flight.activities.size(); i-- > 0;) {
+      if (flight.activities[i]->get_state() != sg::Activity::State::FAILED) continue;
+      d.streams[flight.stream[i]].failure = why;
+      flight.remove(i);
+      any = true;
+    }
+    if (!any) {  // cannot tell which: stop everything in flight
+      for (size_t s : flight.stream) d.streams[s].failure = why;
+      flight = InFlight{};
+    }
+    // A failed stream's other activities (a collective's step) are abandoned too.
+    for (size_t i = flight.activities.size(); i-- > 0;) {
+      if (!d.streams[flight.stream[i]].failure.empty()) flight.remove(i);
+    }
+  }
+
+  // --- collectives as steps ---
+
+  std::vector<Step> collective_steps(const Collective& c, int task) {
+    const auto me = static_cast<size_t>(std::find(c.tasks.begin(), c.tasks.end(), task) - c.tasks.begin());
+    const std::string scope = std::to_string(plan_.tasks[static_cast<size_t>(task)].stream);
+    std::vector<Step> steps;
+    if (c.devices.size() < 2 || c.bytes <= 0) {
+      // Nothing to move, but still a rendezvous: a zero-byte exchange around the ring.
+      ring_steps(c.devices, me, 1, 0, "meet" + scope, steps);
+      return steps;
+    }
     switch (c.algorithm) {
       case partition::AllReduceAlgorithm::ring:
-        ring(c.devices, me, 2 * (static_cast<int>(c.devices.size()) - 1), c.bytes / c.devices.size(), "ring" + scope);
+        ring_steps(c.devices, me, 2 * (static_cast<int>(c.devices.size()) - 1), c.bytes / static_cast<double>(c.devices.size()),
+                   "ring" + scope, steps);
         break;
       case partition::AllReduceAlgorithm::tree:
-        tree(c.devices, me, c.bytes, "tree" + scope);
+        tree_steps(c.devices, me, c.bytes, "tree" + scope, steps);
         break;
       case partition::AllReduceAlgorithm::hierarchical:
-        hierarchical(c.devices, me, c.bytes, "hier" + scope);
+        hierarchical_steps(c.devices, me, c.bytes, "hier" + scope, steps);
         break;
     }
+    return steps;
   }
 
-  // `steps` ring steps: send a chunk to the next participant while receiving one from the
+  // `count` ring steps: send a chunk to the next member while receiving one from the
   // previous (reduce-scatter then all-gather: 2(n-1) steps of S/n for an all-reduce).
-  void ring(const std::vector<int>& group, int me, int steps, double chunk_bytes, const std::string& tag) {
-    const int n = static_cast<int>(group.size());
-    if (n < 2 || steps <= 0) return;
-    const int self = group[static_cast<size_t>(me)];
-    const int next = group[static_cast<size_t>((me + 1) % n)];
-    const int prev = group[static_cast<size_t>((me + n - 1) % n)];
-    sg::Mailbox* out = channel(self, next, tag);
-    sg::Mailbox* in = channel(prev, self, tag);
-    for (int s = 0; s < steps; ++s) {
-      sg::CommPtr put = out->put_init(&payload_, static_cast<uint64_t>(chunk_bytes));
-      put->start();
-      int* received = nullptr;
-      sg::CommPtr get = in->get_async<int>(&received);
-      put->wait();
-      get->wait();
-      ++activities_;
-    }
+  static void ring_steps(const std::vector<int>& group, size_t me, int count, double chunk_bytes, const std::string& tag,
+                         std::vector<Step>& steps) {
+    const size_t n = group.size();
+    if (n < 2) return;
+    sg::Mailbox* out = channel(group[me], group[(me + 1) % n], tag);
+    sg::Mailbox* in = channel(group[(me + n - 1) % n], group[me], tag);
+    for (int s = 0; s < count; ++s) steps.push_back(Step{{{out, chunk_bytes}}, {in}});
   }
 
-  // Reduce up a binary tree, then broadcast down, both pipelined in chunks (as NCCL does).
-  void tree(const std::vector<int>& group, int me, double bytes, const std::string& tag) {
+  // Reduce up a binary tree, then broadcast down, in chunks (as NCCL pipelines them).
+  static void tree_steps(const std::vector<int>& group, size_t me, double bytes, const std::string& tag,
+                         std::vector<Step>& steps) {
     constexpr int kChunks = 4;
-    const int n = static_cast<int>(group.size());
-    const int self = group[static_cast<size_t>(me)];
+    const size_t n = group.size();
     const double chunk = bytes / kChunks;
-    std::vector<int> children;
-    for (int c : {2 * me + 1, 2 * me + 2}) {
-      if (c < n) children.push_back(group[static_cast<size_t>(c)]);
+    std::vector<size_t> children;
+    for (size_t c : {2 * me + 1, 2 * me + 2}) {
+      if (c < n) children.push_back(c);
     }
-    const int parent = me > 0 ? group[static_cast<size_t>((me - 1) / 2)] : -1;
-    auto send = [&](int to) {
-      sg::CommPtr put = channel(self, to, tag)->put_init(&payload_, static_cast<uint64_t>(chunk));
-      put->start();
-      ++activities_;
-      return put;
-    };
-    auto receive = [&](int from) {
-      int* received = nullptr;
-      channel(from, self, tag)->get_async<int>(&received)->wait();
-    };
-    std::vector<sg::CommPtr> pending;
-    for (int k = 0; k < kChunks; ++k) {  // reduce
-      for (int child : children) receive(child);
-      if (parent >= 0) pending.push_back(send(parent));
+    const bool root = me == 0;
+    const size_t parent = root ? 0 : (me - 1) / 2;
+    for (int k = 0; k < kChunks; ++k) {  // reduce: gather the children's chunk, pass it up
+      Step gather;
+      for (size_t c : children) gather.gets.push_back(channel(group[c], group[me], tag));
+      if (!gather.gets.empty()) steps.push_back(gather);
+      if (!root) steps.push_back(Step{{{channel(group[me], group[parent], tag), chunk}}, {}});
     }
-    for (int k = 0; k < kChunks; ++k) {  // broadcast
-      if (parent >= 0) receive(parent);
-      for (int child : children) pending.push_back(send(child));
+    for (int k = 0; k < kChunks; ++k) {  // broadcast: take the chunk from above, pass it down
+      if (!root) steps.push_back(Step{{}, {channel(group[parent], group[me], tag)}});
+      Step scatter;
+      for (size_t c : children) scatter.puts.emplace_back(channel(group[me], group[c], tag), chunk);
+      if (!scatter.puts.empty()) steps.push_back(scatter);
     }
-    for (auto& p : pending) p->wait();
   }
 
   // Intra-node ring reduce-scatter, inter-node ring all-reduce of each slice among the
-  // devices with the same local index, intra-node ring all-gather.
-  void hierarchical(const std::vector<int>& group, int me, double bytes, const std::string& tag) {
+  // members with the same local index, intra-node ring all-gather.
+  void hierarchical_steps(const std::vector<int>& group, size_t me, double bytes, const std::string& tag,
+                          std::vector<Step>& steps) const {
     std::vector<int> nodes;
     std::map<int, std::vector<int>> local;
     for (int d : group) {
       if (local.count(cost_.node_of(d)) == 0) nodes.push_back(cost_.node_of(d));
       local[cost_.node_of(d)].push_back(d);
     }
-    const int self = group[static_cast<size_t>(me)];
+    const int self = group[me];
     const std::vector<int>& mine = local[cost_.node_of(self)];
-    const int local_index = static_cast<int>(std::find(mine.begin(), mine.end(), self) - mine.begin());
+    const auto local_index = static_cast<size_t>(std::find(mine.begin(), mine.end(), self) - mine.begin());
     const int k = static_cast<int>(mine.size());
-    ring(mine, local_index, k - 1, bytes / k, tag + "a");
+    ring_steps(mine, local_index, k - 1, bytes / k, tag + "a", steps);
     std::vector<int> peers;
     for (int node : nodes) {
       const auto& g = local[node];
-      if (static_cast<int>(g.size()) > local_index) peers.push_back(g[static_cast<size_t>(local_index)]);
+      if (g.size() > local_index) peers.push_back(g[local_index]);
     }
-    const int position = static_cast<int>(std::find(peers.begin(), peers.end(), self) - peers.begin());
+    const auto position = static_cast<size_t>(std::find(peers.begin(), peers.end(), self) - peers.begin());
     const int nn = static_cast<int>(peers.size());
-    ring(peers, position, 2 * (nn - 1), bytes / k / nn, tag + "b");
-    ring(mine, local_index, k - 1, bytes / k, tag + "c");
+    ring_steps(peers, position, 2 * (nn - 1), bytes / k / nn, tag + "b", steps);
+    ring_steps(mine, local_index, k - 1, bytes / k, tag + "c", steps);
   }
+
+  // --- results ---
 
   SimResult collect() {
     SimResult r;
@@ -376,6 +387,7 @@ class Simulation {
     r.trace.plan = plan_.network_name + " on " + plan_.cluster_name;
     r.trace.device_names = plan_.device_names;
     r.completed = true;
+    r.trace.events.reserve(plan_.tasks.size());
     for (size_t t = 0; t < plan_.tasks.size(); ++t) {
       if (!done_[t]) {
         r.completed = false;
@@ -399,42 +411,63 @@ class Simulation {
       e.flops = task.flops;
       r.trace.events.push_back(std::move(e));
     }
+    // A transfer starts when both sides are there: the later of the two posts.
+    for (traces::Event& e : r.trace.events) {
+      if (e.kind == "send" || e.kind == "recv") e.start_s = std::max(e.start_s, pair_start(e));
+    }
     traces::sort_events(r.trace);
     if (!r.completed) r.stalls = stall_report();
     return r;
   }
 
+  double pair_start(const traces::Event& e) {
+    if (pair_start_.empty()) {
+      for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+        const Task& task = plan_.tasks[t];
+        if ((task.kind == TaskKind::send || task.kind == TaskKind::recv) && done_[t]) {
+          double& s = pair_start_[task.group];
+          s = std::max(s, start_[t]);
+        }
+      }
+    }
+    return pair_start_[e.group];
+  }
+
   std::vector<std::string> stall_report() const {
     std::vector<std::string> lines;
-    for (const Fault& f : failed_devices_) {
-      lines.push_back("device " + plan_.device_names[static_cast<size_t>(f.device)] + " failed at " +
-                      std::to_string(f.at_s) + " s");
+    for (const Fault& f : options_.faults) {
+      lines.push_back((f.device >= 0 ? "device " + plan_.device_names[static_cast<size_t>(f.device)] : "link " + f.link) +
+                      " failed at " + std::to_string(f.at_s) + " s");
     }
-    for (const Fault& f : failed_links_) lines.push_back("link " + f.link + " failed at " + std::to_string(f.at_s) + " s");
     size_t never_ran = 0;
     for (char d : done_) never_ran += d == 0;
     lines.push_back(std::to_string(never_ran) + " of " + std::to_string(plan_.tasks.size()) + " tasks never completed");
-    int shown = 0;
-    for (const auto& a : actors_) {
-      if (a->finished || a->current < 0) continue;
-      if (++shown > 12) continue;
-      const Task& t = plan_.tasks[static_cast<size_t>(a->current)];
-      std::string line = plan_.device_names[static_cast<size_t>(a->device)] + " stream " +
-                         plan_.streams[static_cast<size_t>(a->stream)] + ": stuck at " +
-                         std::string(partition::to_string(t.kind)) + " #" + std::to_string(a->current) +
-                         " (iteration " + std::to_string(t.iteration) +
-                         (t.stage >= 0 ? ", stage " + std::to_string(t.stage) : "") +
-                         (t.microbatch >= 0 ? ", micro-batch " + std::to_string(t.microbatch) : "") + ")";
-      if (!a->failure.empty()) {
-        line += ": " + a->failure;
-      } else if (a->waiting_on >= 0 && remaining_[static_cast<size_t>(a->waiting_on)] > 0) {
-        line += ": waits for " + std::to_string(remaining_[static_cast<size_t>(a->waiting_on)]) + " unfinished input(s)";
-      } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv || t.kind == TaskKind::collective) {
-        line += ": its peer never arrived";
+    int shown = 0, stopped = 0;
+    for (const Device& d : devices_) {
+      for (const Stream& s : d.streams) {
+        if (s.next >= s.tasks->size()) continue;
+        ++stopped;
+        if (++shown > 12) continue;
+        const int id = (*s.tasks)[s.next];
+        const Task& t = plan_.tasks[static_cast<size_t>(id)];
+        std::string line = plan_.device_names[static_cast<size_t>(d.id)] + " stream " +
+                           plan_.streams[static_cast<size_t>(s.stream)] + ": stuck at " +
+                           std::string(partition::to_string(t.kind)) + " #" + std::to_string(id) + " (iteration " +
+                           std::to_string(t.iteration) + (t.stage >= 0 ? ", stage " + std::to_string(t.stage) : "") +
+                           (t.microbatch >= 0 ? ", micro-batch " + std::to_string(t.microbatch) : "") + ")";
+        if (!s.failure.empty()) {
+          line += ": " + s.failure;
+        } else if (!s.running && remaining_[static_cast<size_t>(id)] > 0) {
+          line += ": waits for " + std::to_string(remaining_[static_cast<size_t>(id)]) + " unfinished input(s)";
+        } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv || t.kind == TaskKind::collective) {
+          line += ": its peer never arrived";
+        } else {
+          line += ": its device stopped";
+        }
+        lines.push_back(line);
       }
-      lines.push_back(line);
     }
-    if (shown > 12) lines.push_back("... and " + std::to_string(shown - 12) + " more stopped streams");
+    if (shown > 12) lines.push_back("... and " + std::to_string(stopped - 12) + " more stopped streams");
     return lines;
   }
 
@@ -444,17 +477,16 @@ class Simulation {
   partition::CostModel cost_;
   PlatformSpec spec_;
   Platform platform_;
-  std::vector<std::unique_ptr<StreamActor>> actors_;
-  std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task
-  std::vector<int> remaining_, owner_;
+  std::vector<Device> devices_;
+  std::vector<int> remaining_;
   std::vector<std::vector<int>> successors_;
   std::vector<char> done_;
   std::vector<double> start_, end_;
-  std::vector<int> arrived_;
-  std::set<int> collective_released_;
-  std::vector<Fault> failed_devices_, failed_links_;
+  std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task
+  std::map<int, double> pair_start_;       // transfer id -> when its later side was posted
   long long activities_ = 0;
-  int payload_ = 0;  // what messages carry: nothing; their simulated size is what matters
+  int payload_ = 0;      // what messages carry: nothing; their simulated size is what matters
+  int* received_ = nullptr;
 };
 
 }  // namespace
