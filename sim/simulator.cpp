@@ -41,6 +41,10 @@ struct Stream {
   size_t next = 0;        // index of the head task
   bool running = false;   // the head task has activities in flight
   std::string failure;    // why it stopped early
+  // When the head task is a collective: its steps, the current one, what is outstanding.
+  std::vector<Step> steps;
+  size_t step = 0;
+  int outstanding = 0;
 };
 
 // What a device has in flight: each activity with the stream whose head task it serves.
@@ -63,10 +67,6 @@ struct InFlight {
 struct Device {
   int id = -1;
   std::vector<Stream> streams;
-  // A running collective per stream: its steps, the current one, what is outstanding.
-  std::map<size_t, std::vector<Step>> steps;
-  std::map<size_t, size_t> step;
-  std::map<size_t, int> outstanding;
 };
 
 class Simulation {
@@ -101,7 +101,11 @@ class Simulation {
       Device& device = devices_[d];
       device.id = static_cast<int>(d);
       for (const partition::StreamProgram& program : plan_.programs[d]) {
-        if (!program.tasks.empty()) device.streams.push_back(Stream{&program.tasks, program.stream, 0, false, {}});
+        if (program.tasks.empty()) continue;
+        Stream stream;
+        stream.tasks = &program.tasks;
+        stream.stream = program.stream;
+        device.streams.push_back(std::move(stream));
       }
       if (device.streams.empty()) continue;
       sg::Actor::create(plan_.device_names[d], platform_.hosts[d], [this, d] { run_device(devices_[d]); });
@@ -225,36 +229,35 @@ class Simulation {
         flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
         return;
       case TaskKind::collective:
-        d.steps[s] = collective_steps(plan_.collectives[static_cast<size_t>(t.group)], id);
-        d.step[s] = 0;
-        if (start_step(d, s, flight)) return;
+        stream.steps = collective_steps(plan_.collectives[static_cast<size_t>(t.group)], id);
+        stream.step = 0;
+        if (start_step(stream, s, flight)) return;
         break;
     }
     complete_head(d, s);  // nothing to wait for
   }
 
   // Issues the current step of stream s's collective; false when there is none left.
-  bool start_step(Device& d, size_t s, InFlight& flight) {
-    const std::vector<Step>& steps = d.steps[s];
-    if (d.step[s] >= steps.size()) return false;
-    const Step& step = steps[d.step[s]];
+  bool start_step(Stream& stream, size_t s, InFlight& flight) {
+    if (stream.step >= stream.steps.size()) return false;
+    const Step& step = stream.steps[stream.step];
     for (const auto& [box, bytes] : step.puts) {
       flight.add(box->put_async(&payload_, static_cast<uint64_t>(options_.free_communication ? 0 : bytes)), s);
       ++activities_;
     }
     for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s);
-    d.outstanding[s] = static_cast<int>(step.puts.size() + step.gets.size());
+    stream.outstanding = static_cast<int>(step.puts.size() + step.gets.size());
     return true;
   }
 
   void finished_activity(Device& d, size_t s, InFlight& flight) {
-    const int id = (*d.streams[s].tasks)[d.streams[s].next];
-    const Task& t = plan_.tasks[static_cast<size_t>(id)];
+    Stream& stream = d.streams[s];
+    const Task& t = plan_.tasks[static_cast<size_t>((*stream.tasks)[stream.next])];
     if (t.kind == TaskKind::collective) {
-      if (--d.outstanding[s] > 0) return;
-      ++d.step[s];
-      if (start_step(d, s, flight)) return;
-      d.steps.erase(s);
+      if (--stream.outstanding > 0) return;
+      ++stream.step;
+      if (start_step(stream, s, flight)) return;
+      stream.steps.clear();
     }
     complete_head(d, s);
   }
