@@ -181,6 +181,17 @@ class Builder {
     return t;
   }
 
+  // A communication task modelled on `like` (iteration, worker, stage, micro-batch, layers):
+  // no compute of its own, `bytes` to move.
+  static Task communication(Task like, TaskKind kind, Purpose purpose, int device, double bytes) {
+    like.kind = kind;
+    like.purpose = purpose;
+    like.device = device;
+    like.bytes = bytes;
+    like.flops = like.recompute_flops = like.memory_bytes = 0;
+    return like;
+  }
+
   // A collective over `devices` with one task per device on `stream_id`; returns task ids.
   std::vector<int> add_collective(const std::vector<int>& devices, double bytes, Purpose purpose,
                                   AllReduceAlgorithm algorithm, int stream_id, Task like) {  // by value: add_task reallocates tasks
@@ -191,13 +202,8 @@ class Builder {
     c.devices = devices;
     const int group = static_cast<int>(plan_.collectives.size());
     for (int d : devices) {
-      Task t = like;
-      t.kind = TaskKind::collective;
-      t.purpose = purpose;
-      t.device = d;
+      Task t = communication(like, TaskKind::collective, purpose, d, bytes);
       t.stream = stream_id;
-      t.bytes = bytes;
-      t.flops = t.recompute_flops = t.memory_bytes = 0;
       t.group = group;
       c.tasks.push_back(plan_.add_task(t));
     }
@@ -208,13 +214,8 @@ class Builder {
   // A send/recv pair on the per-peer channels; returns {send, recv}.
   std::pair<int, int> add_transfer(int src, int dst, double bytes, Purpose purpose, const std::string& tag,
                                    const Task& like) {
-    Task s = like;
-    s.kind = TaskKind::send;
-    s.purpose = purpose;
-    s.device = src;
+    Task s = communication(like, TaskKind::send, purpose, src, bytes);
     s.peer = dst;
-    s.bytes = bytes;
-    s.flops = s.recompute_flops = s.memory_bytes = 0;
     s.group = next_transfer_++;
     s.stream = stream("send>" + std::to_string(dst) + ":" + tag);
     Task r = s;

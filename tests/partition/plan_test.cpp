@@ -31,10 +31,22 @@ Built build(const model::Cluster& cluster, const model::Network& net, PlanOption
   return Built{cluster, net, build_plan(cluster, net, layout, cost)};
 }
 
-Estimate estimate_free(const Built& b) {
+// The analytic bubble of an equal-stage pipeline (16 equal layers, 8 identical GPUs, one
+// virtual worker, free communication).
+double equal_stage_bubble(const char* schedule, int p, int m, int v = 1) {
+  PlanOptions o;
+  o.schedule = schedule;
+  o.pipeline = p;
+  o.virtual_stages = v;
+  o.data = 1;
+  o.microbatches = m;
+  o.workspace_bytes = 0;
+  const Built b = build(test_support::identical_cluster(8), test_support::equal_layers(16), o, true);
+  const Validation valid = validate_plan(b.plan);
+  EXPECT_TRUE(valid.ok()) << (valid.ok() ? "" : valid.problems.front());
   CostModel cost(b.cluster, b.network.precision);
   cost.set_free_communication(true);
-  return estimate_plan(b.plan, cost);
+  return estimate_plan(b.plan, cost).bubble_fraction;
 }
 
 // Compute ops of one device in program order, as schedule ops.
@@ -57,16 +69,8 @@ TEST(PlanBubble, GpipeAnd1f1bMatchClosedForm) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
     for (int p : {1, 2, 4, 8}) {
       for (int m : {1, 3, 8, 16}) {
-        PlanOptions o;
-        o.schedule = schedule;
-        o.pipeline = p;
-        o.data = 1;
-        o.microbatches = m;
-        o.workspace_bytes = 0;
-        const Built b = build(test_support::identical_cluster(8), test_support::equal_layers(16), o, true);
-        ASSERT_TRUE(validate_plan(b.plan).ok()) << validate_plan(b.plan).problems.front();
-        const Estimate e = estimate_free(b);
-        EXPECT_NEAR(e.bubble_fraction, (p - 1.0) / (m + p - 1.0), 1e-9) << schedule << " p=" << p << " m=" << m;
+        EXPECT_NEAR(equal_stage_bubble(schedule, p, m), (p - 1.0) / (m + p - 1.0), 1e-9)
+            << schedule << " p=" << p << " m=" << m;
       }
     }
   }
@@ -76,17 +80,8 @@ TEST(PlanBubble, InterleavedMatchesClosedForm) {
   for (int p : {2, 4}) {
     for (int v : {2, 4}) {
       for (int m : {p, 2 * p, 4 * p}) {
-        PlanOptions o;
-        o.schedule = "interleaved";
-        o.pipeline = p;
-        o.virtual_stages = v;
-        o.data = 1;
-        o.microbatches = m;
-        o.workspace_bytes = 0;
-        const Built b = build(test_support::identical_cluster(8), test_support::equal_layers(16), o, true);
-        ASSERT_TRUE(validate_plan(b.plan).ok()) << validate_plan(b.plan).problems.front();
-        const Estimate e = estimate_free(b);
-        EXPECT_NEAR(e.bubble_fraction, (p - 1.0) / (v * m + p - 1.0), 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+        EXPECT_NEAR(equal_stage_bubble("interleaved", p, m, v), (p - 1.0) / (v * m + p - 1.0), 1e-9)
+            << "p=" << p << " v=" << v << " m=" << m;
       }
     }
   }
