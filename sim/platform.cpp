@@ -62,9 +62,7 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
   }
   for (const LinkSpec& l : spec.links) {
     sg::NetZone* zone = zones[static_cast<size_t>(l.zone)];
-    sg::Link* link = l.split_duplex ? zone->create_split_duplex_link(l.name, l.bandwidth_bytes_per_s)
-                                    : zone->create_link(l.name, l.bandwidth_bytes_per_s)
-                                          ->set_sharing_policy(sg::Link::SharingPolicy::FATPIPE);
+    sg::Link* link = zone->create_split_duplex_link(l.name, l.bandwidth_bytes_per_s);
     link->set_latency(l.latency_s);
     const auto profile = bandwidth_profiles.find(static_cast<int>(p.links.size()));
     if (profile != bandwidth_profiles.end()) {
@@ -76,10 +74,7 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
   auto hops_of = [&](const std::vector<Hop>& hops) {
     std::vector<sg::LinkInRoute> out;
     for (const Hop& hop : hops) {
-      const LinkSpec& l = spec.links[static_cast<size_t>(hop.link)];
-      sg::Link* link = p.links[static_cast<size_t>(hop.link)];
-      out.emplace_back(l.split_duplex ? sg::LinkInRoute(link, hop.up ? Direction::UP : Direction::DOWN)
-                                      : sg::LinkInRoute(link));
+      out.emplace_back(p.links[static_cast<size_t>(hop.link)], hop.up ? Direction::UP : Direction::DOWN);
     }
     return out;
   };

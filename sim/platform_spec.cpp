@@ -8,8 +8,8 @@ namespace hetflow::sim {
 
 namespace {
 
-// A FATPIPE's bandwidth: effectively unlimited (a non-blocking switch).
-constexpr double kFatpipeBandwidth = 1e18;
+// The bandwidth of a link that only carries latency (or of an unlimited node fabric).
+constexpr double kUnlimitedBandwidth = 1e18;
 
 class SpecBuilder {
  public:
@@ -37,71 +37,75 @@ class SpecBuilder {
     return static_cast<int>(spec_.zones.size()) - 1;
   }
 
-  int add_link(int zone, const std::string& name, double bandwidth, double latency, bool split_duplex,
-               const std::string& cls) {
-    spec_.links.push_back(LinkSpec{name, bandwidth, latency, split_duplex, cls, zone});
+  int add_link(int zone, const std::string& name, double bandwidth, double latency, const std::string& cls) {
+    spec_.links.push_back(LinkSpec{name, bandwidth, latency, cls, zone});
     return static_cast<int>(spec_.links.size()) - 1;
   }
 
-  // A zone of zones reaches its parent through a router kept in a child zone of its own,
-  // which sits behind the zone's switch.
-  void add_gateway_zone(int zone, const std::string& name, int switch_link) {
+  // A zone of zones reaches its parent through a router kept in a child zone of its own.
+  // The route to it crosses nothing: switch latencies live on the links that reach a switch.
+  void add_gateway_zone(int zone, const std::string& name) {
     const int gw = add_zone("gwzone:" + name, false, zone);
     spec_.zones[static_cast<size_t>(gw)].router = "gw:" + name;
     spec_.zones[static_cast<size_t>(gw)].gateway = "gw:" + name;
     spec_.zones[static_cast<size_t>(zone)].gateway = "gw:" + name;
-    spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(StarRoute{true, gw, {Hop{switch_link, true}}});
+    spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(StarRoute{true, gw, {}});
   }
 
+  // Switches are not links: a link every flow crosses would join all flows into one
+  // max-min system, which SimGrid re-solves whole at every flow event (quadratic in the
+  // number of concurrent flows). A non-blocking switch only adds latency, so it goes on the
+  // links on either side: half on each NIC (one switch between two nodes), one on each
+  // leaf uplink (leaf, spine, leaf between two leaves), half on each region's gateway link
+  // (crossed on the way out of one region and into the other).
   int add_region(const model::Region& region, int root) {
     const int zone = add_zone("region:" + region.name, false, root);
     const model::Fabric& f = region.fabric;
-    const bool tree = f.kind == model::FabricKind::fat_tree;
-    const int core = add_link(zone, (tree ? "spine:" : "switch:") + region.name, kFatpipeBandwidth, f.latency_s, false,
-                              "fabric");
     std::vector<size_t> nodes;
     for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
       if (cluster_.nodes[n].region == region.name) nodes.push_back(n);
     }
-    if (!tree) {
-      for (size_t n : nodes) add_node(n, zone, core);
+    if (f.kind != model::FabricKind::fat_tree) {
+      for (size_t n : nodes) add_node(n, zone, f.latency_s / 2);
     } else {
       const auto per_leaf = static_cast<size_t>(f.nodes_per_leaf);
       for (size_t first = 0; first < nodes.size(); first += per_leaf) {
         const std::string leaf_name = "leaf:" + region.name + "." + std::to_string(first / per_leaf);
         const int leaf = add_zone(leaf_name, false, zone);
-        const int leaf_switch = add_link(leaf, "leafswitch:" + region.name + "." + std::to_string(first / per_leaf),
-                                         kFatpipeBandwidth, f.latency_s, false, "fabric");
         double leaf_nic_bandwidth = 0;
         for (size_t i = first; i < nodes.size() && i < first + per_leaf; ++i) {
           const model::Node& node = cluster_.nodes[nodes[i]];
           leaf_nic_bandwidth += node.nic.count * node.nic.bandwidth_bytes_per_s;
-          add_node(nodes[i], leaf, leaf_switch);
+          add_node(nodes[i], leaf, f.latency_s / 2);
         }
-        add_gateway_zone(leaf, leaf_name, leaf_switch);
-        const int uplink = add_link(zone, "uplink:" + leaf_name, leaf_nic_bandwidth / f.oversubscription, 0, true, "fabric");
-        spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(
-            StarRoute{true, leaf, {Hop{uplink, true}, Hop{core, true}}});
+        add_gateway_zone(leaf, leaf_name);
+        const int uplink = add_link(zone, "uplink:" + leaf_name, leaf_nic_bandwidth / f.oversubscription, f.latency_s,
+                                    "fabric");
+        spec_.zones[static_cast<size_t>(zone)].star_routes.push_back(StarRoute{true, leaf, {Hop{uplink, true}}});
       }
     }
-    if (root >= 0) add_gateway_zone(zone, "region:" + region.name, core);
+    if (root >= 0) {
+      add_gateway_zone(zone, "region:" + region.name);
+      region_gateway_[region.name] = add_link(root, "gateway:" + region.name, kUnlimitedBandwidth, f.latency_s / 2, "fabric");
+    }
     return zone;
   }
 
-  void add_node(size_t n, int parent, int switch_link) {
+  // `switch_latency_s`: the share of the switch's latency this node's NICs carry.
+  void add_node(size_t n, int parent, double switch_latency_s) {
     const model::Node& node = cluster_.nodes[n];
     const int zone = add_zone("node:" + node.name, true, parent);
     spec_.zones[static_cast<size_t>(zone)].router = "gw:node:" + node.name;
     spec_.zones[static_cast<size_t>(zone)].gateway = "gw:node:" + node.name;
     int uplink = -1;
     if (node.intra.uplink_bandwidth_bytes_per_s > 0) {
-      uplink = add_link(zone, "pcie-uplink:" + node.name, node.intra.uplink_bandwidth_bytes_per_s, 0, true, "pcie");
+      uplink = add_link(zone, "pcie-uplink:" + node.name, node.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
     }
-    const double gpu_bandwidth = node.intra.bandwidth_bytes_per_s > 0 ? node.intra.bandwidth_bytes_per_s : kFatpipeBandwidth;
+    const double gpu_bandwidth = node.intra.bandwidth_bytes_per_s > 0 ? node.intra.bandwidth_bytes_per_s : kUnlimitedBandwidth;
     std::vector<int> nics;
     for (int r = 0; r < node.nic.count; ++r) {
       const std::string name = node.nic.count == 1 ? "nic:" + node.name : "nic:" + node.name + "." + std::to_string(r);
-      nics.push_back(add_link(zone, name, node.nic.bandwidth_bytes_per_s, node.nic.latency_s, true, "nic"));
+      nics.push_back(add_link(zone, name, node.nic.bandwidth_bytes_per_s, node.nic.latency_s + switch_latency_s, "nic"));
     }
     // Up from GPU g to the node fabric (and through the host bridge on PCIe nodes).
     std::vector<std::vector<Hop>> up;
@@ -111,8 +115,8 @@ class SpecBuilder {
       const std::string name = node.name + "/gpu" + std::to_string(g);
       spec_.hosts.push_back(HostSpec{name, speeds_.at(static_cast<size_t>(device)), zone, static_cast<int>(n)});
       spec_.zones[static_cast<size_t>(zone)].hosts.push_back(device);
-      const int link = add_link(zone, "gpu:" + name, gpu_bandwidth, node.intra.latency_s / 2, true,
-                                std::string(model::to_string(node.intra.kind)));
+      const int link =
+          add_link(zone, "gpu:" + name, gpu_bandwidth, node.intra.latency_s / 2, std::string(model::to_string(node.intra.kind)));
       up.push_back({Hop{link, true}});
       if (uplink >= 0) up.back().push_back(Hop{uplink, true});
       devices.push_back(device);
@@ -137,7 +141,7 @@ class SpecBuilder {
         z.pair_routes.push_back(PairRoute{-1, devices[a], down(out)});
       }
     }
-    spec_.zones[static_cast<size_t>(parent)].star_routes.push_back(StarRoute{true, zone, {Hop{switch_link, true}}});
+    spec_.zones[static_cast<size_t>(parent)].star_routes.push_back(StarRoute{true, zone, {}});
   }
 
   // Region pairs joined by the widest WAN path (max of the narrowest link), then the
@@ -146,7 +150,7 @@ class SpecBuilder {
     std::map<std::pair<std::string, std::string>, int> wan_link;
     for (const model::WanLink& w : cluster_.wan) {
       const int link =
-          add_link(root, "wan:" + w.region_a + "-" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, true, "wan");
+          add_link(root, "wan:" + w.region_a + "-" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, "wan");
       wan_link[{w.region_a, w.region_b}] = link;
     }
     struct Path {
@@ -180,8 +184,11 @@ class SpecBuilder {
       }
       for (const model::Region& dst : regions) {
         if (dst.name == src.name || best.count(dst.name) == 0) continue;
+        std::vector<Hop> hops{Hop{region_gateway_.at(src.name), true}};
+        hops.insert(hops.end(), best[dst.name].hops.begin(), best[dst.name].hops.end());
+        hops.push_back(Hop{region_gateway_.at(dst.name), false});
         spec_.zones[static_cast<size_t>(root)].zone_routes.push_back(
-            ZoneRoute{region_zone.at(src.name), region_zone.at(dst.name), best[dst.name].hops});
+            ZoneRoute{region_zone.at(src.name), region_zone.at(dst.name), std::move(hops)});
       }
     }
   }
@@ -189,6 +196,7 @@ class SpecBuilder {
   const model::Cluster& cluster_;
   const std::vector<double>& speeds_;
   PlatformSpec spec_;
+  std::map<std::string, int> region_gateway_;  // region -> its gateway link
 };
 
 }  // namespace

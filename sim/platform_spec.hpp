@@ -9,12 +9,14 @@
 //        │                where the node has one; to the node's gateway, the GPU's link and
 //        │                its rail's NIC (GPU i uses NIC i mod count, as rail-optimised
 //        │                nodes do, so one flow never gets more than one NIC)
-//        └─ a node zone's route in its parent star: the region switch (a FATPIPE)
-//   fat tree: region zone (star) ── leaf zones (star) ── node zones; a node's route crosses
-//           its leaf switch, a leaf's route its oversubscribed uplink and the spine.
-// A zone of zones keeps its gateway router in a child zone of its own whose route is the
-// zone's switch. SimGrid counts a FATPIPE shared by both ends of a star route once, so every
-// route's latency equals partition::CostModel::route(): one switch latency per hop.
+//        └─ a node zone's route in its parent star: nothing (the switch is non-blocking)
+//   fat tree: region zone (star) ── leaf zones (star) ── node zones; a leaf's route in the
+//           region is its oversubscribed uplink.
+// Every link is split-duplex. A switch is not a link: its latency is carried by the links
+// that reach it (half on each NIC, one on each leaf uplink, half on each region's gateway
+// link), so every route's latency equals partition::CostModel::route() and flows meet in
+// SimGrid's max-min system only where they really share bandwidth.
+// A zone of zones keeps its gateway router in a child zone of its own with an empty route.
 #include <string>
 #include <vector>
 
@@ -23,11 +25,10 @@
 namespace hetflow::sim {
 
 struct LinkSpec {
-  std::string name;                  // "gpu:<device>", "uplink:<node>", "nic:<node>", "switch:<region>",
-                                     // "leaf:<region>.<i>", "spine:<region>", "wan:<a>-<b>"
+  std::string name;                  // "gpu:<device>", "pcie-uplink:<node>", "nic:<node>[.<rail>]",
+                                     // "uplink:leaf:<region>.<i>", "gateway:<region>", "wan:<a>-<b>"
   double bandwidth_bytes_per_s = 0;
-  double latency_s = 0;
-  bool split_duplex = true;          // false: FATPIPE (a non-blocking switch's latency)
+  double latency_s = 0;              // each direction
   std::string link_class;            // pcie, nvlink, nvswitch, nic, fabric, wan
   int zone = -1;                     // the zone whose routes use it (where it is created)
   bool operator==(const LinkSpec&) const = default;
@@ -35,7 +36,7 @@ struct LinkSpec {
 
 struct Hop {
   int link = -1;
-  bool up = true;  // direction on a split-duplex link: up = away from the member
+  bool up = true;  // direction on the split-duplex link: up = away from the member
   bool operator==(const Hop&) const = default;
 };
 

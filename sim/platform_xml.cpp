@@ -1,10 +1,10 @@
 // PlatformSpec -> SimGrid platform XML (DTD 4.1). SimGrid 3.32 reads no star zones from XML,
 // so the same topology is written with Floyd zones: each node zone routes its hosts to its
 // gateway router (Full node zones list every route, GPU to GPU and GPU to gateway through its
-// rail's NIC); each switch becomes a router in a zone of its own, reached from a member
-// over [its NIC up, the switch] and left towards a member over [its NIC down]; a zone of
-// zones is entered from its parent through a router in front of its switch. Every route
-// then crosses each switch once, as in the star zones of the in-memory platform.
+// rail's NIC); the switch of a zone of zones becomes a router in a zone of its own, reached
+// from a member over the member's star route and left towards it over the same links
+// reversed; a zone of zones is entered from its parent through a router next to its switch.
+// Routes then cross the same links as in the star zones of the in-memory platform.
 #include <map>
 #include <sstream>
 
@@ -53,19 +53,15 @@ class XmlWriter {
 
   std::string link_ctn(const Hop& hop, bool reverse = false) const {
     const LinkSpec& l = spec_.links[static_cast<size_t>(hop.link)];
-    std::string s = "<link_ctn id=\"" + escape(l.name) + "\"";
-    if (l.split_duplex) s += std::string(" direction=\"") + ((hop.up != reverse) ? "UP" : "DOWN") + "\"";
-    return s + "/>";
+    return "<link_ctn id=\"" + escape(l.name) + "\" direction=\"" + ((hop.up != reverse) ? "UP" : "DOWN") + "\"/>";
   }
 
-  // The switch a zone's members meet at: the last hop of their star routes (a FATPIPE).
-  int switch_of(const ZoneSpec& z) const {
+  // A zone whose members are zones: they meet at its switch.
+  static bool has_switch(const ZoneSpec& z) {
     for (const StarRoute& r : z.star_routes) {
-      if (r.is_zone && !r.hops.empty() && !spec_.links[static_cast<size_t>(r.hops.back().link)].split_duplex) {
-        return r.hops.back().link;
-      }
+      if (r.is_zone) return true;
     }
-    return -1;
+    return false;
   }
 
   std::string gateway_of(int zone) const {
@@ -81,10 +77,10 @@ class XmlWriter {
     out_ << pad << "<zone id=\"" << escape(z.name) << "\" routing=\"" << (z.full ? "Full" : "Floyd") << "\">\n";
     // The DTD's order: zones, then hosts and routers, then links, then routes.
     for (int child : children_[index]) zone(child, depth + 1);
-    const int sw = switch_of(z);
-    const bool entered_from_parent = sw >= 0 && z.parent >= 0;
+    const bool sw = has_switch(z);
+    const bool entered_from_parent = sw && z.parent >= 0;
     const std::string name = escape(z.name);
-    if (sw >= 0) {
+    if (sw) {
       out_ << pad << "  <zone id=\"swzone:" << name << "\" routing=\"None\"><router id=\"sw:" << name << "\"/></zone>\n";
     }
     if (entered_from_parent) {
@@ -98,19 +94,15 @@ class XmlWriter {
     for (int l : links_of_zone_[index]) {
       const LinkSpec& link = spec_.links[static_cast<size_t>(l)];
       out_ << pad << "  <link id=\"" << escape(link.name) << "\" bandwidth=\"" << number(link.bandwidth_bytes_per_s)
-           << "Bps\" latency=\"" << number(link.latency_s) << "s\" sharing_policy=\""
-           << (link.split_duplex ? "SPLITDUPLEX" : "FATPIPE") << "\"/>\n";
+           << "Bps\" latency=\"" << number(link.latency_s) << "s\" sharing_policy=\"SPLITDUPLEX\"/>\n";
     }
     // SimGrid forbids empty routes: where a route crosses nothing, it crosses a free FATPIPE.
-    if (sw >= 0) {
+    if (sw) {
       out_ << pad << "  <link id=\"free:" << name << "\" bandwidth=\"1e18Bps\" latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n";
     }
     if (entered_from_parent) {
-      // Entering from the parent crosses the switch once; leaving, the member's route already has.
       out_ << pad << "  <zoneRoute src=\"inzone:" << name << "\" dst=\"swzone:" << name << "\" gw_src=\"in:" << name
-           << "\" gw_dst=\"sw:" << name << "\" symmetrical=\"NO\">" << link_ctn(Hop{sw, true}) << "</zoneRoute>\n";
-      out_ << pad << "  <zoneRoute src=\"swzone:" << name << "\" dst=\"inzone:" << name << "\" gw_src=\"sw:" << name
-           << "\" gw_dst=\"in:" << name << "\" symmetrical=\"NO\"><link_ctn id=\"free:" << name << "\"/></zoneRoute>\n";
+           << "\" gw_dst=\"sw:" << name << "\"><link_ctn id=\"free:" << name << "\"/></zoneRoute>\n";
     }
     for (const StarRoute& r : z.star_routes) {
       if (!r.is_zone) {
@@ -121,22 +113,18 @@ class XmlWriter {
         continue;
       }
       const ZoneSpec& child = spec_.zones[static_cast<size_t>(r.member)];
-      if (child.name.rfind("gwzone:", 0) == 0 || sw < 0) continue;
+      if (child.name.rfind("gwzone:", 0) == 0) continue;
       const std::string gw = gateway_of(r.member);
-      // Up: every hop (the switch included); down: the hops before the switch, reversed.
+      // Up: the member's hops; down: the same hops reversed.
       out_ << pad << "  <zoneRoute src=\"" << escape(child.name) << "\" dst=\"swzone:" << escape(z.name)
            << "\" gw_src=\"" << escape(gw) << "\" gw_dst=\"sw:" << escape(z.name) << "\" symmetrical=\"NO\">";
       for (const Hop& hop : r.hops) out_ << link_ctn(hop);
+      if (r.hops.empty()) out_ << "<link_ctn id=\"free:" << name << "\"/>";
       out_ << "</zoneRoute>\n";
       out_ << pad << "  <zoneRoute src=\"swzone:" << escape(z.name) << "\" dst=\"" << escape(child.name)
            << "\" gw_src=\"sw:" << escape(z.name) << "\" gw_dst=\"" << escape(gw) << "\" symmetrical=\"NO\">";
-      bool crossed = false;
-      for (size_t i = r.hops.size(); i-- > 0;) {
-        if (r.hops[i].link == sw) continue;
-        out_ << link_ctn(r.hops[i], true);
-        crossed = true;
-      }
-      if (!crossed) out_ << "<link_ctn id=\"free:" << name << "\"/>";
+      for (size_t i = r.hops.size(); i-- > 0;) out_ << link_ctn(r.hops[i], true);
+      if (r.hops.empty()) out_ << "<link_ctn id=\"free:" << name << "\"/>";
       out_ << "</zoneRoute>\n";
     }
     for (const PairRoute& r : z.pair_routes) {
