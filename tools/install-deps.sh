@@ -9,6 +9,7 @@
 #   nlohmann-json3-dev                    plan and trace JSON, --json output
 #   libgtest-dev libgmock-dev             tests
 #   libbenchmark-dev                      tests/bench (Google Benchmark)
+#   libjemalloc-dev                       malloc for simulations (SimGrid allocates per activity)
 #   libopenblas-dev                       the executor's CPU backend (BLAS matmuls)
 #   libopenmpi-dev openmpi-bin            multi-process / multi-node executor bootstrap
 # CUDA and NCCL are not Debian packages here: the CUDA parts build when nvcc is found
@@ -17,7 +18,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libsimgrid-dev libboost-graph-dev
           libboost-program-options-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libopenblas-dev libopenmpi-dev openmpi-bin)
+          libgmock-dev libbenchmark-dev libjemalloc-dev libopenblas-dev libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do
