@@ -76,6 +76,9 @@ SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, c
     } catch (const InputError& e) {
       message = "I" + nlohmann::json{{"file", e.file()}, {"line", e.line()}, {"field", e.field()}, {"message", e.message()}}.dump();
       status = 2;
+    } catch (const PlanError& e) {
+      message = std::string("P") + e.what();
+      status = 3;
     } catch (const std::exception& e) {
       message = std::string("E") + e.what();
       status = 1;
@@ -106,6 +109,7 @@ SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, c
     const nlohmann::json j = nlohmann::json::parse(text.substr(1));
     throw InputError(j["file"], j["line"], j["field"], j["message"]);
   }
+  if (text[0] == 'P') throw PlanError(text.substr(1));
   if (text[0] == 'E') throw Error("simulation failed: " + text.substr(1));
   return decode(text.substr(1));
 }

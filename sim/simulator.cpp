@@ -40,6 +40,7 @@ struct Stream {
   int stream = -1;
   size_t next = 0;        // index of the head task
   bool running = false;   // the head task has activities in flight
+  bool collective = false;  // ... and it is a collective, stepping through `steps`
   std::string failure;    // why it stopped early
   // When the head task is a collective: its steps, the current one, what is outstanding.
   std::vector<Step> steps;
@@ -97,11 +98,13 @@ class Simulation {
     for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
     add_faults();
     devices_.resize(plan_.programs.size());
+    stream_index_.assign(plan_.tasks.size(), -1);
     for (size_t d = 0; d < plan_.programs.size(); ++d) {
       Device& device = devices_[d];
       device.id = static_cast<int>(d);
       for (const partition::StreamProgram& program : plan_.programs[d]) {
         if (program.tasks.empty()) continue;
+        for (int t : program.tasks) stream_index_[static_cast<size_t>(t)] = static_cast<int>(device.streams.size());
         Stream stream;
         stream.tasks = &program.tasks;
         stream.stream = program.stream;
@@ -138,14 +141,27 @@ class Simulation {
   void prepare() {
     const size_t n = plan_.tasks.size();
     remaining_.assign(n, 0);
-    successors_.assign(n, {});
     done_.assign(n, 0);
     start_.assign(n, 0);
     end_.assign(n, 0);
+    // Successor lists in one array (task t's are [successor_begin_[t], successor_begin_[t+1])):
+    // the device actors walk them at every completion, and one array keeps that cache-friendly.
+    successor_begin_.assign(n + 1, 0);
     for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
       const auto from = boost::source(*it, plan_.graph), to = boost::target(*it, plan_.graph);
-      successors_[from].push_back(static_cast<int>(to));
+      if (plan_.tasks[from].device != plan_.tasks[to].device) {
+        throw PlanError("task " + std::to_string(to) + " on device " + std::to_string(plan_.tasks[to].device) +
+                        " depends on task " + std::to_string(from) + " on device " +
+                        std::to_string(plan_.tasks[from].device) + ": devices meet only through transfers");
+      }
+      ++successor_begin_[from + 1];
       ++remaining_[to];
+    }
+    for (size_t t = 0; t < n; ++t) successor_begin_[t + 1] += successor_begin_[t];
+    successors_.assign(static_cast<size_t>(successor_begin_[n]), 0);
+    std::vector<int> fill(successor_begin_.begin(), successor_begin_.end() - 1);
+    for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
+      successors_[static_cast<size_t>(fill[boost::source(*it, plan_.graph)]++)] = static_cast<int>(boost::target(*it, plan_.graph));
     }
     // Each transfer's channel mailbox, looked up once: "<src>><dst>:<tag>".
     mailbox_of_.assign(n, nullptr);
@@ -173,16 +189,22 @@ class Simulation {
 
   // --- the device actor ---
 
+  // Only streams that may have become startable are looked at: the one whose task just
+  // finished and those whose head's last input just completed (`check`).
   void run_device(Device& d) {
     InFlight flight;
+    std::vector<size_t> check(d.streams.size());
+    for (size_t s = 0; s < check.size(); ++s) check[s] = s;
     for (;;) {
-      for (size_t s = 0; s < d.streams.size(); ++s) {
+      for (size_t i = 0; i < check.size(); ++i) {  // start() may append to check
+        const size_t s = check[i];
         Stream& stream = d.streams[s];
         if (stream.running || !stream.failure.empty() || stream.next >= stream.tasks->size()) continue;
         const int task = (*stream.tasks)[stream.next];
         if (remaining_[static_cast<size_t>(task)] > 0) continue;
-        start(d, s, task, flight);
+        start(d, s, task, flight, check);
       }
+      check.clear();
       if (flight.activities.empty()) return;  // finished, or stuck on something that cannot come
       ssize_t index = -1;
       try {
@@ -196,12 +218,12 @@ class Simulation {
       }
       const size_t s = flight.stream[static_cast<size_t>(index)];
       flight.remove(static_cast<size_t>(index));
-      finished_activity(d, s, flight);
+      finished_activity(d, s, flight, check);
     }
   }
 
   // Starts the head task of stream s: its activities go in flight (or it completes at once).
-  void start(Device& d, size_t s, int id, InFlight& flight) {
+  void start(Device& d, size_t s, int id, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
     const Task& t = plan_.tasks[static_cast<size_t>(id)];
     start_[static_cast<size_t>(id)] = sg::Engine::get_clock();
@@ -231,10 +253,11 @@ class Simulation {
       case TaskKind::collective:
         stream.steps = collective_steps(plan_.collectives[static_cast<size_t>(t.group)], id);
         stream.step = 0;
+        stream.collective = true;
         if (start_step(stream, s, flight)) return;
         break;
     }
-    complete_head(d, s);  // nothing to wait for
+    complete_head(d, s, check);  // nothing to wait for
   }
 
   // Issues the current step of stream s's collective; false when there is none left.
@@ -250,26 +273,30 @@ class Simulation {
     return true;
   }
 
-  void finished_activity(Device& d, size_t s, InFlight& flight) {
+  void finished_activity(Device& d, size_t s, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
-    const Task& t = plan_.tasks[static_cast<size_t>((*stream.tasks)[stream.next])];
-    if (t.kind == TaskKind::collective) {
+    if (stream.collective) {
       if (--stream.outstanding > 0) return;
       ++stream.step;
       if (start_step(stream, s, flight)) return;
-      stream.steps.clear();
     }
-    complete_head(d, s);
+    complete_head(d, s, check);
   }
 
-  void complete_head(Device& d, size_t s) {
+  void complete_head(Device& d, size_t s, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
     const auto id = static_cast<size_t>((*stream.tasks)[stream.next]);
     end_[id] = sg::Engine::get_clock();
     done_[id] = 1;
-    for (int succ : successors_[id]) --remaining_[static_cast<size_t>(succ)];
+    for (int i = successor_begin_[id]; i < successor_begin_[id + 1]; ++i) {
+      const auto succ = static_cast<size_t>(successors_[static_cast<size_t>(i)]);
+      if (--remaining_[succ] == 0) check.push_back(static_cast<size_t>(stream_index_[succ]));
+    }
     stream.running = false;
+    stream.collective = false;
+    stream.steps.clear();
     ++stream.next;
+    check.push_back(s);
   }
 
   // After a failure: every activity that failed stops its stream, with the reason.
@@ -481,8 +508,10 @@ class Simulation {
   PlatformSpec spec_;
   Platform platform_;
   std::vector<Device> devices_;
-  std::vector<int> remaining_;
-  std::vector<std::vector<int>> successors_;
+  std::vector<int> remaining_;       // per task: inputs not yet done
+  std::vector<int> successor_begin_;  // per task (+1): where its successors start in successors_
+  std::vector<int> successors_;
+  std::vector<int> stream_index_;     // per task: its stream's index in its device's streams
   std::vector<char> done_;
   std::vector<double> start_, end_;
   std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task

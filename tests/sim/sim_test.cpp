@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "model/error.hpp"
 #include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
@@ -217,6 +218,28 @@ TEST(Simulator, FailedLinkStallsTheTransfersThatCrossIt) {
   bool link_failure = false;
   for (const std::string& s : r.stalls) link_failure |= s.find("a link on its route failed") != std::string::npos;
   EXPECT_TRUE(link_failure);
+}
+
+TEST(Simulator, RejectsADependencyBetweenDevices) {
+  // Devices only meet through transfers and collectives; a direct edge would never wake the
+  // device waiting on it, so the simulator refuses the plan instead of stalling.
+  const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
+  Plan plan = plan_for(cluster, test_support::equal_layers(8), four_stages());
+  int on_0 = -1, on_1 = -1;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    if (plan.tasks[t].kind != TaskKind::forward) continue;
+    if (plan.tasks[t].device == 0 && on_0 < 0) on_0 = static_cast<int>(t);
+    if (plan.tasks[t].device == 1 && on_1 < 0) on_1 = static_cast<int>(t);
+  }
+  ASSERT_GE(on_0, 0);
+  ASSERT_GE(on_1, 0);
+  plan.add_dependency(on_0, on_1);
+  try {
+    sim::simulate(plan, cluster, {});
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("devices meet only through transfers"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Simulator, ManySimulationsInOneProcess) {
