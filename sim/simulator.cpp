@@ -17,6 +17,7 @@
 
 #include "model/error.hpp"
 #include "partition/cost_model.hpp"
+#include "sim/collective_steps.hpp"
 #include "sim/platform.hpp"
 
 namespace hetflow::sim {
@@ -29,8 +30,8 @@ using partition::TaskKind;
 
 namespace {
 
-// One step of a collective for one participant: what it sends and receives at once.
-struct Step {
+// One step of a collective (sim/collective_steps.hpp) with its messages' mailboxes.
+struct MailboxStep {
   std::vector<std::pair<sg::Mailbox*, double>> puts;  // (to, bytes)
   std::vector<sg::Mailbox*> gets;                      // from
 };
@@ -43,7 +44,7 @@ struct Stream {
   bool collective = false;  // ... and it is a collective, stepping through `steps`
   std::string failure;    // why it stopped early
   // When the head task is a collective: its steps, the current one, what is outstanding.
-  std::vector<Step> steps;
+  std::vector<MailboxStep> steps;
   size_t step = 0;
   int outstanding = 0;
 };
@@ -251,7 +252,7 @@ class Simulation {
         flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
         return;
       case TaskKind::collective:
-        stream.steps = collective_steps(plan_.collectives[static_cast<size_t>(t.group)], id);
+        stream.steps = mailbox_steps(plan_.collectives[static_cast<size_t>(t.group)], t);
         stream.step = 0;
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
@@ -263,7 +264,7 @@ class Simulation {
   // Issues the current step of stream s's collective; false when there is none left.
   bool start_step(Stream& stream, size_t s, InFlight& flight) {
     if (stream.step >= stream.steps.size()) return false;
-    const Step& step = stream.steps[stream.step];
+    const MailboxStep& step = stream.steps[stream.step];
     for (const auto& [box, bytes] : step.puts) {
       flight.add(box->put_async(&payload_, static_cast<uint64_t>(options_.free_communication ? 0 : bytes)), s);
       ++activities_;
@@ -320,91 +321,37 @@ class Simulation {
 
   // --- collectives as steps ---
 
-  std::vector<Step> collective_steps(const Collective& c, int task) {
-    const auto me = static_cast<size_t>(std::find(c.tasks.begin(), c.tasks.end(), task) - c.tasks.begin());
-    const std::string scope = std::to_string(plan_.tasks[static_cast<size_t>(task)].stream);
-    std::vector<Step> steps;
-    if (c.devices.size() < 2 || c.bytes <= 0) {
-      // Nothing to move, but still a rendezvous: a zero-byte exchange around the ring.
-      ring_steps(c.devices, me, 1, 0, "meet" + scope, steps);
-      return steps;
+  // A collective's steps for one participant, each message on the mailbox of its channel
+  // between the two devices, scoped by the task's stream so that collectives on different
+  // streams never match each other's messages.
+  std::vector<MailboxStep> mailbox_steps(const Collective& c, const Task& t) const {
+    const std::vector<Step> steps = collective_steps(c, t.device, [this](int d) { return cost_.node_of(d); });
+    const std::string scope = std::to_string(t.stream);
+    struct Known {
+      int peer;
+      Channel channel;
+      bool send;
+      sg::Mailbox* mailbox;
+    };
+    std::vector<Known> known;  // a collective uses a handful of mailboxes: look each up once
+    auto box = [&](const Message& m, bool send) {
+      for (const Known& k : known) {
+        if (k.peer == m.peer && k.channel == m.channel && k.send == send) return k.mailbox;
+      }
+      const std::string tag = std::to_string(static_cast<int>(m.channel)) + "/" + scope;
+      sg::Mailbox* mailbox = send ? channel(t.device, m.peer, tag) : channel(m.peer, t.device, tag);
+      known.push_back({m.peer, m.channel, send, mailbox});
+      return mailbox;
+    };
+    std::vector<MailboxStep> out;
+    out.reserve(steps.size());
+    for (const Step& step : steps) {
+      MailboxStep posted;
+      for (const Message& m : step.sends) posted.puts.emplace_back(box(m, true), m.bytes);
+      for (const Message& m : step.receives) posted.gets.push_back(box(m, false));
+      out.push_back(std::move(posted));
     }
-    switch (c.algorithm) {
-      case partition::AllReduceAlgorithm::ring:
-        ring_steps(c.devices, me, 2 * (static_cast<int>(c.devices.size()) - 1), c.bytes / static_cast<double>(c.devices.size()),
-                   "ring" + scope, steps);
-        break;
-      case partition::AllReduceAlgorithm::tree:
-        tree_steps(c.devices, me, c.bytes, "tree" + scope, steps);
-        break;
-      case partition::AllReduceAlgorithm::hierarchical:
-        hierarchical_steps(c.devices, me, c.bytes, "hier" + scope, steps);
-        break;
-    }
-    return steps;
-  }
-
-  // `count` ring steps: send a chunk to the next member while receiving one from the
-  // previous (reduce-scatter then all-gather: 2(n-1) steps of S/n for an all-reduce).
-  static void ring_steps(const std::vector<int>& group, size_t me, int count, double chunk_bytes, const std::string& tag,
-                         std::vector<Step>& steps) {
-    const size_t n = group.size();
-    if (n < 2) return;
-    sg::Mailbox* out = channel(group[me], group[(me + 1) % n], tag);
-    sg::Mailbox* in = channel(group[(me + n - 1) % n], group[me], tag);
-    for (int s = 0; s < count; ++s) steps.push_back(Step{{{out, chunk_bytes}}, {in}});
-  }
-
-  // Reduce up a binary tree, then broadcast down, in chunks (as NCCL pipelines them).
-  static void tree_steps(const std::vector<int>& group, size_t me, double bytes, const std::string& tag,
-                         std::vector<Step>& steps) {
-    constexpr int kChunks = 4;
-    const size_t n = group.size();
-    const double chunk = bytes / kChunks;
-    std::vector<size_t> children;
-    for (size_t c : {2 * me + 1, 2 * me + 2}) {
-      if (c < n) children.push_back(c);
-    }
-    const bool root = me == 0;
-    const size_t parent = root ? 0 : (me - 1) / 2;
-    for (int k = 0; k < kChunks; ++k) {  // reduce: gather the children's chunk, pass it up
-      Step gather;
-      for (size_t c : children) gather.gets.push_back(channel(group[c], group[me], tag));
-      if (!gather.gets.empty()) steps.push_back(gather);
-      if (!root) steps.push_back(Step{{{channel(group[me], group[parent], tag), chunk}}, {}});
-    }
-    for (int k = 0; k < kChunks; ++k) {  // broadcast: take the chunk from above, pass it down
-      if (!root) steps.push_back(Step{{}, {channel(group[parent], group[me], tag)}});
-      Step scatter;
-      for (size_t c : children) scatter.puts.emplace_back(channel(group[me], group[c], tag), chunk);
-      if (!scatter.puts.empty()) steps.push_back(scatter);
-    }
-  }
-
-  // Intra-node ring reduce-scatter, inter-node ring all-reduce of each slice among the
-  // members with the same local index, intra-node ring all-gather.
-  void hierarchical_steps(const std::vector<int>& group, size_t me, double bytes, const std::string& tag,
-                          std::vector<Step>& steps) const {
-    std::vector<int> nodes;
-    std::map<int, std::vector<int>> local;
-    for (int d : group) {
-      if (local.count(cost_.node_of(d)) == 0) nodes.push_back(cost_.node_of(d));
-      local[cost_.node_of(d)].push_back(d);
-    }
-    const int self = group[me];
-    const std::vector<int>& mine = local[cost_.node_of(self)];
-    const auto local_index = static_cast<size_t>(std::find(mine.begin(), mine.end(), self) - mine.begin());
-    const int k = static_cast<int>(mine.size());
-    ring_steps(mine, local_index, k - 1, bytes / k, tag + "a", steps);
-    std::vector<int> peers;
-    for (int node : nodes) {
-      const auto& g = local[node];
-      if (g.size() > local_index) peers.push_back(g[local_index]);
-    }
-    const auto position = static_cast<size_t>(std::find(peers.begin(), peers.end(), self) - peers.begin());
-    const int nn = static_cast<int>(peers.size());
-    ring_steps(peers, position, 2 * (nn - 1), bytes / k / nn, tag + "b", steps);
-    ring_steps(mine, local_index, k - 1, bytes / k, tag + "c", steps);
+    return out;
   }
 
   // --- results ---
