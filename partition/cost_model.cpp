@@ -187,13 +187,13 @@ double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_ste
   return steps * step_s;
 }
 
-double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes, AllReduceAlgorithm algorithm) const {
+double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes, CollectiveAlgorithm algorithm) const {
   const int n = static_cast<int>(devices.size());
   if (free_communication_ || n < 2 || bytes <= 0) return 0;
   switch (algorithm) {
-    case AllReduceAlgorithm::ring:
+    case CollectiveAlgorithm::ring:
       return ring_time_s(devices, bytes / n, 2 * (n - 1));
-    case AllReduceAlgorithm::tree: {
+    case CollectiveAlgorithm::tree: {
       double latency_s = 0, bandwidth = kInfinity;
       for (int child = 1; child < n; ++child) {
         const Route r = route(devices[static_cast<size_t>((child - 1) / 2)], devices[static_cast<size_t>(child)]);
@@ -203,7 +203,7 @@ double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes
       const double depth = std::ceil(std::log2(static_cast<double>(n)));
       return 2 * depth * latency_s + 2 * bytes / bandwidth;
     }
-    case AllReduceAlgorithm::hierarchical: {
+    case CollectiveAlgorithm::hierarchical: {
       // Group by node, keeping the participants' order.
       std::vector<int> nodes;
       std::map<int, std::vector<int>> local;

@@ -42,7 +42,7 @@ class CostModel {
   //                  2 ceil(log2 n) a + 2 S/B with the slowest route's a and B
   //   hierarchical:  intra-node ring reduce-scatter, inter-node ring all-reduce of S/k among
   //                  the k local ranks' peers in parallel, intra-node ring all-gather
-  double allreduce_time_s(const std::vector<int>& devices, double bytes, AllReduceAlgorithm algorithm) const;
+  double allreduce_time_s(const std::vector<int>& devices, double bytes, CollectiveAlgorithm algorithm) const;
 
   double peak_flops_per_s(int device) const;
   double memory_capacity_bytes(int device) const;

@@ -23,15 +23,6 @@ std::string_view to_string(SyncKind s) {
   return "allreduce";
 }
 
-std::string_view to_string(AllReduceAlgorithm a) {
-  switch (a) {
-    case AllReduceAlgorithm::ring: return "ring";
-    case AllReduceAlgorithm::tree: return "tree";
-    case AllReduceAlgorithm::hierarchical: return "hierarchical";
-  }
-  return "ring";
-}
-
 Recompute parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;
@@ -44,13 +35,6 @@ SyncKind parse_sync(std::string_view text) {
   if (text == "ps") return SyncKind::ps;
   if (text == "wsp") return SyncKind::wsp;
   throw std::invalid_argument("expected allreduce, ps or wsp, found '" + std::string(text) + "'");
-}
-
-AllReduceAlgorithm parse_allreduce(std::string_view text) {
-  if (text == "ring") return AllReduceAlgorithm::ring;
-  if (text == "tree") return AllReduceAlgorithm::tree;
-  if (text == "hierarchical") return AllReduceAlgorithm::hierarchical;
-  throw std::invalid_argument("expected ring, tree or hierarchical, found '" + std::string(text) + "'");
 }
 
 int Layout::samples_per_iteration() const {

@@ -8,20 +8,18 @@
 #include <vector>
 
 #include "model/precision.hpp"
+#include "partition/collective.hpp"
 
 namespace hetflow::partition {
 
 enum class Recompute { none, selective, full };
 enum class SyncKind { allreduce, ps, wsp };
-enum class AllReduceAlgorithm { ring, tree, hierarchical };
 
 std::string_view to_string(Recompute r);
 std::string_view to_string(SyncKind s);
-std::string_view to_string(AllReduceAlgorithm a);
 // These throw std::invalid_argument naming the accepted values.
 Recompute parse_recompute(std::string_view text);
 SyncKind parse_sync(std::string_view text);
-AllReduceAlgorithm parse_allreduce(std::string_view text);
 
 // One model chunk: layers [layer_begin, layer_end) run by pipeline rank `rank`.
 struct Stage {
@@ -43,7 +41,7 @@ struct VirtualWorker {
 
 struct Sync {
   SyncKind kind = SyncKind::allreduce;
-  AllReduceAlgorithm algorithm = AllReduceAlgorithm::ring;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
   double bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket
   int staleness = 0;  // WSP: a virtual worker may run at most this many waves ahead
   // Parameter server (ps, wsp): the device that hosts each layer's parameters and optimizer

@@ -26,8 +26,6 @@ enum class TaskKind {
 // Why bytes move: lets traces and metrics account traffic by purpose.
 enum class Purpose { compute, activation, gradient, tensor_parallel, data_parallel, ps_push, ps_pull };
 
-enum class CollectiveKind { allreduce };
-
 std::string_view to_string(TaskKind k);
 std::string_view to_string(Purpose p);
 TaskKind parse_task_kind(std::string_view text);  // throws std::invalid_argument
@@ -54,8 +52,8 @@ struct Task {
 };
 
 struct Collective {
-  CollectiveKind kind = CollectiveKind::allreduce;
-  AllReduceAlgorithm algorithm = AllReduceAlgorithm::ring;
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
   Purpose purpose = Purpose::data_parallel;
   double bytes = 0;           // buffer size on each participant
   std::vector<int> devices;   // participants, in ring order

@@ -194,7 +194,7 @@ class Builder {
 
   // A collective over `devices` with one task per device on `stream_id`; returns task ids.
   std::vector<int> add_collective(const std::vector<int>& devices, double bytes, Purpose purpose,
-                                  AllReduceAlgorithm algorithm, int stream_id, Task like) {  // by value: add_task reallocates tasks
+                                  CollectiveAlgorithm algorithm, int stream_id, Task like) {  // by value: add_task reallocates tasks
     Collective c;
     c.algorithm = algorithm;
     c.purpose = purpose;
@@ -259,7 +259,7 @@ class Builder {
         if (layout_.tensor > 1 && work.tp_allreduce_bytes > 0 && op.kind != OpKind::W) {
           std::vector<int> devices;
           for (int j = 0; j < layout_.tensor; ++j) devices.push_back(device_of(w, stage, j));
-          done = add_collective(devices, work.tp_allreduce_bytes, Purpose::tensor_parallel, AllReduceAlgorithm::ring,
+          done = add_collective(devices, work.tp_allreduce_bytes, Purpose::tensor_parallel, CollectiveAlgorithm::ring,
                                 compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])]);
           // Each rank's all-reduce follows its own compute; the collective is the rendezvous.
           for (int j = 0; j < layout_.tensor; ++j) {

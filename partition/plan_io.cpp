@@ -138,7 +138,7 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.iterations = r.integer(j, "iterations", p);
   const Json& sync = r.at(j, "sync", p);
   l.sync.kind = r.parsed(sync, "kind", p + ".sync", parse_sync);
-  l.sync.algorithm = r.parsed(sync, "algorithm", p + ".sync", parse_allreduce);
+  l.sync.algorithm = r.parsed(sync, "algorithm", p + ".sync", parse_collective_algorithm);
   l.sync.bucket_bytes = r.number(sync, "bucket_bytes", p + ".sync");
   l.sync.staleness = r.integer(sync, "staleness", p + ".sync");
   l.sync.layer_server = r.integers(r.at(sync, "layer_server", p + ".sync"), p + ".sync.layer_server");
@@ -283,7 +283,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     const std::string p = "collectives[" + std::to_string(i) + "]";
     Collective c;
     if (r.string(collectives[i], "kind", p) != "allreduce") r.fail(p + ".kind", "expected allreduce");
-    c.algorithm = r.parsed(collectives[i], "algorithm", p, parse_allreduce);
+    c.algorithm = r.parsed(collectives[i], "algorithm", p, parse_collective_algorithm);
     c.purpose = r.parsed(collectives[i], "purpose", p, parse_purpose);
     c.bytes = r.number(collectives[i], "bytes", p);
     c.devices = r.integers(r.at(collectives[i], "devices", p), p + ".devices");

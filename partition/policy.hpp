@@ -27,7 +27,7 @@ struct PlanOptions {
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
   std::optional<SyncKind> sync;  // default: allreduce, or wsp for the HetPipe policies
-  AllReduceAlgorithm allreduce = AllReduceAlgorithm::ring;
+  CollectiveAlgorithm allreduce = CollectiveAlgorithm::ring;
   double bucket_bytes = 25.0 * 1024 * 1024;
   int staleness = 0;
   int iterations = 1;

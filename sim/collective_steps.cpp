@@ -80,14 +80,14 @@ std::vector<Step> collective_steps(const partition::Collective& c, int device, c
     return steps;
   }
   switch (c.algorithm) {
-    case partition::AllReduceAlgorithm::ring:
+    case partition::CollectiveAlgorithm::ring:
       ring(c.devices, me, 2 * (static_cast<int>(c.devices.size()) - 1), c.bytes / static_cast<double>(c.devices.size()),
            Channel::ring, steps);
       break;
-    case partition::AllReduceAlgorithm::tree:
+    case partition::CollectiveAlgorithm::tree:
       tree(c.devices, me, c.bytes, steps);
       break;
-    case partition::AllReduceAlgorithm::hierarchical:
+    case partition::CollectiveAlgorithm::hierarchical:
       hierarchical(c.devices, device, c.bytes, node_of, steps);
       break;
   }

@@ -60,7 +60,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.sequence_parallel = vm.count("sequence-parallel") > 0;
   if (vm.count("sync")) o.sync = parse_option<partition::SyncKind>(vm, "sync", partition::parse_sync);
   o.staleness = vm["staleness"].as<int>();
-  o.allreduce = parse_option<partition::AllReduceAlgorithm>(vm, "allreduce", partition::parse_allreduce);
+  o.allreduce = parse_option<partition::CollectiveAlgorithm>(vm, "allreduce", partition::parse_collective_algorithm);
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
   o.iterations = vm["iterations"].as<int>();
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;

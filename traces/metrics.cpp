@@ -43,7 +43,7 @@ double exposed(std::vector<std::pair<double, double>> comm, std::vector<std::pai
 double collective_bytes(const partition::Collective& c) {
   const double n = static_cast<double>(c.devices.size());
   if (n < 2) return 0;
-  if (c.algorithm == partition::AllReduceAlgorithm::tree) return 2 * c.bytes;
+  if (c.algorithm == partition::CollectiveAlgorithm::tree) return 2 * c.bytes;
   return 2 * (n - 1) / n * c.bytes;  // ring; hierarchical moves about as much in total
 }
 

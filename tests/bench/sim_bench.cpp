@@ -42,7 +42,7 @@ void BM_SimulateGpt3_175b(benchmark::State& state) {
   o.pipeline = 16;
   o.microbatches = 64;
   o.bucket_bytes = 1e15;  // one all-reduce per stage
-  o.allreduce = partition::AllReduceAlgorithm::hierarchical;
+  o.allreduce = partition::CollectiveAlgorithm::hierarchical;
   const partition::CostModel cost(cluster, net.precision);
   const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
   sim::SimResult last;

@@ -9,12 +9,12 @@
 #include "sim/collective_steps.hpp"
 
 using namespace hetflow;
-using partition::AllReduceAlgorithm;
+using partition::CollectiveAlgorithm;
 using sim::Channel;
 
 namespace {
 
-partition::Collective allreduce(AllReduceAlgorithm algorithm, std::vector<int> devices, double bytes) {
+partition::Collective allreduce(CollectiveAlgorithm algorithm, std::vector<int> devices, double bytes) {
   partition::Collective c;
   c.algorithm = algorithm;
   c.devices = std::move(devices);
@@ -53,7 +53,7 @@ TEST(CollectiveSteps, RingSendsTwoNMinusOneChunksOfSOverN) {
   for (int n : {2, 3, 4, 8, 13}) {
     std::vector<int> group;
     for (int d = 0; d < n; ++d) group.push_back(100 + 3 * d);
-    const auto c = allreduce(AllReduceAlgorithm::ring, group, S);
+    const auto c = allreduce(CollectiveAlgorithm::ring, group, S);
     for (int d : group) {
       const auto steps = sim::collective_steps(c, d, node_of_8);
       ASSERT_EQ(steps.size(), static_cast<size_t>(2 * (n - 1))) << n;
@@ -68,7 +68,7 @@ TEST(CollectiveSteps, TreeReducesUpAndBroadcastsDown) {
   for (int n : {2, 3, 7, 10}) {
     std::vector<int> group;
     for (int d = 0; d < n; ++d) group.push_back(d);
-    const auto c = allreduce(AllReduceAlgorithm::tree, group, S);
+    const auto c = allreduce(CollectiveAlgorithm::tree, group, S);
     // The root sends S down to each child; every other member sends S up and S to each child.
     for (int me = 0; me < n; ++me) {
       const int children = (2 * me + 1 < n) + (2 * me + 2 < n);
@@ -84,7 +84,7 @@ TEST(CollectiveSteps, HierarchicalMovesSOverKInsideAndARingAcrossNodes) {
   // Three nodes of eight (devices 0-23), all in the group.
   std::vector<int> group;
   for (int d = 0; d < 24; ++d) group.push_back(d);
-  const auto c = allreduce(AllReduceAlgorithm::hierarchical, group, S);
+  const auto c = allreduce(CollectiveAlgorithm::hierarchical, group, S);
   const int k = 8, m = 3;
   for (int d : group) {
     const auto steps = sim::collective_steps(c, d, node_of_8);
@@ -106,12 +106,12 @@ TEST(CollectiveSteps, HierarchicalMovesSOverKInsideAndARingAcrossNodes) {
 
 TEST(CollectiveSteps, UnevenNodesStillMatch) {
   // Nodes holding 3, 1 and 2 members: the inter-node rings have different sizes.
-  const auto c = allreduce(AllReduceAlgorithm::hierarchical, {0, 1, 2, 9, 16, 17}, 6e6);
+  const auto c = allreduce(CollectiveAlgorithm::hierarchical, {0, 1, 2, 9, 16, 17}, 6e6);
   expect_all_messages_match(c);
 }
 
 TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
-  const auto empty = allreduce(AllReduceAlgorithm::ring, {4, 5, 6}, 0);
+  const auto empty = allreduce(CollectiveAlgorithm::ring, {4, 5, 6}, 0);
   for (int d : empty.devices) {
     const auto steps = sim::collective_steps(empty, d, node_of_8);
     ASSERT_EQ(steps.size(), 1u);
@@ -119,6 +119,6 @@ TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
     EXPECT_EQ(steps[0].sends.at(0).bytes, 0);
   }
   expect_all_messages_match(empty);
-  EXPECT_TRUE(sim::collective_steps(allreduce(AllReduceAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
+  EXPECT_TRUE(sim::collective_steps(allreduce(CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
   EXPECT_THROW(sim::collective_steps(empty, 7, node_of_8), Error);
 }
