@@ -3,6 +3,7 @@
 // the per-sample arithmetic and memory every planner and back end needs. A "sample" is one
 // input example: an image, or one sequence of `tokens_per_sample` tokens for language models
 // (per-token figures are per-sample ones divided by tokens_per_sample).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,37 @@ struct Layer {
   bool operator==(const Layer&) const = default;
 };
 
+// A transformer stack. Decoders (GPT, LLaMA) and encoders (BERT) share it; the flags say
+// which variant of each part is used.
+struct TransformerConfig {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;        // grouped-query attention; 0 = heads (plain multi-head)
+  int ffn = 0;             // MLP inner size; 0 = 4 * hidden
+  int seq = 0;             // sequence length (tokens per sample)
+  int vocab = 0;
+  bool gated_mlp = false;  // SwiGLU (three matrices) instead of GeLU (two)
+  bool biases = true;      // linear layers carry biases (GPT, BERT) or not (LLaMA)
+  bool rms_norm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
+  bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
+  bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)
+  bool dropout = true;            // dropout masks are stashed for backward
+  // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
+  bool encoder = false;
+  int type_vocab = 0;
+  bool operator==(const TransformerConfig&) const = default;
+};
+
 struct Network {
   std::string name;
   std::string description;
   Precision precision = Precision::fp16;
   double tokens_per_sample = 1;  // sequence length for language models, 1 otherwise
+  // For transformer stacks: the shapes the layers were built from, so an executor can build
+  // the real layers (and a plan that embeds the network stands alone). Absent for other networks.
+  std::optional<TransformerConfig> architecture;
   std::vector<Layer> layers;
 
   double param_count() const;
@@ -59,7 +86,9 @@ struct Network {
   double param_bytes() const { return param_count() * element_bytes(precision); }
   // Weights + gradients + Adam state: 16 B/param mixed precision (2 + 2 + 4 master + 4 + 4),
   // 16 B/param fp32 (4 + 4 + 4 + 4).
-  double adam_training_state_bytes() const { return param_count() * 16.0; }
+  double adam_training_state_bytes() const {
+    return param_count() * (2 * element_bytes(precision) + adam_state_bytes(precision));
+  }
   // Bytes of activations that cross a cut placed before layer `first_after`, per sample:
   // outputs of layers < first_after read by layers >= first_after (the network input counts
   // as nothing). This is what a pipeline stage boundary sends forward.

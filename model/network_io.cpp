@@ -64,6 +64,40 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   return l;
 }
 
+// `architecture:` of a transformer stack: the shapes an executor builds real layers from.
+// Norm and MLP kinds are written as words (layernorm|rmsnorm, gelu|swiglu), not flags.
+TransformerConfig parse_architecture(const YAML::Node& node, const std::string& file, const std::string& name) {
+  MapReader r(node, file, "architecture");
+  TransformerConfig c;
+  c.name = name;
+  c.layers = r.positive_int("layers");
+  c.hidden = r.positive_int("hidden");
+  c.heads = r.positive_int("heads");
+  c.kv_heads = r.int_or("kv_heads", 0, 0);
+  c.ffn = r.int_or("ffn", 0, 0);
+  c.seq = r.positive_int("seq");
+  c.vocab = r.int_or("vocab", 0, 0);
+  const std::string norm = r.string_or("norm", "layernorm");
+  if (norm != "layernorm" && norm != "rmsnorm") r.fail("norm", "expected layernorm or rmsnorm, found '" + norm + "'");
+  c.rms_norm = norm == "rmsnorm";
+  const std::string mlp = r.string_or("mlp", "gelu");
+  if (mlp != "gelu" && mlp != "swiglu") r.fail("mlp", "expected gelu or swiglu, found '" + mlp + "'");
+  c.gated_mlp = mlp == "swiglu";
+  c.biases = r.boolean_or("biases", true);
+  c.tied_embeddings = r.boolean_or("tied_embeddings", true);
+  c.learned_positions = r.boolean_or("learned_positions", true);
+  c.dropout = r.boolean_or("dropout", true);
+  c.encoder = r.boolean_or("encoder", false);
+  c.type_vocab = r.int_or("type_vocab", 0, 0);
+  r.finish();
+  try {
+    check_transformer_config(c);
+  } catch (const InputError& e) {
+    r.fail(e.field(), e.message());
+  }
+  return c;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, 0, "file", std::string("cannot be read: ") + std::strerror(errno));
@@ -107,6 +141,7 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
   net.description = r.string_or("description", "");
   net.precision = file_precision.value_or(Precision::fp16);
   net.tokens_per_sample = r.number_or("tokens_per_sample", 1, 1);
+  if (r.has("architecture")) net.architecture = parse_architecture(r.get("architecture"), file, net.name);
   const YAML::Node layers = r.required("layers");
   if (!layers.IsSequence() || layers.size() == 0) r.fail("layers", "expected a non-empty list of layers");
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -137,6 +172,23 @@ std::string write_network(const Network& n) {
   out << YAML::Key << "description" << YAML::Value << n.description;
   out << YAML::Key << "precision" << YAML::Value << std::string(to_string(n.precision));
   out << YAML::Key << "tokens_per_sample" << YAML::Value << units::format_number(n.tokens_per_sample);
+  if (n.architecture) {
+    const TransformerConfig& c = *n.architecture;
+    out << YAML::Key << "architecture" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    for (const auto& [key, value] : {std::pair{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                                     {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"vocab", c.vocab}}) {
+      out << YAML::Key << key << YAML::Value << value;
+    }
+    out << YAML::Key << "norm" << YAML::Value << (c.rms_norm ? "rmsnorm" : "layernorm");
+    out << YAML::Key << "mlp" << YAML::Value << (c.gated_mlp ? "swiglu" : "gelu");
+    for (const auto& [key, value] : {std::pair{"biases", c.biases}, {"tied_embeddings", c.tied_embeddings},
+                                     {"learned_positions", c.learned_positions}, {"dropout", c.dropout},
+                                     {"encoder", c.encoder}}) {
+      out << YAML::Key << key << YAML::Value << value;
+    }
+    out << YAML::Key << "type_vocab" << YAML::Value << c.type_vocab;
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;
   for (const Layer& l : n.layers) {
     out << YAML::BeginMap;

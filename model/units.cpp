@@ -131,6 +131,12 @@ std::string human(double value, std::initializer_list<Unit> largest_first, std::
 
 }  // namespace
 
+double parse_number(std::string_view text) {
+  auto [value, rest] = split_number(text, "a number");
+  if (!rest.empty()) throw std::invalid_argument("expected a plain number, found '" + std::string(text) + "'");
+  return value;
+}
+
 double parse_bytes(std::string_view text) {
   const double v = parse_with(text, "a size such as '80 GiB' or '16 GB'", kByteUnits.data(),
                               kByteUnits.size());

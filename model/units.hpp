@@ -10,6 +10,7 @@
 
 namespace hetflow::model::units {
 
+double parse_number(std::string_view text);  // a finite number and nothing after it
 double parse_bytes(std::string_view text);
 double parse_time_s(std::string_view text);
 double parse_bandwidth_bytes_per_s(std::string_view text);

@@ -9,29 +9,6 @@
 
 namespace hetflow::model {
 
-// A transformer stack. Decoders (GPT, LLaMA) and encoders (BERT) share it; the flags say
-// which variant of each part is used.
-struct TransformerConfig {
-  std::string name;
-  int layers = 0;
-  int hidden = 0;
-  int heads = 0;
-  int kv_heads = 0;        // grouped-query attention; 0 = heads (plain multi-head)
-  int ffn = 0;             // MLP inner size; 0 = 4 * hidden
-  int seq = 0;             // sequence length (tokens per sample)
-  int vocab = 0;
-  bool gated_mlp = false;  // SwiGLU (three matrices) instead of GeLU (two)
-  bool biases = true;      // linear layers carry biases (GPT, BERT) or not (LLaMA)
-  bool rms_norm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
-  bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
-  bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)
-  bool dropout = true;            // dropout masks are stashed for backward
-  // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
-  bool encoder = false;
-  int type_vocab = 0;
-  bool operator==(const TransformerConfig&) const = default;
-};
-
 // Throws InputError (file "<spec>") naming the first field that is not usable.
 void check_transformer_config(const TransformerConfig& config);
 

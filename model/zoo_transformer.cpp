@@ -149,6 +149,7 @@ Network make_transformer(const TransformerConfig& config, Precision precision) {
   net.name = config.name.empty() ? "transformer" : config.name;
   net.precision = precision;
   net.tokens_per_sample = config.seq;
+  net.architecture = config;
   net.description = std::string(config.encoder ? "encoder" : "decoder") + " L=" +
                     std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
                     " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +

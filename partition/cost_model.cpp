@@ -1,12 +1,14 @@
 #include "partition/cost_model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <queue>
 
 #include "model/error.hpp"
+#include "partition/collective_steps.hpp"
 
 namespace hetflow::partition {
 
@@ -187,116 +189,102 @@ double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_ste
   return steps * step_s;
 }
 
-double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes, CollectiveAlgorithm algorithm) const {
-  const int n = static_cast<int>(devices.size());
-  if (free_communication_ || n < 2 || bytes <= 0) return 0;
-  switch (algorithm) {
+double CostModel::collective_time_s(const CollectiveSpec& c) const {
+  check_collective(c);
+  const int n = static_cast<int>(c.devices.size());
+  if (free_communication_ || n < 2 || c.bytes <= 0) return 0;
+  switch (c.algorithm) {
     case CollectiveAlgorithm::ring:
-      return ring_time_s(devices, bytes / n, 2 * (n - 1));
+      switch (c.kind) {
+        case CollectiveKind::all_reduce:
+          return ring_time_s(c.devices, c.bytes / n, 2 * (n - 1));  // reduce-scatter, then all-gather
+        case CollectiveKind::reduce_scatter:
+        case CollectiveKind::all_gather:
+          return ring_time_s(c.devices, c.bytes / n, n - 1);
+        case CollectiveKind::broadcast:
+        case CollectiveKind::reduce:
+          return chain_time_s(c);
+      }
+      break;
     case CollectiveAlgorithm::tree: {
+      if (c.kind != CollectiveKind::all_reduce) return tree_time_s(c);
       double latency_s = 0, bandwidth = kInfinity;
       for (int child = 1; child < n; ++child) {
-        const Route r = route(devices[static_cast<size_t>((child - 1) / 2)], devices[static_cast<size_t>(child)]);
+        const Route r = route(c.devices[static_cast<size_t>((child - 1) / 2)], c.devices[static_cast<size_t>(child)]);
         latency_s = std::max(latency_s, r.latency_s);
         bandwidth = std::min(bandwidth, r.bandwidth_bytes_per_s);
       }
       const double depth = std::ceil(std::log2(static_cast<double>(n)));
-      return 2 * depth * latency_s + 2 * bytes / bandwidth;
+      return 2 * depth * latency_s + 2 * c.bytes / bandwidth;
     }
-    case CollectiveAlgorithm::hierarchical: {
-      // Group by node, keeping the participants' order.
-      std::vector<int> nodes;
-      std::map<int, std::vector<int>> local;
-      for (int d : devices) {
-        if (local.count(node_of(d)) == 0) nodes.push_back(node_of(d));
-        local[node_of(d)].push_back(d);
-      }
-      size_t k = 0;
-      for (const auto& [node, group] : local) k = std::max(k, group.size());
-      if (nodes.size() == 1 || k == 1) return ring_time_s(devices, bytes / n, 2 * (n - 1));
-      double intra_s = 0;
-      for (const auto& [node, group] : local) {
-        const int kn = static_cast<int>(group.size());
-        intra_s = std::max(intra_s, ring_time_s(group, bytes / kn, kn - 1));
-      }
-      double inter_s = 0;
-      const int nn = static_cast<int>(nodes.size());
-      for (size_t j = 0; j < k; ++j) {
-        std::vector<int> ring;
-        for (int node : nodes) {
-          const auto& group = local[node];
-          ring.push_back(group[std::min(j, group.size() - 1)]);
-        }
-        inter_s = std::max(inter_s, ring_time_s(ring, bytes / static_cast<double>(k) / nn, 2 * (nn - 1)));
-      }
-      return 2 * intra_s + inter_s;  // reduce-scatter, inter-node all-reduce, all-gather
-    }
+    case CollectiveAlgorithm::hierarchical:
+      return hierarchical_time_s(c);
   }
   return 0;
 }
 
-double params_per_device(const model::Network& network, int begin, int end, int tensor) {
-  double params = 0;
-  const bool has_layer0 = begin == 0;
-  for (int i = begin; i < end; ++i) {
-    const model::Layer& l = network.layers[static_cast<size_t>(i)];
-    const double own = l.params + (has_layer0 ? 0 : l.tied_params);
-    params += l.tp_splittable ? own / tensor : own;
+double CostModel::hierarchical_time_s(const CollectiveSpec& c) const {
+  const int n = static_cast<int>(c.devices.size());
+  // All-reduce goes round each ring twice (reduce-scatter, all-gather), the others once.
+  const int rounds = c.kind == CollectiveKind::all_reduce ? 2 : 1;
+  // Group by node, keeping the participants' order.
+  std::vector<int> nodes;
+  std::map<int, std::vector<int>> local;
+  for (int d : c.devices) {
+    if (local.count(node_of(d)) == 0) nodes.push_back(node_of(d));
+    local[node_of(d)].push_back(d);
   }
-  return params;
+  size_t k = 0;
+  for (const auto& [node, group] : local) k = std::max(k, group.size());
+  if (nodes.size() == 1 || k == 1) return ring_time_s(c.devices, c.bytes / n, rounds * (n - 1));
+  double intra_s = 0;
+  for (const auto& [node, group] : local) {
+    const int kn = static_cast<int>(group.size());
+    intra_s = std::max(intra_s, ring_time_s(group, c.bytes / kn, kn - 1));
+  }
+  double inter_s = 0;
+  const int nn = static_cast<int>(nodes.size());
+  for (size_t j = 0; j < k; ++j) {
+    std::vector<int> ring;
+    for (int node : nodes) {
+      const auto& group = local[node];
+      ring.push_back(group[std::min(j, group.size() - 1)]);
+    }
+    inter_s = std::max(inter_s, ring_time_s(ring, c.bytes / static_cast<double>(k) / nn, rounds * (nn - 1)));
+  }
+  return rounds * intra_s + inter_s;
 }
 
-double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
-  const double t = layer.tp_splittable ? layout.tensor : 1;
-  double bytes = 0;
-  if (layout.recompute == Recompute::full) {
-    // Only the layer's input is kept; the forward pass is redone during backward.
-    double input_elems = 0;
-    for (int i : layer.inputs) input_elems += network.layers[static_cast<size_t>(i)].output_elems;
-    bytes = input_elems * model::element_bytes(network.precision);
-    if (layout.sequence_parallel) bytes /= t;
-  } else {
-    const double kept = layer.stashed_bytes -
-                        (layout.recompute == Recompute::selective ? layer.attention_stash_bytes : 0);
-    if (layout.sequence_parallel || t == 1) {
-      bytes = kept / t;
-    } else {
-      const double replicated = std::min(layer.tp_replicated_bytes, kept);
-      bytes = replicated + (kept - replicated) / t;
-    }
+double CostModel::chain_time_s(const CollectiveSpec& c) const {
+  const size_t n = c.devices.size();
+  // Broadcast flows from the root along the ring order, reduce from the root's successor to the root.
+  const size_t first = static_cast<size_t>(c.root) + (c.kind == CollectiveKind::reduce ? 1 : 0);
+  double hop_s = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const Route r = route(c.devices[(first + i) % n], c.devices[(first + i + 1) % n]);
+    hop_s = std::max(hop_s, r.latency_s + c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s);
   }
-  return bytes * layout.micro_batch_size;
+  return static_cast<double>(n - 2 + kPipelineChunks) * hop_s;  // the last chunk leaves K-1 steps late
 }
 
-DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
-                           const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
-  DeviceMemory m;
-  double params = 0, largest_layer_full_bytes = 0;
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, layout.tensor);
-    double chunk_bytes = 0;
-    for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
-      const model::Layer& l = network.layers[static_cast<size_t>(i)];
-      chunk_bytes += stashed_bytes_per_microbatch(l, network, layout);
-      const double t = l.tp_splittable ? layout.tensor : 1;
-      largest_layer_full_bytes = std::max(largest_layer_full_bytes, l.stashed_bytes / t * layout.micro_batch_size);
-    }
-    const int held = c < in_flight.size() ? in_flight[c] : 0;
-    m.activations_bytes += held * chunk_bytes;
-    m.peak_in_flight += held;
+double CostModel::tree_time_s(const CollectiveSpec& c) const {
+  const size_t n = c.devices.size();
+  auto member = [&](size_t q) { return c.devices[(static_cast<size_t>(c.root) + q) % n]; };  // heap position q
+  const int depth = std::bit_width(n) - 1;          // floor(log2 n)
+  const size_t deepest = (size_t{1} << depth) - 1;  // first position on the deepest level
+  double hop_s = 0, last_hop_s = 0;
+  for (size_t q = 1; q < n; ++q) {
+    const size_t parent = (q - 1) / 2;
+    const double fan = 2 * parent + 2 < n ? 2 : 1;  // the parent's children share its link
+    const bool down = c.kind == CollectiveKind::broadcast;
+    const Route r = down ? route(member(parent), member(q)) : route(member(q), member(parent));
+    const double s = r.latency_s + fan * c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s;
+    hop_s = std::max(hop_s, s);
+    if (q >= deepest) last_hop_s = std::max(last_hop_s, s);
   }
-  // Full recomputation rebuilds one layer's activations at a time during backward.
-  if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
-  const double e = model::element_bytes(layout.precision);
-  m.weights_bytes = params * e;
-  m.gradients_bytes = params * (layout.fp32_grad_accumulation ? 4.0 : e);
-  if (hosts_optimizer) {
-    // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
-    m.optimizer_bytes = params * (8.0 + (layout.precision == model::Precision::fp32 ? 0.0 : 4.0));
-  }
-  m.workspace_bytes = layout.workspace_bytes;
-  m.capacity_bytes = capacity_bytes;
-  return m;
+  // D+K-1 steps: the last chunk leaves the root K-1 steps late and needs D hops; one of them
+  // (a broadcast's last, a reduce's first) only moves chunks to or from the deepest level.
+  return (depth + kPipelineChunks - 2) * hop_s + last_hop_s;
 }
 
 }  // namespace hetflow::partition

@@ -1,17 +1,26 @@
 #include "partition/estimate.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 
 #include "model/error.hpp"
 
 namespace hetflow::partition {
 
-namespace {
 bool is_pipeline_compute(TaskKind k) {
   return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight;
 }
-}  // namespace
+
+CollectiveSpec collective_spec(const Plan& plan, const Collective& c) {
+  CollectiveSpec spec;
+  spec.kind = c.kind;
+  spec.algorithm = c.algorithm;
+  spec.devices = plan.members(c);
+  spec.bytes = c.bytes;
+  spec.root = c.root;
+  return spec;
+}
 
 double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
   const Task& t = plan.tasks[static_cast<size_t>(task)];
@@ -22,21 +31,66 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
     case TaskKind::optimizer:
       return cost.compute_time_s(t.device, t.flops, t.memory_bytes);
     case TaskKind::send:
-      return cost.transfer_time_s(t.device, t.peer, t.bytes);
+      return cost.transfer_time_s(t.device, plan.peer(task), t.bytes);
     case TaskKind::recv:
-      return cost.transfer_time_s(t.peer, t.device, t.bytes);
-    case TaskKind::collective: {
-      const Collective& c = plan.collectives[static_cast<size_t>(t.group)];
-      return cost.allreduce_time_s(c.devices, c.bytes, c.algorithm);
-    }
+      return cost.transfer_time_s(plan.peer(task), t.device, t.bytes);
+    case TaskKind::collective:
+      return cost.collective_time_s(collective_spec(plan, plan.collectives[static_cast<size_t>(t.collective)]));
   }
   return 0;
 }
 
-Estimate estimate_plan(const Plan& plan, const CostModel& cost) {
-  return estimate_plan(plan, cost, order_tasks(plan));
+BubbleMeter::BubbleMeter(const Plan& plan, int iterations)
+    : iterations_(std::max(1, iterations)), worker_of_(static_cast<size_t>(plan.device_count()), -1) {
+  for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
+    for (const auto& rank : plan.layout.workers[w].ranks) {
+      for (int d : rank) {
+        if (d >= 0 && d < plan.device_count()) worker_of_[static_cast<size_t>(d)] = static_cast<int>(w);
+      }
+    }
+  }
+  const auto n = static_cast<size_t>(iterations_);
+  busy_.assign(worker_of_.size() * n, -1);  // -1: the device ran no pipeline compute then
+  span_begin_.assign(plan.layout.workers.size() * n, std::numeric_limits<double>::infinity());
+  span_end_.assign(plan.layout.workers.size() * n, 0);
 }
 
+void BubbleMeter::add(int device, int iteration, double start_s, double end_s) {
+  if (device < 0 || static_cast<size_t>(device) >= worker_of_.size() || iteration < 0 || iteration >= iterations_) return;
+  const int w = worker_of_[static_cast<size_t>(device)];
+  if (w < 0) return;
+  const auto n = static_cast<size_t>(iterations_), it = static_cast<size_t>(iteration);
+  double& busy = busy_[static_cast<size_t>(device) * n + it];
+  busy = std::max(busy, 0.0) + (end_s - start_s);
+  const size_t key = static_cast<size_t>(w) * n + it;
+  span_begin_[key] = std::min(span_begin_[key], start_s);
+  span_end_[key] = std::max(span_end_[key], end_s);
+}
+
+double BubbleMeter::fraction(int first_iteration) const {
+  double sum = 0;
+  int count = 0;
+  const auto n = static_cast<size_t>(iterations_);
+  for (size_t d = 0; d < worker_of_.size(); ++d) {
+    if (worker_of_[d] < 0) continue;
+    for (size_t it = static_cast<size_t>(std::max(first_iteration, 0)); it < n; ++it) {
+      const double busy = busy_[d * n + it];
+      const size_t key = static_cast<size_t>(worker_of_[d]) * n + it;
+      const double span = span_end_[key] - span_begin_[key];
+      if (busy < 0 || span <= 0) continue;
+      sum += 1 - busy / span;
+      ++count;
+    }
+  }
+  return count > 0 ? sum / count : 0;
+}
+
+Estimate estimate_plan(const Plan& plan, const CostModel& cost) { return estimate_plan(plan, cost, order_tasks(plan)); }
+
+// Iteration i runs the one-iteration order again: a unit is ready when its predecessors in
+// iteration i are done, when the previous task on each of its streams is (the stream's last
+// task of iteration i - 1 for its first), and when its order edges with offset k from
+// iteration i - k are.
 Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder& order) {
   if (!order.complete()) {
     std::string message = "the plan deadlocks: these tasks wait for each other in a cycle:";
@@ -44,77 +98,72 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
     throw PlanError(message);
   }
   const size_t units = order.units.size();
-  std::vector<double> ready(units, 0), end(units, 0);
+  const int iterations = std::max(1, plan.iterations());
+  std::vector<double> duration(units);
+  for (size_t u = 0; u < units; ++u) duration[u] = task_duration_s(plan, cost, order.units[u].front());
+  // Cross-iteration links: each stream's first unit waits for its last one; order edges with
+  // an offset (WSP) wait for an earlier iteration of their source.
+  std::vector<std::pair<int, int>> wraps;  // (last unit, first unit) per stream
+  for (const auto& device : plan.programs) {
+    for (const StreamProgram& s : device) {
+      if (s.tasks.empty()) continue;
+      wraps.emplace_back(order.unit_of_task[static_cast<size_t>(s.tasks.back())],
+                         order.unit_of_task[static_cast<size_t>(s.tasks.front())]);
+    }
+  }
+  int max_offset = 1;
+  std::vector<std::tuple<int, int, int>> delayed;  // (from unit, to unit, offset)
+  for (const OrderEdge& e : plan.order) {
+    if (e.offset <= 0) continue;
+    delayed.emplace_back(order.unit_of_task[static_cast<size_t>(e.from)], order.unit_of_task[static_cast<size_t>(e.to)],
+                         e.offset);
+    max_offset = std::max(max_offset, e.offset);
+  }
+  std::deque<std::vector<double>> past;  // unit end times of the last max_offset iterations, newest first
   Estimate e;
-  e.task_start_s.assign(plan.tasks.size(), 0);
-  e.task_end_s.assign(plan.tasks.size(), 0);
-  for (int u : order.order) {
-    const auto& tasks = order.units[static_cast<size_t>(u)];
-    const double start = ready[static_cast<size_t>(u)];
-    const double finish = start + task_duration_s(plan, cost, tasks.front());
-    end[static_cast<size_t>(u)] = finish;
-    for (int t : tasks) {
-      e.task_start_s[static_cast<size_t>(t)] = start;
-      e.task_end_s[static_cast<size_t>(t)] = finish;
-    }
-    for (int s = order.successor_begin[static_cast<size_t>(u)]; s < order.successor_begin[static_cast<size_t>(u) + 1]; ++s) {
-      double& r = ready[static_cast<size_t>(order.successors[static_cast<size_t>(s)])];
-      r = std::max(r, finish);
-    }
-  }
-
-  const int iterations = std::max(1, plan.layout.iterations);
   const size_t devices = static_cast<size_t>(plan.device_count());
-  const size_t workers = plan.layout.workers.size();
-  std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
-  // Per (worker, iteration): span of pipeline compute; per (device, iteration): busy time.
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<double> span_begin(workers * static_cast<size_t>(iterations), kInf);
-  std::vector<double> span_end(workers * static_cast<size_t>(iterations), 0);
-  std::vector<double> pipeline_busy(devices * static_cast<size_t>(iterations), 0);
-  std::vector<char> in_pipeline(devices, 0);
   e.busy_s.assign(devices, 0);
-  for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    const Task& t = plan.tasks[i];
-    const double duration = e.task_end_s[i] - e.task_start_s[i];
-    const auto it = static_cast<size_t>(std::clamp(t.iteration, 0, iterations - 1));
-    iteration_end[it] = std::max(iteration_end[it], e.task_end_s[i]);
-    e.makespan_s = std::max(e.makespan_s, e.task_end_s[i]);
-    const bool compute_stream = t.kind != TaskKind::send && t.kind != TaskKind::recv &&
-                                (t.kind != TaskKind::collective || t.purpose == Purpose::tensor_parallel);
-    if (compute_stream) e.busy_s[static_cast<size_t>(t.device)] += duration / iterations;
-    if ((is_pipeline_compute(t.kind) || t.purpose == Purpose::tensor_parallel) && t.worker >= 0) {
-      const size_t key = static_cast<size_t>(t.worker) * static_cast<size_t>(iterations) + it;
-      span_begin[key] = std::min(span_begin[key], e.task_start_s[i]);
-      span_end[key] = std::max(span_end[key], e.task_end_s[i]);
-      if (is_pipeline_compute(t.kind)) {
-        pipeline_busy[static_cast<size_t>(t.device) * static_cast<size_t>(iterations) + it] += duration;
-        in_pipeline[static_cast<size_t>(t.device)] = 1;
+  BubbleMeter bubble(plan, iterations);
+  std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
+  std::vector<double> ready(units), end(units);
+  for (int it = 0; it < iterations; ++it) {
+    std::fill(ready.begin(), ready.end(), 0.0);
+    if (!past.empty()) {
+      for (const auto& [last, first] : wraps) ready[static_cast<size_t>(first)] = std::max(ready[static_cast<size_t>(first)], past.front()[static_cast<size_t>(last)]);
+    }
+    for (const auto& [from, to, offset] : delayed) {
+      if (offset <= static_cast<int>(past.size())) {
+        double& r = ready[static_cast<size_t>(to)];
+        r = std::max(r, past[static_cast<size_t>(offset - 1)][static_cast<size_t>(from)]);
       }
     }
-  }
-  e.iteration_time_s = iterations > 1 ? (iteration_end.back() - iteration_end.front()) / (iterations - 1)
-                                      : e.makespan_s;
-  // Bubble: average over the devices that run pipeline compute.
-  double bubble_sum = 0;
-  int bubble_count = 0;
-  for (size_t w = 0; w < workers; ++w) {
-    for (const auto& rank : plan.layout.workers[w].ranks) {
-      for (int d : rank) {
-        if (!in_pipeline[static_cast<size_t>(d)]) continue;
-        for (size_t it = 0; it < static_cast<size_t>(iterations); ++it) {
-          const size_t key = w * static_cast<size_t>(iterations) + it;
-          const double span = span_end[key] - span_begin[key];
-          if (span <= 0) continue;
-          bubble_sum += 1 - pipeline_busy[static_cast<size_t>(d) * static_cast<size_t>(iterations) + it] / span;
-          ++bubble_count;
-        }
+    double& last_end = iteration_end[static_cast<size_t>(it)];
+    for (int u : order.order) {
+      const auto uu = static_cast<size_t>(u);
+      const double finish = ready[uu] + duration[uu];
+      end[uu] = finish;
+      last_end = std::max(last_end, finish);
+      for (int s = order.successor_begin[uu]; s < order.successor_begin[uu + 1]; ++s) {
+        double& r = ready[static_cast<size_t>(order.successors[static_cast<size_t>(s)])];
+        r = std::max(r, finish);
+      }
+      for (int t : order.units[uu]) {
+        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        const bool compute_stream = task.kind != TaskKind::send && task.kind != TaskKind::recv &&
+                                    (task.kind != TaskKind::collective || task.purpose == Purpose::tensor_parallel ||
+                                     task.purpose == Purpose::sequence_parallel);
+        if (compute_stream) e.busy_s[static_cast<size_t>(task.device)] += duration[uu] / iterations;
+        if (is_pipeline_compute(task.kind)) bubble.add(task.device, it, ready[uu], finish);
       }
     }
+    past.push_front(end);
+    if (static_cast<int>(past.size()) > max_offset) past.pop_back();
   }
-  e.bubble_fraction = bubble_count > 0 ? bubble_sum / bubble_count : 0;
-  e.throughput_samples_per_s =
-      e.iteration_time_s > 0 ? plan.layout.samples_per_iteration() / e.iteration_time_s : 0;
+  e.makespan_s = *std::max_element(iteration_end.begin(), iteration_end.end());
+  e.iteration_time_s = iterations > 1 ? (iteration_end.back() - iteration_end.front()) / (iterations - 1) : e.makespan_s;
+  e.bubble_fraction = bubble.fraction();
+  e.throughput_samples_per_s = e.iteration_time_s > 0 ? plan.layout.samples_per_iteration() / e.iteration_time_s : 0;
+  e.throughput_tokens_per_s = e.throughput_samples_per_s * plan.network.tokens_per_sample;
   e.peak_memory_bytes.assign(devices, 0);
   for (size_t d = 0; d < devices && d < plan.memory.size(); ++d) e.peak_memory_bytes[d] = plan.memory[d].total_bytes();
   return e;

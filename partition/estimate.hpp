@@ -1,9 +1,10 @@
 #pragma once
 // The analytic estimate of a plan: its critical path under the cost model, with no
-// contention (every transfer gets its route's full bandwidth). Fast: one pass over the task
-// graph in dependency order.
+// contention (every transfer gets its route's full bandwidth), over all its iterations. Fast:
+// one pass over the task graph in dependency order per iteration.
 #include <vector>
 
+#include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/plan.hpp"
 #include "partition/task_order.hpp"
@@ -15,14 +16,13 @@ struct Estimate {
   // several iterations, else the makespan.
   double iteration_time_s = 0;
   double makespan_s = 0;
-  // Idle share of the pipeline phase: per device and iteration, 1 - (its F/B/W time) / (the
-  // span of its virtual worker's F/B/W tasks in that iteration), averaged over devices.
-  // Equals (p-1)/(m+p-1) for GPipe and 1F1B with equal stages and free communication.
+  // See BubbleMeter. Equals (p-1)/(m+p-1) for GPipe and 1F1B with equal stages and free
+  // communication.
   double bubble_fraction = 0;
   double throughput_samples_per_s = 0;
+  double throughput_tokens_per_s = 0;
   std::vector<double> busy_s;             // per device, per iteration: compute time (F/B/W, optimizer, TP)
   std::vector<double> peak_memory_bytes;  // per device, from the plan's memory model
-  std::vector<double> task_start_s, task_end_s;  // per task
 };
 
 // Throws PlanError (naming the tasks on the cycle) when the plan deadlocks.
@@ -32,5 +32,28 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
 
 // Duration of one task's unit under the cost model: compute, transfer or collective.
 double task_duration_s(const Plan& plan, const CostModel& cost, int task);
+
+// What the collective steps and the cost model need of one of the plan's collectives.
+CollectiveSpec collective_spec(const Plan& plan, const Collective& collective);
+
+// The bubble metric, one definition for the estimate and for measured or simulated traces:
+// per device that runs pipeline compute and per iteration, 1 - (its F/B/W time) / (the span
+// of its virtual worker's F/B/W tasks in that iteration), averaged over both.
+class BubbleMeter {
+ public:
+  BubbleMeter(const Plan& plan, int iterations);
+  // A pipeline compute task (forward, backward, backward_weight) of `device` ran then.
+  void add(int device, int iteration, double start_s, double end_s);
+  // Averaged over iterations >= first_iteration.
+  double fraction(int first_iteration = 0) const;
+
+ private:
+  int iterations_;
+  std::vector<int> worker_of_;                     // per device, -1 outside every worker
+  std::vector<double> busy_;                       // per device and iteration
+  std::vector<double> span_begin_, span_end_;      // per worker and iteration
+};
+
+bool is_pipeline_compute(TaskKind k);
 
 }  // namespace hetflow::partition

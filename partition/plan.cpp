@@ -1,6 +1,8 @@
 #include "partition/plan.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -9,38 +11,111 @@ namespace hetflow::partition {
 namespace {
 constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weight", "optimizer",
                                            "send", "recv", "collective"};
-constexpr std::string_view kPurposes[] = {"compute", "activation", "gradient", "tensor_parallel",
-                                          "data_parallel", "ps_push", "ps_pull"};
+constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
+                                          "data_parallel", "embedding", "ps_push", "ps_pull"};
+constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
+                                             "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad"};
+
+template <typename Enum, size_t N>
+Enum parse_name(std::string_view text, const std::string_view (&names)[N], const char* what) {
+  std::string accepted;
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == text) return static_cast<Enum>(i);
+    accepted += (i == 0 ? "" : ", ") + std::string(names[i]);
+  }
+  throw std::invalid_argument(std::string("expected ") + what + " (" + accepted + "), found '" + std::string(text) + "'");
+}
 }  // namespace
 
-std::string_view to_string(TaskKind k) { return kTaskKinds[static_cast<int>(k)]; }
-std::string_view to_string(Purpose p) { return kPurposes[static_cast<int>(p)]; }
-
-TaskKind parse_task_kind(std::string_view text) {
-  for (size_t i = 0; i < std::size(kTaskKinds); ++i) {
-    if (kTaskKinds[i] == text) return static_cast<TaskKind>(i);
-  }
-  throw std::invalid_argument("expected a task kind (forward, backward, ...), found '" + std::string(text) + "'");
+std::string_view to_string(TaskKind k) { return kTaskKinds[static_cast<size_t>(k)]; }
+std::string_view to_string(Purpose p) { return kPurposes[static_cast<size_t>(p)]; }
+std::string_view to_string(TensorKind k) { return kTensorKinds[static_cast<size_t>(k)]; }
+TaskKind parse_task_kind(std::string_view text) { return parse_name<TaskKind>(text, kTaskKinds, "a task kind"); }
+Purpose parse_purpose(std::string_view text) { return parse_name<Purpose>(text, kPurposes, "a purpose"); }
+TensorKind parse_tensor_kind(std::string_view text) {
+  return parse_name<TensorKind>(text, kTensorKinds, "a tensor kind");
 }
 
-Purpose parse_purpose(std::string_view text) {
-  for (size_t i = 0; i < std::size(kPurposes); ++i) {
-    if (kPurposes[i] == text) return static_cast<Purpose>(i);
-  }
-  throw std::invalid_argument("expected a purpose (activation, gradient, ...), found '" + std::string(text) + "'");
+bool is_persistent(TensorKind k) {
+  return k == TensorKind::weight || k == TensorKind::weight_grad || k == TensorKind::optimizer_state;
 }
 
-int Plan::add_task(const Task& task) {
+int Plan::add_task(const Task& task, std::span<const int> reads_of_task, std::span<const int> writes_of_task) {
   const int id = static_cast<int>(tasks.size());
   tasks.push_back(task);
   boost::add_vertex(graph);
-  if (programs.size() <= static_cast<size_t>(task.device)) programs.resize(static_cast<size_t>(task.device) + 1);
-  auto& device_streams = programs[static_cast<size_t>(task.device)];
-  auto it = std::find_if(device_streams.begin(), device_streams.end(),
-                         [&](const StreamProgram& p) { return p.stream == task.stream; });
-  if (it == device_streams.end()) it = device_streams.insert(device_streams.end(), StreamProgram{task.stream, {}});
-  it->tasks.push_back(id);
+  ref_begin.push_back(static_cast<std::uint32_t>(refs.size()));
+  read_count.push_back(static_cast<std::uint16_t>(reads_of_task.size()));
+  write_count.push_back(static_cast<std::uint16_t>(writes_of_task.size()));
+  refs.insert(refs.end(), reads_of_task.begin(), reads_of_task.end());
+  refs.insert(refs.end(), writes_of_task.begin(), writes_of_task.end());
+  for (int w : writes_of_task) {
+    Tensor& t = tensors[static_cast<size_t>(w)];
+    if (!is_persistent(t.kind) && t.producer < 0) t.producer = id;
+  }
+  if (task.device >= 0) {
+    if (programs.size() <= static_cast<size_t>(task.device)) programs.resize(static_cast<size_t>(task.device) + 1);
+    auto& device_streams = programs[static_cast<size_t>(task.device)];
+    auto it = std::find_if(device_streams.begin(), device_streams.end(),
+                           [&](const StreamProgram& p) { return p.stream == task.stream; });
+    if (it == device_streams.end()) it = device_streams.insert(device_streams.end(), StreamProgram{task.stream, {}});
+    it->tasks.push_back(id);
+  }
   return id;
+}
+
+void Plan::link_data() {
+  for (size_t task = 0; task < tasks.size(); ++task) {
+    for (int r : reads(static_cast<int>(task))) {
+      if (r < 0 || static_cast<size_t>(r) >= tensors.size()) continue;
+      const Tensor& t = tensors[static_cast<size_t>(r)];
+      if (is_persistent(t.kind) || t.producer < 0 || static_cast<size_t>(t.producer) == task ||
+          static_cast<size_t>(t.producer) >= tasks.size()) {
+        continue;
+      }
+      boost::add_edge(static_cast<size_t>(t.producer), task, Dependency{0, true}, graph);
+    }
+  }
+}
+
+int Plan::add_tensor(const Tensor& tensor) {
+  tensors.push_back(tensor);
+  return static_cast<int>(tensors.size()) - 1;
+}
+
+void Plan::add_order(int from_task, int to_task, int offset) {
+  order.push_back(OrderEdge{from_task, to_task, offset});
+  boost::add_edge(static_cast<size_t>(from_task), static_cast<size_t>(to_task), Dependency{offset, false}, graph);
+}
+
+int Plan::add_channel(const Channel& channel) {
+  channels.push_back(channel);
+  return static_cast<int>(channels.size()) - 1;
+}
+
+int Plan::add_communicator(const Communicator& communicator) {
+  communicators.push_back(communicator);
+  return static_cast<int>(communicators.size()) - 1;
+}
+
+std::span<const int> Plan::reads(int task) const {
+  const auto t = static_cast<size_t>(task);
+  return {refs.data() + ref_begin[t], read_count[t]};
+}
+
+std::span<const int> Plan::writes(int task) const {
+  const auto t = static_cast<size_t>(task);
+  return {refs.data() + ref_begin[t] + read_count[t], write_count[t]};
+}
+
+std::vector<std::vector<int>> Plan::consumers() const {
+  std::vector<std::vector<int>> out(tensors.size());
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    for (int r : reads(static_cast<int>(t))) {
+      if (r >= 0 && static_cast<size_t>(r) < out.size()) out[static_cast<size_t>(r)].push_back(static_cast<int>(t));
+    }
+  }
+  return out;
 }
 
 const std::vector<int>& Plan::program(int device, int stream) const {
@@ -52,15 +127,18 @@ const std::vector<int>& Plan::program(int device, int stream) const {
   return kNone;
 }
 
-void Plan::add_dependency(int from_task, int to_task) {
-  boost::add_edge(static_cast<size_t>(from_task), static_cast<size_t>(to_task), graph);
+int Plan::peer(int task) const {
+  const Task& t = tasks[static_cast<size_t>(task)];
+  if (t.channel < 0 || static_cast<size_t>(t.channel) >= channels.size()) return -1;
+  const Channel& c = channels[static_cast<size_t>(t.channel)];
+  return t.kind == TaskKind::send ? c.dst : c.src;
 }
 
 namespace {
-std::vector<std::pair<size_t, size_t>> sorted_edges(const TaskGraph& g) {
-  std::vector<std::pair<size_t, size_t>> edges;
+std::vector<std::tuple<size_t, size_t, int, bool>> sorted_edges(const TaskGraph& g) {
+  std::vector<std::tuple<size_t, size_t, int, bool>> edges;
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
-    edges.emplace_back(boost::source(*it, g), boost::target(*it, g));
+    edges.emplace_back(boost::source(*it, g), boost::target(*it, g), g[*it].offset, g[*it].data);
   }
   std::sort(edges.begin(), edges.end());
   return edges;
@@ -68,11 +146,11 @@ std::vector<std::pair<size_t, size_t>> sorted_edges(const TaskGraph& g) {
 }  // namespace
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.cluster_name == b.cluster_name && a.cluster_yaml == b.cluster_yaml &&
-         a.network_name == b.network_name && a.network_layers == b.network_layers && a.layout == b.layout &&
-         a.device_names == b.device_names && a.streams == b.streams && a.tasks == b.tasks &&
-         a.collectives == b.collectives && a.programs == b.programs && a.memory == b.memory &&
-         sorted_edges(a.graph) == sorted_edges(b.graph);
+  return a.cluster == b.cluster && a.network == b.network && a.layout == b.layout && a.device_names == b.device_names &&
+         a.streams == b.streams && a.communicators == b.communicators && a.channels == b.channels &&
+         a.tensors == b.tensors && a.tasks == b.tasks && a.collectives == b.collectives && a.order == b.order &&
+         a.programs == b.programs && a.memory == b.memory && a.refs == b.refs && a.ref_begin == b.ref_begin &&
+         a.read_count == b.read_count && a.write_count == b.write_count && sorted_edges(a.graph) == sorted_edges(b.graph);
 }
 
 }  // namespace hetflow::partition

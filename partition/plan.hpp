@@ -1,14 +1,34 @@
 #pragma once
-// The plan: what both back ends run. A task graph (Boost.Graph) of compute tasks,
-// point-to-point transfers and collectives, plus each device's program order per stream.
-// Every task carries what a back end needs (device, FLOPs, bytes, peer, stage, micro-batch,
-// iteration); times are not part of a plan — back ends derive them from the cluster.
+// The plan: the program both back ends run, and nothing else they need. One training
+// iteration's tasks (compute, point-to-point transfers, collectives), each device's program
+// order per stream, the tensors tasks read and write with their lifetimes, the communicators
+// and channels communication uses, and the number of iterations: back ends run the
+// iteration that many times. The cluster and the network it was made for are embedded, so a
+// plan file stands alone. Times are not part of a plan: back ends derive them.
+//
+// Semantics every back end keeps:
+//  - A stream runs its tasks in program order, iteration after iteration.
+//  - A task starts when the task before it on its stream is done and so are its
+//    dependencies: the producer of every transient tensor it reads (data edges, implied by
+//    the tensor table) and its explicit order edges. An order edge with offset k makes
+//    iteration i of `to` wait for iteration i - k of `from` (WSP's staleness bound).
+//  - The k-th send on a channel meets the k-th receive on it (in each iteration).
+//  - A collective runs when all its participants have reached it; its point-to-point steps
+//    are partition/collective_steps.hpp's.
+//  - A transient tensor is allocated when its producer starts and may be freed when its
+//    `free_after` task ends; persistent tensors (weights, gradients, optimizer state) live
+//    for the whole run.
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <boost/graph/adjacency_list.hpp>
 
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+#include "partition/collective.hpp"
 #include "partition/layout.hpp"
 
 namespace hetflow::partition {
@@ -18,25 +38,42 @@ enum class TaskKind {
   backward,         // B: its backward pass (input gradient only when the schedule splits)
   backward_weight,  // W: the weight gradient of a split backward
   optimizer,        // the optimizer step over a device's (or a server's) parameters
-  send,             // one side of a point-to-point transfer; `group` pairs it with its recv
+  send,             // one side of a point-to-point transfer on a channel
   recv,
-  collective,       // one participant of a collective; `group` indexes Plan::collectives
+  collective,       // one participant of a collective (Plan::collectives)
 };
 
 // Why bytes move: lets traces and metrics account traffic by purpose.
-enum class Purpose { compute, activation, gradient, tensor_parallel, data_parallel, ps_push, ps_pull };
+enum class Purpose {
+  compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull
+};
+
+enum class TensorKind {
+  activation,       // a chunk boundary's output (or a received one), per micro-batch
+  activation_grad,  // its gradient, flowing backward
+  stash,            // what a forward keeps for its backward (Korthikanti's activation memory)
+  partial_sum,      // tensor/sequence-parallel partial results before their collective
+  weight,           // persistent: parameters held on a device
+  weight_grad,      // persistent: their gradient buffer
+  optimizer_state,  // persistent: fp32 master weights and Adam moments
+  workspace,        // scratch a task needs while it runs (full recomputation's one layer)
+  pushed_grad,      // a gradient pushed to a parameter server, until its update
+};
 
 std::string_view to_string(TaskKind k);
 std::string_view to_string(Purpose p);
-TaskKind parse_task_kind(std::string_view text);  // throws std::invalid_argument
+std::string_view to_string(TensorKind k);
+// These throw std::invalid_argument naming the accepted values.
+TaskKind parse_task_kind(std::string_view text);
 Purpose parse_purpose(std::string_view text);
+TensorKind parse_tensor_kind(std::string_view text);
+bool is_persistent(TensorKind k);  // weight, weight_grad, optimizer_state
 
 struct Task {
   TaskKind kind = TaskKind::forward;
   Purpose purpose = Purpose::compute;
   int device = -1;
-  int stream = 0;  // index into Plan::streams
-  int iteration = 0;
+  int stream = 0;       // index into Plan::streams
   int worker = -1;      // virtual worker, -1 for parameter-server tasks
   int stage = -1;       // chunk index in its virtual worker (model order)
   int microbatch = -1;  // -1 for per-iteration tasks (optimizer, sync)
@@ -45,33 +82,73 @@ struct Task {
   double flops = 0;            // compute tasks, including recompute_flops
   double recompute_flops = 0;  // part of flops that redoes forward work (recomputation)
   double memory_bytes = 0;     // compute tasks: device-memory traffic (roofline bound)
-  double bytes = 0;            // send/recv: payload; collective: each participant's buffer
-  int peer = -1;               // send: destination device; recv: source device
-  int group = -1;              // send/recv: transfer id; collective: index in collectives
+  double bytes = 0;            // send/recv: payload; collective: Collective::bytes
+  int channel = -1;            // send/recv: index into Plan::channels
+  int collective = -1;         // collective: index into Plan::collectives
   bool operator==(const Task&) const = default;
+};
+
+// A group of devices created once and used by collectives and transfers: a tensor-parallel
+// group, a pipeline neighbour pair, a data-parallel group, a parameter server's group...
+struct Communicator {
+  std::string name;          // "tp w0 r1", "pp w0 1-2", "dp l40-44 t0", ...
+  std::vector<int> devices;  // in ring order
+  bool operator==(const Communicator&) const = default;
+};
+
+// A directed point-to-point channel: messages from `src` to `dst` with this tag are matched
+// in order. Channels with different tags never match each other's messages.
+struct Channel {
+  int src = -1;
+  int dst = -1;
+  std::string tag;        // "act", "grad", "push", "pull"
+  int communicator = -1;  // the pair (or group) it belongs to
+  bool operator==(const Channel&) const = default;
 };
 
 struct Collective {
   CollectiveKind kind = CollectiveKind::all_reduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
   Purpose purpose = Purpose::data_parallel;
-  double bytes = 0;           // buffer size on each participant
-  std::vector<int> devices;   // participants, in ring order
-  std::vector<int> tasks;     // the participants' tasks, same order
+  int communicator = -1;  // its participants, in ring order
+  double bytes = 0;       // partition/collective.hpp's convention
+  int root = 0;           // broadcast/reduce: index of the root in the communicator
+  std::vector<int> tasks; // one per communicator device, same order
   bool operator==(const Collective&) const = default;
+};
+
+struct Tensor {
+  TensorKind kind = TensorKind::activation;
+  int device = -1;
+  std::vector<std::int64_t> shape;  // elements per dimension
+  model::Precision dtype = model::Precision::fp16;
+  double bytes = 0;
+  int producer = -1;    // the task that writes it; -1 for persistent tensors
+  int free_after = -1;  // the task after which it may be freed; -1 for persistent tensors
+  bool operator==(const Tensor&) const = default;
+};
+
+// An explicit ordering edge (data edges come from the tensor table). offset: iterations
+// between `from` and `to` (0: the same iteration).
+struct OrderEdge {
+  int from = -1;
+  int to = -1;
+  int offset = 0;
+  bool operator==(const OrderEdge&) const = default;
 };
 
 // Estimated memory of one device at its peak, by term.
 struct DeviceMemory {
   double weights_bytes = 0;
   double gradients_bytes = 0;
-  double optimizer_bytes = 0;   // master weights + Adam moments (on servers under ps/wsp)
-  double activations_bytes = 0; // stashed activations of the micro-batches in flight
-  double workspace_bytes = 0;
+  double optimizer_bytes = 0;    // master weights + Adam moments (on servers under ps/wsp)
+  double activations_bytes = 0;  // stashes alive at the peak (and recomputation workspace)
+  double buffers_bytes = 0;      // boundary activations, their gradients, partial sums alive then
+  double workspace_bytes = 0;    // the layout's reserve: cuBLAS/NCCL buffers, fragmentation
   double capacity_bytes = 0;
-  int peak_in_flight = 0;       // micro-batches whose activations are held at the peak
+  int peak_in_flight = 0;        // micro-batch stashes alive at the peak
   double total_bytes() const {
-    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + workspace_bytes;
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes + workspace_bytes;
   }
   bool operator==(const DeviceMemory&) const = default;
 };
@@ -83,33 +160,68 @@ struct StreamProgram {
   bool operator==(const StreamProgram&) const = default;
 };
 
-// Data dependencies: an edge u -> v means task v needs task u's result.
-using TaskGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+// Edge property: offset in iterations (see OrderEdge), and whether a tensor implies it.
+struct Dependency {
+  int offset = 0;
+  bool data = false;
+};
+using TaskGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property, Dependency>;
 
 struct Plan {
-  static constexpr int kFormatVersion = 1;
+  static constexpr int kFormatVersion = 2;
 
-  std::string cluster_name;
-  std::string cluster_yaml;  // the cluster the plan was made for, so a plan file stands alone
-  std::string network_name;
-  int network_layers = 0;
-  Layout layout;
-  std::vector<std::string> device_names;  // index = device id
+  model::Cluster cluster;  // the cluster the plan was made for
+  model::Network network;  // and the network
+  Layout layout;           // layout.iterations: how often back ends run the iteration
+  std::vector<std::string> device_names;  // index = device id (the cluster's devices)
   std::vector<std::string> streams;       // stream names; Task::stream indexes this
+  std::vector<Communicator> communicators;
+  std::vector<Channel> channels;
+  std::vector<Tensor> tensors;
   std::vector<Task> tasks;
-  TaskGraph graph;
   std::vector<Collective> collectives;
+  std::vector<OrderEdge> order;  // explicit ordering edges, as added
+  TaskGraph graph;               // data edges (from tensors) and order edges together
   // programs[device]: the streams that device uses (in order of first use), each with its
   // task ids in program order. Sparse: a device has a handful of streams out of many names.
   std::vector<std::vector<StreamProgram>> programs;
   std::vector<DeviceMemory> memory;  // per device
+  // plan_fingerprint(*this) once computed (partition/plan_io.hpp): traces record it. A cache,
+  // not content: same_plan ignores it.
+  std::string fingerprint;
 
   int device_count() const { return static_cast<int>(device_names.size()); }
-  // Adds a task (and its graph vertex) and appends it to its device's stream program.
-  int add_task(const Task& task);
-  void add_dependency(int from_task, int to_task);
+  int iterations() const { return layout.iterations; }
+
+  // Adds a task that reads and writes the given tensors (ids of existing tensors), its graph
+  // vertex, and appends it to its device's stream program. A transient tensor it writes
+  // whose producer is unset becomes its product.
+  int add_task(const Task& task, std::span<const int> reads = {}, std::span<const int> writes = {});
+  // Adds the data edges the tensor table implies (producer -> each reader of a transient
+  // tensor); call once, after the last task. Skips references out of range (validation
+  // reports them).
+  void link_data();
+  int add_tensor(const Tensor& tensor);
+  void add_order(int from_task, int to_task, int offset = 0);
+  int add_channel(const Channel& channel);
+  int add_communicator(const Communicator& communicator);
+  std::span<const int> reads(int task) const;
+  std::span<const int> writes(int task) const;
+  // The tasks that read each tensor, in task order (derived from the tasks' reads).
+  std::vector<std::vector<int>> consumers() const;
   // The task ids of one device stream in program order; empty when the device has none.
   const std::vector<int>& program(int device, int stream) const;
+  // The other end of a transfer task (send: the channel's dst; recv: its src).
+  int peer(int task) const;
+  const std::vector<int>& members(const Collective& c) const {
+    return communicators[static_cast<size_t>(c.communicator)].devices;
+  }
+
+  // Reads and writes of every task in one array: task t's reads are
+  // refs[ref_begin[t], ref_begin[t] + read_count[t]), its writes follow.
+  std::vector<int> refs;
+  std::vector<std::uint32_t> ref_begin;
+  std::vector<std::uint16_t> read_count, write_count;
 };
 
 bool same_plan(const Plan& a, const Plan& b);  // everything, graph edges included

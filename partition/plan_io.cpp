@@ -1,8 +1,17 @@
+// The plan file, version 2 (partition/plan.schema.json describes it). Writing builds one
+// JSON document; reading checks every field's type and range as it goes, naming its path,
+// and leaves the program's meaning (matching, lifetimes, deadlock) to validate_plan.
 #include "partition/plan_io.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "model/error.hpp"
+#include "model/io.hpp"
 #include "model/precision.hpp"
 
 namespace hetflow::partition {
@@ -38,13 +47,13 @@ Json layout_json(const Layout& l) {
   return j;
 }
 
-Json task_json(const Task& t) {
+Json task_json(const Plan& plan, int id) {
+  const Task& t = plan.tasks[static_cast<size_t>(id)];
   Json j;
   j["kind"] = std::string(to_string(t.kind));
   j["purpose"] = std::string(to_string(t.purpose));
   j["device"] = t.device;
   j["stream"] = t.stream;
-  j["iteration"] = t.iteration;
   j["worker"] = t.worker;
   j["stage"] = t.stage;
   j["microbatch"] = t.microbatch;
@@ -53,9 +62,100 @@ Json task_json(const Task& t) {
   j["recompute_flops"] = t.recompute_flops;
   j["memory_bytes"] = t.memory_bytes;
   j["bytes"] = t.bytes;
-  j["peer"] = t.peer;
-  j["group"] = t.group;
+  j["channel"] = t.channel;
+  j["collective"] = t.collective;
+  const auto reads = plan.reads(id), writes = plan.writes(id);
+  j["reads"] = std::vector<int>(reads.begin(), reads.end());
+  j["writes"] = std::vector<int>(writes.begin(), writes.end());
   return j;
+}
+
+// The whole plan but its fingerprint, in the canonical key order.
+Json plan_json(const Plan& plan) {
+  Json j;
+  j["format"] = "hetflow-plan";
+  j["version"] = Plan::kFormatVersion;
+  j["cluster"] = {{"name", plan.cluster.name}, {"yaml", model::write_cluster(plan.cluster)}};
+  j["network"] = {{"name", plan.network.name}, {"yaml", model::write_network(plan.network)}};
+  j["layout"] = layout_json(plan.layout);
+  j["devices"] = plan.device_names;
+  j["streams"] = plan.streams;
+  Json communicators = Json::array();
+  for (const Communicator& c : plan.communicators) communicators.push_back({{"name", c.name}, {"devices", c.devices}});
+  j["communicators"] = std::move(communicators);
+  Json channels = Json::array();
+  for (const Channel& c : plan.channels) {
+    channels.push_back({{"src", c.src}, {"dst", c.dst}, {"tag", c.tag}, {"communicator", c.communicator}});
+  }
+  j["channels"] = std::move(channels);
+  Json collectives = Json::array();
+  for (const Collective& c : plan.collectives) {
+    collectives.push_back({{"kind", std::string(to_string(c.kind))},
+                           {"algorithm", std::string(to_string(c.algorithm))},
+                           {"purpose", std::string(to_string(c.purpose))},
+                           {"communicator", c.communicator},
+                           {"bytes", c.bytes},
+                           {"root", c.root},
+                           {"tasks", c.tasks}});
+  }
+  j["collectives"] = std::move(collectives);
+  const std::vector<std::vector<int>> consumers = plan.consumers();
+  Json tensors = Json::array();
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const Tensor& t = plan.tensors[i];
+    tensors.push_back({{"kind", std::string(to_string(t.kind))},
+                       {"device", t.device},
+                       {"shape", t.shape},
+                       {"dtype", std::string(model::to_string(t.dtype))},
+                       {"bytes", t.bytes},
+                       {"producer", t.producer},
+                       {"consumers", consumers[i]},
+                       {"free_after", t.free_after}});
+  }
+  j["tensors"] = std::move(tensors);
+  Json tasks = Json::array();
+  for (size_t i = 0; i < plan.tasks.size(); ++i) tasks.push_back(task_json(plan, static_cast<int>(i)));
+  j["tasks"] = std::move(tasks);
+  Json order = Json::array();
+  for (const OrderEdge& e : plan.order) order.push_back({e.from, e.to, e.offset});
+  j["order"] = std::move(order);
+  Json programs = Json::array();
+  for (const auto& device : plan.programs) {
+    Json streams = Json::array();
+    for (const StreamProgram& p : device) streams.push_back({{"stream", p.stream}, {"tasks", p.tasks}});
+    programs.push_back(std::move(streams));
+  }
+  j["programs"] = std::move(programs);
+  Json memory = Json::array();
+  for (const DeviceMemory& m : plan.memory) {
+    memory.push_back({{"weights_bytes", m.weights_bytes},
+                      {"gradients_bytes", m.gradients_bytes},
+                      {"optimizer_bytes", m.optimizer_bytes},
+                      {"activations_bytes", m.activations_bytes},
+                      {"buffers_bytes", m.buffers_bytes},
+                      {"workspace_bytes", m.workspace_bytes},
+                      {"capacity_bytes", m.capacity_bytes},
+                      {"peak_in_flight", m.peak_in_flight}});
+  }
+  j["memory"] = std::move(memory);
+  return j;
+}
+
+std::string hash_of(const Json& canonical) {
+  const std::string text = canonical.dump();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+  return std::string("xxh3:") + hex;
+}
+
+// A value in a message: its type, or a short scalar. Never the whole value: it may be huge
+// or deeply nested.
+std::string brief(const Json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
 }
 
 // Reading: every access names its field path, so a broken file says where it is broken.
@@ -64,45 +164,60 @@ class Reader {
   explicit Reader(std::string file) : file_(std::move(file)) {}
 
   const Json& at(const Json& j, const std::string& key, const std::string& path) const {
-    if (!j.is_object()) fail(path, "expected an object");
+    if (!j.is_object()) fail(path.empty() ? "(top level)" : path, "expected an object, found " + brief(j));
     const auto it = j.find(key);
-    if (it == j.end()) fail(path.empty() ? key : path + "." + key, "is required but missing");
+    if (it == j.end()) fail(join(path, key), "is required but missing");
     return *it;
   }
   const Json& array(const Json& j, const std::string& key, const std::string& path) const {
     const Json& a = at(j, key, path);
-    if (!a.is_array()) fail(join(path, key), "expected an array");
+    if (!a.is_array()) fail(join(path, key), "expected an array, found " + brief(a));
     return a;
   }
-  int integer(const Json& j, const std::string& key, const std::string& path) const {
-    const Json& v = at(j, key, path);
-    if (!v.is_number_integer()) fail(join(path, key), "expected an integer, found " + v.dump());
-    return v.get<int>();
+  // A JSON integer that fits `int` and lies in [lo, hi]; nothing is silently wrapped.
+  int integer(const Json& v, const std::string& path, long long lo = std::numeric_limits<int>::min(),
+              long long hi = std::numeric_limits<int>::max()) const {
+    if (!v.is_number_integer()) fail(path, "expected an integer, found " + brief(v));
+    const bool too_big = v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(hi);
+    const long long x = too_big ? hi : v.get<long long>();
+    if (too_big || x < lo || x > hi) {
+      fail(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found " + brief(v));
+    }
+    return static_cast<int>(x);
   }
-  int integer(const Json& v, const std::string& path) const {
-    if (!v.is_number_integer()) fail(path, "expected an integer, found " + v.dump());
-    return v.get<int>();
+  int integer(const Json& j, const std::string& key, const std::string& path, long long lo = std::numeric_limits<int>::min(),
+              long long hi = std::numeric_limits<int>::max()) const {
+    return integer(at(j, key, path), join(path, key), lo, hi);
   }
+  // A finite number >= 0 (every quantity in a plan is a size, a count or a rate).
   double number(const Json& j, const std::string& key, const std::string& path) const {
     const Json& v = at(j, key, path);
-    if (!v.is_number()) fail(join(path, key), "expected a number, found " + v.dump());
-    return v.get<double>();
+    if (!v.is_number()) fail(join(path, key), "expected a number, found " + brief(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0) fail(join(path, key), "expected a finite number >= 0, found " + brief(v));
+    return x;
   }
   std::string string(const Json& j, const std::string& key, const std::string& path) const {
     const Json& v = at(j, key, path);
-    if (!v.is_string()) fail(join(path, key), "expected a string, found " + v.dump());
+    if (!v.is_string()) fail(join(path, key), "expected a string, found " + brief(v));
     return v.get<std::string>();
   }
   bool boolean(const Json& j, const std::string& key, const std::string& path) const {
     const Json& v = at(j, key, path);
-    if (!v.is_boolean()) fail(join(path, key), "expected true or false, found " + v.dump());
+    if (!v.is_boolean()) fail(join(path, key), "expected true or false, found " + brief(v));
     return v.get<bool>();
   }
-  std::vector<int> integers(const Json& v, const std::string& path) const {
-    if (!v.is_array()) fail(path, "expected an array of integers");
+  std::vector<int> integers(const Json& v, const std::string& path, long long lo = std::numeric_limits<int>::min(),
+                            long long hi = std::numeric_limits<int>::max()) const {
+    if (!v.is_array()) fail(path, "expected an array of integers, found " + brief(v));
     std::vector<int> out;
-    for (size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], path + "[" + std::to_string(i) + "]"));
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], path + "[" + std::to_string(i) + "]", lo, hi));
     return out;
+  }
+  std::vector<int> integers(const Json& j, const std::string& key, const std::string& path, long long lo = -1,
+                            long long hi = std::numeric_limits<int>::max()) const {
+    return integers(at(j, key, path), join(path, key), lo, hi);
   }
   template <typename Parse>
   auto parsed(const Json& j, const std::string& key, const std::string& path, Parse parse) const {
@@ -117,145 +232,181 @@ class Reader {
     throw InputError(file_, 0, field, message);
   }
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  const std::string& file() const { return file_; }
 
  private:
   std::string file_;
 };
+
+constexpr long long kMaxCount = std::numeric_limits<int>::max();
 
 Layout read_layout(const Reader& r, const Json& j) {
   const std::string p = "layout";
   Layout l;
   l.policy = r.string(j, "policy", p);
   l.schedule = r.string(j, "schedule", p);
-  l.tensor = r.integer(j, "tensor", p);
-  l.virtual_stages = r.integer(j, "virtual_stages", p);
-  l.micro_batch_size = r.integer(j, "micro_batch_size", p);
+  l.tensor = r.integer(j, "tensor", p, 1, 1 << 20);
+  l.virtual_stages = r.integer(j, "virtual_stages", p, 1, 1 << 20);
+  l.micro_batch_size = r.integer(j, "micro_batch_size", p, 1, kMaxCount);
   l.precision = r.parsed(j, "precision", p, model::parse_precision);
   l.recompute = r.parsed(j, "recompute", p, parse_recompute);
   l.sequence_parallel = r.boolean(j, "sequence_parallel", p);
   l.fp32_grad_accumulation = r.boolean(j, "fp32_grad_accumulation", p);
   l.workspace_bytes = r.number(j, "workspace_bytes", p);
-  l.iterations = r.integer(j, "iterations", p);
+  l.iterations = r.integer(j, "iterations", p, 1, kMaxCount);
   const Json& sync = r.at(j, "sync", p);
-  l.sync.kind = r.parsed(sync, "kind", p + ".sync", parse_sync);
-  l.sync.algorithm = r.parsed(sync, "algorithm", p + ".sync", parse_collective_algorithm);
-  l.sync.bucket_bytes = r.number(sync, "bucket_bytes", p + ".sync");
-  l.sync.staleness = r.integer(sync, "staleness", p + ".sync");
-  l.sync.layer_server = r.integers(r.at(sync, "layer_server", p + ".sync"), p + ".sync.layer_server");
+  const std::string ps = p + ".sync";
+  l.sync.kind = r.parsed(sync, "kind", ps, parse_sync);
+  l.sync.algorithm = r.parsed(sync, "algorithm", ps, parse_collective_algorithm);
+  l.sync.bucket_bytes = r.number(sync, "bucket_bytes", ps);
+  l.sync.staleness = r.integer(sync, "staleness", ps, 0, 1 << 20);
+  l.sync.layer_server = r.integers(sync, "layer_server", ps, 0);
   const Json& workers = r.array(j, "workers", p);
   for (size_t w = 0; w < workers.size(); ++w) {
     const std::string wp = p + ".workers[" + std::to_string(w) + "]";
     VirtualWorker vw;
     const Json& ranks = r.array(workers[w], "ranks", wp);
-    for (size_t k = 0; k < ranks.size(); ++k) vw.ranks.push_back(r.integers(ranks[k], wp + ".ranks[" + std::to_string(k) + "]"));
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      vw.ranks.push_back(r.integers(ranks[k], wp + ".ranks[" + std::to_string(k) + "]", 0, kMaxCount));
+    }
     const Json& stages = r.array(workers[w], "stages", wp);
     for (size_t k = 0; k < stages.size(); ++k) {
-      const std::vector<int> s = r.integers(stages[k], wp + ".stages[" + std::to_string(k) + "]");
-      if (s.size() != 3) r.fail(wp + ".stages[" + std::to_string(k) + "]", "expected [layer_begin, layer_end, rank]");
+      const std::string sp = wp + ".stages[" + std::to_string(k) + "]";
+      const std::vector<int> s = r.integers(stages[k], sp, 0, kMaxCount);
+      if (s.size() != 3) r.fail(sp, "expected [layer_begin, layer_end, rank]");
       vw.stages.push_back(Stage{s[0], s[1], s[2]});
     }
-    vw.microbatches = r.integer(workers[w], "microbatches", wp);
+    vw.microbatches = r.integer(workers[w], "microbatches", wp, 1, kMaxCount);
     l.workers.push_back(std::move(vw));
   }
   return l;
 }
 
-}  // namespace
-
-std::string write_plan_json(const Plan& plan) {
-  Json j;
-  j["format"] = "hetflow-plan";
-  j["version"] = Plan::kFormatVersion;
-  j["cluster"] = {{"name", plan.cluster_name}, {"yaml", plan.cluster_yaml}};
-  j["network"] = {{"name", plan.network_name}, {"layers", plan.network_layers}};
-  j["layout"] = layout_json(plan.layout);
-  j["devices"] = plan.device_names;
-  j["streams"] = plan.streams;
-  Json tasks = Json::array();
-  for (const Task& t : plan.tasks) tasks.push_back(task_json(t));
-  j["tasks"] = std::move(tasks);
-  Json deps = Json::array();
-  for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
-    deps.push_back({boost::source(*it, plan.graph), boost::target(*it, plan.graph)});
+std::vector<std::string> strings(const Reader& r, const Json& j, const std::string& key) {
+  std::vector<std::string> out;
+  const Json& a = r.array(j, key, "");
+  out.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_string()) r.fail(key + "[" + std::to_string(i) + "]", "expected a string, found " + brief(a[i]));
+    out.push_back(a[i].get<std::string>());
   }
-  j["dependencies"] = std::move(deps);
-  Json collectives = Json::array();
-  for (const Collective& c : plan.collectives) {
-    collectives.push_back({{"kind", "allreduce"},
-                           {"algorithm", std::string(to_string(c.algorithm))},
-                           {"purpose", std::string(to_string(c.purpose))},
-                           {"bytes", c.bytes},
-                           {"devices", c.devices},
-                           {"tasks", c.tasks}});
-  }
-  j["collectives"] = std::move(collectives);
-  Json programs = Json::array();
-  for (const auto& device : plan.programs) {
-    Json streams = Json::array();
-    for (const StreamProgram& p : device) streams.push_back({{"stream", p.stream}, {"tasks", p.tasks}});
-    programs.push_back(std::move(streams));
-  }
-  j["programs"] = std::move(programs);
-  Json memory = Json::array();
-  for (const DeviceMemory& m : plan.memory) {
-    memory.push_back({{"weights_bytes", m.weights_bytes},
-                      {"gradients_bytes", m.gradients_bytes},
-                      {"optimizer_bytes", m.optimizer_bytes},
-                      {"activations_bytes", m.activations_bytes},
-                      {"workspace_bytes", m.workspace_bytes},
-                      {"capacity_bytes", m.capacity_bytes},
-                      {"peak_in_flight", m.peak_in_flight}});
-  }
-  j["memory"] = std::move(memory);
-  return j.dump(1) + "\n";
+  return out;
 }
 
-Plan read_plan_json(const std::string& text, const std::string& file) {
-  Json j;
+// Deeper than this is not a plan: refused while parsing, before anything recurses.
+constexpr int kMaxDepth = 64;
+
+Json parse_json(const std::string& text, const std::string& file) {
   try {
-    j = Json::parse(text);
+    return Json::parse(text, [&](int depth, Json::parse_event_t, Json&) {
+      if (depth > kMaxDepth) {
+        throw InputError(file, 0, "json", "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      }
+      return true;
+    });
   } catch (const Json::parse_error& e) {
     int line = 1;
     for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
     throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
   }
+}
+
+}  // namespace
+
+std::string plan_fingerprint(const Plan& plan) { return hash_of(plan_json(plan)); }
+
+std::string write_plan_json(const Plan& plan) {
+  Json j = plan_json(plan);
+  const std::string fingerprint = hash_of(j);
+  Json out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    out[it.key()] = std::move(it.value());
+    if (it.key() == "version") out["fingerprint"] = fingerprint;
+  }
+  return out.dump(1) + "\n";
+}
+
+Plan read_plan_json(const std::string& text, const std::string& file) {
+  const Json j = parse_json(text, file);
   const Reader r(file);
+  if (!j.is_object()) r.fail("(top level)", "expected a plan object, found " + brief(j));
   if (r.string(j, "format", "") != "hetflow-plan") r.fail("format", "expected \"hetflow-plan\"");
   const int version = r.integer(j, "version", "");
   if (version != Plan::kFormatVersion) {
-    r.fail("version", "expected " + std::to_string(Plan::kFormatVersion) + ", found " + std::to_string(version));
+    r.fail("version", "this is a version-" + std::to_string(version) + " plan; hetflow reads version " +
+                          std::to_string(Plan::kFormatVersion) + " only. Make the plan again with `hetflow plan ... --out " +
+                          file + "` (the options are in its \"layout\")");
   }
   Plan plan;
   const Json& cluster = r.at(j, "cluster", "");
-  plan.cluster_name = r.string(cluster, "name", "cluster");
-  plan.cluster_yaml = r.string(cluster, "yaml", "cluster");
+  plan.cluster = model::parse_cluster(r.string(cluster, "yaml", "cluster"), file + " (cluster.yaml)");
   const Json& network = r.at(j, "network", "");
-  plan.network_name = r.string(network, "name", "network");
-  plan.network_layers = r.integer(network, "layers", "network");
+  plan.network = model::parse_network(r.string(network, "yaml", "network"), file + " (network.yaml)");
   plan.layout = read_layout(r, r.at(j, "layout", ""));
-  for (const Json& d : r.array(j, "devices", "")) {
-    if (!d.is_string()) r.fail("devices", "expected device names");
-    plan.device_names.push_back(d.get<std::string>());
+  plan.device_names = strings(r, j, "devices");
+  plan.streams = strings(r, j, "streams");
+  const Json& communicators = r.array(j, "communicators", "");
+  for (size_t i = 0; i < communicators.size(); ++i) {
+    const std::string p = "communicators[" + std::to_string(i) + "]";
+    plan.communicators.push_back(Communicator{r.string(communicators[i], "name", p),
+                                              r.integers(communicators[i], "devices", p, 0)});
   }
-  for (const Json& s : r.array(j, "streams", "")) {
-    if (!s.is_string()) r.fail("streams", "expected stream names");
-    plan.streams.push_back(s.get<std::string>());
+  const Json& channels = r.array(j, "channels", "");
+  for (size_t i = 0; i < channels.size(); ++i) {
+    const std::string p = "channels[" + std::to_string(i) + "]";
+    const Json& c = channels[i];
+    plan.channels.push_back(Channel{r.integer(c, "src", p, 0), r.integer(c, "dst", p, 0), r.string(c, "tag", p),
+                                    r.integer(c, "communicator", p, 0)});
+  }
+  const Json& collectives = r.array(j, "collectives", "");
+  for (size_t i = 0; i < collectives.size(); ++i) {
+    const std::string p = "collectives[" + std::to_string(i) + "]";
+    const Json& cj = collectives[i];
+    Collective c;
+    c.kind = r.parsed(cj, "kind", p, parse_collective_kind);
+    c.algorithm = r.parsed(cj, "algorithm", p, parse_collective_algorithm);
+    c.purpose = r.parsed(cj, "purpose", p, parse_purpose);
+    c.communicator = r.integer(cj, "communicator", p, 0);
+    c.bytes = r.number(cj, "bytes", p);
+    c.root = r.integer(cj, "root", p, 0);
+    c.tasks = r.integers(cj, "tasks", p, 0);
+    plan.collectives.push_back(std::move(c));
+  }
+  const Json& tensors = r.array(j, "tensors", "");
+  std::vector<std::vector<int>> consumers;
+  consumers.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string p = "tensors[" + std::to_string(i) + "]";
+    const Json& tj = tensors[i];
+    Tensor t;
+    t.kind = r.parsed(tj, "kind", p, parse_tensor_kind);
+    t.device = r.integer(tj, "device", p, 0);
+    const Json& shape = r.array(tj, "shape", p);
+    for (size_t k = 0; k < shape.size(); ++k) {
+      t.shape.push_back(r.integer(shape[k], p + ".shape[" + std::to_string(k) + "]", 0, kMaxCount));
+    }
+    t.dtype = r.parsed(tj, "dtype", p, model::parse_precision);
+    t.bytes = r.number(tj, "bytes", p);
+    t.producer = r.integer(tj, "producer", p, -1);
+    consumers.push_back(r.integers(tj, "consumers", p, 0));
+    t.free_after = r.integer(tj, "free_after", p, -1);
+    plan.tensors.push_back(std::move(t));
   }
   const Json& tasks = r.array(j, "tasks", "");
   plan.tasks.reserve(tasks.size());
+  const long long tensor_count = static_cast<long long>(plan.tensors.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     const std::string p = "tasks[" + std::to_string(i) + "]";
     const Json& tj = tasks[i];
     Task t;
     t.kind = r.parsed(tj, "kind", p, parse_task_kind);
     t.purpose = r.parsed(tj, "purpose", p, parse_purpose);
-    t.device = r.integer(tj, "device", p);
-    t.stream = r.integer(tj, "stream", p);
-    t.iteration = r.integer(tj, "iteration", p);
-    t.worker = r.integer(tj, "worker", p);
-    t.stage = r.integer(tj, "stage", p);
-    t.microbatch = r.integer(tj, "microbatch", p);
-    const std::vector<int> layers = r.integers(r.at(tj, "layers", p), p + ".layers");
+    t.device = r.integer(tj, "device", p, 0);
+    t.stream = r.integer(tj, "stream", p, 0);
+    t.worker = r.integer(tj, "worker", p, -1);
+    t.stage = r.integer(tj, "stage", p, -1);
+    t.microbatch = r.integer(tj, "microbatch", p, -1);
+    const std::vector<int> layers = r.integers(tj, "layers", p, 0);
     if (layers.size() != 2) r.fail(p + ".layers", "expected [layer_begin, layer_end]");
     t.layer_begin = layers[0];
     t.layer_end = layers[1];
@@ -263,42 +414,39 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     t.recompute_flops = r.number(tj, "recompute_flops", p);
     t.memory_bytes = r.number(tj, "memory_bytes", p);
     t.bytes = r.number(tj, "bytes", p);
-    t.peer = r.integer(tj, "peer", p);
-    t.group = r.integer(tj, "group", p);
-    plan.tasks.push_back(t);
-    boost::add_vertex(plan.graph);
+    t.channel = r.integer(tj, "channel", p, -1);
+    t.collective = r.integer(tj, "collective", p, -1);
+    // Tensor ids are checked here: add_task keeps them in 16-bit counts and dereferences them.
+    const std::vector<int> reads = r.integers(tj, "reads", p, 0, tensor_count - 1);
+    const std::vector<int> writes = r.integers(tj, "writes", p, 0, tensor_count - 1);
+    if (reads.size() > 65535 || writes.size() > 65535) r.fail(p, "reads or writes more than 65535 tensors");
+    plan.add_task(Task{}, {}, {});  // placeholder keeps ids dense; replaced below
+    plan.tasks.back() = t;
+    plan.ref_begin.back() = static_cast<std::uint32_t>(plan.refs.size());
+    plan.read_count.back() = static_cast<std::uint16_t>(reads.size());
+    plan.write_count.back() = static_cast<std::uint16_t>(writes.size());
+    plan.refs.insert(plan.refs.end(), reads.begin(), reads.end());
+    plan.refs.insert(plan.refs.end(), writes.begin(), writes.end());
   }
-  const Json& deps = r.array(j, "dependencies", "");
-  for (size_t i = 0; i < deps.size(); ++i) {
-    const std::string p = "dependencies[" + std::to_string(i) + "]";
-    const std::vector<int> e = r.integers(deps[i], p);
-    if (e.size() != 2) r.fail(p, "expected [from_task, to_task]");
-    for (int t : e) {
-      if (t < 0 || static_cast<size_t>(t) >= plan.tasks.size()) r.fail(p, "task " + std::to_string(t) + " does not exist");
+  plan.programs.clear();  // the file's programs, not the order tasks were read in
+  const Json& order = r.array(j, "order", "");
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string p = "order[" + std::to_string(i) + "]";
+    const std::vector<int> e = r.integers(order[i], p, 0);
+    if (e.size() != 3) r.fail(p, "expected [from_task, to_task, iteration_offset]");
+    for (int t : {e[0], e[1]}) {
+      if (static_cast<size_t>(t) >= plan.tasks.size()) r.fail(p, "task " + std::to_string(t) + " does not exist");
     }
-    plan.add_dependency(e[0], e[1]);
-  }
-  const Json& collectives = r.array(j, "collectives", "");
-  for (size_t i = 0; i < collectives.size(); ++i) {
-    const std::string p = "collectives[" + std::to_string(i) + "]";
-    Collective c;
-    if (r.string(collectives[i], "kind", p) != "allreduce") r.fail(p + ".kind", "expected allreduce");
-    c.algorithm = r.parsed(collectives[i], "algorithm", p, parse_collective_algorithm);
-    c.purpose = r.parsed(collectives[i], "purpose", p, parse_purpose);
-    c.bytes = r.number(collectives[i], "bytes", p);
-    c.devices = r.integers(r.at(collectives[i], "devices", p), p + ".devices");
-    c.tasks = r.integers(r.at(collectives[i], "tasks", p), p + ".tasks");
-    plan.collectives.push_back(std::move(c));
+    plan.add_order(e[0], e[1], e[2]);
   }
   const Json& programs = r.array(j, "programs", "");
   for (size_t d = 0; d < programs.size(); ++d) {
     const std::string p = "programs[" + std::to_string(d) + "]";
-    if (!programs[d].is_array()) r.fail(p, "expected an array of {stream, tasks} per device");
+    if (!programs[d].is_array()) r.fail(p, "expected an array of {stream, tasks} per device, found " + brief(programs[d]));
     std::vector<StreamProgram> streams;
     for (size_t s = 0; s < programs[d].size(); ++s) {
       const std::string ps = p + "[" + std::to_string(s) + "]";
-      streams.push_back(StreamProgram{r.integer(programs[d][s], "stream", ps),
-                                      r.integers(r.at(programs[d][s], "tasks", ps), ps + ".tasks")});
+      streams.push_back(StreamProgram{r.integer(programs[d][s], "stream", ps, 0), r.integers(programs[d][s], "tasks", ps, 0)});
     }
     plan.programs.push_back(std::move(streams));
   }
@@ -310,10 +458,30 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     m.gradients_bytes = r.number(memory[d], "gradients_bytes", p);
     m.optimizer_bytes = r.number(memory[d], "optimizer_bytes", p);
     m.activations_bytes = r.number(memory[d], "activations_bytes", p);
+    m.buffers_bytes = r.number(memory[d], "buffers_bytes", p);
     m.workspace_bytes = r.number(memory[d], "workspace_bytes", p);
     m.capacity_bytes = r.number(memory[d], "capacity_bytes", p);
-    m.peak_in_flight = r.integer(memory[d], "peak_in_flight", p);
+    m.peak_in_flight = r.integer(memory[d], "peak_in_flight", p, 0);
     plan.memory.push_back(m);
+  }
+  // Derived data must agree with what it is derived from.
+  const std::vector<std::vector<int>> derived = plan.consumers();
+  for (size_t i = 0; i < consumers.size(); ++i) {
+    std::vector<int> listed = consumers[i];
+    std::sort(listed.begin(), listed.end());
+    if (listed != derived[i]) {
+      r.fail("tensors[" + std::to_string(i) + "].consumers", "does not list exactly the tasks that read the tensor");
+    }
+  }
+  plan.link_data();
+  plan.fingerprint = plan_fingerprint(plan);
+  if (j.contains("fingerprint")) {
+    const Json& stored = j["fingerprint"];
+    if (!stored.is_string() || stored.get<std::string>() != plan.fingerprint) {
+      r.fail("fingerprint", "the file says " + brief(stored) + " but its content hashes to \"" + plan.fingerprint +
+                                "\": it was changed after it was written. To keep the change, delete the "
+                                "\"fingerprint\" line and validate it again");
+    }
   }
   return plan;
 }
@@ -323,7 +491,6 @@ std::string plan_grid(const Plan& plan) {
   const bool chunks = plan.layout.virtual_stages > 1;
   for (size_t d = 0; d < plan.programs.size(); ++d) {
     std::string line;
-    int iteration = -1;
     for (const StreamProgram& program : plan.programs[d]) {
       for (int id : program.tasks) {
         const Task& t = plan.tasks[static_cast<size_t>(id)];
@@ -332,8 +499,6 @@ std::string plan_grid(const Plan& plan) {
         if (t.kind == TaskKind::backward) letter = 'B';
         if (t.kind == TaskKind::backward_weight) letter = 'W';
         if (letter == 0) continue;
-        if (iteration >= 0 && t.iteration != iteration) line += " |";
-        iteration = t.iteration;
         line += ' ';
         line += letter;
         line += std::to_string(t.microbatch);

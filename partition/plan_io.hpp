@@ -1,23 +1,30 @@
 #pragma once
-// The plan file (versioned JSON, lossless round trip) and the text grid view.
+// The plan file (JSON, version 2; partition/plan.schema.json describes it), its fingerprint,
+// and the text grid view.
 #include <string>
 
 #include "partition/plan.hpp"
 
 namespace hetflow::partition {
 
-// {"format": "hetflow-plan", "version": 1, "cluster": {...}, "network": {...}, "layout": {...},
-//  "devices": [...], "streams": [...], "tasks": [{...}], "dependencies": [[from, to], ...],
-//  "collectives": [...], "programs": [[{"stream": s, "tasks": [...]}] per device], "memory": [...]}
+// {"format": "hetflow-plan", "version": 2, "fingerprint": "xxh3:...", "cluster": {name, yaml},
+//  "network": {name, yaml}, "layout", "devices", "streams", "communicators", "channels",
+//  "collectives", "tensors", "tasks", "order", "programs", "memory"}. Lossless: reading it
+// back gives the same plan.
 std::string write_plan_json(const Plan& plan);
 // Throws InputError naming the file and the field (e.g. "tasks[12].device") for a malformed
-// file, with the line for JSON syntax errors. Does not validate the plan's semantics: that
-// is validate_plan's job, which reports deadlocks and mismatches by name.
+// file, with the line for JSON syntax errors; refuses version-1 files saying how to re-plan,
+// nesting deeper than 64 levels, integers out of range, non-finite or negative quantities,
+// and a fingerprint that does not match the content (an absent one is computed). Does not
+// validate the plan's meaning: that is validate_plan's job, which names every problem.
 Plan read_plan_json(const std::string& text, const std::string& file);
 
+// "xxh3:<16 hex digits>": XXH3-64 of the plan's canonical JSON (write_plan_json's content
+// without the fingerprint, compact). Equal plans have equal fingerprints.
+std::string plan_fingerprint(const Plan& plan);
+
 // One line per device that computes, in program order: "<device>: F0 F1 B0 ...";
-// "F<mb>.<chunk>" with virtual stages, "W<mb>" for a split weight gradient, and " | "
-// between iterations.
+// "F<mb>.<chunk>" with virtual stages, "W<mb>" for a split weight gradient.
 std::string plan_grid(const Plan& plan);
 
 }  // namespace hetflow::partition

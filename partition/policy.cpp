@@ -165,7 +165,7 @@ Balanced balance_stages(const model::Network& net, const Layout& layout, const s
   const double e = model::element_bytes(layout.precision);
   const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
   const double state_per_param = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
-                                 (hosts_optimizer ? 8.0 + (layout.precision == model::Precision::fp32 ? 0 : 4.0) : 0);
+                                 (hosts_optimizer ? model::adam_state_bytes(layout.precision) : 0);
 
   auto stage_time = [&](int k, int a, int b) {
     const int device = ranks[static_cast<size_t>(k % p)].front();

@@ -8,47 +8,65 @@ TaskOrder order_tasks(const Plan& plan) {
   TaskOrder o;
   const size_t n = plan.tasks.size();
   o.unit_of_task.assign(n, -1);
-  // Units: collectives first (by index), then transfers (by id, as met), then the rest.
+  // Units: collectives first (by index), then transfers (by channel), then the rest.
   for (const Collective& c : plan.collectives) {
     const int unit = static_cast<int>(o.units.size());
-    o.units.push_back(c.tasks);
-    for (int t : c.tasks) o.unit_of_task[static_cast<size_t>(t)] = unit;
-  }
-  std::vector<int> transfer_unit;
-  for (size_t t = 0; t < n; ++t) {
-    const Task& task = plan.tasks[t];
-    if (o.unit_of_task[t] >= 0) continue;
-    if ((task.kind == TaskKind::send || task.kind == TaskKind::recv) && task.group >= 0) {
-      const auto g = static_cast<size_t>(task.group);
-      if (transfer_unit.size() <= g) transfer_unit.resize(g + 1, -1);
-      if (transfer_unit[g] < 0) {
-        transfer_unit[g] = static_cast<int>(o.units.size());
-        o.units.emplace_back();
-      }
-      o.unit_of_task[t] = transfer_unit[g];
-      o.units[static_cast<size_t>(transfer_unit[g])].push_back(static_cast<int>(t));
-    } else {
-      o.unit_of_task[t] = static_cast<int>(o.units.size());
-      o.units.push_back({static_cast<int>(t)});
+    o.units.emplace_back();
+    for (int t : c.tasks) {
+      if (t < 0 || static_cast<size_t>(t) >= n || o.unit_of_task[static_cast<size_t>(t)] >= 0) continue;
+      o.unit_of_task[static_cast<size_t>(t)] = unit;
+      o.units.back().push_back(t);
     }
+  }
+  // Transfers: the k-th send on a channel meets the k-th receive on it, in program order.
+  std::vector<std::vector<int>> sends(plan.channels.size()), recvs(plan.channels.size());
+  for (const auto& device : plan.programs) {
+    for (const StreamProgram& stream : device) {
+      for (int t : stream.tasks) {
+        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        if (task.channel < 0 || static_cast<size_t>(task.channel) >= plan.channels.size()) continue;
+        if (task.kind == TaskKind::send) sends[static_cast<size_t>(task.channel)].push_back(t);
+        if (task.kind == TaskKind::recv) recvs[static_cast<size_t>(task.channel)].push_back(t);
+      }
+    }
+  }
+  for (size_t c = 0; c < plan.channels.size(); ++c) {
+    const size_t pairs = std::max(sends[c].size(), recvs[c].size());
+    for (size_t k = 0; k < pairs; ++k) {
+      const int unit = static_cast<int>(o.units.size());
+      o.units.emplace_back();
+      for (const auto* side : {&sends[c], &recvs[c]}) {
+        if (k >= side->size()) continue;
+        const auto t = static_cast<size_t>((*side)[k]);
+        if (o.unit_of_task[t] >= 0) continue;
+        o.unit_of_task[t] = unit;
+        o.units.back().push_back(static_cast<int>(t));
+      }
+      if (o.units.back().empty()) o.units.pop_back();
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (o.unit_of_task[t] >= 0) continue;
+    o.unit_of_task[t] = static_cast<int>(o.units.size());
+    o.units.push_back({static_cast<int>(t)});
   }
   const size_t units = o.units.size();
 
-  // Edges between units: data dependencies, then program order on each device stream.
+  // Edges between units: dependencies within an iteration (an edge with an offset ties
+  // different iterations and cannot close a cycle in one), then program order on each
+  // device stream. An edge inside one unit is a unit waiting for itself: kept, so that it
+  // shows as a cycle.
   std::vector<std::pair<int, int>> edges;
   edges.reserve(boost::num_edges(plan.graph) + n);
   for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
-    const int a = o.unit_of_task[boost::source(*it, plan.graph)];
-    const int b = o.unit_of_task[boost::target(*it, plan.graph)];
-    if (a != b) edges.emplace_back(a, b);
+    if (plan.graph[*it].offset != 0) continue;
+    edges.emplace_back(o.unit_of_task[boost::source(*it, plan.graph)], o.unit_of_task[boost::target(*it, plan.graph)]);
   }
   for (const auto& device : plan.programs) {
     for (const StreamProgram& stream : device) {
       const std::vector<int>& program = stream.tasks;
       for (size_t i = 1; i < program.size(); ++i) {
-        const int a = o.unit_of_task[static_cast<size_t>(program[i - 1])];
-        const int b = o.unit_of_task[static_cast<size_t>(program[i])];
-        if (a != b) edges.emplace_back(a, b);
+        edges.emplace_back(o.unit_of_task[static_cast<size_t>(program[i - 1])], o.unit_of_task[static_cast<size_t>(program[i])]);
       }
     }
   }
@@ -110,11 +128,12 @@ std::string describe_task(const Plan& plan, int task) {
   s += t.device >= 0 && t.device < plan.device_count() ? plan.device_names[static_cast<size_t>(t.device)]
                                                         : "device " + std::to_string(t.device);
   if (t.stream >= 0 && static_cast<size_t>(t.stream) < plan.streams.size()) s += " stream " + plan.streams[static_cast<size_t>(t.stream)];
-  s += " (iteration " + std::to_string(t.iteration);
-  if (t.stage >= 0) s += ", stage " + std::to_string(t.stage);
-  if (t.microbatch >= 0) s += ", micro-batch " + std::to_string(t.microbatch);
-  if (t.peer >= 0) s += ", peer " + std::to_string(t.peer);
-  return s + ")";
+  std::string details;
+  if (t.worker >= 0) details += ", worker " + std::to_string(t.worker);
+  if (t.stage >= 0) details += ", stage " + std::to_string(t.stage);
+  if (t.microbatch >= 0) details += ", micro-batch " + std::to_string(t.microbatch);
+  if (t.kind == TaskKind::send || t.kind == TaskKind::recv) details += ", peer " + std::to_string(plan.peer(task));
+  return details.empty() ? s : s + " (" + details.substr(2) + ")";
 }
 
 }  // namespace hetflow::partition

@@ -1,119 +1,417 @@
+// Validation in layers: the references (every id in range, the embedded cluster and network
+// agreeing with the plan), then the program (each task once, channels matched in order,
+// collectives and communicators consistent, tensors produced before they are read and freed
+// after their last reader, dependencies local), then the whole (layer coverage, deadlock,
+// memory). A layer that finds problems stops the ones after it: they would read out of range.
 #include "partition/validate.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <set>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "partition/memory.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::partition {
 
 namespace {
 
-std::string device_name(const Plan& plan, int d) {
-  return d >= 0 && d < plan.device_count() ? plan.device_names[static_cast<size_t>(d)] : "device " + std::to_string(d);
+using Problems = std::vector<std::string>;
+
+bool in_range(int id, size_t size) { return id >= 0 && static_cast<size_t>(id) < size; }
+bool finite_non_negative(double x) { return std::isfinite(x) && x >= 0; }
+std::string task_name(size_t i) { return "tasks[" + std::to_string(i) + "]"; }
+
+// The embedded cluster and network against the plan's devices and layout.
+void check_embedded(const Plan& plan, Problems& problems) {
+  const std::vector<model::Device> devices = plan.cluster.devices();
+  if (devices.size() != plan.device_names.size()) {
+    problems.push_back("devices: the plan lists " + std::to_string(plan.device_names.size()) +
+                       " devices but its embedded cluster has " + std::to_string(devices.size()) + " GPUs");
+  } else {
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (devices[d].name != plan.device_names[d]) {
+        problems.push_back("devices[" + std::to_string(d) + "]: '" + plan.device_names[d] +
+                           "' is not the embedded cluster's device " + std::to_string(d) + " ('" + devices[d].name + "')");
+        break;
+      }
+    }
+  }
+  const Layout& l = plan.layout;
+  const int layers = static_cast<int>(plan.network.layers.size());
+  const int n = plan.device_count();
+  if (layers == 0) problems.push_back("network: has no layers");
+  if (l.iterations < 1) problems.push_back("layout.iterations: expected at least 1, found " + std::to_string(l.iterations));
+  if (l.tensor < 1 || l.virtual_stages < 1 || l.micro_batch_size < 1) {
+    problems.push_back("layout: tensor, virtual_stages and micro_batch_size must be at least 1");
+  }
+  if (!finite_non_negative(l.workspace_bytes)) problems.push_back("layout.workspace_bytes: expected a size >= 0");
+  if (l.workers.empty()) problems.push_back("layout.workers: expected at least one virtual worker");
+  for (size_t w = 0; w < l.workers.size(); ++w) {
+    const VirtualWorker& vw = l.workers[w];
+    const std::string where = "layout.workers[" + std::to_string(w) + "]";
+    if (vw.ranks.empty()) problems.push_back(where + ".ranks: expected at least one pipeline rank");
+    if (vw.microbatches < 1) problems.push_back(where + ".microbatches: expected at least 1");
+    for (size_t r = 0; r < vw.ranks.size(); ++r) {
+      if (vw.ranks[r].empty()) problems.push_back(where + ".ranks[" + std::to_string(r) + "]: has no device");
+      for (int d : vw.ranks[r]) {
+        if (!in_range(d, static_cast<size_t>(n))) {
+          problems.push_back(where + ".ranks[" + std::to_string(r) + "]: device " + std::to_string(d) + " does not exist");
+        }
+      }
+    }
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const Stage& s = vw.stages[k];
+      if (!in_range(s.rank, vw.ranks.size())) {
+        problems.push_back(where + ".stages[" + std::to_string(k) + "]: rank " + std::to_string(s.rank) + " does not exist");
+      }
+      if (s.layer_begin < 0 || s.layer_end > layers || s.layer_begin >= s.layer_end) {
+        problems.push_back(where + ".stages[" + std::to_string(k) + "]: layers [" + std::to_string(s.layer_begin) + ", " +
+                           std::to_string(s.layer_end) + ") are not a non-empty range of the network's " +
+                           std::to_string(layers) + " layers");
+      }
+    }
+  }
+  if (l.sync.kind != SyncKind::allreduce) {
+    if (l.sync.layer_server.size() != static_cast<size_t>(layers)) {
+      problems.push_back("layout.sync.layer_server: expected one server per layer (" + std::to_string(layers) + "), found " +
+                         std::to_string(l.sync.layer_server.size()));
+    }
+    for (int s : l.sync.layer_server) {
+      if (!in_range(s, static_cast<size_t>(n))) {
+        problems.push_back("layout.sync.layer_server: device " + std::to_string(s) + " does not exist");
+        break;
+      }
+    }
+  }
+  if (l.sync.staleness < 0) problems.push_back("layout.sync.staleness: expected 0 or more");
+  if (plan.memory.size() != plan.device_names.size()) {
+    problems.push_back("memory: expected one entry per device (" + std::to_string(plan.device_names.size()) + "), found " +
+                       std::to_string(plan.memory.size()));
+  }
 }
 
-// Task fields in range and programs listing each task exactly once, where it says it runs.
-bool check_structure(const Plan& plan, std::vector<std::string>& problems) {
-  const size_t before = problems.size();
-  const int devices = plan.device_count();
+// Every id a task, tensor, channel, collective or communicator holds is in range.
+void check_references(const Plan& plan, Problems& problems) {
+  const auto devices = plan.device_names.size();
+  const int layers = static_cast<int>(plan.network.layers.size());
+  auto note = [&](const std::string& where, const std::string& what) {
+    if (problems.size() < 50) problems.push_back(where + ": " + what);
+  };
+  for (size_t i = 0; i < plan.communicators.size(); ++i) {
+    const Communicator& c = plan.communicators[i];
+    const std::string where = "communicators[" + std::to_string(i) + "]";
+    std::set<int> seen;
+    if (c.devices.empty()) note(where, "has no device");
+    for (int d : c.devices) {
+      if (!in_range(d, devices)) note(where, "device " + std::to_string(d) + " does not exist");
+      if (!seen.insert(d).second) note(where, "lists device " + std::to_string(d) + " twice");
+    }
+  }
+  for (size_t i = 0; i < plan.channels.size(); ++i) {
+    const Channel& c = plan.channels[i];
+    const std::string where = "channels[" + std::to_string(i) + "]";
+    if (!in_range(c.src, devices) || !in_range(c.dst, devices)) {
+      note(where, "device " + std::to_string(c.src) + " or " + std::to_string(c.dst) + " does not exist");
+    } else if (c.src == c.dst) {
+      note(where, "sends from a device to itself");
+    }
+    if (!in_range(c.communicator, plan.communicators.size())) {
+      note(where, "communicator " + std::to_string(c.communicator) + " does not exist");
+    } else {
+      const auto& members = plan.communicators[static_cast<size_t>(c.communicator)].devices;
+      if (std::find(members.begin(), members.end(), c.src) == members.end() ||
+          std::find(members.begin(), members.end(), c.dst) == members.end()) {
+        note(where, "its devices are not both in communicator " + std::to_string(c.communicator));
+      }
+    }
+  }
+  for (size_t i = 0; i < plan.collectives.size(); ++i) {
+    const Collective& c = plan.collectives[i];
+    const std::string where = "collectives[" + std::to_string(i) + "]";
+    if (!in_range(c.communicator, plan.communicators.size())) {
+      note(where, "communicator " + std::to_string(c.communicator) + " does not exist");
+      continue;
+    }
+    const auto& members = plan.members(c);
+    if (c.tasks.size() != members.size()) {
+      note(where, "has " + std::to_string(c.tasks.size()) + " tasks for the " + std::to_string(members.size()) +
+                      " devices of its communicator");
+    }
+    if (!in_range(c.root, members.size())) note(where, "root " + std::to_string(c.root) + " is not a member");
+    if (!finite_non_negative(c.bytes)) note(where, "bytes: expected a finite size >= 0");
+    for (int t : c.tasks) {
+      if (!in_range(t, plan.tasks.size())) note(where, "task " + std::to_string(t) + " does not exist");
+    }
+  }
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const Tensor& t = plan.tensors[i];
+    const std::string where = "tensors[" + std::to_string(i) + "]";
+    if (!in_range(t.device, devices)) note(where, "device " + std::to_string(t.device) + " does not exist");
+    if (!finite_non_negative(t.bytes)) note(where, "bytes: expected a finite size >= 0");
+    for (std::int64_t e : t.shape) {
+      if (e < 0) note(where, "shape: negative dimension");
+    }
+    if (t.producer != -1 && !in_range(t.producer, plan.tasks.size())) note(where, "producer task does not exist");
+    if (t.free_after != -1 && !in_range(t.free_after, plan.tasks.size())) note(where, "free_after task does not exist");
+  }
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    const OrderEdge& e = plan.order[i];
+    if (!in_range(e.from, plan.tasks.size()) || !in_range(e.to, plan.tasks.size())) {
+      note("order[" + std::to_string(i) + "]", "task does not exist");
+    }
+    if (e.offset < 0) note("order[" + std::to_string(i) + "]", "offset: expected 0 or more");
+  }
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
-    const std::string where = "task #" + std::to_string(i) + " (" + std::string(to_string(t.kind)) + ")";
-    if (t.device < 0 || t.device >= devices) problems.push_back(where + ": device " + std::to_string(t.device) + " does not exist");
-    if (t.stream < 0 || static_cast<size_t>(t.stream) >= plan.streams.size()) problems.push_back(where + ": unknown stream");
-    if ((t.kind == TaskKind::send || t.kind == TaskKind::recv) && (t.peer < 0 || t.peer >= devices)) {
-      problems.push_back(where + ": peer " + std::to_string(t.peer) + " does not exist");
+    const std::string where = task_name(i) + " (" + std::string(to_string(t.kind)) + ")";
+    if (!in_range(t.device, devices)) note(where, "device " + std::to_string(t.device) + " does not exist");
+    if (!in_range(t.stream, plan.streams.size())) note(where, "stream " + std::to_string(t.stream) + " does not exist");
+    const bool transfer = t.kind == TaskKind::send || t.kind == TaskKind::recv;
+    if (transfer != (t.channel != -1) || (transfer && !in_range(t.channel, plan.channels.size()))) {
+      note(where, transfer ? "channel " + std::to_string(t.channel) + " does not exist" : "only transfers have a channel");
     }
-    if (t.kind == TaskKind::collective && (t.group < 0 || static_cast<size_t>(t.group) >= plan.collectives.size())) {
-      problems.push_back(where + ": collective " + std::to_string(t.group) + " does not exist");
+    const bool collective = t.kind == TaskKind::collective;
+    if (collective != (t.collective != -1) || (collective && !in_range(t.collective, plan.collectives.size()))) {
+      note(where, collective ? "collective " + std::to_string(t.collective) + " does not exist"
+                             : "only collective tasks name a collective");
     }
-    if (t.flops < 0 || t.bytes < 0 || t.memory_bytes < 0) problems.push_back(where + ": negative flops or bytes");
+    if (t.worker != -1) {
+      if (!in_range(t.worker, plan.layout.workers.size())) {
+        note(where, "worker " + std::to_string(t.worker) + " does not exist");
+      } else if (t.stage != -1 && !in_range(t.stage, plan.layout.workers[static_cast<size_t>(t.worker)].stages.size())) {
+        note(where, "stage " + std::to_string(t.stage) + " does not exist in worker " + std::to_string(t.worker));
+      } else if (t.microbatch >= plan.layout.workers[static_cast<size_t>(t.worker)].microbatches) {
+        note(where, "micro-batch " + std::to_string(t.microbatch) + " does not exist in worker " + std::to_string(t.worker));
+      }
+    } else if (t.stage != -1 || t.microbatch != -1) {
+      note(where, "a stage or micro-batch without a worker");
+    }
+    if (t.stage < -1 || t.microbatch < -1 || t.layer_begin < 0 || t.layer_end > layers || t.layer_begin > t.layer_end) {
+      note(where, "stage, micro-batch or layers out of range");
+    }
+    if (!finite_non_negative(t.flops) || !finite_non_negative(t.recompute_flops) || !finite_non_negative(t.memory_bytes) ||
+        !finite_non_negative(t.bytes) || t.recompute_flops > t.flops) {
+      note(where, "flops, recompute_flops, memory_bytes and bytes must be finite and >= 0 (recompute_flops <= flops)");
+    }
+    for (const auto refs : {plan.reads(static_cast<int>(i)), plan.writes(static_cast<int>(i))}) {
+      for (int r : refs) {
+        if (!in_range(r, plan.tensors.size())) note(where, "tensor " + std::to_string(r) + " does not exist");
+      }
+    }
   }
-  if (boost::num_vertices(plan.graph) != plan.tasks.size()) {
-    problems.push_back("the task graph has " + std::to_string(boost::num_vertices(plan.graph)) + " vertices for " +
-                       std::to_string(plan.tasks.size()) + " tasks");
-  }
-  if (!problems.empty()) return false;
+}
+
+// Each task listed exactly once, in the program of the device and stream it names.
+void check_programs(const Plan& plan, Problems& problems) {
   std::vector<int> listed(plan.tasks.size(), 0);
+  if (plan.programs.size() > plan.device_names.size()) {
+    problems.push_back("programs: " + std::to_string(plan.programs.size()) + " device programs for " +
+                       std::to_string(plan.device_names.size()) + " devices");
+  }
   for (size_t d = 0; d < plan.programs.size(); ++d) {
+    std::set<int> streams;
     for (const StreamProgram& program : plan.programs[d]) {
-      const auto s = static_cast<size_t>(program.stream);
+      if (!streams.insert(program.stream).second) {
+        problems.push_back("programs[" + std::to_string(d) + "]: stream " + std::to_string(program.stream) + " listed twice");
+      }
       for (int id : program.tasks) {
-        if (id < 0 || static_cast<size_t>(id) >= plan.tasks.size()) {
-          problems.push_back("program of " + device_name(plan, static_cast<int>(d)) + " lists unknown task #" + std::to_string(id));
+        if (!in_range(id, plan.tasks.size())) {
+          problems.push_back("programs[" + std::to_string(d) + "]: task " + std::to_string(id) + " does not exist");
           continue;
         }
         const Task& t = plan.tasks[static_cast<size_t>(id)];
-        if (static_cast<size_t>(t.device) != d || static_cast<size_t>(t.stream) != s) {
-          problems.push_back("task #" + std::to_string(id) + " is listed in the program of " +
-                             device_name(plan, static_cast<int>(d)) + " but runs on " + device_name(plan, t.device));
+        if (static_cast<size_t>(t.device) != d || t.stream != program.stream) {
+          problems.push_back(describe_task(plan, id) + " is listed in the program of device " + std::to_string(d) +
+                             " stream " + std::to_string(program.stream) + " but runs on device " + std::to_string(t.device) +
+                             " stream " + std::to_string(t.stream));
         }
         ++listed[static_cast<size_t>(id)];
       }
     }
   }
   for (size_t i = 0; i < listed.size(); ++i) {
-    if (listed[i] != 1) {
-      problems.push_back("task #" + std::to_string(i) + " appears " + std::to_string(listed[i]) +
+    if (listed[i] != 1 && problems.size() < 50) {
+      problems.push_back(describe_task(plan, static_cast<int>(i)) + " appears " + std::to_string(listed[i]) +
                          " times in the device programs (expected once)");
     }
   }
-  return problems.size() == before;
 }
 
-void check_transfers(const Plan& plan, std::vector<std::string>& problems) {
-  std::vector<int> send_of, recv_of;
-  auto slot = [](std::vector<int>& v, int g) -> int& {
-    if (v.size() <= static_cast<size_t>(g)) v.resize(static_cast<size_t>(g) + 1, -1);
-    return v[static_cast<size_t>(g)];
-  };
+// Transfers: on each channel, sends from its source on one stream and receives at its
+// destination on one stream, as many of each, the k-th of each moving the same bytes from
+// a tensor into a tensor at least that large (a parameter-server pull fills part of a
+// chunk's weights).
+void check_channels(const Plan& plan, Problems& problems) {
+  std::vector<std::vector<int>> sends(plan.channels.size()), recvs(plan.channels.size());
+  for (const auto& device : plan.programs) {
+    for (const StreamProgram& stream : device) {
+      for (int t : stream.tasks) {
+        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        if (task.kind == TaskKind::send) sends[static_cast<size_t>(task.channel)].push_back(t);
+        if (task.kind == TaskKind::recv) recvs[static_cast<size_t>(task.channel)].push_back(t);
+      }
+    }
+  }
+  auto one_tensor = [&](std::span<const int> refs) { return refs.size() == 1 ? refs[0] : -1; };
+  for (size_t c = 0; c < plan.channels.size() && problems.size() < 50; ++c) {
+    const Channel& ch = plan.channels[c];
+    const std::string where = "channel " + std::to_string(c) + " (" + plan.device_names[static_cast<size_t>(ch.src)] +
+                              " -> " + plan.device_names[static_cast<size_t>(ch.dst)] + ", " + ch.tag + ")";
+    for (const auto& [side, device, name] : {std::tuple{&sends[c], ch.src, "send"}, std::tuple{&recvs[c], ch.dst, "receive"}}) {
+      for (int t : *side) {
+        if (plan.tasks[static_cast<size_t>(t)].device != device) {
+          problems.push_back(where + ": " + describe_task(plan, t) + " is a " + name + " on the wrong device");
+        }
+        if (plan.tasks[static_cast<size_t>(t)].stream != plan.tasks[static_cast<size_t>(side->front())].stream) {
+          problems.push_back(where + ": its " + name + "s are on several streams (" + describe_task(plan, side->front()) +
+                             ", " + describe_task(plan, t) + "), so their order is not defined");
+          break;
+        }
+      }
+    }
+    if (sends[c].size() != recvs[c].size()) {
+      problems.push_back(where + ": " + std::to_string(sends[c].size()) + " sends but " + std::to_string(recvs[c].size()) +
+                         " receives" +
+                         (sends[c].size() > recvs[c].size()
+                              ? "; unmatched send: " + describe_task(plan, sends[c][recvs[c].size()])
+                              : "; unmatched receive: " + describe_task(plan, recvs[c][sends[c].size()])));
+      continue;
+    }
+    for (size_t k = 0; k < sends[c].size(); ++k) {
+      const int s = sends[c][k], r = recvs[c][k];
+      const Task& a = plan.tasks[static_cast<size_t>(s)];
+      const Task& b = plan.tasks[static_cast<size_t>(r)];
+      if (a.bytes != b.bytes) {
+        problems.push_back(where + ": message " + std::to_string(k) + " is sent as " + model::units::human_bytes(a.bytes) +
+                           " (" + describe_task(plan, s) + ") but received as " + model::units::human_bytes(b.bytes) + " (" +
+                           describe_task(plan, r) + ")");
+        break;
+      }
+      const int sent = one_tensor(plan.reads(s)), received = one_tensor(plan.writes(r));
+      const bool tensors = !plan.reads(s).empty() || !plan.writes(r).empty();
+      if (tensors && (sent < 0 || received < 0 || plan.tensors[static_cast<size_t>(sent)].bytes < a.bytes ||
+                      plan.tensors[static_cast<size_t>(received)].bytes < b.bytes)) {
+        problems.push_back(where + ": message " + std::to_string(k) + " (" + describe_task(plan, s) +
+                           ") must read one tensor of at least its bytes and its receive write one of at least its bytes");
+        break;
+      }
+    }
+  }
+}
+
+void check_collectives(const Plan& plan, Problems& problems) {
+  for (size_t c = 0; c < plan.collectives.size(); ++c) {
+    const Collective& col = plan.collectives[c];
+    const auto& members = plan.members(col);
+    for (size_t i = 0; i < col.tasks.size() && i < members.size(); ++i) {
+      const Task& t = plan.tasks[static_cast<size_t>(col.tasks[i])];
+      if (t.kind != TaskKind::collective || t.collective != static_cast<int>(c) || t.device != members[i] ||
+          t.bytes != col.bytes) {
+        problems.push_back("collective " + std::to_string(c) + ": participant " + describe_task(plan, col.tasks[i]) +
+                           " does not match it (kind, collective, device in communicator order, or bytes)");
+        break;
+      }
+    }
+    if (col.kind == CollectiveKind::broadcast || col.kind == CollectiveKind::reduce) continue;
+    if (col.algorithm == CollectiveAlgorithm::tree && col.kind != CollectiveKind::all_reduce) {
+      problems.push_back("collective " + std::to_string(c) + ": the tree algorithm only runs all_reduce, broadcast and reduce");
+    }
+  }
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
-    if (t.kind != TaskKind::send && t.kind != TaskKind::recv) continue;
-    if (t.group < 0) {
-      problems.push_back(describe_task(plan, static_cast<int>(i)) + " has no transfer id");
-      continue;
-    }
-    int& seen = slot(t.kind == TaskKind::send ? send_of : recv_of, t.group);
-    if (seen >= 0) {
-      problems.push_back("transfer " + std::to_string(t.group) + " has more than one " + std::string(to_string(t.kind)) +
-                         ": " + describe_task(plan, seen) + " and " + describe_task(plan, static_cast<int>(i)));
-    }
-    seen = static_cast<int>(i);
-  }
-  const size_t groups = std::max(send_of.size(), recv_of.size());
-  send_of.resize(groups, -1);
-  recv_of.resize(groups, -1);
-  for (size_t g = 0; g < groups; ++g) {
-    const int s = send_of[g], r = recv_of[g];
-    if (s < 0 && r < 0) continue;
-    if (r < 0) {
-      problems.push_back("unmatched send: " + describe_task(plan, s) + " has no matching receive");
-      continue;
-    }
-    if (s < 0) {
-      problems.push_back("unmatched receive: " + describe_task(plan, r) + " has no matching send");
-      continue;
-    }
-    const Task& a = plan.tasks[static_cast<size_t>(s)];
-    const Task& b = plan.tasks[static_cast<size_t>(r)];
-    if (a.peer != b.device || b.peer != a.device) {
-      problems.push_back("transfer " + std::to_string(g) + ": " + describe_task(plan, s) + " and " + describe_task(plan, r) +
-                         " do not name each other as peers");
-    }
-    if (a.bytes != b.bytes) {
-      problems.push_back("transfer " + std::to_string(g) + ": send of " + model::units::format_bytes(a.bytes) +
-                         " but receive of " + model::units::format_bytes(b.bytes));
+    if (t.kind != TaskKind::collective) continue;
+    const auto& tasks = plan.collectives[static_cast<size_t>(t.collective)].tasks;
+    if (std::find(tasks.begin(), tasks.end(), static_cast<int>(i)) == tasks.end() && problems.size() < 50) {
+      problems.push_back(describe_task(plan, static_cast<int>(i)) + " is not among the tasks of its collective");
     }
   }
 }
 
-// Devices exchange data only through transfers and collectives: a data dependency between
-// two tasks of different devices has no meaning on real hardware (and back ends rely on it).
-void check_local_dependencies(const Plan& plan, std::vector<std::string>& problems) {
+// Tensors: a transient one written by exactly its producer, read only on its device, freed
+// after a task that comes after every reader; a persistent one touched only on its device.
+void check_tensors(const Plan& plan, Problems& problems) {
+  std::vector<int> writers(plan.tensors.size(), 0);
+  std::vector<std::vector<int>> readers(plan.tensors.size());
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    for (int r : plan.reads(static_cast<int>(i))) readers[static_cast<size_t>(r)].push_back(static_cast<int>(i));
+    for (int w : plan.writes(static_cast<int>(i))) {
+      const Tensor& t = plan.tensors[static_cast<size_t>(w)];
+      ++writers[static_cast<size_t>(w)];
+      if (!is_persistent(t.kind) && t.producer != static_cast<int>(i) && problems.size() < 50) {
+        problems.push_back("tensors[" + std::to_string(w) + "]: written by " + describe_task(plan, static_cast<int>(i)) +
+                           ", which is not its producer");
+      }
+    }
+  }
+  // Position of each task in its stream, to tell "comes before" by program order.
+  std::vector<int> position(plan.tasks.size(), -1);
+  for (const auto& device : plan.programs) {
+    for (const StreamProgram& s : device) {
+      for (size_t k = 0; k < s.tasks.size(); ++k) position[static_cast<size_t>(s.tasks[k])] = static_cast<int>(k);
+    }
+  }
+  auto precedes = [&](int a, int b) {  // a is done before b starts, or a == b
+    if (a == b) return true;
+    const Task& x = plan.tasks[static_cast<size_t>(a)];
+    const Task& y = plan.tasks[static_cast<size_t>(b)];
+    if (x.device == y.device && x.stream == y.stream) return position[static_cast<size_t>(a)] < position[static_cast<size_t>(b)];
+    for (auto [it, end] = boost::out_edges(static_cast<size_t>(a), plan.graph); it != end; ++it) {
+      if (boost::target(*it, plan.graph) == static_cast<size_t>(b) && plan.graph[*it].offset == 0) return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < plan.tensors.size() && problems.size() < 50; ++i) {
+    const Tensor& t = plan.tensors[i];
+    const std::string where = "tensors[" + std::to_string(i) + "] (" + std::string(to_string(t.kind)) + ")";
+    for (int r : readers[i]) {
+      if (plan.tasks[static_cast<size_t>(r)].device != t.device) {
+        problems.push_back(where + ": read by " + describe_task(plan, r) + " on another device; devices exchange data "
+                                   "only through transfers and collectives");
+        break;
+      }
+    }
+    if (is_persistent(t.kind)) {
+      if (t.producer != -1 || t.free_after != -1) problems.push_back(where + ": persistent, so no producer and no free_after");
+      continue;
+    }
+    if (t.producer < 0) {
+      if (!readers[i].empty()) problems.push_back(where + ": read by " + describe_task(plan, readers[i].front()) + " but never written");
+      continue;
+    }
+    if (writers[i] != 1) {
+      problems.push_back(where + ": written by " + std::to_string(writers[i]) + " tasks (expected its producer alone)");
+      continue;
+    }
+    if (plan.tasks[static_cast<size_t>(t.producer)].device != t.device) {
+      problems.push_back(where + ": produced on another device than it lives on");
+      continue;
+    }
+    if (t.free_after < 0) {
+      problems.push_back(where + ": has no free_after task");
+      continue;
+    }
+    if (t.free_after != t.producer &&
+        std::find(readers[i].begin(), readers[i].end(), t.free_after) == readers[i].end()) {
+      problems.push_back(where + ": freed after " + describe_task(plan, t.free_after) + ", which neither produces nor reads it");
+      continue;
+    }
+    for (int r : readers[i]) {
+      if (!precedes(r, t.free_after)) {
+        problems.push_back(where + ": freed after " + describe_task(plan, t.free_after) + " while " + describe_task(plan, r) +
+                           " may still read it");
+        break;
+      }
+    }
+  }
+}
+
+// Devices exchange data only through transfers and collectives: a dependency between tasks
+// of different devices has no meaning on real hardware (and back ends rely on it).
+void check_local_dependencies(const Plan& plan, Problems& problems) {
   for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
     const auto a = static_cast<int>(boost::source(*it, plan.graph));
     const auto b = static_cast<int>(boost::target(*it, plan.graph));
@@ -125,40 +423,16 @@ void check_local_dependencies(const Plan& plan, std::vector<std::string>& proble
   }
 }
 
-void check_collectives(const Plan& plan, std::vector<std::string>& problems) {
-  for (size_t c = 0; c < plan.collectives.size(); ++c) {
-    const Collective& col = plan.collectives[c];
-    if (col.tasks.size() != col.devices.size()) {
-      problems.push_back("collective " + std::to_string(c) + " lists " + std::to_string(col.devices.size()) +
-                         " devices but " + std::to_string(col.tasks.size()) + " tasks");
-      continue;
-    }
-    for (size_t i = 0; i < col.tasks.size(); ++i) {
-      const int id = col.tasks[i];
-      if (id < 0 || static_cast<size_t>(id) >= plan.tasks.size()) {
-        problems.push_back("collective " + std::to_string(c) + " lists unknown task #" + std::to_string(id));
-        continue;
-      }
-      const Task& t = plan.tasks[static_cast<size_t>(id)];
-      if (t.kind != TaskKind::collective || t.group != static_cast<int>(c) || t.device != col.devices[i] ||
-          t.bytes != col.bytes) {
-        problems.push_back("collective " + std::to_string(c) + ": participant " + describe_task(plan, id) +
-                           " does not match it (kind, group, device or bytes)");
-      }
-    }
-  }
-}
-
 // Each virtual worker's chunks cover the layers in order, and so do the forward tasks of
-// its first micro-batch in the first iteration, once per tensor-parallel rank.
-void check_coverage(const Plan& plan, std::vector<std::string>& problems) {
-  const int layers = plan.network_layers;
+// its first micro-batch, once per tensor-parallel rank.
+void check_coverage(const Plan& plan, Problems& problems) {
+  const int layers = static_cast<int>(plan.network.layers.size());
   for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
     const VirtualWorker& vw = plan.layout.workers[w];
     const std::string where = "virtual worker " + std::to_string(w);
     int next = 0;
     for (const Stage& s : vw.stages) {
-      if (s.layer_begin != next || s.layer_end <= s.layer_begin) {
+      if (s.layer_begin != next) {
         problems.push_back(where + ": its chunks do not cover the layers in order (chunk [" + std::to_string(s.layer_begin) +
                            ", " + std::to_string(s.layer_end) + ") after layer " + std::to_string(next) + ")");
         break;
@@ -166,25 +440,46 @@ void check_coverage(const Plan& plan, std::vector<std::string>& problems) {
       next = s.layer_end;
     }
     if (next != layers) problems.push_back(where + ": its chunks end at layer " + std::to_string(next) + " of " + std::to_string(layers));
-    std::vector<int> count(static_cast<size_t>(std::max(layers, 0)), 0);
+    std::vector<int> count(static_cast<size_t>(layers), 0);
     for (const Task& t : plan.tasks) {
-      if (t.kind != TaskKind::forward || t.worker != static_cast<int>(w) || t.iteration != 0 || t.microbatch != 0) continue;
-      for (int l = std::max(t.layer_begin, 0); l < std::min(t.layer_end, layers); ++l) ++count[static_cast<size_t>(l)];
+      if (t.kind != TaskKind::forward || t.worker != static_cast<int>(w) || t.microbatch != 0) continue;
+      for (int l = t.layer_begin; l < t.layer_end; ++l) ++count[static_cast<size_t>(l)];
     }
     const int copies = plan.layout.tensor;
     for (int l = 0; l < layers; ++l) {
       if (count[static_cast<size_t>(l)] != copies) {
         problems.push_back(where + ": layer " + std::to_string(l) + " is computed " +
-                           std::to_string(count[static_cast<size_t>(l)] / std::max(copies, 1)) +
-                           " times per micro-batch (expected exactly once)");
+                           std::to_string(count[static_cast<size_t>(l)]) + " times per micro-batch (expected " +
+                           std::to_string(copies) + ", once per tensor-parallel rank)");
         break;
       }
     }
   }
 }
 
-void check_memory(const Plan& plan, std::vector<std::string>& problems) {
+void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) {
   namespace u = model::units;
+  // The recorded memory must be what the tensors say (a hand edit would otherwise go unseen).
+  std::vector<int> tasks;
+  tasks.reserve(plan.tasks.size());
+  for (int unit : order.order) {
+    for (int t : order.units[static_cast<size_t>(unit)]) tasks.push_back(t);
+  }
+  const std::vector<model::Device> devices = plan.cluster.devices();
+  const std::vector<DeviceMemory> expected = memory_from_lifetimes(
+      plan, tasks, [&](int d) { return plan.cluster.device_gpu(devices[static_cast<size_t>(d)]).memory_bytes; });
+  for (size_t d = 0; d < plan.memory.size(); ++d) {
+    const DeviceMemory& m = plan.memory[d];
+    const DeviceMemory& e = expected[d];
+    auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); };
+    if (!close(m.total_bytes(), e.total_bytes()) || !close(m.capacity_bytes, e.capacity_bytes) ||
+        m.peak_in_flight != e.peak_in_flight) {
+      problems.push_back("memory[" + std::to_string(d) + "]: records " + u::human_bytes(m.total_bytes()) + " of " +
+                         u::human_bytes(m.capacity_bytes) + " but the tensors' lifetimes give " +
+                         u::human_bytes(e.total_bytes()) + " of " + u::human_bytes(e.capacity_bytes));
+      return;
+    }
+  }
   for (size_t d = 0; d < plan.memory.size(); ++d) {
     const DeviceMemory& m = plan.memory[d];
     const double total = m.total_bytes();
@@ -193,10 +488,11 @@ void check_memory(const Plan& plan, std::vector<std::string>& problems) {
                                                      {"gradients", m.gradients_bytes},
                                                      {"optimizer state", m.optimizer_bytes},
                                                      {"activations", m.activations_bytes},
+                                                     {"buffers", m.buffers_bytes},
                                                      {"workspace", m.workspace_bytes}};
     const auto largest = *std::max_element(std::begin(terms), std::end(terms),
                                            [](const auto& a, const auto& b) { return a.second < b.second; });
-    std::string message = device_name(plan, static_cast<int>(d)) + " needs " + u::human_bytes(total) + " but has " +
+    std::string message = plan.device_names[d] + " needs " + u::human_bytes(total) + " but has " +
                           u::human_bytes(m.capacity_bytes) + ": over by " + u::human_bytes(total - m.capacity_bytes) +
                           "; largest term: " + largest.first + " " + u::human_bytes(largest.second);
     if (std::string(largest.first) == "activations") {
@@ -204,7 +500,7 @@ void check_memory(const Plan& plan, std::vector<std::string>& problems) {
     }
     message += " [weights " + u::human_bytes(m.weights_bytes) + ", gradients " + u::human_bytes(m.gradients_bytes) +
                ", optimizer " + u::human_bytes(m.optimizer_bytes) + ", activations " + u::human_bytes(m.activations_bytes) +
-               ", workspace " + u::human_bytes(m.workspace_bytes) + "]";
+               ", buffers " + u::human_bytes(m.buffers_bytes) + ", workspace " + u::human_bytes(m.workspace_bytes) + "]";
     problems.push_back(message);
   }
 }
@@ -213,20 +509,31 @@ void check_memory(const Plan& plan, std::vector<std::string>& problems) {
 
 Validation validate_plan(const Plan& plan) {
   Validation v;
-  if (!check_structure(plan, v.problems)) return v;  // the rest would read out of range
-  check_transfers(plan, v.problems);
-  check_local_dependencies(plan, v.problems);
-  check_collectives(plan, v.problems);
-  check_coverage(plan, v.problems);
-  if (v.ok()) {
-    const TaskOrder order = order_tasks(plan);
-    if (!order.complete()) {
-      std::string message = "deadlock: these tasks wait for each other in a cycle:";
-      for (int t : order.cycle) message += "\n    " + describe_task(plan, t);
-      v.problems.push_back(message);
-    }
+  check_embedded(plan, v.problems);
+  if (!v.ok()) return v;  // the rest reads the layout and the device list
+  check_references(plan, v.problems);
+  if (!v.ok()) return v;
+  if (boost::num_vertices(plan.graph) != plan.tasks.size()) {
+    v.problems.push_back("the task graph has " + std::to_string(boost::num_vertices(plan.graph)) + " vertices for " +
+                         std::to_string(plan.tasks.size()) + " tasks");
+    return v;
   }
-  check_memory(plan, v.problems);
+  check_programs(plan, v.problems);
+  if (!v.ok()) return v;
+  check_channels(plan, v.problems);
+  check_collectives(plan, v.problems);
+  check_tensors(plan, v.problems);
+  check_local_dependencies(plan, v.problems);
+  check_coverage(plan, v.problems);
+  if (!v.ok()) return v;
+  const TaskOrder order = order_tasks(plan);
+  if (!order.complete()) {
+    std::string message = "deadlock: these tasks wait for each other in a cycle:";
+    for (int t : order.cycle) message += "\n    " + describe_task(plan, t);
+    v.problems.push_back(message);
+    return v;
+  }
+  check_memory(plan, order, v.problems);
   return v;
 }
 

@@ -60,7 +60,7 @@ void write_all(int fd, const std::string& data) {
 
 }  // namespace
 
-SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, const SimOptions& options) {
+SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   int fds[2];
   if (::pipe(fds) != 0) throw Error(std::string("cannot create a pipe for the simulation: ") + std::strerror(errno));
   std::fflush(nullptr);  // nothing buffered may be written twice
@@ -71,7 +71,7 @@ SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, c
     std::string message;
     int status = 0;
     try {
-      SimResult r = simulate_here(plan, cluster, options);
+      SimResult r = simulate_here(plan, options);
       struct rusage usage {};
       ::getrusage(RUSAGE_SELF, &usage);
       r.peak_rss_bytes = static_cast<long long>(usage.ru_maxrss) * 1024;

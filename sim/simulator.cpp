@@ -16,8 +16,9 @@
 #include <map>
 
 #include "model/error.hpp"
+#include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
-#include "sim/collective_steps.hpp"
+#include "partition/estimate.hpp"
 #include "sim/platform.hpp"
 
 namespace hetflow::sim {
@@ -27,6 +28,8 @@ using partition::Collective;
 using partition::Plan;
 using partition::Task;
 using partition::TaskKind;
+using partition::Step;
+using partition::Message;
 
 namespace {
 
@@ -39,7 +42,8 @@ struct MailboxStep {
 struct Stream {
   const std::vector<int>* tasks = nullptr;
   int stream = -1;
-  size_t next = 0;        // index of the head task
+  size_t next = 0;        // index of the head task in the program
+  int iteration = 0;      // of the head task
   bool running = false;   // the head task has activities in flight
   bool collective = false;  // ... and it is a collective, stepping through `steps`
   std::string failure;    // why it stopped early
@@ -73,8 +77,9 @@ struct Device {
 
 class Simulation {
  public:
-  Simulation(const Plan& plan, const model::Cluster& cluster, const SimOptions& options)
-      : plan_(plan), cluster_(cluster), options_(options), cost_(cluster, plan.layout.precision, options.calibration) {
+  Simulation(const Plan& plan, const SimOptions& options)
+      : plan_(plan), cluster_(plan.cluster), options_(options), cost_(plan.cluster, plan.layout.precision, options.calibration),
+        tasks_(plan.tasks.size()), iterations_(std::max(1, plan.iterations())) {
     cost_.set_free_communication(options.free_communication);
   }
 
@@ -99,7 +104,7 @@ class Simulation {
     for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
     add_faults();
     devices_.resize(plan_.programs.size());
-    stream_index_.assign(plan_.tasks.size(), -1);
+    stream_index_.assign(tasks_, -1);
     for (size_t d = 0; d < plan_.programs.size(); ++d) {
       Device& device = devices_[d];
       device.id = static_cast<int>(d);
@@ -130,24 +135,16 @@ class Simulation {
  private:
   // --- set-up ---
 
-  static std::string channel_tag(const std::string& stream) {
-    const size_t colon = stream.find(':');
-    return colon == std::string::npos ? stream : stream.substr(colon + 1);
-  }
-
-  static sg::Mailbox* channel(int src, int dst, const std::string& tag) {
+  static sg::Mailbox* mailbox(int src, int dst, const std::string& tag) {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
   }
 
+  // Inputs of every task: per iteration offset 0 edges count in every iteration, an edge
+  // with offset k only from iteration k on.
   void prepare() {
-    const size_t n = plan_.tasks.size();
-    remaining_.assign(n, 0);
-    done_.assign(n, 0);
-    start_.assign(n, 0);
-    end_.assign(n, 0);
-    // Successor lists in one array (task t's are [successor_begin_[t], successor_begin_[t+1])):
-    // the device actors walk them at every completion, and one array keeps that cache-friendly.
+    const size_t n = tasks_;
     successor_begin_.assign(n + 1, 0);
+    base_remaining_.assign(n, 0);
     for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
       const auto from = boost::source(*it, plan_.graph), to = boost::target(*it, plan_.graph);
       if (plan_.tasks[from].device != plan_.tasks[to].device) {
@@ -156,22 +153,59 @@ class Simulation {
                         std::to_string(plan_.tasks[from].device) + ": devices meet only through transfers");
       }
       ++successor_begin_[from + 1];
-      ++remaining_[to];
+      const int offset = plan_.graph[*it].offset;
+      if (offset == 0) {
+        ++base_remaining_[to];
+      } else {
+        delayed_inputs_.emplace_back(offset, static_cast<int>(to));
+      }
     }
     for (size_t t = 0; t < n; ++t) successor_begin_[t + 1] += successor_begin_[t];
-    successors_.assign(static_cast<size_t>(successor_begin_[n]), 0);
+    successors_.assign(static_cast<size_t>(successor_begin_[n]), {0, 0});
     std::vector<int> fill(successor_begin_.begin(), successor_begin_.end() - 1);
     for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
-      successors_[static_cast<size_t>(fill[boost::source(*it, plan_.graph)]++)] = static_cast<int>(boost::target(*it, plan_.graph));
+      successors_[static_cast<size_t>(fill[boost::source(*it, plan_.graph)]++)] = {
+          static_cast<int>(boost::target(*it, plan_.graph)), plan_.graph[*it].offset};
     }
-    // Each transfer's channel mailbox, looked up once: "<src>><dst>:<tag>".
+    remaining_.resize(static_cast<size_t>(iterations_));
+    done_.assign(n * static_cast<size_t>(iterations_), 0);
+    start_.assign(n * static_cast<size_t>(iterations_), 0);
+    end_.assign(n * static_cast<size_t>(iterations_), 0);
+    // Each channel's mailbox, looked up once; and each transfer side's partner (the k-th
+    // send on a channel meets its k-th receive).
     mailbox_of_.assign(n, nullptr);
-    for (size_t t = 0; t < n; ++t) {
-      const Task& task = plan_.tasks[t];
-      if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
-      const std::string tag = channel_tag(plan_.streams[static_cast<size_t>(task.stream)]);
-      mailbox_of_[t] = task.kind == TaskKind::send ? channel(task.device, task.peer, tag) : channel(task.peer, task.device, tag);
+    partner_.assign(n, -1);
+    std::vector<sg::Mailbox*> channel_box;
+    for (const partition::Channel& c : plan_.channels) channel_box.push_back(mailbox(c.src, c.dst, c.tag));
+    std::vector<std::vector<int>> sends(plan_.channels.size()), recvs(plan_.channels.size());
+    for (const auto& device : plan_.programs) {
+      for (const partition::StreamProgram& stream : device) {
+        for (int t : stream.tasks) {
+          const Task& task = plan_.tasks[static_cast<size_t>(t)];
+          if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+          mailbox_of_[static_cast<size_t>(t)] = channel_box[static_cast<size_t>(task.channel)];
+          (task.kind == TaskKind::send ? sends : recvs)[static_cast<size_t>(task.channel)].push_back(t);
+        }
+      }
     }
+    for (size_t c = 0; c < sends.size(); ++c) {
+      for (size_t k = 0; k < std::min(sends[c].size(), recvs[c].size()); ++k) {
+        partner_[static_cast<size_t>(sends[c][k])] = recvs[c][k];
+        partner_[static_cast<size_t>(recvs[c][k])] = sends[c][k];
+      }
+    }
+  }
+
+  // Unfinished inputs of each task in iteration i, made when first needed.
+  std::vector<int>& remaining(int i) {
+    std::vector<int>& r = remaining_[static_cast<size_t>(i)];
+    if (r.empty()) {
+      r = base_remaining_;
+      for (const auto& [offset, to] : delayed_inputs_) {
+        if (offset <= i) ++r[static_cast<size_t>(to)];
+      }
+    }
+    return r;
   }
 
   void add_faults() {
@@ -200,9 +234,9 @@ class Simulation {
       for (size_t i = 0; i < check.size(); ++i) {  // start() may append to check
         const size_t s = check[i];
         Stream& stream = d.streams[s];
-        if (stream.running || !stream.failure.empty() || stream.next >= stream.tasks->size()) continue;
+        if (stream.running || !stream.failure.empty() || stream.iteration >= iterations_) continue;
         const int task = (*stream.tasks)[stream.next];
-        if (remaining_[static_cast<size_t>(task)] > 0) continue;
+        if (remaining(stream.iteration)[static_cast<size_t>(task)] > 0) continue;
         start(d, s, task, flight, check);
       }
       check.clear();
@@ -227,7 +261,7 @@ class Simulation {
   void start(Device& d, size_t s, int id, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
     const Task& t = plan_.tasks[static_cast<size_t>(id)];
-    start_[static_cast<size_t>(id)] = sg::Engine::get_clock();
+    start_[instance(id, stream.iteration)] = sg::Engine::get_clock();
     stream.running = true;
     switch (t.kind) {
       case TaskKind::forward:
@@ -252,7 +286,7 @@ class Simulation {
         flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
         return;
       case TaskKind::collective:
-        stream.steps = mailbox_steps(plan_.collectives[static_cast<size_t>(t.group)], t);
+        stream.steps = mailbox_steps(plan_.collectives[static_cast<size_t>(t.collective)], t);
         stream.step = 0;
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
@@ -287,16 +321,23 @@ class Simulation {
   void complete_head(Device& d, size_t s, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
     const auto id = static_cast<size_t>((*stream.tasks)[stream.next]);
-    end_[id] = sg::Engine::get_clock();
-    done_[id] = 1;
-    for (int i = successor_begin_[id]; i < successor_begin_[id + 1]; ++i) {
-      const auto succ = static_cast<size_t>(successors_[static_cast<size_t>(i)]);
-      if (--remaining_[succ] == 0) check.push_back(static_cast<size_t>(stream_index_[succ]));
+    const int i = stream.iteration;
+    end_[instance(static_cast<int>(id), i)] = sg::Engine::get_clock();
+    done_[instance(static_cast<int>(id), i)] = 1;
+    for (int k = successor_begin_[id]; k < successor_begin_[id + 1]; ++k) {
+      const auto [succ, offset] = successors_[static_cast<size_t>(k)];
+      if (i + offset >= iterations_) continue;
+      if (--remaining(i + offset)[static_cast<size_t>(succ)] == 0) {
+        check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(succ)]));
+      }
     }
     stream.running = false;
     stream.collective = false;
     stream.steps.clear();
-    ++stream.next;
+    if (++stream.next == stream.tasks->size()) {  // the program again, one iteration later
+      stream.next = 0;
+      ++stream.iteration;
+    }
     check.push_back(s);
   }
 
@@ -321,27 +362,29 @@ class Simulation {
 
   // --- collectives as steps ---
 
-  // A collective's steps for one participant, each message on the mailbox of its channel
-  // between the two devices, scoped by the task's stream so that collectives on different
+  // A collective's steps for one participant, each message on the mailbox of its phase's
+  // channel between the two devices, scoped by the task's stream (validation puts every
+  // participant of a collective on the same stream) so that collectives on different
   // streams never match each other's messages.
   std::vector<MailboxStep> mailbox_steps(const Collective& c, const Task& t) const {
-    const std::vector<Step> steps = collective_steps(c, t.device, [this](int d) { return cost_.node_of(d); });
+    const std::vector<Step> steps = partition::collective_steps(partition::collective_spec(plan_, c), t.device,
+                                                                [this](int d) { return cost_.node_of(d); });
     const std::string scope = std::to_string(t.stream);
     struct Known {
       int peer;
-      Channel channel;
+      partition::Lane lane;
       bool send;
       sg::Mailbox* mailbox;
     };
     std::vector<Known> known;  // a collective uses a handful of mailboxes: look each up once
     auto box = [&](const Message& m, bool send) {
       for (const Known& k : known) {
-        if (k.peer == m.peer && k.channel == m.channel && k.send == send) return k.mailbox;
+        if (k.peer == m.peer && k.lane == m.lane && k.send == send) return k.mailbox;
       }
-      const std::string tag = std::to_string(static_cast<int>(m.channel)) + "/" + scope;
-      sg::Mailbox* mailbox = send ? channel(t.device, m.peer, tag) : channel(m.peer, t.device, tag);
-      known.push_back({m.peer, m.channel, send, mailbox});
-      return mailbox;
+      const std::string tag = std::to_string(static_cast<int>(m.lane)) + "/" + scope;
+      sg::Mailbox* found = send ? mailbox(t.device, m.peer, tag) : mailbox(m.peer, t.device, tag);
+      known.push_back({m.peer, m.lane, send, found});
+      return found;
     };
     std::vector<MailboxStep> out;
     out.reserve(steps.size());
@@ -356,61 +399,56 @@ class Simulation {
 
   // --- results ---
 
+  size_t instance(int task, int iteration) const {
+    return static_cast<size_t>(iteration) * tasks_ + static_cast<size_t>(task);
+  }
+
   SimResult collect() {
     SimResult r;
     r.simulated_s = sg::Engine::get_clock();
     r.activities = activities_;
     r.trace.source = "sim";
-    r.trace.plan = plan_.network_name + " on " + plan_.cluster_name;
+    r.trace.plan = plan_.network.name + " on " + plan_.cluster.name;
+    r.trace.fingerprint = plan_.fingerprint;
     r.trace.device_names = plan_.device_names;
     r.completed = true;
-    r.trace.events.reserve(plan_.tasks.size());
-    for (size_t t = 0; t < plan_.tasks.size(); ++t) {
-      if (!done_[t]) {
-        r.completed = false;
-        continue;
+    r.trace.events.reserve(done_.size());
+    for (int i = 0; i < iterations_; ++i) {
+      for (size_t t = 0; t < tasks_; ++t) {
+        const size_t at = instance(static_cast<int>(t), i);
+        if (!done_[at]) {
+          r.completed = false;
+          continue;
+        }
+        const Task& task = plan_.tasks[t];
+        traces::Event e;
+        e.task = static_cast<int>(t);
+        e.device = task.device;
+        e.stream = plan_.streams[static_cast<size_t>(task.stream)];
+        e.kind = std::string(partition::to_string(task.kind));
+        e.purpose = std::string(partition::to_string(task.purpose));
+        e.iteration = i;
+        e.stage = task.stage;
+        e.microbatch = task.microbatch;
+        const bool transfer = task.kind == TaskKind::send || task.kind == TaskKind::recv;
+        e.peer = transfer ? plan_.peer(static_cast<int>(t)) : -1;
+        e.group = transfer ? task.channel : task.collective;
+        e.start_s = start_[at];
+        // A transfer starts when both sides are there: the later of the two posts.
+        const int partner = partner_[t];
+        if (partner >= 0 && done_[instance(partner, i)]) e.start_s = std::max(e.start_s, start_[instance(partner, i)]);
+        e.end_s = end_[at];
+        e.bytes = task.bytes;
+        e.flops = task.flops;
+        r.trace.events.push_back(std::move(e));
       }
-      const Task& task = plan_.tasks[t];
-      traces::Event e;
-      e.task = static_cast<int>(t);
-      e.device = task.device;
-      e.stream = plan_.streams[static_cast<size_t>(task.stream)];
-      e.kind = std::string(partition::to_string(task.kind));
-      e.purpose = std::string(partition::to_string(task.purpose));
-      e.iteration = task.iteration;
-      e.stage = task.stage;
-      e.microbatch = task.microbatch;
-      e.peer = task.peer;
-      e.group = task.group;
-      e.start_s = start_[t];
-      e.end_s = end_[t];
-      e.bytes = task.bytes;
-      e.flops = task.flops;
-      r.trace.events.push_back(std::move(e));
-    }
-    // A transfer starts when both sides are there: the later of the two posts.
-    for (traces::Event& e : r.trace.events) {
-      if (e.kind == "send" || e.kind == "recv") e.start_s = std::max(e.start_s, pair_start(e));
     }
     traces::sort_events(r.trace);
     if (!r.completed) r.stalls = stall_report();
     return r;
   }
 
-  double pair_start(const traces::Event& e) {
-    if (pair_start_.empty()) {
-      for (size_t t = 0; t < plan_.tasks.size(); ++t) {
-        const Task& task = plan_.tasks[t];
-        if ((task.kind == TaskKind::send || task.kind == TaskKind::recv) && done_[t]) {
-          double& s = pair_start_[task.group];
-          s = std::max(s, start_[t]);
-        }
-      }
-    }
-    return pair_start_[e.group];
-  }
-
-  std::vector<std::string> stall_report() const {
+  std::vector<std::string> stall_report() {
     std::vector<std::string> lines;
     for (const Fault& f : options_.faults) {
       lines.push_back((f.device >= 0 ? "device " + plan_.device_names[static_cast<size_t>(f.device)] : "link " + f.link) +
@@ -418,11 +456,12 @@ class Simulation {
     }
     size_t never_ran = 0;
     for (char d : done_) never_ran += d == 0;
-    lines.push_back(std::to_string(never_ran) + " of " + std::to_string(plan_.tasks.size()) + " tasks never completed");
+    lines.push_back(std::to_string(never_ran) + " of " + std::to_string(done_.size()) + " tasks (" +
+                    std::to_string(tasks_) + " per iteration x " + std::to_string(iterations_) + ") never completed");
     int shown = 0, stopped = 0;
     for (const Device& d : devices_) {
       for (const Stream& s : d.streams) {
-        if (s.next >= s.tasks->size()) continue;
+        if (s.iteration >= iterations_) continue;
         ++stopped;
         if (++shown > 12) continue;
         const int id = (*s.tasks)[s.next];
@@ -430,12 +469,13 @@ class Simulation {
         std::string line = plan_.device_names[static_cast<size_t>(d.id)] + " stream " +
                            plan_.streams[static_cast<size_t>(s.stream)] + ": stuck at " +
                            std::string(partition::to_string(t.kind)) + " #" + std::to_string(id) + " (iteration " +
-                           std::to_string(t.iteration) + (t.stage >= 0 ? ", stage " + std::to_string(t.stage) : "") +
+                           std::to_string(s.iteration) + (t.stage >= 0 ? ", stage " + std::to_string(t.stage) : "") +
                            (t.microbatch >= 0 ? ", micro-batch " + std::to_string(t.microbatch) : "") + ")";
+        const int waiting = remaining(s.iteration)[static_cast<size_t>(id)];
         if (!s.failure.empty()) {
           line += ": " + s.failure;
-        } else if (!s.running && remaining_[static_cast<size_t>(id)] > 0) {
-          line += ": waits for " + std::to_string(remaining_[static_cast<size_t>(id)]) + " unfinished input(s)";
+        } else if (!s.running && waiting > 0) {
+          line += ": waits for " + std::to_string(waiting) + " unfinished input(s)";
         } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv || t.kind == TaskKind::collective) {
           line += ": its peer never arrived";
         } else {
@@ -452,17 +492,21 @@ class Simulation {
   const model::Cluster& cluster_;
   const SimOptions& options_;
   partition::CostModel cost_;
+  size_t tasks_;     // per iteration
+  int iterations_;
   PlatformSpec spec_;
   Platform platform_;
   std::vector<Device> devices_;
-  std::vector<int> remaining_;       // per task: inputs not yet done
+  std::vector<int> base_remaining_;                 // per task: inputs with offset 0
+  std::vector<std::pair<int, int>> delayed_inputs_;  // (offset, task) of each edge with an offset
+  std::vector<std::vector<int>> remaining_;         // per iteration, per task: inputs not yet done
   std::vector<int> successor_begin_;  // per task (+1): where its successors start in successors_
-  std::vector<int> successors_;
+  std::vector<std::pair<int, int>> successors_;  // (task, offset)
   std::vector<int> stream_index_;     // per task: its stream's index in its device's streams
-  std::vector<char> done_;
-  std::vector<double> start_, end_;
-  std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task
-  std::map<int, double> pair_start_;       // transfer id -> when its later side was posted
+  std::vector<char> done_;            // per task instance (iteration x task)
+  std::vector<double> start_, end_;   // per task instance
+  std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task: its channel's mailbox
+  std::vector<int> partner_;              // per send/recv task: the other side
   long long activities_ = 0;
   int payload_ = 0;      // what messages carry: nothing; their simulated size is what matters
   int* received_ = nullptr;
@@ -470,11 +514,11 @@ class Simulation {
 
 }  // namespace
 
-SimResult simulate_here(const Plan& plan, const model::Cluster& cluster, const SimOptions& options) {
+SimResult simulate_here(const Plan& plan, const SimOptions& options) {
   for (const Fault& f : options.faults) {
-    if (f.device >= cluster.device_count()) throw InputError("<command line>", 0, "--fail-device", "no such device");
+    if (f.device >= plan.device_count()) throw InputError("<command line>", 0, "--fail-device", "no such device");
   }
-  Simulation simulation(plan, cluster, options);
+  Simulation simulation(plan, options);
   return simulation.run();
 }
 

@@ -46,10 +46,12 @@ struct SimResult {
   long long peak_rss_bytes = 0;     // of the simulating process
 };
 
-// In a child process. Throws hetflow::Error if the child dies without a result.
-SimResult simulate(const partition::Plan& plan, const model::Cluster& cluster, const SimOptions& options);
+// Runs the plan's iteration plan.iterations() times on its embedded cluster, in a child
+// process. Throws hetflow::Error if the child dies without a result. The trace records
+// plan.fingerprint (set it with partition::plan_fingerprint first when it matters).
+SimResult simulate(const partition::Plan& plan, const SimOptions& options);
 
 // In this process: at most once per process (SimGrid's engine cannot be restarted).
-SimResult simulate_here(const partition::Plan& plan, const model::Cluster& cluster, const SimOptions& options);
+SimResult simulate_here(const partition::Plan& plan, const SimOptions& options);
 
 }  // namespace hetflow::sim

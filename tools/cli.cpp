@@ -7,19 +7,24 @@
 namespace hetflow::tools {
 
 bool parse_options(const std::string& command, const std::string& usage, po::options_description& options,
-                   const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out) {
+                   const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out,
+                   const po::positional_options_description* positional) {
   options.add_options()
       ("json", "print the summary as one JSON object on stdout instead of tables")
       ("help,h", "show this help");
   try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::command_line_parser parser(args);
+    parser.options(options);
+    if (positional != nullptr) parser.positional(*positional);
+    po::store(parser.run(), vm);
+    // --help wins over everything, required options included (notify would refuse them).
+    if (vm.count("help")) {
+      out << "usage: hetflow " << command << " " << usage << "\n\n" << options << "\n";
+      return false;
+    }
     po::notify(vm);
   } catch (const po::error& e) {
     throw InputError("<command line>", 0, "hetflow " + command, e.what());
-  }
-  if (vm.count("help")) {
-    out << "usage: hetflow " << command << " " << usage << "\n\n" << options << "\n";
-    return false;
   }
   return true;
 }

@@ -22,10 +22,12 @@ struct Command {
 
 const std::vector<Command>& commands();
 
-// Parses args against `options` (plus --help and --json, added here). Returns false when
-// --help was given (usage already printed to out). Throws InputError on bad options.
+// Parses args against `options` (plus --help and --json, added here) and the positional
+// arguments, if any. Returns false when --help was given (usage already printed to out,
+// whatever else is missing or wrong). Throws InputError on bad options.
 bool parse_options(const std::string& command, const std::string& usage, po::options_description& options,
-                   const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out);
+                   const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out,
+                   const po::positional_options_description* positional = nullptr);
 
 void print_json(std::ostream& out, const Json& j);
 

@@ -32,7 +32,8 @@ int run_plan(const std::vector<std::string>& args, std::ostream& out) {
     file << partition::write_plan_json(p.plan);
   }
   if (vm.count("json")) {
-    Json j = estimate_json(p.plan, estimate, p.network.tokens_per_sample);
+    Json j = estimate_json(p.plan, estimate);
+    j["fingerprint"] = p.plan.fingerprint;
     if (vm.count("out")) j["plan_file"] = vm["out"].as<std::string>();
     print_json(out, j);
     return 0;
@@ -40,7 +41,7 @@ int run_plan(const std::vector<std::string>& args, std::ostream& out) {
   print_layout(out, p.plan);
   if (vm.count("grid")) out << "\n" << partition::plan_grid(p.plan);
   out << "\n";
-  print_estimate(out, p.plan, estimate, p.network.tokens_per_sample);
+  print_estimate(out, p.plan, estimate);
   if (vm.count("out")) out << "\nwrote " << vm["out"].as<std::string>() << " (" << p.plan.tasks.size() << " tasks)\n";
   return 0;
 }

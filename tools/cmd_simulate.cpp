@@ -1,12 +1,11 @@
 // hetflow simulate: run a plan (a file, or built from the plan options) on the SimGrid model
-// of its cluster; print the figures of merit; write the trace.
+// of its cluster; print the figures of merit; write the trace. Three steps: read what was
+// asked (the plan and the simulation options), run it, report it.
 #include <fstream>
 #include <iomanip>
 #include <ostream>
-#include <sstream>
 
 #include "model/error.hpp"
-#include "model/io.hpp"
 #include "model/units.hpp"
 #include "partition/estimate.hpp"
 #include "partition/plan_io.hpp"
@@ -24,6 +23,11 @@ namespace {
 
 namespace u = model::units;
 
+struct Request {
+  partition::Plan plan;
+  sim::SimOptions options;
+};
+
 int device_by_name(const partition::Plan& plan, const std::string& text, const std::string& option) {
   for (size_t d = 0; d < plan.device_names.size(); ++d) {
     if (plan.device_names[d] == text || std::to_string(d) == text) return static_cast<int>(d);
@@ -37,7 +41,9 @@ std::pair<std::string, double> split_at(const std::string& text, const std::stri
   const size_t at = text.rfind('@');
   if (at == std::string::npos) throw InputError("<command line>", 0, option, "expected WHAT@TIME, found '" + text + "'");
   try {
-    return {text.substr(0, at), u::parse_time_s(text.substr(at + 1))};
+    const double time_s = u::parse_time_s(text.substr(at + 1));
+    if (!(time_s >= 0)) throw std::invalid_argument("expected a time >= 0, found '" + text.substr(at + 1) + "'");
+    return {text.substr(0, at), time_s};
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", 0, option, e.what());
   }
@@ -47,6 +53,141 @@ void write_file(const std::string& path, const std::string& text, const std::str
   std::ofstream out(path);
   if (!out) throw InputError(path, 0, option, "cannot be written");
   out << text;
+}
+
+std::vector<std::string> list(const po::variables_map& vm, const char* name) {
+  return vm.count(name) ? vm[name].as<std::vector<std::string>>() : std::vector<std::string>{};
+}
+
+// --- step 1: what was asked ---
+
+partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::options_description& options,
+                                   po::variables_map& vm) {
+  if (vm.count("plan")) {
+    // A plan fixes its cluster, network and layout; only the run length may change.
+    for (const auto& [name, value] : vm) {
+      const bool allowed = name == "plan" || name == "iterations" || name == "calibration" || name == "trace" ||
+                           name == "chrome" || name == "straggler" || name == "fail-device" || name == "fail-link" ||
+                           name == "export-platform" || name == "json";
+      if (!allowed && !value.defaulted()) {
+        throw InputError("<command line>", 0, "--" + name,
+                         "a plan file fixes its cluster, network and layout; give either --plan or --" + name +
+                             " (with --plan only --iterations, --calibration and the simulation options apply)");
+      }
+    }
+    partition::Plan plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
+    if (!vm["iterations"].defaulted()) {
+      plan.layout.iterations = vm["iterations"].as<int>();
+      if (plan.layout.iterations < 1) throw InputError("<command line>", 0, "--iterations", "expected at least 1");
+      plan.fingerprint = partition::plan_fingerprint(plan);
+    }
+    return plan;
+  }
+  if (vm["iterations"].defaulted()) {  // warm-up + steady state
+    std::vector<std::string> with_iterations = args;
+    with_iterations.insert(with_iterations.end(), {"--iterations", "3"});
+    vm = po::variables_map();
+    po::store(po::command_line_parser(with_iterations).options(options).run(), vm);
+    po::notify(vm);
+  }
+  return plan_from_options(vm).plan;
+}
+
+sim::SimOptions read_sim_options(const po::variables_map& vm, const partition::Plan& plan) {
+  sim::SimOptions o;
+  o.calibration = read_calibration_option(vm);
+  for (const std::string& s : list(vm, "straggler")) {
+    const auto [what, at] = split_at(s, "--straggler");
+    const size_t colon = what.rfind(':');
+    if (colon == std::string::npos) throw InputError("<command line>", 0, "--straggler", "expected DEVICE:FACTOR@TIME");
+    double factor = 0;
+    try {
+      factor = u::parse_number(what.substr(colon + 1));
+    } catch (const std::invalid_argument&) {
+      factor = 0;
+    }
+    if (!(factor >= 1 && factor <= 1e6)) {
+      throw InputError("<command line>", 0, "--straggler",
+                       "expected a slow-down factor between 1 and 1e6, found '" + what.substr(colon + 1) + "'");
+    }
+    o.stragglers.push_back({device_by_name(plan, what.substr(0, colon), "--straggler"), factor, at});
+  }
+  for (const std::string& s : list(vm, "fail-device")) {
+    const auto [what, at] = split_at(s, "--fail-device");
+    o.faults.push_back({device_by_name(plan, what, "--fail-device"), "", at});
+  }
+  const sim::PlatformSpec spec =
+      sim::platform_spec(plan.cluster, std::vector<double>(static_cast<size_t>(plan.device_count()), 1));
+  for (const std::string& s : list(vm, "fail-link")) {
+    const auto [what, at] = split_at(s, "--fail-link");
+    if (spec.link_index(what) < 0) {
+      std::string names;
+      for (size_t i = 0; i < spec.links.size() && i < 8; ++i) names += (i ? ", " : "") + spec.links[i].name;
+      throw InputError("<command line>", 0, "--fail-link", "no link '" + what + "'; links are named like " + names);
+    }
+    o.faults.push_back({-1, what, at});
+  }
+  return o;
+}
+
+// --- step 3: the report ---
+
+Json report_json(const sim::SimResult& result, const traces::Metrics& m, const partition::Estimate& analytic,
+                 const partition::Plan& plan) {
+  Json j;
+  j["completed"] = result.completed;
+  j["stalls"] = result.stalls;
+  j["fingerprint"] = plan.fingerprint;
+  j["iterations"] = m.iterations;
+  j["iteration_time_s"] = m.iteration_time_s;
+  j["analytic_iteration_time_s"] = analytic.iteration_time_s;
+  j["throughput_samples_per_s"] = m.samples_per_s;
+  j["throughput_tokens_per_s"] = m.tokens_per_s;
+  j["mfu"] = m.mfu;
+  j["bubble_fraction"] = m.bubble_fraction;
+  j["exposed_comm_s"] = m.exposed_comm_s;
+  j["bytes_per_link_class"] = m.bytes_per_link_class;
+  j["simulated_s"] = result.simulated_s;
+  j["wall_s"] = result.wall_s;
+  j["activities"] = result.activities;
+  Json devices = Json::array();
+  for (const traces::DeviceMetrics& d : m.devices) {
+    devices.push_back({{"name", d.name},
+                       {"busy_s", d.busy_s},
+                       {"utilization", d.utilization},
+                       {"exposed_comm_s", d.exposed_comm_s},
+                       {"peak_memory_bytes", d.peak_memory_bytes}});
+  }
+  j["devices"] = std::move(devices);
+  return j;
+}
+
+void report_text(std::ostream& out, const sim::SimResult& result, const traces::Metrics& m,
+                 const partition::Estimate& analytic, const partition::Plan& plan) {
+  out << "simulated " << plan.network.name << " on " << plan.cluster.name << ": " << m.iterations << " iteration"
+      << (m.iterations == 1 ? "" : "s") << (m.iterations > 1 ? " (the first excluded from steady-state figures)" : "")
+      << ", " << result.activities << " activities in " << u::human_time_s(result.wall_s) << " of host time\n";
+  out << std::fixed << std::setprecision(3);
+  out << "  iteration time     " << u::human_time_s(m.iteration_time_s) << "   (analytic critical path "
+      << u::human_time_s(analytic.iteration_time_s) << ")\n";
+  out << "  throughput         " << std::setprecision(2) << m.samples_per_s << " samples/s";
+  if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << m.tokens_per_s << " tokens/s";
+  out << "\n" << std::setprecision(1);
+  out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
+  out << "  bubble fraction    " << m.bubble_fraction << "\n";
+  out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s) << " per iteration (mean over computing devices)\n";
+  out << "  traffic/iteration ";
+  for (const auto& [cls, bytes] : m.bytes_per_link_class) out << " " << cls << " " << u::human_bytes(bytes) << ";";
+  out << "\n\n  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "utilization"
+      << std::setw(12) << "busy" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
+  size_t shown = 0;
+  for (const traces::DeviceMetrics& d : m.devices) {
+    if (d.busy_s == 0 || ++shown > 32) continue;
+    out << "  " << std::left << std::setw(22) << d.name << std::right << std::setw(11) << std::setprecision(1)
+        << 100 * d.utilization << "%" << std::setw(12) << u::human_time_s(d.busy_s) << std::setw(14)
+        << u::human_time_s(d.exposed_comm_s) << std::setw(14) << u::human_bytes(d.peak_memory_bytes) << "\n";
+  }
+  if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
 }
 
 }  // namespace
@@ -68,141 +209,37 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
                      args, vm, out)) {
     return 0;
   }
-  model::Cluster cluster;
-  partition::Plan plan;
-  double tokens_per_sample = 1;
-  if (vm.count("plan")) {
-    const std::string path = vm["plan"].as<std::string>();
-    std::ifstream in(path);
-    if (!in) throw InputError(path, 0, "--plan", "cannot be read");
-    std::stringstream text;
-    text << in.rdbuf();
-    plan = partition::read_plan_json(text.str(), path);
-    cluster = model::parse_cluster(plan.cluster_yaml, path + " (cluster)");
-  } else {
-    std::vector<std::string> with_iterations = args;
-    if (vm["iterations"].defaulted()) {
-      with_iterations.insert(with_iterations.end(), {"--iterations", "3"});  // warm-up + steady state
-      vm = po::variables_map();
-      po::store(po::command_line_parser(with_iterations).options(options).run(), vm);
-      po::notify(vm);
-    }
-    Planned p = plan_from_options(vm);
-    cluster = std::move(p.cluster);
-    plan = std::move(p.plan);
-    tokens_per_sample = p.network.tokens_per_sample;
-  }
+  // 1. What was asked.
+  Request request{read_or_build_plan(args, options, vm), {}};
+  const partition::Plan& plan = request.plan;
   partition::require_valid(plan);
-
-  sim::SimOptions sim_options;
-  sim_options.calibration = read_calibration_option(vm);
-  if (vm.count("straggler")) {
-    for (const std::string& s : vm["straggler"].as<std::vector<std::string>>()) {
-      const auto [what, at] = split_at(s, "--straggler");
-      const size_t colon = what.rfind(':');
-      if (colon == std::string::npos) throw InputError("<command line>", 0, "--straggler", "expected DEVICE:FACTOR@TIME");
-      double factor = 0;
-      try {
-        factor = std::stod(what.substr(colon + 1));
-      } catch (const std::exception&) {
-        factor = 0;
-      }
-      if (!(factor >= 1)) throw InputError("<command line>", 0, "--straggler", "expected a slow-down factor >= 1");
-      sim_options.stragglers.push_back({device_by_name(plan, what.substr(0, colon), "--straggler"), factor, at});
-    }
-  }
-  std::vector<double> speeds(static_cast<size_t>(cluster.device_count()), 1);
-  const sim::PlatformSpec spec = sim::platform_spec(cluster, speeds);
-  if (vm.count("fail-device")) {
-    for (const std::string& s : vm["fail-device"].as<std::vector<std::string>>()) {
-      const auto [what, at] = split_at(s, "--fail-device");
-      sim_options.faults.push_back({device_by_name(plan, what, "--fail-device"), "", at});
-    }
-  }
-  if (vm.count("fail-link")) {
-    for (const std::string& s : vm["fail-link"].as<std::vector<std::string>>()) {
-      const auto [what, at] = split_at(s, "--fail-link");
-      if (spec.link_index(what) < 0) {
-        std::string names;
-        for (size_t i = 0; i < spec.links.size() && i < 8; ++i) names += (i ? ", " : "") + spec.links[i].name;
-        throw InputError("<command line>", 0, "--fail-link", "no link '" + what + "'; links are named like " + names);
-      }
-      sim_options.faults.push_back({-1, what, at});
-    }
-  }
+  request.options = read_sim_options(vm, plan);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, request.options.calibration);
   if (vm.count("export-platform")) {
-    const partition::CostModel cost(cluster, plan.layout.precision, sim_options.calibration);
     std::vector<double> peaks;
     for (int d = 0; d < cost.device_count(); ++d) peaks.push_back(cost.peak_flops_per_s(d));
-    write_file(vm["export-platform"].as<std::string>(), sim::platform_xml(sim::platform_spec(cluster, peaks)),
+    write_file(vm["export-platform"].as<std::string>(), sim::platform_xml(sim::platform_spec(plan.cluster, peaks)),
                "--export-platform");
   }
 
-  const sim::SimResult result = sim::simulate(plan, cluster, sim_options);
+  // 2. The run.
+  const sim::SimResult result = sim::simulate(plan, request.options);
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
-  const partition::CostModel cost(cluster, plan.layout.precision, sim_options.calibration);
-  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost, tokens_per_sample);
+  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
   const partition::Estimate analytic = partition::estimate_plan(plan, cost);
 
+  // 3. The report.
   if (vm.count("json")) {
-    Json j;
-    j["completed"] = result.completed;
-    j["stalls"] = result.stalls;
-    j["iterations"] = m.iterations;
-    j["iteration_time_s"] = m.iteration_time_s;
-    j["analytic_iteration_time_s"] = analytic.iteration_time_s;
-    j["throughput_samples_per_s"] = m.samples_per_s;
-    j["throughput_tokens_per_s"] = m.tokens_per_s;
-    j["mfu"] = m.mfu;
-    j["bubble_fraction"] = m.bubble_fraction;
-    j["exposed_comm_s"] = m.exposed_comm_s;
-    j["bytes_per_link_class"] = m.bytes_per_link_class;
-    j["simulated_s"] = result.simulated_s;
-    j["wall_s"] = result.wall_s;
-    j["activities"] = result.activities;
-    Json devices = Json::array();
-    for (const traces::DeviceMetrics& d : m.devices) {
-      devices.push_back({{"name", d.name},
-                         {"busy_s", d.busy_s},
-                         {"utilization", d.utilization},
-                         {"exposed_comm_s", d.exposed_comm_s},
-                         {"peak_memory_bytes", d.peak_memory_bytes}});
-    }
-    j["devices"] = std::move(devices);
-    print_json(out, j);
+    print_json(out, report_json(result, m, analytic, plan));
     return result.completed ? 0 : 4;
   }
-
-  out << "simulated " << plan.network_name << " on " << plan.cluster_name << ": " << m.iterations << " iteration"
-      << (m.iterations == 1 ? "" : "s") << (m.iterations > 1 ? " (the first excluded from steady-state figures)" : "")
-      << ", " << result.activities << " activities in " << u::human_time_s(result.wall_s) << " of host time\n";
   if (!result.completed) {
-    out << "\nTHE RUN DID NOT COMPLETE:\n";
+    out << "simulated " << plan.network.name << " on " << plan.cluster.name << ": THE RUN DID NOT COMPLETE:\n";
     for (const std::string& s : result.stalls) out << "  " << s << "\n";
     return 4;
   }
-  out << std::fixed << std::setprecision(3);
-  out << "  iteration time     " << u::human_time_s(m.iteration_time_s) << "   (analytic critical path "
-      << u::human_time_s(analytic.iteration_time_s) << ")\n";
-  out << "  throughput         " << std::setprecision(2) << m.samples_per_s << " samples/s";
-  if (tokens_per_sample > 1) out << ", " << std::setprecision(0) << m.tokens_per_s << " tokens/s";
-  out << "\n" << std::setprecision(1);
-  out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
-  out << "  bubble fraction    " << m.bubble_fraction << "\n";
-  out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s) << " per iteration (mean over computing devices)\n";
-  out << "  traffic/iteration ";
-  for (const auto& [cls, bytes] : m.bytes_per_link_class) out << " " << cls << " " << u::human_bytes(bytes) << ";";
-  out << "\n\n  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "utilization"
-      << std::setw(12) << "busy" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
-  size_t shown = 0;
-  for (const traces::DeviceMetrics& d : m.devices) {
-    if (d.busy_s == 0 || ++shown > 32) continue;
-    out << "  " << std::left << std::setw(22) << d.name << std::right << std::setw(11) << std::setprecision(1)
-        << 100 * d.utilization << "%" << std::setw(12) << u::human_time_s(d.busy_s) << std::setw(14)
-        << u::human_time_s(d.exposed_comm_s) << std::setw(14) << u::human_bytes(d.peak_memory_bytes) << "\n";
-  }
-  if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
+  report_text(out, result, m, analytic, plan);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   return 0;

@@ -1,12 +1,8 @@
 // hetflow validate: check a plan file before anything runs it.
-#include <fstream>
 #include <ostream>
-#include <sstream>
 
 #include "model/error.hpp"
-#include "model/io.hpp"
 #include "partition/estimate.hpp"
-#include "partition/plan_io.hpp"
 #include "partition/validate.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
@@ -17,17 +13,14 @@ namespace hetflow::tools {
 int run_validate(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("validate options");
   options.add_options()
-      ("plan", po::value<std::string>()->required(), "plan JSON written by `hetflow plan --out`")
+      ("plan", po::value<std::string>()->required(), "plan JSON written by `hetflow plan --out` (or give it as the argument)")
       ("calibration", po::value<std::string>(), "calibration YAML for the estimate");
   po::positional_options_description positional;
+  positional.add("plan", 1);
   po::variables_map vm;
-  if (!parse_options("validate", "--plan plan.json [--json]", options, args, vm, out)) return 0;
+  if (!parse_options("validate", "[--plan] plan.json [--json]", options, args, vm, out, &positional)) return 0;
   const std::string path = vm["plan"].as<std::string>();
-  std::ifstream in(path);
-  if (!in) throw InputError(path, 0, "--plan", "cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const partition::Plan plan = partition::read_plan_json(text.str(), path);
+  const partition::Plan plan = read_plan_file(path, "--plan");
   const partition::Validation v = partition::validate_plan(plan);
   if (!v.ok()) {
     if (vm.count("json")) {
@@ -36,20 +29,21 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out) {
     }
     partition::require_valid(plan);  // throws with every problem named
   }
-  const model::Cluster cluster = model::parse_cluster(plan.cluster_yaml, path + " (cluster)");
-  const partition::CostModel cost(cluster, plan.layout.precision, read_calibration_option(vm));
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm));
   const partition::Estimate estimate = partition::estimate_plan(plan, cost);
   if (vm.count("json")) {
-    Json j = estimate_json(plan, estimate, 1);
+    Json j = estimate_json(plan, estimate);
     j["valid"] = true;
+    j["fingerprint"] = plan.fingerprint;
     print_json(out, j);
     return 0;
   }
-  out << path << ": valid (" << plan.tasks.size() << " tasks; transfers matched, no deadlock, every layer once, "
-      << "memory fits)\n\n";
+  out << path << ": valid, plan " << plan.fingerprint << " (" << plan.tasks.size() << " tasks per iteration x "
+      << plan.iterations() << "; channels matched, tensors live until their last reader, no deadlock, every layer "
+      << "once, memory fits)\n\n";
   print_layout(out, plan);
   out << "\n";
-  print_estimate(out, plan, estimate, 1);
+  print_estimate(out, plan, estimate);
   return 0;
 }
 

@@ -1,10 +1,13 @@
 #include "tools/plan_options.hpp"
 
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
 #include "tools/options.hpp"
 
 namespace hetflow::tools {
@@ -83,7 +86,16 @@ Planned plan_from_options(const po::variables_map& vm) {
   const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm));
   const partition::Layout layout = partition::make_layout(cluster, network, options, cost);
   partition::Plan plan = partition::build_plan(cluster, network, layout, cost);
+  plan.fingerprint = partition::plan_fingerprint(plan);
   return Planned{std::move(cluster), std::move(network), std::move(plan)};
+}
+
+partition::Plan read_plan_file(const std::string& path, const std::string& option) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, 0, option, "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return partition::read_plan_json(text.str(), path);
 }
 
 }  // namespace hetflow::tools

@@ -18,7 +18,10 @@ struct Planned {
   model::Network network;
   partition::Plan plan;
 };
-// Cluster + network + options -> plan (not yet validated).
+// Cluster + network + options -> plan (not yet validated), its fingerprint set.
 Planned plan_from_options(const po::variables_map& vm);
+
+// Reads a plan file (named by `option` in errors) with its fingerprint set.
+partition::Plan read_plan_file(const std::string& path, const std::string& option);
 
 }  // namespace hetflow::tools

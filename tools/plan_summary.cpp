@@ -12,7 +12,7 @@ using partition::Plan;
 
 void print_layout(std::ostream& out, const Plan& plan) {
   const partition::Layout& l = plan.layout;
-  out << "plan: " << plan.network_name << " on " << plan.cluster_name << " — policy " << l.policy << ", schedule "
+  out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — policy " << l.policy << ", schedule "
       << l.schedule << ", tensor " << l.tensor << ", " << l.workers.size() << " virtual worker"
       << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "
       << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << ", sync "
@@ -35,11 +35,11 @@ void print_layout(std::ostream& out, const Plan& plan) {
   if (shown < l.workers.size()) out << "  ... and " << l.workers.size() - shown << " more virtual workers\n";
 }
 
-void print_estimate(std::ostream& out, const Plan& plan, const partition::Estimate& e, double tokens_per_sample) {
+void print_estimate(std::ostream& out, const Plan& plan, const partition::Estimate& e) {
   out << "analytic estimate (critical path, no contention):\n";
   out << "  iteration time   " << u::human_time_s(e.iteration_time_s) << "\n";
   out << std::fixed << "  throughput       " << std::setprecision(2) << e.throughput_samples_per_s << " samples/s";
-  if (tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_samples_per_s * tokens_per_sample << " tokens/s";
+  if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_tokens_per_s << " tokens/s";
   out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n" << std::defaultfloat;
   out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
       << "peak memory" << std::setw(12) << "capacity" << "\n";
@@ -55,15 +55,16 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
   if (printed > 32) out << "  ... and " << printed - 32 << " more devices (--json lists all)\n";
 }
 
-Json estimate_json(const Plan& plan, const partition::Estimate& e, double tokens_per_sample) {
+Json estimate_json(const Plan& plan, const partition::Estimate& e) {
   Json j;
   j["iteration_time_s"] = e.iteration_time_s;
   j["makespan_s"] = e.makespan_s;
   j["bubble_fraction"] = e.bubble_fraction;
   j["throughput_samples_per_s"] = e.throughput_samples_per_s;
-  j["throughput_tokens_per_s"] = e.throughput_samples_per_s * tokens_per_sample;
+  j["throughput_tokens_per_s"] = e.throughput_tokens_per_s;
   j["samples_per_iteration"] = plan.layout.samples_per_iteration();
-  j["tasks"] = plan.tasks.size();
+  j["tasks"] = plan.tasks.size();  // per iteration
+  j["iterations"] = plan.iterations();
   Json devices = Json::array();
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
     devices.push_back({{"name", plan.device_names[d]},

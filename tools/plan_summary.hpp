@@ -10,8 +10,7 @@
 namespace hetflow::tools {
 
 void print_layout(std::ostream& out, const partition::Plan& plan);
-void print_estimate(std::ostream& out, const partition::Plan& plan, const partition::Estimate& estimate,
-                    double tokens_per_sample);
-Json estimate_json(const partition::Plan& plan, const partition::Estimate& estimate, double tokens_per_sample);
+void print_estimate(std::ostream& out, const partition::Plan& plan, const partition::Estimate& estimate);
+Json estimate_json(const partition::Plan& plan, const partition::Estimate& estimate);
 
 }  // namespace hetflow::tools

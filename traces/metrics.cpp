@@ -1,5 +1,9 @@
 #include "traces/metrics.hpp"
 
+#include "partition/collective_steps.hpp"
+#include "partition/estimate.hpp"
+#include "model/error.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -12,7 +16,7 @@ bool is_pipeline_compute(const std::string& kind) {
 }
 
 bool on_compute_stream(const Event& e) {
-  return e.kind != "send" && e.kind != "recv" && (e.kind != "collective" || e.purpose == "tensor_parallel");
+  return e.kind != "send" && e.kind != "recv" && (e.kind != "collective" || e.purpose == "tensor_parallel" || e.purpose == "sequence_parallel");
 }
 
 // Total length of the union of intervals.
@@ -39,18 +43,13 @@ double exposed(std::vector<std::pair<double, double>> comm, std::vector<std::pai
   return covered(both) - covered(std::move(compute));
 }
 
-// Bytes one participant moves over its links in a collective of `n` with buffer `bytes`.
-double collective_bytes(const partition::Collective& c) {
-  const double n = static_cast<double>(c.devices.size());
-  if (n < 2) return 0;
-  if (c.algorithm == partition::CollectiveAlgorithm::tree) return 2 * c.bytes;
-  return 2 * (n - 1) / n * c.bytes;  // ring; hierarchical moves about as much in total
-}
-
 }  // namespace
 
-Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
-                        double tokens_per_sample) {
+Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost) {
+  if (!trace.fingerprint.empty() && !plan.fingerprint.empty() && trace.fingerprint != plan.fingerprint) {
+    throw InputError("<trace>", 0, "fingerprint",
+                     "the trace comes from plan " + trace.fingerprint + ", not from this plan (" + plan.fingerprint + ")");
+  }
   Metrics m;
   int iterations = 0;
   for (const Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
@@ -68,16 +67,14 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   const double samples = plan.layout.samples_per_iteration();
   if (m.iteration_time_s > 0) {
     m.samples_per_s = samples / m.iteration_time_s;
-    m.tokens_per_s = m.samples_per_s * tokens_per_sample;
+    m.tokens_per_s = m.samples_per_s * plan.network.tokens_per_sample;
   }
 
   const size_t devices = trace.device_names.size();
   const size_t workers = plan.layout.workers.size();
   const auto measured = static_cast<double>(m.measured_iterations);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<double> busy(devices, 0), pipeline_busy(devices * static_cast<size_t>(iterations), 0);
-  std::vector<double> span_begin(workers * static_cast<size_t>(iterations), kInf);
-  std::vector<double> span_end(workers * static_cast<size_t>(iterations), 0);
+  std::vector<double> busy(devices, 0);
+  partition::BubbleMeter bubble(plan, iterations);
   std::vector<std::vector<std::pair<double, double>>> comm(devices), compute(devices);
   std::vector<int> worker_of(devices, -1);
   for (size_t w = 0; w < workers; ++w) {
@@ -90,7 +87,6 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     if (e.iteration < first) continue;
     const auto d = static_cast<size_t>(e.device);
     const double duration = e.end_s - e.start_s;
-    const auto it = static_cast<size_t>(e.iteration);
     if (on_compute_stream(e)) {
       busy[d] += duration;
       compute[d].emplace_back(e.start_s, e.end_s);
@@ -100,24 +96,18 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     if (is_pipeline_compute(e.kind)) {
       const partition::Task& task = plan.tasks[static_cast<size_t>(e.task)];
       model_flops += task.flops - task.recompute_flops;
-      pipeline_busy[d * static_cast<size_t>(iterations) + it] += duration;
-      if (worker_of[d] >= 0) {
-        const size_t key = static_cast<size_t>(worker_of[d]) * static_cast<size_t>(iterations) + it;
-        span_begin[key] = std::min(span_begin[key], e.start_s);
-        span_end[key] = std::max(span_end[key], e.end_s);
-      }
+      bubble.add(e.device, e.iteration, e.start_s, e.end_s);
     }
     // Traffic: a send's bytes over each class of link on its route; a collective
     // participant's share over the route to its ring neighbour.
     if (e.kind == "send") {
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
     } else if (e.kind == "collective" && e.group >= 0) {
-      const partition::Collective& c = plan.collectives[static_cast<size_t>(e.group)];
-      const auto me = std::find(c.devices.begin(), c.devices.end(), e.device) - c.devices.begin();
-      const int next = c.devices[static_cast<size_t>(me + 1) % c.devices.size()];
-      for (const std::string& cls : cost.link_classes(e.device, next)) {
-        m.bytes_per_link_class[cls] += collective_bytes(c) / measured;
-      }
+      const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collectives[static_cast<size_t>(e.group)]);
+      const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
+      const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
+      const double sent = partition::bytes_sent(spec, e.device, [&](int device) { return cost.node_of(device); });
+      for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent / measured;
     }
   }
   m.model_flops_per_iteration = model_flops / measured;
@@ -125,8 +115,8 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   for (int d = 0; d < cost.device_count(); ++d) peak += cost.peak_flops_per_s(d);
   if (m.iteration_time_s > 0 && peak > 0) m.mfu = m.model_flops_per_iteration / m.iteration_time_s / peak;
 
-  double bubble_sum = 0, exposed_sum = 0;
-  int bubble_count = 0, computing = 0;
+  double exposed_sum = 0;
+  int computing = 0;
   for (size_t d = 0; d < devices; ++d) {
     DeviceMetrics dm;
     dm.name = trace.device_names[d];
@@ -137,17 +127,10 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     if (worker_of[d] >= 0 && busy[d] > 0) {
       ++computing;
       exposed_sum += dm.exposed_comm_s;
-      for (int it = first; it < iterations; ++it) {
-        const size_t key = static_cast<size_t>(worker_of[d]) * static_cast<size_t>(iterations) + static_cast<size_t>(it);
-        const double span = span_end[key] - span_begin[key];
-        if (span <= 0) continue;
-        bubble_sum += 1 - pipeline_busy[d * static_cast<size_t>(iterations) + static_cast<size_t>(it)] / span;
-        ++bubble_count;
-      }
     }
     m.devices.push_back(dm);
   }
-  m.bubble_fraction = bubble_count > 0 ? bubble_sum / bubble_count : 0;
+  m.bubble_fraction = bubble.fraction(first);
   m.exposed_comm_s = computing > 0 ? exposed_sum / computing : 0;
   return m;
 }

@@ -35,7 +35,7 @@ struct Metrics {
   std::vector<DeviceMetrics> devices;
 };
 
-Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
-                        double tokens_per_sample);
+// Refuses (InputError) a trace whose fingerprint names another plan.
+Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost);
 
 }  // namespace hetflow::traces

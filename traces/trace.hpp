@@ -10,14 +10,14 @@ namespace hetflow::traces {
 struct Event {
   int task = -1;          // task id in the plan
   int device = -1;
-  std::string stream;     // "compute", "comm", "send>3:act", ...
+  std::string stream;     // the plan's stream name: "compute", "comm", "send>3:act", ...
   std::string kind;       // forward, backward, backward_weight, optimizer, send, recv, collective
   std::string purpose;    // compute, activation, gradient, tensor_parallel, data_parallel, ps_push, ps_pull
   int iteration = 0;
   int stage = -1;
   int microbatch = -1;
   int peer = -1;          // send/recv: the other device
-  int group = -1;         // send/recv: transfer id; collective: collective id
+  int group = -1;         // send/recv: the plan's channel; collective: the plan's collective
   double start_s = 0;
   double end_s = 0;
   double bytes = 0;
@@ -28,6 +28,7 @@ struct Event {
 struct Trace {
   std::string source;                    // "sim" or "exec-cpu" / "exec-cuda"
   std::string plan;                      // what ran: "<network> on <cluster>"
+  std::string fingerprint;               // the plan's fingerprint (partition::plan_fingerprint)
   std::vector<std::string> device_names;  // index = device id
   std::vector<Event> events;             // in sort_events order
   bool operator==(const Trace&) const = default;

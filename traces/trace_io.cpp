@@ -179,7 +179,8 @@ double parse_double(const Scanner& in, const Field& f, std::string_view column) 
   return v;
 }
 
-// "# source: x", "# plan: x", "# device 3 x"; other comment lines are notes and skipped.
+// "# source: x", "# plan: x", "# fingerprint: x", "# device 3 x"; other comment lines are
+// notes and skipped.
 void read_comment(Scanner& in, Trace& trace) {
   auto value = [&](std::string_view key) {  // the rest of the line, after one space
     if (in.starts_with(" ")) in.skip(1);
@@ -191,6 +192,8 @@ void read_comment(Scanner& in, Trace& trace) {
     trace.source = value("source");
   } else if (in.eat("# plan:")) {
     trace.plan = value("plan");
+  } else if (in.eat("# fingerprint:")) {
+    trace.fingerprint = value("fingerprint");
   } else if (int line = in.line(); in.eat("# device ")) {
     std::string_view id = in.word();
     std::string want = std::to_string(trace.device_names.size());
@@ -277,6 +280,7 @@ std::string write_trace_csv(const Trace& trace) {
   std::string out = std::string(kMagic) + "\n";
   out += "# source: " + csv_field(trace.source) + "\n";
   out += "# plan: " + csv_field(trace.plan) + "\n";
+  if (!trace.fingerprint.empty()) out += "# fingerprint: " + csv_field(trace.fingerprint) + "\n";
   for (size_t d = 0; d < trace.device_names.size(); ++d) {
     out += "# device " + std::to_string(d) + " " + csv_field(trace.device_names[d]) + "\n";
   }
@@ -401,7 +405,8 @@ std::string write_chrome_trace(const Trace& trace) {
   auto dump = [](const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
   std::string text = "{\"traceEvents\":[";
   for (size_t i = 0; i < out.size(); ++i) text += (i == 0 ? "\n" : ",\n") + dump(out[i]);
-  Json other{{"format", std::string(kMagic.substr(2))}, {"source", trace.source}, {"plan", trace.plan}};
+  Json other{{"format", std::string(kMagic.substr(2))}, {"source", trace.source}, {"plan", trace.plan},
+             {"fingerprint", trace.fingerprint}};
   return text + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + dump(other) + "}\n";
 }
 

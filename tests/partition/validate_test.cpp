@@ -1,9 +1,11 @@
-// Hand-broken plans: each is rejected with a message that names what is wrong.
+// Hand-broken plans: each is rejected with a message that names what is wrong, and nothing
+// that validates reads out of range.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "model/error.hpp"
+#include "model/io.hpp"
 #include "partition/estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
@@ -33,6 +35,8 @@ bool mentions(const Validation& v, const std::string& text) {
                      [&](const std::string& p) { return p.find(text) != std::string::npos; });
 }
 
+std::string first_problem(const Validation& v) { return v.ok() ? "valid" : v.problems.front(); }
+
 int first_task(const Plan& plan, TaskKind kind) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     if (plan.tasks[i].kind == kind) return static_cast<int>(i);
@@ -40,89 +44,185 @@ int first_task(const Plan& plan, TaskKind kind) {
   return -1;
 }
 
+std::vector<int>& program_of(Plan& plan, int task) {
+  const Task& t = plan.tasks[static_cast<size_t>(task)];
+  auto& streams = plan.programs[static_cast<size_t>(t.device)];
+  return std::find_if(streams.begin(), streams.end(), [&](const auto& p) { return p.stream == t.stream; })->tasks;
+}
+
+// Moves a task to another stream of its device (a new one), keeping everything else.
+void move_to_new_stream(Plan& plan, int task, const std::string& name) {
+  auto& from = program_of(plan, task);
+  from.erase(std::find(from.begin(), from.end(), task));
+  plan.streams.push_back(name);
+  Task& t = plan.tasks[static_cast<size_t>(task)];
+  t.stream = static_cast<int>(plan.streams.size()) - 1;
+  plan.programs[static_cast<size_t>(t.device)].push_back(StreamProgram{t.stream, {task}});
+}
+
 }  // namespace
 
 TEST(Validate, AWellFormedPlanIsValid) {
   const Plan plan = small_plan();
   const Validation v = validate_plan(plan);
-  EXPECT_TRUE(v.ok()) << (v.ok() ? "" : v.problems.front());
+  EXPECT_TRUE(v.ok()) << first_problem(v);
   EXPECT_NO_THROW(require_valid(plan));
 }
 
-TEST(Validate, MissingReceiveIsNamed) {
+TEST(Validate, AReceiveOnAnotherChannelLeavesBothUnmatched) {
   Plan plan = small_plan();
   const int recv = first_task(plan, TaskKind::recv);
   ASSERT_GE(recv, 0);
-  plan.tasks[static_cast<size_t>(recv)].group = 100000;  // no longer pairs with its send
+  const Channel c = plan.channels[static_cast<size_t>(plan.tasks[static_cast<size_t>(recv)].channel)];
+  plan.tasks[static_cast<size_t>(recv)].channel = plan.add_channel({c.src, c.dst, "other", c.communicator});
   const Validation v = validate_plan(plan);
-  EXPECT_TRUE(mentions(v, "unmatched send")) << v.problems.front();
-  EXPECT_TRUE(mentions(v, "has no matching receive"));
+  EXPECT_TRUE(mentions(v, "unmatched send")) << first_problem(v);
+  EXPECT_TRUE(mentions(v, "unmatched receive"));
   EXPECT_THROW(require_valid(plan), PlanError);
+}
+
+// Regression: a receive moved to another stream used to pass validation, and the simulator
+// then paired the wrong messages.
+TEST(Validate, AReceiveMovedToAnotherStreamIsRefused) {
+  Plan plan = small_plan();
+  int recv = -1, seen = 0;
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    if (plan.tasks[i].kind == TaskKind::recv && plan.tasks[i].channel == 0 && ++seen == 2) recv = static_cast<int>(i);
+  }
+  ASSERT_GE(recv, 0);
+  move_to_new_stream(plan, recv, "elsewhere");
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "receives are on several streams")) << first_problem(v);
 }
 
 TEST(Validate, MismatchedBytesAreNamed) {
   Plan plan = small_plan();
   const int recv = first_task(plan, TaskKind::recv);
   plan.tasks[static_cast<size_t>(recv)].bytes *= 2;
-  EXPECT_TRUE(mentions(validate_plan(plan), "but receive of"));
+  EXPECT_TRUE(mentions(validate_plan(plan), "but received as"));
 }
 
 TEST(Validate, CycleIsReportedAsDeadlockWithItsTasks) {
   Plan plan = small_plan();
   // Make rank 0's first forward wait for its own last backward.
   const auto program = plan.program(0, 0);
-  plan.add_dependency(program.back(), program.front());
+  plan.add_order(program.back(), program.front());
   const Validation v = validate_plan(plan);
-  ASSERT_TRUE(mentions(v, "deadlock")) << (v.ok() ? "ok" : v.problems.front());
+  ASSERT_TRUE(mentions(v, "deadlock")) << first_problem(v);
   EXPECT_TRUE(mentions(v, "forward #"));
   const CostModel cost(test_support::identical_cluster(4), model::Precision::fp16);
   EXPECT_THROW(estimate_plan(plan, cost), PlanError);
 }
 
+// Regression: a task waiting for itself used to validate, then deadlock the simulator.
+TEST(Validate, ATaskThatWaitsForItselfIsADeadlock) {
+  Plan plan = small_plan();
+  const int f = first_task(plan, TaskKind::forward);
+  plan.add_order(f, f);
+  EXPECT_TRUE(mentions(validate_plan(plan), "deadlock"));
+  // Across iterations it is only an order: the task waits for its previous iteration.
+  Plan staggered = small_plan();
+  staggered.add_order(f, f, 1);
+  EXPECT_TRUE(validate_plan(staggered).ok()) << first_problem(validate_plan(staggered));
+}
+
 TEST(Validate, CrossedChannelsDeadlock) {
-  // Two devices each send to the other before receiving, on one channel each way, where the
-  // receives are ordered the other way round: a classic send/recv deadlock.
+  // Device A receives from B before it sends to B; B sends only after it has received A's
+  // message: a classic send/recv deadlock.
   Plan plan = small_plan();
   const int a = first_task(plan, TaskKind::send);
   const Task send_a = plan.tasks[static_cast<size_t>(a)];
-  // Put device A's receive of the reverse transfer before its send, on the same stream.
-  Task forged = send_a;
-  forged.kind = TaskKind::recv;
-  forged.peer = send_a.peer;
-  forged.group = 5000;
-  Task forged_send = send_a;
-  forged_send.device = send_a.peer;
-  forged_send.peer = send_a.device;
-  forged_send.group = 5000;
-  const int r = plan.add_task(forged);
-  auto& streams = plan.programs[static_cast<size_t>(send_a.device)];
-  auto& stream = std::find_if(streams.begin(), streams.end(), [&](const auto& p) { return p.stream == send_a.stream; })->tasks;
+  const Channel forward = plan.channels[static_cast<size_t>(send_a.channel)];
+  const int back = plan.add_channel({forward.dst, forward.src, "back", forward.communicator});
+  Task forged_recv = send_a;
+  forged_recv.kind = TaskKind::recv;
+  forged_recv.channel = back;
+  plan.add_task(forged_recv);
+  auto& stream = program_of(plan, a);
   std::rotate(stream.begin(), stream.end() - 1, stream.end());  // the forged recv goes first
-  const int s = plan.add_task(forged_send);
-  // The peer sends only after it has received A's first transfer.
   int peer_recv = -1;
-  for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    if (plan.tasks[i].kind == TaskKind::recv && plan.tasks[i].group == send_a.group) peer_recv = static_cast<int>(i);
+  for (size_t i = 0; i < plan.tasks.size() && peer_recv < 0; ++i) {
+    if (plan.tasks[i].kind == TaskKind::recv && plan.tasks[i].channel == send_a.channel) peer_recv = static_cast<int>(i);
   }
-  plan.add_dependency(peer_recv, s);
-  (void)r;
-  EXPECT_TRUE(mentions(validate_plan(plan), "deadlock"));
+  Task forged_send = plan.tasks[static_cast<size_t>(peer_recv)];
+  forged_send.kind = TaskKind::send;
+  forged_send.channel = back;
+  plan.streams.push_back("send back");
+  forged_send.stream = static_cast<int>(plan.streams.size()) - 1;
+  const int s = plan.add_task(forged_send);
+  plan.add_order(peer_recv, s);
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "deadlock")) << first_problem(v);
+}
+
+TEST(Validate, ATensorFreedBeforeItsLastReaderIsRefused) {
+  Plan plan = small_plan();
+  for (Tensor& t : plan.tensors) {
+    if (t.kind == TensorKind::stash) {
+      t.free_after = t.producer;  // the backward still reads it
+      break;
+    }
+  }
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "may still read it")) << first_problem(v);
+}
+
+TEST(Validate, ATensorReadOnAnotherDeviceIsRefused) {
+  Plan plan = small_plan();
+  for (Tensor& t : plan.tensors) {
+    if (t.kind == TensorKind::stash) {
+      t.device = (t.device + 1) % plan.device_count();
+      break;
+    }
+  }
+  EXPECT_TRUE(mentions(validate_plan(plan), "on another device")) << first_problem(validate_plan(plan));
 }
 
 TEST(Validate, OversizedStageNamesDeviceTermAndExcess) {
   const Plan plan = small_plan(40e9);  // 2 layers x 40 GB per micro-batch per stage
   const Validation v = validate_plan(plan);
   ASSERT_FALSE(v.ok());
-  EXPECT_TRUE(mentions(v, "n-0/gpu0 needs")) << v.problems.front();
+  EXPECT_TRUE(mentions(v, "n-0/gpu0 needs")) << first_problem(v);
   EXPECT_TRUE(mentions(v, "over by"));
   EXPECT_TRUE(mentions(v, "largest term: activations"));
   EXPECT_TRUE(mentions(v, "micro-batches in flight"));
+}
+
+TEST(Validate, RecordedMemoryMustBeWhatTheTensorsSay) {
+  Plan plan = small_plan();
+  plan.memory[1].activations_bytes /= 2;
+  EXPECT_TRUE(mentions(validate_plan(plan), "but the tensors' lifetimes give"));
 }
 
 TEST(Validate, LayerCoverageIsChecked) {
   Plan plan = small_plan();
   plan.layout.workers[0].stages[1].layer_begin += 1;  // a gap after the first chunk
   EXPECT_TRUE(mentions(validate_plan(plan), "do not cover the layers"));
+}
+
+// Regressions from the reproducers: references out of range are named, never followed.
+TEST(Validate, ReferencesOutOfRangeAreNamedNotFollowed) {
+  const Plan good = small_plan();
+  auto problem = [&](auto&& edit) {
+    Plan plan = good;
+    edit(plan);
+    return first_problem(validate_plan(plan));
+  };
+  // The embedded cluster has fewer GPUs than the plan's devices (used to crash).
+  EXPECT_NE(problem([](Plan& p) { p.cluster = test_support::identical_cluster(2); }).find("embedded cluster has 2 GPUs"),
+            std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.layout.workers.clear(); }).find("at least one virtual worker"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.tasks[0].worker = 7; }).find("worker 7 does not exist"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.layout.workers[0].stages[1].rank = 99; }).find("rank 99 does not exist"),
+            std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.memory.pop_back(); }).find("one entry per device"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.tasks[0].recompute_flops = 1e30; }).find("recompute_flops <= flops"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.tasks[0].device = 99; }).find("device 99 does not exist"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) {
+              p.collectives.push_back(Collective{});
+            }).find("communicator -1 does not exist"),
+            std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.order.push_back({0, 1 << 30, 0}); }).find("task does not exist"), std::string::npos);
 }
 
 TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
@@ -135,17 +235,41 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
     }
     return std::string("no error");
   };
+  EXPECT_EQ(error_of(good), "no error");
   EXPECT_NE(error_of(good.substr(0, good.size() / 2)).find("json: not valid JSON"), std::string::npos);
   EXPECT_NE(error_of("{\"format\": \"something\"}").find("format"), std::string::npos);
-  std::string bad_device = good;
-  const size_t at = bad_device.find("\"device\": ");
+  // The fingerprint guards the content; without it the content is taken as it is.
+  const size_t fp = good.find("\"fingerprint\"");
+  std::string unstamped = good;
+  unstamped.erase(fp, good.find('\n', fp) + 1 - fp);
+  EXPECT_EQ(error_of(unstamped), "no error");
+  std::string bad_device = unstamped;
+  const size_t at = bad_device.find("\"device\": ", bad_device.find("\"tasks\""));
   bad_device.replace(at, std::string("\"device\": 0").size(), "\"device\": \"x\"");
   EXPECT_EQ(error_of(bad_device), "tasks[0].device: expected an integer, found \"x\"");
-  std::string bad_version = good;
-  bad_version.replace(bad_version.find("\"version\": 1"), 12, "\"version\": 9");
-  EXPECT_NE(error_of(bad_version).find("version: expected 1, found 9"), std::string::npos);
-  // A file that parses but whose tasks point nowhere: validation names it, nothing crashes.
-  Plan plan = read_plan_json(good, "p.json");
-  plan.tasks[0].device = 99;
-  EXPECT_TRUE(mentions(validate_plan(plan), "device 99 does not exist"));
+  std::string edited = good;
+  edited.replace(edited.find("\"microbatches\": 4"), 17, "\"microbatches\": 5");
+  EXPECT_NE(error_of(edited).find("fingerprint: the file says"), std::string::npos) << error_of(edited);
+  // Version 1 is refused, with how to make a new plan.
+  std::string v1 = unstamped;
+  v1.replace(v1.find("\"version\": 2"), 12, "\"version\": 1");
+  EXPECT_NE(error_of(v1).find("version-1 plan; hetflow reads version 2 only. Make the plan again"), std::string::npos)
+      << error_of(v1);
+  // Integers that do not fit are refused, not wrapped.
+  std::string huge = unstamped;
+  huge.replace(huge.find("\"iterations\": 1"), 15, "\"iterations\": 4294967297");
+  EXPECT_NE(error_of(huge).find("layout.iterations: expected an integer in [1, 2147483647]"), std::string::npos)
+      << error_of(huge);
+  // Deep nesting is refused while parsing, not by recursion.
+  EXPECT_NE(error_of(std::string(100000, '[')).find("nested deeper than 64"), std::string::npos);
+}
+
+TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {
+  const Plan plan = small_plan();
+  const Plan back = read_plan_json(write_plan_json(plan), "p.json");
+  EXPECT_TRUE(same_plan(plan, back));
+  EXPECT_EQ(back.fingerprint, plan_fingerprint(plan));
+  EXPECT_EQ(back.network, plan.network);
+  EXPECT_EQ(back.cluster, plan.cluster);
+  EXPECT_TRUE(validate_plan(back).ok());
 }

@@ -36,9 +36,8 @@ model::Cluster flat_cluster(int n, double bandwidth, double latency_s) {
 // An empty plan for a cluster: devices named, one "comm" stream.
 Plan empty_plan(const model::Cluster& cluster) {
   Plan plan;
-  plan.cluster_name = cluster.name;
-  plan.cluster_yaml = model::write_cluster(cluster);
-  plan.network_name = "none";
+  plan.cluster = cluster;
+  plan.network.name = "none";
   for (const model::Device& d : cluster.devices()) plan.device_names.push_back(d.name);
   plan.programs.resize(plan.device_names.size());
   plan.streams = {"compute", "comm"};
@@ -84,6 +83,7 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
     Plan plan = empty_plan(cluster);
     partition::Collective c;
     c.bytes = bytes;
+    partition::Communicator everyone{"all", {}};
     for (int d = 0; d < n; ++d) {
       Task t;
       t.kind = TaskKind::collective;
@@ -91,12 +91,13 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
       t.device = d;
       t.stream = 1;
       t.bytes = bytes;
-      t.group = 0;
-      c.devices.push_back(d);
+      t.collective = 0;
+      everyone.devices.push_back(d);
       c.tasks.push_back(plan.add_task(t));
     }
+    c.communicator = plan.add_communicator(everyone);
     plan.collectives.push_back(c);
-    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    const sim::SimResult r = sim::simulate(plan, {});
     ASSERT_TRUE(r.completed);
     const double expected = 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
     EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01) << "n=" << n;
@@ -113,21 +114,20 @@ TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
     s.kind = TaskKind::send;
     s.purpose = partition::Purpose::activation;
     s.device = src;
-    s.peer = 2;
     s.bytes = bytes;
-    s.group = src;
+    const int pair = plan.add_communicator({"pair", {src, 2}});
+    s.channel = plan.add_channel({src, 2, "t", pair});
     plan.streams.push_back("send>2:t" + std::to_string(src));
     s.stream = static_cast<int>(plan.streams.size()) - 1;
     Task r = s;
     r.kind = TaskKind::recv;
     r.device = 2;
-    r.peer = src;
     plan.streams.push_back("recv<" + std::to_string(src) + ":t" + std::to_string(src));
     r.stream = static_cast<int>(plan.streams.size()) - 1;
     plan.add_task(s);
     plan.add_task(r);
   }
-  const sim::SimResult r = sim::simulate(plan, cluster, {});
+  const sim::SimResult r = sim::simulate(plan, {});
   ASSERT_TRUE(r.completed);
   for (const traces::Event& e : r.trace.events) {
     EXPECT_NEAR((e.end_s - e.start_s) / (bytes / (bandwidth / 2)), 1.0, 1e-6) << e.kind << " " << e.device;
@@ -146,10 +146,10 @@ TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
     const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
     sim::SimOptions options;
     options.free_communication = true;
-    const sim::SimResult r = sim::simulate(plan, cluster, options);
+    const sim::SimResult r = sim::simulate(plan, options);
     ASSERT_TRUE(r.completed);
     partition::CostModel cost(cluster, plan.layout.precision);
-    const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost, 1);
+    const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost);
     EXPECT_NEAR(m.bubble_fraction, 3.0 / 11.0, 1e-9) << schedule;
   }
 }
@@ -158,7 +158,7 @@ TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
   // One pipeline, one GPU per node: consecutive stages talk over their own NICs only.
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
   const Plan plan = plan_for(cluster, small_gpt(), four_stages());
-  const sim::SimResult r = sim::simulate(plan, cluster, {});
+  const sim::SimResult r = sim::simulate(plan, {});
   ASSERT_TRUE(r.completed);
   const partition::CostModel cost(cluster, plan.layout.precision);
   const double analytic = partition::estimate_plan(plan, cost).iteration_time_s;
@@ -170,7 +170,7 @@ TEST(Simulator, StragglerSlowsTheBottleneckAsTheCriticalPathSays) {
   const Plan plan = plan_for(cluster, small_gpt(), four_stages());
   sim::SimOptions options;
   options.stragglers.push_back({3, 2.0, 0.0});  // the last stage (with the LM head) is the bottleneck
-  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  const sim::SimResult r = sim::simulate(plan, options);
   ASSERT_TRUE(r.completed);
   partition::CostModel slowed(cluster, plan.layout.precision);
   slowed.set_slowdown(3, 2.0);
@@ -187,8 +187,8 @@ TEST(Simulator, SameInputsGiveAByteIdenticalTrace) {
   o.iterations = 2;
   const model::Cluster cluster = model::builtin_cluster("mixed-academic");
   const Plan plan = plan_for(cluster, model::network_from_spec("gpt2-350m", model::Precision::fp16), o);
-  const sim::SimResult a = sim::simulate(plan, cluster, {});
-  const sim::SimResult b = sim::simulate(plan, cluster, {});
+  const sim::SimResult a = sim::simulate(plan, {});
+  const sim::SimResult b = sim::simulate(plan, {});
   ASSERT_TRUE(a.completed);
   EXPECT_EQ(traces::write_trace_csv(a.trace), traces::write_trace_csv(b.trace));
   EXPECT_EQ(traces::write_chrome_trace(a.trace), traces::write_chrome_trace(b.trace));
@@ -199,7 +199,7 @@ TEST(Simulator, FailedDeviceStallsAndIsReportedWithoutHanging) {
   const Plan plan = plan_for(cluster, test_support::equal_layers(8), four_stages());
   sim::SimOptions options;
   options.faults.push_back({1, "", 0.02});
-  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  const sim::SimResult r = sim::simulate(plan, options);
   EXPECT_FALSE(r.completed);
   ASSERT_FALSE(r.stalls.empty());
   EXPECT_NE(r.stalls.front().find("n-1/gpu0 failed at 0.02"), std::string::npos) << r.stalls.front();
@@ -213,7 +213,7 @@ TEST(Simulator, FailedLinkStallsTheTransfersThatCrossIt) {
   const Plan plan = plan_for(cluster, test_support::equal_layers(8), four_stages());
   sim::SimOptions options;
   options.faults.push_back({-1, "nic:n-2", 0.02});
-  const sim::SimResult r = sim::simulate(plan, cluster, options);
+  const sim::SimResult r = sim::simulate(plan, options);
   EXPECT_FALSE(r.completed);
   bool link_failure = false;
   for (const std::string& s : r.stalls) link_failure |= s.find("a link on its route failed") != std::string::npos;
@@ -233,9 +233,9 @@ TEST(Simulator, RejectsADependencyBetweenDevices) {
   }
   ASSERT_GE(on_0, 0);
   ASSERT_GE(on_1, 0);
-  plan.add_dependency(on_0, on_1);
+  plan.add_order(on_0, on_1);
   try {
-    sim::simulate(plan, cluster, {});
+    sim::simulate(plan, {});
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("devices meet only through transfers"), std::string::npos) << e.what();
@@ -250,7 +250,7 @@ TEST(Simulator, ManySimulationsInOneProcess) {
   const Plan plan = plan_for(cluster, test_support::equal_layers(4), o);
   double first = 0;
   for (int i = 0; i < 5; ++i) {
-    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    const sim::SimResult r = sim::simulate(plan, {});
     ASSERT_TRUE(r.completed);
     if (i == 0) first = r.simulated_s;
     EXPECT_EQ(r.simulated_s, first);  // each run starts from a fresh engine at time 0
@@ -270,7 +270,7 @@ TEST(Simulator, WaveSynchronousParallelKeepsTheStalenessBound) {
     o.iterations = 4;
     o.staleness = staleness;
     const Plan plan = plan_for(cluster, net, o);
-    const sim::SimResult r = sim::simulate(plan, cluster, {});
+    const sim::SimResult r = sim::simulate(plan, {});
     ASSERT_TRUE(r.completed);
     // Per (server, iteration): when its update ended; per (worker, stage, iteration): when the
     // stage's first forward started.

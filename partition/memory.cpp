@@ -1,0 +1,123 @@
+#include "partition/memory.hpp"
+
+#include <algorithm>
+
+namespace hetflow::partition {
+
+double params_per_device(const model::Network& network, int begin, int end, int tensor) {
+  double params = 0;
+  const bool has_layer0 = begin == 0;
+  for (int i = begin; i < end; ++i) {
+    const model::Layer& l = network.layers[static_cast<size_t>(i)];
+    const double own = l.params + (has_layer0 ? 0 : l.tied_params);
+    params += l.tp_splittable ? own / tensor : own;
+  }
+  return params;
+}
+
+double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
+  const double t = layer.tp_splittable ? layout.tensor : 1;
+  double bytes = 0;
+  if (layout.recompute == Recompute::full) {
+    // Only the layer's input is kept; the forward pass is redone during backward.
+    double input_elems = 0;
+    for (int i : layer.inputs) input_elems += network.layers[static_cast<size_t>(i)].output_elems;
+    bytes = input_elems * model::element_bytes(network.precision);
+    if (layout.sequence_parallel) bytes /= t;
+  } else {
+    const double kept = layer.stashed_bytes -
+                        (layout.recompute == Recompute::selective ? layer.attention_stash_bytes : 0);
+    if (layout.sequence_parallel || t == 1) {
+      bytes = kept / t;
+    } else {
+      const double replicated = std::min(layer.tp_replicated_bytes, kept);
+      bytes = replicated + (kept - replicated) / t;
+    }
+  }
+  return bytes * layout.micro_batch_size;
+}
+
+DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
+                           const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
+  DeviceMemory m;
+  double params = 0, largest_layer_full_bytes = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, layout.tensor);
+    double chunk_bytes = 0;
+    for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
+      const model::Layer& l = network.layers[static_cast<size_t>(i)];
+      chunk_bytes += stashed_bytes_per_microbatch(l, network, layout);
+      const double t = l.tp_splittable ? layout.tensor : 1;
+      largest_layer_full_bytes = std::max(largest_layer_full_bytes, l.stashed_bytes / t * layout.micro_batch_size);
+    }
+    const int held = c < in_flight.size() ? in_flight[c] : 0;
+    m.activations_bytes += held * chunk_bytes;
+    m.peak_in_flight += held;
+  }
+  // Full recomputation rebuilds one layer's activations at a time during backward.
+  if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
+  const double e = model::element_bytes(layout.precision);
+  m.weights_bytes = params * e;
+  m.gradients_bytes = params * (layout.fp32_grad_accumulation ? 4.0 : e);
+  if (hosts_optimizer) {
+    // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
+    m.optimizer_bytes = params * model::adam_state_bytes(layout.precision);
+  }
+  m.workspace_bytes = layout.workspace_bytes;
+  m.capacity_bytes = capacity_bytes;
+  return m;
+}
+
+std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vector<int>& task_order,
+                                                const std::function<double(int)>& capacity_bytes) {
+  const auto devices = static_cast<size_t>(plan.device_count());
+  std::vector<DeviceMemory> memory(devices);
+  for (size_t d = 0; d < devices; ++d) {
+    memory[d].workspace_bytes = plan.layout.workspace_bytes;
+    memory[d].capacity_bytes = capacity_bytes(static_cast<int>(d));
+  }
+  for (const Tensor& t : plan.tensors) {
+    if (!is_persistent(t.kind) || t.device < 0 || static_cast<size_t>(t.device) >= devices) continue;
+    DeviceMemory& m = memory[static_cast<size_t>(t.device)];
+    (t.kind == TensorKind::weight ? m.weights_bytes : t.kind == TensorKind::weight_grad ? m.gradients_bytes
+                                                                                         : m.optimizer_bytes) += t.bytes;
+  }
+  // Which transient tensors each task allocates (as producer) and frees (as free_after).
+  std::vector<std::vector<int>> allocates(plan.tasks.size()), frees(plan.tasks.size());
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const Tensor& t = plan.tensors[i];
+    if (is_persistent(t.kind)) continue;
+    if (t.producer >= 0) allocates[static_cast<size_t>(t.producer)].push_back(static_cast<int>(i));
+    if (t.free_after >= 0) frees[static_cast<size_t>(t.free_after)].push_back(static_cast<int>(i));
+  }
+  struct Live {
+    double stash = 0, buffers = 0;
+    int stashes = 0;
+    double peak = -1;
+  };
+  std::vector<Live> live(devices);
+  auto is_activation_memory = [](TensorKind k) { return k == TensorKind::stash || k == TensorKind::workspace; };
+  for (int task : task_order) {
+    const auto device = static_cast<size_t>(plan.tasks[static_cast<size_t>(task)].device);
+    Live& l = live[device];
+    for (int i : allocates[static_cast<size_t>(task)]) {
+      const Tensor& t = plan.tensors[static_cast<size_t>(i)];
+      (is_activation_memory(t.kind) ? l.stash : l.buffers) += t.bytes;
+      l.stashes += t.kind == TensorKind::stash;
+    }
+    if (l.stash + l.buffers > l.peak) {
+      l.peak = l.stash + l.buffers;
+      memory[device].activations_bytes = l.stash;
+      memory[device].buffers_bytes = l.buffers;
+      memory[device].peak_in_flight = l.stashes;
+    }
+    for (int i : frees[static_cast<size_t>(task)]) {
+      const Tensor& t = plan.tensors[static_cast<size_t>(i)];
+      (is_activation_memory(t.kind) ? l.stash : l.buffers) -= t.bytes;
+      l.stashes -= t.kind == TensorKind::stash;
+    }
+  }
+  return memory;
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,241 @@
+// The compute of one virtual worker: F, B and W tasks in each rank's schedule order, the
+// tensors they read and write, and the tensor-parallel collectives around them:
+//   tensor parallel:      F = compute, all-reduce of the partial sums; B likewise.
+//   + sequence parallel:  F = all-gather of the input shards, compute, reduce-scatter
+//                         (Korthikanti et al.); B mirrors it.
+// A chunk's tensor-parallel collectives (two per transformer layer and pass) are one
+// collective carrying their whole volume: the simulator sees the bytes, the plan stays small.
+#include <algorithm>
+
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::builder {
+
+size_t Builder::slot(int w, int stage, int mb, int j) const {
+  const auto m = static_cast<size_t>(worker(w).microbatches);
+  return (static_cast<size_t>(stage) * m + static_cast<size_t>(mb)) * static_cast<size_t>(layout_.tensor) +
+         static_cast<size_t>(j);
+}
+
+bool Builder::tp_collectives(int w, int stage) const {
+  return layout_.tensor > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes > 0;
+}
+
+bool Builder::sharded(int w, int stage) const { return layout_.sequence_parallel && tp_collectives(w, stage); }
+
+// Boundary tensors exist before the tasks that touch them, since a rank's consumer may be
+// built before its producer (interleaved chunks). Transfers carry 1/t of a boundary under
+// tensor parallelism (Megatron's scatter/gather): a sequence-parallel chunk takes its shard
+// as it is; any other chunk all-gathers the slices back into the whole activation.
+void Builder::prepare_boundaries(int w) {
+  const VirtualWorker& vw = worker(w);
+  const int stages = static_cast<int>(vw.stages.size());
+  const int t = layout_.tensor;
+  for (int s = 0; s + 1 < stages; ++s) {
+    const double bytes = work_[static_cast<size_t>(w)][static_cast<size_t>(s)].output_bytes;
+    for (int mb = 0; mb < vw.microbatches; ++mb) {
+      for (int j = 0; j < t; ++j) {
+        // Forward: chunk s's output becomes chunk s+1's input; backward: chunk s+1's input
+        // gradient becomes chunk s's output gradient.
+        for (const bool forward : {true, false}) {
+          const int from = forward ? s : s + 1, to = forward ? s + 1 : s;
+          const int src = device_of(w, from, j), dst = device_of(w, to, j);
+          const TensorKind kind = forward ? TensorKind::activation : TensorKind::activation_grad;
+          const int produced = activation_tensor(kind, src, sharded(w, from) ? bytes / t : bytes);
+          int consumed = produced, slice = -1;
+          if (src != dst) {
+            if (t > 1 && !sharded(w, to)) slice = activation_tensor(kind, dst, bytes / t);
+            consumed = activation_tensor(kind, dst, sharded(w, to) ? bytes / t : bytes);
+          }
+          const size_t at = slot(w, to, mb, j);
+          if (forward) {
+            op(w, s, mb, OpKind::F, j).output = produced;
+            inputs_[static_cast<size_t>(w)][at] = consumed;
+            input_slices_[static_cast<size_t>(w)][at] = slice;
+          } else {
+            op(w, s + 1, mb, OpKind::B, j).output = produced;
+            output_grads_[static_cast<size_t>(w)][at] = consumed;
+            grad_slices_[static_cast<size_t>(w)][at] = slice;
+          }
+        }
+      }
+    }
+  }
+}
+
+void Builder::add_compute(int w) {
+  prepare_boundaries(w);
+  const VirtualWorker& vw = worker(w);
+  const int p = static_cast<int>(vw.ranks.size());
+  for (int r = 0; r < p; ++r) {
+    for (const ScheduledOp& o : programs_[static_cast<size_t>(w)][static_cast<size_t>(r)]) {
+      const int stage = o.chunk * p + r;
+      if (o.kind == OpKind::F) {
+        add_forward(w, stage, o.microbatch);
+      } else {
+        add_backward(w, stage, o.microbatch, o.kind);
+      }
+    }
+  }
+}
+
+void Builder::add_forward(int w, int stage, int mb) {
+  const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
+  const std::vector<int> devices = rank_devices(w, stage);
+  const int t = layout_.tensor;
+  const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
+  const Task like = base_task(TaskKind::forward, devices[0], w, stage, mb);
+  std::vector<int> input(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  for (int j = 0; j < t; ++j) {
+    input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+  }
+  if (slices[0] >= 0) {  // Megatron's scatter/gather: rebuild the input from its slices
+    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
+                                       work.input_bytes, Purpose::tensor_parallel, compute_stream_, like, slices, input);
+    for (int j = 0; j < t; ++j) set_free_after(slices[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
+  }
+  std::vector<int> compute_input = input;
+  if (sharded(w, stage)) {  // sequence parallel: gather the sequence shards before the layers
+    for (int j = 0; j < t; ++j) {
+      compute_input[static_cast<size_t>(j)] =
+          work.input_bytes > 0 ? activation_tensor(TensorKind::activation, devices[static_cast<size_t>(j)], work.input_bytes) : -1;
+    }
+    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
+                                       work.tp_bytes, Purpose::sequence_parallel, compute_stream_, like, input,
+                                       compute_input);
+    for (int j = 0; j < t; ++j) set_free_after(input[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
+  }
+  const bool collective = tp_collectives(w, stage);
+  std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
+  for (int j = 0; j < t; ++j) {
+    const int d = devices[static_cast<size_t>(j)];
+    OpRecord& rec = op(w, stage, mb, OpKind::F, j);
+    outputs[static_cast<size_t>(j)] = rec.output;
+    Task task = base_task(TaskKind::forward, d, w, stage, mb);
+    task.flops = work.forward_flops;
+    task.memory_bytes = work.weight_bytes + work.stash_bytes;
+    std::vector<int> reads{weight_of(d, stage)};
+    if (compute_input[static_cast<size_t>(j)] >= 0) reads.push_back(compute_input[static_cast<size_t>(j)]);
+    rec.stash = activation_tensor(TensorKind::stash, d, work.stash_bytes);
+    std::vector<int> writes{rec.stash};
+    if (collective && work.output_bytes > 0) {
+      partials[static_cast<size_t>(j)] = activation_tensor(TensorKind::partial_sum, d, work.output_bytes);
+      writes.push_back(partials[static_cast<size_t>(j)]);
+    } else if (!collective && rec.output >= 0) {
+      writes.push_back(rec.output);
+    }
+    rec.task = rec.done = plan_.add_task(task, reads, writes);
+    computes.push_back(rec.task);
+    if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
+  }
+  if (!collective) return;
+  const auto reduce = add_collective(sharded(w, stage) ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                     CollectiveAlgorithm::ring, tp_name, devices, work.tp_bytes,
+                                     sharded(w, stage) ? Purpose::sequence_parallel : Purpose::tensor_parallel,
+                                     compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])], partials, outputs);
+  for (int j = 0; j < t; ++j) {
+    // Each rank's collective follows its own compute (a data edge when a partial sum flows).
+    if (partials[static_cast<size_t>(j)] < 0) plan_.add_order(computes[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
+    set_free_after(partials[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
+    op(w, stage, mb, OpKind::F, j).done = reduce[static_cast<size_t>(j)];
+  }
+}
+
+void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
+  const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
+  const std::vector<int> devices = rank_devices(w, stage);
+  const int t = layout_.tensor;
+  const bool split = schedule_.splits_backward;
+  const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
+  if (kind == OpKind::W) {  // the weight gradient: the stash and the output gradient, nothing more
+    for (int j = 0; j < t; ++j) {
+      const int d = devices[static_cast<size_t>(j)];
+      const OpRecord& f = op(w, stage, mb, OpKind::F, j);
+      const OpRecord& b = op(w, stage, mb, OpKind::B, j);
+      Task task = base_task(TaskKind::backward_weight, d, w, stage, mb);
+      task.flops = work.backward_flops / 2;
+      task.memory_bytes = work.weight_bytes + work.stash_bytes;
+      std::vector<int> reads{f.stash};
+      if (b.input >= 0) reads.push_back(b.input);
+      const int id = plan_.add_task(task, reads, std::vector<int>{grad_of(d, stage)});
+      plan_.add_order(b.task, id);  // after its B, whose gradients it needs
+      set_free_after(f.stash, id);
+      set_free_after(b.input, id);
+      OpRecord& rec = op(w, stage, mb, OpKind::W, j);
+      rec.task = rec.done = id;
+    }
+    return;
+  }
+  const Task like = base_task(TaskKind::backward, devices[0], w, stage, mb);
+  std::vector<int> grad(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  for (int j = 0; j < t; ++j) {
+    grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+  }
+  if (slices[0] >= 0) {
+    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
+                                       work.output_bytes, Purpose::tensor_parallel, compute_stream_, like, slices, grad);
+    for (int j = 0; j < t; ++j) set_free_after(slices[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
+  }
+  std::vector<int> compute_grad = grad;
+  if (sharded(w, stage)) {
+    for (int j = 0; j < t; ++j) {
+      compute_grad[static_cast<size_t>(j)] =
+          work.output_bytes > 0
+              ? activation_tensor(TensorKind::activation_grad, devices[static_cast<size_t>(j)], work.output_bytes)
+              : -1;
+    }
+    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
+                                       work.tp_bytes, Purpose::sequence_parallel, compute_stream_, like, grad,
+                                       compute_grad);
+    for (int j = 0; j < t; ++j) set_free_after(grad[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
+  }
+  const bool collective = tp_collectives(w, stage);
+  std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
+  for (int j = 0; j < t; ++j) {
+    const int d = devices[static_cast<size_t>(j)];
+    OpRecord& rec = op(w, stage, mb, OpKind::B, j);
+    const OpRecord& f = op(w, stage, mb, OpKind::F, j);
+    outputs[static_cast<size_t>(j)] = rec.output;
+    rec.input = compute_grad[static_cast<size_t>(j)];
+    Task task = base_task(TaskKind::backward, d, w, stage, mb);
+    task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;
+    task.recompute_flops = work.recompute_flops;
+    task.memory_bytes = work.weight_bytes + work.stash_bytes;
+    std::vector<int> reads{weight_of(d, stage), f.stash};
+    if (rec.input >= 0) reads.push_back(rec.input);
+    std::vector<int> writes;
+    if (!split) writes.push_back(grad_of(d, stage));
+    int scratch = -1;
+    if (layout_.recompute == Recompute::full) {  // the forward redone one layer at a time
+      scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);
+      writes.push_back(scratch);
+    }
+    if (collective && work.input_bytes > 0) {
+      partials[static_cast<size_t>(j)] = activation_tensor(TensorKind::partial_sum, d, work.input_bytes);
+      writes.push_back(partials[static_cast<size_t>(j)]);
+    } else if (!collective && rec.output >= 0) {
+      writes.push_back(rec.output);
+    }
+    rec.task = rec.done = plan_.add_task(task, reads, writes);
+    computes.push_back(rec.task);
+    set_free_after(scratch, rec.task);
+    if (!split) {
+      set_free_after(f.stash, rec.task);
+      set_free_after(rec.input, rec.task);
+    }
+  }
+  if (!collective) return;
+  const auto reduce = add_collective(sharded(w, stage) ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                     CollectiveAlgorithm::ring, tp_name, devices, work.tp_bytes,
+                                     sharded(w, stage) ? Purpose::sequence_parallel : Purpose::tensor_parallel,
+                                     compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])], partials, outputs);
+  for (int j = 0; j < t; ++j) {
+    if (partials[static_cast<size_t>(j)] < 0) plan_.add_order(computes[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
+    set_free_after(partials[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
+    op(w, stage, mb, OpKind::B, j).done = reduce[static_cast<size_t>(j)];
+  }
+}
+
+}  // namespace hetflow::partition::builder

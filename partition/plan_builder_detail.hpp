@@ -1,0 +1,118 @@
+#pragma once
+// The plan builder's internals, shared by its files (partition/ only):
+//   plan_builder.cpp           the driver, layout checks, lookups, streams and communicators
+//   plan_builder_compute.cpp   F/B/W tasks with their tensors and tensor-parallel collectives
+//   plan_builder_pipeline.cpp  activations forward and gradients backward between chunks
+//   plan_builder_sync.cpp      gradient all-reduce, tied embeddings, optimizer, parameter servers
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/plan.hpp"
+#include "partition/schedule.hpp"
+
+namespace hetflow::partition::builder {
+
+// Per chunk and per device of its rank, for one micro-batch.
+struct ChunkWork {
+  double forward_flops = 0, backward_flops = 0, recompute_flops = 0;
+  double weight_bytes = 0;        // device-memory traffic: weights read once per pass
+  double stash_bytes = 0;         // what a forward keeps for its backward
+  double largest_layer_bytes = 0; // full recomputation rebuilds one layer's stash at a time
+  double tp_bytes = 0;            // tensor-parallel collective volume per pass, per device
+  double output_bytes = 0;        // the chunk's output activation (whole, per device)
+  double input_bytes = 0;         // its input activation (whole)
+};
+ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s);
+
+// What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.
+struct OpRecord {
+  int task = -1;     // its compute task
+  int done = -1;     // the task after which its result is complete (compute, or its collective)
+  int output = -1;   // F: the output activation; B: the input gradient (-1 at the ends)
+  int stash = -1;    // F: its stash tensor
+  int input = -1;    // B: the output gradient its compute read (W reads it too)
+};
+
+class Builder {
+ public:
+  Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost);
+  Plan build();
+
+ private:
+  // --- plan_builder.cpp: checks, lookups, shared constructors ---
+  void check_layout() const;
+  int stream(const std::string& name);
+  int communicator(const std::string& name, const std::vector<int>& devices);
+  int channel(int src, int dst, const std::string& tag);
+  const VirtualWorker& worker(int w) const { return layout_.workers[static_cast<size_t>(w)]; }
+  int device_of(int w, int stage, int j) const;
+  std::vector<int> rank_devices(int w, int stage) const;
+  int chunk_index(int device, int stage) const;  // position of the chunk among the device's
+  int weight_of(int device, int stage) const { return weights_[static_cast<size_t>(device)][static_cast<size_t>(chunk_index(device, stage))]; }
+  int grad_of(int device, int stage) const { return grads_[static_cast<size_t>(device)][static_cast<size_t>(chunk_index(device, stage))]; }
+  OpRecord& op(int w, int stage, int mb, OpKind kind, int j);
+  Task base_task(TaskKind kind, int device, int w, int stage, int mb) const;
+  static Task communication(Task like, TaskKind kind, Purpose purpose, int device, double bytes);
+  int tensor(TensorKind kind, int device, double bytes, std::vector<std::int64_t> shape, model::Precision dtype);
+  int activation_tensor(TensorKind kind, int device, double bytes);
+  // A collective over `devices` on `stream_id`, participant i reading reads[i] and writing
+  // writes[i] (-1: none); returns the participants' task ids.
+  std::vector<int> add_collective(CollectiveKind kind, CollectiveAlgorithm algorithm, const std::string& group_name,
+                                  const std::vector<int>& devices, double bytes, Purpose purpose, int stream_id,
+                                  const Task& like, const std::vector<int>& reads, const std::vector<int>& writes);
+  // A send/recv pair on the channel src -> dst (tag); returns {send, recv}.
+  std::pair<int, int> add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
+                                   const Task& like, int sent_tensor, int received_tensor);
+  void set_free_after(int tensor, int task);
+  void add_memory();
+
+  // --- plan_builder_compute.cpp ---
+  size_t slot(int w, int stage, int mb, int j) const;
+  bool tp_collectives(int w, int stage) const;  // the chunk's passes end in a TP collective
+  bool sharded(int w, int stage) const;         // sequence parallel: its boundaries are 1/t shards
+  void prepare_boundaries(int w);
+  void add_compute(int w);
+  void add_forward(int w, int stage, int mb);
+  void add_backward(int w, int stage, int mb, OpKind kind);
+
+  // --- plan_builder_pipeline.cpp ---
+  void add_pipeline_transfers(int w);
+  void connect(int w, int stage, int mb, OpKind kind);
+
+  // --- plan_builder_sync.cpp ---
+  std::map<int, int> last_compute_of_devices() const;
+  void add_allreduce_sync();
+  void add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device);
+  void add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device);
+  void add_parameter_server_sync();
+  double device_params(int device) const;
+
+  const model::Cluster& cluster_;
+  const model::Network& net_;
+  const Layout& layout_;
+  const CostModel& cost_;
+  const Schedule& schedule_;
+  Plan plan_;
+  int compute_stream_ = 0;
+  std::unordered_map<std::string, int> stream_ids_;
+  std::map<std::vector<int>, int> communicator_ids_;
+  std::map<std::tuple<int, int, std::string>, int> channel_ids_;
+  std::vector<RankPrograms> programs_;        // per worker
+  std::vector<std::vector<ChunkWork>> work_;  // per worker, per chunk
+  std::vector<std::vector<OpRecord>> ops_;    // per worker, by op slot
+  // Per worker, stage, tensor rank: the input activation (and its gradient) each
+  // micro-batch's F (B) reads, created before the tasks that read them.
+  std::vector<std::vector<int>> inputs_, output_grads_;  // per worker, by (stage, mb, j) slot
+  // ... and where a transfer delivers a 1/t slice that the rank then all-gathers.
+  std::vector<std::vector<int>> input_slices_, grad_slices_;
+  std::vector<std::vector<int>> weights_, grads_;        // per device: per chunk (in chunk order)
+  std::vector<std::vector<int>> chunks_of_device_;       // per device: (worker, stage) packed as stage
+};
+
+}  // namespace hetflow::partition::builder

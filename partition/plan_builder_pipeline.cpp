@@ -1,0 +1,49 @@
+// Between the chunks of one virtual worker: each forward's output to the next chunk and each
+// backward's input gradient to the previous one, as send/recv pairs on the channel between
+// the two devices ("act" forward, "grad" backward). Built in producer order, rank by rank,
+// so each channel carries its tensors in the order they are made.
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::builder {
+
+void Builder::add_pipeline_transfers(int w) {
+  const VirtualWorker& vw = worker(w);
+  const int p = static_cast<int>(vw.ranks.size());
+  for (int r = 0; r < p; ++r) {
+    for (const ScheduledOp& o : programs_[static_cast<size_t>(w)][static_cast<size_t>(r)]) {
+      if (o.kind != OpKind::W) connect(w, o.chunk * p + r, o.microbatch, o.kind);
+    }
+  }
+}
+
+void Builder::connect(int w, int stage, int mb, OpKind kind) {
+  const bool forward = kind == OpKind::F;
+  const int stages = static_cast<int>(worker(w).stages.size());
+  const int to = forward ? stage + 1 : stage - 1;
+  if (to < 0 || to >= stages) return;
+  const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
+  const double whole = forward ? work.output_bytes : work.input_bytes;
+  const double bytes = whole / layout_.tensor;  // Megatron's scatter/gather: 1/t per rank
+  const Purpose purpose = forward ? Purpose::activation : Purpose::gradient;
+  for (int j = 0; j < layout_.tensor; ++j) {
+    const OpRecord& producer = op(w, stage, mb, kind, j);
+    const OpRecord& consumer = op(w, to, mb, kind, j);
+    const int src = device_of(w, stage, j), dst = device_of(w, to, j);
+    if (src == dst || bytes <= 0 || producer.output < 0) {
+      if (producer.output < 0) plan_.add_order(producer.done, consumer.task);  // nothing flows, order still holds
+      continue;  // same device: the consumer reads the producer's tensor in place
+    }
+    const size_t at = slot(w, to, mb, j);
+    const auto& slices = forward ? input_slices_ : grad_slices_;
+    const auto& wholes = forward ? inputs_ : output_grads_;
+    const int slice = slices[static_cast<size_t>(w)][at];
+    const int received = slice >= 0 ? slice : wholes[static_cast<size_t>(w)][at];
+    Task like = plan_.tasks[static_cast<size_t>(producer.done)];
+    const auto [send, recv] =
+        add_transfer(src, dst, forward ? "act" : "grad", bytes, purpose, like, producer.output, received);
+    (void)recv;
+    set_free_after(producer.output, send);
+  }
+}
+
+}  // namespace hetflow::partition::builder

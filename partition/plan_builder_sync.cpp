@@ -1,0 +1,246 @@
+// After the pipelines: gradient synchronisation and the optimizer.
+//  - all-reduce: one bucketed all-reduce per layer segment held by the same devices across
+//    virtual workers, on the "comm" stream; then the tied-embedding gradient all-reduce
+//    between the first and the last stage of each virtual worker (Megatron's embedding
+//    group); then an optimizer step per device.
+//  - ps / wsp: pushes of each chunk's gradients to the servers of its layers, one update per
+//    server, pulls back; iteration i + D + 1 of a worker's chunk waits for the pull of
+//    iteration i (an order edge with offset D + 1; D = 0 is synchronous).
+#include <algorithm>
+#include <cmath>
+
+#include "model/error.hpp"
+#include "partition/memory.hpp"
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::builder {
+
+// The last compute task of each device (its gradients are complete after it).
+std::map<int, int> Builder::last_compute_of_devices() const {
+  std::map<int, int> last;
+  for (const VirtualWorker& vw : layout_.workers) {
+    for (const auto& rank : vw.ranks) {
+      for (int d : rank) {
+        const auto& program = plan_.program(d, compute_stream_);
+        for (auto i = program.rbegin(); i != program.rend(); ++i) {
+          const TaskKind k = plan_.tasks[static_cast<size_t>(*i)].kind;
+          if (k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::collective) {
+            last[d] = *i;
+            break;
+          }
+        }
+      }
+    }
+  }
+  return last;
+}
+
+void Builder::add_allreduce_sync() {
+  const std::map<int, int> last = last_compute_of_devices();
+  std::map<int, std::vector<int>> syncs_of_device;
+  const int comm = stream("comm");
+  const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+  // Segments: maximal layer ranges held by the same chunks in every virtual worker. Later
+  // layers first: their gradients are ready first. Every device sees the collectives in
+  // this one global order, so comm streams cannot deadlock.
+  const int layers = static_cast<int>(net_.layers.size());
+  std::vector<std::vector<int>> holders(static_cast<size_t>(layers));  // per layer, per worker: stage
+  for (const VirtualWorker& vw : layout_.workers) {
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
+        holders[static_cast<size_t>(l)].push_back(static_cast<int>(k));
+      }
+    }
+  }
+  int end = layers;
+  while (end > 0 && layout_.workers.size() > 1) {
+    int begin = end - 1;
+    while (begin > 0 && holders[static_cast<size_t>(begin - 1)] == holders[static_cast<size_t>(end - 1)]) --begin;
+    const std::vector<int>& stage_of_worker = holders[static_cast<size_t>(end - 1)];
+    const double bytes = params_per_device(net_, begin, end, layout_.tensor) * grad_bytes_per_param;
+    const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
+    for (int j = 0; j < layout_.tensor; ++j) {
+      std::vector<int> devices, grads;
+      for (size_t w = 0; w < layout_.workers.size(); ++w) {
+        const int d = device_of(static_cast<int>(w), stage_of_worker[w], j);
+        devices.push_back(d);
+        grads.push_back(grad_of(d, stage_of_worker[w]));
+      }
+      Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
+      like.layer_begin = begin;
+      like.layer_end = end;
+      const std::string name = "dp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " t" + std::to_string(j);
+      for (int b = 0; b < buckets; ++b) {
+        const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
+                                          bytes / buckets, Purpose::data_parallel, comm, like, grads, grads);
+        for (size_t i = 0; i < devices.size(); ++i) {
+          plan_.add_order(last.at(devices[i]), tasks[i]);  // the gradient buffer is complete
+          syncs_of_device[devices[i]].push_back(tasks[i]);
+        }
+      }
+    }
+    end = begin;
+  }
+  add_tied_embedding_sync(syncs_of_device);
+  add_optimizers(syncs_of_device);
+}
+
+// Tied input and output embeddings: the first and the last stage both hold the word
+// embedding and add their gradients before the optimizer (after data-parallel sync).
+void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device) {
+  const std::map<int, int> last = last_compute_of_devices();
+  const int comm = stream("comm");
+  const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w];
+    for (size_t k = 1; k < vw.stages.size(); ++k) {
+      const Stage& s = vw.stages[k];
+      double tied = 0;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
+        tied += layer.tp_splittable ? layer.tied_params / layout_.tensor : layer.tied_params;
+      }
+      if (tied <= 0) continue;
+      for (int j = 0; j < layout_.tensor; ++j) {
+        const int first = device_of(static_cast<int>(w), 0, j), holder = device_of(static_cast<int>(w), static_cast<int>(k), j);
+        if (first == holder) continue;
+        const std::vector<int> devices{first, holder};
+        const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};
+        Task like = base_task(TaskKind::collective, first, static_cast<int>(w), -1, -1);
+        like.layer_begin = 0;
+        like.layer_end = 1;
+        const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                          "embedding w" + std::to_string(w) + " t" + std::to_string(j), devices,
+                                          tied * grad_bytes_per_param, Purpose::embedding, comm, like, grads, grads);
+        for (size_t i = 0; i < devices.size(); ++i) {
+          plan_.add_order(last.at(devices[i]), tasks[i]);
+          syncs_of_device[devices[i]].push_back(tasks[i]);
+        }
+      }
+    }
+  }
+}
+
+// The optimizer step: after the device's last gradient and all its synchronisation. Adam:
+// ~12 FLOPs per parameter; reads and writes weights, gradients, master copy and two
+// moments: memory bound on every GPU.
+void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
+  for (const auto& [device, last_task] : last_compute_of_devices()) {
+    const int w = plan_.tasks[static_cast<size_t>(last_task)].worker;
+    Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
+    const double params = device_params(device);
+    opt.flops = 12 * params;
+    opt.memory_bytes = 32 * params;
+    const auto d = static_cast<size_t>(device);
+    const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
+                             {static_cast<std::int64_t>(params)}, model::Precision::fp32);
+    std::vector<int> reads = grads_[d], writes = weights_[d];
+    reads.push_back(state);
+    writes.push_back(state);
+    const int id = plan_.add_task(opt, reads, writes);
+    plan_.add_order(last_task, id);
+    const auto syncs = syncs_of_device.find(device);
+    if (syncs != syncs_of_device.end()) {
+      for (int s : syncs->second) plan_.add_order(s, id);
+    }
+  }
+}
+
+// Parameters on a device: its chunks' layers, split over the tensor-parallel group.
+double Builder::device_params(int device) const {
+  double params = 0;
+  for (const int id : weights_[static_cast<size_t>(device)]) {
+    params += static_cast<double>(plan_.tensors[static_cast<size_t>(id)].shape.front());
+  }
+  return params;
+}
+
+void Builder::add_parameter_server_sync() {
+  const std::vector<int>& server_of = layout_.sync.layer_server;
+  if (server_of.size() != net_.layers.size()) {
+    throw InputError("<layout>", 0, "sync.layer_server", "expected one server device per layer");
+  }
+  for (int s : server_of) {
+    if (s < 0 || s >= cluster_.device_count()) {
+      throw InputError("<layout>", 0, "sync.layer_server", "server device " + std::to_string(s) + " does not exist");
+    }
+  }
+  const double e = model::element_bytes(layout_.precision);
+  const std::map<int, int> last = last_compute_of_devices();
+  std::map<int, std::vector<int>> pushes_to_server, buffers_of_server;  // server -> recv/local tasks, tensors
+  struct Pull {
+    int server, device, w, stage, j;
+    double bytes;
+  };
+  std::vector<Pull> pulls;
+  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w];
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const Stage& s = vw.stages[k];
+      // This chunk's layers, grouped by the server that hosts them.
+      std::map<int, double> params_per_server;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        params_per_server[server_of[static_cast<size_t>(l)]] += params_per_device(net_, l, l + 1, layout_.tensor);
+      }
+      for (int j = 0; j < layout_.tensor; ++j) {
+        const int device = device_of(static_cast<int>(w), static_cast<int>(k), j);
+        for (const auto& [server, params] : params_per_server) {
+          if (params <= 0) continue;
+          const int producer = last.at(device);
+          if (server == device) {
+            pushes_to_server[server].push_back(producer);
+          } else {
+            const Task like = base_task(TaskKind::send, device, static_cast<int>(w), static_cast<int>(k), -1);
+            const int buffer = tensor(TensorKind::pushed_grad, server, params * e, {static_cast<std::int64_t>(params)},
+                                      layout_.precision);
+            const auto [send, recv] = add_transfer(device, server, "push", params * e, Purpose::ps_push, like,
+                                                   grad_of(device, static_cast<int>(k)), buffer);
+            plan_.add_order(producer, send);  // the gradient buffer is complete
+            pushes_to_server[server].push_back(recv);
+            buffers_of_server[server].push_back(buffer);
+          }
+          pulls.push_back({server, device, static_cast<int>(w), static_cast<int>(k), j, params * e});
+        }
+      }
+    }
+  }
+  // One update per server and iteration, on its own stream so it overlaps the server's
+  // pipeline work; then the pulls back to every worker device.
+  const int ps_stream = stream("ps");
+  std::map<int, std::pair<int, int>> update_of;  // server -> (update task, its state tensor)
+  for (const auto& [server, inputs] : pushes_to_server) {
+    Task u = base_task(TaskKind::optimizer, server, -1, -1, -1);
+    u.stream = ps_stream;
+    double params = 0;
+    for (size_t l = 0; l < server_of.size(); ++l) {
+      if (server_of[l] == server) params += params_per_device(net_, static_cast<int>(l), static_cast<int>(l) + 1, 1);
+    }
+    u.flops = 12 * params;
+    u.memory_bytes = 32 * params;
+    const int state = tensor(TensorKind::optimizer_state, server, params * model::adam_state_bytes(layout_.precision),
+                             {static_cast<std::int64_t>(params)}, model::Precision::fp32);
+    std::vector<int> reads = buffers_of_server[server];
+    reads.push_back(state);
+    const int id = plan_.add_task(u, reads, std::vector<int>{state});
+    for (int in : inputs) {
+      if (plan_.tasks[static_cast<size_t>(in)].kind != TaskKind::recv) plan_.add_order(in, id);
+    }
+    for (int b : buffers_of_server[server]) set_free_after(b, id);
+    update_of[server] = {id, state};
+  }
+  for (const Pull& p : pulls) {
+    const auto [update, state] = update_of.at(p.server);
+    int arrived = update;
+    if (p.server != p.device) {
+      const Task like = base_task(TaskKind::recv, p.server, p.w, p.stage, -1);
+      const auto [send, recv] = add_transfer(p.server, p.device, "pull", p.bytes, Purpose::ps_pull, like, state,
+                                             weight_of(p.device, p.stage));
+      plan_.add_order(update, send);  // the server's weights are updated
+      arrived = recv;
+    }
+    // Wave-synchronous parallel: iteration i + D + 1 of this chunk needs these weights.
+    plan_.add_order(arrived, op(p.w, p.stage, 0, OpKind::F, p.j).task, layout_.sync.staleness + 1);
+  }
+}
+
+}  // namespace hetflow::partition::builder
