@@ -16,15 +16,18 @@
 #include <map>
 
 #include "model/error.hpp"
+#include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
-#include "sim/collective_steps.hpp"
 #include "sim/platform.hpp"
 
 namespace hetflow::sim {
 
 namespace sg = simgrid::s4u;
+using partition::Channel;
 using partition::Collective;
+using partition::Message;
 using partition::Plan;
+using partition::Step;
 using partition::Task;
 using partition::TaskKind;
 

@@ -21,7 +21,7 @@
 
 #include "partition/plan.hpp"
 
-namespace hetflow::sim {
+namespace hetflow::partition {
 
 // A message's channel: messages between the same two devices on different channels never
 // match each other. Phases of one algorithm use different channels.
@@ -41,6 +41,6 @@ struct Step {
 
 // The steps `device` runs in collective `c` (it must be one of c.devices). `node_of` maps a
 // device to its node (the hierarchical algorithm groups by it).
-std::vector<Step> collective_steps(const partition::Collective& c, int device, const std::function<int(int)>& node_of);
+std::vector<Step> collective_steps(const Collective& c, int device, const std::function<int(int)>& node_of);
 
-}  // namespace hetflow::sim
+}  // namespace hetflow::partition

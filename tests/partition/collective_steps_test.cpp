@@ -6,11 +6,11 @@
 #include <tuple>
 
 #include "model/error.hpp"
-#include "sim/collective_steps.hpp"
+#include "partition/collective_steps.hpp"
 
 using namespace hetflow;
 using partition::CollectiveAlgorithm;
-using sim::Channel;
+using partition::Channel;
 
 namespace {
 
@@ -30,18 +30,18 @@ void expect_all_messages_match(const partition::Collective& c) {
   using Key = std::tuple<int, int, Channel>;
   std::map<Key, int> sent, received;
   for (int d : c.devices) {
-    for (const sim::Step& step : sim::collective_steps(c, d, node_of_8)) {
-      for (const sim::Message& m : step.sends) ++sent[{d, m.peer, m.channel}];
-      for (const sim::Message& m : step.receives) ++received[{m.peer, d, m.channel}];
+    for (const partition::Step& step : partition::collective_steps(c, d, node_of_8)) {
+      for (const partition::Message& m : step.sends) ++sent[{d, m.peer, m.channel}];
+      for (const partition::Message& m : step.receives) ++received[{m.peer, d, m.channel}];
     }
   }
   EXPECT_EQ(sent, received);
 }
 
-double bytes_sent(const std::vector<sim::Step>& steps, Channel channel) {
+double bytes_sent(const std::vector<partition::Step>& steps, Channel channel) {
   double total = 0;
-  for (const sim::Step& step : steps) {
-    for (const sim::Message& m : step.sends) total += m.channel == channel ? m.bytes : 0;
+  for (const partition::Step& step : steps) {
+    for (const partition::Message& m : step.sends) total += m.channel == channel ? m.bytes : 0;
   }
   return total;
 }
@@ -55,7 +55,7 @@ TEST(CollectiveSteps, RingSendsTwoNMinusOneChunksOfSOverN) {
     for (int d = 0; d < n; ++d) group.push_back(100 + 3 * d);
     const auto c = allreduce(CollectiveAlgorithm::ring, group, S);
     for (int d : group) {
-      const auto steps = sim::collective_steps(c, d, node_of_8);
+      const auto steps = partition::collective_steps(c, d, node_of_8);
       ASSERT_EQ(steps.size(), static_cast<size_t>(2 * (n - 1))) << n;
       EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::ring), 2.0 * (n - 1) / n * S);
     }
@@ -73,7 +73,7 @@ TEST(CollectiveSteps, TreeReducesUpAndBroadcastsDown) {
     for (int me = 0; me < n; ++me) {
       const int children = (2 * me + 1 < n) + (2 * me + 2 < n);
       const double expected = (me == 0 ? 0 : S) + children * S;
-      EXPECT_DOUBLE_EQ(bytes_sent(sim::collective_steps(c, me, node_of_8), Channel::tree), expected) << n << " " << me;
+      EXPECT_DOUBLE_EQ(bytes_sent(partition::collective_steps(c, me, node_of_8), Channel::tree), expected) << n << " " << me;
     }
     expect_all_messages_match(c);
   }
@@ -87,12 +87,12 @@ TEST(CollectiveSteps, HierarchicalMovesSOverKInsideAndARingAcrossNodes) {
   const auto c = allreduce(CollectiveAlgorithm::hierarchical, group, S);
   const int k = 8, m = 3;
   for (int d : group) {
-    const auto steps = sim::collective_steps(c, d, node_of_8);
+    const auto steps = partition::collective_steps(c, d, node_of_8);
     EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::intra_scatter), (k - 1) * S / k);
     EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::intra_gather), (k - 1) * S / k);
     EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::inter_ring), 2.0 * (m - 1) / m * S / k);
-    for (const sim::Step& step : steps) {
-      for (const sim::Message& msg : step.sends) {
+    for (const partition::Step& step : steps) {
+      for (const partition::Message& msg : step.sends) {
         const bool same_node = node_of_8(msg.peer) == node_of_8(d);
         EXPECT_EQ(same_node, msg.channel != Channel::inter_ring);  // only the middle ring leaves the node
         if (!same_node) {
@@ -113,12 +113,12 @@ TEST(CollectiveSteps, UnevenNodesStillMatch) {
 TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
   const auto empty = allreduce(CollectiveAlgorithm::ring, {4, 5, 6}, 0);
   for (int d : empty.devices) {
-    const auto steps = sim::collective_steps(empty, d, node_of_8);
+    const auto steps = partition::collective_steps(empty, d, node_of_8);
     ASSERT_EQ(steps.size(), 1u);
     EXPECT_EQ(steps[0].sends.at(0).channel, Channel::meet);
     EXPECT_EQ(steps[0].sends.at(0).bytes, 0);
   }
   expect_all_messages_match(empty);
-  EXPECT_TRUE(sim::collective_steps(allreduce(CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
-  EXPECT_THROW(sim::collective_steps(empty, 7, node_of_8), Error);
+  EXPECT_TRUE(partition::collective_steps(allreduce(CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
+  EXPECT_THROW(partition::collective_steps(empty, 7, node_of_8), Error);
 }

@@ -1,11 +1,11 @@
-#include "sim/collective_steps.hpp"
+#include "partition/collective_steps.hpp"
 
 #include <algorithm>
 #include <map>
 
 #include "model/error.hpp"
 
-namespace hetflow::sim {
+namespace hetflow::partition {
 
 namespace {
 
@@ -71,7 +71,7 @@ void hierarchical(const std::vector<int>& group, int device, double bytes, const
 
 }  // namespace
 
-std::vector<Step> collective_steps(const partition::Collective& c, int device, const std::function<int(int)>& node_of) {
+std::vector<Step> collective_steps(const Collective& c, int device, const std::function<int(int)>& node_of) {
   const size_t me = position(c.devices, device);
   if (me == c.devices.size()) throw Error("collective_steps: device " + std::to_string(device) + " is not a member");
   std::vector<Step> steps;
@@ -80,18 +80,18 @@ std::vector<Step> collective_steps(const partition::Collective& c, int device, c
     return steps;
   }
   switch (c.algorithm) {
-    case partition::CollectiveAlgorithm::ring:
+    case CollectiveAlgorithm::ring:
       ring(c.devices, me, 2 * (static_cast<int>(c.devices.size()) - 1), c.bytes / static_cast<double>(c.devices.size()),
            Channel::ring, steps);
       break;
-    case partition::CollectiveAlgorithm::tree:
+    case CollectiveAlgorithm::tree:
       tree(c.devices, me, c.bytes, steps);
       break;
-    case partition::CollectiveAlgorithm::hierarchical:
+    case CollectiveAlgorithm::hierarchical:
       hierarchical(c.devices, device, c.bytes, node_of, steps);
       break;
   }
   return steps;
 }
 
-}  // namespace hetflow::sim
+}  // namespace hetflow::partition
