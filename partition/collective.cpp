@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/error.hpp"
+
 namespace hetflow::partition {
 
 namespace {
@@ -29,6 +31,35 @@ CollectiveKind parse_collective_kind(std::string_view text) {
 }
 CollectiveAlgorithm parse_collective_algorithm(std::string_view text) {
   return parse_name<CollectiveAlgorithm>(text, kAlgorithms, "an algorithm:");
+}
+
+bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm) {
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return true;
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_gather:
+      return algorithm != CollectiveAlgorithm::tree;
+    case CollectiveKind::broadcast:
+    case CollectiveKind::reduce:
+      return algorithm != CollectiveAlgorithm::hierarchical;
+  }
+  return false;
+}
+
+void check_collective(const CollectiveSpec& c) {
+  if (!supports(c.kind, c.algorithm)) {
+    std::string accepted;
+    for (auto a : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+      if (supports(c.kind, a)) accepted += (accepted.empty() ? "" : " or ") + std::string(to_string(a));
+    }
+    throw Error(std::string(to_string(c.kind)) + " has no " + std::string(to_string(c.algorithm)) +
+                " algorithm; use " + accepted);
+  }
+  if (c.root < 0 || (!c.devices.empty() && static_cast<size_t>(c.root) >= c.devices.size())) {
+    throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
+                std::to_string(c.devices.size()) + " participants");
+  }
 }
 
 }  // namespace hetflow::partition

@@ -1,31 +1,60 @@
 #pragma once
 // A collective as the point-to-point steps one participant runs, as plain data: in each step
-// it posts all its sends and receives at once and moves on when all have completed. The
-// simulator turns each message into a SimGrid communication, so collectives share links
-// with everything else. Promise: over all participants, every send has exactly one
-// matching receive (same sender, receiver and channel, in the same order on that channel),
-// so a collective whose participants all arrive always completes.
+// it posts all its sends and receives at once and moves on when all have completed. Every
+// back end runs these same steps: the simulator turns each message into a SimGrid
+// communication (so collectives share links with everything else), an executor into device
+// copies. Promise: over all participants, every send has exactly one matching receive (same
+// sender, receiver and channel, in the same order on that channel), so a collective whose
+// participants all arrive always completes.
 //
-//   ring:         2(n-1) steps; in each, S/n to the next member, S/n from the previous one
-//                 (reduce-scatter then all-gather).
-//   tree:         reduce up a binary tree then broadcast down, in 4 chunks of S/4 (as NCCL
-//                 pipelines them).
-//   hierarchical: intra-node ring reduce-scatter (k-1 steps of S/k), a ring all-reduce of
-//                 each slice among the members with the same local index on every node
-//                 (2(m-1) steps of S/(k m)), intra-node ring all-gather (k-1 steps of S/k);
-//                 k = members on this node, m = nodes.
-// With fewer than two members or no bytes, a collective is still a rendezvous: one step
-// of zero bytes around the ring.
+// n = members, S = bytes (partition/collective.hpp's convention), K = kPipelineChunks; the
+// hierarchical forms group members by node: k = members on this node, m = nodes that have a
+// member with this one's local index (its peers, one per node, in the members' order).
+//
+//   all_reduce      ring:          2(n-1) steps; in each, S/n to the next member and S/n from
+//                                  the previous one (reduce-scatter then all-gather).
+//                   tree:          reduce up a binary tree then broadcast down, in K chunks
+//                                  of S/K (as NCCL pipelines them).
+//                   hierarchical:  intra-node ring reduce-scatter (k-1 steps of S/k), a ring
+//                                  all-reduce of each slice among the peers (2(m-1) steps of
+//                                  S/(k m)), intra-node ring all-gather (k-1 steps of S/k).
+//   reduce_scatter  ring:          n-1 steps of S/n to the next member, S/n from the previous.
+//                   hierarchical:  intra-node ring reduce-scatter (k-1 steps of S/k), then a
+//                                  ring reduce-scatter of each slice among the peers (m-1
+//                                  steps of S/(k m)).
+//   all_gather      ring:          n-1 steps of S/n.
+//                   hierarchical:  the reverse: ring all-gather among the peers (m-1 steps of
+//                                  S/(k m)), then intra-node ring all-gather (k-1 steps of S/k).
+//   broadcast       ring:          a chain from the root along the ring order, S in K chunks:
+//                                  a member receives chunk j from its predecessor while passing
+//                                  chunk j-1 on (NCCL's ring broadcast).
+//                   tree:          the same pipeline down a binary tree: the members taken from
+//                                  the root along the ring order, position q's children at
+//                                  2q+1 and 2q+2; a parent sends each chunk to every child.
+//   reduce          ring:          broadcast mirrored: a chain from the root's successor along
+//                                  the ring order to the root, receiving chunk j while passing
+//                                  the sum of chunk j-1 on.
+//                   tree:          up the broadcast's tree: chunk j from every child while
+//                                  sending chunk j-1 to the parent.
+// So ring reduce-scatter and all-gather send (n-1)/n S per member, all-reduce 2(n-1)/n S; a
+// broadcast delivers S once to every non-root member, and a reduce sends S once from every
+// non-root member. Algorithms that collective.hpp refuses for a kind throw hetflow::Error.
+// With fewer than two members or no bytes, a collective is still a rendezvous: one step of
+// zero bytes around the ring.
 #include <functional>
 #include <vector>
 
-#include "partition/plan.hpp"
+#include "partition/collective.hpp"
 
 namespace hetflow::partition {
 
+// Chunks the pipelined algorithms (tree all-reduce, broadcast, reduce) cut the buffer into;
+// the cost model's closed forms use the same number.
+inline constexpr int kPipelineChunks = 4;
+
 // A message's channel: messages between the same two devices on different channels never
 // match each other. Phases of one algorithm use different channels.
-enum class Channel { meet, ring, tree, intra_scatter, inter_ring, intra_gather };
+enum class Channel { meet, ring, tree, intra_scatter, inter_ring, intra_gather, chain };
 
 struct Message {
   int peer = -1;      // the device sent to or received from
@@ -40,7 +69,11 @@ struct Step {
 };
 
 // The steps `device` runs in collective `c` (it must be one of c.devices). `node_of` maps a
-// device to its node (the hierarchical algorithm groups by it).
-std::vector<Step> collective_steps(const Collective& c, int device, const std::function<int(int)>& node_of);
+// device to its node (the hierarchical algorithms group by it). Throws hetflow::Error for a
+// device that is not a member or a collective check_collective() refuses.
+std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
+
+// The bytes `device` sends in collective `c`: the sum of its steps' sends.
+double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
 
 }  // namespace hetflow::partition

@@ -33,7 +33,10 @@ using partition::TaskKind;
 
 namespace {
 
-// One step of a collective (sim/collective_steps.hpp) with its messages' mailboxes.
+// A plan collective as the steps take it (plan collectives have no root yet).
+partition::CollectiveSpec spec_of(const Collective& c) { return {c.kind, c.algorithm, c.devices, c.bytes, 0}; }
+
+// One step of a collective (partition/collective_steps.hpp) with its messages' mailboxes.
 struct MailboxStep {
   std::vector<std::pair<sg::Mailbox*, double>> puts;  // (to, bytes)
   std::vector<sg::Mailbox*> gets;                      // from
@@ -167,6 +170,8 @@ class Simulation {
     for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
       successors_[static_cast<size_t>(fill[boost::source(*it, plan_.graph)]++)] = static_cast<int>(boost::target(*it, plan_.graph));
     }
+    // Refuse a collective its steps would refuse now, not inside a running actor.
+    for (const Collective& c : plan_.collectives) partition::check_collective(spec_of(c));
     // Each transfer's channel mailbox, looked up once: "<src>><dst>:<tag>".
     mailbox_of_.assign(n, nullptr);
     for (size_t t = 0; t < n; ++t) {
@@ -328,7 +333,7 @@ class Simulation {
   // between the two devices, scoped by the task's stream so that collectives on different
   // streams never match each other's messages.
   std::vector<MailboxStep> mailbox_steps(const Collective& c, const Task& t) const {
-    const std::vector<Step> steps = collective_steps(c, t.device, [this](int d) { return cost_.node_of(d); });
+    const std::vector<Step> steps = collective_steps(spec_of(c), t.device, [this](int d) { return cost_.node_of(d); });
     const std::string scope = std::to_string(t.stream);
     struct Known {
       int peer;

@@ -1,44 +1,107 @@
-// Collective steps against their algorithms' closed forms: every send has its receive, and
-// each participant moves the bytes the algorithm says.
+// Collective steps against their algorithms' closed forms: every participant's steps, played
+// together with rendezvous semantics, complete with every send matched; and each participant
+// sends and receives the bytes the algorithm says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
 
 using namespace hetflow;
-using partition::CollectiveAlgorithm;
 using partition::Channel;
+using partition::CollectiveAlgorithm;
+using partition::CollectiveKind;
+using partition::CollectiveSpec;
 
 namespace {
 
-partition::Collective allreduce(CollectiveAlgorithm algorithm, std::vector<int> devices, double bytes) {
-  partition::Collective c;
-  c.algorithm = algorithm;
-  c.devices = std::move(devices);
-  c.bytes = bytes;
-  return c;
+constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
+                                     CollectiveKind::all_gather, CollectiveKind::broadcast, CollectiveKind::reduce};
+constexpr CollectiveAlgorithm kAlgorithms[] = {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
+                                               CollectiveAlgorithm::hierarchical};
+
+CollectiveSpec spec(CollectiveKind kind, CollectiveAlgorithm algorithm, std::vector<int> devices, double bytes,
+                    int root = 0) {
+  return CollectiveSpec{kind, algorithm, std::move(devices), bytes, root};
+}
+
+std::vector<int> first_devices(int n) {
+  std::vector<int> devices;
+  for (int d = 0; d < n; ++d) devices.push_back(d);
+  return devices;
 }
 
 int node_of_8(int device) { return device / 8; }
+int node_of_3(int device) { return device / 3; }  // n = 2..9 members fill nodes unevenly
 
-// Each (sender, receiver, channel) channel's sends, in order, must equal its receives in
-// order: then every message matches one on the other side and nothing is left waiting.
-void expect_all_messages_match(const partition::Collective& c) {
-  using Key = std::tuple<int, int, Channel>;
-  std::map<Key, int> sent, received;
-  for (int d : c.devices) {
-    for (const partition::Step& step : partition::collective_steps(c, d, node_of_8)) {
-      for (const partition::Message& m : step.sends) ++sent[{d, m.peer, m.channel}];
-      for (const partition::Message& m : step.receives) ++received[{m.peer, d, m.channel}];
-    }
-  }
-  EXPECT_EQ(sent, received);
+std::string describe(const CollectiveSpec& c) {
+  return std::string(partition::to_string(c.kind)) + "/" + std::string(partition::to_string(c.algorithm)) +
+         " n=" + std::to_string(c.devices.size()) + " root=" + std::to_string(c.root);
 }
 
-double bytes_sent(const std::vector<partition::Step>& steps, Channel channel) {
+// What playing a collective gave: whether every participant got through all its steps, and
+// the bytes each one sent and received (a receive gets the bytes of the send it matched).
+struct Played {
+  bool completed = false;
+  std::map<int, double> sent, received;
+  std::map<int, std::set<int>> senders_to;  // device -> the peers it received bytes from
+};
+
+// Plays every participant's steps together: a participant posts its whole current step, a
+// send and a receive match when sender, receiver and channel agree and both are posted, and a
+// participant moves to its next step when everything in the current one has matched. On
+// each (sender, receiver, channel), sends and receives therefore match in order; the play
+// completes exactly when nothing is left waiting.
+Played play(const CollectiveSpec& c, const std::function<int(int)>& node_of) {
+  std::map<int, std::vector<partition::Step>> steps;
+  std::map<int, size_t> at;
+  std::map<int, partition::Step> posted;  // what is still unmatched of each current step
+  for (int d : c.devices) {
+    steps[d] = partition::collective_steps(c, d, node_of);
+    at[d] = 0;
+    if (!steps[d].empty()) posted[d] = steps[d][0];
+  }
+  Played p;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int d : c.devices) {
+      auto& sends = posted[d].sends;
+      for (size_t i = 0; i < sends.size();) {
+        auto& receives = posted[sends[i].peer].receives;
+        const auto match = std::find_if(receives.begin(), receives.end(), [&](const partition::Message& r) {
+          return r.peer == d && r.channel == sends[i].channel;
+        });
+        if (match == receives.end() || at[sends[i].peer] >= steps[sends[i].peer].size()) {
+          ++i;
+          continue;
+        }
+        p.sent[d] += sends[i].bytes;
+        p.received[sends[i].peer] += sends[i].bytes;
+        if (sends[i].bytes > 0) p.senders_to[sends[i].peer].insert(d);
+        receives.erase(match);
+        sends.erase(sends.begin() + static_cast<long>(i));
+        moved = true;
+      }
+    }
+    for (int d : c.devices) {
+      if (at[d] < steps[d].size() && posted[d].sends.empty() && posted[d].receives.empty()) {
+        if (++at[d] < steps[d].size()) posted[d] = steps[d][at[d]];
+        moved = true;
+      }
+    }
+  }
+  p.completed = true;
+  for (int d : c.devices) p.completed = p.completed && at[d] == steps[d].size();
+  return p;
+}
+
+double bytes_on(const std::vector<partition::Step>& steps, Channel channel) {
   double total = 0;
   for (const partition::Step& step : steps) {
     for (const partition::Message& m : step.sends) total += m.channel == channel ? m.bytes : 0;
@@ -48,77 +111,186 @@ double bytes_sent(const std::vector<partition::Step>& steps, Channel channel) {
 
 }  // namespace
 
-TEST(CollectiveSteps, RingSendsTwoNMinusOneChunksOfSOverN) {
-  const double S = 1 << 20;
-  for (int n : {2, 3, 4, 8, 13}) {
-    std::vector<int> group;
-    for (int d = 0; d < n; ++d) group.push_back(100 + 3 * d);
-    const auto c = allreduce(CollectiveAlgorithm::ring, group, S);
-    for (int d : group) {
-      const auto steps = partition::collective_steps(c, d, node_of_8);
-      ASSERT_EQ(steps.size(), static_cast<size_t>(2 * (n - 1))) << n;
-      EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::ring), 2.0 * (n - 1) / n * S);
+TEST(CollectiveSteps, EveryKindAndAlgorithmCompletes) {
+  // Members in ring order, not sorted, so ring neighbours are not device neighbours.
+  for (int n = 2; n <= 9; ++n) {
+    std::vector<int> shuffled;
+    for (int i = 0; i < n; ++i) shuffled.push_back((5 * i + 3) % 9);  // 5 is coprime with 9
+    for (const std::vector<int>& devices : {first_devices(n), shuffled}) {
+      for (CollectiveKind kind : kKinds) {
+        for (CollectiveAlgorithm algorithm : kAlgorithms) {
+          if (!partition::supports(kind, algorithm)) continue;
+          for (int root : {0, n / 2, n - 1}) {
+            const CollectiveSpec c = spec(kind, algorithm, devices, 1e6, root);
+            for (auto node_of : {node_of_8, node_of_3}) EXPECT_TRUE(play(c, node_of).completed) << describe(c);
+          }
+        }
+      }
     }
-    expect_all_messages_match(c);
   }
 }
 
-TEST(CollectiveSteps, TreeReducesUpAndBroadcastsDown) {
-  const double S = 4e6;
-  for (int n : {2, 3, 7, 10}) {
+TEST(CollectiveSteps, RingSendsTheRingClosedForms) {
+  const double S = 1 << 20;
+  for (int n = 2; n <= 9; ++n) {
     std::vector<int> group;
-    for (int d = 0; d < n; ++d) group.push_back(d);
-    const auto c = allreduce(CollectiveAlgorithm::tree, group, S);
+    for (int d = 0; d < n; ++d) group.push_back(100 + 3 * d);
+    // all_reduce: 2(n-1) steps of S/n; reduce_scatter and all_gather: n-1 steps of S/n.
+    for (auto [kind, steps] : {std::pair{CollectiveKind::all_reduce, 2 * (n - 1)},
+                               std::pair{CollectiveKind::reduce_scatter, n - 1},
+                               std::pair{CollectiveKind::all_gather, n - 1}}) {
+      const CollectiveSpec c = spec(kind, CollectiveAlgorithm::ring, group, S);
+      Played p = play(c, node_of_8);
+      ASSERT_TRUE(p.completed) << describe(c);
+      for (int d : group) {
+        ASSERT_EQ(partition::collective_steps(c, d, node_of_8).size(), static_cast<size_t>(steps)) << describe(c);
+        EXPECT_DOUBLE_EQ(partition::bytes_sent(c, d, node_of_8), steps * S / n) << describe(c);
+        EXPECT_DOUBLE_EQ(p.received.at(d), steps * S / n) << describe(c);
+      }
+    }
+  }
+}
+
+TEST(CollectiveSteps, BroadcastDeliversTheBufferOnceToEveryMember) {
+  const double S = 4e6;
+  for (int n = 2; n <= 9; ++n) {
+    for (int root : {0, 1, n - 1}) {
+      for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree}) {
+        const CollectiveSpec c = spec(CollectiveKind::broadcast, algorithm, first_devices(n), S, root);
+        Played p = play(c, node_of_8);
+        ASSERT_TRUE(p.completed) << describe(c);
+        for (int d = 0; d < n; ++d) {
+          // A chain member forwards to its successor (the last one to nobody); a tree member
+          // to its children at heap positions 2q+1, 2q+2 counted from the root.
+          const int q = (d - root + n) % n;
+          const int successors = algorithm == CollectiveAlgorithm::ring ? (q + 1 < n) : (2 * q + 1 < n) + (2 * q + 2 < n);
+          EXPECT_DOUBLE_EQ(partition::bytes_sent(c, d, node_of_8), successors * S) << describe(c) << " d=" << d;
+          EXPECT_DOUBLE_EQ(p.received[d], d == root ? 0 : S) << describe(c) << " d=" << d;
+          EXPECT_EQ(p.senders_to[d].size(), d == root ? 0u : 1u) << describe(c) << " d=" << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveSteps, ReduceSendsTheBufferOnceFromEveryMember) {
+  const double S = 4e6;
+  for (int n = 2; n <= 9; ++n) {
+    for (int root : {0, 1, n - 1}) {
+      for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree}) {
+        const CollectiveSpec c = spec(CollectiveKind::reduce, algorithm, first_devices(n), S, root);
+        Played p = play(c, node_of_8);
+        ASSERT_TRUE(p.completed) << describe(c);
+        for (int d = 0; d < n; ++d) {
+          // The chain runs from the root's successor to the root, so every member but the
+          // first receives from one predecessor; a tree member receives from its children.
+          const int q = (d - root + n) % n;
+          const int predecessors = algorithm == CollectiveAlgorithm::ring ? (q != 1) : (2 * q + 1 < n) + (2 * q + 2 < n);
+          EXPECT_DOUBLE_EQ(partition::bytes_sent(c, d, node_of_8), d == root ? 0 : S) << describe(c) << " d=" << d;
+          EXPECT_DOUBLE_EQ(p.received[d], predecessors * S) << describe(c) << " d=" << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveSteps, TreeAllReduceReducesUpAndBroadcastsDown) {
+  const double S = 4e6;
+  for (int n = 2; n <= 9; ++n) {
+    const CollectiveSpec c = spec(CollectiveKind::all_reduce, CollectiveAlgorithm::tree, first_devices(n), S);
     // The root sends S down to each child; every other member sends S up and S to each child.
     for (int me = 0; me < n; ++me) {
       const int children = (2 * me + 1 < n) + (2 * me + 2 < n);
       const double expected = (me == 0 ? 0 : S) + children * S;
-      EXPECT_DOUBLE_EQ(bytes_sent(partition::collective_steps(c, me, node_of_8), Channel::tree), expected) << n << " " << me;
+      EXPECT_DOUBLE_EQ(partition::bytes_sent(c, me, node_of_8), expected) << n << " " << me;
     }
-    expect_all_messages_match(c);
+    EXPECT_TRUE(play(c, node_of_8).completed) << n;
   }
 }
 
 TEST(CollectiveSteps, HierarchicalMovesSOverKInsideAndARingAcrossNodes) {
   const double S = 8e6;
   // Three nodes of eight (devices 0-23), all in the group.
-  std::vector<int> group;
-  for (int d = 0; d < 24; ++d) group.push_back(d);
-  const auto c = allreduce(CollectiveAlgorithm::hierarchical, group, S);
-  const int k = 8, m = 3;
-  for (int d : group) {
-    const auto steps = partition::collective_steps(c, d, node_of_8);
-    EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::intra_scatter), (k - 1) * S / k);
-    EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::intra_gather), (k - 1) * S / k);
-    EXPECT_DOUBLE_EQ(bytes_sent(steps, Channel::inter_ring), 2.0 * (m - 1) / m * S / k);
-    for (const partition::Step& step : steps) {
-      for (const partition::Message& msg : step.sends) {
-        const bool same_node = node_of_8(msg.peer) == node_of_8(d);
-        EXPECT_EQ(same_node, msg.channel != Channel::inter_ring);  // only the middle ring leaves the node
-        if (!same_node) {
-          EXPECT_EQ(msg.peer % 8, d % 8);  // across nodes, only to the same local index (rail)
+  const std::vector<int> group = first_devices(24);
+  const int n = 24, k = 8, m = 3;
+  // Rounds of each ring: all-reduce goes round twice (scatter and gather), the others once.
+  for (auto [kind, rounds] : {std::pair{CollectiveKind::all_reduce, 2}, std::pair{CollectiveKind::reduce_scatter, 1},
+                              std::pair{CollectiveKind::all_gather, 1}}) {
+    const CollectiveSpec c = spec(kind, CollectiveAlgorithm::hierarchical, group, S);
+    const Channel intra = kind == CollectiveKind::all_gather ? Channel::intra_gather : Channel::intra_scatter;
+    for (int d : group) {
+      const auto steps = partition::collective_steps(c, d, node_of_8);
+      EXPECT_DOUBLE_EQ(bytes_on(steps, intra), (k - 1) * S / k);
+      EXPECT_DOUBLE_EQ(bytes_on(steps, Channel::inter_ring), rounds * (m - 1.0) / m * S / k);
+      // In total as much as the flat ring: rounds (n-1)/n S.
+      EXPECT_DOUBLE_EQ(partition::bytes_sent(c, d, node_of_8), rounds * (n - 1.0) / n * S);
+      for (const partition::Step& step : steps) {
+        for (const partition::Message& msg : step.sends) {
+          const bool same_node = node_of_8(msg.peer) == node_of_8(d);
+          EXPECT_EQ(same_node, msg.channel != Channel::inter_ring);  // only the middle ring leaves the node
+          if (!same_node) {
+            EXPECT_EQ(msg.peer % 8, d % 8);  // across nodes, only to the same local index (rail)
+          }
         }
       }
     }
+    EXPECT_TRUE(play(c, node_of_8).completed);
   }
-  expect_all_messages_match(c);
 }
 
-TEST(CollectiveSteps, UnevenNodesStillMatch) {
-  // Nodes holding 3, 1 and 2 members: the inter-node rings have different sizes.
-  const auto c = allreduce(CollectiveAlgorithm::hierarchical, {0, 1, 2, 9, 16, 17}, 6e6);
-  expect_all_messages_match(c);
+TEST(CollectiveSteps, HierarchicalOnUnevenNodesMovesEachNodesShares) {
+  const double S = 6e6;
+  for (int n = 2; n <= 9; ++n) {
+    const std::vector<int> group = first_devices(n);  // nodes of three: the last one partly filled
+    for (auto [kind, rounds] : {std::pair{CollectiveKind::all_reduce, 2}, std::pair{CollectiveKind::reduce_scatter, 1},
+                                std::pair{CollectiveKind::all_gather, 1}}) {
+      const CollectiveSpec c = spec(kind, CollectiveAlgorithm::hierarchical, group, S);
+      ASSERT_TRUE(play(c, node_of_3).completed) << describe(c);
+      for (int d : group) {
+        // k: members on d's node; m: nodes with a member at d's local index (d % 3).
+        const int k = std::min(3, n - d / 3 * 3);
+        int m = 0;
+        for (int first = 0; first < n; first += 3) m += first + d % 3 < n;
+        const double expected = rounds * ((k - 1.0) / k * S + (m - 1.0) / m * S / k);
+        EXPECT_DOUBLE_EQ(partition::bytes_sent(c, d, node_of_3), expected) << describe(c) << " d=" << d;
+      }
+    }
+  }
 }
 
 TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
-  const auto empty = allreduce(CollectiveAlgorithm::ring, {4, 5, 6}, 0);
-  for (int d : empty.devices) {
-    const auto steps = partition::collective_steps(empty, d, node_of_8);
-    ASSERT_EQ(steps.size(), 1u);
-    EXPECT_EQ(steps[0].sends.at(0).channel, Channel::meet);
-    EXPECT_EQ(steps[0].sends.at(0).bytes, 0);
+  for (CollectiveKind kind : kKinds) {
+    const CollectiveSpec empty = spec(kind, CollectiveAlgorithm::ring, {4, 5, 6}, 0);
+    for (int d : empty.devices) {
+      const auto steps = partition::collective_steps(empty, d, node_of_8);
+      ASSERT_EQ(steps.size(), 1u);
+      EXPECT_EQ(steps[0].sends.at(0).channel, Channel::meet);
+      EXPECT_EQ(steps[0].sends.at(0).bytes, 0);
+    }
+    EXPECT_TRUE(play(empty, node_of_8).completed);
+    EXPECT_TRUE(partition::collective_steps(spec(kind, CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
+    EXPECT_THROW(partition::collective_steps(empty, 7, node_of_8), Error);
   }
-  expect_all_messages_match(empty);
-  EXPECT_TRUE(partition::collective_steps(allreduce(CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
-  EXPECT_THROW(partition::collective_steps(empty, 7, node_of_8), Error);
+}
+
+TEST(CollectiveSteps, RefusesAlgorithmsAKindHasNot) {
+  const std::vector<int> group = first_devices(4);
+  for (auto [kind, algorithm] : {std::pair{CollectiveKind::reduce_scatter, CollectiveAlgorithm::tree},
+                                 std::pair{CollectiveKind::all_gather, CollectiveAlgorithm::tree},
+                                 std::pair{CollectiveKind::broadcast, CollectiveAlgorithm::hierarchical},
+                                 std::pair{CollectiveKind::reduce, CollectiveAlgorithm::hierarchical}}) {
+    EXPECT_FALSE(partition::supports(kind, algorithm));
+    EXPECT_THROW(partition::collective_steps(spec(kind, algorithm, group, 1e6), 0, node_of_8), Error);
+  }
+  for (int root : {-1, 4}) {
+    EXPECT_THROW(
+        partition::collective_steps(spec(CollectiveKind::broadcast, CollectiveAlgorithm::ring, group, 1e6, root), 0, node_of_8),
+        Error);
+  }
+  try {
+    partition::check_collective(spec(CollectiveKind::all_gather, CollectiveAlgorithm::tree, group, 1e6));
+    FAIL() << "all_gather/tree accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "all_gather has no tree algorithm; use ring or hierarchical");
+  }
 }
