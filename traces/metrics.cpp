@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "partition/collective_steps.hpp"
+
 namespace hetflow::traces {
 
 namespace {
@@ -39,12 +41,10 @@ double exposed(std::vector<std::pair<double, double>> comm, std::vector<std::pai
   return covered(both) - covered(std::move(compute));
 }
 
-// Bytes one participant moves over its links in a collective of `n` with buffer `bytes`.
-double collective_bytes(const partition::Collective& c) {
-  const double n = static_cast<double>(c.devices.size());
-  if (n < 2) return 0;
-  if (c.algorithm == partition::CollectiveAlgorithm::tree) return 2 * c.bytes;
-  return 2 * (n - 1) / n * c.bytes;  // ring; hierarchical moves about as much in total
+// Bytes one participant sends in a plan collective: what its steps send.
+double collective_bytes(const partition::Collective& c, int device, const partition::CostModel& cost) {
+  const partition::CollectiveSpec spec{c.kind, c.algorithm, c.devices, c.bytes, 0};
+  return partition::bytes_sent(spec, device, [&cost](int d) { return cost.node_of(d); });
 }
 
 }  // namespace
@@ -115,9 +115,8 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       const partition::Collective& c = plan.collectives[static_cast<size_t>(e.group)];
       const auto me = std::find(c.devices.begin(), c.devices.end(), e.device) - c.devices.begin();
       const int next = c.devices[static_cast<size_t>(me + 1) % c.devices.size()];
-      for (const std::string& cls : cost.link_classes(e.device, next)) {
-        m.bytes_per_link_class[cls] += collective_bytes(c) / measured;
-      }
+      const double sent = collective_bytes(c, e.device, cost) / measured;
+      for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent;
     }
   }
   m.model_flops_per_iteration = model_flops / measured;
