@@ -1,12 +1,14 @@
 #include "partition/cost_model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <queue>
 
 #include "model/error.hpp"
+#include "partition/collective_steps.hpp"
 
 namespace hetflow::partition {
 
@@ -187,52 +189,102 @@ double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_ste
   return steps * step_s;
 }
 
-double CostModel::allreduce_time_s(const std::vector<int>& devices, double bytes, CollectiveAlgorithm algorithm) const {
-  const int n = static_cast<int>(devices.size());
-  if (free_communication_ || n < 2 || bytes <= 0) return 0;
-  switch (algorithm) {
+double CostModel::collective_time_s(const CollectiveSpec& c) const {
+  check_collective(c);
+  const int n = static_cast<int>(c.devices.size());
+  if (free_communication_ || n < 2 || c.bytes <= 0) return 0;
+  switch (c.algorithm) {
     case CollectiveAlgorithm::ring:
-      return ring_time_s(devices, bytes / n, 2 * (n - 1));
+      switch (c.kind) {
+        case CollectiveKind::all_reduce:
+          return ring_time_s(c.devices, c.bytes / n, 2 * (n - 1));  // reduce-scatter, then all-gather
+        case CollectiveKind::reduce_scatter:
+        case CollectiveKind::all_gather:
+          return ring_time_s(c.devices, c.bytes / n, n - 1);
+        case CollectiveKind::broadcast:
+        case CollectiveKind::reduce:
+          return chain_time_s(c);
+      }
+      break;
     case CollectiveAlgorithm::tree: {
+      if (c.kind != CollectiveKind::all_reduce) return tree_time_s(c);
       double latency_s = 0, bandwidth = kInfinity;
       for (int child = 1; child < n; ++child) {
-        const Route r = route(devices[static_cast<size_t>((child - 1) / 2)], devices[static_cast<size_t>(child)]);
+        const Route r = route(c.devices[static_cast<size_t>((child - 1) / 2)], c.devices[static_cast<size_t>(child)]);
         latency_s = std::max(latency_s, r.latency_s);
         bandwidth = std::min(bandwidth, r.bandwidth_bytes_per_s);
       }
       const double depth = std::ceil(std::log2(static_cast<double>(n)));
-      return 2 * depth * latency_s + 2 * bytes / bandwidth;
+      return 2 * depth * latency_s + 2 * c.bytes / bandwidth;
     }
-    case CollectiveAlgorithm::hierarchical: {
-      // Group by node, keeping the participants' order.
-      std::vector<int> nodes;
-      std::map<int, std::vector<int>> local;
-      for (int d : devices) {
-        if (local.count(node_of(d)) == 0) nodes.push_back(node_of(d));
-        local[node_of(d)].push_back(d);
-      }
-      size_t k = 0;
-      for (const auto& [node, group] : local) k = std::max(k, group.size());
-      if (nodes.size() == 1 || k == 1) return ring_time_s(devices, bytes / n, 2 * (n - 1));
-      double intra_s = 0;
-      for (const auto& [node, group] : local) {
-        const int kn = static_cast<int>(group.size());
-        intra_s = std::max(intra_s, ring_time_s(group, bytes / kn, kn - 1));
-      }
-      double inter_s = 0;
-      const int nn = static_cast<int>(nodes.size());
-      for (size_t j = 0; j < k; ++j) {
-        std::vector<int> ring;
-        for (int node : nodes) {
-          const auto& group = local[node];
-          ring.push_back(group[std::min(j, group.size() - 1)]);
-        }
-        inter_s = std::max(inter_s, ring_time_s(ring, bytes / static_cast<double>(k) / nn, 2 * (nn - 1)));
-      }
-      return 2 * intra_s + inter_s;  // reduce-scatter, inter-node all-reduce, all-gather
-    }
+    case CollectiveAlgorithm::hierarchical:
+      return hierarchical_time_s(c);
   }
   return 0;
+}
+
+double CostModel::hierarchical_time_s(const CollectiveSpec& c) const {
+  const int n = static_cast<int>(c.devices.size());
+  // All-reduce goes round each ring twice (reduce-scatter, all-gather), the others once.
+  const int rounds = c.kind == CollectiveKind::all_reduce ? 2 : 1;
+  // Group by node, keeping the participants' order.
+  std::vector<int> nodes;
+  std::map<int, std::vector<int>> local;
+  for (int d : c.devices) {
+    if (local.count(node_of(d)) == 0) nodes.push_back(node_of(d));
+    local[node_of(d)].push_back(d);
+  }
+  size_t k = 0;
+  for (const auto& [node, group] : local) k = std::max(k, group.size());
+  if (nodes.size() == 1 || k == 1) return ring_time_s(c.devices, c.bytes / n, rounds * (n - 1));
+  double intra_s = 0;
+  for (const auto& [node, group] : local) {
+    const int kn = static_cast<int>(group.size());
+    intra_s = std::max(intra_s, ring_time_s(group, c.bytes / kn, kn - 1));
+  }
+  double inter_s = 0;
+  const int nn = static_cast<int>(nodes.size());
+  for (size_t j = 0; j < k; ++j) {
+    std::vector<int> ring;
+    for (int node : nodes) {
+      const auto& group = local[node];
+      ring.push_back(group[std::min(j, group.size() - 1)]);
+    }
+    inter_s = std::max(inter_s, ring_time_s(ring, c.bytes / static_cast<double>(k) / nn, rounds * (nn - 1)));
+  }
+  return rounds * intra_s + inter_s;
+}
+
+double CostModel::chain_time_s(const CollectiveSpec& c) const {
+  const size_t n = c.devices.size();
+  // Broadcast flows from the root along the ring order, reduce from the root's successor to the root.
+  const size_t first = static_cast<size_t>(c.root) + (c.kind == CollectiveKind::reduce ? 1 : 0);
+  double hop_s = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const Route r = route(c.devices[(first + i) % n], c.devices[(first + i + 1) % n]);
+    hop_s = std::max(hop_s, r.latency_s + c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s);
+  }
+  return static_cast<double>(n - 2 + kPipelineChunks) * hop_s;  // the last chunk leaves K-1 steps late
+}
+
+double CostModel::tree_time_s(const CollectiveSpec& c) const {
+  const size_t n = c.devices.size();
+  auto member = [&](size_t q) { return c.devices[(static_cast<size_t>(c.root) + q) % n]; };  // heap position q
+  const int depth = std::bit_width(n) - 1;          // floor(log2 n)
+  const size_t deepest = (size_t{1} << depth) - 1;  // first position on the deepest level
+  double hop_s = 0, last_hop_s = 0;
+  for (size_t q = 1; q < n; ++q) {
+    const size_t parent = (q - 1) / 2;
+    const double fan = 2 * parent + 2 < n ? 2 : 1;  // the parent's children share its link
+    const bool down = c.kind == CollectiveKind::broadcast;
+    const Route r = down ? route(member(parent), member(q)) : route(member(q), member(parent));
+    const double s = r.latency_s + fan * c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s;
+    hop_s = std::max(hop_s, s);
+    if (q >= deepest) last_hop_s = std::max(last_hop_s, s);
+  }
+  // D+K-1 steps: the last chunk leaves the root K-1 steps late and needs D hops; one of them
+  // (a broadcast's last, a reduce's first) only moves chunks to or from the deepest level.
+  return (depth + kPipelineChunks - 2) * hop_s + last_hop_s;
 }
 
 double params_per_device(const model::Network& network, int begin, int end, int tensor) {

@@ -8,6 +8,7 @@
 #include "model/calibration.hpp"
 #include "model/cluster.hpp"
 #include "model/network.hpp"
+#include "partition/collective.hpp"
 #include "partition/layout.hpp"
 #include "partition/plan.hpp"
 
@@ -35,14 +36,36 @@ class CostModel {
   // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
   std::vector<std::string> link_classes(int src, int dst) const;
   double transfer_time_s(int src, int dst, double bytes) const;
-  // Closed forms with no contention, on the participants' real routes:
-  //   ring:          2(n-1) steps of max over ring neighbours (latency + bytes/(n * bandwidth))
-  //                  = 2(n-1)/n * S/B + 2(n-1) a on a flat network
-  //   tree:          reduce then broadcast down a binary tree, pipelined:
-  //                  2 ceil(log2 n) a + 2 S/B with the slowest route's a and B
-  //   hierarchical:  intra-node ring reduce-scatter, inter-node ring all-reduce of S/k among
-  //                  the k local ranks' peers in parallel, intra-node ring all-gather
-  double allreduce_time_s(const std::vector<int>& devices, double bytes, CollectiveAlgorithm algorithm) const;
+  // A lone collective's time with no contention, on the participants' real routes, following
+  // the steps every back end runs (partition/collective_steps.hpp). A step of x bytes over a
+  // set of hops takes the slowest hop's latency + x / bandwidth. n = members, S = bytes,
+  // K = kPipelineChunks; the second line of each is its value on a flat network (every route
+  // latency a, bandwidth B).
+  //   all_reduce      ring:          2(n-1) steps of S/n between ring neighbours
+  //                                  = 2(n-1) a + 2(n-1)/n S/B
+  //                   tree:          reduce then broadcast down a binary tree, pipelined, at
+  //                                  the slowest tree edge's a and B: 2 ceil(log2 n) a + 2 S/B
+  //                   hierarchical:  intra-node ring reduce-scatter (k-1 steps of S/k on the
+  //                                  slowest node), inter-node ring all-reduce among each local
+  //                                  index's peers (2(m-1) steps of S/(k m)), intra-node ring
+  //                                  all-gather; k = most members on a node, m = nodes
+  //   reduce_scatter  ring:          n-1 steps of S/n = (n-1) a + (n-1)/n S/B
+  //   all_gather      hierarchical:  one intra-node ring (k-1 steps of S/k) and one inter-node
+  //                                  ring (m-1 steps of S/(k m)), in either order
+  //   broadcast       ring:          a chain of n-1 hops (broadcast from the root, reduce from its
+  //   reduce                         successor to the root) that K chunks cross one hop a step:
+  //                                  n-2+K steps of S/K = (n-2+K) (a + S/(K B))
+  //                   tree:          the same pipeline over a binary tree of depth D = floor(log2 n):
+  //                                  D+K-1 steps, where a hop from a parent with f children
+  //                                  carries f S/K (its children share its link) and the last
+  //                                  step only reaches the deepest level
+  //                                  = (D+K-2) (a + 2S/(K B)) + (a + f S/(K B)) for n >= 3,
+  //                                  f = 1 when n is a power of two (the deepest level is one
+  //                                  lone child), else 2; K (a + S/(K B)) for n = 2
+  // Broadcast trees match the simulator on a flat network; a reduce tree whose leaves sit at
+  // different depths gets its shallow leaves' chunks in earlier, so this is an upper bound.
+  // Throws hetflow::Error for a collective check_collective() refuses.
+  double collective_time_s(const CollectiveSpec& c) const;
 
   double peak_flops_per_s(int device) const;
   double memory_capacity_bytes(int device) const;
@@ -59,6 +82,9 @@ class CostModel {
 
  private:
   double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const;
+  double hierarchical_time_s(const CollectiveSpec& c) const;
+  double chain_time_s(const CollectiveSpec& c) const;
+  double tree_time_s(const CollectiveSpec& c) const;
 
   model::Cluster cluster_;
   model::Precision precision_;

@@ -27,7 +27,7 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
       return cost.transfer_time_s(t.peer, t.device, t.bytes);
     case TaskKind::collective: {
       const Collective& c = plan.collectives[static_cast<size_t>(t.group)];
-      return cost.allreduce_time_s(c.devices, c.bytes, c.algorithm);
+      return cost.collective_time_s({c.kind, c.algorithm, c.devices, c.bytes, 0});
     }
   }
   return 0;
