@@ -46,6 +46,9 @@ class CostModel {
   //                                  = 2(n-1) a + 2(n-1)/n S/B
   //                   tree:          reduce then broadcast down a binary tree, pipelined, at
   //                                  the slowest tree edge's a and B: 2 ceil(log2 n) a + 2 S/B
+  //                                  (NCCL's double-tree bound; the single tree's steps, a
+  //                                  parent's children sharing its link, simulate 2-4x slower
+  //                                  for n = 3..8 on a flat network)
   //                   hierarchical:  intra-node ring reduce-scatter (k-1 steps of S/k on the
   //                                  slowest node), inter-node ring all-reduce among each local
   //                                  index's peers (2(m-1) steps of S/(k m)), intra-node ring
@@ -58,13 +61,15 @@ class CostModel {
   //                                  n-2+K steps of S/K = (n-2+K) (a + S/(K B))
   //                   tree:          the same pipeline over a binary tree of depth D = floor(log2 n):
   //                                  D+K-1 steps, where a hop from a parent with f children
-  //                                  carries f S/K (its children share its link) and the last
-  //                                  step only reaches the deepest level
+  //                                  carries f S/K (its children share its link) and one step
+  //                                  (a broadcast's last, a reduce's first) only involves the
+  //                                  deepest level
   //                                  = (D+K-2) (a + 2S/(K B)) + (a + f S/(K B)) for n >= 3,
   //                                  f = 1 when n is a power of two (the deepest level is one
   //                                  lone child), else 2; K (a + S/(K B)) for n = 2
   // Broadcast trees match the simulator on a flat network; a reduce tree whose leaves sit at
-  // different depths gets its shallow leaves' chunks in earlier, so this is an upper bound.
+  // different depths gets its shallow leaves' chunks in earlier, so there this is an upper
+  // bound (10-20 % above the simulated time for n = 4..9).
   // Throws hetflow::Error for a collective check_collective() refuses.
   double collective_time_s(const CollectiveSpec& c) const;
 

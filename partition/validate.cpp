@@ -316,9 +316,17 @@ void check_collectives(const Plan& plan, Problems& problems) {
         break;
       }
     }
-    if (col.kind == CollectiveKind::broadcast || col.kind == CollectiveKind::reduce) continue;
-    if (col.algorithm == CollectiveAlgorithm::tree && col.kind != CollectiveKind::all_reduce) {
-      problems.push_back("collective " + std::to_string(c) + ": the tree algorithm only runs all_reduce, broadcast and reduce");
+    if (!supports(col.kind, col.algorithm)) {
+      problems.push_back("collective " + std::to_string(c) + ": " + std::string(to_string(col.kind)) + " has no " +
+                         std::string(to_string(col.algorithm)) + " algorithm");
+    }
+    const Task& first = plan.tasks[static_cast<size_t>(col.tasks.front())];
+    for (int t : col.tasks) {
+      if (plan.tasks[static_cast<size_t>(t)].stream != first.stream) {
+        problems.push_back("collective " + std::to_string(c) + ": its participants are on different streams (" +
+                           describe_task(plan, col.tasks.front()) + ", " + describe_task(plan, t) + ")");
+        break;
+      }
     }
   }
   for (size_t i = 0; i < plan.tasks.size(); ++i) {

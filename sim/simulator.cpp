@@ -171,6 +171,8 @@ class Simulation {
     done_.assign(n * static_cast<size_t>(iterations_), 0);
     start_.assign(n * static_cast<size_t>(iterations_), 0);
     end_.assign(n * static_cast<size_t>(iterations_), 0);
+    // Refuse a collective its steps would refuse now, not inside a running actor.
+    for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
     // Each channel's mailbox, looked up once; and each transfer side's partner (the k-th
     // send on a channel meets its k-th receive).
     mailbox_of_.assign(n, nullptr);

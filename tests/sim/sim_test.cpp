@@ -74,6 +74,48 @@ double duration_of(const traces::Trace& trace, TaskKind kind) {
   return end - start;
 }
 
+// A plan of one collective over every device of the cluster, alone on the comm stream.
+Plan lone_collective(const model::Cluster& cluster, partition::CollectiveKind kind,
+                     partition::CollectiveAlgorithm algorithm, double bytes) {
+  Plan plan = empty_plan(cluster);
+  partition::Collective c;
+  c.kind = kind;
+  c.algorithm = algorithm;
+  c.bytes = bytes;
+  partition::Communicator everyone{"all", {}};
+  for (int d = 0; d < cluster.device_count(); ++d) {
+    Task t;
+    t.kind = TaskKind::collective;
+    t.purpose = partition::Purpose::data_parallel;
+    t.device = d;
+    t.stream = 1;
+    t.bytes = bytes;
+    t.collective = 0;
+    everyone.devices.push_back(d);
+    c.tasks.push_back(plan.add_task(t));
+  }
+  c.communicator = plan.add_communicator(everyone);
+  plan.collectives.push_back(c);
+  return plan;
+}
+
+// On an uncontended flat network, a lone collective simulated as its point-to-point steps
+// takes the cost model's closed-form time.
+void expect_simulated_as_the_cost_model(partition::CollectiveKind kind, partition::CollectiveAlgorithm algorithm,
+                                        const std::vector<int>& sizes) {
+  const double bandwidth = 10e9, latency = 5e-6, bytes = 256e6;
+  for (int n : sizes) {
+    const model::Cluster cluster = flat_cluster(n, bandwidth, latency);
+    const Plan plan = lone_collective(cluster, kind, algorithm, bytes);
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    const partition::CostModel cost(cluster, plan.layout.precision);
+    const double expected = cost.collective_time_s(partition::collective_spec(plan, plan.collectives[0]));
+    EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01)
+        << partition::to_string(kind) << "/" << partition::to_string(algorithm) << " n=" << n;
+  }
+}
+
 }  // namespace
 
 TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
@@ -102,6 +144,31 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
     const double expected = 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
     EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01) << "n=" << n;
   }
+}
+
+TEST(Simulator, RingReduceScatterTakesTheCostModelsTime) {
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce_scatter, partition::CollectiveAlgorithm::ring,
+                                     {2, 3, 8});
+}
+
+TEST(Simulator, RingAllGatherTakesTheCostModelsTime) {
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::all_gather, partition::CollectiveAlgorithm::ring,
+                                     {2, 3, 8});
+}
+
+TEST(Simulator, BroadcastTakesTheCostModelsTime) {
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::broadcast, partition::CollectiveAlgorithm::ring,
+                                     {2, 3, 8});
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::broadcast, partition::CollectiveAlgorithm::tree,
+                                     {2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST(Simulator, ReduceTakesTheCostModelsTime) {
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce, partition::CollectiveAlgorithm::ring,
+                                     {2, 3, 8});
+  // Trees whose leaves are all on the deepest level; elsewhere the closed form is an upper bound.
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce, partition::CollectiveAlgorithm::tree,
+                                     {2, 3, 7});
 }
 
 TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
