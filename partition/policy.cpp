@@ -263,5 +263,54 @@ std::vector<int> split_microbatches(int total, const std::vector<double>& bottle
   return out;
 }
 
+namespace {
+// One server per node: its first GPU, or with `used_only` its first device that the layout
+// runs on (nodes the layout does not use get none).
+std::vector<int> node_servers(const model::Cluster& cluster, const Layout& layout, bool used_only) {
+  const std::vector<model::Device> devices = cluster.devices();
+  std::vector<int> first(cluster.nodes.size(), -1);
+  auto offer = [&](int id) {
+    int& f = first[static_cast<size_t>(devices[static_cast<size_t>(id)].node)];
+    if (f < 0 || id < f) f = id;
+  };
+  if (used_only) {
+    for (const VirtualWorker& w : layout.workers) {
+      for (const auto& rank : w.ranks) {
+        for (int d : rank) offer(d);
+      }
+    }
+  } else {
+    for (const model::Device& d : devices) {
+      if (d.local_rank == 0) offer(d.id);
+    }
+  }
+  std::erase(first, -1);
+  return first;
+}
+}  // namespace
+
+void place_layer_servers(Layout& layout, const model::Cluster& cluster, const model::Network& network,
+                         ServerPlacement placement) {
+  if (layout.sync.kind == SyncKind::allreduce) return;
+  std::vector<int>& server = layout.sync.layer_server;
+  server.assign(network.layers.size(), 0);
+  if (placement == ServerPlacement::local) {
+    // Under ED every virtual worker runs a stage on the same GPU type, i.e. the same node.
+    const VirtualWorker& first = layout.workers.front();
+    for (const Stage& s : first.stages) {
+      const int device = first.ranks[static_cast<size_t>(s.rank)].front();
+      for (int l = s.layer_begin; l < s.layer_end; ++l) server[static_cast<size_t>(l)] = device;
+    }
+    return;
+  }
+  const std::vector<int> servers = node_servers(cluster, layout, placement == ServerPlacement::used_nodes);
+  std::vector<double> load(servers.size(), 0);
+  for (size_t l = 0; l < network.layers.size(); ++l) {
+    const size_t i = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    server[l] = servers[i];
+    load[i] += network.layers[l].params + 1;  // +1: parameter-free layers spread too
+  }
+}
+
 }  // namespace policy_detail
 }  // namespace hetflow::partition

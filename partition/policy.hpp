@@ -81,6 +81,16 @@ Balanced balance_with_order(const model::Network& network, const Layout& layout,
 // remainder, at least one each).
 std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s);
 
+// Where ps and wsp keep each layer's parameters and optimizer state
+// (Layout::sync.layer_server, one device per layer); allreduce layouts are left alone.
+enum class ServerPlacement {
+  every_node,  // HetPipe: the first GPU of every node; layers to the least loaded by parameters
+  used_nodes,  // the same over the nodes the layout runs on, each at its first device there
+  local,       // each layer on the device that runs it in the first virtual worker (ED-local)
+};
+void place_layer_servers(Layout& layout, const model::Cluster& cluster, const model::Network& network,
+                         ServerPlacement placement);
+
 }  // namespace policy_detail
 
 Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,

@@ -40,22 +40,17 @@ static std::vector<std::vector<std::vector<int>>> megatron_ranks(const Grid& g) 
 Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
                            const CostModel&) {
   Layout layout = policy_detail::base_layout(o, "uniform", SyncKind::allreduce);
-  if (layout.sync.kind != SyncKind::allreduce) {
-    throw InputError("<command line>", 0, "--sync", "policy uniform synchronises with allreduce; use a hetpipe policy for ps/wsp");
-  }
   const Grid g = choose_grid(cluster, o);
   const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
   const std::vector<Stage> stages = policy_detail::uniform_stages(network, g.pipeline * o.virtual_stages, g.pipeline);
   for (auto& ranks : megatron_ranks(g)) layout.workers.push_back(VirtualWorker{std::move(ranks), stages, m});
+  policy_detail::place_layer_servers(layout, cluster, network, policy_detail::ServerPlacement::used_nodes);
   return layout;
 }
 
 Layout make_balanced_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
                             const CostModel& cost) {
   Layout layout = policy_detail::base_layout(o, "balanced", SyncKind::allreduce);
-  if (layout.sync.kind != SyncKind::allreduce) {
-    throw InputError("<command line>", 0, "--sync", "policy balanced synchronises with allreduce; use a hetpipe policy for ps/wsp");
-  }
   const Grid g = choose_grid(cluster, o);
   const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
   std::vector<double> bottlenecks;
@@ -67,6 +62,7 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
   // Faster virtual workers take more of the global batch.
   const std::vector<int> split = policy_detail::split_microbatches(m * g.data, bottlenecks);
   for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
+  policy_detail::place_layer_servers(layout, cluster, network, policy_detail::ServerPlacement::used_nodes);
   return layout;
 }
 
