@@ -23,6 +23,9 @@ struct PlanOptions {
   int micro_batch = 1;
   int global_batch = 0;  // samples per iteration over all virtual workers
   int microbatches = 0;  // per virtual worker; default 2 x pipeline depth (when no global batch)
+  // Layers per chunk in model order (pipeline x virtual stages counts summing to the layer
+  // count): fixed cuts for uniform and balanced. Empty: the policy cuts.
+  std::vector<int> stage_layers;
   std::string schedule = "1f1b";
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
@@ -57,6 +60,12 @@ Layout base_layout(const PlanOptions& options, const std::string& policy, SyncKi
 // last. Throws InputError when there are fewer layers than chunks.
 std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int ranks);
 
+// Chunks of the given layer counts (options.stage_layers), chunk k on rank k % ranks.
+// Throws InputError naming --stage-layers unless there are `chunks` positive counts summing
+// to the network's layer count.
+std::vector<Stage> stages_from_counts(const model::Network& network, const std::vector<int>& counts, int chunks,
+                                      int ranks);
+
 // Micro-batches per virtual worker from the options (same for every worker).
 int microbatches_per_worker(const PlanOptions& options, int workers, int pipeline);
 
@@ -72,10 +81,16 @@ struct Balanced {
 Balanced balance_stages(const model::Network& network, const Layout& layout,
                         const std::vector<std::vector<int>>& ranks, int microbatches, const CostModel& cost);
 
+// The bottleneck of given chunks on `ranks`, and whether they fit, measured as
+// balance_stages measures its own.
+Balanced measure_stages(const model::Network& network, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        std::vector<Stage> stages, int microbatches, const CostModel& cost);
+
 // Tries every order of the GPU types along the pipeline (ranks of one type stay together)
-// and keeps the one with the smallest bottleneck; reorders `ranks` accordingly.
+// and keeps the one with the smallest bottleneck; reorders `ranks` accordingly. Each order
+// is balanced, or, when `fixed` chunks are given, measured with those cuts.
 Balanced balance_with_order(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
-                            int microbatches, const CostModel& cost);
+                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
 
 // Splits `total` micro-batches over workers in proportion to 1 / bottleneck (largest
 // remainder, at least one each).

@@ -91,6 +91,11 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
     throw InputError("<command line>", 0, o.pipeline != 0 ? "--pipeline" : "--data",
                      "HetPipe policies form virtual workers themselves; leave --pipeline and --data out");
   }
+  if (!o.stage_layers.empty()) {
+    throw InputError("<command line>", 0, "--stage-layers",
+                     "HetPipe policies balance each virtual worker's stages themselves; use --policy uniform or "
+                     "balanced, or a --layout file, for fixed cuts");
+  }
   const std::vector<TypeGroup> types = devices_by_type(cluster, cost);
   std::vector<std::vector<int>> workers;
   if (o.policy == "hetpipe-np") {
