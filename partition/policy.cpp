@@ -27,6 +27,9 @@ const std::vector<PolicyInfo>& policies() {
 
 Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                    const CostModel& cost) {
+  if (!options.layout_file.empty() || options.policy == "layout-file") {
+    return make_layout_file_layout(cluster, network, options, cost);
+  }
   if (options.policy == "uniform") return make_uniform_layout(cluster, network, options, cost);
   if (options.policy == "balanced") return make_balanced_layout(cluster, network, options, cost);
   if (options.policy.rfind("hetpipe-", 0) == 0) {
@@ -36,7 +39,8 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   }
   std::string names;
   for (const PolicyInfo& p : policies()) names += (names.empty() ? "" : ", ") + p.name;
-  throw InputError("<command line>", 0, "--policy", "expected one of " + names + ", found '" + options.policy + "'");
+  throw InputError("<command line>", 0, "--policy",
+                   "expected one of " + names + " (or layout-file, with --layout), found '" + options.policy + "'");
 }
 
 namespace policy_detail {

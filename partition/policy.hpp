@@ -26,6 +26,9 @@ struct PlanOptions {
   // Layers per chunk in model order (pipeline x virtual stages counts summing to the layer
   // count): fixed cuts for uniform and balanced. Empty: the policy cuts.
   std::vector<int> stage_layers;
+  // A layout file (--layout): the user's own virtual workers, devices and cuts; policy
+  // layout-file. Empty: none.
+  std::string layout_file;
   std::string schedule = "1f1b";
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
@@ -42,6 +45,8 @@ struct PolicyInfo {
   std::string name;
   std::string description;
 };
+// The policies that build a layout from the options alone. Beside them, policy layout-file
+// reads the user's own layout (PlanOptions::layout_file; see partition/layout_file.hpp).
 const std::vector<PolicyInfo>& policies();
 
 // Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not
@@ -114,5 +119,7 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
                             const CostModel& cost);
 Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                            const CostModel& cost);
+Layout make_layout_file_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                               const CostModel& cost);
 
 }  // namespace hetflow::partition

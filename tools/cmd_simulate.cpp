@@ -15,6 +15,7 @@
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
+#include "tools/plan_summary.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -174,7 +175,8 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
     return result.completed ? 0 : 4;
   }
 
-  out << "simulated " << plan.network_name << " on " << plan.cluster_name << ": " << m.iterations << " iteration"
+  print_layout(out, plan);  // what ran: a layout the user brought, or the policy's
+  out << "\nsimulated " << plan.network_name << " on " << plan.cluster_name << ": " << m.iterations << " iteration"
       << (m.iterations == 1 ? "" : "s") << (m.iterations > 1 ? " (the first excluded from steady-state figures)" : "")
       << ", " << result.activities << " activities in " << u::human_time_s(result.wall_s) << " of host time\n";
   if (!result.completed) {

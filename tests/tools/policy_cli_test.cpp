@@ -1,4 +1,5 @@
-// Policies as a user runs them: uneven cuts (--stage-layers), ps and wsp with every policy.
+// Policies as a user runs them: layouts users bring (--layout FILE), uneven cuts
+// (--stage-layers), ps and wsp with every policy.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -6,6 +7,7 @@
 #include "tests/tools/run_hetflow.hpp"
 
 using hetflow::test_support::run_hetflow;
+using hetflow::test_support::write_file;
 
 namespace {
 
@@ -14,6 +16,45 @@ const std::string kData = std::string(HETFLOW_SOURCE_DIR) + "/tests/tools/data/"
 const std::string kMixed = "--cluster " + kData + "mixed_v100_t4.yaml --model gpt:layers=24,hidden=1024,heads=16,seq=1024";
 
 }  // namespace
+
+TEST(LayoutCli, SimulatesTheUsersLayoutOnAMixedCluster) {
+  // Worker i: GPU i of every node in node order, cut 0-6, 7-13, 14-19, 20-25.
+  const auto r = run_hetflow("simulate --layout " + kData + "mixed_v100_t4_layout.yaml " + kMixed);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("policy layout-file"), std::string::npos) << r.out;
+  for (const char* gpu : {"gpu0", "gpu1", "gpu2", "gpu3"}) {
+    const std::string s(gpu);
+    for (const std::string& line : {"layers   0-6    on v100-0/" + s, "layers   7-13   on v100-1/" + s,
+                                    "layers  14-19   on v100-2/" + s, "layers  20-25   on t4/" + s}) {
+      EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+    }
+  }
+  EXPECT_NE(r.out.find("simulated gpt:layers=24"), std::string::npos) << r.out;
+}
+
+TEST(LayoutCli, BadLayoutFileExits2AtFileLineAndField) {
+  const std::string path = write_file("bad-layout.yaml", R"(workers:
+  - stages:
+      - {devices: [v100-0/gpu0], layers: 0-12}
+      - {devices: [v100-0/gpu7], layers: 13-25}
+)");
+  const auto r = run_hetflow("plan --layout " + path + " " + kMixed);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("bad-layout.yaml:4: workers[0].stages[1].devices[0]: unknown device 'v100-0/gpu7'; nearest known: "),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(LayoutCli, OptionsTheLayoutReplacesAreRefused) {
+  const std::string layout = "--layout " + kData + "mixed_v100_t4_layout.yaml " + kMixed;
+  for (const char* option : {"--policy", "--pipeline", "--data", "--tensor", "--stage-layers"}) {
+    const std::string name = option;
+    const std::string value = name == "--policy" ? " balanced" : name == "--stage-layers" ? " 13,13" : " 2";
+    const auto r = run_hetflow("plan " + layout + " " + option + value);
+    EXPECT_EQ(r.status, 2) << option;
+    EXPECT_NE(r.err.find(std::string(option) + ": cannot be combined with --layout"), std::string::npos) << r.err;
+  }
+}
 
 TEST(StageLayersCli, UniformTakesUnevenCuts) {
   const auto r = run_hetflow("plan " + kMixed + " --pipeline 4 --data 1 --stage-layers 4,8,8,6");
