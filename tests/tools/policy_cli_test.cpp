@@ -32,6 +32,16 @@ TEST(LayoutCli, SimulatesTheUsersLayoutOnAMixedCluster) {
   EXPECT_NE(r.out.find("simulated gpt:layers=24"), std::string::npos) << r.out;
 }
 
+TEST(LayoutCli, TensorParallelStagesTakeTheRestOfTheGlobalBatch) {
+  // The README's example: worker 0 gives 8 micro-batches, worker 1 gets the other 24 - 8.
+  const auto r = run_hetflow("plan --layout " + kData + "tensor_parallel_layout.yaml " + kMixed + " --global-batch 24 --sync wsp");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tensor 2, 2 virtual workers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("virtual worker 0: 3 ranks, 8 micro-batches"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("virtual worker 1: 2 ranks, 16 micro-batches"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers  18-25   on t4/gpu0,t4/gpu1"), std::string::npos) << r.out;
+}
+
 TEST(LayoutCli, BadLayoutFileExits2AtFileLineAndField) {
   const std::string path = write_file("bad-layout.yaml", R"(workers:
   - stages:
