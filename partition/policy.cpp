@@ -27,6 +27,9 @@ const std::vector<PolicyInfo>& policies() {
 
 Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                    const CostModel& cost) {
+  if (!options.layout_file.empty() || options.policy == "layout-file") {
+    return make_layout_file_layout(cluster, network, options, cost);
+  }
   if (options.policy == "uniform") return make_uniform_layout(cluster, network, options, cost);
   if (options.policy == "balanced") return make_balanced_layout(cluster, network, options, cost);
   if (options.policy.rfind("hetpipe-", 0) == 0) {
@@ -36,7 +39,8 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   }
   std::string names;
   for (const PolicyInfo& p : policies()) names += (names.empty() ? "" : ", ") + p.name;
-  throw InputError("<command line>", 0, "--policy", "expected one of " + names + ", found '" + options.policy + "'");
+  throw InputError("<command line>", 0, "--policy",
+                   "expected one of " + names + " (or layout-file, with --layout), found '" + options.policy + "'");
 }
 
 namespace policy_detail {
@@ -110,6 +114,27 @@ std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int
   return stages;
 }
 
+std::vector<Stage> stages_from_counts(const model::Network& network, const std::vector<int>& counts, int chunks,
+                                      int ranks) {
+  const auto fail = [](const std::string& message) { throw InputError("<command line>", 0, "--stage-layers", message); };
+  if (static_cast<int>(counts.size()) != chunks) {
+    fail("expected " + std::to_string(chunks) + " layer counts (pipeline x virtual stages), found " +
+         std::to_string(counts.size()));
+  }
+  std::vector<Stage> stages;
+  int begin = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] < 1) fail("expected positive layer counts, found " + std::to_string(counts[k]));
+    stages.push_back(Stage{begin, begin + counts[k], static_cast<int>(k) % ranks});
+    begin += counts[k];
+  }
+  if (begin != static_cast<int>(network.layers.size())) {
+    fail("the counts add up to " + std::to_string(begin) + " layers, but " + network.name + " has " +
+         std::to_string(network.layers.size()));
+  }
+  return stages;
+}
+
 int microbatches_per_worker(const PlanOptions& o, int workers, int pipeline) {
   if (o.global_batch > 0 && o.microbatches > 0) {
     throw InputError("<command line>", 0, "--microbatches", "give either --global-batch or --microbatches, not both");
@@ -155,39 +180,68 @@ Prefix prefix_sums(const model::Network& net, const Layout& layout) {
 }
 }  // namespace
 
-Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
-                        int microbatches, const CostModel& cost) {
-  const int p = static_cast<int>(ranks.size());
-  const int v = layout.virtual_stages;
-  const int chunks = p * v;
-  const Prefix pre = prefix_sums(net, layout);
-  const auto in_flight = peak_in_flight(schedule_by_name(layout.schedule).build(p, microbatches, v), v);
-  const double e = model::element_bytes(layout.precision);
-  const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
-  const double state_per_param = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
-                                 (hosts_optimizer ? model::adam_state_bytes(layout.precision) : 0);
+namespace {
+// One pipeline's chunk costs, as the balancer sees them: per micro-batch time (forward,
+// backward, recomputation, the outgoing transfer) and whether a chunk fits its rank's memory.
+class ChunkCost {
+ public:
+  ChunkCost(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+            int microbatches, const CostModel& cost)
+      : net_(net), layout_(layout), ranks_(ranks), cost_(cost), pre_(prefix_sums(net, layout)),
+        p_(static_cast<int>(ranks.size())), chunks_(p_ * layout.virtual_stages),
+        in_flight_(peak_in_flight(schedule_by_name(layout.schedule).build(p_, microbatches, layout.virtual_stages),
+                                  layout.virtual_stages)) {
+    const double e = model::element_bytes(layout.precision);
+    const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
+    state_per_param_ = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
+                       (hosts_optimizer ? model::adam_state_bytes(layout.precision) : 0);
+  }
 
-  auto stage_time = [&](int k, int a, int b) {
-    const int device = ranks[static_cast<size_t>(k % p)].front();
-    const double flops_f = pre.range(pre.forward, a, b);
-    const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
-    double t = cost.compute_time_s(device, flops_f) + cost.compute_time_s(device, flops_b);
-    if (k + 1 < chunks) {
-      const int next = ranks[static_cast<size_t>((k + 1) % p)].front();
-      t += cost.transfer_time_s(device, next, net.cut_bytes(static_cast<size_t>(b)) * layout.micro_batch_size / layout.tensor);
+  int chunks() const { return chunks_; }
+
+  double time_s(int k, int a, int b) const {
+    const int device = ranks_[static_cast<size_t>(k % p_)].front();
+    const double flops_f = pre_.range(pre_.forward, a, b);
+    const double flops_b = pre_.range(pre_.backward, a, b) + pre_.range(pre_.recompute, a, b);
+    double t = cost_.compute_time_s(device, flops_f) + cost_.compute_time_s(device, flops_b);
+    if (k + 1 < chunks_) {
+      const int next = ranks_[static_cast<size_t>((k + 1) % p_)].front();
+      t += cost_.transfer_time_s(device, next,
+                                 net_.cut_bytes(static_cast<size_t>(b)) * layout_.micro_batch_size / layout_.tensor);
     }
     return t;
-  };
-  auto fits = [&](int k, int a, int b) {
-    const int r = k % p;
-    const int device = ranks[static_cast<size_t>(r)].front();
-    const double params = pre.range(pre.params_split, a, b) + (a == 0 ? 0 : pre.range(pre.tied_split, a, b));
-    const double held = in_flight[static_cast<size_t>(r)][static_cast<size_t>(k / p)];
-    const double bytes = params * state_per_param + held * pre.range(pre.stash, a, b);
+  }
+
+  bool fits(int k, int a, int b) const {
+    const int r = k % p_;
+    const int device = ranks_[static_cast<size_t>(r)].front();
+    const double params = pre_.range(pre_.params_split, a, b) + (a == 0 ? 0 : pre_.range(pre_.tied_split, a, b));
+    const double held = in_flight_[static_cast<size_t>(r)][static_cast<size_t>(k / p_)];
+    const double bytes = params * state_per_param_ + held * pre_.range(pre_.stash, a, b);
     // With v chunks per rank, each chunk gets 1/v of what the workspace leaves.
-    return bytes <= (cost.memory_capacity_bytes(device) - layout.workspace_bytes) / v;
-  };
-  PartitionProblem problem{static_cast<int>(net.layers.size()), chunks, stage_time, fits};
+    return bytes <= (cost_.memory_capacity_bytes(device) - layout_.workspace_bytes) / layout_.virtual_stages;
+  }
+
+ private:
+  const model::Network& net_;
+  const Layout& layout_;
+  const std::vector<std::vector<int>>& ranks_;
+  const CostModel& cost_;
+  Prefix pre_;
+  int p_, chunks_;
+  std::vector<std::vector<int>> in_flight_;
+  double state_per_param_ = 0;
+};
+}  // namespace
+
+Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        int microbatches, const CostModel& cost) {
+  const ChunkCost chunk(net, layout, ranks, microbatches, cost);
+  const int chunks = chunk.chunks();
+  const int p = static_cast<int>(ranks.size());
+  PartitionProblem problem{static_cast<int>(net.layers.size()), chunks,
+                           [&](int k, int a, int b) { return chunk.time_s(k, a, b); },
+                           [&](int k, int a, int b) { return chunk.fits(k, a, b); }};
   Balanced out;
   std::optional<Partition> best = partition_min_bottleneck(problem);
   if (!best) {
@@ -206,8 +260,21 @@ Balanced balance_stages(const model::Network& net, const Layout& layout, const s
   return out;
 }
 
+Balanced measure_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        std::vector<Stage> stages, int microbatches, const CostModel& cost) {
+  const ChunkCost chunk(net, layout, ranks, microbatches, cost);
+  Balanced out;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const Stage& s = stages[k];
+    out.bottleneck_s = std::max(out.bottleneck_s, chunk.time_s(static_cast<int>(k), s.layer_begin, s.layer_end));
+    out.fits = out.fits && chunk.fits(static_cast<int>(k), s.layer_begin, s.layer_end);
+  }
+  out.stages = std::move(stages);
+  return out;
+}
+
 Balanced balance_with_order(const model::Network& net, const Layout& layout, std::vector<std::vector<int>>& ranks,
-                            int microbatches, const CostModel& cost) {
+                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed) {
   // Group ranks by the GPU type of their devices, keeping first-seen order.
   std::vector<std::string> types;
   std::map<std::string, std::vector<std::vector<int>>> by_type;
@@ -227,7 +294,8 @@ Balanced balance_with_order(const model::Network& net, const Layout& layout, std
     for (int i : order) {
       for (const auto& rank : by_type[types[static_cast<size_t>(i)]]) candidate.push_back(rank);
     }
-    Balanced b = balance_stages(net, layout, candidate, microbatches, cost);
+    Balanced b = fixed.empty() ? balance_stages(net, layout, candidate, microbatches, cost)
+                               : measure_stages(net, layout, candidate, fixed, microbatches, cost);
     const bool better = !best || (b.fits && !best->fits) ||
                         (b.fits == best->fits && b.bottleneck_s < best->bottleneck_s);
     if (better) {
@@ -261,6 +329,55 @@ std::vector<int> split_microbatches(int total, const std::vector<double>& bottle
     --assigned;
   }
   return out;
+}
+
+namespace {
+// One server per node: its first GPU, or with `used_only` its first device that the layout
+// runs on (nodes the layout does not use get none).
+std::vector<int> node_servers(const model::Cluster& cluster, const Layout& layout, bool used_only) {
+  const std::vector<model::Device> devices = cluster.devices();
+  std::vector<int> first(cluster.nodes.size(), -1);
+  auto offer = [&](int id) {
+    int& f = first[static_cast<size_t>(devices[static_cast<size_t>(id)].node)];
+    if (f < 0 || id < f) f = id;
+  };
+  if (used_only) {
+    for (const VirtualWorker& w : layout.workers) {
+      for (const auto& rank : w.ranks) {
+        for (int d : rank) offer(d);
+      }
+    }
+  } else {
+    for (const model::Device& d : devices) {
+      if (d.local_rank == 0) offer(d.id);
+    }
+  }
+  std::erase(first, -1);
+  return first;
+}
+}  // namespace
+
+void place_layer_servers(Layout& layout, const model::Cluster& cluster, const model::Network& network,
+                         ServerPlacement placement) {
+  if (layout.sync.kind == SyncKind::allreduce) return;
+  std::vector<int>& server = layout.sync.layer_server;
+  server.assign(network.layers.size(), 0);
+  if (placement == ServerPlacement::local) {
+    // Under ED every virtual worker runs a stage on the same GPU type, i.e. the same node.
+    const VirtualWorker& first = layout.workers.front();
+    for (const Stage& s : first.stages) {
+      const int device = first.ranks[static_cast<size_t>(s.rank)].front();
+      for (int l = s.layer_begin; l < s.layer_end; ++l) server[static_cast<size_t>(l)] = device;
+    }
+    return;
+  }
+  const std::vector<int> servers = node_servers(cluster, layout, placement == ServerPlacement::used_nodes);
+  std::vector<double> load(servers.size(), 0);
+  for (size_t l = 0; l < network.layers.size(); ++l) {
+    const size_t i = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    server[l] = servers[i];
+    load[i] += network.layers[l].params + 1;  // +1: parameter-free layers spread too
+  }
 }
 
 }  // namespace policy_detail

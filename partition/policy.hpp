@@ -23,6 +23,12 @@ struct PlanOptions {
   int micro_batch = 1;
   int global_batch = 0;  // samples per iteration over all virtual workers
   int microbatches = 0;  // per virtual worker; default 2 x pipeline depth (when no global batch)
+  // Layers per chunk in model order (pipeline x virtual stages counts summing to the layer
+  // count): fixed cuts for uniform and balanced. Empty: the policy cuts.
+  std::vector<int> stage_layers;
+  // A layout file (--layout): the user's own virtual workers, devices and cuts; policy
+  // layout-file. Empty: none.
+  std::string layout_file;
   std::string schedule = "1f1b";
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
@@ -39,6 +45,8 @@ struct PolicyInfo {
   std::string name;
   std::string description;
 };
+// The policies that build a layout from the options alone. Beside them, policy layout-file
+// reads the user's own layout (PlanOptions::layout_file; see partition/layout_file.hpp).
 const std::vector<PolicyInfo>& policies();
 
 // Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not
@@ -57,6 +65,12 @@ Layout base_layout(const PlanOptions& options, const std::string& policy, SyncKi
 // last. Throws InputError when there are fewer layers than chunks.
 std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int ranks);
 
+// Chunks of the given layer counts (options.stage_layers), chunk k on rank k % ranks.
+// Throws InputError naming --stage-layers unless there are `chunks` positive counts summing
+// to the network's layer count.
+std::vector<Stage> stages_from_counts(const model::Network& network, const std::vector<int>& counts, int chunks,
+                                      int ranks);
+
 // Micro-batches per virtual worker from the options (same for every worker).
 int microbatches_per_worker(const PlanOptions& options, int workers, int pipeline);
 
@@ -72,14 +86,30 @@ struct Balanced {
 Balanced balance_stages(const model::Network& network, const Layout& layout,
                         const std::vector<std::vector<int>>& ranks, int microbatches, const CostModel& cost);
 
+// The bottleneck of given chunks on `ranks`, and whether they fit, measured as
+// balance_stages measures its own.
+Balanced measure_stages(const model::Network& network, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        std::vector<Stage> stages, int microbatches, const CostModel& cost);
+
 // Tries every order of the GPU types along the pipeline (ranks of one type stay together)
-// and keeps the one with the smallest bottleneck; reorders `ranks` accordingly.
+// and keeps the one with the smallest bottleneck; reorders `ranks` accordingly. Each order
+// is balanced, or, when `fixed` chunks are given, measured with those cuts.
 Balanced balance_with_order(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
-                            int microbatches, const CostModel& cost);
+                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
 
 // Splits `total` micro-batches over workers in proportion to 1 / bottleneck (largest
 // remainder, at least one each).
 std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s);
+
+// Where ps and wsp keep each layer's parameters and optimizer state
+// (Layout::sync.layer_server, one device per layer); allreduce layouts are left alone.
+enum class ServerPlacement {
+  every_node,  // HetPipe: the first GPU of every node; layers to the least loaded by parameters
+  used_nodes,  // the same over the nodes the layout runs on, each at its first device there
+  local,       // each layer on the device that runs it in the first virtual worker (ED-local)
+};
+void place_layer_servers(Layout& layout, const model::Cluster& cluster, const model::Network& network,
+                         ServerPlacement placement);
 
 }  // namespace policy_detail
 
@@ -89,5 +119,7 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
                             const CostModel& cost);
 Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                            const CostModel& cost);
+Layout make_layout_file_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                               const CostModel& cost);
 
 }  // namespace hetflow::partition

@@ -81,23 +81,6 @@ std::vector<std::vector<int>> form_hd(std::vector<TypeGroup> types) {
   return out;
 }
 
-// Parameter servers: one per node (its first GPU), layers assigned greedily to the least
-// loaded node by parameter count.
-std::vector<int> spread_servers(const model::Cluster& cluster, const model::Network& network) {
-  std::vector<int> first_gpu;
-  for (const model::Device& d : cluster.devices()) {
-    if (d.local_rank == 0) first_gpu.push_back(d.id);
-  }
-  std::vector<double> load(first_gpu.size(), 0);
-  std::vector<int> server(network.layers.size());
-  for (size_t l = 0; l < network.layers.size(); ++l) {
-    const size_t node = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    server[l] = first_gpu[node];
-    load[node] += network.layers[l].params + 1;  // +1: parameter-free layers spread too
-  }
-  return server;
-}
-
 }  // namespace
 
 Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
@@ -107,6 +90,11 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
   if (o.pipeline != 0 || o.data != 0) {
     throw InputError("<command line>", 0, o.pipeline != 0 ? "--pipeline" : "--data",
                      "HetPipe policies form virtual workers themselves; leave --pipeline and --data out");
+  }
+  if (!o.stage_layers.empty()) {
+    throw InputError("<command line>", 0, "--stage-layers",
+                     "HetPipe policies balance each virtual worker's stages themselves; use --policy uniform or "
+                     "balanced, or a --layout file, for fixed cuts");
   }
   const std::vector<TypeGroup> types = devices_by_type(cluster, cost);
   std::vector<std::vector<int>> workers;
@@ -133,19 +121,9 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
   const std::vector<int> split = policy_detail::split_microbatches(m * static_cast<int>(workers.size()), bottlenecks);
   for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
 
-  if (layout.sync.kind != SyncKind::allreduce) {
-    if (o.policy == "hetpipe-ed-local") {
-      // Each layer's parameters live with the GPU that runs it in the first virtual worker:
-      // under ED every virtual worker runs that stage on the same GPU type, i.e. the same node.
-      layout.sync.layer_server.assign(network.layers.size(), 0);
-      for (const Stage& s : layout.workers.front().stages) {
-        const int device = layout.workers.front().ranks[static_cast<size_t>(s.rank)].front();
-        for (int l = s.layer_begin; l < s.layer_end; ++l) layout.sync.layer_server[static_cast<size_t>(l)] = device;
-      }
-    } else {
-      layout.sync.layer_server = spread_servers(cluster, network);
-    }
-  }
+  policy_detail::place_layer_servers(layout, cluster, network,
+                                     o.policy == "hetpipe-ed-local" ? policy_detail::ServerPlacement::local
+                                                                    : policy_detail::ServerPlacement::every_node);
   return layout;
 }
 

@@ -1,5 +1,7 @@
 // Megatron-LM's layout: ranks ordered tensor (innermost), then data, then pipeline, so a
-// tensor-parallel group sits inside a node; equal layers per stage.
+// tensor-parallel group sits inside a node; equal layers per stage, or the --stage-layers
+// cuts. `balanced` keeps the groups but balances the stages (or orders GPU types for the
+// given cuts).
 #include "model/error.hpp"
 #include "partition/policy.hpp"
 
@@ -40,33 +42,36 @@ static std::vector<std::vector<std::vector<int>>> megatron_ranks(const Grid& g) 
 Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
                            const CostModel&) {
   Layout layout = policy_detail::base_layout(o, "uniform", SyncKind::allreduce);
-  if (layout.sync.kind != SyncKind::allreduce) {
-    throw InputError("<command line>", 0, "--sync", "policy uniform synchronises with allreduce; use a hetpipe policy for ps/wsp");
-  }
   const Grid g = choose_grid(cluster, o);
   const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
-  const std::vector<Stage> stages = policy_detail::uniform_stages(network, g.pipeline * o.virtual_stages, g.pipeline);
+  const int chunks = g.pipeline * o.virtual_stages;
+  const std::vector<Stage> stages = o.stage_layers.empty()
+                                        ? policy_detail::uniform_stages(network, chunks, g.pipeline)
+                                        : policy_detail::stages_from_counts(network, o.stage_layers, chunks, g.pipeline);
   for (auto& ranks : megatron_ranks(g)) layout.workers.push_back(VirtualWorker{std::move(ranks), stages, m});
+  policy_detail::place_layer_servers(layout, cluster, network, policy_detail::ServerPlacement::used_nodes);
   return layout;
 }
 
 Layout make_balanced_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
                             const CostModel& cost) {
   Layout layout = policy_detail::base_layout(o, "balanced", SyncKind::allreduce);
-  if (layout.sync.kind != SyncKind::allreduce) {
-    throw InputError("<command line>", 0, "--sync", "policy balanced synchronises with allreduce; use a hetpipe policy for ps/wsp");
-  }
   const Grid g = choose_grid(cluster, o);
   const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
+  const std::vector<Stage> fixed =
+      o.stage_layers.empty()
+          ? std::vector<Stage>{}
+          : policy_detail::stages_from_counts(network, o.stage_layers, g.pipeline * o.virtual_stages, g.pipeline);
   std::vector<double> bottlenecks;
   for (auto& ranks : megatron_ranks(g)) {
-    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost);
+    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost, fixed);
     bottlenecks.push_back(b.bottleneck_s);
     layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
   }
   // Faster virtual workers take more of the global batch.
   const std::vector<int> split = policy_detail::split_microbatches(m * g.data, bottlenecks);
   for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
+  policy_detail::place_layer_servers(layout, cluster, network, policy_detail::ServerPlacement::used_nodes);
   return layout;
 }
 

@@ -14,6 +14,8 @@
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
+#include "tools/plan_summary.hpp"
+#include "tools/plan_summary.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -164,7 +166,8 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
 
 void report_text(std::ostream& out, const sim::SimResult& result, const traces::Metrics& m,
                  const partition::Estimate& analytic, const partition::Plan& plan) {
-  out << "simulated " << plan.network.name << " on " << plan.cluster.name << ": " << m.iterations << " iteration"
+  print_layout(out, plan);  // what ran: a layout the user brought, or the policy's
+  out << "\nsimulated " << plan.network.name << " on " << plan.cluster.name << ": " << m.iterations << " iteration"
       << (m.iterations == 1 ? "" : "s") << (m.iterations > 1 ? " (the first excluded from steady-state figures)" : "")
       << ", " << result.activities << " activities in " << u::human_time_s(result.wall_s) << " of host time\n";
   out << std::fixed << std::setprecision(3);

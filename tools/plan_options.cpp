@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -16,11 +18,13 @@ void add_plan_options(po::options_description& options) {
   add_cluster_model_options(options);
   options.add_options()
       ("policy", po::value<std::string>()->default_value("uniform"),
-       "uniform | balanced | hetpipe-np | hetpipe-ed | hetpipe-hd | hetpipe-ed-local")
+       "uniform | balanced | hetpipe-np | hetpipe-ed | hetpipe-hd | hetpipe-ed-local (layout-file: see --layout)")
+      ("layout", po::value<std::string>(), "your own layout: a YAML file of virtual workers and stages (policy layout-file)")
       ("tensor", po::value<int>()->default_value(1), "tensor-parallel degree t")
       ("pipeline", po::value<int>()->default_value(0), "pipeline ranks per virtual worker (uniform/balanced; default 1)")
       ("data", po::value<int>()->default_value(0), "virtual workers (data-parallel size; default: all devices used)")
       ("virtual-stages", po::value<int>()->default_value(1), "model chunks per rank (--schedule interleaved)")
+      ("stage-layers", po::value<std::string>(), "layers per stage in model order, e.g. 7,7,6,10 (uniform/balanced)")
       ("micro-batch", po::value<int>()->default_value(1), "samples per micro-batch")
       ("global-batch", po::value<int>()->default_value(0), "samples per iteration over all virtual workers")
       ("microbatches", po::value<int>()->default_value(0), "micro-batches per virtual worker (default 2 x pipeline)")
@@ -46,6 +50,28 @@ T parse_option(const po::variables_map& vm, const char* name, Parse parse) {
     throw InputError("<command line>", 0, std::string("--") + name, e.what());
   }
 }
+// "7,7,6,10" -> {7, 7, 6, 10}; sizes and sums are the policies' to check.
+std::vector<int> parse_counts(const std::string& text) {
+  std::vector<int> counts;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(' ', used) != std::string::npos) {
+      throw InputError("<command line>", 0, "--stage-layers",
+                       "expected layer counts separated by commas, e.g. 7,7,6,10, found '" + text + "'");
+    }
+    counts.push_back(value);
+  }
+  if (counts.empty()) throw InputError("<command line>", 0, "--stage-layers", "expected layer counts, e.g. 7,7,6,10");
+  return counts;
+}
 }  // namespace
 
 partition::PlanOptions read_plan_options(const po::variables_map& vm) {
@@ -59,6 +85,8 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.global_batch = vm["global-batch"].as<int>();
   o.microbatches = vm["microbatches"].as<int>();
   o.schedule = vm["schedule"].as<std::string>();
+  if (vm.count("stage-layers")) o.stage_layers = parse_counts(vm["stage-layers"].as<std::string>());
+  if (vm.count("layout")) o.layout_file = vm["layout"].as<std::string>();
   o.recompute = parse_option<partition::Recompute>(vm, "recompute", partition::parse_recompute);
   o.sequence_parallel = vm.count("sequence-parallel") > 0;
   if (vm.count("sync")) o.sync = parse_option<partition::SyncKind>(vm, "sync", partition::parse_sync);

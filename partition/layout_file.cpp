@@ -1,0 +1,187 @@
+#include "partition/layout_file.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "model/error.hpp"
+#include "model/gpu.hpp"
+#include "model/yaml_util.hpp"
+
+namespace hetflow::partition {
+
+namespace {
+
+namespace yu = model::yaml_util;
+
+// "FIRST-LAST" or "N" (spaces allowed around the dash) -> {first, last}; false otherwise.
+bool parse_range(std::string text, int& first, int& last) {
+  std::erase_if(text, [](unsigned char c) { return std::isspace(c); });
+  const auto number = [](std::string_view s, int& out) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+  };
+  const size_t dash = text.find('-', 1);
+  if (dash == std::string::npos) return number(text, first) && number(text, last);
+  return number(std::string_view(text).substr(0, dash), first) && number(std::string_view(text).substr(dash + 1), last);
+}
+
+class FileReader {
+ public:
+  FileReader(const std::string& file, const model::Cluster& cluster, const model::Network& network)
+      : file_(file), network_(network), layers_(static_cast<int>(network.layers.size())) {
+    for (const model::Device& d : cluster.devices()) {
+      names_.push_back(d.name);
+      ids_.emplace(d.name, d.id);
+    }
+  }
+
+  void read(const YAML::Node& root, Layout& layout) {
+    const yu::MapReader top(root, file_, "");
+    const YAML::Node workers = top.get("workers");
+    top.finish();
+    top.required("workers");
+    if (!workers.IsSequence() || workers.size() == 0) {
+      top.fail("workers", "expected a list of virtual workers, each with its stages");
+    }
+    for (size_t w = 0; w < workers.size(); ++w) layout.workers.push_back(read_worker(workers[w], w));
+    layout.tensor = tensor_;
+  }
+
+ private:
+  VirtualWorker read_worker(const YAML::Node& node, size_t w) {
+    const std::string path = "workers[" + std::to_string(w) + "]";
+    const yu::MapReader r(node, file_, path);
+    const YAML::Node stages = r.get("stages");
+    r.get("microbatches");
+    r.finish();
+    r.required("stages");
+    if (!stages.IsSequence() || stages.size() == 0) r.fail("stages", "expected a list of stages in model order");
+    VirtualWorker vw;
+    vw.microbatches = r.int_or("microbatches", 0, 1);  // 0: the policy decides
+    int next = 0;  // first layer not yet covered
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const std::string stage_path = path + ".stages[" + std::to_string(k) + "]";
+      const yu::MapReader s(stages[k], file_, stage_path);
+      s.get("devices");
+      s.get("layers");
+      s.finish();
+      vw.ranks.push_back(read_devices(s, stage_path));
+      const auto [first, last] = read_layers(s, next);
+      vw.stages.push_back(Stage{first, last + 1, static_cast<int>(k)});
+      next = last + 1;
+    }
+    if (next != layers_) {
+      const YAML::Node last = stages[stages.size() - 1];
+      throw InputError(file_, yu::line_of(last["layers"]), path + ".stages[" + std::to_string(stages.size() - 1) + "].layers",
+                       range_text(next, layers_ - 1) + " covered by no stage: the last stage ends at " +
+                           std::to_string(next - 1) + ", but " + network_.name + " has " + std::to_string(layers_) +
+                           " layers (0-" + std::to_string(layers_ - 1) + ")");
+    }
+    return vw;
+  }
+
+  std::vector<int> read_devices(const yu::MapReader& s, const std::string& stage_path) {
+    const YAML::Node list = s.required("devices");
+    const std::string field = s.field("devices");
+    std::vector<YAML::Node> items;
+    if (list.IsScalar()) {
+      items.push_back(list);  // one device, written without brackets
+    } else if (list.IsSequence()) {
+      for (const YAML::Node& item : list) items.push_back(item);
+    }
+    if (items.empty()) {
+      s.fail("devices", std::string("expected a list of device names (as `hetflow describe` prints them), found ") +
+                            (list.IsSequence() ? "an empty list" : "a mapping"));
+    }
+    std::vector<int> ids;
+    for (size_t j = 0; j < items.size(); ++j) {
+      const std::string item_field = list.IsScalar() ? field : field + "[" + std::to_string(j) + "]";
+      const std::string name = yu::scalar(items[j], file_, item_field);
+      const int line = yu::line_of(items[j]);
+      const auto it = ids_.find(name);
+      if (it == ids_.end()) {
+        std::string hint;
+        for (const std::string& n : model::nearest_names(name, names_)) hint += (hint.empty() ? "" : ", ") + n;
+        throw InputError(file_, line, item_field, "unknown device '" + name + "'; nearest known: " + hint);
+      }
+      const auto [seen, fresh] = used_.emplace(it->second, stage_path + " (line " + std::to_string(line) + ")");
+      if (!fresh) throw InputError(file_, line, item_field, "device " + name + " is used twice: also in " + seen->second);
+      ids.push_back(it->second);
+    }
+    check_tensor(static_cast<int>(ids.size()), s, stage_path);
+    return ids;
+  }
+
+  // Every stage has the same tensor-parallel degree as the first, and it divides the heads.
+  void check_tensor(int t, const yu::MapReader& s, const std::string& stage_path) {
+    const int line = yu::line_of(s.get("devices"));
+    if (tensor_ == 0) {
+      tensor_ = t;
+      first_stage_ = stage_path;
+      for (const model::Layer& l : network_.layers) {
+        if (l.tp_splittable && l.tp_units > 0 && l.tp_units % t != 0) {
+          throw InputError(file_, line, s.field("devices"),
+                           std::to_string(t) + " devices per stage (tensor parallel) must divide the " +
+                               std::to_string(l.tp_units) + " attention heads (or KV groups) of " + l.name);
+        }
+      }
+    } else if (t != tensor_) {
+      throw InputError(file_, line, s.field("devices"),
+                       std::to_string(t) + " device" + (t == 1 ? "" : "s") + ", but " + first_stage_ + " has " +
+                           std::to_string(tensor_) +
+                           ": stages with different tensor-parallel degrees are not supported yet");
+    }
+  }
+
+  // Reads "FIRST-LAST" and checks that it continues the coverage at layer `next`.
+  std::pair<int, int> read_layers(const yu::MapReader& s, int next) const {
+    const std::string text = yu::scalar(s.required("layers"), file_, s.field("layers"));
+    int first = 0, last = 0;
+    if (!parse_range(text, first, last) || first < 0 || first > last) {
+      s.fail("layers", "expected a layer range FIRST-LAST (inclusive, FIRST <= LAST) or one layer N, found '" + text + "'");
+    }
+    if (last >= layers_) {
+      s.fail("layers", "layer " + std::to_string(last) + " is out of range: " + network_.name + " has " +
+                           std::to_string(layers_) + " layers, 0-" + std::to_string(layers_ - 1));
+    }
+    if (first > next) {
+      s.fail("layers", range_text(next, first - 1) + " covered by no stage: this stage starts at " + std::to_string(first) +
+                           (next == 0 ? ", the first must start at 0" : ", the one before ends at " + std::to_string(next - 1)));
+    }
+    if (first < next) {
+      s.fail("layers", "overlaps the stage before: it starts at " + std::to_string(first) + ", but layers up to " +
+                           std::to_string(next - 1) + " are already covered");
+    }
+    return {first, last};
+  }
+
+  static std::string range_text(int first, int last) {
+    return first == last ? "layer " + std::to_string(first) + " is"
+                         : "layers " + std::to_string(first) + "-" + std::to_string(last) + " are";
+  }
+
+  const std::string& file_;
+  const model::Network& network_;
+  int layers_;
+  std::vector<std::string> names_;
+  std::map<std::string, int> ids_;
+  std::map<int, std::string> used_;  // device -> where it was first used
+  int tensor_ = 0;                   // devices per stage, from the first stage
+  std::string first_stage_;
+};
+
+}  // namespace
+
+Layout read_layout_file(const std::string& text, const std::string& file, const model::Cluster& cluster,
+                        const model::Network& network, Layout base) {
+  base.workers.clear();
+  FileReader(file, cluster, network).read(model::yaml_util::load(text, file), base);
+  return base;
+}
+
+}  // namespace hetflow::partition
