@@ -97,10 +97,10 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
     for (int t : order.cycle) message += "\n  " + describe_task(plan, t);
     throw PlanError(message);
   }
-  const size_t units = order.units.size();
+  const size_t units = order.unit_count();
   const int iterations = std::max(1, plan.iterations());
   std::vector<double> duration(units);
-  for (size_t u = 0; u < units; ++u) duration[u] = task_duration_s(plan, cost, order.units[u].front());
+  for (size_t u = 0; u < units; ++u) duration[u] = task_duration_s(plan, cost, order.unit(static_cast<int>(u)).front());
   // Cross-iteration links: each stream's first unit waits for its last one; order edges with
   // an offset (WSP) wait for an earlier iteration of their source.
   std::vector<std::pair<int, int>> wraps;  // (last unit, first unit) per stream
@@ -147,7 +147,7 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
         double& r = ready[static_cast<size_t>(order.successors[static_cast<size_t>(s)])];
         r = std::max(r, finish);
       }
-      for (int t : order.units[uu]) {
+      for (int t : order.unit(u)) {
         const Task& task = plan.tasks[static_cast<size_t>(t)];
         const bool compute_stream = task.kind != TaskKind::send && task.kind != TaskKind::recv &&
                                     (task.kind != TaskKind::collective || task.purpose == Purpose::tensor_parallel ||

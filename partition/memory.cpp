@@ -82,14 +82,26 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
     (t.kind == TensorKind::weight ? m.weights_bytes : t.kind == TensorKind::weight_grad ? m.gradients_bytes
                                                                                          : m.optimizer_bytes) += t.bytes;
   }
-  // Which transient tensors each task allocates (as producer) and frees (as free_after).
-  std::vector<std::vector<int>> allocates(plan.tasks.size()), frees(plan.tasks.size());
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    const Tensor& t = plan.tensors[i];
-    if (is_persistent(t.kind)) continue;
-    if (t.producer >= 0) allocates[static_cast<size_t>(t.producer)].push_back(static_cast<int>(i));
-    if (t.free_after >= 0) frees[static_cast<size_t>(t.free_after)].push_back(static_cast<int>(i));
-  }
+  // Which transient tensors each task allocates (as producer) and frees (as free_after), in
+  // two arrays indexed by task (a vector per task would cost a million allocations).
+  const auto by_task = [&](int Tensor::*field) {
+    std::pair<std::vector<int>, std::vector<int>> csr;  // (begin per task + 1, tensors)
+    auto& [begin, ids] = csr;
+    begin.assign(plan.tasks.size() + 1, 0);
+    for (const Tensor& t : plan.tensors) {
+      if (!is_persistent(t.kind) && t.*field >= 0) ++begin[static_cast<size_t>(t.*field) + 1];
+    }
+    for (size_t i = 0; i < plan.tasks.size(); ++i) begin[i + 1] += begin[i];
+    ids.resize(static_cast<size_t>(begin.back()));
+    std::vector<int> fill(begin.begin(), begin.end() - 1);
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const Tensor& t = plan.tensors[i];
+      if (!is_persistent(t.kind) && t.*field >= 0) ids[static_cast<size_t>(fill[static_cast<size_t>(t.*field)]++)] = static_cast<int>(i);
+    }
+    return csr;
+  };
+  const auto [allocate_begin, allocates] = by_task(&Tensor::producer);
+  const auto [free_begin, frees] = by_task(&Tensor::free_after);
   struct Live {
     double stash = 0, buffers = 0;
     int stashes = 0;
@@ -100,8 +112,8 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
   for (int task : task_order) {
     const auto device = static_cast<size_t>(plan.tasks[static_cast<size_t>(task)].device);
     Live& l = live[device];
-    for (int i : allocates[static_cast<size_t>(task)]) {
-      const Tensor& t = plan.tensors[static_cast<size_t>(i)];
+    for (int k = allocate_begin[static_cast<size_t>(task)]; k < allocate_begin[static_cast<size_t>(task) + 1]; ++k) {
+      const Tensor& t = plan.tensors[static_cast<size_t>(allocates[static_cast<size_t>(k)])];
       (is_activation_memory(t.kind) ? l.stash : l.buffers) += t.bytes;
       l.stashes += t.kind == TensorKind::stash;
     }
@@ -111,8 +123,8 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
       memory[device].buffers_bytes = l.buffers;
       memory[device].peak_in_flight = l.stashes;
     }
-    for (int i : frees[static_cast<size_t>(task)]) {
-      const Tensor& t = plan.tensors[static_cast<size_t>(i)];
+    for (int k = free_begin[static_cast<size_t>(task)]; k < free_begin[static_cast<size_t>(task) + 1]; ++k) {
+      const Tensor& t = plan.tensors[static_cast<size_t>(frees[static_cast<size_t>(k)])];
       (is_activation_memory(t.kind) ? l.stash : l.buffers) -= t.bytes;
       l.stashes -= t.kind == TensorKind::stash;
     }

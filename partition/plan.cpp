@@ -43,7 +43,6 @@ bool is_persistent(TensorKind k) {
 int Plan::add_task(const Task& task, std::span<const int> reads_of_task, std::span<const int> writes_of_task) {
   const int id = static_cast<int>(tasks.size());
   tasks.push_back(task);
-  boost::add_vertex(graph);
   ref_begin.push_back(static_cast<std::uint32_t>(refs.size()));
   read_count.push_back(static_cast<std::uint16_t>(reads_of_task.size()));
   write_count.push_back(static_cast<std::uint16_t>(writes_of_task.size()));
@@ -64,7 +63,18 @@ int Plan::add_task(const Task& task, std::span<const int> reads_of_task, std::sp
   return id;
 }
 
-void Plan::link_data() {
+void Plan::finish() {
+  std::vector<std::pair<size_t, size_t>> edges;
+  std::vector<Dependency> properties;
+  edges.reserve(order.size() + refs.size());
+  properties.reserve(order.size() + refs.size());
+  for (const OrderEdge& e : order) {
+    if (e.from < 0 || e.to < 0 || static_cast<size_t>(e.from) >= tasks.size() || static_cast<size_t>(e.to) >= tasks.size()) {
+      continue;  // validation names it
+    }
+    edges.emplace_back(static_cast<size_t>(e.from), static_cast<size_t>(e.to));
+    properties.push_back(Dependency{e.offset, false});
+  }
   for (size_t task = 0; task < tasks.size(); ++task) {
     for (int r : reads(static_cast<int>(task))) {
       if (r < 0 || static_cast<size_t>(r) >= tensors.size()) continue;
@@ -73,9 +83,12 @@ void Plan::link_data() {
           static_cast<size_t>(t.producer) >= tasks.size()) {
         continue;
       }
-      boost::add_edge(static_cast<size_t>(t.producer), task, Dependency{0, true}, graph);
+      edges.emplace_back(static_cast<size_t>(t.producer), task);
+      properties.push_back(Dependency{0, true});
     }
   }
+  graph = TaskGraph(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(), properties.begin(), tasks.size());
+  finished_ = true;
 }
 
 int Plan::add_tensor(const Tensor& tensor) {
@@ -85,7 +98,7 @@ int Plan::add_tensor(const Tensor& tensor) {
 
 void Plan::add_order(int from_task, int to_task, int offset) {
   order.push_back(OrderEdge{from_task, to_task, offset});
-  boost::add_edge(static_cast<size_t>(from_task), static_cast<size_t>(to_task), Dependency{offset, false}, graph);
+  if (finished_) finish();  // an edit after the fact (tests, tools): rare, so rebuilt whole
 }
 
 int Plan::add_channel(const Channel& channel) {

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
 
 #include "model/cluster.hpp"
 #include "model/network.hpp"
@@ -165,7 +165,9 @@ struct Dependency {
   int offset = 0;
   bool data = false;
 };
-using TaskGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property, Dependency>;
+// Compressed sparse rows: the graph is made once from all its edges (Plan::finish), in a few
+// allocations, and read many times (ordering, validation, back ends).
+using TaskGraph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, Dependency>;
 
 struct Plan {
   static constexpr int kFormatVersion = 2;
@@ -181,7 +183,7 @@ struct Plan {
   std::vector<Task> tasks;
   std::vector<Collective> collectives;
   std::vector<OrderEdge> order;  // explicit ordering edges, as added
-  TaskGraph graph;               // data edges (from tensors) and order edges together
+  TaskGraph graph;               // data edges (from tensors) and order edges together (finish())
   // programs[device]: the streams that device uses (in order of first use), each with its
   // task ids in program order. Sparse: a device has a handful of streams out of many names.
   std::vector<std::vector<StreamProgram>> programs;
@@ -193,15 +195,17 @@ struct Plan {
   int device_count() const { return static_cast<int>(device_names.size()); }
   int iterations() const { return layout.iterations; }
 
-  // Adds a task that reads and writes the given tensors (ids of existing tensors), its graph
-  // vertex, and appends it to its device's stream program. A transient tensor it writes
-  // whose producer is unset becomes its product.
+  // Adds a task that reads and writes the given tensors (ids of existing tensors) and
+  // appends it to its device's stream program. A transient tensor it writes whose producer
+  // is unset becomes its product.
   int add_task(const Task& task, std::span<const int> reads = {}, std::span<const int> writes = {});
-  // Adds the data edges the tensor table implies (producer -> each reader of a transient
-  // tensor); call once, after the last task. Skips references out of range (validation
-  // reports them).
-  void link_data();
+  // (Re)builds `graph` from the tasks: the order edges and the data edges the tensor table
+  // implies (producer -> each reader of a transient tensor). Call after the last task is
+  // added, before anything reads the graph; references out of range are skipped (validation
+  // reports them). Building it once at the end is much cheaper than vertex by vertex.
+  void finish();
   int add_tensor(const Tensor& tensor);
+  // Records an order edge; rebuilds the graph when it was already built (finish()).
   void add_order(int from_task, int to_task, int offset = 0);
   int add_channel(const Channel& channel);
   int add_communicator(const Communicator& communicator);
@@ -222,6 +226,9 @@ struct Plan {
   std::vector<int> refs;
   std::vector<std::uint32_t> ref_begin;
   std::vector<std::uint16_t> read_count, write_count;
+
+ private:
+  bool finished_ = false;  // finish() ran: add_order keeps the graph up to date
 };
 
 bool same_plan(const Plan& a, const Plan& b);  // everything, graph edges included

@@ -36,10 +36,11 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
   return w;
 }
 
-Builder::Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost)
-    : cluster_(cluster), net_(net), layout_(layout), cost_(cost), schedule_(schedule_by_name(layout.schedule)) {}
+Builder::Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost,
+                 Plan& plan)
+    : cluster_(cluster), net_(net), layout_(layout), cost_(cost), schedule_(schedule_by_name(layout.schedule)), plan_(plan) {}
 
-Plan Builder::build() {
+void Builder::build() {
   check_layout();
   plan_.cluster = cluster_;
   plan_.network = net_;
@@ -77,6 +78,7 @@ Plan Builder::build() {
     ops_.emplace_back(slots * 3);
     for (auto* v : {&inputs_, &output_grads_, &input_slices_, &grad_slices_}) v->emplace_back(slots, -1);
   }
+  reserve();
   for (size_t w = 0; w < layout_.workers.size(); ++w) add_compute(static_cast<int>(w));
   for (size_t w = 0; w < layout_.workers.size(); ++w) add_pipeline_transfers(static_cast<int>(w));
   if (layout_.sync.kind == SyncKind::allreduce) {
@@ -84,9 +86,8 @@ Plan Builder::build() {
   } else {
     add_parameter_server_sync();
   }
-  plan_.link_data();
+  plan_.finish();
   add_memory();
-  return std::move(plan_);
 }
 
 void Builder::check_layout() const {
@@ -137,6 +138,28 @@ void Builder::check_layout() const {
     if (next != layers) throw InputError("<layout>", 0, where + ".stages", "chunks do not cover every layer");
     if (vw.microbatches < 1) throw InputError("<layout>", 0, where + ".microbatches", "expected at least 1");
   }
+}
+
+// Room for what the iteration will hold, counted from the layout: a million tasks grown one
+// reallocation at a time would be copied twenty times over.
+void Builder::reserve() {
+  const auto t = static_cast<size_t>(layout_.tensor);
+  size_t tasks = 0, tensors = 0;
+  for (const VirtualWorker& vw : layout_.workers) {
+    const size_t ops = vw.stages.size() * static_cast<size_t>(vw.microbatches) * t;
+    tasks += ops * (schedule_.splits_backward ? 3 : 2) * (t > 1 ? 3 : 1) + ops * 4;  // compute (+TP), transfers
+    tensors += ops * 8;
+  }
+  for (const Segment& s : data_parallel_segments()) {
+    tasks += static_cast<size_t>(s.buckets) * t * layout_.workers.size();
+  }
+  tasks += plan_.device_names.size();
+  plan_.tasks.reserve(tasks);
+  plan_.ref_begin.reserve(tasks);
+  plan_.read_count.reserve(tasks);
+  plan_.write_count.reserve(tasks);
+  plan_.refs.reserve(tasks * 2);
+  plan_.tensors.reserve(tensors);
 }
 
 int Builder::stream(const std::string& name) {
@@ -244,14 +267,14 @@ std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorith
   c.bytes = bytes;
   c.communicator = communicator(group_name, devices);
   const int index = static_cast<int>(plan_.collectives.size());
+  c.tasks.reserve(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) {
     Task t = communication(like, TaskKind::collective, purpose, devices[i], bytes);
     t.stream = stream_id;
     t.collective = index;
-    std::vector<int> r, w;
-    if (i < reads.size() && reads[i] >= 0) r.push_back(reads[i]);
-    if (i < writes.size() && writes[i] >= 0) w.push_back(writes[i]);
-    c.tasks.push_back(plan_.add_task(t, r, w));
+    const bool r = i < reads.size() && reads[i] >= 0, w = i < writes.size() && writes[i] >= 0;
+    c.tasks.push_back(plan_.add_task(t, std::span<const int>(reads.data() + i, r ? 1 : 0),
+                                     std::span<const int>(writes.data() + i, w ? 1 : 0)));
   }
   plan_.collectives.push_back(std::move(c));
   return plan_.collectives.back().tasks;
@@ -282,20 +305,16 @@ void Builder::set_free_after(int tensor_id, int task) {
 // Peak memory per device from the tensors' lifetimes in the plan's canonical order.
 void Builder::add_memory() {
   const TaskOrder order = order_tasks(plan_);
-  std::vector<int> tasks;
-  tasks.reserve(plan_.tasks.size());
-  for (int u : order.order) {
-    for (int t : order.units[static_cast<size_t>(u)]) tasks.push_back(t);
-  }
-  plan_.memory = memory_from_lifetimes(plan_, tasks, [this](int d) { return cost_.memory_capacity_bytes(d); });
+  plan_.memory = memory_from_lifetimes(plan_, order.task_sequence(), [this](int d) { return cost_.memory_capacity_bytes(d); });
 }
 
 }  // namespace builder
 
 Plan build_plan(const model::Cluster& cluster, const model::Network& network, const Layout& layout,
                 const CostModel& cost) {
-  builder::Builder b(cluster, network, layout, cost);
-  return b.build();
+  Plan plan;  // built in place: a Boost graph is copied, not moved
+  builder::Builder(cluster, network, layout, cost, plan).build();
+  return plan;
 }
 
 }  // namespace hetflow::partition

@@ -39,10 +39,21 @@ struct OpRecord {
   int input = -1;    // B: the output gradient its compute read (W reads it too)
 };
 
+// A range of layers held by the same chunk (stage_of_worker[w]) in every virtual worker:
+// its gradients are all-reduced together, in `buckets` collectives.
+struct Segment {
+  int begin = 0, end = 0;
+  std::vector<int> stage_of_worker;
+  double bytes = 0;  // gradient bytes per device
+  int buckets = 1;
+};
+
 class Builder {
  public:
-  Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost);
-  Plan build();
+  // Builds into `plan` (empty).
+  Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost,
+          Plan& plan);
+  void build();
 
  private:
   // --- plan_builder.cpp: checks, lookups, shared constructors ---
@@ -87,6 +98,8 @@ class Builder {
 
   // --- plan_builder_sync.cpp ---
   std::map<int, int> last_compute_of_devices() const;
+  std::vector<Segment> data_parallel_segments() const;
+  void reserve();
   void add_allreduce_sync();
   void add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device);
   void add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device);
@@ -98,7 +111,7 @@ class Builder {
   const Layout& layout_;
   const CostModel& cost_;
   const Schedule& schedule_;
-  Plan plan_;
+  Plan& plan_;
   int compute_stream_ = 0;
   std::unordered_map<std::string, int> stream_ids_;
   std::map<std::vector<int>, int> communicator_ids_;

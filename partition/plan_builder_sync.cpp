@@ -35,14 +35,13 @@ std::map<int, int> Builder::last_compute_of_devices() const {
   return last;
 }
 
-void Builder::add_allreduce_sync() {
-  const std::map<int, int> last = last_compute_of_devices();
-  std::map<int, std::vector<int>> syncs_of_device;
-  const int comm = stream("comm");
+// Maximal layer ranges held by the same chunks in every virtual worker, later layers first
+// (their gradients are ready first); each with its gradient bytes per device and buckets.
+// Every device sees the collectives in this one global order, so comm streams cannot deadlock.
+std::vector<Segment> Builder::data_parallel_segments() const {
+  std::vector<Segment> segments;
+  if (layout_.workers.size() < 2) return segments;
   const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
-  // Segments: maximal layer ranges held by the same chunks in every virtual worker. Later
-  // layers first: their gradients are ready first. Every device sees the collectives in
-  // this one global order, so comm streams cannot deadlock.
   const int layers = static_cast<int>(net_.layers.size());
   std::vector<std::vector<int>> holders(static_cast<size_t>(layers));  // per layer, per worker: stage
   for (const VirtualWorker& vw : layout_.workers) {
@@ -52,13 +51,23 @@ void Builder::add_allreduce_sync() {
       }
     }
   }
-  int end = layers;
-  while (end > 0 && layout_.workers.size() > 1) {
+  for (int end = layers; end > 0;) {
     int begin = end - 1;
     while (begin > 0 && holders[static_cast<size_t>(begin - 1)] == holders[static_cast<size_t>(end - 1)]) --begin;
-    const std::vector<int>& stage_of_worker = holders[static_cast<size_t>(end - 1)];
     const double bytes = params_per_device(net_, begin, end, layout_.tensor) * grad_bytes_per_param;
     const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
+    segments.push_back({begin, end, holders[static_cast<size_t>(end - 1)], bytes, buckets});
+    end = begin;
+  }
+  return segments;
+}
+
+void Builder::add_allreduce_sync() {
+  const std::map<int, int> last = last_compute_of_devices();
+  std::map<int, std::vector<int>> syncs_of_device;
+  const int comm = stream("comm");
+  for (const Segment& seg : data_parallel_segments()) {
+    const auto [begin, end, stage_of_worker, bytes, buckets] = seg;
     for (int j = 0; j < layout_.tensor; ++j) {
       std::vector<int> devices, grads;
       for (size_t w = 0; w < layout_.workers.size(); ++w) {
@@ -74,12 +83,14 @@ void Builder::add_allreduce_sync() {
         const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
                                           bytes / buckets, Purpose::data_parallel, comm, like, grads, grads);
         for (size_t i = 0; i < devices.size(); ++i) {
-          plan_.add_order(last.at(devices[i]), tasks[i]);  // the gradient buffer is complete
-          syncs_of_device[devices[i]].push_back(tasks[i]);
+          // The gradient buffer is complete: the device's first sync waits for its last
+          // compute, the later ones follow it on the comm stream.
+          auto& syncs = syncs_of_device[devices[i]];
+          if (syncs.empty()) plan_.add_order(last.at(devices[i]), tasks[i]);
+          syncs.push_back(tasks[i]);
         }
       }
     }
-    end = begin;
   }
   add_tied_embedding_sync(syncs_of_device);
   add_optimizers(syncs_of_device);
@@ -113,8 +124,9 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
                                           "embedding w" + std::to_string(w) + " t" + std::to_string(j), devices,
                                           tied * grad_bytes_per_param, Purpose::embedding, comm, like, grads, grads);
         for (size_t i = 0; i < devices.size(); ++i) {
-          plan_.add_order(last.at(devices[i]), tasks[i]);
-          syncs_of_device[devices[i]].push_back(tasks[i]);
+          auto& syncs = syncs_of_device[devices[i]];
+          if (syncs.empty()) plan_.add_order(last.at(devices[i]), tasks[i]);
+          syncs.push_back(tasks[i]);
         }
       }
     }
@@ -139,10 +151,9 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
     writes.push_back(state);
     const int id = plan_.add_task(opt, reads, writes);
     plan_.add_order(last_task, id);
+    // Its syncs run in order on the comm stream: waiting for the last waits for them all.
     const auto syncs = syncs_of_device.find(device);
-    if (syncs != syncs_of_device.end()) {
-      for (int s : syncs->second) plan_.add_order(s, id);
-    }
+    if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), id);
   }
 }
 

@@ -420,15 +420,13 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     const std::vector<int> reads = r.integers(tj, "reads", p, 0, tensor_count - 1);
     const std::vector<int> writes = r.integers(tj, "writes", p, 0, tensor_count - 1);
     if (reads.size() > 65535 || writes.size() > 65535) r.fail(p, "reads or writes more than 65535 tensors");
-    plan.add_task(Task{}, {}, {});  // placeholder keeps ids dense; replaced below
-    plan.tasks.back() = t;
-    plan.ref_begin.back() = static_cast<std::uint32_t>(plan.refs.size());
-    plan.read_count.back() = static_cast<std::uint16_t>(reads.size());
-    plan.write_count.back() = static_cast<std::uint16_t>(writes.size());
+    plan.tasks.push_back(t);
+    plan.ref_begin.push_back(static_cast<std::uint32_t>(plan.refs.size()));
+    plan.read_count.push_back(static_cast<std::uint16_t>(reads.size()));
+    plan.write_count.push_back(static_cast<std::uint16_t>(writes.size()));
     plan.refs.insert(plan.refs.end(), reads.begin(), reads.end());
     plan.refs.insert(plan.refs.end(), writes.begin(), writes.end());
   }
-  plan.programs.clear();  // the file's programs, not the order tasks were read in
   const Json& order = r.array(j, "order", "");
   for (size_t i = 0; i < order.size(); ++i) {
     const std::string p = "order[" + std::to_string(i) + "]";
@@ -473,7 +471,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
       r.fail("tensors[" + std::to_string(i) + "].consumers", "does not list exactly the tasks that read the tensor");
     }
   }
-  plan.link_data();
+  plan.finish();
   plan.fingerprint = plan_fingerprint(plan);
   if (j.contains("fingerprint")) {
     const Json& stored = j["fingerprint"];

@@ -4,53 +4,73 @@
 
 namespace hetflow::partition {
 
+std::vector<int> TaskOrder::task_sequence() const {
+  std::vector<int> tasks;
+  tasks.reserve(unit_tasks.size());
+  for (int u : order) {
+    for (int t : unit(u)) tasks.push_back(t);
+  }
+  return tasks;
+}
+
 TaskOrder order_tasks(const Plan& plan) {
   TaskOrder o;
   const size_t n = plan.tasks.size();
   o.unit_of_task.assign(n, -1);
+  int next_unit = 0;
   // Units: collectives first (by index), then transfers (by channel), then the rest.
   for (const Collective& c : plan.collectives) {
-    const int unit = static_cast<int>(o.units.size());
-    o.units.emplace_back();
+    bool any = false;
     for (int t : c.tasks) {
       if (t < 0 || static_cast<size_t>(t) >= n || o.unit_of_task[static_cast<size_t>(t)] >= 0) continue;
-      o.unit_of_task[static_cast<size_t>(t)] = unit;
-      o.units.back().push_back(t);
+      o.unit_of_task[static_cast<size_t>(t)] = next_unit;
+      any = true;
     }
+    next_unit += any;
   }
   // Transfers: the k-th send on a channel meets the k-th receive on it, in program order.
-  std::vector<std::vector<int>> sends(plan.channels.size()), recvs(plan.channels.size());
+  std::vector<int> sends_seen(plan.channels.size(), 0), recvs_seen(plan.channels.size(), 0);
+  std::vector<std::vector<int>> pair_unit(plan.channels.size());  // channel -> k -> unit
   for (const auto& device : plan.programs) {
     for (const StreamProgram& stream : device) {
       for (int t : stream.tasks) {
+        if (t < 0 || static_cast<size_t>(t) >= n || o.unit_of_task[static_cast<size_t>(t)] >= 0) continue;
         const Task& task = plan.tasks[static_cast<size_t>(t)];
         if (task.channel < 0 || static_cast<size_t>(task.channel) >= plan.channels.size()) continue;
-        if (task.kind == TaskKind::send) sends[static_cast<size_t>(task.channel)].push_back(t);
-        if (task.kind == TaskKind::recv) recvs[static_cast<size_t>(task.channel)].push_back(t);
+        if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+        const auto c = static_cast<size_t>(task.channel);
+        const auto k = static_cast<size_t>(task.kind == TaskKind::send ? sends_seen[c]++ : recvs_seen[c]++);
+        if (pair_unit[c].size() <= k) pair_unit[c].push_back(next_unit++);
+        o.unit_of_task[static_cast<size_t>(t)] = pair_unit[c][k];
       }
-    }
-  }
-  for (size_t c = 0; c < plan.channels.size(); ++c) {
-    const size_t pairs = std::max(sends[c].size(), recvs[c].size());
-    for (size_t k = 0; k < pairs; ++k) {
-      const int unit = static_cast<int>(o.units.size());
-      o.units.emplace_back();
-      for (const auto* side : {&sends[c], &recvs[c]}) {
-        if (k >= side->size()) continue;
-        const auto t = static_cast<size_t>((*side)[k]);
-        if (o.unit_of_task[t] >= 0) continue;
-        o.unit_of_task[t] = unit;
-        o.units.back().push_back(static_cast<int>(t));
-      }
-      if (o.units.back().empty()) o.units.pop_back();
     }
   }
   for (size_t t = 0; t < n; ++t) {
-    if (o.unit_of_task[t] >= 0) continue;
-    o.unit_of_task[t] = static_cast<int>(o.units.size());
-    o.units.push_back({static_cast<int>(t)});
+    if (o.unit_of_task[t] < 0) o.unit_of_task[t] = next_unit++;
   }
-  const size_t units = o.units.size();
+  const auto units = static_cast<size_t>(next_unit);
+  o.unit_begin.assign(units + 1, 0);
+  for (size_t t = 0; t < n; ++t) ++o.unit_begin[static_cast<size_t>(o.unit_of_task[t]) + 1];
+  for (size_t u = 0; u < units; ++u) o.unit_begin[u + 1] += o.unit_begin[u];
+  o.unit_tasks.resize(n);
+  {
+    std::vector<int> fill(o.unit_begin.begin(), o.unit_begin.end() - 1);
+    // Collective units list their tasks in the collective's order, the others in task order.
+    std::vector<char> placed(n, 0);
+    for (const Collective& c : plan.collectives) {
+      for (int t : c.tasks) {
+        if (t < 0 || static_cast<size_t>(t) >= n || placed[static_cast<size_t>(t)]) continue;
+        const auto u = static_cast<size_t>(o.unit_of_task[static_cast<size_t>(t)]);
+        o.unit_tasks[static_cast<size_t>(fill[u]++)] = t;
+        placed[static_cast<size_t>(t)] = 1;
+      }
+    }
+    for (size_t t = 0; t < n; ++t) {
+      if (placed[t]) continue;
+      const auto u = static_cast<size_t>(o.unit_of_task[t]);
+      o.unit_tasks[static_cast<size_t>(fill[u]++)] = static_cast<int>(t);
+    }
+  }
 
   // Edges between units: dependencies within an iteration (an edge with an offset ties
   // different iterations and cannot close a cycle in one), then program order on each
@@ -114,7 +134,7 @@ TaskOrder order_tasks(const Plan& plan) {
     }
     if (u >= 0) {
       for (size_t i = static_cast<size_t>(seen[static_cast<size_t>(u)]); i < path.size(); ++i) {
-        o.cycle.push_back(o.units[static_cast<size_t>(path[i])].front());
+        o.cycle.push_back(o.unit(path[i]).front());
       }
       std::reverse(o.cycle.begin(), o.cycle.end());
     }

@@ -149,14 +149,14 @@ void check_references(const Plan& plan, Problems& problems) {
   }
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const Tensor& t = plan.tensors[i];
-    const std::string where = "tensors[" + std::to_string(i) + "]";
-    if (!in_range(t.device, devices)) note(where, "device " + std::to_string(t.device) + " does not exist");
-    if (!finite_non_negative(t.bytes)) note(where, "bytes: expected a finite size >= 0");
+    const auto where = [i] { return "tensors[" + std::to_string(i) + "]"; };
+    if (!in_range(t.device, devices)) note(where(), "device " + std::to_string(t.device) + " does not exist");
+    if (!finite_non_negative(t.bytes)) note(where(), "bytes: expected a finite size >= 0");
     for (std::int64_t e : t.shape) {
-      if (e < 0) note(where, "shape: negative dimension");
+      if (e < 0) note(where(), "shape: negative dimension");
     }
-    if (t.producer != -1 && !in_range(t.producer, plan.tasks.size())) note(where, "producer task does not exist");
-    if (t.free_after != -1 && !in_range(t.free_after, plan.tasks.size())) note(where, "free_after task does not exist");
+    if (t.producer != -1 && !in_range(t.producer, plan.tasks.size())) note(where(), "producer task does not exist");
+    if (t.free_after != -1 && !in_range(t.free_after, plan.tasks.size())) note(where(), "free_after task does not exist");
   }
   for (size_t i = 0; i < plan.order.size(); ++i) {
     const OrderEdge& e = plan.order[i];
@@ -167,39 +167,39 @@ void check_references(const Plan& plan, Problems& problems) {
   }
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
-    const std::string where = task_name(i) + " (" + std::string(to_string(t.kind)) + ")";
-    if (!in_range(t.device, devices)) note(where, "device " + std::to_string(t.device) + " does not exist");
-    if (!in_range(t.stream, plan.streams.size())) note(where, "stream " + std::to_string(t.stream) + " does not exist");
+    const auto where = [&t, i] { return task_name(i) + " (" + std::string(to_string(t.kind)) + ")"; };
+    if (!in_range(t.device, devices)) note(where(), "device " + std::to_string(t.device) + " does not exist");
+    if (!in_range(t.stream, plan.streams.size())) note(where(), "stream " + std::to_string(t.stream) + " does not exist");
     const bool transfer = t.kind == TaskKind::send || t.kind == TaskKind::recv;
     if (transfer != (t.channel != -1) || (transfer && !in_range(t.channel, plan.channels.size()))) {
-      note(where, transfer ? "channel " + std::to_string(t.channel) + " does not exist" : "only transfers have a channel");
+      note(where(), transfer ? "channel " + std::to_string(t.channel) + " does not exist" : "only transfers have a channel");
     }
     const bool collective = t.kind == TaskKind::collective;
     if (collective != (t.collective != -1) || (collective && !in_range(t.collective, plan.collectives.size()))) {
-      note(where, collective ? "collective " + std::to_string(t.collective) + " does not exist"
+      note(where(), collective ? "collective " + std::to_string(t.collective) + " does not exist"
                              : "only collective tasks name a collective");
     }
     if (t.worker != -1) {
       if (!in_range(t.worker, plan.layout.workers.size())) {
-        note(where, "worker " + std::to_string(t.worker) + " does not exist");
+        note(where(), "worker " + std::to_string(t.worker) + " does not exist");
       } else if (t.stage != -1 && !in_range(t.stage, plan.layout.workers[static_cast<size_t>(t.worker)].stages.size())) {
-        note(where, "stage " + std::to_string(t.stage) + " does not exist in worker " + std::to_string(t.worker));
+        note(where(), "stage " + std::to_string(t.stage) + " does not exist in worker " + std::to_string(t.worker));
       } else if (t.microbatch >= plan.layout.workers[static_cast<size_t>(t.worker)].microbatches) {
-        note(where, "micro-batch " + std::to_string(t.microbatch) + " does not exist in worker " + std::to_string(t.worker));
+        note(where(), "micro-batch " + std::to_string(t.microbatch) + " does not exist in worker " + std::to_string(t.worker));
       }
     } else if (t.stage != -1 || t.microbatch != -1) {
-      note(where, "a stage or micro-batch without a worker");
+      note(where(), "a stage or micro-batch without a worker");
     }
     if (t.stage < -1 || t.microbatch < -1 || t.layer_begin < 0 || t.layer_end > layers || t.layer_begin > t.layer_end) {
-      note(where, "stage, micro-batch or layers out of range");
+      note(where(), "stage, micro-batch or layers out of range");
     }
     if (!finite_non_negative(t.flops) || !finite_non_negative(t.recompute_flops) || !finite_non_negative(t.memory_bytes) ||
         !finite_non_negative(t.bytes) || t.recompute_flops > t.flops) {
-      note(where, "flops, recompute_flops, memory_bytes and bytes must be finite and >= 0 (recompute_flops <= flops)");
+      note(where(), "flops, recompute_flops, memory_bytes and bytes must be finite and >= 0 (recompute_flops <= flops)");
     }
     for (const auto refs : {plan.reads(static_cast<int>(i)), plan.writes(static_cast<int>(i))}) {
       for (int r : refs) {
-        if (!in_range(r, plan.tensors.size())) note(where, "tensor " + std::to_string(r) + " does not exist");
+        if (!in_range(r, plan.tensors.size())) note(where(), "tensor " + std::to_string(r) + " does not exist");
       }
     }
   }
@@ -259,22 +259,24 @@ void check_channels(const Plan& plan, Problems& problems) {
   auto one_tensor = [&](std::span<const int> refs) { return refs.size() == 1 ? refs[0] : -1; };
   for (size_t c = 0; c < plan.channels.size() && problems.size() < 50; ++c) {
     const Channel& ch = plan.channels[c];
-    const std::string where = "channel " + std::to_string(c) + " (" + plan.device_names[static_cast<size_t>(ch.src)] +
-                              " -> " + plan.device_names[static_cast<size_t>(ch.dst)] + ", " + ch.tag + ")";
+    const auto where = [&] {
+      return "channel " + std::to_string(c) + " (" + plan.device_names[static_cast<size_t>(ch.src)] + " -> " +
+             plan.device_names[static_cast<size_t>(ch.dst)] + ", " + ch.tag + ")";
+    };
     for (const auto& [side, device, name] : {std::tuple{&sends[c], ch.src, "send"}, std::tuple{&recvs[c], ch.dst, "receive"}}) {
       for (int t : *side) {
         if (plan.tasks[static_cast<size_t>(t)].device != device) {
-          problems.push_back(where + ": " + describe_task(plan, t) + " is a " + name + " on the wrong device");
+          problems.push_back(where() + ": " + describe_task(plan, t) + " is a " + name + " on the wrong device");
         }
         if (plan.tasks[static_cast<size_t>(t)].stream != plan.tasks[static_cast<size_t>(side->front())].stream) {
-          problems.push_back(where + ": its " + name + "s are on several streams (" + describe_task(plan, side->front()) +
+          problems.push_back(where() + ": its " + name + "s are on several streams (" + describe_task(plan, side->front()) +
                              ", " + describe_task(plan, t) + "), so their order is not defined");
           break;
         }
       }
     }
     if (sends[c].size() != recvs[c].size()) {
-      problems.push_back(where + ": " + std::to_string(sends[c].size()) + " sends but " + std::to_string(recvs[c].size()) +
+      problems.push_back(where() + ": " + std::to_string(sends[c].size()) + " sends but " + std::to_string(recvs[c].size()) +
                          " receives" +
                          (sends[c].size() > recvs[c].size()
                               ? "; unmatched send: " + describe_task(plan, sends[c][recvs[c].size()])
@@ -286,7 +288,7 @@ void check_channels(const Plan& plan, Problems& problems) {
       const Task& a = plan.tasks[static_cast<size_t>(s)];
       const Task& b = plan.tasks[static_cast<size_t>(r)];
       if (a.bytes != b.bytes) {
-        problems.push_back(where + ": message " + std::to_string(k) + " is sent as " + model::units::human_bytes(a.bytes) +
+        problems.push_back(where() + ": message " + std::to_string(k) + " is sent as " + model::units::human_bytes(a.bytes) +
                            " (" + describe_task(plan, s) + ") but received as " + model::units::human_bytes(b.bytes) + " (" +
                            describe_task(plan, r) + ")");
         break;
@@ -295,7 +297,7 @@ void check_channels(const Plan& plan, Problems& problems) {
       const bool tensors = !plan.reads(s).empty() || !plan.writes(r).empty();
       if (tensors && (sent < 0 || received < 0 || plan.tensors[static_cast<size_t>(sent)].bytes < a.bytes ||
                       plan.tensors[static_cast<size_t>(received)].bytes < b.bytes)) {
-        problems.push_back(where + ": message " + std::to_string(k) + " (" + describe_task(plan, s) +
+        problems.push_back(where() + ": message " + std::to_string(k) + " (" + describe_task(plan, s) +
                            ") must read one tensor of at least its bytes and its receive write one of at least its bytes");
         break;
       }
@@ -343,9 +345,22 @@ void check_collectives(const Plan& plan, Problems& problems) {
 // after a task that comes after every reader; a persistent one touched only on its device.
 void check_tensors(const Plan& plan, Problems& problems) {
   std::vector<int> writers(plan.tensors.size(), 0);
-  std::vector<std::vector<int>> readers(plan.tensors.size());
+  // Readers of each tensor in one array: tensor i's are reader_ids[reader_begin[i], reader_begin[i + 1]).
+  std::vector<int> reader_begin(plan.tensors.size() + 1, 0), reader_ids(plan.refs.size());
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    for (int r : plan.reads(static_cast<int>(i))) readers[static_cast<size_t>(r)].push_back(static_cast<int>(i));
+    for (int r : plan.reads(static_cast<int>(i))) ++reader_begin[static_cast<size_t>(r) + 1];
+  }
+  for (size_t i = 0; i < plan.tensors.size(); ++i) reader_begin[i + 1] += reader_begin[i];
+  {
+    std::vector<int> fill(reader_begin.begin(), reader_begin.end() - 1);
+    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+      for (int r : plan.reads(static_cast<int>(i))) reader_ids[static_cast<size_t>(fill[static_cast<size_t>(r)]++)] = static_cast<int>(i);
+    }
+  }
+  const auto readers = [&](size_t i) {
+    return std::span<const int>(reader_ids.data() + reader_begin[i], static_cast<size_t>(reader_begin[i + 1] - reader_begin[i]));
+  };
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
     for (int w : plan.writes(static_cast<int>(i))) {
       const Tensor& t = plan.tensors[static_cast<size_t>(w)];
       ++writers[static_cast<size_t>(w)];
@@ -374,42 +389,42 @@ void check_tensors(const Plan& plan, Problems& problems) {
   };
   for (size_t i = 0; i < plan.tensors.size() && problems.size() < 50; ++i) {
     const Tensor& t = plan.tensors[i];
-    const std::string where = "tensors[" + std::to_string(i) + "] (" + std::string(to_string(t.kind)) + ")";
-    for (int r : readers[i]) {
+    const auto where = [&t, i] { return "tensors[" + std::to_string(i) + "] (" + std::string(to_string(t.kind)) + ")"; };
+    for (int r : readers(i)) {
       if (plan.tasks[static_cast<size_t>(r)].device != t.device) {
-        problems.push_back(where + ": read by " + describe_task(plan, r) + " on another device; devices exchange data "
+        problems.push_back(where() + ": read by " + describe_task(plan, r) + " on another device; devices exchange data "
                                    "only through transfers and collectives");
         break;
       }
     }
     if (is_persistent(t.kind)) {
-      if (t.producer != -1 || t.free_after != -1) problems.push_back(where + ": persistent, so no producer and no free_after");
+      if (t.producer != -1 || t.free_after != -1) problems.push_back(where() + ": persistent, so no producer and no free_after");
       continue;
     }
     if (t.producer < 0) {
-      if (!readers[i].empty()) problems.push_back(where + ": read by " + describe_task(plan, readers[i].front()) + " but never written");
+      if (!readers(i).empty()) problems.push_back(where() + ": read by " + describe_task(plan, readers(i).front()) + " but never written");
       continue;
     }
     if (writers[i] != 1) {
-      problems.push_back(where + ": written by " + std::to_string(writers[i]) + " tasks (expected its producer alone)");
+      problems.push_back(where() + ": written by " + std::to_string(writers[i]) + " tasks (expected its producer alone)");
       continue;
     }
     if (plan.tasks[static_cast<size_t>(t.producer)].device != t.device) {
-      problems.push_back(where + ": produced on another device than it lives on");
+      problems.push_back(where() + ": produced on another device than it lives on");
       continue;
     }
     if (t.free_after < 0) {
-      problems.push_back(where + ": has no free_after task");
+      problems.push_back(where() + ": has no free_after task");
       continue;
     }
     if (t.free_after != t.producer &&
-        std::find(readers[i].begin(), readers[i].end(), t.free_after) == readers[i].end()) {
-      problems.push_back(where + ": freed after " + describe_task(plan, t.free_after) + ", which neither produces nor reads it");
+        std::find(readers(i).begin(), readers(i).end(), t.free_after) == readers(i).end()) {
+      problems.push_back(where() + ": freed after " + describe_task(plan, t.free_after) + ", which neither produces nor reads it");
       continue;
     }
-    for (int r : readers[i]) {
+    for (int r : readers(i)) {
       if (!precedes(r, t.free_after)) {
-        problems.push_back(where + ": freed after " + describe_task(plan, t.free_after) + " while " + describe_task(plan, r) +
+        problems.push_back(where() + ": freed after " + describe_task(plan, t.free_after) + " while " + describe_task(plan, r) +
                            " may still read it");
         break;
       }
@@ -468,11 +483,7 @@ void check_coverage(const Plan& plan, Problems& problems) {
 void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) {
   namespace u = model::units;
   // The recorded memory must be what the tensors say (a hand edit would otherwise go unseen).
-  std::vector<int> tasks;
-  tasks.reserve(plan.tasks.size());
-  for (int unit : order.order) {
-    for (int t : order.units[static_cast<size_t>(unit)]) tasks.push_back(t);
-  }
+  const std::vector<int> tasks = order.task_sequence();
   const std::vector<model::Device> devices = plan.cluster.devices();
   const std::vector<DeviceMemory> expected = memory_from_lifetimes(
       plan, tasks, [&](int d) { return plan.cluster.device_gpu(devices[static_cast<size_t>(d)]).memory_bytes; });

@@ -50,6 +50,43 @@ void BM_Gpt3_175b_1024Gpus_BuildValidateEstimate(benchmark::State& state) {
 }
 BENCHMARK(BM_Gpt3_175b_1024Gpus_BuildValidateEstimate)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
+// The same plan's phases one by one, to see where the time goes.
+struct Phases {
+  model::Cluster cluster = mixed_1024();
+  model::Network net = model::network_from_spec("gpt3-175b", model::Precision::fp16);
+  partition::PlanOptions options() const {
+    partition::PlanOptions o;
+    o.pipeline = 16;
+    o.data = 64;
+    o.microbatches = 64;
+    return o;
+  }
+};
+
+void BM_Gpt3_175b_1024Gpus_Build(benchmark::State& state) {
+  const Phases p;
+  const partition::CostModel cost(p.cluster, p.net.precision);
+  const partition::Layout layout = partition::make_layout(p.cluster, p.net, p.options(), cost);
+  for (auto _ : state) benchmark::DoNotOptimize(partition::build_plan(p.cluster, p.net, layout, cost).tasks.size());
+}
+BENCHMARK(BM_Gpt3_175b_1024Gpus_Build)->Unit(benchmark::kMillisecond);
+
+void BM_Gpt3_175b_1024Gpus_Validate(benchmark::State& state) {
+  const Phases p;
+  const partition::CostModel cost(p.cluster, p.net.precision);
+  const partition::Plan plan = partition::build_plan(p.cluster, p.net, partition::make_layout(p.cluster, p.net, p.options(), cost), cost);
+  for (auto _ : state) benchmark::DoNotOptimize(partition::validate_plan(plan).problems.size());
+}
+BENCHMARK(BM_Gpt3_175b_1024Gpus_Validate)->Unit(benchmark::kMillisecond);
+
+void BM_Gpt3_175b_1024Gpus_Estimate(benchmark::State& state) {
+  const Phases p;
+  const partition::CostModel cost(p.cluster, p.net.precision);
+  const partition::Plan plan = partition::build_plan(p.cluster, p.net, partition::make_layout(p.cluster, p.net, p.options(), cost), cost);
+  for (auto _ : state) benchmark::DoNotOptimize(partition::estimate_plan(plan, cost).iteration_time_s);
+}
+BENCHMARK(BM_Gpt3_175b_1024Gpus_Estimate)->Unit(benchmark::kMillisecond);
+
 void BM_SmallPlanEstimate(benchmark::State& state) {
   const model::Cluster cluster = model::builtin_cluster("hetpipe-testbed");
   const model::Network net = model::network_from_spec("vgg19", model::Precision::fp16);

@@ -151,6 +151,7 @@ TEST(Validate, CrossedChannelsDeadlock) {
   forged_send.stream = static_cast<int>(plan.streams.size()) - 1;
   const int s = plan.add_task(forged_send);
   plan.add_order(peer_recv, s);
+  plan.finish();
   const Validation v = validate_plan(plan);
   EXPECT_TRUE(mentions(v, "deadlock")) << first_problem(v);
 }

@@ -96,6 +96,7 @@ Plan lone_collective(const model::Cluster& cluster, partition::CollectiveKind ki
   }
   c.communicator = plan.add_communicator(everyone);
   plan.collectives.push_back(c);
+  plan.finish();
   return plan;
 }
 
@@ -139,6 +140,7 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
     }
     c.communicator = plan.add_communicator(everyone);
     plan.collectives.push_back(c);
+    plan.finish();
     const sim::SimResult r = sim::simulate(plan, {});
     ASSERT_TRUE(r.completed);
     const double expected = 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
@@ -194,6 +196,7 @@ TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
     plan.add_task(s);
     plan.add_task(r);
   }
+  plan.finish();
   const sim::SimResult r = sim::simulate(plan, {});
   ASSERT_TRUE(r.completed);
   for (const traces::Event& e : r.trace.events) {
