@@ -4,6 +4,7 @@
 #include "partition/plan_io.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 
@@ -188,6 +189,15 @@ class Reader {
   int integer(const Json& j, const std::string& key, const std::string& path, long long lo = std::numeric_limits<int>::min(),
               long long hi = std::numeric_limits<int>::max()) const {
     return integer(at(j, key, path), join(path, key), lo, hi);
+  }
+  // A 64-bit count in [0, 2^53] (exact in a double, as JSON readers elsewhere hold it).
+  std::int64_t count64(const Json& v, const std::string& path) const {
+    constexpr std::int64_t kMax = std::int64_t{1} << 53;
+    if (!v.is_number_integer()) fail(path, "expected an integer, found " + brief(v));
+    const bool too_big = v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(kMax);
+    const long long x = too_big ? kMax + 1 : v.get<long long>();
+    if (x < 0 || x > kMax) fail(path, "expected an integer in [0, 2^53], found " + brief(v));
+    return x;
   }
   // A finite number >= 0 (every quantity in a plan is a size, a count or a rate).
   double number(const Json& j, const std::string& key, const std::string& path) const {
@@ -383,7 +393,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     t.device = r.integer(tj, "device", p, 0);
     const Json& shape = r.array(tj, "shape", p);
     for (size_t k = 0; k < shape.size(); ++k) {
-      t.shape.push_back(r.integer(shape[k], p + ".shape[" + std::to_string(k) + "]", 0, kMaxCount));
+      t.shape.push_back(r.count64(shape[k], p + ".shape[" + std::to_string(k) + "]"));
     }
     t.dtype = r.parsed(tj, "dtype", p, model::parse_precision);
     t.bytes = r.number(tj, "bytes", p);

@@ -66,3 +66,16 @@ TEST(PlanCli, ValidateReportsABrokenPlanFile) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("broken.json:1: json: not valid JSON"), std::string::npos) << r.err;
 }
+
+TEST(PlanCli, ValidateTakesThePlanAsItsArgumentAndHelpAlwaysWorks) {
+  const std::string path = (scratch_dir() / "positional.json").string();
+  ASSERT_EQ(run_hetflow("plan --cluster hetpipe-testbed --model vgg19 --pipeline 4 --data 1 --out " + path).status, 0);
+  const auto r = run_hetflow("validate " + path);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(": valid, plan xxh3:"), std::string::npos) << r.out;
+  for (const char* command : {"validate --help", "plan --help", "simulate --help", "describe --help", "list --help"}) {
+    const auto help = run_hetflow(command);
+    EXPECT_EQ(help.status, 0) << command << ": " << help.err;
+    EXPECT_NE(help.out.find("usage: hetflow"), std::string::npos) << command;
+  }
+}

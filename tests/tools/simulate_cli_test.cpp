@@ -55,3 +55,36 @@ TEST(SimulateCli, ExportedPlatformIsSimGridXml) {
   EXPECT_NE(xml.find("<platform version=\"4.1\">"), std::string::npos);
   EXPECT_NE(xml.find("nic:titanv"), std::string::npos);
 }
+
+// Regression: a plan file used to lose the network's tokens per sample, so tokens/s equalled
+// samples/s. A plan stands alone: simulating the file gives what simulating the options gives.
+TEST(SimulateCli, APlanFileSimulatesAsItsOptionsDo) {
+  const std::string path = (scratch_dir() / "gpt2.json").string();
+  const std::string options = "--model gpt2-124m --cluster dgx-a100-x4 --pipeline 2 --microbatches 4 --iterations 3";
+  ASSERT_EQ(run_hetflow("plan " + options + " --out " + path).status, 0);
+  const auto from_file = run_hetflow("simulate --plan " + path + " --json");
+  const auto from_options = run_hetflow("simulate " + options + " --json");
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  ASSERT_EQ(from_options.status, 0) << from_options.err;
+  const auto a = nlohmann::json::parse(from_file.out), b = nlohmann::json::parse(from_options.out);
+  EXPECT_DOUBLE_EQ(a["throughput_tokens_per_s"].get<double>(), a["throughput_samples_per_s"].get<double>() * 1024);
+  EXPECT_EQ(a["throughput_tokens_per_s"], b["throughput_tokens_per_s"]);
+  EXPECT_EQ(a["fingerprint"], b["fingerprint"]);
+  // The trace names the plan it came from.
+  const std::string csv = (scratch_dir() / "gpt2.csv").string();
+  ASSERT_EQ(run_hetflow("simulate --plan " + path + " --trace " + csv).status, 0);
+  EXPECT_NE(slurp(csv).find("# fingerprint: " + a["fingerprint"].get<std::string>()), std::string::npos);
+}
+
+TEST(SimulateCli, APlanFileFixesClusterModelAndLayout) {
+  const std::string path = (scratch_dir() / "fixed.json").string();
+  ASSERT_EQ(run_hetflow(std::string("plan ") + kSmall + " --out " + path).status, 0);
+  for (const char* clash : {"--cluster dgx-a100-x4", "--model vgg19", "--pipeline 8", "--policy balanced"}) {
+    const auto r = run_hetflow("simulate --plan " + path + " " + clash);
+    EXPECT_EQ(r.status, 2) << clash;
+    EXPECT_NE(r.err.find("a plan file fixes its cluster, network and layout"), std::string::npos) << r.err;
+  }
+  const auto longer = run_hetflow("simulate --plan " + path + " --iterations 4 --json");
+  ASSERT_EQ(longer.status, 0) << longer.err;
+  EXPECT_EQ(nlohmann::json::parse(longer.out)["iterations"], 4);
+}

@@ -1,0 +1,239 @@
+// Plan format 2 against what it promises: every policy and schedule with tensor and sequence
+// parallelism, recomputation, parameter servers and WSP round-trips; one iteration however
+// many are run; the real collective kinds and the tied-embedding all-reduce are there; device
+// memory from tensor lifetimes equals Korthikanti et al.'s closed form on its activation term.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/policy.hpp"
+#include "partition/schedule.hpp"
+#include "partition/validate.hpp"
+#include "tests/partition/plan_test_util.hpp"
+
+using namespace hetflow;
+using namespace hetflow::partition;
+
+namespace {
+
+Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
+  o.precision = net.precision;
+  const CostModel cost(cluster, net.precision);
+  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
+}
+
+model::Network small_gpt(model::Precision precision = model::Precision::fp16) {
+  return model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024", precision);
+}
+
+std::string first_problem(const Plan& plan) {
+  const Validation v = validate_plan(plan);
+  return v.ok() ? "valid" : v.problems.front();
+}
+
+void expect_round_trip(const Plan& plan, const std::string& what) {
+  EXPECT_EQ(first_problem(plan), "valid") << what;
+  const std::string json = write_plan_json(plan);
+  const Plan back = read_plan_json(json, "plan.json");
+  EXPECT_TRUE(same_plan(back, plan)) << what;
+  EXPECT_EQ(write_plan_json(back), json) << what;
+}
+
+}  // namespace
+
+TEST(PlanFormat, EveryScheduleAndParallelismRoundTrips) {
+  const model::Cluster cluster = test_support::identical_cluster(8, 2);
+  for (const Schedule& schedule : schedules()) {
+    for (const int tensor : {1, 2}) {
+      for (const bool sp : {false, true}) {
+        if (sp && tensor == 1) continue;
+        for (const Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+          PlanOptions o;
+          o.schedule = schedule.name;
+          o.tensor = tensor;
+          o.sequence_parallel = sp;
+          o.recompute = recompute;
+          o.pipeline = 2;
+          o.virtual_stages = schedule.interleaved ? 2 : 1;
+          o.microbatches = 4;
+          o.iterations = 2;
+          const Plan plan = plan_of(cluster, small_gpt(), o);
+          expect_round_trip(plan, schedule.name + " t" + std::to_string(tensor) + (sp ? " sp " : " ") +
+                                      std::string(to_string(recompute)));
+        }
+      }
+    }
+  }
+}
+
+TEST(PlanFormat, EveryPolicyWithEverySyncRoundTrips) {
+  const model::Cluster hetpipe = model::builtin_cluster("hetpipe-testbed");
+  const model::Network vgg = model::network_from_spec("vgg19", model::Precision::fp16);
+  for (const PolicyInfo& policy : policies()) {
+    for (const SyncKind sync : {SyncKind::allreduce, SyncKind::ps, SyncKind::wsp}) {
+      PlanOptions o;
+      o.policy = policy.name;
+      o.sync = sync;
+      o.staleness = sync == SyncKind::wsp ? 1 : 0;
+      o.iterations = 3;
+      o.microbatches = 2;
+      o.micro_batch = 8;
+      if (policy.name == "uniform" || policy.name == "balanced") o.pipeline = 4;
+      const Plan plan = plan_of(hetpipe, vgg, o);
+      expect_round_trip(plan, policy.name + " " + std::string(to_string(sync)));
+      if (sync == SyncKind::wsp) {  // staleness is an order edge one iteration further out
+        EXPECT_TRUE(std::any_of(plan.order.begin(), plan.order.end(), [](const OrderEdge& e) { return e.offset == 2; }));
+      }
+    }
+  }
+}
+
+TEST(PlanFormat, OneIterationWhateverTheRunLength) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.microbatches = 4;
+  o.iterations = 1;
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  const Plan one = plan_of(cluster, small_gpt(), o);
+  o.iterations = 10;
+  const Plan ten = plan_of(cluster, small_gpt(), o);
+  EXPECT_EQ(ten.tasks.size(), one.tasks.size());
+  EXPECT_EQ(ten.iterations(), 10);
+  const double one_bytes = static_cast<double>(write_plan_json(one).size());
+  EXPECT_LT(static_cast<double>(write_plan_json(ten).size()) / one_bytes, 1.10);
+  // The back ends unroll: ten iterations take ten steady iterations' time, no more.
+  const CostModel cost(cluster, model::Precision::fp16);
+  const Estimate e1 = estimate_plan(one, cost), e10 = estimate_plan(ten, cost);
+  EXPECT_LE(e10.makespan_s, 10 * e1.makespan_s * (1 + 1e-12));
+  EXPECT_GT(e10.makespan_s, 9 * e10.iteration_time_s);
+}
+
+TEST(PlanFormat, APlanEmbedsWhatAnExecutorNeeds) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.microbatches = 2;
+  const model::Network net = model::network_from_spec("llama2-7b", model::Precision::bf16);
+  const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
+  const Plan back = read_plan_json(write_plan_json(plan), "p.json");
+  ASSERT_TRUE(back.network.architecture.has_value());
+  const model::TransformerConfig& a = *back.network.architecture;
+  EXPECT_EQ(a.layers, 32);
+  EXPECT_EQ(a.hidden, 4096);
+  EXPECT_EQ(a.heads, 32);
+  EXPECT_TRUE(a.gated_mlp);
+  EXPECT_TRUE(a.rms_norm);
+  EXPECT_EQ(back.network.tokens_per_sample, 4096);
+  EXPECT_EQ(back.network, net);
+  EXPECT_EQ(back.fingerprint, plan_fingerprint(plan));
+  // A plan made again from the same inputs has the same fingerprint; another does not.
+  EXPECT_EQ(plan_fingerprint(plan_of(test_support::identical_cluster(4), net, o)), back.fingerprint);
+  o.microbatches = 3;
+  EXPECT_NE(plan_fingerprint(plan_of(test_support::identical_cluster(4), net, o)), back.fingerprint);
+}
+
+TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
+  const model::Network net = small_gpt();
+  auto kinds = [&](bool sp) {
+    PlanOptions o;
+    o.tensor = 2;
+    o.sequence_parallel = sp;
+    o.pipeline = 2;
+    o.data = 1;
+    o.microbatches = 2;
+    const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
+    std::map<std::pair<CollectiveKind, Purpose>, int> count;
+    for (const Collective& c : plan.collectives) ++count[{c.kind, c.purpose}];
+    return count;
+  };
+  // Tensor parallel: an all-reduce after each F and B; the scattered boundary rebuilt by an
+  // all-gather on the receiving stage (2 micro-batches x (forward into stage 1 + backward into stage 0)).
+  const auto tp = kinds(false);
+  EXPECT_EQ((tp.at({CollectiveKind::all_reduce, Purpose::tensor_parallel})), 2 * 2 * 2);
+  EXPECT_EQ((tp.at({CollectiveKind::all_gather, Purpose::tensor_parallel})), 2 * 2);
+  // Sequence parallel: all-gather before and reduce-scatter after each pass; shards need no rebuild.
+  const auto sp = kinds(true);
+  EXPECT_EQ((sp.at({CollectiveKind::reduce_scatter, Purpose::sequence_parallel})), 2 * 2 * 2);
+  EXPECT_EQ((sp.at({CollectiveKind::all_gather, Purpose::sequence_parallel})), 2 * 2 * 2);
+  EXPECT_EQ(sp.count({CollectiveKind::all_gather, Purpose::tensor_parallel}), 0U);
+}
+
+TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMoved) {
+  // Reduce-scatter + all-gather of S move what one all-reduce of S moves: 2 (t-1)/t S each.
+  const model::Network net = small_gpt();
+  auto tp_bytes = [&](bool sp) {
+    PlanOptions o;
+    o.tensor = 2;
+    o.sequence_parallel = sp;
+    o.pipeline = 1;
+    o.data = 1;
+    o.microbatches = 1;
+    const Plan plan = plan_of(test_support::identical_cluster(2), net, o);
+    double sent = 0;
+    for (const Collective& c : plan.collectives) {
+      if (c.purpose == Purpose::tensor_parallel || c.purpose == Purpose::sequence_parallel) {
+        sent += bytes_sent(collective_spec(plan, c), plan.members(c).front(), [](int) { return 0; });
+      }
+    }
+    return sent;
+  };
+  EXPECT_DOUBLE_EQ(tp_bytes(true), tp_bytes(false));
+}
+
+TEST(PlanFormat, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStage) {
+  PlanOptions o;
+  o.pipeline = 4;
+  o.data = 2;
+  o.microbatches = 4;
+  const model::Network net = small_gpt();  // GPT: the LM head reuses the word embedding
+  const Plan plan = plan_of(test_support::identical_cluster(8), net, o);
+  std::vector<const Collective*> tied;
+  for (const Collective& c : plan.collectives) {
+    if (c.purpose == Purpose::embedding) tied.push_back(&c);
+  }
+  ASSERT_EQ(tied.size(), 2U);  // one per virtual worker
+  for (size_t w = 0; w < 2; ++w) {
+    const VirtualWorker& vw = plan.layout.workers[w];
+    EXPECT_EQ(plan.members(*tied[w]), (std::vector<int>{vw.ranks.front()[0], vw.ranks.back()[0]}));
+    EXPECT_EQ(tied[w]->kind, CollectiveKind::all_reduce);
+    EXPECT_DOUBLE_EQ(tied[w]->bytes, net.layers.back().tied_params * 2);  // fp16 gradients of the word embedding
+  }
+  // Each tensor-parallel group and data-parallel group is one communicator, used by all its collectives.
+  std::set<std::vector<int>> groups;
+  for (const Communicator& c : plan.communicators) EXPECT_TRUE(groups.insert(c.devices).second) << c.name;
+}
+
+TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
+  // 1F1B on p stages: rank r holds p - r micro-batches' stashes at its peak, each the sum of
+  // its layers' s b h (34 + 5 a s / h) (Korthikanti et al. 2022, table 2); tensor and sequence
+  // parallelism divide it by t. What lifetimes add on top are boundary buffers.
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024", model::Precision::fp16);
+  const double s = 1024, h = 1024, a = 16, b = 1;
+  for (const int t : {1, 2}) {
+    PlanOptions o;
+    o.pipeline = 4;
+    o.tensor = t;
+    o.sequence_parallel = t > 1;
+    o.data = 1;
+    o.microbatches = 8;
+    const Plan plan = plan_of(test_support::identical_cluster(8), net, o);
+    ASSERT_EQ(first_problem(plan), "valid");
+    for (int r = 1; r < 3; ++r) {  // middle stages: two transformer layers each, no embedding or head
+      const int d = plan.layout.workers[0].ranks[static_cast<size_t>(r)][0];
+      const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
+      const double per_layer = s * b * h * (34 + 5 * a * s / h) / t;
+      EXPECT_EQ(m.peak_in_flight, 4 - r) << "t=" << t << " rank " << r;
+      EXPECT_DOUBLE_EQ(m.activations_bytes, (4 - r) * 2 * per_layer) << "t=" << t << " rank " << r;
+      // Buffers: boundary activations and gradients alive then (a sequence-parallel rank also
+      // holds the gathered whole input and the partial sums of the pass): a few boundaries.
+      const double boundary = s * b * h * 2;
+      EXPECT_GT(m.buffers_bytes, 0);
+      EXPECT_LE(m.buffers_bytes, 3 * boundary) << "t=" << t << " rank " << r;
+    }
+  }
+}
