@@ -11,6 +11,7 @@
 #   libbenchmark-dev                      tests/bench (Google Benchmark)
 #   libjemalloc-dev                       malloc for simulations (SimGrid allocates per activity)
 #   libxxhash-dev                         xxHash: the plan's fingerprint (a hash of its canonical content)
+#   python3-jsonschema                    an independent check of plan files against partition/plan.schema.json (tests)
 #   libopenblas-dev                       the executor's CPU backend (BLAS matmuls)
 #   libopenmpi-dev openmpi-bin            multi-process / multi-node executor bootstrap
 # CUDA and NCCL are not Debian packages here: the CUDA parts build when nvcc is found
@@ -19,7 +20,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libsimgrid-dev libboost-graph-dev
           libboost-program-options-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libjemalloc-dev libxxhash-dev libopenblas-dev libopenmpi-dev openmpi-bin)
+          libgmock-dev libbenchmark-dev libjemalloc-dev libxxhash-dev python3-jsonschema libopenblas-dev libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${packages[@]}"; do

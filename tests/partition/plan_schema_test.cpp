@@ -1,0 +1,69 @@
+// partition/plan.schema.json describes what write_plan_json writes, checked by an independent
+// validator (Python's jsonschema, from Debian): plans of every kind conform, and a plan with a
+// wrong field does not (the schema constrains, it does not just accept).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/policy.hpp"
+#include "tests/partition/plan_test_util.hpp"
+#include "tests/scratch.hpp"
+
+using namespace hetflow;
+using namespace hetflow::partition;
+
+namespace {
+
+const std::string kSchema = std::string(HETFLOW_SOURCE_DIR) + "/partition/plan.schema.json";
+
+bool have_jsonschema() { return std::system("/usr/bin/python3 -c 'import jsonschema' >/dev/null 2>&1") == 0; }
+
+// Exit status of validating `text` against the schema (0: conforms).
+int schema_check(const std::string& text, const std::string& name) {
+  const std::string path = (test_support::scratch_dir() / name).string();
+  std::ofstream(path) << text;
+  const std::string command = "/usr/bin/python3 -c 'import json, sys, jsonschema; "
+                              "jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' " +
+                              kSchema + " " + path + " >/dev/null 2>&1";
+  return std::system(command.c_str());
+}
+
+Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
+  o.precision = net.precision;
+  const CostModel cost(cluster, net.precision);
+  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
+}
+
+}  // namespace
+
+TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
+  if (!have_jsonschema()) GTEST_SKIP() << "python3-jsonschema is not installed (tools/install-deps.sh installs it)";
+  PlanOptions tp;
+  tp.tensor = 2;
+  tp.sequence_parallel = true;
+  tp.pipeline = 2;
+  tp.microbatches = 2;
+  tp.recompute = Recompute::full;
+  const std::string gpt = write_plan_json(plan_of(
+      test_support::identical_cluster(8), model::network_from_spec("gpt:layers=4,hidden=512,heads=8,seq=256", model::Precision::bf16), tp));
+  EXPECT_EQ(schema_check(gpt, "gpt.json"), 0);
+  PlanOptions wsp;
+  wsp.policy = "hetpipe-ed";
+  wsp.staleness = 1;
+  wsp.microbatches = 2;
+  wsp.iterations = 3;
+  const std::string hetpipe = write_plan_json(
+      plan_of(model::builtin_cluster("hetpipe-testbed"), model::network_from_spec("resnet50", model::Precision::fp16), wsp));
+  EXPECT_EQ(schema_check(hetpipe, "hetpipe.json"), 0);
+  std::string broken = gpt;
+  broken.replace(broken.find("\"kind\": \"forward\""), 17, "\"kind\": \"sideways\"");
+  EXPECT_NE(schema_check(broken, "broken.json"), 0);
+  std::string negative = gpt;
+  negative.replace(negative.find("\"iterations\": 1"), 15, "\"iterations\": 0");
+  EXPECT_NE(schema_check(negative, "negative.json"), 0);
+}
