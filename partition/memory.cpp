@@ -72,10 +72,7 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
                                                 const std::function<double(int)>& capacity_bytes) {
   const auto devices = static_cast<size_t>(plan.device_count());
   std::vector<DeviceMemory> memory(devices);
-  for (size_t d = 0; d < devices; ++d) {
-    memory[d].workspace_bytes = plan.layout.workspace_bytes;
-    memory[d].capacity_bytes = capacity_bytes(static_cast<int>(d));
-  }
+  for (size_t d = 0; d < devices; ++d) memory[d].capacity_bytes = capacity_bytes(static_cast<int>(d));
   for (const Tensor& t : plan.tensors) {
     if (!is_persistent(t.kind) || t.device < 0 || static_cast<size_t>(t.device) >= devices) continue;
     DeviceMemory& m = memory[static_cast<size_t>(t.device)];
@@ -111,6 +108,7 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
   auto is_activation_memory = [](TensorKind k) { return k == TensorKind::stash || k == TensorKind::workspace; };
   for (int task : task_order) {
     const auto device = static_cast<size_t>(plan.tasks[static_cast<size_t>(task)].device);
+    memory[device].workspace_bytes = plan.layout.workspace_bytes;  // a device that runs anything
     Live& l = live[device];
     for (int k = allocate_begin[static_cast<size_t>(task)]; k < allocate_begin[static_cast<size_t>(task) + 1]; ++k) {
       const Tensor& t = plan.tensors[static_cast<size_t>(allocates[static_cast<size_t>(k)])];

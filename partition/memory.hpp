@@ -32,7 +32,8 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout,
 // From the plan's tensors: per device, persistent tensors by kind, plus the peak of the
 // transient tensors alive at once when the device's tasks run in `order` (task ids, a
 // topological order of the plan, e.g. TaskOrder's). A transient tensor is alive from the
-// start of its producer to the end of its free_after task. Adds the layout's workspace.
+// start of its producer to the end of its free_after task. Adds the layout's workspace on
+// every device that runs a task.
 std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vector<int>& task_order,
                                                 const std::function<double(int)>& capacity_bytes);
 
