@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
+#include "model/units.hpp"
 
 namespace hetflow::traces {
 namespace {
@@ -245,15 +246,6 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
 
 using Json = nlohmann::ordered_json;
 
-std::string human_bytes(double bytes) {
-  constexpr std::array<const char*, 6> kUnits = {"B", "kB", "MB", "GB", "TB", "PB"};
-  size_t unit = 0;
-  while (unit + 1 < kUnits.size() && std::fabs(bytes) >= 999.5) bytes /= 1000, ++unit;
-  char buf[40];
-  auto r = std::to_chars(buf, buf + sizeof buf, bytes, std::chars_format::general, 3);
-  return std::string(buf, r.ptr) + " " + kUnits[unit];
-}
-
 bool is_compute(const Event& e) {
   return e.kind == "forward" || e.kind == "backward" || e.kind == "backward_weight";
 }
@@ -265,8 +257,8 @@ std::string slice_name(const Event& e, bool several_stages) {
     if (several_stages && e.stage >= 0) name += "." + std::to_string(e.stage);
     return name;
   }
-  if (e.kind == "send" || e.kind == "recv") return e.kind + " " + human_bytes(e.bytes);
-  if (e.kind == "collective") return "allreduce " + human_bytes(e.bytes);  // the one collective plans have
+  if (e.kind == "send" || e.kind == "recv") return e.kind + " " + model::units::human_bytes(e.bytes);
+  if (e.kind == "collective") return e.purpose + " " + model::units::human_bytes(e.bytes);
   return e.kind.empty() ? "task " + std::to_string(e.task) : e.kind;
 }
 

@@ -36,7 +36,7 @@ Trace read_trace_csv(const std::string& text, const std::string& file);
 //    appearance, named by a thread_name event;
 //  - one complete event ("ph": "X") per trace event, ts and dur in microseconds, cat = kind,
 //    name "F3", "B3", "W3" (".<stage>" appended on devices that hold several stages),
-//    "optimizer", "send 2.1 MB", "recv 2.1 MB", "allreduce 64 MB"; args carry task,
+//    "optimizer", "send 2 MiB", "recv 2 MiB", "<purpose> 61 MiB" for a collective; args carry task,
 //    iteration, stage, microbatch, purpose, bytes, flops (and peer, group for transfers);
 //  - a flow arrow per matched send/recv pair (same group): "s" at the send slice's start,
 //    "f" with "bp": "e" inside the recv slice, both with id = group.

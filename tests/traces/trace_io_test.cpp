@@ -328,8 +328,8 @@ TEST(ChromeTrace, HasProcessesThreadsAndCompleteEvents) {
   }
   std::vector<std::string> names;
   for (const json& x : slices) names.push_back(x.at("name"));
-  EXPECT_EQ(names, (std::vector<std::string>{"F3", "send 2.1 MB", "recv 2.1 MB", "B3.1", "B3.2", "allreduce 64 MB",
-                                             "allreduce 64 MB", "optimizer"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"F3", "send 2 MiB", "recv 2 MiB", "B3.1", "B3.2", "data_parallel 61 MiB",
+                                             "data_parallel 61 MiB", "optimizer"}));
 }
 
 TEST(ChromeTrace, EachTransferHasMatchingFlowEvents) {
