@@ -12,6 +12,11 @@
 
 namespace hetflow::partition {
 
+// The source errors about PlanOptions name (InputError::file), with the member at fault as
+// the field and other members in messages as `member`: the library speaks of data, and
+// tools/ maps them to its options (--stage-layers, ...).
+inline constexpr const char* kOptions = "<options>";
+
 enum class Recompute { none, selective, full };
 enum class SyncKind { allreduce, ps, wsp };
 

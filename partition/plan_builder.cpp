@@ -98,7 +98,7 @@ void Builder::check_layout() const {
   if (layout_.tensor < 1) throw InputError("<layout>", 0, "tensor", "expected at least 1");
   for (const model::Layer& l : net_.layers) {
     if (l.tp_splittable && l.tp_units > 0 && l.tp_units % layout_.tensor != 0) {
-      throw InputError("<command line>", 0, "--tensor",
+      throw InputError(kOptions, 0, "tensor",
                        "expected a divisor of the " + std::to_string(l.tp_units) + " attention heads (or KV groups) of " +
                            l.name + ", found " + std::to_string(layout_.tensor));
     }

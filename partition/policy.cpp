@@ -39,8 +39,8 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   }
   std::string names;
   for (const PolicyInfo& p : policies()) names += (names.empty() ? "" : ", ") + p.name;
-  throw InputError("<command line>", 0, "--policy",
-                   "expected one of " + names + " (or layout-file, with --layout), found '" + options.policy + "'");
+  throw InputError(kOptions, 0, "policy",
+                   "expected one of " + names + " (or layout-file, with `layout_file`), found '" + options.policy + "'");
 }
 
 namespace policy_detail {
@@ -48,19 +48,19 @@ namespace policy_detail {
 Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind default_sync) {
   auto positive = [](int value, const char* option) {
     if (value < 1) {
-      throw InputError("<command line>", 0, option, "expected a positive number, found " + std::to_string(value));
+      throw InputError(kOptions, 0, option, "expected a positive number, found " + std::to_string(value));
     }
   };
-  positive(o.tensor, "--tensor");
-  positive(o.virtual_stages, "--virtual-stages");
-  positive(o.micro_batch, "--micro-batch");
-  positive(o.iterations, "--iterations");
-  if (o.staleness < 0) throw InputError("<command line>", 0, "--staleness", "expected 0 or more");
-  if (o.bucket_bytes <= 0) throw InputError("<command line>", 0, "--bucket-size", "expected a positive size");
+  positive(o.tensor, "tensor");
+  positive(o.virtual_stages, "virtual_stages");
+  positive(o.micro_batch, "micro_batch");
+  positive(o.iterations, "iterations");
+  if (o.staleness < 0) throw InputError(kOptions, 0, "staleness", "expected 0 or more");
+  if (o.bucket_bytes <= 0) throw InputError(kOptions, 0, "bucket_bytes", "expected a positive size");
   const Schedule& schedule = schedule_by_name(o.schedule);
   if (o.virtual_stages > 1 && !schedule.interleaved) {
-    throw InputError("<command line>", 0, "--virtual-stages",
-                     "schedule " + schedule.name + " runs one chunk per rank; use --schedule interleaved");
+    throw InputError(kOptions, 0, "virtual_stages",
+                     "schedule " + schedule.name + " runs one chunk per rank; use `schedule` interleaved");
   }
   Layout l;
   l.policy = policy;
@@ -79,10 +79,10 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.sync.bucket_bytes = o.bucket_bytes;
   l.sync.staleness = o.staleness;
   if (l.sync.kind != SyncKind::wsp && o.staleness > 0) {
-    throw InputError("<command line>", 0, "--staleness", "only applies to --sync wsp");
+    throw InputError(kOptions, 0, "staleness", "only applies to `sync` wsp");
   }
   if (o.sequence_parallel && o.tensor == 1) {
-    throw InputError("<command line>", 0, "--sequence-parallel", "needs --tensor 2 or more");
+    throw InputError(kOptions, 0, "sequence_parallel", "needs `tensor` 2 or more");
   }
   return l;
 }
@@ -99,7 +99,7 @@ std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int
   }
   const int core = end_core - first_core;
   if (core < chunks) {
-    throw InputError("<command line>", 0, "--pipeline",
+    throw InputError(kOptions, 0, "pipeline",
                      "cannot split " + std::to_string(core) + (any_core ? " transformer" : "") + " layers into " +
                          std::to_string(chunks) + " non-empty chunks");
   }
@@ -116,7 +116,7 @@ std::vector<Stage> uniform_stages(const model::Network& network, int chunks, int
 
 std::vector<Stage> stages_from_counts(const model::Network& network, const std::vector<int>& counts, int chunks,
                                       int ranks) {
-  const auto fail = [](const std::string& message) { throw InputError("<command line>", 0, "--stage-layers", message); };
+  const auto fail = [](const std::string& message) { throw InputError(kOptions, 0, "stage_layers", message); };
   if (static_cast<int>(counts.size()) != chunks) {
     fail("expected " + std::to_string(chunks) + " layer counts (pipeline x virtual stages), found " +
          std::to_string(counts.size()));
@@ -137,18 +137,18 @@ std::vector<Stage> stages_from_counts(const model::Network& network, const std::
 
 int microbatches_per_worker(const PlanOptions& o, int workers, int pipeline) {
   if (o.global_batch > 0 && o.microbatches > 0) {
-    throw InputError("<command line>", 0, "--microbatches", "give either --global-batch or --microbatches, not both");
+    throw InputError(kOptions, 0, "microbatches", "give either `global_batch` or `microbatches`, not both");
   }
   if (o.global_batch > 0) {
     const int per_microbatch_round = o.micro_batch * workers;
     if (o.global_batch % per_microbatch_round != 0) {
-      throw InputError("<command line>", 0, "--global-batch",
+      throw InputError(kOptions, 0, "global_batch",
                        "expected a multiple of micro-batch x data-parallel size = " + std::to_string(per_microbatch_round) +
                            ", found " + std::to_string(o.global_batch));
     }
     return o.global_batch / per_microbatch_round;
   }
-  if (o.microbatches < 0) throw InputError("<command line>", 0, "--microbatches", "expected a positive number");
+  if (o.microbatches < 0) throw InputError(kOptions, 0, "microbatches", "expected a positive number");
   return o.microbatches > 0 ? o.microbatches : 2 * pipeline;
 }
 
@@ -250,7 +250,7 @@ Balanced balance_stages(const model::Network& net, const Layout& layout, const s
     best = partition_min_bottleneck(problem);
   }
   if (!best) {
-    throw InputError("<command line>", 0, "--pipeline",
+    throw InputError(kOptions, 0, "pipeline",
                      "cannot split " + std::to_string(net.layers.size()) + " layers into " + std::to_string(chunks) + " chunks");
   }
   for (int k = 0; k < chunks; ++k) {

@@ -86,15 +86,15 @@ std::vector<std::vector<int>> form_hd(std::vector<TypeGroup> types) {
 Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& o,
                            const CostModel& cost) {
   Layout layout = policy_detail::base_layout(o, o.policy, SyncKind::wsp);
-  if (o.tensor != 1) throw InputError("<command line>", 0, "--tensor", "HetPipe policies use pipeline stages of one GPU");
+  if (o.tensor != 1) throw InputError(kOptions, 0, "tensor", "HetPipe policies use pipeline stages of one GPU");
   if (o.pipeline != 0 || o.data != 0) {
-    throw InputError("<command line>", 0, o.pipeline != 0 ? "--pipeline" : "--data",
-                     "HetPipe policies form virtual workers themselves; leave --pipeline and --data out");
+    throw InputError(kOptions, 0, o.pipeline != 0 ? "pipeline" : "data",
+                     "HetPipe policies form virtual workers themselves; leave `pipeline` and `data` out");
   }
   if (!o.stage_layers.empty()) {
-    throw InputError("<command line>", 0, "--stage-layers",
-                     "HetPipe policies balance each virtual worker's stages themselves; use --policy uniform or "
-                     "balanced, or a --layout file, for fixed cuts");
+    throw InputError(kOptions, 0, "stage_layers",
+                     "HetPipe policies balance each virtual worker's stages themselves; use `policy` uniform or "
+                     "balanced, or a layout file (`layout_file`), for fixed cuts");
   }
   const std::vector<TypeGroup> types = devices_by_type(cluster, cost);
   std::vector<std::vector<int>> workers;

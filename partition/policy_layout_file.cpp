@@ -13,25 +13,24 @@ namespace hetflow::partition {
 
 namespace {
 
-const char* const kCommandLine = "<command line>";
 
 // The options that the file replaces must be left out.
 void refuse_clashes(const PlanOptions& o) {
-  if (o.layout_file.empty()) throw InputError(kCommandLine, 0, "--policy", "policy layout-file needs --layout FILE");
+  if (o.layout_file.empty()) throw InputError(kOptions, 0, "policy", "policy layout-file needs a layout file (`layout_file`)");
   const auto clash = [](const char* option, const std::string& why) {
-    throw InputError(kCommandLine, 0, option, "cannot be combined with --layout: " + why);
+    throw InputError(kOptions, 0, option, "cannot be combined with `layout_file`: " + why);
   };
-  if (o.policy != "uniform" && o.policy != "layout-file") clash("--policy", "the layout file is the policy");
-  if (o.pipeline != 0) clash("--pipeline", "the layout file gives each virtual worker's stages");
-  if (o.data != 0) clash("--data", "the layout file lists the virtual workers");
-  if (o.tensor != 1) clash("--tensor", "the devices of each stage give the tensor-parallel degree");
-  if (!o.stage_layers.empty()) clash("--stage-layers", "the layout file gives each stage's layers");
-  if (o.virtual_stages != 1) clash("--virtual-stages", "a layout file gives one chunk per rank for now");
+  if (o.policy != "uniform" && o.policy != "layout-file") clash("policy", "the layout file is the policy");
+  if (o.pipeline != 0) clash("pipeline", "the layout file gives each virtual worker's stages");
+  if (o.data != 0) clash("data", "the layout file lists the virtual workers");
+  if (o.tensor != 1) clash("tensor", "the devices of each stage give the tensor-parallel degree");
+  if (!o.stage_layers.empty()) clash("stage_layers", "the layout file gives each stage's layers");
+  if (o.virtual_stages != 1) clash("virtual_stages", "a layout file gives one chunk per rank for now");
 }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InputError(path, 0, "--layout", "cannot be read");
+  if (!in) throw InputError(kOptions, 0, "layout_file", "cannot read '" + path + "'");
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -40,7 +39,7 @@ std::string read_text(const std::string& path) {
 // Fills in the micro-batches of the workers the file left at 0.
 void fill_microbatches(Layout& layout, const model::Network& network, const PlanOptions& o, const CostModel& cost) {
   if (o.global_batch > 0 && o.microbatches > 0) {
-    throw InputError(kCommandLine, 0, "--microbatches", "give either --global-batch or --microbatches, not both");
+    throw InputError(kOptions, 0, "microbatches", "give either `global_batch` or `microbatches`, not both");
   }
   std::vector<size_t> open;
   int given_samples = 0;
@@ -54,15 +53,15 @@ void fill_microbatches(Layout& layout, const model::Network& network, const Plan
   if (o.global_batch > 0) {
     const int left = o.global_batch - given_samples;
     if (open.empty() && left != 0) {
-      throw InputError(kCommandLine, 0, "--global-batch",
-                       "the layout file's micro-batches x --micro-batch make " + std::to_string(given_samples) +
+      throw InputError(kOptions, 0, "global_batch",
+                       "the layout file's micro-batches x `micro_batch` make " + std::to_string(given_samples) +
                            " samples per iteration, found " + std::to_string(o.global_batch));
     }
     if (!open.empty() &&
         (left < layout.micro_batch_size * static_cast<int>(open.size()) || left % layout.micro_batch_size != 0)) {
       const std::string given = given_samples > 0 ? "the layout file's " + std::to_string(given_samples) + " samples plus " : "";
-      throw InputError(kCommandLine, 0, "--global-batch",
-                       "expected " + given + "a multiple of --micro-batch " + std::to_string(layout.micro_batch_size) +
+      throw InputError(kOptions, 0, "global_batch",
+                       "expected " + given + "a multiple of `micro_batch` " + std::to_string(layout.micro_batch_size) +
                            " with at least one micro-batch for each of the " + std::to_string(open.size()) +
                            " virtual workers" + (given_samples > 0 ? " without `microbatches`" : "") + ", found " +
                            std::to_string(o.global_batch));
@@ -93,7 +92,7 @@ Layout make_layout_file_layout(const model::Cluster& cluster, const model::Netwo
   Layout layout = read_layout_file(read_text(o.layout_file), o.layout_file, cluster, network,
                                    policy_detail::base_layout(common, "layout-file", SyncKind::allreduce));
   if (o.sequence_parallel && layout.tensor == 1) {
-    throw InputError(kCommandLine, 0, "--sequence-parallel", "needs stages of 2 or more devices in the layout file");
+    throw InputError(kOptions, 0, "sequence_parallel", "needs stages of 2 or more devices in the layout file");
   }
   layout.sequence_parallel = o.sequence_parallel;
   fill_microbatches(layout, network, o, cost);

@@ -17,7 +17,7 @@ Grid choose_grid(const model::Cluster& cluster, const PlanOptions& o) {
   Grid g{o.tensor, o.pipeline > 0 ? o.pipeline : 1, o.data};
   if (g.data == 0) g.data = devices / (g.tensor * g.pipeline);
   if (g.data < 1 || g.tensor * g.pipeline * g.data > devices) {
-    throw InputError("<command line>", 0, "--data",
+    throw InputError(kOptions, 0, "data",
                      "tensor x pipeline x data = " + std::to_string(g.tensor) + " x " + std::to_string(g.pipeline) + " x " +
                          std::to_string(std::max(g.data, 0)) + " needs more than the cluster's " + std::to_string(devices) +
                          " devices");

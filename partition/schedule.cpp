@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "model/error.hpp"
+#include "partition/layout.hpp"
 
 namespace hetflow::partition {
 
@@ -11,17 +12,17 @@ namespace hetflow::partition {
 void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved) {
   const std::string name(schedule);
   if (p < 1) {
-    throw InputError("<command line>", 0, "--pipeline", "expected at least 1 pipeline rank, found " + std::to_string(p));
+    throw InputError(kOptions, 0, "pipeline", "expected at least 1 pipeline rank, found " + std::to_string(p));
   }
   if (m < 1) {
-    throw InputError("<command line>", 0, "--microbatches", "expected at least 1 micro-batch, found " + std::to_string(m));
+    throw InputError(kOptions, 0, "microbatches", "expected at least 1 micro-batch, found " + std::to_string(m));
   }
   if (interleaved && v < 2) {
-    throw InputError("<command line>", 0, "--virtual-stages",
+    throw InputError(kOptions, 0, "virtual_stages",
                      "schedule " + name + " expects at least 2 chunks per rank, found " + std::to_string(v));
   }
   if (!interleaved && v != 1) {
-    throw InputError("<command line>", 0, "--virtual-stages",
+    throw InputError(kOptions, 0, "virtual_stages",
                      "schedule " + name + " expects 1 chunk per rank, found " + std::to_string(v));
   }
 }
@@ -54,13 +55,13 @@ const Schedule& schedule_by_name(std::string_view name) {
     known += known.empty() ? "" : ", ";
     known += s.name;
   }
-  throw InputError("<command line>", 0, "--schedule",
+  throw InputError(kOptions, 0, "schedule",
                    "expected one of " + known + ", found '" + std::string(name) + "'");
 }
 
 std::vector<std::vector<int>> peak_in_flight(const RankPrograms& programs, int v) {
   if (v < 1) {
-    throw InputError("<command line>", 0, "--virtual-stages",
+    throw InputError(kOptions, 0, "virtual_stages",
                      "expected at least 1 chunk per rank, found " + std::to_string(v));
   }
   std::vector<std::vector<int>> peak(programs.size(), std::vector<int>(v, 0));

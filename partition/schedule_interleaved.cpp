@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "partition/layout.hpp"
 #include "partition/schedule.hpp"
 
 namespace hetflow::partition {
@@ -14,7 +15,7 @@ namespace hetflow::partition {
 RankPrograms build_interleaved(int p, int m, int v) {
   check_schedule_sizes("interleaved", p, m, v, true);
   if (m % p != 0) {
-    throw InputError("<command line>", 0, "--microbatches",
+    throw InputError(kOptions, 0, "microbatches",
                      "schedule interleaved expects a multiple of the " + std::to_string(p) +
                          " pipeline ranks, found " + std::to_string(m));
   }

@@ -8,6 +8,7 @@
 
 #include "model/error.hpp"
 #include "tools/cli.hpp"
+#include "tools/options.hpp"
 
 namespace {
 
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     print_usage(std::cerr);
     return 2;
   } catch (const hetflow::InputError& e) {
-    std::cerr << "hetflow: " << e.what() << "\n";
+    std::cerr << "hetflow: " << hetflow::tools::as_command_line_error(e).what() << "\n";
     return 2;
   } catch (const hetflow::PlanError& e) {
     std::cerr << "hetflow: plan cannot run: " << e.what() << "\n";

@@ -1,9 +1,11 @@
 #include "tools/options.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/error.hpp"
 #include "model/io.hpp"
+#include "partition/layout.hpp"
 
 namespace hetflow::tools {
 
@@ -30,6 +32,32 @@ model::Network load_network_option(const po::variables_map& vm) {
     }
   }
   return model::load_network(vm["model"].as<std::string>(), precision);
+}
+
+namespace {
+std::string option_of(std::string member) {
+  if (member == "bucket_bytes") return "--bucket-size";
+  if (member == "layout_file") return "--layout";
+  if (member == "workspace_bytes") return "--workspace";
+  std::replace(member.begin(), member.end(), '_', '-');
+  return "--" + member;
+}
+}  // namespace
+
+InputError as_command_line_error(const InputError& e) {
+  if (e.file() != partition::kOptions) return e;
+  std::string message;
+  const std::string& m = e.message();
+  for (size_t i = 0; i < m.size();) {  // `member` -> --option
+    const size_t open = m.find('`', i), close = open == std::string::npos ? open : m.find('`', open + 1);
+    if (close == std::string::npos) {
+      message += m.substr(i);
+      break;
+    }
+    message += m.substr(i, open - i) + option_of(m.substr(open + 1, close - open - 1));
+    i = close + 1;
+  }
+  return InputError("<command line>", 0, option_of(e.field()), message);
 }
 
 }  // namespace hetflow::tools

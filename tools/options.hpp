@@ -1,6 +1,7 @@
 #pragma once
 // Options several commands share: which cluster, which network, which precision.
 #include "model/cluster.hpp"
+#include "model/error.hpp"
 #include "model/network.hpp"
 #include "tools/cli.hpp"
 
@@ -10,5 +11,10 @@ namespace hetflow::tools {
 void add_cluster_model_options(po::options_description& options);
 model::Cluster load_cluster_option(const po::variables_map& vm);
 model::Network load_network_option(const po::variables_map& vm);
+
+// A library error about the plan options (partition::kOptions, field = PlanOptions member)
+// as the command line says it: "stage_layers" -> "--stage-layers", `micro_batch` in the
+// message -> --micro-batch. Other errors come back as they are.
+InputError as_command_line_error(const InputError& e);
 
 }  // namespace hetflow::tools

@@ -194,16 +194,16 @@ TEST(LayoutFile, OptionsTheFileReplacesAreRefused) {
   f.virtual_stages = 2;
   f.schedule = "interleaved";
   g.sequence_parallel = true;  // the file's stages have one device each
-  EXPECT_EQ(option_at_fault(a), "--policy");
-  EXPECT_EQ(option_at_fault(b), "--pipeline");
-  EXPECT_EQ(option_at_fault(c), "--data");
-  EXPECT_EQ(option_at_fault(d), "--tensor");
-  EXPECT_EQ(option_at_fault(e), "--stage-layers");
-  EXPECT_EQ(option_at_fault(f), "--virtual-stages");
-  EXPECT_EQ(option_at_fault(g), "--sequence-parallel");
+  EXPECT_EQ(option_at_fault(a), "policy");
+  EXPECT_EQ(option_at_fault(b), "pipeline");
+  EXPECT_EQ(option_at_fault(c), "data");
+  EXPECT_EQ(option_at_fault(d), "tensor");
+  EXPECT_EQ(option_at_fault(e), "stage_layers");
+  EXPECT_EQ(option_at_fault(f), "virtual_stages");
+  EXPECT_EQ(option_at_fault(g), "sequence_parallel");
   PlanOptions missing;
   missing.policy = "layout-file";
-  EXPECT_EQ(option_at_fault(missing), "--policy");
+  EXPECT_EQ(option_at_fault(missing), "policy");
 }
 
 TEST(LayoutFile, EverySyncBuildsAValidPlan) {

@@ -71,12 +71,12 @@ TEST(StageLayers, BadCountsNameTheOption) {
     PlanOptions o;
     o.pipeline = 4;
     o.stage_layers = counts;
-    EXPECT_EQ(error_field(cluster, net, o), "--stage-layers") << counts.size();
+    EXPECT_EQ(error_field(cluster, net, o), "stage_layers") << counts.size();
   }
   PlanOptions hetpipe;
   hetpipe.policy = "hetpipe-ed";
   hetpipe.stage_layers = {8, 8};
-  EXPECT_EQ(error_field(model::builtin_cluster("hetpipe-testbed"), net, hetpipe), "--stage-layers");
+  EXPECT_EQ(error_field(model::builtin_cluster("hetpipe-testbed"), net, hetpipe), "stage_layers");
 }
 
 TEST(ParameterServers, PsAndWspWorkWithUniformAndBalanced) {

@@ -79,3 +79,16 @@ TEST(PlanCli, ValidateTakesThePlanAsItsArgumentAndHelpAlwaysWorks) {
     EXPECT_NE(help.out.find("usage: hetflow"), std::string::npos) << command;
   }
 }
+
+// The library names the plan options' members; the command line names its options.
+TEST(PlanCli, OptionErrorsNameTheOptionAndItsNeighbours) {
+  const auto r = run_hetflow("plan --global-batch 8 --microbatches 2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("<command line>: --microbatches: give either --global-batch or --microbatches, not both"),
+            std::string::npos)
+      << r.err;
+  const auto s = run_hetflow("plan --pipeline 2 --stage-layers 1,2");
+  EXPECT_EQ(s.status, 2);
+  EXPECT_NE(s.err.find("--stage-layers:"), std::string::npos) << s.err;
+  EXPECT_EQ(s.err.find("stage_layers"), std::string::npos) << s.err;
+}
