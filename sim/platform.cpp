@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -55,7 +56,12 @@ sg::Engine& start_engine(size_t actors) {
 #endif
   static std::unique_ptr<sg::Engine> engine;
   if (!engine) {
+    // SimGrid takes SIGINT over (it prints the actors' status and exits 1, even where the
+    // signal was ignored, as in a background job); hetflow keeps the process's own handling.
+    struct sigaction interrupt {};
+    const bool saved = ::sigaction(SIGINT, nullptr, &interrupt) == 0;
     engine = std::make_unique<sg::Engine>(&argc, argv);
+    if (saved) ::sigaction(SIGINT, &interrupt, nullptr);
     // Quiet: hetflow reports stalls itself (SimGrid's deadlock banner is a critical message).
     xbt_log_control_set("root.thres:critical");
     xbt_log_control_set("ker_engine.app:file:/dev/null ker_engine.add:no");

@@ -169,8 +169,12 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
     // Die with the parent, whatever kills it; and if it is already gone, do not start.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
+    // A caller's handlers are not the child's; an ignored signal (a background job's SIGINT)
+    // stays ignored, as in the parent.
+    for (const int sig : {SIGINT, SIGTERM}) {
+      struct sigaction now {};
+      if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) ::signal(sig, SIG_DFL);
+    }
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::close(fds[0]);
     std::string message;
