@@ -1,9 +1,13 @@
 #include "model/calibration.hpp"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
+#include "model/cluster.hpp"
 #include "model/error.hpp"
+#include "model/gpu.hpp"
+#include "model/limits.hpp"
 #include "model/units.hpp"
 #include "model/yaml_util.hpp"
 
@@ -22,12 +26,22 @@ LinkCalibration Calibration::link(const std::string& link_class) const {
 }
 
 namespace {
+bool lower_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
 GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const std::string& path) {
   MapReader r(node, file, path);
   GpuEfficiency g;
   g.max_efficiency = r.number_or("max_efficiency", g.max_efficiency, 1e-6);
   if (g.max_efficiency > 1) r.fail("max_efficiency", "expected a fraction in (0, 1]");
-  g.overhead_s = r.quantity("overhead", units::parse_time_s, g.overhead_s, true);
+  // A task's fixed cost: beyond an hour it is a typo, and it must stay finite for SimGrid.
+  g.overhead_s = r.quantity_in("overhead", units::parse_time_s,
+                               {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, g.overhead_s, true);
   r.finish();
   return g;
 }
@@ -42,7 +56,13 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
     const YAML::Node gpus = r.get("gpus");
     if (!gpus.IsMap()) r.fail("gpus", "expected a mapping from GPU type to efficiency");
     for (const auto& kv : gpus) {
-      const std::string name = kv.first.as<std::string>();
+      std::string name = yaml_util::key_text(kv.first, file, "gpus");
+      // The built-in catalog's spelling, as clusters use it (their GPU types are
+      // case-insensitive); other names must be GPU types of the cluster (resolve_calibration).
+      if (const GpuSpec* g = find_builtin_gpu(name)) name = g->name;
+      if (c.gpus.count(name) != 0) {
+        throw InputError(file, yaml_util::line_of(kv.first), "gpus." + name, "given twice (GPU types are case-insensitive)");
+      }
       c.gpus[name] = parse_gpu(kv.second, file, "gpus." + name);
     }
   }
@@ -50,15 +70,15 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
     const YAML::Node links = r.get("links");
     if (!links.IsMap()) r.fail("links", "expected a mapping from link class to factors");
     for (const auto& kv : links) {
-      const std::string name = kv.first.as<std::string>();
+      const std::string name = yaml_util::key_text(kv.first, file, "links");
       if (name != "pcie" && name != "nvlink" && name != "nvswitch" && name != "nic" && name != "wan") {
         throw InputError(file, yaml_util::line_of(kv.first), "links." + name,
                          "expected a link class: pcie, nvlink, nvswitch, nic or wan");
       }
       MapReader lr(kv.second, file, "links." + name);
       LinkCalibration l;
-      l.bandwidth_factor = lr.number_or("bandwidth_factor", 1.0, 1e-9);
-      l.latency_factor = lr.number_or("latency_factor", 1.0, 0.0);
+      l.bandwidth_factor = lr.number_or("bandwidth_factor", 1.0, limits::kMinLinkFactor, limits::kMaxLinkFactor);
+      l.latency_factor = lr.number_or("latency_factor", 1.0, 0.0, limits::kMaxLinkFactor);
       lr.finish();
       c.links[name] = l;
     }
@@ -89,6 +109,37 @@ std::string write_calibration(const Calibration& c) {
   }
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+Calibration resolve_calibration(const Calibration& calibration, const Cluster& cluster, const std::string& file) {
+  Calibration out = calibration;
+  out.gpus.clear();
+  std::vector<std::string> known;
+  for (const GpuSpec& g : cluster.gpu_types) known.push_back(g.name);
+  for (const GpuSpec& g : builtin_gpus()) known.push_back(g.name);
+  for (const auto& [name, efficiency] : calibration.gpus) {
+    std::string canonical;
+    for (const std::string& k : known) {
+      if (k == name) canonical = k;
+    }
+    if (canonical.empty()) {
+      for (const std::string& k : known) {
+        if (canonical.empty() && find_builtin_gpu(k) == nullptr && lower_equal(k, name)) canonical = k;
+      }
+    }
+    if (canonical.empty()) {
+      std::string hint;
+      for (const std::string& n : nearest_names(name, known)) hint += (hint.empty() ? "" : ", ") + n;
+      throw InputError(file, 0, "gpus." + name,
+                       "unknown GPU type '" + name + "' (neither built in nor defined by cluster " + cluster.name +
+                           "); nearest known: " + hint);
+    }
+    if (out.gpus.count(canonical) != 0) {
+      throw InputError(file, 0, "gpus." + name, "GPU type " + canonical + " is given twice (names are case-insensitive)");
+    }
+    out.gpus[canonical] = efficiency;
+  }
+  return out;
 }
 
 Calibration load_calibration(const std::string& path) {

@@ -43,4 +43,11 @@ Calibration parse_calibration(const std::string& text, const std::string& file);
 std::string write_calibration(const Calibration& calibration);
 Calibration load_calibration(const std::string& path);
 
+struct Cluster;
+// The calibration as a cost model for `cluster` reads it: every GPU type it names spelt as
+// the cluster and the catalog spell it (names are case-insensitive, as in cluster files).
+// A name that is neither a built-in GPU type nor one of the cluster's gpu_types is an
+// InputError naming `file`, the field and the nearest known names.
+Calibration resolve_calibration(const Calibration& calibration, const Cluster& cluster, const std::string& file);
+
 }  // namespace hetflow::model

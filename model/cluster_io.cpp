@@ -1,4 +1,6 @@
 // Cluster descriptions in YAML (JSON accepted): parse, check, write back.
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -6,6 +8,7 @@
 
 #include "model/error.hpp"
 #include "model/io.hpp"
+#include "model/limits.hpp"
 #include "model/units.hpp"
 #include "model/yaml_util.hpp"
 
@@ -18,6 +21,12 @@ namespace {
 constexpr double kDefaultIntraLatency_s = 2e-6;
 constexpr double kDefaultSwitchLatency_s = 1e-6;
 
+// What the simulator's physics can take (model/limits.hpp).
+const MapReader::Range kBandwidth{limits::kMinBandwidth, limits::kMaxBandwidth, units::format_bandwidth};
+const MapReader::Range kLatency{limits::kMinLatency, limits::kMaxLatency, units::format_time_s};
+const MapReader::Range kFlops{limits::kMinFlops, limits::kMaxFlops, units::format_flops_per_s};
+const MapReader::Range kMemory{limits::kMinMemory, limits::kMaxMemory, units::format_bytes};
+
 std::vector<std::string> builtin_gpu_names() {
   std::vector<std::string> names;
   for (const GpuSpec& g : builtin_gpus()) names.push_back(g.name);
@@ -29,18 +38,18 @@ GpuSpec parse_gpu_type(const YAML::Node& node, const std::string& file, const st
   GpuSpec g;
   g.name = r.string("name");
   g.description = r.string_or("description", "user-defined GPU type");
-  g.fp16_flops_per_s = r.quantity("fp16", units::parse_flops_per_s);
-  g.bf16_flops_per_s = r.quantity("bf16", units::parse_flops_per_s, 0.0, true);
-  g.fp32_flops_per_s = r.quantity("fp32", units::parse_flops_per_s);
-  g.memory_bytes = r.quantity("memory", units::parse_bytes);
-  g.memory_bandwidth_bytes_per_s = r.quantity("memory_bandwidth", units::parse_bandwidth_bytes_per_s);
+  g.fp16_flops_per_s = r.quantity_in("fp16", units::parse_flops_per_s, kFlops);
+  g.bf16_flops_per_s = r.quantity_in("bf16", units::parse_flops_per_s, kFlops, 0.0, true);
+  g.fp32_flops_per_s = r.quantity_in("fp32", units::parse_flops_per_s, kFlops);
+  g.memory_bytes = r.quantity_in("memory", units::parse_bytes, kMemory);
+  g.memory_bandwidth_bytes_per_s = r.quantity_in("memory_bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth);
   try {
     g.usual_link = parse_link_kind(r.string_or("link", "pcie"));
   } catch (const std::invalid_argument& e) {
     r.fail("link", e.what());
   }
   g.usual_link_bandwidth_bytes_per_s =
-      r.quantity("link_bandwidth", units::parse_bandwidth_bytes_per_s, 16e9);
+      r.quantity_in("link_bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth, 16e9);
   r.finish();
   return g;
 }
@@ -53,12 +62,12 @@ Fabric parse_fabric(const YAML::Node& node, const std::string& file, const std::
     f.kind = FabricKind::single_switch;
   } else if (kind == "fat-tree") {
     f.kind = FabricKind::fat_tree;
-    f.nodes_per_leaf = r.positive_int("nodes_per_leaf");
-    f.oversubscription = r.number_or("oversubscription", 1.0, 1.0);
+    f.nodes_per_leaf = r.positive_int("nodes_per_leaf", limits::kMaxNodes);
+    f.oversubscription = r.number_or("oversubscription", 1.0, 1.0, limits::kMaxOversubscription);
   } else {
     r.fail("kind", "expected switch or fat-tree, found '" + kind + "'");
   }
-  f.latency_s = r.quantity("latency", units::parse_time_s, kDefaultSwitchLatency_s, true);
+  f.latency_s = r.quantity_in("latency", units::parse_time_s, kLatency, kDefaultSwitchLatency_s, true);
   r.finish();
   return f;
 }
@@ -81,8 +90,8 @@ std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, c
                       " (or define it under gpu_types)");
   }
   n.gpu = spec->name;  // canonical spelling
-  n.gpu_count = r.positive_int("gpus");
-  const int count = r.int_or("count", 1, 1);
+  n.gpu_count = r.positive_int("gpus", limits::kMaxGpusPerNode);
+  const int count = r.int_or("count", 1, 1, limits::kMaxNodes);
 
   if (r.has("intra")) {
     MapReader intra(r.get("intra"), file, r.field("intra"));
@@ -91,11 +100,11 @@ std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, c
     } catch (const std::invalid_argument& e) {
       intra.fail("kind", e.what());
     }
-    n.intra.bandwidth_bytes_per_s = intra.quantity("bandwidth", units::parse_bandwidth_bytes_per_s,
-                                                   spec->usual_link_bandwidth_bytes_per_s);
-    n.intra.latency_s = intra.quantity("latency", units::parse_time_s, kDefaultIntraLatency_s, true);
+    n.intra.bandwidth_bytes_per_s = intra.quantity_in("bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth,
+                                                      spec->usual_link_bandwidth_bytes_per_s);
+    n.intra.latency_s = intra.quantity_in("latency", units::parse_time_s, kLatency, kDefaultIntraLatency_s, true);
     n.intra.uplink_bandwidth_bytes_per_s =
-        intra.quantity("uplink", units::parse_bandwidth_bytes_per_s, 0.0, true);
+        intra.quantity_in("uplink", units::parse_bandwidth_bytes_per_s, kBandwidth, 0.0, true);
     intra.finish();
   } else {
     n.intra.kind = spec->usual_link;
@@ -104,9 +113,9 @@ std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, c
   }
   if (r.has("nic")) {
     MapReader nic(r.get("nic"), file, r.field("nic"));
-    n.nic.count = nic.int_or("count", 1, 1);
-    n.nic.bandwidth_bytes_per_s = nic.quantity("bandwidth", units::parse_bandwidth_bytes_per_s);
-    n.nic.latency_s = nic.quantity("latency", units::parse_time_s, 5e-6, true);
+    n.nic.count = nic.int_or("count", 1, 1, limits::kMaxNics);
+    n.nic.bandwidth_bytes_per_s = nic.quantity_in("bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth);
+    n.nic.latency_s = nic.quantity_in("latency", units::parse_time_s, kLatency, 5e-6, true);
     nic.finish();
   } else {
     n.nic.count = 0;  // no NIC: only valid for a one-node cluster (checked by validate_cluster)
@@ -178,9 +187,17 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
   std::set<std::string> region_names;
   for (const Region& region : c.regions) region_names.insert(region.name);
   std::set<std::string> node_names;
+  long long gpus = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
-    for (Node& n : parse_nodes(nodes[i], file, path, find_gpu, gpu_names, c.regions.front().name)) {
+    std::vector<Node> expanded = parse_nodes(nodes[i], file, path, find_gpu, gpu_names, c.regions.front().name);
+    gpus += static_cast<long long>(expanded.size()) * expanded.front().gpu_count;
+    if (c.nodes.size() + expanded.size() > static_cast<size_t>(limits::kMaxNodes) || gpus > limits::kMaxGpus) {
+      throw InputError(file, yaml_util::line_of(nodes[i]), path + ".count",
+                       "the cluster would have more than " + std::to_string(limits::kMaxNodes) + " nodes or " +
+                           std::to_string(limits::kMaxGpus) + " GPUs, the most hetflow models");
+    }
+    for (Node& n : expanded) {
       if (region_names.count(n.region) == 0) {
         throw InputError(file, yaml_util::line_of(nodes[i]), path + ".region",
                          "unknown region '" + n.region + "'");
@@ -196,6 +213,7 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
   if (r.has("wan")) {
     const YAML::Node list = r.get("wan");
     if (!list.IsSequence()) r.fail("wan", "expected a list of WAN links");
+    std::map<std::pair<std::string, std::string>, size_t> joined;  // region pair -> its WAN entry
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string path = "wan[" + std::to_string(i) + "]";
       MapReader wr(list[i], file, path);
@@ -210,8 +228,13 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
         if (region_names.count(name) == 0) wr.fail("between", "unknown region '" + name + "'");
       }
       if (w.region_a == w.region_b) wr.fail("between", "a WAN link joins two different regions");
-      w.bandwidth_bytes_per_s = wr.quantity("bandwidth", units::parse_bandwidth_bytes_per_s);
-      w.latency_s = wr.quantity("latency", units::parse_time_s, 0.0, true);
+      const auto pair = std::minmax(w.region_a, w.region_b);
+      if (const auto [at, fresh] = joined.emplace(std::pair(pair.first, pair.second), i); !fresh) {
+        wr.fail("between", "regions '" + w.region_a + "' and '" + w.region_b + "' are already joined by wan[" +
+                               std::to_string(at->second) + "]; give one link per pair of regions");
+      }
+      w.bandwidth_bytes_per_s = wr.quantity_in("bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth);
+      w.latency_s = wr.quantity_in("latency", units::parse_time_s, kLatency, 0.0, true);
       wr.finish();
       c.wan.push_back(w);
     }
@@ -258,9 +281,39 @@ void validate_cluster(const Cluster& c, const std::string& file) {
     }
   }
   for (const GpuSpec& g : c.gpu_types) {
-    if (g.fp16_flops_per_s <= 0 || g.fp32_flops_per_s <= 0 || g.memory_bytes <= 0 ||
-        g.memory_bandwidth_bytes_per_s <= 0) {
-      fail("gpu_types." + g.name, "expected positive fp16, fp32, memory and memory_bandwidth");
+    if (!(g.fp16_flops_per_s > 0) || !(g.fp32_flops_per_s > 0) || !(g.memory_bytes > 0) ||
+        !(g.memory_bandwidth_bytes_per_s > 0) || !std::isfinite(g.fp16_flops_per_s + g.bf16_flops_per_s +
+                                                               g.fp32_flops_per_s + g.memory_bytes +
+                                                               g.memory_bandwidth_bytes_per_s)) {
+      fail("gpu_types." + g.name, "expected positive, finite fp16, fp32, memory and memory_bandwidth");
+    }
+  }
+  if (c.nodes.size() > static_cast<size_t>(limits::kMaxNodes) || c.device_count() > limits::kMaxGpus) {
+    fail("nodes", "more than " + std::to_string(limits::kMaxNodes) + " nodes or " + std::to_string(limits::kMaxGpus) +
+                      " GPUs, the most hetflow models");
+  }
+  // Every time and rate the simulator gets must be a finite number.
+  auto finite = [&](double v) { return std::isfinite(v) && v >= 0; };
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    const Node& n = c.nodes[i];
+    if (!finite(n.intra.bandwidth_bytes_per_s) || !finite(n.intra.latency_s) ||
+        !finite(n.intra.uplink_bandwidth_bytes_per_s) || !finite(n.nic.bandwidth_bytes_per_s) ||
+        !finite(n.nic.latency_s)) {
+      fail("nodes[" + std::to_string(i) + "]", "expected finite, non-negative bandwidths and latencies");
+    }
+  }
+  for (const Region& r : c.regions) {
+    if (!finite(r.fabric.latency_s) || !std::isfinite(r.fabric.oversubscription)) {
+      fail("regions." + r.name + ".fabric", "expected a finite latency and oversubscription");
+    }
+  }
+  std::set<std::pair<std::string, std::string>> joined;
+  for (const WanLink& w : c.wan) {
+    if (!finite(w.bandwidth_bytes_per_s) || !finite(w.latency_s)) {
+      fail("wan", "expected finite, non-negative WAN bandwidths and latencies");
+    }
+    if (!joined.insert(std::minmax(w.region_a, w.region_b)).second) {
+      fail("wan", "regions '" + w.region_a + "' and '" + w.region_b + "' are joined by more than one WAN link");
     }
   }
   // Every region must reach every other one over WAN links.

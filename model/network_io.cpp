@@ -6,6 +6,7 @@
 
 #include "model/error.hpp"
 #include "model/io.hpp"
+#include "model/limits.hpp"
 #include "model/units.hpp"
 #include "model/yaml_util.hpp"
 #include "model/zoo.hpp"
@@ -45,18 +46,21 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   } else if (index > 0) {
     l.inputs = {index - 1};
   }
-  l.forward_flops = r.number_or("forward_flops", 0, 0);
-  l.backward_flops = r.number_or("backward_flops", 2 * l.forward_flops, 0);
-  l.params = r.number_or("params", 0, 0);
-  l.tied_params = r.number_or("tied_params", 0, 0);
-  l.output_elems = r.number("output_elems", 0);
-  l.stashed_bytes = r.number_or("stashed_bytes", 0, 0);
-  l.attention_stash_bytes = r.number_or("attention_stash_bytes", 0, 0);
-  l.attention_core_flops = r.number_or("attention_core_flops", 0, 0);
+  // Per-sample figures, each at most limits::kMaxLayerValue: sums over layers and products
+  // with batch sizes stay finite.
+  constexpr double kMax = limits::kMaxLayerValue;
+  l.forward_flops = r.number_or("forward_flops", 0, 0, kMax);
+  l.backward_flops = r.number_or("backward_flops", 2 * l.forward_flops, 0, kMax);
+  l.params = r.number_or("params", 0, 0, kMax);
+  l.tied_params = r.number_or("tied_params", 0, 0, kMax);
+  l.output_elems = r.number("output_elems", 0, kMax);
+  l.stashed_bytes = r.number_or("stashed_bytes", 0, 0, kMax);
+  l.attention_stash_bytes = r.number_or("attention_stash_bytes", 0, 0, kMax);
+  l.attention_core_flops = r.number_or("attention_core_flops", 0, 0, kMax);
   l.tp_splittable = r.boolean_or("tp_splittable", false);
-  l.tp_units = r.int_or("tp_units", 0, 0);
-  l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0);
-  l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0);
+  l.tp_units = r.int_or("tp_units", 0, 0, limits::kMaxHeads);
+  l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0, kMax);
+  l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
   }
@@ -70,13 +74,13 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   MapReader r(node, file, "architecture");
   TransformerConfig c;
   c.name = name;
-  c.layers = r.positive_int("layers");
-  c.hidden = r.positive_int("hidden");
-  c.heads = r.positive_int("heads");
-  c.kv_heads = r.int_or("kv_heads", 0, 0);
-  c.ffn = r.int_or("ffn", 0, 0);
-  c.seq = r.positive_int("seq");
-  c.vocab = r.int_or("vocab", 0, 0);
+  c.layers = r.positive_int("layers", limits::kMaxTransformerLayers);
+  c.hidden = r.positive_int("hidden", limits::kMaxHidden);
+  c.heads = r.positive_int("heads", limits::kMaxHeads);
+  c.kv_heads = r.int_or("kv_heads", 0, 0, limits::kMaxHeads);
+  c.ffn = r.int_or("ffn", 0, 0, limits::kMaxFfn);
+  c.seq = r.positive_int("seq", limits::kMaxSeq);
+  c.vocab = r.int_or("vocab", 0, 0, limits::kMaxVocab);
   const std::string norm = r.string_or("norm", "layernorm");
   if (norm != "layernorm" && norm != "rmsnorm") r.fail("norm", "expected layernorm or rmsnorm, found '" + norm + "'");
   c.rms_norm = norm == "rmsnorm";
@@ -88,7 +92,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.learned_positions = r.boolean_or("learned_positions", true);
   c.dropout = r.boolean_or("dropout", true);
   c.encoder = r.boolean_or("encoder", false);
-  c.type_vocab = r.int_or("type_vocab", 0, 0);
+  c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
   r.finish();
   try {
     check_transformer_config(c);
@@ -140,10 +144,14 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
   net.name = r.string_or("name", file);
   net.description = r.string_or("description", "");
   net.precision = file_precision.value_or(Precision::fp16);
-  net.tokens_per_sample = r.number_or("tokens_per_sample", 1, 1);
+  net.tokens_per_sample = r.number_or("tokens_per_sample", 1, 1, limits::kMaxTokensPerSample);
   if (r.has("architecture")) net.architecture = parse_architecture(r.get("architecture"), file, net.name);
   const YAML::Node layers = r.required("layers");
   if (!layers.IsSequence() || layers.size() == 0) r.fail("layers", "expected a non-empty list of layers");
+  if (layers.size() > static_cast<size_t>(limits::kMaxLayers)) {
+    r.fail("layers", "expected at most " + std::to_string(limits::kMaxLayers) + " layers, found " +
+                         std::to_string(layers.size()));
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
     net.layers.push_back(parse_layer(layers[i], file, "layers[" + std::to_string(i) + "]", static_cast<int>(i)));
   }

@@ -48,11 +48,20 @@ std::pair<double, std::string_view> split_number(std::string_view text, std::str
   return {value, trim(std::string_view(end, static_cast<size_t>(s.data() + s.size() - end)))};
 }
 
+// A value that overflows once its unit is applied ("1e308 min") is as unusable as "inf".
+double finite_scaled(double value, std::string_view text) {
+  if (!std::isfinite(value)) {
+    throw std::invalid_argument("expected a finite quantity, found '" + std::string(text) +
+                                "' (too large once its unit is applied)");
+  }
+  return value;
+}
+
 double parse_with(std::string_view text, std::string_view expected, const Unit* units, size_t n) {
   auto [value, unit] = split_number(text, expected);
   if (unit.empty()) return value;
   for (size_t i = 0; i < n; ++i) {
-    if (units[i].name == unit) return apply(value, units[i].factor);
+    if (units[i].name == unit) return finite_scaled(apply(value, units[i].factor), text);
   }
   throw std::invalid_argument("expected " + std::string(expected) + ", found unknown unit '" +
                               std::string(unit) + "' in '" + std::string(text) + "'");
@@ -167,7 +176,7 @@ double parse_bandwidth_bytes_per_s(std::string_view text) {
                                 ", found unknown unit '" + std::string(unit) + "'");
   }
   for (const Unit& u : kByteUnits) {
-    if (u.name == size_unit) return apply(value, u.factor);
+    if (u.name == size_unit) return finite_scaled(apply(value, u.factor), text);
   }
   throw std::invalid_argument(std::string("expected ") + std::string(expected) +
                               ", found unknown unit '" + std::string(unit) + "'");
@@ -181,7 +190,7 @@ double parse_flops_per_s(std::string_view text) {
     for (std::string_view suffix : {"FLOP/s", "FLOPS", "flop/s", "flops"}) {
       if (unit.size() == p.name.size() + suffix.size() && unit.substr(0, p.name.size()) == p.name &&
           unit.substr(p.name.size()) == suffix) {
-        return value * p.factor;
+        return finite_scaled(value * p.factor, text);
       }
     }
   }

@@ -5,8 +5,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "model/error.hpp"
 #include "model/gpu.hpp"
+#include "model/units.hpp"
 
 namespace hetflow::model::yaml_util {
 
@@ -25,6 +28,9 @@ std::string describe(const YAML::Node& node) {
 YAML::Node load(const std::string& text, const std::string& file) {
   try {
     return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw InputError(file, e.mark.line >= 0 ? e.mark.line + 1 : 0, "syntax",
+                     "nested deeper than " + std::to_string(e.depth()) + " levels");
   } catch (const YAML::Exception& e) {
     throw InputError(file, e.mark.line >= 0 ? e.mark.line + 1 : 0, "syntax",
                      "not valid YAML/JSON: " + e.msg);
@@ -42,6 +48,14 @@ std::string scalar(const YAML::Node& node, const std::string& file, const std::s
     throw InputError(file, line_of(node), field, "expected a value, found " + describe(node));
   }
   return node.Scalar();
+}
+
+std::string key_text(const YAML::Node& key, const std::string& file, const std::string& path) {
+  if (!key.IsScalar()) {
+    throw InputError(file, line_of(key), path.empty() ? "document" : path,
+                     "expected plain names as keys, found " + describe(key) + " used as a key");
+  }
+  return key.Scalar();
 }
 
 MapReader::MapReader(const YAML::Node& node, std::string file, std::string path)
@@ -107,43 +121,60 @@ bool parse_double(const std::string& s, double& out) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && end == s.data() + s.size() && std::isfinite(out);
 }
+
+// A whole number as 64 bits; false when it is not one or does not fit 64 bits.
+bool parse_int64(const std::string& s, long long& out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+std::string range_text(long long lo, long long hi) {
+  return "a whole number between " + std::to_string(lo) + " and " + std::to_string(hi);
+}
+
+std::string number_text(double v) { return units::format_number(v); }
 }  // namespace
 
-int MapReader::positive_int(const std::string& key) const {
+int MapReader::positive_int(const std::string& key, int maximum) const {
   const std::string s = scalar(required(key), file_, field(key));
-  int v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) fail(key, "expected a whole number, found '" + s + "'");
-  if (v < 1) fail(key, "expected a positive whole number, found " + s);
-  return v;
-}
-
-int MapReader::int_or(const std::string& key, int fallback, int minimum) const {
-  if (!has(key)) return fallback;
-  const std::string s = scalar(node_[key], file_, field(key));
-  int v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) fail(key, "expected a whole number, found '" + s + "'");
-  if (v < minimum) fail(key, "expected a whole number >= " + std::to_string(minimum) + ", found " + s);
-  return v;
-}
-
-double MapReader::number(const std::string& key, double minimum_exclusive) const {
-  const std::string s = scalar(required(key), file_, field(key));
-  double v = 0;
-  if (!parse_double(s, v)) fail(key, "expected a number, found '" + s + "'");
-  if (!(v > minimum_exclusive)) {
-    fail(key, "expected a number > " + std::to_string(minimum_exclusive) + ", found " + s);
+  long long v = 0;
+  if (!parse_int64(s, v)) {
+    fail(key, "expected " + range_text(1, maximum) + ", found '" + s + "'");
   }
+  if (v < 1) fail(key, "expected a positive whole number, found " + s);
+  if (v > maximum) fail(key, "expected " + range_text(1, maximum) + ", found " + s);
+  return static_cast<int>(v);
+}
+
+int MapReader::int_or(const std::string& key, int fallback, int minimum, int maximum) const {
+  if (!has(key)) return fallback;
+  const std::string s = scalar(node_[key], file_, field(key));
+  long long v = 0;
+  if (!parse_int64(s, v)) fail(key, "expected " + range_text(minimum, maximum) + ", found '" + s + "'");
+  if (v < minimum) fail(key, "expected a whole number >= " + std::to_string(minimum) + ", found " + s);
+  if (v > maximum) fail(key, "expected " + range_text(minimum, maximum) + ", found " + s);
+  return static_cast<int>(v);
+}
+
+double MapReader::number(const std::string& key, double minimum_exclusive, double maximum) const {
+  const std::string s = scalar(required(key), file_, field(key));
+  double v = 0;
+  if (!parse_double(s, v)) fail(key, "expected a finite number, found '" + s + "'");
+  if (!(v > minimum_exclusive)) {
+    fail(key, "expected a number > " + number_text(minimum_exclusive) + ", found " + s);
+  }
+  if (v > maximum) fail(key, "expected a number <= " + number_text(maximum) + ", found " + s);
   return v;
 }
 
-double MapReader::number_or(const std::string& key, double fallback, double minimum_inclusive) const {
+double MapReader::number_or(const std::string& key, double fallback, double minimum_inclusive,
+                            double maximum) const {
   if (!has(key)) return fallback;
   const std::string s = scalar(node_[key], file_, field(key));
   double v = 0;
-  if (!parse_double(s, v)) fail(key, "expected a number, found '" + s + "'");
-  if (v < minimum_inclusive) fail(key, "expected a number >= " + std::to_string(minimum_inclusive) + ", found " + s);
+  if (!parse_double(s, v)) fail(key, "expected a finite number, found '" + s + "'");
+  if (v < minimum_inclusive) fail(key, "expected a number >= " + number_text(minimum_inclusive) + ", found " + s);
+  if (v > maximum) fail(key, "expected a number <= " + number_text(maximum) + ", found " + s);
   return v;
 }
 
@@ -167,10 +198,22 @@ double MapReader::quantity(const std::string& key, double (*parse)(std::string_v
   return v;
 }
 
+double MapReader::quantity_in(const std::string& key, double (*parse)(std::string_view), const Range& range,
+                              std::optional<double> fallback, bool allow_zero) const {
+  const bool given = has(key);
+  const double v = quantity(key, parse, fallback, allow_zero);
+  if (!given || (allow_zero && v == 0)) return v;
+  if (v < range.min || v > range.max) {
+    fail(key, std::string("expected ") + (allow_zero ? "0 or " : "") + "a quantity between " + range.format(range.min) +
+                  " and " + range.format(range.max) + ", found '" + scalar(node_[key], file_, field(key)) + "'");
+  }
+  return v;
+}
+
 void MapReader::finish() const {
   std::vector<std::string> known(used_.begin(), used_.end());
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = key_text(kv.first, file_, path_);
     if (used_.count(key) == 0) {
       std::string hint;
       for (const std::string& n : nearest_names(key, known, 2)) hint += (hint.empty() ? "" : ", ") + n;

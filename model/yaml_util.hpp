@@ -29,14 +29,28 @@ class MapReader {
   std::string string(const std::string& key) const;  // required
   std::string string_or(const std::string& key, const std::string& fallback) const;
   bool boolean_or(const std::string& key, bool fallback) const;
-  int positive_int(const std::string& key) const;  // required, >= 1
-  int int_or(const std::string& key, int fallback, int minimum) const;
-  double number(const std::string& key, double minimum_exclusive) const;  // required
-  double number_or(const std::string& key, double fallback, double minimum_inclusive) const;
+  // Whole numbers are read as 64-bit and range-checked: nothing wraps silently.
+  int positive_int(const std::string& key, int maximum = kMaxInt) const;  // required, 1..maximum
+  int int_or(const std::string& key, int fallback, int minimum, int maximum = kMaxInt) const;
+  // Finite numbers; `maximum` inclusive.
+  double number(const std::string& key, double minimum_exclusive, double maximum = kMaxDouble) const;  // required
+  double number_or(const std::string& key, double fallback, double minimum_inclusive,
+                   double maximum = kMaxDouble) const;
   // A quantity with a unit, via `parse` (one of model/units.hpp); must be > 0 unless
   // allow_zero. Absent -> fallback when given, else an error.
   double quantity(const std::string& key, double (*parse)(std::string_view),
                   std::optional<double> fallback = std::nullopt, bool allow_zero = false) const;
+  // The same, and a non-zero value must lie in [range.min, range.max].
+  struct Range {
+    double min;
+    double max;
+    std::string (*format)(double);  // how messages print the bounds (units::format_*)
+  };
+  double quantity_in(const std::string& key, double (*parse)(std::string_view), const Range& range,
+                     std::optional<double> fallback = std::nullopt, bool allow_zero = false) const;
+
+  static constexpr int kMaxInt = 2147483647;
+  static constexpr double kMaxDouble = 1.7976931348623157e308;
 
   // Throws on any key that was never asked for, naming the nearest accepted keys.
   void finish() const;
@@ -56,5 +70,9 @@ class MapReader {
 
 // Scalar text of a node, or an error naming the field when it is a list or a mapping.
 std::string scalar(const YAML::Node& node, const std::string& file, const std::string& field);
+
+// The text of a mapping key; a complex key (`? [a, b]`, a list or a mapping used as a key) is
+// an error at its line. `path` is the mapping's field path.
+std::string key_text(const YAML::Node& key, const std::string& file, const std::string& path);
 
 }  // namespace hetflow::model::yaml_util

@@ -1,11 +1,13 @@
 // The named networks and the spec strings users type after --model.
 #include <charconv>
 #include <functional>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
 #include "model/gpu.hpp"
+#include "model/limits.hpp"
 #include "model/zoo.hpp"
 
 namespace hetflow::model {
@@ -104,12 +106,17 @@ std::vector<std::string> known_names() {
 }
 
 int parse_int_field(std::string_view value, const std::string& key, const std::string& file) {
-  int out = 0;
+  long long out = 0;
   auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || end != value.data() + value.size()) {
-    throw InputError(file, 0, key, "expected an integer, found '" + std::string(value) + "'");
+  if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
+    throw InputError(file, 0, key, "expected a whole number, found '" + std::string(value) + "'");
   }
-  return out;
+  if (out < 0 || out > std::numeric_limits<int>::max()) {
+    throw InputError(file, 0, key,
+                     "expected a whole number between 0 and " + std::to_string(std::numeric_limits<int>::max()) +
+                         ", found " + std::string(value));
+  }
+  return static_cast<int>(out);
 }
 
 // "gpt:layers=24,hidden=1024,heads=16,seq=2048" or "llama:..." (gated MLP, RMSNorm, no bias).
@@ -196,28 +203,77 @@ Network network_from_spec(std::string_view spec, Precision precision) {
                    "unknown network (not a zoo name, a gpt:/llama: spec or a readable file); nearest: " + hint);
 }
 
-TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
-  nlohmann::json j;
+namespace {
+
+// A value in a message: its type, or a short scalar; never the whole value (it may be huge
+// or deeply nested).
+std::string brief(const nlohmann::json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] parse error at ...":
+// keep what follows the tag.
+std::string parse_message(const std::string& what) {
+  const size_t tag = what.find("] ");
+  return what.rfind("[json.exception", 0) == 0 && tag != std::string::npos ? what.substr(tag + 2) : what;
+}
+
+nlohmann::json parse_hf_json(const std::string& text, const std::string& file) {
   try {
-    j = nlohmann::json::parse(text);
+    // Refused while parsing, before anything recurses over the value.
+    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > limits::kMaxJsonDepth) {
+        throw InputError(file, 0, "json", "nested deeper than " + std::to_string(limits::kMaxJsonDepth) +
+                                              " levels (a HuggingFace config.json is a flat object)");
+      }
+      return true;
+    });
   } catch (const nlohmann::json::parse_error& e) {
     int line = 1;
     for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
+    throw InputError(file, line, "json", "not valid JSON: " + parse_message(e.what()));
   }
+}
+
+}  // namespace
+
+TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
+  const nlohmann::json j = parse_hf_json(text, file);
+  if (!j.is_object()) {
+    throw InputError(file, 0, "(top level)", "expected a JSON object of settings, found " + brief(j));
+  }
+  auto present = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  // Integers are read as 64 bits and range-checked: 4294967298 layers is an error, not 2.
   auto get_int = [&](std::initializer_list<const char*> keys, bool required, int fallback) -> int {
     for (const char* k : keys) {
-      if (j.contains(k) && !j[k].is_null()) {
-        if (!j[k].is_number_integer()) {
-          throw InputError(file, 0, k, "expected an integer, found " + j[k].dump());
-        }
-        return j[k].get<int>();
+      if (!present(k)) continue;
+      const nlohmann::json& v = j[k];
+      if (!v.is_number_integer()) throw InputError(file, 0, k, "expected an integer, found " + brief(v));
+      const long long max = std::numeric_limits<int>::max();
+      if ((v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(max)) ||
+          v.get<long long>() > max) {
+        throw InputError(file, 0, k, "expected an integer up to " + std::to_string(max) + ", found " + brief(v));
       }
+      const long long x = v.get<long long>();
+      if (x < 0) throw InputError(file, 0, k, "expected an integer >= 0, found " + brief(v));
+      return static_cast<int>(x);
     }
     if (required) throw InputError(file, 0, *keys.begin(), "is required in a HuggingFace config.json");
     return fallback;
   };
-  const std::string type = j.value("model_type", std::string("gpt2"));
+  auto get_bool = [&](const char* k, bool fallback) {
+    if (!present(k)) return fallback;
+    if (!j[k].is_boolean()) throw InputError(file, 0, k, "expected true or false, found " + brief(j[k]));
+    return j[k].get<bool>();
+  };
+  if (present("model_type") && !j["model_type"].is_string()) {
+    throw InputError(file, 0, "model_type", "expected a string (gpt2, llama or mistral), found " + brief(j["model_type"]));
+  }
+  const std::string type = present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
   TransformerConfig c;
   if (type == "gpt2") {
     c = gpt("", 0, 0, 0, 0);
@@ -236,9 +292,10 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.ffn = get_int({"intermediate_size"}, true, 0);
     c.seq = get_int({"max_position_embeddings"}, false, 4096);
     c.vocab = get_int({"vocab_size"}, true, 0);
-    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    c.tied_embeddings = get_bool("tie_word_embeddings", false);
   } else {
-    throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + type + "'");
+    std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
+    throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + shown + "'");
   }
   std::string base = file;
   if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "model/limits.hpp"
 #include "model/zoo.hpp"
 
 namespace hetflow::model {
@@ -21,7 +22,7 @@ Shape shape_of(const TransformerConfig& c) {
   const int kv_heads = c.kv_heads > 0 ? c.kv_heads : c.heads;
   return Shape{static_cast<double>(c.seq), static_cast<double>(c.hidden),
                static_cast<double>(c.heads), kv_heads * head_dim,
-               static_cast<double>(c.ffn > 0 ? c.ffn : 4 * c.hidden),
+               c.ffn > 0 ? static_cast<double>(c.ffn) : 4.0 * c.hidden,
                static_cast<double>(c.vocab)};
 }
 
@@ -119,26 +120,33 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
 }  // namespace
 
 void check_transformer_config(const TransformerConfig& c) {
-  auto require_positive = [&](int value, const char* field) {
-    if (value <= 0) {
-      throw InputError("<spec>", 0, field, "expected a positive integer, found " + std::to_string(value));
+  // Each size in [minimum, maximum] (model/limits.hpp): products of them stay finite and
+  // exact enough, and nothing wraps.
+  auto require = [&](int value, const char* field, int minimum, int maximum) {
+    if (value < minimum || value > maximum) {
+      throw InputError("<spec>", 0, field,
+                       "expected " + std::string(minimum == 0 ? "0 (the default) or " : "") + "a whole number " +
+                           (minimum == 0 ? "up to " : "between 1 and ") + std::to_string(maximum) + ", found " +
+                           std::to_string(value));
     }
   };
-  require_positive(c.layers, "layers");
-  require_positive(c.hidden, "hidden");
-  require_positive(c.heads, "heads");
-  require_positive(c.seq, "seq");
-  require_positive(c.vocab, "vocab");
+  require(c.layers, "layers", 1, limits::kMaxTransformerLayers);
+  require(c.hidden, "hidden", 1, limits::kMaxHidden);
+  require(c.heads, "heads", 1, limits::kMaxHeads);
+  require(c.seq, "seq", 1, limits::kMaxSeq);
+  require(c.vocab, "vocab", 1, limits::kMaxVocab);
+  require(c.kv_heads, "kv_heads", 0, limits::kMaxHeads);
+  require(c.ffn, "ffn", 0, limits::kMaxFfn);
+  require(c.type_vocab, "type_vocab", 0, limits::kMaxVocab);
   if (c.hidden % c.heads != 0) {
     throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
                                                ", found " + std::to_string(c.heads));
   }
   const int kv = c.kv_heads > 0 ? c.kv_heads : c.heads;
-  if (kv < 0 || c.heads % kv != 0) {
+  if (c.heads % kv != 0) {
     throw InputError("<spec>", 0, "kv_heads", "expected a divisor of heads=" + std::to_string(c.heads) +
                                                   ", found " + std::to_string(c.kv_heads));
   }
-  if (c.ffn < 0) throw InputError("<spec>", 0, "ffn", "expected a positive integer, found " + std::to_string(c.ffn));
 }
 
 Network make_transformer(const TransformerConfig& config, Precision precision) {

@@ -3,14 +3,43 @@
 #include <simgrid/kernel/ProfileBuilder.hpp>
 #include <xbt/log.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <string>
+
+#include "model/error.hpp"
 
 namespace hetflow::sim {
 
 namespace sg = simgrid::s4u;
 using Direction = sg::LinkInRoute::Direction;
+
+namespace {
+
+// Address space this process may still map under `ulimit -v` (RLIMIT_AS); < 0 when unlimited.
+double address_space_left() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return -1;
+  double used = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long pages = 0;
+    if (std::fscanf(f, "%lu", &pages) == 1) used = static_cast<double>(pages) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    std::fclose(f);
+  }
+  return static_cast<double>(limit.rlim_cur) - used;
+}
+
+// SimGrid's default actor stack, and the smallest one hetflow's actors are run with.
+constexpr double kDefaultStackKiB = 8192;
+constexpr double kMinStackKiB = 256;
+
+}  // namespace
 
 sg::Engine& start_engine(size_t actors) {
   static char name[] = "hetflow-sim";
@@ -27,7 +56,12 @@ sg::Engine& start_engine(size_t actors) {
 #endif
   static std::unique_ptr<sg::Engine> engine;
   if (!engine) {
+    // SimGrid takes SIGINT over (it prints the actors' status and exits 1, even where the
+    // signal was ignored, as in a background job); hetflow keeps the process's own handling.
+    struct sigaction interrupt {};
+    const bool saved = ::sigaction(SIGINT, nullptr, &interrupt) == 0;
     engine = std::make_unique<sg::Engine>(&argc, argv);
+    if (saved) ::sigaction(SIGINT, &interrupt, nullptr);
     // Quiet: hetflow reports stalls itself (SimGrid's deadlock banner is a critical message).
     xbt_log_control_set("root.thres:critical");
     xbt_log_control_set("ker_engine.app:file:/dev/null ker_engine.add:no");
@@ -35,6 +69,21 @@ sg::Engine& start_engine(size_t actors) {
     sg::Engine::set_config("network/crosstraffic:0");
     sg::Engine::set_config("network/TCP-gamma:1e15");
     if (actors > 30000) sg::Engine::set_config("contexts/guard-size:0");
+    // Each actor reserves its whole stack as address space: under `ulimit -v` the default
+    // 8 MiB stacks run out at a few hundred devices. Shrink them to fit half of what is left
+    // (the other half is for the simulation itself), down to 256 KiB.
+    const double left = address_space_left();
+    const double fit_kib = left / 2 / static_cast<double>(actors + 1) / 1024;
+    if (left >= 0 && fit_kib < kDefaultStackKiB) {
+      if (fit_kib < kMinStackKiB) {
+        throw hetflow::Error("cannot simulate " + std::to_string(actors) + " devices under the address-space limit " +
+                             "(ulimit -v) of this process: each device's actor needs at least 256 KiB of stack, and " +
+                             std::to_string(static_cast<long long>(left / (1 << 20))) +
+                             " MiB are left; raise the limit or simulate fewer devices");
+      }
+      const int kib = static_cast<int>(std::exp2(std::floor(std::log2(fit_kib))));  // a power of two
+      sg::Engine::set_config("contexts/stack-size:" + std::to_string(kib));
+    }
   }
   return *engine;
 }

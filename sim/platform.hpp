@@ -20,8 +20,9 @@ struct Platform {
 // the physics of NCCL streams over GPU fabrics, not TCP's (see README, "Simulator").
 // `actors` sizes the context settings: beyond ~30k actors guard pages exhaust the kernel's
 // memory-map limit, so they are dropped (stacks keep their default size, which measured
-// leaner and faster to set up than small ones). Call once per process, before
-// instantiate_platform.
+// leaner and faster to set up than small ones), unless an address-space limit (ulimit -v)
+// cannot hold them: then they shrink to fit, down to 256 KiB (below that, hetflow::Error).
+// Call once per process, before instantiate_platform.
 simgrid::s4u::Engine& start_engine(size_t actors);
 
 // `bandwidth_profiles`: link index -> SimGrid profile text ("<time> <factor>" lines), set

@@ -3,13 +3,18 @@
 // JSON (the scalars) followed by the trace as CSV; the parent reads it back. The trace goes
 // raw, not as a JSON string: escaping and lexing hundreds of megabytes char by char cost
 // more than the CSV itself.
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +53,96 @@ SimResult decode(const std::string& text) {
   return r;
 }
 
+// The child being waited for, for the signal handlers below.
+std::atomic<pid_t> g_child{0};
+
+// SIGINT/SIGTERM while a simulation runs: the child goes with the parent, at once (the
+// child also has PR_SET_PDEATHSIG, for signals no handler sees), and the parent exits as a
+// shell reports a signal: 128 + its number (130, 143).
+extern "C" void stop_child_and_exit(int sig) {
+  const pid_t child = g_child.load();
+  if (child > 0) ::kill(child, SIGKILL);
+  ::_exit(128 + sig);
+}
+
+// Installs the handlers for the lifetime of one simulate() call, where the signal would
+// otherwise terminate the process (a caller's own handler is left alone).
+class StopChildOnSignal {
+ public:
+  explicit StopChildOnSignal(pid_t child) {
+    g_child.store(child);
+    for (int i = 0; i < 2; ++i) {
+      struct sigaction now {};
+      ::sigaction(kSignals[i], nullptr, &now);
+      if (now.sa_handler != SIG_DFL) continue;
+      struct sigaction handler {};
+      handler.sa_handler = stop_child_and_exit;
+      sigemptyset(&handler.sa_mask);
+      installed_[i] = ::sigaction(kSignals[i], &handler, &old_[i]) == 0;
+    }
+  }
+  ~StopChildOnSignal() {
+    for (int i = 0; i < 2; ++i) {
+      if (installed_[i]) ::sigaction(kSignals[i], &old_[i], nullptr);
+    }
+    g_child.store(0);
+  }
+  StopChildOnSignal(const StopChildOnSignal&) = delete;
+  StopChildOnSignal& operator=(const StopChildOnSignal&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction old_[2] {};
+  bool installed_[2] = {false, false};
+};
+
+// What the child wrote on stderr, without SimGrid's backtrace blocks ("Backtrace (displayed
+// in actor ...):" and its frames, up to a blank line): they read as a crash, and hetflow
+// reports what went wrong itself.
+std::string without_backtraces(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  bool in_block = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Backtrace (displayed in actor", 0) == 0) {
+      in_block = true;
+      continue;
+    }
+    if (in_block) {
+      if (line.empty()) in_block = false;
+      continue;
+    }
+    if (line.rfind("  -> ", 0) == 0) continue;  // a stray frame
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string read_back(int fd) {
+  std::string text;
+  if (fd < 0 || ::lseek(fd, 0, SEEK_SET) != 0) return text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > (size_t{1} << 24)) break;  // 16 MiB of messages is plenty
+  }
+  return text;
+}
+
+// The first SimGrid "CRITICAL" line, for the message when the child died.
+std::string critical_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("CRITICAL] ");
+    if (at != std::string::npos) return line.substr(at + 10);
+  }
+  return {};
+}
+
 void write_all(int fd, const std::string& data) {
   size_t written = 0;
   while (written < data.size()) {
@@ -63,10 +158,24 @@ void write_all(int fd, const std::string& data) {
 SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   int fds[2];
   if (::pipe(fds) != 0) throw Error(std::string("cannot create a pipe for the simulation: ") + std::strerror(errno));
+  // The child's stderr goes to a memory file the parent reads afterwards (a pipe could fill
+  // while the parent waits on the result pipe).
+  const int err_fd = ::memfd_create("hetflow-sim-stderr", MFD_CLOEXEC);
   std::fflush(nullptr);  // nothing buffered may be written twice
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("cannot fork the simulation process: ") + std::strerror(errno));
   if (pid == 0) {
+    // Die with the parent, whatever kills it; and if it is already gone, do not start.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    // A caller's handlers are not the child's; an ignored signal (a background job's SIGINT)
+    // stays ignored, as in the parent.
+    for (const int sig : {SIGINT, SIGTERM}) {
+      struct sigaction now {};
+      if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) ::signal(sig, SIG_DFL);
+    }
+    if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::close(fds[0]);
     std::string message;
     int status = 0;
@@ -90,6 +199,7 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
     ::close(fds[1]);
     ::_exit(status);  // skip the parent's atexit handlers and static destructors
   }
+  const StopChildOnSignal stop_child(pid);
   ::close(fds[1]);
   std::string text;
   char buffer[1 << 16];
@@ -103,10 +213,17 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  const std::string child_err = read_back(err_fd);
+  if (err_fd >= 0) ::close(err_fd);
   if (text.empty()) {
     const std::string why = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
                                                 : "exit status " + std::to_string(WEXITSTATUS(status));
-    throw Error("the simulation process died without a result (" + why + ")");
+    const std::string critical = critical_line(child_err);
+    throw Error("the simulation process died without a result (" + why + ")" +
+                (critical.empty() ? std::string() : ": SimGrid says: " + critical));
+  }
+  if (const std::string rest = without_backtraces(child_err); !rest.empty()) {
+    std::fwrite(rest.data(), 1, rest.size(), stderr);  // e.g. HETFLOW_SIM_PHASES timings
   }
   if (text[0] == 'I') {
     const nlohmann::json j = nlohmann::json::parse(text.substr(1));

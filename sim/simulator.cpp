@@ -354,11 +354,25 @@ class Simulation {
     }
     if (!any) {  // cannot tell which: stop everything in flight
       for (size_t s : flight.stream) d.streams[s].failure = why;
+      for (const sg::ActivityPtr& a : flight.activities) cancel(a);
       flight = InFlight{};
     }
-    // A failed stream's other activities (a collective's step) are abandoned too.
+    // A failed stream's other activities (a collective's step) are abandoned too. They are
+    // cancelled first: SimGrid prints a backtrace for a communication dropped while running.
     for (size_t i = flight.activities.size(); i-- > 0;) {
-      if (!d.streams[flight.stream[i]].failure.empty()) flight.remove(i);
+      if (d.streams[flight.stream[i]].failure.empty()) continue;
+      cancel(flight.activities[i]);
+      flight.remove(i);
+    }
+  }
+
+  static void cancel(const sg::ActivityPtr& a) {
+    const auto state = a->get_state();
+    if (state != sg::Activity::State::STARTED && state != sg::Activity::State::STARTING) return;
+    try {
+      a->cancel();
+    } catch (const simgrid::Exception&) {
+      // already over: nothing to cancel
     }
   }
 

@@ -23,7 +23,7 @@ int run_plan(const std::vector<std::string>& args, std::ostream& out) {
 
   Planned p = plan_from_options(vm);
   partition::require_valid(p.plan);  // throws PlanError: exit 3 with every problem named
-  const partition::CostModel cost(p.cluster, p.network.precision, read_calibration_option(vm));
+  const partition::CostModel cost(p.cluster, p.network.precision, read_calibration_option(vm, p.cluster));
   const partition::Estimate estimate = partition::estimate_plan(p.plan, cost);
   if (vm.count("out")) {
     const std::string path = vm["out"].as<std::string>();

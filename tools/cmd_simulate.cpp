@@ -15,7 +15,6 @@
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
-#include "tools/plan_summary.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -69,12 +68,13 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
     // A plan fixes its cluster, network and layout; only the run length may change.
     for (const auto& [name, value] : vm) {
       const bool allowed = name == "plan" || name == "iterations" || name == "calibration" || name == "trace" ||
+                           name == "max-tasks" ||
                            name == "chrome" || name == "straggler" || name == "fail-device" || name == "fail-link" ||
                            name == "export-platform" || name == "json";
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
                          "a plan file fixes its cluster, network and layout; give either --plan or --" + name +
-                             " (with --plan only --iterations, --calibration and the simulation options apply)");
+                             " (with --plan only --iterations, --max-tasks, --calibration and the simulation options apply)");
       }
     }
     partition::Plan plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
@@ -97,7 +97,7 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
 
 sim::SimOptions read_sim_options(const po::variables_map& vm, const partition::Plan& plan) {
   sim::SimOptions o;
-  o.calibration = read_calibration_option(vm);
+  o.calibration = read_calibration_option(vm, plan.cluster);
   for (const std::string& s : list(vm, "straggler")) {
     const auto [what, at] = split_at(s, "--straggler");
     const size_t colon = what.rfind(':');
@@ -216,6 +216,14 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   Request request{read_or_build_plan(args, options, vm), {}};
   const partition::Plan& plan = request.plan;
   partition::require_valid(plan);
+  // The simulator unrolls every iteration: bound the total before it allocates for them.
+  const long long tasks = static_cast<long long>(plan.tasks.size()) * plan.iterations();
+  if (const long long max_tasks = read_max_tasks(vm); tasks > max_tasks) {
+    throw InputError("<command line>", 0, "--iterations",
+                     std::to_string(plan.iterations()) + " iterations x " + std::to_string(plan.tasks.size()) +
+                         " tasks per iteration = " + std::to_string(tasks) + " tasks to simulate, more than --max-tasks " +
+                         std::to_string(max_tasks) + "; lower --iterations or raise --max-tasks");
+  }
   request.options = read_sim_options(vm, plan);
   const partition::CostModel cost(plan.cluster, plan.layout.precision, request.options.calibration);
   if (vm.count("export-platform")) {

@@ -29,7 +29,7 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out) {
     }
     partition::require_valid(plan);  // throws with every problem named
   }
-  const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm));
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm, plan.cluster));
   const partition::Estimate estimate = partition::estimate_plan(plan, cost);
   if (vm.count("json")) {
     Json j = estimate_json(plan, estimate);

@@ -2,6 +2,7 @@
 // Exit status: 0 success, 2 bad input (file, option, spec), 3 a plan that cannot run,
 // 4 a simulated run that did not complete (a fault), 1 anything else.
 #include <exception>
+#include <new>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -47,8 +48,16 @@ int main(int argc, char** argv) {
   } catch (const hetflow::PlanError& e) {
     std::cerr << "hetflow: plan cannot run: " << e.what() << "\n";
     return 3;
-  } catch (const std::exception& e) {
+  } catch (const std::bad_alloc&) {
+    std::cerr << "hetflow: out of memory: the request needs more memory than this process may use "
+                 "(see ulimit -v); make it smaller\n";
+    return 1;
+  } catch (const hetflow::Error& e) {
     std::cerr << "hetflow: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    // Not one of hetflow's own errors: a bug. Say so rather than pass a library's words on.
+    std::cerr << "hetflow: internal error (please report it): " << e.what() << "\n";
     return 1;
   }
 }

@@ -1,12 +1,16 @@
 #include "tools/plan_options.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "model/error.hpp"
+#include "model/limits.hpp"
 #include "model/units.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
@@ -34,10 +38,13 @@ void add_plan_options(po::options_description& options) {
       ("sync", po::value<std::string>(), "allreduce | ps | wsp (default allreduce; wsp for hetpipe policies)")
       ("staleness", po::value<int>()->default_value(0), "WSP staleness bound D")
       ("allreduce", po::value<std::string>()->default_value("ring"), "ring | tree | hierarchical")
-      ("bucket-size", po::value<std::string>()->default_value("25 MiB"), "gradient all-reduce bucket size")
+      ("bucket-size", po::value<std::string>()->default_value("25 MiB"),
+       "gradient all-reduce bucket size (at most 1,000,000 buckets per iteration)")
       ("iterations", po::value<int>()->default_value(1), "training iterations in the plan")
+      ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
+       "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
       ("fp32-grad-accumulation", "keep fp32 gradients (Megatron's main_grad): +4 B/param")
-      ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace")
+      ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace (0 to 1 PiB)")
       ("calibration", po::value<std::string>(), "calibration YAML (efficiencies, link factors)");
 }
 
@@ -99,20 +106,142 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   if (o.pipeline < 0 || o.data < 0 || o.global_batch < 0 || o.microbatches < 0) {
     throw InputError("<command line>", 0, "--pipeline/--data/--global-batch/--microbatches", "expected 0 (automatic) or more");
   }
+  // Sizes are finite once parsed; here they must also make sense.
+  if (!(o.workspace_bytes >= 0 && o.workspace_bytes <= model::limits::kMaxMemory)) {
+    throw InputError("<command line>", 0, "--workspace",
+                     "expected a size between 0 and " + model::units::format_bytes(model::limits::kMaxMemory) +
+                         ", found '" + vm["workspace"].as<std::string>() + "'");
+  }
+  if (!(o.bucket_bytes >= 1)) {
+    throw InputError("<command line>", 0, "--bucket-size",
+                     "expected a size of at least 1 B, found '" + vm["bucket-size"].as<std::string>() + "'");
+  }
+  (void)read_max_tasks(vm);
   return o;
 }
 
-model::Calibration read_calibration_option(const po::variables_map& vm) {
-  return vm.count("calibration") ? model::load_calibration(vm["calibration"].as<std::string>()) : model::Calibration{};
+long long read_max_tasks(const po::variables_map& vm) {
+  const long long max_tasks = vm.count("max-tasks") ? vm["max-tasks"].as<long long>() : kDefaultMaxTasks;
+  if (max_tasks < 1) {
+    throw InputError("<command line>", 0, "--max-tasks", "expected a positive number, found " + std::to_string(max_tasks));
+  }
+  return max_tasks;
 }
+
+model::Calibration read_calibration_option(const po::variables_map& vm, const model::Cluster& cluster) {
+  if (!vm.count("calibration")) return model::Calibration{};
+  const std::string path = vm["calibration"].as<std::string>();
+  return model::resolve_calibration(model::load_calibration(path), cluster, path);
+}
+
+namespace {
+
+constexpr long long kMaxSamples = std::numeric_limits<int>::max();
+constexpr long long kMaxBuckets = 1'000'000;
+constexpr int kMaxStaleness = 1'000'000;
+
+std::string count_text(long long n) {
+  return n >= 10'000'000 ? model::units::human_count(static_cast<double>(n)) + " (" + std::to_string(n) + ")"
+                         : std::to_string(n);
+}
+
+// Before a policy multiplies options in `int`: every product or sum it may form, in 64 bits.
+void check_option_products(const partition::PlanOptions& o, const model::Cluster& cluster,
+                           const model::Network& network) {
+  const long long layers = static_cast<long long>(network.layers.size());
+  const long long chunks = static_cast<long long>(std::max(1, o.pipeline)) * std::max(1, o.virtual_stages);
+  if (chunks > layers && chunks > std::numeric_limits<int>::max() / 4) {
+    throw InputError("<command line>", 0, "--virtual-stages",
+                     "pipeline x virtual stages = " + std::to_string(chunks) + " model chunks, more than the " +
+                         std::to_string(layers) + " layers of " + network.name);
+  }
+  long long stage_sum = 0;
+  for (int count : o.stage_layers) stage_sum += count;
+  if (stage_sum > std::numeric_limits<int>::max()) {
+    throw InputError("<command line>", 0, "--stage-layers",
+                     "the counts add up to " + std::to_string(stage_sum) + " layers, but " + network.name + " has " +
+                         std::to_string(layers));
+  }
+  if (o.staleness > kMaxStaleness) {
+    throw InputError("<command line>", 0, "--staleness",
+                     "expected at most " + std::to_string(kMaxStaleness) + " iterations, found " +
+                         std::to_string(o.staleness));
+  }
+  const long long devices = cluster.device_count();
+  const long long tensor = std::max(1, o.tensor);
+  const long long workers = o.data > 0 ? o.data : std::max(1LL, devices / (std::max(1, o.pipeline) * tensor));
+  const long long micro_batch = std::max(1, o.micro_batch);
+  const std::string workers_text =
+      std::to_string(workers) + (o.data > 0 ? " virtual workers (--data)" : " virtual workers (at most, on this cluster)");
+  if (o.global_batch > 0 && micro_batch * workers > kMaxSamples) {
+    throw InputError("<command line>", 0, "--micro-batch",
+                     "--micro-batch " + std::to_string(micro_batch) + " x " + workers_text + " = " +
+                         std::to_string(micro_batch * workers) + " samples per round of micro-batches, more than " +
+                         std::to_string(kMaxSamples));
+  }
+  if (o.microbatches > 0 && micro_batch * o.microbatches * workers > kMaxSamples) {
+    throw InputError("<command line>", 0, "--microbatches",
+                     "--micro-batch " + std::to_string(micro_batch) + " x --microbatches " +
+                         std::to_string(o.microbatches) + " x " + workers_text + " = " +
+                         std::to_string(micro_batch * o.microbatches * workers) +
+                         " samples per iteration, more than " + std::to_string(kMaxSamples));
+  }
+}
+
+// After the layout, before the plan is built: the plan's size, estimated in 64 bits, against
+// the bounds (all-reduce buckets, --max-tasks, samples per iteration).
+void check_layout_size(const partition::Layout& layout, const model::Network& network, long long max_tasks,
+                       const po::variables_map& vm) {
+  long long samples = 0, tasks = 0;
+  const bool split_w = layout.schedule == "1f1b-split-w";
+  for (const partition::VirtualWorker& w : layout.workers) {
+    samples += static_cast<long long>(w.microbatches) * layout.micro_batch_size;
+    const long long chunks = static_cast<long long>(w.stages.size());
+    // Per micro-batch and chunk: forward, backward (and weight gradient), and a send and a
+    // receive each way at every chunk boundary; on every device of the tensor group.
+    const long long per = (split_w ? 3 : 2) + (chunks > 1 ? 4 : 0);
+    tasks += static_cast<long long>(w.microbatches) * chunks * layout.tensor * per;
+  }
+  if (samples > kMaxSamples) {
+    throw InputError("<command line>", 0, "--micro-batch",
+                     "the layout trains " + std::to_string(samples) + " samples per iteration, more than " +
+                         std::to_string(kMaxSamples) + "; lower --micro-batch, --microbatches or --global-batch");
+  }
+  if (layout.sync.kind == partition::SyncKind::allreduce && layout.workers.size() > 1) {
+    double params = 0;
+    for (const model::Layer& l : network.layers) params += l.params + l.tied_params;
+    const double grad_bytes =
+        params * (layout.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout.precision));
+    const double buckets = std::ceil(grad_bytes / layout.sync.bucket_bytes);
+    if (buckets > kMaxBuckets) {
+      throw InputError("<command line>", 0, "--bucket-size",
+                       "'" + vm["bucket-size"].as<std::string>() + "' would split " +
+                           model::units::human_bytes(grad_bytes) + " of gradients into about " +
+                           count_text(static_cast<long long>(buckets)) + " all-reduce buckets per iteration, more than " +
+                           std::to_string(kMaxBuckets) + "; give --bucket-size " +
+                           model::units::format_bytes(std::ceil(grad_bytes / kMaxBuckets)) + " or more");
+    }
+    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.workers.size());
+  }
+  if (tasks > max_tasks) {
+    throw InputError("<command line>", 0, "--max-tasks",
+                     "the plan would hold about " + count_text(tasks) + " tasks per iteration, more than --max-tasks " +
+                         std::to_string(max_tasks) +
+                         "; lower --microbatches, --global-batch or the number of stages, or raise --max-tasks");
+  }
+}
+
+}  // namespace
 
 Planned plan_from_options(const po::variables_map& vm) {
   model::Cluster cluster = load_cluster_option(vm);
   model::Network network = load_network_option(vm);
   partition::PlanOptions options = read_plan_options(vm);
   options.precision = network.precision;
-  const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm));
+  check_option_products(options, cluster, network);
+  const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm, cluster));
   const partition::Layout layout = partition::make_layout(cluster, network, options, cost);
+  check_layout_size(layout, network, read_max_tasks(vm), vm);
   partition::Plan plan = partition::build_plan(cluster, network, layout, cost);
   plan.fingerprint = partition::plan_fingerprint(plan);
   return Planned{std::move(cluster), std::move(network), std::move(plan)};

@@ -10,7 +10,13 @@ namespace hetflow::tools {
 
 void add_plan_options(po::options_description& options);
 partition::PlanOptions read_plan_options(const po::variables_map& vm);
-model::Calibration read_calibration_option(const po::variables_map& vm);
+// --calibration, its GPU type names resolved against the cluster (an unknown name is an
+// error naming the file); the defaults without the option.
+model::Calibration read_calibration_option(const po::variables_map& vm, const model::Cluster& cluster);
+
+// The most tasks a plan (one iteration) or a simulation (all iterations) may hold: --max-tasks.
+constexpr long long kDefaultMaxTasks = 10'000'000;
+long long read_max_tasks(const po::variables_map& vm);
 
 // Everything a command needs after planning.
 struct Planned {

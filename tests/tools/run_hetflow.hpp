@@ -17,11 +17,13 @@ struct RunResult {
   std::string out, err;
 };
 
-// `args` is appended to the command line as is (quote it yourself).
-inline RunResult run_hetflow(const std::string& args) {
+// `args` is appended to the command line as is (quote it yourself). `shell_prefix` runs in
+// the same shell first, e.g. "ulimit -v 4000000;" to bound the address space.
+inline RunResult run_hetflow(const std::string& args, const std::string& shell_prefix = "") {
   const auto dir = scratch_dir();
   const auto out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = std::string(HETFLOW_BIN) + " " + args + " </dev/null >" + out.string() + " 2>" + err.string();
+  const std::string cmd = shell_prefix + " " + std::string(HETFLOW_BIN) + " " + args + " </dev/null >" + out.string() +
+                          " 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   RunResult r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + (WIFSIGNALED(raw) ? WTERMSIG(raw) : 0);
@@ -29,6 +31,5 @@ inline RunResult run_hetflow(const std::string& args) {
   r.err = slurp(err);
   return r;
 }
-
 
 }  // namespace hetflow::test_support
