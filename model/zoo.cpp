@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
+#include "model/json_util.hpp"
 #include "model/gpu.hpp"
 #include "model/limits.hpp"
 #include "model/zoo.hpp"
@@ -205,38 +206,10 @@ Network network_from_spec(std::string_view spec, Precision precision) {
 
 namespace {
 
-// A value in a message: its type, or a short scalar; never the whole value (it may be huge
-// or deeply nested).
-std::string brief(const nlohmann::json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array";
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] parse error at ...":
-// keep what follows the tag.
-std::string parse_message(const std::string& what) {
-  const size_t tag = what.find("] ");
-  return what.rfind("[json.exception", 0) == 0 && tag != std::string::npos ? what.substr(tag + 2) : what;
-}
+using json_util::brief;
 
 nlohmann::json parse_hf_json(const std::string& text, const std::string& file) {
-  try {
-    // Refused while parsing, before anything recurses over the value.
-    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-      if (depth > limits::kMaxJsonDepth) {
-        throw InputError(file, 0, "json", "nested deeper than " + std::to_string(limits::kMaxJsonDepth) +
-                                              " levels (a HuggingFace config.json is a flat object)");
-      }
-      return true;
-    });
-  } catch (const nlohmann::json::parse_error& e) {
-    int line = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", "not valid JSON: " + parse_message(e.what()));
-  }
+  return json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
 }
 
 }  // namespace

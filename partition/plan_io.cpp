@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "model/error.hpp"
+#include "model/json_util.hpp"
 #include "model/io.hpp"
 #include "model/precision.hpp"
 
@@ -149,15 +150,7 @@ std::string hash_of(const Json& canonical) {
   return std::string("xxh3:") + hex;
 }
 
-// A value in a message: its type, or a short scalar. Never the whole value: it may be huge
-// or deeply nested.
-std::string brief(const Json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array";
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
+using model::json_util::brief;
 
 // Reading: every access names its field path, so a broken file says where it is broken.
 class Reader {
@@ -303,24 +296,6 @@ std::vector<std::string> strings(const Reader& r, const Json& j, const std::stri
   return out;
 }
 
-// Deeper than this is not a plan: refused while parsing, before anything recurses.
-constexpr int kMaxDepth = 64;
-
-Json parse_json(const std::string& text, const std::string& file) {
-  try {
-    return Json::parse(text, [&](int depth, Json::parse_event_t, Json&) {
-      if (depth > kMaxDepth) {
-        throw InputError(file, 0, "json", "nested deeper than " + std::to_string(kMaxDepth) + " levels");
-      }
-      return true;
-    });
-  } catch (const Json::parse_error& e) {
-    int line = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
-  }
-}
-
 }  // namespace
 
 std::string plan_fingerprint(const Plan& plan) { return hash_of(plan_json(plan)); }
@@ -337,7 +312,7 @@ std::string write_plan_json(const Plan& plan) {
 }
 
 Plan read_plan_json(const std::string& text, const std::string& file) {
-  const Json j = parse_json(text, file);
+  const Json j = model::json_util::parse<Json>(text, file);
   const Reader r(file);
   if (!j.is_object()) r.fail("(top level)", "expected a plan object, found " + brief(j));
   if (r.string(j, "format", "") != "hetflow-plan") r.fail("format", "expected \"hetflow-plan\"");

@@ -1,0 +1,50 @@
+#pragma once
+// Reading JSON with errors that name the file, line and field, for every JSON reader of the
+// project (HuggingFace configs, plan files). Header-only: works with nlohmann::json and
+// nlohmann::ordered_json alike.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
+#include "model/limits.hpp"
+
+namespace hetflow::model::json_util {
+
+// A value in a message: its type, or a short scalar; never the whole value (it may be huge
+// or deeply nested, and dumping it recurses).
+template <typename Json>
+std::string brief(const Json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] parse error at ...":
+// what follows the tag.
+inline std::string parse_message(const std::string& what) {
+  const size_t tag = what.find("] ");
+  return what.rfind("[json.exception", 0) == 0 && tag != std::string::npos ? what.substr(tag + 2) : what;
+}
+
+// Parses `text`; nesting deeper than limits::kMaxJsonDepth is refused while parsing, before
+// anything recurses over the value. Errors are InputError(file, line, "json", ...).
+template <typename Json>
+Json parse(const std::string& text, const std::string& file, const std::string& depth_hint = "") {
+  try {
+    return Json::parse(text, [&](int depth, typename Json::parse_event_t, Json&) {
+      if (depth > limits::kMaxJsonDepth) {
+        throw InputError(file, 0, "json", "nested deeper than " + std::to_string(limits::kMaxJsonDepth) + " levels" + depth_hint);
+      }
+      return true;
+    });
+  } catch (const typename Json::parse_error& e) {
+    int line = 1;
+    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
+    throw InputError(file, line, "json", "not valid JSON: " + parse_message(e.what()));
+  }
+}
+
+}  // namespace hetflow::model::json_util
