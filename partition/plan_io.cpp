@@ -3,10 +3,13 @@
 // and leaves the program's meaning (matching, lifetimes, deadlock) to validate_plan.
 #include "partition/plan_io.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <string_view>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
@@ -49,104 +52,230 @@ Json layout_json(const Layout& l) {
   return j;
 }
 
-Json task_json(const Plan& plan, int id) {
-  const Task& t = plan.tasks[static_cast<size_t>(id)];
-  Json j;
-  j["kind"] = std::string(to_string(t.kind));
-  j["purpose"] = std::string(to_string(t.purpose));
-  j["device"] = t.device;
-  j["stream"] = t.stream;
-  j["worker"] = t.worker;
-  j["stage"] = t.stage;
-  j["microbatch"] = t.microbatch;
-  j["layers"] = {t.layer_begin, t.layer_end};
-  j["flops"] = t.flops;
-  j["recompute_flops"] = t.recompute_flops;
-  j["memory_bytes"] = t.memory_bytes;
-  j["bytes"] = t.bytes;
-  j["channel"] = t.channel;
-  j["collective"] = t.collective;
-  const auto reads = plan.reads(id), writes = plan.writes(id);
-  j["reads"] = std::vector<int>(reads.begin(), reads.end());
-  j["writes"] = std::vector<int>(writes.begin(), writes.end());
-  return j;
+// --- writing: straight to text, one array element per line. A plan can hold millions of
+// tasks; a JSON document tree of them would take gigabytes and most of the time.
+
+void append_string(std::string& out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
 }
 
-// The whole plan but its fingerprint, in the canonical key order.
-Json plan_json(const Plan& plan) {
-  Json j;
-  j["format"] = "hetflow-plan";
-  j["version"] = Plan::kFormatVersion;
-  j["cluster"] = {{"name", plan.cluster.name}, {"yaml", model::write_cluster(plan.cluster)}};
-  j["network"] = {{"name", plan.network.name}, {"yaml", model::write_network(plan.network)}};
-  j["layout"] = layout_json(plan.layout);
-  j["devices"] = plan.device_names;
-  j["streams"] = plan.streams;
-  Json communicators = Json::array();
-  for (const Communicator& c : plan.communicators) communicators.push_back({{"name", c.name}, {"devices", c.devices}});
-  j["communicators"] = std::move(communicators);
-  Json channels = Json::array();
-  for (const Channel& c : plan.channels) {
-    channels.push_back({{"src", c.src}, {"dst", c.dst}, {"tag", c.tag}, {"communicator", c.communicator}});
+// Shortest text that reads back to exactly the same double (whole numbers without ".0").
+void append_number(std::string& out, double v) {
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void append_number(std::string& out, long long v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+template <typename Ints>
+void append_ints(std::string& out, const Ints& values) {
+  out += '[';
+  bool first = true;
+  for (const auto v : values) {
+    if (!first) out += ',';
+    first = false;
+    append_number(out, static_cast<long long>(v));
   }
-  j["channels"] = std::move(channels);
-  Json collectives = Json::array();
-  for (const Collective& c : plan.collectives) {
-    collectives.push_back({{"kind", std::string(to_string(c.kind))},
-                           {"algorithm", std::string(to_string(c.algorithm))},
-                           {"purpose", std::string(to_string(c.purpose))},
-                           {"communicator", c.communicator},
-                           {"bytes", c.bytes},
-                           {"root", c.root},
-                           {"tasks", c.tasks}});
+  out += ']';
+}
+
+// "key": (after a comma unless first in its object)
+void append_key(std::string& out, std::string_view key, bool first = false) {
+  if (!first) out += ", ";
+  append_string(out, key);
+  out += ": ";
+}
+
+// A top-level array with one element per line, each written by `element(out, i)`.
+template <typename Element>
+void append_lines(std::string& out, std::string_view key, size_t count, Element element) {
+  out += ",\n ";
+  append_string(out, key);
+  out += ": [";
+  for (size_t i = 0; i < count; ++i) {
+    out += i == 0 ? "\n  " : ",\n  ";
+    element(out, i);
   }
-  j["collectives"] = std::move(collectives);
+  out += count == 0 ? "]" : "\n ]";
+}
+
+void append_task(std::string& out, const Plan& plan, size_t i) {
+  const Task& t = plan.tasks[i];
+  out += '{';
+  append_key(out, "kind", true);
+  append_string(out, to_string(t.kind));
+  append_key(out, "purpose");
+  append_string(out, to_string(t.purpose));
+  for (const auto& [key, value] : {std::pair<const char*, int>{"device", t.device}, {"stream", t.stream},
+                                   {"worker", t.worker}, {"stage", t.stage}, {"microbatch", t.microbatch}}) {
+    append_key(out, key);
+    append_number(out, static_cast<long long>(value));
+  }
+  append_key(out, "layers");
+  append_ints(out, std::initializer_list<int>{t.layer_begin, t.layer_end});
+  for (const auto& [key, value] : {std::pair<const char*, double>{"flops", t.flops}, {"recompute_flops", t.recompute_flops},
+                                   {"memory_bytes", t.memory_bytes}, {"bytes", t.bytes}}) {
+    append_key(out, key);
+    append_number(out, value);
+  }
+  append_key(out, "channel");
+  append_number(out, static_cast<long long>(t.channel));
+  append_key(out, "collective");
+  append_number(out, static_cast<long long>(t.collective));
+  append_key(out, "reads");
+  append_ints(out, plan.reads(static_cast<int>(i)));
+  append_key(out, "writes");
+  append_ints(out, plan.writes(static_cast<int>(i)));
+  out += '}';
+}
+
+// The whole plan; with a fingerprint, it goes after "version". Without, this is the
+// canonical text the fingerprint hashes.
+std::string plan_text(const Plan& plan, const std::string& fingerprint) {
+  std::string out;
+  out.reserve(256 * plan.tasks.size() + 64 * plan.tensors.size() + 65536);
+  out += "{\"format\": \"hetflow-plan\",\n \"version\": ";
+  append_number(out, static_cast<long long>(Plan::kFormatVersion));
+  if (!fingerprint.empty()) {
+    out += ",\n \"fingerprint\": ";
+    append_string(out, fingerprint);
+  }
+  for (const auto& [key, name, yaml] : {std::tuple{"cluster", plan.cluster.name, model::write_cluster(plan.cluster)},
+                                        std::tuple{"network", plan.network.name, model::write_network(plan.network)}}) {
+    out += ",\n ";
+    append_string(out, key);
+    out += ": {\"name\": ";
+    append_string(out, name);
+    out += ", \"yaml\": ";
+    append_string(out, yaml);
+    out += '}';
+  }
+  out += ",\n \"layout\": " + layout_json(plan.layout).dump();
+  append_lines(out, "devices", plan.device_names.size(), [&](std::string& o, size_t i) { append_string(o, plan.device_names[i]); });
+  append_lines(out, "streams", plan.streams.size(), [&](std::string& o, size_t i) { append_string(o, plan.streams[i]); });
+  append_lines(out, "communicators", plan.communicators.size(), [&](std::string& o, size_t i) {
+    o += "{\"name\": ";
+    append_string(o, plan.communicators[i].name);
+    o += ", \"devices\": ";
+    append_ints(o, plan.communicators[i].devices);
+    o += '}';
+  });
+  append_lines(out, "channels", plan.channels.size(), [&](std::string& o, size_t i) {
+    const Channel& c = plan.channels[i];
+    o += "{\"src\": ";
+    append_number(o, static_cast<long long>(c.src));
+    o += ", \"dst\": ";
+    append_number(o, static_cast<long long>(c.dst));
+    o += ", \"tag\": ";
+    append_string(o, c.tag);
+    o += ", \"communicator\": ";
+    append_number(o, static_cast<long long>(c.communicator));
+    o += '}';
+  });
+  append_lines(out, "collectives", plan.collectives.size(), [&](std::string& o, size_t i) {
+    const Collective& c = plan.collectives[i];
+    o += "{\"kind\": ";
+    append_string(o, to_string(c.kind));
+    o += ", \"algorithm\": ";
+    append_string(o, to_string(c.algorithm));
+    o += ", \"purpose\": ";
+    append_string(o, to_string(c.purpose));
+    o += ", \"communicator\": ";
+    append_number(o, static_cast<long long>(c.communicator));
+    o += ", \"bytes\": ";
+    append_number(o, c.bytes);
+    o += ", \"root\": ";
+    append_number(o, static_cast<long long>(c.root));
+    o += ", \"tasks\": ";
+    append_ints(o, c.tasks);
+    o += '}';
+  });
   const std::vector<std::vector<int>> consumers = plan.consumers();
-  Json tensors = Json::array();
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+  append_lines(out, "tensors", plan.tensors.size(), [&](std::string& o, size_t i) {
     const Tensor& t = plan.tensors[i];
-    tensors.push_back({{"kind", std::string(to_string(t.kind))},
-                       {"device", t.device},
-                       {"shape", t.shape},
-                       {"dtype", std::string(model::to_string(t.dtype))},
-                       {"bytes", t.bytes},
-                       {"producer", t.producer},
-                       {"consumers", consumers[i]},
-                       {"free_after", t.free_after}});
-  }
-  j["tensors"] = std::move(tensors);
-  Json tasks = Json::array();
-  for (size_t i = 0; i < plan.tasks.size(); ++i) tasks.push_back(task_json(plan, static_cast<int>(i)));
-  j["tasks"] = std::move(tasks);
-  Json order = Json::array();
-  for (const OrderEdge& e : plan.order) order.push_back({e.from, e.to, e.offset});
-  j["order"] = std::move(order);
-  Json programs = Json::array();
-  for (const auto& device : plan.programs) {
-    Json streams = Json::array();
-    for (const StreamProgram& p : device) streams.push_back({{"stream", p.stream}, {"tasks", p.tasks}});
-    programs.push_back(std::move(streams));
-  }
-  j["programs"] = std::move(programs);
-  Json memory = Json::array();
-  for (const DeviceMemory& m : plan.memory) {
-    memory.push_back({{"weights_bytes", m.weights_bytes},
-                      {"gradients_bytes", m.gradients_bytes},
-                      {"optimizer_bytes", m.optimizer_bytes},
-                      {"activations_bytes", m.activations_bytes},
-                      {"buffers_bytes", m.buffers_bytes},
-                      {"workspace_bytes", m.workspace_bytes},
-                      {"capacity_bytes", m.capacity_bytes},
-                      {"peak_in_flight", m.peak_in_flight}});
-  }
-  j["memory"] = std::move(memory);
-  return j;
+    o += "{\"kind\": ";
+    append_string(o, to_string(t.kind));
+    o += ", \"device\": ";
+    append_number(o, static_cast<long long>(t.device));
+    o += ", \"shape\": ";
+    append_ints(o, t.shape);
+    o += ", \"dtype\": ";
+    append_string(o, model::to_string(t.dtype));
+    o += ", \"bytes\": ";
+    append_number(o, t.bytes);
+    o += ", \"producer\": ";
+    append_number(o, static_cast<long long>(t.producer));
+    o += ", \"consumers\": ";
+    append_ints(o, consumers[i]);
+    o += ", \"free_after\": ";
+    append_number(o, static_cast<long long>(t.free_after));
+    o += '}';
+  });
+  append_lines(out, "tasks", plan.tasks.size(), [&](std::string& o, size_t i) { append_task(o, plan, i); });
+  append_lines(out, "order", plan.order.size(), [&](std::string& o, size_t i) {
+    append_ints(o, std::initializer_list<int>{plan.order[i].from, plan.order[i].to, plan.order[i].offset});
+  });
+  append_lines(out, "programs", plan.programs.size(), [&](std::string& o, size_t d) {
+    o += '[';
+    for (size_t k = 0; k < plan.programs[d].size(); ++k) {
+      o += k == 0 ? "{\"stream\": " : ", {\"stream\": ";
+      append_number(o, static_cast<long long>(plan.programs[d][k].stream));
+      o += ", \"tasks\": ";
+      append_ints(o, plan.programs[d][k].tasks);
+      o += '}';
+    }
+    o += ']';
+  });
+  append_lines(out, "memory", plan.memory.size(), [&](std::string& o, size_t d) {
+    const DeviceMemory& m = plan.memory[d];
+    bool first = true;
+    for (const auto& [key, value] : {std::pair<const char*, double>{"weights_bytes", m.weights_bytes},
+                                     {"gradients_bytes", m.gradients_bytes},
+                                     {"optimizer_bytes", m.optimizer_bytes},
+                                     {"activations_bytes", m.activations_bytes},
+                                     {"buffers_bytes", m.buffers_bytes},
+                                     {"workspace_bytes", m.workspace_bytes},
+                                     {"capacity_bytes", m.capacity_bytes}}) {
+      o += first ? "{" : ", ";
+      first = false;
+      append_string(o, key);
+      o += ": ";
+      append_number(o, value);
+    }
+    o += ", \"peak_in_flight\": ";
+    append_number(o, static_cast<long long>(m.peak_in_flight));
+    o += '}';
+  });
+  out += "}\n";
+  return out;
 }
 
-std::string hash_of(const Json& canonical) {
-  const std::string text = canonical.dump();
+std::string hash_of(const std::string& canonical) {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(canonical.data(), canonical.size())));
   return std::string("xxh3:") + hex;
 }
 
@@ -298,17 +427,10 @@ std::vector<std::string> strings(const Reader& r, const Json& j, const std::stri
 
 }  // namespace
 
-std::string plan_fingerprint(const Plan& plan) { return hash_of(plan_json(plan)); }
+std::string plan_fingerprint(const Plan& plan) { return hash_of(plan_text(plan, "")); }
 
 std::string write_plan_json(const Plan& plan) {
-  Json j = plan_json(plan);
-  const std::string fingerprint = hash_of(j);
-  Json out;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    out[it.key()] = std::move(it.value());
-    if (it.key() == "version") out["fingerprint"] = fingerprint;
-  }
-  return out.dump(1) + "\n";
+  return plan_text(plan, plan_fingerprint(plan));
 }
 
 Plan read_plan_json(const std::string& text, const std::string& file) {

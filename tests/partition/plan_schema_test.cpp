@@ -64,6 +64,6 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
   broken.replace(broken.find("\"kind\": \"forward\""), 17, "\"kind\": \"sideways\"");
   EXPECT_NE(schema_check(broken, "broken.json"), 0);
   std::string negative = gpt;
-  negative.replace(negative.find("\"iterations\": 1"), 15, "\"iterations\": 0");
+  negative.replace(negative.find("\"iterations\":1"), 14, "\"iterations\":0");
   EXPECT_NE(schema_check(negative, "negative.json"), 0);
 }

@@ -249,7 +249,7 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   bad_device.replace(at, std::string("\"device\": 0").size(), "\"device\": \"x\"");
   EXPECT_EQ(error_of(bad_device), "tasks[0].device: expected an integer, found \"x\"");
   std::string edited = good;
-  edited.replace(edited.find("\"microbatches\": 4"), 17, "\"microbatches\": 5");
+  edited.replace(edited.find("\"microbatches\":4"), 16, "\"microbatches\":5");
   EXPECT_NE(error_of(edited).find("fingerprint: the file says"), std::string::npos) << error_of(edited);
   // Version 1 is refused, with how to make a new plan.
   std::string v1 = unstamped;
@@ -258,7 +258,7 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
       << error_of(v1);
   // Integers that do not fit are refused, not wrapped.
   std::string huge = unstamped;
-  huge.replace(huge.find("\"iterations\": 1"), 15, "\"iterations\": 4294967297");
+  huge.replace(huge.find("\"iterations\":1"), 14, "\"iterations\":4294967297");
   EXPECT_NE(error_of(huge).find("layout.iterations: expected an integer in [1, 2147483647]"), std::string::npos)
       << error_of(huge);
   // Deep nesting is refused while parsing, not by recursion.

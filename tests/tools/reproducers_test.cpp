@@ -51,7 +51,7 @@ const Case kCases[] = {
     {"validate_help", "validate --help", {0}, {"usage: hetflow validate"}},
     {"validate_positional", "validate {S}/plan.json", {0}, {"plan.json: valid"}},
     {"deep_plan", "validate --plan {S}/deep_plan.json", {2}, {"deep_plan.json", "nested deeper than 64 levels"}},
-    {"deep_config", "describe --model {S}/deep_config.json", {2}, {"deep_config.json: json: nested deeper than 64"}},
+    {"deep_config", "describe --model {S}/deep_config.json", {2}, {"deep_config.json:1: json: nested deeper than 64"}},
     // Version-1 plan files: refused at "version" today; whatever the plan reader's checks
     // become, they must stay clean refusals.
     {"plan_workers_empty", "validate --plan {D}/plan_workers_empty.json", {2, 3}, {"plan_workers_empty.json"}},
