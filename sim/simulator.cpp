@@ -328,7 +328,7 @@ class Simulation {
     done_[instance(static_cast<int>(id), i)] = 1;
     for (int k = successor_begin_[id]; k < successor_begin_[id + 1]; ++k) {
       const auto [succ, offset] = successors_[static_cast<size_t>(k)];
-      if (i + offset >= iterations_) continue;
+      if (offset >= iterations_ - i) continue;  // beyond the run (i + offset may not fit an int)
       if (--remaining(i + offset)[static_cast<size_t>(succ)] == 0) {
         check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(succ)]));
       }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -307,6 +308,21 @@ TEST(Simulator, RejectsADependencyBetweenDevices) {
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("devices meet only through transfers"), std::string::npos) << e.what();
   }
+}
+
+// Regression (plan mutation test): an order edge whose offset reaches past the last
+// iteration only orders nothing; it used to overflow the iteration it pointed at and crash.
+TEST(Simulator, AnOrderOffsetBeyondTheRunOrdersNothing) {
+  const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  o.iterations = 2;
+  Plan plan = plan_for(cluster, test_support::equal_layers(4), o);
+  const auto& program = plan.program(0, 0);
+  plan.add_order(program.back(), program.front(), std::numeric_limits<int>::max());
+  const sim::SimResult r = sim::simulate(plan, {});
+  EXPECT_TRUE(r.completed);
 }
 
 TEST(Simulator, ManySimulationsInOneProcess) {
