@@ -219,6 +219,14 @@ class Reader {
                             long long hi = std::numeric_limits<int>::max()) const {
     return integers(at(j, key, path), join(path, key), lo, hi);
   }
+  // The "name" beside an embedded YAML repeats the name inside it: an edit to one alone
+  // would otherwise be silently undone.
+  void same_name(const Json& j, const std::string& path, const std::string& embedded) const {
+    const std::string name = string(j, "name", path);
+    if (name != embedded) {
+      fail(path + ".name", "'" + name + "' is not the name in " + path + ".yaml ('" + embedded + "'); change both or neither");
+    }
+  }
   template <typename Parse>
   auto parsed(const Json& j, const std::string& key, const std::string& path, Parse parse) const {
     const std::string text = string(j, key, path);
@@ -340,8 +348,10 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
   Plan plan;
   const Json& cluster = r.at(j, "cluster", "");
   plan.cluster = model::parse_cluster(r.string(cluster, "yaml", "cluster"), file + " (cluster.yaml)");
+  r.same_name(cluster, "cluster", plan.cluster.name);
   const Json& network = r.at(j, "network", "");
   plan.network = model::parse_network(r.string(network, "yaml", "network"), file + " (network.yaml)");
+  r.same_name(network, "network", plan.network.name);
   plan.layout = read_layout(r, r.at(j, "layout", ""));
   plan.device_names = strings(r, j, "devices");
   plan.streams = strings(r, j, "streams");

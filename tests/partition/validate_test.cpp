@@ -264,6 +264,42 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   EXPECT_NE(error_of(std::string(100000, '[')).find("nested deeper than 64"), std::string::npos);
 }
 
+// Regressions from the plan mutation test (tests/tools/plan_mutation_test.cpp).
+namespace {
+
+// The plan file without its fingerprint line, so that edits reach the checks after it.
+std::string unstamped_plan_file() {
+  std::string text = write_plan_json(small_plan());
+  const size_t fp = text.find("\"fingerprint\"");
+  return text.erase(fp, text.find('\n', fp) + 1 - fp);
+}
+
+std::string read_error(const std::string& text) {
+  try {
+    read_plan_json(text, "p.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+// An edit to the name beside an embedded cluster or network alone used to be read, then
+// silently undone when the plan was written again.
+TEST(Validate, TheNameBesideAnEmbeddedYamlMustBeTheOneInsideIt) {
+  const std::string good = unstamped_plan_file();
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    return text.replace(text.find(from), from.size(), to);
+  };
+  const std::string renamed = read_error(replaced("\"name\": \"identical\"", "\"name\": \"elsewhere\""));
+  EXPECT_NE(renamed.find("cluster.name: 'elsewhere' is not the name in cluster.yaml ('identical')"), std::string::npos)
+      << renamed;
+  const std::string unnamed = read_error(replaced("\"name\": \"equal\",", ""));
+  EXPECT_NE(unnamed.find("network.name: is required but missing"), std::string::npos) << unnamed;
+}
+
 TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {
   const Plan plan = small_plan();
   const Plan back = read_plan_json(write_plan_json(plan), "p.json");
