@@ -21,4 +21,20 @@ InputError::InputError(std::string file, int line, std::string field, std::strin
       field_(std::move(field)),
       message_(std::move(message)) {}
 
+InputError json_syntax_error(const std::string& text, const std::string& file, size_t byte,
+                             const std::string& library_message) {
+  int line = 1;
+  size_t column = 0;
+  for (size_t i = 0; i < byte && i < text.size(); ++i) {
+    ++column;
+    if (text[i] == '\n') {
+      ++line;
+      column = 0;
+    }
+  }
+  const size_t colon = library_message.find(": ");
+  const std::string reason = colon == std::string::npos ? "syntax error" : library_message.substr(colon + 2);
+  return InputError(file, line, "json", "not valid JSON at column " + std::to_string(column) + ": " + reason);
+}
+
 }  // namespace hetflow

@@ -201,9 +201,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    int line = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
+    throw json_syntax_error(text, file, e.byte, e.what());
   }
   auto get_int = [&](std::initializer_list<const char*> keys, bool required, int fallback) -> int {
     for (const char* k : keys) {

@@ -313,9 +313,7 @@ Json parse_json(const std::string& text, const std::string& file) {
       return true;
     });
   } catch (const Json::parse_error& e) {
-    int line = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", std::string("not valid JSON: ") + e.what());
+    throw json_syntax_error(text, file, e.byte, e.what());
   }
 }
 

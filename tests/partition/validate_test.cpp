@@ -285,6 +285,13 @@ std::string read_error(const std::string& text) {
 
 }  // namespace
 
+TEST(Validate, AJsonSyntaxErrorNamesLineAndColumnNotTheParser) {
+  const std::string error = read_error(unstamped_plan_file().substr(0, 200));
+  EXPECT_NE(error.find("p.json:"), std::string::npos) << error;
+  EXPECT_NE(error.find("json: not valid JSON at column"), std::string::npos) << error;
+  EXPECT_EQ(error.find("json.exception"), std::string::npos) << error;
+}
+
 // An edit to the name beside an embedded cluster or network alone used to be read, then
 // silently undone when the plan was written again.
 TEST(Validate, TheNameBesideAnEmbeddedYamlMustBeTheOneInsideIt) {

@@ -66,6 +66,8 @@ const BadInput kCases[] = {
     {"unknown_zoo_name", "--model", "zoo: gpt5\n", ":1: zoo", "unknown network"},
     {"hf_config_bad_value", "--model", R"({"model_type": "llama", "num_hidden_layers": "many"})",
      ": num_hidden_layers", "expected an integer"},
+    {"hf_config_syntax", "--model", "{\"model_type\": \"llama\",\n \"num_hidden_layers\": }", ":2: json",
+     "not valid JSON at column 23: syntax error while parsing value"},
     {"hf_config_bad_heads", "--model",
      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 100, "n_head": 3})", ": heads",
      "expected a divisor of hidden=100"},
