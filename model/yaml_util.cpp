@@ -50,6 +50,13 @@ MapReader::MapReader(const YAML::Node& node, std::string file, std::string path)
     throw InputError(file_, line_of(node_), path_.empty() ? "document" : path_,
                      "expected a mapping of keys to values, found " + describe(node_));
   }
+  // YAML forbids a key twice in one mapping, but the parser keeps both and lookups see the
+  // first: the second would be silently ignored.
+  std::set<std::string> keys;
+  for (const auto& kv : node_) {
+    const std::string key = scalar(kv.first, file_, path_.empty() ? "document" : path_);
+    if (!keys.insert(key).second) fail_at(kv.first, field(key), "appears twice in one mapping; give it once");
+  }
 }
 
 std::string MapReader::field(const std::string& key) const {
@@ -170,7 +177,7 @@ double MapReader::quantity(const std::string& key, double (*parse)(std::string_v
 void MapReader::finish() const {
   std::vector<std::string> known(used_.begin(), used_.end());
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();  // a scalar: the constructor checked
     if (used_.count(key) == 0) {
       std::string hint;
       for (const std::string& n : nearest_names(key, known, 2)) hint += (hint.empty() ? "" : ", ") + n;

@@ -50,6 +50,8 @@ const BadInput kCases[] = {
      "regions:\n  - {name: a}\n  - {name: b}\nnodes:\n  - {name: n, gpu: T4, gpus: 1, region: a, nic: {bandwidth: 1 Gb/s}}\n"
      "  - {name: m, gpu: T4, gpus: 1, region: b, nic: {bandwidth: 1 Gb/s}}\n",
      ": wan", "region 'b' is not connected"},
+    {"duplicate_key", "--cluster", "nodes:\n  - {name: n, gpu: T4, gpus: 1,\n     gpus: 8}\n", ":3: nodes[0].gpus",
+     "appears twice in one mapping; give it once"},
     {"not_a_mapping", "--cluster", "- just\n- a list\n", ":1: document", "expected a mapping"},
     {"custom_gpu_missing_field", "--cluster",
      "gpu_types:\n  - {name: X, fp16: 1 TFLOP/s, memory: 1 GiB, memory_bandwidth: 1 GB/s}\nnodes:\n  - {name: n, gpu: X, gpus: 1}\n",
