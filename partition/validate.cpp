@@ -45,6 +45,13 @@ void check_embedded(const Plan& plan, Problems& problems) {
   const int n = plan.device_count();
   if (layers == 0) problems.push_back("network: has no layers");
   if (l.iterations < 1) problems.push_back("layout.iterations: expected at least 1, found " + std::to_string(l.iterations));
+  const long long instances = static_cast<long long>(plan.tasks.size()) * l.iterations;
+  if (instances > kMaxTaskInstances) {
+    problems.push_back("layout.iterations: " + std::to_string(l.iterations) + " iterations of " +
+                       std::to_string(plan.tasks.size()) + " tasks are " + std::to_string(instances) +
+                       " task instances; the estimate and the simulator take at most " + std::to_string(kMaxTaskInstances) +
+                       ": run fewer iterations");
+  }
   if (l.tensor < 1 || l.virtual_stages < 1 || l.micro_batch_size < 1) {
     problems.push_back("layout: tensor, virtual_stages and micro_batch_size must be at least 1");
   }

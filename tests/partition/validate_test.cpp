@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "model/error.hpp"
 #include "model/io.hpp"
@@ -305,6 +306,16 @@ TEST(Validate, TheNameBesideAnEmbeddedYamlMustBeTheOneInsideIt) {
       << renamed;
   const std::string unnamed = read_error(replaced("\"name\": \"equal\",", ""));
   EXPECT_NE(unnamed.find("network.name: is required but missing"), std::string::npos) << unnamed;
+}
+
+TEST(Validate, MoreTaskInstancesThanTheBackEndsTakeAreRefused) {
+  Plan plan = small_plan();
+  plan.layout.iterations = std::numeric_limits<int>::max();  // the estimate used to run for hours
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "layout.iterations: 2147483647 iterations of")) << first_problem(v);
+  EXPECT_TRUE(mentions(v, "task instances"));
+  plan.layout.iterations = static_cast<int>(kMaxTaskInstances / static_cast<long long>(plan.tasks.size()));
+  EXPECT_TRUE(validate_plan(plan).ok()) << first_problem(validate_plan(plan));
 }
 
 TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {
