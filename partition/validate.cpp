@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -118,6 +120,7 @@ void check_references(const Plan& plan, Problems& problems) {
       if (!seen.insert(d).second) note(where, "lists device " + std::to_string(d) + " twice");
     }
   }
+  std::map<std::tuple<int, int, std::string>, size_t> identities;  // channel (src, dst, tag) -> first index
   for (size_t i = 0; i < plan.channels.size(); ++i) {
     const Channel& c = plan.channels[i];
     const std::string where = "channels[" + std::to_string(i) + "]";
@@ -134,6 +137,13 @@ void check_references(const Plan& plan, Problems& problems) {
           std::find(members.begin(), members.end(), c.dst) == members.end()) {
         note(where, "its devices are not both in communicator " + std::to_string(c.communicator));
       }
+    }
+    // Back ends tell channels apart by source, destination and tag: two alike would take
+    // each other's messages.
+    const auto [first, fresh] = identities.try_emplace(std::make_tuple(c.src, c.dst, c.tag), i);
+    if (!fresh) {
+      note(where, "has the source, destination and tag of channels[" + std::to_string(first->second) +
+                      "]; their messages could not be told apart");
     }
   }
   for (size_t i = 0; i < plan.collectives.size(); ++i) {

@@ -318,6 +318,16 @@ TEST(Validate, MoreTaskInstancesThanTheBackEndsTakeAreRefused) {
   EXPECT_TRUE(validate_plan(plan).ok()) << first_problem(validate_plan(plan));
 }
 
+// Two channels with one source, destination and tag used to validate; the simulator, which
+// tells channels apart by those, then paired one's sends with the other's receives.
+TEST(Validate, TwoChannelsAlikeAreRefused) {
+  Plan plan = small_plan();
+  ASSERT_GE(plan.channels.size(), 2u);
+  plan.channels[1] = plan.channels[0];
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "channels[1]: has the source, destination and tag of channels[0]")) << first_problem(v);
+}
+
 TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {
   const Plan plan = small_plan();
   const Plan back = read_plan_json(write_plan_json(plan), "p.json");
