@@ -30,9 +30,10 @@ class InputError : public Error {
   std::string message_;
 };
 
-// A JSON syntax error at byte `byte` of `text`, as "file:line: json: not valid JSON at
-// column C: <reason>". `library_message` is the parser's what(); its own prefix
-// ("[json.exception.parse_error.101] parse error at line 3, column 5: ") is dropped.
+// JSON the parser refused, as "file:line: json: not valid JSON at column C: <reason>" when
+// it says where (`byte`: 1-based position in `text`, 0 when it does not say; a number too
+// large for a double has no position). `library_message` is the parser's what(); its own
+// prefix ("[json.exception.parse_error.101] parse error at line 3, column 5: ") is dropped.
 InputError json_syntax_error(const std::string& text, const std::string& file, size_t byte,
                              const std::string& library_message);
 

@@ -202,6 +202,8 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw json_syntax_error(text, file, e.byte, e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond a double's range
+    throw json_syntax_error(text, file, 0, e.what());
   }
   auto get_int = [&](std::initializer_list<const char*> keys, bool required, int fallback) -> int {
     for (const char* k : keys) {

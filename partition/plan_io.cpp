@@ -314,6 +314,8 @@ Json parse_json(const std::string& text, const std::string& file) {
     });
   } catch (const Json::parse_error& e) {
     throw json_syntax_error(text, file, e.byte, e.what());
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range
+    throw json_syntax_error(text, file, 0, e.what());
   }
 }
 

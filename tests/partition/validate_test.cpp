@@ -291,6 +291,11 @@ TEST(Validate, AJsonSyntaxErrorNamesLineAndColumnNotTheParser) {
   EXPECT_NE(error.find("p.json:"), std::string::npos) << error;
   EXPECT_NE(error.find("json: not valid JSON at column"), std::string::npos) << error;
   EXPECT_EQ(error.find("json.exception"), std::string::npos) << error;
+  // A number beyond a double's range has no position, but is named (it used to escape as the
+  // parser's own out_of_range exception).
+  std::string overflow = unstamped_plan_file();
+  overflow.replace(overflow.find("\"iterations\": 1"), 15, "\"iterations\": 1e400");
+  EXPECT_EQ(read_error(overflow), "p.json: json: not valid JSON: number overflow parsing '1e400'");
 }
 
 // An edit to the name beside an embedded cluster or network alone used to be read, then

@@ -70,6 +70,8 @@ const BadInput kCases[] = {
      ": num_hidden_layers", "expected an integer"},
     {"hf_config_syntax", "--model", "{\"model_type\": \"llama\",\n \"num_hidden_layers\": }", ":2: json",
      "not valid JSON at column 23: syntax error while parsing value"},
+    {"hf_config_number_overflow", "--model", R"({"model_type": "llama", "num_hidden_layers": 1e400})", ": json",
+     "not valid JSON: number overflow parsing '1e400'"},
     {"hf_config_bad_heads", "--model",
      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 100, "n_head": 3})", ": heads",
      "expected a divisor of hidden=100"},
