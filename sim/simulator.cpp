@@ -11,6 +11,7 @@
 #include <simgrid/s4u.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -173,6 +174,7 @@ class Simulation {
     end_.assign(n * static_cast<size_t>(iterations_), 0);
     // Refuse a collective its steps would refuse now, not inside a running actor.
     for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
+    check_amounts();
     // Each channel's mailbox, looked up once; and each transfer side's partner (the k-th
     // send on a channel meets its k-th receive).
     mailbox_of_.assign(n, nullptr);
@@ -195,6 +197,40 @@ class Simulation {
         partner_[static_cast<size_t>(sends[c][k])] = recvs[c][k];
         partner_[static_cast<size_t>(recvs[c][k])] = sends[c][k];
       }
+    }
+  }
+
+  // What SimGrid is given must be an amount it can hold: a finite number of flops for a
+  // compute task, a byte count that fits 64 bits for a message. A plan's quantities are
+  // finite but may be as large as a double goes; refuse them now, naming the task, rather
+  // than let the engine abort inside a running actor.
+  void check_amounts() const {
+    constexpr double kMaxBytes = 9223372036854775808.0;  // 2^63
+    auto shown = [](double x) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", x);
+      return std::string(text);
+    };
+    for (size_t id = 0; id < tasks_; ++id) {
+      const Task& t = plan_.tasks[id];
+      std::string why;
+      switch (t.kind) {
+        case TaskKind::forward:
+        case TaskKind::backward:
+        case TaskKind::backward_weight:
+        case TaskKind::optimizer:
+          if (!std::isfinite(cost_.compute_time_s(t.device, t.flops, t.memory_bytes) * cost_.peak_flops_per_s(t.device))) {
+            why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
+                  " bytes of memory traffic take longer than the simulator can count";
+          }
+          break;
+        case TaskKind::send:
+        case TaskKind::recv:
+        case TaskKind::collective:
+          if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes; the simulator moves at most 2^63";
+          break;
+      }
+      if (!why.empty()) throw PlanError(partition::describe_task(plan_, static_cast<int>(id)) + ": " + why);
     }
   }
 

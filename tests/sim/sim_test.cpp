@@ -325,6 +325,33 @@ TEST(Simulator, AnOrderOffsetBeyondTheRunOrdersNothing) {
   EXPECT_TRUE(r.completed);
 }
 
+// Regression (plan mutation test): quantities as large as a double goes are valid, but a
+// compute task whose duration overflows, or a message larger than 2^63 bytes, used to abort
+// the engine inside a running actor. The simulator refuses them first, naming the task.
+TEST(Simulator, AmountsTheEngineCannotHoldAreRefusedNamingTheTask) {
+  const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  const Plan good = plan_for(cluster, test_support::equal_layers(4), o);
+  auto refusal = [](const Plan& plan) {
+    try {
+      sim::simulate(plan, {});
+    } catch (const PlanError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no PlanError");
+  };
+  Plan slow = good;
+  slow.tasks[0].memory_bytes = std::numeric_limits<double>::max();
+  EXPECT_NE(refusal(slow).find("take longer than the simulator can count"), std::string::npos) << refusal(slow);
+  Plan huge = good;
+  for (Task& t : huge.tasks) {
+    if (t.kind == TaskKind::send || t.kind == TaskKind::recv) t.bytes = 1e300;
+  }
+  EXPECT_NE(refusal(huge).find("bytes; the simulator moves at most 2^63"), std::string::npos) << refusal(huge);
+}
+
 TEST(Simulator, ManySimulationsInOneProcess) {
   const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
   partition::PlanOptions o;
