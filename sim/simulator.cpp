@@ -136,8 +136,13 @@ class Simulation {
  private:
   // --- set-up ---
 
+  // A channel's mailbox is "src>dst:tag", a collective's "src>dst|lane/stream": whatever tag
+  // a plan gives a channel, it never names a collective's mailbox.
   static sg::Mailbox* mailbox(int src, int dst, const std::string& tag) {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
+  }
+  static sg::Mailbox* collective_mailbox(int src, int dst, const std::string& lane_and_stream) {
+    return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + "|" + lane_and_stream);
   }
 
   // Inputs of every task: per iteration offset 0 edges count in every iteration, an edge
@@ -420,7 +425,7 @@ class Simulation {
         if (k.peer == m.peer && k.lane == m.lane && k.send == send) return k.mailbox;
       }
       const std::string tag = std::to_string(static_cast<int>(m.lane)) + "/" + scope;
-      sg::Mailbox* found = send ? mailbox(t.device, m.peer, tag) : mailbox(m.peer, t.device, tag);
+      sg::Mailbox* found = send ? collective_mailbox(t.device, m.peer, tag) : collective_mailbox(m.peer, t.device, tag);
       known.push_back({m.peer, m.lane, send, found});
       return found;
     };

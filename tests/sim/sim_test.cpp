@@ -352,6 +352,55 @@ TEST(Simulator, AmountsTheEngineCannotHoldAreRefusedNamingTheTask) {
   EXPECT_NE(refusal(huge).find("bytes; the simulator moves at most 2^63"), std::string::npos) << refusal(huge);
 }
 
+// A channel's tag is only a name: a transfer tagged like a collective's internal messages
+// ("<lane>/<stream>") used to share their mailbox and take a message of the collective.
+TEST(Simulator, AChannelTagNeverMeetsACollectivesMessages) {
+  auto run_with_tag = [](const std::string& tag) {
+    const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+    Plan plan = empty_plan(cluster);
+    const int pair = plan.add_communicator({"pair", {0, 1}});
+    Task send;
+    send.kind = TaskKind::send;
+    send.purpose = partition::Purpose::activation;
+    send.device = 0;
+    send.stream = 0;
+    send.bytes = 3e8;
+    send.channel = plan.add_channel({0, 1, tag, pair});
+    plan.add_task(send);  // device 0 posts its send before its part of the all-reduce
+    partition::Collective c;
+    c.kind = partition::CollectiveKind::all_reduce;
+    c.algorithm = partition::CollectiveAlgorithm::ring;
+    c.bytes = 1e8;
+    c.communicator = pair;
+    for (int d : {0, 1}) {
+      Task t;
+      t.kind = TaskKind::collective;
+      t.purpose = partition::Purpose::data_parallel;
+      t.device = d;
+      t.stream = 1;
+      t.bytes = c.bytes;
+      t.collective = 0;
+      c.tasks.push_back(plan.add_task(t));
+    }
+    plan.collectives.push_back(c);
+    Task recv = send;
+    recv.kind = TaskKind::recv;
+    recv.device = 1;
+    plan.add_task(recv);  // device 1 waits in the all-reduce before its receive
+    const sim::SimResult r = sim::simulate(plan, {});
+    EXPECT_TRUE(r.completed) << tag;
+    return r.trace.events;
+  };
+  const std::string ring_on_comm =
+      std::to_string(static_cast<int>(partition::Lane::ring)) + "/1";  // the all-reduce's own messages
+  const auto plain = run_with_tag("act"), clashing = run_with_tag(ring_on_comm);
+  ASSERT_EQ(plain.size(), clashing.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].start_s, clashing[i].start_s) << plain[i].kind;
+    EXPECT_EQ(plain[i].end_s, clashing[i].end_s) << plain[i].kind;
+  }
+}
+
 TEST(Simulator, ManySimulationsInOneProcess) {
   const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
   partition::PlanOptions o;
