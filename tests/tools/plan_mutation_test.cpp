@@ -42,6 +42,7 @@
 #include "sim/simulator.hpp"
 #include "tests/partition/plan_test_util.hpp"
 #include "tests/tools/run_hetflow.hpp"
+#include "traces/metrics.hpp"
 
 using namespace hetflow;
 using namespace hetflow::partition;
@@ -569,7 +570,8 @@ void check_valid_plan(const Plan& plan, const Mutant& m) {
   }
 }
 
-// A valid plan runs to the end, or the simulator refuses it with a message blaming the plan.
+// A valid plan runs to the end, or the simulator refuses it with a message blaming the plan;
+// its trace gives the metrics `hetflow simulate` prints.
 void check_simulation(const Plan& plan, const Mutant& m, Tally& tally) {
   ++tally.simulated;
   try {
@@ -578,6 +580,11 @@ void check_simulation(const Plan& plan, const Mutant& m, Tally& tally) {
     for (const std::string& s : r.stalls) stalls += "\n  " + s;
     EXPECT_TRUE(r.completed) << describe(m) << "\na valid plan stalled with no fault injected:" << stalls;
     tally.completed += r.completed;
+    try {
+      traces::compute_metrics(r.trace, plan, CostModel(plan.cluster, plan.layout.precision));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << describe(m) << "\nthe metrics of a simulated valid plan threw: " << e.what();
+    }
   } catch (const InputError& e) {
     ++tally.refused_by_simulator;
     expect_clean_message(e.what(), m);
