@@ -22,13 +22,6 @@ std::string brief(const Json& v) {
   return text;
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] parse error at ...":
-// what follows the tag.
-inline std::string parse_message(const std::string& what) {
-  const size_t tag = what.find("] ");
-  return what.rfind("[json.exception", 0) == 0 && tag != std::string::npos ? what.substr(tag + 2) : what;
-}
-
 // The line where `text` first nests deeper than `limit` arrays and objects, or 0. One pass
 // over the characters (strings skipped), so nothing recurses over a hostile document.
 inline int line_nested_deeper_than(const std::string& text, int limit) {
@@ -57,7 +50,8 @@ inline int line_nested_deeper_than(const std::string& text, int limit) {
 
 // Parses `text`; nesting deeper than limits::kMaxJsonDepth is refused before parsing (nlohmann
 // recurses when it destroys or prints a value, and its depth-checking callback parser is ten
-// times slower). Errors are InputError(file, line, "json", ...).
+// times slower). Errors are InputError(file, line, "json", ...) (model/error.hpp's
+// json_syntax_error).
 template <typename Json>
 Json parse(const std::string& text, const std::string& file, const std::string& depth_hint = "") {
   if (const int line = line_nested_deeper_than(text, limits::kMaxJsonDepth)) {
@@ -66,9 +60,9 @@ Json parse(const std::string& text, const std::string& file, const std::string& 
   try {
     return Json::parse(text);
   } catch (const typename Json::parse_error& e) {
-    int line = 1;
-    for (size_t i = 0; i < e.byte && i < text.size(); ++i) line += text[i] == '\n';
-    throw InputError(file, line, "json", "not valid JSON: " + parse_message(e.what()));
+    throw json_syntax_error(text, file, e.byte, e.what());
+  } catch (const typename Json::out_of_range& e) {  // a number beyond a double's range
+    throw json_syntax_error(text, file, 0, e.what());
   }
 }
 

@@ -64,6 +64,13 @@ MapReader::MapReader(const YAML::Node& node, std::string file, std::string path)
     throw InputError(file_, line_of(node_), path_.empty() ? "document" : path_,
                      "expected a mapping of keys to values, found " + describe(node_));
   }
+  // YAML forbids a key twice in one mapping, but the parser keeps both and lookups see the
+  // first: the second would be silently ignored.
+  std::set<std::string> keys;
+  for (const auto& kv : node_) {
+    const std::string key = key_text(kv.first, file_, path_);
+    if (!keys.insert(key).second) fail_at(kv.first, field(key), "appears twice in one mapping; give it once");
+  }
 }
 
 std::string MapReader::field(const std::string& key) const {

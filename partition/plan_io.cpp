@@ -77,8 +77,10 @@ void append_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-// Shortest text that reads back to exactly the same double (whole numbers without ".0").
+// Shortest text that reads back to exactly the same double (whole numbers without ".0";
+// -0 as 0, which is what a reader gets back from "-0").
 void append_number(std::string& out, double v) {
+  if (v == 0) v = 0;
   char buf[40];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, r.ptr);
@@ -327,7 +329,7 @@ class Reader {
     if (!v.is_number()) fail(join(path, key), "expected a number, found " + brief(v));
     const double x = v.get<double>();
     if (!std::isfinite(x) || x < 0) fail(join(path, key), "expected a finite number >= 0, found " + brief(v));
-    return x;
+    return x + 0.0;  // -0 is 0: the plan and its fingerprint have one zero
   }
   std::string string(const Json& j, const std::string& key, const std::string& path) const {
     const Json& v = at(j, key, path);
@@ -350,6 +352,14 @@ class Reader {
   std::vector<int> integers(const Json& j, const std::string& key, const std::string& path, long long lo = -1,
                             long long hi = std::numeric_limits<int>::max()) const {
     return integers(at(j, key, path), join(path, key), lo, hi);
+  }
+  // The "name" beside an embedded YAML repeats the name inside it: an edit to one alone
+  // would otherwise be silently undone.
+  void same_name(const Json& j, const std::string& path, const std::string& embedded) const {
+    const std::string name = string(j, "name", path);
+    if (name != embedded) {
+      fail(path + ".name", "'" + name + "' is not the name in " + path + ".yaml ('" + embedded + "'); change both or neither");
+    }
   }
   template <typename Parse>
   auto parsed(const Json& j, const std::string& key, const std::string& path, Parse parse) const {
@@ -447,8 +457,10 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
   Plan plan;
   const Json& cluster = r.at(j, "cluster", "");
   plan.cluster = model::parse_cluster(r.string(cluster, "yaml", "cluster"), file + " (cluster.yaml)");
+  r.same_name(cluster, "cluster", plan.cluster.name);
   const Json& network = r.at(j, "network", "");
   plan.network = model::parse_network(r.string(network, "yaml", "network"), file + " (network.yaml)");
+  r.same_name(network, "network", plan.network.name);
   plan.layout = read_layout(r, r.at(j, "layout", ""));
   plan.device_names = strings(r, j, "devices");
   plan.streams = strings(r, j, "streams");

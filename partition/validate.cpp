@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -45,6 +47,13 @@ void check_embedded(const Plan& plan, Problems& problems) {
   const int n = plan.device_count();
   if (layers == 0) problems.push_back("network: has no layers");
   if (l.iterations < 1) problems.push_back("layout.iterations: expected at least 1, found " + std::to_string(l.iterations));
+  const long long instances = static_cast<long long>(plan.tasks.size()) * l.iterations;
+  if (instances > kMaxTaskInstances) {
+    problems.push_back("layout.iterations: " + std::to_string(l.iterations) + " iterations of " +
+                       std::to_string(plan.tasks.size()) + " tasks are " + std::to_string(instances) +
+                       " task instances; the estimate and the simulator take at most " + std::to_string(kMaxTaskInstances) +
+                       ": run fewer iterations");
+  }
   if (l.tensor < 1 || l.virtual_stages < 1 || l.micro_batch_size < 1) {
     problems.push_back("layout: tensor, virtual_stages and micro_batch_size must be at least 1");
   }
@@ -111,6 +120,7 @@ void check_references(const Plan& plan, Problems& problems) {
       if (!seen.insert(d).second) note(where, "lists device " + std::to_string(d) + " twice");
     }
   }
+  std::map<std::tuple<int, int, std::string>, size_t> identities;  // channel (src, dst, tag) -> first index
   for (size_t i = 0; i < plan.channels.size(); ++i) {
     const Channel& c = plan.channels[i];
     const std::string where = "channels[" + std::to_string(i) + "]";
@@ -127,6 +137,13 @@ void check_references(const Plan& plan, Problems& problems) {
           std::find(members.begin(), members.end(), c.dst) == members.end()) {
         note(where, "its devices are not both in communicator " + std::to_string(c.communicator));
       }
+    }
+    // Back ends tell channels apart by source, destination and tag: two alike would take
+    // each other's messages.
+    const auto [first, fresh] = identities.try_emplace(std::make_tuple(c.src, c.dst, c.tag), i);
+    if (!fresh) {
+      note(where, "has the source, destination and tag of channels[" + std::to_string(first->second) +
+                      "]; their messages could not be told apart");
     }
   }
   for (size_t i = 0; i < plan.collectives.size(); ++i) {

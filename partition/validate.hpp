@@ -10,6 +10,10 @@
 
 namespace hetflow::partition {
 
+// The estimate and the simulator keep state for every task of every iteration, and take
+// time in proportion: a plan may run at most this many task instances (tasks x iterations).
+constexpr long long kMaxTaskInstances = 100'000'000;
+
 struct Validation {
   std::vector<std::string> problems;  // each a sentence naming the task, device or term at fault
   bool ok() const { return problems.empty(); }

@@ -11,6 +11,7 @@
 #include <simgrid/s4u.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -135,8 +136,13 @@ class Simulation {
  private:
   // --- set-up ---
 
+  // A channel's mailbox is "src>dst:tag", a collective's "src>dst|lane/stream": whatever tag
+  // a plan gives a channel, it never names a collective's mailbox.
   static sg::Mailbox* mailbox(int src, int dst, const std::string& tag) {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
+  }
+  static sg::Mailbox* collective_mailbox(int src, int dst, const std::string& lane_and_stream) {
+    return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + "|" + lane_and_stream);
   }
 
   // Inputs of every task: per iteration offset 0 edges count in every iteration, an edge
@@ -173,6 +179,7 @@ class Simulation {
     end_.assign(n * static_cast<size_t>(iterations_), 0);
     // Refuse a collective its steps would refuse now, not inside a running actor.
     for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
+    check_amounts();
     // Each channel's mailbox, looked up once; and each transfer side's partner (the k-th
     // send on a channel meets its k-th receive).
     mailbox_of_.assign(n, nullptr);
@@ -195,6 +202,40 @@ class Simulation {
         partner_[static_cast<size_t>(sends[c][k])] = recvs[c][k];
         partner_[static_cast<size_t>(recvs[c][k])] = sends[c][k];
       }
+    }
+  }
+
+  // What SimGrid is given must be an amount it can hold: a finite number of flops for a
+  // compute task, a byte count that fits 64 bits for a message. A plan's quantities are
+  // finite but may be as large as a double goes; refuse them now, naming the task, rather
+  // than let the engine abort inside a running actor.
+  void check_amounts() const {
+    constexpr double kMaxBytes = 9223372036854775808.0;  // 2^63
+    auto shown = [](double x) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", x);
+      return std::string(text);
+    };
+    for (size_t id = 0; id < tasks_; ++id) {
+      const Task& t = plan_.tasks[id];
+      std::string why;
+      switch (t.kind) {
+        case TaskKind::forward:
+        case TaskKind::backward:
+        case TaskKind::backward_weight:
+        case TaskKind::optimizer:
+          if (!std::isfinite(cost_.compute_time_s(t.device, t.flops, t.memory_bytes) * cost_.peak_flops_per_s(t.device))) {
+            why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
+                  " bytes of memory traffic take longer than the simulator can count";
+          }
+          break;
+        case TaskKind::send:
+        case TaskKind::recv:
+        case TaskKind::collective:
+          if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes; the simulator moves at most 2^63";
+          break;
+      }
+      if (!why.empty()) throw PlanError(partition::describe_task(plan_, static_cast<int>(id)) + ": " + why);
     }
   }
 
@@ -328,7 +369,7 @@ class Simulation {
     done_[instance(static_cast<int>(id), i)] = 1;
     for (int k = successor_begin_[id]; k < successor_begin_[id + 1]; ++k) {
       const auto [succ, offset] = successors_[static_cast<size_t>(k)];
-      if (i + offset >= iterations_) continue;
+      if (offset >= iterations_ - i) continue;  // beyond the run (i + offset may not fit an int)
       if (--remaining(i + offset)[static_cast<size_t>(succ)] == 0) {
         check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(succ)]));
       }
@@ -398,7 +439,7 @@ class Simulation {
         if (k.peer == m.peer && k.lane == m.lane && k.send == send) return k.mailbox;
       }
       const std::string tag = std::to_string(static_cast<int>(m.lane)) + "/" + scope;
-      sg::Mailbox* found = send ? mailbox(t.device, m.peer, tag) : mailbox(m.peer, t.device, tag);
+      sg::Mailbox* found = send ? collective_mailbox(t.device, m.peer, tag) : collective_mailbox(m.peer, t.device, tag);
       known.push_back({m.peer, m.lane, send, found});
       return found;
     };

@@ -215,8 +215,8 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   // 1. What was asked.
   Request request{read_or_build_plan(args, options, vm), {}};
   const partition::Plan& plan = request.plan;
-  partition::require_valid(plan);
-  // The simulator unrolls every iteration: bound the total before it allocates for them.
+  // The simulator unrolls every iteration: bound the total before it allocates for them
+  // (and before validation, which refuses beyond its own, larger bound).
   const long long tasks = static_cast<long long>(plan.tasks.size()) * plan.iterations();
   if (const long long max_tasks = read_max_tasks(vm); tasks > max_tasks) {
     throw InputError("<command line>", 0, "--iterations",
@@ -224,6 +224,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
                          " tasks per iteration = " + std::to_string(tasks) + " tasks to simulate, more than --max-tasks " +
                          std::to_string(max_tasks) + "; lower --iterations or raise --max-tasks");
   }
+  partition::require_valid(plan);
   request.options = read_sim_options(vm, plan);
   const partition::CostModel cost(plan.cluster, plan.layout.precision, request.options.calibration);
   if (vm.count("export-platform")) {

@@ -157,7 +157,7 @@ TEST(InputBounds, HuggingFaceConfigsAreReadStrictly) {
   const std::string deep = R"({"n_layer": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
   EXPECT_TRUE(contains(hf_error(deep), "json: nested deeper than 64 levels")) << hf_error(deep);
   const std::string broken = hf_error(R"({"n_layer": })");
-  EXPECT_TRUE(contains(broken, "json: not valid JSON: ")) << broken;
+  EXPECT_TRUE(contains(broken, "json: not valid JSON")) << broken;
   EXPECT_FALSE(contains(broken, "json.exception")) << broken;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "model/error.hpp"
 #include "model/io.hpp"
@@ -263,6 +264,74 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
       << error_of(huge);
   // Deep nesting is refused while parsing, not by recursion.
   EXPECT_NE(error_of(std::string(100000, '[')).find("nested deeper than 64"), std::string::npos);
+}
+
+// Regressions from the plan mutation test (tests/tools/plan_mutation_test.cpp).
+namespace {
+
+// The plan file without its fingerprint line, so that edits reach the checks after it.
+std::string unstamped_plan_file() {
+  std::string text = write_plan_json(small_plan());
+  const size_t fp = text.find("\"fingerprint\"");
+  return text.erase(fp, text.find('\n', fp) + 1 - fp);
+}
+
+std::string read_error(const std::string& text) {
+  try {
+    read_plan_json(text, "p.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(Validate, AJsonSyntaxErrorNamesLineAndColumnNotTheParser) {
+  const std::string error = read_error(unstamped_plan_file().substr(0, 200));
+  EXPECT_NE(error.find("p.json:"), std::string::npos) << error;
+  EXPECT_NE(error.find("json: not valid JSON at column"), std::string::npos) << error;
+  EXPECT_EQ(error.find("json.exception"), std::string::npos) << error;
+  // A number beyond a double's range has no position, but is named (it used to escape as the
+  // parser's own out_of_range exception).
+  std::string overflow = unstamped_plan_file();
+  overflow.replace(overflow.find("\"iterations\":1"), 14, "\"iterations\":1e400");
+  EXPECT_EQ(read_error(overflow), "p.json: json: not valid JSON: number overflow parsing '1e400'");
+}
+
+// An edit to the name beside an embedded cluster or network alone used to be read, then
+// silently undone when the plan was written again.
+TEST(Validate, TheNameBesideAnEmbeddedYamlMustBeTheOneInsideIt) {
+  const std::string good = unstamped_plan_file();
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    return text.replace(text.find(from), from.size(), to);
+  };
+  const std::string renamed = read_error(replaced("\"name\": \"identical\"", "\"name\": \"elsewhere\""));
+  EXPECT_NE(renamed.find("cluster.name: 'elsewhere' is not the name in cluster.yaml ('identical')"), std::string::npos)
+      << renamed;
+  const std::string unnamed = read_error(replaced("\"name\": \"equal\",", ""));
+  EXPECT_NE(unnamed.find("network.name: is required but missing"), std::string::npos) << unnamed;
+}
+
+TEST(Validate, MoreTaskInstancesThanTheBackEndsTakeAreRefused) {
+  Plan plan = small_plan();
+  plan.layout.iterations = std::numeric_limits<int>::max();  // the estimate used to run for hours
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "layout.iterations: 2147483647 iterations of")) << first_problem(v);
+  EXPECT_TRUE(mentions(v, "task instances"));
+  plan.layout.iterations = static_cast<int>(kMaxTaskInstances / static_cast<long long>(plan.tasks.size()));
+  EXPECT_TRUE(validate_plan(plan).ok()) << first_problem(validate_plan(plan));
+}
+
+// Two channels with one source, destination and tag used to validate; the simulator, which
+// tells channels apart by those, then paired one's sends with the other's receives.
+TEST(Validate, TwoChannelsAlikeAreRefused) {
+  Plan plan = small_plan();
+  ASSERT_GE(plan.channels.size(), 2u);
+  plan.channels[1] = plan.channels[0];
+  const Validation v = validate_plan(plan);
+  EXPECT_TRUE(mentions(v, "channels[1]: has the source, destination and tag of channels[0]")) << first_problem(v);
 }
 
 TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -309,6 +310,97 @@ TEST(Simulator, RejectsADependencyBetweenDevices) {
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("devices meet only through transfers"), std::string::npos) << e.what();
+  }
+}
+
+// Regression (plan mutation test): an order edge whose offset reaches past the last
+// iteration only orders nothing; it used to overflow the iteration it pointed at and crash.
+TEST(Simulator, AnOrderOffsetBeyondTheRunOrdersNothing) {
+  const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  o.iterations = 2;
+  Plan plan = plan_for(cluster, test_support::equal_layers(4), o);
+  const auto& program = plan.program(0, 0);
+  plan.add_order(program.back(), program.front(), std::numeric_limits<int>::max());
+  const sim::SimResult r = sim::simulate(plan, {});
+  EXPECT_TRUE(r.completed);
+}
+
+// Regression (plan mutation test): quantities as large as a double goes are valid, but a
+// compute task whose duration overflows, or a message larger than 2^63 bytes, used to abort
+// the engine inside a running actor. The simulator refuses them first, naming the task.
+TEST(Simulator, AmountsTheEngineCannotHoldAreRefusedNamingTheTask) {
+  const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  const Plan good = plan_for(cluster, test_support::equal_layers(4), o);
+  auto refusal = [](const Plan& plan) {
+    try {
+      sim::simulate(plan, {});
+    } catch (const PlanError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no PlanError");
+  };
+  Plan slow = good;
+  slow.tasks[0].memory_bytes = std::numeric_limits<double>::max();
+  EXPECT_NE(refusal(slow).find("take longer than the simulator can count"), std::string::npos) << refusal(slow);
+  Plan huge = good;
+  for (Task& t : huge.tasks) {
+    if (t.kind == TaskKind::send || t.kind == TaskKind::recv) t.bytes = 1e300;
+  }
+  EXPECT_NE(refusal(huge).find("bytes; the simulator moves at most 2^63"), std::string::npos) << refusal(huge);
+}
+
+// A channel's tag is only a name: a transfer tagged like a collective's internal messages
+// ("<lane>/<stream>") used to share their mailbox and take a message of the collective.
+TEST(Simulator, AChannelTagNeverMeetsACollectivesMessages) {
+  auto run_with_tag = [](const std::string& tag) {
+    const model::Cluster cluster = flat_cluster(2, 1e9, 1e-6);
+    Plan plan = empty_plan(cluster);
+    const int pair = plan.add_communicator({"pair", {0, 1}});
+    Task send;
+    send.kind = TaskKind::send;
+    send.purpose = partition::Purpose::activation;
+    send.device = 0;
+    send.stream = 0;
+    send.bytes = 3e8;
+    send.channel = plan.add_channel({0, 1, tag, pair});
+    plan.add_task(send);  // device 0 posts its send before its part of the all-reduce
+    partition::Collective c;
+    c.kind = partition::CollectiveKind::all_reduce;
+    c.algorithm = partition::CollectiveAlgorithm::ring;
+    c.bytes = 1e8;
+    c.communicator = pair;
+    for (int d : {0, 1}) {
+      Task t;
+      t.kind = TaskKind::collective;
+      t.purpose = partition::Purpose::data_parallel;
+      t.device = d;
+      t.stream = 1;
+      t.bytes = c.bytes;
+      t.collective = 0;
+      c.tasks.push_back(plan.add_task(t));
+    }
+    plan.collectives.push_back(c);
+    Task recv = send;
+    recv.kind = TaskKind::recv;
+    recv.device = 1;
+    plan.add_task(recv);  // device 1 waits in the all-reduce before its receive
+    const sim::SimResult r = sim::simulate(plan, {});
+    EXPECT_TRUE(r.completed) << tag;
+    return r.trace.events;
+  };
+  const std::string ring_on_comm =
+      std::to_string(static_cast<int>(partition::Lane::ring)) + "/1";  // the all-reduce's own messages
+  const auto plain = run_with_tag("act"), clashing = run_with_tag(ring_on_comm);
+  ASSERT_EQ(plain.size(), clashing.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].start_s, clashing[i].start_s) << plain[i].kind;
+    EXPECT_EQ(plain[i].end_s, clashing[i].end_s) << plain[i].kind;
   }
 }
 
