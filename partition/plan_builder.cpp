@@ -259,7 +259,7 @@ int Builder::activation_tensor(TensorKind kind, int device, double bytes) {
 
 std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorithm algorithm, const std::string& group_name,
                                          const std::vector<int>& devices, double bytes, Purpose purpose, int stream_id,
-                                         const Task& like, const std::vector<int>& reads, const std::vector<int>& writes) {
+                                         Task like, const std::vector<int>& reads, const std::vector<int>& writes) {
   Collective c;
   c.kind = kind;
   c.algorithm = algorithm;

@@ -73,10 +73,11 @@ class Builder {
   int tensor(TensorKind kind, int device, double bytes, std::vector<std::int64_t> shape, model::Precision dtype);
   int activation_tensor(TensorKind kind, int device, double bytes);
   // A collective over `devices` on `stream_id`, participant i reading reads[i] and writing
-  // writes[i] (-1: none); returns the participants' task ids.
+  // writes[i] (-1: none); returns the participants' task ids. `like` is taken by value: it
+  // is often one of plan_.tasks, which each participant's add_task may reallocate.
   std::vector<int> add_collective(CollectiveKind kind, CollectiveAlgorithm algorithm, const std::string& group_name,
                                   const std::vector<int>& devices, double bytes, Purpose purpose, int stream_id,
-                                  const Task& like, const std::vector<int>& reads, const std::vector<int>& writes);
+                                  Task like, const std::vector<int>& reads, const std::vector<int>& writes);
   // A send/recv pair on the channel src -> dst (tag); returns {send, recv}.
   std::pair<int, int> add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
                                    const Task& like, int sent_tensor, int received_tensor);

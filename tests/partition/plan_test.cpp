@@ -198,6 +198,24 @@ TEST(PlanFile, EveryPolicyRoundTripsLosslessly) {
   }
 }
 
+// Regression (the plan mutation test's seed, under AddressSanitizer): a tensor-parallel
+// collective was given one of the plan's tasks by reference as its model, and adding its
+// participants reallocated the task table under it (heap-use-after-free).
+TEST(PlanBuilder, TensorParallelCollectivesOutliveTheTaskTableGrowing) {
+  PlanOptions o;
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  const model::Network net = model::network_from_spec("gpt:layers=4,hidden=256,heads=4,seq=128", model::Precision::bf16);
+  const Built b = build(test_support::identical_cluster(4), net, o);
+  EXPECT_TRUE(validate_plan(b.plan).ok());
+  for (const Collective& c : b.plan.collectives) {
+    for (int t : c.tasks) EXPECT_EQ(b.plan.tasks[static_cast<size_t>(t)].stage, b.plan.tasks[static_cast<size_t>(c.tasks[0])].stage);
+  }
+}
+
 TEST(PlanFile, TensorParallelInterleavedPlanRoundTrips) {
   PlanOptions o;
   o.tensor = 2;
