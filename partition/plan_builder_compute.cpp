@@ -79,6 +79,50 @@ void Builder::add_compute(int w) {
   }
 }
 
+// What a pass's compute reads on each rank: the tensor that arrived, rebuilt first by an
+// all-gather when it came in 1/t slices (Megatron's scatter/gather); under sequence
+// parallelism, all-gathered from its sequence shards before the layers.
+std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
+                                        const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
+                                        TensorKind kind, const Task& like) {
+  const auto t = devices.size();
+  if (slices[0] >= 0) {
+    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, whole_bytes,
+                                       Purpose::tensor_parallel, compute_stream_, like, slices, arrived);
+    for (size_t j = 0; j < t; ++j) set_free_after(slices[j], gather[j]);
+  }
+  if (!sharded(w, stage)) return arrived;
+  std::vector<int> gathered(t, -1);
+  for (size_t j = 0; j < t; ++j) {
+    if (whole_bytes > 0) gathered[j] = activation_tensor(kind, devices[j], whole_bytes);
+  }
+  const double volume = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
+  const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, volume,
+                                     Purpose::sequence_parallel, compute_stream_, like, arrived, gathered);
+  for (size_t j = 0; j < t; ++j) set_free_after(arrived[j], gather[j]);
+  return gathered;
+}
+
+// The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
+// reduce-scattered into sequence shards) into its output. The op is done after it.
+void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name,
+                              const std::vector<int>& devices, const std::vector<int>& computes,
+                              const std::vector<int>& partials, const std::vector<int>& outputs) {
+  const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
+  const double volume = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
+  const bool sp = sharded(w, stage);
+  const auto reduce = add_collective(sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                     CollectiveAlgorithm::ring, tp_name, devices, volume,
+                                     sp ? Purpose::sequence_parallel : Purpose::tensor_parallel, compute_stream_, like,
+                                     partials, outputs);
+  for (size_t j = 0; j < devices.size(); ++j) {
+    // Each rank's collective follows its own compute (a data edge when a partial sum flows).
+    if (partials[j] < 0) plan_.add_order(computes[j], reduce[j]);
+    set_free_after(partials[j], reduce[j]);
+    op(w, stage, mb, kind, static_cast<int>(j)).done = reduce[j];
+  }
+}
+
 void Builder::add_forward(int w, int stage, int mb) {
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const std::vector<int> devices = rank_devices(w, stage);
@@ -90,22 +134,8 @@ void Builder::add_forward(int w, int stage, int mb) {
     input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
     slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
   }
-  if (slices[0] >= 0) {  // Megatron's scatter/gather: rebuild the input from its slices
-    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                       work.input_bytes, Purpose::tensor_parallel, compute_stream_, like, slices, input);
-    for (int j = 0; j < t; ++j) set_free_after(slices[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
-  }
-  std::vector<int> compute_input = input;
-  if (sharded(w, stage)) {  // sequence parallel: gather the sequence shards before the layers
-    for (int j = 0; j < t; ++j) {
-      compute_input[static_cast<size_t>(j)] =
-          work.input_bytes > 0 ? activation_tensor(TensorKind::activation, devices[static_cast<size_t>(j)], work.input_bytes) : -1;
-    }
-    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                       work.tp_bytes, Purpose::sequence_parallel, compute_stream_, like, input,
-                                       compute_input);
-    for (int j = 0; j < t; ++j) set_free_after(input[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
-  }
+  const std::vector<int> compute_input =
+      gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, TensorKind::activation, like);
   const bool collective = tp_collectives(w, stage);
   std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
   for (int j = 0; j < t; ++j) {
@@ -129,17 +159,7 @@ void Builder::add_forward(int w, int stage, int mb) {
     computes.push_back(rec.task);
     if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
   }
-  if (!collective) return;
-  const auto reduce = add_collective(sharded(w, stage) ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                                     CollectiveAlgorithm::ring, tp_name, devices, work.tp_bytes,
-                                     sharded(w, stage) ? Purpose::sequence_parallel : Purpose::tensor_parallel,
-                                     compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])], partials, outputs);
-  for (int j = 0; j < t; ++j) {
-    // Each rank's collective follows its own compute (a data edge when a partial sum flows).
-    if (partials[static_cast<size_t>(j)] < 0) plan_.add_order(computes[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
-    set_free_after(partials[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
-    op(w, stage, mb, OpKind::F, j).done = reduce[static_cast<size_t>(j)];
-  }
+  if (collective) reduce_partials(w, stage, mb, OpKind::F, tp_name, devices, computes, partials, outputs);
 }
 
 void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
@@ -173,24 +193,8 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
     slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
   }
-  if (slices[0] >= 0) {
-    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                       work.output_bytes, Purpose::tensor_parallel, compute_stream_, like, slices, grad);
-    for (int j = 0; j < t; ++j) set_free_after(slices[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
-  }
-  std::vector<int> compute_grad = grad;
-  if (sharded(w, stage)) {
-    for (int j = 0; j < t; ++j) {
-      compute_grad[static_cast<size_t>(j)] =
-          work.output_bytes > 0
-              ? activation_tensor(TensorKind::activation_grad, devices[static_cast<size_t>(j)], work.output_bytes)
-              : -1;
-    }
-    const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                       work.tp_bytes, Purpose::sequence_parallel, compute_stream_, like, grad,
-                                       compute_grad);
-    for (int j = 0; j < t; ++j) set_free_after(grad[static_cast<size_t>(j)], gather[static_cast<size_t>(j)]);
-  }
+  const std::vector<int> compute_grad =
+      gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, TensorKind::activation_grad, like);
   const bool collective = tp_collectives(w, stage);
   std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
   for (int j = 0; j < t; ++j) {
@@ -226,16 +230,7 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       set_free_after(rec.input, rec.task);
     }
   }
-  if (!collective) return;
-  const auto reduce = add_collective(sharded(w, stage) ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                                     CollectiveAlgorithm::ring, tp_name, devices, work.tp_bytes,
-                                     sharded(w, stage) ? Purpose::sequence_parallel : Purpose::tensor_parallel,
-                                     compute_stream_, plan_.tasks[static_cast<size_t>(computes[0])], partials, outputs);
-  for (int j = 0; j < t; ++j) {
-    if (partials[static_cast<size_t>(j)] < 0) plan_.add_order(computes[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
-    set_free_after(partials[static_cast<size_t>(j)], reduce[static_cast<size_t>(j)]);
-    op(w, stage, mb, OpKind::B, j).done = reduce[static_cast<size_t>(j)];
-  }
+  if (collective) reduce_partials(w, stage, mb, OpKind::B, tp_name, devices, computes, partials, outputs);
 }
 
 }  // namespace hetflow::partition::builder
