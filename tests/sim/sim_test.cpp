@@ -124,24 +124,8 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
   for (int n : {2, 4, 8}) {
     const double bandwidth = 10e9, latency = 5e-6, bytes = 256e6;
     const model::Cluster cluster = flat_cluster(n, bandwidth, latency);
-    Plan plan = empty_plan(cluster);
-    partition::Collective c;
-    c.bytes = bytes;
-    partition::Communicator everyone{"all", {}};
-    for (int d = 0; d < n; ++d) {
-      Task t;
-      t.kind = TaskKind::collective;
-      t.purpose = partition::Purpose::data_parallel;
-      t.device = d;
-      t.stream = 1;
-      t.bytes = bytes;
-      t.collective = 0;
-      everyone.devices.push_back(d);
-      c.tasks.push_back(plan.add_task(t));
-    }
-    c.communicator = plan.add_communicator(everyone);
-    plan.collectives.push_back(c);
-    plan.finish();
+    const Plan plan =
+        lone_collective(cluster, partition::CollectiveKind::all_reduce, partition::CollectiveAlgorithm::ring, bytes);
     const sim::SimResult r = sim::simulate(plan, {});
     ASSERT_TRUE(r.completed);
     const double expected = 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
