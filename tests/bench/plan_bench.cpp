@@ -1,12 +1,13 @@
 // Planning speed: build + validate + analytic estimate of GPT-3 175B on 1,024 GPUs
-// (PP 16, DP 64, 64 micro-batches, 1F1B), and the estimate alone on a small plan (what a
-// search evaluates thousands of times).
+// (PP 16, DP 64, 64 micro-batches, 1F1B), the estimate alone on a small plan (what a
+// search evaluates thousands of times), and reading plan files of two sizes.
 #include <benchmark/benchmark.h>
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
 #include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
 #include "partition/validate.hpp"
 
@@ -100,6 +101,26 @@ void BM_SmallPlanEstimate(benchmark::State& state) {
   state.counters["tasks"] = static_cast<double>(plan.tasks.size());
 }
 BENCHMARK(BM_SmallPlanEstimate)->Unit(benchmark::kMicrosecond);
+
+// Reading a plan file at two sizes, to see how the time grows with the task table (the
+// library's callback parser once made it quadratic: 40 s for a 140 MB file).
+void BM_ReadPlanFile(benchmark::State& state) {
+  const model::Cluster cluster = model::builtin_cluster("dgx-a100-x4");
+  const model::Network net = model::network_from_spec("gpt:layers=48,hidden=4096,heads=32,seq=2048", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.pipeline = 8;
+  o.tensor = 2;
+  o.microbatches = static_cast<int>(state.range(0));
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  const std::string text = partition::write_plan_json(plan);
+  for (auto _ : state) benchmark::DoNotOptimize(partition::read_plan_json(text, "plan.json").tasks.size());
+  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
+  state.counters["MB"] = static_cast<double>(text.size()) / 1e6;
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(plan.tasks.size()), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ReadPlanFile)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -156,6 +156,16 @@ TEST(InputBounds, HuggingFaceConfigsAreReadStrictly) {
                        "num_hidden_layers: expected an integer, found an object"));
   const std::string deep = R"({"n_layer": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
   EXPECT_TRUE(contains(hf_error(deep), "json: nested deeper than 64 levels")) << hf_error(deep);
+  // A key given twice is refused with its line and path, not read as its last value.
+  EXPECT_TRUE(contains(hf_error(llama + "\n\"num_hidden_layers\": 2,\n\"num_hidden_layers\": 3}"),
+                       "3: num_hidden_layers: given twice in one object"))
+      << hf_error(llama + "\n\"num_hidden_layers\": 2,\n\"num_hidden_layers\": 3}");
+  EXPECT_TRUE(contains(hf_error(R"({"rope_scaling": {"factor": 2, "factor": 4}})"), "rope_scaling.factor: given twice"));
+  // An object of many keys reads in linear time (the check hashes once an object is large);
+  // the duplicate at its end is still found.
+  std::string wide = "{";
+  for (int k = 0; k < 100000; ++k) wide += "\"k" + std::to_string(k) + "\": " + std::to_string(k) + ", ";
+  EXPECT_TRUE(contains(hf_error(wide + "\"k7\": 0}"), "k7: given twice")) << hf_error(wide + "\"k7\": 0}");
   const std::string broken = hf_error(R"({"n_layer": })");
   EXPECT_TRUE(contains(broken, "json: not valid JSON")) << broken;
   EXPECT_FALSE(contains(broken, "json.exception")) << broken;

@@ -262,6 +262,10 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   huge.replace(huge.find("\"iterations\":1"), 14, "\"iterations\":4294967297");
   EXPECT_NE(error_of(huge).find("layout.iterations: expected an integer in [1, 2147483647]"), std::string::npos)
       << error_of(huge);
+  // A key given twice would silently mean its second value: refused, with the line and path.
+  std::string twice = unstamped;
+  twice.replace(twice.find("\"iterations\":1"), 14, "\"iterations\":1,\"iterations\":3");
+  EXPECT_NE(error_of(twice).find("layout.iterations: given twice in one object"), std::string::npos) << error_of(twice);
   // Deep nesting is refused while parsing, not by recursion.
   EXPECT_NE(error_of(std::string(100000, '[')).find("nested deeper than 64"), std::string::npos);
 }
