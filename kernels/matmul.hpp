@@ -4,10 +4,16 @@
 // tests compare against it.
 #include <string>
 
+#include "kernels/status.hpp"
+
 namespace hetflow::kernels {
 
 // The reference: plain loops in double accumulation, easy to trust.
 void matmul_reference(const float* a, const float* b, float* c, int m, int n, int k);
+
+// Whether the arguments describe a product: Status::invalid_value for a negative size or a
+// null pointer where data is read or written; both implementations check this first.
+Status matmul_arguments(const float* a, const float* b, const float* c, int m, int n, int k);
 
 // True when this build has the CUDA kernels (nvcc was found at configure time).
 bool cuda_built();
@@ -17,7 +23,8 @@ int cuda_device_count();
 std::string cuda_status();
 
 // The CUDA kernel (shared-memory tiles). Host pointers in and out; copies to and from the
-// device. Returns false, with `error` set, when there is no CUDA build or device.
-bool matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k, std::string* error);
+// device. Status::success, or why not (no CUDA build, no device, a bad size, a CUDA error);
+// `c` is unspecified unless it succeeded.
+Status matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k);
 
 }  // namespace hetflow::kernels

@@ -26,10 +26,12 @@ __global__ void matmul_tiled(const float* a, const float* b, float* c, int m, in
   if (row < m && col < n) c[row * n + col] = sum;
 }
 
-bool check(cudaError_t status, const char* what, std::string* error) {
-  if (status == cudaSuccess) return true;
-  if (error) *error = std::string(what) + ": " + cudaGetErrorString(status);
-  return false;
+// A CUDA error as the kernel's status; the sticky error state is cleared so that the next
+// call starts clean.
+Status status_of(cudaError_t error, Status on_failure) {
+  if (error == cudaSuccess) return Status::success;
+  cudaGetLastError();
+  return on_failure;
 }
 
 }  // namespace
@@ -52,30 +54,36 @@ std::string cuda_status() {
   return std::to_string(count) + " CUDA device(s), the first a " + prop.name;
 }
 
-bool matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k, std::string* error) {
-  if (cuda_device_count() == 0) {
-    if (error) *error = cuda_status();
-    return false;
-  }
+Status matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k) {
+  if (const Status arguments = matmul_arguments(a, b, c, m, n, k); arguments != Status::success) return arguments;
+  if (m == 0 || n == 0) return Status::success;
+  if (cuda_device_count() == 0) return Status::no_device;
   float *da = nullptr, *db = nullptr, *dc = nullptr;
-  const size_t bytes_a = sizeof(float) * static_cast<size_t>(m) * k;
-  const size_t bytes_b = sizeof(float) * static_cast<size_t>(k) * n;
-  const size_t bytes_c = sizeof(float) * static_cast<size_t>(m) * n;
-  bool ok = check(cudaMalloc(&da, bytes_a), "cudaMalloc", error) && check(cudaMalloc(&db, bytes_b), "cudaMalloc", error) &&
-            check(cudaMalloc(&dc, bytes_c), "cudaMalloc", error) &&
-            check(cudaMemcpy(da, a, bytes_a, cudaMemcpyHostToDevice), "cudaMemcpy", error) &&
-            check(cudaMemcpy(db, b, bytes_b, cudaMemcpyHostToDevice), "cudaMemcpy", error);
-  if (ok) {
+  const size_t bytes_a = sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(k);
+  const size_t bytes_b = sizeof(float) * static_cast<size_t>(k) * static_cast<size_t>(n);
+  const size_t bytes_c = sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(n);
+  Status status = status_of(cudaMalloc(&da, bytes_a > 0 ? bytes_a : 1), Status::alloc_failed);
+  if (status == Status::success) status = status_of(cudaMalloc(&db, bytes_b > 0 ? bytes_b : 1), Status::alloc_failed);
+  if (status == Status::success) status = status_of(cudaMalloc(&dc, bytes_c), Status::alloc_failed);
+  if (status == Status::success && bytes_a > 0) {
+    status = status_of(cudaMemcpy(da, a, bytes_a, cudaMemcpyHostToDevice), Status::execution_failed);
+  }
+  if (status == Status::success && bytes_b > 0) {
+    status = status_of(cudaMemcpy(db, b, bytes_b, cudaMemcpyHostToDevice), Status::execution_failed);
+  }
+  if (status == Status::success) {
     const dim3 block(kTile, kTile);
     const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
     matmul_tiled<<<grid, block>>>(da, db, dc, m, n, k);
-    ok = check(cudaGetLastError(), "kernel launch", error) &&
-         check(cudaMemcpy(c, dc, bytes_c, cudaMemcpyDeviceToHost), "cudaMemcpy", error);
+    status = status_of(cudaGetLastError(), Status::execution_failed);
+  }
+  if (status == Status::success) {
+    status = status_of(cudaMemcpy(c, dc, bytes_c, cudaMemcpyDeviceToHost), Status::execution_failed);
   }
   cudaFree(da);
   cudaFree(db);
   cudaFree(dc);
-  return ok;
+  return status;
 }
 
 }  // namespace hetflow::kernels

@@ -32,10 +32,25 @@ TEST(MatmulCuda, MatchesTheReference) {
     for (float& x : a) x = dist(rng);
     for (float& x : b) x = dist(rng);
     matmul_reference(a.data(), b.data(), want.data(), m, n, k);
-    std::string error;
-    ASSERT_TRUE(matmul_cuda(a.data(), b.data(), got.data(), m, n, k, &error)) << error;
+    const Status status = matmul_cuda(a.data(), b.data(), got.data(), m, n, k);
+    ASSERT_EQ(status, Status::success) << status_string(status);
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << "m=" << m << " n=" << n << " k=" << k;
     }
   }
+}
+
+// The status codes are what a caller sees without a GPU as well: a build without CUDA says
+// not_built, a build without a visible device no_device; bad sizes are refused before either.
+TEST(MatmulCuda, SaysWhyItCannotRun) {
+  float x = 1;
+  EXPECT_EQ(matmul_cuda(&x, &x, &x, -1, 1, 1), Status::invalid_value);
+  EXPECT_EQ(matmul_cuda(nullptr, &x, &x, 1, 1, 1), Status::invalid_value);
+  EXPECT_EQ(matmul_cuda(&x, &x, &x, 0, 1, 1), Status::success);  // an empty product is done
+  if (!cuda_built()) {
+    EXPECT_EQ(matmul_cuda(&x, &x, &x, 1, 1, 1), Status::not_built);
+  } else if (cuda_device_count() == 0) {
+    EXPECT_EQ(matmul_cuda(&x, &x, &x, 1, 1, 1), Status::no_device);
+  }
+  EXPECT_STREQ(status_string(Status::no_device), "no CUDA device visible");
 }

@@ -1,0 +1,19 @@
+#pragma once
+// What a kernel call returns, in the style of cublasStatus_t: a plain code, no exceptions and
+// no strings built on the hot path. kernels/ is a leaf; the executor is the one place that
+// turns a status into the project's errors (with the task and device it was running).
+namespace hetflow::kernels {
+
+enum class Status {
+  success,
+  not_built,         // this build has no CUDA (nvcc was not found at configure time)
+  no_device,         // CUDA is built but no GPU is visible to this process
+  invalid_value,     // a size is negative, or a pointer is null where data is needed
+  alloc_failed,      // device memory could not be allocated
+  execution_failed,  // a launch, copy or synchronisation reported an error
+};
+
+// A short lower-case description ("no CUDA device visible"), like cublasGetStatusString.
+const char* status_string(Status status);
+
+}  // namespace hetflow::kernels
