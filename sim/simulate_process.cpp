@@ -3,6 +3,8 @@
 // JSON (the scalars) followed by the trace as CSV; the parent reads it back. The trace goes
 // raw, not as a JSON string: escaping and lexing hundreds of megabytes char by char cost
 // more than the CSV itself.
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -14,6 +16,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -153,6 +156,55 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+// Progress crosses from the child as fixed-size records on a pipe of its own (a write of
+// fewer than PIPE_BUF bytes is atomic). The child never blocks on it: a report the parent
+// has not read yet is dropped.
+struct ProgressPipe {
+  int read_fd = -1, write_fd = -1;
+  explicit ProgressPipe(bool wanted) {
+    int fds[2];
+    if (!wanted || ::pipe2(fds, O_CLOEXEC) != 0) return;
+    read_fd = fds[0];
+    write_fd = fds[1];
+    ::fcntl(write_fd, F_SETFL, O_NONBLOCK);
+  }
+  ~ProgressPipe() {
+    if (read_fd >= 0) ::close(read_fd);
+    if (write_fd >= 0) ::close(write_fd);
+  }
+  ProgressPipe(const ProgressPipe&) = delete;
+  ProgressPipe& operator=(const ProgressPipe&) = delete;
+};
+
+// Reads the child's result from `fd` until it closes, passing the progress records that
+// arrive on `progress_fd` (-1: none) to `on_progress` meanwhile.
+std::string read_result(int fd, int progress_fd, const std::function<void(const Progress&)>& on_progress) {
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    if (progress_fd >= 0) {
+      pollfd polled[2] = {{fd, POLLIN, 0}, {progress_fd, POLLIN, 0}};
+      if (::poll(polled, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        progress_fd = -1;
+        continue;
+      }
+      if (polled[1].revents & POLLIN) {
+        Progress p;
+        if (::read(progress_fd, &p, sizeof p) == static_cast<ssize_t>(sizeof p)) on_progress(p);
+      } else if (polled[1].revents & (POLLHUP | POLLERR)) {
+        progress_fd = -1;
+      }
+      if (!(polled[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    }
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
 }  // namespace
 
 SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
@@ -161,6 +213,7 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   // The child's stderr goes to a memory file the parent reads afterwards (a pipe could fill
   // while the parent waits on the result pipe).
   const int err_fd = ::memfd_create("hetflow-sim-stderr", MFD_CLOEXEC);
+  ProgressPipe progress(static_cast<bool>(options.on_progress));
   std::fflush(nullptr);  // nothing buffered may be written twice
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -180,7 +233,16 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
     std::string message;
     int status = 0;
     try {
-      SimResult r = simulate_here(plan, options);
+      SimOptions child_options = options;
+      if (progress.write_fd >= 0) {
+        ::close(progress.read_fd);
+        child_options.on_progress = [fd = progress.write_fd](const Progress& p) {
+          [[maybe_unused]] const ssize_t n = ::write(fd, &p, sizeof p);
+        };
+      } else {
+        child_options.on_progress = nullptr;
+      }
+      SimResult r = simulate_here(plan, child_options);
       struct rusage usage {};
       ::getrusage(RUSAGE_SELF, &usage);
       r.peak_rss_bytes = static_cast<long long>(usage.ru_maxrss) * 1024;
@@ -201,14 +263,11 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   }
   const StopChildOnSignal stop_child(pid);
   ::close(fds[1]);
-  std::string text;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<size_t>(n));
+  if (progress.write_fd >= 0) {
+    ::close(progress.write_fd);
+    progress.write_fd = -1;
   }
+  const std::string text = read_result(fds[0], progress.read_fd, options.on_progress);
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -87,6 +87,7 @@ class Simulation {
   SimResult run() {
     using clock = std::chrono::steady_clock;
     const auto wall_start = clock::now();
+    wall_start_ = last_report_ = wall_start;
     std::vector<double> speeds;
     for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(cost_.peak_flops_per_s(d));
     start_engine(plan_.programs.size());
@@ -367,6 +368,7 @@ class Simulation {
     const int i = stream.iteration;
     end_[instance(static_cast<int>(id), i)] = sg::Engine::get_clock();
     done_[instance(static_cast<int>(id), i)] = 1;
+    if (options_.on_progress && (++completed_ & 1023) == 0) report_progress();
     for (int k = successor_begin_[id]; k < successor_begin_[id + 1]; ++k) {
       const auto [succ, offset] = successors_[static_cast<size_t>(k)];
       if (offset >= iterations_ - i) continue;  // beyond the run (i + offset may not fit an int)
@@ -452,6 +454,19 @@ class Simulation {
       out.push_back(std::move(posted));
     }
     return out;
+  }
+
+  // Reports progress when an interval of host time has passed since the last report.
+  void report_progress() {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_report_).count() < options_.progress_interval_s) return;
+    last_report_ = now;
+    Progress p;
+    p.simulated_s = sg::Engine::get_clock();
+    p.fraction_done = static_cast<double>(completed_) / static_cast<double>(done_.size());
+    p.activities = activities_;
+    p.elapsed_s = std::chrono::duration<double>(now - wall_start_).count();
+    options_.on_progress(p);
   }
 
   // --- results ---
@@ -565,6 +580,8 @@ class Simulation {
   std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task: its channel's mailbox
   std::vector<int> partner_;              // per send/recv task: the other side
   long long activities_ = 0;
+  long long completed_ = 0;  // task instances done (counted only when progress is reported)
+  std::chrono::steady_clock::time_point wall_start_, last_report_;
   int payload_ = 0;      // what messages carry: nothing; their simulated size is what matters
   int* received_ = nullptr;
 };

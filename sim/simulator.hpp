@@ -5,6 +5,7 @@
 // SimGrid allows one simulation per process, so simulate() forks a child process for each
 // run and reads its result back: callers (tests, sweeps, search) may call it as often as
 // they like. simulate_here() is the in-process run that the child performs.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,23 @@ struct Fault {
   double at_s = 0;
 };
 
+// Where a running simulation stands, reported every `progress_interval_s` of host time.
+struct Progress {
+  double simulated_s = 0;          // simulated clock
+  double fraction_done = 0;        // task instances completed / all of them
+  long long activities = 0;        // executions + communications issued so far
+  double elapsed_s = 0;            // host time since the simulation started
+};
+
 struct SimOptions {
   model::Calibration calibration;
   std::vector<Straggler> stragglers;
   std::vector<Fault> faults;
   bool free_communication = false;  // every transfer and collective instantaneous (tests)
+  // Called in the caller's process (simulate() forwards it from the child) at most once per
+  // interval while the simulation runs, never after it ends; empty: no reports.
+  std::function<void(const Progress&)> on_progress;
+  double progress_interval_s = 0.5;
 };
 
 struct SimResult {

@@ -15,6 +15,7 @@
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
+#include "tools/progress.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -234,8 +235,13 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
                "--export-platform");
   }
 
-  // 2. The run.
-  const sim::SimResult result = sim::simulate(plan, request.options);
+  // 2. The run (a progress line on a terminal while it lasts).
+  sim::SimResult result;
+  {
+    ProgressLine progress;
+    request.options.on_progress = progress.reporter();
+    result = sim::simulate(plan, request.options);
+  }
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);

@@ -448,3 +448,32 @@ TEST(Simulator, WaveSynchronousParallelKeepsTheStalenessBound) {
     EXPECT_GT(checked, 0);
   }
 }
+
+TEST(Simulator, ReportsProgressFromTheSimulationProcess) {
+  const model::Cluster cluster = flat_cluster(4, 1e9, 1e-6);
+  partition::PlanOptions o = four_stages();
+  o.iterations = 60;
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  std::vector<sim::Progress> reports;
+  sim::SimOptions options;
+  options.progress_interval_s = 0;  // every report the simulator makes (one per 1,024 tasks)
+  options.on_progress = [&](const sim::Progress& p) { reports.push_back(p); };
+  const sim::SimResult r = sim::simulate(plan, options);
+  ASSERT_TRUE(r.completed);
+  const auto instances = static_cast<long long>(r.trace.events.size());
+  ASSERT_GE(instances, 4096);
+  // The child drops a report only when the parent lags; on this small run it does not lag far.
+  EXPECT_GE(reports.size(), 2u);
+  EXPECT_LE(static_cast<long long>(reports.size()), instances / 1024);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_GT(reports[i].fraction_done, 0);
+    EXPECT_LT(reports[i].fraction_done, 1);
+    EXPECT_LE(reports[i].simulated_s, r.simulated_s);
+    EXPECT_LE(reports[i].activities, r.activities);
+    if (i > 0) {
+      EXPECT_GT(reports[i].fraction_done, reports[i - 1].fraction_done);
+      EXPECT_GE(reports[i].simulated_s, reports[i - 1].simulated_s);
+      EXPECT_GE(reports[i].elapsed_s, reports[i - 1].elapsed_s);
+    }
+  }
+}
