@@ -22,7 +22,7 @@ int run_plan(const std::vector<std::string>& args, std::ostream& out) {
   if (!parse_options("plan", "[options] [--out plan.json] [--grid] [--json]", options, args, vm, out)) return 0;
 
   Planned p = plan_from_options(vm);
-  partition::require_valid(p.plan);  // throws PlanError: exit 3 with every problem named
+  require_valid_or_advise(p.plan, vm);  // throws PlanError: exit 3 with every problem named
   const partition::CostModel cost(p.cluster, p.network.precision, read_calibration_option(vm, p.cluster));
   const partition::Estimate estimate = partition::estimate_plan(p.plan, cost);
   if (vm.count("out")) {

@@ -225,7 +225,11 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
                          " tasks per iteration = " + std::to_string(tasks) + " tasks to simulate, more than --max-tasks " +
                          std::to_string(max_tasks) + "; lower --iterations or raise --max-tasks");
   }
-  partition::require_valid(plan);
+  if (vm.count("plan")) {
+    partition::require_valid(plan);
+  } else {
+    require_valid_or_advise(plan, vm);  // a plan from options: say what would fit if it does not
+  }
   request.options = read_sim_options(vm, plan);
   const partition::CostModel cost(plan.cluster, plan.layout.precision, request.options.calibration);
   if (vm.count("export-platform")) {

@@ -34,7 +34,6 @@ model::Network load_network_option(const po::variables_map& vm) {
   return model::load_network(vm["model"].as<std::string>(), precision);
 }
 
-namespace {
 std::string option_of(std::string member) {
   if (member == "bucket_bytes") return "--bucket-size";
   if (member == "layout_file") return "--layout";
@@ -42,7 +41,6 @@ std::string option_of(std::string member) {
   std::replace(member.begin(), member.end(), '_', '-');
   return "--" + member;
 }
-}  // namespace
 
 InputError as_command_line_error(const InputError& e) {
   if (e.file() != partition::kOptions) return e;

@@ -16,5 +16,7 @@ model::Network load_network_option(const po::variables_map& vm);
 // as the command line says it: "stage_layers" -> "--stage-layers", `micro_batch` in the
 // message -> --micro-batch. Other errors come back as they are.
 InputError as_command_line_error(const InputError& e);
+// The option for a PlanOptions member: "stage_layers" -> "--stage-layers".
+std::string option_of(std::string member);
 
 }  // namespace hetflow::tools

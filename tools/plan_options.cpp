@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -12,8 +13,10 @@
 #include "model/error.hpp"
 #include "model/limits.hpp"
 #include "model/units.hpp"
+#include "partition/fit_advice.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
+#include "partition/validate.hpp"
 #include "tools/options.hpp"
 
 namespace hetflow::tools {
@@ -245,6 +248,40 @@ Planned plan_from_options(const po::variables_map& vm) {
   partition::Plan plan = partition::build_plan(cluster, network, layout, cost);
   plan.fingerprint = partition::plan_fingerprint(plan);
   return Planned{std::move(cluster), std::move(network), std::move(plan)};
+}
+
+void require_valid_or_advise(const partition::Plan& plan, const po::variables_map& vm) {
+  try {
+    partition::require_valid(plan);
+  } catch (const PlanError& e) {
+    if (partition::fits_in_memory(plan)) throw;
+    partition::PlanOptions options = read_plan_options(vm);
+    options.precision = plan.network.precision;
+    const partition::CostModel cost(plan.cluster, plan.network.precision, read_calibration_option(vm, plan.cluster));
+    const std::vector<partition::FitAdvice> advice = partition::what_would_fit(plan, options, cost);
+    std::ostringstream message;
+    message << e.what() << "\n";
+    if (advice.empty()) {
+      message << "nothing nearby fits (deeper pipelines, recomputation, tensor parallelism up to a node): "
+                 "a smaller model, micro-batch or --workspace, or more devices";
+      throw PlanError(message.str());
+    }
+    message << "what would fit (analytic iteration time; the fullest device's memory):";
+    std::vector<std::string> changes;
+    size_t width = 0;
+    for (const partition::FitAdvice& a : advice) {
+      std::string change;
+      for (const auto& [member, value] : a.changes) change += (change.empty() ? "" : " ") + option_of(member) + " " + value;
+      width = std::max(width, change.size());
+      changes.push_back(change);
+    }
+    for (size_t i = 0; i < advice.size(); ++i) {
+      message << "\n  " << std::left << std::setw(static_cast<int>(width)) << changes[i] << "   "
+              << model::units::human_time_s(advice[i].iteration_time_s) << " per iteration, "
+              << static_cast<int>(std::round(100 * advice[i].peak_fraction)) << "% full";
+    }
+    throw PlanError(message.str());
+  }
 }
 
 partition::Plan read_plan_file(const std::string& path, const std::string& option) {

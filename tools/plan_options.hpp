@@ -27,6 +27,11 @@ struct Planned {
 // Cluster + network + options -> plan (not yet validated), its fingerprint set.
 Planned plan_from_options(const po::variables_map& vm);
 
+// Validates a plan made from the options (PlanError: exit 3 with every problem named). When
+// it overflows device memory, the error also says which nearby options would fit
+// (partition::what_would_fit), fastest first.
+void require_valid_or_advise(const partition::Plan& plan, const po::variables_map& vm);
+
 // Reads a plan file (named by `option` in errors) with its fingerprint set.
 partition::Plan read_plan_file(const std::string& path, const std::string& option);
 

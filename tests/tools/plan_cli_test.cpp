@@ -1,6 +1,8 @@
 // hetflow plan and hetflow validate as a user runs them.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/tools/run_hetflow.hpp"
@@ -91,4 +93,34 @@ TEST(PlanCli, OptionErrorsNameTheOptionAndItsNeighbours) {
   EXPECT_EQ(s.status, 2);
   EXPECT_NE(s.err.find("--stage-layers:"), std::string::npos) << s.err;
   EXPECT_EQ(s.err.find("stage_layers"), std::string::npos) << s.err;
+}
+
+// The default model does not fit the default cluster without options: the error says what
+// would, and each suggestion, given back to `hetflow plan`, makes a plan that validates.
+TEST(PlanCli, WhatDoesNotFitSaysWhatWould) {
+  for (const char* command : {"plan", "simulate"}) {
+    const auto r = run_hetflow(command);
+    ASSERT_EQ(r.status, 3) << r.err;
+    EXPECT_NE(r.err.find("needs"), std::string::npos) << r.err;
+    const size_t advice = r.err.find("what would fit");
+    ASSERT_NE(advice, std::string::npos) << r.err;
+    std::istringstream lines(r.err.substr(advice));
+    std::string line;
+    std::getline(lines, line);
+    int suggestions = 0;
+    while (std::getline(lines, line)) {
+      const size_t end = line.find("  ", 2);
+      ASSERT_EQ(line.rfind("  --", 0), 0u) << line;
+      const std::string options = line.substr(2, end - 2);
+      EXPECT_NE(line.find("per iteration"), std::string::npos) << line;
+      const auto fixed = run_hetflow("plan " + options);
+      EXPECT_EQ(fixed.status, 0) << options << ": " << fixed.err;
+      ++suggestions;
+    }
+    EXPECT_GE(suggestions, 1) << r.err;
+  }
+  // A model far beyond the cluster gets no false hope.
+  const auto hopeless = run_hetflow("plan --cluster hetpipe-testbed --model gpt3-175b");
+  EXPECT_EQ(hopeless.status, 3);
+  EXPECT_NE(hopeless.err.find("nothing nearby fits"), std::string::npos) << hopeless.err;
 }

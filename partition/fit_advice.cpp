@@ -1,0 +1,136 @@
+// Candidates that pass the screen are built for real (layout, plan, memory from lifetimes):
+// the advice is the same check that refused the original, so a suggestion printed does fit.
+#include "partition/fit_advice.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "model/error.hpp"
+#include "partition/estimate.hpp"
+#include "partition/memory.hpp"
+#include "partition/plan_builder.hpp"
+
+namespace hetflow::partition {
+
+bool fits_in_memory(const Plan& plan) {
+  return std::all_of(plan.memory.begin(), plan.memory.end(), [](const DeviceMemory& m) {
+    return m.capacity_bytes <= 0 || m.total_bytes() <= m.capacity_bytes;
+  });
+}
+
+namespace {
+
+// Screening is approximate (stage cuts move); this much over capacity is still built.
+constexpr double kScreenSlack = 1.15;
+
+double peak_fraction(const Plan& plan) {
+  double peak = 0;
+  for (const DeviceMemory& m : plan.memory) {
+    if (m.capacity_bytes > 0) peak = std::max(peak, m.total_bytes() / m.capacity_bytes);
+  }
+  return peak;
+}
+
+// Tensor-parallel degrees worth trying: powers of two up to the GPUs of the smallest node
+// (Megatron keeps a TP group inside a node) and 8, dividing the attention heads.
+std::vector<int> tensor_degrees(const model::Cluster& cluster, const model::Network& network, int from) {
+  int per_node = 1 << 20;
+  for (const model::Node& n : cluster.nodes) per_node = std::min(per_node, n.gpu_count);
+  const int heads = network.architecture ? network.architecture->heads : 0;
+  std::vector<int> out{from};
+  for (int t = from * 2; t <= std::min(per_node, 8); t *= 2) {
+    if (heads > 0 && heads % t != 0) continue;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// Bytes all layers stash per micro-batch under a recomputation mode and tensor degree.
+double stash_bytes(const model::Network& network, Layout layout, Recompute recompute, int tensor) {
+  layout.recompute = recompute;
+  layout.tensor = tensor;
+  double total = 0;
+  for (const model::Layer& l : network.layers) total += stashed_bytes_per_microbatch(l, network, layout);
+  return total;
+}
+
+struct Candidate {
+  int changed;  // members changed: fewer first
+  int split;    // p x t: less splitting first
+  int pipeline, tensor;
+  Recompute recompute;
+};
+
+}  // namespace
+
+std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& options, const CostModel& cost,
+                                      int max_answers, long long max_tasks_built) {
+  if (!options.layout_file.empty() || failed.memory.empty()) return {};
+  const model::Cluster& cluster = failed.cluster;
+  const model::Network& network = failed.network;
+  const bool stage_options = (options.policy == "uniform" || options.policy == "balanced") && options.stage_layers.empty();
+  const int devices = static_cast<int>(cluster.devices().size());
+  const int p0 = std::max(1, options.pipeline), t0 = options.tensor;
+  std::vector<int> pipelines{p0};
+  std::vector<int> tensors{t0};
+  if (stage_options) {
+    for (int p = p0 * 2; p * t0 <= devices && p <= static_cast<int>(network.layers.size()); p *= 2) pipelines.push_back(p);
+    tensors = tensor_degrees(cluster, network, t0);
+  }
+  const double stash0 = stash_bytes(network, failed.layout, options.recompute, t0);
+
+  std::vector<Candidate> candidates;
+  for (const int p : pipelines) {
+    for (const int t : tensors) {
+      if (p * t > devices) continue;
+      for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+        if (r < options.recompute) continue;
+        const int changed = (p != p0) + (t != t0) + (r != options.recompute);
+        if (changed == 0) continue;
+        // The failed plan's terms, scaled: state by the split, activations and buffers by
+        // what is stashed and the tensor degree.
+        const double state_scale = static_cast<double>(p0 * t0) / (p * t);
+        const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
+        bool near = true;
+        for (const DeviceMemory& m : failed.memory) {
+          const double predicted = (m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) * state_scale +
+                                   m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
+          if (m.capacity_bytes > 0 && predicted > kScreenSlack * m.capacity_bytes) near = false;
+        }
+        if (near) candidates.push_back({changed, p * t, p, t, r});
+      }
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.changed, a.split, a.recompute) < std::tie(b.changed, b.split, b.recompute);
+  });
+
+  std::vector<FitAdvice> out;
+  long long built = 0;
+  for (const Candidate& c : candidates) {
+    if (static_cast<int>(out.size()) >= max_answers || built >= max_tasks_built) break;
+    FitAdvice a;
+    a.options = options;
+    a.options.pipeline = c.pipeline;
+    a.options.tensor = c.tensor;
+    a.options.recompute = c.recompute;
+    if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
+    if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
+    if (c.recompute != options.recompute) a.changes.emplace_back("recompute", std::string(to_string(c.recompute)));
+    try {
+      const Plan plan = build_plan(cluster, network, make_layout(cluster, network, a.options, cost), cost);
+      built += static_cast<long long>(plan.tasks.size());
+      if (!fits_in_memory(plan)) continue;
+      a.iteration_time_s = estimate_plan(plan, cost).iteration_time_s;
+      a.peak_fraction = peak_fraction(plan);
+    } catch (const Error&) {
+      continue;  // options this cluster or network cannot take: not advice
+    }
+    out.push_back(std::move(a));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const FitAdvice& a, const FitAdvice& b) { return a.iteration_time_s < b.iteration_time_s; });
+  return out;
+}
+
+}  // namespace hetflow::partition
