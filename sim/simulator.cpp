@@ -9,6 +9,7 @@
 #include "sim/simulator.hpp"
 
 #include <simgrid/s4u.hpp>
+#include <simgrid/version.h>
 
 #include <chrono>
 #include <cmath>
@@ -587,6 +588,11 @@ class Simulation {
 };
 
 }  // namespace
+
+std::string engine_version() {
+  return "SimGrid " + std::to_string(SIMGRID_VERSION_MAJOR) + "." + std::to_string(SIMGRID_VERSION_MINOR) + "." +
+         std::to_string(SIMGRID_VERSION_PATCH);
+}
 
 SimResult simulate_here(const Plan& plan, const SimOptions& options) {
   for (const Fault& f : options.faults) {

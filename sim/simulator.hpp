@@ -64,6 +64,9 @@ struct SimResult {
 // plan.fingerprint (set it with partition::plan_fingerprint first when it matters).
 SimResult simulate(const partition::Plan& plan, const SimOptions& options);
 
+// The SimGrid release this build simulates with ("SimGrid 3.32.0").
+std::string engine_version();
+
 // In this process: at most once per process (SimGrid's engine cannot be restarted).
 SimResult simulate_here(const partition::Plan& plan, const SimOptions& options);
 

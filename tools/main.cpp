@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/matmul.hpp"
 #include "model/error.hpp"
+#include "partition/plan.hpp"
+#include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/options.hpp"
 
@@ -22,7 +25,15 @@ void print_usage(std::ostream& out) {
     name.resize(12, ' ');
     out << "  " << name << c.summary << "\n";
   }
-  out << "\nEvery command takes --json to print its summary as one JSON object.\n";
+  out << "\nEvery command takes --json to print its summary as one JSON object; hetflow --version says\n"
+         "which build this is.\n";
+}
+
+// What this build is: the version, the plan format it reads and writes, and its back ends.
+void print_version(std::ostream& out) {
+  out << "hetflow " << HETFLOW_VERSION << " (plan format " << hetflow::partition::Plan::kFormatVersion << ", "
+      << hetflow::sim::engine_version() << ", CUDA "
+      << (hetflow::kernels::cuda_built() ? "built" : "not built: nvcc was not found at configure time") << ")\n";
 }
 
 }  // namespace
@@ -32,6 +43,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage(std::cout);
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    print_version(std::cout);
+    return 0;
   }
   const std::string name = args[0];
   args.erase(args.begin());

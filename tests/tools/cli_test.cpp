@@ -42,3 +42,14 @@ TEST(Cli, ListJsonNamesEveryPreset) {
   EXPECT_GE(j["gpus"].size(), 17u);
   EXPECT_EQ(j["default_cluster"], "mixed-academic");
 }
+
+TEST(Cli, VersionSaysWhichBuildThisIs) {
+  for (const char* ask : {"--version", "version"}) {
+    const auto r = run_hetflow(ask);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("hetflow 0.", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("plan format 2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("SimGrid 3."), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("CUDA "), std::string::npos) << r.out;
+  }
+}
