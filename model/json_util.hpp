@@ -3,6 +3,7 @@
 // project (HuggingFace configs, plan files). Header-only: works with nlohmann::json and
 // nlohmann::ordered_json alike.
 #include <cstddef>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -35,6 +36,13 @@ inline int line_at(const std::string& text, size_t offset) {
   for (size_t i = 0; i < offset && i < text.size(); ++i) line += text[i] == '\n';
   return line;
 }
+
+// Receives the elements of a streamed array (see parse_streamed) one at a time: the key of
+// the top-level member, the element's index, the line it ends on, the element (the sink may
+// take it apart: it is not kept), and the document as read so far (the members before).
+template <typename Json>
+using ElementSink =
+    std::function<void(const std::string& key, size_t index, int line, Json& element, const Json& document)>;
 
 namespace detail {
 
@@ -78,8 +86,10 @@ template <typename Json>
 class DocumentBuilder {
  public:
   DocumentBuilder(Json& root, const std::string& text, const std::string& file, const char* const& furthest,
-                  const std::string& depth_hint)
-      : root_(root), text_(text), file_(file), furthest_(furthest), depth_hint_(depth_hint) {}
+                  const std::string& depth_hint, const std::function<bool(const std::string&)>* streamed = nullptr,
+                  const ElementSink<Json>* sink = nullptr)
+      : root_(root), text_(text), file_(file), furthest_(furthest), depth_hint_(depth_hint), streamed_(streamed),
+        sink_(sink) {}
 
   bool null() { return place(nullptr); }
   bool boolean(bool v) { return place(v); }
@@ -109,7 +119,7 @@ class DocumentBuilder {
     return true;
   }
   bool end_object() {
-    frames_.pop_back();
+    close();
     return true;
   }
   bool start_array(std::size_t) {
@@ -117,7 +127,7 @@ class DocumentBuilder {
     return true;
   }
   bool end_array() {
-    frames_.pop_back();
+    close();
     return true;
   }
   template <typename Exception>
@@ -133,6 +143,7 @@ class DocumentBuilder {
     std::string key;                                            // objects: the key read last
     size_t elements = 0;                                        // arrays: elements so far
     std::unique_ptr<std::unordered_set<std::string>> index;     // objects with many keys
+    bool streamed = false;  // a top-level member array whose elements go to the sink
   };
   static constexpr size_t kScanKeys = 16;
 
@@ -160,7 +171,11 @@ class DocumentBuilder {
     }
     Frame& f = frames_.back();
     if (f.container->is_array()) {
-      ++f.elements;
+      const size_t index = f.elements++;
+      if (f.streamed && !value.is_structured()) {  // a scalar element: complete already
+        (*sink_)(frames_.front().key, index, line(), value, root_);
+        return nullptr;
+      }
       f.container->push_back(std::move(value));
       return &f.container->back();
     }
@@ -176,11 +191,30 @@ class DocumentBuilder {
       throw InputError(file_, line(), "json",
                        "nested deeper than " + std::to_string(limits::kMaxJsonDepth) + " levels" + depth_hint_);
     }
+    const bool streamed = sink_ != nullptr && frames_.size() == 1 && frames_.front().container->is_object() &&
+                          container.is_array() && (*streamed_)(frames_.front().key);
     Json* at = put(std::move(container));
-    frames_.push_back(Frame{at, {}, 0, nullptr});
+    frames_.push_back(Frame{at, {}, 0, nullptr, streamed});
+  }
+  // Closes the innermost container; an element of a streamed array, now complete, goes to
+  // the sink and out of the document.
+  void close() {
+    frames_.pop_back();
+    if (frames_.size() != 2 || !frames_.back().streamed) return;
+    Frame& array = frames_.back();
+    auto& elements = array.container->template get_ref<typename Json::array_t&>();
+    Json element = std::move(elements.back());
+    elements.pop_back();
+    (*sink_)(frames_.front().key, array.elements - 1, line(), element, root_);
   }
 
-  int line() const { return line_at(text_, static_cast<size_t>(furthest_ - text_.data())); }
+  // The line the parser has reached, counted on from the last time asked (the parser only
+  // moves forward), so that asking per element stays linear in the text.
+  int line() {
+    const auto at = static_cast<size_t>(furthest_ - text_.data());
+    for (; counted_ < at && counted_ < text_.size(); ++counted_) line_ += text_[counted_] == '\n';
+    return line_;
+  }
   // Where the parser is, as a data path ("tasks[3]."): the prefix of the key at fault.
   std::string path() const {
     std::string p;
@@ -200,9 +234,33 @@ class DocumentBuilder {
   const std::string& file_;
   const char* const& furthest_;
   const std::string& depth_hint_;
+  const std::function<bool(const std::string&)>* streamed_;
+  const ElementSink<Json>* sink_;
   std::vector<Frame> frames_;  // the open containers, innermost last
+  size_t counted_ = 0;         // text_[0, counted_) has line_ - 1 newlines
+  int line_ = 1;
   Json* member_ = nullptr;     // the member of the innermost object whose key was read last
 };
+
+}  // namespace detail
+
+namespace detail {
+
+template <typename Json>
+Json build(const std::string& text, const std::string& file, const std::string& depth_hint,
+           const std::function<bool(const std::string&)>* streamed, const ElementSink<Json>* sink) {
+  Json root;
+  const char* furthest = text.data();
+  DocumentBuilder<Json> builder(root, text, file, furthest, depth_hint, streamed, sink);
+  try {
+    Json::sax_parse(TrackedChar(text.data(), &furthest), TrackedChar(text.data() + text.size(), &furthest), &builder);
+  } catch (const typename Json::parse_error& e) {
+    throw json_syntax_error(text, file, e.byte, e.what());
+  } catch (const typename Json::out_of_range& e) {  // a number beyond a double's range
+    throw json_syntax_error(text, file, 0, e.what());
+  }
+  return root;
+}
 
 }  // namespace detail
 
@@ -211,18 +269,17 @@ class DocumentBuilder {
 // recurses when it prints a value), and a key given twice in one object, named by its path.
 template <typename Json>
 Json parse(const std::string& text, const std::string& file, const std::string& depth_hint = "") {
-  Json root;
-  const char* furthest = text.data();
-  detail::DocumentBuilder<Json> builder(root, text, file, furthest, depth_hint);
-  try {
-    Json::sax_parse(detail::TrackedChar(text.data(), &furthest), detail::TrackedChar(text.data() + text.size(), &furthest),
-                    &builder);
-  } catch (const typename Json::parse_error& e) {
-    throw json_syntax_error(text, file, e.byte, e.what());
-  } catch (const typename Json::out_of_range& e) {  // a number beyond a double's range
-    throw json_syntax_error(text, file, 0, e.what());
-  }
-  return root;
+  return detail::build<Json>(text, file, depth_hint, nullptr, nullptr);
+}
+
+// As parse, but the elements of each top-level member array whose key `streamed` accepts go
+// to `sink` one by one as they are read, instead of into the document (where the member
+// stays, as an empty array): a large table is converted while it is read, never held whole
+// as a document tree.
+template <typename Json>
+Json parse_streamed(const std::string& text, const std::string& file,
+                    const std::function<bool(const std::string&)>& streamed, const ElementSink<Json>& sink) {
+  return detail::build<Json>(text, file, "", &streamed, &sink);
 }
 
 }  // namespace hetflow::model::json_util

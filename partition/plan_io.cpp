@@ -371,13 +371,17 @@ class Reader {
     }
   }
   [[noreturn]] void fail(const std::string& field, const std::string& message) const {
-    throw InputError(file_, 0, field, message);
+    throw InputError(file_, line_, field, message);
   }
+  // The line errors name: the element being read while a table streams in, else 0 (the
+  // field's path names the place).
+  void at_line(int line) { line_ = line; }
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
   const std::string& file() const { return file_; }
 
  private:
   std::string file_;
+  int line_ = 0;
 };
 
 constexpr long long kMaxCount = std::numeric_limits<int>::max();
@@ -443,18 +447,171 @@ std::string write_plan_json(const Plan& plan) {
   return plan_text(plan, plan_fingerprint(plan));
 }
 
-Plan read_plan_json(const std::string& text, const std::string& file) {
-  const Json j = model::json_util::parse<Json>(text, file);
-  const Reader r(file);
-  if (!j.is_object()) r.fail("(top level)", "expected a plan object, found " + brief(j));
-  if (r.string(j, "format", "") != "hetflow-plan") r.fail("format", "expected \"hetflow-plan\"");
-  const int version = r.integer(j, "version", "");
+namespace {
+
+// The format and version, checked before anything else is read. While the file streams in,
+// `document` holds the members read so far and only those are checked (`complete` false);
+// at the end, both must be there.
+void check_header(const Reader& r, const Json& document, bool complete) {
+  if (!document.is_object()) r.fail("(top level)", "expected a plan object, found " + brief(document));
+  if ((complete || document.contains("format")) && r.string(document, "format", "") != "hetflow-plan") {
+    r.fail("format", "expected \"hetflow-plan\"");
+  }
+  if (!complete && !document.contains("version")) return;
+  const int version = r.integer(document, "version", "");
   if (version != Plan::kFormatVersion) {
     r.fail("version", "this is a version-" + std::to_string(version) + " plan; hetflow reads version " +
                           std::to_string(Plan::kFormatVersion) + " only. Make the plan again with `hetflow plan ... --out " +
-                          file + "` (the options are in its \"layout\")");
+                          r.file() + "` (the options are in its \"layout\")");
   }
+}
+
+// The large tables of a plan, converted element by element while the file is parsed (see
+// json_util::parse_streamed); what an element refers to in another table is checked once
+// every table is read, since a file may list its tables in any order.
+struct Tables {
+  Plan& plan;
+  Reader& r;
+  std::vector<std::vector<int>> consumers;      // per tensor, as listed
+  std::vector<std::array<int, 3>> order;        // as listed: from, to, offset
+  std::vector<int> order_line;
+  bool header_checked = false;
+
+  static bool streamed(const std::string& key) {
+    return key == "tensors" || key == "tasks" || key == "order" || key == "programs";
+  }
+
+  void element(const std::string& key, size_t i, int line, const Json& e, const Json& document) {
+    if (!header_checked) {
+      check_header(r, document, false);  // a file of another format or version is not read as this one
+      header_checked = true;
+    }
+    r.at_line(line);
+    if (key == "tensors") tensor(i, e);
+    if (key == "tasks") task(i, e);
+    if (key == "order") edge(i, e, line);
+    if (key == "programs") program(i, e);
+    r.at_line(0);
+  }
+
+  void tensor(size_t i, const Json& tj) {
+    const std::string p = "tensors[" + std::to_string(i) + "]";
+    Tensor t;
+    t.kind = r.parsed(tj, "kind", p, parse_tensor_kind);
+    t.device = r.integer(tj, "device", p, 0);
+    const Json& shape = r.array(tj, "shape", p);
+    for (size_t k = 0; k < shape.size(); ++k) {
+      t.shape.push_back(r.count64(shape[k], p + ".shape[" + std::to_string(k) + "]"));
+    }
+    t.dtype = r.parsed(tj, "dtype", p, model::parse_precision);
+    t.bytes = r.number(tj, "bytes", p);
+    t.producer = r.integer(tj, "producer", p, -1);
+    consumers.push_back(r.integers(tj, "consumers", p, 0));
+    t.free_after = r.integer(tj, "free_after", p, -1);
+    plan.tensors.push_back(std::move(t));
+  }
+
+  void task(size_t i, const Json& tj) {
+    const std::string p = "tasks[" + std::to_string(i) + "]";
+    Task t;
+    t.kind = r.parsed(tj, "kind", p, parse_task_kind);
+    t.purpose = r.parsed(tj, "purpose", p, parse_purpose);
+    t.device = r.integer(tj, "device", p, 0);
+    t.stream = r.integer(tj, "stream", p, 0);
+    t.worker = r.integer(tj, "worker", p, -1);
+    t.stage = r.integer(tj, "stage", p, -1);
+    t.microbatch = r.integer(tj, "microbatch", p, -1);
+    const std::vector<int> layers = r.integers(tj, "layers", p, 0);
+    if (layers.size() != 2) r.fail(p + ".layers", "expected [layer_begin, layer_end]");
+    t.layer_begin = layers[0];
+    t.layer_end = layers[1];
+    t.flops = r.number(tj, "flops", p);
+    t.recompute_flops = r.number(tj, "recompute_flops", p);
+    t.memory_bytes = r.number(tj, "memory_bytes", p);
+    t.bytes = r.number(tj, "bytes", p);
+    t.channel = r.integer(tj, "channel", p, -1);
+    t.collective = r.integer(tj, "collective", p, -1);
+    // Tensor ids are checked against the tensor table in check_references(): add_task keeps
+    // them in 16-bit counts and dereferences them.
+    const std::vector<int> reads = r.integers(tj, "reads", p, 0);
+    const std::vector<int> writes = r.integers(tj, "writes", p, 0);
+    if (reads.size() > 65535 || writes.size() > 65535) r.fail(p, "reads or writes more than 65535 tensors");
+    plan.tasks.push_back(t);
+    plan.ref_begin.push_back(static_cast<std::uint32_t>(plan.refs.size()));
+    plan.read_count.push_back(static_cast<std::uint16_t>(reads.size()));
+    plan.write_count.push_back(static_cast<std::uint16_t>(writes.size()));
+    plan.refs.insert(plan.refs.end(), reads.begin(), reads.end());
+    plan.refs.insert(plan.refs.end(), writes.begin(), writes.end());
+  }
+
+  void edge(size_t i, const Json& e, int line) {
+    const std::string p = "order[" + std::to_string(i) + "]";
+    const std::vector<int> v = r.integers(e, p, 0);
+    if (v.size() != 3) r.fail(p, "expected [from_task, to_task, iteration_offset]");
+    order.push_back({v[0], v[1], v[2]});
+    order_line.push_back(line);
+  }
+
+  void program(size_t d, const Json& e) {
+    const std::string p = "programs[" + std::to_string(d) + "]";
+    if (!e.is_array()) r.fail(p, "expected an array of {stream, tasks} per device, found " + brief(e));
+    std::vector<StreamProgram> streams;
+    for (size_t s = 0; s < e.size(); ++s) {
+      const std::string ps = p + "[" + std::to_string(s) + "]";
+      streams.push_back(StreamProgram{r.integer(e[s], "stream", ps, 0), r.integers(e[s], "tasks", ps, 0)});
+    }
+    plan.programs.push_back(std::move(streams));
+  }
+
+  // What the streamed tables refer to across tables: tensor ids in tasks, task ids in order
+  // edges, and each tensor's consumers against the tasks that read it.
+  void check_references() {
+    const auto tensor_count = static_cast<long long>(plan.tensors.size());
+    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+      const std::uint32_t begin = plan.ref_begin[i];
+      const std::uint32_t reads = plan.read_count[i], writes = plan.write_count[i];
+      for (std::uint32_t k = 0; k < reads + writes; ++k) {
+        const int id = plan.refs[begin + k];
+        if (id >= tensor_count) {
+          const bool read = k < reads;
+          r.fail("tasks[" + std::to_string(i) + "]." + (read ? "reads" : "writes") + "[" +
+                     std::to_string(read ? k : k - reads) + "]",
+                 "expected an integer in [0, " + std::to_string(tensor_count - 1) + "], found " + std::to_string(id));
+        }
+      }
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (int t : {order[i][0], order[i][1]}) {
+        if (static_cast<size_t>(t) >= plan.tasks.size()) {
+          r.at_line(order_line[i]);
+          r.fail("order[" + std::to_string(i) + "]", "task " + std::to_string(t) + " does not exist");
+        }
+      }
+    }
+    for (const auto& [from, to, offset] : order) plan.add_order(from, to, offset);
+    const std::vector<std::vector<int>> derived = plan.consumers();
+    for (size_t i = 0; i < consumers.size(); ++i) {
+      std::vector<int> listed = consumers[i];
+      std::sort(listed.begin(), listed.end());
+      if (listed != derived[i]) {
+        r.fail("tensors[" + std::to_string(i) + "].consumers", "does not list exactly the tasks that read the tensor");
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Plan read_plan_json(const std::string& text, const std::string& file) {
   Plan plan;
+  Reader r(file);
+  Tables tables{plan, r, {}, {}, {}};
+  const Json j = model::json_util::parse_streamed<Json>(
+      text, file, &Tables::streamed,
+      [&](const std::string& key, size_t i, int line, Json& e, const Json& document) {
+        tables.element(key, i, line, e, document);
+      });
+  check_header(r, j, true);
   const Json& cluster = r.at(j, "cluster", "");
   plan.cluster = model::parse_cluster(r.string(cluster, "yaml", "cluster"), file + " (cluster.yaml)");
   r.same_name(cluster, "cluster", plan.cluster.name);
@@ -491,82 +648,9 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));
   }
-  const Json& tensors = r.array(j, "tensors", "");
-  std::vector<std::vector<int>> consumers;
-  consumers.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string p = "tensors[" + std::to_string(i) + "]";
-    const Json& tj = tensors[i];
-    Tensor t;
-    t.kind = r.parsed(tj, "kind", p, parse_tensor_kind);
-    t.device = r.integer(tj, "device", p, 0);
-    const Json& shape = r.array(tj, "shape", p);
-    for (size_t k = 0; k < shape.size(); ++k) {
-      t.shape.push_back(r.count64(shape[k], p + ".shape[" + std::to_string(k) + "]"));
-    }
-    t.dtype = r.parsed(tj, "dtype", p, model::parse_precision);
-    t.bytes = r.number(tj, "bytes", p);
-    t.producer = r.integer(tj, "producer", p, -1);
-    consumers.push_back(r.integers(tj, "consumers", p, 0));
-    t.free_after = r.integer(tj, "free_after", p, -1);
-    plan.tensors.push_back(std::move(t));
-  }
-  const Json& tasks = r.array(j, "tasks", "");
-  plan.tasks.reserve(tasks.size());
-  const long long tensor_count = static_cast<long long>(plan.tensors.size());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const std::string p = "tasks[" + std::to_string(i) + "]";
-    const Json& tj = tasks[i];
-    Task t;
-    t.kind = r.parsed(tj, "kind", p, parse_task_kind);
-    t.purpose = r.parsed(tj, "purpose", p, parse_purpose);
-    t.device = r.integer(tj, "device", p, 0);
-    t.stream = r.integer(tj, "stream", p, 0);
-    t.worker = r.integer(tj, "worker", p, -1);
-    t.stage = r.integer(tj, "stage", p, -1);
-    t.microbatch = r.integer(tj, "microbatch", p, -1);
-    const std::vector<int> layers = r.integers(tj, "layers", p, 0);
-    if (layers.size() != 2) r.fail(p + ".layers", "expected [layer_begin, layer_end]");
-    t.layer_begin = layers[0];
-    t.layer_end = layers[1];
-    t.flops = r.number(tj, "flops", p);
-    t.recompute_flops = r.number(tj, "recompute_flops", p);
-    t.memory_bytes = r.number(tj, "memory_bytes", p);
-    t.bytes = r.number(tj, "bytes", p);
-    t.channel = r.integer(tj, "channel", p, -1);
-    t.collective = r.integer(tj, "collective", p, -1);
-    // Tensor ids are checked here: add_task keeps them in 16-bit counts and dereferences them.
-    const std::vector<int> reads = r.integers(tj, "reads", p, 0, tensor_count - 1);
-    const std::vector<int> writes = r.integers(tj, "writes", p, 0, tensor_count - 1);
-    if (reads.size() > 65535 || writes.size() > 65535) r.fail(p, "reads or writes more than 65535 tensors");
-    plan.tasks.push_back(t);
-    plan.ref_begin.push_back(static_cast<std::uint32_t>(plan.refs.size()));
-    plan.read_count.push_back(static_cast<std::uint16_t>(reads.size()));
-    plan.write_count.push_back(static_cast<std::uint16_t>(writes.size()));
-    plan.refs.insert(plan.refs.end(), reads.begin(), reads.end());
-    plan.refs.insert(plan.refs.end(), writes.begin(), writes.end());
-  }
-  const Json& order = r.array(j, "order", "");
-  for (size_t i = 0; i < order.size(); ++i) {
-    const std::string p = "order[" + std::to_string(i) + "]";
-    const std::vector<int> e = r.integers(order[i], p, 0);
-    if (e.size() != 3) r.fail(p, "expected [from_task, to_task, iteration_offset]");
-    for (int t : {e[0], e[1]}) {
-      if (static_cast<size_t>(t) >= plan.tasks.size()) r.fail(p, "task " + std::to_string(t) + " does not exist");
-    }
-    plan.add_order(e[0], e[1], e[2]);
-  }
-  const Json& programs = r.array(j, "programs", "");
-  for (size_t d = 0; d < programs.size(); ++d) {
-    const std::string p = "programs[" + std::to_string(d) + "]";
-    if (!programs[d].is_array()) r.fail(p, "expected an array of {stream, tasks} per device, found " + brief(programs[d]));
-    std::vector<StreamProgram> streams;
-    for (size_t s = 0; s < programs[d].size(); ++s) {
-      const std::string ps = p + "[" + std::to_string(s) + "]";
-      streams.push_back(StreamProgram{r.integer(programs[d][s], "stream", ps, 0), r.integers(programs[d][s], "tasks", ps, 0)});
-    }
-    plan.programs.push_back(std::move(streams));
-  }
+  // The streamed tables: present as arrays (their elements were read as they came).
+  for (const char* key : {"tensors", "tasks", "order", "programs"}) r.array(j, key, "");
+  tables.check_references();
   const Json& memory = r.array(j, "memory", "");
   for (size_t d = 0; d < memory.size(); ++d) {
     const std::string p = "memory[" + std::to_string(d) + "]";
@@ -580,15 +664,6 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     m.capacity_bytes = r.number(memory[d], "capacity_bytes", p);
     m.peak_in_flight = r.integer(memory[d], "peak_in_flight", p, 0);
     plan.memory.push_back(m);
-  }
-  // Derived data must agree with what it is derived from.
-  const std::vector<std::vector<int>> derived = plan.consumers();
-  for (size_t i = 0; i < consumers.size(); ++i) {
-    std::vector<int> listed = consumers[i];
-    std::sort(listed.begin(), listed.end());
-    if (listed != derived[i]) {
-      r.fail("tensors[" + std::to_string(i) + "].consumers", "does not list exactly the tasks that read the tensor");
-    }
   }
   plan.finish();
   plan.fingerprint = plan_fingerprint(plan);

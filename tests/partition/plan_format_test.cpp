@@ -8,6 +8,9 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
 #include "partition/plan_builder.hpp"
@@ -235,5 +238,40 @@ TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
       EXPECT_GT(m.buffers_bytes, 0);
       EXPECT_LE(m.buffers_bytes, 3 * boundary) << "t=" << t << " rank " << r;
     }
+  }
+}
+
+// The large tables are converted while the file is read: a file may list them in any order,
+// and an error in one of their elements names its line.
+TEST(PlanFormat, TablesReadInAnyOrderAndErrorsNameTheirLine) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.data = 2;
+  const Plan plan = plan_of(model::builtin_cluster("dgx-a100-x4"), small_gpt(), o);
+  const std::string text = write_plan_json(plan);
+
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  nlohmann::ordered_json reordered;
+  reordered["format"] = j["format"];
+  reordered["version"] = j["version"];
+  for (const char* key : {"programs", "order", "tasks", "tensors"}) reordered[key] = j[key];
+  for (const auto& [key, value] : j.items()) {
+    if (!reordered.contains(key) && key != "fingerprint") reordered[key] = value;
+  }
+  EXPECT_TRUE(same_plan(read_plan_json(reordered.dump(1), "reordered.json"), plan));
+
+  // The line of tasks[3] in the written file, and an error planted there.
+  size_t at = text.find("\n \"tasks\": [\n");
+  for (int k = 0; k <= 3; ++k) at = text.find("\n  {", at + 1);
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at) + 1, '\n'));
+  std::string broken = text;
+  const size_t kind = broken.find("\"kind\": \"", at) + 9;
+  broken.replace(kind, broken.find('"', kind) - kind, "bogus");
+  try {
+    read_plan_json(broken, "p.json");
+    ADD_FAILURE() << "a task of kind 'bogus' was read";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "tasks[3].kind") << e.what();
+    EXPECT_EQ(e.line(), line) << e.what();
   }
 }
