@@ -11,6 +11,7 @@
 
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
+#include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
@@ -392,6 +393,22 @@ TEST(PlanFormat, EachDeviceHoldsItsStagesShareOfTheWeights) {
   EXPECT_DOUBLE_EQ(plan.memory[4].weights_bytes, params(4, 5) / 4 * e);
   EXPECT_DOUBLE_EQ(plan.memory[10].weights_bytes, params(3, 6) * e);
   EXPECT_NEAR(plan.memory[1].weights_bytes, params(2, 4) / 2 * e, 1e-9 * plan.memory[1].weights_bytes);
+  // The closed form at each stage's own degree agrees with the plan's tensors: persistent
+  // state exactly, stashed activations for the micro-batches the lifetimes found in flight.
+  for (const VirtualWorker& w : plan.layout.workers) {
+    for (size_t k = 0; k < w.stages.size(); ++k) {
+      for (const int d : w.ranks[static_cast<size_t>(w.stages[k].rank)]) {
+        const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
+        const DeviceMemory closed =
+            device_memory(net, plan.layout, {w.stages[k]}, {m.peak_in_flight}, true, m.capacity_bytes, w.tensor_of(k));
+        const std::string where = plan.device_names[static_cast<size_t>(d)];
+        EXPECT_DOUBLE_EQ(closed.weights_bytes, m.weights_bytes) << where;
+        EXPECT_DOUBLE_EQ(closed.gradients_bytes, m.gradients_bytes) << where;
+        EXPECT_DOUBLE_EQ(closed.optimizer_bytes, m.optimizer_bytes) << where;
+        EXPECT_NEAR(closed.activations_bytes, m.activations_bytes, 1e-9 * m.activations_bytes) << where;
+      }
+    }
+  }
   // Forward work too: each device of a stage computes 1/t of its layers.
   for (const Task& t : plan.tasks) {
     if (t.kind != TaskKind::forward || t.microbatch != 0) continue;
