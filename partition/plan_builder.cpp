@@ -4,6 +4,7 @@
 #include "partition/plan_builder.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 
 #include "model/error.hpp"
@@ -353,16 +354,28 @@ std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorith
   return plan_.collectives.back().tasks;
 }
 
+// "send>DST:TAG" or "recv<SRC:TAG", spelled in one reused buffer: a plan has a million
+// transfers, and temporaries per name cost as much as the rest of a transfer.
+int Builder::transfer_stream(const char* prefix, int peer, const std::string& tag) {
+  std::string& name = stream_name_;
+  name.assign(prefix);
+  char digits[16];
+  name.append(digits, std::to_chars(digits, digits + sizeof digits, peer).ptr);
+  name += ':';
+  name += tag;
+  return stream(name);
+}
+
 std::pair<int, int> Builder::add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
                                           const Task& like, int sent_tensor, int received_tensor) {
   const int ch = channel(src, dst, tag);
   Task s = communication(like, TaskKind::send, purpose, src, bytes);
   s.channel = ch;
-  s.stream = stream("send>" + std::to_string(dst) + ":" + tag);
+  s.stream = transfer_stream("send>", dst, tag);
   Task r = s;
   r.kind = TaskKind::recv;
   r.device = dst;
-  r.stream = stream("recv<" + std::to_string(src) + ":" + tag);
+  r.stream = transfer_stream("recv<", src, tag);
   std::vector<int> sent, received;
   if (sent_tensor >= 0) sent.push_back(sent_tensor);
   if (received_tensor >= 0) received.push_back(received_tensor);

@@ -35,27 +35,30 @@ void Builder::prepare_boundaries(int w) {
   const int stages = static_cast<int>(vw.stages.size());
   for (int s = 0; s + 1 < stages; ++s) {
     const double bytes = work_[static_cast<size_t>(w)][static_cast<size_t>(s)].output_bytes;
-    const int ranks = std::max(degree(w, s), degree(w, s + 1));
+    const int t_s = degree(w, s), t_next = degree(w, s + 1);
+    const bool sharded_s = sharded(w, s), sharded_next = sharded(w, s + 1);
     for (int mb = 0; mb < vw.microbatches; ++mb) {
-      for (int j = 0; j < ranks; ++j) {
+      for (int j = 0; j < std::max(t_s, t_next); ++j) {
         // Forward: chunk s's output becomes chunk s+1's input; backward: chunk s+1's input
         // gradient becomes chunk s's output gradient.
         for (const bool forward : {true, false}) {
           const int from = forward ? s : s + 1, to = forward ? s + 1 : s;
-          const int t_from = degree(w, from), t_to = degree(w, to);
+          const int t_from = forward ? t_s : t_next, t_to = forward ? t_next : t_s;
+          const bool sharded_from = forward ? sharded_s : sharded_next, sharded_to = forward ? sharded_next : sharded_s;
           const TensorKind kind = forward ? TensorKind::activation : TensorKind::activation_grad;
           const OpKind producer = forward ? OpKind::F : OpKind::B;
+          int produced = -1;
           if (j < t_from && j < t_to) {
-            op(w, from, mb, producer, j).output =
-                activation_tensor(kind, device_of(w, from, j), sharded(w, from) ? bytes / t_from : bytes);
+            produced = activation_tensor(kind, device_of(w, from, j), sharded_from ? bytes / t_from : bytes);
+            op(w, from, mb, producer, j).output = produced;
           }
           if (j >= t_to) continue;
-          const int i = j % t_from;  // the sending rank (created above: i <= j)
+          const int i = j < t_from ? j : j % t_from;  // the sending rank (its tensor made above: i <= j)
           const int src = device_of(w, from, i), dst = device_of(w, to, j);
-          int consumed = op(w, from, mb, producer, i).output, slice = -1;
+          int consumed = i == j ? produced : op(w, from, mb, producer, i).output, slice = -1;
           if (src != dst) {
-            if (t_to > 1 && !sharded(w, to)) slice = activation_tensor(kind, dst, bytes / t_to);
-            consumed = activation_tensor(kind, dst, sharded(w, to) ? bytes / t_to : bytes);
+            if (t_to > 1 && !sharded_to) slice = activation_tensor(kind, dst, bytes / t_to);
+            consumed = activation_tensor(kind, dst, sharded_to ? bytes / t_to : bytes);
           }
           const size_t at = slot(w, to, mb, j);
           auto& wholes = forward ? inputs_ : output_grads_;
@@ -135,9 +138,10 @@ void Builder::add_forward(int w, int stage, int mb) {
   const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
   const Task like = base_task(TaskKind::forward, devices[0], w, stage, mb);
   std::vector<int> input(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  const size_t at = slot(w, stage, mb, 0);  // rank j's: at + j
   for (int j = 0; j < t; ++j) {
-    input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
-    slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
+    slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_input =
       gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, TensorKind::activation, like);
@@ -194,9 +198,10 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   }
   const Task like = base_task(TaskKind::backward, devices[0], w, stage, mb);
   std::vector<int> grad(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  const size_t at = slot(w, stage, mb, 0);  // rank j's: at + j
   for (int j = 0; j < t; ++j) {
-    grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
-    slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
+    slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_grad =
       gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, TensorKind::activation_grad, like);

@@ -77,6 +77,7 @@ class Builder {
   void check_layout() const;
   void check_mixed_tensor() const;
   int stream(const std::string& name);
+  int transfer_stream(const char* prefix, int peer, const std::string& tag);
   int communicator(const std::string& name, const std::vector<int>& devices);
   int channel(int src, int dst, const std::string& tag);
   const VirtualWorker& worker(int w) const { return layout_.workers[static_cast<size_t>(w)]; }
@@ -153,6 +154,7 @@ class Builder {
   std::vector<std::vector<int>> degrees_;        // per worker, per chunk: its rank's devices
   std::vector<std::vector<size_t>> slot_base_;   // per worker, per chunk: its first (mb, j) slot
   std::vector<int> sends_;                       // scratch of connect(): sends of one boundary
+  std::string stream_name_;                      // scratch of transfer_stream()
   std::vector<std::vector<int>> weights_, grads_;        // per device: per chunk (in chunk order)
   std::vector<std::vector<int>> chunks_of_device_;       // per device: (worker, stage) packed as stage
 };
