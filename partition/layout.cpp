@@ -1,5 +1,6 @@
 #include "partition/layout.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -41,6 +42,23 @@ int Layout::samples_per_iteration() const {
   int total = 0;
   for (const VirtualWorker& w : workers) total += w.microbatches * micro_batch_size;
   return total;
+}
+
+bool Layout::uniform_tensor() const {
+  for (const VirtualWorker& w : workers) {
+    for (const auto& rank : w.ranks) {
+      if (static_cast<int>(rank.size()) != tensor) return false;
+    }
+  }
+  return true;
+}
+
+int Layout::largest_tensor() const {
+  size_t t = 1;
+  for (const VirtualWorker& w : workers) {
+    for (const auto& rank : w.ranks) t = std::max(t, rank.size());
+  }
+  return static_cast<int>(t);
 }
 
 }  // namespace hetflow::partition

@@ -35,12 +35,15 @@ struct Stage {
 };
 
 struct VirtualWorker {
-  // ranks[r]: the devices of pipeline rank r (a tensor-parallel group of `tensor` devices).
+  // ranks[r]: the devices of pipeline rank r, a tensor-parallel group: its size is the rank's
+  // tensor-parallel degree, which may differ between ranks and between virtual workers.
   std::vector<std::vector<int>> ranks;
   // Chunks in model order. With v virtual stages there are p * v of them and chunk k runs on
   // rank k % p (Megatron's interleaving); otherwise chunk k runs on rank k.
   std::vector<Stage> stages;
   int microbatches = 1;  // per iteration; may differ between virtual workers
+  // The tensor-parallel degree of chunk k: the devices of its rank.
+  int tensor_of(size_t k) const { return static_cast<int>(ranks[static_cast<size_t>(stages[k].rank)].size()); }
   bool operator==(const VirtualWorker&) const = default;
 };
 
@@ -58,7 +61,9 @@ struct Sync {
 struct Layout {
   std::string policy;    // which policy built it
   std::string schedule = "1f1b";
-  int tensor = 1;          // tensor-parallel degree t (the same in every virtual worker)
+  // The tensor-parallel degree the built-in policies give every rank; in general (a layout
+  // file) the largest rank's: each rank's own degree is its device count (ranks[r].size()).
+  int tensor = 1;
   int virtual_stages = 1;  // v: chunks per rank (interleaved schedules)
   int micro_batch_size = 1;  // samples per micro-batch
   model::Precision precision = model::Precision::fp16;
@@ -71,6 +76,10 @@ struct Layout {
   std::vector<VirtualWorker> workers;
 
   int samples_per_iteration() const;
+  // Whether every rank of every virtual worker has `tensor` devices.
+  bool uniform_tensor() const;
+  // The largest rank's device count (what `tensor` holds); 1 without ranks.
+  int largest_tensor() const;
   bool operator==(const Layout&) const = default;
 };
 

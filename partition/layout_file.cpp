@@ -4,6 +4,7 @@
 #include <charconv>
 #include <map>
 #include <string>
+#include <tuple>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -32,8 +33,11 @@ bool parse_range(std::string text, int& first, int& last) {
 
 class FileReader {
  public:
-  FileReader(const std::string& file, const model::Cluster& cluster, const model::Network& network)
-      : file_(file), network_(network), layers_(static_cast<int>(network.layers.size())) {
+  FileReader(const std::string& file, const model::Cluster& cluster, const model::Network& network, const Layout& base)
+      : file_(file), network_(network), layers_(static_cast<int>(network.layers.size())),
+        sequence_parallel_(base.sequence_parallel),
+        data_parallel_(base.sync.kind == SyncKind::allreduce),
+        replicated_(network.layers.size()) {
     for (const model::Device& d : cluster.devices()) {
       names_.push_back(d.name);
       ids_.emplace(d.name, d.id);
@@ -49,7 +53,7 @@ class FileReader {
       top.fail("workers", "expected a list of virtual workers, each with its stages");
     }
     for (size_t w = 0; w < workers.size(); ++w) layout.workers.push_back(read_worker(workers[w], w));
-    layout.tensor = tensor_;
+    layout.tensor = layout.largest_tensor();
   }
 
  private:
@@ -73,6 +77,7 @@ class FileReader {
       vw.ranks.push_back(read_devices(s, stage_path));
       const auto [first, last] = read_layers(s, next);
       vw.stages.push_back(Stage{first, last + 1, static_cast<int>(k)});
+      check_replicated(s, stage_path, w, first, last + 1, static_cast<int>(vw.ranks.back().size()));
       next = last + 1;
     }
     if (next != layers_) {
@@ -117,25 +122,53 @@ class FileReader {
     return ids;
   }
 
-  // Every stage has the same tensor-parallel degree as the first, and it divides the heads.
+  // Each stage's tensor-parallel degree (its device count) divides the heads; under sequence
+  // parallelism every stage has the first stage's degree.
   void check_tensor(int t, const yu::MapReader& s, const std::string& stage_path) {
     const int line = yu::line_of(s.get("devices"));
+    for (const model::Layer& l : network_.layers) {
+      if (l.tp_splittable && l.tp_units > 0 && l.tp_units % t != 0) {
+        throw InputError(file_, line, s.field("devices"),
+                         std::to_string(t) + " devices per stage (tensor parallel) must divide the " +
+                             std::to_string(l.tp_units) + " attention heads (or KV groups) of " + l.name);
+      }
+    }
     if (tensor_ == 0) {
       tensor_ = t;
       first_stage_ = stage_path;
-      for (const model::Layer& l : network_.layers) {
-        if (l.tp_splittable && l.tp_units > 0 && l.tp_units % t != 0) {
-          throw InputError(file_, line, s.field("devices"),
-                           std::to_string(t) + " devices per stage (tensor parallel) must divide the " +
-                               std::to_string(l.tp_units) + " attention heads (or KV groups) of " + l.name);
-        }
-      }
-    } else if (t != tensor_) {
+    } else if (t != tensor_ && sequence_parallel_) {
       throw InputError(file_, line, s.field("devices"),
                        std::to_string(t) + " device" + (t == 1 ? "" : "s") + ", but " + first_stage_ + " has " +
                            std::to_string(tensor_) +
-                           ": stages with different tensor-parallel degrees are not supported yet");
+                           ": sequence parallelism (`sequence_parallel`) needs the same tensor-parallel degree in every "
+                           "stage, since sequence shards would differ between neighbouring stages");
     }
+  }
+
+  // A layer with parameters that is not tensor parallel is replicated on every device of its
+  // stage; its data-parallel all-reduce (and the tied-embedding one, for a copy of layer 0's
+  // parameters) needs the same degree wherever it is held.
+  void check_replicated(const yu::MapReader& s, const std::string& stage_path, size_t w, int begin, int end, int t) {
+    if (!data_parallel_) return;
+    const int line = yu::line_of(s.get("devices"));
+    for (int l = begin; l < end; ++l) {
+      const model::Layer& layer = network_.layers[static_cast<size_t>(l)];
+      if (layer.tp_splittable || layer.params + layer.tied_params <= 0) continue;
+      const auto refuse = [&](const std::string& other, int degree, const std::string& why) {
+        throw InputError(file_, line, s.field("devices"),
+                         std::to_string(t) + " device" + (t == 1 ? "" : "s") + ", but " + other + " has " +
+                             std::to_string(degree) + ": " + layer.name +
+                             " is not tensor parallel (every device of a stage holds all of it), so " + why +
+                             " needs the same number of devices in both stages");
+      };
+      auto& [degree, where] = replicated_[static_cast<size_t>(l)];
+      if (degree > 0 && degree != t) refuse(where, degree, "its data-parallel all-reduce");
+      if (degree == 0) std::tie(degree, where) = std::pair{t, stage_path};
+      if (layer.tied_params > 0 && begin > 0 && t != first_degree_) {
+        refuse("workers[" + std::to_string(w) + "].stages[0]", first_degree_, "the all-reduce of its copy of layer 0");
+      }
+    }
+    if (begin == 0) first_degree_ = t;
   }
 
   // Reads "FIRST-LAST" and checks that it continues the coverage at layer `next`.
@@ -171,8 +204,11 @@ class FileReader {
   std::vector<std::string> names_;
   std::map<std::string, int> ids_;
   std::map<int, std::string> used_;  // device -> where it was first used
-  int tensor_ = 0;                   // devices per stage, from the first stage
+  int tensor_ = 0;                   // devices of the first stage
   std::string first_stage_;
+  bool sequence_parallel_, data_parallel_;
+  std::vector<std::pair<int, std::string>> replicated_;  // per layer: degree and stage it was first held at
+  int first_degree_ = 0;                                 // this worker's first stage's devices
 };
 
 }  // namespace
@@ -180,7 +216,7 @@ class FileReader {
 Layout read_layout_file(const std::string& text, const std::string& file, const model::Cluster& cluster,
                         const model::Network& network, Layout base) {
   base.workers.clear();
-  FileReader(file, cluster, network).read(model::yaml_util::load(text, file), base);
+  FileReader(file, cluster, network, base).read(model::yaml_util::load(text, file), base);
   return base;
 }
 

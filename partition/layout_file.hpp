@@ -18,9 +18,12 @@
 namespace hetflow::partition {
 
 // Reads `text` (YAML or JSON) into `base`'s workers, one rank per stage, and sets
-// base.tensor to the devices per stage. Every worker must cover every layer once, in order,
-// with non-empty stages; no device may appear twice; every stage must have the same number of
-// devices, and that number must divide every layer's tp_units. A worker without
+// base.tensor to the most devices of any stage (each stage's own degree is its device count).
+// Every worker must cover every layer once, in order, with non-empty stages; no device may
+// appear twice; each stage's device count must divide every layer's tp_units. Stages may
+// differ in device count, except under base.sequence_parallel, and except where a layer with
+// parameters that is not tensor parallel (replicated on each device) would be held at
+// different degrees and all-reduced (base.sync allreduce). A worker without
 // `microbatches` gets 0: the caller fills it in. Throws InputError(file, line, field path,
 // message) naming the first problem, e.g. "workers[1].stages[0].devices[0]: unknown device
 // 'v100-0/gpu9'; nearest known: ...". Leaves base.virtual_stages alone (the caller refuses

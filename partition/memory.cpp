@@ -16,7 +16,12 @@ double params_per_device(const model::Network& network, int begin, int end, int 
 }
 
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
-  const double t = layer.tp_splittable ? layout.tensor : 1;
+  return stashed_bytes_per_microbatch(layer, network, layout, layout.tensor);
+}
+
+double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout,
+                                    int tensor) {
+  const double t = layer.tp_splittable ? tensor : 1;
   double bytes = 0;
   if (layout.recompute == Recompute::full) {
     // Only the layer's input is kept; the forward pass is redone during backward.
@@ -39,15 +44,20 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
 
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
                            const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
+  return device_memory(network, layout, chunks, in_flight, hosts_optimizer, capacity_bytes, layout.tensor);
+}
+
+DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
+                           const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes, int tensor) {
   DeviceMemory m;
   double params = 0, largest_layer_full_bytes = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, layout.tensor);
+    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, tensor);
     double chunk_bytes = 0;
     for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
       const model::Layer& l = network.layers[static_cast<size_t>(i)];
-      chunk_bytes += stashed_bytes_per_microbatch(l, network, layout);
-      const double t = l.tp_splittable ? layout.tensor : 1;
+      chunk_bytes += stashed_bytes_per_microbatch(l, network, layout, tensor);
+      const double t = l.tp_splittable ? tensor : 1;
       largest_layer_full_bytes = std::max(largest_layer_full_bytes, l.stashed_bytes / t * layout.micro_batch_size);
     }
     const int held = c < in_flight.size() ? in_flight[c] : 0;

@@ -18,13 +18,20 @@ namespace hetflow::partition {
 double params_per_device(const model::Network& network, int begin, int end, int tensor);
 
 // Bytes one layer keeps per micro-batch for backward under the layout's recomputation,
-// tensor and sequence parallelism (Korthikanti et al. 2022, section 4).
+// sequence parallelism and a tensor-parallel degree of `tensor` (Korthikanti et al. 2022,
+// section 4); without `tensor`, the layout's.
+double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
+                                    const Layout& layout, int tensor);
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
                                     const Layout& layout);
 
 // Closed form: memory of one device that runs the given chunks. in_flight[c] is the peak
 // number of micro-batches whose activations chunk c holds (from the schedule);
-// hosts_optimizer says whether the optimizer state lives here (all-reduce) or on servers.
+// hosts_optimizer says whether the optimizer state lives here (all-reduce) or on servers;
+// `tensor` is the degree of the device's rank (without it, the layout's).
+DeviceMemory device_memory(const model::Network& network, const Layout& layout,
+                           const std::vector<Stage>& chunks, const std::vector<int>& in_flight,
+                           bool hosts_optimizer, double capacity_bytes, int tensor);
 DeviceMemory device_memory(const model::Network& network, const Layout& layout,
                            const std::vector<Stage>& chunks, const std::vector<int>& in_flight,
                            bool hosts_optimizer, double capacity_bytes);

@@ -4,6 +4,7 @@
 #include "partition/plan_builder.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 
 #include "model/error.hpp"
@@ -15,22 +16,22 @@ namespace hetflow::partition {
 
 namespace builder {
 
-ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s) {
+ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor) {
   ChunkWork w;
   const double mbs = layout.micro_batch_size;
   const double e = model::element_bytes(layout.precision);
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const model::Layer& l = net.layers[static_cast<size_t>(i)];
-    const double t = l.tp_splittable ? layout.tensor : 1;
+    const double t = l.tp_splittable ? tensor : 1;
     w.forward_flops += l.forward_flops * mbs / t;
     w.backward_flops += l.backward_flops * mbs / t;
     if (layout.recompute == Recompute::full) w.recompute_flops += l.forward_flops * mbs / t;
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
-    w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout);
+    w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, l.stashed_bytes / t * mbs);
-    if (layout.tensor > 1 && l.tp_splittable) w.tp_bytes += l.tp_allreduce_elems * mbs * e;
+    if (tensor > 1 && l.tp_splittable) w.tp_bytes += l.tp_allreduce_elems * mbs * e;
   }
-  w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, layout.tensor) * e;
+  w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
   w.input_bytes = net.cut_bytes(static_cast<size_t>(s.layer_begin)) * mbs;
   return w;
@@ -59,10 +60,17 @@ void Builder::build() {
     const VirtualWorker& vw = layout_.workers[w];
     programs_.push_back(schedule_.build(static_cast<int>(vw.ranks.size()), vw.microbatches, layout_.virtual_stages));
     std::vector<ChunkWork> works;
+    std::vector<int> degrees;
+    std::vector<size_t> bases;
+    size_t slots = 0;  // one per chunk, micro-batch and tensor rank
     for (size_t k = 0; k < vw.stages.size(); ++k) {
       const Stage& s = vw.stages[k];
-      works.push_back(chunk_work(net_, layout_, s));
-      const double params = params_per_device(net_, s.layer_begin, s.layer_end, layout_.tensor);
+      const int t = vw.tensor_of(k);
+      degrees.push_back(t);
+      bases.push_back(slots);
+      slots += static_cast<size_t>(vw.microbatches) * static_cast<size_t>(t);
+      works.push_back(chunk_work(net_, layout_, s, t));
+      const double params = params_per_device(net_, s.layer_begin, s.layer_end, t);
       for (int d : vw.ranks[static_cast<size_t>(s.rank)]) {
         const auto dd = static_cast<size_t>(d);
         const auto n = static_cast<std::int64_t>(params);
@@ -74,7 +82,8 @@ void Builder::build() {
       }
     }
     work_.push_back(std::move(works));
-    const size_t slots = vw.stages.size() * static_cast<size_t>(vw.microbatches) * static_cast<size_t>(layout_.tensor);
+    degrees_.push_back(std::move(degrees));
+    slot_base_.push_back(std::move(bases));
     ops_.emplace_back(slots * 3);
     for (auto* v : {&inputs_, &output_grads_, &input_slices_, &grad_slices_}) v->emplace_back(slots, -1);
   }
@@ -114,9 +123,20 @@ void Builder::check_layout() const {
                        "expected " + std::to_string(p * layout_.virtual_stages) + " chunks (ranks x virtual stages), found " +
                            std::to_string(vw.stages.size()));
     }
-    for (const auto& rank : vw.ranks) {
-      if (static_cast<int>(rank.size()) != layout_.tensor) {
-        throw InputError("<layout>", 0, where + ".ranks", "expected " + std::to_string(layout_.tensor) + " devices per rank");
+    for (size_t r = 0; r < vw.ranks.size(); ++r) {
+      const auto& rank = vw.ranks[r];
+      const std::string field = where + ".ranks[" + std::to_string(r) + "]";
+      if (rank.empty() || static_cast<int>(rank.size()) > layout_.tensor) {
+        throw InputError("<layout>", 0, field,
+                         "expected 1 to `tensor` (" + std::to_string(layout_.tensor) + ") devices, found " +
+                             std::to_string(rank.size()));
+      }
+      for (const model::Layer& l : net_.layers) {
+        if (l.tp_splittable && l.tp_units > 0 && l.tp_units % static_cast<int>(rank.size()) != 0) {
+          throw InputError("<layout>", 0, field,
+                           "its " + std::to_string(rank.size()) + " devices (tensor parallel) must divide the " +
+                               std::to_string(l.tp_units) + " attention heads (or KV groups) of " + l.name);
+        }
       }
       for (int d : rank) {
         if (d < 0 || d >= cluster_.device_count()) throw InputError("<layout>", 0, where + ".ranks", "device out of range");
@@ -138,20 +158,75 @@ void Builder::check_layout() const {
     if (next != layers) throw InputError("<layout>", 0, where + ".stages", "chunks do not cover every layer");
     if (vw.microbatches < 1) throw InputError("<layout>", 0, where + ".microbatches", "expected at least 1");
   }
+  if (layout_.largest_tensor() != layout_.tensor) {
+    throw InputError("<layout>", 0, "tensor",
+                     "expected the largest rank's device count, " + std::to_string(layout_.largest_tensor()) + ", found " +
+                         std::to_string(layout_.tensor));
+  }
+  if (!layout_.uniform_tensor()) check_mixed_tensor();
+}
+
+// Ranks of different tensor-parallel degrees: what the plan cannot express is refused.
+void Builder::check_mixed_tensor() const {
+  if (layout_.sequence_parallel) {
+    throw InputError("<layout>", 0, "sequence_parallel",
+                     "needs the same tensor-parallel degree in every rank (sequence shards would differ between "
+                     "neighbouring stages); give every rank " + std::to_string(layout_.tensor) + " devices");
+  }
+  // A layer that is not tensor parallel is replicated on every device of its rank; copies
+  // held at different degrees cannot be summed piecewise (each worker would count t times).
+  const auto replicated = [&](int l) {
+    const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
+    return !layer.tp_splittable && layer.params + layer.tied_params > 0;
+  };
+  const bool data_parallel = layout_.sync.kind == SyncKind::allreduce && layout_.workers.size() > 1;
+  std::vector<int> degree_of_layer(net_.layers.size(), 0), worker_of_layer(net_.layers.size(), 0);
+  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w];
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const int t = vw.tensor_of(k);
+      for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
+        if (!replicated(l)) continue;
+        const std::string layer = net_.layers[static_cast<size_t>(l)].name;
+        const std::string field = "workers[" + std::to_string(w) + "].ranks[" + std::to_string(vw.stages[k].rank) + "]";
+        int& seen = degree_of_layer[static_cast<size_t>(l)];
+        if (data_parallel && seen > 0 && seen != t) {
+          throw InputError("<layout>", 0, field,
+                           layer + " is not tensor parallel (every device of a rank holds all of it) and is held on " +
+                               std::to_string(t) + " devices here but on " + std::to_string(seen) + " in workers[" +
+                               std::to_string(worker_of_layer[static_cast<size_t>(l)]) +
+                               "]: its data-parallel all-reduce needs the same degree in every virtual worker");
+        }
+        if (seen == 0) {
+          seen = t;
+          worker_of_layer[static_cast<size_t>(l)] = static_cast<int>(w);
+        }
+        if (layout_.sync.kind == SyncKind::allreduce && k > 0 && net_.layers[static_cast<size_t>(l)].tied_params > 0 &&
+            t != vw.tensor_of(0)) {
+          throw InputError("<layout>", 0, field,
+                           layer + " is not tensor parallel and shares parameters with layer 0, which its first rank "
+                                   "holds on " + std::to_string(vw.tensor_of(0)) + " devices but this rank on " +
+                               std::to_string(t) + ": their all-reduce needs the same degree");
+        }
+      }
+    }
+  }
 }
 
 // Room for what the iteration will hold, counted from the layout: a million tasks grown one
 // reallocation at a time would be copied twenty times over.
 void Builder::reserve() {
-  const auto t = static_cast<size_t>(layout_.tensor);
   size_t tasks = 0, tensors = 0;
   for (const VirtualWorker& vw : layout_.workers) {
-    const size_t ops = vw.stages.size() * static_cast<size_t>(vw.microbatches) * t;
-    tasks += ops * (schedule_.splits_backward ? 3 : 2) * (t > 1 ? 3 : 1) + ops * 4;  // compute (+TP), transfers
-    tensors += ops * 8;
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const auto t = static_cast<size_t>(vw.tensor_of(k));
+      const size_t ops = static_cast<size_t>(vw.microbatches) * t;
+      tasks += ops * (schedule_.splits_backward ? 3 : 2) * (t > 1 ? 3 : 1) + ops * 4;  // compute (+TP), transfers
+      tensors += ops * 8;
+    }
   }
   for (const Segment& s : data_parallel_segments()) {
-    tasks += static_cast<size_t>(s.buckets) * t * layout_.workers.size();
+    for (const Segment::Piece& p : s.pieces) tasks += static_cast<size_t>(p.buckets) * layout_.workers.size();
   }
   tasks += plan_.device_names.size();
   plan_.tasks.reserve(tasks);
@@ -206,12 +281,11 @@ int Builder::chunk_index(int device, int stage) const {
   return static_cast<int>(std::find(chunks.begin(), chunks.end(), stage) - chunks.begin());
 }
 
+// A chunk's ops lie together: per micro-batch, F, B and W, each for tensor ranks 0..t-1.
 OpRecord& Builder::op(int w, int stage, int mb, OpKind kind, int j) {
-  const auto m = static_cast<size_t>(worker(w).microbatches);
-  const size_t slot = ((static_cast<size_t>(stage) * m + static_cast<size_t>(mb)) * 3 + static_cast<size_t>(kind)) *
-                          static_cast<size_t>(layout_.tensor) +
-                      static_cast<size_t>(j);
-  return ops_[static_cast<size_t>(w)][slot];
+  const auto t = static_cast<size_t>(degree(w, stage));
+  const size_t first = slot_base_[static_cast<size_t>(w)][static_cast<size_t>(stage)] + static_cast<size_t>(mb) * t;
+  return ops_[static_cast<size_t>(w)][first * 3 + static_cast<size_t>(kind) * t + static_cast<size_t>(j)];
 }
 
 Task Builder::base_task(TaskKind kind, int device, int w, int stage, int mb) const {
@@ -280,16 +354,28 @@ std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorith
   return plan_.collectives.back().tasks;
 }
 
+// "send>DST:TAG" or "recv<SRC:TAG", spelled in one reused buffer: a plan has a million
+// transfers, and temporaries per name cost as much as the rest of a transfer.
+int Builder::transfer_stream(const char* prefix, int peer, const std::string& tag) {
+  std::string& name = stream_name_;
+  name.assign(prefix);
+  char digits[16];
+  name.append(digits, std::to_chars(digits, digits + sizeof digits, peer).ptr);
+  name += ':';
+  name += tag;
+  return stream(name);
+}
+
 std::pair<int, int> Builder::add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
                                           const Task& like, int sent_tensor, int received_tensor) {
   const int ch = channel(src, dst, tag);
   Task s = communication(like, TaskKind::send, purpose, src, bytes);
   s.channel = ch;
-  s.stream = stream("send>" + std::to_string(dst) + ":" + tag);
+  s.stream = transfer_stream("send>", dst, tag);
   Task r = s;
   r.kind = TaskKind::recv;
   r.device = dst;
-  r.stream = stream("recv<" + std::to_string(src) + ":" + tag);
+  r.stream = transfer_stream("recv<", src, tag);
   std::vector<int> sent, received;
   if (sent_tensor >= 0) sent.push_back(sent_tensor);
   if (received_tensor >= 0) received.push_back(received_tensor);

@@ -12,51 +12,59 @@
 namespace hetflow::partition::builder {
 
 size_t Builder::slot(int w, int stage, int mb, int j) const {
-  const auto m = static_cast<size_t>(worker(w).microbatches);
-  return (static_cast<size_t>(stage) * m + static_cast<size_t>(mb)) * static_cast<size_t>(layout_.tensor) +
-         static_cast<size_t>(j);
+  return slot_base_[static_cast<size_t>(w)][static_cast<size_t>(stage)] +
+         static_cast<size_t>(mb) * static_cast<size_t>(degree(w, stage)) + static_cast<size_t>(j);
 }
 
 bool Builder::tp_collectives(int w, int stage) const {
-  return layout_.tensor > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes > 0;
+  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes > 0;
 }
 
 bool Builder::sharded(int w, int stage) const { return layout_.sequence_parallel && tp_collectives(w, stage); }
 
 // Boundary tensors exist before the tasks that touch them, since a rank's consumer may be
 // built before its producer (interleaved chunks). Transfers carry 1/t of a boundary under
-// tensor parallelism (Megatron's scatter/gather): a sequence-parallel chunk takes its shard
-// as it is; any other chunk all-gathers the slices back into the whole activation.
+// tensor parallelism (Megatron's scatter/gather), t the receiving rank's degree: a
+// sequence-parallel chunk takes its shard as it is; any other chunk all-gathers the slices
+// back into the whole activation. Between ranks of degrees t1 (sending) and t2, receiving
+// rank j gets its slice from sending rank j % t1: every sending rank holds the whole tensor
+// (its pass ended in an all-reduce), so the slices add up to it on every receiving rank, and
+// sending ranks j >= t2 send nothing (their copy is not kept).
 void Builder::prepare_boundaries(int w) {
   const VirtualWorker& vw = worker(w);
   const int stages = static_cast<int>(vw.stages.size());
-  const int t = layout_.tensor;
   for (int s = 0; s + 1 < stages; ++s) {
     const double bytes = work_[static_cast<size_t>(w)][static_cast<size_t>(s)].output_bytes;
+    const int t_s = degree(w, s), t_next = degree(w, s + 1);
+    const bool sharded_s = sharded(w, s), sharded_next = sharded(w, s + 1);
     for (int mb = 0; mb < vw.microbatches; ++mb) {
-      for (int j = 0; j < t; ++j) {
+      for (int j = 0; j < std::max(t_s, t_next); ++j) {
         // Forward: chunk s's output becomes chunk s+1's input; backward: chunk s+1's input
         // gradient becomes chunk s's output gradient.
         for (const bool forward : {true, false}) {
           const int from = forward ? s : s + 1, to = forward ? s + 1 : s;
-          const int src = device_of(w, from, j), dst = device_of(w, to, j);
+          const int t_from = forward ? t_s : t_next, t_to = forward ? t_next : t_s;
+          const bool sharded_from = forward ? sharded_s : sharded_next, sharded_to = forward ? sharded_next : sharded_s;
           const TensorKind kind = forward ? TensorKind::activation : TensorKind::activation_grad;
-          const int produced = activation_tensor(kind, src, sharded(w, from) ? bytes / t : bytes);
-          int consumed = produced, slice = -1;
+          const OpKind producer = forward ? OpKind::F : OpKind::B;
+          int produced = -1;
+          if (j < t_from && j < t_to) {
+            produced = activation_tensor(kind, device_of(w, from, j), sharded_from ? bytes / t_from : bytes);
+            op(w, from, mb, producer, j).output = produced;
+          }
+          if (j >= t_to) continue;
+          const int i = j < t_from ? j : j % t_from;  // the sending rank (its tensor made above: i <= j)
+          const int src = device_of(w, from, i), dst = device_of(w, to, j);
+          int consumed = i == j ? produced : op(w, from, mb, producer, i).output, slice = -1;
           if (src != dst) {
-            if (t > 1 && !sharded(w, to)) slice = activation_tensor(kind, dst, bytes / t);
-            consumed = activation_tensor(kind, dst, sharded(w, to) ? bytes / t : bytes);
+            if (t_to > 1 && !sharded_to) slice = activation_tensor(kind, dst, bytes / t_to);
+            consumed = activation_tensor(kind, dst, sharded_to ? bytes / t_to : bytes);
           }
           const size_t at = slot(w, to, mb, j);
-          if (forward) {
-            op(w, s, mb, OpKind::F, j).output = produced;
-            inputs_[static_cast<size_t>(w)][at] = consumed;
-            input_slices_[static_cast<size_t>(w)][at] = slice;
-          } else {
-            op(w, s + 1, mb, OpKind::B, j).output = produced;
-            output_grads_[static_cast<size_t>(w)][at] = consumed;
-            grad_slices_[static_cast<size_t>(w)][at] = slice;
-          }
+          auto& wholes = forward ? inputs_ : output_grads_;
+          auto& slices = forward ? input_slices_ : grad_slices_;
+          wholes[static_cast<size_t>(w)][at] = consumed;
+          slices[static_cast<size_t>(w)][at] = slice;
         }
       }
     }
@@ -126,13 +134,14 @@ void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::
 void Builder::add_forward(int w, int stage, int mb) {
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const std::vector<int> devices = rank_devices(w, stage);
-  const int t = layout_.tensor;
+  const int t = degree(w, stage);
   const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
   const Task like = base_task(TaskKind::forward, devices[0], w, stage, mb);
   std::vector<int> input(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  const size_t at = slot(w, stage, mb, 0);  // rank j's: at + j
   for (int j = 0; j < t; ++j) {
-    input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
-    slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
+    slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_input =
       gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, TensorKind::activation, like);
@@ -165,7 +174,7 @@ void Builder::add_forward(int w, int stage, int mb) {
 void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const std::vector<int> devices = rank_devices(w, stage);
-  const int t = layout_.tensor;
+  const int t = degree(w, stage);
   const bool split = schedule_.splits_backward;
   const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
   if (kind == OpKind::W) {  // the weight gradient: the stash and the output gradient, nothing more
@@ -189,9 +198,10 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   }
   const Task like = base_task(TaskKind::backward, devices[0], w, stage, mb);
   std::vector<int> grad(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
+  const size_t at = slot(w, stage, mb, 0);  // rank j's: at + j
   for (int j = 0; j < t; ++j) {
-    grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
-    slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][slot(w, stage, mb, j)];
+    grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
+    slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_grad =
       gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, TensorKind::activation_grad, like);

@@ -28,7 +28,8 @@ struct ChunkWork {
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
-ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s);
+// `tensor`: the degree of the chunk's rank.
+ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor);
 
 // What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.
 struct OpRecord {
@@ -39,13 +40,29 @@ struct OpRecord {
   int input = -1;    // B: the output gradient its compute read (W reads it too)
 };
 
+// Parameters held by groups of different tensor-parallel degrees, cut so that each piece
+// lies on one rank of every group: the cuts are every group's rank boundaries j / t. Piece i
+// is `fraction` of the parameters, on rank rank_of[g] of group g (of degree degrees[g]).
+// With one degree t everywhere: t pieces, piece j on rank j of every group.
+struct Share {
+  double fraction = 0;
+  std::vector<int> rank_of;
+};
+std::vector<Share> shares(const std::vector<int>& degrees);
+
 // A range of layers held by the same chunk (stage_of_worker[w]) in every virtual worker:
-// its gradients are all-reduced together, in `buckets` collectives.
+// its gradients are all-reduced together. Each piece (one per tensor-parallel rank when
+// every worker holds the range at the same degree, else the Shares of their degrees) is
+// all-reduced among the devices that hold it, in `buckets` collectives.
 struct Segment {
   int begin = 0, end = 0;
   std::vector<int> stage_of_worker;
-  double bytes = 0;  // gradient bytes per device
-  int buckets = 1;
+  struct Piece {
+    std::vector<int> rank_of_worker;
+    double bytes = 0;  // gradient bytes of the piece
+    int buckets = 1;
+  };
+  std::vector<Piece> pieces;
 };
 
 class Builder {
@@ -58,10 +75,14 @@ class Builder {
  private:
   // --- plan_builder.cpp: checks, lookups, shared constructors ---
   void check_layout() const;
+  void check_mixed_tensor() const;
   int stream(const std::string& name);
+  int transfer_stream(const char* prefix, int peer, const std::string& tag);
   int communicator(const std::string& name, const std::vector<int>& devices);
   int channel(int src, int dst, const std::string& tag);
   const VirtualWorker& worker(int w) const { return layout_.workers[static_cast<size_t>(w)]; }
+  // The tensor-parallel degree of a chunk (the devices of its rank).
+  int degree(int w, int stage) const { return degrees_[static_cast<size_t>(w)][static_cast<size_t>(stage)]; }
   int device_of(int w, int stage, int j) const;
   std::vector<int> rank_devices(int w, int stage) const;
   int chunk_index(int device, int stage) const;  // position of the chunk among the device's
@@ -130,6 +151,10 @@ class Builder {
   std::vector<std::vector<int>> inputs_, output_grads_;  // per worker, by (stage, mb, j) slot
   // ... and where a transfer delivers a 1/t slice that the rank then all-gathers.
   std::vector<std::vector<int>> input_slices_, grad_slices_;
+  std::vector<std::vector<int>> degrees_;        // per worker, per chunk: its rank's devices
+  std::vector<std::vector<size_t>> slot_base_;   // per worker, per chunk: its first (mb, j) slot
+  std::vector<int> sends_;                       // scratch of connect(): sends of one boundary
+  std::string stream_name_;                      // scratch of transfer_stream()
   std::vector<std::vector<int>> weights_, grads_;        // per device: per chunk (in chunk order)
   std::vector<std::vector<int>> chunks_of_device_;       // per device: (worker, stage) packed as stage
 };

@@ -1,7 +1,9 @@
 // Between the chunks of one virtual worker: each forward's output to the next chunk and each
 // backward's input gradient to the previous one, as send/recv pairs on the channel between
 // the two devices ("act" forward, "grad" backward). Built in producer order, rank by rank,
-// so each channel carries its tensors in the order they are made.
+// so each channel carries its tensors in the order they are made. Receiving tensor rank j
+// gets 1/t of the tensor (t: its rank's degree) from sending rank j % t' (t': the sender's
+// degree; see prepare_boundaries).
 #include "partition/plan_builder_detail.hpp"
 
 namespace hetflow::partition::builder {
@@ -23,12 +25,16 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
   if (to < 0 || to >= stages) return;
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const double whole = forward ? work.output_bytes : work.input_bytes;
-  const double bytes = whole / layout_.tensor;  // Megatron's scatter/gather: 1/t per rank
+  const int t_from = degree(w, stage), t_to = degree(w, to);
+  const double bytes = whole / t_to;  // Megatron's scatter/gather: 1/t per receiving rank
   const Purpose purpose = forward ? Purpose::activation : Purpose::gradient;
-  for (int j = 0; j < layout_.tensor; ++j) {
-    const OpRecord& producer = op(w, stage, mb, kind, j);
+  const bool several = t_to > t_from;  // a sending rank serves several receiving ranks
+  if (several) sends_.assign(static_cast<size_t>(t_to), -1);
+  for (int j = 0; j < t_to; ++j) {
+    const int i = j % t_from;
+    const OpRecord& producer = op(w, stage, mb, kind, i);
     const OpRecord& consumer = op(w, to, mb, kind, j);
-    const int src = device_of(w, stage, j), dst = device_of(w, to, j);
+    const int src = device_of(w, stage, i), dst = device_of(w, to, j);
     if (src == dst || bytes <= 0 || producer.output < 0) {
       if (producer.output < 0) plan_.add_order(producer.done, consumer.task);  // nothing flows, order still holds
       continue;  // same device: the consumer reads the producer's tensor in place
@@ -43,6 +49,18 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
         add_transfer(src, dst, forward ? "act" : "grad", bytes, purpose, like, producer.output, received);
     (void)recv;
     set_free_after(producer.output, send);
+    if (several) sends_[static_cast<size_t>(j)] = send;
+  }
+  if (!several) return;
+  // Sending rank i's tensor is read by its sends to ranks i, i + t_from, ...: it is freed
+  // after the last, which follows the others.
+  for (int i = 0; i < t_from; ++i) {
+    const int last = sends_[static_cast<size_t>(i + (t_to - 1 - i) / t_from * t_from)];
+    if (last < 0) continue;
+    for (int j = i; j < t_to; j += t_from) {
+      const int send = sends_[static_cast<size_t>(j)];
+      if (send >= 0 && send != last) plan_.add_order(send, last);
+    }
   }
 }
 

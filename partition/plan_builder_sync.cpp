@@ -1,6 +1,8 @@
 // After the pipelines: gradient synchronisation and the optimizer.
 //  - all-reduce: one bucketed all-reduce per layer segment held by the same devices across
-//    virtual workers, on the "comm" stream; then the tied-embedding gradient all-reduce
+//    virtual workers, on the "comm" stream (workers that hold a segment at different
+//    tensor-parallel degrees all-reduce it in pieces, see Share); then the tied-embedding
+//    gradient all-reduce
 //    between the first and the last stage of each virtual worker (Megatron's embedding
 //    group); then an optimizer step per device.
 //  - ps / wsp: pushes of each chunk's gradients to the servers of its layers, one update per
@@ -8,6 +10,7 @@
 //    iteration i (an order edge with offset D + 1; D = 0 is synchronous).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "model/error.hpp"
 #include "partition/memory.hpp"
@@ -35,9 +38,39 @@ std::map<int, int> Builder::last_compute_of_devices() const {
   return last;
 }
 
+std::vector<Share> shares(const std::vector<int>& degrees) {
+  const auto first = degrees.empty() ? 1 : degrees.front();
+  if (std::all_of(degrees.begin(), degrees.end(), [first](int t) { return t == first; })) {
+    std::vector<Share> out(static_cast<size_t>(first));
+    for (int j = 0; j < first; ++j) out[static_cast<size_t>(j)] = {1.0 / first, std::vector<int>(degrees.size(), j)};
+    return out;
+  }
+  // The cuts j / t of every degree, as fractions (numerator, denominator), in order.
+  std::vector<std::pair<long long, long long>> cuts;
+  for (const int t : degrees) {
+    for (int j = 0; j < t; ++j) cuts.emplace_back(j, t);
+  }
+  const auto less = [](const auto& a, const auto& b) { return a.first * b.second < b.first * a.second; };
+  const auto same = [](const auto& a, const auto& b) { return a.first * b.second == b.first * a.second; };
+  std::sort(cuts.begin(), cuts.end(), less);
+  cuts.erase(std::unique(cuts.begin(), cuts.end(), same), cuts.end());
+  cuts.emplace_back(1, 1);
+  std::vector<Share> out;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const auto [a, b] = cuts[c];
+    const auto [n, d] = cuts[c + 1];
+    Share share;
+    share.fraction = static_cast<double>(n * b - a * d) / static_cast<double>(b * d);
+    for (const int t : degrees) share.rank_of.push_back(static_cast<int>(a * t / b));  // j / t <= a / b < (j + 1) / t
+    out.push_back(std::move(share));
+  }
+  return out;
+}
+
 // Maximal layer ranges held by the same chunks in every virtual worker, later layers first
-// (their gradients are ready first); each with its gradient bytes per device and buckets.
-// Every device sees the collectives in this one global order, so comm streams cannot deadlock.
+// (their gradients are ready first); each cut into the pieces the workers' tensor ranks hold
+// (one per rank at one degree), with their gradient bytes and buckets. Every device sees the
+// collectives in this one global order, so comm streams cannot deadlock.
 std::vector<Segment> Builder::data_parallel_segments() const {
   std::vector<Segment> segments;
   if (layout_.workers.size() < 2) return segments;
@@ -51,12 +84,28 @@ std::vector<Segment> Builder::data_parallel_segments() const {
       }
     }
   }
+  const auto piece = [&](std::vector<int> ranks, double bytes) {
+    const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
+    return Segment::Piece{std::move(ranks), bytes, buckets};
+  };
   for (int end = layers; end > 0;) {
     int begin = end - 1;
     while (begin > 0 && holders[static_cast<size_t>(begin - 1)] == holders[static_cast<size_t>(end - 1)]) --begin;
-    const double bytes = params_per_device(net_, begin, end, layout_.tensor) * grad_bytes_per_param;
-    const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
-    segments.push_back({begin, end, holders[static_cast<size_t>(end - 1)], bytes, buckets});
+    Segment seg{begin, end, holders[static_cast<size_t>(end - 1)], {}};
+    std::vector<int> degrees;
+    for (size_t w = 0; w < layout_.workers.size(); ++w) {
+      degrees.push_back(layout_.workers[w].tensor_of(static_cast<size_t>(seg.stage_of_worker[w])));
+    }
+    if (std::adjacent_find(degrees.begin(), degrees.end(), std::not_equal_to<>()) == degrees.end()) {
+      // One degree t: rank j of every worker holds the same 1/t (all of a replicated layer).
+      const double bytes = params_per_device(net_, begin, end, degrees.front()) * grad_bytes_per_param;
+      for (int j = 0; j < degrees.front(); ++j) seg.pieces.push_back(piece(std::vector<int>(degrees.size(), j), bytes));
+    } else {
+      // Different degrees (only tensor-parallel layers have parameters here: check_layout).
+      const double whole = params_per_device(net_, begin, end, 1) * grad_bytes_per_param;
+      for (Share& s : shares(degrees)) seg.pieces.push_back(piece(std::move(s.rank_of), whole * s.fraction));
+    }
+    segments.push_back(std::move(seg));
     end = begin;
   }
   return segments;
@@ -67,11 +116,12 @@ void Builder::add_allreduce_sync() {
   std::map<int, std::vector<int>> syncs_of_device;
   const int comm = stream("comm");
   for (const Segment& seg : data_parallel_segments()) {
-    const auto [begin, end, stage_of_worker, bytes, buckets] = seg;
-    for (int j = 0; j < layout_.tensor; ++j) {
+    const auto& [begin, end, stage_of_worker, pieces] = seg;
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const auto& [rank_of_worker, bytes, buckets] = pieces[j];
       std::vector<int> devices, grads;
       for (size_t w = 0; w < layout_.workers.size(); ++w) {
-        const int d = device_of(static_cast<int>(w), stage_of_worker[w], j);
+        const int d = device_of(static_cast<int>(w), stage_of_worker[w], rank_of_worker[w]);
         devices.push_back(d);
         grads.push_back(grad_of(d, stage_of_worker[w]));
       }
@@ -97,7 +147,8 @@ void Builder::add_allreduce_sync() {
 }
 
 // Tied input and output embeddings: the first and the last stage both hold the word
-// embedding and add their gradients before the optimizer (after data-parallel sync).
+// embedding and add their gradients before the optimizer (after data-parallel sync), rank j
+// with rank j at one degree, else in the pieces of their two degrees (see Share).
 void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device) {
   const std::map<int, int> last = last_compute_of_devices();
   const int comm = stream("comm");
@@ -106,14 +157,18 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
     const VirtualWorker& vw = layout_.workers[w];
     for (size_t k = 1; k < vw.stages.size(); ++k) {
       const Stage& s = vw.stages[k];
-      double tied = 0;
+      const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
+      const std::vector<Share> pieces = shares({t0, tk});
+      double tied = 0;  // per piece at one degree, else all of it (tensor-parallel layers: check_layout)
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
         const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
-        tied += layer.tp_splittable ? layer.tied_params / layout_.tensor : layer.tied_params;
+        tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
       }
       if (tied <= 0) continue;
-      for (int j = 0; j < layout_.tensor; ++j) {
-        const int first = device_of(static_cast<int>(w), 0, j), holder = device_of(static_cast<int>(w), static_cast<int>(k), j);
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const int first = device_of(static_cast<int>(w), 0, pieces[j].rank_of[0]);
+        const int holder = device_of(static_cast<int>(w), static_cast<int>(k), pieces[j].rank_of[1]);
+        const double bytes = (t0 == tk ? tied : tied * pieces[j].fraction) * grad_bytes_per_param;
         if (first == holder) continue;
         const std::vector<int> devices{first, holder};
         const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};
@@ -122,7 +177,7 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
         like.layer_end = 1;
         const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
                                           "embedding w" + std::to_string(w) + " t" + std::to_string(j), devices,
-                                          tied * grad_bytes_per_param, Purpose::embedding, comm, like, grads, grads);
+                                          bytes, Purpose::embedding, comm, like, grads, grads);
         for (size_t i = 0; i < devices.size(); ++i) {
           auto& syncs = syncs_of_device[devices[i]];
           if (syncs.empty()) plan_.add_order(last.at(devices[i]), tasks[i]);
@@ -191,9 +246,9 @@ void Builder::add_parameter_server_sync() {
       // This chunk's layers, grouped by the server that hosts them.
       std::map<int, double> params_per_server;
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        params_per_server[server_of[static_cast<size_t>(l)]] += params_per_device(net_, l, l + 1, layout_.tensor);
+        params_per_server[server_of[static_cast<size_t>(l)]] += params_per_device(net_, l, l + 1, vw.tensor_of(k));
       }
-      for (int j = 0; j < layout_.tensor; ++j) {
+      for (int j = 0; j < vw.tensor_of(k); ++j) {
         const int device = device_of(static_cast<int>(w), static_cast<int>(k), j);
         for (const auto& [server, params] : params_per_server) {
           if (params <= 0) continue;

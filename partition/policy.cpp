@@ -159,13 +159,14 @@ struct Prefix {
   double range(const std::vector<double>& v, int a, int b) const { return v[static_cast<size_t>(b)] - v[static_cast<size_t>(a)]; }
 };
 
-Prefix prefix_sums(const model::Network& net, const Layout& layout) {
+// At tensor-parallel degree `tensor`.
+Prefix prefix_sums(const model::Network& net, const Layout& layout, int tensor) {
   Prefix p;
   const size_t n = net.layers.size();
   for (auto* v : {&p.forward, &p.backward, &p.recompute, &p.params_split, &p.tied_split, &p.stash}) v->assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const model::Layer& l = net.layers[i];
-    const double t = l.tp_splittable ? layout.tensor : 1;
+    const double t = l.tp_splittable ? tensor : 1;
     const double mbs = layout.micro_batch_size;
     p.forward[i + 1] = p.forward[i] + l.forward_flops * mbs / t;
     p.backward[i + 1] = p.backward[i] + l.backward_flops * mbs / t;
@@ -174,7 +175,7 @@ Prefix prefix_sums(const model::Network& net, const Layout& layout) {
     p.recompute[i + 1] = p.recompute[i] + re * mbs / t;
     p.params_split[i + 1] = p.params_split[i] + l.params / t;
     p.tied_split[i + 1] = p.tied_split[i] + l.tied_params / t;
-    p.stash[i + 1] = p.stash[i] + stashed_bytes_per_microbatch(l, net, layout);
+    p.stash[i + 1] = p.stash[i] + stashed_bytes_per_microbatch(l, net, layout, tensor);
   }
   return p;
 }
@@ -182,15 +183,22 @@ Prefix prefix_sums(const model::Network& net, const Layout& layout) {
 
 namespace {
 // One pipeline's chunk costs, as the balancer sees them: per micro-batch time (forward,
-// backward, recomputation, the outgoing transfer) and whether a chunk fits its rank's memory.
+// backward, recomputation, the outgoing transfer) and whether a chunk fits its rank's memory,
+// each at its rank's tensor-parallel degree (its device count).
 class ChunkCost {
  public:
   ChunkCost(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
             int microbatches, const CostModel& cost)
-      : net_(net), layout_(layout), ranks_(ranks), cost_(cost), pre_(prefix_sums(net, layout)),
+      : net_(net), layout_(layout), ranks_(ranks), cost_(cost),
         p_(static_cast<int>(ranks.size())), chunks_(p_ * layout.virtual_stages),
         in_flight_(peak_in_flight(schedule_by_name(layout.schedule).build(p_, microbatches, layout.virtual_stages),
                                   layout.virtual_stages)) {
+    for (const auto& rank : ranks) {
+      const int t = static_cast<int>(rank.size());
+      auto it = by_degree_.find(t);
+      if (it == by_degree_.end()) it = by_degree_.emplace(t, prefix_sums(net, layout, t)).first;
+      pre_.push_back(&it->second);
+    }
     const double e = model::element_bytes(layout.precision);
     const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
     state_per_param_ = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
@@ -201,13 +209,16 @@ class ChunkCost {
 
   double time_s(int k, int a, int b) const {
     const int device = ranks_[static_cast<size_t>(k % p_)].front();
-    const double flops_f = pre_.range(pre_.forward, a, b);
-    const double flops_b = pre_.range(pre_.backward, a, b) + pre_.range(pre_.recompute, a, b);
+    const Prefix& pre = *pre_[static_cast<size_t>(k % p_)];
+    const double flops_f = pre.range(pre.forward, a, b);
+    const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
     double t = cost_.compute_time_s(device, flops_f) + cost_.compute_time_s(device, flops_b);
     if (k + 1 < chunks_) {
-      const int next = ranks_[static_cast<size_t>((k + 1) % p_)].front();
-      t += cost_.transfer_time_s(device, next,
-                                 net_.cut_bytes(static_cast<size_t>(b)) * layout_.micro_batch_size / layout_.tensor);
+      const auto& next = ranks_[static_cast<size_t>((k + 1) % p_)];
+      // 1/t of the boundary to each rank of the next group (t: its degree).
+      t += cost_.transfer_time_s(device, next.front(),
+                                 net_.cut_bytes(static_cast<size_t>(b)) * layout_.micro_batch_size /
+                                     static_cast<double>(next.size()));
     }
     return t;
   }
@@ -215,9 +226,10 @@ class ChunkCost {
   bool fits(int k, int a, int b) const {
     const int r = k % p_;
     const int device = ranks_[static_cast<size_t>(r)].front();
-    const double params = pre_.range(pre_.params_split, a, b) + (a == 0 ? 0 : pre_.range(pre_.tied_split, a, b));
+    const Prefix& pre = *pre_[static_cast<size_t>(r)];
+    const double params = pre.range(pre.params_split, a, b) + (a == 0 ? 0 : pre.range(pre.tied_split, a, b));
     const double held = in_flight_[static_cast<size_t>(r)][static_cast<size_t>(k / p_)];
-    const double bytes = params * state_per_param_ + held * pre_.range(pre_.stash, a, b);
+    const double bytes = params * state_per_param_ + held * pre.range(pre.stash, a, b);
     // With v chunks per rank, each chunk gets 1/v of what the workspace leaves.
     return bytes <= (cost_.memory_capacity_bytes(device) - layout_.workspace_bytes) / layout_.virtual_stages;
   }
@@ -227,7 +239,8 @@ class ChunkCost {
   const Layout& layout_;
   const std::vector<std::vector<int>>& ranks_;
   const CostModel& cost_;
-  Prefix pre_;
+  std::map<int, Prefix> by_degree_;  // prefix sums per tensor-parallel degree among the ranks
+  std::vector<const Prefix*> pre_;   // per rank: its degree's
   int p_, chunks_;
   std::vector<std::vector<int>> in_flight_;
   double state_per_param_ = 0;

@@ -56,6 +56,9 @@ void check_embedded(const Plan& plan, Problems& problems) {
   }
   if (l.tensor < 1 || l.virtual_stages < 1 || l.micro_batch_size < 1) {
     problems.push_back("layout: tensor, virtual_stages and micro_batch_size must be at least 1");
+  } else if (l.tensor != l.largest_tensor()) {
+    problems.push_back("layout.tensor: expected the largest rank's device count, " + std::to_string(l.largest_tensor()) +
+                       ", found " + std::to_string(l.tensor));
   }
   if (!finite_non_negative(l.workspace_bytes)) problems.push_back("layout.workspace_bytes: expected a size >= 0");
   if (l.workers.empty()) problems.push_back("layout.workers: expected at least one virtual worker");
@@ -464,14 +467,20 @@ void check_local_dependencies(const Plan& plan, Problems& problems) {
 }
 
 // Each virtual worker's chunks cover the layers in order, and so do the forward tasks of
-// its first micro-batch, once per tensor-parallel rank.
+// its first micro-batch, once per tensor-parallel rank of the chunk that holds the layer.
 void check_coverage(const Plan& plan, Problems& problems) {
   const int layers = static_cast<int>(plan.network.layers.size());
   for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
     const VirtualWorker& vw = plan.layout.workers[w];
     const std::string where = "virtual worker " + std::to_string(w);
     int next = 0;
+    std::vector<int> copies(static_cast<size_t>(layers), 0);
     for (const Stage& s : vw.stages) {
+      if (in_range(s.rank, vw.ranks.size())) {
+        for (int l = std::max(s.layer_begin, 0); l < std::min(s.layer_end, layers); ++l) {
+          copies[static_cast<size_t>(l)] = static_cast<int>(vw.ranks[static_cast<size_t>(s.rank)].size());
+        }
+      }
       if (s.layer_begin != next) {
         problems.push_back(where + ": its chunks do not cover the layers in order (chunk [" + std::to_string(s.layer_begin) +
                            ", " + std::to_string(s.layer_end) + ") after layer " + std::to_string(next) + ")");
@@ -485,12 +494,11 @@ void check_coverage(const Plan& plan, Problems& problems) {
       if (t.kind != TaskKind::forward || t.worker != static_cast<int>(w) || t.microbatch != 0) continue;
       for (int l = t.layer_begin; l < t.layer_end; ++l) ++count[static_cast<size_t>(l)];
     }
-    const int copies = plan.layout.tensor;
     for (int l = 0; l < layers; ++l) {
-      if (count[static_cast<size_t>(l)] != copies) {
+      if (count[static_cast<size_t>(l)] != copies[static_cast<size_t>(l)]) {
         problems.push_back(where + ": layer " + std::to_string(l) + " is computed " +
                            std::to_string(count[static_cast<size_t>(l)]) + " times per micro-batch (expected " +
-                           std::to_string(copies) + ", once per tensor-parallel rank)");
+                           std::to_string(copies[static_cast<size_t>(l)]) + ", once per tensor-parallel rank)");
         break;
       }
     }

@@ -201,9 +201,11 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
     samples += static_cast<long long>(w.microbatches) * layout.micro_batch_size;
     const long long chunks = static_cast<long long>(w.stages.size());
     // Per micro-batch and chunk: forward, backward (and weight gradient), and a send and a
-    // receive each way at every chunk boundary; on every device of the tensor group.
+    // receive each way at every chunk boundary; on every device of the chunk's tensor group.
     const long long per = (split_w ? 3 : 2) + (chunks > 1 ? 4 : 0);
-    tasks += static_cast<long long>(w.microbatches) * chunks * layout.tensor * per;
+    for (size_t k = 0; k < w.stages.size(); ++k) {
+      tasks += static_cast<long long>(w.microbatches) * w.tensor_of(k) * per;
+    }
   }
   if (samples > kMaxSamples) {
     throw InputError("<command line>", 0, "--micro-batch",

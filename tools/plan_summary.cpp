@@ -1,6 +1,8 @@
 #include "tools/plan_summary.hpp"
 
+#include <algorithm>
 #include <iomanip>
+#include <string>
 #include <ostream>
 
 #include "model/units.hpp"
@@ -10,10 +12,22 @@ namespace hetflow::tools {
 namespace u = model::units;
 using partition::Plan;
 
+namespace {
+// The tensor-parallel degree: one number, or the range of the stages' degrees.
+std::string tensor_text(const partition::Layout& l) {
+  if (l.uniform_tensor()) return std::to_string(l.tensor);
+  size_t least = static_cast<size_t>(l.tensor);
+  for (const partition::VirtualWorker& w : l.workers) {
+    for (const auto& rank : w.ranks) least = std::min(least, rank.size());
+  }
+  return std::to_string(least) + "-" + std::to_string(l.tensor) + " (per stage)";
+}
+}  // namespace
+
 void print_layout(std::ostream& out, const Plan& plan) {
   const partition::Layout& l = plan.layout;
   out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — policy " << l.policy << ", schedule "
-      << l.schedule << ", tensor " << l.tensor << ", " << l.workers.size() << " virtual worker"
+      << l.schedule << ", tensor " << tensor_text(l) << ", " << l.workers.size() << " virtual worker"
       << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "
       << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << ", sync "
       << partition::to_string(l.sync.kind);

@@ -111,9 +111,9 @@ TEST(LayoutFile, EveryMistakeNamesItsLineAndField) {
        "is required but missing"},
       {stages("{devices: [n-0/gpu0], layer: 0-2}", "{devices: [n-0/gpu1], layers: 3-5}"), 3, "workers[0].stages[0].layer",
        "unknown key; expected one of the known keys, nearest: layers, devices"},
-      {stages("{devices: [n-0/gpu0], layers: 0-2}", "{devices: [n-0/gpu1, n-0/gpu2], layers: 3-5}"), 4,
+      {stages("{devices: [n-0/gpu0], layers: 0-2}", "{devices: [n-0/gpu1, n-0/gpu2, n-0/gpu3], layers: 3-5}"), 4,
        "workers[0].stages[1].devices",
-       "2 devices, but workers[0].stages[0] has 1: stages with different tensor-parallel degrees are not supported yet"},
+       "3 devices per stage (tensor parallel) must divide the 8 attention heads (or KV groups) of layer0"},
       {stages("{devices: [n-0/gpu0, n-0/gpu1, n-0/gpu2], layers: 0-2}", "{devices: [n-1/gpu0], layers: 3-5}"), 3,
        "workers[0].stages[0].devices",
        "3 devices per stage (tensor parallel) must divide the 8 attention heads (or KV groups) of layer0"},
@@ -212,6 +212,99 @@ TEST(LayoutFile, EverySyncBuildsAValidPlan) {
     PlanOptions o;
     o.sync = sync;
     o.layout_file = test_support::write_file("sync.yaml", kTwoWorkers);
+    const Layout l = make_layout(cluster(), network(), o, cost);
+    const Validation v = validate_plan(build_plan(cluster(), network(), l, cost));
+    EXPECT_TRUE(v.ok()) << to_string(sync) << ": " << (v.ok() ? "" : v.problems.front());
+  }
+}
+
+TEST(LayoutFile, StagesMayDifferInTensorParallelDegree) {
+  const Layout l = read(R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0], layers: 0-2}
+      - {devices: [n-0/gpu1, n-0/gpu2], layers: 3-5}
+  - stages:
+      - {devices: [n-1/gpu0, n-1/gpu1, n-1/gpu2, n-1/gpu3], layers: 0-5}
+)");
+  EXPECT_EQ(l.tensor, 4);  // the largest stage's
+  EXPECT_EQ(l.workers.at(0).ranks, (std::vector<std::vector<int>>{{0}, {1, 2}}));
+  EXPECT_EQ(l.workers.at(0).tensor_of(0), 1);
+  EXPECT_EQ(l.workers.at(0).tensor_of(1), 2);
+  EXPECT_EQ(l.workers.at(1).tensor_of(0), 4);
+  EXPECT_FALSE(l.uniform_tensor());
+}
+
+TEST(LayoutFile, SequenceParallelStagesShareOneDegree) {
+  Layout base;
+  base.sequence_parallel = true;
+  try {
+    read_layout_file(R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0, n-0/gpu1], layers: 0-2}
+      - {devices: [n-0/gpu2], layers: 3-5}
+)",
+                     "layout.yaml", cluster(), network(), base);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.line(), 4);
+    EXPECT_EQ(e.field(), "workers[0].stages[1].devices");
+    EXPECT_EQ(e.message(),
+              "1 device, but workers[0].stages[0] has 2: sequence parallelism (`sequence_parallel`) needs the same "
+              "tensor-parallel degree in every stage, since sequence shards would differ between neighbouring stages");
+  }
+}
+
+TEST(LayoutFile, LayersThatAreNotTensorParallelKeepOneDegreeAcrossWorkers) {
+  // Plain layers with parameters (not tensor parallel): every device of a stage holds all of
+  // them, so two workers cannot all-reduce them at different degrees.
+  const model::Network plain = test_support::equal_layers(4);
+  const std::string text = R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0], layers: 0-1}
+      - {devices: [n-0/gpu1, n-0/gpu2], layers: 2-3}
+  - stages:
+      - {devices: [n-1/gpu0], layers: 0-1}
+      - {devices: [n-1/gpu1], layers: 2-3}
+)";
+  try {
+    read_layout_file(text, "layout.yaml", cluster(), plain, Layout{});
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.line(), 7);
+    EXPECT_EQ(e.field(), "workers[1].stages[1].devices");
+    EXPECT_EQ(e.message(),
+              "1 device, but workers[0].stages[1] has 2: l2 is not tensor parallel (every device of a stage holds all "
+              "of it), so its data-parallel all-reduce needs the same number of devices in both stages");
+  }
+  // Under a parameter server nothing is all-reduced: the same file is a layout.
+  Layout ps;
+  ps.sync.kind = SyncKind::ps;
+  EXPECT_EQ(read_layout_file(text, "layout.yaml", cluster(), plain, ps).tensor, 2);
+}
+
+TEST(LayoutFile, MixedDegreesBuildAValidPlanWithEverySync) {
+  const CostModel cost(cluster(), model::Precision::fp16);
+  for (SyncKind sync : {SyncKind::allreduce, SyncKind::ps, SyncKind::wsp}) {
+    PlanOptions o;
+    o.sync = sync;
+    o.layout_file = test_support::write_file("mixed.yaml", R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0], layers: 0-2}
+      - {devices: [n-0/gpu1, n-0/gpu2], layers: 3-5}
+  - stages:
+      - {devices: [n-1/gpu0, n-1/gpu1, n-1/gpu2, n-1/gpu3], layers: 0-1}
+      - {devices: [n-1/gpu0], layers: 2-5}
+)");
+    // n-1/gpu0 twice: refused; then a valid file.
+    EXPECT_THROW(make_layout(cluster(), network(), o, cost), InputError);
+    o.layout_file = test_support::write_file("mixed.yaml", R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0], layers: 0-2}
+      - {devices: [n-0/gpu1, n-0/gpu2], layers: 3-5}
+  - stages:
+      - {devices: [n-1/gpu0, n-1/gpu1, n-1/gpu2, n-1/gpu3], layers: 0-1}
+      - {devices: [n-0/gpu3], layers: 2-5}
+)");
     const Layout l = make_layout(cluster(), network(), o, cost);
     const Validation v = validate_plan(build_plan(cluster(), network(), l, cost));
     EXPECT_TRUE(v.ok()) << to_string(sync) << ": " << (v.ok() ? "" : v.problems.front());

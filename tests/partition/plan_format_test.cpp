@@ -7,18 +7,21 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
+#include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
 #include "partition/schedule.hpp"
 #include "partition/validate.hpp"
 #include "tests/partition/plan_test_util.hpp"
+#include "tests/scratch.hpp"
 
 using namespace hetflow;
 using namespace hetflow::partition;
@@ -238,6 +241,184 @@ TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
       EXPECT_GT(m.buffers_bytes, 0);
       EXPECT_LE(m.buffers_bytes, 3 * boundary) << "t=" << t << " rank " << r;
     }
+  }
+}
+
+namespace {
+
+// Worker 0 runs stages of tensor-parallel degrees 1, 2, 4 and 2; worker 1 of degrees 2 and 1.
+// Layers 0-1 are held at degrees 1 (worker 0) and 2 (worker 1), layer 2 at 2 and 2, layer 3
+// at 2 and 1, layer 4 at 4 and 1, the head (layer 5, tied to the embedding) at 2 and 1.
+const char* kMixedDegrees = R"(workers:
+  - microbatches: 4
+    stages:
+      - {devices: [n-0/gpu0], layers: 0-1}
+      - {devices: [n-0/gpu1, n-0/gpu2], layers: 2-3}
+      - {devices: [n-1/gpu0, n-1/gpu1, n-1/gpu2, n-1/gpu3], layers: 4}
+      - {devices: [n-0/gpu3, n-2/gpu3], layers: 5}
+  - microbatches: 3
+    stages:
+      - {devices: [n-2/gpu0, n-2/gpu1], layers: 0-2}
+      - {devices: [n-2/gpu2], layers: 3-5}
+)";
+
+Plan mixed_degree_plan(PlanOptions o = {}) {
+  static const model::Cluster cluster = test_support::identical_cluster(4, 3);
+  static const model::Network net =
+      model::network_from_spec("gpt:layers=4,hidden=256,heads=8,seq=128", model::Precision::fp16);
+  o.layout_file = test_support::write_file("mixed-degrees.yaml", kMixedDegrees);
+  return plan_of(cluster, net, o);
+}
+
+}  // namespace
+
+TEST(PlanFormat, StagesOfDifferentTensorDegreesRoundTrip) {
+  for (const std::string schedule : {"gpipe", "1f1b", "1f1b-split-w"}) {
+    for (const SyncKind sync : {SyncKind::allreduce, SyncKind::ps, SyncKind::wsp}) {
+      for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+        PlanOptions o;
+        o.schedule = schedule;
+        o.sync = sync;
+        o.recompute = recompute;
+        o.micro_batch = 2;
+        const Plan plan = mixed_degree_plan(o);
+        const std::string what = schedule + " " + std::string(to_string(sync)) + " " + std::string(to_string(recompute));
+        EXPECT_EQ(plan.layout.tensor, 4) << what;  // the largest stage's
+        expect_round_trip(plan, what);
+        const Estimate e = estimate_plan(plan, CostModel(plan.cluster, plan.network.precision));
+        EXPECT_GT(e.iteration_time_s, 0) << what;
+      }
+    }
+  }
+}
+
+TEST(PlanFormat, EveryRankOfTheNextStageGetsTheWholeBoundary) {
+  const Plan plan = mixed_degree_plan();
+  const double mbs = plan.layout.micro_batch_size;
+  const std::vector<std::vector<int>> readers = plan.consumers();
+  // What reaches each receiving device, per direction, worker and micro-batch: its receive,
+  // plus what the all-gather of its group brings from the other t - 1 ranks.
+  std::map<std::tuple<Purpose, int, int, int>, double> reached;
+  std::map<std::tuple<Purpose, int, int, int>, double> whole;
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const Task& r = plan.tasks[i];
+    if (r.kind != TaskKind::recv || (r.purpose != Purpose::activation && r.purpose != Purpose::gradient)) continue;
+    const auto key = std::make_tuple(r.purpose, r.worker, r.microbatch, r.device);
+    EXPECT_EQ(reached.count(key), 0U) << "two receives into one device for one micro-batch";
+    double bytes = r.bytes;
+    const int received = plan.writes(static_cast<int>(i)).front();
+    for (int reader : readers[static_cast<size_t>(received)]) {
+      const Task& g = plan.tasks[static_cast<size_t>(reader)];
+      if (g.kind != TaskKind::collective) continue;
+      const Collective& c = plan.collectives[static_cast<size_t>(g.collective)];
+      ASSERT_EQ(c.kind, CollectiveKind::all_gather);
+      const double t = static_cast<double>(plan.members(c).size());
+      bytes += c.bytes * (t - 1) / t;  // all_gather bytes: the output each ends with
+    }
+    reached[key] = bytes;
+    // The boundary after the sending chunk (forward) or before it (backward), from the network.
+    whole[key] = plan.network.cut_bytes(static_cast<size_t>(r.purpose == Purpose::activation ? r.layer_end : r.layer_begin)) * mbs;
+  }
+  for (const auto& [key, bytes] : reached) EXPECT_NEAR(bytes, whole.at(key), 1e-9 * bytes);
+  // Every device of every receiving stage, for every micro-batch and direction.
+  size_t expected = 0;
+  for (const VirtualWorker& w : plan.layout.workers) {
+    for (size_t k = 0; k < w.stages.size(); ++k) {
+      const size_t directions = (k > 0 ? 1 : 0) + (k + 1 < w.stages.size() ? 1 : 0);
+      expected += directions * static_cast<size_t>(w.tensor_of(k) * w.microbatches);
+    }
+  }
+  EXPECT_EQ(reached.size(), expected);
+  EXPECT_EQ(expected, (1 + 2 * 2 + 2 * 4 + 2) * 4 + (2 + 1) * 3U);
+}
+
+TEST(PlanFormat, DataParallelPiecesAddUpToEachLayersParameters) {
+  const Plan plan = mixed_degree_plan();
+  const model::Network& net = plan.network;
+  const double e = model::element_bytes(plan.layout.precision);
+  std::map<std::pair<int, int>, double> by_range;  // all-reduced bytes per layer range
+  std::map<std::pair<int, int>, int> collectives;
+  std::map<int, double> by_device, tied_by_device;
+  std::map<int, double> tied_by_worker;
+  for (const Collective& c : plan.collectives) {
+    const Task& first = plan.tasks[static_cast<size_t>(c.tasks.front())];
+    if (c.purpose == Purpose::data_parallel) {
+      by_range[{first.layer_begin, first.layer_end}] += c.bytes;
+      ++collectives[{first.layer_begin, first.layer_end}];
+      for (int task : c.tasks) by_device[plan.tasks[static_cast<size_t>(task)].device] += c.bytes;
+    } else if (c.purpose == Purpose::embedding) {
+      EXPECT_EQ(c.tasks.size(), 2U);
+      tied_by_worker[first.worker] += c.bytes;
+      for (int task : c.tasks) tied_by_device[plan.tasks[static_cast<size_t>(task)].device] += c.bytes;
+    }
+  }
+  // The oracle, from the network: a range's parameters (a range without layer 0 keeps its own
+  // copy of the tied embedding), each layer in one range.
+  std::vector<int> covered(net.layers.size(), 0);
+  for (const auto& [range, bytes] : by_range) {
+    double params = 0;
+    for (int l = range.first; l < range.second; ++l) {
+      const model::Layer& layer = net.layers[static_cast<size_t>(l)];
+      params += layer.params + (range.first > 0 ? layer.tied_params : 0);
+      ++covered[static_cast<size_t>(l)];
+    }
+    EXPECT_NEAR(bytes, params * e, 1e-9 * bytes) << "layers " << range.first << "-" << range.second - 1;
+  }
+  EXPECT_EQ(covered, std::vector<int>(net.layers.size(), 1));
+  // Degrees 1 and 2 (layers 0-1): two halves; 2 and 2 (layer 2): two; 2 and 1 (layer 3): two;
+  // 4 and 1 (layer 4): four quarters; 2 and 1 (head): two. Buckets of 25 MiB hold each.
+  EXPECT_EQ(collectives, (std::map<std::pair<int, int>, int>{{{0, 2}, 2}, {{2, 3}, 2}, {{3, 4}, 2}, {{4, 5}, 4}, {{5, 6}, 2}}));
+  // Each device all-reduces exactly its gradient buffer.
+  std::map<int, double> grads;
+  for (const Tensor& t : plan.tensors) {
+    if (t.kind == TensorKind::weight_grad) grads[t.device] += t.bytes;
+  }
+  ASSERT_EQ(by_device.size(), grads.size());
+  for (const auto& [device, bytes] : grads) EXPECT_NEAR(by_device[device], bytes, 1e-9 * bytes) << plan.device_names[static_cast<size_t>(device)];
+  // The tied embedding: all of it between each worker's first and last stage, each device its share.
+  const double tied = net.layers.back().tied_params * e;
+  EXPECT_EQ(tied_by_worker, (std::map<int, double>{{0, tied}, {1, tied}}));
+  const std::map<int, double> tied_share{{0, tied}, {3, tied / 2}, {11, tied / 2},  // worker 0: 1 device, then 2
+                                         {8, tied / 2}, {9, tied / 2}, {10, tied}};  // worker 1: 2, then 1
+  EXPECT_EQ(tied_by_device, tied_share);
+}
+
+TEST(PlanFormat, EachDeviceHoldsItsStagesShareOfTheWeights) {
+  const Plan plan = mixed_degree_plan();
+  const model::Network& net = plan.network;
+  const double e = model::element_bytes(plan.layout.precision);
+  const auto params = [&](int begin, int end) {
+    double p = 0;
+    for (int l = begin; l < end; ++l) p += net.layers[static_cast<size_t>(l)].params + (begin > 0 ? net.layers[static_cast<size_t>(l)].tied_params : 0);
+    return p;
+  };
+  // n-1/gpu0 (device 4) holds a quarter of layer 4; n-2/gpu2 (10) all of layers 3-5; n-0/gpu1 (1) half of 2-3.
+  EXPECT_DOUBLE_EQ(plan.memory[4].weights_bytes, params(4, 5) / 4 * e);
+  EXPECT_DOUBLE_EQ(plan.memory[10].weights_bytes, params(3, 6) * e);
+  EXPECT_NEAR(plan.memory[1].weights_bytes, params(2, 4) / 2 * e, 1e-9 * plan.memory[1].weights_bytes);
+  // The closed form at each stage's own degree agrees with the plan's tensors: persistent
+  // state exactly, stashed activations for the micro-batches the lifetimes found in flight.
+  for (const VirtualWorker& w : plan.layout.workers) {
+    for (size_t k = 0; k < w.stages.size(); ++k) {
+      for (const int d : w.ranks[static_cast<size_t>(w.stages[k].rank)]) {
+        const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
+        const DeviceMemory closed =
+            device_memory(net, plan.layout, {w.stages[k]}, {m.peak_in_flight}, true, m.capacity_bytes, w.tensor_of(k));
+        const std::string where = plan.device_names[static_cast<size_t>(d)];
+        EXPECT_DOUBLE_EQ(closed.weights_bytes, m.weights_bytes) << where;
+        EXPECT_DOUBLE_EQ(closed.gradients_bytes, m.gradients_bytes) << where;
+        EXPECT_DOUBLE_EQ(closed.optimizer_bytes, m.optimizer_bytes) << where;
+        EXPECT_NEAR(closed.activations_bytes, m.activations_bytes, 1e-9 * m.activations_bytes) << where;
+      }
+    }
+  }
+  // Forward work too: each device of a stage computes 1/t of its layers.
+  for (const Task& t : plan.tasks) {
+    if (t.kind != TaskKind::forward || t.microbatch != 0) continue;
+    const VirtualWorker& w = plan.layout.workers[static_cast<size_t>(t.worker)];
+    double flops = 0;
+    for (int l = t.layer_begin; l < t.layer_end; ++l) flops += net.layers[static_cast<size_t>(l)].forward_flops;
+    EXPECT_NEAR(t.flops, flops * plan.layout.micro_batch_size / w.tensor_of(static_cast<size_t>(t.stage)), 1e-9 * t.flops);
   }
 }
 

@@ -7,12 +7,14 @@
 
 #include "model/error.hpp"
 #include "model/io.hpp"
+#include "model/zoo.hpp"
 #include "partition/estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
 #include "partition/validate.hpp"
 #include "tests/partition/plan_test_util.hpp"
+#include "tests/scratch.hpp"
 
 using namespace hetflow;
 using namespace hetflow::partition;
@@ -346,4 +348,26 @@ TEST(Validate, APlanFileStandsAloneAndNamesItsFingerprint) {
   EXPECT_EQ(back.network, plan.network);
   EXPECT_EQ(back.cluster, plan.cluster);
   EXPECT_TRUE(validate_plan(back).ok());
+}
+
+TEST(Validate, MixedTensorDegreesAreCheckedPerStage) {
+  // Worker 0: one device, then two; worker 1: two, then one.
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  const model::Network net = model::network_from_spec("gpt:layers=2,hidden=256,heads=4,seq=64", model::Precision::fp16);
+  PlanOptions o;
+  o.layout_file = test_support::write_file("validate-mixed.yaml", R"(workers:
+  - stages: [{devices: [n-0/gpu0], layers: 0-1}, {devices: [n-0/gpu1, n-0/gpu2], layers: 2-3}]
+  - stages: [{devices: [n-0/gpu3], layers: 0-3}]
+)");
+  const CostModel cost(cluster, net.precision);
+  const Plan plan = build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
+  EXPECT_EQ(first_problem(validate_plan(plan)), "valid");
+  Plan lying = plan;  // a hand edit: the layout's tensor must be the largest rank's degree
+  lying.layout.tensor = 1;
+  EXPECT_EQ(first_problem(validate_plan(lying)), "layout.tensor: expected the largest rank's device count, 2, found 1");
+  Plan regrouped = plan;  // the second stage's layers computed twice per micro-batch, not once
+  regrouped.layout.workers[0].ranks[1] = {1};
+  regrouped.layout.tensor = 1;
+  EXPECT_TRUE(mentions(validate_plan(regrouped), "virtual worker 0: layer 2 is computed 2 times per micro-batch (expected 1"))
+      << first_problem(validate_plan(regrouped));
 }

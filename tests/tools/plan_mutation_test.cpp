@@ -173,6 +173,16 @@ const std::vector<Seed>& seeds() {
       o.iterations = 3;
       out.push_back(make_seed("hetpipe-ed wsp staleness 1", build(model::builtin_cluster("hetpipe-testbed"), gpt, o)));
     }
+    {
+      PlanOptions o;  // stages of one and two devices; the workers hold layers 0-2 and 3-5 at different degrees
+      o.layout_file = test_support::write_file("mutation-mixed-degrees.yaml", R"(workers:
+  - stages: [{devices: [n-0/gpu0], layers: 0-2}, {devices: [n-0/gpu1, n-0/gpu2], layers: 3-5}]
+  - stages: [{devices: [n-1/gpu0, n-1/gpu1], layers: 0-2}, {devices: [n-0/gpu3], layers: 3-5}]
+)");
+      o.microbatches = 2;
+      o.iterations = 2;
+      out.push_back(make_seed("layout file, tensor degrees 1 and 2", build(test_support::identical_cluster(4, 2), gpt, o)));
+    }
     return out;
   }();
   return all;
