@@ -23,7 +23,7 @@ CollectiveSpec collective_spec(const Plan& plan, const Collective& c) {
 }
 
 double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
-  const Task& t = plan.tasks[static_cast<size_t>(task)];
+  const Task& t = plan.task(task);
   switch (t.kind) {
     case TaskKind::forward:
     case TaskKind::backward:
@@ -35,7 +35,7 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
     case TaskKind::recv:
       return cost.transfer_time_s(plan.peer(task), t.device, t.bytes);
     case TaskKind::collective:
-      return cost.collective_time_s(collective_spec(plan, plan.collectives[static_cast<size_t>(t.collective)]));
+      return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
   }
   return 0;
 }
@@ -148,7 +148,7 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
         r = std::max(r, finish);
       }
       for (int t : order.unit(u)) {
-        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        const Task& task = plan.task(t);
         const bool compute_stream = task.kind != TaskKind::send && task.kind != TaskKind::recv &&
                                     (task.kind != TaskKind::collective || task.purpose == Purpose::tensor_parallel ||
                                      task.purpose == Purpose::sequence_parallel);

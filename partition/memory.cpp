@@ -117,7 +117,7 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
   std::vector<Live> live(devices);
   auto is_activation_memory = [](TensorKind k) { return k == TensorKind::stash || k == TensorKind::workspace; };
   for (int task : task_order) {
-    const auto device = static_cast<size_t>(plan.tasks[static_cast<size_t>(task)].device);
+    const auto device = static_cast<size_t>(plan.task(task).device);
     memory[device].workspace_bytes = plan.layout.workspace_bytes;  // a device that runs anything
     Live& l = live[device];
     for (int k = allocate_begin[static_cast<size_t>(task)]; k < allocate_begin[static_cast<size_t>(task) + 1]; ++k) {

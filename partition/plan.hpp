@@ -195,6 +195,18 @@ struct Plan {
   int device_count() const { return static_cast<int>(device_names.size()); }
   int iterations() const { return layout.iterations; }
 
+  // Lookups by id. Ids are ints in the file and in every reference between tables; these
+  // keep the conversion to an index in one place. Unchecked (validation checks every id).
+  const Task& task(int id) const { return tasks[static_cast<size_t>(id)]; }
+  Task& task(int id) { return tasks[static_cast<size_t>(id)]; }
+  const Tensor& tensor(int id) const { return tensors[static_cast<size_t>(id)]; }
+  Tensor& tensor(int id) { return tensors[static_cast<size_t>(id)]; }
+  const Collective& collective(int id) const { return collectives[static_cast<size_t>(id)]; }
+  const Channel& channel(int id) const { return channels[static_cast<size_t>(id)]; }
+  const Communicator& communicator(int id) const { return communicators[static_cast<size_t>(id)]; }
+  const std::string& device_name(int id) const { return device_names[static_cast<size_t>(id)]; }
+  const std::string& stream_name(int id) const { return streams[static_cast<size_t>(id)]; }
+
   // Adds a task that reads and writes the given tensors (ids of existing tensors) and
   // appends it to its device's stream program. A transient tensor it writes whose producer
   // is unset becomes its product.
@@ -218,7 +230,7 @@ struct Plan {
   // The other end of a transfer task (send: the channel's dst; recv: its src).
   int peer(int task) const;
   const std::vector<int>& members(const Collective& c) const {
-    return communicators[static_cast<size_t>(c.communicator)].devices;
+    return communicator(c.communicator).devices;
   }
 
   // Reads and writes of every task in one array: task t's reads are

@@ -385,7 +385,7 @@ std::pair<int, int> Builder::add_transfer(int src, int dst, const std::string& t
 }
 
 void Builder::set_free_after(int tensor_id, int task) {
-  if (tensor_id >= 0) plan_.tensors[static_cast<size_t>(tensor_id)].free_after = task;
+  if (tensor_id >= 0) plan_.tensor(tensor_id).free_after = task;
 }
 
 // Peak memory per device from the tensors' lifetimes in the plan's canonical order.

@@ -44,7 +44,7 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
     const auto& wholes = forward ? inputs_ : output_grads_;
     const int slice = slices[static_cast<size_t>(w)][at];
     const int received = slice >= 0 ? slice : wholes[static_cast<size_t>(w)][at];
-    Task like = plan_.tasks[static_cast<size_t>(producer.done)];
+    Task like = plan_.task(producer.done);
     const auto [send, recv] =
         add_transfer(src, dst, forward ? "act" : "grad", bytes, purpose, like, producer.output, received);
     (void)recv;

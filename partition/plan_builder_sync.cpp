@@ -26,7 +26,7 @@ std::map<int, int> Builder::last_compute_of_devices() const {
       for (int d : rank) {
         const auto& program = plan_.program(d, compute_stream_);
         for (auto i = program.rbegin(); i != program.rend(); ++i) {
-          const TaskKind k = plan_.tasks[static_cast<size_t>(*i)].kind;
+          const TaskKind k = plan_.task(*i).kind;
           if (k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::collective) {
             last[d] = *i;
             break;
@@ -193,7 +193,7 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
 // moments: memory bound on every GPU.
 void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
   for (const auto& [device, last_task] : last_compute_of_devices()) {
-    const int w = plan_.tasks[static_cast<size_t>(last_task)].worker;
+    const int w = plan_.task(last_task).worker;
     Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
     const double params = device_params(device);
     opt.flops = 12 * params;
@@ -216,7 +216,7 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
 double Builder::device_params(int device) const {
   double params = 0;
   for (const int id : weights_[static_cast<size_t>(device)]) {
-    params += static_cast<double>(plan_.tensors[static_cast<size_t>(id)].shape.front());
+    params += static_cast<double>(plan_.tensor(id).shape.front());
   }
   return params;
 }
@@ -289,7 +289,7 @@ void Builder::add_parameter_server_sync() {
     reads.push_back(state);
     const int id = plan_.add_task(u, reads, std::vector<int>{state});
     for (int in : inputs) {
-      if (plan_.tasks[static_cast<size_t>(in)].kind != TaskKind::recv) plan_.add_order(in, id);
+      if (plan_.task(in).kind != TaskKind::recv) plan_.add_order(in, id);
     }
     for (int b : buffers_of_server[server]) set_free_after(b, id);
     update_of[server] = {id, state};

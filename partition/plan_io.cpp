@@ -685,7 +685,7 @@ std::string plan_grid(const Plan& plan) {
     std::string line;
     for (const StreamProgram& program : plan.programs[d]) {
       for (int id : program.tasks) {
-        const Task& t = plan.tasks[static_cast<size_t>(id)];
+        const Task& t = plan.task(id);
         char letter = 0;
         if (t.kind == TaskKind::forward) letter = 'F';
         if (t.kind == TaskKind::backward) letter = 'B';

@@ -35,7 +35,7 @@ TaskOrder order_tasks(const Plan& plan) {
     for (const StreamProgram& stream : device) {
       for (int t : stream.tasks) {
         if (t < 0 || static_cast<size_t>(t) >= n || o.unit_of_task[static_cast<size_t>(t)] >= 0) continue;
-        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        const Task& task = plan.task(t);
         if (task.channel < 0 || static_cast<size_t>(task.channel) >= plan.channels.size()) continue;
         if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
         const auto c = static_cast<size_t>(task.channel);
@@ -145,9 +145,9 @@ TaskOrder order_tasks(const Plan& plan) {
 std::string describe_task(const Plan& plan, int task) {
   const Task& t = plan.tasks.at(static_cast<size_t>(task));
   std::string s = std::string(to_string(t.kind)) + " #" + std::to_string(task) + " on ";
-  s += t.device >= 0 && t.device < plan.device_count() ? plan.device_names[static_cast<size_t>(t.device)]
+  s += t.device >= 0 && t.device < plan.device_count() ? plan.device_name(t.device)
                                                         : "device " + std::to_string(t.device);
-  if (t.stream >= 0 && static_cast<size_t>(t.stream) < plan.streams.size()) s += " stream " + plan.streams[static_cast<size_t>(t.stream)];
+  if (t.stream >= 0 && static_cast<size_t>(t.stream) < plan.streams.size()) s += " stream " + plan.stream_name(t.stream);
   std::string details;
   if (t.worker >= 0) details += ", worker " + std::to_string(t.worker);
   if (t.stage >= 0) details += ", stage " + std::to_string(t.stage);

@@ -135,7 +135,7 @@ void check_references(const Plan& plan, Problems& problems) {
     if (!in_range(c.communicator, plan.communicators.size())) {
       note(where, "communicator " + std::to_string(c.communicator) + " does not exist");
     } else {
-      const auto& members = plan.communicators[static_cast<size_t>(c.communicator)].devices;
+      const auto& members = plan.communicator(c.communicator).devices;
       if (std::find(members.begin(), members.end(), c.src) == members.end() ||
           std::find(members.begin(), members.end(), c.dst) == members.end()) {
         note(where, "its devices are not both in communicator " + std::to_string(c.communicator));
@@ -243,7 +243,7 @@ void check_programs(const Plan& plan, Problems& problems) {
           problems.push_back("programs[" + std::to_string(d) + "]: task " + std::to_string(id) + " does not exist");
           continue;
         }
-        const Task& t = plan.tasks[static_cast<size_t>(id)];
+        const Task& t = plan.task(id);
         if (static_cast<size_t>(t.device) != d || t.stream != program.stream) {
           problems.push_back(describe_task(plan, id) + " is listed in the program of device " + std::to_string(d) +
                              " stream " + std::to_string(program.stream) + " but runs on device " + std::to_string(t.device) +
@@ -270,7 +270,7 @@ void check_channels(const Plan& plan, Problems& problems) {
   for (const auto& device : plan.programs) {
     for (const StreamProgram& stream : device) {
       for (int t : stream.tasks) {
-        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        const Task& task = plan.task(t);
         if (task.kind == TaskKind::send) sends[static_cast<size_t>(task.channel)].push_back(t);
         if (task.kind == TaskKind::recv) recvs[static_cast<size_t>(task.channel)].push_back(t);
       }
@@ -280,15 +280,15 @@ void check_channels(const Plan& plan, Problems& problems) {
   for (size_t c = 0; c < plan.channels.size() && problems.size() < 50; ++c) {
     const Channel& ch = plan.channels[c];
     const auto where = [&] {
-      return "channel " + std::to_string(c) + " (" + plan.device_names[static_cast<size_t>(ch.src)] + " -> " +
-             plan.device_names[static_cast<size_t>(ch.dst)] + ", " + ch.tag + ")";
+      return "channel " + std::to_string(c) + " (" + plan.device_name(ch.src) + " -> " +
+             plan.device_name(ch.dst) + ", " + ch.tag + ")";
     };
     for (const auto& [side, device, name] : {std::tuple{&sends[c], ch.src, "send"}, std::tuple{&recvs[c], ch.dst, "receive"}}) {
       for (int t : *side) {
-        if (plan.tasks[static_cast<size_t>(t)].device != device) {
+        if (plan.task(t).device != device) {
           problems.push_back(where() + ": " + describe_task(plan, t) + " is a " + name + " on the wrong device");
         }
-        if (plan.tasks[static_cast<size_t>(t)].stream != plan.tasks[static_cast<size_t>(side->front())].stream) {
+        if (plan.task(t).stream != plan.task(side->front()).stream) {
           problems.push_back(where() + ": its " + name + "s are on several streams (" + describe_task(plan, side->front()) +
                              ", " + describe_task(plan, t) + "), so their order is not defined");
           break;
@@ -305,8 +305,8 @@ void check_channels(const Plan& plan, Problems& problems) {
     }
     for (size_t k = 0; k < sends[c].size(); ++k) {
       const int s = sends[c][k], r = recvs[c][k];
-      const Task& a = plan.tasks[static_cast<size_t>(s)];
-      const Task& b = plan.tasks[static_cast<size_t>(r)];
+      const Task& a = plan.task(s);
+      const Task& b = plan.task(r);
       if (a.bytes != b.bytes) {
         problems.push_back(where() + ": message " + std::to_string(k) + " is sent as " + model::units::human_bytes(a.bytes) +
                            " (" + describe_task(plan, s) + ") but received as " + model::units::human_bytes(b.bytes) + " (" +
@@ -315,8 +315,8 @@ void check_channels(const Plan& plan, Problems& problems) {
       }
       const int sent = one_tensor(plan.reads(s)), received = one_tensor(plan.writes(r));
       const bool tensors = !plan.reads(s).empty() || !plan.writes(r).empty();
-      if (tensors && (sent < 0 || received < 0 || plan.tensors[static_cast<size_t>(sent)].bytes < a.bytes ||
-                      plan.tensors[static_cast<size_t>(received)].bytes < b.bytes)) {
+      if (tensors && (sent < 0 || received < 0 || plan.tensor(sent).bytes < a.bytes ||
+                      plan.tensor(received).bytes < b.bytes)) {
         problems.push_back(where() + ": message " + std::to_string(k) + " (" + describe_task(plan, s) +
                            ") must read one tensor of at least its bytes and its receive write one of at least its bytes");
         break;
@@ -342,9 +342,9 @@ void check_collectives(const Plan& plan, Problems& problems) {
       problems.push_back("collective " + std::to_string(c) + ": " + std::string(to_string(col.kind)) + " has no " +
                          std::string(to_string(col.algorithm)) + " algorithm");
     }
-    const Task& first = plan.tasks[static_cast<size_t>(col.tasks.front())];
+    const Task& first = plan.task(col.tasks.front());
     for (int t : col.tasks) {
-      if (plan.tasks[static_cast<size_t>(t)].stream != first.stream) {
+      if (plan.task(t).stream != first.stream) {
         problems.push_back("collective " + std::to_string(c) + ": its participants are on different streams (" +
                            describe_task(plan, col.tasks.front()) + ", " + describe_task(plan, t) + ")");
         break;
@@ -354,7 +354,7 @@ void check_collectives(const Plan& plan, Problems& problems) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
     if (t.kind != TaskKind::collective) continue;
-    const auto& tasks = plan.collectives[static_cast<size_t>(t.collective)].tasks;
+    const auto& tasks = plan.collective(t.collective).tasks;
     if (std::find(tasks.begin(), tasks.end(), static_cast<int>(i)) == tasks.end() && problems.size() < 50) {
       problems.push_back(describe_task(plan, static_cast<int>(i)) + " is not among the tasks of its collective");
     }
@@ -382,7 +382,7 @@ void check_tensors(const Plan& plan, Problems& problems) {
   };
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     for (int w : plan.writes(static_cast<int>(i))) {
-      const Tensor& t = plan.tensors[static_cast<size_t>(w)];
+      const Tensor& t = plan.tensor(w);
       ++writers[static_cast<size_t>(w)];
       if (!is_persistent(t.kind) && t.producer != static_cast<int>(i) && problems.size() < 50) {
         problems.push_back("tensors[" + std::to_string(w) + "]: written by " + describe_task(plan, static_cast<int>(i)) +
@@ -399,8 +399,8 @@ void check_tensors(const Plan& plan, Problems& problems) {
   }
   auto precedes = [&](int a, int b) {  // a is done before b starts, or a == b
     if (a == b) return true;
-    const Task& x = plan.tasks[static_cast<size_t>(a)];
-    const Task& y = plan.tasks[static_cast<size_t>(b)];
+    const Task& x = plan.task(a);
+    const Task& y = plan.task(b);
     if (x.device == y.device && x.stream == y.stream) return position[static_cast<size_t>(a)] < position[static_cast<size_t>(b)];
     for (auto [it, end] = boost::out_edges(static_cast<size_t>(a), plan.graph); it != end; ++it) {
       if (boost::target(*it, plan.graph) == static_cast<size_t>(b) && plan.graph[*it].offset == 0) return true;
@@ -411,7 +411,7 @@ void check_tensors(const Plan& plan, Problems& problems) {
     const Tensor& t = plan.tensors[i];
     const auto where = [&t, i] { return "tensors[" + std::to_string(i) + "] (" + std::string(to_string(t.kind)) + ")"; };
     for (int r : readers(i)) {
-      if (plan.tasks[static_cast<size_t>(r)].device != t.device) {
+      if (plan.task(r).device != t.device) {
         problems.push_back(where() + ": read by " + describe_task(plan, r) + " on another device; devices exchange data "
                                    "only through transfers and collectives");
         break;
@@ -429,7 +429,7 @@ void check_tensors(const Plan& plan, Problems& problems) {
       problems.push_back(where() + ": written by " + std::to_string(writers[i]) + " tasks (expected its producer alone)");
       continue;
     }
-    if (plan.tasks[static_cast<size_t>(t.producer)].device != t.device) {
+    if (plan.task(t.producer).device != t.device) {
       problems.push_back(where() + ": produced on another device than it lives on");
       continue;
     }
@@ -458,7 +458,7 @@ void check_local_dependencies(const Plan& plan, Problems& problems) {
   for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
     const auto a = static_cast<int>(boost::source(*it, plan.graph));
     const auto b = static_cast<int>(boost::target(*it, plan.graph));
-    if (plan.tasks[static_cast<size_t>(a)].device != plan.tasks[static_cast<size_t>(b)].device) {
+    if (plan.task(a).device != plan.task(b).device) {
       problems.push_back(describe_task(plan, b) + " depends on " + describe_task(plan, a) +
                          " on another device: devices exchange data only through transfers and collectives");
       return;  // one says enough

@@ -94,7 +94,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       comm[d].emplace_back(e.start_s, e.end_s);
     }
     if (is_pipeline_compute(e.kind)) {
-      const partition::Task& task = plan.tasks[static_cast<size_t>(e.task)];
+      const partition::Task& task = plan.task(e.task);
       model_flops += task.flops - task.recompute_flops;
       bubble.add(e.device, e.iteration, e.start_s, e.end_s);
     }
@@ -103,7 +103,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     if (e.kind == "send") {
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
     } else if (e.kind == "collective" && e.group >= 0) {
-      const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collectives[static_cast<size_t>(e.group)]);
+      const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collective(e.group));
       const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
       const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
       const double sent = partition::bytes_sent(spec, e.device, [&](int device) { return cost.node_of(device); });
