@@ -96,6 +96,7 @@ TEST(RunCli, APlanThatCannotRunExits3) {
   const std::string plan = (dir / "plan.json").string(), broken = (dir / "broken.json").string();
   ASSERT_EQ(run_hetflow(std::string("plan ") + kTiny + " --out " + plan).status, 0);
   auto j = nlohmann::json::parse(slurp(plan));
+  j.erase("fingerprint");  // a changed plan keeps no stale fingerprint (reading would refuse it)
   for (auto& device : j["programs"]) {  // drop the first receive from its program: its send is unmatched
     for (auto& stream : device) {
       auto& tasks = stream["tasks"];
