@@ -1,5 +1,9 @@
 // Built-in clusters, written in the same YAML users write, so each one is also an example of
 // the format. Bandwidths are per direction.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include "model/error.hpp"
 #include "model/io.hpp"
 
@@ -69,6 +73,9 @@ nodes:
      intra: {kind: nvswitch, bandwidth: 450 GB/s, latency: 2 us},
      nic: {count: 8, bandwidth: 400 Gb/s, latency: 2 us}}
 )"},
+    {"cpu-4",
+     "4 CPU devices of this host for hetflow run --backend cpu (any cpu-N; cpu-N:probed measures their speed)",
+     nullptr},
     {"two-region",
      "2 A100-80 nodes in us-east + 2 V100-32 nodes in eu-west, joined by a 10 Gb/s, 40 ms WAN link",
      R"(name: two-region
@@ -96,7 +103,40 @@ std::vector<ClusterPreset> cluster_presets() {
   return out;
 }
 
+int cpu_cluster_devices(std::string_view name) {
+  constexpr std::string_view prefix = "cpu-";
+  if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) return 0;
+  const std::string_view digits = name.substr(prefix.size());
+  if (digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return 0;
+  const int n = std::stoi(std::string(digits));
+  if (n < 1 || n > kMaxCpuDevices) {
+    throw InputError(std::string(name), 0, "cluster",
+                     "cpu-N takes 1 to " + std::to_string(kMaxCpuDevices) + " devices, found " + std::string(digits));
+  }
+  return n;
+}
+
+Cluster cpu_cluster(int devices, double flops_per_s) {
+  if (devices < 1 || devices > kMaxCpuDevices || !(flops_per_s > 0) || !std::isfinite(flops_per_s)) {
+    throw InputError("cpu-" + std::to_string(devices), 0, "cluster", "expected 1 to " + std::to_string(kMaxCpuDevices) +
+                     " devices at a positive, finite speed");
+  }
+  char speed[64];
+  std::snprintf(speed, sizeof speed, "%.17g", flops_per_s);
+  const std::string n = std::to_string(devices);
+  const std::string yaml = "name: cpu-" + n + "\ndescription: " + n +
+                           " CPU devices of this host (threads of one process) for the executor's CPU back end\n"
+                           "gpu_types:\n  - {name: CPU, description: a CPU device running OpenBLAS sgemm on one thread, fp16: " +
+                           speed + ", fp32: " + speed + ", bf16: " + speed +
+                           ", memory: 16 GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n"
+                           "fabric: {kind: switch, latency: 1 us}\n"
+                           "nodes:\n  - {name: host, gpu: CPU, gpus: " + n +
+                           ", intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}}\n";
+  return parse_cluster(yaml, "<built-in cluster cpu-" + n + ">");
+}
+
 Cluster builtin_cluster(std::string_view name) {
+  if (const int n = cpu_cluster_devices(name); n > 0) return cpu_cluster(n);
   for (const Preset& p : kPresets) {
     if (name == p.name) return parse_cluster(p.yaml, std::string("<built-in cluster ") + p.name + ">");
   }

@@ -42,7 +42,19 @@ struct ClusterPreset {
   std::string description;
 };
 std::vector<ClusterPreset> cluster_presets();
-Cluster builtin_cluster(std::string_view name);  // throws InputError with nearest names
+Cluster builtin_cluster(std::string_view name);  // throws InputError with nearest names (and cpu-N)
+
+// cpu-N (N from 1 to kMaxCpuDevices): N CPU devices of this host, for the executor's CPU back
+// end: one node, device type "CPU" at `flops_per_s` for every precision, 16 GiB each (the
+// plan's budget; the executor caps what it really allocates), 10 GB/s copies between devices.
+// The default speed is fixed so plans made for cpu-N are reproducible; `cpu-N:probed`
+// (tools/) measures it with a short sgemm instead.
+inline constexpr double kDefaultCpuFlopsPerS = 50e9;
+inline constexpr int kMaxCpuDevices = 256;
+Cluster cpu_cluster(int devices, double flops_per_s = kDefaultCpuFlopsPerS);
+// N for a name "cpu-N" (digits only, 1..kMaxCpuDevices); 0 for any other name. Throws
+// InputError for "cpu-" followed by digits out of range.
+int cpu_cluster_devices(std::string_view name);
 std::string default_cluster_name();
 std::string default_model_name();
 

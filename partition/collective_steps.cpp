@@ -16,28 +16,60 @@ size_t position(const std::vector<int>& group, int device) {
   return static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
 }
 
-// `count` steps: send `chunk_bytes` to the next member while receiving from the previous.
+// A part of the buffer, as fractions of it.
+struct Part {
+  double begin = 0, end = 1;
+  Part piece(size_t i, size_t n) const {
+    const double w = end - begin;
+    return {begin + w * static_cast<double>(i) / static_cast<double>(n),
+            begin + w * static_cast<double>(i + 1) / static_cast<double>(n)};
+  }
+};
+
+// `count` steps around the ring, `whole` cut into one piece per member: in step s the member
+// at position p sends piece (p - s + shift) to the next member and receives piece
+// (p - s - 1 + shift) from the previous one (adding it in when `reduce`). shift -1 with
+// reduce is a reduce-scatter (position p ends with piece p summed); shift 0 without is an
+// all-gather (position p starts owning piece p).
 void ring(const std::vector<int>& group, int device, int count, double chunk_bytes, Lane channel,
-          std::vector<Step>& steps) {
+          std::vector<Step>& steps, Part whole = {}, int shift = 0, bool reduce = false) {
   const size_t n = group.size(), me = position(group, device);
   if (n < 2) return;
   const int next = group[(me + 1) % n], previous = group[(me + n - 1) % n];
-  for (int s = 0; s < count; ++s) steps.push_back(Step{{{next, chunk_bytes, channel}}, {{previous, 0, channel}}});
+  auto piece = [&](long long index) { return whole.piece(static_cast<size_t>(((index % static_cast<long long>(n)) + static_cast<long long>(n)) % static_cast<long long>(n)), n); };
+  for (int s = 0; s < count; ++s) {
+    const long long p = static_cast<long long>(me) - s + shift;
+    const Part out = piece(p), in = piece(p - 1);
+    steps.push_back(Step{{{next, chunk_bytes, channel, out.begin, out.end, false}},
+                         {{previous, 0, channel, in.begin, in.end, reduce}}});
+  }
+}
+
+void reduce_scatter_ring(const std::vector<int>& group, int device, double chunk_bytes, Lane channel,
+                         std::vector<Step>& steps, Part whole = {}) {
+  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, -1, true);
+}
+void all_gather_ring(const std::vector<int>& group, int device, double chunk_bytes, Lane channel,
+                     std::vector<Step>& steps, Part whole = {}) {
+  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, 0, false);
 }
 
 // The buffer in K chunks from `upstream` to `downstream`: step j takes chunk j from every
 // upstream member while sending chunk j-1 to every downstream member, so chunks overlap along
 // the way (K+1 steps in the middle of the pipeline, K at its ends).
 void pipeline(const std::vector<int>& upstream, const std::vector<int>& downstream, double bytes, Lane channel,
-              std::vector<Step>& steps) {
+              std::vector<Step>& steps, bool reduce) {
   const double chunk = bytes / kPipelineChunks;
+  const Part whole;
   for (int j = 0; j <= kPipelineChunks; ++j) {
     Step step;
     if (j < kPipelineChunks) {
-      for (int u : upstream) step.receives.push_back({u, 0, channel});
+      const Part in = whole.piece(static_cast<size_t>(j), kPipelineChunks);
+      for (int u : upstream) step.receives.push_back({u, 0, channel, in.begin, in.end, reduce});
     }
     if (j > 0) {
-      for (int d : downstream) step.sends.push_back({d, chunk, channel});
+      const Part out = whole.piece(static_cast<size_t>(j - 1), kPipelineChunks);
+      for (int d : downstream) step.sends.push_back({d, chunk, channel, out.begin, out.end, false});
     }
     if (!step.sends.empty() || !step.receives.empty()) steps.push_back(std::move(step));
   }
@@ -80,16 +112,19 @@ TreeLinks chain_links(const std::vector<int>& order, int device) {
 void tree_all_reduce(const std::vector<int>& group, int device, double bytes, std::vector<Step>& steps) {
   const double chunk = bytes / kPipelineChunks;
   const TreeLinks links = tree_links(group, device);
+  const Part whole;
   for (int k = 0; k < kPipelineChunks; ++k) {  // reduce: gather the children's chunk, pass it up
+    const Part part = whole.piece(static_cast<size_t>(k), kPipelineChunks);
     Step gather;
-    for (int c : links.children) gather.receives.push_back({c, 0, Lane::tree});
+    for (int c : links.children) gather.receives.push_back({c, 0, Lane::tree, part.begin, part.end, true});
     if (!gather.receives.empty()) steps.push_back(gather);
-    for (int p : links.parent) steps.push_back(Step{{{p, chunk, Lane::tree}}, {}});
+    for (int p : links.parent) steps.push_back(Step{{{p, chunk, Lane::tree, part.begin, part.end, false}}, {}});
   }
   for (int k = 0; k < kPipelineChunks; ++k) {  // broadcast: take the chunk from above, pass it down
-    for (int p : links.parent) steps.push_back(Step{{}, {{p, 0, Lane::tree}}});
+    const Part part = whole.piece(static_cast<size_t>(k), kPipelineChunks);
+    for (int p : links.parent) steps.push_back(Step{{}, {{p, 0, Lane::tree, part.begin, part.end, false}}});
     Step scatter;
-    for (int c : links.children) scatter.sends.push_back({c, chunk, Lane::tree});
+    for (int c : links.children) scatter.sends.push_back({c, chunk, Lane::tree, part.begin, part.end, false});
     if (!scatter.sends.empty()) steps.push_back(scatter);
   }
 }
@@ -122,19 +157,22 @@ void hierarchical(const CollectiveSpec& c, int device, const NodeOf& node_of, st
   const NodeRings rings = node_rings(c.devices, device, node_of);
   const int k = static_cast<int>(rings.local.size()), m = static_cast<int>(rings.peers.size());
   const double slice = c.bytes / k, piece = c.bytes / k / m;  // one member's share on its node, and across nodes
+  // The intra-node rings cut the whole buffer; the peers' rings the slice of their local index.
+  const Part mine = Part{}.piece(position(rings.local, device), static_cast<size_t>(k));
   switch (c.kind) {
     case CollectiveKind::all_reduce:
-      ring(rings.local, device, k - 1, slice, Lane::intra_scatter, steps);
-      ring(rings.peers, device, 2 * (m - 1), piece, Lane::inter_ring, steps);
-      ring(rings.local, device, k - 1, slice, Lane::intra_gather, steps);
+      reduce_scatter_ring(rings.local, device, slice, Lane::intra_scatter, steps);
+      reduce_scatter_ring(rings.peers, device, piece, Lane::inter_ring, steps, mine);
+      all_gather_ring(rings.peers, device, piece, Lane::inter_ring, steps, mine);
+      all_gather_ring(rings.local, device, slice, Lane::intra_gather, steps);
       break;
     case CollectiveKind::reduce_scatter:
-      ring(rings.local, device, k - 1, slice, Lane::intra_scatter, steps);
-      ring(rings.peers, device, m - 1, piece, Lane::inter_ring, steps);
+      reduce_scatter_ring(rings.local, device, slice, Lane::intra_scatter, steps);
+      reduce_scatter_ring(rings.peers, device, piece, Lane::inter_ring, steps, mine);
       break;
     case CollectiveKind::all_gather:
-      ring(rings.peers, device, m - 1, piece, Lane::inter_ring, steps);
-      ring(rings.local, device, k - 1, slice, Lane::intra_gather, steps);
+      all_gather_ring(rings.peers, device, piece, Lane::inter_ring, steps, mine);
+      all_gather_ring(rings.local, device, slice, Lane::intra_gather, steps);
       break;
     case CollectiveKind::broadcast:
     case CollectiveKind::reduce:
@@ -146,20 +184,23 @@ void ring_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
   const int n = static_cast<int>(c.devices.size());
   switch (c.kind) {
     case CollectiveKind::all_reduce:
-      ring(c.devices, device, 2 * (n - 1), c.bytes / n, Lane::ring, steps);
+      reduce_scatter_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
+      all_gather_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
       break;
     case CollectiveKind::reduce_scatter:
+      reduce_scatter_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
+      break;
     case CollectiveKind::all_gather:
-      ring(c.devices, device, n - 1, c.bytes / n, Lane::ring, steps);
+      all_gather_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
       break;
     case CollectiveKind::broadcast: {
       const TreeLinks chain = chain_links(from_root(c, 0), device);
-      pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps);
+      pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps, false);
       break;
     }
     case CollectiveKind::reduce: {  // from the root's successor round to the root
       const TreeLinks chain = chain_links(from_root(c, 1), device);
-      pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps);
+      pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps, true);
       break;
     }
   }
@@ -172,12 +213,12 @@ void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
       break;
     case CollectiveKind::broadcast: {
       const TreeLinks links = tree_links(from_root(c, 0), device);
-      pipeline(links.parent, links.children, c.bytes, Lane::tree, steps);
+      pipeline(links.parent, links.children, c.bytes, Lane::tree, steps, false);
       break;
     }
     case CollectiveKind::reduce: {
       const TreeLinks links = tree_links(from_root(c, 0), device);
-      pipeline(links.children, links.parent, c.bytes, Lane::tree, steps);
+      pipeline(links.children, links.parent, c.bytes, Lane::tree, steps, true);
       break;
     }
     case CollectiveKind::reduce_scatter:
@@ -195,7 +236,7 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
   }
   std::vector<Step> steps;
   if (c.devices.size() < 2 || c.bytes <= 0) {
-    ring(c.devices, device, 1, 0, Lane::meet, steps);
+    ring(c.devices, device, 1, 0, Lane::meet, steps, Part{0, 0});
     return steps;
   }
   switch (c.algorithm) {

@@ -36,6 +36,13 @@
 //                                  the sum of chunk j-1 on.
 //                   tree:          up the broadcast's tree: chunk j from every child while
 //                                  sending chunk j-1 to the parent.
+// Data: every member starts with its own buffer of S bytes. Running the steps (a receive
+// applied when it completes, a send carrying the sender's part as it stands when the step
+// starts) leaves: all_reduce, the sum everywhere; broadcast, the root's buffer everywhere;
+// reduce, the sum at the root; reduce_scatter, the sum of part i of n at ring position i
+// (hierarchical: part l*m + q of k*m at local index l, peer position q); all_gather, part i
+// of n from position i everywhere (hierarchical: part l*m + q from local index l, peer
+// position q) — every node holding the same number of members.
 // So ring reduce-scatter and all-gather send (n-1)/n S per member, all-reduce 2(n-1)/n S; a
 // broadcast delivers S once to every non-root member, and a reduce sends S once from every
 // non-root member. Algorithms that collective.hpp refuses for a kind throw hetflow::Error.
@@ -57,10 +64,16 @@ inline constexpr int kPipelineChunks = 4;
 // names a point-to-point transfer's source, destination and tag.)
 enum class Lane { meet, ring, tree, intra_scatter, inter_ring, intra_gather, chain };
 
+// What a message carries, for back ends that move real data: the part [begin, end) of the
+// collective's buffer (fractions of it; sender and receiver name the same part), and whether
+// the receiver adds it into its buffer (reductions) or overwrites its part.
 struct Message {
   int peer = -1;      // the device sent to or received from
   double bytes = 0;   // sends only
   Lane lane = Lane::ring;
+  double begin = 0;   // the part of the buffer carried, as fractions of it
+  double end = 0;
+  bool reduce = false;  // receives: add into the buffer instead of overwriting
   bool operator==(const Message&) const = default;
 };
 

@@ -16,11 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
+#include "partition/run_graph.hpp"
 #include "sim/platform.hpp"
 
 namespace hetflow::sim {
@@ -147,34 +149,10 @@ class Simulation {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + "|" + lane_and_stream);
   }
 
-  // Inputs of every task: per iteration offset 0 edges count in every iteration, an edge
-  // with offset k only from iteration k on.
+  // Inputs of every task per iteration, successors and transfer partners: partition::RunGraph.
   void prepare() {
     const size_t n = tasks_;
-    successor_begin_.assign(n + 1, 0);
-    base_remaining_.assign(n, 0);
-    for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
-      const auto from = boost::source(*it, plan_.graph), to = boost::target(*it, plan_.graph);
-      if (plan_.tasks[from].device != plan_.tasks[to].device) {
-        throw PlanError("task " + std::to_string(to) + " on device " + std::to_string(plan_.tasks[to].device) +
-                        " depends on task " + std::to_string(from) + " on device " +
-                        std::to_string(plan_.tasks[from].device) + ": devices meet only through transfers");
-      }
-      ++successor_begin_[from + 1];
-      const int offset = plan_.graph[*it].offset;
-      if (offset == 0) {
-        ++base_remaining_[to];
-      } else {
-        delayed_inputs_.emplace_back(offset, static_cast<int>(to));
-      }
-    }
-    for (size_t t = 0; t < n; ++t) successor_begin_[t + 1] += successor_begin_[t];
-    successors_.assign(static_cast<size_t>(successor_begin_[n]), {0, 0});
-    std::vector<int> fill(successor_begin_.begin(), successor_begin_.end() - 1);
-    for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
-      successors_[static_cast<size_t>(fill[boost::source(*it, plan_.graph)]++)] = {
-          static_cast<int>(boost::target(*it, plan_.graph)), plan_.graph[*it].offset};
-    }
+    graph_.emplace(plan_);
     remaining_.resize(static_cast<size_t>(iterations_));
     done_.assign(n * static_cast<size_t>(iterations_), 0);
     start_.assign(n * static_cast<size_t>(iterations_), 0);
@@ -182,27 +160,14 @@ class Simulation {
     // Refuse a collective its steps would refuse now, not inside a running actor.
     for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
     check_amounts();
-    // Each channel's mailbox, looked up once; and each transfer side's partner (the k-th
-    // send on a channel meets its k-th receive).
+    // Each channel's mailbox, looked up once.
     mailbox_of_.assign(n, nullptr);
-    partner_.assign(n, -1);
     std::vector<sg::Mailbox*> channel_box;
     for (const partition::Channel& c : plan_.channels) channel_box.push_back(mailbox(c.src, c.dst, c.tag));
-    std::vector<std::vector<int>> sends(plan_.channels.size()), recvs(plan_.channels.size());
-    for (const auto& device : plan_.programs) {
-      for (const partition::StreamProgram& stream : device) {
-        for (int t : stream.tasks) {
-          const Task& task = plan_.tasks[static_cast<size_t>(t)];
-          if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
-          mailbox_of_[static_cast<size_t>(t)] = channel_box[static_cast<size_t>(task.channel)];
-          (task.kind == TaskKind::send ? sends : recvs)[static_cast<size_t>(task.channel)].push_back(t);
-        }
-      }
-    }
-    for (size_t c = 0; c < sends.size(); ++c) {
-      for (size_t k = 0; k < std::min(sends[c].size(), recvs[c].size()); ++k) {
-        partner_[static_cast<size_t>(sends[c][k])] = recvs[c][k];
-        partner_[static_cast<size_t>(recvs[c][k])] = sends[c][k];
+    for (size_t t = 0; t < n; ++t) {
+      const Task& task = plan_.tasks[t];
+      if (task.kind == TaskKind::send || task.kind == TaskKind::recv) {
+        mailbox_of_[t] = channel_box[static_cast<size_t>(task.channel)];
       }
     }
   }
@@ -244,12 +209,7 @@ class Simulation {
   // Unfinished inputs of each task in iteration i, made when first needed.
   std::vector<int>& remaining(int i) {
     std::vector<int>& r = remaining_[static_cast<size_t>(i)];
-    if (r.empty()) {
-      r = base_remaining_;
-      for (const auto& [offset, to] : delayed_inputs_) {
-        if (offset <= i) ++r[static_cast<size_t>(to)];
-      }
-    }
+    if (r.empty()) r = graph_->inputs(i);
     return r;
   }
 
@@ -370,8 +330,7 @@ class Simulation {
     end_[instance(static_cast<int>(id), i)] = sg::Engine::get_clock();
     done_[instance(static_cast<int>(id), i)] = 1;
     if (options_.on_progress && (++completed_ & 1023) == 0) report_progress();
-    for (int k = successor_begin_[id]; k < successor_begin_[id + 1]; ++k) {
-      const auto [succ, offset] = successors_[static_cast<size_t>(k)];
+    for (const auto [succ, offset] : graph_->successors(static_cast<int>(id))) {
       if (offset >= iterations_ - i) continue;  // beyond the run (i + offset may not fit an int)
       if (--remaining(i + offset)[static_cast<size_t>(succ)] == 0) {
         check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(succ)]));
@@ -508,7 +467,7 @@ class Simulation {
         e.group = transfer ? task.channel : task.collective;
         e.start_s = start_[at];
         // A transfer starts when both sides are there: the later of the two posts.
-        const int partner = partner_[t];
+        const int partner = graph_->partner(static_cast<int>(t));
         if (partner >= 0 && done_[instance(partner, i)]) e.start_s = std::max(e.start_s, start_[instance(partner, i)]);
         e.end_s = end_[at];
         e.bytes = task.bytes;
@@ -570,16 +529,12 @@ class Simulation {
   PlatformSpec spec_;
   Platform platform_;
   std::vector<Device> devices_;
-  std::vector<int> base_remaining_;                 // per task: inputs with offset 0
-  std::vector<std::pair<int, int>> delayed_inputs_;  // (offset, task) of each edge with an offset
-  std::vector<std::vector<int>> remaining_;         // per iteration, per task: inputs not yet done
-  std::vector<int> successor_begin_;  // per task (+1): where its successors start in successors_
-  std::vector<std::pair<int, int>> successors_;  // (task, offset)
+  std::optional<partition::RunGraph> graph_;  // successors, inputs per iteration, transfer partners
+  std::vector<std::vector<int>> remaining_;   // per iteration, per task: inputs not yet done
   std::vector<int> stream_index_;     // per task: its stream's index in its device's streams
   std::vector<char> done_;            // per task instance (iteration x task)
   std::vector<double> start_, end_;   // per task instance
   std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task: its channel's mailbox
-  std::vector<int> partner_;              // per send/recv task: the other side
   long long activities_ = 0;
   long long completed_ = 0;  // task instances done (counted only when progress is reported)
   std::chrono::steady_clock::time_point wall_start_, last_report_;

@@ -1,6 +1,7 @@
 // hetflow: plan, simulate and execute training on heterogeneous GPU clusters.
 // Exit status: 0 success, 2 bad input (file, option, spec), 3 a plan that cannot run,
-// 4 a simulated run that did not complete (a fault), 1 anything else.
+// 4 a run that did not complete (a simulated fault, an executed run that failed or stalled),
+// 1 anything else.
 #include <exception>
 #include <new>
 #include <iostream>

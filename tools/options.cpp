@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "exec/cpu_backend.hpp"
 #include "model/error.hpp"
 #include "model/io.hpp"
 #include "partition/layout.hpp"
@@ -19,7 +20,14 @@ void add_cluster_model_options(po::options_description& options) {
 }
 
 model::Cluster load_cluster_option(const po::variables_map& vm) {
-  return model::load_cluster(vm["cluster"].as<std::string>());
+  const std::string name = vm["cluster"].as<std::string>();
+  // cpu-N:probed: the built-in CPU cluster at the speed a short sgemm measures here.
+  constexpr std::string_view probed = ":probed";
+  if (name.size() > probed.size() && name.ends_with(probed)) {
+    const std::string base = name.substr(0, name.size() - probed.size());
+    if (const int n = model::cpu_cluster_devices(base); n > 0) return model::cpu_cluster(n, exec::probe_sgemm_flops_per_s());
+  }
+  return model::load_cluster(name);
 }
 
 model::Network load_network_option(const po::variables_map& vm) {

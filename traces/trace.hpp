@@ -29,6 +29,9 @@ struct Trace {
   std::string source;                    // "sim" or "exec-cpu" / "exec-cuda"
   std::string plan;                      // what ran: "<network> on <cluster>"
   std::string fingerprint;               // the plan's fingerprint (partition::plan_fingerprint)
+  // How compute tasks ran: empty for the simulator; "proxy" where an executor ran FLOP-matched
+  // stand-ins (timing is real, the arithmetic is not the model's), "real" for the model's math.
+  std::string compute;
   std::vector<std::string> device_names;  // index = device id
   std::vector<Event> events;             // in sort_events order
   bool operator==(const Trace&) const = default;

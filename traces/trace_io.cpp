@@ -195,6 +195,8 @@ void read_comment(Scanner& in, Trace& trace) {
     trace.plan = value("plan");
   } else if (in.eat("# fingerprint:")) {
     trace.fingerprint = value("fingerprint");
+  } else if (in.eat("# compute:")) {
+    trace.compute = value("compute");
   } else if (int line = in.line(); in.eat("# device ")) {
     std::string_view id = in.word();
     std::string want = std::to_string(trace.device_names.size());
@@ -273,6 +275,7 @@ std::string write_trace_csv(const Trace& trace) {
   out += "# source: " + csv_field(trace.source) + "\n";
   out += "# plan: " + csv_field(trace.plan) + "\n";
   if (!trace.fingerprint.empty()) out += "# fingerprint: " + csv_field(trace.fingerprint) + "\n";
+  if (!trace.compute.empty()) out += "# compute: " + csv_field(trace.compute) + "\n";
   for (size_t d = 0; d < trace.device_names.size(); ++d) {
     out += "# device " + std::to_string(d) + " " + csv_field(trace.device_names[d]) + "\n";
   }
@@ -399,6 +402,7 @@ std::string write_chrome_trace(const Trace& trace) {
   for (size_t i = 0; i < out.size(); ++i) text += (i == 0 ? "\n" : ",\n") + dump(out[i]);
   Json other{{"format", std::string(kMagic.substr(2))}, {"source", trace.source}, {"plan", trace.plan},
              {"fingerprint", trace.fingerprint}};
+  if (!trace.compute.empty()) other["compute"] = trace.compute;
   return text + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + dump(other) + "}\n";
 }
 

@@ -14,6 +14,7 @@ namespace hetflow::traces {
 //   # source: sim
 //   # plan: gpt-1.3b on 4xA100
 //   # fingerprint: xxh3:0123456789abcdef   (the plan's; absent when unknown)
+//   # compute: proxy                        (executors: how compute ran; absent for the simulator)
 //   # device 0 A100-80GB              (one line per device, ids 0, 1, ... in order)
 //   task,device,stream,kind,purpose,iteration,stage,microbatch,peer,group,start_s,end_s,bytes,flops
 //   0,0,compute,forward,compute,0,0,0,-1,-1,0,0.0125,0,1.5e+12

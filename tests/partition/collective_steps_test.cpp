@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -292,5 +293,122 @@ TEST(CollectiveSteps, RefusesAlgorithmsAKindHasNot) {
     FAIL() << "all_gather/tree accepted";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "all_gather has no tree algorithm; use ring or hierarchical");
+  }
+}
+
+// The data the steps move: each member starts with its own buffer, and playing the steps
+// (a step's sends carry the buffer as the step starts; a receive adds or overwrites its part)
+// leaves what the kind promises (collective_steps.hpp). Oracle: the sums computed directly.
+namespace {
+
+using Buffers = std::map<int, std::vector<double>>;
+
+// Plays the steps eagerly (a send is queued at once): the same matching order on each
+// (sender, receiver, lane) as the rendezvous play above, which the tests above show completes.
+Buffers play_data(const CollectiveSpec& c, const std::function<int(int)>& node_of, size_t count) {
+  Buffers buffer;
+  std::map<int, std::vector<partition::Step>> steps;
+  std::map<int, size_t> at;
+  for (int d : c.devices) {
+    steps[d] = partition::collective_steps(c, d, node_of);
+    buffer[d].resize(count);
+    for (size_t i = 0; i < count; ++i) buffer[d][i] = static_cast<double>((d + 1) * 1000 + i);
+  }
+  auto index = [&](double fraction) { return static_cast<size_t>(std::llround(fraction * static_cast<double>(count))); };
+  std::map<std::tuple<int, int, Lane>, std::vector<std::vector<double>>> queues;
+  std::map<int, bool> posted;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int d : c.devices) {
+      if (at[d] >= steps[d].size()) continue;
+      const partition::Step& step = steps[d][at[d]];
+      if (!posted[d]) {
+        for (const partition::Message& m : step.sends) {
+          queues[{d, m.peer, m.lane}].emplace_back(buffer[d].begin() + static_cast<std::ptrdiff_t>(index(m.begin)),
+                                                   buffer[d].begin() + static_cast<std::ptrdiff_t>(index(m.end)));
+        }
+        posted[d] = true;
+      }
+      std::map<std::tuple<int, int, Lane>, size_t> needed;
+      for (const partition::Message& m : step.receives) ++needed[{m.peer, d, m.lane}];
+      bool ready = true;
+      for (const auto& [key, n] : needed) ready = ready && queues[key].size() >= n;
+      if (!ready) continue;
+      for (const partition::Message& m : step.receives) {
+        auto& q = queues[{m.peer, d, m.lane}];
+        const std::vector<double> data = q.front();
+        q.erase(q.begin());
+        const size_t b = index(m.begin);
+        EXPECT_EQ(data.size(), index(m.end) - b) << describe(c) << ": a message carries the part its receiver expects";
+        for (size_t i = 0; i < data.size() && b + i < count; ++i) {
+          buffer[d][b + i] = m.reduce ? buffer[d][b + i] + data[i] : data[i];
+        }
+      }
+      ++at[d];
+      posted[d] = false;
+      moved = true;
+    }
+  }
+  for (int d : c.devices) EXPECT_EQ(at[d], steps[d].size()) << describe(c) << " device " << d;
+  return buffer;
+}
+
+}  // namespace
+
+TEST(CollectiveStepsData, EveryKindComputesWhatItPromises) {
+  constexpr size_t kCount = 2 * 3 * 4 * 5 * 7 * 8;  // every part boundary below is a whole element
+  for (CollectiveKind kind : kKinds) {
+    for (CollectiveAlgorithm algorithm : kAlgorithms) {
+      if (!partition::supports(kind, algorithm)) continue;
+      // Hierarchical: 3 nodes of 2 (node_of = d / 2) so parts are l*m + q of k*m.
+      for (int n : {2, 3, 5, 6, 8}) {
+        if (algorithm == CollectiveAlgorithm::hierarchical && n % 2 != 0) continue;
+        const auto node_of = [](int d) { return d / 2; };
+        const CollectiveSpec c = spec(kind, algorithm, first_devices(n), static_cast<double>(kCount) * 4, 1);
+        const Buffers out = play_data(c, node_of, kCount);
+        std::vector<double> total(kCount, 0);
+        for (int d = 0; d < n; ++d) {
+          for (size_t i = 0; i < kCount; ++i) total[i] += static_cast<double>((d + 1) * 1000 + i);
+        }
+        auto own_part = [&](int d) {  // reduce_scatter's result, all_gather's contribution
+          const size_t parts = static_cast<size_t>(n);
+          const size_t p = algorithm == CollectiveAlgorithm::hierarchical
+                               ? static_cast<size_t>((d % 2) * (n / 2) + d / 2)
+                               : static_cast<size_t>(d);
+          return std::pair<size_t, size_t>{p * kCount / parts, (p + 1) * kCount / parts};
+        };
+        for (int d = 0; d < n; ++d) {
+          const std::vector<double>& b = out.at(d);
+          switch (kind) {
+            case CollectiveKind::all_reduce:
+              EXPECT_EQ(b, total) << describe(c) << " device " << d;
+              break;
+            case CollectiveKind::broadcast:
+              EXPECT_EQ(b[0], 2000) << describe(c) << " device " << d;  // the root's (device 1)
+              EXPECT_EQ(b[kCount - 1], 2000 + static_cast<double>(kCount - 1)) << describe(c) << " device " << d;
+              break;
+            case CollectiveKind::reduce:
+              if (d == 1) {
+                EXPECT_EQ(b, total) << describe(c);
+              }
+              break;
+            case CollectiveKind::reduce_scatter: {
+              const auto [lo, hi] = own_part(d);
+              EXPECT_TRUE(std::equal(b.begin() + static_cast<std::ptrdiff_t>(lo), b.begin() + static_cast<std::ptrdiff_t>(hi),
+                                     total.begin() + static_cast<std::ptrdiff_t>(lo)))
+                  << describe(c) << " device " << d;
+              break;
+            }
+            case CollectiveKind::all_gather:
+              for (int from = 0; from < n; ++from) {
+                const auto [lo, hi] = own_part(from);
+                EXPECT_EQ(b[lo], static_cast<double>((from + 1) * 1000 + lo)) << describe(c) << " device " << d;
+                EXPECT_EQ(b[hi - 1], static_cast<double>((from + 1) * 1000 + hi - 1)) << describe(c) << " device " << d;
+              }
+              break;
+          }
+        }
+      }
+    }
   }
 }

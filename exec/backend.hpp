@@ -1,0 +1,60 @@
+#pragma once
+// What a back end gives the engine (exec/engine.hpp): the way one task instance runs on one
+// device. The engine decides when a task runs (program order, dependencies), owns the
+// tensors' host buffers and the timing; a back end only executes: compute, transfers on the
+// plan's channels (the k-th send on a channel meets its k-th receive), collectives as
+// partition/collective_steps.hpp's point-to-point steps on the plan's communicators.
+//
+// Promises a back end keeps: run() is called concurrently from several threads (one per
+// device stream), returns when the task is done, throws hetflow::Error (or any exception)
+// when it fails, and returns promptly by throwing Stopped once stop() has been called.
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "model/error.hpp"
+#include "partition/plan.hpp"
+
+namespace hetflow::exec {
+
+// A tensor's host memory, as the engine hands it to a back end. size_bytes may be less than
+// the tensor's bytes (EngineOptions::max_buffer_bytes caps what is allocated).
+struct Buffer {
+  std::byte* data = nullptr;
+  size_t size_bytes = 0;
+};
+
+// Thrown by a back end's run() after stop(): the run is ending, not failing.
+class Stopped : public Error {
+ public:
+  Stopped() : Error("stopped") {}
+};
+
+// One task instance as the back end sees it.
+class TaskContext {
+ public:
+  virtual ~TaskContext() = default;
+  int task = -1;
+  int iteration = 0;
+  const partition::Task* spec = nullptr;
+  std::span<Buffer> reads;   // the plan's reads, in order (persistent tensors included)
+  std::span<Buffer> writes;  // its writes, allocated by the engine before run()
+  // What the task is blocked on ("the 2nd message on channel 3 from device 0"): the
+  // watchdog names it when the run stalls.
+  virtual void waiting_for(std::string what) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;     // "cpu": traces say exec-<name>
+  virtual std::string compute() const = 0;  // "proxy" or "real" (traces::Trace::compute)
+  // Once, before any run(), from the thread that runs the plan. Throws PlanError for what it
+  // cannot run.
+  virtual void prepare(const partition::Plan& plan) = 0;
+  virtual void run(TaskContext& task) = 0;
+  // From any thread: every run() in progress or to come throws Stopped promptly.
+  virtual void stop() = 0;
+};
+
+}  // namespace hetflow::exec

@@ -1,0 +1,218 @@
+#include "exec/cpu_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "partition/collective_steps.hpp"
+#include "partition/estimate.hpp"
+
+namespace hetflow::exec {
+
+namespace {
+
+using partition::TaskKind;
+
+void single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });  // the engine's threads are the parallelism
+}
+
+constexpr int kProxyK = 128;      // the proxy multiplies [rows x 128] by [128 x 128]
+constexpr int kProxyRows = 256;   // at most, per call: about 8 MFLOP, so stop() is seen within ~1 ms
+
+std::string nth(long long k) {
+  const char* suffix = (k % 100 >= 11 && k % 100 <= 13) ? "th" : k % 10 == 1 ? "st" : k % 10 == 2 ? "nd" : k % 10 == 3 ? "rd" : "th";
+  return std::to_string(k) + suffix;
+}
+
+size_t floats_of(double bytes) { return static_cast<size_t>(std::max(0.0, bytes)) / sizeof(float); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
+  if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
+    throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
+  }
+  if (!(options_.max_message_bytes >= 0)) throw InputError("<options>", 0, "max_message_bytes", "expected >= 0");
+  single_threaded_blas();
+}
+
+Mailbox* CpuBackend::mailbox(int src, int dst, int lane, int stream) {
+  auto& box = lanes_[{src, dst, lane, stream}];
+  if (!box) box = std::make_unique<Mailbox>(stop_);
+  return box.get();
+}
+
+void CpuBackend::prepare(const partition::Plan& plan) {
+  plan_ = &plan;
+  stop_.store(false);
+  channels_.clear();
+  lanes_.clear();
+  for (size_t c = 0; c < plan.channels.size(); ++c) channels_.push_back(std::make_unique<Mailbox>(stop_));
+  std::vector<int> node_of;
+  for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
+  auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
+  steps_.assign(plan.tasks.size(), {});
+  for (const partition::Collective& c : plan.collectives) {
+    const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
+    for (int t : c.tasks) {
+      const partition::Task& task = plan.tasks[static_cast<size_t>(t)];
+      // Messages are scoped by the stream, as in the simulator: collectives on different
+      // streams never match each other's messages.
+      for (const partition::Step& s : partition::collective_steps(spec, task.device, node)) {
+        Step step;
+        for (const partition::Message& m : s.sends) {
+          step.sends.push_back({mailbox(task.device, m.peer, static_cast<int>(m.lane), task.stream), m.peer, m.begin, m.end, false});
+        }
+        for (const partition::Message& m : s.receives) {
+          step.receives.push_back({mailbox(m.peer, task.device, static_cast<int>(m.lane), task.stream), m.peer, m.begin, m.end, m.reduce});
+        }
+        steps_[static_cast<size_t>(t)].push_back(std::move(step));
+      }
+    }
+  }
+}
+
+void CpuBackend::stop() {
+  stop_.store(true);
+  for (auto& box : channels_) box->wake();
+  for (auto& [key, box] : lanes_) box->wake();
+}
+
+void CpuBackend::run(TaskContext& task) {
+  if (stop_.load()) throw Stopped();
+  switch (task.spec->kind) {
+    case TaskKind::forward:
+    case TaskKind::backward:
+    case TaskKind::backward_weight:
+    case TaskKind::optimizer:
+      compute(task);
+      return;
+    case TaskKind::send:
+      send(task);
+      return;
+    case TaskKind::recv:
+      receive(task);
+      return;
+    case TaskKind::collective:
+      collective(task);
+      return;
+  }
+}
+
+void CpuBackend::compute(TaskContext& task) const {
+  thread_local std::vector<float> a(static_cast<size_t>(kProxyRows) * kProxyK, 0.5f), b(static_cast<size_t>(kProxyK) * kProxyK, 0.25f),
+      c(static_cast<size_t>(kProxyRows) * kProxyK);
+  constexpr double per_row = 2.0 * kProxyK * kProxyK;
+  double left = task.spec->flops * options_.flop_scale;
+  while (left > 0) {
+    if (stop_.load(std::memory_order_relaxed)) throw Stopped();
+    const int rows = static_cast<int>(std::clamp(std::ceil(left / per_row), 1.0, static_cast<double>(kProxyRows)));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, kProxyK, kProxyK, 1.0f, a.data(), kProxyK, b.data(),
+                kProxyK, 0.0f, c.data(), kProxyK);
+    left -= rows * per_row;
+  }
+  // Outputs: small integers (exact in float sums), different per task, iteration and element.
+  for (const Buffer& out : task.writes) {
+    auto* f = reinterpret_cast<float*>(out.data);
+    const size_t n = out.size_bytes / sizeof(float);
+    const size_t seed = static_cast<size_t>(task.task) * 31 + static_cast<size_t>(task.iteration) * 7;
+    for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>((seed + i) % 97 + 1);
+  }
+}
+
+void CpuBackend::send(TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  Mailbox& box = *channels_[static_cast<size_t>(t.channel)];
+  const auto bytes = static_cast<size_t>(std::min(t.bytes, options_.max_message_bytes));
+  std::span<const std::byte> data;
+  if (!task.reads.empty()) data = {task.reads[0].data, task.reads[0].size_bytes};
+  const auto packet = box.post(data, bytes);
+  task.waiting_for("device " + std::to_string(plan_->peer(task.task)) + " to receive on channel " +
+                   std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
+  box.wait_taken(*packet);
+}
+
+void CpuBackend::receive(TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  Mailbox& box = *channels_[static_cast<size_t>(t.channel)];
+  task.waiting_for("a message from device " + std::to_string(plan_->peer(task.task)) + " on channel " +
+                   std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
+  box.take([&](std::span<const std::byte> data) {
+    if (task.writes.empty()) return;
+    const Buffer& out = task.writes[0];
+    const size_t n = std::min(out.size_bytes, data.size());
+    if (n > 0) std::memcpy(out.data, data.data(), n);
+  });
+}
+
+void CpuBackend::collective(TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  const auto& steps = steps_[static_cast<size_t>(task.task)];
+  const partition::Collective& c = plan_->collectives[static_cast<size_t>(t.collective)];
+  const size_t count = floats_of(std::min(c.bytes, options_.max_message_bytes));
+  std::vector<float> buffer(count, 0.0f);
+  if (!task.reads.empty()) {
+    std::memcpy(buffer.data(), task.reads[0].data, std::min(task.reads[0].size_bytes, count * sizeof(float)));
+  }
+  auto at = [&](double fraction) { return std::min(count, static_cast<size_t>(std::llround(fraction * static_cast<double>(count)))); };
+  std::vector<std::shared_ptr<Mailbox::Packet>> posted;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Step& step = steps[s];
+    posted.clear();
+    for (const Part& p : step.sends) {  // every send of a step carries the buffer as the step starts
+      const size_t b = at(p.begin), e = at(p.end);
+      const auto* bytes = reinterpret_cast<const std::byte*>(buffer.data() + b);
+      posted.push_back(p.mailbox->post({bytes, (e - b) * sizeof(float)}, (e - b) * sizeof(float)));
+    }
+    const std::string where = "step " + std::to_string(s + 1) + " of " + std::to_string(steps.size()) + " of collective " +
+                              std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ", " +
+                              std::string(partition::to_string(c.algorithm)) + "): ";
+    long long k = 0;
+    for (const Part& p : step.receives) {
+      task.waiting_for(where + "the " + nth(++k) + " message from device " + std::to_string(p.peer));
+      p.mailbox->take([&](std::span<const std::byte> data) {
+        const size_t b = at(p.begin), e = std::min(at(p.end), b + data.size() / sizeof(float));
+        const auto* in = reinterpret_cast<const float*>(data.data());
+        if (p.reduce) {
+          for (size_t i = b; i < e; ++i) buffer[i] += in[i - b];
+        } else {
+          std::copy(in, in + (e - b), buffer.begin() + static_cast<std::ptrdiff_t>(b));
+        }
+      });
+    }
+    for (size_t i = 0; i < posted.size(); ++i) {
+      task.waiting_for(where + "device " + std::to_string(step.sends[i].peer) + " to take its message");
+      step.sends[i].mailbox->wait_taken(*posted[i]);
+    }
+  }
+  const Buffer* out = !task.writes.empty() ? &task.writes[0] : !task.reads.empty() ? &task.reads[0] : nullptr;
+  if (out != nullptr) std::memcpy(out->data, buffer.data(), std::min(out->size_bytes, count * sizeof(float)));
+}
+
+double probe_sgemm_flops_per_s(double seconds, int n) {
+  single_threaded_blas();
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a), c(a.size());
+  const double flops = 2.0 * n * n * n;
+  using Clock = std::chrono::steady_clock;
+  auto multiply = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  multiply();  // warm-up: pages, caches
+  const auto start = Clock::now();
+  long long calls = 0;
+  double elapsed = 0;
+  do {
+    multiply();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  return flops * static_cast<double>(calls) / elapsed;
+}
+
+}  // namespace hetflow::exec

@@ -1,0 +1,71 @@
+#pragma once
+// The CPU back end: every device of the plan is a set of threads in this process (the
+// engine's, one per device stream). What it does per task kind:
+//  - compute (forward, backward, backward_weight, optimizer): a FLOP-matched proxy, not the
+//    model's math: cblas_sgemm calls (OpenBLAS, one thread each) adding up to the task's FLOPs
+//    times flop_scale, then a deterministic pattern written into the task's output tensors.
+//    Traces and output label it "proxy".
+//  - send/recv: the plan's channel as an in-process FIFO; the k-th send meets the k-th
+//    receive; the bytes (the sent tensor's, up to max_message_bytes) are copied into the
+//    received tensor. A send returns when its receive has taken the bytes.
+//  - collective: partition::collective_steps on the plan's communicator, each message a
+//    real copy of its part of a float buffer (reductions add in a fixed order, so runs are
+//    bitwise reproducible). Each member's buffer is min(bytes, max_message_bytes) long and
+//    starts as the tensor the task reads; the result goes to the tensor it writes (or back
+//    into the one it reads).
+// One run per instance at a time; prepare() readies it for the next.
+#include <atomic>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/mailbox.hpp"
+
+namespace hetflow::exec {
+
+struct CpuBackendOptions {
+  double flop_scale = 1;                        // compute runs flops x flop_scale
+  double max_message_bytes = 4.0 * 1024 * 1024;  // bytes a transfer or collective buffer moves at most
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {});
+  std::string name() const override { return "cpu"; }
+  std::string compute() const override { return "proxy"; }
+  void prepare(const partition::Plan& plan) override;
+  void run(TaskContext& task) override;
+  void stop() override;
+
+ private:
+  struct Part {
+    Mailbox* mailbox = nullptr;
+    int peer = -1;
+    double begin = 0, end = 0;
+    bool reduce = false;
+  };
+  struct Step {
+    std::vector<Part> sends, receives;
+  };
+
+  void compute(TaskContext& task) const;
+  void send(TaskContext& task);
+  void receive(TaskContext& task);
+  void collective(TaskContext& task);
+  Mailbox* mailbox(int src, int dst, int lane, int stream);
+
+  CpuBackendOptions options_;
+  const partition::Plan* plan_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<Mailbox>> channels_;  // per plan channel
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<Mailbox>> lanes_;  // (src, dst, lane, stream)
+  std::vector<std::vector<Step>> steps_;            // per collective task: its steps, resolved
+};
+
+// FLOP/s of single-threaded sgemm on this machine: square multiplies of `n` for about
+// `seconds`. What `cpu-N:probed` clusters use as each device's speed.
+double probe_sgemm_flops_per_s(double seconds = 0.2, int n = 256);
+
+}  // namespace hetflow::exec

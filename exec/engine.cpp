@@ -1,0 +1,451 @@
+// How the engine runs a plan: a thread per device stream. Each thread walks its program,
+// iteration after iteration; before a task it sleeps on its device's condition variable until
+// the task's unfinished-input count for that iteration is zero. Dependencies never cross
+// devices (partition::RunGraph refuses such plans: devices meet only through transfers and
+// collectives, which the back end matches), so one mutex per device guards that device's
+// counters, tensors and stream states. The calling thread is the watchdog: it polls the
+// count of completed task instances and stops the run when it stops moving.
+#include "exec/engine.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "model/units.hpp"
+#include "partition/run_graph.hpp"
+#include "partition/task_order.hpp"
+
+namespace hetflow::exec {
+
+namespace {
+
+using partition::Plan;
+using partition::Task;
+using partition::TaskKind;
+using partition::Tensor;
+using Clock = std::chrono::steady_clock;
+
+enum class Phase { waiting, running, finished };
+
+struct StreamState {  // guarded by its device's mutex
+  int task = -1;
+  int iteration = 0;
+  Phase phase = Phase::waiting;
+  std::string waiting_for;  // what the back end said it waits for
+};
+
+struct DeviceState {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<StreamState> streams;  // one per StreamProgram of the device
+  DeviceMemoryUse memory;
+  double live_bytes = 0, allocated_bytes = 0;
+};
+
+struct HostBuffer {
+  std::unique_ptr<std::byte[]> data;
+  size_t size_bytes = 0;
+  Buffer view() const { return {data.get(), size_bytes}; }
+};
+
+// Task ids grouped by a tensor field (producer or free_after), as compressed rows.
+struct TensorsByTask {
+  std::vector<int> begin, tensors;
+  std::span<const int> of(int task) const {
+    const auto t = static_cast<size_t>(task);
+    return {tensors.data() + begin[t], static_cast<size_t>(begin[t + 1] - begin[t])};
+  }
+};
+
+TensorsByTask transient_by(const Plan& plan, int Tensor::*field) {
+  TensorsByTask out;
+  out.begin.assign(plan.tasks.size() + 1, 0);
+  auto counted = [&](const Tensor& t) {
+    return !partition::is_persistent(t.kind) && t.*field >= 0 && static_cast<size_t>(t.*field) < plan.tasks.size();
+  };
+  for (const Tensor& t : plan.tensors) {
+    if (counted(t)) ++out.begin[static_cast<size_t>(t.*field) + 1];
+  }
+  for (size_t i = 0; i < plan.tasks.size(); ++i) out.begin[i + 1] += out.begin[i];
+  out.tensors.resize(static_cast<size_t>(out.begin.back()));
+  std::vector<int> fill(out.begin.begin(), out.begin.end() - 1);
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    if (counted(plan.tensors[i])) out.tensors[static_cast<size_t>(fill[static_cast<size_t>(plan.tensors[i].*field)]++)] = static_cast<int>(i);
+  }
+  return out;
+}
+
+
+class Context final : public TaskContext {
+ public:
+  Context(DeviceState& device, StreamState& stream) : device_(device), stream_(stream) {}
+  void waiting_for(std::string what) override {
+    std::lock_guard lock(device_.mutex);
+    stream_.waiting_for = std::move(what);
+  }
+
+ private:
+  DeviceState& device_;
+  StreamState& stream_;
+};
+
+class Run {
+ public:
+  Run(const Plan& plan, Backend& backend, const EngineOptions& options)
+      : plan_(plan), backend_(backend), options_(options), graph_(plan), tasks_(plan.tasks.size()),
+        iterations_(options.iterations > 0 ? options.iterations : plan.iterations()) {
+    if (iterations_ < 1) throw PlanError("the plan runs no iteration (layout.iterations < 1)");
+    if (!(options.watchdog_s > 0)) throw InputError("<options>", 0, "watchdog_s", "expected a positive time");
+    if (!(options.max_buffer_bytes >= 0)) throw InputError("<options>", 0, "max_buffer_bytes", "expected >= 0");
+    for (size_t t = 0; t < plan.tensors.size(); ++t) {
+      const Tensor& tensor = plan.tensors[t];
+      if (tensor.device < 0 || tensor.device >= plan.device_count()) {
+        throw PlanError("tensor " + std::to_string(t) + " is on device " + std::to_string(tensor.device) +
+                        ", which the plan does not have");
+      }
+    }
+    allocates_ = transient_by(plan, &Tensor::producer);
+    frees_ = transient_by(plan, &Tensor::free_after);
+    const size_t instances = tasks_ * static_cast<size_t>(iterations_);
+    remaining_.resize(instances);
+    for (int i = 0; i < iterations_; ++i) {
+      const std::vector<int> inputs = graph_.inputs(i);
+      std::copy(inputs.begin(), inputs.end(), remaining_.begin() + static_cast<std::ptrdiff_t>(index(0, i)));
+    }
+    done_.assign(instances, 0);
+    start_s_.assign(instances, 0);
+    end_s_.assign(instances, 0);
+    transient_.resize(plan.tensors.size() * static_cast<size_t>(iterations_));
+    persistent_.resize(plan.tensors.size());
+    for (size_t d = 0; d < plan.programs.size(); ++d) {
+      devices_.push_back(std::make_unique<DeviceState>());
+      devices_.back()->streams.resize(plan.programs[d].size());
+    }
+    devices_.resize(static_cast<size_t>(plan.device_count()));
+    for (auto& d : devices_) {
+      if (!d) d = std::make_unique<DeviceState>();
+    }
+    // Persistent tensors, and transient ones nothing produces, live for the whole run.
+    for (size_t t = 0; t < plan.tensors.size(); ++t) {
+      const Tensor& tensor = plan.tensors[t];
+      if (!partition::is_persistent(tensor.kind) && tensor.producer >= 0) continue;
+      persistent_[t] = allocate(tensor);
+      DeviceState& d = *devices_[static_cast<size_t>(tensor.device)];
+      d.memory.persistent_bytes += tensor.bytes;
+      d.allocated_bytes += static_cast<double>(persistent_[t].size_bytes);
+      d.memory.peak_allocated_bytes = d.allocated_bytes;
+    }
+    backend_.prepare(plan);
+  }
+
+  RunResult run() {
+    start_ = Clock::now();
+    std::vector<std::thread> threads;
+    for (size_t d = 0; d < plan_.programs.size(); ++d) {
+      for (size_t s = 0; s < plan_.programs[d].size(); ++s) {
+        if (plan_.programs[d][s].tasks.empty()) continue;
+        threads.emplace_back([this, d, s] {
+          stream_main(static_cast<int>(d), s);
+          thread_exited();
+        });
+      }
+    }
+    watch(threads.size());
+    for (std::thread& t : threads) t.join();
+    return result();
+  }
+
+ private:
+  size_t index(int task, int iteration) const {
+    return static_cast<size_t>(iteration) * tasks_ + static_cast<size_t>(task);
+  }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  HostBuffer allocate(const Tensor& t) const {
+    HostBuffer b;
+    b.size_bytes = static_cast<size_t>(std::min(t.bytes, options_.max_buffer_bytes));
+    b.data = std::make_unique<std::byte[]>(b.size_bytes);  // zeroed: runs are bitwise reproducible
+    return b;
+  }
+
+  Buffer buffer(int tensor, int iteration) const {
+    const auto t = static_cast<size_t>(tensor);
+    if (partition::is_persistent(plan_.tensors[t].kind) || plan_.tensors[t].producer < 0) return persistent_[t].view();
+    return transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + t].view();
+  }
+
+  // Under the device's lock: the task's product gets its buffers; the task's views are filled.
+  void acquire(DeviceState& d, int task, int iteration, std::vector<Buffer>& reads, std::vector<Buffer>& writes) {
+    for (int t : allocates_.of(task)) {
+      const Tensor& tensor = plan_.tensors[static_cast<size_t>(t)];
+      HostBuffer& b = transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + static_cast<size_t>(t)];
+      if (b.data) continue;
+      b = allocate(tensor);
+      d.live_bytes += tensor.bytes;
+      d.allocated_bytes += static_cast<double>(b.size_bytes);
+      d.memory.peak_transient_bytes = std::max(d.memory.peak_transient_bytes, d.live_bytes);
+      d.memory.peak_allocated_bytes = std::max(d.memory.peak_allocated_bytes, d.allocated_bytes);
+    }
+    reads.clear();
+    writes.clear();
+    for (int t : plan_.reads(task)) reads.push_back(buffer(t, iteration));
+    for (int t : plan_.writes(task)) writes.push_back(buffer(t, iteration));
+  }
+
+  // Under the device's lock, after the task: the tensors it is the last user of go.
+  void release(DeviceState& d, int task, int iteration) {
+    for (int t : frees_.of(task)) {
+      HostBuffer& b = transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + static_cast<size_t>(t)];
+      if (!b.data && b.size_bytes == 0) continue;
+      d.live_bytes -= plan_.tensors[static_cast<size_t>(t)].bytes;
+      d.allocated_bytes -= static_cast<double>(b.size_bytes);
+      b = HostBuffer{};
+    }
+  }
+
+  void stream_main(int device, size_t s) {
+    DeviceState& d = *devices_[static_cast<size_t>(device)];
+    StreamState& state = d.streams[s];
+    const partition::StreamProgram& program = plan_.programs[static_cast<size_t>(device)][s];
+    std::vector<Buffer> reads, writes;
+    for (int i = 0; i < iterations_; ++i) {
+      for (int task : program.tasks) {
+        {
+          std::unique_lock lock(d.mutex);
+          state.task = task;
+          state.iteration = i;
+          state.phase = Phase::waiting;
+          state.waiting_for.clear();
+          d.wake.wait(lock, [&] { return stop_.load() || remaining_[index(task, i)] <= 0; });
+          if (stop_.load()) return;
+          state.phase = Phase::running;
+          acquire(d, task, i, reads, writes);
+        }
+        Context context(d, state);
+        context.task = task;
+        context.iteration = i;
+        context.spec = &plan_.tasks[static_cast<size_t>(task)];
+        context.reads = reads;
+        context.writes = writes;
+        const size_t at = index(task, i);
+        start_s_[at] = now_s();
+        try {
+          backend_.run(context);
+          end_s_[at] = now_s();
+          if (options_.on_task_end) options_.on_task_end(TaskView{task, i, reads, writes});
+        } catch (const Stopped&) {
+          return;
+        } catch (const std::exception& e) {
+          fail(task, i, e.what());
+          return;
+        } catch (...) {
+          fail(task, i, "an exception that is not a std::exception");
+          return;
+        }
+        {
+          std::lock_guard lock(d.mutex);
+          done_[at] = 1;
+          for (const auto& next : graph_.successors(task)) {
+            if (next.offset >= iterations_ - i) continue;  // beyond the run
+            --remaining_[index(next.task, i + next.offset)];
+          }
+          release(d, task, i);
+          state.waiting_for.clear();
+        }
+        d.wake.notify_all();
+        completed_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    std::lock_guard lock(d.mutex);
+    state.phase = Phase::finished;
+  }
+
+  void fail(int task, int iteration, const std::string& what) {
+    {
+      std::lock_guard lock(error_mutex_);
+      if (error_.empty() && !stop_.load()) {
+        error_ = partition::describe_task(plan_, task) + ", iteration " + std::to_string(iteration) + ": " + what;
+      }
+    }
+    stop_all();
+  }
+
+  void stop_all() {
+    stop_.store(true);
+    backend_.stop();
+    for (auto& d : devices_) {
+      { std::lock_guard lock(d->mutex); }  // a thread between its check and its sleep sees stop_
+      d->wake.notify_all();
+    }
+  }
+
+  // The calling thread: wait for the stream threads, stopping the run when nothing completes
+  // for watchdog_s.
+  void watch(size_t threads) {
+    long long seen = -1;
+    auto last_progress = Clock::now();
+    const auto poll = std::chrono::duration<double>(std::min(0.05, options_.watchdog_s / 4));
+    for (;;) {
+      {
+        std::unique_lock lock(exit_mutex_);
+        if (exit_wake_.wait_for(lock, poll, [&] { return exited_ == threads; })) return;
+      }
+      if (stop_.load()) continue;  // a failure: the threads are ending
+      const long long completed = completed_.load(std::memory_order_relaxed);
+      if (completed != seen) {
+        seen = completed;
+        last_progress = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - last_progress).count() >= options_.watchdog_s) {
+        std::string report = stall_report();
+        {
+          std::lock_guard lock(error_mutex_);
+          error_ = std::move(report);
+          stalled_ = true;
+        }
+        stop_all();
+      }
+    }
+  }
+
+  void thread_exited() {
+    {
+      std::lock_guard lock(exit_mutex_);
+      ++exited_;
+    }
+    exit_wake_.notify_one();
+  }
+
+  // Per stuck stream: where it is and what it waits for. Reads each device under its lock.
+  std::string stall_report() {
+    std::string out = "no task completed for " + model::units::human_time_s(options_.watchdog_s) +
+                      " (watchdog); the run stopped with:";
+    int shown = 0, stuck = 0;
+    for (size_t dev = 0; dev < plan_.programs.size(); ++dev) {
+      DeviceState& d = *devices_[dev];
+      std::lock_guard lock(d.mutex);
+      for (size_t s = 0; s < d.streams.size(); ++s) {
+        const StreamState& st = d.streams[s];
+        if (st.phase == Phase::finished || st.task < 0) continue;
+        ++stuck;
+        if (++shown > 16) continue;
+        out += "\n  device " + std::to_string(dev) + " (" + plan_.device_names[dev] + "): " +
+               partition::describe_task(plan_, st.task) + ", iteration " + std::to_string(st.iteration);
+        if (st.phase == Phase::running) {
+          out += st.waiting_for.empty() ? ": running" : ": waits for " + st.waiting_for;
+        } else {
+          out += ": waits for " + unfinished_inputs(st.task, st.iteration);
+        }
+      }
+    }
+    if (shown > 16) out += "\n  ... and " + std::to_string(stuck - 16) + " more stuck streams";
+    return out;
+  }
+
+  // The inputs of a task instance not done yet (the caller holds its device's lock).
+  std::string unfinished_inputs(int task, int iteration) const {
+    std::string out;
+    for (auto [it, end] = boost::edges(plan_.graph); it != end; ++it) {
+      if (static_cast<int>(boost::target(*it, plan_.graph)) != task) continue;
+      const int from = static_cast<int>(boost::source(*it, plan_.graph));
+      const partition::Dependency& dep = plan_.graph[*it];
+      const int j = iteration - dep.offset;
+      if (j < 0 || done_[index(from, j)]) continue;
+      out += out.empty() ? "" : "; ";
+      std::string tensors;
+      if (dep.data) {
+        for (int t : plan_.reads(task)) {
+          const Tensor& tensor = plan_.tensors[static_cast<size_t>(t)];
+          if (tensor.producer != from) continue;
+          tensors += (tensors.empty() ? "tensor " : ", ") + std::to_string(t) + " (" +
+                     std::string(partition::to_string(tensor.kind)) + ", " + model::units::human_bytes(tensor.bytes) + ")";
+        }
+      }
+      out += (tensors.empty() ? "order edge" : tensors) + " from " + partition::describe_task(plan_, from) +
+             ", iteration " + std::to_string(j);
+    }
+    return out.empty() ? "its inputs (none unfinished: woken late)" : out;
+  }
+
+  RunResult result() {
+    RunResult r;
+    r.wall_s = now_s();
+    r.error = error_;
+    r.stalled = stalled_;
+    r.completed = error_.empty();
+    r.trace.source = "exec-" + backend_.name();
+    r.trace.compute = backend_.compute();
+    r.trace.plan = plan_.network.name + " on " + plan_.cluster.name;
+    r.trace.fingerprint = plan_.fingerprint;
+    r.trace.device_names = plan_.device_names;
+    for (int i = 0; i < iterations_; ++i) {
+      for (size_t t = 0; t < tasks_; ++t) {
+        const size_t at = index(static_cast<int>(t), i);
+        if (!done_[at]) continue;
+        ++r.task_instances;
+        const Task& task = plan_.tasks[t];
+        traces::Event e;
+        e.task = static_cast<int>(t);
+        e.device = task.device;
+        e.stream = plan_.streams[static_cast<size_t>(task.stream)];
+        e.kind = std::string(partition::to_string(task.kind));
+        e.purpose = std::string(partition::to_string(task.purpose));
+        e.iteration = i;
+        e.stage = task.stage;
+        e.microbatch = task.microbatch;
+        const bool transfer = task.kind == TaskKind::send || task.kind == TaskKind::recv;
+        e.peer = transfer ? plan_.peer(static_cast<int>(t)) : -1;
+        e.group = transfer ? task.channel : task.collective;
+        e.start_s = start_s_[at];
+        const int partner = graph_.partner(static_cast<int>(t));  // a transfer starts when both sides are there
+        if (partner >= 0 && done_[index(partner, i)]) e.start_s = std::max(e.start_s, start_s_[index(partner, i)]);
+        e.end_s = std::max(end_s_[at], e.start_s);
+        e.bytes = task.bytes;
+        e.flops = task.flops;
+        r.trace.events.push_back(std::move(e));
+      }
+    }
+    if (r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
+      r.completed = false;
+      r.error = "some tasks are in no device's program and never ran";
+    }
+    traces::sort_events(r.trace);
+    for (auto& d : devices_) r.memory.push_back(d->memory);
+    return r;
+  }
+
+  const Plan& plan_;
+  Backend& backend_;
+  const EngineOptions& options_;
+  partition::RunGraph graph_;
+  size_t tasks_;
+  int iterations_;
+  TensorsByTask allocates_, frees_;
+  std::vector<int> remaining_;  // per instance (iteration x task): inputs not done; device lock
+  std::vector<char> done_;      // per instance; device lock
+  std::vector<double> start_s_, end_s_;  // per instance; written by its thread, read after join
+  std::vector<HostBuffer> transient_;    // per (iteration, tensor); device lock
+  std::vector<HostBuffer> persistent_;   // per tensor; allocated before the threads start
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+  Clock::time_point start_;
+  std::atomic<bool> stop_{false};
+  std::atomic<long long> completed_{0};
+  std::mutex error_mutex_;
+  std::string error_;
+  bool stalled_ = false;
+  std::mutex exit_mutex_;
+  std::condition_variable exit_wake_;
+  size_t exited_ = 0;
+};
+
+}  // namespace
+
+RunResult run_plan(const Plan& plan, Backend& backend, const EngineOptions& options) {
+  Run run(plan, backend, options);
+  return run.run();
+}
+
+}  // namespace hetflow::exec

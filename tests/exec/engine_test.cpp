@@ -1,0 +1,234 @@
+// The engine on the CPU back end: plans from the partition API run to completion with one
+// trace event per task instance; failures and stalls end the run promptly with a report.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "exec/cpu_backend.hpp"
+#include "exec/engine.hpp"
+#include "partition/task_order.hpp"
+#include "partition/validate.hpp"
+#include "tests/exec/exec_test_util.hpp"
+
+using namespace hetflow;
+using partition::Plan;
+using partition::TaskKind;
+
+namespace {
+
+exec::EngineOptions fast(double watchdog_s = 20) {
+  exec::EngineOptions o;
+  o.watchdog_s = watchdog_s;
+  o.max_buffer_bytes = 64 * 1024;
+  return o;
+}
+
+exec::CpuBackend backend() { return exec::CpuBackend({1, 64 * 1024}); }
+
+// Every (task, iteration) exactly once, every device's trace events ordered on each stream.
+void expect_complete_trace(const Plan& plan, const exec::RunResult& r) {
+  ASSERT_TRUE(r.completed) << r.error;
+  ASSERT_EQ(r.trace.events.size(), plan.tasks.size() * static_cast<size_t>(plan.iterations()));
+  std::set<std::pair<int, int>> seen;
+  for (const traces::Event& e : r.trace.events) {
+    EXPECT_TRUE(seen.insert({e.task, e.iteration}).second) << "task " << e.task << " iteration " << e.iteration;
+    EXPECT_LE(e.start_s, e.end_s);
+    EXPECT_GE(e.start_s, 0);
+  }
+  EXPECT_EQ(r.trace.source, "exec-cpu");
+  EXPECT_EQ(r.trace.compute, "proxy");
+  EXPECT_EQ(r.trace.fingerprint, plan.fingerprint);
+}
+
+struct Case {
+  const char* name;
+  int devices;
+  partition::PlanOptions options;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&](const char* name, int devices, int pipeline, int data, int tensor, const char* schedule,
+                 std::optional<partition::SyncKind> sync, int staleness = 0) {
+    partition::PlanOptions o;
+    o.pipeline = pipeline;
+    o.data = data;
+    o.tensor = tensor;
+    o.schedule = schedule;
+    o.microbatches = 4;
+    o.sync = sync;
+    o.staleness = staleness;
+    o.iterations = 3;
+    out.push_back({name, devices, o});
+  };
+  add("gpipe_pp2_dp2_allreduce", 4, 2, 2, 1, "gpipe", partition::SyncKind::allreduce);
+  add("1f1b_pp2_tp2", 4, 2, 1, 2, "1f1b", partition::SyncKind::allreduce);
+  add("1f1b_pp2_dp2_tp2", 8, 2, 2, 2, "1f1b", partition::SyncKind::allreduce);
+  add("gpipe_pp2_dp2_ps", 4, 2, 2, 1, "gpipe", partition::SyncKind::ps);
+  add("1f1b_pp2_dp2_wsp_d1", 4, 2, 2, 1, "1f1b", partition::SyncKind::wsp, 1);
+  return out;
+}
+
+class EnginePlans : public testing::TestWithParam<Case> {};
+
+TEST_P(EnginePlans, RunToCompletionWithOneEventPerTaskInstance) {
+  const Case& c = GetParam();
+  const Plan plan = test_support::planned(model::cpu_cluster(c.devices), test_support::tiny_gpt(), c.options);
+  ASSERT_NO_THROW(partition::require_valid(plan));
+  auto cpu = backend();
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, cpu, fast());
+  expect_complete_trace(plan, r);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  // Program order: on each stream, iteration after iteration, a task ends before the next starts.
+  std::map<std::pair<int, std::string>, double> last_end;
+  std::vector<traces::Event> events = r.trace.events;
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
+  for (const traces::Event& e : events) {
+    double& end = last_end[{e.device, e.stream}];
+    if (e.kind != "send" && e.kind != "recv") {  // transfers start at the later side
+      EXPECT_GE(e.start_s, end) << e.task;
+    }
+    end = std::max(end, e.end_s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, EnginePlans, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
+
+// WSP with staleness 0 against 1: the offset edges are honoured (a pull of iteration i
+// precedes iteration i + D + 1's first forward on that worker).
+TEST(Engine, OffsetEdgesHoldAcrossIterations) {
+  partition::PlanOptions o = cases()[4].options;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
+  auto cpu = backend();
+  const exec::RunResult r = exec::run_plan(plan, cpu, fast());
+  ASSERT_TRUE(r.completed) << r.error;
+  std::map<std::pair<int, int>, const traces::Event*> at;
+  for (const traces::Event& e : r.trace.events) at[{e.task, e.iteration}] = &e;
+  int checked = 0;
+  for (const partition::OrderEdge& edge : plan.order) {
+    for (int i = edge.offset; i < plan.iterations(); ++i) {
+      const auto* from = at[{edge.from, i - edge.offset}];
+      const auto* to = at[{edge.to, i}];
+      ASSERT_TRUE(from && to);
+      EXPECT_LE(from->end_s, to->start_s) << edge.from << " -> " << edge.to << " offset " << edge.offset;
+      checked += edge.offset > 0;
+    }
+  }
+  EXPECT_GT(checked, 0) << "the WSP plan has offset edges";
+}
+
+// A task that throws ends the run with its error; the trace holds what completed.
+class Throwing final : public exec::Backend {
+ public:
+  explicit Throwing(int task) : task_(task) {}
+  std::string name() const override { return inner_.name(); }
+  std::string compute() const override { return inner_.compute(); }
+  void prepare(const Plan& plan) override { inner_.prepare(plan); }
+  void stop() override { inner_.stop(); }
+  void run(exec::TaskContext& t) override {
+    if (t.task == task_ && t.iteration == 1) throw Error("injected failure");
+    inner_.run(t);
+  }
+
+ private:
+  int task_;
+  exec::CpuBackend inner_{{1, 64 * 1024}};
+};
+
+TEST(Engine, FirstErrorStopsTheRunWithAPartialTrace) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
+  int victim = -1;
+  for (size_t t = 0; t < plan.tasks.size() && victim < 0; ++t) {
+    if (plan.tasks[t].kind == TaskKind::backward) victim = static_cast<int>(t);
+  }
+  Throwing backend(victim);
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, backend, fast(30));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
+  EXPECT_FALSE(r.completed);
+  EXPECT_FALSE(r.stalled);
+  EXPECT_NE(r.error.find("injected failure"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("backward #" + std::to_string(victim)), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("iteration 1"), std::string::npos) << r.error;
+  EXPECT_GT(r.trace.events.size(), plan.tasks.size() - 1);  // iteration 0 completed
+  EXPECT_LT(r.trace.events.size(), plan.tasks.size() * 3);
+  for (const traces::Event& e : r.trace.events) EXPECT_FALSE(e.task == victim && e.iteration >= 1);
+}
+
+// A receive removed from its program (validation bypassed): its send waits for ever, and so
+// does what reads the received tensor. The watchdog names both.
+TEST(Engine, WatchdogNamesWhatEachDeviceWaitsFor) {
+  Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), [] {
+    partition::PlanOptions o;
+    o.pipeline = 2;
+    o.microbatches = 2;
+    return o;
+  }());
+  int removed = -1;
+  for (auto& device : plan.programs) {
+    for (partition::StreamProgram& s : device) {
+      for (size_t k = 0; k < s.tasks.size() && removed < 0; ++k) {
+        if (plan.tasks[static_cast<size_t>(s.tasks[k])].kind != TaskKind::recv) continue;
+        removed = s.tasks[k];
+        s.tasks.erase(s.tasks.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+  }
+  ASSERT_GE(removed, 0);
+  const int waiting = plan.tasks[static_cast<size_t>(removed)].device;
+  const int sender = plan.peer(removed);
+  auto cpu = backend();
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, cpu, fast(1));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 10);  // the watchdog (1 s) and prompt stopping, with room for sanitizer builds
+  EXPECT_FALSE(r.completed);
+  EXPECT_TRUE(r.stalled);
+  EXPECT_NE(r.error.find("watchdog"), std::string::npos) << r.error;
+  const std::string waiter = "device " + std::to_string(waiting) + " (" + plan.device_names[static_cast<size_t>(waiting)] + ")";
+  EXPECT_NE(r.error.find(waiter), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("recv #" + std::to_string(removed)), std::string::npos) << r.error;  // the missing producer
+  EXPECT_NE(r.error.find("device " + std::to_string(waiting) + " to receive on channel"), std::string::npos)
+      << r.error;  // the sender's side
+  EXPECT_NE(r.error.find("device " + std::to_string(sender) + " ("), std::string::npos) << r.error;
+}
+
+// On one device with one stream, the engine allocates in the plan's canonical order, so the
+// measured transient peak is the plan's.
+TEST(Engine, PeakTransientBytesEqualThePlansOnASerialDevice) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    partition::PlanOptions o;
+    o.pipeline = 1;
+    o.data = 1;
+    o.microbatches = 4;
+    o.schedule = schedule;
+    o.iterations = 2;
+    const Plan plan = test_support::planned(model::cpu_cluster(1), test_support::tiny_gpt(), o);
+    auto cpu = backend();
+    const exec::RunResult r = exec::run_plan(plan, cpu, fast());
+    ASSERT_TRUE(r.completed) << r.error;
+    const partition::DeviceMemory& m = plan.memory[0];
+    EXPECT_GT(m.activations_bytes, 0);
+    EXPECT_DOUBLE_EQ(r.memory[0].peak_transient_bytes, m.activations_bytes + m.buffers_bytes) << schedule;
+    EXPECT_DOUBLE_EQ(r.memory[0].persistent_bytes, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes);
+  }
+}
+
+TEST(Engine, RefusesPlansItCannotRun) {
+  Plan plan = test_support::empty_plan(model::cpu_cluster(2));
+  const int x = test_support::transient(plan, 0, 64);
+  const int a = test_support::compute_task(plan, 0, {}, {x});
+  test_support::compute_task(plan, 1, {x}, {});  // reads a tensor of another device
+  plan.finish();
+  (void)a;
+  auto cpu = backend();
+  EXPECT_THROW(exec::run_plan(plan, cpu, fast()), PlanError);
+}
+
+}  // namespace

@@ -1,0 +1,89 @@
+#pragma once
+// Plans for executor tests: built through the partition API on cpu-N clusters, or by hand
+// (one collective, one transfer) where a test needs to know every tensor.
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/engine.hpp"
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/policy.hpp"
+
+namespace hetflow::test_support {
+
+// A two-layer GPT small enough to run in milliseconds, with attention heads for tensor parallelism.
+inline model::Network tiny_gpt() {
+  return model::network_from_spec("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256", model::Precision::fp32);
+}
+
+inline partition::Plan planned(const model::Cluster& cluster, const model::Network& net, partition::PlanOptions o) {
+  o.precision = net.precision;
+  o.workspace_bytes = 0;
+  const partition::CostModel cost(cluster, net.precision);
+  partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  plan.fingerprint = partition::plan_fingerprint(plan);
+  return plan;
+}
+
+// A plan with no tasks yet: the cluster's devices, a compute and a comm stream.
+inline partition::Plan empty_plan(const model::Cluster& cluster) {
+  partition::Plan plan;
+  plan.cluster = cluster;
+  plan.network.name = "none";
+  for (const model::Device& d : cluster.devices()) plan.device_names.push_back(d.name);
+  plan.programs.resize(plan.device_names.size());
+  plan.streams = {"compute", "comm", "send", "recv"};
+  plan.layout.workers.clear();
+  plan.layout.iterations = 1;
+  return plan;
+}
+
+inline int transient(partition::Plan& plan, int device, double bytes) {
+  partition::Tensor t;
+  t.kind = partition::TensorKind::activation;
+  t.device = device;
+  t.shape = {static_cast<std::int64_t>(bytes / 4)};
+  t.dtype = model::Precision::fp32;
+  t.bytes = bytes;
+  return plan.add_tensor(t);
+}
+
+inline int compute_task(partition::Plan& plan, int device, std::vector<int> reads, std::vector<int> writes,
+                        partition::TaskKind kind = partition::TaskKind::forward) {
+  partition::Task t;
+  t.kind = kind;
+  t.device = device;
+  t.stream = 0;
+  t.flops = 1e5;
+  t.stage = 0;
+  t.microbatch = 0;
+  return plan.add_task(t, reads, writes);
+}
+
+// What finished task instances held: (task, iteration) -> bytes of its first read and write.
+struct Captured {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, std::vector<std::byte>> read, written;
+  std::function<void(const exec::TaskView&)> hook() {
+    return [this](const exec::TaskView& v) {
+      std::lock_guard lock(mutex);
+      if (!v.reads.empty()) read[{v.task, v.iteration}].assign(v.reads[0].data, v.reads[0].data + v.reads[0].size_bytes);
+      if (!v.writes.empty()) {
+        written[{v.task, v.iteration}].assign(v.writes[0].data, v.writes[0].data + v.writes[0].size_bytes);
+      }
+    };
+  }
+  static std::vector<float> floats(const std::vector<std::byte>& bytes) {
+    std::vector<float> f(bytes.size() / sizeof(float));
+    if (!f.empty()) std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
+    return f;
+  }
+};
+
+}  // namespace hetflow::test_support

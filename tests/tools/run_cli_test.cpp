@@ -1,0 +1,115 @@
+// hetflow run as a user runs it: the measured summary beside the estimate, the trace it
+// writes, plan files, and bad options (exit 2).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+#include "traces/trace_io.hpp"
+
+using hetflow::test_support::run_hetflow;
+using hetflow::test_support::scratch_dir;
+using hetflow::test_support::slurp;
+
+namespace {
+const char* kTiny = "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --pipeline 2 --microbatches 4 "
+                    "--workspace 0";
+}
+
+TEST(RunCli, JsonSummaryTraceAndSteps) {
+  const auto dir = scratch_dir();
+  const std::string csv = (dir / "t.csv").string(), chrome = (dir / "t.json").string();
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --steps 2 --warmup 1 --json --trace " + csv + " --chrome " + chrome);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["completed"].get<bool>());
+  EXPECT_EQ(j["compute"], "proxy");
+  EXPECT_EQ(j["steps"].size(), 3u);
+  EXPECT_TRUE(j["steps"][0]["warmup"].get<bool>());
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["analytic_iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["throughput_tokens_per_s"].get<double>(), 0);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_GT(j["devices"][0]["peak_transient_bytes"].get<double>(), 0);
+  const hetflow::traces::Trace trace = hetflow::traces::read_trace_csv(slurp(csv), csv);
+  EXPECT_EQ(trace.source, "exec-cpu");
+  EXPECT_EQ(trace.compute, "proxy");
+  EXPECT_EQ(trace.fingerprint, j["fingerprint"]);
+  EXPECT_EQ(static_cast<long long>(trace.events.size()), j["task_instances"].get<long long>());
+  EXPECT_FALSE(nlohmann::json::parse(slurp(chrome))["traceEvents"].empty());
+}
+
+TEST(RunCli, TextReportAndPlanFile) {
+  const auto dir = scratch_dir();
+  const std::string plan = (dir / "plan.json").string();
+  ASSERT_EQ(run_hetflow(std::string("plan ") + kTiny + " --out " + plan).status, 0);
+  const auto r = run_hetflow("run --plan " + plan + " --steps 1 --flop-scale 0.5");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* text : {"step   0", "(warm-up)", "iteration time", "estimate", "tokens/s", "compute proxy", "FLOPs x 0.5",
+                           "peak tensors"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+}
+
+TEST(RunCli, BadOptionsExit2) {
+  struct Bad {
+    const char* args;
+    const char* says;
+  } bad[] = {
+      {"--backend cuda", "--backend: the cuda back end is not built yet"},
+      {"--backend tpu", "expected cpu or cuda"},
+      {"--steps 0", "--steps"},
+      {"--warmup -1", "--warmup"},
+      {"--watchdog soon", "--watchdog"},
+      {"--flop-scale -2", "--flop-scale"},
+      {"--max-buffer 2TiB", "--max-buffer"},
+      {"--iterations 4", "--steps"},
+      {"--steps 100000 --max-tasks 1000", "--max-tasks"},
+  };
+  for (const Bad& b : bad) {
+    const auto r = run_hetflow(std::string("run ") + kTiny + " " + b.args);
+    EXPECT_EQ(r.status, 2) << b.args << "\n" << r.err << r.out;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << b.args << "\n" << r.err;
+  }
+  const auto r = run_hetflow("run --plan /nonexistent/plan.json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
+}
+
+TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
+  const auto dir = scratch_dir();
+  const std::string csv = (dir / "partial.csv").string();
+  // Compute tasks of seconds each against a 100 ms watchdog: the first one trips it.
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --flop-scale 100000 --watchdog 100ms --trace " + csv);
+  EXPECT_EQ(r.status, 4) << r.err << r.out;
+  EXPECT_NE(r.out.find("THE RUN DID NOT COMPLETE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("watchdog"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device 0 (host/gpu0): forward #"), std::string::npos) << r.out;
+  const hetflow::traces::Trace trace = hetflow::traces::read_trace_csv(slurp(csv), csv);
+  EXPECT_EQ(trace.source, "exec-cpu");
+}
+
+TEST(RunCli, APlanThatCannotRunExits3) {
+  const auto dir = scratch_dir();
+  const std::string plan = (dir / "plan.json").string(), broken = (dir / "broken.json").string();
+  ASSERT_EQ(run_hetflow(std::string("plan ") + kTiny + " --out " + plan).status, 0);
+  auto j = nlohmann::json::parse(slurp(plan));
+  j.erase("fingerprint");  // a changed plan keeps no stale fingerprint (reading would refuse it)
+  for (auto& device : j["programs"]) {  // drop the first receive from its program: its send is unmatched
+    for (auto& stream : device) {
+      auto& tasks = stream["tasks"];
+      for (size_t k = 0; k < tasks.size(); ++k) {
+        if (j["tasks"][tasks[k].get<size_t>()]["kind"] != "recv") continue;
+        tasks.erase(k);
+        std::ofstream(broken) << j.dump();
+        const auto r = run_hetflow("run --plan " + broken);
+        EXPECT_EQ(r.status, 3) << r.err << r.out;
+        EXPECT_NE(r.err.find("plan cannot run"), std::string::npos) << r.err;
+        return;
+      }
+    }
+  }
+  FAIL() << "the plan has no receive";
+}

@@ -1,0 +1,318 @@
+// hetflow run: execute a plan (a file, or built from the plan options) on a back end; print
+// each step's time and the measured figures beside the analytic estimate of the same plan;
+// write the trace. Three steps, as in simulate: read what was asked, run it, report it.
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "exec/cpu_backend.hpp"
+#include "exec/engine.hpp"
+#include "model/error.hpp"
+#include "model/units.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/validate.hpp"
+#include "tools/cli.hpp"
+#include "tools/plan_options.hpp"
+#include "tools/plan_summary.hpp"
+#include "traces/metrics.hpp"
+#include "traces/trace_io.hpp"
+
+namespace hetflow::tools {
+
+namespace {
+
+namespace u = model::units;
+
+struct Request {
+  partition::Plan plan;
+  int warmup = 1;
+  int steps = 3;
+  double watchdog_s = 60;
+  double flop_scale = 1;
+  double max_buffer_bytes = 4.0 * 1024 * 1024;
+};
+
+void write_file(const std::string& path, const std::string& text, const std::string& option) {
+  std::ofstream out(path);
+  if (!out) throw InputError(path, 0, option, "cannot be written");
+  out << text;
+}
+
+template <typename Parse>
+double parsed(const po::variables_map& vm, const char* name, Parse parse) {
+  try {
+    return parse(vm[name].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, std::string("--") + name, e.what());
+  }
+}
+
+// --- step 1: what was asked ---
+
+Request read_request(po::variables_map& vm) {
+  const std::string backend = vm["backend"].as<std::string>();
+  if (backend == "cuda") {
+    throw InputError("<command line>", 0, "--backend",
+                     "the cuda back end is not built yet (this version executes on the cpu back end only); use --backend cpu");
+  }
+  if (backend != "cpu") throw InputError("<command line>", 0, "--backend", "expected cpu or cuda, found '" + backend + "'");
+  if (!vm["iterations"].defaulted()) {
+    throw InputError("<command line>", 0, "--iterations", "hetflow run takes --steps (and --warmup) instead");
+  }
+  Request r;
+  r.steps = vm["steps"].as<int>();
+  r.warmup = vm["warmup"].as<int>();
+  if (r.steps < 1 || r.steps > 1'000'000) throw InputError("<command line>", 0, "--steps", "expected 1 to 1000000");
+  if (r.warmup < 0 || r.warmup > 1'000'000) throw InputError("<command line>", 0, "--warmup", "expected 0 to 1000000");
+  r.watchdog_s = parsed(vm, "watchdog", u::parse_time_s);
+  if (!(r.watchdog_s > 0 && r.watchdog_s <= 86400)) {
+    throw InputError("<command line>", 0, "--watchdog", "expected a time between 0 and 1 day, found '" +
+                                                            vm["watchdog"].as<std::string>() + "'");
+  }
+  r.flop_scale = parsed(vm, "flop-scale", u::parse_number);
+  if (!(r.flop_scale >= 0 && r.flop_scale <= 1e6)) {
+    throw InputError("<command line>", 0, "--flop-scale", "expected a factor between 0 and 1e6, found '" +
+                                                              vm["flop-scale"].as<std::string>() + "'");
+  }
+  r.max_buffer_bytes = parsed(vm, "max-buffer", u::parse_bytes);
+  if (!(r.max_buffer_bytes >= 0 && r.max_buffer_bytes <= 1024.0 * 1024 * 1024)) {
+    throw InputError("<command line>", 0, "--max-buffer", "expected a size between 0 and 1 GiB, found '" +
+                                                              vm["max-buffer"].as<std::string>() + "'");
+  }
+  if (vm.count("plan")) {
+    // A plan fixes its cluster, network and layout; only the run may change.
+    for (const auto& [name, value] : vm) {
+      const bool allowed = name == "plan" || name == "steps" || name == "warmup" || name == "backend" ||
+                           name == "trace" || name == "chrome" || name == "watchdog" || name == "max-tasks" ||
+                           name == "flop-scale" || name == "max-buffer" || name == "calibration" || name == "json";
+      if (!allowed && !value.defaulted()) {
+        throw InputError("<command line>", 0, "--" + name,
+                         "a plan file fixes its cluster, network and layout; give either --plan or --" + name);
+      }
+    }
+    r.plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
+  } else {
+    r.plan = plan_from_options(vm).plan;
+  }
+  r.plan.layout.iterations = r.warmup + r.steps;  // the plan that runs: its fingerprint says how long
+  r.plan.fingerprint = partition::plan_fingerprint(r.plan);
+  const long long tasks = static_cast<long long>(r.plan.tasks.size()) * r.plan.iterations();
+  if (const long long max_tasks = read_max_tasks(vm); tasks > max_tasks) {
+    throw InputError("<command line>", 0, "--steps",
+                     std::to_string(r.plan.iterations()) + " iterations x " + std::to_string(r.plan.tasks.size()) +
+                         " tasks = " + std::to_string(tasks) + " task instances, more than --max-tasks " +
+                         std::to_string(max_tasks) + "; lower --steps or raise --max-tasks");
+  }
+  return r;
+}
+
+// The same plan with every compute task's work scaled as the run scales it: the estimate
+// then predicts the run that happens.
+partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
+  partition::Plan out = plan;
+  for (partition::Task& t : out.tasks) {
+    t.flops *= flop_scale;
+    t.recompute_flops *= flop_scale;
+    t.memory_bytes *= flop_scale;
+  }
+  return out;
+}
+
+// --- step 3: the report ---
+
+struct Figures {
+  std::vector<double> step_s;  // per iteration (warm-up included)
+  double iteration_time_s = 0;  // mean over the steps after the warm-up
+  double samples_per_s = 0, tokens_per_s = 0;
+};
+
+Figures figures(const exec::RunResult& result, const partition::Plan& plan, int warmup) {
+  Figures f;
+  std::vector<double> end(static_cast<size_t>(plan.iterations()), 0);
+  for (const traces::Event& e : result.trace.events) {
+    if (e.iteration >= 0 && e.iteration < plan.iterations()) end[static_cast<size_t>(e.iteration)] = std::max(end[static_cast<size_t>(e.iteration)], e.end_s);
+  }
+  double previous = 0, total = 0;
+  int measured = 0;
+  for (size_t i = 0; i < end.size(); ++i) {
+    end[i] = std::max(end[i], previous);
+    f.step_s.push_back(end[i] - previous);
+    if (static_cast<int>(i) >= warmup) {
+      total += end[i] - previous;
+      ++measured;
+    }
+    previous = end[i];
+  }
+  f.iteration_time_s = measured > 0 ? total / measured : 0;
+  if (f.iteration_time_s > 0) {
+    f.samples_per_s = plan.layout.samples_per_iteration() / f.iteration_time_s;
+    f.tokens_per_s = f.samples_per_s * plan.network.tokens_per_sample;
+  }
+  return f;
+}
+
+double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
+
+Json report_json(const Request& r, const exec::RunResult& result, const Figures& f, const traces::Metrics& m,
+                 const partition::Estimate& e) {
+  const partition::Plan& plan = r.plan;
+  Json j;
+  j["completed"] = result.completed;
+  j["error"] = result.error;
+  j["stalled"] = result.stalled;
+  j["fingerprint"] = plan.fingerprint;
+  j["backend"] = "cpu";
+  j["compute"] = result.trace.compute;
+  j["flop_scale"] = r.flop_scale;
+  j["warmup"] = r.warmup;
+  Json steps = Json::array();
+  for (size_t i = 0; i < f.step_s.size(); ++i) {
+    steps.push_back({{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}});
+  }
+  j["steps"] = std::move(steps);
+  j["iteration_time_s"] = f.iteration_time_s;
+  j["analytic_iteration_time_s"] = e.iteration_time_s;
+  j["iteration_time_error"] = relative_error(f.iteration_time_s, e.iteration_time_s);
+  j["throughput_samples_per_s"] = f.samples_per_s;
+  j["analytic_throughput_samples_per_s"] = e.throughput_samples_per_s;
+  j["throughput_tokens_per_s"] = f.tokens_per_s;
+  j["analytic_throughput_tokens_per_s"] = e.throughput_tokens_per_s;
+  j["wall_s"] = result.wall_s;
+  j["task_instances"] = result.task_instances;
+  Json devices = Json::array();
+  for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
+    const double analytic_util = e.iteration_time_s > 0 ? e.busy_s[d] / e.iteration_time_s : 0;
+    devices.push_back({{"name", plan.device_names[d]},
+                       {"busy_s", d < m.devices.size() ? m.devices[d].busy_s : 0},
+                       {"analytic_busy_s", e.busy_s[d]},
+                       {"utilization", d < m.devices.size() ? m.devices[d].utilization : 0},
+                       {"analytic_utilization", analytic_util},
+                       {"peak_transient_bytes", result.memory[d].peak_transient_bytes},
+                       {"plan_transient_bytes", plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes},
+                       {"persistent_bytes", result.memory[d].persistent_bytes},
+                       {"peak_allocated_bytes", result.memory[d].peak_allocated_bytes}});
+  }
+  j["devices"] = std::move(devices);
+  return j;
+}
+
+std::string percent(double fraction) {
+  std::ostringstream s;
+  s << std::showpos << std::fixed << std::setprecision(1) << 100 * fraction << " %";
+  return s.str();
+}
+
+void report_text(std::ostream& out, const Request& r, const exec::RunResult& result, const Figures& f,
+                 const traces::Metrics& m, const partition::Estimate& e) {
+  const partition::Plan& plan = r.plan;
+  print_layout(out, plan);
+  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu, compute " << result.trace.compute
+      << ": FLOP-matched sgemm, not the model's math";
+  if (r.flop_scale != 1) out << ", FLOPs x " << r.flop_scale;
+  out << "): " << result.task_instances << " task instances in " << u::human_time_s(result.wall_s) << "\n";
+  for (size_t i = 0; i < f.step_s.size(); ++i) {
+    out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i])
+        << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
+  }
+  out << "\n  " << std::left << std::setw(18) << "" << std::right << std::setw(14) << "measured" << std::setw(14)
+      << "estimate" << std::setw(10) << "error" << "\n";
+  auto row = [&](const std::string& what, const std::string& measured, const std::string& estimate, double error) {
+    out << "  " << std::left << std::setw(18) << what << std::right << std::setw(14) << measured << std::setw(14)
+        << estimate << std::setw(10) << percent(error) << "\n";
+  };
+  auto number = [](double x, int precision) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(precision) << x;
+    return s.str();
+  };
+  row("iteration time", u::human_time_s(f.iteration_time_s), u::human_time_s(e.iteration_time_s),
+      relative_error(f.iteration_time_s, e.iteration_time_s));
+  row("samples/s", number(f.samples_per_s, 2), number(e.throughput_samples_per_s, 2),
+      relative_error(f.samples_per_s, e.throughput_samples_per_s));
+  if (plan.network.tokens_per_sample > 1) {
+    row("tokens/s", number(f.tokens_per_s, 0), number(e.throughput_tokens_per_s, 0),
+        relative_error(f.tokens_per_s, e.throughput_tokens_per_s));
+  }
+  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "utilization" << std::setw(10)
+      << "estimate" << std::setw(12) << "busy" << std::setw(11) << "estimate" << std::setw(17) << "peak tensors"
+      << std::setw(11) << "plan" << "\n";
+  size_t shown = 0;
+  for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
+    if (e.busy_s[d] == 0 && result.memory[d].peak_transient_bytes == 0) continue;
+    if (++shown > 32) continue;
+    const double util = d < m.devices.size() ? m.devices[d].utilization : 0;
+    const double busy = d < m.devices.size() ? m.devices[d].busy_s : 0;
+    const double analytic_util = e.iteration_time_s > 0 ? e.busy_s[d] / e.iteration_time_s : 0;
+    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(12) << std::fixed
+        << std::setprecision(1) << 100 * util << "%" << std::setw(9) << 100 * analytic_util << "%" << std::setw(12)
+        << u::human_time_s(busy) << std::setw(11) << u::human_time_s(e.busy_s[d]) << std::setw(17)
+        << u::human_bytes(result.memory[d].peak_transient_bytes) << std::setw(11)
+        << u::human_bytes(plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes) << "\n"
+        << std::defaultfloat;
+  }
+  if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
+  out << "  (peak tensors: transient tensors alive at once, by the plan's bytes; host buffers are capped at "
+      << u::human_bytes(r.max_buffer_bytes) << " each)\n";
+}
+
+}  // namespace
+
+int run_run(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("run options");
+  add_plan_options(options);
+  options.add_options()
+      ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
+      ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (not yet)")
+      ("steps", po::value<int>()->default_value(3), "iterations measured")
+      ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
+      ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
+      ("flop-scale", po::value<std::string>()->default_value("1"),
+       "run compute tasks with their FLOPs times this (e.g. 0.001 for a GPU plan on a CPU)")
+      ("max-buffer", po::value<std::string>()->default_value("4 MiB"),
+       "host bytes allocated per tensor and moved per message at most (the accounting keeps the plan's bytes)")
+      ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
+      ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)");
+  po::variables_map vm;
+  if (!parse_options("run", "[plan options | --plan plan.json] [--backend cpu] [--steps N] [--warmup W] [--json]",
+                     options, args, vm, out)) {
+    return 0;
+  }
+  // 1. What was asked.
+  Request request = read_request(vm);
+  const partition::Plan& plan = request.plan;
+  partition::require_valid(plan);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm, plan.cluster));
+
+  // 2. The run.
+  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes});
+  exec::EngineOptions engine;
+  engine.watchdog_s = request.watchdog_s;
+  engine.max_buffer_bytes = request.max_buffer_bytes;
+  const exec::RunResult result = exec::run_plan(plan, backend, engine);
+  if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
+  if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
+  const partition::Estimate analytic = partition::estimate_plan(scaled(plan, request.flop_scale), cost);
+  const Figures f = figures(result, plan, request.warmup);
+  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
+
+  // 3. The report.
+  if (vm.count("json")) {
+    print_json(out, report_json(request, result, f, m, analytic));
+    return result.completed ? 0 : 4;
+  }
+  if (!result.completed) {
+    out << "ran " << plan.network.name << " on " << plan.cluster.name << ": THE RUN DID NOT COMPLETE ("
+        << result.task_instances << " task instances completed):\n  " << result.error << "\n";
+    if (vm.count("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
+    return 4;
+  }
+  report_text(out, request, result, f, m, analytic);
+  if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
+  if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
+  return 0;
+}
+
+}  // namespace hetflow::tools
