@@ -61,7 +61,7 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   for (const partition::Collective& c : plan.collectives) {
     const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
     for (int t : c.tasks) {
-      const partition::Task& task = plan.tasks[static_cast<size_t>(t)];
+      const partition::Task& task = plan.task(t);
       // Messages are scoped by the stream, as in the simulator: collectives on different
       // streams never match each other's messages.
       for (const partition::Step& s : partition::collective_steps(spec, task.device, node)) {

@@ -181,7 +181,7 @@ class Run {
   // Under the device's lock: the task's product gets its buffers; the task's views are filled.
   void acquire(DeviceState& d, int task, int iteration, std::vector<Buffer>& reads, std::vector<Buffer>& writes) {
     for (int t : allocates_.of(task)) {
-      const Tensor& tensor = plan_.tensors[static_cast<size_t>(t)];
+      const Tensor& tensor = plan_.tensor(t);
       HostBuffer& b = transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + static_cast<size_t>(t)];
       if (b.data) continue;
       b = allocate(tensor);
@@ -201,7 +201,7 @@ class Run {
     for (int t : frees_.of(task)) {
       HostBuffer& b = transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + static_cast<size_t>(t)];
       if (!b.data && b.size_bytes == 0) continue;
-      d.live_bytes -= plan_.tensors[static_cast<size_t>(t)].bytes;
+      d.live_bytes -= plan_.tensor(t).bytes;
       d.allocated_bytes -= static_cast<double>(b.size_bytes);
       b = HostBuffer{};
     }
@@ -228,7 +228,7 @@ class Run {
         Context context(d, state);
         context.task = task;
         context.iteration = i;
-        context.spec = &plan_.tasks[static_cast<size_t>(task)];
+        context.spec = &plan_.task(task);
         context.reads = reads;
         context.writes = writes;
         const size_t at = index(task, i);
@@ -358,7 +358,7 @@ class Run {
       std::string tensors;
       if (dep.data) {
         for (int t : plan_.reads(task)) {
-          const Tensor& tensor = plan_.tensors[static_cast<size_t>(t)];
+          const Tensor& tensor = plan_.tensor(t);
           if (tensor.producer != from) continue;
           tensors += (tensors.empty() ? "tensor " : ", ") + std::to_string(t) + " (" +
                      std::string(partition::to_string(tensor.kind)) + ", " + model::units::human_bytes(tensor.bytes) + ")";
@@ -390,7 +390,7 @@ class Run {
         traces::Event e;
         e.task = static_cast<int>(t);
         e.device = task.device;
-        e.stream = plan_.streams[static_cast<size_t>(task.stream)];
+        e.stream = plan_.stream_name(task.stream);
         e.kind = std::string(partition::to_string(task.kind));
         e.purpose = std::string(partition::to_string(task.purpose));
         e.iteration = i;

@@ -40,7 +40,7 @@ RunGraph::RunGraph(const Plan& plan) {
   for (const auto& device : plan.programs) {
     for (const StreamProgram& stream : device) {
       for (int t : stream.tasks) {
-        const Task& task = plan.tasks[static_cast<size_t>(t)];
+        const Task& task = plan.task(t);
         if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
         auto& list = (task.kind == TaskKind::send ? sends : recvs)[static_cast<size_t>(task.channel)];
         position_[static_cast<size_t>(t)] = static_cast<int>(list.size());

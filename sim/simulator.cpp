@@ -265,7 +265,7 @@ class Simulation {
   // Starts the head task of stream s: its activities go in flight (or it completes at once).
   void start(Device& d, size_t s, int id, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
-    const Task& t = plan_.tasks[static_cast<size_t>(id)];
+    const Task& t = plan_.task(id);
     start_[instance(id, stream.iteration)] = sg::Engine::get_clock();
     stream.running = true;
     switch (t.kind) {
@@ -291,7 +291,7 @@ class Simulation {
         flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
         return;
       case TaskKind::collective:
-        stream.steps = mailbox_steps(plan_.collectives[static_cast<size_t>(t.collective)], t);
+        stream.steps = mailbox_steps(plan_.collective(t.collective), t);
         stream.step = 0;
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
@@ -456,7 +456,7 @@ class Simulation {
         traces::Event e;
         e.task = static_cast<int>(t);
         e.device = task.device;
-        e.stream = plan_.streams[static_cast<size_t>(task.stream)];
+        e.stream = plan_.stream_name(task.stream);
         e.kind = std::string(partition::to_string(task.kind));
         e.purpose = std::string(partition::to_string(task.purpose));
         e.iteration = i;
@@ -483,7 +483,7 @@ class Simulation {
   std::vector<std::string> stall_report() {
     std::vector<std::string> lines;
     for (const Fault& f : options_.faults) {
-      lines.push_back((f.device >= 0 ? "device " + plan_.device_names[static_cast<size_t>(f.device)] : "link " + f.link) +
+      lines.push_back((f.device >= 0 ? "device " + plan_.device_name(f.device) : "link " + f.link) +
                       " failed at " + std::to_string(f.at_s) + " s");
     }
     size_t never_ran = 0;
@@ -497,9 +497,9 @@ class Simulation {
         ++stopped;
         if (++shown > 12) continue;
         const int id = (*s.tasks)[s.next];
-        const Task& t = plan_.tasks[static_cast<size_t>(id)];
-        std::string line = plan_.device_names[static_cast<size_t>(d.id)] + " stream " +
-                           plan_.streams[static_cast<size_t>(s.stream)] + ": stuck at " +
+        const Task& t = plan_.task(id);
+        std::string line = plan_.device_name(d.id) + " stream " +
+                           plan_.stream_name(s.stream) + ": stuck at " +
                            std::string(partition::to_string(t.kind)) + " #" + std::to_string(id) + " (iteration " +
                            std::to_string(s.iteration) + (t.stage >= 0 ? ", stage " + std::to_string(t.stage) : "") +
                            (t.microbatch >= 0 ? ", micro-batch " + std::to_string(t.microbatch) : "") + ")";
