@@ -47,9 +47,11 @@ sg::Engine& start_engine(size_t actors) {
   // Sanitizer builds: AddressSanitizer cannot follow SimGrid's hand-switched stacks (it
   // reports an exception unwinding on one as a stack underflow); threads it understands. The
   // context factory is read when the engine starts, so it goes on the command line.
+  // (Its log category first: setting a value prints an INFO line that would reach stderr.)
+  static char quiet[] = "--log=xbt_cfg.thres:warning";
   static char threads[] = "--cfg=contexts/factory:thread";
-  static int argc = 2;
-  static char* argv[] = {name, threads, nullptr};
+  static int argc = 3;
+  static char* argv[] = {name, quiet, threads, nullptr};
 #else
   static int argc = 1;
   static char* argv[] = {name, nullptr};
