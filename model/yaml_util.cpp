@@ -1,6 +1,8 @@
 #include "model/yaml_util.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -23,9 +25,54 @@ std::string describe(const YAML::Node& node) {
     default: return "nothing";
   }
 }
+// Where `text` stops being UTF-8 (overlong forms, surrogates and code points beyond U+10FFFF
+// included), or text.size().
+size_t first_non_utf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;   // overlong
+      if (c == 0xED) high = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;   // overlong
+      if (c == 0xF4) high = 0x8F;  // beyond U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + length > n || s[i + 1] < low || s[i + 1] > high) return i;
+    for (size_t k = 2; k < length; ++k) {
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return n;
+}
+
 }  // namespace
 
 YAML::Node load(const std::string& text, const std::string& file) {
+  if (const size_t bad = first_non_utf8(text); bad < text.size()) {
+    const size_t newline = bad == 0 ? std::string::npos : text.rfind('\n', bad - 1);
+    const size_t column = bad - (newline == std::string::npos ? 0 : newline + 1) + 1;
+    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n'));
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[bad]));
+    throw InputError(file, line, "syntax",
+                     "not UTF-8 text at column " + std::to_string(column) + " (byte " + byte +
+                         "); save the file as UTF-8");
+  }
   try {
     return YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {

@@ -9,7 +9,9 @@
 
 namespace hetflow::model::yaml_util {
 
-// Parses text; a syntax error becomes an InputError at its line.
+// Parses text; a syntax error becomes an InputError at its line. Text that is not UTF-8 is
+// refused at its line: YAML is Unicode, and yaml-cpp would write back other characters than
+// it read (a cluster would not read back equal from the YAML a plan file embeds).
 YAML::Node load(const std::string& text, const std::string& file);
 
 // 1-based line of a node (0 when unknown).

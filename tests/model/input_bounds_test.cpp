@@ -192,3 +192,18 @@ TEST(InputBounds, CalibrationIsBoundedAndMatchesGpuTypesCaseInsensitively) {
   const Calibration custom = parse_calibration("gpus: {mygpu: {overhead: 1 ms}}\n", "cal.yaml");
   EXPECT_DOUBLE_EQ(resolve_calibration(custom, mine, "cal.yaml").gpu("MyGPU").overhead_s, 1e-3);
 }
+
+// Found by fuzzing (tests/fuzz/cluster_fuzz.cpp): a description with bytes that are not UTF-8
+// was read, but written back by yaml-cpp as other characters, so the cluster embedded in a
+// plan file differed from the one planned for. YAML is Unicode: such text is refused.
+TEST(InputBounds, TextThatIsNotUtf8IsRefusedAtItsLine) {
+  EXPECT_EQ(cluster_error("name: x\ndescription: caf\xff\n" + kOneNode + "}]\n"),
+            "2: syntax: not UTF-8 text at column 17 (byte 0xFF); save the file as UTF-8");
+  EXPECT_TRUE(contains(cluster_error("name: \xc0\xaf\n" + kOneNode + "}]\n"), "1: syntax: not UTF-8 text at column 7"));
+  EXPECT_TRUE(contains(cluster_error("name: \xed\xa0\x80\n" + kOneNode + "}]\n"), "not UTF-8"));  // a surrogate
+  EXPECT_TRUE(contains(cluster_error("name: x\xe2\x82"), "1: syntax: not UTF-8 text at column 8 (byte 0xE2)"));
+  // UTF-8 itself (2, 3 and 4 bytes) reads and writes back unchanged.
+  const Cluster c = parse_cluster("name: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80\"\n" + kOneNode + "}]\n", "c.yaml");
+  EXPECT_EQ(c.name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80");
+  EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
+}
