@@ -15,7 +15,10 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
   try {
     po::command_line_parser parser(args);
     parser.options(options);
-    if (positional != nullptr) parser.positional(*positional);
+    // Without a positional description Boost keeps stray arguments and store() drops them:
+    // `hetflow plan 4` would plan as if the 4 were not there. An empty one refuses them.
+    const po::positional_options_description none;
+    parser.positional(positional != nullptr ? *positional : none);
     po::store(parser.run(), vm);
     // --help wins over everything, required options included (notify would refuse them).
     if (vm.count("help")) {

@@ -192,11 +192,17 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
 void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
                                  po::variables_map& vm) {
   if (!vm["iterations"].defaulted()) return;
-  std::vector<std::string> with_iterations = args;  // warm-up + steady state
-  with_iterations.insert(with_iterations.end(), {"--iterations", "3"});
+  // Warm-up + steady state. In front: after a `--` the option would be a positional argument.
+  std::vector<std::string> with_iterations = {"--iterations", "3"};
+  with_iterations.insert(with_iterations.end(), args.begin(), args.end());
   vm = po::variables_map();
-  po::store(po::command_line_parser(with_iterations).options(options).run(), vm);
-  po::notify(vm);
+  try {  // as parse_options parsed them (it succeeded; this keeps it a refusal if not)
+    const po::positional_options_description none;
+    po::store(po::command_line_parser(with_iterations).options(options).positional(none).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError("<command line>", 0, "hetflow simulate", e.what());
+  }
 }
 
 void simulate_options(po::options_description& options) {
