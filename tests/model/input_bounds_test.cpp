@@ -207,3 +207,24 @@ TEST(InputBounds, TextThatIsNotUtf8IsRefusedAtItsLine) {
   EXPECT_EQ(c.name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80");
   EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
 }
+
+// Found by fuzzing (tests/fuzz/calibration_fuzz.cpp): a raw NUL in a GPU type name was read
+// by yaml-cpp as a lone 0x85 byte, written back as U+FFFD, and read back as another name.
+// YAML allows control characters only as escapes; a NUL is refused even then, since
+// yaml-cpp does not write it back.
+TEST(InputBounds, ControlCharactersAndNulAreRefused) {
+  using namespace std::string_literals;
+  const std::string calibration = "gpus: {TITAN"s + '\0' + "V: {max_efficiency: 0.5}}\n";
+  EXPECT_EQ(error_of([&] { parse_calibration(calibration, "cal.yaml"); }),
+            "1: syntax: a control character at column 13 (byte 0x00); YAML takes them only as escapes in double "
+            "quotes (\"\\t\")");
+  EXPECT_TRUE(contains(cluster_error("name: x\nnodes: [{name: \"a\x04\", gpu: T4, gpus: 1}]\n"),
+                       "2: syntax: a control character at column 18 (byte 0x04)"));
+  EXPECT_EQ(error_of([] { parse_calibration("gpus: {\"TITAN\\0V\": {max_efficiency: 0.5}}\n", "cal.yaml"); }),
+            "1: gpus: holds a NUL character (\\0); names and values are text");
+  EXPECT_TRUE(contains(cluster_error("name: \"a\\0b\"\n" + kOneNode + "}]\n"), "1: name: holds a NUL character"));
+  // Tabs, line ends and escaped control characters other than NUL read and write back.
+  const Cluster c = parse_cluster("name: \"a\\tb\\x05\"\r\n" + kOneNode + "}]\n", "c.yaml");
+  EXPECT_EQ(c.name, "a\tb\x05");
+  EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
+}
