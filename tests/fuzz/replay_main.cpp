@@ -117,10 +117,19 @@ std::string mutate(const std::vector<Input>& corpus, Rng& rng, std::string s) {
   return s;
 }
 
+double g_slowest_s = 0;
+std::string g_slowest;
+
 void run(const std::string& bytes, const std::string& description) {
   g_current = &bytes;
   g_description = description;
+  const auto start = std::chrono::steady_clock::now();
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds > g_slowest_s) {
+    g_slowest_s = seconds;
+    g_slowest = description;
+  }
   g_current = nullptr;
 }
 
@@ -197,7 +206,7 @@ int main(int argc, char** argv) {
         base.name + ", mutation " + std::to_string(m) + " of --seed " + std::to_string(seed));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("fuzz replay: %zu corpus files and %lld mutants in %.2f s, nothing escaped\n", corpus.size(), mutations,
-              seconds);
+  std::printf("fuzz replay: %zu corpus files and %lld mutants in %.2f s, nothing escaped; slowest %.3f s: %s\n",
+              corpus.size(), mutations, seconds, g_slowest_s, g_slowest.c_str());
   return 0;
 }
