@@ -87,3 +87,15 @@ TEST(Cli, ReadCommandLineChecksOptionsWithoutRunning) {
   EXPECT_NE(error_of({"describe", "--precision", "fp8"}).find("--precision"), std::string::npos);
   EXPECT_NE(error_of({"simulate", "--max-tasks", "0"}).find("--max-tasks"), std::string::npos);
 }
+
+// Found by fuzzing the command line (tests/fuzz/cli_fuzz.cpp): Boost.Program_options' error
+// message for `--pipeline "%value%"` replaced the placeholder with a value holding it again,
+// forever (hetflow hung, its memory growing). Such arguments are refused up front.
+TEST(Cli, ArgumentsHoldingBoostPlaceholdersAreRefused) {
+  for (const char* args : {"plan --pipeline %value%", "simulate --pipeline 'argument (%value%)'",
+                           "describe --%option%", "list %original_token%", "validate --plan x%canonical_option%"}) {
+    const auto r = run_hetflow(args, "timeout 60");  // it hung before
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("which the option parser cannot quote"), std::string::npos) << args << "\n" << r.err;
+  }
+}
