@@ -197,13 +197,13 @@ TEST(InputBounds, CalibrationIsBoundedAndMatchesGpuTypesCaseInsensitively) {
 // was read, but written back by yaml-cpp as other characters, so the cluster embedded in a
 // plan file differed from the one planned for. YAML is Unicode: such text is refused.
 TEST(InputBounds, TextThatIsNotUtf8IsRefusedAtItsLine) {
-  EXPECT_EQ(cluster_error("name: x\ndescription: caf\xff\n" + kOneNode + "}]\n"),
+  EXPECT_EQ(cluster_error("name: x\ndescription: caf\xff\n" + kOneNode + "}\n"),
             "2: syntax: not UTF-8 text at column 17 (byte 0xFF); save the file as UTF-8");
-  EXPECT_TRUE(contains(cluster_error("name: \xc0\xaf\n" + kOneNode + "}]\n"), "1: syntax: not UTF-8 text at column 7"));
-  EXPECT_TRUE(contains(cluster_error("name: \xed\xa0\x80\n" + kOneNode + "}]\n"), "not UTF-8"));  // a surrogate
+  EXPECT_TRUE(contains(cluster_error("name: \xc0\xaf\n" + kOneNode + "}\n"), "1: syntax: not UTF-8 text at column 7"));
+  EXPECT_TRUE(contains(cluster_error("name: \xed\xa0\x80\n" + kOneNode + "}\n"), "not UTF-8"));  // a surrogate
   EXPECT_TRUE(contains(cluster_error("name: x\xe2\x82"), "1: syntax: not UTF-8 text at column 8 (byte 0xE2)"));
   // UTF-8 itself (2, 3 and 4 bytes) reads and writes back unchanged.
-  const Cluster c = parse_cluster("name: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80\"\n" + kOneNode + "}]\n", "c.yaml");
+  const Cluster c = parse_cluster("name: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80\"\n" + kOneNode + "}\n", "c.yaml");
   EXPECT_EQ(c.name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80");
   EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
 }
@@ -222,9 +222,9 @@ TEST(InputBounds, ControlCharactersAndNulAreRefused) {
                        "2: syntax: a control character at column 18 (byte 0x04)"));
   EXPECT_EQ(error_of([] { parse_calibration("gpus: {\"TITAN\\0V\": {max_efficiency: 0.5}}\n", "cal.yaml"); }),
             "1: gpus: holds a NUL character (\\0); names and values are text");
-  EXPECT_TRUE(contains(cluster_error("name: \"a\\0b\"\n" + kOneNode + "}]\n"), "1: name: holds a NUL character"));
+  EXPECT_TRUE(contains(cluster_error("name: \"a\\0b\"\n" + kOneNode + "}\n"), "1: name: holds a NUL character"));
   // Tabs, line ends and escaped control characters other than NUL read and write back.
-  const Cluster c = parse_cluster("name: \"a\\tb\\x05\"\r\n" + kOneNode + "}]\n", "c.yaml");
+  const Cluster c = parse_cluster("name: \"a\\tb\\x05\"\r\n" + kOneNode + "}\n", "c.yaml");
   EXPECT_EQ(c.name, "a\tb\x05");
   EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
 }
