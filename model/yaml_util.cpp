@@ -1,6 +1,8 @@
 #include "model/yaml_util.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -23,9 +25,59 @@ std::string describe(const YAML::Node& node) {
     default: return "nothing";
   }
 }
+// Where `text` stops being what YAML reads: UTF-8 (no overlong forms, surrogates or code
+// points beyond U+10FFFF) without control characters other than tab, line feed and carriage
+// return (YAML's printable set); text.size() if it never does.
+size_t first_not_yaml_text(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) return i;
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;   // overlong
+      if (c == 0xED) high = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;   // overlong
+      if (c == 0xF4) high = 0x8F;  // beyond U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + length > n || s[i + 1] < low || s[i + 1] > high) return i;
+    for (size_t k = 2; k < length; ++k) {
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return n;
+}
+
 }  // namespace
 
 YAML::Node load(const std::string& text, const std::string& file) {
+  if (const size_t bad = first_not_yaml_text(text); bad < text.size()) {
+    const size_t newline = bad == 0 ? std::string::npos : text.rfind('\n', bad - 1);
+    const size_t column = bad - (newline == std::string::npos ? 0 : newline + 1) + 1;
+    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n'));
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[bad]));
+    const bool control = static_cast<unsigned char>(text[bad]) < 0x80;
+    throw InputError(file, line, "syntax",
+                     control ? "a control character at column " + std::to_string(column) + " (byte " + byte +
+                                   "); YAML takes them only as escapes in double quotes (\"\\t\")"
+                             : "not UTF-8 text at column " + std::to_string(column) + " (byte " + byte +
+                                   "); save the file as UTF-8");
+  }
   try {
     return YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {
@@ -43,11 +95,23 @@ int line_of(const YAML::Node& node) {
   return m.line >= 0 ? m.line + 1 : 0;
 }
 
+namespace {
+// yaml-cpp reads a NUL character (raw, or "\0" in double quotes) into a string but writes
+// it back as U+FFFD, so nothing read may hold one.
+const std::string& without_nul(const std::string& text, const YAML::Node& node, const std::string& file,
+                               const std::string& field) {
+  if (text.find('\0') != std::string::npos) {
+    throw InputError(file, line_of(node), field, "holds a NUL character (\\0); names and values are text");
+  }
+  return text;
+}
+}  // namespace
+
 std::string scalar(const YAML::Node& node, const std::string& file, const std::string& field) {
   if (!node.IsScalar()) {
     throw InputError(file, line_of(node), field, "expected a value, found " + describe(node));
   }
-  return node.Scalar();
+  return without_nul(node.Scalar(), node, file, field);
 }
 
 std::string key_text(const YAML::Node& key, const std::string& file, const std::string& path) {
@@ -55,7 +119,7 @@ std::string key_text(const YAML::Node& key, const std::string& file, const std::
     throw InputError(file, line_of(key), path.empty() ? "document" : path,
                      "expected plain names as keys, found " + describe(key) + " used as a key");
   }
-  return key.Scalar();
+  return without_nul(key.Scalar(), key, file, path.empty() ? "document" : path);
 }
 
 MapReader::MapReader(const YAML::Node& node, std::string file, std::string path)

@@ -9,7 +9,11 @@
 
 namespace hetflow::model::yaml_util {
 
-// Parses text; a syntax error becomes an InputError at its line.
+// Parses text; a syntax error becomes an InputError at its line. Text that is not UTF-8, or
+// holds control characters other than tab and line ends, is refused at its line: YAML does
+// not allow them, and yaml-cpp would read or write back other characters than were given
+// (a cluster would not read back equal from the YAML a plan file embeds; a raw NUL became
+// a lone 0x85 byte). A NUL in an escape ("\0") is refused where it is read.
 YAML::Node load(const std::string& text, const std::string& file);
 
 // 1-based line of a node (0 when unknown).

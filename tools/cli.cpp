@@ -6,16 +6,38 @@
 
 namespace hetflow::tools {
 
+namespace {
+// Boost.Program_options (1.74) builds its error messages by replacing placeholders such as
+// %value% in a loop that starts over after each replacement: an argument that holds its own
+// placeholder (`--pipeline %value%`) makes what() loop forever, its message growing. Such
+// arguments are refused before Boost sees them.
+void refuse_boost_placeholders(const std::string& command, const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    for (const char* token : {"%value%", "%option%", "%original_token%", "%canonical_option%", "%prefix%"}) {
+      if (arg.find(token) != std::string::npos) {
+        throw InputError("<command line>", 0, "hetflow " + command,
+                         "an argument holds '" + std::string(token) +
+                             "', which the option parser cannot quote in its messages; leave it out");
+      }
+    }
+  }
+}
+}  // namespace
+
 bool parse_options(const std::string& command, const std::string& usage, po::options_description& options,
                    const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out,
                    const po::positional_options_description* positional) {
   options.add_options()
       ("json", "print the summary as one JSON object on stdout instead of tables")
       ("help,h", "show this help");
+  refuse_boost_placeholders(command, args);
   try {
     po::command_line_parser parser(args);
     parser.options(options);
-    if (positional != nullptr) parser.positional(*positional);
+    // Without a positional description Boost keeps stray arguments and store() drops them:
+    // `hetflow plan 4` would plan as if the 4 were not there. An empty one refuses them.
+    const po::positional_options_description none;
+    parser.positional(positional != nullptr ? *positional : none);
     po::store(parser.run(), vm);
     // --help wins over everything, required options included (notify would refuse them).
     if (vm.count("help")) {

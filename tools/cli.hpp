@@ -14,13 +14,41 @@ namespace po = boost::program_options;
 
 // A subcommand gets its own arguments (after the command name) and writes to `out`.
 // It returns the process exit status; errors are thrown (hetflow::Error) and mapped by main.
+// Its options are described apart from running it, so that the command line can be read
+// and checked without running anything (read_command_line).
 struct Command {
   const char* name;
   const char* summary;
+  const char* usage;        // after "hetflow <name> " in --help
+  const char* positional;   // the option a lone argument gives (validate's plan file), or nullptr
+  void (*options)(po::options_description& options);  // adds the command's own options
   int (*run)(const std::vector<std::string>& args, std::ostream& out);
 };
 
 const std::vector<Command>& commands();
+
+// Parses args as command `name` does: its options (Command::options, added to `options`)
+// and positional argument, through parse_options. Returns false after --help.
+bool parse_command_options(const std::string& name, const std::vector<std::string>& args,
+                           po::options_description& options, po::variables_map& vm, std::ostream& out);
+
+// The command line as `hetflow` reads it, stopped before anything is loaded or run: the
+// command named by args[0], its options parsed as it parses them, and the values it reads
+// from them checked as it checks them (the plan options, --precision, --max-tasks,
+// simulate's default --iterations). Files are not opened, networks not built, nothing is
+// planned or simulated. Throws InputError, as the command would; `help` is true after
+// --help (usage printed to out). The command line's fuzz target calls this.
+struct CommandLine {
+  std::string command;
+  po::variables_map vm;
+  bool help = false;
+};
+CommandLine read_command_line(const std::vector<std::string>& args, std::ostream& out);
+
+// simulate runs 3 iterations (warm-up + steady state) unless --iterations is given: args are
+// parsed again with `--iterations 3` added.
+void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
+                                 po::variables_map& vm);
 
 // Parses args against `options` (plus --help and --json, added here) and the positional
 // arguments, if any. Returns false when --help was given (usage already printed to out,

@@ -8,13 +8,12 @@
 
 namespace hetflow::tools {
 
+void describe_options(po::options_description& options) { add_cluster_model_options(options); }
+
 int run_describe(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("describe options");
-  add_cluster_model_options(options);
   po::variables_map vm;
-  if (!parse_options("describe", "[--cluster C] [--model M] [--precision P] [--json]", options, args, vm, out)) {
-    return 0;
-  }
+  if (!parse_command_options("describe", args, options, vm, out)) return 0;
   const model::Cluster cluster = load_cluster_option(vm);
   const model::Network network = load_network_option(vm);
   if (vm.count("json")) {

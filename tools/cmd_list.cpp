@@ -10,10 +10,12 @@
 
 namespace hetflow::tools {
 
+void list_options(po::options_description&) {}
+
 int run_list(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("list options");
   po::variables_map vm;
-  if (!parse_options("list", "[--json]", options, args, vm, out)) return 0;
+  if (!parse_command_options("list", args, options, vm, out)) return 0;
 
   const auto clusters = model::cluster_presets();
   const auto networks = model::zoo_entries();

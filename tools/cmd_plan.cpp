@@ -12,14 +12,17 @@
 
 namespace hetflow::tools {
 
-int run_plan(const std::vector<std::string>& args, std::ostream& out) {
-  po::options_description options("plan options");
+void plan_command_options(po::options_description& options) {
   add_plan_options(options);
   options.add_options()
       ("out,o", po::value<std::string>(), "write the plan JSON here")
       ("grid", "print each device's compute order");
+}
+
+int run_plan(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("plan options");
   po::variables_map vm;
-  if (!parse_options("plan", "[options] [--out plan.json] [--grid] [--json]", options, args, vm, out)) return 0;
+  if (!parse_command_options("plan", args, options, vm, out)) return 0;
 
   Planned p = plan_from_options(vm);
   require_valid_or_advise(p.plan, vm);  // throws PlanError: exit 3 with every problem named

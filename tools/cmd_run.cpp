@@ -260,8 +260,7 @@ void report_text(std::ostream& out, const Request& r, const exec::RunResult& res
 
 }  // namespace
 
-int run_run(const std::vector<std::string>& args, std::ostream& out) {
-  po::options_description options("run options");
+void run_options(po::options_description& options) {
   add_plan_options(options);
   options.add_options()
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
@@ -275,11 +274,12 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
        "host bytes allocated per tensor and moved per message at most (the accounting keeps the plan's bytes)")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
       ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)");
+}
+
+int run_run(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("run options");
   po::variables_map vm;
-  if (!parse_options("run", "[plan options | --plan plan.json] [--backend cpu] [--steps N] [--warmup W] [--json]",
-                     options, args, vm, out)) {
-    return 0;
-  }
+  if (!parse_command_options("run", args, options, vm, out)) return 0;
   // 1. What was asked.
   Request request = read_request(vm);
   const partition::Plan& plan = request.plan;

@@ -86,13 +86,7 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
     }
     return plan;
   }
-  if (vm["iterations"].defaulted()) {  // warm-up + steady state
-    std::vector<std::string> with_iterations = args;
-    with_iterations.insert(with_iterations.end(), {"--iterations", "3"});
-    vm = po::variables_map();
-    po::store(po::command_line_parser(with_iterations).options(options).run(), vm);
-    po::notify(vm);
-  }
+  default_simulate_iterations(args, options, vm);
   return plan_from_options(vm).plan;
 }
 
@@ -196,8 +190,23 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
 
 }  // namespace
 
-int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
-  po::options_description options("simulate options");
+void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
+                                 po::variables_map& vm) {
+  if (!vm["iterations"].defaulted()) return;
+  // Warm-up + steady state. In front: after a `--` the option would be a positional argument.
+  std::vector<std::string> with_iterations = {"--iterations", "3"};
+  with_iterations.insert(with_iterations.end(), args.begin(), args.end());
+  vm = po::variables_map();
+  try {  // as parse_options parsed them (it succeeded; this keeps it a refusal if not)
+    const po::positional_options_description none;
+    po::store(po::command_line_parser(with_iterations).options(options).positional(none).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError("<command line>", 0, "hetflow simulate", e.what());
+  }
+}
+
+void simulate_options(po::options_description& options) {
   add_plan_options(options);
   options.add_options()
       ("plan", po::value<std::string>(), "simulate this plan file instead of planning from the options")
@@ -208,11 +217,12 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
       ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
       ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
       ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here");
+}
+
+int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("simulate options");
   po::variables_map vm;
-  if (!parse_options("simulate", "[plan options | --plan plan.json] [--trace t.csv] [--chrome t.json] [--json]", options,
-                     args, vm, out)) {
-    return 0;
-  }
+  if (!parse_command_options("simulate", args, options, vm, out)) return 0;
   // 1. What was asked.
   Request request{read_or_build_plan(args, options, vm), {}};
   const partition::Plan& plan = request.plan;

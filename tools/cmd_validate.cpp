@@ -10,15 +10,16 @@
 
 namespace hetflow::tools {
 
-int run_validate(const std::vector<std::string>& args, std::ostream& out) {
-  po::options_description options("validate options");
+void validate_options(po::options_description& options) {
   options.add_options()
       ("plan", po::value<std::string>()->required(), "plan JSON written by `hetflow plan --out` (or give it as the argument)")
       ("calibration", po::value<std::string>(), "calibration YAML for the estimate");
-  po::positional_options_description positional;
-  positional.add("plan", 1);
+}
+
+int run_validate(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("validate options");
   po::variables_map vm;
-  if (!parse_options("validate", "[--plan] plan.json [--json]", options, args, vm, out, &positional)) return 0;
+  if (!parse_command_options("validate", args, options, vm, out)) return 0;
   const std::string path = vm["plan"].as<std::string>();
   const partition::Plan plan = read_plan_file(path, "--plan");
   const partition::Validation v = partition::validate_plan(plan);

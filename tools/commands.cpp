@@ -1,8 +1,19 @@
 // The table of subcommands. A new command is one cmd_*.cpp file plus one line here.
+#include <ostream>
+
+#include "model/error.hpp"
 #include "tools/cli.hpp"
+#include "tools/options.hpp"
+#include "tools/plan_options.hpp"
 
 namespace hetflow::tools {
 
+void list_options(po::options_description& options);
+void describe_options(po::options_description& options);
+void plan_command_options(po::options_description& options);
+void validate_options(po::options_description& options);
+void simulate_options(po::options_description& options);
+void run_options(po::options_description& options);
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
@@ -12,14 +23,59 @@ int run_run(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
-      {"list", "list the built-in clusters, networks and GPU types", run_list},
-      {"describe", "summarise a cluster and a network: devices, peaks, links, parameters, FLOPs", run_describe},
-      {"plan", "build a plan (layout, schedule, sync), validate it, print its grid and estimate", run_plan},
-      {"validate", "check a plan file: transfers, deadlock, layer coverage, memory", run_validate},
-      {"simulate", "run a plan on a SimGrid model of the cluster; metrics and a trace", run_simulate},
-      {"run", "execute a plan (cpu back end: threads, proxy compute); measured vs estimated, a trace", run_run},
+      {"list", "list the built-in clusters, networks and GPU types", "[--json]", nullptr, list_options, run_list},
+      {"describe", "summarise a cluster and a network: devices, peaks, links, parameters, FLOPs",
+       "[--cluster C] [--model M] [--precision P] [--json]", nullptr, describe_options, run_describe},
+      {"plan", "build a plan (layout, schedule, sync), validate it, print its grid and estimate",
+       "[options] [--out plan.json] [--grid] [--json]", nullptr, plan_command_options, run_plan},
+      {"validate", "check a plan file: transfers, deadlock, layer coverage, memory", "[--plan] plan.json [--json]",
+       "plan", validate_options, run_validate},
+      {"simulate", "run a plan on a SimGrid model of the cluster; metrics and a trace",
+       "[plan options | --plan plan.json] [--trace t.csv] [--chrome t.json] [--json]", nullptr, simulate_options,
+       run_simulate},
+      {"run", "execute a plan (cpu back end: threads, proxy compute); measured vs estimated, a trace",
+       "[plan options | --plan plan.json] [--backend cpu] [--steps N] [--warmup W] [--json]", nullptr, run_options,
+       run_run},
   };
   return list;
+}
+
+namespace {
+const Command* find_command(const std::string& name) {
+  for (const Command& c : commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+}  // namespace
+
+bool parse_command_options(const std::string& name, const std::vector<std::string>& args,
+                           po::options_description& options, po::variables_map& vm, std::ostream& out) {
+  const Command* command = find_command(name);
+  if (command == nullptr) throw InputError("<command line>", 0, "command", "unknown command '" + name + "'");
+  command->options(options);
+  po::positional_options_description positional;
+  if (command->positional != nullptr) positional.add(command->positional, 1);
+  return parse_options(name, command->usage, options, args, vm, out,
+                       command->positional != nullptr ? &positional : nullptr);
+}
+
+CommandLine read_command_line(const std::vector<std::string>& args, std::ostream& out) {
+  CommandLine line;
+  if (args.empty()) throw InputError("<command line>", 0, "command", "expected a command");
+  line.command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  po::options_description options(line.command + " options");
+  line.help = !parse_command_options(line.command, rest, options, line.vm, out);
+  if (line.help) return line;
+  const bool plans = line.command == "plan" || line.command == "simulate";
+  if (line.command == "simulate") {
+    if (!line.vm.count("plan")) default_simulate_iterations(rest, options, line.vm);
+    (void)read_max_tasks(line.vm);
+  }
+  if (plans && !line.vm.count("plan")) (void)read_plan_options(line.vm);
+  if (line.vm.count("precision")) (void)read_precision_option(line.vm);
+  return line;
 }
 
 }  // namespace hetflow::tools

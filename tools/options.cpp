@@ -30,16 +30,17 @@ model::Cluster load_cluster_option(const po::variables_map& vm) {
   return model::load_cluster(name);
 }
 
-model::Network load_network_option(const po::variables_map& vm) {
-  std::optional<model::Precision> precision;
-  if (vm.count("precision")) {
-    try {
-      precision = model::parse_precision(vm["precision"].as<std::string>());
-    } catch (const std::invalid_argument& e) {
-      throw InputError("<command line>", 0, "--precision", e.what());
-    }
+std::optional<model::Precision> read_precision_option(const po::variables_map& vm) {
+  if (!vm.count("precision")) return std::nullopt;
+  try {
+    return model::parse_precision(vm["precision"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, "--precision", e.what());
   }
-  return model::load_network(vm["model"].as<std::string>(), precision);
+}
+
+model::Network load_network_option(const po::variables_map& vm) {
+  return model::load_network(vm["model"].as<std::string>(), read_precision_option(vm));
 }
 
 std::string option_of(std::string member) {

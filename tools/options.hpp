@@ -1,5 +1,7 @@
 #pragma once
 // Options several commands share: which cluster, which network, which precision.
+#include <optional>
+
 #include "model/cluster.hpp"
 #include "model/error.hpp"
 #include "model/network.hpp"
@@ -11,6 +13,8 @@ namespace hetflow::tools {
 void add_cluster_model_options(po::options_description& options);
 model::Cluster load_cluster_option(const po::variables_map& vm);
 model::Network load_network_option(const po::variables_map& vm);
+// --precision, if given.
+std::optional<model::Precision> read_precision_option(const po::variables_map& vm);
 
 // A library error about the plan options (partition::kOptions, field = PlanOptions member)
 // as the command line says it: "stage_layers" -> "--stage-layers", `micro_batch` in the

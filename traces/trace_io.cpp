@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
+#include "model/limits.hpp"
 #include "model/units.hpp"
 
 namespace hetflow::traces {
@@ -229,11 +230,14 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
   e.flops = parse_double(in, f[13], "flops");
 
   if (e.task < 0) in.fail(f[0].line, "task", "expected a task id >= 0, found " + found(f[0].text));
-  std::string range = devices > 0 ? "a device in 0.." + std::to_string(devices - 1) : "a device id >= 0";
-  if (e.device < 0 || (devices > 0 && e.device >= devices)) {
+  // Without a device list, ids are bounded as clusters are (the Chrome trace numbers
+  // processes from device + 1).
+  const int bound = devices > 0 ? devices : model::limits::kMaxGpus;
+  std::string range = "a device in 0.." + std::to_string(bound - 1);
+  if (e.device < 0 || e.device >= bound) {
     in.fail(f[1].line, "device", "expected " + range + ", found " + found(f[1].text));
   }
-  if (e.peer < -1 || (devices > 0 && e.peer >= devices)) {
+  if (e.peer < -1 || e.peer >= bound) {
     in.fail(f[8].line, "peer", "expected -1 or " + range + ", found " + found(f[8].text));
   }
   if (e.end_s < e.start_s) {

@@ -27,8 +27,8 @@ std::string write_trace_csv(const Trace& trace);
 // column, message) on anything else, e.g. "trace.csv:7: start_s: expected a number, found
 // 'abc'": wrong header or column count, a bad integer or number, a non-finite time, negative
 // bytes/flops, end_s < start_s, task or device < 0, a device or peer outside the device list
-// (when the file has one). Never throws anything else, whatever the input. It checks the
-// format only: kind and purpose strings are taken as they are.
+// (when the file has one; else from model::limits::kMaxGpus on). Never throws anything else,
+// whatever the input. It checks the format only: kind and purpose strings are taken as they are.
 Trace read_trace_csv(const std::string& text, const std::string& file);
 
 // Chrome trace-event JSON: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.

@@ -202,3 +202,39 @@ TEST(InputBounds, CalibrationIsBoundedAndMatchesGpuTypesCaseInsensitively) {
   const Calibration custom = parse_calibration("gpus: {mygpu: {overhead: 1 ms}}\n", "cal.yaml");
   EXPECT_DOUBLE_EQ(resolve_calibration(custom, mine, "cal.yaml").gpu("MyGPU").overhead_s, 1e-3);
 }
+
+// Found by fuzzing (tests/fuzz/cluster_fuzz.cpp): a description with bytes that are not UTF-8
+// was read, but written back by yaml-cpp as other characters, so the cluster embedded in a
+// plan file differed from the one planned for. YAML is Unicode: such text is refused.
+TEST(InputBounds, TextThatIsNotUtf8IsRefusedAtItsLine) {
+  EXPECT_EQ(cluster_error("name: x\ndescription: caf\xff\n" + kOneNode + "}\n"),
+            "2: syntax: not UTF-8 text at column 17 (byte 0xFF); save the file as UTF-8");
+  EXPECT_TRUE(contains(cluster_error("name: \xc0\xaf\n" + kOneNode + "}\n"), "1: syntax: not UTF-8 text at column 7"));
+  EXPECT_TRUE(contains(cluster_error("name: \xed\xa0\x80\n" + kOneNode + "}\n"), "not UTF-8"));  // a surrogate
+  EXPECT_TRUE(contains(cluster_error("name: x\xe2\x82"), "1: syntax: not UTF-8 text at column 8 (byte 0xE2)"));
+  // UTF-8 itself (2, 3 and 4 bytes) reads and writes back unchanged.
+  const Cluster c = parse_cluster("name: \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80\"\n" + kOneNode + "}\n", "c.yaml");
+  EXPECT_EQ(c.name, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80");
+  EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
+}
+
+// Found by fuzzing (tests/fuzz/calibration_fuzz.cpp): a raw NUL in a GPU type name was read
+// by yaml-cpp as a lone 0x85 byte, written back as U+FFFD, and read back as another name.
+// YAML allows control characters only as escapes; a NUL is refused even then, since
+// yaml-cpp does not write it back.
+TEST(InputBounds, ControlCharactersAndNulAreRefused) {
+  using namespace std::string_literals;
+  const std::string calibration = "gpus: {TITAN"s + '\0' + "V: {max_efficiency: 0.5}}\n";
+  EXPECT_EQ(error_of([&] { parse_calibration(calibration, "cal.yaml"); }),
+            "1: syntax: a control character at column 13 (byte 0x00); YAML takes them only as escapes in double "
+            "quotes (\"\\t\")");
+  EXPECT_TRUE(contains(cluster_error("name: x\nnodes: [{name: \"a\x04\", gpu: T4, gpus: 1}]\n"),
+                       "2: syntax: a control character at column 18 (byte 0x04)"));
+  EXPECT_EQ(error_of([] { parse_calibration("gpus: {\"TITAN\\0V\": {max_efficiency: 0.5}}\n", "cal.yaml"); }),
+            "1: gpus: holds a NUL character (\\0); names and values are text");
+  EXPECT_TRUE(contains(cluster_error("name: \"a\\0b\"\n" + kOneNode + "}\n"), "1: name: holds a NUL character"));
+  // Tabs, line ends and escaped control characters other than NUL read and write back.
+  const Cluster c = parse_cluster("name: \"a\\tb\\x05\"\r\n" + kOneNode + "}\n", "c.yaml");
+  EXPECT_EQ(c.name, "a\tb\x05");
+  EXPECT_EQ(parse_cluster(write_cluster(c), "rt.yaml"), c);
+}

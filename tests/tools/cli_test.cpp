@@ -3,7 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sstream>
+
+#include "model/error.hpp"
 #include "tests/tools/run_hetflow.hpp"
+#include "tools/cli.hpp"
 
 using hetflow::test_support::run_hetflow;
 
@@ -52,5 +56,58 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
     EXPECT_NE(r.out.find("plan format 2"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("SimGrid 3."), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("CUDA "), std::string::npos) << r.out;
+  }
+}
+
+// Found while fuzzing the command line: Boost.Program_options drops arguments that are not
+// options when the command takes none, so `hetflow plan 4` planned as if the 4 were absent.
+TEST(Cli, StrayArgumentsAreRefused) {
+  for (const char* args : {"list extra", "describe gpt2-xl", "plan 4", "simulate -- x", "validate a.json b.json"}) {
+    const auto r = run_hetflow(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("too many positional options"), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+// The command line read as the commands read it, without running them (the fuzz target's
+// entry point): the values the commands check are checked, files are not opened.
+TEST(Cli, ReadCommandLineChecksOptionsWithoutRunning) {
+  using hetflow::tools::read_command_line;
+  std::ostringstream out;
+  // simulate runs 3 iterations unless told otherwise, after a `--` too (it ran 1 before).
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"simulate", "--pipeline", "2"},
+                                              std::vector<std::string>{"simulate", "--pipeline", "2", "--"}}) {
+    const auto line = read_command_line(args, out);
+    EXPECT_EQ(line.vm["iterations"].as<int>(), 3);
+  }
+  EXPECT_EQ(read_command_line({"simulate", "--iterations", "5"}, out).vm["iterations"].as<int>(), 5);
+  EXPECT_EQ(read_command_line({"validate", "no-such-file.json"}, out).vm["plan"].as<std::string>(), "no-such-file.json");
+  EXPECT_TRUE(read_command_line({"plan", "--help"}, out).help);
+  EXPECT_NE(out.str().find("usage: hetflow plan"), std::string::npos);
+  auto error_of = [&](const std::vector<std::string>& args) -> std::string {
+    try {
+      read_command_line(args, out);
+    } catch (const hetflow::InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of({}).find("expected a command"), std::string::npos);
+  EXPECT_NE(error_of({"plot"}).find("unknown command 'plot'"), std::string::npos);
+  EXPECT_NE(error_of({"plan", "--workspace", "-1 GiB"}).find("--workspace"), std::string::npos);
+  EXPECT_NE(error_of({"simulate", "--stage-layers", "7,x"}).find("--stage-layers"), std::string::npos);
+  EXPECT_NE(error_of({"describe", "--precision", "fp8"}).find("--precision"), std::string::npos);
+  EXPECT_NE(error_of({"simulate", "--max-tasks", "0"}).find("--max-tasks"), std::string::npos);
+}
+
+// Found by fuzzing the command line (tests/fuzz/cli_fuzz.cpp): Boost.Program_options' error
+// message for `--pipeline "%value%"` replaced the placeholder with a value holding it again,
+// forever (hetflow hung, its memory growing). Such arguments are refused up front.
+TEST(Cli, ArgumentsHoldingBoostPlaceholdersAreRefused) {
+  for (const char* args : {"plan --pipeline %value%", "simulate --pipeline 'argument (%value%)'",
+                           "describe --%option%", "list %original_token%", "validate --plan x%canonical_option%"}) {
+    const auto r = run_hetflow(args, "timeout 60");  // it hung before
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("which the option parser cannot quote"), std::string::npos) << args << "\n" << r.err;
   }
 }

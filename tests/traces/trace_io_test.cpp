@@ -189,7 +189,13 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       {"# hetflow trace v1\n# device 0 A\n" + header + "\n" + kRow + "\n" + row_with(1, "1") + "\n", 5, "device",
        "expected a device in 0..0, found '1'"},
       {"# hetflow trace v1\n" + header + "\n" + row_with(1, "-1") + "\n", 3, "device",
-       "expected a device id >= 0, found '-1'"},
+       "expected a device in 0..999999, found '-1'"},
+      // Found while fuzzing: without a device list any id was read, and the Chrome trace's
+      // process number (device + 1) overflowed at 2147483647. Ids are bounded as clusters are.
+      {"# hetflow trace v1\n" + header + "\n" + row_with(1, "2147483647") + "\n", 3, "device",
+       "expected a device in 0..999999, found '2147483647'"},
+      {"# hetflow trace v1\n" + header + "\n" + row_with(8, "1000000") + "\n", 3, "peer",
+       "expected -1 or a device in 0..999999, found '1000000'"},
       {"# hetflow trace v1\r\n# source: x\r\n" + header + "\r\n" + kRow + "\r\n" + row_with(12, "b") + "\r\n", 5,
        "bytes", "expected a number, found 'b'"},
   };
