@@ -1,5 +1,5 @@
 #pragma once
-// Scratch files for tests: a per-process temporary folder.
+// Scratch files for tests: a per-process temporary folder, removed when the process exits.
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,10 +17,19 @@ inline std::string slurp(const std::filesystem::path& p) {
 }
 
 inline std::filesystem::path scratch_dir() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hetflow-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
+  // One per test process (ctest runs each test in its own). A simulation's child process
+  // leaves with _exit and never runs this destructor; the test process does, at exit.
+  struct Scratch {
+    std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("hetflow-test-" + std::to_string(::getpid()));
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch;
+  std::filesystem::create_directories(scratch.dir);
+  return scratch.dir;
 }
 
 inline std::string write_file(const std::string& name, const std::string& text) {
