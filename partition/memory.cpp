@@ -4,14 +4,15 @@
 
 namespace hetflow::partition {
 
+double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor) {
+  const model::Layer& l = network.layers[static_cast<size_t>(layer)];
+  const double own = l.params + (chunk_begin == 0 ? 0 : l.tied_params);
+  return l.tp_splittable ? own / tensor : own;
+}
+
 double params_per_device(const model::Network& network, int begin, int end, int tensor) {
   double params = 0;
-  const bool has_layer0 = begin == 0;
-  for (int i = begin; i < end; ++i) {
-    const model::Layer& l = network.layers[static_cast<size_t>(i)];
-    const double own = l.params + (has_layer0 ? 0 : l.tied_params);
-    params += l.tp_splittable ? own / tensor : own;
-  }
+  for (int i = begin; i < end; ++i) params += layer_params_per_device(network, i, begin, tensor);
   return params;
 }
 

@@ -16,6 +16,9 @@ namespace hetflow::partition {
 // Parameters of layers [begin, end) held by one device of a tensor-parallel group (a chunk
 // without layer 0 keeps its own copy of tied embeddings).
 double params_per_device(const model::Network& network, int begin, int end, int tensor);
+// Layer `layer`'s share of that for a chunk starting at `chunk_begin`: params_per_device is
+// their sum, in layer order.
+double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor);
 
 // Bytes one layer keeps per micro-batch for backward under the layout's recomputation,
 // sequence parallelism and a tensor-parallel degree of `tensor` (Korthikanti et al. 2022,

@@ -243,10 +243,13 @@ void Builder::add_parameter_server_sync() {
     const VirtualWorker& vw = layout_.workers[w];
     for (size_t k = 0; k < vw.stages.size(); ++k) {
       const Stage& s = vw.stages[k];
-      // This chunk's layers, grouped by the server that hosts them.
+      // This chunk's layers, grouped by the server that hosts them. Each layer adds what it
+      // adds to the chunk's parameters, so a tied embedding held once by a chunk that has both
+      // ends of the network is pushed once (the pushes add up to the chunk's gradients).
       std::map<int, double> params_per_server;
+      const int t = vw.tensor_of(k);
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        params_per_server[server_of[static_cast<size_t>(l)]] += params_per_device(net_, l, l + 1, vw.tensor_of(k));
+        params_per_server[server_of[static_cast<size_t>(l)]] += layer_params_per_device(net_, l, s.layer_begin, t);
       }
       for (int j = 0; j < vw.tensor_of(k); ++j) {
         const int device = device_of(static_cast<int>(w), static_cast<int>(k), j);

@@ -214,6 +214,27 @@ TEST(PlanFormat, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStage) {
   for (const Communicator& c : plan.communicators) EXPECT_TRUE(groups.insert(c.devices).second) << c.name;
 }
 
+// A chunk holding both ends of a GPT holds its tied word embedding once, and pushes its
+// gradient once: the pushes of a device add up to its gradient buffer (they were one copy
+// more, and validation refused the plan with the server on another device).
+TEST(PlanFormat, ParameterServerPushesEachChunksGradientsOnce) {
+  PlanOptions o;
+  o.pipeline = 1;
+  o.data = 2;
+  o.sync = SyncKind::ps;
+  const model::Network net = small_gpt();
+  const Plan plan = plan_of(model::builtin_cluster("hetpipe-testbed"), net, o);
+  EXPECT_EQ(first_problem(plan), "valid");
+  std::map<int, double> pushed;
+  for (const Task& t : plan.tasks) {
+    if (t.kind == TaskKind::send && t.purpose == Purpose::ps_push) pushed[t.device] += t.bytes;
+  }
+  ASSERT_FALSE(pushed.empty());
+  double params = 0;  // the whole network once: its embedding and LM head share one matrix
+  for (const model::Layer& l : net.layers) params += l.params;
+  for (const auto& [device, bytes] : pushed) EXPECT_DOUBLE_EQ(bytes, params * 2) << plan.device_name(device);
+}
+
 TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
   // 1F1B on p stages: rank r holds p - r micro-batches' stashes at its peak, each the sum of
   // its layers' s b h (34 + 5 a s / h) (Korthikanti et al. 2022, table 2); tensor and sequence
