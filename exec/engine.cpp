@@ -18,6 +18,7 @@
 #include "model/units.hpp"
 #include "partition/run_graph.hpp"
 #include "partition/task_order.hpp"
+#include "traces/task_event.hpp"
 
 namespace hetflow::exec {
 
@@ -386,25 +387,11 @@ class Run {
         const size_t at = index(static_cast<int>(t), i);
         if (!done_[at]) continue;
         ++r.task_instances;
-        const Task& task = plan_.tasks[t];
-        traces::Event e;
-        e.task = static_cast<int>(t);
-        e.device = task.device;
-        e.stream = plan_.stream_name(task.stream);
-        e.kind = std::string(partition::to_string(task.kind));
-        e.purpose = std::string(partition::to_string(task.purpose));
-        e.iteration = i;
-        e.stage = task.stage;
-        e.microbatch = task.microbatch;
-        const bool transfer = task.kind == TaskKind::send || task.kind == TaskKind::recv;
-        e.peer = transfer ? plan_.peer(static_cast<int>(t)) : -1;
-        e.group = transfer ? task.channel : task.collective;
+        traces::Event e = traces::task_event(plan_, static_cast<int>(t), i);
         e.start_s = start_s_[at];
         const int partner = graph_.partner(static_cast<int>(t));  // a transfer starts when both sides are there
         if (partner >= 0 && done_[index(partner, i)]) e.start_s = std::max(e.start_s, start_s_[index(partner, i)]);
         e.end_s = std::max(end_s_[at], e.start_s);
-        e.bytes = task.bytes;
-        e.flops = task.flops;
         r.trace.events.push_back(std::move(e));
       }
     }

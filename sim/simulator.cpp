@@ -24,6 +24,7 @@
 #include "partition/estimate.hpp"
 #include "partition/run_graph.hpp"
 #include "sim/platform.hpp"
+#include "traces/task_event.hpp"
 
 namespace hetflow::sim {
 
@@ -452,26 +453,12 @@ class Simulation {
           r.completed = false;
           continue;
         }
-        const Task& task = plan_.tasks[t];
-        traces::Event e;
-        e.task = static_cast<int>(t);
-        e.device = task.device;
-        e.stream = plan_.stream_name(task.stream);
-        e.kind = std::string(partition::to_string(task.kind));
-        e.purpose = std::string(partition::to_string(task.purpose));
-        e.iteration = i;
-        e.stage = task.stage;
-        e.microbatch = task.microbatch;
-        const bool transfer = task.kind == TaskKind::send || task.kind == TaskKind::recv;
-        e.peer = transfer ? plan_.peer(static_cast<int>(t)) : -1;
-        e.group = transfer ? task.channel : task.collective;
+        traces::Event e = traces::task_event(plan_, static_cast<int>(t), i);
         e.start_s = start_[at];
         // A transfer starts when both sides are there: the later of the two posts.
         const int partner = graph_->partner(static_cast<int>(t));
         if (partner >= 0 && done_[instance(partner, i)]) e.start_s = std::max(e.start_s, start_[instance(partner, i)]);
         e.end_s = end_[at];
-        e.bytes = task.bytes;
-        e.flops = task.flops;
         r.trace.events.push_back(std::move(e));
       }
     }

@@ -1,0 +1,25 @@
+#include "traces/task_event.hpp"
+
+namespace hetflow::traces {
+
+Event task_event(const partition::Plan& plan, int task, int iteration) {
+  using partition::TaskKind;
+  const partition::Task& t = plan.task(task);
+  Event e;
+  e.task = task;
+  e.device = t.device;
+  e.stream = plan.stream_name(t.stream);
+  e.kind = std::string(partition::to_string(t.kind));
+  e.purpose = std::string(partition::to_string(t.purpose));
+  e.iteration = iteration;
+  e.stage = t.stage;
+  e.microbatch = t.microbatch;
+  const bool transfer = t.kind == TaskKind::send || t.kind == TaskKind::recv;
+  e.peer = transfer ? plan.peer(task) : -1;
+  e.group = transfer ? t.channel : t.collective;
+  e.bytes = t.bytes;
+  e.flops = t.flops;
+  return e;
+}
+
+}  // namespace hetflow::traces
