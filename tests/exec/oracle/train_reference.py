@@ -1,0 +1,1033 @@
+#!/usr/bin/python3
+"""Reference trainer for GPT-2 and LLaMA style decoders: the test oracle for hetflow's executor.
+
+An independent FP32 PyTorch implementation of the training math that hetflow's CPU executor
+runs (forward, backward, AdamW), written from the published model definitions and not from
+hetflow's code. It reads a HuggingFace-style config.json, initial weights in safetensors with
+HuggingFace's tensor names, and a token file in llm.c's format; it trains K steps on the whole
+global batch and writes the final weights (safetensors, FP32, HuggingFace names) and the loss
+of every step (JSON). Nothing but torch, numpy and the standard library is used: safetensors
+is read and written here.
+
+Calls:
+  train_reference.py --config C.json --make-init OUT.safetensors [--seed S]
+  train_reference.py --config C.json --make-tokens OUT.bin --num-tokens N [--seed S]
+  train_reference.py --config C.json --init W.safetensors --tokens T.bin --batch B --seq T
+                     --steps K --lr LR [--adam-beta1 0.9] [--adam-beta2 0.999]
+                     [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1]
+                     [--out-weights OUT.safetensors] [--out-losses OUT.json]
+  train_reference.py --config C.json --bench-steps N --batch B --seq T [--init W] [--tokens T]
+                     [--threads N] [--lr LR]
+  train_reference.py --self-test
+
+Exit status: 0 on success (self-test: every check passed), 1 on a failed check, 2 on bad input.
+See README.md beside this file for the conventions it fixes.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TOKENS_MAGIC = 20240520
+TOKENS_VERSION = 1
+TOKENS_HEADER_INTS = 256
+
+
+class InputError(Exception):
+    """Bad input (config, weights, token file, options): reported and exit status 2."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+
+class Config:
+    """The fields of a HuggingFace config.json that the two model families need."""
+
+    def __init__(self, d):
+        if not isinstance(d, dict):
+            raise InputError("config: not a JSON object")
+        self.model_type = d.get("model_type")
+
+        def need(key):
+            if key not in d or d[key] is None:
+                raise InputError("config: missing %r" % key)
+            v = d[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise InputError("config: %r must be a positive integer, got %r" % (key, v))
+            return v
+
+        if self.model_type == "gpt2":
+            self.n_layer = need("n_layer")
+            self.hidden = need("n_embd")
+            self.n_head = need("n_head")
+            self.n_kv_head = self.n_head
+            self.max_pos = need("n_positions")
+            self.vocab = need("vocab_size")
+            self.inner = d.get("n_inner") or 4 * self.hidden
+            self.eps = float(d.get("layer_norm_epsilon", 1e-5))
+            self.tied = True
+            act = d.get("activation_function", "gelu_new")
+            if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+                raise InputError("config: activation_function %r is not the tanh GELU" % act)
+            if d.get("tie_word_embeddings", True) is False:
+                raise InputError("config: a GPT-2 with an untied LM head is not supported")
+            if self.hidden % self.n_head:
+                raise InputError("config: n_embd %d not divisible by n_head %d" % (self.hidden, self.n_head))
+            self.head_dim = self.hidden // self.n_head
+        elif self.model_type == "llama":
+            self.n_layer = need("num_hidden_layers")
+            self.hidden = need("hidden_size")
+            self.n_head = need("num_attention_heads")
+            self.n_kv_head = d.get("num_key_value_heads") or self.n_head
+            self.inner = need("intermediate_size")
+            self.vocab = need("vocab_size")
+            self.max_pos = need("max_position_embeddings")
+            self.eps = float(d.get("rms_norm_eps", 1e-5))
+            self.theta = float(d.get("rope_theta", 10000.0))
+            self.tied = bool(d.get("tie_word_embeddings", False))
+            if d.get("hidden_act", "silu") != "silu":
+                raise InputError("config: hidden_act %r is not silu" % d.get("hidden_act"))
+            if d.get("rope_scaling"):
+                raise InputError("config: rope_scaling is not supported")
+            if d.get("attention_bias") or d.get("mlp_bias"):
+                raise InputError("config: attention_bias / mlp_bias are not supported")
+            if self.n_head % self.n_kv_head:
+                raise InputError("config: num_attention_heads %d not divisible by num_key_value_heads %d"
+                                 % (self.n_head, self.n_kv_head))
+            hd = d.get("head_dim")
+            if hd is None:
+                if self.hidden % self.n_head:
+                    raise InputError("config: hidden_size %d not divisible by num_attention_heads %d"
+                                     % (self.hidden, self.n_head))
+                hd = self.hidden // self.n_head
+            self.head_dim = int(hd)
+            if self.head_dim % 2:
+                raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
+        else:
+            raise InputError("config: model_type %r is neither 'gpt2' nor 'llama'" % self.model_type)
+
+    @staticmethod
+    def load(path):
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            raise InputError("config %s: %s" % (path, e))
+        return Config(d)
+
+    def param_specs(self):
+        """(name, shape, role) in HuggingFace's state_dict order.
+
+        role: 'matrix' | 'embedding' | 'gain' | 'bias'. A tied embedding appears once.
+        """
+        C, F_, V, L = self.hidden, self.inner, self.vocab, self.n_layer
+        s = []
+        if self.model_type == "gpt2":
+            s.append(("transformer.wte.weight", (V, C), "embedding"))
+            s.append(("transformer.wpe.weight", (self.max_pos, C), "embedding"))
+            for i in range(L):
+                p = "transformer.h.%d." % i
+                s += [(p + "ln_1.weight", (C,), "gain"), (p + "ln_1.bias", (C,), "bias"),
+                      (p + "attn.c_attn.weight", (C, 3 * C), "matrix"), (p + "attn.c_attn.bias", (3 * C,), "bias"),
+                      (p + "attn.c_proj.weight", (C, C), "matrix"), (p + "attn.c_proj.bias", (C,), "bias"),
+                      (p + "ln_2.weight", (C,), "gain"), (p + "ln_2.bias", (C,), "bias"),
+                      (p + "mlp.c_fc.weight", (C, F_), "matrix"), (p + "mlp.c_fc.bias", (F_,), "bias"),
+                      (p + "mlp.c_proj.weight", (F_, C), "matrix"), (p + "mlp.c_proj.bias", (C,), "bias")]
+            s += [("transformer.ln_f.weight", (C,), "gain"), ("transformer.ln_f.bias", (C,), "bias")]
+        else:
+            HS, NH, NKV = self.head_dim, self.n_head, self.n_kv_head
+            s.append(("model.embed_tokens.weight", (V, C), "embedding"))
+            for i in range(L):
+                p = "model.layers.%d." % i
+                s += [(p + "self_attn.q_proj.weight", (NH * HS, C), "matrix"),
+                      (p + "self_attn.k_proj.weight", (NKV * HS, C), "matrix"),
+                      (p + "self_attn.v_proj.weight", (NKV * HS, C), "matrix"),
+                      (p + "self_attn.o_proj.weight", (C, NH * HS), "matrix"),
+                      (p + "mlp.gate_proj.weight", (F_, C), "matrix"),
+                      (p + "mlp.up_proj.weight", (F_, C), "matrix"),
+                      (p + "mlp.down_proj.weight", (C, F_), "matrix"),
+                      (p + "input_layernorm.weight", (C,), "gain"),
+                      (p + "post_attention_layernorm.weight", (C,), "gain")]
+            s.append(("model.norm.weight", (C,), "gain"))
+            if not self.tied:
+                s.append(("lm_head.weight", (V, C), "matrix"))
+        return s
+
+    def embedding_name(self):
+        return "transformer.wte.weight" if self.model_type == "gpt2" else "model.embed_tokens.weight"
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors
+
+
+_ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
+
+
+def read_safetensors(path):
+    """{name: float32 numpy array}; reads F32, F16, BF16 (and F64)."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise InputError("weights %s: %s" % (path, e))
+    if len(blob) < 8:
+        raise InputError("weights %s: shorter than the 8-byte header length" % path)
+    (n,) = struct.unpack("<Q", blob[:8])
+    if n > len(blob) - 8:
+        raise InputError("weights %s: header length %d runs past the file" % (path, n))
+    try:
+        header = json.loads(blob[8:8 + n].decode("utf-8"))
+    except ValueError as e:
+        raise InputError("weights %s: header is not JSON: %s" % (path, e))
+    if not isinstance(header, dict):
+        raise InputError("weights %s: header is not a JSON object" % path)
+    data = memoryview(blob)[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, e) = info["dtype"], [int(x) for x in info["shape"]], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise InputError("weights %s: tensor %r has a malformed entry" % (path, name))
+        if dtype not in _ST_DTYPES:
+            raise InputError("weights %s: tensor %r has dtype %s (F32, F16, BF16 read)" % (path, name, dtype))
+        np_dtype, width = _ST_DTYPES[dtype]
+        count = int(np.prod(shape)) if shape else 1
+        if not (0 <= b <= e <= len(data)) or e - b != count * width:
+            raise InputError("weights %s: tensor %r has data_offsets [%d, %d] that do not fit shape %s %s"
+                             % (path, name, b, e, shape, dtype))
+        raw = np.frombuffer(data[b:e], dtype=np_dtype, count=count)
+        if dtype == "BF16":
+            arr = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = raw.astype(np.float32)
+        out[name] = arr.reshape(shape).copy()
+    return out
+
+
+def write_safetensors(path, tensors):
+    """tensors: ordered {name: array-like}; written F32, header space-padded to a multiple of 8."""
+    header, chunks, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor):
+            t = t.detach().cpu().numpy()
+        a = np.ascontiguousarray(np.asarray(t, dtype="<f4"))
+        raw = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for c in chunks:
+            f.write(c)
+
+
+def check_weights(cfg, w, path="weights"):
+    """Every tensor of the model with its shape; nothing unknown. Returns {name: array} in order."""
+    specs = cfg.param_specs()
+    want = {n: s for n, s, _ in specs}
+    for name in w:
+        if name in want:
+            continue
+        if cfg.model_type == "gpt2" and (name.endswith(".attn.bias") or name.endswith(".attn.masked_bias")):
+            continue  # old GPT-2 checkpoints store the causal mask buffers; they are not parameters
+        if name == "lm_head.weight" and cfg.tied:
+            emb = w.get(cfg.embedding_name())
+            if emb is not None and emb.shape == w[name].shape and np.array_equal(emb, w[name]):
+                continue  # a tied head saved beside its embedding
+            raise InputError("%s: lm_head.weight differs from the tied embedding" % path)
+        raise InputError("%s: unexpected tensor %r" % (path, name))
+    out = {}
+    for name, shape, _ in specs:
+        if name not in w:
+            raise InputError("%s: missing tensor %r" % (path, name))
+        if tuple(w[name].shape) != tuple(shape):
+            raise InputError("%s: tensor %r has shape %s, want %s" % (path, name, list(w[name].shape), list(shape)))
+        out[name] = w[name]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Initialisation and tokens
+
+
+INIT_STD = 0.02        # matrices and embedding tables are INIT_STD * N(0,1)
+GAIN_NOISE_STD = 0.05  # norm gains are 1 + GAIN_NOISE_STD * N(0,1)
+BIAS_STD = 0.02        # biases (LayerNorm shifts included) are BIAS_STD * N(0,1)
+
+
+def make_init(cfg, seed):
+    """Seeded random weights for every tensor of the model, in state_dict order (numpy float32)."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    out = {}
+    for name, shape, role in cfg.param_specs():
+        z = torch.randn(shape, generator=g, dtype=torch.float32)
+        if role in ("matrix", "embedding"):
+            t = z * INIT_STD
+        elif role == "gain":
+            t = 1.0 + z * GAIN_NOISE_STD
+        else:
+            t = z * BIAS_STD
+        out[name] = t.numpy()
+    return out
+
+
+def make_tokens(vocab, n, seed):
+    """A learnable stream: a walk around a seeded cycle of min(V, 16) tokens, with one token in 8
+    replaced by a uniformly random one. Any batch teaches the same bigrams, so losses fall step
+    after step even when batches differ."""
+    rng = np.random.RandomState(seed)
+    cycle = rng.permutation(vocab)[:min(vocab, 16)]
+    walk = cycle[np.arange(n) % cycle.size]
+    noise = rng.randint(8, size=n) == 0
+    return np.where(noise, rng.randint(vocab, size=n), walk).astype(np.int64)
+
+
+def write_tokens(path, toks):
+    toks = np.asarray(toks)
+    if toks.size and (toks.min() < 0 or toks.max() > 65535):
+        raise InputError("tokens do not fit uint16")
+    header = np.zeros(TOKENS_HEADER_INTS, dtype="<i4")
+    header[0], header[1], header[2] = TOKENS_MAGIC, TOKENS_VERSION, toks.size
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.astype("<u2").tobytes())
+
+
+def read_tokens(path):
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise InputError("tokens %s: %s" % (path, e))
+    if len(blob) < 4 * TOKENS_HEADER_INTS:
+        raise InputError("tokens %s: shorter than the %d-byte header" % (path, 4 * TOKENS_HEADER_INTS))
+    header = np.frombuffer(blob[:4 * TOKENS_HEADER_INTS], dtype="<i4")
+    if header[0] != TOKENS_MAGIC:
+        raise InputError("tokens %s: magic %d, want %d" % (path, header[0], TOKENS_MAGIC))
+    if header[1] != TOKENS_VERSION:
+        raise InputError("tokens %s: version %d, want %d" % (path, header[1], TOKENS_VERSION))
+    n = int(header[2])
+    body = len(blob) - 4 * TOKENS_HEADER_INTS
+    if n < 0 or body != 2 * n:
+        raise InputError("tokens %s: header says %d tokens, file holds %d bytes of them" % (path, n, body))
+    return np.frombuffer(blob[4 * TOKENS_HEADER_INTS:], dtype="<u2").astype(np.int64)
+
+
+def batch_positions(n_tokens, B, T, steps):
+    """llm.c's dataloader: where each step's B*T+1 tokens start."""
+    span = B * T
+    if span + 1 > n_tokens:
+        raise InputError("token file holds %d tokens; one batch needs B*T+1 = %d" % (n_tokens, span + 1))
+    out, p = [], 0
+    for _ in range(steps):
+        if p + span + 1 > n_tokens:
+            p = 0
+        out.append(p)
+        p += span
+    return out
+
+
+def batch_at(tokens, p, B, T):
+    buf = torch.from_numpy(np.ascontiguousarray(tokens[p:p + B * T + 1]))
+    return buf[:-1].view(B, T), buf[1:].view(B, T)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model (functional: a {HF name: tensor} dict)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def causal_attention(q, k, v):
+    """q, k, v: [B, NH, T, HS]; softmax(q k^T / sqrt(HS) + causal mask) v."""
+    T, HS = q.shape[-2], q.shape[-1]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    att = att.masked_fill(~mask, float("-inf"))
+    return torch.softmax(att, dim=-1) @ v
+
+
+def rope_cos_sin(T, head_dim, theta, dtype):
+    """HF's rotate-half tables [T, head_dim]: angle(pos, i) = pos * theta^(-2i/d), i < d/2, repeated
+    over both halves. Angles computed in float64, then cast."""
+    i = torch.arange(0, head_dim, 2, dtype=torch.float64)
+    inv_freq = 1.0 / (theta ** (i / head_dim))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat([ang, ang], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x: [B, H, T, HS]; cos/sin: [T, HS]."""
+    return x * cos + rotate_half(x) * sin
+
+
+def gpt2_forward(cfg, P, idx):
+    B, T = idx.shape
+    C, NH, HS = cfg.hidden, cfg.n_head, cfg.head_dim
+    wte = P["transformer.wte.weight"]
+    x = F.embedding(idx, wte) + P["transformer.wpe.weight"][:T]
+    for i in range(cfg.n_layer):
+        p = "transformer.h.%d." % i
+        h = F.layer_norm(x, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], cfg.eps)
+        qkv = h @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(C, dim=-1)
+        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        x = x + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
+        h = F.layer_norm(x, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], cfg.eps)
+        m = gelu_tanh(h @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
+        x = x + (m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"])
+    x = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], cfg.eps)
+    return x @ wte.t()
+
+
+def llama_forward(cfg, P, idx):
+    B, T = idx.shape
+    NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    emb = P["model.embed_tokens.weight"]
+    x = F.embedding(idx, emb)
+    cos, sin = rope_cos_sin(T, HS, cfg.theta, x.dtype)
+    rep = NH // NKV
+    for i in range(cfg.n_layer):
+        p = "model.layers.%d." % i
+        h = rms_norm(x, P[p + "input_layernorm.weight"], cfg.eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].t()).view(B, T, NH, HS).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].t()).view(B, T, NKV, HS).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].t()).view(B, T, NKV, HS).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # head h -> kv h // rep
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, NH * HS)
+        x = x + y @ P[p + "self_attn.o_proj.weight"].t()
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
+        g = h @ P[p + "mlp.gate_proj.weight"].t()
+        u = h @ P[p + "mlp.up_proj.weight"].t()
+        x = x + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].t()
+    x = rms_norm(x, P["model.norm.weight"], cfg.eps)
+    head = emb if cfg.tied else P["lm_head.weight"]
+    return x @ head.t()
+
+
+def forward(cfg, P, idx):
+    T = idx.shape[1]
+    if T > cfg.max_pos:
+        raise InputError("sequence length %d exceeds the model's %d positions" % (T, cfg.max_pos))
+    return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx)
+
+
+def loss_fn(cfg, P, idx, tgt):
+    logits = forward(cfg, P, idx)
+    return F.cross_entropy(logits.reshape(-1, cfg.vocab), tgt.reshape(-1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def make_params(cfg, weights, dtype=torch.float32):
+    return {n: torch.nn.Parameter(torch.tensor(np.asarray(weights[n]), dtype=dtype))
+            for n, _, _ in cfg.param_specs()}
+
+
+def make_optimizer(cfg, P, lr, b1, b2, eps, wd):
+    decay = [P[n] for n, _, _ in cfg.param_specs() if P[n].dim() >= 2]
+    no_decay = [P[n] for n, _, _ in cfg.param_specs() if P[n].dim() < 2]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+
+
+def grad_norm(params):
+    return torch.norm(torch.stack([torch.norm(p.grad.detach(), 2) for p in params]), 2)
+
+
+def train_step(cfg, P, opt, idx, tgt, clip):
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(cfg, P, idx, tgt)
+    loss.backward()
+    params = list(P.values())
+    if clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    else:
+        norm = grad_norm(params)
+    opt.step()
+    return float(loss.detach()), float(norm)
+
+
+def train(cfg, weights, tokens, a, log=True):
+    P = make_params(cfg, weights)
+    opt = make_optimizer(cfg, P, a.lr, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay)
+    losses, norms = [], []
+    for k, p in enumerate(batch_positions(len(tokens), a.batch, a.seq, a.steps)):
+        idx, tgt = batch_at(tokens, p, a.batch, a.seq)
+        loss, norm = train_step(cfg, P, opt, idx, tgt, a.clip_grad)
+        losses.append(loss)
+        norms.append(norm)
+        if log:
+            print("step %d position %d loss %.9g grad_norm %.9g" % (k, p, loss, norm), flush=True)
+    return P, losses, norms
+
+
+def bench(cfg, weights, tokens, a):
+    P = make_params(cfg, weights)
+    opt = make_optimizer(cfg, P, a.lr, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay)
+    warm = 2
+    pos = batch_positions(len(tokens), a.batch, a.seq, warm + a.bench_steps)
+    times = []
+    for k, p in enumerate(pos):
+        idx, tgt = batch_at(tokens, p, a.batch, a.seq)
+        t0 = time.perf_counter()
+        train_step(cfg, P, opt, idx, tgt, a.clip_grad)
+        dt = time.perf_counter() - t0
+        if k >= warm:
+            times.append(dt)
+    total = sum(times)
+    print(json.dumps({"tokens_per_s": a.batch * a.seq * len(times) / total, "threads": torch.get_num_threads(),
+                      "median_step_s": statistics.median(times)}), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Self-test
+
+
+def np_layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * g + b
+
+
+def np_attention_loops(q, k, v, n_head, n_kv, hs):
+    """Explicit loops: q [T, NH*HS], k/v [T, NKV*HS] -> [T, NH*HS]."""
+    T = q.shape[0]
+    y = np.zeros((T, n_head * hs))
+    for h in range(n_head):
+        kvh = h // (n_head // n_kv)
+        qs, ks = slice(h * hs, (h + 1) * hs), slice(kvh * hs, (kvh + 1) * hs)
+        for t in range(T):
+            scores = np.array([np.dot(q[t, qs], k[s, ks]) / math.sqrt(hs) for s in range(t + 1)])
+            e = np.exp(scores - scores.max())
+            pr = e / e.sum()
+            for s in range(t + 1):
+                y[t, qs] += pr[s] * v[s, ks]
+    return y
+
+
+def np_rope_pairs(x, n_heads, hs, theta):
+    """RoPE as explicit 2x2 rotations of the pairs (i, i + d/2): x [T, n_heads*hs]."""
+    T = x.shape[0]
+    out = x.copy()
+    for h in range(n_heads):
+        for t in range(T):
+            for i in range(hs // 2):
+                a = t * theta ** (-2.0 * i / hs)
+                x1, x2 = x[t, h * hs + i], x[t, h * hs + i + hs // 2]
+                out[t, h * hs + i] = x1 * math.cos(a) - x2 * math.sin(a)
+                out[t, h * hs + i + hs // 2] = x2 * math.cos(a) + x1 * math.sin(a)
+    return out
+
+
+def np_forward(cfg, W, idx):
+    """A second, loop-based float64 formulation of both models: logits [B, T, V]."""
+    W = {n: np.asarray(v, dtype=np.float64) for n, v in W.items()}
+    B, T = idx.shape
+    out = np.zeros((B, T, cfg.vocab))
+    NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    for b in range(B):
+        if cfg.model_type == "gpt2":
+            C = cfg.hidden
+            x = W["transformer.wte.weight"][idx[b]] + W["transformer.wpe.weight"][:T]
+            for i in range(cfg.n_layer):
+                p = "transformer.h.%d." % i
+                h = np_layer_norm(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"], cfg.eps)
+                qkv = h @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]
+                y = np_attention_loops(qkv[:, :C], qkv[:, C:2 * C], qkv[:, 2 * C:], NH, NH, HS)
+                x = x + y @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
+                h = np_layer_norm(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"], cfg.eps)
+                m = h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"]
+                m = 0.5 * m * (1 + np.tanh(math.sqrt(2 / math.pi) * (m + 0.044715 * m ** 3)))
+                x = x + m @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
+            x = np_layer_norm(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], cfg.eps)
+            out[b] = x @ W["transformer.wte.weight"].T
+        else:
+            def rms(z, g):
+                return z / np.sqrt((z ** 2).mean(-1, keepdims=True) + cfg.eps) * g
+            x = W["model.embed_tokens.weight"][idx[b]]
+            for i in range(cfg.n_layer):
+                p = "model.layers.%d." % i
+                h = rms(x, W[p + "input_layernorm.weight"])
+                q = np_rope_pairs(h @ W[p + "self_attn.q_proj.weight"].T, NH, HS, cfg.theta)
+                k = np_rope_pairs(h @ W[p + "self_attn.k_proj.weight"].T, NKV, HS, cfg.theta)
+                v = h @ W[p + "self_attn.v_proj.weight"].T
+                x = x + np_attention_loops(q, k, v, NH, NKV, HS) @ W[p + "self_attn.o_proj.weight"].T
+                h = rms(x, W[p + "post_attention_layernorm.weight"])
+                g = h @ W[p + "mlp.gate_proj.weight"].T
+                u = h @ W[p + "mlp.up_proj.weight"].T
+                x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
+            x = rms(x, W["model.norm.weight"])
+            head = W["model.embed_tokens.weight"] if cfg.tied else W["lm_head.weight"]
+            out[b] = x @ head.T
+    return out
+
+
+def np_cross_entropy(logits, tgt):
+    z = logits.reshape(-1, logits.shape[-1])
+    m = z.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
+    return float(np.mean(lse - z[np.arange(z.shape[0]), tgt.reshape(-1)]))
+
+
+GPT2_ODD = {"model_type": "gpt2", "n_layer": 2, "n_embd": 36, "n_head": 3, "n_positions": 13,
+            "vocab_size": 97, "layer_norm_epsilon": 1e-5}
+LLAMA_ODD = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 48, "num_attention_heads": 6,
+             "num_key_value_heads": 2, "intermediate_size": 100, "vocab_size": 101,
+             "max_position_embeddings": 11, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": False}
+
+
+class Checks:
+    def __init__(self):
+        self.passed, self.failed = 0, 0
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print("ok   %s%s" % (name, (": " + detail) if detail else ""), flush=True)
+        else:
+            self.failed += 1
+            print("FAIL %s%s" % (name, (": " + detail) if detail else ""), flush=True)
+
+    def run(self, name, fn):
+        try:
+            fn()
+        except Exception as e:  # a crash in a check is a failed check
+            self.check(name, False, "raised %s: %s" % (type(e).__name__, e))
+
+
+def self_test():
+    torch.manual_seed(0)
+    c = Checks()
+    cfgs = {"gpt2": Config(GPT2_ODD), "llama": Config(LLAMA_ODD),
+            "llama_tied": Config(dict(LLAMA_ODD, tie_word_embeddings=True))}
+
+    # 1. The batched torch forward against the loop-based float64 numpy formulation.
+    def forward_vs_loops(key):
+        cfg = cfgs[key]
+        W = make_init(cfg, 1)
+        rng = np.random.RandomState(2)
+        idx = rng.randint(cfg.vocab, size=(2, cfg.max_pos))
+        tgt = rng.randint(cfg.vocab, size=(2, cfg.max_pos))
+        ref = np_forward(cfg, W, idx)
+        P64 = make_params(cfg, W, torch.float64)
+        P32 = make_params(cfg, W, torch.float32)
+        with torch.no_grad():
+            l64 = forward(cfg, P64, torch.from_numpy(idx)).numpy()
+            l32 = forward(cfg, P32, torch.from_numpy(idx)).numpy()
+            loss32 = float(loss_fn(cfg, P32, torch.from_numpy(idx), torch.from_numpy(tgt)))
+        e64, e32 = np.abs(l64 - ref).max(), np.abs(l32 - ref).max()
+        eloss = abs(loss32 - np_cross_entropy(ref, tgt))
+        c.check("%s forward: batched float64 == loops" % key, e64 < 1e-10, "max |diff| %.3g" % e64)
+        c.check("%s forward: batched float32 ~= loops" % key, e32 < 2e-5, "max |diff| %.3g" % e32)
+        c.check("%s loss: torch cross-entropy ~= numpy" % key, eloss < 2e-5, "|diff| %.3g" % eloss)
+    for key in cfgs:
+        c.run("%s forward" % key, lambda key=key: forward_vs_loops(key))
+
+    # 2. Zero weights give uniform logits: loss ln V.
+    def zero_loss(key):
+        cfg = cfgs[key]
+        W = {n: np.zeros(s, dtype=np.float32) for n, s, _ in cfg.param_specs()}
+        idx = torch.randint(cfg.vocab, (3, 5))
+        with torch.no_grad():
+            loss = float(loss_fn(cfg, make_params(cfg, W), idx, torch.randint(cfg.vocab, (3, 5))))
+        c.check("%s zero weights: loss == ln V" % key, abs(loss - math.log(cfg.vocab)) < 1e-6,
+                "%.9g vs %.9g" % (loss, math.log(cfg.vocab)))
+    for key in ("gpt2", "llama"):
+        c.run("%s zero loss" % key, lambda key=key: zero_loss(key))
+
+    # 3. A tiny GPT-2 checked by hand: 1 layer, C=2, 1 head, V=2, T=1, attention on one token is
+    # the identity on v; with zero MLP and c_attn weights the block adds only the biases.
+    def hand_gpt2():
+        cfg = Config({"model_type": "gpt2", "n_layer": 1, "n_embd": 2, "n_head": 1, "n_positions": 2,
+                      "vocab_size": 2, "n_inner": 2})
+        W = {n: np.zeros(s, dtype=np.float32) for n, s, _ in cfg.param_specs()}
+        W["transformer.wte.weight"] = np.array([[1, 0], [0, 1]], dtype=np.float32)
+        W["transformer.h.0.attn.c_attn.bias"] = np.array([0, 0, 0, 0, 3, 1], dtype=np.float32)  # v = (3, 1)
+        W["transformer.h.0.attn.c_proj.weight"] = np.eye(2, dtype=np.float32)
+        W["transformer.ln_f.weight"] = np.ones(2, dtype=np.float32)
+        # token 0: x = (1,0) + v (3,1) = (4,1); LN -> (1,-1)*(1/sqrt(1+eps/2.25)); logits = (1,-1)*s
+        s = 1.0 / math.sqrt(1.0 + 1e-5 / 2.25)
+        want = math.log(1 + math.exp(-2 * s))  # target 0
+        with torch.no_grad():
+            got = float(loss_fn(cfg, make_params(cfg, W), torch.tensor([[0]]), torch.tensor([[0]])))
+        c.check("gpt2 hand-computed one-token loss", abs(got - want) < 1e-6, "%.9g vs %.9g" % (got, want))
+        # GELU tanh at 1: 0.5 (1 + tanh(sqrt(2/pi) 1.044715)) = 0.841191990...
+        g1 = float(gelu_tanh(torch.tensor(1.0, dtype=torch.float64)))
+        c.check("GELU tanh(1) == 0.8411919906", abs(g1 - 0.8411919906082768) < 1e-12, "%.12g" % g1)
+    c.run("gpt2 hand case", hand_gpt2)
+
+    # 4. Causality: changing the last token changes no earlier logit.
+    def causal(key):
+        cfg = cfgs[key]
+        P = make_params(cfg, make_init(cfg, 3))
+        idx = torch.randint(cfg.vocab, (1, 8))
+        idx2 = idx.clone()
+        idx2[0, -1] = (idx2[0, -1] + 1) % cfg.vocab
+        with torch.no_grad():
+            a, b = forward(cfg, P, idx), forward(cfg, P, idx2)
+        c.check("%s causal: earlier logits ignore a later token" % key,
+                torch.equal(a[:, :-1], b[:, :-1]) and not torch.equal(a[:, -1], b[:, -1]))
+    for key in ("gpt2", "llama"):
+        c.run("%s causal" % key, lambda key=key: causal(key))
+
+    # 5. RoPE: position 0 identity, norms kept, scores depend only on relative position.
+    def rope():
+        HS, T = 8, 11
+        cos, sin = rope_cos_sin(T, HS, 10000.0, torch.float64)
+        x = torch.randn(1, 2, T, HS, dtype=torch.float64)
+        y = apply_rope(x, cos, sin)
+        c.check("RoPE position 0 is the identity", torch.equal(y[:, :, 0], x[:, :, 0]))
+        e = (y.norm(dim=-1) - x.norm(dim=-1)).abs().max().item()
+        c.check("RoPE keeps norms", e < 1e-12, "max |diff| %.3g" % e)
+        q, k = torch.randn(HS, dtype=torch.float64), torch.randn(HS, dtype=torch.float64)
+        qs = apply_rope(q.expand(1, 1, T, HS), cos, sin)[0, 0]
+        ks = apply_rope(k.expand(1, 1, T, HS), cos, sin)[0, 0]
+        d = max(abs(float(qs[m] @ ks[n] - qs[m - n] @ ks[0])) for m in range(T) for n in range(m + 1))
+        c.check("RoPE scores depend on m - n only", d < 1e-12, "max |diff| %.3g" % d)
+        ref = np_rope_pairs(x[0].transpose(0, 1).reshape(T, 2 * HS).numpy(), 2, HS, 10000.0)
+        e2 = np.abs(y[0].transpose(0, 1).reshape(T, 2 * HS).numpy() - ref).max()
+        c.check("RoPE rotate-half == pairwise rotation of (i, i+d/2)", e2 < 1e-12, "max |diff| %.3g" % e2)
+    c.run("rope", rope)
+
+    # 6. Gradients: autograd against central differences in float64, entries of every tensor.
+    def gradcheck(key):
+        cfg = cfgs[key]
+        P = make_params(cfg, make_init(cfg, 4), torch.float64)
+        idx, tgt = torch.randint(cfg.vocab, (2, 6)), torch.randint(cfg.vocab, (2, 6))
+        loss_fn(cfg, P, idx, tgt).backward()
+        rng = np.random.RandomState(5)
+        worst = 0.0
+        for n, p in P.items():
+            for _ in range(2):
+                j = rng.randint(p.numel())
+                h = 1e-5
+                with torch.no_grad():
+                    old = p.view(-1)[j].item()
+                    p.view(-1)[j] = old + h
+                    lp = float(loss_fn(cfg, P, idx, tgt))
+                    p.view(-1)[j] = old - h
+                    lm = float(loss_fn(cfg, P, idx, tgt))
+                    p.view(-1)[j] = old
+                fd, ad = (lp - lm) / (2 * h), p.grad.view(-1)[j].item()
+                worst = max(worst, abs(fd - ad) / max(1e-4, abs(fd)))
+        c.check("%s gradients == central differences" % key, worst < 1e-5, "worst rel err %.3g" % worst)
+    for key in cfgs:
+        c.run("%s gradcheck" % key, lambda key=key: gradcheck(key))
+
+    # 7. A tied head is one parameter whose gradient is the embedding's plus the head's.
+    def tied():
+        cfg_t, cfg_u = cfgs["llama_tied"], cfgs["llama"]
+        W = make_init(cfg_t, 6)
+        Wu = dict(W)
+        Wu["lm_head.weight"] = W["model.embed_tokens.weight"].copy()
+        Pt, Pu = make_params(cfg_t, W, torch.float64), make_params(cfg_u, Wu, torch.float64)
+        idx, tgt = torch.randint(cfg_t.vocab, (2, 7)), torch.randint(cfg_t.vocab, (2, 7))
+        loss_fn(cfg_t, Pt, idx, tgt).backward()
+        loss_fn(cfg_u, Pu, idx, tgt).backward()
+        gsum = Pu["model.embed_tokens.weight"].grad + Pu["lm_head.weight"].grad
+        e = (Pt["model.embed_tokens.weight"].grad - gsum).abs().max().item()
+        c.check("tied embedding gradient == embedding + head gradients", e < 1e-12, "max |diff| %.3g" % e)
+        c.check("tied config has no lm_head.weight", all(n != "lm_head.weight" for n, _, _ in cfg_t.param_specs()))
+    c.run("tied", tied)
+
+    # 8. AdamW and clipping against the formulas written out.
+    def adamw():
+        cfg = cfgs["gpt2"]
+        W = make_init(cfg, 7)
+        P = make_params(cfg, W)
+        lr, b1, b2, eps, wd, clip = 3e-3, 0.9, 0.95, 1e-8, 0.1, 0.5
+        opt = make_optimizer(cfg, P, lr, b1, b2, eps, wd)
+        ref = {n: torch.tensor(W[n], dtype=torch.float64) for n in P}
+        m = {n: torch.zeros_like(ref[n]) for n in P}
+        v = {n: torch.zeros_like(ref[n]) for n in P}
+        toks = make_tokens(cfg.vocab, 200, 8)
+        worst, worst_clip = 0.0, 0.0
+        for step, p in enumerate(batch_positions(len(toks), 2, 12, 3), start=1):
+            idx, tgt = batch_at(toks, p, 2, 12)
+            opt.zero_grad()
+            loss_fn(cfg, P, idx, tgt).backward()
+            g = {n: P[n].grad.detach().double().clone() for n in P}
+            total = math.sqrt(sum(float((x * x).sum()) for x in g.values()))
+            coef = min(1.0, clip / (total + 1e-6))
+            torch.nn.utils.clip_grad_norm_(list(P.values()), clip)
+            worst_clip = max(worst_clip, max((P[n].grad.double() - g[n] * coef).abs().max().item() for n in P))
+            opt.step()
+            for n in P:
+                gn = g[n] * coef
+                decay = wd if ref[n].dim() >= 2 else 0.0
+                ref[n] = ref[n] * (1 - lr * decay)
+                m[n] = b1 * m[n] + (1 - b1) * gn
+                v[n] = b2 * v[n] + (1 - b2) * gn * gn
+                mhat = m[n] / (1 - b1 ** step)
+                denom = v[n].sqrt() / math.sqrt(1 - b2 ** step) + eps
+                ref[n] = ref[n] - lr * mhat / denom
+                # compare against the float64 replay of the same float32 gradients
+            worst = max(worst, max((P[n].detach().double() - ref[n]).abs().max().item() for n in P))
+            ref = {n: P[n].detach().double().clone() for n in P}  # resync: compare one step at a time
+        c.check("clip_grad_norm_ == g * min(1, max / (norm + 1e-6))", worst_clip < 1e-7, "%.3g" % worst_clip)
+        c.check("AdamW step == decoupled-decay Adam formula", worst < 1e-6, "max |diff| %.3g" % worst)
+    c.run("adamw", adamw)
+
+    # 9. Data loader positions, wrap included.
+    def loader():
+        got = batch_positions(80, 3, 12, 5)
+        c.check("loader positions with wrap", got == [0, 36, 0, 36, 0], str(got))
+        got = batch_positions(109, 3, 12, 4)  # 72 + 37 = 109 fits exactly
+        c.check("loader takes a batch that ends exactly at the last token", got == [0, 36, 72, 0], str(got))
+        toks = np.arange(40)
+        idx, tgt = batch_at(toks, 3, 2, 4)
+        c.check("loader inputs/targets",
+                idx.tolist() == [[3, 4, 5, 6], [7, 8, 9, 10]] and tgt.tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]])
+    c.run("loader", loader)
+
+    # 10. safetensors: round trip, padding, F16/BF16 reading; token file round trip.
+    def files():
+        with tempfile.TemporaryDirectory() as d:
+            a = np.random.RandomState(9).randn(3, 5).astype(np.float32)
+            path = os.path.join(d, "a.safetensors")
+            write_safetensors(path, {"x": a, "y.z": np.arange(7, dtype=np.float32)})
+            with open(path, "rb") as f:
+                blob = f.read()
+            (n,) = struct.unpack("<Q", blob[:8])
+            back = read_safetensors(path)
+            c.check("safetensors round trip (header padded to 8)",
+                    n % 8 == 0 and np.array_equal(back["x"], a) and np.array_equal(back["y.z"], np.arange(7)))
+            vals = np.array([1.0, -2.5, 0.1, 65504.0], dtype=np.float32)
+            f16 = vals.astype("<f2").tobytes()
+            bf16 = (vals.view(np.uint32) >> 16).astype("<u2").tobytes()
+            h = json.dumps({"h": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]},
+                            "b": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [8, 16]}}).encode()
+            with open(path, "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + f16 + bf16)
+            back = read_safetensors(path)
+            want_b = (np.frombuffer(bf16, dtype="<u2").astype(np.uint32) << 16).view(np.float32).reshape(2, 2)
+            c.check("safetensors reads F16 and BF16",
+                    np.array_equal(back["h"], vals.astype(np.float16).astype(np.float32))
+                    and np.array_equal(back["b"], want_b) and back["b"][0, 0] == 1.0 and back["b"][0, 1] == -2.5)
+            tpath = os.path.join(d, "t.bin")
+            toks = make_tokens(97, 50, 1)
+            write_tokens(tpath, toks)
+            c.check("token file round trip", np.array_equal(read_tokens(tpath), toks)
+                    and os.path.getsize(tpath) == 1024 + 100)
+    c.run("files", files)
+
+    # 11. The command line end to end on the two odd configs: init, 3 steps, outputs read back.
+    def end_to_end(key, cfgdict, B, T):
+        me = os.path.abspath(__file__)
+        with tempfile.TemporaryDirectory() as d:
+            cpath, ipath, tpath = (os.path.join(d, x) for x in ("c.json", "init.safetensors", "t.bin"))
+            with open(cpath, "w") as f:
+                json.dump(cfgdict, f)
+            cfg = Config(cfgdict)
+
+            def run(*args):
+                r = subprocess.run([sys.executable, me, "--config", cpath] + list(args),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                if r.returncode != 0:
+                    raise RuntimeError("exit %d: %s" % (r.returncode, r.stderr.strip()))
+                return r.stdout
+            run("--make-init", ipath, "--seed", "11")
+            # 3 steps of B*T, with a file short enough that the third step wraps to position 0
+            run("--make-tokens", tpath, "--num-tokens", str(2 * B * T + B * T // 2), "--seed", "12")
+            outs = []
+            for rep in range(2):
+                wpath, lpath = os.path.join(d, "w%d.safetensors" % rep), os.path.join(d, "l%d.json" % rep)
+                stdout = run("--init", ipath, "--tokens", tpath, "--batch", str(B), "--seq", str(T), "--steps", "3",
+                             "--lr", "1e-2", "--weight-decay", "0.1", "--clip-grad", "1.0",
+                             "--out-weights", wpath, "--out-losses", lpath)
+                with open(lpath) as f:
+                    losses = json.load(f)["losses"]
+                with open(wpath, "rb") as f:
+                    outs.append((f.read(), losses))
+            init = check_weights(cfg, read_safetensors(ipath), "init")
+            final = check_weights(cfg, read_safetensors(wpath), "final")
+            c.check("%s e2e: prints one line per step" % key, len(stdout.strip().splitlines()) == 3)
+            c.check("%s e2e: init holds every tensor" % key, len(init) == len(cfg.param_specs()))
+            c.check("%s e2e: final weights read back, all finite, all moved" % key,
+                    all(np.isfinite(final[n]).all() and not np.array_equal(final[n], init[n]) for n in final))
+            c.check("%s e2e: losses fall" % key, len(losses) == 3 and losses[2] < losses[1] < losses[0],
+                    str(["%.6f" % x for x in losses]))
+            c.check("%s e2e: step 0 loss near ln V" % key, abs(losses[0] - math.log(cfg.vocab)) < 0.1,
+                    "%.6f vs %.6f" % (losses[0], math.log(cfg.vocab)))
+            c.check("%s e2e: two runs bit-identical" % key, outs[0] == outs[1])
+            # the step-0 loss from the CLI equals an in-process forward on the init weights
+            toks = read_tokens(tpath)
+            idx, tgt = batch_at(toks, 0, B, T)
+            with torch.no_grad():
+                l0 = float(loss_fn(cfg, make_params(cfg, init), idx, tgt))
+            c.check("%s e2e: step-0 loss == in-process forward" % key, l0 == losses[0])
+    c.run("gpt2 e2e", lambda: end_to_end("gpt2_odd", GPT2_ODD, 3, 12))
+    c.run("llama e2e", lambda: end_to_end("llama_odd", LLAMA_ODD, 3, 10))
+
+    # 12. The example configs beside this script are the ones checked above.
+    def examples():
+        here = os.path.dirname(os.path.abspath(__file__))
+        for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD)):
+            path = os.path.join(here, fname)
+            if os.path.exists(path):
+                with open(path) as f:
+                    c.check("%s matches the self-tested config" % fname, json.load(f) == d)
+    c.run("example configs", examples)
+
+    # 13. Bad input is refused with a message.
+    def refusals():
+        bad = [dict(GPT2_ODD, n_head=5), dict(LLAMA_ODD, num_key_value_heads=4), {"model_type": "bert"},
+               dict(GPT2_ODD, n_layer=0)]
+        refused = 0
+        for d in bad:
+            try:
+                Config(d)
+            except InputError:
+                refused += 1
+        c.check("bad configs refused", refused == len(bad), "%d of %d" % (refused, len(bad)))
+        cfg = cfgs["llama"]
+        W = make_init(cfg, 1)
+        W.pop("model.norm.weight")
+        try:
+            check_weights(cfg, W)
+            c.check("missing tensor refused", False)
+        except InputError as e:
+            c.check("missing tensor refused", "model.norm.weight" in str(e))
+    c.run("refusals", refusals)
+
+    print("self-test: %d passed, %d failed" % (c.passed, c.failed))
+    return 0 if c.failed == 0 else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="Reference FP32 trainer for GPT-2 / LLaMA decoders (test oracle).")
+    ap.add_argument("--config", help="HuggingFace-style config.json (model_type gpt2 or llama)")
+    ap.add_argument("--self-test", action="store_true", help="run the internal checks; exit 0 if all pass")
+    ap.add_argument("--make-init", metavar="OUT", help="write a seeded random initialisation (safetensors) and exit")
+    ap.add_argument("--make-tokens", metavar="OUT", help="write a seeded llm.c token file and exit")
+    ap.add_argument("--num-tokens", type=int, default=1024, help="tokens for --make-tokens (1024)")
+    ap.add_argument("--seed", type=int, default=0, help="seed for --make-init / --make-tokens / bench data (0)")
+    ap.add_argument("--init", help="initial weights, safetensors with HuggingFace names (F32/F16/BF16)")
+    ap.add_argument("--tokens", help="token file in llm.c's format (256 int32 header, uint16 tokens)")
+    ap.add_argument("--batch", type=int, help="global batch B, sequences per step")
+    ap.add_argument("--seq", type=int, help="sequence length T")
+    ap.add_argument("--steps", type=int, default=1, help="training steps K (1)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="constant learning rate (1e-3)")
+    ap.add_argument("--adam-beta1", type=float, default=0.9)
+    ap.add_argument("--adam-beta2", type=float, default=0.999)
+    ap.add_argument("--adam-eps", type=float, default=1e-8)
+    ap.add_argument("--weight-decay", type=float, default=0.0,
+                    help="AdamW decoupled decay on tensors of 2+ dimensions only (0)")
+    ap.add_argument("--clip-grad", type=float, default=0.0, help="global gradient-norm clip, 0 = off (0)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1)")
+    ap.add_argument("--out-weights", help="write the final FP32 weights here (safetensors)")
+    ap.add_argument("--out-losses", help="write {\"losses\": [...], \"grad_norms\": [...]} here")
+    ap.add_argument("--bench-steps", type=int,
+                    help="time N steps after 2 warm-up steps; print one JSON line; --init/--tokens optional")
+    return ap.parse_args(argv)
+
+
+def main(argv):
+    a = parse_args(argv)
+    torch.set_num_threads(max(1, a.threads))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    torch.manual_seed(a.seed)
+    torch.use_deterministic_algorithms(True)
+
+    if a.self_test:
+        return self_test()
+    if not a.config:
+        raise InputError("--config is required")
+    cfg = Config.load(a.config)
+
+    if a.make_init:
+        write_safetensors(a.make_init, make_init(cfg, a.seed))
+        return 0
+    if a.make_tokens:
+        if a.num_tokens < 2:
+            raise InputError("--num-tokens must be at least 2")
+        write_tokens(a.make_tokens, make_tokens(cfg.vocab, a.num_tokens, a.seed))
+        return 0
+
+    if a.batch is None or a.seq is None or a.batch < 1 or a.seq < 1:
+        raise InputError("--batch and --seq (positive) are required")
+    if a.seq > cfg.max_pos:
+        raise InputError("--seq %d exceeds the model's %d positions" % (a.seq, cfg.max_pos))
+    if a.steps < 1:
+        raise InputError("--steps must be at least 1")
+
+    if a.bench_steps is not None:
+        if a.bench_steps < 1:
+            raise InputError("--bench-steps must be at least 1")
+        weights = check_weights(cfg, read_safetensors(a.init), a.init) if a.init else make_init(cfg, a.seed)
+        n = (2 + a.bench_steps) * a.batch * a.seq + 1
+        tokens = read_tokens(a.tokens) if a.tokens else make_tokens(cfg.vocab, n, a.seed)
+        check_token_range(cfg, tokens, a.tokens or "bench tokens")
+        bench(cfg, weights, tokens, a)
+        return 0
+
+    if not a.init or not a.tokens:
+        raise InputError("training needs --init and --tokens")
+    weights = check_weights(cfg, read_safetensors(a.init), a.init)
+    tokens = read_tokens(a.tokens)
+    check_token_range(cfg, tokens, a.tokens)
+    P, losses, norms = train(cfg, weights, tokens, a)
+    if a.out_weights:
+        write_safetensors(a.out_weights, {n: P[n] for n, _, _ in cfg.param_specs()})
+    if a.out_losses:
+        with open(a.out_losses, "w") as f:
+            json.dump({"losses": losses, "grad_norms": norms}, f)
+            f.write("\n")
+    return 0
+
+
+def check_token_range(cfg, tokens, what):
+    if tokens.size and tokens.max() >= cfg.vocab:
+        raise InputError("%s: token %d is outside the vocabulary of %d" % (what, tokens.max(), cfg.vocab))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except InputError as e:
+        print("train_reference: %s" % e, file=sys.stderr)
+        sys.exit(2)
