@@ -1,0 +1,88 @@
+#pragma once
+// CPU reference kernels for training decoder transformers (GPT-2 and LLaMA style), llm.c's
+// layer by layer: the forward and backward of each operation and the optimizer step. They are
+// the oracle faster kernels are compared against, and what the CPU back end runs.
+//
+// Conventions, for every function here:
+// - fp32, row-major, contiguous arrays; sizes are positive and arrays hold what the sizes say
+//   (nothing is validated).
+// - Forward functions write (=) their outputs, including what they save for the backward
+//   (mean, rstd, probs).
+// - Backward functions accumulate (+=) into every gradient pointer they are given, so the
+//   gradients of a tensor used twice (a tied embedding, a residual) add up; a nullptr
+//   gradient is not wanted and is skipped. rope_backward is the one exception: it rotates
+//   the gradient in place, as rope_forward rotates its input.
+// - Deterministic: the same inputs give bitwise the same outputs on every call (loops and
+//   reductions run in a fixed order; OpenBLAS's sgemm is called with the caller's single
+//   thread). Row reductions in the norms, softmaxes and cross-entropy accumulate in double.
+
+namespace hetflow::kernels {
+
+// y[N,OC] = x[N,C] * w[OC,C]^T (+ b[OC] when b != nullptr): PyTorch nn.Linear's layout. cblas_sgemm.
+void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC);
+// dx[N,C] += dy[N,OC] * w[OC,C]
+void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC);
+// dw[OC,C] += dy^T * x; db[OC] += column sums of dy (db may be nullptr)
+void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC);
+
+// Row n (N = B*T rows, T tokens per sequence): y[n] = wte[tokens[n]] + wpe[n % T] (wpe may be
+// nullptr: no positions). tokens index rows of wte and are trusted.
+void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C);
+// dwte[tokens[n]] += dy[n]; dwpe[n % T] += dy[n] (a token seen twice gets both rows).
+void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C);
+
+// LayerNorm over the last dimension (biased variance, eps inside the sqrt), saving mean and
+// 1/std per row: y = (x - mean) * rstd * w + b. w and b are required.
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N, int C,
+                       float eps);
+// From the mean and rstd the forward saved.
+void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                        const float* mean, const float* rstd, int N, int C);
+
+// RMSNorm: y = x / sqrt(mean(x^2) + eps) * w, saving 1/rms per row
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps);
+void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
+                      int C);
+
+// GELU, tanh approximation (GPT-2's "gelu_new"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(float* y, const float* x, long n);
+void gelu_backward(float* dx, const float* dy, const float* x, long n);
+
+// SwiGLU: y = silu(gate) * up, silu(g) = g / (1 + exp(-g))
+void swiglu_forward(float* y, const float* gate, const float* up, long n);
+void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n);
+
+// Rotary position embedding, HuggingFace's rotate-half convention, in place. x holds N = B*T rows of
+// `heads` heads of head_dim (even) values; the position of row n is n % T. For i < head_dim/2 the pair
+// (x[i], x[i + head_dim/2]) of each head is rotated by the angle pos * theta^(-2i/head_dim):
+// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin. Angles, cosines and sines are computed in double.
+void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta);
+// The gradient through rope_forward (the inverse rotation), in place on dx: not accumulated,
+// since the operation has no other input to take a gradient.
+void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta);
+
+// Causal self-attention with grouped-query heads: q [B,T,NH,HS], k and v [B,T,NKV,HS] (NH % NKV == 0;
+// query head h reads kv head h / (NH / NKV), as HuggingFace's repeat_kv), scores scaled by 1/sqrt(HS),
+// softmax over keys t' <= t. out [B,T,NH,HS]; probs [B,NH,T,T] the softmax (zero above the diagonal),
+// saved for the backward. A masked (future) key or value is never multiplied in, so even a
+// non-finite one cannot reach an earlier position.
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
+                       int NKV, int HS);
+// From the probs the forward saved; dk and dv sum the gradients of every query head sharing a kv head.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                        const float* k, const float* v, int B, int T, int NH, int NKV, int HS);
+
+// Cross-entropy of each row: losses[n] = logsumexp(logits[n]) - logits[n][targets[n]] (numerically
+// stable). The caller guarantees 0 <= targets[n] < V; nothing else is read.
+void crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V);
+// dlogits[n] += (softmax(logits[n]) - onehot(targets[n])) * dloss  (dloss: the weight of each row's loss,
+// e.g. 1 / tokens in the global batch). The softmax is recomputed from the logits.
+void crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V);
+
+// One AdamW step as torch.optim.AdamW (decoupled weight decay): p -= lr*weight_decay*p; m = b1 m + (1-b1) g;
+// v = b2 v + (1-b2) g^2; p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). step >= 1.
+// m and v are rounded to fp32 before p's update reads them, as the in-place PyTorch ops do.
+void adamw_update(float* p, const float* g, float* m, float* v, long n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int step);
+
+}  // namespace hetflow::kernels

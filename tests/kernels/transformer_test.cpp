@@ -1,0 +1,767 @@
+// The transformer reference kernels against oracles: every backward against central finite
+// differences of its forward, forwards against closed forms (normalized rows, known GELU
+// values, log V, AdamW's first step) and against direct double-precision formulas, and the
+// conventions every kernel promises (backwards add, nullptr gradients are skipped, calls are
+// bitwise repeatable).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.hpp"
+#include "kernels/transformer.hpp"
+
+using namespace hetflow::kernels;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random_vec(std::size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// L = sum(r ⊙ y) in double: the scalar whose gradient with respect to y is r.
+double weighted_sum(const Vec& r, const Vec& y) {
+  double sum = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) sum += static_cast<double>(r[i]) * y[i];
+  return sum;
+}
+
+// Central differences of `loss` in every element of `input` (perturbed in place, restored),
+// compared with `analytic`; the error allowed is `tol` times the largest numeric entry. The
+// step is ±h (relative above 1) rounded to float, and the difference is divided by the step
+// actually taken. The float forward's rounding puts noise of about 1e-7 |L| / h into each
+// numeric entry and the truncation error grows as h^2: at h = 1e-2 the worst entry of any
+// check here is off by under 1e-4 of the largest; at 1e-3 attention's came to 1e-3.
+void expect_gradient(const std::string& what, Vec& input, const Vec& analytic, const std::function<double()>& loss,
+                     double tol = 1e-3, float h = 1e-2f) {
+  ASSERT_EQ(input.size(), analytic.size()) << what;
+  std::vector<double> numeric(input.size());
+  double scale = 1e-3;
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const float x = input[i];
+    const float step = h * std::max(1.0f, std::fabs(x));
+    input[i] = x + step;
+    const double up_at = input[i], up = loss();
+    input[i] = x - step;
+    const double down_at = input[i], down = loss();
+    input[i] = x;
+    numeric[i] = (up - down) / (up_at - down_at);
+    scale = std::max(scale, std::fabs(numeric[i]));
+  }
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    ASSERT_NEAR(analytic[i], numeric[i], tol * scale) << what << "[" << i << "] (largest entry " << scale << ")";
+  }
+}
+
+// llm.c's backward convention, checked on `backward(grads)` whose i-th gradient has sizes[i]
+// elements: from zeroed buffers it gives G; from buffers holding B it gives B + G (it adds);
+// and asked for one gradient alone (the others nullptr) it gives that gradient of G bitwise.
+// Returns G, for the finite-difference checks.
+std::vector<Vec> check_convention(const std::string& what, const std::vector<std::size_t>& sizes,
+                                  const std::function<void(const std::vector<float*>&)>& backward) {
+  const auto pointers = [](std::vector<Vec>& grads) {
+    std::vector<float*> p;
+    for (Vec& g : grads) p.push_back(g.data());
+    return p;
+  };
+  std::vector<Vec> fresh;
+  for (std::size_t n : sizes) fresh.emplace_back(n, 0.0f);
+  backward(pointers(fresh));
+
+  std::mt19937 rng(99);
+  std::vector<Vec> base, added;
+  for (std::size_t n : sizes) base.push_back(random_vec(n, rng));
+  added = base;
+  backward(pointers(added));
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    for (std::size_t i = 0; i < sizes[g]; ++i) {
+      const float want = base[g][i] + fresh[g][i];
+      EXPECT_NEAR(added[g][i], want, 1e-6 * (1 + std::fabs(base[g][i]) + std::fabs(fresh[g][i])))
+          << what << ": gradient " << g << " does not add onto what it held, at " << i;
+    }
+  }
+
+  backward(std::vector<float*>(sizes.size(), nullptr));  // nothing wanted: nothing written, nothing read
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    std::vector<Vec> alone;
+    for (std::size_t n : sizes) alone.emplace_back(n, 0.0f);
+    std::vector<float*> p(sizes.size(), nullptr);
+    p[g] = alone[g].data();
+    backward(p);
+    EXPECT_EQ(alone[g], fresh[g]) << what << ": gradient " << g << " differs when the others are skipped";
+  }
+  return fresh;
+}
+
+// An output buffer full of NaN: a forward must write every element, never read or add to it.
+Vec unwritten(std::size_t n) { return Vec(n, std::numeric_limits<float>::quiet_NaN()); }
+
+bool bitwise_equal(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+
+TEST(Linear, ForwardMatchesMatmulReference) {
+  std::mt19937 rng(1);
+  for (const auto& [N, C, OC] : {std::tuple{5, 7, 3}, std::tuple{33, 65, 17}}) {
+    const Vec x = random_vec(N * C, rng), w = random_vec(OC * C, rng), b = random_vec(OC, rng);
+    Vec wt(w.size()), want(N * OC);
+    for (int o = 0; o < OC; ++o) {
+      for (int c = 0; c < C; ++c) wt[c * OC + o] = w[o * C + c];
+    }
+    matmul_reference(x.data(), wt.data(), want.data(), N, OC, C);
+    Vec y = unwritten(want.size());
+    linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC);
+    for (std::size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << "no bias, N=" << N << " at " << i;
+    linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      EXPECT_NEAR(y[i], want[i] + b[i % OC], 1e-5) << "bias, N=" << N << " at " << i;
+    }
+  }
+}
+
+TEST(Linear, GradientsMatchFiniteDifferences) {
+  const int N = 5, C = 7, OC = 3;
+  std::mt19937 rng(2);
+  Vec x = random_vec(N * C, rng), w = random_vec(OC * C, rng), b = random_vec(OC, rng), r = random_vec(N * OC, rng);
+  const auto loss = [&] {
+    Vec y(N * OC);
+    linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+    return weighted_sum(r, y);
+  };
+  const auto input = check_convention("linear_backward_input", {x.size()}, [&](const std::vector<float*>& g) {
+    linear_backward_input(g[0], r.data(), w.data(), N, C, OC);
+  });
+  const auto weight = check_convention(
+      "linear_backward_weight", {w.size(), b.size()},
+      [&](const std::vector<float*>& g) { linear_backward_weight(g[0], g[1], r.data(), x.data(), N, C, OC); });
+  expect_gradient("dx", x, input[0], loss);
+  expect_gradient("dw", w, weight[0], loss);
+  expect_gradient("db", b, weight[1], loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST(Embedding, ForwardAddsTheTokenAndPositionRows) {
+  const int B = 2, T = 3, C = 4, V = 5, N = B * T;
+  std::mt19937 rng(3);
+  const Vec wte = random_vec(V * C, rng), wpe = random_vec(T * C, rng);
+  const std::vector<int> tokens = {4, 0, 4, 2, 2, 1};
+  Vec y = unwritten(N * C), words = unwritten(N * C);
+  embedding_forward(y.data(), tokens.data(), wte.data(), wpe.data(), N, T, C);
+  embedding_forward(words.data(), tokens.data(), wte.data(), nullptr, N, T, C);
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) {
+      const float word = wte[tokens[n] * C + c];
+      EXPECT_EQ(words[n * C + c], word);
+      EXPECT_EQ(y[n * C + c], word + wpe[(n % T) * C + c]);
+    }
+  }
+}
+
+TEST(Embedding, GradientsMatchFiniteDifferences) {
+  const int T = 5, N = 10, C = 7, V = 4;  // two sequences; tokens repeat within and across them
+  std::mt19937 rng(4);
+  Vec wte = random_vec(V * C, rng), wpe = random_vec(T * C, rng), r = random_vec(N * C, rng);
+  const std::vector<int> tokens = {1, 3, 1, 0, 1, 3, 3, 0, 1, 1};  // token 2 is never seen: its gradient stays 0
+  const auto loss = [&] {
+    Vec y(N * C);
+    embedding_forward(y.data(), tokens.data(), wte.data(), wpe.data(), N, T, C);
+    return weighted_sum(r, y);
+  };
+  const auto grads = check_convention(
+      "embedding_backward", {wte.size(), wpe.size()},
+      [&](const std::vector<float*>& g) { embedding_backward(g[0], g[1], r.data(), tokens.data(), N, T, C); });
+  for (int c = 0; c < C; ++c) EXPECT_EQ(grads[0][2 * C + c], 0.0f);
+  expect_gradient("dwte", wte, grads[0], loss);
+  expect_gradient("dwpe", wpe, grads[1], loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm and RMSNorm
+
+TEST(LayerNorm, RowsHaveMeanZeroAndVarianceOne) {
+  const int N = 5, C = 64;
+  std::mt19937 rng(5);
+  const Vec x = random_vec(N * C, rng, 2, 12);  // far from normalized: mean 7, std about 3
+  const Vec ones(C, 1.0f), zeros(C, 0.0f);
+  Vec y = unwritten(N * C), mean = unwritten(N), rstd = unwritten(N);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), ones.data(), zeros.data(), N, C, 1e-5f);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, squares = 0, xm = 0, xsquares = 0;
+    for (int c = 0; c < C; ++c) m += y[n * C + c], xm += x[n * C + c];
+    m /= C, xm /= C;
+    for (int c = 0; c < C; ++c) {
+      squares += std::pow(y[n * C + c] - m, 2);
+      xsquares += std::pow(x[n * C + c] - xm, 2);
+    }
+    EXPECT_NEAR(m, 0.0, 1e-6) << "row " << n;
+    EXPECT_NEAR(squares / C, 1.0, 1e-5) << "row " << n;  // var / (var + eps) with var about 8
+    EXPECT_NEAR(mean[n], xm, 1e-5);
+    EXPECT_NEAR(rstd[n], 1 / std::sqrt(xsquares / C + 1e-5), 1e-6);
+  }
+  // w and b scale and shift the normalized row.
+  const Vec w = random_vec(C, rng), b = random_vec(C, rng);
+  Vec affine(N * C);
+  layernorm_forward(affine.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  for (std::size_t i = 0; i < affine.size(); ++i) {
+    EXPECT_NEAR(affine[i], y[i] * w[i % C] + b[i % C], 1e-6);
+  }
+}
+
+TEST(LayerNorm, GradientsMatchFiniteDifferences) {
+  const int N = 5, C = 7;
+  std::mt19937 rng(6);
+  Vec x = random_vec(N * C, rng, -2, 3), w = random_vec(C, rng, 0.5, 1.5), b = random_vec(C, rng),
+      r = random_vec(N * C, rng);
+  Vec mean(N), rstd(N);
+  const auto loss = [&] {
+    Vec y(N * C), m(N), s(N);
+    layernorm_forward(y.data(), m.data(), s.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    return weighted_sum(r, y);
+  };
+  Vec y(N * C);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  const auto grads =
+      check_convention("layernorm_backward", {x.size(), w.size(), b.size()}, [&](const std::vector<float*>& g) {
+        layernorm_backward(g[0], g[1], g[2], r.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+      });
+  expect_gradient("dx", x, grads[0], loss);
+  expect_gradient("dw", w, grads[1], loss);
+  expect_gradient("db", b, grads[2], loss);
+}
+
+TEST(RmsNorm, RowsHaveMeanSquareOne) {
+  const int N = 5, C = 64;
+  std::mt19937 rng(7);
+  const Vec x = random_vec(N * C, rng, -4, 9), ones(C, 1.0f);
+  Vec y = unwritten(N * C), rstd = unwritten(N);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), ones.data(), N, C, 1e-6f);
+  for (int n = 0; n < N; ++n) {
+    double squares = 0, xsquares = 0;
+    for (int c = 0; c < C; ++c) {
+      squares += std::pow(y[n * C + c], 2);
+      xsquares += std::pow(x[n * C + c], 2);
+    }
+    EXPECT_NEAR(squares / C, 1.0, 1e-5) << "row " << n;
+    EXPECT_NEAR(rstd[n], 1 / std::sqrt(xsquares / C + 1e-6), 1e-6);
+  }
+}
+
+TEST(RmsNorm, GradientsMatchFiniteDifferences) {
+  const int N = 5, C = 7;
+  std::mt19937 rng(8);
+  Vec x = random_vec(N * C, rng, -2, 3), w = random_vec(C, rng, 0.5, 1.5), r = random_vec(N * C, rng), rstd(N);
+  const auto loss = [&] {
+    Vec y(N * C), s(N);
+    rmsnorm_forward(y.data(), s.data(), x.data(), w.data(), N, C, 1e-5f);
+    return weighted_sum(r, y);
+  };
+  Vec y(N * C);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  const auto grads = check_convention("rmsnorm_backward", {x.size(), w.size()}, [&](const std::vector<float*>& g) {
+    rmsnorm_backward(g[0], g[1], r.data(), x.data(), w.data(), rstd.data(), N, C);
+  });
+  expect_gradient("dx", x, grads[0], loss);
+  expect_gradient("dw", w, grads[1], loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU and SwiGLU
+
+TEST(Gelu, KnownValues) {
+  const Vec x = {0, 1, -1, 2, 10, -10};
+  Vec y = unwritten(x.size());
+  gelu_forward(y.data(), x.data(), static_cast<long>(x.size()));
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated by hand in double.
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_NEAR(y[1], 0.8411919906, 1e-6);
+  EXPECT_NEAR(y[2], -0.1588080094, 1e-6);
+  EXPECT_NEAR(y[3], 1.9545976973, 1e-6);
+  EXPECT_NEAR(y[4], 10.0, 1e-6);
+  EXPECT_NEAR(y[5], 0.0, 1e-6);
+}
+
+TEST(Gelu, GradientMatchesFiniteDifferences) {
+  const long n = 35;
+  std::mt19937 rng(9);
+  Vec x = random_vec(n, rng, -4, 4), r = random_vec(n, rng);
+  const auto loss = [&] {
+    Vec y(n);
+    gelu_forward(y.data(), x.data(), n);
+    return weighted_sum(r, y);
+  };
+  const auto grads = check_convention(
+      "gelu_backward", {x.size()}, [&](const std::vector<float*>& g) { gelu_backward(g[0], r.data(), x.data(), n); });
+  expect_gradient("dx", x, grads[0], loss);
+}
+
+TEST(SwiGlu, KnownValues) {
+  const Vec gate = {0, 1, -1, -100, 100}, up = {3, 2, 2, 5, 0.5};
+  Vec y = unwritten(gate.size());
+  swiglu_forward(y.data(), gate.data(), up.data(), static_cast<long>(gate.size()));
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_NEAR(y[1], 2 * 0.7310585786, 1e-6);   // silu(1) = 1 / (1 + e^-1)
+  EXPECT_NEAR(y[2], 2 * -0.2689414214, 1e-6);  // silu(-1) = -1 / (1 + e)
+  EXPECT_NEAR(y[3], 0.0, 1e-30);               // exp(100) overflows float: silu is 0, not NaN
+  EXPECT_NEAR(y[4], 50.0, 1e-5);
+}
+
+TEST(SwiGlu, GradientsMatchFiniteDifferences) {
+  const long n = 35;
+  std::mt19937 rng(10);
+  Vec gate = random_vec(n, rng, -5, 5), up = random_vec(n, rng), r = random_vec(n, rng);
+  const auto loss = [&] {
+    Vec y(n);
+    swiglu_forward(y.data(), gate.data(), up.data(), n);
+    return weighted_sum(r, y);
+  };
+  const auto grads = check_convention("swiglu_backward", {gate.size(), up.size()}, [&](const std::vector<float*>& g) {
+    swiglu_backward(g[0], g[1], r.data(), gate.data(), up.data(), n);
+  });
+  expect_gradient("dgate", gate, grads[0], loss);
+  expect_gradient("dup", up, grads[1], loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE
+
+TEST(Rope, RotatesEachHalfPairByItsAngle) {
+  // One row per position 0..T-1 (twice: two sequences), 2 heads of head_dim 4: pair (0, 2) turns
+  // by pos * theta^0, pair (1, 3) by pos * theta^(-1/2).
+  const int T = 3, N = 6, heads = 2, hd = 4;
+  const float theta = 10000;
+  std::mt19937 rng(11);
+  const Vec x = random_vec(N * heads * hd, rng);
+  Vec y = x;
+  rope_forward(y.data(), N, T, heads, hd, theta);
+  for (int n = 0; n < N; ++n) {
+    const int pos = n % T;
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t base = static_cast<std::size_t>((n * heads + h) * hd);
+      for (int i = 0; i < hd / 2; ++i) {
+        const double angle = pos * std::pow(10000.0, -2.0 * i / hd);
+        const double x1 = x[base + i], x2 = x[base + i + 2];
+        EXPECT_NEAR(y[base + i], x1 * std::cos(angle) - x2 * std::sin(angle), 1e-6) << "row " << n << " pair " << i;
+        EXPECT_NEAR(y[base + i + 2], x2 * std::cos(angle) + x1 * std::sin(angle), 1e-6) << "row " << n << " pair " << i;
+        // A rotation: each pair keeps its norm.
+        EXPECT_NEAR(std::hypot(y[base + i], y[base + i + 2]), std::hypot(x1, x2), 1e-6);
+      }
+      if (pos == 0) {  // position 0 turns by 0: the identity
+        for (int d = 0; d < hd; ++d) EXPECT_EQ(y[base + d], x[base + d]);
+      }
+    }
+  }
+}
+
+TEST(Rope, BackwardUndoesForward) {
+  const int T = 5, N = 10, heads = 3, hd = 8;
+  std::mt19937 rng(12);
+  const Vec x = random_vec(N * heads * hd, rng, -3, 3);
+  Vec y = x;
+  rope_forward(y.data(), N, T, heads, hd, 500000.0f);
+  rope_backward(y.data(), N, T, heads, hd, 500000.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-6) << i;
+}
+
+TEST(Rope, GradientMatchesFiniteDifferences) {
+  const int T = 5, N = 10, heads = 3, hd = 4;
+  std::mt19937 rng(13);
+  Vec x = random_vec(N * heads * hd, rng), r = random_vec(x.size(), rng);
+  const auto loss = [&] {
+    Vec y = x;
+    rope_forward(y.data(), N, T, heads, hd, 10000.0f);
+    return weighted_sum(r, y);
+  };
+  Vec dx = r;  // in place: the gradient with respect to rope's output becomes the one with respect to its input
+  rope_backward(dx.data(), N, T, heads, hd, 10000.0f);
+  expect_gradient("dx", x, dx, loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+struct AttentionShape {
+  int B, T, NH, NKV, HS;
+  std::size_t q() const { return static_cast<std::size_t>(B * T * NH * HS); }
+  std::size_t kv() const { return static_cast<std::size_t>(B * T * NKV * HS); }
+  std::size_t probs() const { return static_cast<std::size_t>(B * NH * T * T); }
+};
+
+// The definition, in double, one score at a time: the oracle for the blocked sgemm forward.
+std::vector<double> direct_attention(const AttentionShape& s, const Vec& q, const Vec& k, const Vec& v) {
+  std::vector<double> out(s.q(), 0.0);
+  for (int b = 0; b < s.B; ++b) {
+    for (int h = 0; h < s.NH; ++h) {
+      const int kvh = h / (s.NH / s.NKV);
+      for (int t = 0; t < s.T; ++t) {
+        const auto row = [&](const Vec& a, int tt, int head, int heads) {
+          return a.data() + ((b * s.T + tt) * heads + head) * s.HS;
+        };
+        std::vector<double> scores(t + 1);
+        for (int j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.HS; ++d) dot += static_cast<double>(row(q, t, h, s.NH)[d]) * row(k, j, kvh, s.NKV)[d];
+          scores[j] = dot / std::sqrt(static_cast<double>(s.HS));
+        }
+        const double m = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double& x : scores) sum += (x = std::exp(x - m));
+        double* o = out.data() + ((b * s.T + t) * s.NH + h) * s.HS;
+        for (int j = 0; j <= t; ++j) {
+          for (int d = 0; d < s.HS; ++d) o[d] += scores[j] / sum * row(v, j, kvh, s.NKV)[d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Attention, ForwardMatchesTheDefinition) {
+  // 150 tokens cross the kernel's row blocks: past keys by sgemm, the diagonal by loops.
+  for (const AttentionShape s :
+       {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 150, 4, 2, 8}, AttentionShape{1, 1, 2, 1, 3}}) {
+    std::mt19937 rng(14);
+    const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng);
+    Vec out = unwritten(s.q()), probs = unwritten(s.probs());
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    const std::vector<double> want = direct_attention(s, q, k, v);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-6) << "T=" << s.T << " at " << i;
+    if (s.T == 1) {  // one key: its value, for both heads
+      EXPECT_EQ(out, (Vec{v[0], v[1], v[2], v[0], v[1], v[2]}));
+    }
+  }
+}
+
+TEST(Attention, ProbsAreACausalSoftmax) {
+  const AttentionShape s{2, 70, 3, 1, 4};
+  std::mt19937 rng(15);
+  const Vec q = random_vec(s.q(), rng, -3, 3), k = random_vec(s.kv(), rng, -3, 3), v = random_vec(s.kv(), rng);
+  Vec out = unwritten(s.q()), probs = unwritten(s.probs());
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+  for (int row = 0; row < s.B * s.NH * s.T; ++row) {
+    const int t = row % s.T;
+    double sum = 0;
+    for (int j = 0; j < s.T; ++j) {
+      const float p = probs[row * s.T + j];
+      if (j > t) {
+        ASSERT_EQ(p, 0.0f) << "row " << row << " key " << j;
+      } else {
+        ASSERT_GE(p, 0.0f);
+        sum += p;
+      }
+    }
+    ASSERT_NEAR(sum, 1.0, 1e-6) << "row " << row;
+  }
+}
+
+TEST(Attention, LaterKeysAndValuesDoNotReachEarlierPositions) {
+  const AttentionShape s{2, 150, 4, 2, 8};
+  std::mt19937 rng(16);
+  const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
+  Vec out(s.q()), probs(s.probs());
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+  // Change every key and value from position `from` on: to other numbers, then to NaN and inf.
+  for (const int from : {1, 64, 100, 149}) {
+    for (const float poison : {0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Vec k2 = k, v2 = v;
+      for (int b = 0; b < s.B; ++b) {
+        for (int t = from; t < s.T; ++t) {
+          for (int i = 0; i < s.NKV * s.HS; ++i) {
+            const std::size_t at = static_cast<std::size_t>((b * s.T + t) * s.NKV * s.HS + i);
+            k2[at] = poison == 0.5f ? k[at] + poison : poison;
+            v2[at] = poison == 0.5f ? -v[at] : poison;
+          }
+        }
+      }
+      Vec out2(s.q()), probs2(s.probs());
+      attention_forward(out2.data(), probs2.data(), q.data(), k2.data(), v2.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+      for (int b = 0; b < s.B; ++b) {
+        const std::size_t first = static_cast<std::size_t>(b * s.T * s.NH * s.HS),
+                          row = static_cast<std::size_t>(s.NH * s.HS);
+        const Vec before(out.begin() + static_cast<long>(first), out.begin() + static_cast<long>(first + from * row));
+        const Vec after(out2.begin() + static_cast<long>(first), out2.begin() + static_cast<long>(first + from * row));
+        EXPECT_TRUE(bitwise_equal(before, after)) << "from " << from << " poison " << poison << " batch " << b;
+      }
+    }
+  }
+}
+
+TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
+  const int B = 2, T = 70, NH = 6, NKV = 2, HS = 4, group = NH / NKV;
+  const AttentionShape gqa{B, T, NH, NKV, HS}, mha{B, T, NH, NH, HS};
+  std::mt19937 rng(17);
+  const Vec q = random_vec(gqa.q(), rng), k = random_vec(gqa.kv(), rng), v = random_vec(gqa.kv(), rng),
+            dout = random_vec(gqa.q(), rng);
+  // repeat_kv: query head h's copy of kv head h / group.
+  Vec k_rep(mha.kv()), v_rep(mha.kv());
+  for (int bt = 0; bt < B * T; ++bt) {
+    for (int h = 0; h < NH; ++h) {
+      for (int d = 0; d < HS; ++d) {
+        const std::size_t to = static_cast<std::size_t>((bt * NH + h) * HS + d),
+                          from = static_cast<std::size_t>((bt * NKV + h / group) * HS + d);
+        k_rep[to] = k[from];
+        v_rep[to] = v[from];
+      }
+    }
+  }
+  Vec out(gqa.q()), probs(gqa.probs()), out_rep(mha.q()), probs_rep(mha.probs());
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS);
+  attention_forward(out_rep.data(), probs_rep.data(), q.data(), k_rep.data(), v_rep.data(), B, T, NH, NH, HS);
+  for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out_rep[i], 1e-6) << i;
+  for (std::size_t i = 0; i < probs.size(); ++i) ASSERT_NEAR(probs[i], probs_rep[i], 1e-7) << i;
+
+  Vec dq(gqa.q()), dk(gqa.kv()), dv(gqa.kv()), dq_rep(mha.q()), dk_rep(mha.kv()), dv_rep(mha.kv());
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), B, T, NH,
+                     NKV, HS);
+  attention_backward(dq_rep.data(), dk_rep.data(), dv_rep.data(), dout.data(), probs_rep.data(), q.data(), k_rep.data(),
+                     v_rep.data(), B, T, NH, NH, HS);
+  for (std::size_t i = 0; i < dq.size(); ++i) ASSERT_NEAR(dq[i], dq_rep[i], 1e-5) << i;
+  // A shared kv head's gradient is the sum of its copies'.
+  for (int bt = 0; bt < B * T; ++bt) {
+    for (int kvh = 0; kvh < NKV; ++kvh) {
+      for (int d = 0; d < HS; ++d) {
+        double sum_k = 0, sum_v = 0;
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          sum_k += dk_rep[(bt * NH + h) * HS + d];
+          sum_v += dv_rep[(bt * NH + h) * HS + d];
+        }
+        const std::size_t i = static_cast<std::size_t>((bt * NKV + kvh) * HS + d);
+        ASSERT_NEAR(dk[i], sum_k, 1e-5) << i;
+        ASSERT_NEAR(dv[i], sum_v, 1e-5) << i;
+      }
+    }
+  }
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  // Grouped heads both ways (3 and 2 query heads per kv head), and 67 tokens to cross a row block.
+  for (const AttentionShape s :
+       {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4}, AttentionShape{1, 67, 2, 1, 4}}) {
+    const std::string shape = "T=" + std::to_string(s.T) + " NKV=" + std::to_string(s.NKV) + ": ";
+    std::mt19937 rng(18);
+    Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
+        r = random_vec(s.q(), rng);
+    const auto loss = [&] {
+      Vec out(s.q()), probs(s.probs());
+      attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+      return weighted_sum(r, out);
+    };
+    Vec out(s.q()), probs(s.probs());
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    const auto grads = check_convention(shape + "attention_backward", {q.size(), k.size(), v.size()},
+                                        [&](const std::vector<float*>& g) {
+                                          attention_backward(g[0], g[1], g[2], r.data(), probs.data(), q.data(),
+                                                             k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                                        });
+    expect_gradient(shape + "dq", q, grads[0], loss);
+    expect_gradient(shape + "dk", k, grads[1], loss);
+    expect_gradient(shape + "dv", v, grads[2], loss);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy
+
+TEST(CrossEntropy, KnownLosses) {
+  const int V = 11;
+  // Uniform logits, however large: log V. Then logits (0, log 3): -log(1/4) for target 0.
+  Vec logits(3 * V, 0.0f);
+  std::fill(logits.begin() + V, logits.begin() + 2 * V, 1000.0f);
+  std::fill(logits.begin() + 2 * V, logits.end(), -1000.0f);
+  const std::vector<int> targets = {0, 10, 5};
+  Vec losses = unwritten(3);
+  crossentropy_forward(losses.data(), logits.data(), targets.data(), 3, V);
+  for (float loss : losses) EXPECT_NEAR(loss, std::log(11.0), 1e-6);
+
+  const Vec two = {0.0f, static_cast<float>(std::log(3.0)), 0.0f, static_cast<float>(std::log(3.0))};
+  const std::vector<int> first_then_second = {0, 1};
+  Vec two_losses = unwritten(2);
+  crossentropy_forward(two_losses.data(), two.data(), first_then_second.data(), 2, 2);
+  EXPECT_NEAR(two_losses[0], std::log(4.0), 1e-6);
+  EXPECT_NEAR(two_losses[1], std::log(4.0 / 3.0), 1e-6);
+
+  // Far apart logits stay finite: the target 1e4 below the max costs 1e4.
+  const Vec apart = {1e4f, 0.0f};
+  const std::vector<int> low = {1};
+  float loss = 0;
+  crossentropy_forward(&loss, apart.data(), low.data(), 1, 2);
+  EXPECT_NEAR(loss, 1e4, 1e-3);
+}
+
+TEST(CrossEntropy, GradientRowsSumToZero) {
+  const int N = 5, V = 11;
+  std::mt19937 rng(19);
+  const Vec logits = random_vec(N * V, rng, -5, 5);
+  const std::vector<int> targets = {0, 10, 3, 3, 7};
+  Vec dlogits(N * V, 0.0f);
+  crossentropy_backward(dlogits.data(), logits.data(), targets.data(), 1.0f, N, V);
+  for (int n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += dlogits[n * V + i];
+    EXPECT_NEAR(sum, 0.0, 1e-6) << "row " << n;
+    EXPECT_LT(dlogits[n * V + targets[n]], 0.0f);
+  }
+  // Uniform logits: 1/V everywhere but the target, 1/V - 1 there.
+  const Vec uniform(V, 3.0f);
+  Vec duniform(V, 0.0f);
+  crossentropy_backward(duniform.data(), uniform.data(), targets.data(), 1.0f, 1, V);
+  for (int i = 0; i < V; ++i) EXPECT_NEAR(duniform[i], 1.0 / V - (i == 0 ? 1 : 0), 1e-7);
+}
+
+TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
+  const int N = 5, V = 11;
+  const float dloss = 1.0f / N;  // the mean over the batch's tokens
+  std::mt19937 rng(20);
+  Vec logits = random_vec(N * V, rng, -3, 3);
+  const std::vector<int> targets = {2, 0, 10, 2, 6};
+  const auto loss = [&] {
+    Vec losses(N);
+    crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    return weighted_sum(Vec(N, dloss), losses);
+  };
+  const auto grads = check_convention("crossentropy_backward", {logits.size()}, [&](const std::vector<float*>& g) {
+    crossentropy_backward(g[0], logits.data(), targets.data(), dloss, N, V);
+  });
+  expect_gradient("dlogits", logits, grads[0], loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW
+
+TEST(AdamW, FirstStepMovesEachParameterByAboutLr) {
+  // Step 1 from m = v = 0: the bias corrections give m_hat = g and sqrt(v_hat) = |g|, so
+  // p -= lr g / (|g| + eps), about lr * sign(g).
+  const long n = 9;
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  std::mt19937 rng(21);
+  Vec p = random_vec(n, rng), g = random_vec(n, rng), m(n, 0.0f), v(n, 0.0f);
+  g[0] = 1e-9f;  // a gradient near eps moves its parameter by less
+  const Vec p0 = p;
+  adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, 0.0f, 1);
+  for (long i = 0; i < n; ++i) {
+    const double gi = g[i];
+    EXPECT_NEAR(p[i], p0[i] - lr * gi / (std::fabs(gi) + eps), 1e-7) << i;
+    EXPECT_NEAR(m[i], (1 - b1) * gi, 1e-7 * std::fabs(gi));
+    EXPECT_NEAR(v[i], (1 - b2) * gi * gi, 1e-7 * gi * gi);
+  }
+}
+
+TEST(AdamW, ConstantGradientMovesByLrEveryStep) {
+  // With g constant, m_t = (1 - b1^t) g and v_t = (1 - b2^t) g^2: the bias corrections undo
+  // exactly the zero start, and every step moves p by lr g / (|g| + eps).
+  const long n = 4;
+  const float lr = 1e-2f, eps = 1e-8f;
+  const Vec g = {0.5f, -2.0f, 1e-3f, -7.0f};
+  Vec p = {1, 1, 1, 1}, m(n, 0.0f), v(n, 0.0f);
+  for (int step = 1; step <= 10; ++step)
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, 0.9f, 0.999f, eps, 0.0f, step);
+  for (long i = 0; i < n; ++i) {
+    const double gi = g[i];
+    EXPECT_NEAR(p[i], 1 - 10 * lr * gi / (std::fabs(gi) + eps), 1e-6) << i;
+  }
+}
+
+TEST(AdamW, WeightDecayShrinksParameters) {
+  // No gradient: m and v stay 0 and the only change is p -= lr * wd * p.
+  const long n = 5;
+  const float lr = 0.1f, wd = 0.5f;
+  const Vec p0 = {1, -2, 0.25, 0, 8};
+  Vec p = p0, g(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
+  adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, 0.9f, 0.999f, 1e-8f, wd, 1);
+  for (long i = 0; i < n; ++i) {
+    EXPECT_NEAR(p[i], p0[i] * (1 - 0.1 * 0.5), 1e-7) << i;
+    EXPECT_EQ(m[i], 0.0f);
+    EXPECT_EQ(v[i], 0.0f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism: every kernel, twice on the same inputs, bitwise the same outputs.
+
+TEST(TransformerKernels, RepeatCallsAreBitwiseEqual) {
+  const auto run = [] {
+    std::mt19937 rng(22);
+    std::vector<Vec> outputs;
+    const auto keep = [&](const Vec& v) { outputs.push_back(v); };
+    const int N = 33, C = 65, OC = 17, V = 50, T = 11;
+    const Vec x = random_vec(N * C, rng), w = random_vec(OC * C, rng), b = random_vec(OC, rng),
+              dy = random_vec(N * OC, rng), dc = random_vec(N * C, rng), lnw = random_vec(C, rng),
+              lnb = random_vec(C, rng);
+    Vec y(N * OC), dx(N * C, 0.0f), dw(OC * C, 0.0f), db(OC, 0.0f);
+    linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+    linear_backward_input(dx.data(), dy.data(), w.data(), N, C, OC);
+    linear_backward_weight(dw.data(), db.data(), dy.data(), x.data(), N, C, OC);
+    keep(y), keep(dx), keep(dw), keep(db);
+
+    std::vector<int> tokens(N);
+    for (int n = 0; n < N; ++n) tokens[n] = (n * 7) % V;
+    const Vec wte = random_vec(V * C, rng), wpe = random_vec(T * C, rng);
+    Vec emb(N * C), dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+    embedding_forward(emb.data(), tokens.data(), wte.data(), wpe.data(), N, T, C);
+    embedding_backward(dwte.data(), dwpe.data(), dc.data(), tokens.data(), N, T, C);
+    keep(emb), keep(dwte), keep(dwpe);
+
+    Vec ln(N * C), mean(N), rstd(N), dln(N * C, 0.0f), dlnw(C, 0.0f), dlnb(C, 0.0f);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lnw.data(), lnb.data(), N, C, 1e-5f);
+    layernorm_backward(dln.data(), dlnw.data(), dlnb.data(), dc.data(), x.data(), lnw.data(), mean.data(), rstd.data(),
+                       N, C);
+    keep(ln), keep(mean), keep(rstd), keep(dln), keep(dlnw), keep(dlnb);
+    Vec rms(N * C), rrstd(N), drms(N * C, 0.0f), drmsw(C, 0.0f);
+    rmsnorm_forward(rms.data(), rrstd.data(), x.data(), lnw.data(), N, C, 1e-5f);
+    rmsnorm_backward(drms.data(), drmsw.data(), dc.data(), x.data(), lnw.data(), rrstd.data(), N, C);
+    keep(rms), keep(rrstd), keep(drms), keep(drmsw);
+
+    const long n = N * C;
+    Vec act(n), dact(n, 0.0f), dup(n, 0.0f), sw(n), dgate(n, 0.0f);
+    gelu_forward(act.data(), x.data(), n);
+    gelu_backward(dact.data(), dc.data(), x.data(), n);
+    swiglu_forward(sw.data(), x.data(), emb.data(), n);
+    swiglu_backward(dgate.data(), dup.data(), dc.data(), x.data(), emb.data(), n);
+    keep(act), keep(dact), keep(sw), keep(dgate), keep(dup);
+
+    const AttentionShape s{2, 150, 4, 2, 16};
+    Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng);
+    const Vec v = random_vec(s.kv(), rng), dout = random_vec(s.q(), rng);
+    rope_forward(q.data(), s.B * s.T, s.T, s.NH, s.HS, 10000.0f);
+    rope_forward(k.data(), s.B * s.T, s.T, s.NKV, s.HS, 10000.0f);
+    Vec out(s.q()), probs(s.probs()), dq(s.q(), 0.0f), dk(s.kv(), 0.0f), dv(s.kv(), 0.0f);
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B,
+                       s.T, s.NH, s.NKV, s.HS);
+    rope_backward(dq.data(), s.B * s.T, s.T, s.NH, s.HS, 10000.0f);
+    keep(q), keep(k), keep(out), keep(probs), keep(dq), keep(dk), keep(dv);
+
+    Vec losses(N), dlogits(N * C, 0.0f);
+    crossentropy_forward(losses.data(), x.data(), tokens.data(), N, C);
+    crossentropy_backward(dlogits.data(), x.data(), tokens.data(), 1.0f / N, N, C);
+    keep(losses), keep(dlogits);
+
+    Vec p = w, mom(w.size(), 0.0f), var(w.size(), 0.0f);
+    for (int step = 1; step <= 3; ++step) {
+      adamw_update(p.data(), dw.data(), mom.data(), var.data(), static_cast<long>(p.size()), 1e-3f, 0.9f, 0.95f, 1e-8f,
+                   0.1f, step);
+    }
+    keep(p), keep(mom), keep(var);
+    return outputs;
+  };
+  const std::vector<Vec> first = run(), second = run();
+  ASSERT_EQ(first.size(), second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(first[i], second[i])) << "output " << i;
+}
+
+}  // namespace
