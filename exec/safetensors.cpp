@@ -205,16 +205,17 @@ void decode(const Source& source, std::uint64_t data_start, const Entry& e, std:
   for (std::uint64_t at = e.begin; at < e.end;) {
     const size_t n = static_cast<size_t>(std::min<std::uint64_t>(e.end - at, chunk.size()));
     source.read(data_start + at, n, chunk.data());
-    for (size_t i = 0; i < n; i += element_bytes, ++done) {
-      const unsigned char* p = chunk.data() + i;
-      if (e.dtype->name == "F32") {
-        out[done] = std::bit_cast<float>(load_le32(p));
-      } else if (e.dtype->name == "F16") {
-        out[done] = f16_bits_to_float(load_le16(p));
-      } else {
-        out[done] = bf16_bits_to_float(load_le16(p));
-      }
+    const unsigned char* p = chunk.data();
+    float* to = out.data() + done;
+    const size_t count = n / element_bytes;
+    if (e.dtype->name == "F32") {
+      for (size_t i = 0; i < count; ++i) to[i] = std::bit_cast<float>(load_le32(p + 4 * i));
+    } else if (e.dtype->name == "F16") {
+      for (size_t i = 0; i < count; ++i) to[i] = f16_bits_to_float(load_le16(p + 2 * i));
+    } else {
+      for (size_t i = 0; i < count; ++i) to[i] = bf16_bits_to_float(load_le16(p + 2 * i));
     }
+    done += count;
     at += n;
   }
 }
