@@ -172,8 +172,8 @@ long long TokenFile::position(long long step, int B, int T) const {
 }
 
 Batch TokenFile::batch(long long step, int B, int T) const {
-  const long long bt = checked_step_tokens(step, B, T);
-  const long long p = position(step, B, T);
+  const long long p = position(step, B, T);  // checks B, T and the file's length
+  const long long bt = static_cast<long long>(B) * T;
   Batch b;
   b.inputs.assign(tokens_.begin() + p, tokens_.begin() + p + bt);
   b.targets.assign(tokens_.begin() + p + 1, tokens_.begin() + p + bt + 1);
