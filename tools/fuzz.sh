@@ -4,7 +4,8 @@
 # target on its seed corpus, one after another, and prints per target the executions, the
 # time, the coverage and what it found.
 #
-#   bash tools/fuzz.sh [options] [READER...]     (READERs: cluster network hf_config calibration plan trace cli)
+#   bash tools/fuzz.sh [options] [READER...]
+#     READERs: cluster network hf_config calibration plan trace cli safetensors token_file
 #     --runs N        stop a target after N executions (default 1000000)
 #     --time S        ... or after S seconds (default 1800)
 #     --max-len B     longest input libFuzzer makes (default: libFuzzer's, from the corpus)
@@ -28,12 +29,12 @@ while [ $# -gt 0 ]; do
     --time) seconds="$2"; shift 2 ;;
     --max-len) max_len="-max_len=$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) readers+=("$1"); shift ;;
   esac
 done
-all=(cluster network hf_config calibration plan trace cli)
+all=(cluster network hf_config calibration plan trace cli safetensors token_file)
 [ ${#readers[@]} -eq 0 ] && readers=("${all[@]}")
 for r in "${readers[@]}"; do
   case " ${all[*]} " in *" $r "*) ;; *) echo "fuzz.sh: no fuzz target '$r' (${all[*]})" >&2; exit 2 ;; esac
