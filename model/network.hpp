@@ -63,6 +63,8 @@ struct TransformerConfig {
   bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
   bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)
   bool dropout = true;            // dropout masks are stashed for backward
+  double norm_eps = 1e-5;         // LayerNorm/RMSNorm epsilon (HF layer_norm_epsilon, rms_norm_eps)
+  double rope_theta = 10000;      // rotary base (HF rope_theta); unused with learned positions
   // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
   bool encoder = false;
   int type_vocab = 0;

@@ -91,6 +91,8 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.tied_embeddings = r.boolean_or("tied_embeddings", true);
   c.learned_positions = r.boolean_or("learned_positions", true);
   c.dropout = r.boolean_or("dropout", true);
+  c.norm_eps = r.number_or("norm_eps", 1e-5, 0, 1);
+  c.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
   r.finish();
@@ -195,6 +197,10 @@ std::string write_network(const Network& n) {
       out << YAML::Key << key << YAML::Value << value;
     }
     out << YAML::Key << "type_vocab" << YAML::Value << c.type_vocab;
+    // Written only when not the defaults, so plans made before these keys existed keep
+    // their bytes (and fingerprints).
+    if (c.norm_eps != 1e-5) out << YAML::Key << "norm_eps" << YAML::Value << units::format_number(c.norm_eps);
+    if (c.rope_theta != 10000) out << YAML::Key << "rope_theta" << YAML::Value << units::format_number(c.rope_theta);
     out << YAML::EndMap;
   }
   out << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;

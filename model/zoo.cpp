@@ -1,5 +1,6 @@
 // The named networks and the spec strings users type after --model.
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -243,6 +244,13 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     if (!j[k].is_boolean()) throw InputError(file, 0, k, "expected true or false, found " + brief(j[k]));
     return j[k].get<bool>();
   };
+  auto get_number = [&](const char* k, double fallback) {
+    if (!present(k)) return fallback;
+    if (!j[k].is_number() || !std::isfinite(j[k].get<double>()) || j[k].get<double>() <= 0) {
+      throw InputError(file, 0, k, "expected a number > 0, found " + brief(j[k]));
+    }
+    return j[k].get<double>();
+  };
   if (present("model_type") && !j["model_type"].is_string()) {
     throw InputError(file, 0, "model_type", "expected a string (gpt2, llama or mistral), found " + brief(j["model_type"]));
   }
@@ -256,6 +264,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.seq = get_int({"n_positions", "n_ctx"}, false, 1024);
     c.ffn = get_int({"n_inner"}, false, 0);
     c.vocab = get_int({"vocab_size"}, false, 50257);
+    c.norm_eps = get_number("layer_norm_epsilon", 1e-5);
   } else if (type == "llama" || type == "mistral") {
     c = llama("", 0, 0, 0, 0, 0);
     c.layers = get_int({"num_hidden_layers"}, true, 0);
@@ -266,6 +275,8 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.seq = get_int({"max_position_embeddings"}, false, 4096);
     c.vocab = get_int({"vocab_size"}, true, 0);
     c.tied_embeddings = get_bool("tie_word_embeddings", false);
+    c.norm_eps = get_number("rms_norm_eps", 1e-5);
+    c.rope_theta = get_number("rope_theta", 10000);
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
     throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + shown + "'");
