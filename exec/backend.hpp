@@ -9,6 +9,7 @@
 // device stream), returns when the task is done, throws hetflow::Error (or any exception)
 // when it fails, and returns promptly by throwing Stopped once stop() has been called.
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -52,6 +53,10 @@ class Backend {
   // Once, before any run(), from the thread that runs the plan. Throws PlanError for what it
   // cannot run.
   virtual void prepare(const partition::Plan& plan) = 0;
+  // Host bytes the engine allocates for a tensor; nullopt: the engine's default (the plan's
+  // bytes, capped by EngineOptions::max_buffer_bytes). A back end running real math sizes
+  // what it exchanges exactly. Called after prepare().
+  virtual std::optional<size_t> buffer_bytes(int /*tensor*/) const { return std::nullopt; }
   virtual void run(TaskContext& task) = 0;
   // From any thread: every run() in progress or to come throws Stopped promptly.
   virtual void stop() = 0;

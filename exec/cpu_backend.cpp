@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "exec/training.hpp"
 #include "partition/collective_steps.hpp"
 #include "partition/estimate.hpp"
 
@@ -34,7 +35,7 @@ size_t floats_of(double bytes) { return static_cast<size_t>(std::max(0.0, bytes)
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
+CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training) : options_(options), training_(training) {
   if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
     throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
   }
@@ -78,6 +79,11 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   }
 }
 
+std::optional<size_t> CpuBackend::buffer_bytes(int tensor) const {
+  if (training_ == nullptr) return std::nullopt;
+  return training_->buffer_bytes(tensor);
+}
+
 void CpuBackend::stop() {
   stop_.store(true);
   for (auto& box : channels_) box->wake();
@@ -91,7 +97,11 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::backward:
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
-      compute(task);
+      if (training_ != nullptr) {
+        training_->compute(task, stop_);
+      } else {
+        compute(task);
+      }
       return;
     case TaskKind::send:
       send(task);
@@ -129,9 +139,12 @@ void CpuBackend::compute(TaskContext& task) const {
 void CpuBackend::send(TaskContext& task) {
   const partition::Task& t = *task.spec;
   Mailbox& box = *channels_[static_cast<size_t>(t.channel)];
-  const auto bytes = static_cast<size_t>(std::min(t.bytes, options_.max_message_bytes));
   std::span<const std::byte> data;
   if (!task.reads.empty()) data = {task.reads[0].data, task.reads[0].size_bytes};
+  std::optional<std::vector<float>> message;  // a parameter server's push or pull: the model's floats
+  if (training_ != nullptr && (message = training_->message(task))) data = std::as_bytes(std::span<const float>(*message));
+  // Real math moves the whole FP32 tensor; a proxy moves the plan's bytes (capped).
+  const auto bytes = training_ != nullptr ? data.size() : static_cast<size_t>(std::min(t.bytes, options_.max_message_bytes));
   const auto packet = box.post(data, bytes);
   task.waiting_for("device " + std::to_string(plan_->peer(task.task)) + " to receive on channel " +
                    std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
@@ -144,6 +157,10 @@ void CpuBackend::receive(TaskContext& task) {
   task.waiting_for("a message from device " + std::to_string(plan_->peer(task.task)) + " on channel " +
                    std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
   box.take([&](std::span<const std::byte> data) {
+    if (training_ != nullptr &&
+        training_->receive(task, {reinterpret_cast<const float*>(data.data()), data.size() / sizeof(float)})) {
+      return;
+    }
     if (task.writes.empty()) return;
     const Buffer& out = task.writes[0];
     const size_t n = std::min(out.size_bytes, data.size());
@@ -152,14 +169,29 @@ void CpuBackend::receive(TaskContext& task) {
 }
 
 void CpuBackend::collective(TaskContext& task) {
-  const partition::Task& t = *task.spec;
-  const auto& steps = steps_[static_cast<size_t>(task.task)];
-  const partition::Collective& c = plan_->collectives[static_cast<size_t>(t.collective)];
+  if (training_ != nullptr) {
+    const std::span<float> gradients = training_->collective_data(task);
+    if (!gradients.empty() || task.reads.empty()) {
+      run_steps(task, gradients);  // in place on the model's gradients
+      return;
+    }
+  }
+  const partition::Collective& c = plan_->collectives[static_cast<size_t>(task.spec->collective)];
   const size_t count = floats_of(std::min(c.bytes, options_.max_message_bytes));
   std::vector<float> buffer(count, 0.0f);
   if (!task.reads.empty()) {
     std::memcpy(buffer.data(), task.reads[0].data, std::min(task.reads[0].size_bytes, count * sizeof(float)));
   }
+  run_steps(task, buffer);
+  const Buffer* out = !task.writes.empty() ? &task.writes[0] : !task.reads.empty() ? &task.reads[0] : nullptr;
+  if (out != nullptr) std::memcpy(out->data, buffer.data(), std::min(out->size_bytes, count * sizeof(float)));
+}
+
+void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
+  const partition::Task& t = *task.spec;
+  const auto& steps = steps_[static_cast<size_t>(task.task)];
+  const partition::Collective& c = plan_->collectives[static_cast<size_t>(t.collective)];
+  const size_t count = buffer.size();
   auto at = [&](double fraction) { return std::min(count, static_cast<size_t>(std::llround(fraction * static_cast<double>(count)))); };
   std::vector<std::shared_ptr<Mailbox::Packet>> posted;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -191,8 +223,6 @@ void CpuBackend::collective(TaskContext& task) {
       step.sends[i].mailbox->wait_taken(*posted[i]);
     }
   }
-  const Buffer* out = !task.writes.empty() ? &task.writes[0] : !task.reads.empty() ? &task.reads[0] : nullptr;
-  if (out != nullptr) std::memcpy(out->data, buffer.data(), std::min(out->size_bytes, count * sizeof(float)));
 }
 
 double probe_sgemm_flops_per_s(double seconds, int n) {

@@ -1,7 +1,8 @@
 #pragma once
 // The CPU back end: every device of the plan is a set of threads in this process (the
 // engine's, one per device stream). What it does per task kind:
-//  - compute (forward, backward, backward_weight, optimizer): a FLOP-matched proxy, not the
+//  - compute (forward, backward, backward_weight, optimizer): the model's real math when a
+//    CpuTraining is given (exec/training.hpp); otherwise a FLOP-matched proxy, not the
 //    model's math: cblas_sgemm calls (OpenBLAS, one thread each) adding up to the task's FLOPs
 //    times flop_scale, then a deterministic pattern written into the task's output tensors.
 //    Traces and output label it "proxy".
@@ -30,12 +31,18 @@ struct CpuBackendOptions {
   double max_message_bytes = 4.0 * 1024 * 1024;  // bytes a transfer or collective buffer moves at most
 };
 
+class CpuTraining;
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuBackendOptions options = {});
+  // With `training`, compute tasks run the model's real math (exec/training.hpp), transfers
+  // carry whole FP32 activations and gradient collectives reduce the model's gradients;
+  // without, compute tasks are proxies.
+  explicit CpuBackend(CpuBackendOptions options = {}, CpuTraining* training = nullptr);
   std::string name() const override { return "cpu"; }
-  std::string compute() const override { return "proxy"; }
+  std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
+  std::optional<size_t> buffer_bytes(int tensor) const override;
   void run(TaskContext& task) override;
   void stop() override;
 
@@ -54,9 +61,11 @@ class CpuBackend final : public Backend {
   void send(TaskContext& task);
   void receive(TaskContext& task);
   void collective(TaskContext& task);
+  void run_steps(TaskContext& task, std::span<float> buffer);
   Mailbox* mailbox(int src, int dst, int lane, int stream);
 
   CpuBackendOptions options_;
+  CpuTraining* training_ = nullptr;
   const partition::Plan* plan_ = nullptr;
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Mailbox>> channels_;  // per plan channel

@@ -130,17 +130,17 @@ class Run {
     for (auto& d : devices_) {
       if (!d) d = std::make_unique<DeviceState>();
     }
+    backend_.prepare(plan);  // first: it may size the buffers (Backend::buffer_bytes)
     // Persistent tensors, and transient ones nothing produces, live for the whole run.
     for (size_t t = 0; t < plan.tensors.size(); ++t) {
       const Tensor& tensor = plan.tensors[t];
       if (!partition::is_persistent(tensor.kind) && tensor.producer >= 0) continue;
-      persistent_[t] = allocate(tensor);
+      persistent_[t] = allocate(static_cast<int>(t));
       DeviceState& d = *devices_[static_cast<size_t>(tensor.device)];
       d.memory.persistent_bytes += tensor.bytes;
       d.allocated_bytes += static_cast<double>(persistent_[t].size_bytes);
       d.memory.peak_allocated_bytes = d.allocated_bytes;
     }
-    backend_.prepare(plan);
   }
 
   RunResult run() {
@@ -166,9 +166,10 @@ class Run {
   }
   double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-  HostBuffer allocate(const Tensor& t) const {
+  HostBuffer allocate(int tensor) const {
     HostBuffer b;
-    b.size_bytes = static_cast<size_t>(std::min(t.bytes, options_.max_buffer_bytes));
+    const std::optional<size_t> exact = backend_.buffer_bytes(tensor);
+    b.size_bytes = exact ? *exact : static_cast<size_t>(std::min(plan_.tensor(tensor).bytes, options_.max_buffer_bytes));
     b.data = std::make_unique<std::byte[]>(b.size_bytes);  // zeroed: runs are bitwise reproducible
     return b;
   }
@@ -185,7 +186,7 @@ class Run {
       const Tensor& tensor = plan_.tensor(t);
       HostBuffer& b = transient_[static_cast<size_t>(iteration) * plan_.tensors.size() + static_cast<size_t>(t)];
       if (b.data) continue;
-      b = allocate(tensor);
+      b = allocate(t);
       d.live_bytes += tensor.bytes;
       d.allocated_bytes += static_cast<double>(b.size_bytes);
       d.memory.peak_transient_bytes = std::max(d.memory.peak_transient_bytes, d.live_bytes);

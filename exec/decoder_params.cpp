@@ -1,0 +1,186 @@
+#include "exec/decoder_params.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "model/error.hpp"
+
+namespace hetflow::exec {
+
+DecoderShape decoder_shape(const model::TransformerConfig& c) {
+  auto refuse = [&](const std::string& why) {
+    throw PlanError("the network '" + c.name + "' cannot be trained with real math: " + why +
+                    " (GPT-2 and LLaMA style decoders are covered; use --compute proxy for a FLOP-matched stand-in)");
+  };
+  if (c.encoder) refuse("it is an encoder");
+  DecoderShape s;
+  const bool gpt2 = !c.rms_norm && !c.gated_mlp && c.learned_positions && c.tied_embeddings;
+  const bool llama = c.rms_norm && c.gated_mlp && !c.learned_positions && !c.biases;
+  if (!gpt2 && !llama) {
+    refuse("it mixes the families (GPT-2: LayerNorm, GELU, learned positions, tied head; LLaMA: RMSNorm, SwiGLU, "
+           "rotary positions, no biases)");
+  }
+  s.family = gpt2 ? DecoderFamily::gpt2 : DecoderFamily::llama;
+  s.layers = c.layers;
+  s.C = c.hidden;
+  s.NH = c.heads;
+  s.NKV = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  s.HS = c.hidden / c.heads;
+  s.F = c.ffn > 0 ? c.ffn : 4 * c.hidden;
+  s.V = c.vocab;
+  s.S = c.seq;
+  s.eps = static_cast<float>(c.norm_eps);
+  s.theta = static_cast<float>(c.rope_theta);
+  s.tied = c.tied_embeddings;
+  if (gpt2 && !c.biases) refuse("GPT-2 style layers here carry biases");
+  if (gpt2 && s.NKV != s.NH) refuse("GPT-2 style attention has one key/value head per query head");
+  if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
+  return s;
+}
+
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(ChunkParams& p) : p_(p) {}
+  // Adds a slot of `shape` (as files store it); returns its offset.
+  size_t add(std::string name, std::vector<std::int64_t> shape, bool transposed = false, bool tied_copy = false) {
+    ParamSlot slot;
+    slot.count = 1;
+    for (auto d : shape) slot.count *= static_cast<size_t>(d);
+    slot.offset = p_.count;
+    slot.decays = shape.size() >= 2;
+    slot.transposed = transposed;
+    slot.tied_copy = tied_copy;
+    slot.name = std::move(name);
+    slot.shape = std::move(shape);
+    p_.count += slot.count;
+    p_.slots.push_back(std::move(slot));
+    return p_.slots.back().offset;
+  }
+
+ private:
+  ChunkParams& p_;
+};
+
+}  // namespace
+
+ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end) {
+  ChunkParams p;
+  p.layer_begin = layer_begin;
+  p.layer_end = layer_end;
+  Builder b(p);
+  const bool gpt = s.family == DecoderFamily::gpt2;
+  const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
+  for (int l = layer_begin; l < layer_end; ++l) {
+    p.layer_start.push_back(p.count);
+    if (l == 0) {
+      p.has_embedding = true;
+      p.wte = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C});
+      if (gpt) p.wpe = b.add("transformer.wpe.weight", {S, C});
+    } else if (l <= s.layers) {
+      BlockParams k;
+      const std::string i = std::to_string(l - 1);
+      if (gpt) {
+        const std::string h = "transformer.h." + i + ".";
+        k.norm1_w = b.add(h + "ln_1.weight", {C});
+        k.norm1_b = b.add(h + "ln_1.bias", {C});
+        // c_attn is q|k|v along its output: [C, 3C] in files, three [C, C] matrices here.
+        k.q_w = b.add(h + "attn.c_attn.weight", {C, 3 * C}, true);
+        k.k_w = k.q_w + static_cast<size_t>(C * C);
+        k.v_w = k.k_w + static_cast<size_t>(C * C);
+        k.q_b = b.add(h + "attn.c_attn.bias", {3 * C});
+        k.k_b = k.q_b + static_cast<size_t>(C);
+        k.v_b = k.k_b + static_cast<size_t>(C);
+        k.o_w = b.add(h + "attn.c_proj.weight", {C, C}, true);
+        k.o_b = b.add(h + "attn.c_proj.bias", {C});
+        k.norm2_w = b.add(h + "ln_2.weight", {C});
+        k.norm2_b = b.add(h + "ln_2.bias", {C});
+        k.up_w = b.add(h + "mlp.c_fc.weight", {C, F}, true);
+        k.up_b = b.add(h + "mlp.c_fc.bias", {F});
+        k.down_w = b.add(h + "mlp.c_proj.weight", {F, C}, true);
+        k.down_b = b.add(h + "mlp.c_proj.bias", {C});
+      } else {
+        const std::string h = "model.layers." + i + ".";
+        k.norm1_w = b.add(h + "input_layernorm.weight", {C});
+        k.q_w = b.add(h + "self_attn.q_proj.weight", {C, C});
+        k.k_w = b.add(h + "self_attn.k_proj.weight", {KV, C});
+        k.v_w = b.add(h + "self_attn.v_proj.weight", {KV, C});
+        k.o_w = b.add(h + "self_attn.o_proj.weight", {C, C});
+        k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
+        k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C});
+        k.up_w = b.add(h + "mlp.up_proj.weight", {F, C});
+        k.down_w = b.add(h + "mlp.down_proj.weight", {C, F});
+      }
+      p.blocks.push_back(k);
+    } else {
+      p.has_head = true;
+      p.final_norm_w = b.add(gpt ? "transformer.ln_f.weight" : "model.norm.weight", {C});
+      if (gpt) p.final_norm_b = b.add("transformer.ln_f.bias", {C});
+      if (!s.tied) {
+        p.head_w = b.add("lm_head.weight", {V, C});
+        p.head_slot = p.slots.size() - 1;
+      } else if (!p.has_embedding) {
+        // Megatron's copy on the last stage, kept equal by the embedding all-reduce.
+        p.head_w = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, true);
+        p.head_slot = p.slots.size() - 1;
+      } else {
+        p.head_w = p.wte;
+        p.head_slot = 0;
+      }
+    }
+  }
+  p.layer_start.push_back(p.count);
+  return p;
+}
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
+// A standard normal value for (key, index): Box-Muller on two counter-based uniforms.
+double normal(std::uint64_t key, std::uint64_t index) {
+  const auto uniform = [&](std::uint64_t k) {
+    return (static_cast<double>(splitmix64(key ^ splitmix64(k)) >> 11) + 0.5) * 0x1.0p-53;
+  };
+  const double u1 = uniform(2 * index), u2 = uniform(2 * index + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+void init_params(const ChunkParams& params, const DecoderShape& shape, std::uint64_t seed, float* data) {
+  const double residual_std = 0.02 / std::sqrt(2.0 * shape.layers);
+  for (const ParamSlot& slot : params.slots) {
+    float* out = data + slot.offset;
+    if (slot.shape.size() < 2) {  // norm gains 1, everything else (biases, norm shifts) 0
+      const bool gain = ends_with(slot.name, "norm.weight") || ends_with(slot.name, "layernorm.weight") ||
+                        ends_with(slot.name, "ln_1.weight") || ends_with(slot.name, "ln_2.weight") ||
+                        ends_with(slot.name, "ln_f.weight");
+      std::fill(out, out + slot.count, gain ? 1.0f : 0.0f);
+      continue;
+    }
+    const bool residual = ends_with(slot.name, "c_proj.weight") || ends_with(slot.name, "o_proj.weight") ||
+                          ends_with(slot.name, "down_proj.weight");
+    const double std = residual ? residual_std : 0.02;
+    const std::uint64_t key = splitmix64(seed ^ fnv1a(slot.name));
+    for (size_t i = 0; i < slot.count; ++i) out[i] = static_cast<float>(std * normal(key, i));
+  }
+}
+
+}  // namespace hetflow::exec

@@ -1,0 +1,82 @@
+#pragma once
+// Where the parameters of one chunk of a decoder transformer live: the network's layers
+// [layer_begin, layer_end) (layer 0 the embedding, 1..L the blocks, L+1 the head, as
+// model/zoo_transformer.cpp numbers them) laid out in one flat FP32 array, each parameter a
+// slot with its HuggingFace name and shape.
+//
+// Two families, named as HuggingFace names them:
+//  - GPT-2 (LayerNorm, GELU, biases, learned positions, tied head): `transformer.wte.weight`,
+//    `transformer.h.3.attn.c_attn.weight`, ... Conv1D matrices are stored [in, out] in files;
+//    here every matrix is [out, in] (nn.Linear's layout), so those slots are `transposed`.
+//  - LLaMA (RMSNorm, SwiGLU, no biases, rotary positions): `model.embed_tokens.weight`,
+//    `model.layers.3.self_attn.q_proj.weight` [out, in], ..., `lm_head.weight`.
+// The slot counts add up to partition::params_per_device (the plan's weight tensor): a chunk
+// that has the head but not the embedding keeps its own copy of a tied embedding.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/network.hpp"
+
+namespace hetflow::exec {
+
+enum class DecoderFamily { gpt2, llama };
+
+struct ParamSlot {
+  std::string name;                 // HuggingFace's
+  std::vector<std::int64_t> shape;  // as HuggingFace stores it
+  size_t offset = 0;                // in the chunk's flat array
+  size_t count = 0;
+  bool transposed = false;  // stored [in, out] in files (GPT-2 Conv1D); [out, in] here
+  bool decays = false;      // weight decay applies: two or more dimensions
+  bool tied_copy = false;   // the head's copy of a tied embedding (not written to files)
+};
+
+// Offsets of one block's parameters in the flat array (npos: absent in this family).
+struct BlockParams {
+  static constexpr size_t npos = static_cast<size_t>(-1);
+  size_t norm1_w = npos, norm1_b = npos;
+  size_t q_w = npos, k_w = npos, v_w = npos;  // [NH*HS, C], [NKV*HS, C], [NKV*HS, C]
+  size_t q_b = npos, k_b = npos, v_b = npos;
+  size_t o_w = npos, o_b = npos;              // [C, C]
+  size_t norm2_w = npos, norm2_b = npos;
+  size_t up_w = npos, up_b = npos;            // GPT-2's c_fc [F, C]; LLaMA's up_proj
+  size_t gate_w = npos;                       // LLaMA's gate_proj [F, C]
+  size_t down_w = npos, down_b = npos;        // [C, F]
+};
+
+struct ChunkParams {
+  int layer_begin = 0, layer_end = 0;
+  bool has_embedding = false, has_head = false;
+  std::vector<ParamSlot> slots;  // in array order
+  size_t count = 0;              // floats in the flat array
+  // layer_start[l - layer_begin]: where layer l's parameters begin; the last entry is count.
+  std::vector<size_t> layer_start;
+  size_t wte = BlockParams::npos, wpe = BlockParams::npos;  // embedding (first chunk)
+  std::vector<BlockParams> blocks;                          // layer_begin.. in order
+  size_t final_norm_w = BlockParams::npos, final_norm_b = BlockParams::npos;
+  size_t head_w = BlockParams::npos;  // [V, C]: lm_head, the tied copy, or wte itself
+  size_t head_slot = BlockParams::npos;  // index in slots of what the head multiplies by
+};
+
+struct DecoderShape {
+  DecoderFamily family = DecoderFamily::gpt2;
+  int layers = 0;  // transformer blocks (the network has layers + 2)
+  int C = 0, NH = 0, NKV = 0, HS = 0, F = 0, V = 0, S = 0;
+  float eps = 1e-5f, theta = 10000;
+  bool tied = true;
+};
+
+// Throws PlanError (naming what) when the config is not one the real math covers.
+DecoderShape decoder_shape(const model::TransformerConfig& c);
+
+ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end);
+
+// A seeded initialisation (GPT-2's: matrices and embeddings N(0, 0.02), output projections
+// N(0, 0.02 / sqrt(2 L)), norm gains 1, biases 0). Each element is a function of the seed,
+// the slot's name and its index, so every device, replica and tied copy holding a parameter
+// starts with the same values whatever the plan's partition.
+void init_params(const ChunkParams& params, const DecoderShape& shape, std::uint64_t seed, float* data);
+
+}  // namespace hetflow::exec

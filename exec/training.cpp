@@ -1,0 +1,696 @@
+#include "exec/training.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "kernels/transformer.hpp"
+#include "model/error.hpp"
+
+namespace hetflow::exec {
+
+using partition::TaskKind;
+using partition::TensorKind;
+using Floats = std::vector<float>;
+
+struct CpuTraining::Chunk {
+  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute)
+      : math(shape, layer_begin, layer_end, recompute) {}
+  DecoderChunk math;
+  int device = -1, worker = -1, stage = -1;
+  Floats params, grads, m, v;
+  std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
+  std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
+};
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// HuggingFace's GPT-2 checkpoints name the base model's tensors without "transformer.";
+// these are the names a parameter may have in a file.
+std::vector<std::string> file_names(const std::string& name) {
+  std::vector<std::string> names{name};
+  const std::string prefix = "transformer.";
+  if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(prefix.size()));
+  return names;
+}
+
+// Tensors a HuggingFace checkpoint carries that are not parameters.
+bool is_buffer(const std::string& name) {
+  for (const char* tail : {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"}) {
+    const std::string t(tail);
+    if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0) return true;
+  }
+  return false;
+}
+
+void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out) {
+  if (t.shape != slot.shape) {
+    throw InputError(path, 0, slot.name, "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
+  }
+  if (!slot.transposed) {
+    std::copy(t.data.begin(), t.data.end(), out);
+    return;
+  }
+  const auto rows = static_cast<size_t>(slot.shape[0]), cols = static_cast<size_t>(slot.shape[1]);  // [in, out]
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) out[j * rows + i] = t.data[i * cols + j];
+  }
+}
+
+NamedTensor store(const ParamSlot& slot, const float* in) {
+  NamedTensor t{slot.name, slot.shape, Floats(in, in + slot.count)};
+  if (slot.transposed) {
+    const auto rows = static_cast<size_t>(slot.shape[0]), cols = static_cast<size_t>(slot.shape[1]);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) t.data[i * cols + j] = in[j * rows + i];
+    }
+  }
+  return t;
+}
+
+int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
+  for (const int t : ids) {
+    if (plan.tensor(t).kind == kind) return t;
+  }
+  return -1;
+}
+
+int index_of(std::span<const int> ids, int tensor) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == tensor) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path)
+    : plan_(plan), data_(std::move(data)), optimizer_(optimizer) {
+  if (!plan.network.architecture) {
+    throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
+                    "GPT-2 and LLaMA style decoders (use --compute proxy)");
+  }
+  shape_ = decoder_shape(*plan.network.architecture);
+  const partition::Layout& layout = plan.layout;
+  const auto not_yet = [](const std::string& what) {
+    throw PlanError("real math does not cover " + what +
+                    " yet (covered: pipelines of any schedule, data parallelism by all-reduce, parameter server "
+                    "or WSP, recomputation); "
+                    "use --compute proxy");
+  };
+  parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
+  staleness_ = layout.sync.staleness;
+  if (layout.sequence_parallel) not_yet("sequence parallelism");
+  for (const partition::VirtualWorker& vw : layout.workers) {
+    for (const auto& rank : vw.ranks) {
+      if (rank.size() != 1) not_yet("tensor parallelism");
+    }
+  }
+  if (static_cast<int>(plan.network.layers.size()) != shape_.layers + 2) {
+    throw PlanError("the plan's network has " + std::to_string(plan.network.layers.size()) +
+                    " layers where its architecture gives " + std::to_string(shape_.layers + 2));
+  }
+  int samples = 0, parts = 0;
+  for (const partition::VirtualWorker& vw : layout.workers) {
+    sample_base_.push_back(samples);
+    loss_part_base_.push_back(parts);
+    samples += vw.microbatches * layout.micro_batch_size;
+    parts += vw.microbatches;
+  }
+  global_batch_ = samples;
+
+  // One chunk per (device, stage) that computes, found from the forward tasks' weights.
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind == TaskKind::optimizer) ++optimizer_tasks_;
+    if (task.kind != TaskKind::forward) continue;
+    const int weight = tensor_of_kind(plan, plan.reads(static_cast<int>(t)), TensorKind::weight);
+    if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
+    if (chunk_of_tensor_.count(weight)) continue;
+    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute);
+    c->device = task.device;
+    c->worker = task.worker;
+    c->stage = task.stage;
+    chunk_at_[{task.device, task.worker, task.stage}] = c.get();
+    const ChunkParams& p = c->math.params();
+    const double expected = plan.tensor(weight).shape.empty() ? -1 : static_cast<double>(plan.tensor(weight).shape[0]);
+    if (expected != static_cast<double>(p.count)) {
+      throw PlanError("the weight tensor " + std::to_string(weight) + " of layers " + std::to_string(task.layer_begin) +
+                      "-" + std::to_string(task.layer_end - 1) + " holds " + std::to_string(expected) +
+                      " parameters; the real layers have " + std::to_string(p.count));
+    }
+    c->params.assign(p.count, 0.0f);
+    c->grads.assign(p.count, 0.0f);
+    c->m.assign(p.count, 0.0f);
+    c->v.assign(p.count, 0.0f);
+    init_params(p, shape_, seed, c->params.data());
+    chunk_of_tensor_[weight] = c.get();
+    chunks_.push_back(std::move(c));
+  }
+  // Gradient tensors: what B or W of the same (device, stage) writes.
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const int grad = tensor_of_kind(plan, plan.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad < 0 || chunk_of_tensor_.count(grad)) continue;
+    for (auto& c : chunks_) {
+      if (c->device == task.device && c->stage == task.stage && c->worker == task.worker) chunk_of_tensor_[grad] = c.get();
+    }
+  }
+  if (init != nullptr) {
+    std::map<std::string, const NamedTensor*> by_name;
+    for (const NamedTensor& t : init->tensors) by_name[t.name] = &t;
+    std::map<std::string, bool> used;
+    for (auto& c : chunks_) {
+      for (const ParamSlot& slot : c->math.params().slots) {
+        const NamedTensor* found = nullptr;
+        for (const std::string& name : file_names(slot.name)) {
+          if (auto i = by_name.find(name); i != by_name.end()) {
+            found = i->second;
+            used[name] = true;
+            break;
+          }
+        }
+        if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
+        load(slot, *found, init_path, c->params.data() + slot.offset);
+      }
+    }
+    for (const NamedTensor& t : init->tensors) {
+      // Parameters of layers no chunk holds are refused too: a file for another model.
+      if (!used.count(t.name) && !is_buffer(t.name)) {
+        throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
+      }
+    }
+  }
+
+  if (parameter_server_) build_servers(seed, init, init_path);
+
+  // Collectives: the gradient span each reduces.
+  collective_span_.assign(plan.tasks.size(), {0, 0});
+  collective_chunk_.assign(plan.tasks.size(), nullptr);
+  std::map<std::tuple<int, int, int>, std::vector<int>> buckets;  // (grad tensor, layer range) -> tasks in order
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::collective) continue;
+    const auto& c = plan.collective(task.collective);
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    const auto reads = plan.reads(static_cast<int>(t));
+    const auto found = reads.empty() ? chunk_of_tensor_.end() : chunk_of_tensor_.find(reads[0]);
+    if (found == chunk_of_tensor_.end()) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces no gradient tensor of a chunk");
+    }
+    Chunk& chunk = *found->second;
+    collective_chunk_[t] = &chunk;
+    const ChunkParams& p = chunk.math.params();
+    if (c.purpose == partition::Purpose::embedding) {
+      const ParamSlot& tied = p.has_embedding ? p.slots[0] : p.slots[p.head_slot];
+      collective_span_[t] = {tied.offset, tied.offset + tied.count};
+      continue;
+    }
+    if (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces layers its chunk does not hold");
+    }
+    buckets[{reads[0], task.layer_begin, task.layer_end}].push_back(static_cast<int>(t));
+  }
+  for (const auto& [key, tasks] : buckets) {
+    const auto& [grad, begin, end] = key;
+    const ChunkParams& p = chunk_of_tensor_.at(grad)->math.params();
+    const size_t from = p.layer_start[static_cast<size_t>(begin - p.layer_begin)];
+    const size_t to = p.layer_start[static_cast<size_t>(end - p.layer_begin)];
+    const size_t n = to - from, k = tasks.size();
+    for (size_t b = 0; b < k; ++b) {
+      collective_span_[static_cast<size_t>(tasks[b])] = {from + n * b / k, from + n * (b + 1) / k};
+    }
+  }
+}
+
+CpuTraining::~CpuTraining() = default;
+
+size_t CpuTraining::buffer_bytes(int tensor) const {
+  const partition::Tensor& t = plan_.tensor(tensor);
+  if (t.kind == TensorKind::pushed_grad) return t.shape.empty() ? 0 : static_cast<size_t>(t.shape[0]) * sizeof(float);
+  if (t.kind != TensorKind::activation && t.kind != TensorKind::activation_grad) return 0;
+  return static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
+         static_cast<size_t>(shape_.C) * sizeof(float);
+}
+
+std::shared_ptr<const Batch> CpuTraining::batch(int iteration) {
+  std::lock_guard lock(mutex_);
+  auto& b = batches_[iteration];
+  if (!b) {
+    b = std::make_shared<const Batch>(data_->batch(iteration, global_batch_, shape_.S));
+    batches_.erase(batches_.begin(), batches_.lower_bound(iteration - 2));  // steps behind are done with
+  }
+  return b;
+}
+
+void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop) {
+  const partition::Task& t = *task.spec;
+  if (t.kind == TaskKind::optimizer) {
+    if (parameter_server_) {
+      server_update(task, stop);
+    } else {
+      optimizer(task, stop);
+    }
+    return;
+  }
+  const auto found = chunk_at_.find({t.device, t.worker, t.stage});
+  if (found == chunk_at_.end()) throw PlanError("task " + std::to_string(task.task) + " computes no chunk this plan holds");
+  Chunk& c = *found->second;
+  if (t.kind == TaskKind::forward && parameter_server_ && t.microbatch == 0 && task.iteration > staleness_) {
+    adopt_pulled(c, task.iteration - staleness_ - 1);
+  }
+  if (t.kind == TaskKind::forward) {
+    forward(task, c);
+  } else if (t.kind == TaskKind::backward) {
+    // A split backward's B writes no weight gradient: its W does.
+    backward(task, c, tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::weight_grad) < 0);
+  } else {
+    DecoderChunk::StashPtr stash;
+    {
+      std::lock_guard lock(c.mutex);
+      auto s = c.stashes.find({task.iteration, t.microbatch});
+      if (s == c.stashes.end()) throw PlanError("W task " + std::to_string(task.task) + " runs before its B");
+      stash = std::move(s->second);
+      c.stashes.erase(s);
+    }
+    c.math.backward_weight(*stash, c.grads.data());
+  }
+  if (parameter_server_ && takes_gradients_[static_cast<size_t>(task.task)]) take_gradients(t.device, task.iteration);
+}
+
+void CpuTraining::forward(TaskContext& task, Chunk& c) {
+  const partition::Task& t = *task.spec;
+  const ChunkParams& p = c.math.params();
+  const int mbs = plan_.layout.micro_batch_size, T = shape_.S;
+  const auto reads = plan_.reads(task.task);
+  const auto writes = plan_.writes(task.task);
+  DecoderChunk::Input in;
+  in.samples = mbs;
+  const auto b = batch(task.iteration);
+  const size_t first = static_cast<size_t>(sample_base_[static_cast<size_t>(t.worker)] + t.microbatch * mbs) *
+                       static_cast<size_t>(T);
+  if (p.has_embedding) in.tokens = b->inputs.data() + first;
+  if (p.has_head) {
+    in.targets = b->targets.data() + first;
+    in.loss_scale = static_cast<float>(1.0 / (static_cast<double>(global_batch_) * T));
+  }
+  if (!p.has_embedding) {
+    const int i = index_of(reads, tensor_of_kind(plan_, reads, TensorKind::activation));
+    if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " of a middle chunk reads no activation");
+    in.input = reinterpret_cast<const float*>(task.reads[static_cast<size_t>(i)].data);
+  }
+  if (!p.has_head) {
+    const int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation));
+    if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " before the head writes no activation");
+    in.output = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
+  }
+  double loss = 0;
+  auto stash = c.math.forward(c.params.data(), in, loss);
+  {
+    std::lock_guard lock(c.mutex);
+    c.stashes[{task.iteration, t.microbatch}] = std::move(stash);
+  }
+  if (p.has_head && c.worker >= 0) {
+    std::lock_guard lock(mutex_);
+    auto& parts = loss_parts_[task.iteration];
+    parts.resize(static_cast<size_t>(loss_part_base_.back() + plan_.layout.workers.back().microbatches), 0.0);
+    parts[static_cast<size_t>(loss_part_base_[static_cast<size_t>(c.worker)] + t.microbatch)] = loss;
+  }
+}
+
+void CpuTraining::backward(TaskContext& task, Chunk& c, bool split) {
+  const partition::Task& t = *task.spec;
+  const ChunkParams& p = c.math.params();
+  const auto reads = plan_.reads(task.task);
+  const auto writes = plan_.writes(task.task);
+  const float* dout = nullptr;
+  float* dinput = nullptr;
+  if (!p.has_head) {
+    const int i = index_of(reads, tensor_of_kind(plan_, reads, TensorKind::activation_grad));
+    if (i < 0) throw PlanError("backward task " + std::to_string(task.task) + " reads no output gradient");
+    dout = reinterpret_cast<const float*>(task.reads[static_cast<size_t>(i)].data);
+  }
+  if (!p.has_embedding) {
+    const int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation_grad));
+    if (i < 0) throw PlanError("backward task " + std::to_string(task.task) + " writes no input gradient");
+    dinput = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
+  }
+  DecoderChunk::StashPtr stash;
+  {
+    std::lock_guard lock(c.mutex);
+    auto s = c.stashes.find({task.iteration, t.microbatch});
+    if (s == c.stashes.end()) throw PlanError("B task " + std::to_string(task.task) + " runs before its F");
+    if (split) {
+      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true);
+      return;  // W takes the stash
+    }
+    stash = std::move(s->second);
+    c.stashes.erase(s);
+  }
+  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false);
+}
+
+double CpuTraining::global_norm(TaskContext& task, const std::atomic<bool>& stop, double local) {
+  std::unique_lock lock(mutex_);
+  auto& parts = norm_parts_[task.iteration];
+  parts[task.spec->device] = local;
+  norm_cv_.notify_all();
+  while (static_cast<int>(parts.size()) < optimizer_tasks_) {
+    task.waiting_for("the global gradient norm: " + std::to_string(parts.size()) + " of " +
+                     std::to_string(optimizer_tasks_) + " devices' parts");
+    norm_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    if (stop.load()) throw Stopped();
+  }
+  double sum = 0;
+  for (const auto& [device, part] : parts) sum += part;  // in device order: reproducible
+  return std::sqrt(sum);
+}
+
+void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
+  std::vector<Chunk*> mine;
+  for (const int t : plan_.writes(task.task)) {
+    if (auto c = chunk_of_tensor_.find(t); c != chunk_of_tensor_.end()) mine.push_back(c->second);
+  }
+  float scale = 1;
+  if (optimizer_.clip_grad > 0) {
+    double local = 0;
+    for (Chunk* c : mine) {
+      if (c->worker != 0) continue;  // replicas hold the same gradients: count each parameter once
+      for (const ParamSlot& slot : c->math.params().slots) {
+        if (slot.tied_copy) continue;
+        for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) local += static_cast<double>(c->grads[i]) * c->grads[i];
+      }
+    }
+    const double norm = global_norm(task, stop, local);
+    const double clip = optimizer_.clip_grad / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
+    if (clip < 1) scale = static_cast<float>(clip);
+  }
+  const int step = task.iteration + 1;
+  for (Chunk* c : mine) {
+    if (scale != 1) {
+      for (float& g : c->grads) g *= scale;
+    }
+    for (const ParamSlot& slot : c->math.params().slots) {
+      const size_t o = slot.offset;
+      kernels::adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o,
+                            static_cast<long>(slot.count), static_cast<float>(optimizer_.lr),
+                            static_cast<float>(optimizer_.adam_beta1), static_cast<float>(optimizer_.adam_beta2),
+                            static_cast<float>(optimizer_.adam_eps),
+                            slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
+    }
+    std::fill(c->grads.begin(), c->grads.end(), 0.0f);
+  }
+}
+
+std::span<float> CpuTraining::collective_data(const TaskContext& task) {
+  Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
+  if (c == nullptr) return {};
+  const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
+  return std::span<float>(c->grads).subspan(begin, end - begin);
+}
+
+std::vector<double> CpuTraining::losses() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  const double tokens = static_cast<double>(global_batch_) * shape_.S;
+  for (const auto& [iteration, parts] : loss_parts_) {
+    double sum = 0;
+    for (const double part : parts) sum += part;
+    out.push_back(sum / tokens);
+  }
+  return out;
+}
+
+SafetensorsFile CpuTraining::weights() const {
+  SafetensorsFile file;
+  std::vector<const Chunk*> worker0;
+  for (const auto& c : chunks_) {
+    if (c->worker == 0) worker0.push_back(c.get());
+  }
+  std::sort(worker0.begin(), worker0.end(), [](const Chunk* a, const Chunk* b) { return a->stage < b->stage; });
+  for (const Chunk* c : worker0) {
+    for (const ParamSlot& slot : c->math.params().slots) {
+      if (slot.tied_copy) continue;
+      const float* values = c->params.data() + slot.offset;
+      if (parameter_server_) {  // the servers hold the latest weights; workers adopt them a step later
+        for (const auto& [device, server] : servers_) {
+          if (auto p = server.params.find(slot.name); p != server.params.end()) values = p->second.p.data();
+        }
+      }
+      file.tensors.push_back(store(slot, values));
+    }
+  }
+  file.metadata["format"] = "pt";
+  file.metadata["producer"] = "hetflow";
+  return file;
+}
+
+// --- parameter server and WSP ---
+
+namespace {
+
+// The layer a slot belongs to.
+int layer_of(const ChunkParams& p, const ParamSlot& slot) {
+  const auto after = std::upper_bound(p.layer_start.begin(), p.layer_start.end(), slot.offset);
+  return p.layer_begin + static_cast<int>(after - p.layer_start.begin()) - 1;
+}
+
+}  // namespace
+
+void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
+  const std::vector<int>& server_of = plan_.layout.sync.layer_server;
+  std::map<std::string, int> server_of_name;
+  for (size_t l = 0; l < server_of.size(); ++l) {
+    const int layer = static_cast<int>(l);
+    const ChunkParams p = chunk_params(shape_, layer, layer + 1);
+    Floats values(p.count);
+    init_params(p, shape_, seed, values.data());
+    Server& server = servers_[server_of[l]];
+    for (const ParamSlot& slot : p.slots) {
+      if (auto other = server_of_name.find(slot.name); other != server_of_name.end() && other->second != server_of[l]) {
+        throw PlanError("the tied embedding '" + slot.name + "' is served by devices " + std::to_string(other->second) +
+                        " and " + std::to_string(server_of[l]) +
+                        ": its two copies would drift apart; give layer 0 and the head one server");
+      }
+      server_of_name[slot.name] = server_of[l];
+      if (server.params.count(slot.name)) continue;  // the head's tied copy: the embedding itself
+      ServerParam& sp = server.params[slot.name];
+      sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
+                  values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
+      if (init != nullptr) {
+        for (const NamedTensor& t : init->tensors) {
+          for (const std::string& name : file_names(slot.name)) {
+            if (t.name == name) load(slot, t, init_path, sp.p.data());
+          }
+        }
+      }
+      sp.m.assign(slot.count, 0.0f);
+      sp.v.assign(slot.count, 0.0f);
+      sp.g.assign(slot.count, 0.0f);
+      sp.decays = slot.decays;
+    }
+  }
+  // A device's gradients are complete after the compute task its pushes (or its server's
+  // update, for a local push) wait for.
+  takes_gradients_.assign(plan_.tasks.size(), 0);
+  for (const partition::OrderEdge& e : plan_.order) {
+    const partition::Task& to = plan_.task(e.to);
+    const bool push = to.kind == TaskKind::send && to.purpose == partition::Purpose::ps_push;
+    const bool update = to.kind == TaskKind::optimizer && to.worker < 0;
+    const TaskKind from = plan_.task(e.from).kind;
+    if ((push || update) && e.offset == 0 && from != TaskKind::recv) {
+      if (from != TaskKind::backward && from != TaskKind::backward_weight) {
+        throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");
+      }
+      takes_gradients_[static_cast<size_t>(e.from)] = 1;
+    }
+  }
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind == TaskKind::recv && task.purpose == partition::Purpose::ps_push) {
+      for (const int w : plan_.writes(static_cast<int>(t))) push_source_[w] = {task.worker, task.stage};
+    }
+  }
+}
+
+std::vector<const ParamSlot*> CpuTraining::served_slots(const Chunk& c, int server) const {
+  std::vector<const ParamSlot*> out;
+  const ChunkParams& p = c.math.params();
+  for (const ParamSlot& slot : p.slots) {
+    if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
+  }
+  return out;
+}
+
+void CpuTraining::take_gradients(int device, int iteration) {
+  std::lock_guard lock(mutex_);
+  for (auto& c : chunks_) {
+    if (c->device != device) continue;
+    taken_[{c.get(), iteration}] = c->grads;
+    std::fill(c->grads.begin(), c->grads.end(), 0.0f);
+    // Pushes and updates of iterations this far back are done (WSP bounds the lag).
+    const auto first = taken_.lower_bound({c.get(), std::numeric_limits<int>::min()});
+    taken_.erase(first, taken_.lower_bound({c.get(), iteration - staleness_ - 3}));
+  }
+}
+
+void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
+  std::lock_guard lock(mutex_);
+  std::map<int, bool> servers;
+  const ChunkParams& p = c.math.params();
+  for (const ParamSlot& slot : p.slots) servers[plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))]] = true;
+  for (const auto& [server, unused] : servers) {
+    const auto slots = served_slots(c, server);
+    if (server == c.device) {  // a local pull: the server's weights of that iteration
+      const auto& version = servers_.at(server).versions.at(iteration);
+      for (const ParamSlot* slot : slots) {
+        const auto& values = version.at(slot->name);
+        std::copy(values.begin(), values.end(), c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
+      }
+      continue;
+    }
+    const auto found = pulled_.find({&c, iteration, server});
+    if (found == pulled_.end()) {
+      throw PlanError("the chunk of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
+                      " starts iteration " + std::to_string(iteration + staleness_ + 1) + " without the pull of iteration " +
+                      std::to_string(iteration) + " from device " + std::to_string(server));
+    }
+    size_t at = 0;
+    for (const ParamSlot* slot : slots) {
+      std::copy(found->second.begin() + static_cast<std::ptrdiff_t>(at),
+                found->second.begin() + static_cast<std::ptrdiff_t>(at + slot->count),
+                c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
+      at += slot->count;
+    }
+    pulled_.erase(found);
+  }
+}
+
+std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
+    return std::nullopt;
+  }
+  const partition::Channel& channel = plan_.channel(t.channel);
+  const bool push = t.purpose == partition::Purpose::ps_push;
+  const auto found = chunk_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
+  if (found == chunk_at_.end()) throw PlanError("transfer task " + std::to_string(task.task) + " serves no chunk");
+  const Chunk& c = *found->second;
+  std::vector<float> out;
+  std::lock_guard lock(mutex_);
+  if (push) {
+    const Floats& grads = taken_.at({&c, task.iteration});
+    for (const ParamSlot* slot : served_slots(c, channel.dst)) {
+      out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
+                 grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
+    }
+  } else {
+    const auto& version = servers_.at(channel.src).versions.at(task.iteration);
+    for (const ParamSlot* slot : served_slots(c, channel.src)) {
+      const auto& values = version.at(slot->name);
+      out.insert(out.end(), values.begin(), values.end());
+    }
+  }
+  return out;
+}
+
+bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) {
+  const partition::Task& t = *task.spec;
+  if (t.purpose != partition::Purpose::ps_pull) return false;
+  const partition::Channel& channel = plan_.channel(t.channel);
+  const auto found = chunk_at_.find({t.device, t.worker, t.stage});
+  if (found == chunk_at_.end()) throw PlanError("pull task " + std::to_string(task.task) + " serves no chunk");
+  std::lock_guard lock(mutex_);
+  pulled_[{found->second, task.iteration, channel.src}].assign(data.begin(), data.end());
+  return true;
+}
+
+void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop) {
+  const int server = task.spec->device;
+  Server& s = servers_.at(server);
+  const auto reads = plan_.reads(task.task);
+  // Every (worker, chunk) that pushes here, in worker then chunk order: a fixed order of sums.
+  for (size_t w = 0; w < plan_.layout.workers.size(); ++w) {
+    const partition::VirtualWorker& vw = plan_.layout.workers[w];
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const int device = vw.ranks[static_cast<size_t>(vw.stages[k].rank)][0];
+      const auto found = chunk_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
+      if (found == chunk_at_.end()) continue;
+      const Chunk& c = *found->second;
+      const auto slots = served_slots(c, server);
+      if (slots.empty()) continue;
+      std::vector<float> local;
+      const float* data = nullptr;
+      if (device == server) {
+        std::lock_guard lock(mutex_);
+        const Floats& grads = taken_.at({&c, task.iteration});
+        for (const ParamSlot* slot : slots) {
+          local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
+                       grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
+        }
+        data = local.data();
+      } else {
+        for (size_t i = 0; i < reads.size(); ++i) {
+          const auto source = push_source_.find(reads[i]);
+          if (source != push_source_.end() && source->second == std::pair{static_cast<int>(w), static_cast<int>(k)}) {
+            data = reinterpret_cast<const float*>(task.reads[i].data);
+          }
+        }
+        if (data == nullptr) {
+          throw PlanError("the update on device " + std::to_string(server) + " reads no push from worker " +
+                          std::to_string(w) + " stage " + std::to_string(k));
+        }
+      }
+      for (const ParamSlot* slot : slots) {
+        ServerParam& sp = s.params.at(slot->name);
+        for (size_t i = 0; i < slot->count; ++i) sp.g[i] += data[i];
+        data += slot->count;
+      }
+    }
+  }
+  float scale = 1;
+  if (optimizer_.clip_grad > 0) {
+    double local = 0;
+    for (const auto& [name, sp] : s.params) {
+      for (const float g : sp.g) local += static_cast<double>(g) * g;
+    }
+    const double clip = optimizer_.clip_grad / (global_norm(task, stop, local) + 1e-6);
+    if (clip < 1) scale = static_cast<float>(clip);
+  }
+  std::map<std::string, std::vector<float>> version;
+  for (auto& [name, sp] : s.params) {
+    if (scale != 1) {
+      for (float& g : sp.g) g *= scale;
+    }
+    kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
+                          static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
+                          static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
+                          sp.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, task.iteration + 1);
+    std::fill(sp.g.begin(), sp.g.end(), 0.0f);
+    version[name] = sp.p;
+  }
+  std::lock_guard lock(mutex_);
+  s.versions[task.iteration] = std::move(version);
+  s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
+}
+
+std::string CpuTraining::describe() const {
+  std::ostringstream out;
+  out << (shape_.family == DecoderFamily::gpt2 ? "GPT-2" : "LLaMA") << " style, " << shape_.layers << " layers, hidden "
+      << shape_.C << ", " << shape_.NH << " heads";
+  if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
+  out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
+  return out.str();
+}
+
+}  // namespace hetflow::exec

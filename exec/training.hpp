@@ -1,0 +1,149 @@
+#pragma once
+// Real training on the CPU back end: what each compute task of a decoder-transformer plan
+// computes, and which floats each of its gradient collectives reduces. The CPU back end
+// (exec/cpu_backend.hpp) calls it; the engine still decides when every task runs.
+//
+// How the plan maps onto the math (everything comes from the plan):
+//  - Each (device, chunk) holds the FP32 parameters of the chunk's layers
+//    (exec/decoder_params.hpp), their gradients and Adam moments. Every replica starts from
+//    the same values: a seeded initialisation or a safetensors file with HuggingFace names.
+//  - Step k's global batch is the token source's batch k (B = the sum over virtual workers
+//    of micro-batches x micro-batch size); worker w's micro-batch m takes samples
+//    base_w + m * mbs .. + mbs, base_w the samples of the workers before it.
+//  - F runs the chunk's forward (tokens on the first chunk, the received activation
+//    otherwise), keeping what its backward needs; the last chunk adds the loss of each token
+//    weighted 1 / (B T). B (and W when the schedule splits the backward) add to the chunk's
+//    gradients; the activations and their gradients travel in the plan's tensors.
+//  - A data-parallel all-reduce of layers [a, b) reduces those layers' gradients (its
+//    bucket's share of them); the embedding all-reduce the tied embedding's gradient (the
+//    first chunk's table, the last chunk's copy). Sums, so the result is the gradient of the
+//    global mean loss.
+//  - The optimizer task runs AdamW (decoupled weight decay on parameters of two or more
+//    dimensions) on each of the device's chunks, after clipping by the global gradient norm
+//    when asked: the devices' optimizer tasks meet to add their parts of the norm (each
+//    parameter once: virtual worker 0's devices, tied copies left out).
+//  - Parameter server and WSP: a server holds the master weights and Adam moments of the
+//    layers the plan gives it (by HuggingFace name, so a tied embedding whose two ends share
+//    a server is one parameter). A device's gradients are taken (and its buffer zeroed) when
+//    its last compute task of the iteration ends; each push carries the chunk's gradients of
+//    the server's layers; the server's update adds the pushes of every (worker, chunk) in
+//    worker order, clips by the global norm and steps AdamW, keeping the weights of each
+//    iteration; a pull carries iteration i's weights back, and the chunk adopts them when its
+//    first forward of iteration i + D + 1 starts (the plan's staleness edge): D = 0 is
+//    synchronous training.
+//
+// Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
+// micro-batching; data parallelism by all-reduce, parameter server or WSP; recomputation
+// none, selective and full. Refused with PlanError naming the reason: tensor/sequence
+// parallelism (a later increment), a tied embedding whose two ends sit on different servers.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "exec/decoder.hpp"
+#include "exec/safetensors.hpp"
+#include "exec/token_data.hpp"
+#include "partition/plan.hpp"
+
+namespace hetflow::exec {
+
+// Megatron's option names and defaults, except the learning rate (Megatron has none).
+struct OptimizerOptions {
+  double lr = 3e-4;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.01;  // on parameters of two or more dimensions only
+  double clip_grad = 1.0;      // global gradient norm limit; 0 = off
+};
+
+class CpuTraining {
+ public:
+  // Throws PlanError when the plan's network or layout is not covered (see above), InputError
+  // when `init` lacks a parameter or has one of the wrong shape.
+  CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+              std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "");
+  ~CpuTraining();
+
+  // Host bytes the engine allocates for a tensor: boundary activations and their gradients
+  // in FP32; nothing for what this class keeps itself (parameters, gradients, optimizer
+  // state, stashes).
+  size_t buffer_bytes(int tensor) const;
+  // F, B, W and optimizer tasks.
+  void compute(TaskContext& task, const std::atomic<bool>& stop);
+  // The floats a gradient collective reduces in place (empty: nothing of the model's).
+  std::span<float> collective_data(const TaskContext& task);
+  // Parameter-server transfers: what a push or pull sends (nullopt: the tensor's bytes), and
+  // what its receive does with the floats (false: copy them into the written tensor).
+  std::optional<std::vector<float>> message(const TaskContext& task);
+  bool receive(const TaskContext& task, std::span<const float> data);
+
+  // The mean token loss of each step (global batch) run so far.
+  std::vector<double> losses() const;
+  // Virtual worker 0's parameters with HuggingFace names and shapes (tied copies left out).
+  SafetensorsFile weights() const;
+  std::string describe() const;  // family, shapes, data source
+  const DecoderShape& shape() const { return shape_; }
+
+  struct Chunk;  // one (device, chunk): parameters, gradients, moments, stashes
+
+ private:
+  void forward(TaskContext& task, Chunk& c);
+  void backward(TaskContext& task, Chunk& c, bool split);
+  void optimizer(TaskContext& task, const std::atomic<bool>& stop);
+  void build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path);
+  void server_update(TaskContext& task, const std::atomic<bool>& stop);
+  void take_gradients(int device, int iteration);
+  void adopt_pulled(Chunk& c, int iteration);
+  std::vector<const ParamSlot*> served_slots(const Chunk& c, int server) const;
+  std::shared_ptr<const Batch> batch(int iteration);
+  double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
+
+  const partition::Plan& plan_;
+  DecoderShape shape_;
+  std::unique_ptr<TokenSource> data_;
+  OptimizerOptions optimizer_;
+  int global_batch_ = 0;
+  std::vector<int> sample_base_;  // per virtual worker
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk
+  std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk
+  std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
+  std::vector<Chunk*> collective_chunk_;                    // per task
+
+  mutable std::mutex mutex_;  // batches, losses, the norm rendezvous
+  std::condition_variable norm_cv_;
+  std::map<int, std::shared_ptr<const Batch>> batches_;
+  std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
+  std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
+  int optimizer_tasks_ = 0;
+
+  // Parameter server / WSP.
+  struct ServerParam {
+    std::vector<float> p, m, v, g;
+    bool decays = false;
+  };
+  struct Server {
+    std::map<std::string, ServerParam> params;            // by HuggingFace name
+    std::map<int, std::map<std::string, std::vector<float>>> versions;  // weights after each iteration's update
+  };
+  bool parameter_server_ = false;
+  int staleness_ = 0;
+  std::map<int, Server> servers_;                   // by device
+  std::vector<char> takes_gradients_;               // per task: the device's last compute of an iteration
+  std::map<std::pair<const Chunk*, int>, std::vector<float>> taken_;  // (chunk, iteration) -> gradients
+  std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
+  std::map<int, std::pair<int, int>> push_source_;  // pushed_grad tensor -> (worker, stage)
+  std::map<int, std::map<int, double>> norm_parts_;  // per iteration: per device
+};
+
+}  // namespace hetflow::exec

@@ -1,0 +1,342 @@
+// Real training on the CPU back end. Oracles: partition's parameter counts (the layout of a
+// chunk's parameters), central finite differences of the loss (the backward), one device
+// (distributed training: every schedule, data parallelism, recomputation must reach the same
+// weights), the Markov stream's entropy (learning). The PyTorch comparison is
+// tests/tools/oracle_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "exec/cpu_backend.hpp"
+#include "exec/decoder.hpp"
+#include "exec/training.hpp"
+#include "compare_weights.hpp"
+#include "exec_test_util.hpp"
+#include "partition/memory.hpp"
+
+namespace hetflow {
+namespace {
+
+using exec::OptimizerOptions;
+using partition::Plan;
+
+// Odd sizes everywhere, so no power of two hides a stride bug.
+model::Network odd_gpt(int layers = 2) {
+  return model::network_from_spec("gpt:layers=" + std::to_string(layers) + ",hidden=36,heads=3,seq=13,vocab=97",
+                                  model::Precision::fp32);
+}
+model::Network odd_llama(int layers = 2) {
+  return model::network_from_spec(
+      "llama:layers=" + std::to_string(layers) + ",hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+      model::Precision::fp32);
+}
+
+TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
+  for (const model::Network& net : {odd_gpt(3), odd_llama(3)}) {
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    const int layers = static_cast<int>(net.layers.size());
+    for (const auto& [begin, end] : {std::pair{0, layers}, {0, 1}, {0, 2}, {1, 3}, {2, layers}, {layers - 1, layers}}) {
+      const exec::ChunkParams p = exec::chunk_params(shape, begin, end);
+      EXPECT_EQ(static_cast<double>(p.count), partition::params_per_device(net, begin, end, 1))
+          << net.name << " layers " << begin << "-" << end;
+      size_t sum = 0;
+      for (const exec::ParamSlot& s : p.slots) sum += s.count;
+      EXPECT_EQ(sum, p.count);
+      EXPECT_EQ(p.layer_start.size(), static_cast<size_t>(end - begin + 1));
+    }
+  }
+}
+
+TEST(DecoderParams, TiedCopyStartsEqualToTheEmbedding) {
+  const model::Network net = odd_gpt();
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const int layers = static_cast<int>(net.layers.size());
+  const exec::ChunkParams first = exec::chunk_params(shape, 0, 2), last = exec::chunk_params(shape, 2, layers);
+  std::vector<float> a(first.count), b(last.count);
+  exec::init_params(first, shape, 5, a.data());
+  exec::init_params(last, shape, 5, b.data());
+  const exec::ParamSlot& copy = last.slots[last.head_slot];
+  ASSERT_TRUE(copy.tied_copy);
+  for (size_t i = 0; i < copy.count; i += 97) EXPECT_EQ(a[first.wte + i], b[copy.offset + i]);
+}
+
+TEST(DecoderParams, UncoveredFamiliesAreRefusedWithTheReason) {
+  model::TransformerConfig c = *odd_gpt().architecture;
+  c.rms_norm = true;  // RMSNorm with learned positions: neither family
+  try {
+    exec::decoder_shape(c);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("mixes the families"), std::string::npos) << e.what();
+  }
+}
+
+// The mean token loss of one whole-model chunk at `params`.
+double loss_at(const exec::DecoderChunk& chunk, const std::vector<float>& params, const std::vector<int>& tokens,
+               const std::vector<int>& targets, int samples) {
+  exec::DecoderChunk::Input in;
+  in.samples = samples;
+  in.tokens = tokens.data();
+  in.targets = targets.data();
+  in.loss_scale = 1.0f / static_cast<float>(tokens.size());
+  double sum = 0;
+  chunk.forward(params.data(), in, sum);
+  return sum / static_cast<double>(tokens.size());
+}
+
+void check_gradients(const model::Network& net, partition::Recompute recompute, bool split) {
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const exec::DecoderChunk chunk(shape, 0, static_cast<int>(net.layers.size()), recompute);
+  std::vector<float> params(chunk.params().count), grads(params.size(), 0.0f);
+  exec::init_params(chunk.params(), shape, 3, params.data());
+  // Larger weights than the initialisation's, so every part of the network matters.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  for (float& p : params) p += noise(rng);
+  const int samples = 2;
+  std::vector<int> tokens(static_cast<size_t>(samples * shape.S)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
+    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
+  }
+  exec::DecoderChunk::Input in;
+  in.samples = samples;
+  in.tokens = tokens.data();
+  in.targets = targets.data();
+  in.loss_scale = 1.0f / static_cast<float>(tokens.size());
+  double loss = 0;
+  auto stash = chunk.forward(params.data(), in, loss);
+  chunk.backward(*stash, params.data(), grads.data(), nullptr, nullptr, split);
+  if (split) chunk.backward_weight(*stash, grads.data());
+  // Every slot: its largest gradients against central differences.
+  for (const exec::ParamSlot& slot : chunk.params().slots) {
+    std::vector<size_t> order(slot.count);
+    for (size_t i = 0; i < slot.count; ++i) order[i] = slot.offset + i;
+    std::partial_sort(order.begin(), order.begin() + std::min<size_t>(3, order.size()), order.end(),
+                      [&](size_t a, size_t b) { return std::abs(grads[a]) > std::abs(grads[b]); });
+    for (size_t k = 0; k < std::min<size_t>(3, order.size()); ++k) {
+      const size_t i = order[k];
+      const float h = 1e-2f, saved = params[i];
+      params[i] = saved + h;
+      const double up = loss_at(chunk, params, tokens, targets, samples);
+      params[i] = saved - h;
+      const double down = loss_at(chunk, params, tokens, targets, samples);
+      params[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grads[i], numeric, 2e-2 * std::abs(numeric) + 2e-5) << slot.name << " [" << i - slot.offset << "]";
+    }
+  }
+}
+
+TEST(DecoderChunk, GradientsMatchFiniteDifferences) {
+  check_gradients(odd_gpt(), partition::Recompute::none, false);
+  check_gradients(odd_llama(), partition::Recompute::none, false);
+}
+
+TEST(DecoderChunk, RecomputationAndSplitBackwardGiveTheSameGradients) {
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    const int layers = static_cast<int>(net.layers.size());
+    std::vector<float> want;
+    for (const auto& [recompute, split] : {std::pair{partition::Recompute::none, false}, {partition::Recompute::selective, false},
+                                           {partition::Recompute::full, false}, {partition::Recompute::none, true},
+                                           {partition::Recompute::full, true}}) {
+      const exec::DecoderChunk chunk(shape, 0, layers, recompute);
+      std::vector<float> params(chunk.params().count), grads(params.size(), 0.0f);
+      exec::init_params(chunk.params(), shape, 9, params.data());
+      std::vector<int> tokens(static_cast<size_t>(2 * shape.S)), targets(tokens.size());
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = static_cast<int>(i % 7);
+        targets[i] = static_cast<int>((i + 3) % 11);
+      }
+      exec::DecoderChunk::Input in{2, tokens.data(), nullptr, nullptr, targets.data(), 0.5f};
+      double loss = 0;
+      auto stash = chunk.forward(params.data(), in, loss);
+      chunk.backward(*stash, params.data(), grads.data(), nullptr, nullptr, split);
+      if (split) chunk.backward_weight(*stash, grads.data());
+      if (want.empty()) {
+        want = grads;
+      } else {
+        // The same operations in the same order: bitwise equal.
+        EXPECT_EQ(grads, want) << net.name << " recompute " << partition::to_string(recompute) << " split " << split;
+      }
+    }
+  }
+}
+
+// --- whole plans ---
+
+struct Trained {
+  std::vector<double> losses;
+  exec::SafetensorsFile weights;
+};
+
+Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::uint64_t data_seed = 7) {
+  const int vocab = plan.network.architecture->vocab;
+  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42);
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = steps;
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  EXPECT_TRUE(r.completed) << r.error;
+  EXPECT_EQ(r.trace.compute, "real");
+  return {training.losses(), training.weights()};
+}
+
+partition::PlanOptions options(int pipeline, int data, int microbatches, const char* schedule) {
+  partition::PlanOptions o;
+  o.pipeline = pipeline;
+  o.data = data;
+  o.microbatches = microbatches;
+  o.schedule = schedule;
+  o.micro_batch = 1;
+  o.sync = partition::SyncKind::allreduce;
+  return o;
+}
+
+OptimizerOptions optimizer() {
+  OptimizerOptions o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  o.clip_grad = 0.5;  // low enough to clip: the norm's rendezvous is exercised
+  return o;
+}
+
+struct DistributedCase {
+  const char* name;
+  const char* schedule;
+  int virtual_stages;
+  partition::Recompute recompute;
+  partition::SyncKind sync = partition::SyncKind::allreduce;
+};
+
+class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
+
+// The test: 4-stage pipelines x 2 data-parallel workers against one device, the
+// same global batch of 8 sequences.
+TEST_P(DistributedTraining, EqualsOneDevice) {
+  const DistributedCase& c = GetParam();
+  for (const model::Network& net : {odd_gpt(8), odd_llama(8)}) {
+    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+    partition::PlanOptions o = options(4, 2, 4, c.schedule);
+    o.virtual_stages = c.virtual_stages;
+    o.recompute = c.recompute;
+    o.sync = c.sync;
+    o.bucket_bytes = 4096;  // several buckets per layer range
+    const Plan many = test_support::planned(model::cpu_cluster(8), net, o);
+    const Trained want = train(one, 3, optimizer()), got = train(many, 3, optimizer());
+    ASSERT_EQ(got.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << net.name << " step " << i;
+    const auto diff = test_support::compare_weights(got.weights, want.weights);
+    EXPECT_TRUE(diff.same_names);
+    EXPECT_LT(diff.worst_relative, 1e-5) << net.name << ": " << diff.worst;
+    EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * optimizer().lr) << net.name;  // noise: see compare_weights.hpp
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, DistributedTraining,
+    testing::Values(DistributedCase{"gpipe", "gpipe", 1, partition::Recompute::none},
+                    DistributedCase{"one_f_one_b", "1f1b", 1, partition::Recompute::none},
+                    DistributedCase{"interleaved", "interleaved", 2, partition::Recompute::none},
+                    DistributedCase{"split_w", "1f1b-split-w", 1, partition::Recompute::none},
+                    DistributedCase{"selective_recompute", "1f1b", 1, partition::Recompute::selective},
+                    DistributedCase{"full_recompute", "1f1b", 1, partition::Recompute::full},
+                    DistributedCase{"parameter_server", "1f1b", 1, partition::Recompute::none, partition::SyncKind::ps},
+                    // WSP with staleness 0 is synchronous training.
+                    DistributedCase{"wsp_staleness_0", "gpipe", 1, partition::Recompute::none, partition::SyncKind::wsp}),
+    [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
+
+// WSP with staleness 2: workers run on weights up to three steps old, and training still
+// converges on the Markov stream (to within 10% of its entropy in 600 steps here, against
+// 2% for synchronous training in the test below).
+TEST(Training, WaveSynchronousWithStalenessTwoStillConverges) {
+  const model::Network net =
+      model::network_from_spec("llama:layers=2,hidden=48,heads=2,seq=16,vocab=32,ffn=128", model::Precision::fp32);
+  partition::PlanOptions o = options(2, 2, 2, "1f1b");
+  o.micro_batch = 8;
+  o.sync = partition::SyncKind::wsp;
+  o.staleness = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), net, o);
+  ASSERT_EQ(plan.layout.sync.staleness, 2);
+  OptimizerOptions adam;
+  adam.lr = 3e-3;
+  adam.weight_decay = 0;
+  const double entropy = exec::markov_stream(32, 3)->entropy_nats();
+  const Trained t = train(plan, 600, adam, 3);
+  ASSERT_EQ(t.losses.size(), 600u);
+  double last = 0;
+  for (size_t i = t.losses.size() - 50; i < t.losses.size(); ++i) last += t.losses[i] / 50;
+  EXPECT_LT(last, 1.10 * entropy) << "entropy " << entropy << ", first loss " << t.losses.front();
+}
+
+TEST(Training, TwoRunsAreBitwiseEqual) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(2), options(2, 2, 2, "1f1b"));
+  const Trained a = train(plan, 2, optimizer()), b = train(plan, 2, optimizer());
+  EXPECT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.weights.tensors.size(), b.weights.tensors.size());
+  for (size_t i = 0; i < a.weights.tensors.size(); ++i) EXPECT_EQ(a.weights.tensors[i].data, b.weights.tensors[i].data);
+}
+
+TEST(Training, UncoveredLayoutsAreRefusedNamingWhat) {
+  partition::PlanOptions o = options(1, 1, 2, "1f1b");
+  o.tensor = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_llama(), o);
+  try {
+    exec::CpuTraining training(plan, exec::markov_stream(101, 1), {}, 1);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor parallelism"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Training, InitialWeightsComeFromTheFileAndGoBackOut) {
+  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_gpt(), options(2, 1, 2, "1f1b"));
+  exec::CpuTraining fresh(plan, exec::markov_stream(97, 1), {}, 99);
+  exec::SafetensorsFile init = fresh.weights();
+  for (auto& t : init.tensors) t.data[0] = 0.25f;  // recognisable
+  exec::CpuTraining loaded(plan, exec::markov_stream(97, 1), {}, 1, &init, "init.safetensors");
+  const exec::SafetensorsFile out = loaded.weights();
+  ASSERT_EQ(out.tensors.size(), init.tensors.size());
+  for (size_t i = 0; i < out.tensors.size(); ++i) {
+    EXPECT_EQ(out.tensors[i].name, init.tensors[i].name);
+    EXPECT_EQ(out.tensors[i].shape, init.tensors[i].shape);
+    EXPECT_EQ(out.tensors[i].data, init.tensors[i].data) << out.tensors[i].name;
+  }
+  // A file of the wrong shape names the tensor and both shapes.
+  exec::SafetensorsFile wrong = init;
+  wrong.tensors[1].shape = {1, 2};
+  try {
+    exec::CpuTraining bad(plan, exec::markov_stream(97, 1), {}, 1, &wrong, "wrong.safetensors");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), "wrong.safetensors");
+    EXPECT_EQ(e.field(), wrong.tensors[1].name);
+  }
+}
+
+// The "learns": on the Markov stream a small decoder's loss falls to within 5% of
+// the stream's entropy rate (the floor no model can beat). 1,000 steps of 512 tokens; the
+// mean of the last 50 losses (each step's own batch) lands about 2% above the floor.
+TEST(Training, LearnsTheMarkovStreamToWithinFivePercentOfItsEntropy) {
+  const model::Network net =
+      model::network_from_spec("llama:layers=1,hidden=48,heads=2,seq=16,vocab=32,ffn=128", model::Precision::fp32);
+  partition::PlanOptions o = options(1, 1, 1, "1f1b");
+  o.micro_batch = 32;
+  const Plan plan = test_support::planned(model::cpu_cluster(1), net, o);
+  OptimizerOptions adam;
+  adam.lr = 3e-3;
+  adam.weight_decay = 0;
+  const double entropy = exec::markov_stream(32, 3)->entropy_nats();
+  const Trained t = train(plan, 1000, adam, 3);
+  ASSERT_EQ(t.losses.size(), 1000u);
+  double last = 0;
+  for (size_t i = t.losses.size() - 50; i < t.losses.size(); ++i) last += t.losses[i] / 50;
+  EXPECT_GT(t.losses.front(), 2 * entropy);
+  EXPECT_LT(last, 1.05 * entropy) << "entropy " << entropy << ", first loss " << t.losses.front();
+}
+
+}  // namespace
+}  // namespace hetflow
