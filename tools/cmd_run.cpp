@@ -5,10 +5,15 @@
 #include <fstream>
 #include <iomanip>
 #include <ostream>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include "exec/cpu_backend.hpp"
 #include "exec/engine.hpp"
+#include "exec/safetensors.hpp"
+#include "exec/token_data.hpp"
+#include "exec/training.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/estimate.hpp"
@@ -33,6 +38,18 @@ struct Request {
   double watchdog_s = 60;
   double flop_scale = 1;
   double max_buffer_bytes = 4.0 * 1024 * 1024;
+  std::string compute = "auto";  // auto | real | proxy
+  std::string data_path, init_weights, save_weights;
+  std::uint64_t seed = 1234;
+  exec::OptimizerOptions optimizer;
+};
+
+// Real math when asked for, or (auto) when the plan is one it covers; why not otherwise.
+struct Training {
+  std::unique_ptr<exec::CpuTraining> training;
+  std::string proxy_reason;  // auto fell back to proxies: why
+  std::string data;          // what the tokens are
+  double entropy_nats = 0;   // the synthetic stream's: the loss floor
 };
 
 void write_file(const std::string& path, const std::string& text, const std::string& option) {
@@ -82,12 +99,44 @@ Request read_request(po::variables_map& vm) {
     throw InputError("<command line>", 0, "--max-buffer", "expected a size between 0 and 1 GiB, found '" +
                                                               vm["max-buffer"].as<std::string>() + "'");
   }
+  r.compute = vm["compute"].as<std::string>();
+  if (r.compute != "auto" && r.compute != "real" && r.compute != "proxy") {
+    throw InputError("<command line>", 0, "--compute", "expected auto, real or proxy, found '" + r.compute + "'");
+  }
+  if (vm.count("data-path")) r.data_path = vm["data-path"].as<std::string>();
+  if (vm.count("init-weights")) r.init_weights = vm["init-weights"].as<std::string>();
+  if (vm.count("save-weights")) r.save_weights = vm["save-weights"].as<std::string>();
+  const long long seed = vm["seed"].as<long long>();
+  if (seed < 0) throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0");
+  r.seed = static_cast<std::uint64_t>(seed);
+  auto number = [&](const char* name, double low, double high, bool low_open) {
+    const double x = parsed(vm, name, u::parse_number);
+    if (!(low_open ? x > low : x >= low) || !(x <= high)) {
+      throw InputError("<command line>", 0, std::string("--") + name,
+                       "expected a number " + std::string(low_open ? "above " : "from ") + u::format_number(low) +
+                           " to " + u::format_number(high) + ", found '" + vm[name].as<std::string>() + "'");
+    }
+    return x;
+  };
+  r.optimizer.lr = number("lr", 0, 10, false);
+  r.optimizer.adam_beta1 = number("adam-beta1", 0, 0.999999, false);
+  r.optimizer.adam_beta2 = number("adam-beta2", 0, 0.999999999, false);
+  r.optimizer.adam_eps = number("adam-eps", 0, 1, true);
+  r.optimizer.weight_decay = number("weight-decay", 0, 10, false);
+  r.optimizer.clip_grad = number("clip-grad", 0, 1e12, false);
+  if (r.compute == "proxy") {
+    for (const char* name : {"data-path", "init-weights", "save-weights"}) {
+      if (vm.count(name)) throw InputError("<command line>", 0, std::string("--") + name, "needs --compute real (proxies train nothing)");
+    }
+  }
   if (vm.count("plan")) {
     // A plan fixes its cluster, network and layout; only the run may change.
     for (const auto& [name, value] : vm) {
-      const bool allowed = name == "plan" || name == "steps" || name == "warmup" || name == "backend" ||
-                           name == "trace" || name == "chrome" || name == "watchdog" || name == "max-tasks" ||
-                           name == "flop-scale" || name == "max-buffer" || name == "calibration" || name == "json";
+      static const std::set<std::string> run_options{
+          "plan", "steps", "warmup", "backend", "trace", "chrome", "watchdog", "max-tasks", "flop-scale", "max-buffer",
+          "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
+          "adam-beta2", "adam-eps", "weight-decay", "clip-grad"};
+      const bool allowed = run_options.count(name) > 0;
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
                          "a plan file fixes its cluster, network and layout; give either --plan or --" + name);
@@ -109,6 +158,44 @@ Request read_request(po::variables_map& vm) {
   return r;
 }
 
+// The training a real-math run does: its token source, its initial weights, its optimizer.
+Training make_training(const Request& r) {
+  Training t;
+  if (r.compute == "proxy") return t;
+  const partition::Plan& plan = r.plan;
+  try {
+    if (!plan.network.architecture) {
+      throw PlanError("the network '" + plan.network.name + "' is not a transformer: real math covers GPT-2 and LLaMA "
+                      "style decoders, other networks run as FLOP-matched proxies");
+    }
+    exec::decoder_shape(*plan.network.architecture);  // a PlanError when the family is not covered
+    const int vocab = plan.network.architecture->vocab;
+    std::unique_ptr<exec::TokenSource> data;
+    if (!r.data_path.empty()) {
+      data = exec::open_token_file(r.data_path, vocab);
+    } else {
+      auto markov = exec::markov_stream(vocab, r.seed);
+      t.entropy_nats = markov->entropy_nats();
+      data = std::move(markov);
+    }
+    t.data = data->describe();
+    std::optional<exec::SafetensorsFile> init;
+    if (!r.init_weights.empty()) init = exec::read_safetensors(r.init_weights);
+    t.training = std::make_unique<exec::CpuTraining>(plan, std::move(data), r.optimizer, r.seed,
+                                                     init ? &*init : nullptr, r.init_weights);
+  } catch (const PlanError& e) {
+    if (r.compute == "real") throw;
+    t.proxy_reason = e.what();
+  }
+  if (!t.training) {
+    for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
+                                        {"--save-weights", r.save_weights}}) {
+      if (!value.empty()) throw InputError("<command line>", 0, option, "needs real math, and this plan runs proxies: " + t.proxy_reason);
+    }
+  }
+  return t;
+}
+
 // The same plan with every compute task's work scaled as the run scales it: the estimate
 // then predicts the run that happens.
 partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
@@ -127,7 +214,17 @@ struct Figures {
   std::vector<double> step_s;  // per iteration (warm-up included)
   double iteration_time_s = 0;  // mean over the steps after the warm-up
   double samples_per_s = 0, tokens_per_s = 0;
+  double mfu = 0, analytic_mfu = 0;  // model FLOPs per second over the devices' peak
+  std::vector<double> losses;  // per step, real math only
 };
+
+// The devices' summed peak at the precision the run computes in (FP32 for real math on the
+// CPU back end, the plan's otherwise).
+double peak_flops_per_s(const partition::Plan& plan, model::Precision precision) {
+  double peak = 0;
+  for (const model::Device& d : plan.cluster.devices()) peak += plan.cluster.device_gpu(d).peak_flops_per_s(precision);
+  return peak;
+}
 
 Figures figures(const exec::RunResult& result, const partition::Plan& plan, int warmup) {
   Figures f;
@@ -154,10 +251,17 @@ Figures figures(const exec::RunResult& result, const partition::Plan& plan, int 
   return f;
 }
 
+void add_mfu(Figures& f, const partition::Plan& plan, const partition::Estimate& e, bool real) {
+  const double peak = peak_flops_per_s(plan, real ? model::Precision::fp32 : plan.layout.precision);
+  const double model_flops = plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration();
+  if (peak > 0 && f.iteration_time_s > 0) f.mfu = model_flops / f.iteration_time_s / peak;
+  if (peak > 0 && e.iteration_time_s > 0) f.analytic_mfu = model_flops / e.iteration_time_s / peak;
+}
+
 double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
 
-Json report_json(const Request& r, const exec::RunResult& result, const Figures& f, const traces::Metrics& m,
-                 const partition::Estimate& e) {
+Json report_json(const Request& r, const Training& t, const exec::RunResult& result, const Figures& f,
+                 const traces::Metrics& m, const partition::Estimate& e) {
   const partition::Plan& plan = r.plan;
   Json j;
   j["completed"] = result.completed;
@@ -166,11 +270,22 @@ Json report_json(const Request& r, const exec::RunResult& result, const Figures&
   j["fingerprint"] = plan.fingerprint;
   j["backend"] = "cpu";
   j["compute"] = result.trace.compute;
+  if (!t.proxy_reason.empty()) j["proxy_reason"] = t.proxy_reason;
+  if (t.training) {
+    j["model"] = t.training->describe();
+    j["data"] = t.data;
+    if (t.entropy_nats > 0) j["data_entropy_nats"] = t.entropy_nats;
+    j["optimizer"] = {{"lr", r.optimizer.lr}, {"adam_beta1", r.optimizer.adam_beta1}, {"adam_beta2", r.optimizer.adam_beta2},
+                      {"adam_eps", r.optimizer.adam_eps}, {"weight_decay", r.optimizer.weight_decay},
+                      {"clip_grad", r.optimizer.clip_grad}};
+  }
   j["flop_scale"] = r.flop_scale;
   j["warmup"] = r.warmup;
   Json steps = Json::array();
   for (size_t i = 0; i < f.step_s.size(); ++i) {
-    steps.push_back({{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}});
+    Json step = {{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}};
+    if (i < f.losses.size()) step["loss"] = f.losses[i];
+    steps.push_back(std::move(step));
   }
   j["steps"] = std::move(steps);
   j["iteration_time_s"] = f.iteration_time_s;
@@ -180,6 +295,8 @@ Json report_json(const Request& r, const exec::RunResult& result, const Figures&
   j["analytic_throughput_samples_per_s"] = e.throughput_samples_per_s;
   j["throughput_tokens_per_s"] = f.tokens_per_s;
   j["analytic_throughput_tokens_per_s"] = e.throughput_tokens_per_s;
+  j["mfu"] = f.mfu;
+  j["analytic_mfu"] = f.analytic_mfu;
   j["wall_s"] = result.wall_s;
   j["task_instances"] = result.task_instances;
   Json devices = Json::array();
@@ -205,17 +322,31 @@ std::string percent(double fraction) {
   return s.str();
 }
 
-void report_text(std::ostream& out, const Request& r, const exec::RunResult& result, const Figures& f,
-                 const traces::Metrics& m, const partition::Estimate& e) {
+void report_text(std::ostream& out, const Request& r, const Training& t, const exec::RunResult& result,
+                 const Figures& f, const traces::Metrics& m, const partition::Estimate& e) {
   const partition::Plan& plan = r.plan;
   print_layout(out, plan);
-  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu, compute " << result.trace.compute
-      << ": FLOP-matched sgemm, not the model's math";
-  if (r.flop_scale != 1) out << ", FLOPs x " << r.flop_scale;
+  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu, compute " << result.trace.compute;
+  if (t.training) {
+    out << ": the model's training math in FP32";
+    if (plan.layout.precision != model::Precision::fp32) out << " (the plan says " << to_string(plan.layout.precision) << ")";
+  } else {
+    out << ": FLOP-matched sgemm, not the model's math";
+    if (r.flop_scale != 1) out << ", FLOPs x " << r.flop_scale;
+  }
   out << "): " << result.task_instances << " task instances in " << u::human_time_s(result.wall_s) << "\n";
+  if (!t.proxy_reason.empty()) out << "  proxies because " << t.proxy_reason << "\n";
+  if (t.training) {
+    out << "  model: " << t.training->describe() << "\n  data: " << t.data
+        << (t.entropy_nats > 0 ? " (the loss a perfect model reaches)" : "") << "\n";
+    out << "  AdamW lr " << r.optimizer.lr << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
+        << ", eps " << r.optimizer.adam_eps << ", weight decay " << r.optimizer.weight_decay << ", clip-grad "
+        << r.optimizer.clip_grad << "\n";
+  }
   for (size_t i = 0; i < f.step_s.size(); ++i) {
-    out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i])
-        << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
+    out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
+    if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
+    out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }
   out << "\n  " << std::left << std::setw(18) << "" << std::right << std::setw(14) << "measured" << std::setw(14)
       << "estimate" << std::setw(10) << "error" << "\n";
@@ -236,6 +367,7 @@ void report_text(std::ostream& out, const Request& r, const exec::RunResult& res
     row("tokens/s", number(f.tokens_per_s, 0), number(e.throughput_tokens_per_s, 0),
         relative_error(f.tokens_per_s, e.throughput_tokens_per_s));
   }
+  row("MFU", number(100 * f.mfu, 1) + " %", number(100 * f.analytic_mfu, 1) + " %", relative_error(f.mfu, f.analytic_mfu));
   out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "utilization" << std::setw(10)
       << "estimate" << std::setw(12) << "busy" << std::setw(11) << "estimate" << std::setw(17) << "peak tensors"
       << std::setw(11) << "plan" << "\n";
@@ -254,8 +386,12 @@ void report_text(std::ostream& out, const Request& r, const exec::RunResult& res
         << std::defaultfloat;
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
-  out << "  (peak tensors: transient tensors alive at once, by the plan's bytes; host buffers are capped at "
-      << u::human_bytes(r.max_buffer_bytes) << " each)\n";
+  out << "  (peak tensors: transient tensors alive at once, by the plan's bytes; ";
+  if (t.training) {
+    out << "host buffers hold exactly the FP32 activations that travel, the rest is the model's own)\n";
+  } else {
+    out << "host buffers are capped at " << u::human_bytes(r.max_buffer_bytes) << " each)\n";
+  }
 }
 
 }  // namespace
@@ -272,6 +408,18 @@ void run_options(po::options_description& options) {
        "run compute tasks with their FLOPs times this (e.g. 0.001 for a GPU plan on a CPU)")
       ("max-buffer", po::value<std::string>()->default_value("4 MiB"),
        "host bytes allocated per tensor and moved per message at most (the accounting keeps the plan's bytes)")
+      ("compute", po::value<std::string>()->default_value("auto"),
+       "real (the model's training math) | proxy (FLOP-matched sgemm) | auto (real where covered)")
+      ("data-path", po::value<std::string>(), "training tokens, an llm.c token file (default: a seeded Markov stream)")
+      ("init-weights", po::value<std::string>(), "start from these weights (safetensors, HuggingFace names)")
+      ("save-weights", po::value<std::string>(), "write the FP32 weights after the last step (safetensors)")
+      ("seed", po::value<long long>()->default_value(1234), "seed of the initial weights and the Markov stream")
+      ("lr", po::value<std::string>()->default_value("3e-4"), "AdamW learning rate (constant)")
+      ("adam-beta1", po::value<std::string>()->default_value("0.9"), "AdamW beta1")
+      ("adam-beta2", po::value<std::string>()->default_value("0.999"), "AdamW beta2")
+      ("adam-eps", po::value<std::string>()->default_value("1e-8"), "AdamW epsilon")
+      ("weight-decay", po::value<std::string>()->default_value("0.01"), "decoupled weight decay of matrices and embeddings")
+      ("clip-grad", po::value<std::string>()->default_value("1.0"), "clip gradients to this global norm (0: off)")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
       ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)");
 }
@@ -287,20 +435,26 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm, plan.cluster));
 
   // 2. The run.
-  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes});
+  const Training training = make_training(request);
+  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes}, training.training.get());
   exec::EngineOptions engine;
   engine.watchdog_s = request.watchdog_s;
   engine.max_buffer_bytes = request.max_buffer_bytes;
   const exec::RunResult result = exec::run_plan(plan, backend, engine);
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
+  if (training.training && result.completed && !request.save_weights.empty()) {
+    exec::write_safetensors(request.save_weights, training.training->weights());
+  }
   const partition::Estimate analytic = partition::estimate_plan(scaled(plan, request.flop_scale), cost);
-  const Figures f = figures(result, plan, request.warmup);
+  Figures f = figures(result, plan, request.warmup);
+  add_mfu(f, plan, analytic, training.training != nullptr);
+  if (training.training) f.losses = training.training->losses();
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, report_json(request, result, f, m, analytic));
+    print_json(out, report_json(request, training, result, f, m, analytic));
     return result.completed ? 0 : 4;
   }
   if (!result.completed) {
@@ -309,7 +463,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
     if (vm.count("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
     return 4;
   }
-  report_text(out, request, result, f, m, analytic);
+  report_text(out, request, training, result, f, m, analytic);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   return 0;

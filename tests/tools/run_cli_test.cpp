@@ -2,6 +2,7 @@
 // writes, plan files, and bad options (exit 2).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ const char* kTiny = "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=
 TEST(RunCli, JsonSummaryTraceAndSteps) {
   const auto dir = scratch_dir();
   const std::string csv = (dir / "t.csv").string(), chrome = (dir / "t.json").string();
-  const auto r = run_hetflow(std::string("run ") + kTiny + " --steps 2 --warmup 1 --json --trace " + csv + " --chrome " + chrome);
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --compute proxy --steps 2 --warmup 1 --json --trace " + csv + " --chrome " + chrome);
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j["completed"].get<bool>());
@@ -45,7 +46,7 @@ TEST(RunCli, TextReportAndPlanFile) {
   const auto dir = scratch_dir();
   const std::string plan = (dir / "plan.json").string();
   ASSERT_EQ(run_hetflow(std::string("plan ") + kTiny + " --out " + plan).status, 0);
-  const auto r = run_hetflow("run --plan " + plan + " --steps 1 --flop-scale 0.5");
+  const auto r = run_hetflow("run --plan " + plan + " --compute proxy --steps 1 --flop-scale 0.5");
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* text : {"step   0", "(warm-up)", "iteration time", "estimate", "tokens/s", "compute proxy", "FLOPs x 0.5",
                            "peak tensors"}) {
@@ -67,6 +68,14 @@ TEST(RunCli, BadOptionsExit2) {
       {"--max-buffer 2TiB", "--max-buffer"},
       {"--iterations 4", "--steps"},
       {"--steps 100000 --max-tasks 1000", "--max-tasks"},
+      {"--compute maybe", "--compute: expected auto, real or proxy"},
+      {"--lr -1", "--lr"},
+      {"--adam-eps 0", "--adam-eps"},
+      {"--adam-beta2 1", "--adam-beta2"},
+      {"--clip-grad nan", "--clip-grad"},
+      {"--compute proxy --init-weights w.safetensors", "--init-weights: needs --compute real"},
+      {"--data-path /nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
+      {"--init-weights /nonexistent/w.safetensors", "/nonexistent/w.safetensors"},
   };
   for (const Bad& b : bad) {
     const auto r = run_hetflow(std::string("run ") + kTiny + " " + b.args);
@@ -82,7 +91,7 @@ TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
   const auto dir = scratch_dir();
   const std::string csv = (dir / "partial.csv").string();
   // Compute tasks of seconds each against a 100 ms watchdog: the first one trips it.
-  const auto r = run_hetflow(std::string("run ") + kTiny + " --flop-scale 100000 --watchdog 100ms --trace " + csv);
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --compute proxy --flop-scale 100000 --watchdog 100ms --trace " + csv);
   EXPECT_EQ(r.status, 4) << r.err << r.out;
   EXPECT_NE(r.out.find("THE RUN DID NOT COMPLETE"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("watchdog"), std::string::npos) << r.out;
@@ -112,4 +121,42 @@ TEST(RunCli, APlanThatCannotRunExits3) {
     }
   }
   FAIL() << "the plan has no receive";
+}
+
+// Real math (the default where the plan is covered): the loss of every step, the model and
+// the data it trained on, and weights that go back out.
+TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
+  const auto dir = scratch_dir();
+  const std::string weights = (dir / "w.safetensors").string();
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --precision fp32 --steps 3 --warmup 0 --lr 1e-2 --save-weights " +
+                             weights + " --json");
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["compute"], "real");
+  ASSERT_EQ(j["steps"].size(), 3u);
+  // A fresh model predicts about uniformly: ln(256) per token (learning is tested in exec/).
+  EXPECT_NEAR(j["steps"][0]["loss"].get<double>(), std::log(256.0), 0.1);
+  EXPECT_GT(j["data_entropy_nats"].get<double>(), 0);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
+  EXPECT_NE(j["model"].get<std::string>().find("GPT-2 style"), std::string::npos);
+  const auto text = run_hetflow(std::string("run ") + kTiny + " --steps 1 --init-weights " + weights);
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const char* says : {"compute real: the model's training math in FP32 (the plan says fp16)", "loss ", "model: GPT-2 style",
+                           "data: ", "MFU", "AdamW lr 0.0003"}) {
+    EXPECT_NE(text.out.find(says), std::string::npos) << says << "\n" << text.out;
+  }
+}
+
+TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
+  const std::string tp = "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --workspace 0";
+  const auto r = run_hetflow("run " + tp + " --steps 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("proxies because real math does not cover tensor parallelism yet"), std::string::npos) << r.out;
+  const auto refused = run_hetflow("run " + tp + " --steps 1 --compute real");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("tensor parallelism"), std::string::npos) << refused.err;
+  const auto cnn = run_hetflow("run --cluster cpu-1 --model resnet50 --micro-batch 1 --microbatches 1 --workspace 0 --steps 1 "
+                               "--flop-scale 0.001");
+  ASSERT_EQ(cnn.status, 0) << cnn.err;
+  EXPECT_NE(cnn.out.find("compute proxy"), std::string::npos) << cnn.out;
 }
