@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iomanip>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -71,10 +73,14 @@ void compare_with_torch(const std::string& config, int seq) {
   ASSERT_EQ(report["steps"].size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const double ours = report["steps"][i]["loss"].get<double>(), theirs = reference[i].get<double>();
+    std::cout << std::setprecision(9) << config << " step " << i << ": loss " << ours << " (PyTorch " << theirs << ", relative "
+              << std::abs(ours - theirs) / theirs << ")\n";
     EXPECT_NEAR(ours, theirs, 1e-5 * theirs) << config << " step " << i;
   }
   const auto diff = hetflow::test_support::compare_weights(hetflow::exec::read_safetensors(got),
                                                          hetflow::exec::read_safetensors(want));
+  std::cout << config << ": worst tensor " << diff.worst << " at " << diff.worst_relative
+            << " relative; key bias within " << diff.key_bias_abs << "\n";
   EXPECT_TRUE(diff.same_names) << "hetflow and PyTorch wrote different tensors";
   EXPECT_LT(diff.worst_relative, 1e-5) << config << ": " << diff.worst;
   // Noise moves a parameter by lr |g| / (|g| + eps) a step, under 1% of lr for |g| < 1e-10;
