@@ -1,11 +1,18 @@
 // hetflow run: execute a plan (a file, or built from the plan options) on a back end; print
-// each step's time and the measured figures beside the analytic estimate of the same plan;
-// write the trace. Three steps, as in simulate: read what was asked, run it, report it.
+// each step's time (and loss, when it trains) and the measured figures beside the
+// simulator's prediction and the analytic estimate of the same plan; write the trace. Three steps, as in simulate: read what was asked, run it, report it.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -19,6 +26,7 @@
 #include "partition/estimate.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/validate.hpp"
+#include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
@@ -208,6 +216,51 @@ partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
   return out;
 }
 
+// On a terminal, a line on stderr as each step completes ("step 3/5: 65.2 ms, loss
+// 6.135571"); nothing otherwise, so logs and pipes get the report alone.
+class StepProgress {
+ public:
+  StepProgress(const partition::Plan& plan, const exec::CpuTraining* training)
+      : training_(training), per_step_(plan.tasks.size()), done_(static_cast<size_t>(plan.iterations())),
+        enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr),
+        start_(std::chrono::steady_clock::now()) {}
+  bool enabled() const { return enabled_; }
+  // From the engine's threads, after every task instance.
+  void task_end(int iteration) {
+    if (iteration < 0 || static_cast<size_t>(iteration) >= done_.size()) return;
+    if (done_[static_cast<size_t>(iteration)].fetch_add(1) + 1 != per_step_) return;
+    std::lock_guard lock(mutex_);
+    const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::string line = "step " + std::to_string(iteration + 1) + "/" + std::to_string(done_.size()) + ": " +
+                       u::human_time_s(now_s - last_s_);
+    last_s_ = now_s;
+    if (training_ != nullptr) {
+      const std::vector<double> losses = training_->losses();
+      if (static_cast<size_t>(iteration) < losses.size()) {
+        std::ostringstream loss;
+        loss << std::fixed << std::setprecision(6) << losses[static_cast<size_t>(iteration)];
+        line += ", loss " + loss.str();
+      }
+    }
+    std::fprintf(stderr, "\r%-60s", line.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (shown_) std::fprintf(stderr, "\r%-60s\r", "");
+  }
+
+ private:
+  const exec::CpuTraining* training_;
+  size_t per_step_;
+  std::vector<std::atomic<size_t>> done_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_;
+  std::mutex mutex_;
+  double last_s_ = 0;
+  bool shown_ = false;
+};
+
 // --- step 3: the report ---
 
 struct Figures {
@@ -226,10 +279,10 @@ double peak_flops_per_s(const partition::Plan& plan, model::Precision precision)
   return peak;
 }
 
-Figures figures(const exec::RunResult& result, const partition::Plan& plan, int warmup) {
+Figures figures(const traces::Trace& trace, const partition::Plan& plan, int warmup) {
   Figures f;
   std::vector<double> end(static_cast<size_t>(plan.iterations()), 0);
-  for (const traces::Event& e : result.trace.events) {
+  for (const traces::Event& e : trace.events) {
     if (e.iteration >= 0 && e.iteration < plan.iterations()) end[static_cast<size_t>(e.iteration)] = std::max(end[static_cast<size_t>(e.iteration)], e.end_s);
   }
   double previous = 0, total = 0;
@@ -251,17 +304,46 @@ Figures figures(const exec::RunResult& result, const partition::Plan& plan, int 
   return f;
 }
 
-void add_mfu(Figures& f, const partition::Plan& plan, const partition::Estimate& e, bool real) {
+// Model FLOPs per second over the devices' peak, for an iteration of this length.
+double mfu(const partition::Plan& plan, double iteration_time_s, bool real) {
   const double peak = peak_flops_per_s(plan, real ? model::Precision::fp32 : plan.layout.precision);
   const double model_flops = plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration();
-  if (peak > 0 && f.iteration_time_s > 0) f.mfu = model_flops / f.iteration_time_s / peak;
-  if (peak > 0 && e.iteration_time_s > 0) f.analytic_mfu = model_flops / e.iteration_time_s / peak;
+  return peak > 0 && iteration_time_s > 0 ? model_flops / iteration_time_s / peak : 0;
+}
+
+// The simulator's prediction for the plan that ran (compute scaled as the run scaled it).
+struct Simulated {
+  bool completed = false;
+  std::string error;
+  Figures f;
+  traces::Metrics m;
+};
+
+Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibration& calibration, int warmup,
+                        const partition::CostModel& cost, bool real) {
+  Simulated out;
+  sim::SimOptions options;
+  options.calibration = calibration;
+  try {
+    const sim::SimResult r = sim::simulate(scaled_plan, options);
+    out.completed = r.completed;
+    if (!r.completed) {
+      out.error = r.stalls.empty() ? "the simulation did not complete" : r.stalls.front();
+      return out;
+    }
+    out.f = figures(r.trace, scaled_plan, warmup);
+    out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, real);
+    out.m = traces::compute_metrics(r.trace, scaled_plan, cost);
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  return out;
 }
 
 double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
 
 Json report_json(const Request& r, const Training& t, const exec::RunResult& result, const Figures& f,
-                 const traces::Metrics& m, const partition::Estimate& e) {
+                 const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim) {
   const partition::Plan& plan = r.plan;
   Json j;
   j["completed"] = result.completed;
@@ -297,6 +379,15 @@ Json report_json(const Request& r, const Training& t, const exec::RunResult& res
   j["analytic_throughput_tokens_per_s"] = e.throughput_tokens_per_s;
   j["mfu"] = f.mfu;
   j["analytic_mfu"] = f.analytic_mfu;
+  j["simulated"] = sim.completed;
+  if (!sim.error.empty()) j["simulation_error"] = sim.error;
+  if (sim.completed) {
+    j["simulated_iteration_time_s"] = sim.f.iteration_time_s;
+    j["simulated_iteration_time_error"] = relative_error(f.iteration_time_s, sim.f.iteration_time_s);
+    j["simulated_throughput_samples_per_s"] = sim.f.samples_per_s;
+    j["simulated_throughput_tokens_per_s"] = sim.f.tokens_per_s;
+    j["simulated_mfu"] = sim.f.mfu;
+  }
   j["wall_s"] = result.wall_s;
   j["task_instances"] = result.task_instances;
   Json devices = Json::array();
@@ -307,6 +398,8 @@ Json report_json(const Request& r, const Training& t, const exec::RunResult& res
                        {"analytic_busy_s", e.busy_s[d]},
                        {"utilization", d < m.devices.size() ? m.devices[d].utilization : 0},
                        {"analytic_utilization", analytic_util},
+                       {"simulated_utilization", sim.completed && d < sim.m.devices.size() ? sim.m.devices[d].utilization : 0},
+                       {"simulated_busy_s", sim.completed && d < sim.m.devices.size() ? sim.m.devices[d].busy_s : 0},
                        {"peak_transient_bytes", result.memory[d].peak_transient_bytes},
                        {"plan_transient_bytes", plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes},
                        {"persistent_bytes", result.memory[d].persistent_bytes},
@@ -323,7 +416,7 @@ std::string percent(double fraction) {
 }
 
 void report_text(std::ostream& out, const Request& r, const Training& t, const exec::RunResult& result,
-                 const Figures& f, const traces::Metrics& m, const partition::Estimate& e) {
+                 const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim) {
   const partition::Plan& plan = r.plan;
   print_layout(out, plan);
   out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu, compute " << result.trace.compute;
@@ -348,28 +441,35 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
     if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
     out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }
-  out << "\n  " << std::left << std::setw(18) << "" << std::right << std::setw(14) << "measured" << std::setw(14)
-      << "estimate" << std::setw(10) << "error" << "\n";
-  auto row = [&](const std::string& what, const std::string& measured, const std::string& estimate, double error) {
-    out << "  " << std::left << std::setw(18) << what << std::right << std::setw(14) << measured << std::setw(14)
-        << estimate << std::setw(10) << percent(error) << "\n";
+  out << "\n  " << std::left << std::setw(16) << "" << std::right << std::setw(12) << "measured" << std::setw(13)
+      << "simulated" << std::setw(10) << "error" << std::setw(12) << "estimate" << std::setw(10) << "error" << "\n";
+  // Each figure beside the simulator's prediction and the analytic estimate of the same plan.
+  auto row = [&](const std::string& what, double measured, double simulated, double estimate, auto show) {
+    out << "  " << std::left << std::setw(16) << what << std::right << std::setw(12) << show(measured) << std::setw(13)
+        << (sim.completed ? show(simulated) : std::string("-")) << std::setw(10)
+        << (sim.completed ? percent(relative_error(measured, simulated)) : std::string("-")) << std::setw(12)
+        << show(estimate) << std::setw(10) << percent(relative_error(measured, estimate)) << "\n";
   };
-  auto number = [](double x, int precision) {
+  auto number = [](int precision) {
+    return [precision](double x) {
+      std::ostringstream s;
+      s << std::fixed << std::setprecision(precision) << x;
+      return s.str();
+    };
+  };
+  auto time = [](double x) { return u::human_time_s(x); };
+  auto share = [](double x) {
     std::ostringstream s;
-    s << std::fixed << std::setprecision(precision) << x;
+    s << std::fixed << std::setprecision(1) << 100 * x << " %";
     return s.str();
   };
-  row("iteration time", u::human_time_s(f.iteration_time_s), u::human_time_s(e.iteration_time_s),
-      relative_error(f.iteration_time_s, e.iteration_time_s));
-  row("samples/s", number(f.samples_per_s, 2), number(e.throughput_samples_per_s, 2),
-      relative_error(f.samples_per_s, e.throughput_samples_per_s));
-  if (plan.network.tokens_per_sample > 1) {
-    row("tokens/s", number(f.tokens_per_s, 0), number(e.throughput_tokens_per_s, 0),
-        relative_error(f.tokens_per_s, e.throughput_tokens_per_s));
-  }
-  row("MFU", number(100 * f.mfu, 1) + " %", number(100 * f.analytic_mfu, 1) + " %", relative_error(f.mfu, f.analytic_mfu));
-  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "utilization" << std::setw(10)
-      << "estimate" << std::setw(12) << "busy" << std::setw(11) << "estimate" << std::setw(17) << "peak tensors"
+  row("iteration time", f.iteration_time_s, sim.f.iteration_time_s, e.iteration_time_s, time);
+  row("samples/s", f.samples_per_s, sim.f.samples_per_s, e.throughput_samples_per_s, number(2));
+  if (plan.network.tokens_per_sample > 1) row("tokens/s", f.tokens_per_s, sim.f.tokens_per_s, e.throughput_tokens_per_s, number(0));
+  row("MFU", f.mfu, sim.f.mfu, f.analytic_mfu, share);
+  if (!sim.error.empty()) out << "  (no simulation: " << sim.error << ")\n";
+  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "utilization" << std::setw(11)
+      << "simulated" << std::setw(12) << "busy" << std::setw(11) << "simulated" << std::setw(17) << "peak tensors"
       << std::setw(11) << "plan" << "\n";
   size_t shown = 0;
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
@@ -377,13 +477,13 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
     if (++shown > 32) continue;
     const double util = d < m.devices.size() ? m.devices[d].utilization : 0;
     const double busy = d < m.devices.size() ? m.devices[d].busy_s : 0;
-    const double analytic_util = e.iteration_time_s > 0 ? e.busy_s[d] / e.iteration_time_s : 0;
-    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(12) << std::fixed
-        << std::setprecision(1) << 100 * util << "%" << std::setw(9) << 100 * analytic_util << "%" << std::setw(12)
-        << u::human_time_s(busy) << std::setw(11) << u::human_time_s(e.busy_s[d]) << std::setw(17)
+    const bool has_sim = sim.completed && d < sim.m.devices.size();
+    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(13) << share(util)
+        << std::setw(11)
+        << (has_sim ? share(sim.m.devices[d].utilization) : std::string("-")) << std::setw(12) << u::human_time_s(busy)
+        << std::setw(11) << (has_sim ? u::human_time_s(sim.m.devices[d].busy_s) : std::string("-")) << std::setw(17)
         << u::human_bytes(result.memory[d].peak_transient_bytes) << std::setw(11)
-        << u::human_bytes(plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes) << "\n"
-        << std::defaultfloat;
+        << u::human_bytes(plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes) << "\n";
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
   out << "  (peak tensors: transient tensors alive at once, by the plan's bytes; ";
@@ -440,21 +540,29 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   exec::EngineOptions engine;
   engine.watchdog_s = request.watchdog_s;
   engine.max_buffer_bytes = request.max_buffer_bytes;
+  StepProgress progress(plan, training.training.get());
+  if (progress.enabled()) engine.on_task_end = [&progress](const exec::TaskView& v) { progress.task_end(v.iteration); };
   const exec::RunResult result = exec::run_plan(plan, backend, engine);
+  progress.finish();
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
   if (training.training && result.completed && !request.save_weights.empty()) {
     exec::write_safetensors(request.save_weights, training.training->weights());
   }
-  const partition::Estimate analytic = partition::estimate_plan(scaled(plan, request.flop_scale), cost);
-  Figures f = figures(result, plan, request.warmup);
-  add_mfu(f, plan, analytic, training.training != nullptr);
+  const partition::Plan as_run = scaled(plan, request.flop_scale);
+  const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
+  const bool real = training.training != nullptr;
+  Figures f = figures(result.trace, plan, request.warmup);
+  f.mfu = mfu(plan, f.iteration_time_s, real);
+  f.analytic_mfu = mfu(plan, analytic.iteration_time_s, real);
+  const Simulated simulated =
+      result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster), request.warmup, cost, real) : Simulated{};
   if (training.training) f.losses = training.training->losses();
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, report_json(request, training, result, f, m, analytic));
+    print_json(out, report_json(request, training, result, f, m, analytic, simulated));
     return result.completed ? 0 : 4;
   }
   if (!result.completed) {
@@ -463,7 +571,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
     if (vm.count("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
     return 4;
   }
-  report_text(out, request, training, result, f, m, analytic);
+  report_text(out, request, training, result, f, m, analytic, simulated);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   return 0;

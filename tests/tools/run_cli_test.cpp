@@ -31,6 +31,10 @@ TEST(RunCli, JsonSummaryTraceAndSteps) {
   EXPECT_TRUE(j["steps"][0]["warmup"].get<bool>());
   EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
   EXPECT_GT(j["analytic_iteration_time_s"].get<double>(), 0);
+  // The simulator's prediction of the same plan, beside the measurement.
+  EXPECT_TRUE(j["simulated"].get<bool>());
+  EXPECT_GT(j["simulated_iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["devices"][0]["simulated_utilization"].get<double>(), 0);
   EXPECT_GT(j["throughput_tokens_per_s"].get<double>(), 0);
   ASSERT_EQ(j["devices"].size(), 2u);
   EXPECT_GT(j["devices"][0]["peak_transient_bytes"].get<double>(), 0);
