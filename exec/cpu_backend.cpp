@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "exec/training.hpp"
@@ -33,6 +34,10 @@ std::string nth(long long k) {
 
 size_t floats_of(double bytes) { return static_cast<size_t>(std::max(0.0, bytes)) / sizeof(float); }
 
+// The lane of the all-reduces inside tensor-parallel compute tasks (the stream slot holds
+// the communicator): apart from every lane partition::collective_steps uses.
+constexpr int kTensorParallelLane = 1000;
+
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training) : options_(options), training_(training) {
@@ -58,6 +63,17 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
+  // Tensor-parallel groups exchange inside compute tasks (real math): their lanes exist
+  // before the threads start, so no thread adds to the table while others read it.
+  for (size_t id = 0; id < plan.communicators.size(); ++id) {
+    const partition::Communicator& c = plan.communicators[id];
+    if (training_ == nullptr || c.name.rfind("tp ", 0) != 0) continue;
+    for (const int a : c.devices) {
+      for (const int b : c.devices) {
+        if (a != b) mailbox(a, b, kTensorParallelLane, static_cast<int>(id));
+      }
+    }
+  }
   steps_.assign(plan.tasks.size(), {});
   for (const partition::Collective& c : plan.collectives) {
     const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
@@ -98,7 +114,7 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
       if (training_ != nullptr) {
-        training_->compute(task, stop_);
+        training_->compute(task, stop_, this);
       } else {
         compute(task);
       }
@@ -177,10 +193,23 @@ void CpuBackend::collective(TaskContext& task) {
     }
   }
   const partition::Collective& c = plan_->collectives[static_cast<size_t>(task.spec->collective)];
-  const size_t count = floats_of(std::min(c.bytes, options_.max_message_bytes));
+  size_t count = floats_of(std::min(c.bytes, options_.max_message_bytes));
+  size_t at = 0;  // where the read tensor goes in the buffer
+  if (training_ != nullptr) {
+    // Real math: the buffer is the tensors' own floats; a smaller read tensor (a slice to
+    // all-gather) is this member's piece of it.
+    const size_t in = task.reads.empty() ? 0 : task.reads[0].size_bytes, out = task.writes.empty() ? 0 : task.writes[0].size_bytes;
+    count = std::max(in, out) / sizeof(float);
+    if (in < out) {
+      const auto& members = plan_->members(c);
+      const auto me = static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin());
+      at = std::min(count, static_cast<size_t>(std::llround(static_cast<double>(me) / static_cast<double>(members.size()) *
+                                                            static_cast<double>(count))));
+    }
+  }
   std::vector<float> buffer(count, 0.0f);
   if (!task.reads.empty()) {
-    std::memcpy(buffer.data(), task.reads[0].data, std::min(task.reads[0].size_bytes, count * sizeof(float)));
+    std::memcpy(buffer.data() + at, task.reads[0].data, std::min(task.reads[0].size_bytes, (count - at) * sizeof(float)));
   }
   run_steps(task, buffer);
   const Buffer* out = !task.writes.empty() ? &task.writes[0] : !task.reads.empty() ? &task.reads[0] : nullptr;
@@ -223,6 +252,40 @@ void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
       step.sends[i].mailbox->wait_taken(*posted[i]);
     }
   }
+}
+
+void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) {
+  const auto& members = plan_->communicator(communicator).devices;
+  const int me = task.spec->device;
+  const auto bytes = std::as_bytes(std::span<const float>(data.data(), data.size()));
+  std::vector<std::shared_ptr<Mailbox::Packet>> posted;
+  std::vector<Mailbox*> to;
+  for (const int peer : members) {
+    if (peer == me) continue;
+    to.push_back(lanes_.at({me, peer, kTensorParallelLane, communicator}).get());
+    posted.push_back(to.back()->post(bytes, bytes.size()));
+  }
+  std::vector<float> result(data.size(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  const auto combine = [&](const float* in) {
+    for (size_t i = 0; i < result.size(); ++i) result[i] = max ? std::max(result[i], in[i]) : result[i] + in[i];
+  };
+  for (const int peer : members) {  // in member order on every rank: the same sums everywhere
+    if (peer == me) {
+      combine(data.data());
+      continue;
+    }
+    task.waiting_for("a tensor-parallel all-reduce inside the task: the floats of device " + std::to_string(peer));
+    lanes_.at({peer, me, kTensorParallelLane, communicator})->take([&](std::span<const std::byte> in) {
+      if (in.size() != bytes.size()) throw Error("tensor-parallel all-reduce: device " + std::to_string(peer) + " sent " +
+                                                 std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes.size()));
+      combine(reinterpret_cast<const float*>(in.data()));
+    });
+  }
+  for (size_t i = 0; i < posted.size(); ++i) {
+    task.waiting_for("a tensor-parallel all-reduce inside the task: a peer to take its floats");
+    to[i]->wait_taken(*posted[i]);
+  }
+  std::copy(result.begin(), result.end(), data.begin());
 }
 
 double probe_sgemm_flops_per_s(double seconds, int n) {

@@ -23,6 +23,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/mailbox.hpp"
+#include "exec/training.hpp"
 
 namespace hetflow::exec {
 
@@ -31,9 +32,7 @@ struct CpuBackendOptions {
   double max_message_bytes = 4.0 * 1024 * 1024;  // bytes a transfer or collective buffer moves at most
 };
 
-class CpuTraining;
-
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public TensorParallelExchange {
  public:
   // With `training`, compute tasks run the model's real math (exec/training.hpp), transfers
   // carry whole FP32 activations and gradient collectives reduce the model's gradients;
@@ -43,6 +42,10 @@ class CpuBackend final : public Backend {
   std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
   std::optional<size_t> buffer_bytes(int tensor) const override;
+  // A tensor-parallel chunk's all-reduce inside a compute task: every member sends its floats
+  // to every other and adds them (or takes their maximum) in member order, so all get the
+  // same bits. Lanes apart from the plan's collectives.
+  void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) override;
   void run(TaskContext& task) override;
   void stop() override;
 

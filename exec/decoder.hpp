@@ -17,17 +17,33 @@
 //    array, same layout as the parameters). With split = true it computes only what the
 //    input gradient needs and leaves the weight-gradient GEMMs (and the embedding's scatter)
 //    for backward_weight(), zero-bubble style: the results are the same.
+//  - Tensor parallelism as Megatron splits it (rank r of t holds r's heads, MLP columns and
+//    vocabulary rows): the ranks all-reduce after each row-parallel layer and combine the
+//    vocabulary-parallel loss through a TensorParallelGroup; replicated parameters (norms,
+//    biases after a reduction, position embeddings) get the same gradients on every rank.
 //  - Deterministic: the same inputs give bitwise the same outputs.
 #include <memory>
+#include <span>
 
 #include "exec/decoder_params.hpp"
 #include "partition/layout.hpp"
 
 namespace hetflow::exec {
 
+// How the tensor-parallel ranks of a chunk combine floats between sublayers (Megatron's
+// all-reduces after each row-parallel layer, the vocabulary-parallel loss's maximum and
+// sums). Every rank calls it in the same order; all get the same bits back.
+class TensorParallelGroup {
+ public:
+  virtual ~TensorParallelGroup() = default;
+  virtual void all_reduce(std::span<float> data, bool max) = 0;
+};
+
 class DecoderChunk {
  public:
-  DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute);
+  // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares).
+  DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank = 0,
+               int tp = 1);
 
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
@@ -39,6 +55,11 @@ class DecoderChunk {
     float* output = nullptr;        // not the last chunk: [samples * S, C]
     const int* targets = nullptr;   // last chunk: samples * S next tokens
     float loss_scale = 0;           // last chunk: weight of each token's loss
+    // Tensor parallelism: this rank's part of the output, which the plan's all-reduce adds
+    // up (the last row-parallel layer's partial sums, the residual on rank 0), rather than
+    // the whole output.
+    bool output_partial = false;
+    TensorParallelGroup* group = nullptr;  // required when tp > 1
   };
   // What the forward keeps for the backward (opaque).
   struct Stash;
@@ -52,7 +73,11 @@ class DecoderChunk {
   StashPtr forward(const float* params, const Input& in, double& loss_sum) const;
   // dout: gradient of the chunk's output (nullptr on the last chunk); dinput: where the
   // input's gradient goes (nullptr on the first chunk), overwritten.
-  void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split) const;
+  // dinput_partial: rank 0 writes the input gradient and the others zeros, for the plan's
+  // all-reduce (Megatron's last backward all-reduce comes before a replicated norm, so it
+  // runs inside the task).
+  void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,
+                bool dinput_partial = false, TensorParallelGroup* group = nullptr) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
 

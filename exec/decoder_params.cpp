@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <tuple>
 
 #include "model/error.hpp"
 
@@ -43,11 +44,17 @@ namespace {
 class Builder {
  public:
   explicit Builder(ChunkParams& p) : p_(p) {}
-  // Adds a slot of `shape` (as files store it); returns its offset.
-  size_t add(std::string name, std::vector<std::int64_t> shape, bool transposed = false, bool tied_copy = false) {
+  // Adds a slot of the whole `shape` (as files store it) holding `pieces` of its [out, in]
+  // matrix (all of it when empty); returns its offset.
+  size_t add(std::string name, std::vector<std::int64_t> shape, bool transposed = false, std::vector<Piece> pieces = {},
+             bool tied_copy = false) {
     ParamSlot slot;
-    slot.count = 1;
-    for (auto d : shape) slot.count *= static_cast<size_t>(d);
+    slot.full_rows = shape.size() == 1 ? shape[0] : transposed ? shape[1] : shape[0];
+    slot.full_cols = shape.size() == 1 ? 1 : transposed ? shape[0] : shape[1];
+    if (pieces.empty()) pieces.push_back({0, slot.full_rows, 0, slot.full_cols});
+    slot.count = 0;
+    for (const Piece& piece : pieces) slot.count += static_cast<size_t>(piece.rows * piece.cols);
+    slot.pieces = std::move(pieces);
     slot.offset = p_.count;
     slot.decays = shape.size() >= 2;
     slot.transposed = transposed;
@@ -63,20 +70,45 @@ class Builder {
   ChunkParams& p_;
 };
 
+// [begin, end) of `n` split into `parts` contiguous ranges, range `i` (the first ones one
+// shorter when they do not divide evenly).
+std::pair<int, int> split(int n, int parts, int i) {
+  const auto at = [&](int k) { return static_cast<int>(static_cast<long long>(n) * k / parts); };
+  return {at(i), at(i + 1)};
+}
+
 }  // namespace
 
-ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end) {
+ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp) {
+  if (tp < 1 || s.NKV % tp != 0) {
+    throw PlanError("a tensor-parallel degree of " + std::to_string(tp) + " does not divide the " + std::to_string(s.NKV) +
+                    " key/value heads");
+  }
   ChunkParams p;
   p.layer_begin = layer_begin;
   p.layer_end = layer_end;
+  p.tp = tp;
+  p.tp_rank = tp_rank;
+  p.NH = s.NH / tp;
+  p.NKV = s.NKV / tp;
+  std::tie(p.F0, p.F) = split(s.F, tp, tp_rank);
+  p.F -= p.F0;
+  std::tie(p.V0, p.V) = split(s.V, tp, tp_rank);
+  p.V -= p.V0;
   Builder b(p);
   const bool gpt = s.family == DecoderFamily::gpt2;
   const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
+  // This rank's rectangles: rows of a column-parallel matrix, columns of a row-parallel one.
+  const std::int64_t q0 = static_cast<std::int64_t>(tp_rank) * p.NH * s.HS, qn = static_cast<std::int64_t>(p.NH) * s.HS;
+  const std::int64_t kv0 = static_cast<std::int64_t>(tp_rank) * p.NKV * s.HS, kvn = static_cast<std::int64_t>(p.NKV) * s.HS;
+  const auto rows = [](std::int64_t first, std::int64_t n, std::int64_t width) { return std::vector<Piece>{{first, n, 0, width}}; };
+  const auto cols = [](std::int64_t first, std::int64_t n, std::int64_t height) { return std::vector<Piece>{{0, height, first, n}}; };
+  const std::int64_t f0 = p.F0, fn = p.F, v0 = p.V0, vn = p.V;
   for (int l = layer_begin; l < layer_end; ++l) {
     p.layer_start.push_back(p.count);
     if (l == 0) {
       p.has_embedding = true;
-      p.wte = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C});
+      p.wte = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, rows(v0, vn, C));
       if (gpt) p.wpe = b.add("transformer.wpe.weight", {S, C});
     } else if (l <= s.layers) {
       BlockParams k;
@@ -86,31 +118,33 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end) 
         k.norm1_w = b.add(h + "ln_1.weight", {C});
         k.norm1_b = b.add(h + "ln_1.bias", {C});
         // c_attn is q|k|v along its output: [C, 3C] in files, three [C, C] matrices here.
-        k.q_w = b.add(h + "attn.c_attn.weight", {C, 3 * C}, true);
-        k.k_w = k.q_w + static_cast<size_t>(C * C);
-        k.v_w = k.k_w + static_cast<size_t>(C * C);
-        k.q_b = b.add(h + "attn.c_attn.bias", {3 * C});
-        k.k_b = k.q_b + static_cast<size_t>(C);
-        k.v_b = k.k_b + static_cast<size_t>(C);
-        k.o_w = b.add(h + "attn.c_proj.weight", {C, C}, true);
+        // This rank's heads of each of q, k and v: three row blocks of [3C, C].
+        const std::vector<Piece> qkv{{q0, qn, 0, C}, {C + kv0, kvn, 0, C}, {2 * C + kv0, kvn, 0, C}};
+        k.q_w = b.add(h + "attn.c_attn.weight", {C, 3 * C}, true, qkv);
+        k.k_w = k.q_w + static_cast<size_t>(qn * C);
+        k.v_w = k.k_w + static_cast<size_t>(kvn * C);
+        k.q_b = b.add(h + "attn.c_attn.bias", {3 * C}, false, {{q0, qn, 0, 1}, {C + kv0, kvn, 0, 1}, {2 * C + kv0, kvn, 0, 1}});
+        k.k_b = k.q_b + static_cast<size_t>(qn);
+        k.v_b = k.k_b + static_cast<size_t>(kvn);
+        k.o_w = b.add(h + "attn.c_proj.weight", {C, C}, true, cols(q0, qn, C));
         k.o_b = b.add(h + "attn.c_proj.bias", {C});
         k.norm2_w = b.add(h + "ln_2.weight", {C});
         k.norm2_b = b.add(h + "ln_2.bias", {C});
-        k.up_w = b.add(h + "mlp.c_fc.weight", {C, F}, true);
-        k.up_b = b.add(h + "mlp.c_fc.bias", {F});
-        k.down_w = b.add(h + "mlp.c_proj.weight", {F, C}, true);
+        k.up_w = b.add(h + "mlp.c_fc.weight", {C, F}, true, rows(f0, fn, C));
+        k.up_b = b.add(h + "mlp.c_fc.bias", {F}, false, rows(f0, fn, 1));
+        k.down_w = b.add(h + "mlp.c_proj.weight", {F, C}, true, cols(f0, fn, C));
         k.down_b = b.add(h + "mlp.c_proj.bias", {C});
       } else {
         const std::string h = "model.layers." + i + ".";
         k.norm1_w = b.add(h + "input_layernorm.weight", {C});
-        k.q_w = b.add(h + "self_attn.q_proj.weight", {C, C});
-        k.k_w = b.add(h + "self_attn.k_proj.weight", {KV, C});
-        k.v_w = b.add(h + "self_attn.v_proj.weight", {KV, C});
-        k.o_w = b.add(h + "self_attn.o_proj.weight", {C, C});
+        k.q_w = b.add(h + "self_attn.q_proj.weight", {C, C}, false, rows(q0, qn, C));
+        k.k_w = b.add(h + "self_attn.k_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
+        k.v_w = b.add(h + "self_attn.v_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
+        k.o_w = b.add(h + "self_attn.o_proj.weight", {C, C}, false, cols(q0, qn, C));
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
-        k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C});
-        k.up_w = b.add(h + "mlp.up_proj.weight", {F, C});
-        k.down_w = b.add(h + "mlp.down_proj.weight", {C, F});
+        k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
+        k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));
+        k.down_w = b.add(h + "mlp.down_proj.weight", {C, F}, false, cols(f0, fn, C));
       }
       p.blocks.push_back(k);
     } else {
@@ -118,11 +152,11 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end) 
       p.final_norm_w = b.add(gpt ? "transformer.ln_f.weight" : "model.norm.weight", {C});
       if (gpt) p.final_norm_b = b.add("transformer.ln_f.bias", {C});
       if (!s.tied) {
-        p.head_w = b.add("lm_head.weight", {V, C});
+        p.head_w = b.add("lm_head.weight", {V, C}, false, rows(v0, vn, C));
         p.head_slot = p.slots.size() - 1;
       } else if (!p.has_embedding) {
         // Megatron's copy on the last stage, kept equal by the embedding all-reduce.
-        p.head_w = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, true);
+        p.head_w = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, rows(v0, vn, C), true);
         p.head_slot = p.slots.size() - 1;
       } else {
         p.head_w = p.wte;
@@ -179,7 +213,43 @@ void init_params(const ChunkParams& params, const DecoderShape& shape, std::uint
                           ends_with(slot.name, "down_proj.weight");
     const double std = residual ? residual_std : 0.02;
     const std::uint64_t key = splitmix64(seed ^ fnv1a(slot.name));
-    for (size_t i = 0; i < slot.count; ++i) out[i] = static_cast<float>(std * normal(key, i));
+    // Element (r, c) of the whole [out, in] matrix draws index r * cols + c: a rank's share
+    // holds the same values as that part of the whole.
+    for (const Piece& piece : slot.pieces) {
+      for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
+        for (std::int64_t c = piece.col; c < piece.col + piece.cols; ++c) {
+          *out++ = static_cast<float>(std * normal(key, static_cast<std::uint64_t>(r * slot.full_cols + c)));
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Where element (r, c) of the [out, in] matrix sits in the file's layout.
+size_t file_index(const ParamSlot& slot, std::int64_t r, std::int64_t c) {
+  return static_cast<size_t>(slot.transposed ? c * slot.full_rows + r : r * slot.full_cols + c);
+}
+
+}  // namespace
+
+std::vector<float> shard_of(const ParamSlot& slot, const float* file_tensor) {
+  std::vector<float> out;
+  out.reserve(slot.count);
+  for (const Piece& piece : slot.pieces) {
+    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
+      for (std::int64_t c = piece.col; c < piece.col + piece.cols; ++c) out.push_back(file_tensor[file_index(slot, r, c)]);
+    }
+  }
+  return out;
+}
+
+void place_shard(const ParamSlot& slot, const float* shard, float* file_tensor) {
+  for (const Piece& piece : slot.pieces) {
+    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
+      for (std::int64_t c = piece.col; c < piece.col + piece.cols; ++c) file_tensor[file_index(slot, r, c)] = *shard++;
+    }
   }
 }
 

@@ -23,15 +23,30 @@ namespace hetflow::exec {
 
 enum class DecoderFamily { gpt2, llama };
 
+// A rectangle of a parameter's whole matrix in this project's [out, in] layout (a vector is
+// [n, 1]): what one tensor-parallel rank holds of it.
+struct Piece {
+  std::int64_t row = 0, rows = 0, col = 0, cols = 0;
+};
+
 struct ParamSlot {
   std::string name;                 // HuggingFace's
-  std::vector<std::int64_t> shape;  // as HuggingFace stores it
+  std::vector<std::int64_t> shape;  // the whole tensor, as HuggingFace stores it
   size_t offset = 0;                // in the chunk's flat array
-  size_t count = 0;
+  size_t count = 0;                 // floats this rank holds
   bool transposed = false;  // stored [in, out] in files (GPT-2 Conv1D); [out, in] here
   bool decays = false;      // weight decay applies: two or more dimensions
   bool tied_copy = false;   // the head's copy of a tied embedding (not written to files)
+  // Tensor parallelism (Megatron): the rectangles of the whole [out, in] matrix this rank
+  // holds, in array order (one whole rectangle when the parameter is replicated).
+  std::int64_t full_rows = 0, full_cols = 0;
+  std::vector<Piece> pieces;
+  bool sharded() const { return static_cast<std::int64_t>(count) != full_rows * full_cols; }
 };
+
+// This slot's share of a whole tensor in the file's layout, and back.
+std::vector<float> shard_of(const ParamSlot& slot, const float* file_tensor);
+void place_shard(const ParamSlot& slot, const float* shard, float* file_tensor);
 
 // Offsets of one block's parameters in the flat array (npos: absent in this family).
 struct BlockParams {
@@ -48,6 +63,13 @@ struct BlockParams {
 
 struct ChunkParams {
   int layer_begin = 0, layer_end = 0;
+  // Tensor parallelism: this rank's share (Megatron's split: attention by heads, the MLP by
+  // its inner width, the vocabulary in contiguous ranges; norms, biases added after a
+  // row-parallel layer, and position embeddings replicated).
+  int tp = 1, tp_rank = 0;
+  int NH = 0, NKV = 0;  // heads and key/value heads on this rank
+  int F0 = 0, F = 0;    // MLP columns [F0, F0 + F)
+  int V0 = 0, V = 0;    // vocabulary rows [V0, V0 + V)
   bool has_embedding = false, has_head = false;
   std::vector<ParamSlot> slots;  // in array order
   size_t count = 0;              // floats in the flat array
@@ -71,7 +93,8 @@ struct DecoderShape {
 // Throws PlanError (naming what) when the config is not one the real math covers.
 DecoderShape decoder_shape(const model::TransformerConfig& c);
 
-ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end);
+// Rank `tp_rank` of `tp` (throws PlanError when tp does not divide the key/value heads).
+ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end, int tp_rank = 0, int tp = 1);
 
 // A seeded initialisation (GPT-2's: matrices and embeddings N(0, 0.02), output projections
 // N(0, 0.02 / sqrt(2 L)), norm gains 1, biases 0). Each element is a function of the seed,

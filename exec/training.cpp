@@ -16,10 +16,12 @@ using partition::TensorKind;
 using Floats = std::vector<float>;
 
 struct CpuTraining::Chunk {
-  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute)
-      : math(shape, layer_begin, layer_end, recompute) {}
+  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree)
+      : math(shape, layer_begin, layer_end, recompute, rank, degree) {}
   DecoderChunk math;
   int device = -1, worker = -1, stage = -1;
+  int tp_rank = 0, tp = 1;
+  int communicator = -1;  // its tensor-parallel group's, when tp > 1
   Floats params, grads, m, v;
   std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
   std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
@@ -51,29 +53,13 @@ bool is_buffer(const std::string& name) {
   return false;
 }
 
+// This rank's share of a parameter from a file's tensor.
 void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out) {
   if (t.shape != slot.shape) {
     throw InputError(path, 0, slot.name, "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
   }
-  if (!slot.transposed) {
-    std::copy(t.data.begin(), t.data.end(), out);
-    return;
-  }
-  const auto rows = static_cast<size_t>(slot.shape[0]), cols = static_cast<size_t>(slot.shape[1]);  // [in, out]
-  for (size_t i = 0; i < rows; ++i) {
-    for (size_t j = 0; j < cols; ++j) out[j * rows + i] = t.data[i * cols + j];
-  }
-}
-
-NamedTensor store(const ParamSlot& slot, const float* in) {
-  NamedTensor t{slot.name, slot.shape, Floats(in, in + slot.count)};
-  if (slot.transposed) {
-    const auto rows = static_cast<size_t>(slot.shape[0]), cols = static_cast<size_t>(slot.shape[1]);
-    for (size_t i = 0; i < rows; ++i) {
-      for (size_t j = 0; j < cols; ++j) t.data[i * cols + j] = in[j * rows + i];
-    }
-  }
-  return t;
+  const std::vector<float> shard = shard_of(slot, t.data.data());
+  std::copy(shard.begin(), shard.end(), out);
 }
 
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
@@ -112,7 +98,11 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   if (layout.sequence_parallel) not_yet("sequence parallelism");
   for (const partition::VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) {
-      if (rank.size() != 1) not_yet("tensor parallelism");
+      if (rank.size() != vw.ranks.front().size() || rank.size() != layout.workers.front().ranks.front().size()) {
+        not_yet("stages or workers of different tensor-parallel degrees");
+      }
+      if (rank.size() > 1 && parameter_server_) not_yet("tensor parallelism with a parameter server");
+      for (size_t j = 0; j < rank.size(); ++j) tp_position_[rank[j]] = {static_cast<int>(j), static_cast<int>(rank.size())};
     }
   }
   if (static_cast<int>(plan.network.layers.size()) != shape_.layers + 2) {
@@ -136,14 +126,30 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     const int weight = tensor_of_kind(plan, plan.reads(static_cast<int>(t)), TensorKind::weight);
     if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
     if (chunk_of_tensor_.count(weight)) continue;
-    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute);
+    const auto [tp_rank, tp] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp);
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;
+    c->tp_rank = tp_rank;
+    c->tp = tp;
+    if (tp > 1) {
+      const auto& group = layout.workers[static_cast<size_t>(task.worker)]
+                              .ranks[static_cast<size_t>(layout.workers[static_cast<size_t>(task.worker)].stages[static_cast<size_t>(task.stage)].rank)];
+      for (size_t id = 0; id < plan.communicators.size(); ++id) {
+        if (plan.communicators[id].devices == group && plan.communicators[id].name.rfind("tp ", 0) == 0) {
+          c->communicator = static_cast<int>(id);
+        }
+      }
+      if (c->communicator < 0) throw PlanError("no tensor-parallel communicator holds the devices of worker " +
+                                               std::to_string(task.worker) + " stage " + std::to_string(task.stage));
+    }
     chunk_at_[{task.device, task.worker, task.stage}] = c.get();
     const ChunkParams& p = c->math.params();
     const double expected = plan.tensor(weight).shape.empty() ? -1 : static_cast<double>(plan.tensor(weight).shape[0]);
-    if (expected != static_cast<double>(p.count)) {
+    // (Under tensor parallelism the plan counts 1/t of every split layer; the real split
+    // keeps position embeddings, norms and some biases whole, so only t = 1 is exact.)
+    if (tp == 1 && expected != static_cast<double>(p.count)) {
       throw PlanError("the weight tensor " + std::to_string(weight) + " of layers " + std::to_string(task.layer_begin) +
                       "-" + std::to_string(task.layer_end - 1) + " holds " + std::to_string(expected) +
                       " parameters; the real layers have " + std::to_string(p.count));
@@ -181,7 +187,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
           }
         }
         if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
-        load(slot, *found, init_path, c->params.data() + slot.offset);
+        load(slot, *found, init_path, c->params.data() + slot.offset);  // this rank's share
       }
     }
     for (const NamedTensor& t : init->tensors) {
@@ -238,9 +244,29 @@ CpuTraining::~CpuTraining() = default;
 size_t CpuTraining::buffer_bytes(int tensor) const {
   const partition::Tensor& t = plan_.tensor(tensor);
   if (t.kind == TensorKind::pushed_grad) return t.shape.empty() ? 0 : static_cast<size_t>(t.shape[0]) * sizeof(float);
-  if (t.kind != TensorKind::activation && t.kind != TensorKind::activation_grad) return 0;
-  return static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
-         static_cast<size_t>(shape_.C) * sizeof(float);
+  if (t.kind != TensorKind::activation && t.kind != TensorKind::activation_grad && t.kind != TensorKind::partial_sum) {
+    return 0;
+  }
+  const auto whole = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
+                     static_cast<size_t>(shape_.C);
+  const auto [begin, end] = slice_of(tensor, whole);
+  return (end - begin) * sizeof(float);
+}
+
+// A boundary tensor that arrives in 1/t slices (tensor parallelism) holds this part of the
+// whole activation: the all-gather's piece for the device's rank, [at(j/t), at((j+1)/t)) as
+// the CPU back end cuts a buffer. Any other tensor holds all of it.
+std::pair<size_t, size_t> CpuTraining::slice_of(int tensor, size_t whole) const {
+  const partition::Tensor& t = plan_.tensor(tensor);
+  const auto found = tp_position_.find(t.device);
+  if (found == tp_position_.end() || found->second.second < 2 || t.kind == TensorKind::partial_sum) return {0, whole};
+  const auto [j, n] = found->second;
+  const double plan_whole = static_cast<double>(whole) * model::element_bytes(plan_.layout.precision);
+  if (std::abs(t.bytes - plan_whole / n) >= std::abs(t.bytes - plan_whole)) return {0, whole};
+  const auto at = [&](int k) {
+    return std::min(whole, static_cast<size_t>(std::llround(static_cast<double>(k) / n * static_cast<double>(whole))));
+  };
+  return {at(j), at(j + 1)};
 }
 
 std::shared_ptr<const Batch> CpuTraining::batch(int iteration) {
@@ -253,7 +279,28 @@ std::shared_ptr<const Batch> CpuTraining::batch(int iteration) {
   return b;
 }
 
-void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop) {
+namespace {
+
+// A chunk's tensor-parallel group as the decoder math sees it: the back end's exchange on
+// the chunk's communicator, for this task.
+class Group final : public TensorParallelGroup {
+ public:
+  Group(TensorParallelExchange* exchange, TaskContext& task, int communicator)
+      : exchange_(exchange), task_(task), communicator_(communicator) {}
+  void all_reduce(std::span<float> data, bool max) override {
+    if (exchange_ == nullptr) throw PlanError("a tensor-parallel chunk needs a back end that exchanges between ranks");
+    exchange_->all_reduce(task_, communicator_, data, max);
+  }
+
+ private:
+  TensorParallelExchange* exchange_;
+  TaskContext& task_;
+  int communicator_;
+};
+
+}  // namespace
+
+void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   if (t.kind == TaskKind::optimizer) {
     if (parameter_server_) {
@@ -270,10 +317,10 @@ void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop) {
     adopt_pulled(c, task.iteration - staleness_ - 1);
   }
   if (t.kind == TaskKind::forward) {
-    forward(task, c);
+    forward(task, c, exchange);
   } else if (t.kind == TaskKind::backward) {
     // A split backward's B writes no weight gradient: its W does.
-    backward(task, c, tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::weight_grad) < 0);
+    backward(task, c, tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::weight_grad) < 0, exchange);
   } else {
     DecoderChunk::StashPtr stash;
     {
@@ -288,7 +335,7 @@ void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop) {
   if (parameter_server_ && takes_gradients_[static_cast<size_t>(task.task)]) take_gradients(t.device, task.iteration);
 }
 
-void CpuTraining::forward(TaskContext& task, Chunk& c) {
+void CpuTraining::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   const ChunkParams& p = c.math.params();
   const int mbs = plan_.layout.micro_batch_size, T = shape_.S;
@@ -310,17 +357,23 @@ void CpuTraining::forward(TaskContext& task, Chunk& c) {
     in.input = reinterpret_cast<const float*>(task.reads[static_cast<size_t>(i)].data);
   }
   if (!p.has_head) {
-    const int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation));
+    // Under tensor parallelism the output is this rank's partial sum, which the plan's
+    // all-reduce adds up.
+    int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::partial_sum));
+    in.output_partial = i >= 0;
+    if (i < 0) i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation));
     if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " before the head writes no activation");
     in.output = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
   }
+  Group group(exchange, task, c.communicator);
+  if (c.tp > 1) in.group = &group;
   double loss = 0;
   auto stash = c.math.forward(c.params.data(), in, loss);
   {
     std::lock_guard lock(c.mutex);
     c.stashes[{task.iteration, t.microbatch}] = std::move(stash);
   }
-  if (p.has_head && c.worker >= 0) {
+  if (p.has_head && c.worker >= 0 && c.tp_rank == 0) {  // every rank has the loss: count it once
     std::lock_guard lock(mutex_);
     auto& parts = loss_parts_[task.iteration];
     parts.resize(static_cast<size_t>(loss_part_base_.back() + plan_.layout.workers.back().microbatches), 0.0);
@@ -328,7 +381,7 @@ void CpuTraining::forward(TaskContext& task, Chunk& c) {
   }
 }
 
-void CpuTraining::backward(TaskContext& task, Chunk& c, bool split) {
+void CpuTraining::backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   const ChunkParams& p = c.math.params();
   const auto reads = plan_.reads(task.task);
@@ -340,24 +393,29 @@ void CpuTraining::backward(TaskContext& task, Chunk& c, bool split) {
     if (i < 0) throw PlanError("backward task " + std::to_string(task.task) + " reads no output gradient");
     dout = reinterpret_cast<const float*>(task.reads[static_cast<size_t>(i)].data);
   }
+  bool partial = false;
   if (!p.has_embedding) {
-    const int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation_grad));
+    int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::partial_sum));
+    partial = i >= 0;
+    if (i < 0) i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation_grad));
     if (i < 0) throw PlanError("backward task " + std::to_string(task.task) + " writes no input gradient");
     dinput = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
   }
+  Group group(exchange, task, c.communicator);
+  TensorParallelGroup* tp = c.tp > 1 ? &group : nullptr;
   DecoderChunk::StashPtr stash;
   {
     std::lock_guard lock(c.mutex);
     auto s = c.stashes.find({task.iteration, t.microbatch});
     if (s == c.stashes.end()) throw PlanError("B task " + std::to_string(task.task) + " runs before its F");
     if (split) {
-      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true);
+      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true, partial, tp);
       return;  // W takes the stash
     }
     stash = std::move(s->second);
     c.stashes.erase(s);
   }
-  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false);
+  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp);
 }
 
 double CpuTraining::global_norm(TaskContext& task, const std::atomic<bool>& stop, double local) {
@@ -387,7 +445,7 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     for (Chunk* c : mine) {
       if (c->worker != 0) continue;  // replicas hold the same gradients: count each parameter once
       for (const ParamSlot& slot : c->math.params().slots) {
-        if (slot.tied_copy) continue;
+        if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
         for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) local += static_cast<double>(c->grads[i]) * c->grads[i];
       }
     }
@@ -433,21 +491,30 @@ std::vector<double> CpuTraining::losses() const {
 
 SafetensorsFile CpuTraining::weights() const {
   SafetensorsFile file;
-  std::vector<const Chunk*> worker0;
+  std::map<int, std::vector<const Chunk*>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
   for (const auto& c : chunks_) {
-    if (c->worker == 0) worker0.push_back(c.get());
+    if (c->worker == 0) stages[c->stage].push_back(c.get());
   }
-  std::sort(worker0.begin(), worker0.end(), [](const Chunk* a, const Chunk* b) { return a->stage < b->stage; });
-  for (const Chunk* c : worker0) {
-    for (const ParamSlot& slot : c->math.params().slots) {
+  for (auto& [stage, ranks] : stages) {
+    std::sort(ranks.begin(), ranks.end(), [](const Chunk* a, const Chunk* b) { return a->tp_rank < b->tp_rank; });
+    const auto& slots = ranks.front()->math.params().slots;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const ParamSlot& slot = slots[i];
       if (slot.tied_copy) continue;
-      const float* values = c->params.data() + slot.offset;
-      if (parameter_server_) {  // the servers hold the latest weights; workers adopt them a step later
-        for (const auto& [device, server] : servers_) {
-          if (auto p = server.params.find(slot.name); p != server.params.end()) values = p->second.p.data();
+      size_t elements = 1;
+      for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
+      NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
+      for (const Chunk* c : ranks) {
+        const ParamSlot& mine = c->math.params().slots[i];
+        const float* values = c->params.data() + mine.offset;
+        if (parameter_server_) {  // the servers hold the latest weights; workers adopt them a step later
+          for (const auto& [device, server] : servers_) {
+            if (auto p = server.params.find(slot.name); p != server.params.end()) values = p->second.p.data();
+          }
         }
+        place_shard(mine, values, t.data.data());
       }
-      file.tensors.push_back(store(slot, values));
+      file.tensors.push_back(std::move(t));
     }
   }
   file.metadata["format"] = "pt";
@@ -606,6 +673,16 @@ std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) 
 
 bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) {
   const partition::Task& t = *task.spec;
+  if (t.purpose == partition::Purpose::activation || t.purpose == partition::Purpose::gradient) {
+    // The sender's whole activation; a 1/t slice keeps its part for the all-gather.
+    const auto writes = plan_.writes(task.task);
+    if (writes.empty() || task.writes.empty()) return false;
+    const auto [begin, end] = slice_of(writes[0], data.size());
+    if (end - begin == data.size()) return false;
+    std::copy(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end),
+              reinterpret_cast<float*>(task.writes[0].data));
+    return true;
+  }
   if (t.purpose != partition::Purpose::ps_pull) return false;
   const partition::Channel& channel = plan_.channel(t.channel);
   const auto found = chunk_at_.find({t.device, t.worker, t.stage});

@@ -32,10 +32,20 @@
 //    first forward of iteration i + D + 1 starts (the plan's staleness edge): D = 0 is
 //    synchronous training.
 //
+//  - Tensor parallelism (Megatron): a chunk's ranks hold their shares (exec/decoder_params.hpp)
+//    and all-reduce between sublayers inside the compute task, through the back end's
+//    TensorParallelExchange on the plan's tensor-parallel communicator; the plan's own
+//    all-reduce after F adds the ranks' partial outputs, the one after B carries rank 0's
+//    input gradient (the others add zeros: Megatron's last backward all-reduce precedes a
+//    replicated norm). Boundary activations sent in 1/t slices are cut from the whole on
+//    receipt and all-gathered by the plan's collective.
+//
 // Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
-// micro-batching; data parallelism by all-reduce, parameter server or WSP; recomputation
-// none, selective and full. Refused with PlanError naming the reason: tensor/sequence
-// parallelism (a later increment), a tied embedding whose two ends sit on different servers.
+// micro-batching; tensor parallelism of one degree per virtual worker; data parallelism by
+// all-reduce, parameter server or WSP (without tensor parallelism); recomputation none,
+// selective and full. Refused with PlanError naming the reason: sequence parallelism (a
+// later increment), stages of different tensor-parallel degrees, tensor parallelism with a
+// parameter server, a tied embedding whose two ends sit on different servers.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -55,6 +65,14 @@
 #include "partition/plan.hpp"
 
 namespace hetflow::exec {
+
+// How a back end runs the all-reduces a tensor-parallel chunk needs inside a compute task,
+// among the devices of a communicator of the plan.
+class TensorParallelExchange {
+ public:
+  virtual ~TensorParallelExchange() = default;
+  virtual void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) = 0;
+};
 
 // Megatron's option names and defaults, except the learning rate (Megatron has none).
 struct OptimizerOptions {
@@ -78,8 +96,8 @@ class CpuTraining {
   // in FP32; nothing for what this class keeps itself (parameters, gradients, optimizer
   // state, stashes).
   size_t buffer_bytes(int tensor) const;
-  // F, B, W and optimizer tasks.
-  void compute(TaskContext& task, const std::atomic<bool>& stop);
+  // F, B, W and optimizer tasks; `exchange` carries a tensor-parallel chunk's all-reduces.
+  void compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange = nullptr);
   // The floats a gradient collective reduces in place (empty: nothing of the model's).
   std::span<float> collective_data(const TaskContext& task);
   // Parameter-server transfers: what a push or pull sends (nullopt: the tensor's bytes), and
@@ -97,14 +115,15 @@ class CpuTraining {
   struct Chunk;  // one (device, chunk): parameters, gradients, moments, stashes
 
  private:
-  void forward(TaskContext& task, Chunk& c);
-  void backward(TaskContext& task, Chunk& c, bool split);
+  void forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange);
+  void backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange);
   void optimizer(TaskContext& task, const std::atomic<bool>& stop);
   void build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path);
   void server_update(TaskContext& task, const std::atomic<bool>& stop);
   void take_gradients(int device, int iteration);
   void adopt_pulled(Chunk& c, int iteration);
   std::vector<const ParamSlot*> served_slots(const Chunk& c, int server) const;
+  std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   std::shared_ptr<const Batch> batch(int iteration);
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
 
@@ -113,6 +132,7 @@ class CpuTraining {
   std::unique_ptr<TokenSource> data_;
   OptimizerOptions optimizer_;
   int global_batch_ = 0;
+  std::map<int, std::pair<int, int>> tp_position_;  // device -> (its rank in its tensor-parallel group, the group's size)
   std::vector<int> sample_base_;  // per virtual worker
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk

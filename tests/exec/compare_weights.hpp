@@ -18,7 +18,8 @@
 namespace hetflow::test_support {
 
 struct WeightsDifference {
-  double worst_relative = 0;  // over every tensor (the key bias slice left out)
+  double whole_relative = 0;  // ||a - b|| / ||b|| over all of the model (the key bias slice left out)
+  double worst_relative = 0;  // of the tensor that differs most (the key bias slice left out)
   std::string worst;          // the tensor it is
   double key_bias_abs = 0;    // largest |a - b| in GPT-2's key bias slices
   bool same_names = true;
@@ -29,6 +30,7 @@ inline WeightsDifference compare_weights(const exec::SafetensorsFile& a, const e
   std::map<std::string, const exec::NamedTensor*> by_name;
   for (const auto& t : b.tensors) by_name[t.name] = &t;
   out.same_names = a.tensors.size() == b.tensors.size();
+  double all_diff = 0, all_norm = 0;
   for (const auto& t : a.tensors) {
     const auto found = by_name.find(t.name);
     if (found == by_name.end() || found->second->shape != t.shape) {
@@ -44,6 +46,8 @@ inline WeightsDifference compare_weights(const exec::SafetensorsFile& a, const e
         diff += std::pow(static_cast<double>(t.data[i]) - other[i], 2);
         norm += std::pow(static_cast<double>(other[i]), 2);
       }
+      all_diff += diff;
+      all_norm += norm;
       return std::sqrt(diff / std::max(norm, 1e-300));
     };
     double r = 0;
@@ -60,6 +64,7 @@ inline WeightsDifference compare_weights(const exec::SafetensorsFile& a, const e
       out.worst = t.name;
     }
   }
+  out.whole_relative = std::sqrt(all_diff / std::max(all_norm, 1e-300));
   return out;
 }
 
