@@ -194,18 +194,20 @@ void CpuBackend::collective(TaskContext& task) {
   }
   const partition::Collective& c = plan_->collectives[static_cast<size_t>(task.spec->collective)];
   size_t count = floats_of(std::min(c.bytes, options_.max_message_bytes));
-  size_t at = 0;  // where the read tensor goes in the buffer
+  size_t at = 0, out_at = 0;  // where the read tensor goes in the buffer, where the written one comes from
   if (training_ != nullptr) {
     // Real math: the buffer is the tensors' own floats; a smaller read tensor (a slice to
-    // all-gather) is this member's piece of it.
+    // all-gather) is this member's piece of it, and so is a smaller written tensor (the
+    // shard a reduce-scatter leaves it).
     const size_t in = task.reads.empty() ? 0 : task.reads[0].size_bytes, out = task.writes.empty() ? 0 : task.writes[0].size_bytes;
     count = std::max(in, out) / sizeof(float);
-    if (in < out) {
-      const auto& members = plan_->members(c);
-      const auto me = static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin());
-      at = std::min(count, static_cast<size_t>(std::llround(static_cast<double>(me) / static_cast<double>(members.size()) *
-                                                            static_cast<double>(count))));
-    }
+    const auto& members = plan_->members(c);
+    const auto me = static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin());
+    const size_t piece = std::min(count, static_cast<size_t>(std::llround(static_cast<double>(me) /
+                                                                          static_cast<double>(members.size()) *
+                                                                          static_cast<double>(count))));
+    if (in < out) at = piece;
+    if (out < in) out_at = piece;
   }
   std::vector<float> buffer(count, 0.0f);
   if (!task.reads.empty()) {
@@ -213,7 +215,7 @@ void CpuBackend::collective(TaskContext& task) {
   }
   run_steps(task, buffer);
   const Buffer* out = !task.writes.empty() ? &task.writes[0] : !task.reads.empty() ? &task.reads[0] : nullptr;
-  if (out != nullptr) std::memcpy(out->data, buffer.data(), std::min(out->size_bytes, count * sizeof(float)));
+  if (out != nullptr) std::memcpy(out->data, buffer.data() + out_at, std::min(out->size_bytes, (count - out_at) * sizeof(float)));
 }
 
 void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {

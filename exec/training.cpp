@@ -95,7 +95,6 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   };
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
   staleness_ = layout.sync.staleness;
-  if (layout.sequence_parallel) not_yet("sequence parallelism");
   for (const partition::VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) {
       if (rank.size() != vw.ranks.front().size() || rank.size() != layout.workers.front().ranks.front().size()) {
@@ -676,9 +675,11 @@ bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) 
   if (t.purpose == partition::Purpose::activation || t.purpose == partition::Purpose::gradient) {
     // The sender's whole activation; a 1/t slice keeps its part for the all-gather.
     const auto writes = plan_.writes(task.task);
-    if (writes.empty() || task.writes.empty()) return false;
-    const auto [begin, end] = slice_of(writes[0], data.size());
-    if (end - begin == data.size()) return false;
+    const auto whole = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
+                       static_cast<size_t>(shape_.C);
+    if (writes.empty() || task.writes.empty() || data.size() != whole) return false;  // a shard travels as it is
+    const auto [begin, end] = slice_of(writes[0], whole);
+    if (end - begin == whole) return false;
     std::copy(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end),
               reinterpret_cast<float*>(task.writes[0].data));
     return true;

@@ -38,14 +38,16 @@
 //    all-reduce after F adds the ranks' partial outputs, the one after B carries rank 0's
 //    input gradient (the others add zeros: Megatron's last backward all-reduce precedes a
 //    replicated norm). Boundary activations sent in 1/t slices are cut from the whole on
-//    receipt and all-gathered by the plan's collective.
+//    receipt and all-gathered by the plan's collective. Sequence parallelism: the plan's
+//    all-gather and reduce-scatter around a chunk move real shards; inside the task the
+//    norms run on the whole sequence.
 //
 // Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
-// micro-batching; tensor parallelism of one degree per virtual worker; data parallelism by
-// all-reduce, parameter server or WSP (without tensor parallelism); recomputation none,
-// selective and full. Refused with PlanError naming the reason: sequence parallelism (a
-// later increment), stages of different tensor-parallel degrees, tensor parallelism with a
-// parameter server, a tied embedding whose two ends sit on different servers.
+// micro-batching; tensor and sequence parallelism of one degree per run; data parallelism
+// by all-reduce, parameter server or WSP (without tensor parallelism); recomputation none,
+// selective and full. Refused with PlanError naming the reason: stages of different
+// tensor-parallel degrees, tensor parallelism with a parameter server, a tied embedding
+// whose two ends sit on different servers.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

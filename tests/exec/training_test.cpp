@@ -234,6 +234,7 @@ struct DistributedCase {
   partition::Recompute recompute;
   partition::SyncKind sync = partition::SyncKind::allreduce;
   int tensor = 1;
+  bool sequence_parallel = false;
 };
 
 class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
@@ -250,6 +251,7 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
     o.recompute = c.recompute;
     o.sync = c.sync;
     o.tensor = c.tensor;
+    o.sequence_parallel = c.sequence_parallel;
     o.bucket_bytes = 4096;  // several buckets per layer range
     const Plan many = test_support::planned(model::cpu_cluster(8 * c.tensor), net, o);
     const exec::SafetensorsFile init = checkpoint_like(one);
@@ -288,7 +290,9 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"tensor_parallel_interleaved", "interleaved", 2, partition::Recompute::selective,
                                     partition::SyncKind::allreduce, 2},
                     DistributedCase{"tensor_parallel_split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full,
-                                    partition::SyncKind::allreduce, 2}),
+                                    partition::SyncKind::allreduce, 2},
+                    DistributedCase{"sequence_parallel", "1f1b", 1, partition::Recompute::selective,
+                                    partition::SyncKind::allreduce, 2, true}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
 // WSP with staleness 2: workers run on weights up to three steps old, and training still
@@ -323,15 +327,15 @@ TEST(Training, TwoRunsAreBitwiseEqual) {
 }
 
 TEST(Training, UncoveredLayoutsAreRefusedNamingWhat) {
-  partition::PlanOptions o = options(1, 1, 2, "1f1b");
+  partition::PlanOptions o = options(1, 2, 2, "1f1b");
   o.tensor = 2;
-  o.sequence_parallel = true;
-  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_llama(), o);
+  o.sync = partition::SyncKind::ps;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(), o);
   try {
     exec::CpuTraining training(plan, exec::markov_stream(101, 1), {}, 1);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("sequence parallelism"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor parallelism with a parameter server"), std::string::npos) << e.what();
   }
 }
 

@@ -152,17 +152,19 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
 }
 
 TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
-  const std::string sp =
-      "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --sequence-parallel --workspace 0";
-  const auto r = run_hetflow("run " + sp + " --steps 1");
+  const std::string ps = "--cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --data 2 "
+                         "--sync ps --workspace 0";
+  const auto r = run_hetflow("run " + ps + " --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("proxies because real math does not cover sequence parallelism yet"), std::string::npos) << r.out;
-  const auto refused = run_hetflow("run " + sp + " --steps 1 --compute real");
+  EXPECT_NE(r.out.find("proxies because real math does not cover tensor parallelism with a parameter server yet"),
+            std::string::npos)
+      << r.out;
+  const auto refused = run_hetflow("run " + ps + " --steps 1 --compute real");
   EXPECT_NE(refused.status, 0);
-  EXPECT_NE(refused.err.find("sequence parallelism"), std::string::npos) << refused.err;
-  // Tensor parallelism alone trains for real.
+  EXPECT_NE(refused.err.find("parameter server"), std::string::npos) << refused.err;
+  // Tensor and sequence parallelism train for real.
   const auto tp = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 "
-                              "--workspace 0 --steps 1 --json");
+                              "--sequence-parallel --workspace 0 --steps 1 --json");
   ASSERT_EQ(tp.status, 0) << tp.err;
   EXPECT_EQ(nlohmann::json::parse(tp.out)["compute"], "real");
   const auto cnn = run_hetflow("run --cluster cpu-1 --model resnet50 --micro-batch 1 --microbatches 1 --workspace 0 --steps 1 "
