@@ -89,8 +89,8 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   const partition::Layout& layout = plan.layout;
   const auto not_yet = [](const std::string& what) {
     throw PlanError("real math does not cover " + what +
-                    " yet (covered: pipelines of any schedule, data parallelism by all-reduce, parameter server "
-                    "or WSP, recomputation); "
+                    " yet (covered: pipelines of any schedule, tensor and sequence parallelism, data parallelism by "
+                    "all-reduce, parameter server or WSP, recomputation); "
                     "use --compute proxy");
   };
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
