@@ -177,6 +177,15 @@ Training make_training(const Request& r) {
                       "style decoders, other networks run as FLOP-matched proxies");
     }
     exec::decoder_shape(*plan.network.architecture);  // a PlanError when the family is not covered
+    // FP32 weights, gradients and two Adam moments on every replica: auto keeps real math to
+    // what fits in a quarter of this host's memory (a GPU-sized model runs as proxies).
+    const double state_bytes =
+        16.0 * plan.network.param_count() * static_cast<double>(std::max<size_t>(1, plan.layout.workers.size()));
+    const double host_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    if (r.compute == "auto" && host_bytes > 0 && state_bytes > host_bytes / 4) {
+      throw PlanError("its FP32 training state (" + u::human_bytes(state_bytes) + ") is more than a quarter of this host's " +
+                      u::human_bytes(host_bytes) + " of memory (--compute real runs it anyway)");
+    }
     const int vocab = plan.network.architecture->vocab;
     std::unique_ptr<exec::TokenSource> data;
     if (!r.data_path.empty()) {
