@@ -1,0 +1,151 @@
+// The pointwise kernels of transformer_cuda.hpp: GELU, SwiGLU, RoPE and the fp32 <-> bf16 /
+// fp16 casts. GELU and SwiGLU are grid-stride loops over the reference's fp32 formulas; RoPE
+// takes one block per row.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/transformer_cuda_launch.hpp"
+
+namespace hetflow::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+// The first element of this thread's grid-stride loop, and the stride.
+__device__ inline long first_index() { return static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline long grid_stride() { return static_cast<long>(gridDim.x) * blockDim.x; }
+
+__global__ void gelu_forward_kernel(float* y, const float* x, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCube * v * v * v)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dx, const float* dy, const float* x, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    const float th = tanhf(kGeluScale * (v + kGeluCube * v * v * v));
+    const float sech2 = 1.0f - th * th;
+    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+    dx[i] += local * dy[i];
+  }
+}
+
+__global__ void swiglu_forward_kernel(float* y, const float* gate, const float* up, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    y[i] = g / (1.0f + expf(-g)) * up[i];  // expf(-g) = inf for very negative g: silu is -0, not NaN
+  }
+}
+
+__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                                       long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    const float g = gate[i];
+    const float sig = 1.0f / (1.0f + expf(-g));
+    if (dgate != nullptr) dgate[i] += dy[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+    if (dup != nullptr) dup[i] += dy[i] * g * sig;
+  }
+}
+
+// One block per row n (position n % T). The block first computes the row's cosines and sines
+// in double into shared memory (cos at [0, half), sign * sin at [half, 2 half)), as the
+// reference's table, then rotates every pair of every head in double, rounding once. The
+// double operations are the reference's, without fused multiply-adds.
+__global__ void rope_kernel(float* x, int T, int heads, int head_dim, double theta, double sign) {
+  extern __shared__ double table[];
+  const int half = head_dim / 2;
+  const int pos = static_cast<int>(blockIdx.x % static_cast<unsigned int>(T));
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double angle = __dmul_rn(pos, pow(theta, -2.0 * i / head_dim));
+    double s, c;
+    sincos(angle, &s, &c);
+    table[i] = c;
+    table[half + i] = sign * s;
+  }
+  __syncthreads();
+  float* row = x + static_cast<std::size_t>(blockIdx.x) * heads * head_dim;
+  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
+    const int h = p / half, i = p % half;
+    float* head = row + static_cast<std::size_t>(h) * head_dim;
+    const double x1 = head[i], x2 = head[i + half], c = table[i], s = table[half + i];
+    head[i] = static_cast<float>(__dsub_rn(__dmul_rn(x1, c), __dmul_rn(x2, s)));
+    head[i + half] = static_cast<float>(__dadd_rn(__dmul_rn(x2, c), __dmul_rn(x1, s)));
+  }
+}
+
+__global__ void to_bf16_kernel(std::uint16_t* out, const float* in, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+}
+
+__global__ void from_bf16_kernel(float* out, const std::uint16_t* in, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __bfloat162float(__ushort_as_bfloat16(in[i]));
+}
+
+__global__ void to_fp16_kernel(std::uint16_t* out, const float* in, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __half_as_ushort(__float2half_rn(in[i]));
+}
+
+__global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __half2float(__ushort_as_half(in[i]));
+}
+
+}  // namespace
+
+namespace launch {
+
+Status gelu_forward(float* y, const float* x, long n, CudaStream stream) {
+  gelu_forward_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, x, n);
+  return cuda::launched();
+}
+
+Status gelu_backward(float* dx, const float* dy, const float* x, long n, CudaStream stream) {
+  gelu_backward_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(dx, dy, x, n);
+  return cuda::launched();
+}
+
+Status swiglu_forward(float* y, const float* gate, const float* up, long n, CudaStream stream) {
+  swiglu_forward_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, gate, up, n);
+  return cuda::launched();
+}
+
+Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
+                       CudaStream stream) {
+  swiglu_backward_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(dgate, dup, dy, gate, up, n);
+  return cuda::launched();
+}
+
+Status rope_rotate(float* x, int N, int T, int heads, int head_dim, float theta, double sign, CudaStream stream) {
+  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
+  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, theta, sign);
+  return cuda::launched();
+}
+
+Status cast_fp32_to_bf16(std::uint16_t* out, const float* in, long n, CudaStream stream) {
+  to_bf16_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  return cuda::launched();
+}
+
+Status cast_bf16_to_fp32(float* out, const std::uint16_t* in, long n, CudaStream stream) {
+  from_bf16_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  return cuda::launched();
+}
+
+Status cast_fp32_to_fp16(std::uint16_t* out, const float* in, long n, CudaStream stream) {
+  to_fp16_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  return cuda::launched();
+}
+
+Status cast_fp16_to_fp32(float* out, const std::uint16_t* in, long n, CudaStream stream) {
+  from_fp16_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  return cuda::launched();
+}
+
+}  // namespace launch
+
+}  // namespace hetflow::kernels

@@ -1,0 +1,741 @@
+// The CUDA transformer kernels (transformer_cuda.hpp) against their CPU references
+// (transformer.hpp, cast.hpp), on random inputs of the odd sizes the CPU tests use and larger
+// ones that cross the kernels' blocks and chunks. Each check runs the GPU side twice from the
+// same inputs and requires bitwise equal results (determinism), compares the first run with
+// the reference within a stated tolerance (or bitwise, where the kernel promises it), and, for
+// a backward, checks that it adds (+=) onto what the gradients held and that a gradient asked
+// for alone is bitwise the one asked for with the others.
+//
+// Tolerances: |gpu - cpu| <= rtol * |cpu| + atol * max |cpu| over the tensor, so relative for
+// large entries and absolute, at the tensor's scale, near zero (where a cancellation leaves
+// rounding noise).
+//   pointwise (GELU, SwiGLU, RoPE):            rtol 1e-5, atol 1e-6 (CUDA's tanhf, expf: 2 ulp)
+//   reductions (norms, attention, loss, linear): rtol 1e-4, atol 1e-5 (fp32 sums, the reference's double)
+//   AdamW:                                      rtol 1e-6, atol 1e-7 (the same double operations)
+//   embedding, casts:                           bitwise
+//
+// Every GPU test skips, saying why, without a CUDA build or a visible device. The last test
+// runs anywhere: the entry points' argument checks, and, without a device, that each one says
+// not_built or no_device instead of touching memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cast.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/transformer.hpp"
+#include "kernels/transformer_cuda.hpp"
+
+using namespace hetflow::kernels;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+#define SKIP_WITHOUT_GPU()                                                           \
+  if (!cuda_built()) GTEST_SKIP() << "CUDA kernels not built: " << cuda_status();   \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "skipped, needs a GPU: " << cuda_status()
+
+#define EXPECT_OK(call)                                                                         \
+  do {                                                                                          \
+    const Status status_ = (call);                                                              \
+    EXPECT_EQ(status_, Status::success) << #call << ": " << status_string(status_);             \
+  } while (false)
+
+struct Tolerance {
+  double rtol, atol;
+};
+constexpr Tolerance kPointwise{1e-5, 1e-6};
+constexpr Tolerance kReduction{1e-4, 1e-5};
+constexpr Tolerance kAdamw{1e-6, 1e-7};
+
+Vec random_vec(std::size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// An output buffer full of NaN: a forward must write every element.
+Vec unwritten(std::size_t n) { return Vec(n, std::numeric_limits<float>::quiet_NaN()); }
+
+std::size_t size_of(long long n) { return static_cast<std::size_t>(n); }
+
+void expect_close(const std::string& what, const Vec& got, const Vec& want, Tolerance tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double largest = 0;
+  for (const float w : want) largest = std::max(largest, std::fabs(static_cast<double>(w)));
+  std::size_t bad = 0, first = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double error = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double allowed = tol.rtol * std::fabs(static_cast<double>(want[i])) + tol.atol * largest;
+    if (!(error <= allowed)) {
+      if (bad++ == 0) first = i;
+    }
+    if (allowed > 0) worst = std::max(worst, error / allowed);
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << want.size() << " outside rtol " << tol.rtol << " atol "
+                     << tol.atol << " (largest |want| " << largest << ", worst error " << worst
+                     << " times the allowed); first at " << first << ": got " << (bad > 0 ? got[first] : 0.0f)
+                     << ", want " << (bad > 0 ? want[first] : 0.0f);
+}
+
+template <class T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <class T>
+void expect_bitwise(const std::string& what, const std::vector<T>& got, const std::vector<T>& want) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0)
+        << what << ": not bitwise equal at " << i << ": got " << got[i] << ", want " << want[i];
+  }
+}
+
+// Device copies of host vectors, freed with this object; downloads wait for the stream.
+class Device {
+ public:
+  template <class T>
+  T* upload(const std::vector<T>& host) {
+    DeviceBuffer& buffer = buffers_.emplace_back();
+    const std::size_t bytes = host.size() * sizeof(T);
+    EXPECT_OK(buffer.allocate(bytes));
+    EXPECT_OK(cuda_copy_to_device(buffer.get(), host.data(), bytes));
+    return buffer.as<T>();
+  }
+  // Fills n floats of device memory with NaN: what a forward must overwrite, every run.
+  void poison(float* device, std::size_t n) {
+    const Vec nan = unwritten(n);
+    EXPECT_OK(cuda_copy_to_device(device, nan.data(), n * sizeof(float)));
+  }
+  template <class T>
+  std::vector<T> download(const T* device, std::size_t n) {
+    EXPECT_OK(cuda_synchronize(nullptr));
+    std::vector<T> host(n);
+    EXPECT_OK(cuda_copy_to_host(host.data(), device, n * sizeof(T)));
+    return host;
+  }
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+};
+
+// Runs `gpu` (it enqueues kernels and downloads their outputs) twice from the same inputs: the
+// runs must agree bitwise. Returns the first run's outputs.
+std::vector<Vec> run_twice(const std::string& what, const std::function<std::vector<Vec>()>& gpu) {
+  const std::vector<Vec> first = gpu(), second = gpu();
+  EXPECT_EQ(first.size(), second.size()) << what;
+  for (std::size_t i = 0; i < std::min(first.size(), second.size()); ++i) {
+    EXPECT_TRUE(bitwise_equal(first[i], second[i])) << what << ": output " << i << " differs between two runs";
+  }
+  return first;
+}
+
+// A backward on the device, `backward(grads)` taking device gradient pointers, against the
+// reference `reference(grads)` taking host ones (sizes as in `base`). From zeroed gradients
+// and from gradients holding `base`, the device must give what the reference gives (within
+// `tol`): the gradient itself, and that it adds (+=) onto what the buffers held. Asked for one
+// gradient alone (the others nullptr), it must give bitwise the same gradient; asked for none,
+// success. All of it twice, bitwise the same.
+void check_backward(const std::string& what, const std::vector<Vec>& base, Tolerance tol,
+                    const std::function<void(const std::vector<float*>&)>& reference,
+                    const std::function<Status(const std::vector<float*>&)>& backward) {
+  const std::size_t count = base.size();
+  std::vector<Vec> zeros;
+  for (const Vec& b : base) zeros.emplace_back(b.size(), 0.0f);
+  const auto pointers = [](std::vector<Vec>& grads) {
+    std::vector<float*> p;
+    for (Vec& g : grads) p.push_back(g.data());
+    return p;
+  };
+  std::vector<Vec> want_fresh = zeros, want_added = base;
+  reference(pointers(want_fresh));
+  reference(pointers(want_added));
+
+  const std::vector<Vec> got = run_twice(what, [&] {
+    std::vector<Vec> out;
+    for (const std::vector<Vec>* start : {static_cast<const std::vector<Vec>*>(&zeros), &base}) {
+      Device device;
+      std::vector<float*> all;
+      for (const Vec& b : *start) all.push_back(device.upload(b));
+      EXPECT_OK(backward(all));
+      for (std::size_t g = 0; g < count; ++g) out.push_back(device.download(all[g], base[g].size()));
+    }
+    for (std::size_t g = 0; g < count; ++g) {
+      Device alone;
+      std::vector<float*> one(count, nullptr);
+      one[g] = alone.upload(base[g]);
+      EXPECT_OK(backward(one));
+      out.push_back(alone.download(one[g], base[g].size()));
+    }
+    EXPECT_OK(backward(std::vector<float*>(count, nullptr)));
+    return out;
+  });
+  ASSERT_EQ(got.size(), 3 * count);
+  for (std::size_t g = 0; g < count; ++g) {
+    const std::string gradient = what + ": gradient " + std::to_string(g);
+    expect_close(gradient + " from zero", got[g], want_fresh[g], tol);
+    expect_close(gradient + " added", got[count + g], want_added[g], tol);
+    EXPECT_TRUE(bitwise_equal(got[2 * count + g], got[count + g])) << gradient << " differs when asked alone";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Norms
+
+TEST(TransformerCuda, LayerNormMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  // 300 rows cross the column sums' 256-row chunks; 769 columns, the row blocks' 256 threads.
+  for (const auto& [N, C] : {std::pair{5, 7}, std::pair{33, 65}, std::pair{300, 769}}) {
+    const std::string shape = "layernorm N=" + std::to_string(N) + " C=" + std::to_string(C);
+    std::mt19937 rng(6);
+    const Vec x = random_vec(size_of(N * C), rng, -2, 3), w = random_vec(size_of(C), rng, 0.5, 1.5),
+              b = random_vec(size_of(C), rng), dy = random_vec(size_of(N * C), rng);
+    const std::vector<Vec> base = {random_vec(size_of(N * C), rng), random_vec(size_of(C), rng),
+                                   random_vec(size_of(C), rng)};
+    Vec y(size_of(N * C)), mean(size_of(N)), rstd(size_of(N));
+    layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+
+    Device device;
+    const float *dx_ = device.upload(x), *dw_ = device.upload(w), *db_ = device.upload(b), *ddy = device.upload(dy);
+    float *dy_out = device.upload(unwritten(y.size())), *dmean = device.upload(unwritten(mean.size())),
+          *drstd = device.upload(unwritten(rstd.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      device.poison(dmean, mean.size());
+      device.poison(drstd, rstd.size());
+      EXPECT_OK(layernorm_forward_cuda(dy_out, dmean, drstd, dx_, dw_, db_, N, C, 1e-5f, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size()), device.download(dmean, mean.size()),
+                              device.download(drstd, rstd.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kReduction);
+    expect_close(shape + " mean", forward[1], mean, kReduction);
+    expect_close(shape + " rstd", forward[2], rstd, kReduction);
+    check_backward(
+        shape + " backward", base, kReduction,
+        [&](const std::vector<float*>& g) {
+          layernorm_backward(g[0], g[1], g[2], dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+        },
+        [&](const std::vector<float*>& g) {
+          return layernorm_backward_cuda(g[0], g[1], g[2], ddy, dx_, dw_, dmean, drstd, N, C, nullptr);
+        });
+  }
+}
+
+TEST(TransformerCuda, RmsNormMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, C] : {std::pair{5, 7}, std::pair{33, 65}, std::pair{300, 769}}) {
+    const std::string shape = "rmsnorm N=" + std::to_string(N) + " C=" + std::to_string(C);
+    std::mt19937 rng(8);
+    const Vec x = random_vec(size_of(N * C), rng, -2, 3), w = random_vec(size_of(C), rng, 0.5, 1.5),
+              dy = random_vec(size_of(N * C), rng);
+    const std::vector<Vec> base = {random_vec(size_of(N * C), rng), random_vec(size_of(C), rng)};
+    Vec y(size_of(N * C)), rstd(size_of(N));
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+
+    Device device;
+    const float *dx_ = device.upload(x), *dw_ = device.upload(w), *ddy = device.upload(dy);
+    float *dy_out = device.upload(unwritten(y.size())), *drstd = device.upload(unwritten(rstd.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      device.poison(drstd, rstd.size());
+      EXPECT_OK(rmsnorm_forward_cuda(dy_out, drstd, dx_, dw_, N, C, 1e-6f, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size()), device.download(drstd, rstd.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kReduction);
+    expect_close(shape + " rstd", forward[1], rstd, kReduction);
+    check_backward(
+        shape + " backward", base, kReduction,
+        [&](const std::vector<float*>& g) {
+          rmsnorm_backward(g[0], g[1], dy.data(), x.data(), w.data(), rstd.data(), N, C);
+        },
+        [&](const std::vector<float*>& g) {
+          return rmsnorm_backward_cuda(g[0], g[1], ddy, dx_, dw_, drstd, N, C, nullptr);
+        });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU, SwiGLU, RoPE
+
+TEST(TransformerCuda, GeluMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const long n : {35L, 100003L}) {
+    const std::string shape = "gelu n=" + std::to_string(n);
+    std::mt19937 rng(9);
+    const Vec x = random_vec(size_of(n), rng, -5, 5), dy = random_vec(size_of(n), rng);
+    const std::vector<Vec> base = {random_vec(size_of(n), rng)};
+    Vec y(size_of(n));
+    gelu_forward(y.data(), x.data(), n);
+
+    Device device;
+    const float *dx_ = device.upload(x), *ddy = device.upload(dy);
+    float* dy_out = device.upload(unwritten(y.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      EXPECT_OK(gelu_forward_cuda(dy_out, dx_, n, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kPointwise);
+    check_backward(
+        shape + " backward", base, kPointwise,
+        [&](const std::vector<float*>& g) { gelu_backward(g[0], dy.data(), x.data(), n); },
+        [&](const std::vector<float*>& g) { return gelu_backward_cuda(g[0], ddy, dx_, n, nullptr); });
+  }
+}
+
+TEST(TransformerCuda, SwiGluMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const long n : {35L, 100003L}) {
+    const std::string shape = "swiglu n=" + std::to_string(n);
+    std::mt19937 rng(10);
+    Vec gate = random_vec(size_of(n), rng, -5, 5);
+    gate[0] = -100.0f;  // exp(100) overflows: silu is 0, not NaN
+    gate[1] = 100.0f;
+    const Vec up = random_vec(size_of(n), rng), dy = random_vec(size_of(n), rng);
+    const std::vector<Vec> base = {random_vec(size_of(n), rng), random_vec(size_of(n), rng)};
+    Vec y(size_of(n));
+    swiglu_forward(y.data(), gate.data(), up.data(), n);
+
+    Device device;
+    const float *dgate = device.upload(gate), *dup = device.upload(up), *ddy = device.upload(dy);
+    float* dy_out = device.upload(unwritten(y.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      EXPECT_OK(swiglu_forward_cuda(dy_out, dgate, dup, n, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kPointwise);
+    check_backward(
+        shape + " backward", base, kPointwise,
+        [&](const std::vector<float*>& g) { swiglu_backward(g[0], g[1], dy.data(), gate.data(), up.data(), n); },
+        [&](const std::vector<float*>& g) { return swiglu_backward_cuda(g[0], g[1], ddy, dgate, dup, n, nullptr); });
+  }
+}
+
+TEST(TransformerCuda, RopeMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, T, heads, head_dim;
+    float theta;
+  };
+  for (const Shape s : {Shape{6, 3, 2, 4, 10000.0f}, Shape{10, 5, 3, 8, 500000.0f}, Shape{300, 150, 4, 64, 10000.0f},
+                        Shape{2, 2, 1, 640, 10000.0f}}) {
+    const std::string shape = "rope N=" + std::to_string(s.N) + " head_dim=" + std::to_string(s.head_dim);
+    std::mt19937 rng(12);
+    const std::size_t n = size_of(static_cast<long long>(s.N) * s.heads * s.head_dim);
+    const Vec x = random_vec(n, rng, -3, 3), dy = random_vec(n, rng);
+    Vec y = x, dx = dy;
+    rope_forward(y.data(), s.N, s.T, s.heads, s.head_dim, s.theta);
+    rope_backward(dx.data(), s.N, s.T, s.heads, s.head_dim, s.theta);
+    const std::vector<Vec> got = run_twice(shape, [&] {
+      Device device;
+      float *dev_x = device.upload(x), *dev_dy = device.upload(dy);
+      EXPECT_OK(rope_forward_cuda(dev_x, s.N, s.T, s.heads, s.head_dim, s.theta, nullptr));
+      EXPECT_OK(rope_backward_cuda(dev_dy, s.N, s.T, s.heads, s.head_dim, s.theta, nullptr));
+      Vec rotated = device.download(dev_x, n);
+      EXPECT_OK(rope_backward_cuda(dev_x, s.N, s.T, s.heads, s.head_dim, s.theta, nullptr));  // and back
+      return std::vector<Vec>{rotated, device.download(dev_dy, n), device.download(dev_x, n)};
+    });
+    expect_close(shape + " forward", got[0], y, kPointwise);
+    expect_close(shape + " backward", got[1], dx, kPointwise);
+    expect_close(shape + " backward of forward", got[2], x, kPointwise);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+struct AttentionShape {
+  int B, T, NH, NKV, HS;
+  std::size_t q() const { return size_of(static_cast<long long>(B) * T * NH * HS); }
+  std::size_t kv() const { return size_of(static_cast<long long>(B) * T * NKV * HS); }
+  std::size_t probs() const { return size_of(static_cast<long long>(B) * NH * T * T); }
+  std::string name() const {
+    return "attention B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+           " NKV=" + std::to_string(NKV) + " HS=" + std::to_string(HS);
+  }
+};
+
+TEST(TransformerCuda, AttentionMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  // Grouped heads both ways; one token; rows past the CPU's 64-row blocks; head sizes below
+  // and above a warp and the block's 128 threads.
+  for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
+                                 AttentionShape{1, 1, 2, 1, 3}, AttentionShape{1, 67, 2, 1, 4},
+                                 AttentionShape{2, 150, 4, 2, 8}, AttentionShape{2, 70, 6, 3, 64},
+                                 AttentionShape{1, 33, 2, 2, 160}}) {
+    std::mt19937 rng(18);
+    const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
+              dout = random_vec(s.q(), rng);
+    const std::vector<Vec> base = {random_vec(s.q(), rng), random_vec(s.kv(), rng), random_vec(s.kv(), rng)};
+    Vec out(s.q()), probs(s.probs());
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+
+    Device device;
+    const float *dq = device.upload(q), *dk = device.upload(k), *dv = device.upload(v), *ddout = device.upload(dout);
+    float *dout_ = device.upload(unwritten(out.size())), *dprobs = device.upload(unwritten(probs.size()));
+    const std::vector<Vec> forward = run_twice(s.name(), [&] {
+      device.poison(dout_, out.size());
+      device.poison(dprobs, probs.size());
+      EXPECT_OK(attention_forward_cuda(dout_, dprobs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS, nullptr));
+      return std::vector<Vec>{device.download(dout_, out.size()), device.download(dprobs, probs.size())};
+    });
+    expect_close(s.name() + " out", forward[0], out, kReduction);
+    expect_close(s.name() + " probs", forward[1], probs, kReduction);
+    for (int row = 0; row < s.B * s.NH * s.T; ++row) {  // zero above the diagonal, exactly
+      for (int j = row % s.T + 1; j < s.T; ++j) ASSERT_EQ(forward[1][size_of(row) * s.T + j], 0.0f) << s.name();
+    }
+    check_backward(
+        s.name() + " backward", base, kReduction,
+        [&](const std::vector<float*>& g) {
+          attention_backward(g[0], g[1], g[2], dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T,
+                             s.NH, s.NKV, s.HS);
+        },
+        [&](const std::vector<float*>& g) {
+          return attention_backward_cuda(g[0], g[1], g[2], ddout, dprobs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS,
+                                         nullptr);
+        });
+  }
+}
+
+TEST(TransformerCuda, AttentionNeverReadsLaterKeysOrValues) {
+  SKIP_WITHOUT_GPU();
+  const AttentionShape s{2, 150, 4, 2, 8};
+  std::mt19937 rng(16);
+  const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
+  Device device;
+  const float* dq = device.upload(q);
+  const auto run = [&](const Vec& keys, const Vec& values) {
+    Device inputs;
+    float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
+    EXPECT_OK(attention_forward_cuda(out, probs, dq, inputs.upload(keys), inputs.upload(values), s.B, s.T, s.NH, s.NKV,
+                                     s.HS, nullptr));
+    return inputs.download(out, s.q());
+  };
+  const Vec clean = run(k, v);
+  for (const int from : {1, 64, 100, 149}) {
+    Vec k2 = k, v2 = v;
+    for (int b = 0; b < s.B; ++b) {
+      for (int t = from; t < s.T; ++t) {
+        for (int i = 0; i < s.NKV * s.HS; ++i) {
+          k2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::quiet_NaN();
+          v2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+    const Vec poisoned = run(k2, v2);
+    for (int b = 0; b < s.B; ++b) {
+      const std::size_t first = size_of(b * s.T * s.NH * s.HS), rows = size_of(from * s.NH * s.HS);
+      EXPECT_EQ(std::memcmp(clean.data() + first, poisoned.data() + first, rows * sizeof(float)), 0)
+          << "from " << from << " batch " << b;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy, embedding, AdamW
+
+TEST(TransformerCuda, CrossEntropyMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, V] : {std::pair{5, 11}, std::pair{33, 50257}}) {
+    const std::string shape = "crossentropy N=" + std::to_string(N) + " V=" + std::to_string(V);
+    std::mt19937 rng(20);
+    Vec logits = random_vec(size_of(static_cast<long long>(N) * V), rng, -5, 5);
+    std::fill(logits.begin(), logits.begin() + V, 1000.0f);  // row 0 uniform and large: log V
+    logits[size_of(V)] = 1e4f;                                // row 1: the target far below the max
+    std::vector<int> targets(size_of(N));
+    std::uniform_int_distribution<int> token(0, V - 1);
+    for (int& t : targets) t = token(rng);
+    targets[1] = 1;
+    const float dloss = 1.0f / static_cast<float>(N);
+    const std::vector<Vec> base = {random_vec(logits.size(), rng)};
+    Vec losses(size_of(N));
+    crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+
+    Device device;
+    const float* dlogits = device.upload(logits);
+    const int* dtargets = device.upload(targets);
+    float* dlosses = device.upload(unwritten(losses.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dlosses, losses.size());
+      EXPECT_OK(crossentropy_forward_cuda(dlosses, dlogits, dtargets, N, V, nullptr));
+      return std::vector<Vec>{device.download(dlosses, losses.size())};
+    });
+    expect_close(shape + " losses", forward[0], losses, kReduction);
+    check_backward(
+        shape + " backward", base, kReduction,
+        [&](const std::vector<float*>& g) { crossentropy_backward(g[0], logits.data(), targets.data(), dloss, N, V); },
+        [&](const std::vector<float*>& g) {
+          return crossentropy_backward_cuda(g[0], dlogits, dtargets, dloss, N, V, nullptr);
+        });
+  }
+}
+
+TEST(TransformerCuda, EmbeddingMatchesTheReferenceBitwise) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int T, N, C, V;
+  };
+  for (const Shape s : {Shape{5, 10, 7, 4}, Shape{64, 256, 769, 50}, Shape{8, 3, 33, 6}}) {
+    const std::string shape = "embedding N=" + std::to_string(s.N) + " T=" + std::to_string(s.T);
+    std::mt19937 rng(4);
+    std::vector<int> tokens(size_of(s.N));
+    std::uniform_int_distribution<int> token(0, s.V - 1);
+    for (int& t : tokens) t = token(rng);
+    tokens[0] = s.V - 1;  // repeated tokens, and the last row of wte
+    tokens[size_of(s.N - 1)] = s.V - 1;
+    const Vec wte = random_vec(size_of(s.V * s.C), rng), wpe = random_vec(size_of(s.T * s.C), rng),
+              dy = random_vec(size_of(s.N * s.C), rng);
+    const std::vector<Vec> base = {random_vec(wte.size(), rng), random_vec(wpe.size(), rng)};
+    Vec y(size_of(s.N * s.C)), words(y.size());
+    embedding_forward(y.data(), tokens.data(), wte.data(), wpe.data(), s.N, s.T, s.C);
+    embedding_forward(words.data(), tokens.data(), wte.data(), nullptr, s.N, s.T, s.C);
+
+    Device device;
+    const int* dtokens = device.upload(tokens);
+    const float *dwte = device.upload(wte), *dwpe = device.upload(wpe), *ddy = device.upload(dy);
+    float *dy_out = device.upload(unwritten(y.size())), *dwords = device.upload(unwritten(y.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      device.poison(dwords, y.size());
+      EXPECT_OK(embedding_forward_cuda(dy_out, dtokens, dwte, dwpe, s.N, s.T, s.C, nullptr));
+      EXPECT_OK(embedding_forward_cuda(dwords, dtokens, dwte, nullptr, s.N, s.T, s.C, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size()), device.download(dwords, y.size())};
+    });
+    expect_bitwise(shape + " y", forward[0], y);
+    expect_bitwise(shape + " without positions", forward[1], words);
+    check_backward(  // tolerance 0: bitwise (a NaN would fail too)
+        shape + " backward", base, Tolerance{0, 0},
+        [&](const std::vector<float*>& g) { embedding_backward(g[0], g[1], dy.data(), tokens.data(), s.N, s.T, s.C); },
+        [&](const std::vector<float*>& g) {
+          return embedding_backward_cuda(g[0], g[1], ddy, dtokens, s.N, s.T, s.C, nullptr);
+        });
+  }
+}
+
+TEST(TransformerCuda, AdamWMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  const long n = 100003;
+  std::mt19937 rng(21);
+  Vec p = random_vec(size_of(n), rng), m(size_of(n), 0.0f), v(size_of(n), 0.0f);
+  std::vector<Vec> grads;
+  for (int step = 0; step < 3; ++step) grads.push_back(random_vec(size_of(n), rng));
+  grads[0][0] = 1e-9f;  // a gradient near eps
+  const std::vector<Vec> got = run_twice("adamw", [&] {
+    Device device;
+    float *dp = device.upload(p), *dm = device.upload(m), *dv = device.upload(v);
+    std::vector<Vec> out;
+    for (int step = 1; step <= 3; ++step) {
+      EXPECT_OK(adamw_update_cuda(dp, device.upload(grads[size_of(step - 1)]), dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                  0.1f, step, nullptr));
+      out.push_back(device.download(dp, size_of(n)));
+      out.push_back(device.download(dm, size_of(n)));
+      out.push_back(device.download(dv, size_of(n)));
+    }
+    return out;
+  });
+  for (int step = 1; step <= 3; ++step) {
+    adamw_update(p.data(), grads[size_of(step - 1)].data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                 step);
+    const std::string what = "adamw step " + std::to_string(step);
+    expect_close(what + " p", got[size_of(3 * (step - 1))], p, kAdamw);
+    expect_close(what + " m", got[size_of(3 * (step - 1) + 1)], m, kAdamw);
+    expect_close(what + " v", got[size_of(3 * (step - 1) + 2)], v, kAdamw);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Casts and linear layers
+
+TEST(TransformerCuda, CastsMatchTheReferenceBitwise) {
+  SKIP_WITHOUT_GPU();
+  // Special values, ties and the edges of both formats, then random floats of every magnitude.
+  Vec in = {0.0f, -0.0f, 1.0f, -2.0f, 0.1f, 1.0f / 3, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65504.0f, 65519.0f,
+            65520.0f, 1e10f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1.ffcp-15f, 1e-40f,
+            std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+            std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  while (in.size() < 100000) {
+    const std::uint32_t u = bits(rng);
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    in.push_back(x);
+  }
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  const long n = static_cast<long>(in.size()), n16 = static_cast<long>(all.size());
+
+  Device device;
+  const float* din = device.upload(in);
+  const std::uint16_t* dall = device.upload(all);
+  std::uint16_t *dbf = device.upload(std::vector<std::uint16_t>(in.size())),
+                *dhf = device.upload(std::vector<std::uint16_t>(in.size()));
+  float *dbf_back = device.upload(Vec(all.size())), *dhf_back = device.upload(Vec(all.size()));
+  EXPECT_OK(cast_fp32_to_bf16_cuda(dbf, din, n, nullptr));
+  EXPECT_OK(cast_fp32_to_fp16_cuda(dhf, din, n, nullptr));
+  EXPECT_OK(cast_bf16_to_fp32_cuda(dbf_back, dall, n16, nullptr));
+  EXPECT_OK(cast_fp16_to_fp32_cuda(dhf_back, dall, n16, nullptr));
+  const std::vector<std::uint16_t> bf = device.download(dbf, in.size()), hf = device.download(dhf, in.size());
+  const Vec bf_back = device.download(dbf_back, all.size()), hf_back = device.download(dhf_back, all.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i])) {  // a NaN stays a NaN; its payload is the implementation's
+      EXPECT_TRUE(std::isnan(bf16_to_float(bf[i]))) << i;
+      EXPECT_TRUE(std::isnan(fp16_to_float(hf[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(bf[i], float_to_bf16(in[i])) << "to bf16 of " << in[i];
+    ASSERT_EQ(hf[i], float_to_fp16(in[i])) << "to fp16 of " << in[i];
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const float b = bf16_to_float(all[i]), f = fp16_to_float(all[i]);
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(bf_back[i])) << i;
+    } else {
+      ASSERT_EQ(std::memcmp(&bf_back[i], &b, sizeof b), 0) << "from bf16 " << i;
+    }
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(hf_back[i])) << i;
+    } else {
+      ASSERT_EQ(std::memcmp(&hf_back[i], &f, sizeof f), 0) << "from fp16 " << i;
+    }
+  }
+}
+
+TEST(TransformerCuda, LinearMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, C, OC] : {std::tuple{5, 7, 3}, std::tuple{33, 65, 17}, std::tuple{300, 769, 130}}) {
+    const std::string shape = "linear N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    std::mt19937 rng(1);
+    const Vec x = random_vec(size_of(N * C), rng), w = random_vec(size_of(OC * C), rng), b = random_vec(size_of(OC), rng),
+              dy = random_vec(size_of(N * OC), rng);
+    const std::vector<Vec> base_input = {random_vec(x.size(), rng)};
+    const std::vector<Vec> base_weight = {random_vec(w.size(), rng), random_vec(b.size(), rng)};
+    Vec y(size_of(N * OC)), y_nobias(y.size());
+    linear_forward(y.data(), x.data(), w.data(), b.data(), N, C, OC);
+    linear_forward(y_nobias.data(), x.data(), w.data(), nullptr, N, C, OC);
+
+    Device device;
+    const float *dx = device.upload(x), *dw = device.upload(w), *db = device.upload(b), *ddy = device.upload(dy);
+    float *dy_out = device.upload(unwritten(y.size())), *dy_nobias = device.upload(unwritten(y.size()));
+    const Status built = linear_forward_cuda(dy_out, dx, dw, db, N, C, OC, nullptr);
+    if (built == Status::not_built) GTEST_SKIP() << "this build has no cuBLAS: the CUDA linear layers are not built";
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      device.poison(dy_nobias, y.size());
+      EXPECT_OK(linear_forward_cuda(dy_out, dx, dw, db, N, C, OC, nullptr));
+      EXPECT_OK(linear_forward_cuda(dy_nobias, dx, dw, nullptr, N, C, OC, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size()), device.download(dy_nobias, y.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kReduction);
+    expect_close(shape + " y without bias", forward[1], y_nobias, kReduction);
+    check_backward(
+        shape + " backward input", base_input, kReduction,
+        [&](const std::vector<float*>& g) { linear_backward_input(g[0], dy.data(), w.data(), N, C, OC); },
+        [&](const std::vector<float*>& g) { return linear_backward_input_cuda(g[0], ddy, dw, N, C, OC, nullptr); });
+    check_backward(
+        shape + " backward weight", base_weight, kReduction,
+        [&](const std::vector<float*>& g) { linear_backward_weight(g[0], g[1], dy.data(), x.data(), N, C, OC); },
+        [&](const std::vector<float*>& g) {
+          return linear_backward_weight_cuda(g[0], g[1], ddy, dx, N, C, OC, nullptr);
+        });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Without a GPU (and with one, the argument checks)
+
+TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
+  // Host memory stands in for device pointers: every call below returns before touching it.
+  float f[4] = {};
+  int tok[4] = {};
+  std::uint16_t h[4] = {};
+  void* nothing = nullptr;
+
+  // Refused before anything else, in every build: negative sizes, missing inputs, bad shapes.
+  EXPECT_EQ(layernorm_forward_cuda(f, f, f, f, f, f, -1, 4, 1e-5f, nullptr), Status::invalid_value);
+  EXPECT_EQ(layernorm_forward_cuda(f, f, f, nullptr, f, f, 1, 4, 1e-5f, nullptr), Status::invalid_value);
+  EXPECT_EQ(layernorm_backward_cuda(f, nullptr, nullptr, nullptr, f, f, f, f, 1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(rmsnorm_forward_cuda(f, f, f, f, 1, 0, 1e-5f, nullptr), Status::invalid_value);
+  EXPECT_EQ(gelu_forward_cuda(f, f, -1, nullptr), Status::invalid_value);
+  EXPECT_EQ(swiglu_backward_cuda(f, f, f, nullptr, f, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 3, 10000.0f, nullptr), Status::invalid_value);  // odd head_dim
+  EXPECT_EQ(rope_forward_cuda(f, 1, 0, 1, 4, 10000.0f, nullptr), Status::invalid_value);  // no positions
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 3, 2, 1, nullptr), Status::invalid_value);  // 3 % 2 heads
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 2048, nullptr), Status::invalid_value);  // HS too large
+  EXPECT_EQ(crossentropy_forward_cuda(f, f, nullptr, 1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(embedding_forward_cuda(f, nullptr, f, f, 1, 1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(adamw_update_cuda(f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0, nullptr), Status::invalid_value);
+  EXPECT_EQ(cast_fp32_to_bf16_cuda(nullptr, f, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(linear_forward_cuda(f, f, nullptr, f, 1, 4, 1, nullptr), Status::invalid_value);
+  EXPECT_EQ(cuda_malloc(nullptr, 4), Status::invalid_value);
+  EXPECT_EQ(cuda_copy_to_device(nullptr, f, 4), Status::invalid_value);
+
+  // Nothing to do is done, without a device: empty sizes, or no gradient wanted.
+  EXPECT_EQ(layernorm_forward_cuda(f, f, f, f, f, f, 0, 4, 1e-5f, nullptr), Status::success);
+  EXPECT_EQ(layernorm_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 4, nullptr), Status::success);
+  EXPECT_EQ(attention_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), Status::success);
+  EXPECT_EQ(rope_backward_cuda(nullptr, 1, 1, 1, 4, 10000.0f, nullptr), Status::success);
+  EXPECT_EQ(gelu_forward_cuda(f, f, 0, nullptr), Status::success);
+  EXPECT_EQ(embedding_backward_cuda(nullptr, nullptr, f, tok, 1, 1, 4, nullptr), Status::success);
+  EXPECT_EQ(cuda_malloc(&nothing, 0), Status::success);
+  EXPECT_EQ(nothing, nullptr);
+  EXPECT_EQ(cuda_free(nullptr), Status::success);
+
+  if (cuda_built() && cuda_device_count() > 0) {
+    GTEST_SKIP() << "a GPU is visible (" << cuda_status() << "): the no-device answers are not checkable here";
+  }
+  // Well-formed calls: not_built without CUDA, no_device without a GPU; never a crash.
+  const Status want = cuda_built() ? Status::no_device : Status::not_built;
+  DeviceBuffer buffer;
+  EXPECT_EQ(buffer.allocate(16), want);
+  EXPECT_EQ(buffer.get(), nullptr);
+  EXPECT_EQ(cuda_malloc(&nothing, 16), want);
+  EXPECT_EQ(nothing, nullptr);
+  EXPECT_EQ(cuda_free(f), want);
+  EXPECT_EQ(cuda_copy_to_device(f, f, 16), want);
+  EXPECT_EQ(cuda_copy_to_host(f, f, 16), want);
+  EXPECT_EQ(cuda_memset_zero(f, 16, nullptr), want);
+  EXPECT_EQ(cuda_synchronize(nullptr), want);
+  EXPECT_EQ(linear_forward_cuda(f, f, f, f, 1, 2, 2, nullptr), want);
+  EXPECT_EQ(linear_backward_input_cuda(f, f, f, 1, 2, 2, nullptr), want);
+  EXPECT_EQ(linear_backward_weight_cuda(f, f, f, f, 1, 2, 2, nullptr), want);
+  EXPECT_EQ(embedding_forward_cuda(f, tok, f, f, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(embedding_backward_cuda(f, f, f, tok, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(layernorm_forward_cuda(f, f, f, f, f, f, 1, 4, 1e-5f, nullptr), want);
+  EXPECT_EQ(layernorm_backward_cuda(f, f, f, f, f, f, f, f, 1, 4, nullptr), want);
+  EXPECT_EQ(rmsnorm_forward_cuda(f, f, f, f, 1, 4, 1e-5f, nullptr), want);
+  EXPECT_EQ(rmsnorm_backward_cuda(f, f, f, f, f, f, 1, 4, nullptr), want);
+  EXPECT_EQ(gelu_forward_cuda(f, f, 4, nullptr), want);
+  EXPECT_EQ(gelu_backward_cuda(f, f, f, 4, nullptr), want);
+  EXPECT_EQ(swiglu_forward_cuda(f, f, f, 4, nullptr), want);
+  EXPECT_EQ(swiglu_backward_cuda(f, f, f, f, f, 4, nullptr), want);
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, 10000.0f, nullptr), want);
+  EXPECT_EQ(rope_backward_cuda(f, 1, 1, 1, 4, 10000.0f, nullptr), want);
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(attention_backward_cuda(f, f, f, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(crossentropy_forward_cuda(f, f, tok, 1, 4, nullptr), want);
+  EXPECT_EQ(crossentropy_backward_cuda(f, f, tok, 1.0f, 1, 4, nullptr), want);
+  EXPECT_EQ(adamw_update_cuda(f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, nullptr), want);
+  EXPECT_EQ(cast_fp32_to_bf16_cuda(h, f, 4, nullptr), want);
+  EXPECT_EQ(cast_bf16_to_fp32_cuda(f, h, 4, nullptr), want);
+  EXPECT_EQ(cast_fp32_to_fp16_cuda(h, f, 4, nullptr), want);
+  EXPECT_EQ(cast_fp16_to_fp32_cuda(f, h, 4, nullptr), want);
+  for (const float x : f) EXPECT_EQ(x, 0.0f);  // nothing was written
+}
+
+}  // namespace
