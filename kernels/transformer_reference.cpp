@@ -172,22 +172,27 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
+
+// 0.5 (1 + tanh(u)) for GELU's u = sqrt(2/pi) (x + 0.044715 x^3), as the sigmoid 1 / (1 + exp(-2u)):
+// the same function, one exp instead of a tanh (several times faster), and no cancellation in
+// 1 + tanh(u) where tanh(u) is near -1. exp overflowing to inf gives 0, as it should.
+float gelu_gate(float x) {
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  return 1.0f / (1.0f + std::exp(-2.0f * u));
+}
 }  // namespace
 
 void gelu_forward(float* y, const float* x, long n) {
-  for (long i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + kGeluCube * v * v * v)));
-  }
+  for (long i = 0; i < n; ++i) y[i] = x[i] * gelu_gate(x[i]);
 }
 
 void gelu_backward(float* dx, const float* dy, const float* x, long n) {
   if (dx == nullptr) return;
   for (long i = 0; i < n; ++i) {
     const float v = x[i];
-    const float th = std::tanh(kGeluScale * (v + kGeluCube * v * v * v));
-    const float sech2 = 1.0f - th * th;
-    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+    // d/dx [x s(u)] with s the gate: s + x s (1 - s) 2 u', since 0.5 sech^2(u) = 2 s (1 - s).
+    const float s = gelu_gate(v);
+    const float local = s + 2.0f * v * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
     dx[i] += local * dy[i];
   }
 }
