@@ -16,6 +16,17 @@ namespace {
 // Offsets as size_t: N * V of a language-model head passes 2^31 at modest batch sizes.
 std::size_t at(long row, long width) { return static_cast<std::size_t>(row) * static_cast<std::size_t>(width); }
 
+// sums[o] += row[o] for o < n, four columns at a time so that GCC's -O2 vectorizer (which leaves
+// a loop of unknown count alone) packs them into vector instructions. Each sum still adds its
+// rows in order: the results are those of a plain loop.
+void add_row(double* __restrict sums, const float* __restrict row, int n) {
+  int o = 0;
+  for (; o + 4 <= n; o += 4) {
+    for (int k = 0; k < 4; ++k) sums[o + k] += row[o + k];
+  }
+  for (; o < n; ++o) sums[o] += row[o];
+}
+
 // Adds per-column sums, accumulated in double over the rows, into a float gradient: one
 // rounding per column whatever N is, and the same order on every call.
 void add_columns(float* grad, const std::vector<double>& sums) {
@@ -50,10 +61,7 @@ void linear_backward_weight(float* dw, float* db, const float* dy, const float* 
   }
   if (db != nullptr) {
     std::vector<double> sums(static_cast<std::size_t>(OC), 0.0);
-    for (int n = 0; n < N; ++n) {
-      const float* row = dy + at(n, OC);
-      for (int o = 0; o < OC; ++o) sums[static_cast<std::size_t>(o)] += row[o];
-    }
+    for (int n = 0; n < N; ++n) add_row(sums.data(), dy + at(n, OC), OC);
     add_columns(db, sums);
   }
 }
@@ -172,22 +180,27 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
+
+// 0.5 (1 + tanh(u)) for GELU's u = sqrt(2/pi) (x + 0.044715 x^3), as the sigmoid 1 / (1 + exp(-2u)):
+// the same function, one exp instead of a tanh (several times faster), and no cancellation in
+// 1 + tanh(u) where tanh(u) is near -1. exp overflowing to inf gives 0, as it should.
+float gelu_gate(float x) {
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  return 1.0f / (1.0f + std::exp(-2.0f * u));
+}
 }  // namespace
 
 void gelu_forward(float* y, const float* x, long n) {
-  for (long i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + kGeluCube * v * v * v)));
-  }
+  for (long i = 0; i < n; ++i) y[i] = x[i] * gelu_gate(x[i]);
 }
 
 void gelu_backward(float* dx, const float* dy, const float* x, long n) {
   if (dx == nullptr) return;
   for (long i = 0; i < n; ++i) {
     const float v = x[i];
-    const float th = std::tanh(kGeluScale * (v + kGeluCube * v * v * v));
-    const float sech2 = 1.0f - th * th;
-    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
+    // d/dx [x s(u)] with s the gate: s + x s (1 - s) 2 u', since 0.5 sech^2(u) = 2 s (1 - s).
+    const float s = gelu_gate(v);
+    const float local = s + 2.0f * v * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
     dx[i] += local * dy[i];
   }
 }
