@@ -44,6 +44,7 @@
 #include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/plan_builder.hpp"
+#include "tests/exec/exec_test_util.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
 
@@ -75,7 +76,6 @@ partition::Plan make_plan(int devices, int micro_batch, int microbatches) {
       "gpt:layers=" + std::to_string(kLayers) + ",hidden=" + std::to_string(kHidden) + ",heads=" +
           std::to_string(kHeads) + ",seq=" + std::to_string(kSeq) + ",vocab=" + std::to_string(kVocab),
       model::Precision::fp32);
-  const model::Cluster cluster = model::cpu_cluster(devices);
   partition::PlanOptions o;
   o.pipeline = devices;
   o.data = 1;
@@ -83,12 +83,7 @@ partition::Plan make_plan(int devices, int micro_batch, int microbatches) {
   o.microbatches = microbatches;
   o.schedule = "1f1b";
   o.sync = partition::SyncKind::allreduce;
-  o.precision = net.precision;
-  o.workspace_bytes = 0;
-  const partition::CostModel cost(cluster, net.precision);
-  partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
-  plan.fingerprint = partition::plan_fingerprint(plan);
-  return plan;
+  return test_support::planned(model::cpu_cluster(devices), net, o);
 }
 
 struct Steps {
