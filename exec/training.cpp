@@ -589,6 +589,27 @@ void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init,
   }
 }
 
+// Under mutex_: what a push or a local update reads, and what a pull carries. A plan whose
+// order edges do not put them after the tasks that make them gets a PlanError, not a crash.
+const std::vector<float>& CpuTraining::gradients_of(const Chunk& c, int iteration) const {
+  const auto found = taken_.find({&c, iteration});
+  if (found == taken_.end()) {
+    throw PlanError("the gradients of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
+                    " for iteration " + std::to_string(iteration) + " are not complete (a push before the last backward?)");
+  }
+  return found->second;
+}
+
+const std::map<std::string, std::vector<float>>& CpuTraining::weights_of(int server, int iteration) const {
+  const auto s = servers_.find(server);
+  const auto found = s == servers_.end() ? decltype(s->second.versions)::const_iterator{} : s->second.versions.find(iteration);
+  if (s == servers_.end() || found == s->second.versions.end()) {
+    throw PlanError("device " + std::to_string(server) + " has no weights of iteration " + std::to_string(iteration) +
+                    " (a pull before its server's update?)");
+  }
+  return found->second;
+}
+
 std::vector<const ParamSlot*> CpuTraining::served_slots(const Chunk& c, int server) const {
   std::vector<const ParamSlot*> out;
   const ChunkParams& p = c.math.params();
@@ -618,7 +639,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
   for (const auto& [server, unused] : servers) {
     const auto slots = served_slots(c, server);
     if (server == c.device) {  // a local pull: the server's weights of that iteration
-      const auto& version = servers_.at(server).versions.at(iteration);
+      const auto& version = weights_of(server, iteration);
       for (const ParamSlot* slot : slots) {
         const auto& values = version.at(slot->name);
         std::copy(values.begin(), values.end(), c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
@@ -655,13 +676,13 @@ std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) 
   std::vector<float> out;
   std::lock_guard lock(mutex_);
   if (push) {
-    const Floats& grads = taken_.at({&c, task.iteration});
+    const Floats& grads = gradients_of(c, task.iteration);
     for (const ParamSlot* slot : served_slots(c, channel.dst)) {
       out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
                  grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
     }
   } else {
-    const auto& version = servers_.at(channel.src).versions.at(task.iteration);
+    const auto& version = weights_of(channel.src, task.iteration);
     for (const ParamSlot* slot : served_slots(c, channel.src)) {
       const auto& values = version.at(slot->name);
       out.insert(out.end(), values.begin(), values.end());
@@ -711,22 +732,27 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
       const float* data = nullptr;
       if (device == server) {
         std::lock_guard lock(mutex_);
-        const Floats& grads = taken_.at({&c, task.iteration});
+        const Floats& grads = gradients_of(c, task.iteration);
         for (const ParamSlot* slot : slots) {
           local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
                        grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
         }
         data = local.data();
       } else {
+        size_t floats = 0, expected = 0;
         for (size_t i = 0; i < reads.size(); ++i) {
           const auto source = push_source_.find(reads[i]);
           if (source != push_source_.end() && source->second == std::pair{static_cast<int>(w), static_cast<int>(k)}) {
             data = reinterpret_cast<const float*>(task.reads[i].data);
+            floats = task.reads[i].size_bytes / sizeof(float);
           }
         }
-        if (data == nullptr) {
-          throw PlanError("the update on device " + std::to_string(server) + " reads no push from worker " +
-                          std::to_string(w) + " stage " + std::to_string(k));
+        for (const ParamSlot* slot : slots) expected += slot->count;
+        if (data == nullptr || floats < expected) {
+          throw PlanError("the update on device " + std::to_string(server) + " reads " +
+                          (data == nullptr ? std::string("no push") : "a push of " + std::to_string(floats) + " floats") +
+                          " from worker " + std::to_string(w) + " stage " + std::to_string(k) + ", whose gradients are " +
+                          std::to_string(expected) + " floats");
         }
       }
       for (const ParamSlot* slot : slots) {

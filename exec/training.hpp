@@ -125,6 +125,8 @@ class CpuTraining {
   void take_gradients(int device, int iteration);
   void adopt_pulled(Chunk& c, int iteration);
   std::vector<const ParamSlot*> served_slots(const Chunk& c, int server) const;
+  const std::vector<float>& gradients_of(const Chunk& c, int iteration) const;
+  const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   std::shared_ptr<const Batch> batch(int iteration);
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
