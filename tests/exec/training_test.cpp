@@ -295,6 +295,21 @@ INSTANTIATE_TEST_SUITE_P(
                                     partition::SyncKind::allreduce, 2, true}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
+// The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of
+// the last steps (each step's loss is its own batch's, so one step alone is noisy).
+OptimizerOptions markov_adam() {
+  OptimizerOptions adam;
+  adam.lr = 3e-3;
+  adam.weight_decay = 0;
+  return adam;
+}
+
+double mean_of_last(const std::vector<double>& losses, size_t n) {
+  double sum = 0;
+  for (size_t i = losses.size() - n; i < losses.size(); ++i) sum += losses[i];
+  return sum / static_cast<double>(n);
+}
+
 // WSP with staleness 2: workers run on weights up to three steps old, and training still
 // converges on the Markov stream (to within 10% of its entropy in 600 steps here, against
 // 2% for synchronous training in the test below).
@@ -307,14 +322,10 @@ TEST(Training, WaveSynchronousWithStalenessTwoStillConverges) {
   o.staleness = 2;
   const Plan plan = test_support::planned(model::cpu_cluster(4), net, o);
   ASSERT_EQ(plan.layout.sync.staleness, 2);
-  OptimizerOptions adam;
-  adam.lr = 3e-3;
-  adam.weight_decay = 0;
   const double entropy = exec::markov_stream(32, 3)->entropy_nats();
-  const Trained t = train(plan, 600, adam, 3);
+  const Trained t = train(plan, 600, markov_adam(), 3);
   ASSERT_EQ(t.losses.size(), 600u);
-  double last = 0;
-  for (size_t i = t.losses.size() - 50; i < t.losses.size(); ++i) last += t.losses[i] / 50;
+  const double last = mean_of_last(t.losses, 50);
   EXPECT_LT(last, 1.10 * entropy) << "entropy " << entropy << ", first loss " << t.losses.front();
 }
 
@@ -373,14 +384,10 @@ TEST(Training, LearnsTheMarkovStreamToWithinFivePercentOfItsEntropy) {
   partition::PlanOptions o = options(1, 1, 1, "1f1b");
   o.micro_batch = 32;
   const Plan plan = test_support::planned(model::cpu_cluster(1), net, o);
-  OptimizerOptions adam;
-  adam.lr = 3e-3;
-  adam.weight_decay = 0;
   const double entropy = exec::markov_stream(32, 3)->entropy_nats();
-  const Trained t = train(plan, 1000, adam, 3);
+  const Trained t = train(plan, 1000, markov_adam(), 3);
   ASSERT_EQ(t.losses.size(), 1000u);
-  double last = 0;
-  for (size_t i = t.losses.size() - 50; i < t.losses.size(); ++i) last += t.losses[i] / 50;
+  const double last = mean_of_last(t.losses, 50);
   EXPECT_GT(t.losses.front(), 2 * entropy);
   EXPECT_LT(last, 1.05 * entropy) << "entropy " << entropy << ", first loss " << t.losses.front();
 }
