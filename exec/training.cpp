@@ -259,7 +259,7 @@ std::pair<size_t, size_t> CpuTraining::slice_of(int tensor, size_t whole) const 
   const partition::Tensor& t = plan_.tensor(tensor);
   const auto found = tp_position_.find(t.device);
   if (found == tp_position_.end() || found->second.second < 2 || t.kind == TensorKind::partial_sum) return {0, whole};
-  const auto [j, n] = found->second;
+  const int j = found->second.first, n = found->second.second;  // (not a structured binding: lambdas capture it)
   const double plan_whole = static_cast<double>(whole) * model::element_bytes(plan_.layout.precision);
   if (std::abs(t.bytes - plan_whole / n) >= std::abs(t.bytes - plan_whole)) return {0, whole};
   const auto at = [&](int k) {
