@@ -7,7 +7,7 @@
 
 namespace hetflow::exec {
 
-std::shared_ptr<Mailbox::Packet> Mailbox::post(std::span<const std::byte> data, size_t size_bytes) {
+std::shared_ptr<Lane::Packet> Mailbox::post(std::span<const std::byte> data, size_t size_bytes) {
   auto packet = std::make_shared<Packet>();
   packet->data.assign(size_bytes, std::byte{0});
   const size_t n = std::min(size_bytes, data.size());
@@ -37,7 +37,7 @@ void Mailbox::take(const std::function<void(std::span<const std::byte>)>& consum
   changed_.notify_all();
 }
 
-void Mailbox::wait_taken(const Packet& packet) {
+void Mailbox::wait_taken(Packet& packet) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return stop_.load() || packet.taken; });
   if (!packet.taken) throw Stopped();

@@ -1,8 +1,11 @@
 #pragma once
-// In-process messages between device threads: one FIFO per (sender, receiver, lane), so the
-// k-th message posted meets the k-th take. A post copies the bytes; the sender may then wait
-// until the receiver has taken them (a rendezvous, as NCCL's send returns once matched).
-// Every wait ends with Stopped once the shared stop flag is set and wake() is called.
+// Messages between device threads: one FIFO per (sender, receiver, lane), so the k-th message
+// posted meets the k-th take. A post copies the bytes; the sender may then wait until the
+// receiver has taken them (a rendezvous, as NCCL's send returns once matched). Every wait
+// ends with Stopped once the shared stop flag is set and wake() is called.
+//
+// `Lane` is that promise; `Mailbox` keeps it between threads of this process, and
+// exec/ranks.hpp's lanes between processes (MPI ranks).
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -15,22 +18,32 @@
 
 namespace hetflow::exec {
 
-class Mailbox {
+class Lane {
  public:
   struct Packet {
+    virtual ~Packet() = default;
     std::vector<std::byte> data;
-    bool taken = false;  // guarded by the mailbox's mutex
+    bool taken = false;  // guarded by the lane
   };
 
-  explicit Mailbox(const std::atomic<bool>& stop) : stop_(stop) {}
+  virtual ~Lane() = default;
   // Posts a copy of `data` (zero-padded to `size_bytes` when shorter); never blocks.
-  std::shared_ptr<Packet> post(std::span<const std::byte> data, size_t size_bytes);
+  virtual std::shared_ptr<Packet> post(std::span<const std::byte> data, size_t size_bytes) = 0;
   // Waits for the next packet, hands its bytes to `consume`, marks it taken.
-  void take(const std::function<void(std::span<const std::byte>)>& consume);
-  // Waits until the receiver has taken `packet`.
-  void wait_taken(const Packet& packet);
+  virtual void take(const std::function<void(std::span<const std::byte>)>& consume) = 0;
+  // Waits until the receiver has taken `packet` (one this lane's post returned).
+  virtual void wait_taken(Packet& packet) = 0;
   // After the stop flag is set: wakes every waiter (which then throws Stopped).
-  void wake();
+  virtual void wake() = 0;
+};
+
+class Mailbox final : public Lane {
+ public:
+  explicit Mailbox(const std::atomic<bool>& stop) : stop_(stop) {}
+  std::shared_ptr<Packet> post(std::span<const std::byte> data, size_t size_bytes) override;
+  void take(const std::function<void(std::span<const std::byte>)>& consume) override;
+  void wait_taken(Packet& packet) override;
+  void wake() override;
 
  private:
   const std::atomic<bool>& stop_;
