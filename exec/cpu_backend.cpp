@@ -40,7 +40,8 @@ constexpr int kTensorParallelLane = 1000;
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training) : options_(options), training_(training) {
+CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training, const Ranks* ranks)
+    : options_(options), training_(training), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
   if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
     throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
   }
@@ -48,10 +49,17 @@ CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training) : optio
   single_threaded_blas();
 }
 
-Mailbox* CpuBackend::mailbox(int src, int dst, int lane, int stream) {
-  auto& box = lanes_[{src, dst, lane, stream}];
-  if (!box) box = std::make_unique<Mailbox>(stop_);
-  return box.get();
+bool CpuBackend::local(int device) const {
+  return ranks_ == nullptr || ranks_->owner(device, plan_->device_count()) == ranks_->rank();
+}
+
+// In-process between this rank's devices, MPI to or from another rank's, none between two
+// devices of other ranks.
+std::unique_ptr<Lane> CpuBackend::make_lane(int src, int dst, int tag) {
+  if (local(src) && local(dst)) return std::make_unique<Mailbox>(stop_);
+  if (!local(src) && !local(dst)) return nullptr;
+  const int devices = plan_->device_count();
+  return ranks_->lane(ranks_->owner(src, devices), ranks_->owner(dst, devices), tag, stop_);
 }
 
 void CpuBackend::prepare(const partition::Plan& plan) {
@@ -59,38 +67,53 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   stop_.store(false);
   channels_.clear();
   lanes_.clear();
-  for (size_t c = 0; c < plan.channels.size(); ++c) channels_.push_back(std::make_unique<Mailbox>(stop_));
+  if (ranks_ != nullptr) ranks_->check_devices(plan.device_count());
+  int tag = 1;  // every rank numbers the lanes alike: channels, then lanes in key order
+  for (const partition::Channel& c : plan.channels) channels_.push_back(make_lane(c.src, c.dst, tag++));
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
-  // Tensor-parallel groups exchange inside compute tasks (real math): their lanes exist
-  // before the threads start, so no thread adds to the table while others read it.
+  // Every lane first (tensor-parallel groups exchange inside compute tasks under real math),
+  // so no thread adds to the table while others read it.
   for (size_t id = 0; id < plan.communicators.size(); ++id) {
     const partition::Communicator& c = plan.communicators[id];
     if (training_ == nullptr || c.name.rfind("tp ", 0) != 0) continue;
     for (const int a : c.devices) {
       for (const int b : c.devices) {
-        if (a != b) mailbox(a, b, kTensorParallelLane, static_cast<int>(id));
+        if (a != b) lanes_[{a, b, kTensorParallelLane, static_cast<int>(id)}];
       }
     }
   }
-  steps_.assign(plan.tasks.size(), {});
+  std::vector<std::vector<partition::Step>> steps(plan.tasks.size());
   for (const partition::Collective& c : plan.collectives) {
     const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
     for (int t : c.tasks) {
       const partition::Task& task = plan.task(t);
       // Messages are scoped by the stream, as in the simulator: collectives on different
       // streams never match each other's messages.
-      for (const partition::Step& s : partition::collective_steps(spec, task.device, node)) {
-        Step step;
-        for (const partition::Message& m : s.sends) {
-          step.sends.push_back({mailbox(task.device, m.peer, static_cast<int>(m.lane), task.stream), m.peer, m.begin, m.end, false});
-        }
-        for (const partition::Message& m : s.receives) {
-          step.receives.push_back({mailbox(m.peer, task.device, static_cast<int>(m.lane), task.stream), m.peer, m.begin, m.end, m.reduce});
-        }
-        steps_[static_cast<size_t>(t)].push_back(std::move(step));
+      steps[static_cast<size_t>(t)] = partition::collective_steps(spec, task.device, node);
+      for (const partition::Step& s : steps[static_cast<size_t>(t)]) {
+        for (const partition::Message& m : s.sends) lanes_[{task.device, m.peer, static_cast<int>(m.lane), task.stream}];
+        for (const partition::Message& m : s.receives) lanes_[{m.peer, task.device, static_cast<int>(m.lane), task.stream}];
       }
+    }
+  }
+  for (auto& [key, lane] : lanes_) lane = make_lane(std::get<0>(key), std::get<1>(key), tag++);
+  steps_.assign(plan.tasks.size(), {});
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (!local(task.device)) continue;
+    for (const partition::Step& s : steps[t]) {
+      Step step;
+      for (const partition::Message& m : s.sends) {
+        step.sends.push_back({lanes_.at({task.device, m.peer, static_cast<int>(m.lane), task.stream}).get(), m.peer, m.begin,
+                              m.end, false});
+      }
+      for (const partition::Message& m : s.receives) {
+        step.receives.push_back({lanes_.at({m.peer, task.device, static_cast<int>(m.lane), task.stream}).get(), m.peer,
+                                 m.begin, m.end, m.reduce});
+      }
+      steps_[t].push_back(std::move(step));
     }
   }
 }
@@ -102,8 +125,12 @@ std::optional<size_t> CpuBackend::buffer_bytes(int tensor) const {
 
 void CpuBackend::stop() {
   stop_.store(true);
-  for (auto& box : channels_) box->wake();
-  for (auto& [key, box] : lanes_) box->wake();
+  for (auto& box : channels_) {
+    if (box) box->wake();
+  }
+  for (auto& [key, box] : lanes_) {
+    if (box) box->wake();
+  }
 }
 
 void CpuBackend::run(TaskContext& task) {
@@ -154,7 +181,7 @@ void CpuBackend::compute(TaskContext& task) const {
 
 void CpuBackend::send(TaskContext& task) {
   const partition::Task& t = *task.spec;
-  Mailbox& box = *channels_[static_cast<size_t>(t.channel)];
+  Lane& box = *channels_[static_cast<size_t>(t.channel)];
   std::span<const std::byte> data;
   if (!task.reads.empty()) data = {task.reads[0].data, task.reads[0].size_bytes};
   std::optional<std::vector<float>> message;  // a parameter server's push or pull: the model's floats
@@ -169,7 +196,7 @@ void CpuBackend::send(TaskContext& task) {
 
 void CpuBackend::receive(TaskContext& task) {
   const partition::Task& t = *task.spec;
-  Mailbox& box = *channels_[static_cast<size_t>(t.channel)];
+  Lane& box = *channels_[static_cast<size_t>(t.channel)];
   task.waiting_for("a message from device " + std::to_string(plan_->peer(task.task)) + " on channel " +
                    std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
   box.take([&](std::span<const std::byte> data) {
@@ -224,7 +251,7 @@ void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
   const partition::Collective& c = plan_->collectives[static_cast<size_t>(t.collective)];
   const size_t count = buffer.size();
   auto at = [&](double fraction) { return std::min(count, static_cast<size_t>(std::llround(fraction * static_cast<double>(count)))); };
-  std::vector<std::shared_ptr<Mailbox::Packet>> posted;
+  std::vector<std::shared_ptr<Lane::Packet>> posted;
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
     posted.clear();
@@ -260,8 +287,8 @@ void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float
   const auto& members = plan_->communicator(communicator).devices;
   const int me = task.spec->device;
   const auto bytes = std::as_bytes(std::span<const float>(data.data(), data.size()));
-  std::vector<std::shared_ptr<Mailbox::Packet>> posted;
-  std::vector<Mailbox*> to;
+  std::vector<std::shared_ptr<Lane::Packet>> posted;
+  std::vector<Lane*> to;
   for (const int peer : members) {
     if (peer == me) continue;
     to.push_back(lanes_.at({me, peer, kTensorParallelLane, communicator}).get());

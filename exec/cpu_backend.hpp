@@ -9,6 +9,11 @@
 //  - send/recv: the plan's channel as an in-process FIFO; the k-th send meets the k-th
 //    receive; the bytes (the sent tensor's, up to max_message_bytes) are copied into the
 //    received tensor. A send returns when its receive has taken the bytes.
+//  - Under mpirun (`ranks` given, several of them), this process runs only its rank's
+//    devices (the engine decides, exec/ranks.hpp says which); a channel or collective lane
+//    between devices of two ranks is an MPI lane with the same promises, tagged by its
+//    place in a table every rank builds alike from the plan. Same bytes, same order of sums:
+//    ranks give the bits threads give.
 //  - collective: partition::collective_steps on the plan's communicator, each message a
 //    real copy of its part of a float buffer (reductions add in a fixed order, so runs are
 //    bitwise reproducible). Each member's buffer is min(bytes, max_message_bytes) long and
@@ -23,6 +28,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/mailbox.hpp"
+#include "exec/ranks.hpp"
 #include "exec/training.hpp"
 
 namespace hetflow::exec {
@@ -37,7 +43,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   // With `training`, compute tasks run the model's real math (exec/training.hpp), transfers
   // carry whole FP32 activations and gradient collectives reduce the model's gradients;
   // without, compute tasks are proxies.
-  explicit CpuBackend(CpuBackendOptions options = {}, CpuTraining* training = nullptr);
+  explicit CpuBackend(CpuBackendOptions options = {}, CpuTraining* training = nullptr, const Ranks* ranks = nullptr);
   std::string name() const override { return "cpu"; }
   std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
@@ -51,7 +57,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
 
  private:
   struct Part {
-    Mailbox* mailbox = nullptr;
+    Lane* mailbox = nullptr;
     int peer = -1;
     double begin = 0, end = 0;
     bool reduce = false;
@@ -65,14 +71,17 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   void receive(TaskContext& task);
   void collective(TaskContext& task);
   void run_steps(TaskContext& task, std::span<float> buffer);
-  Mailbox* mailbox(int src, int dst, int lane, int stream);
+  std::unique_ptr<Lane> make_lane(int src, int dst, int tag);
+  bool local(int device) const;
 
   CpuBackendOptions options_;
   CpuTraining* training_ = nullptr;
+  const Ranks* ranks_ = nullptr;  // null or alone: every device is here
   const partition::Plan* plan_ = nullptr;
   std::atomic<bool> stop_{false};
-  std::vector<std::unique_ptr<Mailbox>> channels_;  // per plan channel
-  std::map<std::tuple<int, int, int, int>, std::unique_ptr<Mailbox>> lanes_;  // (src, dst, lane, stream)
+  // Null where neither end is this rank's.
+  std::vector<std::unique_ptr<Lane>> channels_;  // per plan channel
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<Lane>> lanes_;  // (src, dst, lane, stream)
   std::vector<std::vector<Step>> steps_;            // per collective task: its steps, resolved
 };
 

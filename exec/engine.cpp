@@ -32,6 +32,8 @@ using Clock = std::chrono::steady_clock;
 
 enum class Phase { waiting, running, finished };
 
+constexpr const char* kNotInAProgram = "some tasks are in no device's program and never ran";
+
 struct StreamState {  // guarded by its device's mutex
   int task = -1;
   int iteration = 0;
@@ -98,7 +100,8 @@ class Run {
  public:
   Run(const Plan& plan, Backend& backend, const EngineOptions& options)
       : plan_(plan), backend_(backend), options_(options), graph_(plan), tasks_(plan.tasks.size()),
-        iterations_(options.iterations > 0 ? options.iterations : plan.iterations()) {
+        iterations_(options.iterations > 0 ? options.iterations : plan.iterations()),
+        ranks_(options.ranks != nullptr && !options.ranks->alone() ? options.ranks : nullptr) {
     if (iterations_ < 1) throw PlanError("the plan runs no iteration (layout.iterations < 1)");
     if (!(options.watchdog_s > 0)) throw InputError("<options>", 0, "watchdog_s", "expected a positive time");
     if (!(options.max_buffer_bytes >= 0)) throw InputError("<options>", 0, "max_buffer_bytes", "expected >= 0");
@@ -130,11 +133,13 @@ class Run {
     for (auto& d : devices_) {
       if (!d) d = std::make_unique<DeviceState>();
     }
+    if (ranks_ != nullptr) ranks_->check_devices(plan.device_count());
     backend_.prepare(plan);  // first: it may size the buffers (Backend::buffer_bytes)
     // Persistent tensors, and transient ones nothing produces, live for the whole run.
     for (size_t t = 0; t < plan.tensors.size(); ++t) {
       const Tensor& tensor = plan.tensors[t];
       if (!partition::is_persistent(tensor.kind) && tensor.producer >= 0) continue;
+      if (!local(tensor.device)) continue;
       persistent_[t] = allocate(static_cast<int>(t));
       DeviceState& d = *devices_[static_cast<size_t>(tensor.device)];
       d.memory.persistent_bytes += tensor.bytes;
@@ -144,9 +149,12 @@ class Run {
   }
 
   RunResult run() {
+    if (ranks_ != nullptr) ranks_->barrier();  // the ranks start together
     start_ = Clock::now();
+    if (ranks_ != nullptr) clock_offset_s_ = ranks_->clock_offset_s([this] { return now_s(); });
     std::vector<std::thread> threads;
     for (size_t d = 0; d < plan_.programs.size(); ++d) {
+      if (!local(static_cast<int>(d))) continue;
       for (size_t s = 0; s < plan_.programs[d].size(); ++s) {
         if (plan_.programs[d][s].tasks.empty()) continue;
         threads.emplace_back([this, d, s] {
@@ -161,6 +169,8 @@ class Run {
   }
 
  private:
+  bool local(int device) const { return ranks_ == nullptr || ranks_->owner(device, plan_.device_count()) == ranks_->rank(); }
+
   size_t index(int task, int iteration) const {
     return static_cast<size_t>(iteration) * tasks_ + static_cast<size_t>(task);
   }
@@ -286,31 +296,62 @@ class Run {
   }
 
   // The calling thread: wait for the stream threads, stopping the run when nothing completes
-  // for watchdog_s.
+  // for watchdog_s. Under mpirun every rank polls a sum over the ranks of (task instances
+  // completed, ranks done, ranks failed, ranks stalled): progress anywhere feeds the
+  // watchdog, a failure or stall anywhere stops every rank, and all leave together once
+  // every rank is done.
   void watch(size_t threads) {
     long long seen = -1;
     auto last_progress = Clock::now();
-    const auto poll = std::chrono::duration<double>(std::min(0.05, options_.watchdog_s / 4));
+    const double poll_s = std::min(ranks_ != nullptr ? 0.01 : 0.05, options_.watchdog_s / 4);
+    const auto poll = std::chrono::duration<double>(poll_s);
+    std::vector<long long> total;
     for (;;) {
+      bool exited = false;
       {
         std::unique_lock lock(exit_mutex_);
-        if (exit_wake_.wait_for(lock, poll, [&] { return exited_ == threads; })) return;
+        exited = exit_wake_.wait_for(lock, poll, [&] { return exited_ == threads; });
+      }
+      long long completed = completed_.load(std::memory_order_relaxed);
+      if (ranks_ == nullptr) {
+        if (exited) return;
+      } else {
+        bool failed = false, stalled = false;
+        {
+          std::lock_guard lock(error_mutex_);
+          failed = !error_.empty() && !stalled_;
+          stalled = stalled_;
+        }
+        const long long mine[] = {completed, exited ? 1 : 0, failed ? 1 : 0, stalled ? 1 : 0};
+        if (exited) std::this_thread::sleep_for(poll / 4);  // nothing to wait on here: don't spin
+        if (!ranks_->poll_sum(mine, total)) continue;
+        if (total[1] == ranks_->size()) return;
+        if (total[3] > 0 && !stop_.load()) {
+          stall();  // another rank's watchdog fired: say where this rank's streams are
+          continue;
+        }
+        if (total[2] > 0 && !stop_.load()) stop_all();  // another rank failed; its error is the run's
+        completed = total[0];
       }
       if (stop_.load()) continue;  // a failure: the threads are ending
-      const long long completed = completed_.load(std::memory_order_relaxed);
       if (completed != seen) {
         seen = completed;
         last_progress = Clock::now();
       } else if (std::chrono::duration<double>(Clock::now() - last_progress).count() >= options_.watchdog_s) {
-        std::string report = stall_report();
-        {
-          std::lock_guard lock(error_mutex_);
-          error_ = std::move(report);
-          stalled_ = true;
-        }
-        stop_all();
+        stall();
       }
     }
+  }
+
+  void stall() {
+    std::string lines = stuck_streams();
+    {
+      std::lock_guard lock(error_mutex_);
+      stall_lines_ = lines;
+      error_ = stall_header() + lines;
+      stalled_ = true;
+    }
+    stop_all();
   }
 
   void thread_exited() {
@@ -321,10 +362,14 @@ class Run {
     exit_wake_.notify_one();
   }
 
-  // Per stuck stream: where it is and what it waits for. Reads each device under its lock.
-  std::string stall_report() {
-    std::string out = "no task completed for " + model::units::human_time_s(options_.watchdog_s) +
-                      " (watchdog); the run stopped with:";
+  std::string stall_header() const {
+    return "no task completed for " + model::units::human_time_s(options_.watchdog_s) + " (watchdog); the run stopped with:";
+  }
+
+  // Per stuck stream of this rank: where it is and what it waits for, a line each. Reads each
+  // device under its lock.
+  std::string stuck_streams() {
+    std::string out;
     int shown = 0, stuck = 0;
     for (size_t dev = 0; dev < plan_.programs.size(); ++dev) {
       DeviceState& d = *devices_[dev];
@@ -372,7 +417,72 @@ class Run {
     return out.empty() ? "its inputs (none unfinished: woken late)" : out;
   }
 
+  // Under mpirun: rank 0 takes every rank's completed instances (times on its clock), device
+  // memory and error; every rank then gets rank 0's verdict.
+  void merge_ranks() {
+    std::vector<std::byte> mine;
+    for (size_t t = 0; t < tasks_; ++t) {
+      if (!local(plan_.tasks[t].device)) continue;
+      for (int i = 0; i < iterations_; ++i) {
+        const size_t at = index(static_cast<int>(t), i);
+        if (!done_[at]) continue;
+        put(mine, static_cast<std::uint64_t>(at));
+        put(mine, start_s_[at] + clock_offset_s_);
+        put(mine, end_s_[at] + clock_offset_s_);
+      }
+    }
+    put(mine, ~std::uint64_t{0});
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      if (local(static_cast<int>(d))) {
+        put(mine, static_cast<std::uint64_t>(d));
+        put(mine, devices_[d]->memory);
+      }
+    }
+    put(mine, ~std::uint64_t{0});
+    put_string(mine, error_);
+    put(mine, static_cast<char>(stalled_));
+    put_string(mine, stall_lines_);
+    const std::vector<std::vector<std::byte>> all = ranks_->gather(mine);
+    std::vector<std::byte> verdict;
+    if (ranks_->rank() == 0) {
+      std::string first_error, lines;
+      bool stalled = false;
+      for (size_t r = 0; r < all.size(); ++r) {
+        ByteReader in(all[r]);
+        for (auto at = in.get<std::uint64_t>(); at != ~std::uint64_t{0}; at = in.get<std::uint64_t>()) {
+          if (at >= done_.size()) throw Error("rank " + std::to_string(r) + " reported a task instance the plan lacks");
+          done_[at] = 1;
+          start_s_[at] = in.get<double>();
+          end_s_[at] = in.get<double>();
+        }
+        for (auto d = in.get<std::uint64_t>(); d != ~std::uint64_t{0}; d = in.get<std::uint64_t>()) {
+          if (d >= devices_.size()) throw Error("rank " + std::to_string(r) + " reported a device the plan lacks");
+          devices_[d]->memory = in.get<DeviceMemoryUse>();
+        }
+        const std::string error = in.get_string();
+        const bool rank_stalled = in.get<char>() != 0;
+        const std::string rank_lines = in.get_string();
+        if (rank_stalled) {
+          stalled = true;
+          lines += rank_lines;
+        } else if (first_error.empty() && !error.empty()) {
+          first_error = "rank " + std::to_string(r) + ": " + error;
+        }
+      }
+      if (!stalled && first_error.empty() && std::count(done_.begin(), done_.end(), 1) != static_cast<std::ptrdiff_t>(done_.size())) {
+        first_error = kNotInAProgram;
+      }
+      put_string(verdict, stalled ? stall_header() + lines : first_error);
+      put(verdict, static_cast<char>(stalled));
+    }
+    const std::vector<std::byte> agreed = ranks_->broadcast(verdict);
+    ByteReader in(agreed);
+    error_ = in.get_string();
+    stalled_ = in.get<char>() != 0;
+  }
+
   RunResult result() {
+    if (ranks_ != nullptr) merge_ranks();
     RunResult r;
     r.wall_s = now_s();
     r.error = error_;
@@ -396,9 +506,9 @@ class Run {
         r.trace.events.push_back(std::move(e));
       }
     }
-    if (r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
+    if (ranks_ == nullptr && r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
       r.completed = false;
-      r.error = "some tasks are in no device's program and never ran";
+      r.error = kNotInAProgram;
     }
     traces::sort_events(r.trace);
     for (auto& d : devices_) r.memory.push_back(d->memory);
@@ -411,6 +521,8 @@ class Run {
   partition::RunGraph graph_;
   size_t tasks_;
   int iterations_;
+  Ranks* ranks_;                 // null: every device runs here
+  double clock_offset_s_ = 0;    // this rank's clock to rank 0's
   TensorsByTask allocates_, frees_;
   std::vector<int> remaining_;  // per instance (iteration x task): inputs not done; device lock
   std::vector<char> done_;      // per instance; device lock
@@ -424,6 +536,7 @@ class Run {
   std::mutex error_mutex_;
   std::string error_;
   bool stalled_ = false;
+  std::string stall_lines_;  // this rank's stuck streams, when stalled
   std::mutex exit_mutex_;
   std::condition_variable exit_wake_;
   size_t exited_ = 0;

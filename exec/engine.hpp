@@ -22,12 +22,20 @@
 //    unfinished inputs by tensor or order edge, or what the back end said it waits for).
 //  - The trace (traces/) has one event per completed task instance, times relative to the
 //    run's start; a transfer starts when both of its sides have started, as in the simulator.
+//  - Under mpirun (EngineOptions::ranks, several of them): each process runs the streams of
+//    its rank's devices (exec/ranks.hpp); the ranks start together, poll one another's
+//    progress, so a failure or stall anywhere stops them all and the watchdog counts every
+//    rank's progress; at the end rank 0 holds the result of the whole run (trace of every
+//    device on rank 0's clock, memory of every device, the first error or every rank's stall
+//    report) and every rank the same completed/error. Other ranks' traces hold their own
+//    devices only.
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/ranks.hpp"
 #include "partition/plan.hpp"
 #include "traces/trace.hpp"
 
@@ -46,6 +54,7 @@ struct EngineOptions {
   double max_buffer_bytes = 4.0 * 1024 * 1024;  // host bytes allocated per tensor at most
   // Called on the task's thread after each task instance, before its tensors may be freed.
   std::function<void(const TaskView&)> on_task_end;
+  Ranks* ranks = nullptr;  // null or alone: every device runs in this process
 };
 
 struct DeviceMemoryUse {

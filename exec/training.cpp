@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "kernels/transformer.hpp"
@@ -79,8 +80,8 @@ int index_of(std::span<const int> ids, int tensor) {
 }  // namespace
 
 CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
-                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path)
-    : plan_(plan), data_(std::move(data)), optimizer_(optimizer) {
+                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
+    : plan_(plan), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr), data_(std::move(data)), optimizer_(optimizer) {
   if (!plan.network.architecture) {
     throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
@@ -118,14 +119,26 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   global_batch_ = samples;
 
   // One chunk per (device, stage) that computes, found from the forward tasks' weights.
+  std::set<int> norm_ranks;
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
-    if (task.kind == TaskKind::optimizer) ++optimizer_tasks_;
+    if (task.kind == TaskKind::optimizer) {
+      ++optimizer_tasks_;
+      if (local(task.device)) ++local_optimizer_tasks_;
+      if (ranks_ != nullptr) norm_ranks.insert(ranks_->owner(task.device, plan.device_count()));
+    }
     if (task.kind != TaskKind::forward) continue;
     const int weight = tensor_of_kind(plan, plan.reads(static_cast<int>(t)), TensorKind::weight);
     if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
-    if (chunk_of_tensor_.count(weight)) continue;
     const auto [tp_rank, tp] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+    if (!local(task.device)) {  // another rank's: its parameters' layout (a server adds its pushes)
+      if (parameter_server_ && !params_at_.count({task.device, task.worker, task.stage})) {
+        params_at_.emplace(std::tuple{task.device, task.worker, task.stage},
+                           chunk_params(shape_, task.layer_begin, task.layer_end, tp_rank, tp));
+      }
+      continue;
+    }
+    if (chunk_of_tensor_.count(weight)) continue;
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp);
     c->device = task.device;
     c->worker = task.worker;
@@ -145,6 +158,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     }
     chunk_at_[{task.device, task.worker, task.stage}] = c.get();
     const ChunkParams& p = c->math.params();
+    params_at_.emplace(std::tuple{task.device, task.worker, task.stage}, p);
     const double expected = plan.tensor(weight).shape.empty() ? -1 : static_cast<double>(plan.tensor(weight).shape[0]);
     // (Under tensor parallelism the plan counts 1/t of every split layer; the real split
     // keeps position embeddings, norms and some biases whole, so only t = 1 is exact.)
@@ -161,6 +175,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     chunk_of_tensor_[weight] = c.get();
     chunks_.push_back(std::move(c));
   }
+  norm_ranks_.assign(norm_ranks.begin(), norm_ranks.end());
   // Gradient tensors: what B or W of the same (device, stage) writes.
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
@@ -174,25 +189,27 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   if (init != nullptr) {
     std::map<std::string, const NamedTensor*> by_name;
     for (const NamedTensor& t : init->tensors) by_name[t.name] = &t;
-    std::map<std::string, bool> used;
+    std::set<std::string> model_names;  // the whole model's, wherever its chunks run
+    for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
+      for (const std::string& name : file_names(slot.name)) model_names.insert(name);
+    }
+    for (const NamedTensor& t : init->tensors) {
+      // Parameters the model lacks are refused too: a file for another model.
+      if (!model_names.count(t.name) && !is_buffer(t.name)) {
+        throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
+      }
+    }
     for (auto& c : chunks_) {
       for (const ParamSlot& slot : c->math.params().slots) {
         const NamedTensor* found = nullptr;
         for (const std::string& name : file_names(slot.name)) {
           if (auto i = by_name.find(name); i != by_name.end()) {
             found = i->second;
-            used[name] = true;
             break;
           }
         }
         if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
         load(slot, *found, init_path, c->params.data() + slot.offset);  // this rank's share
-      }
-    }
-    for (const NamedTensor& t : init->tensors) {
-      // Parameters of layers no chunk holds are refused too: a file for another model.
-      if (!used.count(t.name) && !is_buffer(t.name)) {
-        throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
       }
     }
   }
@@ -205,7 +222,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   std::map<std::tuple<int, int, int>, std::vector<int>> buckets;  // (grad tensor, layer range) -> tasks in order
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
-    if (task.kind != TaskKind::collective) continue;
+    if (task.kind != TaskKind::collective || !local(task.device)) continue;
     const auto& c = plan.collective(task.collective);
     if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
     const auto reads = plan.reads(static_cast<int>(t));
@@ -239,6 +256,10 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
 }
 
 CpuTraining::~CpuTraining() = default;
+
+bool CpuTraining::local(int device) const {
+  return ranks_ == nullptr || ranks_->owner(device, plan_.device_count()) == ranks_->rank();
+}
 
 size_t CpuTraining::buffer_bytes(int tensor) const {
   const partition::Tensor& t = plan_.tensor(tensor);
@@ -422,6 +443,29 @@ double CpuTraining::global_norm(TaskContext& task, const std::atomic<bool>& stop
   auto& parts = norm_parts_[task.iteration];
   parts[task.spec->device] = local;
   norm_cv_.notify_all();
+  if (ranks_ != nullptr && static_cast<int>(parts.size()) == local_optimizer_tasks_) {
+    // This rank's parts are all here: trade them for the other ranks'. (One exchange at a
+    // time per rank: the next iteration's waits for this one's norm.)
+    std::vector<std::byte> mine;
+    for (const auto& [device, part] : parts) {
+      put(mine, device);
+      put(mine, part);
+    }
+    lock.unlock();
+    task.waiting_for("the global gradient norm: the parts of ranks " + std::to_string(norm_ranks_.front()) + ".." +
+                     std::to_string(norm_ranks_.back()));
+    const auto all = ranks_->exchange(norm_ranks_, mine, stop);
+    lock.lock();
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (norm_ranks_[r] == ranks_->rank()) continue;
+      ByteReader in(all[r]);
+      while (!in.done()) {
+        const int device = in.get<int>();
+        parts[device] = in.get<double>();
+      }
+    }
+    norm_cv_.notify_all();
+  }
   while (static_cast<int>(parts.size()) < optimizer_tasks_) {
     task.waiting_for("the global gradient norm: " + std::to_string(parts.size()) + " of " +
                      std::to_string(optimizer_tasks_) + " devices' parts");
@@ -490,27 +534,35 @@ std::vector<double> CpuTraining::losses() const {
 
 SafetensorsFile CpuTraining::weights() const {
   SafetensorsFile file;
-  std::map<int, std::vector<const Chunk*>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
+  struct Held {
+    int tp_rank = 0;
+    const ChunkParams* params = nullptr;
+    const float* values = nullptr;
+  };
+  std::map<int, std::vector<Held>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
   for (const auto& c : chunks_) {
-    if (c->worker == 0) stages[c->stage].push_back(c.get());
+    if (c->worker == 0) stages[c->stage].push_back({c->tp_rank, &c->math.params(), c->params.data()});
   }
+  for (const RemoteChunk& c : remote_chunks_) stages[c.stage].push_back({c.tp_rank, &c.params, c.values.data()});
+  // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
+  std::map<std::string, const float*> served;
+  for (const auto& [device, server] : servers_) {
+    for (const auto& [name, p] : server.params) served[name] = p.p.data();
+  }
+  for (const auto& [name, values] : remote_server_weights_) served[name] = values.data();
   for (auto& [stage, ranks] : stages) {
-    std::sort(ranks.begin(), ranks.end(), [](const Chunk* a, const Chunk* b) { return a->tp_rank < b->tp_rank; });
-    const auto& slots = ranks.front()->math.params().slots;
+    std::sort(ranks.begin(), ranks.end(), [](const Held& a, const Held& b) { return a.tp_rank < b.tp_rank; });
+    const auto& slots = ranks.front().params->slots;
     for (size_t i = 0; i < slots.size(); ++i) {
       const ParamSlot& slot = slots[i];
       if (slot.tied_copy) continue;
       size_t elements = 1;
       for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
       NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
-      for (const Chunk* c : ranks) {
-        const ParamSlot& mine = c->math.params().slots[i];
-        const float* values = c->params.data() + mine.offset;
-        if (parameter_server_) {  // the servers hold the latest weights; workers adopt them a step later
-          for (const auto& [device, server] : servers_) {
-            if (auto p = server.params.find(slot.name); p != server.params.end()) values = p->second.p.data();
-          }
-        }
+      for (const Held& held : ranks) {
+        const ParamSlot& mine = held.params->slots[i];
+        const float* values = held.values + mine.offset;
+        if (auto s = served.find(slot.name); parameter_server_ && s != served.end()) values = s->second;
         place_shard(mine, values, t.data.data());
       }
       file.tensors.push_back(std::move(t));
@@ -519,6 +571,68 @@ SafetensorsFile CpuTraining::weights() const {
   file.metadata["format"] = "pt";
   file.metadata["producer"] = "hetflow";
   return file;
+}
+
+void CpuTraining::collect_at_root() {
+  if (ranks_ == nullptr) return;
+  std::vector<std::byte> mine;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [iteration, parts] : loss_parts_) {
+      put(mine, std::uint64_t{1});
+      put(mine, iteration);
+      put(mine, static_cast<std::uint64_t>(parts.size()));
+      for (const double part : parts) put(mine, part);
+    }
+    for (const auto& c : chunks_) {
+      if (c->worker != 0) continue;
+      put(mine, std::uint64_t{2});
+      for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end}) put(mine, v);
+      put(mine, static_cast<std::uint64_t>(c->params.size()));
+      for (const float v : c->params) put(mine, v);
+    }
+    for (const auto& [device, server] : servers_) {
+      for (const auto& [name, p] : server.params) {
+        put(mine, std::uint64_t{3});
+        put_string(mine, name);
+        put(mine, static_cast<std::uint64_t>(p.p.size()));
+        for (const float v : p.p) put(mine, v);
+      }
+    }
+  }
+  const auto all = ranks_->gather(mine);
+  if (ranks_->rank() != 0) return;
+  std::lock_guard lock(mutex_);
+  for (size_t r = 1; r < all.size(); ++r) {
+    ByteReader in(all[r]);
+    while (!in.done()) {
+      const auto kind = in.get<std::uint64_t>();
+      if (kind == 1) {  // a step's loss parts: each written by one rank, zero elsewhere, so a sum is exact
+        const int iteration = in.get<int>();
+        auto& parts = loss_parts_[iteration];
+        const auto n = static_cast<size_t>(in.get<std::uint64_t>());
+        if (parts.size() < n) parts.resize(n, 0.0);
+        for (size_t i = 0; i < n; ++i) parts[i] += in.get<double>();
+      } else if (kind == 2) {
+        RemoteChunk c;
+        c.stage = in.get<int>();
+        c.tp_rank = in.get<int>();
+        const int tp = in.get<int>(), begin = in.get<int>(), end = in.get<int>();
+        c.params = chunk_params(shape_, begin, end, c.tp_rank, tp);
+        c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(c.values));
+        if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
+        remote_chunks_.push_back(std::move(c));
+      } else if (kind == 3) {
+        const std::string name = in.get_string();
+        auto& values = remote_server_weights_[name];
+        values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(values));
+      } else {
+        throw Error("rank " + std::to_string(r) + " sent an unknown record of its training");
+      }
+    }
+  }
 }
 
 // --- parameter server and WSP ---
@@ -539,9 +653,6 @@ void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init,
   for (size_t l = 0; l < server_of.size(); ++l) {
     const int layer = static_cast<int>(l);
     const ChunkParams p = chunk_params(shape_, layer, layer + 1);
-    Floats values(p.count);
-    init_params(p, shape_, seed, values.data());
-    Server& server = servers_[server_of[l]];
     for (const ParamSlot& slot : p.slots) {
       if (auto other = server_of_name.find(slot.name); other != server_of_name.end() && other->second != server_of[l]) {
         throw PlanError("the tied embedding '" + slot.name + "' is served by devices " + std::to_string(other->second) +
@@ -549,6 +660,12 @@ void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init,
                         ": its two copies would drift apart; give layer 0 and the head one server");
       }
       server_of_name[slot.name] = server_of[l];
+    }
+    if (!local(server_of[l])) continue;  // another rank's server
+    Floats values(p.count);
+    init_params(p, shape_, seed, values.data());
+    Server& server = servers_[server_of[l]];
+    for (const ParamSlot& slot : p.slots) {
       if (server.params.count(slot.name)) continue;  // the head's tied copy: the embedding itself
       ServerParam& sp = server.params[slot.name];
       sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
@@ -610,9 +727,8 @@ const std::map<std::string, std::vector<float>>& CpuTraining::weights_of(int ser
   return found->second;
 }
 
-std::vector<const ParamSlot*> CpuTraining::served_slots(const Chunk& c, int server) const {
+std::vector<const ParamSlot*> CpuTraining::served_slots(const ChunkParams& p, int server) const {
   std::vector<const ParamSlot*> out;
-  const ChunkParams& p = c.math.params();
   for (const ParamSlot& slot : p.slots) {
     if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
   }
@@ -637,7 +753,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
   const ChunkParams& p = c.math.params();
   for (const ParamSlot& slot : p.slots) servers[plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))]] = true;
   for (const auto& [server, unused] : servers) {
-    const auto slots = served_slots(c, server);
+    const auto slots = served_slots(c.math.params(), server);
     if (server == c.device) {  // a local pull: the server's weights of that iteration
       const auto& version = weights_of(server, iteration);
       for (const ParamSlot* slot : slots) {
@@ -670,20 +786,21 @@ std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) 
   }
   const partition::Channel& channel = plan_.channel(t.channel);
   const bool push = t.purpose == partition::Purpose::ps_push;
-  const auto found = chunk_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
-  if (found == chunk_at_.end()) throw PlanError("transfer task " + std::to_string(task.task) + " serves no chunk");
-  const Chunk& c = *found->second;
+  // The chunk's layout (on another rank, for a pull: the server only needs its slots).
+  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
+  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(task.task) + " serves no chunk");
+  const ChunkParams& chunk = found->second;
   std::vector<float> out;
   std::lock_guard lock(mutex_);
   if (push) {
-    const Floats& grads = gradients_of(c, task.iteration);
-    for (const ParamSlot* slot : served_slots(c, channel.dst)) {
+    const Floats& grads = gradients_of(*chunk_at_.at({channel.src, t.worker, t.stage}), task.iteration);
+    for (const ParamSlot* slot : served_slots(chunk, channel.dst)) {
       out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
                  grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
     }
   } else {
     const auto& version = weights_of(channel.src, task.iteration);
-    for (const ParamSlot* slot : served_slots(c, channel.src)) {
+    for (const ParamSlot* slot : served_slots(chunk, channel.src)) {
       const auto& values = version.at(slot->name);
       out.insert(out.end(), values.begin(), values.end());
     }
@@ -723,16 +840,15 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
     const partition::VirtualWorker& vw = plan_.layout.workers[w];
     for (size_t k = 0; k < vw.stages.size(); ++k) {
       const int device = vw.ranks[static_cast<size_t>(vw.stages[k].rank)][0];
-      const auto found = chunk_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
-      if (found == chunk_at_.end()) continue;
-      const Chunk& c = *found->second;
-      const auto slots = served_slots(c, server);
+      const auto found = params_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
+      if (found == params_at_.end()) continue;
+      const auto slots = served_slots(found->second, server);
       if (slots.empty()) continue;
       std::vector<float> local;
       const float* data = nullptr;
       if (device == server) {
         std::lock_guard lock(mutex_);
-        const Floats& grads = gradients_of(c, task.iteration);
+        const Floats& grads = gradients_of(*chunk_at_.at({device, static_cast<int>(w), static_cast<int>(k)}), task.iteration);
         for (const ParamSlot* slot : slots) {
           local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
                        grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));

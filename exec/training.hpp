@@ -42,6 +42,13 @@
 //    all-gather and reduce-scatter around a chunk move real shards; inside the task the
 //    norms run on the whole sequence.
 //
+//  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
+//    and servers. The devices' parts of the global norm meet in two steps: this rank's in
+//    the process, then every rank's through Ranks::exchange, summed in device order as
+//    threads sum them (bitwise the same). After the run, collect_at_root() brings the
+//    losses and worker 0's weights (the servers', under a parameter server) to rank 0,
+//    where losses() and weights() then cover the whole model.
+//
 // Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
 // micro-batching; tensor and sequence parallelism of one degree per run; data parallelism
 // by all-reduce, parameter server or WSP (without tensor parallelism); recomputation none,
@@ -62,6 +69,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/decoder.hpp"
+#include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
 #include "partition/plan.hpp"
@@ -91,7 +99,8 @@ class CpuTraining {
   // Throws PlanError when the plan's network or layout is not covered (see above), InputError
   // when `init` lacks a parameter or has one of the wrong shape.
   CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
-              std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "");
+              std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
+              const Ranks* ranks = nullptr);
   ~CpuTraining();
 
   // Host bytes the engine allocates for a tensor: boundary activations and their gradients
@@ -106,6 +115,10 @@ class CpuTraining {
   // what its receive does with the floats (false: copy them into the written tensor).
   std::optional<std::vector<float>> message(const TaskContext& task);
   bool receive(const TaskContext& task, std::span<const float> data);
+
+  // Under mpirun, after the run, on every rank: rank 0 takes the other ranks' losses and
+  // weights, so that its losses() and weights() cover every device.
+  void collect_at_root();
 
   // The mean token loss of each step (global batch) run so far.
   std::vector<double> losses() const;
@@ -124,14 +137,16 @@ class CpuTraining {
   void server_update(TaskContext& task, const std::atomic<bool>& stop);
   void take_gradients(int device, int iteration);
   void adopt_pulled(Chunk& c, int iteration);
-  std::vector<const ParamSlot*> served_slots(const Chunk& c, int server) const;
+  std::vector<const ParamSlot*> served_slots(const ChunkParams& chunk, int server) const;
   const std::vector<float>& gradients_of(const Chunk& c, int iteration) const;
   const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   std::shared_ptr<const Batch> batch(int iteration);
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
+  bool local(int device) const;
 
   const partition::Plan& plan_;
+  const Ranks* ranks_ = nullptr;  // null: every device is here
   DecoderShape shape_;
   std::unique_ptr<TokenSource> data_;
   OptimizerOptions optimizer_;
@@ -140,7 +155,8 @@ class CpuTraining {
   std::vector<int> sample_base_;  // per virtual worker
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk
-  std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk
+  std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk of this rank
+  std::map<std::tuple<int, int, int>, ChunkParams> params_at_;  // (device, worker, stage) -> its layout, every rank's
   std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
   std::vector<Chunk*> collective_chunk_;                    // per task
 
@@ -149,7 +165,19 @@ class CpuTraining {
   std::map<int, std::shared_ptr<const Batch>> batches_;
   std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
   std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
-  int optimizer_tasks_ = 0;
+  int optimizer_tasks_ = 0;        // in the plan
+  int local_optimizer_tasks_ = 0;  // on this rank's devices
+  std::vector<int> norm_ranks_;    // the ranks that hold optimizer tasks, ascending
+
+  // Gathered at rank 0 after the run: other ranks' chunks of virtual worker 0, their servers'
+  // weights by name.
+  struct RemoteChunk {
+    int stage = 0, tp_rank = 0;
+    ChunkParams params;
+    std::vector<float> values;
+  };
+  std::vector<RemoteChunk> remote_chunks_;
+  std::map<std::string, std::vector<float>> remote_server_weights_;
 
   // Parameter server / WSP.
   struct ServerParam {

@@ -1,0 +1,289 @@
+// The executor across MPI ranks. CTest runs this program under `mpirun -np 4`: every rank
+// runs every test in the same order (each test makes the same collective calls everywhere;
+// assertions come after them, so a failing check never leaves a rank behind). Rank 0
+// prints; the exit status is every rank's.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <cstring>
+
+#include "exec/cpu_backend.hpp"
+#include "exec/engine.hpp"
+#include "exec/ranks.hpp"
+#include "exec/training.hpp"
+#include "model/zoo.hpp"
+#include "tests/exec/exec_test_util.hpp"
+
+namespace hetflow {
+namespace {
+
+using partition::Plan;
+using partition::TaskKind;
+
+exec::Ranks& ranks() { return exec::Ranks::world(); }
+
+model::Network gpt(int layers, int heads) {
+  return model::network_from_spec("gpt:layers=" + std::to_string(layers) + ",hidden=" + std::to_string(16 * heads) +
+                                      ",heads=" + std::to_string(heads) + ",seq=16,vocab=97",
+                                  model::Precision::fp32);
+}
+
+partition::PlanOptions options(int pipeline, int data, int microbatches, const char* schedule) {
+  partition::PlanOptions o;
+  o.pipeline = pipeline;
+  o.data = data;
+  o.microbatches = microbatches;
+  o.schedule = schedule;
+  o.micro_batch = 1;
+  o.bucket_bytes = 4096;
+  return o;
+}
+
+struct Trained {
+  exec::RunResult result;
+  std::vector<double> losses;
+  exec::SafetensorsFile weights;
+};
+
+// The plan's training, its devices as threads here (`with` null) or over the ranks.
+Trained train(const Plan& plan, exec::Ranks* with) {
+  exec::OptimizerOptions o;
+  o.lr = 1e-2;
+  o.clip_grad = 0.5;  // low enough to clip: the norm's exchange between ranks runs
+  exec::CpuTraining training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), o, 42, nullptr, "", with);
+  exec::CpuBackend backend({}, &training, with);
+  exec::EngineOptions e;
+  e.iterations = 3;
+  e.watchdog_s = 30;
+  e.ranks = with;
+  Trained t;
+  t.result = exec::run_plan(plan, backend, e);
+  training.collect_at_root();
+  t.losses = training.losses();
+  t.weights = training.weights();
+  return t;
+}
+
+bool bitwise_equal(const exec::SafetensorsFile& a, const exec::SafetensorsFile& b) {
+  if (a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto &x = a.tensors[i], &y = b.tensors[i];
+    if (x.name != y.name || x.shape != y.shape || x.data.size() != y.data.size()) return false;
+    if (std::memcmp(x.data.data(), y.data.data(), x.data.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+TEST(Ranks, MeetAndShareOneClock) {
+  exec::Ranks& r = ranks();
+  ASSERT_EQ(r.size(), 4) << "run under mpirun -np 4";
+  EXPECT_EQ(r.owner(0, 8), 0);
+  EXPECT_EQ(r.owner(7, 8), 3);
+  EXPECT_EQ(r.owner(2, 3), 2);  // one device a rank at most: blocks of one
+  const std::vector<int> among{0, 1, 2, 3};
+  std::vector<std::byte> mine;
+  exec::put(mine, r.rank() * 10);
+  const std::atomic<bool> stop{false};
+  const auto all = r.exchange(among, mine, stop);
+  ASSERT_EQ(all.size(), 4u);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(exec::ByteReader(all[i]).get<int>(), static_cast<int>(i) * 10);
+  const auto gathered = r.gather(mine);
+  EXPECT_EQ(gathered.size(), r.rank() == 0 ? 4u : 0u);
+  std::vector<std::byte> root;
+  exec::put_string(root, "from rank 0");
+  const std::vector<std::byte> got = r.broadcast(r.rank() == 0 ? root : std::vector<std::byte>{});
+  EXPECT_EQ(exec::ByteReader(got).get_string(), "from rank 0");
+  // The ranks share this host's monotonic clock, so the offset of a clock started at the same
+  // instant everywhere is the measurement's own error: half a round trip.
+  const auto epoch = std::chrono::steady_clock::time_point{};
+  const double offset = r.clock_offset_s([&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch).count(); });
+  EXPECT_LT(std::abs(offset), 0.05);
+  std::vector<long long> total;
+  const long long round[] = {r.rank(), 1};
+  while (!r.poll_sum(round, total)) {
+  }
+  EXPECT_EQ(total, (std::vector<long long>{0 + 1 + 2 + 3, 4}));
+}
+
+struct Case {
+  const char* name;
+  int devices;
+  partition::PlanOptions options;
+};
+
+// Threads against ranks, bitwise: the same plan trained both ways (the threaded run on every
+// rank, alone) gives the same losses and weights, and rank 0's merged trace has every task
+// instance.
+TEST(Ranks, TrainBitwiseAsThreadsDo) {
+  std::vector<Case> cases;
+  cases.push_back({"pipeline 4 x data 2, 1F1B", 8, options(4, 2, 4, "1f1b")});
+  cases.push_back({"interleaved, 2 devices a rank", 8, [] {
+                     auto o = options(2, 4, 4, "interleaved");
+                     o.virtual_stages = 2;
+                     return o;
+                   }()});
+  cases.push_back({"tensor 2 + sequence parallel x pipeline 2", 4, [] {
+                     auto o = options(2, 1, 2, "1f1b");
+                     o.tensor = 2;
+                     o.sequence_parallel = true;
+                     return o;
+                   }()});
+  cases.push_back({"parameter server", 4, [] {
+                     auto o = options(2, 2, 2, "1f1b");
+                     o.sync = partition::SyncKind::ps;
+                     return o;
+                   }()});
+  cases.push_back({"wsp staleness 1", 4, [] {
+                     auto o = options(2, 2, 2, "gpipe");
+                     o.sync = partition::SyncKind::wsp;
+                     o.staleness = 1;
+                     return o;
+                   }()});
+  for (const Case& c : cases) {
+    const Plan plan = test_support::planned(model::cpu_cluster(c.devices), gpt(4, c.options.tensor > 1 ? 4 : 2), c.options);
+    const Trained threads = train(plan, nullptr);
+    const Trained over_ranks = train(plan, &ranks());
+    ASSERT_TRUE(threads.result.completed) << c.name << ": " << threads.result.error;
+    EXPECT_TRUE(over_ranks.result.completed) << c.name << ": " << over_ranks.result.error;
+    if (ranks().rank() != 0) continue;
+    EXPECT_EQ(over_ranks.losses, threads.losses) << c.name;
+    EXPECT_TRUE(bitwise_equal(over_ranks.weights, threads.weights)) << c.name;
+    EXPECT_EQ(over_ranks.result.trace.events.size(), plan.tasks.size() * 3) << c.name;
+    EXPECT_EQ(over_ranks.result.task_instances, static_cast<long long>(plan.tasks.size()) * 3) << c.name;
+  }
+}
+
+// One time axis: a message is received after it was sent, whichever ranks the two ends ran on.
+TEST(Ranks, MergedTraceIsOnOneClock) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 4, "1f1b"));
+  exec::CpuBackend backend({1, 64 * 1024}, nullptr, &ranks());
+  exec::EngineOptions e;
+  e.iterations = 2;
+  e.ranks = &ranks();
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  EXPECT_TRUE(r.completed) << r.error;
+  if (ranks().rank() != 0) return;
+  std::map<std::pair<int, int>, const traces::Event*> by_task;
+  for (const traces::Event& ev : r.trace.events) by_task[{ev.task, ev.iteration}] = &ev;
+  int checked = 0;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    if (plan.tasks[t].kind != TaskKind::recv) continue;
+    const int send = plan.peer(static_cast<int>(t));
+    for (int i = 0; i < 2; ++i) {
+      const auto* recv_event = by_task.at({static_cast<int>(t), i});
+      const auto* send_event = by_task.at({send, i});
+      // Both start when both sides are there (the engine's rule); the receive ends after the
+      // send began, on any rank's clock, within the offset's error.
+      EXPECT_GE(recv_event->end_s, send_event->start_s - 1e-3);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_EQ(r.memory.size(), 4u);
+  for (const auto& m : r.memory) EXPECT_GT(m.peak_allocated_bytes, 0);  // every rank's devices reported
+}
+
+// A task that throws on one rank stops every rank promptly; each learns the error, rank 0
+// has the partial trace of all of them.
+class Throwing final : public exec::Backend {
+ public:
+  explicit Throwing(int task) : task_(task) {}
+  std::string name() const override { return inner_.name(); }
+  std::string compute() const override { return inner_.compute(); }
+  void prepare(const Plan& plan) override { inner_.prepare(plan); }
+  void stop() override { inner_.stop(); }
+  void run(exec::TaskContext& t) override {
+    if (t.task == task_ && t.iteration == 1) throw Error("injected failure");
+    inner_.run(t);
+  }
+
+ private:
+  int task_;
+  exec::CpuBackend inner_{{1, 64 * 1024}, nullptr, &ranks()};
+};
+
+TEST(Ranks, AFailureOnOneRankStopsThemAll) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 4, "1f1b"));
+  int victim = -1;
+  for (size_t t = 0; t < plan.tasks.size() && victim < 0; ++t) {
+    if (plan.tasks[t].kind == TaskKind::backward && plan.tasks[t].device == 2) victim = static_cast<int>(t);
+  }
+  ASSERT_GE(victim, 0);
+  Throwing backend(victim);
+  exec::EngineOptions e;
+  e.iterations = 3;
+  e.watchdog_s = 30;
+  e.ranks = &ranks();
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  EXPECT_FALSE(r.completed);
+  EXPECT_FALSE(r.stalled);
+  EXPECT_NE(r.error.find("rank 2: backward #" + std::to_string(victim)), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("injected failure"), std::string::npos) << r.error;
+  if (ranks().rank() != 0) return;
+  std::set<int> devices;
+  for (const traces::Event& ev : r.trace.events) devices.insert(ev.device);
+  EXPECT_EQ(devices.size(), 4u);  // iteration 0 completed everywhere
+  EXPECT_LT(r.trace.events.size(), plan.tasks.size() * 3);
+}
+
+// A receive removed from its program (validation bypassed): its sender on one rank waits for
+// ever, and so do the ranks after it. Every rank reports where its streams are.
+TEST(Ranks, AStallIsReportedByEveryRank) {
+  Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 2, "1f1b"));
+  int removed = -1;
+  for (partition::StreamProgram& s : plan.programs[1]) {  // rank 1's device: the sender is rank 0's
+    for (size_t k = 0; k < s.tasks.size() && removed < 0; ++k) {
+      if (plan.tasks[static_cast<size_t>(s.tasks[k])].kind != TaskKind::recv) continue;
+      removed = s.tasks[k];
+      s.tasks.erase(s.tasks.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  ASSERT_GE(removed, 0);
+  exec::CpuBackend backend({1, 64 * 1024}, nullptr, &ranks());
+  exec::EngineOptions e;
+  e.watchdog_s = 1;
+  e.ranks = &ranks();
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15);
+  EXPECT_FALSE(r.completed);
+  EXPECT_TRUE(r.stalled);
+  EXPECT_NE(r.error.find("watchdog"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("device 0 (host/gpu0)"), std::string::npos) << r.error;  // the sender, rank 0
+  EXPECT_NE(r.error.find("to receive on channel"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("device 1 (host/gpu1)"), std::string::npos) << r.error;  // the waiter, rank 1
+  EXPECT_NE(r.error.find("recv #" + std::to_string(removed)), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace hetflow
+
+// Other ranks print only their failures, each line saying which rank.
+class FailuresOnly final : public testing::EmptyTestEventListener {
+ public:
+  explicit FailuresOnly(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank_, r.file_name() != nullptr ? r.file_name() : "?", r.line_number(),
+                 r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  hetflow::exec::Ranks& ranks = hetflow::exec::Ranks::world();
+  if (ranks.rank() != 0) {  // one report, rank 0's; a failure anywhere still fails the status
+    auto& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailuresOnly(ranks.rank()));
+  }
+  return RUN_ALL_TESTS();
+}
