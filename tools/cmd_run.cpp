@@ -167,7 +167,7 @@ Request read_request(po::variables_map& vm) {
 }
 
 // The training a real-math run does: its token source, its initial weights, its optimizer.
-Training make_training(const Request& r) {
+Training make_training(const Request& r, const exec::Ranks& ranks) {
   Training t;
   if (r.compute == "proxy") return t;
   const partition::Plan& plan = r.plan;
@@ -199,7 +199,7 @@ Training make_training(const Request& r) {
     std::optional<exec::SafetensorsFile> init;
     if (!r.init_weights.empty()) init = exec::read_safetensors(r.init_weights);
     t.training = std::make_unique<exec::CpuTraining>(plan, std::move(data), r.optimizer, r.seed,
-                                                     init ? &*init : nullptr, r.init_weights);
+                                                     init ? &*init : nullptr, r.init_weights, &ranks);
   } catch (const PlanError& e) {
     if (r.compute == "real") throw;
     t.proxy_reason = e.what();
@@ -229,9 +229,12 @@ partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
 // 6.135571"); nothing otherwise, so logs and pipes get the report alone.
 class StepProgress {
  public:
-  StepProgress(const partition::Plan& plan, const exec::CpuTraining* training)
-      : training_(training), per_step_(plan.tasks.size()), done_(static_cast<size_t>(plan.iterations())),
-        enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr),
+  // Under mpirun, rank 0 shows the steps of its own devices, without the loss (the last
+  // stage may be another rank's).
+  StepProgress(const partition::Plan& plan, const exec::CpuTraining* training, const exec::Ranks& ranks)
+      : training_(ranks.alone() ? training : nullptr), per_step_(local_tasks(plan, ranks)),
+        done_(static_cast<size_t>(plan.iterations())),
+        enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr && ranks.rank() == 0),
         start_(std::chrono::steady_clock::now()) {}
   bool enabled() const { return enabled_; }
   // From the engine's threads, after every task instance.
@@ -260,6 +263,12 @@ class StepProgress {
   }
 
  private:
+  static size_t local_tasks(const partition::Plan& plan, const exec::Ranks& ranks) {
+    size_t n = 0;
+    for (const partition::Task& t : plan.tasks) n += ranks.owner(t.device, plan.device_count()) == ranks.rank() ? 1 : 0;
+    return n;
+  }
+
   const exec::CpuTraining* training_;
   size_t per_step_;
   std::vector<std::atomic<size_t>> done_;
@@ -352,7 +361,7 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
 double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
 
 Json report_json(const Request& r, const Training& t, const exec::RunResult& result, const Figures& f,
-                 const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim) {
+                 const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
   Json j;
   j["completed"] = result.completed;
@@ -360,6 +369,7 @@ Json report_json(const Request& r, const Training& t, const exec::RunResult& res
   j["stalled"] = result.stalled;
   j["fingerprint"] = plan.fingerprint;
   j["backend"] = "cpu";
+  j["ranks"] = ranks;
   j["compute"] = result.trace.compute;
   if (!t.proxy_reason.empty()) j["proxy_reason"] = t.proxy_reason;
   if (t.training) {
@@ -425,10 +435,12 @@ std::string percent(double fraction) {
 }
 
 void report_text(std::ostream& out, const Request& r, const Training& t, const exec::RunResult& result,
-                 const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim) {
+                 const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
   print_layout(out, plan);
-  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu, compute " << result.trace.compute;
+  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu";
+  if (ranks > 1) out << " in " << ranks << " MPI ranks";
+  out << ", compute " << result.trace.compute;
   if (t.training) {
     out << ": the model's training math in FP32";
     if (plan.layout.precision != model::Precision::fp32) out << " (the plan says " << to_string(plan.layout.precision) << ")";
@@ -543,16 +555,21 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   partition::require_valid(plan);
   const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm, plan.cluster));
 
-  // 2. The run.
-  const Training training = make_training(request);
-  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes}, training.training.get());
+  // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
+  // then holds the whole run and reports it, the other ranks only say whether it completed.
+  exec::Ranks& ranks = exec::Ranks::world();
+  const Training training = make_training(request, ranks);
+  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes}, training.training.get(), &ranks);
   exec::EngineOptions engine;
   engine.watchdog_s = request.watchdog_s;
   engine.max_buffer_bytes = request.max_buffer_bytes;
-  StepProgress progress(plan, training.training.get());
+  engine.ranks = &ranks;
+  StepProgress progress(plan, training.training.get(), ranks);
   if (progress.enabled()) engine.on_task_end = [&progress](const exec::TaskView& v) { progress.task_end(v.iteration); };
   const exec::RunResult result = exec::run_plan(plan, backend, engine);
   progress.finish();
+  if (training.training) training.training->collect_at_root();
+  if (ranks.rank() != 0) return result.completed ? 0 : 4;
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
   if (training.training && result.completed && !request.save_weights.empty()) {
@@ -571,7 +588,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, report_json(request, training, result, f, m, analytic, simulated));
+    print_json(out, report_json(request, training, result, f, m, analytic, simulated, ranks.size()));
     return result.completed ? 0 : 4;
   }
   if (!result.completed) {
@@ -580,7 +597,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
     if (vm.count("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
     return 4;
   }
-  report_text(out, request, training, result, f, m, analytic, simulated);
+  report_text(out, request, training, result, f, m, analytic, simulated, ranks.size());
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   return 0;

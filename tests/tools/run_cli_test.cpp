@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -149,6 +150,35 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
                            "data: ", "MFU", "AdamW lr 0.0003"}) {
     EXPECT_NE(text.out.find(says), std::string::npos) << says << "\n" << text.out;
   }
+}
+
+// `mpirun -np 8 hetflow run` trains what the threads of one process train, bit for bit, and
+// rank 0 alone reports the whole run.
+TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
+#ifndef HETFLOW_MPIEXEC
+  GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
+#else
+  const auto dir = scratch_dir();
+  const std::string plan = "run --cluster cpu-8 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --pipeline 4 "
+                           "--data 2 --microbatches 4 --workspace 0 --precision fp32 --steps 2 --warmup 1 --lr 1e-2 --json ";
+  const std::string threads = (dir / "threads.safetensors").string(), ranks = (dir / "ranks.safetensors").string();
+  const std::string trace = (dir / "ranks.csv").string();
+  const auto t = run_hetflow(plan + "--save-weights " + threads);
+  ASSERT_EQ(t.status, 0) << t.err << t.out;
+  const auto m = run_hetflow(plan + "--save-weights " + ranks + " --trace " + trace,
+                             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC " --oversubscribe -np 8");
+  ASSERT_EQ(m.status, 0) << m.err << m.out;
+  const auto jt = nlohmann::json::parse(t.out), jm = nlohmann::json::parse(m.out);  // one report: rank 0's
+  EXPECT_EQ(jm["ranks"], 8);
+  EXPECT_EQ(jt["ranks"], 1);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(jm["steps"][i]["loss"], jt["steps"][i]["loss"]) << "step " << i;
+  EXPECT_EQ(slurp(ranks), slurp(threads));
+  const hetflow::traces::Trace merged = hetflow::traces::read_trace_csv(slurp(trace), trace);
+  EXPECT_EQ(static_cast<long long>(merged.events.size()), jm["task_instances"].get<long long>());
+  std::set<int> devices;
+  for (const auto& e : merged.events) devices.insert(e.device);
+  EXPECT_EQ(devices.size(), 8u);
+#endif
 }
 
 TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
