@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "exec/cpu_backend.hpp"
+#include "exec/cuda_backend.hpp"
 #include "exec/engine.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
@@ -41,6 +42,7 @@ namespace u = model::units;
 
 struct Request {
   partition::Plan plan;
+  std::string backend = "cpu";  // cpu | cuda
   int warmup = 1;
   int steps = 3;
   double watchdog_s = 60;
@@ -79,15 +81,19 @@ double parsed(const po::variables_map& vm, const char* name, Parse parse) {
 
 Request read_request(po::variables_map& vm) {
   const std::string backend = vm["backend"].as<std::string>();
-  if (backend == "cuda") {
-    throw InputError("<command line>", 0, "--backend",
-                     "the cuda back end is not built yet (this version executes on the cpu back end only); use --backend cpu");
+  if (backend != "cpu" && backend != "cuda") {
+    throw InputError("<command line>", 0, "--backend", "expected cpu or cuda, found '" + backend + "'");
   }
-  if (backend != "cpu") throw InputError("<command line>", 0, "--backend", "expected cpu or cuda, found '" + backend + "'");
+  if (backend == "cuda" && vm["compute"].as<std::string>() == "real") {
+    throw InputError("<command line>", 0, "--compute",
+                     "the cuda back end computes FLOP-matched proxies only; real training math runs on the cpu back end "
+                     "for now (--backend cpu)");
+  }
   if (!vm["iterations"].defaulted()) {
     throw InputError("<command line>", 0, "--iterations", "hetflow run takes --steps (and --warmup) instead");
   }
   Request r;
+  r.backend = backend;
   r.steps = vm["steps"].as<int>();
   r.warmup = vm["warmup"].as<int>();
   if (r.steps < 1 || r.steps > 1'000'000) throw InputError("<command line>", 0, "--steps", "expected 1 to 1000000");
@@ -170,6 +176,14 @@ Request read_request(po::variables_map& vm) {
 Training make_training(const Request& r, const exec::Ranks& ranks) {
   Training t;
   if (r.compute == "proxy") return t;
+  if (r.backend == "cuda") {
+    t.proxy_reason = "the cuda back end computes proxies only (real math runs on the cpu back end for now)";
+    for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
+                                        {"--save-weights", r.save_weights}}) {
+      if (!value.empty()) throw InputError("<command line>", 0, option, "needs real math, which the cuda back end does not run");
+    }
+    return t;
+  }
   const partition::Plan& plan = r.plan;
   try {
     if (!plan.network.architecture) {
@@ -368,7 +382,7 @@ Json report_json(const Request& r, const Training& t, const exec::RunResult& res
   j["error"] = result.error;
   j["stalled"] = result.stalled;
   j["fingerprint"] = plan.fingerprint;
-  j["backend"] = "cpu";
+  j["backend"] = r.backend;
   j["ranks"] = ranks;
   j["compute"] = result.trace.compute;
   if (!t.proxy_reason.empty()) j["proxy_reason"] = t.proxy_reason;
@@ -438,14 +452,14 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
                  const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
   print_layout(out, plan);
-  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend cpu";
+  out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend " << r.backend;
   if (ranks > 1) out << " in " << ranks << " MPI ranks";
   out << ", compute " << result.trace.compute;
   if (t.training) {
     out << ": the model's training math in FP32";
     if (plan.layout.precision != model::Precision::fp32) out << " (the plan says " << to_string(plan.layout.precision) << ")";
   } else {
-    out << ": FLOP-matched sgemm, not the model's math";
+    out << (r.backend == "cuda" ? ": FLOP-matched cublasGemmEx" : ": FLOP-matched sgemm") << ", not the model's math";
     if (r.flop_scale != 1) out << ", FLOPs x " << r.flop_scale;
   }
   out << "): " << result.task_instances << " task instances in " << u::human_time_s(result.wall_s) << "\n";
@@ -521,7 +535,7 @@ void run_options(po::options_description& options) {
   add_plan_options(options);
   options.add_options()
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
-      ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (not yet)")
+      ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, NCCL; proxy compute)")
       ("steps", po::value<int>()->default_value(3), "iterations measured")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
@@ -558,15 +572,25 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
+  if (request.backend == "cuda" && !ranks.alone()) {
+    throw InputError("<command line>", 0, "--backend",
+                     "the cuda back end runs in one process for now (its GPUs as threads); run it without mpirun");
+  }
   const Training training = make_training(request, ranks);
-  exec::CpuBackend backend({request.flop_scale, request.max_buffer_bytes}, training.training.get(), &ranks);
+  std::unique_ptr<exec::Backend> backend;
+  if (request.backend == "cuda") {
+    backend = std::make_unique<exec::CudaBackend>(exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false});
+  } else {
+    backend = std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{request.flop_scale, request.max_buffer_bytes},
+                                                 training.training.get(), &ranks);
+  }
   exec::EngineOptions engine;
   engine.watchdog_s = request.watchdog_s;
   engine.max_buffer_bytes = request.max_buffer_bytes;
   engine.ranks = &ranks;
   StepProgress progress(plan, training.training.get(), ranks);
   if (progress.enabled()) engine.on_task_end = [&progress](const exec::TaskView& v) { progress.task_end(v.iteration); };
-  const exec::RunResult result = exec::run_plan(plan, backend, engine);
+  const exec::RunResult result = exec::run_plan(plan, *backend, engine);
   progress.finish();
   if (training.training) training.training->collect_at_root();
   if (ranks.rank() != 0) return result.completed ? 0 : 4;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/matmul.hpp"
 #include "tests/tools/run_hetflow.hpp"
 #include "traces/trace_io.hpp"
 
@@ -64,7 +65,7 @@ TEST(RunCli, BadOptionsExit2) {
     const char* args;
     const char* says;
   } bad[] = {
-      {"--backend cuda", "--backend: the cuda back end is not built yet"},
+      {"--backend cuda --compute real", "--compute: the cuda back end computes FLOP-matched proxies only"},
       {"--backend tpu", "expected cpu or cuda"},
       {"--steps 0", "--steps"},
       {"--warmup -1", "--warmup"},
@@ -90,6 +91,15 @@ TEST(RunCli, BadOptionsExit2) {
   const auto r = run_hetflow("run --plan /nonexistent/plan.json");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
+}
+
+// Where no GPU is visible, --backend cuda ends with a message saying so (exit 1), not a crash.
+TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
+  if (hetflow::kernels::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: this test is for machines without one";
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1");
+  EXPECT_EQ(r.status, 1) << r.err << r.out;
+  const bool says = r.err.find("no CUDA device visible") != std::string::npos || r.err.find("no CUDA back end") != std::string::npos;
+  EXPECT_TRUE(says) << r.err;
 }
 
 TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {

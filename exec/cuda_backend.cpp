@@ -1,0 +1,783 @@
+// How the CUDA back end works (what it promises: cuda_backend.hpp). prepare() makes every
+// object a run needs, per plan device: its GPU's proxy GEMM inputs, the pattern table and one
+// arena holding the tensors' device copies; per device stream (a "lane": what one engine
+// thread uses) a non-blocking CUDA stream, a cuBLAS handle with its own workspace, the GEMM
+// output, a staging buffer and events; then one NCCL communicator per group of
+// exec/cuda_plan.hpp. It runs each GEMM shape the proxy uses once, so that no kernel is loaded
+// for the first time while NCCL kernels wait on the device (lazy loading may synchronize it).
+// run() enqueues a task's work between two timing events and polls until it is done.
+#include "exec/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "exec/cuda_plan.hpp"
+#include "kernels/cast.hpp"
+#include "partition/task_order.hpp"
+
+namespace hetflow::exec {
+
+namespace {
+
+using partition::Plan;
+using partition::TaskKind;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kProxyN = 1024;       // the proxy multiplies [1024 x 1024] by [1024 x rows]
+constexpr int kMinRows = 64;        // rows come in multiples of this, as sums of powers of two:
+constexpr int kMaxRows = 8192;      // 8 shapes, 64 to 8192 rows (17 GFLOP per call at most)
+constexpr int kCallsPerGroup = 4;   // GEMM calls between two looks at stop()
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
+constexpr size_t kPatternPeriod = 97;
+constexpr double kInitTimeoutS = 300;  // NCCL communicator creation, at most
+
+[[noreturn]] void failed(const std::string& call, const std::string& why, const std::string& where) {
+  throw Error(call + " failed (" + why + ") on " + where);
+}
+
+void cuda(cudaError_t e, const char* call, const std::string& where) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clears a non-sticky error, so the next call starts clean
+  failed(call, cudaGetErrorString(e), where);
+}
+
+void blas(cublasStatus_t s, const char* call, const std::string& where) {
+  if (s != CUBLAS_STATUS_SUCCESS) failed(call, cublasGetStatusString(s), where);
+}
+
+std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
+  std::string why = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') why += ": " + std::string(last);
+  return why;
+}
+
+// Non-blocking communicators answer ncclInProgress for work they go on with: not a failure.
+void nccl(ncclResult_t r, const char* call, const std::string& where, ncclComm_t comm = nullptr) {
+  if (r != ncclSuccess && r != ncclInProgress) failed(call, nccl_error(r, comm), where);
+}
+
+// Between two polls: spin a little (much GPU work takes microseconds), then sleep briefly.
+void pause(int& polls) {
+  if (++polls < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(polls < 2048 ? 20 : 200));
+  }
+}
+
+// Aborting ends the rank's NCCL kernels even when its peer never comes; the handle is gone.
+void abort_rank(ncclComm_t* comm) {
+  if (comm != nullptr && *comm != nullptr) {
+    ncclCommAbort(*comm);
+    *comm = nullptr;
+  }
+}
+
+// Polls a rank until its last call has left ncclInProgress (non-blocking communicators), or
+// fails, or stop is set (Stopped), or the deadline passes (Error).
+void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, const std::string& where,
+            Clock::time_point deadline = Clock::time_point::max()) {
+  for (int polls = 0;;) {
+    ncclResult_t state = ncclSuccess;
+    nccl(ncclCommGetAsyncError(*comm, &state), "ncclCommGetAsyncError", where, *comm);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      const std::string why = nccl_error(state, *comm);
+      abort_rank(comm);
+      failed(call, why, where);
+    }
+    if (stop.load()) {
+      abort_rank(comm);
+      throw Stopped();
+    }
+    if (Clock::now() > deadline) {
+      abort_rank(comm);
+      failed(call, "still in progress after " + std::to_string(static_cast<int>(kInitTimeoutS)) + " s", where);
+    }
+    pause(polls);
+  }
+}
+
+// Polls until `event` has happened; meanwhile stop (Stopped) and, with a rank, NCCL's
+// asynchronous errors (Error) end the wait, the rank aborted first.
+void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where) {
+  for (int polls = 0;;) {
+    const cudaError_t e = cudaEventQuery(event);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      abort_rank(comm);
+      cuda(e, "cudaEventQuery", where);
+    }
+    if (comm != nullptr && *comm != nullptr) {
+      ncclResult_t state = ncclSuccess;
+      nccl(ncclCommGetAsyncError(*comm, &state), "ncclCommGetAsyncError", where, *comm);
+      if (state != ncclSuccess && state != ncclInProgress) {
+        const std::string why = nccl_error(state, *comm);
+        abort_rank(comm);
+        failed("an NCCL operation", why, where);
+      }
+    }
+    if (stop.load()) {
+      abort_rank(comm);
+      throw Stopped();
+    }
+    pause(polls);
+  }
+}
+
+struct GemmTypes {
+  cudaDataType data;
+  size_t bytes;
+};
+
+GemmTypes gemm_types(model::Precision p) {
+  switch (p) {
+    case model::Precision::bf16: return {CUDA_R_16BF, 2};
+    case model::Precision::fp16: return {CUDA_R_16F, 2};
+    case model::Precision::fp32: break;
+  }
+  return {CUDA_R_32F, 4};
+}
+
+// `count` elements of (i mod 17 - 8) / 8 in the GEMM's type (exact in all three), so the
+// multiplies run on ordinary numbers rather than zeros.
+std::vector<std::uint16_t> gemm_input16(size_t count, model::Precision p) {
+  std::vector<std::uint16_t> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    const float x = (static_cast<float>(i % 17) - 8.0f) / 8.0f;
+    out[i] = p == model::Precision::bf16 ? kernels::float_to_bf16(x) : kernels::float_to_fp16(x);
+  }
+  return out;
+}
+
+void fill_gemm_input(void* device, size_t count, model::Precision p, const std::string& where) {
+  if (gemm_types(p).bytes == 2) {
+    const auto host = gemm_input16(count, p);
+    cuda(cudaMemcpy(device, host.data(), count * 2, cudaMemcpyHostToDevice), "cudaMemcpy", where);
+    return;
+  }
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = (static_cast<float>(i % 17) - 8.0f) / 8.0f;
+  cuda(cudaMemcpy(device, host.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy", where);
+}
+
+void* device_alloc(size_t bytes, const std::string& what, const std::string& where) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    failed("cudaMalloc", std::string(cudaGetErrorString(e)) + ", " + std::to_string(bytes) + " bytes for " + what, where);
+  }
+  return p;
+}
+
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// One device stream's objects: what its engine thread uses, and nobody else.
+struct Lane {
+  int stream = -1;
+  cudaStream_t cuda = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* blas_workspace = nullptr;
+  void* c = nullptr;        // the proxy GEMM's output
+  void* staging = nullptr;  // cap bytes: messages whose tensors are smaller, collective buffers
+  cudaEvent_t start = nullptr, end = nullptr;       // timing
+  cudaEvent_t group[2] = {nullptr, nullptr};        // GEMM groups in flight
+};
+
+// One plan device.
+struct Gpu {
+  int ordinal = -1;
+  std::string where;               // "GPU 1 (plan device 1, gpu1)"
+  void* a = nullptr;               // the proxy GEMM's inputs, read by all lanes
+  void* b = nullptr;
+  float* pattern = nullptr;        // j mod 97 + 1 at j, for j < cap floats + 97
+  void* arena = nullptr;           // the device copies of the tensors on this device
+  std::vector<Lane> lanes;         // one per stream program of the device
+  std::unique_ptr<std::mutex> issue = std::make_unique<std::mutex>();  // NCCL calls on this GPU
+};
+
+}  // namespace
+
+struct CudaBackend::State {
+  const Plan* plan = nullptr;
+  CudaPlan nccl_plan;
+  model::Precision precision = model::Precision::fp32;
+  size_t cap = 0;                              // bytes per device copy, message and collective
+  std::vector<Gpu> gpus;                       // per plan device
+  std::vector<void*> copy;                     // per tensor: its device copy
+  std::vector<size_t> copy_bytes;              // and its size
+  std::vector<std::vector<ncclComm_t>> comms;  // per NCCL group, per rank
+  mutable std::mutex times_mutex;
+  std::map<std::pair<int, int>, double> gpu_s;  // (task, iteration) -> seconds
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  // Communicators first (their kernels end), then the streams drain, then memory goes.
+  // Errors are ignored: this runs after failures too, and must not throw.
+  ~State() {
+    for (auto& ranks : comms) {
+      for (ncclComm_t& c : ranks) abort_rank(&c);
+    }
+    for (Gpu& g : gpus) {
+      if (g.ordinal < 0 || cudaSetDevice(g.ordinal) != cudaSuccess) continue;
+      for (Lane& l : g.lanes) {
+        if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
+        if (l.blas != nullptr) cublasDestroy(l.blas);
+        for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1]}) {
+          if (e != nullptr) cudaEventDestroy(e);
+        }
+        if (l.cuda != nullptr) cudaStreamDestroy(l.cuda);
+        for (void* p : {l.blas_workspace, l.c, l.staging}) cudaFree(p);
+      }
+      for (void* p : {g.a, g.b, static_cast<void*>(g.pattern), g.arena}) cudaFree(p);
+    }
+    cudaGetLastError();
+  }
+
+  Lane& lane(int device, int stream) {
+    for (Lane& l : gpus[static_cast<size_t>(device)].lanes) {
+      if (l.stream == stream) return l;
+    }
+    throw Error("the cuda back end has no stream " + std::to_string(stream) + " on device " + std::to_string(device) +
+                " (the task is in none of its programs)");
+  }
+};
+
+bool cuda_backend_built() { return true; }
+
+CudaBackend::CudaBackend(CudaBackendOptions options) : options_(std::move(options)) {
+  if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
+    throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
+  }
+  if (!(options_.max_message_bytes >= 4) || !(options_.max_message_bytes <= 1024.0 * 1024 * 1024)) {
+    throw InputError("<options>", 0, "max_message_bytes", "expected 4 bytes to 1 GiB");
+  }
+}
+
+CudaBackend::~CudaBackend() = default;
+
+namespace {
+
+// The GEMM of `rows` on a lane: C[1024 x rows] = A[1024 x 1024] B[1024 x rows], column-major.
+void gemm(const Lane& lane, const Gpu& gpu, model::Precision p, int rows, const std::string& where) {
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType type = gemm_types(p).data;
+  blas(cublasGemmEx(lane.blas, CUBLAS_OP_N, CUBLAS_OP_N, kProxyN, rows, kProxyN, &alpha, gpu.a, type, kProxyN, gpu.b, type,
+                    kProxyN, &beta, lane.c, type, kProxyN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+       "cublasGemmEx", where);
+}
+
+void make_lane(Lane& lane, const Gpu& gpu, model::Precision p, size_t cap, const std::string& where) {
+  cuda(cudaStreamCreateWithFlags(&lane.cuda, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
+  cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
+  cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
+  for (cudaEvent_t& e : lane.group) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
+  blas(cublasCreate(&lane.blas), "cublasCreate", where);
+  blas(cublasSetStream(lane.blas, lane.cuda), "cublasSetStream", where);
+  lane.blas_workspace = device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace", where);
+  blas(cublasSetWorkspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
+  lane.c = device_alloc(static_cast<size_t>(kProxyN) * kMaxRows * gemm_types(p).bytes, "the proxy GEMM's output", where);
+  lane.staging = device_alloc(cap, "the staging buffer", where);
+  for (int rows = kMinRows; rows <= kMaxRows; rows *= 2) gemm(lane, gpu, p, rows, where);  // every shape, loaded now
+  cuda(cudaMemsetAsync(lane.staging, 0, cap, lane.cuda), "cudaMemsetAsync", where);  // and the copies run uses
+  cuda(cudaMemcpyAsync(lane.staging, gpu.pattern, std::min<size_t>(cap, 4), cudaMemcpyDeviceToDevice, lane.cuda),
+       "cudaMemcpyAsync", where);
+  cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
+}
+
+// The device copies of the tensors on `device`, in one arena.
+void make_copies(CudaBackend::State& s, Gpu& gpu, int device) {
+  const Plan& plan = *s.plan;
+  size_t total = 0;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (plan.tensors[t].device == device) total += aligned(s.copy_bytes[t]);
+  }
+  gpu.arena = device_alloc(total, "the tensors' device copies", gpu.where);
+  cuda(cudaMemset(gpu.arena, 0, std::max<size_t>(total, 1)), "cudaMemset", gpu.where);
+  size_t at = 0;
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (plan.tensors[t].device != device) continue;
+    s.copy[t] = static_cast<char*>(gpu.arena) + at;
+    at += aligned(s.copy_bytes[t]);
+  }
+}
+
+void make_gpu(CudaBackend::State& s, int device) {
+  const Plan& plan = *s.plan;
+  Gpu& gpu = s.gpus[static_cast<size_t>(device)];
+  gpu.ordinal = s.nccl_plan.gpus[static_cast<size_t>(device)];
+  gpu.where = "GPU " + std::to_string(gpu.ordinal) + " (plan device " + std::to_string(device) + ", " +
+              plan.device_name(device) + ")";
+  cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
+  const size_t a = static_cast<size_t>(kProxyN) * kProxyN, b = static_cast<size_t>(kProxyN) * kMaxRows;
+  gpu.a = device_alloc(a * gemm_types(s.precision).bytes, "the proxy GEMM's input", gpu.where);
+  gpu.b = device_alloc(b * gemm_types(s.precision).bytes, "the proxy GEMM's input", gpu.where);
+  fill_gemm_input(gpu.a, a, s.precision, gpu.where);
+  fill_gemm_input(gpu.b, b, s.precision, gpu.where);
+  std::vector<float> pattern(s.cap / sizeof(float) + kPatternPeriod);
+  for (size_t j = 0; j < pattern.size(); ++j) pattern[j] = static_cast<float>(j % kPatternPeriod + 1);
+  gpu.pattern = static_cast<float*>(device_alloc(pattern.size() * sizeof(float), "the proxy pattern", gpu.where));
+  cuda(cudaMemcpy(gpu.pattern, pattern.data(), pattern.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy", gpu.where);
+  make_copies(s, gpu, device);
+  if (static_cast<size_t>(device) >= plan.programs.size()) return;
+  for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
+    gpu.lanes.emplace_back();
+    gpu.lanes.back().stream = program.stream;
+    make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, gpu.where + ", stream " + plan.stream_name(program.stream));
+  }
+}
+
+// All ranks of one group from this thread: inside ncclGroupStart/End, or the first rank's
+// creation would wait for the others for ever. Non-blocking, so each rank is then polled.
+void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop) {
+  const NcclGroup& group = s.nccl_plan.groups[g];
+  const std::string where = "the NCCL communicator of " + group.what;
+  std::vector<ncclComm_t>& ranks = s.comms[g];
+  ranks.assign(group.devices.size(), nullptr);
+  ncclUniqueId id;
+  nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  nccl(ncclGroupStart(), "ncclGroupStart", where);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
+    const cudaError_t set = cudaSetDevice(gpu.ordinal);
+    const ncclResult_t made = set == cudaSuccess ? ncclCommInitRankConfig(&ranks[r], static_cast<int>(ranks.size()), id,
+                                                                         static_cast<int>(r), &config)
+                                                 : ncclSuccess;
+    if (set != cudaSuccess || (made != ncclSuccess && made != ncclInProgress)) {
+      ncclGroupEnd();
+      cuda(set, "cudaSetDevice", gpu.where);
+      nccl(made, "ncclCommInitRankConfig", where + ", rank " + std::to_string(r) + " on " + gpu.where);
+    }
+  }
+  nccl(ncclGroupEnd(), "ncclGroupEnd", where);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kInitTimeoutS));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    settle(&ranks[r], stop, "ncclCommInitRankConfig", where + ", rank " + std::to_string(r), deadline);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::prepare(const Plan& plan) {
+  state_.reset();  // the previous run's objects go first
+  stop_.store(false);
+  int visible = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&visible);
+  if (counted != cudaSuccess) {
+    cudaGetLastError();
+    visible = 0;
+  }
+  auto s = std::make_unique<State>();
+  s->plan = &plan;
+  s->nccl_plan = cuda_plan(plan, gpu_ordinals(plan.device_count(), visible, options_.gpus,
+                                              counted != cudaSuccess ? cudaGetErrorString(counted) : ""));
+  s->precision = plan.layout.precision;
+  s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
+  s->copy.assign(plan.tensors.size(), nullptr);
+  for (const partition::Tensor& t : plan.tensors) {
+    s->copy_bytes.push_back(std::min(static_cast<size_t>(std::max(0.0, t.bytes)), s->cap));
+  }
+  s->gpus.resize(static_cast<size_t>(plan.device_count()));
+  for (int d = 0; d < plan.device_count(); ++d) make_gpu(*s, d);
+  s->comms.resize(s->nccl_plan.groups.size());
+  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_);
+  state_ = std::move(s);
+}
+
+std::optional<size_t> CudaBackend::buffer_bytes(int tensor) const {
+  if (!state_ || tensor < 0 || static_cast<size_t>(tensor) >= state_->copy_bytes.size()) return std::nullopt;
+  return state_->copy_bytes[static_cast<size_t>(tensor)];
+}
+
+void CudaBackend::stop() { stop_.store(true); }  // the polling threads abort what they drive
+
+std::optional<double> CudaBackend::gpu_time_s(int task, int iteration) const {
+  if (!state_) return std::nullopt;
+  std::lock_guard lock(state_->times_mutex);
+  const auto it = state_->gpu_s.find({task, iteration});
+  if (it == state_->gpu_s.end()) return std::nullopt;
+  return it->second;
+}
+
+namespace {
+
+// What one run() call works with.
+struct Job {
+  CudaBackend::State& s;
+  TaskContext& task;
+  Gpu& gpu;
+  Lane& lane;
+  std::string where;  // "GPU 0 (plan device 0, gpu0), forward #3 ..., iteration 1"
+  const std::atomic<bool>& stop;
+  bool to_host;
+
+  // After the end event: the time, then (on request) the device bytes of `tensors` into
+  // their host buffers.
+  void finish(ncclComm_t* comm, std::span<const std::pair<int, Buffer>> tensors) {
+    cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
+    await(lane.end, comm, stop, where);
+    float ms = 0;
+    cuda(cudaEventElapsedTime(&ms, lane.start, lane.end), "cudaEventElapsedTime", where);
+    {
+      std::lock_guard lock(s.times_mutex);
+      s.gpu_s[{task.task, task.iteration}] = ms / 1e3;
+    }
+    if (!to_host || tensors.empty()) return;
+    for (const auto& [t, host] : tensors) {
+      const size_t n = std::min(host.size_bytes, s.copy_bytes[static_cast<size_t>(t)]);
+      if (n > 0) {
+        cuda(cudaMemcpyAsync(host.data, s.copy[static_cast<size_t>(t)], n, cudaMemcpyDeviceToHost, lane.cuda),
+             "cudaMemcpyAsync (to the host)", where);
+      }
+    }
+    cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
+    await(lane.end, nullptr, stop, where);
+  }
+
+  std::vector<std::pair<int, Buffer>> written() const {
+    std::vector<std::pair<int, Buffer>> out;
+    const auto ids = s.plan->writes(task.task);
+    for (size_t k = 0; k < ids.size() && k < task.writes.size(); ++k) out.emplace_back(ids[k], task.writes[k]);
+    return out;
+  }
+
+  void copy_device(void* to, const void* from, size_t bytes) {
+    if (bytes == 0) return;
+    cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, lane.cuda), "cudaMemcpyAsync", where);
+  }
+
+  ncclComm_t* rank() {
+    const auto t = static_cast<size_t>(task.task);
+    ncclComm_t* comm = &s.comms[static_cast<size_t>(s.nccl_plan.group_of_task[t])]
+                               [static_cast<size_t>(s.nccl_plan.rank_of_task[t])];
+    if (*comm == nullptr) throw Error("the NCCL communicator for " + where + " was aborted by an earlier failure");
+    return comm;
+  }
+
+  // An NCCL call on this GPU, issued while no other thread issues one here.
+  template <typename Call>
+  void issue(ncclComm_t* comm, const char* name, Call call) {
+    ncclResult_t r;
+    {
+      std::lock_guard lock(*gpu.issue);
+      r = call(*comm);
+    }
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string why = nccl_error(r, *comm);
+      abort_rank(comm);
+      failed(name, why, where);
+    }
+    settle(comm, stop, name, where);
+  }
+};
+
+void run_compute(Job& job, double flop_scale) {
+  const partition::Task& t = *job.task.spec;
+  const double per_row = 2.0 * kProxyN * kProxyN;
+  const double wanted = std::ceil(t.flops * flop_scale / per_row / kMinRows) * kMinRows;
+  auto rows = static_cast<long long>(wanted > 0 ? std::min(wanted, 1e15) : 0.0);  // NaN: none
+  for (int calls = 0, groups = 0; rows > 0;) {
+    int n = kMaxRows;
+    while (n > rows) n /= 2;  // rows is a multiple of 64: its binary digits from 8192 down
+    gemm(job.lane, job.gpu, job.s.precision, n, job.where);
+    rows -= n;
+    if (++calls % kCallsPerGroup != 0) continue;
+    // One group runs while the next is queued behind it; waiting here sees stop().
+    cuda(cudaEventRecord(job.lane.group[groups % 2], job.lane.cuda), "cudaEventRecord", job.where);
+    if (groups > 0) await(job.lane.group[(groups - 1) % 2], nullptr, job.stop, job.where);
+    ++groups;
+  }
+  // The CPU proxy's pattern: (31 task + 7 iteration + i) mod 97 + 1 at float i.
+  const size_t seed = static_cast<size_t>(job.task.task) * 31 + static_cast<size_t>(job.task.iteration) * 7;
+  const float* from = job.gpu.pattern + seed % kPatternPeriod;
+  for (const int tensor : job.s.plan->writes(job.task.task)) {
+    const auto at = static_cast<size_t>(tensor);
+    job.copy_device(job.s.copy[at], from, job.s.copy_bytes[at] / sizeof(float) * sizeof(float));
+  }
+  job.finish(nullptr, job.written());
+}
+
+void run_transfer(Job& job) {
+  const partition::Task& t = *job.task.spec;
+  const Plan& plan = *job.s.plan;
+  const bool sending = t.kind == TaskKind::send;
+  ncclComm_t* comm = job.rank();
+  const size_t bytes = std::min(static_cast<size_t>(std::max(0.0, t.bytes)), job.s.cap);
+  const auto tensors = sending ? plan.reads(job.task.task) : plan.writes(job.task.task);
+  const int tensor = tensors.empty() ? -1 : tensors[0];
+  const size_t own = tensor < 0 ? 0 : job.s.copy_bytes[static_cast<size_t>(tensor)];
+  // The tensor's own device copy when it holds the message; the staging buffer otherwise.
+  void* buffer = tensor >= 0 && own >= bytes ? job.s.copy[static_cast<size_t>(tensor)] : job.lane.staging;
+  const std::string channel = "channel " + std::to_string(t.channel) + " (" + plan.channels[static_cast<size_t>(t.channel)].tag + ")";
+  if (sending) {
+    job.task.waiting_for("device " + std::to_string(plan.peer(job.task.task)) + " to receive on " + channel);
+    if (buffer == job.lane.staging) {
+      cuda(cudaMemsetAsync(buffer, 0, bytes, job.lane.cuda), "cudaMemsetAsync", job.where);
+      if (tensor >= 0) job.copy_device(buffer, job.s.copy[static_cast<size_t>(tensor)], own);
+    }
+    job.issue(comm, "ncclSend", [&](ncclComm_t c) { return ncclSend(buffer, bytes, ncclUint8, 1, c, job.lane.cuda); });
+  } else {
+    job.task.waiting_for("a message from device " + std::to_string(plan.peer(job.task.task)) + " on " + channel);
+    job.issue(comm, "ncclRecv", [&](ncclComm_t c) { return ncclRecv(buffer, bytes, ncclUint8, 0, c, job.lane.cuda); });
+    if (buffer == job.lane.staging && tensor >= 0) job.copy_device(job.s.copy[static_cast<size_t>(tensor)], buffer, own);
+  }
+  job.finish(comm, sending ? std::vector<std::pair<int, Buffer>>{} : job.written());
+}
+
+void run_collective(Job& job) {
+  const partition::Task& t = *job.task.spec;
+  const Plan& plan = *job.s.plan;
+  const partition::Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
+  ncclComm_t* comm = job.rank();
+  const auto rank = static_cast<size_t>(job.s.nccl_plan.rank_of_task[static_cast<size_t>(job.task.task)]);
+  const size_t members = plan.members(c).size();
+  size_t count = std::min(static_cast<size_t>(std::max(0.0, c.bytes)), job.s.cap) / sizeof(float);
+  const size_t part = count / members;
+  if (c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather) {
+    count = part * members;
+  }
+  auto* buffer = static_cast<float*>(job.lane.staging);
+  const auto reads = plan.reads(job.task.task), writes = plan.writes(job.task.task);
+  const int in = reads.empty() ? -1 : reads[0], out = writes.empty() ? in : writes[0];
+  const size_t bytes = count * sizeof(float);
+  cuda(cudaMemsetAsync(buffer, 0, bytes, job.lane.cuda), "cudaMemsetAsync", job.where);
+  if (in >= 0) job.copy_device(buffer, job.s.copy[static_cast<size_t>(in)], std::min(bytes, job.s.copy_bytes[static_cast<size_t>(in)]));
+  job.task.waiting_for("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) +
+                       ") on " + job.s.nccl_plan.groups[static_cast<size_t>(job.s.nccl_plan.group_of_task[static_cast<size_t>(job.task.task)])].what +
+                       ": the other " + std::to_string(members - 1) + " member(s)");
+  const cudaStream_t stream = job.lane.cuda;
+  const int root = c.root;
+  switch (c.kind) {
+    case partition::CollectiveKind::all_reduce:
+      job.issue(comm, "ncclAllReduce",
+                [&](ncclComm_t h) { return ncclAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, h, stream); });
+      break;
+    case partition::CollectiveKind::reduce_scatter:  // in place: member i's sum of part i lands in part i
+      job.issue(comm, "ncclReduceScatter", [&](ncclComm_t h) {
+        return ncclReduceScatter(buffer, buffer + rank * part, part, ncclFloat32, ncclSum, h, stream);
+      });
+      break;
+    case partition::CollectiveKind::all_gather:  // in place: part i comes from member i's part i
+      job.issue(comm, "ncclAllGather",
+                [&](ncclComm_t h) { return ncclAllGather(buffer + rank * part, buffer, part, ncclFloat32, h, stream); });
+      break;
+    case partition::CollectiveKind::broadcast:
+      job.issue(comm, "ncclBroadcast",
+                [&](ncclComm_t h) { return ncclBroadcast(buffer, buffer, count, ncclFloat32, root, h, stream); });
+      break;
+    case partition::CollectiveKind::reduce:
+      job.issue(comm, "ncclReduce",
+                [&](ncclComm_t h) { return ncclReduce(buffer, buffer, count, ncclFloat32, ncclSum, root, h, stream); });
+      break;
+  }
+  std::vector<std::pair<int, Buffer>> result;
+  if (out >= 0) {
+    job.copy_device(job.s.copy[static_cast<size_t>(out)], buffer, std::min(bytes, job.s.copy_bytes[static_cast<size_t>(out)]));
+    const Buffer& host = !job.task.writes.empty() ? job.task.writes[0] : job.task.reads[0];
+    result.emplace_back(out, host);
+  }
+  job.finish(comm, result);
+}
+
+}  // namespace
+
+void CudaBackend::run(TaskContext& task) {
+  if (stop_.load()) throw Stopped();
+  if (!state_) throw Error("the cuda back end was asked to run a task before prepare()");
+  State& s = *state_;
+  const partition::Task& t = *task.spec;
+  Gpu& gpu = s.gpus[static_cast<size_t>(t.device)];
+  Job job{s, task, gpu, s.lane(t.device, t.stream),
+          gpu.where + ", " + partition::describe_task(*s.plan, task.task) + ", iteration " + std::to_string(task.iteration),
+          stop_, options_.copy_outputs_to_host};
+  cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", job.where);
+  cuda(cudaEventRecord(job.lane.start, job.lane.cuda), "cudaEventRecord", job.where);
+  switch (t.kind) {
+    case TaskKind::forward:
+    case TaskKind::backward:
+    case TaskKind::backward_weight:
+    case TaskKind::optimizer:
+      run_compute(job, options_.flop_scale);
+      return;
+    case TaskKind::send:
+    case TaskKind::recv:
+      run_transfer(job);
+      return;
+    case TaskKind::collective:
+      run_collective(job);
+      return;
+  }
+}
+
+// --- probes: no plan, no engine ---
+
+namespace {
+
+// Frees what a probe allocated, whatever happens.
+struct ProbeMemory {
+  std::vector<void*> blocks;
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> events;
+  cublasHandle_t blas = nullptr;
+  ProbeMemory() = default;
+  ProbeMemory(const ProbeMemory&) = delete;
+  ProbeMemory& operator=(const ProbeMemory&) = delete;
+  ~ProbeMemory() {
+    for (cudaStream_t s : streams) cudaStreamSynchronize(s);
+    if (blas != nullptr) cublasDestroy(blas);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    for (cudaStream_t s : streams) cudaStreamDestroy(s);
+    for (void* p : blocks) cudaFree(p);
+    cudaGetLastError();
+  }
+  void* alloc(size_t bytes, const std::string& where) {
+    blocks.push_back(device_alloc(bytes, "the probe's buffers", where));
+    return blocks.back();
+  }
+};
+
+int visible_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+GemmProbe probe_gemm(int gpu, model::Precision precision, int n, int repeats) {
+  if (gpu < 0 || gpu >= visible_gpus()) throw Error("probe_gemm: GPU " + std::to_string(gpu) + " is not visible");
+  if (n < 1 || repeats < 1) throw Error("probe_gemm: expected n >= 1 and repeats >= 1");
+  const std::string where = "GPU " + std::to_string(gpu);
+  cuda(cudaSetDevice(gpu), "cudaSetDevice", where);
+  cudaDeviceProp prop{};
+  cuda(cudaGetDeviceProperties(&prop, gpu), "cudaGetDeviceProperties", where);
+  ProbeMemory m;
+  const auto elements = static_cast<size_t>(n) * static_cast<size_t>(n);
+  const GemmTypes types = gemm_types(precision);
+  void* a = m.alloc(elements * types.bytes, where);
+  void* b = m.alloc(elements * types.bytes, where);
+  void* c = m.alloc(elements * types.bytes, where);
+  fill_gemm_input(a, elements, precision, where);
+  fill_gemm_input(b, elements, precision, where);
+  cudaStream_t stream = nullptr;
+  cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
+  m.streams.push_back(stream);
+  blas(cublasCreate(&m.blas), "cublasCreate", where);
+  blas(cublasSetStream(m.blas, stream), "cublasSetStream", where);
+  void* workspace = m.alloc(kBlasWorkspaceBytes, where);
+  blas(cublasSetWorkspace(m.blas, workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto multiply = [&] {
+    blas(cublasGemmEx(m.blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, types.data, n, b, types.data, n, &beta, c,
+                      types.data, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+         "cublasGemmEx", where);
+  };
+  for (int i = 0; i < 3; ++i) multiply();  // warm-up: kernel loading, clocks
+  cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  std::vector<cudaEvent_t> marks(static_cast<size_t>(repeats) + 1);
+  for (cudaEvent_t& e : marks) {
+    cuda(cudaEventCreate(&e), "cudaEventCreate", where);
+    m.events.push_back(e);
+  }
+  cuda(cudaEventRecord(marks[0], stream), "cudaEventRecord", where);
+  for (size_t i = 1; i < marks.size(); ++i) {
+    multiply();
+    cuda(cudaEventRecord(marks[i], stream), "cudaEventRecord", where);
+  }
+  cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", where);
+  std::vector<double> seconds;
+  for (size_t i = 1; i < marks.size(); ++i) {
+    float ms = 0;
+    cuda(cudaEventElapsedTime(&ms, marks[i - 1], marks[i]), "cudaEventElapsedTime", where);
+    seconds.push_back(ms / 1e3);
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
+  GemmProbe p;
+  p.gpu = prop.name;
+  p.n = n;
+  p.seconds = seconds[seconds.size() / 2];
+  p.flops_per_s = p.seconds > 0 ? 2.0 * n * static_cast<double>(n) * n / p.seconds : 0;
+  return p;
+}
+
+AllReduceProbe probe_all_reduce(int gpus, double bytes, int repeats) {
+  if (gpus < 1 || gpus > visible_gpus()) {
+    throw Error("probe_all_reduce: " + std::to_string(gpus) + " GPUs asked for, " + std::to_string(visible_gpus()) + " visible");
+  }
+  if (!(bytes >= 4) || repeats < 1) throw Error("probe_all_reduce: expected bytes >= 4 and repeats >= 1");
+  const std::string where = "the all-reduce probe over " + std::to_string(gpus) + " GPUs";
+  const auto count = static_cast<size_t>(bytes) / sizeof(float);
+  ProbeMemory m;
+  std::vector<void*> buffers;
+  std::vector<int> devices;
+  for (int g = 0; g < gpus; ++g) {
+    devices.push_back(g);
+    cuda(cudaSetDevice(g), "cudaSetDevice", where);
+    buffers.push_back(m.alloc(count * sizeof(float), where));
+    cuda(cudaMemset(buffers.back(), 0, count * sizeof(float)), "cudaMemset", where);
+    cudaStream_t s = nullptr;
+    cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
+    m.streams.push_back(s);
+  }
+  std::vector<ncclComm_t> comms(static_cast<size_t>(gpus), nullptr);
+  nccl(ncclCommInitAll(comms.data(), gpus, devices.data()), "ncclCommInitAll", where);
+  // One thread drives every rank: each all-reduce is one group call, or rank 0's would wait for the others.
+  auto all_reduce = [&] {
+    nccl(ncclGroupStart(), "ncclGroupStart", where);
+    for (size_t g = 0; g < comms.size(); ++g) {
+      const ncclResult_t r = ncclAllReduce(buffers[g], buffers[g], count, ncclFloat32, ncclSum, comms[g], m.streams[g]);
+      if (r != ncclSuccess) {
+        ncclGroupEnd();
+        nccl(r, "ncclAllReduce", where, comms[g]);
+      }
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd", where);
+  };
+  auto synchronize = [&] {
+    for (size_t g = 0; g < comms.size(); ++g) {
+      cuda(cudaSetDevice(static_cast<int>(g)), "cudaSetDevice", where);
+      cuda(cudaStreamSynchronize(m.streams[g]), "cudaStreamSynchronize", where);
+    }
+  };
+  AllReduceProbe p;
+  try {
+    for (int i = 0; i < 5; ++i) all_reduce();  // warm-up: connections, kernels
+    synchronize();
+    const auto start = Clock::now();
+    for (int i = 0; i < repeats; ++i) all_reduce();
+    synchronize();
+    p.seconds = std::chrono::duration<double>(Clock::now() - start).count() / repeats;
+  } catch (...) {
+    for (ncclComm_t& c : comms) abort_rank(&c);
+    throw;
+  }
+  // A clean end: finalize every rank in one group (a collective step), then free them.
+  ncclGroupStart();
+  for (ncclComm_t c : comms) ncclCommFinalize(c);
+  ncclGroupEnd();
+  for (ncclComm_t c : comms) ncclCommDestroy(c);
+  p.gpus = gpus;
+  p.bytes = static_cast<double>(count * sizeof(float));
+  p.algbw_bytes_per_s = p.seconds > 0 ? p.bytes / p.seconds : 0;
+  p.busbw_bytes_per_s = p.algbw_bytes_per_s * 2.0 * (gpus - 1) / gpus;
+  return p;
+}
+
+}  // namespace hetflow::exec

@@ -1,0 +1,132 @@
+#pragma once
+// The CUDA/NCCL back end, first increment: every plan device is a local GPU, driven by the
+// engine's threads (one per device stream). Compute is a FLOP-matched proxy, not the model's
+// math; transfers and collectives are real NCCL operations on device memory. Traces and
+// output say "proxy". Includable and linkable without CUDA: where nvcc, cuBLAS or NCCL was not
+// found at configure time, cuda_backend_built() is false and prepare() says so.
+//
+// What it promises, per task kind:
+//  - compute (forward, backward, backward_weight, optimizer): cublasGemmEx calls in the plan's
+//    precision (BF16 or FP16 inputs with FP32 accumulation, or FP32) adding up to the task's
+//    FLOPs times flop_scale (rounded up to a multiple of 64 rows of 2·1024·1024 FLOPs), issued in
+//    groups so that stop() is seen within a few milliseconds; then the CPU proxy's pattern
+//    (exec/cpu_backend.hpp: value (31·task + 7·iteration + i) mod 97 + 1 at float i) written
+//    into the device copy of each tensor the task writes.
+//  - send/recv: ncclSend/ncclRecv of the task's bytes (capped at max_message_bytes) from and
+//    into the device copies of the tensors the task reads and writes, on the channel's own
+//    communicator (exec/cuda_plan.hpp says why one per channel).
+//  - collective: the plan's kind (all-reduce, reduce-scatter, all-gather, broadcast, reduce) as
+//    NCCL's collective, in place on a float buffer of the collective's bytes (capped) that
+//    starts as the tensor the task reads; the result goes to the tensor it writes (or back
+//    into the one it reads). As in the CPU back end, a reduce-scatter leaves member i's sum in
+//    part i and an all-gather takes part i from member i. NCCL picks its own algorithm; the
+//    plan's (ring, tree, hierarchical) is the simulator's model of it.
+// Device memory: each tensor has one device copy of min(its bytes, max_message_bytes), made in
+// prepare() and kept for the run (buffer_bytes() gives the engine the same size for its host
+// buffers). A transient tensor's copy serves every iteration, so where a plan lets iteration
+// i + 1 write a tensor before iteration i's last reader is done (WSP staleness), proxy bytes
+// may mix; timing does not depend on them. Nothing is allocated while tasks run (a cudaMalloc
+// can wait for every kernel of the device, NCCL's included).
+// Host buffers stay as the engine made them unless copy_outputs_to_host, which copies every
+// written tensor's device bytes into its host buffer when the task ends (tests check them).
+//
+// Timing: CUDA events around each task instance's GPU work on its stream; gpu_time_s() gives
+// what they measured. The engine's wall-clock trace is unchanged. A transfer's GPU time
+// includes the wait for its peer, as NCCL kernels wait on the device.
+//
+// Threads and NCCL (its rules: one thread at a time per communicator, the same order on every
+// member): communicators are created once, in prepare(), non-blocking (ncclConfig_t blocking
+// = 0), all ranks of each from the preparing thread inside ncclGroupStart/End (one thread
+// creating several ranks must group them, or the first waits for the others for ever). After
+// that a rank is only touched by the one engine thread that runs its tasks (exec/cuda_plan.hpp
+// shows why that is one thread), and NCCL calls on one GPU are issued under that GPU's mutex
+// (NCCL does not allow issuing on two communicators of one device from two threads at once).
+// A task never needs its partner in the same group call: each task is one side of one
+// transfer and its own thread issues it, so a send and its receive are issued by different
+// threads and cannot deadlock each other.
+//
+// Stopping: no thread blocks in CUDA or NCCL. After enqueuing, run() polls cudaEventQuery and
+// ncclCommGetAsyncError (and, non-blocking, waits for ncclInProgress to clear the same way);
+// stop() only sets a flag, and the polling thread then calls ncclCommAbort on the rank it
+// drives (which ends its NCCL kernel even when the peer never comes) and throws Stopped.
+// Communicators that no thread was using are aborted when the back end is prepared again or
+// destroyed. After a stop, prepare() must run again before run().
+//
+// Errors: every failing CUDA, cuBLAS or NCCL call becomes a hetflow::Error naming the call,
+// the GPU (and plan device) and the task instance. prepare() throws Error "no CUDA device
+// visible ..." without a GPU and PlanError when the plan has more devices than visible GPUs.
+//
+// Known limits of this increment: compute is a proxy; one process (no MPI); NCCL kernels of
+// different communicators may run at once on one GPU (pipeline and data-parallel traffic on
+// their own streams, as frameworks do), which NCCL documents as working only while they fit
+// on the GPU together. Nothing here has run on a GPU yet.
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/backend.hpp"
+#include "model/precision.hpp"
+
+namespace hetflow::exec {
+
+struct CudaBackendOptions {
+  double flop_scale = 1;                         // compute runs flops x flop_scale
+  double max_message_bytes = 4.0 * 1024 * 1024;  // device bytes per tensor, transfer and collective at most
+  std::vector<int> gpus;                         // plan device d runs on GPU gpus[d]; empty: on GPU d
+  bool copy_outputs_to_host = false;             // written tensors' device bytes to the engine's host buffers
+};
+
+// True when this build has the CUDA back end (nvcc, cuBLAS and NCCL found at configure time).
+bool cuda_backend_built();
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string compute() const override { return "proxy"; }
+  void prepare(const partition::Plan& plan) override;
+  std::optional<size_t> buffer_bytes(int tensor) const override;
+  void run(TaskContext& task) override;
+  void stop() override;
+
+  // Seconds between the CUDA events around the task instance's GPU work; nullopt when it has
+  // not completed. Thread-safe.
+  std::optional<double> gpu_time_s(int task, int iteration) const;
+
+  struct State;  // CUDA, cuBLAS and NCCL objects: cuda_backend.cpp
+
+ private:
+  CudaBackendOptions options_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<State> state_;
+};
+
+// What a GPU does, for tools/gpu-check.sh (via hetflow-gpu-probe): no plan, no engine.
+struct GemmProbe {
+  std::string gpu;           // the device's name
+  int n = 0;                 // n x n x n multiplies
+  double seconds = 0;        // per multiply, the median of the timed ones
+  double flops_per_s = 0;    // 2 n^3 / seconds
+};
+// Times cublasGemmEx n x n x n in `precision` (FP32 accumulation) on GPU `gpu`: `repeats`
+// multiplies after a warm-up, CUDA events around each. Throws Error when it cannot.
+GemmProbe probe_gemm(int gpu, model::Precision precision, int n = 4096, int repeats = 20);
+
+struct AllReduceProbe {
+  int gpus = 0;
+  double bytes = 0;           // per GPU
+  double seconds = 0;         // per all-reduce: the mean of the timed ones (host clock, as nccl-tests)
+  double algbw_bytes_per_s = 0;  // bytes / seconds
+  double busbw_bytes_per_s = 0;  // algbw x 2 (n - 1) / n (nccl-tests' bus bandwidth)
+};
+// Times ncclAllReduce of `bytes` (floats, sum, in place) over GPUs 0..gpus-1 on one
+// communicator (ncclCommInitAll), `repeats` after 5 warm-up ones. Throws Error when it cannot.
+AllReduceProbe probe_all_reduce(int gpus, double bytes, int repeats = 20);
+
+}  // namespace hetflow::exec

@@ -1,0 +1,158 @@
+// How the CUDA back end's communicators come from a plan: channels first (one group each, in
+// channel order), then collectives grouped by (communicator, member streams) in collective
+// order; then every group's collective sequence is read off each member's stream program and
+// compared.
+#include "exec/cuda_plan.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "partition/task_order.hpp"
+
+namespace hetflow::exec {
+
+std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why) {
+  if (visible <= 0) {
+    throw Error("no CUDA device visible" + (why.empty() ? std::string() : " (" + why + ")") + ": the plan's " +
+                std::to_string(devices) + " device(s) need as many GPUs; the cpu back end runs without one");
+  }
+  std::vector<int> out;
+  if (requested.empty()) {
+    if (devices > visible) {
+      throw PlanError("the plan has " + std::to_string(devices) + " devices but only " + std::to_string(visible) +
+                      " CUDA device(s) are visible: device d runs on GPU d, so it needs " + std::to_string(devices) +
+                      " GPUs (or a list of GPUs to run its devices on)");
+    }
+    for (int d = 0; d < devices; ++d) out.push_back(d);
+    return out;
+  }
+  if (static_cast<int>(requested.size()) != devices) {
+    throw InputError("<options>", 0, "gpus", "expected one GPU per plan device (" + std::to_string(devices) + "), found " +
+                                                 std::to_string(requested.size()));
+  }
+  for (const int g : requested) {
+    if (g < 0 || g >= visible) {
+      throw InputError("<options>", 0, "gpus", "GPU " + std::to_string(g) + " is not visible (" + std::to_string(visible) +
+                                                   " CUDA device(s): 0 to " + std::to_string(visible - 1) + ")");
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+namespace {
+
+using partition::Plan;
+using partition::Task;
+using partition::TaskKind;
+
+// The stream each side of each channel is on (-1: none seen yet); PlanError for two.
+void check_channel_streams(const Plan& plan) {
+  std::vector<std::pair<int, int>> streams(plan.channels.size(), {-1, -1});
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+    if (task.channel < 0 || static_cast<size_t>(task.channel) >= plan.channels.size()) {
+      throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + " names channel " + std::to_string(task.channel) +
+                      ", which the plan does not have");
+    }
+    int& seen = task.kind == TaskKind::send ? streams[static_cast<size_t>(task.channel)].first
+                                            : streams[static_cast<size_t>(task.channel)].second;
+    if (seen < 0) seen = task.stream;
+    if (seen != task.stream) {
+      throw PlanError("channel " + std::to_string(task.channel) + ": its " + (task.kind == TaskKind::send ? "sends" : "receives") +
+                      " are on several streams (" + plan.stream_name(seen) + ", " + plan.stream_name(task.stream) +
+                      "); NCCL needs one thread, so one stream, per side of a channel");
+    }
+  }
+}
+
+}  // namespace
+
+CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus) {
+  CudaPlan out;
+  out.gpus = std::move(gpus);
+  out.group_of_task.assign(plan.tasks.size(), -1);
+  out.rank_of_task.assign(plan.tasks.size(), -1);
+  check_channel_streams(plan);
+  for (size_t c = 0; c < plan.channels.size(); ++c) {
+    const partition::Channel& ch = plan.channels[c];
+    out.groups.push_back({{ch.src, ch.dst},
+                          "channel " + std::to_string(c) + " (" + plan.device_name(ch.src) + " -> " + plan.device_name(ch.dst) +
+                              ", " + ch.tag + ")"});
+  }
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const Task& task = plan.tasks[t];
+    if (task.kind == TaskKind::send || task.kind == TaskKind::recv) {
+      out.group_of_task[t] = task.channel;
+      out.rank_of_task[t] = task.kind == TaskKind::send ? 0 : 1;
+    }
+  }
+  // Collectives: one group per (communicator, member streams).
+  std::map<std::pair<int, std::vector<int>>, int> group_of_key;
+  std::vector<int> group_of_collective(plan.collectives.size(), -1);
+  for (size_t c = 0; c < plan.collectives.size(); ++c) {
+    const partition::Collective& col = plan.collectives[c];
+    const std::vector<int>& members = plan.members(col);
+    if (col.tasks.size() != members.size()) {
+      throw PlanError("collective " + std::to_string(c) + " has " + std::to_string(col.tasks.size()) + " tasks for " +
+                      std::to_string(members.size()) + " members");
+    }
+    std::vector<int> streams;
+    for (const int t : col.tasks) streams.push_back(plan.task(t).stream);
+    const auto [it, added] = group_of_key.try_emplace({col.communicator, streams}, static_cast<int>(out.groups.size()));
+    if (added) {
+      std::string on;
+      for (const int s : std::set<int>(streams.begin(), streams.end())) on += (on.empty() ? "" : ", ") + plan.stream_name(s);
+      out.groups.push_back({members, "communicator " + std::to_string(col.communicator) + " (" +
+                                         plan.communicator(col.communicator).name + ") on stream " + on});
+    }
+    group_of_collective[c] = it->second;
+    for (size_t m = 0; m < col.tasks.size(); ++m) {
+      out.group_of_task[static_cast<size_t>(col.tasks[m])] = it->second;
+      out.rank_of_task[static_cast<size_t>(col.tasks[m])] = static_cast<int>(m);
+    }
+  }
+  // Every member reaches its group's collectives in one order.
+  std::vector<std::vector<std::vector<int>>> order(out.groups.size());  // [group][rank] -> collectives
+  for (size_t g = plan.channels.size(); g < out.groups.size(); ++g) order[g].resize(out.groups[g].devices.size());
+  for (const auto& device : plan.programs) {
+    for (const partition::StreamProgram& program : device) {
+      for (const int t : program.tasks) {
+        const Task& task = plan.task(t);
+        if (task.kind != TaskKind::collective) continue;
+        if (out.group_of_task[static_cast<size_t>(t)] < 0) {
+          throw PlanError(partition::describe_task(plan, t) + " is in no collective's task list");
+        }
+        const auto g = static_cast<size_t>(out.group_of_task[static_cast<size_t>(t)]);
+        order[g][static_cast<size_t>(out.rank_of_task[static_cast<size_t>(t)])].push_back(task.collective);
+      }
+    }
+  }
+  for (size_t g = plan.channels.size(); g < out.groups.size(); ++g) {
+    for (size_t r = 1; r < order[g].size(); ++r) {
+      if (order[g][r] == order[g][0]) continue;
+      const NcclGroup& group = out.groups[g];
+      throw PlanError(group.what + ": " + plan.device_name(group.devices[0]) + " and " + plan.device_name(group.devices[r]) +
+                      " reach its collectives in different orders (or one lacks some); NCCL needs the same order on "
+                      "every member");
+    }
+  }
+  // NCCL: one GPU per rank of a communicator.
+  for (const NcclGroup& group : out.groups) {
+    for (size_t a = 0; a < group.devices.size(); ++a) {
+      for (size_t b = a + 1; b < group.devices.size(); ++b) {
+        const int da = group.devices[a], db = group.devices[b];
+        if (out.gpus[static_cast<size_t>(da)] != out.gpus[static_cast<size_t>(db)]) continue;
+        throw PlanError(group.what + ": devices " + plan.device_name(da) + " and " + plan.device_name(db) +
+                        " would both run on GPU " + std::to_string(out.gpus[static_cast<size_t>(da)]) +
+                        "; NCCL cannot put two ranks of one communicator on one GPU");
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace hetflow::exec

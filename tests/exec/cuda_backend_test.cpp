@@ -1,0 +1,355 @@
+// The CUDA back end. What needs a GPU skips, saying why, where none is visible (or the build
+// has no CUDA back end). What does not runs everywhere: prepare() without a GPU is a clear
+// error, not a crash; and the NCCL communicators derived from a plan (exec/cuda_plan.hpp) are
+// checked on the plans the engine tests run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+
+#include "exec/cuda_backend.hpp"
+#include "exec/cuda_plan.hpp"
+#include "exec/engine.hpp"
+#include "kernels/matmul.hpp"
+#include "tests/exec/exec_test_util.hpp"
+
+using namespace hetflow;
+using partition::Plan;
+using partition::TaskKind;
+using test_support::Captured;
+
+namespace {
+
+#define SKIP_WITHOUT_GPUS(n)                                                                                         \
+  if (!exec::cuda_backend_built()) GTEST_SKIP() << "this build has no CUDA back end (nvcc, cuBLAS or NCCL not found)"; \
+  if (kernels::cuda_device_count() < (n))                                                                            \
+  GTEST_SKIP() << "needs " << (n) << " GPU(s), " << kernels::cuda_device_count() << " visible: " << kernels::cuda_status()
+
+exec::EngineOptions options(Captured* captured = nullptr, double watchdog_s = 30) {
+  exec::EngineOptions o;
+  o.watchdog_s = watchdog_s;
+  if (captured != nullptr) o.on_task_end = captured->hook();
+  return o;
+}
+
+partition::PlanOptions pipeline(int stages, int microbatches) {
+  partition::PlanOptions o;
+  o.pipeline = stages;
+  o.microbatches = microbatches;
+  o.iterations = 2;
+  return o;
+}
+
+// The CPU proxy's pattern, which the CUDA proxy writes too.
+float pattern(int task, int iteration, size_t i) {
+  return static_cast<float>((static_cast<size_t>(task) * 31 + static_cast<size_t>(iteration) * 7 + i) % 97 + 1);
+}
+
+// --- without a GPU ---
+
+TEST(CudaBackend, PrepareWithoutAGpuIsAClearError) {
+  if (kernels::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: this test is for machines without one";
+  const Plan plan = test_support::planned(model::cpu_cluster(1), test_support::tiny_gpt(), pipeline(1, 2));
+  exec::CudaBackend cuda;
+  EXPECT_EQ(cuda.name(), "cuda");
+  EXPECT_EQ(cuda.compute(), "proxy");
+  try {
+    exec::run_plan(plan, cuda, options());
+    FAIL() << "a run without a GPU did not fail";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const bool clear = what.find("no CUDA device visible") != std::string::npos ||
+                       what.find("no CUDA back end") != std::string::npos;
+    EXPECT_TRUE(clear) << what;
+  }
+  EXPECT_THROW(cuda.prepare(plan), Error);  // again: still an error, still no crash
+  EXPECT_FALSE(cuda.gpu_time_s(0, 0).has_value());
+}
+
+TEST(CudaPlan, DevicesMapToGpusInOrderOrByList) {
+  EXPECT_EQ(exec::gpu_ordinals(3, 4, {}), (std::vector<int>{0, 1, 2}));
+  const std::vector<int> list{3, 1};
+  EXPECT_EQ(exec::gpu_ordinals(2, 4, list), list);
+  try {
+    exec::gpu_ordinals(2, 0, {}, "no driver");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device visible (no driver)"), std::string::npos) << e.what();
+  }
+  try {
+    exec::gpu_ordinals(4, 2, {});
+    FAIL();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 devices but only 2 CUDA device(s)"), std::string::npos) << e.what();
+  }
+  const std::vector<int> short_list{0}, bad{0, 5};
+  EXPECT_THROW(exec::gpu_ordinals(2, 4, short_list), InputError);
+  EXPECT_THROW(exec::gpu_ordinals(2, 4, bad), InputError);
+}
+
+struct Shape {
+  const char* name;
+  int devices, pipeline, data, tensor;
+  partition::SyncKind sync;
+};
+
+TEST(CudaPlan, ACommunicatorPerChannelAndPerCollectiveStreamGroup) {
+  const Shape shapes[] = {{"pp2 dp2 all-reduce", 4, 2, 2, 1, partition::SyncKind::allreduce},
+                          {"pp2 tp2", 4, 2, 1, 2, partition::SyncKind::allreduce},
+                          {"pp2 dp2 tp2", 8, 2, 2, 2, partition::SyncKind::allreduce},
+                          {"pp2 dp2 parameter server", 4, 2, 2, 1, partition::SyncKind::ps},
+                          {"pp2 dp2 wsp", 4, 2, 2, 1, partition::SyncKind::wsp}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE(shape.name);
+    partition::PlanOptions o = pipeline(shape.pipeline, 4);
+    o.data = shape.data;
+    o.tensor = shape.tensor;
+    o.sync = shape.sync;
+    o.staleness = shape.sync == partition::SyncKind::wsp ? 1 : 0;
+    const Plan plan = test_support::planned(model::cpu_cluster(shape.devices), test_support::tiny_gpt(), o);
+    const exec::CudaPlan c = exec::cuda_plan(plan, exec::gpu_ordinals(plan.device_count(), 8, {}));
+    ASSERT_GE(c.groups.size(), plan.channels.size());
+    int transfers = 0, collectives = 0;
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const partition::Task& task = plan.tasks[t];
+      const int g = c.group_of_task[t], r = c.rank_of_task[t];
+      switch (task.kind) {
+        case TaskKind::send:
+        case TaskKind::recv:
+          ++transfers;
+          EXPECT_EQ(g, task.channel);
+          EXPECT_EQ(r, task.kind == TaskKind::send ? 0 : 1);
+          EXPECT_EQ(c.groups[static_cast<size_t>(g)].devices[static_cast<size_t>(r)], task.device);
+          break;
+        case TaskKind::collective: {
+          ++collectives;
+          ASSERT_GE(g, static_cast<int>(plan.channels.size()));
+          const auto& members = plan.members(plan.collectives[static_cast<size_t>(task.collective)]);
+          EXPECT_EQ(c.groups[static_cast<size_t>(g)].devices, members);
+          EXPECT_EQ(members[static_cast<size_t>(r)], task.device);
+          break;
+        }
+        default:
+          EXPECT_EQ(g, -1);
+      }
+    }
+    EXPECT_GT(transfers, 0);
+    if (shape.tensor > 1 || (shape.data > 1 && shape.sync == partition::SyncKind::allreduce)) {
+      EXPECT_GT(collectives, 0);  // parameter servers and WSP move gradients over channels
+    }
+    // A GPU per rank: every communicator's devices are on different GPUs.
+    for (const exec::NcclGroup& group : c.groups) {
+      std::set<int> gpus;
+      for (const int d : group.devices) gpus.insert(c.gpus[static_cast<size_t>(d)]);
+      EXPECT_EQ(gpus.size(), group.devices.size()) << group.what;
+    }
+  }
+}
+
+TEST(CudaPlan, RefusesTwoRanksOfACommunicatorOnOneGpu) {
+  const Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), pipeline(2, 2));
+  const std::vector<int> same{0, 0};
+  try {
+    exec::cuda_plan(plan, exec::gpu_ordinals(2, 1, same));
+    FAIL();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("two ranks of one communicator on one GPU"), std::string::npos) << e.what();
+  }
+  // Devices that never meet may share a GPU.
+  const Plan lone = test_support::planned(model::cpu_cluster(1), test_support::tiny_gpt(), pipeline(1, 2));
+  EXPECT_NO_THROW(exec::cuda_plan(lone, {0}));
+}
+
+// Two all-reduces on one communicator and stream, which device 1 reaches in the other order.
+TEST(CudaPlan, RefusesCollectivesThatMembersReachInDifferentOrders) {
+  Plan plan = test_support::empty_plan(model::cpu_cluster(2));
+  const int comm = plan.add_communicator({"all", {0, 1}});
+  for (int k = 0; k < 2; ++k) {
+    partition::Collective c;
+    c.communicator = comm;
+    c.bytes = 1024;
+    for (int d = 0; d < 2; ++d) {
+      partition::Task t;
+      t.kind = TaskKind::collective;
+      t.purpose = partition::Purpose::data_parallel;
+      t.device = d;
+      t.stream = 1;
+      t.bytes = 1024;
+      t.collective = k;
+      c.tasks.push_back(plan.add_task(t));
+    }
+    plan.collectives.push_back(c);
+  }
+  plan.finish();
+  EXPECT_NO_THROW(exec::cuda_plan(plan, {0, 1}));
+  auto& tasks = plan.programs[1][0].tasks;
+  std::swap(tasks[0], tasks[1]);
+  try {
+    exec::cuda_plan(plan, {0, 1});
+    FAIL();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
+  }
+}
+
+// --- with GPUs ---
+
+void expect_complete(const Plan& plan, const exec::RunResult& r, const exec::CudaBackend& cuda) {
+  ASSERT_TRUE(r.completed) << r.error;
+  EXPECT_EQ(r.trace.source, "exec-cuda");
+  EXPECT_EQ(r.trace.compute, "proxy");
+  EXPECT_EQ(r.trace.fingerprint, plan.fingerprint);
+  ASSERT_EQ(r.trace.events.size(), plan.tasks.size() * static_cast<size_t>(plan.iterations()));
+  for (const traces::Event& e : r.trace.events) {
+    EXPECT_LE(e.start_s, e.end_s);
+    const std::optional<double> gpu_s = cuda.gpu_time_s(e.task, e.iteration);
+    ASSERT_TRUE(gpu_s.has_value()) << "task " << e.task << " iteration " << e.iteration;
+    EXPECT_GE(*gpu_s, 0);
+  }
+}
+
+// Every compute task instance's first output holds the proxy pattern.
+void expect_pattern(const Plan& plan, const Captured& captured) {
+  int checked = 0;
+  for (const auto& [key, bytes] : captured.written) {
+    const auto [task, iteration] = key;
+    const TaskKind kind = plan.task(task).kind;
+    if (kind == TaskKind::send || kind == TaskKind::recv || kind == TaskKind::collective) continue;
+    const std::vector<float> f = Captured::floats(bytes);
+    for (size_t i = 0; i < f.size(); i += 1 + f.size() / 64) {
+      ASSERT_EQ(f[i], pattern(task, iteration, i)) << "task " << task << " iteration " << iteration << " float " << i;
+    }
+    checked += !f.empty();
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(CudaBackend, OneDevicePlanCompletesWithTheProxyPattern) {
+  SKIP_WITHOUT_GPUS(1);
+  const Plan plan = test_support::planned(model::cpu_cluster(1), test_support::tiny_gpt(), pipeline(1, 2));
+  exec::CudaBackend cuda({.flop_scale = 1, .max_message_bytes = 1 << 20, .gpus = {}, .copy_outputs_to_host = true});
+  Captured captured;
+  const exec::RunResult r = exec::run_plan(plan, cuda, options(&captured));
+  expect_complete(plan, r, cuda);
+  expect_pattern(plan, captured);
+}
+
+TEST(CudaBackend, TwoDevicePipelineMovesTheSendersBytes) {
+  SKIP_WITHOUT_GPUS(2);
+  const Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), pipeline(2, 4));
+  exec::CudaBackend cuda({.flop_scale = 1, .max_message_bytes = 1 << 20, .gpus = {}, .copy_outputs_to_host = true});
+  Captured captured;
+  const exec::RunResult r = exec::run_plan(plan, cuda, options(&captured));
+  expect_complete(plan, r, cuda);
+  expect_pattern(plan, captured);
+  // The k-th receive on a channel got the k-th send's bytes: the sender's forward output.
+  std::map<int, std::vector<int>> sends, recvs;
+  for (const auto& device : plan.programs) {
+    for (const auto& program : device) {
+      for (const int t : program.tasks) {
+        const partition::Task& task = plan.task(t);
+        if (task.kind == TaskKind::send) sends[task.channel].push_back(t);
+        if (task.kind == TaskKind::recv) recvs[task.channel].push_back(t);
+      }
+    }
+  }
+  int checked = 0;
+  for (const auto& [channel, s] : sends) {
+    for (size_t k = 0; k < s.size(); ++k) {
+      for (int i = 0; i < plan.iterations(); ++i) {
+        const auto& sent = captured.read.at({s[k], i});
+        const auto& received = captured.written.at({recvs.at(channel)[k], i});
+        const size_t n = std::min(sent.size(), received.size());
+        EXPECT_TRUE(std::equal(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(n), received.begin()))
+            << "channel " << channel << " message " << k << " iteration " << i;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(CudaBackend, TwoDeviceAllReduceSumsTheInputs) {
+  SKIP_WITHOUT_GPUS(2);
+  Plan plan = test_support::empty_plan(model::cpu_cluster(2));
+  constexpr double kBytes = 4000 * 4;
+  partition::Collective c;
+  c.communicator = plan.add_communicator({"all", {0, 1}});
+  c.bytes = kBytes;
+  std::vector<int> producers;
+  for (int d = 0; d < 2; ++d) {
+    const int x = test_support::transient(plan, d, kBytes), y = test_support::transient(plan, d, kBytes);
+    producers.push_back(test_support::compute_task(plan, d, {}, {x}));
+    partition::Task t;
+    t.kind = TaskKind::collective;
+    t.purpose = partition::Purpose::data_parallel;
+    t.device = d;
+    t.stream = 1;
+    t.bytes = kBytes;
+    t.collective = 0;
+    c.tasks.push_back(plan.add_task(t, std::vector<int>{x}, std::vector<int>{y}));
+    plan.tensors[static_cast<size_t>(x)].free_after = c.tasks.back();
+    plan.tensors[static_cast<size_t>(y)].free_after = c.tasks.back();
+  }
+  plan.collectives.push_back(c);
+  plan.finish();
+  exec::CudaBackend cuda({.flop_scale = 1, .max_message_bytes = 1 << 20, .gpus = {}, .copy_outputs_to_host = true});
+  Captured captured;
+  const exec::RunResult r = exec::run_plan(plan, cuda, options(&captured));
+  ASSERT_TRUE(r.completed) << r.error;
+  const std::vector<float> a = Captured::floats(captured.written.at({producers[0], 0}));
+  const std::vector<float> b = Captured::floats(captured.written.at({producers[1], 0}));
+  ASSERT_EQ(a.size(), 4000u);
+  for (int d = 0; d < 2; ++d) {
+    const std::vector<float> out = Captured::floats(captured.written.at({c.tasks[static_cast<size_t>(d)], 0}));
+    ASSERT_EQ(out.size(), a.size());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], a[i] + b[i]) << "device " << d << " float " << i;
+  }
+}
+
+// As the engine's test: a receive removed, so its send waits for ever; the watchdog names it.
+TEST(CudaBackend, AStalledPlanEndsWithTheWatchdogsMessage) {
+  SKIP_WITHOUT_GPUS(2);
+  Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), pipeline(2, 2));
+  int removed = -1;
+  for (auto& device : plan.programs) {
+    for (partition::StreamProgram& s : device) {
+      for (size_t k = 0; k < s.tasks.size() && removed < 0; ++k) {
+        if (plan.task(s.tasks[k]).kind != TaskKind::recv) continue;
+        removed = s.tasks[k];
+        s.tasks.erase(s.tasks.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+  }
+  ASSERT_GE(removed, 0);
+  exec::CudaBackend cuda;
+  const auto start = std::chrono::steady_clock::now();
+  const exec::RunResult r = exec::run_plan(plan, cuda, options(nullptr, 1));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.completed);
+  EXPECT_TRUE(r.stalled);
+  EXPECT_NE(r.error.find("watchdog"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("to receive on channel"), std::string::npos) << r.error;  // the sender, in its NCCL send
+  EXPECT_LT(took, 20);  // preparing (communicators) + the watchdog's 1 s + aborting
+}
+
+// A compute task of 10^18 FLOPs against a 0.5 s watchdog: stop() ends it within moments.
+TEST(CudaBackend, StopEndsALongComputeTaskPromptly) {
+  SKIP_WITHOUT_GPUS(1);
+  Plan plan = test_support::empty_plan(model::cpu_cluster(1));
+  const int x = test_support::transient(plan, 0, 4096);
+  const int task = test_support::compute_task(plan, 0, {}, {x});
+  plan.task(task).flops = 1e18;
+  plan.tensors[static_cast<size_t>(x)].free_after = task;
+  plan.finish();
+  exec::CudaBackend cuda;
+  const exec::RunResult r = exec::run_plan(plan, cuda, options(nullptr, 0.5));
+  EXPECT_TRUE(r.stalled);
+  EXPECT_NE(r.error.find("watchdog"), std::string::npos) << r.error;
+  EXPECT_LT(r.wall_s, 5);  // the watchdog's 0.5 s, then at most a few GEMM groups
+}
+
+}  // namespace

@@ -1,0 +1,89 @@
+// hetflow-gpu-probe: what this machine's GPUs do, for tools/gpu-check.sh. Two measurements:
+//   gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]
+//        cublasGemmEx N x N x N (FP32 accumulation): TFLOP/s = 2 N^3 / time, beside the
+//        catalog's dense peak for the part (model/gpu_catalog.cpp) when it knows the part;
+//   all-reduce [--gpus N] [--bytes B]
+//        ncclAllReduce of B bytes over GPUs 0..N-1, with nccl-tests' figures: algbw = B / time,
+//        busbw = algbw x 2 (N - 1) / N.
+// Exit status 0, or 1 with a message (no GPU, no CUDA back end in this build, a CUDA error).
+#include <cctype>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "exec/cuda_backend.hpp"
+#include "kernels/matmul.hpp"
+#include "model/gpu.hpp"
+#include "model/precision.hpp"
+
+namespace {
+
+using hetflow::model::GpuSpec;
+
+// The catalog entry for a CUDA device name ("NVIDIA H100 80GB HBM3" -> H100-SXM), if any.
+const GpuSpec* catalog_entry(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const std::string prefix : {"NVIDIA ", "TESLA ", "GEFORCE "}) {
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  }
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H200")) return hetflow::model::find_builtin_gpu("H200");
+  if (has("H100")) return has("PCIE") ? nullptr : hetflow::model::find_builtin_gpu("H100-SXM");
+  if (has("A100")) return hetflow::model::find_builtin_gpu(has("80GB") ? "A100-80" : "A100-40");
+  if (has("V100")) return hetflow::model::find_builtin_gpu(has("32GB") ? "V100-32" : "V100-16");
+  for (char& c : name) c = c == ' ' ? '-' : c;
+  return hetflow::model::find_builtin_gpu(name);
+}
+
+std::string option(const std::vector<std::string>& args, const std::string& name, const std::string& fallback) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == name) return args[i + 1];
+  }
+  return fallback;
+}
+
+int gemm(const std::vector<std::string>& args) {
+  const int gpu = std::stoi(option(args, "--gpu", "0"));
+  const int n = std::stoi(option(args, "--n", "4096"));
+  const hetflow::model::Precision precision = hetflow::model::parse_precision(option(args, "--precision", "bf16"));
+  const hetflow::exec::GemmProbe p = hetflow::exec::probe_gemm(gpu, precision, n);
+  std::printf("gemm %s %dx%dx%d on GPU %d (%s): %.3f ms, %.1f TFLOP/s", std::string(to_string(precision)).c_str(), n, n, n,
+              gpu, p.gpu.c_str(), p.seconds * 1e3, p.flops_per_s / 1e12);
+  if (const GpuSpec* spec = catalog_entry(p.gpu); spec != nullptr && spec->peak_flops_per_s(precision) > 0) {
+    const double peak = spec->peak_flops_per_s(precision);
+    std::printf("; catalog peak (%s, dense) %.1f TFLOP/s: %.0f %%\n", spec->name.c_str(), peak / 1e12,
+                100 * p.flops_per_s / peak);
+  } else {
+    std::printf("; no catalog peak for this part\n");
+  }
+  return 0;
+}
+
+int all_reduce(const std::vector<std::string>& args) {
+  const int gpus = std::stoi(option(args, "--gpus", std::to_string(hetflow::kernels::cuda_device_count())));
+  const double bytes = std::stod(option(args, "--bytes", "268435456"));
+  const hetflow::exec::AllReduceProbe p = hetflow::exec::probe_all_reduce(gpus, bytes);
+  std::printf("all-reduce %.0f MiB over %d GPUs: %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n", p.bytes / (1 << 20), p.gpus,
+              p.seconds * 1e3, p.algbw_bytes_per_s / 1e9, p.busbw_bytes_per_s / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (!args.empty() && args[0] == "gemm") return gemm(args);
+    if (!args.empty() && args[0] == "all-reduce") return all_reduce(args);
+    std::cerr << "usage: hetflow-gpu-probe gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]\n"
+                 "       hetflow-gpu-probe all-reduce [--gpus N] [--bytes B]\n"
+                 "GPUs: "
+              << hetflow::kernels::cuda_status() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "hetflow-gpu-probe: " << e.what() << "\n";
+    return 1;
+  }
+}
