@@ -74,7 +74,7 @@ struct Dims {
   bool gpt;
   int tp, rank;
   TensorParallelGroup* group;
-  void all_reduce(Floats& x, bool max = false) const {
+  void all_reduce(std::span<float> x, bool max = false) const {
     if (tp > 1) group->all_reduce(x, max);
   }
 };
@@ -151,9 +151,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
     }
   } else {
     if (split) {
-      Floats sum(out, out + n);
-      d.all_reduce(sum);
-      std::copy(sum.begin(), sum.end(), out);
+      d.all_reduce(std::span<float>(out, n));  // in place: the exchange copies what it sends
     }
     for (size_t i = 0; i < n; ++i) {
       if (split && p.down_b != npos) out[i] += w[p.down_b + i % static_cast<size_t>(d.C)];
