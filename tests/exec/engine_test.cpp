@@ -124,30 +124,13 @@ TEST(Engine, OffsetEdgesHoldAcrossIterations) {
 }
 
 // A task that throws ends the run with its error; the trace holds what completed.
-class Throwing final : public exec::Backend {
- public:
-  explicit Throwing(int task) : task_(task) {}
-  std::string name() const override { return inner_.name(); }
-  std::string compute() const override { return inner_.compute(); }
-  void prepare(const Plan& plan) override { inner_.prepare(plan); }
-  void stop() override { inner_.stop(); }
-  void run(exec::TaskContext& t) override {
-    if (t.task == task_ && t.iteration == 1) throw Error("injected failure");
-    inner_.run(t);
-  }
-
- private:
-  int task_;
-  exec::CpuBackend inner_{{1, 64 * 1024}};
-};
-
 TEST(Engine, FirstErrorStopsTheRunWithAPartialTrace) {
   const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
   int victim = -1;
   for (size_t t = 0; t < plan.tasks.size() && victim < 0; ++t) {
     if (plan.tasks[t].kind == TaskKind::backward) victim = static_cast<int>(t);
   }
-  Throwing backend(victim);
+  test_support::ThrowingBackend backend(victim);
   const auto start = std::chrono::steady_clock::now();
   const exec::RunResult r = exec::run_plan(plan, backend, fast(30));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/cpu_backend.hpp"
 #include "exec/engine.hpp"
 #include "model/io.hpp"
 #include "model/zoo.hpp"
@@ -65,6 +66,38 @@ inline int compute_task(partition::Plan& plan, int device, std::vector<int> read
   t.microbatch = 0;
   return plan.add_task(t, reads, writes);
 }
+
+// Pipeline x data-parallel options for training plans: micro-batches of one sequence,
+// gradients by all-reduce.
+inline partition::PlanOptions pipeline_options(int pipeline, int data, int microbatches, const char* schedule) {
+  partition::PlanOptions o;
+  o.pipeline = pipeline;
+  o.data = data;
+  o.microbatches = microbatches;
+  o.schedule = schedule;
+  o.micro_batch = 1;
+  o.sync = partition::SyncKind::allreduce;
+  return o;
+}
+
+// The CPU back end (proxies, 64 KiB messages), except that `task` throws "injected failure"
+// at iteration 1: a failure in the middle of a run.
+class ThrowingBackend final : public exec::Backend {
+ public:
+  explicit ThrowingBackend(int task, const exec::Ranks* ranks = nullptr) : task_(task), inner_({1, 64 * 1024}, nullptr, ranks) {}
+  std::string name() const override { return inner_.name(); }
+  std::string compute() const override { return inner_.compute(); }
+  void prepare(const partition::Plan& plan) override { inner_.prepare(plan); }
+  void stop() override { inner_.stop(); }
+  void run(exec::TaskContext& t) override {
+    if (t.task == task_ && t.iteration == 1) throw Error("injected failure");
+    inner_.run(t);
+  }
+
+ private:
+  int task_;
+  exec::CpuBackend inner_;
+};
 
 // What finished task instances held: (task, iteration) -> bytes of its first read and write.
 struct Captured {

@@ -188,14 +188,7 @@ Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::
 }
 
 partition::PlanOptions options(int pipeline, int data, int microbatches, const char* schedule) {
-  partition::PlanOptions o;
-  o.pipeline = pipeline;
-  o.data = data;
-  o.microbatches = microbatches;
-  o.schedule = schedule;
-  o.micro_batch = 1;
-  o.sync = partition::SyncKind::allreduce;
-  return o;
+  return test_support::pipeline_options(pipeline, data, microbatches, schedule);
 }
 
 // Two measures. The gradients: one step of an Adam whose eps dwarfs every gradient moves

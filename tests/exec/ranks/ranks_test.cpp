@@ -32,13 +32,8 @@ model::Network gpt(int layers, int heads) {
 }
 
 partition::PlanOptions options(int pipeline, int data, int microbatches, const char* schedule) {
-  partition::PlanOptions o;
-  o.pipeline = pipeline;
-  o.data = data;
-  o.microbatches = microbatches;
-  o.schedule = schedule;
-  o.micro_batch = 1;
-  o.bucket_bytes = 4096;
+  partition::PlanOptions o = test_support::pipeline_options(pipeline, data, microbatches, schedule);
+  o.bucket_bytes = 4096;  // several buckets a layer range
   return o;
 }
 
@@ -188,23 +183,6 @@ TEST(Ranks, MergedTraceIsOnOneClock) {
 
 // A task that throws on one rank stops every rank promptly; each learns the error, rank 0
 // has the partial trace of all of them.
-class Throwing final : public exec::Backend {
- public:
-  explicit Throwing(int task) : task_(task) {}
-  std::string name() const override { return inner_.name(); }
-  std::string compute() const override { return inner_.compute(); }
-  void prepare(const Plan& plan) override { inner_.prepare(plan); }
-  void stop() override { inner_.stop(); }
-  void run(exec::TaskContext& t) override {
-    if (t.task == task_ && t.iteration == 1) throw Error("injected failure");
-    inner_.run(t);
-  }
-
- private:
-  int task_;
-  exec::CpuBackend inner_{{1, 64 * 1024}, nullptr, &ranks()};
-};
-
 TEST(Ranks, AFailureOnOneRankStopsThemAll) {
   const Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 4, "1f1b"));
   int victim = -1;
@@ -212,7 +190,7 @@ TEST(Ranks, AFailureOnOneRankStopsThemAll) {
     if (plan.tasks[t].kind == TaskKind::backward && plan.tasks[t].device == 2) victim = static_cast<int>(t);
   }
   ASSERT_GE(victim, 0);
-  Throwing backend(victim);
+  test_support::ThrowingBackend backend(victim, &ranks());
   exec::EngineOptions e;
   e.iterations = 3;
   e.watchdog_s = 30;
