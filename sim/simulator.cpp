@@ -205,6 +205,17 @@ class Simulation {
       }
       if (!why.empty()) throw PlanError(partition::describe_task(plan_, static_cast<int>(id)) + ": " + why);
     }
+    const auto& replay = options_.compute_s;
+    if (!replay.empty() && replay.size() != tasks_ * static_cast<size_t>(iterations_)) {
+      throw Error("replay: " + std::to_string(replay.size()) + " compute durations for " + std::to_string(tasks_) +
+                  " tasks x " + std::to_string(iterations_) + " iterations");
+    }
+    for (size_t i = 0; i < replay.size(); ++i) {
+      if (!(replay[i] < 1e9)) {  // NaN too
+        throw Error("replay: " + partition::describe_task(plan_, static_cast<int>(i % tasks_)) + ", iteration " +
+                    std::to_string(i / tasks_) + ": a duration of " + shown(replay[i]) + " s");
+      }
+    }
   }
 
   // Unfinished inputs of each task in iteration i, made when first needed.
@@ -276,7 +287,10 @@ class Simulation {
       case TaskKind::optimizer: {
         // Sized from the cost model's duration at the host's nominal speed: overheads and
         // roofline limits are kept, and a straggler's slower speed stretches them.
-        const double duration = cost_.compute_time_s(t.device, t.flops, t.memory_bytes);
+        const size_t at = instance(id, stream.iteration);
+        const double duration = at < options_.compute_s.size() && options_.compute_s[at] >= 0
+                                    ? options_.compute_s[at]
+                                    : cost_.compute_time_s(t.device, t.flops, t.memory_bytes);
         if (duration <= 0) break;
         flight.add(sg::this_actor::exec_async(duration * cost_.peak_flops_per_s(t.device)), s);
         ++activities_;

@@ -43,6 +43,10 @@ struct SimOptions {
   std::vector<Straggler> stragglers;
   std::vector<Fault> faults;
   bool free_communication = false;  // every transfer and collective instantaneous (tests)
+  // Replay: per compute task instance (index iteration x tasks + task), seconds it takes at
+  // its device's nominal speed instead of the cost model's (a straggler still slows it; a
+  // negative entry keeps the cost model's). Empty: the cost model everywhere.
+  std::vector<double> compute_s;
   // Called in the caller's process (simulate() forwards it from the child) at most once per
   // interval while the simulation runs, never after it ends; empty: no reports.
   std::function<void(const Progress&)> on_progress;

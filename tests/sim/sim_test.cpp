@@ -209,6 +209,38 @@ TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
   }
 }
 
+// Replay's durations replace the cost model's: every compute instance given a fixed time,
+// communication free, a 4-stage GPipe of equal stages with m micro-batches takes
+// (m + p - 1) (F + B) + the optimizer exactly.
+TEST(Simulator, ReplayedComputeDurationsReplaceTheCostModels) {
+  partition::PlanOptions o;
+  o.schedule = "gpipe";
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  o.workspace_bytes = 0;
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  plan.layout.iterations = 2;
+  sim::SimOptions options;
+  options.free_communication = true;
+  options.compute_s.assign(plan.tasks.size() * 2, -1);
+  for (int i = 0; i < 2; ++i) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const partition::TaskKind k = plan.tasks[t].kind;
+      const double s = k == partition::TaskKind::forward ? 1e-3 : k == partition::TaskKind::backward ? 2e-3 : 0.5e-3;
+      if (k != partition::TaskKind::send && k != partition::TaskKind::recv && k != partition::TaskKind::collective) {
+        options.compute_s[static_cast<size_t>(i) * plan.tasks.size() + t] = s;
+      }
+    }
+  }
+  const sim::SimResult r = sim::simulate(plan, options);
+  ASSERT_TRUE(r.completed);
+  EXPECT_NEAR(r.simulated_s, 2 * ((8 + 4 - 1) * 3e-3 + 0.5e-3), 1e-9);
+  options.compute_s.pop_back();  // a count that does not match the plan: refused
+  EXPECT_THROW(sim::simulate(plan, options), Error);
+}
+
 TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
   // One pipeline, one GPU per node: consecutive stages talk over their own NICs only.
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
