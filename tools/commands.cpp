@@ -14,12 +14,14 @@ void plan_command_options(po::options_description& options);
 void validate_options(po::options_description& options);
 void simulate_options(po::options_description& options);
 void run_options(po::options_description& options);
+void replay_options(po::options_description& options);
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
 int run_validate(const std::vector<std::string>& args, std::ostream& out);
 int run_simulate(const std::vector<std::string>& args, std::ostream& out);
 int run_run(const std::vector<std::string>& args, std::ostream& out);
+int run_replay(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -33,9 +35,11 @@ const std::vector<Command>& commands() {
       {"simulate", "run a plan on a SimGrid model of the cluster; metrics and a trace",
        "[plan options | --plan plan.json] [--trace t.csv] [--chrome t.json] [--json]", nullptr, simulate_options,
        run_simulate},
-      {"run", "execute a plan (cpu back end: threads, proxy compute); measured vs estimated, a trace",
-       "[plan options | --plan plan.json] [--backend cpu] [--steps N] [--warmup W] [--json]", nullptr, run_options,
+      {"run", "execute a plan (cpu: threads or mpirun ranks, real or proxy math; cuda: proxies); measured vs predicted",
+       "[plan options | --plan plan.json] [--backend cpu|cuda] [--steps N] [--warmup W] [--json]", nullptr, run_options,
        run_run},
+      {"replay", "simulate a trace's plan with its measured compute times; replayed vs measured iteration time",
+       "TRACE --plan plan.json [--trace replayed.csv] [--json]", "trace-file", replay_options, run_replay},
   };
   return list;
 }

@@ -1,0 +1,185 @@
+// hetflow replay: run a trace's plan in the simulator with every compute task instance taking
+// the time the trace measured (communication still modelled by the network), and report
+// the replayed iteration times against the measured ones. Three steps, as in simulate: read
+// the trace and its plan, replay, report.
+#include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/units.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/validate.hpp"
+#include "sim/simulator.hpp"
+#include "tools/cli.hpp"
+#include "tools/plan_options.hpp"
+#include "traces/metrics.hpp"
+#include "traces/trace_io.hpp"
+
+namespace hetflow::tools {
+
+namespace {
+
+namespace u = model::units;
+
+bool is_compute(const std::string& kind) {
+  return kind == "forward" || kind == "backward" || kind == "backward_weight" || kind == "optimizer";
+}
+
+struct Replay {
+  std::string trace_path;
+  traces::Trace measured;
+  partition::Plan plan;  // with the trace's iteration count
+  sim::SimOptions options;
+};
+
+// --- step 1: the trace and the plan that made it ---
+
+Replay read_replay(const po::variables_map& vm) {
+  Replay r;
+  r.trace_path = vm["trace-file"].as<std::string>();
+  std::ifstream in(r.trace_path, std::ios::binary);
+  if (!in) throw InputError(r.trace_path, 0, "file", "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  r.measured = traces::read_trace_csv(text.str(), r.trace_path);
+  if (r.measured.events.empty()) throw InputError(r.trace_path, 0, "events", "the trace has no events: nothing to replay");
+  int iterations = 0;
+  for (const traces::Event& e : r.measured.events) iterations = std::max(iterations, e.iteration + 1);
+
+  const std::string plan_path = vm["plan"].as<std::string>();
+  r.plan = read_plan_file(plan_path, "--plan");
+  partition::require_valid(r.plan);
+  r.plan.layout.iterations = iterations;  // a run's trace: the plan with its warm-up and steps
+  r.plan.fingerprint = partition::plan_fingerprint(r.plan);
+  if (r.measured.fingerprint != r.plan.fingerprint) {
+    throw InputError(r.trace_path, 0, "fingerprint",
+                     "the trace was made from another plan: it says " + r.measured.fingerprint + ", " + plan_path +
+                         " run for " + std::to_string(iterations) + " iterations gives " + r.plan.fingerprint);
+  }
+
+  const size_t tasks = r.plan.tasks.size();
+  r.options.calibration = read_calibration_option(vm, r.plan.cluster);
+  r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
+  for (const traces::Event& e : r.measured.events) {
+    if (!is_compute(e.kind)) continue;
+    if (e.task < 0 || static_cast<size_t>(e.task) >= tasks ||
+        partition::to_string(r.plan.tasks[static_cast<size_t>(e.task)].kind) != e.kind) {
+      throw InputError(r.trace_path, 0, "task",
+                       "event of task " + std::to_string(e.task) + " (" + e.kind + ") is no such task of the plan");
+    }
+    r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = e.end_s - e.start_s;
+  }
+  long long missing = 0;
+  for (size_t i = 0; i < r.options.compute_s.size(); ++i) {
+    if (r.options.compute_s[i] < 0 && is_compute(std::string(partition::to_string(r.plan.tasks[i % tasks].kind)))) {
+      ++missing;
+    }
+  }
+  if (missing > 0) {
+    throw InputError(r.trace_path, 0, "events",
+                     std::to_string(missing) + " compute task instances of the plan are not in the trace "
+                     "(the trace of a run that did not complete?)");
+  }
+  return r;
+}
+
+// --- step 3: the report ---
+
+double relative_error(double replayed, double measured) { return measured > 0 ? (replayed - measured) / measured : 0; }
+
+std::vector<double> step_times(const traces::Metrics& m) {
+  std::vector<double> out;
+  double previous = 0;
+  for (const double end : m.iteration_end_s) {
+    out.push_back(end - previous);
+    previous = end;
+  }
+  return out;
+}
+
+std::string percent(double fraction) {
+  std::ostringstream s;
+  s << std::showpos << std::fixed << std::setprecision(2) << 100 * fraction << " %";
+  return s.str();
+}
+
+}  // namespace
+
+void replay_options(po::options_description& options) {
+  options.add_options()
+      ("trace-file", po::value<std::string>()->required(), "the trace to replay (CSV, the traces/ format)")
+      ("plan", po::value<std::string>()->required(), "the plan file the trace ran (its fingerprint must match)")
+      ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
+      ("trace", po::value<std::string>(), "write the replayed trace as CSV")
+      ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON");
+}
+
+int run_replay(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("replay options");
+  po::variables_map vm;
+  if (!parse_command_options("replay", args, options, vm, out)) return 0;
+  // 1. The trace and its plan.
+  const Replay r = read_replay(vm);
+
+  // 2. The replay.
+  const sim::SimResult replayed = sim::simulate(r.plan, r.options);
+  auto write = [&](const char* option, const std::string& text) {
+    if (!vm.count(option)) return;
+    std::ofstream file(vm[option].as<std::string>());
+    if (!file) throw InputError(vm[option].as<std::string>(), 0, std::string("--") + option, "cannot be written");
+    file << text;
+  };
+  write("trace", traces::write_trace_csv(replayed.trace));
+  write("chrome", traces::write_chrome_trace(replayed.trace));
+
+  // 3. The report: per iteration, then the steady state (after iteration 0, as metrics define it).
+  const partition::CostModel cost(r.plan.cluster, r.plan.layout.precision, r.options.calibration);
+  const traces::Metrics measured = traces::compute_metrics(r.measured, r.plan, cost);
+  const traces::Metrics got = replayed.completed ? traces::compute_metrics(replayed.trace, r.plan, cost) : traces::Metrics{};
+  const std::vector<double> measured_s = step_times(measured), replayed_s = step_times(got);
+  const double error = relative_error(got.iteration_time_s, measured.iteration_time_s);
+  if (vm.count("json")) {
+    Json steps = Json::array();
+    for (size_t i = 0; i < measured_s.size(); ++i) {
+      const double rs = i < replayed_s.size() ? replayed_s[i] : 0;
+      steps.push_back({{"iteration", i}, {"measured_s", measured_s[i]}, {"replayed_s", rs},
+                       {"error", relative_error(rs, measured_s[i])}});
+    }
+    print_json(out, Json{{"completed", replayed.completed},
+                         {"stalls", replayed.stalls},
+                         {"trace", r.trace_path},
+                         {"source", r.measured.source},
+                         {"fingerprint", r.plan.fingerprint},
+                         {"iterations", steps},
+                         {"measured_iteration_time_s", measured.iteration_time_s},
+                         {"replayed_iteration_time_s", got.iteration_time_s},
+                         {"iteration_time_error", error},
+                         {"wall_s", replayed.wall_s}});
+    return replayed.completed ? 0 : 4;
+  }
+  out << "replayed " << r.plan.network.name << " on " << r.plan.cluster.name << " from " << r.trace_path << " ("
+      << r.measured.source << (r.measured.compute.empty() ? "" : ", compute " + r.measured.compute)
+      << "): every compute task at its measured duration, communication by the simulator's network\n";
+  if (!replayed.completed) {
+    out << "THE REPLAY DID NOT COMPLETE:\n";
+    for (const std::string& s : replayed.stalls) out << "  " << s << "\n";
+    return 4;
+  }
+  out << "  iteration     measured     replayed      error\n";
+  for (size_t i = 0; i < measured_s.size(); ++i) {
+    const double rs = i < replayed_s.size() ? replayed_s[i] : 0;
+    out << "  " << std::setw(9) << i << std::setw(13) << u::human_time_s(measured_s[i]) << std::setw(13)
+        << u::human_time_s(rs) << std::setw(11) << percent(relative_error(rs, measured_s[i])) << "\n";
+  }
+  out << "  steady state (" << measured.measured_iterations << " iteration" << (measured.measured_iterations == 1 ? "" : "s")
+      << (measured.iterations > measured.measured_iterations ? " after the first" : "") << "): "
+      << u::human_time_s(measured.iteration_time_s) << " measured, " << u::human_time_s(got.iteration_time_s)
+      << " replayed, " << percent(error) << "\n";
+  if (vm.count("trace")) out << "wrote " << vm["trace"].as<std::string>() << "\n";
+  return 0;
+}
+
+}  // namespace hetflow::tools
