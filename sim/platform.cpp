@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -159,16 +160,25 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
 }
 
 
-void set_straggler(Platform& platform, int device, double factor, double from_s) {
-  const std::string name = "straggler:" + std::to_string(device);
-  char text[96];
-  if (from_s > 0) {
-    std::snprintf(text, sizeof text, "0 1\n%.17g %.17g\n", from_s, 1.0 / factor);
-  } else {
-    std::snprintf(text, sizeof text, "0 %.17g\n", 1.0 / factor);
+void set_slowdowns(Platform& platform, int device, std::vector<std::pair<double, double>> from_s_factor) {
+  std::sort(from_s_factor.begin(), from_s_factor.end());
+  std::vector<std::pair<double, double>> speed{{0.0, 1.0}};  // (from, speed relative to nominal), times increasing
+  for (const auto& [from_s, factor] : from_s_factor) {
+    const double next = speed.back().second / factor;
+    if (from_s <= speed.back().first) {
+      speed.back().second = next;  // changes at one time: their product
+    } else {
+      speed.emplace_back(from_s, next);
+    }
+  }
+  std::string text;
+  char line[64];
+  for (const auto& [from_s, value] : speed) {
+    std::snprintf(line, sizeof line, "%.17g %.17g\n", from_s, value);
+    text += line;
   }
   platform.hosts.at(static_cast<size_t>(device))
-      ->set_speed_profile(simgrid::kernel::profile::ProfileBuilder::from_string(name, text, -1));
+      ->set_speed_profile(simgrid::kernel::profile::ProfileBuilder::from_string("speed:" + std::to_string(device), text, -1));
 }
 
 }  // namespace hetflow::sim

@@ -29,7 +29,8 @@ simgrid::s4u::Engine& start_engine(size_t actors);
 // before the links are sealed (SimGrid refuses them afterwards).
 Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles = {});
 
-// From `from_s` on the device's host runs `factor` times slower.
-void set_straggler(Platform& platform, int device, double factor, double from_s);
+// The device's host runs `factor` times slower from each `from_s` on (factors of changes at
+// the same or earlier times multiply; a factor below 1 is a faster device).
+void set_slowdowns(Platform& platform, int device, std::vector<std::pair<double, double>> from_s_factor);
 
 }  // namespace hetflow::sim

@@ -107,7 +107,9 @@ class Simulation {
     platform_ = instantiate_platform(spec_);
     const auto t_platform = clock::now();
     prepare();
-    for (const Straggler& s : options_.stragglers) set_straggler(platform_, s.device, s.factor, s.from_s);
+    std::map<int, std::vector<std::pair<double, double>>> slowdowns;  // per device: (from, factor)
+    for (const Straggler& s : options_.stragglers) slowdowns[s.device].emplace_back(s.from_s, s.factor);
+    for (auto& [device, changes] : slowdowns) set_slowdowns(platform_, device, std::move(changes));
     add_faults();
     devices_.resize(plan_.programs.size());
     stream_index_.assign(tasks_, -1);

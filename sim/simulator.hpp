@@ -16,7 +16,8 @@
 
 namespace hetflow::sim {
 
-// From `from_s` on, the device computes `factor` times slower (factor 2 = half speed).
+// From `from_s` on, the device computes `factor` times slower (factor 2 = half speed, 0.5 =
+// twice as fast). Several on one device multiply.
 struct Straggler {
   int device = -1;
   double factor = 1;

@@ -241,6 +241,30 @@ TEST(Simulator, ReplayedComputeDurationsReplaceTheCostModels) {
   EXPECT_THROW(sim::simulate(plan, options), Error);
 }
 
+// A factor below 1 is a faster device (what-if --scale-gpu): every device twice as fast,
+// communication free, the iteration takes half as long.
+TEST(Simulator, FasterDevicesShortenTheIterationInProportion) {
+  partition::PlanOptions o;
+  o.schedule = "1f1b";
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  o.workspace_bytes = 0;
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  sim::SimOptions options;
+  options.free_communication = true;
+  const sim::SimResult base = sim::simulate(plan, options);
+  for (int d = 0; d < 4; ++d) options.stragglers.push_back({d, 0.5, 0});
+  options.stragglers.push_back({3, 3.0, 0});  // and the last three times slower again: 1.5 x its time
+  const sim::SimResult faster = sim::simulate(plan, options);
+  ASSERT_TRUE(base.completed && faster.completed);
+  options.stragglers.pop_back();
+  const sim::SimResult half = sim::simulate(plan, options);
+  EXPECT_NEAR(half.simulated_s, base.simulated_s / 2, 1e-9 * base.simulated_s);
+  EXPECT_GT(faster.simulated_s, half.simulated_s);  // the slowed stage is the bottleneck again
+}
+
 TEST(Simulator, WithoutContentionTheIterationIsTheCriticalPath) {
   // One pipeline, one GPU per node: consecutive stages talk over their own NICs only.
   const model::Cluster cluster = flat_cluster(4, 12.5e9, 10e-6);
