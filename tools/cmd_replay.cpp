@@ -15,6 +15,7 @@
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
+#include "tools/what_if.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -115,6 +116,7 @@ void replay_options(po::options_description& options) {
       ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
       ("trace", po::value<std::string>(), "write the replayed trace as CSV")
       ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON");
+  add_what_if_options(options);
 }
 
 int run_replay(const std::vector<std::string>& args, std::ostream& out) {
@@ -124,16 +126,22 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   // 1. The trace and its plan.
   const Replay r = read_replay(vm);
 
-  // 2. The replay.
+  // 2. The replay, and beside it the replay on changed hardware when asked (what-if).
   const sim::SimResult replayed = sim::simulate(r.plan, r.options);
+  partition::Plan changed = r.plan;
+  const WhatIf what_if = read_what_if(vm, changed);
+  sim::SimOptions changed_options = r.options;
+  changed_options.stragglers.insert(changed_options.stragglers.end(), what_if.slowdowns.begin(), what_if.slowdowns.end());
+  const sim::SimResult what_if_run = what_if.any() && replayed.completed ? sim::simulate(changed, changed_options) : sim::SimResult{};
+  const sim::SimResult& written = what_if.any() ? what_if_run : replayed;
   auto write = [&](const char* option, const std::string& text) {
     if (!vm.count(option)) return;
     std::ofstream file(vm[option].as<std::string>());
     if (!file) throw InputError(vm[option].as<std::string>(), 0, std::string("--") + option, "cannot be written");
     file << text;
   };
-  write("trace", traces::write_trace_csv(replayed.trace));
-  write("chrome", traces::write_chrome_trace(replayed.trace));
+  write("trace", traces::write_trace_csv(written.trace));
+  write("chrome", traces::write_chrome_trace(written.trace));
 
   // 3. The report: per iteration, then the steady state (after iteration 0, as metrics define it).
   const partition::CostModel cost(r.plan.cluster, r.plan.layout.precision, r.options.calibration);
@@ -141,6 +149,11 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   const traces::Metrics got = replayed.completed ? traces::compute_metrics(replayed.trace, r.plan, cost) : traces::Metrics{};
   const std::vector<double> measured_s = step_times(measured), replayed_s = step_times(got);
   const double error = relative_error(got.iteration_time_s, measured.iteration_time_s);
+  const bool compare = what_if.any() && what_if_run.completed;
+  const traces::Metrics changed_metrics =
+      compare ? traces::compute_metrics(what_if_run.trace, changed,
+                                        partition::CostModel(changed.cluster, changed.layout.precision, r.options.calibration))
+              : traces::Metrics{};
   if (vm.count("json")) {
     Json steps = Json::array();
     for (size_t i = 0; i < measured_s.size(); ++i) {
@@ -148,16 +161,18 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
       steps.push_back({{"iteration", i}, {"measured_s", measured_s[i]}, {"replayed_s", rs},
                        {"error", relative_error(rs, measured_s[i])}});
     }
-    print_json(out, Json{{"completed", replayed.completed},
-                         {"stalls", replayed.stalls},
-                         {"trace", r.trace_path},
-                         {"source", r.measured.source},
-                         {"fingerprint", r.plan.fingerprint},
-                         {"iterations", steps},
-                         {"measured_iteration_time_s", measured.iteration_time_s},
-                         {"replayed_iteration_time_s", got.iteration_time_s},
-                         {"iteration_time_error", error},
-                         {"wall_s", replayed.wall_s}});
+    Json j{{"completed", replayed.completed},
+           {"stalls", replayed.stalls},
+           {"trace", r.trace_path},
+           {"source", r.measured.source},
+           {"fingerprint", r.plan.fingerprint},
+           {"iterations", steps},
+           {"measured_iteration_time_s", measured.iteration_time_s},
+           {"replayed_iteration_time_s", got.iteration_time_s},
+           {"iteration_time_error", error},
+           {"wall_s", replayed.wall_s}};
+    if (compare) j["what_if"] = what_if_json(what_if, got, changed_metrics);
+    print_json(out, j);
     return replayed.completed ? 0 : 4;
   }
   out << "replayed " << r.plan.network.name << " on " << r.plan.cluster.name << " from " << r.trace_path << " ("
@@ -178,6 +193,7 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
       << (measured.iterations > measured.measured_iterations ? " after the first" : "") << "): "
       << u::human_time_s(measured.iteration_time_s) << " measured, " << u::human_time_s(got.iteration_time_s)
       << " replayed, " << percent(error) << "\n";
+  if (compare) print_what_if(out, what_if, got, changed_metrics);
   if (vm.count("trace")) out << "wrote " << vm["trace"].as<std::string>() << "\n";
   return 0;
 }

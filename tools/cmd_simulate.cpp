@@ -16,6 +16,7 @@
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
 #include "tools/progress.hpp"
+#include "tools/what_if.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -29,27 +30,6 @@ struct Request {
   partition::Plan plan;
   sim::SimOptions options;
 };
-
-int device_by_name(const partition::Plan& plan, const std::string& text, const std::string& option) {
-  for (size_t d = 0; d < plan.device_names.size(); ++d) {
-    if (plan.device_names[d] == text || std::to_string(d) == text) return static_cast<int>(d);
-  }
-  throw InputError("<command line>", 0, option,
-                   "expected a device name (e.g. " + plan.device_names.front() + ") or id, found '" + text + "'");
-}
-
-// "WHAT@TIME" -> {WHAT, seconds}; TIME takes units ("5 s", "200ms"); a plain number is seconds.
-std::pair<std::string, double> split_at(const std::string& text, const std::string& option) {
-  const size_t at = text.rfind('@');
-  if (at == std::string::npos) throw InputError("<command line>", 0, option, "expected WHAT@TIME, found '" + text + "'");
-  try {
-    const double time_s = u::parse_time_s(text.substr(at + 1));
-    if (!(time_s >= 0)) throw std::invalid_argument("expected a time >= 0, found '" + text.substr(at + 1) + "'");
-    return {text.substr(0, at), time_s};
-  } catch (const std::invalid_argument& e) {
-    throw InputError("<command line>", 0, option, e.what());
-  }
-}
 
 void write_file(const std::string& path, const std::string& text, const std::string& option) {
   std::ofstream out(path);
@@ -70,7 +50,8 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
     for (const auto& [name, value] : vm) {
       const bool allowed = name == "plan" || name == "iterations" || name == "calibration" || name == "trace" ||
                            name == "max-tasks" ||
-                           name == "chrome" || name == "straggler" || name == "fail-device" || name == "fail-link" ||
+                           name == "chrome" || name == "straggler" || name == "scale-gpu" || name == "link" ||
+                           name == "fail-device" || name == "fail-link" ||
                            name == "export-platform" || name == "json";
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
@@ -93,22 +74,6 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
 sim::SimOptions read_sim_options(const po::variables_map& vm, const partition::Plan& plan) {
   sim::SimOptions o;
   o.calibration = read_calibration_option(vm, plan.cluster);
-  for (const std::string& s : list(vm, "straggler")) {
-    const auto [what, at] = split_at(s, "--straggler");
-    const size_t colon = what.rfind(':');
-    if (colon == std::string::npos) throw InputError("<command line>", 0, "--straggler", "expected DEVICE:FACTOR@TIME");
-    double factor = 0;
-    try {
-      factor = u::parse_number(what.substr(colon + 1));
-    } catch (const std::invalid_argument&) {
-      factor = 0;
-    }
-    if (!(factor >= 1 && factor <= 1e6)) {
-      throw InputError("<command line>", 0, "--straggler",
-                       "expected a slow-down factor between 1 and 1e6, found '" + what.substr(colon + 1) + "'");
-    }
-    o.stragglers.push_back({device_by_name(plan, what.substr(0, colon), "--straggler"), factor, at});
-  }
   for (const std::string& s : list(vm, "fail-device")) {
     const auto [what, at] = split_at(s, "--fail-device");
     o.faults.push_back({device_by_name(plan, what, "--fail-device"), "", at});
@@ -212,11 +177,10 @@ void simulate_options(po::options_description& options) {
       ("plan", po::value<std::string>(), "simulate this plan file instead of planning from the options")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
       ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)")
-      ("straggler", po::value<std::vector<std::string>>()->composing(),
-       "DEVICE:FACTOR@TIME: from TIME on, DEVICE computes FACTOR times slower (repeatable)")
       ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
       ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
       ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here");
+  add_what_if_options(options);
 }
 
 int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
@@ -241,29 +205,42 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
     require_valid_or_advise(plan, vm);  // a plan from options: say what would fit if it does not
   }
   request.options = read_sim_options(vm, plan);
-  const partition::CostModel cost(plan.cluster, plan.layout.precision, request.options.calibration);
+  // What-if changes make the plan that runs; the plan as given is then the baseline.
+  partition::Plan changed = plan;
+  const WhatIf what_if = read_what_if(vm, changed);
+  sim::SimOptions changed_options = request.options;
+  changed_options.stragglers.insert(changed_options.stragglers.end(), what_if.slowdowns.begin(), what_if.slowdowns.end());
+  const partition::CostModel cost(changed.cluster, changed.layout.precision, request.options.calibration);
   if (vm.count("export-platform")) {
     std::vector<double> peaks;
     for (int d = 0; d < cost.device_count(); ++d) peaks.push_back(cost.peak_flops_per_s(d));
-    write_file(vm["export-platform"].as<std::string>(), sim::platform_xml(sim::platform_spec(plan.cluster, peaks)),
+    write_file(vm["export-platform"].as<std::string>(), sim::platform_xml(sim::platform_spec(changed.cluster, peaks)),
                "--export-platform");
   }
 
-  // 2. The run (a progress line on a terminal while it lasts).
-  sim::SimResult result;
+  // 2. The run (a progress line on a terminal while it lasts), and the baseline beside a what-if.
+  sim::SimResult result, baseline;
   {
     ProgressLine progress;
-    request.options.on_progress = progress.reporter();
-    result = sim::simulate(plan, request.options);
+    changed_options.on_progress = progress.reporter();
+    result = sim::simulate(changed, changed_options);
+    if (what_if.any() && result.completed) baseline = sim::simulate(plan, request.options);
   }
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
-  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
-  const partition::Estimate analytic = partition::estimate_plan(plan, cost);
+  const traces::Metrics m = traces::compute_metrics(result.trace, changed, cost);
+  const partition::Estimate analytic = partition::estimate_plan(changed, cost);
+  const bool compare = what_if.any() && baseline.completed;
+  const traces::Metrics base =
+      compare ? traces::compute_metrics(baseline.trace, plan,
+                                        partition::CostModel(plan.cluster, plan.layout.precision, request.options.calibration))
+              : traces::Metrics{};
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, report_json(result, m, analytic, plan));
+    Json j = report_json(result, m, analytic, changed);
+    if (compare) j["what_if"] = what_if_json(what_if, base, m);
+    print_json(out, j);
     return result.completed ? 0 : 4;
   }
   if (!result.completed) {
@@ -271,7 +248,8 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
     for (const std::string& s : result.stalls) out << "  " << s << "\n";
     return 4;
   }
-  report_text(out, result, m, analytic, plan);
+  report_text(out, result, m, analytic, changed);
+  if (compare) print_what_if(out, what_if, base, m);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   return 0;

@@ -50,6 +50,19 @@ TEST(ReplayCli, ASimulatorTraceReplaysToItsOwnIterationTime) {
   }
 }
 
+// What-if on a replay: the measured durations on faster devices, beside the plain replay.
+TEST(ReplayCli, WhatIfScalesTheMeasuredDurations) {
+  const Files f = simulated(scratch_dir());
+  const auto r = run_hetflow("replay " + f.trace + " --plan " + f.plan + " --scale-gpu CPU:2 --json");
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("what_if"));
+  EXPECT_EQ(j["what_if"]["baseline"]["iteration_time_s"], j["replayed_iteration_time_s"]);
+  const double base = j["replayed_iteration_time_s"].get<double>(), faster = j["what_if"]["what_if"]["iteration_time_s"].get<double>();
+  EXPECT_LT(faster, base);
+  EXPECT_GT(faster, base / 2);  // communication does not speed up
+}
+
 // A measured trace replays; how close it comes is measured (README), not asserted.
 TEST(ReplayCli, AnExecutorTraceReplaysWithItsMeasuredDurations) {
   const auto dir = scratch_dir();

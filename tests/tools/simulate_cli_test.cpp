@@ -47,6 +47,53 @@ TEST(SimulateCli, BadFaultAndStragglerOptionsExit2) {
   }
 }
 
+// What-if: the run on changed hardware beside the baseline, the baseline being the plain run.
+TEST(SimulateCli, WhatIfReportsTheChangedRunBesideTheBaseline) {
+  const auto plain = run_hetflow(std::string("simulate ") + kSmall + " --json");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const double baseline_s = nlohmann::json::parse(plain.out)["iteration_time_s"].get<double>();
+  struct Case {
+    const char* options;
+    int sign;  // of the change: faster GPUs help, slower links do not
+  };
+  for (const Case& c : {Case{"--scale-gpu titan-v:4 --scale-gpu Quadro-P4000:4", -1},
+                        Case{"--link pcie:bandwidth=1GB/s,latency=50us", +1},
+                        Case{"--link nic:latency=1ms --scale-gpu titanv/gpu0:0.5", +1}}) {
+    const auto r = run_hetflow(std::string("simulate ") + kSmall + " " + c.options + " --json");
+    ASSERT_EQ(r.status, 0) << c.options << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.contains("what_if")) << c.options;
+    EXPECT_EQ(j["what_if"]["baseline"]["iteration_time_s"].get<double>(), baseline_s) << c.options;
+    EXPECT_EQ(j["what_if"]["what_if"]["iteration_time_s"].get<double>(), j["iteration_time_s"].get<double>()) << c.options;
+    EXPECT_GT(c.sign * (j["iteration_time_s"].get<double>() - baseline_s), 0) << c.options;
+  }
+  const auto text = run_hetflow(std::string("simulate ") + kSmall + " --scale-gpu TITAN-V:2");
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const char* says : {"what if --scale-gpu TITAN-V:2:", "iteration time", "bubble fraction", "exposed comm", "slowest device"}) {
+    EXPECT_NE(text.out.find(says), std::string::npos) << says << "\n" << text.out;
+  }
+}
+
+TEST(SimulateCli, BadWhatIfOptionsExit2NamingTheOption) {
+  struct Bad {
+    const char* option;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"--scale-gpu K80:2", "--scale-gpu: no GPU type or device 'K80'"},
+                       Bad{"--scale-gpu TITAN-V:0", "--scale-gpu: expected a factor between"},
+                       Bad{"--scale-gpu TITAN-V", "--scale-gpu: expected TYPE:FACTOR"},
+                       Bad{"--link nvlink:bandwidth=1GB/s", "--link: the cluster 'hetpipe-testbed' has no nvlink link"},
+                       Bad{"--link ether:bandwidth=1GB/s", "--link: expected a link class"},
+                       Bad{"--link pcie:speed=1GB/s", "--link: expected bandwidth=B or latency=L"},
+                       Bad{"--link pcie:bandwidth=0", "--link: expected a bandwidth > 0"},
+                       Bad{"--link pcie", "--link: expected CLASS:bandwidth=B,latency=L"},
+                       Bad{"--link fabric:bandwidth=1GB/s", "--link: a fabric's bandwidth is its NICs'"}}) {
+    const auto r = run_hetflow(std::string("simulate ") + kSmall + " " + b.option);
+    EXPECT_EQ(r.status, 2) << b.option << ": " << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << b.option << ": " << r.err;
+  }
+}
+
 TEST(SimulateCli, ExportedPlatformIsSimGridXml) {
   const std::string path = (scratch_dir() / "platform.xml").string();
   const auto r = run_hetflow(std::string("simulate ") + kSmall + " --export-platform " + path);
