@@ -18,18 +18,15 @@ std::vector<std::string> list(const po::variables_map& vm, const char* name) {
   return vm.count(name) ? vm[name].as<std::vector<std::string>>() : std::vector<std::string>{};
 }
 
-double factor_of(const std::string& text, const std::string& option, double low, double high) {
+// A factor in [low, high]; `range` says it in the message ("a slow-down factor between 1 and 1e6").
+double factor_of(const std::string& text, const std::string& option, double low, double high, const std::string& range) {
   double f = 0;
   try {
     f = u::parse_number(text);
   } catch (const std::invalid_argument&) {
     f = 0;
   }
-  if (!(f >= low && f <= high)) {
-    std::ostringstream range;
-    range << "expected a factor between " << low << " and " << high << ", found '" << text << "'";
-    throw InputError("<command line>", 0, option, range.str());
-  }
+  if (!(f >= low && f <= high)) throw InputError("<command line>", 0, option, "expected " + range + ", found '" + text + "'");
   return f;
 }
 
@@ -141,7 +138,7 @@ WhatIf read_what_if(const po::variables_map& vm, partition::Plan& plan) {
     const size_t colon = s.rfind(':');
     if (colon == std::string::npos) throw InputError("<command line>", 0, "--scale-gpu", "expected TYPE:FACTOR or DEVICE:FACTOR, found '" + s + "'");
     const std::string what = s.substr(0, colon);
-    const double factor = factor_of(s.substr(colon + 1), "--scale-gpu", 1e-6, 1e6);
+    const double factor = factor_of(s.substr(colon + 1), "--scale-gpu", 1e-6, 1e6, "a factor between 1e-6 and 1e6");
     int matched = 0;
     const std::vector<model::Device> devices = plan.cluster.devices();
     for (const model::Device& d : devices) {
@@ -162,7 +159,7 @@ WhatIf read_what_if(const po::variables_map& vm, partition::Plan& plan) {
     const auto [what, at] = split_at(s, "--straggler");
     const size_t colon = what.rfind(':');
     if (colon == std::string::npos) throw InputError("<command line>", 0, "--straggler", "expected DEVICE:FACTOR@TIME");
-    const double factor = factor_of(what.substr(colon + 1), "--straggler", 1, 1e6);
+    const double factor = factor_of(what.substr(colon + 1), "--straggler", 1, 1e6, "a slow-down factor between 1 and 1e6");
     w.slowdowns.push_back({device_by_name(plan, what.substr(0, colon), "--straggler"), factor, at});
     w.changes.push_back("--straggler " + s);
   }
