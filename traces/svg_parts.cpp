@@ -149,7 +149,9 @@ std::string subtitle_of(const Trace& trace, const TimelineView& view) {
   std::string s = view.first_iteration == view.last_iteration
                       ? "iteration " + std::to_string(view.first_iteration)
                       : "iterations " + std::to_string(view.first_iteration) + "-" + std::to_string(view.last_iteration);
-  s += " of " + std::to_string(view.trace_iterations);
+  s += view.trace_first_iteration == 0 ? " of " + std::to_string(view.trace_last_iteration + 1LL)
+                                       : " of " + std::to_string(view.trace_first_iteration) + "-" +
+                                             std::to_string(view.trace_last_iteration);
   if (view.iterations_cut) s += " (the first that fit " + std::to_string(kDefaultMaxEvents) + " events)";
   s += ";  ";
   if (view.sampled) {

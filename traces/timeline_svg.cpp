@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <set>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -89,17 +92,77 @@ bool drawn(const TimelineView& view, const Event& e) {
          std::binary_search(view.devices.begin(), view.devices.end(), e.device);
 }
 
-// Lanes of one device: "compute" first, then its other streams by name.
-std::vector<std::string> lanes_of(const std::vector<const Event*>& events) {
-  std::vector<std::string> lanes;
-  for (const Event* e : events) {
-    if (std::find(lanes.begin(), lanes.end(), e->stream) == lanes.end()) lanes.push_back(e->stream);
+// Lanes of one device: "compute" first, then its other streams by name; beyond kMaxLanes,
+// the remaining streams share the last lane (a parameter server talks to every worker).
+constexpr size_t kMaxLanes = 12;
+struct Lanes {
+  std::vector<std::string> labels;
+  std::map<std::string, size_t> of_stream;
+};
+Lanes lanes_of(const std::vector<const Event*>& events) {
+  std::set<std::string> streams;
+  for (const Event* e : events) streams.insert(e->stream);
+  std::vector<std::string> names = {"compute"};
+  for (const std::string& s : streams) {
+    if (s != "compute") names.push_back(s);
   }
-  std::sort(lanes.begin(), lanes.end(), [](const std::string& a, const std::string& b) {
-    return (a == "compute") != (b == "compute") ? a == "compute" : a < b;
-  });
-  if (lanes.empty() || lanes.front() != "compute") lanes.insert(lanes.begin(), "compute");
+  const size_t kept = names.size() > kMaxLanes ? kMaxLanes - 1 : names.size();
+  Lanes lanes;
+  for (size_t i = 0; i < names.size(); ++i) lanes.of_stream[names[i]] = std::min(i, kept);
+  lanes.labels.assign(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(kept));
+  if (kept < names.size()) lanes.labels.push_back(std::to_string(names.size() - kept) + " more streams");
   return lanes;
+}
+
+// Where things go: the time axis maps [start_s, start_s + span_s] onto [x0, x1].
+struct Frame {
+  double x0, x1, start_s, span_s;
+  double lane_h, comm_h, gap, name_size;
+  double x(double t) const { return x0 + (t - start_s) / span_s * (x1 - x0); }
+};
+
+// Ticks at multiples of a 1-2-5 step inside the span (at most a few hundred, whatever the numbers).
+std::vector<double> ticks_of(const Frame& f, double step) {
+  std::vector<double> ticks;
+  const double first = std::ceil(f.start_s / step - 1e-9), end = f.start_s + f.span_s * (1 + 1e-9);
+  for (int i = 0; i < 500 && (first + i) * step <= end; ++i) {
+    const double t = (first + i) * step;
+    if (ticks.empty() || t > ticks.back()) ticks.push_back(t);
+  }
+  return ticks;
+}
+
+// One device's row from y down; returns the y below it.
+double draw_row(svg::Builder& b, const Frame& f, double y, const std::string& name, const std::vector<const Event*>& events) {
+  const Lanes lanes = lanes_of(events);
+  std::vector<std::pair<double, double>> lane_at;  // (y, height) per lane
+  double lane_y = y;
+  for (const std::string& label : lanes.labels) {
+    const double h = lane_at.empty() ? f.lane_h : f.comm_h;
+    b.rect(f.x0, lane_y, f.x1 - f.x0, h, "none", "#d9d9d9");
+    if (!lane_at.empty() && f.comm_h >= 7) {
+      b.text({.x = f.x0 - 6, .y = lane_y + h * 0.8, .size = std::min(9.0, f.comm_h), .anchor = "end", .fill = "#888"},
+             svg::clip(label, 24));
+    }
+    lane_at.push_back({lane_y, h});
+    lane_y += h;
+  }
+  b.text({.x = f.x0 - 6, .y = y + f.lane_h / 2 + f.name_size * 0.35, .size = f.name_size, .anchor = "end"},
+         svg::clip(name, 40));
+  for (const Event* e : events) {
+    const auto [ly, lh] = lane_at[lanes.of_stream.at(e->stream)];
+    const Look look = look_of(*e);
+    const double w = std::max(1.0, f.x(e->end_s) - f.x(e->start_s)), x = std::min(f.x(e->start_s), f.x1 - w);
+    b.rect(x, ly + 0.5, w, lh - 1, look.fill, look.stroke, tooltip(*e, name), "ev");
+    const std::string label = std::to_string(e->microbatch);
+    const double size = std::min(11.0, lh * 0.72);
+    if (look.numbered && lh >= 9 && w >= static_cast<double>(label.size()) * size * 0.62 + 3) {
+      b.text({.x = x + w / 2, .y = ly + lh / 2 + size * 0.36, .size = size, .anchor = "middle",
+              .fill = dark(look.fill) ? "#ffffff" : "#222222"},
+             label);
+    }
+  }
+  return lane_y + f.gap;
 }
 
 std::vector<svg::LegendItem> timeline_legend(int microbatches) {
@@ -124,43 +187,41 @@ TimelineView timeline_view(const Trace& trace, const TimelineOptions& options) {
   if (trace.events.empty()) throw InputError("<trace>", 0, "events", "the trace has no events; there is nothing to draw");
   TimelineView v;
   std::map<int, size_t> per_iteration;
-  int devices = static_cast<int>(trace.device_names.size());
+  long long devices = static_cast<long long>(trace.device_names.size());
   for (const Event& e : trace.events) {
     if (e.device < 0) throw InputError("<trace>", 0, "device", "expected a device id >= 0, found " + std::to_string(e.device));
-    if (e.iteration < 0) {
-      throw InputError("<trace>", 0, "iteration", "expected an iteration >= 0, found " + std::to_string(e.iteration));
-    }
-    devices = std::max(devices, e.device + 1);
+    devices = std::max(devices, e.device + 1LL);
     ++per_iteration[e.iteration];
   }
-  v.trace_devices = devices;
-  v.trace_iterations = per_iteration.rbegin()->first + 1;
+  v.trace_devices = static_cast<int>(std::min<long long>(devices, std::numeric_limits<int>::max()));
+  v.trace_first_iteration = per_iteration.begin()->first;
+  v.trace_last_iteration = per_iteration.rbegin()->first;
   if (options.iterations) {
     v.first_iteration = options.iterations->first;
-    v.last_iteration = options.iterations->last < 0 ? v.trace_iterations - 1 : options.iterations->last;
+    v.last_iteration = options.iterations->last < 0 ? v.trace_last_iteration : options.iterations->last;
     const auto hit = per_iteration.lower_bound(v.first_iteration);
-    if (v.first_iteration < 0 || v.last_iteration < v.first_iteration || hit == per_iteration.end() ||
-        hit->first > v.last_iteration) {
+    if (v.last_iteration < v.first_iteration || hit == per_iteration.end() || hit->first > v.last_iteration) {
       throw InputError("<trace>", 0, "iterations",
-                       "the trace has iterations 0-" + std::to_string(v.trace_iterations - 1) + "; " +
-                           std::to_string(v.first_iteration) + ":" + std::to_string(v.last_iteration) +
+                       "the trace has iterations " + std::to_string(v.trace_first_iteration) + "-" +
+                           std::to_string(v.trace_last_iteration) + "; " + std::to_string(v.first_iteration) + ":" +
+                           (options.iterations->last < 0 ? "" : std::to_string(v.last_iteration)) +
                            " selects none of its events");
     }
   } else {
     size_t total = 0;
-    v.first_iteration = per_iteration.begin()->first;
-    v.last_iteration = v.first_iteration;
+    v.first_iteration = v.last_iteration = v.trace_first_iteration;
     for (const auto& [iteration, count] : per_iteration) {
       if (total > 0 && total + count > kDefaultMaxEvents) break;
       total += count;
       v.last_iteration = iteration;
     }
-    v.iterations_cut = v.last_iteration < v.trace_iterations - 1;
+    v.iterations_cut = v.last_iteration < v.trace_last_iteration;
   }
-  const int shown = std::clamp(options.max_devices, 1, std::max(devices, 1));
+  const auto shown = static_cast<int>(std::clamp<long long>(options.max_devices, 1, devices));
   v.sampled = shown < devices;
   for (int i = 0; i < shown; ++i) {
-    v.devices.push_back(shown == 1 ? 0 : static_cast<int>(std::lround(static_cast<double>(i) * (devices - 1) / (shown - 1))));
+    const double at = shown == 1 ? 0 : static_cast<double>(i) * static_cast<double>(devices - 1) / (shown - 1);
+    v.devices.push_back(static_cast<int>(std::lround(at)));
   }
   bool first = true;
   for (const Event& e : trace.events) {
@@ -180,78 +241,41 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& options) {
   for (const Event& e : trace.events) {
     if (!drawn(view, e)) continue;
     by_device[e.device].push_back(&e);
-    microbatches = std::max(microbatches, e.microbatch + 1);
+    microbatches = std::max(microbatches, std::min(e.microbatch, 1000) + 1);
   }
   // Sizes: lanes shrink as devices grow, so 4 devices read large and 64 still fit a screen.
   const auto n = static_cast<double>(view.devices.size());
-  const double lane_h = std::clamp(std::round(240 / n), 10.0, 26.0), comm_h = std::max(4.0, std::round(lane_h * 0.4));
-  const double gap = std::max(3.0, std::round(lane_h * 0.3)), name_size = std::min(12.0, lane_h * 0.8);
+  Frame f{};
+  f.lane_h = std::clamp(std::round(240 / n), 10.0, 26.0), f.comm_h = std::max(4.0, std::round(f.lane_h * 0.4));
+  f.gap = std::max(3.0, std::round(f.lane_h * 0.3)), f.name_size = std::min(12.0, f.lane_h * 0.8);
   size_t longest = 8;
   for (int d : view.devices) longest = std::max(longest, svg::clip(device_name(trace, d), 40).size());
-  const double width = std::max(options.width_px, 400);
-  const double x0 = std::clamp(static_cast<double>(longest) * name_size * 0.6 + 24, 90.0, 320.0), x1 = width - 24;
+  const double width = std::clamp(options.width_px, 400, 20000);
+  f.x0 = std::clamp(static_cast<double>(longest) * f.name_size * 0.6 + 24, 90.0, 320.0), f.x1 = width - 24;
+  f.start_s = view.start_s, f.span_s = view.end_s > view.start_s ? view.end_s - view.start_s : 1;
   const std::vector<svg::LegendItem> items = timeline_legend(microbatches);
   const double top = 52 + svg::legend_height(items, 16, width - 16) + 8;
-  double rows_h = 0;
-  for (int d : view.devices) rows_h += lane_h + comm_h * static_cast<double>(lanes_of(by_device[d]).size() - 1) + gap;
-  const double height = std::ceil(top + rows_h + 44);
+  double bottom = top;
+  for (int d : view.devices) bottom += f.lane_h + f.comm_h * static_cast<double>(lanes_of(by_device[d]).labels.size() - 1) + f.gap;
 
-  svg::Builder b(static_cast<int>(width), static_cast<int>(height));
+  svg::Builder b(static_cast<int>(width), static_cast<int>(std::ceil(bottom + 44)));
   svg::heading(b, svg::title_of(trace, "timeline"), svg::subtitle_of(trace, view));
   svg::legend(b, items, 16, width - 16, 52);
-  const double span = view.end_s > view.start_s ? view.end_s - view.start_s : 1;
-  const auto x_of = [&](double t) { return x0 + (t - view.start_s) / span * (x1 - x0); };
-  // Grid lines at the ticks, behind the rows.
-  const double step = tick_step(span, std::max(2, static_cast<int>((x1 - x0) / 110)));
-  const int decimals = std::max(0, -static_cast<int>(std::floor(std::log10(step) + 1e-9)));
-  std::vector<double> ticks;
-  for (double k = std::ceil(view.start_s / step - 1e-9); k * step <= view.start_s + span * (1 + 1e-9); ++k) ticks.push_back(k * step);
-  const double bottom = top + rows_h;
-  for (double t : ticks) b.line(x_of(t), top - 4, x_of(t), bottom, "#ececec");
-
+  const double step = tick_step(f.span_s, std::max(2, static_cast<int>((f.x1 - f.x0) / 110)));
+  const std::vector<double> ticks = ticks_of(f, step);
+  for (double t : ticks) b.line(f.x(t), top - 4, f.x(t), bottom, "#ececec");  // grid lines, behind the rows
   double y = top;
-  for (int d : view.devices) {
-    const std::vector<const Event*>& events = by_device[d];
-    const std::vector<std::string> lanes = lanes_of(events);
-    std::map<std::string, std::pair<double, double>> lane_at;  // stream -> (y, height)
-    double lane_y = y;
-    for (const std::string& s : lanes) {
-      const double h = s == lanes.front() ? lane_h : comm_h;
-      lane_at[s] = {lane_y, h};
-      b.rect(x0, lane_y, x1 - x0, h, "none", "#d9d9d9");
-      if (s != lanes.front() && comm_h >= 7) {
-        b.text({.x = x0 - 6, .y = lane_y + h * 0.8, .size = std::min(9.0, comm_h), .anchor = "end", .fill = "#888"},
-               svg::clip(s, 24));
-      }
-      lane_y += h;
-    }
-    b.text({.x = x0 - 6, .y = y + lane_h / 2 + name_size * 0.35, .size = name_size, .anchor = "end"},
-           svg::clip(device_name(trace, d), 40));
-    const std::string name = device_name(trace, d);
-    for (const Event* e : events) {
-      const auto [ly, lh] = lane_at[e->stream];
-      const Look look = look_of(*e);
-      const double w = std::max(1.0, x_of(e->end_s) - x_of(e->start_s)), x = std::min(x_of(e->start_s), x1 - w);
-      b.rect(x, ly + 0.5, w, lh - 1, look.fill, look.stroke, tooltip(*e, name), "ev");
-      const std::string label = std::to_string(e->microbatch);
-      const double size = std::min(11.0, lh * 0.72);
-      if (look.numbered && lh >= 9 && w >= static_cast<double>(label.size()) * size * 0.62 + 3) {
-        b.text({.x = x + w / 2, .y = ly + lh / 2 + size * 0.36, .size = size, .anchor = "middle",
-                .fill = dark(look.fill) ? "#ffffff" : "#222222"},
-               label);
-      }
-    }
-    y = lane_y + gap;
-  }
+  for (int d : view.devices) y = draw_row(b, f, y, device_name(trace, d), by_device[d]);
   // The time axis.
-  b.line(x0, bottom + 2, x1, bottom + 2, "#444");
+  const int decimals = std::clamp(-static_cast<int>(std::floor(std::log10(step) + 1e-9)), 0, 12);
+  b.line(f.x0, bottom + 2, f.x1, bottom + 2, "#444");
   for (double t : ticks) {
-    b.line(x_of(t), bottom + 2, x_of(t), bottom + 7, "#444");
-    char label[48];
+    b.line(f.x(t), bottom + 2, f.x(t), bottom + 7, "#444");
+    char label[64];
     std::snprintf(label, sizeof label, "%.*f", decimals, std::abs(t) < step * 1e-6 ? 0.0 : t);
-    b.text({.x = x_of(t), .y = bottom + 19, .size = 10.5, .anchor = "middle", .fill = "#444"}, label);
+    b.text({.x = f.x(t), .y = bottom + 19, .size = 10.5, .anchor = "middle", .fill = "#444"}, label);
   }
-  b.text({.x = x1, .y = bottom + 35, .size = 10.5, .anchor = "end", .fill = "#444"}, "time (s)");
+  b.text({.x = f.x1, .y = bottom + 35, .size = 10.5, .anchor = "end", .fill = "#444"}, "time (s)");
   return b.finish();
 }
 

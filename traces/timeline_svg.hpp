@@ -20,7 +20,8 @@
 // width and height are whole pixels (what a renderer's PNG measures at 96 dpi).
 // Beyond `max_devices` devices, rows are sampled evenly (first and last kept) and the subtitle
 // says so. A trace with no events, an event with device < 0 or an iteration range that selects
-// no event is refused with InputError (file "<trace>"; the command names the real file).
+// no event is refused with InputError (file "<trace>"; the command names the real file);
+// anything read_trace_csv accepts is drawn.
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +30,7 @@
 
 namespace hetflow::traces {
 
-// Iterations first..last, inclusive; last = -1 means the last in the trace.
+// Iterations first..last, inclusive; last < 0 means the last in the trace.
 struct IterationRange {
   int first = 0;
   int last = -1;
@@ -48,7 +49,7 @@ inline constexpr size_t kDefaultMaxEvents = 40000;
 // What a picture draws, as both functions choose it.
 struct TimelineView {
   int first_iteration = 0, last_iteration = 0;  // drawn, inclusive
-  int trace_iterations = 0;                     // in the whole trace
+  int trace_first_iteration = 0, trace_last_iteration = 0;  // in the whole trace
   bool iterations_cut = false;                  // the default choice stopped short of the last
   int trace_devices = 0;                        // device ids 0 .. trace_devices - 1
   std::vector<int> devices;                     // drawn, in increasing id order

@@ -76,7 +76,7 @@ std::string utilization_svg(const Trace& trace, const TimelineOptions& options) 
   const std::vector<UtilizationShare> shares = utilization_shares(trace, view);
   const auto n = static_cast<double>(view.devices.size());
   const double bar_h = std::clamp(std::round(240 / n), 10.0, 22.0), gap = std::max(3.0, std::round(bar_h * 0.3));
-  const double name_size = std::min(12.0, bar_h * 0.8), width = std::max(options.width_px, 400);
+  const double name_size = std::min(12.0, bar_h * 0.8), width = std::clamp(options.width_px, 400, 20000);
   size_t longest = 8;
   std::vector<std::string> names;
   for (int d : view.devices) {

@@ -92,7 +92,7 @@ struct Box {
 };
 std::vector<Box> boxes(const std::string& svg, const Trace& t) {
   std::vector<Box> out;
-  const std::regex box("<rect class=\"ev\"[^>]*><title>[^<]*iteration ([0-9]+), task ([0-9]+) on [^<]*</title>");
+  const std::regex box("<rect class=\"ev\"[^>]*><title>[^<]*iteration (-?[0-9]+), task ([0-9]+) on [^<]*</title>");
   for (auto it = std::sregex_iterator(svg.begin(), svg.end(), box); it != std::sregex_iterator(); ++it) {
     const std::string e = it->str();
     const Event* event = nullptr;
@@ -246,6 +246,23 @@ TEST(TimelineSvg, RefusesWhatItCannotDraw) {
   Trace t = small_trace();
   t.events[0].device = -1;
   EXPECT_THROW(timeline_svg(t), InputError);
+}
+
+// What the reader accepts is drawn: many streams on a device share lanes past a dozen, times
+// far from zero with a tiny span give a bounded axis, negative iterations are iterations.
+TEST(TimelineSvg, DrawsAwkwardTraces) {
+  Trace t;
+  for (int peer = 0; peer < 40; ++peer) {
+    t.events.push_back(event(peer, 0, "send>" + std::to_string(peer) + ":grad", "send", -1, 1e10, 1e10 + 1e-8));
+  }
+  t.events.push_back(event(99, 1, "compute", "forward", 2000000000, 1e10, 1e10 + 2e-8, -5));
+  const std::string svg = timeline_svg(t);
+  expect_well_formed(svg);
+  EXPECT_EQ(boxes(svg, t).size(), t.events.size());
+  EXPECT_NE(svg.find("30 more streams"), std::string::npos);  // compute + 10 lanes + the rest
+  EXPECT_LT(svg.size(), 200000u);
+  EXPECT_NE(svg.find("iterations -5-0"), std::string::npos);
+  expect_well_formed(utilization_svg(t));
 }
 
 TEST(TimelineSvg, TheSameTraceGivesTheSameBytes) {
