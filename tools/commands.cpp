@@ -14,12 +14,14 @@ void plan_command_options(po::options_description& options);
 void validate_options(po::options_description& options);
 void simulate_options(po::options_description& options);
 void run_options(po::options_description& options);
+void timeline_options(po::options_description& options);
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
 int run_validate(const std::vector<std::string>& args, std::ostream& out);
 int run_simulate(const std::vector<std::string>& args, std::ostream& out);
 int run_run(const std::vector<std::string>& args, std::ostream& out);
+int run_timeline(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -36,6 +38,9 @@ const std::vector<Command>& commands() {
       {"run", "execute a plan (cpu back end: threads, proxy compute); measured vs estimated, a trace",
        "[plan options | --plan plan.json] [--backend cpu] [--steps N] [--warmup W] [--json]", nullptr, run_options,
        run_run},
+      {"timeline", "draw a trace as an SVG picture: the schedule per device, or --utilization",
+       "[--trace] t.csv -o timeline.svg [--utilization] [--iterations A:B] [--width PX]", "trace", timeline_options,
+       run_timeline},
   };
   return list;
 }
