@@ -63,7 +63,19 @@ traces::Trace read_trace_file(const std::string& path) {
   return trace;
 }
 
+traces::TimelineOptions read_timeline_options(const po::variables_map& vm) {
+  traces::TimelineOptions o;
+  o.width_px = vm["width"].as<int>();
+  if (o.width_px < 400 || o.width_px > 20000) {
+    throw InputError("<command line>", 0, "--width", "expected 400 to 20000 pixels, found " + std::to_string(o.width_px));
+  }
+  if (vm.count("iterations")) o.iterations = parse_iterations(vm["iterations"].as<std::string>());
+  return o;
+}
+
 }  // namespace
+
+void check_timeline_options(const po::variables_map& vm) { (void)read_timeline_options(vm); }
 
 void timeline_options(po::options_description& options) {
   options.add_options()
@@ -80,12 +92,7 @@ int run_timeline(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("timeline options");
   po::variables_map vm;
   if (!parse_command_options("timeline", args, options, vm, out)) return 0;
-  traces::TimelineOptions o;
-  o.width_px = vm["width"].as<int>();
-  if (o.width_px < 400 || o.width_px > 20000) {
-    throw InputError("<command line>", 0, "--width", "expected 400 to 20000 pixels, found " + std::to_string(o.width_px));
-  }
-  if (vm.count("iterations")) o.iterations = parse_iterations(vm["iterations"].as<std::string>());
+  const traces::TimelineOptions o = read_timeline_options(vm);
   const std::string path = vm["trace"].as<std::string>(), svg_path = vm["out"].as<std::string>();
   const bool utilization = vm["utilization"].as<bool>();
 

@@ -15,6 +15,7 @@ void validate_options(po::options_description& options);
 void simulate_options(po::options_description& options);
 void run_options(po::options_description& options);
 void timeline_options(po::options_description& options);
+void check_timeline_options(const po::variables_map& vm);  // --iterations, --width as timeline reads them
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
@@ -80,6 +81,7 @@ CommandLine read_command_line(const std::vector<std::string>& args, std::ostream
   }
   if (plans && !line.vm.count("plan")) (void)read_plan_options(line.vm);
   if (line.vm.count("precision")) (void)read_precision_option(line.vm);
+  if (line.command == "timeline") check_timeline_options(line.vm);
   return line;
 }
 

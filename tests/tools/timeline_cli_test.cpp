@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "model/error.hpp"
 #include "tests/tools/run_hetflow.hpp"
+#include "tools/cli.hpp"
 
 using hetflow::test_support::run_hetflow;
 using hetflow::test_support::scratch_dir;
@@ -103,6 +106,20 @@ TEST(TimelineCli, IterationsPickWhatIsDrawn) {
     EXPECT_EQ(b.status, 2) << bad << ": " << b.err;
     EXPECT_NE(b.err.find("hetflow: <command line>: --"), std::string::npos) << bad << ": " << b.err;
   }
+}
+
+// The command line is checked as the command checks it, without reading the trace.
+TEST(TimelineCli, ReadCommandLineChecksItsOptions) {
+  std::ostringstream out;
+  const auto line = hetflow::tools::read_command_line({"timeline", "no-such.csv", "-o", "x.svg", "--iterations", "2:"}, out);
+  EXPECT_EQ(line.vm["trace"].as<std::string>(), "no-such.csv");
+  for (const char* bad : {"x", "3:1", "-2"}) {
+    EXPECT_THROW(hetflow::tools::read_command_line({"timeline", "t.csv", "-o", "x.svg", "--iterations", bad}, out),
+                 hetflow::InputError)
+        << bad;
+  }
+  EXPECT_THROW(hetflow::tools::read_command_line({"timeline", "t.csv", "-o", "x.svg", "--width", "50"}, out),
+               hetflow::InputError);
 }
 
 TEST(TimelineCli, BadInputExits2NamingTheFile) {
