@@ -71,7 +71,7 @@ std::vector<UtilizationShare> utilization_shares(const Trace& trace, const Timel
 
 std::string utilization_svg(const Trace& trace, const TimelineOptions& options = {});
 
-// The helpers the pictures are made of, exposed for tests.
+// What the pictures are made of, exposed for tests.
 std::string xml_escape(const std::string& text);
 // A tick step of 1, 2 or 5 x 10^k such that `span` holds about `target` ticks (span > 0).
 double tick_step(double span, int target);
