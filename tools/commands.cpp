@@ -15,6 +15,8 @@ void validate_options(po::options_description& options);
 void simulate_options(po::options_description& options);
 void run_options(po::options_description& options);
 void replay_options(po::options_description& options);
+void timeline_options(po::options_description& options);
+void check_timeline_options(const po::variables_map& vm);  // --iterations, --width as timeline reads them
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
 int run_plan(const std::vector<std::string>& args, std::ostream& out);
@@ -22,6 +24,7 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out);
 int run_simulate(const std::vector<std::string>& args, std::ostream& out);
 int run_run(const std::vector<std::string>& args, std::ostream& out);
 int run_replay(const std::vector<std::string>& args, std::ostream& out);
+int run_timeline(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -40,6 +43,9 @@ const std::vector<Command>& commands() {
        run_run},
       {"replay", "simulate a trace's plan with its measured compute times; replayed vs measured iteration time",
        "TRACE --plan plan.json [--trace replayed.csv] [--json]", "trace-file", replay_options, run_replay},
+      {"timeline", "draw a trace as an SVG picture: the schedule per device, or --utilization",
+       "[--trace] t.csv -o timeline.svg [--utilization] [--iterations A:B] [--width PX]", "trace", timeline_options,
+       run_timeline},
   };
   return list;
 }
@@ -79,6 +85,7 @@ CommandLine read_command_line(const std::vector<std::string>& args, std::ostream
   }
   if (plans && !line.vm.count("plan")) (void)read_plan_options(line.vm);
   if (line.vm.count("precision")) (void)read_precision_option(line.vm);
+  if (line.command == "timeline") check_timeline_options(line.vm);
   return line;
 }
 
