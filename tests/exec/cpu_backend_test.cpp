@@ -81,31 +81,11 @@ CollectiveRun run_collective(const model::Cluster& cluster, CollectiveKind kind,
                              int root) {
   Plan plan = test_support::empty_plan(cluster);
   const int n = plan.device_count();
-  std::vector<int> all;
-  for (int d = 0; d < n; ++d) all.push_back(d);
   partition::Collective c;
   c.kind = kind;
   c.algorithm = algorithm;
-  c.communicator = plan.add_communicator({"all", all});
-  c.bytes = kBytes;
   c.root = root;
-  std::vector<int> producers;
-  for (int d = 0; d < n; ++d) {
-    const int x = test_support::transient(plan, d, kBytes), y = test_support::transient(plan, d, kBytes);
-    producers.push_back(test_support::compute_task(plan, d, {}, {x}));
-    partition::Task t;
-    t.kind = TaskKind::collective;
-    t.purpose = partition::Purpose::data_parallel;
-    t.device = d;
-    t.stream = 1;
-    t.bytes = kBytes;
-    t.collective = 0;
-    c.tasks.push_back(plan.add_task(t, std::vector<int>{x}, std::vector<int>{y}));
-    plan.tensors[static_cast<size_t>(x)].free_after = c.tasks.back();
-    plan.tensors[static_cast<size_t>(y)].free_after = c.tasks.back();
-  }
-  plan.collectives.push_back(c);
-  plan.finish();
+  const std::vector<int> producers = test_support::add_collective_over_all(plan, c, kBytes);
   Captured captured;
   exec::CpuBackend cpu;
   const exec::RunResult result = exec::run_plan(plan, cpu, options(captured));
@@ -113,7 +93,7 @@ CollectiveRun run_collective(const model::Cluster& cluster, CollectiveKind kind,
   CollectiveRun r;
   for (int d = 0; d < n; ++d) {
     r.in.push_back(Captured::floats(captured.written.at({producers[static_cast<size_t>(d)], 0})));
-    r.out.push_back(Captured::floats(captured.written.at({c.tasks[static_cast<size_t>(d)], 0})));
+    r.out.push_back(Captured::floats(captured.written.at({plan.collectives[0].tasks[static_cast<size_t>(d)], 0})));
   }
   return r;
 }

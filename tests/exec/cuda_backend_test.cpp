@@ -276,26 +276,7 @@ TEST(CudaBackend, TwoDeviceAllReduceSumsTheInputs) {
   SKIP_WITHOUT_GPUS(2);
   Plan plan = test_support::empty_plan(model::cpu_cluster(2));
   constexpr double kBytes = 4000 * 4;
-  partition::Collective c;
-  c.communicator = plan.add_communicator({"all", {0, 1}});
-  c.bytes = kBytes;
-  std::vector<int> producers;
-  for (int d = 0; d < 2; ++d) {
-    const int x = test_support::transient(plan, d, kBytes), y = test_support::transient(plan, d, kBytes);
-    producers.push_back(test_support::compute_task(plan, d, {}, {x}));
-    partition::Task t;
-    t.kind = TaskKind::collective;
-    t.purpose = partition::Purpose::data_parallel;
-    t.device = d;
-    t.stream = 1;
-    t.bytes = kBytes;
-    t.collective = 0;
-    c.tasks.push_back(plan.add_task(t, std::vector<int>{x}, std::vector<int>{y}));
-    plan.tensors[static_cast<size_t>(x)].free_after = c.tasks.back();
-    plan.tensors[static_cast<size_t>(y)].free_after = c.tasks.back();
-  }
-  plan.collectives.push_back(c);
-  plan.finish();
+  const std::vector<int> producers = test_support::add_collective_over_all(plan, partition::Collective{}, kBytes);
   exec::CudaBackend cuda({.flop_scale = 1, .max_message_bytes = 1 << 20, .gpus = {}, .copy_outputs_to_host = true});
   Captured captured;
   const exec::RunResult r = exec::run_plan(plan, cuda, options(&captured));
@@ -304,7 +285,7 @@ TEST(CudaBackend, TwoDeviceAllReduceSumsTheInputs) {
   const std::vector<float> b = Captured::floats(captured.written.at({producers[1], 0}));
   ASSERT_EQ(a.size(), 4000u);
   for (int d = 0; d < 2; ++d) {
-    const std::vector<float> out = Captured::floats(captured.written.at({c.tasks[static_cast<size_t>(d)], 0}));
+    const std::vector<float> out = Captured::floats(captured.written.at({plan.collectives[0].tasks[static_cast<size_t>(d)], 0}));
     ASSERT_EQ(out.size(), a.size());
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], a[i] + b[i]) << "device " << d << " float " << i;
   }

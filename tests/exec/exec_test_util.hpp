@@ -67,6 +67,35 @@ inline int compute_task(partition::Plan& plan, int device, std::vector<int> read
   return plan.add_task(t, reads, writes);
 }
 
+// Adds `c` (its kind, algorithm and root as given) as one data-parallel collective of `bytes`
+// over every device of the plan, on stream 1, each member's input written by a compute task
+// before it, and finishes the plan. Returns those producer tasks, by device.
+inline std::vector<int> add_collective_over_all(partition::Plan& plan, partition::Collective c, double bytes) {
+  const int n = plan.device_count();
+  std::vector<int> all;
+  for (int d = 0; d < n; ++d) all.push_back(d);
+  c.communicator = plan.add_communicator({"all", all});
+  c.bytes = bytes;
+  std::vector<int> producers;
+  for (int d = 0; d < n; ++d) {
+    const int x = transient(plan, d, bytes), y = transient(plan, d, bytes);
+    producers.push_back(compute_task(plan, d, {}, {x}));
+    partition::Task t;
+    t.kind = partition::TaskKind::collective;
+    t.purpose = partition::Purpose::data_parallel;
+    t.device = d;
+    t.stream = 1;
+    t.bytes = bytes;
+    t.collective = static_cast<int>(plan.collectives.size());
+    c.tasks.push_back(plan.add_task(t, std::vector<int>{x}, std::vector<int>{y}));
+    plan.tensors[static_cast<size_t>(x)].free_after = c.tasks.back();
+    plan.tensors[static_cast<size_t>(y)].free_after = c.tasks.back();
+  }
+  plan.collectives.push_back(c);
+  plan.finish();
+  return producers;
+}
+
 // Pipeline x data-parallel options for training plans: micro-batches of one sequence,
 // gradients by all-reduce.
 inline partition::PlanOptions pipeline_options(int pipeline, int data, int microbatches, const char* schedule) {

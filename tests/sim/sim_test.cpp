@@ -189,16 +189,21 @@ TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
   }
 }
 
+// Four equal stages of two layers each, 8 micro-batches, one pipeline.
+Plan equal_pipeline(const model::Cluster& cluster, const char* schedule) {
+  partition::PlanOptions o;
+  o.schedule = schedule;
+  o.pipeline = 4;
+  o.data = 1;
+  o.microbatches = 8;
+  o.workspace_bytes = 0;
+  return plan_for(cluster, test_support::equal_layers(8), o);
+}
+
 TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
-    partition::PlanOptions o;
-    o.schedule = schedule;
-    o.pipeline = 4;
-    o.data = 1;
-    o.microbatches = 8;
-    o.workspace_bytes = 0;
     const model::Cluster cluster = test_support::identical_cluster(4);
-    const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+    const Plan plan = equal_pipeline(cluster, schedule);
     sim::SimOptions options;
     options.free_communication = true;
     const sim::SimResult r = sim::simulate(plan, options);
@@ -213,14 +218,8 @@ TEST(Simulator, EqualStagesWithFreeCommunicationGiveTheAnalyticBubble) {
 // communication free, a 4-stage GPipe of equal stages with m micro-batches takes
 // (m + p - 1) (F + B) + the optimizer exactly.
 TEST(Simulator, ReplayedComputeDurationsReplaceTheCostModels) {
-  partition::PlanOptions o;
-  o.schedule = "gpipe";
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
-  o.workspace_bytes = 0;
   const model::Cluster cluster = test_support::identical_cluster(4);
-  Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  Plan plan = equal_pipeline(cluster, "gpipe");
   plan.layout.iterations = 2;
   sim::SimOptions options;
   options.free_communication = true;
@@ -244,14 +243,8 @@ TEST(Simulator, ReplayedComputeDurationsReplaceTheCostModels) {
 // A factor below 1 is a faster device (what-if --scale-gpu): every device twice as fast,
 // communication free, the iteration takes half as long.
 TEST(Simulator, FasterDevicesShortenTheIterationInProportion) {
-  partition::PlanOptions o;
-  o.schedule = "1f1b";
-  o.pipeline = 4;
-  o.data = 1;
-  o.microbatches = 8;
-  o.workspace_bytes = 0;
   const model::Cluster cluster = test_support::identical_cluster(4);
-  const Plan plan = plan_for(cluster, test_support::equal_layers(8), o);
+  const Plan plan = equal_pipeline(cluster, "1f1b");
   sim::SimOptions options;
   options.free_communication = true;
   const sim::SimResult base = sim::simulate(plan, options);
