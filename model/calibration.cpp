@@ -1,6 +1,7 @@
 #include "model/calibration.hpp"
 
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +15,25 @@
 namespace hetflow::model {
 
 using yaml_util::MapReader;
+
+double Efficiency::efficiency(double flops) const {
+  if (saturation_flops <= 0) return max_efficiency;
+  // -expm1(-x) = 1 - exp(-x) without cancellation for small x.
+  return max_efficiency * -std::expm1(-flops / saturation_flops);
+}
+
+double Efficiency::math_s(double flops, double peak_flops_per_s) const {
+  return flops <= 0 ? 0 : flops / (peak_flops_per_s * efficiency(flops));
+}
+
+double Efficiency::time_s(double flops, double peak_flops_per_s) const {
+  return flops <= 0 ? 0 : overhead_s + math_s(flops, peak_flops_per_s);
+}
+
+const Efficiency& GpuEfficiency::of(const std::string& kind) const {
+  const auto it = kinds.find(kind);
+  return it == kinds.end() ? *this : it->second;
+}
 
 const GpuEfficiency& Calibration::gpu(const std::string& type) const {
   const auto it = gpus.find(type);
@@ -34,14 +54,37 @@ bool lower_equal(const std::string& a, const std::string& b) {
   return true;
 }
 
+// One efficiency's fields over `base` (a kind's missing fields are its GPU type's).
+Efficiency parse_efficiency(MapReader& r, Efficiency e) {
+  e.max_efficiency = r.number_or("max_efficiency", e.max_efficiency, 1e-6);
+  if (e.max_efficiency > 1) r.fail("max_efficiency", "expected a fraction in (0, 1]");
+  e.saturation_flops = r.number_or("saturation_flops", e.saturation_flops, 0.0, 1e30);
+  // A task's fixed cost: beyond an hour it is a typo, and it must stay finite for SimGrid.
+  e.overhead_s = r.quantity_in("overhead", units::parse_time_s,
+                               {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, e.overhead_s, true);
+  return e;
+}
+
 GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const std::string& path) {
   MapReader r(node, file, path);
   GpuEfficiency g;
-  g.max_efficiency = r.number_or("max_efficiency", g.max_efficiency, 1e-6);
-  if (g.max_efficiency > 1) r.fail("max_efficiency", "expected a fraction in (0, 1]");
-  // A task's fixed cost: beyond an hour it is a typo, and it must stay finite for SimGrid.
-  g.overhead_s = r.quantity_in("overhead", units::parse_time_s,
-                               {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, g.overhead_s, true);
+  static_cast<Efficiency&>(g) = parse_efficiency(r, g);
+  g.dispatch_s = r.quantity_in("dispatch", units::parse_time_s,
+                               {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, g.dispatch_s, true);
+  if (r.has("kinds")) {
+    const YAML::Node kinds = r.get("kinds");
+    if (!kinds.IsMap()) r.fail("kinds", "expected a mapping from task kind to efficiency");
+    for (const auto& kv : kinds) {
+      const std::string kind = yaml_util::key_text(kv.first, file, path + ".kinds");
+      if (kind != "forward" && kind != "backward" && kind != "backward_weight" && kind != "optimizer") {
+        throw InputError(file, yaml_util::line_of(kv.first), path + ".kinds." + kind,
+                         "expected a compute task kind: forward, backward, backward_weight or optimizer");
+      }
+      MapReader kr(kv.second, file, path + ".kinds." + kind);
+      g.kinds[kind] = parse_efficiency(kr, g);
+      kr.finish();
+    }
+  }
   r.finish();
   return g;
 }
@@ -89,10 +132,28 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
 
 std::string write_calibration(const Calibration& c) {
   YAML::Emitter out;
-  auto gpu = [&out](const GpuEfficiency& g) {
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "max_efficiency" << YAML::Value
-        << units::format_number(g.max_efficiency) << YAML::Key << "overhead" << YAML::Value
-        << units::format_time_s(g.overhead_s) << YAML::EndMap;
+  // A kind's missing fields are its type's: a kind writes every field.
+  auto efficiency = [&out](const Efficiency& e, bool every_field) {
+    out << YAML::Key << "max_efficiency" << YAML::Value << units::format_number(e.max_efficiency);
+    if (e.saturation_flops > 0 || every_field) {
+      out << YAML::Key << "saturation_flops" << YAML::Value << units::format_number(e.saturation_flops);
+    }
+    out << YAML::Key << "overhead" << YAML::Value << units::format_time_s(e.overhead_s);
+  };
+  auto gpu = [&](const GpuEfficiency& g) {
+    out << YAML::Flow << YAML::BeginMap;
+    efficiency(g, false);
+    if (g.dispatch_s > 0) out << YAML::Key << "dispatch" << YAML::Value << units::format_time_s(g.dispatch_s);
+    if (!g.kinds.empty()) {
+      out << YAML::Key << "kinds" << YAML::Value << YAML::BeginMap;
+      for (const auto& [kind, e] : g.kinds) {
+        out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
+        efficiency(e, true);
+        out << YAML::EndMap;
+      }
+      out << YAML::EndMap;
+    }
+    out << YAML::EndMap;
   };
   out << YAML::BeginMap << YAML::Key << "default_gpu" << YAML::Value;
   gpu(c.default_gpu);
@@ -148,6 +209,24 @@ Calibration load_calibration(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return parse_calibration(text.str(), path);
+}
+
+
+Cluster apply_link_calibration(const Cluster& cluster, const Calibration& calibration) {
+  Cluster out = cluster;
+  auto scale = [&](const std::string& link_class, double& bandwidth, double& latency) {
+    const LinkCalibration c = calibration.link(link_class);
+    bandwidth *= c.bandwidth_factor;
+    latency *= c.latency_factor;
+  };
+  for (Node& n : out.nodes) {
+    scale(std::string(to_string(n.intra.kind)), n.intra.bandwidth_bytes_per_s, n.intra.latency_s);
+    double no_latency = 0;
+    scale("pcie", n.intra.uplink_bandwidth_bytes_per_s, no_latency);
+    scale("nic", n.nic.bandwidth_bytes_per_s, n.nic.latency_s);
+  }
+  for (WanLink& w : out.wan) scale("wan", w.bandwidth_bytes_per_s, w.latency_s);
+  return out;
 }
 
 }  // namespace hetflow::model

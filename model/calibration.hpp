@@ -7,18 +7,42 @@
 
 namespace hetflow::model {
 
-// Compute time of an operation of F FLOPs on a GPU of peak P at this precision:
-//   time_s = overhead_s + F / (P * max_efficiency)
-// i.e. efficiency F / (time * P) grows with operation size towards max_efficiency; small
-// operations pay the fixed overhead (kernel launches, synchronisation).
-struct GpuEfficiency {
-  double max_efficiency = 0.6;   // large dense matmuls reach ~60 % of the data-sheet peak
-  double overhead_s = 20e-6;     // per task: tens of kernels of a few microseconds each
+// Compute time of a task of F FLOPs on a device of peak P at the plan's precision:
+//   time_s = overhead_s + F / (P * efficiency(F))
+//   efficiency(F) = max_efficiency * (1 - exp(-F / saturation_flops))   (saturation_flops > 0)
+//                 = max_efficiency                                       (saturation_flops = 0)
+// A small task cannot fill the device (few thread blocks, short loops, cold caches), so its
+// efficiency rises with its work and saturates at max_efficiency; saturation_flops is the
+// work at which it reaches 63 % of that. As F -> 0 the time tends to overhead_s +
+// saturation_flops / (P * max_efficiency): a tiny task still costs about filling the device
+// once. overhead_s is what every task pays besides (launches, synchronisation, dispatch).
+struct Efficiency {
+  double max_efficiency = 0.6;  // large dense matmuls reach ~60 % of the data-sheet peak
+  double saturation_flops = 0;  // flat by default
+  double overhead_s = 20e-6;    // per task: tens of kernels of a few microseconds each
+  double efficiency(double flops) const;
+  double math_s(double flops, double peak_flops_per_s) const;  // F / (P efficiency(F)); 0 for F <= 0
+  double time_s(double flops, double peak_flops_per_s) const;  // overhead_s + math_s; 0 for F <= 0
+  bool operator==(const Efficiency&) const = default;
+};
+
+// A GPU type's efficiency, and where measured, one per task kind (forward, backward,
+// backward_weight, optimizer): a backward pass is not as efficient as its forward on every
+// device, and an optimizer step is memory-bound.
+struct GpuEfficiency : Efficiency {
+  std::map<std::string, Efficiency> kinds;
+  // From a task being ready (its stream's previous task and its inputs done) to its start:
+  // the executor's hand-off (a thread waking, a launch queued), paid by every compute task
+  // on top of its time. 0 for the simulator's own traces.
+  double dispatch_s = 0;
+  const Efficiency& of(const std::string& kind) const;  // the kind's, else this
   bool operator==(const GpuEfficiency&) const = default;
 };
 
-// A link class's measured behaviour relative to its nominal figures:
-//   time_s = latency_s * latency_factor + bytes / (bandwidth * bandwidth_factor)
+// A link class's measured behaviour relative to its nominal figures: every link of the class
+// (a node's GPU links of that kind and, for pcie, its PCIe uplinks; NICs; WAN links) has
+// latency_s * latency_factor and bandwidth * bandwidth_factor, in the cost model and in the
+// simulator alike (apply_link_calibration).
 struct LinkCalibration {
   double bandwidth_factor = 1.0;
   double latency_factor = 1.0;
@@ -37,13 +61,19 @@ struct Calibration {
 
 // YAML (JSON accepted):
 //   default_gpu: {max_efficiency: 0.6, overhead: 20 us}
-//   gpus: {V100-16: {max_efficiency: 0.55, overhead: 30 us}}
+//   gpus:
+//     V100-16: {max_efficiency: 0.55, saturation_flops: 2e9, overhead: 30 us,
+//               dispatch: 5 us, kinds: {backward: {max_efficiency: 0.5, saturation_flops: 3e9, overhead: 40 us}}}
 //   links: {nic: {bandwidth_factor: 0.8, latency_factor: 1.5}}
+// A kind's missing fields are its GPU type's.
 Calibration parse_calibration(const std::string& text, const std::string& file);
 std::string write_calibration(const Calibration& calibration);
 Calibration load_calibration(const std::string& path);
 
 struct Cluster;
+// The cluster with every link scaled by its class's factors.
+Cluster apply_link_calibration(const Cluster& cluster, const Calibration& calibration);
+
 // The calibration as a cost model for `cluster` reads it: every GPU type it names spelt as
 // the cluster and the catalog spell it (names are case-insensitive, as in cluster files).
 // A name that is neither a built-in GPU type nor one of the cluster's gpu_types is an

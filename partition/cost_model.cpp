@@ -26,7 +26,9 @@ void through(Route& route, double bandwidth_bytes_per_s, double latency_s, const
 }  // namespace
 
 CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, model::Calibration calibration)
-    : cluster_(cluster), precision_(precision), calibration_(std::move(calibration)) {
+    : cluster_(model::apply_link_calibration(cluster, calibration)),
+      precision_(precision),
+      calibration_(std::move(calibration)) {
   std::map<std::string, int> region_index;
   for (size_t r = 0; r < cluster_.regions.size(); ++r) region_index[cluster_.regions[r].name] = static_cast<int>(r);
   for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
@@ -101,14 +103,15 @@ double CostModel::memory_capacity_bytes(int device) const {
   return device_gpu_.at(static_cast<size_t>(device))->memory_bytes;
 }
 
-double CostModel::compute_time_s(int device, double flops, double memory_bytes) const {
+double CostModel::compute_time_s(int device, TaskKind kind, double flops, double memory_bytes) const {
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(device));
   if (flops <= 0 && memory_bytes <= 0) return 0;
-  const model::GpuEfficiency& eff = calibration_.gpu(gpu.name);
-  const double math_s = flops / (gpu.peak_flops_per_s(precision_) * eff.max_efficiency);
+  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
+  const model::Efficiency& eff = type.of(std::string(to_string(kind)));
+  const double math_s = eff.math_s(flops, gpu.peak_flops_per_s(precision_));
   const double memory_s = memory_bytes / gpu.memory_bandwidth_bytes_per_s;
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(device)];
-  return (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
+  return type.dispatch_s + (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
 }
 
 Route CostModel::route(int src, int dst) const {
@@ -148,9 +151,6 @@ Route CostModel::route(int src, int dst) const {
   }
   if (b.intra.uplink_bandwidth_bytes_per_s > 0) through(r, b.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");
   through(r, b.intra.bandwidth_bytes_per_s, b.intra.latency_s / 2, b_kind);
-  const model::LinkCalibration c = calibration_.link(r.bottleneck);
-  r.bandwidth_bytes_per_s *= c.bandwidth_factor;
-  r.latency_s *= c.latency_factor;
   return r;
 }
 

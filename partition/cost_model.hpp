@@ -29,9 +29,10 @@ class CostModel {
  public:
   CostModel(const model::Cluster& cluster, model::Precision precision, model::Calibration calibration = {});
 
-  // time = overhead + max(flops / (peak * max_efficiency), memory_bytes / memory_bandwidth):
-  // a roofline with a fixed per-task cost (model/calibration.hpp documents the defaults).
-  double compute_time_s(int device, double flops, double memory_bytes = 0) const;
+  // time = overhead + max(flops / (peak * efficiency(flops)), memory_bytes / memory_bandwidth):
+  // a roofline with a fixed per-task cost, both from the calibration of the device's GPU type
+  // and the task's kind (model/calibration.hpp documents the curve and the defaults).
+  double compute_time_s(int device, TaskKind kind, double flops, double memory_bytes = 0) const;
   Route route(int src, int dst) const;
   // The classes of the links a transfer from src to dst crosses, in order (for traffic
   // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
@@ -77,6 +78,7 @@ class CostModel {
   double memory_capacity_bytes(int device) const;
   int node_of(int device) const { return device_node_[static_cast<size_t>(device)]; }
   int device_count() const { return static_cast<int>(device_node_.size()); }
+  // The cluster as modelled: its links scaled by the calibration (model::apply_link_calibration).
   const model::Cluster& cluster() const { return cluster_; }
 
   // Free communication (every transfer and collective takes zero time): for tests against

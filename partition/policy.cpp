@@ -212,7 +212,7 @@ class ChunkCost {
     const Prefix& pre = *pre_[static_cast<size_t>(k % p_)];
     const double flops_f = pre.range(pre.forward, a, b);
     const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
-    double t = cost_.compute_time_s(device, flops_f) + cost_.compute_time_s(device, flops_b);
+    double t = cost_.compute_time_s(device, TaskKind::forward, flops_f) + cost_.compute_time_s(device, TaskKind::backward, flops_b);
     if (k + 1 < chunks_) {
       const auto& next = ranks_[static_cast<size_t>((k + 1) % p_)];
       // 1/t of the boundary to each rank of the next group (t: its degree).

@@ -83,7 +83,7 @@ struct Device {
 class Simulation {
  public:
   Simulation(const Plan& plan, const SimOptions& options)
-      : plan_(plan), cluster_(plan.cluster), options_(options), cost_(plan.cluster, plan.layout.precision, options.calibration),
+      : plan_(plan), options_(options), cost_(plan.cluster, plan.layout.precision, options.calibration),
         tasks_(plan.tasks.size()), iterations_(std::max(1, plan.iterations())) {
     cost_.set_free_communication(options.free_communication);
   }
@@ -95,7 +95,7 @@ class Simulation {
     std::vector<double> speeds;
     for (int d = 0; d < cost_.device_count(); ++d) speeds.push_back(cost_.peak_flops_per_s(d));
     start_engine(plan_.programs.size());
-    spec_ = platform_spec(cluster_, speeds);
+    spec_ = platform_spec(cost_.cluster(), speeds);  // its links scaled by the calibration
     if (options_.free_communication) {
       // Free communication: every link instantaneous, so transfers keep their rendezvous
       // (a receive still waits for its send) but take no time.
@@ -194,7 +194,7 @@ class Simulation {
         case TaskKind::backward:
         case TaskKind::backward_weight:
         case TaskKind::optimizer:
-          if (!std::isfinite(cost_.compute_time_s(t.device, t.flops, t.memory_bytes) * cost_.peak_flops_per_s(t.device))) {
+          if (!std::isfinite(cost_.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes) * cost_.peak_flops_per_s(t.device))) {
             why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
                   " bytes of memory traffic take longer than the simulator can count";
           }
@@ -292,7 +292,7 @@ class Simulation {
         const size_t at = instance(id, stream.iteration);
         const double duration = at < options_.compute_s.size() && options_.compute_s[at] >= 0
                                     ? options_.compute_s[at]
-                                    : cost_.compute_time_s(t.device, t.flops, t.memory_bytes);
+                                    : cost_.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
         if (duration <= 0) break;
         flight.add(sg::this_actor::exec_async(duration * cost_.peak_flops_per_s(t.device)), s);
         ++activities_;
@@ -524,7 +524,6 @@ class Simulation {
   }
 
   const Plan& plan_;
-  const model::Cluster& cluster_;
   const SimOptions& options_;
   partition::CostModel cost_;
   size_t tasks_;     // per iteration

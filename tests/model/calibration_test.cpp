@@ -1,0 +1,89 @@
+// The calibration: its efficiency curve against hand computation, per-kind fallbacks, the
+// file's round trip and errors, and link factors applied to every link of a class.
+#include "model/calibration.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/cluster.hpp"
+#include "model/error.hpp"
+#include "model/io.hpp"
+
+using namespace hetflow::model;
+
+TEST(Calibration, TheCurveRisesToItsMaximumAndAddsTheOverhead) {
+  const Efficiency flat{0.5, 0, 1e-3};
+  EXPECT_DOUBLE_EQ(flat.efficiency(1), 0.5);
+  EXPECT_DOUBLE_EQ(flat.time_s(2e9, 1e12), 1e-3 + 2e9 / (1e12 * 0.5));
+  EXPECT_EQ(flat.time_s(0, 1e12), 0);  // no work, no task
+
+  const Efficiency curve{0.8, 1e9, 10e-6};
+  // At F = S: 1 - 1/e of the maximum; far above it, the maximum.
+  EXPECT_NEAR(curve.efficiency(1e9), 0.8 * (1 - std::exp(-1.0)), 1e-15);
+  EXPECT_NEAR(curve.efficiency(1e12), 0.8, 1e-12);
+  // A tiny task costs about filling the device once: S / (P max).
+  EXPECT_NEAR(curve.math_s(1, 1e12), 1e9 / (1e12 * 0.8), 1e-9);
+  EXPECT_NEAR(curve.time_s(3e9, 1e12), 10e-6 + 3e9 / (1e12 * 0.8 * (1 - std::exp(-3.0))), 1e-15);
+}
+
+TEST(Calibration, AKindFallsBackToItsGpuTypeAndMissingFieldsAreTheTypes) {
+  const Calibration c = parse_calibration(
+      "gpus: {A100-80: {max_efficiency: 0.7, saturation_flops: 1e9, overhead: 5 us, dispatch: 2 us,\n"
+      "                 kinds: {backward: {max_efficiency: 0.6}}}}\n",
+      "cal.yaml");
+  const GpuEfficiency& g = c.gpu("A100-80");
+  EXPECT_DOUBLE_EQ(g.dispatch_s, 2e-6);
+  EXPECT_EQ(&g.of("forward"), static_cast<const Efficiency*>(&g));
+  EXPECT_DOUBLE_EQ(g.of("backward").max_efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(g.of("backward").saturation_flops, 1e9);  // the type's
+  EXPECT_DOUBLE_EQ(g.of("backward").overhead_s, 5e-6);
+  EXPECT_DOUBLE_EQ(c.gpu("V100-16").max_efficiency, 0.6);  // not given: the default
+}
+
+TEST(Calibration, WritesWhatItReads) {
+  Calibration c;
+  c.default_gpu.max_efficiency = 0.55;
+  GpuEfficiency g;
+  g.max_efficiency = 0.6999999999999997;
+  g.saturation_flops = 20000000.00000005;
+  g.overhead_s = 50.000000001004e-6;
+  g.dispatch_s = 37.3e-6;
+  g.kinds["backward"] = Efficiency{0.5000000000000036, 49999999.999999285, 80.00000000006798e-6};
+  g.kinds["optimizer"] = Efficiency{0.15, 0, 1e-3};
+  c.gpus["CPU"] = g;
+  c.links["pcie"] = LinkCalibration{0.29423573956578997, 25.736221360836765};
+  const std::string text = write_calibration(c);
+  EXPECT_EQ(parse_calibration(text, "round.yaml"), c) << text;
+}
+
+TEST(Calibration, RefusesUnknownKindsAndBadCurves) {
+  auto error_of = [](const std::string& yaml) {
+    try {
+      parse_calibration(yaml, "cal.yaml");
+    } catch (const hetflow::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of("gpus: {A100-80: {kinds: {send: {max_efficiency: 0.5}}}}\n").find(
+                "gpus.A100-80.kinds.send: expected a compute task kind"),
+            std::string::npos);
+  EXPECT_NE(error_of("gpus: {A100-80: {saturation_flops: -1}}\n").find("gpus.A100-80.saturation_flops"),
+            std::string::npos);
+  EXPECT_NE(error_of("gpus: {A100-80: {kinds: {forward: {max_efficency: 0.5}}}}\n").find("max_efficency"),
+            std::string::npos);
+  EXPECT_NE(error_of("gpus: {A100-80: {dispatch: 2 parsecs}}\n").find("gpus.A100-80.dispatch"), std::string::npos);
+}
+
+TEST(Calibration, LinkFactorsScaleEveryLinkOfTheirClass) {
+  const Cluster cluster = builtin_cluster("mixed-academic");
+  Calibration c;
+  c.links["nic"] = LinkCalibration{0.5, 3};
+  const Cluster scaled = apply_link_calibration(cluster, c);
+  for (size_t n = 0; n < cluster.nodes.size(); ++n) {
+    EXPECT_DOUBLE_EQ(scaled.nodes[n].nic.bandwidth_bytes_per_s, 0.5 * cluster.nodes[n].nic.bandwidth_bytes_per_s);
+    EXPECT_DOUBLE_EQ(scaled.nodes[n].nic.latency_s, 3 * cluster.nodes[n].nic.latency_s);
+    EXPECT_EQ(scaled.nodes[n].intra, cluster.nodes[n].intra);  // other classes untouched
+  }
+}
