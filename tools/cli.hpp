@@ -23,6 +23,7 @@ struct Command {
   const char* positional;   // the option a lone argument gives (validate's plan file), or nullptr
   void (*options)(po::options_description& options);  // adds the command's own options
   int (*run)(const std::vector<std::string>& args, std::ostream& out);
+  int positional_count = 1;  // lone arguments the positional option takes (-1: any number)
 };
 
 const std::vector<Command>& commands();

@@ -15,6 +15,7 @@
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
+#include "tools/trace_files.hpp"
 #include "tools/what_if.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
@@ -41,29 +42,19 @@ struct Replay {
 Replay read_replay(const po::variables_map& vm) {
   Replay r;
   r.trace_path = vm["trace-file"].as<std::string>();
-  std::ifstream in(r.trace_path, std::ios::binary);
-  if (!in) throw InputError(r.trace_path, 0, "file", "cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  r.measured = traces::read_trace_csv(text.str(), r.trace_path);
-  if (r.measured.events.empty()) throw InputError(r.trace_path, 0, "events", "the trace has no events: nothing to replay");
-  int iterations = 0;
-  for (const traces::Event& e : r.measured.events) iterations = std::max(iterations, e.iteration + 1);
-
-  const std::string plan_path = vm["plan"].as<std::string>();
-  r.plan = read_plan_file(plan_path, "--plan");
-  partition::require_valid(r.plan);
-  r.plan.layout.iterations = iterations;  // a run's trace: the plan with its warm-up and steps
-  r.plan.fingerprint = partition::plan_fingerprint(r.plan);
-  if (r.measured.fingerprint != r.plan.fingerprint) {
-    throw InputError(r.trace_path, 0, "fingerprint",
-                     "the trace was made from another plan: it says " + r.measured.fingerprint + ", " + plan_path +
-                         " run for " + std::to_string(iterations) + " iterations gives " + r.plan.fingerprint);
-  }
+  r.measured = read_trace_file(r.trace_path);
+  r.plan = plan_of_trace(vm["plan"].as<std::string>(), "--plan", r.measured, r.trace_path);
+  const int iterations = r.plan.layout.iterations;
 
   const size_t tasks = r.plan.tasks.size();
   r.options.calibration = read_calibration_option(vm, r.plan.cluster);
   r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
+  // A calibrated dispatch (the hand-off before each task, which no measured duration holds)
+  // is added to every measured duration, as the simulator adds it to modelled ones.
+  std::vector<double> dispatch_s;
+  for (const model::Device& d : r.plan.cluster.devices()) {
+    dispatch_s.push_back(r.options.calibration.gpu(r.plan.cluster.device_gpu(d).name).dispatch_s);
+  }
   for (const traces::Event& e : r.measured.events) {
     if (!is_compute(e.kind)) continue;
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks ||
@@ -71,7 +62,9 @@ Replay read_replay(const po::variables_map& vm) {
       throw InputError(r.trace_path, 0, "task",
                        "event of task " + std::to_string(e.task) + " (" + e.kind + ") is no such task of the plan");
     }
-    r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = e.end_s - e.start_s;
+    const size_t device = static_cast<size_t>(r.plan.tasks[static_cast<size_t>(e.task)].device);
+    r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
+        e.end_s - e.start_s + (device < dispatch_s.size() ? dispatch_s[device] : 0);
   }
   long long missing = 0;
   for (size_t i = 0; i < r.options.compute_s.size(); ++i) {

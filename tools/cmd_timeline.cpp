@@ -9,6 +9,7 @@
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "tools/cli.hpp"
+#include "tools/trace_files.hpp"
 #include "traces/timeline_svg.hpp"
 #include "traces/trace_io.hpp"
 
@@ -49,20 +50,6 @@ traces::IterationRange parse_iterations(const std::string& text) {
   return r;
 }
 
-traces::Trace read_trace_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw InputError(path, 0, "trace", std::filesystem::exists(path, ec) ? "is not a regular file" : "cannot be read: no such file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, 0, "trace", "cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();  // an empty file inserts nothing: the reader then says what is missing
-  traces::Trace trace = traces::read_trace_csv(text.str(), path);
-  if (trace.events.empty()) throw InputError(path, 0, "events", "the trace has no events; there is nothing to draw");
-  return trace;
-}
-
 traces::TimelineOptions read_timeline_options(const po::variables_map& vm) {
   traces::TimelineOptions o;
   o.width_px = vm["width"].as<int>();
@@ -96,7 +83,13 @@ int run_timeline(const std::vector<std::string>& args, std::ostream& out) {
   const std::string path = vm["trace"].as<std::string>(), svg_path = vm["out"].as<std::string>();
   const bool utilization = vm["utilization"].as<bool>();
 
-  const traces::Trace trace = read_trace_file(path);
+  traces::Trace trace;
+  try {
+    trace = read_trace_file(path);
+  } catch (const InputError& e) {
+    if (e.field() != "events") throw;
+    throw InputError(path, 0, "events", "the trace has no events; there is nothing to draw");
+  }
   traces::TimelineView view;
   std::string svg;
   try {

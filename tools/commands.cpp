@@ -16,6 +16,7 @@ void simulate_options(po::options_description& options);
 void run_options(po::options_description& options);
 void replay_options(po::options_description& options);
 void timeline_options(po::options_description& options);
+void calibrate_options(po::options_description& options);
 void check_timeline_options(const po::variables_map& vm);  // --iterations, --width as timeline reads them
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
@@ -25,6 +26,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out);
 int run_run(const std::vector<std::string>& args, std::ostream& out);
 int run_replay(const std::vector<std::string>& args, std::ostream& out);
 int run_timeline(const std::vector<std::string>& args, std::ostream& out);
+int run_calibrate(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -46,6 +48,9 @@ const std::vector<Command>& commands() {
       {"timeline", "draw a trace as an SVG picture: the schedule per device, or --utilization",
        "[--trace] t.csv -o timeline.svg [--utilization] [--iterations A:B] [--width PX]", "trace", timeline_options,
        run_timeline},
+      {"calibrate", "fit efficiency curves, dispatch and link factors to measured traces; write a calibration",
+       "TRACE... --plan plan.json... -o calibration.yaml [--calibration prior.yaml] [--json]", "trace",
+       calibrate_options, run_calibrate, -1},
   };
   return list;
 }
@@ -65,7 +70,7 @@ bool parse_command_options(const std::string& name, const std::vector<std::strin
   if (command == nullptr) throw InputError("<command line>", 0, "command", "unknown command '" + name + "'");
   command->options(options);
   po::positional_options_description positional;
-  if (command->positional != nullptr) positional.add(command->positional, 1);
+  if (command->positional != nullptr) positional.add(command->positional, command->positional_count);
   return parse_options(name, command->usage, options, args, vm, out,
                        command->positional != nullptr ? &positional : nullptr);
 }

@@ -1,0 +1,145 @@
+// hetflow calibrate as a user runs it. The oracle: traces the simulator made with a known
+// calibration (efficiency curves per task kind, per-task overheads, link factors) must give
+// that calibration back (the issue asks 2 %), and the fitted file, given back to simulate,
+// must reproduce the traces' iteration times.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/calibration.hpp"
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+using hetflow::test_support::scratch_dir;
+using hetflow::test_support::slurp;
+
+namespace {
+
+const std::string kModel = "--cluster cpu-4 --model gpt:layers=4,hidden=128,heads=4,seq=64,vocab=512 --workspace 0 "
+                           "--precision fp32";
+
+// Forward and backward with their own curves and overheads; PCIe 25 x slower to start and at
+// 0.3 of its nominal bandwidth.
+const char* kTrue =
+    "gpus:\n"
+    "  CPU: {max_efficiency: 0.7, saturation_flops: 2e7, overhead: 50 us,\n"
+    "        kinds: {backward: {max_efficiency: 0.5, saturation_flops: 5e7, overhead: 80 us}}}\n"
+    "links: {pcie: {bandwidth_factor: 0.3, latency_factor: 25}}\n";
+
+struct TracedPlan {
+  std::string plan, trace;
+};
+
+// Plans whose transfers never share a link (pipelines, or data parallelism alone), so the
+// simulator's times are the no-contention model's that the fit assumes.
+std::vector<TracedPlan> simulated_runs(const std::filesystem::path& dir, const std::string& calibration) {
+  const std::vector<std::string> layouts = {"--pipeline 4 --micro-batch 1 --microbatches 4",
+                                            "--pipeline 4 --micro-batch 2 --microbatches 4",
+                                            "--pipeline 4 --micro-batch 4 --microbatches 4",
+                                            "--pipeline 1 --data 4 --microbatches 2 --bucket-size 1MiB",
+                                            "--pipeline 1 --data 4 --microbatches 2 --bucket-size 256KiB"};
+  std::vector<TracedPlan> runs;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const TracedPlan r{(dir / ("p" + std::to_string(i) + ".json")).string(), (dir / ("t" + std::to_string(i) + ".csv")).string()};
+    const auto p = run_hetflow("plan " + kModel + " " + layouts[i] + " --out " + r.plan);
+    EXPECT_EQ(p.status, 0) << p.err;
+    const auto s = run_hetflow("simulate --plan " + r.plan + " --calibration " + calibration + " --iterations 3 --trace " + r.trace);
+    EXPECT_EQ(s.status, 0) << s.err;
+    runs.push_back(r);
+  }
+  return runs;
+}
+
+std::string calibrate_args(const std::vector<TracedPlan>& runs) {
+  std::string traces, plans;
+  for (const TracedPlan& r : runs) traces += " " + r.trace, plans += " --plan " + r.plan;
+  return "calibrate" + traces + plans;
+}
+
+double iteration_time_s(const std::string& plan, const std::string& calibration) {
+  const auto s = run_hetflow("simulate --plan " + plan + " --calibration " + calibration + " --iterations 3 --json");
+  EXPECT_EQ(s.status, 0) << s.err;
+  return nlohmann::json::parse(s.out)["iteration_time_s"].get<double>();
+}
+
+}  // namespace
+
+TEST(CalibrateCli, RecoversTheCalibrationTheSimulatorTracesWereMadeWith) {
+  const auto dir = scratch_dir();
+  const std::string truth = (dir / "true.yaml").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(truth) << kTrue;
+  const std::vector<TracedPlan> runs = simulated_runs(dir, truth);
+  const auto c = run_hetflow(calibrate_args(runs) + " -o " + fitted + " --json");
+  ASSERT_EQ(c.status, 0) << c.err << c.out;
+  const auto j = nlohmann::json::parse(c.out);
+
+  const hetflow::model::Calibration want = hetflow::model::parse_calibration(kTrue, "true.yaml");
+  const hetflow::model::Calibration got = hetflow::model::load_calibration(fitted);
+  for (const std::string kind : {"forward", "backward"}) {
+    SCOPED_TRACE(kind);
+    const hetflow::model::Efficiency& w = want.gpu("CPU").of(kind);
+    const hetflow::model::Efficiency& g = got.gpu("CPU").of(kind);
+    EXPECT_NEAR(g.max_efficiency, w.max_efficiency, 0.02 * w.max_efficiency);
+    EXPECT_NEAR(g.saturation_flops, w.saturation_flops, 0.02 * w.saturation_flops);
+    EXPECT_NEAR(g.overhead_s, w.overhead_s, 0.02 * w.overhead_s);
+  }
+  EXPECT_NEAR(got.link("pcie").latency_factor, 25, 0.02 * 25);
+  EXPECT_NEAR(got.link("pcie").bandwidth_factor, 0.3, 0.02 * 0.3);
+  EXPECT_EQ(got.gpu("CPU").dispatch_s, 0);  // the simulator starts every task when it is ready
+  ASSERT_EQ(j["links"].size(), 1u);
+  EXPECT_GT(j["links"][0]["sizes"].get<int>(), 2);  // activations of three sizes, two bucket sizes
+  for (const auto& fit : j["compute"]) {
+    // The optimizer is memory-bound at some sizes (the roofline's other side), which a
+    // compute curve follows less closely.
+    EXPECT_LT(fit["residual"].get<double>(), fit["kind"] == "optimizer" ? 0.05 : 0.005) << fit;
+  }
+
+  // The fitted file in use: every trace's plan simulates as with the true calibration.
+  for (const TracedPlan& r : runs) {
+    const double t_true = iteration_time_s(r.plan, truth), t_fit = iteration_time_s(r.plan, fitted);
+    EXPECT_NEAR(t_fit, t_true, 0.01 * t_true) << r.plan;
+  }
+}
+
+// The text report names each fit with its formula and residual, and where it wrote.
+TEST(CalibrateCli, PrintsEachFitWithItsResidual) {
+  const auto dir = scratch_dir();
+  const std::string truth = (dir / "true.yaml").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(truth) << kTrue;
+  const std::vector<TracedPlan> runs = simulated_runs(dir, truth);
+  const auto c = run_hetflow(calibrate_args({runs[0]}) + " -o " + fitted);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("time = overhead + F / (peak x max_efficiency x (1 - exp(-F / saturation)))"), std::string::npos);
+  EXPECT_NE(c.out.find("time = latency_factor x A + B / bandwidth_factor"), std::string::npos);
+  EXPECT_NE(c.out.find("residual"), std::string::npos);
+  EXPECT_NE(c.out.find("wrote " + fitted), std::string::npos);
+  // One trace has one size per stage: said so, not hidden.
+  EXPECT_NE(c.out.find("task sizes"), std::string::npos) << c.out;
+}
+
+TEST(CalibrateCli, RefusesForeignTracesAndMismatchedPlans) {
+  const auto dir = scratch_dir();
+  const std::string truth = (dir / "true.yaml").string(), out = (dir / "out.yaml").string();
+  std::ofstream(truth) << kTrue;
+  const std::vector<TracedPlan> runs = simulated_runs(dir, truth);
+  // The trace of plan 0 with plan 1: another plan's trace.
+  auto r = run_hetflow("calibrate " + runs[0].trace + " --plan " + runs[1].plan + " -o " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(runs[0].trace + ": fingerprint"), std::string::npos) << r.err;
+  // Two traces, three plans.
+  r = run_hetflow("calibrate " + runs[0].trace + " " + runs[1].trace + " --plan " + runs[0].plan + " --plan " +
+                  runs[1].plan + " --plan " + runs[2].plan + " -o " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--plan"), std::string::npos) << r.err;
+  // A file that is no trace.
+  r = run_hetflow("calibrate " + truth + " --plan " + runs[0].plan + " -o " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(truth), std::string::npos) << r.err;
+  r = run_hetflow("calibrate " + (dir / "missing.csv").string() + " --plan " + runs[0].plan + " -o " + out);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("no such file"), std::string::npos) << r.err;
+}

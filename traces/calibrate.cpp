@@ -1,0 +1,441 @@
+#include "traces/calibrate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "model/error.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/estimate.hpp"
+#include "partition/run_graph.hpp"
+
+namespace hetflow::traces {
+
+namespace {
+
+using partition::TaskKind;
+
+bool is_compute(TaskKind k) {
+  return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::optimizer;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<long>(mid)) + upper) / 2;
+}
+
+// (task, iteration) -> event index.
+struct EventIndex {
+  size_t tasks = 0;
+  std::vector<int> at;  // iteration * tasks + task; -1 where the trace has no such event
+  int iterations = 0;
+
+  EventIndex(const Trace& trace, const partition::Plan& plan) : tasks(plan.tasks.size()) {
+    for (const Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
+    at.assign(tasks * static_cast<size_t>(iterations), -1);
+    for (size_t i = 0; i < trace.events.size(); ++i) {
+      const Event& e = trace.events[i];
+      if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || e.iteration < 0) continue;
+      at[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = static_cast<int>(i);
+    }
+  }
+  int operator()(int task, int iteration) const {
+    if (iteration < 0 || iteration >= iterations) return -1;
+    return at[static_cast<size_t>(iteration) * tasks + static_cast<size_t>(task)];
+  }
+};
+
+// Weighted least squares of y ~ a * x1 + b * x2 (weights w), closed form; nullopt when singular.
+struct Fit2 {
+  double a = 0, b = 0;
+  bool ok = false;
+};
+Fit2 least_squares2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y,
+                    const std::vector<double>& w) {
+  double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    s11 += w[i] * x1[i] * x1[i];
+    s12 += w[i] * x1[i] * x2[i];
+    s22 += w[i] * x2[i] * x2[i];
+    s1y += w[i] * x1[i] * y[i];
+    s2y += w[i] * x2[i] * y[i];
+  }
+  const double det = s11 * s22 - s12 * s12;
+  if (!(std::abs(det) > 1e-12 * std::max(s11 * s22, 1e-300))) return {};
+  return {(s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det, true};
+}
+
+// y ~ b * x (weights w).
+double least_squares1(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w) {
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    sxx += w[i] * x[i] * x[i];
+    sxy += w[i] * x[i] * y[i];
+  }
+  return sxx > 0 ? sxy / sxx : 0;
+}
+
+double rms_relative(const std::vector<double>& predicted, const std::vector<double>& y) {
+  double sum = 0;
+  for (size_t i = 0; i < y.size(); ++i) sum += std::pow((predicted[i] - y[i]) / y[i], 2);
+  return y.empty() ? 0 : std::sqrt(sum / static_cast<double>(y.size()));
+}
+
+// Sizes closer than this are one size: a slope between them would be measurement noise
+// (two devices' optimizer steps over nearly equal parameter counts, say).
+constexpr double kSameSize = 0.05;
+
+int distinct(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  int n = 0;
+  double first_of_group = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i == 0 || v[i] > first_of_group * (1 + kSameSize)) {
+      ++n;
+      first_of_group = v[i];
+    }
+  }
+  return n;
+}
+
+// --- compute ---
+
+struct ComputeObservation {
+  double flops = 0, peak = 0, memory_s = 0, time_s = 0;
+};
+
+// The best (overhead, 1/max_efficiency) for one saturation, and its residual.
+struct CurveTry {
+  model::Efficiency e;
+  double residual = std::numeric_limits<double>::infinity();
+};
+
+double predicted_s(const model::Efficiency& e, const ComputeObservation& o) {
+  return e.overhead_s + std::max(e.math_s(o.flops, o.peak), o.memory_s);
+}
+
+CurveTry fit_curve(const std::vector<ComputeObservation>& obs, double saturation_flops, bool fit_overhead,
+                   double prior_overhead_s) {
+  std::vector<double> ones, h, y, w, pred;
+  model::Efficiency unit{1, saturation_flops, 0};
+  for (const ComputeObservation& o : obs) {
+    ones.push_back(1);
+    h.push_back(unit.math_s(o.flops, o.peak));  // the math time at efficiency 1
+    y.push_back(o.time_s);
+    w.push_back(1 / (o.time_s * o.time_s));     // relative errors
+  }
+  CurveTry t;
+  t.e.saturation_flops = saturation_flops;
+  double inverse_efficiency = 0;
+  Fit2 f;
+  if (fit_overhead) f = least_squares2(ones, h, y, w);
+  if (f.ok && f.a >= 0) {
+    t.e.overhead_s = f.a;
+    inverse_efficiency = f.b;
+  } else {
+    t.e.overhead_s = fit_overhead ? 0 : prior_overhead_s;
+    std::vector<double> rest;
+    for (size_t i = 0; i < y.size(); ++i) rest.push_back(y[i] - t.e.overhead_s);
+    inverse_efficiency = least_squares1(h, rest, w);
+  }
+  if (!(inverse_efficiency >= 1)) {
+    // Faster than the peak: the times hardly grow with the work. Efficiency 1, and the
+    // overhead carries the rest (the weighted mean of what the math leaves).
+    inverse_efficiency = 1;
+    if (fit_overhead) {
+      double sum = 0, weights = 0;
+      for (size_t i = 0; i < y.size(); ++i) sum += w[i] * (y[i] - h[i]), weights += w[i];
+      t.e.overhead_s = std::max(0.0, sum / weights);
+    }
+  }
+  t.e.max_efficiency = 1 / inverse_efficiency;
+  for (const ComputeObservation& o : obs) pred.push_back(predicted_s(t.e, o));
+  t.residual = rms_relative(pred, y);
+  return t;
+}
+
+ComputeFit fit_compute(const std::string& gpu, const std::string& kind, const std::vector<ComputeObservation>& obs,
+                       const model::Efficiency& prior) {
+  ComputeFit fit{gpu, kind, static_cast<int>(obs.size()), 0, prior, 0, ""};
+  std::vector<double> flops;
+  for (const ComputeObservation& o : obs) flops.push_back(o.flops);
+  fit.sizes = distinct(flops);
+  CurveTry best = fit_curve(obs, 0, fit.sizes >= 2, prior.overhead_s);
+  if (fit.sizes == 1) fit.note = "one task size: overhead kept at the prior's, efficiency fitted, flat";
+  if (fit.sizes == 2) fit.note = "two task sizes: overhead and a flat efficiency fitted";
+  if (fit.sizes >= 3) {
+    // The saturation on a log grid around the observed sizes, then golden section around the
+    // best grid point (the residual is smooth in log saturation).
+    const auto [lo, hi] = std::minmax_element(flops.begin(), flops.end());
+    const double a = std::log(*lo / 100), b = std::log(*hi * 100);
+    constexpr int kGrid = 80;
+    int best_i = -1;
+    for (int i = 0; i <= kGrid; ++i) {
+      const CurveTry t = fit_curve(obs, std::exp(a + (b - a) * i / kGrid), true, prior.overhead_s);
+      if (t.residual < best.residual) best = t, best_i = i;
+    }
+    if (best_i >= 0) {
+      double x0 = a + (b - a) * std::max(0, best_i - 1) / kGrid, x1 = a + (b - a) * std::min(kGrid, best_i + 1) / kGrid;
+      const double g = (std::sqrt(5.0) - 1) / 2;
+      for (int step = 0; step < 60; ++step) {
+        const double c = x1 - g * (x1 - x0), d = x0 + g * (x1 - x0);
+        const CurveTry tc = fit_curve(obs, std::exp(c), true, prior.overhead_s);
+        const CurveTry td = fit_curve(obs, std::exp(d), true, prior.overhead_s);
+        if (tc.residual < td.residual) {
+          x1 = d;
+          if (tc.residual < best.residual) best = tc;
+        } else {
+          x0 = c;
+          if (td.residual < best.residual) best = td;
+        }
+      }
+    }
+  }
+  fit.efficiency = best.e;
+  fit.residual = best.residual;
+  return fit;
+}
+
+// --- links ---
+
+struct LinkObservation {
+  double latency_part_s = 0, bandwidth_part_s = 0, time_s = 0, bytes = 0;
+  double route_latency_s = 0, route_bandwidth_bytes_per_s = 0;
+};
+
+// The cluster split into a latency-only one (bandwidths unbounded) and a bandwidth-only one
+// (latencies zero), so that a nominal time splits into A + B.
+model::Cluster latency_only(model::Cluster c) {
+  constexpr double kUnbounded = 1e9;
+  for (model::Node& n : c.nodes) {
+    n.intra.bandwidth_bytes_per_s *= kUnbounded;
+    n.intra.uplink_bandwidth_bytes_per_s *= kUnbounded;
+    n.nic.bandwidth_bytes_per_s *= kUnbounded;
+  }
+  for (model::WanLink& w : c.wan) w.bandwidth_bytes_per_s *= kUnbounded;
+  return c;
+}
+model::Cluster bandwidth_only(model::Cluster c) {
+  for (model::Node& n : c.nodes) n.intra.latency_s = n.nic.latency_s = 0;
+  for (model::WanLink& w : c.wan) w.latency_s = 0;
+  for (model::Region& r : c.regions) r.fabric.latency_s = 0;
+  return c;
+}
+
+LinkFit fit_link(const std::string& link_class, const std::vector<LinkObservation>& obs) {
+  LinkFit fit;
+  fit.link_class = link_class;
+  fit.observations = static_cast<int>(obs.size());
+  std::vector<double> a, b, y, w, bytes, pred;
+  for (const LinkObservation& o : obs) {
+    a.push_back(o.latency_part_s);
+    b.push_back(o.bandwidth_part_s);
+    y.push_back(o.time_s);
+    w.push_back(1 / (o.time_s * o.time_s));
+    bytes.push_back(o.bytes);
+    if (fit.nominal_bandwidth_bytes_per_s == 0 || o.route_bandwidth_bytes_per_s > fit.nominal_bandwidth_bytes_per_s) {
+      fit.nominal_bandwidth_bytes_per_s = o.route_bandwidth_bytes_per_s;
+      fit.nominal_latency_s = o.route_latency_s;
+    }
+  }
+  fit.sizes = distinct(bytes);
+  Fit2 f;
+  if (fit.sizes >= 2) f = least_squares2(a, b, y, w);
+  if (f.ok && f.a >= 0 && f.b > 0) {
+    fit.factors.latency_factor = f.a;
+    fit.factors.bandwidth_factor = 1 / f.b;
+  } else {
+    // One size (or a fit that says negative latency): the latency as nominal, the bandwidth fitted.
+    std::vector<double> rest;
+    for (size_t i = 0; i < y.size(); ++i) rest.push_back(y[i] - a[i]);
+    const double inverse = least_squares1(b, rest, w);
+    fit.factors.bandwidth_factor = inverse > 0 ? 1 / inverse : 1;
+    fit.note = fit.sizes < 2 ? "one message size: latency kept nominal, bandwidth fitted"
+                             : "latency and bandwidth not separable here: latency kept nominal, bandwidth fitted";
+  }
+  for (size_t i = 0; i < y.size(); ++i) {
+    pred.push_back(fit.factors.latency_factor * a[i] + b[i] / fit.factors.bandwidth_factor);
+  }
+  fit.residual = rms_relative(pred, y);
+  return fit;
+}
+
+// The link classes a calibration has factors for (a fat tree's "fabric" uplinks are the
+// NICs' bandwidth, not a class of their own).
+bool calibrated_class(const std::string& c) {
+  return c == "pcie" || c == "nvlink" || c == "nvswitch" || c == "nic" || c == "wan";
+}
+
+void check_run(const MeasuredRun& run) {
+  const Trace& t = *run.trace;
+  if (t.fingerprint != run.plan->fingerprint) {
+    throw InputError(run.name, 0, "fingerprint",
+                     "the trace was made from another plan: it says " + t.fingerprint + ", the plan is " +
+                         run.plan->fingerprint);
+  }
+  for (const Event& e : t.events) {
+    if (e.task < 0 || static_cast<size_t>(e.task) >= run.plan->tasks.size() ||
+        std::string(partition::to_string(run.plan->task(e.task).kind)) != e.kind) {
+      throw InputError(run.name, 0, "task", "event of task " + std::to_string(e.task) + " (" + e.kind +
+                                                ") is no such task of the plan");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<double> ready_times(const Trace& trace, const partition::Plan& plan) {
+  const EventIndex index(trace, plan);
+  const partition::RunGraph graph(plan);
+  // Predecessors of each task: its data and order edges (with offsets), and the task before
+  // it on its stream (the last task of the stream's previous iteration for the first one).
+  std::vector<std::vector<std::pair<int, int>>> before(plan.tasks.size());  // (task, iteration offset)
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    for (const partition::RunGraph::Successor& s : graph.successors(static_cast<int>(t))) {
+      before[static_cast<size_t>(s.task)].emplace_back(static_cast<int>(t), s.offset);
+    }
+  }
+  for (const auto& device : plan.programs) {
+    for (const partition::StreamProgram& stream : device) {
+      for (size_t k = 0; k < stream.tasks.size(); ++k) {
+        const int previous = k > 0 ? stream.tasks[k - 1] : stream.tasks.back();
+        before[static_cast<size_t>(stream.tasks[k])].emplace_back(previous, k > 0 ? 0 : 1);
+      }
+    }
+  }
+  std::vector<double> ready(trace.events.size());
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const Event& e = trace.events[i];
+    ready[i] = e.start_s;
+    if (e.task < 0 || static_cast<size_t>(e.task) >= plan.tasks.size()) continue;
+    double latest = -std::numeric_limits<double>::infinity();
+    for (const auto& [task, offset] : before[static_cast<size_t>(e.task)]) {
+      const int at = index(task, e.iteration - offset);
+      if (at >= 0) latest = std::max(latest, trace.events[static_cast<size_t>(at)].end_s);
+    }
+    if (latest > -std::numeric_limits<double>::infinity()) ready[i] = std::min(e.start_s, latest);
+  }
+  return ready;
+}
+
+CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Calibration& prior) {
+  std::map<std::pair<std::string, std::string>, std::vector<ComputeObservation>> compute;  // (gpu, kind)
+  std::map<std::string, std::vector<double>> gaps;                                        // gpu -> dispatch gaps
+  std::map<std::string, std::vector<LinkObservation>> links;                              // class
+  for (const MeasuredRun& run : runs) {
+    check_run(run);
+    const Trace& trace = *run.trace;
+    const partition::Plan& plan = *run.plan;
+    const EventIndex index(trace, plan);
+    const std::vector<double> ready = ready_times(trace, plan);
+    const partition::CostModel nominal(plan.cluster, plan.layout.precision);
+    const partition::CostModel latency(latency_only(plan.cluster), plan.layout.precision);
+    const partition::CostModel bandwidth(bandwidth_only(plan.cluster), plan.layout.precision);
+    const partition::RunGraph graph(plan);
+    const int first = index.iterations > 1 ? 1 : 0;  // iteration 0 warms up
+    const std::vector<model::Device> devices = plan.cluster.devices();
+    bool any_compute = false;
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const partition::Task& task = plan.tasks[t];
+      const model::GpuSpec& spec = plan.cluster.device_gpu(devices.at(static_cast<size_t>(task.device)));
+      const std::string& gpu = spec.name;
+      std::vector<double> durations;
+      if (is_compute(task.kind)) {
+        for (int i = first; i < index.iterations; ++i) {
+          const int at = index(static_cast<int>(t), i);
+          if (at < 0) continue;
+          const Event& e = trace.events[static_cast<size_t>(at)];
+          durations.push_back(e.end_s - e.start_s);
+          gaps[gpu].push_back(e.start_s - ready[static_cast<size_t>(at)]);
+        }
+        const double d = median(durations);
+        if (durations.empty() || !(d > 0) || task.flops <= 0) continue;
+        any_compute = true;
+        const double peak = nominal.peak_flops_per_s(task.device);
+        const double memory_s = task.memory_bytes / spec.memory_bandwidth_bytes_per_s;
+        compute[{gpu, std::string(partition::to_string(task.kind))}].push_back({task.flops, peak, memory_s, d});
+      } else if (task.kind == TaskKind::send && graph.partner(static_cast<int>(t)) >= 0) {
+        const int recv = graph.partner(static_cast<int>(t));
+        const int src = task.device, dst = plan.task(recv).device;
+        for (int i = first; i < index.iterations; ++i) {
+          const int s = index(static_cast<int>(t), i), r = index(recv, i);
+          if (s < 0 || r < 0) continue;
+          durations.push_back(trace.events[static_cast<size_t>(r)].end_s -
+                              std::max(ready[static_cast<size_t>(s)], ready[static_cast<size_t>(r)]));
+        }
+        const double d = median(durations);
+        if (durations.empty() || !(d > 0) || task.bytes <= 0) continue;
+        const partition::Route route = nominal.route(src, dst);
+        if (!calibrated_class(route.bottleneck)) continue;
+        links[route.bottleneck].push_back({latency.transfer_time_s(src, dst, task.bytes),
+                                           bandwidth.transfer_time_s(src, dst, task.bytes), d, task.bytes,
+                                           route.latency_s, route.bandwidth_bytes_per_s});
+      }
+    }
+    for (const partition::Collective& c : plan.collectives) {
+      std::vector<double> durations;
+      for (int i = first; i < index.iterations; ++i) {
+        double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;
+        bool complete = true;
+        for (int task : c.tasks) {
+          const int at = index(task, i);
+          if (at < 0) {
+            complete = false;
+            break;
+          }
+          last_ready = std::max(last_ready, ready[static_cast<size_t>(at)]);
+          last_end = std::max(last_end, trace.events[static_cast<size_t>(at)].end_s);
+        }
+        if (complete) durations.push_back(last_end - last_ready);
+      }
+      const double d = median(durations);
+      if (durations.empty() || !(d > 0) || c.bytes <= 0) continue;
+      const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
+      // The class of the slowest route between ring neighbours.
+      partition::Route slowest{std::numeric_limits<double>::infinity(), 0, ""};
+      for (size_t k = 0; k < spec.devices.size(); ++k) {
+        const partition::Route r = nominal.route(spec.devices[k], spec.devices[(k + 1) % spec.devices.size()]);
+        if (r.bandwidth_bytes_per_s < slowest.bandwidth_bytes_per_s) slowest = r;
+      }
+      if (!calibrated_class(slowest.bottleneck)) continue;
+      links[slowest.bottleneck].push_back({latency.collective_time_s(spec), bandwidth.collective_time_s(spec), d, c.bytes,
+                                           slowest.latency_s, slowest.bandwidth_bytes_per_s});
+    }
+    if (!any_compute) throw InputError(run.name, 0, "events", "no compute task with FLOPs ran to completion: nothing to fit");
+  }
+
+  CalibrationFit out;
+  out.calibration = prior;
+  for (const auto& [key, obs] : compute) {
+    const auto& [gpu, kind] = key;
+    const model::GpuEfficiency& base = prior.gpu(gpu);
+    ComputeFit fit = fit_compute(gpu, kind, obs, base.of(kind));
+    auto [it, inserted] = out.calibration.gpus.try_emplace(gpu, base);
+    it->second.kinds[kind] = fit.efficiency;
+    out.compute.push_back(std::move(fit));
+  }
+  for (auto& [gpu, g] : out.calibration.gpus) {
+    // The type's own figures: its forward's (the kind most plans have most of).
+    if (const auto f = g.kinds.find("forward"); f != g.kinds.end()) static_cast<model::Efficiency&>(g) = f->second;
+  }
+  for (const auto& [gpu, v] : gaps) {
+    const double dispatch = std::max(0.0, median(v));
+    out.dispatch.push_back({gpu, static_cast<int>(v.size()), dispatch});
+    out.calibration.gpus.try_emplace(gpu, prior.gpu(gpu)).first->second.dispatch_s = dispatch;
+  }
+  for (const auto& [link_class, obs] : links) {
+    LinkFit fit = fit_link(link_class, obs);
+    out.calibration.links[link_class] = fit.factors;
+    out.links.push_back(std::move(fit));
+  }
+  return out;
+}
+
+}  // namespace hetflow::traces
