@@ -67,13 +67,14 @@ void BubbleMeter::add(int device, int iteration, double start_s, double end_s) {
   span_end_[key] = std::max(span_end_[key], end_s);
 }
 
-double BubbleMeter::fraction(int first_iteration) const {
+double BubbleMeter::fraction(int first_iteration, int end_iteration) const {
   double sum = 0;
   int count = 0;
   const auto n = static_cast<size_t>(iterations_);
+  const size_t end = end_iteration < 0 ? n : std::min(n, static_cast<size_t>(end_iteration));
   for (size_t d = 0; d < worker_of_.size(); ++d) {
     if (worker_of_[d] < 0) continue;
-    for (size_t it = static_cast<size_t>(std::max(first_iteration, 0)); it < n; ++it) {
+    for (size_t it = static_cast<size_t>(std::max(first_iteration, 0)); it < end; ++it) {
       const double busy = busy_[d * n + it];
       const size_t key = static_cast<size_t>(worker_of_[d]) * n + it;
       const double span = span_end_[key] - span_begin_[key];

@@ -44,8 +44,8 @@ class BubbleMeter {
   BubbleMeter(const Plan& plan, int iterations);
   // A pipeline compute task (forward, backward, backward_weight) of `device` ran then.
   void add(int device, int iteration, double start_s, double end_s);
-  // Averaged over iterations >= first_iteration.
-  double fraction(int first_iteration = 0) const;
+  // Averaged over iterations in [first_iteration, end_iteration) (end -1: to the last).
+  double fraction(int first_iteration = 0, int end_iteration = -1) const;
 
  private:
   int iterations_;

@@ -108,7 +108,8 @@ void replay_options(po::options_description& options) {
       ("plan", po::value<std::string>()->required(), "the plan file the trace ran (its fingerprint must match)")
       ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
       ("trace", po::value<std::string>(), "write the replayed trace as CSV")
-      ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON");
+      ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON")
+      ("metrics", po::value<std::string>(), "write the replay's per-iteration metrics as CSV");
   add_what_if_options(options);
 }
 
@@ -147,6 +148,9 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
       compare ? traces::compute_metrics(what_if_run.trace, changed,
                                         partition::CostModel(changed.cluster, changed.layout.precision, r.options.calibration))
               : traces::Metrics{};
+  if (vm.count("metrics") && written.completed) {
+    write("metrics", traces::write_metrics_csv(what_if.any() ? changed_metrics : got, written.trace));
+  }
   if (vm.count("json")) {
     Json steps = Json::array();
     for (size_t i = 0; i < measured_s.size(); ++i) {

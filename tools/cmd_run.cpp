@@ -147,7 +147,7 @@ Request read_request(po::variables_map& vm) {
     // A plan fixes its cluster, network and layout; only the run may change.
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
-          "plan", "steps", "warmup", "backend", "trace", "chrome", "watchdog", "max-tasks", "flop-scale", "max-buffer",
+          "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad"};
       const bool allowed = run_options.count(name) > 0;
@@ -556,7 +556,8 @@ void run_options(po::options_description& options) {
       ("weight-decay", po::value<std::string>()->default_value("0.01"), "decoupled weight decay of matrices and embeddings")
       ("clip-grad", po::value<std::string>()->default_value("1.0"), "clip gradients to this global norm (0: off)")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
-      ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)");
+      ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)")
+      ("metrics", po::value<std::string>(), "write per-iteration metrics as CSV (also of a partial run)");
 }
 
 int run_run(const std::vector<std::string>& args, std::ostream& out) {
@@ -609,6 +610,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
       result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster), request.warmup, cost, real) : Simulated{};
   if (training.training) f.losses = training.training->losses();
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
+  if (vm.count("metrics")) write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics");
 
   // 3. The report.
   if (vm.count("json")) {
@@ -624,6 +626,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   report_text(out, request, training, result, f, m, analytic, simulated, ranks.size());
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
+  if (vm.count("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
   return 0;
 }
 

@@ -49,7 +49,7 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
     // A plan fixes its cluster, network and layout; only the run length may change.
     for (const auto& [name, value] : vm) {
       const bool allowed = name == "plan" || name == "iterations" || name == "calibration" || name == "trace" ||
-                           name == "max-tasks" ||
+                           name == "max-tasks" || name == "metrics" ||
                            name == "chrome" || name == "straggler" || name == "scale-gpu" || name == "link" ||
                            name == "fail-device" || name == "fail-link" ||
                            name == "export-platform" || name == "json";
@@ -177,6 +177,7 @@ void simulate_options(po::options_description& options) {
       ("plan", po::value<std::string>(), "simulate this plan file instead of planning from the options")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
       ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)")
+      ("metrics", po::value<std::string>(), "write per-iteration metrics as CSV")
       ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
       ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
       ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here");
@@ -229,6 +230,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
   if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
   const traces::Metrics m = traces::compute_metrics(result.trace, changed, cost);
+  if (vm.count("metrics")) write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics");
   const partition::Estimate analytic = partition::estimate_plan(changed, cost);
   const bool compare = what_if.any() && baseline.completed;
   const traces::Metrics base =
@@ -252,6 +254,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   if (compare) print_what_if(out, what_if, base, m);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
+  if (vm.count("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
   return 0;
 }
 

@@ -1,8 +1,9 @@
 #include "traces/metrics.hpp"
 
+#include "model/error.hpp"
 #include "partition/collective_steps.hpp"
 #include "partition/estimate.hpp"
-#include "model/error.hpp"
+#include "traces/trace_io.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -82,31 +83,43 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       for (int d : rank) worker_of[static_cast<size_t>(d)] = static_cast<int>(w);
     }
   }
+  // Per iteration (index iteration * devices + device for the intervals).
+  const auto its = static_cast<size_t>(iterations);
+  std::vector<double> busy_it(its * devices, 0), flops_it(its, 0), bytes_it(its, 0);
+  std::vector<std::vector<std::pair<double, double>>> comm_it(its * devices), compute_it(its * devices);
   double model_flops = 0;
   for (const Event& e : trace.events) {
-    if (e.iteration < first) continue;
     const auto d = static_cast<size_t>(e.device);
+    const auto it = static_cast<size_t>(e.iteration);
+    const bool steady = e.iteration >= first;
     const double duration = e.end_s - e.start_s;
     if (on_compute_stream(e)) {
-      busy[d] += duration;
-      compute[d].emplace_back(e.start_s, e.end_s);
+      busy_it[it * devices + d] += duration;
+      compute_it[it * devices + d].emplace_back(e.start_s, e.end_s);
+      if (steady) busy[d] += duration, compute[d].emplace_back(e.start_s, e.end_s);
     } else {
-      comm[d].emplace_back(e.start_s, e.end_s);
+      comm_it[it * devices + d].emplace_back(e.start_s, e.end_s);
+      if (steady) comm[d].emplace_back(e.start_s, e.end_s);
     }
     if (is_pipeline_compute(e.kind)) {
       const partition::Task& task = plan.task(e.task);
-      model_flops += task.flops - task.recompute_flops;
+      flops_it[it] += task.flops - task.recompute_flops;
+      if (steady) model_flops += task.flops - task.recompute_flops;
       bubble.add(e.device, e.iteration, e.start_s, e.end_s);
     }
     // Traffic: a send's bytes over each class of link on its route; a collective
     // participant's share over the route to its ring neighbour.
     if (e.kind == "send") {
+      bytes_it[it] += e.bytes;
+      if (!steady) continue;
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
     } else if (e.kind == "collective" && e.group >= 0) {
       const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collective(e.group));
       const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
       const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
       const double sent = partition::bytes_sent(spec, e.device, [&](int device) { return cost.node_of(device); });
+      bytes_it[it] += sent;
+      if (!steady) continue;
       for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent / measured;
     }
   }
@@ -114,6 +127,30 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   double peak = 0;
   for (int d = 0; d < cost.device_count(); ++d) peak += cost.peak_flops_per_s(d);
   if (m.iteration_time_s > 0 && peak > 0) m.mfu = m.model_flops_per_iteration / m.iteration_time_s / peak;
+
+  for (size_t it = 0; it < its; ++it) {
+    IterationMetrics im;
+    im.iteration = static_cast<int>(it);
+    im.start_s = it > 0 ? m.iteration_end_s[it - 1] : 0;
+    im.end_s = m.iteration_end_s[it];
+    im.time_s = im.end_s - im.start_s;
+    if (im.time_s > 0) {
+      im.samples_per_s = samples / im.time_s;
+      im.tokens_per_s = im.samples_per_s * plan.network.tokens_per_sample;
+      if (peak > 0) im.mfu = flops_it[it] / im.time_s / peak;
+    }
+    im.bubble_fraction = bubble.fraction(static_cast<int>(it), static_cast<int>(it) + 1);
+    int computing = 0;
+    for (size_t d = 0; d < devices; ++d) {
+      if (worker_of[d] < 0 || busy_it[it * devices + d] <= 0) continue;
+      ++computing;
+      im.busy_s += busy_it[it * devices + d];
+      im.exposed_comm_s += exposed(comm_it[it * devices + d], compute_it[it * devices + d]);
+    }
+    if (computing > 0) im.busy_s /= computing, im.exposed_comm_s /= computing;
+    im.comm_bytes = bytes_it[it];
+    m.per_iteration.push_back(im);
+  }
 
   double exposed_sum = 0;
   int computing = 0;
@@ -133,6 +170,23 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   m.bubble_fraction = bubble.fraction(first);
   m.exposed_comm_s = computing > 0 ? exposed_sum / computing : 0;
   return m;
+}
+
+std::string write_metrics_csv(const Metrics& metrics, const Trace& trace) {
+  std::string out = "# hetflow metrics v1\n";
+  out += "# source: " + csv_field(trace.source) + "\n";
+  out += "# plan: " + csv_field(trace.plan) + "\n";
+  if (!trace.fingerprint.empty()) out += "# fingerprint: " + csv_field(trace.fingerprint) + "\n";
+  out += "iteration,start_s,end_s,time_s,samples_per_s,tokens_per_s,mfu,bubble_fraction,busy_s,exposed_comm_s,comm_bytes\n";
+  for (const IterationMetrics& i : metrics.per_iteration) {
+    out += std::to_string(i.iteration);
+    for (double v : {i.start_s, i.end_s, i.time_s, i.samples_per_s, i.tokens_per_s, i.mfu, i.bubble_fraction, i.busy_s,
+                     i.exposed_comm_s, i.comm_bytes}) {
+      out += "," + format_double(v);
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 }  // namespace hetflow::traces

@@ -16,6 +16,21 @@
 #include "model/units.hpp"
 
 namespace hetflow::traces {
+
+// Shortest text that reads back (std::from_chars) to exactly the same double.
+std::string format_double(double v) {
+  char buf[40];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 namespace {
 
 constexpr std::string_view kMagic = "# hetflow trace v1";
@@ -29,21 +44,6 @@ std::string column_header() {
   return out;
 }
 
-// Shortest text that reads back (std::from_chars) to exactly the same double.
-std::string format_double(double v) {
-  char buf[40];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
-// ---------------------------------------------------------------- CSV writing
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
 
 // ---------------------------------------------------------------- CSV reading
 

@@ -31,6 +31,12 @@ std::string write_trace_csv(const Trace& trace);
 // whatever the input. It checks the format only: kind and purpose strings are taken as they are.
 Trace read_trace_csv(const std::string& text, const std::string& file);
 
+// The pieces of the CSV writers (traces and metrics): the shortest text that reads back to
+// exactly the same double; a text field, quoted CSV-style when it holds a comma, a quote or
+// a line break.
+std::string format_double(double v);
+std::string csv_field(const std::string& s);
+
 // Chrome trace-event JSON: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
 //  - one process per device (pid = device + 1, since viewers treat pid 0 specially) named by a
 //    process_name event; one thread per (device, stream), tids 1, 2, ... in order of first

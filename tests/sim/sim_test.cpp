@@ -240,6 +240,50 @@ TEST(Simulator, ReplayedComputeDurationsReplaceTheCostModels) {
   EXPECT_THROW(sim::simulate(plan, options), Error);
 }
 
+// Per-iteration metrics of that replayed GPipe: each iteration takes the closed form, its
+// bubble is (p - 1) / (m + p - 1) on every device, and the CSV has a row per iteration.
+TEST(Simulator, PerIterationMetricsOfAReplayedGpipeAreItsClosedForm) {
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  Plan plan = equal_pipeline(cluster, "gpipe");
+  const int iterations = 3, p = 4, m = 8;
+  plan.layout.iterations = iterations;
+  sim::SimOptions options;
+  options.free_communication = true;
+  options.compute_s.assign(plan.tasks.size() * iterations, -1);
+  for (int i = 0; i < iterations; ++i) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const TaskKind k = plan.tasks[t].kind;
+      if (k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::optimizer) {
+        options.compute_s[static_cast<size_t>(i) * plan.tasks.size() + t] =
+            k == TaskKind::forward ? 1e-3 : k == TaskKind::backward ? 2e-3 : 0.5e-3;
+      }
+    }
+  }
+  const sim::SimResult r = sim::simulate(plan, options);
+  ASSERT_TRUE(r.completed);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision);
+  const traces::Metrics metrics = traces::compute_metrics(r.trace, plan, cost);
+  ASSERT_EQ(metrics.per_iteration.size(), static_cast<size_t>(iterations));
+  const double iteration_s = (m + p - 1) * 3e-3 + 0.5e-3;
+  for (const traces::IterationMetrics& it : metrics.per_iteration) {
+    SCOPED_TRACE(it.iteration);
+    EXPECT_NEAR(it.start_s, it.iteration * iteration_s, 1e-9);
+    EXPECT_NEAR(it.time_s, iteration_s, 1e-9);
+    EXPECT_NEAR(it.bubble_fraction, double(p - 1) / (m + p - 1), 1e-9);
+    EXPECT_NEAR(it.busy_s, m * 3e-3 + 0.5e-3, 1e-9);  // F and B of every micro-batch, one optimizer step
+    EXPECT_NEAR(it.samples_per_s, plan.layout.samples_per_iteration() / iteration_s, 1e-6);
+    EXPECT_GT(it.comm_bytes, 0);  // the activations and their gradients still move (in no time)
+  }
+  EXPECT_NEAR(metrics.iteration_time_s, iteration_s, 1e-9);
+  const std::string csv = traces::write_metrics_csv(metrics, r.trace);
+  EXPECT_EQ(csv.rfind("# hetflow metrics v1\n", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\niteration,start_s,end_s,time_s,samples_per_s,tokens_per_s,mfu,bubble_fraction,busy_s,"
+                     "exposed_comm_s,comm_bytes\n"),
+            std::string::npos);
+  EXPECT_NE(csv.find("\n2," + traces::format_double(metrics.per_iteration[2].start_s) + ","), std::string::npos) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4 + iterations) << csv;  // 4 header lines
+}
+
 // A factor below 1 is a faster device (what-if --scale-gpu): every device twice as fast,
 // communication free, the iteration takes half as long.
 TEST(Simulator, FasterDevicesShortenTheIterationInProportion) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -115,4 +117,49 @@ TEST(ReplayCli, AForeignTruncatedOrMalformedTraceIsRefusedNamingTheFile) {
   const auto no_plan = run_hetflow("replay " + f.trace);
   EXPECT_EQ(no_plan.status, 2);
   EXPECT_NE(no_plan.err.find("plan"), std::string::npos) << no_plan.err;
+}
+
+// --metrics on simulate, replay and run: a row per iteration whose times add up to the
+// reported steady state (iterations after the first).
+TEST(ReplayCli, MetricsFilesHaveARowPerIterationMatchingTheReport) {
+  const auto dir = scratch_dir();
+  const Files f = simulated(dir);
+  auto rows_of = [](const std::string& csv) {
+    std::vector<std::vector<double>> rows;
+    std::istringstream in(csv);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#' || line.rfind("iteration,", 0) == 0) continue;
+      std::vector<double> row;
+      std::istringstream fields(line);
+      std::string field;
+      while (std::getline(fields, field, ',')) row.push_back(std::stod(field));
+      EXPECT_EQ(row.size(), 11u) << line;
+      rows.push_back(row);
+    }
+    return rows;
+  };
+  auto steady_mean = [](const std::vector<std::vector<double>>& rows) {
+    double sum = 0;
+    for (size_t i = 1; i < rows.size(); ++i) sum += rows[i][3];  // time_s
+    return sum / static_cast<double>(rows.size() - 1);
+  };
+  const std::string sim_csv = (dir / "sim-metrics.csv").string(), replay_csv = (dir / "replay-metrics.csv").string(),
+                    run_csv = (dir / "run-metrics.csv").string();
+  auto s = run_hetflow("simulate --plan " + f.plan + " --iterations 3 --json --metrics " + sim_csv);
+  ASSERT_EQ(s.status, 0) << s.err;
+  const auto sim_rows = rows_of(slurp(sim_csv));
+  ASSERT_EQ(sim_rows.size(), 3u);
+  EXPECT_NEAR(steady_mean(sim_rows), nlohmann::json::parse(s.out)["iteration_time_s"].get<double>(), 1e-12);
+
+  auto r = run_hetflow("replay " + f.trace + " --plan " + f.plan + " --json --metrics " + replay_csv);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(rows_of(slurp(replay_csv)).size(), 3u);
+
+  auto x = run_hetflow("run --plan " + f.plan + " --steps 2 --warmup 1 --json --metrics " + run_csv);
+  ASSERT_EQ(x.status, 0) << x.err;
+  const auto run_rows = rows_of(slurp(run_csv));
+  ASSERT_EQ(run_rows.size(), 3u);
+  for (const auto& row : run_rows) EXPECT_GT(row[3], 0);
+  EXPECT_NE(slurp(run_csv).find("# source: exec-cpu"), std::string::npos);
 }
