@@ -17,6 +17,7 @@
 #include "tools/plan_options.hpp"
 #include "tools/trace_files.hpp"
 #include "tools/what_if.hpp"
+#include "traces/layer_durations.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -37,6 +38,16 @@ struct Replay {
   sim::SimOptions options;
 };
 
+// A calibrated dispatch (the hand-off before each task, which no measured duration holds)
+// is added to every measured duration, as the simulator adds it to modelled ones.
+std::vector<double> dispatch_of_devices(const partition::Plan& plan, const model::Calibration& calibration) {
+  std::vector<double> dispatch_s;
+  for (const model::Device& d : plan.cluster.devices()) {
+    dispatch_s.push_back(calibration.gpu(plan.cluster.device_gpu(d).name).dispatch_s);
+  }
+  return dispatch_s;
+}
+
 // --- step 1: the trace and the plan that made it ---
 
 Replay read_replay(const po::variables_map& vm) {
@@ -49,12 +60,7 @@ Replay read_replay(const po::variables_map& vm) {
   const size_t tasks = r.plan.tasks.size();
   r.options.calibration = read_calibration_option(vm, r.plan.cluster);
   r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
-  // A calibrated dispatch (the hand-off before each task, which no measured duration holds)
-  // is added to every measured duration, as the simulator adds it to modelled ones.
-  std::vector<double> dispatch_s;
-  for (const model::Device& d : r.plan.cluster.devices()) {
-    dispatch_s.push_back(r.options.calibration.gpu(r.plan.cluster.device_gpu(d).name).dispatch_s);
-  }
+  const std::vector<double> dispatch_s = dispatch_of_devices(r.plan, r.options.calibration);
   for (const traces::Event& e : r.measured.events) {
     if (!is_compute(e.kind)) continue;
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks ||
@@ -78,6 +84,51 @@ Replay read_replay(const po::variables_map& vm) {
                      "(the trace of a run that did not complete?)");
   }
   return r;
+}
+
+// The what-if: the replayed plan or --as-plan's on changed hardware. Another plan gets the
+// trace's durations through the layers they computed (traces/layer_durations.hpp).
+struct WhatIfReplay {
+  partition::Plan plan;
+  sim::SimOptions options;
+  WhatIf what_if;
+  traces::TransferredDurations transferred;
+  bool other_plan = false;
+};
+
+WhatIfReplay read_what_if_replay(const po::variables_map& vm, const Replay& r) {
+  WhatIfReplay w;
+  w.plan = r.plan;
+  w.options = r.options;
+  if (vm.count("as-plan")) {
+    const std::string path = vm["as-plan"].as<std::string>();
+    w.plan = read_plan_file(path, "--as-plan");
+    partition::require_valid(w.plan);
+    if (w.plan.network.layers != r.plan.network.layers) {
+      throw InputError(path, 0, "network",
+                       "the plan trains " + w.plan.network.name + ", the trace " + r.plan.network.name +
+                           ": measured layer durations carry over only to a plan of the same network");
+    }
+    w.plan.layout.iterations = r.plan.layout.iterations;  // compared iteration by iteration
+    w.plan.fingerprint = partition::plan_fingerprint(w.plan);
+    const traces::LayerRates rates =
+        traces::attribute_to_layers(r.measured, r.plan, r.trace_path);
+    w.options.calibration = model::resolve_calibration(r.options.calibration, w.plan.cluster, "--calibration");
+    const partition::CostModel cost(w.plan.cluster, w.plan.layout.precision, w.options.calibration);
+    w.transferred = traces::transfer_durations(rates, w.plan, cost, w.options.calibration);
+    const std::vector<double> dispatch_s = dispatch_of_devices(w.plan, w.options.calibration);
+    const size_t tasks = w.plan.tasks.size();
+    w.options.compute_s.assign(tasks * static_cast<size_t>(w.plan.layout.iterations), -1.0);
+    for (size_t i = 0; i < w.options.compute_s.size(); ++i) {
+      const double s = w.transferred.task_s[i % tasks];
+      if (s >= 0) w.options.compute_s[i] = s + dispatch_s[static_cast<size_t>(w.plan.tasks[i % tasks].device)];
+    }
+    w.other_plan = true;
+  }
+  w.what_if = read_what_if(vm, w.plan);
+  if (w.other_plan) w.what_if.changes.insert(w.what_if.changes.begin(), "--as-plan " + vm["as-plan"].as<std::string>());
+  w.options.stragglers.insert(w.options.stragglers.end(), w.what_if.slowdowns.begin(), w.what_if.slowdowns.end());
+  return w;
 }
 
 // --- step 3: the report ---
@@ -109,7 +160,9 @@ void replay_options(po::options_description& options) {
       ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
       ("trace", po::value<std::string>(), "write the replayed trace as CSV")
       ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON")
-      ("metrics", po::value<std::string>(), "write the replay's per-iteration metrics as CSV");
+      ("metrics", po::value<std::string>(), "write the replay's per-iteration metrics as CSV")
+      ("as-plan", po::value<std::string>(),
+       "what if the trace's durations ran this plan of the same network (another schedule, micro-batching, stages)");
   add_what_if_options(options);
 }
 
@@ -122,11 +175,10 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
 
   // 2. The replay, and beside it the replay on changed hardware when asked (what-if).
   const sim::SimResult replayed = sim::simulate(r.plan, r.options);
-  partition::Plan changed = r.plan;
-  const WhatIf what_if = read_what_if(vm, changed);
-  sim::SimOptions changed_options = r.options;
-  changed_options.stragglers.insert(changed_options.stragglers.end(), what_if.slowdowns.begin(), what_if.slowdowns.end());
-  const sim::SimResult what_if_run = what_if.any() && replayed.completed ? sim::simulate(changed, changed_options) : sim::SimResult{};
+  const WhatIfReplay w = read_what_if_replay(vm, r);
+  const partition::Plan& changed = w.plan;
+  const WhatIf& what_if = w.what_if;
+  const sim::SimResult what_if_run = what_if.any() && replayed.completed ? sim::simulate(changed, w.options) : sim::SimResult{};
   const sim::SimResult& written = what_if.any() ? what_if_run : replayed;
   auto write = [&](const char* option, const std::string& text) {
     if (!vm.count(option)) return;
@@ -146,7 +198,7 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   const bool compare = what_if.any() && what_if_run.completed;
   const traces::Metrics changed_metrics =
       compare ? traces::compute_metrics(what_if_run.trace, changed,
-                                        partition::CostModel(changed.cluster, changed.layout.precision, r.options.calibration))
+                                        partition::CostModel(changed.cluster, changed.layout.precision, w.options.calibration))
               : traces::Metrics{};
   if (vm.count("metrics") && written.completed) {
     write("metrics", traces::write_metrics_csv(what_if.any() ? changed_metrics : got, written.trace));
@@ -168,7 +220,14 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
            {"replayed_iteration_time_s", got.iteration_time_s},
            {"iteration_time_error", error},
            {"wall_s", replayed.wall_s}};
-    if (compare) j["what_if"] = what_if_json(what_if, got, changed_metrics);
+    if (compare) {
+      j["what_if"] = what_if_json(what_if, got, changed_metrics);
+      if (w.other_plan) {
+        j["what_if"]["plan"] = {{"fingerprint", changed.fingerprint},
+                                {"measured_tasks", w.transferred.measured_tasks},
+                                {"modelled_tasks", w.transferred.modelled_tasks}};
+      }
+    }
     print_json(out, j);
     return replayed.completed ? 0 : 4;
   }
@@ -190,7 +249,17 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
       << (measured.iterations > measured.measured_iterations ? " after the first" : "") << "): "
       << u::human_time_s(measured.iteration_time_s) << " measured, " << u::human_time_s(got.iteration_time_s)
       << " replayed, " << percent(error) << "\n";
-  if (compare) print_what_if(out, what_if, got, changed_metrics);
+  if (compare) {
+    print_what_if(out, what_if, got, changed_metrics);
+    if (w.other_plan) {
+      out << "  (the other plan's " << w.transferred.measured_tasks + w.transferred.modelled_tasks
+          << " compute tasks: " << w.transferred.measured_tasks << " timed from the trace's layers";
+      if (w.transferred.modelled_tasks > 0) {
+        out << ", " << w.transferred.modelled_tasks << " by the cost model (layers or GPU types the trace never ran)";
+      }
+      out << ")\n";
+    }
+  }
   if (vm.count("trace")) out << "wrote " << vm["trace"].as<std::string>() << "\n";
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
 #include "partition/run_graph.hpp"
+#include "traces/event_index.hpp"
 
 namespace hetflow::traces {
 
@@ -21,36 +22,6 @@ using partition::TaskKind;
 bool is_compute(TaskKind k) {
   return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::optimizer;
 }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
-  const double upper = v[mid];
-  if (v.size() % 2 == 1) return upper;
-  return (*std::max_element(v.begin(), v.begin() + static_cast<long>(mid)) + upper) / 2;
-}
-
-// (task, iteration) -> event index.
-struct EventIndex {
-  size_t tasks = 0;
-  std::vector<int> at;  // iteration * tasks + task; -1 where the trace has no such event
-  int iterations = 0;
-
-  EventIndex(const Trace& trace, const partition::Plan& plan) : tasks(plan.tasks.size()) {
-    for (const Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
-    at.assign(tasks * static_cast<size_t>(iterations), -1);
-    for (size_t i = 0; i < trace.events.size(); ++i) {
-      const Event& e = trace.events[i];
-      if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || e.iteration < 0) continue;
-      at[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = static_cast<int>(i);
-    }
-  }
-  int operator()(int task, int iteration) const {
-    if (iteration < 0 || iteration >= iterations) return -1;
-    return at[static_cast<size_t>(iteration) * tasks + static_cast<size_t>(task)];
-  }
-};
 
 // Weighted least squares of y ~ a * x1 + b * x2 (weights w), closed form; nullopt when singular.
 struct Fit2 {
@@ -339,7 +310,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     const partition::CostModel latency(latency_only(plan.cluster), plan.layout.precision);
     const partition::CostModel bandwidth(bandwidth_only(plan.cluster), plan.layout.precision);
     const partition::RunGraph graph(plan);
-    const int first = index.iterations > 1 ? 1 : 0;  // iteration 0 warms up
+    const int first = index.iterations() > 1 ? 1 : 0;  // iteration 0 warms up
     const std::vector<model::Device> devices = plan.cluster.devices();
     bool any_compute = false;
     for (size_t t = 0; t < plan.tasks.size(); ++t) {
@@ -348,7 +319,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
       const std::string& gpu = spec.name;
       std::vector<double> durations;
       if (is_compute(task.kind)) {
-        for (int i = first; i < index.iterations; ++i) {
+        for (int i = first; i < index.iterations(); ++i) {
           const int at = index(static_cast<int>(t), i);
           if (at < 0) continue;
           const Event& e = trace.events[static_cast<size_t>(at)];
@@ -364,7 +335,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
       } else if (task.kind == TaskKind::send && graph.partner(static_cast<int>(t)) >= 0) {
         const int recv = graph.partner(static_cast<int>(t));
         const int src = task.device, dst = plan.task(recv).device;
-        for (int i = first; i < index.iterations; ++i) {
+        for (int i = first; i < index.iterations(); ++i) {
           const int s = index(static_cast<int>(t), i), r = index(recv, i);
           if (s < 0 || r < 0) continue;
           durations.push_back(trace.events[static_cast<size_t>(r)].end_s -
@@ -381,7 +352,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     }
     for (const partition::Collective& c : plan.collectives) {
       std::vector<double> durations;
-      for (int i = first; i < index.iterations; ++i) {
+      for (int i = first; i < index.iterations(); ++i) {
         double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;
         bool complete = true;
         for (int task : c.tasks) {

@@ -163,3 +163,52 @@ TEST(ReplayCli, MetricsFilesHaveARowPerIterationMatchingTheReport) {
   for (const auto& row : run_rows) EXPECT_GT(row[3], 0);
   EXPECT_NE(slurp(run_csv).find("# source: exec-cpu"), std::string::npos);
 }
+
+// --as-plan: another plan of the same network replayed with the trace's durations moved to
+// the layers they computed. The oracle: when every FLOP costs the same (a flat efficiency, no
+// per-task overhead), a simulator trace of plan A carries exactly the simulator's own times
+// over to B, so the replay of B must equal the simulation of B, whatever B changes:
+// schedule, micro-batch count or size, stage cuts, data parallelism.
+TEST(ReplayCli, AnotherPlanReplaysToItsOwnSimulationWhenEveryFlopCostsTheSame) {
+  const auto dir = scratch_dir();
+  const std::string calibration = (dir / "flat.yaml").string();
+  std::ofstream(calibration) << "default_gpu: {max_efficiency: 0.5, overhead: 0 s}\n";
+  const std::string model = "--cluster cpu-4 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --workspace 0 ";
+  const std::string a_plan = (dir / "a.json").string(), a_trace = (dir / "a.csv").string();
+  ASSERT_EQ(run_hetflow("plan " + model + "--pipeline 2 --microbatches 4 --micro-batch 2 --out " + a_plan).status, 0);
+  const auto s = run_hetflow("simulate --plan " + a_plan + " --iterations 3 --calibration " + calibration + " --trace " + a_trace);
+  ASSERT_EQ(s.status, 0) << s.err;
+  for (const char* b : {"--pipeline 2 --microbatches 4 --micro-batch 2 --schedule gpipe",
+                               "--pipeline 2 --microbatches 8 --micro-batch 2",
+                               "--pipeline 2 --microbatches 4 --micro-batch 1",
+                               "--pipeline 2 --microbatches 4 --micro-batch 2 --schedule interleaved --virtual-stages 2",
+                               "--pipeline 4 --microbatches 4 --micro-batch 2",
+                               "--pipeline 1 --data 2 --microbatches 2 --micro-batch 2"}) {
+    SCOPED_TRACE(b);
+    const std::string b_plan = (dir / "b.json").string();
+    ASSERT_EQ(run_hetflow("plan " + model + std::string(b) + " --out " + b_plan).status, 0);
+    const auto simulated = run_hetflow("simulate --plan " + b_plan + " --iterations 3 --calibration " + calibration + " --json");
+    ASSERT_EQ(simulated.status, 0) << simulated.err;
+    const auto r = run_hetflow("replay " + a_trace + " --plan " + a_plan + " --calibration " + calibration + " --as-plan " +
+                               b_plan + " --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["what_if"]["plan"]["modelled_tasks"], 0) << j["what_if"];
+    EXPECT_GT(j["what_if"]["plan"]["measured_tasks"].get<int>(), 0);
+    const double want = nlohmann::json::parse(simulated.out)["iteration_time_s"].get<double>();
+    EXPECT_NEAR(j["what_if"]["what_if"]["iteration_time_s"].get<double>(), want, 0.01 * want);
+    EXPECT_EQ(j["what_if"]["changes"][0], "--as-plan " + b_plan);
+  }
+}
+
+// The layer durations of a trace say nothing about another network: refused, naming the file.
+TEST(ReplayCli, AnotherNetworksPlanIsRefused) {
+  const auto dir = scratch_dir();
+  const Files f = simulated(dir);
+  const std::string other = (dir / "other.json").string();
+  ASSERT_EQ(run_hetflow("plan --cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --pipeline 2 "
+                        "--workspace 0 --out " + other).status, 0);
+  const auto r = run_hetflow("replay " + f.trace + " --plan " + f.plan + " --as-plan " + other);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(other + ": network"), std::string::npos) << r.err;
+}
