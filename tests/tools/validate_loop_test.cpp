@@ -1,0 +1,38 @@
+// tools/validate-loop.sh end to end, short: every step of the loop runs (execute A, calibrate,
+// replay, predict B-E, execute them) and the JSON has the documented fields. Its accuracy is
+// measured with the full script (README, "Measured"); here the bounds only catch a broken
+// loop: a replay or prediction off by tens of percent is no machine noise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::scratch_dir;
+using hetflow::test_support::slurp;
+
+TEST(ValidateLoop, RunsEveryStepAndReportsEveryPlan) {
+  const auto dir = scratch_dir();
+  const std::string out = (dir / "loop.json").string(), err = (dir / "loop.err").string();
+  const std::string cmd = "HETFLOW=" + std::string(HETFLOW_BIN) + " bash " + std::string(HETFLOW_SOURCE_DIR) +
+                          "/tools/validate-loop.sh --runs 1 --steps 3 --json --keep " + (dir / "work").string() + " >" +
+                          out + " 2>" + err;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(err);
+  const auto j = nlohmann::json::parse(slurp(out));
+  EXPECT_TRUE(std::isfinite(j["replay_error_pct"].get<double>()));
+  EXPECT_LT(std::abs(j["replay_error_pct"].get<double>()), 25) << j;
+  EXPECT_GE(j["noise_pct"].get<double>(), 0);
+  ASSERT_EQ(j["plans"].size(), 4u);
+  for (const auto& p : j["plans"]) {
+    for (const char* field : {"predicted_s", "measured_s", "calibrated_s"}) EXPECT_GT(p[field].get<double>(), 0) << p;
+    EXPECT_LT(std::abs(p["error_pct"].get<double>()), 50) << p;
+    EXPECT_NEAR(p["error_pct"].get<double>(),
+                100 * (p["predicted_s"].get<double>() - p["measured_s"].get<double>()) / p["measured_s"].get<double>(), 1e-9);
+  }
+  const std::string bad = "bash " + std::string(HETFLOW_SOURCE_DIR) + "/tools/validate-loop.sh --runs x >/dev/null 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
+}
