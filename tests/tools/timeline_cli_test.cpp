@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -80,6 +81,27 @@ TEST(TimelineCli, ASimulatedPipelineRendersToPng) {
   const std::string fingerprint = csv.substr(at + 15, csv.find('\n', at) - at - 15);
   EXPECT_NE(svg.find("plan " + fingerprint), std::string::npos) << fingerprint;
   expect_renders(svg_path);
+}
+
+// The sizes the issue names: a 16-device interleaved schedule and 64 devices, simulated,
+// drawn whole (sampling starts beyond 64 rows) and rendered.
+TEST(TimelineCli, SixteenDeviceInterleavedAndSixtyFourDeviceTracesRender) {
+  for (const auto& [cluster, layout, devices] :
+       {std::tuple{"cpu-16", "--pipeline 4 --data 4 --virtual-stages 2 --schedule interleaved --microbatches 8", 16},
+        std::tuple{"cpu-64", "--pipeline 4 --data 16 --microbatches 4", 64}}) {
+    SCOPED_TRACE(cluster);
+    const auto dir = scratch_dir();
+    const std::string trace = (dir / "t.csv").string(), svg = (dir / "t.svg").string();
+    const auto s = run_hetflow(std::string("simulate --cluster ") + cluster +
+                               " --model gpt:layers=8,hidden=64,heads=4,seq=32,vocab=256 --workspace 0 --iterations 2 " +
+                               layout + " --trace " + trace);
+    ASSERT_EQ(s.status, 0) << s.err;
+    const auto r = run_hetflow("timeline " + trace + " -o " + svg + " --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["devices_drawn"], devices) << j;
+    expect_renders(svg);
+  }
 }
 
 TEST(TimelineCli, UtilizationRendersToPng) {
