@@ -61,7 +61,9 @@ void check_embedded(const Plan& plan, Problems& problems) {
                        ", found " + std::to_string(l.tensor));
   }
   if (!finite_non_negative(l.workspace_bytes)) problems.push_back("layout.workspace_bytes: expected a size >= 0");
-  if (l.workers.empty()) problems.push_back("layout.workers: expected at least one virtual worker");
+  if (l.workers.empty() && l.policy != kWorkloadPolicy) {
+    problems.push_back("layout.workers: expected at least one virtual worker");
+  }
   for (size_t w = 0; w < l.workers.size(); ++w) {
     const VirtualWorker& vw = l.workers[w];
     const std::string where = "layout.workers[" + std::to_string(w) + "]";

@@ -17,6 +17,7 @@ void run_options(po::options_description& options);
 void replay_options(po::options_description& options);
 void timeline_options(po::options_description& options);
 void calibrate_options(po::options_description& options);
+void export_chakra_options(po::options_description& options);
 void check_timeline_options(const po::variables_map& vm);  // --iterations, --width as timeline reads them
 int run_list(const std::vector<std::string>& args, std::ostream& out);
 int run_describe(const std::vector<std::string>& args, std::ostream& out);
@@ -27,6 +28,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out);
 int run_replay(const std::vector<std::string>& args, std::ostream& out);
 int run_timeline(const std::vector<std::string>& args, std::ostream& out);
 int run_calibrate(const std::vector<std::string>& args, std::ostream& out);
+int run_export_chakra(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -51,6 +53,9 @@ const std::vector<Command>& commands() {
       {"calibrate", "fit efficiency curves, dispatch and link factors to measured traces; write a calibration",
        "TRACE... --plan plan.json... -o calibration.yaml [--calibration prior.yaml] [--json]", "trace",
        calibrate_options, run_calibrate, -1},
+      {"export-chakra", "write a plan as Chakra execution traces (one file per device, as ASTRA-sim reads them)",
+       "[--plan] plan.json -o DIR [--prefix NAME] [--calibration FILE]", "plan", export_chakra_options,
+       run_export_chakra},
   };
   return list;
 }

@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     *) readers+=("$1"); shift ;;
   esac
 done
-all=(cluster network hf_config calibration plan trace cli safetensors token_file)
+all=(cluster network hf_config calibration plan trace chakra cli safetensors token_file)
 [ ${#readers[@]} -eq 0 ] && readers=("${all[@]}")
 for r in "${readers[@]}"; do
   case " ${all[*]} " in *" $r "*) ;; *) echo "fuzz.sh: no fuzz target '$r' (${all[*]})" >&2; exit 2 ;; esac

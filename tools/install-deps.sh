@@ -16,6 +16,7 @@
 #   libopenmpi-dev openmpi-bin            multi-process / multi-node executor bootstrap
 #   python3-torch python3-numpy           the test oracle for training math (tests/exec/oracle: PyTorch)
 #   librsvg2-bin                          rsvg-convert: tests render hetflow timeline's SVG to PNG with it
+#   protobuf-compiler libprotobuf-dev     Chakra execution traces (export-chakra, --model chakra:DIR)
 # CUDA and NCCL are not Debian packages here: the CUDA parts build when nvcc is found
 # (e.g. under /usr/local/cuda) and are skipped, with a message, when it is not.
 set -euo pipefail
@@ -23,7 +24,7 @@ set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libsimgrid-dev libboost-graph-dev
           libboost-program-options-dev libyaml-cpp-dev nlohmann-json3-dev libgtest-dev
           libgmock-dev libbenchmark-dev libjemalloc-dev libxxhash-dev python3-jsonschema libopenblas-dev libopenmpi-dev openmpi-bin
-          python3-torch python3-numpy librsvg2-bin)
+          python3-torch python3-numpy librsvg2-bin protobuf-compiler libprotobuf-dev)
 
 missing=()
 for p in "${packages[@]}"; do

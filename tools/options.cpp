@@ -40,7 +40,12 @@ std::optional<model::Precision> read_precision_option(const po::variables_map& v
 }
 
 model::Network load_network_option(const po::variables_map& vm) {
-  return model::load_network(vm["model"].as<std::string>(), read_precision_option(vm));
+  const std::string model = vm["model"].as<std::string>();
+  if (model.rfind("chakra:", 0) == 0) {
+    throw InputError("<command line>", 0, "--model",
+                     model + " is a workload of tasks (Chakra traces), not a network: plan, simulate and run take it");
+  }
+  return model::load_network(model, read_precision_option(vm));
 }
 
 std::string option_of(std::string member) {

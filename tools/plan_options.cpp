@@ -17,6 +17,7 @@
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/validate.hpp"
+#include "tools/chakra_files.hpp"
 #include "tools/options.hpp"
 
 namespace hetflow::tools {
@@ -239,6 +240,14 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
 }  // namespace
 
 Planned plan_from_options(const po::variables_map& vm) {
+  if (vm.count("model") && is_chakra_model(vm["model"].as<std::string>())) {
+    partition::Plan plan = plan_from_chakra(vm);
+    if (static_cast<long long>(plan.tasks.size()) > read_max_tasks(vm)) {
+      throw InputError("<command line>", 0, "--max-tasks",
+                       "the Chakra workload has " + std::to_string(plan.tasks.size()) + " tasks, more than --max-tasks");
+    }
+    return Planned{plan.cluster, plan.network, std::move(plan)};
+  }
   model::Cluster cluster = load_cluster_option(vm);
   model::Network network = load_network_option(vm);
   partition::PlanOptions options = read_plan_options(vm);

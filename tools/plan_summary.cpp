@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <iomanip>
-#include <string>
 #include <ostream>
+#include <set>
+#include <string>
 
 #include "model/units.hpp"
+#include "partition/validate.hpp"
 
 namespace hetflow::tools {
 
@@ -26,6 +28,14 @@ std::string tensor_text(const partition::Layout& l) {
 
 void print_layout(std::ostream& out, const Plan& plan) {
   const partition::Layout& l = plan.layout;
+  if (l.policy == partition::kWorkloadPolicy) {
+    std::set<int> ranks;
+    for (const partition::Task& t : plan.tasks) ranks.insert(t.device);
+    out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — a workload read from Chakra traces: "
+        << ranks.size() << " ranks, " << plan.tasks.size() << " tasks per iteration, " << plan.collectives.size()
+        << " collectives, " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s") << "\n";
+    return;
+  }
   out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — policy " << l.policy << ", schedule "
       << l.schedule << ", tensor " << tensor_text(l) << ", " << l.workers.size() << " virtual worker"
       << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "

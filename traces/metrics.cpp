@@ -87,6 +87,8 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   const auto its = static_cast<size_t>(iterations);
   std::vector<double> busy_it(its * devices, 0), flops_it(its, 0), bytes_it(its, 0);
   std::vector<std::vector<std::pair<double, double>>> comm_it(its * devices), compute_it(its * devices);
+  // A workload plan (read from Chakra traces) has no virtual workers: every device computes.
+  auto in_a_worker = [&](size_t d) { return workers == 0 || worker_of[d] >= 0; };
   double model_flops = 0;
   for (const Event& e : trace.events) {
     const auto d = static_cast<size_t>(e.device);
@@ -142,7 +144,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     im.bubble_fraction = bubble.fraction(static_cast<int>(it), static_cast<int>(it) + 1);
     int computing = 0;
     for (size_t d = 0; d < devices; ++d) {
-      if (worker_of[d] < 0 || busy_it[it * devices + d] <= 0) continue;
+      if (!in_a_worker(d) || busy_it[it * devices + d] <= 0) continue;
       ++computing;
       im.busy_s += busy_it[it * devices + d];
       im.exposed_comm_s += exposed(comm_it[it * devices + d], compute_it[it * devices + d]);
@@ -161,7 +163,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     dm.utilization = m.iteration_time_s > 0 ? dm.busy_s / m.iteration_time_s : 0;
     dm.exposed_comm_s = exposed(comm[d], compute[d]) / measured;
     dm.peak_memory_bytes = d < plan.memory.size() ? plan.memory[d].total_bytes() : 0;
-    if (worker_of[d] >= 0 && busy[d] > 0) {
+    if (in_a_worker(d) && busy[d] > 0) {
       ++computing;
       exposed_sum += dm.exposed_comm_s;
     }

@@ -1,0 +1,279 @@
+// Plans as Chakra execution traces and back. The oracles: a plan read back from its own
+// export has the same tasks, streams, transfers and collectives and the same analytic
+// iteration time (the simulator's is compared in tests/tools/chakra_cli_test.cpp); the same
+// files with hetflow's own attributes stripped (a trace as another tool writes it) still
+// read, by Chakra's standard fields alone; and broken files are refused naming file and field.
+#include "traces/chakra.hpp"
+
+#include <gtest/gtest.h>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <functional>
+#include <set>
+#include <tuple>
+
+#include "chakra/et_def.pb.h"
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "partition/validate.hpp"
+
+using namespace hetflow;
+using partition::Plan;
+using partition::TaskKind;
+
+namespace {
+
+Plan plan_of(const model::Cluster& cluster, partition::PlanOptions o) {
+  const model::Network net = model::load_network("gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256");
+  o.precision = net.precision;
+  o.workspace_bytes = 0;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
+
+std::vector<std::pair<std::string, Plan>> plans() {
+  const model::Cluster cpu4 = model::cpu_cluster(4);
+  std::vector<std::pair<std::string, Plan>> out;
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 2;
+  o.microbatches = 4;
+  out.emplace_back("1f1b 2x2", plan_of(cpu4, o));
+  o.data = 1;
+  o.virtual_stages = 2;
+  o.schedule = "interleaved";
+  out.emplace_back("interleaved", plan_of(model::cpu_cluster(2), o));
+  partition::PlanOptions tp;
+  tp.tensor = 2;
+  tp.pipeline = 2;
+  tp.data = 1;
+  tp.microbatches = 2;
+  tp.sequence_parallel = true;
+  tp.allreduce = partition::CollectiveAlgorithm::tree;
+  out.emplace_back("tp2 sp pp2", plan_of(cpu4, tp));
+  partition::PlanOptions ps;
+  ps.pipeline = 2;
+  ps.data = 2;
+  ps.microbatches = 2;
+  ps.sync = partition::SyncKind::ps;
+  out.emplace_back("parameter server", plan_of(cpu4, ps));
+  return out;
+}
+
+struct Export {
+  std::vector<traces::ChakraFile> ranks;
+  std::string comm_group;
+};
+
+Export exported(const Plan& plan) {
+  const partition::CostModel cost(plan.cluster, plan.layout.precision);
+  Export e;
+  for (traces::ChakraFile& f : traces::write_chakra(plan, cost)) {
+    if (f.name == "comm_group.json") {
+      e.comm_group = f.bytes;
+    } else {
+      e.ranks.push_back(std::move(f));
+    }
+  }
+  return e;
+}
+
+double estimate_s(const Plan& plan) {
+  return partition::estimate_plan(plan, partition::CostModel(plan.cluster, plan.layout.precision)).iteration_time_s;
+}
+
+// Rewrites each file with every node passed through `edit` (the metadata kept as it is).
+std::string rewritten(const std::string& bytes, const std::function<void(ChakraProtoMsg::Node&)>& edit) {
+  google::protobuf::io::ArrayInputStream in(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream coded(&in);
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream writer(&stream);
+  for (int message = 0; coded.CurrentPosition() < static_cast<int>(bytes.size()); ++message) {
+    uint64_t size = 0;
+    EXPECT_TRUE(coded.ReadVarint64(&size));
+    const auto limit = coded.PushLimit(static_cast<int>(size));
+    if (message == 0) {
+      ChakraProtoMsg::GlobalMetadata meta;
+      EXPECT_TRUE(meta.ParseFromCodedStream(&coded));
+      writer.WriteVarint64(meta.ByteSizeLong());
+      meta.SerializeWithCachedSizes(&writer);
+    } else {
+      ChakraProtoMsg::Node node;
+      EXPECT_TRUE(node.ParseFromCodedStream(&coded));
+      edit(node);
+      writer.WriteVarint64(node.ByteSizeLong());
+      node.SerializeWithCachedSizes(&writer);
+    }
+    coded.PopLimit(limit);
+  }
+  writer.Trim();
+  return out;
+}
+
+void strip_hetflow_attributes(ChakraProtoMsg::Node& node) {
+  auto* attrs = node.mutable_attr();
+  for (int i = attrs->size() - 1; i >= 0; --i) {
+    if (attrs->Get(i).name().rfind("hetflow_", 0) == 0) attrs->DeleteSubrange(i, 1);
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
+  for (const auto& [name, plan] : plans()) {
+    SCOPED_TRACE(name);
+    partition::require_valid(plan);
+    const Export e = exported(plan);
+    ASSERT_EQ(e.ranks.size(), plan.device_names.size());
+    const Plan back = traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir");
+    EXPECT_TRUE(partition::validate_plan(back).ok()) << partition::validate_plan(back).problems.front();
+    ASSERT_EQ(back.tasks.size(), plan.tasks.size());
+    EXPECT_EQ(back.collectives.size(), plan.collectives.size());
+    EXPECT_EQ(back.channels.size(), plan.channels.size());
+    // Tasks come back device by device in the files' order: compare them as multisets.
+    auto signature = [](const Plan& p) {
+      std::multiset<std::tuple<int, std::string, std::string, double, double, double>> s;
+      for (const partition::Task& t : p.tasks) {
+        s.insert({t.device, std::string(to_string(t.kind)), p.stream_name(t.stream), t.flops, t.memory_bytes, t.bytes});
+      }
+      return s;
+    };
+    EXPECT_EQ(signature(back), signature(plan));
+    for (const partition::Collective& c : back.collectives) {
+      const auto same = std::find_if(plan.collectives.begin(), plan.collectives.end(), [&](const partition::Collective& o) {
+        return o.kind == c.kind && o.algorithm == c.algorithm && o.bytes == c.bytes &&
+               plan.communicator(o.communicator).devices == back.communicator(c.communicator).devices;
+      });
+      EXPECT_NE(same, plan.collectives.end());
+    }
+    EXPECT_NEAR(estimate_s(back), estimate_s(plan), 1e-9 * estimate_s(plan));
+  }
+}
+
+// What another tool writes: Chakra's own fields only. Compute goes to one stream per rank,
+// transfers to one per peer and tag, collectives to one per process group; the work is the
+// same, and so is the critical path here (these plans never overlap two compute tasks).
+TEST(Chakra, StandardFieldsAloneGiveTheSameWork) {
+  for (const auto& [name, plan] : plans()) {
+    SCOPED_TRACE(name);
+    Export e = exported(plan);
+    for (traces::ChakraFile& f : e.ranks) f.bytes = rewritten(f.bytes, strip_hetflow_attributes);
+    const Plan back = traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir");
+    EXPECT_TRUE(partition::validate_plan(back).ok()) << partition::validate_plan(back).problems.front();
+    ASSERT_EQ(back.tasks.size(), plan.tasks.size());
+    double flops = 0, back_flops = 0, bytes = 0, back_bytes = 0;
+    for (const partition::Task& t : plan.tasks) flops += std::round(t.flops), bytes += std::round(t.bytes);
+    for (const partition::Task& t : back.tasks) back_flops += t.flops, back_bytes += t.bytes;
+    EXPECT_EQ(back_flops, flops);
+    EXPECT_EQ(back_bytes, bytes);
+    for (const partition::Task& t : back.tasks) {
+      if (t.kind != TaskKind::send && t.kind != TaskKind::recv && t.kind != TaskKind::collective) {
+        EXPECT_EQ(t.kind, TaskKind::forward);  // Chakra does not say which pass
+      }
+    }
+    EXPECT_NEAR(estimate_s(back), estimate_s(plan), 0.01 * estimate_s(plan));
+  }
+}
+
+TEST(Chakra, RefusesBrokenFilesNamingFileAndField) {
+  const Plan plan = plans().front().second;
+  const Export good = exported(plan);
+  auto read = [&](const Export& e) { traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir"); };
+  auto with_rank0 = [&](std::string bytes) {
+    Export e = good;
+    e.ranks[0].bytes = std::move(bytes);
+    return e;
+  };
+  // Truncated inside a message, and bytes that are no protobuf message.
+  std::string msg = error_of([&] { read(with_rank0(good.ranks[0].bytes.substr(0, good.ranks[0].bytes.size() - 7))); });
+  EXPECT_NE(msg.find("hetflow.0.et"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  msg = error_of([&] { read(with_rank0("\x05\xff\xff\xff\xff\xff")); });
+  EXPECT_NE(msg.find("hetflow.0.et"), std::string::npos) << msg;
+  msg = error_of([&] { read(with_rank0("")); });
+  EXPECT_NE(msg.find("hetflow.0.et: metadata.version: empty"), std::string::npos) << msg;
+  // A send to a rank that does not exist; a dependency on a node the file lacks.
+  msg = error_of([&] {
+    read(with_rank0(rewritten(good.ranks[0].bytes, [](ChakraProtoMsg::Node& n) {
+      for (auto& a : *n.mutable_attr()) {
+        if (a.name() == "comm_dst") a.set_int64_val(9);
+      }
+    })));
+  });
+  EXPECT_NE(msg.find(".comm_dst: rank 9 does not exist"), std::string::npos) << msg;
+  msg = error_of([&] { read(with_rank0(rewritten(good.ranks[0].bytes, [](ChakraProtoMsg::Node& n) { n.add_ctrl_deps(123456); }))); });
+  EXPECT_NE(msg.find("depends on node 123456"), std::string::npos) << msg;
+  // One send too many: the channel does not pair up.
+  msg = error_of([&] {
+    Export e = good;
+    ChakraProtoMsg::Node extra;
+    extra.set_id(999999);
+    extra.set_type(ChakraProtoMsg::COMM_SEND_NODE);
+    for (const auto& [k, v] : {std::pair{"comm_dst", 1}, std::pair{"comm_size", 8}, std::pair{"comm_tag", 0}}) {
+      auto* a = extra.add_attr();
+      a->set_name(k);
+      a->set_int64_val(v);
+    }
+    google::protobuf::io::StringOutputStream stream(&e.ranks[0].bytes);
+    google::protobuf::io::CodedOutputStream w(&stream);
+    w.WriteVarint64(extra.ByteSizeLong());
+    extra.SerializeWithCachedSizes(&w);
+    w.Trim();
+    read(e);
+  });
+  EXPECT_NE(msg.find("comm_tag: rank 0 sends"), std::string::npos) << msg;
+  // comm_group.json that is not JSON, or names a rank that does not exist.
+  msg = error_of([&] {
+    Export e = good;
+    e.comm_group = "{";
+    read(e);
+  });
+  EXPECT_NE(msg.find("chakra:dir/comm_group.json: comm_group: not JSON"), std::string::npos) << msg;
+  msg = error_of([&] {
+    Export e = good;
+    e.comm_group = R"({"0": [0, 17]})";
+    read(e);
+  });
+  EXPECT_NE(msg.find("expected ranks 0 to 3"), std::string::npos) << msg;
+  // Fewer devices than ranks.
+  msg = error_of([&] { traces::read_chakra(good.ranks, good.comm_group, model::cpu_cluster(2), "chakra:dir"); });
+  EXPECT_NE(msg.find("chakra:dir: ranks: 4 ranks, but the cluster"), std::string::npos) << msg;
+}
+
+// WSP's edges across iterations survive the round trip in hetflow's attribute: the plan run
+// for several iterations has the same critical path.
+TEST(Chakra, EdgesAcrossIterationsComeBack) {
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 2;
+  o.microbatches = 2;
+  o.sync = partition::SyncKind::wsp;
+  o.staleness = 1;
+  o.iterations = 4;
+  const Plan plan = plan_of(model::cpu_cluster(4), o);
+  const Export e = exported(plan);
+  Plan back = traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir");
+  back.layout.iterations = plan.layout.iterations;
+  std::multiset<int> offsets, back_offsets;
+  for (const partition::OrderEdge& edge : plan.order) offsets.insert(edge.offset);
+  for (const partition::OrderEdge& edge : back.order) back_offsets.insert(edge.offset);
+  EXPECT_EQ(offsets.count(0) > 0, true);
+  EXPECT_EQ(back_offsets.count(2), offsets.count(2));  // staleness 1: offset D + 1
+  EXPECT_GT(offsets.count(2), 0u);
+  EXPECT_NEAR(estimate_s(back), estimate_s(plan), 1e-9 * estimate_s(plan));
+}
