@@ -28,13 +28,13 @@ int EventIndex::operator()(int task, int iteration) const {
   return at_[static_cast<size_t>(iteration) * tasks_ + static_cast<size_t>(task)];
 }
 
-double EventIndex::median_duration_s(const Trace& trace, int task) const {
+std::vector<double> EventIndex::durations_s(const Trace& trace, int task) const {
   std::vector<double> durations;
   for (int i = first_measured(); i < iterations_; ++i) {
     const int at = (*this)(task, i);
     if (at >= 0) durations.push_back(trace.events[static_cast<size_t>(at)].end_s - trace.events[static_cast<size_t>(at)].start_s);
   }
-  return durations.empty() ? -1 : median(std::move(durations));
+  return durations;
 }
 
 }  // namespace hetflow::traces

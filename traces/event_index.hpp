@@ -20,8 +20,8 @@ class EventIndex {
   int iterations() const { return iterations_; }
   // The first iteration of steady-state figures: 1 when there are several (0 warms up).
   int first_measured() const { return iterations_ > 1 ? 1 : 0; }
-  // A task's median duration over the iterations from first_measured(); -1 where none ran.
-  double median_duration_s(const Trace& trace, int task) const;
+  // A task's durations over the iterations from first_measured(); empty where none ran.
+  std::vector<double> durations_s(const Trace& trace, int task) const;
 
  private:
   size_t tasks_ = 0;

@@ -176,8 +176,11 @@ LayerRates attribute_to_layers(const Trace& trace, const partition::Plan& plan, 
     for (size_t id = 0; id < plan.tasks.size(); ++id) {
       const partition::Task& t = plan.tasks[id];
       if (t.kind != kind || t.flops <= 0) continue;
-      const double d = index.median_duration_s(trace, static_cast<int>(id));
-      if (d < 0) continue;
+      // The mean, not the median: durations add up to iteration times, slow instances included.
+      const std::vector<double> durations = index.durations_s(trace, static_cast<int>(id));
+      if (durations.empty()) continue;
+      double d = 0;
+      for (double x : durations) d += x / static_cast<double>(durations.size());
       ++rates.measured_tasks;
       const std::string& gpu = gpu_type(plan, devices, t.device);
       const double work_s = d;  // all of it: fixed costs belong to layers too (see the header)

@@ -3,8 +3,9 @@
 // the same network (another schedule, micro-batch size or count, other stage cuts, data
 // parallelism) can be replayed with them: `hetflow replay TRACE --plan A --as-plan B`.
 //
-// How a measured task is split (each compute task's median duration over the iterations
-// after the first, all of it: on a measured device fixed costs come with layers, not tasks):
+// How a measured task is split (each compute task's mean duration over the iterations after
+// the first, all of it: on a measured device fixed costs come with layers, not tasks; the
+// mean, since durations add up to iteration times):
 //  - a task's FLOPs are split over its layers as the plan builder counts them (a layer's
 //    forward or backward FLOPs per sample, divided by the tensor-parallel degree where the
 //    layer is split), and layers that compute the same thing (kind, shape, FLOPs: the blocks
