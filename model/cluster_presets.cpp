@@ -76,6 +76,9 @@ nodes:
     {"cpu-4",
      "4 CPU devices of this host for hetflow run --backend cpu (any cpu-N; cpu-N:probed measures their speed)",
      nullptr},
+    {"selene-4",
+     "4 DGX A100 nodes of NVIDIA's Selene, where Megatron-LM's SC'21 runs were measured (any selene-N, N <= 560)",
+     nullptr},
     {"two-region",
      "2 A100-80 nodes in us-east + 2 V100-32 nodes in eu-west, joined by a 10 Gb/s, 40 ms WAN link",
      R"(name: two-region
@@ -103,17 +106,38 @@ std::vector<ClusterPreset> cluster_presets() {
   return out;
 }
 
-int cpu_cluster_devices(std::string_view name) {
-  constexpr std::string_view prefix = "cpu-";
+namespace {
+// N of "<prefix>N" (digits only, 1..most); 0 for any other name.
+int sized_name(std::string_view name, std::string_view prefix, int most, const char* what) {
   if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) return 0;
   const std::string_view digits = name.substr(prefix.size());
   if (digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return 0;
   const int n = std::stoi(std::string(digits));
-  if (n < 1 || n > kMaxCpuDevices) {
+  if (n < 1 || n > most) {
     throw InputError(std::string(name), 0, "cluster",
-                     "cpu-N takes 1 to " + std::to_string(kMaxCpuDevices) + " devices, found " + std::string(digits));
+                     std::string(prefix) + "N takes 1 to " + std::to_string(most) + " " + what + ", found " + std::string(digits));
   }
   return n;
+}
+}  // namespace
+
+int cpu_cluster_devices(std::string_view name) { return sized_name(name, "cpu-", kMaxCpuDevices, "devices"); }
+int selene_cluster_nodes(std::string_view name) { return sized_name(name, "selene-", kMaxSeleneNodes, "nodes"); }
+
+Cluster selene_cluster(int nodes) {
+  if (nodes < 1 || nodes > kMaxSeleneNodes) {
+    throw InputError("selene-" + std::to_string(nodes), 0, "cluster", "expected 1 to " + std::to_string(kMaxSeleneNodes) + " nodes");
+  }
+  const std::string n = std::to_string(nodes);
+  // NVSwitch: 600 GB/s bidirectional per A100 (300 GB/s each way); HDR: 200 Gb/s per HCA.
+  const std::string yaml = "name: selene-" + n + "\ndescription: \"" + n +
+                           " DGX A100 nodes of NVIDIA's Selene (Narayanan et al., SC'21) - 8 A100 80 GB on NVSwitch, "
+                           "8 x 200 Gb/s HDR InfiniBand each, non-blocking fat tree\"\n"
+                           "fabric: {kind: fat-tree, nodes_per_leaf: 20, oversubscription: 1, latency: 1 us}\n"
+                           "nodes:\n  - {name: dgx, count: " + n + ", gpu: A100-80, gpus: 8, "
+                           "intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us}, "
+                           "nic: {count: 8, bandwidth: 200 Gb/s, latency: 2 us}}\n";
+  return parse_cluster(yaml, "<built-in cluster selene-" + n + ">");
 }
 
 Cluster cpu_cluster(int devices, double flops_per_s) {
@@ -137,6 +161,7 @@ Cluster cpu_cluster(int devices, double flops_per_s) {
 
 Cluster builtin_cluster(std::string_view name) {
   if (const int n = cpu_cluster_devices(name); n > 0) return cpu_cluster(n);
+  if (const int n = selene_cluster_nodes(name); n > 0) return selene_cluster(n);
   for (const Preset& p : kPresets) {
     if (name == p.name) return parse_cluster(p.yaml, std::string("<built-in cluster ") + p.name + ">");
   }

@@ -55,6 +55,15 @@ Cluster cpu_cluster(int devices, double flops_per_s = kDefaultCpuFlopsPerS);
 // N for a name "cpu-N" (digits only, 1..kMaxCpuDevices); 0 for any other name. Throws
 // InputError for "cpu-" followed by digits out of range.
 int cpu_cluster_devices(std::string_view name);
+
+// selene-N (N from 1 to kMaxSeleneNodes): N DGX A100 nodes of NVIDIA's Selene as Narayanan et
+// al. (SC'21, section 5.1) describe the cluster of their measurements: 8 A100 80 GB per node
+// on NVLink/NVSwitch, 8 x 200 Gb/s HDR InfiniBand per node for the application, a
+// non-blocking three-level fat tree (modelled as a non-blocking one: bandwidth is what counts).
+inline constexpr int kMaxSeleneNodes = 560;  // Selene's own size (4,480 A100)
+Cluster selene_cluster(int nodes);
+// N for a name "selene-N"; 0 for any other name. Throws InputError when N is out of range.
+int selene_cluster_nodes(std::string_view name);
 std::string default_cluster_name();
 std::string default_model_name();
 

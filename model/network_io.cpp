@@ -235,7 +235,9 @@ Cluster load_cluster(std::string_view name_or_path) {
   for (const ClusterPreset& p : cluster_presets()) {
     if (p.name == name_or_path) return builtin_cluster(name_or_path);
   }
-  if (cpu_cluster_devices(name_or_path) > 0 && !readable_file(name_or_path)) return builtin_cluster(name_or_path);
+  if ((cpu_cluster_devices(name_or_path) > 0 || selene_cluster_nodes(name_or_path) > 0) && !readable_file(name_or_path)) {
+    return builtin_cluster(name_or_path);
+  }
   if (readable_file(name_or_path)) {
     const std::string path(name_or_path);
     return parse_cluster(read_text_file(path), path);

@@ -73,3 +73,16 @@ TEST(ClusterIo, BandwidthOfBf16FallsBackToFp32OnVolta) {
   EXPECT_DOUBLE_EQ(v100->peak_flops_per_s(Precision::bf16), v100->fp32_flops_per_s);
   EXPECT_DOUBLE_EQ(v100->peak_flops_per_s(Precision::fp16), 125e12);
 }
+
+// selene-N: the cluster of Narayanan et al.'s measurements, as their section 5.1 describes it.
+TEST(ClusterPresets, SeleneNodesAreDgxA100WithEightHdrNics) {
+  const hetflow::model::Cluster c = hetflow::model::load_cluster("selene-48");
+  EXPECT_EQ(c.devices().size(), 384u);
+  ASSERT_EQ(c.nodes.size(), 48u);
+  EXPECT_EQ(c.nodes[0].gpu, "A100-80");
+  EXPECT_EQ(c.nodes[0].nic.count, 8);
+  EXPECT_DOUBLE_EQ(c.nodes[0].nic.bandwidth_bytes_per_s, 200e9 / 8);
+  EXPECT_DOUBLE_EQ(c.nodes[0].intra.bandwidth_bytes_per_s, 300e9);
+  EXPECT_THROW(hetflow::model::load_cluster("selene-561"), hetflow::InputError);
+  EXPECT_THROW(hetflow::model::load_cluster("selene-0"), hetflow::InputError);
+}

@@ -42,8 +42,9 @@ TEST(Cli, ListJsonNamesEveryPreset) {
   const auto r = run_hetflow("list --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["clusters"].size(), 6u);  // five GPU clusters and cpu-4, the example of cpu-N
+  EXPECT_EQ(j["clusters"].size(), 7u);  // five GPU clusters, cpu-4 (cpu-N) and selene-4 (selene-N)
   EXPECT_EQ(j["clusters"][4]["name"], "cpu-4");
+  EXPECT_EQ(j["clusters"][5]["name"], "selene-4");
   EXPECT_GE(j["gpus"].size(), 17u);
   EXPECT_EQ(j["default_cluster"], "mixed-academic");
 }
