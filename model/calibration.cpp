@@ -30,6 +30,19 @@ double Efficiency::time_s(double flops, double peak_flops_per_s) const {
   return flops <= 0 ? 0 : overhead_s + math_s(flops, peak_flops_per_s);
 }
 
+double OpEfficiency::time_s(double work, double rate) const {
+  if (work <= 0) return 0;
+  const double e = saturation > 0 ? max_efficiency * -std::expm1(-work / saturation) : max_efficiency;
+  return launch_s + work / (rate * e);
+}
+
+OpEfficiency GpuEfficiency::op(const std::string& op_class) const {
+  if (const auto it = ops.find(op_class); it != ops.end()) return it->second;
+  if (op_class == "attention") return op("gemm");
+  if (op_class == "memory") return OpEfficiency{0.8, 0, 0};
+  return OpEfficiency{max_efficiency, saturation_flops, 0};
+}
+
 const Efficiency& GpuEfficiency::of(const std::string& kind) const {
   const auto it = kinds.find(kind);
   return it == kinds.end() ? *this : it->second;
@@ -83,6 +96,26 @@ GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const s
       MapReader kr(kv.second, file, path + ".kinds." + kind);
       g.kinds[kind] = parse_efficiency(kr, g);
       kr.finish();
+    }
+  }
+  if (r.has("ops")) {
+    const YAML::Node ops = r.get("ops");
+    if (!ops.IsMap()) r.fail("ops", "expected a mapping from operation class to efficiency");
+    for (const auto& kv : ops) {
+      const std::string op = yaml_util::key_text(kv.first, file, path + ".ops");
+      if (op != "gemm" && op != "attention" && op != "memory") {
+        throw InputError(file, yaml_util::line_of(kv.first), path + ".ops." + op,
+                         "expected an operation class: gemm, attention or memory");
+      }
+      MapReader orr(kv.second, file, path + ".ops." + op);
+      OpEfficiency e = g.op(op);
+      e.max_efficiency = orr.number_or("max_efficiency", e.max_efficiency, 1e-6);
+      if (e.max_efficiency > 1) orr.fail("max_efficiency", "expected a fraction in (0, 1]");
+      e.saturation = orr.number_or("saturation", e.saturation, 0.0, 1e30);
+      e.launch_s = orr.quantity_in("launch", units::parse_time_s,
+                                   {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, e.launch_s, true);
+      orr.finish();
+      g.ops[op] = e;
     }
   }
   r.finish();
@@ -150,6 +183,16 @@ std::string write_calibration(const Calibration& c) {
         out << YAML::Key << kind << YAML::Value << YAML::BeginMap;
         efficiency(e, true);
         out << YAML::EndMap;
+      }
+      out << YAML::EndMap;
+    }
+    if (!g.ops.empty()) {
+      out << YAML::Key << "ops" << YAML::Value << YAML::BeginMap;
+      for (const auto& [op, e] : g.ops) {
+        out << YAML::Key << op << YAML::Value << YAML::BeginMap << YAML::Key << "max_efficiency" << YAML::Value
+            << units::format_number(e.max_efficiency) << YAML::Key << "saturation" << YAML::Value
+            << units::format_number(e.saturation) << YAML::Key << "launch" << YAML::Value << units::format_time_s(e.launch_s)
+            << YAML::EndMap;
       }
       out << YAML::EndMap;
     }

@@ -26,11 +26,31 @@ struct Efficiency {
   bool operator==(const Efficiency&) const = default;
 };
 
+// One class of operation of a layer (partition/layer_ops.hpp) on a GPU type: `gemm` and
+// `attention` (flash attention's fused kernel) run at the precision's peak, `memory` (norms,
+// softmax, activations, residual adds...) at the memory bandwidth. Each reaches
+// max_efficiency of that rate as its work W (FLOPs, or bytes) grows past `saturation`, and
+// pays `launch_s` once:
+//   time_s = launch_s + W / (rate * max_efficiency * (1 - exp(-W / saturation)))
+struct OpEfficiency {
+  double max_efficiency = 0.6;
+  double saturation = 0;  // FLOPs (gemm, attention) or bytes (memory); 0: flat
+  double launch_s = 0;
+  double time_s(double work, double rate) const;  // 0 for no work
+  bool operator==(const OpEfficiency&) const = default;
+};
+
 // A GPU type's efficiency, and where measured, one per task kind (forward, backward,
 // backward_weight, optimizer): a backward pass is not as efficient as its forward on every
 // device, and an optimizer step is memory-bound.
 struct GpuEfficiency : Efficiency {
   std::map<std::string, Efficiency> kinds;
+  // Operation costs ("gemm", "attention", "memory"): when present, a decoder's compute task
+  // takes the sum of its layers' operations instead of its FLOPs at one efficiency (the
+  // task's kind still adds its overhead). A missing class: attention as gemm, gemm as this
+  // type's curve, memory at 0.8 of the bandwidth.
+  std::map<std::string, OpEfficiency> ops;
+  OpEfficiency op(const std::string& op_class) const;
   // From a task being ready (its stream's previous task and its inputs done) to its start:
   // the executor's hand-off (a thread waking, a launch queued), paid by every compute task
   // on top of its time. 0 for the simulator's own traces.
@@ -65,6 +85,7 @@ struct Calibration {
 //     V100-16: {max_efficiency: 0.55, saturation_flops: 2e9, overhead: 30 us,
 //               dispatch: 5 us, kinds: {backward: {max_efficiency: 0.5, saturation_flops: 3e9, overhead: 40 us}}}
 //   links: {nic: {bandwidth_factor: 0.8, latency_factor: 1.5}}
+//   A100-80: {ops: {gemm: {max_efficiency: 0.8, saturation: 5e10, launch: 4 us}, memory: {max_efficiency: 0.85}}}
 // A kind's missing fields are its GPU type's.
 Calibration parse_calibration(const std::string& text, const std::string& file);
 std::string write_calibration(const Calibration& calibration);

@@ -9,6 +9,8 @@
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
+#include "partition/layer_ops.hpp"
+#include "partition/schedule.hpp"
 
 namespace hetflow::partition {
 
@@ -101,6 +103,78 @@ double CostModel::peak_flops_per_s(int device) const {
 
 double CostModel::memory_capacity_bytes(int device) const {
   return device_gpu_.at(static_cast<size_t>(device))->memory_bytes;
+}
+
+namespace {
+// What of a layer a task computes, beyond the passes themselves.
+enum What { kForward = 0, kBackwardData, kBackwardWeight, kRecomputeFull, kRecomputeSelective };
+
+bool selective_op(std::string_view name) {
+  return name == "scores" || name == "softmax" || name == "attention dropout" || name == "context" ||
+         name == "flash attention";
+}
+}  // namespace
+
+double CostModel::layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
+  const std::string& kind = plan.network.layers[static_cast<size_t>(layer)].kind;
+  const auto key = std::make_tuple(&gpu, kind, what, plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel);
+  {
+    const std::lock_guard<std::mutex> lock(op_cache_.mutex);
+    if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;
+  }
+  const OpShape shape{plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel,
+                      model::element_bytes(plan.layout.precision)};
+  const OpPass pass = what == kBackwardData ? OpPass::backward_data
+                      : what == kBackwardWeight ? OpPass::backward_weight
+                                                : OpPass::forward;
+  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
+  const model::OpEfficiency gemm = type.op("gemm"), attention = type.op("attention"), memory = type.op("memory");
+  double s = 0;
+  for (const Op& op : layer_ops(plan.network, layer, pass, shape)) {
+    if (what == kRecomputeSelective && !selective_op(op.name)) continue;
+    switch (op.cls) {
+      case OpClass::gemm: s += gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_)); break;
+      case OpClass::attention: s += attention.time_s(op.flops, gpu.peak_flops_per_s(precision_)); break;
+      case OpClass::memory: s += memory.time_s(op.bytes, gpu.memory_bandwidth_bytes_per_s); break;
+    }
+  }
+  const std::lock_guard<std::mutex> lock(op_cache_.mutex);
+  op_cache_.seconds.emplace(key, s);
+  return s;
+}
+
+double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
+  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
+  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
+  const bool layered = t.kind == TaskKind::forward || t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight;
+  if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(plan.network)) {
+    return compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
+  }
+  int tensor = 1;
+  const Layout& l = plan.layout;
+  if (t.worker >= 0 && static_cast<size_t>(t.worker) < l.workers.size() && t.stage >= 0 &&
+      static_cast<size_t>(t.stage) < l.workers[static_cast<size_t>(t.worker)].stages.size()) {
+    tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
+  }
+  bool split = false;
+  try {
+    split = schedule_by_name(l.schedule).splits_backward;
+  } catch (const Error&) {
+    split = false;  // validation names an unknown schedule; here the whole backward is counted
+  }
+  std::vector<int> whats;
+  if (t.kind == TaskKind::forward) whats = {kForward};
+  if (t.kind == TaskKind::backward_weight) whats = {kBackwardWeight};
+  if (t.kind == TaskKind::backward) {
+    whats = split ? std::vector<int>{kBackwardData} : std::vector<int>{kBackwardData, kBackwardWeight};
+    if (t.recompute_flops > 0) whats.push_back(l.recompute == Recompute::selective ? kRecomputeSelective : kRecomputeFull);
+  }
+  double s = 0;
+  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(plan.network.layers.size()); ++layer) {
+    for (int what : whats) s += layer_ops_time_s(plan, gpu, layer, what, tensor);
+  }
+  const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
+  return type.dispatch_s + (type.of(std::string(to_string(t.kind))).overhead_s + s) * slowdown;
 }
 
 double CostModel::compute_time_s(int device, TaskKind kind, double flops, double memory_bytes) const {

@@ -2,7 +2,10 @@
 // The analytic cost model: how long a compute task, a transfer or a collective takes on a
 // cluster with no contention, and what each device's memory holds. Used by the policies
 // (to balance stages), by the analytic estimate and by validation.
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/calibration.hpp"
@@ -33,6 +36,13 @@ class CostModel {
   // a roofline with a fixed per-task cost, both from the calibration of the device's GPU type
   // and the task's kind (model/calibration.hpp documents the curve and the defaults).
   double compute_time_s(int device, TaskKind kind, double flops, double memory_bytes = 0) const;
+  // A compute task of `plan` (forward, backward, W, optimizer). When the calibration gives
+  // operation costs for the device's GPU type (GpuEfficiency::ops) and the network is a
+  // decoder with operations (partition/layer_ops.hpp), the sum over its layers of their
+  // operations' times (a backward: its data and weight gradients, or the data alone when
+  // the schedule splits off W; plus the forward it recomputes), with the task kind's overhead
+  // and the type's dispatch; otherwise compute_time_s of its FLOPs and memory bytes.
+  double task_compute_time_s(const Plan& plan, const Task& task) const;
   Route route(int src, int dst) const;
   // The classes of the links a transfer from src to dst crosses, in order (for traffic
   // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
@@ -106,6 +116,18 @@ class CostModel {
   std::vector<std::vector<Route>> region_route_;
   bool free_communication_ = false;
   std::vector<double> slowdown_;  // per device, 1 = nominal
+  // Operation times of one layer kind's passes, per GPU type and tensor-parallel degree:
+  // (GPU, layer kind, what, micro-batch, tensor, sequence parallel) -> seconds. Layers of
+  // one kind have one architecture, so a plan needs a handful of entries however large.
+  struct OpCache {
+    std::mutex mutex;
+    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, bool>, double> seconds;
+    OpCache() = default;
+    OpCache(const OpCache&) {}  // a copy starts empty: its entries are recomputed on demand
+    OpCache& operator=(const OpCache&) { return *this; }
+  };
+  mutable OpCache op_cache_;
+  double layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const;
 };
 
 }  // namespace hetflow::partition

@@ -29,7 +29,7 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
     case TaskKind::backward:
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
-      return cost.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
+      return cost.task_compute_time_s(plan, t);
     case TaskKind::send:
       return cost.transfer_time_s(t.device, plan.peer(task), t.bytes);
     case TaskKind::recv:

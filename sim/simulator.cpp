@@ -194,7 +194,7 @@ class Simulation {
         case TaskKind::backward:
         case TaskKind::backward_weight:
         case TaskKind::optimizer:
-          if (!std::isfinite(cost_.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes) * cost_.peak_flops_per_s(t.device))) {
+          if (!std::isfinite(cost_.task_compute_time_s(plan_, t) * cost_.peak_flops_per_s(t.device))) {
             why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
                   " bytes of memory traffic take longer than the simulator can count";
           }
@@ -292,7 +292,7 @@ class Simulation {
         const size_t at = instance(id, stream.iteration);
         const double duration = at < options_.compute_s.size() && options_.compute_s[at] >= 0
                                     ? options_.compute_s[at]
-                                    : cost_.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
+                                    : cost_.task_compute_time_s(plan_, t);
         if (duration <= 0) break;
         flight.add(sg::this_actor::exec_async(duration * cost_.peak_flops_per_s(t.device)), s);
         ++activities_;

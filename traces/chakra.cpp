@@ -302,7 +302,7 @@ std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostMode
       if (is_compute(t.kind)) {
         n.set_type(et::COMP_NODE);
         n.set_duration_micros(
-            static_cast<uint64_t>(std::llround(1e6 * cost.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes))));
+            static_cast<uint64_t>(std::llround(1e6 * cost.task_compute_time_s(plan, t))));
         attr(n, "num_ops", static_cast<int64_t>(std::llround(t.flops)));
         attr(n, "tensor_size", static_cast<int64_t>(std::llround(t.memory_bytes)));
         attr_double(n, "hetflow_flops", t.flops);

@@ -277,7 +277,7 @@ TransferredDurations transfer_durations(const LayerRates& rates, const partition
     } else {
       // The replay adds the dispatch to every duration it is given, as the simulator adds it
       // to modelled ones: leave it out here.
-      out.task_s[id] = cost.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes) - type.dispatch_s;
+      out.task_s[id] = cost.task_compute_time_s(target, t) - type.dispatch_s;
       ++out.modelled_tasks;
     }
   }

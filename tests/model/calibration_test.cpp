@@ -51,10 +51,28 @@ TEST(Calibration, WritesWhatItReads) {
   g.dispatch_s = 37.3e-6;
   g.kinds["backward"] = Efficiency{0.5000000000000036, 49999999.999999285, 80.00000000006798e-6};
   g.kinds["optimizer"] = Efficiency{0.15, 0, 1e-3};
+  g.ops["gemm"] = OpEfficiency{0.8100000000000003, 3.3e10, 4.5e-6};
+  g.ops["memory"] = OpEfficiency{0.85, 1e7, 0};
   c.gpus["CPU"] = g;
   c.links["pcie"] = LinkCalibration{0.29423573956578997, 25.736221360836765};
   const std::string text = write_calibration(c);
   EXPECT_EQ(parse_calibration(text, "round.yaml"), c) << text;
+}
+
+// Operation costs: a missing class falls back (attention as gemm, gemm as the type's curve,
+// memory at 0.8 of the bandwidth); the formula by hand.
+TEST(Calibration, OperationClassesAndTheirFallbacks) {
+  const Calibration c = parse_calibration(
+      "gpus: {A100-80: {max_efficiency: 0.7, saturation_flops: 1e9, ops: {gemm: {max_efficiency: 0.8, launch: 5 us}}}}\n",
+      "cal.yaml");
+  const GpuEfficiency& g = c.gpu("A100-80");
+  EXPECT_DOUBLE_EQ(g.op("gemm").max_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(g.op("gemm").saturation, 1e9);  // the type's, where the class does not say
+  EXPECT_DOUBLE_EQ(g.op("attention").max_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(g.op("memory").max_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(g.op("gemm").time_s(2e12, 312e12), 5e-6 + 2e12 / (312e12 * 0.8 * -std::expm1(-2e12 / 1e9)));
+  EXPECT_EQ(g.op("gemm").time_s(0, 312e12), 0);
+  EXPECT_TRUE(c.gpu("V100-16").ops.empty());
 }
 
 TEST(Calibration, RefusesUnknownKindsAndBadCurves) {
@@ -74,6 +92,11 @@ TEST(Calibration, RefusesUnknownKindsAndBadCurves) {
   EXPECT_NE(error_of("gpus: {A100-80: {kinds: {forward: {max_efficency: 0.5}}}}\n").find("max_efficency"),
             std::string::npos);
   EXPECT_NE(error_of("gpus: {A100-80: {dispatch: 2 parsecs}}\n").find("gpus.A100-80.dispatch"), std::string::npos);
+  EXPECT_NE(error_of("gpus: {A100-80: {ops: {conv: {max_efficiency: 0.5}}}}\n").find(
+                "gpus.A100-80.ops.conv: expected an operation class"),
+            std::string::npos);
+  EXPECT_NE(error_of("gpus: {A100-80: {ops: {gemm: {max_efficiency: 1.5}}}}\n").find("gpus.A100-80.ops.gemm.max_efficiency"),
+            std::string::npos);
 }
 
 TEST(Calibration, LinkFactorsScaleEveryLinkOfTheirClass) {

@@ -1,0 +1,209 @@
+#include "partition/layer_ops.hpp"
+
+namespace hetflow::partition {
+
+namespace {
+
+// The sizes every formula uses, for one micro-batch on one tensor-parallel rank.
+struct Dims {
+  double b, s, T, h, a, d, kv, f, V, t, e, Tn, mask;
+  bool gated, biases, rope, learned_positions, dropout;
+};
+
+Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
+  Dims x{};
+  x.b = shape.micro_batch;
+  x.s = c.seq;
+  x.T = x.b * x.s;
+  x.h = c.hidden;
+  x.a = c.heads;
+  x.d = x.h / x.a;
+  x.kv = (c.kv_heads > 0 ? c.kv_heads : c.heads) * x.d;
+  x.f = c.ffn > 0 ? c.ffn : 4.0 * c.hidden;
+  x.V = c.vocab;
+  x.t = shape.tensor;
+  x.e = shape.element_bytes;
+  x.Tn = shape.sequence_parallel ? x.T / x.t : x.T;  // tokens of the norms and residual adds
+  x.mask = c.dropout ? 1 : 0;
+  x.gated = c.gated_mlp;
+  x.biases = c.biases;
+  x.rope = !c.learned_positions;
+  x.learned_positions = c.learned_positions;
+  x.dropout = c.dropout;
+  return x;
+}
+
+class Ops {
+ public:
+  void gemm(std::string_view name, double m, double n, double k, double batch, double e) {
+    // Reads both operands, writes the product.
+    ops_.push_back({name, OpClass::gemm, 2 * m * n * k * batch, e * batch * (m * k + k * n + m * n), m, n, k, batch});
+  }
+  void memory(std::string_view name, double bytes) {
+    if (bytes > 0) ops_.push_back({name, OpClass::memory, 0, bytes, 0, 0, 0, 1});
+  }
+  void attention(std::string_view name, double flops, double bytes) {
+    ops_.push_back({name, OpClass::attention, flops, bytes, 0, 0, 0, 1});
+  }
+  std::vector<Op> take() { return std::move(ops_); }
+
+ private:
+  std::vector<Op> ops_;
+};
+
+// The row-parallel output's bias, dropout and residual add (Megatron's bias_dropout_add).
+void bias_dropout_add(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double n = x.Tn * x.h;
+  if (opt.fused_bias_dropout_add) {
+    o.memory("bias dropout add", (3 * x.e + x.mask) * n);
+    return;
+  }
+  if (x.biases) o.memory("bias", 2 * x.e * n);
+  if (x.dropout) o.memory("dropout", (2 * x.e + x.mask) * n);
+  o.memory("residual add", 3 * x.e * n);
+}
+
+void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.s;
+  o.memory("input norm", 2 * x.e * x.Tn * x.h);
+  o.gemm("qkv", x.T, (x.h + 2 * x.kv) / x.t, x.h, 1, x.e);
+  if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.h + x.kv) / x.t);
+  if (opt.flash_attention) {
+    o.attention("flash attention", 2 * 2 * scores * x.d, x.e * x.T * (2 * x.h + 2 * x.kv) / x.t);
+  } else {
+    o.gemm("scores", x.s, x.s, x.d, x.b * heads, x.e);
+    o.memory("softmax", (opt.fused_softmax ? 2 : 6) * x.e * scores);
+    if (x.dropout) o.memory("attention dropout", (2 * x.e + 1) * scores);
+    o.gemm("context", x.s, x.d, x.s, x.b * heads, x.e);
+  }
+  o.gemm("attention projection", x.T, x.h, x.h / x.t, 1, x.e);
+  bias_dropout_add(o, x, opt);
+  o.memory("post-attention norm", 2 * x.e * x.Tn * x.h);
+  o.gemm("mlp up", x.T, (x.gated ? 2 : 1) * x.f / x.t, x.h, 1, x.e);
+  const double wide = x.T * x.f / x.t;
+  if (x.gated) {
+    o.memory("swiglu", 3 * x.e * wide);
+  } else if (opt.fused_bias_gelu || !x.biases) {
+    o.memory("bias gelu", 2 * x.e * wide);
+  } else {
+    o.memory("bias", 2 * x.e * wide);
+    o.memory("gelu", 2 * x.e * wide);
+  }
+  o.gemm("mlp down", x.T, x.h, x.f / x.t, 1, x.e);
+  bias_dropout_add(o, x, opt);
+}
+
+void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.s, residual = x.Tn * x.h;
+  // Dropout's backward reads the gradient and the mask; the residual branch adds gradients.
+  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
+  o.gemm("mlp down (data)", x.T, x.f / x.t, x.h, 1, x.e);
+  o.memory(x.gated ? "swiglu (backward)" : "gelu (backward)", (x.gated ? 5 : 3) * x.e * x.T * x.f / x.t);
+  o.gemm("mlp up (data)", x.T, x.h, (x.gated ? 2 : 1) * x.f / x.t, 1, x.e);
+  o.memory("post-attention norm (backward)", 3 * x.e * residual);
+  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
+  o.gemm("attention projection (data)", x.T, x.h / x.t, x.h, 1, x.e);
+  if (opt.flash_attention) {
+    // Reads Q, K, V, the output and its gradient; writes the gradients of Q, K and V.
+    o.attention("flash attention (backward)", 2 * 2 * 2 * scores * x.d, x.e * x.T * (4 * x.h + 4 * x.kv) / x.t);
+  } else {
+    o.gemm("context (data)", x.s, x.s, x.d, x.b * heads, x.e);     // dP = dO V^T
+    o.gemm("context (values)", x.s, x.d, x.s, x.b * heads, x.e);   // dV = P^T dO
+    if (x.dropout) o.memory("attention dropout (backward)", (2 * x.e + 1) * scores);
+    o.memory("softmax (backward)", 3 * x.e * scores);
+    o.gemm("scores (queries)", x.s, x.d, x.s, x.b * heads, x.e);   // dQ = dS K
+    o.gemm("scores (keys)", x.s, x.d, x.s, x.b * heads, x.e);      // dK = dS^T Q
+  }
+  if (x.rope) o.memory("rotary (backward)", 2 * x.e * x.T * (x.h + x.kv) / x.t);
+  o.gemm("qkv (data)", x.T, x.h, (x.h + 2 * x.kv) / x.t, 1, x.e);
+  o.memory("input norm (backward)", 3 * x.e * residual);
+}
+
+void transformer_backward_weight(Ops& o, const Dims& x) {
+  const double up = (x.gated ? 2 : 1) * x.f / x.t;
+  o.gemm("qkv (weight)", x.h, (x.h + 2 * x.kv) / x.t, x.T, 1, x.e);
+  o.gemm("attention projection (weight)", x.h / x.t, x.h, x.T, 1, x.e);
+  o.gemm("mlp up (weight)", x.h, up, x.T, 1, x.e);
+  o.gemm("mlp down (weight)", x.f / x.t, x.h, x.T, 1, x.e);
+  // Bias gradients: each a sum of the output gradient over the tokens.
+  if (x.biases) o.memory("bias gradients", x.e * x.T * ((x.h + 2 * x.kv) / x.t + x.h + up + x.h));
+}
+
+void embedding(Ops& o, const Dims& x, OpPass pass) {
+  const double n = x.T * x.h;  // a vocab-parallel rank looks up every token (masking its rows)
+  switch (pass) {
+    case OpPass::forward:
+      o.memory("embedding look-up", 2 * x.e * n);
+      if (x.learned_positions) o.memory("position add", 3 * x.e * n);
+      if (x.dropout) o.memory("embedding dropout", (2 * x.e + 1) * n);
+      break;
+    case OpPass::backward_data:
+      if (x.dropout) o.memory("embedding dropout (backward)", (2 * x.e + 1) * n);
+      break;
+    case OpPass::backward_weight:
+      // Scatter-add of the gradient rows into fp32 gradient tables (word, and positions).
+      o.memory("embedding gradient", (x.e + 8) * n * (x.learned_positions ? 2 : 1));
+      break;
+  }
+}
+
+void head(Ops& o, const Dims& x, OpPass pass) {
+  const double logits = x.T * x.V / x.t;
+  switch (pass) {
+    case OpPass::forward:
+      o.memory("final norm", 2 * x.e * x.Tn * x.h);
+      o.gemm("logits", x.T, x.V / x.t, x.h, 1, x.e);
+      // Megatron's vocab-parallel cross-entropy: the logits as fp32, max, exp, sum, loss.
+      o.memory("cross entropy", (x.e + 5 * 4) * logits);
+      break;
+    case OpPass::backward_data:
+      o.memory("cross entropy (backward)", (4 + x.e) * logits);
+      o.gemm("logits (data)", x.T, x.h, x.V / x.t, 1, x.e);
+      o.memory("final norm (backward)", 3 * x.e * x.Tn * x.h);
+      break;
+    case OpPass::backward_weight:
+      o.gemm("logits (weight)", x.h, x.V / x.t, x.T, 1, x.e);
+      break;
+  }
+}
+
+}  // namespace
+
+bool has_layer_ops(const model::Network& network) {
+  return network.architecture.has_value() && !network.architecture->encoder && network.architecture->hidden > 0 &&
+         network.architecture->heads > 0 && network.architecture->seq > 0;
+}
+
+std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass, const OpShape& shape,
+                          const OpOptions& options) {
+  if (!has_layer_ops(network) || layer < 0 || static_cast<size_t>(layer) >= network.layers.size() || shape.tensor < 1 ||
+      shape.micro_batch < 1) {
+    return {};
+  }
+  const Dims x = dims_of(*network.architecture, shape);
+  const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;
+  Ops o;
+  if (kind == "transformer") {
+    switch (pass) {
+      case OpPass::forward: transformer_forward(o, x, options); break;
+      case OpPass::backward_data: transformer_backward_data(o, x, options); break;
+      case OpPass::backward_weight: transformer_backward_weight(o, x); break;
+    }
+  } else if (kind == "embedding") {
+    embedding(o, x, pass);
+  } else if (kind == "head") {
+    head(o, x, pass);
+  }
+  return o.take();
+}
+
+std::string_view to_string(OpClass c) {
+  switch (c) {
+    case OpClass::gemm: return "gemm";
+    case OpClass::attention: return "attention";
+    case OpClass::memory: return "memory";
+  }
+  return "memory";
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,76 @@
+#pragma once
+// The operations of one pass of one layer as a GPU runs them, for one micro-batch on one
+// tensor-parallel rank (Megatron's split): the GEMMs of a decoder layer with their shapes,
+// and the memory-bound operations around them (norms, softmax, dropout, activation, bias and
+// residual adds, rotary embedding, the embedding look-up, the cross-entropy) with the bytes
+// they move. A compute task's time is the sum of its operations' times (CostModel): a GEMM at
+// the device's peak times the calibration's efficiency for its size, a memory-bound
+// operation at its bytes over the memory bandwidth times an efficiency.
+//
+// What is counted (T = micro-batch x sequence tokens, h hidden, a heads of d = h / a, g KV
+// heads, f MLP width, V vocabulary, t the tensor-parallel degree, e bytes per element):
+//  - GEMM FLOPs are 2 m n k, exactly the zoo's (model/zoo_transformer.cpp): a layer's forward
+//    GEMMs add up to its forward_flops / t, its backward GEMMs (data + weight) to twice that.
+//    Forward: QKV (m T, n (h + 2gd) / t, k h), scores and context (a / t batched GEMMs of
+//    s x s x d), output projection (T, h, h / t), MLP up (T, f / t, or 2f / t gated, h), MLP
+//    down (T, h, f / t); the LM head's logits (T, V / t, h). Backward data and backward weight
+//    each repeat every GEMM once (dX = dY W^T, dW = X^T dY).
+//  - Memory-bound bytes, each operation reading its inputs and writing its outputs once
+//    (fused kernels as Megatron runs them: fused scale-mask-softmax, fused bias-GeLU, fused
+//    bias-dropout-add, unless OpOptions turns them off): norms 2 T h e forward and 3 T h e
+//    backward; softmax 2 and 3 (a / t) b s^2 e; attention dropout (2e + 1) per score forward
+//    and backward (a mask byte); bias-dropout-add (3e + 1) T h; activation 2 T f / t e (SwiGLU
+//    3) forward, 3 (4) backward; rotary 2 T (h + gd) / t e; the embedding look-up, position
+//    add and dropout; the cross-entropy over fp32 logits (5 fp32 passes forward, 2 backward).
+//    Sequence parallelism divides the norm and dropout-add tokens by t. With flash attention
+//    the scores, softmax, dropout and context are one operation: their GEMM FLOPs, and the
+//    bytes of Q, K, V and the output (the s^2 scores never reach memory).
+//  - Not here: communication (the plan's tasks), the optimizer (its own task: a fused Adam
+//    reads and writes its bytes, memory-bound).
+#include <string_view>
+#include <vector>
+
+#include "model/network.hpp"
+
+namespace hetflow::partition {
+
+enum class OpClass { gemm, attention, memory };  // attention: flash attention's fused kernel
+
+struct Op {
+  std::string_view name;  // "qkv", "scores", "softmax", ...
+  OpClass cls = OpClass::memory;
+  double flops = 0;  // GEMM FLOPs (2 per multiply-add); 0 for memory-bound operations
+  double bytes = 0;  // device memory read and written
+  double m = 0, n = 0, k = 0, batch = 1;  // GEMM shape (batched GEMMs: `batch` of m x n x k)
+  bool operator==(const Op&) const = default;
+};
+
+enum class OpPass { forward, backward_data, backward_weight };
+
+struct OpOptions {
+  bool flash_attention = false;
+  bool fused_softmax = true;           // scale, mask and softmax in one kernel
+  bool fused_bias_gelu = true;         // MLP up's bias added inside the activation
+  bool fused_bias_dropout_add = true;  // row-parallel bias, dropout and residual in one kernel
+  bool operator==(const OpOptions&) const = default;
+};
+
+struct OpShape {
+  int micro_batch = 1;
+  int tensor = 1;               // the stage's tensor-parallel degree
+  bool sequence_parallel = false;
+  double element_bytes = 2;     // the plan's precision
+};
+
+// The operations of `pass` of layer `layer`, or an empty list when the network is not a
+// decoder built from an architecture (network.architecture unset, an encoder, a layer of
+// another kind): such layers keep the FLOPs-only model.
+std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass, const OpShape& shape,
+                          const OpOptions& options = {});
+
+// Whether layer_ops describes the network's layers.
+bool has_layer_ops(const model::Network& network);
+
+std::string_view to_string(OpClass c);
+
+}  // namespace hetflow::partition

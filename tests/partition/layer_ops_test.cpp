@@ -1,0 +1,283 @@
+// The operations of a layer against hand computation, and their GEMM FLOPs against the zoo's
+// layer totals (which the zoo tests hold to Narayanan et al.'s formula).
+#include "partition/layer_ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "model/io.hpp"
+
+using namespace hetflow;
+using partition::Op;
+using partition::OpClass;
+using partition::OpPass;
+
+namespace {
+
+double flops_of(const std::vector<Op>& ops) {
+  double f = 0;
+  for (const Op& o : ops) f += o.flops;
+  return f;
+}
+
+std::map<std::string, Op> by_name(const std::vector<Op>& ops) {
+  std::map<std::string, Op> m;
+  for (const Op& o : ops) m.emplace(std::string(o.name), o);
+  return m;
+}
+
+int first_of_kind(const model::Network& net, const std::string& kind) {
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (net.layers[i].kind == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// A GPT-3 2.7B-like layer (h 2560, 32 heads, s 2048), micro-batch 4, by hand.
+TEST(LayerOps, ATransformerLayersForwardByHand) {
+  const model::Network net = model::load_network("gpt:layers=2,hidden=2560,heads=32,seq=2048,vocab=50304");
+  const int layer = first_of_kind(net, "transformer");
+  const auto ops = by_name(partition::layer_ops(net, layer, OpPass::forward, {4, 1, false, 2}));
+  const double T = 4 * 2048.0, h = 2560, s = 2048, b = 4, a = 32, d = 80;
+  ASSERT_TRUE(ops.count("qkv"));
+  EXPECT_EQ(ops.at("qkv").cls, OpClass::gemm);
+  EXPECT_EQ(ops.at("qkv").m, T);
+  EXPECT_EQ(ops.at("qkv").n, 3 * h);
+  EXPECT_EQ(ops.at("qkv").k, h);
+  EXPECT_DOUBLE_EQ(ops.at("qkv").flops, 2 * T * 3 * h * h);
+  EXPECT_DOUBLE_EQ(ops.at("qkv").bytes, 2 * (T * h + h * 3 * h + T * 3 * h));
+  EXPECT_DOUBLE_EQ(ops.at("scores").flops, 2 * b * a * s * s * d);
+  EXPECT_EQ(ops.at("scores").batch, b * a);
+  EXPECT_DOUBLE_EQ(ops.at("context").flops, 2 * b * a * s * s * d);
+  EXPECT_DOUBLE_EQ(ops.at("attention projection").flops, 2 * T * h * h);
+  EXPECT_DOUBLE_EQ(ops.at("mlp up").flops, 2 * T * 4 * h * h);
+  EXPECT_DOUBLE_EQ(ops.at("mlp down").flops, 2 * T * 4 * h * h);
+  // Memory-bound: a fused softmax reads and writes the scores once (fp16), dropout adds a mask byte.
+  EXPECT_EQ(ops.at("softmax").cls, OpClass::memory);
+  EXPECT_DOUBLE_EQ(ops.at("softmax").bytes, 2 * 2 * b * a * s * s);
+  EXPECT_DOUBLE_EQ(ops.at("attention dropout").bytes, (2 * 2 + 1) * b * a * s * s);
+  EXPECT_DOUBLE_EQ(ops.at("input norm").bytes, 2 * 2 * T * h);
+  EXPECT_DOUBLE_EQ(ops.at("bias dropout add").bytes, (3 * 2 + 1) * T * h);
+  EXPECT_DOUBLE_EQ(ops.at("bias gelu").bytes, 2 * 2 * T * 4 * h);
+  EXPECT_EQ(ops.count("rotary"), 0u);  // learned positions
+}
+
+// Tensor parallelism divides the column- and row-parallel GEMMs and the heads by t; sequence
+// parallelism divides the norms and residual adds' tokens.
+TEST(LayerOps, TensorAndSequenceParallelismSplitWhatMegatronSplits) {
+  const model::Network net = model::load_network("gpt:layers=2,hidden=2560,heads=32,seq=2048,vocab=50304");
+  const int layer = first_of_kind(net, "transformer");
+  const auto one = by_name(partition::layer_ops(net, layer, OpPass::forward, {4, 1, false, 2}));
+  const auto tp = by_name(partition::layer_ops(net, layer, OpPass::forward, {4, 4, false, 2}));
+  const auto sp = by_name(partition::layer_ops(net, layer, OpPass::forward, {4, 4, true, 2}));
+  EXPECT_EQ(tp.at("qkv").n, one.at("qkv").n / 4);
+  EXPECT_EQ(tp.at("attention projection").k, one.at("attention projection").k / 4);
+  EXPECT_EQ(tp.at("scores").batch, one.at("scores").batch / 4);
+  EXPECT_DOUBLE_EQ(tp.at("softmax").bytes, one.at("softmax").bytes / 4);
+  EXPECT_DOUBLE_EQ(tp.at("input norm").bytes, one.at("input norm").bytes);  // replicated
+  EXPECT_DOUBLE_EQ(sp.at("input norm").bytes, one.at("input norm").bytes / 4);
+  EXPECT_DOUBLE_EQ(sp.at("bias dropout add").bytes, one.at("bias dropout add").bytes / 4);
+}
+
+// Every layer's GEMM FLOPs are the zoo's: forward = forward_flops x b / t, and backward data +
+// backward weight = backward_flops x b / t, for GPT and LLaMA shapes (GQA, SwiGLU, rotary).
+TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
+  for (const char* spec : {"gpt:layers=4,hidden=2304,heads=24,seq=2048,vocab=51200",
+                           "llama:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=128256"}) {
+    SCOPED_TRACE(spec);
+    const model::Network net = model::load_network(spec);
+    ASSERT_TRUE(partition::has_layer_ops(net));
+    for (int t : {1, 8}) {
+      for (bool flash : {false, true}) {
+        partition::OpOptions o;
+        o.flash_attention = flash;
+        for (size_t l = 0; l < net.layers.size(); ++l) {
+          const model::Layer& layer = net.layers[l];
+          const partition::OpShape shape{2, t, false, 2};
+          const double forward = flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::forward, shape, o));
+          const double backward = flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::backward_data, shape, o)) +
+                                  flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::backward_weight, shape, o));
+          EXPECT_NEAR(forward, layer.forward_flops * 2 / t, 1e-9 * layer.forward_flops) << layer.name;
+          EXPECT_NEAR(backward, layer.backward_flops * 2 / t, 1e-9 * layer.backward_flops) << layer.name;
+        }
+      }
+    }
+  }
+}
+
+// Flash attention: one operation in place of scores, softmax, dropout and context, whose
+// bytes are Q, K, V and the output only (the s^2 scores never reach memory).
+TEST(LayerOps, FlashAttentionNeverWritesTheScores) {
+  const model::Network net = model::load_network("gpt:layers=2,hidden=2560,heads=32,seq=2048,vocab=50304");
+  const int layer = first_of_kind(net, "transformer");
+  partition::OpOptions o;
+  o.flash_attention = true;
+  const auto ops = by_name(partition::layer_ops(net, layer, OpPass::forward, {4, 1, false, 2}, o));
+  EXPECT_EQ(ops.count("scores") + ops.count("softmax") + ops.count("context"), 0u);
+  const Op& fa = ops.at("flash attention");
+  EXPECT_EQ(fa.cls, OpClass::attention);
+  const double T = 4 * 2048.0, h = 2560;
+  EXPECT_DOUBLE_EQ(fa.bytes, 2 * T * 4 * h);
+  EXPECT_DOUBLE_EQ(fa.flops, 4 * 4 * 32 * 2048.0 * 2048 * 80);
+}
+
+// LLaMA: SwiGLU reads gate and up and writes their product; rotary embeddings touch Q and K;
+// no biases, so no bias gradients.
+TEST(LayerOps, LlamaHasSwigluRotaryAndNoBiases) {
+  const model::Network net = model::load_network("llama:layers=2,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=128256");
+  const int layer = first_of_kind(net, "transformer");
+  const auto fwd = by_name(partition::layer_ops(net, layer, OpPass::forward, {1, 1, false, 2}));
+  const double T = 4096, h = 4096, kv = 8 * 128, f = 14336;
+  EXPECT_DOUBLE_EQ(fwd.at("swiglu").bytes, 3 * 2 * T * f);
+  EXPECT_DOUBLE_EQ(fwd.at("rotary").bytes, 2 * 2 * T * (h + kv));
+  EXPECT_EQ(fwd.at("mlp up").n, 2 * f);
+  EXPECT_EQ(fwd.at("qkv").n, h + 2 * kv);
+  const auto weight = by_name(partition::layer_ops(net, layer, OpPass::backward_weight, {1, 1, false, 2}));
+  EXPECT_EQ(weight.count("bias gradients"), 0u);
+}
+
+// The head: logits GEMM over the vocabulary shard, the cross-entropy over fp32 logits.
+TEST(LayerOps, TheHeadsLogitsAndCrossEntropy) {
+  const model::Network net = model::load_network("gpt:layers=2,hidden=2560,heads=32,seq=2048,vocab=50304");
+  const int head = first_of_kind(net, "head");
+  const auto ops = by_name(partition::layer_ops(net, head, OpPass::forward, {2, 2, false, 2}));
+  const double T = 2 * 2048.0;
+  EXPECT_EQ(ops.at("logits").n, 50304 / 2);
+  EXPECT_DOUBLE_EQ(ops.at("cross entropy").bytes, (2 + 20) * T * 50304 / 2);
+  const auto emb = partition::layer_ops(net, first_of_kind(net, "embedding"), OpPass::forward, {2, 2, false, 2});
+  EXPECT_EQ(flops_of(emb), 0);
+  EXPECT_FALSE(emb.empty());
+}
+
+// Networks that are not decoders built from an architecture keep the FLOPs-only model.
+TEST(LayerOps, OtherNetworksHaveNoOperations) {
+  for (const char* name : {"vgg19", "resnet50", "bert-large"}) {
+    const model::Network net = model::load_network(name);
+    EXPECT_FALSE(partition::has_layer_ops(net)) << name;
+    EXPECT_TRUE(partition::layer_ops(net, 1, OpPass::forward, {1, 1, false, 2}).empty()) << name;
+  }
+}
+
+// ---------------------------------------------------------------- in the cost model
+
+#include "partition/cost_model.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+
+namespace {
+
+partition::Plan gpt_plan(partition::PlanOptions o, const model::Cluster& cluster) {
+  const model::Network net = model::load_network("gpt:layers=4,hidden=1024,heads=16,seq=1024,vocab=32000");
+  o.precision = net.precision;
+  o.workspace_bytes = 0;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
+
+model::Calibration with_ops() {
+  return model::parse_calibration(
+      "gpus: {A100-80: {overhead: 10 us, ops: {gemm: {max_efficiency: 0.75, saturation: 2e10, launch: 5 us},"
+      " memory: {max_efficiency: 0.9, launch: 3 us}}}}\n",
+      "ops.yaml");
+}
+
+// A layer's operations timed by hand: each GEMM at 312 TFLOP/s x 0.75 x (1 - e^(-F / 2e10))
+// plus 5 us, each memory-bound one at 2039 GB/s x 0.9 plus 3 us (the A100 80 GB's fp16 peak
+// and bandwidth, as the catalog gives them).
+double by_hand_s(const std::vector<Op>& ops) {
+  double s = 0;
+  for (const Op& o : ops) {
+    if (o.cls == OpClass::memory) {
+      s += 3e-6 + o.bytes / (2039e9 * 0.9);
+    } else {
+      s += 5e-6 + o.flops / (312e12 * 0.75 * (1 - std::exp(-o.flops / 2e10)));
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(LayerOpsCost, ATasksTimeIsItsLayersOperations) {
+  const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  o.micro_batch = 2;
+  o.recompute = partition::Recompute::full;
+  const partition::Plan plan = gpt_plan(o, cluster);
+  const partition::CostModel cost(cluster, plan.layout.precision, model::resolve_calibration(with_ops(), cluster, "ops.yaml"));
+  const partition::OpShape shape{2, 2, false, 2};
+  int checked = 0;
+  for (const partition::Task& t : plan.tasks) {
+    if (t.kind != partition::TaskKind::forward && t.kind != partition::TaskKind::backward) continue;
+    double want = 10e-6;  // the task's overhead
+    for (int l = t.layer_begin; l < t.layer_end; ++l) {
+      if (t.kind == partition::TaskKind::forward) {
+        want += by_hand_s(partition::layer_ops(plan.network, l, OpPass::forward, shape));
+      } else {  // data and weight gradients, and the forward it recomputes (full)
+        for (OpPass p : {OpPass::backward_data, OpPass::backward_weight, OpPass::forward}) {
+          want += by_hand_s(partition::layer_ops(plan.network, l, p, shape));
+        }
+      }
+    }
+    EXPECT_NEAR(cost.task_compute_time_s(plan, t), want, 1e-12) << partition::to_string(t.kind);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2 * 2);  // F and B, 2 micro-batches, 2 stages, 2 tensor ranks
+  // The optimizer keeps its roofline of FLOPs and bytes.
+  for (const partition::Task& t : plan.tasks) {
+    if (t.kind == partition::TaskKind::optimizer) {
+      EXPECT_EQ(cost.task_compute_time_s(plan, t), cost.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes));
+    }
+  }
+}
+
+// Without operation costs in the calibration nothing changes: the FLOPs at one efficiency.
+TEST(LayerOpsCost, WithoutOperationCostsATaskKeepsItsFlopsModel) {
+  const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  const partition::Plan plan = gpt_plan(o, cluster);
+  const partition::CostModel cost(cluster, plan.layout.precision);
+  for (const partition::Task& t : plan.tasks) {
+    if (t.kind == partition::TaskKind::forward || t.kind == partition::TaskKind::backward) {
+      EXPECT_EQ(cost.task_compute_time_s(plan, t), cost.compute_time_s(t.device, t.kind, t.flops, t.memory_bytes));
+    }
+  }
+}
+
+// A split backward (1F1B-split-W): B gets the data gradients, W the weight gradients, and
+// together they take what one unsplit backward takes (less one task overhead).
+TEST(LayerOpsCost, ASplitBackwardSharesTheOperationsBetweenBAndW) {
+  const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
+  partition::PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  const model::Calibration calibration = model::resolve_calibration(with_ops(), cluster, "ops.yaml");
+  const partition::Plan whole = gpt_plan(o, cluster);
+  o.schedule = "1f1b-split-w";
+  const partition::Plan split = gpt_plan(o, cluster);
+  const partition::CostModel cost(cluster, whole.layout.precision, calibration);
+  auto first = [](const partition::Plan& p, partition::TaskKind k) {
+    for (const partition::Task& t : p.tasks) {
+      if (t.kind == k && t.stage == 0 && t.microbatch == 0) return t;
+    }
+    return partition::Task{};
+  };
+  const double b = cost.task_compute_time_s(split, first(split, partition::TaskKind::backward));
+  const double w = cost.task_compute_time_s(split, first(split, partition::TaskKind::backward_weight));
+  const double both = cost.task_compute_time_s(whole, first(whole, partition::TaskKind::backward));
+  EXPECT_NEAR(b + w - 10e-6, both, 1e-12);
+  EXPECT_GT(b, w);  // the attention core's gradients are data gradients only
+}
