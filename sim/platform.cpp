@@ -107,6 +107,7 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
       router_by_name[spec.zones[i].router] = routers[i];
     }
   }
+  p.timer = zones.front()->create_host("hetflow-timer", 1e18);
   p.hosts.resize(spec.hosts.size(), nullptr);
   for (size_t h = 0; h < spec.hosts.size(); ++h) {
     const HostSpec& host = spec.hosts[h];

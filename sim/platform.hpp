@@ -13,6 +13,11 @@ namespace hetflow::sim {
 struct Platform {
   std::vector<simgrid::s4u::Host*> hosts;  // index = device id
   std::vector<simgrid::s4u::Link*> links;  // index = PlatformSpec::links index
+  // A host of no device, with no routes, that times delays: an execution of d x kTimerRate
+  // FLOPs bounded to kTimerRate FLOP/s lasts d seconds however many run at once (up to
+  // its speed / kTimerRate of them). Not part of the platform's XML.
+  simgrid::s4u::Host* timer = nullptr;
+  static constexpr double kTimerRate = 1e6;
 };
 
 // Creates the SimGrid engine with hetflow's network model settings: CM02 with cross-traffic

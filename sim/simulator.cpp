@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "model/error.hpp"
@@ -42,6 +43,8 @@ namespace {
 struct MailboxStep {
   std::vector<std::pair<sg::Mailbox*, double>> puts;  // (to, bytes)
   std::vector<sg::Mailbox*> gets;                      // from
+  double delay_s = 0;                                  // a wait before anything (coalesced rings)
+  double rate_cap = 0;                                 // puts go no faster (bytes/s; 0: no cap)
 };
 
 struct Stream {
@@ -319,10 +322,26 @@ class Simulation {
 
   // Issues the current step of stream s's collective; false when there is none left.
   bool start_step(Stream& stream, size_t s, InFlight& flight) {
+    // A wait of no time (a ring of no latency) is no step.
+    while (stream.step < stream.steps.size() && stream.steps[stream.step].puts.empty() &&
+           stream.steps[stream.step].gets.empty() && !(stream.steps[stream.step].delay_s > 0 && !options_.free_communication)) {
+      ++stream.step;
+    }
     if (stream.step >= stream.steps.size()) return false;
     const MailboxStep& step = stream.steps[stream.step];
+    if (step.delay_s > 0 && !options_.free_communication) {
+      flight.add(platform_.timer->exec_init(step.delay_s * Platform::kTimerRate)->set_bound(Platform::kTimerRate)->start(), s);
+      ++activities_;
+      stream.outstanding = 1;
+      return true;
+    }
     for (const auto& [box, bytes] : step.puts) {
-      flight.add(box->put_async(&payload_, static_cast<uint64_t>(options_.free_communication ? 0 : bytes)), s);
+      const auto size = static_cast<uint64_t>(options_.free_communication ? 0 : bytes);
+      if (step.rate_cap > 0) {
+        flight.add(box->put_init(&payload_, size)->set_rate(step.rate_cap)->start(), s);
+      } else {
+        flight.add(box->put_async(&payload_, size), s);
+      }
       ++activities_;
     }
     for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s);
@@ -398,6 +417,56 @@ class Simulation {
 
   // --- collectives as steps ---
 
+  // A ring's hops: the largest latency and the smallest bandwidth among them, and whether all
+  // are alike. In a ring's steps every member waits for its predecessor, so the slowest hop
+  // paces them all; a coalesced member waits the largest latency and sends no faster than
+  // the smallest bandwidth, and they end together as the steps do.
+  struct RingHops {
+    bool known = false, uniform = true;
+    bool shares_a_link = false;  // two of its hops cross one link: the steps then stay
+    double latency_s = 0, bandwidth_bytes_per_s = 0;
+  };
+  const RingHops& ring_hops(size_t collective) const {
+    if (ring_hops_.size() != plan_.collectives.size()) ring_hops_.assign(plan_.collectives.size(), RingHops{});
+    RingHops& h = ring_hops_[collective];
+    if (!h.known) {
+      const std::vector<int>& ring = partition::collective_spec(plan_, plan_.collectives[collective]).devices;
+      const partition::Route first = cost_.route(ring[0], ring[1 % ring.size()]);
+      h = {true, true, false, first.latency_s, first.bandwidth_bytes_per_s};
+      std::set<const sg::Link*> used;
+      for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
+        const int from = ring[i], to = ring[(i + 1) % ring.size()];
+        const partition::Route r = cost_.route(from, to);
+        h.uniform = h.uniform && r.latency_s == first.latency_s && r.bandwidth_bytes_per_s == first.bandwidth_bytes_per_s;
+        h.latency_s = std::max(h.latency_s, r.latency_s);
+        h.bandwidth_bytes_per_s = std::min(h.bandwidth_bytes_per_s, r.bandwidth_bytes_per_s);
+        // A link two hops cross (a node's one NIC, a shared PCIe uplink) is shared step by step
+        // between equal messages, which one transfer per member does not reproduce.
+        std::vector<sg::Link*> links;
+        double latency = 0;
+        platform_.hosts[static_cast<size_t>(from)]->route_to(platform_.hosts[static_cast<size_t>(to)], links, &latency);
+        for (const sg::Link* l : links) h.shares_a_link = !used.insert(l).second || h.shares_a_link;
+      }
+    }
+    return h;
+  }
+
+  // Steps a ring can run as one transfer: each one send to the same successor and one
+  // receive from the same predecessor, on one lane, more than one step.
+  static bool coalescible(const std::vector<Step>& steps) {
+    if (steps.size() < 2) return false;
+    const Step& first = steps.front();
+    if (first.sends.size() != 1 || first.receives.size() != 1) return false;
+    for (const Step& step : steps) {
+      if (step.sends.size() != 1 || step.receives.size() != 1 || step.sends[0].peer != first.sends[0].peer ||
+          step.receives[0].peer != first.receives[0].peer || step.sends[0].lane != first.sends[0].lane ||
+          step.receives[0].lane != first.receives[0].lane) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // A collective's steps for one participant, each message on the mailbox of its phase's
   // channel between the two devices, scoped by the task's stream (validation puts every
   // participant of a collective on the same stream) so that collectives on different
@@ -423,6 +492,24 @@ class Simulation {
       return found;
     };
     std::vector<MailboxStep> out;
+    if (options_.coalesce_rings && c.algorithm == partition::CollectiveAlgorithm::ring && coalescible(steps) &&
+        !ring_hops(static_cast<size_t>(t.collective)).shares_a_link) {
+      // The steps' latencies first, then one communication to the successor with all their
+      // bytes, paced by the ring's slowest hop (SimOptions::coalesce_rings).
+      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
+      const Message& to = steps.front().sends.front();
+      double bytes = 0;
+      for (const Step& step : steps) bytes += step.sends.front().bytes;
+      MailboxStep wait;
+      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
+      out.push_back(wait);
+      MailboxStep posted;
+      posted.puts.emplace_back(box(to, true), bytes);
+      posted.gets.push_back(box(steps.front().receives.front(), false));
+      if (!hops.uniform) posted.rate_cap = hops.bandwidth_bytes_per_s;
+      out.push_back(std::move(posted));
+      return out;
+    }
     out.reserve(steps.size());
     for (const Step& step : steps) {
       MailboxStep posted;
@@ -530,6 +617,7 @@ class Simulation {
   int iterations_;
   PlatformSpec spec_;
   Platform platform_;
+  mutable std::vector<RingHops> ring_hops_;  // per collective, computed when first run
   std::vector<Device> devices_;
   std::optional<partition::RunGraph> graph_;  // successors, inputs per iteration, transfer partners
   std::vector<std::vector<int>> remaining_;   // per iteration, per task: inputs not yet done
