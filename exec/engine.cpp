@@ -545,6 +545,10 @@ class Run {
 }  // namespace
 
 RunResult run_plan(const Plan& plan, Backend& backend, const EngineOptions& options) {
+  if (plan.layout.folded) {
+    throw PlanError("the plan is folded: it holds the tasks of one data-parallel replica for all of them, which a "
+                    "simulation can stand for but a run cannot; plan it without --fold to run it");
+  }
   Run run(plan, backend, options);
   return run.run();
 }

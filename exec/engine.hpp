@@ -74,7 +74,8 @@ struct RunResult {
 };
 
 // Runs the plan on the back end. Throws PlanError for a plan it cannot run (before anything
-// runs); a failure or stall while running is reported in the result, not thrown.
+// runs; a folded plan among them); a failure or stall while running is reported in the
+// result, not thrown.
 RunResult run_plan(const partition::Plan& plan, Backend& backend, const EngineOptions& options);
 
 }  // namespace hetflow::exec

@@ -74,6 +74,13 @@ struct Layout {
   int iterations = 1;
   Sync sync;
   std::vector<VirtualWorker> workers;
+  // Folded: the virtual workers are identical replicas (same structure, device types and
+  // micro-batches) and the plan holds the tasks of worker 0 alone; its data-parallel
+  // collectives keep every replica's devices in their communicators, standing for the
+  // replicas' identical parts (partition/plan_builder.hpp). Only where replicas share no
+  // links but by symmetry: one region, a non-blocking fabric, a NIC per GPU, no shared PCIe
+  // uplink. Simulated, not executed.
+  bool folded = false;
 
   int samples_per_iteration() const;
   // Whether every rank of every virtual worker has `tensor` devices.

@@ -138,6 +138,23 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
       l.stashes -= t.kind == TensorKind::stash;
     }
   }
+  // A folded plan holds worker 0's tasks and tensors: each replica's device holds what its
+  // counterpart in worker 0 holds.
+  if (plan.layout.folded && !plan.layout.workers.empty()) {
+    const VirtualWorker& first = plan.layout.workers.front();
+    for (size_t w = 1; w < plan.layout.workers.size(); ++w) {
+      const VirtualWorker& vw = plan.layout.workers[w];
+      for (size_t r = 0; r < vw.ranks.size() && r < first.ranks.size(); ++r) {
+        for (size_t i = 0; i < vw.ranks[r].size() && i < first.ranks[r].size(); ++i) {
+          const auto d = static_cast<size_t>(vw.ranks[r][i]), d0 = static_cast<size_t>(first.ranks[r][i]);
+          if (d >= devices || d0 >= devices) continue;
+          const double capacity = memory[d].capacity_bytes;
+          memory[d] = memory[d0];
+          memory[d].capacity_bytes = capacity;
+        }
+      }
+    }
+  }
   return memory;
 }
 

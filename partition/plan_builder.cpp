@@ -56,9 +56,13 @@ void Builder::build() {
   grads_.resize(devices);
   chunks_of_device_.resize(devices);
   const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+  // Folded (Layout::folded): worker 0 alone gets tasks and tensors.
+  plan_.layout.folded = layout_.folded && layout_.workers.size() > 1;
+  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
   for (size_t w = 0; w < layout_.workers.size(); ++w) {
     const VirtualWorker& vw = layout_.workers[w];
-    programs_.push_back(schedule_.build(static_cast<int>(vw.ranks.size()), vw.microbatches, layout_.virtual_stages));
+    programs_.push_back(w < built ? schedule_.build(static_cast<int>(vw.ranks.size()), vw.microbatches, layout_.virtual_stages)
+                                  : RankPrograms{});
     std::vector<ChunkWork> works;
     std::vector<int> degrees;
     std::vector<size_t> bases;
@@ -71,6 +75,7 @@ void Builder::build() {
       slots += static_cast<size_t>(vw.microbatches) * static_cast<size_t>(t);
       works.push_back(chunk_work(net_, layout_, s, t));
       const double params = params_per_device(net_, s.layer_begin, s.layer_end, t);
+      if (w >= built) continue;
       for (int d : vw.ranks[static_cast<size_t>(s.rank)]) {
         const auto dd = static_cast<size_t>(d);
         const auto n = static_cast<std::int64_t>(params);
@@ -88,8 +93,8 @@ void Builder::build() {
     for (auto* v : {&inputs_, &output_grads_, &input_slices_, &grad_slices_}) v->emplace_back(slots, -1);
   }
   reserve();
-  for (size_t w = 0; w < layout_.workers.size(); ++w) add_compute(static_cast<int>(w));
-  for (size_t w = 0; w < layout_.workers.size(); ++w) add_pipeline_transfers(static_cast<int>(w));
+  for (size_t w = 0; w < built; ++w) add_compute(static_cast<int>(w));
+  for (size_t w = 0; w < built; ++w) add_pipeline_transfers(static_cast<int>(w));
   if (layout_.sync.kind == SyncKind::allreduce) {
     add_allreduce_sync();
   } else {
@@ -158,12 +163,57 @@ void Builder::check_layout() const {
     if (next != layers) throw InputError("<layout>", 0, where + ".stages", "chunks do not cover every layer");
     if (vw.microbatches < 1) throw InputError("<layout>", 0, where + ".microbatches", "expected at least 1");
   }
+  if (layout_.folded) check_fold();
   if (layout_.largest_tensor() != layout_.tensor) {
     throw InputError("<layout>", 0, "tensor",
                      "expected the largest rank's device count, " + std::to_string(layout_.largest_tensor()) + ", found " +
                          std::to_string(layout_.tensor));
   }
   if (!layout_.uniform_tensor()) check_mixed_tensor();
+}
+
+// Folding: every virtual worker a replica of worker 0 (the same ranks and chunks, micro-batches
+// and device types, position by position), synchronised by ring all-reduce, on a cluster
+// where replicas share no links but by symmetry.
+void Builder::check_fold() const {
+  if (layout_.sync.kind != SyncKind::allreduce || layout_.sync.algorithm != CollectiveAlgorithm::ring) {
+    throw InputError(kOptions, 0, "fold", "folds data-parallel replicas synchronised by ring all-reduce only");
+  }
+  // One simulated replica sees the traffic of the others only where it shares their links'
+  // loads by symmetry: at its own GPU links and NICs. Links that replicas' flows share
+  // besides (an oversubscribed fabric, a NIC or PCIe uplink several GPUs use, a WAN) would
+  // carry traffic a folded simulation does not have.
+  const auto refuse = [](const std::string& why) {
+    throw InputError(kOptions, 0, "fold", why + ": the replicas' traffic would share links one simulated replica cannot stand for");
+  };
+  if (cluster_.regions.size() > 1) refuse("the cluster has several regions");
+  for (const model::Region& r : cluster_.regions) {
+    if (r.fabric.kind == model::FabricKind::fat_tree && r.fabric.oversubscription > 1) {
+      refuse("region " + r.name + "'s fat tree is oversubscribed " + std::to_string(r.fabric.oversubscription) + ":1");
+    }
+  }
+  for (const model::Node& n : cluster_.nodes) {
+    if (n.nic.count < n.gpu_count) refuse("node " + n.name + " has fewer NICs than GPUs");
+    if (n.intra.uplink_bandwidth_bytes_per_s > 0) refuse("node " + n.name + "'s GPUs share a PCIe uplink");
+  }
+  const VirtualWorker& first = layout_.workers.front();
+  for (size_t w = 1; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w];
+    bool same = vw.stages == first.stages && vw.microbatches == first.microbatches && vw.ranks.size() == first.ranks.size();
+    for (size_t r = 0; same && r < vw.ranks.size(); ++r) {
+      same = vw.ranks[r].size() == first.ranks[r].size();
+      for (size_t i = 0; same && i < vw.ranks[r].size(); ++i) {
+        same = cluster_.device_gpu(cluster_.devices()[static_cast<size_t>(vw.ranks[r][i])]).name ==
+               cluster_.device_gpu(cluster_.devices()[static_cast<size_t>(first.ranks[r][i])]).name;
+      }
+    }
+    if (!same) {
+      throw InputError(kOptions, 0, "fold",
+                       "virtual worker " + std::to_string(w) +
+                           " is not a replica of worker 0 (its stages, micro-batches or device types differ): only "
+                           "identical replicas fold");
+    }
+  }
 }
 
 // Ranks of different tensor-parallel degrees: what the plan cannot express is refused.
@@ -333,7 +383,8 @@ int Builder::activation_tensor(TensorKind kind, int device, double bytes) {
 
 std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorithm algorithm, const std::string& group_name,
                                          const std::vector<int>& devices, double bytes, Purpose purpose, int stream_id,
-                                         Task like, const std::vector<int>& reads, const std::vector<int>& writes) {
+                                         Task like, const std::vector<int>& reads, const std::vector<int>& writes,
+                                         size_t with_tasks) {
   Collective c;
   c.kind = kind;
   c.algorithm = algorithm;
@@ -342,7 +393,7 @@ std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorith
   c.communicator = communicator(group_name, devices);
   const int index = static_cast<int>(plan_.collectives.size());
   c.tasks.reserve(devices.size());
-  for (size_t i = 0; i < devices.size(); ++i) {
+  for (size_t i = 0; i < devices.size() && i < with_tasks; ++i) {
     Task t = communication(like, TaskKind::collective, purpose, devices[i], bytes);
     t.stream = stream_id;
     t.collective = index;

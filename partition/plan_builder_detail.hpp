@@ -76,6 +76,7 @@ class Builder {
   // --- plan_builder.cpp: checks, lookups, shared constructors ---
   void check_layout() const;
   void check_mixed_tensor() const;
+  void check_fold() const;
   int stream(const std::string& name);
   int transfer_stream(const char* prefix, int peer, const std::string& tag);
   int communicator(const std::string& name, const std::vector<int>& devices);
@@ -95,10 +96,12 @@ class Builder {
   int activation_tensor(TensorKind kind, int device, double bytes);
   // A collective over `devices` on `stream_id`, participant i reading reads[i] and writing
   // writes[i] (-1: none); returns the participants' task ids. `like` is taken by value: it
-  // is often one of plan_.tasks, which each participant's add_task may reallocate.
+  // is often one of plan_.tasks, which each participant's add_task may reallocate. Only the
+  // first `with_tasks` devices get tasks (a folded plan's replicas stand in the ring only).
   std::vector<int> add_collective(CollectiveKind kind, CollectiveAlgorithm algorithm, const std::string& group_name,
                                   const std::vector<int>& devices, double bytes, Purpose purpose, int stream_id,
-                                  Task like, const std::vector<int>& reads, const std::vector<int>& writes);
+                                  Task like, const std::vector<int>& reads, const std::vector<int>& writes,
+                                  size_t with_tasks = static_cast<size_t>(-1));
   // A send/recv pair on the channel src -> dst (tag); returns {send, recv}.
   std::pair<int, int> add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
                                    const Task& like, int sent_tensor, int received_tensor);

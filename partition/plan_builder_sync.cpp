@@ -123,7 +123,8 @@ void Builder::add_allreduce_sync() {
       for (size_t w = 0; w < layout_.workers.size(); ++w) {
         const int d = device_of(static_cast<int>(w), stage_of_worker[w], rank_of_worker[w]);
         devices.push_back(d);
-        grads.push_back(grad_of(d, stage_of_worker[w]));
+        // Folded: the replicas' devices stand in the ring, worker 0's alone have tasks.
+        if (w == 0 || !plan_.layout.folded) grads.push_back(grad_of(d, stage_of_worker[w]));
       }
       Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
       like.layer_begin = begin;
@@ -131,8 +132,8 @@ void Builder::add_allreduce_sync() {
       const std::string name = "dp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " t" + std::to_string(j);
       for (int b = 0; b < buckets; ++b) {
         const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
-                                          bytes / buckets, Purpose::data_parallel, comm, like, grads, grads);
-        for (size_t i = 0; i < devices.size(); ++i) {
+                                          bytes / buckets, Purpose::data_parallel, comm, like, grads, grads, grads.size());
+        for (size_t i = 0; i < tasks.size(); ++i) {
           // The gradient buffer is complete: the device's first sync waits for its last
           // compute, the later ones follow it on the comm stream.
           auto& syncs = syncs_of_device[devices[i]];
@@ -153,7 +154,8 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
   const std::map<int, int> last = last_compute_of_devices();
   const int comm = stream("comm");
   const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
-  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  for (size_t w = 0; w < built; ++w) {
     const VirtualWorker& vw = layout_.workers[w];
     for (size_t k = 1; k < vw.stages.size(); ++k) {
       const Stage& s = vw.stages[k];

@@ -38,6 +38,7 @@ Json layout_json(const Layout& l) {
   j["fp32_grad_accumulation"] = l.fp32_grad_accumulation;
   j["workspace_bytes"] = l.workspace_bytes;
   j["iterations"] = l.iterations;
+  if (l.folded) j["folded"] = true;  // written only when set: unfolded plans keep their fingerprints
   j["sync"] = {{"kind", std::string(to_string(l.sync.kind))},
                {"algorithm", std::string(to_string(l.sync.algorithm))},
                {"bucket_bytes", l.sync.bucket_bytes},
@@ -400,6 +401,7 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.fp32_grad_accumulation = r.boolean(j, "fp32_grad_accumulation", p);
   l.workspace_bytes = r.number(j, "workspace_bytes", p);
   l.iterations = r.integer(j, "iterations", p, 1, kMaxCount);
+  l.folded = j.contains("folded") && r.boolean(j, "folded", p);
   const Json& sync = r.at(j, "sync", p);
   const std::string ps = p + ".sync";
   l.sync.kind = r.parsed(sync, "kind", ps, parse_sync);

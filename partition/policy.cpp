@@ -72,6 +72,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.recompute = o.recompute;
   l.sequence_parallel = o.sequence_parallel;
   l.fp32_grad_accumulation = o.fp32_grad_accumulation;
+  l.folded = o.fold;
   l.workspace_bytes = o.workspace_bytes;
   l.iterations = o.iterations;
   l.sync.kind = o.sync.value_or(default_sync);

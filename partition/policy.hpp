@@ -38,6 +38,9 @@ struct PlanOptions {
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;
+  // Plan one replica for all identical virtual workers (Layout::folded): simulations of many
+  // data-parallel replicas take a fraction of the time and memory.
+  bool fold = false;
   double workspace_bytes = 1024.0 * 1024 * 1024;
 };
 

@@ -108,6 +108,21 @@ void check_embedded(const Plan& plan, Problems& problems) {
   }
 }
 
+// A folded plan's collective across replicas: tasks for its members in worker 0 (the first
+// ones), none for the replicas' devices, which stand in its ring only.
+bool folded_replicas(const Plan& plan, const Collective& c) {
+  if (!plan.layout.folded || plan.layout.workers.empty() || c.tasks.empty() || !in_range(c.communicator, plan.communicators.size())) {
+    return false;
+  }
+  std::set<int> simulated;
+  for (const auto& rank : plan.layout.workers.front().ranks) simulated.insert(rank.begin(), rank.end());
+  const auto& members = plan.members(c);
+  for (size_t i = 0; i < members.size(); ++i) {
+    if ((simulated.count(members[i]) > 0) != (i < c.tasks.size())) return false;
+  }
+  return c.tasks.size() < members.size();
+}
+
 // Every id a task, tensor, channel, collective or communicator holds is in range.
 void check_references(const Plan& plan, Problems& problems) {
   const auto devices = plan.device_names.size();
@@ -159,7 +174,7 @@ void check_references(const Plan& plan, Problems& problems) {
       continue;
     }
     const auto& members = plan.members(c);
-    if (c.tasks.size() != members.size()) {
+    if (c.tasks.size() != members.size() && !folded_replicas(plan, c)) {
       note(where, "has " + std::to_string(c.tasks.size()) + " tasks for the " + std::to_string(members.size()) +
                       " devices of its communicator");
     }
@@ -473,6 +488,7 @@ void check_local_dependencies(const Plan& plan, Problems& problems) {
 void check_coverage(const Plan& plan, Problems& problems) {
   const int layers = static_cast<int>(plan.network.layers.size());
   for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
+    if (plan.layout.folded && w > 0) break;  // the replicas of worker 0 have no tasks of their own
     const VirtualWorker& vw = plan.layout.workers[w];
     const std::string where = "virtual worker " + std::to_string(w);
     int next = 0;

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 #include <optional>
 
 #include "model/error.hpp"
@@ -45,6 +46,9 @@ struct MailboxStep {
   std::vector<sg::Mailbox*> gets;                      // from
   double delay_s = 0;                                  // a wait before anything (coalesced rings)
   double rate_cap = 0;                                 // puts go no faster (bytes/s; 0: no cap)
+  // Host-to-host flows with no actor on the other side (a folded plan's replicas):
+  // (from device, to device, bytes), paced by rate_cap too.
+  std::vector<std::tuple<int, int, double>> flows;
 };
 
 struct Stream {
@@ -324,7 +328,8 @@ class Simulation {
   bool start_step(Stream& stream, size_t s, InFlight& flight) {
     // A wait of no time (a ring of no latency) is no step.
     while (stream.step < stream.steps.size() && stream.steps[stream.step].puts.empty() &&
-           stream.steps[stream.step].gets.empty() && !(stream.steps[stream.step].delay_s > 0 && !options_.free_communication)) {
+           stream.steps[stream.step].gets.empty() && stream.steps[stream.step].flows.empty() &&
+           !(stream.steps[stream.step].delay_s > 0 && !options_.free_communication)) {
       ++stream.step;
     }
     if (stream.step >= stream.steps.size()) return false;
@@ -345,7 +350,16 @@ class Simulation {
       ++activities_;
     }
     for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s);
-    stream.outstanding = static_cast<int>(step.puts.size() + step.gets.size());
+    for (const auto& [from, to, bytes] : step.flows) {
+      sg::CommPtr flow = sg::Comm::sendto_init();
+      if (step.rate_cap > 0) flow->set_rate(step.rate_cap);
+      flow->set_source(platform_.hosts[static_cast<size_t>(from)]);
+      flow->set_destination(platform_.hosts[static_cast<size_t>(to)]);
+      flow->set_payload_size(static_cast<uint64_t>(options_.free_communication ? 0 : bytes));
+      flight.add(flow->start(), s);
+      ++activities_;
+    }
+    stream.outstanding = static_cast<int>(step.puts.size() + step.gets.size() + step.flows.size());
     return true;
   }
 
@@ -492,6 +506,26 @@ class Simulation {
       return found;
     };
     std::vector<MailboxStep> out;
+    if (c.tasks.size() < plan_.members(c).size()) {
+      // A folded plan's collective across replicas: this member stands for every replica's,
+      // all alike. Its ring's latencies, then its own two flows, from its predecessor and to
+      // its successor, which no actor on the replicas' devices posts.
+      if (c.algorithm != partition::CollectiveAlgorithm::ring || !coalescible(steps)) {
+        throw PlanError("collective " + std::to_string(t.collective) +
+                        " of a folded plan is not a ring all-reduce, reduce-scatter or all-gather");
+      }
+      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
+      double bytes = 0;
+      for (const Step& step : steps) bytes += step.sends.front().bytes;
+      MailboxStep wait;
+      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
+      out.push_back(wait);
+      MailboxStep flows;
+      flows.flows = {{steps.front().receives.front().peer, t.device, bytes}, {t.device, steps.front().sends.front().peer, bytes}};
+      if (!hops.uniform) flows.rate_cap = hops.bandwidth_bytes_per_s;
+      out.push_back(std::move(flows));
+      return out;
+    }
     if (options_.coalesce_rings && c.algorithm == partition::CollectiveAlgorithm::ring && coalescible(steps) &&
         !ring_hops(static_cast<size_t>(t.collective)).shares_a_link) {
       // The steps' latencies first, then one communication to the successor with all their

@@ -48,6 +48,7 @@ void add_plan_options(po::options_description& options) {
       ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
        "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
       ("fp32-grad-accumulation", "keep fp32 gradients (Megatron's main_grad): +4 B/param")
+      ("fold", "plan one replica for identical data-parallel workers (simulate only: much faster for many replicas)")
       ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace (0 to 1 PiB)")
       ("calibration", po::value<std::string>(), "calibration YAML (efficiencies, link factors)");
 }
@@ -106,6 +107,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
   o.iterations = vm["iterations"].as<int>();
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
+  o.fold = vm.count("fold") > 0;
   o.workspace_bytes = parse_option<double>(vm, "workspace", model::units::parse_bytes);
   if (o.pipeline < 0 || o.data < 0 || o.global_batch < 0 || o.microbatches < 0) {
     throw InputError("<command line>", 0, "--pipeline/--data/--global-batch/--microbatches", "expected 0 (automatic) or more");

@@ -43,7 +43,9 @@ void print_layout(std::ostream& out, const Plan& plan) {
       << partition::to_string(l.sync.kind);
   if (l.sync.kind == partition::SyncKind::wsp) out << " (staleness " << l.sync.staleness << ")";
   if (l.sync.kind == partition::SyncKind::allreduce) out << " (" << partition::to_string(l.sync.algorithm) << ")";
-  out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s") << "\n";
+  out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
+  if (l.folded) out << ", folded: virtual worker 0's tasks stand for all " << l.workers.size() << " replicas";
+  out << "\n";
   const size_t shown = std::min<size_t>(l.workers.size(), 4);
   for (size_t w = 0; w < shown; ++w) {
     const partition::VirtualWorker& vw = l.workers[w];

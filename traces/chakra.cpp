@@ -238,6 +238,10 @@ struct CollectiveNode {
 }  // namespace
 
 std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostModel& cost, const std::string& prefix) {
+  if (plan.layout.folded) {
+    throw PlanError("the plan is folded (one data-parallel replica's tasks for all): a Chakra trace needs every rank's; "
+                    "plan it without --fold to export it");
+  }
   const size_t devices = plan.device_names.size();
   // Dependencies within a device: the task before on the stream and order edges (control),
   // the producers of the transient tensors it reads (data).

@@ -48,7 +48,8 @@ struct ChakraFile {
   std::string bytes;
 };
 
-// Throws PlanError when no order of the plan's tasks exists (a deadlock).
+// Throws PlanError when no order of the plan's tasks exists (a deadlock), or the plan is
+// folded (partition::Layout::folded: it lacks the replicas' ranks).
 std::vector<ChakraFile> write_chakra(const partition::Plan& plan, const partition::CostModel& cost,
                                      const std::string& prefix = "hetflow");
 

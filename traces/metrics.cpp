@@ -125,6 +125,13 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent / measured;
     }
   }
+  // A folded plan's trace holds worker 0's tasks: every replica does the same work and moves
+  // the same bytes.
+  const double replicas = plan.layout.folded ? static_cast<double>(std::max<size_t>(1, workers)) : 1.0;
+  model_flops *= replicas;
+  for (double& f : flops_it) f *= replicas;
+  for (double& b : bytes_it) b *= replicas;
+  for (auto& [cls, bytes] : m.bytes_per_link_class) bytes *= replicas;
   m.model_flops_per_iteration = model_flops / measured;
   double peak = 0;
   for (int d = 0; d < cost.device_count(); ++d) peak += cost.peak_flops_per_s(d);

@@ -49,7 +49,9 @@ struct Metrics {
   std::vector<IterationMetrics> per_iteration;  // every iteration of the trace, warm-up included
 };
 
-// Refuses (InputError) a trace whose fingerprint names another plan.
+// Refuses (InputError) a trace whose fingerprint names another plan. For a folded plan
+// (partition::Layout::folded) the work and traffic of worker 0 count once per replica;
+// per-device figures are the simulated devices' (the replicas' are theirs by symmetry).
 Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost);
 
 // The per-iteration figures as CSV: '#' header lines (the trace's source, plan and

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
+#include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
 #include "partition/memory.hpp"
@@ -476,4 +477,34 @@ TEST(PlanFormat, TablesReadInAnyOrderAndErrorsNameTheirLine) {
     EXPECT_EQ(e.field(), "tasks[3].kind") << e.what();
     EXPECT_EQ(e.line(), line) << e.what();
   }
+}
+
+// A folded plan (Layout::folded) round-trips and says so; a plan that is not folded writes
+// no `folded` key, so its fingerprint is what it was before folding existed. Its replicas'
+// devices hold what worker 0's do; a collective across replicas missing worker 0's member
+// is refused.
+TEST(PlanFormat, AFoldedPlanRoundTripsAndValidates) {
+  const model::Cluster cluster = model::load_cluster("selene-4");
+  PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 8;
+  o.microbatches = 2;
+  const Plan whole = plan_of(cluster, small_gpt(), o);
+  EXPECT_EQ(write_plan_json(whole).find("\"folded\""), std::string::npos);
+  o.fold = true;
+  Plan folded = plan_of(cluster, small_gpt(), o);
+  ASSERT_TRUE(folded.layout.folded);
+  expect_round_trip(folded, "folded");
+  EXPECT_NE(plan_fingerprint(folded), plan_fingerprint(whole));
+  for (size_t d = 0; d < whole.memory.size(); ++d) {
+    EXPECT_NEAR(folded.memory[d].total_bytes(), whole.memory[d].total_bytes(), 1e-6 * whole.memory[d].total_bytes()) << d;
+  }
+  for (Collective& c : folded.collectives) {
+    if (c.tasks.size() < folded.members(c).size()) {
+      c.tasks.clear();  // no member at all
+      break;
+    }
+  }
+  EXPECT_NE(first_problem(folded), "valid");
 }

@@ -12,6 +12,7 @@
 #include "partition/estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
+#include "partition/validate.hpp"
 #include "sim/simulator.hpp"
 #include "tests/partition/plan_test_util.hpp"
 #include "traces/metrics.hpp"
@@ -624,5 +625,75 @@ TEST(Simulator, CoalescedRingsTakeTheTimeTheirStepsTake) {
     } else {
       EXPECT_EQ(b.activities, a.activities);
     }
+  }
+}
+
+// A folded plan (worker 0's tasks standing for identical data-parallel replicas) simulates
+// to the iteration time of the whole plan, within 1 %: replicas one per node and several per
+// node (rings over NVSwitch and NIC hops), with pipelines. Its figures of merit count every
+// replica. Where replicas would share links besides their own (an oversubscribed fat tree,
+// a node's one NIC), folding is refused.
+TEST(Simulator, AFoldedPlanTakesTheWholePlansTime) {
+  struct Case {
+    const char* cluster;
+    const char* model;
+    int tensor, pipeline, data, microbatches;
+  };
+  for (const Case& c : {Case{"selene-8", "gpt3-1.3b", 8, 2, 4, 4}, Case{"dgx-a100-x4", "gpt3-1.3b", 4, 1, 8, 2},
+                        Case{"selene-16", "gpt3-1.3b", 2, 2, 32, 4}, Case{"selene-24", "gpt2-350m", 1, 4, 48, 4}}) {
+    SCOPED_TRACE(std::string(c.cluster) + " t" + std::to_string(c.tensor) + " p" + std::to_string(c.pipeline) + " d" +
+                 std::to_string(c.data));
+    const model::Cluster cluster = model::load_cluster(c.cluster);
+    partition::PlanOptions o;
+    o.tensor = c.tensor;
+    o.pipeline = c.pipeline;
+    o.data = c.data;
+    o.microbatches = c.microbatches;
+    o.bucket_bytes = 16.0 * 1024 * 1024;
+    o.workspace_bytes = 0;
+    o.iterations = 2;
+    const Plan whole = plan_for(cluster, model::load_network(c.model), o);
+    o.fold = true;
+    const Plan folded = plan_for(cluster, model::load_network(c.model), o);
+    ASSERT_TRUE(folded.layout.folded);
+    EXPECT_TRUE(partition::validate_plan(folded).ok()) << partition::validate_plan(folded).problems.front();
+    EXPECT_LT(folded.tasks.size() * (c.data / 2), whole.tasks.size());
+    const sim::SimResult a = sim::simulate(whole, {}), b = sim::simulate(folded, {});
+    ASSERT_TRUE(a.completed && b.completed);
+    EXPECT_NEAR(b.simulated_s, a.simulated_s, 0.01 * a.simulated_s);
+    const partition::CostModel cost(cluster, whole.layout.precision);
+    const traces::Metrics ma = traces::compute_metrics(a.trace, whole, cost), mb = traces::compute_metrics(b.trace, folded, cost);
+    EXPECT_NEAR(mb.mfu, ma.mfu, 0.01 * ma.mfu);
+    EXPECT_NEAR(mb.samples_per_s, ma.samples_per_s, 0.01 * ma.samples_per_s);
+    EXPECT_NEAR(mb.bubble_fraction, ma.bubble_fraction, 0.01);
+    // The analytic estimate sees the same collectives.
+    // (Replicas under other fat-tree leaves are a hop further: a few microseconds.)
+    EXPECT_NEAR(partition::estimate_plan(folded, cost).iteration_time_s, partition::estimate_plan(whole, cost).iteration_time_s,
+                1e-3 * partition::estimate_plan(whole, cost).iteration_time_s);
+  }
+}
+
+TEST(Simulator, FoldingIsRefusedWhereReplicasShareLinks) {
+  partition::PlanOptions o;
+  o.pipeline = 4;
+  o.data = 32;
+  o.microbatches = 4;
+  o.workspace_bytes = 0;
+  o.fold = true;
+  for (const auto& [cluster, data] : {std::pair{"h100-fat-tree", 32}, std::pair{"two-region", 8}}) {
+    o.data = data;
+    try {
+      plan_for(model::load_cluster(cluster), model::load_network("gpt2-124m"), o);
+      ADD_FAILURE() << cluster << " folded";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "fold") << e.what();
+    }
+  }
+  o.data = 5;
+  try {
+    plan_for(model::load_cluster("mixed-academic"), model::load_network("gpt2-124m"), o);
+    ADD_FAILURE() << "mixed-academic folded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fewer NICs than GPUs"), std::string::npos) << e.what();
   }
 }
