@@ -104,11 +104,19 @@ std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_
   for (size_t j = 0; j < t; ++j) {
     if (whole_bytes > 0) gathered[j] = activation_tensor(kind, devices[j], whole_bytes);
   }
-  const double volume = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
+  const double volume = tp_volume(w, stage, like.kind == TaskKind::backward);
   const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, volume,
                                      Purpose::sequence_parallel, compute_stream_, like, arrived, gathered);
   for (size_t j = 0; j < t; ++j) set_free_after(arrived[j], gather[j]);
   return gathered;
+}
+
+// A pass's tensor-parallel volume: its layers' all-reduces (or sequence-parallel gathers and
+// scatters). A backward under full recomputation redoes the forward first, and with it the
+// forward's collectives (Megatron's checkpointed forward runs its all-reduces again).
+double Builder::tp_volume(int w, int stage, bool backward) const {
+  const double forward = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
+  return backward && layout_.recompute == Recompute::full ? 2 * forward : forward;
 }
 
 // The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
@@ -117,7 +125,7 @@ void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::
                               const std::vector<int>& devices, const std::vector<int>& computes,
                               const std::vector<int>& partials, const std::vector<int>& outputs) {
   const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
-  const double volume = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
+  const double volume = tp_volume(w, stage, kind == OpKind::B);
   const bool sp = sharded(w, stage);
   const auto reduce = add_collective(sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
                                      CollectiveAlgorithm::ring, tp_name, devices, volume,

@@ -118,6 +118,7 @@ class Builder {
   std::vector<int> gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  TensorKind kind, const Task& like);
+  double tp_volume(int w, int stage, bool backward) const;
   void reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name, const std::vector<int>& devices,
                        const std::vector<int>& computes, const std::vector<int>& partials, const std::vector<int>& outputs);
   void add_backward(int w, int stage, int mb, OpKind kind);
