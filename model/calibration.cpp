@@ -247,6 +247,16 @@ Calibration resolve_calibration(const Calibration& calibration, const Cluster& c
 }
 
 Calibration load_calibration(const std::string& path) {
+  constexpr std::string_view kPublished = "published:";
+  if (path.starts_with(kPublished)) {
+    const std::string_view name = std::string_view(path).substr(kPublished.size());
+    std::string known;
+    for (const PublishedCalibration& p : published_calibrations()) {
+      if (p.name == name) return parse_calibration(std::string(p.yaml), "model/calibrations/" + std::string(name) + ".yaml");
+      known += (known.empty() ? "" : ", ") + std::string(p.name);
+    }
+    throw InputError(path, 0, "calibration", "no published calibration '" + std::string(name) + "' (published: " + known + ")");
+  }
   std::ifstream in(path);
   if (!in) throw InputError(path, 0, "file", "cannot be read");
   std::ostringstream text;

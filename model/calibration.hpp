@@ -4,6 +4,8 @@
 // measured runs.
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace hetflow::model {
 
@@ -89,7 +91,16 @@ struct Calibration {
 // A kind's missing fields are its GPU type's.
 Calibration parse_calibration(const std::string& text, const std::string& file);
 std::string write_calibration(const Calibration& calibration);
+// A calibration file, or `published:NAME`: one of published_calibrations().
 Calibration load_calibration(const std::string& path);
+
+// Calibrations from public measurements (model/calibrations/NAME.yaml, compiled in), every
+// number citing its source in the file: a100 (DGX A100), h100 (DGX H100), v100 (DGX-1).
+struct PublishedCalibration {
+  std::string_view name;
+  std::string_view yaml;
+};
+const std::vector<PublishedCalibration>& published_calibrations();
 
 struct Cluster;
 // The cluster with every link scaled by its class's factors.

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
+#include <string>
 
 #include "model/cluster.hpp"
 #include "model/error.hpp"
@@ -108,5 +110,62 @@ TEST(Calibration, LinkFactorsScaleEveryLinkOfTheirClass) {
     EXPECT_DOUBLE_EQ(scaled.nodes[n].nic.bandwidth_bytes_per_s, 0.5 * cluster.nodes[n].nic.bandwidth_bytes_per_s);
     EXPECT_DOUBLE_EQ(scaled.nodes[n].nic.latency_s, 3 * cluster.nodes[n].nic.latency_s);
     EXPECT_EQ(scaled.nodes[n].intra, cluster.nodes[n].intra);  // other classes untouched
+  }
+}
+
+// The published calibrations: each reads, names built-in GPU types only, keeps its
+// efficiencies and factors within (0, 1], and every value it sets has a source cited in the
+// comment above it (or says it is an assumption or an inference).
+TEST(PublishedCalibration, EachReadsAndCitesASourceForEveryValue) {
+  ASSERT_GE(published_calibrations().size(), 3U);
+  const Cluster cluster = builtin_cluster("selene-1");
+  for (const PublishedCalibration& p : published_calibrations()) {
+    SCOPED_TRACE(std::string(p.name));
+    const Calibration c = load_calibration("published:" + std::string(p.name));
+    EXPECT_NO_THROW((void)resolve_calibration(c, cluster, std::string(p.name)));
+    EXPECT_FALSE(c.gpus.empty());
+    for (const auto& [type, gpu] : c.gpus) {
+      for (const auto& [op, e] : gpu.ops) {
+        EXPECT_GT(e.max_efficiency, 0.5) << type << " " << op;
+        EXPECT_LE(e.max_efficiency, 1.0) << type << " " << op;
+      }
+    }
+    for (const auto& [link, f] : c.links) {
+      EXPECT_GT(f.bandwidth_factor, 0.5) << link;
+      EXPECT_LE(f.bandwidth_factor, 1.0) << link;
+    }
+    // Every line that sets a number: the comment block just above it cites where it is from.
+    std::istringstream lines{std::string(p.yaml)};
+    std::string line, comments;
+    int values = 0;
+    while (std::getline(lines, line)) {
+      const auto first = line.find_first_not_of(' ');
+      if (first == std::string::npos) continue;
+      if (line[first] == '#') {
+        comments += line + "\n";
+        continue;
+      }
+      const bool sets_value = line.find("efficiency:") != std::string::npos || line.find("factor:") != std::string::npos ||
+                              line.find("overhead:") != std::string::npos || line.find("launch:") != std::string::npos ||
+                              line.find("saturation") != std::string::npos || line.find('*') != std::string::npos;
+      if (sets_value) {
+        ++values;
+        const bool cited = comments.find("github.com/") != std::string::npos || comments.find("forums.") != std::string::npos ||
+                           comments.find("docs.") != std::string::npos || comments.find("assumption") != std::string::npos ||
+                           comments.find("inference") != std::string::npos;
+        EXPECT_TRUE(cited) << "no source above: " << line;
+      }
+      comments.clear();
+    }
+    EXPECT_GT(values, 2);
+  }
+}
+
+TEST(PublishedCalibration, AnUnknownNameListsThePublishedOnes) {
+  try {
+    (void)load_calibration("published:tpu");
+    FAIL() << "expected an InputError";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a100, h100, v100"), std::string::npos) << e.what();
   }
 }
