@@ -115,13 +115,9 @@ bool selective_op(std::string_view name) {
 }
 }  // namespace
 
-double CostModel::layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
-  const std::string& kind = plan.network.layers[static_cast<size_t>(layer)].kind;
-  const auto key = std::make_tuple(&gpu, kind, what, plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel);
-  {
-    const std::lock_guard<std::mutex> lock(op_cache_.mutex);
-    if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;
-  }
+template <class Part>
+void CostModel::for_each_layer_op(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor,
+                                  Part part) const {
   const OpShape shape{plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel,
                       model::element_bytes(plan.layout.precision)};
   const OpPass pass = what == kBackwardData ? OpPass::backward_data
@@ -129,32 +125,42 @@ double CostModel::layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, 
                                                 : OpPass::forward;
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const model::OpEfficiency gemm = type.op("gemm"), attention = type.op("attention"), memory = type.op("memory");
-  double s = 0;
   for (const Op& op : layer_ops(plan.network, layer, pass, shape)) {
     if (what == kRecomputeSelective && !selective_op(op.name)) continue;
     switch (op.cls) {
-      case OpClass::gemm: s += gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_)); break;
-      case OpClass::attention: s += attention.time_s(op.flops, gpu.peak_flops_per_s(precision_)); break;
-      case OpClass::memory: s += memory.time_s(op.bytes, gpu.memory_bandwidth_bytes_per_s); break;
+      case OpClass::gemm: part(op.name, gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_))); break;
+      case OpClass::attention: part(op.name, attention.time_s(op.flops, gpu.peak_flops_per_s(precision_))); break;
+      case OpClass::memory: part(op.name, memory.time_s(op.bytes, gpu.memory_bandwidth_bytes_per_s)); break;
     }
   }
+}
+
+double CostModel::layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
+  const std::string& kind = plan.network.layers[static_cast<size_t>(layer)].kind;
+  const auto key = std::make_tuple(&gpu, kind, what, plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel);
+  {
+    const std::lock_guard<std::mutex> lock(op_cache_.mutex);
+    if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;
+  }
+  double s = 0;
+  for_each_layer_op(plan, gpu, layer, what, tensor, [&](std::string_view, double t) { s += t; });
   const std::lock_guard<std::mutex> lock(op_cache_.mutex);
   op_cache_.seconds.emplace(key, s);
   return s;
 }
 
-double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
+std::vector<int> CostModel::task_passes(const Plan& plan, const Task& t, int* tensor) const {
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const bool layered = t.kind == TaskKind::forward || t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight;
   if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(plan.network)) {
-    return compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
+    return {};
   }
-  int tensor = 1;
+  *tensor = 1;
   const Layout& l = plan.layout;
   if (t.worker >= 0 && static_cast<size_t>(t.worker) < l.workers.size() && t.stage >= 0 &&
       static_cast<size_t>(t.stage) < l.workers[static_cast<size_t>(t.worker)].stages.size()) {
-    tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
+    *tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
   }
   bool split = false;
   try {
@@ -162,19 +168,52 @@ double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
   } catch (const Error&) {
     split = false;  // validation names an unknown schedule; here the whole backward is counted
   }
-  std::vector<int> whats;
-  if (t.kind == TaskKind::forward) whats = {kForward};
-  if (t.kind == TaskKind::backward_weight) whats = {kBackwardWeight};
-  if (t.kind == TaskKind::backward) {
-    whats = split ? std::vector<int>{kBackwardData} : std::vector<int>{kBackwardData, kBackwardWeight};
-    if (t.recompute_flops > 0) whats.push_back(l.recompute == Recompute::selective ? kRecomputeSelective : kRecomputeFull);
-  }
+  if (t.kind == TaskKind::forward) return {kForward};
+  if (t.kind == TaskKind::backward_weight) return {kBackwardWeight};
+  std::vector<int> passes = split ? std::vector<int>{kBackwardData} : std::vector<int>{kBackwardData, kBackwardWeight};
+  if (t.recompute_flops > 0) passes.push_back(l.recompute == Recompute::selective ? kRecomputeSelective : kRecomputeFull);
+  return passes;
+}
+
+double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
+  int tensor = 1;
+  const std::vector<int> passes = task_passes(plan, t, &tensor);
+  if (passes.empty()) return compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
+  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
+  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   double s = 0;
   for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(plan.network.layers.size()); ++layer) {
-    for (int what : whats) s += layer_ops_time_s(plan, gpu, layer, what, tensor);
+    for (int what : passes) s += layer_ops_time_s(plan, gpu, layer, what, tensor);
   }
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
   return type.dispatch_s + (type.of(std::string(to_string(t.kind))).overhead_s + s) * slowdown;
+}
+
+std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(const Plan& plan, const Task& t) const {
+  int tensor = 1;
+  const std::vector<int> passes = task_passes(plan, t, &tensor);
+  if (passes.empty()) return {{std::string(to_string(t.kind)), task_compute_time_s(plan, t)}};
+  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
+  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
+  const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
+  std::vector<std::pair<std::string, double>> parts;
+  auto add = [&](std::string_view name, double s) {
+    for (auto& [n, total] : parts) {
+      if (n == name) {
+        total += s;
+        return;
+      }
+    }
+    parts.emplace_back(std::string(name), s);
+  };
+  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(plan.network.layers.size()); ++layer) {
+    for (int what : passes) {
+      for_each_layer_op(plan, gpu, layer, what, tensor, [&](std::string_view name, double s) { add(name, s * slowdown); });
+    }
+  }
+  const double overhead = type.dispatch_s + type.of(std::string(to_string(t.kind))).overhead_s * slowdown;
+  if (overhead > 0) add("overhead", overhead);
+  return parts;
 }
 
 double CostModel::compute_time_s(int device, TaskKind kind, double flops, double memory_bytes) const {

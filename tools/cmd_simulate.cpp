@@ -17,6 +17,7 @@
 #include "tools/plan_summary.hpp"
 #include "tools/progress.hpp"
 #include "tools/what_if.hpp"
+#include "traces/breakdown.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -154,6 +155,33 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
 }
 
+void print_breakdown(std::ostream& out, const traces::Breakdown& b) {
+  namespace u = model::units;
+  const auto line = [&](const std::string& name, double s, int indent) {
+    out << std::string(static_cast<size_t>(indent), ' ') << std::left << std::setw(28 - indent) << name << std::right
+        << std::setw(10) << u::human_time_s(s) << std::setw(8) << std::fixed << std::setprecision(1)
+        << (b.iteration_time_s > 0 ? 100 * s / b.iteration_time_s : 0) << " %\n";
+    out.unsetf(std::ios::fixed);
+  };
+  out << "\niteration breakdown (per iteration, mean over " << b.devices << " computing devices; "
+      << u::human_time_s(b.iteration_time_s) << " = compute + exposed communication + idle):\n";
+  line("compute", b.compute_s, 2);
+  for (const auto& [name, s] : b.compute_by_operation_s) line(name, s, 4);
+  line("exposed communication", b.exposed_comm_s, 2);
+  for (const auto& [name, s] : b.exposed_comm_by_purpose_s) line(name, s, 4);
+  line("idle (bubble, waits)", b.idle_s, 2);
+}
+
+Json breakdown_json(const traces::Breakdown& b) {
+  Json j = {{"devices", b.devices}, {"iteration_time_s", b.iteration_time_s}, {"compute_s", b.compute_s},
+            {"exposed_comm_s", b.exposed_comm_s}, {"idle_s", b.idle_s}};
+  j["compute_by_operation_s"] = Json::object();
+  for (const auto& [name, s] : b.compute_by_operation_s) j["compute_by_operation_s"][name] = s;
+  j["exposed_comm_by_purpose_s"] = Json::object();
+  for (const auto& [name, s] : b.exposed_comm_by_purpose_s) j["exposed_comm_by_purpose_s"][name] = s;
+  return j;
+}
+
 }  // namespace
 
 void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
@@ -182,7 +210,8 @@ void simulate_options(po::options_description& options) {
       ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
       ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
       ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here")
-      ("collective-steps", "simulate every step of ring collectives (default: one transfer per member, tested equal within 1 %)");
+      ("collective-steps", "simulate every step of ring collectives (default: one transfer per member, tested equal within 1 %)")
+      ("breakdown", "where an iteration's time goes: compute by operation, exposed communication by purpose, idle");
   add_what_if_options(options);
 }
 
@@ -244,6 +273,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   if (vm.count("json")) {
     Json j = report_json(result, m, analytic, changed);
     if (compare) j["what_if"] = what_if_json(what_if, base, m);
+    if (vm.count("breakdown") && result.completed) j["breakdown"] = breakdown_json(traces::compute_breakdown(result.trace, changed, cost));
     print_json(out, j);
     return result.completed ? 0 : 4;
   }
@@ -253,6 +283,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
     return 4;
   }
   report_text(out, result, m, analytic, changed);
+  if (vm.count("breakdown")) print_breakdown(out, traces::compute_breakdown(result.trace, changed, cost));
   if (compare) print_what_if(out, what_if, base, m);
   if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";

@@ -1,6 +1,8 @@
 // hetflow simulate as a user runs it: the summary, the files it writes, faults, bad options.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/tools/run_hetflow.hpp"
@@ -134,4 +136,35 @@ TEST(SimulateCli, APlanFileFixesClusterModelAndLayout) {
   const auto longer = run_hetflow("simulate --plan " + path + " --iterations 4 --json");
   ASSERT_EQ(longer.status, 0) << longer.err;
   EXPECT_EQ(nlohmann::json::parse(longer.out)["iterations"], 4);
+}
+
+// The breakdown of a simulated decoder under operation costs: its parts add up to the
+// iteration time, and with every GEMM at one flat efficiency (no launch cost) the GEMMs'
+// times stand as their FLOPs do: QKV 3h^2, output projection h^2, MLP up and down 4h^2 each
+// per token (multi-head attention, ffn 4h), whatever the pass.
+TEST(SimulateCli, BreakdownAddsUpAndGemmsStandAsTheirFlops) {
+  const auto dir = scratch_dir();
+  const std::string cal = (dir / "ops.yaml").string();
+  {
+    std::ofstream f(cal);
+    f << "gpus:\n  A100-80: {overhead: 0 us, ops: {gemm: {max_efficiency: 0.7}, memory: {max_efficiency: 0.9}}}\n";
+  }
+  const auto r = run_hetflow("simulate --cluster dgx-a100-x4 --model gpt:layers=4,hidden=1024,heads=16,seq=512,vocab=8000 "
+                             "--tensor 2 --pipeline 2 --data 2 --micro-batch 2 --global-batch 16 --recompute full "
+                             "--precision bf16 --breakdown --json --calibration " + cal);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto b = nlohmann::json::parse(r.out)["breakdown"];
+  const double total = b["compute_s"].get<double>() + b["exposed_comm_s"].get<double>() + b["idle_s"].get<double>();
+  EXPECT_NEAR(total, b["iteration_time_s"].get<double>(), 1e-9 * total);
+  EXPECT_NEAR(b["iteration_time_s"].get<double>(), nlohmann::json::parse(r.out)["iteration_time_s"].get<double>(), 1e-9);
+  double ops = 0;
+  for (const auto& [name, s] : b["compute_by_operation_s"].items()) ops += s.get<double>();
+  EXPECT_NEAR(ops, b["compute_s"].get<double>(), 1e-9 * ops);
+  const auto& op = b["compute_by_operation_s"];
+  const double proj = op["attention projection"].get<double>();
+  EXPECT_NEAR(op["qkv"].get<double>() / proj, 3.0, 1e-6);
+  EXPECT_NEAR(op["mlp up"].get<double>() / proj, 4.0, 1e-6);
+  EXPECT_NEAR(op["mlp down"].get<double>() / proj, 4.0, 1e-6);
+  EXPECT_GT(b["exposed_comm_by_purpose_s"]["tensor_parallel"].get<double>(), 0);
+  EXPECT_GT(b["idle_s"].get<double>(), 0);  // a pipeline of 2 stages has a bubble
 }
