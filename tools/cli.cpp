@@ -1,5 +1,6 @@
 #include "tools/cli.hpp"
 
+#include <fstream>
 #include <ostream>
 
 #include "model/error.hpp"
@@ -52,5 +53,11 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
 }
 
 void print_json(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
+
+void write_file(const std::string& path, const std::string& text, const std::string& option) {
+  std::ofstream out(path);
+  if (!out) throw InputError(path, 0, option, "cannot be written");
+  out << text;
+}
 
 }  // namespace hetflow::tools

@@ -59,5 +59,7 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
                    const po::positional_options_description* positional = nullptr);
 
 void print_json(std::ostream& out, const Json& j);
+// Writes `text` to `path`; an InputError naming the option that gave the path otherwise.
+void write_file(const std::string& path, const std::string& text, const std::string& option);
 
 }  // namespace hetflow::tools

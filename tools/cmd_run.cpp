@@ -62,12 +62,6 @@ struct Training {
   double entropy_nats = 0;   // the synthetic stream's: the loss floor
 };
 
-void write_file(const std::string& path, const std::string& text, const std::string& option) {
-  std::ofstream out(path);
-  if (!out) throw InputError(path, 0, option, "cannot be written");
-  out << text;
-}
-
 template <typename Parse>
 double parsed(const po::variables_map& vm, const char* name, Parse parse) {
   try {

@@ -32,12 +32,6 @@ struct Request {
   sim::SimOptions options;
 };
 
-void write_file(const std::string& path, const std::string& text, const std::string& option) {
-  std::ofstream out(path);
-  if (!out) throw InputError(path, 0, option, "cannot be written");
-  out << text;
-}
-
 std::vector<std::string> list(const po::variables_map& vm, const char* name) {
   return vm.count(name) ? vm[name].as<std::vector<std::string>>() : std::vector<std::string>{};
 }
