@@ -220,4 +220,21 @@ Layout read_layout_file(const std::string& text, const std::string& file, const 
   return base;
 }
 
+std::string write_layout_file(const Layout& layout, const model::Cluster& cluster) {
+  const auto& devices = cluster.devices();
+  std::string out = "workers:\n";
+  for (const VirtualWorker& vw : layout.workers) {
+    out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";
+    for (const Stage& s : vw.stages) {
+      out += "      - {devices: [";
+      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];
+      for (size_t i = 0; i < rank.size(); ++i) {
+        out += (i > 0 ? ", " : "") + devices[static_cast<size_t>(rank[i])].name;
+      }
+      out += "], layers: " + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + "}\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace hetflow::partition

@@ -31,4 +31,8 @@ namespace hetflow::partition {
 Layout read_layout_file(const std::string& text, const std::string& file, const model::Cluster& cluster,
                         const model::Network& network, Layout base);
 
+// The layout's workers as a layout file that read_layout_file reads back into the same
+// workers (one chunk per rank; the caller refuses virtual stages, which the format lacks).
+std::string write_layout_file(const Layout& layout, const model::Cluster& cluster);
+
 }  // namespace hetflow::partition

@@ -29,6 +29,8 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out);
 int run_timeline(const std::vector<std::string>& args, std::ostream& out);
 int run_calibrate(const std::vector<std::string>& args, std::ostream& out);
 int run_export_chakra(const std::vector<std::string>& args, std::ostream& out);
+void search_options(po::options_description& options);
+int run_search(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -56,6 +58,9 @@ const std::vector<Command>& commands() {
       {"export-chakra", "write a plan as Chakra execution traces (one file per device, as ASTRA-sim reads them)",
        "[--plan] plan.json -o DIR [--prefix NAME] [--calibration FILE]", "plan", export_chakra_options,
        run_export_chakra},
+      {"search", "find the best plan: candidates scored analytically, the best re-simulated, baselines beside",
+       "[--cluster C] [--model M] --global-batch B [--top K] [--out plan.json] [--out-layout layout.yaml] [--json]",
+       nullptr, search_options, run_search},
   };
   return list;
 }

@@ -1,0 +1,69 @@
+#pragma once
+// The search for a plan: candidates from a space of layouts (policy, tensor and pipeline
+// degrees, micro-batch size, schedule, recomputation, synchronisation), each built into a
+// plan, pruned when it does not fit in memory and scored by the analytic estimate on every
+// core; the fitting ones ranked by estimated iteration time. The caller re-simulates the
+// best with contention (tools/cmd_search.cpp: partition/ knows no simulator).
+//
+// Every candidate is an ordinary PlanOptions: the winner is rebuilt, written and run as any
+// plan is. A candidate the policies or the builder refuse (degrees that do not divide the
+// cluster, a batch that does not split) is counted as refused, never ranked.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/cluster.hpp"
+#include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/estimate.hpp"
+#include "partition/policy.hpp"
+
+namespace hetflow::partition {
+
+struct SearchSpace {
+  // Empty lists take the defaults, chosen for the cluster and the network:
+  std::vector<std::string> policies;   // uniform, balanced, hetpipe-np, hetpipe-ed, hetpipe-hd
+  std::vector<int> tensors;            // powers of two up to the smallest node's GPU count
+  std::vector<int> pipelines;          // divisors of the device count up to the layer count
+  std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
+  std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
+  std::vector<Recompute> recomputes;   // none, selective, full
+  std::vector<SyncKind> syncs;         // allreduce, ps
+};
+
+struct Candidate {
+  PlanOptions options;
+  std::string summary;  // "uniform t2 p4 d2, mb 4 x 8, 1f1b, recompute none, allreduce"
+  Estimate estimate;
+  double headroom_bytes = 0;  // the least free memory of any device (negative: does not fit)
+  double slowest_busy_s = 0;  // the busiest device's compute per iteration
+  std::string slowest_device;
+  int devices_used = 0;
+};
+
+struct SearchResult {
+  std::vector<Candidate> ranked;  // fitting candidates, fastest (estimated) first
+  int candidates = 0;             // in the space
+  int refused = 0;                // the policies or the builder refused the options
+  int over_memory = 0;            // built, but some device's memory overflows
+  double wall_s = 0;
+};
+
+// The candidates of `space` (defaults filled in) for `global_batch` samples per iteration;
+// `base` gives what the search does not vary (precision, workspace, bucket size...).
+std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const model::Network& network,
+                                           int global_batch, const SearchSpace& space, const PlanOptions& base);
+
+// Builds and scores one candidate; false (with why) when it is refused.
+bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                        const CostModel& cost, Candidate* out, std::string* why);
+
+// All candidates on `threads` threads (0: every core). on_progress(done, total) is called
+// from the calling thread about every 100 ms.
+SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
+                          const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads = 0,
+                          const std::function<void(int, int)>& on_progress = {});
+
+std::string candidate_summary(const PlanOptions& options, int workers);
+
+}  // namespace hetflow::partition

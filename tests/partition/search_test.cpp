@@ -1,0 +1,111 @@
+// The search's candidates and their scores: the space it enumerates, what it refuses, the
+// memory it prunes by, the ranking by estimate, and the layout file of a result read back.
+#include "partition/search.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "model/io.hpp"
+#include "partition/layout_file.hpp"
+#include "partition/plan_builder.hpp"
+#include "tests/partition/plan_test_util.hpp"
+
+using namespace hetflow;
+using partition::PlanOptions;
+
+TEST(Search, TheSpaceUsesEveryDeviceAndLeavesHetPipeItsOwnWorkers) {
+  const model::Cluster cluster = test_support::identical_cluster(4, 2);  // 2 nodes of 4
+  const model::Network net = test_support::equal_layers(6);
+  const std::vector<PlanOptions> all = partition::search_candidates(cluster, net, 16, {}, PlanOptions{});
+  std::set<std::string> policies;
+  for (const PlanOptions& o : all) {
+    policies.insert(o.policy);
+    EXPECT_EQ(o.global_batch, 16);
+    EXPECT_EQ(16 % o.micro_batch, 0);
+    if (o.policy.rfind("hetpipe", 0) == 0) {
+      EXPECT_EQ(o.tensor, 1);
+      EXPECT_EQ(o.pipeline, 0);  // the policy forms its workers
+    } else {
+      EXPECT_EQ(8 % (o.tensor * o.pipeline), 0) << o.policy << " t" << o.tensor << " p" << o.pipeline;
+      EXPECT_LE(o.tensor, 4);  // within a node
+      EXPECT_LE(o.pipeline, 6);  // at most a layer per stage
+    }
+    if (o.schedule == "interleaved") {
+      EXPECT_EQ(o.virtual_stages, 2);
+    }
+  }
+  EXPECT_EQ(policies.size(), 5u);
+  // Tensor 1, 2, 4 x pipeline 1, 2, 4 (8 exceeds the layers) where t x p divides 8: all but
+  // t4 p4, for each of the two layout policies; 5 micro-batch sizes, 3 recomputations, 2
+  // syncs; schedules: 1f1b and gpipe everywhere, interleaved from 2 stages on.
+  const int grids = 8, deep = 5;  // (t, p) pairs, and those with p >= 2
+  const int layout_policies = 2 * (grids * 2 + deep) * 5 * 3 * 2;
+  const int hetpipe = 3 * 3 * 5 * 3 * 2;
+  EXPECT_EQ(static_cast<int>(all.size()), layout_policies + hetpipe);
+}
+
+TEST(Search, RanksFittingCandidatesByEstimateAndPrunesTheOverflowing) {
+  const model::Cluster cluster = test_support::identical_cluster(4);
+  const model::Network net = model::load_network("gpt2-350m");
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.schedules = {"1f1b"};
+  space.syncs = {partition::SyncKind::allreduce};
+  PlanOptions base;
+  base.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::SearchResult r = partition::search_plans(cluster, net, 32, space, base, cost, 2);
+  EXPECT_EQ(r.candidates, static_cast<int>(r.ranked.size()) + r.refused + r.over_memory);
+  ASSERT_FALSE(r.ranked.empty());
+  for (size_t i = 1; i < r.ranked.size(); ++i) {
+    EXPECT_LE(r.ranked[i - 1].estimate.iteration_time_s, r.ranked[i].estimate.iteration_time_s);
+  }
+  for (const partition::Candidate& c : r.ranked) EXPECT_GE(c.headroom_bytes, 0) << c.summary;
+  // The same candidate evaluated alone scores the same.
+  partition::Candidate again;
+  std::string why;
+  ASSERT_TRUE(partition::evaluate_candidate(cluster, net, r.ranked.front().options, cost, &again, &why)) << why;
+  EXPECT_DOUBLE_EQ(again.estimate.iteration_time_s, r.ranked.front().estimate.iteration_time_s);
+  // One thread finds what two find.
+  const partition::SearchResult one = partition::search_plans(cluster, net, 32, space, base, cost, 1);
+  ASSERT_EQ(one.ranked.size(), r.ranked.size());
+  EXPECT_EQ(one.ranked.front().summary, r.ranked.front().summary);
+}
+
+TEST(Search, AModelTooLargeForEveryCandidateIsOverMemoryNotRanked) {
+  const model::Cluster cluster = test_support::identical_cluster(2, 1, "T4");
+  const model::Network net = model::load_network("gpt3-175b");
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.schedules = {"1f1b"};
+  space.recomputes = {partition::Recompute::full};
+  space.syncs = {partition::SyncKind::allreduce};
+  space.micro_batches = {1};
+  PlanOptions base;
+  base.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::SearchResult r = partition::search_plans(cluster, net, 2, space, base, cost, 2);
+  EXPECT_TRUE(r.ranked.empty());
+  EXPECT_GT(r.over_memory, 0);
+}
+
+TEST(Search, TheLayoutFileOfAPlanReadsBackIntoTheSameWorkers) {
+  const model::Cluster cluster = model::builtin_cluster("hetpipe-testbed");
+  const model::Network net = model::load_network("vgg19");
+  PlanOptions o;
+  o.policy = "hetpipe-ed";
+  o.global_batch = 64;
+  o.micro_batch = 4;
+  o.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::Layout layout = partition::make_layout(cluster, net, o, cost);
+  const std::string text = partition::write_layout_file(layout, cluster);
+  const partition::Layout back = partition::read_layout_file(text, "search.yaml", cluster, net, layout);
+  ASSERT_EQ(back.workers.size(), layout.workers.size());
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    EXPECT_EQ(back.workers[w].ranks, layout.workers[w].ranks);
+    EXPECT_EQ(back.workers[w].stages, layout.workers[w].stages);
+    EXPECT_EQ(back.workers[w].microbatches, layout.workers[w].microbatches);
+  }
+}

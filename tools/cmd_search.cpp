@@ -1,0 +1,383 @@
+// hetflow search: the best plan for a cluster and a model. Candidates are scored by the
+// analytic estimate (partition/search.hpp); the best --top estimates, and the best --top of
+// each baseline family (Megatron's uniform layout, pure data parallelism, each HetPipe
+// policy), are re-simulated with contention; all of them are ranked by the simulated time,
+// and each family's fastest is shown as its baseline.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iomanip>
+#include <map>
+#include <optional>
+#include <set>
+#include <ostream>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/units.hpp"
+#include "partition/layout_file.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/search.hpp"
+#include "partition/validate.hpp"
+#include "sim/simulator.hpp"
+#include "tools/cli.hpp"
+#include "tools/options.hpp"
+#include "tools/plan_options.hpp"
+#include "traces/metrics.hpp"
+
+namespace hetflow::tools {
+namespace {
+
+namespace u = model::units;
+
+// "1,2,4" -> {1, 2, 4}; "a,b" -> {"a", "b"}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<int> int_list(const po::variables_map& vm, const char* name) {
+  std::vector<int> out;
+  if (!vm.count(name)) return out;
+  for (const std::string& item : split_list(vm[name].as<std::string>())) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1 || v > 1'000'000) {
+      throw InputError("<command line>", 0, std::string("--") + name,
+                       "expected a comma-separated list of positive integers, found '" + item + "'");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// One ranked plan as the table shows it, simulated or not.
+struct Row {
+  partition::Candidate candidate;
+  std::string name;  // baselines: which
+  bool simulated = false;
+  double simulated_s = 0, samples_per_s = 0, mfu = 0, bubble = 0, exposed_comm_s = 0;
+  std::string note;  // a simulation that did not complete
+  std::string fingerprint;  // work_of the plan it builds
+  double time_s() const { return simulated ? simulated_s : candidate.estimate.iteration_time_s; }
+};
+
+partition::Plan build(const model::Cluster& cluster, const model::Network& network, const partition::PlanOptions& o,
+                      const partition::CostModel& cost) {
+  partition::Plan plan = partition::build_plan(cluster, network, partition::make_layout(cluster, network, o, cost), cost);
+  plan.fingerprint = partition::plan_fingerprint(plan);
+  return plan;
+}
+
+// What a plan does, whatever its options were called: its fingerprint without the policy's
+// name and the recomputation setting (which shows in the tasks and memory where it acts).
+std::string work_of(partition::Plan plan) {
+  plan.layout.policy.clear();
+  plan.layout.recompute = partition::Recompute::none;
+  return partition::plan_fingerprint(plan);
+}
+
+void simulate_row(Row& row, const model::Cluster& cluster, const model::Network& network,
+                  const model::Calibration& calibration, const partition::CostModel& cost, int iterations) {
+  partition::PlanOptions o = row.candidate.options;
+  o.iterations = iterations;
+  const partition::Plan plan = build(cluster, network, o, cost);
+  partition::require_valid(plan);
+  sim::SimOptions options;
+  options.calibration = calibration;
+  const sim::SimResult r = sim::simulate(plan, options);
+  if (!r.completed) {
+    row.note = "simulation did not complete";
+    return;
+  }
+  const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost);
+  row.simulated = true;
+  row.simulated_s = m.iteration_time_s;
+  row.samples_per_s = m.samples_per_s;
+  row.mfu = m.mfu;
+  row.bubble = m.bubble_fraction;
+  row.exposed_comm_s = m.exposed_comm_s;
+}
+
+void print_rows(std::ostream& out, const std::vector<Row>& rows, bool named) {
+  size_t width = 4;
+  for (const Row& r : rows) width = std::max(width, (named ? r.name + ": " : std::string()).size() + r.candidate.summary.size());
+  out << "  " << std::left << std::setw(static_cast<int>(width) + 6) << (named ? "baseline" : "rank plan") << std::right
+      << std::setw(11) << "estimate" << std::setw(11) << "simulated" << std::setw(11) << "samples/s" << std::setw(8) << "MFU"
+      << std::setw(11) << "headroom" << std::setw(8) << "bubble" << std::setw(10) << "exposed" << "  busiest device\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::ostringstream label;
+    if (named) {
+      label << r.name << ": " << r.candidate.summary;
+    } else {
+      label << std::setw(4) << i + 1 << " " << r.candidate.summary;
+    }
+    const double samples = r.simulated ? r.samples_per_s : r.candidate.estimate.throughput_samples_per_s;
+    out << "  " << std::left << std::setw(static_cast<int>(width) + 6) << label.str() << std::right << std::setw(11)
+        << u::human_time_s(r.candidate.estimate.iteration_time_s) << std::setw(11)
+        << (r.simulated ? u::human_time_s(r.simulated_s) : std::string("-")) << std::setw(11) << std::fixed
+        << std::setprecision(1) << samples << std::setw(7) << (r.simulated ? 100 * r.mfu : 0) << "%" << std::setw(11)
+        << u::human_bytes(r.candidate.headroom_bytes) << std::setw(8) << std::setprecision(3)
+        << (r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction) << std::setw(10)
+        << (r.simulated ? u::human_time_s(r.exposed_comm_s) : std::string("-")) << "  " << r.candidate.slowest_device << " ("
+        << u::human_time_s(r.candidate.slowest_busy_s) << ")" << (r.note.empty() ? "" : "  " + r.note) << "\n";
+    out.unsetf(std::ios::fixed);
+  }
+}
+
+Json row_json(const Row& r) {
+  Json j = {{"plan", r.candidate.summary},
+            {"policy", r.candidate.options.policy},
+            {"tensor", r.candidate.options.tensor},
+            {"pipeline", r.candidate.options.pipeline},
+            {"micro_batch", r.candidate.options.micro_batch},
+            {"schedule", r.candidate.options.schedule},
+            {"virtual_stages", r.candidate.options.virtual_stages},
+            {"estimated_iteration_time_s", r.candidate.estimate.iteration_time_s},
+            {"iteration_time_s", r.time_s()},
+            {"simulated", r.simulated},
+            {"samples_per_s", r.simulated ? r.samples_per_s : r.candidate.estimate.throughput_samples_per_s},
+            {"bubble_fraction", r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction},
+            {"headroom_bytes", r.candidate.headroom_bytes},
+            {"busiest_device", r.candidate.slowest_device},
+            {"busiest_device_busy_s", r.candidate.slowest_busy_s}};
+  if (r.simulated) j["mfu"] = r.mfu, j["exposed_comm_s"] = r.exposed_comm_s;
+  if (!r.name.empty()) j["name"] = r.name;
+  return j;
+}
+
+// Reports on a terminal only: "searching: 412 of 1,200 candidates (350/s), 2 s left".
+class SearchProgress {
+ public:
+  SearchProgress() : enabled_(isatty(fileno(stderr)) != 0), started_(std::chrono::steady_clock::now()) {}
+  ~SearchProgress() {
+    if (shown_) std::fprintf(stderr, "\r\033[K");
+  }
+  SearchProgress(const SearchProgress&) = delete;
+  SearchProgress& operator=(const SearchProgress&) = delete;
+  std::function<void(int, int)> reporter() {
+    if (!enabled_) return {};
+    return [this](int done, int total) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+      if (elapsed < 1 || done >= total) return;
+      const double rate = done / elapsed;
+      std::fprintf(stderr, "\r\033[Ksearching: %d of %d candidates (%.0f/s), %.0f s left", done, total, rate,
+                   rate > 0 ? (total - done) / rate : 0.0);
+      std::fflush(stderr);
+      shown_ = true;
+    };
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace
+
+void search_options(po::options_description& options) {
+  add_cluster_model_options(options);
+  options.add_options()
+      ("global-batch", po::value<int>()->required(), "samples per iteration over all virtual workers")
+      ("top", po::value<int>()->default_value(3), "how many of the best estimates to re-simulate before ranking")
+      ("threads", po::value<int>()->default_value(0), "threads scoring candidates (0: every core)")
+      ("policies", po::value<std::string>(), "policies to try (default uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd)")
+      ("tensor", po::value<std::string>(), "tensor-parallel degrees to try (default powers of 2 up to a node)")
+      ("pipeline", po::value<std::string>(), "pipeline depths to try (default every divisor of the devices up to the layers)")
+      ("micro-batch", po::value<std::string>(), "micro-batch sizes to try (default powers of 2 up to 32 dividing the batch)")
+      ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved)")
+      ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")
+      ("sync", po::value<std::string>(), "synchronisation to try (default allreduce,ps; wsp with staleness 0)")
+      ("sim-iterations", po::value<int>()->default_value(3), "iterations of each re-simulation (the first warms up)")
+      ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace")
+      ("calibration", po::value<std::string>(), "calibration YAML or published:NAME, for estimates and simulations")
+      ("out", po::value<std::string>(), "write the best plan here (for hetflow simulate --plan / run --plan)")
+      ("out-layout", po::value<std::string>(), "write the best plan's layout file here (hetflow plan --layout)");
+}
+
+int run_search(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("search options");
+  po::variables_map vm;
+  if (!parse_command_options("search", args, options, vm, out)) return 0;
+  const model::Cluster cluster = load_cluster_option(vm);
+  const model::Network network = load_network_option(vm);
+  const int global_batch = vm["global-batch"].as<int>();
+  if (global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample");
+  const int top = vm["top"].as<int>(), sim_iterations = vm["sim-iterations"].as<int>();
+  if (top < 0 || top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000");
+  if (sim_iterations < 1 || sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100");
+  const int threads = vm["threads"].as<int>();
+  if (threads < 0 || threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024");
+
+  partition::SearchSpace space;
+  if (vm.count("policies")) space.policies = split_list(vm["policies"].as<std::string>());
+  space.tensors = int_list(vm, "tensor");
+  space.pipelines = int_list(vm, "pipeline");
+  space.micro_batches = int_list(vm, "micro-batch");
+  if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
+  try {
+    if (vm.count("recompute")) {
+      for (const std::string& r : split_list(vm["recompute"].as<std::string>())) space.recomputes.push_back(partition::parse_recompute(r));
+    }
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, "--recompute", e.what());
+  }
+  try {
+    if (vm.count("sync")) {
+      for (const std::string& s : split_list(vm["sync"].as<std::string>())) space.syncs.push_back(partition::parse_sync(s));
+    }
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, "--sync", e.what());
+  }
+  for (const std::string& p : space.policies) {
+    bool known = false;
+    for (const partition::PolicyInfo& info : partition::policies()) known = known || info.name == p;
+    if (!known) throw InputError("<command line>", 0, "--policies", "unknown policy '" + p + "'");
+  }
+
+  partition::PlanOptions base;
+  base.precision = network.precision;
+  try {
+    base.workspace_bytes = u::parse_bytes(vm["workspace"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, "--workspace", e.what());
+  }
+  const model::Calibration calibration = read_calibration_option(vm, cluster);
+  const partition::CostModel cost(cluster, network.precision, calibration);
+
+  partition::SearchResult result;
+  {
+    SearchProgress progress;
+    result = partition::search_plans(cluster, network, global_batch, space, base, cost, threads, progress.reporter());
+  }
+  if (result.ranked.empty()) {
+    throw PlanError("search: none of the " + std::to_string(result.candidates) + " candidates fits (" +
+                    std::to_string(result.refused) + " refused by the policies or the builder, " +
+                    std::to_string(result.over_memory) + " over device memory): more devices, a smaller model or batch");
+  }
+
+  // The finalists, simulated and re-ranked; then the baselines, each the best estimate of its kind.
+  // Options that build the same plan (a balanced layout HetPipe-ED also finds, selective
+  // recomputation of a network without attention) are one finalist, the first by estimate.
+  std::vector<Row> ranked;
+  std::set<std::string> finalists;
+  for (size_t i = 0; i < result.ranked.size() && static_cast<int>(ranked.size()) < std::max(top, 1); ++i) {
+    Row r;
+    r.candidate = result.ranked[i];
+    r.fingerprint = work_of(build(cluster, network, r.candidate.options, cost));
+    if (!finalists.insert(r.fingerprint).second) continue;
+    if (top > 0) simulate_row(r, cluster, network, calibration, cost, sim_iterations);
+    ranked.push_back(std::move(r));
+  }
+  std::vector<Row> baselines;
+  // A baseline is judged as the winner is: its best --top estimates simulated, the fastest kept.
+  auto best_of = [&](const std::string& name, const std::function<bool(const partition::Candidate&)>& keep) {
+    std::optional<Row> fastest;
+    std::set<std::string> seen;
+    for (const partition::Candidate& c : result.ranked) {
+      if (!keep(c)) continue;
+      Row r;
+      r.candidate = c;
+      r.name = name;
+      r.fingerprint = work_of(build(cluster, network, c.options, cost));
+      if (!seen.insert(r.fingerprint).second) continue;
+      if (top > 0) simulate_row(r, cluster, network, calibration, cost, sim_iterations);
+      if (!fastest || r.time_s() < fastest->time_s()) fastest = std::move(r);
+      if (static_cast<int>(seen.size()) >= std::max(top, 1)) break;
+    }
+    if (fastest) baselines.push_back(std::move(*fastest));
+  };
+  // Megatron and PyTorch DDP synchronise by all-reduce.
+  const auto allreduce = [](const partition::Candidate& c) { return c.options.sync == partition::SyncKind::allreduce; };
+  best_of("uniform (Megatron)", [&](const partition::Candidate& c) { return c.options.policy == "uniform" && allreduce(c); });
+  best_of("data parallel", [&](const partition::Candidate& c) {
+    return c.options.policy == "uniform" && c.options.tensor == 1 && c.options.pipeline == 1 && allreduce(c);
+  });
+  for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
+    best_of(p, [p](const partition::Candidate& c) { return c.options.policy == p; });
+  }
+
+  // The baselines' finalists compete too: the estimate leaves contention out (a parameter
+  // server's, above all), so the best estimates of one family can all lose to another's.
+  for (const Row& b : baselines) {
+    if (!finalists.insert(b.fingerprint).second) continue;
+    Row r = b;
+    r.name.clear();
+    ranked.push_back(std::move(r));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Row& a, const Row& b) {
+    if (a.simulated != b.simulated) return a.simulated;
+    return a.time_s() < b.time_s();
+  });
+  const Row& best = ranked.front();
+  partition::PlanOptions best_options = best.candidate.options;
+  const partition::Plan best_plan = build(cluster, network, best_options, cost);
+  if (vm.count("out")) write_file(vm["out"].as<std::string>(), partition::write_plan_json(best_plan), "--out");
+  std::string layout_note;
+  if (vm.count("out-layout")) {
+    if (best_plan.layout.virtual_stages > 1) {
+      layout_note = "not written: the layout file has no virtual stages; use the plan file";
+    } else {
+      write_file(vm["out-layout"].as<std::string>(), partition::write_layout_file(best_plan.layout, cluster), "--out-layout");
+    }
+  }
+
+  if (vm.count("json")) {
+    Json j;
+    j["best"] = row_json(best);
+    j["best"]["layout"] = partition::write_layout_file(best_plan.layout, cluster);
+    j["ranked"] = Json::array();
+    for (const Row& r : ranked) j["ranked"].push_back(row_json(r));
+    j["baselines"] = Json::array();
+    for (const Row& r : baselines) j["baselines"].push_back(row_json(r));
+    j["candidates"] = result.candidates;
+    j["candidates_evaluated"] = result.candidates - result.refused;
+    j["refused"] = result.refused;
+    j["over_memory"] = result.over_memory;
+    j["search_wall_s"] = result.wall_s;
+    print_json(out, j);
+    return 0;
+  }
+  const int built = result.candidates - result.refused;
+  out << "searched " << network.name << " on " << cluster.name << ", global batch " << global_batch << ": "
+      << result.candidates << " candidates, " << result.refused << " refused by the policies or the builder, "
+      << result.over_memory << " over memory, " << result.ranked.size() << " fit; " << built << " built and estimated in "
+      << u::human_time_s(result.wall_s) << " ("
+      << static_cast<long long>(result.wall_s > 0 ? built / result.wall_s : 0) << " candidates/s)";
+  if (top > 0) out << "; the best " << ranked.size() << " estimates simulated (" << sim_iterations << " iterations)";
+  out << "\n\n";
+  print_rows(out, ranked, false);
+  out << "\nbaselines (the fastest of each one's best " << std::max(top, 1) << " estimates, simulated):\n";
+  print_rows(out, baselines, true);
+  out << "\nbest: " << best.candidate.summary << ", " << u::human_time_s(best.time_s()) << " per iteration";
+  for (const Row& b : baselines) {
+    if (b.fingerprint == best.fingerprint) {
+      out << "; the same plan as " << b.name;
+    } else if (b.time_s() > 0 && best.time_s() > 0) {
+      out << "; " << std::fixed << std::setprecision(2) << b.time_s() / best.time_s() << "x as fast as " << b.name;
+      out.unsetf(std::ios::fixed);
+    }
+  }
+  out << "\n";
+  if (vm.count("out")) out << "wrote " << vm["out"].as<std::string>() << " (hetflow simulate --plan, hetflow run --plan)\n";
+  if (vm.count("out-layout")) {
+    out << (layout_note.empty() ? "wrote " + vm["out-layout"].as<std::string>() + " (hetflow plan --layout)" : "layout " + layout_note)
+        << "\n";
+  }
+  return 0;
+}
+
+}  // namespace hetflow::tools
