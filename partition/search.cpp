@@ -46,24 +46,6 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
   return s;
 }
 
-std::string_view recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "none";
-}
-
-std::string_view sync_name(SyncKind k) {
-  switch (k) {
-    case SyncKind::allreduce: return "allreduce";
-    case SyncKind::ps: return "ps";
-    case SyncKind::wsp: return "wsp";
-  }
-  return "allreduce";
-}
-
 }  // namespace
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
@@ -75,8 +57,8 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   }
   s += ", mb " + std::to_string(o.micro_batch) + ", " + o.schedule;
   if (o.virtual_stages > 1) s += " x" + std::to_string(o.virtual_stages);
-  s += ", recompute " + std::string(recompute_name(o.recompute));
-  s += ", " + std::string(sync_name(o.sync.value_or(SyncKind::allreduce)));
+  s += ", recompute " + std::string(to_string(o.recompute));
+  s += ", " + std::string(to_string(o.sync.value_or(SyncKind::allreduce)));
   if (o.sync == SyncKind::wsp) s += " D" + std::to_string(o.staleness);
   return s;
 }
