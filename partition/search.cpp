@@ -4,10 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "model/error.hpp"
 #include "partition/plan_builder.hpp"
+#include "partition/plan_builder_detail.hpp"
 
 namespace hetflow::partition {
 namespace {
@@ -104,10 +107,54 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
   return out;
 }
 
-bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                        const CostModel& cost, Candidate* out, std::string* why) {
+double compute_lower_bound_s(const model::Network& network, const Layout& layout, const CostModel& cost) {
+  Plan stub;  // what CostModel::task_compute_time_s reads of a plan: the network and the layout
+  stub.network = network;
+  stub.layout = layout;
+  std::map<int, double> busy;
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const VirtualWorker& vw = layout.workers[w];
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const Stage& s = vw.stages[k];
+      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];
+      const builder::ChunkWork work = builder::chunk_work(network, layout, s, static_cast<int>(rank.size()));
+      Task t;
+      t.worker = static_cast<int>(w);
+      t.stage = static_cast<int>(k);
+      t.layer_begin = s.layer_begin;
+      t.layer_end = s.layer_end;
+      for (int device : rank) {
+        t.device = device;
+        t.kind = TaskKind::forward;
+        t.flops = work.forward_flops;
+        t.recompute_flops = 0;
+        double chunk_s = cost.task_compute_time_s(stub, t);
+        t.kind = TaskKind::backward;
+        t.flops = work.backward_flops + work.recompute_flops;
+        t.recompute_flops = work.recompute_flops;
+        chunk_s += cost.task_compute_time_s(stub, t);
+        busy[device] += chunk_s * vw.microbatches;
+      }
+    }
+  }
+  double bound = 0;
+  for (const auto& [device, s] : busy) bound = std::max(bound, s);
+  return bound;
+}
+
+std::vector<std::string> candidate_families(const PlanOptions& o) {
+  const SyncKind sync = o.sync.value_or(SyncKind::allreduce);
+  std::vector<std::string> families = {"all", o.policy + "/" + std::string(to_string(sync))};
+  if (o.policy == "uniform" && o.tensor == 1 && o.pipeline == 1 && sync == SyncKind::allreduce) {
+    families.push_back("data-parallel");
+  }
+  return families;
+}
+
+namespace {
+bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                     const Layout& layout, const CostModel& cost, Candidate* out, std::string* why) {
   try {
-    const Layout layout = make_layout(cluster, network, options, cost);
     const Plan plan = build_plan(cluster, network, layout, cost);
     Candidate c;
     c.options = options;
@@ -132,19 +179,74 @@ bool evaluate_candidate(const model::Cluster& cluster, const model::Network& net
   }
 }
 
+// The best estimates kept so far, per family, shared by the search's threads.
+class Kept {
+ public:
+  explicit Kept(int keep) : keep_(static_cast<size_t>(keep)) {}
+  // Whether a candidate of these families with this bound could still be among the kept.
+  bool worth_building(const std::vector<std::string>& families, double bound_s) {
+    if (keep_ == 0) return true;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& f : families) {
+      const auto it = best_.find(f);
+      if (it == best_.end() || it->second.size() < keep_ || bound_s <= it->second.back()) return true;
+    }
+    return false;
+  }
+  void add(const std::vector<std::string>& families, double time_s) {
+    if (keep_ == 0) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& f : families) {
+      std::vector<double>& best = best_[f];
+      best.insert(std::upper_bound(best.begin(), best.end(), time_s), time_s);
+      if (best.size() > keep_) best.pop_back();
+    }
+  }
+
+ private:
+  size_t keep_;
+  std::mutex mutex_;
+  std::map<std::string, std::vector<double>> best_;  // ascending, at most keep_ each
+};
+}  // namespace
+
+bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                        const CostModel& cost, Candidate* out, std::string* why) {
+  try {
+    return evaluate_layout(cluster, network, options, make_layout(cluster, network, options, cost), cost, out, why);
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
+
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
-                          const std::function<void(int, int)>& on_progress) {
+                          int keep, const std::function<void(int, int)>& on_progress) {
   const auto started = std::chrono::steady_clock::now();
   const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base);
   const int total = static_cast<int>(candidates.size());
   std::vector<Candidate> results(candidates.size());
-  std::vector<char> built(candidates.size(), 0);
+  enum Outcome : char { kRefused, kBuilt, kPruned };
+  std::vector<char> outcome(candidates.size(), kRefused);
   std::atomic<int> next{0}, done{0};
+  Kept kept(keep);
   auto work = [&] {
     for (int i = next++; i < total; i = next++) {
-      built[static_cast<size_t>(i)] =
-          evaluate_candidate(cluster, network, candidates[static_cast<size_t>(i)], cost, &results[static_cast<size_t>(i)], nullptr);
+      const auto at = static_cast<size_t>(i);
+      const PlanOptions& o = candidates[at];
+      try {
+        const Layout layout = make_layout(cluster, network, o, cost);
+        const std::vector<std::string> families = candidate_families(o);
+        if (!kept.worth_building(families, compute_lower_bound_s(network, layout, cost))) {
+          outcome[at] = kPruned;
+        } else if (evaluate_layout(cluster, network, o, layout, cost, &results[at], nullptr)) {
+          outcome[at] = kBuilt;
+          if (results[at].headroom_bytes >= 0) kept.add(families, results[at].estimate.iteration_time_s);
+        }
+      } catch (const Error&) {
+        outcome[at] = kRefused;
+      }
       ++done;
     }
   };
@@ -167,7 +269,9 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   SearchResult r;
   r.candidates = total;
   for (size_t i = 0; i < results.size(); ++i) {
-    if (!built[i]) {
+    if (outcome[i] == kPruned) {
+      ++r.pruned;
+    } else if (outcome[i] == kRefused) {
       ++r.refused;
     } else if (results[i].headroom_bytes < 0) {
       ++r.over_memory;

@@ -46,8 +46,19 @@ struct SearchResult {
   int candidates = 0;             // in the space
   int refused = 0;                // the policies or the builder refused the options
   int over_memory = 0;            // built, but some device's memory overflows
+  int pruned = 0;                 // never built: their bound was worse than what was kept
   double wall_s = 0;
 };
+
+// A lower bound of the estimated iteration time of a layout, from the layout alone: the
+// busiest device's compute tasks (each chunk's forward and backward, recomputation
+// included, for every micro-batch of its worker), which its compute stream runs one at a
+// time, costed as the builder's tasks are but without their memory traffic.
+double compute_lower_bound_s(const model::Network& network, const Layout& layout, const CostModel& cost);
+
+// The families a candidate competes in for a place among the kept ones: "all", its policy
+// and sync ("uniform/allreduce"), and "data-parallel" for uniform t1 p1 with all-reduce.
+std::vector<std::string> candidate_families(const PlanOptions& options);
 
 // The candidates of `space` (defaults filled in) for `global_batch` samples per iteration;
 // `base` gives what the search does not vary (precision, workspace, bucket size...).
@@ -58,11 +69,14 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                         const CostModel& cost, Candidate* out, std::string* why);
 
-// All candidates on `threads` threads (0: every core). on_progress(done, total) is called
-// from the calling thread about every 100 ms.
+// All candidates on `threads` threads (0: every core). With keep > 0, a candidate whose
+// lower bound exceeds the keep-th best estimate of each of its families so far is never
+// built (counted as pruned): `ranked` then holds at least the best `keep` of every family,
+// the same whatever the threads, but not every fitting candidate. on_progress(done, total)
+// is called from the calling thread about every 100 ms.
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads = 0,
-                          const std::function<void(int, int)>& on_progress = {});
+                          int keep = 0, const std::function<void(int, int)>& on_progress = {});
 
 std::string candidate_summary(const PlanOptions& options, int workers);
 

@@ -261,7 +261,9 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
   partition::SearchResult result;
   {
     SearchProgress progress;
-    result = partition::search_plans(cluster, network, global_batch, space, base, cost, threads, progress.reporter());
+    // Keep what the finalists and the baselines are drawn from: the best --top of each family.
+    result = partition::search_plans(cluster, network, global_batch, space, base, cost, threads, std::max(top, 1),
+                                     progress.reporter());
   }
   if (result.ranked.empty()) {
     throw PlanError("search: none of the " + std::to_string(result.candidates) + " candidates fits (" +
@@ -345,19 +347,24 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
     for (const Row& r : baselines) j["baselines"].push_back(row_json(r));
     j["candidates"] = result.candidates;
     j["candidates_evaluated"] = result.candidates - result.refused;
+    j["pruned"] = result.pruned;
     j["refused"] = result.refused;
     j["over_memory"] = result.over_memory;
     j["search_wall_s"] = result.wall_s;
     print_json(out, j);
     return 0;
   }
-  const int built = result.candidates - result.refused;
+  const int built = result.candidates - result.refused - result.pruned;
   out << "searched " << network.name << " on " << cluster.name << ", global batch " << global_batch << ": "
       << result.candidates << " candidates, " << result.refused << " refused by the policies or the builder, "
-      << result.over_memory << " over memory, " << result.ranked.size() << " fit; " << built << " built and estimated in "
-      << u::human_time_s(result.wall_s) << " ("
-      << static_cast<long long>(result.wall_s > 0 ? built / result.wall_s : 0) << " candidates/s)";
-  if (top > 0) out << "; the best " << ranked.size() << " estimates simulated (" << sim_iterations << " iterations)";
+      << result.pruned << " pruned by their bound, " << result.over_memory << " over memory; " << built
+      << " built and estimated in " << u::human_time_s(result.wall_s) << " ("
+      << static_cast<long long>(result.wall_s > 0 ? (result.candidates - result.refused) / result.wall_s : 0)
+      << " candidates/s)";
+  if (top > 0) {
+    out << "; " << ranked.size() << " plans simulated (" << sim_iterations << " iterations): the best " << top
+        << " estimates and each baseline family's";
+  }
   out << "\n\n";
   print_rows(out, ranked, false);
   out << "\nbaselines (the fastest of each one's best " << std::max(top, 1) << " estimates, simulated):\n";

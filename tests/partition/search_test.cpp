@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "model/io.hpp"
@@ -107,5 +108,57 @@ TEST(Search, TheLayoutFileOfAPlanReadsBackIntoTheSameWorkers) {
     EXPECT_EQ(back.workers[w].ranks, layout.workers[w].ranks);
     EXPECT_EQ(back.workers[w].stages, layout.workers[w].stages);
     EXPECT_EQ(back.workers[w].microbatches, layout.workers[w].microbatches);
+  }
+}
+
+// The bound never exceeds the estimate it stands for (so pruning by it is safe), with the
+// FLOPs model and with operation costs, on a mixed cluster; and a pruned search keeps the
+// same best candidates as the full one, in every family.
+TEST(Search, TheBoundIsBelowTheEstimateAndPruningKeepsTheBest) {
+  // 3 nodes of 4 V100 and one of 4 T4, a GPT-2 medium: compute-bound enough to prune.
+  const model::Cluster cluster = model::parse_cluster(
+      "name: v100-t4\nnodes:\n"
+      "  - {name: v100, count: 3, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+      "  - {name: t4, count: 1, gpu: T4, gpus: 4, intra: {kind: pcie, bandwidth: 16 GB/s}, nic: {count: 1, bandwidth: 25 Gb/s}}\n",
+      "v100-t4.yaml");
+  const model::Network net = model::load_network("gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=50257");
+  model::Calibration ops;
+  ops.default_gpu.ops["gemm"] = {0.7, 1e9, 5e-6};
+  ops.default_gpu.ops["memory"] = {0.8, 0, 2e-6};
+  partition::SearchSpace space;
+  space.policies = {"uniform", "balanced", "hetpipe-ed"};
+  space.syncs = {partition::SyncKind::allreduce};
+  space.micro_batches = {1, 2, 4};
+  PlanOptions base;
+  base.precision = net.precision;
+  for (const model::Calibration& calibration : {model::Calibration{}, ops}) {
+    const partition::CostModel cost(cluster, net.precision, calibration);
+    int checked = 0;
+    for (const PlanOptions& o : partition::search_candidates(cluster, net, 32, space, base)) {
+      partition::Candidate c;
+      if (!partition::evaluate_candidate(cluster, net, o, cost, &c, nullptr)) continue;
+      const partition::Layout layout = partition::make_layout(cluster, net, o, cost);
+      EXPECT_LE(partition::compute_lower_bound_s(net, layout, cost), c.estimate.iteration_time_s * (1 + 1e-9)) << c.summary;
+      ++checked;
+    }
+    EXPECT_GT(checked, 100);
+    const partition::SearchResult all = partition::search_plans(cluster, net, 32, space, base, cost, 2);
+    const partition::SearchResult pruned = partition::search_plans(cluster, net, 32, space, base, cost, 2, 3);
+    EXPECT_GT(pruned.pruned, 0);
+    EXPECT_EQ(all.pruned, 0);
+    // Per family, the best 3 of the full search are the pruned search's best 3.
+    auto best3 = [](const partition::SearchResult& r, const std::string& family) {
+      std::vector<std::pair<double, std::string>> out;
+      for (const partition::Candidate& c : r.ranked) {
+        const auto f = partition::candidate_families(c.options);
+        if (std::find(f.begin(), f.end(), family) != f.end() && out.size() < 3) {
+          out.emplace_back(c.estimate.iteration_time_s, c.summary);
+        }
+      }
+      return out;
+    };
+    for (const char* family : {"all", "uniform/allreduce", "balanced/allreduce", "hetpipe-ed/allreduce", "data-parallel"}) {
+      EXPECT_EQ(best3(pruned, family), best3(all, family)) << family;
+    }
   }
 }
