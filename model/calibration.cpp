@@ -246,6 +246,12 @@ Calibration resolve_calibration(const Calibration& calibration, const Cluster& c
   return out;
 }
 
+std::string_view PublishedCalibration::description() const {
+  constexpr std::string_view kHead = "# Published calibration: ";
+  std::string_view first = yaml.substr(0, yaml.find('\n'));
+  return first.starts_with(kHead) ? first.substr(kHead.size()) : first;
+}
+
 Calibration load_calibration(const std::string& path) {
   constexpr std::string_view kPublished = "published:";
   if (path.starts_with(kPublished)) {

@@ -98,7 +98,8 @@ Calibration load_calibration(const std::string& path);
 // number citing its source in the file: a100 (DGX A100), h100 (DGX H100), v100 (DGX-1).
 struct PublishedCalibration {
   std::string_view name;
-  std::string_view yaml;
+  std::string_view yaml;  // its first line: "# Published calibration: WHAT"
+  std::string_view description() const;  // WHAT
 };
 const std::vector<PublishedCalibration>& published_calibrations();
 

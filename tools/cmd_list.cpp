@@ -1,7 +1,8 @@
-// hetflow list: every built-in cluster, network and GPU type, one line each.
+// hetflow list: every built-in cluster, network, GPU type and published calibration, one line each.
 #include <iomanip>
 #include <ostream>
 
+#include "model/calibration.hpp"
 #include "model/gpu.hpp"
 #include "model/io.hpp"
 #include "model/units.hpp"
@@ -35,6 +36,9 @@ int run_list(const std::vector<std::string>& args, std::ostream& out) {
                            {"memory_bytes", g.memory_bytes},
                            {"memory_bandwidth_bytes_per_s", g.memory_bandwidth_bytes_per_s}});
     }
+    for (const auto& c : model::published_calibrations()) {
+      j["calibrations"].push_back({{"name", "published:" + std::string(c.name)}, {"description", std::string(c.description())}});
+    }
     print_json(out, j);
     return 0;
   }
@@ -57,6 +61,10 @@ int run_list(const std::vector<std::string>& args, std::ostream& out) {
         << (model::units::human_flops(g.fp32_flops_per_s) + "/s") << std::setw(10)
         << model::units::human_bytes(g.memory_bytes) << std::setw(12)
         << model::units::human_bandwidth(g.memory_bandwidth_bytes_per_s) << g.description << "\n";
+  }
+  out << "\nPublished calibrations (--calibration NAME; each number cites its source, model/calibrations/):\n";
+  for (const auto& c : model::published_calibrations()) {
+    out << "  " << std::left << std::setw(18) << "published:" + std::string(c.name) << c.description() << "\n";
   }
   return 0;
 }

@@ -169,3 +169,11 @@ TEST(PublishedCalibration, AnUnknownNameListsThePublishedOnes) {
     EXPECT_NE(std::string(e.what()).find("a100, h100, v100"), std::string::npos) << e.what();
   }
 }
+
+TEST(PublishedCalibration, EachSaysWhatItIsInItsFirstLine) {
+  for (const PublishedCalibration& p : published_calibrations()) {
+    EXPECT_TRUE(p.yaml.starts_with("# Published calibration: ")) << p.name;
+    EXPECT_FALSE(p.description().empty()) << p.name;
+    EXPECT_EQ(p.description().find('\n'), std::string_view::npos) << p.name;
+  }
+}
