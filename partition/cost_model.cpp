@@ -116,16 +116,16 @@ bool selective_op(std::string_view name) {
 }  // namespace
 
 template <class Part>
-void CostModel::for_each_layer_op(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor,
+void CostModel::for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor,
                                   Part part) const {
-  const OpShape shape{plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel,
-                      model::element_bytes(plan.layout.precision)};
+  const OpShape shape{layout.micro_batch_size, tensor, layout.sequence_parallel,
+                      model::element_bytes(layout.precision)};
   const OpPass pass = what == kBackwardData ? OpPass::backward_data
                       : what == kBackwardWeight ? OpPass::backward_weight
                                                 : OpPass::forward;
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const model::OpEfficiency gemm = type.op("gemm"), attention = type.op("attention"), memory = type.op("memory");
-  for (const Op& op : layer_ops(plan.network, layer, pass, shape)) {
+  for (const Op& op : layer_ops(network, layer, pass, shape)) {
     if (what == kRecomputeSelective && !selective_op(op.name)) continue;
     switch (op.cls) {
       case OpClass::gemm: part(op.name, gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_))); break;
@@ -135,29 +135,29 @@ void CostModel::for_each_layer_op(const Plan& plan, const model::GpuSpec& gpu, i
   }
 }
 
-double CostModel::layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
-  const std::string& kind = plan.network.layers[static_cast<size_t>(layer)].kind;
-  const auto key = std::make_tuple(&gpu, kind, what, plan.layout.micro_batch_size, tensor, plan.layout.sequence_parallel);
+double CostModel::layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
+  const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;
+  const auto key = std::make_tuple(&gpu, kind, what, layout.micro_batch_size, tensor, layout.sequence_parallel);
   {
     const std::lock_guard<std::mutex> lock(op_cache_.mutex);
     if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;
   }
   double s = 0;
-  for_each_layer_op(plan, gpu, layer, what, tensor, [&](std::string_view, double t) { s += t; });
+  for_each_layer_op(network, layout, gpu, layer, what, tensor, [&](std::string_view, double t) { s += t; });
   const std::lock_guard<std::mutex> lock(op_cache_.mutex);
   op_cache_.seconds.emplace(key, s);
   return s;
 }
 
-std::vector<int> CostModel::task_passes(const Plan& plan, const Task& t, int* tensor) const {
+std::vector<int> CostModel::task_passes(const model::Network& network, const Layout& layout, const Task& t, int* tensor) const {
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const bool layered = t.kind == TaskKind::forward || t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight;
-  if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(plan.network)) {
+  if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(network)) {
     return {};
   }
   *tensor = 1;
-  const Layout& l = plan.layout;
+  const Layout& l = layout;
   if (t.worker >= 0 && static_cast<size_t>(t.worker) < l.workers.size() && t.stage >= 0 &&
       static_cast<size_t>(t.stage) < l.workers[static_cast<size_t>(t.worker)].stages.size()) {
     *tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
@@ -175,24 +175,24 @@ std::vector<int> CostModel::task_passes(const Plan& plan, const Task& t, int* te
   return passes;
 }
 
-double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
+double CostModel::task_compute_time_s(const model::Network& network, const Layout& layout, const Task& t) const {
   int tensor = 1;
-  const std::vector<int> passes = task_passes(plan, t, &tensor);
+  const std::vector<int> passes = task_passes(network, layout, t, &tensor);
   if (passes.empty()) return compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   double s = 0;
-  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(plan.network.layers.size()); ++layer) {
-    for (int what : passes) s += layer_ops_time_s(plan, gpu, layer, what, tensor);
+  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(network.layers.size()); ++layer) {
+    for (int what : passes) s += layer_ops_time_s(network, layout, gpu, layer, what, tensor);
   }
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
   return type.dispatch_s + (type.of(std::string(to_string(t.kind))).overhead_s + s) * slowdown;
 }
 
-std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(const Plan& plan, const Task& t) const {
+std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(const model::Network& network, const Layout& layout, const Task& t) const {
   int tensor = 1;
-  const std::vector<int> passes = task_passes(plan, t, &tensor);
-  if (passes.empty()) return {{std::string(to_string(t.kind)), task_compute_time_s(plan, t)}};
+  const std::vector<int> passes = task_passes(network, layout, t, &tensor);
+  if (passes.empty()) return {{std::string(to_string(t.kind)), task_compute_time_s(network, layout, t)}};
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
@@ -206,14 +206,22 @@ std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(cons
     }
     parts.emplace_back(std::string(name), s);
   };
-  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(plan.network.layers.size()); ++layer) {
+  for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(network.layers.size()); ++layer) {
     for (int what : passes) {
-      for_each_layer_op(plan, gpu, layer, what, tensor, [&](std::string_view name, double s) { add(name, s * slowdown); });
+      for_each_layer_op(network, layout, gpu, layer, what, tensor, [&](std::string_view name, double s) { add(name, s * slowdown); });
     }
   }
   const double overhead = type.dispatch_s + type.of(std::string(to_string(t.kind))).overhead_s * slowdown;
   if (overhead > 0) add("overhead", overhead);
   return parts;
+}
+
+double CostModel::task_compute_time_s(const Plan& plan, const Task& t) const {
+  return task_compute_time_s(plan.network, plan.layout, t);
+}
+
+std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(const Plan& plan, const Task& t) const {
+  return task_compute_parts_s(plan.network, plan.layout, t);
 }
 
 double CostModel::compute_time_s(int device, TaskKind kind, double flops, double memory_bytes) const {

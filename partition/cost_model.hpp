@@ -43,11 +43,16 @@ class CostModel {
   // the schedule splits off W; plus the forward it recomputes), with the task kind's overhead
   // and the type's dispatch; otherwise compute_time_s of its FLOPs and memory bytes.
   double task_compute_time_s(const Plan& plan, const Task& task) const;
+  // The same for a task of a plan not built yet: what it reads of the plan is its network
+  // and its layout (the search's bounds).
+  double task_compute_time_s(const model::Network& network, const Layout& layout, const Task& task) const;
   // The same time in parts that add up to it: one per operation name ("qkv", "softmax", ...,
   // every pass of it, recomputation included) and "overhead" (the kind's overhead and
   // the dispatch) when the operation costs apply; else one part named after the task's kind
   // ("forward", "optimizer", ...).
   std::vector<std::pair<std::string, double>> task_compute_parts_s(const Plan& plan, const Task& task) const;
+  std::vector<std::pair<std::string, double>> task_compute_parts_s(const model::Network& network, const Layout& layout,
+                                                                   const Task& task) const;
   Route route(int src, int dst) const;
   // The classes of the links a transfer from src to dst crosses, in order (for traffic
   // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
@@ -132,13 +137,13 @@ class CostModel {
     OpCache& operator=(const OpCache&) { return *this; }
   };
   mutable OpCache op_cache_;
-  double layer_ops_time_s(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor) const;
+  double layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const;
   // Calls part(name, seconds) for each operation of `what` of `layer` (no slowdown, no overhead).
   template <class Part>
-  void for_each_layer_op(const Plan& plan, const model::GpuSpec& gpu, int layer, int what, int tensor, Part part) const;
+  void for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor, Part part) const;
   // The layers' passes a layered task computes (What values), or none when the operation
   // costs do not apply to it; its tensor-parallel degree in *tensor.
-  std::vector<int> task_passes(const Plan& plan, const Task& task, int* tensor) const;
+  std::vector<int> task_passes(const model::Network& network, const Layout& layout, const Task& task, int* tensor) const;
 };
 
 }  // namespace hetflow::partition

@@ -108,9 +108,6 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
 }
 
 double compute_lower_bound_s(const model::Network& network, const Layout& layout, const CostModel& cost) {
-  Plan stub;  // what CostModel::task_compute_time_s reads of a plan: the network and the layout
-  stub.network = network;
-  stub.layout = layout;
   std::map<int, double> busy;
   for (size_t w = 0; w < layout.workers.size(); ++w) {
     const VirtualWorker& vw = layout.workers[w];
@@ -128,11 +125,11 @@ double compute_lower_bound_s(const model::Network& network, const Layout& layout
         t.kind = TaskKind::forward;
         t.flops = work.forward_flops;
         t.recompute_flops = 0;
-        double chunk_s = cost.task_compute_time_s(stub, t);
+        double chunk_s = cost.task_compute_time_s(network, layout, t);
         t.kind = TaskKind::backward;
         t.flops = work.backward_flops + work.recompute_flops;
         t.recompute_flops = work.recompute_flops;
-        chunk_s += cost.task_compute_time_s(stub, t);
+        chunk_s += cost.task_compute_time_s(network, layout, t);
         busy[device] += chunk_s * vw.microbatches;
       }
     }
