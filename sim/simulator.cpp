@@ -506,43 +506,43 @@ class Simulation {
       return found;
     };
     std::vector<MailboxStep> out;
+    // A ring member coalesced or standing for its replicas (folded): the steps' latencies but
+    // one on a timer, then all their bytes in one step, paced by the ring's slowest hop.
+    const auto coalesced = [&](const auto& transfer_of) {
+      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
+      double bytes = 0;
+      for (const Step& step : steps) bytes += step.sends.front().bytes;
+      MailboxStep wait;
+      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
+      out.push_back(wait);
+      MailboxStep transfer = transfer_of(bytes);
+      if (!hops.uniform) transfer.rate_cap = hops.bandwidth_bytes_per_s;
+      out.push_back(std::move(transfer));
+      return out;
+    };
     if (c.tasks.size() < plan_.members(c).size()) {
       // A folded plan's collective across replicas: this member stands for every replica's,
-      // all alike. Its ring's latencies, then its own two flows, from its predecessor and to
-      // its successor, which no actor on the replicas' devices posts.
+      // all alike: its own two flows, from its predecessor and to its successor, which no
+      // actor on the replicas' devices posts.
       if (c.algorithm != partition::CollectiveAlgorithm::ring || !coalescible(steps)) {
         throw PlanError("collective " + std::to_string(t.collective) +
                         " of a folded plan is not a ring all-reduce, reduce-scatter or all-gather");
       }
-      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
-      double bytes = 0;
-      for (const Step& step : steps) bytes += step.sends.front().bytes;
-      MailboxStep wait;
-      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
-      out.push_back(wait);
-      MailboxStep flows;
-      flows.flows = {{steps.front().receives.front().peer, t.device, bytes}, {t.device, steps.front().sends.front().peer, bytes}};
-      if (!hops.uniform) flows.rate_cap = hops.bandwidth_bytes_per_s;
-      out.push_back(std::move(flows));
-      return out;
+      return coalesced([&](double bytes) {
+        MailboxStep flows;
+        flows.flows = {{steps.front().receives.front().peer, t.device, bytes}, {t.device, steps.front().sends.front().peer, bytes}};
+        return flows;
+      });
     }
     if (options_.coalesce_rings && c.algorithm == partition::CollectiveAlgorithm::ring && coalescible(steps) &&
         !ring_hops(static_cast<size_t>(t.collective)).shares_a_link) {
-      // The steps' latencies first, then one communication to the successor with all their
-      // bytes, paced by the ring's slowest hop (SimOptions::coalesce_rings).
-      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
-      const Message& to = steps.front().sends.front();
-      double bytes = 0;
-      for (const Step& step : steps) bytes += step.sends.front().bytes;
-      MailboxStep wait;
-      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
-      out.push_back(wait);
-      MailboxStep posted;
-      posted.puts.emplace_back(box(to, true), bytes);
-      posted.gets.push_back(box(steps.front().receives.front(), false));
-      if (!hops.uniform) posted.rate_cap = hops.bandwidth_bytes_per_s;
-      out.push_back(std::move(posted));
-      return out;
+      // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
+      return coalesced([&](double bytes) {
+        MailboxStep posted;
+        posted.puts.emplace_back(box(steps.front().sends.front(), true), bytes);
+        posted.gets.push_back(box(steps.front().receives.front(), false));
+        return posted;
+      });
     }
     out.reserve(steps.size());
     for (const Step& step : steps) {
