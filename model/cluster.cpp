@@ -1,5 +1,7 @@
 #include "model/cluster.hpp"
 
+#include <algorithm>
+
 #include "model/error.hpp"
 
 namespace hetflow::model {
@@ -20,6 +22,10 @@ int Cluster::device_count() const {
   int total = 0;
   for (const Node& n : nodes) total += n.gpu_count;
   return total;
+}
+
+bool Cluster::priced() const {
+  return !nodes.empty() && std::all_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.price_usd_per_gpu_hour > 0; });
 }
 
 const GpuSpec& Cluster::gpu(const std::string& type) const {

@@ -34,6 +34,7 @@ struct Node {
   int gpu_count = 0;
   IntraNodeLink intra;
   Nic nic;
+  double price_usd_per_gpu_hour = 0;  // what one of its GPUs costs to rent per hour; 0: not given
   bool operator==(const Node&) const = default;
 };
 
@@ -86,6 +87,8 @@ struct Cluster {
   // Throws hetflow::Error if the type is unknown (validate() reports it with a location).
   const GpuSpec& gpu(const std::string& type) const;
   const GpuSpec& device_gpu(const Device& d) const { return gpu(nodes.at(d.node).gpu); }
+  // Whether every node has a price (the cost objective needs them all).
+  bool priced() const;
 
   bool operator==(const Cluster&) const = default;
 };

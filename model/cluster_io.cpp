@@ -24,6 +24,7 @@ constexpr double kDefaultSwitchLatency_s = 1e-6;
 // What the simulator's physics can take (model/limits.hpp).
 const MapReader::Range kBandwidth{limits::kMinBandwidth, limits::kMaxBandwidth, units::format_bandwidth};
 const MapReader::Range kLatency{limits::kMinLatency, limits::kMaxLatency, units::format_time_s};
+const MapReader::Range kPrice{1e-6, 1e6, units::format_price_usd_per_hour};  // per GPU and hour
 const MapReader::Range kFlops{limits::kMinFlops, limits::kMaxFlops, units::format_flops_per_s};
 const MapReader::Range kMemory{limits::kMinMemory, limits::kMaxMemory, units::format_bytes};
 
@@ -120,6 +121,7 @@ std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, c
   } else {
     n.nic.count = 0;  // no NIC: only valid for a one-node cluster (checked by validate_cluster)
   }
+  n.price_usd_per_gpu_hour = r.quantity_in("price", units::parse_price_usd_per_hour, kPrice, 0.0, true);
   r.finish();
 
   std::vector<Node> out;
@@ -398,6 +400,9 @@ std::string write_cluster(const Cluster& c) {
       out << YAML::Key << "bandwidth" << YAML::Value << units::format_bandwidth(n.nic.bandwidth_bytes_per_s);
       out << YAML::Key << "latency" << YAML::Value << units::format_time_s(n.nic.latency_s);
       out << YAML::EndMap;
+    }
+    if (n.price_usd_per_gpu_hour > 0) {
+      out << YAML::Key << "price" << YAML::Value << units::format_price_usd_per_hour(n.price_usd_per_gpu_hour);
     }
     out << YAML::EndMap;
   }

@@ -182,6 +182,14 @@ double parse_bandwidth_bytes_per_s(std::string_view text) {
                               ", found unknown unit '" + std::string(unit) + "'");
 }
 
+double parse_price_usd_per_hour(std::string_view text) {
+  constexpr std::string_view expected = "a price such as '2.1 USD/h'";
+  auto [value, unit] = split_number(text, expected);
+  if (unit.empty() || unit == "USD/h" || unit == "USD/hour") return value;
+  throw std::invalid_argument(std::string("expected ") + std::string(expected) + ", found unknown unit '" +
+                              std::string(unit) + "'");
+}
+
 double parse_flops_per_s(std::string_view text) {
   constexpr std::string_view expected = "a compute rate such as '312 TFLOP/s' or '19.5 TFLOPS'";
   auto [value, unit] = split_number(text, expected);
@@ -221,6 +229,8 @@ std::string format_flops_per_s(double flops_per_s) {
                      {{"PFLOP/s", 1e15}, {"TFLOP/s", 1e12}, {"GFLOP/s", 1e9}, {"MFLOP/s", 1e6}},
                      "FLOP/s");
 }
+
+std::string format_price_usd_per_hour(double usd_per_hour) { return shortest(usd_per_hour) + " USD/h"; }
 
 std::string format_number(double value) { return shortest(value); }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Quantities with units, as users write them in cluster and model files: "25 GB/s", "100 Gb/s",
-// "5 us", "80 GiB", "312 TFLOP/s". Parsing returns SI base units (bytes, seconds, bytes/s,
+// "5 us", "80 GiB", "312 TFLOP/s", "2.1 USD/h". Parsing returns SI base units (bytes, seconds, bytes/s,
 // FLOP/s); a plain number is taken as already in base units. Decimal prefixes are powers of
 // 1000, binary ones (KiB, MiB, GiB, TiB) powers of 1024; a lower-case 'b' means bits.
 // Parse failures throw std::invalid_argument whose message says what was expected; callers
@@ -15,6 +15,8 @@ double parse_bytes(std::string_view text);
 double parse_time_s(std::string_view text);
 double parse_bandwidth_bytes_per_s(std::string_view text);
 double parse_flops_per_s(std::string_view text);
+// A rental price per GPU and hour: "2.1 USD/h" (also "USD/hour"); a plain number is USD/h.
+double parse_price_usd_per_hour(std::string_view text);
 
 // Formatting picks the largest unit that still reads back to exactly the same double,
 // so format -> parse is lossless ("25 GB/s", "7 GB/s", "2 us", "80 GiB").
@@ -22,6 +24,7 @@ std::string format_bytes(double bytes);
 std::string format_time_s(double seconds);
 std::string format_bandwidth(double bytes_per_s);
 std::string format_flops_per_s(double flops_per_s);
+std::string format_price_usd_per_hour(double usd_per_hour);  // "2.1 USD/h"
 
 // Shortest decimal text of a number that reads back to exactly the same double.
 std::string format_number(double value);

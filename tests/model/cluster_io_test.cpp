@@ -86,3 +86,22 @@ TEST(ClusterPresets, SeleneNodesAreDgxA100WithEightHdrNics) {
   EXPECT_THROW(hetflow::model::load_cluster("selene-561"), hetflow::InputError);
   EXPECT_THROW(hetflow::model::load_cluster("selene-0"), hetflow::InputError);
 }
+
+TEST(ClusterIo, PricesPerGpuHourReadWriteAndSayWhenMissing) {
+  const Cluster c = parse_cluster("name: rented\nnodes:\n"
+                                  "  - {name: a, count: 2, gpu: A100-80, gpus: 8, nic: {count: 8, bandwidth: 200 Gb/s}, price: 2.1 USD/h}\n"
+                                  "  - {name: t, gpu: T4, gpus: 4, nic: {bandwidth: 25 Gb/s}, price: 0.35}\n",
+                                  "rented.yaml");
+  EXPECT_DOUBLE_EQ(c.nodes[1].price_usd_per_gpu_hour, 2.1);
+  EXPECT_DOUBLE_EQ(c.nodes[2].price_usd_per_gpu_hour, 0.35);  // a plain number is USD/h
+  EXPECT_TRUE(c.priced());
+  EXPECT_EQ(parse_cluster(write_cluster(c), "again.yaml"), c);
+  EXPECT_FALSE(load_cluster("hetpipe-testbed").priced());
+  try {
+    parse_cluster("name: x\nnodes:\n  - {name: a, gpu: T4, gpus: 1, price: 3 EUR/h}\n", "x.yaml");
+    FAIL() << "a price in euros was accepted";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("price"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("USD/h"), std::string::npos) << e.what();
+  }
+}
