@@ -18,7 +18,7 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Keeps the narrower of two routes' bottlenecks and adds latencies.
-void through(Route& route, double bandwidth_bytes_per_s, double latency_s, const std::string& link_class) {
+void through(Route& route, double bandwidth_bytes_per_s, double latency_s, std::string_view link_class) {
   if (bandwidth_bytes_per_s > 0 && bandwidth_bytes_per_s < route.bandwidth_bytes_per_s) {  // <= 0: unlimited
     route.bandwidth_bytes_per_s = bandwidth_bytes_per_s;
     route.bottleneck = link_class;
@@ -32,13 +32,32 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
       precision_(precision),
       calibration_(std::move(calibration)) {
   std::map<std::string, int> region_index;
+  std::vector<std::string> terms_names;  // the GPU type of each terms_ entry
   for (size_t r = 0; r < cluster_.regions.size(); ++r) region_index[cluster_.regions[r].name] = static_cast<int>(r);
   for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
     node_region_.push_back(region_index.at(cluster_.nodes[n].region));
     const model::GpuSpec* gpu = &cluster_.gpu(cluster_.nodes[n].gpu);
+    int terms = -1;
+    for (size_t i = 0; i < terms_names.size(); ++i) {
+      if (terms_names[i] == gpu->name) terms = static_cast<int>(i);
+    }
+    if (terms < 0) {
+      const model::GpuEfficiency& type = calibration_.gpu(gpu->name);
+      ComputeTerms c;
+      c.peak_flops_per_s = gpu->peak_flops_per_s(precision_);
+      c.memory_bandwidth_bytes_per_s = gpu->memory_bandwidth_bytes_per_s;
+      c.dispatch_s = type.dispatch_s;
+      for (TaskKind k : {TaskKind::forward, TaskKind::backward, TaskKind::backward_weight, TaskKind::optimizer}) {
+        c.of_kind[static_cast<size_t>(k)] = type.of(std::string(to_string(k)));
+      }
+      terms_.push_back(c);
+      terms_names.push_back(gpu->name);
+      terms = static_cast<int>(terms_.size()) - 1;
+    }
     for (int g = 0; g < cluster_.nodes[n].gpu_count; ++g) {
       device_node_.push_back(static_cast<int>(n));
       device_gpu_.push_back(gpu);
+      device_terms_.push_back(terms);
     }
   }
   // Fat-tree leaves: a region's nodes in cluster order, nodes_per_leaf to a leaf.
@@ -90,6 +109,11 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
       }
     }
   }
+}
+
+bool CostModel::same_compute(int a, int b) const {
+  const auto x = static_cast<size_t>(a), y = static_cast<size_t>(b);
+  return device_gpu_.at(x) == device_gpu_.at(y) && (slowdown_.empty() || slowdown_[x] == slowdown_[y]);
 }
 
 void CostModel::set_slowdown(int device, double factor) {
@@ -225,14 +249,15 @@ std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(cons
 }
 
 double CostModel::compute_time_s(int device, TaskKind kind, double flops, double memory_bytes) const {
-  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(device));
+  const ComputeTerms& c = terms_[static_cast<size_t>(device_terms_.at(static_cast<size_t>(device)))];
   if (flops <= 0 && memory_bytes <= 0) return 0;
-  const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
-  const model::Efficiency& eff = type.of(std::string(to_string(kind)));
-  const double math_s = eff.math_s(flops, gpu.peak_flops_per_s(precision_));
-  const double memory_s = memory_bytes / gpu.memory_bandwidth_bytes_per_s;
+  const auto k = static_cast<size_t>(kind);
+  if (k >= c.of_kind.size()) throw Error("compute_time_s: " + std::string(to_string(kind)) + " is not a compute task");
+  const model::Efficiency& eff = c.of_kind[k];
+  const double math_s = eff.math_s(flops, c.peak_flops_per_s);
+  const double memory_s = memory_bytes / c.memory_bandwidth_bytes_per_s;
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(device)];
-  return type.dispatch_s + (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
+  return c.dispatch_s + (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
 }
 
 Route CostModel::route(int src, int dst) const {
@@ -241,7 +266,7 @@ Route CostModel::route(int src, int dst) const {
   const int ns = node_of(src), nd = node_of(dst);
   const model::Node& a = cluster_.nodes[static_cast<size_t>(ns)];
   const model::Node& b = cluster_.nodes[static_cast<size_t>(nd)];
-  const std::string a_kind(model::to_string(a.intra.kind)), b_kind(model::to_string(b.intra.kind));
+  const std::string_view a_kind = model::to_string(a.intra.kind), b_kind = model::to_string(b.intra.kind);
   // GPU link (half the intra-node latency at each end) and the PCIe uplink where present.
   through(r, a.intra.bandwidth_bytes_per_s, a.intra.latency_s / 2, a_kind);
   if (a.intra.uplink_bandwidth_bytes_per_s > 0) through(r, a.intra.uplink_bandwidth_bytes_per_s, 0, "pcie");

@@ -2,9 +2,11 @@
 // The analytic cost model: how long a compute task, a transfer or a collective takes on a
 // cluster with no contention, and what each device's memory holds. Used by the policies
 // (to balance stages), by the analytic estimate and by validation.
+#include <array>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -25,7 +27,7 @@ namespace hetflow::partition {
 struct Route {
   double bandwidth_bytes_per_s = 0;  // of the slowest link on the way
   double latency_s = 0;              // summed over the links and switch hops
-  std::string bottleneck;            // link class of the slowest link: pcie, nvlink, nic, wan...
+  std::string_view bottleneck;       // link class of the slowest link: pcie, nvlink, nic, wan... (static text)
 };
 
 class CostModel {
@@ -107,6 +109,8 @@ class CostModel {
   // A straggler: the device's compute takes `factor` times longer (what-if analyses, and the
   // oracle for the simulator's stragglers).
   void set_slowdown(int device, double factor);
+  // Whether two devices' compute takes the same time (one GPU type, one slowdown).
+  bool same_compute(int a, int b) const;
 
  private:
   double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const;
@@ -126,6 +130,14 @@ class CostModel {
   std::vector<std::vector<Route>> region_route_;
   bool free_communication_ = false;
   std::vector<double> slowdown_;  // per device, 1 = nominal
+  // Per GPU type, the calibration's terms for the compute kinds (forward, backward,
+  // backward_weight, optimizer) resolved once: compute_time_s runs millions of times in a search.
+  struct ComputeTerms {
+    double peak_flops_per_s = 0, memory_bandwidth_bytes_per_s = 0, dispatch_s = 0;
+    std::array<model::Efficiency, 4> of_kind;
+  };
+  std::vector<ComputeTerms> terms_;
+  std::vector<int> device_terms_;  // per device: index into terms_
   // Operation times of one layer kind's passes, per GPU type and tensor-parallel degree:
   // (GPU, layer kind, what, micro-batch, tensor, sequence parallel) -> seconds. Layers of
   // one kind have one architecture, so a plan needs a handful of entries however large.

@@ -40,6 +40,20 @@ double from_ordered(std::int64_t o) {
 // The largest double p with p + t <= limit (computed in double); p + t is non-decreasing in p
 // and -inf always qualifies, so a binary search over the ordered doubles finds it.
 double largest_prefix(double t, double limit) {
+  // limit - t is within an ulp or two of the answer: step from it, in the order of the
+  // doubles, while that lasts (the binary search below takes 64 halvings every time).
+  if (std::isfinite(t) && std::isfinite(limit)) {
+    double p = limit - t;
+    for (int step = 0; step < 16 && std::isfinite(p); ++step) {
+      if (p + t <= limit) {
+        const double up = std::nextafter(p, kInf);
+        if (!(up + t <= limit)) return p;
+        p = up;
+      } else {
+        p = std::nextafter(p, -kInf);
+      }
+    }
+  }
   std::int64_t lo = to_ordered(-kInf), hi = to_ordered(kInf);
   while (lo < hi) {
     const auto span = static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo);
@@ -59,11 +73,21 @@ std::optional<Partition> partition_min_bottleneck(const PartitionProblem& proble
   const int L = problem.layers, S = problem.stages;
   if (L < 1 || S < 1 || S > L) return std::nullopt;
 
-  // Stage s = [i, j): its time, or nullopt when it does not fit.
+  // Stage s = [i, j): its time, or nullopt when it does not fit. Asked for once each (the
+  // passes below ask three times): NaN marks one not asked yet, +inf one that does not fit.
+  const auto at = [L](int s, int i, int j) {
+    return (static_cast<size_t>(s) * static_cast<size_t>(L + 1) + static_cast<size_t>(i)) * static_cast<size_t>(L + 1) +
+           static_cast<size_t>(j);
+  };
+  std::vector<double> times(static_cast<size_t>(S) * static_cast<size_t>(L + 1) * static_cast<size_t>(L + 1),
+                            std::numeric_limits<double>::quiet_NaN());
   auto time = [&](int s, int i, int j) -> std::optional<double> {
-    if (!problem.fits(s, i, j)) return std::nullopt;
-    const double t = problem.stage_time_s(s, i, j);
-    return std::isfinite(t) ? std::optional(t) : std::nullopt;
+    double& t = times[at(s, i, j)];
+    if (std::isnan(t)) {
+      t = problem.fits(s, i, j) ? problem.stage_time_s(s, i, j) : kInf;
+      if (!std::isfinite(t)) t = kInf;
+    }
+    return t == kInf ? std::nullopt : std::optional(t);
   };
   // Calls f(i, j, t) for every fitting stage s = [i, j) that leaves each other stage a layer.
   auto for_each_stage = [&](int s, auto&& f) {

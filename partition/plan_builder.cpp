@@ -275,7 +275,7 @@ void Builder::reserve() {
       tensors += ops * 8;
     }
   }
-  for (const Segment& s : data_parallel_segments()) {
+  for (const Segment& s : data_parallel_segments(net_, layout_)) {
     for (const Segment::Piece& p : s.pieces) tasks += static_cast<size_t>(p.buckets) * layout_.workers.size();
   }
   tasks += plan_.device_names.size();

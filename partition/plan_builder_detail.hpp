@@ -64,6 +64,11 @@ struct Segment {
   };
   std::vector<Piece> pieces;
 };
+// The segments of a layout with two or more virtual workers (none otherwise), later layers
+// first (their gradients are ready first); each cut into the pieces the workers' tensor ranks
+// hold (one per rank at one degree), with their gradient bytes and buckets. Every device
+// sees the collectives in this one global order, so comm streams cannot deadlock.
+std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout);
 
 class Builder {
  public:
@@ -129,7 +134,6 @@ class Builder {
 
   // --- plan_builder_sync.cpp ---
   std::map<int, int> last_compute_of_devices() const;
-  std::vector<Segment> data_parallel_segments() const;
   void reserve();
   void add_allreduce_sync();
   void add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device);

@@ -67,17 +67,14 @@ std::vector<Share> shares(const std::vector<int>& degrees) {
   return out;
 }
 
-// Maximal layer ranges held by the same chunks in every virtual worker, later layers first
-// (their gradients are ready first); each cut into the pieces the workers' tensor ranks hold
-// (one per rank at one degree), with their gradient bytes and buckets. Every device sees the
-// collectives in this one global order, so comm streams cannot deadlock.
-std::vector<Segment> Builder::data_parallel_segments() const {
+// Maximal layer ranges held by the same chunks in every virtual worker.
+std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout) {
   std::vector<Segment> segments;
-  if (layout_.workers.size() < 2) return segments;
-  const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
-  const int layers = static_cast<int>(net_.layers.size());
+  if (layout.workers.size() < 2) return segments;
+  const double grad_bytes_per_param = layout.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout.precision);
+  const int layers = static_cast<int>(net.layers.size());
   std::vector<std::vector<int>> holders(static_cast<size_t>(layers));  // per layer, per worker: stage
-  for (const VirtualWorker& vw : layout_.workers) {
+  for (const VirtualWorker& vw : layout.workers) {
     for (size_t k = 0; k < vw.stages.size(); ++k) {
       for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
         holders[static_cast<size_t>(l)].push_back(static_cast<int>(k));
@@ -85,7 +82,7 @@ std::vector<Segment> Builder::data_parallel_segments() const {
     }
   }
   const auto piece = [&](std::vector<int> ranks, double bytes) {
-    const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
+    const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout.sync.bucket_bytes)));
     return Segment::Piece{std::move(ranks), bytes, buckets};
   };
   for (int end = layers; end > 0;) {
@@ -93,16 +90,16 @@ std::vector<Segment> Builder::data_parallel_segments() const {
     while (begin > 0 && holders[static_cast<size_t>(begin - 1)] == holders[static_cast<size_t>(end - 1)]) --begin;
     Segment seg{begin, end, holders[static_cast<size_t>(end - 1)], {}};
     std::vector<int> degrees;
-    for (size_t w = 0; w < layout_.workers.size(); ++w) {
-      degrees.push_back(layout_.workers[w].tensor_of(static_cast<size_t>(seg.stage_of_worker[w])));
+    for (size_t w = 0; w < layout.workers.size(); ++w) {
+      degrees.push_back(layout.workers[w].tensor_of(static_cast<size_t>(seg.stage_of_worker[w])));
     }
     if (std::adjacent_find(degrees.begin(), degrees.end(), std::not_equal_to<>()) == degrees.end()) {
       // One degree t: rank j of every worker holds the same 1/t (all of a replicated layer).
-      const double bytes = params_per_device(net_, begin, end, degrees.front()) * grad_bytes_per_param;
+      const double bytes = params_per_device(net, begin, end, degrees.front()) * grad_bytes_per_param;
       for (int j = 0; j < degrees.front(); ++j) seg.pieces.push_back(piece(std::vector<int>(degrees.size(), j), bytes));
     } else {
       // Different degrees (only tensor-parallel layers have parameters here: check_layout).
-      const double whole = params_per_device(net_, begin, end, 1) * grad_bytes_per_param;
+      const double whole = params_per_device(net, begin, end, 1) * grad_bytes_per_param;
       for (Share& s : shares(degrees)) seg.pieces.push_back(piece(std::move(s.rank_of), whole * s.fraction));
     }
     segments.push_back(std::move(seg));
@@ -115,7 +112,7 @@ void Builder::add_allreduce_sync() {
   const std::map<int, int> last = last_compute_of_devices();
   std::map<int, std::vector<int>> syncs_of_device;
   const int comm = stream("comm");
-  for (const Segment& seg : data_parallel_segments()) {
+  for (const Segment& seg : data_parallel_segments(net_, layout_)) {
     const auto& [begin, end, stage_of_worker, pieces] = seg;
     for (size_t j = 0; j < pieces.size(); ++j) {
       const auto& [rank_of_worker, bytes, buckets] = pieces[j];

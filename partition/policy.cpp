@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -183,23 +184,74 @@ Prefix prefix_sums(const model::Network& net, const Layout& layout, int tensor) 
 }  // namespace
 
 namespace {
+// What every order balance_with_order tries shares for one pipeline (the same ranks in
+// another order): prefix sums by degree, the schedule's in-flight counts, and each layer
+// range's compute time by device class (a GPU type at a degree), asked for once.
+class SharedCosts {
+ public:
+  SharedCosts(const model::Network& net, const Layout& layout, const CostModel& cost, int p, int microbatches)
+      : net_(net), layout_(layout), cost_(cost), layers_(static_cast<int>(net.layers.size())),
+        in_flight(peak_in_flight(schedule_by_name(layout.schedule).build(p, microbatches, layout.virtual_stages),
+                                 layout.virtual_stages)) {
+    // Each boundary's activation bytes per micro-batch (Network::cut_bytes walks the layers).
+    for (int b = 0; b <= layers_; ++b) boundary_bytes.push_back(net.cut_bytes(static_cast<size_t>(b)) * layout.micro_batch_size);
+  }
+  const Prefix& prefix(int tensor) {
+    auto it = by_degree_.find(tensor);
+    if (it == by_degree_.end()) it = by_degree_.emplace(tensor, prefix_sums(net_, layout_, tensor)).first;
+    return it->second;
+  }
+  // The class of a rank whose first device is `device`, of `tensor` devices.
+  int class_of(int device, int tensor) {
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      if (classes_[c].second == tensor && cost_.same_compute(classes_[c].first, device)) return static_cast<int>(c);
+    }
+    classes_.emplace_back(device, tensor);
+    const auto cells = static_cast<size_t>(layers_ + 1) * static_cast<size_t>(layers_ + 1);
+    compute_.emplace_back(cells, std::numeric_limits<double>::quiet_NaN());
+    return static_cast<int>(classes_.size()) - 1;
+  }
+  // Forward and backward (recomputation included) of layers [a, b) on a rank of class `c`.
+  double compute_s(int c, int a, int b) {
+    double& t = compute_[static_cast<size_t>(c)][static_cast<size_t>(a) * static_cast<size_t>(layers_ + 1) + static_cast<size_t>(b)];
+    if (std::isnan(t)) {
+      const auto& [device, tensor] = classes_[static_cast<size_t>(c)];
+      const Prefix& pre = prefix(tensor);
+      const double flops_f = pre.range(pre.forward, a, b);
+      const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
+      t = cost_.compute_time_s(device, TaskKind::forward, flops_f) + cost_.compute_time_s(device, TaskKind::backward, flops_b);
+    }
+    return t;
+  }
+
+ private:
+  const model::Network& net_;
+  const Layout& layout_;
+  const CostModel& cost_;
+  int layers_;
+  std::map<int, Prefix> by_degree_;
+  std::vector<std::pair<int, int>> classes_;   // (a device of it, degree)
+  std::vector<std::vector<double>> compute_;   // per class: (a, b) -> seconds, NaN: not yet
+
+ public:
+  const std::vector<std::vector<int>> in_flight;  // per rank position and chunk
+  std::vector<double> boundary_bytes;             // per layer boundary
+};
+
 // One pipeline's chunk costs, as the balancer sees them: per micro-batch time (forward,
 // backward, recomputation, the outgoing transfer) and whether a chunk fits its rank's memory,
 // each at its rank's tensor-parallel degree (its device count).
 class ChunkCost {
  public:
-  ChunkCost(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
-            int microbatches, const CostModel& cost)
-      : net_(net), layout_(layout), ranks_(ranks), cost_(cost),
-        p_(static_cast<int>(ranks.size())), chunks_(p_ * layout.virtual_stages),
-        in_flight_(peak_in_flight(schedule_by_name(layout.schedule).build(p_, microbatches, layout.virtual_stages),
-                                  layout.virtual_stages)) {
+  ChunkCost(const Layout& layout, const std::vector<std::vector<int>>& ranks, const CostModel& cost, SharedCosts& shared)
+      : layout_(layout), ranks_(ranks), cost_(cost), shared_(shared),
+        p_(static_cast<int>(ranks.size())), chunks_(p_ * layout.virtual_stages) {
     for (const auto& rank : ranks) {
       const int t = static_cast<int>(rank.size());
-      auto it = by_degree_.find(t);
-      if (it == by_degree_.end()) it = by_degree_.emplace(t, prefix_sums(net, layout, t)).first;
-      pre_.push_back(&it->second);
+      pre_.push_back(&shared.prefix(t));
+      class_.push_back(shared.class_of(rank.front(), t));
     }
+    send_s_.assign(static_cast<size_t>(p_) * shared.boundary_bytes.size(), std::numeric_limits<double>::quiet_NaN());
     const double e = model::element_bytes(layout.precision);
     const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
     state_per_param_ = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
@@ -209,17 +261,17 @@ class ChunkCost {
   int chunks() const { return chunks_; }
 
   double time_s(int k, int a, int b) const {
-    const int device = ranks_[static_cast<size_t>(k % p_)].front();
-    const Prefix& pre = *pre_[static_cast<size_t>(k % p_)];
-    const double flops_f = pre.range(pre.forward, a, b);
-    const double flops_b = pre.range(pre.backward, a, b) + pre.range(pre.recompute, a, b);
-    double t = cost_.compute_time_s(device, TaskKind::forward, flops_f) + cost_.compute_time_s(device, TaskKind::backward, flops_b);
+    const int r = k % p_;
+    double t = shared_.compute_s(class_[static_cast<size_t>(r)], a, b);
     if (k + 1 < chunks_) {
-      const auto& next = ranks_[static_cast<size_t>((k + 1) % p_)];
-      // 1/t of the boundary to each rank of the next group (t: its degree).
-      t += cost_.transfer_time_s(device, next.front(),
-                                 net_.cut_bytes(static_cast<size_t>(b)) * layout_.micro_batch_size /
-                                     static_cast<double>(next.size()));
+      // 1/t of the boundary to each rank of the next group (t: its degree), asked for once.
+      double& send = send_s_[static_cast<size_t>(r) * shared_.boundary_bytes.size() + static_cast<size_t>(b)];
+      if (std::isnan(send)) {
+        const auto& next = ranks_[static_cast<size_t>((k + 1) % p_)];
+        send = cost_.transfer_time_s(ranks_[static_cast<size_t>(r)].front(), next.front(),
+                                     shared_.boundary_bytes[static_cast<size_t>(b)] / static_cast<double>(next.size()));
+      }
+      t += send;
     }
     return t;
   }
@@ -229,28 +281,27 @@ class ChunkCost {
     const int device = ranks_[static_cast<size_t>(r)].front();
     const Prefix& pre = *pre_[static_cast<size_t>(r)];
     const double params = pre.range(pre.params_split, a, b) + (a == 0 ? 0 : pre.range(pre.tied_split, a, b));
-    const double held = in_flight_[static_cast<size_t>(r)][static_cast<size_t>(k / p_)];
+    const double held = shared_.in_flight[static_cast<size_t>(r)][static_cast<size_t>(k / p_)];
     const double bytes = params * state_per_param_ + held * pre.range(pre.stash, a, b);
     // With v chunks per rank, each chunk gets 1/v of what the workspace leaves.
     return bytes <= (cost_.memory_capacity_bytes(device) - layout_.workspace_bytes) / layout_.virtual_stages;
   }
 
  private:
-  const model::Network& net_;
   const Layout& layout_;
   const std::vector<std::vector<int>>& ranks_;
   const CostModel& cost_;
-  std::map<int, Prefix> by_degree_;  // prefix sums per tensor-parallel degree among the ranks
-  std::vector<const Prefix*> pre_;   // per rank: its degree's
+  SharedCosts& shared_;
+  std::vector<const Prefix*> pre_;  // per rank: its degree's prefix sums
+  std::vector<int> class_;          // per rank: its device class in shared_
   int p_, chunks_;
-  std::vector<std::vector<int>> in_flight_;
+  mutable std::vector<double> send_s_;  // per rank and boundary: its send to the next rank (NaN: not yet)
   double state_per_param_ = 0;
 };
-}  // namespace
 
-Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
-                        int microbatches, const CostModel& cost) {
-  const ChunkCost chunk(net, layout, ranks, microbatches, cost);
+Balanced balance_with(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                      const CostModel& cost, SharedCosts& shared) {
+  const ChunkCost chunk(layout, ranks, cost, shared);
   const int chunks = chunk.chunks();
   const int p = static_cast<int>(ranks.size());
   PartitionProblem problem{static_cast<int>(net.layers.size()), chunks,
@@ -274,9 +325,9 @@ Balanced balance_stages(const model::Network& net, const Layout& layout, const s
   return out;
 }
 
-Balanced measure_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
-                        std::vector<Stage> stages, int microbatches, const CostModel& cost) {
-  const ChunkCost chunk(net, layout, ranks, microbatches, cost);
+Balanced measure_with(const Layout& layout, const std::vector<std::vector<int>>& ranks, std::vector<Stage> stages,
+                      const CostModel& cost, SharedCosts& shared) {
+  const ChunkCost chunk(layout, ranks, cost, shared);
   Balanced out;
   for (size_t k = 0; k < stages.size(); ++k) {
     const Stage& s = stages[k];
@@ -285,6 +336,19 @@ Balanced measure_stages(const model::Network& net, const Layout& layout, const s
   }
   out.stages = std::move(stages);
   return out;
+}
+}  // namespace
+
+Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        int microbatches, const CostModel& cost) {
+  SharedCosts shared(net, layout, cost, static_cast<int>(ranks.size()), microbatches);
+  return balance_with(net, layout, ranks, cost, shared);
+}
+
+Balanced measure_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
+                        std::vector<Stage> stages, int microbatches, const CostModel& cost) {
+  SharedCosts shared(net, layout, cost, static_cast<int>(ranks.size()), microbatches);
+  return measure_with(layout, ranks, std::move(stages), cost, shared);
 }
 
 Balanced balance_with_order(const model::Network& net, const Layout& layout, std::vector<std::vector<int>>& ranks,
@@ -302,14 +366,15 @@ Balanced balance_with_order(const model::Network& net, const Layout& layout, std
   std::iota(order.begin(), order.end(), 0);
   std::optional<Balanced> best;
   std::vector<std::vector<int>> best_ranks;
+  SharedCosts shared(net, layout, cost, static_cast<int>(ranks.size()), microbatches);
   // At most 6 types: 720 orders. More types keep the given order.
   do {
     std::vector<std::vector<int>> candidate;
     for (int i : order) {
       for (const auto& rank : by_type[types[static_cast<size_t>(i)]]) candidate.push_back(rank);
     }
-    Balanced b = fixed.empty() ? balance_stages(net, layout, candidate, microbatches, cost)
-                               : measure_stages(net, layout, candidate, fixed, microbatches, cost);
+    Balanced b = fixed.empty() ? balance_with(net, layout, candidate, cost, shared)
+                               : measure_with(layout, candidate, fixed, cost, shared);
     const bool better = !best || (b.fits && !best->fits) ||
                         (b.fits == best->fits && b.bottleneck_s < best->bottleneck_s);
     if (better) {
@@ -319,6 +384,49 @@ Balanced balance_with_order(const model::Network& net, const Layout& layout, std
   } while (types.size() <= 6 && std::next_permutation(order.begin(), order.end()));
   ranks = std::move(best_ranks);
   return std::move(*best);
+}
+
+namespace {
+bool same_to_the_balancer(const std::vector<std::vector<int>>& a, const std::vector<std::vector<int>>& b,
+                          const CostModel& cost) {
+  if (a.size() != b.size()) return false;
+  const auto type = [&](int device) -> const std::string& {
+    return cost.cluster().nodes[static_cast<size_t>(cost.node_of(device))].gpu;
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int x = a[i].front(), y = b[i].front();
+    if (a[i].size() != b[i].size() || type(x) != type(y) || !cost.same_compute(x, y) ||
+        cost.memory_capacity_bytes(x) != cost.memory_capacity_bytes(y)) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = 0; j < a.size(); ++j) {
+      if (i == j) continue;
+      const Route ra = cost.route(a[i].front(), a[j].front()), rb = cost.route(b[i].front(), b[j].front());
+      if (ra.bandwidth_bytes_per_s != rb.bandwidth_bytes_per_s || ra.latency_s != rb.latency_s) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+Balanced BalanceMemo::balance(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
+                              int microbatches, const CostModel& cost, const std::vector<Stage>& fixed) {
+  for (const Entry& e : done_) {
+    if (e.microbatches != microbatches || !same_to_the_balancer(e.ranks, ranks, cost)) continue;
+    std::vector<std::vector<int>> ordered;
+    for (const size_t i : e.order) ordered.push_back(ranks[i]);
+    ranks = std::move(ordered);
+    return e.result;
+  }
+  Entry e{ranks, {}, microbatches, {}};
+  e.result = balance_with_order(network, layout, ranks, microbatches, cost, fixed);
+  for (const auto& rank : ranks) {
+    e.order.push_back(static_cast<size_t>(std::find(e.ranks.begin(), e.ranks.end(), rank) - e.ranks.begin()));
+  }
+  done_.push_back(std::move(e));
+  return done_.back().result;
 }
 
 std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s) {

@@ -100,6 +100,25 @@ Balanced measure_stages(const model::Network& network, const Layout& layout, con
 Balanced balance_with_order(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
                             int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
 
+// balance_with_order for the virtual workers of one layout, remembering each result: a later
+// worker whose ranks match an earlier one's position by position (sizes, and the GPU type,
+// compute and memory of each rank's first device, and the routes between every pair of
+// them: all the balancer reads) gets that worker's order and cuts without balancing again.
+class BalanceMemo {
+ public:
+  Balanced balance(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
+                   int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
+
+ private:
+  struct Entry {
+    std::vector<std::vector<int>> ranks;  // as given
+    std::vector<size_t> order;            // position -> index into ranks, as balanced
+    int microbatches = 0;
+    Balanced result;
+  };
+  std::vector<Entry> done_;
+};
+
 // Splits `total` micro-batches over workers in proportion to 1 / bottleneck (largest
 // remainder, at least one each).
 std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s);

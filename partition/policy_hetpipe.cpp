@@ -111,10 +111,11 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
   const int m = policy_detail::microbatches_per_worker(o, static_cast<int>(workers.size()), static_cast<int>(depth));
 
   std::vector<double> bottlenecks;
+  policy_detail::BalanceMemo memo;
   for (const std::vector<int>& devices : workers) {
     std::vector<std::vector<int>> ranks;
     for (int d : devices) ranks.push_back({d});
-    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost);
+    policy_detail::Balanced b = memo.balance(network, layout, ranks, m, cost);
     bottlenecks.push_back(b.bottleneck_s);
     layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
   }

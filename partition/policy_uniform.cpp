@@ -63,8 +63,9 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
           ? std::vector<Stage>{}
           : policy_detail::stages_from_counts(network, o.stage_layers, g.pipeline * o.virtual_stages, g.pipeline);
   std::vector<double> bottlenecks;
+  policy_detail::BalanceMemo memo;
   for (auto& ranks : megatron_ranks(g)) {
-    policy_detail::Balanced b = policy_detail::balance_with_order(network, layout, ranks, m, cost, fixed);
+    policy_detail::Balanced b = memo.balance(network, layout, ranks, m, cost, fixed);
     bottlenecks.push_back(b.bottleneck_s);
     layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
   }

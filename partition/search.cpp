@@ -5,12 +5,12 @@
 #include <chrono>
 #include <limits>
 #include <map>
-#include <mutex>
+#include <set>
 #include <thread>
 
 #include "model/error.hpp"
 #include "partition/plan_builder.hpp"
-#include "partition/plan_builder_detail.hpp"
+#include "partition/layout_estimate.hpp"
 
 namespace hetflow::partition {
 namespace {
@@ -107,38 +107,6 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
   return out;
 }
 
-double compute_lower_bound_s(const model::Network& network, const Layout& layout, const CostModel& cost) {
-  std::map<int, double> busy;
-  for (size_t w = 0; w < layout.workers.size(); ++w) {
-    const VirtualWorker& vw = layout.workers[w];
-    for (size_t k = 0; k < vw.stages.size(); ++k) {
-      const Stage& s = vw.stages[k];
-      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];
-      const builder::ChunkWork work = builder::chunk_work(network, layout, s, static_cast<int>(rank.size()));
-      Task t;
-      t.worker = static_cast<int>(w);
-      t.stage = static_cast<int>(k);
-      t.layer_begin = s.layer_begin;
-      t.layer_end = s.layer_end;
-      for (int device : rank) {
-        t.device = device;
-        t.kind = TaskKind::forward;
-        t.flops = work.forward_flops;
-        t.recompute_flops = 0;
-        double chunk_s = cost.task_compute_time_s(network, layout, t);
-        t.kind = TaskKind::backward;
-        t.flops = work.backward_flops + work.recompute_flops;
-        t.recompute_flops = work.recompute_flops;
-        chunk_s += cost.task_compute_time_s(network, layout, t);
-        busy[device] += chunk_s * vw.microbatches;
-      }
-    }
-  }
-  double bound = 0;
-  for (const auto& [device, s] : busy) bound = std::max(bound, s);
-  return bound;
-}
-
 std::vector<std::string> candidate_families(const PlanOptions& o) {
   const SyncKind sync = o.sync.value_or(SyncKind::allreduce);
   std::vector<std::string> families = {"all", o.policy + "/" + std::string(to_string(sync))};
@@ -161,6 +129,13 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
       if (m.capacity_bytes > 0) c.headroom_bytes = std::min(c.headroom_bytes, m.capacity_bytes - m.total_bytes());
     }
     c.estimate = estimate_plan(plan, cost);
+    std::set<int> used;
+    for (const VirtualWorker& vw : layout.workers) {
+      for (const auto& rank : vw.ranks) used.insert(rank.begin(), rank.end());
+    }
+    used.insert(layout.sync.layer_server.begin(), layout.sync.layer_server.end());
+    const std::vector<model::Device> devices = cluster.devices();
+    for (const int d : used) c.price_usd_per_hour += cluster.nodes[static_cast<size_t>(devices[static_cast<size_t>(d)].node)].price_usd_per_gpu_hour;
     for (size_t d = 0; d < c.estimate.busy_s.size(); ++d) {
       if (c.estimate.busy_s[d] > 0) ++c.devices_used;
       if (c.estimate.busy_s[d] > c.slowest_busy_s) {
@@ -176,35 +151,6 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
   }
 }
 
-// The best estimates kept so far, per family, shared by the search's threads.
-class Kept {
- public:
-  explicit Kept(int keep) : keep_(static_cast<size_t>(keep)) {}
-  // Whether a candidate of these families with this bound could still be among the kept.
-  bool worth_building(const std::vector<std::string>& families, double bound_s) {
-    if (keep_ == 0) return true;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    for (const std::string& f : families) {
-      const auto it = best_.find(f);
-      if (it == best_.end() || it->second.size() < keep_ || bound_s <= it->second.back()) return true;
-    }
-    return false;
-  }
-  void add(const std::vector<std::string>& families, double time_s) {
-    if (keep_ == 0) return;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    for (const std::string& f : families) {
-      std::vector<double>& best = best_[f];
-      best.insert(std::upper_bound(best.begin(), best.end(), time_s), time_s);
-      if (best.size() > keep_) best.pop_back();
-    }
-  }
-
- private:
-  size_t keep_;
-  std::mutex mutex_;
-  std::map<std::string, std::vector<double>> best_;  // ascending, at most keep_ each
-};
 }  // namespace
 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
@@ -217,63 +163,103 @@ bool evaluate_candidate(const model::Cluster& cluster, const model::Network& net
   }
 }
 
+namespace {
+// Runs work(i) for i in [0, count) on `threads` threads; with on_progress, the calling
+// thread reports (done, of) about every 100 ms instead of working.
+void in_parallel(int count, int threads, const std::function<void(int)>& work,
+                 const std::function<void(int, int)>& on_progress, int done_before, int of) {
+  std::atomic<int> next{0}, done{0};
+  auto loop = [&] {
+    for (int i = next++; i < count; i = next++) {
+      work(i);
+      ++done;
+    }
+  };
+  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
+  const int n = std::max(1, std::min(threads > 0 ? threads : static_cast<int>(cores), count));
+  std::vector<std::thread> pool;
+  for (int t = on_progress ? 0 : 1; t < n; ++t) pool.emplace_back(loop);
+  if (on_progress) {
+    while (done < count) {
+      on_progress(done_before + done, of);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    on_progress(done_before + count, of);
+  } else {
+    loop();
+  }
+  for (std::thread& t : pool) t.join();
+}
+}  // namespace
+
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress) {
   const auto started = std::chrono::steady_clock::now();
   const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base);
   const int total = static_cast<int>(candidates.size());
-  std::vector<Candidate> results(candidates.size());
-  enum Outcome : char { kRefused, kBuilt, kPruned };
-  std::vector<char> outcome(candidates.size(), kRefused);
-  std::atomic<int> next{0}, done{0};
-  Kept kept(keep);
-  auto work = [&] {
-    for (int i = next++; i < total; i = next++) {
-      const auto at = static_cast<size_t>(i);
-      const PlanOptions& o = candidates[at];
-      try {
-        const Layout layout = make_layout(cluster, network, o, cost);
-        const std::vector<std::string> families = candidate_families(o);
-        if (!kept.worth_building(families, compute_lower_bound_s(network, layout, cost))) {
-          outcome[at] = kPruned;
-        } else if (evaluate_layout(cluster, network, o, layout, cost, &results[at], nullptr)) {
-          outcome[at] = kBuilt;
-          if (results[at].headroom_bytes >= 0) kept.add(families, results[at].estimate.iteration_time_s);
-        }
-      } catch (const Error&) {
-        outcome[at] = kRefused;
-      }
-      ++done;
+  // 1. Every candidate's layout and its estimate, without a plan.
+  enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
+  std::vector<char> state(candidates.size(), kRefused);
+  std::vector<Layout> layouts(candidates.size());
+  std::vector<double> time_s(candidates.size(), 0);
+  in_parallel(total, threads, [&](int i) {
+    const auto at = static_cast<size_t>(i);
+    try {
+      layouts[at] = make_layout(cluster, network, candidates[at], cost);
+      const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
+      time_s[at] = e.iteration_time_s;
+      state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
+    } catch (const Error&) {
+      state[at] = kRefused;
     }
-  };
-  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
-  const int n = std::max(1, std::min(threads > 0 ? threads : static_cast<int>(cores), total));
-  // With a progress callback the calling thread only reports; otherwise it works too.
-  std::vector<std::thread> pool;
-  for (int t = on_progress ? 0 : 1; t < n; ++t) pool.emplace_back(work);
-  if (on_progress) {
-    while (done < total) {
-      on_progress(done, total);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    on_progress(total, total);
-  } else {
-    work();
+    if (state[at] != kScored) layouts[at] = Layout{};
+  }, on_progress, 0, total);
+
+  // 2. Plans for the best of every family by that estimate, until each has `keep` that fit
+  //    (all of them with keep 0): a plan's memory may overflow by the buffers the estimate
+  //    leaves out, and then the next is built.
+  std::map<std::string, std::vector<int>> families;  // family -> scored candidates, fastest first
+  for (int i = 0; i < total; ++i) {
+    if (state[static_cast<size_t>(i)] != kScored) continue;
+    for (const std::string& f : candidate_families(candidates[static_cast<size_t>(i)])) families[f].push_back(i);
   }
-  for (std::thread& t : pool) t.join();
+  for (auto& [name, members] : families) {
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return time_s[static_cast<size_t>(a)] < time_s[static_cast<size_t>(b)]; });
+  }
+  std::vector<Candidate> results(candidates.size());
+  const size_t wanted = keep > 0 ? static_cast<size_t>(keep) : candidates.size();
+  for (;;) {
+    std::set<int> build;
+    for (const auto& [name, members] : families) {
+      size_t fitting = 0;
+      for (const int i : members) {
+        if (fitting >= wanted) break;
+        const char st = state[static_cast<size_t>(i)];
+        if (st == kScored) build.insert(i);
+        if (st == kScored || st == kBuilt) ++fitting;  // a scored one counts as fitting until built
+      }
+    }
+    if (build.empty()) break;
+    const std::vector<int> batch(build.begin(), build.end());
+    in_parallel(static_cast<int>(batch.size()), threads, [&](int b) {
+      const auto at = static_cast<size_t>(batch[static_cast<size_t>(b)]);
+      const bool ok = evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], nullptr);
+      state[at] = !ok ? kRefused : results[at].headroom_bytes < 0 ? kOverflows : kBuilt;
+      layouts[at] = Layout{};
+    }, {}, 0, 0);
+  }
 
   SearchResult r;
   r.candidates = total;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (outcome[i] == kPruned) {
-      ++r.pruned;
-    } else if (outcome[i] == kRefused) {
-      ++r.refused;
-    } else if (results[i].headroom_bytes < 0) {
-      ++r.over_memory;
-    } else {
-      r.ranked.push_back(std::move(results[i]));
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    switch (state[i]) {
+      case kRefused: ++r.refused; break;
+      case kScreened: ++r.over_memory; ++r.screened; break;
+      case kOverflows: ++r.over_memory; break;
+      case kScored: ++r.pruned; break;
+      case kBuilt: r.ranked.push_back(std::move(results[i])); break;
     }
   }
   std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {

@@ -1,9 +1,11 @@
 #pragma once
 // The search for a plan: candidates from a space of layouts (policy, tensor and pipeline
-// degrees, micro-batch size, schedule, recomputation, synchronisation), each built into a
-// plan, pruned when it does not fit in memory and scored by the analytic estimate on every
-// core; the fitting ones ranked by estimated iteration time. The caller re-simulates the
-// best with contention (tools/cmd_search.cpp: partition/ knows no simulator).
+// degrees, micro-batch size, schedule, recomputation, synchronisation), each laid out by its
+// policy and scored by the analytic estimate of its layout (partition/layout_estimate.hpp:
+// the plan's estimate without building the plan) on every core; those whose memory bound
+// overflows are screened out unbuilt. Then the best of each family by that estimate are built
+// into plans, which check their memory by tensor lifetimes, and ranked. The caller
+// re-simulates the best with contention (tools/cmd_search.cpp: partition/ knows no simulator).
 //
 // Every candidate is an ordinary PlanOptions: the winner is rebuilt, written and run as any
 // plan is. A candidate the policies or the builder refuse (degrees that do not divide the
@@ -39,22 +41,18 @@ struct Candidate {
   double slowest_busy_s = 0;  // the busiest device's compute per iteration
   std::string slowest_device;
   int devices_used = 0;
+  double price_usd_per_hour = 0;  // of the GPUs the plan uses (workers and servers), at the cluster's prices
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;  // fitting candidates, fastest (estimated) first
+  std::vector<Candidate> ranked;  // built candidates that fit, fastest (estimated) first
   int candidates = 0;             // in the space
   int refused = 0;                // the policies or the builder refused the options
-  int over_memory = 0;            // built, but some device's memory overflows
-  int pruned = 0;                 // never built: their bound was worse than what was kept
+  int over_memory = 0;            // some device's memory overflows (screened, or built and found so)
+  int screened = 0;               // of those: found by the layout's memory bound, never built
+  int pruned = 0;                 // fit by the bound but never built: slower than the kept of each family
   double wall_s = 0;
 };
-
-// A lower bound of the estimated iteration time of a layout, from the layout alone: the
-// busiest device's compute tasks (each chunk's forward and backward, recomputation
-// included, for every micro-batch of its worker), which its compute stream runs one at a
-// time, costed as the builder's tasks are but without their memory traffic.
-double compute_lower_bound_s(const model::Network& network, const Layout& layout, const CostModel& cost);
 
 // The families a candidate competes in for a place among the kept ones: "all", its policy
 // and sync ("uniform/allreduce"), and "data-parallel" for uniform t1 p1 with all-reduce.
@@ -69,11 +67,12 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                         const CostModel& cost, Candidate* out, std::string* why);
 
-// All candidates on `threads` threads (0: every core). With keep > 0, a candidate whose
-// lower bound exceeds the keep-th best estimate of each of its families so far is never
-// built (counted as pruned): `ranked` then holds at least the best `keep` of every family,
-// the same whatever the threads, but not every fitting candidate. on_progress(done, total)
-// is called from the calling thread about every 100 ms.
+// All candidates on `threads` threads (0: every core). With keep > 0, only the best `keep`
+// of each family that fit are built (more when a built one overflows, see above): `ranked`
+// holds them, the same as building every candidate would rank first in each family (the
+// layout's estimate is the plan's, its memory a lower bound), whatever the threads. With
+// keep 0 every candidate that may fit is built and ranked. on_progress(done, total) is
+// called from the calling thread about every 100 ms while the candidates are scored.
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads = 0,
                           int keep = 0, const std::function<void(int, int)>& on_progress = {});

@@ -240,7 +240,7 @@ LinkFit fit_link(const std::string& link_class, const std::vector<LinkObservatio
 
 // The link classes a calibration has factors for (a fat tree's "fabric" uplinks are the
 // NICs' bandwidth, not a class of their own).
-bool calibrated_class(const std::string& c) {
+bool calibrated_class(std::string_view c) {
   return c == "pcie" || c == "nvlink" || c == "nvswitch" || c == "nic" || c == "wan";
 }
 
@@ -345,7 +345,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
         if (durations.empty() || !(d > 0) || task.bytes <= 0) continue;
         const partition::Route route = nominal.route(src, dst);
         if (!calibrated_class(route.bottleneck)) continue;
-        links[route.bottleneck].push_back({latency.transfer_time_s(src, dst, task.bytes),
+        links[std::string(route.bottleneck)].push_back({latency.transfer_time_s(src, dst, task.bytes),
                                            bandwidth.transfer_time_s(src, dst, task.bytes), d, task.bytes,
                                            route.latency_s, route.bandwidth_bytes_per_s});
       }
@@ -376,7 +376,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
         if (r.bandwidth_bytes_per_s < slowest.bandwidth_bytes_per_s) slowest = r;
       }
       if (!calibrated_class(slowest.bottleneck)) continue;
-      links[slowest.bottleneck].push_back({latency.collective_time_s(spec), bandwidth.collective_time_s(spec), d, c.bytes,
+      links[std::string(slowest.bottleneck)].push_back({latency.collective_time_s(spec), bandwidth.collective_time_s(spec), d, c.bytes,
                                            slowest.latency_s, slowest.bandwidth_bytes_per_s});
     }
     if (!any_compute) throw InputError(run.name, 0, "events", "no compute task with FLOPs ran to completion: nothing to fit");

@@ -1,13 +1,16 @@
 // Search speed: candidates evaluated per second on one core (make_layout, build_plan and the
 // analytic estimate of each), and each phase alone, for a GPT of 13B parameters on 64 GPUs
 // of four types (V100-32, A100-40, A100-80, H100, two nodes of 8 each) and for GPT-2 medium
-// on 16 GPUs (12 V100 + 4 T4). Candidates cycle through the search's own space.
+// on 16 GPUs (12 V100 + 4 T4). Candidates cycle through a sample of the search's own space.
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
 
 #include "model/error.hpp"
 #include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
+#include "partition/layout_estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/search.hpp"
 
@@ -40,25 +43,33 @@ Case make_case(int which) {
           model::network_from_spec("gpt:layers=40,hidden=5120,heads=40,seq=2048,vocab=50257", model::Precision::fp16), 256};
 }
 
-// phase: 0 everything (evaluate_candidate), 1 make_layout alone, 2 build_plan alone, 3 the estimate alone.
+// phase: 0 everything (evaluate_candidate), 1 make_layout alone, 2 build_plan alone, 3 the estimate alone;
+// 4 the layout's estimate alone (estimate_layout), 5 make_layout and estimate_layout: what the
+// search spends on every candidate before it builds the best.
 void BM_SearchCandidates(benchmark::State& state) {
   const Case c = make_case(static_cast<int>(state.range(0)));
   const int phase = static_cast<int>(state.range(1));
   partition::PlanOptions base;
   base.precision = c.network.precision;
   const partition::CostModel cost(c.cluster, c.network.precision);
-  // The candidates the builder accepts, in the search's order.
+  // 64 candidates the policies and the builder accept, spread over the search's space (its order groups
+  // policies and degrees): the first accepted one of each 64th of it.
   std::vector<partition::PlanOptions> accepted;
   std::vector<partition::Layout> layouts;
   std::vector<partition::Plan> plans;
-  for (const partition::PlanOptions& o : partition::search_candidates(c.cluster, c.network, c.global_batch, {}, base)) {
-    if (accepted.size() >= 64) break;
-    try {
-      partition::Layout l = partition::make_layout(c.cluster, c.network, o, cost);
-      if (phase == 3) plans.push_back(partition::build_plan(c.cluster, c.network, l, cost));
-      layouts.push_back(std::move(l));
-      accepted.push_back(o);
-    } catch (const Error&) {
+  const std::vector<partition::PlanOptions> all = partition::search_candidates(c.cluster, c.network, c.global_batch, {}, base);
+  const size_t stride = std::max<size_t>(1, all.size() / 64);
+  for (size_t from = 0; from < all.size(); from += stride) {
+    for (size_t at = from; at < std::min(all.size(), from + stride); ++at) {
+      try {
+        partition::Layout l = partition::make_layout(c.cluster, c.network, all[at], cost);
+        partition::Plan plan = partition::build_plan(c.cluster, c.network, l, cost);  // buildable ones only
+        if (phase == 3) plans.push_back(std::move(plan));
+        layouts.push_back(std::move(l));
+        accepted.push_back(all[at]);
+        break;
+      } catch (const Error&) {
+      }
     }
   }
   size_t i = 0;
@@ -71,15 +82,20 @@ void BM_SearchCandidates(benchmark::State& state) {
       benchmark::DoNotOptimize(partition::make_layout(c.cluster, c.network, accepted[k], cost));
     } else if (phase == 2) {
       benchmark::DoNotOptimize(partition::build_plan(c.cluster, c.network, layouts[k], cost));
-    } else {
+    } else if (phase == 3) {
       benchmark::DoNotOptimize(partition::estimate_plan(plans[k], cost));
+    } else if (phase == 4) {
+      benchmark::DoNotOptimize(partition::estimate_layout(c.network, layouts[k], cost));
+    } else {
+      benchmark::DoNotOptimize(
+          partition::estimate_layout(c.network, partition::make_layout(c.cluster, c.network, accepted[k], cost), cost));
     }
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 BENCHMARK(BM_SearchCandidates)
     ->ArgNames({"case", "phase"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,0 +1,542 @@
+// How estimate_layout follows the builder (partition/plan_builder_*.cpp), and where it does not:
+//  - An operation (F, B or W of one chunk and micro-batch) takes its rank's slowest device's
+//    compute plus the tensor-parallel collectives around it, back to back: the input
+//    all-gather of a boundary that came in 1/t slices, the sequence-parallel all-gather, and
+//    the all-reduce or reduce-scatter of the partial sums. In the plan each device's compute
+//    starts when its own inputs are there; here the rank moves as one.
+//  - A boundary transfer leaves when its operation ends and queues behind the earlier ones on
+//    its channel (one per rank pair and direction, as the plan's channel streams); tensor
+//    ranks send in parallel, the slowest counted.
+//  - Data-parallel pieces run their buckets back to back once every member is ready, in the
+//    builder's global order (data_parallel_segments), then tied embeddings and the optimizer.
+//  - Parameter servers: pushes after each device's last operation, queued per device and
+//    server, one update per server once all its pushes are in, pulls queued per server and
+//    device.
+#include "partition/layout_estimate.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "model/error.hpp"
+#include "partition/collective.hpp"
+#include "partition/memory.hpp"
+#include "partition/plan_builder_detail.hpp"
+#include "partition/schedule.hpp"
+
+namespace hetflow::partition {
+namespace {
+
+constexpr double kNotYet = -1;
+
+double collective_s(const CostModel& cost, CollectiveKind kind, CollectiveAlgorithm algorithm,
+                    const std::vector<int>& devices, double bytes) {
+  if (devices.size() < 2) return 0;
+  CollectiveSpec spec;
+  spec.kind = kind;
+  spec.algorithm = algorithm;
+  spec.devices = devices;
+  spec.bytes = bytes;
+  return cost.collective_time_s(spec);
+}
+
+// One chunk of one virtual worker, per micro-batch.
+struct Chunk {
+  const std::vector<int>* devices = nullptr;  // its rank's
+  int rank = 0;
+  double f_s = 0, b_s = 0, w_s = 0;           // each operation, collectives included
+  std::vector<double> f_compute_s, b_compute_s, w_compute_s;  // per tensor rank: compute alone
+  double f_before_s = 0, b_before_s = 0;      // collectives before each pass's compute (gathers)
+  double f_after_s = 0, b_after_s = 0;        // and after it (the partial sums' reduction)
+  double to_next_s = 0;                       // its output to the next chunk
+  double to_previous_s = 0;                   // its input gradient to the previous chunk
+};
+
+// The compute time of a chunk's pass on each device of its rank (devices that compute alike
+// share one evaluation: the operation costs walk every layer).
+std::vector<double> per_device(const model::Network& network, const Layout& layout, const CostModel& cost, Task task,
+                               const std::vector<int>& devices) {
+  std::vector<double> out(devices.size());
+  for (size_t j = 0; j < devices.size(); ++j) {
+    if (j > 0 && cost.same_compute(devices[j], devices[j - 1])) {
+      out[j] = out[j - 1];
+      continue;
+    }
+    task.device = devices[j];
+    out[j] = cost.task_compute_time_s(network, layout, task);
+  }
+  return out;
+}
+
+double largest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+// The slowest tensor rank's transfer of `whole` bytes from chunk `from` to chunk `to`:
+// receiving rank j gets 1/t_to of it from sending rank j % t_from (none on one device).
+double boundary_s(const CostModel& cost, const std::vector<int>& from, const std::vector<int>& to, double whole) {
+  double slowest = 0;
+  const double bytes = whole / static_cast<double>(to.size());
+  if (bytes <= 0) return 0;
+  for (size_t j = 0; j < to.size(); ++j) {
+    const int src = from[j % from.size()], dst = to[j];
+    if (src != dst) slowest = std::max(slowest, cost.transfer_time_s(src, dst, bytes));
+  }
+  return slowest;
+}
+
+// Chunk work and parameters by (layers, degree): data-parallel replicas ask for the same few.
+class WorkMemo {
+ public:
+  WorkMemo(const model::Network& network, const Layout& layout) : network_(network), layout_(layout) {}
+  struct Entry {
+    builder::ChunkWork work;
+    double params = 0;  // per device
+    // Parameter servers: the chunk's parameters per device, by the server that hosts them
+    // (Builder::add_parameter_server_sync), once asked for.
+    std::vector<std::pair<int, double>> per_server;
+    bool servers_known = false;
+  };
+  Entry& of(const Stage& s, int tensor) {
+    const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      Entry e;
+      e.work = builder::chunk_work(network_, layout_, s, tensor);
+      e.params = params_per_device(network_, s.layer_begin, s.layer_end, tensor);
+      it = entries_.emplace(key, std::move(e)).first;
+    }
+    return it->second;
+  }
+  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, const std::vector<int>& server_of) {
+    Entry& e = of(s, tensor);
+    if (!e.servers_known) {
+      std::map<int, double> by_server;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        by_server[server_of[static_cast<size_t>(l)]] += layer_params_per_device(network_, l, s.layer_begin, tensor);
+      }
+      e.per_server.assign(by_server.begin(), by_server.end());
+      e.servers_known = true;
+    }
+    return e.per_server;
+  }
+
+ private:
+  const model::Network& network_;
+  const Layout& layout_;
+  std::map<std::tuple<int, int, int>, Entry> entries_;
+};
+
+std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout, const CostModel& cost, int w,
+                             bool splits_backward, WorkMemo& memo) {
+  const VirtualWorker& vw = layout.workers[static_cast<size_t>(w)];
+  const size_t count = vw.stages.size();
+  std::vector<Chunk> chunks(count);
+  std::vector<builder::ChunkWork> work(count);
+  std::vector<bool> sharded(count);
+  for (size_t k = 0; k < count; ++k) {
+    const Stage& s = vw.stages[k];
+    chunks[k].rank = s.rank;
+    chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
+    work[k] = memo.of(s, vw.tensor_of(k)).work;
+    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_bytes > 0;
+  }
+  for (size_t k = 0; k < count; ++k) {
+    Chunk& c = chunks[k];
+    const builder::ChunkWork& wk = work[k];
+    const std::vector<int>& devices = *c.devices;
+    const bool tp = devices.size() > 1 && wk.tp_bytes > 0;
+    Task task;
+    task.worker = w;
+    task.stage = static_cast<int>(k);
+    task.layer_begin = vw.stages[k].layer_begin;
+    task.layer_end = vw.stages[k].layer_end;
+    task.memory_bytes = wk.weight_bytes + wk.stash_bytes;
+    task.kind = TaskKind::forward;
+    task.flops = wk.forward_flops;
+    c.f_compute_s = per_device(network, layout, cost, task, devices);
+    task.kind = TaskKind::backward;
+    task.flops = (splits_backward ? wk.backward_flops / 2 : wk.backward_flops) + wk.recompute_flops;
+    task.recompute_flops = wk.recompute_flops;
+    c.b_compute_s = per_device(network, layout, cost, task, devices);
+    if (splits_backward) {
+      task.kind = TaskKind::backward_weight;
+      task.flops = wk.backward_flops / 2;
+      task.recompute_flops = 0;
+      c.w_compute_s = per_device(network, layout, cost, task, devices);
+    }
+    // Tensor-parallel collectives (Builder::gather_inputs, reduce_partials, tp_volume).
+    const auto ring = CollectiveAlgorithm::ring;
+    for (const bool backward : {false, true}) {
+      const int neighbour = backward ? static_cast<int>(k) + 1 : static_cast<int>(k) - 1;
+      double before = 0, after = 0;
+      if (neighbour >= 0 && neighbour < static_cast<int>(count) && devices.size() > 1 && !sharded[k] &&
+          devices != *chunks[static_cast<size_t>(neighbour)].devices) {
+        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, backward ? wk.output_bytes : wk.input_bytes);
+      }
+      const double volume = backward && layout.recompute == Recompute::full ? 2 * wk.tp_bytes : wk.tp_bytes;
+      if (sharded[k]) {
+        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, volume);
+        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, volume);
+      } else if (tp) {
+        after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, volume);
+      }
+      (backward ? c.b_before_s : c.f_before_s) = before;
+      (backward ? c.b_after_s : c.f_after_s) = after;
+    }
+    c.f_s = c.f_before_s + largest(c.f_compute_s) + c.f_after_s;
+    c.b_s = c.b_before_s + largest(c.b_compute_s) + c.b_after_s;
+    c.w_s = largest(c.w_compute_s);
+  }
+  for (size_t k = 0; k + 1 < count; ++k) {
+    chunks[k].to_next_s = boundary_s(cost, *chunks[k].devices, *chunks[k + 1].devices, work[k].output_bytes);
+    chunks[k + 1].to_previous_s = boundary_s(cost, *chunks[k + 1].devices, *chunks[k].devices, work[k + 1].input_bytes);
+  }
+  return chunks;
+}
+
+// What running one worker's pipeline leaves for the rest of the iteration.
+struct WorkerRun {
+  std::vector<double> rank_end_s;         // per rank: the end of its last operation
+  std::vector<std::vector<double>> busy;  // per rank and tensor rank: compute and collectives
+  double bubble_sum = 0;                  // over its devices: 1 - F/B/W compute / the worker's span
+  int bubble_count = 0;
+};
+
+// The same times for the same pipeline: workers whose chunks cost alike run alike.
+bool same_timing(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
+  const auto same = [](const Chunk& x, const Chunk& y) {
+    return x.rank == y.rank && x.devices->size() == y.devices->size() && x.f_s == y.f_s && x.b_s == y.b_s &&
+           x.w_s == y.w_s && x.f_compute_s == y.f_compute_s && x.b_compute_s == y.b_compute_s &&
+           x.w_compute_s == y.w_compute_s && x.f_before_s == y.f_before_s && x.b_before_s == y.b_before_s &&
+           x.f_after_s == y.f_after_s && x.b_after_s == y.b_after_s && x.to_next_s == y.to_next_s &&
+           x.to_previous_s == y.to_previous_s;
+  };
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), same);
+}
+
+WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, const RankPrograms& programs, int m) {
+  const int p = static_cast<int>(programs.size());
+  const size_t count = chunks.size(), mbs = static_cast<size_t>(m);
+  std::vector<double> end_f(count * mbs, kNotYet), end_b(count * mbs, kNotYet);
+  std::vector<double> input_at(count * mbs, kNotYet), grad_at(count * mbs, kNotYet);
+  std::vector<double> channel_free(static_cast<size_t>(p) * 2, 0);  // per sending rank and direction
+  std::vector<double> rank_free(static_cast<size_t>(p), 0);
+  WorkerRun run;
+  run.busy.resize(static_cast<size_t>(p));
+  std::vector<std::vector<double>> compute_s(static_cast<size_t>(p));  // the bubble's busy time
+  for (int r = 0; r < p; ++r) {
+    const size_t t = chunks[static_cast<size_t>(r)].devices->size();
+    run.busy[static_cast<size_t>(r)].assign(t, 0);
+    compute_s[static_cast<size_t>(r)].assign(t, 0);
+  }
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  double span_begin = std::numeric_limits<double>::infinity(), span_end = 0;
+  size_t left = 0;
+  for (const auto& program : programs) left += program.size();
+  while (left > 0) {
+    bool moved = false;
+    for (int r = 0; r < p; ++r) {
+      const auto& program = programs[static_cast<size_t>(r)];
+      size_t& i = next[static_cast<size_t>(r)];
+      for (; i < program.size(); ++i) {
+        const ScheduledOp& op = program[i];
+        const size_t k = static_cast<size_t>(op.chunk * p + r);
+        const size_t at = k * mbs + static_cast<size_t>(op.microbatch);
+        if (k >= count) throw PlanError("estimate_layout: the schedule names chunk " + std::to_string(k) + " of " + std::to_string(count));
+        double ready = 0;
+        if (op.kind == OpKind::F) {
+          ready = k == 0 ? 0 : input_at[at];
+        } else if (op.kind == OpKind::B) {
+          ready = k + 1 == count ? end_f[at] : grad_at[at];
+        } else {
+          ready = end_b[at];
+        }
+        if (ready < 0) break;  // waits for another rank
+        const Chunk& c = chunks[k];
+        const double start = std::max(rank_free[static_cast<size_t>(r)], ready);
+        const double d = op.kind == OpKind::F ? c.f_s : op.kind == OpKind::B ? c.b_s : c.w_s;
+        const double end = start + d;
+        rank_free[static_cast<size_t>(r)] = end;
+        const auto& compute = op.kind == OpKind::F ? c.f_compute_s : op.kind == OpKind::B ? c.b_compute_s : c.w_compute_s;
+        const double before = op.kind == OpKind::F ? c.f_before_s : op.kind == OpKind::B ? c.b_before_s : 0;
+        const double after = op.kind == OpKind::F ? c.f_after_s : op.kind == OpKind::B ? c.b_after_s : 0;
+        span_begin = std::min(span_begin, start + before);
+        for (size_t j = 0; j < c.devices->size(); ++j) {
+          run.busy[static_cast<size_t>(r)][j] += before + compute[j] + after;
+          compute_s[static_cast<size_t>(r)][j] += compute[j];
+          span_end = std::max(span_end, start + before + compute[j]);
+        }
+        const auto send = [&](int dir, double transfer_s, size_t to, std::vector<double>& arrived) {
+          double& free = channel_free[static_cast<size_t>(r) * 2 + static_cast<size_t>(dir)];
+          if (transfer_s <= 0) {
+            arrived[to] = end;
+            return;
+          }
+          free = std::max(free, end) + transfer_s;
+          arrived[to] = free;
+        };
+        if (op.kind == OpKind::F) {
+          end_f[at] = end;
+          if (k + 1 < count) send(0, c.to_next_s, at + mbs, input_at);
+        } else if (op.kind == OpKind::B) {
+          end_b[at] = end;
+          if (k > 0) send(1, c.to_previous_s, at - mbs, grad_at);
+        }
+        --left;
+        moved = true;
+      }
+    }
+    if (!moved) throw PlanError("estimate_layout: the schedule " + layout.schedule + " deadlocks");
+  }
+  run.rank_end_s = rank_free;
+  const double span = span_end - span_begin;
+  for (const auto& rank : compute_s) {
+    for (const double busy : rank) {
+      if (span <= 0) break;
+      run.bubble_sum += 1 - busy / span;
+      ++run.bubble_count;
+    }
+  }
+  return run;
+}
+
+// The most activation bytes one rank holds at once: a micro-batch's stash of chunk c lives
+// from its F to its B (its W when backward is split), as the plan's stash tensors do, and a
+// backward under full recomputation adds its scratch (one layer rebuilt) while it runs.
+double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std::vector<double>& stash_bytes,
+                             double scratch_bytes, bool splits_backward) {
+  double held = 0, peak = 0;
+  for (const ScheduledOp& op : program) {
+    const double bytes = stash_bytes[static_cast<size_t>(op.chunk)];
+    if (op.kind == OpKind::F) {
+      held += bytes;
+      peak = std::max(peak, held);
+      continue;
+    }
+    if (op.kind == OpKind::B) peak = std::max(peak, held + scratch_bytes);
+    if ((op.kind == OpKind::B) != splits_backward) held -= bytes;
+  }
+  return peak;
+}
+
+double optimizer_s(const CostModel& cost, int device, double params) {
+  return cost.compute_time_s(device, TaskKind::optimizer, 12 * params, 32 * params);  // as Builder::add_optimizers
+}
+
+}  // namespace
+
+LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost) {
+  const Schedule& schedule = schedule_by_name(layout.schedule);
+  const auto devices = static_cast<size_t>(cost.device_count());
+  LayoutEstimate out;
+  out.busy_s.assign(devices, 0);
+  std::vector<double> last_end(devices, 0), params(devices, 0);
+  std::vector<DeviceMemory> memory(devices);
+  std::vector<bool> computes(devices, false);
+  const bool allreduce = layout.sync.kind == SyncKind::allreduce;
+  double bubble_sum = 0, makespan = 0;
+  int bubble_count = 0;
+  WorkMemo memo(network, layout);
+  std::map<std::tuple<int, int, int>, RankPrograms> programs_of;  // (p, m, v)
+  struct Ran {
+    int microbatches;
+    std::vector<Chunk> chunks;
+    WorkerRun run;
+  };
+  std::vector<Ran> ran;  // one per distinct worker timing
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const VirtualWorker& vw = layout.workers[w];
+    const int p = static_cast<int>(vw.ranks.size());
+    if (p == 0 || vw.stages.size() % static_cast<size_t>(p) != 0) {
+      throw InputError(kOptions, 0, "stages", "worker " + std::to_string(w) + ": the chunks do not divide over its ranks");
+    }
+    const int v = static_cast<int>(vw.stages.size()) / p;
+    check_schedule_sizes(layout.schedule, p, vw.microbatches, v, schedule.interleaved);
+    auto programs_at = programs_of.find({p, vw.microbatches, v});
+    if (programs_at == programs_of.end()) {
+      programs_at = programs_of.emplace(std::make_tuple(p, vw.microbatches, v), schedule.build(p, vw.microbatches, v)).first;
+    }
+    const RankPrograms& programs = programs_at->second;
+    std::vector<Chunk> chunks = chunks_of(network, layout, cost, static_cast<int>(w), schedule.splits_backward, memo);
+    const Ran* same = nullptr;
+    for (const Ran& r : ran) {
+      if (r.microbatches == vw.microbatches && same_timing(r.chunks, chunks)) same = &r;
+    }
+    if (same == nullptr) {
+      WorkerRun fresh = run_pipeline(layout, chunks, programs, vw.microbatches);
+      ran.push_back({vw.microbatches, std::move(chunks), std::move(fresh)});
+      same = &ran.back();
+    }
+    const WorkerRun& run = same->run;
+    bubble_sum += run.bubble_sum;
+    bubble_count += run.bubble_count;
+    for (int r = 0; r < p; ++r) {
+      const auto& rank = vw.ranks[static_cast<size_t>(r)];
+      const int t = static_cast<int>(rank.size());
+      std::vector<Stage> held;
+      std::vector<double> stash_bytes;
+      double largest_layer_bytes = 0;
+      double rank_params = 0;
+      for (int c = 0; c < v; ++c) {
+        const Stage& s = vw.stages[static_cast<size_t>(c * p + r)];
+        const WorkMemo::Entry& e = memo.of(s, t);
+        held.push_back(s);
+        stash_bytes.push_back(e.work.stash_bytes);
+        largest_layer_bytes = std::max(largest_layer_bytes, e.work.largest_layer_bytes);
+        rank_params += e.params;
+      }
+      // Persistent state from the closed form (no micro-batch in flight), activations at the
+      // rank's own peak over its program (the closed form's per-chunk peaks need not coincide).
+      DeviceMemory m = device_memory(network, layout, held, {}, allreduce, 0, t);
+      m.activations_bytes = activation_peak_bytes(programs[static_cast<size_t>(r)], stash_bytes,
+                                                  layout.recompute == Recompute::full ? largest_layer_bytes : 0,
+                                                  schedule.splits_backward);
+      for (size_t j = 0; j < rank.size(); ++j) {
+        const int d = rank[j];
+        const auto dd = static_cast<size_t>(d);
+        last_end[dd] = run.rank_end_s[static_cast<size_t>(r)];
+        out.busy_s[dd] += run.busy[static_cast<size_t>(r)][j];
+        computes[dd] = true;
+        params[dd] += rank_params;
+        memory[dd] = m;
+        memory[dd].capacity_bytes = cost.memory_capacity_bytes(d);
+      }
+    }
+  }
+  const auto device_of = [&](size_t w, int stage, int j) {
+    const VirtualWorker& vw = layout.workers[w];
+    return vw.ranks[static_cast<size_t>(vw.stages[static_cast<size_t>(stage)].rank)][static_cast<size_t>(j)];
+  };
+  const double e = model::element_bytes(layout.precision);
+  if (allreduce) {
+    std::vector<double> comm_free(devices, 0);
+    const auto run_collective = [&](const std::vector<int>& members, double duration_s) {
+      double start = 0;
+      for (int d : members) start = std::max({start, comm_free[static_cast<size_t>(d)], last_end[static_cast<size_t>(d)]});
+      for (int d : members) comm_free[static_cast<size_t>(d)] = start + duration_s;
+    };
+    for (const builder::Segment& seg : builder::data_parallel_segments(network, layout)) {
+      for (const builder::Segment::Piece& piece : seg.pieces) {
+        std::vector<int> members;
+        for (size_t w = 0; w < layout.workers.size(); ++w) {
+          members.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
+        }
+        const double bucket_s = collective_s(cost, CollectiveKind::all_reduce, layout.sync.algorithm, members,
+                                             piece.bytes / piece.buckets);
+        run_collective(members, bucket_s * piece.buckets);
+      }
+    }
+    // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).
+    const double grad_bytes_per_param = layout.fp32_grad_accumulation ? 4.0 : e;
+    for (size_t w = 0; w < layout.workers.size(); ++w) {
+      const VirtualWorker& vw = layout.workers[w];
+      for (size_t k = 1; k < vw.stages.size(); ++k) {
+        const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
+        double tied = 0;
+        for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
+          const model::Layer& layer = network.layers[static_cast<size_t>(l)];
+          tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
+        }
+        if (tied <= 0) continue;
+        for (const builder::Share& share : builder::shares({t0, tk})) {
+          const int first = device_of(w, 0, share.rank_of[0]);
+          const int holder = device_of(w, static_cast<int>(k), share.rank_of[1]);
+          if (first == holder) continue;
+          const double bytes = (t0 == tk ? tied : tied * share.fraction) * grad_bytes_per_param;
+          run_collective({first, holder}, collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                                       {first, holder}, bytes));
+        }
+      }
+    }
+    for (size_t d = 0; d < devices; ++d) {
+      if (!computes[d]) continue;
+      const double s = optimizer_s(cost, static_cast<int>(d), params[d]);
+      out.busy_s[d] += s;
+      makespan = std::max(makespan, std::max(last_end[d], comm_free[d]) + s);
+    }
+  } else {
+    // Parameter servers (Builder::add_parameter_server_sync).
+    const std::vector<int>& server_of = layout.sync.layer_server;
+    if (server_of.size() != network.layers.size()) {
+      throw InputError("<layout>", 0, "sync.layer_server", "expected one server device per layer");
+    }
+    for (int s : server_of) {
+      if (s < 0 || static_cast<size_t>(s) >= devices) {
+        throw InputError("<layout>", 0, "sync.layer_server", "server device " + std::to_string(s) + " does not exist");
+      }
+    }
+    // A channel's queue: per device, (peer, when it is free).
+    const auto queue = [](std::vector<std::pair<int, double>>& of_device, int peer) -> double& {
+      for (auto& [p, free] : of_device) {
+        if (p == peer) return free;
+      }
+      return of_device.emplace_back(peer, 0.0).second;
+    };
+    std::vector<std::vector<std::pair<int, double>>> push_free(devices), pull_free(devices);
+    std::map<int, double> pushed;  // server -> when its last push is in
+    struct Pull {
+      int server, device;
+      double bytes;
+    };
+    std::vector<Pull> pulls;
+    for (size_t w = 0; w < layout.workers.size(); ++w) {
+      const VirtualWorker& vw = layout.workers[w];
+      for (size_t k = 0; k < vw.stages.size(); ++k) {
+        const int t = vw.tensor_of(k);
+        const auto& params_per_server = memo.per_server(vw.stages[k], t, server_of);
+        for (int j = 0; j < t; ++j) {
+          const int device = device_of(w, static_cast<int>(k), j);
+          const double ready = last_end[static_cast<size_t>(device)];
+          for (const auto& [server, n] : params_per_server) {
+            if (n <= 0) continue;
+            double in = ready;
+            if (server != device) {
+              double& free = queue(push_free[static_cast<size_t>(device)], server);
+              free = std::max(free, ready) + cost.transfer_time_s(device, server, n * e);
+              in = free;
+            }
+            pushed[server] = std::max(pushed[server], in);
+            pulls.push_back({server, device, n * e});
+          }
+        }
+      }
+    }
+    std::map<int, double> updated;  // server -> end of its update
+    for (const auto& [server, in] : pushed) {
+      double n = 0;
+      for (size_t l = 0; l < server_of.size(); ++l) {
+        if (server_of[l] == server) n += params_per_device(network, static_cast<int>(l), static_cast<int>(l) + 1, 1);
+      }
+      const double s = optimizer_s(cost, server, n);
+      out.busy_s[static_cast<size_t>(server)] += s;
+      updated[server] = in + s;
+      memory[static_cast<size_t>(server)].optimizer_bytes += n * model::adam_state_bytes(layout.precision);
+      if (!computes[static_cast<size_t>(server)]) {  // a server alone: its state and the workspace
+        memory[static_cast<size_t>(server)].capacity_bytes = cost.memory_capacity_bytes(server);
+        memory[static_cast<size_t>(server)].workspace_bytes = layout.workspace_bytes;
+        computes[static_cast<size_t>(server)] = true;
+      }
+    }
+    for (const Pull& pull : pulls) {
+      double in = updated.at(pull.server);
+      if (pull.server != pull.device) {
+        double& free = queue(pull_free[static_cast<size_t>(pull.device)], pull.server);
+        free = std::max(free, in) + cost.transfer_time_s(pull.server, pull.device, pull.bytes);
+        in = free;
+      }
+      makespan = std::max(makespan, in);
+    }
+    for (size_t d = 0; d < devices; ++d) makespan = std::max(makespan, last_end[d]);
+  }
+  out.iteration_time_s = makespan;
+  out.bubble_fraction = bubble_count > 0 ? bubble_sum / bubble_count : 0;
+  out.headroom_bytes = std::numeric_limits<double>::infinity();
+  for (size_t d = 0; d < devices; ++d) {
+    if (computes[d] && memory[d].capacity_bytes > 0) {
+      out.headroom_bytes = std::min(out.headroom_bytes, memory[d].capacity_bytes - memory[d].total_bytes());
+    }
+  }
+  out.slowest_device = static_cast<int>(std::max_element(out.busy_s.begin(), out.busy_s.end()) - out.busy_s.begin());
+  return out;
+}
+
+}  // namespace hetflow::partition

@@ -1,0 +1,43 @@
+#pragma once
+// The analytic estimate of a layout without building its plan: what the search scores every
+// candidate with before it builds the most promising ones.
+//
+// It runs what the plan would hold at the granularity of pipeline operations rather than
+// tasks: each rank's schedule order of F, B and W, each costed as the builder's tasks are
+// (the cost model's compute time of the chunk's slowest device plus the tensor-parallel
+// collectives the builder puts around it), activations and gradients between chunks as
+// transfers that queue on their channel, then the data-parallel all-reduce of each gradient
+// segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
+// pushes, updates and pulls. One iteration, no contention: the same model as estimate_plan
+// of the built plan, with the differences listed in layout_estimate.cpp, so the two agree
+// closely (tests/partition/layout_estimate_test.cpp measures how closely) at a small part
+// of the cost: no tensors, names or streams, and one value per rank of a tensor group.
+//
+// Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
+// exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
+// their peak over its own program, with full recomputation's one-layer scratch during a
+// backward. It leaves out what the plan adds around them (boundary activations waiting to be
+// sent or consumed, their gradients, partial sums, pushed gradients on servers), so a layout
+// it says overflows overflows in the plan too: the search screens by it without building.
+#include <string>
+#include <vector>
+
+#include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/layout.hpp"
+
+namespace hetflow::partition {
+
+struct LayoutEstimate {
+  double iteration_time_s = 0;  // one iteration's makespan
+  double bubble_fraction = 0;   // BubbleMeter's definition, over the pipeline operations
+  std::vector<double> busy_s;   // per device: compute, tensor-parallel collectives and optimizer
+  double headroom_bytes = 0;    // the least free memory of any device that runs a task (a bound: above)
+  int slowest_device = -1;      // the busiest device
+};
+
+// Throws hetflow::Error where the layout does not fit the network or its schedule (what
+// build_plan would refuse for the same reasons).
+LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost);
+
+}  // namespace hetflow::partition

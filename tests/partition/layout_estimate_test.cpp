@@ -1,0 +1,110 @@
+// estimate_layout against its oracle, estimate_plan of the built plan, over the search's own
+// space: iteration times agree to rounding, the bubble closely, and memory is a close lower
+// bound of the plan's lifetime peak.
+#include "partition/layout_estimate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/search.hpp"
+#include "tests/partition/plan_test_util.hpp"
+
+using namespace hetflow;
+
+namespace {
+
+model::Cluster mixed_cluster() {
+  return model::parse_cluster("name: mixed\nnodes:\n"
+                              "  - {name: v100, count: 2, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
+                              "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+                              "  - {name: t4, count: 1, gpu: T4, gpus: 4, intra: {kind: pcie, bandwidth: 16 GB/s}, "
+                              "nic: {count: 1, bandwidth: 25 Gb/s}}\n",
+                              "mixed.yaml");
+}
+
+struct Agreement {
+  std::vector<double> time_error;    // |layout - plan| / plan
+  std::vector<double> memory_error;  // (layout's headroom - plan's) / capacity
+  int compared = 0;
+};
+
+Agreement compare(const model::Cluster& cluster, const model::Network& net, int global_batch,
+                  const partition::SearchSpace& space, const partition::PlanOptions& base,
+                  const partition::CostModel& cost) {
+  Agreement a;
+  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, global_batch, space, base)) {
+    partition::Layout layout;
+    partition::Plan plan;
+    try {
+      layout = partition::make_layout(cluster, net, o, cost);
+      plan = partition::build_plan(cluster, net, layout, cost);
+    } catch (const Error&) {
+      continue;
+    }
+    const partition::Estimate full = partition::estimate_plan(plan, cost);
+    const partition::LayoutEstimate quick = partition::estimate_layout(net, layout, cost);
+    const double err = std::abs(quick.iteration_time_s - full.iteration_time_s) / full.iteration_time_s;
+    double headroom = std::numeric_limits<double>::infinity(), capacity = 0;
+    for (const partition::DeviceMemory& m : plan.memory) {
+      if (m.capacity_bytes > 0 && m.total_bytes() > m.workspace_bytes) headroom = std::min(headroom, m.capacity_bytes - m.total_bytes());
+      capacity = std::max(capacity, m.capacity_bytes);
+    }
+    a.memory_error.push_back((quick.headroom_bytes - headroom) / capacity);
+    a.time_error.push_back(err);
+    const std::string what = partition::candidate_summary(o, static_cast<int>(layout.workers.size()));
+    EXPECT_LT(err, 1e-6) << what << ": " << quick.iteration_time_s << " s, the plan's " << full.iteration_time_s << " s";
+    // Memory: a lower bound of the plan's peak (never more used), and a close one.
+    EXPECT_GE(a.memory_error.back(), -1e-9) << what;
+    EXPECT_LT(a.memory_error.back(), 0.02) << what;
+    const double bubble = std::abs(quick.bubble_fraction - full.bubble_fraction);
+    EXPECT_LT(bubble, 0.02) << what << ": bubble " << quick.bubble_fraction << ", the plan's " << full.bubble_fraction;
+    ++a.compared;
+  }
+  std::sort(a.time_error.begin(), a.time_error.end());
+  std::sort(a.memory_error.begin(), a.memory_error.end());
+  return a;
+}
+
+}  // namespace
+
+TEST(LayoutEstimate, AgreesWithThePlansEstimateOverTheSearchSpace) {
+  const model::Cluster cluster = mixed_cluster();
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
+  partition::SearchSpace space;
+  space.micro_batches = {1, 4};
+  partition::PlanOptions base;
+  base.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const Agreement a = compare(cluster, net, 16, space, base, cost);
+  ASSERT_GT(a.compared, 250);
+  std::printf("%d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
+              a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
+}
+
+TEST(LayoutEstimate, AgreesUnderOperationCostsSequenceParallelismSplitBackwardAndWsp) {
+  const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
+  partition::SearchSpace space;
+  space.policies = {"uniform", "hetpipe-hd"};
+  space.micro_batches = {2};
+  space.schedules = {"1f1b-split-w", "interleaved", "gpipe"};
+  space.syncs = {partition::SyncKind::allreduce, partition::SyncKind::wsp};
+  partition::PlanOptions base;
+  base.precision = net.precision;
+  base.sequence_parallel = true;
+  base.fp32_grad_accumulation = true;
+  const partition::CostModel cost(cluster, net.precision, model::load_calibration("published:a100"));
+  const Agreement a = compare(cluster, net, 32, space, base, cost);
+  ASSERT_GT(a.compared, 50);
+  std::printf("%d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
+              a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
+}
