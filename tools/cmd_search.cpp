@@ -5,15 +5,21 @@
 // and each family's fastest is shown as its baseline.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iomanip>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <ostream>
 #include <sstream>
 
+#include "model/calibration.hpp"
 #include "model/error.hpp"
+#include "model/io.hpp"
 #include "model/units.hpp"
 #include "partition/layout_file.hpp"
 #include "partition/plan_builder.hpp"
@@ -145,6 +151,10 @@ Json row_json(const Row& r) {
             {"micro_batch", r.candidate.options.micro_batch},
             {"schedule", r.candidate.options.schedule},
             {"virtual_stages", r.candidate.options.virtual_stages},
+            {"global_batch", r.candidate.options.global_batch},
+            {"recompute", std::string(partition::to_string(r.candidate.options.recompute))},
+            {"sync", std::string(partition::to_string(r.candidate.options.sync.value_or(partition::SyncKind::allreduce)))},
+            {"price_usd_per_hour", r.candidate.price_usd_per_hour},
             {"estimated_iteration_time_s", r.candidate.estimate.iteration_time_s},
             {"iteration_time_s", r.time_s()},
             {"simulated", r.simulated},
@@ -186,6 +196,211 @@ class SearchProgress {
   std::chrono::steady_clock::time_point started_;
 };
 
+// What one search of one cluster settles.
+struct SearchSettings {
+  partition::SearchSpace space;
+  partition::PlanOptions base;
+  int global_batch = 0, top = 3, sim_iterations = 3, threads = 0;
+  bool by_cost = false;  // rank by time x price (samples per dollar) instead of time
+  std::string calibration;  // --calibration (a file or published:NAME), resolved for each cluster; empty: none
+};
+
+struct Outcome {
+  partition::SearchResult result;
+  std::vector<Row> ranked;     // finalists, best first (by the objective)
+  std::vector<Row> baselines;  // the best of each baseline family
+};
+
+// The objective a row is ranked by: seconds per iteration, or dollars per iteration.
+double score(const Row& r, bool by_cost) {
+  return by_cost ? r.time_s() * r.candidate.price_usd_per_hour / 3600 : r.time_s();
+}
+
+Outcome search_cluster(const model::Cluster& cluster, const model::Network& network, const SearchSettings& s) {
+  const model::Calibration calibration =
+      s.calibration.empty() ? model::Calibration{}
+                            : model::resolve_calibration(model::load_calibration(s.calibration), cluster, s.calibration);
+  const partition::CostModel cost(cluster, network.precision, calibration);
+  const int top = s.top;
+  Outcome o;
+  {
+    SearchProgress progress;
+    // Keep what the finalists and the baselines are drawn from: the best --top of each family.
+    o.result = partition::search_plans(cluster, network, s.global_batch, s.space, s.base, cost, s.threads,
+                                       std::max(top, 1), progress.reporter());
+  }
+  const partition::SearchResult& result = o.result;
+  if (result.ranked.empty()) {
+    throw PlanError("search: none of the " + std::to_string(result.candidates) + " candidates fits " + cluster.name +
+                    " (" + std::to_string(result.refused) + " refused by the policies or the builder, " +
+                    std::to_string(result.over_memory) + " over device memory): more devices, a smaller model or batch");
+  }
+  // By cost, the estimates rank by time x the price of the devices each plan uses.
+  std::vector<partition::Candidate> candidates = result.ranked;
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const partition::Candidate& a, const partition::Candidate& b) {
+    const double x = a.estimate.iteration_time_s * (s.by_cost ? a.price_usd_per_hour : 1);
+    const double y = b.estimate.iteration_time_s * (s.by_cost ? b.price_usd_per_hour : 1);
+    return x < y;
+  });
+
+  // The finalists, simulated and re-ranked; then the baselines, each the best estimate of its kind.
+  // Options that build the same plan (a balanced layout HetPipe-ED also finds, selective
+  // recomputation of a network without attention) are one finalist, the first by estimate.
+  std::set<std::string> finalists;
+  for (size_t i = 0; i < candidates.size() && static_cast<int>(o.ranked.size()) < std::max(top, 1); ++i) {
+    Row r;
+    r.candidate = candidates[i];
+    r.fingerprint = work_of(build(cluster, network, r.candidate.options, cost));
+    if (!finalists.insert(r.fingerprint).second) continue;
+    if (top > 0) simulate_row(r, cluster, network, calibration, cost, s.sim_iterations);
+    o.ranked.push_back(std::move(r));
+  }
+  // A baseline is judged as the winner is: its best --top estimates simulated, the best kept.
+  auto best_of = [&](const std::string& name, const std::function<bool(const partition::Candidate&)>& keep) {
+    std::optional<Row> best;
+    std::set<std::string> seen;
+    for (const partition::Candidate& c : candidates) {
+      if (!keep(c)) continue;
+      Row r;
+      r.candidate = c;
+      r.name = name;
+      r.fingerprint = work_of(build(cluster, network, c.options, cost));
+      if (!seen.insert(r.fingerprint).second) continue;
+      if (top > 0) simulate_row(r, cluster, network, calibration, cost, s.sim_iterations);
+      if (!best || score(r, s.by_cost) < score(*best, s.by_cost)) best = std::move(r);
+      if (static_cast<int>(seen.size()) >= std::max(top, 1)) break;
+    }
+    if (best) o.baselines.push_back(std::move(*best));
+  };
+  // Megatron and PyTorch DDP synchronise by all-reduce.
+  const auto allreduce = [](const partition::Candidate& c) { return c.options.sync == partition::SyncKind::allreduce; };
+  best_of("uniform (Megatron)", [&](const partition::Candidate& c) { return c.options.policy == "uniform" && allreduce(c); });
+  best_of("data parallel", [&](const partition::Candidate& c) {
+    return c.options.policy == "uniform" && c.options.tensor == 1 && c.options.pipeline == 1 && allreduce(c);
+  });
+  for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
+    best_of(p, [p](const partition::Candidate& c) { return c.options.policy == p; });
+  }
+  // The baselines' finalists compete too: the estimate leaves contention out (a parameter
+  // server's, above all), so the best estimates of one family can all lose to another's.
+  for (const Row& b : o.baselines) {
+    if (!finalists.insert(b.fingerprint).second) continue;
+    Row r = b;
+    r.name.clear();
+    o.ranked.push_back(std::move(r));
+  }
+  std::stable_sort(o.ranked.begin(), o.ranked.end(), [&](const Row& a, const Row& b) {
+    if (a.simulated != b.simulated) return a.simulated;
+    return score(a, s.by_cost) < score(b, s.by_cost);
+  });
+  return o;
+}
+
+std::vector<std::string> cluster_list(const po::variables_map& vm) {
+  if (!vm.count("clusters")) return {};
+  std::vector<std::string> names = split_list(vm["clusters"].as<std::string>());
+  if (names.size() < 2) throw InputError("<command line>", 0, "--clusters", "expected two or more comma-separated clusters");
+  if (!vm["cluster"].defaulted()) throw InputError("<command line>", 0, "--clusters", "give --cluster or --clusters, not both");
+  return names;
+}
+
+// A long duration the way people plan them: "41 min", "5.4 h", "2.3 days".
+std::string long_duration(double s) {
+  std::ostringstream out;
+  out << std::setprecision(3);
+  if (s < 3600) return u::human_time_s(s);
+  if (s < 2 * 86400) {
+    out << s / 3600 << " h";
+  } else {
+    out << s / 86400 << " days";
+  }
+  return out.str();
+}
+
+// --clusters: each cluster's best plan, and the clusters ranked by the time and the cost of
+// training `tokens` tokens with it.
+int compare_clusters(const std::vector<std::string>& names, const model::Network& network, const SearchSettings& s,
+                     double tokens, bool json, std::ostream& out) {
+  struct Entry {
+    model::Cluster cluster;
+    Row best;
+    double tokens_per_s = 0, train_s = 0, train_usd = 0;
+  };
+  std::vector<Entry> entries;
+  for (const std::string& name : names) {
+    Entry e;
+    e.cluster = model::load_cluster(name);
+    if (s.by_cost && !e.cluster.priced()) {
+      throw InputError(name, 0, "nodes.price", "--objective cost needs a price on every node (price: 2.1 USD/h)");
+    }
+    const Outcome o = search_cluster(e.cluster, network, s);
+    e.best = o.ranked.front();
+    const double samples_per_s = e.best.time_s() > 0 ? e.best.candidate.options.global_batch / e.best.time_s() : 0;
+    e.tokens_per_s = samples_per_s * network.tokens_per_sample;
+    e.train_s = e.tokens_per_s > 0 ? tokens / e.tokens_per_s : 0;
+    e.train_usd = e.train_s / 3600 * e.best.candidate.price_usd_per_hour;
+    entries.push_back(std::move(e));
+  }
+  std::vector<size_t> by_time(entries.size()), by_cost(entries.size());
+  std::iota(by_time.begin(), by_time.end(), 0);
+  by_cost = by_time;
+  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) { return entries[a].train_s < entries[b].train_s; });
+  const bool priced = std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.cluster.priced(); });
+  std::stable_sort(by_cost.begin(), by_cost.end(), [&](size_t a, size_t b) { return entries[a].train_usd < entries[b].train_usd; });
+  if (json) {
+    Json j;
+    j["tokens"] = tokens;
+    j["clusters"] = Json::array();
+    for (const size_t i : by_time) {
+      const Entry& e = entries[i];
+      Json c = {{"cluster", e.cluster.name}, {"gpus", e.cluster.device_count()}, {"best", row_json(e.best)},
+                {"tokens_per_s", e.tokens_per_s}, {"train_time_s", e.train_s}};
+      if (e.cluster.priced()) {
+        c["price_usd_per_hour"] = e.best.candidate.price_usd_per_hour;
+        c["train_cost_usd"] = e.train_usd;
+      }
+      j["clusters"].push_back(c);
+    }
+    j["by_time"] = Json::array();
+    for (const size_t i : by_time) j["by_time"].push_back(entries[i].cluster.name);
+    if (priced) {
+      j["by_cost"] = Json::array();
+      for (const size_t i : by_cost) j["by_cost"].push_back(entries[i].cluster.name);
+    }
+    print_json(out, j);
+    return 0;
+  }
+  out << "compared " << entries.size() << " clusters for " << network.name << ", global batch " << s.global_batch
+      << ", to train " << u::human_count(tokens) << " tokens (" << network.tokens_per_sample
+      << " per sample), each with its best plan (" << (s.by_cost ? "cheapest" : "fastest") << ", simulated):\n\n";
+  size_t width = 7;
+  for (const Entry& e : entries) width = std::max(width, e.cluster.name.size());
+  out << "  rank " << std::left << std::setw(static_cast<int>(width)) << "cluster" << std::right << std::setw(6) << "GPUs"
+      << std::setw(10) << "USD/h" << std::setw(11) << "iteration" << std::setw(12) << "tokens/s" << std::setw(12)
+      << "train time" << std::setw(13) << "train cost" << "  best plan\n";
+  for (size_t rank = 0; rank < by_time.size(); ++rank) {
+    const Entry& e = entries[by_time[rank]];
+    const bool has_price = e.cluster.priced();
+    std::ostringstream price, spend;
+    price << std::fixed << std::setprecision(2) << e.best.candidate.price_usd_per_hour;
+    spend << std::fixed << std::setprecision(0) << e.train_usd;
+    out << "  " << std::setw(4) << rank + 1 << " " << std::left << std::setw(static_cast<int>(width)) << e.cluster.name
+        << std::right << std::setw(6) << e.cluster.device_count() << std::setw(10) << (has_price ? price.str() : "-")
+        << std::setw(11) << u::human_time_s(e.best.time_s()) << std::setw(12) << u::human_count(e.tokens_per_s)
+        << std::setw(12) << long_duration(e.train_s) << std::setw(13) << (has_price ? "$" + spend.str() : "-") << "  "
+        << e.best.candidate.summary << "\n";
+  }
+  out << "\nfastest: " << entries[by_time.front()].cluster.name;
+  if (priced) {
+    out << "; cheapest: " << entries[by_cost.front()].cluster.name << " (by cost:";
+    for (const size_t i : by_cost) out << " " << entries[i].cluster.name;
+    out << ")";
+  }
+  out << "\ntrain time = tokens / (global batch x tokens per sample / iteration time); train cost = train time x the "
+         "hourly price of the GPUs the plan uses\n";
+  return 0;
+}
+
 }  // namespace
 
 void search_options(po::options_description& options) {
@@ -202,6 +417,11 @@ void search_options(po::options_description& options) {
       ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")
       ("sync", po::value<std::string>(), "synchronisation to try (default allreduce,ps; wsp with staleness 0)")
       ("sim-iterations", po::value<int>()->default_value(3), "iterations of each re-simulation (the first warms up)")
+      ("objective", po::value<std::string>()->default_value("time"),
+       "time (the fastest plan) or cost (the most samples per dollar: needs `price` on every node of the cluster)")
+      ("clusters", po::value<std::string>(),
+       "compare these clusters (comma-separated names or files) by the time and cost of training --tokens tokens")
+      ("tokens", po::value<std::string>()->default_value("1e9"), "tokens to train, for --clusters")
       ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace")
       ("calibration", po::value<std::string>(), "calibration YAML or published:NAME, for estimates and simulations")
       ("out", po::value<std::string>(), "write the best plan here (for hetflow simulate --plan / run --plan)")
@@ -209,20 +429,27 @@ void search_options(po::options_description& options) {
 }
 
 int run_search(const std::vector<std::string>& args, std::ostream& out) {
+  const auto command_started = std::chrono::steady_clock::now();
   po::options_description options("search options");
   po::variables_map vm;
   if (!parse_command_options("search", args, options, vm, out)) return 0;
-  const model::Cluster cluster = load_cluster_option(vm);
+  const std::vector<std::string> compared = cluster_list(vm);
   const model::Network network = load_network_option(vm);
-  const int global_batch = vm["global-batch"].as<int>();
-  if (global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample");
-  const int top = vm["top"].as<int>(), sim_iterations = vm["sim-iterations"].as<int>();
-  if (top < 0 || top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000");
-  if (sim_iterations < 1 || sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100");
-  const int threads = vm["threads"].as<int>();
-  if (threads < 0 || threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024");
+  SearchSettings s;
+  s.global_batch = vm["global-batch"].as<int>();
+  if (s.global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample");
+  s.top = vm["top"].as<int>();
+  s.sim_iterations = vm["sim-iterations"].as<int>();
+  if (s.top < 0 || s.top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000");
+  if (s.sim_iterations < 1 || s.sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100");
+  s.threads = vm["threads"].as<int>();
+  if (s.threads < 0 || s.threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024");
+  const std::string objective = vm["objective"].as<std::string>();
+  if (objective != "time" && objective != "cost") throw InputError("<command line>", 0, "--objective", "expected time or cost, found '" + objective + "'");
+  s.by_cost = objective == "cost";
+  if (vm.count("calibration")) s.calibration = vm["calibration"].as<std::string>();
 
-  partition::SearchSpace space;
+  partition::SearchSpace& space = s.space;
   if (vm.count("policies")) space.policies = split_list(vm["policies"].as<std::string>());
   space.tensors = int_list(vm, "tensor");
   space.pipelines = int_list(vm, "pipeline");
@@ -237,7 +464,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
   }
   try {
     if (vm.count("sync")) {
-      for (const std::string& s : split_list(vm["sync"].as<std::string>())) space.syncs.push_back(partition::parse_sync(s));
+      for (const std::string& sync : split_list(vm["sync"].as<std::string>())) space.syncs.push_back(partition::parse_sync(sync));
     }
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", 0, "--sync", e.what());
@@ -248,82 +475,38 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
     if (!known) throw InputError("<command line>", 0, "--policies", "unknown policy '" + p + "'");
   }
 
-  partition::PlanOptions base;
+  partition::PlanOptions& base = s.base;
   base.precision = network.precision;
   try {
     base.workspace_bytes = u::parse_bytes(vm["workspace"].as<std::string>());
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", 0, "--workspace", e.what());
   }
-  const model::Calibration calibration = read_calibration_option(vm, cluster);
-  const partition::CostModel cost(cluster, network.precision, calibration);
-
-  partition::SearchResult result;
-  {
-    SearchProgress progress;
-    // Keep what the finalists and the baselines are drawn from: the best --top of each family.
-    result = partition::search_plans(cluster, network, global_batch, space, base, cost, threads, std::max(top, 1),
-                                     progress.reporter());
-  }
-  if (result.ranked.empty()) {
-    throw PlanError("search: none of the " + std::to_string(result.candidates) + " candidates fits (" +
-                    std::to_string(result.refused) + " refused by the policies or the builder, " +
-                    std::to_string(result.over_memory) + " over device memory): more devices, a smaller model or batch");
-  }
-
-  // The finalists, simulated and re-ranked; then the baselines, each the best estimate of its kind.
-  // Options that build the same plan (a balanced layout HetPipe-ED also finds, selective
-  // recomputation of a network without attention) are one finalist, the first by estimate.
-  std::vector<Row> ranked;
-  std::set<std::string> finalists;
-  for (size_t i = 0; i < result.ranked.size() && static_cast<int>(ranked.size()) < std::max(top, 1); ++i) {
-    Row r;
-    r.candidate = result.ranked[i];
-    r.fingerprint = work_of(build(cluster, network, r.candidate.options, cost));
-    if (!finalists.insert(r.fingerprint).second) continue;
-    if (top > 0) simulate_row(r, cluster, network, calibration, cost, sim_iterations);
-    ranked.push_back(std::move(r));
-  }
-  std::vector<Row> baselines;
-  // A baseline is judged as the winner is: its best --top estimates simulated, the fastest kept.
-  auto best_of = [&](const std::string& name, const std::function<bool(const partition::Candidate&)>& keep) {
-    std::optional<Row> fastest;
-    std::set<std::string> seen;
-    for (const partition::Candidate& c : result.ranked) {
-      if (!keep(c)) continue;
-      Row r;
-      r.candidate = c;
-      r.name = name;
-      r.fingerprint = work_of(build(cluster, network, c.options, cost));
-      if (!seen.insert(r.fingerprint).second) continue;
-      if (top > 0) simulate_row(r, cluster, network, calibration, cost, sim_iterations);
-      if (!fastest || r.time_s() < fastest->time_s()) fastest = std::move(r);
-      if (static_cast<int>(seen.size()) >= std::max(top, 1)) break;
+  if (!compared.empty()) {
+    if (vm.count("out") || vm.count("out-layout")) {
+      throw InputError("<command line>", 0, "--clusters", "writes no plan: search one cluster for --out and --out-layout");
     }
-    if (fastest) baselines.push_back(std::move(*fastest));
-  };
-  // Megatron and PyTorch DDP synchronise by all-reduce.
-  const auto allreduce = [](const partition::Candidate& c) { return c.options.sync == partition::SyncKind::allreduce; };
-  best_of("uniform (Megatron)", [&](const partition::Candidate& c) { return c.options.policy == "uniform" && allreduce(c); });
-  best_of("data parallel", [&](const partition::Candidate& c) {
-    return c.options.policy == "uniform" && c.options.tensor == 1 && c.options.pipeline == 1 && allreduce(c);
-  });
-  for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
-    best_of(p, [p](const partition::Candidate& c) { return c.options.policy == p; });
+    double tokens = 0;
+    try {
+      tokens = u::parse_number(vm["tokens"].as<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw InputError("<command line>", 0, "--tokens", e.what());
+    }
+    if (!(tokens > 0)) throw InputError("<command line>", 0, "--tokens", "expected a positive number of tokens");
+    return compare_clusters(compared, network, s, tokens, vm.count("json") > 0, out);
   }
 
-  // The baselines' finalists compete too: the estimate leaves contention out (a parameter
-  // server's, above all), so the best estimates of one family can all lose to another's.
-  for (const Row& b : baselines) {
-    if (!finalists.insert(b.fingerprint).second) continue;
-    Row r = b;
-    r.name.clear();
-    ranked.push_back(std::move(r));
+  const model::Cluster cluster = load_cluster_option(vm);
+  if (s.by_cost && !cluster.priced()) {
+    throw InputError(cluster.name, 0, "nodes.price", "--objective cost needs a price on every node (price: 2.1 USD/h)");
   }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const Row& a, const Row& b) {
-    if (a.simulated != b.simulated) return a.simulated;
-    return a.time_s() < b.time_s();
-  });
+  const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm, cluster));
+  const int top = s.top, sim_iterations = s.sim_iterations, global_batch = s.global_batch;
+
+  const Outcome outcome = search_cluster(cluster, network, s);
+  const partition::SearchResult& result = outcome.result;
+  const std::vector<Row>& ranked = outcome.ranked;
+  const std::vector<Row>& baselines = outcome.baselines;
   const Row& best = ranked.front();
   partition::PlanOptions best_options = best.candidate.options;
   const partition::Plan best_plan = build(cluster, network, best_options, cost);
@@ -350,31 +533,42 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
     j["pruned"] = result.pruned;
     j["refused"] = result.refused;
     j["over_memory"] = result.over_memory;
-    j["search_wall_s"] = result.wall_s;
+    j["screened"] = result.screened;
+    j["plans_built"] = result.candidates - result.refused - result.pruned - result.screened;
+    j["search_wall_s"] = result.wall_s;  // scoring and building
+    j["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - command_started).count();
     print_json(out, j);
     return 0;
   }
-  const int built = result.candidates - result.refused - result.pruned;
+  const int built = result.candidates - result.refused - result.pruned - result.screened;
   out << "searched " << network.name << " on " << cluster.name << ", global batch " << global_batch << ": "
       << result.candidates << " candidates, " << result.refused << " refused by the policies or the builder, "
-      << result.pruned << " pruned by their bound, " << result.over_memory << " over memory; " << built
-      << " built and estimated in " << u::human_time_s(result.wall_s) << " ("
+      << result.over_memory << " over memory (" << result.screened << " by their layout's bound); "
+      << result.candidates - result.refused << " estimated in " << u::human_time_s(result.wall_s) << " ("
       << static_cast<long long>(result.wall_s > 0 ? (result.candidates - result.refused) / result.wall_s : 0)
-      << " candidates/s)";
+      << " candidates/s), " << built << " built into plans (the best of each family)";
   if (top > 0) {
     out << "; " << ranked.size() << " plans simulated (" << sim_iterations << " iterations): the best " << top
         << " estimates and each baseline family's";
   }
   out << "\n\n";
   print_rows(out, ranked, false);
-  out << "\nbaselines (the fastest of each one's best " << std::max(top, 1) << " estimates, simulated):\n";
+  out << "\nbaselines (the " << (s.by_cost ? "cheapest" : "fastest") << " of each one's best " << std::max(top, 1)
+      << " estimates, simulated):\n";
   print_rows(out, baselines, true);
   out << "\nbest: " << best.candidate.summary << ", " << u::human_time_s(best.time_s()) << " per iteration";
+  if (cluster.priced()) {
+    out << ", " << std::fixed << std::setprecision(2) << best.candidate.price_usd_per_hour << " USD/h for the GPUs it uses, ";
+    out.unsetf(std::ios::fixed);
+    out
+        << u::human_count(global_batch / (score(best, true) > 0 ? score(best, true) : 1)) << " samples per USD";
+  }
   for (const Row& b : baselines) {
     if (b.fingerprint == best.fingerprint) {
       out << "; the same plan as " << b.name;
-    } else if (b.time_s() > 0 && best.time_s() > 0) {
-      out << "; " << std::fixed << std::setprecision(2) << b.time_s() / best.time_s() << "x as fast as " << b.name;
+    } else if (score(b, s.by_cost) > 0 && score(best, s.by_cost) > 0) {
+      out << "; " << std::fixed << std::setprecision(2) << score(b, s.by_cost) / score(best, s.by_cost)
+          << (s.by_cost ? "x the samples per dollar of " : "x as fast as ") << b.name;
       out.unsetf(std::ios::fixed);
     }
   }

@@ -88,3 +88,90 @@ TEST(SearchCli, BadOptionsNameTheOption) {
   EXPECT_NE(recompute.status, 0);
   EXPECT_NE(recompute.err.find("--recompute"), std::string::npos) << recompute.err;
 }
+
+namespace {
+// The mixed cluster at rental prices, and eight A100 at theirs.
+std::string priced_cluster(const std::filesystem::path& dir) {
+  const std::string path = (dir / "priced.yaml").string();
+  std::ofstream(path) << "name: priced-6\nnodes:\n"
+                         "  - {name: v100, count: 2, gpu: V100-16, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
+                         "nic: {count: 1, bandwidth: 25 Gb/s}, price: 2.48 USD/h}\n"
+                         "  - {name: t4, count: 1, gpu: T4, gpus: 2, intra: {kind: pcie, bandwidth: 16 GB/s}, "
+                         "nic: {count: 1, bandwidth: 25 Gb/s}, price: 0.35 USD/h}\n";
+  return path;
+}
+std::string a100_cluster(const std::filesystem::path& dir) {
+  const std::string path = (dir / "a100.yaml").string();
+  std::ofstream(path) << "name: a100-4\nnodes:\n"
+                         "  - {name: a100, gpu: A100-40, gpus: 4, intra: {kind: nvswitch, bandwidth: 300 GB/s}, "
+                         "nic: {count: 4, bandwidth: 200 Gb/s}, price: 3.67 USD/h}\n";
+  return path;
+}
+}  // namespace
+
+// By cost, the best is what an exhaustive simulation finds cheapest per sample, and every
+// plan's price is that of the GPUs it uses.
+TEST(SearchCli, ByCostFindsTheCheapestPlanAnExhaustiveSimulationFinds) {
+  const auto dir = scratch_dir() / "by-cost";
+  std::filesystem::create_directories(dir);
+  const std::string cluster = priced_cluster(dir);
+  const std::string common = "search --cluster " + cluster + " " + kModel + " " + kSpace + " --objective cost --json";
+  const auto fast = run_hetflow(common);
+  ASSERT_EQ(fast.status, 0) << fast.err;
+  const auto all = run_hetflow(common + " --top 1000");
+  ASSERT_EQ(all.status, 0) << all.err;
+  const auto f = nlohmann::json::parse(fast.out), a = nlohmann::json::parse(all.out);
+  const auto usd = [](const nlohmann::json& r) {
+    return r["iteration_time_s"].get<double>() * r["price_usd_per_hour"].get<double>() / 3600;
+  };
+  double cheapest = 1e300;
+  for (const auto& r : a["ranked"]) {
+    EXPECT_GT(r["price_usd_per_hour"].get<double>(), 0);
+    EXPECT_LE(r["price_usd_per_hour"].get<double>(), 4 * 2.48 + 2 * 0.35 + 1e-9);
+    cheapest = std::min(cheapest, usd(r));
+  }
+  EXPECT_DOUBLE_EQ(usd(a["best"]), cheapest);
+  EXPECT_LE(usd(f["best"]), cheapest * 1.01) << "search: " << f["best"]["plan"] << ", exhaustive: " << a["best"]["plan"];
+  // Without prices there is no cost to rank by.
+  const auto unpriced = run_hetflow("search --cluster " + mixed_cluster(dir) + " " + kModel + " --objective cost");
+  EXPECT_NE(unpriced.status, 0);
+  EXPECT_NE(unpriced.err.find("price"), std::string::npos) << unpriced.err;
+}
+
+// Several clusters: each one's best is the one its own search finds, and the clusters are
+// ranked by train time = tokens / tokens per second, and cost = time x price.
+TEST(SearchCli, ComparesClustersByTheTimeAndCostOfTrainingTokens) {
+  const auto dir = scratch_dir() / "clusters";
+  std::filesystem::create_directories(dir);
+  const std::string mixed = priced_cluster(dir), a100 = a100_cluster(dir);
+  const std::string tail = std::string(" ") + kModel + " " + kSpace + " --json";
+  const auto r = run_hetflow("search --clusters " + mixed + "," + a100 + " --tokens 2e9" + tail);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["clusters"].size(), 2u);
+  double previous = 0;
+  for (const auto& c : j["clusters"]) {
+    const double tokens_per_s = c["tokens_per_s"].get<double>();
+    EXPECT_NEAR(tokens_per_s, 24.0 * 256 / c["best"]["iteration_time_s"].get<double>(), tokens_per_s * 1e-9);
+    EXPECT_NEAR(c["train_time_s"].get<double>(), 2e9 / tokens_per_s, 1e-6 * c["train_time_s"].get<double>());
+    EXPECT_NEAR(c["train_cost_usd"].get<double>(), c["train_time_s"].get<double>() / 3600 * c["price_usd_per_hour"].get<double>(),
+                1e-6 * c["train_cost_usd"].get<double>());
+    EXPECT_GE(c["train_time_s"].get<double>(), previous);  // listed by time
+    previous = c["train_time_s"].get<double>();
+    // The same best as searching that cluster alone.
+    const auto alone = run_hetflow("search --cluster " + (c["cluster"] == "a100-4" ? a100 : mixed) + tail);
+    ASSERT_EQ(alone.status, 0) << alone.err;
+    EXPECT_EQ(nlohmann::json::parse(alone.out)["best"]["plan"], c["best"]["plan"]);
+  }
+  ASSERT_EQ(j["by_cost"].size(), 2u);
+  const auto cost_of = [&](const nlohmann::json& name) {
+    for (const auto& c : j["clusters"]) {
+      if (c["cluster"] == name) return c["train_cost_usd"].get<double>();
+    }
+    return -1.0;
+  };
+  EXPECT_LE(cost_of(j["by_cost"][0]), cost_of(j["by_cost"][1]));
+  const auto one = run_hetflow("search --clusters " + mixed + tail);
+  EXPECT_NE(one.status, 0);
+  EXPECT_NE(one.err.find("--clusters"), std::string::npos) << one.err;
+}
