@@ -194,7 +194,7 @@ void in_parallel(int count, int threads, const std::function<void(int)>& work,
 
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
-                          int keep, const std::function<void(int, int)>& on_progress) {
+                          int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
   const auto started = std::chrono::steady_clock::now();
   const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base);
   const int total = static_cast<int>(candidates.size());
@@ -203,8 +203,13 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   std::vector<char> state(candidates.size(), kRefused);
   std::vector<Layout> layouts(candidates.size());
   std::vector<double> time_s(candidates.size(), 0);
-  in_parallel(total, threads, [&](int i) {
-    const auto at = static_cast<size_t>(i);
+  if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size || (spread.size > 1 && !spread.all_gather)) {
+    throw Error("search_plans: process " + std::to_string(spread.rank) + " of " + std::to_string(spread.size));
+  }
+  const auto size = static_cast<size_t>(spread.size), rank = static_cast<size_t>(spread.rank);
+  const int mine = static_cast<int>((candidates.size() + size - 1 - rank) / size);  // i = rank, rank + size, ...
+  in_parallel(mine, threads, [&](int k) {
+    const size_t at = rank + static_cast<size_t>(k) * size;
     try {
       layouts[at] = make_layout(cluster, network, candidates[at], cost);
       const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
@@ -214,7 +219,22 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
       state[at] = kRefused;
     }
     if (state[at] != kScored) layouts[at] = Layout{};
-  }, on_progress, 0, total);
+  }, on_progress, 0, mine);
+  if (size > 1) {
+    // Every process's (state, time) pairs, in its candidates' order, in rank order.
+    std::vector<double> part;
+    for (size_t at = rank; at < candidates.size(); at += size) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at]});
+    const std::vector<double> all = spread.all_gather(part);
+    if (all.size() != 2 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
+    size_t next = 0;
+    for (size_t r = 0; r < size; ++r) {
+      for (size_t at = r; at < candidates.size(); at += size) {
+        state[at] = static_cast<char>(all[next]);
+        time_s[at] = all[next + 1];
+        next += 2;
+      }
+    }
+  }
 
   // 2. Plans for the best of every family by that estimate, until each has `keep` that fit
   //    (all of them with keep 0): a plan's memory may overflow by the buffers the estimate
@@ -245,7 +265,14 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     const std::vector<int> batch(build.begin(), build.end());
     in_parallel(static_cast<int>(batch.size()), threads, [&](int b) {
       const auto at = static_cast<size_t>(batch[static_cast<size_t>(b)]);
-      const bool ok = evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], nullptr);
+      // Another process scored it: lay it out again (the policies are deterministic).
+      bool ok = true;
+      try {
+        if (at % size != rank) layouts[at] = make_layout(cluster, network, candidates[at], cost);
+      } catch (const Error&) {
+        ok = false;
+      }
+      ok = ok && evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], nullptr);
       state[at] = !ok ? kRefused : results[at].headroom_bytes < 0 ? kOverflows : kBuilt;
       layouts[at] = Layout{};
     }, {}, 0, 0);

@@ -67,15 +67,29 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                         const CostModel& cost, Candidate* out, std::string* why);
 
+// How one search is shared by several processes (the ranks of `mpirun -np N hetflow search`):
+// process `rank` of `size` scores the candidates i with i % size == rank; all_gather gives
+// every process what every process passed it, concatenated in rank order (every process
+// calls it at the same point with its own part). What follows the scoring (the plans of
+// each family's best) every process computes alike, so all end with the same result, the
+// single-process one. The default is one process.
+struct SearchSpread {
+  int rank = 0;
+  int size = 1;
+  std::function<std::vector<double>(const std::vector<double>&)> all_gather;
+};
+
 // All candidates on `threads` threads (0: every core). With keep > 0, only the best `keep`
 // of each family that fit are built (more when a built one overflows, see above): `ranked`
 // holds them, the same as building every candidate would rank first in each family (the
 // layout's estimate is the plan's, its memory a lower bound), whatever the threads. With
 // keep 0 every candidate that may fit is built and ranked. on_progress(done, total) is
-// called from the calling thread about every 100 ms while the candidates are scored.
+// called from the calling thread about every 100 ms while this process's candidates are
+// scored.
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads = 0,
-                          int keep = 0, const std::function<void(int, int)>& on_progress = {});
+                          int keep = 0, const std::function<void(int, int)>& on_progress = {},
+                          const SearchSpread& spread = {});
 
 std::string candidate_summary(const PlanOptions& options, int workers);
 

@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iomanip>
 #include <map>
@@ -15,7 +18,9 @@
 #include <optional>
 #include <set>
 #include <ostream>
+#include <span>
 #include <sstream>
+#include <thread>
 
 #include "model/calibration.hpp"
 #include "model/error.hpp"
@@ -26,6 +31,7 @@
 #include "partition/plan_io.hpp"
 #include "partition/search.hpp"
 #include "partition/validate.hpp"
+#include "exec/ranks.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/options.hpp"
@@ -203,6 +209,7 @@ struct SearchSettings {
   int global_batch = 0, top = 3, sim_iterations = 3, threads = 0;
   bool by_cost = false;  // rank by time x price (samples per dollar) instead of time
   std::string calibration;  // --calibration (a file or published:NAME), resolved for each cluster; empty: none
+  partition::SearchSpread spread;  // the processes mpirun started
 };
 
 struct Outcome {
@@ -216,6 +223,65 @@ double score(const Row& r, bool by_cost) {
   return by_cost ? r.time_s() * r.candidate.price_usd_per_hour / 3600 : r.time_s();
 }
 
+// The processes `mpirun -np N hetflow search` started (one outside mpirun), as the search
+// spreads its work over them.
+partition::SearchSpread spread_over(exec::Ranks& ranks) {
+  partition::SearchSpread spread;
+  spread.rank = ranks.rank();
+  spread.size = ranks.size();
+  if (ranks.alone()) return spread;
+  spread.all_gather = [&ranks](const std::vector<double>& mine) {
+    static const std::atomic<bool> never{false};
+    std::vector<int> among(static_cast<size_t>(ranks.size()));
+    std::iota(among.begin(), among.end(), 0);
+    const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(mine.data()), mine.size() * sizeof(double));
+    std::vector<double> all;
+    for (const std::vector<std::byte>& part : ranks.exchange(among, bytes, never)) {
+      const size_t at = all.size();
+      all.resize(at + part.size() / sizeof(double));
+      std::memcpy(all.data() + at, part.data(), part.size());
+    }
+    return all;
+  };
+  return spread;
+}
+
+// Simulates each distinct plan of `rows` once, the plans shared out over the processes, and
+// gives every row its plan's result.
+void simulate_rows(std::vector<Row*> rows, const model::Cluster& cluster, const model::Network& network,
+                   const model::Calibration& calibration, const partition::CostModel& cost, int iterations,
+                   const partition::SearchSpread& spread) {
+  std::vector<std::string> plans;  // distinct fingerprints, in first-seen order
+  std::map<std::string, Row> done;
+  for (Row* r : rows) {
+    if (done.emplace(r->fingerprint, *r).second) plans.push_back(r->fingerprint);
+  }
+  std::vector<double> mine;
+  for (size_t j = static_cast<size_t>(spread.rank); j < plans.size(); j += static_cast<size_t>(spread.size)) {
+    Row& r = done.at(plans[j]);
+    simulate_row(r, cluster, network, calibration, cost, iterations);
+    mine.insert(mine.end(), {r.simulated ? 1.0 : 0.0, r.simulated_s, r.samples_per_s, r.mfu, r.bubble, r.exposed_comm_s});
+  }
+  if (spread.size > 1) {
+    const std::vector<double> all = spread.all_gather(mine);
+    size_t next = 0;
+    for (size_t k = 0; k < static_cast<size_t>(spread.size); ++k) {
+      for (size_t j = k; j < plans.size(); j += static_cast<size_t>(spread.size), next += 6) {
+        Row& r = done.at(plans[j]);
+        r.simulated = all.at(next) != 0;
+        r.simulated_s = all[next + 1], r.samples_per_s = all[next + 2], r.mfu = all[next + 3];
+        r.bubble = all[next + 4], r.exposed_comm_s = all[next + 5];
+        r.note = r.simulated ? "" : "simulation did not complete";
+      }
+    }
+  }
+  for (Row* r : rows) {
+    const Row& d = done.at(r->fingerprint);
+    r->simulated = d.simulated, r->simulated_s = d.simulated_s, r->samples_per_s = d.samples_per_s;
+    r->mfu = d.mfu, r->bubble = d.bubble, r->exposed_comm_s = d.exposed_comm_s, r->note = d.note;
+  }
+}
+
 Outcome search_cluster(const model::Cluster& cluster, const model::Network& network, const SearchSettings& s) {
   const model::Calibration calibration =
       s.calibration.empty() ? model::Calibration{}
@@ -227,7 +293,7 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
     SearchProgress progress;
     // Keep what the finalists and the baselines are drawn from: the best --top of each family.
     o.result = partition::search_plans(cluster, network, s.global_batch, s.space, s.base, cost, s.threads,
-                                       std::max(top, 1), progress.reporter());
+                                       std::max(top, 1), progress.reporter(), s.spread);
   }
   const partition::SearchResult& result = o.result;
   if (result.ranked.empty()) {
@@ -243,43 +309,54 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
     return x < y;
   });
 
-  // The finalists, simulated and re-ranked; then the baselines, each the best estimate of its kind.
-  // Options that build the same plan (a balanced layout HetPipe-ED also finds, selective
-  // recomputation of a network without attention) are one finalist, the first by estimate.
+  // The finalists: the best --top estimates. Options that build the same plan (a balanced
+  // layout HetPipe-ED also finds, selective recomputation of a network without attention)
+  // are one finalist, the first by estimate.
   std::set<std::string> finalists;
   for (size_t i = 0; i < candidates.size() && static_cast<int>(o.ranked.size()) < std::max(top, 1); ++i) {
     Row r;
     r.candidate = candidates[i];
     r.fingerprint = work_of(build(cluster, network, r.candidate.options, cost));
-    if (!finalists.insert(r.fingerprint).second) continue;
-    if (top > 0) simulate_row(r, cluster, network, calibration, cost, s.sim_iterations);
-    o.ranked.push_back(std::move(r));
+    if (finalists.insert(r.fingerprint).second) o.ranked.push_back(std::move(r));
   }
-  // A baseline is judged as the winner is: its best --top estimates simulated, the best kept.
-  auto best_of = [&](const std::string& name, const std::function<bool(const partition::Candidate&)>& keep) {
-    std::optional<Row> best;
+  // Each baseline family's best --top estimates, judged as the winner is.
+  const auto allreduce = [](const partition::Candidate& c) { return c.options.sync == partition::SyncKind::allreduce; };
+  std::vector<std::pair<std::string, std::function<bool(const partition::Candidate&)>>> families = {
+      // Megatron and PyTorch DDP synchronise by all-reduce.
+      {"uniform (Megatron)", [&](const partition::Candidate& c) { return c.options.policy == "uniform" && allreduce(c); }},
+      {"data parallel", [&](const partition::Candidate& c) {
+         return c.options.policy == "uniform" && c.options.tensor == 1 && c.options.pipeline == 1 && allreduce(c);
+       }}};
+  for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
+    families.emplace_back(p, [p](const partition::Candidate& c) { return c.options.policy == p; });
+  }
+  std::vector<std::vector<Row>> tried(families.size());
+  for (size_t f = 0; f < families.size(); ++f) {
     std::set<std::string> seen;
     for (const partition::Candidate& c : candidates) {
-      if (!keep(c)) continue;
+      if (static_cast<int>(seen.size()) >= std::max(top, 1)) break;
+      if (!families[f].second(c)) continue;
       Row r;
       r.candidate = c;
-      r.name = name;
+      r.name = families[f].first;
       r.fingerprint = work_of(build(cluster, network, c.options, cost));
-      if (!seen.insert(r.fingerprint).second) continue;
-      if (top > 0) simulate_row(r, cluster, network, calibration, cost, s.sim_iterations);
-      if (!best || score(r, s.by_cost) < score(*best, s.by_cost)) best = std::move(r);
-      if (static_cast<int>(seen.size()) >= std::max(top, 1)) break;
+      if (seen.insert(r.fingerprint).second) tried[f].push_back(std::move(r));
     }
-    if (best) o.baselines.push_back(std::move(*best));
-  };
-  // Megatron and PyTorch DDP synchronise by all-reduce.
-  const auto allreduce = [](const partition::Candidate& c) { return c.options.sync == partition::SyncKind::allreduce; };
-  best_of("uniform (Megatron)", [&](const partition::Candidate& c) { return c.options.policy == "uniform" && allreduce(c); });
-  best_of("data parallel", [&](const partition::Candidate& c) {
-    return c.options.policy == "uniform" && c.options.tensor == 1 && c.options.pipeline == 1 && allreduce(c);
-  });
-  for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
-    best_of(p, [p](const partition::Candidate& c) { return c.options.policy == p; });
+  }
+  if (top > 0) {
+    std::vector<Row*> rows;
+    for (Row& r : o.ranked) rows.push_back(&r);
+    for (auto& family : tried) {
+      for (Row& r : family) rows.push_back(&r);
+    }
+    simulate_rows(rows, cluster, network, calibration, cost, s.sim_iterations, s.spread);
+  }
+  for (auto& family : tried) {
+    if (family.empty()) continue;
+    const auto best = std::min_element(family.begin(), family.end(), [&](const Row& a, const Row& b) {
+      return score(a, s.by_cost) < score(b, s.by_cost);
+    });
+    o.baselines.push_back(*best);
   }
   // The baselines' finalists compete too: the estimate leaves contention out (a parameter
   // server's, above all), so the best estimates of one family can all lose to another's.
@@ -428,11 +505,16 @@ void search_options(po::options_description& options) {
       ("out-layout", po::value<std::string>(), "write the best plan's layout file here (hetflow plan --layout)");
 }
 
-int run_search(const std::vector<std::string>& args, std::ostream& out) {
+int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   const auto command_started = std::chrono::steady_clock::now();
   po::options_description options("search options");
   po::variables_map vm;
-  if (!parse_command_options("search", args, options, vm, out)) return 0;
+  if (!parse_command_options("search", args, options, vm, to_user)) return 0;
+  // Under mpirun every rank searches its share and all reach the same result; rank 0 tells.
+  exec::Ranks& ranks = exec::Ranks::world();
+  std::ostringstream discarded;
+  std::ostream& out = ranks.rank() == 0 ? to_user : discarded;
+  const bool writes = ranks.rank() == 0;
   const std::vector<std::string> compared = cluster_list(vm);
   const model::Network network = load_network_option(vm);
   SearchSettings s;
@@ -448,6 +530,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
   if (objective != "time" && objective != "cost") throw InputError("<command line>", 0, "--objective", "expected time or cost, found '" + objective + "'");
   s.by_cost = objective == "cost";
   if (vm.count("calibration")) s.calibration = vm["calibration"].as<std::string>();
+  s.spread = spread_over(ranks);
+  if (s.threads == 0 && !ranks.alone()) {
+    // The cores of a node shared by its ranks (OpenMPI says how many it started here).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int here = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+    s.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / here);
+  }
 
   partition::SearchSpace& space = s.space;
   if (vm.count("policies")) space.policies = split_list(vm["policies"].as<std::string>());
@@ -510,13 +599,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& out) {
   const Row& best = ranked.front();
   partition::PlanOptions best_options = best.candidate.options;
   const partition::Plan best_plan = build(cluster, network, best_options, cost);
-  if (vm.count("out")) write_file(vm["out"].as<std::string>(), partition::write_plan_json(best_plan), "--out");
+  if (vm.count("out") && writes) write_file(vm["out"].as<std::string>(), partition::write_plan_json(best_plan), "--out");
   std::string layout_note;
   if (vm.count("out-layout")) {
     if (best_plan.layout.virtual_stages > 1) {
       layout_note = "not written: the layout file has no virtual stages; use the plan file";
     } else {
-      write_file(vm["out-layout"].as<std::string>(), partition::write_layout_file(best_plan.layout, cluster), "--out-layout");
+      if (writes) write_file(vm["out-layout"].as<std::string>(), partition::write_layout_file(best_plan.layout, cluster), "--out-layout");
     }
   }
 

@@ -175,3 +175,26 @@ TEST(SearchCli, ComparesClustersByTheTimeAndCostOfTrainingTokens) {
   EXPECT_NE(one.status, 0);
   EXPECT_NE(one.err.find("--clusters"), std::string::npos) << one.err;
 }
+
+// `mpirun -np 2 hetflow search` shares the candidates and the simulations out and reports,
+// from rank 0 alone, exactly what one process finds.
+TEST(SearchCli, MpiRanksFindWhatOneProcessFinds) {
+#ifndef HETFLOW_MPIEXEC
+  GTEST_SKIP() << "built without MPI: the search runs in one process only";
+#else
+  const auto dir = scratch_dir() / "mpi";
+  std::filesystem::create_directories(dir);
+  const std::string search = "search --cluster " + mixed_cluster(dir) + " " + kModel + " " + kSpace + " --json";
+  const auto one = run_hetflow(search);
+  ASSERT_EQ(one.status, 0) << one.err;
+  const auto two = run_hetflow(search, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC
+                                       " --oversubscribe -np 2");
+  ASSERT_EQ(two.status, 0) << two.err;
+  auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two.out);  // one report: rank 0's
+  for (auto* j : {&a, &b}) {
+    j->erase("wall_s");
+    j->erase("search_wall_s");
+  }
+  EXPECT_EQ(a, b);
+#endif
+}
