@@ -4,6 +4,8 @@
 // run and plan as given.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -197,4 +199,26 @@ TEST(SearchCli, MpiRanksFindWhatOneProcessFinds) {
   }
   EXPECT_EQ(a, b);
 #endif
+}
+
+// On a terminal the search says how far it is, how fast and how long is left; redirected,
+// it says nothing on stderr. (`script` gives the command a terminal.)
+TEST(SearchCli, ShowsProgressOnATerminalOnly) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `script` to give the search a terminal";
+  // Long enough (7 s of scoring on one thread here) for the line, which waits a second, to show.
+  const std::string args = "search --cluster hetpipe-testbed --model resnet152 --global-batch 128 --top 0 --threads 1";
+  const std::string search = std::string(HETFLOW_BIN) + " " + args;
+  std::string shown;
+  if (FILE* p = popen(("script -qec '" + search + " >/dev/null' /dev/null").c_str(), "r")) {
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof buffer, p)) > 0;) shown.append(buffer, n);
+    EXPECT_EQ(pclose(p), 0) << shown;
+  }
+  EXPECT_NE(shown.find("searching: "), std::string::npos) << shown;
+  EXPECT_NE(shown.find(" of 2700 candidates ("), std::string::npos) << shown;
+  EXPECT_NE(shown.find("/s), "), std::string::npos) << shown;
+  EXPECT_NE(shown.find(" s left"), std::string::npos) << shown;
+  const auto quiet = run_hetflow(args);
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
 }
