@@ -9,9 +9,10 @@
 // transfers that queue on their channel, then the data-parallel all-reduce of each gradient
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
 // pushes, updates and pulls. One iteration, no contention: the same model as estimate_plan
-// of the built plan, with the differences listed in layout_estimate.cpp, so the two agree
-// closely (tests/partition/layout_estimate_test.cpp measures how closely) at a small part
-// of the cost: no tensors, names or streams, and one value per rank of a tensor group.
+// of the built plan, with the differences listed in layout_estimate.cpp (none of which
+// acts where a tensor group is one GPU type), so the two agree: to rounding on every layout
+// tests/partition/layout_estimate_test.cpp compares. At a small part of the cost: no
+// tensors, names or streams, and one value per rank of a tensor group.
 //
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
 // exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
