@@ -204,7 +204,9 @@ TEST(SearchCli, MpiRanksFindWhatOneProcessFinds) {
 // On a terminal the search says how far it is, how fast and how long is left; redirected,
 // it says nothing on stderr. (`script` gives the command a terminal.)
 TEST(SearchCli, ShowsProgressOnATerminalOnly) {
-  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no `script` to give the search a terminal";
+  if (std::system("script -qec true /dev/null >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no terminal to give the search here (`script` missing, or no pseudo-terminals: /dev/pts)";
+  }
   // Long enough (7 s of scoring on one thread here) for the line, which waits a second, to show.
   const std::string args = "search --cluster hetpipe-testbed --model resnet152 --global-batch 128 --top 0 --threads 1";
   const std::string search = std::string(HETFLOW_BIN) + " " + args;
