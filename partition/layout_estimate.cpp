@@ -319,7 +319,8 @@ double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std:
 }
 
 double optimizer_s(const CostModel& cost, int device, double params) {
-  return cost.compute_time_s(device, TaskKind::optimizer, 12 * params, 32 * params);  // as Builder::add_optimizers
+  return cost.compute_time_s(device, TaskKind::optimizer, builder::kAdamFlopsPerParam * params,
+                            builder::kAdamBytesPerParam * params);
 }
 
 }  // namespace

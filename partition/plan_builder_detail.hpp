@@ -18,6 +18,12 @@
 
 namespace hetflow::partition::builder {
 
+// An Adam step per parameter: ~12 FLOPs, and reads and writes of weights, gradients, master
+// copy and two moments (memory bound on every GPU). The builder's optimizer tasks and the
+// layout estimate cost them alike.
+inline constexpr double kAdamFlopsPerParam = 12;
+inline constexpr double kAdamBytesPerParam = 32;
+
 // Per chunk and per device of its rank, for one micro-batch.
 struct ChunkWork {
   double forward_flops = 0, backward_flops = 0, recompute_flops = 0;

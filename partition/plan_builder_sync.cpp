@@ -195,8 +195,8 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
     const int w = plan_.task(last_task).worker;
     Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
     const double params = device_params(device);
-    opt.flops = 12 * params;
-    opt.memory_bytes = 32 * params;
+    opt.flops = kAdamFlopsPerParam * params;
+    opt.memory_bytes = kAdamBytesPerParam * params;
     const auto d = static_cast<size_t>(device);
     const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
                              {static_cast<std::int64_t>(params)}, model::Precision::fp32);
@@ -283,8 +283,8 @@ void Builder::add_parameter_server_sync() {
     for (size_t l = 0; l < server_of.size(); ++l) {
       if (server_of[l] == server) params += params_per_device(net_, static_cast<int>(l), static_cast<int>(l) + 1, 1);
     }
-    u.flops = 12 * params;
-    u.memory_bytes = 32 * params;
+    u.flops = kAdamFlopsPerParam * params;
+    u.memory_bytes = kAdamBytesPerParam * params;
     const int state = tensor(TensorKind::optimizer_state, server, params * model::adam_state_bytes(layout_.precision),
                              {static_cast<std::int64_t>(params)}, model::Precision::fp32);
     std::vector<int> reads = buffers_of_server[server];

@@ -17,15 +17,20 @@ using hetflow::test_support::scratch_dir;
 
 namespace {
 
+// Writes a cluster file `name` into `dir`; returns its path.
+std::string cluster_file(const std::filesystem::path& dir, const char* name, const std::string& yaml) {
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << yaml;
+  return path;
+}
+
 // Two nodes of two V100 and one of two T4, on 25 Gb/s NICs.
 std::string mixed_cluster(const std::filesystem::path& dir) {
-  const std::string path = (dir / "mixed.yaml").string();
-  std::ofstream(path) << "name: mixed-6\nnodes:\n"
+  return cluster_file(dir, "mixed.yaml", "name: mixed-6\nnodes:\n"
                          "  - {name: v100, count: 2, gpu: V100-16, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
                          "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
                          "  - {name: t4, count: 1, gpu: T4, gpus: 2, intra: {kind: pcie, bandwidth: 16 GB/s}, "
-                         "nic: {count: 1, bandwidth: 25 Gb/s}}\n";
-  return path;
+                         "nic: {count: 1, bandwidth: 25 Gb/s}}\n");
 }
 
 const char* kModel = "--model gpt:layers=6,hidden=512,heads=8,seq=256,vocab=8000 --global-batch 24";
@@ -94,20 +99,16 @@ TEST(SearchCli, BadOptionsNameTheOption) {
 namespace {
 // The mixed cluster at rental prices, and eight A100 at theirs.
 std::string priced_cluster(const std::filesystem::path& dir) {
-  const std::string path = (dir / "priced.yaml").string();
-  std::ofstream(path) << "name: priced-6\nnodes:\n"
+  return cluster_file(dir, "priced.yaml", "name: priced-6\nnodes:\n"
                          "  - {name: v100, count: 2, gpu: V100-16, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
                          "nic: {count: 1, bandwidth: 25 Gb/s}, price: 2.48 USD/h}\n"
                          "  - {name: t4, count: 1, gpu: T4, gpus: 2, intra: {kind: pcie, bandwidth: 16 GB/s}, "
-                         "nic: {count: 1, bandwidth: 25 Gb/s}, price: 0.35 USD/h}\n";
-  return path;
+                         "nic: {count: 1, bandwidth: 25 Gb/s}, price: 0.35 USD/h}\n");
 }
 std::string a100_cluster(const std::filesystem::path& dir) {
-  const std::string path = (dir / "a100.yaml").string();
-  std::ofstream(path) << "name: a100-4\nnodes:\n"
+  return cluster_file(dir, "a100.yaml", "name: a100-4\nnodes:\n"
                          "  - {name: a100, gpu: A100-40, gpus: 4, intra: {kind: nvswitch, bandwidth: 300 GB/s}, "
-                         "nic: {count: 4, bandwidth: 200 Gb/s}, price: 3.67 USD/h}\n";
-  return path;
+                         "nic: {count: 4, bandwidth: 200 Gb/s}, price: 3.67 USD/h}\n");
 }
 }  // namespace
 
