@@ -22,6 +22,7 @@ const std::vector<PolicyInfo>& policies() {
       {"hetpipe-ed", "HetPipe ED: every virtual worker gets an equal share of each GPU type"},
       {"hetpipe-hd", "HetPipe HD: fast GPU types paired with whimpy ones in each virtual worker"},
       {"hetpipe-ed-local", "HetPipe ED with each stage's parameters served from the node that runs it"},
+      {"grouped", "virtual workers of any size by GPU type (`groups`), stages balanced, the batch split by makespan"},
   };
   return list;
 }
@@ -31,8 +32,12 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   if (!options.layout_file.empty() || options.policy == "layout-file") {
     return make_layout_file_layout(cluster, network, options, cost);
   }
+  if (!options.groups.empty() && options.policy != "grouped") {
+    throw InputError(kOptions, 0, "groups", "only `policy` grouped takes `groups`, not " + options.policy);
+  }
   if (options.policy == "uniform") return make_uniform_layout(cluster, network, options, cost);
   if (options.policy == "balanced") return make_balanced_layout(cluster, network, options, cost);
+  if (options.policy == "grouped") return make_grouped_layout(cluster, network, options, cost);
   if (options.policy.rfind("hetpipe-", 0) == 0) {
     for (const PolicyInfo& p : policies()) {
       if (p.name == options.policy) return make_hetpipe_layout(cluster, network, options, cost);

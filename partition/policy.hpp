@@ -29,6 +29,9 @@ struct PlanOptions {
   // A layout file (--layout): the user's own virtual workers, devices and cuts; policy
   // layout-file. Empty: none.
   std::string layout_file;
+  // Policy grouped: its virtual workers by GPU type, e.g. "*x4 V100-16, 2x(2 A100-80 + 1 T4)"
+  // (see parse_groups). Empty for the other policies.
+  std::string groups;
   std::string schedule = "1f1b";
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
@@ -51,6 +54,29 @@ struct PolicyInfo {
 // The policies that build a layout from the options alone. Beside them, policy layout-file
 // reads the user's own layout (PlanOptions::layout_file; see partition/layout_file.hpp).
 const std::vector<PolicyInfo>& policies();
+
+// Policy grouped's workers: groups of identical virtual workers, each worker so many GPUs of
+// each named type.
+//   groups := group (',' group)*
+//   group  := [COUNT 'x'] shape        COUNT: workers of this shape (default 1), or '*': as
+//                                     many as the GPUs left by the groups before allow
+//   shape  := term ('+' term)* | '(' term ('+' term)* ')'
+//   term   := N TYPE                   N GPUs of TYPE (the cluster's spelling, any case)
+// GPUs no group takes stay idle. parse_groups throws InputError (field `groups`) naming the
+// group at fault: a malformed term, a type the cluster lacks, a type named twice in a worker.
+struct GroupTerm {
+  int gpus = 0;
+  std::string type;
+  bool operator==(const GroupTerm&) const = default;
+};
+struct WorkerGroup {
+  int count = 1;  // 0: '*'
+  std::vector<GroupTerm> terms;
+  bool operator==(const WorkerGroup&) const = default;
+};
+std::vector<WorkerGroup> parse_groups(const std::string& text, const model::Cluster& cluster);
+// The canonical spelling ("*x4 V100-16, 2x(2 A100-80 + 1 T4)"), which parse_groups reads back.
+std::string groups_to_string(const std::vector<WorkerGroup>& groups);
 
 // Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not
 // fit the cluster or the network.
@@ -123,6 +149,13 @@ class BalanceMemo {
 // remainder, at least one each).
 std::vector<int> split_microbatches(int total, const std::vector<double>& bottleneck_s);
 
+// Splits `total` micro-batches over pipelines so that the last to finish finishes soonest,
+// by the pipeline model (m v + p - 1) x bottleneck (depth p, v chunks per rank, the slowest
+// chunk's time per micro-batch): at least one each, then one at a time to the worker that
+// would finish it first (ties to the lower index), which minimises the largest finish time.
+std::vector<int> split_microbatches_by_makespan(int total, const std::vector<double>& bottleneck_s,
+                                                const std::vector<int>& depth, int virtual_stages);
+
 // Where ps and wsp keep each layer's parameters and optimizer state
 // (Layout::sync.layer_server, one device per layer); allreduce layouts are left alone.
 enum class ServerPlacement {
@@ -140,6 +173,8 @@ Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& 
 Layout make_balanced_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                             const CostModel& cost);
 Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                           const CostModel& cost);
+Layout make_grouped_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                            const CostModel& cost);
 Layout make_layout_file_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                                const CostModel& cost);

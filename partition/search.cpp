@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -26,7 +27,7 @@ int transformer_layers(const model::Network& network) {
 SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           SearchSpace s) {
   const int devices = static_cast<int>(cluster.devices().size());
-  if (s.policies.empty()) s.policies = {"uniform", "balanced", "hetpipe-np", "hetpipe-ed", "hetpipe-hd"};
+  if (s.policies.empty()) s.policies = {"uniform", "balanced", "hetpipe-np", "hetpipe-ed", "hetpipe-hd", "grouped"};
   if (s.tensors.empty()) {
     int smallest = std::numeric_limits<int>::max();
     for (const model::Node& n : cluster.nodes) smallest = std::min(smallest, n.gpu_count);
@@ -49,14 +50,113 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
   return s;
 }
 
+int gcd_of(const std::vector<int>& v) {
+  int g = 0;
+  for (const int x : v) g = std::gcd(g, x);
+  return g;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<Grouping> search_groupings(const model::Cluster& cluster, const model::Network& network, int tensor,
+                                       const PlanOptions& base) {
+  struct Type {
+    std::string name;
+    int ranks = 0;  // of `tensor` GPUs of this type inside one node
+    double speed = 0, memory_bytes = 0;
+  };
+  std::vector<Type> types;
+  for (const model::Node& n : cluster.nodes) {
+    auto it = std::find_if(types.begin(), types.end(), [&](const Type& t) { return t.name == n.gpu; });
+    if (it == types.end()) {
+      const model::GpuSpec& g = cluster.gpu(n.gpu);
+      types.push_back(Type{n.gpu, 0, g.peak_flops_per_s(base.precision), g.memory_bytes});
+      it = types.end() - 1;
+    }
+    it->ranks += n.gpu_count / tensor;
+  }
+  std::erase_if(types, [](const Type& t) { return t.ranks == 0; });
+  if (types.size() < 2) return {};  // one type: uniform and balanced lay it out already
+  std::stable_sort(types.begin(), types.end(), [](const Type& a, const Type& b) { return a.speed > b.speed; });
+  double params = 0;
+  for (const model::Layer& l : network.layers) params += l.params;
+  // Weights, gradients and Adam's state per parameter (all-reduce keeps the optimizer on the
+  // workers): a worker needs at least this much memory, spread over its ranks.
+  const double state_bytes = params * (2 * model::element_bytes(base.precision) + model::adam_state_bytes(base.precision));
+  const int layers = transformer_layers(network);
+  const auto gpus = [&](int ranks) { return std::to_string(ranks * tensor); };
+
+  std::vector<Grouping> out;
+  std::set<std::string> seen;
+  const auto add = [&](std::string spec, int depth) {
+    if (seen.insert(spec).second) out.push_back(Grouping{std::move(spec), depth});
+  };
+  // The fastest k types, for k = 1..all: a slow type can cost more than it brings.
+  for (size_t k = 1; k <= types.size(); ++k) {
+    const std::vector<Type> used(types.begin(), types.begin() + static_cast<std::ptrdiff_t>(k));
+    // By type: each type's GPUs in pipelines of their own, the two shallowest depths whose
+    // ranks can hold the model's state; workers of different types differ in size.
+    std::vector<std::vector<int>> depths;
+    for (const Type& t : used) {
+      const double usable = t.memory_bytes - base.workspace_bytes;
+      std::vector<int> fit;
+      for (const int d : divisors(t.ranks)) {
+        if (fit.size() < 2 && d <= layers && usable > 0 && d * tensor * usable >= state_bytes) fit.push_back(d);
+      }
+      depths.push_back(fit);
+    }
+    if (std::all_of(depths.begin(), depths.end(), [](const std::vector<int>& d) { return !d.empty(); })) {
+      std::vector<size_t> pick(used.size(), 0);
+      for (;;) {
+        std::string spec;
+        int shallowest = layers;
+        for (size_t i = 0; i < used.size(); ++i) {
+          const int d = depths[i][pick[i]];
+          spec += (spec.empty() ? "*x" : ", *x") + gpus(d) + " " + used[i].name;
+          shallowest = std::min(shallowest, d);
+        }
+        add(spec, shallowest);
+        size_t i = 0;
+        while (i < pick.size() && ++pick[i] == depths[i].size()) pick[i++] = 0;
+        if (i == pick.size()) break;
+      }
+    }
+    // Mixed: w identical workers, each an equal share of every type (HetPipe ED for any w).
+    if (used.size() < 2) continue;
+    std::vector<int> ranks;
+    for (const Type& t : used) ranks.push_back(t.ranks);
+    for (const int w : divisors(gcd_of(ranks))) {
+      int depth = 0;
+      double memory = 0;
+      std::string shape;
+      for (const Type& t : used) {
+        depth += t.ranks / w;
+        memory += (t.ranks / w) * tensor * (t.memory_bytes - base.workspace_bytes);
+        shape += (shape.empty() ? "" : " + ") + gpus(t.ranks / w) + " " + t.name;
+      }
+      if (depth <= layers && memory >= state_bytes) add(std::to_string(w) + "x(" + shape + ")", depth);
+    }
+  }
+  return out;
+}
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
   std::string s = o.policy;
-  if (!is_hetpipe(o.policy)) {
+  const std::string count = " (" + std::to_string(workers) + (workers == 1 ? " worker)" : " workers)");
+  if (o.policy == "grouped") {
+    s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
+  } else if (!is_hetpipe(o.policy)) {
     s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline) + " d" + std::to_string(workers);
   } else {
-    s += " (" + std::to_string(workers) + " workers)";
+    s += count;
   }
   s += ", mb " + std::to_string(o.micro_batch) + ", " + o.schedule;
   if (o.virtual_stages > 1) s += " x" + std::to_string(o.virtual_stages);
@@ -72,13 +172,25 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
   const int devices = static_cast<int>(cluster.devices().size());
   std::vector<PlanOptions> out;
   for (const std::string& policy : s.policies) {
-    const bool hetpipe = is_hetpipe(policy);
+    const bool hetpipe = is_hetpipe(policy), grouped = policy == "grouped";
     for (int t : hetpipe ? std::vector<int>{1} : s.tensors) {
-      for (int p : hetpipe ? std::vector<int>{0} : s.pipelines) {
-        if (!hetpipe && devices % (t * p) != 0) continue;  // every device used
+      // Grouped candidates are their groupings; the others' pipeline depths.
+      std::vector<Grouping> shapes;
+      if (grouped && s.groupings.empty()) {
+        shapes = search_groupings(cluster, network, t, base);
+      } else if (grouped) {
+        // The user's own: interleaving is tried, and a layout with a one-GPU pipeline refuses it.
+        for (const std::string& g : s.groupings) shapes.push_back(Grouping{g, 2});
+      } else {
+        for (const int p : hetpipe ? std::vector<int>{0} : s.pipelines) {
+          if (hetpipe || devices % (t * p) == 0) shapes.push_back(Grouping{"", p});  // every device used
+        }
+      }
+      for (const Grouping& shape : shapes) {
+        const int p = grouped ? 0 : shape.shallowest;
         for (int mb : s.micro_batches) {
           for (const std::string& schedule : s.schedules) {
-            if (schedule == "interleaved" && !hetpipe && p < 2) continue;
+            if (schedule == "interleaved" && !hetpipe && shape.shallowest < 2) continue;
             for (Recompute r : s.recomputes) {
               for (SyncKind sync : s.syncs) {
                 PlanOptions o = base;
@@ -96,6 +208,7 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
                 o.staleness = 0;
                 o.stage_layers.clear();
                 o.layout_file.clear();
+                o.groups = shape.groups;
                 out.push_back(std::move(o));
               }
             }

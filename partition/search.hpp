@@ -24,13 +24,14 @@ namespace hetflow::partition {
 
 struct SearchSpace {
   // Empty lists take the defaults, chosen for the cluster and the network:
-  std::vector<std::string> policies;   // uniform, balanced, hetpipe-np, hetpipe-ed, hetpipe-hd
+  std::vector<std::string> policies;   // uniform, balanced, hetpipe-np, hetpipe-ed, hetpipe-hd, grouped
   std::vector<int> tensors;            // powers of two up to the smallest node's GPU count
   std::vector<int> pipelines;          // divisors of the device count up to the layer count
   std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
   std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
   std::vector<Recompute> recomputes;   // none, selective, full
   std::vector<SyncKind> syncs;         // allreduce, ps
+  std::vector<std::string> groupings;  // policy grouped's `groups`; default: search_groupings'
 };
 
 struct Candidate {
@@ -53,6 +54,19 @@ struct SearchResult {
   int pruned = 0;                 // fit by the bound but never built: slower than the kept of each family
   double wall_s = 0;
 };
+
+// One grouping of policy grouped (PlanOptions::groups), and its shallowest pipeline.
+struct Grouping {
+  std::string groups;
+  int shallowest = 0;  // ranks
+};
+// The groupings the search tries at tensor degree `tensor`, on clusters of two or more GPU
+// types: for each k, the fastest k types (by peak at the run's precision; the slower ones
+// idle), either each type in pipelines of its own (workers of unequal size: per type, the two
+// shallowest depths whose GPUs hold the model's weights, gradients and Adam state), or w
+// identical workers of an equal share of every type (w dividing every type's ranks).
+std::vector<Grouping> search_groupings(const model::Cluster& cluster, const model::Network& network, int tensor,
+                                       const PlanOptions& base);
 
 // The families a candidate competes in for a place among the kept ones: "all", its policy
 // and sync ("uniform/allreduce"), and "data-parallel" for uniform t1 p1 with all-reduce.

@@ -169,6 +169,7 @@ Json row_json(const Row& r) {
             {"headroom_bytes", r.candidate.headroom_bytes},
             {"busiest_device", r.candidate.slowest_device},
             {"busiest_device_busy_s", r.candidate.slowest_busy_s}};
+  if (!r.candidate.options.groups.empty()) j["groups"] = r.candidate.options.groups;
   if (r.simulated) j["mfu"] = r.mfu, j["exposed_comm_s"] = r.exposed_comm_s;
   if (!r.name.empty()) j["name"] = r.name;
   return j;
@@ -287,6 +288,13 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
       s.calibration.empty() ? model::Calibration{}
                             : model::resolve_calibration(model::load_calibration(s.calibration), cluster, s.calibration);
   const partition::CostModel cost(cluster, network.precision, calibration);
+  for (const std::string& g : s.space.groupings) {
+    try {
+      (void)partition::parse_groups(g, cluster);
+    } catch (const InputError& e) {
+      throw InputError("<command line>", 0, "--groupings", cluster.name + ": " + e.message());
+    }
+  }
   const int top = s.top;
   Outcome o;
   {
@@ -486,13 +494,16 @@ void search_options(po::options_description& options) {
       ("global-batch", po::value<int>()->required(), "samples per iteration over all virtual workers")
       ("top", po::value<int>()->default_value(3), "how many of the best estimates to re-simulate before ranking")
       ("threads", po::value<int>()->default_value(0), "threads scoring candidates (0: every core)")
-      ("policies", po::value<std::string>(), "policies to try (default uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd)")
+      ("policies", po::value<std::string>(),
+       "policies to try (default uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd,grouped)")
       ("tensor", po::value<std::string>(), "tensor-parallel degrees to try (default powers of 2 up to a node)")
       ("pipeline", po::value<std::string>(), "pipeline depths to try (default every divisor of the devices up to the layers)")
       ("micro-batch", po::value<std::string>(), "micro-batch sizes to try (default powers of 2 up to 32 dividing the batch)")
       ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved)")
       ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")
       ("sync", po::value<std::string>(), "synchronisation to try (default allreduce,ps; wsp with staleness 0)")
+      ("groupings", po::value<std::string>(),
+       "policy grouped's groupings to try, separated by ';' (default: by GPU type and mixed, fastest types first)")
       ("sim-iterations", po::value<int>()->default_value(3), "iterations of each re-simulation (the first warms up)")
       ("objective", po::value<std::string>()->default_value("time"),
        "time (the fastest plan) or cost (the most samples per dollar: needs `price` on every node of the cluster)")
@@ -544,6 +555,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   space.pipelines = int_list(vm, "pipeline");
   space.micro_batches = int_list(vm, "micro-batch");
   if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
+  if (vm.count("groupings")) {
+    std::stringstream in(vm["groupings"].as<std::string>());
+    for (std::string g; std::getline(in, g, ';');) {
+      if (g.find_first_not_of(" \t") != std::string::npos) space.groupings.push_back(g);
+    }
+    if (space.groupings.empty()) throw InputError("<command line>", 0, "--groupings", "expected groupings separated by ';'");
+  }
   try {
     if (vm.count("recompute")) {
       for (const std::string& r : split_list(vm["recompute"].as<std::string>())) space.recomputes.push_back(partition::parse_recompute(r));

@@ -26,7 +26,9 @@ void add_plan_options(po::options_description& options) {
   add_cluster_model_options(options);
   options.add_options()
       ("policy", po::value<std::string>()->default_value("uniform"),
-       "uniform | balanced | hetpipe-np | hetpipe-ed | hetpipe-hd | hetpipe-ed-local (layout-file: see --layout)")
+       "uniform | balanced | hetpipe-np | hetpipe-ed | hetpipe-hd | hetpipe-ed-local | grouped (layout-file: see --layout)")
+      ("groups", po::value<std::string>(),
+       "policy grouped's virtual workers by GPU type, e.g. \"*x4 V100-16, 2x(2 A100-80 + 1 T4)\" (*: as many as fit)")
       ("layout", po::value<std::string>(), "your own layout: a YAML file of virtual workers and stages (policy layout-file)")
       ("tensor", po::value<int>()->default_value(1), "tensor-parallel degree t")
       ("pipeline", po::value<int>()->default_value(0), "pipeline ranks per virtual worker (uniform/balanced; default 1)")
@@ -99,6 +101,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.schedule = vm["schedule"].as<std::string>();
   if (vm.count("stage-layers")) o.stage_layers = parse_counts(vm["stage-layers"].as<std::string>());
   if (vm.count("layout")) o.layout_file = vm["layout"].as<std::string>();
+  if (vm.count("groups")) o.groups = vm["groups"].as<std::string>();
   o.recompute = parse_option<partition::Recompute>(vm, "recompute", partition::parse_recompute);
   o.sequence_parallel = vm.count("sequence-parallel") > 0;
   if (vm.count("sync")) o.sync = parse_option<partition::SyncKind>(vm, "sync", partition::parse_sync);

@@ -49,7 +49,8 @@ void print_layout(std::ostream& out, const Plan& plan) {
   const size_t shown = std::min<size_t>(l.workers.size(), 4);
   for (size_t w = 0; w < shown; ++w) {
     const partition::VirtualWorker& vw = l.workers[w];
-    out << "  virtual worker " << w << ": " << vw.ranks.size() << " ranks, " << vw.microbatches << " micro-batches\n";
+    out << "  virtual worker " << w << ": " << vw.ranks.size() << " rank" << (vw.ranks.size() == 1 ? "" : "s") << ", "
+        << vw.microbatches << " micro-batch" << (vw.microbatches == 1 ? "" : "es") << "\n";
     for (const partition::Stage& s : vw.stages) {
       out << "    layers " << std::setw(3) << s.layer_begin << "-" << std::left << std::setw(4) << (s.layer_end - 1)
           << std::right << " on ";
@@ -59,6 +60,26 @@ void print_layout(std::ostream& out, const Plan& plan) {
     }
   }
   if (shown < l.workers.size()) out << "  ... and " << l.workers.size() - shown << " more virtual workers\n";
+  // Devices no worker runs and no layer is served from (a grouped or layout-file plan may
+  // leave slow GPUs out).
+  std::vector<bool> used(static_cast<size_t>(plan.device_count()), false);
+  const auto use = [&](int d) {
+    if (d >= 0 && static_cast<size_t>(d) < used.size()) used[static_cast<size_t>(d)] = true;
+  };
+  for (const partition::VirtualWorker& vw : l.workers) {
+    for (const auto& rank : vw.ranks) std::for_each(rank.begin(), rank.end(), use);
+  }
+  std::for_each(l.sync.layer_server.begin(), l.sync.layer_server.end(), use);
+  std::vector<std::string> idle;
+  for (size_t d = 0; d < used.size(); ++d) {
+    if (!used[d]) idle.push_back(plan.device_names[d]);
+  }
+  if (!idle.empty()) {
+    out << "  idle (in no virtual worker):";
+    for (size_t i = 0; i < std::min<size_t>(idle.size(), 8); ++i) out << (i ? ", " : " ") << idle[i];
+    if (idle.size() > 8) out << " and " << idle.size() - 8 << " more";
+    out << "\n";
+  }
 }
 
 void print_estimate(std::ostream& out, const Plan& plan, const partition::Estimate& e) {

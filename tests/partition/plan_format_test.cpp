@@ -92,6 +92,8 @@ TEST(PlanFormat, EveryPolicyWithEverySyncRoundTrips) {
       o.microbatches = 2;
       o.micro_batch = 8;
       if (policy.name == "uniform" || policy.name == "balanced") o.pipeline = 4;
+      // Workers of unequal size, the other TITAN V and the RTX 2060 idle.
+      if (policy.name == "grouped") o.groups = "*x2 TITAN-RTX, 1x(1 TITAN-V + 1 Quadro-P4000)";
       const Plan plan = plan_of(hetpipe, vgg, o);
       expect_round_trip(plan, policy.name + " " + std::string(to_string(sync)));
       if (sync == SyncKind::wsp) {  // staleness is an order edge one iteration further out

@@ -190,6 +190,8 @@ TEST(PlanFile, EveryPolicyRoundTripsLosslessly) {
     o.policy = policy.name;
     o.iterations = 2;
     if (policy.name == "uniform" || policy.name == "balanced") o.pipeline = 4;
+    // Workers of unequal size, the other TITAN V and the RTX 2060 idle.
+    if (policy.name == "grouped") o.groups = "*x2 TITAN-RTX, 1x(1 TITAN-V + 1 Quadro-P4000)";
     const Built b = build(hetpipe, vgg, o);
     const std::string json = write_plan_json(b.plan);
     const Plan back = read_plan_json(json, "plan.json");

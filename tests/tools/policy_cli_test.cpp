@@ -155,3 +155,18 @@ TEST(LayoutCli, OneDegreeEverywherePlansAsBefore) {
     EXPECT_NEAR(j["iteration_time_s"].get<double>(), c.iteration_time_s, 1e-12) << c.options;
   }
 }
+
+TEST(GroupedCli, PlansWorkersByTypeAndNamesTheIdleGpus) {
+  const auto r = run_hetflow("plan " + kMixed + " --policy grouped --groups '*x4 V100-16, 1x(2 T4)' --global-batch 32 --micro-batch 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("policy grouped"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4 virtual workers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("virtual worker 3: 2 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("idle (in no virtual worker): t4/gpu2, t4/gpu3"), std::string::npos) << r.out;
+  const auto bad = run_hetflow("plan " + kMixed + " --policy grouped --groups '*x4 V100-16, 1x(2 T5)'");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--groups: group 2 ('1x(2 T5)'): no GPU of type 'T5'"), std::string::npos) << bad.err;
+  const auto other = run_hetflow("plan " + kMixed + " --policy balanced --groups '*x4 V100-16'");
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.err.find("--groups: only --policy grouped takes --groups"), std::string::npos) << other.err;
+}

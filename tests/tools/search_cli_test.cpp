@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +35,7 @@ std::string mixed_cluster(const std::filesystem::path& dir) {
 }
 
 const char* kModel = "--model gpt:layers=6,hidden=512,heads=8,seq=256,vocab=8000 --global-batch 24";
-const char* kSpace = "--policies uniform,balanced,hetpipe-np,hetpipe-ed --recompute none --sync allreduce";
+const char* kSpace = "--policies uniform,balanced,hetpipe-np,hetpipe-ed,grouped --recompute none --sync allreduce";
 
 }  // namespace
 
@@ -209,7 +210,9 @@ TEST(SearchCli, ShowsProgressOnATerminalOnly) {
     GTEST_SKIP() << "no terminal to give the search here (`script` missing, or no pseudo-terminals: /dev/pts)";
   }
   // Long enough (7 s of scoring on one thread here) for the line, which waits a second, to show.
-  const std::string args = "search --cluster hetpipe-testbed --model resnet152 --global-batch 128 --top 0 --threads 1";
+  const std::string args =
+      "search --cluster hetpipe-testbed --model resnet152 --global-batch 128 --top 0 --threads 1 "
+      "--policies uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd";
   const std::string search = std::string(HETFLOW_BIN) + " " + args;
   std::string shown;
   if (FILE* p = popen(("script -qec '" + search + " >/dev/null' /dev/null").c_str(), "r")) {
@@ -224,4 +227,19 @@ TEST(SearchCli, ShowsProgressOnATerminalOnly) {
   const auto quiet = run_hetflow(args);
   ASSERT_EQ(quiet.status, 0) << quiet.err;
   EXPECT_EQ(quiet.err, "");
+}
+
+// The testbed claim, on the simulator: the search's best VGG-19 plan on HetPipe's
+// cluster is faster than Megatron's uniform layout and every HetPipe policy's best.
+TEST(SearchCli, BeatsTheUniformLayoutAndEveryHetPipePolicyOnTheHetPipeTestbed) {
+  const auto r = run_hetflow("search --cluster hetpipe-testbed --model vgg19 --global-batch 128 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double best = j["best"]["iteration_time_s"].get<double>();
+  std::set<std::string> names;
+  for (const auto& b : j["baselines"]) {
+    names.insert(b["name"].get<std::string>());
+    EXPECT_LT(best, 0.99 * b["iteration_time_s"].get<double>()) << b["name"] << ": " << b["plan"] << "; best " << j["best"]["plan"];
+  }
+  for (const char* name : {"uniform (Megatron)", "hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) EXPECT_TRUE(names.count(name)) << name;
 }

@@ -1,0 +1,206 @@
+// Policy grouped: its groups spelling (parsed, written back, refused with the group at
+// fault), how it deals devices into workers (by type, tensor ranks inside a node, '*' takes
+// what is left, the rest idle), and its split of the batch against the brute-force oracle.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "partition/search.hpp"
+#include "partition/validate.hpp"
+
+using namespace hetflow;
+using namespace hetflow::partition;
+
+namespace {
+
+// Two nodes of 4 V100, one of 4 T4 (the T4 node comes first, so device order is not type order).
+model::Cluster mixed() {
+  return model::parse_cluster("name: mixed\nnodes:\n"
+                              "  - {name: t4, gpu: T4, gpus: 4, intra: {kind: pcie, bandwidth: 16 GB/s}, "
+                              "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+                              "  - {name: v100, count: 2, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
+                              "nic: {count: 1, bandwidth: 25 Gb/s}}\n",
+                              "mixed.yaml");
+}
+
+model::Network gpt() {
+  return model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=256,vocab=8000", model::Precision::fp16);
+}
+
+PlanOptions grouped(const std::string& groups, int global_batch = 24) {
+  PlanOptions o;
+  o.policy = "grouped";
+  o.groups = groups;
+  o.global_batch = global_batch;
+  return o;
+}
+
+std::string groups_error(const std::string& groups, int tensor = 1) {
+  const model::Cluster cluster = mixed();
+  PlanOptions o = grouped(groups);
+  o.tensor = tensor;
+  try {
+    make_layout(cluster, gpt(), o, CostModel(cluster, model::Precision::fp16));
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "groups") << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << groups << ": accepted";
+  return "";
+}
+
+std::string type_of(const model::Cluster& cluster, int device) {
+  return cluster.nodes[static_cast<size_t>(cluster.devices()[static_cast<size_t>(device)].node)].gpu;
+}
+
+}  // namespace
+
+TEST(GroupedPolicy, GroupsReadBackFromTheirCanonicalSpelling) {
+  const model::Cluster cluster = mixed();
+  const auto g = parse_groups(" *X4 v100-16 ,2x( 1 t4 + 2 V100-16 ), 1 T4", cluster);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0], (WorkerGroup{0, {{4, "V100-16"}}}));
+  EXPECT_EQ(g[1], (WorkerGroup{2, {{1, "T4"}, {2, "V100-16"}}}));
+  EXPECT_EQ(g[2], (WorkerGroup{1, {{1, "T4"}}}));
+  const std::string canonical = groups_to_string(g);
+  EXPECT_EQ(canonical, "*x4 V100-16, 2x(1 T4 + 2 V100-16), 1x1 T4");
+  EXPECT_EQ(parse_groups(canonical, cluster), g);
+}
+
+TEST(GroupedPolicy, BadGroupsNameTheGroupAtFault) {
+  EXPECT_NE(groups_error("2x4 A100-80").find("no GPU of type 'A100-80'"), std::string::npos);
+  EXPECT_NE(groups_error("2x4 A100-80").find("T4, V100-16"), std::string::npos);
+  EXPECT_NE(groups_error("*x4 V100-16, x T4").find("group 2"), std::string::npos);
+  EXPECT_NE(groups_error("4V100-16").find("a count of GPUs, then their type"), std::string::npos);
+  EXPECT_NE(groups_error("1x(2 T4 + 1 T4)").find("named twice"), std::string::npos);
+  EXPECT_NE(groups_error("2x(1 T4").find("')'"), std::string::npos);
+  EXPECT_NE(groups_error("*x4 V100-16,").find("empty"), std::string::npos);
+  EXPECT_NE(groups_error("3x4 V100-16").find("worker 3 finds too few free GPUs"), std::string::npos);
+  EXPECT_NE(groups_error("*x3 T4", 2).find("ranks of `tensor` 2"), std::string::npos);
+  EXPECT_NE(groups_error("1x8 T4").find("too few"), std::string::npos);
+  // Only policy grouped takes groups.
+  const model::Cluster cluster = mixed();
+  PlanOptions o = grouped("*x4 T4");
+  o.policy = "balanced";
+  EXPECT_THROW(make_layout(cluster, gpt(), o, CostModel(cluster, model::Precision::fp16)), InputError);
+  o = grouped("");
+  EXPECT_THROW(make_layout(cluster, gpt(), o, CostModel(cluster, model::Precision::fp16)), InputError);
+}
+
+TEST(GroupedPolicy, DealsDevicesByTypeInsideNodesAndLeavesTheRestIdle) {
+  const model::Cluster cluster = mixed();
+  const model::Network net = gpt();
+  const CostModel cost(cluster, net.precision);
+  PlanOptions o = grouped("*x4 V100-16, 1x(2 T4)");
+  o.tensor = 2;
+  const Layout l = make_layout(cluster, net, o, cost);
+  ASSERT_EQ(l.workers.size(), 3u);  // two workers of 4 V100, one of 2 T4; two T4 idle
+  std::set<int> used;
+  for (size_t w = 0; w < l.workers.size(); ++w) {
+    const VirtualWorker& vw = l.workers[w];
+    const std::string type = w < 2 ? "V100-16" : "T4";
+    EXPECT_EQ(vw.ranks.size(), w < 2 ? 2u : 1u);
+    for (const auto& rank : vw.ranks) {
+      ASSERT_EQ(rank.size(), 2u);  // a tensor-parallel rank of one node
+      EXPECT_EQ(cluster.devices()[static_cast<size_t>(rank[0])].node, cluster.devices()[static_cast<size_t>(rank[1])].node);
+      for (const int d : rank) {
+        EXPECT_EQ(type_of(cluster, d), type);
+        EXPECT_TRUE(used.insert(d).second) << "device " << d << " twice";
+      }
+    }
+  }
+  EXPECT_EQ(used.size(), 10u);
+  // A worker of 4 V100 stays on one node.
+  for (size_t w = 0; w < 2; ++w) {
+    EXPECT_EQ(cluster.devices()[static_cast<size_t>(l.workers[w].ranks[0][0])].node,
+              cluster.devices()[static_cast<size_t>(l.workers[w].ranks[1][0])].node);
+  }
+  EXPECT_EQ(l.samples_per_iteration(), 24);
+  // It builds, validates and estimates as any layout.
+  const Plan plan = build_plan(cluster, net, l, cost);
+  EXPECT_NO_THROW(require_valid(plan));
+  EXPECT_GT(estimate_plan(plan, cost).iteration_time_s, 0);
+}
+
+// The split's oracle: every way of giving `total` micro-batches to the workers (at least one
+// each), the least largest finish time (m v + p - 1) x bottleneck.
+TEST(GroupedPolicy, TheBatchSplitMinimisesTheSlowestPipelinesFinish) {
+  const std::vector<std::vector<double>> bottlenecks = {{1.0, 1.0}, {1.0, 3.0}, {0.7, 1.3, 2.9}, {2.0, 0.5, 0.5}};
+  const std::vector<std::vector<int>> depths = {{4, 2}, {1, 4}, {3, 1, 2}, {1, 8, 2}};
+  for (size_t c = 0; c < bottlenecks.size(); ++c) {
+    for (int v = 1; v <= 2; ++v) {
+      for (int total = static_cast<int>(depths[c].size()); total <= 13; ++total) {
+        const auto finish = [&](const std::vector<int>& m) {
+          double worst = 0;
+          for (size_t w = 0; w < m.size(); ++w) worst = std::max(worst, (m[w] * v + depths[c][w] - 1) * bottlenecks[c][w]);
+          return worst;
+        };
+        double best = std::numeric_limits<double>::infinity();
+        std::vector<int> m(depths[c].size(), 1);
+        const std::function<void(size_t, int)> each = [&](size_t w, int left) {
+          if (w + 1 == m.size()) {
+            m[w] = left;
+            best = std::min(best, finish(m));
+            return;
+          }
+          for (int k = 1; k <= left - static_cast<int>(m.size() - w - 1); ++k) {
+            m[w] = k;
+            each(w + 1, left - k);
+          }
+        };
+        each(0, total);
+        const std::vector<int> split = policy_detail::split_microbatches_by_makespan(total, bottlenecks[c], depths[c], v);
+        int sum = 0;
+        for (const int k : split) {
+          EXPECT_GE(k, 1);
+          sum += k;
+        }
+        EXPECT_EQ(sum, total);
+        EXPECT_NEAR(finish(split), best, 1e-12) << "case " << c << ", v " << v << ", " << total << " micro-batches";
+      }
+    }
+  }
+}
+
+TEST(GroupedPolicy, FasterWorkersTakeMoreOfTheBatch) {
+  const model::Cluster cluster = mixed();
+  const model::Network net = gpt();
+  const Layout l = make_layout(cluster, net, grouped("*x2 V100-16, *x2 T4", 48), CostModel(cluster, net.precision));
+  ASSERT_EQ(l.workers.size(), 6u);
+  EXPECT_EQ(l.samples_per_iteration(), 48);
+  int v100 = 0, t4 = 0;
+  for (const VirtualWorker& w : l.workers) {
+    (type_of(cluster, w.ranks[0][0]) == "T4" ? t4 : v100) = w.microbatches;
+  }
+  EXPECT_GT(v100, t4);
+}
+
+TEST(GroupedPolicy, TheSearchsGroupingsDropSlowTypesAndMixThem) {
+  const model::Cluster cluster = mixed();
+  PlanOptions base;
+  const std::vector<Grouping> g = search_groupings(cluster, gpt(), 1, base);
+  std::set<std::string> specs;
+  for (const Grouping& x : g) {
+    specs.insert(x.groups);
+    EXPECT_NO_THROW(parse_groups(x.groups, cluster)) << x.groups;
+  }
+  // The V100 alone (the T4 idle), each type in pipelines of its own, and mixed workers.
+  EXPECT_TRUE(specs.count("*x1 V100-16")) << g.size();
+  EXPECT_TRUE(specs.count("*x1 V100-16, *x1 T4"));
+  EXPECT_TRUE(specs.count("*x2 V100-16, *x2 T4"));
+  EXPECT_TRUE(specs.count("4x(2 V100-16 + 1 T4)"));
+  EXPECT_TRUE(specs.count("2x(4 V100-16 + 2 T4)"));
+  // One GPU type: nothing the uniform and balanced policies do not lay out already.
+  EXPECT_TRUE(search_groupings(model::parse_cluster("name: one\nnodes:\n  - {name: a, gpu: A100-80, gpus: 8}\n", "one.yaml"),
+                               gpt(), 1, base)
+                  .empty());
+}
