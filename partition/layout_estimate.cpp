@@ -11,7 +11,8 @@
 //    builder's global order (data_parallel_segments), then tied embeddings and the optimizer.
 //  - Parameter servers: pushes after each device's last operation, queued per device and
 //    server, one update per server once all its pushes are in, pulls queued per server and
-//    device.
+//    device. Under WSP a chunk's first forward computes once its pulls of D + 1 iterations
+//    back are in (its input gathers need not wait for them), as the plan's offset edges say.
 #include "partition/layout_estimate.hpp"
 
 #include <algorithm>
@@ -196,9 +197,20 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
 // What running one worker's pipeline leaves for the rest of the iteration.
 struct WorkerRun {
   std::vector<double> rank_end_s;         // per rank: the end of its last operation
+  std::vector<double> channel_free;       // per sending rank and direction: when its channel is free
   std::vector<std::vector<double>> busy;  // per rank and tensor rank: compute and collectives
   double bubble_sum = 0;                  // over its devices: 1 - F/B/W compute / the worker's span
   int bubble_count = 0;
+};
+
+// Where a worker's pipeline starts an iteration from: when each rank's compute stream and
+// each channel are free (the last iteration's ends: a plan's streams run their tasks of
+// iteration i after those of i - 1), and when each chunk's first forward (of micro-batch 0)
+// may start (WSP: the pull of iteration i - D - 1 arrived). Empty: all at 0.
+struct PipelineStart {
+  std::vector<double> rank_free;
+  std::vector<double> channel_free;
+  std::vector<double> first_forward;  // per chunk
 };
 
 // The same times for the same pipeline: workers whose chunks cost alike run alike.
@@ -213,13 +225,16 @@ bool same_timing(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), same);
 }
 
-WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, const RankPrograms& programs, int m) {
+WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, const RankPrograms& programs, int m,
+                       const PipelineStart& from) {
   const int p = static_cast<int>(programs.size());
   const size_t count = chunks.size(), mbs = static_cast<size_t>(m);
   std::vector<double> end_f(count * mbs, kNotYet), end_b(count * mbs, kNotYet);
   std::vector<double> input_at(count * mbs, kNotYet), grad_at(count * mbs, kNotYet);
-  std::vector<double> channel_free(static_cast<size_t>(p) * 2, 0);  // per sending rank and direction
-  std::vector<double> rank_free(static_cast<size_t>(p), 0);
+  std::vector<double> channel_free = from.channel_free;  // per sending rank and direction
+  std::vector<double> rank_free = from.rank_free;
+  channel_free.resize(static_cast<size_t>(p) * 2, 0);
+  rank_free.resize(static_cast<size_t>(p), 0);
   WorkerRun run;
   run.busy.resize(static_cast<size_t>(p));
   std::vector<std::vector<double>> compute_s(static_cast<size_t>(p));  // the bubble's busy time
@@ -242,9 +257,10 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
         const size_t k = static_cast<size_t>(op.chunk * p + r);
         const size_t at = k * mbs + static_cast<size_t>(op.microbatch);
         if (k >= count) throw PlanError("estimate_layout: the schedule names chunk " + std::to_string(k) + " of " + std::to_string(count));
-        double ready = 0;
+        double ready = 0, compute_ready = 0;  // the latter: the compute's own wait, after any gathers
         if (op.kind == OpKind::F) {
           ready = k == 0 ? 0 : input_at[at];
+          if (op.microbatch == 0 && k < from.first_forward.size()) compute_ready = from.first_forward[k];
         } else if (op.kind == OpKind::B) {
           ready = k + 1 == count ? end_f[at] : grad_at[at];
         } else {
@@ -253,17 +269,18 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
         if (ready < 0) break;  // waits for another rank
         const Chunk& c = chunks[k];
         const double start = std::max(rank_free[static_cast<size_t>(r)], ready);
-        const double d = op.kind == OpKind::F ? c.f_s : op.kind == OpKind::B ? c.b_s : c.w_s;
-        const double end = start + d;
-        rank_free[static_cast<size_t>(r)] = end;
         const auto& compute = op.kind == OpKind::F ? c.f_compute_s : op.kind == OpKind::B ? c.b_compute_s : c.w_compute_s;
         const double before = op.kind == OpKind::F ? c.f_before_s : op.kind == OpKind::B ? c.b_before_s : 0;
         const double after = op.kind == OpKind::F ? c.f_after_s : op.kind == OpKind::B ? c.b_after_s : 0;
-        span_begin = std::min(span_begin, start + before);
+        // The gathers run as soon as the input is there; the compute waits for its weights too.
+        const double compute_start = std::max(start + before, compute_ready);
+        const double end = compute_start + largest(compute) + after;
+        rank_free[static_cast<size_t>(r)] = end;
+        span_begin = std::min(span_begin, compute_start);
         for (size_t j = 0; j < c.devices->size(); ++j) {
           run.busy[static_cast<size_t>(r)][j] += before + compute[j] + after;
           compute_s[static_cast<size_t>(r)][j] += compute[j];
-          span_end = std::max(span_end, start + before + compute[j]);
+          span_end = std::max(span_end, compute_start + compute[j]);
         }
         const auto send = [&](int dir, double transfer_s, size_t to, std::vector<double>& arrived) {
           double& free = channel_free[static_cast<size_t>(r) * 2 + static_cast<size_t>(dir)];
@@ -288,6 +305,7 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
     if (!moved) throw PlanError("estimate_layout: the schedule " + layout.schedule + " deadlocks");
   }
   run.rank_end_s = rank_free;
+  run.channel_free = std::move(channel_free);
   const double span = span_end - span_begin;
   for (const auto& rank : compute_s) {
     for (const double busy : rank) {
@@ -328,22 +346,21 @@ double optimizer_s(const CostModel& cost, int device, double params) {
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost) {
   const Schedule& schedule = schedule_by_name(layout.schedule);
   const auto devices = static_cast<size_t>(cost.device_count());
+  const int iterations = std::max(1, layout.iterations);
   LayoutEstimate out;
   out.busy_s.assign(devices, 0);
-  std::vector<double> last_end(devices, 0), params(devices, 0);
+  std::vector<double> params(devices, 0);
   std::vector<DeviceMemory> memory(devices);
   std::vector<bool> computes(devices, false);
   const bool allreduce = layout.sync.kind == SyncKind::allreduce;
-  double bubble_sum = 0, makespan = 0;
-  int bubble_count = 0;
   WorkMemo memo(network, layout);
   std::map<std::tuple<int, int, int>, RankPrograms> programs_of;  // (p, m, v)
-  struct Ran {
-    int microbatches;
+  struct Worker {
+    const RankPrograms* programs = nullptr;
     std::vector<Chunk> chunks;
-    WorkerRun run;
+    int same_as = -1;  // an earlier worker whose pipeline costs alike (it runs alike from the same start)
   };
-  std::vector<Ran> ran;  // one per distinct worker timing
+  std::vector<Worker> workers(layout.workers.size());
   for (size_t w = 0; w < layout.workers.size(); ++w) {
     const VirtualWorker& vw = layout.workers[w];
     const int p = static_cast<int>(vw.ranks.size());
@@ -356,20 +373,16 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
     if (programs_at == programs_of.end()) {
       programs_at = programs_of.emplace(std::make_tuple(p, vw.microbatches, v), schedule.build(p, vw.microbatches, v)).first;
     }
-    const RankPrograms& programs = programs_at->second;
-    std::vector<Chunk> chunks = chunks_of(network, layout, cost, static_cast<int>(w), schedule.splits_backward, memo);
-    const Ran* same = nullptr;
-    for (const Ran& r : ran) {
-      if (r.microbatches == vw.microbatches && same_timing(r.chunks, chunks)) same = &r;
+    Worker& worker = workers[w];
+    worker.programs = &programs_at->second;
+    worker.chunks = chunks_of(network, layout, cost, static_cast<int>(w), schedule.splits_backward, memo);
+    for (size_t x = 0; x < w && worker.same_as < 0; ++x) {
+      if (workers[x].same_as < 0 && layout.workers[x].microbatches == vw.microbatches &&
+          same_timing(workers[x].chunks, worker.chunks)) {
+        worker.same_as = static_cast<int>(x);
+      }
     }
-    if (same == nullptr) {
-      WorkerRun fresh = run_pipeline(layout, chunks, programs, vw.microbatches);
-      ran.push_back({vw.microbatches, std::move(chunks), std::move(fresh)});
-      same = &ran.back();
-    }
-    const WorkerRun& run = same->run;
-    bubble_sum += run.bubble_sum;
-    bubble_count += run.bubble_count;
+    const RankPrograms& programs = *worker.programs;
     for (int r = 0; r < p; ++r) {
       const auto& rank = vw.ranks[static_cast<size_t>(r)];
       const int t = static_cast<int>(rank.size());
@@ -391,11 +404,8 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
       m.activations_bytes = activation_peak_bytes(programs[static_cast<size_t>(r)], stash_bytes,
                                                   layout.recompute == Recompute::full ? largest_layer_bytes : 0,
                                                   schedule.splits_backward);
-      for (size_t j = 0; j < rank.size(); ++j) {
-        const int d = rank[j];
+      for (const int d : rank) {
         const auto dd = static_cast<size_t>(d);
-        last_end[dd] = run.rank_end_s[static_cast<size_t>(r)];
-        out.busy_s[dd] += run.busy[static_cast<size_t>(r)][j];
         computes[dd] = true;
         params[dd] += rank_params;
         memory[dd] = m;
@@ -408,55 +418,8 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
     return vw.ranks[static_cast<size_t>(vw.stages[static_cast<size_t>(stage)].rank)][static_cast<size_t>(j)];
   };
   const double e = model::element_bytes(layout.precision);
-  if (allreduce) {
-    std::vector<double> comm_free(devices, 0);
-    const auto run_collective = [&](const std::vector<int>& members, double duration_s) {
-      double start = 0;
-      for (int d : members) start = std::max({start, comm_free[static_cast<size_t>(d)], last_end[static_cast<size_t>(d)]});
-      for (int d : members) comm_free[static_cast<size_t>(d)] = start + duration_s;
-    };
-    for (const builder::Segment& seg : builder::data_parallel_segments(network, layout)) {
-      for (const builder::Segment::Piece& piece : seg.pieces) {
-        std::vector<int> members;
-        for (size_t w = 0; w < layout.workers.size(); ++w) {
-          members.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
-        }
-        const double bucket_s = collective_s(cost, CollectiveKind::all_reduce, layout.sync.algorithm, members,
-                                             piece.bytes / piece.buckets);
-        run_collective(members, bucket_s * piece.buckets);
-      }
-    }
-    // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).
-    const double grad_bytes_per_param = layout.fp32_grad_accumulation ? 4.0 : e;
-    for (size_t w = 0; w < layout.workers.size(); ++w) {
-      const VirtualWorker& vw = layout.workers[w];
-      for (size_t k = 1; k < vw.stages.size(); ++k) {
-        const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
-        double tied = 0;
-        for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
-          const model::Layer& layer = network.layers[static_cast<size_t>(l)];
-          tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
-        }
-        if (tied <= 0) continue;
-        for (const builder::Share& share : builder::shares({t0, tk})) {
-          const int first = device_of(w, 0, share.rank_of[0]);
-          const int holder = device_of(w, static_cast<int>(k), share.rank_of[1]);
-          if (first == holder) continue;
-          const double bytes = (t0 == tk ? tied : tied * share.fraction) * grad_bytes_per_param;
-          run_collective({first, holder}, collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
-                                                       {first, holder}, bytes));
-        }
-      }
-    }
-    for (size_t d = 0; d < devices; ++d) {
-      if (!computes[d]) continue;
-      const double s = optimizer_s(cost, static_cast<int>(d), params[d]);
-      out.busy_s[d] += s;
-      makespan = std::max(makespan, std::max(last_end[d], comm_free[d]) + s);
-    }
-  } else {
-    // Parameter servers (Builder::add_parameter_server_sync).
-    const std::vector<int>& server_of = layout.sync.layer_server;
+  const std::vector<int>& server_of = layout.sync.layer_server;
+  if (!allreduce) {
     if (server_of.size() != network.layers.size()) {
       throw InputError("<layout>", 0, "sync.layer_server", "expected one server device per layer");
     }
@@ -465,70 +428,186 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         throw InputError("<layout>", 0, "sync.layer_server", "server device " + std::to_string(s) + " does not exist");
       }
     }
-    // A channel's queue: per device, (peer, when it is free).
-    const auto queue = [](std::vector<std::pair<int, double>>& of_device, int peer) -> double& {
-      for (auto& [p, free] : of_device) {
-        if (p == peer) return free;
-      }
-      return of_device.emplace_back(peer, 0.0).second;
-    };
-    std::vector<std::vector<std::pair<int, double>>> push_free(devices), pull_free(devices);
-    std::map<int, double> pushed;  // server -> when its last push is in
-    struct Pull {
-      int server, device;
-      double bytes;
-    };
-    std::vector<Pull> pulls;
+  }
+
+  // Iteration after iteration, each stream and channel carrying on from where the last left it.
+  std::vector<double> stream_free(devices, 0);  // the compute stream
+  std::vector<double> comm_free(devices, 0);    // all-reduce: the comm stream
+  std::vector<std::vector<double>> channels(layout.workers.size());  // per worker: its pipeline channels
+  // Parameter servers: per device, (peer, when that channel is free); per server, its update stream.
+  std::vector<std::vector<std::pair<int, double>>> push_free(devices), pull_free(devices);
+  std::map<int, double> update_free;
+  // WSP: per iteration, when each (worker, chunk, tensor rank) has all its pulls.
+  std::vector<std::map<std::tuple<int, int, int>, double>> pulled(static_cast<size_t>(iterations));
+  const int staleness = layout.sync.kind == SyncKind::wsp ? layout.sync.staleness : 0;
+  std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
+  double bubble_sum = 0;
+  int bubble_count = 0;
+  for (int it = 0; it < iterations; ++it) {
+    double& makespan = iteration_end[static_cast<size_t>(it)];
+    std::vector<double> last_end(devices, 0);
+    std::vector<WorkerRun> runs(layout.workers.size());
     for (size_t w = 0; w < layout.workers.size(); ++w) {
       const VirtualWorker& vw = layout.workers[w];
-      for (size_t k = 0; k < vw.stages.size(); ++k) {
-        const int t = vw.tensor_of(k);
-        const auto& params_per_server = memo.per_server(vw.stages[k], t, server_of);
-        for (int j = 0; j < t; ++j) {
-          const int device = device_of(w, static_cast<int>(k), j);
-          const double ready = last_end[static_cast<size_t>(device)];
-          for (const auto& [server, n] : params_per_server) {
-            if (n <= 0) continue;
-            double in = ready;
-            if (server != device) {
-              double& free = queue(push_free[static_cast<size_t>(device)], server);
-              free = std::max(free, ready) + cost.transfer_time_s(device, server, n * e);
-              in = free;
+      const Worker& worker = workers[w];
+      const int p = static_cast<int>(vw.ranks.size());
+      PipelineStart from;
+      if (it > 0) {
+        from.channel_free = channels[w];
+        for (const auto& rank : vw.ranks) {
+          double free = 0;
+          for (const int d : rank) free = std::max(free, stream_free[static_cast<size_t>(d)]);
+          from.rank_free.push_back(free);
+        }
+        const int source = it - staleness - 1;  // the iteration whose pulls the first forwards wait for
+        if (!allreduce && source >= 0) {
+          from.first_forward.assign(vw.stages.size(), 0);
+          for (size_t k = 0; k < vw.stages.size(); ++k) {
+            for (int j = 0; j < vw.tensor_of(k); ++j) {
+              const auto at = pulled[static_cast<size_t>(source)].find({static_cast<int>(w), static_cast<int>(k), j});
+              if (at != pulled[static_cast<size_t>(source)].end()) from.first_forward[k] = std::max(from.first_forward[k], at->second);
             }
-            pushed[server] = std::max(pushed[server], in);
-            pulls.push_back({server, device, n * e});
           }
         }
       }
-    }
-    std::map<int, double> updated;  // server -> end of its update
-    for (const auto& [server, in] : pushed) {
-      double n = 0;
-      for (size_t l = 0; l < server_of.size(); ++l) {
-        if (server_of[l] == server) n += params_per_device(network, static_cast<int>(l), static_cast<int>(l) + 1, 1);
+      // From the same start (every stream free at 0: the first iteration), alike workers run alike.
+      runs[w] = it == 0 && worker.same_as >= 0 ? runs[static_cast<size_t>(worker.same_as)]
+                                               : run_pipeline(layout, worker.chunks, *worker.programs, vw.microbatches, from);
+      const WorkerRun& run = runs[w];
+      channels[w] = run.channel_free;
+      bubble_sum += run.bubble_sum;
+      bubble_count += run.bubble_count;
+      for (int r = 0; r < p; ++r) {
+        const auto& rank = vw.ranks[static_cast<size_t>(r)];
+        for (size_t j = 0; j < rank.size(); ++j) {
+          const auto dd = static_cast<size_t>(rank[j]);
+          last_end[dd] = run.rank_end_s[static_cast<size_t>(r)];
+          stream_free[dd] = last_end[dd];
+          out.busy_s[dd] += run.busy[static_cast<size_t>(r)][j];
+        }
       }
-      const double s = optimizer_s(cost, server, n);
-      out.busy_s[static_cast<size_t>(server)] += s;
-      updated[server] = in + s;
-      memory[static_cast<size_t>(server)].optimizer_bytes += n * model::adam_state_bytes(layout.precision);
-      if (!computes[static_cast<size_t>(server)]) {  // a server alone: its state and the workspace
-        memory[static_cast<size_t>(server)].capacity_bytes = cost.memory_capacity_bytes(server);
-        memory[static_cast<size_t>(server)].workspace_bytes = layout.workspace_bytes;
-        computes[static_cast<size_t>(server)] = true;
-      }
     }
-    for (const Pull& pull : pulls) {
-      double in = updated.at(pull.server);
-      if (pull.server != pull.device) {
-        double& free = queue(pull_free[static_cast<size_t>(pull.device)], pull.server);
-        free = std::max(free, in) + cost.transfer_time_s(pull.server, pull.device, pull.bytes);
-        in = free;
+    if (allreduce) {
+      const auto run_collective = [&](const std::vector<int>& members, double duration_s) {
+        double start = 0;
+        for (int d : members) start = std::max({start, comm_free[static_cast<size_t>(d)], last_end[static_cast<size_t>(d)]});
+        for (int d : members) comm_free[static_cast<size_t>(d)] = start + duration_s;
+      };
+      for (const builder::Segment& seg : builder::data_parallel_segments(network, layout)) {
+        for (const builder::Segment::Piece& piece : seg.pieces) {
+          std::vector<int> members;
+          for (size_t w = 0; w < layout.workers.size(); ++w) {
+            members.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
+          }
+          const double bucket_s = collective_s(cost, CollectiveKind::all_reduce, layout.sync.algorithm, members,
+                                               piece.bytes / piece.buckets);
+          run_collective(members, bucket_s * piece.buckets);
+        }
       }
-      makespan = std::max(makespan, in);
+      // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).
+      const double grad_bytes_per_param = layout.fp32_grad_accumulation ? 4.0 : e;
+      for (size_t w = 0; w < layout.workers.size(); ++w) {
+        const VirtualWorker& vw = layout.workers[w];
+        for (size_t k = 1; k < vw.stages.size(); ++k) {
+          const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
+          double tied = 0;
+          for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
+            const model::Layer& layer = network.layers[static_cast<size_t>(l)];
+            tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
+          }
+          if (tied <= 0) continue;
+          for (const builder::Share& share : builder::shares({t0, tk})) {
+            const int first = device_of(w, 0, share.rank_of[0]);
+            const int holder = device_of(w, static_cast<int>(k), share.rank_of[1]);
+            if (first == holder) continue;
+            const double bytes = (t0 == tk ? tied : tied * share.fraction) * grad_bytes_per_param;
+            run_collective({first, holder}, collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                                         {first, holder}, bytes));
+          }
+        }
+      }
+      // The optimizer, on the compute stream after the device's gradients and their syncs.
+      for (size_t d = 0; d < devices; ++d) {
+        if (!computes[d]) continue;
+        const double s = optimizer_s(cost, static_cast<int>(d), params[d]);
+        out.busy_s[d] += s;
+        stream_free[d] = std::max(last_end[d], comm_free[d]) + s;
+        makespan = std::max(makespan, stream_free[d]);
+      }
+    } else {
+      // Parameter servers (Builder::add_parameter_server_sync).
+      // A channel's queue: per device, (peer, when it is free).
+      const auto queue = [](std::vector<std::pair<int, double>>& of_device, int peer) -> double& {
+        for (auto& [p, free] : of_device) {
+          if (p == peer) return free;
+        }
+        return of_device.emplace_back(peer, 0.0).second;
+      };
+      std::map<int, double> pushed;  // server -> when its last push is in
+      struct Pull {
+        int server, device;
+        double bytes;
+        std::tuple<int, int, int> chunk;  // (worker, stage, tensor rank) whose weights it brings
+      };
+      std::vector<Pull> pulls;
+      for (size_t w = 0; w < layout.workers.size(); ++w) {
+        const VirtualWorker& vw = layout.workers[w];
+        for (size_t k = 0; k < vw.stages.size(); ++k) {
+          const int t = vw.tensor_of(k);
+          const auto& params_per_server = memo.per_server(vw.stages[k], t, server_of);
+          for (int j = 0; j < t; ++j) {
+            const int device = device_of(w, static_cast<int>(k), j);
+            const double ready = last_end[static_cast<size_t>(device)];
+            for (const auto& [server, n] : params_per_server) {
+              if (n <= 0) continue;
+              double in = ready;
+              if (server != device) {
+                double& free = queue(push_free[static_cast<size_t>(device)], server);
+                free = std::max(free, ready) + cost.transfer_time_s(device, server, n * e);
+                in = free;
+              }
+              pushed[server] = std::max(pushed[server], in);
+              pulls.push_back({server, device, n * e, {static_cast<int>(w), static_cast<int>(k), j}});
+            }
+          }
+        }
+      }
+      std::map<int, double> updated;  // server -> end of its update
+      for (const auto& [server, in] : pushed) {
+        double n = 0;
+        for (size_t l = 0; l < server_of.size(); ++l) {
+          if (server_of[l] == server) n += params_per_device(network, static_cast<int>(l), static_cast<int>(l) + 1, 1);
+        }
+        const double s = optimizer_s(cost, server, n);
+        out.busy_s[static_cast<size_t>(server)] += s;
+        double& free = update_free[server];  // its own stream: after its last update
+        free = std::max(free, in) + s;
+        updated[server] = free;
+        if (it > 0) continue;
+        memory[static_cast<size_t>(server)].optimizer_bytes += n * model::adam_state_bytes(layout.precision);
+        if (!computes[static_cast<size_t>(server)]) {  // a server alone: its state and the workspace
+          memory[static_cast<size_t>(server)].capacity_bytes = cost.memory_capacity_bytes(server);
+          memory[static_cast<size_t>(server)].workspace_bytes = layout.workspace_bytes;
+          computes[static_cast<size_t>(server)] = true;
+        }
+      }
+      for (const Pull& pull : pulls) {
+        double in = updated.at(pull.server);
+        if (pull.server != pull.device) {
+          double& free = queue(pull_free[static_cast<size_t>(pull.device)], pull.server);
+          free = std::max(free, in) + cost.transfer_time_s(pull.server, pull.device, pull.bytes);
+          in = free;
+        }
+        double& arrived = pulled[static_cast<size_t>(it)][pull.chunk];
+        arrived = std::max(arrived, in);
+        makespan = std::max(makespan, in);
+      }
+      for (size_t d = 0; d < devices; ++d) makespan = std::max(makespan, last_end[d]);
     }
-    for (size_t d = 0; d < devices; ++d) makespan = std::max(makespan, last_end[d]);
   }
-  out.iteration_time_s = makespan;
+  // The plan's estimate over several iterations: the steady state between the first and the last.
+  out.iteration_time_s = iterations > 1 ? (iteration_end.back() - iteration_end.front()) / (iterations - 1) : iteration_end.front();
+  for (double& busy : out.busy_s) busy /= iterations;
   out.bubble_fraction = bubble_count > 0 ? bubble_sum / bubble_count : 0;
   out.headroom_bytes = std::numeric_limits<double>::infinity();
   for (size_t d = 0; d < devices; ++d) {

@@ -8,11 +8,14 @@
 // collectives the builder puts around it), activations and gradients between chunks as
 // transfers that queue on their channel, then the data-parallel all-reduce of each gradient
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
-// pushes, updates and pulls. One iteration, no contention: the same model as estimate_plan
-// of the built plan, with the differences listed in layout_estimate.cpp (none of which
-// acts where a tensor group is one GPU type), so the two agree: to rounding on every layout
-// tests/partition/layout_estimate_test.cpp compares. At a small part of the cost: no
-// tensors, names or streams, and one value per rank of a tensor group.
+// pushes, updates and pulls. Over the layout's iterations, each stream and channel carrying
+// on from where the last iteration left it, and under WSP each chunk's first forward waiting
+// for its pull D + 1 iterations back; the steady state as estimate_plan takes it. No
+// contention: the same model as estimate_plan of the built plan, with the differences listed
+// in layout_estimate.cpp (none of which acts where a tensor group is one GPU type), so the
+// two agree: to rounding on every layout tests/partition/layout_estimate_test.cpp compares.
+// At a small part of the cost: no tensors, names or streams, and one value per rank of a
+// tensor group.
 //
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
 // exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
@@ -30,9 +33,9 @@
 namespace hetflow::partition {
 
 struct LayoutEstimate {
-  double iteration_time_s = 0;  // one iteration's makespan
+  double iteration_time_s = 0;  // one iteration's makespan; over several, the steady state
   double bubble_fraction = 0;   // BubbleMeter's definition, over the pipeline operations
-  std::vector<double> busy_s;   // per device: compute, tensor-parallel collectives and optimizer
+  std::vector<double> busy_s;   // per device and iteration: compute, tensor-parallel collectives and optimizer
   double headroom_bytes = 0;    // the least free memory of any device that runs a task (a bound: above)
   int slowest_device = -1;      // the busiest device
 };

@@ -45,6 +45,7 @@ struct PlanOptions {
   // data-parallel replicas take a fraction of the time and memory.
   bool fold = false;
   double workspace_bytes = 1024.0 * 1024 * 1024;
+  bool operator==(const PlanOptions&) const = default;
 };
 
 struct PolicyInfo {

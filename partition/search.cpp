@@ -46,6 +46,8 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
   }
   if (s.schedules.empty()) s.schedules = {"1f1b", "gpipe", "interleaved"};
   if (s.recomputes.empty()) s.recomputes = {Recompute::none, Recompute::selective, Recompute::full};
+  // WSP on request: its staleness is the user's to accept (training with it converges
+  // differently), and its throughput only grows with it.
   if (s.syncs.empty()) s.syncs = {SyncKind::allreduce, SyncKind::ps};
   return s;
 }
@@ -205,7 +207,8 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
                 o.virtual_stages = schedule == "interleaved" ? 2 : 1;
                 o.recompute = r;
                 o.sync = sync;
-                o.staleness = 0;
+                o.staleness = sync == SyncKind::wsp ? s.staleness : 0;
+                o.iterations = estimated_iterations(o);
                 o.stage_layers.clear();
                 o.layout_file.clear();
                 o.groups = shape.groups;
@@ -220,6 +223,10 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
   return out;
 }
 
+int estimated_iterations(const PlanOptions& o) {
+  return o.sync == SyncKind::wsp && o.staleness > 0 ? std::max(o.iterations, 2 * o.staleness + 4) : o.iterations;
+}
+
 std::vector<std::string> candidate_families(const PlanOptions& o) {
   const SyncKind sync = o.sync.value_or(SyncKind::allreduce);
   std::vector<std::string> families = {"all", o.policy + "/" + std::string(to_string(sync))};
@@ -230,6 +237,25 @@ std::vector<std::string> candidate_families(const PlanOptions& o) {
 }
 
 namespace {
+// Whether two candidates differ only in which parameter-server sync they use (ps, or wsp at
+// some staleness, estimated over its own iterations): the policies lay them out alike.
+bool same_layout(const PlanOptions& a, PlanOptions b) {
+  const auto ps = [](const PlanOptions& o) { return o.sync == SyncKind::ps || o.sync == SyncKind::wsp; };
+  if (!ps(a) || !ps(b)) return false;
+  b.sync = a.sync;
+  b.staleness = a.staleness;
+  b.iterations = a.iterations;
+  return a == b;
+}
+
+// `layout` (of a candidate of the same group) with `options`' sync.
+Layout with_sync_of(Layout layout, const PlanOptions& options) {
+  layout.sync.kind = options.sync.value_or(layout.sync.kind);
+  layout.sync.staleness = options.staleness;
+  layout.iterations = options.iterations;
+  return layout;
+}
+
 bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                      const Layout& layout, const CostModel& cost, Candidate* out, std::string* why) {
   try {
@@ -320,31 +346,59 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     throw Error("search_plans: process " + std::to_string(spread.rank) + " of " + std::to_string(spread.size));
   }
   const auto size = static_cast<size_t>(spread.size), rank = static_cast<size_t>(spread.rank);
-  const int mine = static_cast<int>((candidates.size() + size - 1 - rank) / size);  // i = rank, rank + size, ...
-  in_parallel(mine, threads, [&](int k) {
-    const size_t at = rank + static_cast<size_t>(k) * size;
-    try {
-      layouts[at] = make_layout(cluster, network, candidates[at], cost);
-      const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
-      time_s[at] = e.iteration_time_s;
-      state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
-    } catch (const Error&) {
-      state[at] = kRefused;
+  // Candidates that differ only in their parameter-server sync (ps, or wsp and its staleness)
+  // have one layout: a group is laid out once. Process `rank` takes groups rank, rank + size, ...
+  std::vector<std::vector<size_t>> groups;
+  std::vector<size_t> group_of(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (i > 0 && same_layout(candidates[i - 1], candidates[i])) {
+      groups.back().push_back(i);
+    } else {
+      groups.push_back({i});
     }
-    if (state[at] != kScored) layouts[at] = Layout{};
-  }, on_progress, 0, mine);
+    group_of[i] = groups.size() - 1;
+  }
+  std::vector<size_t> my_groups;
+  for (size_t g = rank; g < groups.size(); g += size) my_groups.push_back(g);
+  in_parallel(static_cast<int>(my_groups.size()), threads, [&](int k) {
+    const std::vector<size_t>& group = groups[my_groups[static_cast<size_t>(k)]];
+    Layout laid_out;
+    bool refused = false;
+    try {
+      laid_out = make_layout(cluster, network, candidates[group.front()], cost);
+    } catch (const Error&) {
+      refused = true;
+    }
+    for (const size_t at : group) {
+      state[at] = kRefused;
+      if (refused) continue;
+      try {
+        layouts[at] = with_sync_of(laid_out, candidates[at]);
+        const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
+        time_s[at] = e.iteration_time_s;
+        state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
+      } catch (const Error&) {
+        state[at] = kRefused;
+      }
+      if (state[at] != kScored) layouts[at] = Layout{};
+    }
+  }, on_progress, 0, static_cast<int>(my_groups.size()));
   if (size > 1) {
-    // Every process's (state, time) pairs, in its candidates' order, in rank order.
+    // Every process's (state, time) pairs, in its groups' order, in rank order.
     std::vector<double> part;
-    for (size_t at = rank; at < candidates.size(); at += size) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at]});
+    for (const size_t g : my_groups) {
+      for (const size_t at : groups[g]) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at]});
+    }
     const std::vector<double> all = spread.all_gather(part);
     if (all.size() != 2 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
     size_t next = 0;
     for (size_t r = 0; r < size; ++r) {
-      for (size_t at = r; at < candidates.size(); at += size) {
-        state[at] = static_cast<char>(all[next]);
-        time_s[at] = all[next + 1];
-        next += 2;
+      for (size_t g = r; g < groups.size(); g += size) {
+        for (const size_t at : groups[g]) {
+          state[at] = static_cast<char>(all[next]);
+          time_s[at] = all[next + 1];
+          next += 2;
+        }
       }
     }
   }
@@ -381,7 +435,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
       // Another process scored it: lay it out again (the policies are deterministic).
       bool ok = true;
       try {
-        if (at % size != rank) layouts[at] = make_layout(cluster, network, candidates[at], cost);
+        if (group_of[at] % size != rank) layouts[at] = make_layout(cluster, network, candidates[at], cost);
       } catch (const Error&) {
         ok = false;
       }

@@ -30,9 +30,17 @@ struct SearchSpace {
   std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
   std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
   std::vector<Recompute> recomputes;   // none, selective, full
-  std::vector<SyncKind> syncs;         // allreduce, ps
+  std::vector<SyncKind> syncs;         // allreduce, ps (wsp when asked for)
   std::vector<std::string> groupings;  // policy grouped's `groups`; default: search_groupings'
+  // WSP's staleness bound D: the most a user's training tolerates (throughput only grows with
+  // it, so the search takes it as given). A WSP candidate is estimated over 2 D + 4 iterations
+  // (its steady state: a worker waits for the pull D + 1 iterations back), and so simulated.
+  int staleness = 1;
 };
+
+// How many iterations a candidate is estimated over: 2 D + 4 for WSP with D >= 1, else the
+// base options'.
+int estimated_iterations(const PlanOptions& options);
 
 struct Candidate {
   PlanOptions options;

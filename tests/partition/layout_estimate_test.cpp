@@ -108,3 +108,43 @@ TEST(LayoutEstimate, AgreesUnderOperationCostsSequenceParallelismSplitBackwardAn
   std::printf("%d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
               a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
 }
+
+// Several iterations: each stream carries on from where the last iteration left it, and under
+// WSP a chunk's first forward waits for its pull D + 1 iterations back, as the plan's order
+// edges say; the steady state is the plan's (end of the last iteration - end of the first) /
+// (iterations - 1). Workers of unequal speed (grouped, HetPipe) are where D acts.
+TEST(LayoutEstimate, AgreesOverSeveralIterationsWithWspStaleness) {
+  const model::Cluster cluster = mixed_cluster();
+  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
+  partition::SearchSpace space;
+  space.policies = {"balanced", "hetpipe-np", "hetpipe-hd", "grouped"};
+  space.micro_batches = {2};
+  space.recomputes = {partition::Recompute::none};
+  space.syncs = {partition::SyncKind::allreduce, partition::SyncKind::ps, partition::SyncKind::wsp};
+  partition::PlanOptions base;
+  base.precision = net.precision;
+  base.iterations = 3;
+  const partition::CostModel cost(cluster, net.precision);
+  int faster = 0;
+  for (const int d : {1, 2}) {
+    space.staleness = d;
+    const Agreement a = compare(cluster, net, 16, space, base, cost);
+    ASSERT_GT(a.compared, 60);
+    std::printf("D %d, %d layouts: iteration time off by at most %.2g\n", d, a.compared, a.time_error.back());
+  }
+  // Staleness pays where workers differ: some WSP candidate beats its synchronous twin.
+  space.staleness = 2;
+  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, 16, space, base)) {
+    if (o.sync != partition::SyncKind::wsp) continue;
+    partition::PlanOptions sync = o;
+    sync.staleness = 0;
+    try {
+      const double stale = partition::estimate_layout(net, partition::make_layout(cluster, net, o, cost), cost).iteration_time_s;
+      const double wave = partition::estimate_layout(net, partition::make_layout(cluster, net, sync, cost), cost).iteration_time_s;
+      EXPECT_LE(stale, wave * (1 + 1e-9)) << partition::candidate_summary(o, 0);
+      faster += stale < 0.99 * wave;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(faster, 0);
+}

@@ -36,10 +36,18 @@ TEST(Search, TheSpaceUsesEveryDeviceAndLeavesHetPipeItsOwnWorkers) {
       EXPECT_EQ(o.virtual_stages, 2);
     }
   }
-  EXPECT_EQ(policies.size(), 5u);
+  EXPECT_EQ(policies.size(), 5u);  // grouped has no candidates here
+  partition::SearchSpace with_wsp;
+  with_wsp.syncs = {partition::SyncKind::wsp};
+  for (const PlanOptions& o : partition::search_candidates(cluster, net, 16, with_wsp, PlanOptions{})) {
+    // WSP at the default staleness 1, estimated over its steady state.
+    EXPECT_EQ(o.staleness, 1);
+    EXPECT_EQ(o.iterations, 6);
+  }
   // Tensor 1, 2, 4 x pipeline 1, 2, 4 (8 exceeds the layers) where t x p divides 8: all but
   // t4 p4, for each of the two layout policies; 5 micro-batch sizes, 3 recomputations, 2
-  // syncs; schedules: 1f1b and gpipe everywhere, interleaved from 2 stages on.
+  // syncs (allreduce, ps; wsp only when asked); schedules: 1f1b and gpipe everywhere, interleaved from 2 stages on. One GPU type:
+  // no groupings for policy grouped.
   const int grids = 8, deep = 5;  // (t, p) pairs, and those with p >= 2
   const int layout_policies = 2 * (grids * 2 + deep) * 5 * 3 * 2;
   const int hetpipe = 3 * 3 * 5 * 3 * 2;

@@ -92,6 +92,12 @@ TEST(SearchCli, BadOptionsNameTheOption) {
   const auto tensor = run_hetflow("search --model vgg19 --global-batch 8 --tensor 2,x");
   EXPECT_NE(tensor.status, 0);
   EXPECT_NE(tensor.err.find("--tensor"), std::string::npos) << tensor.err;
+  const auto staleness = run_hetflow("search --model vgg19 --global-batch 8 --staleness -1");
+  EXPECT_EQ(staleness.status, 2);
+  EXPECT_NE(staleness.err.find("--staleness"), std::string::npos) << staleness.err;
+  const auto grouping = run_hetflow("search --cluster hetpipe-testbed --model vgg19 --global-batch 8 --groupings '*x4 V100-16'");
+  EXPECT_EQ(grouping.status, 2);
+  EXPECT_NE(grouping.err.find("--groupings: hetpipe-testbed: group 1"), std::string::npos) << grouping.err;
   const auto recompute = run_hetflow("search --model vgg19 --global-batch 8 --recompute sometimes");
   EXPECT_NE(recompute.status, 0);
   EXPECT_NE(recompute.err.find("--recompute"), std::string::npos) << recompute.err;
@@ -212,7 +218,7 @@ TEST(SearchCli, ShowsProgressOnATerminalOnly) {
   // Long enough (7 s of scoring on one thread here) for the line, which waits a second, to show.
   const std::string args =
       "search --cluster hetpipe-testbed --model resnet152 --global-batch 128 --top 0 --threads 1 "
-      "--policies uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd";
+      "--policies uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd --sync allreduce,ps";
   const std::string search = std::string(HETFLOW_BIN) + " " + args;
   std::string shown;
   if (FILE* p = popen(("script -qec '" + search + " >/dev/null' /dev/null").c_str(), "r")) {
@@ -242,4 +248,24 @@ TEST(SearchCli, BeatsTheUniformLayoutAndEveryHetPipePolicyOnTheHetPipeTestbed) {
     EXPECT_LT(best, 0.99 * b["iteration_time_s"].get<double>()) << b["name"] << ": " << b["plan"] << "; best " << j["best"]["plan"];
   }
   for (const char* name : {"uniform (Megatron)", "hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) EXPECT_TRUE(names.count(name)) << name;
+}
+
+// WSP on request, at the staleness the user accepts: its candidates are estimated and
+// simulated over their steady state (2 D + 4 iterations), and the plan written says so.
+TEST(SearchCli, WspCandidatesRunAtTheGivenStalenessOverTheirSteadyState) {
+  const auto dir = scratch_dir() / "wsp";
+  std::filesystem::create_directories(dir);
+  const std::string cluster = mixed_cluster(dir), plan = (dir / "best.json").string();
+  const auto r = run_hetflow("search --cluster " + cluster + " " + kModel +
+                             " --policies hetpipe-np,grouped --sync wsp --staleness 2 --recompute none --out " + plan + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["best"]["sync"], "wsp");
+  EXPECT_EQ(j["best"]["staleness"], 2);
+  const auto sim = run_hetflow("simulate --plan " + plan + " --json");
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  const auto s = nlohmann::json::parse(sim.out);
+  EXPECT_EQ(s["iterations"], 8);
+  EXPECT_NEAR(s["iteration_time_s"].get<double>(), j["best"]["iteration_time_s"].get<double>(),
+              1e-6 * j["best"]["iteration_time_s"].get<double>());
 }
