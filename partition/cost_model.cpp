@@ -149,7 +149,7 @@ void CostModel::for_each_layer_op(const model::Network& network, const Layout& l
                                                 : OpPass::forward;
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const model::OpEfficiency gemm = type.op("gemm"), attention = type.op("attention"), memory = type.op("memory");
-  for (const Op& op : layer_ops(network, layer, pass, shape)) {
+  for (const Op& op : layer_ops(network, layer, pass, shape, layout.kernels)) {
     if (what == kRecomputeSelective && !selective_op(op.name)) continue;
     switch (op.cls) {
       case OpClass::gemm: part(op.name, gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_))); break;
@@ -161,7 +161,9 @@ void CostModel::for_each_layer_op(const model::Network& network, const Layout& l
 
 double CostModel::layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
   const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;
-  const auto key = std::make_tuple(&gpu, kind, what, layout.micro_batch_size, tensor, layout.sequence_parallel);
+  const KernelOptions& k = layout.kernels;
+  const int kernels = k.flash_attention + 2 * k.fused_softmax + 4 * k.fused_bias_gelu + 8 * k.fused_bias_dropout_add;
+  const auto key = std::make_tuple(&gpu, kind, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels);
   {
     const std::lock_guard<std::mutex> lock(op_cache_.mutex);
     if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;

@@ -139,11 +139,12 @@ class CostModel {
   std::vector<ComputeTerms> terms_;
   std::vector<int> device_terms_;  // per device: index into terms_
   // Operation times of one layer kind's passes, per GPU type and tensor-parallel degree:
-  // (GPU, layer kind, what, micro-batch, tensor, sequence parallel) -> seconds. Layers of
+  // (GPU, layer kind, what, micro-batch, tensor, sequence parallel, kernel options as bits)
+  // -> seconds. Layers of
   // one kind have one architecture, so a plan needs a handful of entries however large.
   struct OpCache {
     std::mutex mutex;
-    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, bool>, double> seconds;
+    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, bool, int>, double> seconds;
     OpCache() = default;
     OpCache(const OpCache&) {}  // a copy starts empty: its entries are recomputed on demand
     OpCache& operator=(const OpCache&) { return *this; }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "model/network.hpp"
+#include "partition/layout.hpp"
 
 namespace hetflow::partition {
 
@@ -47,13 +48,7 @@ struct Op {
 
 enum class OpPass { forward, backward_data, backward_weight };
 
-struct OpOptions {
-  bool flash_attention = false;
-  bool fused_softmax = true;           // scale, mask and softmax in one kernel
-  bool fused_bias_gelu = true;         // MLP up's bias added inside the activation
-  bool fused_bias_dropout_add = true;  // row-parallel bias, dropout and residual in one kernel
-  bool operator==(const OpOptions&) const = default;
-};
+using OpOptions = KernelOptions;  // a plan's layout.kernels
 
 struct OpShape {
   int micro_batch = 1;

@@ -47,6 +47,19 @@ struct VirtualWorker {
   bool operator==(const VirtualWorker&) const = default;
 };
 
+// The kernels a GPU runs for a decoder layer, in Megatron's options (--use-flash-attn and
+// the fusions it enables unless told --no-masked-softmax-fusion, --no-bias-gelu-fusion,
+// --no-bias-dropout-fusion). They change how many bytes the memory-bound operations move
+// (partition/layer_ops.hpp), and flash attention the activations kept (no s x s scores),
+// never the FLOPs counted.
+struct KernelOptions {
+  bool flash_attention = false;
+  bool fused_softmax = true;           // scale, mask and softmax in one kernel
+  bool fused_bias_gelu = true;         // MLP up's bias added inside the activation
+  bool fused_bias_dropout_add = true;  // row-parallel bias, dropout and residual in one kernel
+  bool operator==(const KernelOptions&) const = default;
+};
+
 struct Sync {
   SyncKind kind = SyncKind::allreduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
@@ -70,6 +83,7 @@ struct Layout {
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
   bool fp32_grad_accumulation = false;  // Megatron's fp32 main grads: +4 B/param
+  KernelOptions kernels;
   double workspace_bytes = 1024.0 * 1024 * 1024;  // per device: cuBLAS/NCCL buffers, fragmentation
   int iterations = 1;
   Sync sync;

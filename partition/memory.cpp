@@ -16,6 +16,10 @@ double params_per_device(const model::Network& network, int begin, int end, int 
   return params;
 }
 
+double layer_activation_bytes(const model::Layer& layer, const Layout& layout) {
+  return layer.stashed_bytes - (layout.kernels.flash_attention ? layer.attention_stash_bytes : 0);
+}
+
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
   return stashed_bytes_per_microbatch(layer, network, layout, layout.tensor);
 }
@@ -31,8 +35,9 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
     bytes = input_elems * model::element_bytes(network.precision);
     if (layout.sequence_parallel) bytes /= t;
   } else {
-    const double kept = layer.stashed_bytes -
-                        (layout.recompute == Recompute::selective ? layer.attention_stash_bytes : 0);
+    // Selective recomputation drops the scores flash attention never keeps.
+    const double kept = layout.recompute == Recompute::selective ? layer.stashed_bytes - layer.attention_stash_bytes
+                                                                  : layer_activation_bytes(layer, layout);
     if (layout.sequence_parallel || t == 1) {
       bytes = kept / t;
     } else {
@@ -59,7 +64,7 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
       const model::Layer& l = network.layers[static_cast<size_t>(i)];
       chunk_bytes += stashed_bytes_per_microbatch(l, network, layout, tensor);
       const double t = l.tp_splittable ? tensor : 1;
-      largest_layer_full_bytes = std::max(largest_layer_full_bytes, l.stashed_bytes / t * layout.micro_batch_size);
+      largest_layer_full_bytes = std::max(largest_layer_full_bytes, layer_activation_bytes(l, layout) / t * layout.micro_batch_size);
     }
     const int held = c < in_flight.size() ? in_flight[c] : 0;
     m.activations_bytes += held * chunk_bytes;

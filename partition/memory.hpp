@@ -20,6 +20,10 @@ double params_per_device(const model::Network& network, int begin, int end, int 
 // their sum, in layer order.
 double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor);
 
+// A layer's activations for one sample as its kernels keep them: the zoo's stashed bytes,
+// less the s x s attention scores and masks when flash attention never writes them.
+double layer_activation_bytes(const model::Layer& layer, const Layout& layout);
+
 // Bytes one layer keeps per micro-batch for backward under the layout's recomputation,
 // sequence parallelism and a tensor-parallel degree of `tensor` (Korthikanti et al. 2022,
 // section 4); without `tensor`, the layout's.

@@ -28,7 +28,7 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     if (layout.recompute == Recompute::full) w.recompute_flops += l.forward_flops * mbs / t;
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
-    w.largest_layer_bytes = std::max(w.largest_layer_bytes, l.stashed_bytes / t * mbs);
+    w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
     if (tensor > 1 && l.tp_splittable) w.tp_bytes += l.tp_allreduce_elems * mbs * e;
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;

@@ -39,6 +39,12 @@ Json layout_json(const Layout& l) {
   j["workspace_bytes"] = l.workspace_bytes;
   j["iterations"] = l.iterations;
   if (l.folded) j["folded"] = true;  // written only when set: unfolded plans keep their fingerprints
+  if (l.kernels != KernelOptions{}) {  // likewise: plans with Megatron's default kernels keep theirs
+    j["kernels"] = {{"flash_attention", l.kernels.flash_attention},
+                    {"fused_softmax", l.kernels.fused_softmax},
+                    {"fused_bias_gelu", l.kernels.fused_bias_gelu},
+                    {"fused_bias_dropout_add", l.kernels.fused_bias_dropout_add}};
+  }
   j["sync"] = {{"kind", std::string(to_string(l.sync.kind))},
                {"algorithm", std::string(to_string(l.sync.algorithm))},
                {"bucket_bytes", l.sync.bucket_bytes},
@@ -402,6 +408,14 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.workspace_bytes = r.number(j, "workspace_bytes", p);
   l.iterations = r.integer(j, "iterations", p, 1, kMaxCount);
   l.folded = j.contains("folded") && r.boolean(j, "folded", p);
+  if (j.contains("kernels")) {
+    const Json& k = r.at(j, "kernels", p);
+    const std::string pk = p + ".kernels";
+    l.kernels.flash_attention = r.boolean(k, "flash_attention", pk);
+    l.kernels.fused_softmax = r.boolean(k, "fused_softmax", pk);
+    l.kernels.fused_bias_gelu = r.boolean(k, "fused_bias_gelu", pk);
+    l.kernels.fused_bias_dropout_add = r.boolean(k, "fused_bias_dropout_add", pk);
+  }
   const Json& sync = r.at(j, "sync", p);
   const std::string ps = p + ".sync";
   l.sync.kind = r.parsed(sync, "kind", ps, parse_sync);

@@ -78,6 +78,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.recompute = o.recompute;
   l.sequence_parallel = o.sequence_parallel;
   l.fp32_grad_accumulation = o.fp32_grad_accumulation;
+  l.kernels = o.kernels;
   l.folded = o.fold;
   l.workspace_bytes = o.workspace_bytes;
   l.iterations = o.iterations;

@@ -41,6 +41,7 @@ struct PlanOptions {
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;
+  KernelOptions kernels;  // flash attention, Megatron's fusions
   // Plan one replica for all identical virtual workers (Layout::folded): simulations of many
   // data-parallel replicas take a fraction of the time and memory.
   bool fold = false;

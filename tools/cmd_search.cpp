@@ -530,6 +530,7 @@ void search_options(po::options_description& options) {
       ("calibration", po::value<std::string>(), "calibration YAML or published:NAME, for estimates and simulations")
       ("out", po::value<std::string>(), "write the best plan here (for hetflow simulate --plan / run --plan)")
       ("out-layout", po::value<std::string>(), "write the best plan's layout file here (hetflow plan --layout)");
+  add_kernel_options(options);
 }
 
 int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
@@ -602,6 +603,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
 
   partition::PlanOptions& base = s.base;
   base.precision = network.precision;
+  base.kernels = read_kernel_options(vm);
   try {
     base.workspace_bytes = u::parse_bytes(vm["workspace"].as<std::string>());
   } catch (const std::invalid_argument& e) {

@@ -53,6 +53,15 @@ void add_plan_options(po::options_description& options) {
       ("fold", "plan one replica for identical data-parallel workers (simulate only: much faster for many replicas)")
       ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace (0 to 1 PiB)")
       ("calibration", po::value<std::string>(), "calibration YAML (efficiencies, link factors)");
+  add_kernel_options(options);
+}
+
+void add_kernel_options(po::options_description& options) {
+  options.add_options()
+      ("use-flash-attn", "flash attention: no s x s scores in memory (timed where a calibration gives operation costs)")
+      ("no-masked-softmax-fusion", "scale, mask and softmax as separate kernels (Megatron's option)")
+      ("no-bias-gelu-fusion", "MLP bias and GeLU as separate kernels (Megatron's option)")
+      ("no-bias-dropout-fusion", "bias, dropout and residual add as separate kernels (Megatron's option)");
 }
 
 namespace {
@@ -110,6 +119,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
   o.iterations = vm["iterations"].as<int>();
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
+  o.kernels = read_kernel_options(vm);
   o.fold = vm.count("fold") > 0;
   o.workspace_bytes = parse_option<double>(vm, "workspace", model::units::parse_bytes);
   if (o.pipeline < 0 || o.data < 0 || o.global_batch < 0 || o.microbatches < 0) {
@@ -127,6 +137,15 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   }
   (void)read_max_tasks(vm);
   return o;
+}
+
+partition::KernelOptions read_kernel_options(const po::variables_map& vm) {
+  partition::KernelOptions k;
+  k.flash_attention = vm.count("use-flash-attn") > 0;
+  k.fused_softmax = vm.count("no-masked-softmax-fusion") == 0;
+  k.fused_bias_gelu = vm.count("no-bias-gelu-fusion") == 0;
+  k.fused_bias_dropout_add = vm.count("no-bias-dropout-fusion") == 0;
+  return k;
 }
 
 long long read_max_tasks(const po::variables_map& vm) {

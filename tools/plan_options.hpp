@@ -17,6 +17,10 @@ model::Calibration read_calibration_option(const po::variables_map& vm, const mo
 // The most tasks a plan (one iteration) or a simulation (all iterations) may hold: --max-tasks.
 constexpr long long kDefaultMaxTasks = 10'000'000;
 long long read_max_tasks(const po::variables_map& vm);
+// Megatron's kernel options (--use-flash-attn, --no-masked-softmax-fusion,
+// --no-bias-gelu-fusion, --no-bias-dropout-fusion): the plan's layout.kernels.
+void add_kernel_options(po::options_description& options);
+partition::KernelOptions read_kernel_options(const po::variables_map& vm);
 
 // Everything a command needs after planning.
 struct Planned {

@@ -24,6 +24,16 @@ std::string tensor_text(const partition::Layout& l) {
   }
   return std::to_string(least) + "-" + std::to_string(l.tensor) + " (per stage)";
 }
+// ", flash attention, unfused softmax, bias-GeLU": what differs from Megatron's defaults.
+std::string kernels_text(const partition::KernelOptions& k) {
+  std::string s = k.flash_attention ? ", flash attention" : "";
+  std::string unfused;
+  for (const auto& [fused, name] : {std::pair{k.fused_softmax, "softmax"}, std::pair{k.fused_bias_gelu, "bias-GeLU"},
+                                    std::pair{k.fused_bias_dropout_add, "bias-dropout-add"}}) {
+    if (!fused) unfused += (unfused.empty() ? ", unfused " : ", ") + std::string(name);
+  }
+  return s + unfused;
+}
 }  // namespace
 
 void print_layout(std::ostream& out, const Plan& plan) {
@@ -39,7 +49,8 @@ void print_layout(std::ostream& out, const Plan& plan) {
   out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — policy " << l.policy << ", schedule "
       << l.schedule << ", tensor " << tensor_text(l) << ", " << l.workers.size() << " virtual worker"
       << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "
-      << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << ", sync "
+      << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << kernels_text(l.kernels)
+      << ", sync "
       << partition::to_string(l.sync.kind);
   if (l.sync.kind == partition::SyncKind::wsp) out << " (staleness " << l.sync.staleness << ")";
   if (l.sync.kind == partition::SyncKind::allreduce) out << " (" << partition::to_string(l.sync.algorithm) << ")";

@@ -281,3 +281,48 @@ TEST(LayerOpsCost, ASplitBackwardSharesTheOperationsBetweenBAndW) {
   EXPECT_NEAR(b + w - 10e-6, both, 1e-12);
   EXPECT_GT(b, w);  // the attention core's gradients are data gradients only
 }
+
+// The plan's kernel options reach the cost of every task (Megatron's flags), and flash
+// attention's memory: the same operations by hand with those options, and the scores gone
+// from the stash.
+TEST(LayerOpsCost, ThePlansKernelOptionsCostItsTasksAndItsMemory) {
+  const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  o.micro_batch = 2;
+  const partition::Plan fused = gpt_plan(o, cluster);
+  o.kernels.flash_attention = true;
+  o.kernels.fused_softmax = false;
+  o.kernels.fused_bias_dropout_add = false;
+  const partition::Plan flash = gpt_plan(o, cluster);
+  const partition::CostModel cost(cluster, flash.layout.precision, model::resolve_calibration(with_ops(), cluster, "ops.yaml"));
+  const partition::OpShape shape{2, 2, false, 2};
+  int checked = 0;
+  for (size_t i = 0; i < flash.tasks.size(); ++i) {
+    const partition::Task& t = flash.tasks[i];
+    if (t.kind != partition::TaskKind::forward) continue;
+    double want = 10e-6;
+    for (int l = t.layer_begin; l < t.layer_end; ++l) want += by_hand_s(partition::layer_ops(flash.network, l, OpPass::forward, shape, o.kernels));
+    EXPECT_NEAR(cost.task_compute_time_s(flash, t), want, 1e-12);
+    EXPECT_NE(cost.task_compute_time_s(flash, t), cost.task_compute_time_s(fused, fused.tasks[i]));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2);
+  // Flash attention keeps no s x s scores: every stage's activations shrink by them.
+  for (size_t d = 0; d < flash.memory.size(); ++d) {
+    if (fused.memory[d].activations_bytes == 0) continue;
+    EXPECT_LT(flash.memory[d].activations_bytes, fused.memory[d].activations_bytes) << d;
+  }
+  o.kernels = {};
+  o.recompute = partition::Recompute::selective;  // drops the same scores, recomputing them
+  const partition::Plan selective = gpt_plan(o, cluster);
+  o.recompute = partition::Recompute::none;
+  o.kernels.flash_attention = true;
+  const partition::Plan flash_only = gpt_plan(o, cluster);
+  for (size_t d = 0; d < flash.memory.size(); ++d) {
+    EXPECT_DOUBLE_EQ(flash_only.memory[d].activations_bytes, selective.memory[d].activations_bytes) << d;
+  }
+}

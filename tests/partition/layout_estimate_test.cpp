@@ -90,7 +90,7 @@ TEST(LayoutEstimate, AgreesWithThePlansEstimateOverTheSearchSpace) {
               a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
 }
 
-TEST(LayoutEstimate, AgreesUnderOperationCostsSequenceParallelismSplitBackwardAndWsp) {
+TEST(LayoutEstimate, AgreesUnderOperationCostsFlashAttentionSequenceParallelismSplitBackwardAndWsp) {
   const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
   const model::Network net = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
   partition::SearchSpace space;
@@ -102,6 +102,8 @@ TEST(LayoutEstimate, AgreesUnderOperationCostsSequenceParallelismSplitBackwardAn
   base.precision = net.precision;
   base.sequence_parallel = true;
   base.fp32_grad_accumulation = true;
+  base.kernels.flash_attention = true;  // its operations and its smaller stash
+  base.kernels.fused_bias_gelu = false;
   const partition::CostModel cost(cluster, net.precision, model::load_calibration("published:a100"));
   const Agreement a = compare(cluster, net, 32, space, base, cost);
   ASSERT_GT(a.compared, 50);

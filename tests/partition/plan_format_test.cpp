@@ -103,6 +103,34 @@ TEST(PlanFormat, EveryPolicyWithEverySyncRoundTrips) {
   }
 }
 
+// Kernel options travel in the plan, and only when they differ from Megatron's defaults, so
+// plans made before them keep their fingerprints.
+TEST(PlanFormat, KernelOptionsRoundTripAndDefaultsAreNotWritten) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.microbatches = 2;
+  const model::Cluster cluster = model::builtin_cluster("dgx-a100-x4");
+  const model::Network gpt = model::network_from_spec("gpt:layers=4,hidden=256,heads=4,seq=128", model::Precision::bf16);
+  const Plan plain = plan_of(cluster, gpt, o);
+  EXPECT_EQ(write_plan_json(plain).find("\"kernels\""), std::string::npos);
+  o.kernels.flash_attention = true;
+  o.kernels.fused_bias_dropout_add = false;
+  const Plan flash = plan_of(cluster, gpt, o);
+  const std::string json = write_plan_json(flash);
+  EXPECT_NE(json.find("\"kernels\""), std::string::npos);
+  expect_round_trip(flash, "kernels");
+  EXPECT_EQ(read_plan_json(json, "p.json").layout.kernels, o.kernels);
+  EXPECT_NE(plan_fingerprint(flash), plan_fingerprint(plain));
+  std::string bad = json;
+  bad.replace(bad.find("\"flash_attention\":true"), 22, "\"flash_attention\":1   ");
+  try {
+    read_plan_json(bad, "bad.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "layout.kernels.flash_attention") << e.what();
+  }
+}
+
 TEST(PlanFormat, OneIterationWhateverTheRunLength) {
   PlanOptions o;
   o.pipeline = 2;

@@ -57,6 +57,8 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
   wsp.staleness = 1;
   wsp.microbatches = 2;
   wsp.iterations = 3;
+  wsp.kernels.flash_attention = true;  // written only when not Megatron's defaults
+  wsp.kernels.fused_bias_gelu = false;
   const std::string hetpipe = write_plan_json(
       plan_of(model::builtin_cluster("hetpipe-testbed"), model::network_from_spec("resnet50", model::Precision::fp16), wsp));
   EXPECT_EQ(schema_check(hetpipe, "hetpipe.json"), 0);

@@ -124,3 +124,20 @@ TEST(PlanCli, WhatDoesNotFitSaysWhatWould) {
   EXPECT_EQ(hopeless.status, 3);
   EXPECT_NE(hopeless.err.find("nothing nearby fits"), std::string::npos) << hopeless.err;
 }
+
+// Megatron's kernel flags reach the plan, its summary and, with operation costs, its time.
+TEST(PlanCli, KernelOptionsAreThePlansAndChangeItsCostedTime) {
+  const std::string base = "plan --cluster dgx-a100-x4 --model gpt:layers=4,hidden=1024,heads=16,seq=2048 --pipeline 2 "
+                           "--data 1 --microbatches 4 --calibration published:a100";
+  const auto fused = run_hetflow(base + " --json");
+  const auto flash = run_hetflow(base + " --use-flash-attn --json");
+  const auto unfused = run_hetflow(base + " --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion --json");
+  ASSERT_EQ(fused.status, 0) << fused.err;
+  ASSERT_EQ(flash.status, 0) << flash.err;
+  ASSERT_EQ(unfused.status, 0) << unfused.err;
+  const auto time = [](const std::string& out) { return nlohmann::json::parse(out)["iteration_time_s"].get<double>(); };
+  EXPECT_LT(time(flash.out), time(fused.out));    // the s x s scores never reach memory
+  EXPECT_GT(time(unfused.out), time(fused.out));  // each unfused kernel moves its bytes again
+  const auto text = run_hetflow(base + " --use-flash-attn --no-bias-gelu-fusion");
+  EXPECT_NE(text.out.find("recompute none, flash attention, unfused bias-GeLU, sync"), std::string::npos) << text.out;
+}
