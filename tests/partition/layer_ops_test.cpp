@@ -179,6 +179,17 @@ partition::Plan gpt_plan(partition::PlanOptions o, const model::Cluster& cluster
   return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
 }
 
+// Tensor 2 x pipeline 2, one worker, 2 micro-batches of 2.
+partition::PlanOptions two_by_two() {
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  o.micro_batch = 2;
+  return o;
+}
+
 model::Calibration with_ops() {
   return model::parse_calibration(
       "gpus: {A100-80: {overhead: 10 us, ops: {gemm: {max_efficiency: 0.75, saturation: 2e10, launch: 5 us},"
@@ -205,12 +216,7 @@ double by_hand_s(const std::vector<Op>& ops) {
 
 TEST(LayerOpsCost, ATasksTimeIsItsLayersOperations) {
   const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
-  partition::PlanOptions o;
-  o.tensor = 2;
-  o.pipeline = 2;
-  o.data = 1;
-  o.microbatches = 2;
-  o.micro_batch = 2;
+  partition::PlanOptions o = two_by_two();
   o.recompute = partition::Recompute::full;
   const partition::Plan plan = gpt_plan(o, cluster);
   const partition::CostModel cost(cluster, plan.layout.precision, model::resolve_calibration(with_ops(), cluster, "ops.yaml"));
@@ -287,12 +293,7 @@ TEST(LayerOpsCost, ASplitBackwardSharesTheOperationsBetweenBAndW) {
 // from the stash.
 TEST(LayerOpsCost, ThePlansKernelOptionsCostItsTasksAndItsMemory) {
   const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
-  partition::PlanOptions o;
-  o.tensor = 2;
-  o.pipeline = 2;
-  o.data = 1;
-  o.microbatches = 2;
-  o.micro_batch = 2;
+  partition::PlanOptions o = two_by_two();
   const partition::Plan fused = gpt_plan(o, cluster);
   o.kernels.flash_attention = true;
   o.kernels.fused_softmax = false;
