@@ -204,3 +204,40 @@ TEST(GroupedPolicy, TheSearchsGroupingsDropSlowTypesAndMixThem) {
                                gpt(), 1, base)
                   .empty());
 }
+
+// Mutated spellings (bytes replaced, inserted, cut; seeded) are read or refused with an
+// InputError naming `groups`: nothing else escapes, and what is read writes back as read.
+TEST(GroupedPolicy, MutatedGroupsAreReadOrRefusedNeverAnythingElse) {
+  const model::Cluster cluster = mixed();
+  const std::vector<std::string> seeds = {"*x4 V100-16, 2x(1 T4 + 2 V100-16)", "1x1 T4", "3x(2 V100-16)+",
+                                          "*X2 t4,*x2 v100-16"};
+  const std::string alphabet = "0123456789*xX()+, \tTV-16abc\x01\xff";
+  std::uint64_t state = 20261202;
+  const auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(state >> 33);
+  };
+  int read = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string text = seeds[next() % seeds.size()];
+    for (size_t edits = 1 + next() % 4; edits > 0; --edits) {
+      const size_t at = text.empty() ? 0 : next() % text.size();
+      const char c = alphabet[next() % alphabet.size()];
+      switch (next() % 3) {
+        case 0: if (!text.empty()) text[at] = c; break;
+        case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c); break;
+        default: if (!text.empty()) text.erase(at, 1 + next() % 3); break;
+      }
+    }
+    try {
+      const auto groups = parse_groups(text, cluster);
+      EXPECT_EQ(parse_groups(groups_to_string(groups), cluster), groups) << text;
+      ++read;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "groups") << text;
+      ++refused;
+    }
+  }
+  EXPECT_GT(read, 100);
+  EXPECT_GT(refused, 100);
+}
