@@ -8,8 +8,8 @@
 // `tensor` devices of one type in one node) at a time from the first node that still has
 // that many free: a worker's ranks stay on as few nodes as the cluster allows. Each worker's
 // stages are balanced with the best order of its GPU types (policy_detail::BalanceMemo), and
-// the global batch's micro-batches go to the workers so that the slowest pipeline finishes
-// first-soonest (split_microbatches_by_makespan).
+// the global batch's micro-batches go to the workers so that the last pipeline to finish
+// finishes soonest (split_microbatches_by_makespan).
 #include <algorithm>
 #include <cctype>
 #include <numeric>
