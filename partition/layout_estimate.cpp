@@ -209,6 +209,11 @@ struct WorkerRun {
 // may start (WSP: the pull of iteration i - D - 1 arrived). Empty: all at 0.
 struct PipelineStart {
   std::vector<double> rank_free;
+  // Per rank and tensor rank: when each device's stream is free. A rank's devices may free at
+  // different times (the data-parallel pieces of ranks of unequal degree run one after
+  // another); each device's first compute starts then, and its tensor-parallel collective
+  // waits for the others: the bubble counts a device's span from its own first start.
+  std::vector<std::vector<double>> device_free;
   std::vector<double> channel_free;
   std::vector<double> first_forward;  // per chunk
 };
@@ -245,6 +250,7 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   double span_begin = std::numeric_limits<double>::infinity(), span_end = 0;
+  std::vector<bool> started(static_cast<size_t>(p), false);  // per rank: its first operation placed
   size_t left = 0;
   for (const auto& program : programs) left += program.size();
   while (left > 0) {
@@ -277,6 +283,12 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
         const double end = compute_start + largest(compute) + after;
         rank_free[static_cast<size_t>(r)] = end;
         span_begin = std::min(span_begin, compute_start);
+        if (!started[static_cast<size_t>(r)] && before == 0 && static_cast<size_t>(r) < from.device_free.size()) {
+          for (const double free : from.device_free[static_cast<size_t>(r)]) {
+            span_begin = std::min(span_begin, std::max({free, ready, compute_ready}));
+          }
+        }
+        started[static_cast<size_t>(r)] = true;
         for (size_t j = 0; j < c.devices->size(); ++j) {
           run.busy[static_cast<size_t>(r)][j] += before + compute[j] + after;
           compute_s[static_cast<size_t>(r)][j] += compute[j];
@@ -456,7 +468,11 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         from.channel_free = channels[w];
         for (const auto& rank : vw.ranks) {
           double free = 0;
-          for (const int d : rank) free = std::max(free, stream_free[static_cast<size_t>(d)]);
+          std::vector<double>& each = from.device_free.emplace_back();
+          for (const int d : rank) {
+            free = std::max(free, stream_free[static_cast<size_t>(d)]);
+            each.push_back(stream_free[static_cast<size_t>(d)]);
+          }
           from.rank_free.push_back(free);
         }
         const int source = it - staleness - 1;  // the iteration whose pulls the first forwards wait for

@@ -63,12 +63,15 @@ const std::vector<PolicyInfo>& policies();
 //   group  := [COUNT 'x'] shape        COUNT: workers of this shape (default 1), or '*': as
 //                                     many as the GPUs left by the groups before allow
 //   shape  := term ('+' term)* | '(' term ('+' term)* ')'
-//   term   := N TYPE                   N GPUs of TYPE (the cluster's spelling, any case)
-// GPUs no group takes stay idle. parse_groups throws InputError (field `groups`) naming the
+//   term   := N TYPE ['tp' T]          N GPUs of TYPE (the cluster's spelling, any case) in
+//                                     tensor-parallel ranks of T GPUs each (default: `tensor`)
+// GPUs no group takes stay idle. Workers may so differ in tensor-parallel degree, and so may
+// the types within one worker ("2x(4 A100-80 tp4 + 4 V100-16 tp1)"). parse_groups throws InputError (field `groups`) naming the
 // group at fault: a malformed term, a type the cluster lacks, a type named twice in a worker.
 struct GroupTerm {
   int gpus = 0;
   std::string type;
+  int tensor = 0;  // GPUs per tensor-parallel rank; 0: PlanOptions::tensor
   bool operator==(const GroupTerm&) const = default;
 };
 struct WorkerGroup {
@@ -77,7 +80,7 @@ struct WorkerGroup {
   bool operator==(const WorkerGroup&) const = default;
 };
 std::vector<WorkerGroup> parse_groups(const std::string& text, const model::Cluster& cluster);
-// The canonical spelling ("*x4 V100-16, 2x(2 A100-80 + 1 T4)"), which parse_groups reads back.
+// The canonical spelling ("*x4 V100-16, 2x(2 A100-80 tp2 + 1 T4)"), which parse_groups reads back.
 std::string groups_to_string(const std::vector<WorkerGroup>& groups);
 
 // Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not

@@ -3,10 +3,13 @@
 //   "*x4 TITAN-V, *x2 RTX-2060"      every TITAN V in workers of 4, every RTX 2060 in workers of 2
 //   "2x(2 TITAN-RTX + 1 Quadro-P4000)"  two workers, each of 2 TITAN RTX and 1 Quadro P4000
 //   "4 TITAN-V"                      one worker of 4 TITAN V; the cluster's other GPUs stay idle
+//   "*x8 A100-80 tp4, *x4 T4 tp1"    A100 workers of two 4-GPU tensor-parallel ranks, T4
+//                                    workers of four 1-GPU ranks: TP degrees per worker
 //
 // Devices are dealt out group by group, worker by worker, one tensor-parallel rank (of
 // `tensor` devices of one type in one node) at a time from the first node that still has
-// that many free: a worker's ranks stay on as few nodes as the cluster allows. Each worker's
+// that many free: a worker's ranks stay on as few nodes as the cluster allows. A term's `tp`
+// gives its ranks' degree, `tensor` the rest; the layout's `tensor` is then the largest. Each worker's
 // stages are balanced with the best order of its GPU types (policy_detail::BalanceMemo), and
 // the global batch's micro-batches go to the workers so that the last pipeline to finish
 // finishes soonest (split_microbatches_by_makespan).
@@ -86,7 +89,22 @@ std::vector<WorkerGroup> parse_groups(const std::string& text, const model::Clus
       const size_t space = term.find_first_of(" \t");
       const int n = space == std::string::npos ? -1 : small_count(term.substr(0, space));
       if (n < 1) bad_groups(where + ": expected terms like '4 V100-16' (a count of GPUs, then their type), found '" + term + "'");
-      const std::string type = trim(term.substr(space));
+      std::string type = trim(term.substr(space));
+      // A last word 'tpT' is the ranks' tensor-parallel degree (type names hold no spaces).
+      int tensor = 0;
+      const size_t last = type.find_last_of(" \t");
+      if (last != std::string::npos) {
+        const std::string word = lower(type.substr(last + 1));
+        tensor = word.rfind("tp", 0) == 0 ? small_count(word.substr(2)) : -1;
+        if (tensor < 1) {
+          bad_groups(where + ": expected '" + trim(type.substr(0, last)) + "' to end with a tensor-parallel degree like 'tp2', found '" +
+                     type.substr(last + 1) + "'");
+        }
+        if (n % tensor != 0) {
+          bad_groups(where + ": " + std::to_string(n) + " GPUs do not make ranks of " + word + " (" + std::to_string(tensor) + " GPUs each)");
+        }
+        type = trim(type.substr(0, last));
+      }
       const auto known = std::find_if(types.begin(), types.end(), [&](const std::string& t) { return lower(t) == lower(type); });
       if (known == types.end()) {
         std::string names;
@@ -96,7 +114,7 @@ std::vector<WorkerGroup> parse_groups(const std::string& text, const model::Clus
       for (const GroupTerm& t : g.terms) {
         if (t.type == *known) bad_groups(where + ": " + *known + " named twice in one worker");
       }
-      g.terms.push_back(GroupTerm{n, *known});
+      g.terms.push_back(GroupTerm{n, *known, tensor});
     }
     groups.push_back(std::move(g));
   }
@@ -109,7 +127,10 @@ std::string groups_to_string(const std::vector<WorkerGroup>& groups) {
     if (!s.empty()) s += ", ";
     s += (g.count == 0 ? std::string("*") : std::to_string(g.count)) + "x";
     std::string shape;
-    for (const GroupTerm& t : g.terms) shape += (shape.empty() ? "" : " + ") + std::to_string(t.gpus) + " " + t.type;
+    for (const GroupTerm& t : g.terms) {
+      shape += (shape.empty() ? "" : " + ") + std::to_string(t.gpus) + " " + t.type +
+               (t.tensor > 0 ? " tp" + std::to_string(t.tensor) : "");
+    }
     s += g.terms.size() > 1 ? "(" + shape + ")" : shape;
   }
   return s;
@@ -148,13 +169,11 @@ Layout make_grouped_layout(const model::Cluster& cluster, const model::Network& 
     throw InputError(kOptions, 0, "stage_layers", "policy grouped balances each worker's stages itself");
   }
   const std::vector<WorkerGroup> groups = parse_groups(o.groups, cluster);
-  const int t = o.tensor;
-
   // Free devices per node, in device order.
   std::vector<std::vector<int>> free_on(cluster.nodes.size());
   for (const model::Device& d : cluster.devices()) free_on[static_cast<size_t>(d.node)].push_back(d.id);
   // One rank of `type`: t devices from the first node of that type with t free.
-  const auto take_rank = [&](const std::string& type, std::vector<int>& rank) {
+  const auto take_rank = [&](const std::string& type, int t, std::vector<int>& rank) {
     for (size_t n = 0; n < cluster.nodes.size(); ++n) {
       std::vector<int>& free = free_on[n];
       if (cluster.nodes[n].gpu != type || static_cast<int>(free.size()) < t) continue;
@@ -164,36 +183,46 @@ Layout make_grouped_layout(const model::Cluster& cluster, const model::Network& 
     }
     return false;
   };
+  const auto degree = [&](const GroupTerm& term) { return term.tensor > 0 ? term.tensor : o.tensor; };
   std::vector<std::vector<std::vector<int>>> workers;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const WorkerGroup& g = groups[gi];
     const std::string where = "group " + std::to_string(gi + 1) + " (" + groups_to_string({g}) + ")";
     for (const GroupTerm& term : g.terms) {
-      if (term.gpus % t != 0) {
+      if (term.gpus % degree(term) != 0) {
         bad_groups(where + ": " + std::to_string(term.gpus) + " " + term.type + " do not make ranks of `tensor` " +
-                   std::to_string(t) + " GPUs");
+                   std::to_string(o.tensor) + " GPUs (or give the term its own, like 'tp1')");
       }
     }
     for (int w = 0; g.count == 0 || w < g.count; ++w) {
       const auto saved = free_on;
       std::vector<std::vector<int>> ranks;
-      bool complete = true;
+      const GroupTerm* short_of = nullptr;
       for (const GroupTerm& term : g.terms) {
-        for (int r = 0; complete && r < term.gpus / t; ++r) {
+        for (int r = 0; !short_of && r < term.gpus / degree(term); ++r) {
           std::vector<int> rank;
-          complete = take_rank(term.type, rank);
-          if (complete) ranks.push_back(std::move(rank));
+          if (take_rank(term.type, degree(term), rank)) {
+            ranks.push_back(std::move(rank));
+          } else {
+            short_of = &term;
+          }
         }
       }
-      if (!complete) {
+      if (short_of) {
         free_on = saved;
         if (g.count == 0 && w > 0) break;  // '*': as many as there were devices for
-        bad_groups(where + ": worker " + std::to_string(w + 1) + " finds too few free GPUs" +
+        const int t = degree(*short_of);
+        bad_groups(where + ": worker " + std::to_string(w + 1) + " finds too few free " + short_of->type +
                    (t > 1 ? " in ranks of " + std::to_string(t) + " within one node" : "") +
                    " (the groups before it took the rest)");
       }
       workers.push_back(std::move(ranks));
     }
+  }
+  // Each term's own degree: the layout's `tensor` is the largest rank's.
+  layout.tensor = 0;
+  for (const auto& ranks : workers) {
+    for (const auto& rank : ranks) layout.tensor = std::max(layout.tensor, static_cast<int>(rank.size()));
   }
 
   const int total = o.global_batch > 0 ? o.global_batch / o.micro_batch : 0;

@@ -18,12 +18,6 @@ namespace {
 
 bool is_hetpipe(const std::string& policy) { return policy.rfind("hetpipe", 0) == 0; }
 
-int transformer_layers(const model::Network& network) {
-  int n = 0;
-  for (const model::Layer& l : network.layers) n += l.kind == "transformer";
-  return n > 0 ? n : static_cast<int>(network.layers.size());
-}
-
 SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           SearchSpace s) {
   const int devices = static_cast<int>(cluster.devices().size());
@@ -34,7 +28,7 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
     for (int t = 1; t <= smallest; t *= 2) s.tensors.push_back(t);
   }
   if (s.pipelines.empty()) {
-    const int layers = transformer_layers(network);
+    const int layers = search_detail::transformer_layers(network);
     for (int p = 1; p <= std::min(devices, layers); ++p) {
       if (devices % p == 0) s.pipelines.push_back(p);
     }
@@ -52,103 +46,7 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
   return s;
 }
 
-int gcd_of(const std::vector<int>& v) {
-  int g = 0;
-  for (const int x : v) g = std::gcd(g, x);
-  return g;
-}
-
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
-  }
-  return out;
-}
-
 }  // namespace
-
-std::vector<Grouping> search_groupings(const model::Cluster& cluster, const model::Network& network, int tensor,
-                                       const PlanOptions& base) {
-  struct Type {
-    std::string name;
-    int ranks = 0;  // of `tensor` GPUs of this type inside one node
-    double speed = 0, memory_bytes = 0;
-  };
-  std::vector<Type> types;
-  for (const model::Node& n : cluster.nodes) {
-    auto it = std::find_if(types.begin(), types.end(), [&](const Type& t) { return t.name == n.gpu; });
-    if (it == types.end()) {
-      const model::GpuSpec& g = cluster.gpu(n.gpu);
-      types.push_back(Type{n.gpu, 0, g.peak_flops_per_s(base.precision), g.memory_bytes});
-      it = types.end() - 1;
-    }
-    it->ranks += n.gpu_count / tensor;
-  }
-  std::erase_if(types, [](const Type& t) { return t.ranks == 0; });
-  if (types.size() < 2) return {};  // one type: uniform and balanced lay it out already
-  std::stable_sort(types.begin(), types.end(), [](const Type& a, const Type& b) { return a.speed > b.speed; });
-  double params = 0;
-  for (const model::Layer& l : network.layers) params += l.params;
-  // Weights, gradients and Adam's state per parameter (all-reduce keeps the optimizer on the
-  // workers): a worker needs at least this much memory, spread over its ranks.
-  const double state_bytes = params * (2 * model::element_bytes(base.precision) + model::adam_state_bytes(base.precision));
-  const int layers = transformer_layers(network);
-  const auto gpus = [&](int ranks) { return std::to_string(ranks * tensor); };
-
-  std::vector<Grouping> out;
-  std::set<std::string> seen;
-  const auto add = [&](std::string spec, int depth) {
-    if (seen.insert(spec).second) out.push_back(Grouping{std::move(spec), depth});
-  };
-  // The fastest k types, for k = 1..all: a slow type can cost more than it brings.
-  for (size_t k = 1; k <= types.size(); ++k) {
-    const std::vector<Type> used(types.begin(), types.begin() + static_cast<std::ptrdiff_t>(k));
-    // By type: each type's GPUs in pipelines of their own, the two shallowest depths whose
-    // ranks can hold the model's state; workers of different types differ in size.
-    std::vector<std::vector<int>> depths;
-    for (const Type& t : used) {
-      const double usable = t.memory_bytes - base.workspace_bytes;
-      std::vector<int> fit;
-      for (const int d : divisors(t.ranks)) {
-        if (fit.size() < 2 && d <= layers && usable > 0 && d * tensor * usable >= state_bytes) fit.push_back(d);
-      }
-      depths.push_back(fit);
-    }
-    if (std::all_of(depths.begin(), depths.end(), [](const std::vector<int>& d) { return !d.empty(); })) {
-      std::vector<size_t> pick(used.size(), 0);
-      for (;;) {
-        std::string spec;
-        int shallowest = layers;
-        for (size_t i = 0; i < used.size(); ++i) {
-          const int d = depths[i][pick[i]];
-          spec += (spec.empty() ? "*x" : ", *x") + gpus(d) + " " + used[i].name;
-          shallowest = std::min(shallowest, d);
-        }
-        add(spec, shallowest);
-        size_t i = 0;
-        while (i < pick.size() && ++pick[i] == depths[i].size()) pick[i++] = 0;
-        if (i == pick.size()) break;
-      }
-    }
-    // Mixed: w identical workers, each an equal share of every type (HetPipe ED for any w).
-    if (used.size() < 2) continue;
-    std::vector<int> ranks;
-    for (const Type& t : used) ranks.push_back(t.ranks);
-    for (const int w : divisors(gcd_of(ranks))) {
-      int depth = 0;
-      double memory = 0;
-      std::string shape;
-      for (const Type& t : used) {
-        depth += t.ranks / w;
-        memory += (t.ranks / w) * tensor * (t.memory_bytes - base.workspace_bytes);
-        shape += (shape.empty() ? "" : " + ") + gpus(t.ranks / w) + " " + t.name;
-      }
-      if (depth <= layers && memory >= state_bytes) add(std::to_string(w) + "x(" + shape + ")", depth);
-    }
-  }
-  return out;
-}
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
   std::string s = o.policy;
@@ -169,51 +67,58 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
 }
 
 std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const model::Network& network,
-                                           int global_batch, const SearchSpace& space, const PlanOptions& base) {
+                                           int global_batch, const SearchSpace& space, const PlanOptions& base,
+                                           const CostModel& cost) {
   const SearchSpace s = with_defaults(cluster, network, global_batch, space);
   const int devices = static_cast<int>(cluster.devices().size());
   std::vector<PlanOptions> out;
   for (const std::string& policy : s.policies) {
     const bool hetpipe = is_hetpipe(policy), grouped = policy == "grouped";
+    // Grouped candidates are their groupings (each with its tensor degrees); the others'
+    // tensor degree and pipeline depth.
+    std::vector<Grouping> shapes;
     for (int t : hetpipe ? std::vector<int>{1} : s.tensors) {
-      // Grouped candidates are their groupings; the others' pipeline depths.
-      std::vector<Grouping> shapes;
       if (grouped && s.groupings.empty()) {
-        shapes = search_groupings(cluster, network, t, base);
+        for (Grouping& g : search_groupings(cluster, network, t, base)) shapes.push_back(std::move(g));
       } else if (grouped) {
         // The user's own: interleaving is tried, and a layout with a one-GPU pipeline refuses it.
-        for (const std::string& g : s.groupings) shapes.push_back(Grouping{g, 2});
+        for (const std::string& g : s.groupings) shapes.push_back(Grouping{g, 2, t});
       } else {
         for (const int p : hetpipe ? std::vector<int>{0} : s.pipelines) {
-          if (hetpipe || devices % (t * p) == 0) shapes.push_back(Grouping{"", p});  // every device used
+          if (hetpipe || devices % (t * p) == 0) shapes.push_back(Grouping{"", p, t});  // every device used
         }
       }
-      for (const Grouping& shape : shapes) {
-        const int p = grouped ? 0 : shape.shallowest;
-        for (int mb : s.micro_batches) {
-          for (const std::string& schedule : s.schedules) {
-            if (schedule == "interleaved" && !hetpipe && shape.shallowest < 2) continue;
-            for (Recompute r : s.recomputes) {
-              for (SyncKind sync : s.syncs) {
-                PlanOptions o = base;
-                o.policy = policy;
-                o.tensor = t;
-                o.pipeline = p;
-                o.data = 0;
-                o.micro_batch = mb;
-                o.global_batch = global_batch;
-                o.microbatches = 0;
-                o.schedule = schedule;
-                o.virtual_stages = schedule == "interleaved" ? 2 : 1;
-                o.recompute = r;
-                o.sync = sync;
-                o.staleness = sync == SyncKind::wsp ? s.staleness : 0;
-                o.iterations = estimated_iterations(o);
-                o.stage_layers.clear();
-                o.layout_file.clear();
-                o.groups = shape.groups;
-                out.push_back(std::move(o));
-              }
+    }
+    if (grouped && s.groupings.empty()) {
+      for (Grouping& g : search_tensor_mixes(cluster, network, s.tensors, global_batch, base, cost)) {
+        shapes.push_back(std::move(g));
+      }
+    }
+    for (const Grouping& shape : shapes) {
+      const int p = grouped ? 0 : shape.shallowest;
+      for (int mb : s.micro_batches) {
+        for (const std::string& schedule : s.schedules) {
+          if (schedule == "interleaved" && !hetpipe && shape.shallowest < 2) continue;
+          for (Recompute r : s.recomputes) {
+            for (SyncKind sync : s.syncs) {
+              PlanOptions o = base;
+              o.policy = policy;
+              o.tensor = shape.tensor;
+              o.pipeline = p;
+              o.data = 0;
+              o.micro_batch = mb;
+              o.global_batch = global_batch;
+              o.microbatches = 0;
+              o.schedule = schedule;
+              o.virtual_stages = schedule == "interleaved" ? 2 : 1;
+              o.recompute = r;
+              o.sync = sync;
+              o.staleness = sync == SyncKind::wsp ? s.staleness : 0;
+              o.iterations = estimated_iterations(o);
+              o.stage_layers.clear();
+              o.layout_file.clear();
+              o.groups = shape.groups;
+              out.push_back(std::move(o));
             }
           }
         }
@@ -335,7 +240,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
   const auto started = std::chrono::steady_clock::now();
-  const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base);
+  const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base, cost);
   const int total = static_cast<int>(candidates.size());
   // 1. Every candidate's layout and its estimate, without a plan.
   enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };

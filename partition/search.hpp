@@ -25,7 +25,8 @@ namespace hetflow::partition {
 struct SearchSpace {
   // Empty lists take the defaults, chosen for the cluster and the network:
   std::vector<std::string> policies;   // uniform, balanced, hetpipe-np, hetpipe-ed, hetpipe-hd, grouped
-  std::vector<int> tensors;            // powers of two up to the smallest node's GPU count
+  std::vector<int> tensors;            // powers of two up to the smallest node's GPU count;
+                                       // policy grouped may give each GPU type its own
   std::vector<int> pipelines;          // divisors of the device count up to the layer count
   std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
   std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
@@ -63,10 +64,12 @@ struct SearchResult {
   double wall_s = 0;
 };
 
-// One grouping of policy grouped (PlanOptions::groups), and its shallowest pipeline.
+// One grouping of policy grouped (PlanOptions::groups), its shallowest pipeline, and the
+// tensor-parallel degree of its terms that name none (PlanOptions::tensor).
 struct Grouping {
   std::string groups;
   int shallowest = 0;  // ranks
+  int tensor = 1;
 };
 // The groupings the search tries at tensor degree `tensor`, on clusters of two or more GPU
 // types: for each k, the fastest k types (by peak at the run's precision; the slower ones
@@ -76,6 +79,23 @@ struct Grouping {
 std::vector<Grouping> search_groupings(const model::Cluster& cluster, const model::Network& network, int tensor,
                                        const PlanOptions& base);
 
+// The groupings whose GPU types differ in tensor-parallel degree (TP per worker, or per stage
+// in mixed workers). A type's choices: its GPUs in ranks of t (from `tensors`, dividing the
+// heads) in pipelines of any depth whose ranks hold the model's state. For the fastest k >= 2
+// types, each type in pipelines of its own: a coordinate descent on the layout's estimate
+// (micro-batch 1, 1F1B, no or full recomputation, whichever fits and is faster), one type's
+// choice changed at a time, from each degree's shallowest choices for all; each end with two
+// or more degrees, and w identical mixed workers at its degrees. The first type's degree is a
+// grouping's `tensor`, the others' `tpT`.
+std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const model::Network& network,
+                                          const std::vector<int>& tensors, int global_batch, const PlanOptions& base,
+                                          const CostModel& cost);
+
+namespace search_detail {
+// Transformer layers, or all layers when there are none: how deep a pipeline may go.
+int transformer_layers(const model::Network& network);
+}  // namespace search_detail
+
 // The families a candidate competes in for a place among the kept ones: "all", its policy
 // and sync ("uniform/allreduce"), and "data-parallel" for uniform t1 p1 with all-reduce.
 std::vector<std::string> candidate_families(const PlanOptions& options);
@@ -83,7 +103,8 @@ std::vector<std::string> candidate_families(const PlanOptions& options);
 // The candidates of `space` (defaults filled in) for `global_batch` samples per iteration;
 // `base` gives what the search does not vary (precision, workspace, bucket size...).
 std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const model::Network& network,
-                                           int global_batch, const SearchSpace& space, const PlanOptions& base);
+                                           int global_batch, const SearchSpace& space, const PlanOptions& base,
+                                           const CostModel& cost);
 
 // Builds and scores one candidate; false (with why) when it is refused.
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,

@@ -57,7 +57,7 @@ void BM_SearchCandidates(benchmark::State& state) {
   std::vector<partition::PlanOptions> accepted;
   std::vector<partition::Layout> layouts;
   std::vector<partition::Plan> plans;
-  const std::vector<partition::PlanOptions> all = partition::search_candidates(c.cluster, c.network, c.global_batch, {}, base);
+  const std::vector<partition::PlanOptions> all = partition::search_candidates(c.cluster, c.network, c.global_batch, {}, base, cost);
   const size_t stride = std::max<size_t>(1, all.size() / 64);
   for (size_t from = 0; from < all.size(); from += stride) {
     for (size_t at = from; at < std::min(all.size(), from + stride); ++at) {

@@ -41,7 +41,7 @@ Agreement compare(const model::Cluster& cluster, const model::Network& net, int 
                   const partition::SearchSpace& space, const partition::PlanOptions& base,
                   const partition::CostModel& cost) {
   Agreement a;
-  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, global_batch, space, base)) {
+  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, global_batch, space, base, cost)) {
     partition::Layout layout;
     partition::Plan plan;
     try {
@@ -136,7 +136,7 @@ TEST(LayoutEstimate, AgreesOverSeveralIterationsWithWspStaleness) {
   }
   // Staleness pays where workers differ: some WSP candidate beats its synchronous twin.
   space.staleness = 2;
-  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, 16, space, base)) {
+  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, 16, space, base, cost)) {
     if (o.sync != partition::SyncKind::wsp) continue;
     partition::PlanOptions sync = o;
     sync.staleness = 0;

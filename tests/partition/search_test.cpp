@@ -18,7 +18,7 @@ using partition::PlanOptions;
 TEST(Search, TheSpaceUsesEveryDeviceAndLeavesHetPipeItsOwnWorkers) {
   const model::Cluster cluster = test_support::identical_cluster(4, 2);  // 2 nodes of 4
   const model::Network net = test_support::equal_layers(6);
-  const std::vector<PlanOptions> all = partition::search_candidates(cluster, net, 16, {}, PlanOptions{});
+  const std::vector<PlanOptions> all = partition::search_candidates(cluster, net, 16, {}, PlanOptions{}, partition::CostModel(cluster, net.precision));
   std::set<std::string> policies;
   for (const PlanOptions& o : all) {
     policies.insert(o.policy);
@@ -39,7 +39,7 @@ TEST(Search, TheSpaceUsesEveryDeviceAndLeavesHetPipeItsOwnWorkers) {
   EXPECT_EQ(policies.size(), 5u);  // grouped has no candidates here
   partition::SearchSpace with_wsp;
   with_wsp.syncs = {partition::SyncKind::wsp};
-  for (const PlanOptions& o : partition::search_candidates(cluster, net, 16, with_wsp, PlanOptions{})) {
+  for (const PlanOptions& o : partition::search_candidates(cluster, net, 16, with_wsp, PlanOptions{}, partition::CostModel(cluster, net.precision))) {
     // WSP at the default staleness 1, estimated over its steady state.
     EXPECT_EQ(o.staleness, 1);
     EXPECT_EQ(o.iterations, 6);
@@ -143,7 +143,7 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
     // The oracle: every candidate built and estimated.
     std::vector<partition::Candidate> every;
     int overflowing = 0;
-    for (const PlanOptions& o : partition::search_candidates(cluster, net, 32, space, base)) {
+    for (const PlanOptions& o : partition::search_candidates(cluster, net, 32, space, base, cost)) {
       partition::Candidate c;
       if (!partition::evaluate_candidate(cluster, net, o, cost, &c, nullptr)) continue;
       if (c.headroom_bytes < 0) {
