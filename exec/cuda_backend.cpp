@@ -561,28 +561,35 @@ void run_collective(Job& job) {
                        ": the other " + std::to_string(members - 1) + " member(s)");
   const cudaStream_t stream = job.lane.cuda;
   const int root = c.root;
-  switch (c.kind) {
-    case partition::CollectiveKind::all_reduce:
-      job.issue(comm, "ncclAllReduce",
-                [&](ncclComm_t h) { return ncclAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, h, stream); });
-      break;
-    case partition::CollectiveKind::reduce_scatter:  // in place: member i's sum of part i lands in part i
-      job.issue(comm, "ncclReduceScatter", [&](ncclComm_t h) {
-        return ncclReduceScatter(buffer, buffer + rank * part, part, ncclFloat32, ncclSum, h, stream);
-      });
-      break;
-    case partition::CollectiveKind::all_gather:  // in place: part i comes from member i's part i
-      job.issue(comm, "ncclAllGather",
-                [&](ncclComm_t h) { return ncclAllGather(buffer + rank * part, buffer, part, ncclFloat32, h, stream); });
-      break;
-    case partition::CollectiveKind::broadcast:
-      job.issue(comm, "ncclBroadcast",
-                [&](ncclComm_t h) { return ncclBroadcast(buffer, buffer, count, ncclFloat32, root, h, stream); });
-      break;
-    case partition::CollectiveKind::reduce:
-      job.issue(comm, "ncclReduce",
-                [&](ncclComm_t h) { return ncclReduce(buffer, buffer, count, ncclFloat32, ncclSum, root, h, stream); });
-      break;
+  // Collective::messages: that many collectives one after another, each over its share of the
+  // buffer (a chunk's per-layer tensor-parallel all-reduces), as the simulator times them.
+  const size_t slices = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, c.messages)), std::max<size_t>(1, part)));
+  const size_t slice_part = part / slices;
+  for (size_t i = 0; i < slices; ++i) {
+    const size_t begin = i * count / slices, n = (i + 1) * count / slices - begin;
+    float* const at = buffer + begin;
+    float* const shared = buffer + i * slice_part * members;  // reduce-scatter and all-gather: parts of slice_part
+    switch (c.kind) {
+      case partition::CollectiveKind::all_reduce:
+        job.issue(comm, "ncclAllReduce", [&](ncclComm_t h) { return ncclAllReduce(at, at, n, ncclFloat32, ncclSum, h, stream); });
+        break;
+      case partition::CollectiveKind::reduce_scatter:  // in place: member r's sum of part r lands in part r
+        job.issue(comm, "ncclReduceScatter", [&](ncclComm_t h) {
+          return ncclReduceScatter(shared, shared + rank * slice_part, slice_part, ncclFloat32, ncclSum, h, stream);
+        });
+        break;
+      case partition::CollectiveKind::all_gather:  // in place: part r comes from member r's part r
+        job.issue(comm, "ncclAllGather", [&](ncclComm_t h) {
+          return ncclAllGather(shared + rank * slice_part, shared, slice_part, ncclFloat32, h, stream);
+        });
+        break;
+      case partition::CollectiveKind::broadcast:
+        job.issue(comm, "ncclBroadcast", [&](ncclComm_t h) { return ncclBroadcast(at, at, n, ncclFloat32, root, h, stream); });
+        break;
+      case partition::CollectiveKind::reduce:
+        job.issue(comm, "ncclReduce", [&](ncclComm_t h) { return ncclReduce(at, at, n, ncclFloat32, ncclSum, root, h, stream); });
+        break;
+    }
   }
   std::vector<std::pair<int, Buffer>> result;
   if (out >= 0) {

@@ -41,6 +41,10 @@ struct Layer {
   bool tp_splittable = false;
   int tp_units = 0;  // heads (or KV groups) a tensor-parallel degree must divide; 0 = any degree
   double tp_allreduce_elems = 0;
+  // How many collectives carry tp_allreduce_elems in each pass (Megatron: 2 per decoder
+  // layer, after attention and after the MLP; 1 for the vocab-parallel embedding): each pays
+  // its own latency at its own size. 0 with no tensor-parallel traffic; 1 when not given.
+  int tp_allreduces = 0;
   double tp_replicated_bytes = 0;
 
   bool operator==(const Layer&) const = default;

@@ -60,6 +60,8 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.tp_splittable = r.boolean_or("tp_splittable", false);
   l.tp_units = r.int_or("tp_units", 0, 0, limits::kMaxHeads);
   l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0, kMax);
+  l.tp_allreduces = r.int_or("tp_allreduces", l.tp_allreduce_elems > 0 ? 1 : 0, 0, 1 << 20);
+  if (l.tp_allreduce_elems > 0 && l.tp_allreduces < 1) r.fail("tp_allreduces", "expected at least 1 where tp_allreduce_elems is");
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
@@ -224,6 +226,7 @@ std::string write_network(const Network& n) {
     out << YAML::Key << "tp_splittable" << YAML::Value << l.tp_splittable;
     out << YAML::Key << "tp_units" << YAML::Value << l.tp_units;
     number("tp_allreduce_elems", l.tp_allreduce_elems);
+    out << YAML::Key << "tp_allreduces" << YAML::Value << l.tp_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
     out << YAML::EndMap;
   }

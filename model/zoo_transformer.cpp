@@ -45,6 +45,7 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   l.stashed_bytes = 4 * x.s + (c.dropout ? x.s * x.h : 0);
   l.tp_splittable = true;
   l.tp_allreduce_elems = x.s * x.h;  // vocab-parallel embedding: one all-reduce of the output
+  l.tp_allreduces = 1;
   l.tp_replicated_bytes = l.stashed_bytes;
   return l;
 }
@@ -86,6 +87,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.tp_splittable = true;
   l.tp_units = c.kv_heads > 0 ? c.kv_heads : c.heads;  // Megatron splits whole heads (query groups)
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
+  l.tp_allreduces = 2;
   // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
   // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.
   l.tp_replicated_bytes = 2 * e * x.s * x.h + 2 * e * x.s * x.h + 2 * mask * x.s * x.h;

@@ -56,6 +56,9 @@ void check_collective(const CollectiveSpec& c) {
     throw Error(std::string(to_string(c.kind)) + " has no " + std::string(to_string(c.algorithm)) +
                 " algorithm; use " + accepted);
   }
+  if (c.messages < 1) {
+    throw Error(std::string(to_string(c.kind)) + ": expected at least 1 message, found " + std::to_string(c.messages));
+  }
   if (c.root < 0 || (!c.devices.empty() && static_cast<size_t>(c.root) >= c.devices.size())) {
     throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
                 std::to_string(c.devices.size()) + " participants");

@@ -27,6 +27,10 @@ struct CollectiveSpec {
   std::vector<int> devices;  // participants, in ring order
   double bytes = 0;          // per the convention above
   int root = 0;              // broadcast and reduce: index into devices of the root
+  // Back-to-back collectives of bytes / messages each, one after the other over consecutive
+  // parts of the buffer: a chunk's per-layer tensor-parallel all-reduces as one task. Each
+  // pays its own latencies and moves its own size (partition/collective_steps.hpp).
+  int messages = 1;
   bool operator==(const CollectiveSpec&) const = default;
 };
 

@@ -239,6 +239,28 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
     ring(c.devices, device, 1, 0, Lane::meet, steps, Part{0, 0});
     return steps;
   }
+  if (c.messages > 1) {
+    // One message's steps over each m-th of the buffer in turn.
+    CollectiveSpec one = c;
+    one.messages = 1;
+    one.bytes = c.bytes / c.messages;
+    const std::vector<Step> each = collective_steps(one, device, node_of);
+    const double m = c.messages;
+    const auto part = [m](Message msg, int i) {
+      msg.begin = (i + msg.begin) / m;
+      msg.end = (i + msg.end) / m;
+      return msg;
+    };
+    steps.reserve(each.size() * static_cast<size_t>(c.messages));
+    for (int i = 0; i < c.messages; ++i) {
+      for (const Step& s : each) {
+        Step& step = steps.emplace_back();
+        for (const Message& msg : s.sends) step.sends.push_back(part(msg, i));
+        for (const Message& msg : s.receives) step.receives.push_back(part(msg, i));
+      }
+    }
+    return steps;
+  }
   switch (c.algorithm) {
     case CollectiveAlgorithm::ring:
       ring_kind(c, device, steps);

@@ -341,6 +341,12 @@ double CostModel::collective_time_s(const CollectiveSpec& c) const {
   check_collective(c);
   const int n = static_cast<int>(c.devices.size());
   if (free_communication_ || n < 2 || c.bytes <= 0) return 0;
+  if (c.messages > 1) {  // one after another, each of its own size
+    CollectiveSpec one = c;
+    one.messages = 1;
+    one.bytes = c.bytes / c.messages;
+    return c.messages * collective_time_s(one);
+  }
   switch (c.algorithm) {
     case CollectiveAlgorithm::ring:
       switch (c.kind) {

@@ -65,6 +65,7 @@ class CostModel {
   // set of hops takes the slowest hop's latency + x / bandwidth. n = members, S = bytes,
   // K = kPipelineChunks; the second line of each is its value on a flat network (every route
   // latency a, bandwidth B).
+  // With m messages, m times the time of one of S/m bytes.
   //   all_reduce      ring:          2(n-1) steps of S/n between ring neighbours
   //                                  = 2(n-1) a + 2(n-1)/n S/B
   //                   tree:          reduce then broadcast down a binary tree, pipelined, at

@@ -19,6 +19,7 @@ CollectiveSpec collective_spec(const Plan& plan, const Collective& c) {
   spec.devices = plan.members(c);
   spec.bytes = c.bytes;
   spec.root = c.root;
+  spec.messages = c.messages;
   return spec;
 }
 

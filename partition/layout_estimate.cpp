@@ -31,13 +31,14 @@ namespace {
 constexpr double kNotYet = -1;
 
 double collective_s(const CostModel& cost, CollectiveKind kind, CollectiveAlgorithm algorithm,
-                    const std::vector<int>& devices, double bytes) {
+                    const std::vector<int>& devices, double bytes, int messages = 1) {
   if (devices.size() < 2) return 0;
   CollectiveSpec spec;
   spec.kind = kind;
   spec.algorithm = algorithm;
   spec.devices = devices;
   spec.bytes = bytes;
+  spec.messages = messages;
   return cost.collective_time_s(spec);
 }
 
@@ -173,12 +174,14 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
           devices != *chunks[static_cast<size_t>(neighbour)].devices) {
         before += collective_s(cost, CollectiveKind::all_gather, ring, devices, backward ? wk.output_bytes : wk.input_bytes);
       }
-      const double volume = backward && layout.recompute == Recompute::full ? 2 * wk.tp_bytes : wk.tp_bytes;
+      const int redo = backward && layout.recompute == Recompute::full ? 2 : 1;
+      const double volume = redo * wk.tp_bytes;
+      const int messages = redo * std::max(1, wk.tp_messages);
       if (sharded[k]) {
         before += collective_s(cost, CollectiveKind::all_gather, ring, devices, volume);
         after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, volume);
       } else if (tp) {
-        after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, volume);
+        after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, volume, messages);
       }
       (backward ? c.b_before_s : c.f_before_s) = before;
       (backward ? c.b_after_s : c.f_after_s) = after;

@@ -113,6 +113,7 @@ struct Collective {
   int communicator = -1;  // its participants, in ring order
   double bytes = 0;       // partition/collective.hpp's convention
   int root = 0;           // broadcast/reduce: index of the root in the communicator
+  int messages = 1;       // back-to-back collectives of bytes / messages (CollectiveSpec::messages)
   std::vector<int> tasks; // one per communicator device, same order
   bool operator==(const Collective&) const = default;
 };

@@ -29,7 +29,10 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
-    if (tensor > 1 && l.tp_splittable) w.tp_bytes += l.tp_allreduce_elems * mbs * e;
+    if (tensor > 1 && l.tp_splittable && l.tp_allreduce_elems > 0) {
+      w.tp_bytes += l.tp_allreduce_elems * mbs * e;
+      w.tp_messages += std::max(1, l.tp_allreduces);
+    }
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;

@@ -3,8 +3,13 @@
 //   tensor parallel:      F = compute, all-reduce of the partial sums; B likewise.
 //   + sequence parallel:  F = all-gather of the input shards, compute, reduce-scatter
 //                         (Korthikanti et al.); B mirrors it.
-// A chunk's tensor-parallel collectives (two per transformer layer and pass) are one
-// collective carrying their whole volume: the simulator sees the bytes, the plan stays small.
+// A chunk's tensor-parallel all-reduces (two per transformer layer and pass) are one
+// collective task carrying their whole volume as that many messages (Collective::messages):
+// each pays its own latency at its own size, as Megatron's synchronous all-reduces on the
+// compute stream do one after another, and the plan stays small. Sequence parallelism's
+// gathers and scatters stay one message each: their parts are the sequence shards each rank
+// holds, which m-ths of the buffer reduced one after another would not give (and a cost
+// that misses their per-layer latencies).
 #include <algorithm>
 
 #include "partition/plan_builder_detail.hpp"
@@ -119,6 +124,13 @@ double Builder::tp_volume(int w, int stage, bool backward) const {
   return backward && layout_.recompute == Recompute::full ? 2 * forward : forward;
 }
 
+// How many collectives that volume is in Megatron: one per all-reduce of each layer (two in a
+// decoder layer), the recomputed forward's again in a backward under full recomputation.
+int Builder::tp_messages(int w, int stage, bool backward) const {
+  const int forward = std::max(1, work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_messages);
+  return backward && layout_.recompute == Recompute::full ? 2 * forward : forward;
+}
+
 // The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
 // reduce-scattered into sequence shards) into its output. The op is done after it.
 void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name,
@@ -131,6 +143,7 @@ void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::
                                      CollectiveAlgorithm::ring, tp_name, devices, volume,
                                      sp ? Purpose::sequence_parallel : Purpose::tensor_parallel, compute_stream_, like,
                                      partials, outputs);
+  if (!sp) plan_.collectives.back().messages = tp_messages(w, stage, kind == OpKind::B);
   for (size_t j = 0; j < devices.size(); ++j) {
     // Each rank's collective follows its own compute (a data edge when a partial sum flows).
     if (partials[j] < 0) plan_.add_order(computes[j], reduce[j]);

@@ -31,6 +31,7 @@ struct ChunkWork {
   double stash_bytes = 0;         // what a forward keeps for its backward
   double largest_layer_bytes = 0; // full recomputation rebuilds one layer's stash at a time
   double tp_bytes = 0;            // tensor-parallel collective volume per pass, per device
+  int tp_messages = 0;            // ... in this many collectives (its layers' tp_allreduces)
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
@@ -130,6 +131,7 @@ class Builder {
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  TensorKind kind, const Task& like);
   double tp_volume(int w, int stage, bool backward) const;
+  int tp_messages(int w, int stage, bool backward) const;
   void reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name, const std::vector<int>& devices,
                        const std::vector<int>& computes, const std::vector<int>& partials, const std::vector<int>& outputs);
   void add_backward(int w, int stage, int mb, OpKind kind);

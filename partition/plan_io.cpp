@@ -218,6 +218,10 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
     append_number(o, c.bytes);
     o += ", \"root\": ";
     append_number(o, static_cast<long long>(c.root));
+    if (c.messages != 1) {  // written only where it says something: older plans keep their fingerprints
+      o += ", \"messages\": ";
+      append_number(o, static_cast<long long>(c.messages));
+    }
     o += ", \"tasks\": ";
     append_ints(o, c.tasks);
     o += '}';
@@ -661,6 +665,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     c.communicator = r.integer(cj, "communicator", p, 0);
     c.bytes = r.number(cj, "bytes", p);
     c.root = r.integer(cj, "root", p, 0);
+    if (cj.contains("messages")) c.messages = r.integer(cj, "messages", p, 1, 1 << 20);
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));
   }

@@ -355,6 +355,9 @@ void check_collectives(const Plan& plan, Problems& problems) {
         break;
       }
     }
+    if (col.messages < 1) {
+      problems.push_back("collective " + std::to_string(c) + ": expected at least 1 message, found " + std::to_string(col.messages));
+    }
     if (!supports(col.kind, col.algorithm)) {
       problems.push_back("collective " + std::to_string(c) + ": " + std::string(to_string(col.kind)) + " has no " +
                          std::string(to_string(col.algorithm)) + " algorithm");

@@ -232,6 +232,7 @@ struct CollectiveNode {
   double bytes = 0;
   partition::CollectiveAlgorithm algorithm{};
   int root = 0;
+  int messages = 1;
   partition::Purpose purpose{};
 };
 
@@ -332,6 +333,7 @@ std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostMode
         attr_double(n, "hetflow_bytes", c.bytes);
         attr(n, "hetflow_algorithm", std::string(to_string(c.algorithm)));
         attr(n, "hetflow_root", static_cast<int64_t>(c.root));
+        if (c.messages != 1) attr(n, "hetflow_messages", static_cast<int64_t>(c.messages));
       }
       append_delimited(bytes, n);
     }
@@ -463,6 +465,10 @@ Plan read_chakra(const std::vector<ChakraFile>& ranks, const std::string& comm_g
           int64_t root = 0;
           n.integer("hetflow_root", root);
           c.root = static_cast<int>(std::clamp<int64_t>(root, 0, rank_count));
+          int64_t messages = 1;
+          n.integer("hetflow_messages", messages);
+          if (messages < 1 || messages > (1 << 20)) n.fail("hetflow_messages", "expected 1 to 1048576 back-to-back collectives");
+          c.messages = static_cast<int>(messages);
           const std::string pg = n.text("pg_name", "all");
           t.bytes = c.bytes;
           default_stream = "collective:" + pg;
@@ -570,11 +576,11 @@ Plan read_chakra(const std::vector<ChakraFile>& ranks, const std::string& comm_g
     for (size_t k = 0; k < count; ++k) {
       const CollectiveNode& first = by_rank.at(members.front())[k];
       partition::Collective c{first.kind, first.algorithm, first.purpose, communicator, first.bytes,
-                              std::min(first.root, static_cast<int>(members.size()) - 1), {}};
+                              std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}};
       c.purpose = plan.task(first.task).purpose;
       for (int m : members) {
         const CollectiveNode& mine = by_rank.at(m)[k];
-        if (mine.kind != first.kind || mine.bytes != first.bytes) {
+        if (mine.kind != first.kind || mine.bytes != first.bytes || mine.messages != first.messages) {
           throw InputError(ranks[static_cast<size_t>(m)].name, 0, "comm_size",
                            "collective " + std::to_string(k) + " of process group " + pg + " is a " +
                                std::string(to_string(mine.kind)) + " of " + std::to_string(mine.bytes) + " bytes, on rank " +

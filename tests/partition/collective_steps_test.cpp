@@ -412,3 +412,32 @@ TEST(CollectiveStepsData, EveryKindComputesWhatItPromises) {
     }
   }
 }
+
+// m messages: m collectives over consecutive m-ths of the buffer, one after another. An
+// all-reduce, broadcast or reduce computes what one message does; every kind sends the same
+// bytes in m times the steps.
+TEST(CollectiveStepsData, MessagesComputeWhatOneCollectiveDoesPartByPart) {
+  constexpr size_t kCount = 2 * 3 * 4 * 5 * 7 * 8;
+  const auto node_of = [](int d) { return d / 2; };
+  for (CollectiveKind kind : kKinds) {
+    for (CollectiveAlgorithm algorithm : kAlgorithms) {
+      if (!partition::supports(kind, algorithm)) continue;
+      for (int n : {2, 4, 5}) {  // every boundary of every third a whole element
+        if (algorithm == CollectiveAlgorithm::hierarchical && n % 2 != 0) continue;
+        const CollectiveSpec one = spec(kind, algorithm, first_devices(n), static_cast<double>(kCount) * 4, 1);
+        CollectiveSpec three = one;
+        three.messages = 3;
+        for (int d = 0; d < n; ++d) {
+          EXPECT_EQ(partition::collective_steps(three, d, node_of).size(), 3 * partition::collective_steps(one, d, node_of).size())
+              << describe(one);
+          EXPECT_NEAR(partition::bytes_sent(three, d, node_of), partition::bytes_sent(one, d, node_of), 1e-6) << describe(one);
+        }
+        const Buffers out = play_data(three, node_of, kCount);
+        if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) {
+          const Buffers expected = play_data(one, node_of, kCount);
+          for (int d = 0; d < n; ++d) EXPECT_EQ(out.at(d), expected.at(d)) << describe(one) << " device " << d;
+        }
+      }
+    }
+  }
+}

@@ -96,3 +96,24 @@ TEST(CollectiveTime, NothingToMoveTakesNoTimeAndRefusedAlgorithmsThrow) {
   cost.set_free_communication(true);
   EXPECT_EQ(cost.collective_time_s({CollectiveKind::all_reduce, CollectiveAlgorithm::ring, first_devices(4), 1e6, 0}), 0);
 }
+
+// m messages: m collectives of S / m one after another, each paying its latencies: a ring
+// all-reduce of 2L per-layer messages costs 2(n-1) a more per extra message, the same bytes.
+TEST(CollectiveTime, MessagesPayTheirLatenciesAtTheirOwnSize) {
+  const double S = 64e6;
+  for (int n : {2, 4, 8}) {
+    const partition::CostModel cost(test_support::identical_cluster(n), model::Precision::fp16);
+    const partition::Route r = cost.route(0, 1);
+    for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+      for (int m : {1, 3, 48}) {
+        CollectiveSpec c{kind, CollectiveAlgorithm::ring, first_devices(n), S, 0};
+        c.messages = m;
+        const double expected = m * flat_closed_form(kind, CollectiveAlgorithm::ring, n, S / m, r.latency_s, r.bandwidth_bytes_per_s);
+        EXPECT_NEAR(cost.collective_time_s(c) / expected, 1.0, 1e-12) << partition::to_string(kind) << " n=" << n << " m=" << m;
+      }
+    }
+  }
+  CollectiveSpec none{CollectiveKind::all_reduce, CollectiveAlgorithm::ring, first_devices(4), S, 0};
+  none.messages = 0;
+  EXPECT_THROW(partition::CostModel(test_support::identical_cluster(4), model::Precision::fp16).collective_time_s(none), Error);
+}

@@ -200,6 +200,42 @@ TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
   EXPECT_EQ(sp.count({CollectiveKind::all_gather, Purpose::tensor_parallel}), 0U);
 }
 
+// Megatron's all-reduces where each layer has them: two per decoder layer and pass, one for
+// the vocab-parallel embedding, the recomputed forward's again in a backward under full
+// recomputation; one collective task of that many messages, read back as written.
+TEST(PlanFormat, TensorParallelCollectivesCarryEachLayersAllReduces) {
+  const model::Network net = small_gpt();
+  for (const Recompute r : {Recompute::none, Recompute::full}) {
+    PlanOptions o;
+    o.tensor = 2;
+    o.pipeline = 2;
+    o.data = 1;
+    o.microbatches = 2;
+    o.recompute = r;
+    const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
+    const Plan back = read_plan_json(write_plan_json(plan), "p.json");
+    int checked = 0, doubled = 0;
+    for (size_t i = 0; i < plan.collectives.size(); ++i) {
+      const Collective& c = plan.collectives[i];
+      EXPECT_EQ(back.collectives[i].messages, c.messages);
+      if (c.purpose != Purpose::tensor_parallel || c.kind != CollectiveKind::all_reduce) continue;
+      const Task& t = plan.task(c.tasks.front());
+      const Stage& s = plan.layout.workers[0].stages[static_cast<size_t>(t.stage)];
+      int expected = 0;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const std::string& kind = net.layers[static_cast<size_t>(l)].kind;
+        expected += kind == "transformer" ? 2 : kind == "embedding" ? 1 : 0;
+      }
+      // A forward's all-reduces; a backward's under full recomputation twice them.
+      EXPECT_TRUE(c.messages == expected || (r == Recompute::full && c.messages == 2 * expected)) << c.messages << " vs " << expected;
+      doubled += c.messages == 2 * expected;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2 * 2 * 2);  // 2 chunks x 2 micro-batches x (F, B)
+    EXPECT_EQ(doubled, r == Recompute::full ? 2 * 2 : 0);
+  }
+}
+
 TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMoved) {
   // Reduce-scatter + all-gather of S move what one all-reduce of S moves: 2 (t-1)/t S each.
   const model::Network net = small_gpt();

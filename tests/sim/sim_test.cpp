@@ -134,6 +134,25 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
   }
 }
 
+// Messages (a chunk's per-layer tensor-parallel all-reduces as one task): each pays the
+// ring's latencies, simulated as the cost model prices them.
+TEST(Simulator, AllReduceOfManyMessagesTakesTheCostModelsTime) {
+  for (int n : {2, 8}) {
+    const model::Cluster cluster = flat_cluster(n, 10e9, 5e-6);
+    const double bytes = 32e6;
+    Plan plan = lone_collective(cluster, partition::CollectiveKind::all_reduce, partition::CollectiveAlgorithm::ring, bytes);
+    plan.collectives[0].messages = 24;
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    const partition::CostModel cost(cluster, plan.layout.precision);
+    const partition::Route hop = cost.route(0, 1);  // through the switch: its two links' latency
+    const double expected =
+        24 * (2.0 * (n - 1) / n * (bytes / 24) / hop.bandwidth_bytes_per_s + 2.0 * (n - 1) * hop.latency_s);
+    EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01) << "n=" << n;
+    EXPECT_NEAR(cost.collective_time_s(partition::collective_spec(plan, plan.collectives[0])) / expected, 1.0, 1e-12);
+  }
+}
+
 TEST(Simulator, RingReduceScatterTakesTheCostModelsTime) {
   expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce_scatter, partition::CollectiveAlgorithm::ring,
                                      {2, 3, 8});

@@ -186,7 +186,11 @@ TEST(Chakra, StandardFieldsAloneGiveTheSameWork) {
         EXPECT_EQ(t.kind, TaskKind::forward);  // Chakra does not say which pass
       }
     }
-    EXPECT_NEAR(estimate_s(back), estimate_s(plan), 0.01 * estimate_s(plan));
+    // Chakra's own fields say one collective per node: a node of m messages (hetflow_messages)
+    // reads back as one collective of all its bytes, its per-message latencies lost.
+    Plan one_message = plan;
+    for (partition::Collective& c : one_message.collectives) c.messages = 1;
+    EXPECT_NEAR(estimate_s(back), estimate_s(one_message), 0.01 * estimate_s(plan));
   }
 }
 
