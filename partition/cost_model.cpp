@@ -342,6 +342,10 @@ double CostModel::collective_time_s(const CollectiveSpec& c) const {
   const int n = static_cast<int>(c.devices.size());
   if (free_communication_ || n < 2 || c.bytes <= 0) return 0;
   if (c.messages > 1) {  // one after another, each of its own size
+    const double m = c.messages;
+    if (c.algorithm == CollectiveAlgorithm::ring && c.kind == CollectiveKind::all_reduce) {  // the common case, uncopied
+      return m * ring_time_s(c.devices, c.bytes / m / n, 2 * (n - 1));
+    }
     CollectiveSpec one = c;
     one.messages = 1;
     one.bytes = c.bytes / c.messages;

@@ -84,9 +84,9 @@ std::vector<Grouping> search_groupings(const model::Cluster& cluster, const mode
 // heads) in pipelines of any depth whose ranks hold the model's state. For the fastest k >= 2
 // types, each type in pipelines of its own: a coordinate descent on the layout's estimate
 // (micro-batch 1, 1F1B, no or full recomputation, whichever fits and is faster), one type's
-// choice changed at a time, from each degree's shallowest choices for all; each end with two
-// or more degrees, and w identical mixed workers at its degrees. The first type's degree is a
-// grouping's `tensor`, the others' `tpT`.
+// choice changed at a time, from each degree's shallowest choices for all; the best end, where
+// it has two or more degrees, and w identical mixed workers at its degrees. The first type's
+// degree is a grouping's `tensor`, the others' `tpT`.
 std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const model::Network& network,
                                           const std::vector<int>& tensors, int global_batch, const PlanOptions& base,
                                           const CostModel& cost);

@@ -234,7 +234,9 @@ std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const m
       }
       starts.insert(start);
     }
+    // The best end of all the descents: one by-type grouping per k, and its mixed workers.
     std::vector<std::vector<size_t>> ends;
+    double best_end = std::numeric_limits<double>::infinity();
     for (std::vector<size_t> pick : starts) {
       double now = time_of(by_type(used, pick));
       for (bool moved = true; moved;) {
@@ -249,9 +251,9 @@ std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const m
           }
         }
       }
-      // One degree for all is search_groupings'.
-      if (std::isfinite(now) && mixed(pick) && std::find(ends.begin(), ends.end(), pick) == ends.end()) ends.push_back(pick);
+      if (now < best_end) best_end = now, ends.assign(1, pick);
     }
+    if (!ends.empty() && !mixed(ends.front())) ends.clear();  // one degree for all is search_groupings'
     for (const std::vector<size_t>& pick : ends) {
       const Grouping found = by_type(used, pick);
       if (seen.insert(found.groups).second) out.push_back(found);

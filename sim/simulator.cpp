@@ -486,8 +486,14 @@ class Simulation {
   // participant of a collective on the same stream) so that collectives on different
   // streams never match each other's messages.
   std::vector<MailboxStep> mailbox_steps(const Collective& c, const Task& t) const {
-    const std::vector<Step> steps = partition::collective_steps(partition::collective_spec(plan_, c), t.device,
-                                                                [this](int d) { return cost_.node_of(d); });
+    // A collective of m messages runs as one message of all the bytes after the other m - 1
+    // rounds' latencies on a timer: the cost model's time (m rounds of steps, the same bytes)
+    // without m times the events (a chunk's per-layer all-reduces are dozens of rounds).
+    partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
+    const int rounds = spec.messages;
+    spec.messages = 1;
+    const std::vector<Step> steps =
+        partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
     const std::string scope = std::to_string(t.stream);
     struct Known {
       int peer;
@@ -506,6 +512,18 @@ class Simulation {
       return found;
     };
     std::vector<MailboxStep> out;
+    if (rounds > 1) {
+      double round_latency_s = 0;  // a step waits for its slowest message
+      for (const Step& step : steps) {
+        double latency_s = 0;
+        for (const Message& m : step.sends) latency_s = std::max(latency_s, cost_.route(t.device, m.peer).latency_s);
+        for (const Message& m : step.receives) latency_s = std::max(latency_s, cost_.route(m.peer, t.device).latency_s);
+        round_latency_s += latency_s;
+      }
+      MailboxStep wait;
+      wait.delay_s = (rounds - 1) * round_latency_s;
+      out.push_back(wait);
+    }
     // A ring member coalesced or standing for its replicas (folded): the steps' latencies but
     // one on a timer, then all their bytes in one step, paced by the ring's slowest hop.
     const auto coalesced = [&](const auto& transfer_of) {
