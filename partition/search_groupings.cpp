@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -184,8 +185,14 @@ std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const m
   };
   // A grouping's time by the layout's estimate, at micro-batch 1 and 1F1B, the better of no
   // and full recomputation that fits; infinity when neither fits or the policy refuses it.
+  // Remembered: the descents from different starts meet the same groupings again.
+  std::map<std::string, double> times;
   const auto time_of = [&](const Grouping& g) {
-    double best = std::numeric_limits<double>::infinity();
+    const std::string key = g.groups + " | tensor " + std::to_string(g.tensor);  // untagged terms take g.tensor
+    const auto known = times.find(key);
+    if (known != times.end()) return known->second;
+    double& best = times[key];
+    best = std::numeric_limits<double>::infinity();
     for (const Recompute r : {Recompute::none, Recompute::full}) {
       PlanOptions o = base;
       o.policy = "grouped";
