@@ -2,9 +2,15 @@
 // analytic estimate of each), and each phase alone, for a GPT of 13B parameters on 64 GPUs
 // of four types (V100-32, A100-40, A100-80, H100, two nodes of 8 each) and for GPT-2 medium
 // on 16 GPUs (12 V100 + 4 T4). Candidates cycle through a sample of the search's own space.
+// BM_FullSearch times `hetflow search` itself on both, end to end: every candidate scored
+// on every core, the best built into plans, the finalists simulated.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
 
 #include "model/error.hpp"
 #include "model/io.hpp"
@@ -13,6 +19,7 @@
 #include "partition/layout_estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/search.hpp"
+#include "tools/cli.hpp"
 
 using namespace hetflow;
 
@@ -24,23 +31,32 @@ struct Case {
   int global_batch;
 };
 
-Case make_case(int which) {
-  if (which == 0) {
-    return {model::parse_cluster("name: v100-t4\nnodes:\n"
-                                 "  - {name: v100, count: 3, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
-                                 "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
-                                 "  - {name: t4, count: 1, gpu: T4, gpus: 4, intra: {kind: pcie, bandwidth: 16 GB/s}, "
-                                 "nic: {count: 1, bandwidth: 25 Gb/s}}\n",
-                                 "v100-t4.yaml"),
-            model::network_from_spec("gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=50257", model::Precision::fp16), 32};
-  }
+// The two cases as cluster files and command lines (make_case below parses the same YAML).
+const char* kV100T4Yaml =
+    "name: v100-t4\nnodes:\n"
+    "  - {name: v100, count: 3, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
+    "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+    "  - {name: t4, count: 1, gpu: T4, gpus: 4, intra: {kind: pcie, bandwidth: 16 GB/s}, "
+    "nic: {count: 1, bandwidth: 25 Gb/s}}\n";
+const char* kGpt2Medium = "gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=50257";
+const char* kGpt13B = "gpt:layers=40,hidden=5120,heads=40,seq=2048,vocab=50257";
+
+std::string four_types_yaml() {
   std::string yaml = "name: four-types\nnodes:\n";
   for (const char* gpu : {"V100-32", "A100-40", "A100-80", "H100-SXM"}) {
     yaml += std::string("  - {name: ") + gpu + ", count: 2, gpu: " + gpu +
             ", gpus: 8, intra: {kind: nvswitch, bandwidth: 300 GB/s}, nic: {count: 8, bandwidth: 200 Gb/s}}\n";
   }
-  return {model::parse_cluster(yaml, "four-types.yaml"),
-          model::network_from_spec("gpt:layers=40,hidden=5120,heads=40,seq=2048,vocab=50257", model::Precision::fp16), 256};
+  return yaml;
+}
+
+Case make_case(int which) {
+  if (which == 0) {
+    return {model::parse_cluster(kV100T4Yaml, "v100-t4.yaml"), model::network_from_spec(kGpt2Medium, model::Precision::fp16),
+            32};
+  }
+  return {model::parse_cluster(four_types_yaml(), "four-types.yaml"),
+          model::network_from_spec(kGpt13B, model::Precision::fp16), 256};
 }
 
 // phase: 0 everything (evaluate_candidate), 1 make_layout alone, 2 build_plan alone, 3 the estimate alone;
@@ -97,6 +113,33 @@ BENCHMARK(BM_SearchCandidates)
     ->ArgNames({"case", "phase"})
     ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5}})
     ->Unit(benchmark::kMillisecond);
+
+// `hetflow search --cluster C --model M --global-batch B`, as a user runs it, on every core:
+// the wall time of the whole search (the 13B target is under 30 s on this 2-core
+// machine). One search per iteration; use --benchmark_repetitions for a median.
+void BM_FullSearch(benchmark::State& state) {
+  const bool big = state.range(0) == 1;
+  char dir[] = "/tmp/hetflow-search-bench-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    state.SkipWithError("mkdtemp failed");
+    return;
+  }
+  const std::string cluster = std::string(dir) + "/cluster.yaml";
+  std::ofstream(cluster) << (big ? four_types_yaml() : std::string(kV100T4Yaml));
+  const std::vector<std::string> args = {"--cluster", cluster, "--model", big ? kGpt13B : kGpt2Medium,
+                                         "--global-batch", big ? "256" : "32"};
+  const tools::Command* search = nullptr;
+  for (const tools::Command& c : tools::commands()) {
+    if (std::string(c.name) == "search") search = &c;
+  }
+  for (auto _ : state) {
+    std::ostringstream out;
+    benchmark::DoNotOptimize(search->run(args, out));
+  }
+  std::remove(cluster.c_str());
+  rmdir(dir);
+}
+BENCHMARK(BM_FullSearch)->ArgName("case")->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
 
