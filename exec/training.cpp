@@ -91,7 +91,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   const auto not_yet = [](const std::string& what) {
     throw PlanError("real math does not cover " + what +
                     " yet (covered: pipelines of any schedule, tensor and sequence parallelism, data parallelism by "
-                    "all-reduce, parameter server or WSP, recomputation); "
+                    "all-reduce, parameter server or WSP, with or without tensor parallelism, recomputation); "
                     "use --compute proxy");
   };
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
@@ -101,7 +101,6 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
       if (rank.size() != vw.ranks.front().size() || rank.size() != layout.workers.front().ranks.front().size()) {
         not_yet("stages or workers of different tensor-parallel degrees");
       }
-      if (rank.size() > 1 && parameter_server_) not_yet("tensor parallelism with a parameter server");
       for (size_t j = 0; j < rank.size(); ++j) tp_position_[rank[j]] = {static_cast<int>(j), static_cast<int>(rank.size())};
     }
   }
@@ -263,7 +262,19 @@ bool CpuTraining::local(int device) const {
 
 size_t CpuTraining::buffer_bytes(int tensor) const {
   const partition::Tensor& t = plan_.tensor(tensor);
-  if (t.kind == TensorKind::pushed_grad) return t.shape.empty() ? 0 : static_cast<size_t>(t.shape[0]) * sizeof(float);
+  if (t.kind == TensorKind::pushed_grad) {
+    // What the pushing chunk really sends its server: under tensor parallelism a rank's
+    // replicated parameters (norms, some biases) whole, where the plan counts 1/t of them.
+    if (const auto source = push_source_.find(tensor); source != push_source_.end()) {
+      const auto [worker, stage, device] = source->second;
+      if (const auto p = params_at_.find({device, worker, stage}); p != params_at_.end()) {
+        size_t floats = 0;
+        for (const ParamSlot* slot : served_slots(p->second, t.device)) floats += slot->count;
+        return floats * sizeof(float);
+      }
+    }
+    return t.shape.empty() ? 0 : static_cast<size_t>(t.shape[0]) * sizeof(float);
+  }
   if (t.kind != TensorKind::activation && t.kind != TensorKind::activation_grad && t.kind != TensorKind::partial_sum) {
     return 0;
   }
@@ -559,11 +570,17 @@ SafetensorsFile CpuTraining::weights() const {
       size_t elements = 1;
       for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
       NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
-      for (const Held& held : ranks) {
-        const ParamSlot& mine = held.params->slots[i];
-        const float* values = held.values + mine.offset;
-        if (auto s = served.find(slot.name); parameter_server_ && s != served.end()) values = s->second;
-        place_shard(mine, values, t.data.data());
+      if (auto s = served.find(slot.name); parameter_server_ && s != served.end()) {
+        // The server's whole parameter: a rank's slot with the whole tensor as its one piece.
+        ParamSlot whole = slot;
+        whole.count = static_cast<size_t>(slot.full_rows * slot.full_cols);
+        whole.pieces = {Piece{0, slot.full_rows, 0, slot.full_cols}};
+        place_shard(whole, s->second, t.data.data());
+      } else {
+        for (const Held& held : ranks) {
+          const ParamSlot& mine = held.params->slots[i];
+          place_shard(mine, held.values + mine.offset, t.data.data());
+        }
       }
       file.tensors.push_back(std::move(t));
     }
@@ -645,6 +662,28 @@ int layer_of(const ChunkParams& p, const ParamSlot& slot) {
   return p.layer_begin + static_cast<int>(after - p.layer_start.begin()) - 1;
 }
 
+// A server holds each parameter whole, in this project's [out, in] layout (row-major
+// full_rows x full_cols); a tensor-parallel rank holds the rectangles `slot.pieces` of it.
+// What the rank holds of `whole`, appended to `out`:
+void append_pieces(const ParamSlot& slot, const std::vector<float>& whole, std::vector<float>& out) {
+  for (const Piece& piece : slot.pieces) {
+    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
+      const auto from = whole.begin() + static_cast<std::ptrdiff_t>(r * slot.full_cols + piece.col);
+      out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(piece.cols));
+    }
+  }
+}
+
+// ... and the rank's `shard` added into `whole` where it belongs.
+void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& whole) {
+  for (const Piece& piece : slot.pieces) {
+    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
+      float* to = whole.data() + r * slot.full_cols + piece.col;
+      for (std::int64_t c = 0; c < piece.cols; ++c) to[c] += *shard++;
+    }
+  }
+}
+
 }  // namespace
 
 void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
@@ -690,18 +729,30 @@ void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init,
     const partition::Task& to = plan_.task(e.to);
     const bool push = to.kind == TaskKind::send && to.purpose == partition::Purpose::ps_push;
     const bool update = to.kind == TaskKind::optimizer && to.worker < 0;
-    const TaskKind from = plan_.task(e.from).kind;
-    if ((push || update) && e.offset == 0 && from != TaskKind::recv) {
-      if (from != TaskKind::backward && from != TaskKind::backward_weight) {
-        throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");
-      }
-      takes_gradients_[static_cast<size_t>(e.from)] = 1;
+    if (!(push || update) || e.offset != 0 || plan_.task(e.from).kind == TaskKind::recv) continue;
+    // Under tensor parallelism the device's last compute is the all-reduce (or reduce-scatter)
+    // of its last backward's input gradients: the weight gradients were complete before it,
+    // after the backward it follows on the compute stream.
+    int last = e.from;
+    if (const partition::Task& f = plan_.task(last);
+        f.kind == TaskKind::collective &&
+        (f.purpose == partition::Purpose::tensor_parallel || f.purpose == partition::Purpose::sequence_parallel)) {
+      const std::vector<int>& program = plan_.program(f.device, f.stream);
+      auto at = std::find(program.begin(), program.end(), last);
+      while (at != program.begin() && plan_.task(*at).kind == TaskKind::collective) --at;
+      last = *at;
     }
+    const TaskKind from = plan_.task(last).kind;
+    if (from != TaskKind::backward && from != TaskKind::backward_weight) {
+      throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");
+    }
+    takes_gradients_[static_cast<size_t>(last)] = 1;
   }
   for (size_t t = 0; t < plan_.tasks.size(); ++t) {
     const partition::Task& task = plan_.tasks[t];
     if (task.kind == TaskKind::recv && task.purpose == partition::Purpose::ps_push) {
-      for (const int w : plan_.writes(static_cast<int>(t))) push_source_[w] = {task.worker, task.stage};
+      const int from = plan_.channel(task.channel).src;
+      for (const int w : plan_.writes(static_cast<int>(t))) push_source_[w] = {task.worker, task.stage, from};
     }
   }
 }
@@ -756,9 +807,11 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
     const auto slots = served_slots(c.math.params(), server);
     if (server == c.device) {  // a local pull: the server's weights of that iteration
       const auto& version = weights_of(server, iteration);
+      std::vector<float> mine;
       for (const ParamSlot* slot : slots) {
-        const auto& values = version.at(slot->name);
-        std::copy(values.begin(), values.end(), c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
+        mine.clear();
+        append_pieces(*slot, version.at(slot->name), mine);
+        std::copy(mine.begin(), mine.end(), c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
       }
       continue;
     }
@@ -800,10 +853,7 @@ std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) 
     }
   } else {
     const auto& version = weights_of(channel.src, task.iteration);
-    for (const ParamSlot* slot : served_slots(chunk, channel.src)) {
-      const auto& values = version.at(slot->name);
-      out.insert(out.end(), values.begin(), values.end());
-    }
+    for (const ParamSlot* slot : served_slots(chunk, channel.src)) append_pieces(*slot, version.at(slot->name), out);
   }
   return out;
 }
@@ -835,46 +885,52 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
   const int server = task.spec->device;
   Server& s = servers_.at(server);
   const auto reads = plan_.reads(task.task);
-  // Every (worker, chunk) that pushes here, in worker then chunk order: a fixed order of sums.
+  // Every (worker, chunk, tensor-parallel rank) that pushes here, in that order: a fixed order
+  // of sums. A rank adds the pieces it holds of a split parameter; a parameter every rank
+  // holds whole (norms, biases after a row-parallel layer) has the same gradients on each,
+  // so rank 0's alone count, as the all-reduce path's optimizer counts them.
   for (size_t w = 0; w < plan_.layout.workers.size(); ++w) {
     const partition::VirtualWorker& vw = plan_.layout.workers[w];
     for (size_t k = 0; k < vw.stages.size(); ++k) {
-      const int device = vw.ranks[static_cast<size_t>(vw.stages[k].rank)][0];
-      const auto found = params_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
-      if (found == params_at_.end()) continue;
-      const auto slots = served_slots(found->second, server);
-      if (slots.empty()) continue;
-      std::vector<float> local;
-      const float* data = nullptr;
-      if (device == server) {
-        std::lock_guard lock(mutex_);
-        const Floats& grads = gradients_of(*chunk_at_.at({device, static_cast<int>(w), static_cast<int>(k)}), task.iteration);
-        for (const ParamSlot* slot : slots) {
-          local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
-                       grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
-        }
-        data = local.data();
-      } else {
-        size_t floats = 0, expected = 0;
-        for (size_t i = 0; i < reads.size(); ++i) {
-          const auto source = push_source_.find(reads[i]);
-          if (source != push_source_.end() && source->second == std::pair{static_cast<int>(w), static_cast<int>(k)}) {
-            data = reinterpret_cast<const float*>(task.reads[i].data);
-            floats = task.reads[i].size_bytes / sizeof(float);
+      for (const int device : vw.ranks[static_cast<size_t>(vw.stages[k].rank)]) {
+        const std::tuple<int, int, int> source{static_cast<int>(w), static_cast<int>(k), device};
+        const auto found = params_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
+        if (found == params_at_.end()) continue;
+        const auto slots = served_slots(found->second, server);
+        if (slots.empty()) continue;
+        std::vector<float> local;
+        const float* data = nullptr;
+        if (device == server) {
+          std::lock_guard lock(mutex_);
+          const Floats& grads = gradients_of(*chunk_at_.at({device, static_cast<int>(w), static_cast<int>(k)}), task.iteration);
+          for (const ParamSlot* slot : slots) {
+            local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
+                         grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
+          }
+          data = local.data();
+        } else {
+          size_t floats = 0, expected = 0;
+          for (size_t i = 0; i < reads.size(); ++i) {
+            const auto pushed = push_source_.find(reads[i]);
+            if (pushed != push_source_.end() && pushed->second == source) {
+              data = reinterpret_cast<const float*>(task.reads[i].data);
+              floats = task.reads[i].size_bytes / sizeof(float);
+            }
+          }
+          for (const ParamSlot* slot : slots) expected += slot->count;
+          if (data == nullptr || floats < expected) {
+            throw PlanError("the update on device " + std::to_string(server) + " reads " +
+                            (data == nullptr ? std::string("no push") : "a push of " + std::to_string(floats) + " floats") +
+                            " from worker " + std::to_string(w) + " stage " + std::to_string(k) + " device " +
+                            std::to_string(device) + ", whose gradients are " + std::to_string(expected) + " floats");
           }
         }
-        for (const ParamSlot* slot : slots) expected += slot->count;
-        if (data == nullptr || floats < expected) {
-          throw PlanError("the update on device " + std::to_string(server) + " reads " +
-                          (data == nullptr ? std::string("no push") : "a push of " + std::to_string(floats) + " floats") +
-                          " from worker " + std::to_string(w) + " stage " + std::to_string(k) + ", whose gradients are " +
-                          std::to_string(expected) + " floats");
+        const int tp_rank = found->second.tp_rank;
+        for (const ParamSlot* slot : slots) {
+          ServerParam& sp = s.params.at(slot->name);
+          if (slot->sharded() || tp_rank == 0) add_pieces(*slot, data, sp.g);
+          data += slot->count;
         }
-      }
-      for (const ParamSlot* slot : slots) {
-        ServerParam& sp = s.params.at(slot->name);
-        for (size_t i = 0; i < slot->count; ++i) sp.g[i] += data[i];
-        data += slot->count;
       }
     }
   }

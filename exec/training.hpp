@@ -194,7 +194,7 @@ class CpuTraining {
   std::vector<char> takes_gradients_;               // per task: the device's last compute of an iteration
   std::map<std::pair<const Chunk*, int>, std::vector<float>> taken_;  // (chunk, iteration) -> gradients
   std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
-  std::map<int, std::pair<int, int>> push_source_;  // pushed_grad tensor -> (worker, stage)
+  std::map<int, std::tuple<int, int, int>> push_source_;  // pushed_grad tensor -> (worker, stage, pushing device)
   std::map<int, std::map<int, double>> norm_parts_;  // per iteration: per device
 };
 

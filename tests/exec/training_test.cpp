@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -285,7 +286,13 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"tensor_parallel_split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full,
                                     partition::SyncKind::allreduce, 2},
                     DistributedCase{"sequence_parallel", "1f1b", 1, partition::Recompute::selective,
-                                    partition::SyncKind::allreduce, 2, true}),
+                                    partition::SyncKind::allreduce, 2, true},
+                    // A server holds each parameter whole; each tensor-parallel rank pushes and
+                    // pulls its own pieces of it.
+                    DistributedCase{"tensor_parallel_parameter_server", "1f1b", 1, partition::Recompute::none,
+                                    partition::SyncKind::ps, 2},
+                    DistributedCase{"sequence_parallel_wsp_staleness_0", "gpipe", 1, partition::Recompute::full,
+                                    partition::SyncKind::wsp, 2, true}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
 // The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of
@@ -331,15 +338,19 @@ TEST(Training, TwoRunsAreBitwiseEqual) {
 }
 
 TEST(Training, UncoveredLayoutsAreRefusedNamingWhat) {
-  partition::PlanOptions o = options(1, 2, 2, "1f1b");
-  o.tensor = 2;
-  o.sync = partition::SyncKind::ps;
-  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(), o);
+  // Stages of different tensor-parallel degrees (a layout file's): one device, then two.
+  const std::string file = testing::TempDir() + "mixed_degrees.yaml";
+  std::ofstream(file) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-1}\n"
+                         "      - {devices: [host/gpu1, host/gpu2], layers: 2-3}\n";
+  partition::PlanOptions o;
+  o.layout_file = file;
+  o.microbatches = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(3), odd_llama(), o);
   try {
     exec::CpuTraining training(plan, exec::markov_stream(101, 1), {}, 1);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor parallelism with a parameter server"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("different tensor-parallel degrees"), std::string::npos) << e.what();
   }
 }
 

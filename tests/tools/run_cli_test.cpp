@@ -162,46 +162,58 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
   }
 }
 
-// `mpirun -np 8 hetflow run` trains what the threads of one process train, bit for bit, and
-// rank 0 alone reports the whole run.
+// `mpirun -np N hetflow run` trains what the threads of one process train, bit for bit, and
+// rank 0 alone reports the whole run: pipelines with all-reduce, and tensor-parallel ranks
+// that push to and pull from parameter servers on other ranks.
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 #ifndef HETFLOW_MPIEXEC
   GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
 #else
   const auto dir = scratch_dir();
-  const std::string plan = "run --cluster cpu-8 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --pipeline 4 "
-                           "--data 2 --microbatches 4 --workspace 0 --precision fp32 --steps 2 --warmup 1 --lr 1e-2 --json ";
-  const std::string threads = (dir / "threads.safetensors").string(), ranks = (dir / "ranks.safetensors").string();
-  const std::string trace = (dir / "ranks.csv").string();
-  const auto t = run_hetflow(plan + "--save-weights " + threads);
-  ASSERT_EQ(t.status, 0) << t.err << t.out;
-  const auto m = run_hetflow(plan + "--save-weights " + ranks + " --trace " + trace,
-                             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC " --oversubscribe -np 8");
-  ASSERT_EQ(m.status, 0) << m.err << m.out;
-  const auto jt = nlohmann::json::parse(t.out), jm = nlohmann::json::parse(m.out);  // one report: rank 0's
-  EXPECT_EQ(jm["ranks"], 8);
-  EXPECT_EQ(jt["ranks"], 1);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(jm["steps"][i]["loss"], jt["steps"][i]["loss"]) << "step " << i;
-  EXPECT_EQ(slurp(ranks), slurp(threads));
-  const hetflow::traces::Trace merged = hetflow::traces::read_trace_csv(slurp(trace), trace);
-  EXPECT_EQ(static_cast<long long>(merged.events.size()), jm["task_instances"].get<long long>());
-  std::set<int> devices;
-  for (const auto& e : merged.events) devices.insert(e.device);
-  EXPECT_EQ(devices.size(), 8u);
+  const std::pair<int, std::string> cases[] = {
+      {8, "--cluster cpu-8 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --pipeline 4 --data 2 --microbatches 4 "},
+      {4, "--cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --data 2 --microbatches 2 "
+          "--sync ps "}};
+  for (const auto& [n, layout] : cases) {
+    const std::string plan = "run " + layout + "--workspace 0 --precision fp32 --steps 2 --warmup 1 --lr 1e-2 --json ";
+    const std::string threads = (dir / "threads.safetensors").string(), ranks = (dir / "ranks.safetensors").string();
+    const std::string trace = (dir / "ranks.csv").string();
+    const auto t = run_hetflow(plan + "--save-weights " + threads);
+    ASSERT_EQ(t.status, 0) << t.err << t.out;
+    const auto m = run_hetflow(plan + "--save-weights " + ranks + " --trace " + trace,
+                               "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC
+                               " --oversubscribe -np " + std::to_string(n));
+    ASSERT_EQ(m.status, 0) << m.err << m.out;
+    const auto jt = nlohmann::json::parse(t.out), jm = nlohmann::json::parse(m.out);  // one report: rank 0's
+    EXPECT_EQ(jm["ranks"], n) << layout;
+    EXPECT_EQ(jt["ranks"], 1);
+    EXPECT_EQ(jm["compute"], "real") << layout;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(jm["steps"][i]["loss"], jt["steps"][i]["loss"]) << layout << "step " << i;
+    EXPECT_EQ(slurp(ranks), slurp(threads)) << layout;
+    const hetflow::traces::Trace merged = hetflow::traces::read_trace_csv(slurp(trace), trace);
+    EXPECT_EQ(static_cast<long long>(merged.events.size()), jm["task_instances"].get<long long>());
+    std::set<int> devices;
+    for (const auto& e : merged.events) devices.insert(e.device);
+    EXPECT_EQ(devices.size(), static_cast<size_t>(n)) << layout;
+  }
 #endif
 }
 
 TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
-  const std::string ps = "--cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --data 2 "
-                         "--sync ps --workspace 0";
-  const auto r = run_hetflow("run " + ps + " --steps 1");
+  // Stages of different tensor-parallel degrees: one device, then two.
+  const auto layout = scratch_dir() / "mixed_degrees.yaml";
+  std::ofstream(layout) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-1}\n"
+                           "      - {devices: [host/gpu1, host/gpu2], layers: 2-3}\n";
+  const std::string mixed = "--cluster cpu-3 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --layout " +
+                            layout.string() + " --microbatches 2 --workspace 0";
+  const auto r = run_hetflow("run " + mixed + " --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("proxies because real math does not cover tensor parallelism with a parameter server yet"),
+  EXPECT_NE(r.out.find("proxies because real math does not cover stages or workers of different tensor-parallel degrees yet"),
             std::string::npos)
       << r.out;
-  const auto refused = run_hetflow("run " + ps + " --steps 1 --compute real");
+  const auto refused = run_hetflow("run " + mixed + " --steps 1 --compute real");
   EXPECT_NE(refused.status, 0);
-  EXPECT_NE(refused.err.find("parameter server"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("different tensor-parallel degrees"), std::string::npos) << refused.err;
   // Tensor and sequence parallelism train for real.
   const auto tp = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 "
                               "--sequence-parallel --workspace 0 --steps 1 --json");
