@@ -27,6 +27,7 @@ constexpr double kMaxOversubscription = 1e6;
 constexpr double kMaxLayerValue = 1e30;
 constexpr double kMaxTokensPerSample = 1e9;
 constexpr int kMaxLayers = 1'000'000;       // layers listed in a network file
+constexpr int kMaxCnnDim = 1 << 24;         // a CNN operation's height, width or channels
 
 // Transformer shapes (zoo specs, network files, HuggingFace config.json).
 constexpr int kMaxTransformerLayers = 100'000;

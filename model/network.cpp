@@ -1,6 +1,38 @@
 #include "model/network.hpp"
 
+#include <utility>
+
 namespace hetflow::model {
+
+namespace {
+constexpr std::pair<CnnOp::Kind, std::string_view> kCnnOpNames[] = {
+    {CnnOp::Kind::conv, "conv"}, {CnnOp::Kind::fc, "fc"}, {CnnOp::Kind::batch_norm, "batch_norm"},
+    {CnnOp::Kind::relu, "relu"}, {CnnOp::Kind::max_pool, "max_pool"}, {CnnOp::Kind::avg_pool, "avg_pool"},
+    {CnnOp::Kind::add, "add"},   {CnnOp::Kind::bias, "bias"}};
+}  // namespace
+
+std::string_view to_string(CnnOp::Kind kind) {
+  for (const auto& [k, name] : kCnnOpNames) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::optional<CnnOp::Kind> cnn_op_kind(std::string_view name) {
+  for (const auto& [k, n] : kCnnOpNames) {
+    if (n == name) return k;
+  }
+  return std::nullopt;
+}
+
+double cnn_op_macs(const CnnOp& op) {
+  const auto elems = [](const std::array<std::int64_t, 3>& d) {
+    return static_cast<double>(d[0]) * static_cast<double>(d[1]) * static_cast<double>(d[2]);
+  };
+  if (op.kind == CnnOp::Kind::conv) return elems(op.out) * static_cast<double>(op.in[2]) * op.kernel * op.kernel;
+  if (op.kind == CnnOp::Kind::fc) return elems(op.in) * elems(op.out);
+  return 0;
+}
 
 double Network::param_count() const {
   double total = 0;

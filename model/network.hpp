@@ -3,13 +3,35 @@
 // the per-sample arithmetic and memory every planner and back end needs. A "sample" is one
 // input example: an image, or one sequence of `tokens_per_sample` tokens for language models
 // (per-token figures are per-sample ones divided by tokens_per_sample).
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/precision.hpp"
 
 namespace hetflow::model {
+
+// One operation of a convolutional network's layer as cuDNN and PyTorch run it, for the
+// per-operation cost (partition/layer_ops.hpp): a convolution or a fully connected layer (an
+// implicit GEMM in each pass), or a memory-bound operation. Shapes are per sample, height x
+// width x channels (a fully connected layer's are 1 x 1 x features).
+struct CnnOp {
+  enum class Kind { conv, fc, batch_norm, relu, max_pool, avg_pool, add, bias };
+  Kind kind = Kind::conv;
+  std::array<std::int64_t, 3> in{}, out{};  // conv, fc, pools: input and output; others: out only
+  int kernel = 1;                           // conv: kernel x kernel
+  bool input_grad = true;                   // conv, fc: false for the one that reads the image
+  bool operator==(const CnnOp&) const = default;
+};
+
+std::string_view to_string(CnnOp::Kind kind);                   // "conv", "batch_norm", ...
+std::optional<CnnOp::Kind> cnn_op_kind(std::string_view name);  // nullopt for an unknown name
+// Multiply-accumulates per sample of a convolution or a fully connected layer (every input
+// feature times every output feature); 0 for the memory-bound kinds.
+double cnn_op_macs(const CnnOp& op);
 
 struct Layer {
   std::string name;
@@ -46,6 +68,10 @@ struct Layer {
   // its own latency at its own size. 0 with no tensor-parallel traffic; 1 when not given.
   int tp_allreduces = 0;
   double tp_replicated_bytes = 0;
+  // Convolutional networks: the layer's operations in forward order. Its convolutions' and
+  // fully connected layers' multiply-accumulates, doubled, are forward_flops. Empty for other
+  // layers (decoders get theirs from the architecture).
+  std::vector<CnnOp> cnn_ops;
 
   bool operator==(const Layer&) const = default;
 };

@@ -1,5 +1,6 @@
 // Network descriptions in YAML (JSON accepted), and resolving --model / --cluster arguments.
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,51 @@ namespace hetflow::model {
 using yaml_util::MapReader;
 
 namespace {
+
+// A layer's `ops:` list (model::CnnOp), each `{op: conv, in: [h, w, c], out: [h, w, c], kernel:
+// k, input_grad: false}`; `in` is needed by convolutions, fully connected layers and pools.
+std::vector<CnnOp> parse_cnn_ops(const YAML::Node& list, const std::string& file, const std::string& path) {
+  if (!list.IsSequence()) throw InputError(file, yaml_util::line_of(list), path, "expected a list of operations");
+  std::vector<CnnOp> ops;
+  for (size_t i = 0; i < list.size(); ++i) {
+    MapReader r(list[i], file, path + "[" + std::to_string(i) + "]");
+    CnnOp op;
+    const std::string name = r.string("op");
+    const auto kind = cnn_op_kind(name);
+    if (!kind) r.fail("op", "expected conv, fc, batch_norm, relu, max_pool, avg_pool, add or bias, found '" + name + "'");
+    op.kind = *kind;
+    const auto dims = [&r, &file](const std::string& key) {
+      const YAML::Node d = r.required(key);
+      if (!d.IsSequence() || d.size() != 3) r.fail(key, "expected [height, width, channels]");
+      std::array<std::int64_t, 3> out{};
+      for (size_t k = 0; k < 3; ++k) {
+        const std::string s = yaml_util::scalar(d[k], file, r.field(key));
+        std::int64_t v = 0;
+        try {
+          size_t used = 0;
+          v = std::stoll(s, &used);
+          if (used != s.size()) v = 0;
+        } catch (const std::exception&) {
+          v = 0;
+        }
+        if (v < 1 || v > limits::kMaxCnnDim) {
+          r.fail_at(d[k], r.field(key), "expected a whole number from 1 to " + std::to_string(limits::kMaxCnnDim) +
+                                            ", found '" + s + "'");
+        }
+        out[k] = v;
+      }
+      return out;
+    };
+    const bool gemm = op.kind == CnnOp::Kind::conv || op.kind == CnnOp::Kind::fc;
+    if (gemm || op.kind == CnnOp::Kind::max_pool || op.kind == CnnOp::Kind::avg_pool) op.in = dims("in");
+    op.out = dims("out");
+    op.kernel = op.kind == CnnOp::Kind::conv ? r.int_or("kernel", 1, 1, 64) : 1;
+    op.input_grad = gemm ? r.boolean_or("input_grad", true) : true;
+    r.finish();
+    ops.push_back(op);
+  }
+  return ops;
+}
 
 Layer parse_layer(const YAML::Node& node, const std::string& file, const std::string& path, int index) {
   MapReader r(node, file, path);
@@ -65,6 +111,15 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
+  }
+  if (r.has("ops")) {
+    l.cnn_ops = parse_cnn_ops(r.get("ops"), file, r.field("ops"));
+    double macs = 0;
+    for (const CnnOp& op : l.cnn_ops) macs += cnn_op_macs(op);
+    if (macs > 0 && std::abs(2 * macs - l.forward_flops) > 1e-9 * l.forward_flops) {
+      r.fail("ops", "its convolutions and fully connected layers make " + units::format_number(2 * macs) +
+                        " FLOPs a sample forward, where forward_flops says " + units::format_number(l.forward_flops));
+    }
   }
   r.finish();
   return l;
@@ -228,6 +283,21 @@ std::string write_network(const Network& n) {
     number("tp_allreduce_elems", l.tp_allreduce_elems);
     out << YAML::Key << "tp_allreduces" << YAML::Value << l.tp_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
+    if (!l.cnn_ops.empty()) {
+      out << YAML::Key << "ops" << YAML::Value << YAML::BeginSeq;
+      for (const CnnOp& op : l.cnn_ops) {
+        const bool gemm = op.kind == CnnOp::Kind::conv || op.kind == CnnOp::Kind::fc;
+        out << YAML::Flow << YAML::BeginMap << YAML::Key << "op" << YAML::Value << std::string(to_string(op.kind));
+        if (gemm || op.kind == CnnOp::Kind::max_pool || op.kind == CnnOp::Kind::avg_pool) {
+          out << YAML::Key << "in" << YAML::Value << YAML::Flow << std::vector<std::int64_t>(op.in.begin(), op.in.end());
+        }
+        out << YAML::Key << "out" << YAML::Value << YAML::Flow << std::vector<std::int64_t>(op.out.begin(), op.out.end());
+        if (op.kind == CnnOp::Kind::conv) out << YAML::Key << "kernel" << YAML::Value << op.kernel;
+        if (gemm && !op.input_grad) out << YAML::Key << "input_grad" << YAML::Value << false;
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
     out << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;

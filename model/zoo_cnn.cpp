@@ -23,6 +23,10 @@
 //    counted by the layer that reads it, never by the one that writes it, so summing layers
 //    counts it once. BN statistics (2 floats per channel), ReLU bitmasks and VGG's dropout
 //    masks are left out: they are per-channel or sub-element sized.
+//  * cnn_ops: each layer's convolutions, fully connected layers, BatchNorms, ReLUs, pools,
+//    bias and residual adds in forward order, with their shapes, for the per-operation cost
+//    (partition/layer_ops.hpp). Dropout is identity here, as above.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,6 +66,15 @@ void set_counts(Layer& layer, i64 macs, bool first_layer, i64 params, i64 output
   layer.output_elems = static_cast<double>(output_elems);
   layer.stashed_bytes = static_cast<double>(stashed_elems) * element_bytes(precision);
 }
+
+// The operations a layer runs (model::CnnOp), in forward order; a map is {h, w, c}.
+using Map = std::array<i64, 3>;
+CnnOp conv_op(Map in, Map out, int kernel, bool input_grad = true) {
+  return {CnnOp::Kind::conv, in, out, kernel, input_grad};
+}
+CnnOp fc_op(Map in, Map out) { return {CnnOp::Kind::fc, in, out, 1, true}; }
+CnnOp pool_op(CnnOp::Kind kind, Map in, Map out) { return {kind, in, out, 1, true}; }
+CnnOp on_output(CnnOp::Kind kind, Map out) { return {kind, {}, out, 1, true}; }
 
 void chain(Network& net, Layer layer) {
   if (!net.layers.empty()) layer.inputs = {static_cast<int>(net.layers.size()) - 1};
@@ -109,6 +122,9 @@ Network make_resnet(int depth, Precision precision) {
     // Stashed: the image (conv input), the BN input, the ReLU output (= max pool input).
     const i64 stashed = in_elems + conv_out + conv_out;
     set_counts(stem, macs, /*first_layer=*/true, params, hp * hp * cout, stashed, precision);
+    stem.cnn_ops = {conv_op({kImage, kImage, cin}, {hc, hc, cout}, 7, /*input_grad=*/false),
+                    on_output(CnnOp::Kind::batch_norm, {hc, hc, cout}), on_output(CnnOp::Kind::relu, {hc, hc, cout}),
+                    pool_op(CnnOp::Kind::max_pool, {hc, hc, cout}, {hp, hp, cout})};
     chain(net, std::move(stem));
   }
 
@@ -149,6 +165,16 @@ Network make_resnet(int depth, Precision precision) {
       layer.shape = "in=" + dims(h, h, c) + " mid=" + std::to_string(mid) +
                     " out=" + dims(ho, ho, cout) + " stride=" + std::to_string(stride);
       set_counts(layer, macs, /*first_layer=*/false, params, out_elems, stashed, precision);
+      layer.cnn_ops = {conv_op({h, h, c}, {h, h, mid}, 1),           on_output(CnnOp::Kind::batch_norm, {h, h, mid}),
+                       on_output(CnnOp::Kind::relu, {h, h, mid}),     conv_op({h, h, mid}, {ho, ho, mid}, 3),
+                       on_output(CnnOp::Kind::batch_norm, {ho, ho, mid}), on_output(CnnOp::Kind::relu, {ho, ho, mid}),
+                       conv_op({ho, ho, mid}, {ho, ho, cout}, 1),     on_output(CnnOp::Kind::batch_norm, {ho, ho, cout})};
+      if (projection) {
+        layer.cnn_ops.push_back(conv_op({h, h, c}, {ho, ho, cout}, 1));
+        layer.cnn_ops.push_back(on_output(CnnOp::Kind::batch_norm, {ho, ho, cout}));
+      }
+      layer.cnn_ops.push_back(on_output(CnnOp::Kind::add, {ho, ho, cout}));
+      layer.cnn_ops.push_back(on_output(CnnOp::Kind::relu, {ho, ho, cout}));
       chain(net, std::move(layer));
       h = ho;
       c = cout;
@@ -168,6 +194,8 @@ Network make_resnet(int depth, Precision precision) {
     // reads it) and the FC input (the pooled vector).
     const i64 stashed = h * h * c + c;
     set_counts(fc, macs, /*first_layer=*/false, params, kClasses, stashed, precision);
+    fc.cnn_ops = {pool_op(CnnOp::Kind::avg_pool, {h, h, c}, {1, 1, c}), fc_op({1, 1, c}, {1, 1, kClasses}),
+                  on_output(CnnOp::Kind::bias, {1, 1, kClasses})};
     chain(net, std::move(fc));
   }
   return net;
@@ -205,6 +233,9 @@ Network make_vgg19(Precision precision) {
     const i64 stashed = h * h * c + (pooled ? conv_out : 0);
     set_counts(layer, macs, /*first_layer=*/net.layers.empty(), params, ho * ho * cout, stashed,
                precision);
+    layer.cnn_ops = {conv_op({h, h, c}, {h, h, cout}, 3, /*input_grad=*/!net.layers.empty()),
+                     on_output(CnnOp::Kind::bias, {h, h, cout}), on_output(CnnOp::Kind::relu, {h, h, cout})};
+    if (pooled) layer.cnn_ops.push_back(pool_op(CnnOp::Kind::max_pool, {h, h, cout}, {ho, ho, cout}));
     chain(net, std::move(layer));
 
     h = ho;
@@ -233,6 +264,10 @@ Network make_vgg19(Precision precision) {
     // that ReLU's backward reads as well). fc8's output feeds the loss, not stashed here.
     const i64 stashed = features;
     set_counts(fc, macs, /*first_layer=*/false, params, out, stashed, precision);
+    // fc6 reads the last pool's 7 x 7 x 512 map, flattened.
+    const Map in = i == 0 ? Map{h, h, c} : Map{1, 1, features};
+    fc.cnn_ops = {fc_op(in, {1, 1, out}), on_output(CnnOp::Kind::bias, {1, 1, out})};
+    if (i + 1 < widths.size()) fc.cnn_ops.push_back(on_output(CnnOp::Kind::relu, {1, 1, out}));
     chain(net, std::move(fc));
     features = out;
   }

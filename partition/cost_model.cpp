@@ -160,10 +160,12 @@ void CostModel::for_each_layer_op(const model::Network& network, const Layout& l
 }
 
 double CostModel::layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
-  const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;
+  const model::Layer& l = network.layers[static_cast<size_t>(layer)];
   const KernelOptions& k = layout.kernels;
   const int kernels = k.flash_attention + 2 * k.fused_softmax + 4 * k.fused_bias_gelu + 8 * k.fused_bias_dropout_add;
-  const auto key = std::make_tuple(&gpu, kind, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels);
+  // A decoder's layers of one kind are alike; a CNN's differ layer by layer.
+  const int which = l.cnn_ops.empty() ? -1 : layer;
+  const auto key = std::make_tuple(&gpu, l.kind, which, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels);
   {
     const std::lock_guard<std::mutex> lock(op_cache_.mutex);
     if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;

@@ -1,5 +1,8 @@
 #include "partition/layer_ops.hpp"
 
+#include <array>
+#include <cstdint>
+
 namespace hetflow::partition {
 
 namespace {
@@ -167,18 +170,100 @@ void head(Ops& o, const Dims& x, OpPass pass) {
   }
 }
 
-}  // namespace
+double elems(const std::array<std::int64_t, 3>& d) {
+  return static_cast<double>(d[0]) * static_cast<double>(d[1]) * static_cast<double>(d[2]);
+}
 
-bool has_layer_ops(const model::Network& network) {
+// A convolutional network's layer (model::CnnOp) for b images: convolutions as implicit
+// GEMMs (cuDNN's): forward m = b x output pixels, n = output channels, k = input channels x
+// kernel^2; the data gradient as many multiply-adds over the input's pixels (m = b x input
+// pixels, n = input channels), none for the layer reading the image; the weight gradient
+// m = output channels, n = input channels x kernel^2, k = b x output pixels. A fully
+// connected layer is the 1 x 1 case. Memory-bound operations read and write their tensors
+// once: BatchNorm 2 forward, 3 backward (x, dY in; dX out); ReLU 2 and 3 (Y, dY in);
+// max pool input + output forward, plus 8 bytes an output for its int64 indices, and back;
+// average pool input + output each way; residual add 3 forward, 3 backward (the block
+// input's two gradients summed); bias 2 forward, its gradient a read of dY.
+void cnn_layer(Ops& o, const model::Layer& layer, OpPass pass, double b, double e) {
+  using K = model::CnnOp::Kind;
+  for (const model::CnnOp& op : layer.cnn_ops) {
+    const double in = b * elems(op.in), out = b * elems(op.out);
+    switch (op.kind) {
+      case K::conv:
+      case K::fc: {
+        const bool conv = op.kind == K::conv;
+        const double pixels_out = conv ? b * static_cast<double>(op.out[0] * op.out[1]) : b;
+        const double pixels_in = conv ? b * static_cast<double>(op.in[0] * op.in[1]) : b;
+        const double n = conv ? static_cast<double>(op.out[2]) : elems(op.out);
+        const double k = conv ? static_cast<double>(op.in[2]) * op.kernel * op.kernel : elems(op.in);
+        const double in_channels = conv ? static_cast<double>(op.in[2]) : elems(op.in);
+        if (pass == OpPass::forward) {
+          o.gemm(conv ? "convolution" : "fully connected", pixels_out, n, k, 1, e);
+        } else if (pass == OpPass::backward_data && op.input_grad) {
+          o.gemm(conv ? "convolution (data)" : "fully connected (data)", pixels_in, in_channels,
+                 pixels_out * n * k / (pixels_in * in_channels), 1, e);
+        } else if (pass == OpPass::backward_weight) {
+          o.gemm(conv ? "convolution (weight)" : "fully connected (weight)", n, k, pixels_out, 1, e);
+        }
+        break;
+      }
+      case K::batch_norm:
+        if (pass == OpPass::forward) o.memory("batch norm", 2 * e * out);
+        if (pass == OpPass::backward_data) o.memory("batch norm (backward)", 3 * e * out);
+        break;
+      case K::relu:
+        if (pass == OpPass::forward) o.memory("relu", 2 * e * out);
+        if (pass == OpPass::backward_data) o.memory("relu (backward)", 3 * e * out);
+        break;
+      case K::max_pool:
+        if (pass == OpPass::forward) o.memory("max pool", e * in + (e + 8) * out);
+        if (pass == OpPass::backward_data) o.memory("max pool (backward)", (e + 8) * out + e * in);
+        break;
+      case K::avg_pool:
+        if (pass == OpPass::forward) o.memory("average pool", e * (in + out));
+        if (pass == OpPass::backward_data) o.memory("average pool (backward)", e * (in + out));
+        break;
+      case K::add:
+        if (pass == OpPass::forward) o.memory("residual add", 3 * e * out);
+        if (pass == OpPass::backward_data) o.memory("residual add (backward)", 3 * e * out);
+        break;
+      case K::bias:
+        if (pass == OpPass::forward) o.memory("bias", 2 * e * out);
+        if (pass == OpPass::backward_weight) o.memory("bias (weight)", e * out);
+        break;
+    }
+  }
+}
+
+bool is_decoder(const model::Network& network) {
   return network.architecture.has_value() && !network.architecture->encoder && network.architecture->hidden > 0 &&
          network.architecture->heads > 0 && network.architecture->seq > 0;
 }
+
+// Every layer that computes lists its operations.
+bool is_cnn(const model::Network& network) {
+  bool any = false;
+  for (const model::Layer& l : network.layers) {
+    if (l.forward_flops > 0 && l.cnn_ops.empty()) return false;
+    any = any || !l.cnn_ops.empty();
+  }
+  return any;
+}
+
+}  // namespace
+
+bool has_layer_ops(const model::Network& network) { return is_decoder(network) || is_cnn(network); }
 
 std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass, const OpShape& shape,
                           const OpOptions& options) {
   if (!has_layer_ops(network) || layer < 0 || static_cast<size_t>(layer) >= network.layers.size() || shape.tensor < 1 ||
       shape.micro_batch < 1) {
     return {};
+  }
+  if (!is_decoder(network)) {
+    Ops o;
+    cnn_layer(o, network.layers[static_cast<size_t>(layer)], pass, shape.micro_batch, shape.element_bytes);
+    return o.take();
   }
   const Dims x = dims_of(*network.architecture, shape);
   const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;

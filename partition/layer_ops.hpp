@@ -25,6 +25,11 @@
 //    Sequence parallelism divides the norm and dropout-add tokens by t. With flash attention
 //    the scores, softmax, dropout and context are one operation: their GEMM FLOPs, and the
 //    bytes of Q, K, V and the output (the s^2 scores never reach memory).
+//  - Convolutional networks (layers listing model::CnnOp): convolutions and fully connected
+//    layers as implicit GEMMs, their FLOPs the zoo's (forward 2 x the multiply-adds, data and
+//    weight gradients as much again each, no data gradient for the layer reading the image),
+//    and BatchNorm, ReLU, pools, bias and residual adds memory-bound (layer_ops.cpp gives
+//    each one's bytes). Tensor parallelism does not split them.
 //  - Not here: communication (the plan's tasks), the optimizer (its own task: a fused Adam
 //    reads and writes its bytes, memory-bound).
 #include <string_view>
@@ -57,9 +62,10 @@ struct OpShape {
   double element_bytes = 2;     // the plan's precision
 };
 
-// The operations of `pass` of layer `layer`, or an empty list when the network is not a
-// decoder built from an architecture (network.architecture unset, an encoder, a layer of
-// another kind): such layers keep the FLOPs-only model.
+// The operations of `pass` of layer `layer`, or an empty list when the network is neither a
+// decoder built from an architecture nor a CNN whose computing layers list their operations
+// (network.architecture unset, an encoder, a layer list without `ops`): such layers keep
+// the FLOPs-only model.
 std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass, const OpShape& shape,
                           const OpOptions& options = {});
 

@@ -49,3 +49,41 @@ TEST(NetworkIo, OverridingPrecisionScalesExplicitActivationBytes) {
       "precision: fp32\nlayers:\n  - {name: a, forward_flops: 1, output_elems: 1, stashed_bytes: 400}\n";
   EXPECT_DOUBLE_EQ(parse_network(yaml, "n.yaml", Precision::fp16).layers[0].stashed_bytes, 200);
 }
+
+// A layer's CNN operations: read, written back, and checked against its forward_flops.
+TEST(NetworkIo, CnnOperationsRoundTripAndMustMakeTheLayersFlops) {
+  // A 3x3 convolution of a 8x8x4 map to 8x8x2: 8*8*2*4*9 = 4,608 multiply-adds, 9,216 FLOPs.
+  const std::string layer =
+      "layers:\n  - name: c\n    forward_flops: F\n    output_elems: 32\n"
+      "    ops:\n      - {op: conv, in: [8, 8, 4], out: [8, 8, 2], kernel: 3, input_grad: false}\n"
+      "      - {op: batch_norm, out: [8, 8, 2]}\n      - {op: max_pool, in: [8, 8, 2], out: [4, 4, 2]}\n";
+  const auto with_flops = [&](const std::string& flops) {
+    std::string yaml = layer;
+    yaml.replace(yaml.find('F'), 1, flops);
+    return yaml;
+  };
+  const Network net = parse_network(with_flops("9216"), "cnn.yaml");
+  ASSERT_EQ(net.layers[0].cnn_ops.size(), 3u);
+  const CnnOp& conv = net.layers[0].cnn_ops[0];
+  EXPECT_EQ(conv.kind, CnnOp::Kind::conv);
+  EXPECT_EQ(conv.kernel, 3);
+  EXPECT_FALSE(conv.input_grad);
+  EXPECT_EQ(cnn_op_macs(conv), 4608);
+  EXPECT_EQ(net.layers[0].cnn_ops[2].in, (std::array<std::int64_t, 3>{8, 8, 2}));
+  EXPECT_EQ(parse_network(write_network(net), "rt.yaml"), net);
+  const auto error = [&](const std::string& yaml) {
+    try {
+      parse_network(yaml, "cnn.yaml");
+    } catch (const hetflow::InputError& e) {
+      return e.field() + ": " + e.what();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(with_flops("9000")).find("layers[0].ops"), std::string::npos) << error(with_flops("9000"));
+  std::string unknown = with_flops("9216");
+  unknown.replace(unknown.find("batch_norm"), 10, "layer_norm");
+  EXPECT_NE(error(unknown).find("layers[0].ops[1].op"), std::string::npos) << error(unknown);
+  std::string flat = with_flops("9216");
+  flat.replace(flat.find("in: [8, 8, 4]"), 13, "in: [8, 8]");
+  EXPECT_NE(error(flat).find("layers[0].ops[0].in"), std::string::npos) << error(flat);
+}

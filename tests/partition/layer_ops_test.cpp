@@ -154,12 +154,82 @@ TEST(LayerOps, TheHeadsLogitsAndCrossEntropy) {
   EXPECT_FALSE(emb.empty());
 }
 
-// Networks that are not decoders built from an architecture keep the FLOPs-only model.
+// Networks that are neither decoders built from an architecture nor CNNs listing their
+// operations keep the FLOPs-only model.
 TEST(LayerOps, OtherNetworksHaveNoOperations) {
-  for (const char* name : {"vgg19", "resnet50", "bert-large"}) {
+  model::Network bert = model::load_network("bert-large");
+  EXPECT_FALSE(partition::has_layer_ops(bert));
+  EXPECT_TRUE(partition::layer_ops(bert, 1, OpPass::forward, {1, 1, false, 2}).empty());
+  model::Network bare = model::load_network("resnet50");
+  bare.layers[3].cnn_ops.clear();  // a computing layer without its operations
+  EXPECT_FALSE(partition::has_layer_ops(bare));
+  EXPECT_TRUE(partition::has_layer_ops(model::load_network("resnet50")));
+  EXPECT_TRUE(partition::has_layer_ops(model::load_network("vgg19")));
+}
+
+// ResNet-50's stem and the strided block that opens its second stage, micro-batch 8 in fp16,
+// by hand: convolutions as implicit GEMMs, the memory-bound operations' bytes.
+TEST(LayerOps, AConvolutionalLayersOperationsByHand) {
+  const model::Network net = model::load_network("resnet50");
+  const partition::OpShape shape{8, 1, false, 2};
+  const double b = 8, e = 2;
+  // Stem: conv 7x7/2 of 224x224x3 to 112x112x64, BN, ReLU, max pool to 56x56x64.
+  auto f = partition::layer_ops(net, 0, OpPass::forward, shape);
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f[0].name, "convolution");
+  EXPECT_EQ(f[0].m, b * 112 * 112);
+  EXPECT_EQ(f[0].n, 64);
+  EXPECT_EQ(f[0].k, 3 * 49);
+  EXPECT_DOUBLE_EQ(f[0].flops, 2 * b * 112 * 112 * 64 * 3 * 49);
+  EXPECT_DOUBLE_EQ(f[1].bytes, 2 * e * b * 112 * 112 * 64);             // batch norm: x in, y out
+  EXPECT_DOUBLE_EQ(f[2].bytes, 2 * e * b * 112 * 112 * 64);             // relu
+  EXPECT_DOUBLE_EQ(f[3].bytes, e * b * 112 * 112 * 64 + (e + 8) * b * 56 * 56 * 64);  // max pool and its indices
+  const auto data = partition::layer_ops(net, 0, OpPass::backward_data, shape);
+  EXPECT_EQ(flops_of(data), 0) << "the stem reads the image: no input gradient";
+  EXPECT_DOUBLE_EQ(by_name(data).at("batch norm (backward)").bytes, 3 * e * b * 112 * 112 * 64);
+  const auto weight = partition::layer_ops(net, 0, OpPass::backward_weight, shape);
+  ASSERT_EQ(weight.size(), 1u);
+  EXPECT_EQ(weight[0].m, 64);
+  EXPECT_EQ(weight[0].n, 3 * 49);
+  EXPECT_EQ(weight[0].k, b * 112 * 112);
+  // layer2.block1: 56x56x256 in; 1x1 to 128, 3x3 stride 2 to 28x28x128, 1x1 to 512, and
+  // the 1x1 stride-2 projection; three BNs and the projection's, two ReLUs, add, ReLU.
+  const int block = 4;  // stem, three blocks of stage 1
+  ASSERT_EQ(net.layers[block].name, "layer2.block1");
+  f = partition::layer_ops(net, block, OpPass::forward, shape);
+  int gemms = 0;
+  for (const Op& op : f) gemms += op.cls == OpClass::gemm;
+  EXPECT_EQ(gemms, 4);
+  EXPECT_EQ(f[3].m, b * 28 * 28);  // the 3x3 stride 2
+  EXPECT_EQ(f[3].k, 128 * 9);
+  const auto strided_data = partition::layer_ops(net, block, OpPass::backward_data, shape);
+  std::vector<Op> data_gemms;
+  for (const Op& op : strided_data) {
+    if (op.cls == OpClass::gemm) data_gemms.push_back(op);
+  }
+  ASSERT_EQ(data_gemms.size(), 4u);
+  // The data gradient of the 3x3 stride 2 runs over its input's 56x56 pixels and 128
+  // channels with the forward's multiply-adds.
+  EXPECT_EQ(data_gemms[1].m, b * 56 * 56);
+  EXPECT_EQ(data_gemms[1].n, 128);
+  EXPECT_DOUBLE_EQ(data_gemms[1].flops, f[3].flops);
+  EXPECT_DOUBLE_EQ(by_name(f).at("residual add").bytes, 3 * e * b * 28 * 28 * 512);
+}
+
+// A CNN's GEMM FLOPs are the zoo's layer totals too (forward, and data + weight gradients).
+TEST(LayerOps, ConvolutionFlopsAddUpToTheZoosLayerTotals) {
+  for (const char* name : {"resnet50", "resnet152", "vgg19"}) {
     const model::Network net = model::load_network(name);
-    EXPECT_FALSE(partition::has_layer_ops(net)) << name;
-    EXPECT_TRUE(partition::layer_ops(net, 1, OpPass::forward, {1, 1, false, 2}).empty()) << name;
+    const partition::OpShape shape{4, 1, false, 2};
+    for (size_t l = 0; l < net.layers.size(); ++l) {
+      const model::Layer& layer = net.layers[l];
+      const int i = static_cast<int>(l);
+      const double forward = flops_of(partition::layer_ops(net, i, OpPass::forward, shape));
+      const double backward = flops_of(partition::layer_ops(net, i, OpPass::backward_data, shape)) +
+                              flops_of(partition::layer_ops(net, i, OpPass::backward_weight, shape));
+      EXPECT_NEAR(forward, 4 * layer.forward_flops, 1e-9 * layer.forward_flops) << name << " " << layer.name;
+      EXPECT_NEAR(backward, 4 * layer.backward_flops, 1e-9 * layer.backward_flops) << name << " " << layer.name;
+    }
   }
 }
 
