@@ -147,7 +147,8 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
       last_end = std::max(last_end, finish);
       for (int s = order.successor_begin[uu]; s < order.successor_begin[uu + 1]; ++s) {
         double& r = ready[static_cast<size_t>(order.successors[static_cast<size_t>(s)])];
-        r = std::max(r, finish);
+        const double f = order.successor_fraction[static_cast<size_t>(s)];
+        r = std::max(r, f < 1 ? ready[uu] + f * duration[uu] : finish);
       }
       for (int t : order.unit(u)) {
         const Task& task = plan.task(t);

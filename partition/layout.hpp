@@ -64,6 +64,10 @@ struct Sync {
   SyncKind kind = SyncKind::allreduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
   double bucket_bytes = 25.0 * 1024 * 1024;  // PyTorch DDP's default bucket
+  // All-reduce: each bucket starts as soon as the backward has made its gradients, in the
+  // last micro-batch's backward of the chunk that holds them (Megatron's
+  // --overlap-grad-reduce), not after the device's last compute.
+  bool overlap_grad_reduce = false;
   int staleness = 0;  // WSP: a virtual worker may run at most this many waves ahead
   // Parameter server (ps, wsp): the device that hosts each layer's parameters and optimizer
   // state (one entry per layer of the network).

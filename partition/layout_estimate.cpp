@@ -204,6 +204,9 @@ struct WorkerRun {
   std::vector<std::vector<double>> busy;  // per rank and tensor rank: compute and collectives
   double bubble_sum = 0;                  // over its devices: 1 - F/B/W compute / the worker's span
   int bubble_count = 0;
+  // Per chunk and tensor rank: the start and length of the compute that completes its
+  // gradients (its last B or W in program order), for --overlap-grad-reduce.
+  std::vector<std::vector<double>> made_start, made_s;
 };
 
 // Where a worker's pipeline starts an iteration from: when each rank's compute stream and
@@ -245,6 +248,8 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
   rank_free.resize(static_cast<size_t>(p), 0);
   WorkerRun run;
   run.busy.resize(static_cast<size_t>(p));
+  run.made_start.resize(count);
+  run.made_s.resize(count);
   std::vector<std::vector<double>> compute_s(static_cast<size_t>(p));  // the bubble's busy time
   for (int r = 0; r < p; ++r) {
     const size_t t = chunks[static_cast<size_t>(r)].devices->size();
@@ -312,6 +317,10 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
         } else if (op.kind == OpKind::B) {
           end_b[at] = end;
           if (k > 0) send(1, c.to_previous_s, at - mbs, grad_at);
+        }
+        if (op.kind != OpKind::F) {  // the chunk's gradients so far: the last one completes them
+          run.made_start[k].assign(c.devices->size(), compute_start);
+          run.made_s[k] = compute;
         }
         --left;
         moved = true;
@@ -520,7 +529,29 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
           }
           const double bucket_s = collective_s(cost, CollectiveKind::all_reduce, layout.sync.algorithm, members,
                                                piece.bytes / piece.buckets);
-          run_collective(members, bucket_s * piece.buckets);
+          if (!layout.sync.overlap_grad_reduce) {
+            run_collective(members, bucket_s * piece.buckets);
+            continue;
+          }
+          // Builder::add_allreduce_sync: bucket b waits for the part of each member's last
+          // backward that makes its gradients, and for the member's comm stream.
+          std::vector<std::vector<double>> ready;
+          for (size_t w = 0; w < layout.workers.size(); ++w) {
+            const Stage& s = layout.workers[w].stages[static_cast<size_t>(seg.stage_of_worker[w])];
+            ready.push_back(builder::bucket_ready_fractions(network, s.layer_begin, s.layer_end, seg.begin, seg.end,
+                                                            piece.buckets));
+          }
+          for (int b = 0; b < piece.buckets; ++b) {
+            double start = 0;
+            for (size_t w = 0; w < layout.workers.size(); ++w) {
+              const auto k = static_cast<size_t>(seg.stage_of_worker[w]);
+              const auto j = static_cast<size_t>(piece.rank_of_worker[w]);
+              const WorkerRun& run = runs[w];
+              const double made = run.made_start[k][j] + ready[w][static_cast<size_t>(b)] * run.made_s[k][j];
+              start = std::max({start, made, comm_free[static_cast<size_t>(members[w])]});
+            }
+            for (int d : members) comm_free[static_cast<size_t>(d)] = start + bucket_s;
+          }
         }
       }
       // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).

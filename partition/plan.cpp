@@ -73,7 +73,7 @@ void Plan::finish() {
       continue;  // validation names it
     }
     edges.emplace_back(static_cast<size_t>(e.from), static_cast<size_t>(e.to));
-    properties.push_back(Dependency{e.offset, false});
+    properties.push_back(Dependency{e.offset, false, e.fraction});
   }
   for (size_t task = 0; task < tasks.size(); ++task) {
     for (int r : reads(static_cast<int>(task))) {
@@ -96,8 +96,8 @@ int Plan::add_tensor(const Tensor& tensor) {
   return static_cast<int>(tensors.size()) - 1;
 }
 
-void Plan::add_order(int from_task, int to_task, int offset) {
-  order.push_back(OrderEdge{from_task, to_task, offset});
+void Plan::add_order(int from_task, int to_task, int offset, double fraction) {
+  order.push_back(OrderEdge{from_task, to_task, offset, fraction});
   if (finished_) finish();  // an edit after the fact (tests, tools): rare, so rebuilt whole
 }
 
@@ -148,10 +148,10 @@ int Plan::peer(int task) const {
 }
 
 namespace {
-std::vector<std::tuple<size_t, size_t, int, bool>> sorted_edges(const TaskGraph& g) {
-  std::vector<std::tuple<size_t, size_t, int, bool>> edges;
+std::vector<std::tuple<size_t, size_t, int, bool, double>> sorted_edges(const TaskGraph& g) {
+  std::vector<std::tuple<size_t, size_t, int, bool, double>> edges;
   for (auto [it, end] = boost::edges(g); it != end; ++it) {
-    edges.emplace_back(boost::source(*it, g), boost::target(*it, g), g[*it].offset, g[*it].data);
+    edges.emplace_back(boost::source(*it, g), boost::target(*it, g), g[*it].offset, g[*it].data, g[*it].fraction);
   }
   std::sort(edges.begin(), edges.end());
   return edges;

@@ -130,11 +130,15 @@ struct Tensor {
 };
 
 // An explicit ordering edge (data edges come from the tensor table). offset: iterations
-// between `from` and `to` (0: the same iteration).
+// between `from` and `to` (0: the same iteration). fraction: `to` may start once `from`, a
+// compute task, has done this part of its work (Megatron's --overlap-grad-reduce: a bucket's
+// all-reduce starts when the backward has made its gradients); 1, when `from` ends.
+// Back ends that cannot see inside a task start `to` when `from` ends, which is later.
 struct OrderEdge {
   int from = -1;
   int to = -1;
   int offset = 0;
+  double fraction = 1;
   bool operator==(const OrderEdge&) const = default;
 };
 
@@ -165,6 +169,7 @@ struct StreamProgram {
 struct Dependency {
   int offset = 0;
   bool data = false;
+  double fraction = 1;  // see OrderEdge
 };
 // Compressed sparse rows: the graph is made once from all its edges (Plan::finish), in a few
 // allocations, and read many times (ordering, validation, back ends).
@@ -219,7 +224,7 @@ struct Plan {
   void finish();
   int add_tensor(const Tensor& tensor);
   // Records an order edge; rebuilds the graph when it was already built (finish()).
-  void add_order(int from_task, int to_task, int offset = 0);
+  void add_order(int from_task, int to_task, int offset = 0, double fraction = 1);
   int add_channel(const Channel& channel);
   int add_communicator(const Communicator& communicator);
   std::span<const int> reads(int task) const;

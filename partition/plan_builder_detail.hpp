@@ -77,6 +77,15 @@ struct Segment {
 // sees the collectives in this one global order, so comm streams cannot deadlock.
 std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout);
 
+// --overlap-grad-reduce: when each of `buckets` buckets of the gradients of layers [begin,
+// end) is complete, as the part of the backward work of the chunk [chunk_begin, chunk_end)
+// done by then (by FLOPs; the backward runs the chunk's layers last to first). Buckets split
+// the gradients evenly from the last layer down, as PyTorch's and Megatron's do; a bucket is
+// complete once the backward has passed its lowest layer. 1 for the one completed last when
+// nothing below it remains.
+std::vector<double> bucket_ready_fractions(const model::Network& net, int chunk_begin, int chunk_end, int begin, int end,
+                                           int buckets);
+
 class Builder {
  public:
   // Builds into `plan` (empty).
@@ -142,6 +151,7 @@ class Builder {
 
   // --- plan_builder_sync.cpp ---
   std::map<int, int> last_compute_of_devices() const;
+  std::map<std::tuple<int, int, int>, int> last_backward_of_chunks() const;
   void reserve();
   void add_allreduce_sync();
   void add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device);

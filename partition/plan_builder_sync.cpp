@@ -38,6 +38,47 @@ std::map<int, int> Builder::last_compute_of_devices() const {
   return last;
 }
 
+// The task after which each chunk's gradients are complete, by (device, worker, stage): its
+// last backward (or W) in the device's compute program, the last micro-batch's.
+std::map<std::tuple<int, int, int>, int> Builder::last_backward_of_chunks() const {
+  std::map<std::tuple<int, int, int>, int> last;
+  for (const VirtualWorker& vw : layout_.workers) {
+    for (const auto& rank : vw.ranks) {
+      for (int d : rank) {
+        const auto& program = plan_.program(d, compute_stream_);
+        for (auto i = program.rbegin(); i != program.rend(); ++i) {
+          const Task& t = plan_.task(*i);
+          if (t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight) last.try_emplace({d, t.worker, t.stage}, *i);
+        }
+      }
+    }
+  }
+  return last;
+}
+
+std::vector<double> bucket_ready_fractions(const model::Network& net, int chunk_begin, int chunk_end, int begin, int end,
+                                           int buckets) {
+  const auto work = [&net](int l) { return net.layers[static_cast<size_t>(l)].backward_flops; };
+  double total = 0, done = 0, params = 0;
+  for (int l = chunk_begin; l < chunk_end; ++l) total += work(l);
+  for (int l = end; l < chunk_end; ++l) done += work(l);  // layers above the segment come first
+  for (int l = begin; l < end; ++l) params += layer_params_per_device(net, l, chunk_begin, 1);
+  std::vector<double> out;
+  double above = 0;  // parameters of the layers the backward has passed, from `end` down
+  int l = end;
+  for (int b = 0; b < buckets; ++b) {
+    const double need = params * (b + 1) / buckets;
+    while (l > begin && (above < need * (1 - 1e-12) || b + 1 == buckets)) {
+      --l;
+      above += layer_params_per_device(net, l, chunk_begin, 1);
+      done += work(l);
+    }
+    const double f = total > 0 ? done / total : 1;
+    out.push_back(f > 0 && f < 1 - 1e-12 ? f : 1.0);
+  }
+  return out;
+}
+
 std::vector<Share> shares(const std::vector<int>& degrees) {
   const auto first = degrees.empty() ? 1 : degrees.front();
   if (std::all_of(degrees.begin(), degrees.end(), [first](int t) { return t == first; })) {
@@ -110,6 +151,8 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
 
 void Builder::add_allreduce_sync() {
   const std::map<int, int> last = last_compute_of_devices();
+  const bool overlap = layout_.sync.overlap_grad_reduce;
+  const std::map<std::tuple<int, int, int>, int> made = overlap ? last_backward_of_chunks() : decltype(made){};
   std::map<int, std::vector<int>> syncs_of_device;
   const int comm = stream("comm");
   for (const Segment& seg : data_parallel_segments(net_, layout_)) {
@@ -127,14 +170,26 @@ void Builder::add_allreduce_sync() {
       like.layer_begin = begin;
       like.layer_end = end;
       const std::string name = "dp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " t" + std::to_string(j);
+      // With overlap, where in its chunk's last backward each worker's buckets are complete.
+      std::vector<std::vector<double>> ready;
+      for (size_t w = 0; overlap && w < layout_.workers.size(); ++w) {
+        const Stage& s = layout_.workers[w].stages[static_cast<size_t>(stage_of_worker[w])];
+        ready.push_back(bucket_ready_fractions(net_, s.layer_begin, s.layer_end, begin, end, buckets));
+      }
       for (int b = 0; b < buckets; ++b) {
         const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
                                           bytes / buckets, Purpose::data_parallel, comm, like, grads, grads, grads.size());
-        for (size_t i = 0; i < tasks.size(); ++i) {
-          // The gradient buffer is complete: the device's first sync waits for its last
-          // compute, the later ones follow it on the comm stream.
+        for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (worker 0's alone when folded)
           auto& syncs = syncs_of_device[devices[i]];
-          if (syncs.empty()) plan_.add_order(last.at(devices[i]), tasks[i]);
+          if (overlap) {
+            // Each bucket waits for the part of the last backward that makes its gradients.
+            const int from = made.at({devices[i], static_cast<int>(i), stage_of_worker[i]});
+            plan_.add_order(from, tasks[i], 0, ready[i][static_cast<size_t>(b)]);
+          } else if (syncs.empty()) {
+            // The gradient buffer is complete: the device's first sync waits for its last
+            // compute, the later ones follow it on the comm stream.
+            plan_.add_order(last.at(devices[i]), tasks[i]);
+          }
           syncs.push_back(tasks[i]);
         }
       }
@@ -179,7 +234,9 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
                                           bytes, Purpose::embedding, comm, like, grads, grads);
         for (size_t i = 0; i < devices.size(); ++i) {
           auto& syncs = syncs_of_device[devices[i]];
-          if (syncs.empty()) plan_.add_order(last.at(devices[i]), tasks[i]);
+          // Its gradients are complete after the device's last compute. Without overlap the
+          // data-parallel syncs before it on the comm stream waited for that already.
+          if (syncs.empty() || layout_.sync.overlap_grad_reduce) plan_.add_order(last.at(devices[i]), tasks[i]);
           syncs.push_back(tasks[i]);
         }
       }

@@ -50,6 +50,7 @@ Json layout_json(const Layout& l) {
                {"bucket_bytes", l.sync.bucket_bytes},
                {"staleness", l.sync.staleness},
                {"layer_server", l.sync.layer_server}};
+  if (l.sync.overlap_grad_reduce) j["sync"]["overlap_grad_reduce"] = true;  // only when set: older plans keep their bytes
   j["workers"] = Json::array();
   for (const VirtualWorker& w : l.workers) {
     Json stages = Json::array();
@@ -249,7 +250,14 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
   });
   append_lines(out, "tasks", plan.tasks.size(), [&](std::string& o, size_t i) { append_task(o, plan, i); });
   append_lines(out, "order", plan.order.size(), [&](std::string& o, size_t i) {
-    append_ints(o, std::initializer_list<int>{plan.order[i].from, plan.order[i].to, plan.order[i].offset});
+    const OrderEdge& e = plan.order[i];
+    append_ints(o, std::initializer_list<int>{e.from, e.to, e.offset});
+    if (e.fraction != 1) {  // [from, to, offset, fraction]: only where the edge has one
+      o.pop_back();
+      o += ", ";
+      append_number(o, e.fraction);
+      o += ']';
+    }
   });
   append_lines(out, "programs", plan.programs.size(), [&](std::string& o, size_t d) {
     o += '[';
@@ -427,6 +435,9 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.sync.bucket_bytes = r.number(sync, "bucket_bytes", ps);
   l.sync.staleness = r.integer(sync, "staleness", ps, 0, 1 << 20);
   l.sync.layer_server = r.integers(sync, "layer_server", ps, 0);
+  if (sync.is_object() && sync.contains("overlap_grad_reduce")) {
+    l.sync.overlap_grad_reduce = r.boolean(sync, "overlap_grad_reduce", ps);
+  }
   const Json& workers = r.array(j, "workers", p);
   for (size_t w = 0; w < workers.size(); ++w) {
     const std::string wp = p + ".workers[" + std::to_string(w) + "]";
@@ -493,7 +504,7 @@ struct Tables {
   Plan& plan;
   Reader& r;
   std::vector<std::vector<int>> consumers;      // per tensor, as listed
-  std::vector<std::array<int, 3>> order;        // as listed: from, to, offset
+  std::vector<OrderEdge> order;                 // as listed
   std::vector<int> order_line;
   bool header_checked = false;
 
@@ -566,9 +577,19 @@ struct Tables {
 
   void edge(size_t i, const Json& e, int line) {
     const std::string p = "order[" + std::to_string(i) + "]";
-    const std::vector<int> v = r.integers(e, p, 0);
-    if (v.size() != 3) r.fail(p, "expected [from_task, to_task, iteration_offset]");
-    order.push_back({v[0], v[1], v[2]});
+    const char* form = "expected [from_task, to_task, iteration_offset] or [from_task, to_task, iteration_offset, fraction]";
+    if (!e.is_array() || (e.size() != 3 && e.size() != 4)) r.fail(p, form);
+    OrderEdge edge;
+    edge.from = r.integer(e[0], p + "[0]", 0);
+    edge.to = r.integer(e[1], p + "[1]", 0);
+    edge.offset = r.integer(e[2], p + "[2]", 0);
+    if (e.size() == 4) {
+      const Json& f = e[3];
+      const double x = f.is_number() ? f.get<double>() : -1;
+      if (!(x > 0 && x < 1)) r.fail(p + "[3]", "expected a fraction in (0, 1) of the first task's work, found " + brief(f));
+      edge.fraction = x;
+    }
+    order.push_back(edge);
     order_line.push_back(line);
   }
 
@@ -601,14 +622,14 @@ struct Tables {
       }
     }
     for (size_t i = 0; i < order.size(); ++i) {
-      for (int t : {order[i][0], order[i][1]}) {
+      for (int t : {order[i].from, order[i].to}) {
         if (static_cast<size_t>(t) >= plan.tasks.size()) {
           r.at_line(order_line[i]);
           r.fail("order[" + std::to_string(i) + "]", "task " + std::to_string(t) + " does not exist");
         }
       }
     }
-    for (const auto& [from, to, offset] : order) plan.add_order(from, to, offset);
+    for (const OrderEdge& e : order) plan.add_order(e.from, e.to, e.offset, e.fraction);
     const std::vector<std::vector<int>> derived = plan.consumers();
     for (size_t i = 0; i < consumers.size(); ++i) {
       std::vector<int> listed = consumers[i];

@@ -85,7 +85,11 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.sync.kind = o.sync.value_or(default_sync);
   l.sync.algorithm = o.allreduce;
   l.sync.bucket_bytes = o.bucket_bytes;
+  l.sync.overlap_grad_reduce = o.overlap_grad_reduce;
   l.sync.staleness = o.staleness;
+  if (o.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
+    throw InputError(kOptions, 0, "overlap_grad_reduce", "only applies to `sync` allreduce");
+  }
   if (l.sync.kind != SyncKind::wsp && o.staleness > 0) {
     throw InputError(kOptions, 0, "staleness", "only applies to `sync` wsp");
   }

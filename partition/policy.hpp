@@ -38,6 +38,7 @@ struct PlanOptions {
   std::optional<SyncKind> sync;  // default: allreduce, or wsp for the HetPipe policies
   CollectiveAlgorithm allreduce = CollectiveAlgorithm::ring;
   double bucket_bytes = 25.0 * 1024 * 1024;
+  bool overlap_grad_reduce = false;  // Sync::overlap_grad_reduce
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;

@@ -31,7 +31,7 @@ RunGraph::RunGraph(const Plan& plan) {
   std::vector<int> fill(successor_begin_.begin(), successor_begin_.end() - 1);
   for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
     successors_[static_cast<size_t>(fill[boost::source(*it, plan.graph)]++)] = {
-        static_cast<int>(boost::target(*it, plan.graph)), plan.graph[*it].offset};
+        static_cast<int>(boost::target(*it, plan.graph)), plan.graph[*it].offset, plan.graph[*it].fraction};
   }
   // The k-th send on a channel meets its k-th receive, in program order.
   partner_.assign(n, -1);

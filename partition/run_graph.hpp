@@ -16,7 +16,8 @@ class RunGraph {
  public:
   struct Successor {
     int task = -1;
-    int offset = 0;  // in iterations: iteration i of this task feeds iteration i + offset
+    int offset = 0;       // in iterations: iteration i of this task feeds iteration i + offset
+    double fraction = 1;  // fed once this task has done this part of its work (OrderEdge)
   };
 
   // Throws PlanError for an edge between tasks of different devices (devices meet only

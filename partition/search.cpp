@@ -114,6 +114,8 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
               o.recompute = r;
               o.sync = sync;
               o.staleness = sync == SyncKind::wsp ? s.staleness : 0;
+              // The base's overlap applies to all-reduce, the servers' candidates go without.
+              o.overlap_grad_reduce = base.overlap_grad_reduce && sync == SyncKind::allreduce;
               o.iterations = estimated_iterations(o);
               o.stage_layers.clear();
               o.layout_file.clear();

@@ -1,6 +1,7 @@
 #include "partition/task_order.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 namespace hetflow::partition {
 
@@ -76,28 +77,33 @@ TaskOrder order_tasks(const Plan& plan) {
   // different iterations and cannot close a cycle in one), then program order on each
   // device stream. An edge inside one unit is a unit waiting for itself: kept, so that it
   // shows as a cycle.
-  std::vector<std::pair<int, int>> edges;
+  std::vector<std::tuple<int, int, double>> edges;  // (from unit, to unit, fraction)
   edges.reserve(boost::num_edges(plan.graph) + n);
   for (auto [it, end] = boost::edges(plan.graph); it != end; ++it) {
     if (plan.graph[*it].offset != 0) continue;
-    edges.emplace_back(o.unit_of_task[boost::source(*it, plan.graph)], o.unit_of_task[boost::target(*it, plan.graph)]);
+    edges.emplace_back(o.unit_of_task[boost::source(*it, plan.graph)], o.unit_of_task[boost::target(*it, plan.graph)],
+                       plan.graph[*it].fraction);
   }
   for (const auto& device : plan.programs) {
     for (const StreamProgram& stream : device) {
       const std::vector<int>& program = stream.tasks;
       for (size_t i = 1; i < program.size(); ++i) {
-        edges.emplace_back(o.unit_of_task[static_cast<size_t>(program[i - 1])], o.unit_of_task[static_cast<size_t>(program[i])]);
+        edges.emplace_back(o.unit_of_task[static_cast<size_t>(program[i - 1])], o.unit_of_task[static_cast<size_t>(program[i])],
+                           1.0);
       }
     }
   }
   o.successor_begin.assign(units + 1, 0);
-  for (const auto& [a, b] : edges) ++o.successor_begin[static_cast<size_t>(a) + 1];
+  for (const auto& [a, b, f] : edges) ++o.successor_begin[static_cast<size_t>(a) + 1];
   for (size_t u = 0; u < units; ++u) o.successor_begin[u + 1] += o.successor_begin[u];
   o.successors.resize(edges.size());
+  o.successor_fraction.resize(edges.size());
   std::vector<int> fill(o.successor_begin.begin(), o.successor_begin.end() - 1);
   std::vector<int> indegree(units, 0);
-  for (const auto& [a, b] : edges) {
-    o.successors[static_cast<size_t>(fill[static_cast<size_t>(a)]++)] = b;
+  for (const auto& [a, b, f] : edges) {
+    const auto at = static_cast<size_t>(fill[static_cast<size_t>(a)]++);
+    o.successors[at] = b;
+    o.successor_fraction[at] = f;
     ++indegree[static_cast<size_t>(b)];
   }
 
@@ -116,7 +122,7 @@ TaskOrder order_tasks(const Plan& plan) {
   if (!o.complete()) {
     // Walk backwards through unfinished predecessors until a unit repeats: that is a cycle.
     std::vector<std::vector<int>> predecessors(units);
-    for (const auto& [a, b] : edges) {
+    for (const auto& [a, b, f] : edges) {
       if (indegree[static_cast<size_t>(a)] > 0 && indegree[static_cast<size_t>(b)] > 0) {
         predecessors[static_cast<size_t>(b)].push_back(a);
       }

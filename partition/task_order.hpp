@@ -19,6 +19,9 @@ struct TaskOrder {
   // CSR successor lists between units (data dependencies and program order, deduplicated
   // only where cheap).
   std::vector<int> successor_begin, successors;
+  // Per successor entry: the part of the unit's work it waits for (OrderEdge::fraction; 1 for
+  // data edges, program order and whole-task order edges).
+  std::vector<double> successor_fraction;
   std::vector<int> cycle;                 // when order is incomplete: tasks on one cycle
   size_t unit_count() const { return unit_begin.empty() ? 0 : unit_begin.size() - 1; }
   std::span<const int> unit(int u) const {

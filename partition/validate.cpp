@@ -102,6 +102,9 @@ void check_embedded(const Plan& plan, Problems& problems) {
     }
   }
   if (l.sync.staleness < 0) problems.push_back("layout.sync.staleness: expected 0 or more");
+  if (l.sync.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
+    problems.push_back("layout.sync.overlap_grad_reduce: only applies to sync allreduce");
+  }
   if (plan.memory.size() != plan.device_names.size()) {
     problems.push_back("memory: expected one entry per device (" + std::to_string(plan.device_names.size()) + "), found " +
                        std::to_string(plan.memory.size()));
@@ -201,6 +204,16 @@ void check_references(const Plan& plan, Problems& problems) {
       note("order[" + std::to_string(i) + "]", "task does not exist");
     }
     if (e.offset < 0) note("order[" + std::to_string(i) + "]", "offset: expected 0 or more");
+    if (!(e.fraction > 0 && e.fraction <= 1)) {
+      note("order[" + std::to_string(i) + "]", "fraction: expected a part of the first task's work in (0, 1]");
+    } else if (e.fraction < 1 && in_range(e.from, plan.tasks.size())) {
+      const TaskKind k = plan.tasks[static_cast<size_t>(e.from)].kind;
+      if (k == TaskKind::send || k == TaskKind::recv || k == TaskKind::collective) {
+        note("order[" + std::to_string(i) + "]", "fraction: only a compute task's work can be waited for in part, not a " +
+                                                    std::string(to_string(k)) + "'s");
+      }
+      if (e.offset != 0) note("order[" + std::to_string(i) + "]", "fraction: only within one iteration (offset 0)");
+    }
   }
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];

@@ -63,6 +63,12 @@ struct Stream {
   std::vector<MailboxStep> steps;
   size_t step = 0;
   int outstanding = 0;
+  // When the head task is a compute task that some successors wait for only in part
+  // (OrderEdge::fraction): the parts of its work where they are released, ending with 1, the
+  // part now running, and the task's whole work in FLOPs at the host's speed.
+  std::vector<double> cuts;
+  size_t cut = 0;
+  double work_flops = 0;
 };
 
 // What a device has in flight: each activity with the stream whose head task it serves.
@@ -301,7 +307,19 @@ class Simulation {
                                     ? options_.compute_s[at]
                                     : cost_.task_compute_time_s(plan_, t);
         if (duration <= 0) break;
-        flight.add(sg::this_actor::exec_async(duration * cost_.peak_flops_per_s(t.device)), s);
+        stream.work_flops = duration * cost_.peak_flops_per_s(t.device);
+        stream.cuts.clear();
+        stream.cut = 0;
+        for (const auto& next : graph_->successors(id)) {
+          if (next.fraction < 1) stream.cuts.push_back(next.fraction);
+        }
+        if (!stream.cuts.empty()) {  // run the work in parts, releasing each successor at its own
+          std::sort(stream.cuts.begin(), stream.cuts.end());
+          stream.cuts.erase(std::unique(stream.cuts.begin(), stream.cuts.end()), stream.cuts.end());
+          stream.cuts.push_back(1);
+        }
+        const double first = stream.cuts.empty() ? 1 : stream.cuts.front();
+        flight.add(sg::this_actor::exec_async(first * stream.work_flops), s);
         ++activities_;
         return;
       }
@@ -370,7 +388,24 @@ class Simulation {
       ++stream.step;
       if (start_step(stream, s, flight)) return;
     }
+    if (stream.cut + 1 < stream.cuts.size()) {  // a part of a compute task: release who waits for it
+      const double done = stream.cuts[stream.cut++];
+      release((*stream.tasks)[stream.next], stream.iteration, done, check);
+      flight.add(sg::this_actor::exec_async((stream.cuts[stream.cut] - done) * stream.work_flops), s);
+      ++activities_;
+      return;
+    }
     complete_head(d, s, check);
+  }
+
+  // The successors of iteration i of task id that wait for `fraction` of its work.
+  void release(int id, int i, double fraction, std::vector<size_t>& check) {
+    for (const auto& next : graph_->successors(id)) {
+      if (next.fraction != fraction || next.offset >= iterations_ - i) continue;  // (i + offset may not fit an int)
+      if (--remaining(i + next.offset)[static_cast<size_t>(next.task)] == 0) {
+        check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(next.task)]));
+      }
+    }
   }
 
   void complete_head(Device& d, size_t s, std::vector<size_t>& check) {
@@ -380,15 +415,12 @@ class Simulation {
     end_[instance(static_cast<int>(id), i)] = sg::Engine::get_clock();
     done_[instance(static_cast<int>(id), i)] = 1;
     if (options_.on_progress && (++completed_ & 1023) == 0) report_progress();
-    for (const auto [succ, offset] : graph_->successors(static_cast<int>(id))) {
-      if (offset >= iterations_ - i) continue;  // beyond the run (i + offset may not fit an int)
-      if (--remaining(i + offset)[static_cast<size_t>(succ)] == 0) {
-        check.push_back(static_cast<size_t>(stream_index_[static_cast<size_t>(succ)]));
-      }
-    }
+    release(static_cast<int>(id), i, 1, check);  // (those waiting for a part were released with it)
     stream.running = false;
     stream.collective = false;
     stream.steps.clear();
+    stream.cuts.clear();
+    stream.cut = 0;
     if (++stream.next == stream.tasks->size()) {  // the program again, one iteration later
       stream.next = 0;
       ++stream.iteration;

@@ -527,6 +527,8 @@ void search_options(po::options_description& options) {
        "compare these clusters (comma-separated names or files) by the time and cost of training --tokens tokens")
       ("tokens", po::value<std::string>()->default_value("1e9"), "tokens to train, for --clusters")
       ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace")
+      ("bucket-size", po::value<std::string>()->default_value("25 MiB"), "gradient all-reduce bucket size")
+      ("overlap-grad-reduce", "all-reduce candidates start each bucket as the last backward makes its gradients")
       ("calibration", po::value<std::string>(), "calibration YAML or published:NAME, for estimates and simulations")
       ("out", po::value<std::string>(), "write the best plan here (for hetflow simulate --plan / run --plan)")
       ("out-layout", po::value<std::string>(), "write the best plan's layout file here (hetflow plan --layout)");
@@ -609,6 +611,15 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   } catch (const std::invalid_argument& e) {
     throw InputError("<command line>", 0, "--workspace", e.what());
   }
+  try {
+    base.bucket_bytes = u::parse_bytes(vm["bucket-size"].as<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<command line>", 0, "--bucket-size", e.what());
+  }
+  if (!(base.bucket_bytes >= 1)) {
+    throw InputError("<command line>", 0, "--bucket-size", "expected a size of at least 1 B");
+  }
+  base.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
   if (!compared.empty()) {
     if (vm.count("out") || vm.count("out-layout")) {
       throw InputError("<command line>", 0, "--clusters", "writes no plan: search one cluster for --out and --out-layout");

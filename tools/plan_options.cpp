@@ -46,6 +46,8 @@ void add_plan_options(po::options_description& options) {
       ("allreduce", po::value<std::string>()->default_value("ring"), "ring | tree | hierarchical")
       ("bucket-size", po::value<std::string>()->default_value("25 MiB"),
        "gradient all-reduce bucket size (at most 1,000,000 buckets per iteration)")
+      ("overlap-grad-reduce",
+       "start each bucket's all-reduce as the last backward makes its gradients (Megatron's option)")
       ("iterations", po::value<int>()->default_value(1), "training iterations in the plan")
       ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
        "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
@@ -117,6 +119,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.staleness = vm["staleness"].as<int>();
   o.allreduce = parse_option<partition::CollectiveAlgorithm>(vm, "allreduce", partition::parse_collective_algorithm);
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
+  o.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
   o.iterations = vm["iterations"].as<int>();
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
   o.kernels = read_kernel_options(vm);

@@ -574,3 +574,57 @@ TEST(PlanFormat, AFoldedPlanRoundTripsAndValidates) {
   }
   EXPECT_NE(first_problem(folded), "valid");
 }
+
+// --overlap-grad-reduce: each bucket's order edge carries the part of the last backward it
+// waits for, written as a fourth number only where there is one; read back exactly, and
+// bad fractions are refused naming the edge.
+TEST(PlanFormat, OverlappedGradientReductionRoundTripsWithItsFractions) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.data = 2;
+  o.microbatches = 2;
+  o.bucket_bytes = 1 << 20;
+  const model::Cluster cluster = model::builtin_cluster("dgx-a100-x4");
+  const model::Network gpt = model::network_from_spec("gpt:layers=4,hidden=256,heads=4,seq=128", model::Precision::bf16);
+  const Plan plain = plan_of(cluster, gpt, o);
+  const std::string plain_json = write_plan_json(plain);
+  EXPECT_EQ(plain_json.find("overlap_grad_reduce"), std::string::npos);
+  for (const OrderEdge& e : plain.order) EXPECT_EQ(e.fraction, 1);
+  o.overlap_grad_reduce = true;
+  const Plan overlapped = plan_of(cluster, gpt, o);
+  int parts = 0;
+  for (const OrderEdge& e : overlapped.order) {
+    if (e.fraction == 1) continue;
+    ++parts;
+    EXPECT_GT(e.fraction, 0);
+    EXPECT_LT(e.fraction, 1);
+    EXPECT_EQ(overlapped.task(e.from).kind, TaskKind::backward);
+    EXPECT_EQ(overlapped.task(e.to).purpose, Purpose::data_parallel);
+  }
+  EXPECT_GT(parts, 4);
+  expect_round_trip(overlapped, "overlap");
+  const std::string json = write_plan_json(overlapped);
+  EXPECT_TRUE(read_plan_json(json, "p.json").layout.sync.overlap_grad_reduce);
+  // A fraction out of (0, 1), and one on an edge from a collective.
+  const size_t at = json.find("\"order\"");
+  const size_t edge = json.find(", 0.", at);  // the first fraction
+  ASSERT_NE(edge, std::string::npos);
+  std::string bad = json;
+  bad.replace(edge, 4, ", 1.");
+  try {
+    read_plan_json(bad, "bad.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(e.field().find("][3]"), std::string::npos) << e.what();
+  }
+  Plan from_collective = overlapped;
+  for (OrderEdge& e : from_collective.order) {
+    if (e.fraction < 1) {
+      e.from = e.to;  // a data-parallel collective waiting for part of itself
+      break;
+    }
+  }
+  from_collective.finish();
+  EXPECT_NE(first_problem(from_collective).find("only a compute task's work"), std::string::npos)
+      << first_problem(from_collective);
+}

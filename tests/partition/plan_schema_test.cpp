@@ -62,6 +62,22 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
   const std::string hetpipe = write_plan_json(
       plan_of(model::builtin_cluster("hetpipe-testbed"), model::network_from_spec("resnet50", model::Precision::fp16), wsp));
   EXPECT_EQ(schema_check(hetpipe, "hetpipe.json"), 0);
+  PlanOptions overlap;  // order edges with a fourth number, the part of the backward waited for
+  overlap.pipeline = 2;
+  overlap.data = 2;
+  overlap.microbatches = 2;
+  overlap.bucket_bytes = 1 << 20;
+  overlap.overlap_grad_reduce = true;
+  const std::string overlapped = write_plan_json(plan_of(
+      test_support::identical_cluster(4), model::network_from_spec("gpt:layers=4,hidden=512,heads=8,seq=256", model::Precision::bf16),
+      overlap));
+  ASSERT_NE(overlapped.find("\"overlap_grad_reduce\""), std::string::npos);
+  EXPECT_EQ(schema_check(overlapped, "overlapped.json"), 0);
+  std::string whole = overlapped;  // a fraction of 1 is written as none
+  const size_t part = whole.find(", 0.", whole.find("\"order\""));
+  ASSERT_NE(part, std::string::npos);
+  whole.replace(part, 4, ", 1.");
+  EXPECT_NE(schema_check(whole, "whole.json"), 0);
   std::string broken = gpt;
   broken.replace(broken.find("\"kind\": \"forward\""), 17, "\"kind\": \"sideways\"");
   EXPECT_NE(schema_check(broken, "broken.json"), 0);

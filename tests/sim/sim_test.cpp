@@ -716,3 +716,44 @@ TEST(Simulator, FoldingIsRefusedWhereReplicasShareLinks) {
     EXPECT_NE(std::string(e.what()).find("fewer NICs than GPUs"), std::string::npos) << e.what();
   }
 }
+
+// --overlap-grad-reduce against its closed form: two data-parallel workers of one stage, four
+// identical layers whose gradients fill one bucket each. Bucket b (from the last layer down)
+// is ready after (b + 1) / 4 of the backward; each all-reduce (C) is shorter than a layer's
+// backward (B / 4), so all but the last hide behind the backward: F + B + C + the optimizer,
+// against F + B + 4 C without overlap. The simulator and the plan's estimate both.
+TEST(Simulator, OverlappedGradientBucketsHideBehindTheBackward) {
+  const model::Cluster cluster = flat_cluster(2, 10e9, 10e-6);
+  std::string yaml = "name: four\nprecision: fp16\nlayers:\n";
+  for (int l = 0; l < 4; ++l) {
+    yaml += "  - {name: l" + std::to_string(l) + ", forward_flops: 1e11, params: 1e6, output_elems: 1000}\n";
+  }
+  const model::Network net = model::parse_network(yaml, "four.yaml");
+  partition::PlanOptions o;
+  o.pipeline = 1;
+  o.data = 2;
+  o.microbatches = 1;
+  o.workspace_bytes = 0;
+  o.bucket_bytes = 2e6;  // one layer's fp16 gradients
+  for (const bool overlap : {false, true}) {
+    o.overlap_grad_reduce = overlap;
+    const Plan plan = plan_for(cluster, net, o);
+    ASSERT_TRUE(partition::validate_plan(plan).ok());
+    const partition::CostModel cost(cluster, plan.layout.precision);
+    std::map<TaskKind, double> s;
+    int buckets = 0;
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      if (plan.tasks[t].device != 0) continue;
+      s[plan.tasks[t].kind] = partition::task_duration_s(plan, cost, static_cast<int>(t));
+      buckets += plan.tasks[t].kind == TaskKind::collective;
+    }
+    ASSERT_EQ(buckets, 4);
+    const double f = s[TaskKind::forward], b = s[TaskKind::backward], c = s[TaskKind::collective];
+    ASSERT_LT(c, b / 4);
+    const double expected = f + b + (overlap ? 1 : 4) * c + s[TaskKind::optimizer];
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    EXPECT_NEAR(r.simulated_s / expected, 1.0, 0.01) << (overlap ? "overlapped" : "after the backward");
+    EXPECT_NEAR(partition::estimate_plan(plan, cost).iteration_time_s / expected, 1.0, 1e-9);
+  }
+}
