@@ -562,8 +562,13 @@ void run_collective(Job& job) {
   const cudaStream_t stream = job.lane.cuda;
   const int root = c.root;
   // Collective::messages: that many collectives one after another, each over its share of the
-  // buffer (a chunk's per-layer tensor-parallel all-reduces), as the simulator times them.
-  const size_t slices = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, c.messages)), std::max<size_t>(1, part)));
+  // buffer (a chunk's per-layer tensor-parallel all-reduces), as the simulator times them. A
+  // reduce-scatter's or all-gather's share is the i-th m-th of every member's part, which
+  // NCCL cannot take in place: one call over the whole buffer leaves the same result (without
+  // the m - 1 further latencies).
+  const bool by_part = c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather;
+  const size_t slices =
+      by_part ? 1 : std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, c.messages)), std::max<size_t>(1, part)));
   const size_t slice_part = part / slices;
   for (size_t i = 0; i < slices; ++i) {
     const size_t begin = i * count / slices, n = (i + 1) * count / slices - begin;

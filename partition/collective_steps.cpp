@@ -1,6 +1,7 @@
 #include "partition/collective_steps.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -240,23 +241,41 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
     return steps;
   }
   if (c.messages > 1) {
-    // One message's steps over each m-th of the buffer in turn.
+    // One message's steps over each m-th of the buffer in turn: the i-th m-th of the whole
+    // buffer, or for a reduce-scatter or all-gather the i-th m-th of every member's part
+    // (a message over several parts becomes one message per part, in order, on its lane).
     CollectiveSpec one = c;
     one.messages = 1;
     one.bytes = c.bytes / c.messages;
     const std::vector<Step> each = collective_steps(one, device, node_of);
-    const double m = c.messages;
-    const auto part = [m](Message msg, int i) {
-      msg.begin = (i + msg.begin) / m;
-      msg.end = (i + msg.end) / m;
-      return msg;
+    const double m = c.messages, n = static_cast<double>(c.devices.size());
+    const bool by_part = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_gather;
+    const auto add = [&](const Message& msg, int i, std::vector<Message>& out) {
+      if (!by_part) {
+        Message part = msg;
+        part.begin = (i + msg.begin) / m;
+        part.end = (i + msg.end) / m;
+        out.push_back(part);
+        return;
+      }
+      for (double b = msg.begin; b < msg.end;) {
+        const double k = std::min(n - 1, std::floor(b * n + 1e-9));  // the member part b lies in
+        const double end = std::min(msg.end, (k + 1) / n);
+        Message part = msg;
+        part.begin = k / n + (b - k / n + i / n) / m;
+        part.end = k / n + (end - k / n + i / n) / m;
+        if (msg.end > msg.begin) part.bytes = msg.bytes * (end - b) / (msg.end - msg.begin);
+        out.push_back(part);
+        if (!(end > b)) break;  // (a part of no width: nothing further)
+        b = end;
+      }
     };
     steps.reserve(each.size() * static_cast<size_t>(c.messages));
     for (int i = 0; i < c.messages; ++i) {
       for (const Step& s : each) {
         Step& step = steps.emplace_back();
-        for (const Message& msg : s.sends) step.sends.push_back(part(msg, i));
-        for (const Message& msg : s.receives) step.receives.push_back(part(msg, i));
+        for (const Message& msg : s.sends) add(msg, i, step.sends);
+        for (const Message& msg : s.receives) add(msg, i, step.receives);
       }
     }
     return steps;

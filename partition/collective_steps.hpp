@@ -47,9 +47,10 @@
 // broadcast delivers S once to every non-root member, and a reduce sends S once from every
 // non-root member. Algorithms that collective.hpp refuses for a kind throw hetflow::Error.
 // With m messages (CollectiveSpec::messages), the steps of one collective of S/m bytes, run
-// m times in turn, the i-th over the part [i/m, (i+1)/m) of the buffer as its own buffer:
-// all_reduce, broadcast and reduce leave what one collective leaves; reduce_scatter and
-// all_gather leave each m-th's part i at position i (not the whole buffer's).
+// m times in turn, the i-th over the part [i/m, (i+1)/m) of the buffer as its own buffer
+// (all_reduce, broadcast, reduce), or over the i-th m-th of every member's part (reduce_scatter,
+// all_gather: a member's part holds its sequence shard): each kind leaves what one
+// collective leaves.
 // With fewer than two members or no bytes, a collective is still a rendezvous: one step of
 // zero bytes around the ring.
 #include <functional>

@@ -178,8 +178,8 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       const double volume = redo * wk.tp_bytes;
       const int messages = redo * std::max(1, wk.tp_messages);
       if (sharded[k]) {
-        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, volume);
-        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, volume);
+        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, volume, messages);
+        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, volume, messages);
       } else if (tp) {
         after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, volume, messages);
       }

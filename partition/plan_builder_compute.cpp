@@ -7,9 +7,8 @@
 // collective task carrying their whole volume as that many messages (Collective::messages):
 // each pays its own latency at its own size, as Megatron's synchronous all-reduces on the
 // compute stream do one after another, and the plan stays small. Sequence parallelism's
-// gathers and scatters stay one message each: their parts are the sequence shards each rank
-// holds, which m-ths of the buffer reduced one after another would not give (and a cost
-// that misses their per-layer latencies).
+// gathers and scatters likewise (two of each per layer and pass): their messages move the
+// i-th m-th of every rank's sequence shard, so the shards land where one collective puts them.
 #include <algorithm>
 
 #include "partition/plan_builder_detail.hpp"
@@ -112,6 +111,7 @@ std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_
   const double volume = tp_volume(w, stage, like.kind == TaskKind::backward);
   const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, volume,
                                      Purpose::sequence_parallel, compute_stream_, like, arrived, gathered);
+  plan_.collectives.back().messages = tp_messages(w, stage, like.kind == TaskKind::backward);
   for (size_t j = 0; j < t; ++j) set_free_after(arrived[j], gather[j]);
   return gathered;
 }
@@ -143,7 +143,7 @@ void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::
                                      CollectiveAlgorithm::ring, tp_name, devices, volume,
                                      sp ? Purpose::sequence_parallel : Purpose::tensor_parallel, compute_stream_, like,
                                      partials, outputs);
-  if (!sp) plan_.collectives.back().messages = tp_messages(w, stage, kind == OpKind::B);
+  plan_.collectives.back().messages = tp_messages(w, stage, kind == OpKind::B);
   for (size_t j = 0; j < devices.size(); ++j) {
     // Each rank's collective follows its own compute (a data edge when a partial sum flows).
     if (partials[j] < 0) plan_.add_order(computes[j], reduce[j]);
