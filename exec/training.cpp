@@ -215,9 +215,20 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
 
   if (parameter_server_) build_servers(seed, init, init_path);
 
-  // Collectives: the gradient span each reduces.
+  // Collectives: the gradient span each reduces, or the gradient norm.
   collective_span_.assign(plan.tasks.size(), {0, 0});
   collective_chunk_.assign(plan.tasks.size(), nullptr);
+  norm_task_.assign(plan.tasks.size(), 0);
+  has_norm_.assign(static_cast<size_t>(plan.device_count()), 0);
+  norm_square_.assign(static_cast<size_t>(plan.device_count()), 0.0f);
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind == TaskKind::collective && task.purpose == partition::Purpose::gradient_norm) {
+      norm_task_[t] = 1;
+      has_norm_[static_cast<size_t>(task.device)] = 1;
+      plan_has_norm_ = true;
+    }
+  }
   std::map<std::tuple<int, int, int>, std::vector<int>> buckets;  // (grad tensor, layer range) -> tasks in order
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
@@ -495,15 +506,18 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
   float scale = 1;
   if (optimizer_.clip_grad > 0) {
-    double local = 0;
-    for (Chunk* c : mine) {
-      if (c->worker != 0) continue;  // replicas hold the same gradients: count each parameter once
-      for (const ParamSlot& slot : c->math.params().slots) {
-        if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
-        for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) local += static_cast<double>(c->grads[i]) * c->grads[i];
-      }
+    // The plan's all-reduce summed the worker's parts (its replicas hold the same gradients);
+    // a worker of one device holds every parameter itself. A plan without that collective
+    // (a CNN's, an older one): the devices' parts meet here, worker 0's counted.
+    const int device = task.spec->device;
+    double norm = 0;
+    if (has_norm_[static_cast<size_t>(device)]) {
+      norm = std::sqrt(static_cast<double>(norm_square_[static_cast<size_t>(device)]));
+    } else if (plan_has_norm_) {
+      norm = std::sqrt(local_sum_squares(device));
+    } else {
+      norm = global_norm(task, stop, task.spec->worker == 0 ? local_sum_squares(device) : 0.0);
     }
-    const double norm = global_norm(task, stop, local);
     const double clip = optimizer_.clip_grad / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
     if (clip < 1) scale = static_cast<float>(clip);
   }
@@ -524,7 +538,26 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
 }
 
+// A device's part of the squared gradient norm: every parameter it holds once (a replicated
+// one on tensor rank 0 alone, a tied copy not at all), after its data-parallel sync.
+double CpuTraining::local_sum_squares(int device) const {
+  double local = 0;
+  for (const auto& c : chunks_) {
+    if (c->device != device) continue;
+    for (const ParamSlot& slot : c->math.params().slots) {
+      if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
+      for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) local += static_cast<double>(c->grads[i]) * c->grads[i];
+    }
+  }
+  return local;
+}
+
 std::span<float> CpuTraining::collective_data(const TaskContext& task) {
+  if (norm_task_[static_cast<size_t>(task.task)]) {  // the norm's all-reduce: this device's part in, the worker's out
+    float& slot = norm_square_[static_cast<size_t>(task.spec->device)];
+    slot = static_cast<float>(local_sum_squares(task.spec->device));
+    return {&slot, 1};
+  }
   Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
   const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];

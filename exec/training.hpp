@@ -142,6 +142,8 @@ class CpuTraining {
   const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   std::shared_ptr<const Batch> batch(int iteration);
+  // The squared norm's parts of every server update (parameter servers), or of every
+  // optimizer of a plan without a gradient-norm collective, summed.
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
   bool local(int device) const;
 
@@ -159,6 +161,14 @@ class CpuTraining {
   std::map<std::tuple<int, int, int>, ChunkParams> params_at_;  // (device, worker, stage) -> its layout, every rank's
   std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
   std::vector<Chunk*> collective_chunk_;                    // per task
+  // The gradient-norm all-reduce (Purpose::gradient_norm) of each device: whether the plan
+  // has one, and the float it reduces (the device's sum of squares, then its worker's). Each
+  // device's slot is written and read by its own thread alone.
+  std::vector<char> norm_task_;     // per task
+  std::vector<char> has_norm_;      // per device
+  std::vector<float> norm_square_;  // per device
+  bool plan_has_norm_ = false;
+  double local_sum_squares(int device) const;
 
   mutable std::mutex mutex_;  // batches, losses, the norm rendezvous
   std::condition_variable norm_cv_;

@@ -576,12 +576,30 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
           }
         }
       }
-      // The optimizer, on the compute stream after the device's gradients and their syncs.
+      // The optimizer, on the compute stream after the device's gradients and their syncs, and
+      // after its worker's gradient-norm all-reduce (Builder::add_optimizers).
+      std::vector<double> ready(devices, 0);
+      for (size_t d = 0; d < devices; ++d) ready[d] = std::max(last_end[d], comm_free[d]);
+      for (const VirtualWorker& vw : layout.workers) {
+        if (!builder::clips_gradient_norm(network, layout)) break;
+        std::vector<int> members;
+        double start = 0;
+        for (const auto& rank : vw.ranks) {
+          for (const int d : rank) {
+            if (!computes[static_cast<size_t>(d)]) continue;
+            members.push_back(d);
+            start = std::max(start, ready[static_cast<size_t>(d)]);
+          }
+        }
+        if (members.size() < 2) continue;
+        const double norm_s = collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::tree, members, 4);
+        for (const int d : members) ready[static_cast<size_t>(d)] = start + norm_s;
+      }
       for (size_t d = 0; d < devices; ++d) {
         if (!computes[d]) continue;
         const double s = optimizer_s(cost, static_cast<int>(d), params[d]);
         out.busy_s[d] += s;
-        stream_free[d] = std::max(last_end[d], comm_free[d]) + s;
+        stream_free[d] = ready[d] + s;
         makespan = std::max(makespan, stream_free[d]);
       }
     } else {

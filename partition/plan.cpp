@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weight", "optimizer",
                                            "send", "recv", "collective"};
 constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
-                                          "data_parallel", "embedding", "ps_push", "ps_pull"};
+                                          "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
                                              "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad"};
 

@@ -45,7 +45,8 @@ enum class TaskKind {
 
 // Why bytes move: lets traces and metrics account traffic by purpose.
 enum class Purpose {
-  compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull
+  compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull,
+  gradient_norm  // the optimizer's clipping norm, all-reduced over a virtual worker's devices
 };
 
 enum class TensorKind {

@@ -77,6 +77,13 @@ struct Segment {
 // sees the collectives in this one global order, so comm streams cannot deadlock.
 std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout);
 
+// Whether the optimizers of a virtual worker wait for its gradient-norm all-reduce: under
+// all-reduce, for a transformer (Megatron clips by the global norm by default; the CNN recipes
+// HetPipe and torchvision follow do not clip).
+inline bool clips_gradient_norm(const model::Network& net, const Layout& layout) {
+  return layout.sync.kind == SyncKind::allreduce && net.architecture.has_value();
+}
+
 // --overlap-grad-reduce: when each of `buckets` buckets of the gradients of layers [begin,
 // end) is complete, as the part of the backward work of the chunk [chunk_begin, chunk_end)
 // done by then (by FLOPs; the backward runs the chunk's layers last to first). Buckets split

@@ -4,7 +4,8 @@
 //    tensor-parallel degrees all-reduce it in pieces, see Share); then the tied-embedding
 //    gradient all-reduce
 //    between the first and the last stage of each virtual worker (Megatron's embedding
-//    group); then an optimizer step per device.
+//    group); then the gradient norm all-reduced over each virtual worker's devices (clipping);
+//    then an optimizer step per device.
 //  - ps / wsp: pushes of each chunk's gradients to the servers of its layers, one update per
 //    server, pulls back; iteration i + D + 1 of a worker's chunk waits for the pull of
 //    iteration i (an order edge with offset D + 1; D = 0 is synchronous).
@@ -248,7 +249,32 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
 // ~12 FLOPs per parameter; reads and writes weights, gradients, master copy and two
 // moments: memory bound on every GPU.
 void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
-  for (const auto& [device, last_task] : last_compute_of_devices()) {
+  const std::map<int, int> last = last_compute_of_devices();
+  // Megatron's gradient clipping (clips_gradient_norm): each device's sum of squares,
+  // all-reduced (one fp32, a tree: a latency) over its virtual worker's devices once their
+  // gradients are synchronised; every optimizer of the worker waits for it. A worker of one
+  // device needs none.
+  std::map<int, int> norm_of_device;
+  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded ? 1 : layout_.workers.size();
+  for (size_t w = 0; w < built; ++w) {
+    std::vector<int> devices;
+    for (const auto& rank : layout_.workers[w].ranks) {
+      for (const int d : rank) {
+        if (last.count(d)) devices.push_back(d);
+      }
+    }
+    if (devices.size() < 2) continue;
+    const Task like = base_task(TaskKind::collective, devices[0], static_cast<int>(w), -1, -1);
+    const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::tree, "norm w" + std::to_string(w),
+                                      devices, 4, Purpose::gradient_norm, compute_stream_, like, {}, {});
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      norm_of_device[devices[i]] = tasks[i];
+      plan_.add_order(last.at(devices[i]), tasks[i]);
+      const auto syncs = syncs_of_device.find(devices[i]);
+      if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), tasks[i]);
+    }
+  }
+  for (const auto& [device, last_task] : last) {
     const int w = plan_.task(last_task).worker;
     Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
     const double params = device_params(device);
@@ -265,6 +291,7 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
     // Its syncs run in order on the comm stream: waiting for the last waits for them all.
     const auto syncs = syncs_of_device.find(device);
     if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), id);
+    if (const auto norm = norm_of_device.find(device); norm != norm_of_device.end()) plan_.add_order(norm->second, id);
   }
 }
 

@@ -351,6 +351,9 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
       }
     }
     for (const partition::Collective& c : plan.collectives) {
+      // A tree's closed form is an upper bound wherever its leaves are not all on the deepest
+      // level (the gradient norm's): fitting links to it would bias them.
+      if (c.algorithm == partition::CollectiveAlgorithm::tree) continue;
       std::vector<double> durations;
       for (int i = first; i < index.iterations(); ++i) {
         double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;

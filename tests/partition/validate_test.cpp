@@ -248,7 +248,7 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   unstamped.erase(fp, good.find('\n', fp) + 1 - fp);
   EXPECT_EQ(error_of(unstamped), "no error");
   std::string bad_device = unstamped;
-  const size_t at = bad_device.find("\"device\": ", bad_device.find("\"tasks\""));
+  const size_t at = bad_device.find("\"device\": ", bad_device.find("\n \"tasks\""));  // the table, not a collective's
   bad_device.replace(at, std::string("\"device\": 0").size(), "\"device\": \"x\"");
   EXPECT_EQ(error_of(bad_device), "tasks[0].device: expected an integer, found \"x\"");
   std::string edited = good;
