@@ -186,6 +186,12 @@ double elems(const std::array<std::int64_t, 3>& d) {
 // input's two gradients summed); bias 2 forward, its gradient a read of dY.
 void cnn_layer(Ops& o, const model::Layer& layer, OpPass pass, double b, double e) {
   using K = model::CnnOp::Kind;
+  // A memory-bound operation: its bytes forward, and in the data gradient's pass.
+  const auto memory_pass = [&o, pass](std::string_view forward, double forward_bytes, std::string_view backward,
+                                      double backward_bytes) {
+    if (pass == OpPass::forward) o.memory(forward, forward_bytes);
+    if (pass == OpPass::backward_data) o.memory(backward, backward_bytes);
+  };
   for (const model::CnnOp& op : layer.cnn_ops) {
     const double in = b * elems(op.in), out = b * elems(op.out);
     switch (op.kind) {
@@ -208,24 +214,19 @@ void cnn_layer(Ops& o, const model::Layer& layer, OpPass pass, double b, double 
         break;
       }
       case K::batch_norm:
-        if (pass == OpPass::forward) o.memory("batch norm", 2 * e * out);
-        if (pass == OpPass::backward_data) o.memory("batch norm (backward)", 3 * e * out);
+        memory_pass("batch norm", 2 * e * out, "batch norm (backward)", 3 * e * out);
         break;
       case K::relu:
-        if (pass == OpPass::forward) o.memory("relu", 2 * e * out);
-        if (pass == OpPass::backward_data) o.memory("relu (backward)", 3 * e * out);
+        memory_pass("relu", 2 * e * out, "relu (backward)", 3 * e * out);
         break;
       case K::max_pool:
-        if (pass == OpPass::forward) o.memory("max pool", e * in + (e + 8) * out);
-        if (pass == OpPass::backward_data) o.memory("max pool (backward)", (e + 8) * out + e * in);
+        memory_pass("max pool", e * in + (e + 8) * out, "max pool (backward)", (e + 8) * out + e * in);
         break;
       case K::avg_pool:
-        if (pass == OpPass::forward) o.memory("average pool", e * (in + out));
-        if (pass == OpPass::backward_data) o.memory("average pool (backward)", e * (in + out));
+        memory_pass("average pool", e * (in + out), "average pool (backward)", e * (in + out));
         break;
       case K::add:
-        if (pass == OpPass::forward) o.memory("residual add", 3 * e * out);
-        if (pass == OpPass::backward_data) o.memory("residual add (backward)", 3 * e * out);
+        memory_pass("residual add", 3 * e * out, "residual add (backward)", 3 * e * out);
         break;
       case K::bias:
         if (pass == OpPass::forward) o.memory("bias", 2 * e * out);

@@ -461,6 +461,7 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
   // Parameter servers: per device, (peer, when that channel is free); per server, its update stream.
   std::vector<std::vector<std::pair<int, double>>> push_free(devices), pull_free(devices);
   std::map<int, double> update_free;
+  std::map<int, double> pulls_sent;  // per server: when its pulls of the last iteration were sent
   // WSP: per iteration, when each (worker, chunk, tensor rank) has all its pulls.
   std::vector<std::map<std::tuple<int, int, int>, double>> pulled(static_cast<size_t>(iterations));
   const int staleness = layout.sync.kind == SyncKind::wsp ? layout.sync.staleness : 0;
@@ -649,7 +650,9 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         const double s = optimizer_s(cost, server, n);
         out.busy_s[static_cast<size_t>(server)] += s;
         double& free = update_free[server];  // its own stream: after its last update
-        free = std::max(free, in) + s;
+        // ... and after the last iteration's pulls left (Builder: the weights are not
+        // overwritten while they are sent).
+        free = std::max({free, in, pulls_sent[server]}) + s;
         updated[server] = free;
         if (it > 0) continue;
         memory[static_cast<size_t>(server)].optimizer_bytes += n * model::adam_state_bytes(layout.precision);
@@ -665,6 +668,7 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
           double& free = queue(pull_free[static_cast<size_t>(pull.device)], pull.server);
           free = std::max(free, in) + cost.transfer_time_s(pull.server, pull.device, pull.bytes);
           in = free;
+          pulls_sent[pull.server] = std::max(pulls_sent[pull.server], in);
         }
         double& arrived = pulled[static_cast<size_t>(it)][pull.chunk];
         arrived = std::max(arrived, in);

@@ -8,7 +8,9 @@
 //    then an optimizer step per device.
 //  - ps / wsp: pushes of each chunk's gradients to the servers of its layers, one update per
 //    server, pulls back; iteration i + D + 1 of a worker's chunk waits for the pull of
-//    iteration i (an order edge with offset D + 1; D = 0 is synchronous).
+//    iteration i (an order edge with offset D + 1; D = 0 is synchronous); a server's update of
+//    iteration i + 1 waits for its pulls of iteration i to be sent (offset 1): the weights
+//    they carry are not overwritten in flight.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -388,6 +390,8 @@ void Builder::add_parameter_server_sync() {
       const auto [send, recv] = add_transfer(p.server, p.device, "pull", p.bytes, Purpose::ps_pull, like, state,
                                              weight_of(p.device, p.stage));
       plan_.add_order(update, send);  // the server's weights are updated
+      // ... and are not overwritten by the next update while they are being sent.
+      plan_.add_order(send, update, 1);
       arrived = recv;
     }
     // Wave-synchronous parallel: iteration i + D + 1 of this chunk needs these weights.

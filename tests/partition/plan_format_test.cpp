@@ -300,6 +300,20 @@ TEST(PlanFormat, ParameterServerPushesEachChunksGradientsOnce) {
   double params = 0;  // the whole network once: its embedding and LM head share one matrix
   for (const model::Layer& l : net.layers) params += l.params;
   for (const auto& [device, bytes] : pushed) EXPECT_DOUBLE_EQ(bytes, params * 2) << plan.device_name(device);
+  // A server's next update waits for every pull of this one to be sent: the weights are never
+  // overwritten while they travel (a race the executor's sanitizer found under WSP).
+  int pulls = 0;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    if (plan.tasks[t].kind != TaskKind::send || plan.tasks[t].purpose != Purpose::ps_pull) continue;
+    ++pulls;
+    bool guarded = false;
+    for (const OrderEdge& e : plan.order) {
+      guarded = guarded || (e.from == static_cast<int>(t) && e.offset == 1 && plan.task(e.to).kind == TaskKind::optimizer &&
+                            plan.task(e.to).device == plan.tasks[t].device);
+    }
+    EXPECT_TRUE(guarded) << "pull " << t;
+  }
+  EXPECT_GT(pulls, 0);
 }
 
 TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
