@@ -468,6 +468,21 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
   std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
   double bubble_sum = 0;
   int bubble_count = 0;
+  // Each virtual worker's gradient-norm all-reduce (Builder::add_optimizers): its computing
+  // devices and the collective's time, the same every iteration.
+  std::vector<std::pair<std::vector<int>, double>> norms;
+  for (const VirtualWorker& vw : layout.workers) {
+    if (!builder::clips_gradient_norm(network, layout)) break;
+    std::vector<int> members;
+    for (const auto& rank : vw.ranks) {
+      for (const int d : rank) {
+        if (computes[static_cast<size_t>(d)]) members.push_back(d);
+      }
+    }
+    if (members.size() < 2) continue;
+    const double norm_s = collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::tree, members, 4);
+    norms.emplace_back(std::move(members), norm_s);
+  }
   for (int it = 0; it < iterations; ++it) {
     double& makespan = iteration_end[static_cast<size_t>(it)];
     std::vector<double> last_end(devices, 0);
@@ -581,19 +596,9 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
       // after its worker's gradient-norm all-reduce (Builder::add_optimizers).
       std::vector<double> ready(devices, 0);
       for (size_t d = 0; d < devices; ++d) ready[d] = std::max(last_end[d], comm_free[d]);
-      for (const VirtualWorker& vw : layout.workers) {
-        if (!builder::clips_gradient_norm(network, layout)) break;
-        std::vector<int> members;
+      for (const auto& [members, norm_s] : norms) {
         double start = 0;
-        for (const auto& rank : vw.ranks) {
-          for (const int d : rank) {
-            if (!computes[static_cast<size_t>(d)]) continue;
-            members.push_back(d);
-            start = std::max(start, ready[static_cast<size_t>(d)]);
-          }
-        }
-        if (members.size() < 2) continue;
-        const double norm_s = collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::tree, members, 4);
+        for (const int d : members) start = std::max(start, ready[static_cast<size_t>(d)]);
         for (const int d : members) ready[static_cast<size_t>(d)] = start + norm_s;
       }
       for (size_t d = 0; d < devices; ++d) {
