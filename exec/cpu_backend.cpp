@@ -216,6 +216,7 @@ void CpuBackend::collective(TaskContext& task) {
     const std::span<float> gradients = training_->collective_data(task);
     if (!gradients.empty() || task.reads.empty()) {
       run_steps(task, gradients);  // in place on the model's gradients
+      training_->collective_done(task);
       return;
     }
   }

@@ -1,5 +1,6 @@
 #include "exec/decoder_params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <tuple>
@@ -44,6 +45,7 @@ namespace {
 class Builder {
  public:
   explicit Builder(ChunkParams& p) : p_(p) {}
+  int layer = 0;  // of the slots added next
   // Adds a slot of the whole `shape` (as files store it) holding `pieces` of its [out, in]
   // matrix (all of it when empty); returns its offset.
   size_t add(std::string name, std::vector<std::int64_t> shape, bool transposed = false, std::vector<Piece> pieces = {},
@@ -51,6 +53,7 @@ class Builder {
     ParamSlot slot;
     slot.full_rows = shape.size() == 1 ? shape[0] : transposed ? shape[1] : shape[0];
     slot.full_cols = shape.size() == 1 ? 1 : transposed ? shape[0] : shape[1];
+    slot.split = !pieces.empty();
     if (pieces.empty()) pieces.push_back({0, slot.full_rows, 0, slot.full_cols});
     slot.count = 0;
     for (const Piece& piece : pieces) slot.count += static_cast<size_t>(piece.rows * piece.cols);
@@ -59,6 +62,7 @@ class Builder {
     slot.decays = shape.size() >= 2;
     slot.transposed = transposed;
     slot.tied_copy = tied_copy;
+    slot.layer = layer;
     slot.name = std::move(name);
     slot.shape = std::move(shape);
     p_.count += slot.count;
@@ -70,42 +74,47 @@ class Builder {
   ChunkParams& p_;
 };
 
-// [begin, end) of `n` split into `parts` contiguous ranges, range `i` (the first ones one
-// shorter when they do not divide evenly).
-std::pair<int, int> split(int n, int parts, int i) {
-  const auto at = [&](int k) { return static_cast<int>(static_cast<long long>(n) * k / parts); };
-  return {at(i), at(i + 1)};
+// [floor(n lo), floor(n hi)): the part of `n` units a SplitPart covers. Rank i of `parts`
+// gets [n i / parts, n (i + 1) / parts) (the first ranges one shorter when they do not divide
+// evenly), the same units as any other spelling of the same fractions.
+std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& part) {
+  return {n * part.lo_num / part.lo_den, n * part.hi_num / part.hi_den};
 }
 
-}  // namespace
-
-ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp) {
-  if (tp < 1 || s.NKV % tp != 0) {
-    throw PlanError("a tensor-parallel degree of " + std::to_string(tp) + " does not divide the " + std::to_string(s.NKV) +
-                    " key/value heads");
-  }
+ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp, const SplitPart& part) {
   ChunkParams p;
   p.layer_begin = layer_begin;
   p.layer_end = layer_end;
   p.tp = tp;
   p.tp_rank = tp_rank;
-  p.NH = s.NH / tp;
-  p.NKV = s.NKV / tp;
-  std::tie(p.F0, p.F) = split(s.F, tp, tp_rank);
-  p.F -= p.F0;
-  std::tie(p.V0, p.V) = split(s.V, tp, tp_rank);
-  p.V -= p.V0;
+  const auto [h0, h1] = units(s.NH, part);
+  const auto [g0, g1] = units(s.NKV, part);
+  if (h0 * part.lo_den != s.NH * part.lo_num || h1 * part.hi_den != s.NH * part.hi_num ||
+      g0 * part.lo_den != s.NKV * part.lo_num || g1 * part.hi_den != s.NKV * part.hi_num) {
+    throw PlanError("the part " + std::to_string(part.lo_num) + "/" + std::to_string(part.lo_den) + " to " +
+                    std::to_string(part.hi_num) + "/" + std::to_string(part.hi_den) + " of the " + std::to_string(s.NH) +
+                    " heads and " + std::to_string(s.NKV) + " key/value heads is not whole heads");
+  }
+  p.NH = static_cast<int>(h1 - h0);
+  p.NKV = static_cast<int>(g1 - g0);
+  const auto [f0, f1] = units(s.F, part);
+  const auto [v0, v1] = units(s.V, part);
+  p.F0 = static_cast<int>(f0);
+  p.F = static_cast<int>(f1 - f0);
+  p.V0 = static_cast<int>(v0);
+  p.V = static_cast<int>(v1 - v0);
   Builder b(p);
   const bool gpt = s.family == DecoderFamily::gpt2;
   const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
   // This rank's rectangles: rows of a column-parallel matrix, columns of a row-parallel one.
-  const std::int64_t q0 = static_cast<std::int64_t>(tp_rank) * p.NH * s.HS, qn = static_cast<std::int64_t>(p.NH) * s.HS;
-  const std::int64_t kv0 = static_cast<std::int64_t>(tp_rank) * p.NKV * s.HS, kvn = static_cast<std::int64_t>(p.NKV) * s.HS;
+  const std::int64_t q0 = h0 * s.HS, qn = static_cast<std::int64_t>(p.NH) * s.HS;
+  const std::int64_t kv0 = g0 * s.HS, kvn = static_cast<std::int64_t>(p.NKV) * s.HS;
   const auto rows = [](std::int64_t first, std::int64_t n, std::int64_t width) { return std::vector<Piece>{{first, n, 0, width}}; };
   const auto cols = [](std::int64_t first, std::int64_t n, std::int64_t height) { return std::vector<Piece>{{0, height, first, n}}; };
-  const std::int64_t f0 = p.F0, fn = p.F, v0 = p.V0, vn = p.V;
+  const std::int64_t fn = p.F, vn = p.V;
   for (int l = layer_begin; l < layer_end; ++l) {
     p.layer_start.push_back(p.count);
+    b.layer = l;
     if (l == 0) {
       p.has_embedding = true;
       p.wte = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, rows(v0, vn, C));
@@ -168,6 +177,20 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, 
   return p;
 }
 
+}  // namespace
+
+ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp) {
+  if (tp < 1 || s.NKV % tp != 0) {
+    throw PlanError("a tensor-parallel degree of " + std::to_string(tp) + " does not divide the " + std::to_string(s.NKV) +
+                    " key/value heads");
+  }
+  return build_params(s, layer_begin, layer_end, tp_rank, tp, SplitPart{tp_rank, tp, tp_rank + 1, tp});
+}
+
+ChunkParams chunk_params_part(const DecoderShape& s, int layer_begin, int layer_end, SplitPart part) {
+  return build_params(s, layer_begin, layer_end, 0, 1, part);
+}
+
 namespace {
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -223,6 +246,63 @@ void init_params(const ChunkParams& params, const DecoderShape& shape, std::uint
       }
     }
   }
+}
+
+std::vector<FloatRun> runs_of_part(const ChunkParams& mine, const ChunkParams& part,
+                                   const std::function<bool(size_t slot)>& use) {
+  if (mine.slots.size() != part.slots.size()) throw PlanError("a split part of other layers than its chunk's");
+  std::vector<FloatRun> runs;
+  const auto add = [&runs](size_t at, size_t count, bool replicated) {
+    if (count == 0) return;
+    if (!runs.empty() && runs.back().at + runs.back().count == at && runs.back().replicated == replicated) {
+      runs.back().count += count;
+    } else {
+      runs.push_back({at, count, replicated});
+    }
+  };
+  for (size_t i = 0; i < mine.slots.size(); ++i) {
+    if (!use(i)) continue;
+    const ParamSlot& held = mine.slots[i];
+    if (!held.split) {
+      add(held.offset, held.count, true);
+      continue;
+    }
+    for (const Piece& r : part.slots[i].pieces) {
+      if (r.rows * r.cols == 0) continue;
+      size_t at = held.offset;  // where the holding piece starts
+      const Piece* in = nullptr;
+      for (const Piece& p : held.pieces) {
+        if (p.row <= r.row && r.row + r.rows <= p.row + p.rows && p.col <= r.col && r.col + r.cols <= p.col + p.cols) {
+          in = &p;
+          break;
+        }
+        at += static_cast<size_t>(p.rows * p.cols);
+      }
+      if (in == nullptr) throw PlanError("rank " + std::to_string(mine.tp_rank) + " of " + std::to_string(mine.tp) +
+                                         " does not hold the part of " + held.name + " it is asked to reduce");
+      for (std::int64_t row = r.row; row < r.row + r.rows; ++row) {
+        add(at + static_cast<size_t>((row - in->row) * in->cols + (r.col - in->col)), static_cast<size_t>(r.cols), false);
+      }
+    }
+  }
+  return runs;
+}
+
+std::vector<FloatRun> slice_runs(const std::vector<FloatRun>& runs, size_t from, size_t to) {
+  std::vector<FloatRun> out;
+  size_t at = 0;  // of the concatenation, where the run starts
+  for (const FloatRun& run : runs) {
+    const size_t b = std::max(from, at), e = std::min(to, at + run.count);
+    if (b < e) out.push_back({run.at + (b - at), e - b, run.replicated});
+    at += run.count;
+  }
+  return out;
+}
+
+size_t floats_of(const std::vector<FloatRun>& runs) {
+  size_t n = 0;
+  for (const FloatRun& run : runs) n += run.count;
+  return n;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 // that has the head but not the embedding keeps its own copy of a tied embedding.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct ParamSlot {
   bool transposed = false;  // stored [in, out] in files (GPT-2 Conv1D); [out, in] here
   bool decays = false;      // weight decay applies: two or more dimensions
   bool tied_copy = false;   // the head's copy of a tied embedding (not written to files)
+  bool split = false;       // Megatron's split divides it (false: every rank holds it whole)
+  int layer = 0;            // the network layer it belongs to
   // Tensor parallelism (Megatron): the rectangles of the whole [out, in] matrix this rank
   // holds, in array order (one whole rectangle when the parameter is replicated).
   std::int64_t full_rows = 0, full_cols = 0;
@@ -95,6 +98,35 @@ DecoderShape decoder_shape(const model::TransformerConfig& c);
 
 // Rank `tp_rank` of `tp` (throws PlanError when tp does not divide the key/value heads).
 ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end, int tp_rank = 0, int tp = 1);
+
+// A part [lo, hi) of Megatron's split, as a fraction of every split dimension (heads,
+// key/value heads, MLP width, vocabulary): rank j of t holds [j / t, (j + 1) / t). Ranks of
+// different degrees hold parts in common; a data-parallel all-reduce between such workers
+// sums one such part at a time.
+struct SplitPart {
+  long long lo_num = 0, lo_den = 1, hi_num = 1, hi_den = 1;
+};
+
+// The rectangles of each parameter that `part` covers: split parameters' pieces, replicated
+// ones whole (the slots, their order and names are chunk_params's; offsets count this
+// part's floats). Throws PlanError when the part does not cut the heads into whole heads.
+ChunkParams chunk_params_part(const DecoderShape& shape, int layer_begin, int layer_end, SplitPart part);
+
+// Floats [at, at + count) of a chunk's flat array; `replicated`: of a parameter every rank
+// holds whole.
+struct FloatRun {
+  size_t at = 0, count = 0;
+  bool replicated = false;
+};
+
+// Where the floats of `part` (chunk_params_part over `mine`'s layers) sit in `mine`'s array,
+// in the part's order: slot by slot (those `use` accepts, by index), each rectangle row by
+// row, adjacent runs merged. Throws PlanError when `mine` does not hold all of them.
+std::vector<FloatRun> runs_of_part(const ChunkParams& mine, const ChunkParams& part,
+                                   const std::function<bool(size_t slot)>& use);
+// The floats [from, to) of the runs' concatenation, as runs.
+std::vector<FloatRun> slice_runs(const std::vector<FloatRun>& runs, size_t from, size_t to);
+size_t floats_of(const std::vector<FloatRun>& runs);
 
 // A seeded initialisation (GPT-2's: matrices and embeddings N(0, 0.02), output projections
 // N(0, 0.02 / sqrt(2 L)), norm gains 1, biases 0). Each element is a function of the seed,

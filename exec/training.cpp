@@ -24,6 +24,11 @@ struct CpuTraining::Chunk {
   int tp_rank = 0, tp = 1;
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
   Floats params, grads, m, v;
+  // The gradients as the backward left them, for parameters every rank holds whole that
+  // several parts of a data-parallel all-reduce between workers of different degrees each
+  // sum from the start (taken by the iteration's first such part).
+  Floats local_grads;
+  int local_grads_iteration = -1;
   std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
   std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
 };
@@ -88,19 +93,10 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   }
   shape_ = decoder_shape(*plan.network.architecture);
   const partition::Layout& layout = plan.layout;
-  const auto not_yet = [](const std::string& what) {
-    throw PlanError("real math does not cover " + what +
-                    " yet (covered: pipelines of any schedule, tensor and sequence parallelism, data parallelism by "
-                    "all-reduce, parameter server or WSP, with or without tensor parallelism, recomputation); "
-                    "use --compute proxy");
-  };
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
   staleness_ = layout.sync.staleness;
   for (const partition::VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) {
-      if (rank.size() != vw.ranks.front().size() || rank.size() != layout.workers.front().ranks.front().size()) {
-        not_yet("stages or workers of different tensor-parallel degrees");
-      }
       for (size_t j = 0; j < rank.size(); ++j) tp_position_[rank[j]] = {static_cast<int>(j), static_cast<int>(rank.size())};
     }
   }
@@ -229,7 +225,14 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
       plan_has_norm_ = true;
     }
   }
-  std::map<std::tuple<int, int, int>, std::vector<int>> buckets;  // (grad tensor, layer range) -> tasks in order
+  // Each gradient collective reduces the part of Megatron's split its members hold in common
+  // (all of a rank's when every worker has the same degree): a span of the chunk's
+  // gradients, or runs gathered in the part's order. A bucketed piece splits its floats
+  // evenly among its buckets, in task order.
+  std::map<std::tuple<int, int, int, long long, long long>, std::vector<int>> buckets;  // (grad, layers, part) -> tasks
+  std::map<std::tuple<int, int, int, long long, long long>, std::vector<FloatRun>> runs_of_piece;
+  collective_runs_.assign(plan.tasks.size(), {});
+  gathered_.assign(plan.tasks.size(), {});
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (task.kind != TaskKind::collective || !local(task.device)) continue;
@@ -243,26 +246,106 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     Chunk& chunk = *found->second;
     collective_chunk_[t] = &chunk;
     const ChunkParams& p = chunk.math.params();
-    if (c.purpose == partition::Purpose::embedding) {
-      const ParamSlot& tied = p.has_embedding ? p.slots[0] : p.slots[p.head_slot];
-      collective_span_[t] = {tied.offset, tied.offset + tied.count};
-      continue;
-    }
-    if (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end) {
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    if (!embedding && (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end)) {
       throw PlanError("collective task " + std::to_string(t) + " reduces layers its chunk does not hold");
     }
-    buckets[{reads[0], task.layer_begin, task.layer_end}].push_back(static_cast<int>(t));
+    const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+    const SplitPart part = common_part(plan.members(c));
+    const bool whole_rank = part.lo_num * chunk.tp == static_cast<long long>(chunk.tp_rank) * part.lo_den &&
+                            part.hi_num * chunk.tp == static_cast<long long>(chunk.tp_rank + 1) * part.hi_den;
+    const size_t tied = p.has_embedding ? 0 : p.head_slot;
+    if (whole_rank && embedding) {
+      collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
+      continue;
+    }
+    const std::tuple key{reads[0], begin, end, part.lo_num * part.hi_den, part.lo_den * part.hi_den};
+    buckets[key].push_back(static_cast<int>(t));
+    if (whole_rank || runs_of_piece.count(key)) continue;
+    const ChunkParams of_part = chunk_params_part(shape_, p.layer_begin, p.layer_end, part);
+    runs_of_piece[key] = runs_of_part(p, of_part, [&](size_t i) {
+      return embedding ? i == tied : p.slots[i].layer >= begin && p.slots[i].layer < end;
+    });
   }
+  check_collective_sizes();
   for (const auto& [key, tasks] : buckets) {
-    const auto& [grad, begin, end] = key;
+    const auto& [grad, begin, end, lo, hi] = key;
+    const size_t k = tasks.size();
+    if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
+      const size_t n = floats_of(runs->second);
+      for (size_t b = 0; b < k; ++b) {
+        collective_runs_[static_cast<size_t>(tasks[b])] = slice_runs(runs->second, n * b / k, n * (b + 1) / k);
+      }
+      continue;
+    }
     const ChunkParams& p = chunk_of_tensor_.at(grad)->math.params();
     const size_t from = p.layer_start[static_cast<size_t>(begin - p.layer_begin)];
     const size_t to = p.layer_start[static_cast<size_t>(end - p.layer_begin)];
-    const size_t n = to - from, k = tasks.size();
+    const size_t n = to - from;
     for (size_t b = 0; b < k; ++b) {
       collective_span_[static_cast<size_t>(tasks[b])] = {from + n * b / k, from + n * (b + 1) / k};
     }
   }
+}
+
+// Every member of a gradient collective must bring as many floats as the others, or the sum
+// would mix parameters: refused before the run (a worker whose one chunk holds both ends of a
+// tied embedding has no head copy to all-reduce, for one).
+void CpuTraining::check_collective_sizes() const {
+  std::map<int, std::pair<int, int>> layers_of_grad;  // weight_grad tensor -> its chunk's layers
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const int grad = tensor_of_kind(plan_, plan_.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad >= 0) layers_of_grad.try_emplace(grad, task.layer_begin, task.layer_end);
+  }
+  std::map<std::tuple<int, int, int, int, int, int, long long, long long>, size_t> cache;
+  for (size_t id = 0; id < plan_.collectives.size(); ++id) {
+    const partition::Collective& c = plan_.collectives[id];
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    const SplitPart part = common_part(plan_.members(c));
+    size_t first = 0;
+    for (size_t i = 0; i < c.tasks.size(); ++i) {
+      const partition::Task& task = plan_.task(c.tasks[i]);
+      const auto reads = plan_.reads(c.tasks[i]);
+      const auto layers = reads.empty() ? layers_of_grad.end() : layers_of_grad.find(reads[0]);
+      if (layers == layers_of_grad.end()) continue;  // not a chunk's gradients: refused where it runs
+      const auto [j, t] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+      const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+      const std::tuple key{layers->second.first, layers->second.second, j, t, begin, end,
+                           part.lo_num * part.hi_den, part.lo_den * part.hi_den};
+      auto found = cache.find(key);
+      if (found == cache.end()) {
+        const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
+        const size_t tied = mine.has_embedding ? 0 : mine.head_slot;
+        const auto runs = runs_of_part(mine, chunk_params_part(shape_, mine.layer_begin, mine.layer_end, part), [&](size_t s) {
+          return embedding ? s == tied : mine.slots[s].layer >= begin && mine.slots[s].layer < end;
+        });
+        found = cache.emplace(key, floats_of(runs)).first;
+      }
+      if (i == 0) first = found->second;
+      if (found->second != first) {
+        throw PlanError("collective " + std::to_string(id) + " (" + std::string(partition::to_string(c.purpose)) +
+                        ") sums " + std::to_string(first) + " floats on device " +
+                        std::to_string(plan_.task(c.tasks[0]).device) + " but " + std::to_string(found->second) +
+                        " on device " + std::to_string(task.device) + ": its members hold different parameters");
+      }
+    }
+  }
+}
+
+// The part of Megatron's split that every member holds: the intersection of their ranks'
+// [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
+SplitPart CpuTraining::common_part(const std::vector<int>& members) const {
+  SplitPart part{0, 1, 1, 1};
+  for (const int d : members) {
+    const auto found = tp_position_.find(d);
+    const auto [j, t] = found == tp_position_.end() ? std::pair{0, 1} : found->second;
+    if (static_cast<long long>(j) * part.lo_den > part.lo_num * t) part.lo_num = j, part.lo_den = t;
+    if (static_cast<long long>(j + 1) * part.hi_den < part.hi_num * t) part.hi_num = j + 1, part.hi_den = t;
+  }
+  return part;
 }
 
 CpuTraining::~CpuTraining() = default;
@@ -560,8 +643,39 @@ std::span<float> CpuTraining::collective_data(const TaskContext& task) {
   }
   Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
-  const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
-  return std::span<float>(c->grads).subspan(begin, end - begin);
+  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
+  if (runs.empty()) {
+    const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
+    return std::span<float>(c->grads).subspan(begin, end - begin);
+  }
+  // (One device's collectives run one after another on its stream: no other thread here.)
+  if (c->local_grads_iteration != task.iteration) {
+    c->local_grads = c->grads;
+    c->local_grads_iteration = task.iteration;
+  }
+  Floats& buffer = gathered_[static_cast<size_t>(task.task)];
+  buffer.clear();
+  for (const FloatRun& run : runs) {
+    const Floats& from = run.replicated ? c->local_grads : c->grads;
+    buffer.insert(buffer.end(), from.begin() + static_cast<std::ptrdiff_t>(run.at),
+                  from.begin() + static_cast<std::ptrdiff_t>(run.at + run.count));
+  }
+  return buffer;
+}
+
+void CpuTraining::collective_done(const TaskContext& task) {
+  if (static_cast<size_t>(task.task) >= collective_runs_.size()) return;
+  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
+  if (runs.empty()) return;
+  Chunk& c = *collective_chunk_[static_cast<size_t>(task.task)];
+  Floats& buffer = gathered_[static_cast<size_t>(task.task)];
+  size_t at = 0;
+  for (const FloatRun& run : runs) {
+    std::copy(buffer.begin() + static_cast<std::ptrdiff_t>(at), buffer.begin() + static_cast<std::ptrdiff_t>(at + run.count),
+              c.grads.begin() + static_cast<std::ptrdiff_t>(run.at));
+    at += run.count;
+  }
+  Floats().swap(buffer);
 }
 
 std::vector<double> CpuTraining::losses() const {

@@ -41,6 +41,14 @@
 //    receipt and all-gathered by the plan's collective. Sequence parallelism: the plan's
 //    all-gather and reduce-scatter around a chunk move real shards; inside the task the
 //    norms run on the whole sequence.
+//  - Stages and workers of different tensor-parallel degrees: a boundary rank takes its
+//    slice of the whole activation as above. A data-parallel (or tied-embedding) all-reduce
+//    between ranks of different degrees sums the part of Megatron's split its members hold
+//    in common (exec/decoder_params.hpp, SplitPart: [1/4, 1/2) between rank 0 of 2 and
+//    rank 1 of 4), gathered from each member's gradients in the part's order and put back
+//    after; parameters every rank holds whole (norms, some biases, positions) go with every
+//    part, each part summing them from the backward's values, so every rank ends with the
+//    same sum.
 //
 //  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
 //    and servers. The devices' parts of the global norm meet in two steps: this rank's in
@@ -50,11 +58,10 @@
 //    where losses() and weights() then cover the whole model.
 //
 // Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
-// micro-batching; tensor and sequence parallelism of one degree per run; data parallelism
-// by all-reduce, parameter server or WSP (without tensor parallelism); recomputation none,
-// selective and full. Refused with PlanError naming the reason: stages of different
-// tensor-parallel degrees, tensor parallelism with a parameter server, a tied embedding
-// whose two ends sit on different servers.
+// micro-batching; tensor parallelism, of one degree or different ones per stage and worker;
+// sequence parallelism; data parallelism by all-reduce, parameter server or WSP;
+// recomputation none, selective and full. Refused with PlanError naming the reason: a tied
+// embedding whose two ends sit on different servers.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -109,8 +116,11 @@ class CpuTraining {
   size_t buffer_bytes(int tensor) const;
   // F, B, W and optimizer tasks; `exchange` carries a tensor-parallel chunk's all-reduces.
   void compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange = nullptr);
-  // The floats a gradient collective reduces in place (empty: nothing of the model's).
+  // The floats a gradient collective reduces in place (empty: nothing of the model's), and
+  // after it, where they go back: between workers of different tensor-parallel degrees they
+  // are gathered from the gradients (the part of the split the members hold in common).
   std::span<float> collective_data(const TaskContext& task);
+  void collective_done(const TaskContext& task);
   // Parameter-server transfers: what a push or pull sends (nullopt: the tensor's bytes), and
   // what its receive does with the floats (false: copy them into the written tensor).
   std::optional<std::vector<float>> message(const TaskContext& task);
@@ -161,6 +171,10 @@ class CpuTraining {
   std::map<std::tuple<int, int, int>, ChunkParams> params_at_;  // (device, worker, stage) -> its layout, every rank's
   std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
   std::vector<Chunk*> collective_chunk_;                    // per task
+  std::vector<std::vector<FloatRun>> collective_runs_;      // per task: gathered instead (empty: the span)
+  std::vector<std::vector<float>> gathered_;                           // per task: its runs' floats while it runs
+  SplitPart common_part(const std::vector<int>& members) const;
+  void check_collective_sizes() const;
   // The gradient-norm all-reduce (Purpose::gradient_norm) of each device: whether the plan
   // has one, and the float it reduces (the device's sum of squares, then its worker's). Each
   // device's slot is written and read by its own thread alone.

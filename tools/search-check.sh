@@ -9,7 +9,7 @@
 #   bash tools/search-check.sh [--cluster cpu-2:probed] [--model SPEC] [--global-batch 16] [--others 2] [--apart 0.15]
 #
 # Every plan runs the model's own training math (`--compute real`), so the times compare like
-# with like; a ranked candidate the real math does not cover yet is passed over, and said so.
+# with like; a ranked candidate the real math cannot train is passed over, and said so.
 # The cluster's speed is probed (cpu-N:probed): the nominal cpu-N speed may understate this
 # machine, and a calibration cannot raise an efficiency above 1.
 #
@@ -75,8 +75,8 @@ while IFS=$'\t' read -r rank predicted policy tensor pipeline mb gb schedule sta
   fi
   if "$HETFLOW" run --plan "$plan" --compute real --steps "$steps" --json >"$work/run$rank.json" 2>"$work/run$rank.err"; then
     measured=$("$PY" -c "import json,sys; print(f\"{json.load(open(sys.argv[1]))['iteration_time_s']:.4f}\")" "$work/run$rank.json")
-  elif [[ $rank != 0 ]] && grep -q "real math does not cover" "$work/run$rank.err"; then
-    echo "  (passed over rank $((rank + 1)), ${summary//_/ }: $(grep -o 'real math does not cover [^(]*' "$work/run$rank.err"))"
+  elif [[ $rank != 0 ]] && grep -q "plan cannot run: " "$work/run$rank.err"; then
+    echo "  (passed over rank $((rank + 1)), ${summary//_/ }: $(grep -o 'plan cannot run: .*' "$work/run$rank.err"))"
     continue
   else
     measured=failed

@@ -64,6 +64,71 @@ TEST(DecoderParams, TiedCopyStartsEqualToTheEmbedding) {
   for (size_t i = 0; i < copy.count; i += 97) EXPECT_EQ(a[first.wte + i], b[copy.offset + i]);
 }
 
+// The part two ranks of different degrees hold in common is the same floats on both: rank 0
+// of 2 and rank 1 of 3 of a 6-head GPT (and the LLaMA's 1 and 2, with 2 key/value heads,
+// an MLP of 100 and a vocabulary of 101 that halves unevenly) gather equal values from
+// their seeded shares (each element drawn from its place in the whole matrix). The parts
+// of a rank's range tile its split floats exactly, once each, and carry every replicated
+// parameter whole.
+TEST(DecoderParams, PartsOfDifferentDegreesGatherTheSameFloats) {
+  using exec::SplitPart;
+  struct Case {
+    model::Network net;
+    int t1, t2;
+  };
+  for (const Case& c : {Case{odd_gpt(3, 6), 2, 3}, Case{odd_llama(3), 1, 2}}) {
+    const exec::DecoderShape shape = exec::decoder_shape(*c.net.architecture);
+    const int layers = static_cast<int>(c.net.layers.size());
+    std::vector<std::pair<long long, long long>> cuts;  // every j / t of both degrees, as a/b
+    for (const int t : {c.t1, c.t2}) {
+      for (int j = 0; j <= t; ++j) cuts.emplace_back(j, t);
+    }
+    std::sort(cuts.begin(), cuts.end(), [](auto a, auto b) { return a.first * b.second < b.first * a.second; });
+    cuts.erase(std::unique(cuts.begin(), cuts.end(), [](auto a, auto b) { return a.first * b.second == b.first * a.second; }),
+               cuts.end());
+    const auto all = [](size_t) { return true; };
+    for (const int t : {c.t1, c.t2}) {
+      for (int j = 0; j < t; ++j) {
+        const exec::ChunkParams mine = exec::chunk_params(shape, 0, layers, j, t);
+        std::vector<float> values(mine.count);
+        exec::init_params(mine, shape, 3, values.data());
+        std::vector<int> seen(mine.count, 0);
+        for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+          const SplitPart part{cuts[k].first, cuts[k].second, cuts[k + 1].first, cuts[k + 1].second};
+          if (part.lo_num * t < j * part.lo_den || part.hi_num * t > (j + 1) * part.hi_den) continue;  // not this rank's
+          const auto runs = exec::runs_of_part(mine, exec::chunk_params_part(shape, 0, layers, part), all);
+          std::vector<float> gathered;
+          for (const exec::FloatRun& r : runs) {
+            for (size_t i = r.at; i < r.at + r.count; ++i) {
+              gathered.push_back(values[i]);
+              seen[i] += r.replicated ? 0 : 1;
+            }
+          }
+          // The other degree's rank holding the part gathers the same floats.
+          const int other = t == c.t1 ? c.t2 : c.t1;
+          const int i = static_cast<int>(part.lo_num * other / part.lo_den);
+          const exec::ChunkParams theirs = exec::chunk_params(shape, 0, layers, i, other);
+          std::vector<float> their_values(theirs.count), their_gathered;
+          exec::init_params(theirs, shape, 3, their_values.data());
+          for (const exec::FloatRun& r : exec::runs_of_part(theirs, exec::chunk_params_part(shape, 0, layers, part), all)) {
+            their_gathered.insert(their_gathered.end(), their_values.begin() + static_cast<std::ptrdiff_t>(r.at),
+                                  their_values.begin() + static_cast<std::ptrdiff_t>(r.at + r.count));
+          }
+          EXPECT_EQ(gathered, their_gathered) << c.net.name << " part " << part.lo_num << "/" << part.lo_den;
+          const size_t whole = exec::floats_of(runs);
+          EXPECT_EQ(exec::floats_of(exec::slice_runs(runs, 0, whole / 3)) + exec::floats_of(exec::slice_runs(runs, whole / 3, whole)),
+                    whole);
+        }
+        for (const exec::ParamSlot& slot : mine.slots) {
+          for (size_t e = slot.offset; e < slot.offset + slot.count; ++e) {
+            ASSERT_EQ(seen[e], slot.split ? 1 : 0) << c.net.name << " rank " << j << " of " << t << ": " << slot.name;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DecoderParams, UncoveredFamiliesAreRefusedWithTheReason) {
   model::TransformerConfig c = *odd_gpt().architecture;
   c.rms_norm = true;  // RMSNorm with learned positions: neither family
@@ -231,6 +296,28 @@ struct DistributedCase {
   bool sequence_parallel = false;
 };
 
+// `many` against one device on the same global batch (8 sequences), from the same weights.
+void expect_trains_as_one_device(const Plan& many, const model::Network& net) {
+  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+  const exec::SafetensorsFile init = checkpoint_like(one);
+  OptimizerOptions gradient_step;  // lr g, to first order: the gradients compared
+  gradient_step.lr = 1;
+  gradient_step.adam_eps = 1;
+  gradient_step.weight_decay = 0;
+  gradient_step.clip_grad = 0;
+  const auto gradients = test_support::compare_weights(train(many, 1, gradient_step, 7, &init).weights,
+                                                       train(one, 1, gradient_step, 7, &init).weights);
+  EXPECT_LT(gradients.worst_relative, 1e-5) << net.name << ": gradients of " << gradients.worst;
+  const Trained want = train(one, 3, optimizer(), 7, &init), got = train(many, 3, optimizer(), 7, &init);
+  ASSERT_EQ(got.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << net.name << " step " << i;
+  const auto diff = test_support::compare_weights(got.weights, want.weights);
+  EXPECT_TRUE(diff.same_names);
+  EXPECT_LT(diff.whole_relative, 1e-5) << net.name;
+  EXPECT_LT(diff.worst_relative, 1e-4) << net.name << ": " << diff.worst;
+  EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * optimizer().lr) << net.name;  // noise: see compare_weights.hpp
+}
+
 class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
 
 // The test: 4-stage pipelines x 2 data-parallel workers (x 2 tensor-parallel ranks
@@ -239,7 +326,6 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
   const DistributedCase& c = GetParam();
   // Tensor parallelism splits whole heads: 6 heads for the GPT then (3 otherwise).
   for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3), odd_llama(8)}) {
-    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
     partition::PlanOptions o = options(4, 2, 4, c.schedule);
     o.virtual_stages = c.virtual_stages;
     o.recompute = c.recompute;
@@ -247,24 +333,7 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
     o.tensor = c.tensor;
     o.sequence_parallel = c.sequence_parallel;
     o.bucket_bytes = 4096;  // several buckets per layer range
-    const Plan many = test_support::planned(model::cpu_cluster(8 * c.tensor), net, o);
-    const exec::SafetensorsFile init = checkpoint_like(one);
-    OptimizerOptions gradient_step;  // lr g, to first order: the gradients compared
-    gradient_step.lr = 1;
-    gradient_step.adam_eps = 1;
-    gradient_step.weight_decay = 0;
-    gradient_step.clip_grad = 0;
-    const auto gradients = test_support::compare_weights(train(many, 1, gradient_step, 7, &init).weights,
-                                                         train(one, 1, gradient_step, 7, &init).weights);
-    EXPECT_LT(gradients.worst_relative, 1e-5) << net.name << ": gradients of " << gradients.worst;
-    const Trained want = train(one, 3, optimizer(), 7, &init), got = train(many, 3, optimizer(), 7, &init);
-    ASSERT_EQ(got.losses.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << net.name << " step " << i;
-    const auto diff = test_support::compare_weights(got.weights, want.weights);
-    EXPECT_TRUE(diff.same_names);
-    EXPECT_LT(diff.whole_relative, 1e-5) << net.name;
-    EXPECT_LT(diff.worst_relative, 1e-4) << net.name << ": " << diff.worst;
-    EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * optimizer().lr) << net.name;  // noise: see compare_weights.hpp
+    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8 * c.tensor), net, o), net);
   }
 }
 
@@ -354,20 +423,88 @@ TEST(Training, TwoRunsAreBitwiseEqual) {
   for (size_t i = 0; i < a.weights.tensors.size(); ++i) EXPECT_EQ(a.weights.tensors[i].data, b.weights.tensors[i].data);
 }
 
-TEST(Training, UncoveredLayoutsAreRefusedNamingWhat) {
-  // Stages of different tensor-parallel degrees (a layout file's): one device, then two.
-  const std::string file = testing::TempDir() + "mixed_degrees.yaml";
-  std::ofstream(file) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-1}\n"
-                         "      - {devices: [host/gpu1, host/gpu2], layers: 2-3}\n";
+// Stages and workers of different tensor-parallel degrees (layout files) train as one device
+// does. Between ranks of degrees 2 and 3 the data-parallel and tied-embedding all-reduces
+// sum the parts [0, 1/3), [1/3, 1/2), [1/2, 2/3), [2/3, 1) of the split; between 1 and 2
+// the halves; segments held at one degree by both workers sit between them.
+struct MixedCase {
+  const char* name;
+  bool gpt;  // else the LLaMA (2 key/value heads: degrees 1 and 2)
+  const char* layout;
+  int devices;
+  partition::SyncKind sync = partition::SyncKind::allreduce;
+  partition::Recompute recompute = partition::Recompute::none;
+};
+
+class MixedTensorDegrees : public testing::TestWithParam<MixedCase> {};
+
+TEST_P(MixedTensorDegrees, EqualOneDevice) {
+  const MixedCase& c = GetParam();
+  const model::Network net = c.gpt ? odd_gpt(8, 6) : odd_llama(8);
+  const std::string file = testing::TempDir() + std::string(c.name) + ".yaml";
+  std::ofstream(file) << c.layout;
+  partition::PlanOptions o;
+  o.layout_file = file;
+  o.microbatches = 4;
+  o.micro_batch = 1;
+  o.schedule = "1f1b";
+  o.sync = c.sync;
+  o.recompute = c.recompute;
+  o.bucket_bytes = 4096;
+  const Plan many = test_support::planned(model::cpu_cluster(c.devices), net, o);
+  ASSERT_EQ(many.layout.workers.size(), 2u);
+  expect_trains_as_one_device(many, net);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MixedTensorDegrees,
+    testing::Values(
+        MixedCase{"degrees_2_and_3", true,
+                  "workers:\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
+                  "      - {devices: [host/gpu2, host/gpu3, host/gpu4], layers: 5-9}\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
+                  "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n",
+                  10},
+        MixedCase{"degrees_1_and_2", false,
+                  "workers:\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu0], layers: 0-2}\n"
+                  "      - {devices: [host/gpu1, host/gpu2], layers: 3-9}\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu3, host/gpu4], layers: 0-5}\n"
+                  "      - {devices: [host/gpu5], layers: 6-9}\n",
+                  6, partition::SyncKind::allreduce, partition::Recompute::full},
+        MixedCase{"degrees_2_and_3_parameter_server", true,
+                  "workers:\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
+                  "      - {devices: [host/gpu2, host/gpu3, host/gpu4], layers: 5-9}\n"
+                  "  - stages:\n"
+                  "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
+                  "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n",
+                  10, partition::SyncKind::ps}),
+    [](const testing::TestParamInfo<MixedCase>& p) { return std::string(p.param.name); });
+
+// A worker whose one chunk holds both ends of the tied embedding has no head copy to
+// all-reduce with another worker's last stage: their all-reduce of the head's layer would sum
+// different parameters, and is refused before the run, naming the collective.
+TEST(Training, GradientCollectivesOverDifferentParametersAreRefused) {
+  const std::string file = testing::TempDir() + "one_chunk_and_two.yaml";
+  std::ofstream(file) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-3}\n"
+                         "  - stages:\n      - {devices: [host/gpu1], layers: 0-1}\n"
+                         "      - {devices: [host/gpu2], layers: 2-3}\n";
   partition::PlanOptions o;
   o.layout_file = file;
   o.microbatches = 2;
-  const Plan plan = test_support::planned(model::cpu_cluster(3), odd_llama(), o);
+  const Plan plan = test_support::planned(model::cpu_cluster(3), odd_gpt(), o);
   try {
-    exec::CpuTraining training(plan, exec::markov_stream(101, 1), {}, 1);
+    exec::CpuTraining training(plan, exec::markov_stream(97, 1), {}, 1);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("different tensor-parallel degrees"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("hold different parameters"), std::string::npos) << e.what();
   }
 }
 

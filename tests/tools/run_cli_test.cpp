@@ -163,14 +163,23 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
 }
 
 // `mpirun -np N hetflow run` trains what the threads of one process train, bit for bit, and
-// rank 0 alone reports the whole run: pipelines with all-reduce, and tensor-parallel ranks
-// that push to and pull from parameter servers on other ranks.
+// rank 0 alone reports the whole run: pipelines with all-reduce, tensor-parallel ranks that
+// push to and pull from parameter servers on other ranks, and workers whose stages differ in
+// tensor-parallel degree, all-reducing the parts of the split they hold in common.
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 #ifndef HETFLOW_MPIEXEC
   GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
 #else
   const auto dir = scratch_dir();
+  const auto mixed = dir / "mixed_degrees.yaml";
+  std::ofstream(mixed) << "workers:\n"
+                          "  - stages:\n      - {devices: [host/gpu0], layers: 0-2}\n"
+                          "      - {devices: [host/gpu1, host/gpu2], layers: 3-5}\n"
+                          "  - stages:\n      - {devices: [host/gpu3, host/gpu4], layers: 0-3}\n"
+                          "      - {devices: [host/gpu5], layers: 4-5}\n";
   const std::pair<int, std::string> cases[] = {
+      {6, "--cluster cpu-6 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --layout " + mixed.string() +
+              " --microbatches 2 "},
       {8, "--cluster cpu-8 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --pipeline 4 --data 2 --microbatches 4 "},
       {4, "--cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --data 2 --microbatches 2 "
           "--sync ps "}};
@@ -200,20 +209,20 @@ TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 }
 
 TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
-  // Stages of different tensor-parallel degrees: one device, then two.
-  const auto layout = scratch_dir() / "mixed_degrees.yaml";
-  std::ofstream(layout) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-1}\n"
-                           "      - {devices: [host/gpu1, host/gpu2], layers: 2-3}\n";
+  // A worker whose one chunk holds the whole tied model next to a two-stage worker: the
+  // all-reduce of the head's layer would sum the head's copy of the embedding with nothing.
+  const auto layout = scratch_dir() / "one_chunk_and_two.yaml";
+  std::ofstream(layout) << "workers:\n  - stages:\n      - {devices: [host/gpu0], layers: 0-3}\n"
+                           "  - stages:\n      - {devices: [host/gpu1], layers: 0-1}\n"
+                           "      - {devices: [host/gpu2], layers: 2-3}\n";
   const std::string mixed = "--cluster cpu-3 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --layout " +
                             layout.string() + " --microbatches 2 --workspace 0";
   const auto r = run_hetflow("run " + mixed + " --steps 1");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("proxies because real math does not cover stages or workers of different tensor-parallel degrees yet"),
-            std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("proxies because collective 0 (data_parallel) sums"), std::string::npos) << r.out;
   const auto refused = run_hetflow("run " + mixed + " --steps 1 --compute real");
   EXPECT_NE(refused.status, 0);
-  EXPECT_NE(refused.err.find("different tensor-parallel degrees"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("its members hold different parameters"), std::string::npos) << refused.err;
   // Tensor and sequence parallelism train for real.
   const auto tp = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 "
                               "--sequence-parallel --workspace 0 --steps 1 --json");
