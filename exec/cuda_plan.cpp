@@ -14,32 +14,60 @@
 namespace hetflow::exec {
 
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why) {
+  return gpu_ordinals(devices, visible, requested, why, {}, 0);
+}
+
+std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why,
+                              std::span<const int> owner, int process) {
+  const auto mine = [&](int d) { return owner.empty() || owner[static_cast<size_t>(d)] == process; };
+  int here = 0;
+  for (int d = 0; d < devices; ++d) here += mine(d) ? 1 : 0;
+  const std::string of = owner.empty() ? "the plan's " : "this process's ";
   if (visible <= 0) {
-    throw Error("no CUDA device visible" + (why.empty() ? std::string() : " (" + why + ")") + ": the plan's " +
-                std::to_string(devices) + " device(s) need as many GPUs; the cpu back end runs without one");
+    throw Error("no CUDA device visible" + (why.empty() ? std::string() : " (" + why + ")") + ": " + of +
+                std::to_string(here) + " device(s) need as many GPUs; the cpu back end runs without one");
   }
-  std::vector<int> out;
+  std::vector<int> out(static_cast<size_t>(devices), -1);
   if (requested.empty()) {
-    if (devices > visible) {
-      throw PlanError("the plan has " + std::to_string(devices) + " devices but only " + std::to_string(visible) +
-                      " CUDA device(s) are visible: device d runs on GPU d, so it needs " + std::to_string(devices) +
+    if (here > visible) {
+      throw PlanError((owner.empty() ? "the plan has " : "this process (rank " + std::to_string(process) + ") runs ") +
+                      std::to_string(here) + " devices but only " + std::to_string(visible) +
+                      " CUDA device(s) are visible: device d runs on GPU d, so it needs " + std::to_string(here) +
                       " GPUs (or a list of GPUs to run its devices on)");
     }
-    for (int d = 0; d < devices; ++d) out.push_back(d);
+    for (int d = 0, next = 0; d < devices; ++d) {
+      if (mine(d)) out[static_cast<size_t>(d)] = next++;
+    }
     return out;
   }
   if (static_cast<int>(requested.size()) != devices) {
     throw InputError("<options>", 0, "gpus", "expected one GPU per plan device (" + std::to_string(devices) + "), found " +
                                                  std::to_string(requested.size()));
   }
-  for (const int g : requested) {
+  for (int d = 0; d < devices; ++d) {
+    if (!mine(d)) continue;
+    const int g = requested[static_cast<size_t>(d)];
     if (g < 0 || g >= visible) {
       throw InputError("<options>", 0, "gpus", "GPU " + std::to_string(g) + " is not visible (" + std::to_string(visible) +
                                                    " CUDA device(s): 0 to " + std::to_string(visible - 1) + ")");
     }
-    out.push_back(g);
+    out[static_cast<size_t>(d)] = g;
   }
   return out;
+}
+
+std::vector<int> device_owners(int devices, int processes, const std::function<int(int)>& owner_of) {
+  std::vector<int> out(static_cast<size_t>(devices), 0);
+  if (processes > 1) {
+    for (int d = 0; d < devices; ++d) out[static_cast<size_t>(d)] = owner_of(d);
+  }
+  return out;
+}
+
+std::vector<int> CudaPlan::processes(size_t g) const {
+  std::set<int> in;
+  for (const int d : groups[g].devices) in.insert(owner[static_cast<size_t>(d)]);
+  return {in.begin(), in.end()};
 }
 
 namespace {
@@ -71,9 +99,11 @@ void check_channel_streams(const Plan& plan) {
 
 }  // namespace
 
-CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus) {
+CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> owner, int process) {
   CudaPlan out;
   out.gpus = std::move(gpus);
+  out.owner = owner.empty() ? std::vector<int>(static_cast<size_t>(plan.device_count()), 0) : std::move(owner);
+  out.process = process;
   out.group_of_task.assign(plan.tasks.size(), -1);
   out.rank_of_task.assign(plan.tasks.size(), -1);
   check_channel_streams(plan);
@@ -140,12 +170,12 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus) {
                       "every member");
     }
   }
-  // NCCL: one GPU per rank of a communicator.
+  // NCCL: one GPU per rank of a communicator (this process's GPUs: another's are its own).
   for (const NcclGroup& group : out.groups) {
     for (size_t a = 0; a < group.devices.size(); ++a) {
       for (size_t b = a + 1; b < group.devices.size(); ++b) {
         const int da = group.devices[a], db = group.devices[b];
-        if (out.gpus[static_cast<size_t>(da)] != out.gpus[static_cast<size_t>(db)]) continue;
+        if (!out.local(da) || !out.local(db) || out.gpus[static_cast<size_t>(da)] != out.gpus[static_cast<size_t>(db)]) continue;
         throw PlanError(group.what + ": devices " + plan.device_name(da) + " and " + plan.device_name(db) +
                         " would both run on GPU " + std::to_string(out.gpus[static_cast<size_t>(da)]) +
                         "; NCCL cannot put two ranks of one communicator on one GPU");

@@ -19,6 +19,13 @@
 //    communicator's order, so a collective's root index is its NCCL root.
 // NCCL cannot put two ranks of one communicator on one GPU: two plan devices may share a GPU
 // only when no communicator holds both.
+//
+// Under mpirun (exec/ranks.hpp) each process runs a contiguous block of the plan's devices on
+// its own visible GPUs (its i-th device on GPU i) and creates only its devices' ranks of each
+// communicator. The process that runs a group's first member makes the group's NCCL unique id
+// and sends it to the group's other processes; every process walks the groups in the same
+// order, so each pair of processes meets its groups in the same order too.
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,11 +42,22 @@ struct NcclGroup {
 };
 
 struct CudaPlan {
-  std::vector<int> gpus;           // per plan device: the CUDA ordinal it runs on
+  std::vector<int> gpus;           // per plan device: the CUDA ordinal it runs on (-1: another process's)
   std::vector<NcclGroup> groups;   // the communicators to create
   std::vector<int> group_of_task;  // per task: its group (transfers, collectives), -1 for compute
   std::vector<int> rank_of_task;   // per task: its rank in that group, -1 for compute
+  std::vector<int> owner;          // per plan device: the process (MPI rank) that runs it
+  int process = 0;                 // this one
+
+  bool local(int device) const { return owner[static_cast<size_t>(device)] == process; }
+  // The processes that hold a rank of group `g`, ascending; the first member's makes its id.
+  std::vector<int> processes(size_t g) const;
+  int id_maker(size_t g) const { return owner[static_cast<size_t>(groups[g].devices.front())]; }
 };
+
+// Which process runs each of `devices` plan devices when `processes` share them in
+// contiguous blocks (Ranks::owner's rule): all 0 for one process.
+std::vector<int> device_owners(int devices, int processes, const std::function<int(int)>& owner_of);
 
 // The CUDA ordinal of each of `devices` plan devices among `visible` GPUs: device d on GPU d,
 // or on requested[d] when a list is given (one entry per plan device). Throws Error saying
@@ -47,10 +65,16 @@ struct CudaPlan {
 // when the plan has more devices than visible GPUs (both counts named), InputError for a list
 // of the wrong length or an ordinal that is not visible.
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why = "");
+// Under mpirun: the devices `owner` gives to `process` on its own GPUs, its i-th device on GPU
+// i (or requested[d], one entry per plan device), the others -1; the same errors, counting
+// this process's devices.
+std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why,
+                              std::span<const int> owner, int process);
 
-// The communicators for `plan` with devices on `gpus`. Throws PlanError naming the channel
-// whose sends or receives are on several streams, the collectives that members reach in
-// different orders, or two members of one communicator on the same GPU.
-CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus);
+// The communicators for `plan` with devices on `gpus`, run by the processes `owner` says
+// (empty: all by this one). Throws PlanError naming the channel whose sends or receives are
+// on several streams, the collectives that members reach in different orders, or two members
+// of one communicator on the same GPU of one process.
+CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0);
 
 }  // namespace hetflow::exec
