@@ -16,11 +16,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "exec/cuda_plan.hpp"
+#include "exec/ranks.hpp"
 #include "kernels/cast.hpp"
 #include "partition/task_order.hpp"
 
@@ -184,7 +186,7 @@ void* device_alloc(size_t bytes, const std::string& what, const std::string& whe
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // One device stream's objects: what its engine thread uses, and nobody else.
-struct Lane {
+struct GpuLane {
   int stream = -1;
   cudaStream_t cuda = nullptr;
   cublasHandle_t blas = nullptr;
@@ -203,7 +205,7 @@ struct Gpu {
   void* b = nullptr;
   float* pattern = nullptr;        // j mod 97 + 1 at j, for j < cap floats + 97
   void* arena = nullptr;           // the device copies of the tensors on this device
-  std::vector<Lane> lanes;         // one per stream program of the device
+  std::vector<GpuLane> lanes;      // one per stream program of the device
   std::unique_ptr<std::mutex> issue = std::make_unique<std::mutex>();  // NCCL calls on this GPU
 };
 
@@ -232,7 +234,7 @@ struct CudaBackend::State {
     }
     for (Gpu& g : gpus) {
       if (g.ordinal < 0 || cudaSetDevice(g.ordinal) != cudaSuccess) continue;
-      for (Lane& l : g.lanes) {
+      for (GpuLane& l : g.lanes) {
         if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
         if (l.blas != nullptr) cublasDestroy(l.blas);
         for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1]}) {
@@ -246,8 +248,8 @@ struct CudaBackend::State {
     cudaGetLastError();
   }
 
-  Lane& lane(int device, int stream) {
-    for (Lane& l : gpus[static_cast<size_t>(device)].lanes) {
+  GpuLane& lane(int device, int stream) {
+    for (GpuLane& l : gpus[static_cast<size_t>(device)].lanes) {
       if (l.stream == stream) return l;
     }
     throw Error("the cuda back end has no stream " + std::to_string(stream) + " on device " + std::to_string(device) +
@@ -271,7 +273,7 @@ CudaBackend::~CudaBackend() = default;
 namespace {
 
 // The GEMM of `rows` on a lane: C[1024 x rows] = A[1024 x 1024] B[1024 x rows], column-major.
-void gemm(const Lane& lane, const Gpu& gpu, model::Precision p, int rows, const std::string& where) {
+void gemm(const GpuLane& lane, const Gpu& gpu, model::Precision p, int rows, const std::string& where) {
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType type = gemm_types(p).data;
   blas(cublasGemmEx(lane.blas, CUBLAS_OP_N, CUBLAS_OP_N, kProxyN, rows, kProxyN, &alpha, gpu.a, type, kProxyN, gpu.b, type,
@@ -279,7 +281,7 @@ void gemm(const Lane& lane, const Gpu& gpu, model::Precision p, int rows, const 
        "cublasGemmEx", where);
 }
 
-void make_lane(Lane& lane, const Gpu& gpu, model::Precision p, size_t cap, const std::string& where) {
+void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, const std::string& where) {
   cuda(cudaStreamCreateWithFlags(&lane.cuda, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
   cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
   cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
@@ -339,19 +341,40 @@ void make_gpu(CudaBackend::State& s, int device) {
   }
 }
 
-// All ranks of one group from this thread: inside ncclGroupStart/End, or the first rank's
-// creation would wait for the others for ever. Non-blocking, so each rank is then polled.
-void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop) {
-  const NcclGroup& group = s.nccl_plan.groups[g];
+// This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
+// first rank's creation would wait for the others for ever. Non-blocking, so each rank is
+// then polled. Under mpirun the process of the group's first member makes its unique id and
+// the others receive it (Ranks::exchange); every process walks the groups in one order.
+void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, const Ranks* processes) {
+  const CudaPlan& p = s.nccl_plan;
+  const NcclGroup& group = p.groups[g];
   const std::string where = "the NCCL communicator of " + group.what;
   std::vector<ncclComm_t>& ranks = s.comms[g];
   ranks.assign(group.devices.size(), nullptr);
-  ncclUniqueId id;
-  nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
+  std::vector<size_t> here;
+  for (size_t r = 0; r < group.devices.size(); ++r) {
+    if (p.local(group.devices[r])) here.push_back(r);
+  }
+  if (here.empty()) return;
+  ncclUniqueId id{};
+  const bool maker = p.id_maker(g) == p.process;
+  if (maker) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
+  const std::vector<int> among = p.processes(g);
+  if (among.size() > 1) {
+    if (processes == nullptr) throw Error(where + " spans processes, but the back end was given no MPI ranks");
+    const auto mine = maker ? std::as_bytes(std::span<const ncclUniqueId>(&id, 1)) : std::span<const std::byte>();
+    const auto all = processes->exchange(among, mine, stop);
+    const auto from = static_cast<size_t>(std::find(among.begin(), among.end(), p.id_maker(g)) - among.begin());
+    if (all[from].size() != sizeof id) {
+      throw Error(where + ": rank " + std::to_string(p.id_maker(g)) + " sent " + std::to_string(all[from].size()) +
+                  " bytes for its NCCL unique id, not " + std::to_string(sizeof id));
+    }
+    std::memcpy(&id, all[from].data(), sizeof id);
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   nccl(ncclGroupStart(), "ncclGroupStart", where);
-  for (size_t r = 0; r < ranks.size(); ++r) {
+  for (const size_t r : here) {
     const Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
     const cudaError_t set = cudaSetDevice(gpu.ordinal);
     const ncclResult_t made = set == cudaSuccess ? ncclCommInitRankConfig(&ranks[r], static_cast<int>(ranks.size()), id,
@@ -365,7 +388,7 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop) {
   }
   nccl(ncclGroupEnd(), "ncclGroupEnd", where);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kInitTimeoutS));
-  for (size_t r = 0; r < ranks.size(); ++r) {
+  for (const size_t r : here) {
     settle(&ranks[r], stop, "ncclCommInitRankConfig", where + ", rank " + std::to_string(r), deadline);
   }
 }
@@ -383,18 +406,28 @@ void CudaBackend::prepare(const Plan& plan) {
   }
   auto s = std::make_unique<State>();
   s->plan = &plan;
-  s->nccl_plan = cuda_plan(plan, gpu_ordinals(plan.device_count(), visible, options_.gpus,
-                                              counted != cudaSuccess ? cudaGetErrorString(counted) : ""));
+  // Under mpirun this process runs its block of the plan's devices, on its own GPUs.
+  const Ranks* processes = options_.ranks != nullptr && !options_.ranks->alone() ? options_.ranks : nullptr;
+  const int devices = plan.device_count();
+  if (processes != nullptr) processes->check_devices(devices);
+  std::vector<int> owner = device_owners(devices, processes != nullptr ? processes->size() : 1,
+                                         [&](int d) { return processes->owner(d, devices); });
+  const int process = processes != nullptr ? processes->rank() : 0;
+  std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
+                                       owner, process);
+  s->nccl_plan = cuda_plan(plan, std::move(gpus), std::move(owner), process);
   s->precision = plan.layout.precision;
   s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
   s->copy.assign(plan.tensors.size(), nullptr);
   for (const partition::Tensor& t : plan.tensors) {
     s->copy_bytes.push_back(std::min(static_cast<size_t>(std::max(0.0, t.bytes)), s->cap));
   }
-  s->gpus.resize(static_cast<size_t>(plan.device_count()));
-  for (int d = 0; d < plan.device_count(); ++d) make_gpu(*s, d);
+  s->gpus.resize(static_cast<size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    if (s->nccl_plan.local(d)) make_gpu(*s, d);
+  }
   s->comms.resize(s->nccl_plan.groups.size());
-  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_);
+  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_, processes);
   state_ = std::move(s);
 }
 
@@ -420,7 +453,7 @@ struct Job {
   CudaBackend::State& s;
   TaskContext& task;
   Gpu& gpu;
-  Lane& lane;
+  GpuLane& lane;
   std::string where;  // "GPU 0 (plan device 0, gpu0), forward #3 ..., iteration 1"
   const std::atomic<bool>& stop;
   bool to_host;

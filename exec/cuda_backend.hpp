@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA/NCCL back end, first increment: every plan device is a local GPU, driven by the
+// The CUDA/NCCL back end: every plan device of this process is a local GPU, driven by the
 // engine's threads (one per device stream). Compute is a FLOP-matched proxy, not the model's
 // math; transfers and collectives are real NCCL operations on device memory. Traces and
 // output say "proxy". Includable and linkable without CUDA: where nvcc, cuBLAS or NCCL was not
@@ -56,7 +56,13 @@
 // the GPU (and plan device) and the task instance. prepare() throws Error "no CUDA device
 // visible ..." without a GPU and PlanError when the plan has more devices than visible GPUs.
 //
-// Known limits of this increment: compute is a proxy; one process (no MPI); NCCL kernels of
+// Processes: under mpirun (options.ranks, several of them) each process runs its block of the
+// plan's devices (Ranks::owner) on its own visible GPUs, its i-th device on GPU i, and creates
+// only their ranks of each communicator; the process of a communicator's first member makes
+// its NCCL unique id and sends it to the others over MPI (exec/cuda_plan.hpp). Transfers and
+// collectives between processes are then NCCL's own; the engine runs this process's devices.
+//
+// Known limits of this increment: compute is a proxy; NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on
 // their own streams, as frameworks do), which NCCL documents as working only while they fit
 // on the GPU together. Nothing here has run on a GPU yet.
@@ -71,11 +77,14 @@
 
 namespace hetflow::exec {
 
+class Ranks;
+
 struct CudaBackendOptions {
   double flop_scale = 1;                         // compute runs flops x flop_scale
   double max_message_bytes = 4.0 * 1024 * 1024;  // device bytes per tensor, transfer and collective at most
   std::vector<int> gpus;                         // plan device d runs on GPU gpus[d]; empty: on GPU d
   bool copy_outputs_to_host = false;             // written tensors' device bytes to the engine's host buffers
+  const Ranks* ranks = nullptr;                  // under mpirun: this process runs its block of the devices
 };
 
 // True when this build has the CUDA back end (nvcc, cuBLAS and NCCL found at configure time).

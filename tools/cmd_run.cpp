@@ -567,14 +567,12 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
-  if (request.backend == "cuda" && !ranks.alone()) {
-    throw InputError("<command line>", 0, "--backend",
-                     "the cuda back end runs in one process for now (its GPUs as threads); run it without mpirun");
-  }
   const Training training = make_training(request, ranks);
   std::unique_ptr<exec::Backend> backend;
   if (request.backend == "cuda") {
-    backend = std::make_unique<exec::CudaBackend>(exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false});
+    // Under mpirun each process drives its block of the devices on its own GPUs.
+    backend = std::make_unique<exec::CudaBackend>(
+        exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false, &ranks});
   } else {
     backend = std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{request.flop_scale, request.max_buffer_bytes},
                                                  training.training.get(), &ranks);

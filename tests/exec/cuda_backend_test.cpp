@@ -164,6 +164,49 @@ TEST(CudaPlan, RefusesTwoRanksOfACommunicatorOnOneGpu) {
 }
 
 // Two all-reduces on one communicator and stream, which device 1 reaches in the other order.
+// Under mpirun: each process runs its block of the devices on its own GPUs (its i-th device on
+// GPU i), every process derives the same communicators in the same order, the first member's
+// process makes each one's unique id, and only devices of one process are held to distinct
+// GPUs. Plain data, so it is tested here without a GPU or MPI.
+TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirOwnGpus) {
+  const std::vector<int> owner{0, 0, 1, 1};
+  EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 0), (std::vector<int>{0, 1, -1, -1}));
+  EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 1), (std::vector<int>{-1, -1, 0, 1}));
+  const std::vector<int> list{0, 1, 1, 0};  // one entry per plan device; a process checks its own
+  EXPECT_EQ(exec::gpu_ordinals(4, 2, list, "", owner, 1), (std::vector<int>{-1, -1, 1, 0}));
+  try {
+    exec::gpu_ordinals(4, 1, {}, "", owner, 1);
+    FAIL();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("this process (rank 1) runs 2 devices but only 1 CUDA device(s)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(exec::device_owners(4, 2, [](int d) { return d / 2; }), owner);
+  EXPECT_EQ(exec::device_owners(4, 1, [](int) { return 7; }), (std::vector<int>(4, 0)));
+
+  partition::PlanOptions o = pipeline(2, 4);
+  o.data = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
+  std::vector<exec::CudaPlan> processes;
+  for (int process : {0, 1}) {
+    processes.push_back(exec::cuda_plan(plan, exec::gpu_ordinals(4, 2, {}, "", owner, process), owner, process));
+  }
+  const exec::CudaPlan& a = processes[0];
+  const exec::CudaPlan& b = processes[1];
+  ASSERT_EQ(a.groups.size(), b.groups.size());
+  int across = 0;
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    EXPECT_EQ(a.groups[g].devices, b.groups[g].devices) << a.groups[g].what;
+    EXPECT_EQ(a.processes(g), b.processes(g));
+    EXPECT_EQ(a.id_maker(g), owner[static_cast<size_t>(a.groups[g].devices.front())]);
+    if (a.processes(g).size() > 1) ++across;
+  }
+  EXPECT_GT(across, 0);  // the data-parallel all-reduces join devices 0 and 2 (both on GPU 0 of their process)
+  EXPECT_TRUE(a.local(1));
+  EXPECT_FALSE(a.local(2));
+  EXPECT_TRUE(b.local(2));
+}
+
 TEST(CudaPlan, RefusesCollectivesThatMembersReachInDifferentOrders) {
   Plan plan = test_support::empty_plan(model::cpu_cluster(2));
   const int comm = plan.add_communicator({"all", {0, 1}});

@@ -100,6 +100,15 @@ TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
   EXPECT_EQ(r.status, 1) << r.err << r.out;
   const bool says = r.err.find("no CUDA device visible") != std::string::npos || r.err.find("no CUDA back end") != std::string::npos;
   EXPECT_TRUE(says) << r.err;
+#ifdef HETFLOW_MPIEXEC
+  // Under mpirun each process needs its own block's GPUs and says so.
+  const auto m = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1",
+                             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC " --oversubscribe -np 2");
+  EXPECT_NE(m.status, 0) << m.err << m.out;
+  const bool each = m.err.find("this process's 1 device(s) need as many GPUs") != std::string::npos ||
+                    m.err.find("no CUDA back end") != std::string::npos;
+  EXPECT_TRUE(each) << m.err;
+#endif
 }
 
 TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
