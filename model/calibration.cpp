@@ -1,6 +1,7 @@
 #include "model/calibration.hpp"
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -34,6 +35,18 @@ double OpEfficiency::time_s(double work, double rate) const {
   if (work <= 0) return 0;
   const double e = saturation > 0 ? max_efficiency * -std::expm1(-work / saturation) : max_efficiency;
   return launch_s + work / (rate * e);
+}
+
+double OpEfficiency::utilization(double m, double n, double batch) const {
+  if (sms <= 0 || tile_m <= 0 || tile_n <= 0 || !(m >= 1) || !(n >= 1) || !(batch >= 1)) return 1;
+  const auto oriented = [&](double rows, double cols) {
+    const double down = std::ceil(rows / tile_m), across = std::ceil(cols / tile_n);
+    const double tiles = down * across * batch;
+    if (tiles <= sms) return 1.0;  // one wave or less: split k or smaller tiles fill the device
+    const double waves = std::ceil(tiles / sms);
+    return rows * cols / (down * tile_m * across * tile_n) * tiles / (waves * sms);
+  };
+  return std::max(oriented(m, n), oriented(n, m));
 }
 
 OpEfficiency GpuEfficiency::op(const std::string& op_class) const {
@@ -114,6 +127,14 @@ GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const s
       e.saturation = orr.number_or("saturation", e.saturation, 0.0, 1e30);
       e.launch_s = orr.quantity_in("launch", units::parse_time_s,
                                    {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, e.launch_s, true);
+      if (orr.has("waves")) {
+        if (op == "memory") orr.fail("waves", "wave quantization applies to gemm and attention, not to memory-bound operations");
+        MapReader wr(orr.get("waves"), file, path + ".ops." + op + ".waves");
+        e.sms = wr.positive_int("sms", 100000);
+        e.tile_m = wr.positive_int("tile_m", 100000);
+        e.tile_n = wr.positive_int("tile_n", 100000);
+        wr.finish();
+      }
       orr.finish();
       g.ops[op] = e;
     }
@@ -191,8 +212,13 @@ std::string write_calibration(const Calibration& c) {
       for (const auto& [op, e] : g.ops) {
         out << YAML::Key << op << YAML::Value << YAML::BeginMap << YAML::Key << "max_efficiency" << YAML::Value
             << units::format_number(e.max_efficiency) << YAML::Key << "saturation" << YAML::Value
-            << units::format_number(e.saturation) << YAML::Key << "launch" << YAML::Value << units::format_time_s(e.launch_s)
-            << YAML::EndMap;
+            << units::format_number(e.saturation) << YAML::Key << "launch" << YAML::Value << units::format_time_s(e.launch_s);
+        if (e.sms > 0) {
+          out << YAML::Key << "waves" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "sms" << YAML::Value
+              << e.sms << YAML::Key << "tile_m" << YAML::Value << e.tile_m << YAML::Key << "tile_n" << YAML::Value << e.tile_n
+              << YAML::EndMap;
+        }
+        out << YAML::EndMap;
       }
       out << YAML::EndMap;
     }

@@ -34,11 +34,23 @@ struct Efficiency {
 // max_efficiency of that rate as its work W (FLOPs, or bytes) grows past `saturation`, and
 // pays `launch_s` once:
 //   time_s = launch_s + W / (rate * max_efficiency * (1 - exp(-W / saturation)))
+//
+// GEMMs may also pay tile and wave quantization (NVIDIA's Matrix Multiplication Background
+// guide): an m x n output runs as ceil(m / tile_m) x ceil(n / tile_n) tiles (per batch),
+// `sms` at a time, so padded tiles and a last, partial wave leave part of the device idle;
+// the rate is then multiplied by utilization(m, n, batch). A GEMM of one wave or less pays
+// nothing: the library splits k or takes smaller tiles to fill the device (cuBLAS's split-K),
+// and the `saturation` curve prices small work. sms = 0: not modelled (utilization 1).
 struct OpEfficiency {
   double max_efficiency = 0.6;
   double saturation = 0;  // FLOPs (gemm, attention) or bytes (memory); 0: flat
   double launch_s = 0;
+  int sms = 0, tile_m = 0, tile_n = 0;
   double time_s(double work, double rate) const;  // 0 for no work
+  // useful outputs / the tiles' outputs x tiles / (waves x sms), in the better of the two
+  // orientations (a library may compute the transposed product); 1 without waves or with
+  // one wave of tiles or less.
+  double utilization(double m, double n, double batch = 1) const;
   bool operator==(const OpEfficiency&) const = default;
 };
 
@@ -87,7 +99,8 @@ struct Calibration {
 //     V100-16: {max_efficiency: 0.55, saturation_flops: 2e9, overhead: 30 us,
 //               dispatch: 5 us, kinds: {backward: {max_efficiency: 0.5, saturation_flops: 3e9, overhead: 40 us}}}
 //   links: {nic: {bandwidth_factor: 0.8, latency_factor: 1.5}}
-//   A100-80: {ops: {gemm: {max_efficiency: 0.8, saturation: 5e10, launch: 4 us}, memory: {max_efficiency: 0.85}}}
+//   A100-80: {ops: {gemm: {max_efficiency: 0.8, saturation: 5e10, launch: 4 us,
+//                          waves: {sms: 108, tile_m: 256, tile_n: 128}}, memory: {max_efficiency: 0.85}}}
 // A kind's missing fields are its GPU type's.
 Calibration parse_calibration(const std::string& text, const std::string& file);
 std::string write_calibration(const Calibration& calibration);

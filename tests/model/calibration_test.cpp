@@ -113,6 +113,54 @@ TEST(Calibration, LinkFactorsScaleEveryLinkOfTheirClass) {
   }
 }
 
+// Wave quantization by hand, on NVIDIA's example (Matrix Multiplication Background guide: an
+// A100's 108 SMs, 256 x 128 tiles, M = 2304): N = 1536 makes 9 x 12 = 108 tiles, one full
+// wave; N = 1664 makes 9 x 13 = 117, two waves of which the second holds 9 tiles, so the
+// device is busy 2304 x 1664 / (2 x 108 x 256 x 128) of the time. A batch adds its tiles to
+// the waves. A GEMM of one wave or less is not charged (split k or smaller tiles fill the
+// device; a padded 300 x 300 pays once it has more tiles than SMs); no waves, none either.
+TEST(OpEfficiency, WaveQuantizationByHand) {
+  OpEfficiency e;
+  e.sms = 108;
+  e.tile_m = 256;
+  e.tile_n = 128;
+  EXPECT_DOUBLE_EQ(e.utilization(2304, 1536), 1.0);
+  EXPECT_DOUBLE_EQ(e.utilization(2304, 1664), 2304.0 * 1664 / (2 * 108 * 256 * 128));
+  EXPECT_DOUBLE_EQ(e.utilization(1664, 2304), e.utilization(2304, 1664));  // either orientation
+  // 32 score matrices of 2048 x 2048: 8 x 16 x 32 = 4096 tiles in 38 waves.
+  EXPECT_DOUBLE_EQ(e.utilization(2048, 2048, 32), 4096.0 / (38 * 108));
+  EXPECT_DOUBLE_EQ(e.utilization(100, 100), 1.0);
+  // 300 x 300 in a batch of 40: 2 x 3 x 40 = 240 tiles in 3 waves, each tile 300^2 / (512 x 384) full.
+  EXPECT_DOUBLE_EQ(e.utilization(300, 300, 40), 300.0 * 300 / (512 * 384) * 240 / (3 * 108));
+  EXPECT_DOUBLE_EQ(OpEfficiency{}.utilization(100, 100), 1.0);
+  EXPECT_DOUBLE_EQ(e.utilization(0, 100), 1.0);  // nothing to tile: no penalty
+}
+
+TEST(OpEfficiency, WavesReadBackAndAreRefusedWhereTheyCannotApply) {
+  const Calibration c = parse_calibration(
+      "gpus: {A100-80: {ops: {gemm: {max_efficiency: 0.7, waves: {sms: 108, tile_m: 256, tile_n: 128}}}}}\n", "w.yaml");
+  const OpEfficiency& gemm = c.gpus.at("A100-80").ops.at("gemm");
+  EXPECT_EQ(gemm.sms, 108);
+  EXPECT_EQ(gemm.tile_m, 256);
+  EXPECT_EQ(gemm.tile_n, 128);
+  EXPECT_EQ(parse_calibration(write_calibration(c), "again.yaml"), c);
+  const std::pair<const char*, const char*> bad[] = {
+      {"gpus: {A100-80: {ops: {memory: {waves: {sms: 108, tile_m: 256, tile_n: 128}}}}}", "gpus.A100-80.ops.memory.waves"},
+      {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 0, tile_m: 256, tile_n: 128}}}}}", "gpus.A100-80.ops.gemm.waves.sms"},
+      {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 108, tile_m: 256}}}}}", "gpus.A100-80.ops.gemm.waves.tile_n"},
+      {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 108, tile_m: 256, tile_n: 128, tile_k: 32}}}}}",
+       "gpus.A100-80.ops.gemm.waves.tile_k"},
+  };
+  for (const auto& [text, field] : bad) {
+    try {
+      (void)parse_calibration(text, "bad.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const hetflow::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The published calibrations: each reads, names built-in GPU types only, keeps its
 // efficiencies and factors within (0, 1], and every value it sets has a source cited in the
 // comment above it (or says it is an assumption or an inference).

@@ -316,6 +316,41 @@ TEST(LayerOpsCost, ATasksTimeIsItsLayersOperations) {
   }
 }
 
+// With wave quantization each GEMM runs at its utilization of the device (OpEfficiency's,
+// checked by hand in tests/model/calibration_test.cpp): the hand sum with every GEMM's rate
+// scaled by it, memory-bound operations unchanged.
+TEST(LayerOpsCost, WaveQuantizationScalesEachGemmByItsUtilization) {
+  const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
+  const partition::Plan plan = gpt_plan(two_by_two(), cluster);
+  const model::Calibration waves = model::parse_calibration(
+      "gpus: {A100-80: {overhead: 10 us, ops: {gemm: {max_efficiency: 0.75, saturation: 2e10, launch: 5 us,"
+      " waves: {sms: 108, tile_m: 256, tile_n: 128}}, memory: {max_efficiency: 0.9, launch: 3 us}}}}\n",
+      "waves.yaml");
+  const model::OpEfficiency gemm = waves.gpus.at("A100-80").ops.at("gemm");
+  const partition::CostModel cost(cluster, plan.layout.precision, model::resolve_calibration(waves, cluster, "waves.yaml"));
+  const partition::OpShape shape{2, 2, false, 2};
+  int checked = 0, quantized = 0;
+  for (const partition::Task& t : plan.tasks) {
+    if (t.kind != partition::TaskKind::forward) continue;
+    double want = 10e-6;
+    for (int l = t.layer_begin; l < t.layer_end; ++l) {
+      for (const Op& o : partition::layer_ops(plan.network, l, OpPass::forward, shape)) {
+        if (o.cls == OpClass::memory) {
+          want += 3e-6 + o.bytes / (2039e9 * 0.9);
+          continue;
+        }
+        const double u = gemm.utilization(o.m, o.n, o.batch);
+        quantized += u < 0.999 ? 1 : 0;
+        want += 5e-6 + o.flops / (312e12 * u * 0.75 * (1 - std::exp(-o.flops / 2e10)));
+      }
+    }
+    EXPECT_NEAR(cost.task_compute_time_s(plan, t), want, 1e-12);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(quantized, 0);  // this small GPT's GEMMs leave waves part-empty
+}
+
 // Without operation costs in the calibration nothing changes: the FLOPs at one efficiency.
 TEST(LayerOpsCost, WithoutOperationCostsATaskKeepsItsFlopsModel) {
   const model::Cluster cluster = model::load_cluster("dgx-a100-x4");
