@@ -11,12 +11,15 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -406,25 +409,56 @@ void CudaBackend::prepare(const Plan& plan) {
   }
   auto s = std::make_unique<State>();
   s->plan = &plan;
-  // Under mpirun this process runs its block of the plan's devices, on its own GPUs.
+  // Under mpirun this process runs its block of the plan's devices on its node's GPUs, after
+  // those of the node's lower ranks.
   const Ranks* processes = options_.ranks != nullptr && !options_.ranks->alone() ? options_.ranks : nullptr;
   const int devices = plan.device_count();
-  if (processes != nullptr) processes->check_devices(devices);
-  std::vector<int> owner = device_owners(devices, processes != nullptr ? processes->size() : 1,
-                                         [&](int d) { return processes->owner(d, devices); });
-  const int process = processes != nullptr ? processes->rank() : 0;
-  std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
-                                       owner, process);
-  s->nccl_plan = cuda_plan(plan, std::move(gpus), std::move(owner), process);
-  s->precision = plan.layout.precision;
-  s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
-  s->copy.assign(plan.tensors.size(), nullptr);
-  for (const partition::Tensor& t : plan.tensors) {
-    s->copy_bytes.push_back(std::min(static_cast<size_t>(std::max(0.0, t.bytes)), s->cap));
+  std::vector<int> owner, all;
+  int process = 0, first = 0;
+  if (processes != nullptr) {
+    processes->check_devices(devices);
+    owner = device_owners(devices, processes->size(), [&](int d) { return processes->owner(d, devices); });
+    process = processes->rank();
+    for (int r = 0; r < processes->size(); ++r) all.push_back(r);
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "rank-%d", process);
+    std::vector<std::string> hosts;
+    for (const auto& bytes : processes->exchange(all, std::as_bytes(std::span<const char>(host, std::strlen(host))), stop_)) {
+      hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    }
+    first = first_gpus(hosts, owner)[static_cast<size_t>(process)];
   }
-  s->gpus.resize(static_cast<size_t>(devices));
-  for (int d = 0; d < devices; ++d) {
-    if (s->nccl_plan.local(d)) make_gpu(*s, d);
+  // What can fail in one process alone (its GPUs, its memory) fails in all of them together:
+  // the others would otherwise wait for its communicators for ever.
+  std::string failed;
+  std::exception_ptr mine;
+  try {
+    std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
+                                         owner, process, first);
+    s->nccl_plan = cuda_plan(plan, std::move(gpus), owner, process);
+    s->precision = plan.layout.precision;
+    s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
+    s->copy.assign(plan.tensors.size(), nullptr);
+    for (const partition::Tensor& t : plan.tensors) {
+      s->copy_bytes.push_back(std::min(static_cast<size_t>(std::max(0.0, t.bytes)), s->cap));
+    }
+    s->gpus.resize(static_cast<size_t>(devices));
+    for (int d = 0; d < devices; ++d) {
+      if (s->nccl_plan.local(d)) make_gpu(*s, d);
+    }
+  } catch (const std::exception& e) {
+    if (processes == nullptr) throw;
+    failed = e.what();
+    mine = std::current_exception();
+  }
+  if (processes != nullptr) {
+    const auto verdicts = processes->exchange(all, std::as_bytes(std::span<const char>(failed.data(), failed.size())), stop_);
+    if (mine) std::rethrow_exception(mine);
+    for (size_t r = 0; r < verdicts.size(); ++r) {
+      if (verdicts[r].empty()) continue;
+      throw Error("rank " + std::to_string(r) + " could not prepare its GPUs: " +
+                  std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
+    }
   }
   s->comms.resize(s->nccl_plan.groups.size());
   for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_, processes);

@@ -57,10 +57,13 @@
 // visible ..." without a GPU and PlanError when the plan has more devices than visible GPUs.
 //
 // Processes: under mpirun (options.ranks, several of them) each process runs its block of the
-// plan's devices (Ranks::owner) on its own visible GPUs, its i-th device on GPU i, and creates
-// only their ranks of each communicator; the process of a communicator's first member makes
-// its NCCL unique id and sends it to the others over MPI (exec/cuda_plan.hpp). Transfers and
-// collectives between processes are then NCCL's own; the engine runs this process's devices.
+// plan's devices (Ranks::owner) on its node's visible GPUs after those of the node's lower
+// ranks (processes name their hosts to each other), and creates only their ranks of each
+// communicator; the process of a communicator's first member makes its NCCL unique id and
+// sends it to the others over MPI (exec/cuda_plan.hpp). Transfers and collectives between
+// processes are then NCCL's own; the engine runs this process's devices. What fails in one
+// process before the communicators (too few GPUs, memory) is told to all, and every process
+// throws: none waits for a communicator that will never come.
 //
 // Known limits of this increment: compute is a proxy; NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on

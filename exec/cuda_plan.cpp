@@ -18,7 +18,7 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
 }
 
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why,
-                              std::span<const int> owner, int process) {
+                              std::span<const int> owner, int process, int first) {
   const auto mine = [&](int d) { return owner.empty() || owner[static_cast<size_t>(d)] == process; };
   int here = 0;
   for (int d = 0; d < devices; ++d) here += mine(d) ? 1 : 0;
@@ -29,13 +29,18 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
   }
   std::vector<int> out(static_cast<size_t>(devices), -1);
   if (requested.empty()) {
-    if (here > visible) {
-      throw PlanError((owner.empty() ? "the plan has " : "this process (rank " + std::to_string(process) + ") runs ") +
-                      std::to_string(here) + " devices but only " + std::to_string(visible) +
-                      " CUDA device(s) are visible: device d runs on GPU d, so it needs " + std::to_string(here) +
-                      " GPUs (or a list of GPUs to run its devices on)");
+    if (first + here > visible) {
+      if (owner.empty()) {
+        throw PlanError("the plan has " + std::to_string(here) + " devices but only " + std::to_string(visible) +
+                        " CUDA device(s) are visible: device d runs on GPU d, so it needs " + std::to_string(here) +
+                        " GPUs (or a list of GPUs to run its devices on)");
+      }
+      throw PlanError("this process (rank " + std::to_string(process) + ") runs " + std::to_string(here) +
+                      " devices on GPUs " + std::to_string(first) + " to " + std::to_string(first + here - 1) +
+                      " (its node's lower ranks take the GPUs before them), but only " + std::to_string(visible) +
+                      " CUDA device(s) are visible here");
     }
-    for (int d = 0, next = 0; d < devices; ++d) {
+    for (int d = 0, next = first; d < devices; ++d) {
       if (mine(d)) out[static_cast<size_t>(d)] = next++;
     }
     return out;
@@ -52,6 +57,19 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
                                                    " CUDA device(s): 0 to " + std::to_string(visible - 1) + ")");
     }
     out[static_cast<size_t>(d)] = g;
+  }
+  return out;
+}
+
+std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner) {
+  std::vector<int> devices_of(hosts.size(), 0), out(hosts.size(), 0);
+  for (const int p : owner) {
+    if (p >= 0 && static_cast<size_t>(p) < hosts.size()) ++devices_of[static_cast<size_t>(p)];
+  }
+  for (size_t p = 0; p < hosts.size(); ++p) {
+    for (size_t q = 0; q < p; ++q) {
+      if (hosts[q] == hosts[p]) out[p] += devices_of[q];
+    }
   }
   return out;
 }

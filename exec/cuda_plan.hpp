@@ -21,8 +21,8 @@
 // only when no communicator holds both.
 //
 // Under mpirun (exec/ranks.hpp) each process runs a contiguous block of the plan's devices on
-// its own visible GPUs (its i-th device on GPU i) and creates only its devices' ranks of each
-// communicator. The process that runs a group's first member makes the group's NCCL unique id
+// its node's GPUs after those of the node's lower ranks (first_gpus) and creates only its
+// devices' ranks of each communicator. The process that runs a group's first member makes the group's NCCL unique id
 // and sends it to the group's other processes; every process walks the groups in the same
 // order, so each pair of processes meets its groups in the same order too.
 #include <functional>
@@ -65,11 +65,15 @@ std::vector<int> device_owners(int devices, int processes, const std::function<i
 // when the plan has more devices than visible GPUs (both counts named), InputError for a list
 // of the wrong length or an ordinal that is not visible.
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why = "");
-// Under mpirun: the devices `owner` gives to `process` on its own GPUs, its i-th device on GPU
-// i (or requested[d], one entry per plan device), the others -1; the same errors, counting
-// this process's devices.
+// Under mpirun: the devices `owner` gives to `process` on its node's GPUs from `first` on, its
+// i-th device on GPU first + i (or requested[d], one entry per plan device), the others -1;
+// the same errors, counting this process's devices.
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why,
-                              std::span<const int> owner, int process);
+                              std::span<const int> owner, int process, int first = 0);
+
+// The first GPU of each process: processes on one host (the same name in `hosts`, one per
+// process) take consecutive GPUs in rank order, each as many as `owner` gives it devices.
+std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner);
 
 // The communicators for `plan` with devices on `gpus`, run by the processes `owner` says
 // (empty: all by this one). Throws PlanError naming the channel whose sends or receives are

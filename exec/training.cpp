@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -24,11 +25,32 @@ struct CpuTraining::Chunk {
   int tp_rank = 0, tp = 1;
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
   Floats params, grads, m, v;
-  // The gradients as the backward left them, for parameters every rank holds whole that
-  // several parts of a data-parallel all-reduce between workers of different degrees each
-  // sum from the start (taken by the iteration's first such part).
-  Floats local_grads;
-  int local_grads_iteration = -1;
+  // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
+  // positions) as the backward left them: each part of a data-parallel all-reduce between
+  // workers of different degrees sums them from these (taken by the iteration's first part).
+  struct Replicated {
+    size_t at = 0, count = 0, base = 0;  // the slot in the flat array; where local_replicated holds it
+  };
+  std::vector<Replicated> replicated;  // ascending
+  Floats local_replicated;
+  int local_iteration = -1;
+  void take_replicated(int iteration) {
+    if (local_iteration == iteration) return;
+    local_replicated.clear();
+    for (Replicated& r : replicated) {
+      r.base = local_replicated.size();
+      local_replicated.insert(local_replicated.end(), grads.begin() + static_cast<std::ptrdiff_t>(r.at),
+                              grads.begin() + static_cast<std::ptrdiff_t>(r.at + r.count));
+    }
+    local_iteration = iteration;
+  }
+  // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
+  const float* replicated_at(size_t offset) const {
+    const auto after = std::upper_bound(replicated.begin(), replicated.end(), offset,
+                                        [](size_t o, const Replicated& r) { return o < r.at; });
+    const Replicated& r = *(after - 1);
+    return local_replicated.data() + r.base + (offset - r.at);
+  }
   std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
   std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
 };
@@ -164,6 +186,9 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     }
     c->params.assign(p.count, 0.0f);
     c->grads.assign(p.count, 0.0f);
+    for (const ParamSlot& slot : p.slots) {
+      if (!slot.split) c->replicated.push_back({slot.offset, slot.count, 0});
+    }
     c->m.assign(p.count, 0.0f);
     c->v.assign(p.count, 0.0f);
     init_params(p, shape_, seed, c->params.data());
@@ -229,8 +254,9 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   // (all of a rank's when every worker has the same degree): a span of the chunk's
   // gradients, or runs gathered in the part's order. A bucketed piece splits its floats
   // evenly among its buckets, in task order.
-  std::map<std::tuple<int, int, int, long long, long long>, std::vector<int>> buckets;  // (grad, layers, part) -> tasks
-  std::map<std::tuple<int, int, int, long long, long long>, std::vector<FloatRun>> runs_of_piece;
+  using PieceKey = std::tuple<int, int, int, long long, long long, long long>;  // grad, layers, part (lo, hi, denominator)
+  std::map<PieceKey, std::vector<int>> buckets;  // -> its tasks, in order
+  std::map<PieceKey, std::vector<FloatRun>> runs_of_piece;
   collective_runs_.assign(plan.tasks.size(), {});
   gathered_.assign(plan.tasks.size(), {});
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
@@ -259,7 +285,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
       collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
       continue;
     }
-    const std::tuple key{reads[0], begin, end, part.lo_num * part.hi_den, part.lo_den * part.hi_den};
+    const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
     buckets[key].push_back(static_cast<int>(t));
     if (whole_rank || runs_of_piece.count(key)) continue;
     const ChunkParams of_part = chunk_params_part(shape_, p.layer_begin, p.layer_end, part);
@@ -269,7 +295,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   }
   check_collective_sizes();
   for (const auto& [key, tasks] : buckets) {
-    const auto& [grad, begin, end, lo, hi] = key;
+    const auto& [grad, begin, end, lo, hi, denominator] = key;
     const size_t k = tasks.size();
     if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
       const size_t n = floats_of(runs->second);
@@ -299,13 +325,14 @@ void CpuTraining::check_collective_sizes() const {
     const int grad = tensor_of_kind(plan_, plan_.writes(static_cast<int>(t)), TensorKind::weight_grad);
     if (grad >= 0) layers_of_grad.try_emplace(grad, task.layer_begin, task.layer_end);
   }
-  std::map<std::tuple<int, int, int, int, int, int, long long, long long>, size_t> cache;
+  std::map<std::tuple<int, int, int, int, int, int, long long, long long, long long>, size_t> cache;
   for (size_t id = 0; id < plan_.collectives.size(); ++id) {
     const partition::Collective& c = plan_.collectives[id];
     if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
     const bool embedding = c.purpose == partition::Purpose::embedding;
     const SplitPart part = common_part(plan_.members(c));
     size_t first = 0;
+    int first_device = -1;
     for (size_t i = 0; i < c.tasks.size(); ++i) {
       const partition::Task& task = plan_.task(c.tasks[i]);
       const auto reads = plan_.reads(c.tasks[i]);
@@ -314,7 +341,7 @@ void CpuTraining::check_collective_sizes() const {
       const auto [j, t] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
       const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
       const std::tuple key{layers->second.first, layers->second.second, j, t, begin, end,
-                           part.lo_num * part.hi_den, part.lo_den * part.hi_den};
+                           part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
       auto found = cache.find(key);
       if (found == cache.end()) {
         const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
@@ -324,11 +351,14 @@ void CpuTraining::check_collective_sizes() const {
         });
         found = cache.emplace(key, floats_of(runs)).first;
       }
-      if (i == 0) first = found->second;
+      if (first_device < 0) {
+        first = found->second;
+        first_device = task.device;
+      }
       if (found->second != first) {
         throw PlanError("collective " + std::to_string(id) + " (" + std::string(partition::to_string(c.purpose)) +
-                        ") sums " + std::to_string(first) + " floats on device " +
-                        std::to_string(plan_.task(c.tasks[0]).device) + " but " + std::to_string(found->second) +
+                        ") sums " + std::to_string(first) + " floats on device " + std::to_string(first_device) + " but " +
+                        std::to_string(found->second) +
                         " on device " + std::to_string(task.device) + ": its members hold different parameters");
       }
     }
@@ -345,7 +375,9 @@ SplitPart CpuTraining::common_part(const std::vector<int>& members) const {
     if (static_cast<long long>(j) * part.lo_den > part.lo_num * t) part.lo_num = j, part.lo_den = t;
     if (static_cast<long long>(j + 1) * part.hi_den < part.hi_num * t) part.hi_num = j + 1, part.hi_den = t;
   }
-  return part;
+  // In lowest terms, so one part has one spelling whatever the members' degrees.
+  const long long lo = std::gcd(part.lo_num, part.lo_den), hi = std::gcd(part.hi_num, part.hi_den);
+  return {part.lo_num / lo, part.lo_den / lo, part.hi_num / hi, part.hi_den / hi};
 }
 
 CpuTraining::~CpuTraining() = default;
@@ -649,16 +681,12 @@ std::span<float> CpuTraining::collective_data(const TaskContext& task) {
     return std::span<float>(c->grads).subspan(begin, end - begin);
   }
   // (One device's collectives run one after another on its stream: no other thread here.)
-  if (c->local_grads_iteration != task.iteration) {
-    c->local_grads = c->grads;
-    c->local_grads_iteration = task.iteration;
-  }
+  c->take_replicated(task.iteration);
   Floats& buffer = gathered_[static_cast<size_t>(task.task)];
   buffer.clear();
   for (const FloatRun& run : runs) {
-    const Floats& from = run.replicated ? c->local_grads : c->grads;
-    buffer.insert(buffer.end(), from.begin() + static_cast<std::ptrdiff_t>(run.at),
-                  from.begin() + static_cast<std::ptrdiff_t>(run.at + run.count));
+    const float* from = run.replicated ? c->replicated_at(run.at) : c->grads.data() + run.at;
+    buffer.insert(buffer.end(), from, from + run.count);
   }
   return buffer;
 }

@@ -48,7 +48,8 @@
 //    rank 1 of 4), gathered from each member's gradients in the part's order and put back
 //    after; parameters every rank holds whole (norms, some biases, positions) go with every
 //    part, each part summing them from the backward's values, so every rank ends with the
-//    same sum.
+//    workers' sum (with three workers or more, the ring adds a float in an order that
+//    depends on its place in the part, so a worker's ranks may differ in its last bit).
 //
 //  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
 //    and servers. The devices' parts of the global norm meet in two steps: this rank's in

@@ -128,7 +128,10 @@ GpuEfficiency parse_gpu(const YAML::Node& node, const std::string& file, const s
       e.launch_s = orr.quantity_in("launch", units::parse_time_s,
                                    {limits::kMinLatency, limits::kMaxOverhead, units::format_time_s}, e.launch_s, true);
       if (orr.has("waves")) {
-        if (op == "memory") orr.fail("waves", "wave quantization applies to gemm and attention, not to memory-bound operations");
+        if (op != "gemm") {
+          orr.fail("waves", "tile and wave quantization applies to gemm (flash attention's fused kernel and memory-bound "
+                            "operations are not tiled GEMMs here)");
+        }
         MapReader wr(orr.get("waves"), file, path + ".ops." + op + ".waves");
         e.sms = wr.positive_int("sms", 100000);
         e.tile_m = wr.positive_int("tile_m", 100000);
@@ -213,7 +216,7 @@ std::string write_calibration(const Calibration& c) {
         out << YAML::Key << op << YAML::Value << YAML::BeginMap << YAML::Key << "max_efficiency" << YAML::Value
             << units::format_number(e.max_efficiency) << YAML::Key << "saturation" << YAML::Value
             << units::format_number(e.saturation) << YAML::Key << "launch" << YAML::Value << units::format_time_s(e.launch_s);
-        if (e.sms > 0) {
+        if (e.sms > 0 && e.tile_m > 0 && e.tile_n > 0) {
           out << YAML::Key << "waves" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "sms" << YAML::Value
               << e.sms << YAML::Key << "tile_m" << YAML::Value << e.tile_m << YAML::Key << "tile_n" << YAML::Value << e.tile_n
               << YAML::EndMap;

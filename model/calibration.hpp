@@ -35,7 +35,7 @@ struct Efficiency {
 // pays `launch_s` once:
 //   time_s = launch_s + W / (rate * max_efficiency * (1 - exp(-W / saturation)))
 //
-// GEMMs may also pay tile and wave quantization (NVIDIA's Matrix Multiplication Background
+// GEMMs (`gemm`) may also pay tile and wave quantization (NVIDIA's Matrix Multiplication Background
 // guide): an m x n output runs as ceil(m / tile_m) x ceil(n / tile_n) tiles (per batch),
 // `sms` at a time, so padded tiles and a last, partial wave leave part of the device idle;
 // the rate is then multiplied by utilization(m, n, batch). A GEMM of one wave or less pays

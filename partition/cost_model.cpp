@@ -155,9 +155,7 @@ void CostModel::for_each_layer_op(const model::Network& network, const Layout& l
       case OpClass::gemm:
         part(op.name, gemm.time_s(op.flops, gpu.peak_flops_per_s(precision_) * gemm.utilization(op.m, op.n, op.batch)));
         break;
-      case OpClass::attention:
-        part(op.name, attention.time_s(op.flops, gpu.peak_flops_per_s(precision_) * attention.utilization(op.m, op.n, op.batch)));
-        break;
+      case OpClass::attention: part(op.name, attention.time_s(op.flops, gpu.peak_flops_per_s(precision_))); break;
       case OpClass::memory: part(op.name, memory.time_s(op.bytes, gpu.memory_bandwidth_bytes_per_s)); break;
     }
   }

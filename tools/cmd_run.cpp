@@ -570,7 +570,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   const Training training = make_training(request, ranks);
   std::unique_ptr<exec::Backend> backend;
   if (request.backend == "cuda") {
-    // Under mpirun each process drives its block of the devices on its own GPUs.
+    // Under mpirun each process drives its block of the devices on its node's GPUs.
     backend = std::make_unique<exec::CudaBackend>(
         exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false, &ranks});
   } else {

@@ -163,22 +163,26 @@ TEST(CudaPlan, RefusesTwoRanksOfACommunicatorOnOneGpu) {
   EXPECT_NO_THROW(exec::cuda_plan(lone, {0}));
 }
 
-// Two all-reduces on one communicator and stream, which device 1 reaches in the other order.
-// Under mpirun: each process runs its block of the devices on its own GPUs (its i-th device on
-// GPU i), every process derives the same communicators in the same order, the first member's
-// process makes each one's unique id, and only devices of one process are held to distinct
-// GPUs. Plain data, so it is tested here without a GPU or MPI.
-TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirOwnGpus) {
+// Under mpirun: each process runs its block of the devices on its node's GPUs after those of
+// the node's lower ranks, every process derives the same communicators in the same order, the
+// first member's process makes each one's unique id, and only devices of one process are held
+// to distinct GPUs. Plain data, so it is tested here without a GPU or MPI.
+TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirNodesGpus) {
   const std::vector<int> owner{0, 0, 1, 1};
+  // Two processes on two nodes start at GPU 0 each; on one node the second follows the first.
+  EXPECT_EQ(exec::first_gpus({"a", "b"}, owner), (std::vector<int>{0, 0}));
+  EXPECT_EQ(exec::first_gpus({"a", "a"}, owner), (std::vector<int>{0, 2}));
+  EXPECT_EQ(exec::first_gpus({"a", "b", "a"}, std::vector<int>{0, 1, 1, 2, 2, 2}), (std::vector<int>{0, 0, 1}));
   EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 0), (std::vector<int>{0, 1, -1, -1}));
   EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 1), (std::vector<int>{-1, -1, 0, 1}));
+  EXPECT_EQ(exec::gpu_ordinals(4, 4, {}, "", owner, 1, 2), (std::vector<int>{-1, -1, 2, 3}));
   const std::vector<int> list{0, 1, 1, 0};  // one entry per plan device; a process checks its own
   EXPECT_EQ(exec::gpu_ordinals(4, 2, list, "", owner, 1), (std::vector<int>{-1, -1, 1, 0}));
   try {
-    exec::gpu_ordinals(4, 1, {}, "", owner, 1);
+    exec::gpu_ordinals(4, 2, {}, "", owner, 1, 2);  // after the node's rank 0, on a node of 2 GPUs
     FAIL();
   } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("this process (rank 1) runs 2 devices but only 1 CUDA device(s)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("this process (rank 1) runs 2 devices on GPUs 2 to 3"), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(exec::device_owners(4, 2, [](int d) { return d / 2; }), owner);
@@ -201,12 +205,13 @@ TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirOwnGpus) {
     EXPECT_EQ(a.id_maker(g), owner[static_cast<size_t>(a.groups[g].devices.front())]);
     if (a.processes(g).size() > 1) ++across;
   }
-  EXPECT_GT(across, 0);  // the data-parallel all-reduces join devices 0 and 2 (both on GPU 0 of their process)
+  EXPECT_GT(across, 0);  // the data-parallel all-reduces join devices 0 and 2 (each GPU 0 of its node)
   EXPECT_TRUE(a.local(1));
   EXPECT_FALSE(a.local(2));
   EXPECT_TRUE(b.local(2));
 }
 
+// Two all-reduces on one communicator and stream, which device 1 reaches in the other order.
 TEST(CudaPlan, RefusesCollectivesThatMembersReachInDifferentOrders) {
   Plan plan = test_support::empty_plan(model::cpu_cluster(2));
   const int comm = plan.add_communicator({"all", {0, 1}});

@@ -146,6 +146,7 @@ TEST(OpEfficiency, WavesReadBackAndAreRefusedWhereTheyCannotApply) {
   EXPECT_EQ(parse_calibration(write_calibration(c), "again.yaml"), c);
   const std::pair<const char*, const char*> bad[] = {
       {"gpus: {A100-80: {ops: {memory: {waves: {sms: 108, tile_m: 256, tile_n: 128}}}}}", "gpus.A100-80.ops.memory.waves"},
+      {"gpus: {A100-80: {ops: {attention: {waves: {sms: 108, tile_m: 256, tile_n: 128}}}}}", "gpus.A100-80.ops.attention.waves"},
       {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 0, tile_m: 256, tile_n: 128}}}}}", "gpus.A100-80.ops.gemm.waves.sms"},
       {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 108, tile_m: 256}}}}}", "gpus.A100-80.ops.gemm.waves.tile_n"},
       {"gpus: {A100-80: {ops: {gemm: {waves: {sms: 108, tile_m: 256, tile_n: 128, tile_k: 32}}}}}",
