@@ -51,7 +51,11 @@ double OpEfficiency::utilization(double m, double n, double batch) const {
 
 OpEfficiency GpuEfficiency::op(const std::string& op_class) const {
   if (const auto it = ops.find(op_class); it != ops.end()) return it->second;
-  if (op_class == "attention") return op("gemm");
+  if (op_class == "attention") {  // gemm's curve; flash attention is not tiled as a GEMM here
+    OpEfficiency e = op("gemm");
+    e.sms = e.tile_m = e.tile_n = 0;
+    return e;
+  }
   if (op_class == "memory") return OpEfficiency{0.8, 0, 0};
   return OpEfficiency{max_efficiency, saturation_flops, 0};
 }

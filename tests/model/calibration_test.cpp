@@ -138,8 +138,13 @@ TEST(OpEfficiency, WaveQuantizationByHand) {
 
 TEST(OpEfficiency, WavesReadBackAndAreRefusedWhereTheyCannotApply) {
   const Calibration c = parse_calibration(
-      "gpus: {A100-80: {ops: {gemm: {max_efficiency: 0.7, waves: {sms: 108, tile_m: 256, tile_n: 128}}}}}\n", "w.yaml");
+      "gpus: {A100-80: {ops: {gemm: {max_efficiency: 0.7, waves: {sms: 108, tile_m: 256, tile_n: 128}},"
+      " attention: {launch: 3 us}}}}\n",
+      "w.yaml");
   const OpEfficiency& gemm = c.gpus.at("A100-80").ops.at("gemm");
+  // Attention takes gemm's curve where it gives none, but not its tiles.
+  EXPECT_EQ(c.gpus.at("A100-80").ops.at("attention").max_efficiency, 0.7);
+  EXPECT_EQ(c.gpus.at("A100-80").ops.at("attention").sms, 0);
   EXPECT_EQ(gemm.sms, 108);
   EXPECT_EQ(gemm.tile_m, 256);
   EXPECT_EQ(gemm.tile_n, 128);
