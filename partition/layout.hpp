@@ -57,6 +57,7 @@ struct KernelOptions {
   bool fused_softmax = true;           // scale, mask and softmax in one kernel
   bool fused_bias_gelu = true;         // MLP up's bias added inside the activation
   bool fused_bias_dropout_add = true;  // row-parallel bias, dropout and residual in one kernel
+  bool fused_adam = true;              // the optimizer step in one kernel (apex's FusedAdam), not PyTorch's op by op
   bool operator==(const KernelOptions&) const = default;
 };
 

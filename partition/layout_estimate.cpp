@@ -360,9 +360,9 @@ double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std:
   return peak;
 }
 
-double optimizer_s(const CostModel& cost, int device, double params) {
+double optimizer_s(const CostModel& cost, const Layout& layout, int device, double params) {
   return cost.compute_time_s(device, TaskKind::optimizer, builder::kAdamFlopsPerParam * params,
-                            builder::kAdamBytesPerParam * params);
+                            builder::adam_bytes_per_param(layout.kernels) * params);
 }
 
 }  // namespace
@@ -603,7 +603,7 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
       }
       for (size_t d = 0; d < devices; ++d) {
         if (!computes[d]) continue;
-        const double s = optimizer_s(cost, static_cast<int>(d), params[d]);
+        const double s = optimizer_s(cost, layout, static_cast<int>(d), params[d]);
         out.busy_s[d] += s;
         stream_free[d] = ready[d] + s;
         makespan = std::max(makespan, stream_free[d]);
@@ -652,7 +652,7 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         for (size_t l = 0; l < server_of.size(); ++l) {
           if (server_of[l] == server) n += params_per_device(network, static_cast<int>(l), static_cast<int>(l) + 1, 1);
         }
-        const double s = optimizer_s(cost, server, n);
+        const double s = optimizer_s(cost, layout, server, n);
         out.busy_s[static_cast<size_t>(server)] += s;
         double& free = update_free[server];  // its own stream: after its last update
         // ... and after the last iteration's pulls left (Builder: the weights are not

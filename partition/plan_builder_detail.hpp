@@ -23,6 +23,16 @@ namespace hetflow::partition::builder {
 // layout estimate cost them alike.
 inline constexpr double kAdamFlopsPerParam = 12;
 inline constexpr double kAdamBytesPerParam = 32;
+// Unfused (KernelOptions::fused_adam off), PyTorch 1.13's single-tensor AdamW
+// (torch/optim/adamw.py, _single_tensor_adamw) runs nine kernels per parameter tensor, each
+// reading its inputs and writing its output: param.mul_ 2, exp_avg.mul_ 2 and .add_ 3,
+// exp_avg_sq.mul_ 2 and .addcmul_ 3, sqrt 2, the division 2, .add_(eps) 2, param.addcdiv_ 4:
+// 22 fp32 accesses where the fused kernel makes 7 (p, g, m, v read; p, m, v written), 60
+// bytes more per parameter.
+inline constexpr double kUnfusedAdamExtraBytesPerParam = 60;
+inline double adam_bytes_per_param(const KernelOptions& k) {
+  return kAdamBytesPerParam + (k.fused_adam ? 0 : kUnfusedAdamExtraBytesPerParam);
+}
 
 // Per chunk and per device of its rank, for one micro-batch.
 struct ChunkWork {

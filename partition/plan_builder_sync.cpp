@@ -281,7 +281,7 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
     Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
     const double params = device_params(device);
     opt.flops = kAdamFlopsPerParam * params;
-    opt.memory_bytes = kAdamBytesPerParam * params;
+    opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
     const auto d = static_cast<size_t>(device);
     const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
                              {static_cast<std::int64_t>(params)}, model::Precision::fp32);
@@ -370,7 +370,7 @@ void Builder::add_parameter_server_sync() {
       if (server_of[l] == server) params += params_per_device(net_, static_cast<int>(l), static_cast<int>(l) + 1, 1);
     }
     u.flops = kAdamFlopsPerParam * params;
-    u.memory_bytes = kAdamBytesPerParam * params;
+    u.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
     const int state = tensor(TensorKind::optimizer_state, server, params * model::adam_state_bytes(layout_.precision),
                              {static_cast<std::int64_t>(params)}, model::Precision::fp32);
     std::vector<int> reads = buffers_of_server[server];

@@ -44,6 +44,7 @@ Json layout_json(const Layout& l) {
                     {"fused_softmax", l.kernels.fused_softmax},
                     {"fused_bias_gelu", l.kernels.fused_bias_gelu},
                     {"fused_bias_dropout_add", l.kernels.fused_bias_dropout_add}};
+    if (!l.kernels.fused_adam) j["kernels"]["fused_adam"] = false;  // only when off: older files keep their bytes
   }
   j["sync"] = {{"kind", std::string(to_string(l.sync.kind))},
                {"algorithm", std::string(to_string(l.sync.algorithm))},
@@ -427,6 +428,7 @@ Layout read_layout(const Reader& r, const Json& j) {
     l.kernels.fused_softmax = r.boolean(k, "fused_softmax", pk);
     l.kernels.fused_bias_gelu = r.boolean(k, "fused_bias_gelu", pk);
     l.kernels.fused_bias_dropout_add = r.boolean(k, "fused_bias_dropout_add", pk);
+    l.kernels.fused_adam = !k.contains("fused_adam") || r.boolean(k, "fused_adam", pk);
   }
   const Json& sync = r.at(j, "sync", p);
   const std::string ps = p + ".sync";

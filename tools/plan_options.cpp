@@ -63,7 +63,8 @@ void add_kernel_options(po::options_description& options) {
       ("use-flash-attn", "flash attention: no s x s scores in memory (timed where a calibration gives operation costs)")
       ("no-masked-softmax-fusion", "scale, mask and softmax as separate kernels (Megatron's option)")
       ("no-bias-gelu-fusion", "MLP bias and GeLU as separate kernels (Megatron's option)")
-      ("no-bias-dropout-fusion", "bias, dropout and residual add as separate kernels (Megatron's option)");
+      ("no-bias-dropout-fusion", "bias, dropout and residual add as separate kernels (Megatron's option)")
+      ("no-fused-adam", "the optimizer step as PyTorch's AdamW runs it op by op (9 kernels), not one fused kernel");
 }
 
 namespace {
@@ -148,6 +149,7 @@ partition::KernelOptions read_kernel_options(const po::variables_map& vm) {
   k.fused_softmax = vm.count("no-masked-softmax-fusion") == 0;
   k.fused_bias_gelu = vm.count("no-bias-gelu-fusion") == 0;
   k.fused_bias_dropout_add = vm.count("no-bias-dropout-fusion") == 0;
+  k.fused_adam = vm.count("no-fused-adam") == 0;
   return k;
 }
 

@@ -29,7 +29,7 @@ std::string kernels_text(const partition::KernelOptions& k) {
   std::string s = k.flash_attention ? ", flash attention" : "";
   std::string unfused;
   for (const auto& [fused, name] : {std::pair{k.fused_softmax, "softmax"}, std::pair{k.fused_bias_gelu, "bias-GeLU"},
-                                    std::pair{k.fused_bias_dropout_add, "bias-dropout-add"}}) {
+                                    std::pair{k.fused_bias_dropout_add, "bias-dropout-add"}, std::pair{k.fused_adam, "Adam"}}) {
     if (!fused) unfused += (unfused.empty() ? ", unfused " : ", ") + std::string(name);
   }
   return s + unfused;

@@ -129,6 +129,17 @@ TEST(PlanFormat, KernelOptionsRoundTripAndDefaultsAreNotWritten) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "layout.kernels.flash_attention") << e.what();
   }
+  // fused_adam is written only when off (kernels objects written before it lack it), and an
+  // unfused step moves PyTorch's 22 fp32 accesses per parameter instead of 7: 60 bytes more.
+  EXPECT_EQ(json.find("fused_adam"), std::string::npos);
+  o.kernels.fused_adam = false;
+  const Plan unfused = plan_of(cluster, gpt, o);
+  EXPECT_NE(write_plan_json(unfused).find("\"fused_adam\":false"), std::string::npos);
+  expect_round_trip(unfused, "unfused Adam");
+  for (size_t t = 0; t < unfused.tasks.size(); ++t) {
+    if (unfused.tasks[t].kind != TaskKind::optimizer) continue;
+    EXPECT_DOUBLE_EQ(unfused.tasks[t].memory_bytes, flash.tasks[t].memory_bytes * (32.0 + 60) / 32);
+  }
 }
 
 TEST(PlanFormat, OneIterationWhateverTheRunLength) {

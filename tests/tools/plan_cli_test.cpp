@@ -140,4 +140,9 @@ TEST(PlanCli, KernelOptionsAreThePlansAndChangeItsCostedTime) {
   EXPECT_GT(time(unfused.out), time(fused.out));  // each unfused kernel moves its bytes again
   const auto text = run_hetflow(base + " --use-flash-attn --no-bias-gelu-fusion");
   EXPECT_NE(text.out.find("recompute none, flash attention, unfused bias-GeLU, sync"), std::string::npos) << text.out;
+  // PyTorch's AdamW op by op instead of one fused kernel: the optimizer's step moves more bytes.
+  const auto adam = run_hetflow(base + " --no-fused-adam --json");
+  ASSERT_EQ(adam.status, 0) << adam.err;
+  EXPECT_GT(time(adam.out), time(fused.out));
+  EXPECT_NE(run_hetflow(base + " --no-fused-adam").out.find("unfused Adam"), std::string::npos);
 }
