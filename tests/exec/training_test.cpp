@@ -438,6 +438,16 @@ struct MixedCase {
 
 class MixedTensorDegrees : public testing::TestWithParam<MixedCase> {};
 
+// Worker 0 at degree 2 then 3, worker 1 at 3 then 2, its stages cut one layer earlier.
+constexpr const char* kDegrees2And3 =
+    "workers:\n"
+    "  - stages:\n"
+    "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
+    "      - {devices: [host/gpu2, host/gpu3, host/gpu4], layers: 5-9}\n"
+    "  - stages:\n"
+    "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
+    "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n";
+
 TEST_P(MixedTensorDegrees, EqualOneDevice) {
   const MixedCase& c = GetParam();
   const model::Network net = c.gpt ? odd_gpt(8, 6) : odd_llama(8);
@@ -459,15 +469,7 @@ TEST_P(MixedTensorDegrees, EqualOneDevice) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, MixedTensorDegrees,
     testing::Values(
-        MixedCase{"degrees_2_and_3", true,
-                  "workers:\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
-                  "      - {devices: [host/gpu2, host/gpu3, host/gpu4], layers: 5-9}\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
-                  "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n",
-                  10},
+        MixedCase{"degrees_2_and_3", true, kDegrees2And3, 10},
         MixedCase{"degrees_1_and_2", false,
                   "workers:\n"
                   "  - stages:\n"
@@ -494,15 +496,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "      - {devices: [host/gpu10, host/gpu11], layers: 0-6}\n"
                   "      - {devices: [host/gpu12, host/gpu13, host/gpu14], layers: 7-9}\n",
                   15},
-        MixedCase{"degrees_2_and_3_parameter_server", true,
-                  "workers:\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
-                  "      - {devices: [host/gpu2, host/gpu3, host/gpu4], layers: 5-9}\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
-                  "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n",
-                  10, partition::SyncKind::ps}),
+        MixedCase{"degrees_2_and_3_parameter_server", true, kDegrees2And3, 10, partition::SyncKind::ps}),
     [](const testing::TestParamInfo<MixedCase>& p) { return std::string(p.param.name); });
 
 // A worker whose one chunk holds both ends of the tied embedding has no head copy to
