@@ -265,18 +265,19 @@ void head_forward(const Dims& d, const ChunkParams& cp, const float* w, HeadActs
   norm_forward(d, h.nf, h.mean, h.rstd, h.x, w + cp.final_norm_w, at(w, cp.final_norm_b));
   Floats logits(sz(1LL * d.N * d.V));
   k::linear_forward(logits.data(), h.nf.data(), w + cp.head_w, nullptr, d.N, d.C, d.V);
-  h.dlogits.assign(logits.size(), 0.0f);
   if (d.tp > 1) {
+    h.dlogits.assign(logits.size(), 0.0f);
     parallel_crossentropy(d, logits, targets, scale, h.dlogits, loss_sum);
   } else {
+    // The loss and its gradient in one pass over the logits (each exponential taken once).
+    h.dlogits.resize(logits.size());
+    Floats losses(sz(d.N));
+    k::crossentropy_forward_backward(losses.data(), h.dlogits.data(), logits.data(), targets, scale, d.N, d.V);
     if (loss_sum != nullptr) {
-      Floats losses(sz(d.N));
-      k::crossentropy_forward(losses.data(), logits.data(), targets, d.N, d.V);
       double sum = 0;
       for (const float l : losses) sum += l;
       *loss_sum = sum;
     }
-    k::crossentropy_backward(h.dlogits.data(), logits.data(), targets, scale, d.N, d.V);
   }
   h.complete = true;
 }

@@ -78,6 +78,11 @@ void crossentropy_forward(float* losses, const float* logits, const int* targets
 // dlogits[n] += (softmax(logits[n]) - onehot(targets[n])) * dloss  (dloss: the weight of each row's loss,
 // e.g. 1 / tokens in the global batch). The softmax is recomputed from the logits.
 void crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V);
+// Both at once, each row's exponentials taken once (llm.c's fused loss): losses as
+// crossentropy_forward, and dlogits WRITTEN (=) with what crossentropy_backward adds, so
+// bitwise the same as the two calls into zeroed gradients.
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets, float dloss,
+                                   int N, int V);
 
 // One AdamW step as torch.optim.AdamW (decoupled weight decay): p -= lr*weight_decay*p; m = b1 m + (1-b1) g;
 // v = b2 v + (1-b2) g^2; p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). step >= 1.

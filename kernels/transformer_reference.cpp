@@ -253,6 +253,25 @@ void crossentropy_backward(float* dlogits, const float* logits, const int* targe
   }
 }
 
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets, float dloss,
+                                   int N, int V) {
+  if (N <= 0 || V <= 0) return;
+  for (int n = 0; n < N; ++n) {
+    const float* row = logits + at(n, V);
+    float* grad = dlogits + at(n, V);
+    const float m = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += (grad[i] = std::exp(row[i] - m));  // the exponentials, kept in place
+    losses[n] = static_cast<float>(std::log(sum) + (static_cast<double>(m) - row[targets[n]]));
+    const double inv = 1.0 / sum;
+    const int target = targets[n];
+    for (int i = 0; i < V; ++i) {
+      const double p = grad[i] * inv;
+      grad[i] = 0.0f + static_cast<float>((p - (i == target ? 1.0 : 0.0)) * dloss);
+    }
+  }
+}
+
 void adamw_update(float* p, const float* g, float* m, float* v, long n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int step) {
   // The scalars in double, as PyTorch computes them in Python before the elementwise ops.
