@@ -3,8 +3,8 @@
 # hetflow with CUDA (nvcc, cuBLAS, NCCL), runs the GPU tests (the CUDA kernels against their
 # CPU references, the CUDA back end on 1- and 2-device plans), measures cublasGemmEx BF16
 # throughput beside the part's catalog peak and, with two GPUs or more, NCCL all-reduce bus
-# bandwidth (nccl-tests' formulas), runs `hetflow run --backend cuda` on a small plan, and
-# prints a summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
+# bandwidth (nccl-tests' formulas), runs `hetflow run --backend cuda` on a small plan (with
+# two GPUs, also as two MPI processes), and prints a summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
 #
 #   bash tools/gpu-check.sh [--build-dir DIR] [--jobs N]
 #
@@ -96,11 +96,19 @@ fi
 devices=$(( gpus >= 2 ? 2 : 1 ))
 step run "$build/tools/hetflow" run --backend cuda --compute proxy --cluster "cpu-$devices" --pipeline "$devices" \
   --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
+# The same plan as two MPI processes, one GPU each (NCCL's unique id sent over MPI).
+if [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+  step mpi-run env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$build/tools/hetflow" run --backend cuda --compute proxy --cluster cpu-2 --pipeline 2 \
+    --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
+else
+  summary+=("----  fewer than two GPUs (or no mpirun): the CUDA back end across processes is not run")
+fi
 
 echo
 echo "gpu-check summary ($gpus GPU(s), $(( $(date +%s) - started )) s):"
 for line in "${summary[@]}"; do echo "  $line"; done
-for name in gemm nccl run; do
+for name in gemm nccl run mpi-run; do
   if [ -f "$log_dir/$name.log" ]; then
     grep -E '^(gemm|all-reduce|ran) |iteration time' "$log_dir/$name.log" | sed 's/^/  /' || true
   fi
