@@ -97,6 +97,16 @@ int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, Tensor
   return -1;
 }
 
+// Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
+// embedding's table (the first chunk's, or the last chunk's copy), or layers [begin, end).
+std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkParams& held, const SplitPart& part,
+                                         bool embedding, int begin, int end) {
+  const size_t tied = held.has_embedding ? 0 : held.head_slot;
+  return runs_of_part(held, chunk_params_part(shape, held.layer_begin, held.layer_end, part), [&](size_t i) {
+    return embedding ? i == tied : held.slots[i].layer >= begin && held.slots[i].layer < end;
+  });
+}
+
 int index_of(std::span<const int> ids, int tensor) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] == tensor) return static_cast<int>(i);
@@ -288,10 +298,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
     buckets[key].push_back(static_cast<int>(t));
     if (whole_rank || runs_of_piece.count(key)) continue;
-    const ChunkParams of_part = chunk_params_part(shape_, p.layer_begin, p.layer_end, part);
-    runs_of_piece[key] = runs_of_part(p, of_part, [&](size_t i) {
-      return embedding ? i == tied : p.slots[i].layer >= begin && p.slots[i].layer < end;
-    });
+    runs_of_piece[key] = runs_of_collective(shape_, p, part, embedding, begin, end);
   }
   check_collective_sizes();
   for (const auto& [key, tasks] : buckets) {
@@ -345,11 +352,7 @@ void CpuTraining::check_collective_sizes() const {
       auto found = cache.find(key);
       if (found == cache.end()) {
         const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
-        const size_t tied = mine.has_embedding ? 0 : mine.head_slot;
-        const auto runs = runs_of_part(mine, chunk_params_part(shape_, mine.layer_begin, mine.layer_end, part), [&](size_t s) {
-          return embedding ? s == tied : mine.slots[s].layer >= begin && mine.slots[s].layer < end;
-        });
-        found = cache.emplace(key, floats_of(runs)).first;
+        found = cache.emplace(key, floats_of(runs_of_collective(shape_, mine, part, embedding, begin, end))).first;
       }
       if (first_device < 0) {
         first = found->second;
