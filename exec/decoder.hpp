@@ -1,7 +1,9 @@
 #pragma once
 // The real training math of one chunk of a decoder transformer (exec/decoder_params.hpp) for
 // one micro-batch: forward, backward, and the weight-gradient half of a split backward, in
-// FP32 on the CPU reference kernels (kernels/transformer.hpp).
+// FP32, on the kernels of a DecoderOps (exec/decoder_ops.hpp): the CPU reference kernels
+// (kernels/transformer.hpp) by default, or the CUDA ones. Parameters, gradients, activations
+// and the stash are that ops' memory; only token ids and targets come from the host.
 //
 // What it promises:
 //  - GPT-2 blocks: x + attn(LN(x)), then + MLP(LN(.)) with GELU (tanh); LLaMA blocks the same
@@ -21,10 +23,11 @@
 //    vocabulary rows): the ranks all-reduce after each row-parallel layer and combine the
 //    vocabulary-parallel loss through a TensorParallelGroup; replicated parameters (norms,
 //    biases after a reduction, position embeddings) get the same gradients on every rank.
-//  - Deterministic: the same inputs give bitwise the same outputs.
+//  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
 #include <memory>
 #include <span>
 
+#include "exec/decoder_ops.hpp"
 #include "exec/decoder_params.hpp"
 #include "partition/layout.hpp"
 
@@ -32,7 +35,8 @@ namespace hetflow::exec {
 
 // How the tensor-parallel ranks of a chunk combine floats between sublayers (Megatron's
 // all-reduces after each row-parallel layer, the vocabulary-parallel loss's maximum and
-// sums). Every rank calls it in the same order; all get the same bits back.
+// sums). Every rank calls it in the same order; all get the same bits back. `data` is the
+// chunk's DecoderOps' memory.
 class TensorParallelGroup {
  public:
   virtual ~TensorParallelGroup() = default;
@@ -41,19 +45,21 @@ class TensorParallelGroup {
 
 class DecoderChunk {
  public:
-  // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares).
+  // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares), on
+  // `ops` (kept by reference: it outlives the chunk and its stashes).
   DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank = 0,
-               int tp = 1);
+               int tp = 1, const DecoderOps& ops = cpu_decoder_ops());
 
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
+  const DecoderOps& ops() const { return *ops_; }
 
   struct Input {
     int samples = 0;                // sequences in the micro-batch (each of shape().S tokens)
-    const int* tokens = nullptr;    // first chunk: samples * S token ids
+    const int* tokens = nullptr;    // first chunk: samples * S token ids (host memory)
     const float* input = nullptr;   // other chunks: [samples * S, C]
     float* output = nullptr;        // not the last chunk: [samples * S, C]
-    const int* targets = nullptr;   // last chunk: samples * S next tokens
+    const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
     float loss_scale = 0;           // last chunk: weight of each token's loss
     // Tensor parallelism: this rank's part of the output, which the plan's all-reduce adds
     // up (the last row-parallel layer's partial sums, the residual on rank 0), rather than
@@ -85,6 +91,7 @@ class DecoderChunk {
   DecoderShape shape_;
   ChunkParams params_;
   partition::Recompute recompute_;
+  const DecoderOps* ops_;
 };
 
 }  // namespace hetflow::exec

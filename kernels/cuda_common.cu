@@ -64,6 +64,10 @@ Status copy_to_host(void* host, const void* device, std::size_t bytes) {
   return cuda::status_of(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
+Status copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream) {
+  return cuda::status_of(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 Status memset_zero(void* device, std::size_t bytes, CudaStream stream) {
   return cuda::status_of(cudaMemsetAsync(device, 0, bytes, stream));
 }

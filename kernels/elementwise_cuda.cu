@@ -1,6 +1,6 @@
-// The pointwise kernels of transformer_cuda.hpp: GELU, SwiGLU, RoPE and the fp32 <-> bf16 /
-// fp16 casts. GELU and SwiGLU are grid-stride loops over the reference's fp32 formulas; RoPE
-// takes one block per row.
+// The pointwise kernels of transformer_cuda.hpp: residual and bias adds, GELU, SwiGLU, RoPE
+// and the fp32 <-> bf16 / fp16 casts. The adds, GELU and SwiGLU are grid-stride loops over
+// the reference's fp32 formulas; RoPE takes one block per row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +18,14 @@ constexpr float kGeluCube = 0.044715f;
 // The first element of this thread's grid-stride loop, and the stride.
 __device__ inline long first_index() { return static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline long grid_stride() { return static_cast<long>(gridDim.x) * blockDim.x; }
+
+__global__ void residual_add_kernel(float* y, const float* x, long n) {
+  for (long i = first_index(); i < n; i += grid_stride()) y[i] += x[i];
+}
+
+__global__ void bias_add_kernel(float* y, const float* b, long n, int C) {
+  for (long i = first_index(); i < n; i += grid_stride()) y[i] += b[i % C];
+}
 
 __global__ void gelu_forward_kernel(float* y, const float* x, long n) {
   for (long i = first_index(); i < n; i += grid_stride()) {
@@ -98,6 +106,17 @@ __global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {
 }  // namespace
 
 namespace launch {
+
+Status residual_add(float* y, const float* x, long n, CudaStream stream) {
+  residual_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, x, n);
+  return cuda::launched();
+}
+
+Status bias_add(float* y, const float* b, int N, int C, CudaStream stream) {
+  const long n = static_cast<long>(N) * C;
+  bias_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, b, n, C);
+  return cuda::launched();
+}
 
 Status gelu_forward(float* y, const float* x, long n, CudaStream stream) {
   gelu_forward_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, x, n);

@@ -44,6 +44,11 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int 
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
                       int C);
 
+// y[i] += x[i]: a residual connection.
+void residual_add(float* y, const float* x, long n);
+// y[n][c] += b[c] over N rows of C: a bias added after a row-parallel layer's sum.
+void bias_add(float* y, const float* b, int N, int C);
+
 // GELU, tanh approximation (GPT-2's "gelu_new"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void gelu_forward(float* y, const float* x, long n);
 void gelu_backward(float* dx, const float* dy, const float* x, long n);
@@ -83,6 +88,27 @@ void crossentropy_backward(float* dlogits, const float* logits, const int* targe
 // bitwise the same as the two calls into zeroed gradients.
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets, float dloss,
                                    int N, int V);
+
+// Megatron's vocabulary-parallel embedding and loss: a rank holds vocabulary rows [V0, V0 + V)
+// of the token table and of the head; the ranks' results add up (through all-reduces the
+// caller runs between the loss's three steps) to the whole vocabulary's.
+// y[n] = wte[tokens[n] - V0] where this rank holds the token, else zero; + wpe[n % T] when
+// wpe != nullptr (one rank adds the positions).
+void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
+                             int T, int C);
+// dwte[tokens[n] - V0] += dy[n] for the tokens this rank holds; dwpe[n % T] += dy[n] (each may be nullptr).
+void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                              int T, int C);
+// row_max[n] = the largest of this rank's V logits of row n.
+void logits_row_max(float* row_max, const float* logits, int N, int V);
+// With the row maxima over every rank: sums[n] = sum_v exp(logits[n][v] - row_max[n])
+// (accumulated in double); sums[N + n] = the target's logit where this rank holds it, else 0.
+void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N, int V);
+// With the maxima and both sums over every rank: dlogits WRITTEN (=) with this rank's part of
+// (softmax - onehot(target)) * dloss, and losses[n] = log(sums[n]) + row_max[n] - sums[N + n],
+// in double.
+void vocab_crossentropy_backward(float* dlogits, double* losses, const float* logits, const float* row_max,
+                                 const float* sums, const int* targets, int V0, float dloss, int N, int V);
 
 // One AdamW step as torch.optim.AdamW (decoupled weight decay): p -= lr*weight_decay*p; m = b1 m + (1-b1) g;
 // v = b2 v + (1-b2) g^2; p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). step >= 1.

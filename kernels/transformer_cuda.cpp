@@ -63,6 +63,13 @@ Status cuda_copy_to_host(void* host, const void* device, std::size_t bytes) {
   return launch::copy_to_host(host, device, bytes);
 }
 
+Status cuda_copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream) {
+  if (bytes == 0) return Status::success;
+  if (!all_present(dst, src)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::copy_on_stream(dst, src, bytes, stream);
+}
+
 Status cuda_memset_zero(void* device, std::size_t bytes, CudaStream stream) {
   if (bytes == 0) return Status::success;
   if (device == nullptr) return Status::invalid_value;
@@ -164,6 +171,22 @@ Status rmsnorm_backward_cuda(float* dx, float* dw, const float* dy, const float*
 
 // ---------------------------------------------------------------------------------------------
 
+Status residual_add_cuda(float* y, const float* x, long n, CudaStream stream) {
+  if (n < 0) return Status::invalid_value;
+  if (n == 0) return Status::success;
+  if (!all_present(y, x)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::residual_add(y, x, n, stream);
+}
+
+Status bias_add_cuda(float* y, const float* b, int N, int C, CudaStream stream) {
+  if (N < 0 || C < 0) return Status::invalid_value;
+  if (N == 0 || C == 0) return Status::success;
+  if (!all_present(y, b)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::bias_add(y, b, N, C, stream);
+}
+
 Status gelu_forward_cuda(float* y, const float* x, long n, CudaStream stream) {
   if (n < 0) return Status::invalid_value;
   if (n == 0) return Status::success;
@@ -254,6 +277,53 @@ Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dou
 }
 
 // ---------------------------------------------------------------------------------------------
+
+Status vocab_embedding_forward_cuda(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
+                                    int N, int T, int C, CudaStream stream) {
+  if (N < 0 || T < 0 || C < 0 || V < 0) return Status::invalid_value;
+  if (N == 0 || C == 0) return Status::success;
+  if (T == 0 || V == 0 || !all_present(y, tokens, wte)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::vocab_embedding_forward(y, tokens, wte, V0, V, wpe, N, T, C, stream);
+}
+
+Status vocab_embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                                     int T, int C, CudaStream stream) {
+  if (N < 0 || T < 0 || C < 0 || V < 0) return Status::invalid_value;
+  if ((dwte == nullptr && dwpe == nullptr) || N == 0 || C == 0) return Status::success;
+  if (T == 0 || V == 0 || !all_present(dy, tokens)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::vocab_embedding_backward(dwte, dwpe, dy, tokens, V0, V, N, T, C, stream);
+}
+
+Status logits_row_max_cuda(float* row_max, const float* logits, int N, int V, CudaStream stream) {
+  if (N < 0 || V < 0) return Status::invalid_value;
+  if (N == 0) return Status::success;
+  if (V == 0 || !all_present(row_max, logits)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::logits_row_max(row_max, logits, N, V, stream);
+}
+
+Status logits_exp_sums_cuda(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
+                            int V, CudaStream stream) {
+  if (N < 0 || V < 0) return Status::invalid_value;
+  if (N == 0) return Status::success;
+  if (V == 0 || !all_present(sums, logits, row_max, targets)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::logits_exp_sums(sums, logits, row_max, targets, V0, N, V, stream);
+}
+
+Status vocab_crossentropy_backward_cuda(float* dlogits, double* losses, const float* logits, const float* row_max,
+                                        const float* sums, const int* targets, int V0, float dloss, int N, int V,
+                                        CudaStream stream) {
+  if (N < 0 || V < 0) return Status::invalid_value;
+  if (N == 0) return Status::success;
+  if (V == 0 || !all_present(dlogits, logits, row_max, sums, targets) || losses == nullptr) {
+    return Status::invalid_value;
+  }
+  HETFLOW_CHECK_READY();
+  return launch::vocab_crossentropy_backward(dlogits, losses, logits, row_max, sums, targets, V0, dloss, N, V, stream);
+}
 
 Status crossentropy_forward_cuda(float* losses, const float* logits, const int* targets, int N, int V,
                                  CudaStream stream) {

@@ -47,6 +47,8 @@ Status cuda_free(void* ptr);
 // stream; call cuda_synchronize first for work on another stream).
 Status cuda_copy_to_device(void* device, const void* host, std::size_t bytes);
 Status cuda_copy_to_host(void* host, const void* device, std::size_t bytes);
+// Copies `bytes` bytes of device memory to device memory, enqueued on `stream`.
+Status cuda_copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream);
 // Zeroes `bytes` bytes of device memory, enqueued on `stream`.
 Status cuda_memset_zero(void* device, std::size_t bytes, CudaStream stream);
 // Waits for everything enqueued on `stream`; Status::execution_failed if any of it faulted.
@@ -140,6 +142,10 @@ Status rmsnorm_backward_cuda(float* dx, float* dw, const float* dy, const float*
 
 // ---------------------------------------------------------------------------------------------
 // Pointwise: the reference's fp32 formulas, element by element (CUDA's tanhf and expf).
+// residual_add_cuda and bias_add_cuda are one fp32 add per element: bitwise the reference.
+
+Status residual_add_cuda(float* y, const float* x, long n, CudaStream stream);
+Status bias_add_cuda(float* y, const float* b, int N, int C, CudaStream stream);
 
 Status gelu_forward_cuda(float* y, const float* x, long n, CudaStream stream);
 Status gelu_backward_cuda(float* dx, const float* dy, const float* x, long n, CudaStream stream);
@@ -176,6 +182,24 @@ Status crossentropy_forward_cuda(float* losses, const float* logits, const int* 
 // dlogits[n] += (softmax(logits[n]) - onehot(targets[n])) * dloss, the softmax recomputed.
 Status crossentropy_backward_cuda(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
                                   CudaStream stream);
+
+// ---------------------------------------------------------------------------------------------
+// Megatron's vocabulary-parallel embedding and loss, as the references of the same names
+// (this rank's vocabulary rows [V0, V0 + V); V > 0). The embedding is the kernels above with
+// tokens outside the range giving a zero row and no gradient: bitwise the reference. The
+// loss's steps take one block per row: the maximum (bitwise), the sum of exponentials in
+// double (exp and log are CUDA's, within 1 ulp of the host's), and the gradient with each
+// row's loss (losses: N device doubles).
+Status vocab_embedding_forward_cuda(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
+                                    int N, int T, int C, CudaStream stream);
+Status vocab_embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                                     int T, int C, CudaStream stream);
+Status logits_row_max_cuda(float* row_max, const float* logits, int N, int V, CudaStream stream);
+Status logits_exp_sums_cuda(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
+                            int V, CudaStream stream);
+Status vocab_crossentropy_backward_cuda(float* dlogits, double* losses, const float* logits, const float* row_max,
+                                        const float* sums, const int* targets, int V0, float dloss, int N, int V,
+                                        CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
 // AdamW, as adamw_update: the bias corrections and the step size computed in double on the

@@ -9,6 +9,7 @@ Status malloc_device(void**, std::size_t) { return Status::not_built; }
 Status free_device(void*) { return Status::not_built; }
 Status copy_to_device(void*, const void*, std::size_t) { return Status::not_built; }
 Status copy_to_host(void*, const void*, std::size_t) { return Status::not_built; }
+Status copy_on_stream(void*, const void*, std::size_t, CudaStream) { return Status::not_built; }
 Status memset_zero(void*, std::size_t, CudaStream) { return Status::not_built; }
 Status synchronize(CudaStream) { return Status::not_built; }
 
@@ -16,6 +17,20 @@ Status embedding_forward(float*, const int*, const float*, const float*, int, in
   return Status::not_built;
 }
 Status embedding_backward(float*, float*, const float*, const int*, int, int, int, CudaStream) {
+  return Status::not_built;
+}
+Status vocab_embedding_forward(float*, const int*, const float*, int, int, const float*, int, int, int, CudaStream) {
+  return Status::not_built;
+}
+Status vocab_embedding_backward(float*, float*, const float*, const int*, int, int, int, int, int, CudaStream) {
+  return Status::not_built;
+}
+Status logits_row_max(float*, const float*, int, int, CudaStream) { return Status::not_built; }
+Status logits_exp_sums(float*, const float*, const float*, const int*, int, int, int, CudaStream) {
+  return Status::not_built;
+}
+Status vocab_crossentropy_backward(float*, double*, const float*, const float*, const float*, const int*, int, float,
+                                   int, int, CudaStream) {
   return Status::not_built;
 }
 Status layernorm_forward(float*, float*, float*, const float*, const float*, const float*, int, int, float, CudaStream) {
@@ -32,6 +47,8 @@ Status rmsnorm_backward(float*, float*, const float*, const float*, const float*
   return Status::not_built;
 }
 Status column_sums(float*, const float*, int, int, CudaStream) { return Status::not_built; }
+Status residual_add(float*, const float*, long, CudaStream) { return Status::not_built; }
+Status bias_add(float*, const float*, int, int, CudaStream) { return Status::not_built; }
 Status gelu_forward(float*, const float*, long, CudaStream) { return Status::not_built; }
 Status gelu_backward(float*, const float*, const float*, long, CudaStream) { return Status::not_built; }
 Status swiglu_forward(float*, const float*, const float*, long, CudaStream) { return Status::not_built; }

@@ -14,6 +14,7 @@ Status malloc_device(void** ptr, std::size_t bytes);
 Status free_device(void* ptr);
 Status copy_to_device(void* device, const void* host, std::size_t bytes);
 Status copy_to_host(void* host, const void* device, std::size_t bytes);
+Status copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream);
 Status memset_zero(void* device, std::size_t bytes, CudaStream stream);
 Status synchronize(CudaStream stream);
 
@@ -26,6 +27,10 @@ Status embedding_forward(float* y, const int* tokens, const float* wte, const fl
                          CudaStream stream);
 Status embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,
                           CudaStream stream);
+Status vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
+                               int T, int C, CudaStream stream);
+Status vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                                int T, int C, CudaStream stream);
 Status layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
                          int C, float eps, CudaStream stream);
 Status layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
@@ -36,6 +41,8 @@ Status rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, c
                         int C, CudaStream stream);
 // out[c] += sum over rows n of dy[n][c] (linear's db), in the norms' fixed-order column sums.
 Status column_sums(float* out, const float* dy, int N, int C, CudaStream stream);
+Status residual_add(float* y, const float* x, long n, CudaStream stream);
+Status bias_add(float* y, const float* b, int N, int C, CudaStream stream);
 Status gelu_forward(float* y, const float* x, long n, CudaStream stream);
 Status gelu_backward(float* dx, const float* dy, const float* x, long n, CudaStream stream);
 Status swiglu_forward(float* y, const float* gate, const float* up, long n, CudaStream stream);
@@ -50,6 +57,12 @@ Status attention_backward(float* dq, float* dk, float* dv, const float* dout, co
 Status crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, CudaStream stream);
 Status crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
                              CudaStream stream);
+Status logits_row_max(float* row_max, const float* logits, int N, int V, CudaStream stream);
+Status logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N, int V,
+                       CudaStream stream);
+Status vocab_crossentropy_backward(float* dlogits, double* losses, const float* logits, const float* row_max,
+                                   const float* sums, const int* targets, int V0, float dloss, int N, int V,
+                                   CudaStream stream);
 // The scalars as adamw_update computes them on the host, in double.
 struct AdamwScalars {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bias2_sqrt;

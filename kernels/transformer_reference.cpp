@@ -190,6 +190,17 @@ float gelu_gate(float x) {
 }
 }  // namespace
 
+void residual_add(float* y, const float* x, long n) {
+  for (long i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void bias_add(float* y, const float* b, int N, int C) {
+  for (long n = 0; n < N; ++n) {
+    float* row = y + n * C;
+    for (int c = 0; c < C; ++c) row[c] += b[c];
+  }
+}
+
 void gelu_forward(float* y, const float* x, long n) {
   for (long i = 0; i < n; ++i) y[i] = x[i] * gelu_gate(x[i]);
 }

@@ -270,6 +270,44 @@ TEST(TransformerCuda, RmsNormMatchesTheReference) {
 // ---------------------------------------------------------------------------------------------
 // GELU, SwiGLU, RoPE
 
+TEST(TransformerCuda, ResidualAndBiasAddsMatchTheReferenceBitwise) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, C] : {std::pair{3, 5}, std::pair{1031, 769}}) {
+    const std::string shape = "adds N=" + std::to_string(N) + " C=" + std::to_string(C);
+    std::mt19937 rng(21);
+    const std::size_t n = size_of(1LL * N * C);
+    const Vec y = random_vec(n, rng), x = random_vec(n, rng), b = random_vec(size_of(C), rng);
+    Vec want_residual = y, want_bias = y;
+    residual_add(want_residual.data(), x.data(), static_cast<long>(n));
+    bias_add(want_bias.data(), b.data(), N, C);
+
+    Device device;
+    const float *dx = device.upload(x), *db = device.upload(b);
+    float* dy = device.upload(y);
+    const std::vector<Vec> got = run_twice(shape, [&] {
+      EXPECT_OK(cuda_copy_to_device(dy, y.data(), n * sizeof(float)));
+      EXPECT_OK(residual_add_cuda(dy, dx, static_cast<long>(n), nullptr));
+      Vec residual = device.download(dy, n);
+      EXPECT_OK(cuda_copy_to_device(dy, y.data(), n * sizeof(float)));
+      EXPECT_OK(bias_add_cuda(dy, db, N, C, nullptr));
+      return std::vector<Vec>{residual, device.download(dy, n)};
+    });
+    expect_bitwise(shape + " residual", got[0], want_residual);
+    expect_bitwise(shape + " bias", got[1], want_bias);
+  }
+}
+
+TEST(TransformerCuda, CopyOnStreamCopiesDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(22);
+  const Vec x = random_vec(4099, rng);
+  Device device;
+  const float* src = device.upload(x);
+  float* dst = device.upload(unwritten(x.size()));
+  EXPECT_OK(cuda_copy_on_stream(dst, src, x.size() * sizeof(float), nullptr));
+  expect_bitwise("copy", device.download(dst, x.size()), x);
+}
+
 TEST(TransformerCuda, GeluMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const long n : {35L, 100003L}) {
@@ -526,6 +564,65 @@ TEST(TransformerCuda, EmbeddingMatchesTheReferenceBitwise) {
   }
 }
 
+TEST(TransformerCuda, VocabParallelEmbeddingMatchesTheReferenceBitwise) {
+  SKIP_WITHOUT_GPU();
+  const int N = 301, T = 7, C = 129, V = 50, V0 = 20, whole = 97;  // this rank: rows [20, 70)
+  std::mt19937 rng(23);
+  const Vec wte = random_vec(size_of(V * C), rng), wpe = random_vec(size_of(T * C), rng),
+            dy = random_vec(size_of(N * C), rng), dwte0 = random_vec(wte.size(), rng), dwpe0 = random_vec(wpe.size(), rng);
+  std::vector<int> tokens(size_of(N));
+  for (int& t : tokens) t = static_cast<int>(rng() % whole);
+  for (const bool positions : {true, false}) {
+    const std::string what = positions ? "with positions" : "without positions";
+    Vec y(size_of(N * C)), dwte = dwte0, dwpe = dwpe0;
+    vocab_embedding_forward(y.data(), tokens.data(), wte.data(), V0, V, positions ? wpe.data() : nullptr, N, T, C);
+    vocab_embedding_backward(dwte.data(), positions ? dwpe.data() : nullptr, dy.data(), tokens.data(), V0, V, N, T, C);
+    Device device;
+    const int* d_tokens = device.upload(tokens);
+    const float *d_wte = device.upload(wte), *d_wpe = device.upload(wpe), *d_dy = device.upload(dy);
+    float* d_y = device.upload(unwritten(y.size()));
+    float *d_dwte = device.upload(dwte0), *d_dwpe = device.upload(dwpe0);
+    EXPECT_OK(vocab_embedding_forward_cuda(d_y, d_tokens, d_wte, V0, V, positions ? d_wpe : nullptr, N, T, C, nullptr));
+    EXPECT_OK(vocab_embedding_backward_cuda(d_dwte, positions ? d_dwpe : nullptr, d_dy, d_tokens, V0, V, N, T, C,
+                                            nullptr));
+    expect_bitwise(what + " y", device.download(d_y, y.size()), y);
+    expect_bitwise(what + " dwte", device.download(d_dwte, dwte.size()), dwte);
+    expect_bitwise(what + " dwpe", device.download(d_dwpe, dwpe.size()), dwpe);
+  }
+}
+
+TEST(TransformerCuda, VocabParallelLossMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  const int N = 37, V = 1031, V0 = 500;  // targets below, inside and above this rank's rows
+  std::mt19937 rng(24);
+  const Vec logits = random_vec(size_of(N * V), rng, -6, 6);
+  std::vector<int> targets(size_of(N));
+  for (int& t : targets) t = static_cast<int>(rng() % 2500);
+  Vec row_max(size_of(N)), sums(size_of(2 * N)), dlogits(logits.size());
+  std::vector<double> losses(size_of(N));
+  logits_row_max(row_max.data(), logits.data(), N, V);
+  logits_exp_sums(sums.data(), logits.data(), row_max.data(), targets.data(), V0, N, V);
+  vocab_crossentropy_backward(dlogits.data(), losses.data(), logits.data(), row_max.data(), sums.data(),
+                              targets.data(), V0, 0.125f, N, V);
+  Device device;
+  const float* d_logits = device.upload(logits);
+  const int* d_targets = device.upload(targets);
+  // Each step from the reference's inputs, so that each is compared alone.
+  const float *d_max = device.upload(row_max), *d_sums = device.upload(sums);
+  float *got_max = device.upload(unwritten(row_max.size())), *got_sums = device.upload(unwritten(sums.size()));
+  float* got_dlogits = device.upload(unwritten(dlogits.size()));
+  double* got_losses = device.upload(std::vector<double>(losses.size(), 0.0));
+  EXPECT_OK(logits_row_max_cuda(got_max, d_logits, N, V, nullptr));
+  EXPECT_OK(logits_exp_sums_cuda(got_sums, d_logits, d_max, d_targets, V0, N, V, nullptr));
+  EXPECT_OK(vocab_crossentropy_backward_cuda(got_dlogits, got_losses, d_logits, d_max, d_sums, d_targets, V0, 0.125f,
+                                             N, V, nullptr));
+  expect_bitwise("row max", device.download(got_max, row_max.size()), row_max);
+  expect_close("sums", device.download(got_sums, sums.size()), sums, kReduction);
+  expect_close("dlogits", device.download(got_dlogits, dlogits.size()), dlogits, kReduction);
+  const std::vector<double> got = device.download(got_losses, losses.size());
+  for (std::size_t n = 0; n < losses.size(); ++n) EXPECT_NEAR(got[n], losses[n], 1e-9 * std::fabs(losses[n]) + 1e-12);
+}
+
 TEST(TransformerCuda, AdamWMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   const long n = 100003;
@@ -672,6 +769,12 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(layernorm_backward_cuda(f, nullptr, nullptr, nullptr, f, f, f, f, 1, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(rmsnorm_forward_cuda(f, f, f, f, 1, 0, 1e-5f, nullptr), Status::invalid_value);
   EXPECT_EQ(gelu_forward_cuda(f, f, -1, nullptr), Status::invalid_value);
+  EXPECT_EQ(residual_add_cuda(f, nullptr, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(vocab_embedding_forward_cuda(f, tok, f, 0, 0, f, 1, 1, 4, nullptr), Status::invalid_value);  // no rows
+  EXPECT_EQ(logits_row_max_cuda(f, nullptr, 1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(vocab_crossentropy_backward_cuda(f, nullptr, f, f, f, tok, 0, 1.0f, 1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(bias_add_cuda(f, f, -1, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(cuda_copy_on_stream(f, nullptr, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(swiglu_backward_cuda(f, f, f, nullptr, f, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 3, 10000.0f, nullptr), Status::invalid_value);  // odd head_dim
   EXPECT_EQ(rope_forward_cuda(f, 1, 0, 1, 4, 10000.0f, nullptr), Status::invalid_value);  // no positions
@@ -691,6 +794,11 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(attention_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), Status::success);
   EXPECT_EQ(rope_backward_cuda(nullptr, 1, 1, 1, 4, 10000.0f, nullptr), Status::success);
   EXPECT_EQ(gelu_forward_cuda(f, f, 0, nullptr), Status::success);
+  EXPECT_EQ(residual_add_cuda(f, f, 0, nullptr), Status::success);
+  EXPECT_EQ(vocab_embedding_backward_cuda(nullptr, nullptr, f, tok, 0, 4, 1, 1, 4, nullptr), Status::success);
+  EXPECT_EQ(logits_exp_sums_cuda(f, f, f, tok, 0, 0, 4, nullptr), Status::success);
+  EXPECT_EQ(bias_add_cuda(f, f, 4, 0, nullptr), Status::success);
+  EXPECT_EQ(cuda_copy_on_stream(f, f, 0, nullptr), Status::success);
   EXPECT_EQ(embedding_backward_cuda(nullptr, nullptr, f, tok, 1, 1, 4, nullptr), Status::success);
   EXPECT_EQ(cuda_malloc(&nothing, 0), Status::success);
   EXPECT_EQ(nothing, nullptr);
@@ -710,6 +818,15 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cuda_copy_to_device(f, f, 16), want);
   EXPECT_EQ(cuda_copy_to_host(f, f, 16), want);
   EXPECT_EQ(cuda_memset_zero(f, 16, nullptr), want);
+  EXPECT_EQ(cuda_copy_on_stream(f, f, 16, nullptr), want);
+  EXPECT_EQ(residual_add_cuda(f, f, 4, nullptr), want);
+  EXPECT_EQ(bias_add_cuda(f, f, 2, 2, nullptr), want);
+  EXPECT_EQ(vocab_embedding_forward_cuda(f, tok, f, 0, 4, f, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(vocab_embedding_backward_cuda(f, f, f, tok, 0, 4, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(logits_row_max_cuda(f, f, 1, 4, nullptr), want);
+  EXPECT_EQ(logits_exp_sums_cuda(f, f, f, tok, 0, 1, 4, nullptr), want);
+  double d[1] = {};
+  EXPECT_EQ(vocab_crossentropy_backward_cuda(f, d, f, f, f, tok, 0, 1.0f, 1, 4, nullptr), want);
   EXPECT_EQ(cuda_synchronize(nullptr), want);
   EXPECT_EQ(linear_forward_cuda(f, f, f, f, 1, 2, 2, nullptr), want);
   EXPECT_EQ(linear_backward_input_cuda(f, f, f, 1, 2, 2, nullptr), want);

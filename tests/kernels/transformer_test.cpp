@@ -283,6 +283,15 @@ TEST(RmsNorm, GradientsMatchFiniteDifferences) {
 // ---------------------------------------------------------------------------------------------
 // GELU and SwiGLU
 
+TEST(Adds, ResidualAndBiasAddElementwise) {
+  std::vector<float> y = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> x = {10, 20, 30, 40, 50, 60}, b = {0.5f, -1, 2};
+  residual_add(y.data(), x.data(), 6);
+  EXPECT_EQ(y, (std::vector<float>{11, 22, 33, 44, 55, 66}));
+  bias_add(y.data(), b.data(), 2, 3);  // two rows of three
+  EXPECT_EQ(y, (std::vector<float>{11.5f, 21, 35, 44.5f, 54, 68}));
+}
+
 TEST(Gelu, KnownValues) {
   const Vec x = {0, 1, -1, 2, 10, -10};
   Vec y = unwritten(x.size());
@@ -660,6 +669,65 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
 
 // ---------------------------------------------------------------------------------------------
 // AdamW
+
+// Megatron's vocabulary-parallel pieces, split at every point of the vocabulary, against the
+// whole-vocabulary kernels.
+TEST(VocabParallel, RanksAddUpToTheWholeEmbedding) {
+  const int N = 7, T = 3, C = 5, V = 11;
+  std::mt19937 rng(4);
+  const Vec wte = random_vec(V * C, rng), wpe = random_vec(T * C, rng), dy = random_vec(N * C, rng);
+  const std::vector<int> tokens = {3, 0, 10, 3, 7, 5, 3};
+  Vec want(N * C), want_dwte(V * C, 0.0f), want_dwpe(T * C, 0.0f);
+  embedding_forward(want.data(), tokens.data(), wte.data(), wpe.data(), N, T, C);
+  embedding_backward(want_dwte.data(), want_dwpe.data(), dy.data(), tokens.data(), N, T, C);
+  for (int cut = 1; cut < V; ++cut) {
+    Vec y0(N * C), y1(N * C), dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+    vocab_embedding_forward(y0.data(), tokens.data(), wte.data(), 0, cut, wpe.data(), N, T, C);
+    vocab_embedding_forward(y1.data(), tokens.data(), wte.data() + cut * C, cut, V - cut, nullptr, N, T, C);
+    vocab_embedding_backward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), 0, cut, N, T, C);
+    vocab_embedding_backward(dwte.data() + cut * C, nullptr, dy.data(), tokens.data(), cut, V - cut, N, T, C);
+    for (int i = 0; i < N * C; ++i) EXPECT_EQ(y0[i] + y1[i], want[i]) << "cut " << cut << " at " << i;
+    EXPECT_EQ(dwte, want_dwte) << "cut " << cut;
+    EXPECT_EQ(dwpe, want_dwpe) << "cut " << cut;
+  }
+}
+
+TEST(VocabParallel, RanksGiveTheWholeLossAndGradient) {
+  const int N = 6, V = 13;
+  std::mt19937 rng(5);
+  const Vec logits = random_vec(N * V, rng, -4, 4);
+  const std::vector<int> targets = {0, 12, 5, 6, 7, 1};
+  Vec losses(N), want(N * V);
+  crossentropy_forward_backward(losses.data(), want.data(), logits.data(), targets.data(), 0.25f, N, V);
+  for (const int cut : {1, 6, 7, 12}) {
+    const int V1 = V - cut;
+    // Each rank's logits as its own [N, V_r] array.
+    Vec l0(N * cut), l1(N * V1);
+    for (int n = 0; n < N; ++n) {
+      for (int v = 0; v < V; ++v) (v < cut ? l0[n * cut + v] : l1[n * V1 + v - cut]) = logits[n * V + v];
+    }
+    Vec m0(N), m1(N), s0(2 * N), s1(2 * N), max(N), sums(2 * N), d0(N * cut), d1(N * V1);
+    logits_row_max(m0.data(), l0.data(), N, cut);
+    logits_row_max(m1.data(), l1.data(), N, V1);
+    for (int n = 0; n < N; ++n) max[n] = std::max(m0[n], m1[n]);  // the all-reduce
+    logits_exp_sums(s0.data(), l0.data(), max.data(), targets.data(), 0, N, cut);
+    logits_exp_sums(s1.data(), l1.data(), max.data(), targets.data(), cut, N, V1);
+    for (int i = 0; i < 2 * N; ++i) sums[i] = s0[i] + s1[i];
+    std::vector<double> r0(N), r1(N);
+    vocab_crossentropy_backward(d0.data(), r0.data(), l0.data(), max.data(), sums.data(), targets.data(), 0, 0.25f, N,
+                                cut);
+    vocab_crossentropy_backward(d1.data(), r1.data(), l1.data(), max.data(), sums.data(), targets.data(), cut, 0.25f,
+                                N, V1);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_EQ(r0[n], r1[n]) << "both ranks compute each row's loss";
+      EXPECT_NEAR(r0[n], losses[n], 1e-5 * losses[n]) << "cut " << cut << " row " << n;
+      for (int v = 0; v < V; ++v) {
+        const float got = v < cut ? d0[n * cut + v] : d1[n * V1 + v - cut];
+        EXPECT_NEAR(got, want[n * V + v], 1e-6) << "cut " << cut << " row " << n << " logit " << v;
+      }
+    }
+  }
+}
 
 TEST(AdamW, FirstStepMovesEachParameterByAboutLr) {
   // Step 1 from m = v = 0: the bias corrections give m_hat = g and sqrt(v_hat) = |g|, so

@@ -1,0 +1,180 @@
+#include "exec/cuda_decoder_ops.hpp"
+
+#include <string>
+#include <vector>
+
+#include "model/error.hpp"
+
+namespace hetflow::exec {
+
+namespace k = hetflow::kernels;
+using k::Status;
+
+void CudaDecoderOps::check(Status status, const char* kernel) const {
+  if (status != Status::success) {
+    throw Error(std::string(kernel) + " on " + name() + ": " + k::status_string(status));
+  }
+}
+
+template <class T>
+OpsArray<T> CudaDecoderOps::allocate(size_t n) const {
+  if (n == 0) return {};
+  void* p = nullptr;
+  check(k::cuda_malloc(&p, n * sizeof(T)), "cudaMalloc");
+  // cudaFree waits for the device: no kernel still reads the array when it goes.
+  return OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p), [](T* q) { k::cuda_free(q); }), n);
+}
+
+OpsFloats CudaDecoderOps::floats(size_t n) const { return allocate<float>(n); }
+
+OpsFloats CudaDecoderOps::zeros(size_t n) const {
+  OpsFloats a = allocate<float>(n);
+  zero(a.data(), n);
+  return a;
+}
+
+OpsInts CudaDecoderOps::ints(const int* host, size_t n) const {
+  OpsInts a = allocate<int>(n);
+  // A fresh allocation: no work on the stream can be using it yet. A copy from pageable
+  // memory may return before its DMA lands; the legacy stream's sync waits for it.
+  check(k::cuda_copy_to_device(a.data(), host, n * sizeof(int)), "copy to device");
+  check(k::cuda_synchronize(nullptr), "synchronize");
+  return a;
+}
+
+void CudaDecoderOps::copy(float* dst, const float* src, size_t n) const {
+  check(k::cuda_copy_on_stream(dst, src, n * sizeof(float), stream_), "copy");
+}
+
+void CudaDecoderOps::zero(float* dst, size_t n) const {
+  check(k::cuda_memset_zero(dst, n * sizeof(float), stream_), "memset");
+}
+
+void CudaDecoderOps::upload(float* dst, const float* host, size_t n) const {
+  // Work on the stream may still read dst: wait for it, then copy and wait for the DMA.
+  check(k::cuda_synchronize(stream_), "synchronize");
+  check(k::cuda_copy_to_device(dst, host, n * sizeof(float)), "copy to device");
+  check(k::cuda_synchronize(nullptr), "synchronize");
+}
+
+void CudaDecoderOps::download(float* host, const float* src, size_t n) const {
+  check(k::cuda_synchronize(stream_), "synchronize");
+  check(k::cuda_copy_to_host(host, src, n * sizeof(float)), "copy to host");
+}
+
+double CudaDecoderOps::sum(const float* x, size_t n) const {
+  std::vector<float> host(n);
+  download(host.data(), x, n);
+  double total = 0;
+  for (const float v : host) total += v;
+  return total;
+}
+
+void CudaDecoderOps::residual_add(float* y, const float* x, long n) const {
+  check(k::residual_add_cuda(y, x, n, stream_), "residual_add");
+}
+void CudaDecoderOps::bias_add(float* y, const float* b, int N, int C) const {
+  check(k::bias_add_cuda(y, b, N, C, stream_), "bias_add");
+}
+void CudaDecoderOps::linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C,
+                                    int OC) const {
+  check(k::linear_forward_cuda(y, x, w, b, N, C, OC, stream_), "linear_forward");
+}
+void CudaDecoderOps::linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const {
+  check(k::linear_backward_input_cuda(dx, dy, w, N, C, OC, stream_), "linear_backward_input");
+}
+void CudaDecoderOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
+                                            int OC) const {
+  check(k::linear_backward_weight_cuda(dw, db, dy, x, N, C, OC, stream_), "linear_backward_weight");
+}
+void CudaDecoderOps::embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
+                                       int C) const {
+  check(k::embedding_forward_cuda(y, tokens, wte, wpe, N, T, C, stream_), "embedding_forward");
+}
+void CudaDecoderOps::embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
+                                        int C) const {
+  check(k::embedding_backward_cuda(dwte, dwpe, dy, tokens, N, T, C, stream_), "embedding_backward");
+}
+void CudaDecoderOps::layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
+                                       const float* b, int N, int C, float eps) const {
+  check(k::layernorm_forward_cuda(y, mean, rstd, x, w, b, N, C, eps, stream_), "layernorm_forward");
+}
+void CudaDecoderOps::layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                                        const float* w, const float* mean, const float* rstd, int N, int C) const {
+  check(k::layernorm_backward_cuda(dx, dw, db, dy, x, w, mean, rstd, N, C, stream_), "layernorm_backward");
+}
+void CudaDecoderOps::rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C,
+                                     float eps) const {
+  check(k::rmsnorm_forward_cuda(y, rstd, x, w, N, C, eps, stream_), "rmsnorm_forward");
+}
+void CudaDecoderOps::rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                                      const float* rstd, int N, int C) const {
+  check(k::rmsnorm_backward_cuda(dx, dw, dy, x, w, rstd, N, C, stream_), "rmsnorm_backward");
+}
+void CudaDecoderOps::gelu_forward(float* y, const float* x, long n) const {
+  check(k::gelu_forward_cuda(y, x, n, stream_), "gelu_forward");
+}
+void CudaDecoderOps::gelu_backward(float* dx, const float* dy, const float* x, long n) const {
+  check(k::gelu_backward_cuda(dx, dy, x, n, stream_), "gelu_backward");
+}
+void CudaDecoderOps::swiglu_forward(float* y, const float* gate, const float* up, long n) const {
+  check(k::swiglu_forward_cuda(y, gate, up, n, stream_), "swiglu_forward");
+}
+void CudaDecoderOps::swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                                     long n) const {
+  check(k::swiglu_backward_cuda(dgate, dup, dy, gate, up, n, stream_), "swiglu_backward");
+}
+void CudaDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const {
+  check(k::rope_forward_cuda(x, N, T, heads, head_dim, theta, stream_), "rope_forward");
+}
+void CudaDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const {
+  check(k::rope_backward_cuda(dx, N, T, heads, head_dim, theta, stream_), "rope_backward");
+}
+void CudaDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
+                                       int B, int T, int NH, int NKV, int HS) const {
+  check(k::attention_forward_cuda(out, probs, q, kk, v, B, T, NH, NKV, HS, stream_), "attention_forward");
+}
+void CudaDecoderOps::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
+                                        const float* q, const float* kk, const float* v, int B, int T, int NH,
+                                        int NKV, int HS) const {
+  check(k::attention_backward_cuda(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS, stream_),
+        "attention_backward");
+}
+void CudaDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                                   const int* targets, float dloss, int N, int V) const {
+  check(k::crossentropy_forward_cuda(losses, logits, targets, N, V, stream_), "crossentropy_forward");
+  zero(dlogits, static_cast<size_t>(N) * static_cast<size_t>(V));  // the backward adds
+  check(k::crossentropy_backward_cuda(dlogits, logits, targets, dloss, N, V, stream_), "crossentropy_backward");
+}
+
+void CudaDecoderOps::vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V,
+                                             const float* wpe, int N, int T, int C) const {
+  check(k::vocab_embedding_forward_cuda(y, tokens, wte, V0, V, wpe, N, T, C, stream_), "vocab_embedding_forward");
+}
+void CudaDecoderOps::vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0,
+                                              int V, int N, int T, int C) const {
+  check(k::vocab_embedding_backward_cuda(dwte, dwpe, dy, tokens, V0, V, N, T, C, stream_), "vocab_embedding_backward");
+}
+void CudaDecoderOps::logits_row_max(float* row_max, const float* logits, int N, int V) const {
+  check(k::logits_row_max_cuda(row_max, logits, N, V, stream_), "logits_row_max");
+}
+void CudaDecoderOps::logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                                     int V0, int N, int V) const {
+  check(k::logits_exp_sums_cuda(sums, logits, row_max, targets, V0, N, V, stream_), "logits_exp_sums");
+}
+double CudaDecoderOps::vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
+                                                   const float* sums, const int* targets, int V0, float dloss, int N,
+                                                   int V) const {
+  const OpsArray<double> losses = allocate<double>(static_cast<size_t>(N));
+  check(k::vocab_crossentropy_backward_cuda(dlogits, losses.data(), logits, row_max, sums, targets, V0, dloss, N, V,
+                                            stream_),
+        "vocab_crossentropy_backward");
+  check(k::cuda_synchronize(stream_), "synchronize");
+  std::vector<double> host(losses.size());
+  check(k::cuda_copy_to_host(host.data(), losses.data(), host.size() * sizeof(double)), "copy to host");
+  double total = 0;
+  for (const double l : host) total += l;  // in row order, as the CPU
+  return total;
+}
+
+}  // namespace hetflow::exec

@@ -1,0 +1,87 @@
+#pragma once
+// The decoder math's kernels on a GPU (exec/decoder_ops.hpp over kernels/transformer_cuda.hpp):
+// every array is device memory, every kernel is enqueued on one CUDA stream, and the
+// calling thread's current device is the one used (the back end sets it). Built in every
+// build: without CUDA, or without a visible GPU, the first allocation or kernel throws
+// hetflow::Error saying so ("not built with CUDA", "no CUDA device visible").
+//
+// What differs from the CPU reference, by design:
+//  - reductions accumulate in fp32 (the reference uses double), so results agree with the
+//    CPU ops within the kernels' tolerances (tests/kernels/transformer_cuda_test.cpp), not
+//    bitwise; the same inputs still give the same bits on every run;
+//  - the loss and its gradient are two kernels (the CPU fuses them), with the same result.
+// Memory: one cudaMalloc per array and cudaFree when its last handle goes (cudaFree waits
+// for the device, so an array is never freed under a kernel still reading it). Correct but
+// slow; a caching allocator is the next step.
+#include "exec/decoder_ops.hpp"
+#include "kernels/transformer_cuda.hpp"
+
+namespace hetflow::exec {
+
+class CudaDecoderOps final : public DecoderOps {
+ public:
+  // `device`: the GPU's ordinal, for names and messages; `stream`: where kernels go
+  // (nullptr: the legacy default stream).
+  CudaDecoderOps(int device, kernels::CudaStream stream) : device_(device), stream_(stream) {}
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  kernels::CudaStream stream() const { return stream_; }
+
+  OpsFloats floats(size_t n) const override;
+  OpsFloats zeros(size_t n) const override;
+  OpsInts ints(const int* host, size_t n) const override;
+  void copy(float* dst, const float* src, size_t n) const override;
+  void zero(float* dst, size_t n) const override;
+  void upload(float* dst, const float* host, size_t n) const override;
+  void download(float* host, const float* src, size_t n) const override;
+  double sum(const float* x, size_t n) const override;
+  void residual_add(float* y, const float* x, long n) const override;
+  void bias_add(float* y, const float* b, int N, int C) const override;
+  void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const override;
+  void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const override;
+  void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
+                              int OC) const override;
+  void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
+                         int C) const override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
+                          int C) const override;
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
+                         int C, float eps) const override;
+  void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                          const float* mean, const float* rstd, int N, int C) const override;
+  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const override;
+  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
+                        int N, int C) const override;
+  void gelu_forward(float* y, const float* x, long n) const override;
+  void gelu_backward(float* dx, const float* dy, const float* x, long n) const override;
+  void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
+  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                       long n) const override;
+  void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const override;
+  void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const override;
+  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
+                         int NH, int NKV, int HS) const override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS) const override;
+  void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
+                                     float dloss, int N, int V) const override;
+  void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
+                               int T, int C) const override;
+  void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                                int T, int C) const override;
+  void logits_row_max(float* row_max, const float* logits, int N, int V) const override;
+  void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
+                       int V) const override;
+  double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
+                                     const int* targets, int V0, float dloss, int N, int V) const override;
+
+ private:
+  // Throws hetflow::Error("<kernel> on cuda:<device>: <status>") unless status is success.
+  void check(kernels::Status status, const char* kernel) const;
+  template <class T>
+  OpsArray<T> allocate(size_t n) const;
+
+  int device_;
+  kernels::CudaStream stream_;
+};
+
+}  // namespace hetflow::exec

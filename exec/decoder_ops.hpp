@@ -1,0 +1,178 @@
+#pragma once
+// Where a decoder chunk's arrays live and the kernels that run on them: the one thing the
+// decoder math (exec/decoder.hpp) needs from a device. The decoder holds only pointers into
+// arrays these ops allocate and calls only these ops on them, so the same code trains on the
+// CPU reference kernels (CpuDecoderOps, host memory) and on the CUDA kernels
+// (exec/cuda_decoder_ops.hpp, device memory).
+//
+// Promises of every implementation:
+//  - The kernels have kernels/transformer.hpp's semantics (forward writes, backward adds,
+//    nullptr gradients skipped); pointers are this ops' memory unless a name says `host`.
+//  - Work may be asynchronous (a CUDA stream): it runs in call order, and only the calls that
+//    return host values (sum) wait for it.
+//  - A failure throws hetflow::Error naming the kernel and why.
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace hetflow::exec {
+
+// n elements of T in some DecoderOps' memory: a shared handle (copies share the elements),
+// freed when the last copy goes. Empty by default.
+template <class T>
+class OpsArray {
+ public:
+  OpsArray() = default;
+  OpsArray(std::shared_ptr<T> data, size_t n) : data_(std::move(data)), size_(n) {}
+  OpsArray(const OpsArray&) = default;
+  OpsArray& operator=(const OpsArray&) = default;
+  OpsArray(OpsArray&& other) noexcept : data_(std::move(other.data_)), size_(other.size_) { other.size_ = 0; }
+  OpsArray& operator=(OpsArray&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = other.size_;
+    if (&other != this) other.size_ = 0;
+    return *this;
+  }
+  T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<T> span() const { return {data_.get(), size_}; }
+
+ private:
+  std::shared_ptr<T> data_;
+  size_t size_ = 0;
+};
+using OpsFloats = OpsArray<float>;
+using OpsInts = OpsArray<int>;
+
+class DecoderOps {
+ public:
+  virtual ~DecoderOps() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+
+  // Memory.
+  virtual OpsFloats floats(size_t n) const = 0;  // unspecified values
+  virtual OpsFloats zeros(size_t n) const = 0;
+  virtual OpsInts ints(const int* host, size_t n) const = 0;  // a copy of host ints
+  virtual void copy(float* dst, const float* src, size_t n) const = 0;
+  virtual void zero(float* dst, size_t n) const = 0;
+  // Between host memory and this ops' memory; download waits for the work before it.
+  virtual void upload(float* dst, const float* host, size_t n) const = 0;
+  virtual void download(float* host, const float* src, size_t n) const = 0;
+  // The sum of n floats in double, in index order; waits for the work before it.
+  virtual double sum(const float* x, size_t n) const = 0;
+
+  // kernels/transformer.hpp.
+  virtual void residual_add(float* y, const float* x, long n) const = 0;
+  virtual void bias_add(float* y, const float* b, int N, int C) const = 0;
+  virtual void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const = 0;
+  virtual void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const = 0;
+  virtual void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
+                                      int OC) const = 0;
+  virtual void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
+                                 int C) const = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
+                                  int C) const = 0;
+  virtual void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                 int N, int C, float eps) const = 0;
+  virtual void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                                  const float* mean, const float* rstd, int N, int C) const = 0;
+  virtual void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const = 0;
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                                const float* rstd, int N, int C) const = 0;
+  virtual void gelu_forward(float* y, const float* x, long n) const = 0;
+  virtual void gelu_backward(float* dx, const float* dy, const float* x, long n) const = 0;
+  virtual void swiglu_forward(float* y, const float* gate, const float* up, long n) const = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                               long n) const = 0;
+  virtual void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const = 0;
+  virtual void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const = 0;
+  virtual void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B,
+                                 int T, int NH, int NKV, int HS) const = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
+                                  const float* q, const float* k, const float* v, int B, int T, int NH, int NKV,
+                                  int HS) const = 0;
+  // losses = the cross-entropy of each row; dlogits WRITTEN (=) with its gradient x dloss.
+  virtual void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
+                                             float dloss, int N, int V) const = 0;
+
+  // Megatron's vocabulary-parallel embedding and loss: this rank holds vocabulary rows
+  // [V0, V0 + V) of the table and the head.
+  // y = this rank's rows of the token embedding (zero where another rank holds the token),
+  // plus positions when wpe != nullptr.
+  virtual void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
+                                       int N, int T, int C) const = 0;
+  // dwte (this rank's rows) += dy of the tokens it holds; dwpe (may be nullptr) += every row.
+  virtual void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V,
+                                        int N, int T, int C) const = 0;
+  // row_max[n] = the largest of this rank's logits of row n.
+  virtual void logits_row_max(float* row_max, const float* logits, int N, int V) const = 0;
+  // sums[n] = sum_v exp(logits[n][v] - row_max[n]) (in double, rounded once);
+  // sums[N + n] = the target's logit where this rank holds it, else 0 (for the ranks' sums).
+  virtual void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0,
+                               int N, int V) const = 0;
+  // With the ranks' row maxima and sums combined: dlogits WRITTEN with this rank's part of
+  // the loss gradient x dloss; returns the sum over rows of the losses (in double).
+  virtual double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
+                                             const float* sums, const int* targets, int V0, float dloss, int N,
+                                             int V) const = 0;
+};
+
+// The CPU reference kernels on host memory (kernels/transformer.hpp), synchronous.
+class CpuDecoderOps : public DecoderOps {
+ public:
+  std::string name() const override { return "cpu"; }
+  OpsFloats floats(size_t n) const override;
+  OpsFloats zeros(size_t n) const override;
+  OpsInts ints(const int* host, size_t n) const override;
+  void copy(float* dst, const float* src, size_t n) const override;
+  void zero(float* dst, size_t n) const override;
+  void upload(float* dst, const float* host, size_t n) const override;
+  void download(float* host, const float* src, size_t n) const override;
+  double sum(const float* x, size_t n) const override;
+  void residual_add(float* y, const float* x, long n) const override;
+  void bias_add(float* y, const float* b, int N, int C) const override;
+  void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const override;
+  void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const override;
+  void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
+                              int OC) const override;
+  void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
+                         int C) const override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
+                          int C) const override;
+  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
+                         int C, float eps) const override;
+  void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                          const float* mean, const float* rstd, int N, int C) const override;
+  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const override;
+  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
+                        int N, int C) const override;
+  void gelu_forward(float* y, const float* x, long n) const override;
+  void gelu_backward(float* dx, const float* dy, const float* x, long n) const override;
+  void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
+  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                       long n) const override;
+  void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const override;
+  void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const override;
+  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
+                         int NH, int NKV, int HS) const override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS) const override;
+  void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
+                                     float dloss, int N, int V) const override;
+  void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
+                               int T, int C) const override;
+  void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
+                                int T, int C) const override;
+  void logits_row_max(float* row_max, const float* logits, int N, int V) const override;
+  void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
+                       int V) const override;
+  double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
+                                     const int* targets, int V0, float dloss, int N, int V) const override;
+};
+
+// One CpuDecoderOps for everyone (it holds no state).
+const DecoderOps& cpu_decoder_ops();
+
+}  // namespace hetflow::exec

@@ -1,0 +1,486 @@
+// The decoder math on its ops (exec/decoder_ops.hpp). Two oracles:
+//  - Guarded memory, on the CPU: every array the ops hand out is a page range kept
+//    PROT_NONE except while one of the ops runs, so a read or write of ops memory by the
+//    decoder's own code faults (it would be a read of device memory from the host on a GPU).
+//    The math is the CPU reference's, so results must be the CPU ops' bits.
+//  - The CUDA ops against the CPU ops (needs a GPU; skipped, saying so, without one): the same
+//    two-chunk pipeline, GPT-2 and LLaMA, every recomputation mode and the split backward,
+//    within the kernels' fp32 tolerance, and bitwise equal run to run; and tensor parallelism
+//    2 (both ranks on one GPU, their all-reduces through the host).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <random>
+#include <string>
+
+#include "exec/cuda_decoder_ops.hpp"
+#include "exec/decoder.hpp"
+#include "kernels/matmul.hpp"
+#include "model/error.hpp"
+#include "model/zoo.hpp"
+
+namespace hetflow {
+namespace {
+
+using exec::OpsFloats;
+using exec::OpsInts;
+using partition::Recompute;
+
+model::Network odd_gpt() {
+  return model::network_from_spec("gpt:layers=3,hidden=36,heads=3,seq=13,vocab=97", model::Precision::fp32);
+}
+model::Network odd_llama() {
+  return model::network_from_spec("llama:layers=3,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                                  model::Precision::fp32);
+}
+
+// What a two-chunk pipeline of the whole model computes for one micro-batch, on the host.
+struct PipelineRun {
+  double loss = 0;
+  std::vector<float> boundary, dboundary, grads_first, grads_last;
+};
+
+std::vector<float> download(const exec::DecoderOps& ops, const OpsFloats& a) {
+  std::vector<float> host(a.size());
+  ops.download(host.data(), a.data(), a.size());
+  return host;
+}
+
+OpsFloats upload(const exec::DecoderOps& ops, const std::vector<float>& host) {
+  OpsFloats a = ops.floats(host.size());
+  ops.upload(a.data(), host.data(), host.size());
+  return a;
+}
+
+// Chunk one: the embedding and block 1; chunk two: blocks 2 and 3 and the head. Weights are
+// the seeded initialisation plus noise, so every part of the network carries gradient.
+PipelineRun run_pipeline(const exec::DecoderOps& ops, const model::Network& net, Recompute recompute, bool split) {
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const int layers = static_cast<int>(net.layers.size());
+  const exec::DecoderChunk first(shape, 0, 2, recompute, 0, 1, ops), last(shape, 2, layers, recompute, 0, 1, ops);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  const auto weights = [&](const exec::DecoderChunk& chunk, std::uint64_t seed) {
+    std::vector<float> host(chunk.params().count);
+    exec::init_params(chunk.params(), shape, seed, host.data());
+    for (float& p : host) p += noise(rng);
+    return upload(ops, host);
+  };
+  const OpsFloats w1 = weights(first, 3), w2 = weights(last, 4);
+  const OpsFloats g1 = ops.zeros(w1.size()), g2 = ops.zeros(w2.size());
+  const int samples = 2;
+  const size_t tokens_n = static_cast<size_t>(samples * shape.S);
+  std::vector<int> tokens(tokens_n), targets(tokens_n);
+  for (size_t i = 0; i < tokens_n; ++i) {
+    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
+    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
+  }
+  const OpsFloats boundary = ops.floats(tokens_n * static_cast<size_t>(shape.C)), dboundary = ops.floats(boundary.size());
+
+  exec::DecoderChunk::Input in1;
+  in1.samples = samples;
+  in1.tokens = tokens.data();
+  in1.output = boundary.data();
+  exec::DecoderChunk::Input in2;
+  in2.samples = samples;
+  in2.input = boundary.data();
+  in2.targets = targets.data();
+  in2.loss_scale = 1.0f / static_cast<float>(tokens_n);
+  PipelineRun run;
+  double unused = 0;
+  auto s1 = first.forward(w1.data(), in1, unused);
+  auto s2 = last.forward(w2.data(), in2, run.loss);
+  last.backward(*s2, w2.data(), g2.data(), nullptr, dboundary.data(), split);
+  first.backward(*s1, w1.data(), g1.data(), dboundary.data(), nullptr, split);
+  if (split) {
+    last.backward_weight(*s2, g2.data());
+    first.backward_weight(*s1, g1.data());
+  }
+  run.boundary = download(ops, boundary);
+  run.dboundary = download(ops, dboundary);
+  run.grads_first = download(ops, g1);
+  run.grads_last = download(ops, g2);
+  return run;
+}
+
+struct Mode {
+  Recompute recompute;
+  bool split;
+};
+const Mode kModes[] = {{Recompute::none, false},
+                       {Recompute::selective, false},
+                       {Recompute::full, false},
+                       {Recompute::none, true},
+                       {Recompute::full, true}};
+
+std::string describe(const model::Network& net, const Mode& m) {
+  return net.name + " recompute " + std::string(partition::to_string(m.recompute)) + (m.split ? " split" : "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guarded memory
+
+// The CPU reference's math on page ranges that only the ops themselves may touch. One thread.
+class GuardedOps final : public exec::CpuDecoderOps {
+ public:
+  GuardedOps() {
+    struct sigaction action {};
+    action.sa_handler = [](int) {
+      static const char message[] = "decoder_ops_test: the decoder touched ops memory outside an op\n";
+      [[maybe_unused]] const ssize_t written = write(2, message, sizeof message - 1);
+      signal(SIGSEGV, SIG_DFL);  // the faulting access repeats and ends the process
+    };
+    sigaction(SIGSEGV, &action, &previous_);
+  }
+  ~GuardedOps() override { sigaction(SIGSEGV, &previous_, nullptr); }
+  GuardedOps(const GuardedOps&) = delete;
+  GuardedOps& operator=(const GuardedOps&) = delete;
+
+  // While one lives, every guarded range is readable and writable.
+  class Open {
+   public:
+    explicit Open(const GuardedOps& ops) : ops_(ops) { ops_.protect(PROT_READ | PROT_WRITE); }
+    ~Open() { ops_.protect(PROT_NONE); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+
+   private:
+    const GuardedOps& ops_;
+  };
+
+  OpsFloats floats(size_t n) const override { return guarded<float>(n); }
+  OpsFloats zeros(size_t n) const override { return guarded<float>(n); }  // fresh pages are zero
+  OpsInts ints(const int* host, size_t n) const override {
+    OpsInts a = guarded<int>(n);
+    const Open open(*this);
+    if (n > 0) std::memcpy(a.data(), host, n * sizeof(int));
+    return a;
+  }
+
+#define HETFLOW_GUARDED(ret, name, params, args) \
+  ret name params const override {               \
+    const Open open(*this);                      \
+    return CpuDecoderOps::name args;             \
+  }
+  HETFLOW_GUARDED(void, copy, (float* d, const float* s, size_t n), (d, s, n))
+  HETFLOW_GUARDED(void, zero, (float* d, size_t n), (d, n))
+  HETFLOW_GUARDED(void, upload, (float* d, const float* h, size_t n), (d, h, n))
+  HETFLOW_GUARDED(void, download, (float* h, const float* s, size_t n), (h, s, n))
+  HETFLOW_GUARDED(double, sum, (const float* x, size_t n), (x, n))
+  HETFLOW_GUARDED(void, residual_add, (float* y, const float* x, long n), (y, x, n))
+  HETFLOW_GUARDED(void, bias_add, (float* y, const float* b, int N, int C), (y, b, N, C))
+  HETFLOW_GUARDED(void, linear_forward,
+                  (float* y, const float* x, const float* w, const float* b, int N, int C, int OC),
+                  (y, x, w, b, N, C, OC))
+  HETFLOW_GUARDED(void, linear_backward_input, (float* dx, const float* dy, const float* w, int N, int C, int OC),
+                  (dx, dy, w, N, C, OC))
+  HETFLOW_GUARDED(void, linear_backward_weight,
+                  (float* dw, float* db, const float* dy, const float* x, int N, int C, int OC),
+                  (dw, db, dy, x, N, C, OC))
+  HETFLOW_GUARDED(void, embedding_forward,
+                  (float* y, const int* t, const float* wte, const float* wpe, int N, int T, int C),
+                  (y, t, wte, wpe, N, T, C))
+  HETFLOW_GUARDED(void, embedding_backward,
+                  (float* dwte, float* dwpe, const float* dy, const int* t, int N, int T, int C),
+                  (dwte, dwpe, dy, t, N, T, C))
+  HETFLOW_GUARDED(void, layernorm_forward,
+                  (float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N, int C,
+                   float eps),
+                  (y, mean, rstd, x, w, b, N, C, eps))
+  HETFLOW_GUARDED(void, layernorm_backward,
+                  (float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, const float* mean,
+                   const float* rstd, int N, int C),
+                  (dx, dw, db, dy, x, w, mean, rstd, N, C))
+  HETFLOW_GUARDED(void, rmsnorm_forward, (float* y, float* rstd, const float* x, const float* w, int N, int C, float eps),
+                  (y, rstd, x, w, N, C, eps))
+  HETFLOW_GUARDED(void, rmsnorm_backward,
+                  (float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
+                   int C),
+                  (dx, dw, dy, x, w, rstd, N, C))
+  HETFLOW_GUARDED(void, gelu_forward, (float* y, const float* x, long n), (y, x, n))
+  HETFLOW_GUARDED(void, gelu_backward, (float* dx, const float* dy, const float* x, long n), (dx, dy, x, n))
+  HETFLOW_GUARDED(void, swiglu_forward, (float* y, const float* g, const float* u, long n), (y, g, u, n))
+  HETFLOW_GUARDED(void, swiglu_backward,
+                  (float* dg, float* du, const float* dy, const float* g, const float* u, long n),
+                  (dg, du, dy, g, u, n))
+  HETFLOW_GUARDED(void, rope_forward, (float* x, int N, int T, int h, int hd, float theta), (x, N, T, h, hd, theta))
+  HETFLOW_GUARDED(void, rope_backward, (float* dx, int N, int T, int h, int hd, float theta), (dx, N, T, h, hd, theta))
+  HETFLOW_GUARDED(void, attention_forward,
+                  (float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
+                   int NKV, int HS),
+                  (out, probs, q, k, v, B, T, NH, NKV, HS))
+  HETFLOW_GUARDED(void, attention_backward,
+                  (float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                   const float* k, const float* v, int B, int T, int NH, int NKV, int HS),
+                  (dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS))
+  HETFLOW_GUARDED(void, crossentropy_forward_backward,
+                  (float* losses, float* dl, const float* logits, const int* t, float dloss, int N, int V),
+                  (losses, dl, logits, t, dloss, N, V))
+  HETFLOW_GUARDED(void, vocab_embedding_forward,
+                  (float* y, const int* t, const float* wte, int V0, int V, const float* wpe, int N, int T, int C),
+                  (y, t, wte, V0, V, wpe, N, T, C))
+  HETFLOW_GUARDED(void, vocab_embedding_backward,
+                  (float* dwte, float* dwpe, const float* dy, const int* t, int V0, int V, int N, int T, int C),
+                  (dwte, dwpe, dy, t, V0, V, N, T, C))
+  HETFLOW_GUARDED(void, logits_row_max, (float* m, const float* l, int N, int V), (m, l, N, V))
+  HETFLOW_GUARDED(void, logits_exp_sums,
+                  (float* s, const float* l, const float* m, const int* t, int V0, int N, int V),
+                  (s, l, m, t, V0, N, V))
+  HETFLOW_GUARDED(double, vocab_crossentropy_backward,
+                  (float* dl, const float* l, const float* m, const float* s, const int* t, int V0, float dloss, int N,
+                   int V),
+                  (dl, l, m, s, t, V0, dloss, N, V))
+#undef HETFLOW_GUARDED
+
+  size_t live_ranges() const { return ranges_.size(); }
+
+ private:
+  template <class T>
+  exec::OpsArray<T> guarded(size_t n) const {
+    if (n == 0) return {};
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = (n * sizeof(T) + page - 1) / page * page;
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ranges_[p] = bytes;
+    return exec::OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p),
+                                                [this, bytes](T* q) {
+                                                  ranges_.erase(q);
+                                                  munmap(q, bytes);
+                                                }),
+                             n);
+  }
+  void protect(int how) const {
+    for (const auto& [p, bytes] : ranges_) mprotect(p, bytes, how);
+  }
+
+  mutable std::map<void*, size_t> ranges_;
+  struct sigaction previous_ {};
+};
+
+TEST(DecoderOps, GuardedMemoryGivesTheCpuBitsAndIsOnlyTouchedByOps) {
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    for (const Mode& m : kModes) {
+      const PipelineRun want = run_pipeline(exec::cpu_decoder_ops(), net, m.recompute, m.split);
+      const GuardedOps guarded;
+      const PipelineRun got = run_pipeline(guarded, net, m.recompute, m.split);
+      EXPECT_EQ(guarded.live_ranges(), 0u) << describe(net, m) << ": arrays outlived their chunks";
+      EXPECT_EQ(got.loss, want.loss) << describe(net, m);
+      EXPECT_EQ(got.boundary, want.boundary) << describe(net, m);
+      EXPECT_EQ(got.dboundary, want.dboundary) << describe(net, m);
+      EXPECT_EQ(got.grads_first, want.grads_first) << describe(net, m);
+      EXPECT_EQ(got.grads_last, want.grads_last) << describe(net, m);
+      EXPECT_GT(want.loss, 0.0) << describe(net, m);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA
+
+// |got - want| <= rtol |want| + atol max|want|, as tests/kernels/transformer_cuda_test.cpp.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
+  constexpr double rtol = 2e-3, atol = 2e-4;  // fp32 sums through two blocks of kernels
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double largest = 0;
+  for (const float w : want) largest = std::max(largest, std::fabs(static_cast<double>(w)));
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= rtol * std::fabs(static_cast<double>(want[i])) + atol * largest)) {
+      if (bad++ == 0) ADD_FAILURE() << what << ": first difference at " << i << ": got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << " (of " << want.size() << ")";
+}
+
+TEST(DecoderOps, CudaMatchesTheCpuReference) {
+  if (!kernels::cuda_built()) GTEST_SKIP() << "CUDA kernels not built: " << kernels::cuda_status();
+  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "skipped, needs a GPU: " << kernels::cuda_status();
+  const exec::CudaDecoderOps cuda(0, nullptr);
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    for (const Mode& m : kModes) {
+      const PipelineRun want = run_pipeline(exec::cpu_decoder_ops(), net, m.recompute, m.split);
+      const PipelineRun got = run_pipeline(cuda, net, m.recompute, m.split);
+      const PipelineRun again = run_pipeline(cuda, net, m.recompute, m.split);
+      const std::string what = describe(net, m);
+      EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::fabs(want.loss)) << what;
+      expect_close(what + " boundary", got.boundary, want.boundary);
+      expect_close(what + " boundary gradient", got.dboundary, want.dboundary);
+      expect_close(what + " first chunk's gradients", got.grads_first, want.grads_first);
+      expect_close(what + " last chunk's gradients", got.grads_last, want.grads_last);
+      EXPECT_EQ(again.loss, got.loss) << what << ": not repeatable";
+      EXPECT_EQ(again.grads_first, got.grads_first) << what << ": not repeatable";
+      EXPECT_EQ(again.grads_last, got.grads_last) << what << ": not repeatable";
+    }
+  }
+}
+
+TEST(DecoderOps, CudaOpsSayWhyTheyCannotRun) {
+  if (kernels::cuda_built() && kernels::cuda_device_count() > 0) {
+    GTEST_SKIP() << "a GPU is visible: the no-device answer is not checkable here";
+  }
+  const exec::CudaDecoderOps cuda(0, nullptr);
+  try {
+    cuda.floats(16);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string want = kernels::cuda_built() ? "no CUDA device visible" : "no CUDA kernels";
+    EXPECT_NE(std::string(e.what()).find("cudaMalloc on cuda:0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(cuda.floats(0).empty());  // nothing to allocate: no device needed
+}
+
+// Two tensor-parallel ranks' all-reduces through host memory: each rank downloads its floats,
+// both meet, each gets the sum (or maximum) taken in rank order, as the CPU back end's.
+class Rendezvous {
+ public:
+  std::vector<float> meet(int rank, std::vector<float> mine, bool max) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return !closing_; });  // the previous round has been read by both
+    parts_[rank] = std::move(mine);
+    if (++arrived_ == 2) {
+      result_ = parts_[0];
+      for (size_t i = 0; i < result_.size(); ++i) {
+        result_[i] = max ? std::max(result_[i], parts_[1][i]) : result_[i] + parts_[1][i];
+      }
+      closing_ = true;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return closing_; });
+    }
+    std::vector<float> result = result_;
+    if (++left_ == 2) {
+      arrived_ = left_ = 0;
+      closing_ = false;
+      cv_.notify_all();
+    }
+    return result;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<float> parts_[2], result_;
+  int arrived_ = 0, left_ = 0;
+  bool closing_ = false;
+};
+
+class HostGroup final : public exec::TensorParallelGroup {
+ public:
+  HostGroup(Rendezvous& rendezvous, int rank, const exec::DecoderOps& ops)
+      : rendezvous_(rendezvous), rank_(rank), ops_(ops) {}
+  void all_reduce(std::span<float> data, bool max) override {
+    std::vector<float> mine(data.size());
+    ops_.download(mine.data(), data.data(), data.size());
+    const std::vector<float> sum = rendezvous_.meet(rank_, std::move(mine), max);
+    ops_.upload(data.data(), sum.data(), sum.size());
+  }
+
+ private:
+  Rendezvous& rendezvous_;
+  int rank_;
+  const exec::DecoderOps& ops_;
+};
+
+// The whole model split two ways (Megatron), each rank on its own thread and ops: the loss
+// and each rank's gradients.
+struct TensorParallelRun {
+  double loss = 0;
+  std::vector<float> grads[2];
+};
+
+TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec::DecoderOps& rank1,
+                                      const model::Network& net, Recompute recompute) {
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const int layers = static_cast<int>(net.layers.size()), samples = 2;
+  const size_t tokens_n = static_cast<size_t>(samples * shape.S);
+  std::vector<int> tokens(tokens_n), targets(tokens_n);
+  for (size_t i = 0; i < tokens_n; ++i) {
+    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
+    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
+  }
+  Rendezvous rendezvous;
+  TensorParallelRun run;
+  double losses[2] = {};
+  const auto rank_main = [&](int rank, const exec::DecoderOps& ops) {
+    const exec::DecoderChunk chunk(shape, 0, layers, recompute, rank, 2, ops);
+    std::vector<float> host(chunk.params().count);
+    exec::init_params(chunk.params(), shape, 3, host.data());
+    const OpsFloats w = upload(ops, host), g = ops.zeros(host.size());
+    HostGroup group(rendezvous, rank, ops);
+    exec::DecoderChunk::Input in;
+    in.samples = samples;
+    in.tokens = tokens.data();
+    in.targets = targets.data();
+    in.loss_scale = 1.0f / static_cast<float>(tokens_n);
+    in.group = &group;
+    auto stash = chunk.forward(w.data(), in, losses[rank]);
+    chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group);
+    run.grads[rank] = download(ops, g);
+  };
+  std::thread other([&] { rank_main(1, rank1); });
+  rank_main(0, rank0);
+  other.join();
+  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses differ";
+  run.loss = losses[0];
+  return run;
+}
+
+// The harness itself on the CPU: two ranks' losses add up to the one-device loss.
+TEST(DecoderOps, TensorParallelRanksOnAHostGroupGiveTheOneDeviceLoss) {
+  const model::Network net =
+      model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                               model::Precision::fp32);
+  const TensorParallelRun split = run_tensor_parallel(exec::cpu_decoder_ops(), exec::cpu_decoder_ops(), net,
+                                                      Recompute::none);
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const exec::DecoderChunk whole(shape, 0, static_cast<int>(net.layers.size()), Recompute::none);
+  std::vector<float> w(whole.params().count);
+  exec::init_params(whole.params(), shape, 3, w.data());
+  std::vector<int> tokens(static_cast<size_t>(2 * shape.S)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
+    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
+  }
+  exec::DecoderChunk::Input in;
+  in.samples = 2;
+  in.tokens = tokens.data();
+  in.targets = targets.data();
+  in.loss_scale = 1.0f / static_cast<float>(tokens.size());
+  double loss = 0;
+  whole.forward(w.data(), in, loss);
+  EXPECT_NEAR(split.loss, loss, 1e-5 * loss);
+}
+
+TEST(DecoderOps, CudaTensorParallelMatchesTheCpuReference) {
+  if (!kernels::cuda_built()) GTEST_SKIP() << "CUDA kernels not built: " << kernels::cuda_status();
+  if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "skipped, needs a GPU: " << kernels::cuda_status();
+  // Both ranks on GPU 0; their all-reduces go through the host.
+  const exec::CudaDecoderOps cuda(0, nullptr);
+  for (const model::Network& net :
+       {model::network_from_spec("gpt:layers=2,hidden=36,heads=4,seq=13,vocab=97", model::Precision::fp32),
+        model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                                 model::Precision::fp32)}) {
+    for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+      const std::string what = net.name + " tensor parallel 2, recompute " + std::string(partition::to_string(recompute));
+      const TensorParallelRun want =
+          run_tensor_parallel(exec::cpu_decoder_ops(), exec::cpu_decoder_ops(), net, recompute);
+      const TensorParallelRun got = run_tensor_parallel(cuda, cuda, net, recompute);
+      EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::fabs(want.loss)) << what;
+      expect_close(what + " rank 0's gradients", got.grads[0], want.grads[0]);
+      expect_close(what + " rank 1's gradients", got.grads[1], want.grads[1]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hetflow
