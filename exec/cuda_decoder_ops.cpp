@@ -147,6 +147,26 @@ void CudaDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits
   check(k::crossentropy_backward_cuda(dlogits, logits, targets, dloss, N, V, stream_), "crossentropy_backward");
 }
 
+void CudaDecoderOps::scale(float* x, float factor, size_t n) const {
+  check(k::scale_cuda(x, factor, static_cast<long>(n), stream_), "scale");
+}
+
+double CudaDecoderOps::sum_of_squares(const float* x, size_t n, double start) const {
+  const OpsArray<double> parts = allocate<double>(k::kSumOfSquaresParts);
+  check(k::sum_of_squares_cuda(parts.data(), x, static_cast<long>(n), stream_), "sum_of_squares");
+  check(k::cuda_synchronize(stream_), "synchronize");
+  std::vector<double> host(parts.size());
+  check(k::cuda_copy_to_host(host.data(), parts.data(), host.size() * sizeof(double)), "copy to host");
+  for (const double part : host) start += part;
+  return start;
+}
+
+void CudaDecoderOps::adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                                  float beta2, float eps, float weight_decay, int step) const {
+  check(k::adamw_update_cuda(p, g, m, v, static_cast<long>(n), lr, beta1, beta2, eps, weight_decay, step, stream_),
+        "adamw_update");
+}
+
 void CudaDecoderOps::vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V,
                                              const float* wpe, int N, int T, int C) const {
   check(k::vocab_embedding_forward_cuda(y, tokens, wte, V0, V, wpe, N, T, C, stream_), "vocab_embedding_forward");

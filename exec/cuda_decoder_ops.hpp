@@ -64,6 +64,10 @@ class CudaDecoderOps final : public DecoderOps {
                           const float* k, const float* v, int B, int T, int NH, int NKV, int HS) const override;
   void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) const override;
+  void scale(float* x, float factor, size_t n) const override;
+  double sum_of_squares(const float* x, size_t n, double start) const override;
+  void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int step) const override;
   void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
                                int T, int C) const override;
   void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,

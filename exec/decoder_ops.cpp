@@ -116,6 +116,15 @@ void CpuDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits,
   k::crossentropy_forward_backward(losses, dlogits, logits, targets, dloss, N, V);
 }
 
+void CpuDecoderOps::scale(float* x, float factor, size_t n) const { k::scale(x, factor, static_cast<long>(n)); }
+double CpuDecoderOps::sum_of_squares(const float* x, size_t n, double start) const {
+  return k::sum_of_squares(x, static_cast<long>(n), start);
+}
+void CpuDecoderOps::adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                                 float beta2, float eps, float weight_decay, int step) const {
+  k::adamw_update(p, g, m, v, static_cast<long>(n), lr, beta1, beta2, eps, weight_decay, step);
+}
+
 void CpuDecoderOps::vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V,
                                             const float* wpe, int N, int T, int C) const {
   k::vocab_embedding_forward(y, tokens, wte, V0, V, wpe, N, T, C);

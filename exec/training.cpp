@@ -18,13 +18,15 @@ using partition::TensorKind;
 using Floats = std::vector<float>;
 
 struct CpuTraining::Chunk {
-  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree)
-      : math(shape, layer_begin, layer_end, recompute, rank, degree) {}
+  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
+        const DecoderOps& device_ops)
+      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops), ops(device_ops) {}
   DecoderChunk math;
+  const DecoderOps& ops;  // its device's: every array below is in its memory
   int device = -1, worker = -1, stage = -1;
   int tp_rank = 0, tp = 1;
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
-  Floats params, grads, m, v;
+  OpsFloats params, grads, m, v;
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between
   // workers of different degrees sums them from these (taken by the iteration's first part).
@@ -32,17 +34,23 @@ struct CpuTraining::Chunk {
     size_t at = 0, count = 0, base = 0;  // the slot in the flat array; where local_replicated holds it
   };
   std::vector<Replicated> replicated;  // ascending
-  Floats local_replicated;
+  OpsFloats local_replicated;
   int local_iteration = -1;
   void take_replicated(int iteration) {
     if (local_iteration == iteration) return;
-    local_replicated.clear();
+    size_t total = 0;
     for (Replicated& r : replicated) {
-      r.base = local_replicated.size();
-      local_replicated.insert(local_replicated.end(), grads.begin() + static_cast<std::ptrdiff_t>(r.at),
-                              grads.begin() + static_cast<std::ptrdiff_t>(r.at + r.count));
+      r.base = total;
+      total += r.count;
     }
+    local_replicated = ops.floats(total);
+    for (const Replicated& r : replicated) ops.copy(local_replicated.data() + r.base, grads.data() + r.at, r.count);
     local_iteration = iteration;
+  }
+  std::vector<float> host_params() const {
+    std::vector<float> host(params.size());
+    ops.download(host.data(), params.data(), params.size());
+    return host;
   }
   // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
   const float* replicated_at(size_t offset) const {
@@ -117,8 +125,13 @@ int index_of(std::span<const int> ids, int tensor) {
 }  // namespace
 
 CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
-                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
-    : plan_(plan), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr), data_(std::move(data)), optimizer_(optimizer) {
+                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks,
+                         OpsOfDevice ops_of_device)
+    : plan_(plan),
+      ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
+      ops_of_(ops_of_device ? std::move(ops_of_device) : [](int) -> const DecoderOps& { return cpu_decoder_ops(); }),
+      data_(std::move(data)),
+      optimizer_(optimizer) {
   if (!plan.network.architecture) {
     throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
@@ -166,7 +179,8 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
       continue;
     }
     if (chunk_of_tensor_.count(weight)) continue;
-    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp);
+    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
+                                     ops_of_(task.device));
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;
@@ -194,14 +208,16 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
                       "-" + std::to_string(task.layer_end - 1) + " holds " + std::to_string(expected) +
                       " parameters; the real layers have " + std::to_string(p.count));
     }
-    c->params.assign(p.count, 0.0f);
-    c->grads.assign(p.count, 0.0f);
     for (const ParamSlot& slot : p.slots) {
       if (!slot.split) c->replicated.push_back({slot.offset, slot.count, 0});
     }
-    c->m.assign(p.count, 0.0f);
-    c->v.assign(p.count, 0.0f);
-    init_params(p, shape_, seed, c->params.data());
+    std::vector<float> initial(p.count);
+    init_params(p, shape_, seed, initial.data());
+    c->params = c->ops.floats(p.count);
+    c->ops.upload(c->params.data(), initial.data(), p.count);
+    c->grads = c->ops.zeros(p.count);
+    c->m = c->ops.zeros(p.count);
+    c->v = c->ops.zeros(p.count);
     chunk_of_tensor_[weight] = c.get();
     chunks_.push_back(std::move(c));
   }
@@ -230,6 +246,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
       }
     }
     for (auto& c : chunks_) {
+      std::vector<float> loaded = c->host_params();
       for (const ParamSlot& slot : c->math.params().slots) {
         const NamedTensor* found = nullptr;
         for (const std::string& name : file_names(slot.name)) {
@@ -239,8 +256,9 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
           }
         }
         if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
-        load(slot, *found, init_path, c->params.data() + slot.offset);  // this rank's share
+        load(slot, *found, init_path, loaded.data() + slot.offset);  // this rank's share
       }
+      c->ops.upload(c->params.data(), loaded.data(), loaded.size());
     }
   }
 
@@ -251,13 +269,14 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   collective_chunk_.assign(plan.tasks.size(), nullptr);
   norm_task_.assign(plan.tasks.size(), 0);
   has_norm_.assign(static_cast<size_t>(plan.device_count()), 0);
-  norm_square_.assign(static_cast<size_t>(plan.device_count()), 0.0f);
+  norm_square_.assign(static_cast<size_t>(plan.device_count()), {});
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (task.kind == TaskKind::collective && task.purpose == partition::Purpose::gradient_norm) {
       norm_task_[t] = 1;
       has_norm_[static_cast<size_t>(task.device)] = 1;
       plan_has_norm_ = true;
+      if (local(task.device)) norm_square_[static_cast<size_t>(task.device)] = ops_of_(task.device).floats(1);
     }
   }
   // Each gradient collective reduces the part of Megatron's split its members hold in common
@@ -630,7 +649,9 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     const int device = task.spec->device;
     double norm = 0;
     if (has_norm_[static_cast<size_t>(device)]) {
-      norm = std::sqrt(static_cast<double>(norm_square_[static_cast<size_t>(device)]));
+      float square = 0;
+      ops_of_(device).download(&square, norm_square_[static_cast<size_t>(device)].data(), 1);
+      norm = std::sqrt(static_cast<double>(square));
     } else if (plan_has_norm_) {
       norm = std::sqrt(local_sum_squares(device));
     } else {
@@ -641,18 +662,15 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
   const int step = task.iteration + 1;
   for (Chunk* c : mine) {
-    if (scale != 1) {
-      for (float& g : c->grads) g *= scale;
-    }
+    if (scale != 1) c->ops.scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       const size_t o = slot.offset;
-      kernels::adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o,
-                            static_cast<long>(slot.count), static_cast<float>(optimizer_.lr),
-                            static_cast<float>(optimizer_.adam_beta1), static_cast<float>(optimizer_.adam_beta2),
-                            static_cast<float>(optimizer_.adam_eps),
-                            slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
+      c->ops.adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, slot.count,
+                          static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
+                          static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
+                          slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
     }
-    std::fill(c->grads.begin(), c->grads.end(), 0.0f);
+    c->ops.zero(c->grads.data(), c->grads.size());
   }
 }
 
@@ -664,7 +682,7 @@ double CpuTraining::local_sum_squares(int device) const {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
       if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
-      for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) local += static_cast<double>(c->grads[i]) * c->grads[i];
+      local = c->ops.sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
     }
   }
   return local;
@@ -672,26 +690,29 @@ double CpuTraining::local_sum_squares(int device) const {
 
 std::span<float> CpuTraining::collective_data(const TaskContext& task) {
   if (norm_task_[static_cast<size_t>(task.task)]) {  // the norm's all-reduce: this device's part in, the worker's out
-    float& slot = norm_square_[static_cast<size_t>(task.spec->device)];
-    slot = static_cast<float>(local_sum_squares(task.spec->device));
-    return {&slot, 1};
+    const OpsFloats& slot = norm_square_[static_cast<size_t>(task.spec->device)];
+    const float square = static_cast<float>(local_sum_squares(task.spec->device));
+    ops_of_(task.spec->device).upload(slot.data(), &square, 1);
+    return slot.span();
   }
   Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
   if (runs.empty()) {
     const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
-    return std::span<float>(c->grads).subspan(begin, end - begin);
+    return c->grads.span().subspan(begin, end - begin);
   }
   // (One device's collectives run one after another on its stream: no other thread here.)
   c->take_replicated(task.iteration);
-  Floats& buffer = gathered_[static_cast<size_t>(task.task)];
-  buffer.clear();
+  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
+  buffer = c->ops.floats(floats_of(runs));
+  size_t at = 0;
   for (const FloatRun& run : runs) {
     const float* from = run.replicated ? c->replicated_at(run.at) : c->grads.data() + run.at;
-    buffer.insert(buffer.end(), from, from + run.count);
+    c->ops.copy(buffer.data() + at, from, run.count);
+    at += run.count;
   }
-  return buffer;
+  return buffer.span();
 }
 
 void CpuTraining::collective_done(const TaskContext& task) {
@@ -699,14 +720,13 @@ void CpuTraining::collective_done(const TaskContext& task) {
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
   if (runs.empty()) return;
   Chunk& c = *collective_chunk_[static_cast<size_t>(task.task)];
-  Floats& buffer = gathered_[static_cast<size_t>(task.task)];
+  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
   size_t at = 0;
   for (const FloatRun& run : runs) {
-    std::copy(buffer.begin() + static_cast<std::ptrdiff_t>(at), buffer.begin() + static_cast<std::ptrdiff_t>(at + run.count),
-              c.grads.begin() + static_cast<std::ptrdiff_t>(run.at));
+    c.ops.copy(c.grads.data() + run.at, buffer.data() + at, run.count);
     at += run.count;
   }
-  Floats().swap(buffer);
+  buffer = OpsFloats();
 }
 
 std::vector<double> CpuTraining::losses() const {
@@ -729,8 +749,12 @@ SafetensorsFile CpuTraining::weights() const {
     const float* values = nullptr;
   };
   std::map<int, std::vector<Held>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
+  std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
+  host.reserve(chunks_.size());
   for (const auto& c : chunks_) {
-    if (c->worker == 0) stages[c->stage].push_back({c->tp_rank, &c->math.params(), c->params.data()});
+    if (c->worker != 0) continue;
+    host.push_back(c->host_params());
+    stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data()});
   }
   for (const RemoteChunk& c : remote_chunks_) stages[c.stage].push_back({c.tp_rank, &c.params, c.values.data()});
   // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
@@ -783,8 +807,9 @@ void CpuTraining::collect_at_root() {
       if (c->worker != 0) continue;
       put(mine, std::uint64_t{2});
       for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end}) put(mine, v);
-      put(mine, static_cast<std::uint64_t>(c->params.size()));
-      for (const float v : c->params) put(mine, v);
+      const std::vector<float> values = c->host_params();
+      put(mine, static_cast<std::uint64_t>(values.size()));
+      for (const float v : values) put(mine, v);
     }
     for (const auto& [device, server] : servers_) {
       for (const auto& [name, p] : server.params) {
@@ -968,8 +993,10 @@ void CpuTraining::take_gradients(int device, int iteration) {
   std::lock_guard lock(mutex_);
   for (auto& c : chunks_) {
     if (c->device != device) continue;
-    taken_[{c.get(), iteration}] = c->grads;
-    std::fill(c->grads.begin(), c->grads.end(), 0.0f);
+    Floats& taken = taken_[{c.get(), iteration}];
+    taken.resize(c->grads.size());
+    c->ops.download(taken.data(), c->grads.data(), c->grads.size());
+    c->ops.zero(c->grads.data(), c->grads.size());
     // Pushes and updates of iterations this far back are done (WSP bounds the lag).
     const auto first = taken_.lower_bound({c.get(), std::numeric_limits<int>::min()});
     taken_.erase(first, taken_.lower_bound({c.get(), iteration - staleness_ - 3}));
@@ -989,7 +1016,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
       for (const ParamSlot* slot : slots) {
         mine.clear();
         append_pieces(*slot, version.at(slot->name), mine);
-        std::copy(mine.begin(), mine.end(), c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
+        c.ops.upload(c.params.data() + slot->offset, mine.data(), mine.size());
       }
       continue;
     }
@@ -1001,9 +1028,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
     }
     size_t at = 0;
     for (const ParamSlot* slot : slots) {
-      std::copy(found->second.begin() + static_cast<std::ptrdiff_t>(at),
-                found->second.begin() + static_cast<std::ptrdiff_t>(at + slot->count),
-                c.params.begin() + static_cast<std::ptrdiff_t>(slot->offset));
+      c.ops.upload(c.params.data() + slot->offset, found->second.data() + at, slot->count);
       at += slot->count;
     }
     pulled_.erase(found);

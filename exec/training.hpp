@@ -1,7 +1,14 @@
 #pragma once
-// Real training on the CPU back end: what each compute task of a decoder-transformer plan
-// computes, and which floats each of its gradient collectives reduces. The CPU back end
-// (exec/cpu_backend.hpp) calls it; the engine still decides when every task runs.
+// Real training: what each compute task of a decoder-transformer plan computes, and which
+// floats each of its gradient collectives reduces. A back end calls it (the CPU's,
+// exec/cpu_backend.hpp); the engine still decides when every task runs.
+//
+// Where the numbers live: each device's chunks keep their parameters, gradients and Adam
+// moments in that device's DecoderOps memory (exec/decoder_ops.hpp; the CPU's by default) and
+// touch them only through its ops, the optimizer's scale, squared norm and AdamW included;
+// what a gradient collective reduces (collective_data) is that memory too. Host copies are
+// made only where the host needs the values: a file's weights (uploaded), a parameter
+// server's pushes and pulls (servers keep host arrays), weights() and collect_at_root().
 //
 // How the plan maps onto the math (everything comes from the plan):
 //  - Each (device, chunk) holds the FP32 parameters of the chunk's layers
@@ -66,6 +73,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -106,9 +114,12 @@ class CpuTraining {
  public:
   // Throws PlanError when the plan's network or layout is not covered (see above), InputError
   // when `init` lacks a parameter or has one of the wrong shape.
+  // `ops_of_device`: each device's DecoderOps (they outlive this object); unset: the CPU's
+  // for every device.
+  using OpsOfDevice = std::function<const DecoderOps&(int device)>;
   CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
-              const Ranks* ranks = nullptr);
+              const Ranks* ranks = nullptr, OpsOfDevice ops_of_device = {});
   ~CpuTraining();
 
   // Host bytes the engine allocates for a tensor: boundary activations and their gradients
@@ -160,6 +171,7 @@ class CpuTraining {
 
   const partition::Plan& plan_;
   const Ranks* ranks_ = nullptr;  // null: every device is here
+  OpsOfDevice ops_of_;
   DecoderShape shape_;
   std::unique_ptr<TokenSource> data_;
   OptimizerOptions optimizer_;
@@ -173,7 +185,7 @@ class CpuTraining {
   std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
   std::vector<Chunk*> collective_chunk_;                    // per task
   std::vector<std::vector<FloatRun>> collective_runs_;      // per task: gathered instead (empty: the span)
-  std::vector<std::vector<float>> gathered_;                           // per task: its runs' floats while it runs
+  std::vector<OpsFloats> gathered_;                          // per task: its runs' floats while it runs
   SplitPart common_part(const std::vector<int>& members) const;
   void check_collective_sizes() const;
   // The gradient-norm all-reduce (Purpose::gradient_norm) of each device: whether the plan
@@ -181,7 +193,7 @@ class CpuTraining {
   // device's slot is written and read by its own thread alone.
   std::vector<char> norm_task_;     // per task
   std::vector<char> has_norm_;      // per device
-  std::vector<float> norm_square_;  // per device
+  std::vector<OpsFloats> norm_square_;  // per device: one float in its ops' memory
   bool plan_has_norm_ = false;
   double local_sum_squares(int device) const;
 

@@ -1,6 +1,7 @@
 // The AdamW step on the GPU (transformer_cuda.hpp): adamw_update's double operations, in its
 // order, with explicitly rounded intrinsics so that nvcc fuses none of them into an FMA; the
 // scalars come from the host (transformer_cuda.cpp) computed as the reference computes them.
+// And the gradient clipping's helpers: the rescale and the squared norm's partial sums.
 #include "kernels/cuda_common.cuh"
 #include "kernels/transformer_cuda_launch.hpp"
 
@@ -28,9 +29,44 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, long 
   }
 }
 
+__global__ void scale_kernel(float* x, float factor, long n) {
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long>(gridDim.x) * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
+// Block b of kSumOfSquaresParts sums the elements b*256 + t + k*(256 * parts) in thread t's
+// order of k, then its threads' sums in the block's fixed order: the same shape for every n.
+__global__ void sum_of_squares_kernel(double* parts, const float* x, long n) {
+  __shared__ double shared[kThreads];
+  double local = 0;
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long>(gridDim.x) * blockDim.x) {
+    local += static_cast<double>(x[i]) * x[i];
+  }
+  shared[threadIdx.x] = local;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) parts[blockIdx.x] = shared[0];
+}
+
 }  // namespace
 
 namespace launch {
+
+Status scale(float* x, float factor, long n, CudaStream stream) {
+  scale_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(x, factor, n);
+  return cuda::launched();
+}
+
+Status sum_of_squares(double* parts, const float* x, long n, CudaStream stream) {
+  sum_of_squares_kernel<<<kSumOfSquaresParts, kThreads, 0, stream>>>(parts, x, n);
+  return cuda::launched();
+}
 
 Status adamw_update(float* p, const float* g, float* m, float* v, long n, const AdamwScalars& scalars,
                     CudaStream stream) {

@@ -110,6 +110,11 @@ void logits_exp_sums(float* sums, const float* logits, const float* row_max, con
 void vocab_crossentropy_backward(float* dlogits, double* losses, const float* logits, const float* row_max,
                                  const float* sums, const int* targets, int V0, float dloss, int N, int V);
 
+// x[i] *= factor: gradient clipping's rescale.
+void scale(float* x, float factor, long n);
+// start + the sum of x[i]^2, accumulated in double in index order (a gradient norm's part).
+double sum_of_squares(const float* x, long n, double start = 0);
+
 // One AdamW step as torch.optim.AdamW (decoupled weight decay): p -= lr*weight_decay*p; m = b1 m + (1-b1) g;
 // v = b2 v + (1-b2) g^2; p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). step >= 1.
 // m and v are rounded to fp32 before p's update reads them, as the in-place PyTorch ops do.

@@ -345,6 +345,21 @@ Status crossentropy_backward_cuda(float* dlogits, const float* logits, const int
 
 // ---------------------------------------------------------------------------------------------
 
+Status scale_cuda(float* x, float factor, long n, CudaStream stream) {
+  if (n < 0) return Status::invalid_value;
+  if (n == 0) return Status::success;
+  if (x == nullptr) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::scale(x, factor, n, stream);
+}
+
+Status sum_of_squares_cuda(double* parts, const float* x, long n, CudaStream stream) {
+  if (n < 0 || parts == nullptr) return Status::invalid_value;
+  if (n > 0 && x == nullptr) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::sum_of_squares(parts, x, n, stream);  // n == 0 still writes zero parts
+}
+
 Status adamw_update_cuda(float* p, const float* g, float* m, float* v, long n, float lr, float beta1, float beta2,
                          float eps, float weight_decay, int step, CudaStream stream) {
   if (n < 0 || step < 1) return Status::invalid_value;

@@ -202,6 +202,15 @@ Status vocab_crossentropy_backward_cuda(float* dlogits, double* losses, const fl
                                         CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
+// The optimizer's helpers. scale_cuda: x[i] *= factor, one fp32 multiply (bitwise the
+// reference). sum_of_squares_cuda: kSumOfSquaresParts partial sums of x[i]^2 in double into
+// `parts` (device doubles), each a fixed set of elements added in a fixed order; the caller
+// adds the parts in order (so the result is repeatable, though not the reference's order).
+constexpr int kSumOfSquaresParts = 256;
+Status scale_cuda(float* x, float factor, long n, CudaStream stream);
+Status sum_of_squares_cuda(double* parts, const float* x, long n, CudaStream stream);
+
+// ---------------------------------------------------------------------------------------------
 // AdamW, as adamw_update: the bias corrections and the step size computed in double on the
 // host, the element update in the reference's double operations in its order, without fused
 // multiply-adds (so it should match the reference bitwise where the host compiler does not

@@ -63,6 +63,8 @@ Status logits_exp_sums(float* sums, const float* logits, const float* row_max, c
 Status vocab_crossentropy_backward(float* dlogits, double* losses, const float* logits, const float* row_max,
                                    const float* sums, const int* targets, int V0, float dloss, int N, int V,
                                    CudaStream stream);
+Status scale(float* x, float factor, long n, CudaStream stream);
+Status sum_of_squares(double* parts, const float* x, long n, CudaStream stream);
 // The scalars as adamw_update computes them on the host, in double.
 struct AdamwScalars {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bias2_sqrt;

@@ -201,6 +201,15 @@ void bias_add(float* y, const float* b, int N, int C) {
   }
 }
 
+void scale(float* x, float factor, long n) {
+  for (long i = 0; i < n; ++i) x[i] *= factor;
+}
+
+double sum_of_squares(const float* x, long n, double start) {
+  for (long i = 0; i < n; ++i) start += static_cast<double>(x[i]) * x[i];
+  return start;
+}
+
 void gelu_forward(float* y, const float* x, long n) {
   for (long i = 0; i < n; ++i) y[i] = x[i] * gelu_gate(x[i]);
 }

@@ -15,6 +15,7 @@
 #include "exec/training.hpp"
 #include "compare_weights.hpp"
 #include "exec_test_util.hpp"
+#include "guarded_ops.hpp"
 #include "partition/memory.hpp"
 
 namespace hetflow {
@@ -241,9 +242,12 @@ struct Trained {
 };
 
 Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::uint64_t data_seed = 7,
-              const exec::SafetensorsFile* init = nullptr) {
+              const exec::SafetensorsFile* init = nullptr, const exec::DecoderOps* ops = nullptr) {
   const int vocab = plan.network.architecture->vocab;
-  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors");
+  exec::CpuTraining::OpsOfDevice ops_of;
+  if (ops != nullptr) ops_of = [ops](int) -> const exec::DecoderOps& { return *ops; };
+  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors", nullptr,
+                             ops_of);
   exec::CpuBackend backend({}, &training);
   exec::EngineOptions e;
   e.iterations = steps;
@@ -295,6 +299,29 @@ struct DistributedCase {
   int tensor = 1;
   bool sequence_parallel = false;
 };
+
+// The training layer keeps parameters, gradients and moments in its DecoderOps' memory and
+// touches them only through the ops (what lets the CUDA ops hold them on a GPU): on ops whose
+// memory faults outside an op, a one-device run with clipping, recomputation and a file's
+// weights gives the CPU ops' bits.
+TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOps) {
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    for (const char* schedule : {"1f1b", "1f1b-split-w"}) {
+      partition::PlanOptions o = options(1, 1, 2, schedule);
+      o.recompute = partition::Recompute::selective;
+      const Plan plan = test_support::planned(model::cpu_cluster(1), net, o);
+      const exec::SafetensorsFile init = checkpoint_like(plan);
+      const Trained want = train(plan, 3, optimizer(), 7, &init);
+      const test_support::GuardedOps guarded;
+      const Trained got = train(plan, 3, optimizer(), 7, &init, &guarded);
+      EXPECT_EQ(guarded.live_ranges(), 0u) << net.name;
+      EXPECT_EQ(got.losses, want.losses) << net.name << " " << schedule;
+      const auto diff = test_support::compare_weights(got.weights, want.weights);
+      EXPECT_TRUE(diff.same_names);
+      EXPECT_EQ(diff.worst_relative, 0.0) << net.name << " " << schedule << ": " << diff.worst;
+    }
+  }
+}
 
 // `many` against one device on the same global batch (8 sequences), from the same weights.
 void expect_trains_as_one_device(const Plan& many, const model::Network& net) {

@@ -297,6 +297,26 @@ TEST(TransformerCuda, ResidualAndBiasAddsMatchTheReferenceBitwise) {
   }
 }
 
+TEST(TransformerCuda, ScaleAndSumOfSquaresMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const long n : {0L, 7L, 1000003L}) {
+    std::mt19937 rng(25);
+    const Vec x = random_vec(size_of(n), rng);
+    Vec scaled = x;
+    scale(scaled.data(), 0.375f, n);
+    const double want = sum_of_squares(x.data(), n);
+    Device device;
+    float* d_x = device.upload(n > 0 ? x : Vec(1));
+    double* parts = device.upload(std::vector<double>(kSumOfSquaresParts, -1.0));
+    EXPECT_OK(sum_of_squares_cuda(parts, d_x, n, nullptr));
+    double got = 0;
+    for (const double part : device.download(parts, kSumOfSquaresParts)) got += part;
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
+    EXPECT_OK(scale_cuda(d_x, 0.375f, n, nullptr));
+    if (n > 0) expect_bitwise("scale n=" + std::to_string(n), device.download(d_x, x.size()), scaled);
+  }
+}
+
 TEST(TransformerCuda, CopyOnStreamCopiesDeviceMemory) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(22);
@@ -770,6 +790,8 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(rmsnorm_forward_cuda(f, f, f, f, 1, 0, 1e-5f, nullptr), Status::invalid_value);
   EXPECT_EQ(gelu_forward_cuda(f, f, -1, nullptr), Status::invalid_value);
   EXPECT_EQ(residual_add_cuda(f, nullptr, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(sum_of_squares_cuda(nullptr, f, 4, nullptr), Status::invalid_value);
+  EXPECT_EQ(scale_cuda(nullptr, 2.0f, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(vocab_embedding_forward_cuda(f, tok, f, 0, 0, f, 1, 1, 4, nullptr), Status::invalid_value);  // no rows
   EXPECT_EQ(logits_row_max_cuda(f, nullptr, 1, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(vocab_crossentropy_backward_cuda(f, nullptr, f, f, f, tok, 0, 1.0f, 1, 4, nullptr), Status::invalid_value);
@@ -821,6 +843,7 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cuda_copy_on_stream(f, f, 16, nullptr), want);
   EXPECT_EQ(residual_add_cuda(f, f, 4, nullptr), want);
   EXPECT_EQ(bias_add_cuda(f, f, 2, 2, nullptr), want);
+  EXPECT_EQ(scale_cuda(f, 2.0f, 4, nullptr), want);
   EXPECT_EQ(vocab_embedding_forward_cuda(f, tok, f, 0, 4, f, 1, 1, 4, nullptr), want);
   EXPECT_EQ(vocab_embedding_backward_cuda(f, f, f, tok, 0, 4, 1, 1, 4, nullptr), want);
   EXPECT_EQ(logits_row_max_cuda(f, f, 1, 4, nullptr), want);

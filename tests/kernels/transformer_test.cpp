@@ -292,6 +292,14 @@ TEST(Adds, ResidualAndBiasAddElementwise) {
   EXPECT_EQ(y, (std::vector<float>{11.5f, 21, 35, 44.5f, 54, 68}));
 }
 
+TEST(Adds, ScaleAndSumOfSquares) {
+  std::vector<float> x = {1, -2, 0.5f};
+  scale(x.data(), 2.0f, 3);
+  EXPECT_EQ(x, (std::vector<float>{2, -4, 1}));
+  EXPECT_EQ(sum_of_squares(x.data(), 3), 21.0);
+  EXPECT_EQ(sum_of_squares(x.data(), 3, 0.5), 21.5);  // continues a running sum
+}
+
 TEST(Gelu, KnownValues) {
   const Vec x = {0, 1, -1, 2, 10, -10};
   Vec y = unwritten(x.size());

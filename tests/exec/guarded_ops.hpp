@@ -1,0 +1,183 @@
+#pragma once
+// Test support: DecoderOps whose memory only the ops may touch (exec/decoder_ops.hpp), so
+// code that reads or writes device memory from the host faults on a machine without a GPU.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+
+#include "exec/decoder_ops.hpp"
+
+namespace hetflow::test_support {
+
+using exec::OpsFloats;
+using exec::OpsInts;
+
+// The CPU reference's math on page ranges that only the ops themselves may touch: every range
+// is PROT_NONE except while one of the ops runs (ops are serialized by a mutex, so threads
+// see no false alarm; a thread touching memory while another's op has it open goes unseen).
+class GuardedOps final : public exec::CpuDecoderOps {
+ public:
+  GuardedOps() {
+    struct sigaction action {};
+    action.sa_handler = [](int) {
+      static const char message[] = "guarded ops: memory touched outside an op\n";
+      [[maybe_unused]] const ssize_t written = write(2, message, sizeof message - 1);
+      signal(SIGSEGV, SIG_DFL);  // the faulting access repeats and ends the process
+    };
+    sigaction(SIGSEGV, &action, &previous_);
+  }
+  ~GuardedOps() override { sigaction(SIGSEGV, &previous_, nullptr); }
+  GuardedOps(const GuardedOps&) = delete;
+  GuardedOps& operator=(const GuardedOps&) = delete;
+
+  // While one lives, every guarded range is readable and writable (an op calling another
+  // nests).
+  class Open {
+   public:
+    explicit Open(const GuardedOps& ops) : ops_(ops), lock_(ops.mutex_) {
+      if (ops_.depth_++ == 0) ops_.protect(PROT_READ | PROT_WRITE);
+    }
+    ~Open() {
+      if (--ops_.depth_ == 0) ops_.protect(PROT_NONE);
+    }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+
+   private:
+    const GuardedOps& ops_;
+    std::lock_guard<std::recursive_mutex> lock_;
+  };
+
+  OpsFloats floats(size_t n) const override { return guarded<float>(n); }
+  // (zeros and ints allocate under the lock too: the registry is shared.)
+  OpsFloats zeros(size_t n) const override { return guarded<float>(n); }  // fresh pages are zero
+  OpsInts ints(const int* host, size_t n) const override {
+    OpsInts a = guarded<int>(n);
+    const Open open(*this);
+    if (n > 0) std::memcpy(a.data(), host, n * sizeof(int));
+    return a;
+  }
+
+#define HETFLOW_GUARDED(ret, name, params, args) \
+  ret name params const override {               \
+    const Open open(*this);                      \
+    return CpuDecoderOps::name args;             \
+  }
+  HETFLOW_GUARDED(void, copy, (float* d, const float* s, size_t n), (d, s, n))
+  HETFLOW_GUARDED(void, zero, (float* d, size_t n), (d, n))
+  HETFLOW_GUARDED(void, upload, (float* d, const float* h, size_t n), (d, h, n))
+  HETFLOW_GUARDED(void, download, (float* h, const float* s, size_t n), (h, s, n))
+  HETFLOW_GUARDED(double, sum, (const float* x, size_t n), (x, n))
+  HETFLOW_GUARDED(void, residual_add, (float* y, const float* x, long n), (y, x, n))
+  HETFLOW_GUARDED(void, bias_add, (float* y, const float* b, int N, int C), (y, b, N, C))
+  HETFLOW_GUARDED(void, linear_forward,
+                  (float* y, const float* x, const float* w, const float* b, int N, int C, int OC),
+                  (y, x, w, b, N, C, OC))
+  HETFLOW_GUARDED(void, linear_backward_input, (float* dx, const float* dy, const float* w, int N, int C, int OC),
+                  (dx, dy, w, N, C, OC))
+  HETFLOW_GUARDED(void, linear_backward_weight,
+                  (float* dw, float* db, const float* dy, const float* x, int N, int C, int OC),
+                  (dw, db, dy, x, N, C, OC))
+  HETFLOW_GUARDED(void, embedding_forward,
+                  (float* y, const int* t, const float* wte, const float* wpe, int N, int T, int C),
+                  (y, t, wte, wpe, N, T, C))
+  HETFLOW_GUARDED(void, embedding_backward,
+                  (float* dwte, float* dwpe, const float* dy, const int* t, int N, int T, int C),
+                  (dwte, dwpe, dy, t, N, T, C))
+  HETFLOW_GUARDED(void, layernorm_forward,
+                  (float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N, int C,
+                   float eps),
+                  (y, mean, rstd, x, w, b, N, C, eps))
+  HETFLOW_GUARDED(void, layernorm_backward,
+                  (float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, const float* mean,
+                   const float* rstd, int N, int C),
+                  (dx, dw, db, dy, x, w, mean, rstd, N, C))
+  HETFLOW_GUARDED(void, rmsnorm_forward, (float* y, float* rstd, const float* x, const float* w, int N, int C, float eps),
+                  (y, rstd, x, w, N, C, eps))
+  HETFLOW_GUARDED(void, rmsnorm_backward,
+                  (float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
+                   int C),
+                  (dx, dw, dy, x, w, rstd, N, C))
+  HETFLOW_GUARDED(void, gelu_forward, (float* y, const float* x, long n), (y, x, n))
+  HETFLOW_GUARDED(void, gelu_backward, (float* dx, const float* dy, const float* x, long n), (dx, dy, x, n))
+  HETFLOW_GUARDED(void, swiglu_forward, (float* y, const float* g, const float* u, long n), (y, g, u, n))
+  HETFLOW_GUARDED(void, swiglu_backward,
+                  (float* dg, float* du, const float* dy, const float* g, const float* u, long n),
+                  (dg, du, dy, g, u, n))
+  HETFLOW_GUARDED(void, rope_forward, (float* x, int N, int T, int h, int hd, float theta), (x, N, T, h, hd, theta))
+  HETFLOW_GUARDED(void, rope_backward, (float* dx, int N, int T, int h, int hd, float theta), (dx, N, T, h, hd, theta))
+  HETFLOW_GUARDED(void, attention_forward,
+                  (float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
+                   int NKV, int HS),
+                  (out, probs, q, k, v, B, T, NH, NKV, HS))
+  HETFLOW_GUARDED(void, attention_backward,
+                  (float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                   const float* k, const float* v, int B, int T, int NH, int NKV, int HS),
+                  (dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS))
+  HETFLOW_GUARDED(void, crossentropy_forward_backward,
+                  (float* losses, float* dl, const float* logits, const int* t, float dloss, int N, int V),
+                  (losses, dl, logits, t, dloss, N, V))
+  HETFLOW_GUARDED(void, vocab_embedding_forward,
+                  (float* y, const int* t, const float* wte, int V0, int V, const float* wpe, int N, int T, int C),
+                  (y, t, wte, V0, V, wpe, N, T, C))
+  HETFLOW_GUARDED(void, vocab_embedding_backward,
+                  (float* dwte, float* dwpe, const float* dy, const int* t, int V0, int V, int N, int T, int C),
+                  (dwte, dwpe, dy, t, V0, V, N, T, C))
+  HETFLOW_GUARDED(void, logits_row_max, (float* m, const float* l, int N, int V), (m, l, N, V))
+  HETFLOW_GUARDED(void, logits_exp_sums,
+                  (float* s, const float* l, const float* m, const int* t, int V0, int N, int V),
+                  (s, l, m, t, V0, N, V))
+  HETFLOW_GUARDED(double, vocab_crossentropy_backward,
+                  (float* dl, const float* l, const float* m, const float* s, const int* t, int V0, float dloss, int N,
+                   int V),
+                  (dl, l, m, s, t, V0, dloss, N, V))
+  HETFLOW_GUARDED(void, scale, (float* x, float f, size_t n), (x, f, n))
+  HETFLOW_GUARDED(double, sum_of_squares, (const float* x, size_t n, double start), (x, n, start))
+  HETFLOW_GUARDED(void, adamw_update,
+                  (float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+                   float wd, int step),
+                  (p, g, m, v, n, lr, b1, b2, eps, wd, step))
+#undef HETFLOW_GUARDED
+
+  size_t live_ranges() const {
+    std::lock_guard lock(mutex_);
+    return ranges_.size();
+  }
+
+ private:
+  template <class T>
+  exec::OpsArray<T> guarded(size_t n) const {
+    if (n == 0) return {};
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = (n * sizeof(T) + page - 1) / page * page;
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    std::lock_guard lock(mutex_);
+    ranges_[p] = bytes;
+    if (depth_ > 0) mprotect(p, bytes, PROT_READ | PROT_WRITE);  // allocated inside an op
+    return exec::OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p),
+                                                [this, bytes](T* q) {
+                                                  std::lock_guard inner(mutex_);
+                                                  ranges_.erase(q);
+                                                  munmap(q, bytes);
+                                                }),
+                             n);
+  }
+  void protect(int how) const {
+    for (const auto& [p, bytes] : ranges_) mprotect(p, bytes, how);
+  }
+
+  mutable std::recursive_mutex mutex_;
+  mutable std::map<void*, size_t> ranges_;
+  mutable int depth_ = 0;
+  struct sigaction previous_ {};
+};
+
+
+}  // namespace hetflow::test_support
