@@ -24,8 +24,10 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/cuda_decoder_ops.hpp"
 #include "exec/cuda_plan.hpp"
 #include "exec/ranks.hpp"
+#include "exec/training.hpp"
 #include "kernels/cast.hpp"
 #include "partition/task_order.hpp"
 
@@ -198,6 +200,7 @@ struct GpuLane {
   void* staging = nullptr;  // cap bytes: messages whose tensors are smaller, collective buffers
   cudaEvent_t start = nullptr, end = nullptr;       // timing
   cudaEvent_t group[2] = {nullptr, nullptr};        // GEMM groups in flight
+  cudaEvent_t ops_done = nullptr;                   // real math: the compute stream's work so far
 };
 
 // One plan device.
@@ -210,12 +213,14 @@ struct Gpu {
   void* arena = nullptr;           // the device copies of the tensors on this device
   std::vector<GpuLane> lanes;      // one per stream program of the device
   std::unique_ptr<std::mutex> issue = std::make_unique<std::mutex>();  // NCCL calls on this GPU
+  std::unique_ptr<CudaDecoderOps> ops;  // real math: on the compute stream (the forward tasks')
 };
 
 }  // namespace
 
 struct CudaBackend::State {
   const Plan* plan = nullptr;
+  CpuTraining* training = nullptr;             // real math; null: proxies
   CudaPlan nccl_plan;
   model::Precision precision = model::Precision::fp32;
   size_t cap = 0;                              // bytes per device copy, message and collective
@@ -240,7 +245,7 @@ struct CudaBackend::State {
       for (GpuLane& l : g.lanes) {
         if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
         if (l.blas != nullptr) cublasDestroy(l.blas);
-        for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1]}) {
+        for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1], l.ops_done}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
         if (l.cuda != nullptr) cudaStreamDestroy(l.cuda);
@@ -289,6 +294,7 @@ void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, co
   cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
   cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
   for (cudaEvent_t& e : lane.group) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
+  cuda(cudaEventCreateWithFlags(&lane.ops_done, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
   blas(cublasCreate(&lane.blas), "cublasCreate", where);
   blas(cublasSetStream(lane.blas, lane.cuda), "cublasSetStream", where);
   lane.blas_workspace = device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace", where);
@@ -342,6 +348,15 @@ void make_gpu(CudaBackend::State& s, int device) {
     gpu.lanes.back().stream = program.stream;
     make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, gpu.where + ", stream " + plan.stream_name(program.stream));
   }
+  if (s.training == nullptr || gpu.lanes.empty()) return;
+  // The real math's kernels go on the stream that runs the device's forward tasks.
+  const GpuLane* compute = &gpu.lanes.front();
+  for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
+    for (const int t : program.tasks) {
+      if (plan.task(t).kind == TaskKind::forward) compute = &s.lane(device, program.stream);
+    }
+  }
+  gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda);
 }
 
 // This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
@@ -409,6 +424,18 @@ void CudaBackend::prepare(const Plan& plan) {
   }
   auto s = std::make_unique<State>();
   s->plan = &plan;
+  s->training = options_.training;
+  if (s->training != nullptr) {
+    if (s->training->tensor_parallel()) {
+      throw PlanError("real math on the cuda back end does not run tensor parallelism yet (its all-reduces inside a "
+                      "compute task need NCCL communicators of the compute streams); use --compute proxy or the cpu "
+                      "back end");
+    }
+    if (s->training->parameter_server()) {
+      throw PlanError("real math on the cuda back end does not run parameter servers yet (their updates run on host "
+                      "arrays); use all-reduce, --compute proxy or the cpu back end");
+    }
+  }
   // Under mpirun this process runs its block of the plan's devices on its node's GPUs, after
   // those of the node's lower ranks.
   const Ranks* processes = options_.ranks != nullptr && !options_.ranks->alone() ? options_.ranks : nullptr;
@@ -439,12 +466,25 @@ void CudaBackend::prepare(const Plan& plan) {
     s->precision = plan.layout.precision;
     s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
     s->copy.assign(plan.tensors.size(), nullptr);
-    for (const partition::Tensor& t : plan.tensors) {
-      s->copy_bytes.push_back(std::min(static_cast<size_t>(std::max(0.0, t.bytes)), s->cap));
+    for (size_t t = 0; t < plan.tensors.size(); ++t) {
+      // Real math: what the training exchanges, whole; a proxy: the plan's bytes, capped.
+      s->copy_bytes.push_back(s->training != nullptr
+                                  ? s->training->buffer_bytes(static_cast<int>(t))
+                                  : std::min(static_cast<size_t>(std::max(0.0, plan.tensors[t].bytes)), s->cap));
     }
     s->gpus.resize(static_cast<size_t>(devices));
     for (int d = 0; d < devices; ++d) {
       if (s->nccl_plan.local(d)) make_gpu(*s, d);
+    }
+    if (s->training != nullptr) {
+      // The chunks' arrays to their GPUs: each allocated with its GPU current.
+      State& state = *s;
+      s->training->place([&state](int d) -> const DecoderOps& {
+        Gpu& gpu = state.gpus[static_cast<size_t>(d)];
+        if (!gpu.ops) throw Error("plan device " + std::to_string(d) + " holds a chunk but runs no forward task here");
+        cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
+        return *gpu.ops;
+      });
     }
   } catch (const std::exception& e) {
     if (processes == nullptr) throw;
@@ -583,10 +623,11 @@ void run_transfer(Job& job) {
   const Plan& plan = *job.s.plan;
   const bool sending = t.kind == TaskKind::send;
   ncclComm_t* comm = job.rank();
-  const size_t bytes = std::min(static_cast<size_t>(std::max(0.0, t.bytes)), job.s.cap);
   const auto tensors = sending ? plan.reads(job.task.task) : plan.writes(job.task.task);
   const int tensor = tensors.empty() ? -1 : tensors[0];
   const size_t own = tensor < 0 ? 0 : job.s.copy_bytes[static_cast<size_t>(tensor)];
+  // Real math moves the whole tensor (both ends size it alike); a proxy the plan's bytes, capped.
+  const size_t bytes = job.s.training != nullptr ? own : std::min(static_cast<size_t>(std::max(0.0, t.bytes)), job.s.cap);
   // The tensor's own device copy when it holds the message; the staging buffer otherwise.
   void* buffer = tensor >= 0 && own >= bytes ? job.s.copy[static_cast<size_t>(tensor)] : job.lane.staging;
   const std::string channel = "channel " + std::to_string(t.channel) + " (" + plan.channels[static_cast<size_t>(t.channel)].tag + ")";
@@ -672,6 +713,75 @@ void run_collective(Job& job) {
   job.finish(comm, result);
 }
 
+// The task as the training sees it on a GPU: its tensors are their device copies.
+class DeviceTask final : public TaskContext {
+ public:
+  explicit DeviceTask(Job& job) : job_(job) {
+    task = job.task.task;
+    iteration = job.task.iteration;
+    spec = job.task.spec;
+    for (const int t : job.s.plan->reads(task)) reads_.push_back(copy_of(t));
+    for (const int t : job.s.plan->writes(task)) writes_.push_back(copy_of(t));
+    reads = reads_;
+    writes = writes_;
+  }
+  void waiting_for(std::string what) override { job_.task.waiting_for(std::move(what)); }
+
+ private:
+  Buffer copy_of(int tensor) const {
+    const auto t = static_cast<size_t>(tensor);
+    return {static_cast<std::byte*>(job_.s.copy[t]), job_.s.copy_bytes[t]};
+  }
+  Job& job_;
+  std::vector<Buffer> reads_, writes_;
+};
+
+// The real math's kernels run on the device's compute stream: this lane's stream waits for
+// what is enqueued there so far (nothing to do on the compute stream itself).
+void follow_compute_stream(Job& job) {
+  const cudaStream_t compute = job.gpu.ops->stream();
+  if (compute == job.lane.cuda) return;
+  cuda(cudaEventRecord(job.lane.ops_done, compute), "cudaEventRecord", job.where);
+  cuda(cudaStreamWaitEvent(job.lane.cuda, job.lane.ops_done, 0), "cudaStreamWaitEvent", job.where);
+}
+
+void run_real_compute(Job& job) {
+  DeviceTask device(job);
+  job.s.training->compute(device, job.stop, nullptr);
+  follow_compute_stream(job);
+  job.finish(nullptr, job.written());
+}
+
+// A gradient collective of the real math: NCCL's all-reduce in place on the training's floats.
+void run_real_collective(Job& job) {
+  const partition::Task& t = *job.task.spec;
+  const Plan& plan = *job.s.plan;
+  const partition::Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
+  DeviceTask device(job);
+  const std::span<float> data = job.s.training->collective_data(device);
+  if (data.empty() && !job.task.reads.empty()) {
+    throw PlanError("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.purpose)) +
+                    ") reduces no gradients of the model: real math on the cuda back end runs gradient collectives only");
+  }
+  if (c.kind != partition::CollectiveKind::all_reduce) {
+    throw PlanError("collective " + std::to_string(t.collective) + " is a " + std::string(partition::to_string(c.kind)) +
+                    " of gradients: real math on the cuda back end reduces gradients by all-reduce only");
+  }
+  follow_compute_stream(job);  // the gradients, and what collective_data gathered, are complete
+  ncclComm_t* comm = job.rank();
+  job.task.waiting_for("collective " + std::to_string(t.collective) + " (all-reduce of " + std::to_string(data.size()) +
+                       " gradient floats): the other " + std::to_string(plan.members(c).size() - 1) + " member(s)");
+  float* const at = data.data();
+  const size_t n = data.size();
+  const cudaStream_t stream = job.lane.cuda;
+  job.issue(comm, "ncclAllReduce", [&](ncclComm_t h) { return ncclAllReduce(at, at, n, ncclFloat32, ncclSum, h, stream); });
+  job.finish(comm, {});
+  // Gathered floats go back on the compute stream; the task ends when they are there.
+  job.s.training->collective_done(device);
+  cuda(cudaEventRecord(job.lane.ops_done, job.gpu.ops->stream()), "cudaEventRecord", job.where);
+  await(job.lane.ops_done, nullptr, job.stop, job.where);
+}
+
 }  // namespace
 
 void CudaBackend::run(TaskContext& task) {
@@ -690,14 +800,22 @@ void CudaBackend::run(TaskContext& task) {
     case TaskKind::backward:
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
-      run_compute(job, options_.flop_scale);
+      if (s.training != nullptr) {
+        run_real_compute(job);
+      } else {
+        run_compute(job, options_.flop_scale);
+      }
       return;
     case TaskKind::send:
     case TaskKind::recv:
       run_transfer(job);
       return;
     case TaskKind::collective:
-      run_collective(job);
+      if (s.training != nullptr) {
+        run_real_collective(job);
+      } else {
+        run_collective(job);
+      }
       return;
   }
 }

@@ -1,9 +1,27 @@
 #pragma once
 // The CUDA/NCCL back end: every plan device of this process is a local GPU, driven by the
-// engine's threads (one per device stream). Compute is a FLOP-matched proxy, not the model's
-// math; transfers and collectives are real NCCL operations on device memory. Traces and
-// output say "proxy". Includable and linkable without CUDA: where nvcc, cuBLAS or NCCL was not
-// found at configure time, cuda_backend_built() is false and prepare() says so.
+// engine's threads (one per device stream). Compute is the model's real training math when a
+// CpuTraining is given (below), a FLOP-matched proxy otherwise; transfers and collectives
+// are real NCCL operations on device memory. Traces and output say "real" or "proxy".
+// Includable and linkable without CUDA: where nvcc, cuBLAS or NCCL was not found at configure
+// time, cuda_backend_built() is false and prepare() says so.
+//
+// Real training (options.training): prepare() moves each device's chunks (parameters,
+// gradients, Adam moments) into its GPU's memory (CpuTraining::place) on a CudaDecoderOps
+// whose stream is the device's compute stream (the one that runs its forward tasks), sizes
+// every tensor's device copy as the training says (whole FP32 boundary activations, nothing
+// for what the training keeps itself), and then:
+//  - compute tasks run CpuTraining::compute on the device copies of their tensors; a task on
+//    another stream than the compute stream makes its stream wait for the compute stream's
+//    work before its end event;
+//  - send/recv move the whole tensor;
+//  - gradient collectives are NCCL all-reduces in place on the floats collective_data()
+//    gives (device memory), after the compute stream's work before them.
+// Refused with PlanError for now: tensor parallelism (its all-reduces inside a compute task
+// need NCCL communicators of the compute streams) and parameter servers (their updates run
+// on host arrays). Compute does not see stop() until the task's kernels are enqueued and
+// its host waits (a loss, a norm) are done. The back end must outlive the training's last
+// use (weights(), collect_at_root()): its GPUs' ops are the back end's.
 //
 // What it promises, per task kind:
 //  - compute (forward, backward, backward_weight, optimizer): cublasGemmEx calls in the plan's
@@ -65,10 +83,11 @@
 // process before the communicators (too few GPUs, memory) is told to all, and every process
 // throws: none waits for a communicator that will never come.
 //
-// Known limits of this increment: compute is a proxy; NCCL kernels of
+// Known limits of this increment: NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on
 // their own streams, as frameworks do), which NCCL documents as working only while they fit
-// on the GPU together. Nothing here has run on a GPU yet.
+// on the GPU together; one cudaMalloc per array of the real math (CudaDecoderOps). Nothing
+// here has run on a GPU yet.
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -81,6 +100,7 @@
 namespace hetflow::exec {
 
 class Ranks;
+class CpuTraining;
 
 struct CudaBackendOptions {
   double flop_scale = 1;                         // compute runs flops x flop_scale
@@ -88,6 +108,7 @@ struct CudaBackendOptions {
   std::vector<int> gpus;                         // plan device d runs on GPU gpus[d]; empty: on GPU d
   bool copy_outputs_to_host = false;             // written tensors' device bytes to the engine's host buffers
   const Ranks* ranks = nullptr;                  // under mpirun: this process runs its block of the devices
+  CpuTraining* training = nullptr;               // real math (see above); null: proxies
 };
 
 // True when this build has the CUDA back end (nvcc, cuBLAS and NCCL found at configure time).
@@ -101,7 +122,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  std::string compute() const override { return "proxy"; }
+  std::string compute() const override { return options_.training != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
   std::optional<size_t> buffer_bytes(int tensor) const override;
   void run(TaskContext& task) override;

@@ -53,6 +53,9 @@ class DecoderChunk {
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
   const DecoderOps& ops() const { return *ops_; }
+  // Runs on `ops` from now on: the caller moves the parameters and gradients, and no stash of
+  // the old ops may be used again.
+  void set_ops(const DecoderOps& ops) { ops_ = &ops; }
 
   struct Input {
     int samples = 0;                // sequences in the micro-batch (each of shape().S tokens)

@@ -20,9 +20,10 @@ using Floats = std::vector<float>;
 struct CpuTraining::Chunk {
   Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
         const DecoderOps& device_ops)
-      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops), ops(device_ops) {}
+      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops), ops_(&device_ops) {}
   DecoderChunk math;
-  const DecoderOps& ops;  // its device's: every array below is in its memory
+  const DecoderOps* ops_;  // its device's: every array below is in its memory
+  const DecoderOps& ops() const { return *ops_; }
   int device = -1, worker = -1, stage = -1;
   int tp_rank = 0, tp = 1;
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
@@ -43,13 +44,27 @@ struct CpuTraining::Chunk {
       r.base = total;
       total += r.count;
     }
-    local_replicated = ops.floats(total);
-    for (const Replicated& r : replicated) ops.copy(local_replicated.data() + r.base, grads.data() + r.at, r.count);
+    local_replicated = ops().floats(total);
+    for (const Replicated& r : replicated) ops().copy(local_replicated.data() + r.base, grads.data() + r.at, r.count);
     local_iteration = iteration;
+  }
+  // Every array to `to`'s memory (no stash may be alive).
+  void move_to(const DecoderOps& to) {
+    for (OpsFloats* a : {&params, &grads, &m, &v}) {
+      std::vector<float> host(a->size());
+      ops().download(host.data(), a->data(), a->size());
+      OpsFloats moved = to.floats(a->size());
+      to.upload(moved.data(), host.data(), host.size());
+      *a = std::move(moved);
+    }
+    local_replicated = OpsFloats();
+    local_iteration = -1;
+    math.set_ops(to);
+    ops_ = &to;
   }
   std::vector<float> host_params() const {
     std::vector<float> host(params.size());
-    ops.download(host.data(), params.data(), params.size());
+    ops().download(host.data(), params.data(), params.size());
     return host;
   }
   // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
@@ -125,11 +140,10 @@ int index_of(std::span<const int> ids, int tensor) {
 }  // namespace
 
 CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
-                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks,
-                         OpsOfDevice ops_of_device)
+                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
     : plan_(plan),
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
-      ops_of_(ops_of_device ? std::move(ops_of_device) : [](int) -> const DecoderOps& { return cpu_decoder_ops(); }),
+      ops_of_([](int) -> const DecoderOps& { return cpu_decoder_ops(); }),
       data_(std::move(data)),
       optimizer_(optimizer) {
   if (!plan.network.architecture) {
@@ -213,11 +227,11 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
     }
     std::vector<float> initial(p.count);
     init_params(p, shape_, seed, initial.data());
-    c->params = c->ops.floats(p.count);
-    c->ops.upload(c->params.data(), initial.data(), p.count);
-    c->grads = c->ops.zeros(p.count);
-    c->m = c->ops.zeros(p.count);
-    c->v = c->ops.zeros(p.count);
+    c->params = c->ops().floats(p.count);
+    c->ops().upload(c->params.data(), initial.data(), p.count);
+    c->grads = c->ops().zeros(p.count);
+    c->m = c->ops().zeros(p.count);
+    c->v = c->ops().zeros(p.count);
     chunk_of_tensor_[weight] = c.get();
     chunks_.push_back(std::move(c));
   }
@@ -258,7 +272,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
         if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
         load(slot, *found, init_path, loaded.data() + slot.offset);  // this rank's share
       }
-      c->ops.upload(c->params.data(), loaded.data(), loaded.size());
+      c->ops().upload(c->params.data(), loaded.data(), loaded.size());
     }
   }
 
@@ -403,6 +417,18 @@ SplitPart CpuTraining::common_part(const std::vector<int>& members) const {
 }
 
 CpuTraining::~CpuTraining() = default;
+
+bool CpuTraining::tensor_parallel() const {
+  return std::any_of(tp_position_.begin(), tp_position_.end(), [](const auto& p) { return p.second.second > 1; });
+}
+
+void CpuTraining::place(OpsOfDevice ops_of_device) {
+  ops_of_ = std::move(ops_of_device);
+  for (auto& c : chunks_) c->move_to(ops_of_(c->device));
+  for (size_t d = 0; d < norm_square_.size(); ++d) {
+    if (!norm_square_[d].empty()) norm_square_[d] = ops_of_(static_cast<int>(d)).floats(1);
+  }
+}
 
 bool CpuTraining::local(int device) const {
   return ranks_ == nullptr || ranks_->owner(device, plan_.device_count()) == ranks_->rank();
@@ -662,15 +688,15 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
   const int step = task.iteration + 1;
   for (Chunk* c : mine) {
-    if (scale != 1) c->ops.scale(c->grads.data(), scale, c->grads.size());
+    if (scale != 1) c->ops().scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       const size_t o = slot.offset;
-      c->ops.adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, slot.count,
+      c->ops().adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, slot.count,
                           static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
                           static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
                           slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
     }
-    c->ops.zero(c->grads.data(), c->grads.size());
+    c->ops().zero(c->grads.data(), c->grads.size());
   }
 }
 
@@ -682,7 +708,7 @@ double CpuTraining::local_sum_squares(int device) const {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
       if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
-      local = c->ops.sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
+      local = c->ops().sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
     }
   }
   return local;
@@ -705,11 +731,11 @@ std::span<float> CpuTraining::collective_data(const TaskContext& task) {
   // (One device's collectives run one after another on its stream: no other thread here.)
   c->take_replicated(task.iteration);
   OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
-  buffer = c->ops.floats(floats_of(runs));
+  buffer = c->ops().floats(floats_of(runs));
   size_t at = 0;
   for (const FloatRun& run : runs) {
     const float* from = run.replicated ? c->replicated_at(run.at) : c->grads.data() + run.at;
-    c->ops.copy(buffer.data() + at, from, run.count);
+    c->ops().copy(buffer.data() + at, from, run.count);
     at += run.count;
   }
   return buffer.span();
@@ -723,7 +749,7 @@ void CpuTraining::collective_done(const TaskContext& task) {
   OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
   size_t at = 0;
   for (const FloatRun& run : runs) {
-    c.ops.copy(c.grads.data() + run.at, buffer.data() + at, run.count);
+    c.ops().copy(c.grads.data() + run.at, buffer.data() + at, run.count);
     at += run.count;
   }
   buffer = OpsFloats();
@@ -995,8 +1021,8 @@ void CpuTraining::take_gradients(int device, int iteration) {
     if (c->device != device) continue;
     Floats& taken = taken_[{c.get(), iteration}];
     taken.resize(c->grads.size());
-    c->ops.download(taken.data(), c->grads.data(), c->grads.size());
-    c->ops.zero(c->grads.data(), c->grads.size());
+    c->ops().download(taken.data(), c->grads.data(), c->grads.size());
+    c->ops().zero(c->grads.data(), c->grads.size());
     // Pushes and updates of iterations this far back are done (WSP bounds the lag).
     const auto first = taken_.lower_bound({c.get(), std::numeric_limits<int>::min()});
     taken_.erase(first, taken_.lower_bound({c.get(), iteration - staleness_ - 3}));
@@ -1016,7 +1042,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
       for (const ParamSlot* slot : slots) {
         mine.clear();
         append_pieces(*slot, version.at(slot->name), mine);
-        c.ops.upload(c.params.data() + slot->offset, mine.data(), mine.size());
+        c.ops().upload(c.params.data() + slot->offset, mine.data(), mine.size());
       }
       continue;
     }
@@ -1028,7 +1054,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
     }
     size_t at = 0;
     for (const ParamSlot* slot : slots) {
-      c.ops.upload(c.params.data() + slot->offset, found->second.data() + at, slot->count);
+      c.ops().upload(c.params.data() + slot->offset, found->second.data() + at, slot->count);
       at += slot->count;
     }
     pulled_.erase(found);

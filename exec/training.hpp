@@ -114,13 +114,21 @@ class CpuTraining {
  public:
   // Throws PlanError when the plan's network or layout is not covered (see above), InputError
   // when `init` lacks a parameter or has one of the wrong shape.
-  // `ops_of_device`: each device's DecoderOps (they outlive this object); unset: the CPU's
-  // for every device.
-  using OpsOfDevice = std::function<const DecoderOps&(int device)>;
   CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
-              const Ranks* ranks = nullptr, OpsOfDevice ops_of_device = {});
+              const Ranks* ranks = nullptr);
   ~CpuTraining();
+
+  // Where each device's arrays live: this rank's chunks start in the CPU's memory and move to
+  // ops_of_device(d)'s (which must outlive this object). Before the run (no stash alive): a
+  // back end calls it from prepare(), once its devices exist.
+  using OpsOfDevice = std::function<const DecoderOps&(int device)>;
+  void place(OpsOfDevice ops_of_device);
+  // What a back end must know to run this training: tensor-parallel chunks (their in-task
+  // all-reduces go through a TensorParallelExchange) and parameter servers (servers keep
+  // host arrays; pushes and pulls are host floats, message() and receive()).
+  bool tensor_parallel() const;
+  bool parameter_server() const { return parameter_server_; }
 
   // Host bytes the engine allocates for a tensor: boundary activations and their gradients
   // in FP32; nothing for what this class keeps itself (parameters, gradients, optimizer

@@ -78,11 +78,6 @@ Request read_request(po::variables_map& vm) {
   if (backend != "cpu" && backend != "cuda") {
     throw InputError("<command line>", 0, "--backend", "expected cpu or cuda, found '" + backend + "'");
   }
-  if (backend == "cuda" && vm["compute"].as<std::string>() == "real") {
-    throw InputError("<command line>", 0, "--compute",
-                     "the cuda back end computes FLOP-matched proxies only; real training math runs on the cpu back end "
-                     "for now (--backend cpu)");
-  }
   if (!vm["iterations"].defaulted()) {
     throw InputError("<command line>", 0, "--iterations", "hetflow run takes --steps (and --warmup) instead");
   }
@@ -170,14 +165,6 @@ Request read_request(po::variables_map& vm) {
 Training make_training(const Request& r, const exec::Ranks& ranks) {
   Training t;
   if (r.compute == "proxy") return t;
-  if (r.backend == "cuda") {
-    t.proxy_reason = "the cuda back end computes proxies only (real math runs on the cpu back end for now)";
-    for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
-                                        {"--save-weights", r.save_weights}}) {
-      if (!value.empty()) throw InputError("<command line>", 0, option, "needs real math, which the cuda back end does not run");
-    }
-    return t;
-  }
   const partition::Plan& plan = r.plan;
   try {
     if (!plan.network.architecture) {
@@ -208,6 +195,12 @@ Training make_training(const Request& r, const exec::Ranks& ranks) {
     if (!r.init_weights.empty()) init = exec::read_safetensors(r.init_weights);
     t.training = std::make_unique<exec::CpuTraining>(plan, std::move(data), r.optimizer, r.seed,
                                                      init ? &*init : nullptr, r.init_weights, &ranks);
+    if (r.backend == "cuda" && (t.training->tensor_parallel() || t.training->parameter_server())) {
+      t.training.reset();
+      throw PlanError(std::string("the cuda back end's real math does not run ") +
+                      (plan.layout.sync.kind != partition::SyncKind::allreduce ? "parameter servers" : "tensor parallelism") +
+                      " yet");
+    }
   } catch (const PlanError& e) {
     if (r.compute == "real") throw;
     t.proxy_reason = e.what();
@@ -529,7 +522,7 @@ void run_options(po::options_description& options) {
   add_plan_options(options);
   options.add_options()
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
-      ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, NCCL; proxy compute)")
+      ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, cuBLAS and NCCL)")
       ("steps", po::value<int>()->default_value(3), "iterations measured")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
@@ -572,7 +565,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (request.backend == "cuda") {
     // Under mpirun each process drives its block of the devices on its node's GPUs.
     backend = std::make_unique<exec::CudaBackend>(
-        exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false, &ranks});
+        exec::CudaBackendOptions{request.flop_scale, request.max_buffer_bytes, {}, false, &ranks, training.training.get()});
   } else {
     backend = std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{request.flop_scale, request.max_buffer_bytes},
                                                  training.training.get(), &ranks);

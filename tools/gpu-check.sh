@@ -4,7 +4,9 @@
 # CPU references, the CUDA back end on 1- and 2-device plans), measures cublasGemmEx BF16
 # throughput beside the part's catalog peak and, with two GPUs or more, NCCL all-reduce bus
 # bandwidth (nccl-tests' formulas), runs `hetflow run --backend cuda` on a small plan (with
-# two GPUs, also as two MPI processes), and prints a summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
+# two GPUs, also as two MPI processes), real training math on one GPU against the cpu back
+# end (the same losses) and a GPT-2 124M real-math step (tokens/s, MFU), and prints a
+# summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
 #
 #   bash tools/gpu-check.sh [--build-dir DIR] [--jobs N]
 #
@@ -84,7 +86,7 @@ gpu_tests() {
   return 0
 }
 step kernel-tests gpu_tests hetflow_kernels_tests 'TransformerCuda.*:MatmulCuda.*'
-step backend-tests gpu_tests hetflow_exec_tests 'CudaBackend.*:CudaPlan.*'
+step backend-tests gpu_tests hetflow_exec_tests 'CudaBackend.*:CudaPlan.*:DecoderOps.Cuda*'
 
 step gemm "$build/tools/hetflow-gpu-probe" gemm --gpu 0 --n 4096 --precision bf16
 if [ "$gpus" -ge 2 ]; then
@@ -105,12 +107,32 @@ else
   summary+=("----  fewer than two GPUs (or no mpirun): the CUDA back end across processes is not run")
 fi
 
+# Real training math: a small GPT on one GPU and on the cpu back end, the same seed and data:
+# every step's loss within 1e-3 relative (fp32 sums on the GPU, double ones on the CPU).
+small_real=(run --compute real --cluster cpu-1 --model gpt:layers=4,hidden=256,heads=4,seq=256,vocab=8192
+            --microbatches 2 --workspace 0 --steps 4 --warmup 1)
+step real-run "$build/tools/hetflow" "${small_real[@]}" --backend cuda
+step real-run-cpu "$build/tools/hetflow" "${small_real[@]}" --backend cpu
+# shellcheck disable=SC2317  # called through step
+same_losses() {
+  paste <(grep -oE 'loss [0-9.]+' "$log_dir/real-run.log" | cut -d' ' -f2) \
+        <(grep -oE 'loss [0-9.]+' "$log_dir/real-run-cpu.log" | cut -d' ' -f2) |
+    awk 'BEGIN { n = 0; bad = 0 }
+         { n++; d = $1 - $2; if (d < 0) d = -d; printf "step %d: cuda %s cpu %s\n", n - 1, $1, $2;
+           if (d > 1e-3 * $2) bad++ }
+         END { if (n == 0) { print "no losses to compare"; exit 1 } exit bad > 0 }'
+}
+step real-losses same_losses
+# GPT-2 124M, real math in FP32 on one GPU: tokens/s and MFU against the GPU's peak.
+step gpt2-real timeout 240 "$build/tools/hetflow" run --backend cuda --compute real --cluster cpu-1 --model gpt2-124m \
+  --micro-batch 4 --microbatches 1 --workspace 0 --steps 3 --warmup 1
+
 echo
 echo "gpu-check summary ($gpus GPU(s), $(( $(date +%s) - started )) s):"
 for line in "${summary[@]}"; do echo "  $line"; done
-for name in gemm nccl run mpi-run; do
+for name in gemm nccl run mpi-run real-losses gpt2-real; do
   if [ -f "$log_dir/$name.log" ]; then
-    grep -E '^(gemm|all-reduce|ran) |iteration time' "$log_dir/$name.log" | sed 's/^/  /' || true
+    grep -E '^(gemm|all-reduce|ran|step [0-9]+:) |iteration time|tokens/s|MFU' "$log_dir/$name.log" | sed 's/^/  /' || true
   fi
 done
 exit "$failed"

@@ -13,7 +13,9 @@
 #include "exec/cuda_backend.hpp"
 #include "exec/cuda_plan.hpp"
 #include "exec/engine.hpp"
+#include "exec/training.hpp"
 #include "kernels/matmul.hpp"
+#include "tests/exec/compare_weights.hpp"
 #include "tests/exec/exec_test_util.hpp"
 
 using namespace hetflow;
@@ -379,6 +381,125 @@ TEST(CudaBackend, StopEndsALongComputeTaskPromptly) {
   EXPECT_TRUE(r.stalled);
   EXPECT_NE(r.error.find("watchdog"), std::string::npos) << r.error;
   EXPECT_LT(r.wall_s, 5);  // the watchdog's 0.5 s, then at most a few GEMM groups
+}
+
+// --- real training math ---
+
+model::Network odd_gpt() {
+  return model::network_from_spec("gpt:layers=2,hidden=36,heads=3,seq=13,vocab=97", model::Precision::fp32);
+}
+model::Network odd_llama() {
+  return model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                                  model::Precision::fp32);
+}
+
+// Runs without a GPU: what the real math cannot run on the cuda back end yet is refused
+// before any GPU is touched, naming it.
+TEST(CudaBackend, RealMathRefusesTensorParallelismAndParameterServers) {
+  if (!exec::cuda_backend_built()) GTEST_SKIP() << "this build has no CUDA back end (nvcc, cuBLAS or NCCL not found)";
+  partition::PlanOptions tensor = test_support::pipeline_options(1, 1, 2, "1f1b");
+  tensor.tensor = 2;
+  partition::PlanOptions server = test_support::pipeline_options(1, 2, 2, "1f1b");
+  server.sync = partition::SyncKind::ps;
+  for (const auto& [o, why] : {std::pair{tensor, "tensor parallelism"}, {server, "parameter servers"}}) {
+    const Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), o);
+    exec::CpuTraining training(plan, exec::markov_stream(256, 1), {}, 42);
+    exec::CudaBackendOptions with_training;
+    with_training.training = &training;
+    exec::CudaBackend cuda(with_training);
+    EXPECT_EQ(cuda.compute(), "real");
+    try {
+      cuda.prepare(plan);
+      FAIL() << "a plan with " << why << " was prepared";
+    } catch (const PlanError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
+struct RealRun {
+  std::vector<double> losses;
+  exec::SafetensorsFile before, after;
+};
+
+// `steps` of real training from the seeded weights, on the GPUs or on the CPU back end.
+RealRun train(const Plan& plan, bool on_gpus, const exec::OptimizerOptions& optimizer, int steps) {
+  exec::CpuTraining training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), optimizer, 42);
+  RealRun run;
+  run.before = training.weights();
+  exec::CudaBackendOptions cuda_options;
+  cuda_options.training = &training;
+  std::unique_ptr<exec::Backend> backend;
+  if (on_gpus) {
+    backend = std::make_unique<exec::CudaBackend>(cuda_options);
+  } else {
+    backend = std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{}, &training);
+  }
+  exec::EngineOptions e = options();
+  e.iterations = steps;
+  const exec::RunResult r = exec::run_plan(plan, *backend, e);
+  EXPECT_TRUE(r.completed) << r.error;
+  EXPECT_EQ(r.trace.compute, "real");
+  run.losses = training.losses();
+  run.after = training.weights();  // while the back end (its GPUs' memory) is alive
+  return run;
+}
+
+// w_after - w_before of every tensor, as one file.
+exec::SafetensorsFile step_of(const RealRun& run) {
+  exec::SafetensorsFile d = run.after;
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    for (size_t k = 0; k < d.tensors[i].data.size(); ++k) d.tensors[i].data[k] -= run.before.tensors[i].data[k];
+  }
+  return d;
+}
+
+// The same training on the GPUs as on the CPU back end. One step of Adam with lr 1 and eps 1
+// moves each weight by g / (|g| + 1), about its gradient: the steps compared tensor by tensor
+// are the gradients (fp32 sums on the GPU, double ones in the reference). Then the losses of
+// three steps of the ordinary optimizer.
+void expect_trains_as_the_cpu(const Plan& plan, const std::string& what) {
+  exec::OptimizerOptions gradient_step;
+  gradient_step.lr = 1;
+  gradient_step.adam_eps = 1;
+  gradient_step.weight_decay = 0;
+  gradient_step.clip_grad = 0;
+  const auto steps = test_support::compare_weights(step_of(train(plan, true, gradient_step, 1)),
+                                                   step_of(train(plan, false, gradient_step, 1)));
+  EXPECT_TRUE(steps.same_names) << what;
+  EXPECT_LT(steps.whole_relative, 1e-4) << what << ": gradients";
+  EXPECT_LT(steps.worst_relative, 1e-3) << what << ": gradients of " << steps.worst;
+  exec::OptimizerOptions clipped;
+  clipped.lr = 1e-3;
+  clipped.clip_grad = 0.5;
+  const RealRun gpu = train(plan, true, clipped, 3), cpu = train(plan, false, clipped, 3);
+  ASSERT_EQ(gpu.losses.size(), 3u) << what;
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-4 * cpu.losses[i]) << what << " step " << i;
+}
+
+TEST(CudaBackend, RealTrainingOnOneGpuMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    for (const char* schedule : {"1f1b", "1f1b-split-w"}) {
+      partition::PlanOptions o = test_support::pipeline_options(1, 1, 2, schedule);
+      o.recompute = partition::Recompute::selective;
+      expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(1), net, o), net.name + " " + schedule);
+    }
+  }
+}
+
+TEST(CudaBackend, RealTrainingOnTwoGpusMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPUS(2);
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    // Data parallel (gradient and norm all-reduces), then a pipeline (activations by NCCL,
+    // the tied embedding's all-reduce for GPT-2).
+    expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net,
+                                                   test_support::pipeline_options(1, 2, 2, "1f1b")),
+                             net.name + " data parallel 2");
+    partition::PlanOptions pipelined = test_support::pipeline_options(2, 1, 4, "1f1b");
+    pipelined.recompute = partition::Recompute::full;
+    expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net, pipelined), net.name + " pipeline 2");
+  }
 }
 
 }  // namespace

@@ -244,10 +244,8 @@ struct Trained {
 Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::uint64_t data_seed = 7,
               const exec::SafetensorsFile* init = nullptr, const exec::DecoderOps* ops = nullptr) {
   const int vocab = plan.network.architecture->vocab;
-  exec::CpuTraining::OpsOfDevice ops_of;
-  if (ops != nullptr) ops_of = [ops](int) -> const exec::DecoderOps& { return *ops; };
-  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors", nullptr,
-                             ops_of);
+  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors");
+  if (ops != nullptr) training.place([ops](int) -> const exec::DecoderOps& { return *ops; });
   exec::CpuBackend backend({}, &training);
   exec::EngineOptions e;
   e.iterations = steps;

@@ -65,7 +65,6 @@ TEST(RunCli, BadOptionsExit2) {
     const char* args;
     const char* says;
   } bad[] = {
-      {"--backend cuda --compute real", "--compute: the cuda back end computes FLOP-matched proxies only"},
       {"--backend tpu", "expected cpu or cuda"},
       {"--steps 0", "--steps"},
       {"--warmup -1", "--warmup"},
@@ -96,10 +95,13 @@ TEST(RunCli, BadOptionsExit2) {
 // Where no GPU is visible, --backend cuda ends with a message saying so (exit 1), not a crash.
 TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
   if (hetflow::kernels::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: this test is for machines without one";
-  const auto r = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1");
-  EXPECT_EQ(r.status, 1) << r.err << r.out;
-  const bool says = r.err.find("no CUDA device visible") != std::string::npos || r.err.find("no CUDA back end") != std::string::npos;
-  EXPECT_TRUE(says) << r.err;
+  for (const char* compute : {"proxy", "real"}) {
+    const auto r = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1 --compute " + compute);
+    EXPECT_EQ(r.status, 1) << compute << "\n" << r.err << r.out;
+    const bool says =
+        r.err.find("no CUDA device visible") != std::string::npos || r.err.find("no CUDA back end") != std::string::npos;
+    EXPECT_TRUE(says) << compute << "\n" << r.err;
+  }
 #ifdef HETFLOW_MPIEXEC
   // Under mpirun each process needs its own block's GPUs and says so.
   const auto m = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1",
@@ -109,6 +111,19 @@ TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
                     m.err.find("no CUDA back end") != std::string::npos;
   EXPECT_TRUE(each) << m.err;
 #endif
+}
+
+// Real math on the cuda back end: what it does not run yet is a plan problem (exit 3) named
+// before any GPU is looked for; under auto, such a plan runs proxies and says why.
+TEST(RunCli, CudaRealMathRefusesWhatItDoesNotRunYet) {
+  const std::string plan = "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 "
+                           "--microbatches 2 --workspace 0 --sync ps --backend cuda --steps 1";
+  const auto r = run_hetflow("run " + plan + " --compute real");
+  EXPECT_EQ(r.status, 3) << r.err << r.out;
+  EXPECT_NE(r.err.find("does not run parameter servers yet"), std::string::npos) << r.err;
+  if (hetflow::kernels::cuda_device_count() > 0) return;
+  const auto a = run_hetflow("run " + plan);  // auto: proxies, then no GPU here
+  EXPECT_EQ(a.status, 1) << a.err << a.out;
 }
 
 TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
