@@ -43,8 +43,10 @@
 // prepare() and kept for the run (buffer_bytes() gives the engine the same size for its host
 // buffers). A transient tensor's copy serves every iteration, so where a plan lets iteration
 // i + 1 write a tensor before iteration i's last reader is done (WSP staleness), proxy bytes
-// may mix; timing does not depend on them. Nothing is allocated while tasks run (a cudaMalloc
-// can wait for every kernel of the device, NCCL's included).
+// may mix; timing does not depend on them. The proxies allocate nothing while tasks run (a
+// cudaMalloc can wait for every kernel of the device, NCCL's included); the real math's
+// arrays come from its ops' pool, which calls cudaMalloc only for a size it has not yet
+// seen free (the first iteration's).
 // Host buffers stay as the engine made them unless copy_outputs_to_host, which copies every
 // written tensor's device bytes into its host buffer when the task ends (tests check them).
 //
@@ -86,8 +88,7 @@
 // Known limits of this increment: NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on
 // their own streams, as frameworks do), which NCCL documents as working only while they fit
-// on the GPU together; one cudaMalloc per array of the real math (CudaDecoderOps). Nothing
-// here has run on a GPU yet.
+// on the GPU together. Nothing here has run on a GPU yet.
 #include <atomic>
 #include <memory>
 #include <optional>

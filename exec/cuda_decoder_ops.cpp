@@ -1,5 +1,7 @@
 #include "exec/cuda_decoder_ops.hpp"
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,13 +18,46 @@ void CudaDecoderOps::check(Status status, const char* kernel) const {
   }
 }
 
+// Free device blocks by size (rounded up to 512 bytes, so near sizes share blocks).
+class CudaDecoderOps::Pool {
+ public:
+  Pool() = default;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    for (auto& [bytes, blocks] : free_) {
+      for (void* p : blocks) k::cuda_free(p);
+    }
+  }
+  static size_t rounded(size_t bytes) { return (bytes + 511) / 512 * 512; }
+  void* take(size_t bytes) {
+    std::lock_guard lock(mutex_);
+    auto found = free_.find(bytes);
+    if (found == free_.end() || found->second.empty()) return nullptr;
+    void* p = found->second.back();
+    found->second.pop_back();
+    return p;
+  }
+  void give(void* p, size_t bytes) {
+    std::lock_guard lock(mutex_);
+    free_[bytes].push_back(p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+};
+
+CudaDecoderOps::CudaDecoderOps(int device, kernels::CudaStream stream)
+    : device_(device), stream_(stream), pool_(std::make_shared<Pool>()) {}
+
 template <class T>
 OpsArray<T> CudaDecoderOps::allocate(size_t n) const {
   if (n == 0) return {};
-  void* p = nullptr;
-  check(k::cuda_malloc(&p, n * sizeof(T)), "cudaMalloc");
-  // cudaFree waits for the device: no kernel still reads the array when it goes.
-  return OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p), [](T* q) { k::cuda_free(q); }), n);
+  const size_t bytes = Pool::rounded(n * sizeof(T));
+  void* p = pool_->take(bytes);
+  if (p == nullptr) check(k::cuda_malloc(&p, bytes), "cudaMalloc");
+  return OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p), [pool = pool_, bytes](T* q) { pool->give(q, bytes); }), n);
 }
 
 OpsFloats CudaDecoderOps::floats(size_t n) const { return allocate<float>(n); }
@@ -35,10 +70,7 @@ OpsFloats CudaDecoderOps::zeros(size_t n) const {
 
 OpsInts CudaDecoderOps::ints(const int* host, size_t n) const {
   OpsInts a = allocate<int>(n);
-  // A fresh allocation: no work on the stream can be using it yet. A copy from pageable
-  // memory may return before its DMA lands; the legacy stream's sync waits for it.
-  check(k::cuda_copy_to_device(a.data(), host, n * sizeof(int)), "copy to device");
-  check(k::cuda_synchronize(nullptr), "synchronize");
+  check(k::cuda_copy_to_device_on_stream(a.data(), host, n * sizeof(int), stream_), "copy to device");
   return a;
 }
 
@@ -51,15 +83,12 @@ void CudaDecoderOps::zero(float* dst, size_t n) const {
 }
 
 void CudaDecoderOps::upload(float* dst, const float* host, size_t n) const {
-  // Work on the stream may still read dst: wait for it, then copy and wait for the DMA.
-  check(k::cuda_synchronize(stream_), "synchronize");
-  check(k::cuda_copy_to_device(dst, host, n * sizeof(float)), "copy to device");
-  check(k::cuda_synchronize(nullptr), "synchronize");
+  check(k::cuda_copy_to_device_on_stream(dst, host, n * sizeof(float), stream_), "copy to device");
 }
 
 void CudaDecoderOps::download(float* host, const float* src, size_t n) const {
+  check(k::cuda_copy_to_host_on_stream(host, src, n * sizeof(float), stream_), "copy to host");
   check(k::cuda_synchronize(stream_), "synchronize");
-  check(k::cuda_copy_to_host(host, src, n * sizeof(float)), "copy to host");
 }
 
 double CudaDecoderOps::sum(const float* x, size_t n) const {
@@ -154,9 +183,10 @@ void CudaDecoderOps::scale(float* x, float factor, size_t n) const {
 double CudaDecoderOps::sum_of_squares(const float* x, size_t n, double start) const {
   const OpsArray<double> parts = allocate<double>(k::kSumOfSquaresParts);
   check(k::sum_of_squares_cuda(parts.data(), x, static_cast<long>(n), stream_), "sum_of_squares");
-  check(k::cuda_synchronize(stream_), "synchronize");
   std::vector<double> host(parts.size());
-  check(k::cuda_copy_to_host(host.data(), parts.data(), host.size() * sizeof(double)), "copy to host");
+  check(k::cuda_copy_to_host_on_stream(host.data(), parts.data(), host.size() * sizeof(double), stream_),
+        "copy to host");
+  check(k::cuda_synchronize(stream_), "synchronize");
   for (const double part : host) start += part;
   return start;
 }
@@ -189,9 +219,10 @@ double CudaDecoderOps::vocab_crossentropy_backward(float* dlogits, const float* 
   check(k::vocab_crossentropy_backward_cuda(dlogits, losses.data(), logits, row_max, sums, targets, V0, dloss, N, V,
                                             stream_),
         "vocab_crossentropy_backward");
-  check(k::cuda_synchronize(stream_), "synchronize");
   std::vector<double> host(losses.size());
-  check(k::cuda_copy_to_host(host.data(), losses.data(), host.size() * sizeof(double)), "copy to host");
+  check(k::cuda_copy_to_host_on_stream(host.data(), losses.data(), host.size() * sizeof(double), stream_),
+        "copy to host");
+  check(k::cuda_synchronize(stream_), "synchronize");
   double total = 0;
   for (const double l : host) total += l;  // in row order, as the CPU
   return total;

@@ -10,9 +10,15 @@
 //    CPU ops within the kernels' tolerances (tests/kernels/transformer_cuda_test.cpp), not
 //    bitwise; the same inputs still give the same bits on every run;
 //  - the loss and its gradient are two kernels (the CPU fuses them), with the same result.
-// Memory: one cudaMalloc per array and cudaFree when its last handle goes (cudaFree waits
-// for the device, so an array is never freed under a kernel still reading it). Correct but
-// slow; a caching allocator is the next step.
+// Memory: a pool per ops object. When an array's last handle goes its block returns to the
+// pool (no cudaFree, which would wait for the whole device), and the next array of the same
+// rounded size takes it. That is safe because every use of an ops array is ordered on this
+// stream, or awaited on the host before its handle goes (a collective's NCCL call on another
+// stream): a block taken again is touched only after its earlier uses. Copies from and to
+// the host are ordered on the stream too. The pool frees its blocks when the ops object and
+// every array it gave are gone. Arrays are allocated on the calling thread's current device.
+#include <memory>
+
 #include "exec/decoder_ops.hpp"
 #include "kernels/transformer_cuda.hpp"
 
@@ -22,7 +28,7 @@ class CudaDecoderOps final : public DecoderOps {
  public:
   // `device`: the GPU's ordinal, for names and messages; `stream`: where kernels go
   // (nullptr: the legacy default stream).
-  CudaDecoderOps(int device, kernels::CudaStream stream) : device_(device), stream_(stream) {}
+  CudaDecoderOps(int device, kernels::CudaStream stream);
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   kernels::CudaStream stream() const { return stream_; }
 
@@ -86,6 +92,8 @@ class CudaDecoderOps final : public DecoderOps {
 
   int device_;
   kernels::CudaStream stream_;
+  class Pool;
+  std::shared_ptr<Pool> pool_;  // shared with the arrays' deleters
 };
 
 }  // namespace hetflow::exec

@@ -68,6 +68,14 @@ Status copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream 
   return cuda::status_of(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
+Status copy_to_device_on_stream(void* device, const void* host, std::size_t bytes, CudaStream stream) {
+  return cuda::status_of(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+Status copy_to_host_on_stream(void* host, const void* device, std::size_t bytes, CudaStream stream) {
+  return cuda::status_of(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+}
+
 Status memset_zero(void* device, std::size_t bytes, CudaStream stream) {
   return cuda::status_of(cudaMemsetAsync(device, 0, bytes, stream));
 }

@@ -70,6 +70,20 @@ Status cuda_copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaSt
   return launch::copy_on_stream(dst, src, bytes, stream);
 }
 
+Status cuda_copy_to_device_on_stream(void* device, const void* host, std::size_t bytes, CudaStream stream) {
+  if (bytes == 0) return Status::success;
+  if (!all_present(device, host)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::copy_to_device_on_stream(device, host, bytes, stream);
+}
+
+Status cuda_copy_to_host_on_stream(void* host, const void* device, std::size_t bytes, CudaStream stream) {
+  if (bytes == 0) return Status::success;
+  if (!all_present(device, host)) return Status::invalid_value;
+  HETFLOW_CHECK_READY();
+  return launch::copy_to_host_on_stream(host, device, bytes, stream);
+}
+
 Status cuda_memset_zero(void* device, std::size_t bytes, CudaStream stream) {
   if (bytes == 0) return Status::success;
   if (device == nullptr) return Status::invalid_value;

@@ -49,6 +49,11 @@ Status cuda_copy_to_device(void* device, const void* host, std::size_t bytes);
 Status cuda_copy_to_host(void* host, const void* device, std::size_t bytes);
 // Copies `bytes` bytes of device memory to device memory, enqueued on `stream`.
 Status cuda_copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream);
+// Host to device and device to host, ordered on `stream` (cudaMemcpyAsync). From pageable
+// host memory the host bytes are staged before the call returns, so `host` may be reused at
+// once; to the host, the bytes are there after cuda_synchronize(stream).
+Status cuda_copy_to_device_on_stream(void* device, const void* host, std::size_t bytes, CudaStream stream);
+Status cuda_copy_to_host_on_stream(void* host, const void* device, std::size_t bytes, CudaStream stream);
 // Zeroes `bytes` bytes of device memory, enqueued on `stream`.
 Status cuda_memset_zero(void* device, std::size_t bytes, CudaStream stream);
 // Waits for everything enqueued on `stream`; Status::execution_failed if any of it faulted.

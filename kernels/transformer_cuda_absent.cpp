@@ -10,6 +10,8 @@ Status free_device(void*) { return Status::not_built; }
 Status copy_to_device(void*, const void*, std::size_t) { return Status::not_built; }
 Status copy_to_host(void*, const void*, std::size_t) { return Status::not_built; }
 Status copy_on_stream(void*, const void*, std::size_t, CudaStream) { return Status::not_built; }
+Status copy_to_device_on_stream(void*, const void*, std::size_t, CudaStream) { return Status::not_built; }
+Status copy_to_host_on_stream(void*, const void*, std::size_t, CudaStream) { return Status::not_built; }
 Status memset_zero(void*, std::size_t, CudaStream) { return Status::not_built; }
 Status synchronize(CudaStream) { return Status::not_built; }
 

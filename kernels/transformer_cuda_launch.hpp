@@ -15,6 +15,8 @@ Status free_device(void* ptr);
 Status copy_to_device(void* device, const void* host, std::size_t bytes);
 Status copy_to_host(void* host, const void* device, std::size_t bytes);
 Status copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream);
+Status copy_to_device_on_stream(void* device, const void* host, std::size_t bytes, CudaStream stream);
+Status copy_to_host_on_stream(void* host, const void* device, std::size_t bytes, CudaStream stream);
 Status memset_zero(void* device, std::size_t bytes, CudaStream stream);
 Status synchronize(CudaStream stream);
 

@@ -317,15 +317,19 @@ TEST(TransformerCuda, ScaleAndSumOfSquaresMatchTheReference) {
   }
 }
 
-TEST(TransformerCuda, CopyOnStreamCopiesDeviceMemory) {
+TEST(TransformerCuda, CopiesOnAStreamMoveTheBytes) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(22);
   const Vec x = random_vec(4099, rng);
   Device device;
-  const float* src = device.upload(x);
+  float* src = device.upload(unwritten(x.size()));
   float* dst = device.upload(unwritten(x.size()));
+  EXPECT_OK(cuda_copy_to_device_on_stream(src, x.data(), x.size() * sizeof(float), nullptr));
   EXPECT_OK(cuda_copy_on_stream(dst, src, x.size() * sizeof(float), nullptr));
-  expect_bitwise("copy", device.download(dst, x.size()), x);
+  Vec back = unwritten(x.size());
+  EXPECT_OK(cuda_copy_to_host_on_stream(back.data(), dst, x.size() * sizeof(float), nullptr));
+  EXPECT_OK(cuda_synchronize(nullptr));
+  expect_bitwise("copies", back, x);
 }
 
 TEST(TransformerCuda, GeluMatchesTheReference) {
@@ -841,6 +845,8 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cuda_copy_to_host(f, f, 16), want);
   EXPECT_EQ(cuda_memset_zero(f, 16, nullptr), want);
   EXPECT_EQ(cuda_copy_on_stream(f, f, 16, nullptr), want);
+  EXPECT_EQ(cuda_copy_to_device_on_stream(f, f, 16, nullptr), want);
+  EXPECT_EQ(cuda_copy_to_host_on_stream(f, f, 16, nullptr), want);
   EXPECT_EQ(residual_add_cuda(f, f, 4, nullptr), want);
   EXPECT_EQ(bias_add_cuda(f, f, 2, 2, nullptr), want);
   EXPECT_EQ(scale_cuda(f, 2.0f, 4, nullptr), want);
