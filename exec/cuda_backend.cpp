@@ -356,7 +356,11 @@ void make_gpu(CudaBackend::State& s, int device) {
       if (plan.task(t).kind == TaskKind::forward) compute = &s.lane(device, program.stream);
     }
   }
-  gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda);
+  // A bf16 plan multiplies bf16 operands with fp32 accumulation; fp16 would need loss
+  // scaling (gradients underflow in fp16), so an fp16 plan's real math stays fp32.
+  const kernels::GemmInputs inputs =
+      s.precision == model::Precision::bf16 ? kernels::GemmInputs::bf16 : kernels::GemmInputs::fp32;
+  gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
 }
 
 // This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the

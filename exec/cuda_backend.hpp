@@ -8,7 +8,9 @@
 //
 // Real training (options.training): prepare() moves each device's chunks (parameters,
 // gradients, Adam moments) into its GPU's memory (CpuTraining::place) on a CudaDecoderOps
-// whose stream is the device's compute stream (the one that runs its forward tasks), sizes
+// whose stream is the device's compute stream (the one that runs its forward tasks); a bf16
+// plan's linear layers multiply bf16 operands with fp32 accumulation, everything else (and
+// an fp16 plan, which would need loss scaling) is fp32. It sizes
 // every tensor's device copy as the training says (whole FP32 boundary activations, nothing
 // for what the training keeps itself), and then:
 //  - compute tasks run CpuTraining::compute on the device copies of their tensors; a task on

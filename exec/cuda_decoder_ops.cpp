@@ -48,8 +48,8 @@ class CudaDecoderOps::Pool {
   std::map<size_t, std::vector<void*>> free_;
 };
 
-CudaDecoderOps::CudaDecoderOps(int device, kernels::CudaStream stream)
-    : device_(device), stream_(stream), pool_(std::make_shared<Pool>()) {}
+CudaDecoderOps::CudaDecoderOps(int device, kernels::CudaStream stream, kernels::GemmInputs gemm_inputs)
+    : device_(device), stream_(stream), gemm_inputs_(gemm_inputs), pool_(std::make_shared<Pool>()) {}
 
 template <class T>
 OpsArray<T> CudaDecoderOps::allocate(size_t n) const {
@@ -107,14 +107,14 @@ void CudaDecoderOps::bias_add(float* y, const float* b, int N, int C) const {
 }
 void CudaDecoderOps::linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C,
                                     int OC) const {
-  check(k::linear_forward_cuda(y, x, w, b, N, C, OC, stream_), "linear_forward");
+  check(k::linear_forward_cuda(y, x, w, b, N, C, OC, stream_, gemm_inputs_), "linear_forward");
 }
 void CudaDecoderOps::linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const {
-  check(k::linear_backward_input_cuda(dx, dy, w, N, C, OC, stream_), "linear_backward_input");
+  check(k::linear_backward_input_cuda(dx, dy, w, N, C, OC, stream_, gemm_inputs_), "linear_backward_input");
 }
 void CudaDecoderOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
                                             int OC) const {
-  check(k::linear_backward_weight_cuda(dw, db, dy, x, N, C, OC, stream_), "linear_backward_weight");
+  check(k::linear_backward_weight_cuda(dw, db, dy, x, N, C, OC, stream_, gemm_inputs_), "linear_backward_weight");
 }
 void CudaDecoderOps::embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
                                        int C) const {

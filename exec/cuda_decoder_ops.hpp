@@ -9,7 +9,8 @@
 //  - reductions accumulate in fp32 (the reference uses double), so results agree with the
 //    CPU ops within the kernels' tolerances (tests/kernels/transformer_cuda_test.cpp), not
 //    bitwise; the same inputs still give the same bits on every run;
-//  - the loss and its gradient are two kernels (the CPU fuses them), with the same result.
+//  - the loss and its gradient are two kernels (the CPU fuses them), with the same result;
+//  - with 16-bit GEMM inputs, the linear layers' products are those of rounded operands.
 // Memory: a pool per ops object. When an array's last handle goes its block returns to the
 // pool (no cudaFree, which would wait for the whole device), and the next array of the same
 // rounded size takes it. That is safe because every use of an ops array is ordered on this
@@ -27,8 +28,10 @@ namespace hetflow::exec {
 class CudaDecoderOps final : public DecoderOps {
  public:
   // `device`: the GPU's ordinal, for names and messages; `stream`: where kernels go
-  // (nullptr: the legacy default stream).
-  CudaDecoderOps(int device, kernels::CudaStream stream);
+  // (nullptr: the legacy default stream); `gemm_inputs`: what the linear layers' GEMMs
+  // multiply (fp32, or operands rounded to bf16 / fp16 with fp32 accumulation; everything
+  // else stays fp32: master weights, activations, gradients, the optimizer).
+  CudaDecoderOps(int device, kernels::CudaStream stream, kernels::GemmInputs gemm_inputs = kernels::GemmInputs::fp32);
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   kernels::CudaStream stream() const { return stream_; }
 
@@ -92,6 +95,7 @@ class CudaDecoderOps final : public DecoderOps {
 
   int device_;
   kernels::CudaStream stream_;
+  kernels::GemmInputs gemm_inputs_;
   class Pool;
   std::shared_ptr<Pool> pool_;  // shared with the arrays' deleters
 };

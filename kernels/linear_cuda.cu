@@ -1,9 +1,11 @@
 // Linear layers through cuBLAS (transformer_cuda.hpp). Row-major arrays are column-major
 // transposes, so y[N,OC] = x w^T is, to cuBLAS, y^T[OC,N] = w^T(op T)[OC,C] * x^T[C,N], and so
-// on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32); the bias gradient uses the norms' fixed-order
-// column sums.
+// on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32), or 16-bit operands (rounded into scratch by
+// the cast kernels) with fp32 accumulation through cublasGemmEx; the bias gradient uses the
+// norms' fixed-order column sums.
 #include <cublas_v2.h>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -55,12 +57,41 @@ __global__ void broadcast_bias_kernel(float* y, const float* b, int OC, long tot
   }
 }
 
+// C[m,n] (column-major, ldc) = op(A)[m,k] * op(B)[k,n] + beta C, in `inputs`. A holds a_count
+// floats, B b_count; for 16-bit inputs both are rounded into scratch ordered on the stream.
+Status gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
+            int lda, std::size_t a_count, const float* b, int ldb, std::size_t b_count, float beta, float* c, int ldc,
+            GemmInputs inputs, cudaStream_t stream) {
+  const float one = 1.0f;
+  if (inputs == GemmInputs::fp32) {
+    return status_of(cublasSgemm(handle, op_a, op_b, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+  }
+  cuda::Scratch scratch(stream);
+  const std::size_t a_bytes = cuda::aligned(a_count * sizeof(std::uint16_t));
+  Status status = scratch.allocate(a_bytes + cuda::aligned(b_count * sizeof(std::uint16_t)));
+  if (status != Status::success) return status;
+  auto* a16 = scratch.at<std::uint16_t>(0);
+  auto* b16 = scratch.at<std::uint16_t>(a_bytes);
+  const bool bf16 = inputs == GemmInputs::bf16;
+  status = bf16 ? launch::cast_fp32_to_bf16(a16, a, static_cast<long>(a_count), stream)
+                : launch::cast_fp32_to_fp16(a16, a, static_cast<long>(a_count), stream);
+  if (status != Status::success) return status;
+  status = bf16 ? launch::cast_fp32_to_bf16(b16, b, static_cast<long>(b_count), stream)
+                : launch::cast_fp32_to_fp16(b16, b, static_cast<long>(b_count), stream);
+  if (status != Status::success) return status;
+  const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  return status_of(cublasGemmEx(handle, op_a, op_b, m, n, k, &one, a16, type, lda, b16, type, ldb, &beta, c, CUDA_R_32F,
+                                ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols); }
+
 }  // namespace
 
 namespace launch {
 
 Status linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                      CudaStream stream) {
+                      CudaStream stream, GemmInputs inputs) {
   const long total = static_cast<long>(N) * OC;
   if (b != nullptr) {
     broadcast_bias_kernel<<<cuda::stride_blocks(total, kThreads), kThreads, 0, stream>>>(y, b, OC, total);
@@ -72,27 +103,28 @@ Status linear_forward(float* y, const float* x, const float* w, const float* b, 
   }
   cublasHandle_t handle = nullptr;
   if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
-  const float one = 1.0f, beta = b != nullptr ? 1.0f : 0.0f;  // beta 0: y is not read
-  return status_of(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, x, C, &beta, y, OC));
+  const float beta = b != nullptr ? 1.0f : 0.0f;  // beta 0: y is not read
+  return gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, count(OC, C), x, C, count(N, C), beta, y, OC, inputs,
+              stream);
 }
 
-Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream) {
+Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
+                             GemmInputs inputs) {
   // dx^T[C,N] += w^T[C,OC] * dy^T[OC,N]
   cublasHandle_t handle = nullptr;
   if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
-  const float one = 1.0f;
-  return status_of(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dy, OC, &one, dx, C));
+  return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, count(OC, C), dy, OC, count(N, OC), 1.0f, dx, C, inputs,
+              stream);
 }
 
 Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                              CudaStream stream) {
+                              CudaStream stream, GemmInputs inputs) {
   if (dw != nullptr) {
     // dw^T[C,OC] += x^T[C,N] * (dy^T[OC,N])^T
     cublasHandle_t handle = nullptr;
     if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
-    const float one = 1.0f;
-    const Status status =
-        status_of(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, x, C, dy, OC, &one, dw, C));
+    const Status status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, count(N, C), dy, OC, count(N, OC), 1.0f,
+                               dw, C, inputs, stream);
     if (status != Status::success) return status;
   }
   if (db != nullptr) return column_sums(db, dy, N, OC, stream);

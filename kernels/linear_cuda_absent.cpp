@@ -4,13 +4,13 @@
 
 namespace hetflow::kernels::launch {
 
-Status linear_forward(float*, const float*, const float*, const float*, int, int, int, CudaStream) {
+Status linear_forward(float*, const float*, const float*, const float*, int, int, int, CudaStream, GemmInputs) {
   return Status::not_built;
 }
-Status linear_backward_input(float*, const float*, const float*, int, int, int, CudaStream) {
+Status linear_backward_input(float*, const float*, const float*, int, int, int, CudaStream, GemmInputs) {
   return Status::not_built;
 }
-Status linear_backward_weight(float*, float*, const float*, const float*, int, int, int, CudaStream) {
+Status linear_backward_weight(float*, float*, const float*, const float*, int, int, int, CudaStream, GemmInputs) {
   return Status::not_built;
 }
 

@@ -99,30 +99,31 @@ Status cuda_synchronize(CudaStream stream) {
 // ---------------------------------------------------------------------------------------------
 
 Status linear_forward_cuda(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                           CudaStream stream) {
+                           CudaStream stream, GemmInputs inputs) {
   if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
   if (N == 0 || OC == 0) return Status::success;
   if (!all_present(y) || (C > 0 && !all_present(x, w))) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::linear_forward(y, x, w, b, N, C, OC, stream);
+  return launch::linear_forward(y, x, w, b, N, C, OC, stream, inputs);
 }
 
-Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream) {
+Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
+                                  GemmInputs inputs) {
   if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
   if (dx == nullptr || N == 0 || C == 0 || OC == 0) return Status::success;
   if (!all_present(dy, w)) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::linear_backward_input(dx, dy, w, N, C, OC, stream);
+  return launch::linear_backward_input(dx, dy, w, N, C, OC, stream, inputs);
 }
 
 Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                                   CudaStream stream) {
+                                   CudaStream stream, GemmInputs inputs) {
   if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
   if (C == 0) dw = nullptr;  // an empty weight gradient
   if ((dw == nullptr && db == nullptr) || N == 0 || OC == 0) return Status::success;
   if (!all_present(dy) || (dw != nullptr && !all_present(x))) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::linear_backward_weight(dw, db, dy, x, N, C, OC, stream);
+  return launch::linear_backward_weight(dw, db, dy, x, N, C, OC, stream, inputs);
 }
 
 // ---------------------------------------------------------------------------------------------

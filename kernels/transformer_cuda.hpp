@@ -106,18 +106,27 @@ class DeviceBuffer {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Linear layers through cuBLAS (cublasSgemm, fp32 math, one handle per host thread and
-// device, created on first use and kept). Status::not_built where cuBLAS was not found.
-// Bitwise repeatable as cuBLAS is: same toolkit, same GPU model, one stream per handle.
+// Linear layers through cuBLAS (one handle per host thread and device, created on first use
+// and kept). Status::not_built where cuBLAS was not found. Bitwise repeatable as cuBLAS is:
+// same toolkit, same GPU model, one stream per handle.
+//
+// `inputs` says what the GEMM multiplies: fp32 (cublasSgemm, no TF32), or both operands
+// rounded to bf16 or fp16 (nearest even, as the cast kernels round; into stream-ordered
+// scratch) and multiplied by cublasGemmEx with fp32 accumulation into the fp32 output, as
+// mixed-precision training multiplies (PyTorch's autocast, Megatron's bf16). The bias and
+// its gradient stay fp32. A 16-bit product is exact in fp32, so these equal the reference run
+// on inputs rounded the same way, within fp32 summation order.
+enum class GemmInputs { fp32, bf16, fp16 };
 
 // y[N,OC] = x[N,C] * w[OC,C]^T (+ b[OC] when b != nullptr).
 Status linear_forward_cuda(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                           CudaStream stream);
+                           CudaStream stream, GemmInputs inputs = GemmInputs::fp32);
 // dx[N,C] += dy[N,OC] * w[OC,C]
-Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream);
+Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
+                                  GemmInputs inputs = GemmInputs::fp32);
 // dw[OC,C] += dy^T * x; db[OC] += column sums of dy (a fixed-order two-pass sum, not an atomic one).
 Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                                   CudaStream stream);
+                                   CudaStream stream, GemmInputs inputs = GemmInputs::fp32);
 
 // ---------------------------------------------------------------------------------------------
 // Embedding. Both bitwise equal to the reference: the forward is one fp32 add per element,

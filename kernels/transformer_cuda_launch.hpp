@@ -21,10 +21,11 @@ Status memset_zero(void* device, std::size_t bytes, CudaStream stream);
 Status synchronize(CudaStream stream);
 
 Status linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                      CudaStream stream);
-Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream);
+                      CudaStream stream, GemmInputs inputs);
+Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
+                             GemmInputs inputs);
 Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                              CudaStream stream);
+                              CudaStream stream, GemmInputs inputs);
 Status embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,
                          CudaStream stream);
 Status embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,

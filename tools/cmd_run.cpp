@@ -444,7 +444,11 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
   out << ", compute " << result.trace.compute;
   if (t.training) {
     out << ": the model's training math in FP32";
-    if (plan.layout.precision != model::Precision::fp32) out << " (the plan says " << to_string(plan.layout.precision) << ")";
+    if (r.backend == "cuda" && plan.layout.precision == model::Precision::bf16) {
+      out << ", the linear layers' operands in bf16";
+    } else if (plan.layout.precision != model::Precision::fp32) {
+      out << " (the plan says " << to_string(plan.layout.precision) << ")";
+    }
   } else {
     out << (r.backend == "cuda" ? ": FLOP-matched cublasGemmEx" : ": FLOP-matched sgemm") << ", not the model's math";
     if (r.flop_scale != 1) out << ", FLOPs x " << r.flop_scale;
