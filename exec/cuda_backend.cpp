@@ -227,6 +227,7 @@ struct CudaBackend::State {
   std::vector<Gpu> gpus;                       // per plan device
   std::vector<void*> copy;                     // per tensor: its device copy
   std::vector<size_t> copy_bytes;              // and its size
+  std::vector<size_t> send_bytes;              // real math, per channel: what its sends carry
   std::vector<std::vector<ncclComm_t>> comms;  // per NCCL group, per rank
   mutable std::mutex times_mutex;
   std::map<std::pair<int, int>, double> gpu_s;  // (task, iteration) -> seconds
@@ -430,11 +431,6 @@ void CudaBackend::prepare(const Plan& plan) {
   s->plan = &plan;
   s->training = options_.training;
   if (s->training != nullptr) {
-    if (s->training->tensor_parallel()) {
-      throw PlanError("real math on the cuda back end does not run tensor parallelism yet (its all-reduces inside a "
-                      "compute task need NCCL communicators of the compute streams); use --compute proxy or the cpu "
-                      "back end");
-    }
     if (s->training->parameter_server()) {
       throw PlanError("real math on the cuda back end does not run parameter servers yet (their updates run on host "
                       "arrays); use all-reduce, --compute proxy or the cpu back end");
@@ -466,7 +462,17 @@ void CudaBackend::prepare(const Plan& plan) {
   try {
     std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
                                          owner, process, first);
-    s->nccl_plan = cuda_plan(plan, std::move(gpus), owner, process);
+    // Real math's tensor parallelism all-reduces inside compute tasks on its chunks'
+    // communicators (the plan's "tp" ones, as CpuTraining finds them).
+    std::vector<int> in_task;
+    if (s->training != nullptr && s->training->tensor_parallel()) {
+      for (size_t c = 0; c < plan.communicators.size(); ++c) {
+        if (plan.communicators[c].name.rfind("tp ", 0) == 0 && plan.communicators[c].devices.size() > 1) {
+          in_task.push_back(static_cast<int>(c));
+        }
+      }
+    }
+    s->nccl_plan = cuda_plan(plan, std::move(gpus), owner, process, in_task);
     s->precision = plan.layout.precision;
     s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
     s->copy.assign(plan.tensors.size(), nullptr);
@@ -475,6 +481,18 @@ void CudaBackend::prepare(const Plan& plan) {
       s->copy_bytes.push_back(s->training != nullptr
                                   ? s->training->buffer_bytes(static_cast<int>(t))
                                   : std::min(static_cast<size_t>(std::max(0.0, plan.tensors[t].bytes)), s->cap));
+    }
+    s->send_bytes.assign(plan.channels.size(), 0);
+    if (s->training != nullptr) {
+      // The staging buffer holds any whole message or collective buffer of the real math.
+      for (const size_t bytes : s->copy_bytes) s->cap = std::max(s->cap, bytes);
+      for (size_t t = 0; t < plan.tasks.size(); ++t) {
+        const partition::Task& task = plan.tasks[t];
+        const auto reads = plan.reads(static_cast<int>(t));
+        if (task.kind == TaskKind::send && !reads.empty()) {
+          s->send_bytes[static_cast<size_t>(task.channel)] = s->copy_bytes[static_cast<size_t>(reads[0])];
+        }
+      }
     }
     s->gpus.resize(static_cast<size_t>(devices));
     for (int d = 0; d < devices; ++d) {
@@ -596,6 +614,38 @@ struct Job {
   }
 };
 
+// The task as the training sees it on a GPU: its tensors are their device copies.
+class DeviceTask final : public TaskContext {
+ public:
+  explicit DeviceTask(Job& job) : job_(job) {
+    task = job.task.task;
+    iteration = job.task.iteration;
+    spec = job.task.spec;
+    for (const int t : job.s.plan->reads(task)) reads_.push_back(copy_of(t));
+    for (const int t : job.s.plan->writes(task)) writes_.push_back(copy_of(t));
+    reads = reads_;
+    writes = writes_;
+  }
+  void waiting_for(std::string what) override { job_.task.waiting_for(std::move(what)); }
+
+ private:
+  Buffer copy_of(int tensor) const {
+    const auto t = static_cast<size_t>(tensor);
+    return {static_cast<std::byte*>(job_.s.copy[t]), job_.s.copy_bytes[t]};
+  }
+  Job& job_;
+  std::vector<Buffer> reads_, writes_;
+};
+
+// The real math's kernels run on the device's compute stream: this lane's stream waits for
+// what is enqueued there so far (nothing to do on the compute stream itself).
+void follow_compute_stream(Job& job) {
+  const cudaStream_t compute = job.gpu.ops->stream();
+  if (compute == job.lane.cuda) return;
+  cuda(cudaEventRecord(job.lane.ops_done, compute), "cudaEventRecord", job.where);
+  cuda(cudaStreamWaitEvent(job.lane.cuda, job.lane.ops_done, 0), "cudaStreamWaitEvent", job.where);
+}
+
 void run_compute(Job& job, double flop_scale) {
   const partition::Task& t = *job.task.spec;
   const double per_row = 2.0 * kProxyN * kProxyN;
@@ -630,8 +680,11 @@ void run_transfer(Job& job) {
   const auto tensors = sending ? plan.reads(job.task.task) : plan.writes(job.task.task);
   const int tensor = tensors.empty() ? -1 : tensors[0];
   const size_t own = tensor < 0 ? 0 : job.s.copy_bytes[static_cast<size_t>(tensor)];
-  // Real math moves the whole tensor (both ends size it alike); a proxy the plan's bytes, capped.
-  const size_t bytes = job.s.training != nullptr ? own : std::min(static_cast<size_t>(std::max(0.0, t.bytes)), job.s.cap);
+  // Real math moves the sender's whole tensor (a receiver's tensor may be its 1/t slice, cut
+  // by the training); a proxy the plan's bytes, capped.
+  const bool real = job.s.training != nullptr;
+  const size_t bytes = real ? job.s.send_bytes[static_cast<size_t>(t.channel)]
+                            : std::min(static_cast<size_t>(std::max(0.0, t.bytes)), job.s.cap);
   // The tensor's own device copy when it holds the message; the staging buffer otherwise.
   void* buffer = tensor >= 0 && own >= bytes ? job.s.copy[static_cast<size_t>(tensor)] : job.lane.staging;
   const std::string channel = "channel " + std::to_string(t.channel) + " (" + plan.channels[static_cast<size_t>(t.channel)].tag + ")";
@@ -645,7 +698,20 @@ void run_transfer(Job& job) {
   } else {
     job.task.waiting_for("a message from device " + std::to_string(plan.peer(job.task.task)) + " on " + channel);
     job.issue(comm, "ncclRecv", [&](ncclComm_t c) { return ncclRecv(buffer, bytes, ncclUint8, 0, c, job.lane.cuda); });
-    if (buffer == job.lane.staging && tensor >= 0) job.copy_device(job.s.copy[static_cast<size_t>(tensor)], buffer, own);
+    if (real && buffer == job.lane.staging) {
+      // The message lands before the training cuts it (on the compute stream).
+      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+      await(job.lane.end, comm, job.stop, job.where);
+      DeviceTask device(job);
+      if (job.s.training->receive(device, {static_cast<const float*>(buffer), bytes / sizeof(float)})) {
+        follow_compute_stream(job);
+        job.finish(comm, job.written());
+        return;
+      }
+    }
+    if (buffer == job.lane.staging && tensor >= 0) {
+      job.copy_device(job.s.copy[static_cast<size_t>(tensor)], buffer, std::min(own, bytes));
+    }
   }
   job.finish(comm, sending ? std::vector<std::pair<int, Buffer>>{} : job.written());
 }
@@ -717,43 +783,83 @@ void run_collective(Job& job) {
   job.finish(comm, result);
 }
 
-// The task as the training sees it on a GPU: its tensors are their device copies.
-class DeviceTask final : public TaskContext {
- public:
-  explicit DeviceTask(Job& job) : job_(job) {
-    task = job.task.task;
-    iteration = job.task.iteration;
-    spec = job.task.spec;
-    for (const int t : job.s.plan->reads(task)) reads_.push_back(copy_of(t));
-    for (const int t : job.s.plan->writes(task)) writes_.push_back(copy_of(t));
-    reads = reads_;
-    writes = writes_;
-  }
-  void waiting_for(std::string what) override { job_.task.waiting_for(std::move(what)); }
+// The compute task this thread runs, for the tensor-parallel all-reduces inside it.
+thread_local Job* current_compute = nullptr;
 
- private:
-  Buffer copy_of(int tensor) const {
-    const auto t = static_cast<size_t>(tensor);
-    return {static_cast<std::byte*>(job_.s.copy[t]), job_.s.copy_bytes[t]};
-  }
-  Job& job_;
-  std::vector<Buffer> reads_, writes_;
-};
-
-// The real math's kernels run on the device's compute stream: this lane's stream waits for
-// what is enqueued there so far (nothing to do on the compute stream itself).
-void follow_compute_stream(Job& job) {
-  const cudaStream_t compute = job.gpu.ops->stream();
-  if (compute == job.lane.cuda) return;
-  cuda(cudaEventRecord(job.lane.ops_done, compute), "cudaEventRecord", job.where);
-  cuda(cudaStreamWaitEvent(job.lane.cuda, job.lane.ops_done, 0), "cudaStreamWaitEvent", job.where);
-}
-
-void run_real_compute(Job& job) {
+void run_real_compute(Job& job, TensorParallelExchange* exchange) {
   DeviceTask device(job);
-  job.s.training->compute(device, job.stop, nullptr);
+  current_compute = &job;
+  try {
+    job.s.training->compute(device, job.stop, exchange);
+  } catch (...) {
+    current_compute = nullptr;
+    throw;
+  }
+  current_compute = nullptr;
   follow_compute_stream(job);
   job.finish(nullptr, job.written());
+}
+
+// A collective of the real math's tensors (tensor and sequence parallelism: the partial sums'
+// all-reduce, a sequence all-gather or reduce-scatter), as the cpu back end runs it: a buffer
+// of the larger of the read and written tensors, the read one at this member's piece when it
+// is the smaller (an all-gather), the written one taken from its piece when that is (a
+// reduce-scatter). NCCL's in-place forms need equal pieces: PlanError otherwise.
+void run_activation_collective(Job& job) {
+  const partition::Task& t = *job.task.spec;
+  const Plan& plan = *job.s.plan;
+  const partition::Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
+  const auto reads = plan.reads(job.task.task), writes = plan.writes(job.task.task);
+  const size_t in = job.s.copy_bytes[static_cast<size_t>(reads[0])];
+  const int out_tensor = writes.empty() ? reads[0] : writes[0];
+  const size_t out = job.s.copy_bytes[static_cast<size_t>(out_tensor)];
+  const size_t count = std::max(in, out) / sizeof(float), members = plan.members(c).size();
+  const auto me = static_cast<size_t>(job.s.nccl_plan.rank_of_task[static_cast<size_t>(job.task.task)]);
+  const bool by_part = c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather;
+  if ((by_part || in != out) && count % members != 0) {
+    throw PlanError("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ") of " +
+                    std::to_string(count) + " floats over " + std::to_string(members) +
+                    " members: NCCL's in-place form needs equal pieces");
+  }
+  const size_t part = count / members;
+  auto* buffer = static_cast<float*>(job.lane.staging);
+  const size_t at = in < out ? me * part : 0, out_at = out < in ? me * part : 0;
+  follow_compute_stream(job);
+  cuda(cudaMemsetAsync(buffer, 0, count * sizeof(float), job.lane.cuda), "cudaMemsetAsync", job.where);
+  job.copy_device(buffer + at, job.s.copy[static_cast<size_t>(reads[0])], std::min(in, (count - at) * sizeof(float)));
+  ncclComm_t* comm = job.rank();
+  job.task.waiting_for("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) +
+                       " of " + std::to_string(count) + " activation floats): the other " + std::to_string(members - 1) +
+                       " member(s)");
+  const cudaStream_t stream = job.lane.cuda;
+  const int root = c.root;
+  switch (c.kind) {
+    case partition::CollectiveKind::all_reduce:
+      job.issue(comm, "ncclAllReduce",
+                [&](ncclComm_t h) { return ncclAllReduce(buffer, buffer, count, ncclFloat32, ncclSum, h, stream); });
+      break;
+    case partition::CollectiveKind::reduce_scatter:
+      job.issue(comm, "ncclReduceScatter", [&](ncclComm_t h) {
+        return ncclReduceScatter(buffer, buffer + me * part, part, ncclFloat32, ncclSum, h, stream);
+      });
+      break;
+    case partition::CollectiveKind::all_gather:
+      job.issue(comm, "ncclAllGather",
+                [&](ncclComm_t h) { return ncclAllGather(buffer + me * part, buffer, part, ncclFloat32, h, stream); });
+      break;
+    case partition::CollectiveKind::broadcast:
+      job.issue(comm, "ncclBroadcast",
+                [&](ncclComm_t h) { return ncclBroadcast(buffer, buffer, count, ncclFloat32, root, h, stream); });
+      break;
+    case partition::CollectiveKind::reduce:
+      job.issue(comm, "ncclReduce",
+                [&](ncclComm_t h) { return ncclReduce(buffer, buffer, count, ncclFloat32, ncclSum, root, h, stream); });
+      break;
+  }
+  job.copy_device(job.s.copy[static_cast<size_t>(out_tensor)], buffer + out_at, std::min(out, (count - out_at) * sizeof(float)));
+  const Buffer& host = !job.task.writes.empty() ? job.task.writes[0] : job.task.reads[0];
+  const std::pair<int, Buffer> result[] = {{out_tensor, host}};
+  job.finish(comm, result);
 }
 
 // A gradient collective of the real math: NCCL's all-reduce in place on the training's floats.
@@ -764,8 +870,8 @@ void run_real_collective(Job& job) {
   DeviceTask device(job);
   const std::span<float> data = job.s.training->collective_data(device);
   if (data.empty() && !job.task.reads.empty()) {
-    throw PlanError("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.purpose)) +
-                    ") reduces no gradients of the model: real math on the cuda back end runs gradient collectives only");
+    run_activation_collective(job);
+    return;
   }
   if (c.kind != partition::CollectiveKind::all_reduce) {
     throw PlanError("collective " + std::to_string(t.collective) + " is a " + std::string(partition::to_string(c.kind)) +
@@ -805,7 +911,7 @@ void CudaBackend::run(TaskContext& task) {
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
       if (s.training != nullptr) {
-        run_real_compute(job);
+        run_real_compute(job, this);
       } else {
         run_compute(job, options_.flop_scale);
       }
@@ -822,6 +928,34 @@ void CudaBackend::run(TaskContext& task) {
       }
       return;
   }
+}
+
+// Megatron's all-reduces inside a tensor-parallel chunk's compute task: NCCL's, on the
+// communicator's in-task group, on the compute stream where the chunk's kernels run (the
+// decoder's next kernels follow it there). Awaited by polling, so a rank whose peers never
+// come is stopped like any other NCCL wait.
+void CudaBackend::all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) {
+  Job* job = current_compute;
+  if (job == nullptr || job->task.task != task.task) {
+    throw Error("a tensor-parallel all-reduce outside its compute task (task " + std::to_string(task.task) + ")");
+  }
+  State& s = *state_;
+  const auto group = s.nccl_plan.in_task_group.find(communicator);
+  if (group == s.nccl_plan.in_task_group.end()) {
+    throw PlanError("communicator " + std::to_string(communicator) + " has no NCCL group for all-reduces inside compute tasks");
+  }
+  const NcclGroup& g = s.nccl_plan.groups[static_cast<size_t>(group->second)];
+  const auto rank = static_cast<size_t>(std::find(g.devices.begin(), g.devices.end(), task.spec->device) - g.devices.begin());
+  ncclComm_t* comm = &s.comms[static_cast<size_t>(group->second)][rank];
+  if (*comm == nullptr) throw Error("the NCCL communicator for " + job->where + " was aborted by an earlier failure");
+  task.waiting_for("a tensor-parallel all-reduce (" + std::to_string(data.size()) + " floats) on " + g.what);
+  const cudaStream_t stream = job->gpu.ops->stream();
+  float* const at = data.data();
+  const size_t n = data.size();
+  job->issue(comm, "ncclAllReduce",
+             [&](ncclComm_t h) { return ncclAllReduce(at, at, n, ncclFloat32, max ? ncclMax : ncclSum, h, stream); });
+  cuda(cudaEventRecord(job->lane.ops_done, stream), "cudaEventRecord", job->where);
+  await(job->lane.ops_done, comm, job->stop, job->where);
 }
 
 // --- probes: no plan, no engine ---

@@ -19,9 +19,12 @@
 //  - send/recv move the whole tensor;
 //  - gradient collectives are NCCL all-reduces in place on the floats collective_data()
 //    gives (device memory), after the compute stream's work before them.
-// Refused with PlanError for now: tensor parallelism (its all-reduces inside a compute task
-// need NCCL communicators of the compute streams) and parameter servers (their updates run
-// on host arrays). Compute does not see stop() until the task's kernels are enqueued and
+// Tensor parallelism: the all-reduces inside a compute task are NCCL's on the chunk's
+// communicator, in a group of the members' compute streams (exec/cuda_plan.hpp), enqueued on
+// the compute stream and awaited by polling; the plan's collectives of activations (partial
+// sums, sequence all-gathers and reduce-scatters) run in a staging buffer as the cpu back end
+// runs them; a whole message into a 1/t slice is cut by the training. Refused with PlanError
+// for now: parameter servers (their updates run on host arrays). Compute does not see stop() until the task's kernels are enqueued and
 // its host waits (a loss, a norm) are done. The back end must outlive the training's last
 // use (weights(), collect_at_root()): its GPUs' ops are the back end's.
 //
@@ -98,12 +101,12 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/training.hpp"
 #include "model/precision.hpp"
 
 namespace hetflow::exec {
 
 class Ranks;
-class CpuTraining;
 
 struct CudaBackendOptions {
   double flop_scale = 1;                         // compute runs flops x flop_scale
@@ -117,7 +120,7 @@ struct CudaBackendOptions {
 // True when this build has the CUDA back end (nvcc, cuBLAS and NCCL found at configure time).
 bool cuda_backend_built();
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public TensorParallelExchange {
  public:
   explicit CudaBackend(CudaBackendOptions options = {});
   ~CudaBackend() override;
@@ -130,6 +133,8 @@ class CudaBackend final : public Backend {
   std::optional<size_t> buffer_bytes(int tensor) const override;
   void run(TaskContext& task) override;
   void stop() override;
+  // Real math's all-reduces inside a tensor-parallel compute task (see above).
+  void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) override;
 
   // Seconds between the CUDA events around the task instance's GPU work; nullopt when it has
   // not completed. Thread-safe.

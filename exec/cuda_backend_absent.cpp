@@ -30,6 +30,9 @@ void CudaBackend::prepare(const partition::Plan& /*plan*/) { throw Error(kNotBui
 std::optional<size_t> CudaBackend::buffer_bytes(int /*tensor*/) const { return std::nullopt; }
 void CudaBackend::run(TaskContext& /*task*/) { throw Error(kNotBuilt); }
 void CudaBackend::stop() { stop_.store(true); }
+void CudaBackend::all_reduce(TaskContext& /*task*/, int /*communicator*/, std::span<float> /*data*/, bool /*max*/) {
+  throw Error(kNotBuilt);
+}
 std::optional<double> CudaBackend::gpu_time_s(int /*task*/, int /*iteration*/) const { return std::nullopt; }
 
 GemmProbe probe_gemm(int /*gpu*/, model::Precision /*precision*/, int /*n*/, int /*repeats*/) { throw Error(kNotBuilt); }

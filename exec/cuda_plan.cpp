@@ -117,7 +117,8 @@ void check_channel_streams(const Plan& plan) {
 
 }  // namespace
 
-CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> owner, int process) {
+CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> owner, int process,
+                   const std::vector<int>& in_task) {
   CudaPlan out;
   out.gpus = std::move(gpus);
   out.owner = owner.empty() ? std::vector<int>(static_cast<size_t>(plan.device_count()), 0) : std::move(owner);
@@ -162,6 +163,36 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
       out.group_of_task[static_cast<size_t>(col.tasks[m])] = it->second;
       out.rank_of_task[static_cast<size_t>(col.tasks[m])] = static_cast<int>(m);
     }
+  }
+  // In-task all-reduces: on each member's compute stream, beside its collectives there.
+  for (const int c : in_task) {
+    const std::vector<int>& members = plan.communicator(c).devices;
+    std::vector<int> streams;
+    for (const int d : members) {
+      int stream = -1;
+      for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(d)]) {
+        for (const int t : program.tasks) {
+          if (plan.task(t).kind != TaskKind::forward) continue;
+          if (stream >= 0 && stream != program.stream) {
+            throw PlanError("device " + plan.device_name(d) + " runs forward tasks on streams " + plan.stream_name(stream) +
+                            " and " + plan.stream_name(program.stream) +
+                            ": its tensor-parallel all-reduces need one compute stream");
+          }
+          stream = program.stream;
+        }
+      }
+      if (stream < 0) {
+        throw PlanError("device " + plan.device_name(d) + " of communicator " + std::to_string(c) + " (" +
+                        plan.communicator(c).name + ") runs no forward task");
+      }
+      streams.push_back(stream);
+    }
+    const auto [it, added] = group_of_key.try_emplace({c, streams}, static_cast<int>(out.groups.size()));
+    if (added) {
+      out.groups.push_back({members, "communicator " + std::to_string(c) + " (" + plan.communicator(c).name +
+                                         ") inside compute tasks"});
+    }
+    out.in_task_group[c] = it->second;
   }
   // Every member reaches its group's collectives in one order.
   std::vector<std::vector<std::vector<int>>> order(out.groups.size());  // [group][rank] -> collectives

@@ -17,6 +17,10 @@
 //    member's rank is driven by one thread, and every member must reach the group's
 //    collectives in the same order in its program (checked here). Ranks are the plan
 //    communicator's order, so a collective's root index is its NCCL root.
+//  - a communicator whose members all-reduce inside their compute tasks (real math's tensor
+//    parallelism) gets the group of (communicator, each member's compute stream: the one its
+//    forward tasks are on), the one its collectives on those streams use if they exist: the
+//    compute stream's thread drives it, and both kinds of calls come in program order.
 // NCCL cannot put two ranks of one communicator on one GPU: two plan devices may share a GPU
 // only when no communicator holds both.
 //
@@ -26,6 +30,7 @@
 // and sends it to the group's other processes; every process walks the groups in the same
 // order, so each pair of processes meets its groups in the same order too.
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +53,7 @@ struct CudaPlan {
   std::vector<int> rank_of_task;   // per task: its rank in that group, -1 for compute
   std::vector<int> owner;          // per plan device: the process (MPI rank) that runs it
   int process = 0;                 // this one
+  std::map<int, int> in_task_group;  // plan communicator -> the group its in-task all-reduces use
 
   bool local(int device) const { return owner[static_cast<size_t>(device)] == process; }
   // The processes that hold a rank of group `g`, ascending; the first member's makes its id.
@@ -79,6 +85,9 @@ std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<con
 // (empty: all by this one). Throws PlanError naming the channel whose sends or receives are
 // on several streams, the collectives that members reach in different orders, or two members
 // of one communicator on the same GPU of one process.
-CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0);
+// `in_task`: the plan communicators whose members all-reduce inside compute tasks (PlanError
+// when a member has no forward task, or forward tasks on two streams).
+CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0,
+                   const std::vector<int>& in_task = {});
 
 }  // namespace hetflow::exec

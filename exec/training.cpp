@@ -1097,8 +1097,8 @@ bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) 
     if (writes.empty() || task.writes.empty() || data.size() != whole) return false;  // a shard travels as it is
     const auto [begin, end] = slice_of(writes[0], whole);
     if (end - begin == whole) return false;
-    std::copy(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end),
-              reinterpret_cast<float*>(task.writes[0].data));
+    // (The message and the tensor are the device's memory: its ops copy.)
+    ops_of_(t.device).copy(reinterpret_cast<float*>(task.writes[0].data), data.data() + begin, end - begin);
     return true;
   }
   if (t.purpose != partition::Purpose::ps_pull) return false;

@@ -142,7 +142,9 @@ class CpuTraining {
   std::span<float> collective_data(const TaskContext& task);
   void collective_done(const TaskContext& task);
   // Parameter-server transfers: what a push or pull sends (nullopt: the tensor's bytes), and
-  // what its receive does with the floats (false: copy them into the written tensor).
+  // what its receive does with the floats (false: copy them into the written tensor). A
+  // boundary activation that arrives whole where the tensor is a 1/t slice is cut here, by
+  // the device's ops (the message and the tensor are its memory; a pull's are host floats).
   std::optional<std::vector<float>> message(const TaskContext& task);
   bool receive(const TaskContext& task, std::span<const float> data);
 

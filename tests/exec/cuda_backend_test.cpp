@@ -15,6 +15,7 @@
 #include "exec/engine.hpp"
 #include "exec/training.hpp"
 #include "kernels/matmul.hpp"
+#include "partition/task_order.hpp"
 #include "tests/exec/compare_weights.hpp"
 #include "tests/exec/exec_test_util.hpp"
 
@@ -214,6 +215,40 @@ TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirNodesGpus) {
 }
 
 // Two all-reduces on one communicator and stream, which device 1 reaches in the other order.
+// Tensor parallelism's all-reduces inside compute tasks get the group of the communicator on
+// its members' compute streams: the one the plan's own collectives there use, or a new one.
+TEST(CudaPlan, InTaskAllReducesUseTheCommunicatorsComputeStreamGroup) {
+  for (const bool sequence : {false, true}) {
+    partition::PlanOptions o = test_support::pipeline_options(2, 1, 2, "1f1b");
+    o.tensor = 2;
+    o.sequence_parallel = sequence;
+    const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
+    std::vector<int> tp;
+    for (size_t c = 0; c < plan.communicators.size(); ++c) {
+      if (plan.communicators[c].name.rfind("tp ", 0) == 0) tp.push_back(static_cast<int>(c));
+    }
+    ASSERT_EQ(tp.size(), 2u) << "one tensor-parallel group per stage";
+    const exec::CudaPlan with = exec::cuda_plan(plan, {0, 1, 2, 3}, {}, 0, tp);
+    const exec::CudaPlan without = exec::cuda_plan(plan, {0, 1, 2, 3});
+    EXPECT_TRUE(without.in_task_group.empty());
+    for (const int c : tp) {
+      ASSERT_TRUE(with.in_task_group.count(c)) << c;
+      const exec::NcclGroup& g = with.groups[static_cast<size_t>(with.in_task_group.at(c))];
+      EXPECT_EQ(g.devices, plan.communicators[static_cast<size_t>(c)].devices);
+      // A collective of this communicator on the compute stream shares the group.
+      for (size_t t = 0; t < plan.tasks.size(); ++t) {
+        const partition::Task& task = plan.tasks[t];
+        if (task.kind != TaskKind::collective || plan.collectives[static_cast<size_t>(task.collective)].communicator != c) continue;
+        if (plan.stream_name(task.stream) != "compute") continue;
+        EXPECT_EQ(with.group_of_task[t], with.in_task_group.at(c)) << partition::describe_task(plan, static_cast<int>(t));
+      }
+    }
+    // The plan's own groups are unchanged; at most one group per communicator is added.
+    EXPECT_LE(with.groups.size(), without.groups.size() + tp.size());
+    EXPECT_EQ(with.group_of_task, without.group_of_task);
+  }
+}
+
 TEST(CudaPlan, RefusesCollectivesThatMembersReachInDifferentOrders) {
   Plan plan = test_support::empty_plan(model::cpu_cluster(2));
   const int comm = plan.add_communicator({"all", {0, 1}});
@@ -395,13 +430,11 @@ model::Network odd_llama() {
 
 // Runs without a GPU: what the real math cannot run on the cuda back end yet is refused
 // before any GPU is touched, naming it.
-TEST(CudaBackend, RealMathRefusesTensorParallelismAndParameterServers) {
+TEST(CudaBackend, RealMathRefusesParameterServers) {
   if (!exec::cuda_backend_built()) GTEST_SKIP() << "this build has no CUDA back end (nvcc, cuBLAS or NCCL not found)";
-  partition::PlanOptions tensor = test_support::pipeline_options(1, 1, 2, "1f1b");
-  tensor.tensor = 2;
   partition::PlanOptions server = test_support::pipeline_options(1, 2, 2, "1f1b");
   server.sync = partition::SyncKind::ps;
-  for (const auto& [o, why] : {std::pair{tensor, "tensor parallelism"}, {server, "parameter servers"}}) {
+  for (const auto& [o, why] : {std::pair{server, "parameter servers"}}) {
     const Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), o);
     exec::CpuTraining training(plan, exec::markov_stream(256, 1), {}, 42);
     exec::CudaBackendOptions with_training;
@@ -515,6 +548,24 @@ TEST(CudaBackend, RealTrainingOnTwoGpusMatchesTheCpuBackend) {
     partition::PlanOptions pipelined = test_support::pipeline_options(2, 1, 4, "1f1b");
     pipelined.recompute = partition::Recompute::full;
     expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net, pipelined), net.name + " pipeline 2");
+  }
+}
+
+// Megatron tensor parallelism over two GPUs: the all-reduces inside compute tasks (NCCL on
+// the compute streams), the vocabulary-parallel embedding and loss; with sequence
+// parallelism also the sequence all-gathers and reduce-scatters of the plan.
+TEST(CudaBackend, RealTrainingWithTensorParallelismMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPUS(2);
+  for (const char* spec : {"gpt:layers=2,hidden=36,heads=6,seq=13,vocab=97",
+                           "llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101"}) {
+    const model::Network net = model::network_from_spec(spec, model::Precision::fp32);
+    for (const bool sequence : {false, true}) {
+      partition::PlanOptions o = test_support::pipeline_options(1, 1, 2, "1f1b");
+      o.tensor = 2;
+      o.sequence_parallel = sequence;
+      expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net, o),
+                               std::string(spec) + (sequence ? " tensor + sequence parallel" : " tensor parallel"));
+    }
   }
 }
 
