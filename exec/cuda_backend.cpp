@@ -431,10 +431,6 @@ void CudaBackend::prepare(const Plan& plan) {
   s->plan = &plan;
   s->training = options_.training;
   if (s->training != nullptr) {
-    if (s->training->parameter_server()) {
-      throw PlanError("real math on the cuda back end does not run parameter servers yet (their updates run on host "
-                      "arrays); use all-reduce, --compute proxy or the cpu back end");
-    }
   }
   // Under mpirun this process runs its block of the plan's devices on its node's GPUs, after
   // those of the node's lower ranks.
@@ -489,9 +485,12 @@ void CudaBackend::prepare(const Plan& plan) {
       for (size_t t = 0; t < plan.tasks.size(); ++t) {
         const partition::Task& task = plan.tasks[t];
         const auto reads = plan.reads(static_cast<int>(t));
-        if (task.kind == TaskKind::send && !reads.empty()) {
-          s->send_bytes[static_cast<size_t>(task.channel)] = s->copy_bytes[static_cast<size_t>(reads[0])];
-        }
+        if (task.kind != TaskKind::send) continue;
+        // A parameter server's push or pull carries the model's floats; the rest, the tensor.
+        size_t bytes = reads.empty() ? 0 : s->copy_bytes[static_cast<size_t>(reads[0])];
+        if (const auto floats = s->training->message_floats(static_cast<int>(t))) bytes = *floats * sizeof(float);
+        s->send_bytes[static_cast<size_t>(task.channel)] = bytes;
+        s->cap = std::max(s->cap, bytes);
       }
     }
     s->gpus.resize(static_cast<size_t>(devices));
@@ -688,7 +687,22 @@ void run_transfer(Job& job) {
   // The tensor's own device copy when it holds the message; the staging buffer otherwise.
   void* buffer = tensor >= 0 && own >= bytes ? job.s.copy[static_cast<size_t>(tensor)] : job.lane.staging;
   const std::string channel = "channel " + std::to_string(t.channel) + " (" + plan.channels[static_cast<size_t>(t.channel)].tag + ")";
-  if (sending) {
+  std::optional<std::vector<float>> message;  // a parameter server's push or pull: host floats
+  if (sending && real) {
+    DeviceTask device(job);
+    message = job.s.training->message(device);
+  }
+  if (message) {
+    if (message->size() * sizeof(float) != bytes) {
+      throw Error("a parameter-server message of " + std::to_string(message->size()) + " floats where " +
+                  std::to_string(bytes / sizeof(float)) + " were announced (" + job.where + ")");
+    }
+    buffer = job.lane.staging;
+    cuda(cudaMemcpyAsync(buffer, message->data(), bytes, cudaMemcpyHostToDevice, job.lane.cuda), "cudaMemcpyAsync",
+         job.where);
+    job.task.waiting_for("device " + std::to_string(plan.peer(job.task.task)) + " to receive on " + channel);
+    job.issue(comm, "ncclSend", [&](ncclComm_t c) { return ncclSend(buffer, bytes, ncclUint8, 1, c, job.lane.cuda); });
+  } else if (sending) {
     job.task.waiting_for("device " + std::to_string(plan.peer(job.task.task)) + " to receive on " + channel);
     if (buffer == job.lane.staging) {
       cuda(cudaMemsetAsync(buffer, 0, bytes, job.lane.cuda), "cudaMemsetAsync", job.where);
@@ -698,6 +712,21 @@ void run_transfer(Job& job) {
   } else {
     job.task.waiting_for("a message from device " + std::to_string(plan.peer(job.task.task)) + " on " + channel);
     job.issue(comm, "ncclRecv", [&](ncclComm_t c) { return ncclRecv(buffer, bytes, ncclUint8, 0, c, job.lane.cuda); });
+    if (real && t.purpose == partition::Purpose::ps_pull) {
+      // A server's weights: the training keeps pulls on the host until the chunk adopts them.
+      std::vector<float> host(bytes / sizeof(float));
+      cuda(cudaMemcpyAsync(host.data(), buffer, bytes, cudaMemcpyDeviceToHost, job.lane.cuda), "cudaMemcpyAsync",
+           job.where);
+      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+      await(job.lane.end, comm, job.stop, job.where);
+      DeviceTask device(job);
+      if (job.s.training->receive(device, host)) {
+        job.finish(comm, {});
+        return;
+      }
+      cuda(cudaMemcpyAsync(buffer, host.data(), bytes, cudaMemcpyHostToDevice, job.lane.cuda), "cudaMemcpyAsync",
+           job.where);  // (not taken: back where it was)
+    }
     if (real && buffer == job.lane.staging) {
       // The message lands before the training cuts it (on the compute stream).
       cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
@@ -786,7 +815,28 @@ void run_collective(Job& job) {
 // The compute task this thread runs, for the tensor-parallel all-reduces inside it.
 thread_local Job* current_compute = nullptr;
 
+// A parameter server's update: it reads the pushes (their device copies, brought to the
+// engine's host buffers) and updates host arrays.
+void run_server_update(Job& job) {
+  const auto reads = job.s.plan->reads(job.task.task);
+  for (size_t k = 0; k < reads.size() && k < job.task.reads.size(); ++k) {
+    const size_t n = std::min(job.task.reads[k].size_bytes, job.s.copy_bytes[static_cast<size_t>(reads[k])]);
+    if (n == 0) continue;
+    cuda(cudaMemcpyAsync(job.task.reads[k].data, job.s.copy[static_cast<size_t>(reads[k])], n, cudaMemcpyDeviceToHost,
+                         job.lane.cuda),
+         "cudaMemcpyAsync (to the host)", job.where);
+  }
+  cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+  await(job.lane.end, nullptr, job.stop, job.where);
+  job.s.training->compute(job.task, job.stop, nullptr);
+  job.finish(nullptr, {});
+}
+
 void run_real_compute(Job& job, TensorParallelExchange* exchange) {
+  if (job.task.spec->kind == TaskKind::optimizer && job.s.training->parameter_server()) {
+    run_server_update(job);
+    return;
+  }
   DeviceTask device(job);
   current_compute = &job;
   try {

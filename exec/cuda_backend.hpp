@@ -23,9 +23,12 @@
 // communicator, in a group of the members' compute streams (exec/cuda_plan.hpp), enqueued on
 // the compute stream and awaited by polling; the plan's collectives of activations (partial
 // sums, sequence all-gathers and reduce-scatters) run in a staging buffer as the cpu back end
-// runs them; a whole message into a 1/t slice is cut by the training. Refused with PlanError
-// for now: parameter servers (their updates run on host arrays). Compute does not see stop() until the task's kernels are enqueued and
-// its host waits (a loss, a norm) are done. The back end must outlive the training's last
+// runs them; a whole message into a 1/t slice is cut by the training. Parameter servers and
+// WSP: servers keep host arrays (CpuTraining), so a push or pull is the training's host
+// floats through the staging buffer (their sizes known in prepare(), message_floats()), a
+// pull lands on the host, and a server's update runs on the host after its pushes' device
+// copies come to the engine's host buffers. Compute does not see stop() until the task's
+// kernels are enqueued and its host waits (a loss, a norm) are done. The back end must outlive the training's last
 // use (weights(), collect_at_root()): its GPUs' ops are the back end's.
 //
 // What it promises, per task kind:

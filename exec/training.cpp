@@ -1061,6 +1061,20 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
   }
 }
 
+std::optional<size_t> CpuTraining::message_floats(int send_task) const {
+  const partition::Task& t = plan_.task(send_task);
+  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
+    return std::nullopt;
+  }
+  const partition::Channel& channel = plan_.channel(t.channel);
+  const bool push = t.purpose == partition::Purpose::ps_push;
+  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
+  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(send_task) + " serves no chunk");
+  size_t floats = 0;
+  for (const ParamSlot* slot : served_slots(found->second, push ? channel.dst : channel.src)) floats += slot->count;
+  return floats;
+}
+
 std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) {
   const partition::Task& t = *task.spec;
   if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {

@@ -146,6 +146,9 @@ class CpuTraining {
   // boundary activation that arrives whole where the tensor is a 1/t slice is cut here, by
   // the device's ops (the message and the tensor are its memory; a pull's are host floats).
   std::optional<std::vector<float>> message(const TaskContext& task);
+  // How many floats message() gives for that send task, known before the run (a back end
+  // whose receives must know their size); nullopt: the tensor's bytes.
+  std::optional<size_t> message_floats(int send_task) const;
   bool receive(const TaskContext& task, std::span<const float> data);
 
   // Under mpirun, after the run, on every rank: rank 0 takes the other ranks' losses and

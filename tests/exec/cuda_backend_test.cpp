@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -428,24 +430,49 @@ model::Network odd_llama() {
                                   model::Precision::fp32);
 }
 
-// Runs without a GPU: what the real math cannot run on the cuda back end yet is refused
-// before any GPU is touched, naming it.
-TEST(CudaBackend, RealMathRefusesParameterServers) {
-  if (!exec::cuda_backend_built()) GTEST_SKIP() << "this build has no CUDA back end (nvcc, cuBLAS or NCCL not found)";
-  partition::PlanOptions server = test_support::pipeline_options(1, 2, 2, "1f1b");
-  server.sync = partition::SyncKind::ps;
-  for (const auto& [o, why] : {std::pair{server, "parameter servers"}}) {
-    const Plan plan = test_support::planned(model::cpu_cluster(2), test_support::tiny_gpt(), o);
+// Runs without a GPU: with a training the back end says its compute is real, and a message
+// a parameter server's push or pull carries is sized before the run, as the receiving GPU
+// needs (the floats message() then gives).
+TEST(CudaBackend, RealMathKnowsEveryMessagesSizeBeforeTheRun) {
+  for (const partition::SyncKind sync : {partition::SyncKind::ps, partition::SyncKind::wsp}) {
+    partition::PlanOptions o = test_support::pipeline_options(2, 2, 2, "1f1b");
+    o.sync = sync;
+    const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
     exec::CpuTraining training(plan, exec::markov_stream(256, 1), {}, 42);
     exec::CudaBackendOptions with_training;
     with_training.training = &training;
-    exec::CudaBackend cuda(with_training);
-    EXPECT_EQ(cuda.compute(), "real");
-    try {
-      cuda.prepare(plan);
-      FAIL() << "a plan with " << why << " was prepared";
-    } catch (const PlanError& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    EXPECT_EQ(exec::CudaBackend(with_training).compute(), "real");
+    exec::CpuBackend cpu({}, &training);
+    std::map<int, size_t> sent;  // send task -> floats its message had
+    exec::EngineOptions e = options();
+    e.iterations = 2;
+    struct Recording final : exec::Backend {
+      exec::CpuBackend& inner;
+      exec::CpuTraining& training;
+      std::map<int, size_t>& sent;
+      std::mutex mutex;
+      Recording(exec::CpuBackend& b, exec::CpuTraining& t, std::map<int, size_t>& s) : inner(b), training(t), sent(s) {}
+      std::string name() const override { return inner.name(); }
+      std::string compute() const override { return inner.compute(); }
+      void prepare(const Plan& p) override { inner.prepare(p); }
+      std::optional<size_t> buffer_bytes(int t) const override { return inner.buffer_bytes(t); }
+      void run(exec::TaskContext& task) override {
+        if (task.spec->kind == TaskKind::send) {
+          if (const auto m = training.message(task)) {
+            std::lock_guard lock(mutex);
+            sent[task.task] = m->size();
+          }
+        }
+        inner.run(task);
+      }
+      void stop() override { inner.stop(); }
+    } recording(cpu, training, sent);
+    const exec::RunResult r = exec::run_plan(plan, recording, e);
+    ASSERT_TRUE(r.completed) << r.error;
+    ASSERT_FALSE(sent.empty()) << "no push or pull";
+    for (const auto& [task, floats] : sent) {
+      ASSERT_TRUE(training.message_floats(task).has_value()) << task;
+      EXPECT_EQ(*training.message_floats(task), floats) << partition::describe_task(plan, task);
     }
   }
 }
@@ -548,6 +575,21 @@ TEST(CudaBackend, RealTrainingOnTwoGpusMatchesTheCpuBackend) {
     partition::PlanOptions pipelined = test_support::pipeline_options(2, 1, 4, "1f1b");
     pipelined.recompute = partition::Recompute::full;
     expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net, pipelined), net.name + " pipeline 2");
+  }
+}
+
+// Parameter servers and WSP over two GPUs: pushes and pulls through the host, the servers'
+// updates on the host; D = 0 is synchronous, D = 1 lets a worker run a step ahead.
+TEST(CudaBackend, RealTrainingWithParameterServersMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPUS(2);
+  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+    for (const auto& [sync, staleness] : {std::pair{partition::SyncKind::ps, 0}, {partition::SyncKind::wsp, 1}}) {
+      partition::PlanOptions o = test_support::pipeline_options(1, 2, 2, "1f1b");
+      o.sync = sync;
+      o.staleness = staleness;
+      expect_trains_as_the_cpu(test_support::planned(model::cpu_cluster(2), net, o),
+                               net.name + " " + std::string(partition::to_string(sync)) + " D=" + std::to_string(staleness));
+    }
   }
 }
 

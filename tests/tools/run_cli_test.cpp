@@ -113,19 +113,6 @@ TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
 #endif
 }
 
-// Real math on the cuda back end: what it does not run yet is a plan problem (exit 3) named
-// before any GPU is looked for; under auto, such a plan runs proxies and says why.
-TEST(RunCli, CudaRealMathRefusesWhatItDoesNotRunYet) {
-  const std::string plan = "--cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 "
-                           "--microbatches 2 --workspace 0 --sync ps --backend cuda --steps 1";
-  const auto r = run_hetflow("run " + plan + " --compute real");
-  EXPECT_EQ(r.status, 3) << r.err << r.out;
-  EXPECT_NE(r.err.find("does not run parameter servers yet"), std::string::npos) << r.err;
-  if (hetflow::kernels::cuda_device_count() > 0) return;
-  const auto a = run_hetflow("run " + plan);  // auto: proxies, then no GPU here
-  EXPECT_EQ(a.status, 1) << a.err << a.out;
-}
-
 TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
   const auto dir = scratch_dir();
   const std::string csv = (dir / "partial.csv").string();
