@@ -35,6 +35,12 @@ namespace hetflow::exec {
 
 namespace {
 
+// CUDA's lazy module loading loads a kernel's module at its first launch and waits for the
+// device's queue to drain first; with an NCCL kernel spinning on a peer that waits for this
+// GPU's work, it never drains. So modules load eagerly (unless the user chose otherwise),
+// set before any CUDA call of the process.
+const bool kEagerModules = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0; }();
+
 using partition::Plan;
 using partition::TaskKind;
 using Clock = std::chrono::steady_clock;
@@ -290,20 +296,26 @@ void gemm(const GpuLane& lane, const Gpu& gpu, model::Precision p, int rows, con
        "cublasGemmEx", where);
 }
 
-void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, const std::string& where) {
+// A lane's stream, events and staging buffer; for proxies also its cuBLAS handle, workspace and
+// GEMM output, every GEMM shape run once (real math runs its own kernels, not these).
+void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, bool proxy, const std::string& where) {
   cuda(cudaStreamCreateWithFlags(&lane.cuda, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
   cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
   cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
   for (cudaEvent_t& e : lane.group) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
   cuda(cudaEventCreateWithFlags(&lane.ops_done, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
+  lane.staging = device_alloc(cap, "the staging buffer", where);
+  cuda(cudaMemsetAsync(lane.staging, 0, cap, lane.cuda), "cudaMemsetAsync", where);
+  if (!proxy) {
+    cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
+    return;
+  }
   blas(cublasCreate(&lane.blas), "cublasCreate", where);
   blas(cublasSetStream(lane.blas, lane.cuda), "cublasSetStream", where);
   lane.blas_workspace = device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace", where);
   blas(cublasSetWorkspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
   lane.c = device_alloc(static_cast<size_t>(kProxyN) * kMaxRows * gemm_types(p).bytes, "the proxy GEMM's output", where);
-  lane.staging = device_alloc(cap, "the staging buffer", where);
   for (int rows = kMinRows; rows <= kMaxRows; rows *= 2) gemm(lane, gpu, p, rows, where);  // every shape, loaded now
-  cuda(cudaMemsetAsync(lane.staging, 0, cap, lane.cuda), "cudaMemsetAsync", where);  // and the copies run uses
   cuda(cudaMemcpyAsync(lane.staging, gpu.pattern, std::min<size_t>(cap, 4), cudaMemcpyDeviceToDevice, lane.cuda),
        "cudaMemcpyAsync", where);
   cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
@@ -326,6 +338,24 @@ void make_copies(CudaBackend::State& s, Gpu& gpu, int device) {
   }
 }
 
+// Real math: the device's DecoderOps, on the stream of its forward tasks.
+void make_ops(CudaBackend::State& s, Gpu& gpu, int device) {
+  const Plan& plan = *s.plan;
+  if (gpu.lanes.empty()) return;
+  // The real math's kernels go on the stream that runs the device's forward tasks.
+  const GpuLane* compute = &gpu.lanes.front();
+  for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
+    for (const int t : program.tasks) {
+      if (plan.task(t).kind == TaskKind::forward) compute = &s.lane(device, program.stream);
+    }
+  }
+  // A bf16 plan multiplies bf16 operands with fp32 accumulation; fp16 would need loss
+  // scaling (gradients underflow in fp16), so an fp16 plan's real math stays fp32.
+  const kernels::GemmInputs inputs =
+      s.precision == model::Precision::bf16 ? kernels::GemmInputs::bf16 : kernels::GemmInputs::fp32;
+  gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
+}
+
 void make_gpu(CudaBackend::State& s, int device) {
   const Plan& plan = *s.plan;
   Gpu& gpu = s.gpus[static_cast<size_t>(device)];
@@ -333,6 +363,19 @@ void make_gpu(CudaBackend::State& s, int device) {
   gpu.where = "GPU " + std::to_string(gpu.ordinal) + " (plan device " + std::to_string(device) + ", " +
               plan.device_name(device) + ")";
   cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
+  const bool proxy = s.training == nullptr;
+  if (!proxy) {  // real math: no proxy GEMM inputs or pattern
+    make_copies(s, gpu, device);
+    if (static_cast<size_t>(device) < plan.programs.size()) {
+      for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
+        gpu.lanes.emplace_back();
+        gpu.lanes.back().stream = program.stream;
+        make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, false, gpu.where + ", stream " + plan.stream_name(program.stream));
+      }
+    }
+    make_ops(s, gpu, device);
+    return;
+  }
   const size_t a = static_cast<size_t>(kProxyN) * kProxyN, b = static_cast<size_t>(kProxyN) * kMaxRows;
   gpu.a = device_alloc(a * gemm_types(s.precision).bytes, "the proxy GEMM's input", gpu.where);
   gpu.b = device_alloc(b * gemm_types(s.precision).bytes, "the proxy GEMM's input", gpu.where);
@@ -347,21 +390,8 @@ void make_gpu(CudaBackend::State& s, int device) {
   for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
     gpu.lanes.emplace_back();
     gpu.lanes.back().stream = program.stream;
-    make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, gpu.where + ", stream " + plan.stream_name(program.stream));
+    make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, true, gpu.where + ", stream " + plan.stream_name(program.stream));
   }
-  if (s.training == nullptr || gpu.lanes.empty()) return;
-  // The real math's kernels go on the stream that runs the device's forward tasks.
-  const GpuLane* compute = &gpu.lanes.front();
-  for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
-    for (const int t : program.tasks) {
-      if (plan.task(t).kind == TaskKind::forward) compute = &s.lane(device, program.stream);
-    }
-  }
-  // A bf16 plan multiplies bf16 operands with fp32 accumulation; fp16 would need loss
-  // scaling (gradients underflow in fp16), so an fp16 plan's real math stays fp32.
-  const kernels::GemmInputs inputs =
-      s.precision == model::Precision::bf16 ? kernels::GemmInputs::bf16 : kernels::GemmInputs::fp32;
-  gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
 }
 
 // This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
@@ -419,6 +449,10 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, c
 }  // namespace
 
 void CudaBackend::prepare(const Plan& plan) {
+  // The training's arrays come home before the GPUs' objects they live in go.
+  if (state_ && options_.training != nullptr) {
+    options_.training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+  }
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
   int visible = 0;
@@ -430,8 +464,19 @@ void CudaBackend::prepare(const Plan& plan) {
   auto s = std::make_unique<State>();
   s->plan = &plan;
   s->training = options_.training;
-  if (s->training != nullptr) {
-  }
+  // A failure after the training's arrays moved to the GPUs brings them home while the GPUs'
+  // objects still exist (this guard goes before `s`).
+  struct Home {
+    CpuTraining* training = nullptr;
+    bool armed = false;
+    ~Home() {
+      if (!armed) return;
+      try {
+        training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+      } catch (...) {  // nothing better to do while failing already
+      }
+    }
+  } home{s->training};
   // Under mpirun this process runs its block of the plan's devices on its node's GPUs, after
   // those of the node's lower ranks.
   const Ranks* processes = options_.ranks != nullptr && !options_.ranks->alone() ? options_.ranks : nullptr;
@@ -489,7 +534,13 @@ void CudaBackend::prepare(const Plan& plan) {
         // A parameter server's push or pull carries the model's floats; the rest, the tensor.
         size_t bytes = reads.empty() ? 0 : s->copy_bytes[static_cast<size_t>(reads[0])];
         if (const auto floats = s->training->message_floats(static_cast<int>(t))) bytes = *floats * sizeof(float);
-        s->send_bytes[static_cast<size_t>(task.channel)] = bytes;
+        size_t& channel_bytes = s->send_bytes[static_cast<size_t>(task.channel)];
+        if (channel_bytes != 0 && channel_bytes != bytes) {
+          // An NCCL receive must know its size; one per channel keeps the k-th send and receive paired.
+          throw PlanError("channel " + std::to_string(task.channel) + " carries messages of " + std::to_string(channel_bytes) +
+                          " and " + std::to_string(bytes) + " bytes; real math on the cuda back end needs one size a channel");
+        }
+        channel_bytes = bytes;
         s->cap = std::max(s->cap, bytes);
       }
     }
@@ -499,9 +550,10 @@ void CudaBackend::prepare(const Plan& plan) {
     }
     if (s->training != nullptr) {
       // The chunks' arrays to their GPUs: each allocated with its GPU current.
-      State& state = *s;
-      s->training->place([&state](int d) -> const DecoderOps& {
-        Gpu& gpu = state.gpus[static_cast<size_t>(d)];
+      State* state = s.get();  // the training keeps this function: by value
+      home.armed = true;
+      s->training->place([state](int d) -> const DecoderOps& {
+        Gpu& gpu = state->gpus[static_cast<size_t>(d)];
         if (!gpu.ops) throw Error("plan device " + std::to_string(d) + " holds a chunk but runs no forward task here");
         cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
         return *gpu.ops;
@@ -524,6 +576,7 @@ void CudaBackend::prepare(const Plan& plan) {
   s->comms.resize(s->nccl_plan.groups.size());
   for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_, processes);
   state_ = std::move(s);
+  home.armed = false;
 }
 
 std::optional<size_t> CudaBackend::buffer_bytes(int tensor) const {
@@ -714,11 +767,15 @@ void run_transfer(Job& job) {
     job.issue(comm, "ncclRecv", [&](ncclComm_t c) { return ncclRecv(buffer, bytes, ncclUint8, 0, c, job.lane.cuda); });
     if (real && t.purpose == partition::Purpose::ps_pull) {
       // A server's weights: the training keeps pulls on the host until the chunk adopts them.
+      // The receive is awaited by polling first: a copy to pageable host memory would block
+      // in CUDA until it lands, out of stop()'s reach.
+      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+      await(job.lane.end, comm, job.stop, job.where);
       std::vector<float> host(bytes / sizeof(float));
       cuda(cudaMemcpyAsync(host.data(), buffer, bytes, cudaMemcpyDeviceToHost, job.lane.cuda), "cudaMemcpyAsync",
            job.where);
       cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, comm, job.stop, job.where);
+      await(job.lane.end, nullptr, job.stop, job.where);
       DeviceTask device(job);
       if (job.s.training->receive(device, host)) {
         job.finish(comm, {});
@@ -996,6 +1053,9 @@ void CudaBackend::all_reduce(TaskContext& task, int communicator, std::span<floa
   }
   const NcclGroup& g = s.nccl_plan.groups[static_cast<size_t>(group->second)];
   const auto rank = static_cast<size_t>(std::find(g.devices.begin(), g.devices.end(), task.spec->device) - g.devices.begin());
+  if (rank == g.devices.size()) {
+    throw PlanError("device " + std::to_string(task.spec->device) + " all-reduces on " + g.what + ", which it is not in");
+  }
   ncclComm_t* comm = &s.comms[static_cast<size_t>(group->second)][rank];
   if (*comm == nullptr) throw Error("the NCCL communicator for " + job->where + " was aborted by an earlier failure");
   task.waiting_for("a tensor-parallel all-reduce (" + std::to_string(data.size()) + " floats) on " + g.what);

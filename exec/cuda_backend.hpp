@@ -93,7 +93,14 @@
 // process before the communicators (too few GPUs, memory) is told to all, and every process
 // throws: none waits for a communicator that will never come.
 //
-// Known limits of this increment: NCCL kernels of
+// Modules load eagerly: this file sets CUDA_MODULE_LOADING=EAGER (unless set) before any
+// CUDA call, since lazy loading waits for the device's queue to drain at a kernel's first
+// launch, which a spinning NCCL kernel can prevent for ever.
+//
+// Known limits of this increment: each tensor has one device copy for every iteration, so a
+// plan that lets iteration i + 1 receive into a tensor before iteration i's reader is done
+// (WSP staleness, a schedule running ahead) could overwrite real activations; the plans the
+// project makes order those through their schedules, but nothing here checks it. NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on
 // their own streams, as frameworks do), which NCCL documents as working only while they fit
 // on the GPU together. Nothing here has run on a GPU yet.

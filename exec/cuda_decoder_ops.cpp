@@ -24,28 +24,39 @@ class CudaDecoderOps::Pool {
   Pool() = default;
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
+  // (Every array is gone, so is the work that used it: the back end drained its streams.)
   ~Pool() {
     for (auto& [bytes, blocks] : free_) {
-      for (void* p : blocks) k::cuda_free(p);
+      for (const Block& b : blocks) {
+        if (b.stream_ordered) {
+          k::cuda_free_on_stream(b.ptr, nullptr);
+        } else {
+          k::cuda_free(b.ptr);
+        }
+      }
     }
   }
+  struct Block {
+    void* ptr = nullptr;
+    bool stream_ordered = false;  // from cudaMallocAsync
+  };
   static size_t rounded(size_t bytes) { return (bytes + 511) / 512 * 512; }
-  void* take(size_t bytes) {
+  Block take(size_t bytes) {
     std::lock_guard lock(mutex_);
     auto found = free_.find(bytes);
-    if (found == free_.end() || found->second.empty()) return nullptr;
-    void* p = found->second.back();
+    if (found == free_.end() || found->second.empty()) return {};
+    const Block b = found->second.back();
     found->second.pop_back();
-    return p;
+    return b;
   }
-  void give(void* p, size_t bytes) {
+  void give(Block b, size_t bytes) {
     std::lock_guard lock(mutex_);
-    free_[bytes].push_back(p);
+    free_[bytes].push_back(b);
   }
 
  private:
   std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::vector<Block>> free_;
 };
 
 CudaDecoderOps::CudaDecoderOps(int device, kernels::CudaStream stream, kernels::GemmInputs gemm_inputs)
@@ -55,9 +66,12 @@ template <class T>
 OpsArray<T> CudaDecoderOps::allocate(size_t n) const {
   if (n == 0) return {};
   const size_t bytes = Pool::rounded(n * sizeof(T));
-  void* p = pool_->take(bytes);
-  if (p == nullptr) check(k::cuda_malloc(&p, bytes), "cudaMalloc");
-  return OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p), [pool = pool_, bytes](T* q) { pool->give(q, bytes); }), n);
+  Pool::Block block = pool_->take(bytes);
+  // A new block is ordered on the stream: cudaMalloc could wait for the device's other work,
+  // an NCCL kernel spinning on a peer among it.
+  if (block.ptr == nullptr) check(k::cuda_malloc_on_stream(&block.ptr, bytes, stream_, &block.stream_ordered), "cudaMallocAsync");
+  return OpsArray<T>(
+      std::shared_ptr<T>(static_cast<T*>(block.ptr), [pool = pool_, block, bytes](T*) { pool->give(block, bytes); }), n);
 }
 
 OpsFloats CudaDecoderOps::floats(size_t n) const { return allocate<float>(n); }

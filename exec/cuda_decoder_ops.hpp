@@ -11,9 +11,10 @@
 //    bitwise; the same inputs still give the same bits on every run;
 //  - the loss and its gradient are two kernels (the CPU fuses them), with the same result;
 //  - with 16-bit GEMM inputs, the linear layers' products are those of rounded operands.
-// Memory: a pool per ops object. When an array's last handle goes its block returns to the
-// pool (no cudaFree, which would wait for the whole device), and the next array of the same
-// rounded size takes it. That is safe because every use of an ops array is ordered on this
+// Memory: a pool per ops object. New blocks are stream-ordered (cudaMallocAsync on this
+// stream: no wait for the device's other work, NCCL's among it). When an array's last handle
+// goes its block returns to the pool (no cudaFree, which would wait for the whole device),
+// and the next array of the same rounded size takes it. That is safe because every use of an ops array is ordered on this
 // stream, or awaited on the host before its handle goes (a collective's NCCL call on another
 // stream): a block taken again is touched only after its earlier uses. Copies from and to
 // the host are ordered on the stream too. The pool frees its blocks when the ops object and

@@ -5,6 +5,7 @@
 #include "exec/cuda_plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <utility>
@@ -164,7 +165,15 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
       out.rank_of_task[static_cast<size_t>(col.tasks[m])] = static_cast<int>(m);
     }
   }
-  // In-task all-reduces: on each member's compute stream, beside its collectives there.
+  // In-task all-reduces: on each member's compute stream, beside its collectives there. They
+  // come inside forward, backward and weight-gradient tasks, so those must all be on that
+  // stream (one thread drives the rank), and every member must reach them and the group's
+  // collectives in one order: checked as a sequence of (collective) and (kind, worker, stage,
+  // micro-batch) per member.
+  const auto computes = [](const Task& task) {
+    return task.kind == TaskKind::forward || task.kind == TaskKind::backward || task.kind == TaskKind::backward_weight;
+  };
+  std::vector<std::pair<int, int>> in_task_checks;  // (communicator, group)
   for (const int c : in_task) {
     const std::vector<int>& members = plan.communicator(c).devices;
     std::vector<int> streams;
@@ -172,9 +181,9 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
       int stream = -1;
       for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(d)]) {
         for (const int t : program.tasks) {
-          if (plan.task(t).kind != TaskKind::forward) continue;
+          if (!computes(plan.task(t))) continue;
           if (stream >= 0 && stream != program.stream) {
-            throw PlanError("device " + plan.device_name(d) + " runs forward tasks on streams " + plan.stream_name(stream) +
+            throw PlanError("device " + plan.device_name(d) + " runs compute tasks on streams " + plan.stream_name(stream) +
                             " and " + plan.stream_name(program.stream) +
                             ": its tensor-parallel all-reduces need one compute stream");
           }
@@ -193,6 +202,29 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
                                          ") inside compute tasks"});
     }
     out.in_task_group[c] = it->second;
+    in_task_checks.emplace_back(c, it->second);
+  }
+  for (const auto& [c, g] : in_task_checks) {
+    const NcclGroup& group = out.groups[static_cast<size_t>(g)];
+    std::vector<std::vector<std::array<int, 5>>> sequence(group.devices.size());
+    for (size_t r = 0; r < group.devices.size(); ++r) {
+      const int d = group.devices[r];
+      for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(d)]) {
+        for (const int t : program.tasks) {
+          const Task& task = plan.task(t);
+          if (task.kind == TaskKind::collective && out.group_of_task[static_cast<size_t>(t)] == g) {
+            sequence[r].push_back({-1, task.collective, 0, 0, 0});
+          } else if (computes(task)) {
+            sequence[r].push_back({static_cast<int>(task.kind), task.worker, task.stage, task.microbatch, 0});
+          }
+        }
+      }
+      if (sequence[r] != sequence[0]) {
+        throw PlanError(group.what + ": " + plan.device_name(group.devices[0]) + " and " + plan.device_name(d) +
+                        " reach its tensor-parallel compute tasks and collectives in different orders; NCCL needs the "
+                        "same order on every member");
+      }
+    }
   }
   // Every member reaches its group's collectives in one order.
   std::vector<std::vector<std::vector<int>>> order(out.groups.size());  // [group][rank] -> collectives

@@ -86,7 +86,8 @@ std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<con
 // on several streams, the collectives that members reach in different orders, or two members
 // of one communicator on the same GPU of one process.
 // `in_task`: the plan communicators whose members all-reduce inside compute tasks (PlanError
-// when a member has no forward task, or forward tasks on two streams).
+// when a member has no forward task, compute tasks on two streams, or its compute tasks and
+// the group's collectives in another order than the first member's).
 CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0,
                    const std::vector<int>& in_task = {});
 

@@ -56,6 +56,20 @@ Status malloc_device(void** ptr, std::size_t bytes) {
 
 Status free_device(void* ptr) { return cuda::status_of(cudaFree(ptr)); }
 
+Status malloc_on_stream(void** ptr, std::size_t bytes, CudaStream stream, bool* stream_ordered) {
+  *stream_ordered = true;
+  cudaError_t error = cudaMallocAsync(ptr, bytes, stream);
+  if (error == cudaErrorNotSupported) {
+    cudaGetLastError();
+    *stream_ordered = false;
+    error = cudaMalloc(ptr, bytes);
+  }
+  if (error != cudaSuccess) *ptr = nullptr;
+  return cuda::status_of(error);
+}
+
+Status free_on_stream(void* ptr, CudaStream stream) { return cuda::status_of(cudaFreeAsync(ptr, stream)); }
+
 Status copy_to_device(void* device, const void* host, std::size_t bytes) {
   return cuda::status_of(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
 }

@@ -49,6 +49,21 @@ Status cuda_free(void* ptr) {
   return launch::free_device(ptr);
 }
 
+Status cuda_malloc_on_stream(void** ptr, std::size_t bytes, CudaStream stream, bool* stream_ordered) {
+  if (ptr == nullptr || stream_ordered == nullptr) return Status::invalid_value;
+  *ptr = nullptr;
+  *stream_ordered = false;
+  if (bytes == 0) return Status::success;
+  HETFLOW_CHECK_READY();
+  return launch::malloc_on_stream(ptr, bytes, stream, stream_ordered);
+}
+
+Status cuda_free_on_stream(void* ptr, CudaStream stream) {
+  if (ptr == nullptr) return Status::success;
+  HETFLOW_CHECK_READY();
+  return launch::free_on_stream(ptr, stream);
+}
+
 Status cuda_copy_to_device(void* device, const void* host, std::size_t bytes) {
   if (bytes == 0) return Status::success;
   if (!all_present(device, host)) return Status::invalid_value;

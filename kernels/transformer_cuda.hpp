@@ -43,6 +43,11 @@ using CudaStream = CUstream_st*;
 Status cuda_malloc(void** ptr, std::size_t bytes);
 // Frees what cuda_malloc gave; nullptr is a no-op.
 Status cuda_free(void* ptr);
+// Stream-ordered memory (cudaMallocAsync on `stream`: no wait for the device's other work);
+// *stream_ordered says whether it was (false: cudaMalloc, where memory pools are not
+// supported). Free it with cuda_free_on_stream when stream-ordered, cuda_free otherwise.
+Status cuda_malloc_on_stream(void** ptr, std::size_t bytes, CudaStream stream, bool* stream_ordered);
+Status cuda_free_on_stream(void* ptr, CudaStream stream);
 // Synchronous copies between host and device memory (they wait for the legacy default
 // stream; call cuda_synchronize first for work on another stream).
 Status cuda_copy_to_device(void* device, const void* host, std::size_t bytes);

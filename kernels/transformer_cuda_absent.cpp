@@ -7,6 +7,8 @@ namespace hetflow::kernels::launch {
 
 Status malloc_device(void**, std::size_t) { return Status::not_built; }
 Status free_device(void*) { return Status::not_built; }
+Status malloc_on_stream(void**, std::size_t, CudaStream, bool*) { return Status::not_built; }
+Status free_on_stream(void*, CudaStream) { return Status::not_built; }
 Status copy_to_device(void*, const void*, std::size_t) { return Status::not_built; }
 Status copy_to_host(void*, const void*, std::size_t) { return Status::not_built; }
 Status copy_on_stream(void*, const void*, std::size_t, CudaStream) { return Status::not_built; }

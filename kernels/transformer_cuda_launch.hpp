@@ -12,6 +12,8 @@ namespace hetflow::kernels::launch {
 
 Status malloc_device(void** ptr, std::size_t bytes);
 Status free_device(void* ptr);
+Status malloc_on_stream(void** ptr, std::size_t bytes, CudaStream stream, bool* stream_ordered);
+Status free_on_stream(void* ptr, CudaStream stream);
 Status copy_to_device(void* device, const void* host, std::size_t bytes);
 Status copy_to_host(void* host, const void* device, std::size_t bytes);
 Status copy_on_stream(void* dst, const void* src, std::size_t bytes, CudaStream stream);

@@ -248,6 +248,23 @@ TEST(CudaPlan, InTaskAllReducesUseTheCommunicatorsComputeStreamGroup) {
     // The plan's own groups are unchanged; at most one group per communicator is added.
     EXPECT_LE(with.groups.size(), without.groups.size() + tp.size());
     EXPECT_EQ(with.group_of_task, without.group_of_task);
+    // One member taking its micro-batches' forwards in another order would pair different
+    // all-reduces: refused.
+    Plan swapped = plan;
+    const int d = plan.communicators[static_cast<size_t>(tp[0])].devices[1];
+    for (partition::StreamProgram& program : swapped.programs[static_cast<size_t>(d)]) {
+      std::vector<size_t> forwards;
+      for (size_t i = 0; i < program.tasks.size(); ++i) {
+        if (swapped.task(program.tasks[i]).kind == TaskKind::forward) forwards.push_back(i);
+      }
+      if (forwards.size() >= 2) std::swap(program.tasks[forwards[0]], program.tasks[forwards[1]]);
+    }
+    try {
+      exec::cuda_plan(swapped, {0, 1, 2, 3}, {}, 0, tp);
+      FAIL() << "a member with its forwards swapped was accepted";
+    } catch (const PlanError& e) {
+      EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -852,6 +852,9 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cast_fp32_to_bf16_cuda(nullptr, f, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(linear_forward_cuda(f, f, nullptr, f, 1, 4, 1, nullptr), Status::invalid_value);
   EXPECT_EQ(cuda_malloc(nullptr, 4), Status::invalid_value);
+  bool ordered = true;
+  EXPECT_EQ(cuda_malloc_on_stream(nullptr, 4, nullptr, &ordered), Status::invalid_value);
+  EXPECT_EQ(cuda_malloc_on_stream(&nothing, 4, nullptr, nullptr), Status::invalid_value);
   EXPECT_EQ(cuda_copy_to_device(nullptr, f, 4), Status::invalid_value);
 
   // Nothing to do is done, without a device: empty sizes, or no gradient wanted.
@@ -869,6 +872,9 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cuda_malloc(&nothing, 0), Status::success);
   EXPECT_EQ(nothing, nullptr);
   EXPECT_EQ(cuda_free(nullptr), Status::success);
+  EXPECT_EQ(cuda_free_on_stream(nullptr, nullptr), Status::success);
+  EXPECT_EQ(cuda_malloc_on_stream(&nothing, 0, nullptr, &ordered), Status::success);
+  EXPECT_EQ(nothing, nullptr);
 
   if (cuda_built() && cuda_device_count() > 0) {
     GTEST_SKIP() << "a GPU is visible (" << cuda_status() << "): the no-device answers are not checkable here";
@@ -881,6 +887,9 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(cuda_malloc(&nothing, 16), want);
   EXPECT_EQ(nothing, nullptr);
   EXPECT_EQ(cuda_free(f), want);
+  EXPECT_EQ(cuda_malloc_on_stream(&nothing, 16, nullptr, &ordered), want);
+  EXPECT_EQ(nothing, nullptr);
+  EXPECT_EQ(cuda_free_on_stream(f, nullptr), want);
   EXPECT_EQ(cuda_copy_to_device(f, f, 16), want);
   EXPECT_EQ(cuda_copy_to_host(f, f, 16), want);
   EXPECT_EQ(cuda_memset_zero(f, 16, nullptr), want);
