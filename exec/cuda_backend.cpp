@@ -349,10 +349,11 @@ void make_ops(CudaBackend::State& s, Gpu& gpu, int device) {
       if (plan.task(t).kind == TaskKind::forward) compute = &s.lane(device, program.stream);
     }
   }
-  // A bf16 plan multiplies bf16 operands with fp32 accumulation; fp16 would need loss
-  // scaling (gradients underflow in fp16), so an fp16 plan's real math stays fp32.
-  const kernels::GemmInputs inputs =
-      s.precision == model::Precision::bf16 ? kernels::GemmInputs::bf16 : kernels::GemmInputs::fp32;
+  // A bf16 plan multiplies bf16 operands with fp32 accumulation; an fp16 plan fp16 ones when
+  // its loss is scaled (small gradients underflow in fp16 otherwise), fp32 ones if not.
+  kernels::GemmInputs inputs = kernels::GemmInputs::fp32;
+  if (s.precision == model::Precision::bf16) inputs = kernels::GemmInputs::bf16;
+  if (s.precision == model::Precision::fp16 && s.training->loss_scaling()) inputs = kernels::GemmInputs::fp16;
   gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
 }
 

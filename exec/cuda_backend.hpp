@@ -9,8 +9,9 @@
 // Real training (options.training): prepare() moves each device's chunks (parameters,
 // gradients, Adam moments) into its GPU's memory (CpuTraining::place) on a CudaDecoderOps
 // whose stream is the device's compute stream (the one that runs its forward tasks); a bf16
-// plan's linear layers multiply bf16 operands with fp32 accumulation, everything else (and
-// an fp16 plan, which would need loss scaling) is fp32. It sizes
+// plan's linear layers multiply bf16 operands with fp32 accumulation, an fp16 plan's fp16
+// operands when its loss is scaled (OptimizerOptions::loss_scale; fp32 ones otherwise),
+// everything else is fp32. It sizes
 // every tensor's device copy as the training says (whole FP32 boundary activations, nothing
 // for what the training keeps itself), and then:
 //  - compute tasks run CpuTraining::compute on the device copies of their tensors; a task on

@@ -28,6 +28,7 @@ struct CpuTraining::Chunk {
   int tp_rank = 0, tp = 1;
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
   OpsFloats params, grads, m, v;
+  int steps = 0;  // AdamW steps taken
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between
   // workers of different degrees sums them from these (taken by the iteration's first part).
@@ -277,6 +278,12 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
   }
 
   if (parameter_server_) build_servers(seed, init, init_path);
+  scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
+  if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {
+    // A worker running ahead (WSP) would scale its gradients before the verdict that sets
+    // the scale is known; a constant scale works.
+    throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
+  }
 
   // Collectives: the gradient span each reduces, or the gradient norm.
   collective_span_.assign(plan.tasks.size(), {0, 0});
@@ -554,7 +561,8 @@ void CpuTraining::forward(TaskContext& task, Chunk& c, TensorParallelExchange* e
   if (p.has_embedding) in.tokens = b->inputs.data() + first;
   if (p.has_head) {
     in.targets = b->targets.data() + first;
-    in.loss_scale = static_cast<float>(1.0 / (static_cast<double>(global_batch_) * T));
+    // (A power-of-two loss scale multiplies exactly: the gradients are S times the unscaled.)
+    in.loss_scale = static_cast<float>(scale_of(task.iteration) / (static_cast<double>(global_batch_) * T));
   }
   if (!p.has_embedding) {
     const int i = index_of(reads, tensor_of_kind(plan_, reads, TensorKind::activation));
@@ -668,7 +676,9 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     if (auto c = chunk_of_tensor_.find(t); c != chunk_of_tensor_.end()) mine.push_back(c->second);
   }
   float scale = 1;
-  if (optimizer_.clip_grad > 0) {
+  const double loss_scale = scale_of(task.iteration);
+  const bool scaling = optimizer_.loss_scale.active();
+  if (optimizer_.clip_grad > 0 || scaling) {
     // The plan's all-reduce summed the worker's parts (its replicas hold the same gradients);
     // a worker of one device holds every parameter itself. A plan without that collective
     // (a CNN's, an older one): the devices' parts meet here, worker 0's counted.
@@ -683,11 +693,17 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     } else {
       norm = global_norm(task, stop, task.spec->worker == 0 ? local_sum_squares(device) : 0.0);
     }
+    if (scaling && record_step(task.iteration, norm)) {  // not finite: skip the step
+      for (Chunk* c : mine) c->ops().zero(c->grads.data(), c->grads.size());
+      return;
+    }
+    norm /= loss_scale;  // exact: a power of two
     const double clip = optimizer_.clip_grad / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
-    if (clip < 1) scale = static_cast<float>(clip);
+    if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
   }
-  const int step = task.iteration + 1;
   for (Chunk* c : mine) {
+    const int step = ++c->steps;  // AdamW's count: skipped steps do not count
+    if (loss_scale != 1) c->ops().scale(c->grads.data(), static_cast<float>(1 / loss_scale), c->grads.size());
     if (scale != 1) c->ops().scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       const size_t o = slot.offset;
@@ -1178,29 +1194,84 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
     }
   }
   float scale = 1;
-  if (optimizer_.clip_grad > 0) {
+  const double loss_scale = scale_of(task.iteration);
+  const bool scaling = optimizer_.loss_scale.active();
+  bool skip = false;
+  if (optimizer_.clip_grad > 0 || scaling) {
     double local = 0;
     for (const auto& [name, sp] : s.params) {
       for (const float g : sp.g) local += static_cast<double>(g) * g;
     }
-    const double clip = optimizer_.clip_grad / (global_norm(task, stop, local) + 1e-6);
-    if (clip < 1) scale = static_cast<float>(clip);
+    double norm = global_norm(task, stop, local);
+    skip = scaling && record_step(task.iteration, norm);
+    norm /= loss_scale;
+    const double clip = optimizer_.clip_grad / (norm + 1e-6);
+    if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
   }
   std::map<std::string, std::vector<float>> version;
   for (auto& [name, sp] : s.params) {
-    if (scale != 1) {
-      for (float& g : sp.g) g *= scale;
+    if (!skip) {  // a skipped step (gradients not finite) leaves the weights as they were
+      if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
+      if (scale != 1) kernels::scale(sp.g.data(), scale, static_cast<long>(sp.g.size()));
+      kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
+                            static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
+                            static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
+                            sp.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, ++sp.steps);
     }
-    kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
-                          static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
-                          static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
-                          sp.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, task.iteration + 1);
     std::fill(sp.g.begin(), sp.g.end(), 0.0f);
     version[name] = sp.p;
   }
   std::lock_guard lock(mutex_);
   s.versions[task.iteration] = std::move(version);
   s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
+}
+
+double CpuTraining::scale_of(int iteration) const {
+  if (!optimizer_.loss_scale.active()) return 1;
+  if (optimizer_.loss_scale.loss_scale > 0) return optimizer_.loss_scale.loss_scale;  // constant
+  std::lock_guard lock(mutex_);
+  const auto found = scaler_after_.find(iteration - 1);
+  if (found == scaler_after_.end()) {
+    throw PlanError("iteration " + std::to_string(iteration) + " computes before iteration " +
+                    std::to_string(iteration - 1) + "'s loss scale is known (its optimizer has not run)");
+  }
+  return found->second.scale();
+}
+
+bool CpuTraining::record_step(int iteration, double scaled_norm) {
+  const bool found_inf = !std::isfinite(scaled_norm);
+  std::lock_guard lock(mutex_);
+  if (const auto seen = skipped_.find(iteration); seen != skipped_.end()) {
+    if (seen->second != found_inf) {
+      throw Error("the devices disagree whether iteration " + std::to_string(iteration) +
+                  "'s gradients are finite (a gradient norm that is not global?)");
+    }
+    return found_inf;
+  }
+  skipped_[iteration] = found_inf;
+  skipped_count_ += found_inf ? 1 : 0;
+  const auto before = scaler_after_.find(iteration - 1);
+  if (before == scaler_after_.end()) {
+    throw Error("iteration " + std::to_string(iteration) + "'s optimizer runs before iteration " +
+                std::to_string(iteration - 1) + "'s");
+  }
+  LossScaler next = before->second;
+  next.update(found_inf);
+  scaler_after_[iteration] = next;
+  // Steps this far back are done on every device (a worker lags by its staleness at most).
+  scaler_after_.erase(scaler_after_.begin(), scaler_after_.lower_bound(iteration - staleness_ - 8));
+  skipped_.erase(skipped_.begin(), skipped_.lower_bound(iteration - staleness_ - 8));
+  return found_inf;
+}
+
+double CpuTraining::loss_scale() const {
+  std::lock_guard lock(mutex_);
+  return scaler_after_.rbegin()->second.scale();
+}
+
+int CpuTraining::skipped_steps() const {
+  std::lock_guard lock(mutex_);
+  return skipped_count_;
 }
 
 std::string CpuTraining::describe() const {

@@ -85,6 +85,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/decoder.hpp"
+#include "exec/loss_scale.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
@@ -108,6 +109,7 @@ struct OptimizerOptions {
   double adam_eps = 1e-8;
   double weight_decay = 0.01;  // on parameters of two or more dimensions only
   double clip_grad = 1.0;      // global gradient norm limit; 0 = off
+  LossScaleOptions loss_scale;  // none unless asked (exec/loss_scale.hpp)
 };
 
 class CpuTraining {
@@ -129,6 +131,7 @@ class CpuTraining {
   // host arrays; pushes and pulls are host floats, message() and receive()).
   bool tensor_parallel() const;
   bool parameter_server() const { return parameter_server_; }
+  bool loss_scaling() const { return optimizer_.loss_scale.active(); }
 
   // Host bytes the engine allocates for a tensor: boundary activations and their gradients
   // in FP32; nothing for what this class keeps itself (parameters, gradients, optimizer
@@ -157,6 +160,10 @@ class CpuTraining {
 
   // The mean token loss of each step (global batch) run so far.
   std::vector<double> losses() const;
+  // Loss scaling (OptimizerOptions::loss_scale): the scale after the last step, and the
+  // steps skipped because their gradients were not finite.
+  double loss_scale() const;
+  int skipped_steps() const;
   // Virtual worker 0's parameters with HuggingFace names and shapes (tied copies left out).
   SafetensorsFile weights() const;
   std::string describe() const;  // family, shapes, data source
@@ -233,11 +240,19 @@ class CpuTraining {
   struct ServerParam {
     std::vector<float> p, m, v, g;
     bool decays = false;
+    int steps = 0;  // AdamW steps taken
   };
   struct Server {
     std::map<std::string, ServerParam> params;            // by HuggingFace name
     std::map<int, std::map<std::string, std::vector<float>>> versions;  // weights after each iteration's update
   };
+  // Loss scaling: the scaler after each iteration (-1: before the first); each optimizer task
+  // of an iteration finds the same verdict (the norm is global) and the first records it.
+  double scale_of(int iteration) const;  // the scale iteration's gradients carry
+  bool record_step(int iteration, double scaled_norm);  // true: skip this step
+  std::map<int, LossScaler> scaler_after_;
+  std::map<int, bool> skipped_;  // recent iterations' verdicts
+  int skipped_count_ = 0;
   bool parameter_server_ = false;
   int staleness_ = 0;
   std::map<int, Server> servers_;                   // by device

@@ -127,6 +127,26 @@ Request read_request(po::variables_map& vm) {
   r.optimizer.adam_eps = number("adam-eps", 0, 1, true);
   r.optimizer.weight_decay = number("weight-decay", 0, 10, false);
   r.optimizer.clip_grad = number("clip-grad", 0, 1e12, false);
+  // Loss scaling, Megatron's: a constant --loss-scale, or dynamic where the GEMMs multiply
+  // fp16 operands (an fp16 plan on the cuda back end) unless a constant is given.
+  exec::LossScaleOptions& ls = r.optimizer.loss_scale;
+  if (vm.count("loss-scale")) ls.loss_scale = number("loss-scale", 0, 1e38, true);
+  ls.initial_loss_scale = number("initial-loss-scale", 0, 1e38, true);
+  ls.min_loss_scale = number("min-loss-scale", 0, 1e38, true);
+  ls.loss_scale_window = static_cast<int>(number("loss-scale-window", 1, 1e9, false));
+  ls.hysteresis = static_cast<int>(number("hysteresis", 1, 1e9, false));
+  if (ls.min_loss_scale > ls.initial_loss_scale) {
+    throw InputError("<command line>", 0, "--min-loss-scale", "is above --initial-loss-scale");
+  }
+  for (const char* name : {"loss-scale", "initial-loss-scale", "min-loss-scale"}) {
+    if (!vm.count(name)) continue;
+    const double x = parsed(vm, name, u::parse_number);
+    int exponent = 0;
+    if (std::frexp(x, &exponent) != 0.5) {
+      throw InputError("<command line>", 0, std::string("--") + name,
+                       "expected a power of two (so that scaling is exact), found '" + vm[name].as<std::string>() + "'");
+    }
+  }
   if (r.compute == "proxy") {
     for (const char* name : {"data-path", "init-weights", "save-weights"}) {
       if (vm.count(name)) throw InputError("<command line>", 0, std::string("--") + name, "needs --compute real (proxies train nothing)");
@@ -138,7 +158,8 @@ Request read_request(po::variables_map& vm) {
       static const std::set<std::string> run_options{
           "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
-          "adam-beta2", "adam-eps", "weight-decay", "clip-grad"};
+          "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
+          "loss-scale-window", "hysteresis"};
       const bool allowed = run_options.count(name) > 0;
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
@@ -148,6 +169,11 @@ Request read_request(po::variables_map& vm) {
     r.plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
   } else {
     r.plan = plan_from_options(vm).plan;
+  }
+  // fp16 GEMM operands (an fp16 plan's real math on GPUs) need loss scaling: dynamic, as
+  // Megatron's fp16, unless a constant was given.
+  if (r.backend == "cuda" && r.plan.layout.precision == model::Precision::fp16 && r.optimizer.loss_scale.loss_scale <= 0) {
+    r.optimizer.loss_scale.dynamic = true;
   }
   r.plan.layout.iterations = r.warmup + r.steps;  // the plan that runs: its fingerprint says how long
   r.plan.fingerprint = partition::plan_fingerprint(r.plan);
@@ -374,6 +400,10 @@ Json report_json(const Request& r, const Training& t, const exec::RunResult& res
     j["optimizer"] = {{"lr", r.optimizer.lr}, {"adam_beta1", r.optimizer.adam_beta1}, {"adam_beta2", r.optimizer.adam_beta2},
                       {"adam_eps", r.optimizer.adam_eps}, {"weight_decay", r.optimizer.weight_decay},
                       {"clip_grad", r.optimizer.clip_grad}};
+    if (r.optimizer.loss_scale.active()) {
+      j["loss_scale"] = t.training->loss_scale();
+      j["skipped_steps"] = t.training->skipped_steps();
+    }
   }
   j["flop_scale"] = r.flop_scale;
   j["warmup"] = r.warmup;
@@ -440,6 +470,8 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
     out << ": the model's training math in FP32";
     if (r.backend == "cuda" && plan.layout.precision == model::Precision::bf16) {
       out << ", the linear layers' operands in bf16";
+    } else if (r.backend == "cuda" && plan.layout.precision == model::Precision::fp16 && r.optimizer.loss_scale.active()) {
+      out << ", the linear layers' operands in fp16 (loss scaled)";
     } else if (plan.layout.precision != model::Precision::fp32) {
       out << " (the plan says " << to_string(plan.layout.precision) << ")";
     }
@@ -455,6 +487,11 @@ void report_text(std::ostream& out, const Request& r, const Training& t, const e
     out << "  AdamW lr " << r.optimizer.lr << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
         << ", eps " << r.optimizer.adam_eps << ", weight decay " << r.optimizer.weight_decay << ", clip-grad "
         << r.optimizer.clip_grad << "\n";
+    if (r.optimizer.loss_scale.active()) {
+      out << "  loss scale " << t.training->loss_scale()
+          << (r.optimizer.loss_scale.loss_scale > 0 ? " (constant)" : " (dynamic, after the last step)") << ", "
+          << t.training->skipped_steps() << " step(s) skipped: gradients not finite\n";
+    }
   }
   for (size_t i = 0; i < f.step_s.size(); ++i) {
     out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
@@ -540,6 +577,11 @@ void run_options(po::options_description& options) {
       ("adam-eps", po::value<std::string>()->default_value("1e-8"), "AdamW epsilon")
       ("weight-decay", po::value<std::string>()->default_value("0.01"), "decoupled weight decay of matrices and embeddings")
       ("clip-grad", po::value<std::string>()->default_value("1.0"), "clip gradients to this global norm (0: off)")
+      ("loss-scale", po::value<std::string>(), "constant loss scale, a power of two (default: none; dynamic for fp16 GEMMs)")
+      ("initial-loss-scale", po::value<std::string>()->default_value("4294967296"), "dynamic loss scale's start (2^32)")
+      ("min-loss-scale", po::value<std::string>()->default_value("1"), "dynamic loss scale's floor")
+      ("loss-scale-window", po::value<std::string>()->default_value("1000"), "good steps before the loss scale doubles")
+      ("hysteresis", po::value<std::string>()->default_value("2"), "steps with non-finite gradients before it halves")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
       ("chrome", po::value<std::string>(), "write a Chrome trace JSON (open in ui.perfetto.dev)")
       ("metrics", po::value<std::string>(), "write per-iteration metrics as CSV (also of a partial run)");

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <random>
@@ -318,6 +320,90 @@ TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOps) {
       EXPECT_TRUE(diff.same_names);
       EXPECT_EQ(diff.worst_relative, 0.0) << net.name << " " << schedule << ": " << diff.worst;
     }
+  }
+}
+
+// Loss scaling by a power of two multiplies every gradient exactly and divides it back
+// exactly: a constant scale trains to the same bits as none, on one device, a pipeline with
+// data parallelism, and parameter servers (the servers unscale what they are pushed).
+TEST(Training, AConstantLossScaleTrainsToTheSameBits) {
+  for (const auto& [pipeline, data, sync] : {std::tuple{1, 1, partition::SyncKind::allreduce},
+                                             {2, 2, partition::SyncKind::allreduce}, {1, 2, partition::SyncKind::ps}}) {
+    partition::PlanOptions o = options(pipeline, data, 2, "1f1b");
+    o.sync = sync;
+    const Plan plan = test_support::planned(model::cpu_cluster(pipeline * data), odd_llama(), o);
+    const exec::SafetensorsFile init = checkpoint_like(plan);
+    OptimizerOptions scaled = optimizer();
+    scaled.loss_scale.loss_scale = 1024;
+    const Trained want = train(plan, 3, optimizer(), 7, &init), got = train(plan, 3, scaled, 7, &init);
+    const std::string what = "pipeline " + std::to_string(pipeline) + " x data " + std::to_string(data);
+    EXPECT_EQ(got.losses, want.losses) << what;
+    const auto diff = test_support::compare_weights(got.weights, want.weights);
+    EXPECT_EQ(diff.worst_relative, 0.0) << what << ": " << diff.worst;
+  }
+  // The scale does reach the gradients: 2^120 makes their squared norm overflow, and every
+  // step is skipped (a constant scale stays).
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(), options(2, 2, 2, "1f1b"));
+  OptimizerOptions huge = optimizer();
+  huge.loss_scale.loss_scale = std::ldexp(1.0, 120);
+  exec::CpuTraining training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), huge, 42);
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = 2;
+  ASSERT_TRUE(exec::run_plan(plan, backend, e).completed);
+  EXPECT_EQ(training.skipped_steps(), 2);
+  EXPECT_EQ(training.loss_scale(), std::ldexp(1.0, 120));
+}
+
+// Dynamic loss scaling (Megatron's): a step whose gradients are not finite is skipped on
+// every device (no weight moves) and the scale backs off after `hysteresis` of them. A norm
+// weight of +inf makes every gradient NaN.
+TEST(Training, DynamicLossScalingSkipsStepsWhoseGradientsAreNotFinite) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(), options(2, 2, 2, "1f1b"));
+  exec::SafetensorsFile init = checkpoint_like(plan);
+  for (auto& t : init.tensors) {
+    if (t.name == "transformer.ln_f.weight") t.data[0] = std::numeric_limits<float>::infinity();
+  }
+  OptimizerOptions o = optimizer();
+  o.loss_scale.dynamic = true;
+  o.loss_scale.initial_loss_scale = 65536;
+  const int vocab = plan.network.architecture->vocab;
+  exec::CpuTraining training(plan, exec::markov_stream(vocab, 7), o, 42, &init, "init.safetensors");
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = 3;
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  ASSERT_TRUE(r.completed) << r.error;
+  EXPECT_EQ(training.skipped_steps(), 3);
+  EXPECT_EQ(training.loss_scale(), 16384);  // 2^16, then hysteresis 2: kept, halved, halved
+  const exec::SafetensorsFile after = training.weights();
+  ASSERT_EQ(after.tensors.size(), init.tensors.size());
+  std::map<std::string, const exec::NamedTensor*> start;
+  for (const auto& t : init.tensors) start[t.name] = &t;
+  for (const auto& t : after.tensors) {
+    ASSERT_TRUE(start.count(t.name)) << t.name;
+    EXPECT_EQ(0, std::memcmp(t.data.data(), start[t.name]->data.data(), t.data.size() * sizeof(float))) << t.name;
+  }
+  // A finite model takes every step.
+  const exec::SafetensorsFile finite = checkpoint_like(plan);
+  exec::CpuTraining healthy(plan, exec::markov_stream(vocab, 7), o, 42, &finite, "init.safetensors");
+  exec::CpuBackend healthy_backend({}, &healthy);
+  ASSERT_TRUE(exec::run_plan(plan, healthy_backend, e).completed);
+  EXPECT_EQ(healthy.skipped_steps(), 0);
+  EXPECT_EQ(healthy.loss_scale(), 65536);
+}
+
+TEST(Training, DynamicLossScalingWithParameterServersIsRefused) {
+  partition::PlanOptions o = options(1, 2, 2, "1f1b");
+  o.sync = partition::SyncKind::wsp;
+  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_gpt(), o);
+  OptimizerOptions dynamic;
+  dynamic.loss_scale.dynamic = true;
+  try {
+    exec::CpuTraining(plan, exec::markov_stream(97, 1), dynamic, 42);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("constant --loss-scale"), std::string::npos) << e.what();
   }
 }
 

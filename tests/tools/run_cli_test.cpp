@@ -78,6 +78,9 @@ TEST(RunCli, BadOptionsExit2) {
       {"--adam-eps 0", "--adam-eps"},
       {"--adam-beta2 1", "--adam-beta2"},
       {"--clip-grad nan", "--clip-grad"},
+      {"--loss-scale 1000", "--loss-scale: expected a power of two"},
+      {"--initial-loss-scale 4 --min-loss-scale 8", "--min-loss-scale: is above --initial-loss-scale"},
+      {"--hysteresis 0", "--hysteresis"},
       {"--compute proxy --init-weights w.safetensors", "--init-weights: needs --compute real"},
       {"--data-path /nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
       {"--init-weights /nonexistent/w.safetensors", "/nonexistent/w.safetensors"},
@@ -90,6 +93,20 @@ TEST(RunCli, BadOptionsExit2) {
   const auto r = run_hetflow("run --plan /nonexistent/plan.json");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
+}
+
+// A constant loss scale (a power of two) trains to the same losses as none, and says so.
+TEST(RunCli, AConstantLossScaleIsReportedAndChangesNothing) {
+  const auto plain = run_hetflow(std::string("run ") + kTiny + " --steps 2 --json");
+  const auto scaled = run_hetflow(std::string("run ") + kTiny + " --steps 2 --json --loss-scale 1024");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(scaled.status, 0) << scaled.err;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(scaled.out);
+  EXPECT_FALSE(a.contains("loss_scale"));
+  EXPECT_EQ(b.at("loss_scale"), 1024.0);
+  EXPECT_EQ(b.at("skipped_steps"), 0);
+  ASSERT_EQ(a.at("steps").size(), b.at("steps").size());
+  for (size_t i = 0; i < a.at("steps").size(); ++i) EXPECT_EQ(a.at("steps")[i].at("loss"), b.at("steps")[i].at("loss"));
 }
 
 // Where no GPU is visible, --backend cuda ends with a message saying so (exit 1), not a crash.

@@ -1,0 +1,29 @@
+#include "exec/loss_scale.hpp"
+
+#include <algorithm>
+
+namespace hetflow::exec {
+
+LossScaler::LossScaler(const LossScaleOptions& o)
+    : dynamic_(o.loss_scale <= 0 && o.dynamic),
+      scale_(o.loss_scale > 0 ? o.loss_scale : o.dynamic ? o.initial_loss_scale : 1),
+      min_(o.min_loss_scale),
+      window_(o.loss_scale_window),
+      hysteresis_(o.hysteresis),
+      hysteresis_tracker_(o.hysteresis) {}
+
+void LossScaler::update(bool found_inf) {
+  if (!dynamic_) return;
+  if (found_inf) {
+    growth_tracker_ = 0;
+    if (--hysteresis_tracker_ <= 0) scale_ = std::max(scale_ * 0.5, min_);
+    return;
+  }
+  if (++growth_tracker_ == window_) {
+    growth_tracker_ = 0;
+    hysteresis_tracker_ = hysteresis_;
+    scale_ *= 2;
+  }
+}
+
+}  // namespace hetflow::exec
