@@ -497,6 +497,7 @@ TEST(CudaBackend, RealMathKnowsEveryMessagesSizeBeforeTheRun) {
 struct RealRun {
   std::vector<double> losses;
   exec::SafetensorsFile before, after;
+  int skipped = 0;
 };
 
 // `steps` of real training from the seeded weights, on the GPUs or on the CPU back end.
@@ -518,6 +519,7 @@ RealRun train(const Plan& plan, bool on_gpus, const exec::OptimizerOptions& opti
   EXPECT_TRUE(r.completed) << r.error;
   EXPECT_EQ(r.trace.compute, "real");
   run.losses = training.losses();
+  run.skipped = training.skipped_steps();
   run.after = training.weights();  // while the back end (its GPUs' memory) is alive
   return run;
 }
@@ -578,6 +580,25 @@ TEST(CudaBackend, RealTrainingWithBf16GemmsStaysCloseToFp32) {
     const RealRun gpu = train(plan, true, o, 3), cpu = train(plan, false, o, 3);
     ASSERT_EQ(gpu.losses.size(), 3u) << spec;
     for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-2 * cpu.losses[i]) << spec << " step " << i;
+  }
+}
+
+// An fp16 plan with its loss scaled (dynamic, from 2^12): the linear layers multiply fp16
+// operands; the losses stay within 1 % of the cpu back end's fp32, and no step overflows.
+TEST(CudaBackend, RealTrainingWithFp16GemmsAndLossScalingStaysCloseToFp32) {
+  SKIP_WITHOUT_GPUS(1);
+  for (const char* spec : {"gpt:layers=2,hidden=36,heads=3,seq=13,vocab=97",
+                           "llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101"}) {
+    const model::Network net = model::network_from_spec(spec, model::Precision::fp16);
+    const Plan plan = test_support::planned(model::cpu_cluster(1), net, test_support::pipeline_options(1, 1, 2, "1f1b"));
+    exec::OptimizerOptions o;
+    o.lr = 1e-3;
+    o.loss_scale.dynamic = true;
+    o.loss_scale.initial_loss_scale = 4096;
+    const RealRun gpu = train(plan, true, o, 3), cpu = train(plan, false, o, 3);
+    ASSERT_EQ(gpu.losses.size(), 3u) << spec;
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-2 * cpu.losses[i]) << spec << " step " << i;
+    EXPECT_EQ(gpu.skipped, 0) << spec;
   }
 }
 
