@@ -283,7 +283,15 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(std::move(option
   }
 }
 
-CudaBackend::~CudaBackend() = default;
+// The training's arrays come home before the GPUs' objects go: it may be used after (its
+// weights, another back end).
+CudaBackend::~CudaBackend() {
+  if (!state_ || options_.training == nullptr) return;
+  try {
+    options_.training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+  } catch (...) {  // a destructor must not throw; the GPU failed already
+  }
+}
 
 namespace {
 

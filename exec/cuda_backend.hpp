@@ -30,7 +30,8 @@
 // pull lands on the host, and a server's update runs on the host after its pushes' device
 // copies come to the engine's host buffers. Compute does not see stop() until the task's
 // kernels are enqueued and its host waits (a loss, a norm) are done. The back end must outlive the training's last
-// use (weights(), collect_at_root()): its GPUs' ops are the back end's.
+// use (weights(), collect_at_root()) in a run: its GPUs' ops are the back end's. A second
+// prepare(), a failed one and the destructor move the training's arrays back to the CPU.
 //
 // What it promises, per task kind:
 //  - compute (forward, backward, backward_weight, optimizer): cublasGemmEx calls in the plan's

@@ -27,13 +27,7 @@ class CudaDecoderOps::Pool {
   // (Every array is gone, so is the work that used it: the back end drained its streams.)
   ~Pool() {
     for (auto& [bytes, blocks] : free_) {
-      for (const Block& b : blocks) {
-        if (b.stream_ordered) {
-          k::cuda_free_on_stream(b.ptr, nullptr);
-        } else {
-          k::cuda_free(b.ptr);
-        }
-      }
+      for (const Block& b : blocks) k::cuda_free(b.ptr);  // (cudaFree takes stream-ordered memory too)
     }
   }
   struct Block {

@@ -22,7 +22,7 @@ void LossScaler::update(bool found_inf) {
   if (++growth_tracker_ == window_) {
     growth_tracker_ = 0;
     hysteresis_tracker_ = hysteresis_;
-    scale_ *= 2;
+    scale_ = std::min(scale_ * 2, kMaxLossScale);
   }
 }
 

@@ -9,8 +9,13 @@
 //    `hysteresis` such steps without a good window between, S halves (not below the
 //    minimum); after `window` good steps in a row, S doubles and the hysteresis resets.
 // Scales are powers of two, so scaling and unscaling are exact in fp32 (barring overflow and
-// subnormals): a constant scale trains to the same bits as none.
+// subnormals): a constant scale trains to the same bits as none. They stay within
+// [2^-126, 2^126], so that 1/S is a normal fp32 too: a dynamic scale stops growing there
+// (Megatron's has no bound; it would overflow its gradients first).
 namespace hetflow::exec {
+
+constexpr double kMinLossScale = 1.1754943508222875e-38;  // 2^-126
+constexpr double kMaxLossScale = 8.507059173023462e+37;   // 2^126
 
 struct LossScaleOptions {
   double loss_scale = 0;            // constant scale; 0: none, or dynamic

@@ -51,13 +51,17 @@ struct CpuTraining::Chunk {
   }
   // Every array to `to`'s memory (no stash may be alive).
   void move_to(const DecoderOps& to) {
-    for (OpsFloats* a : {&params, &grads, &m, &v}) {
-      std::vector<float> host(a->size());
-      ops().download(host.data(), a->data(), a->size());
-      OpsFloats moved = to.floats(a->size());
-      to.upload(moved.data(), host.data(), host.size());
-      *a = std::move(moved);
+    // All four copied before any is replaced: a failure (no memory there) leaves the chunk
+    // whole where it was.
+    OpsFloats* const arrays[] = {&params, &grads, &m, &v};
+    OpsFloats moved[4];
+    for (size_t i = 0; i < 4; ++i) {
+      std::vector<float> host(arrays[i]->size());
+      ops().download(host.data(), arrays[i]->data(), arrays[i]->size());
+      moved[i] = to.floats(host.size());
+      to.upload(moved[i].data(), host.data(), host.size());
     }
+    for (size_t i = 0; i < 4; ++i) *arrays[i] = std::move(moved[i]);
     local_replicated = OpsFloats();
     local_iteration = -1;
     math.set_ops(to);
@@ -689,15 +693,15 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
       ops_of_(device).download(&square, norm_square_[static_cast<size_t>(device)].data(), 1);
       norm = std::sqrt(static_cast<double>(square));
     } else if (plan_has_norm_) {
-      norm = std::sqrt(local_sum_squares(device));
+      norm = std::sqrt(local_sum_squares(device, task.iteration));
     } else {
-      norm = global_norm(task, stop, task.spec->worker == 0 ? local_sum_squares(device) : 0.0);
+      norm = global_norm(task, stop, task.spec->worker == 0 ? local_sum_squares(device, task.iteration) : 0.0);
     }
+    // (The norm is of the unscaled gradients: a scaled one could overflow where they do not.)
     if (scaling && record_step(task.iteration, norm)) {  // not finite: skip the step
       for (Chunk* c : mine) c->ops().zero(c->grads.data(), c->grads.size());
       return;
     }
-    norm /= loss_scale;  // exact: a power of two
     const double clip = optimizer_.clip_grad / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
     if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
   }
@@ -717,8 +721,9 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
 }
 
 // A device's part of the squared gradient norm: every parameter it holds once (a replicated
-// one on tensor rank 0 alone, a tied copy not at all), after its data-parallel sync.
-double CpuTraining::local_sum_squares(int device) const {
+// one on tensor rank 0 alone, a tied copy not at all), after its data-parallel sync; of the
+// unscaled gradients (divided by the loss scale squared, exactly: a power of four).
+double CpuTraining::local_sum_squares(int device, int iteration) const {
   double local = 0;
   for (const auto& c : chunks_) {
     if (c->device != device) continue;
@@ -727,13 +732,14 @@ double CpuTraining::local_sum_squares(int device) const {
       local = c->ops().sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
     }
   }
-  return local;
+  const double scale = scale_of(iteration);
+  return scale == 1 ? local : local / (scale * scale);
 }
 
 std::span<float> CpuTraining::collective_data(const TaskContext& task) {
   if (norm_task_[static_cast<size_t>(task.task)]) {  // the norm's all-reduce: this device's part in, the worker's out
     const OpsFloats& slot = norm_square_[static_cast<size_t>(task.spec->device)];
-    const float square = static_cast<float>(local_sum_squares(task.spec->device));
+    const float square = static_cast<float>(local_sum_squares(task.spec->device, task.iteration));
     ops_of_(task.spec->device).upload(slot.data(), &square, 1);
     return slot.span();
   }
@@ -853,6 +859,8 @@ void CpuTraining::collect_at_root() {
       put(mine, static_cast<std::uint64_t>(values.size()));
       for (const float v : values) put(mine, v);
     }
+    put(mine, std::uint64_t{4});  // the steps this rank saw skipped (a rank without servers sees none)
+    put(mine, skipped_count_);
     for (const auto& [device, server] : servers_) {
       for (const auto& [name, p] : server.params) {
         put(mine, std::uint64_t{3});
@@ -885,6 +893,8 @@ void CpuTraining::collect_at_root() {
         in.get_into(std::span<float>(c.values));
         if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
         remote_chunks_.push_back(std::move(c));
+      } else if (kind == 4) {
+        skipped_count_ = std::max(skipped_count_, in.get<int>());
       } else if (kind == 3) {
         const std::string name = in.get_string();
         auto& values = remote_server_weights_[name];
@@ -1202,9 +1212,9 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
     for (const auto& [name, sp] : s.params) {
       for (const float g : sp.g) local += static_cast<double>(g) * g;
     }
-    double norm = global_norm(task, stop, local);
+    if (loss_scale != 1) local /= loss_scale * loss_scale;  // the unscaled gradients' (exact)
+    const double norm = global_norm(task, stop, local);
     skip = scaling && record_step(task.iteration, norm);
-    norm /= loss_scale;
     const double clip = optimizer_.clip_grad / (norm + 1e-6);
     if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
   }

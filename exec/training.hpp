@@ -215,7 +215,7 @@ class CpuTraining {
   std::vector<char> has_norm_;      // per device
   std::vector<OpsFloats> norm_square_;  // per device: one float in its ops' memory
   bool plan_has_norm_ = false;
-  double local_sum_squares(int device) const;
+  double local_sum_squares(int device, int iteration) const;
 
   mutable std::mutex mutex_;  // batches, losses, the norm rendezvous
   std::condition_variable norm_cv_;

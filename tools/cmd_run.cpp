@@ -130,11 +130,16 @@ Request read_request(po::variables_map& vm) {
   // Loss scaling, Megatron's: a constant --loss-scale, or dynamic where the GEMMs multiply
   // fp16 operands (an fp16 plan on the cuda back end) unless a constant is given.
   exec::LossScaleOptions& ls = r.optimizer.loss_scale;
-  if (vm.count("loss-scale")) ls.loss_scale = number("loss-scale", 0, 1e38, true);
-  ls.initial_loss_scale = number("initial-loss-scale", 0, 1e38, true);
-  ls.min_loss_scale = number("min-loss-scale", 0, 1e38, true);
-  ls.loss_scale_window = static_cast<int>(number("loss-scale-window", 1, 1e9, false));
-  ls.hysteresis = static_cast<int>(number("hysteresis", 1, 1e9, false));
+  if (vm.count("loss-scale")) ls.loss_scale = number("loss-scale", exec::kMinLossScale, exec::kMaxLossScale, false);
+  ls.initial_loss_scale = number("initial-loss-scale", exec::kMinLossScale, exec::kMaxLossScale, false);
+  ls.min_loss_scale = number("min-loss-scale", exec::kMinLossScale, exec::kMaxLossScale, false);
+  for (const char* name : {"loss-scale-window", "hysteresis"}) {
+    const double x = number(name, 1, 1e9, false);
+    if (x != std::floor(x)) {
+      throw InputError("<command line>", 0, std::string("--") + name, "expected a whole number, found '" + vm[name].as<std::string>() + "'");
+    }
+    (std::string(name) == "hysteresis" ? ls.hysteresis : ls.loss_scale_window) = static_cast<int>(x);
+  }
   if (ls.min_loss_scale > ls.initial_loss_scale) {
     throw InputError("<command line>", 0, "--min-loss-scale", "is above --initial-loss-scale");
   }
@@ -172,8 +177,19 @@ Request read_request(po::variables_map& vm) {
   }
   // fp16 GEMM operands (an fp16 plan's real math on GPUs) need loss scaling: dynamic, as
   // Megatron's fp16, unless a constant was given.
-  if (r.backend == "cuda" && r.plan.layout.precision == model::Precision::fp16 && r.optimizer.loss_scale.loss_scale <= 0) {
+  // (Parameter servers take a constant scale only: theirs stay fp32 operands without one.)
+  if (r.backend == "cuda" && r.plan.layout.precision == model::Precision::fp16 && r.optimizer.loss_scale.loss_scale <= 0 &&
+      r.plan.layout.sync.kind == partition::SyncKind::allreduce) {
     r.optimizer.loss_scale.dynamic = true;
+  }
+  if (!r.optimizer.loss_scale.dynamic) {
+    for (const char* name : {"initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"}) {
+      if (!vm[name].defaulted()) {
+        throw InputError("<command line>", 0, std::string("--") + name,
+                         "applies to dynamic loss scaling, which only an fp16 plan's real math on the cuda back end uses "
+                         "(without --loss-scale, and with all-reduce)");
+      }
+    }
   }
   r.plan.layout.iterations = r.warmup + r.steps;  // the plan that runs: its fingerprint says how long
   r.plan.fingerprint = partition::plan_fingerprint(r.plan);

@@ -2,6 +2,8 @@
 // grad_scaler.py), step by step: the oracle is its update rule written out by hand.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "exec/loss_scale.hpp"
 
 namespace hetflow {
@@ -60,6 +62,14 @@ TEST(LossScaler, DoublesAfterAWindowOfGoodStepsAndResetsTheHysteresis) {
   s.update(false);
   s.update(true);  // an overflow resets the growth count (2 good steps, not 3)
   EXPECT_EQ(s.scale(), 8);  // the second overflow since the reset
+}
+
+TEST(LossScaler, StopsGrowingWhereOneOverTheScaleIsStillANormalFloat) {
+  exec::LossScaler s(dynamic(std::ldexp(1.0, 125), 1, 2));
+  s.update(false);
+  EXPECT_EQ(s.scale(), std::ldexp(1.0, 126));
+  s.update(false);
+  EXPECT_EQ(s.scale(), exec::kMaxLossScale);
 }
 
 }  // namespace

@@ -81,6 +81,8 @@ TEST(RunCli, BadOptionsExit2) {
       {"--loss-scale 1000", "--loss-scale: expected a power of two"},
       {"--initial-loss-scale 4 --min-loss-scale 8", "--min-loss-scale: is above --initial-loss-scale"},
       {"--hysteresis 0", "--hysteresis"},
+      {"--hysteresis 1.5", "--hysteresis: expected a whole number"},
+      {"--initial-loss-scale 65536", "--initial-loss-scale: applies to dynamic loss scaling"},
       {"--compute proxy --init-weights w.safetensors", "--init-weights: needs --compute real"},
       {"--data-path /nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
       {"--init-weights /nonexistent/w.safetensors", "/nonexistent/w.safetensors"},
