@@ -40,7 +40,7 @@ constexpr int kTensorParallelLane = 1000;
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions options, CpuTraining* training, const Ranks* ranks)
+CpuBackend::CpuBackend(CpuBackendOptions options, Training* training, const Ranks* ranks)
     : options_(options), training_(training), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
   if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
     throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");

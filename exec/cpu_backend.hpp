@@ -2,7 +2,7 @@
 // The CPU back end: every device of the plan is a set of threads in this process (the
 // engine's, one per device stream). What it does per task kind:
 //  - compute (forward, backward, backward_weight, optimizer): the model's real math when a
-//    CpuTraining is given (exec/training.hpp); otherwise a FLOP-matched proxy, not the
+//    Training is given (exec/training.hpp); otherwise a FLOP-matched proxy, not the
 //    model's math: cblas_sgemm calls (OpenBLAS, one thread each) adding up to the task's FLOPs
 //    times flop_scale, then a deterministic pattern written into the task's output tensors.
 //    Traces and output label it "proxy".
@@ -43,7 +43,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   // With `training`, compute tasks run the model's real math (exec/training.hpp), transfers
   // carry whole FP32 activations and gradient collectives reduce the model's gradients;
   // without, compute tasks are proxies.
-  explicit CpuBackend(CpuBackendOptions options = {}, CpuTraining* training = nullptr, const Ranks* ranks = nullptr);
+  explicit CpuBackend(CpuBackendOptions options = {}, Training* training = nullptr, const Ranks* ranks = nullptr);
   std::string name() const override { return "cpu"; }
   std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
@@ -75,7 +75,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   bool local(int device) const;
 
   CpuBackendOptions options_;
-  CpuTraining* training_ = nullptr;
+  Training* training_ = nullptr;
   const Ranks* ranks_ = nullptr;  // null or alone: every device is here
   const partition::Plan* plan_ = nullptr;
   std::atomic<bool> stop_{false};

@@ -226,7 +226,7 @@ struct Gpu {
 
 struct CudaBackend::State {
   const Plan* plan = nullptr;
-  CpuTraining* training = nullptr;             // real math; null: proxies
+  Training* training = nullptr;             // real math; null: proxies
   CudaPlan nccl_plan;
   model::Precision precision = model::Precision::fp32;
   size_t cap = 0;                              // bytes per device copy, message and collective
@@ -476,7 +476,7 @@ void CudaBackend::prepare(const Plan& plan) {
   // A failure after the training's arrays moved to the GPUs brings them home while the GPUs'
   // objects still exist (this guard goes before `s`).
   struct Home {
-    CpuTraining* training = nullptr;
+    Training* training = nullptr;
     bool armed = false;
     ~Home() {
       if (!armed) return;
@@ -513,7 +513,7 @@ void CudaBackend::prepare(const Plan& plan) {
     std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
                                          owner, process, first);
     // Real math's tensor parallelism all-reduces inside compute tasks on its chunks'
-    // communicators (the plan's "tp" ones, as CpuTraining finds them).
+    // communicators (the plan's "tp" ones, as Training finds them).
     std::vector<int> in_task;
     if (s->training != nullptr && s->training->tensor_parallel()) {
       for (size_t c = 0; c < plan.communicators.size(); ++c) {

@@ -1,20 +1,20 @@
 #pragma once
 // The CUDA/NCCL back end: every plan device of this process is a local GPU, driven by the
 // engine's threads (one per device stream). Compute is the model's real training math when a
-// CpuTraining is given (below), a FLOP-matched proxy otherwise; transfers and collectives
+// Training is given (below), a FLOP-matched proxy otherwise; transfers and collectives
 // are real NCCL operations on device memory. Traces and output say "real" or "proxy".
 // Includable and linkable without CUDA: where nvcc, cuBLAS or NCCL was not found at configure
 // time, cuda_backend_built() is false and prepare() says so.
 //
 // Real training (options.training): prepare() moves each device's chunks (parameters,
-// gradients, Adam moments) into its GPU's memory (CpuTraining::place) on a CudaDecoderOps
+// gradients, Adam moments) into its GPU's memory (Training::place) on a CudaDecoderOps
 // whose stream is the device's compute stream (the one that runs its forward tasks); a bf16
 // plan's linear layers multiply bf16 operands with fp32 accumulation, an fp16 plan's fp16
 // operands when its loss is scaled (OptimizerOptions::loss_scale; fp32 ones otherwise),
 // everything else is fp32. It sizes
 // every tensor's device copy as the training says (whole FP32 boundary activations, nothing
 // for what the training keeps itself), and then:
-//  - compute tasks run CpuTraining::compute on the device copies of their tensors; a task on
+//  - compute tasks run Training::compute on the device copies of their tensors; a task on
 //    another stream than the compute stream makes its stream wait for the compute stream's
 //    work before its end event;
 //  - send/recv move the whole tensor;
@@ -25,7 +25,7 @@
 // the compute stream and awaited by polling; the plan's collectives of activations (partial
 // sums, sequence all-gathers and reduce-scatters) run in a staging buffer as the cpu back end
 // runs them; a whole message into a 1/t slice is cut by the training. Parameter servers and
-// WSP: servers keep host arrays (CpuTraining), so a push or pull is the training's host
+// WSP: servers keep host arrays (Training), so a push or pull is the training's host
 // floats through the staging buffer (their sizes known in prepare(), message_floats()), a
 // pull lands on the host, and a server's update runs on the host after its pushes' device
 // copies come to the engine's host buffers. Compute does not see stop() until the task's
@@ -126,7 +126,7 @@ struct CudaBackendOptions {
   std::vector<int> gpus;                         // plan device d runs on GPU gpus[d]; empty: on GPU d
   bool copy_outputs_to_host = false;             // written tensors' device bytes to the engine's host buffers
   const Ranks* ranks = nullptr;                  // under mpirun: this process runs its block of the devices
-  CpuTraining* training = nullptr;               // real math (see above); null: proxies
+  Training* training = nullptr;               // real math (see above); null: proxies
 };
 
 // True when this build has the CUDA back end (nvcc, cuBLAS and NCCL found at configure time).

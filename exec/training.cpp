@@ -17,7 +17,7 @@ using partition::TaskKind;
 using partition::TensorKind;
 using Floats = std::vector<float>;
 
-struct CpuTraining::Chunk {
+struct Training::Chunk {
   Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
         const DecoderOps& device_ops)
       : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops), ops_(&device_ops) {}
@@ -144,7 +144,7 @@ int index_of(std::span<const int> ids, int tensor) {
 
 }  // namespace
 
-CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                          std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
     : plan_(plan),
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
@@ -368,7 +368,7 @@ CpuTraining::CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSourc
 // Every member of a gradient collective must bring as many floats as the others, or the sum
 // would mix parameters: refused before the run (a worker whose one chunk holds both ends of a
 // tied embedding has no head copy to all-reduce, for one).
-void CpuTraining::check_collective_sizes() const {
+void Training::check_collective_sizes() const {
   std::map<int, std::pair<int, int>> layers_of_grad;  // weight_grad tensor -> its chunk's layers
   for (size_t t = 0; t < plan_.tasks.size(); ++t) {
     const partition::Task& task = plan_.tasks[t];
@@ -414,7 +414,7 @@ void CpuTraining::check_collective_sizes() const {
 
 // The part of Megatron's split that every member holds: the intersection of their ranks'
 // [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
-SplitPart CpuTraining::common_part(const std::vector<int>& members) const {
+SplitPart Training::common_part(const std::vector<int>& members) const {
   SplitPart part{0, 1, 1, 1};
   for (const int d : members) {
     const auto found = tp_position_.find(d);
@@ -427,13 +427,13 @@ SplitPart CpuTraining::common_part(const std::vector<int>& members) const {
   return {part.lo_num / lo, part.lo_den / lo, part.hi_num / hi, part.hi_den / hi};
 }
 
-CpuTraining::~CpuTraining() = default;
+Training::~Training() = default;
 
-bool CpuTraining::tensor_parallel() const {
+bool Training::tensor_parallel() const {
   return std::any_of(tp_position_.begin(), tp_position_.end(), [](const auto& p) { return p.second.second > 1; });
 }
 
-void CpuTraining::place(OpsOfDevice ops_of_device) {
+void Training::place(OpsOfDevice ops_of_device) {
   ops_of_ = std::move(ops_of_device);
   for (auto& c : chunks_) c->move_to(ops_of_(c->device));
   for (size_t d = 0; d < norm_square_.size(); ++d) {
@@ -441,11 +441,11 @@ void CpuTraining::place(OpsOfDevice ops_of_device) {
   }
 }
 
-bool CpuTraining::local(int device) const {
+bool Training::local(int device) const {
   return ranks_ == nullptr || ranks_->owner(device, plan_.device_count()) == ranks_->rank();
 }
 
-size_t CpuTraining::buffer_bytes(int tensor) const {
+size_t Training::buffer_bytes(int tensor) const {
   const partition::Tensor& t = plan_.tensor(tensor);
   if (t.kind == TensorKind::pushed_grad) {
     // What the pushing chunk really sends its server: under tensor parallelism a rank's
@@ -472,7 +472,7 @@ size_t CpuTraining::buffer_bytes(int tensor) const {
 // A boundary tensor that arrives in 1/t slices (tensor parallelism) holds this part of the
 // whole activation: the all-gather's piece for the device's rank, [at(j/t), at((j+1)/t)) as
 // the CPU back end cuts a buffer. Any other tensor holds all of it.
-std::pair<size_t, size_t> CpuTraining::slice_of(int tensor, size_t whole) const {
+std::pair<size_t, size_t> Training::slice_of(int tensor, size_t whole) const {
   const partition::Tensor& t = plan_.tensor(tensor);
   const auto found = tp_position_.find(t.device);
   if (found == tp_position_.end() || found->second.second < 2 || t.kind == TensorKind::partial_sum) return {0, whole};
@@ -485,7 +485,7 @@ std::pair<size_t, size_t> CpuTraining::slice_of(int tensor, size_t whole) const 
   return {at(j), at(j + 1)};
 }
 
-std::shared_ptr<const Batch> CpuTraining::batch(int iteration) {
+std::shared_ptr<const Batch> Training::batch(int iteration) {
   std::lock_guard lock(mutex_);
   auto& b = batches_[iteration];
   if (!b) {
@@ -516,7 +516,7 @@ class Group final : public TensorParallelGroup {
 
 }  // namespace
 
-void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {
+void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   if (t.kind == TaskKind::optimizer) {
     if (parameter_server_) {
@@ -551,7 +551,7 @@ void CpuTraining::compute(TaskContext& task, const std::atomic<bool>& stop, Tens
   if (parameter_server_ && takes_gradients_[static_cast<size_t>(task.task)]) take_gradients(t.device, task.iteration);
 }
 
-void CpuTraining::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange) {
+void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   const ChunkParams& p = c.math.params();
   const int mbs = plan_.layout.micro_batch_size, T = shape_.S;
@@ -598,7 +598,7 @@ void CpuTraining::forward(TaskContext& task, Chunk& c, TensorParallelExchange* e
   }
 }
 
-void CpuTraining::backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange) {
+void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   const ChunkParams& p = c.math.params();
   const auto reads = plan_.reads(task.task);
@@ -635,7 +635,7 @@ void CpuTraining::backward(TaskContext& task, Chunk& c, bool split, TensorParall
   c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp);
 }
 
-double CpuTraining::global_norm(TaskContext& task, const std::atomic<bool>& stop, double local) {
+double Training::global_norm(TaskContext& task, const std::atomic<bool>& stop, double local) {
   std::unique_lock lock(mutex_);
   auto& parts = norm_parts_[task.iteration];
   parts[task.spec->device] = local;
@@ -674,7 +674,7 @@ double CpuTraining::global_norm(TaskContext& task, const std::atomic<bool>& stop
   return std::sqrt(sum);
 }
 
-void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
+void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   std::vector<Chunk*> mine;
   for (const int t : plan_.writes(task.task)) {
     if (auto c = chunk_of_tensor_.find(t); c != chunk_of_tensor_.end()) mine.push_back(c->second);
@@ -723,7 +723,7 @@ void CpuTraining::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
 // A device's part of the squared gradient norm: every parameter it holds once (a replicated
 // one on tensor rank 0 alone, a tied copy not at all), after its data-parallel sync; of the
 // unscaled gradients (divided by the loss scale squared, exactly: a power of four).
-double CpuTraining::local_sum_squares(int device, int iteration) const {
+double Training::local_sum_squares(int device, int iteration) const {
   double local = 0;
   for (const auto& c : chunks_) {
     if (c->device != device) continue;
@@ -736,7 +736,7 @@ double CpuTraining::local_sum_squares(int device, int iteration) const {
   return scale == 1 ? local : local / (scale * scale);
 }
 
-std::span<float> CpuTraining::collective_data(const TaskContext& task) {
+std::span<float> Training::collective_data(const TaskContext& task) {
   if (norm_task_[static_cast<size_t>(task.task)]) {  // the norm's all-reduce: this device's part in, the worker's out
     const OpsFloats& slot = norm_square_[static_cast<size_t>(task.spec->device)];
     const float square = static_cast<float>(local_sum_squares(task.spec->device, task.iteration));
@@ -763,7 +763,7 @@ std::span<float> CpuTraining::collective_data(const TaskContext& task) {
   return buffer.span();
 }
 
-void CpuTraining::collective_done(const TaskContext& task) {
+void Training::collective_done(const TaskContext& task) {
   if (static_cast<size_t>(task.task) >= collective_runs_.size()) return;
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
   if (runs.empty()) return;
@@ -777,7 +777,7 @@ void CpuTraining::collective_done(const TaskContext& task) {
   buffer = OpsFloats();
 }
 
-std::vector<double> CpuTraining::losses() const {
+std::vector<double> Training::losses() const {
   std::lock_guard lock(mutex_);
   std::vector<double> out;
   const double tokens = static_cast<double>(global_batch_) * shape_.S;
@@ -789,7 +789,7 @@ std::vector<double> CpuTraining::losses() const {
   return out;
 }
 
-SafetensorsFile CpuTraining::weights() const {
+SafetensorsFile Training::weights() const {
   SafetensorsFile file;
   struct Held {
     int tp_rank = 0;
@@ -840,7 +840,7 @@ SafetensorsFile CpuTraining::weights() const {
   return file;
 }
 
-void CpuTraining::collect_at_root() {
+void Training::collect_at_root() {
   if (ranks_ == nullptr) return;
   std::vector<std::byte> mine;
   {
@@ -941,7 +941,7 @@ void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& w
 
 }  // namespace
 
-void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
+void Training::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
   const std::vector<int>& server_of = plan_.layout.sync.layer_server;
   std::map<std::string, int> server_of_name;
   for (size_t l = 0; l < server_of.size(); ++l) {
@@ -1014,7 +1014,7 @@ void CpuTraining::build_servers(std::uint64_t seed, const SafetensorsFile* init,
 
 // Under mutex_: what a push or a local update reads, and what a pull carries. A plan whose
 // order edges do not put them after the tasks that make them gets a PlanError, not a crash.
-const std::vector<float>& CpuTraining::gradients_of(const Chunk& c, int iteration) const {
+const std::vector<float>& Training::gradients_of(const Chunk& c, int iteration) const {
   const auto found = taken_.find({&c, iteration});
   if (found == taken_.end()) {
     throw PlanError("the gradients of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
@@ -1023,7 +1023,7 @@ const std::vector<float>& CpuTraining::gradients_of(const Chunk& c, int iteratio
   return found->second;
 }
 
-const std::map<std::string, std::vector<float>>& CpuTraining::weights_of(int server, int iteration) const {
+const std::map<std::string, std::vector<float>>& Training::weights_of(int server, int iteration) const {
   const auto s = servers_.find(server);
   const auto found = s == servers_.end() ? decltype(s->second.versions)::const_iterator{} : s->second.versions.find(iteration);
   if (s == servers_.end() || found == s->second.versions.end()) {
@@ -1033,7 +1033,7 @@ const std::map<std::string, std::vector<float>>& CpuTraining::weights_of(int ser
   return found->second;
 }
 
-std::vector<const ParamSlot*> CpuTraining::served_slots(const ChunkParams& p, int server) const {
+std::vector<const ParamSlot*> Training::served_slots(const ChunkParams& p, int server) const {
   std::vector<const ParamSlot*> out;
   for (const ParamSlot& slot : p.slots) {
     if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
@@ -1041,7 +1041,7 @@ std::vector<const ParamSlot*> CpuTraining::served_slots(const ChunkParams& p, in
   return out;
 }
 
-void CpuTraining::take_gradients(int device, int iteration) {
+void Training::take_gradients(int device, int iteration) {
   std::lock_guard lock(mutex_);
   for (auto& c : chunks_) {
     if (c->device != device) continue;
@@ -1055,7 +1055,7 @@ void CpuTraining::take_gradients(int device, int iteration) {
   }
 }
 
-void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
+void Training::adopt_pulled(Chunk& c, int iteration) {
   std::lock_guard lock(mutex_);
   std::map<int, bool> servers;
   const ChunkParams& p = c.math.params();
@@ -1087,7 +1087,7 @@ void CpuTraining::adopt_pulled(Chunk& c, int iteration) {
   }
 }
 
-std::optional<size_t> CpuTraining::message_floats(int send_task) const {
+std::optional<size_t> Training::message_floats(int send_task) const {
   const partition::Task& t = plan_.task(send_task);
   if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
     return std::nullopt;
@@ -1101,7 +1101,7 @@ std::optional<size_t> CpuTraining::message_floats(int send_task) const {
   return floats;
 }
 
-std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) {
+std::optional<std::vector<float>> Training::message(const TaskContext& task) {
   const partition::Task& t = *task.spec;
   if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
     return std::nullopt;
@@ -1127,7 +1127,7 @@ std::optional<std::vector<float>> CpuTraining::message(const TaskContext& task) 
   return out;
 }
 
-bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) {
+bool Training::receive(const TaskContext& task, std::span<const float> data) {
   const partition::Task& t = *task.spec;
   if (t.purpose == partition::Purpose::activation || t.purpose == partition::Purpose::gradient) {
     // The sender's whole activation; a 1/t slice keeps its part for the all-gather.
@@ -1150,7 +1150,7 @@ bool CpuTraining::receive(const TaskContext& task, std::span<const float> data) 
   return true;
 }
 
-void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop) {
+void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
   const int server = task.spec->device;
   Server& s = servers_.at(server);
   const auto reads = plan_.reads(task.task);
@@ -1236,7 +1236,7 @@ void CpuTraining::server_update(TaskContext& task, const std::atomic<bool>& stop
   s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
 }
 
-double CpuTraining::scale_of(int iteration) const {
+double Training::scale_of(int iteration) const {
   if (!optimizer_.loss_scale.active()) return 1;
   if (optimizer_.loss_scale.loss_scale > 0) return optimizer_.loss_scale.loss_scale;  // constant
   std::lock_guard lock(mutex_);
@@ -1248,7 +1248,7 @@ double CpuTraining::scale_of(int iteration) const {
   return found->second.scale();
 }
 
-bool CpuTraining::record_step(int iteration, double scaled_norm) {
+bool Training::record_step(int iteration, double scaled_norm) {
   const bool found_inf = !std::isfinite(scaled_norm);
   std::lock_guard lock(mutex_);
   if (const auto seen = skipped_.find(iteration); seen != skipped_.end()) {
@@ -1274,17 +1274,17 @@ bool CpuTraining::record_step(int iteration, double scaled_norm) {
   return found_inf;
 }
 
-double CpuTraining::loss_scale() const {
+double Training::loss_scale() const {
   std::lock_guard lock(mutex_);
   return scaler_after_.rbegin()->second.scale();
 }
 
-int CpuTraining::skipped_steps() const {
+int Training::skipped_steps() const {
   std::lock_guard lock(mutex_);
   return skipped_count_;
 }
 
-std::string CpuTraining::describe() const {
+std::string Training::describe() const {
   std::ostringstream out;
   out << (shape_.family == DecoderFamily::gpt2 ? "GPT-2" : "LLaMA") << " style, " << shape_.layers << " layers, hidden "
       << shape_.C << ", " << shape_.NH << " heads";

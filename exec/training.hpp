@@ -112,14 +112,14 @@ struct OptimizerOptions {
   LossScaleOptions loss_scale;  // none unless asked (exec/loss_scale.hpp)
 };
 
-class CpuTraining {
+class Training {
  public:
   // Throws PlanError when the plan's network or layout is not covered (see above), InputError
   // when `init` lacks a parameter or has one of the wrong shape.
-  CpuTraining(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+  Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
               const Ranks* ranks = nullptr);
-  ~CpuTraining();
+  ~Training();
 
   // Where each device's arrays live: this rank's chunks start in the CPU's memory and move to
   // ops_of_device(d)'s (which must outlive this object). Before the run (no stash alive): a

@@ -55,8 +55,8 @@ struct Request {
 };
 
 // Real math when asked for, or (auto) when the plan is one it covers; why not otherwise.
-struct Training {
-  std::unique_ptr<exec::CpuTraining> training;
+struct TrainingSetup {
+  std::unique_ptr<exec::Training> training;
   std::string proxy_reason;  // auto fell back to proxies: why
   std::string data;          // what the tokens are
   double entropy_nats = 0;   // the synthetic stream's: the loss floor
@@ -204,8 +204,8 @@ Request read_request(po::variables_map& vm) {
 }
 
 // The training a real-math run does: its token source, its initial weights, its optimizer.
-Training make_training(const Request& r, const exec::Ranks& ranks) {
-  Training t;
+TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
+  TrainingSetup t;
   if (r.compute == "proxy") return t;
   const partition::Plan& plan = r.plan;
   try {
@@ -235,7 +235,7 @@ Training make_training(const Request& r, const exec::Ranks& ranks) {
     t.data = data->describe();
     std::optional<exec::SafetensorsFile> init;
     if (!r.init_weights.empty()) init = exec::read_safetensors(r.init_weights);
-    t.training = std::make_unique<exec::CpuTraining>(plan, std::move(data), r.optimizer, r.seed,
+    t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed,
                                                      init ? &*init : nullptr, r.init_weights, &ranks);
   } catch (const PlanError& e) {
     if (r.compute == "real") throw;
@@ -268,7 +268,7 @@ class StepProgress {
  public:
   // Under mpirun, rank 0 shows the steps of its own devices, without the loss (the last
   // stage may be another rank's).
-  StepProgress(const partition::Plan& plan, const exec::CpuTraining* training, const exec::Ranks& ranks)
+  StepProgress(const partition::Plan& plan, const exec::Training* training, const exec::Ranks& ranks)
       : training_(ranks.alone() ? training : nullptr), per_step_(local_tasks(plan, ranks)),
         done_(static_cast<size_t>(plan.iterations())),
         enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr && ranks.rank() == 0),
@@ -306,7 +306,7 @@ class StepProgress {
     return n;
   }
 
-  const exec::CpuTraining* training_;
+  const exec::Training* training_;
   size_t per_step_;
   std::vector<std::atomic<size_t>> done_;
   bool enabled_;
@@ -397,7 +397,7 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
 
 double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
 
-Json report_json(const Request& r, const Training& t, const exec::RunResult& result, const Figures& f,
+Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult& result, const Figures& f,
                  const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
   Json j;
@@ -475,7 +475,7 @@ std::string percent(double fraction) {
   return s.str();
 }
 
-void report_text(std::ostream& out, const Request& r, const Training& t, const exec::RunResult& result,
+void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, const exec::RunResult& result,
                  const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
   print_layout(out, plan);
@@ -616,7 +616,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
-  const Training training = make_training(request, ranks);
+  const TrainingSetup training = make_training(request, ranks);
   std::unique_ptr<exec::Backend> backend;
   if (request.backend == "cuda") {
     // Under mpirun each process drives its block of the devices on its node's GPUs.

@@ -94,7 +94,7 @@ struct Steps {
 
 // Trains warm-up + timed steps; a step ends when the last optimizer task of its iteration does.
 Steps run_steps(const partition::Plan& plan) {
-  exec::CpuTraining training(plan, exec::markov_stream(kVocab, 7), exec::OptimizerOptions{}, 42);
+  exec::Training training(plan, exec::markov_stream(kVocab, 7), exec::OptimizerOptions{}, 42);
   exec::CpuBackend backend({}, &training);
   exec::EngineOptions e;
   e.iterations = kWarmSteps + kTimedSteps;

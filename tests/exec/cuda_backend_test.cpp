@@ -455,7 +455,7 @@ TEST(CudaBackend, RealMathKnowsEveryMessagesSizeBeforeTheRun) {
     partition::PlanOptions o = test_support::pipeline_options(2, 2, 2, "1f1b");
     o.sync = sync;
     const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
-    exec::CpuTraining training(plan, exec::markov_stream(256, 1), {}, 42);
+    exec::Training training(plan, exec::markov_stream(256, 1), {}, 42);
     exec::CudaBackendOptions with_training;
     with_training.training = &training;
     EXPECT_EQ(exec::CudaBackend(with_training).compute(), "real");
@@ -465,10 +465,10 @@ TEST(CudaBackend, RealMathKnowsEveryMessagesSizeBeforeTheRun) {
     e.iterations = 2;
     struct Recording final : exec::Backend {
       exec::CpuBackend& inner;
-      exec::CpuTraining& training;
+      exec::Training& training;
       std::map<int, size_t>& sent;
       std::mutex mutex;
-      Recording(exec::CpuBackend& b, exec::CpuTraining& t, std::map<int, size_t>& s) : inner(b), training(t), sent(s) {}
+      Recording(exec::CpuBackend& b, exec::Training& t, std::map<int, size_t>& s) : inner(b), training(t), sent(s) {}
       std::string name() const override { return inner.name(); }
       std::string compute() const override { return inner.compute(); }
       void prepare(const Plan& p) override { inner.prepare(p); }
@@ -502,7 +502,7 @@ struct RealRun {
 
 // `steps` of real training from the seeded weights, on the GPUs or on the CPU back end.
 RealRun train(const Plan& plan, bool on_gpus, const exec::OptimizerOptions& optimizer, int steps) {
-  exec::CpuTraining training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), optimizer, 42);
+  exec::Training training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), optimizer, 42);
   RealRun run;
   run.before = training.weights();
   exec::CudaBackendOptions cuda_options;

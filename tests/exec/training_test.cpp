@@ -246,7 +246,7 @@ struct Trained {
 Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::uint64_t data_seed = 7,
               const exec::SafetensorsFile* init = nullptr, const exec::DecoderOps* ops = nullptr) {
   const int vocab = plan.network.architecture->vocab;
-  exec::CpuTraining training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors");
+  exec::Training training(plan, exec::markov_stream(vocab, data_seed), o, 42, init, "init.safetensors");
   if (ops != nullptr) training.place([ops](int) -> const exec::DecoderOps& { return *ops; });
   exec::CpuBackend backend({}, &training);
   exec::EngineOptions e;
@@ -281,7 +281,7 @@ OptimizerOptions optimizer() {
 // parameter, so no tensor (a bias, a norm's shift) starts at zero, where the relative
 // difference of two runs would measure nothing but Adam's sign of rounding noise.
 exec::SafetensorsFile checkpoint_like(const Plan& plan) {
-  exec::SafetensorsFile w = exec::CpuTraining(plan, exec::markov_stream(plan.network.architecture->vocab, 1), {}, 42).weights();
+  exec::SafetensorsFile w = exec::Training(plan, exec::markov_stream(plan.network.architecture->vocab, 1), {}, 42).weights();
   std::mt19937 rng(5);
   std::normal_distribution<float> noise(0.0f, 0.02f);
   for (auto& t : w.tensors) {
@@ -364,7 +364,7 @@ TEST(Training, DynamicLossScalingSkipsStepsWhoseGradientsAreNotFinite) {
   o.loss_scale.dynamic = true;
   o.loss_scale.initial_loss_scale = 65536;
   const int vocab = plan.network.architecture->vocab;
-  exec::CpuTraining training(plan, exec::markov_stream(vocab, 7), o, 42, &init, "init.safetensors");
+  exec::Training training(plan, exec::markov_stream(vocab, 7), o, 42, &init, "init.safetensors");
   exec::CpuBackend backend({}, &training);
   exec::EngineOptions e;
   e.iterations = 3;
@@ -382,7 +382,7 @@ TEST(Training, DynamicLossScalingSkipsStepsWhoseGradientsAreNotFinite) {
   }
   // A finite model takes every step.
   const exec::SafetensorsFile finite = checkpoint_like(plan);
-  exec::CpuTraining healthy(plan, exec::markov_stream(vocab, 7), o, 42, &finite, "init.safetensors");
+  exec::Training healthy(plan, exec::markov_stream(vocab, 7), o, 42, &finite, "init.safetensors");
   exec::CpuBackend healthy_backend({}, &healthy);
   ASSERT_TRUE(exec::run_plan(plan, healthy_backend, e).completed);
   EXPECT_EQ(healthy.skipped_steps(), 0);
@@ -396,7 +396,7 @@ TEST(Training, DynamicLossScalingWithParameterServersIsRefused) {
   OptimizerOptions dynamic;
   dynamic.loss_scale.dynamic = true;
   try {
-    exec::CpuTraining(plan, exec::markov_stream(97, 1), dynamic, 42);
+    exec::Training(plan, exec::markov_stream(97, 1), dynamic, 42);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("constant --loss-scale"), std::string::npos) << e.what();
@@ -619,7 +619,7 @@ TEST(Training, GradientCollectivesOverDifferentParametersAreRefused) {
   o.microbatches = 2;
   const Plan plan = test_support::planned(model::cpu_cluster(3), odd_gpt(), o);
   try {
-    exec::CpuTraining training(plan, exec::markov_stream(97, 1), {}, 1);
+    exec::Training training(plan, exec::markov_stream(97, 1), {}, 1);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("hold different parameters"), std::string::npos) << e.what();
@@ -628,10 +628,10 @@ TEST(Training, GradientCollectivesOverDifferentParametersAreRefused) {
 
 TEST(Training, InitialWeightsComeFromTheFileAndGoBackOut) {
   const Plan plan = test_support::planned(model::cpu_cluster(2), odd_gpt(), options(2, 1, 2, "1f1b"));
-  exec::CpuTraining fresh(plan, exec::markov_stream(97, 1), {}, 99);
+  exec::Training fresh(plan, exec::markov_stream(97, 1), {}, 99);
   exec::SafetensorsFile init = fresh.weights();
   for (auto& t : init.tensors) t.data[0] = 0.25f;  // recognisable
-  exec::CpuTraining loaded(plan, exec::markov_stream(97, 1), {}, 1, &init, "init.safetensors");
+  exec::Training loaded(plan, exec::markov_stream(97, 1), {}, 1, &init, "init.safetensors");
   const exec::SafetensorsFile out = loaded.weights();
   ASSERT_EQ(out.tensors.size(), init.tensors.size());
   for (size_t i = 0; i < out.tensors.size(); ++i) {
@@ -643,7 +643,7 @@ TEST(Training, InitialWeightsComeFromTheFileAndGoBackOut) {
   exec::SafetensorsFile wrong = init;
   wrong.tensors[1].shape = {1, 2};
   try {
-    exec::CpuTraining bad(plan, exec::markov_stream(97, 1), {}, 1, &wrong, "wrong.safetensors");
+    exec::Training bad(plan, exec::markov_stream(97, 1), {}, 1, &wrong, "wrong.safetensors");
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(e.file(), "wrong.safetensors");

@@ -48,7 +48,7 @@ Trained train(const Plan& plan, exec::Ranks* with) {
   exec::OptimizerOptions o;
   o.lr = 1e-2;
   o.clip_grad = 0.5;  // low enough to clip: the norm's exchange between ranks runs
-  exec::CpuTraining training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), o, 42, nullptr, "", with);
+  exec::Training training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), o, 42, nullptr, "", with);
   exec::CpuBackend backend({}, &training, with);
   exec::EngineOptions e;
   e.iterations = 3;
