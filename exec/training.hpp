@@ -132,6 +132,8 @@ class Training {
   bool tensor_parallel() const;
   bool parameter_server() const { return parameter_server_; }
   bool loss_scaling() const { return optimizer_.loss_scale.active(); }
+  // The ops whose memory device d's arrays (and collective_data()'s floats) are in.
+  const DecoderOps& ops_of(int device) const { return ops_of_(device); }
 
   // Host bytes the engine allocates for a tensor: boundary activations and their gradients
   // in FP32; nothing for what this class keeps itself (parameters, gradients, optimizer

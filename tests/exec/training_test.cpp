@@ -323,6 +323,37 @@ TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOps) {
   }
 }
 
+// The same on distributed plans, with every path the GPUs take: data-parallel, tied
+// embedding and norm all-reduces (the back end works on host copies of the ops' floats),
+// pipelines, tensor parallelism's in-task all-reduces, vocabulary-parallel loss and 1/t
+// slices, sequence parallelism, parameter servers (pushes, pulls, local updates). One set of
+// guarded ops serves every device; its ops take turns, so a thread touching the memory while
+// another's op has it open would go unseen, but no alarm is false.
+TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOpsOnDistributedPlans) {
+  struct Case {
+    const char* name;
+    int pipeline, data, tensor;
+    bool sequence;
+    partition::SyncKind sync;
+  };
+  for (const Case& c : {Case{"pipeline 2 x data 2", 2, 2, 1, false, partition::SyncKind::allreduce},
+                        Case{"tensor 2 + sequence parallel, pipeline 2", 2, 1, 2, true, partition::SyncKind::allreduce},
+                        Case{"parameter servers, data 2", 1, 2, 1, false, partition::SyncKind::ps}}) {
+    partition::PlanOptions o = options(c.pipeline, c.data, 2, "1f1b");
+    o.tensor = c.tensor;
+    o.sequence_parallel = c.sequence;
+    o.sync = c.sync;
+    const model::Network net = odd_gpt(2, c.tensor > 1 ? 6 : 3);
+    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor), net, o);
+    const Trained want = train(plan, 2, optimizer());
+    const test_support::GuardedOps guarded;
+    const Trained got = train(plan, 2, optimizer(), 7, nullptr, &guarded);
+    EXPECT_EQ(got.losses, want.losses) << c.name;
+    const auto diff = test_support::compare_weights(got.weights, want.weights);
+    EXPECT_EQ(diff.worst_relative, 0.0) << c.name << ": " << diff.worst;
+  }
+}
+
 // Loss scaling by a power of two multiplies every gradient exactly and divides it back
 // exactly: a constant scale trains to the same bits as none, on one device, a pipeline with
 // data parallelism, and parameter servers (the servers unscale what they are pushed).
