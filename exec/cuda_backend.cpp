@@ -774,6 +774,22 @@ void run_transfer(Job& job) {
   } else {
     job.task.waiting_for("a message from device " + std::to_string(plan.peer(job.task.task)) + " on " + channel);
     job.issue(comm, "ncclRecv", [&](ncclComm_t c) { return ncclRecv(buffer, bytes, ncclUint8, 0, c, job.lane.cuda); });
+    if (real && t.purpose == partition::Purpose::ps_push) {
+      // A server's update reads pushes on the host. They go to the engine's buffer of this
+      // instance now: the tensor's one device copy may take the next iteration's push (a
+      // worker running ahead, WSP) before the update of this one starts.
+      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+      await(job.lane.end, comm, job.stop, job.where);
+      if (!job.task.writes.empty()) {
+        const size_t n = std::min(job.task.writes[0].size_bytes, bytes);
+        cuda(cudaMemcpyAsync(job.task.writes[0].data, buffer, n, cudaMemcpyDeviceToHost, job.lane.cuda),
+             "cudaMemcpyAsync (to the host)", job.where);
+      }
+      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
+      await(job.lane.end, nullptr, job.stop, job.where);
+      job.finish(comm, {});
+      return;
+    }
     if (real && t.purpose == partition::Purpose::ps_pull) {
       // A server's weights: the training keeps pulls on the host until the chunk adopts them.
       // The receive is awaited by polling first: a copy to pageable host memory would block
@@ -881,19 +897,9 @@ void run_collective(Job& job) {
 // The compute task this thread runs, for the tensor-parallel all-reduces inside it.
 thread_local Job* current_compute = nullptr;
 
-// A parameter server's update: it reads the pushes (their device copies, brought to the
-// engine's host buffers) and updates host arrays.
+// A parameter server's update: it reads the pushes from the engine's host buffers (their
+// receives put them there) and updates host arrays.
 void run_server_update(Job& job) {
-  const auto reads = job.s.plan->reads(job.task.task);
-  for (size_t k = 0; k < reads.size() && k < job.task.reads.size(); ++k) {
-    const size_t n = std::min(job.task.reads[k].size_bytes, job.s.copy_bytes[static_cast<size_t>(reads[k])]);
-    if (n == 0) continue;
-    cuda(cudaMemcpyAsync(job.task.reads[k].data, job.s.copy[static_cast<size_t>(reads[k])], n, cudaMemcpyDeviceToHost,
-                         job.lane.cuda),
-         "cudaMemcpyAsync (to the host)", job.where);
-  }
-  cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-  await(job.lane.end, nullptr, job.stop, job.where);
   job.s.training->compute(job.task, job.stop, nullptr);
   job.finish(nullptr, {});
 }

@@ -27,8 +27,9 @@
 // runs them; a whole message into a 1/t slice is cut by the training. Parameter servers and
 // WSP: servers keep host arrays (Training), so a push or pull is the training's host
 // floats through the staging buffer (their sizes known in prepare(), message_floats()), a
-// pull lands on the host, and a server's update runs on the host after its pushes' device
-// copies come to the engine's host buffers. Compute does not see stop() until the task's
+// pull lands on the host, a received push goes to the engine's host buffer of its instance
+// at once (the device copy may take the next iteration's push before the update reads this
+// one), and a server's update runs on the host. Compute does not see stop() until the task's
 // kernels are enqueued and its host waits (a loss, a norm) are done. The back end must outlive the training's last
 // use (weights(), collect_at_root()) in a run: its GPUs' ops are the back end's. A second
 // prepare(), a failed one and the destructor move the training's arrays back to the CPU.
