@@ -9,7 +9,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <iterator>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "exec/decoder_ops.hpp"
 
@@ -71,8 +74,18 @@ class GuardedOps final : public exec::CpuDecoderOps {
   }
   HETFLOW_GUARDED(void, copy, (float* d, const float* s, size_t n), (d, s, n))
   HETFLOW_GUARDED(void, zero, (float* d, size_t n), (d, n))
-  HETFLOW_GUARDED(void, upload, (float* d, const float* h, size_t n), (d, h, n))
-  HETFLOW_GUARDED(void, download, (float* h, const float* s, size_t n), (h, s, n))
+  // The device side of a copy to or from the host must be this ops' memory: an array of other
+  // ops handed here (a chunk whose arrays and ops disagree) is an error, not a silent copy.
+  void upload(float* d, const float* h, size_t n) const override {
+    require_mine(d, n, "upload");
+    const Open open(*this);
+    CpuDecoderOps::upload(d, h, n);
+  }
+  void download(float* h, const float* s, size_t n) const override {
+    require_mine(s, n, "download");
+    const Open open(*this);
+    CpuDecoderOps::download(h, s, n);
+  }
   HETFLOW_GUARDED(double, sum, (const float* x, size_t n), (x, n))
   HETFLOW_GUARDED(void, residual_add, (float* y, const float* x, long n), (y, x, n))
   HETFLOW_GUARDED(void, bias_add, (float* y, const float* b, int N, int C), (y, b, N, C))
@@ -168,6 +181,17 @@ class GuardedOps final : public exec::CpuDecoderOps {
                                                   munmap(q, bytes);
                                                 }),
                              n);
+  }
+  void require_mine(const float* p, size_t n, const char* what) const {
+    if (n == 0) return;
+    std::lock_guard lock(mutex_);
+    const auto* at = reinterpret_cast<const char*>(p);
+    auto after = ranges_.upper_bound(const_cast<char*>(at));
+    if (after != ranges_.begin()) {
+      const auto& [start, bytes] = *std::prev(after);
+      if (at + n * sizeof(float) <= static_cast<const char*>(start) + bytes) return;
+    }
+    throw std::logic_error(std::string("guarded ops: ") + what + " of memory that is not theirs");
   }
   void protect(int how) const {
     for (const auto& [p, bytes] : ranges_) mprotect(p, bytes, how);

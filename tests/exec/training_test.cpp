@@ -323,6 +323,40 @@ TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOps) {
   }
 }
 
+// Moving a training's arrays to other ops and back keeps every weight; a move that fails
+// (the new memory runs out) leaves each chunk whole on the ops it was on, so the training
+// can still give its weights and move home.
+TEST(Training, PlacingOnOtherOpsKeepsTheWeightsAndAFailedMoveLosesNothing) {
+  struct RunsOut final : exec::CpuDecoderOps {
+    mutable int left;
+    explicit RunsOut(int allocations) : left(allocations) {}
+    exec::OpsFloats floats(size_t n) const override {
+      if (left-- <= 0) throw Error("out of memory (on purpose)");
+      return exec::CpuDecoderOps::floats(n);
+    }
+  };
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(), options(2, 2, 2, "1f1b"));
+  const exec::SafetensorsFile init = checkpoint_like(plan);
+  exec::Training training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), optimizer(), 42, &init,
+                          "init.safetensors");
+  const exec::SafetensorsFile before = training.weights();
+  const test_support::GuardedOps guarded;
+  training.place([&](int) -> const exec::DecoderOps& { return guarded; });
+  EXPECT_EQ(test_support::compare_weights(training.weights(), before).worst_relative, 0.0);
+  const RunsOut runs_out(6);  // the second chunk's move fails part-way (its second array)
+  EXPECT_THROW(training.place([&](int) -> const exec::DecoderOps& { return runs_out; }), Error);
+  EXPECT_EQ(test_support::compare_weights(training.weights(), before).worst_relative, 0.0);
+  training.place([](int) -> const exec::DecoderOps& { return exec::cpu_decoder_ops(); });
+  EXPECT_EQ(test_support::compare_weights(training.weights(), before).worst_relative, 0.0);
+  EXPECT_EQ(guarded.live_ranges(), 0u);  // nothing left on the guarded ops
+  // And it trains as if it had never moved.
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = 2;
+  ASSERT_TRUE(exec::run_plan(plan, backend, e).completed);
+  EXPECT_EQ(training.losses(), train(plan, 2, optimizer(), 7, &init).losses);
+}
+
 // The same on distributed plans, with every path the GPUs take: data-parallel, tied
 // embedding and norm all-reduces (the back end works on host copies of the ops' floats),
 // pipelines, tensor parallelism's in-task all-reduces, vocabulary-parallel loss and 1/t
