@@ -638,6 +638,13 @@ struct Job {
     await(lane.end, nullptr, stop, where);
   }
 
+  // Waits, by polling (stop() and, with a rank, NCCL's errors end the wait), for the work
+  // enqueued on this lane so far.
+  void drain(ncclComm_t* comm) {
+    cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
+    await(lane.end, comm, stop, where);
+  }
+
   std::vector<std::pair<int, Buffer>> written() const {
     std::vector<std::pair<int, Buffer>> out;
     const auto ids = s.plan->writes(task.task);
@@ -778,15 +785,13 @@ void run_transfer(Job& job) {
       // A server's update reads pushes on the host. They go to the engine's buffer of this
       // instance now: the tensor's one device copy may take the next iteration's push (a
       // worker running ahead, WSP) before the update of this one starts.
-      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, comm, job.stop, job.where);
+      job.drain(comm);
       if (!job.task.writes.empty()) {
         const size_t n = std::min(job.task.writes[0].size_bytes, bytes);
         cuda(cudaMemcpyAsync(job.task.writes[0].data, buffer, n, cudaMemcpyDeviceToHost, job.lane.cuda),
              "cudaMemcpyAsync (to the host)", job.where);
       }
-      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, nullptr, job.stop, job.where);
+      job.drain(nullptr);
       job.finish(comm, {});
       return;
     }
@@ -794,13 +799,11 @@ void run_transfer(Job& job) {
       // A server's weights: the training keeps pulls on the host until the chunk adopts them.
       // The receive is awaited by polling first: a copy to pageable host memory would block
       // in CUDA until it lands, out of stop()'s reach.
-      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, comm, job.stop, job.where);
+      job.drain(comm);
       std::vector<float> host(bytes / sizeof(float));
       cuda(cudaMemcpyAsync(host.data(), buffer, bytes, cudaMemcpyDeviceToHost, job.lane.cuda), "cudaMemcpyAsync",
            job.where);
-      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, nullptr, job.stop, job.where);
+      job.drain(nullptr);
       DeviceTask device(job);
       if (job.s.training->receive(device, host)) {
         job.finish(comm, {});
@@ -811,8 +814,7 @@ void run_transfer(Job& job) {
     }
     if (real && buffer == job.lane.staging) {
       // The message lands before the training cuts it (on the compute stream).
-      cuda(cudaEventRecord(job.lane.end, job.lane.cuda), "cudaEventRecord", job.where);
-      await(job.lane.end, comm, job.stop, job.where);
+      job.drain(comm);
       DeviceTask device(job);
       if (job.s.training->receive(device, {static_cast<const float*>(buffer), bytes / sizeof(float)})) {
         follow_compute_stream(job);
