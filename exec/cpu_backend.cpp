@@ -311,40 +311,101 @@ void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
   }
 }
 
-void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
-  HostView view(training_->ops_of(task.spec->device), ops_data);
-  const std::span<float> data = view.floats();
+void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std::string& what,
+                                  const std::function<std::span<const float>(size_t member)>& send,
+                                  const std::function<size_t(size_t member)>& receive_floats,
+                                  const std::function<void(size_t member, std::span<const float>)>& receive) {
   const auto& members = plan_->communicator(communicator).devices;
   const int me = task.spec->device;
-  const auto bytes = std::as_bytes(std::span<const float>(data.data(), data.size()));
   std::vector<std::shared_ptr<Lane::Packet>> posted;
   std::vector<Lane*> to;
-  for (const int peer : members) {
-    if (peer == me) continue;
-    to.push_back(lanes_.at({me, peer, kTensorParallelLane, communicator}).get());
+  for (size_t r = 0; r < members.size(); ++r) {
+    if (members[r] == me) continue;
+    const auto bytes = std::as_bytes(send(r));
+    to.push_back(lanes_.at({me, members[r], kTensorParallelLane, communicator}).get());
     posted.push_back(to.back()->post(bytes, bytes.size()));
   }
-  std::vector<float> result(data.size(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
-  const auto combine = [&](const float* in) {
-    for (size_t i = 0; i < result.size(); ++i) result[i] = max ? std::max(result[i], in[i]) : result[i] + in[i];
-  };
-  for (const int peer : members) {  // in member order on every rank: the same sums everywhere
+  for (size_t r = 0; r < members.size(); ++r) {  // in member order on every rank: the same sums everywhere
+    const int peer = members[r];
     if (peer == me) {
-      combine(data.data());
+      receive(r, send(r));
       continue;
     }
-    task.waiting_for("a tensor-parallel all-reduce inside the task: the floats of device " + std::to_string(peer));
+    task.waiting_for("a tensor-parallel " + what + " inside the task: the floats of device " + std::to_string(peer));
+    const size_t expected = receive_floats(r);
     lanes_.at({peer, me, kTensorParallelLane, communicator})->take([&](std::span<const std::byte> in) {
-      if (in.size() != bytes.size()) throw Error("tensor-parallel all-reduce: device " + std::to_string(peer) + " sent " +
-                                                 std::to_string(in.size()) + " bytes, expected " + std::to_string(bytes.size()));
-      combine(reinterpret_cast<const float*>(in.data()));
+      if (in.size() != expected * sizeof(float)) {
+        throw Error("tensor-parallel " + what + ": device " + std::to_string(peer) + " sent " + std::to_string(in.size()) +
+                    " bytes, expected " + std::to_string(expected * sizeof(float)));
+      }
+      receive(r, {reinterpret_cast<const float*>(in.data()), expected});
     });
   }
   for (size_t i = 0; i < posted.size(); ++i) {
-    task.waiting_for("a tensor-parallel all-reduce inside the task: a peer to take its floats");
+    task.waiting_for("a tensor-parallel " + what + " inside the task: a peer to take its floats");
     to[i]->wait_taken(*posted[i]);
   }
+}
+
+void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
+  HostView view(training_->ops_of(task.spec->device), ops_data);
+  const std::span<float> data = view.floats();
+  std::vector<float> result(data.size(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  exchange_in_task(
+      task, communicator, "all-reduce", [&](size_t) { return std::span<const float>(data); },
+      [&](size_t) { return data.size(); },
+      [&](size_t, std::span<const float> in) {
+        for (size_t i = 0; i < result.size(); ++i) result[i] = max ? std::max(result[i], in[i]) : result[i] + in[i];
+      });
   std::copy(result.begin(), result.end(), data.begin());
+  view.put_back();
+}
+
+namespace {
+
+// Member `me`'s place in `parts` (an in-task collective's float offsets), checked.
+size_t member_of(const partition::Plan& plan, int communicator, const TaskContext& task, std::span<const size_t> parts,
+                 size_t floats) {
+  const auto& members = plan.communicator(communicator).devices;
+  const auto me = static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin());
+  if (me == members.size() || parts.size() != members.size() + 1 || parts.back() > floats) {
+    throw Error("a tensor-parallel collective of task " + std::to_string(task.task) + " on communicator " +
+                std::to_string(communicator) + " with " + std::to_string(parts.size()) + " offsets for " +
+                std::to_string(members.size()) + " members");
+  }
+  return me;
+}
+
+}  // namespace
+
+void CpuBackend::all_gather(TaskContext& task, int communicator, std::span<float> ops_data,
+                            std::span<const size_t> parts) {
+  HostView view(training_->ops_of(task.spec->device), ops_data);
+  const std::span<float> data = view.floats();
+  const size_t me = member_of(*plan_, communicator, task, parts, data.size());
+  const auto part = [&](size_t r) { return data.subspan(parts[r], parts[r + 1] - parts[r]); };
+  exchange_in_task(
+      task, communicator, "all-gather", [&](size_t) { return std::span<const float>(part(me)); },
+      [&](size_t r) { return part(r).size(); },
+      [&](size_t r, std::span<const float> in) {
+        if (r != me) std::copy(in.begin(), in.end(), part(r).begin());
+      });
+  view.put_back();
+}
+
+void CpuBackend::reduce_scatter(TaskContext& task, int communicator, std::span<float> ops_data,
+                                std::span<const size_t> parts) {
+  HostView view(training_->ops_of(task.spec->device), ops_data);
+  const std::span<float> data = view.floats();
+  const size_t me = member_of(*plan_, communicator, task, parts, data.size());
+  const auto part = [&](size_t r) { return std::span<const float>(data.subspan(parts[r], parts[r + 1] - parts[r])); };
+  std::vector<float> result(part(me).size(), 0.0f);
+  exchange_in_task(
+      task, communicator, "reduce-scatter", part, [&](size_t) { return result.size(); },
+      [&](size_t, std::span<const float> in) {
+        for (size_t i = 0; i < result.size(); ++i) result[i] += in[i];
+      });
+  std::copy(result.begin(), result.end(), data.begin() + static_cast<std::ptrdiff_t>(parts[me]));
   view.put_back();
 }
 

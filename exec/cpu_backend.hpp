@@ -21,6 +21,8 @@
 //    into the one it reads).
 // One run per instance at a time; prepare() readies it for the next.
 #include <atomic>
+#include <functional>
+#include <string>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -48,10 +50,15 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
   std::optional<size_t> buffer_bytes(int tensor) const override;
-  // A tensor-parallel chunk's all-reduce inside a compute task: every member sends its floats
-  // to every other and adds them (or takes their maximum) in member order, so all get the
-  // same bits. Lanes apart from the plan's collectives.
+  // A tensor-parallel chunk's collectives inside a compute task, on lanes apart from the
+  // plan's collectives: every member sends each other member what it needs directly (its
+  // floats; its part; the peer's part of its addend) and adds (or takes the maximum) in
+  // member order, so all get the same bits, and a reduce-scatter's part has the bits an
+  // all-reduce gives it.
   void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) override;
+  void all_gather(TaskContext& task, int communicator, std::span<float> data, std::span<const size_t> parts) override;
+  void reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
+                      std::span<const size_t> parts) override;
   void run(TaskContext& task) override;
   void stop() override;
 
@@ -73,6 +80,14 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   void run_steps(TaskContext& task, std::span<float> buffer);
   std::unique_ptr<Lane> make_lane(int src, int dst, int tag);
   bool local(int device) const;
+  // One in-task exchange on `communicator`'s lanes: member r (in the communicator's order)
+  // gets send(r) from this device, then receive(r, floats) runs for every member in order,
+  // this device's own being send(me); member r must send receive_floats(r) floats (Error
+  // naming the device otherwise).
+  void exchange_in_task(TaskContext& task, int communicator, const std::string& what,
+                        const std::function<std::span<const float>(size_t member)>& send,
+                        const std::function<size_t(size_t member)>& receive_floats,
+                        const std::function<void(size_t member, std::span<const float>)>& receive);
 
   CpuBackendOptions options_;
   Training* training_ = nullptr;

@@ -1054,35 +1054,116 @@ void CudaBackend::run(TaskContext& task) {
   }
 }
 
-// Megatron's all-reduces inside a tensor-parallel chunk's compute task: NCCL's, on the
+// Megatron's collectives inside a tensor-parallel chunk's compute task: NCCL's, on the
 // communicator's in-task group, on the compute stream where the chunk's kernels run (the
 // decoder's next kernels follow it there). Awaited by polling, so a rank whose peers never
 // come is stopped like any other NCCL wait.
-void CudaBackend::all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) {
+namespace {
+
+struct InTask {
+  Job* job;
+  ncclComm_t* comm;
+  size_t rank, ranks;
+};
+
+InTask in_task(CudaBackend::State& s, TaskContext& task, int communicator, const char* what, size_t floats) {
   Job* job = current_compute;
   if (job == nullptr || job->task.task != task.task) {
-    throw Error("a tensor-parallel all-reduce outside its compute task (task " + std::to_string(task.task) + ")");
+    throw Error(std::string("a tensor-parallel ") + what + " outside its compute task (task " +
+                std::to_string(task.task) + ")");
   }
-  State& s = *state_;
   const auto group = s.nccl_plan.in_task_group.find(communicator);
   if (group == s.nccl_plan.in_task_group.end()) {
-    throw PlanError("communicator " + std::to_string(communicator) + " has no NCCL group for all-reduces inside compute tasks");
+    throw PlanError("communicator " + std::to_string(communicator) + " has no NCCL group for collectives inside compute tasks");
   }
   const NcclGroup& g = s.nccl_plan.groups[static_cast<size_t>(group->second)];
   const auto rank = static_cast<size_t>(std::find(g.devices.begin(), g.devices.end(), task.spec->device) - g.devices.begin());
   if (rank == g.devices.size()) {
-    throw PlanError("device " + std::to_string(task.spec->device) + " all-reduces on " + g.what + ", which it is not in");
+    throw PlanError("device " + std::to_string(task.spec->device) + " runs a " + what + " on " + g.what +
+                    ", which it is not in");
   }
   ncclComm_t* comm = &s.comms[static_cast<size_t>(group->second)][rank];
   if (*comm == nullptr) throw Error("the NCCL communicator for " + job->where + " was aborted by an earlier failure");
-  task.waiting_for("a tensor-parallel all-reduce (" + std::to_string(data.size()) + " floats) on " + g.what);
-  const cudaStream_t stream = job->gpu.ops->stream();
+  task.waiting_for(std::string("a tensor-parallel ") + what + " (" + std::to_string(floats) + " floats) on " + g.what);
+  return {job, comm, rank, g.devices.size()};
+}
+
+// Issues `call` on the rank, then waits for the compute stream to pass it.
+template <typename Call>
+void in_task_run(const InTask& t, const char* name, Call call) {
+  t.job->issue(t.comm, name, call);
+  cuda(cudaEventRecord(t.job->lane.ops_done, t.job->gpu.ops->stream()), "cudaEventRecord", t.job->where);
+  await(t.job->lane.ops_done, t.comm, t.job->stop, t.job->where);
+}
+
+// The parts' common size, or nullopt when they differ (or do not start at 0).
+std::optional<size_t> equal_parts(std::span<const size_t> parts, size_t ranks, size_t floats) {
+  if (parts.size() != ranks + 1 || parts.back() > floats) {
+    throw Error("a tensor-parallel collective with " + std::to_string(parts.size()) + " offsets for " +
+                std::to_string(ranks) + " ranks");
+  }
+  const size_t n = parts[1] - parts[0];
+  for (size_t r = 0; r < ranks; ++r) {
+    if (parts[r] > parts[r + 1]) throw Error("a tensor-parallel collective's offsets go backwards");
+    if (parts[r + 1] - parts[r] != n) return std::nullopt;
+  }
+  return parts[0] == 0 ? std::optional<size_t>(n) : std::nullopt;
+}
+
+// Grouped per-root calls (one thread issues the whole group, as NCCL requires).
+template <typename PerRoot>
+ncclResult_t grouped(size_t ranks, PerRoot per_root) {
+  ncclResult_t first = ncclGroupStart();
+  for (size_t r = 0; r < ranks && (first == ncclSuccess || first == ncclInProgress); ++r) first = per_root(r);
+  const ncclResult_t end = ncclGroupEnd();
+  return first == ncclSuccess || first == ncclInProgress ? end : first;
+}
+
+}  // namespace
+
+void CudaBackend::all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) {
+  const InTask t = in_task(*state_, task, communicator, "all-reduce", data.size());
+  const cudaStream_t stream = t.job->gpu.ops->stream();
   float* const at = data.data();
   const size_t n = data.size();
-  job->issue(comm, "ncclAllReduce",
-             [&](ncclComm_t h) { return ncclAllReduce(at, at, n, ncclFloat32, max ? ncclMax : ncclSum, h, stream); });
-  cuda(cudaEventRecord(job->lane.ops_done, stream), "cudaEventRecord", job->where);
-  await(job->lane.ops_done, comm, job->stop, job->where);
+  in_task_run(t, "ncclAllReduce",
+              [&](ncclComm_t h) { return ncclAllReduce(at, at, n, ncclFloat32, max ? ncclMax : ncclSum, h, stream); });
+}
+
+void CudaBackend::all_gather(TaskContext& task, int communicator, std::span<float> data, std::span<const size_t> parts) {
+  const InTask t = in_task(*state_, task, communicator, "all-gather", data.size());
+  const cudaStream_t stream = t.job->gpu.ops->stream();
+  float* const at = data.data();
+  if (const auto n = equal_parts(parts, t.ranks, data.size())) {
+    in_task_run(t, "ncclAllGather",
+                [&](ncclComm_t h) { return ncclAllGather(at + t.rank * *n, at, *n, ncclFloat32, h, stream); });
+    return;
+  }
+  in_task_run(t, "ncclBroadcast (grouped)", [&](ncclComm_t h) {
+    return grouped(t.ranks, [&](size_t r) {
+      float* const part = at + parts[r];
+      return ncclBroadcast(part, part, parts[r + 1] - parts[r], ncclFloat32, static_cast<int>(r), h, stream);
+    });
+  });
+}
+
+void CudaBackend::reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
+                                 std::span<const size_t> parts) {
+  const InTask t = in_task(*state_, task, communicator, "reduce-scatter", data.size());
+  const cudaStream_t stream = t.job->gpu.ops->stream();
+  float* const at = data.data();
+  if (const auto n = equal_parts(parts, t.ranks, data.size())) {
+    in_task_run(t, "ncclReduceScatter", [&](ncclComm_t h) {
+      return ncclReduceScatter(at, at + t.rank * *n, *n, ncclFloat32, ncclSum, h, stream);
+    });
+    return;
+  }
+  in_task_run(t, "ncclReduce (grouped)", [&](ncclComm_t h) {
+    return grouped(t.ranks, [&](size_t r) {
+      float* const part = at + parts[r];
+      return ncclReduce(part, part, parts[r + 1] - parts[r], ncclFloat32, ncclSum, static_cast<int>(r), h, stream);
+    });
+  });
 }
 
 // --- probes: no plan, no engine ---

@@ -146,8 +146,13 @@ class CudaBackend final : public Backend, public TensorParallelExchange {
   std::optional<size_t> buffer_bytes(int tensor) const override;
   void run(TaskContext& task) override;
   void stop() override;
-  // Real math's all-reduces inside a tensor-parallel compute task (see above).
+  // Real math's collectives inside a tensor-parallel compute task (see above): NCCL's
+  // all-reduce; all-gather and reduce-scatter in place when the parts are equal, otherwise
+  // grouped broadcasts or reduces, one per rank's part (NCCL's way to vary the sizes).
   void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) override;
+  void all_gather(TaskContext& task, int communicator, std::span<float> data, std::span<const size_t> parts) override;
+  void reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
+                      std::span<const size_t> parts) override;
 
   // Seconds between the CUDA events around the task instance's GPU work; nullopt when it has
   // not completed. Thread-safe.

@@ -33,6 +33,14 @@ void CudaBackend::stop() { stop_.store(true); }
 void CudaBackend::all_reduce(TaskContext& /*task*/, int /*communicator*/, std::span<float> /*data*/, bool /*max*/) {
   throw Error(kNotBuilt);
 }
+void CudaBackend::all_gather(TaskContext& /*task*/, int /*communicator*/, std::span<float> /*data*/,
+                             std::span<const size_t> /*parts*/) {
+  throw Error(kNotBuilt);
+}
+void CudaBackend::reduce_scatter(TaskContext& /*task*/, int /*communicator*/, std::span<float> /*data*/,
+                                 std::span<const size_t> /*parts*/) {
+  throw Error(kNotBuilt);
+}
 std::optional<double> CudaBackend::gpu_time_s(int /*task*/, int /*iteration*/) const { return std::nullopt; }
 
 GemmProbe probe_gemm(int /*gpu*/, model::Precision /*precision*/, int /*n*/, int /*repeats*/) { throw Error(kNotBuilt); }

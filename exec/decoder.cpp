@@ -1,5 +1,7 @@
 #include "exec/decoder.hpp"
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,14 +19,15 @@ float* at(float* base, size_t offset) { return offset == npos ? nullptr : base +
 struct WeightGrad {
   size_t w = npos, b = npos;
   Floats dy;
-  const float* x = nullptr;  // lives in the stash until backward_weight
+  Floats x;  // shares the stash's array, or owns one gathered for it (sequence parallelism)
   int C = 0, OC = 0;
 };
 
 }  // namespace
 
 // One block's activations for one micro-batch. Under full recomputation only `x` survives the
-// forward; the rest is rebuilt before the block's backward.
+// forward; the rest is rebuilt before the block's backward. Under sequence parallelism x, x2
+// and the norms' arrays hold this rank's rows only.
 struct BlockActs {
   Floats x;                 // input [N, C]
   Floats n1, mean1, rstd1;  // first norm
@@ -56,15 +59,19 @@ struct DecoderChunk::Stash {
 void DecoderChunk::StashDeleter::operator()(Stash* s) const { delete s; }
 
 DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank,
-                           int tp, const DecoderOps& ops)
+                           int tp, const DecoderOps& ops, bool sequence_parallel)
     : shape_(shape),
       params_(chunk_params(shape, layer_begin, layer_end, tp_rank, tp)),
       recompute_(recompute),
-      ops_(&ops) {}
+      ops_(&ops),
+      sequence_parallel_(sequence_parallel && tp > 1) {}
 
 namespace {
 
+size_t sz(long long n) { return static_cast<size_t>(n); }
+
 // Sizes as this rank sees them: NH, NKV, F and V are its shares under tensor parallelism.
+// Under sequence parallelism the residual stream is this rank's RS rows, from row R0.
 struct Dims {
   int B, T, N, C, NH, NKV, HS, QD, KV, F, V, V0;
   float eps, theta;
@@ -72,55 +79,113 @@ struct Dims {
   int tp, rank;
   TensorParallelGroup* group;
   const DecoderOps& ops;
+  bool sp = false;
+  int R0 = 0, RS = 0;
+  std::vector<size_t> parts;  // float offsets of each rank's rows of an [N, C] array
+
+  size_t stream_floats() const { return sz(1LL * RS * C); }  // the residual stream's
+  size_t whole_floats() const { return sz(1LL * N * C); }
+
   void all_reduce(const Floats& x, bool max = false) const {
     if (tp > 1) group->all_reduce(x.span(), max);
   }
   void all_reduce(float* x, size_t n) const {
     if (tp > 1) group->all_reduce(std::span<float>(x, n), false);
   }
+  // Sequence parallelism's g: this rank's rows -> the whole [N, C] on every rank.
+  Floats gather(const Floats& rows) const {
+    Floats whole = ops.floats(whole_floats());
+    ops.copy(whole.data() + parts[sz(rank)], rows.data(), stream_floats());
+    group->all_gather(whole.span(), parts);
+    return whole;
+  }
+  // Sequence parallelism's ḡ: every rank's addend of the whole -> the sum of this rank's rows.
+  Floats scatter(const Floats& whole) const {
+    group->reduce_scatter(whole.span(), parts);
+    Floats rows = ops.floats(stream_floats());
+    ops.copy(rows.data(), whole.data() + parts[sz(rank)], stream_floats());
+    return rows;
+  }
+  // What a column-parallel layer reads: the whole of a norm's output.
+  Floats whole(const Floats& rows) const { return sp ? gather(rows) : rows; }
+  // A row-parallel layer's partial sums -> the residual stream's rows of their sum.
+  Floats reduce(const Floats& whole) const {
+    if (sp) return scatter(whole);
+    all_reduce(whole);
+    return whole;
+  }
 };
 
-Dims dims_of(const DecoderShape& s, const ChunkParams& p, int samples, TensorParallelGroup* group,
-             const DecoderOps& ops) {
-  return {samples, s.S, samples * s.S, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
-          s.eps, s.theta, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops};
+Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
+             TensorParallelGroup* group, const DecoderOps& ops) {
+  Dims d{samples, s.S, samples * s.S, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
+         s.eps, s.theta, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
+         /*sp=*/false, /*R0=*/0, /*RS=*/samples * s.S, /*parts=*/{}};
+  if (sequence_parallel && d.tp > 1) {
+    if (d.N < d.tp) {
+      throw std::invalid_argument("sequence parallelism over " + std::to_string(d.tp) + " ranks needs at least as many " +
+                                  "tokens per micro-batch, not " + std::to_string(d.N));
+    }
+    d.sp = true;
+    const auto row = [&](int r) { return static_cast<int>(1LL * d.N * r / d.tp); };
+    d.R0 = row(d.rank);
+    d.RS = row(d.rank + 1) - d.R0;
+    for (int r = 0; r <= d.tp; ++r) d.parts.push_back(sz(1LL * row(r) * d.C));
+  }
+  return d;
 }
 
-size_t sz(long long n) { return static_cast<size_t>(n); }
-
+// A norm over the residual stream's rows.
 void norm_forward(const Dims& d, Floats& y, Floats& mean, Floats& rstd, const Floats& x, const float* w, const float* b) {
-  y = d.ops.floats(sz(1LL * d.N * d.C));
-  rstd = d.ops.floats(sz(d.N));
+  y = d.ops.floats(d.stream_floats());
+  rstd = d.ops.floats(sz(d.RS));
   if (d.gpt) {
-    mean = d.ops.floats(sz(d.N));
-    d.ops.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w, b, d.N, d.C, d.eps);
+    mean = d.ops.floats(sz(d.RS));
+    d.ops.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w, b, d.RS, d.C, d.eps);
   } else {
-    d.ops.rmsnorm_forward(y.data(), rstd.data(), x.data(), w, d.N, d.C, d.eps);
+    d.ops.rmsnorm_forward(y.data(), rstd.data(), x.data(), w, d.RS, d.C, d.eps);
   }
 }
 
+// dx += the norm's input gradient; dw (db) += its gains' gradients, which under sequence
+// parallelism are this rank's rows' part until the ranks add theirs.
 void norm_backward(const Dims& d, float* dx, float* dw, float* db, const float* dy, const Floats& x, const float* w,
                    const Floats& mean, const Floats& rstd) {
-  if (d.gpt) {
-    d.ops.layernorm_backward(dx, dw, db, dy, x.data(), w, mean.data(), rstd.data(), d.N, d.C);
-  } else {
-    d.ops.rmsnorm_backward(dx, dw, dy, x.data(), w, rstd.data(), d.N, d.C);
+  Floats part;
+  float* to_w = dw;
+  float* to_b = db;
+  if (d.sp) {
+    part = d.ops.zeros(sz(2LL * d.C));
+    to_w = part.data();
+    to_b = db != nullptr ? part.data() + d.C : nullptr;
   }
+  if (d.gpt) {
+    d.ops.layernorm_backward(dx, to_w, to_b, dy, x.data(), w, mean.data(), rstd.data(), d.RS, d.C);
+  } else {
+    d.ops.rmsnorm_backward(dx, to_w, dy, x.data(), w, rstd.data(), d.RS, d.C);
+  }
+  if (!d.sp) return;
+  d.all_reduce(part);
+  d.ops.residual_add(dw, part.data(), d.C);
+  if (db != nullptr) d.ops.residual_add(db, part.data() + d.C, d.C);
 }
 
-// The block's forward from a.x; writes the output [N, C] (or, when `partial`, this rank's
-// part of it: its last row-parallel partial sums, plus the residual and bias on rank 0).
+// The block's forward from a.x; writes the output (the residual stream's rows) to `out`, or,
+// when `partial`, this rank's addend of the whole [N, C] output for the plan's collective:
+// its last row-parallel partial sums, plus the residual and bias once (on rank 0, or under
+// sequence parallelism on each rank's own rows).
 void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockActs& a, float* out, bool partial = false) {
   const DecoderOps& ops = d.ops;
   const bool split = d.tp > 1;  // biases after a row-parallel layer are added once, after the sum
-  const size_t n = sz(1LL * d.N * d.C), nf = sz(1LL * d.N * d.F);
+  const size_t n = d.stream_floats(), nf = sz(1LL * d.N * d.F);
   norm_forward(d, a.n1, a.mean1, a.rstd1, a.x, at(w, p.norm1_w), at(w, p.norm1_b));
+  const Floats n1 = d.whole(a.n1);
   a.q = ops.floats(sz(1LL * d.N * d.QD));
   a.k = ops.floats(sz(1LL * d.N * d.KV));
   a.v = ops.floats(sz(1LL * d.N * d.KV));
-  ops.linear_forward(a.q.data(), a.n1.data(), w + p.q_w, at(w, p.q_b), d.N, d.C, d.QD);
-  ops.linear_forward(a.k.data(), a.n1.data(), w + p.k_w, at(w, p.k_b), d.N, d.C, d.KV);
-  ops.linear_forward(a.v.data(), a.n1.data(), w + p.v_w, at(w, p.v_b), d.N, d.C, d.KV);
+  ops.linear_forward(a.q.data(), n1.data(), w + p.q_w, at(w, p.q_b), d.N, d.C, d.QD);
+  ops.linear_forward(a.k.data(), n1.data(), w + p.k_w, at(w, p.k_b), d.N, d.C, d.KV);
+  ops.linear_forward(a.v.data(), n1.data(), w + p.v_w, at(w, p.v_b), d.N, d.C, d.KV);
   if (!d.gpt) {
     ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.theta);
     ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.theta);
@@ -128,21 +193,37 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   a.att = ops.floats(sz(1LL * d.N * d.QD));
   a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
   ops.attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS);
-  a.x2 = ops.floats(n);
-  ops.linear_forward(a.x2.data(), a.att.data(), w + p.o_w, split ? nullptr : at(w, p.o_b), d.N, d.QD, d.C);
-  d.all_reduce(a.x2);
-  if (split && p.o_b != npos) ops.bias_add(a.x2.data(), w + p.o_b, d.N, d.C);
+  const Floats o = ops.floats(d.whole_floats());
+  ops.linear_forward(o.data(), a.att.data(), w + p.o_w, split ? nullptr : at(w, p.o_b), d.N, d.QD, d.C);
+  a.x2 = d.reduce(o);
+  if (split && p.o_b != npos) ops.bias_add(a.x2.data(), w + p.o_b, d.RS, d.C);
   ops.residual_add(a.x2.data(), a.x.data(), static_cast<long>(n));
   norm_forward(d, a.n2, a.mean2, a.rstd2, a.x2, at(w, p.norm2_w), at(w, p.norm2_b));
+  const Floats n2 = d.whole(a.n2);
   a.up = ops.floats(nf);
   a.act = ops.floats(nf);
-  ops.linear_forward(a.up.data(), a.n2.data(), w + p.up_w, at(w, p.up_b), d.N, d.C, d.F);
+  ops.linear_forward(a.up.data(), n2.data(), w + p.up_w, at(w, p.up_b), d.N, d.C, d.F);
   if (d.gpt) {
     ops.gelu_forward(a.act.data(), a.up.data(), static_cast<long>(nf));
   } else {
     a.gate = ops.floats(nf);
-    ops.linear_forward(a.gate.data(), a.n2.data(), w + p.gate_w, nullptr, d.N, d.C, d.F);
+    ops.linear_forward(a.gate.data(), n2.data(), w + p.gate_w, nullptr, d.N, d.C, d.F);
     ops.swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), static_cast<long>(nf));
+  }
+  if (d.sp) {
+    const Floats y = ops.floats(d.whole_floats());
+    ops.linear_forward(y.data(), a.act.data(), w + p.down_w, nullptr, d.N, d.F, d.C);
+    float* rows = out;
+    if (partial) {  // the plan's reduce-scatter adds the ranks' addends: each adds its own rows
+      ops.copy(out, y.data(), d.whole_floats());
+      rows = out + d.parts[sz(d.rank)];
+    } else {
+      ops.copy(out, d.scatter(y).data(), n);
+    }
+    if (p.down_b != npos) ops.bias_add(rows, w + p.down_b, d.RS, d.C);
+    ops.residual_add(rows, a.x2.data(), static_cast<long>(n));
+    a.complete = true;
+    return;
   }
   ops.linear_forward(out, a.act.data(), w + p.down_w, split ? nullptr : at(w, p.down_b), d.N, d.F, d.C);
   // With `partial`, the plan's all-reduce adds the ranks' parts: the residual and bias once.
@@ -159,11 +240,11 @@ class WeightGrads {
  public:
   WeightGrads(const DecoderOps& ops, float* grads, std::vector<WeightGrad>* deferred)
       : ops_(ops), grads_(grads), deferred_(deferred) {}
-  void add(size_t w, size_t b, const Floats& dy, const float* x, int N, int C, int OC) {
+  void add(size_t w, size_t b, const Floats& dy, const Floats& x, int N, int C, int OC) {
     if (deferred_ != nullptr) {
       deferred_->push_back({w, b, dy, x, C, OC});
     } else {
-      ops_.linear_backward_weight(grads_ + w, at(grads_, b), dy.data(), x, N, C, OC);
+      ops_.linear_backward_weight(grads_ + w, at(grads_, b), dy.data(), x.data(), N, C, OC);
     }
   }
 
@@ -173,36 +254,39 @@ class WeightGrads {
   std::vector<WeightGrad>* deferred_;
 };
 
-// The block's backward: dy is the gradient of its output; writes the gradient of its input
-// into dx (overwritten).
+// The block's backward: dy is the gradient of its output (the residual stream's rows); writes
+// the gradient of its input into dx (overwritten, the same rows).
 void block_backward(const Dims& d, const BlockParams& p, const float* w, float* g, BlockActs& a, const Floats& dy,
                     float* dx, WeightGrads& wg) {
   const DecoderOps& ops = d.ops;
-  const size_t n = sz(1LL * d.N * d.C), nf = sz(1LL * d.N * d.F);
+  const size_t n = d.stream_floats(), nf = sz(1LL * d.N * d.F);
   // MLP: out = x2 + down(act)
+  const Floats dout = d.whole(dy);
   const Floats dact = ops.zeros(nf);
-  ops.linear_backward_input(dact.data(), dy.data(), w + p.down_w, d.N, d.F, d.C);
-  wg.add(p.down_w, p.down_b, dy, a.act.data(), d.N, d.F, d.C);
+  ops.linear_backward_input(dact.data(), dout.data(), w + p.down_w, d.N, d.F, d.C);
+  wg.add(p.down_w, p.down_b, dout, a.act, d.N, d.F, d.C);
   const Floats dup = ops.zeros(nf);
-  const Floats dn2 = ops.zeros(n);
+  const Floats dn2_whole = ops.zeros(d.whole_floats());
+  const Floats n2 = d.whole(a.n2);  // gathered again, as Megatron does, rather than kept
   if (d.gpt) {
     ops.gelu_backward(dup.data(), dact.data(), a.up.data(), static_cast<long>(nf));
   } else {
     const Floats dgate = ops.zeros(nf);
     ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(nf));
-    ops.linear_backward_input(dn2.data(), dgate.data(), w + p.gate_w, d.N, d.C, d.F);
-    wg.add(p.gate_w, npos, dgate, a.n2.data(), d.N, d.C, d.F);
+    ops.linear_backward_input(dn2_whole.data(), dgate.data(), w + p.gate_w, d.N, d.C, d.F);
+    wg.add(p.gate_w, npos, dgate, n2, d.N, d.C, d.F);
   }
-  ops.linear_backward_input(dn2.data(), dup.data(), w + p.up_w, d.N, d.C, d.F);
-  wg.add(p.up_w, p.up_b, dup, a.n2.data(), d.N, d.C, d.F);
-  d.all_reduce(dn2);  // the column-parallel MLP's input gradient: a sum over the ranks
-  const Floats dx2 = ops.floats(n);  // the residual
+  ops.linear_backward_input(dn2_whole.data(), dup.data(), w + p.up_w, d.N, d.C, d.F);
+  wg.add(p.up_w, p.up_b, dup, n2, d.N, d.C, d.F);
+  const Floats dn2 = d.reduce(dn2_whole);  // the column-parallel MLP's input gradient: a sum over the ranks
+  const Floats dx2 = ops.floats(n);         // the residual
   ops.copy(dx2.data(), dy.data(), n);
   norm_backward(d, dx2.data(), g + p.norm2_w, at(g, p.norm2_b), dn2.data(), a.x2, w + p.norm2_w, a.mean2, a.rstd2);
   // Attention: x2 = x + o(attn(q, k, v))
+  const Floats dx2_whole = d.whole(dx2);
   const Floats datt = ops.zeros(sz(1LL * d.N * d.QD));
-  ops.linear_backward_input(datt.data(), dx2.data(), w + p.o_w, d.N, d.QD, d.C);
-  wg.add(p.o_w, p.o_b, dx2, a.att.data(), d.N, d.QD, d.C);
+  ops.linear_backward_input(datt.data(), dx2_whole.data(), w + p.o_w, d.N, d.QD, d.C);
+  wg.add(p.o_w, p.o_b, dx2_whole, a.att, d.N, d.QD, d.C);
   const Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV)),
                dv = ops.zeros(sz(1LL * d.N * d.KV));
   ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
@@ -211,14 +295,15 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
     ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.theta);
     ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.theta);
   }
-  const Floats dn1 = ops.zeros(n);
-  ops.linear_backward_input(dn1.data(), dq.data(), w + p.q_w, d.N, d.C, d.QD);
-  ops.linear_backward_input(dn1.data(), dk.data(), w + p.k_w, d.N, d.C, d.KV);
-  ops.linear_backward_input(dn1.data(), dv.data(), w + p.v_w, d.N, d.C, d.KV);
-  wg.add(p.q_w, p.q_b, dq, a.n1.data(), d.N, d.C, d.QD);
-  wg.add(p.k_w, p.k_b, dk, a.n1.data(), d.N, d.C, d.KV);
-  wg.add(p.v_w, p.v_b, dv, a.n1.data(), d.N, d.C, d.KV);
-  d.all_reduce(dn1);
+  const Floats dn1_whole = ops.zeros(d.whole_floats());
+  ops.linear_backward_input(dn1_whole.data(), dq.data(), w + p.q_w, d.N, d.C, d.QD);
+  ops.linear_backward_input(dn1_whole.data(), dk.data(), w + p.k_w, d.N, d.C, d.KV);
+  ops.linear_backward_input(dn1_whole.data(), dv.data(), w + p.v_w, d.N, d.C, d.KV);
+  const Floats n1 = d.whole(a.n1);
+  wg.add(p.q_w, p.q_b, dq, n1, d.N, d.C, d.QD);
+  wg.add(p.k_w, p.k_b, dk, n1, d.N, d.C, d.KV);
+  wg.add(p.v_w, p.v_b, dv, n1, d.N, d.C, d.KV);
+  const Floats dn1 = d.reduce(dn1_whole);
   ops.copy(dx, dx2.data(), n);
   norm_backward(d, dx, g + p.norm1_w, at(g, p.norm1_b), dn1.data(), a.x, w + p.norm1_w, a.mean1, a.rstd1);
 }
@@ -238,12 +323,14 @@ void parallel_crossentropy(const Dims& d, const Floats& logits, const int* targe
   if (loss_sum != nullptr) *loss_sum = total;
 }
 
-// targets: in the ops' memory.
+// targets: in the ops' memory. The head's input and norm are the residual stream's rows; the
+// logits cover every token.
 void head_forward(const Dims& d, const ChunkParams& cp, const float* w, HeadActs& h, const int* targets, float scale,
                   double* loss_sum) {
   norm_forward(d, h.nf, h.mean, h.rstd, h.x, w + cp.final_norm_w, at(w, cp.final_norm_b));
+  const Floats nf = d.whole(h.nf);
   const Floats logits = d.ops.floats(sz(1LL * d.N * d.V));
-  d.ops.linear_forward(logits.data(), h.nf.data(), w + cp.head_w, nullptr, d.N, d.C, d.V);
+  d.ops.linear_forward(logits.data(), nf.data(), w + cp.head_w, nullptr, d.N, d.C, d.V);
   h.dlogits = d.ops.floats(logits.size());
   if (d.tp > 1) {
     parallel_crossentropy(d, logits, targets, scale, h.dlogits, loss_sum);
@@ -275,34 +362,54 @@ void release(BlockActs& a) {
   a.x = std::move(x);
 }
 
+size_t floats_of(const BlockActs& a) {
+  size_t n = 0;
+  for (const Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.probs, &a.att, &a.x2, &a.n2, &a.mean2,
+                          &a.rstd2, &a.up, &a.gate, &a.act}) {
+    n += f->size();
+  }
+  return n;
+}
+
 }  // namespace
 
+size_t DecoderChunk::stash_floats(const Stash& s) {
+  size_t n = s.head.x.size() + s.head.nf.size() + s.head.mean.size() + s.head.rstd.size() + s.head.dlogits.size() +
+             s.dembed.size();
+  for (const BlockActs& a : s.blocks) n += floats_of(a);
+  for (const WeightGrad& g : s.deferred) n += g.dy.size() + g.x.size();  // (some shared with the blocks')
+  return n;
+}
+
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
-  const Dims d = dims_of(shape_, params_, in.samples, in.group, *ops_);
+  const Dims d = dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_);
   const DecoderOps& ops = *ops_;
   StashPtr s(new Stash);
   s->samples = in.samples;
   s->loss_scale = in.loss_scale;
-  const size_t rows_by_c = sz(1LL * d.N * d.C);
+  const size_t whole = d.whole_floats(), rows = d.stream_floats();
   const bool last_block_partial = in.output_partial && !params_.has_head;
-  Floats x = ops.floats(rows_by_c);
+  Floats x;  // the residual stream: this rank's rows under sequence parallelism
   if (params_.has_embedding) {
     s->tokens = ops.ints(in.tokens, sz(d.N));
+    x = ops.floats(whole);
     if (d.tp > 1) {
       parallel_embedding_forward(d, params_, w, s->tokens.data(), x.data());
-      if (!(in.output_partial && params_.blocks.empty())) d.all_reduce(x);
+      if (!(in.output_partial && params_.blocks.empty())) x = d.reduce(x);
     } else {
       ops.embedding_forward(x.data(), s->tokens.data(), w + params_.wte, at(w, params_.wpe), d.N, d.T, d.C);
     }
   } else {
-    ops.copy(x.data(), in.input, rows_by_c);
+    x = ops.floats(rows);
+    ops.copy(x.data(), in.input + (d.sp ? d.parts[sz(d.rank)] : 0), rows);
   }
   s->blocks.resize(params_.blocks.size());
   for (size_t b = 0; b < params_.blocks.size(); ++b) {
     BlockActs& a = s->blocks[b];
+    const bool partial = last_block_partial && b + 1 == params_.blocks.size();
     a.x = std::move(x);
-    x = ops.floats(rows_by_c);
-    block_forward(d, params_.blocks[b], w, a, x.data(), last_block_partial && b + 1 == params_.blocks.size());
+    x = ops.floats(partial ? whole : rows);
+    block_forward(d, params_.blocks[b], w, a, x.data(), partial);
     if (recompute_ == partition::Recompute::full) {
       release(a);
     } else if (recompute_ == partition::Recompute::selective) {
@@ -319,39 +426,42 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
       s->head = HeadActs{};
       s->head.x = std::move(keep);
     }
+  } else if (x.size() == whole) {
+    ops.copy(in.output, x.data(), whole);  // the whole, or an addend of the plan's collective
   } else {
-    ops.copy(in.output, x.data(), rows_by_c);
+    ops.copy(in.output, d.gather(x).data(), whole);
   }
   return s;
 }
 
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
                             bool dinput_partial, TensorParallelGroup* group) const {
-  const Dims d = dims_of(shape_, params_, s.samples, group, *ops_);
+  const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_);
   const DecoderOps& ops = *ops_;
-  const size_t rows_by_c = sz(1LL * d.N * d.C);
+  const size_t whole = d.whole_floats(), rows = d.stream_floats();
+  const size_t first = d.sp ? d.parts[sz(d.rank)] : 0;  // this rank's first float of a whole
   s.deferred.clear();
   WeightGrads wg(ops, g, split ? &s.deferred : nullptr);
-  Floats dy;
+  Floats dy;  // the residual stream's gradient: this rank's rows under sequence parallelism
   if (params_.has_head) {
     HeadActs& h = s.head;
     if (!h.complete) head_forward(d, params_, w, h, s.targets.data(), s.loss_scale, nullptr);
-    const Floats dnf = ops.zeros(rows_by_c);
+    const Floats dnf = ops.zeros(whole);
     ops.linear_backward_input(dnf.data(), h.dlogits.data(), w + params_.head_w, d.N, d.C, d.V);
-    wg.add(params_.head_w, npos, h.dlogits, h.nf.data(), d.N, d.C, d.V);
+    wg.add(params_.head_w, npos, h.dlogits, d.whole(h.nf), d.N, d.C, d.V);
     h.dlogits = Floats();  // a deferred weight gradient keeps its own handle
-    d.all_reduce(dnf);  // the vocabulary-parallel head's input gradient
-    dy = ops.zeros(rows_by_c);
-    norm_backward(d, dy.data(), g + params_.final_norm_w, at(g, params_.final_norm_b), dnf.data(), h.x,
+    const Floats dnf_rows = d.reduce(dnf);  // the vocabulary-parallel head's input gradient
+    dy = ops.zeros(rows);
+    norm_backward(d, dy.data(), g + params_.final_norm_w, at(g, params_.final_norm_b), dnf_rows.data(), h.x,
                   w + params_.final_norm_w, h.mean, h.rstd);
   } else {
-    dy = ops.floats(rows_by_c);
-    ops.copy(dy.data(), dout, rows_by_c);
+    dy = ops.floats(rows);
+    ops.copy(dy.data(), dout + first, rows);
   }
   for (size_t b = s.blocks.size(); b-- > 0;) {
     BlockActs& a = s.blocks[b];
     if (!a.complete) {  // full recomputation: this layer's forward again, from its input
-      const Floats out = ops.floats(rows_by_c);
+      const Floats out = ops.floats(rows);
       block_forward(d, params_.blocks[b], w, a, out.data());
     } else if (a.probs.empty()) {  // selective: the attention probabilities again
       a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
@@ -359,30 +469,34 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
       ops.attention_forward(out.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV,
                             d.HS);
     }
-    Floats dx = ops.floats(rows_by_c);
+    Floats dx = ops.floats(rows);
     block_backward(d, params_.blocks[b], w, g, a, dy, dx.data(), wg);
     dy = std::move(dx);
     if (!split) release(a);  // its gradients are taken: only what a split W needs stays
   }
   if (params_.has_embedding) {
+    const Floats dembed = d.whole(dy);
     if (split) {
-      s.dembed = dy;
+      s.dembed = dembed;
     } else if (d.tp > 1) {
-      parallel_embedding_backward(d, params_, g, dy.data(), s.tokens.data());
+      parallel_embedding_backward(d, params_, g, dembed.data(), s.tokens.data());
     } else {
-      ops.embedding_backward(g + params_.wte, at(g, params_.wpe), dy.data(), s.tokens.data(), d.N, d.T, d.C);
+      ops.embedding_backward(g + params_.wte, at(g, params_.wpe), dembed.data(), s.tokens.data(), d.N, d.T, d.C);
     }
+  } else if (dinput_partial && d.sp) {  // the plan's reduce-scatter adds the ranks' rows
+    ops.zero(dinput, whole);
+    ops.copy(dinput + first, dy.data(), rows);
   } else if (dinput_partial && d.rank != 0) {
-    ops.zero(dinput, rows_by_c);
+    ops.zero(dinput, whole);
   } else {
-    ops.copy(dinput, dy.data(), rows_by_c);
+    ops.copy(dinput, d.whole(dy).data(), whole);
   }
 }
 
 void DecoderChunk::backward_weight(Stash& s, float* g) const {
-  const Dims d = dims_of(shape_, params_, s.samples, nullptr, *ops_);
+  const Dims d = dims_of(shape_, params_, false, s.samples, nullptr, *ops_);
   for (const WeightGrad& x : s.deferred) {
-    ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data(), x.x, d.N, x.C, x.OC);
+    ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data(), x.x.data(), d.N, x.C, x.OC);
   }
   s.deferred.clear();
   if (!s.dembed.empty()) {

@@ -23,6 +23,16 @@
 //    vocabulary rows): the ranks all-reduce after each row-parallel layer and combine the
 //    vocabulary-parallel loss through a TensorParallelGroup; replicated parameters (norms,
 //    biases after a reduction, position embeddings) get the same gradients on every rank.
+//  - Sequence parallelism (Korthikanti et al., with tp > 1): the residual stream, the norms
+//    and the residual adds of a rank cover only its rows of the micro-batch ([N·r/t,
+//    N·(r+1)/t) of the N = samples·S tokens), and so does what the stash keeps of them; an
+//    all-gather of the normalised rows precedes each column-parallel layer and a
+//    reduce-scatter replaces the all-reduce after each row-parallel one (the backward
+//    mirrors them and gathers the norm outputs again for the weight gradients, as Megatron
+//    does). Norm gains are then summed over the ranks by an all-reduce of each backward's
+//    part. A chunk's input, output and their gradients stay whole tensors as the plan's
+//    collectives give them: the chunk takes its rows of an input, and a partial output
+//    holds each rank's residual rows where they belong.
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
 #include <memory>
 #include <span>
@@ -35,12 +45,19 @@ namespace hetflow::exec {
 
 // How the tensor-parallel ranks of a chunk combine floats between sublayers (Megatron's
 // all-reduces after each row-parallel layer, the vocabulary-parallel loss's maximum and
-// sums). Every rank calls it in the same order; all get the same bits back. `data` is the
-// chunk's DecoderOps' memory.
+// sums; under sequence parallelism the all-gathers and reduce-scatters that replace them).
+// Every rank calls it in the same order with the same sizes; all get the same bits back.
+// `data` is the chunk's DecoderOps' memory. `parts` (one more than the ranks) are float
+// offsets into `data`: rank r's part is [parts[r], parts[r + 1]), parts may differ in size.
 class TensorParallelGroup {
  public:
   virtual ~TensorParallelGroup() = default;
   virtual void all_reduce(std::span<float> data, bool max) = 0;
+  // On entry this rank's part holds its values; on return every part holds its rank's.
+  virtual void all_gather(std::span<float> data, std::span<const size_t> parts) = 0;
+  // On entry `data` is this rank's addend of the whole; on return this rank's part holds the
+  // ranks' sum there (added in rank order, as all_reduce adds) and the rest is unspecified.
+  virtual void reduce_scatter(std::span<float> data, std::span<const size_t> parts) = 0;
 };
 
 class DecoderChunk {
@@ -48,10 +65,11 @@ class DecoderChunk {
   // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares), on
   // `ops` (kept by reference: it outlives the chunk and its stashes).
   DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank = 0,
-               int tp = 1, const DecoderOps& ops = cpu_decoder_ops());
+               int tp = 1, const DecoderOps& ops = cpu_decoder_ops(), bool sequence_parallel = false);
 
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
   const DecoderOps& ops() const { return *ops_; }
   // Runs on `ops` from now on: the caller moves the parameters and gradients, and no stash of
   // the old ops may be used again.
@@ -89,12 +107,15 @@ class DecoderChunk {
                 bool dinput_partial = false, TensorParallelGroup* group = nullptr) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
+  // The floats a stash holds in the ops' memory now (activations kept for the backward).
+  static size_t stash_floats(const Stash& stash);
 
  private:
   DecoderShape shape_;
   ChunkParams params_;
   partition::Recompute recompute_;
   const DecoderOps* ops_;
+  bool sequence_parallel_;
 };
 
 }  // namespace hetflow::exec

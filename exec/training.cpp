@@ -19,8 +19,8 @@ using Floats = std::vector<float>;
 
 struct Training::Chunk {
   Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
-        const DecoderOps& device_ops)
-      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops), ops_(&device_ops) {}
+        const DecoderOps& device_ops, bool sequence_parallel)
+      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel), ops_(&device_ops) {}
   DecoderChunk math;
   const DecoderOps* ops_;  // its device's: every array below is in its memory
   const DecoderOps& ops() const { return *ops_; }
@@ -199,7 +199,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
     if (chunk_of_tensor_.count(weight)) continue;
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
-                                     ops_of_(task.device));
+                                     ops_of_(task.device), layout.sequence_parallel);
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;
@@ -503,12 +503,19 @@ class Group final : public TensorParallelGroup {
  public:
   Group(TensorParallelExchange* exchange, TaskContext& task, int communicator)
       : exchange_(exchange), task_(task), communicator_(communicator) {}
-  void all_reduce(std::span<float> data, bool max) override {
-    if (exchange_ == nullptr) throw PlanError("a tensor-parallel chunk needs a back end that exchanges between ranks");
-    exchange_->all_reduce(task_, communicator_, data, max);
+  void all_reduce(std::span<float> data, bool max) override { exchange().all_reduce(task_, communicator_, data, max); }
+  void all_gather(std::span<float> data, std::span<const size_t> parts) override {
+    exchange().all_gather(task_, communicator_, data, parts);
+  }
+  void reduce_scatter(std::span<float> data, std::span<const size_t> parts) override {
+    exchange().reduce_scatter(task_, communicator_, data, parts);
   }
 
  private:
+  TensorParallelExchange& exchange() const {
+    if (exchange_ == nullptr) throw PlanError("a tensor-parallel chunk needs a back end that exchanges between ranks");
+    return *exchange_;
+  }
   TensorParallelExchange* exchange_;
   TaskContext& task_;
   int communicator_;

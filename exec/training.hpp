@@ -47,7 +47,8 @@
 //    replicated norm). Boundary activations sent in 1/t slices are cut from the whole on
 //    receipt and all-gathered by the plan's collective. Sequence parallelism: the plan's
 //    all-gather and reduce-scatter around a chunk move real shards; inside the task the
-//    norms run on the whole sequence.
+//    norms and residual adds run on the rank's rows between in-task all-gathers and
+//    reduce-scatters (exec/decoder.hpp).
 //  - Stages and workers of different tensor-parallel degrees: a boundary rank takes its
 //    slice of the whole activation as above. A data-parallel (or tied-embedding) all-reduce
 //    between ranks of different degrees sums the part of Megatron's split its members hold
@@ -93,12 +94,17 @@
 
 namespace hetflow::exec {
 
-// How a back end runs the all-reduces a tensor-parallel chunk needs inside a compute task,
-// among the devices of a communicator of the plan.
+// How a back end runs the collectives a tensor-parallel chunk needs inside a compute task,
+// among the devices of a communicator of the plan (the members in the communicator's order
+// are the ranks; semantics as exec/decoder.hpp's TensorParallelGroup).
 class TensorParallelExchange {
  public:
   virtual ~TensorParallelExchange() = default;
   virtual void all_reduce(TaskContext& task, int communicator, std::span<float> data, bool max) = 0;
+  virtual void all_gather(TaskContext& task, int communicator, std::span<float> data,
+                          std::span<const size_t> parts) = 0;
+  virtual void reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
+                              std::span<const size_t> parts) = 0;
 };
 
 // Megatron's option names and defaults, except the learning rate (Megatron has none).

@@ -148,8 +148,10 @@ TEST(DecoderOps, GuardedMemoryGivesTheCpuBitsAndIsOnlyTouchedByOps) {
 // CUDA
 
 // |got - want| <= rtol |want| + atol max|want|, as tests/kernels/transformer_cuda_test.cpp.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
-  constexpr double rtol = 2e-3, atol = 2e-4;  // fp32 sums through two blocks of kernels
+// Within rtol of each value plus atol of the largest (defaults: fp32 sums through two blocks
+// of another device's kernels).
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  double rtol = 2e-3, double atol = 2e-4) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double largest = 0;
   for (const float w : want) largest = std::max(largest, std::fabs(static_cast<double>(w)));
@@ -245,6 +247,17 @@ class HostGroup final : public exec::TensorParallelGroup {
     const std::vector<float> sum = rendezvous_.meet(rank_, std::move(mine), max);
     ops_.upload(data.data(), sum.data(), sum.size());
   }
+  // Each rank's part, zeros elsewhere, summed: every part exactly its rank's.
+  void all_gather(std::span<float> data, std::span<const size_t> parts) override {
+    std::vector<float> mine(data.size(), 0.0f);
+    const size_t begin = parts[static_cast<size_t>(rank_)], end = parts[static_cast<size_t>(rank_) + 1];
+    ops_.download(mine.data() + begin, data.data() + begin, end - begin);
+    const std::vector<float> whole = rendezvous_.meet(rank_, std::move(mine), false);
+    ops_.upload(data.data(), whole.data(), whole.size());
+  }
+  void reduce_scatter(std::span<float> data, std::span<const size_t> /*parts*/) override {
+    all_reduce(data, false);  // (every part summed: this rank's among them)
+  }
 
  private:
   Rendezvous& rendezvous_;
@@ -257,12 +270,14 @@ class HostGroup final : public exec::TensorParallelGroup {
 struct TensorParallelRun {
   double loss = 0;
   std::vector<float> grads[2];
+  size_t stash_floats[2] = {};  // each rank's, after its forward
 };
 
 TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec::DecoderOps& rank1,
-                                      const model::Network& net, Recompute recompute) {
+                                      const model::Network& net, Recompute recompute, bool sequence_parallel = false,
+                                      int samples = 2) {
   const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
-  const int layers = static_cast<int>(net.layers.size()), samples = 2;
+  const int layers = static_cast<int>(net.layers.size());
   const size_t tokens_n = static_cast<size_t>(samples * shape.S);
   std::vector<int> tokens(tokens_n), targets(tokens_n);
   for (size_t i = 0; i < tokens_n; ++i) {
@@ -273,7 +288,7 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
   TensorParallelRun run;
   double losses[2] = {};
   const auto rank_main = [&](int rank, const exec::DecoderOps& ops) {
-    const exec::DecoderChunk chunk(shape, 0, layers, recompute, rank, 2, ops);
+    const exec::DecoderChunk chunk(shape, 0, layers, recompute, rank, 2, ops, sequence_parallel);
     std::vector<float> host(chunk.params().count);
     exec::init_params(chunk.params(), shape, 3, host.data());
     const OpsFloats w = upload(ops, host), g = ops.zeros(host.size());
@@ -285,6 +300,7 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
     in.loss_scale = 1.0f / static_cast<float>(tokens_n);
     in.group = &group;
     auto stash = chunk.forward(w.data(), in, losses[rank]);
+    run.stash_floats[rank] = exec::DecoderChunk::stash_floats(*stash);
     chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group);
     run.grads[rank] = download(ops, g);
   };
@@ -322,6 +338,38 @@ TEST(DecoderOps, TensorParallelRanksOnAHostGroupGiveTheOneDeviceLoss) {
   EXPECT_NEAR(split.loss, loss, 1e-5 * loss);
 }
 
+// Sequence parallelism changes where the norms run, not what they compute: the loss is the
+// tensor-parallel one (the same rows, the same sums), the gradients too but for the norm
+// gains, whose rows are added in two parts (one per rank) and then together. What the stash
+// keeps of the residual stream (each block's x, its norms' outputs and statistics, x2; the
+// head's input and norm) shrinks to the rank's rows. 11 tokens: ranks of 5 and 6 rows.
+TEST(DecoderOps, SequenceParallelRanksComputeTheTensorParallelStepOnTheirRows) {
+  for (const model::Network& net :
+       {model::network_from_spec("gpt:layers=2,hidden=36,heads=4,seq=11,vocab=97", model::Precision::fp32),
+        model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                                 model::Precision::fp32)}) {
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    for (const Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const std::string what = net.name + ", recompute " + std::string(partition::to_string(recompute));
+      const auto& cpu = exec::cpu_decoder_ops();
+      const TensorParallelRun tp = run_tensor_parallel(cpu, cpu, net, recompute, false, 1);
+      const TensorParallelRun sp = run_tensor_parallel(cpu, cpu, net, recompute, true, 1);
+      EXPECT_EQ(sp.loss, tp.loss) << what;
+      expect_close(what + ": rank 0's gradients", sp.grads[0], tp.grads[0], 1e-5, 1e-6);
+      expect_close(what + ": rank 1's gradients", sp.grads[1], tp.grads[1], 1e-5, 1e-6);
+      if (recompute != Recompute::none) continue;
+      const bool gpt = shape.family == exec::DecoderFamily::gpt2;
+      const size_t stats = gpt ? 2 : 1;  // per row and norm: mean and rstd, or rstd
+      const size_t per_row = static_cast<size_t>(shape.layers) * (4 * static_cast<size_t>(shape.C) + 2 * stats) +
+                             2 * static_cast<size_t>(shape.C) + stats;
+      const size_t rows[2] = {5, 6};  // of 11
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(tp.stash_floats[r] - sp.stash_floats[r], (11 - rows[r]) * per_row) << what << ", rank " << r;
+      }
+    }
+  }
+}
+
 TEST(DecoderOps, CudaTensorParallelMatchesTheCpuReference) {
   if (!kernels::cuda_built()) GTEST_SKIP() << "CUDA kernels not built: " << kernels::cuda_status();
   if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "skipped, needs a GPU: " << kernels::cuda_status();
@@ -331,11 +379,13 @@ TEST(DecoderOps, CudaTensorParallelMatchesTheCpuReference) {
        {model::network_from_spec("gpt:layers=2,hidden=36,heads=4,seq=13,vocab=97", model::Precision::fp32),
         model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
                                  model::Precision::fp32)}) {
-    for (const Recompute recompute : {Recompute::none, Recompute::full}) {
-      const std::string what = net.name + " tensor parallel 2, recompute " + std::string(partition::to_string(recompute));
+    for (const auto& [recompute, sequence] :
+         {std::pair{Recompute::none, false}, std::pair{Recompute::full, false}, std::pair{Recompute::none, true}}) {
+      const std::string what = net.name + " tensor parallel 2" + (sequence ? " + sequence parallel" : "") +
+                               ", recompute " + std::string(partition::to_string(recompute));
       const TensorParallelRun want =
-          run_tensor_parallel(exec::cpu_decoder_ops(), exec::cpu_decoder_ops(), net, recompute);
-      const TensorParallelRun got = run_tensor_parallel(cuda, cuda, net, recompute);
+          run_tensor_parallel(exec::cpu_decoder_ops(), exec::cpu_decoder_ops(), net, recompute, sequence, 1);
+      const TensorParallelRun got = run_tensor_parallel(cuda, cuda, net, recompute, sequence, 1);
       EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::fabs(want.loss)) << what;
       expect_close(what + " rank 0's gradients", got.grads[0], want.grads[0]);
       expect_close(what + " rank 1's gradients", got.grads[1], want.grads[1]);

@@ -533,7 +533,13 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"tensor_parallel_parameter_server", "1f1b", 1, partition::Recompute::none,
                                     partition::SyncKind::ps, 2},
                     DistributedCase{"sequence_parallel_wsp_staleness_0", "gpipe", 1, partition::Recompute::full,
-                                    partition::SyncKind::wsp, 2, true}),
+                                    partition::SyncKind::wsp, 2, true},
+                    // Sequence parallelism's norm gains are summed inside B; a split backward
+                    // leaves W the gathered norm outputs it needs.
+                    DistributedCase{"sequence_parallel_split_w", "1f1b-split-w", 1, partition::Recompute::none,
+                                    partition::SyncKind::allreduce, 2, true},
+                    DistributedCase{"sequence_parallel_parameter_server", "interleaved", 2,
+                                    partition::Recompute::none, partition::SyncKind::ps, 2, true}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
 // The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of
