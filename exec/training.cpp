@@ -678,7 +678,16 @@ double Training::global_norm(TaskContext& task, const std::atomic<bool>& stop, d
   }
   double sum = 0;
   for (const auto& [device, part] : parts) sum += part;  // in device order: reproducible
+  if (++norm_reads_[task.iteration] == local_optimizer_tasks_) {  // every task here has its norm
+    norm_parts_.erase(task.iteration);
+    norm_reads_.erase(task.iteration);
+  }
   return std::sqrt(sum);
+}
+
+size_t Training::norms_in_flight() const {
+  std::lock_guard lock(mutex_);
+  return norm_parts_.size();
 }
 
 void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {

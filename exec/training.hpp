@@ -172,6 +172,9 @@ class Training {
   // steps skipped because their gradients were not finite.
   double loss_scale() const;
   int skipped_steps() const;
+  // Iterations whose global gradient norm (met between devices) some task here has yet to
+  // read: 0 after a run; at most the plan's staleness + 1 during one.
+  size_t norms_in_flight() const;
   // Virtual worker 0's parameters with HuggingFace names and shapes (tied copies left out).
   SafetensorsFile weights() const;
   std::string describe() const;  // family, shapes, data source
@@ -269,6 +272,7 @@ class Training {
   std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
   std::map<int, std::tuple<int, int, int>> push_source_;  // pushed_grad tensor -> (worker, stage, pushing device)
   std::map<int, std::map<int, double>> norm_parts_;  // per iteration: per device
+  std::map<int, int> norm_reads_;  // per iteration: this rank's optimizer tasks that have read its norm
 };
 
 }  // namespace hetflow::exec

@@ -254,6 +254,7 @@ Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::
   const exec::RunResult r = exec::run_plan(plan, backend, e);
   EXPECT_TRUE(r.completed) << r.error;
   EXPECT_EQ(r.trace.compute, "real");
+  EXPECT_EQ(training.norms_in_flight(), 0u) << "the global norms of finished steps are still held";
   return {training.losses(), training.weights()};
 }
 
