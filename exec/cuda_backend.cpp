@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/copy_reuse.hpp"
 #include "exec/cuda_decoder_ops.hpp"
 #include "exec/cuda_plan.hpp"
 #include "exec/ranks.hpp"
@@ -468,6 +469,11 @@ void CudaBackend::prepare(const Plan& plan) {
   }
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
+  if (options_.training != nullptr) {  // the plan's fault, before any GPU's
+    require_no_copy_reuse_hazards(
+        plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); },
+        "the CUDA back end's real math");
+  }
   int visible = 0;
   const cudaError_t counted = cudaGetDeviceCount(&visible);
   if (counted != cudaSuccess) {

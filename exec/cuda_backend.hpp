@@ -101,10 +101,14 @@
 // CUDA call, since lazy loading waits for the device's queue to drain at a kernel's first
 // launch, which a spinning NCCL kernel can prevent for ever.
 //
-// Known limits of this increment: each tensor has one device copy for every iteration, so a
-// plan that lets iteration i + 1 receive into a tensor before iteration i's reader is done
-// (WSP staleness, a schedule running ahead) could overwrite real activations; the plans the
-// project makes order those through their schedules, but nothing here checks it. NCCL kernels of
+// Each tensor has one device copy for every iteration (a parameter server's pushes and pulls
+// aside: real math hands those to the host), so a plan that let iteration i + 1 write a
+// tensor before iteration i's readers are done with it (a worker running ahead) would
+// overwrite real activations: prepare() refuses such a plan under real math with PlanError
+// naming the tensor, the writer and the reader (exec/copy_reuse.hpp; the plans the project
+// makes have none, tested).
+//
+// Known limits of this increment: NCCL kernels of
 // different communicators may run at once on one GPU (pipeline and data-parallel traffic on
 // their own streams, as frameworks do), which NCCL documents as working only while they fit
 // on the GPU together. Nothing here has run on a GPU yet.

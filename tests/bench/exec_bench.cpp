@@ -1,12 +1,17 @@
 // Engine overhead: a plan of N zero-FLOP tasks, each depending on the one before on its
 // stream, run on the CPU back end. What is left is the engine's own cost per task: waiting
-// for inputs, buffers, bookkeeping, timing (target: under 20 us per task).
+// for inputs, buffers, bookkeeping, timing (target: under 20 us per task). And the check a
+// one-copy-per-tensor back end runs before it starts (exec/copy_reuse.hpp) on a large plan.
 //   ./build/tests/exec_bench --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 
+#include "exec/copy_reuse.hpp"
 #include "exec/cpu_backend.hpp"
 #include "exec/engine.hpp"
 #include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
 
 using namespace hetflow;
 
@@ -70,6 +75,33 @@ void BM_EmptyTasksFourDevicesTwoStreams(benchmark::State& state) { run(state, 4,
 
 }  // namespace
 
+// 48 layers on 8 stages x 4 workers x tensor 2 + sequence parallel (64 devices), 32
+// micro-batches under 1F1B: about 20,000 tasks and 16,600 tensors.
+void BM_CopyReuseHazardsLargePlan(benchmark::State& state) {
+  const model::Network net =
+      model::network_from_spec("gpt:layers=48,hidden=256,heads=4,seq=64,vocab=256", model::Precision::fp32);
+  const model::Cluster cluster = model::cpu_cluster(64);
+  partition::PlanOptions o;
+  o.pipeline = 8;
+  o.data = 4;
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.microbatches = 32;
+  o.micro_batch = 1;
+  o.schedule = "1f1b";
+  o.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  size_t hazards = 0;
+  for (auto _ : state) {
+    hazards = exec::copy_reuse_hazards(plan).size();
+    benchmark::DoNotOptimize(hazards);
+  }
+  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
+  state.counters["hazards"] = static_cast<double>(hazards);
+}
+
+BENCHMARK(BM_CopyReuseHazardsLargePlan)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EmptyTasksOneStream)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EmptyTasksFourDevicesTwoStreams)->Arg(2500)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
