@@ -57,6 +57,10 @@ class Backend {
   // bytes, capped by EngineOptions::max_buffer_bytes). A back end running real math sizes
   // what it exchanges exactly. Called after prepare().
   virtual std::optional<size_t> buffer_bytes(int /*tensor*/) const { return std::nullopt; }
+  // The most bytes the model's own arrays held at once on a device of this process since
+  // prepare() (real math: parameters, gradients, optimizer state, activations kept for the
+  // backward, temporaries); nullopt where the back end does not know. Called after the run.
+  virtual std::optional<double> model_peak_bytes(int /*device*/) const { return std::nullopt; }
   virtual void run(TaskContext& task) = 0;
   // From any thread: every run() in progress or to come throws Stopped promptly.
   virtual void stop() = 0;

@@ -23,13 +23,13 @@ namespace {
 class HostView {
  public:
   HostView(const DecoderOps& ops, std::span<float> data) : ops_(ops), data_(data) {
-    if (&ops_ == &cpu_decoder_ops()) return;
+    if (ops_.host_addressable()) return;
     copy_.resize(data.size());
     ops_.download(copy_.data(), data.data(), data.size());
   }
-  std::span<float> floats() { return &ops_ == &cpu_decoder_ops() ? data_ : std::span<float>(copy_); }
+  std::span<float> floats() { return ops_.host_addressable() ? data_ : std::span<float>(copy_); }
   void put_back() {
-    if (&ops_ != &cpu_decoder_ops()) ops_.upload(data_.data(), copy_.data(), copy_.size());
+    if (!ops_.host_addressable()) ops_.upload(data_.data(), copy_.data(), copy_.size());
   }
 
  private:
@@ -141,11 +141,23 @@ void CpuBackend::prepare(const partition::Plan& plan) {
       steps_[t].push_back(std::move(step));
     }
   }
+  if (training_ != nullptr) {  // the peaks count from here
+    for (int d = 0; d < plan.device_count(); ++d) {
+      if (local(d)) training_->ops_of(d).memory().reset_peak();
+    }
+  }
 }
 
 std::optional<size_t> CpuBackend::buffer_bytes(int tensor) const {
   if (training_ == nullptr) return std::nullopt;
   return training_->buffer_bytes(tensor);
+}
+
+std::optional<double> CpuBackend::model_peak_bytes(int device) const {
+  if (training_ == nullptr || plan_ == nullptr || device < 0 || device >= plan_->device_count() || !local(device)) {
+    return std::nullopt;
+  }
+  return static_cast<double>(training_->ops_of(device).memory().peak_bytes());
 }
 
 void CpuBackend::stop() {

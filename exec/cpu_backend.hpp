@@ -50,6 +50,9 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   std::string compute() const override { return training_ != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
   std::optional<size_t> buffer_bytes(int tensor) const override;
+  // Real math: the peak of the device's ops' memory since prepare() (devices placed on one
+  // shared ops count together).
+  std::optional<double> model_peak_bytes(int device) const override;
   // A tensor-parallel chunk's collectives inside a compute task, on lanes apart from the
   // plan's collectives: every member sends each other member what it needs directly (its
   // floats; its part; the peer's part of its addend) and adds (or takes the maximum) in

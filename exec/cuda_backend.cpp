@@ -293,7 +293,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(std::move(option
 CudaBackend::~CudaBackend() {
   if (!state_ || options_.training == nullptr) return;
   try {
-    options_.training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+    options_.training->place_home();
   } catch (...) {  // a destructor must not throw; the GPU failed already
   }
 }
@@ -465,7 +465,7 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, c
 void CudaBackend::prepare(const Plan& plan) {
   // The training's arrays come home before the GPUs' objects they live in go.
   if (state_ && options_.training != nullptr) {
-    options_.training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+    options_.training->place_home();
   }
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
@@ -491,7 +491,7 @@ void CudaBackend::prepare(const Plan& plan) {
     ~Home() {
       if (!armed) return;
       try {
-        training->place([](int) -> const DecoderOps& { return cpu_decoder_ops(); });
+        training->place_home();
       } catch (...) {  // nothing better to do while failing already
       }
     }
@@ -601,6 +601,15 @@ void CudaBackend::prepare(const Plan& plan) {
 std::optional<size_t> CudaBackend::buffer_bytes(int tensor) const {
   if (!state_ || tensor < 0 || static_cast<size_t>(tensor) >= state_->copy_bytes.size()) return std::nullopt;
   return state_->copy_bytes[static_cast<size_t>(tensor)];
+}
+
+std::optional<double> CudaBackend::model_peak_bytes(int device) const {
+  if (!state_ || state_->training == nullptr || device < 0 || static_cast<size_t>(device) >= state_->gpus.size()) {
+    return std::nullopt;
+  }
+  const Gpu& gpu = state_->gpus[static_cast<size_t>(device)];
+  if (!gpu.ops) return std::nullopt;
+  return static_cast<double>(gpu.ops->memory().peak_bytes());
 }
 
 void CudaBackend::stop() { stop_.store(true); }  // the polling threads abort what they drive

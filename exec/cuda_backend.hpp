@@ -149,6 +149,9 @@ class CudaBackend final : public Backend, public TensorParallelExchange {
   std::string compute() const override { return options_.training != nullptr ? "real" : "proxy"; }
   void prepare(const partition::Plan& plan) override;
   std::optional<size_t> buffer_bytes(int tensor) const override;
+  // Real math: the most bytes of the GPU ops' arrays alive at once since prepare() (the
+  // arrays' blocks, rounded as the pool rounds them; not what the pool keeps free).
+  std::optional<double> model_peak_bytes(int device) const override;
   void run(TaskContext& task) override;
   void stop() override;
   // Real math's collectives inside a tensor-parallel compute task (see above): NCCL's

@@ -28,6 +28,7 @@ CudaBackend::~CudaBackend() = default;
 
 void CudaBackend::prepare(const partition::Plan& /*plan*/) { throw Error(kNotBuilt); }
 std::optional<size_t> CudaBackend::buffer_bytes(int /*tensor*/) const { return std::nullopt; }
+std::optional<double> CudaBackend::model_peak_bytes(int /*device*/) const { return std::nullopt; }
 void CudaBackend::run(TaskContext& /*task*/) { throw Error(kNotBuilt); }
 void CudaBackend::stop() { stop_.store(true); }
 void CudaBackend::all_reduce(TaskContext& /*task*/, int /*communicator*/, std::span<float> /*data*/, bool /*max*/) {

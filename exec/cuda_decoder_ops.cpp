@@ -64,8 +64,13 @@ OpsArray<T> CudaDecoderOps::allocate(size_t n) const {
   // A new block is ordered on the stream: cudaMalloc could wait for the device's other work,
   // an NCCL kernel spinning on a peer among it.
   if (block.ptr == nullptr) check(k::cuda_malloc_on_stream(&block.ptr, bytes, stream_, &block.stream_ordered), "cudaMallocAsync");
-  return OpsArray<T>(
-      std::shared_ptr<T>(static_cast<T*>(block.ptr), [pool = pool_, block, bytes](T*) { pool->give(block, bytes); }), n);
+  memory_->allocated(bytes);  // the block's (rounded) bytes: what the array holds on the GPU
+  return OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(block.ptr),
+                                        [pool = pool_, memory = memory_, block, bytes](T*) {
+                                          pool->give(block, bytes);
+                                          memory->freed(bytes);
+                                        }),
+                     n);
 }
 
 OpsFloats CudaDecoderOps::floats(size_t n) const { return allocate<float>(n); }

@@ -13,21 +13,36 @@ namespace k = hetflow::kernels;
 namespace {
 
 template <class T>
-OpsArray<T> host_array(size_t n, bool zero) {
+OpsArray<T> host_array(size_t n, bool zero, const std::shared_ptr<OpsMemory>& memory) {
   if (n == 0) return {};
   T* data = zero ? new T[n]() : new T[n];
-  return OpsArray<T>(std::shared_ptr<T>(data, std::default_delete<T[]>()), n);
+  memory->allocated(n * sizeof(T));
+  return OpsArray<T>(std::shared_ptr<T>(data,
+                                        [memory, n](T* p) {
+                                          delete[] p;
+                                          memory->freed(n * sizeof(T));
+                                        }),
+                     n);
 }
 
 size_t sz(long long n) { return static_cast<size_t>(n); }
 
 }  // namespace
 
-OpsFloats CpuDecoderOps::floats(size_t n) const { return host_array<float>(n, false); }
-OpsFloats CpuDecoderOps::zeros(size_t n) const { return host_array<float>(n, true); }
+void OpsMemory::allocated(size_t bytes) {
+  const size_t live = live_.fetch_add(bytes) + bytes;
+  size_t peak = peak_.load();
+  while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
+  }
+}
+
+void OpsMemory::freed(size_t bytes) { live_.fetch_sub(bytes); }
+
+OpsFloats CpuDecoderOps::floats(size_t n) const { return host_array<float>(n, false, memory_); }
+OpsFloats CpuDecoderOps::zeros(size_t n) const { return host_array<float>(n, true, memory_); }
 
 OpsInts CpuDecoderOps::ints(const int* host, size_t n) const {
-  OpsInts a = host_array<int>(n, false);
+  OpsInts a = host_array<int>(n, false, memory_);
   if (n > 0) std::memcpy(a.data(), host, n * sizeof(int));
   return a;
 }

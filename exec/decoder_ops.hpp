@@ -11,6 +11,9 @@
 //  - Work may be asynchronous (a CUDA stream): it runs in call order, and only the calls that
 //    return host values (sum) wait for it.
 //  - A failure throws hetflow::Error naming the kernel and why.
+//  - memory() counts the bytes of every array it gives out until the array's last handle
+//    goes (what a device really holds, for the run's report).
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -46,10 +49,29 @@ class OpsArray {
 using OpsFloats = OpsArray<float>;
 using OpsInts = OpsArray<int>;
 
+// The bytes of an ops' arrays alive now and the most alive at once: what the decoder math
+// really holds on a device (parameters, gradients, optimizer state, the stash, temporaries).
+// Thread-safe; the arrays' deleters share it, so it outlives the ops when they do.
+class OpsMemory {
+ public:
+  void allocated(size_t bytes);
+  void freed(size_t bytes);
+  size_t live_bytes() const { return live_.load(); }
+  size_t peak_bytes() const { return peak_.load(); }
+  void reset_peak() { peak_.store(live_.load()); }  // from now on: the peak of what follows
+
+ private:
+  std::atomic<size_t> live_{0}, peak_{0};
+};
+
 class DecoderOps {
  public:
   virtual ~DecoderOps() = default;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  // Whether this ops' memory is plain host memory the caller may touch directly.
+  virtual bool host_addressable() const { return false; }
+  // What its arrays hold (every implementation counts each array it gives out).
+  OpsMemory& memory() const { return *memory_; }
 
   // Memory.
   virtual OpsFloats floats(size_t n) const = 0;  // unspecified values
@@ -124,12 +146,16 @@ class DecoderOps {
   virtual double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
                                              const float* sums, const int* targets, int V0, float dloss, int N,
                                              int V) const = 0;
+
+ protected:
+  std::shared_ptr<OpsMemory> memory_ = std::make_shared<OpsMemory>();  // (a deleter keeps its copy)
 };
 
 // The CPU reference kernels on host memory (kernels/transformer.hpp), synchronous.
 class CpuDecoderOps : public DecoderOps {
  public:
   std::string name() const override { return "cpu"; }
+  bool host_addressable() const override { return true; }
   OpsFloats floats(size_t n) const override;
   OpsFloats zeros(size_t n) const override;
   OpsInts ints(const int* host, size_t n) const override;
@@ -183,7 +209,7 @@ class CpuDecoderOps : public DecoderOps {
                                      const int* targets, int V0, float dloss, int N, int V) const override;
 };
 
-// One CpuDecoderOps for everyone (it holds no state).
+// One CpuDecoderOps for everyone (its memory() counts every user's arrays together).
 const DecoderOps& cpu_decoder_ops();
 
 }  // namespace hetflow::exec

@@ -482,6 +482,10 @@ class Run {
   }
 
   RunResult result() {
+    for (size_t d = 0; d < devices_.size(); ++d) {  // (every thread has joined)
+      if (!local(static_cast<int>(d))) continue;
+      if (const auto bytes = backend_.model_peak_bytes(static_cast<int>(d))) devices_[d]->memory.peak_model_bytes = *bytes;
+    }
     if (ranks_ != nullptr) merge_ranks();
     RunResult r;
     r.wall_s = now_s();

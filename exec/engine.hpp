@@ -61,6 +61,7 @@ struct DeviceMemoryUse {
   double peak_transient_bytes = 0;  // plan bytes of transient tensors alive at once, at most
   double persistent_bytes = 0;      // weights, gradients, optimizer state
   double peak_allocated_bytes = 0;  // host bytes actually allocated at once (capped buffers)
+  double peak_model_bytes = 0;      // the model's own arrays at most at once (Backend::model_peak_bytes; 0: unknown)
 };
 
 struct RunResult {

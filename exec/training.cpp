@@ -148,7 +148,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
                          std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
     : plan_(plan),
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
-      ops_of_([](int) -> const DecoderOps& { return cpu_decoder_ops(); }),
+      ops_of_([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); }),
       data_(std::move(data)),
       optimizer_(optimizer) {
   if (!plan.network.architecture) {
@@ -156,6 +156,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
   shape_ = decoder_shape(*plan.network.architecture);
+  for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
   staleness_ = layout.sync.staleness;
@@ -439,6 +440,10 @@ void Training::place(OpsOfDevice ops_of_device) {
   for (size_t d = 0; d < norm_square_.size(); ++d) {
     if (!norm_square_[d].empty()) norm_square_[d] = ops_of_(static_cast<int>(d)).floats(1);
   }
+}
+
+void Training::place_home() {
+  place([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); });
 }
 
 bool Training::local(int device) const {

@@ -127,11 +127,13 @@ class Training {
               const Ranks* ranks = nullptr);
   ~Training();
 
-  // Where each device's arrays live: this rank's chunks start in the CPU's memory and move to
+  // Where each device's arrays live: this rank's chunks start in the CPU's memory (a CPU ops
+  // of their own per device, so each device's memory() is its own) and move to
   // ops_of_device(d)'s (which must outlive this object). Before the run (no stash alive): a
-  // back end calls it from prepare(), once its devices exist.
+  // back end calls it from prepare(), once its devices exist; place_home() brings them back.
   using OpsOfDevice = std::function<const DecoderOps&(int device)>;
   void place(OpsOfDevice ops_of_device);
+  void place_home();
   // What a back end must know to run this training: tensor-parallel chunks (their in-task
   // all-reduces go through a TensorParallelExchange) and parameter servers (servers keep
   // host arrays; pushes and pulls are host floats, message() and receive()).
@@ -202,6 +204,7 @@ class Training {
 
   const partition::Plan& plan_;
   const Ranks* ranks_ = nullptr;  // null: every device is here
+  std::vector<std::unique_ptr<CpuDecoderOps>> home_;  // per device: where its arrays start
   OpsOfDevice ops_of_;
   DecoderShape shape_;
   std::unique_ptr<TokenSource> data_;

@@ -397,6 +397,11 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
 
 double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
 
+// What the plan's memory model gives the model itself on a device: all of it but the
+// workspace reserve (cuBLAS and NCCL buffers, fragmentation), which the real math's arrays
+// do not include.
+double model_bytes_planned(const partition::DeviceMemory& m) { return m.total_bytes() - m.workspace_bytes; }
+
 Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult& result, const Figures& f,
                  const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
@@ -463,7 +468,9 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
                        {"peak_transient_bytes", result.memory[d].peak_transient_bytes},
                        {"plan_transient_bytes", plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes},
                        {"persistent_bytes", result.memory[d].persistent_bytes},
-                       {"peak_allocated_bytes", result.memory[d].peak_allocated_bytes}});
+                       {"peak_allocated_bytes", result.memory[d].peak_allocated_bytes},
+                       {"peak_model_bytes", result.memory[d].peak_model_bytes},
+                       {"plan_model_bytes", model_bytes_planned(plan.memory[d])}});
   }
   j["devices"] = std::move(devices);
   return j;
@@ -565,6 +572,22 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   } else {
     out << "host buffers are capped at " << u::human_bytes(r.max_buffer_bytes) << " each)\n";
   }
+  if (!t.training) return;
+  // The model's own memory, measured, beside the plan's memory model of the same device.
+  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "model peak" << std::setw(13)
+      << "plan" << std::setw(10) << "error" << "\n";
+  shown = 0;
+  for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
+    const double measured = result.memory[d].peak_model_bytes, planned = model_bytes_planned(plan.memory[d]);
+    if (measured == 0 || ++shown > 32) continue;
+    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(13)
+        << u::human_bytes(measured) << std::setw(13) << u::human_bytes(planned) << std::setw(10)
+        << percent(relative_error(measured, planned)) << "\n";
+  }
+  if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
+  out << "  (model peak: the real math's arrays alive at once (parameters, gradients, AdamW moments, what the\n"
+      << "   backward keeps, temporaries), FP32; plan: its memory model's weights, gradients, optimizer state,\n"
+      << "   activations and buffers in " << to_string(plan.layout.precision) << ", without the workspace reserve)\n";
 }
 
 }  // namespace

@@ -186,6 +186,31 @@ TEST(DecoderOps, CudaMatchesTheCpuReference) {
   }
 }
 
+// Each ops counts the bytes of its arrays alive and the most at once; copies of a handle
+// share the array, and the count falls when the last one goes.
+TEST(DecoderOps, MemoryCountsEveryArrayUntilItsLastHandleGoes) {
+  const exec::CpuDecoderOps ops;
+  exec::OpsMemory& memory = ops.memory();
+  EXPECT_EQ(memory.live_bytes(), 0u);
+  {
+    OpsFloats a = ops.floats(100);
+    const OpsFloats b = ops.zeros(50);
+    const int host[3] = {1, 2, 3};
+    const exec::OpsInts c = ops.ints(host, 3);
+    EXPECT_EQ(memory.live_bytes(), 153 * 4u);
+    const OpsFloats shared = a;
+    a = OpsFloats();
+    EXPECT_EQ(memory.live_bytes(), 153 * 4u);  // `shared` still holds it
+  }
+  EXPECT_EQ(memory.live_bytes(), 0u);
+  EXPECT_EQ(memory.peak_bytes(), 153 * 4u);
+  memory.reset_peak();
+  EXPECT_EQ(memory.peak_bytes(), 0u);
+  const OpsFloats d = ops.floats(10);
+  EXPECT_EQ(memory.peak_bytes(), 40u);
+  EXPECT_EQ(exec::CpuDecoderOps().memory().live_bytes(), 0u);  // another ops counts its own
+}
+
 TEST(DecoderOps, CudaOpsSayWhyTheyCannotRun) {
   if (kernels::cuda_built() && kernels::cuda_device_count() > 0) {
     GTEST_SKIP() << "a GPU is visible: the no-device answer is not checkable here";

@@ -57,6 +57,7 @@ class GuardedOps final : public exec::CpuDecoderOps {
     std::lock_guard<std::recursive_mutex> lock_;
   };
 
+  bool host_addressable() const override { return false; }  // only inside an op
   OpsFloats floats(size_t n) const override { return guarded<float>(n); }
   // (zeros and ints allocate under the lock too: the registry is shared.)
   OpsFloats zeros(size_t n) const override { return guarded<float>(n); }  // fresh pages are zero
@@ -174,11 +175,13 @@ class GuardedOps final : public exec::CpuDecoderOps {
     std::lock_guard lock(mutex_);
     ranges_[p] = bytes;
     if (depth_ > 0) mprotect(p, bytes, PROT_READ | PROT_WRITE);  // allocated inside an op
+    memory_->allocated(bytes);
     return exec::OpsArray<T>(std::shared_ptr<T>(static_cast<T*>(p),
                                                 [this, bytes](T* q) {
                                                   std::lock_guard inner(mutex_);
                                                   ranges_.erase(q);
                                                   munmap(q, bytes);
+                                                  memory_->freed(bytes);
                                                 }),
                              n);
   }

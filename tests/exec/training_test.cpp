@@ -602,6 +602,34 @@ TEST(Training, TwoRunsAreBitwiseEqual) {
   for (size_t i = 0; i < a.weights.tensors.size(); ++i) EXPECT_EQ(a.weights.tensors[i].data, b.weights.tensors[i].data);
 }
 
+// The run reports each device's measured peak of the model's own arrays: at least its
+// parameters, gradients and both AdamW moments (4 FP32 arrays), more with what the backward
+// keeps; sequence parallelism, keeping 1/t of the residual stream, lowers it on every device.
+TEST(Training, EachDevicesMeasuredModelPeakCountsItsArraysAndSequenceParallelismLowersIt) {
+  const model::Network net =
+      model::network_from_spec("gpt:layers=4,hidden=48,heads=4,seq=32,vocab=97", model::Precision::fp32);
+  std::vector<double> peaks[2];
+  for (const bool sequence : {false, true}) {
+    partition::PlanOptions o = options(2, 1, 2, "1f1b");
+    o.tensor = 2;
+    o.sequence_parallel = sequence;
+    const Plan plan = test_support::planned(model::cpu_cluster(4), net, o);
+    exec::Training training(plan, exec::markov_stream(97, 7), optimizer(), 42);
+    exec::CpuBackend backend({}, &training);
+    exec::EngineOptions e;
+    e.iterations = 2;
+    const exec::RunResult r = exec::run_plan(plan, backend, e);
+    ASSERT_TRUE(r.completed) << r.error;
+    for (int d = 0; d < plan.device_count(); ++d) {
+      const size_t params = training.ops_of(d).memory().live_bytes();  // (after the run: what persists)
+      EXPECT_GE(params, 4 * sizeof(float) * 1000u) << "device " << d;
+      EXPECT_GT(r.memory[static_cast<size_t>(d)].peak_model_bytes, static_cast<double>(params)) << "device " << d;
+      peaks[sequence].push_back(r.memory[static_cast<size_t>(d)].peak_model_bytes);
+    }
+  }
+  for (size_t d = 0; d < peaks[0].size(); ++d) EXPECT_LT(peaks[1][d], peaks[0][d]) << "device " << d;
+}
+
 // Stages and workers of different tensor-parallel degrees (layout files) train as one device
 // does. Between ranks of degrees 2 and 3 the data-parallel and tied-embedding all-reduces
 // sum the parts [0, 1/3), [1/3, 1/2), [1/2, 2/3), [2/3, 1) of the split; between 1 and 2
