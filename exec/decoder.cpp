@@ -148,26 +148,36 @@ void norm_forward(const Dims& d, Floats& y, Floats& mean, Floats& rstd, const Fl
 }
 
 // dx += the norm's input gradient; dw (db) += its gains' gradients, which under sequence
-// parallelism are this rank's rows' part until the ranks add theirs.
+// parallelism are this rank's rows' part until sum_norm_gains() adds the ranks'.
 void norm_backward(const Dims& d, float* dx, float* dw, float* db, const float* dy, const Floats& x, const float* w,
                    const Floats& mean, const Floats& rstd) {
-  Floats part;
-  float* to_w = dw;
-  float* to_b = db;
-  if (d.sp) {
-    part = d.ops.zeros(sz(2LL * d.C));
-    to_w = part.data();
-    to_b = db != nullptr ? part.data() + d.C : nullptr;
-  }
   if (d.gpt) {
-    d.ops.layernorm_backward(dx, to_w, to_b, dy, x.data(), w, mean.data(), rstd.data(), d.RS, d.C);
+    d.ops.layernorm_backward(dx, dw, db, dy, x.data(), w, mean.data(), rstd.data(), d.RS, d.C);
   } else {
-    d.ops.rmsnorm_backward(dx, to_w, dy, x.data(), w, rstd.data(), d.RS, d.C);
+    d.ops.rmsnorm_backward(dx, dw, dy, x.data(), w, rstd.data(), d.RS, d.C);
   }
-  if (!d.sp) return;
-  d.all_reduce(part);
-  d.ops.residual_add(dw, part.data(), d.C);
-  if (db != nullptr) d.ops.residual_add(db, part.data() + d.C, d.C);
+}
+
+// Sequence parallelism: every rank's norm-gain gradients so far, summed over the ranks in
+// one all-reduce (Megatron sums them once a step, as here).
+void sum_norm_gains(const Dims& d, const ChunkParams& cp, float* g) {
+  std::vector<size_t> slots;
+  for (const BlockParams& b : cp.blocks) {
+    for (const size_t s : {b.norm1_w, b.norm1_b, b.norm2_w, b.norm2_b}) {
+      if (s != npos) slots.push_back(s);
+    }
+  }
+  if (cp.has_head) {
+    for (const size_t s : {cp.final_norm_w, cp.final_norm_b}) {
+      if (s != npos) slots.push_back(s);
+    }
+  }
+  if (slots.empty()) return;
+  const size_t C = sz(d.C);
+  const Floats all = d.ops.floats(slots.size() * C);
+  for (size_t k = 0; k < slots.size(); ++k) d.ops.copy(all.data() + k * C, g + slots[k], C);
+  d.all_reduce(all);
+  for (size_t k = 0; k < slots.size(); ++k) d.ops.copy(g + slots[k], all.data() + k * C, C);
 }
 
 // The block's forward from a.x; writes the output (the residual stream's rows) to `out`, or,
@@ -435,7 +445,7 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
 }
 
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
-                            bool dinput_partial, TensorParallelGroup* group) const {
+                            bool dinput_partial, TensorParallelGroup* group, bool last_of_step) const {
   const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_);
   const DecoderOps& ops = *ops_;
   const size_t whole = d.whole_floats(), rows = d.stream_floats();
@@ -491,6 +501,7 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
   } else {
     ops.copy(dinput, d.whole(dy).data(), whole);
   }
+  if (d.sp && last_of_step) sum_norm_gains(d, params_, g);
 }
 
 void DecoderChunk::backward_weight(Stash& s, float* g) const {

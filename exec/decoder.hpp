@@ -29,8 +29,8 @@
 //    all-gather of the normalised rows precedes each column-parallel layer and a
 //    reduce-scatter replaces the all-reduce after each row-parallel one (the backward
 //    mirrors them and gathers the norm outputs again for the weight gradients, as Megatron
-//    does). Norm gains are then summed over the ranks by an all-reduce of each backward's
-//    part. A chunk's input, output and their gradients stay whole tensors as the plan's
+//    does). The norm gains' gradients then cover each rank's rows: the step's last backward
+//    sums them over the ranks in one all-reduce (backward's last_of_step). A chunk's input, output and their gradients stay whole tensors as the plan's
 //    collectives give them: the chunk takes its rows of an input, and a partial output
 //    holds each rank's residual rows where they belong.
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
@@ -103,8 +103,12 @@ class DecoderChunk {
   // dinput_partial: rank 0 writes the input gradient and the others zeros, for the plan's
   // all-reduce (Megatron's last backward all-reduce comes before a replicated norm, so it
   // runs inside the task).
+  // last_of_step: under sequence parallelism, this is the chunk's last backward before its
+  // gradients are used (the step's last micro-batch), so the ranks' norm-gain gradients,
+  // accumulated on each rank's rows until now, are summed over the ranks (once: call it with
+  // true exactly once per accumulation).
   void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,
-                bool dinput_partial = false, TensorParallelGroup* group = nullptr) const;
+                bool dinput_partial = false, TensorParallelGroup* group = nullptr, bool last_of_step = false) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
   // The floats a stash holds in the ops' memory now (activations kept for the backward).

@@ -282,6 +282,20 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
   }
 
+  // Each chunk's last backward of an iteration, in its stream's program order (the same
+  // micro-batch on every tensor-parallel rank: they run one schedule).
+  last_backward_.assign(plan_.tasks.size(), 0);
+  for (const auto& device : plan_.programs) {
+    for (const partition::StreamProgram& program : device) {
+      std::map<const Chunk*, int> last;
+      for (const int task : program.tasks) {
+        if (plan_.task(task).kind != TaskKind::backward) continue;
+        const auto c = chunk_of_tensor_.find(tensor_of_kind(plan_, plan_.reads(task), TensorKind::weight));
+        if (c != chunk_of_tensor_.end()) last[c->second] = task;
+      }
+      for (const auto& [chunk, task] : last) last_backward_[static_cast<size_t>(task)] = 1;
+    }
+  }
   if (parameter_server_) build_servers(seed, init, init_path);
   scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
   if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {
@@ -638,13 +652,15 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     auto s = c.stashes.find({task.iteration, t.microbatch});
     if (s == c.stashes.end()) throw PlanError("B task " + std::to_string(task.task) + " runs before its F");
     if (split) {
-      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true, partial, tp);
+      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true, partial, tp,
+                      last_backward_[static_cast<size_t>(task.task)] != 0);
       return;  // W takes the stash
     }
     stash = std::move(s->second);
     c.stashes.erase(s);
   }
-  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp);
+  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp,
+                  last_backward_[static_cast<size_t>(task.task)] != 0);
 }
 
 double Training::global_norm(TaskContext& task, const std::atomic<bool>& stop, double local) {

@@ -271,6 +271,7 @@ class Training {
   int staleness_ = 0;
   std::map<int, Server> servers_;                   // by device
   std::vector<char> takes_gradients_;               // per task: the device's last compute of an iteration
+  std::vector<char> last_backward_;                 // per task: its chunk's last B of an iteration
   std::map<std::pair<const Chunk*, int>, std::vector<float>> taken_;  // (chunk, iteration) -> gradients
   std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
   std::map<int, std::tuple<int, int, int>> push_source_;  // pushed_grad tensor -> (worker, stage, pushing device)

@@ -326,7 +326,7 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
     in.group = &group;
     auto stash = chunk.forward(w.data(), in, losses[rank]);
     run.stash_floats[rank] = exec::DecoderChunk::stash_floats(*stash);
-    chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group);
+    chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group, true);
     run.grads[rank] = download(ops, g);
   };
   std::thread other([&] { rank_main(1, rank1); });
