@@ -90,35 +90,32 @@ void pause(int& polls) {
 }
 
 // Aborting ends the rank's NCCL kernels even when its peer never comes; the handle is gone.
-// `issue`: the GPU's mutex for NCCL calls, when other threads may be issuing on its other
-// communicators (NCCL allows one thread at a time per device).
-void abort_rank(ncclComm_t* comm, std::mutex* issue = nullptr) {
-  if (comm == nullptr || *comm == nullptr) return;
-  std::unique_lock<std::mutex> lock;
-  if (issue != nullptr) lock = std::unique_lock(*issue);
-  ncclCommAbort(*comm);
-  *comm = nullptr;
+void abort_rank(ncclComm_t* comm) {
+  if (comm != nullptr && *comm != nullptr) {
+    ncclCommAbort(*comm);
+    *comm = nullptr;
+  }
 }
 
 // Polls a rank until its last call has left ncclInProgress (non-blocking communicators), or
 // fails, or stop is set (Stopped), or the deadline passes (Error).
 void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, const std::string& where,
-            Clock::time_point deadline = Clock::time_point::max(), std::mutex* issue = nullptr) {
+            Clock::time_point deadline = Clock::time_point::max()) {
   for (int polls = 0;;) {
     ncclResult_t state = ncclSuccess;
     nccl(ncclCommGetAsyncError(*comm, &state), "ncclCommGetAsyncError", where, *comm);
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
       const std::string why = nccl_error(state, *comm);
-      abort_rank(comm, issue);
+      abort_rank(comm);
       failed(call, why, where);
     }
     if (stop.load()) {
-      abort_rank(comm, issue);
+      abort_rank(comm);
       throw Stopped();
     }
     if (Clock::now() > deadline) {
-      abort_rank(comm, issue);
+      abort_rank(comm);
       failed(call, "still in progress after " + std::to_string(static_cast<int>(kInitTimeoutS)) + " s", where);
     }
     pause(polls);
@@ -127,13 +124,12 @@ void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, c
 
 // Polls until `event` has happened; meanwhile stop (Stopped) and, with a rank, NCCL's
 // asynchronous errors (Error) end the wait, the rank aborted first.
-void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where,
-           std::mutex* issue = nullptr) {
+void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where) {
   for (int polls = 0;;) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) {
-      abort_rank(comm, issue);
+      abort_rank(comm);
       cuda(e, "cudaEventQuery", where);
     }
     if (comm != nullptr && *comm != nullptr) {
@@ -141,12 +137,12 @@ void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, c
       nccl(ncclCommGetAsyncError(*comm, &state), "ncclCommGetAsyncError", where, *comm);
       if (state != ncclSuccess && state != ncclInProgress) {
         const std::string why = nccl_error(state, *comm);
-        abort_rank(comm, issue);
+        abort_rank(comm);
         failed("an NCCL operation", why, where);
       }
     }
     if (stop.load()) {
-      abort_rank(comm, issue);
+      abort_rank(comm);
       throw Stopped();
     }
     pause(polls);
@@ -638,7 +634,7 @@ struct Job {
   // their host buffers.
   void finish(ncclComm_t* comm, std::span<const std::pair<int, Buffer>> tensors) {
     cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
-    await(lane.end, comm, stop, where, gpu.issue.get());
+    await(lane.end, comm, stop, where);
     float ms = 0;
     cuda(cudaEventElapsedTime(&ms, lane.start, lane.end), "cudaEventElapsedTime", where);
     {
@@ -661,7 +657,7 @@ struct Job {
   // enqueued on this lane so far.
   void drain(ncclComm_t* comm) {
     cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
-    await(lane.end, comm, stop, where, gpu.issue.get());
+    await(lane.end, comm, stop, where);
   }
 
   std::vector<std::pair<int, Buffer>> written() const {
@@ -694,10 +690,10 @@ struct Job {
     }
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string why = nccl_error(r, *comm);
-      abort_rank(comm, gpu.issue.get());
+      abort_rank(comm);
       failed(name, why, where);
     }
-    settle(comm, stop, name, where, Clock::time_point::max(), gpu.issue.get());
+    settle(comm, stop, name, where);
   }
 };
 
@@ -1112,7 +1108,7 @@ template <typename Call>
 void in_task_run(const InTask& t, const char* name, Call call) {
   t.job->issue(t.comm, name, call);
   cuda(cudaEventRecord(t.job->lane.ops_done, t.job->gpu.ops->stream()), "cudaEventRecord", t.job->where);
-  await(t.job->lane.ops_done, t.comm, t.job->stop, t.job->where, t.job->gpu.issue.get());
+  await(t.job->lane.ops_done, t.comm, t.job->stop, t.job->where);
 }
 
 // The parts' common size, or nullopt when they differ (or do not start at 0).

@@ -79,8 +79,7 @@
 // Stopping: no thread blocks in CUDA or NCCL. After enqueuing, run() polls cudaEventQuery and
 // ncclCommGetAsyncError (and, non-blocking, waits for ncclInProgress to clear the same way);
 // stop() only sets a flag, and the polling thread then calls ncclCommAbort on the rank it
-// drives, under the GPU's mutex like any NCCL call there (which ends its NCCL kernel even
-// when the peer never comes) and throws Stopped.
+// drives (which ends its NCCL kernel even when the peer never comes) and throws Stopped.
 // Communicators that no thread was using are aborted when the back end is prepared again or
 // destroyed. After a stop, prepare() must run again before run().
 //
