@@ -30,8 +30,10 @@ class HappensBefore {
             edge(node(i, t, kEnd), node(i + static_cast<size_t>(s.offset), static_cast<size_t>(s.task), kStart));
           }
         }
-        // A transfer ends only after both sides have started.
-        if (const int partner = graph_.partner(static_cast<int>(t)); partner >= 0) {
+        // A receive ends only after its send has started. (Not the reverse: NCCL completes a
+        // send smaller than its buffers before the receive is posted.)
+        if (const int partner = graph_.partner(static_cast<int>(t));
+            partner >= 0 && plan.task(static_cast<int>(t)).kind == TaskKind::send) {
           edge(node(i, t, kStart), node(i, static_cast<size_t>(partner), kEnd));
         }
       }
@@ -45,10 +47,17 @@ class HappensBefore {
           }
         }
       }
-      for (const partition::Collective& c : plan.collectives) {  // nor a collective before all have come
-        for (const int a : c.tasks) {
-          for (const int b : c.tasks) {
-            if (a != b && a >= 0 && b >= 0) edge(node(i, static_cast<size_t>(a), kStart), node(i, static_cast<size_t>(b), kEnd));
+      // A member of a collective ends only after the members whose data it needs have started:
+      // every other for an all-reduce, all-gather or reduce-scatter; the root for a
+      // broadcast's receivers; every other for a reduce's root (the others may be done first).
+      for (const partition::Collective& c : plan.collectives) {
+        const size_t root = static_cast<size_t>(std::max(0, c.root));
+        for (size_t a = 0; a < c.tasks.size(); ++a) {
+          for (size_t b = 0; b < c.tasks.size(); ++b) {
+            if (a == b || c.tasks[a] < 0 || c.tasks[b] < 0) continue;
+            if (c.kind == partition::CollectiveKind::broadcast && a != root) continue;
+            if (c.kind == partition::CollectiveKind::reduce && b != root) continue;
+            edge(node(i, static_cast<size_t>(c.tasks[a]), kStart), node(i, static_cast<size_t>(c.tasks[b]), kEnd));
           }
         }
       }

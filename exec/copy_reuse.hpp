@@ -9,8 +9,10 @@
 // write by a chain of
 //  - its dependencies (data and order edges, with their iteration offsets),
 //  - program order on each stream (iteration after iteration),
-//  - transfers and collectives, whose members cannot end before every member has started
-//    (a send before its receive has begun, an all-reduce before its last member has come).
+//  - transfers and collectives, whose members cannot end before the members they need data
+//    from have started (a receive before its send; an all-reduce before its last member; a
+//    broadcast's receivers before the root; a reduce's root before the others). A send may
+//    end before its receive has begun (NCCL buffers small messages), so nothing waits on it.
 // A receive writes only once its send has started, so it is safe when a reader's end comes
 // before either side's start; any other producer writes from its own start. A send has read
 // its tensor once either side of the transfer has ended (the bytes have arrived).

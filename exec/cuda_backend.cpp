@@ -1128,7 +1128,8 @@ std::optional<size_t> equal_parts(std::span<const size_t> parts, size_t ranks, s
 // Grouped per-root calls (one thread issues the whole group, as NCCL requires).
 template <typename PerRoot>
 ncclResult_t grouped(size_t ranks, PerRoot per_root) {
-  ncclResult_t first = ncclGroupStart();
+  if (const ncclResult_t started = ncclGroupStart(); started != ncclSuccess) return started;
+  ncclResult_t first = ncclSuccess;
   for (size_t r = 0; r < ranks && (first == ncclSuccess || first == ncclInProgress); ++r) first = per_root(r);
   const ncclResult_t end = ncclGroupEnd();
   return first == ncclSuccess || first == ncclInProgress ? end : first;

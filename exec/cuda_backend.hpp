@@ -80,6 +80,8 @@
 // ncclCommGetAsyncError (and, non-blocking, waits for ncclInProgress to clear the same way);
 // stop() only sets a flag, and the polling thread then calls ncclCommAbort on the rank it
 // drives (which ends its NCCL kernel even when the peer never comes) and throws Stopped.
+// Not under the GPU's mutex: an abort waits for the GPU's other kernels, which only the
+// other threads' own aborts may end.
 // Communicators that no thread was using are aborted when the back end is prepared again or
 // destroyed. After a stop, prepare() must run again before run().
 //

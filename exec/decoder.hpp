@@ -56,7 +56,8 @@ class TensorParallelGroup {
   // On entry this rank's part holds its values; on return every part holds its rank's.
   virtual void all_gather(std::span<float> data, std::span<const size_t> parts) = 0;
   // On entry `data` is this rank's addend of the whole; on return this rank's part holds the
-  // ranks' sum there (added in rank order, as all_reduce adds) and the rest is unspecified.
+  // ranks' sum there and the rest is unspecified. (The CPU back end adds in rank order, as its
+  // all_reduce does, so the bits match; NCCL's orders are its own.)
   virtual void reduce_scatter(std::span<float> data, std::span<const size_t> parts) = 0;
 };
 
@@ -82,9 +83,10 @@ class DecoderChunk {
     float* output = nullptr;        // not the last chunk: [samples * S, C]
     const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
     float loss_scale = 0;           // last chunk: weight of each token's loss
-    // Tensor parallelism: this rank's part of the output, which the plan's all-reduce adds
-    // up (the last row-parallel layer's partial sums, the residual on rank 0), rather than
-    // the whole output.
+    // Tensor parallelism: this rank's part of the output, which the plan's all-reduce (or
+    // reduce-scatter) adds up, rather than the whole output: the last row-parallel layer's
+    // partial sums, plus the residual and bias on rank 0 (under sequence parallelism, on
+    // each rank's own rows).
     bool output_partial = false;
     TensorParallelGroup* group = nullptr;  // required when tp > 1
   };
@@ -102,7 +104,8 @@ class DecoderChunk {
   // input's gradient goes (nullptr on the first chunk), overwritten.
   // dinput_partial: rank 0 writes the input gradient and the others zeros, for the plan's
   // all-reduce (Megatron's last backward all-reduce comes before a replicated norm, so it
-  // runs inside the task).
+  // runs inside the task); under sequence parallelism each rank writes its own rows and
+  // zeros elsewhere, for the plan's reduce-scatter.
   // last_of_step: under sequence parallelism, this is the chunk's last backward before its
   // gradients are used (the step's last micro-batch), so the ranks' norm-gain gradients,
   // accumulated on each rank's rows until now, are summed over the ranks (once: call it with

@@ -282,20 +282,28 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
   }
 
-  // Each chunk's last backward of an iteration, in its stream's program order (the same
-  // micro-batch on every tensor-parallel rank: they run one schedule).
+  // Each chunk's last backward of an iteration, in program order (the same micro-batch on
+  // every tensor-parallel rank: they run one schedule). Its backwards must share one stream,
+  // or "last" has no meaning.
   last_backward_.assign(plan_.tasks.size(), 0);
+  std::map<const Chunk*, std::pair<int, int>> last;  // chunk -> (stream, task)
   for (const auto& device : plan_.programs) {
     for (const partition::StreamProgram& program : device) {
-      std::map<const Chunk*, int> last;
       for (const int task : program.tasks) {
         if (plan_.task(task).kind != TaskKind::backward) continue;
         const auto c = chunk_of_tensor_.find(tensor_of_kind(plan_, plan_.reads(task), TensorKind::weight));
-        if (c != chunk_of_tensor_.end()) last[c->second] = task;
+        if (c == chunk_of_tensor_.end()) continue;
+        const auto [at, fresh] = last.try_emplace(c->second, program.stream, task);
+        if (!fresh && at->second.first != program.stream) {
+          throw PlanError("the backward tasks of worker " + std::to_string(c->second->worker) + " stage " +
+                          std::to_string(c->second->stage) + " on device " + std::to_string(c->second->device) +
+                          " run on two streams; a chunk's backwards must follow one another");
+        }
+        at->second.second = task;
       }
-      for (const auto& [chunk, task] : last) last_backward_[static_cast<size_t>(task)] = 1;
     }
   }
+  for (const auto& [chunk, where] : last) last_backward_[static_cast<size_t>(where.second)] = 1;
   if (parameter_server_) build_servers(seed, init, init_path);
   scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
   if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {

@@ -115,6 +115,43 @@ TEST(CopyReuse, AReceiveIsOrderedThroughItsSend) {
   EXPECT_TRUE(exec::copy_reuse_hazards(transfer_plan(true)).empty());
 }
 
+// A send may end before its receive is posted (NCCL buffers small messages), so a reader
+// ordered before a receive is not thereby ordered before the sender's next message: device
+// 1 reads x, then receives y; device 0 sends x, then y. Nothing stops device 0 from sending
+// iteration 1's x (which device 1's receive writes as soon as it comes) while device 1
+// still reads iteration 0's.
+TEST(CopyReuse, ASendMayEndBeforeItsReceiveStarts) {
+  Plan plan = test_support::empty_plan(model::cpu_cluster(2));
+  plan.layout.iterations = 2;
+  const int x = test_support::transient(plan, 1, 256), y = test_support::transient(plan, 1, 256);
+  partition::Task send;
+  send.kind = partition::TaskKind::send;
+  send.device = 0;
+  send.stream = 1;
+  send.bytes = 256;
+  send.channel = plan.add_channel({0, 1, "x", -1});
+  plan.add_task(send, std::vector<int>{}, std::vector<int>{});
+  partition::Task send_y = send;
+  send_y.channel = plan.add_channel({0, 1, "y", -1});
+  plan.add_task(send_y, std::vector<int>{}, std::vector<int>{});
+  partition::Task recv_x = send;
+  recv_x.kind = partition::TaskKind::recv;
+  recv_x.device = 1;
+  const int receive_x = plan.add_task(recv_x, std::vector<int>{}, std::vector<int>{x});
+  const int read_x = test_support::compute_task(plan, 1, {x}, {});
+  partition::Task recv_y = recv_x;
+  recv_y.stream = 0;  // after the read, on its stream
+  recv_y.channel = send_y.channel;
+  plan.add_task(recv_y, std::vector<int>{}, std::vector<int>{y});
+  plan.tensor(x).free_after = read_x;
+  plan.finish();
+  const auto hazards = exec::copy_reuse_hazards(plan);
+  ASSERT_EQ(hazards.size(), 1u);
+  EXPECT_EQ(hazards[0].tensor, x);
+  EXPECT_EQ(hazards[0].producer, receive_x);
+  EXPECT_EQ(hazards[0].reader, read_x);
+}
+
 // A WSP worker runs up to D iterations ahead of its server: its next push may arrive before
 // the server's update has read this one. Held once, that is a hazard (which is why the CUDA
 // back end hands pushes to the host); its other tensors stay ordered.

@@ -602,6 +602,31 @@ TEST(Training, TwoRunsAreBitwiseEqual) {
   for (size_t i = 0; i < a.weights.tensors.size(); ++i) EXPECT_EQ(a.weights.tensors[i].data, b.weights.tensors[i].data);
 }
 
+// A chunk's backwards on two streams have no "last" one (where sequence parallelism sums
+// its norm gains): refused, naming the chunk.
+TEST(Training, RefusesAChunkWhoseBackwardsRunOnTwoStreams) {
+  Plan plan = test_support::planned(model::cpu_cluster(1), odd_gpt(), options(1, 1, 2, "1f1b"));
+  std::vector<int> backwards;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    if (plan.tasks[t].kind == partition::TaskKind::backward) backwards.push_back(static_cast<int>(t));
+  }
+  ASSERT_EQ(backwards.size(), 2u);
+  const int moved = backwards[1];
+  auto& programs = plan.programs[0];
+  for (partition::StreamProgram& p : programs) std::erase(p.tasks, moved);
+  plan.streams.push_back("other");
+  plan.tasks[static_cast<size_t>(moved)].stream = static_cast<int>(plan.streams.size()) - 1;
+  programs.push_back({plan.tasks[static_cast<size_t>(moved)].stream, {moved}});
+  try {
+    exec::Training training(plan, exec::markov_stream(97, 7), optimizer(), 42);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("the backward tasks of worker 0 stage 0 on device 0 run on two streams"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The run reports each device's measured peak of the model's own arrays: at least its
 // parameters, gradients and both AdamW moments (4 FP32 arrays), more with what the backward
 // keeps; sequence parallelism, keeping 1/t of the residual stream, lowers it on every device.

@@ -242,6 +242,14 @@ TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
     std::set<int> devices;
     for (const auto& e : merged.events) devices.insert(e.device);
     EXPECT_EQ(devices.size(), static_cast<size_t>(n)) << layout;
+    // Rank 0 reports every device's model memory, as the threads measured it (the same
+    // arrays; a transfer's temporaries may overlap the compute's differently).
+    ASSERT_EQ(jm["devices"].size(), jt["devices"].size());
+    for (size_t d = 0; d < jm["devices"].size(); ++d) {
+      const double by_rank = jm["devices"][d]["peak_model_bytes"], by_thread = jt["devices"][d]["peak_model_bytes"];
+      EXPECT_GT(by_rank, 0) << layout << "device " << d;
+      EXPECT_NEAR(by_rank, by_thread, 0.05 * by_thread) << layout << "device " << d;
+    }
   }
 #endif
 }
