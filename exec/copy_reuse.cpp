@@ -50,19 +50,21 @@ class HappensBefore {
       // A member of a collective ends only after the members whose data it needs have started:
       // every other for an all-reduce, all-gather or reduce-scatter; the root for a
       // broadcast's receivers; every other for a reduce's root (the others may be done first).
-      for (const partition::Collective& c : plan.collectives) {
-        const size_t root = static_cast<size_t>(std::max(0, c.root));
-        for (size_t a = 0; a < c.tasks.size(); ++a) {
-          for (size_t b = 0; b < c.tasks.size(); ++b) {
-            if (a == b || c.tasks[a] < 0 || c.tasks[b] < 0) continue;
-            if (c.kind == partition::CollectiveKind::broadcast && a != root) continue;
-            if (c.kind == partition::CollectiveKind::reduce && b != root) continue;
-            edge(node(i, static_cast<size_t>(c.tasks[a]), kStart), node(i, static_cast<size_t>(c.tasks[b]), kEnd));
-          }
+      // Through one rendezvous event per collective, so a large group costs its size, not its
+      // square.
+      for (size_t c = 0; c < plan.collectives.size(); ++c) {
+        const partition::Collective& collective = plan.collectives[c];
+        const size_t meet = rendezvous(i, c), root = static_cast<size_t>(std::max(0, collective.root));
+        for (size_t m = 0; m < collective.tasks.size(); ++m) {
+          if (collective.tasks[m] < 0) continue;
+          const auto task = static_cast<size_t>(collective.tasks[m]);
+          const bool is_root = m == root;
+          if (collective.kind != partition::CollectiveKind::broadcast || is_root) edge(node(i, task, kStart), meet);
+          if (collective.kind != partition::CollectiveKind::reduce || is_root) edge(meet, node(i, task, kEnd));
         }
       }
     }
-    const size_t events = 4 * n_;
+    const size_t events = 4 * n_ + 2 * plan.collectives.size();
     begin_.assign(events + 1, 0);
     for (const auto& [from, to] : edges) ++begin_[from + 1];
     for (size_t e = 0; e < events; ++e) begin_[e + 1] += begin_[e];
@@ -122,6 +124,7 @@ class HappensBefore {
  private:
   static constexpr size_t kStart = 0, kEnd = 1;
   size_t node(size_t iteration, size_t task, size_t event) const { return (iteration * n_ + task) * 2 + event; }
+  size_t rendezvous(size_t iteration, size_t collective) const { return 4 * n_ + 2 * collective + iteration; }
 
   partition::RunGraph graph_;
   size_t n_;

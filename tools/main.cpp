@@ -2,6 +2,7 @@
 // Exit status: 0 success, 2 bad input (file, option, spec), 3 a plan that cannot run,
 // 4 a run that did not complete (a simulated fault, an executed run that failed or stalled),
 // 1 anything else.
+#include <algorithm>
 #include <exception>
 #include <new>
 #include <iostream>
@@ -21,9 +22,11 @@ void print_usage(std::ostream& out) {
   out << "hetflow: plan, simulate and execute deep-learning training on heterogeneous GPU clusters\n\n"
          "usage: hetflow <command> [options]     (hetflow <command> --help for its options)\n\n"
          "commands:\n";
+  size_t width = 0;  // the longest name, and two spaces
+  for (const auto& c : hetflow::tools::commands()) width = std::max(width, std::string(c.name).size() + 2);
   for (const auto& c : hetflow::tools::commands()) {
     std::string name = c.name;
-    name.resize(12, ' ');
+    name.resize(width, ' ');
     out << "  " << name << c.summary << "\n";
   }
   out << "\nEvery command takes --json to print its summary as one JSON object; hetflow --version says\n"

@@ -42,6 +42,10 @@ TEST(PlanCli, WrittenPlanValidatesAndEstimatesTheSame) {
   const auto a = nlohmann::json::parse(planned.out), b = nlohmann::json::parse(validated.out);
   EXPECT_EQ(b["valid"], true);
   EXPECT_DOUBLE_EQ(a["iteration_time_s"].get<double>(), b["iteration_time_s"].get<double>());
+  // WSP workers run a step ahead, but only into pushes, which the cuda back end's real math
+  // keeps per instance on the host: safe for its one device copy per tensor.
+  EXPECT_EQ(b["copy_reuse_hazards"], 0);
+  EXPECT_TRUE(b["copy_reuse_examples"].empty());
 }
 
 TEST(PlanCli, PlanThatDoesNotFitExits3NamingTheDevice) {
@@ -75,6 +79,7 @@ TEST(PlanCli, ValidateTakesThePlanAsItsArgumentAndHelpAlwaysWorks) {
   const auto r = run_hetflow("validate " + path);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find(": valid, plan xxh3:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one device copy per tensor (the cuda back end's real math): safe"), std::string::npos) << r.out;
   for (const char* command : {"validate --help", "plan --help", "simulate --help", "describe --help", "list --help"}) {
     const auto help = run_hetflow(command);
     EXPECT_EQ(help.status, 0) << command << ": " << help.err;
