@@ -65,6 +65,18 @@ TEST(CopyReuse, AnEdgeFromTheReaderToTheNextIterationsProducerOrdersThem) {
   EXPECT_TRUE(exec::copy_reuse_hazards(r.plan).empty());
 }
 
+// One side of a transfer of 256 bytes on `channel`, on stream `stream` of `device`.
+int side(Plan& plan, partition::TaskKind kind, int device, int stream, int channel, std::vector<int> reads,
+         std::vector<int> writes) {
+  partition::Task t;
+  t.kind = kind;
+  t.device = device;
+  t.stream = stream;
+  t.bytes = 256;
+  t.channel = channel;
+  return plan.add_task(t, reads, writes);
+}
+
 // A receive writes once its send has started: ordering the reader before the sender's next
 // iteration is enough, though the receive itself may start (and wait) earlier. Device 0
 // makes a tensor and sends it; device 1 receives and uses it; with `reply`, device 1 answers
@@ -75,32 +87,16 @@ Plan transfer_plan(bool reply) {
   plan.layout.iterations = 2;
   const int sent = test_support::transient(plan, 0, 256), got = test_support::transient(plan, 1, 256);
   const int make = test_support::compute_task(plan, 0, {}, {sent});
-  partition::Task send;
-  send.kind = partition::TaskKind::send;
-  send.device = 0;
-  send.stream = 1;
-  send.bytes = 256;
-  send.channel = plan.add_channel({0, 1, "act", -1});
-  const int send_task = plan.add_task(send, std::vector<int>{sent}, std::vector<int>{});
-  partition::Task recv = send;
-  recv.kind = partition::TaskKind::recv;
-  recv.device = 1;
-  plan.add_task(recv, std::vector<int>{}, std::vector<int>{got});
+  const int act = plan.add_channel({0, 1, "act", -1});
+  const int send_task = side(plan, partition::TaskKind::send, 0, 1, act, {sent}, {});
+  side(plan, partition::TaskKind::recv, 1, 1, act, {}, {got});
   const int use = test_support::compute_task(plan, 1, {got}, {});
   plan.tensor(sent).free_after = send_task;
   plan.tensor(got).free_after = use;
   if (reply) {
-    partition::Task answer = send;
-    answer.device = 1;
-    answer.stream = 2;
-    answer.channel = plan.add_channel({1, 0, "grad", -1});
-    const int answer_task = plan.add_task(answer, std::vector<int>{}, std::vector<int>{});
-    plan.add_order(use, answer_task);
-    partition::Task wait = answer;
-    wait.kind = partition::TaskKind::recv;
-    wait.device = 0;
-    const int wait_task = plan.add_task(wait, std::vector<int>{}, std::vector<int>{});
-    plan.add_order(wait_task, make, 1);
+    const int grad = plan.add_channel({1, 0, "grad", -1});
+    plan.add_order(use, side(plan, partition::TaskKind::send, 1, 2, grad, {}, {}));
+    plan.add_order(side(plan, partition::TaskKind::recv, 0, 2, grad, {}, {}), make, 1);
   }
   plan.finish();
   return plan;
@@ -124,25 +120,12 @@ TEST(CopyReuse, ASendMayEndBeforeItsReceiveStarts) {
   Plan plan = test_support::empty_plan(model::cpu_cluster(2));
   plan.layout.iterations = 2;
   const int x = test_support::transient(plan, 1, 256), y = test_support::transient(plan, 1, 256);
-  partition::Task send;
-  send.kind = partition::TaskKind::send;
-  send.device = 0;
-  send.stream = 1;
-  send.bytes = 256;
-  send.channel = plan.add_channel({0, 1, "x", -1});
-  plan.add_task(send, std::vector<int>{}, std::vector<int>{});
-  partition::Task send_y = send;
-  send_y.channel = plan.add_channel({0, 1, "y", -1});
-  plan.add_task(send_y, std::vector<int>{}, std::vector<int>{});
-  partition::Task recv_x = send;
-  recv_x.kind = partition::TaskKind::recv;
-  recv_x.device = 1;
-  const int receive_x = plan.add_task(recv_x, std::vector<int>{}, std::vector<int>{x});
+  const int to_x = plan.add_channel({0, 1, "x", -1}), to_y = plan.add_channel({0, 1, "y", -1});
+  side(plan, partition::TaskKind::send, 0, 1, to_x, {}, {});
+  side(plan, partition::TaskKind::send, 0, 1, to_y, {}, {});
+  const int receive_x = side(plan, partition::TaskKind::recv, 1, 1, to_x, {}, {x});
   const int read_x = test_support::compute_task(plan, 1, {x}, {});
-  partition::Task recv_y = recv_x;
-  recv_y.stream = 0;  // after the read, on its stream
-  recv_y.channel = send_y.channel;
-  plan.add_task(recv_y, std::vector<int>{}, std::vector<int>{y});
+  side(plan, partition::TaskKind::recv, 1, 0, to_y, {}, {y});  // after the read, on its stream
   plan.tensor(x).free_after = read_x;
   plan.finish();
   const auto hazards = exec::copy_reuse_hazards(plan);
