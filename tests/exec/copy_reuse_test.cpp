@@ -161,6 +161,7 @@ TEST(CopyReuse, ThePlannersPlansAreSafeForOneCopyPerTensor) {
     int staleness, tensor;
     bool sequence;
     partition::Recompute recompute;
+    int pipeline = 4, data = 2;
   };
   using partition::Recompute;
   using partition::SyncKind;
@@ -175,9 +176,16 @@ TEST(CopyReuse, ThePlannersPlansAreSafeForOneCopyPerTensor) {
       {"1f1b", 1, SyncKind::allreduce, 0, 2, false, Recompute::none},
       {"interleaved", 2, SyncKind::allreduce, 0, 2, true, Recompute::selective},
       {"1f1b-split-w", 1, SyncKind::ps, 0, 2, true, Recompute::full},
+      // The shapes the CUDA back end's GPU tests train: one or two devices.
+      {"1f1b", 1, SyncKind::allreduce, 0, 1, false, Recompute::none, 1, 1},
+      {"1f1b-split-w", 1, SyncKind::allreduce, 0, 1, false, Recompute::full, 1, 1},
+      {"1f1b", 1, SyncKind::allreduce, 0, 1, false, Recompute::none, 2, 1},
+      {"1f1b", 1, SyncKind::ps, 0, 1, false, Recompute::none, 1, 2},
+      {"1f1b", 1, SyncKind::wsp, 1, 1, false, Recompute::none, 1, 2},
+      {"1f1b", 1, SyncKind::allreduce, 0, 2, true, Recompute::none, 1, 1},
   };
   for (const Variant& v : variants) {
-    partition::PlanOptions o = test_support::pipeline_options(4, 2, 4, v.schedule);
+    partition::PlanOptions o = test_support::pipeline_options(v.pipeline, v.data, 4, v.schedule);
     o.virtual_stages = v.virtual_stages;
     o.sync = v.sync;
     o.staleness = v.staleness;
@@ -186,10 +194,11 @@ TEST(CopyReuse, ThePlannersPlansAreSafeForOneCopyPerTensor) {
     o.recompute = v.recompute;
     const model::Network net = model::network_from_spec("gpt:layers=8,hidden=64,heads=4,seq=32,vocab=256",
                                                         model::Precision::fp32);
-    const Plan plan = test_support::planned(model::cpu_cluster(8 * v.tensor), net, o);
+    const Plan plan = test_support::planned(model::cpu_cluster(v.pipeline * v.data * v.tensor), net, o);
     const auto hazards = exec::copy_reuse_hazards(
         plan, [&](int tensor) { return exec::one_device_copy_under_real_math(plan, tensor); });
-    EXPECT_TRUE(hazards.empty()) << v.schedule << " " << partition::to_string(v.sync) << " staleness " << v.staleness
+    EXPECT_TRUE(hazards.empty()) << v.pipeline << "x" << v.data << " " << v.schedule << " "
+                                 << partition::to_string(v.sync) << " staleness " << v.staleness
                                  << " tensor " << v.tensor << (v.sequence ? " + sequence" : "") << ": "
                                  << hazards.size() << " hazards, first "
                                  << (hazards.empty() ? "" : exec::describe(plan, hazards[0]));
