@@ -20,7 +20,8 @@
 //  - send/recv move the whole tensor;
 //  - gradient collectives are NCCL all-reduces in place on the floats collective_data()
 //    gives (device memory), after the compute stream's work before them.
-// Tensor parallelism: the all-reduces inside a compute task are NCCL's on the chunk's
+// Tensor parallelism: the collectives inside a compute task (all-reduces; all-gathers and
+// reduce-scatters under sequence parallelism) are NCCL's on the chunk's
 // communicator, in a group of the members' compute streams (exec/cuda_plan.hpp), enqueued on
 // the compute stream and awaited by polling; the plan's collectives of activations (partial
 // sums, sequence all-gathers and reduce-scatters) run in a staging buffer as the cpu back end

@@ -135,7 +135,7 @@ class Training {
   void place(OpsOfDevice ops_of_device);
   void place_home();
   // What a back end must know to run this training: tensor-parallel chunks (their in-task
-  // all-reduces go through a TensorParallelExchange) and parameter servers (servers keep
+  // collectives go through a TensorParallelExchange) and parameter servers (servers keep
   // host arrays; pushes and pulls are host floats, message() and receive()).
   bool tensor_parallel() const;
   bool parameter_server() const { return parameter_server_; }

@@ -56,8 +56,8 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out) {
            "ordered before the next iteration's write\n\n";
   } else {
     out << "  one device copy per tensor (the cuda back end's real math): " << hazards.size()
-        << " read(s) not ordered before the next iteration's write, so `run --backend cuda --compute real` refuses it "
-           "(the cpu back end runs it); first: "
+        << " read(s) not ordered before the next iteration's write, so `run --backend cuda` refuses it with real "
+           "math (`--compute real`, or `auto` on a decoder; the cpu back end and proxies run it); first: "
         << exec::describe(plan, hazards[0]) << "\n\n";
   }
   print_layout(out, plan);

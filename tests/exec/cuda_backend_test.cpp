@@ -636,8 +636,11 @@ TEST(CudaBackend, RealTrainingWithParameterServersMatchesTheCpuBackend) {
 // parallelism also the sequence all-gathers and reduce-scatters of the plan.
 TEST(CudaBackend, RealTrainingWithTensorParallelismMatchesTheCpuBackend) {
   SKIP_WITHOUT_GPUS(2);
+  // Odd sequences split unevenly between the ranks (grouped broadcasts and reduces); the even
+  // one evenly (NCCL's in-place all-gather and reduce-scatter).
   for (const char* spec : {"gpt:layers=2,hidden=36,heads=6,seq=13,vocab=97",
-                           "llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101"}) {
+                           "llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
+                           "gpt:layers=2,hidden=36,heads=6,seq=16,vocab=97"}) {
     const model::Network net = model::network_from_spec(spec, model::Precision::fp32);
     for (const bool sequence : {false, true}) {
       partition::PlanOptions o = test_support::pipeline_options(1, 1, 2, "1f1b");

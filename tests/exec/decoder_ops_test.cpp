@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <condition_variable>
 #include <mutex>
@@ -280,8 +281,15 @@ class HostGroup final : public exec::TensorParallelGroup {
     const std::vector<float> whole = rendezvous_.meet(rank_, std::move(mine), false);
     ops_.upload(data.data(), whole.data(), whole.size());
   }
-  void reduce_scatter(std::span<float> data, std::span<const size_t> /*parts*/) override {
-    all_reduce(data, false);  // (every part summed: this rank's among them)
+  // Every part summed, then the other ranks' parts spoiled with NaN: their values are
+  // unspecified, so the decoder must not read them.
+  void reduce_scatter(std::span<float> data, std::span<const size_t> parts) override {
+    all_reduce(data, false);
+    for (size_t r = 0; r + 1 < parts.size(); ++r) {
+      if (r == static_cast<size_t>(rank_)) continue;
+      const std::vector<float> nan(parts[r + 1] - parts[r], std::numeric_limits<float>::quiet_NaN());
+      ops_.upload(data.data() + parts[r], nan.data(), nan.size());
+    }
   }
 
  private:

@@ -5,12 +5,14 @@
 // tests/tools/oracle_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "exec/cpu_backend.hpp"
 #include "exec/decoder.hpp"
@@ -627,13 +629,17 @@ TEST(Training, RefusesAChunkWhoseBackwardsRunOnTwoStreams) {
   }
 }
 
-// The run reports each device's measured peak of the model's own arrays: at least its
-// parameters, gradients and both AdamW moments (4 FP32 arrays), more with what the backward
-// keeps; sequence parallelism, keeping 1/t of the residual stream, lowers it on every device.
+// The run reports each device's measured peak of the model's own arrays. After the run what
+// persists is exactly its chunks' parameters, gradients and both AdamW moments (4 FP32
+// arrays; 4 bytes more where the device keeps its gradient-norm part); the peak adds at
+// least one micro-batch's layer inputs (its rows of them under sequence parallelism).
+// Sequence parallelism, keeping 1/t of the residual stream, lowers the peak on every device,
+// as it lowers the plan's memory model.
 TEST(Training, EachDevicesMeasuredModelPeakCountsItsArraysAndSequenceParallelismLowersIt) {
   const model::Network net =
       model::network_from_spec("gpt:layers=4,hidden=48,heads=4,seq=32,vocab=97", model::Precision::fp32);
-  std::vector<double> peaks[2];
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  std::vector<double> peaks[2], planned[2];
   for (const bool sequence : {false, true}) {
     partition::PlanOptions o = options(2, 1, 2, "1f1b");
     o.tensor = 2;
@@ -646,13 +652,34 @@ TEST(Training, EachDevicesMeasuredModelPeakCountsItsArraysAndSequenceParallelism
     const exec::RunResult r = exec::run_plan(plan, backend, e);
     ASSERT_TRUE(r.completed) << r.error;
     for (int d = 0; d < plan.device_count(); ++d) {
-      const size_t params = training.ops_of(d).memory().live_bytes();  // (after the run: what persists)
-      EXPECT_GE(params, 4 * sizeof(float) * 1000u) << "device " << d;
-      EXPECT_GT(r.memory[static_cast<size_t>(d)].peak_model_bytes, static_cast<double>(params)) << "device " << d;
+      // The device's chunks, as the training splits them: its rank of its stage's group.
+      size_t params = 0, layers = 0;
+      std::set<std::pair<int, int>> seen;
+      for (const partition::Task& t : plan.tasks) {
+        if (t.kind != partition::TaskKind::forward || t.device != d || !seen.insert({t.worker, t.stage}).second) continue;
+        const partition::VirtualWorker& vw = plan.layout.workers[static_cast<size_t>(t.worker)];
+        const std::vector<int>& group = vw.ranks[static_cast<size_t>(vw.stages[static_cast<size_t>(t.stage)].rank)];
+        const auto rank = static_cast<int>(std::find(group.begin(), group.end(), d) - group.begin());
+        params += exec::chunk_params(shape, t.layer_begin, t.layer_end, rank, static_cast<int>(group.size())).count;
+        layers += static_cast<size_t>(t.layer_end - t.layer_begin);
+      }
+      ASSERT_GT(params, 0u) << "device " << d;
+      const size_t live = training.ops_of(d).memory().live_bytes();  // after the run: what persists
+      EXPECT_GE(live, 16 * params) << "device " << d;
+      EXPECT_LE(live, 16 * params + sizeof(float)) << "device " << d;
+      const double rows = 32.0 / (sequence ? 2 : 1);  // a micro-batch of one sequence
+      EXPECT_GE(r.memory[static_cast<size_t>(d)].peak_model_bytes,
+                static_cast<double>(live) + static_cast<double>(layers) * rows * 48 * sizeof(float))
+          << "device " << d;
       peaks[sequence].push_back(r.memory[static_cast<size_t>(d)].peak_model_bytes);
+      const partition::DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
+      planned[sequence].push_back(m.total_bytes() - m.workspace_bytes);
     }
   }
-  for (size_t d = 0; d < peaks[0].size(); ++d) EXPECT_LT(peaks[1][d], peaks[0][d]) << "device " << d;
+  for (size_t d = 0; d < peaks[0].size(); ++d) {
+    EXPECT_LT(peaks[1][d], peaks[0][d]) << "device " << d;
+    EXPECT_LT(planned[1][d], planned[0][d]) << "device " << d;
+  }
 }
 
 // Stages and workers of different tensor-parallel degrees (layout files) train as one device
