@@ -208,7 +208,14 @@ void CpuBackend::compute(TaskContext& task) const {
     left -= rows * per_row;
   }
   // Outputs: small integers (exact in float sums), different per task, iteration and element.
-  for (const Buffer& out : task.writes) {
+  // Transient ones only: a persistent tensor (weights, gradients, optimizer state) is one
+  // buffer for every iteration, which a transfer of another iteration may be reading (a WSP
+  // worker pushes iteration i's gradients while it computes iteration i + 1's; real
+  // frameworks, and the real math here, push a copy), and a proxy models no values for it.
+  const auto writes = plan_->writes(task.task);
+  for (size_t k = 0; k < task.writes.size(); ++k) {
+    if (k < writes.size() && partition::is_persistent(plan_->tensor(writes[k]).kind)) continue;
+    const Buffer& out = task.writes[k];
     auto* f = reinterpret_cast<float*>(out.data);
     const size_t n = out.size_bytes / sizeof(float);
     const size_t seed = static_cast<size_t>(task.task) * 31 + static_cast<size_t>(task.iteration) * 7;

@@ -4,7 +4,8 @@
 //  - compute (forward, backward, backward_weight, optimizer): the model's real math when a
 //    Training is given (exec/training.hpp); otherwise a FLOP-matched proxy, not the
 //    model's math: cblas_sgemm calls (OpenBLAS, one thread each) adding up to the task's FLOPs
-//    times flop_scale, then a deterministic pattern written into the task's output tensors.
+//    times flop_scale, then a deterministic pattern written into the task's transient output
+//    tensors (not the persistent ones, which another iteration's transfer may be reading).
 //    Traces and output label it "proxy".
 //  - send/recv: the plan's channel as an in-process FIFO; the k-th send meets the k-th
 //    receive; the bytes (the sent tensor's, up to max_message_bytes) are copied into the
