@@ -8,7 +8,6 @@
 // run() enqueues a task's work between two timing events and polls until it is done.
 #include "exec/cuda_backend.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -30,6 +29,7 @@
 #include "exec/ranks.hpp"
 #include "exec/training.hpp"
 #include "kernels/cast.hpp"
+#include "kernels/cublas_loader.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::exec {
@@ -45,6 +45,7 @@ const bool kEagerModules = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 
 using partition::Plan;
 using partition::TaskKind;
 using Clock = std::chrono::steady_clock;
+namespace cublas = kernels::cublas;  // opened at first use: kernels/cublas_loader.hpp
 
 constexpr int kProxyN = 1024;       // the proxy multiplies [1024 x 1024] by [1024 x rows]
 constexpr int kMinRows = 64;        // rows come in multiples of this, as sums of powers of two:
@@ -65,7 +66,7 @@ void cuda(cudaError_t e, const char* call, const std::string& where) {
 }
 
 void blas(cublasStatus_t s, const char* call, const std::string& where) {
-  if (s != CUBLAS_STATUS_SUCCESS) failed(call, cublasGetStatusString(s), where);
+  if (s != CUBLAS_STATUS_SUCCESS) failed(call, cublas::status_string(s), where);
 }
 
 std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
@@ -252,7 +253,7 @@ struct CudaBackend::State {
       if (g.ordinal < 0 || cudaSetDevice(g.ordinal) != cudaSuccess) continue;
       for (GpuLane& l : g.lanes) {
         if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
-        if (l.blas != nullptr) cublasDestroy(l.blas);
+        if (l.blas != nullptr) cublas::destroy(l.blas);
         for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1], l.ops_done}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
@@ -300,8 +301,8 @@ namespace {
 void gemm(const GpuLane& lane, const Gpu& gpu, model::Precision p, int rows, const std::string& where) {
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType type = gemm_types(p).data;
-  blas(cublasGemmEx(lane.blas, CUBLAS_OP_N, CUBLAS_OP_N, kProxyN, rows, kProxyN, &alpha, gpu.a, type, kProxyN, gpu.b, type,
-                    kProxyN, &beta, lane.c, type, kProxyN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  blas(cublas::gemm_ex(lane.blas, CUBLAS_OP_N, CUBLAS_OP_N, kProxyN, rows, kProxyN, &alpha, gpu.a, type, kProxyN, gpu.b,
+                       type, kProxyN, &beta, lane.c, type, kProxyN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
        "cublasGemmEx", where);
 }
 
@@ -319,10 +320,10 @@ void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, bo
     cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
     return;
   }
-  blas(cublasCreate(&lane.blas), "cublasCreate", where);
-  blas(cublasSetStream(lane.blas, lane.cuda), "cublasSetStream", where);
+  blas(cublas::create(&lane.blas), "cublasCreate", where);
+  blas(cublas::set_stream(lane.blas, lane.cuda), "cublasSetStream", where);
   lane.blas_workspace = device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace", where);
-  blas(cublasSetWorkspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
+  blas(cublas::set_workspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
   lane.c = device_alloc(static_cast<size_t>(kProxyN) * kMaxRows * gemm_types(p).bytes, "the proxy GEMM's output", where);
   for (int rows = kMinRows; rows <= kMaxRows; rows *= 2) gemm(lane, gpu, p, rows, where);  // every shape, loaded now
   cuda(cudaMemcpyAsync(lane.staging, gpu.pattern, std::min<size_t>(cap, 4), cudaMemcpyDeviceToDevice, lane.cuda),
@@ -1197,7 +1198,7 @@ struct ProbeMemory {
   ProbeMemory& operator=(const ProbeMemory&) = delete;
   ~ProbeMemory() {
     for (cudaStream_t s : streams) cudaStreamSynchronize(s);
-    if (blas != nullptr) cublasDestroy(blas);
+    if (blas != nullptr) cublas::destroy(blas);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     for (cudaStream_t s : streams) cudaStreamDestroy(s);
     for (void* p : blocks) cudaFree(p);
@@ -1238,14 +1239,14 @@ GemmProbe probe_gemm(int gpu, model::Precision precision, int n, int repeats) {
   cudaStream_t stream = nullptr;
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
   m.streams.push_back(stream);
-  blas(cublasCreate(&m.blas), "cublasCreate", where);
-  blas(cublasSetStream(m.blas, stream), "cublasSetStream", where);
+  blas(cublas::create(&m.blas), "cublasCreate", where);
+  blas(cublas::set_stream(m.blas, stream), "cublasSetStream", where);
   void* workspace = m.alloc(kBlasWorkspaceBytes, where);
-  blas(cublasSetWorkspace(m.blas, workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
+  blas(cublas::set_workspace(m.blas, workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
   const float alpha = 1.0f, beta = 0.0f;
   auto multiply = [&] {
-    blas(cublasGemmEx(m.blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, types.data, n, b, types.data, n, &beta, c,
-                      types.data, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    blas(cublas::gemm_ex(m.blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, types.data, n, b, types.data, n, &beta,
+                         c, types.data, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
          "cublasGemmEx", where);
   };
   for (int i = 0; i < 3; ++i) multiply();  // warm-up: kernel loading, clocks

@@ -14,7 +14,9 @@ using k::Status;
 
 void CudaDecoderOps::check(Status status, const char* kernel) const {
   if (status != Status::success) {
-    throw Error(std::string(kernel) + " on " + name() + ": " + k::status_string(status));
+    std::string why = k::status_string(status);
+    if (status == Status::library_missing) why += std::string(" (") + k::missing_library_reason() + ")";
+    throw Error(std::string(kernel) + " on " + name() + ": " + why);
   }
 }
 

@@ -3,14 +3,13 @@
 // on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32), or 16-bit operands (rounded into scratch by
 // the cast kernels) with fp32 accumulation through cublasGemmEx; the bias gradient uses the
 // norms' fixed-order column sums.
-#include <cublas_v2.h>
-
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "kernels/cublas_loader.hpp"
 #include "kernels/cuda_common.cuh"
 #include "kernels/transformer_cuda_launch.hpp"
 
@@ -25,6 +24,7 @@ Status status_of(cublasStatus_t status) {
     case CUBLAS_STATUS_SUCCESS: return Status::success;
     case CUBLAS_STATUS_ALLOC_FAILED: return Status::alloc_failed;
     case CUBLAS_STATUS_INVALID_VALUE: return Status::invalid_value;
+    case CUBLAS_STATUS_NOT_INITIALIZED: return cublas::available() ? Status::execution_failed : Status::library_missing;
     default: return Status::execution_failed;
   }
 }
@@ -40,13 +40,13 @@ Status handle_for(cudaStream_t stream, cublasHandle_t* handle) {
   const std::lock_guard<std::mutex> lock(mutex);
   cublasHandle_t& slot = (*handles)[{std::this_thread::get_id(), device}];
   if (slot == nullptr) {
-    if (const Status status = status_of(cublasCreate(&slot)); status != Status::success) {
+    if (const Status status = status_of(cublas::create(&slot)); status != Status::success) {
       handles->erase({std::this_thread::get_id(), device});
       return status;
     }
   }
   *handle = slot;
-  return status_of(cublasSetStream(slot, stream));
+  return status_of(cublas::set_stream(slot, stream));
 }
 
 // y[n][o] = b[o]: the rows the forward's GEMM then adds onto (beta = 1), as the reference.
@@ -64,7 +64,7 @@ Status gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_
             GemmInputs inputs, cudaStream_t stream) {
   const float one = 1.0f;
   if (inputs == GemmInputs::fp32) {
-    return status_of(cublasSgemm(handle, op_a, op_b, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+    return status_of(cublas::sgemm(handle, op_a, op_b, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
   }
   cuda::Scratch scratch(stream);
   const std::size_t a_bytes = cuda::aligned(a_count * sizeof(std::uint16_t));
@@ -80,8 +80,8 @@ Status gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_
                 : launch::cast_fp32_to_fp16(b16, b, static_cast<long>(b_count), stream);
   if (status != Status::success) return status;
   const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  return status_of(cublasGemmEx(handle, op_a, op_b, m, n, k, &one, a16, type, lda, b16, type, ldb, &beta, c, CUDA_R_32F,
-                                ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return status_of(cublas::gemm_ex(handle, op_a, op_b, m, n, k, &one, a16, type, lda, b16, type, ldb, &beta, c,
+                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols); }

@@ -10,6 +10,7 @@ const char* status_string(Status status) {
     case Status::invalid_value: return "invalid value (a negative size or a null pointer)";
     case Status::alloc_failed: return "device memory allocation failed";
     case Status::execution_failed: return "kernel launch or copy failed";
+    case Status::library_missing: return "the cuBLAS library could not be opened";
   }
   return "unknown status";
 }

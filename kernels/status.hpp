@@ -11,9 +11,14 @@ enum class Status {
   invalid_value,     // a size is negative, or a pointer is null where data is needed
   alloc_failed,      // device memory could not be allocated
   execution_failed,  // a launch, copy or synchronisation reported an error
+  library_missing,   // a CUDA library opened at first use (cuBLAS) could not be opened
 };
 
 // A short lower-case description ("no CUDA device visible"), like cublasGetStatusString.
 const char* status_string(Status status);
+
+// After a library_missing: why the library could not be opened, naming it ("libcublas.so.13:
+// cannot open shared object file: ..."); "" while nothing has failed to open.
+const char* missing_library_reason();
 
 }  // namespace hetflow::kernels

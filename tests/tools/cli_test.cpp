@@ -60,6 +60,21 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
   }
 }
 
+// Linking cuBLAS made every process ~200 MiB resident before main, only for GPU GEMMs
+// (kernels/cublas_loader.hpp). Simulating or training on the CPU must never open it; the
+// dynamic loader's own log (LD_DEBUG=files) names every library a process opens, linked or not.
+TEST(Cli, NothingButAGpuGemmOpensCublas) {
+  const std::string model = "--model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256";
+  for (const std::string& args : {std::string("--version"), "simulate --cluster cpu-2 " + model + " --iterations 1",
+                                  "run --cluster cpu-2 " + model + " --workspace 0 --steps 1"}) {
+    const auto r = run_hetflow(args, "LD_DEBUG=files");
+    ASSERT_EQ(r.status, 0) << args << "\n" << r.err;
+    ASSERT_NE(r.err.find("file=libc.so.6"), std::string::npos) << "no loader log: LD_DEBUG is not glibc's here?";
+    EXPECT_EQ(r.err.find("libcublas"), std::string::npos) << args << " opened cuBLAS";
+    EXPECT_EQ(r.err.find("libcublasLt"), std::string::npos) << args << " opened cuBLASLt";
+  }
+}
+
 // Found while fuzzing the command line: Boost.Program_options drops arguments that are not
 // options when the command takes none, so `hetflow plan 4` planned as if the 4 were absent.
 TEST(Cli, StrayArgumentsAreRefused) {
