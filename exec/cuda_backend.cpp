@@ -746,10 +746,13 @@ void run_compute(Job& job, double flop_scale) {
     if (groups > 0) await(job.lane.group[(groups - 1) % 2], nullptr, job.stop, job.where);
     ++groups;
   }
-  // The CPU proxy's pattern: (31 task + 7 iteration + i) mod 97 + 1 at float i.
+  // The CPU proxy's pattern: (31 task + 7 iteration + i) mod 97 + 1 at float i, into
+  // transient outputs only, as the CPU proxy: a persistent tensor is one copy for every
+  // iteration, which another iteration's transfer may be reading (a WSP worker's push).
   const size_t seed = static_cast<size_t>(job.task.task) * 31 + static_cast<size_t>(job.task.iteration) * 7;
   const float* from = job.gpu.pattern + seed % kPatternPeriod;
   for (const int tensor : job.s.plan->writes(job.task.task)) {
+    if (partition::is_persistent(job.s.plan->tensor(tensor).kind)) continue;
     const auto at = static_cast<size_t>(tensor);
     job.copy_device(job.s.copy[at], from, job.s.copy_bytes[at] / sizeof(float) * sizeof(float));
   }

@@ -41,7 +41,8 @@
 //    FLOPs times flop_scale (rounded up to a multiple of 64 rows of 2·1024·1024 FLOPs), issued in
 //    groups so that stop() is seen within a few milliseconds; then the CPU proxy's pattern
 //    (exec/cpu_backend.hpp: value (31·task + 7·iteration + i) mod 97 + 1 at float i) written
-//    into the device copy of each tensor the task writes.
+//    into the device copy of each transient tensor the task writes (persistent ones are left
+//    alone, as the CPU proxy leaves them: another iteration's transfer may be reading them).
 //  - send/recv: ncclSend/ncclRecv of the task's bytes (capped at max_message_bytes) from and
 //    into the device copies of the tensors the task reads and writes, on the channel's own
 //    communicator (exec/cuda_plan.hpp says why one per channel).
