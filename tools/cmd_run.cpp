@@ -93,8 +93,8 @@ Request read_request(po::variables_map& vm) {
                                                             vm["watchdog"].as<std::string>() + "'");
   }
   r.flop_scale = parsed(vm, "flop-scale", u::parse_number);
-  if (!(r.flop_scale >= 0 && r.flop_scale <= 1e6)) {
-    throw InputError("<command line>", 0, "--flop-scale", "expected a factor between 0 and 1e6, found '" +
+  if (!(r.flop_scale > 0 && r.flop_scale <= 1e6)) {
+    throw InputError("<command line>", 0, "--flop-scale", "expected a factor above 0 and at most 1e6, found '" +
                                                               vm["flop-scale"].as<std::string>() + "'");
   }
   r.max_buffer_bytes = parsed(vm, "max-buffer", u::parse_bytes);
@@ -241,6 +241,11 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
     if (r.compute == "real") throw;
     t.proxy_reason = e.what();
   }
+  if (t.training && r.flop_scale != 1) {
+    // Real math does the model's work, all of it; a scaled prediction would not be of this run.
+    throw InputError("<command line>", 0, "--flop-scale",
+                     "scales proxies' work, and this run trains for real (give --compute proxy to scale it)");
+  }
   if (!t.training) {
     for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
                                         {"--save-weights", r.save_weights}}) {
@@ -359,10 +364,11 @@ Figures figures(const traces::Trace& trace, const partition::Plan& plan, int war
   return f;
 }
 
-// Model FLOPs per second over the devices' peak, for an iteration of this length.
-double mfu(const partition::Plan& plan, double iteration_time_s, bool real) {
+// Model FLOPs per second over the devices' peak, for an iteration of this length; a proxy run
+// scaled by --flop-scale does that share of the model's FLOPs.
+double mfu(const partition::Plan& plan, double iteration_time_s, bool real, double flop_scale) {
   const double peak = peak_flops_per_s(plan, real ? model::Precision::fp32 : plan.layout.precision);
-  const double model_flops = plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration();
+  const double model_flops = plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration() * flop_scale;
   return peak > 0 && iteration_time_s > 0 ? model_flops / iteration_time_s / peak : 0;
 }
 
@@ -375,7 +381,7 @@ struct Simulated {
 };
 
 Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibration& calibration, int warmup,
-                        const partition::CostModel& cost, bool real) {
+                        const partition::CostModel& cost, bool real, double flop_scale) {
   Simulated out;
   sim::SimOptions options;
   options.calibration = calibration;
@@ -387,7 +393,7 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
       return out;
     }
     out.f = figures(r.trace, scaled_plan, warmup);
-    out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, real);
+    out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, real, flop_scale);
     out.m = traces::compute_metrics(r.trace, scaled_plan, cost);
   } catch (const Error& e) {
     out.error = e.what();
@@ -482,6 +488,18 @@ std::string percent(double fraction) {
   return s.str();
 }
 
+// A table cell `width` wide, right-aligned, always after a space: a value too wide for its
+// column pushes the rest of the row right instead of running into its neighbour.
+std::string cell(const std::string& text, int width) {
+  const auto pad = static_cast<size_t>(std::max(0, width - 1 - static_cast<int>(text.size())));
+  return " " + std::string(pad, ' ') + text;
+}
+
+// The row's name, left-aligned in `width` (a longer name keeps its space before the cells).
+std::string name_cell(const std::string& text, int width) {
+  return "  " + text + std::string(static_cast<size_t>(std::max(0, width - static_cast<int>(text.size()))), ' ');
+}
+
 void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, const exec::RunResult& result,
                  const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
@@ -521,14 +539,13 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
     if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
     out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }
-  out << "\n  " << std::left << std::setw(16) << "" << std::right << std::setw(12) << "measured" << std::setw(13)
-      << "simulated" << std::setw(10) << "error" << std::setw(12) << "estimate" << std::setw(10) << "error" << "\n";
+  out << "\n" << name_cell("", 16) << cell("measured", 12) << cell("simulated", 13) << cell("error", 10)
+      << cell("estimate", 12) << cell("error", 10) << "\n";
   // Each figure beside the simulator's prediction and the analytic estimate of the same plan.
   auto row = [&](const std::string& what, double measured, double simulated, double estimate, auto show) {
-    out << "  " << std::left << std::setw(16) << what << std::right << std::setw(12) << show(measured) << std::setw(13)
-        << (sim.completed ? show(simulated) : std::string("-")) << std::setw(10)
-        << (sim.completed ? percent(relative_error(measured, simulated)) : std::string("-")) << std::setw(12)
-        << show(estimate) << std::setw(10) << percent(relative_error(measured, estimate)) << "\n";
+    out << name_cell(what, 16) << cell(show(measured), 12) << cell(sim.completed ? show(simulated) : "-", 13)
+        << cell(sim.completed ? percent(relative_error(measured, simulated)) : "-", 10) << cell(show(estimate), 12)
+        << cell(percent(relative_error(measured, estimate)), 10) << "\n";
   };
   auto number = [](int precision) {
     return [precision](double x) {
@@ -548,9 +565,8 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   if (plan.network.tokens_per_sample > 1) row("tokens/s", f.tokens_per_s, sim.f.tokens_per_s, e.throughput_tokens_per_s, number(0));
   row("MFU", f.mfu, sim.f.mfu, f.analytic_mfu, share);
   if (!sim.error.empty()) out << "  (no simulation: " << sim.error << ")\n";
-  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "utilization" << std::setw(11)
-      << "simulated" << std::setw(12) << "busy" << std::setw(11) << "simulated" << std::setw(17) << "peak tensors"
-      << std::setw(11) << "plan" << "\n";
+  out << "\n" << name_cell("device", 16) << cell("utilization", 13) << cell("simulated", 11) << cell("busy", 12)
+      << cell("simulated", 11) << cell("peak tensors", 17) << cell("plan", 11) << "\n";
   size_t shown = 0;
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
     if (e.busy_s[d] == 0 && result.memory[d].peak_transient_bytes == 0) continue;
@@ -558,12 +574,11 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
     const double util = d < m.devices.size() ? m.devices[d].utilization : 0;
     const double busy = d < m.devices.size() ? m.devices[d].busy_s : 0;
     const bool has_sim = sim.completed && d < sim.m.devices.size();
-    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(13) << share(util)
-        << std::setw(11)
-        << (has_sim ? share(sim.m.devices[d].utilization) : std::string("-")) << std::setw(12) << u::human_time_s(busy)
-        << std::setw(11) << (has_sim ? u::human_time_s(sim.m.devices[d].busy_s) : std::string("-")) << std::setw(17)
-        << u::human_bytes(result.memory[d].peak_transient_bytes) << std::setw(11)
-        << u::human_bytes(plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes) << "\n";
+    out << name_cell(plan.device_names[d], 16) << cell(share(util), 13)
+        << cell(has_sim ? share(sim.m.devices[d].utilization) : "-", 11) << cell(u::human_time_s(busy), 12)
+        << cell(has_sim ? u::human_time_s(sim.m.devices[d].busy_s) : "-", 11)
+        << cell(u::human_bytes(result.memory[d].peak_transient_bytes), 17)
+        << cell(u::human_bytes(plan.memory[d].activations_bytes + plan.memory[d].buffers_bytes), 11) << "\n";
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
   out << "  (peak tensors: transient tensors alive at once, by the plan's bytes; ";
@@ -574,15 +589,13 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   }
   if (!t.training) return;
   // The model's own memory, measured, beside the plan's memory model of the same device.
-  out << "\n  " << std::left << std::setw(16) << "device" << std::right << std::setw(13) << "model peak" << std::setw(13)
-      << "plan" << std::setw(10) << "error" << "\n";
+  out << "\n" << name_cell("device", 16) << cell("model peak", 13) << cell("plan", 13) << cell("error", 10) << "\n";
   shown = 0;
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
     const double measured = result.memory[d].peak_model_bytes, planned = model_bytes_planned(plan.memory[d]);
     if (measured == 0 || ++shown > 32) continue;
-    out << "  " << std::left << std::setw(16) << plan.device_names[d] << std::right << std::setw(13)
-        << u::human_bytes(measured) << std::setw(13) << u::human_bytes(planned) << std::setw(10)
-        << percent(relative_error(measured, planned)) << "\n";
+    out << name_cell(plan.device_names[d], 16) << cell(u::human_bytes(measured), 13) << cell(u::human_bytes(planned), 13)
+        << cell(percent(relative_error(measured, planned)), 10) << "\n";
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
   out << "  (model peak: the real math's arrays alive at once (parameters, gradients, AdamW moments, what the\n"
@@ -668,10 +681,11 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
   const bool real = training.training != nullptr;
   Figures f = figures(result.trace, plan, request.warmup);
-  f.mfu = mfu(plan, f.iteration_time_s, real);
-  f.analytic_mfu = mfu(plan, analytic.iteration_time_s, real);
-  const Simulated simulated =
-      result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster), request.warmup, cost, real) : Simulated{};
+  f.mfu = mfu(plan, f.iteration_time_s, real, request.flop_scale);
+  f.analytic_mfu = mfu(plan, analytic.iteration_time_s, real, request.flop_scale);
+  const Simulated simulated = result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster),
+                                                               request.warmup, cost, real, request.flop_scale)
+                                               : Simulated{};
   if (training.training) f.losses = training.training->losses();
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
   if (vm.count("metrics")) write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics");

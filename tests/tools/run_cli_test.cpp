@@ -60,6 +60,22 @@ TEST(RunCli, TextReportAndPlanFile) {
   }
 }
 
+// A proxy run at --flop-scale s does s of the model's FLOPs, and MFU counts those: the
+// simulator's and the estimate's MFU, against the cost model's own peak, cannot pass 100 %
+// (they read 18,000 % when MFU counted the whole model's FLOPs).
+TEST(RunCli, MfuOfAScaledProxyRunCountsTheFlopsItRan) {
+  const auto r = run_hetflow("run --cluster cpu-2 --model gpt2-124m --pipeline 2 --microbatches 4 --compute proxy "
+                             "--flop-scale 0.002 --steps 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["flop_scale"], 0.002);
+  for (const char* field : {"analytic_mfu", "simulated_mfu"}) {
+    EXPECT_GT(j[field].get<double>(), 0.05) << field;
+    EXPECT_LE(j[field].get<double>(), 1.0) << field;
+  }
+  EXPECT_GT(j["mfu"].get<double>(), 0) << r.out;
+}
+
 TEST(RunCli, BadOptionsExit2) {
   struct Bad {
     const char* args;
@@ -70,6 +86,9 @@ TEST(RunCli, BadOptionsExit2) {
       {"--warmup -1", "--warmup"},
       {"--watchdog soon", "--watchdog"},
       {"--flop-scale -2", "--flop-scale"},
+      {"--flop-scale 0", "--flop-scale: expected a factor above 0"},
+      {"--flop-scale 0.5 --compute real", "--flop-scale: scales proxies' work, and this run trains for real"},
+      {"--flop-scale 0.5", "--flop-scale: scales proxies' work"},
       {"--max-buffer 2TiB", "--max-buffer"},
       {"--iterations 4", "--steps"},
       {"--steps 100000 --max-tasks 1000", "--max-tasks"},
