@@ -1,6 +1,7 @@
 #include "tools/cli.hpp"
 
 #include <fstream>
+#include <string>
 #include <ostream>
 
 #include "model/error.hpp"
@@ -22,6 +23,15 @@ void refuse_boost_placeholders(const std::string& command, const std::vector<std
       }
     }
   }
+}
+
+// What to use instead of an option another command takes ("" for none known).
+std::string instead_of(const std::string& command, const std::string& option) {
+  if (command == "run" && option == "--iterations") return " (hetflow run takes --steps and --warmup instead)";
+  if (command == "run" && option == "--fold") {
+    return " (folded replicas are for simulation: hetflow run runs every device)";
+  }
+  return "";
 }
 }  // namespace
 
@@ -46,6 +56,8 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
       return false;
     }
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    throw InputError("<command line>", 0, "hetflow " + command, e.what() + instead_of(command, e.get_option_name()));
   } catch (const po::error& e) {
     throw InputError("<command line>", 0, "hetflow " + command, e.what());
   }

@@ -46,11 +46,6 @@ struct CommandLine {
 };
 CommandLine read_command_line(const std::vector<std::string>& args, std::ostream& out);
 
-// simulate runs 3 iterations (warm-up + steady state) unless --iterations is given: args are
-// parsed again with `--iterations 3` added.
-void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
-                                 po::variables_map& vm);
-
 // Parses args against `options` (plus --help and --json, added here) and the positional
 // arguments, if any. Returns false when --help was given (usage already printed to out,
 // whatever else is missing or wrong). Throws InputError on bad options.

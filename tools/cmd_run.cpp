@@ -78,9 +78,6 @@ Request read_request(po::variables_map& vm) {
   if (backend != "cpu" && backend != "cuda") {
     throw InputError("<command line>", 0, "--backend", "expected cpu or cuda, found '" + backend + "'");
   }
-  if (!vm["iterations"].defaulted()) {
-    throw InputError("<command line>", 0, "--iterations", "hetflow run takes --steps (and --warmup) instead");
-  }
   Request r;
   r.backend = backend;
   r.steps = vm["steps"].as<int>();
@@ -606,7 +603,7 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
 }  // namespace
 
 void run_options(po::options_description& options) {
-  add_plan_options(options);
+  add_plan_options(options, PlanCommand::run);
   options.add_options()
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
       ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, cuBLAS and NCCL)")

@@ -38,8 +38,7 @@ std::vector<std::string> list(const po::variables_map& vm, const char* name) {
 
 // --- step 1: what was asked ---
 
-partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::options_description& options,
-                                   po::variables_map& vm) {
+partition::Plan read_or_build_plan(const po::variables_map& vm) {
   if (vm.count("plan")) {
     // A plan fixes its cluster, network and layout; only the run length may change.
     for (const auto& [name, value] : vm) {
@@ -62,7 +61,6 @@ partition::Plan read_or_build_plan(const std::vector<std::string>& args, po::opt
     }
     return plan;
   }
-  default_simulate_iterations(args, options, vm);
   return plan_from_options(vm).plan;
 }
 
@@ -178,24 +176,8 @@ Json breakdown_json(const traces::Breakdown& b) {
 
 }  // namespace
 
-void default_simulate_iterations(const std::vector<std::string>& args, po::options_description& options,
-                                 po::variables_map& vm) {
-  if (!vm["iterations"].defaulted()) return;
-  // Warm-up + steady state. In front: after a `--` the option would be a positional argument.
-  std::vector<std::string> with_iterations = {"--iterations", "3"};
-  with_iterations.insert(with_iterations.end(), args.begin(), args.end());
-  vm = po::variables_map();
-  try {  // as parse_options parsed them (it succeeded; this keeps it a refusal if not)
-    const po::positional_options_description none;
-    po::store(po::command_line_parser(with_iterations).options(options).positional(none).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError("<command line>", 0, "hetflow simulate", e.what());
-  }
-}
-
 void simulate_options(po::options_description& options) {
-  add_plan_options(options);
+  add_plan_options(options, PlanCommand::simulate);
   options.add_options()
       ("plan", po::value<std::string>(), "simulate this plan file instead of planning from the options")
       ("trace", po::value<std::string>(), "write the trace as CSV (the traces/ format)")
@@ -214,7 +196,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   po::variables_map vm;
   if (!parse_command_options("simulate", args, options, vm, out)) return 0;
   // 1. What was asked.
-  Request request{read_or_build_plan(args, options, vm), {}};
+  Request request{read_or_build_plan(vm), {}};
   const partition::Plan& plan = request.plan;
   // The simulator unrolls every iteration: bound the total before it allocates for them
   // (and before validation, which refuses beyond its own, larger bound).

@@ -96,7 +96,6 @@ CommandLine read_command_line(const std::vector<std::string>& args, std::ostream
   if (line.help) return line;
   const bool plans = line.command == "plan" || line.command == "simulate";
   if (line.command == "simulate") {
-    if (!line.vm.count("plan")) default_simulate_iterations(rest, options, line.vm);
     (void)read_max_tasks(line.vm);
   }
   if (plans && !line.vm.count("plan")) (void)read_plan_options(line.vm);

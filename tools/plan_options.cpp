@@ -22,7 +22,7 @@
 
 namespace hetflow::tools {
 
-void add_plan_options(po::options_description& options) {
+void add_plan_options(po::options_description& options, PlanCommand command) {
   add_cluster_model_options(options);
   options.add_options()
       ("policy", po::value<std::string>()->default_value("uniform"),
@@ -48,13 +48,22 @@ void add_plan_options(po::options_description& options) {
        "gradient all-reduce bucket size (at most 1,000,000 buckets per iteration)")
       ("overlap-grad-reduce",
        "start each bucket's all-reduce as the last backward makes its gradients (Megatron's option)")
-      ("iterations", po::value<int>()->default_value(1), "training iterations in the plan")
       ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
        "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
       ("fp32-grad-accumulation", "keep fp32 gradients (Megatron's main_grad): +4 B/param")
-      ("fold", "plan one replica for identical data-parallel workers (simulate only: much faster for many replicas)")
       ("workspace", po::value<std::string>()->default_value("1 GiB"), "per-device memory reserved for workspace (0 to 1 PiB)")
       ("calibration", po::value<std::string>(), "calibration YAML (efficiencies, link factors)");
+  if (command == PlanCommand::plan) {
+    options.add_options()("iterations", po::value<int>()->default_value(1),
+                          "training iterations in the plan (simulate's own default is 3)");
+  } else if (command == PlanCommand::simulate) {
+    options.add_options()("iterations", po::value<int>()->default_value(3),
+                          "iterations simulated, the first warm-up (with --plan: the plan's own unless given)");
+  }
+  if (command != PlanCommand::run) {
+    options.add_options()("fold", "plan one replica for identical data-parallel workers (for simulation: much "
+                                  "faster for many replicas; hetflow run runs every device)");
+  }
   add_kernel_options(options);
 }
 
@@ -121,7 +130,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.allreduce = parse_option<partition::CollectiveAlgorithm>(vm, "allreduce", partition::parse_collective_algorithm);
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
   o.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
-  o.iterations = vm["iterations"].as<int>();
+  o.iterations = vm.count("iterations") ? vm["iterations"].as<int>() : 1;
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
   o.kernels = read_kernel_options(vm);
   o.fold = vm.count("fold") > 0;

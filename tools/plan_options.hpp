@@ -8,7 +8,11 @@
 
 namespace hetflow::tools {
 
-void add_plan_options(po::options_description& options);
+// Which command takes the options: simulate runs 3 iterations unless told (the first is
+// warm-up); run measures --steps after --warmup and runs every device, so it takes neither
+// --iterations nor --fold.
+enum class PlanCommand { plan, simulate, run };
+void add_plan_options(po::options_description& options, PlanCommand command = PlanCommand::plan);
 partition::PlanOptions read_plan_options(const po::variables_map& vm);
 // --calibration, its GPU type names resolved against the cluster (an unknown name is an
 // error naming the file); the defaults without the option.
