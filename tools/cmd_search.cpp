@@ -122,6 +122,12 @@ void simulate_row(Row& row, const model::Cluster& cluster, const model::Network&
   row.exposed_comm_s = m.exposed_comm_s;
 }
 
+std::string percent(double fraction) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << 100 * fraction << "%";
+  return s.str();
+}
+
 void print_rows(std::ostream& out, const std::vector<Row>& rows, bool named) {
   size_t width = 4;
   for (const Row& r : rows) width = std::max(width, (named ? r.name + ": " : std::string()).size() + r.candidate.summary.size());
@@ -140,7 +146,7 @@ void print_rows(std::ostream& out, const std::vector<Row>& rows, bool named) {
     out << "  " << std::left << std::setw(static_cast<int>(width) + 6) << label.str() << std::right << std::setw(11)
         << u::human_time_s(r.candidate.estimate.iteration_time_s) << std::setw(11)
         << (r.simulated ? u::human_time_s(r.simulated_s) : std::string("-")) << std::setw(11) << std::fixed
-        << std::setprecision(1) << samples << std::setw(7) << (r.simulated ? 100 * r.mfu : 0) << "%" << std::setw(11)
+        << std::setprecision(1) << samples << std::setw(8) << (r.simulated ? percent(r.mfu) : std::string("-")) << std::setw(11)
         << u::human_bytes(r.candidate.headroom_bytes) << std::setw(8) << std::setprecision(3)
         << (r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction) << std::setw(10)
         << (r.simulated ? u::human_time_s(r.exposed_comm_s) : std::string("-")) << "  " << r.candidate.slowest_device << " ("
@@ -573,6 +579,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   space.tensors = int_list(vm, "tensor");
   space.pipelines = int_list(vm, "pipeline");
   space.micro_batches = int_list(vm, "micro-batch");
+  for (const int m : space.micro_batches) {
+    if (s.global_batch % m != 0) {
+      throw InputError("<command line>", 0, "--micro-batch",
+                       "expected sizes that divide --global-batch " + std::to_string(s.global_batch) + ", found " +
+                           std::to_string(m));
+    }
+  }
   if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
   space.staleness = vm["staleness"].as<int>();
   if (space.staleness < 0 || space.staleness > 64) throw InputError("<command line>", 0, "--staleness", "expected 0 to 64");
@@ -688,11 +701,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   if (top > 0) {
     out << "; " << ranked.size() << " plans simulated (" << sim_iterations << " iterations): the best " << top
         << " estimates, each other synchronisation's best and each baseline family's";
+  } else {
+    out << "; none simulated (--top 0): ranked by the estimate alone";
   }
   out << "\n\n";
   print_rows(out, ranked, false);
   out << "\nbaselines (the " << (s.by_cost ? "cheapest" : "fastest") << " of each one's best " << std::max(top, 1)
-      << " estimates, simulated):\n";
+      << (top > 0 ? " estimates, simulated):\n" : " estimate):\n");
   print_rows(out, baselines, true);
   out << "\nbest: " << best.candidate.summary << ", " << u::human_time_s(best.time_s()) << " per iteration";
   if (cluster.priced()) {

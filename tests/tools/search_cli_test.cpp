@@ -101,6 +101,21 @@ TEST(SearchCli, BadOptionsNameTheOption) {
   const auto recompute = run_hetflow("search --model vgg19 --global-batch 8 --recompute sometimes");
   EXPECT_NE(recompute.status, 0);
   EXPECT_NE(recompute.err.find("--recompute"), std::string::npos) << recompute.err;
+  // A micro-batch that cannot split the batch is a mistake in the options, not a plan that
+  // does not fit (it was exit 3, "none of the candidates fits").
+  const auto split = run_hetflow("search --model vgg19 --global-batch 7 --micro-batch 1,2");
+  EXPECT_EQ(split.status, 2);
+  EXPECT_NE(split.err.find("--micro-batch: expected sizes that divide --global-batch 7, found 2"), std::string::npos)
+      << split.err;
+}
+
+// --top 0 simulates nothing: the table says so instead of an MFU of 0.
+TEST(SearchCli, TopZeroRanksByTheEstimateAlone) {
+  const auto r = run_hetflow("search --cluster cpu-4 --model gpt:layers=4,hidden=128,heads=4,seq=64,vocab=512 "
+                             "--global-batch 8 --top 0");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("none simulated (--top 0): ranked by the estimate alone"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0.0%"), std::string::npos) << r.out;
 }
 
 namespace {
