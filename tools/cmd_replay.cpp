@@ -155,7 +155,7 @@ std::string percent(double fraction) {
 
 void replay_options(po::options_description& options) {
   options.add_options()
-      ("trace-file", po::value<std::string>()->required(), "the trace to replay (CSV, the traces/ format)")
+      ("trace-file", po::value<std::string>(), "the trace to replay (CSV, the traces/ format; the first argument)")
       ("plan", po::value<std::string>()->required(), "the plan file the trace ran (its fingerprint must match)")
       ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
       ("trace", po::value<std::string>(), "write the replayed trace as CSV")
@@ -170,6 +170,11 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("replay options");
   po::variables_map vm;
   if (!parse_command_options("replay", args, options, vm, out)) return 0;
+  if (!vm.count("trace-file")) {  // --trace names the output here, as in simulate and run
+    throw InputError("<command line>", 0, "TRACE",
+                     "expected the trace to replay as the first argument (--trace names the file the replayed trace "
+                     "is written to)");
+  }
   // 1. The trace and its plan.
   const Replay r = read_replay(vm);
 

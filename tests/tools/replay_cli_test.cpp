@@ -117,6 +117,13 @@ TEST(ReplayCli, AForeignTruncatedOrMalformedTraceIsRefusedNamingTheFile) {
   const auto no_plan = run_hetflow("replay " + f.trace);
   EXPECT_EQ(no_plan.status, 2);
   EXPECT_NE(no_plan.err.find("plan"), std::string::npos) << no_plan.err;
+  // --trace is replay's output, as in simulate and run; taken for the input, it says so.
+  const auto no_trace = run_hetflow("replay --trace " + f.trace + " --plan " + f.plan);
+  EXPECT_EQ(no_trace.status, 2);
+  EXPECT_NE(no_trace.err.find("TRACE: expected the trace to replay as the first argument (--trace names the file the "
+                              "replayed trace is written to)"),
+            std::string::npos)
+      << no_trace.err;
 }
 
 // --metrics on simulate, replay and run: a row per iteration whose times add up to the
