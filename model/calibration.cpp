@@ -168,6 +168,7 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
         throw InputError(file, yaml_util::line_of(kv.first), "gpus." + name, "given twice (GPU types are case-insensitive)");
       }
       c.gpus[name] = parse_gpu(kv.second, file, "gpus." + name);
+      c.gpu_lines[name] = yaml_util::line_of(kv.first);
     }
   }
   if (r.has("links")) {
@@ -248,6 +249,13 @@ std::string write_calibration(const Calibration& c) {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+int line_in(const Calibration& calibration, const std::string& gpu) {
+  const auto at = calibration.gpu_lines.find(gpu);
+  return at == calibration.gpu_lines.end() ? 0 : at->second;
+}
+}  // namespace
+
 Calibration resolve_calibration(const Calibration& calibration, const Cluster& cluster, const std::string& file) {
   Calibration out = calibration;
   out.gpus.clear();
@@ -267,12 +275,13 @@ Calibration resolve_calibration(const Calibration& calibration, const Cluster& c
     if (canonical.empty()) {
       std::string hint;
       for (const std::string& n : nearest_names(name, known)) hint += (hint.empty() ? "" : ", ") + n;
-      throw InputError(file, 0, "gpus." + name,
+      throw InputError(file, line_in(calibration, name), "gpus." + name,
                        "unknown GPU type '" + name + "' (neither built in nor defined by cluster " + cluster.name +
                            "); nearest known: " + hint);
     }
     if (out.gpus.count(canonical) != 0) {
-      throw InputError(file, 0, "gpus." + name, "GPU type " + canonical + " is given twice (names are case-insensitive)");
+      throw InputError(file, line_in(calibration, name), "gpus." + name,
+                       "GPU type " + canonical + " is given twice (names are case-insensitive)");
     }
     out.gpus[canonical] = efficiency;
   }

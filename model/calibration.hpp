@@ -87,10 +87,15 @@ struct Calibration {
   GpuEfficiency default_gpu;
   std::map<std::string, GpuEfficiency> gpus;     // by GPU type name
   std::map<std::string, LinkCalibration> links;  // by link class: pcie, nvlink, nvswitch, nic, wan
+  // Where each `gpus` entry was in the file it was read from, for resolve_calibration's
+  // messages; not part of the value (== ignores it).
+  std::map<std::string, int> gpu_lines;
 
   const GpuEfficiency& gpu(const std::string& type) const;
   LinkCalibration link(const std::string& link_class) const;
-  bool operator==(const Calibration&) const = default;
+  bool operator==(const Calibration& o) const {
+    return default_gpu == o.default_gpu && gpus == o.gpus && links == o.links;
+  }
 };
 
 // YAML (JSON accepted):

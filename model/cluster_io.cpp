@@ -190,6 +190,7 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
   for (const Region& region : c.regions) region_names.insert(region.name);
   std::set<std::string> node_names;
   long long gpus = 0;
+  FieldLines lines{{"nodes", yaml_util::line_of(nodes)}};
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     std::vector<Node> expanded = parse_nodes(nodes[i], file, path, find_gpu, gpu_names, c.regions.front().name);
@@ -208,6 +209,7 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
         throw InputError(file, yaml_util::line_of(nodes[i]), path + ".name",
                          "duplicate node name '" + n.name + "'");
       }
+      lines["nodes[" + std::to_string(c.nodes.size()) + "]"] = yaml_util::line_of(nodes[i]);
       c.nodes.push_back(std::move(n));
     }
   }
@@ -241,14 +243,38 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
       c.wan.push_back(w);
     }
   }
+  if (r.has("regions")) {
+    const YAML::Node list = r.get("regions");
+    lines["regions"] = yaml_util::line_of(list);
+    lines["wan"] = yaml_util::line_of(r.has("wan") ? r.get("wan") : list);  // regions without links: where they are
+    for (size_t i = 0; i < c.regions.size() && i < list.size(); ++i) {
+      lines["regions." + c.regions[i].name] = yaml_util::line_of(list[i]);
+    }
+  }
+  if (r.has("gpu_types")) {
+    const YAML::Node list = r.get("gpu_types");
+    for (size_t i = 0; i < c.gpu_types.size() && i < list.size(); ++i) {
+      lines["gpu_types." + c.gpu_types[i].name] = yaml_util::line_of(list[i]);
+    }
+  }
   r.finish();
-  validate_cluster(c, file);
+  validate_cluster(c, file, lines);
   return c;
 }
 
-void validate_cluster(const Cluster& c, const std::string& file) {
+void validate_cluster(const Cluster& c, const std::string& file, const FieldLines& lines) {
+  auto line_of = [&lines](const std::string& field) {
+    int line = 0;
+    size_t longest = 0;
+    for (const auto& [prefix, at] : lines) {
+      const bool prefixes = field.compare(0, prefix.size(), prefix) == 0 &&
+                            (field.size() == prefix.size() || field[prefix.size()] == '.' || field[prefix.size()] == '[');
+      if (prefixes && prefix.size() > longest) line = at, longest = prefix.size();
+    }
+    return line;
+  };
   auto fail = [&](const std::string& field, const std::string& message) {
-    throw InputError(file, 0, field, message);
+    throw InputError(file, line_of(field), field, message);
   };
   if (c.nodes.empty()) fail("nodes", "expected at least one node (an empty cluster cannot train)");
   if (c.regions.empty()) fail("regions", "expected at least one region");

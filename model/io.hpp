@@ -2,6 +2,7 @@
 // Reading and writing cluster and network descriptions (YAML; JSON is accepted since it is
 // YAML's flow form), and resolving what users type after --cluster / --model.
 // Every error is an InputError naming the file, the line and the field.
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,10 +26,15 @@ Network parse_network(const std::string& text, const std::string& file,
 // YAML with every layer explicit, which parse_network reads back to an equal Network.
 std::string write_network(const Network& network);
 
+// Where a file's entries are, by field ("nodes[3]" -> 14, for the node a `count:` entry made
+// too): a check made after reading names the line of the longest field that prefixes its own.
+using FieldLines = std::map<std::string, int>;
+
 // Consistency checks that hold for any cluster, whatever its source: a non-empty node list,
 // positive sizes, known GPU types (with the nearest known names), unique node names,
-// known regions, WAN links that connect every region. Throws InputError naming `file`.
-void validate_cluster(const Cluster& cluster, const std::string& file);
+// known regions, WAN links that connect every region. Throws InputError naming `file` (and
+// the line, where `lines` knows it).
+void validate_cluster(const Cluster& cluster, const std::string& file, const FieldLines& lines = {});
 
 // --cluster X: a built-in preset name, or a path to a YAML/JSON file.
 Cluster load_cluster(std::string_view name_or_path);

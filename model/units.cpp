@@ -73,7 +73,7 @@ constexpr std::array kByteUnits{
     Unit{"B", 1},          Unit{"kB", 1e3},          Unit{"KB", 1e3},
     Unit{"MB", 1e6},       Unit{"GB", 1e9},          Unit{"TB", 1e12},
     Unit{"PB", 1e15},      Unit{"KiB", kKi},         Unit{"MiB", kKi * kKi},
-    Unit{"GiB", kKi * kKi * kKi}, Unit{"TiB", kKi * kKi * kKi * kKi},
+    Unit{"GiB", kKi * kKi * kKi}, Unit{"TiB", kKi * kKi * kKi * kKi}, Unit{"PiB", kKi * kKi * kKi * kKi * kKi},
     Unit{"b", 1.0 / 8},    Unit{"kb", 1e3 / 8},      Unit{"Kb", 1e3 / 8},
     Unit{"Mb", 1e6 / 8},   Unit{"Gb", 1e9 / 8},      Unit{"Tb", 1e12 / 8},
 };
@@ -208,7 +208,8 @@ double parse_flops_per_s(std::string_view text) {
 
 std::string format_bytes(double bytes) {
   return format_with(bytes,
-                     {{"TiB", kKi * kKi * kKi * kKi}, {"TB", 1e12}, {"GiB", kKi * kKi * kKi},
+                     {{"PiB", kKi * kKi * kKi * kKi * kKi}, {"PB", 1e15}, {"TiB", kKi * kKi * kKi * kKi}, {"TB", 1e12},
+                      {"GiB", kKi * kKi * kKi},
                       {"GB", 1e9}, {"MiB", kKi * kKi}, {"MB", 1e6}, {"KiB", kKi}, {"kB", 1e3}},
                      "B");
 }
@@ -235,8 +236,8 @@ std::string format_price_usd_per_hour(double usd_per_hour) { return shortest(usd
 std::string format_number(double value) { return shortest(value); }
 
 std::string human_bytes(double bytes) {
-  return human(bytes, {{"TiB", kKi * kKi * kKi * kKi}, {"GiB", kKi * kKi * kKi}, {"MiB", kKi * kKi},
-                       {"KiB", kKi}},
+  return human(bytes, {{"PiB", kKi * kKi * kKi * kKi * kKi}, {"TiB", kKi * kKi * kKi * kKi}, {"GiB", kKi * kKi * kKi},
+                       {"MiB", kKi * kKi}, {"KiB", kKi}},
                "B");
 }
 

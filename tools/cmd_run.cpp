@@ -82,11 +82,11 @@ Request read_request(po::variables_map& vm) {
   r.backend = backend;
   r.steps = vm["steps"].as<int>();
   r.warmup = vm["warmup"].as<int>();
-  if (r.steps < 1 || r.steps > 1'000'000) throw InputError("<command line>", 0, "--steps", "expected 1 to 1000000");
-  if (r.warmup < 0 || r.warmup > 1'000'000) throw InputError("<command line>", 0, "--warmup", "expected 0 to 1000000");
+  if (r.steps < 1 || r.steps > 1'000'000) throw InputError("<command line>", 0, "--steps", "expected 1 to 1000000, found " + std::to_string(r.steps));
+  if (r.warmup < 0 || r.warmup > 1'000'000) throw InputError("<command line>", 0, "--warmup", "expected 0 to 1000000, found " + std::to_string(r.warmup));
   r.watchdog_s = parsed(vm, "watchdog", u::parse_time_s);
   if (!(r.watchdog_s > 0 && r.watchdog_s <= 86400)) {
-    throw InputError("<command line>", 0, "--watchdog", "expected a time between 0 and 1 day, found '" +
+    throw InputError("<command line>", 0, "--watchdog", "expected a time above 0 and at most 1 day, found '" +
                                                             vm["watchdog"].as<std::string>() + "'");
   }
   r.flop_scale = parsed(vm, "flop-scale", u::parse_number);
@@ -107,7 +107,7 @@ Request read_request(po::variables_map& vm) {
   if (vm.count("init-weights")) r.init_weights = vm["init-weights"].as<std::string>();
   if (vm.count("save-weights")) r.save_weights = vm["save-weights"].as<std::string>();
   const long long seed = vm["seed"].as<long long>();
-  if (seed < 0) throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0");
+  if (seed < 0) throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0, found " + std::to_string(seed));
   r.seed = static_cast<std::uint64_t>(seed);
   auto number = [&](const char* name, double low, double high, bool low_open) {
     const double x = parsed(vm, name, u::parse_number);

@@ -555,13 +555,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   const model::Network network = load_network_option(vm);
   SearchSettings s;
   s.global_batch = vm["global-batch"].as<int>();
-  if (s.global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample");
+  if (s.global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample, found " + std::to_string(s.global_batch));
   s.top = vm["top"].as<int>();
   s.sim_iterations = vm["sim-iterations"].as<int>();
-  if (s.top < 0 || s.top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000");
-  if (s.sim_iterations < 1 || s.sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100");
+  if (s.top < 0 || s.top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000, found " + std::to_string(s.top));
+  if (s.sim_iterations < 1 || s.sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100, found " + std::to_string(s.sim_iterations));
   s.threads = vm["threads"].as<int>();
-  if (s.threads < 0 || s.threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024");
+  if (s.threads < 0 || s.threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024, found " + std::to_string(s.threads));
   const std::string objective = vm["objective"].as<std::string>();
   if (objective != "time" && objective != "cost") throw InputError("<command line>", 0, "--objective", "expected time or cost, found '" + objective + "'");
   s.by_cost = objective == "cost";
@@ -588,7 +588,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   }
   if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
   space.staleness = vm["staleness"].as<int>();
-  if (space.staleness < 0 || space.staleness > 64) throw InputError("<command line>", 0, "--staleness", "expected 0 to 64");
+  if (space.staleness < 0 || space.staleness > 64) throw InputError("<command line>", 0, "--staleness", "expected 0 to 64, found " + std::to_string(space.staleness));
   if (vm.count("groupings")) {
     std::stringstream in(vm["groupings"].as<std::string>());
     for (std::string g; std::getline(in, g, ';');) {

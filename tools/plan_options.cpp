@@ -135,8 +135,11 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.kernels = read_kernel_options(vm);
   o.fold = vm.count("fold") > 0;
   o.workspace_bytes = parse_option<double>(vm, "workspace", model::units::parse_bytes);
-  if (o.pipeline < 0 || o.data < 0 || o.global_batch < 0 || o.microbatches < 0) {
-    throw InputError("<command line>", 0, "--pipeline/--data/--global-batch/--microbatches", "expected 0 (automatic) or more");
+  for (const auto& [option, value] : {std::pair{"--pipeline", o.pipeline}, {"--data", o.data},
+                                      {"--global-batch", o.global_batch}, {"--microbatches", o.microbatches}}) {
+    if (value < 0) {
+      throw InputError("<command line>", 0, option, "expected 0 (automatic) or more, found " + std::to_string(value));
+    }
   }
   // Sizes are finite once parsed; here they must also make sense.
   if (!(o.workspace_bytes >= 0 && o.workspace_bytes <= model::limits::kMaxMemory)) {

@@ -49,7 +49,7 @@ TEST(Units, FormatReadsBackExactly) {
   for (double v : {25e9, 12.5e9, 7e9, 3.125e9, 1.0 / 3 * 1e9, 123456789.0, 0.0, 1.0}) {
     EXPECT_EQ(u::parse_bandwidth_bytes_per_s(u::format_bandwidth(v)), v) << u::format_bandwidth(v);
   }
-  for (double v : {80.0 * (1 << 30), 16e9, 12345.0, 6.0 * (1 << 30)}) {
+  for (double v : {80.0 * (1 << 30), 16e9, 12345.0, 6.0 * (1 << 30), 1125899906842624.0, 2e15}) {
     EXPECT_EQ(u::parse_bytes(u::format_bytes(v)), v) << u::format_bytes(v);
   }
   for (double v : {5e-6, 2e-6, 0.04, 1e-9, 0.0, 1.0 / 7}) {
@@ -60,5 +60,7 @@ TEST(Units, FormatReadsBackExactly) {
   }
   EXPECT_EQ(u::format_bandwidth(25e9), "25 GB/s");
   EXPECT_EQ(u::format_bytes(80.0 * (1 << 30)), "80 GiB");
+  EXPECT_EQ(u::format_bytes(1125899906842624.0), "1 PiB");  // --workspace's bound, as its help says it
+  EXPECT_EQ(u::human_bytes(2.0 * 1125899906842624.0), "2 PiB");
   EXPECT_EQ(u::format_time_s(5e-6), "5 us");
 }

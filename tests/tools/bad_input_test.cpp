@@ -42,14 +42,14 @@ const BadInput kCases[] = {
      "nodes:\n  - {name: n, gpu: T4, gpus: 1, nic: {bandwidth: 1 Gb/s}}\n"
      "  - {name: n, gpu: T4, gpus: 1, nic: {bandwidth: 1 Gb/s}}\n",
      ":3: nodes[1].name", "duplicate node name 'n'"},
-    {"multi_node_without_nic", "--cluster", "nodes:\n  - {name: n, count: 2, gpu: T4, gpus: 1}\n", ": nodes[0].nic",
+    {"multi_node_without_nic", "--cluster", "nodes:\n  - {name: n, count: 2, gpu: T4, gpus: 1}\n", ":2: nodes[0].nic",
      "needs a NIC"},
     {"unknown_region", "--cluster", "nodes:\n  - {name: n, gpu: T4, gpus: 1, region: mars}\n", ":2: nodes[0].region",
      "unknown region 'mars'"},
     {"disconnected_regions", "--cluster",
      "regions:\n  - {name: a}\n  - {name: b}\nnodes:\n  - {name: n, gpu: T4, gpus: 1, region: a, nic: {bandwidth: 1 Gb/s}}\n"
      "  - {name: m, gpu: T4, gpus: 1, region: b, nic: {bandwidth: 1 Gb/s}}\n",
-     ": wan", "region 'b' is not connected"},
+     ":2: wan", "region 'b' is not connected"},
     {"duplicate_key", "--cluster", "nodes:\n  - {name: n, gpu: T4, gpus: 1,\n     gpus: 8}\n", ":3: nodes[0].gpus",
      "appears twice in one mapping; give it once"},
     {"not_a_mapping", "--cluster", "- just\n- a list\n", ":1: document", "expected a mapping"},
@@ -97,6 +97,24 @@ TEST_P(BadInputTest, ClearMessageAndExitStatus2) {
 
 INSTANTIATE_TEST_SUITE_P(Files, BadInputTest, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// Checks made once the whole file is read (a NIC needed because there is a second node, a
+// GPU type the cluster lacks) still name the line of the entry they blame.
+TEST(BadCommandLine, ChecksAfterReadingNameTheEntrysLine) {
+  const std::string cluster = write_file("late_nic.yaml", "name: two\nnodes:\n  - {name: a, gpu: T4, gpus: 1, nic: "
+                                                          "{bandwidth: 1 Gb/s}}\n  - {name: b, gpu: T4, gpus: 1}\n");
+  auto r = run_hetflow("describe --cluster " + cluster);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(cluster + ":4: nodes[1].nic: a node of a multi-node cluster needs a NIC"), std::string::npos)
+      << r.err;
+  const std::string calibration =
+      write_file("unknown_gpu.yaml", "default_gpu: {max_efficiency: 0.5}\ngpus:\n  V100-16: {max_efficiency: 0.5}\n"
+                                     "  Z100: {max_efficiency: 0.5}\n");
+  r = run_hetflow("simulate --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --calibration " +
+                  calibration);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(calibration + ":4: gpus.Z100: unknown GPU type 'Z100'"), std::string::npos) << r.err;
+}
 
 TEST(BadCommandLine, UnknownOptionsAndNamesExit2) {
   auto r = run_hetflow("describe --clutser x");

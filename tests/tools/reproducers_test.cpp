@@ -103,7 +103,7 @@ const Case kCases[] = {
      {"calib_overhead_huge.yaml:3: default_gpu.overhead: expected 0 or a quantity between", "found '1e300 s'"}},
     {"calib_unknown_gpu", "plan --calibration {D}/calib_unknown_gpu.yaml --pipeline 4 --recompute selective --json",
      {2},
-     {"calib_unknown_gpu.yaml: gpus.NoSuchGPU: unknown GPU type 'NoSuchGPU'", "nearest known:"}},
+     {"calib_unknown_gpu.yaml:1: gpus.NoSuchGPU: unknown GPU type 'NoSuchGPU'", "nearest known:"}},
     {"gpt_hidden_overflow", "describe --model gpt:layers=1,hidden=1000000000,heads=1 --cluster {D}/seeds/one.yaml",
      {2},
      {"hidden: expected a whole number between 1 and 1048576, found 1000000000"}},
