@@ -148,8 +148,8 @@ Cluster cpu_cluster(int devices, double flops_per_s) {
   char speed[64];
   std::snprintf(speed, sizeof speed, "%.17g", flops_per_s);
   const std::string n = std::to_string(devices);
-  const std::string yaml = "name: cpu-" + n + "\ndescription: " + n +
-                           " CPU devices of this host (threads of one process) for the executor's CPU back end\n"
+  const std::string yaml = "name: cpu-" + n + "\ndescription: " + n + (devices == 1 ? " CPU device" : " CPU devices") +
+                           " of this host (threads of one process) for the executor's CPU back end\n"
                            "gpu_types:\n  - {name: CPU, description: a CPU device running OpenBLAS sgemm on one thread, fp16: " +
                            speed + ", fp32: " + speed + ", bf16: " + speed +
                            ", memory: 16 GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n"

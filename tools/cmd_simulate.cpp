@@ -127,14 +127,30 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   out << std::fixed << std::setprecision(3);
   out << "  iteration time     " << u::human_time_s(m.iteration_time_s) << "   (analytic critical path "
       << u::human_time_s(analytic.iteration_time_s) << ")\n";
-  out << "  throughput         " << std::setprecision(2) << m.samples_per_s << " samples/s";
-  if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << m.tokens_per_s << " tokens/s";
+  // A workload read from Chakra traces has no virtual workers: no samples, no bubbles.
+  const bool has_workers = !plan.layout.workers.empty();
+  out << "  throughput         ";
+  if (has_workers) {
+    out << std::setprecision(2) << m.samples_per_s << " samples/s";
+    if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << m.tokens_per_s << " tokens/s";
+  } else {
+    out << "- (no samples: the workload has no virtual workers)";
+  }
   out << "\n" << std::setprecision(1);
   out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
-  out << "  bubble fraction    " << m.bubble_fraction << "\n";
+  out << "  bubble fraction    ";
+  if (has_workers) {
+    out << m.bubble_fraction << "\n";
+  } else {
+    out << "- (no pipeline schedule)\n";
+  }
   out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s) << " per iteration (mean over computing devices)\n";
   out << "  traffic/iteration ";
-  for (const auto& [cls, bytes] : m.bytes_per_link_class) out << " " << cls << " " << u::human_bytes(bytes) << ";";
+  const char* separator = " ";
+  for (const auto& [cls, bytes] : m.bytes_per_link_class) {
+    out << separator << cls << " " << u::human_bytes(bytes);
+    separator = "; ";
+  }
   out << "\n\n  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "utilization"
       << std::setw(12) << "busy" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
   size_t shown = 0;

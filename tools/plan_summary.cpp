@@ -70,7 +70,10 @@ void print_layout(std::ostream& out, const Plan& plan) {
       out << "\n";
     }
   }
-  if (shown < l.workers.size()) out << "  ... and " << l.workers.size() - shown << " more virtual workers\n";
+  if (shown < l.workers.size()) {
+    const size_t more = l.workers.size() - shown;
+    out << "  ... and " << more << " more virtual worker" << (more == 1 ? "" : "s") << "\n";
+  }
   // Devices no worker runs and no layer is served from (a grouped or layout-file plan may
   // leave slow GPUs out).
   std::vector<bool> used(static_cast<size_t>(plan.device_count()), false);

@@ -104,8 +104,9 @@ Json cluster_json(const model::Cluster& c) {
 }
 
 void print_cluster(std::ostream& out, const model::Cluster& c) {
-  out << "cluster " << c.name << ": " << c.description << "\n";
-  out << "  " << c.device_count() << " GPUs in " << c.nodes.size() << " nodes, " << c.regions.size()
+  out << "cluster " << c.name << (c.description.empty() ? "" : ": " + c.description) << "\n";
+  out << "  " << c.device_count() << (c.device_count() == 1 ? " GPU in " : " GPUs in ") << c.nodes.size()
+      << (c.nodes.size() == 1 ? " node, " : " nodes, ") << c.regions.size()
       << (c.regions.size() == 1 ? " region" : " regions") << "\n\n";
   out << "  " << std::left << std::setw(14) << "GPU type" << std::right << std::setw(6) << "count" << std::setw(16)
       << "fp16 peak" << std::setw(16) << "fp32 peak" << std::setw(12) << "memory" << "\n";
@@ -161,10 +162,13 @@ void print_network(std::ostream& out, const model::Network& n) {
     if (kinds[l.kind]++ == 0) kind_order.push_back(l.kind);
     stash += l.stashed_bytes;
   }
-  out << "network " << n.name << ": " << n.description << "\n";
-  out << "  precision " << model::to_string(n.precision) << ", " << n.layers.size() << " layers (";
-  for (size_t i = 0; i < kind_order.size(); ++i) out << (i ? ", " : "") << kinds[kind_order[i]] << " " << kind_order[i];
-  out << ")";
+  out << "network " << n.name << (n.description.empty() ? "" : ": " + n.description) << "\n";
+  out << "  precision " << model::to_string(n.precision) << ", " << n.layers.size() << " layers";
+  if (kind_order.size() > 1 || (kind_order.size() == 1 && kind_order[0] != "layer")) {
+    out << " (";
+    for (size_t i = 0; i < kind_order.size(); ++i) out << (i ? ", " : "") << kinds[kind_order[i]] << " " << kind_order[i];
+    out << ")";
+  }
   if (n.tokens_per_sample > 1) out << ", " << u::format_number(n.tokens_per_sample) << " tokens per sample";
   out << "\n";
   out << "  parameters            " << u::human_count(n.param_count()) << " (" << u::format_number(n.param_count()) << ")\n";
