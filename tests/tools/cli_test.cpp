@@ -60,6 +60,15 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
   }
 }
 
+// The cluster files the README's search examples read are shipped, and read.
+TEST(Cli, TheReadmesExampleClustersRead) {
+  for (const char* name : {"v100-t4", "priced-v100-t4", "a100x8"}) {
+    const auto r = run_hetflow(std::string("describe --cluster " HETFLOW_SOURCE_DIR "/tools/examples/") + name + ".yaml");
+    ASSERT_EQ(r.status, 0) << name << "\n" << r.err;
+    EXPECT_NE(r.out.find(std::string("cluster ") + name + ": "), std::string::npos) << r.out;
+  }
+}
+
 // Linking cuBLAS made every process ~200 MiB resident before main, only for GPU GEMMs
 // (kernels/cublas_loader.hpp). Simulating or training on the CPU must never open it; the
 // dynamic loader's own log (LD_DEBUG=files) names every library a process opens, linked or not.
