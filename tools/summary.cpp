@@ -39,28 +39,43 @@ struct LinkClass {
   double bandwidth_bytes_per_s;
   double latency_s;
   int count;  // links of this class (per-GPU links, NICs, WAN links)
+  std::vector<std::string> nodes;  // the nodes that have them (none for WAN links)
 };
 
 std::vector<LinkClass> link_classes(const model::Cluster& c) {
-  std::map<std::tuple<std::string, double, double>, int> seen;
+  std::map<std::tuple<std::string, double, double>, LinkClass> seen;
   std::vector<std::tuple<std::string, double, double>> order;
-  auto add = [&](std::string kind, double bw, double lat, int count) {
-    auto key = std::make_tuple(std::move(kind), bw, lat);
-    if (seen.count(key) == 0) order.push_back(key);
-    seen[key] += count;
+  auto add = [&](const std::string& kind, double bw, double lat, int count, const std::string& node) {
+    const auto key = std::make_tuple(kind, bw, lat);
+    if (seen.count(key) == 0) {
+      order.push_back(key);
+      seen[key] = LinkClass{kind, bw, lat, 0, {}};
+    }
+    seen[key].count += count;
+    if (!node.empty()) seen[key].nodes.push_back(node);
   };
   for (const model::Node& n : c.nodes) {
     if (n.gpu_count > 1) {
       add("intra-node " + std::string(model::to_string(n.intra.kind)), n.intra.bandwidth_bytes_per_s,
-          n.intra.latency_s, n.gpu_count);
+          n.intra.latency_s, n.gpu_count, n.name);
     }
-    if (n.intra.uplink_bandwidth_bytes_per_s > 0) add("pcie host uplink", n.intra.uplink_bandwidth_bytes_per_s, 0, 1);
-    if (n.nic.count > 0) add("nic", n.nic.bandwidth_bytes_per_s, n.nic.latency_s, n.nic.count);
+    if (n.intra.uplink_bandwidth_bytes_per_s > 0) add("pcie host uplink", n.intra.uplink_bandwidth_bytes_per_s, 0, 1, n.name);
+    if (n.nic.count > 0) add("nic", n.nic.bandwidth_bytes_per_s, n.nic.latency_s, n.nic.count, n.name);
   }
-  for (const model::WanLink& w : c.wan) add("wan " + w.region_a + "<->" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, 1);
+  for (const model::WanLink& w : c.wan) {
+    add("wan " + w.region_a + "<->" + w.region_b, w.bandwidth_bytes_per_s, w.latency_s, 1, "");
+  }
   std::vector<LinkClass> out;
-  for (const auto& key : order) out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), seen[key]});
+  for (const auto& key : order) out.push_back(seen[key]);
   return out;
+}
+
+// "v100-0, v100-1 and 2 more": which nodes have a link class, briefly.
+std::string node_list(const std::vector<std::string>& nodes) {
+  std::string text;
+  for (size_t i = 0; i < nodes.size() && i < 3; ++i) text += (i > 0 ? ", " : "") + nodes[i];
+  if (nodes.size() > 3) text += " and " + std::to_string(nodes.size() - 3) + " more";
+  return text;
 }
 
 std::string fabric_text(const model::Fabric& f) {
@@ -98,7 +113,8 @@ Json cluster_json(const model::Cluster& c) {
     j["link_classes"].push_back({{"kind", l.kind},
                                  {"bandwidth_bytes_per_s", l.bandwidth_bytes_per_s},
                                  {"latency_s", l.latency_s},
-                                 {"count", l.count}});
+                                 {"count", l.count},
+                                 {"nodes", l.nodes}});
   }
   return j;
 }
@@ -128,8 +144,8 @@ void print_cluster(std::ostream& out, const model::Cluster& c) {
   for (const LinkClass& l : link_classes(c)) {
     out << "    " << std::left << std::setw(30) << l.kind << std::right << std::setw(12)
         << u::human_bandwidth(l.bandwidth_bytes_per_s) << std::setw(10)
-        << (l.latency_s > 0 ? u::human_time_s(l.latency_s) : "-") << "  x"
-        << l.count << "\n";
+        << (l.latency_s > 0 ? u::human_time_s(l.latency_s) : "-") << "  x" << std::left << std::setw(4) << l.count
+        << std::right << (l.nodes.empty() ? "" : " " + node_list(l.nodes)) << "\n";
   }
   for (const model::Region& r : c.regions) out << "    region " << r.name << ": " << fabric_text(r.fabric) << "\n";
 }
