@@ -54,9 +54,10 @@ Library open_library() {
   return lib;
 }
 
+// Never destroyed: a handle released at exit could outlive it (as linear_cuda.cu's map).
 const Library& library() {
-  static const Library lib = open_library();
-  return lib;
+  static const Library* lib = new Library(open_library());
+  return *lib;
 }
 
 }  // namespace

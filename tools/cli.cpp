@@ -57,7 +57,9 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
     }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
-    throw InputError("<command line>", 0, "hetflow " + command, e.what() + instead_of(command, e.get_option_name()));
+    const std::string option = e.get_option_name();  // "--iterations=2" when given with '='
+    throw InputError("<command line>", 0, "hetflow " + command,
+                     e.what() + instead_of(command, option.substr(0, option.find('='))));
   } catch (const po::error& e) {
     throw InputError("<command line>", 0, "hetflow " + command, e.what());
   }

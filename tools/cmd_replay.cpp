@@ -156,7 +156,7 @@ std::string percent(double fraction) {
 void replay_options(po::options_description& options) {
   options.add_options()
       ("trace-file", po::value<std::string>(), "the trace to replay (CSV, the traces/ format; the first argument)")
-      ("plan", po::value<std::string>()->required(), "the plan file the trace ran (its fingerprint must match)")
+      ("plan", po::value<std::string>(), "the plan file the trace ran (its fingerprint must match; required)")
       ("calibration", po::value<std::string>(), "calibration YAML for the simulated network")
       ("trace", po::value<std::string>(), "write the replayed trace as CSV")
       ("chrome", po::value<std::string>(), "write the replayed trace as Chrome trace JSON")
@@ -174,6 +174,9 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
     throw InputError("<command line>", 0, "TRACE",
                      "expected the trace to replay as the first argument (--trace names the file the replayed trace "
                      "is written to)");
+  }
+  if (!vm.count("plan")) {
+    throw InputError("<command line>", 0, "--plan", "is required: the plan file the trace ran");
   }
   // 1. The trace and its plan.
   const Replay r = read_replay(vm);

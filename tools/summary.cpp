@@ -144,8 +144,12 @@ void print_cluster(std::ostream& out, const model::Cluster& c) {
   for (const LinkClass& l : link_classes(c)) {
     out << "    " << std::left << std::setw(30) << l.kind << std::right << std::setw(12)
         << u::human_bandwidth(l.bandwidth_bytes_per_s) << std::setw(10)
-        << (l.latency_s > 0 ? u::human_time_s(l.latency_s) : "-") << "  x" << std::left << std::setw(4) << l.count
-        << std::right << (l.nodes.empty() ? "" : " " + node_list(l.nodes)) << "\n";
+        << (l.latency_s > 0 ? u::human_time_s(l.latency_s) : "-") << "  x";
+    if (l.nodes.empty()) {
+      out << l.count << "\n";
+    } else {
+      out << std::left << std::setw(4) << l.count << std::right << " " << node_list(l.nodes) << "\n";
+    }
   }
   for (const model::Region& r : c.regions) out << "    region " << r.name << ": " << fabric_text(r.fabric) << "\n";
 }

@@ -124,6 +124,9 @@ TEST(ReplayCli, AForeignTruncatedOrMalformedTraceIsRefusedNamingTheFile) {
                               "replayed trace is written to)"),
             std::string::npos)
       << no_trace.err;
+  const auto neither = run_hetflow("replay --trace " + f.trace);  // the TRACE hint comes first
+  EXPECT_EQ(neither.status, 2);
+  EXPECT_NE(neither.err.find("TRACE: expected the trace to replay"), std::string::npos) << neither.err;
 }
 
 // --metrics on simulate, replay and run: a row per iteration whose times add up to the

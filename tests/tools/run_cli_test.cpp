@@ -92,6 +92,7 @@ TEST(RunCli, BadOptionsExit2) {
       {"--max-buffer 2TiB", "--max-buffer"},
       {"--iterations 4", "unrecognised option '--iterations' (hetflow run takes --steps and --warmup instead)"},
       {"--fold", "folded replicas are for simulation"},
+      {"--iterations=2", "(hetflow run takes --steps and --warmup instead)"},
       {"--steps 100000 --max-tasks 1000", "--max-tasks"},
       {"--compute maybe", "--compute: expected auto, real or proxy"},
       {"--lr -1", "--lr"},
