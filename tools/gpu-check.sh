@@ -9,6 +9,12 @@
 # summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
 #
 #   bash tools/gpu-check.sh [--build-dir DIR] [--jobs N]
+#   bash tools/gpu-check.sh --bundle ARCHIVE [--build-dir DIR]
+#
+# --bundle runs the programs packed by tools/gpu-bundle.sh instead of building them: for a
+# GPU machine without Debian's packages. Their libraries come from the archive, CUDA's
+# (cudart, cuBLAS, NCCL) from that machine: the loader's cache, else the first match under
+# /usr/local, /opt and /usr/lib (the CUDA toolkit, or Python's nvidia-* wheels).
 #
 # Without a visible GPU it says so and exits 0: there is nothing to check. Exit 1 when a check
 # fails (the summary says which), 2 for a bad option.
@@ -16,12 +22,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build="build-gpu"
+bundle=""
 jobs=$(nproc 2>/dev/null || echo 2)
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --bundle) bundle="$2"; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,20 +73,64 @@ step() {
 
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv,noheader || true
 
-step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETFLOW_CUDA=ON -DHETFLOW_BENCH=OFF
-if ! grep -q "building the CUDA back end" "$log_dir/configure.log" && ! grep -q '^HETFLOW_NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt"; then
-  summary+=("FAIL  the CUDA back end is not in this build (nvcc, cuBLAS or NCCL not found: see $log_dir/configure.log)")
-  failed=1
+if [ -n "$bundle" ]; then
+  # The packed programs, and CUDA's libraries from this machine.
+  # shellcheck disable=SC2317  # called through step
+  unpack() {
+    rm -rf "$build/bundle" && mkdir -p "$build/bundle" || return 1
+    if command -v xz >/dev/null 2>&1; then
+      xz -dc "$bundle" | tar -C "$build/bundle" -xf - || return 1
+    else  # no xz-utils: Python's lzma
+      python3 -c 'import sys, tarfile
+safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **safe)' "$bundle" "$build/bundle" || return 1
+    fi
+    cat "$build/bundle/README"
+  }
+  step unpack unpack
+  # shellcheck disable=SC2317  # called through step
+  find_cuda_libraries() {
+    local lib dir missing=0 dirs=""
+    while read -r lib; do
+      if ldconfig -p 2>/dev/null | grep -q " $lib "; then echo "$lib: the loader's cache"; continue; fi
+      dir=$(find /usr/local /opt /usr/lib -name "$lib" -printf '%h\n' -quit 2>/dev/null)
+      if [ -z "$dir" ]; then echo "$lib: NOT FOUND on this machine"; missing=1; continue; fi
+      echo "$lib: $dir"
+      dirs="$dirs:$dir"
+    done < "$build/bundle/cuda-libs"
+    echo "$dirs" > "$build/bundle/cuda-dirs"
+    return "$missing"
+  }
+  step cuda-libraries find_cuda_libraries
+  cuda_dirs=$(cat "$build/bundle/cuda-dirs" 2>/dev/null || true)
+  LD_LIBRARY_PATH="$(realpath "$build/bundle/lib")$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+  bin_tests="$build/bundle/bin"
+  bin_tools="$build/bundle/bin"
+else
+  step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETFLOW_CUDA=ON -DHETFLOW_BENCH=OFF
+  if ! grep -q "building the CUDA back end" "$log_dir/configure.log" && ! grep -q '^HETFLOW_NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt"; then
+    summary+=("FAIL  the CUDA back end is not in this build (nvcc, cuBLAS or NCCL not found: see $log_dir/configure.log; without Debian's packages, pack the programs elsewhere with tools/gpu-bundle.sh and pass --bundle)")
+    failed=1
+  fi
+  step build cmake --build "$build" -j "$jobs" --target hetflow hetflow-gpu-probe hetflow_kernels_tests hetflow_exec_tests
+  bin_tests="$build/tests"
+  bin_tools="$build/tools"
 fi
-step build cmake --build "$build" -j "$jobs" --target hetflow hetflow-gpu-probe hetflow_kernels_tests hetflow_exec_tests
 
 # GPU tests: they skip (saying why) without a GPU, so a skip here is a failure (but for the
 # 2-device tests on a machine with one GPU).
 # shellcheck disable=SC2317  # called through step
 gpu_tests() {
   local binary="$1" filter="$2" out
-  out=$("$build/tests/$binary" --gtest_filter="$filter" --gtest_brief=0 2>&1) || { echo "$out"; return 1; }
+  out=$("$bin_tests/$binary" --gtest_filter="$filter" --gtest_brief=0 2>&1) || { echo "$out"; return 1; }
   echo "$out" | tail -n 40
+  # A test that needs one GPU skipping here means the programs see none of the listed GPUs
+  # (a driver older than the CUDA runtime, CUDA_VISIBLE_DEVICES, a build without CUDA).
+  if echo "$out" | grep -qE 'skipped, needs a GPU|, 0 visible|not built|has no CUDA|has no cuBLAS'; then
+    echo "GPU tests skipped although nvidia-smi lists $gpus GPU(s): the programs see none (see the skip reasons above)"
+    return 1
+  fi
   if echo "$out" | grep -q '\[  SKIPPED \]' && [ "$gpus" -ge 2 ]; then
     echo "GPU tests skipped on a machine with $gpus GPUs"
     return 1
@@ -88,20 +140,20 @@ gpu_tests() {
 step kernel-tests gpu_tests hetflow_kernels_tests 'TransformerCuda.*:MatmulCuda.*'
 step backend-tests gpu_tests hetflow_exec_tests 'CudaBackend.*:CudaPlan.*:DecoderOps.Cuda*'
 
-step gemm "$build/tools/hetflow-gpu-probe" gemm --gpu 0 --n 4096 --precision bf16
+step gemm "$bin_tools/hetflow-gpu-probe" gemm --gpu 0 --n 4096 --precision bf16
 if [ "$gpus" -ge 2 ]; then
-  step nccl "$build/tools/hetflow-gpu-probe" all-reduce --gpus "$gpus" --bytes 268435456
+  step nccl "$bin_tools/hetflow-gpu-probe" all-reduce --gpus "$gpus" --bytes 268435456
 else
   summary+=("----  one GPU: no NCCL bandwidth")
 fi
 
 devices=$(( gpus >= 2 ? 2 : 1 ))
-step run "$build/tools/hetflow" run --backend cuda --compute proxy --cluster "cpu-$devices" --pipeline "$devices" \
+step run "$bin_tools/hetflow" run --backend cuda --compute proxy --cluster "cpu-$devices" --pipeline "$devices" \
   --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
 # The same plan as two MPI processes, one GPU each (NCCL's unique id sent over MPI).
 if [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
   step mpi-run env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
-    "$build/tools/hetflow" run --backend cuda --compute proxy --cluster cpu-2 --pipeline 2 \
+    "$bin_tools/hetflow" run --backend cuda --compute proxy --cluster cpu-2 --pipeline 2 \
     --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
 else
   summary+=("----  fewer than two GPUs (or no mpirun): the CUDA back end across processes is not run")
@@ -109,22 +161,24 @@ fi
 
 # Real training math: a small GPT on one GPU and on the cpu back end, the same seed and data:
 # every step's loss within 1e-3 relative (fp32 sums on the GPU, double ones on the CPU).
+# shellcheck disable=SC2054  # the commas are the model spec's
 small_real=(run --compute real --cluster cpu-1 --model gpt:layers=4,hidden=256,heads=4,seq=256,vocab=8192
             --microbatches 2 --workspace 0 --steps 4 --warmup 1)
-step real-run "$build/tools/hetflow" "${small_real[@]}" --backend cuda
-step real-run-cpu "$build/tools/hetflow" "${small_real[@]}" --backend cpu
+step real-run "$bin_tools/hetflow" "${small_real[@]}" --backend cuda
+step real-run-cpu "$bin_tools/hetflow" "${small_real[@]}" --backend cpu
 # shellcheck disable=SC2317  # called through step
 same_losses() {
   paste <(grep -oE 'loss [0-9.]+' "$log_dir/real-run.log" | cut -d' ' -f2) \
         <(grep -oE 'loss [0-9.]+' "$log_dir/real-run-cpu.log" | cut -d' ' -f2) |
-    awk 'BEGIN { n = 0; bad = 0 }
-         { n++; d = $1 - $2; if (d < 0) d = -d; printf "step %d: cuda %s cpu %s\n", n - 1, $1, $2;
-           if (d > 1e-3 * $2) bad++ }
+    awk -F'\t' 'BEGIN { n = 0; bad = 0 }
+         { n++; printf "step %d: cuda %s cpu %s\n", n - 1, ($1 == "" ? "-" : $1), ($2 == "" ? "-" : $2);
+           if ($1 == "" || $2 == "") { bad++; next }
+           d = $1 - $2; if (d < 0) d = -d; if (d > 1e-3 * $2) bad++ }
          END { if (n == 0) { print "no losses to compare"; exit 1 } exit bad > 0 }'
 }
 step real-losses same_losses
 # GPT-2 124M, real math in FP32 on one GPU: tokens/s and MFU against the GPU's peak.
-step gpt2-real timeout 240 "$build/tools/hetflow" run --backend cuda --compute real --cluster cpu-1 --model gpt2-124m \
+step gpt2-real timeout 240 "$bin_tools/hetflow" run --backend cuda --compute real --cluster cpu-1 --model gpt2-124m \
   --micro-batch 4 --microbatches 1 --workspace 0 --steps 3 --warmup 1
 
 echo
