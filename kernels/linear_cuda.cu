@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
-#include <utility>
+#include <tuple>
 
 #include "kernels/cublas_loader.hpp"
 #include "kernels/cuda_common.cuh"
@@ -29,24 +29,29 @@ Status status_of(cublasStatus_t status) {
   }
 }
 
-// One handle per (host thread, device), created on first use and never destroyed: handles
-// are cheap to keep and costly to create, and one destroyed at exit could outlive the CUDA
-// runtime. The map is never freed either, so the handles stay reachable.
+// One handle per (host thread, device, stream), created on first use and never destroyed:
+// handles are cheap to keep and costly to create, and one destroyed at exit could outlive
+// the CUDA runtime. The map is never freed either, so the handles stay reachable. A handle
+// per stream because cuBLAS is bitwise repeatable only while one stream uses a handle's
+// workspace (its guide, "Results reproducibility").
 Status handle_for(cudaStream_t stream, cublasHandle_t* handle) {
   int device = 0;
   if (const Status status = cuda::status_of(cudaGetDevice(&device)); status != Status::success) return status;
+  using Key = std::tuple<std::thread::id, int, cudaStream_t>;
   static std::mutex mutex;
-  static auto* handles = new std::map<std::pair<std::thread::id, int>, cublasHandle_t>();
+  static auto* handles = new std::map<Key, cublasHandle_t>();
   const std::lock_guard<std::mutex> lock(mutex);
-  cublasHandle_t& slot = (*handles)[{std::this_thread::get_id(), device}];
+  const Key key{std::this_thread::get_id(), device, stream};
+  cublasHandle_t& slot = (*handles)[key];
   if (slot == nullptr) {
     if (const Status status = status_of(cublas::create(&slot)); status != Status::success) {
-      handles->erase({std::this_thread::get_id(), device});
+      handles->erase(key);
       return status;
     }
+    if (const Status status = status_of(cublas::set_stream(slot, stream)); status != Status::success) return status;
   }
   *handle = slot;
-  return status_of(cublas::set_stream(slot, stream));
+  return Status::success;
 }
 
 // y[n][o] = b[o]: the rows the forward's GEMM then adds onto (beta = 1), as the reference.

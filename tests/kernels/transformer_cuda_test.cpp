@@ -434,11 +434,12 @@ struct AttentionShape {
 TEST(TransformerCuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   // Grouped heads both ways; one token; rows past the CPU's 64-row blocks; head sizes below
-  // and above a warp and the block's 128 threads.
+  // and above a warp and the block's 128 threads, up to the largest taken (1024: the most
+  // dynamic shared memory a block gets without asking).
   for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
                                  AttentionShape{1, 1, 2, 1, 3}, AttentionShape{1, 67, 2, 1, 4},
                                  AttentionShape{2, 150, 4, 2, 8}, AttentionShape{2, 70, 6, 3, 64},
-                                 AttentionShape{1, 33, 2, 2, 160}}) {
+                                 AttentionShape{1, 33, 2, 2, 160}, AttentionShape{1, 9, 2, 1, 1024}}) {
     std::mt19937 rng(18);
     const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
               dout = random_vec(s.q(), rng);
@@ -551,7 +552,8 @@ TEST(TransformerCuda, EmbeddingMatchesTheReferenceBitwise) {
   struct Shape {
     int T, N, C, V;
   };
-  for (const Shape s : {Shape{5, 10, 7, 4}, Shape{64, 256, 769, 50}, Shape{8, 3, 33, 6}}) {
+  // N % T != 0 too: a last sequence cut short still takes positions 0, 1, ...
+  for (const Shape s : {Shape{5, 10, 7, 4}, Shape{64, 256, 769, 50}, Shape{8, 3, 33, 6}, Shape{64, 300, 40, 9}}) {
     const std::string shape = "embedding N=" + std::to_string(s.N) + " T=" + std::to_string(s.T);
     std::mt19937 rng(4);
     std::vector<int> tokens(size_of(s.N));
