@@ -14,6 +14,9 @@
 
 using hetflow::test_support::run_hetflow;
 using hetflow::test_support::scratch_dir;
+#ifdef HETFLOW_MPIEXEC
+using hetflow::test_support::under_mpirun;
+#endif
 using hetflow::test_support::slurp;
 
 namespace {
@@ -144,8 +147,7 @@ TEST(RunCli, CudaBackendWithoutAGpuSaysSo) {
   }
 #ifdef HETFLOW_MPIEXEC
   // Under mpirun each process needs its own block's GPUs and says so.
-  const auto m = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1",
-                             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC " --oversubscribe -np 2");
+  const auto m = run_hetflow(std::string("run ") + kTiny + " --backend cuda --steps 1", under_mpirun(2));
   EXPECT_NE(m.status, 0) << m.err << m.out;
   const bool each = m.err.find("this process's 1 device(s) need as many GPUs") != std::string::npos ||
                     m.err.find("no CUDA back end") != std::string::npos;
@@ -225,15 +227,6 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
 // rank 0 alone reports the whole run: pipelines with all-reduce, tensor-parallel ranks that
 // push to and pull from parameter servers on other ranks, and workers whose stages differ in
 // tensor-parallel degree, all-reducing the parts of the split they hold in common.
-#ifdef HETFLOW_SANITIZED
-// Under AddressSanitizer OpenMPI's own allocations are still held when the ranks exit, in
-// plugins it has unloaded by then (so no suppression can name them): not this program's
-// leaks, and without this every rank would exit non-zero.
-constexpr const char* kOpenMpiLeaks = "ASAN_OPTIONS=detect_leaks=0 ";
-#else
-constexpr const char* kOpenMpiLeaks = "";
-#endif
-
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 #ifndef HETFLOW_MPIEXEC
   GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
@@ -257,9 +250,7 @@ TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
     const std::string trace = (dir / "ranks.csv").string();
     const auto t = run_hetflow(plan + "--save-weights " + threads);
     ASSERT_EQ(t.status, 0) << t.err << t.out;
-    const auto m = run_hetflow(plan + "--save-weights " + ranks + " --trace " + trace,
-                               std::string(kOpenMpiLeaks) + "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
-                                   HETFLOW_MPIEXEC " --oversubscribe -np " + std::to_string(n));
+    const auto m = run_hetflow(plan + "--save-weights " + ranks + " --trace " + trace, under_mpirun(n));
     ASSERT_EQ(m.status, 0) << m.err << m.out;
     const auto jt = nlohmann::json::parse(t.out), jm = nlohmann::json::parse(m.out);  // one report: rank 0's
     EXPECT_EQ(jm["ranks"], n) << layout;

@@ -15,6 +15,9 @@
 
 using hetflow::test_support::run_hetflow;
 using hetflow::test_support::scratch_dir;
+#ifdef HETFLOW_MPIEXEC
+using hetflow::test_support::under_mpirun;
+#endif
 
 namespace {
 
@@ -212,8 +215,7 @@ TEST(SearchCli, MpiRanksFindWhatOneProcessFinds) {
   const std::string search = "search --cluster " + mixed_cluster(dir) + " " + kModel + " " + kSpace + " --json";
   const auto one = run_hetflow(search);
   ASSERT_EQ(one.status, 0) << one.err;
-  const auto two = run_hetflow(search, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " HETFLOW_MPIEXEC
-                                       " --oversubscribe -np 2");
+  const auto two = run_hetflow(search, under_mpirun(2));
   ASSERT_EQ(two.status, 0) << two.err;
   auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two.out);  // one report: rank 0's
   for (auto* j : {&a, &b}) {
