@@ -267,9 +267,10 @@ void validate_cluster(const Cluster& c, const std::string& file, const FieldLine
     int line = 0;
     size_t longest = 0;
     for (const auto& [prefix, at] : lines) {
-      const bool prefixes = field.compare(0, prefix.size(), prefix) == 0 &&
-                            (field.size() == prefix.size() || field[prefix.size()] == '.' || field[prefix.size()] == '[');
-      if (prefixes && prefix.size() > longest) line = at, longest = prefix.size();
+      if (prefix.size() <= longest || field.compare(0, prefix.size(), prefix) != 0) continue;
+      // A whole name only: "nodes[1]" prefixes "nodes[1].nic", not "nodes[10]".
+      const char next = field.size() > prefix.size() ? field[prefix.size()] : '.';
+      if (next == '.' || next == '[') line = at, longest = prefix.size();
     }
     return line;
   };

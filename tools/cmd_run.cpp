@@ -29,6 +29,7 @@
 #include "partition/validate.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
+#include "tools/options.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
 #include "traces/metrics.hpp"
@@ -80,10 +81,8 @@ Request read_request(po::variables_map& vm) {
   }
   Request r;
   r.backend = backend;
-  r.steps = vm["steps"].as<int>();
-  r.warmup = vm["warmup"].as<int>();
-  if (r.steps < 1 || r.steps > 1'000'000) throw InputError("<command line>", 0, "--steps", "expected 1 to 1000000, found " + std::to_string(r.steps));
-  if (r.warmup < 0 || r.warmup > 1'000'000) throw InputError("<command line>", 0, "--warmup", "expected 0 to 1000000, found " + std::to_string(r.warmup));
+  r.steps = int_option_in(vm, "steps", 1, 1'000'000);
+  r.warmup = int_option_in(vm, "warmup", 0, 1'000'000);
   r.watchdog_s = parsed(vm, "watchdog", u::parse_time_s);
   if (!(r.watchdog_s > 0 && r.watchdog_s <= 86400)) {
     throw InputError("<command line>", 0, "--watchdog", "expected a time above 0 and at most 1 day, found '" +
@@ -107,7 +106,9 @@ Request read_request(po::variables_map& vm) {
   if (vm.count("init-weights")) r.init_weights = vm["init-weights"].as<std::string>();
   if (vm.count("save-weights")) r.save_weights = vm["save-weights"].as<std::string>();
   const long long seed = vm["seed"].as<long long>();
-  if (seed < 0) throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0, found " + std::to_string(seed));
+  if (seed < 0) {
+    throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0, found " + std::to_string(seed));
+  }
   r.seed = static_cast<std::uint64_t>(seed);
   auto number = [&](const char* name, double low, double high, bool low_open) {
     const double x = parsed(vm, name, u::parse_number);
@@ -365,7 +366,8 @@ Figures figures(const traces::Trace& trace, const partition::Plan& plan, int war
 // scaled by --flop-scale does that share of the model's FLOPs.
 double mfu(const partition::Plan& plan, double iteration_time_s, bool real, double flop_scale) {
   const double peak = peak_flops_per_s(plan, real ? model::Precision::fp32 : plan.layout.precision);
-  const double model_flops = plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration() * flop_scale;
+  const double model_flops =
+      plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration() * flop_scale;
   return peak > 0 && iteration_time_s > 0 ? model_flops / iteration_time_s / peak : 0;
 }
 
@@ -591,8 +593,8 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
     const double measured = result.memory[d].peak_model_bytes, planned = model_bytes_planned(plan.memory[d]);
     if (measured == 0 || ++shown > 32) continue;
-    out << name_cell(plan.device_names[d], 16) << cell(u::human_bytes(measured), 13) << cell(u::human_bytes(planned), 13)
-        << cell(percent(relative_error(measured, planned)), 10) << "\n";
+    out << name_cell(plan.device_names[d], 16) << cell(u::human_bytes(measured), 13)
+        << cell(u::human_bytes(planned), 13) << cell(percent(relative_error(measured, planned)), 10) << "\n";
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
   out << "  (model peak: the real math's arrays alive at once (parameters, gradients, AdamW moments, what the\n"

@@ -146,7 +146,8 @@ void print_rows(std::ostream& out, const std::vector<Row>& rows, bool named) {
     out << "  " << std::left << std::setw(static_cast<int>(width) + 6) << label.str() << std::right << std::setw(11)
         << u::human_time_s(r.candidate.estimate.iteration_time_s) << std::setw(11)
         << (r.simulated ? u::human_time_s(r.simulated_s) : std::string("-")) << std::setw(11) << std::fixed
-        << std::setprecision(1) << samples << std::setw(8) << (r.simulated ? percent(r.mfu) : std::string("-")) << std::setw(11)
+        << std::setprecision(1) << samples << std::setw(8) << (r.simulated ? percent(r.mfu) : std::string("-"))
+        << std::setw(11)
         << u::human_bytes(r.candidate.headroom_bytes) << std::setw(8) << std::setprecision(3)
         << (r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction) << std::setw(10)
         << (r.simulated ? u::human_time_s(r.exposed_comm_s) : std::string("-")) << "  " << r.candidate.slowest_device << " ("
@@ -555,13 +556,13 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   const model::Network network = load_network_option(vm);
   SearchSettings s;
   s.global_batch = vm["global-batch"].as<int>();
-  if (s.global_batch < 1) throw InputError("<command line>", 0, "--global-batch", "expected at least 1 sample, found " + std::to_string(s.global_batch));
-  s.top = vm["top"].as<int>();
-  s.sim_iterations = vm["sim-iterations"].as<int>();
-  if (s.top < 0 || s.top > 1000) throw InputError("<command line>", 0, "--top", "expected 0 to 1000, found " + std::to_string(s.top));
-  if (s.sim_iterations < 1 || s.sim_iterations > 100) throw InputError("<command line>", 0, "--sim-iterations", "expected 1 to 100, found " + std::to_string(s.sim_iterations));
-  s.threads = vm["threads"].as<int>();
-  if (s.threads < 0 || s.threads > 1024) throw InputError("<command line>", 0, "--threads", "expected 0 to 1024, found " + std::to_string(s.threads));
+  if (s.global_batch < 1) {
+    throw InputError("<command line>", 0, "--global-batch",
+                     "expected at least 1 sample, found " + std::to_string(s.global_batch));
+  }
+  s.top = int_option_in(vm, "top", 0, 1000);
+  s.sim_iterations = int_option_in(vm, "sim-iterations", 1, 100);
+  s.threads = int_option_in(vm, "threads", 0, 1024);
   const std::string objective = vm["objective"].as<std::string>();
   if (objective != "time" && objective != "cost") throw InputError("<command line>", 0, "--objective", "expected time or cost, found '" + objective + "'");
   s.by_cost = objective == "cost";
@@ -587,8 +588,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
     }
   }
   if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
-  space.staleness = vm["staleness"].as<int>();
-  if (space.staleness < 0 || space.staleness > 64) throw InputError("<command line>", 0, "--staleness", "expected 0 to 64, found " + std::to_string(space.staleness));
+  space.staleness = int_option_in(vm, "staleness", 0, 64);
   if (vm.count("groupings")) {
     std::stringstream in(vm["groupings"].as<std::string>());
     for (std::string g; std::getline(in, g, ';');) {

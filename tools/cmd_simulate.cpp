@@ -56,7 +56,10 @@ partition::Plan read_or_build_plan(const po::variables_map& vm) {
     partition::Plan plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
     if (!vm["iterations"].defaulted()) {
       plan.layout.iterations = vm["iterations"].as<int>();
-      if (plan.layout.iterations < 1) throw InputError("<command line>", 0, "--iterations", "expected at least 1, found " + std::to_string(plan.layout.iterations));
+      if (plan.layout.iterations < 1) {
+        throw InputError("<command line>", 0, "--iterations",
+                         "expected at least 1, found " + std::to_string(plan.layout.iterations));
+      }
       plan.fingerprint = partition::plan_fingerprint(plan);
     }
     return plan;

@@ -56,6 +56,16 @@ std::string option_of(std::string member) {
   return "--" + member;
 }
 
+int int_option_in(const po::variables_map& vm, const std::string& name, int low, int high) {
+  const int value = vm[name].as<int>();
+  if (value < low || value > high) {
+    throw InputError("<command line>", 0, "--" + name,
+                     "expected " + std::to_string(low) + " to " + std::to_string(high) + ", found " +
+                         std::to_string(value));
+  }
+  return value;
+}
+
 InputError as_command_line_error(const InputError& e) {
   if (e.file() != partition::kOptions) return e;
   std::string message;

@@ -23,4 +23,8 @@ InputError as_command_line_error(const InputError& e);
 // The option for a PlanOptions member: "stage_layers" -> "--stage-layers".
 std::string option_of(std::string member);
 
+// The integer option `name` (declared po::value<int>), checked to lie in [low, high]: else an
+// InputError "--name: expected low to high, found value".
+int int_option_in(const po::variables_map& vm, const std::string& name, int low, int high);
+
 }  // namespace hetflow::tools

@@ -59,7 +59,9 @@ std::vector<LinkClass> link_classes(const model::Cluster& c) {
       add("intra-node " + std::string(model::to_string(n.intra.kind)), n.intra.bandwidth_bytes_per_s,
           n.intra.latency_s, n.gpu_count, n.name);
     }
-    if (n.intra.uplink_bandwidth_bytes_per_s > 0) add("pcie host uplink", n.intra.uplink_bandwidth_bytes_per_s, 0, 1, n.name);
+    if (n.intra.uplink_bandwidth_bytes_per_s > 0) {
+      add("pcie host uplink", n.intra.uplink_bandwidth_bytes_per_s, 0, 1, n.name);
+    }
     if (n.nic.count > 0) add("nic", n.nic.bandwidth_bytes_per_s, n.nic.latency_s, n.nic.count, n.name);
   }
   for (const model::WanLink& w : c.wan) {
@@ -186,7 +188,9 @@ void print_network(std::ostream& out, const model::Network& n) {
   out << "  precision " << model::to_string(n.precision) << ", " << n.layers.size() << " layers";
   if (kind_order.size() > 1 || (kind_order.size() == 1 && kind_order[0] != "layer")) {
     out << " (";
-    for (size_t i = 0; i < kind_order.size(); ++i) out << (i ? ", " : "") << kinds[kind_order[i]] << " " << kind_order[i];
+    for (size_t i = 0; i < kind_order.size(); ++i) {
+      out << (i ? ", " : "") << kinds[kind_order[i]] << " " << kind_order[i];
+    }
     out << ")";
   }
   if (n.tokens_per_sample > 1) out << ", " << u::format_number(n.tokens_per_sample) << " tokens per sample";

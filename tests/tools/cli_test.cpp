@@ -63,7 +63,8 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
 // The cluster files the README's search examples read are shipped, and read.
 TEST(Cli, TheReadmesExampleClustersRead) {
   for (const char* name : {"v100-t4", "priced-v100-t4", "a100x8"}) {
-    const auto r = run_hetflow(std::string("describe --cluster " HETFLOW_SOURCE_DIR "/tools/examples/") + name + ".yaml");
+    const auto r = run_hetflow(std::string("describe --cluster " HETFLOW_SOURCE_DIR "/tools/examples/") + name +
+                               ".yaml");
     ASSERT_EQ(r.status, 0) << name << "\n" << r.err;
     EXPECT_NE(r.out.find(std::string("cluster ") + name + ": "), std::string::npos) << r.out;
   }
