@@ -56,17 +56,27 @@ struct Layer {
   double attention_core_flops = 0;
   // Tensor parallelism (Megatron split). A splittable layer divides its FLOPs, parameters and
   // (with sequence parallelism) stashed bytes over the t devices of a stage; others run
-  // replicated on each. tp_allreduce_elems: elements all-reduced per sample in each forward
-  // pass (and again in each backward pass). tp_replicated_bytes: the part of stashed_bytes
-  // every tensor-parallel rank keeps whole unless sequence parallelism splits it too
-  // (layer-norm inputs, dropout masks, inputs of the first linear layers).
+  // replicated on each. tp_replicated_bytes: the part of stashed_bytes every tensor-parallel
+  // rank keeps whole unless sequence parallelism splits it too (layer-norm inputs, dropout
+  // masks, inputs of the first linear layers).
   bool tp_splittable = false;
   int tp_units = 0;  // heads (or KV groups) a tensor-parallel degree must divide; 0 = any degree
+  // Elements all-reduced per sample in each forward pass: the row-parallel outputs (Megatron's
+  // g operator; 2 s h in a decoder layer, s h in the vocab-parallel embedding).
   double tp_allreduce_elems = 0;
   // How many collectives carry tp_allreduce_elems in each pass (Megatron: 2 per decoder
   // layer, after attention and after the MLP; 1 for the vocab-parallel embedding): each pays
   // its own latency at its own size. 0 with no tensor-parallel traffic; 1 when not given.
   int tp_allreduces = 0;
+  // Elements all-reduced per sample in each backward pass: the input gradients of the
+  // column-parallel GEMMs (Megatron's f operator; 2 s h in a decoder layer, s h in the
+  // vocab-parallel LM head, none in the embedding), in tp_backward_allreduces collectives.
+  // Where a file gives neither, the forward's. Under sequence parallelism g is a reduce-scatter
+  // forward and an all-gather backward, f an all-gather forward and a reduce-scatter backward,
+  // and the backward gathers f's inputs again for the weight gradients (Korthikanti et al.
+  // 2022, section 4.2.2: only the sequence shard is stashed).
+  double tp_backward_allreduce_elems = 0;
+  int tp_backward_allreduces = 0;
   double tp_replicated_bytes = 0;
   // Convolutional networks: the layer's operations in forward order. Its convolutions' and
   // fully connected layers' multiply-accumulates, doubled, are forward_flops. Empty for other

@@ -108,6 +108,14 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.tp_allreduce_elems = r.number_or("tp_allreduce_elems", 0, 0, kMax);
   l.tp_allreduces = r.int_or("tp_allreduces", l.tp_allreduce_elems > 0 ? 1 : 0, 0, 1 << 20);
   if (l.tp_allreduce_elems > 0 && l.tp_allreduces < 1) r.fail("tp_allreduces", "expected at least 1 where tp_allreduce_elems is");
+  const bool backward_given = r.has("tp_backward_allreduce_elems");
+  l.tp_backward_allreduce_elems = r.number_or("tp_backward_allreduce_elems", l.tp_allreduce_elems, 0, kMax);
+  l.tp_backward_allreduces =
+      r.int_or("tp_backward_allreduces",
+               backward_given ? (l.tp_backward_allreduce_elems > 0 ? 1 : 0) : l.tp_allreduces, 0, 1 << 20);
+  if (l.tp_backward_allreduce_elems > 0 && l.tp_backward_allreduces < 1) {
+    r.fail("tp_backward_allreduces", "expected at least 1 where tp_backward_allreduce_elems is");
+  }
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
@@ -282,6 +290,8 @@ std::string write_network(const Network& n) {
     out << YAML::Key << "tp_units" << YAML::Value << l.tp_units;
     number("tp_allreduce_elems", l.tp_allreduce_elems);
     out << YAML::Key << "tp_allreduces" << YAML::Value << l.tp_allreduces;
+    number("tp_backward_allreduce_elems", l.tp_backward_allreduce_elems);
+    out << YAML::Key << "tp_backward_allreduces" << YAML::Value << l.tp_backward_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
     if (!l.cnn_ops.empty()) {
       out << YAML::Key << "ops" << YAML::Value << YAML::BeginSeq;

@@ -46,6 +46,8 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   l.tp_splittable = true;
   l.tp_allreduce_elems = x.s * x.h;  // vocab-parallel embedding: one all-reduce of the output
   l.tp_allreduces = 1;
+  l.tp_backward_allreduce_elems = 0;  // its backward scatters into the table: no input gradient
+  l.tp_backward_allreduces = 0;
   l.tp_replicated_bytes = l.stashed_bytes;
   return l;
 }
@@ -88,6 +90,8 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.tp_units = c.kv_heads > 0 ? c.kv_heads : c.heads;  // Megatron splits whole heads (query groups)
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
   l.tp_allreduces = 2;
+  l.tp_backward_allreduce_elems = 2 * x.s * x.h;  // the QKV and MLP inputs' gradients (column-parallel)
+  l.tp_backward_allreduces = 2;
   // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
   // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.
   l.tp_replicated_bytes = 2 * e * x.s * x.h + 2 * e * x.s * x.h + 2 * mask * x.s * x.h;
@@ -115,6 +119,8 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   l.stashed_bytes = 2 * e * x.s * x.h + 4 * x.s * x.v;
   l.tp_splittable = true;    // vocab-parallel logits
   l.tp_allreduce_elems = 0;  // vocab-parallel cross-entropy reduces O(s) values only
+  l.tp_backward_allreduce_elems = x.s * x.h;  // the column-parallel logits' input gradient
+  l.tp_backward_allreduces = 1;
   l.tp_replicated_bytes = 2 * e * x.s * x.h;  // norm and head inputs; logits are split
   return l;
 }

@@ -139,13 +139,13 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     chunks[k].rank = s.rank;
     chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
     work[k] = memo.of(s, vw.tensor_of(k)).work;
-    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_bytes > 0;
+    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_forward_bytes > 0;
   }
   for (size_t k = 0; k < count; ++k) {
     Chunk& c = chunks[k];
     const builder::ChunkWork& wk = work[k];
     const std::vector<int>& devices = *c.devices;
-    const bool tp = devices.size() > 1 && wk.tp_bytes > 0;
+    const bool tp = devices.size() > 1 && wk.tp_forward_bytes > 0;
     Task task;
     task.worker = w;
     task.stage = static_cast<int>(k);
@@ -165,7 +165,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       task.recompute_flops = 0;
       c.w_compute_s = per_device(network, layout, cost, task, devices);
     }
-    // Tensor-parallel collectives (Builder::gather_inputs, reduce_partials, tp_volume).
+    // Tensor-parallel collectives (Builder::gather_inputs, reduce_partials, tp_pass).
     const auto ring = CollectiveAlgorithm::ring;
     for (const bool backward : {false, true}) {
       const int neighbour = backward ? static_cast<int>(k) + 1 : static_cast<int>(k) - 1;
@@ -174,14 +174,12 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
           devices != *chunks[static_cast<size_t>(neighbour)].devices) {
         before += collective_s(cost, CollectiveKind::all_gather, ring, devices, backward ? wk.output_bytes : wk.input_bytes);
       }
-      const int redo = backward && layout.recompute == Recompute::full ? 2 : 1;
-      const double volume = redo * wk.tp_bytes;
-      const int messages = redo * std::max(1, wk.tp_messages);
+      const builder::TpPass pass = builder::tp_pass(wk, backward, sharded[k], layout.recompute);
       if (sharded[k]) {
-        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, volume, messages);
-        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, volume, messages);
+        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, pass.gather_bytes, pass.gather_messages);
+        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, pass.reduce_bytes, pass.reduce_messages);
       } else if (tp) {
-        after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, volume, messages);
+        after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, pass.reduce_bytes, pass.reduce_messages);
       }
       (backward ? c.b_before_s : c.f_before_s) = before;
       (backward ? c.b_after_s : c.f_after_s) = after;

@@ -30,14 +30,49 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
     if (tensor > 1 && l.tp_splittable && l.tp_allreduce_elems > 0) {
-      w.tp_bytes += l.tp_allreduce_elems * mbs * e;
-      w.tp_messages += std::max(1, l.tp_allreduces);
+      w.tp_forward_bytes += l.tp_allreduce_elems * mbs * e;
+      w.tp_forward_messages += std::max(1, l.tp_allreduces);
+    }
+    if (tensor > 1 && l.tp_splittable && l.tp_backward_allreduce_elems > 0) {
+      w.tp_backward_bytes += l.tp_backward_allreduce_elems * mbs * e;
+      w.tp_backward_messages += std::max(1, l.tp_backward_allreduces);
     }
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
   w.input_bytes = net.cut_bytes(static_cast<size_t>(s.layer_begin)) * mbs;
   return w;
+}
+
+TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Recompute recompute) {
+  const double g = work.tp_forward_bytes, f = work.tp_backward_bytes;
+  const int gm = work.tp_forward_messages, fm = work.tp_backward_messages;
+  TpPass p;
+  if (!backward) {
+    p.reduce_bytes = g;
+    p.reduce_messages = gm;
+    if (sequence_parallel) {
+      p.gather_bytes = f;
+      p.gather_messages = fm;
+    }
+  } else {
+    p.reduce_bytes = f;
+    p.reduce_messages = fm;
+    if (sequence_parallel) {
+      p.gather_bytes = g + f;  // the output gradient's shards, then f's inputs again
+      p.gather_messages = gm + fm;
+    }
+    if (recompute == Recompute::full) {  // Megatron's checkpointed forward runs its collectives again
+      const TpPass forward = tp_pass(work, false, sequence_parallel, recompute);
+      p.gather_bytes += forward.gather_bytes;
+      p.gather_messages += forward.gather_messages;
+      p.reduce_bytes += forward.reduce_bytes;
+      p.reduce_messages += forward.reduce_messages;
+    }
+  }
+  p.gather_messages = std::max(1, p.gather_messages);
+  p.reduce_messages = std::max(1, p.reduce_messages);
+  return p;
 }
 
 Builder::Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost,

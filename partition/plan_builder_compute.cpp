@@ -21,7 +21,7 @@ size_t Builder::slot(int w, int stage, int mb, int j) const {
 }
 
 bool Builder::tp_collectives(int w, int stage) const {
-  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes > 0;
+  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_forward_bytes > 0;
 }
 
 bool Builder::sharded(int w, int stage) const { return layout_.sequence_parallel && tp_collectives(w, stage); }
@@ -108,27 +108,20 @@ std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_
   for (size_t j = 0; j < t; ++j) {
     if (whole_bytes > 0) gathered[j] = activation_tensor(kind, devices[j], whole_bytes);
   }
-  const double volume = tp_volume(w, stage, like.kind == TaskKind::backward);
-  const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, volume,
-                                     Purpose::sequence_parallel, compute_stream_, like, arrived, gathered);
-  plan_.collectives.back().messages = tp_messages(w, stage, like.kind == TaskKind::backward);
+  const TpPass pass = tp_pass_of(w, stage, like.kind == TaskKind::backward);
+  const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
+                                     pass.gather_bytes, Purpose::sequence_parallel, compute_stream_, like, arrived,
+                                     gathered);
+  plan_.collectives.back().messages = pass.gather_messages;
   for (size_t j = 0; j < t; ++j) set_free_after(arrived[j], gather[j]);
   return gathered;
 }
 
-// A pass's tensor-parallel volume: its layers' all-reduces (or sequence-parallel gathers and
-// scatters). A backward under full recomputation redoes the forward first, and with it the
-// forward's collectives (Megatron's checkpointed forward runs its all-reduces again).
-double Builder::tp_volume(int w, int stage, bool backward) const {
-  const double forward = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_bytes;
-  return backward && layout_.recompute == Recompute::full ? 2 * forward : forward;
-}
-
-// How many collectives that volume is in Megatron: one per all-reduce of each layer (two in a
-// decoder layer), the recomputed forward's again in a backward under full recomputation.
-int Builder::tp_messages(int w, int stage, bool backward) const {
-  const int forward = std::max(1, work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_messages);
-  return backward && layout_.recompute == Recompute::full ? 2 * forward : forward;
+// A pass's tensor-parallel traffic (tp_pass): its layers' all-reduces, or sequence-parallel
+// gathers and scatters, in as many collectives as Megatron runs.
+TpPass Builder::tp_pass_of(int w, int stage, bool backward) const {
+  return tp_pass(work_[static_cast<size_t>(w)][static_cast<size_t>(stage)], backward, sharded(w, stage),
+                 layout_.recompute);
 }
 
 // The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
@@ -137,13 +130,13 @@ void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::
                               const std::vector<int>& devices, const std::vector<int>& computes,
                               const std::vector<int>& partials, const std::vector<int>& outputs) {
   const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
-  const double volume = tp_volume(w, stage, kind == OpKind::B);
+  const TpPass pass = tp_pass_of(w, stage, kind == OpKind::B);
   const bool sp = sharded(w, stage);
   const auto reduce = add_collective(sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                                     CollectiveAlgorithm::ring, tp_name, devices, volume,
+                                     CollectiveAlgorithm::ring, tp_name, devices, pass.reduce_bytes,
                                      sp ? Purpose::sequence_parallel : Purpose::tensor_parallel, compute_stream_, like,
                                      partials, outputs);
-  plan_.collectives.back().messages = tp_messages(w, stage, kind == OpKind::B);
+  plan_.collectives.back().messages = pass.reduce_messages;
   for (size_t j = 0; j < devices.size(); ++j) {
     // Each rank's collective follows its own compute (a data edge when a partial sum flows).
     if (partials[j] < 0) plan_.add_order(computes[j], reduce[j]);

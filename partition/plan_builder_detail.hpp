@@ -40,13 +40,27 @@ struct ChunkWork {
   double weight_bytes = 0;        // device-memory traffic: weights read once per pass
   double stash_bytes = 0;         // what a forward keeps for its backward
   double largest_layer_bytes = 0; // full recomputation rebuilds one layer's stash at a time
-  double tp_bytes = 0;            // tensor-parallel collective volume per pass, per device
-  int tp_messages = 0;            // ... in this many collectives (its layers' tp_allreduces)
+  // Tensor-parallel volumes per device: what the forward all-reduces (its layers'
+  // tp_allreduce_elems, Megatron's g) and what the backward does (tp_backward_allreduce_elems,
+  // f), each in so many collectives.
+  double tp_forward_bytes = 0, tp_backward_bytes = 0;
+  int tp_forward_messages = 0, tp_backward_messages = 0;
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
 // `tensor`: the degree of the chunk's rank.
 ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor);
+
+// One pass's tensor-parallel traffic: under sequence parallelism the all-gather before the
+// compute and the reduce-scatter after it; otherwise the all-reduce after it (`reduce`) alone.
+struct TpPass {
+  double gather_bytes = 0, reduce_bytes = 0;
+  int gather_messages = 0, reduce_messages = 0;  // each at least 1, since its task exists
+};
+// A forward: f gathered, g reduced (all-reduced without sequence parallelism). A backward: g's
+// gradient gathered and f's inputs gathered again, f's gradients reduced (all-reduced
+// without); under full recomputation the forward's traffic again.
+TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Recompute recompute);
 
 // What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.
 struct OpRecord {
@@ -156,8 +170,7 @@ class Builder {
   std::vector<int> gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  TensorKind kind, const Task& like);
-  double tp_volume(int w, int stage, bool backward) const;
-  int tp_messages(int w, int stage, bool backward) const;
+  TpPass tp_pass_of(int w, int stage, bool backward) const;
   void reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name, const std::vector<int>& devices,
                        const std::vector<int>& computes, const std::vector<int>& partials, const std::vector<int>& outputs);
   void add_backward(int w, int stage, int mb, OpKind kind);

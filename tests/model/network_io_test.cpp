@@ -50,6 +50,35 @@ TEST(NetworkIo, OverridingPrecisionScalesExplicitActivationBytes) {
   EXPECT_DOUBLE_EQ(parse_network(yaml, "n.yaml", Precision::fp16).layers[0].stashed_bytes, 200);
 }
 
+// A layer's backward tensor-parallel traffic: the forward's unless given (a file written before
+// the two could differ means what it meant then), one collective when only its size is given.
+TEST(NetworkIo, BackwardTensorParallelTrafficDefaultsToTheForwards) {
+  const auto layer = [](const std::string& fields) {
+    return parse_network("layers:\n  - {name: a, forward_flops: 1, output_elems: 1, " + fields + "}\n", "n.yaml")
+        .layers[0];
+  };
+  const Layer same = layer("tp_allreduce_elems: 8, tp_allreduces: 2");
+  EXPECT_DOUBLE_EQ(same.tp_backward_allreduce_elems, 8);
+  EXPECT_EQ(same.tp_backward_allreduces, 2);
+  const Layer head = layer("tp_allreduce_elems: 0, tp_backward_allreduce_elems: 4");
+  EXPECT_DOUBLE_EQ(head.tp_backward_allreduce_elems, 4);
+  EXPECT_EQ(head.tp_backward_allreduces, 1);
+  const Layer embedding = layer("tp_allreduce_elems: 4, tp_backward_allreduce_elems: 0");
+  EXPECT_EQ(embedding.tp_backward_allreduces, 0);
+  try {
+    layer("tp_backward_allreduce_elems: 4, tp_backward_allreduces: 0");
+    ADD_FAILURE() << "a backward volume in no collective was accepted";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("n.yaml:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers[0].tp_backward_allreduces: expected at least 1"), std::string::npos)
+        << e.what();
+  }
+  Network net = parse_network("layers:\n  - {name: a, forward_flops: 1, output_elems: 1}\n", "n.yaml");
+  net.layers[0].tp_backward_allreduce_elems = 6;
+  net.layers[0].tp_backward_allreduces = 3;
+  EXPECT_EQ(parse_network(write_network(net), "rt.yaml"), net);
+}
+
 // A layer's CNN operations: read, written back, and checked against its forward_flops.
 TEST(NetworkIo, CnnOperationsRoundTripAndMustMakeTheLayersFlops) {
   // A 3x3 convolution of a 8x8x4 map to 8x8x2: 8*8*2*4*9 = 4,608 multiply-adds, 9,216 FLOPs.

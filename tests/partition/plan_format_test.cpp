@@ -211,53 +211,104 @@ TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
   EXPECT_EQ(sp.count({CollectiveKind::all_gather, Purpose::tensor_parallel}), 0U);
 }
 
-// Megatron's all-reduces where each layer has them: two per decoder layer and pass, one for
-// the vocab-parallel embedding, the recomputed forward's again in a backward under full
-// recomputation; one collective task of that many messages, read back as written.
-TEST(PlanFormat, TensorParallelCollectivesCarryEachLayersAllReduces) {
+// Megatron's tensor-parallel operators, per layer and pass, from the layer's kind and sizes
+// (not from the network's tp_ fields): g, the all-reduce of a row-parallel output in the
+// forward (two s h per decoder layer, s h for the vocab-parallel embedding), and f, the
+// all-reduce of a column-parallel input's gradient in the backward (two s h per decoder
+// layer, s h for the LM head). Elements per sample, and how many collectives.
+struct MegatronOperators {
+  double g_elems = 0, f_elems = 0;
+  int g_count = 0, f_count = 0;
+};
+MegatronOperators megatron_operators(const model::Network& net, int layer_begin, int layer_end) {
+  MegatronOperators m;
+  for (int l = layer_begin; l < layer_end; ++l) {
+    const model::Layer& layer = net.layers[static_cast<size_t>(l)];
+    const double sh = layer.kind == "head" ? net.layers[static_cast<size_t>(l) - 1].output_elems : layer.output_elems;
+    if (layer.kind == "transformer") {
+      m.g_elems += 2 * sh;
+      m.f_elems += 2 * sh;
+      m.g_count += 2;
+      m.f_count += 2;
+    } else if (layer.kind == "embedding") {
+      m.g_elems += sh;
+      m.g_count += 1;
+    } else if (layer.kind == "head") {
+      m.f_elems += sh;
+      m.f_count += 1;
+    }
+  }
+  return m;
+}
+
+// The forward or backward compute a tensor-parallel collective belongs to: the nearest compute
+// task before it on its stream (after it, for the all-gather that precedes a pass).
+TaskKind pass_of(const Plan& plan, int collective_task, bool before_the_pass) {
+  const Task& t = plan.task(collective_task);
+  const std::vector<int>& program = plan.program(t.device, t.stream);
+  auto at = std::find(program.begin(), program.end(), collective_task);
+  while (plan.task(*at).kind == TaskKind::collective) before_the_pass ? ++at : --at;
+  return plan.task(*at).kind;
+}
+
+// One collective task per pass carries Megatron's all-reduces of that pass: g in a forward, f
+// in a backward, the recomputed forward's g again under full recomputation; as many messages
+// as collectives, read back as written.
+TEST(PlanFormat, TensorParallelCollectivesCarryMegatronsAllReducesOfEachPass) {
   const model::Network net = small_gpt();
+  const double mbs = 1, e = 2;  // one sample per micro-batch, fp16
   for (const Recompute r : {Recompute::none, Recompute::full}) {
     PlanOptions o;
     o.tensor = 2;
     o.pipeline = 2;
     o.data = 1;
     o.microbatches = 2;
+    o.micro_batch = 1;
     o.recompute = r;
     const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
     const Plan back = read_plan_json(write_plan_json(plan), "p.json");
-    int checked = 0, doubled = 0;
+    std::map<TaskKind, int> checked;
     for (size_t i = 0; i < plan.collectives.size(); ++i) {
       const Collective& c = plan.collectives[i];
       EXPECT_EQ(back.collectives[i].messages, c.messages);
       if (c.purpose != Purpose::tensor_parallel || c.kind != CollectiveKind::all_reduce) continue;
       const Task& t = plan.task(c.tasks.front());
       const Stage& s = plan.layout.workers[0].stages[static_cast<size_t>(t.stage)];
-      int expected = 0;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        const std::string& kind = net.layers[static_cast<size_t>(l)].kind;
-        expected += kind == "transformer" ? 2 : kind == "embedding" ? 1 : 0;
+      const MegatronOperators m = megatron_operators(net, s.layer_begin, s.layer_end);
+      const TaskKind pass = pass_of(plan, c.tasks.front(), false);
+      double elems = m.g_elems;
+      int count = m.g_count;
+      if (pass == TaskKind::backward) {
+        elems = m.f_elems + (r == Recompute::full ? m.g_elems : 0);
+        count = m.f_count + (r == Recompute::full ? m.g_count : 0);
       }
-      // A forward's all-reduces; a backward's under full recomputation twice them.
-      EXPECT_TRUE(c.messages == expected || (r == Recompute::full && c.messages == 2 * expected)) << c.messages << " vs " << expected;
-      doubled += c.messages == 2 * expected;
-      ++checked;
+      EXPECT_DOUBLE_EQ(c.bytes, elems * mbs * e) << "stage " << t.stage << " " << to_string(pass);
+      EXPECT_EQ(c.messages, count) << "stage " << t.stage << " " << to_string(pass);
+      ++checked[pass];
     }
-    EXPECT_EQ(checked, 2 * 2 * 2);  // 2 chunks x 2 micro-batches x (F, B)
-    EXPECT_EQ(doubled, r == Recompute::full ? 2 * 2 : 0);
+    EXPECT_EQ(checked[TaskKind::forward], 2 * 2);  // 2 chunks x 2 micro-batches
+    EXPECT_EQ(checked[TaskKind::backward], 2 * 2);
   }
 }
 
-TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMoved) {
-  // Reduce-scatter + all-gather of S move what one all-reduce of S moves: 2 (t-1)/t S each.
+// Korthikanti et al. (2022), section 4.2.2: a reduce-scatter and an all-gather move what one
+// all-reduce moves, 2 (t-1)/t S per rank, except that the backward gathers the sequence-
+// sharded inputs of the column-parallel GEMMs again for their weight gradients (only the shard
+// is stashed), (t-1)/t F more. Over one pass each way of the whole model on t = 2 ranks.
+TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMovedAndGathersAgain) {
   const model::Network net = small_gpt();
-  auto tp_bytes = [&](bool sp) {
+  const int t = 2;
+  const double mbs = 1, e = 2;
+  auto tp_bytes = [&](bool sp, Recompute r) {
     PlanOptions o;
-    o.tensor = 2;
+    o.tensor = t;
     o.sequence_parallel = sp;
     o.pipeline = 1;
     o.data = 1;
     o.microbatches = 1;
-    const Plan plan = plan_of(test_support::identical_cluster(2), net, o);
+    o.micro_batch = 1;
+    o.recompute = r;
+    const Plan plan = plan_of(test_support::identical_cluster(t), net, o);
     double sent = 0;
     for (const Collective& c : plan.collectives) {
       if (c.purpose == Purpose::tensor_parallel || c.purpose == Purpose::sequence_parallel) {
@@ -266,7 +317,13 @@ TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMoved) {
     }
     return sent;
   };
-  EXPECT_DOUBLE_EQ(tp_bytes(true), tp_bytes(false));
+  const MegatronOperators m = megatron_operators(net, 0, static_cast<int>(net.layers.size()));
+  const double G = m.g_elems * mbs * e, F = m.f_elems * mbs * e, share = (t - 1.0) / t;
+  EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::none), 2 * share * (G + F));
+  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::none), share * (2 * G + 3 * F));
+  // Full recomputation runs the forward's collectives again inside the backward.
+  EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::full), 2 * share * (2 * G + F));
+  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (3 * G + 4 * F));
 }
 
 TEST(PlanFormat, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStage) {
