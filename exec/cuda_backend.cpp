@@ -128,11 +128,15 @@ void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, c
 void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where) {
   for (int polls = 0;;) {
     const cudaError_t e = cudaEventQuery(event);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) {
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
       abort_rank(comm);
       cuda(e, "cudaEventQuery", where);
     }
+    // "Not ready" (ours, or a query inside NCCL's) is also left as the thread's last error: the
+    // next kernel launch, checked by cudaGetLastError (CUB's by cudaPeekAtLastError), would
+    // report it as its own failure.
+    (void)cudaGetLastError();
+    if (e == cudaSuccess) return;
     if (comm != nullptr && *comm != nullptr) {
       ncclResult_t state = ncclSuccess;
       nccl(ncclCommGetAsyncError(*comm, &state), "ncclCommGetAsyncError", where, *comm);
@@ -220,7 +224,7 @@ struct Gpu {
   float* pattern = nullptr;        // j mod 97 + 1 at j, for j < cap floats + 97
   void* arena = nullptr;           // the device copies of the tensors on this device
   std::vector<GpuLane> lanes;      // one per stream program of the device
-  std::unique_ptr<std::mutex> issue = std::make_unique<std::mutex>();  // NCCL calls on this GPU
+  std::mutex* issue = nullptr;     // NCCL calls on this GPU (shared by plan devices on it)
   std::unique_ptr<CudaDecoderOps> ops;  // real math: on the compute stream (the forward tasks')
 };
 
@@ -232,6 +236,7 @@ struct CudaBackend::State {
   CudaPlan nccl_plan;
   model::Precision precision = model::Precision::fp32;
   size_t cap = 0;                              // bytes per device copy, message and collective
+  std::map<int, std::unique_ptr<std::mutex>> issue_on_gpu;  // by ordinal: Gpu::issue
   std::vector<Gpu> gpus;                       // per plan device
   std::vector<void*> copy;                     // per tensor: its device copy
   std::vector<size_t> copy_bytes;              // and its size
@@ -254,6 +259,7 @@ struct CudaBackend::State {
       for (GpuLane& l : g.lanes) {
         if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
         if (l.blas != nullptr) cublas::destroy(l.blas);
+        if (l.cuda != nullptr) kernels::release_linear_handles(l.cuda);  // the real math's, for this stream
         for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1], l.ops_done}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
@@ -261,6 +267,9 @@ struct CudaBackend::State {
         for (void* p : {l.blas_workspace, l.c, l.staging}) cudaFree(p);
       }
       for (void* p : {g.a, g.b, static_cast<void*>(g.pattern), g.arena}) cudaFree(p);
+      g.ops.reset();  // its blocks back, before the pool gives what it kept to the driver
+      cudaMemPool_t pool = nullptr;
+      if (cudaDeviceGetDefaultMemPool(&pool, g.ordinal) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
     }
     cudaGetLastError();
   }
@@ -367,13 +376,36 @@ void make_ops(CudaBackend::State& s, Gpu& gpu, int device) {
   gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
 }
 
+// Tensor and sequence parallelism's collectives move activations (or their gradients); the
+// others, gradients or their norm.
+bool activation_collective(const partition::Collective& c) {
+  return c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
+}
+
+// Stream-ordered scratch (16-bit GEMM operands, sorts, partial sums) is freed with
+// cudaFreeAsync into the device's default pool, whose release threshold of 0 hands the memory
+// back to the driver at every synchronisation, to be mapped again by the next task: the pool
+// keeps it instead (trimmed when the run's objects go). Without pools, nothing to do.
+void keep_freed_memory(int ordinal) {
+  cudaMemPool_t pool = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
+    std::uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaGetLastError();
+}
+
 void make_gpu(CudaBackend::State& s, int device) {
   const Plan& plan = *s.plan;
   Gpu& gpu = s.gpus[static_cast<size_t>(device)];
   gpu.ordinal = s.nccl_plan.gpus[static_cast<size_t>(device)];
   gpu.where = "GPU " + std::to_string(gpu.ordinal) + " (plan device " + std::to_string(device) + ", " +
               plan.device_name(device) + ")";
+  std::unique_ptr<std::mutex>& issue = s.issue_on_gpu[gpu.ordinal];
+  if (!issue) issue = std::make_unique<std::mutex>();
+  gpu.issue = issue.get();
   cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
+  keep_freed_memory(gpu.ordinal);
   const bool proxy = s.training == nullptr;
   if (!proxy) {  // real math: no proxy GEMM inputs or pattern
     make_copies(s, gpu, device);
@@ -385,6 +417,10 @@ void make_gpu(CudaBackend::State& s, int device) {
       }
     }
     make_ops(s, gpu, device);
+    if (gpu.ops) gpu.ops->warm_up();
+    // The arena's cudaMemset and the copies above ran on the legacy stream, which the lanes'
+    // non-blocking streams do not wait for: done before any lane starts.
+    cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)", gpu.where);
     return;
   }
   const size_t a = static_cast<size_t>(kProxyN) * kProxyN, b = static_cast<size_t>(kProxyN) * kMaxRows;
@@ -403,6 +439,7 @@ void make_gpu(CudaBackend::State& s, int device) {
     gpu.lanes.back().stream = program.stream;
     make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, true, gpu.where + ", stream " + plan.stream_name(program.stream));
   }
+  cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)", gpu.where);  // as above
 }
 
 // This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
@@ -470,6 +507,7 @@ void CudaBackend::prepare(const Plan& plan) {
     require_no_copy_reuse_hazards(
         plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); },
         "the CUDA back end's real math");
+    require_real_collectives(plan, [&](int tensor) { return options_.training->buffer_bytes(tensor); });
   }
   int visible = 0;
   const cudaError_t counted = cudaGetDeviceCount(&visible);
@@ -947,7 +985,7 @@ void run_real_compute(Job& job, TensorParallelExchange* exchange) {
 // all-reduce, a sequence all-gather or reduce-scatter), as the cpu back end runs it: a buffer
 // of the larger of the read and written tensors, the read one at this member's piece when it
 // is the smaller (an all-gather), the written one taken from its piece when that is (a
-// reduce-scatter). NCCL's in-place forms need equal pieces: PlanError otherwise.
+// reduce-scatter). NCCL's in-place forms need equal pieces (require_real_collectives).
 void run_activation_collective(Job& job) {
   const partition::Task& t = *job.task.spec;
   const Plan& plan = *job.s.plan;
@@ -958,12 +996,6 @@ void run_activation_collective(Job& job) {
   const size_t out = job.s.copy_bytes[static_cast<size_t>(out_tensor)];
   const size_t count = std::max(in, out) / sizeof(float), members = plan.members(c).size();
   const auto me = static_cast<size_t>(job.s.nccl_plan.rank_of_task[static_cast<size_t>(job.task.task)]);
-  const bool by_part = c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather;
-  if ((by_part || in != out) && count % members != 0) {
-    throw PlanError("collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ") of " +
-                    std::to_string(count) + " floats over " + std::to_string(members) +
-                    " members: NCCL's in-place form needs equal pieces");
-  }
   const size_t part = count / members;
   auto* buffer = static_cast<float*>(job.lane.staging);
   const size_t at = in < out ? me * part : 0, out_at = out < in ? me * part : 0;
@@ -1012,14 +1044,15 @@ void run_real_collective(Job& job) {
   const partition::Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
   DeviceTask device(job);
   const std::span<float> data = job.s.training->collective_data(device);
-  if (data.empty() && !job.task.reads.empty()) {
+  if (activation_collective(c)) {
+    if (job.task.reads.empty()) {  // a pass that ends the model: nothing to move, on every member
+      job.finish(nullptr, {});
+      return;
+    }
     run_activation_collective(job);
     return;
   }
-  if (c.kind != partition::CollectiveKind::all_reduce) {
-    throw PlanError("collective " + std::to_string(t.collective) + " is a " + std::string(partition::to_string(c.kind)) +
-                    " of gradients: real math on the cuda back end reduces gradients by all-reduce only");
-  }
+  // (require_real_collectives refused any other kind of gradient collective.)
   follow_compute_stream(job);  // the gradients, and what collective_data gathered, are complete
   ncclComm_t* comm = job.rank();
   job.task.waiting_for("collective " + std::to_string(t.collective) + " (all-reduce of " + std::to_string(data.size()) +
@@ -1047,6 +1080,9 @@ void CudaBackend::run(TaskContext& task) {
           gpu.where + ", " + partition::describe_task(*s.plan, task.task) + ", iteration " + std::to_string(task.iteration),
           stop_, options_.copy_outputs_to_host};
   cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", job.where);
+  // Each task's launches are checked by the thread's last error: start it clean, whatever a
+  // library's query left there. (A sticky fault is not lost: every later call returns it.)
+  (void)cudaGetLastError();
   cuda(cudaEventRecord(job.lane.start, job.lane.cuda), "cudaEventRecord", job.where);
   switch (t.kind) {
     case TaskKind::forward:

@@ -50,8 +50,10 @@
 //    NCCL's collective, in place on a float buffer of the collective's bytes (capped) that
 //    starts as the tensor the task reads; the result goes to the tensor it writes (or back
 //    into the one it reads). As in the CPU back end, a reduce-scatter leaves member i's sum in
-//    part i and an all-gather takes part i from member i. NCCL picks its own algorithm; the
-//    plan's (ring, tree, hierarchical) is the simulator's model of it.
+//    part i and an all-gather takes part i from member i; parts are floor(floats / members)
+//    floats and the rest is left out (the CPU back end's parts differ by a float instead), so
+//    proxy bytes agree between the back ends where the members divide the floats. NCCL picks
+//    its own algorithm; the plan's (ring, tree, hierarchical) is the simulator's model of it.
 // Device memory: each tensor has one device copy of min(its bytes, max_message_bytes), made in
 // prepare() and kept for the run (buffer_bytes() gives the engine the same size for its host
 // buffers). A transient tensor's copy serves every iteration, so where a plan lets iteration
@@ -87,8 +89,18 @@
 // Communicators that no thread was using are aborted when the back end is prepared again or
 // destroyed. After a stop, prepare() must run again before run().
 //
+// Set-up (prepare()): each GPU's default memory pool keeps what stream-ordered frees give
+// back (its release threshold raised; trimmed when the run's objects go), so the real math's
+// scratch is not unmapped and mapped again at every synchronisation; the real math's linear
+// layers run once on a few zeros, so that cuBLAS loads and makes its handle outside any task;
+// and the device is synchronised, since the legacy stream that set-up copies use does not
+// order the lanes' non-blocking streams.
+//
 // Errors: every failing CUDA, cuBLAS or NCCL call becomes a hetflow::Error naming the call,
-// the GPU (and plan device) and the task instance. prepare() throws Error "no CUDA device
+// the GPU (and plan device) and the task instance; a kernel's or cuBLAS's failure inside the
+// real math names the CUDA or cuBLAS error (cudaErrorIllegalAddress: ...). prepare() throws
+// PlanError, before touching a GPU, for the real math's collectives NCCL cannot run
+// (require_real_collectives in exec/cuda_plan.hpp), Error "no CUDA device
 // visible ..." without a GPU and PlanError when the plan has more devices than visible GPUs.
 //
 // Processes: under mpirun (options.ranks, several of them) each process runs its block of the

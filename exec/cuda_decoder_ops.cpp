@@ -16,6 +16,9 @@ void CudaDecoderOps::check(Status status, const char* kernel) const {
   if (status != Status::success) {
     std::string why = k::status_string(status);
     if (status == Status::library_missing) why += std::string(" (") + k::missing_library_reason() + ")";
+    const bool from_cuda =
+        status == Status::execution_failed || status == Status::alloc_failed || status == Status::no_device;
+    if (from_cuda && *k::failure_detail() != '\0') why += std::string(" (") + k::failure_detail() + ")";
     throw Error(std::string(kernel) + " on " + name() + ": " + why);
   }
 }
@@ -130,6 +133,14 @@ void CudaDecoderOps::linear_backward_input(float* dx, const float* dy, const flo
 void CudaDecoderOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
                                             int OC) const {
   check(k::linear_backward_weight_cuda(dw, db, dy, x, N, C, OC, stream_, gemm_inputs_), "linear_backward_weight");
+}
+void CudaDecoderOps::warm_up() const {
+  constexpr int n = 8;
+  const OpsFloats x = zeros(n * n), w = zeros(n * n), b = zeros(n), y = zeros(n * n);
+  linear_forward(y.data(), x.data(), w.data(), b.data(), n, n, n);
+  linear_backward_input(x.data(), y.data(), w.data(), n, n, n);
+  linear_backward_weight(w.data(), b.data(), y.data(), x.data(), n, n, n);
+  check(k::cuda_synchronize(stream_), "cudaStreamSynchronize (warm-up)");
 }
 void CudaDecoderOps::embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
                                        int C) const {

@@ -35,6 +35,10 @@ class CudaDecoderOps final : public DecoderOps {
   CudaDecoderOps(int device, kernels::CudaStream stream, kernels::GemmInputs gemm_inputs = kernels::GemmInputs::fp32);
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   kernels::CudaStream stream() const { return stream_; }
+  // Runs each linear layer once on a few zeros and waits: cuBLAS is opened, this stream's
+  // handle made and its kernels loaded now, not inside the first task (where NCCL kernels of
+  // other streams may be spinning on the same GPU while a module loads).
+  void warm_up() const;
 
   OpsFloats floats(size_t n) const override;
   OpsFloats zeros(size_t n) const override;

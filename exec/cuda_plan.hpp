@@ -91,4 +91,11 @@ std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<con
 CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0,
                    const std::vector<int>& in_task = {});
 
+// What real math on the CUDA back end cannot run, refused before any GPU is touched (PlanError
+// naming the collective): a gradient collective other than an all-reduce, and a tensor- or
+// sequence-parallel collective whose pieces NCCL's in-place all-gather and reduce-scatter
+// cannot take (floats not divisible by the members). `tensor_bytes`: what the training
+// exchanges of each tensor (Training::buffer_bytes).
+void require_real_collectives(const partition::Plan& plan, const std::function<size_t(int)>& tensor_bytes);
+
 }  // namespace hetflow::exec

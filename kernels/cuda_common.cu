@@ -9,6 +9,7 @@ namespace cuda {
 Status status_of(cudaError_t error) {
   if (error == cudaSuccess) return Status::success;
   cudaGetLastError();  // clear it, so that the next call starts clean
+  detail::note_failure(cudaGetErrorName(error), cudaGetErrorString(error));
   switch (error) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:

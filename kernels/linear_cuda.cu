@@ -6,8 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <thread>
-#include <tuple>
+#include <utility>
 
 #include "kernels/cublas_loader.hpp"
 #include "kernels/cuda_common.cuh"
@@ -20,6 +19,7 @@ namespace {
 constexpr int kThreads = 256;
 
 Status status_of(cublasStatus_t status) {
+  if (status != CUBLAS_STATUS_SUCCESS) detail::note_failure(cublas::status_string(status), nullptr);
   switch (status) {
     case CUBLAS_STATUS_SUCCESS: return Status::success;
     case CUBLAS_STATUS_ALLOC_FAILED: return Status::alloc_failed;
@@ -29,26 +29,35 @@ Status status_of(cublasStatus_t status) {
   }
 }
 
-// One handle per (host thread, device, stream), created on first use and never destroyed:
-// handles are cheap to keep and costly to create, and one destroyed at exit could outlive
-// the CUDA runtime. The map is never freed either, so the handles stay reachable. A handle
-// per stream because cuBLAS is bitwise repeatable only while one stream uses a handle's
-// workspace (its guide, "Results reproducibility").
+// One handle per (device, stream), created on first use and kept until release_linear_handles
+// for its stream: handles are cheap to keep and costly to create. Threads may share one, as
+// cuBLAS allows while nobody changes its configuration (its stream is set once, here); the
+// stream orders their use of its workspace. A handle per stream because cuBLAS is bitwise
+// repeatable only while one stream uses a handle's workspace (its guide, "Results
+// reproducibility"). The map is never freed, so a handle never outlives it at exit.
+using HandleKey = std::pair<int, cudaStream_t>;
+std::mutex handles_mutex;
+std::map<HandleKey, cublasHandle_t>& handles() {
+  static auto* map = new std::map<HandleKey, cublasHandle_t>();
+  return *map;
+}
+
 Status handle_for(cudaStream_t stream, cublasHandle_t* handle) {
   int device = 0;
   if (const Status status = cuda::status_of(cudaGetDevice(&device)); status != Status::success) return status;
-  using Key = std::tuple<std::thread::id, int, cudaStream_t>;
-  static std::mutex mutex;
-  static auto* handles = new std::map<Key, cublasHandle_t>();
-  const std::lock_guard<std::mutex> lock(mutex);
-  const Key key{std::this_thread::get_id(), device, stream};
-  cublasHandle_t& slot = (*handles)[key];
+  const std::lock_guard<std::mutex> lock(handles_mutex);
+  const HandleKey key{device, stream};
+  cublasHandle_t& slot = handles()[key];
   if (slot == nullptr) {
     if (const Status status = status_of(cublas::create(&slot)); status != Status::success) {
-      handles->erase(key);
+      handles().erase(key);
       return status;
     }
-    if (const Status status = status_of(cublas::set_stream(slot, stream)); status != Status::success) return status;
+    if (const Status status = status_of(cublas::set_stream(slot, stream)); status != Status::success) {
+      cublas::destroy(slot);
+      handles().erase(key);
+      return status;
+    }
   }
   *handle = slot;
   return Status::success;
@@ -134,6 +143,21 @@ Status linear_backward_weight(float* dw, float* db, const float* dy, const float
   }
   if (db != nullptr) return column_sums(db, dy, N, OC, stream);
   return Status::success;
+}
+
+Status release_linear_handles(CudaStream stream) {
+  const std::lock_guard<std::mutex> lock(handles_mutex);
+  Status first = Status::success;
+  for (auto at = handles().begin(); at != handles().end();) {
+    if (at->first.second != stream) {
+      ++at;
+      continue;
+    }
+    const Status status = status_of(cublas::destroy(at->second));  // waits for the handle's work
+    if (first == Status::success) first = status;
+    at = handles().erase(at);
+  }
+  return first;
 }
 
 }  // namespace launch

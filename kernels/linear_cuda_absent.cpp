@@ -13,6 +13,7 @@ Status linear_backward_input(float*, const float*, const float*, int, int, int, 
 Status linear_backward_weight(float*, float*, const float*, const float*, int, int, int, CudaStream, GemmInputs) {
   return Status::not_built;
 }
+Status release_linear_handles(CudaStream) { return Status::success; }  // none are made here
 
 }  // namespace hetflow::kernels::launch
 

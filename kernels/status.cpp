@@ -1,5 +1,7 @@
 #include "kernels/status.hpp"
 
+#include <string>
+
 namespace hetflow::kernels {
 
 const char* status_string(Status status) {
@@ -14,5 +16,18 @@ const char* status_string(Status status) {
   }
   return "unknown status";
 }
+
+namespace {
+thread_local std::string last_failure;
+}  // namespace
+
+const char* failure_detail() { return last_failure.c_str(); }
+
+namespace detail {
+void note_failure(const char* name, const char* description) {
+  last_failure = name;
+  if (description != nullptr && *description != '\0') last_failure += std::string(": ") + description;
+}
+}  // namespace detail
 
 }  // namespace hetflow::kernels

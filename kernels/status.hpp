@@ -21,4 +21,16 @@ const char* status_string(Status status);
 // cannot open shared object file: ..."); "" while nothing has failed to open.
 const char* missing_library_reason();
 
+// After an execution_failed, alloc_failed or no_device on this thread: the CUDA or cuBLAS
+// error behind it, named ("cudaErrorIllegalAddress: an illegal memory access was
+// encountered", "CUBLAS_STATUS_NOT_SUPPORTED"); "" before any. A fault of an asynchronous
+// kernel is reported by whichever later call returns it, so the name matters more than the
+// call that carried it.
+const char* failure_detail();
+
+namespace detail {
+// Called by the CUDA code where an error becomes a Status.
+void note_failure(const char* name, const char* description);
+}  // namespace detail
+
 }  // namespace hetflow::kernels

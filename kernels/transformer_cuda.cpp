@@ -141,6 +141,11 @@ Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const 
   return launch::linear_backward_weight(dw, db, dy, x, N, C, OC, stream, inputs);
 }
 
+Status release_linear_handles(CudaStream stream) {
+  if (!cuda_built()) return Status::success;  // nothing was ever made
+  return launch::release_linear_handles(stream);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 Status embedding_forward_cuda(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,

@@ -111,9 +111,9 @@ class DeviceBuffer {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Linear layers through cuBLAS (one handle per host thread and device, created on first use
-// and kept). Status::not_built where cuBLAS was not found. Bitwise repeatable as cuBLAS is:
-// same toolkit, same GPU model, one stream per handle.
+// Linear layers through cuBLAS (one handle per device and stream, created on first use and
+// kept until release_linear_handles). Status::not_built where cuBLAS was not found. Bitwise
+// repeatable as cuBLAS is: same toolkit, same GPU model, one stream per handle.
 //
 // `inputs` says what the GEMM multiplies: fp32 (cublasSgemm, no TF32), or both operands
 // rounded to bf16 or fp16 (nearest even, as the cast kernels round; into stream-ordered
@@ -132,6 +132,9 @@ Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, in
 // dw[OC,C] += dy^T * x; db[OC] += column sums of dy (a fixed-order two-pass sum, not an atomic one).
 Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
                                    CudaStream stream, GemmInputs inputs = GemmInputs::fp32);
+// Destroys the handles the linear layers made for `stream` (waiting for their work), before the
+// stream itself is destroyed; success when there were none.
+Status release_linear_handles(CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
 // Embedding. Both bitwise equal to the reference: the forward is one fp32 add per element,

@@ -28,6 +28,7 @@ Status linear_backward_input(float* dx, const float* dy, const float* w, int N, 
                              GemmInputs inputs);
 Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
                               CudaStream stream, GemmInputs inputs);
+Status release_linear_handles(CudaStream stream);
 Status embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,
                          CudaStream stream);
 Status embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,

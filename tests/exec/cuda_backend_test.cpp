@@ -168,6 +168,45 @@ TEST(CudaPlan, RefusesTwoRanksOfACommunicatorOnOneGpu) {
   EXPECT_NO_THROW(exec::cuda_plan(lone, {0}));
 }
 
+// Real math's collectives on NCCL: a gradient collective must be an all-reduce, and a tensor-
+// or sequence-parallel one must split into equal pieces; both refused before any GPU is
+// touched, as plan faults. A pass's collective with no tensor (the model's ends) moves nothing.
+TEST(CudaPlan, RealMathRefusesCollectivesNcclCannotRunInPlace) {
+  partition::PlanOptions o = pipeline(2, 2);
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.data = 2;
+  Plan plan = test_support::planned(model::cpu_cluster(8), test_support::tiny_gpt(), o);
+  const auto floats = [](size_t n) { return [n](int) { return n * sizeof(float); }; };
+  EXPECT_NO_THROW(exec::require_real_collectives(plan, floats(64)));
+  int empty = 0;  // the sequence-parallel collectives of passes that end the model
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    empty += task.kind == TaskKind::collective && task.purpose == partition::Purpose::sequence_parallel &&
+             plan.reads(static_cast<int>(t)).empty();
+  }
+  EXPECT_GT(empty, 0);
+  try {
+    exec::require_real_collectives(plan, floats(63));  // an all-gather or reduce-scatter of 63 floats over 2
+    FAIL() << "odd pieces were accepted";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("of 63 floats over 2 members: NCCL's in-place form needs equal pieces"),
+              std::string::npos)
+        << e.what();
+  }
+  for (partition::Collective& c : plan.collectives) {
+    if (c.purpose == partition::Purpose::data_parallel) c.kind = partition::CollectiveKind::reduce_scatter;
+  }
+  try {
+    exec::require_real_collectives(plan, floats(64));
+    FAIL() << "a reduce-scatter of gradients was accepted";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("(reduce_scatter) reduces gradients: real math on the cuda back end"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Under mpirun: each process runs its block of the devices on its node's GPUs after those of
 // the node's lower ranks, every process derives the same communicators in the same order, the
 // first member's process makes each one's unique id, and only devices of one process are held
