@@ -271,12 +271,15 @@ void require_real_collectives(const Plan& plan, const std::function<size_t(int)>
     const partition::Task& t = plan.tasks[i];
     if (t.kind != TaskKind::collective) continue;
     const partition::Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
-    const std::string what = "collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ")";
+    const std::string what =
+        "collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ")";
     const auto reads = plan.reads(static_cast<int>(i)), writes = plan.writes(static_cast<int>(i));
-    const bool activations = c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
+    const bool activations =
+        c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
     if (!activations) {
       if (c.kind != partition::CollectiveKind::all_reduce) {
-        throw PlanError(what + " reduces gradients: real math on the cuda back end reduces gradients by all-reduce only");
+        throw PlanError(what +
+                        " reduces gradients: real math on the cuda back end reduces gradients by all-reduce only");
       }
       continue;
     }
@@ -284,7 +287,8 @@ void require_real_collectives(const Plan& plan, const std::function<size_t(int)>
     const size_t in = tensor_bytes(reads[0]);
     const size_t out = tensor_bytes(writes.empty() ? reads[0] : writes[0]);
     const size_t count = std::max(in, out) / sizeof(float), members = plan.members(c).size();
-    const bool by_part = c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather;
+    const bool by_part =
+        c.kind == partition::CollectiveKind::reduce_scatter || c.kind == partition::CollectiveKind::all_gather;
     if ((by_part || in != out) && count % members != 0) {
       throw PlanError(what + " of " + std::to_string(count) + " floats over " + std::to_string(members) +
                       " members: NCCL's in-place form needs equal pieces");

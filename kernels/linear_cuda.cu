@@ -133,6 +133,7 @@ Status linear_backward_input(float* dx, const float* dy, const float* w, int N, 
 
 Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
                               CudaStream stream, GemmInputs inputs) {
+  if (db != nullptr && !column_sums_fit(OC)) return Status::invalid_value;  // before dw is enqueued
   if (dw != nullptr) {
     // dw^T[C,OC] += x^T[C,N] * (dy^T[OC,N])^T
     cublasHandle_t handle = nullptr;

@@ -10,15 +10,18 @@ namespace {
 
 constexpr int kTile = 32;
 
+// Rows go on grid.x (up to 2^31 - 1 blocks; grid.y stops at 65535), columns on grid.y; indices
+// are 64-bit, since m * k may pass INT_MAX.
 __global__ void matmul_tiled(const float* a, const float* b, float* c, int m, int n, int k) {
   __shared__ float tile_a[kTile][kTile];
   __shared__ float tile_b[kTile][kTile];
-  const int row = blockIdx.y * kTile + threadIdx.y;
-  const int col = blockIdx.x * kTile + threadIdx.x;
+  const long long row = static_cast<long long>(blockIdx.x) * kTile + threadIdx.y;
+  const long long col = static_cast<long long>(blockIdx.y) * kTile + threadIdx.x;
   float sum = 0;
   for (int t = 0; t < k; t += kTile) {
     tile_a[threadIdx.y][threadIdx.x] = row < m && t + threadIdx.x < k ? a[row * k + t + threadIdx.x] : 0.0f;
-    tile_b[threadIdx.y][threadIdx.x] = col < n && t + threadIdx.y < k ? b[(t + threadIdx.y) * n + col] : 0.0f;
+    const long long b_row = t + threadIdx.y;
+    tile_b[threadIdx.y][threadIdx.x] = col < n && b_row < k ? b[b_row * n + col] : 0.0f;
     __syncthreads();
     for (int p = 0; p < kTile; ++p) sum += tile_a[threadIdx.y][p] * tile_b[p][threadIdx.x];
     __syncthreads();
@@ -73,9 +76,14 @@ Status matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k
   }
   if (status == Status::success) {
     const dim3 block(kTile, kTile);
-    const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
-    matmul_tiled<<<grid, block>>>(da, db, dc, m, n, k);
-    status = status_of(cudaGetLastError(), Status::execution_failed);
+    const unsigned column_blocks = static_cast<unsigned>((n + kTile - 1) / kTile);
+    if (column_blocks > 65535) {
+      status = Status::invalid_value;  // n above 2 million columns: beyond this demo
+    } else {
+      const dim3 grid(static_cast<unsigned>((m + kTile - 1) / kTile), column_blocks);
+      matmul_tiled<<<grid, block>>>(da, db, dc, m, n, k);
+      status = status_of(cudaGetLastError(), Status::execution_failed);
+    }
   }
   if (status == Status::success) {
     status = status_of(cudaMemcpy(c, dc, bytes_c, cudaMemcpyDeviceToHost), Status::execution_failed);

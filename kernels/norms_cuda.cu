@@ -154,7 +154,7 @@ template <class Term>
 Status add_column_sums(float* out, int N, int C, Term term, cudaStream_t stream) {
   const int chunks = static_cast<int>((static_cast<long long>(N) + kChunkRows - 1) / kChunkRows);
   const int tiles = (C + kColumnTile - 1) / kColumnTile;
-  if (tiles > 65535) return Status::invalid_value;  // gridDim.y's limit: C up to 2 million columns
+  if (!launch::column_sums_fit(C)) return Status::invalid_value;
   cuda::Scratch scratch(stream);
   if (const Status status = scratch.allocate(sizeof(float) * static_cast<std::size_t>(chunks) * C);
       status != Status::success) {
@@ -171,6 +171,9 @@ Status add_column_sums(float* out, int N, int C, Term term, cudaStream_t stream)
 
 namespace launch {
 
+// gridDim.y's limit on the column tiles: C up to 2 million columns.
+bool column_sums_fit(int C) { return (C + kColumnTile - 1) / kColumnTile <= 65535; }
+
 Status layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
                          int C, float eps, CudaStream stream) {
   layernorm_forward_kernel<<<N, kRowThreads, 0, stream>>>(y, mean, rstd, x, w, b, C, eps);
@@ -179,6 +182,7 @@ Status layernorm_forward(float* y, float* mean, float* rstd, const float* x, con
 
 Status layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                           const float* mean, const float* rstd, int N, int C, CudaStream stream) {
+  if ((dw != nullptr || db != nullptr) && !column_sums_fit(C)) return Status::invalid_value;
   if (dx != nullptr) {
     layernorm_backward_dx_kernel<<<N, kRowThreads, 0, stream>>>(dx, dy, x, w, mean, rstd, C);
     if (const Status status = cuda::launched(); status != Status::success) return status;
@@ -199,6 +203,7 @@ Status rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, in
 
 Status rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
                         int C, CudaStream stream) {
+  if (dw != nullptr && !column_sums_fit(C)) return Status::invalid_value;
   if (dx != nullptr) {
     rmsnorm_backward_dx_kernel<<<N, kRowThreads, 0, stream>>>(dx, dy, x, w, rstd, C);
     if (const Status status = cuda::launched(); status != Status::success) return status;

@@ -47,6 +47,9 @@ Status rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, c
                         int C, CudaStream stream);
 // out[c] += sum over rows n of dy[n][c] (linear's db), in the norms' fixed-order column sums.
 Status column_sums(float* out, const float* dy, int N, int C, CudaStream stream);
+// Whether column_sums (and the norms' weight gradients) can take C columns: checked before a
+// caller enqueues other work, so that a refused call leaves its outputs untouched.
+bool column_sums_fit(int C);
 Status residual_add(float* y, const float* x, long n, CudaStream stream);
 Status bias_add(float* y, const float* b, int N, int C, CudaStream stream);
 Status gelu_forward(float* y, const float* x, long n, CudaStream stream);

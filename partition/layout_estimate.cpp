@@ -176,8 +176,10 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       }
       const builder::TpPass pass = builder::tp_pass(wk, backward, sharded[k], layout.recompute);
       if (sharded[k]) {
-        before += collective_s(cost, CollectiveKind::all_gather, ring, devices, pass.gather_bytes, pass.gather_messages);
-        after += collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, pass.reduce_bytes, pass.reduce_messages);
+        before +=
+            collective_s(cost, CollectiveKind::all_gather, ring, devices, pass.gather_bytes, pass.gather_messages);
+        after +=
+            collective_s(cost, CollectiveKind::reduce_scatter, ring, devices, pass.reduce_bytes, pass.reduce_messages);
       } else if (tp) {
         after += collective_s(cost, CollectiveKind::all_reduce, ring, devices, pass.reduce_bytes, pass.reduce_messages);
       }
