@@ -21,6 +21,8 @@ bool cuda_built();
 int cuda_device_count();
 // A short description of why CUDA is unavailable, or the first device's name.
 std::string cuda_status();
+// The name CUDA gives device `device` ("NVIDIA H200"), "" when there is no such device.
+std::string cuda_device_name(int device);
 
 // The CUDA kernel (shared-memory tiles). Host pointers in and out; copies to and from the
 // device. Status::success, or why not (no CUDA build, no device, a bad size, a CUDA error);

@@ -57,6 +57,15 @@ std::string cuda_status() {
   return std::to_string(count) + " CUDA device(s), the first a " + prop.name;
 }
 
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  if (device < 0 || device >= cuda_device_count() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 Status matmul_cuda(const float* a, const float* b, float* c, int m, int n, int k) {
   if (const Status arguments = matmul_arguments(a, b, c, m, n, k); arguments != Status::success) return arguments;
   if (m == 0 || n == 0) return Status::success;

@@ -159,6 +159,20 @@ Cluster cpu_cluster(int devices, double flops_per_s) {
   return parse_cluster(yaml, "<built-in cluster cpu-" + n + ">");
 }
 
+std::string one_node_cluster_yaml(const GpuSpec& gpu, int gpus, const std::string& name, const std::string& comment) {
+  std::string intra = "{kind: " + std::string(to_string(gpu.usual_link));
+  if (gpu.usual_link_bandwidth_bytes_per_s > 0) {
+    char bandwidth[64];
+    std::snprintf(bandwidth, sizeof bandwidth, "%.17g", gpu.usual_link_bandwidth_bytes_per_s);
+    intra += std::string(", bandwidth: ") + bandwidth;
+  }
+  intra += "}";
+  std::string line = comment;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return "# " + line + "\nname: " + name + "\nnodes:\n  - {name: host, gpu: " + gpu.name +
+         ", gpus: " + std::to_string(gpus) + ", intra: " + intra + "}\n";
+}
+
 Cluster builtin_cluster(std::string_view name) {
   if (const int n = cpu_cluster_devices(name); n > 0) return cpu_cluster(n);
   if (const int n = selene_cluster_nodes(name); n > 0) return selene_cluster(n);

@@ -58,6 +58,10 @@ Cluster builtin_cluster(std::string_view name);  // throws InputError with neare
 inline constexpr double kDefaultCpuFlopsPerS = 50e9;
 inline constexpr int kMaxCpuDevices = 256;
 Cluster cpu_cluster(int devices, double flops_per_s = kDefaultCpuFlopsPerS);
+// A cluster file's text for one node of `gpus` GPUs of the catalog part `gpu` on the part's
+// usual interconnect, named `name`, `comment` its first line: a machine's own GPUs, so that a
+// run on them is measured against their peak (hetflow-gpu-probe cluster).
+std::string one_node_cluster_yaml(const GpuSpec& gpu, int gpus, const std::string& name, const std::string& comment);
 // N for a name "cpu-N" (digits only, 1..kMaxCpuDevices); 0 for any other name. Throws
 // InputError for "cpu-" followed by digits out of range.
 int cpu_cluster_devices(std::string_view name);

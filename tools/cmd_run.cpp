@@ -362,10 +362,21 @@ Figures figures(const traces::Trace& trace, const partition::Plan& plan, int war
   return f;
 }
 
-// Model FLOPs per second over the devices' peak, for an iteration of this length; a proxy run
-// scaled by --flop-scale does that share of the model's FLOPs.
-double mfu(const partition::Plan& plan, double iteration_time_s, bool real, double flop_scale) {
-  const double peak = peak_flops_per_s(plan, real ? model::Precision::fp32 : plan.layout.precision);
+// The precision the run's GEMMs multiply at, whose peak MFU is measured against: a proxy's
+// the plan's; the real math's FP32, but on GPUs bf16 operands for a bf16 plan and fp16 ones
+// for a loss-scaled fp16 plan (as report_text says).
+model::Precision gemm_precision(const Request& r, bool real) {
+  const model::Precision p = r.plan.layout.precision;
+  if (!real) return p;
+  if (r.backend == "cuda" && p == model::Precision::bf16) return p;
+  if (r.backend == "cuda" && p == model::Precision::fp16 && r.optimizer.loss_scale.active()) return p;
+  return model::Precision::fp32;
+}
+
+// Model FLOPs per second over the devices' peak at `precision`, for an iteration of this
+// length; a proxy run scaled by --flop-scale does that share of the model's FLOPs.
+double mfu(const partition::Plan& plan, double iteration_time_s, model::Precision precision, double flop_scale) {
+  const double peak = peak_flops_per_s(plan, precision);
   const double model_flops =
       plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration() * flop_scale;
   return peak > 0 && iteration_time_s > 0 ? model_flops / iteration_time_s / peak : 0;
@@ -380,7 +391,7 @@ struct Simulated {
 };
 
 Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibration& calibration, int warmup,
-                        const partition::CostModel& cost, bool real, double flop_scale) {
+                        const partition::CostModel& cost, model::Precision precision, double flop_scale) {
   Simulated out;
   sim::SimOptions options;
   options.calibration = calibration;
@@ -392,7 +403,7 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
       return out;
     }
     out.f = figures(r.trace, scaled_plan, warmup);
-    out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, real, flop_scale);
+    out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, precision, flop_scale);
     out.m = traces::compute_metrics(r.trace, scaled_plan, cost);
   } catch (const Error& e) {
     out.error = e.what();
@@ -678,12 +689,12 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   }
   const partition::Plan as_run = scaled(plan, request.flop_scale);
   const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
-  const bool real = training.training != nullptr;
+  const model::Precision gemms = gemm_precision(request, training.training != nullptr);
   Figures f = figures(result.trace, plan, request.warmup);
-  f.mfu = mfu(plan, f.iteration_time_s, real, request.flop_scale);
-  f.analytic_mfu = mfu(plan, analytic.iteration_time_s, real, request.flop_scale);
+  f.mfu = mfu(plan, f.iteration_time_s, gemms, request.flop_scale);
+  f.analytic_mfu = mfu(plan, analytic.iteration_time_s, gemms, request.flop_scale);
   const Simulated simulated = result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster),
-                                                               request.warmup, cost, real, request.flop_scale)
+                                                               request.warmup, cost, gemms, request.flop_scale)
                                                : Simulated{};
   if (training.training) f.losses = training.training->losses();
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);

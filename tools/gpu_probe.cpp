@@ -5,7 +5,13 @@
 //   all-reduce [--gpus N] [--bytes B]
 //        ncclAllReduce of B bytes over GPUs 0..N-1, with nccl-tests' figures: algbw = B / time,
 //        busbw = algbw x 2 (N - 1) / N.
-// Exit status 0, or 1 with a message (no GPU, no CUDA back end in this build, a CUDA error).
+//   cluster
+//        this machine as a hetflow cluster file, on stdout: one node of its visible GPUs as the
+//        catalog knows them (the part of GPU 0; every GPU must be that part), on the part's
+//        usual interconnect, so that `hetflow run --cluster FILE` measures MFU against the
+//        GPUs' own peak.
+// Exit status 0, or 1 with a message (no GPU, no CUDA back end in this build, a CUDA error, a
+// part the catalog does not know).
 #include <cctype>
 #include <cstdio>
 #include <exception>
@@ -15,7 +21,9 @@
 
 #include "exec/cuda_backend.hpp"
 #include "kernels/matmul.hpp"
+#include "model/error.hpp"
 #include "model/gpu.hpp"
+#include "model/io.hpp"
 #include "model/precision.hpp"
 
 namespace {
@@ -29,8 +37,10 @@ const GpuSpec* catalog_entry(std::string name) {
     if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
   }
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H200")) return hetflow::model::find_builtin_gpu("H200");
-  if (has("H100")) return has("PCIE") ? nullptr : hetflow::model::find_builtin_gpu("H100-SXM");
+  // (The PCIe and NVL boards run slower clocks and lower power than the SXM parts the catalog
+  // has: no peak rather than a wrong one.)
+  if (has("H200")) return has("NVL") ? nullptr : hetflow::model::find_builtin_gpu("H200");
+  if (has("H100")) return has("PCIE") || has("NVL") ? nullptr : hetflow::model::find_builtin_gpu("H100-SXM");
   if (has("A100")) return hetflow::model::find_builtin_gpu(has("80GB") ? "A100-80" : "A100-40");
   if (has("V100")) return hetflow::model::find_builtin_gpu(has("32GB") ? "V100-32" : "V100-16");
   for (char& c : name) c = c == ' ' ? '-' : c;
@@ -70,6 +80,25 @@ int all_reduce(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cluster() {
+  const int gpus = hetflow::kernels::cuda_device_count();
+  if (gpus == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
+  const std::string name = hetflow::kernels::cuda_device_name(0);
+  const GpuSpec* spec = catalog_entry(name);
+  if (spec == nullptr) throw hetflow::Error("the GPU catalog does not know GPU 0, a " + name);
+  for (int g = 1; g < gpus; ++g) {
+    if (catalog_entry(hetflow::kernels::cuda_device_name(g)) != spec) {
+      throw hetflow::Error("GPU " + std::to_string(g) + " (" + hetflow::kernels::cuda_device_name(g) + ") is not a " +
+                           spec->name + " like GPU 0: a node of one part is all this writes");
+    }
+  }
+  const std::string text = hetflow::model::one_node_cluster_yaml(
+      *spec, gpus, "this-machine", "This machine, as hetflow-gpu-probe cluster found it: " + std::to_string(gpus) + " x " + name);
+  hetflow::model::parse_cluster(text, "<hetflow-gpu-probe cluster>");  // what it writes, hetflow reads
+  std::cout << text;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,8 +106,10 @@ int main(int argc, char** argv) {
   try {
     if (!args.empty() && args[0] == "gemm") return gemm(args);
     if (!args.empty() && args[0] == "all-reduce") return all_reduce(args);
+    if (!args.empty() && args[0] == "cluster") return cluster();
     std::cerr << "usage: hetflow-gpu-probe gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]\n"
                  "       hetflow-gpu-probe all-reduce [--gpus N] [--bytes B]\n"
+                 "       hetflow-gpu-probe cluster\n"
                  "GPUs: "
               << hetflow::kernels::cuda_status() << "\n";
     return 2;

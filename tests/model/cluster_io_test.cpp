@@ -14,6 +14,25 @@ TEST(ClusterIo, EveryPresetRoundTrips) {
   }
 }
 
+// A machine's own GPUs as a cluster (hetflow-gpu-probe cluster): for every catalog part, one
+// node of that many of it on the part's usual interconnect, which hetflow reads back.
+TEST(ClusterIo, OneNodeOfACatalogPartReadsBack) {
+  for (const GpuSpec& gpu : builtin_gpus()) {
+    const Cluster c = parse_cluster(one_node_cluster_yaml(gpu, 4, "this-machine", "found\nhere"), "m.yaml");
+    ASSERT_EQ(c.nodes.size(), 1u) << gpu.name;
+    const Node& node = c.nodes.front();
+    EXPECT_EQ(c.name, "this-machine");
+    EXPECT_EQ(node.gpu, gpu.name);
+    EXPECT_EQ(node.gpu_count, 4);
+    EXPECT_EQ(node.intra.kind, gpu.usual_link) << gpu.name;
+    if (gpu.usual_link_bandwidth_bytes_per_s > 0) {
+      EXPECT_DOUBLE_EQ(node.intra.bandwidth_bytes_per_s, gpu.usual_link_bandwidth_bytes_per_s) << gpu.name;
+    }
+    EXPECT_DOUBLE_EQ(c.device_gpu(c.devices().front()).peak_flops_per_s(Precision::bf16),
+                     gpu.peak_flops_per_s(Precision::bf16));
+  }
+}
+
 TEST(ClusterIo, PresetsHaveTheDocumentedShape) {
   const Cluster hetpipe = builtin_cluster("hetpipe-testbed");
   EXPECT_EQ(hetpipe.device_count(), 16);
