@@ -138,7 +138,7 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **safe)' "$bundle" "$r
       dir=$(find /usr/local /opt /usr/lib -name "$lib" -printf '%h\n' -quit 2>/dev/null)
       if [ -z "$dir" ]; then echo "$lib: NOT FOUND on this machine"; missing=1; continue; fi
       echo "$lib: $dir"
-      dirs="$dirs:$dir"
+      case ":$dirs:" in *":$dir:"*) ;; *) dirs="$dirs:$dir" ;; esac
     done < "$root/cuda-libs"
     echo "$dirs" > "$root/cuda-dirs"
     return "$missing"
@@ -151,8 +151,11 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **safe)' "$bundle" "$r
   # The machine's C runtime when the programs start with it; else the packed one.
   # shellcheck disable=SC2317  # called through step
   choose_loader() {
-    if "$root/bin/hetflow" --version; then echo "the machine's C runtime serves"; return 0; fi
-    echo "the programs do not start with this machine's C runtime (above): the packed loader and C runtime"
+    local out
+    if out=$("$root/bin/hetflow" --version 2>&1); then echo "$out"; echo "the machine's C runtime serves"; return 0; fi
+    echo "$out" | head -n 3
+    echo "(and $(( $(echo "$out" | wc -l) - 3 )) lines more like these)"
+    echo "the programs do not start with this machine's C runtime: the packed loader and C runtime"
     "$lib/runtime/ld-linux-x86-64.so.2" --library-path "$lib/runtime:$lib$cuda_dirs" "$root/bin/hetflow" --version &&
       echo packed > "$root/loader"
   }
