@@ -29,13 +29,26 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
+    const bool rerun = l.forward_flops > 0;  // by full recomputation
     if (tensor > 1 && l.tp_splittable && l.tp_allreduce_elems > 0) {
-      w.tp_forward_bytes += l.tp_allreduce_elems * mbs * e;
-      w.tp_forward_messages += std::max(1, l.tp_allreduces);
+      const double bytes = l.tp_allreduce_elems * mbs * e;
+      const int messages = std::max(1, l.tp_allreduces);
+      w.tp_forward_bytes += bytes;
+      w.tp_forward_messages += messages;
+      if (rerun) {
+        w.tp_rerun_forward_bytes += bytes;
+        w.tp_rerun_forward_messages += messages;
+      }
     }
     if (tensor > 1 && l.tp_splittable && l.tp_backward_allreduce_elems > 0) {
-      w.tp_backward_bytes += l.tp_backward_allreduce_elems * mbs * e;
-      w.tp_backward_messages += std::max(1, l.tp_backward_allreduces);
+      const double bytes = l.tp_backward_allreduce_elems * mbs * e;
+      const int messages = std::max(1, l.tp_backward_allreduces);
+      w.tp_backward_bytes += bytes;
+      w.tp_backward_messages += messages;
+      if (rerun) {
+        w.tp_rerun_backward_bytes += bytes;
+        w.tp_rerun_backward_messages += messages;
+      }
     }
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
@@ -62,12 +75,13 @@ TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Rec
       p.gather_bytes = g + f;  // the output gradient's shards, then f's inputs again
       p.gather_messages = gm + fm;
     }
-    if (recompute == Recompute::full) {  // Megatron's checkpointed forward runs its collectives again
-      const TpPass forward = tp_pass(work, false, sequence_parallel, recompute);
-      p.gather_bytes += forward.gather_bytes;
-      p.gather_messages += forward.gather_messages;
-      p.reduce_bytes += forward.reduce_bytes;
-      p.reduce_messages += forward.reduce_messages;
+    if (recompute == Recompute::full) {  // the checkpointed forward runs its collectives again
+      p.reduce_bytes += work.tp_rerun_forward_bytes;
+      p.reduce_messages += work.tp_rerun_forward_messages;
+      if (sequence_parallel) {
+        p.gather_bytes += work.tp_rerun_backward_bytes;
+        p.gather_messages += work.tp_rerun_backward_messages;
+      }
     }
   }
   p.gather_messages = std::max(1, p.gather_messages);

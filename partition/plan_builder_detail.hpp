@@ -45,6 +45,10 @@ struct ChunkWork {
   // f), each in so many collectives.
   double tp_forward_bytes = 0, tp_backward_bytes = 0;
   int tp_forward_messages = 0, tp_backward_messages = 0;
+  // The forward traffic of the layers full recomputation runs again (those with forward
+  // FLOPs: not the embedding, whose output is the checkpoint): g and f of those layers.
+  double tp_rerun_forward_bytes = 0, tp_rerun_backward_bytes = 0;
+  int tp_rerun_forward_messages = 0, tp_rerun_backward_messages = 0;
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
@@ -59,7 +63,7 @@ struct TpPass {
 };
 // A forward: f gathered, g reduced (all-reduced without sequence parallelism). A backward: g's
 // gradient gathered and f's inputs gathered again, f's gradients reduced (all-reduced
-// without); under full recomputation the forward's traffic again.
+// without); under full recomputation the rerun layers' forward traffic again.
 TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Recompute recompute);
 
 // What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.

@@ -9,6 +9,7 @@
 //    2 (both ranks on one GPU, their all-reduces through the host).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -21,6 +22,7 @@
 
 #include "exec/cuda_decoder_ops.hpp"
 #include "exec/decoder.hpp"
+#include "exec_test_util.hpp"
 #include "guarded_ops.hpp"
 #include "kernels/matmul.hpp"
 #include "model/error.hpp"
@@ -263,11 +265,19 @@ class Rendezvous {
   bool closing_ = false;
 };
 
+// What a rank's group was asked to move: each call's kind and floats, in order.
+struct Call {
+  enum Kind { all_reduce, all_gather, reduce_scatter } kind;
+  size_t floats;
+};
+
 class HostGroup final : public exec::TensorParallelGroup {
  public:
   HostGroup(Rendezvous& rendezvous, int rank, const exec::DecoderOps& ops)
       : rendezvous_(rendezvous), rank_(rank), ops_(ops) {}
+  std::vector<Call> calls;
   void all_reduce(std::span<float> data, bool max) override {
+    calls.push_back({Call::all_reduce, data.size()});
     std::vector<float> mine(data.size());
     ops_.download(mine.data(), data.data(), data.size());
     const std::vector<float> sum = rendezvous_.meet(rank_, std::move(mine), max);
@@ -275,6 +285,7 @@ class HostGroup final : public exec::TensorParallelGroup {
   }
   // Each rank's part, zeros elsewhere, summed: every part exactly its rank's.
   void all_gather(std::span<float> data, std::span<const size_t> parts) override {
+    calls.push_back({Call::all_gather, data.size()});
     std::vector<float> mine(data.size(), 0.0f);
     const size_t begin = parts[static_cast<size_t>(rank_)], end = parts[static_cast<size_t>(rank_) + 1];
     ops_.download(mine.data() + begin, data.data() + begin, end - begin);
@@ -285,6 +296,7 @@ class HostGroup final : public exec::TensorParallelGroup {
   // unspecified, so the decoder must not read them.
   void reduce_scatter(std::span<float> data, std::span<const size_t> parts) override {
     all_reduce(data, false);
+    calls.back().kind = Call::reduce_scatter;
     for (size_t r = 0; r + 1 < parts.size(); ++r) {
       if (r == static_cast<size_t>(rank_)) continue;
       const std::vector<float> nan(parts[r + 1] - parts[r], std::numeric_limits<float>::quiet_NaN());
@@ -304,6 +316,7 @@ struct TensorParallelRun {
   double loss = 0;
   std::vector<float> grads[2];
   size_t stash_floats[2] = {};  // each rank's, after its forward
+  std::vector<Call> forward_calls, backward_calls;  // rank 0's group's
 };
 
 TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec::DecoderOps& rank1,
@@ -334,8 +347,13 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
     in.group = &group;
     auto stash = chunk.forward(w.data(), in, losses[rank]);
     run.stash_floats[rank] = exec::DecoderChunk::stash_floats(*stash);
+    const size_t forward_calls = group.calls.size();
     chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group, true);
     run.grads[rank] = download(ops, g);
+    if (rank == 0) {
+      run.forward_calls.assign(group.calls.begin(), group.calls.begin() + static_cast<long>(forward_calls));
+      run.backward_calls.assign(group.calls.begin() + static_cast<long>(forward_calls), group.calls.end());
+    }
   };
   std::thread other([&] { rank_main(1, rank1); });
   rank_main(0, rank0);
@@ -398,6 +416,68 @@ TEST(DecoderOps, SequenceParallelRanksComputeTheTensorParallelStepOnTheirRows) {
       const size_t rows[2] = {5, 6};  // of 11
       for (int r = 0; r < 2; ++r) {
         EXPECT_EQ(tp.stash_floats[r] - sp.stash_floats[r], (11 - rows[r]) * per_row) << what << ", rank " << r;
+      }
+    }
+  }
+}
+
+// The plan is the contract: its tensor-parallel collectives of a pass carry what the real
+// math's ranks move in that pass. A whole model in one chunk runs every collective inside its
+// tasks; each of a whole activation's size (rows x hidden) is one of the plan's messages (the
+// vocabulary-parallel loss's per-row maximum and sums, and the norm gains summed once a step,
+// are not activations, and the plan leaves them out). Forward and backward, with and without
+// sequence parallelism and full recomputation, GPT and LLaMA.
+TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatTheRanksMove) {
+  for (const char* spec : {"gpt:layers=2,hidden=36,heads=4,seq=11,vocab=97",
+                           "llama:layers=3,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101"}) {
+    const model::Network net = model::network_from_spec(spec, model::Precision::fp32);
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    const size_t activation = static_cast<size_t>(shape.S) * static_cast<size_t>(shape.C);  // one sample
+    for (const bool sequence : {false, true}) {
+      for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+        const std::string what = std::string(spec) + (sequence ? ", sequence parallel" : "") + ", recompute " +
+                                 std::string(partition::to_string(recompute));
+        const auto& cpu = exec::cpu_decoder_ops();
+        const TensorParallelRun run = run_tensor_parallel(cpu, cpu, net, recompute, sequence, 1);
+        partition::PlanOptions o;
+        o.tensor = 2;
+        o.sequence_parallel = sequence;
+        o.pipeline = 1;
+        o.data = 1;
+        o.microbatches = 1;
+        o.recompute = recompute;
+        o.precision = model::Precision::fp32;
+        const partition::Plan plan = test_support::planned(model::cpu_cluster(2), net, o);
+        // The plan's collectives on rank 0: (kind, forward?) -> messages and floats.
+        std::map<std::pair<Call::Kind, bool>, std::pair<int, double>> planned, moved;
+        for (const partition::Collective& c : plan.collectives) {
+          if (c.purpose != partition::Purpose::tensor_parallel && c.purpose != partition::Purpose::sequence_parallel) {
+            continue;
+          }
+          if (plan.task(c.tasks.front()).device != 0) continue;
+          // (Forward: the chunk's gather before its F or the reduce after it; so, backward.)
+          const std::vector<int>& program = plan.program(0, plan.task(c.tasks.front()).stream);
+          auto at = std::find(program.begin(), program.end(), c.tasks.front());
+          const bool before = c.kind == partition::CollectiveKind::all_gather;
+          while (plan.task(*at).kind == partition::TaskKind::collective) before ? ++at : --at;
+          const bool forward = plan.task(*at).kind == partition::TaskKind::forward;
+          const Call::Kind kind = c.kind == partition::CollectiveKind::all_reduce   ? Call::all_reduce
+                                  : c.kind == partition::CollectiveKind::all_gather ? Call::all_gather
+                                                                                    : Call::reduce_scatter;
+          auto& [messages, floats] = planned[{kind, forward}];
+          messages += c.messages;
+          floats += c.bytes / sizeof(float);
+        }
+        for (const bool forward : {true, false}) {
+          for (const Call& call : forward ? run.forward_calls : run.backward_calls) {
+            if (call.floats != activation) continue;
+            auto& [messages, floats] = moved[{call.kind, forward}];
+            ++messages;
+            floats += static_cast<double>(call.floats);
+          }
+        }
+        EXPECT_EQ(planned, moved) << what;
+        EXPECT_FALSE(moved.empty()) << what;
       }
     }
   }

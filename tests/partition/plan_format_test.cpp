@@ -219,6 +219,8 @@ TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
 struct MegatronOperators {
   double g_elems = 0, f_elems = 0;
   int g_count = 0, f_count = 0;
+  double rerun_g_elems = 0;  // g of the layers full recomputation runs again: not the embedding
+  int rerun_g_count = 0;
 };
 MegatronOperators megatron_operators(const model::Network& net, int layer_begin, int layer_end) {
   MegatronOperators m;
@@ -230,6 +232,8 @@ MegatronOperators megatron_operators(const model::Network& net, int layer_begin,
       m.f_elems += 2 * sh;
       m.g_count += 2;
       m.f_count += 2;
+      m.rerun_g_elems += 2 * sh;
+      m.rerun_g_count += 2;
     } else if (layer.kind == "embedding") {
       m.g_elems += sh;
       m.g_count += 1;
@@ -252,8 +256,9 @@ TaskKind pass_of(const Plan& plan, int collective_task, bool before_the_pass) {
 }
 
 // One collective task per pass carries Megatron's all-reduces of that pass: g in a forward, f
-// in a backward, the recomputed forward's g again under full recomputation; as many messages
-// as collectives, read back as written.
+// in a backward, under full recomputation the rerun layers' g again (the transformer layers';
+// the embedding's output is the checkpoint); as many messages as collectives, read back as
+// written.
 TEST(PlanFormat, TensorParallelCollectivesCarryMegatronsAllReducesOfEachPass) {
   const model::Network net = small_gpt();
   const double mbs = 1, e = 2;  // one sample per micro-batch, fp16
@@ -279,8 +284,8 @@ TEST(PlanFormat, TensorParallelCollectivesCarryMegatronsAllReducesOfEachPass) {
       double elems = m.g_elems;
       int count = m.g_count;
       if (pass == TaskKind::backward) {
-        elems = m.f_elems + (r == Recompute::full ? m.g_elems : 0);
-        count = m.f_count + (r == Recompute::full ? m.g_count : 0);
+        elems = m.f_elems + (r == Recompute::full ? m.rerun_g_elems : 0);
+        count = m.f_count + (r == Recompute::full ? m.rerun_g_count : 0);
       }
       EXPECT_DOUBLE_EQ(c.bytes, elems * mbs * e) << "stage " << t.stage << " " << to_string(pass);
       EXPECT_EQ(c.messages, count) << "stage " << t.stage << " " << to_string(pass);
@@ -321,9 +326,11 @@ TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMovedAndGathersAgain) {
   const double G = m.g_elems * mbs * e, F = m.f_elems * mbs * e, share = (t - 1.0) / t;
   EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::none), 2 * share * (G + F));
   EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::none), share * (2 * G + 3 * F));
-  // Full recomputation runs the forward's collectives again inside the backward.
-  EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::full), 2 * share * (2 * G + F));
-  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (3 * G + 4 * F));
+  // Full recomputation runs the rerun layers' forward collectives again inside the backward:
+  // the transformer layers' g, and every f (the LM head's forward is rerun too).
+  const double rerun_G = m.rerun_g_elems * mbs * e;
+  EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::full), 2 * share * (G + F + rerun_G));
+  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (2 * G + 4 * F + rerun_G));
 }
 
 TEST(PlanFormat, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStage) {
