@@ -139,13 +139,13 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     chunks[k].rank = s.rank;
     chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
     work[k] = memo.of(s, vw.tensor_of(k)).work;
-    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_forward_bytes > 0;
+    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_forward.bytes > 0;
   }
   for (size_t k = 0; k < count; ++k) {
     Chunk& c = chunks[k];
     const builder::ChunkWork& wk = work[k];
     const std::vector<int>& devices = *c.devices;
-    const bool tp = devices.size() > 1 && wk.tp_forward_bytes > 0;
+    const bool tp = devices.size() > 1 && wk.tp_forward.bytes > 0;
     Task task;
     task.worker = w;
     task.stage = static_cast<int>(k);

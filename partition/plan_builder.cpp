@@ -29,26 +29,16 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
-    const bool rerun = l.forward_flops > 0;  // by full recomputation
-    if (tensor > 1 && l.tp_splittable && l.tp_allreduce_elems > 0) {
-      const double bytes = l.tp_allreduce_elems * mbs * e;
-      const int messages = std::max(1, l.tp_allreduces);
-      w.tp_forward_bytes += bytes;
-      w.tp_forward_messages += messages;
-      if (rerun) {
-        w.tp_rerun_forward_bytes += bytes;
-        w.tp_rerun_forward_messages += messages;
-      }
-    }
-    if (tensor > 1 && l.tp_splittable && l.tp_backward_allreduce_elems > 0) {
-      const double bytes = l.tp_backward_allreduce_elems * mbs * e;
-      const int messages = std::max(1, l.tp_backward_allreduces);
-      w.tp_backward_bytes += bytes;
-      w.tp_backward_messages += messages;
-      if (rerun) {
-        w.tp_rerun_backward_bytes += bytes;
-        w.tp_rerun_backward_messages += messages;
-      }
+    if (tensor > 1 && l.tp_splittable) {
+      const bool rerun = l.forward_flops > 0;  // by full recomputation
+      const auto add = [&](double elems, int collectives, Traffic& all, Traffic& rerun_only) {
+        if (elems <= 0) return;
+        const Traffic traffic{elems * mbs * e, std::max(1, collectives)};
+        all.add(traffic);
+        if (rerun) rerun_only.add(traffic);
+      };
+      add(l.tp_allreduce_elems, l.tp_allreduces, w.tp_forward, w.tp_rerun_forward);
+      add(l.tp_backward_allreduce_elems, l.tp_backward_allreduces, w.tp_backward, w.tp_rerun_backward);
     }
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
@@ -58,35 +48,24 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
 }
 
 TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Recompute recompute) {
-  const double g = work.tp_forward_bytes, f = work.tp_backward_bytes;
-  const int gm = work.tp_forward_messages, fm = work.tp_backward_messages;
-  TpPass p;
+  const Traffic& g = work.tp_forward;
+  const Traffic& f = work.tp_backward;
+  Traffic gather, reduce;
   if (!backward) {
-    p.reduce_bytes = g;
-    p.reduce_messages = gm;
-    if (sequence_parallel) {
-      p.gather_bytes = f;
-      p.gather_messages = fm;
-    }
+    reduce.add(g);
+    if (sequence_parallel) gather.add(f);
   } else {
-    p.reduce_bytes = f;
-    p.reduce_messages = fm;
+    reduce.add(f);
     if (sequence_parallel) {
-      p.gather_bytes = g + f;  // the output gradient's shards, then f's inputs again
-      p.gather_messages = gm + fm;
+      gather.add(g);  // the output gradient's shards
+      gather.add(f);  // f's inputs again, for the weight gradients
     }
     if (recompute == Recompute::full) {  // the checkpointed forward runs its collectives again
-      p.reduce_bytes += work.tp_rerun_forward_bytes;
-      p.reduce_messages += work.tp_rerun_forward_messages;
-      if (sequence_parallel) {
-        p.gather_bytes += work.tp_rerun_backward_bytes;
-        p.gather_messages += work.tp_rerun_backward_messages;
-      }
+      reduce.add(work.tp_rerun_forward);
+      if (sequence_parallel) gather.add(work.tp_rerun_backward);
     }
   }
-  p.gather_messages = std::max(1, p.gather_messages);
-  p.reduce_messages = std::max(1, p.reduce_messages);
-  return p;
+  return {gather.bytes, reduce.bytes, std::max(1, gather.messages), std::max(1, reduce.messages)};
 }
 
 Builder::Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost,

@@ -21,7 +21,7 @@ size_t Builder::slot(int w, int stage, int mb, int j) const {
 }
 
 bool Builder::tp_collectives(int w, int stage) const {
-  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_forward_bytes > 0;
+  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_forward.bytes > 0;
 }
 
 bool Builder::sharded(int w, int stage) const { return layout_.sequence_parallel && tp_collectives(w, stage); }

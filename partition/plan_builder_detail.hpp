@@ -34,21 +34,27 @@ inline double adam_bytes_per_param(const KernelOptions& k) {
   return kAdamBytesPerParam + (k.fused_adam ? 0 : kUnfusedAdamExtraBytesPerParam);
 }
 
+// Collective traffic: bytes per device in so many collectives (each paying its latencies).
+struct Traffic {
+  double bytes = 0;
+  int messages = 0;
+  void add(const Traffic& t) {
+    bytes += t.bytes;
+    messages += t.messages;
+  }
+};
+
 // Per chunk and per device of its rank, for one micro-batch.
 struct ChunkWork {
   double forward_flops = 0, backward_flops = 0, recompute_flops = 0;
   double weight_bytes = 0;        // device-memory traffic: weights read once per pass
   double stash_bytes = 0;         // what a forward keeps for its backward
   double largest_layer_bytes = 0; // full recomputation rebuilds one layer's stash at a time
-  // Tensor-parallel volumes per device: what the forward all-reduces (its layers'
-  // tp_allreduce_elems, Megatron's g) and what the backward does (tp_backward_allreduce_elems,
-  // f), each in so many collectives.
-  double tp_forward_bytes = 0, tp_backward_bytes = 0;
-  int tp_forward_messages = 0, tp_backward_messages = 0;
-  // The forward traffic of the layers full recomputation runs again (those with forward
-  // FLOPs: not the embedding, whose output is the checkpoint): g and f of those layers.
-  double tp_rerun_forward_bytes = 0, tp_rerun_backward_bytes = 0;
-  int tp_rerun_forward_messages = 0, tp_rerun_backward_messages = 0;
+  // Tensor-parallel traffic: what the forward all-reduces (its layers' tp_allreduce_elems,
+  // Megatron's g) and what the backward does (tp_backward_allreduce_elems, f); and the same
+  // of the layers full recomputation runs again (those with forward FLOPs: not the
+  // embedding, whose output is the checkpoint).
+  Traffic tp_forward, tp_backward, tp_rerun_forward, tp_rerun_backward;
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
