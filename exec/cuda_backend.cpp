@@ -21,6 +21,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "exec/copy_reuse.hpp"
@@ -237,6 +238,7 @@ struct CudaBackend::State {
   model::Precision precision = model::Precision::fp32;
   size_t cap = 0;                              // bytes per device copy, message and collective
   std::map<int, std::unique_ptr<std::mutex>> issue_on_gpu;  // by ordinal: Gpu::issue
+  std::map<int, std::uint64_t> pool_thresholds;  // by ordinal: the default pool's, as it was
   std::vector<Gpu> gpus;                       // per plan device
   std::vector<void*> copy;                     // per tensor: its device copy
   std::vector<size_t> copy_bytes;              // and its size
@@ -268,8 +270,13 @@ struct CudaBackend::State {
       }
       for (void* p : {g.a, g.b, static_cast<void*>(g.pattern), g.arena}) cudaFree(p);
       g.ops.reset();  // its blocks back, before the pool gives what it kept to the driver
+    }
+    for (const auto& [ordinal, threshold] : pool_thresholds) {
       cudaMemPool_t pool = nullptr;
-      if (cudaDeviceGetDefaultMemPool(&pool, g.ordinal) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+      if (cudaSetDevice(ordinal) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, ordinal) != cudaSuccess) continue;
+      std::uint64_t before = threshold;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &before);
+      cudaMemPoolTrimTo(pool, 0);
     }
     cudaGetLastError();
   }
@@ -386,13 +393,15 @@ bool activation_collective(const partition::Collective& c) {
 // cudaFreeAsync into the device's default pool, whose release threshold of 0 hands the memory
 // back to the driver at every synchronisation, to be mapped again by the next task: the pool
 // keeps it instead (trimmed when the run's objects go). Without pools, nothing to do.
-void keep_freed_memory(int ordinal) {
+// Returns the threshold it replaced, for ~State to put back (the pool is the process's).
+std::optional<std::uint64_t> keep_freed_memory(int ordinal) {
   cudaMemPool_t pool = nullptr;
-  if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
-    std::uint64_t keep = UINT64_MAX;
-    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-  }
+  std::uint64_t before = 0, keep = UINT64_MAX;
+  const bool kept = cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess &&
+                    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &before) == cudaSuccess &&
+                    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
   cudaGetLastError();
+  return kept ? std::optional<std::uint64_t>(before) : std::nullopt;
 }
 
 void make_gpu(CudaBackend::State& s, int device) {
@@ -405,7 +414,9 @@ void make_gpu(CudaBackend::State& s, int device) {
   if (!issue) issue = std::make_unique<std::mutex>();
   gpu.issue = issue.get();
   cuda(cudaSetDevice(gpu.ordinal), "cudaSetDevice", gpu.where);
-  keep_freed_memory(gpu.ordinal);
+  if (!s.pool_thresholds.count(gpu.ordinal)) {
+    if (const auto before = keep_freed_memory(gpu.ordinal)) s.pool_thresholds[gpu.ordinal] = *before;
+  }
   const bool proxy = s.training == nullptr;
   if (!proxy) {  // real math: no proxy GEMM inputs or pattern
     make_copies(s, gpu, device);

@@ -90,7 +90,7 @@
 // destroyed. After a stop, prepare() must run again before run().
 //
 // Set-up (prepare()): each GPU's default memory pool keeps what stream-ordered frees give
-// back (its release threshold raised; trimmed when the run's objects go), so the real math's
+// back (its release threshold raised; put back and trimmed when the run's objects go), so the real math's
 // scratch is not unmapped and mapped again at every synchronisation; the real math's linear
 // layers run once on a few zeros, so that cuBLAS loads and makes its handle outside any task;
 // and the device is synchronised, since the legacy stream that set-up copies use does not

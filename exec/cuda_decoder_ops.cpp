@@ -16,8 +16,9 @@ void CudaDecoderOps::check(Status status, const char* kernel) const {
   if (status != Status::success) {
     std::string why = k::status_string(status);
     if (status == Status::library_missing) why += std::string(" (") + k::missing_library_reason() + ")";
-    const bool from_cuda =
-        status == Status::execution_failed || status == Status::alloc_failed || status == Status::no_device;
+    // (Both always come from a CUDA or cuBLAS error, noted as it became the status; no_device
+    // may come from the device count alone, with no note of its own.)
+    const bool from_cuda = status == Status::execution_failed || status == Status::alloc_failed;
     if (from_cuda && *k::failure_detail() != '\0') why += std::string(" (") + k::failure_detail() + ")";
     throw Error(std::string(kernel) + " on " + name() + ": " + why);
   }

@@ -12,8 +12,9 @@
 # finds the GPU machine's own, which match its driver). The C and C++ runtimes and the dynamic
 # loader go in lib/runtime: the GPU machine's serve when they are as new as these, and
 # gpu-check runs the programs through the packed loader when they are not (an older glibc).
-# The archive is xz-compressed to travel light (about 30 MB). It records the commit it was
-# built from; gpu-check refuses it in a checkout of another commit.
+# The archive is xz-compressed to travel light (about 20 MB). It records the commit it was
+# built from; gpu-check fails the run (still showing its results) in a checkout of another
+# commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "gpu-bundle: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -18,7 +18,8 @@
 # /usr/local, /opt and /usr/lib (the CUDA toolkit, or Python's nvidia-* wheels). Where the
 # machine's C library is older than the one the programs were built against, they run
 # through the archive's own loader and C runtime. An archive of another commit than this
-# checkout's is a failure (its results are still shown).
+# checkout's is a failure (its results are still shown); one packed from uncommitted changes
+# is only said to be, since the copy brought here may carry the same changes.
 #
 # Every program a step runs is stopped after S seconds (default 150), so that one hang costs
 # one step, not the summary. Without a visible GPU it says so and exits 0 (1 with --bundle,
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="$2"; shift 2 ;;
     --bundle) bundle="$2"; shift 2 ;;
     --step-limit) limit="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -126,9 +127,12 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **safe)' "$bundle" "$r
     here=$(git rev-parse HEAD 2>/dev/null || echo "")
     echo "packed from $packed; this checkout ${here:-has no git history here}"
     if [ -z "$here" ]; then return 0; fi  # (a copy without .git: nothing to compare)
-    [ "$packed" = "$here" ]
+    [ "${packed%-dirty}" = "$here" ]
   }
   step bundle-commit same_commit
+  if grep -q -- '-dirty$' "$root/commit" 2>/dev/null; then
+    summary+=("----  the bundle was packed from uncommitted changes: its commit names them only in part")
+  fi
   # shellcheck disable=SC2317  # called through step
   find_cuda_libraries() {
     local lib dir missing=0 dirs=""
@@ -146,34 +150,39 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **safe)' "$bundle" "$r
   step cuda-libraries find_cuda_libraries
   cuda_dirs=$(cat "$root/cuda-dirs" 2>/dev/null || true)
   lib=$(realpath "$root/lib")
-  LD_LIBRARY_PATH="$lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export LD_LIBRARY_PATH
+  # Only the bundle's programs get its libraries (a host mpirun keeps the machine's own).
+  paths="$lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  native=(env "LD_LIBRARY_PATH=$paths")
+  packed=("$lib/runtime/ld-linux-x86-64.so.2" --library-path "$lib/runtime:$paths")
   # The machine's C runtime when the programs start with it; else the packed one.
   # shellcheck disable=SC2317  # called through step
   choose_loader() {
-    local out
-    if out=$("$root/bin/hetflow" --version 2>&1); then echo "$out"; echo "the machine's C runtime serves"; return 0; fi
+    local out lines
+    if out=$("${native[@]}" "$root/bin/hetflow" --version 2>&1); then
+      echo "$out"
+      echo "the machine's C runtime serves"
+      return 0
+    fi
     echo "$out" | head -n 3
-    echo "(and $(( $(echo "$out" | wc -l) - 3 )) lines more like these)"
+    lines=$(echo "$out" | wc -l)
+    if [ "$lines" -gt 3 ]; then echo "(and $(( lines - 3 )) lines more like these)"; fi
     echo "the programs do not start with this machine's C runtime: the packed loader and C runtime"
-    "$lib/runtime/ld-linux-x86-64.so.2" --library-path "$lib/runtime:$lib$cuda_dirs" "$root/bin/hetflow" --version &&
-      echo packed > "$root/loader"
+    "${packed[@]}" "$root/bin/hetflow" --version && echo packed > "$root/loader"
   }
   step loader choose_loader
-  if [ -f "$root/loader" ]; then
-    runner=("$lib/runtime/ld-linux-x86-64.so.2" --library-path "$lib/runtime:$lib$cuda_dirs")
-  fi
+  runner=("${native[@]}")
+  if [ -f "$root/loader" ]; then runner=("${packed[@]}"); fi
   bin_tests="$root/bin"
   bin_tools="$root/bin"
 else
+  limit_runs=$limit limit=3600  # configuring and building are the long steps
   step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHETFLOW_CUDA=ON -DHETFLOW_BENCH=OFF
   if ! grep -q "building the CUDA back end" "$log_dir/configure.log" && ! grep -q '^HETFLOW_NCCL_LIBRARY:FILEPATH=/' "$build/CMakeCache.txt"; then
     summary+=("FAIL  the CUDA back end is not in this build (nvcc, cuBLAS or NCCL not found: see $log_dir/configure.log; without Debian's packages, pack the programs elsewhere with tools/gpu-bundle.sh and pass --bundle)")
     failed=1
   fi
-  limit_build=$limit limit=3600  # the build is the one long step
   step build cmake --build "$build" -j "$jobs" --target hetflow hetflow-gpu-probe hetflow_kernels_tests hetflow_exec_tests
-  limit=$limit_build
+  limit=$limit_runs
   bin_tests="$build/tests"
   bin_tools="$build/tools"
 fi
@@ -215,17 +224,17 @@ else
   summary+=("----  one GPU: no NCCL bandwidth")
 fi
 
-# This machine as a cluster (its GPUs as the catalog knows them), so that runs are measured
-# against its peak; a part the catalog does not know leaves a nominal CPU device's instead.
-# shellcheck disable=SC2317  # called through step
-machine_cluster() {
-  timeout -k 10 "$limit" "${probe[@]}" cluster > "$log_dir/this-machine.yaml" && cat "$log_dir/this-machine.yaml"
-}
+# This machine's first GPU as a cluster (as the catalog knows the part), so that one-GPU runs
+# are measured against its peak; a part the catalog does not know (an NVL board, say) leaves a
+# nominal CPU device's instead, which is said, not failed.
 machine="cpu-1"
-if step cluster machine_cluster && [ "${summary[-1]:0:4}" = PASS ]; then
+echo "== cluster: ${probe[*]} cluster --gpus 1"
+if timeout -k 10 "$limit" "${probe[@]}" cluster --gpus 1 > "$log_dir/this-machine.yaml" 2> "$log_dir/cluster.log"; then
+  cat "$log_dir/this-machine.yaml"
   machine="$log_dir/this-machine.yaml"
 else
-  summary+=("----  the GPU runs' MFU below is against a nominal CPU device (50 GFLOP/s), not this GPU")
+  cat "$log_dir/cluster.log"
+  summary+=("----  the GPU runs' MFU below is against a nominal CPU device (50 GFLOP/s), not this GPU: $(head -c 200 "$log_dir/cluster.log")")
 fi
 
 # Proxies (FLOP-matched GEMMs, the plan's transfers): completion, on one or two devices.
@@ -269,7 +278,7 @@ trained() {
   local log="$log_dir/$1.log" steps="$2" losses
   losses=$(grep -cE 'loss [0-9]+\.[0-9]+' "$log" || true)
   echo "$losses finite losses of $steps steps"
-  if grep -E 'loss (nan|-?inf)' "$log"; then return 1; fi
+  if grep -E 'loss -?(nan|inf)' "$log"; then return 1; fi
   if grep -E '[1-9][0-9]* step\(s\) skipped' "$log"; then return 1; fi
   [ "$losses" -eq "$steps" ]
 }

@@ -5,11 +5,11 @@
 //   all-reduce [--gpus N] [--bytes B]
 //        ncclAllReduce of B bytes over GPUs 0..N-1, with nccl-tests' figures: algbw = B / time,
 //        busbw = algbw x 2 (N - 1) / N.
-//   cluster
-//        this machine as a hetflow cluster file, on stdout: one node of its visible GPUs as the
-//        catalog knows them (the part of GPU 0; every GPU must be that part), on the part's
-//        usual interconnect, so that `hetflow run --cluster FILE` measures MFU against the
-//        GPUs' own peak.
+//   cluster [--gpus N]
+//        this machine as a hetflow cluster file, on stdout: one node of its first N visible
+//        GPUs (default all) as the catalog knows them (the part of GPU 0; each must be that
+//        part), on the part's usual interconnect, so that `hetflow run --cluster FILE` measures
+//        MFU against the GPUs' own peak.
 // Exit status 0, or 1 with a message (no GPU, no CUDA back end in this build, a CUDA error, a
 // part the catalog does not know).
 #include <cctype>
@@ -80,9 +80,13 @@ int all_reduce(const std::vector<std::string>& args) {
   return 0;
 }
 
-int cluster() {
-  const int gpus = hetflow::kernels::cuda_device_count();
-  if (gpus == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
+int cluster(const std::vector<std::string>& args) {
+  const int visible = hetflow::kernels::cuda_device_count();
+  if (visible == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
+  const int gpus = std::stoi(option(args, "--gpus", std::to_string(visible)));
+  if (gpus < 1 || gpus > visible) {
+    throw hetflow::Error("--gpus " + std::to_string(gpus) + ": this machine shows " + std::to_string(visible) + " GPU(s)");
+  }
   const std::string name = hetflow::kernels::cuda_device_name(0);
   const GpuSpec* spec = catalog_entry(name);
   if (spec == nullptr) throw hetflow::Error("the GPU catalog does not know GPU 0, a " + name);
@@ -106,10 +110,10 @@ int main(int argc, char** argv) {
   try {
     if (!args.empty() && args[0] == "gemm") return gemm(args);
     if (!args.empty() && args[0] == "all-reduce") return all_reduce(args);
-    if (!args.empty() && args[0] == "cluster") return cluster();
+    if (!args.empty() && args[0] == "cluster") return cluster(args);
     std::cerr << "usage: hetflow-gpu-probe gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]\n"
                  "       hetflow-gpu-probe all-reduce [--gpus N] [--bytes B]\n"
-                 "       hetflow-gpu-probe cluster\n"
+                 "       hetflow-gpu-probe cluster [--gpus N]\n"
                  "GPUs: "
               << hetflow::kernels::cuda_status() << "\n";
     return 2;
