@@ -499,7 +499,8 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
   } else if (dinput_partial && d.rank != 0) {
     ops.zero(dinput, whole);
   } else {
-    ops.copy(dinput, d.whole(dy).data(), whole);
+    const Floats all = d.whole(dy);  // (under sequence parallelism a collective: every rank takes part)
+    if (dinput != nullptr) ops.copy(dinput, all.data(), whole);
   }
   if (d.sp && last_of_step) sum_norm_gains(d, params_, g);
 }

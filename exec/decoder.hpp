@@ -101,7 +101,8 @@ class DecoderChunk {
   // (unweighted, in double).
   StashPtr forward(const float* params, const Input& in, double& loss_sum) const;
   // dout: gradient of the chunk's output (nullptr on the last chunk); dinput: where the
-  // input's gradient goes (nullptr on the first chunk), overwritten.
+  // input's gradient goes (nullptr on the first chunk, and on a tensor-parallel rank whose
+  // input gradient no one receives), overwritten.
   // dinput_partial: rank 0 writes the input gradient and the others zeros, for the plan's
   // all-reduce (Megatron's last backward all-reduce comes before a replicated norm, so it
   // runs inside the task); under sequence parallelism each rank writes its own rows and

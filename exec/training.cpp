@@ -649,8 +649,10 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::partial_sum));
     partial = i >= 0;
     if (i < 0) i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation_grad));
-    if (i < 0) throw PlanError("backward task " + std::to_string(task.task) + " writes no input gradient");
-    dinput = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
+    // (A tensor-parallel rank whose input gradient no rank of the previous stage receives,
+    // which has it whole like the others, writes none.)
+    if (i < 0 && c.tp == 1) throw PlanError("backward task " + std::to_string(task.task) + " writes no input gradient");
+    if (i >= 0) dinput = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
   }
   Group group(exchange, task, c.communicator);
   TensorParallelGroup* tp = c.tp > 1 ? &group : nullptr;

@@ -220,12 +220,17 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   const std::vector<int> compute_grad =
       gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, TensorKind::activation_grad, like);
   const bool collective = tp_collectives(w, stage);
+  // The input gradient: without sequence parallelism whole on every rank when the compute
+  // ends (the first layer's f all-reduce comes before its replicated norm and the residual
+  // add), so the pass's collective carries f's traffic and no data; under sequence
+  // parallelism each rank's rows, reduce-scattered into the shards the boundary carries.
+  const bool partial = collective && sharded(w, stage);
   std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
     OpRecord& rec = op(w, stage, mb, OpKind::B, j);
     const OpRecord& f = op(w, stage, mb, OpKind::F, j);
-    outputs[static_cast<size_t>(j)] = rec.output;
+    if (partial) outputs[static_cast<size_t>(j)] = rec.output;
     rec.input = compute_grad[static_cast<size_t>(j)];
     Task task = base_task(TaskKind::backward, d, w, stage, mb);
     task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;
@@ -240,10 +245,10 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);
       writes.push_back(scratch);
     }
-    if (collective && work.input_bytes > 0) {
+    if (partial && work.input_bytes > 0) {
       partials[static_cast<size_t>(j)] = activation_tensor(TensorKind::partial_sum, d, work.input_bytes);
       writes.push_back(partials[static_cast<size_t>(j)]);
-    } else if (!collective && rec.output >= 0) {
+    } else if (!partial && rec.output >= 0) {
       writes.push_back(rec.output);
     }
     rec.task = rec.done = plan_.add_task(task, reads, writes);

@@ -36,7 +36,10 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
     const OpRecord& consumer = op(w, to, mb, kind, j);
     const int src = device_of(w, stage, i), dst = device_of(w, to, j);
     if (src == dst || bytes <= 0 || producer.output < 0) {
-      if (producer.output < 0) plan_.add_order(producer.done, consumer.task);  // nothing flows, order still holds
+      // Nothing flows, or the pass's collective does not write what flows: order still holds.
+      if (producer.output < 0 || plan_.tensor(producer.output).producer != producer.done) {
+        plan_.add_order(producer.done, consumer.task);
+      }
       continue;  // same device: the consumer reads the producer's tensor in place
     }
     const size_t at = slot(w, to, mb, j);
@@ -48,6 +51,9 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
     const auto [send, recv] =
         add_transfer(src, dst, forward ? "act" : "grad", bytes, purpose, like, producer.output, received);
     (void)recv;
+    // A pass done by a collective that does not write the tensor (a backward's f traffic):
+    // the send still waits for it.
+    if (plan_.tensor(producer.output).producer != producer.done) plan_.add_order(producer.done, send);
     set_free_after(producer.output, send);
     if (several) sends_[static_cast<size_t>(j)] = send;
   }
