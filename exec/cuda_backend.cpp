@@ -383,12 +383,6 @@ void make_ops(CudaBackend::State& s, Gpu& gpu, int device) {
   gpu.ops = std::make_unique<CudaDecoderOps>(gpu.ordinal, compute->cuda, inputs);
 }
 
-// Tensor and sequence parallelism's collectives move activations (or their gradients); the
-// others, gradients or their norm.
-bool activation_collective(const partition::Collective& c) {
-  return c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
-}
-
 // Stream-ordered scratch (16-bit GEMM operands, sorts, partial sums) is freed with
 // cudaFreeAsync into the device's default pool, whose release threshold of 0 hands the memory
 // back to the driver at every synchronisation, to be mapped again by the next task: the pool

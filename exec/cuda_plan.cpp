@@ -266,6 +266,10 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
   return out;
 }
 
+bool activation_collective(const partition::Collective& c) {
+  return c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
+}
+
 void require_real_collectives(const Plan& plan, const std::function<size_t(int)>& tensor_bytes) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const partition::Task& t = plan.tasks[i];
@@ -274,9 +278,7 @@ void require_real_collectives(const Plan& plan, const std::function<size_t(int)>
     const std::string what =
         "collective " + std::to_string(t.collective) + " (" + std::string(partition::to_string(c.kind)) + ")";
     const auto reads = plan.reads(static_cast<int>(i)), writes = plan.writes(static_cast<int>(i));
-    const bool activations =
-        c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
-    if (!activations) {
+    if (!activation_collective(c)) {
       if (c.kind != partition::CollectiveKind::all_reduce) {
         throw PlanError(what +
                         " reduces gradients: real math on the cuda back end reduces gradients by all-reduce only");

@@ -91,6 +91,10 @@ std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<con
 CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vector<int> owner = {}, int process = 0,
                    const std::vector<int>& in_task = {});
 
+// Tensor and sequence parallelism's collectives move activations (or their gradients); the
+// others, gradients or their norm.
+bool activation_collective(const partition::Collective& c);
+
 // What real math on the CUDA back end cannot run, refused before any GPU is touched (PlanError
 // naming the collective): a gradient collective other than an all-reduce, and a tensor- or
 // sequence-parallel collective whose pieces NCCL's in-place all-gather and reduce-scatter

@@ -125,7 +125,9 @@ TpPass Builder::tp_pass_of(int w, int stage, bool backward) const {
 }
 
 // The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
-// reduce-scattered into sequence shards) into its output. The op is done after it.
+// reduce-scattered into sequence shards) into its output, or, with no partial sums (a
+// backward without sequence parallelism), the pass's traffic without data. The op is done
+// after it.
 void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name,
                               const std::vector<int>& devices, const std::vector<int>& computes,
                               const std::vector<int>& partials, const std::vector<int>& outputs) {
