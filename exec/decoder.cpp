@@ -411,7 +411,7 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
     }
   } else {
     x = ops.floats(rows);
-    ops.copy(x.data(), in.input + (d.sp ? d.parts[sz(d.rank)] : 0), rows);
+    ops.copy(x.data(), in.input, rows);  // (this rank's rows of it under sequence parallelism)
   }
   s->blocks.resize(params_.blocks.size());
   for (size_t b = 0; b < params_.blocks.size(); ++b) {
@@ -447,9 +447,12 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
                             bool dinput_partial, TensorParallelGroup* group, bool last_of_step) const {
   const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_);
+  if (d.sp && dinput_partial) {
+    throw std::invalid_argument("under sequence parallelism a backward writes its rows of the input gradient, not a "
+                                "partial sum");
+  }
   const DecoderOps& ops = *ops_;
   const size_t whole = d.whole_floats(), rows = d.stream_floats();
-  const size_t first = d.sp ? d.parts[sz(d.rank)] : 0;  // this rank's first float of a whole
   s.deferred.clear();
   WeightGrads wg(ops, g, split ? &s.deferred : nullptr);
   Floats dy;  // the residual stream's gradient: this rank's rows under sequence parallelism
@@ -466,7 +469,7 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
                   w + params_.final_norm_w, h.mean, h.rstd);
   } else {
     dy = ops.floats(rows);
-    ops.copy(dy.data(), dout + first, rows);
+    ops.copy(dy.data(), dout, rows);  // (this rank's rows of it under sequence parallelism)
   }
   for (size_t b = s.blocks.size(); b-- > 0;) {
     BlockActs& a = s.blocks[b];
@@ -493,14 +496,10 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
     } else {
       ops.embedding_backward(g + params_.wte, at(g, params_.wpe), dembed.data(), s.tokens.data(), d.N, d.T, d.C);
     }
-  } else if (dinput_partial && d.sp) {  // the plan's reduce-scatter adds the ranks' rows
-    ops.zero(dinput, whole);
-    ops.copy(dinput + first, dy.data(), rows);
   } else if (dinput_partial && d.rank != 0) {
     ops.zero(dinput, whole);
-  } else {
-    const Floats all = d.whole(dy);  // (under sequence parallelism a collective: every rank takes part)
-    if (dinput != nullptr) ops.copy(dinput, all.data(), whole);
+  } else if (dinput != nullptr) {
+    ops.copy(dinput, dy.data(), rows);  // the whole, or under sequence parallelism this rank's rows
   }
   if (d.sp && last_of_step) sum_norm_gains(d, params_, g);
 }

@@ -79,7 +79,9 @@ class DecoderChunk {
   struct Input {
     int samples = 0;                // sequences in the micro-batch (each of shape().S tokens)
     const int* tokens = nullptr;    // first chunk: samples * S token ids (host memory)
-    const float* input = nullptr;   // other chunks: [samples * S, C]
+    // Other chunks: [samples * S, C]; under sequence parallelism this rank's rows of it (its
+    // sequence shard: the rows [N r / tp, N (r + 1) / tp) of the N = samples * S).
+    const float* input = nullptr;
     float* output = nullptr;        // not the last chunk: [samples * S, C]
     const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
     float loss_scale = 0;           // last chunk: weight of each token's loss
@@ -102,11 +104,10 @@ class DecoderChunk {
   StashPtr forward(const float* params, const Input& in, double& loss_sum) const;
   // dout: gradient of the chunk's output (nullptr on the last chunk); dinput: where the
   // input's gradient goes (nullptr on the first chunk, and on a tensor-parallel rank whose
-  // input gradient no one receives), overwritten.
-  // dinput_partial: rank 0 writes the input gradient and the others zeros, for the plan's
-  // all-reduce (Megatron's last backward all-reduce comes before a replicated norm, so it
-  // runs inside the task); under sequence parallelism each rank writes its own rows and
-  // zeros elsewhere, for the plan's reduce-scatter.
+  // input gradient no one receives), overwritten. Under sequence parallelism both are this
+  // rank's rows, like Input::input.
+  // dinput_partial (not under sequence parallelism): rank 0 writes the input gradient and
+  // the others zeros, for an all-reduce after the task.
   // last_of_step: under sequence parallelism, this is the chunk's last backward before its
   // gradients are used (the step's last micro-batch), so the ranks' norm-gain gradients,
   // accumulated on each rank's rows until now, are summed over the ranks (once: call it with

@@ -252,6 +252,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
       if (c->device == task.device && c->stage == task.stage && c->worker == task.worker) chunk_of_tensor_[grad] = c.get();
     }
   }
+  check_sequence_shards();
   if (init != nullptr) {
     std::map<std::string, const NamedTensor*> by_name;
     for (const NamedTensor& t : init->tensors) by_name[t.name] = &t;
@@ -494,6 +495,40 @@ size_t Training::buffer_bytes(int tensor) const {
                      static_cast<size_t>(shape_.C);
   const auto [begin, end] = slice_of(tensor, whole);
   return (end - begin) * sizeof(float);
+}
+
+// Under sequence parallelism a chunk's boundaries are its rank's rows of the micro-batch's N
+// tokens (exec/decoder.hpp), and the plan's shards 1/t of the whole: the same when t divides
+// N (as Megatron requires of the sequence). The compute reads and writes the shards (a plan
+// from before hetflow planned it so gathered and reduce-scattered whole tensors: refused).
+void Training::check_sequence_shards() const {
+  if (!plan_.layout.sequence_parallel) return;
+  const auto rows = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S);
+  const size_t whole = rows * static_cast<size_t>(shape_.C);
+  for (const auto& c : chunks_) {
+    if (c->tp < 2) continue;
+    if (rows % static_cast<size_t>(c->tp) != 0) {
+      throw PlanError("sequence parallelism over " + std::to_string(c->tp) + " ranks (worker " + std::to_string(c->worker) +
+                      " stage " + std::to_string(c->stage) + ") splits a micro-batch's " + std::to_string(rows) +
+                      " tokens (micro_batch_size x seq_len) into equal shards: " + std::to_string(c->tp) +
+                      " does not divide them");
+    }
+  }
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind != TaskKind::forward && task.kind != TaskKind::backward) continue;
+    const auto found = chunk_at_.find({task.device, task.worker, task.stage});
+    if (found == chunk_at_.end() || found->second->tp < 2) continue;
+    const int id = static_cast<int>(t);
+    const TensorKind kind = task.kind == TaskKind::forward ? TensorKind::activation : TensorKind::activation_grad;
+    const int read = tensor_of_kind(plan_, plan_.reads(id), kind);
+    const bool partial = task.kind == TaskKind::backward && tensor_of_kind(plan_, plan_.writes(id), TensorKind::partial_sum) >= 0;
+    if ((read >= 0 && buffer_bytes(read) == whole * sizeof(float)) || partial) {
+      throw PlanError("task " + std::to_string(t) + " of a sequence-parallel chunk " +
+                      (partial ? "writes a partial sum of its input gradient" : "reads a whole boundary tensor") +
+                      ", not its rank's shard: a plan of an earlier hetflow; plan it again");
+    }
+  }
 }
 
 // A boundary tensor that arrives in 1/t slices (tensor parallelism) holds this part of the

@@ -196,6 +196,7 @@ class Training {
   const std::vector<float>& gradients_of(const Chunk& c, int iteration) const;
   const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
+  void check_sequence_shards() const;
   std::shared_ptr<const Batch> batch(int iteration);
   // The squared norm's parts of every server update (parameter servers), or of every
   // optimizer of a plan without a gradient-norm collective, summed.

@@ -32,7 +32,7 @@ constexpr double kNotYet = -1;
 
 double collective_s(const CostModel& cost, CollectiveKind kind, CollectiveAlgorithm algorithm,
                     const std::vector<int>& devices, double bytes, int messages = 1) {
-  if (devices.size() < 2) return 0;
+  if (devices.size() < 2 || bytes <= 0) return 0;  // (the plan has no task for it either)
   CollectiveSpec spec;
   spec.kind = kind;
   spec.algorithm = algorithm;
@@ -139,13 +139,13 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     chunks[k].rank = s.rank;
     chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
     work[k] = memo.of(s, vw.tensor_of(k)).work;
-    sharded[k] = layout.sequence_parallel && vw.tensor_of(k) > 1 && work[k].tp_forward.bytes > 0;
+    sharded[k] = layout.sequence_parallel && builder::tp_collectives(work[k], vw.tensor_of(k));
   }
   for (size_t k = 0; k < count; ++k) {
     Chunk& c = chunks[k];
     const builder::ChunkWork& wk = work[k];
     const std::vector<int>& devices = *c.devices;
-    const bool tp = devices.size() > 1 && wk.tp_forward.bytes > 0;
+    const bool tp = builder::tp_collectives(wk, static_cast<int>(devices.size()));
     Task task;
     task.worker = w;
     task.stage = static_cast<int>(k);

@@ -68,6 +68,10 @@ TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Rec
   return {gather.bytes, reduce.bytes, std::max(1, gather.messages), std::max(1, reduce.messages)};
 }
 
+bool tp_collectives(const ChunkWork& work, int tensor) {
+  return tensor > 1 && (work.tp_forward.bytes > 0 || work.tp_backward.bytes > 0);
+}
+
 Builder::Builder(const model::Cluster& cluster, const model::Network& net, const Layout& layout, const CostModel& cost,
                  Plan& plan)
     : cluster_(cluster), net_(net), layout_(layout), cost_(cost), schedule_(schedule_by_name(layout.schedule)), plan_(plan) {}

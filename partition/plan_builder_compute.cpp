@@ -1,14 +1,21 @@
 // The compute of one virtual worker: F, B and W tasks in each rank's schedule order, the
 // tensors they read and write, and the tensor-parallel collectives around them:
-//   tensor parallel:      F = compute, all-reduce of the partial sums; B likewise.
-//   + sequence parallel:  F = all-gather of the input shards, compute, reduce-scatter
-//                         (Korthikanti et al.); B mirrors it.
+//   tensor parallel:      F = compute, all-reduce of the partial sums; B = compute, then the
+//                         all-reduces it ran (f), as traffic without data.
+//   + sequence parallel:  F = all-gather, compute on the rank's input shard, reduce-scatter
+//                         of the partial sums into output shards (Korthikanti et al.);
+//                         B = all-gather, compute from the output-gradient shard into the
+//                         input-gradient shard, reduce-scatter. The all-gathers, and the
+//                         backward's reduce-scatter, move what the compute moves between its
+//                         layers (the norms' outputs, their gradients): traffic without data.
 // A chunk's tensor-parallel all-reduces (two per transformer layer and pass) are one
 // collective task carrying their whole volume as that many messages (Collective::messages):
 // each pays its own latency at its own size, as Megatron's synchronous all-reduces on the
 // compute stream do one after another, and the plan stays small. Sequence parallelism's
 // gathers and scatters likewise (two of each per layer and pass): their messages move the
 // i-th m-th of every rank's sequence shard, so the shards land where one collective puts them.
+// A pass without traffic (the forward of a chunk of the LM head alone, the backward of one of
+// the embedding alone) has no collective.
 #include <algorithm>
 
 #include "partition/plan_builder_detail.hpp"
@@ -21,7 +28,7 @@ size_t Builder::slot(int w, int stage, int mb, int j) const {
 }
 
 bool Builder::tp_collectives(int w, int stage) const {
-  return degree(w, stage) > 1 && work_[static_cast<size_t>(w)][static_cast<size_t>(stage)].tp_forward.bytes > 0;
+  return builder::tp_collectives(work_[static_cast<size_t>(w)][static_cast<size_t>(stage)], degree(w, stage));
 }
 
 bool Builder::sharded(int w, int stage) const { return layout_.sequence_parallel && tp_collectives(w, stage); }
@@ -92,11 +99,13 @@ void Builder::add_compute(int w) {
 }
 
 // What a pass's compute reads on each rank: the tensor that arrived, rebuilt first by an
-// all-gather when it came in 1/t slices (Megatron's scatter/gather); under sequence
-// parallelism, all-gathered from its sequence shards before the layers.
+// all-gather when it came in 1/t slices (Megatron's scatter/gather). Under sequence
+// parallelism the arrived shard itself, after the pass's all-gathers: traffic without data
+// (the compute gathers its norms' outputs), which waits for the shard by an order edge
+// (OpRecord::gather, connect).
 std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
                                         const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
-                                        TensorKind kind, const Task& like) {
+                                        const Task& like) {
   const auto t = devices.size();
   if (slices[0] >= 0) {
     const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, whole_bytes,
@@ -104,17 +113,16 @@ std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_
     for (size_t j = 0; j < t; ++j) set_free_after(slices[j], gather[j]);
   }
   if (!sharded(w, stage)) return arrived;
-  std::vector<int> gathered(t, -1);
-  for (size_t j = 0; j < t; ++j) {
-    if (whole_bytes > 0) gathered[j] = activation_tensor(kind, devices[j], whole_bytes);
-  }
-  const TpPass pass = tp_pass_of(w, stage, like.kind == TaskKind::backward);
+  const bool backward = like.kind == TaskKind::backward;
+  const TpPass pass = tp_pass_of(w, stage, backward);
+  if (pass.gather_bytes <= 0) return arrived;
   const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                     pass.gather_bytes, Purpose::sequence_parallel, compute_stream_, like, arrived,
-                                     gathered);
+                                     pass.gather_bytes, Purpose::sequence_parallel, compute_stream_, like, {}, {});
   plan_.collectives.back().messages = pass.gather_messages;
-  for (size_t j = 0; j < t; ++j) set_free_after(arrived[j], gather[j]);
-  return gathered;
+  for (size_t j = 0; j < t; ++j) {
+    op(w, stage, like.microbatch, backward ? OpKind::B : OpKind::F, static_cast<int>(j)).gather = gather[j];
+  }
+  return arrived;
 }
 
 // A pass's tensor-parallel traffic (tp_pass): its layers' all-reduces, or sequence-parallel
@@ -126,13 +134,14 @@ TpPass Builder::tp_pass_of(int w, int stage, bool backward) const {
 
 // The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
 // reduce-scattered into sequence shards) into its output, or, with no partial sums (a
-// backward without sequence parallelism), the pass's traffic without data. The op is done
-// after it.
+// backward), the pass's traffic without data. The op is done after it. A pass without
+// traffic has none.
 void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name,
                               const std::vector<int>& devices, const std::vector<int>& computes,
                               const std::vector<int>& partials, const std::vector<int>& outputs) {
-  const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
   const TpPass pass = tp_pass_of(w, stage, kind == OpKind::B);
+  if (pass.reduce_bytes <= 0) return;
+  const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
   const bool sp = sharded(w, stage);
   const auto reduce = add_collective(sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
                                      CollectiveAlgorithm::ring, tp_name, devices, pass.reduce_bytes,
@@ -160,8 +169,9 @@ void Builder::add_forward(int w, int stage, int mb) {
     slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_input =
-      gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, TensorKind::activation, like);
-  const bool collective = tp_collectives(w, stage);
+      gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, like);
+  // Partial sums when the forward reduces anything (its g traffic).
+  const bool collective = tp_collectives(w, stage) && tp_pass_of(w, stage, false).reduce_bytes > 0;
   std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
@@ -220,19 +230,16 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
   const std::vector<int> compute_grad =
-      gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, TensorKind::activation_grad, like);
-  const bool collective = tp_collectives(w, stage);
-  // The input gradient: without sequence parallelism whole on every rank when the compute
-  // ends (the first layer's f all-reduce comes before its replicated norm and the residual
-  // add), so the pass's collective carries f's traffic and no data; under sequence
-  // parallelism each rank's rows, reduce-scattered into the shards the boundary carries.
-  const bool partial = collective && sharded(w, stage);
-  std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
+      gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, like);
+  // The input gradient is written by the compute: without sequence parallelism whole on
+  // every rank when it ends (the first layer's f all-reduce comes before its replicated norm
+  // and the residual add), under sequence parallelism the rank's shard (the first layer's f
+  // reduce-scatter likewise). So the pass's collective carries f's traffic and no data.
+  std::vector<int> computes;
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
     OpRecord& rec = op(w, stage, mb, OpKind::B, j);
     const OpRecord& f = op(w, stage, mb, OpKind::F, j);
-    if (partial) outputs[static_cast<size_t>(j)] = rec.output;
     rec.input = compute_grad[static_cast<size_t>(j)];
     Task task = base_task(TaskKind::backward, d, w, stage, mb);
     task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;
@@ -247,12 +254,7 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);
       writes.push_back(scratch);
     }
-    if (partial && work.input_bytes > 0) {
-      partials[static_cast<size_t>(j)] = activation_tensor(TensorKind::partial_sum, d, work.input_bytes);
-      writes.push_back(partials[static_cast<size_t>(j)]);
-    } else if (!partial && rec.output >= 0) {
-      writes.push_back(rec.output);
-    }
+    if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
     set_free_after(scratch, rec.task);
@@ -261,7 +263,10 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       set_free_after(rec.input, rec.task);
     }
   }
-  if (collective) reduce_partials(w, stage, mb, OpKind::B, tp_name, devices, computes, partials, outputs);
+  if (tp_collectives(w, stage)) {
+    const std::vector<int> none(static_cast<size_t>(t), -1);
+    reduce_partials(w, stage, mb, OpKind::B, tp_name, devices, computes, none, none);
+  }
 }
 
 }  // namespace hetflow::partition::builder

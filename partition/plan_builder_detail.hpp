@@ -65,12 +65,15 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
 // compute and the reduce-scatter after it; otherwise the all-reduce after it (`reduce`) alone.
 struct TpPass {
   double gather_bytes = 0, reduce_bytes = 0;
-  int gather_messages = 0, reduce_messages = 0;  // each at least 1, since its task exists
+  int gather_messages = 0, reduce_messages = 0;  // each at least 1 (a pass without bytes has no task)
 };
 // A forward: f gathered, g reduced (all-reduced without sequence parallelism). A backward: g's
 // gradient gathered and f's inputs gathered again, f's gradients reduced (all-reduced
 // without); under full recomputation the rerun layers' forward traffic again.
 TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Recompute recompute);
+// Whether a chunk's passes run tensor-parallel collectives on `tensor` ranks: traffic in
+// either pass (a chunk of the LM head alone has none in its forward, f in its backward).
+bool tp_collectives(const ChunkWork& work, int tensor);
 
 // What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.
 struct OpRecord {
@@ -79,6 +82,8 @@ struct OpRecord {
   int output = -1;   // F: the output activation; B: the input gradient (-1 at the ends)
   int stash = -1;    // F: its stash tensor
   int input = -1;    // B: the output gradient its compute read (W reads it too)
+  int gather = -1;   // F, B under sequence parallelism: the all-gather before its compute,
+                     // which reads nothing and so waits for the input by an order edge
 };
 
 // Parameters held by groups of different tensor-parallel degrees, cut so that each piece
@@ -179,7 +184,7 @@ class Builder {
   void add_forward(int w, int stage, int mb);
   std::vector<int> gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
-                                 TensorKind kind, const Task& like);
+                                 const Task& like);
   TpPass tp_pass_of(int w, int stage, bool backward) const;
   void reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name, const std::vector<int>& devices,
                        const std::vector<int>& computes, const std::vector<int>& partials, const std::vector<int>& outputs);

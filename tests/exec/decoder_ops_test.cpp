@@ -14,6 +14,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
+#include <span>
+#include <tuple>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -478,6 +481,162 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatTheRanksMove) {
         }
         EXPECT_EQ(planned, moved) << what;
         EXPECT_FALSE(moved.empty()) << what;
+      }
+    }
+  }
+}
+
+// Rank 0's group calls of each chunk's passes, when two ranks run the model as a pipeline
+// of chunks (`cut`: layers per chunk) on one micro-batch of one sample, each boundary as the
+// plan leaves it: the forward's partial sums all-reduced (under sequence parallelism
+// reduce-scattered into the ranks' rows), as the plan's collective after F does, counted
+// with the chunk's forward; the input gradient written by the backward itself, whole (the
+// rank's rows under sequence parallelism).
+struct ChunkCalls {
+  std::vector<Call> forward, backward;
+};
+
+std::vector<ChunkCalls> run_tensor_parallel_chunks(const model::Network& net, const std::vector<int>& cut,
+                                                   Recompute recompute, bool sequence_parallel) {
+  const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+  const size_t chunks = cut.size(), N = static_cast<size_t>(shape.S), C = static_cast<size_t>(shape.C);
+  std::vector<int> tokens(N), targets(N);
+  for (size_t i = 0; i < N; ++i) {
+    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
+    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
+  }
+  const std::vector<size_t> parts{0, N / 2 * C, N * C};  // the ranks' rows (N even)
+  Rendezvous rendezvous;
+  std::vector<ChunkCalls> out(chunks);
+  const auto rank_main = [&](int rank) {
+    const auto& ops = exec::cpu_decoder_ops();
+    HostGroup group(rendezvous, rank, ops);
+    const size_t boundary = sequence_parallel ? N / 2 * C : N * C, mine = sequence_parallel ? parts[static_cast<size_t>(rank)] : 0;
+    std::vector<std::unique_ptr<exec::DecoderChunk>> math;
+    std::vector<OpsFloats> w, g;
+    std::vector<exec::DecoderChunk::StashPtr> stash(chunks);
+    int begin = 0;
+    for (const int layers : cut) {
+      math.push_back(std::make_unique<exec::DecoderChunk>(shape, begin, begin + layers, recompute, rank, 2, ops,
+                                                          sequence_parallel));
+      std::vector<float> host(math.back()->params().count);
+      exec::init_params(math.back()->params(), shape, 3, host.data());
+      w.push_back(upload(ops, host));
+      g.push_back(ops.zeros(host.size()));
+      begin += layers;
+    }
+    const auto take = [&](std::vector<Call>& into, size_t from) {
+      if (rank == 0) into.assign(group.calls.begin() + static_cast<long>(from), group.calls.end());
+    };
+    OpsFloats x;
+    for (size_t k = 0; k < chunks; ++k) {
+      const size_t from = group.calls.size();
+      const bool last = k + 1 == chunks;
+      exec::DecoderChunk::Input in;
+      in.samples = 1;
+      in.tokens = tokens.data();
+      in.targets = targets.data();
+      in.loss_scale = 1.0f / static_cast<float>(N);
+      in.input = x.data();
+      in.group = &group;
+      OpsFloats partial = last ? OpsFloats() : ops.floats(N * C);
+      in.output = partial.data();
+      in.output_partial = !last;
+      double loss = 0;
+      stash[k] = math[k]->forward(w[k].data(), in, loss);
+      if (!last) {
+        const std::span<float> data(partial.data(), N * C);
+        sequence_parallel ? group.reduce_scatter(data, parts) : group.all_reduce(data, false);
+        x = ops.floats(boundary);
+        ops.copy(x.data(), partial.data() + mine, boundary);
+      }
+      take(out[k].forward, from);
+    }
+    OpsFloats dout;
+    for (size_t k = chunks; k-- > 0;) {
+      const size_t from = group.calls.size();
+      OpsFloats dinput = k == 0 ? OpsFloats() : ops.floats(boundary);
+      math[k]->backward(*stash[k], w[k].data(), g[k].data(), dout.data(), dinput.data(), false, false, &group, true);
+      dout = std::move(dinput);
+      take(out[k].backward, from);
+    }
+  };
+  std::thread other([&] { rank_main(1); });
+  rank_main(0);
+  other.join();
+  return out;
+}
+
+// The contract across chunk boundaries: per chunk and pass, the plan's tensor-parallel
+// collectives carry what the ranks move, for pipelines whose chunks hold the embedding alone,
+// the LM head alone (whose forward moves nothing and whose backward all-reduces, or under
+// sequence parallelism gathers and reduce-scatters, its input gradient), and blocks between.
+// The plan's all-gathers of a boundary's 1/t slices (Megatron's scatter/gather between
+// stages) carry the boundary, not a pass's traffic, and are left out.
+TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
+  struct Case {
+    const char* spec;
+    std::vector<int> cut;  // layers per chunk: the embedding, the blocks, the head
+  };
+  for (const Case& c : {Case{"gpt:layers=2,hidden=36,heads=4,seq=12,vocab=97", {1, 2, 1}},
+                        Case{"llama:layers=3,hidden=48,heads=6,kv_heads=2,ffn=100,seq=10,vocab=101", {2, 1, 2}},
+                        Case{"llama:layers=3,hidden=48,heads=6,kv_heads=2,ffn=100,seq=10,vocab=101", {2, 2, 1}}}) {
+    const model::Network net = model::network_from_spec(c.spec, model::Precision::fp32);
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    const size_t activation = static_cast<size_t>(shape.S) * static_cast<size_t>(shape.C);
+    for (const bool sequence : {false, true}) {
+      for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+        std::string what = std::string(c.spec) + ", chunks of";
+        for (const int layers : c.cut) what += " " + std::to_string(layers);
+        what += std::string(sequence ? ", sequence parallel" : "") + ", recompute " +
+                std::string(partition::to_string(recompute));
+        const std::vector<ChunkCalls> run = run_tensor_parallel_chunks(net, c.cut, recompute, sequence);
+        partition::PlanOptions o;
+        o.tensor = 2;
+        o.sequence_parallel = sequence;
+        o.pipeline = static_cast<int>(c.cut.size());
+        o.stage_layers = c.cut;
+        o.data = 1;
+        o.microbatches = 1;
+        o.recompute = recompute;
+        o.precision = model::Precision::fp32;
+        const partition::Plan plan = test_support::planned(model::cpu_cluster(2 * static_cast<int>(c.cut.size())), net, o);
+        // (stage, kind, forward?) -> messages and floats, on each stage's rank 0.
+        std::map<std::tuple<int, Call::Kind, bool>, std::pair<int, double>> planned, moved;
+        for (const partition::Collective& col : plan.collectives) {
+          if (col.purpose != partition::Purpose::tensor_parallel && col.purpose != partition::Purpose::sequence_parallel) {
+            continue;
+          }
+          if (col.purpose == partition::Purpose::tensor_parallel && col.kind == partition::CollectiveKind::all_gather) {
+            continue;  // a boundary's slices
+          }
+          const partition::Task& first = plan.task(col.tasks.front());  // the rank 0's
+          const std::vector<int>& program = plan.program(first.device, first.stream);
+          auto at = std::find(program.begin(), program.end(), col.tasks.front());
+          const bool before = col.kind == partition::CollectiveKind::all_gather;
+          while (plan.task(*at).kind == partition::TaskKind::collective) before ? ++at : --at;
+          const bool forward = plan.task(*at).kind == partition::TaskKind::forward;
+          const Call::Kind kind = col.kind == partition::CollectiveKind::all_reduce   ? Call::all_reduce
+                                  : col.kind == partition::CollectiveKind::all_gather ? Call::all_gather
+                                                                                      : Call::reduce_scatter;
+          auto& [messages, floats] = planned[{first.stage, kind, forward}];
+          messages += col.messages;
+          floats += col.bytes / sizeof(float);
+        }
+        for (size_t k = 0; k < run.size(); ++k) {
+          for (const bool forward : {true, false}) {
+            for (const Call& call : forward ? run[k].forward : run[k].backward) {
+              if (call.floats != activation) continue;
+              auto& [messages, floats] = moved[{static_cast<int>(k), call.kind, forward}];
+              ++messages;
+              floats += static_cast<double>(call.floats);
+            }
+          }
+        }
+        EXPECT_EQ(planned, moved) << what;
+        EXPECT_TRUE(moved.count({static_cast<int>(c.cut.size()) - 1, sequence ? Call::reduce_scatter : Call::all_reduce,
+                                 false}))
+            << what << ": the last chunk's backward moves its input gradient";
       }
     }
   }

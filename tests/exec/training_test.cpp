@@ -29,15 +29,15 @@ using exec::OptimizerOptions;
 using partition::Plan;
 
 // Odd sizes everywhere, so no power of two hides a stride bug.
-model::Network odd_gpt(int layers = 2, int heads = 3) {
-  return model::network_from_spec(
-      "gpt:layers=" + std::to_string(layers) + ",hidden=36,heads=" + std::to_string(heads) + ",seq=13,vocab=97",
-      model::Precision::fp32);
+model::Network odd_gpt(int layers = 2, int heads = 3, int seq = 13) {
+  return model::network_from_spec("gpt:layers=" + std::to_string(layers) + ",hidden=36,heads=" + std::to_string(heads) +
+                                      ",seq=" + std::to_string(seq) + ",vocab=97",
+                                  model::Precision::fp32);
 }
-model::Network odd_llama(int layers = 2) {
-  return model::network_from_spec(
-      "llama:layers=" + std::to_string(layers) + ",hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
-      model::Precision::fp32);
+model::Network odd_llama(int layers = 2, int seq = 11) {
+  return model::network_from_spec("llama:layers=" + std::to_string(layers) +
+                                      ",hidden=48,heads=6,kv_heads=2,ffn=100,seq=" + std::to_string(seq) + ",vocab=101",
+                                  model::Precision::fp32);
 }
 
 TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
@@ -379,6 +379,10 @@ TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOpsOnDistributedPlans) {
     partition::PlanOptions o = options(c.pipeline, c.data, 2, "1f1b");
     o.tensor = c.tensor;
     o.sequence_parallel = c.sequence;
+    if (c.sequence) {  // equal sequence shards: 2 x 13 tokens per micro-batch
+      o.micro_batch = 2;
+      o.microbatches = 1;
+    }
     o.sync = c.sync;
     const model::Network net = odd_gpt(2, c.tensor > 1 ? 6 : 3);
     const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor), net, o);
@@ -499,8 +503,10 @@ class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
 // where the case says) against one device, the same global batch of 8 sequences.
 TEST_P(DistributedTraining, EqualsOneDevice) {
   const DistributedCase& c = GetParam();
-  // Tensor parallelism splits whole heads: 6 heads for the GPT then (3 otherwise).
-  for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3), odd_llama(8)}) {
+  // Tensor parallelism splits whole heads: 6 heads for the GPT then (3 otherwise). Sequence
+  // parallelism splits a micro-batch's tokens into equal shards: even sequences then.
+  const int gpt_seq = c.sequence_parallel ? 14 : 13, llama_seq = c.sequence_parallel ? 12 : 11;
+  for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3, gpt_seq), odd_llama(8, llama_seq)}) {
     partition::PlanOptions o = options(4, 2, 4, c.schedule);
     o.virtual_stages = c.virtual_stages;
     o.recompute = c.recompute;
@@ -627,6 +633,36 @@ TEST(Training, RefusesAChunkWhoseBackwardsRunOnTwoStreams) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Sequence parallelism's boundaries are each rank's rows of the micro-batch: the plan's 1/t
+// shards only when t divides its tokens (Megatron requires it of the sequence), and only in a
+// plan whose compute reads its shard. Both refused as plan faults before any step.
+TEST(Training, SequenceParallelismNeedsEqualShardsTheComputeReads) {
+  partition::PlanOptions o = options(2, 1, 2, "1f1b");
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  const auto refused = [](const Plan& plan, const std::string& want) {
+    try {
+      exec::Training training(plan, exec::markov_stream(97, 7), optimizer(), 42);
+      FAIL() << "expected a PlanError: " << want;
+    } catch (const PlanError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(test_support::planned(model::cpu_cluster(4), odd_gpt(2, 6), o),
+          "splits a micro-batch's 13 tokens (micro_batch_size x seq_len) into equal shards: 2 does not divide them");
+  Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(2, 6, 14), o);
+  EXPECT_NO_THROW(exec::Training(plan, exec::markov_stream(97, 7), optimizer(), 42));
+  // A plan that gathers the whole boundary before the compute, as hetflow's did.
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    if (plan.tasks[t].kind != partition::TaskKind::forward || plan.tasks[t].stage != 1) continue;
+    for (const int read : plan.reads(static_cast<int>(t))) {
+      if (plan.tensor(read).kind == partition::TensorKind::activation) plan.tensors[static_cast<size_t>(read)].bytes *= 2;
+    }
+    break;
+  }
+  refused(plan, "reads a whole boundary tensor, not its rank's shard: a plan of an earlier hetflow; plan it again");
 }
 
 // The run reports each device's measured peak of the model's own arrays. After the run what

@@ -333,6 +333,78 @@ TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMovedAndGathersAgain) {
   EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (2 * G + 4 * F + rerun_G));
 }
 
+// Under sequence parallelism a chunk's compute reads its rank's shard of the boundary and
+// writes its shard of the input gradient: no whole boundary is gathered into memory. The
+// all-gathers before a pass, and the reduce-scatter after a backward, carry the traffic the
+// compute moves between its layers and touch no tensor, so each all-gather waits for the
+// shard its compute reads by an order edge (from the receive, or the producer on the same
+// device). A chunk of the LM head alone runs them too: its backward's f (the vocabulary-
+// parallel logits' input gradient) is the only traffic of its passes.
+TEST(PlanFormat, SequenceParallelChunksComputeOnTheirShards) {
+  const model::Network net = model::network_from_spec("gpt:layers=4,hidden=1024,heads=16,seq=1024", model::Precision::fp16);
+  PlanOptions o;
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.pipeline = 3;
+  o.stage_layers = {1, 4, 1};  // the embedding, the blocks, the head
+  o.data = 1;
+  o.microbatches = 3;
+  o.recompute = Recompute::full;
+  const Plan plan = plan_of(test_support::identical_cluster(6), net, o);
+  EXPECT_EQ(first_problem(plan), "valid");
+  const double whole = net.cut_bytes(1);  // a boundary's bytes (micro-batch 1)
+  std::map<std::pair<int, TaskKind>, int> gathers;  // (stage, pass) -> all-gather tasks
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const int id = static_cast<int>(i);
+    const Task& t = plan.tasks[i];
+    if (t.kind == TaskKind::forward || t.kind == TaskKind::backward) {
+      for (const int r : plan.reads(id)) {
+        const Tensor& x = plan.tensor(r);
+        if (x.kind == TensorKind::activation || x.kind == TensorKind::activation_grad) {
+          EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
+        }
+      }
+      for (const int w : plan.writes(id)) {
+        const Tensor& x = plan.tensor(w);
+        if (t.kind == TaskKind::backward) {
+          EXPECT_NE(x.kind, TensorKind::partial_sum) << describe_task(plan, id);
+        }
+        if (x.kind == TensorKind::activation_grad) {
+          EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
+        }
+      }
+    }
+    if (t.kind != TaskKind::collective || t.purpose != Purpose::sequence_parallel) continue;
+    const Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
+    if (c.kind == CollectiveKind::reduce_scatter && pass_of(plan, id, false) == TaskKind::backward) {
+      EXPECT_TRUE(plan.reads(id).empty() && plan.writes(id).empty()) << describe_task(plan, id);
+    }
+    if (c.kind != CollectiveKind::all_gather) continue;
+    EXPECT_TRUE(plan.reads(id).empty() && plan.writes(id).empty()) << describe_task(plan, id);
+    const TaskKind pass = pass_of(plan, id, true);
+    ++gathers[{t.stage, pass}];
+    // The compute after it, and what that compute reads of the boundary.
+    const std::vector<int>& program = plan.program(t.device, t.stream);
+    auto at = std::find(program.begin(), program.end(), id);
+    while (plan.task(*at).kind == TaskKind::collective) ++at;
+    for (const int r : plan.reads(*at)) {
+      const Tensor& x = plan.tensor(r);
+      if (x.kind != TensorKind::activation && x.kind != TensorKind::activation_grad) continue;
+      const bool waits = std::any_of(plan.order.begin(), plan.order.end(), [&](const OrderEdge& e) {
+        return e.to == id && e.offset == 0 && e.from == x.producer;  // (every stage on its own devices: a receive)
+      });
+      EXPECT_TRUE(waits) << describe_task(plan, id) << " does not wait for the shard its compute reads";
+    }
+  }
+  // Per micro-batch: the embedding's forward gathers nothing (its f is 0), its backward the
+  // output gradient; the blocks' both passes; the head's both (f, and in the backward f again
+  // for the weight gradient).
+  const std::map<std::pair<int, TaskKind>, int> want{{{0, TaskKind::backward}, 6}, {{1, TaskKind::forward}, 6},
+                                                     {{1, TaskKind::backward}, 6}, {{2, TaskKind::forward}, 6},
+                                                     {{2, TaskKind::backward}, 6}};
+  EXPECT_EQ(gathers, want);
+}
+
 TEST(PlanFormat, TiedEmbeddingsAreAllReducedBetweenFirstAndLastStage) {
   PlanOptions o;
   o.pipeline = 4;
