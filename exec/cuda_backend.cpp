@@ -1050,7 +1050,7 @@ void run_real_collective(Job& job) {
   DeviceTask device(job);
   const std::span<float> data = job.s.training->collective_data(device);
   if (activation_collective(c)) {
-    if (job.task.reads.empty()) {  // a pass that ends the model: nothing to move, on every member
+    if (job.task.reads.empty()) {  // traffic the compute moves itself: nothing to move, on every member
       job.finish(nullptr, {});
       return;
     }

@@ -285,7 +285,7 @@ void require_real_collectives(const Plan& plan, const std::function<size_t(int)>
       }
       continue;
     }
-    if (reads.empty()) continue;  // nothing to move: a pass that ends the model
+    if (reads.empty()) continue;  // nothing to move: traffic the compute moves itself
     const size_t in = tensor_bytes(reads[0]);
     const size_t out = tensor_bytes(writes.empty() ? reads[0] : writes[0]);
     const size_t count = std::max(in, out) / sizeof(float), members = plan.members(c).size();

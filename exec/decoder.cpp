@@ -436,10 +436,10 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
       s->head = HeadActs{};
       s->head.x = std::move(keep);
     }
-  } else if (x.size() == whole) {
-    ops.copy(in.output, x.data(), whole);  // the whole, or an addend of the plan's collective
   } else {
-    ops.copy(in.output, d.gather(x).data(), whole);
+    // The whole, an addend of the plan's collective, or under sequence parallelism this
+    // rank's rows.
+    ops.copy(in.output, x.data(), x.size());
   }
   return s;
 }

@@ -82,7 +82,7 @@ class DecoderChunk {
     // Other chunks: [samples * S, C]; under sequence parallelism this rank's rows of it (its
     // sequence shard: the rows [N r / tp, N (r + 1) / tp) of the N = samples * S).
     const float* input = nullptr;
-    float* output = nullptr;        // not the last chunk: [samples * S, C]
+    float* output = nullptr;        // not the last chunk: [samples * S, C] (or its rows, as input)
     const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
     float loss_scale = 0;           // last chunk: weight of each token's loss
     // Tensor parallelism: this rank's part of the output, which the plan's all-reduce (or

@@ -522,10 +522,15 @@ void Training::check_sequence_shards() const {
     const int id = static_cast<int>(t);
     const TensorKind kind = task.kind == TaskKind::forward ? TensorKind::activation : TensorKind::activation_grad;
     const int read = tensor_of_kind(plan_, plan_.reads(id), kind);
-    const bool partial = task.kind == TaskKind::backward && tensor_of_kind(plan_, plan_.writes(id), TensorKind::partial_sum) >= 0;
-    if ((read >= 0 && buffer_bytes(read) == whole * sizeof(float)) || partial) {
-      throw PlanError("task " + std::to_string(t) + " of a sequence-parallel chunk " +
-                      (partial ? "writes a partial sum of its input gradient" : "reads a whole boundary tensor") +
+    const auto writes = plan_.writes(id);
+    const bool partial = tensor_of_kind(plan_, writes, TensorKind::partial_sum) >= 0;
+    const int written = tensor_of_kind(plan_, writes, kind);  // (a forward's output when not partial)
+    std::string fault;
+    if (read >= 0 && buffer_bytes(read) == whole * sizeof(float)) fault = "reads a whole boundary tensor";
+    if (task.kind == TaskKind::backward && partial) fault = "writes a partial sum of its input gradient";
+    if (!partial && written >= 0 && buffer_bytes(written) == whole * sizeof(float)) fault = "writes a whole boundary tensor";
+    if (!fault.empty()) {
+      throw PlanError("task " + std::to_string(t) + " of a sequence-parallel chunk " + fault +
                       ", not its rank's shard: a plan of an earlier hetflow; plan it again");
     }
   }

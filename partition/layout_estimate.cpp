@@ -32,7 +32,7 @@ constexpr double kNotYet = -1;
 
 double collective_s(const CostModel& cost, CollectiveKind kind, CollectiveAlgorithm algorithm,
                     const std::vector<int>& devices, double bytes, int messages = 1) {
-  if (devices.size() < 2 || bytes <= 0) return 0;  // (the plan has no task for it either)
+  if (devices.size() < 2 || bytes <= 0) return 0;
   CollectiveSpec spec;
   spec.kind = kind;
   spec.algorithm = algorithm;

@@ -53,7 +53,7 @@ enum class TensorKind {
   activation,       // a chunk boundary's output (or a received one), per micro-batch
   activation_grad,  // its gradient, flowing backward
   stash,            // what a forward keeps for its backward (Korthikanti's activation memory)
-  partial_sum,      // tensor-parallel partial results before their collective (forward; SP backward)
+  partial_sum,      // tensor-parallel partial results before their collective (a forward's)
   weight,           // persistent: parameters held on a device
   weight_grad,      // persistent: their gradient buffer
   optimizer_state,  // persistent: fp32 master weights and Adam moments
