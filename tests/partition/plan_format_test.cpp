@@ -484,8 +484,8 @@ TEST(PlanFormat, ActivationMemoryFromLifetimesIsKorthikantis) {
       const double per_layer = s * b * h * (34 + 5 * a * s / h) / t;
       EXPECT_EQ(m.peak_in_flight, 4 - r) << "t=" << t << " rank " << r;
       EXPECT_DOUBLE_EQ(m.activations_bytes, (4 - r) * 2 * per_layer) << "t=" << t << " rank " << r;
-      // Buffers: boundary activations and gradients alive then (a sequence-parallel rank also
-      // holds the gathered whole input and the partial sums of the pass): a few boundaries.
+      // Buffers: boundary activations and gradients alive then (a sequence-parallel rank
+      // holds their shards, and the whole partial sums of a forward): a few boundaries.
       const double boundary = s * b * h * 2;
       EXPECT_GT(m.buffers_bytes, 0);
       EXPECT_LE(m.buffers_bytes, 3 * boundary) << "t=" << t << " rank " << r;
