@@ -37,18 +37,17 @@ struct Agreement {
   int compared = 0;
 };
 
-Agreement compare(const model::Cluster& cluster, const model::Network& net, int global_batch,
-                  const partition::SearchSpace& space, const partition::PlanOptions& base,
-                  const partition::CostModel& cost) {
-  Agreement a;
-  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, global_batch, space, base, cost)) {
+// One layout's estimate against its plan's, into `a` (nothing when it cannot be planned).
+void compare_one(const model::Cluster& cluster, const model::Network& net, const partition::PlanOptions& o,
+                 const partition::CostModel& cost, Agreement& a) {
+  {
     partition::Layout layout;
     partition::Plan plan;
     try {
       layout = partition::make_layout(cluster, net, o, cost);
       plan = partition::build_plan(cluster, net, layout, cost);
     } catch (const Error&) {
-      continue;
+      return;
     }
     const partition::Estimate full = partition::estimate_plan(plan, cost);
     const partition::LayoutEstimate quick = partition::estimate_layout(net, layout, cost);
@@ -68,6 +67,15 @@ Agreement compare(const model::Cluster& cluster, const model::Network& net, int 
     const double bubble = std::abs(quick.bubble_fraction - full.bubble_fraction);
     EXPECT_LT(bubble, 0.02) << what << ": bubble " << quick.bubble_fraction << ", the plan's " << full.bubble_fraction;
     ++a.compared;
+  }
+}
+
+Agreement compare(const model::Cluster& cluster, const model::Network& net, int global_batch,
+                  const partition::SearchSpace& space, const partition::PlanOptions& base,
+                  const partition::CostModel& cost) {
+  Agreement a;
+  for (const partition::PlanOptions& o : partition::search_candidates(cluster, net, global_batch, space, base, cost)) {
+    compare_one(cluster, net, o, cost, a);
   }
   std::sort(a.time_error.begin(), a.time_error.end());
   std::sort(a.memory_error.begin(), a.memory_error.end());
@@ -110,6 +118,38 @@ TEST(LayoutEstimate, AgreesUnderOperationCostsFlashAttentionSequenceParallelismS
   ASSERT_GT(a.compared, 50);
   std::printf("%d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
               a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
+}
+
+// Chunks of the embedding alone and of the LM head alone under tensor parallelism: the head's
+// forward has no collective and its backward one (f), the embedding's the reverse; with and
+// without sequence parallelism and full recomputation, on 1F1B and GPipe.
+TEST(LayoutEstimate, AgreesOnChunksOfTheModelsEnds) {
+  const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
+  const model::Network net = model::network_from_spec("gpt:layers=6,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
+  const partition::CostModel cost(cluster, net.precision, model::load_calibration("published:a100"));
+  Agreement a;
+  for (const std::vector<int>& cut : {std::vector<int>{1, 3, 3, 1}, std::vector<int>{2, 2, 3, 1}, std::vector<int>{1, 3, 2, 2}}) {
+    for (const bool sequence : {false, true}) {
+      for (const partition::Recompute recompute : {partition::Recompute::none, partition::Recompute::full}) {
+        for (const char* schedule : {"1f1b", "gpipe"}) {
+          partition::PlanOptions o;
+          o.precision = net.precision;
+          o.tensor = 2;
+          o.pipeline = 4;
+          o.data = 1;
+          o.stage_layers = cut;
+          o.microbatches = 4;
+          o.micro_batch = 2;
+          o.sequence_parallel = sequence;
+          o.recompute = recompute;
+          o.schedule = schedule;
+          const int before = a.compared;
+          compare_one(cluster, net, o, cost, a);
+          EXPECT_EQ(a.compared, before + 1) << "not planned: " << partition::candidate_summary(o, 1);
+        }
+      }
+    }
+  }
 }
 
 // Several iterations: each stream carries on from where the last iteration left it, and under
