@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "exec/training_chunk.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 
@@ -17,87 +18,12 @@ using partition::TaskKind;
 using partition::TensorKind;
 using Floats = std::vector<float>;
 
-struct Training::Chunk {
-  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
-        const DecoderOps& device_ops, bool sequence_parallel)
-      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel), ops_(&device_ops) {}
-  DecoderChunk math;
-  const DecoderOps* ops_;  // its device's: every array below is in its memory
-  const DecoderOps& ops() const { return *ops_; }
-  int device = -1, worker = -1, stage = -1;
-  int tp_rank = 0, tp = 1;
-  int communicator = -1;  // its tensor-parallel group's, when tp > 1
-  OpsFloats params, grads, m, v;
-  int steps = 0;  // AdamW steps taken
-  // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
-  // positions) as the backward left them: each part of a data-parallel all-reduce between
-  // workers of different degrees sums them from these (taken by the iteration's first part).
-  struct Replicated {
-    size_t at = 0, count = 0, base = 0;  // the slot in the flat array; where local_replicated holds it
-  };
-  std::vector<Replicated> replicated;  // ascending
-  OpsFloats local_replicated;
-  int local_iteration = -1;
-  void take_replicated(int iteration) {
-    if (local_iteration == iteration) return;
-    size_t total = 0;
-    for (Replicated& r : replicated) {
-      r.base = total;
-      total += r.count;
-    }
-    local_replicated = ops().floats(total);
-    for (const Replicated& r : replicated) ops().copy(local_replicated.data() + r.base, grads.data() + r.at, r.count);
-    local_iteration = iteration;
-  }
-  // Every array to `to`'s memory (no stash may be alive).
-  void move_to(const DecoderOps& to) {
-    // All four copied before any is replaced: a failure (no memory there) leaves the chunk
-    // whole where it was.
-    OpsFloats* const arrays[] = {&params, &grads, &m, &v};
-    OpsFloats moved[4];
-    for (size_t i = 0; i < 4; ++i) {
-      std::vector<float> host(arrays[i]->size());
-      ops().download(host.data(), arrays[i]->data(), arrays[i]->size());
-      moved[i] = to.floats(host.size());
-      to.upload(moved[i].data(), host.data(), host.size());
-    }
-    for (size_t i = 0; i < 4; ++i) *arrays[i] = std::move(moved[i]);
-    local_replicated = OpsFloats();
-    local_iteration = -1;
-    math.set_ops(to);
-    ops_ = &to;
-  }
-  std::vector<float> host_params() const {
-    std::vector<float> host(params.size());
-    ops().download(host.data(), params.data(), params.size());
-    return host;
-  }
-  // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
-  const float* replicated_at(size_t offset) const {
-    const auto after = std::upper_bound(replicated.begin(), replicated.end(), offset,
-                                        [](size_t o, const Replicated& r) { return o < r.at; });
-    const Replicated& r = *(after - 1);
-    return local_replicated.data() + r.base + (offset - r.at);
-  }
-  std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
-  std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
-};
-
 namespace {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-// HuggingFace's GPT-2 checkpoints name the base model's tensors without "transformer.";
-// these are the names a parameter may have in a file.
-std::vector<std::string> file_names(const std::string& name) {
-  std::vector<std::string> names{name};
-  const std::string prefix = "transformer.";
-  if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(prefix.size()));
-  return names;
 }
 
 // Tensors a HuggingFace checkpoint carries that are not parameters.
@@ -107,22 +33,6 @@ bool is_buffer(const std::string& name) {
     if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0) return true;
   }
   return false;
-}
-
-// This rank's share of a parameter from a file's tensor.
-void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out) {
-  if (t.shape != slot.shape) {
-    throw InputError(path, 0, slot.name, "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
-  }
-  const std::vector<float> shard = shard_of(slot, t.data.data());
-  std::copy(shard.begin(), shard.end(), out);
-}
-
-int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
-  for (const int t : ids) {
-    if (plan.tensor(t).kind == kind) return t;
-  }
-  return -1;
 }
 
 // Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
@@ -143,6 +53,39 @@ int index_of(std::span<const int> ids, int tensor) {
 }
 
 }  // namespace
+namespace training_detail {
+
+int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
+  for (const int t : ids) {
+    if (plan.tensor(t).kind == kind) return t;
+  }
+  return -1;
+}
+
+// HuggingFace's GPT-2 checkpoints name the base model's tensors without "transformer.";
+// these are the names a parameter may have in a file.
+std::vector<std::string> file_names(const std::string& name) {
+  std::vector<std::string> names{name};
+  const std::string prefix = "transformer.";
+  if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(prefix.size()));
+  return names;
+}
+
+// This rank's share of a parameter from a file's tensor.
+void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out) {
+  if (t.shape != slot.shape) {
+    throw InputError(path, 0, slot.name, "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
+  }
+  const std::vector<float> shard = shard_of(slot, t.data.data());
+  std::copy(shard.begin(), shard.end(), out);
+}
+
+}  // namespace training_detail
+
+using training_detail::file_names;
+using training_detail::load;
+using training_detail::tensor_of_kind;
+
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                          std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
@@ -994,226 +937,6 @@ void Training::collect_at_root() {
   }
 }
 
-// --- parameter server and WSP ---
-
-namespace {
-
-// The layer a slot belongs to.
-int layer_of(const ChunkParams& p, const ParamSlot& slot) {
-  const auto after = std::upper_bound(p.layer_start.begin(), p.layer_start.end(), slot.offset);
-  return p.layer_begin + static_cast<int>(after - p.layer_start.begin()) - 1;
-}
-
-// A server holds each parameter whole, in this project's [out, in] layout (row-major
-// full_rows x full_cols); a tensor-parallel rank holds the rectangles `slot.pieces` of it.
-// What the rank holds of `whole`, appended to `out`:
-void append_pieces(const ParamSlot& slot, const std::vector<float>& whole, std::vector<float>& out) {
-  for (const Piece& piece : slot.pieces) {
-    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
-      const auto from = whole.begin() + static_cast<std::ptrdiff_t>(r * slot.full_cols + piece.col);
-      out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(piece.cols));
-    }
-  }
-}
-
-// ... and the rank's `shard` added into `whole` where it belongs.
-void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& whole) {
-  for (const Piece& piece : slot.pieces) {
-    for (std::int64_t r = piece.row; r < piece.row + piece.rows; ++r) {
-      float* to = whole.data() + r * slot.full_cols + piece.col;
-      for (std::int64_t c = 0; c < piece.cols; ++c) to[c] += *shard++;
-    }
-  }
-}
-
-}  // namespace
-
-void Training::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
-  const std::vector<int>& server_of = plan_.layout.sync.layer_server;
-  std::map<std::string, int> server_of_name;
-  for (size_t l = 0; l < server_of.size(); ++l) {
-    const int layer = static_cast<int>(l);
-    const ChunkParams p = chunk_params(shape_, layer, layer + 1);
-    for (const ParamSlot& slot : p.slots) {
-      if (auto other = server_of_name.find(slot.name); other != server_of_name.end() && other->second != server_of[l]) {
-        throw PlanError("the tied embedding '" + slot.name + "' is served by devices " + std::to_string(other->second) +
-                        " and " + std::to_string(server_of[l]) +
-                        ": its two copies would drift apart; give layer 0 and the head one server");
-      }
-      server_of_name[slot.name] = server_of[l];
-    }
-    if (!local(server_of[l])) continue;  // another rank's server
-    Floats values(p.count);
-    init_params(p, shape_, seed, values.data());
-    Server& server = servers_[server_of[l]];
-    for (const ParamSlot& slot : p.slots) {
-      if (server.params.count(slot.name)) continue;  // the head's tied copy: the embedding itself
-      ServerParam& sp = server.params[slot.name];
-      sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
-                  values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
-      if (init != nullptr) {
-        for (const NamedTensor& t : init->tensors) {
-          for (const std::string& name : file_names(slot.name)) {
-            if (t.name == name) load(slot, t, init_path, sp.p.data());
-          }
-        }
-      }
-      sp.m.assign(slot.count, 0.0f);
-      sp.v.assign(slot.count, 0.0f);
-      sp.g.assign(slot.count, 0.0f);
-      sp.decays = slot.decays;
-    }
-  }
-  // A device's gradients are complete after the compute task its pushes (or its server's
-  // update, for a local push) wait for.
-  takes_gradients_.assign(plan_.tasks.size(), 0);
-  for (const partition::OrderEdge& e : plan_.order) {
-    const partition::Task& to = plan_.task(e.to);
-    const bool push = to.kind == TaskKind::send && to.purpose == partition::Purpose::ps_push;
-    const bool update = to.kind == TaskKind::optimizer && to.worker < 0;
-    if (!(push || update) || e.offset != 0 || plan_.task(e.from).kind == TaskKind::recv) continue;
-    // Under tensor parallelism the device's last compute is the all-reduce (or reduce-scatter)
-    // of its last backward's input gradients: the weight gradients were complete before it,
-    // after the backward it follows on the compute stream.
-    int last = e.from;
-    if (const partition::Task& f = plan_.task(last);
-        f.kind == TaskKind::collective &&
-        (f.purpose == partition::Purpose::tensor_parallel || f.purpose == partition::Purpose::sequence_parallel)) {
-      const std::vector<int>& program = plan_.program(f.device, f.stream);
-      auto at = std::find(program.begin(), program.end(), last);
-      while (at != program.begin() && plan_.task(*at).kind == TaskKind::collective) --at;
-      last = *at;
-    }
-    const TaskKind from = plan_.task(last).kind;
-    if (from != TaskKind::backward && from != TaskKind::backward_weight) {
-      throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");
-    }
-    takes_gradients_[static_cast<size_t>(last)] = 1;
-  }
-  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
-    const partition::Task& task = plan_.tasks[t];
-    if (task.kind == TaskKind::recv && task.purpose == partition::Purpose::ps_push) {
-      const int from = plan_.channel(task.channel).src;
-      for (const int w : plan_.writes(static_cast<int>(t))) push_source_[w] = {task.worker, task.stage, from};
-    }
-  }
-}
-
-// Under mutex_: what a push or a local update reads, and what a pull carries. A plan whose
-// order edges do not put them after the tasks that make them gets a PlanError, not a crash.
-const std::vector<float>& Training::gradients_of(const Chunk& c, int iteration) const {
-  const auto found = taken_.find({&c, iteration});
-  if (found == taken_.end()) {
-    throw PlanError("the gradients of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
-                    " for iteration " + std::to_string(iteration) + " are not complete (a push before the last backward?)");
-  }
-  return found->second;
-}
-
-const std::map<std::string, std::vector<float>>& Training::weights_of(int server, int iteration) const {
-  const auto s = servers_.find(server);
-  const auto found = s == servers_.end() ? decltype(s->second.versions)::const_iterator{} : s->second.versions.find(iteration);
-  if (s == servers_.end() || found == s->second.versions.end()) {
-    throw PlanError("device " + std::to_string(server) + " has no weights of iteration " + std::to_string(iteration) +
-                    " (a pull before its server's update?)");
-  }
-  return found->second;
-}
-
-std::vector<const ParamSlot*> Training::served_slots(const ChunkParams& p, int server) const {
-  std::vector<const ParamSlot*> out;
-  for (const ParamSlot& slot : p.slots) {
-    if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
-  }
-  return out;
-}
-
-void Training::take_gradients(int device, int iteration) {
-  std::lock_guard lock(mutex_);
-  for (auto& c : chunks_) {
-    if (c->device != device) continue;
-    Floats& taken = taken_[{c.get(), iteration}];
-    taken.resize(c->grads.size());
-    c->ops().download(taken.data(), c->grads.data(), c->grads.size());
-    c->ops().zero(c->grads.data(), c->grads.size());
-    // Pushes and updates of iterations this far back are done (WSP bounds the lag).
-    const auto first = taken_.lower_bound({c.get(), std::numeric_limits<int>::min()});
-    taken_.erase(first, taken_.lower_bound({c.get(), iteration - staleness_ - 3}));
-  }
-}
-
-void Training::adopt_pulled(Chunk& c, int iteration) {
-  std::lock_guard lock(mutex_);
-  std::map<int, bool> servers;
-  const ChunkParams& p = c.math.params();
-  for (const ParamSlot& slot : p.slots) servers[plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))]] = true;
-  for (const auto& [server, unused] : servers) {
-    const auto slots = served_slots(c.math.params(), server);
-    if (server == c.device) {  // a local pull: the server's weights of that iteration
-      const auto& version = weights_of(server, iteration);
-      std::vector<float> mine;
-      for (const ParamSlot* slot : slots) {
-        mine.clear();
-        append_pieces(*slot, version.at(slot->name), mine);
-        c.ops().upload(c.params.data() + slot->offset, mine.data(), mine.size());
-      }
-      continue;
-    }
-    const auto found = pulled_.find({&c, iteration, server});
-    if (found == pulled_.end()) {
-      throw PlanError("the chunk of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
-                      " starts iteration " + std::to_string(iteration + staleness_ + 1) + " without the pull of iteration " +
-                      std::to_string(iteration) + " from device " + std::to_string(server));
-    }
-    size_t at = 0;
-    for (const ParamSlot* slot : slots) {
-      c.ops().upload(c.params.data() + slot->offset, found->second.data() + at, slot->count);
-      at += slot->count;
-    }
-    pulled_.erase(found);
-  }
-}
-
-std::optional<size_t> Training::message_floats(int send_task) const {
-  const partition::Task& t = plan_.task(send_task);
-  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
-    return std::nullopt;
-  }
-  const partition::Channel& channel = plan_.channel(t.channel);
-  const bool push = t.purpose == partition::Purpose::ps_push;
-  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
-  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(send_task) + " serves no chunk");
-  size_t floats = 0;
-  for (const ParamSlot* slot : served_slots(found->second, push ? channel.dst : channel.src)) floats += slot->count;
-  return floats;
-}
-
-std::optional<std::vector<float>> Training::message(const TaskContext& task) {
-  const partition::Task& t = *task.spec;
-  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
-    return std::nullopt;
-  }
-  const partition::Channel& channel = plan_.channel(t.channel);
-  const bool push = t.purpose == partition::Purpose::ps_push;
-  // The chunk's layout (on another rank, for a pull: the server only needs its slots).
-  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
-  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(task.task) + " serves no chunk");
-  const ChunkParams& chunk = found->second;
-  std::vector<float> out;
-  std::lock_guard lock(mutex_);
-  if (push) {
-    const Floats& grads = gradients_of(*chunk_at_.at({channel.src, t.worker, t.stage}), task.iteration);
-    for (const ParamSlot* slot : served_slots(chunk, channel.dst)) {
-      out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
-                 grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
-    }
-  } else {
-    const auto& version = weights_of(channel.src, task.iteration);
-    for (const ParamSlot* slot : served_slots(chunk, channel.src)) append_pieces(*slot, version.at(slot->name), out);
-  }
-  return out;
-}
-
 bool Training::receive(const TaskContext& task, std::span<const float> data) {
   const partition::Task& t = *task.spec;
   if (t.purpose == partition::Purpose::activation || t.purpose == partition::Purpose::gradient) {
@@ -1235,149 +958,6 @@ bool Training::receive(const TaskContext& task, std::span<const float> data) {
   std::lock_guard lock(mutex_);
   pulled_[{found->second, task.iteration, channel.src}].assign(data.begin(), data.end());
   return true;
-}
-
-void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
-  const int server = task.spec->device;
-  Server& s = servers_.at(server);
-  const auto reads = plan_.reads(task.task);
-  // Every (worker, chunk, tensor-parallel rank) that pushes here, in that order: a fixed order
-  // of sums. A rank adds the pieces it holds of a split parameter; a parameter every rank
-  // holds whole (norms, biases after a row-parallel layer) has the same gradients on each,
-  // so rank 0's alone count, as the all-reduce path's optimizer counts them.
-  for (size_t w = 0; w < plan_.layout.workers.size(); ++w) {
-    const partition::VirtualWorker& vw = plan_.layout.workers[w];
-    for (size_t k = 0; k < vw.stages.size(); ++k) {
-      for (const int device : vw.ranks[static_cast<size_t>(vw.stages[k].rank)]) {
-        const std::tuple<int, int, int> source{static_cast<int>(w), static_cast<int>(k), device};
-        const auto found = params_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
-        if (found == params_at_.end()) continue;
-        const auto slots = served_slots(found->second, server);
-        if (slots.empty()) continue;
-        std::vector<float> local;
-        const float* data = nullptr;
-        if (device == server) {
-          std::lock_guard lock(mutex_);
-          const Floats& grads = gradients_of(*chunk_at_.at({device, static_cast<int>(w), static_cast<int>(k)}), task.iteration);
-          for (const ParamSlot* slot : slots) {
-            local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
-                         grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
-          }
-          data = local.data();
-        } else {
-          size_t floats = 0, expected = 0;
-          for (size_t i = 0; i < reads.size(); ++i) {
-            const auto pushed = push_source_.find(reads[i]);
-            if (pushed != push_source_.end() && pushed->second == source) {
-              data = reinterpret_cast<const float*>(task.reads[i].data);
-              floats = task.reads[i].size_bytes / sizeof(float);
-            }
-          }
-          for (const ParamSlot* slot : slots) expected += slot->count;
-          if (data == nullptr || floats < expected) {
-            throw PlanError("the update on device " + std::to_string(server) + " reads " +
-                            (data == nullptr ? std::string("no push") : "a push of " + std::to_string(floats) + " floats") +
-                            " from worker " + std::to_string(w) + " stage " + std::to_string(k) + " device " +
-                            std::to_string(device) + ", whose gradients are " + std::to_string(expected) + " floats");
-          }
-        }
-        const int tp_rank = found->second.tp_rank;
-        for (const ParamSlot* slot : slots) {
-          ServerParam& sp = s.params.at(slot->name);
-          if (slot->sharded() || tp_rank == 0) add_pieces(*slot, data, sp.g);
-          data += slot->count;
-        }
-      }
-    }
-  }
-  float scale = 1;
-  const double loss_scale = scale_of(task.iteration);
-  const bool scaling = optimizer_.loss_scale.active();
-  bool skip = false;
-  if (optimizer_.clip_grad > 0 || scaling) {
-    double local = 0;
-    for (const auto& [name, sp] : s.params) {
-      for (const float g : sp.g) local += static_cast<double>(g) * g;
-    }
-    if (loss_scale != 1) local /= loss_scale * loss_scale;  // the unscaled gradients' (exact)
-    const double norm = global_norm(task, stop, local);
-    skip = scaling && record_step(task.iteration, norm);
-    const double clip = optimizer_.clip_grad / (norm + 1e-6);
-    if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
-  }
-  std::map<std::string, std::vector<float>> version;
-  for (auto& [name, sp] : s.params) {
-    if (!skip) {  // a skipped step (gradients not finite) leaves the weights as they were
-      if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
-      if (scale != 1) kernels::scale(sp.g.data(), scale, static_cast<long>(sp.g.size()));
-      kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
-                            static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
-                            static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
-                            sp.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, ++sp.steps);
-    }
-    std::fill(sp.g.begin(), sp.g.end(), 0.0f);
-    version[name] = sp.p;
-  }
-  std::lock_guard lock(mutex_);
-  s.versions[task.iteration] = std::move(version);
-  s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
-}
-
-double Training::scale_of(int iteration) const {
-  if (!optimizer_.loss_scale.active()) return 1;
-  if (optimizer_.loss_scale.loss_scale > 0) return optimizer_.loss_scale.loss_scale;  // constant
-  std::lock_guard lock(mutex_);
-  const auto found = scaler_after_.find(iteration - 1);
-  if (found == scaler_after_.end()) {
-    throw PlanError("iteration " + std::to_string(iteration) + " computes before iteration " +
-                    std::to_string(iteration - 1) + "'s loss scale is known (its optimizer has not run)");
-  }
-  return found->second.scale();
-}
-
-bool Training::record_step(int iteration, double scaled_norm) {
-  const bool found_inf = !std::isfinite(scaled_norm);
-  std::lock_guard lock(mutex_);
-  if (const auto seen = skipped_.find(iteration); seen != skipped_.end()) {
-    if (seen->second != found_inf) {
-      throw Error("the devices disagree whether iteration " + std::to_string(iteration) +
-                  "'s gradients are finite (a gradient norm that is not global?)");
-    }
-    return found_inf;
-  }
-  skipped_[iteration] = found_inf;
-  skipped_count_ += found_inf ? 1 : 0;
-  const auto before = scaler_after_.find(iteration - 1);
-  if (before == scaler_after_.end()) {
-    throw Error("iteration " + std::to_string(iteration) + "'s optimizer runs before iteration " +
-                std::to_string(iteration - 1) + "'s");
-  }
-  LossScaler next = before->second;
-  next.update(found_inf);
-  scaler_after_[iteration] = next;
-  // Steps this far back are done on every device (a worker lags by its staleness at most).
-  scaler_after_.erase(scaler_after_.begin(), scaler_after_.lower_bound(iteration - staleness_ - 8));
-  skipped_.erase(skipped_.begin(), skipped_.lower_bound(iteration - staleness_ - 8));
-  return found_inf;
-}
-
-double Training::loss_scale() const {
-  std::lock_guard lock(mutex_);
-  return scaler_after_.rbegin()->second.scale();
-}
-
-int Training::skipped_steps() const {
-  std::lock_guard lock(mutex_);
-  return skipped_count_;
-}
-
-std::string Training::describe() const {
-  std::ostringstream out;
-  out << (shape_.family == DecoderFamily::gpt2 ? "GPT-2" : "LLaMA") << " style, " << shape_.layers << " layers, hidden "
-      << shape_.C << ", " << shape_.NH << " heads";
-  if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
-  out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
-  return out.str();
 }
 
 }  // namespace hetflow::exec

@@ -1,0 +1,95 @@
+#pragma once
+// Inside exec/training*.cpp only: a chunk's state on its device (its decoder math, its
+// parameters, gradients and AdamW moments in the device's memory, the stashes its forwards
+// leave), and the helpers the training's files share.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/training.hpp"
+
+namespace hetflow::exec {
+
+struct Training::Chunk {
+  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
+        const DecoderOps& device_ops, bool sequence_parallel)
+      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel), ops_(&device_ops) {}
+  DecoderChunk math;
+  const DecoderOps* ops_;  // its device's: every array below is in its memory
+  const DecoderOps& ops() const { return *ops_; }
+  int device = -1, worker = -1, stage = -1;
+  int tp_rank = 0, tp = 1;
+  int communicator = -1;  // its tensor-parallel group's, when tp > 1
+  OpsFloats params, grads, m, v;
+  int steps = 0;  // AdamW steps taken
+  // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
+  // positions) as the backward left them: each part of a data-parallel all-reduce between
+  // workers of different degrees sums them from these (taken by the iteration's first part).
+  struct Replicated {
+    size_t at = 0, count = 0, base = 0;  // the slot in the flat array; where local_replicated holds it
+  };
+  std::vector<Replicated> replicated;  // ascending
+  OpsFloats local_replicated;
+  int local_iteration = -1;
+  void take_replicated(int iteration) {
+    if (local_iteration == iteration) return;
+    size_t total = 0;
+    for (Replicated& r : replicated) {
+      r.base = total;
+      total += r.count;
+    }
+    local_replicated = ops().floats(total);
+    for (const Replicated& r : replicated) ops().copy(local_replicated.data() + r.base, grads.data() + r.at, r.count);
+    local_iteration = iteration;
+  }
+  // Every array to `to`'s memory (no stash may be alive).
+  void move_to(const DecoderOps& to) {
+    // All four copied before any is replaced: a failure (no memory there) leaves the chunk
+    // whole where it was.
+    OpsFloats* const arrays[] = {&params, &grads, &m, &v};
+    OpsFloats moved[4];
+    for (size_t i = 0; i < 4; ++i) {
+      std::vector<float> host(arrays[i]->size());
+      ops().download(host.data(), arrays[i]->data(), arrays[i]->size());
+      moved[i] = to.floats(host.size());
+      to.upload(moved[i].data(), host.data(), host.size());
+    }
+    for (size_t i = 0; i < 4; ++i) *arrays[i] = std::move(moved[i]);
+    local_replicated = OpsFloats();
+    local_iteration = -1;
+    math.set_ops(to);
+    ops_ = &to;
+  }
+  std::vector<float> host_params() const {
+    std::vector<float> host(params.size());
+    ops().download(host.data(), params.data(), params.size());
+    return host;
+  }
+  // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
+  const float* replicated_at(size_t offset) const {
+    const auto after = std::upper_bound(replicated.begin(), replicated.end(), offset,
+                                        [](size_t o, const Replicated& r) { return o < r.at; });
+    const Replicated& r = *(after - 1);
+    return local_replicated.data() + r.base + (offset - r.at);
+  }
+  std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
+  std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
+};
+
+namespace training_detail {
+
+// The first of `ids` whose tensor is of `kind`, or -1.
+int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
+// The names a parameter may have in a HuggingFace file.
+std::vector<std::string> file_names(const std::string& name);
+// This rank's share of a parameter from a file's tensor; InputError (naming `path`) on a shape
+// that is not the parameter's.
+void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out);
+
+}  // namespace training_detail
+
+}  // namespace hetflow::exec
