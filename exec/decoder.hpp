@@ -30,9 +30,10 @@
 //    reduce-scatter replaces the all-reduce after each row-parallel one (the backward
 //    mirrors them and gathers the norm outputs again for the weight gradients, as Megatron
 //    does). The norm gains' gradients then cover each rank's rows: the step's last backward
-//    sums them over the ranks in one all-reduce (backward's last_of_step). A chunk's input, output and their gradients stay whole tensors as the plan's
-//    collectives give them: the chunk takes its rows of an input, and a partial output
-//    holds each rank's residual rows where they belong.
+//    sums them over the ranks in one all-reduce (backward's last_of_step). A chunk's input,
+//    its gradient, the output's gradient and an output that is not a partial sum are the
+//    rank's rows (its sequence shard of the boundary); a partial output is whole, each
+//    rank's residual rows where they belong, for the plan's reduce-scatter.
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
 #include <memory>
 #include <span>
