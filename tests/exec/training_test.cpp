@@ -301,6 +301,9 @@ struct DistributedCase {
   partition::SyncKind sync = partition::SyncKind::allreduce;
   int tensor = 1;
   bool sequence_parallel = false;
+  // Layers per chunk (the 8-layer networks have 10: the embedding, 8 blocks, the head);
+  // empty: the policy's cuts.
+  std::vector<int> stage_layers = {};
 };
 
 // The training layer keeps parameters, gradients and moments in its DecoderOps' memory and
@@ -513,6 +516,7 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
     o.sync = c.sync;
     o.tensor = c.tensor;
     o.sequence_parallel = c.sequence_parallel;
+    o.stage_layers = c.stage_layers;
     o.bucket_bytes = 4096;  // several buckets per layer range
     expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8 * c.tensor), net, o), net);
   }
@@ -548,7 +552,13 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"sequence_parallel_split_w", "1f1b-split-w", 1, partition::Recompute::none,
                                     partition::SyncKind::allreduce, 2, true},
                     DistributedCase{"sequence_parallel_parameter_server", "interleaved", 2,
-                                    partition::Recompute::none, partition::SyncKind::ps, 2, true}),
+                                    partition::Recompute::none, partition::SyncKind::ps, 2, true},
+                    // Chunks of the embedding alone and of the LM head alone: the head's
+                    // backward all-reduces (gathers and reduce-scatters) its input gradient.
+                    DistributedCase{"tensor_parallel_ends_alone", "1f1b", 1, partition::Recompute::full,
+                                    partition::SyncKind::allreduce, 2, false, {1, 4, 4, 1}},
+                    DistributedCase{"sequence_parallel_ends_alone", "1f1b", 1, partition::Recompute::none,
+                                    partition::SyncKind::allreduce, 2, true, {1, 4, 4, 1}}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
 // The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of

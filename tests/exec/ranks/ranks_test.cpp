@@ -126,6 +126,13 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      o.sequence_parallel = true;
                      return o;
                    }()});
+  cases.push_back({"tensor 2 + sequence parallel, the LM head a stage alone", 4, [] {
+                     auto o = options(2, 1, 2, "1f1b");
+                     o.tensor = 2;
+                     o.sequence_parallel = true;
+                     o.stage_layers = {5, 1};  // the embedding and 4 blocks; the head
+                     return o;
+                   }()});
   cases.push_back({"parameter server", 4, [] {
                      auto o = options(2, 2, 2, "1f1b");
                      o.sync = partition::SyncKind::ps;
