@@ -6,7 +6,8 @@
 //  - The CUDA ops against the CPU ops (needs a GPU; skipped, saying so, without one): the same
 //    two-chunk pipeline, GPT-2 and LLaMA, every recomputation mode and the split backward,
 //    within the kernels' fp32 tolerance, and bitwise equal run to run; and tensor parallelism
-//    2 (both ranks on one GPU, their all-reduces through the host).
+//    2 (both ranks on one GPU, their all-reduces through the host), the whole model and a
+//    pipeline of chunks with the plan's boundaries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -418,18 +419,25 @@ TEST(DecoderOps, SequenceParallelRanksComputeTheTensorParallelStepOnTheirRows) {
   }
 }
 
-// Rank 0's group calls of each chunk's passes, when two ranks run the model as a pipeline
-// of chunks (`cut`: layers per chunk) on one micro-batch of one sample, each boundary as the
-// plan leaves it: the forward's partial sums all-reduced (under sequence parallelism
-// reduce-scattered into the ranks' rows), as the plan's collective after F does, counted
-// with the chunk's forward; the input gradient written by the backward itself, whole (the
-// rank's rows under sequence parallelism).
+// Two ranks (each on its own ops) run the model as a pipeline of chunks (`cut`: layers per
+// chunk) on one micro-batch of one sample, each boundary as the plan leaves it: the
+// forward's partial sums all-reduced (under sequence parallelism reduce-scattered into the
+// ranks' rows), as the plan's collective after F does; the input gradient written by the
+// backward itself, whole (the rank's rows under sequence parallelism). What comes back: the
+// loss, each chunk's gradients on each rank, and rank 0's group calls of each chunk's passes
+// (the boundary's reduction counted with the forward).
 struct ChunkCalls {
   std::vector<Call> forward, backward;
 };
+struct ChunkedRun {
+  double loss = 0;
+  std::vector<ChunkCalls> calls;            // per chunk
+  std::vector<std::vector<float>> grads[2];  // per rank, per chunk
+};
 
-std::vector<ChunkCalls> run_tensor_parallel_chunks(const model::Network& net, const std::vector<int>& cut,
-                                                   Recompute recompute, bool sequence_parallel) {
+ChunkedRun run_tensor_parallel_chunks(const exec::DecoderOps& rank0, const exec::DecoderOps& rank1,
+                                      const model::Network& net, const std::vector<int>& cut, Recompute recompute,
+                                      bool sequence_parallel) {
   const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
   const size_t chunks = cut.size(), N = static_cast<size_t>(shape.S), C = static_cast<size_t>(shape.C);
   std::vector<int> tokens(N), targets(N);
@@ -439,9 +447,10 @@ std::vector<ChunkCalls> run_tensor_parallel_chunks(const model::Network& net, co
   }
   const std::vector<size_t> parts{0, N / 2 * C, N * C};  // the boundaries' rows (N even where there are any)
   Rendezvous rendezvous;
-  std::vector<ChunkCalls> out(chunks);
-  const auto rank_main = [&](int rank) {
-    const auto& ops = exec::cpu_decoder_ops();
+  ChunkedRun out;
+  out.calls.resize(chunks);
+  double losses[2] = {};
+  const auto rank_main = [&](int rank, const exec::DecoderOps& ops) {
     HostGroup group(rendezvous, rank, ops);
     const size_t boundary = sequence_parallel ? N / 2 * C : N * C, mine = sequence_parallel ? parts[static_cast<size_t>(rank)] : 0;
     std::vector<std::unique_ptr<exec::DecoderChunk>> math;
@@ -474,15 +483,14 @@ std::vector<ChunkCalls> run_tensor_parallel_chunks(const model::Network& net, co
       OpsFloats partial = last ? OpsFloats() : ops.floats(N * C);
       in.output = partial.data();
       in.output_partial = !last;
-      double loss = 0;
-      stash[k] = math[k]->forward(w[k].data(), in, loss);
+      stash[k] = math[k]->forward(w[k].data(), in, losses[rank]);  // (the last chunk's counts)
       if (!last) {
         const std::span<float> data(partial.data(), N * C);
         sequence_parallel ? group.reduce_scatter(data, parts) : group.all_reduce(data, false);
         x = ops.floats(boundary);
         ops.copy(x.data(), partial.data() + mine, boundary);
       }
-      take(out[k].forward, from);
+      take(out.calls[k].forward, from);
     }
     OpsFloats dout;
     for (size_t k = chunks; k-- > 0;) {
@@ -490,12 +498,15 @@ std::vector<ChunkCalls> run_tensor_parallel_chunks(const model::Network& net, co
       OpsFloats dinput = k == 0 ? OpsFloats() : ops.floats(boundary);
       math[k]->backward(*stash[k], w[k].data(), g[k].data(), dout.data(), dinput.data(), false, false, &group, true);
       dout = std::move(dinput);
-      take(out[k].backward, from);
+      take(out.calls[k].backward, from);
     }
+    for (size_t k = 0; k < chunks; ++k) out.grads[rank].push_back(download(ops, g[k]));
   };
-  std::thread other([&] { rank_main(1); });
-  rank_main(0);
+  std::thread other([&] { rank_main(1, rank1); });
+  rank_main(0, rank0);
   other.join();
+  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses differ";
+  out.loss = losses[0];
   return out;
 }
 
@@ -529,7 +540,12 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
         for (const int layers : c.cut) what += " " + std::to_string(layers);
         what += std::string(sequence ? ", sequence parallel" : "") + ", recompute " +
                 std::string(partition::to_string(recompute));
-        const std::vector<ChunkCalls> run = run_tensor_parallel_chunks(net, c.cut, recompute, sequence);
+        const auto& cpu = exec::cpu_decoder_ops();
+        const ChunkedRun chunked = run_tensor_parallel_chunks(cpu, cpu, net, c.cut, recompute, sequence);
+        const std::vector<ChunkCalls>& run = chunked.calls;
+        // (The boundaries as the plan leaves them compute the whole model's loss.)
+        const double whole = run_tensor_parallel(cpu, cpu, net, recompute, sequence, 1).loss;
+        EXPECT_NEAR(chunked.loss, whole, 1e-6 * whole) << what;
         partition::PlanOptions o;
         o.tensor = 2;
         o.sequence_parallel = sequence;
@@ -600,6 +616,22 @@ TEST(DecoderOps, CudaTensorParallelMatchesTheCpuReference) {
       EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::fabs(want.loss)) << what;
       expect_close(what + " rank 0's gradients", got.grads[0], want.grads[0]);
       expect_close(what + " rank 1's gradients", got.grads[1], want.grads[1]);
+    }
+  }
+  // Chunks of the embedding alone, blocks and the head alone: the boundaries as the plan
+  // leaves them (the ranks' rows under sequence parallelism), on the CUDA ops.
+  const model::Network net = model::network_from_spec("gpt:layers=2,hidden=36,heads=4,seq=12,vocab=97", model::Precision::fp32);
+  for (const bool sequence : {false, true}) {
+    const std::string what = std::string("chunks 1, 2, 1") + (sequence ? ", sequence parallel" : "");
+    const ChunkedRun want =
+        run_tensor_parallel_chunks(exec::cpu_decoder_ops(), exec::cpu_decoder_ops(), net, {1, 2, 1}, Recompute::none, sequence);
+    const ChunkedRun got = run_tensor_parallel_chunks(cuda, cuda, net, {1, 2, 1}, Recompute::none, sequence);
+    EXPECT_NEAR(got.loss, want.loss, 1e-4 * std::fabs(want.loss)) << what;
+    for (int r = 0; r < 2; ++r) {
+      for (size_t k = 0; k < 3; ++k) {
+        expect_close(what + ": rank " + std::to_string(r) + "'s gradients of chunk " + std::to_string(k),
+                     got.grads[r][k], want.grads[r][k]);
+      }
     }
   }
 }
