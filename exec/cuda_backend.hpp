@@ -183,7 +183,7 @@ class CudaBackend final : public Backend, public TensorParallelExchange {
   // not completed. Thread-safe.
   std::optional<double> gpu_time_s(int task, int iteration) const;
 
-  struct State;  // CUDA, cuBLAS and NCCL objects: cuda_backend.cpp
+  struct State;  // CUDA, cuBLAS and NCCL objects: cuda_backend_state.hpp
 
  private:
   CudaBackendOptions options_;

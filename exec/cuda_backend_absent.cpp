@@ -1,4 +1,4 @@
-// Built instead of cuda_backend.cpp where nvcc, cuBLAS or NCCL was not found at configure
+// Built instead of cuda_backend.cpp, cuda_backend_run.cpp and cuda_probes.cpp where nvcc, cuBLAS or NCCL was not found at configure
 // time: the back end exists, and every call that would need a GPU says why it cannot.
 #include "exec/cuda_backend.hpp"
 

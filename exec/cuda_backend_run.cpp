@@ -9,8 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -18,8 +16,6 @@
 #include <thread>
 
 #include "exec/cuda_backend_state.hpp"
-#include "exec/ranks.hpp"
-#include "kernels/cast.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::exec {

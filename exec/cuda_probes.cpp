@@ -4,15 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <exception>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <thread>
+#include <string>
+#include <vector>
 
 #include "exec/cuda_backend_state.hpp"
 

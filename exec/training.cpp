@@ -937,6 +937,63 @@ void Training::collect_at_root() {
   }
 }
 
+double Training::scale_of(int iteration) const {
+  if (!optimizer_.loss_scale.active()) return 1;
+  if (optimizer_.loss_scale.loss_scale > 0) return optimizer_.loss_scale.loss_scale;  // constant
+  std::lock_guard lock(mutex_);
+  const auto found = scaler_after_.find(iteration - 1);
+  if (found == scaler_after_.end()) {
+    throw PlanError("iteration " + std::to_string(iteration) + " computes before iteration " +
+                    std::to_string(iteration - 1) + "'s loss scale is known (its optimizer has not run)");
+  }
+  return found->second.scale();
+}
+
+bool Training::record_step(int iteration, double scaled_norm) {
+  const bool found_inf = !std::isfinite(scaled_norm);
+  std::lock_guard lock(mutex_);
+  if (const auto seen = skipped_.find(iteration); seen != skipped_.end()) {
+    if (seen->second != found_inf) {
+      throw Error("the devices disagree whether iteration " + std::to_string(iteration) +
+                  "'s gradients are finite (a gradient norm that is not global?)");
+    }
+    return found_inf;
+  }
+  skipped_[iteration] = found_inf;
+  skipped_count_ += found_inf ? 1 : 0;
+  const auto before = scaler_after_.find(iteration - 1);
+  if (before == scaler_after_.end()) {
+    throw Error("iteration " + std::to_string(iteration) + "'s optimizer runs before iteration " +
+                std::to_string(iteration - 1) + "'s");
+  }
+  LossScaler next = before->second;
+  next.update(found_inf);
+  scaler_after_[iteration] = next;
+  // Steps this far back are done on every device (a worker lags by its staleness at most).
+  scaler_after_.erase(scaler_after_.begin(), scaler_after_.lower_bound(iteration - staleness_ - 8));
+  skipped_.erase(skipped_.begin(), skipped_.lower_bound(iteration - staleness_ - 8));
+  return found_inf;
+}
+
+double Training::loss_scale() const {
+  std::lock_guard lock(mutex_);
+  return scaler_after_.rbegin()->second.scale();
+}
+
+int Training::skipped_steps() const {
+  std::lock_guard lock(mutex_);
+  return skipped_count_;
+}
+
+std::string Training::describe() const {
+  std::ostringstream out;
+  out << (shape_.family == DecoderFamily::gpt2 ? "GPT-2" : "LLaMA") << " style, " << shape_.layers << " layers, hidden "
+      << shape_.C << ", " << shape_.NH << " heads";
+  if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
+  out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
+  return out.str();
+}
+
 bool Training::receive(const TaskContext& task, std::span<const float> data) {
   const partition::Task& t = *task.spec;
   if (t.purpose == partition::Purpose::activation || t.purpose == partition::Purpose::gradient) {
