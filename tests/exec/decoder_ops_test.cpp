@@ -48,6 +48,14 @@ model::Network odd_llama() {
                                   model::Precision::fp32);
 }
 
+// Token ids (i * mul + add) mod vocabulary, i < n: every test's inputs (mul 37, add 5) and
+// targets (53, 2).
+std::vector<int> token_pattern(size_t n, size_t mul, size_t add, int vocabulary) {
+  std::vector<int> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int>((i * mul + add) % static_cast<size_t>(vocabulary));
+  return out;
+}
+
 // What a two-chunk pipeline of the whole model computes for one micro-batch, on the host.
 struct PipelineRun {
   double loss = 0;
@@ -84,11 +92,7 @@ PipelineRun run_pipeline(const exec::DecoderOps& ops, const model::Network& net,
   const OpsFloats g1 = ops.zeros(w1.size()), g2 = ops.zeros(w2.size());
   const int samples = 2;
   const size_t tokens_n = static_cast<size_t>(samples * shape.S);
-  std::vector<int> tokens(tokens_n), targets(tokens_n);
-  for (size_t i = 0; i < tokens_n; ++i) {
-    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
-    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
-  }
+  const std::vector<int> tokens = token_pattern(tokens_n, 37, 5, shape.V), targets = token_pattern(tokens_n, 53, 2, shape.V);
   const OpsFloats boundary = ops.floats(tokens_n * static_cast<size_t>(shape.C)), dboundary = ops.floats(boundary.size());
 
   exec::DecoderChunk::Input in1;
@@ -314,6 +318,18 @@ class HostGroup final : public exec::TensorParallelGroup {
   const exec::DecoderOps& ops_;
 };
 
+// Runs `rank_main(rank, ops)` for both ranks, rank 1 on a thread of its own; the ranks' losses
+// (which rank_main leaves in `losses`) must agree. Returns the loss.
+template <class RankMain>
+double on_two_ranks(const exec::DecoderOps& rank0, const exec::DecoderOps& rank1, const double (&losses)[2],
+                    const RankMain& rank_main) {
+  std::thread other([&] { rank_main(1, rank1); });
+  rank_main(0, rank0);
+  other.join();
+  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses differ";
+  return losses[0];
+}
+
 // The whole model split two ways (Megatron), each rank on its own thread and ops: the loss
 // and each rank's gradients.
 struct TensorParallelRun {
@@ -328,11 +344,7 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
   const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
   const int layers = static_cast<int>(net.layers.size());
   const size_t tokens_n = static_cast<size_t>(samples * shape.S);
-  std::vector<int> tokens(tokens_n), targets(tokens_n);
-  for (size_t i = 0; i < tokens_n; ++i) {
-    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
-    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
-  }
+  const std::vector<int> tokens = token_pattern(tokens_n, 37, 5, shape.V), targets = token_pattern(tokens_n, 53, 2, shape.V);
   Rendezvous rendezvous;
   TensorParallelRun run;
   double losses[2] = {};
@@ -353,11 +365,7 @@ TensorParallelRun run_tensor_parallel(const exec::DecoderOps& rank0, const exec:
     chunk.backward(*stash, w.data(), g.data(), nullptr, nullptr, false, false, &group, true);
     run.grads[rank] = download(ops, g);
   };
-  std::thread other([&] { rank_main(1, rank1); });
-  rank_main(0, rank0);
-  other.join();
-  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses differ";
-  run.loss = losses[0];
+  run.loss = on_two_ranks(rank0, rank1, losses, rank_main);
   return run;
 }
 
@@ -372,11 +380,8 @@ TEST(DecoderOps, TensorParallelRanksOnAHostGroupGiveTheOneDeviceLoss) {
   const exec::DecoderChunk whole(shape, 0, static_cast<int>(net.layers.size()), Recompute::none);
   std::vector<float> w(whole.params().count);
   exec::init_params(whole.params(), shape, 3, w.data());
-  std::vector<int> tokens(static_cast<size_t>(2 * shape.S)), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
-    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
-  }
+  const size_t tokens_n = static_cast<size_t>(2 * shape.S);
+  const std::vector<int> tokens = token_pattern(tokens_n, 37, 5, shape.V), targets = token_pattern(tokens_n, 53, 2, shape.V);
   exec::DecoderChunk::Input in;
   in.samples = 2;
   in.tokens = tokens.data();
@@ -440,11 +445,7 @@ ChunkedRun run_tensor_parallel_chunks(const exec::DecoderOps& rank0, const exec:
                                       bool sequence_parallel) {
   const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
   const size_t chunks = cut.size(), N = static_cast<size_t>(shape.S), C = static_cast<size_t>(shape.C);
-  std::vector<int> tokens(N), targets(N);
-  for (size_t i = 0; i < N; ++i) {
-    tokens[i] = static_cast<int>((i * 37 + 5) % static_cast<size_t>(shape.V));
-    targets[i] = static_cast<int>((i * 53 + 2) % static_cast<size_t>(shape.V));
-  }
+  const std::vector<int> tokens = token_pattern(N, 37, 5, shape.V), targets = token_pattern(N, 53, 2, shape.V);
   const std::vector<size_t> parts{0, N / 2 * C, N * C};  // the boundaries' rows
   ChunkedRun out;
   if (sequence_parallel && chunks > 1 && N % 2 != 0) {
@@ -506,11 +507,7 @@ ChunkedRun run_tensor_parallel_chunks(const exec::DecoderOps& rank0, const exec:
     }
     for (size_t k = 0; k < chunks; ++k) out.grads[rank].push_back(download(ops, g[k]));
   };
-  std::thread other([&] { rank_main(1, rank1); });
-  rank_main(0, rank0);
-  other.join();
-  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses differ";
-  out.loss = losses[0];
+  out.loss = on_two_ranks(rank0, rank1, losses, rank_main);
   return out;
 }
 
