@@ -521,7 +521,7 @@ ChunkedRun run_tensor_parallel_chunks(const exec::DecoderOps& rank0, const exec:
 // gradient), and blocks between; forward and backward, with and without sequence parallelism
 // and full recomputation, GPT and LLaMA. The plan's all-gathers of a boundary's 1/t slices
 // (Megatron's scatter/gather between stages) carry the boundary, not a pass's traffic, and
-// are left out.
+// are counted apart: one per boundary and pass.
 TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
   struct Case {
     const char* spec;
@@ -559,12 +559,20 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
         const partition::Plan plan = test_support::planned(model::cpu_cluster(2 * static_cast<int>(c.cut.size())), net, o);
         // (stage, kind, forward?) -> messages and floats, on each stage's rank 0.
         std::map<std::tuple<int, Call::Kind, bool>, std::pair<int, double>> planned, moved;
+        int boundary_gathers = 0;
         for (const partition::Collective& col : plan.collectives) {
           if (col.purpose != partition::Purpose::tensor_parallel && col.purpose != partition::Purpose::sequence_parallel) {
             continue;
           }
           if (col.purpose == partition::Purpose::tensor_parallel && col.kind == partition::CollectiveKind::all_gather) {
-            continue;  // a boundary's slices
+            // A boundary rebuilt from its slices reads them and writes the whole boundary;
+            // any other all-gather would be a pass's traffic and is counted below.
+            const int task = col.tasks.front();
+            if (plan.reads(task).size() == 1 && plan.writes(task).size() == 1) {
+              EXPECT_EQ(col.bytes, static_cast<double>(activation * sizeof(float))) << what << ": a boundary's slices";
+              ++boundary_gathers;
+              continue;
+            }
           }
           const partition::Task& first = plan.task(col.tasks.front());  // the rank 0's
           const std::vector<int>& program = plan.program(first.device, first.stream);
@@ -590,6 +598,8 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
           }
         }
         EXPECT_EQ(planned, moved) << what;
+        // (Without sequence parallelism each boundary arrives in slices, once per pass.)
+        EXPECT_EQ(boundary_gathers, sequence ? 0 : 2 * (static_cast<int>(c.cut.size()) - 1)) << what;
         // (Where the head is a chunk alone, its input gradient is the only thing it moves.)
         EXPECT_TRUE(moved.count({static_cast<int>(c.cut.size()) - 1, sequence ? Call::reduce_scatter : Call::all_reduce,
                                  false}))
