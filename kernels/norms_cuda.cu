@@ -125,11 +125,12 @@ template <class Term>
 __global__ void column_partials_kernel(float* partial, int N, int C, Term term) {
   __shared__ float sums[kColumnLanes][kColumnTile + 1];
   const int c = blockIdx.y * kColumnTile + threadIdx.x;
-  const int n0 = blockIdx.x * kChunkRows;
-  const int n1 = min(N, n0 + kChunkRows);
+  // (Row bounds in 64 bits: the last chunk's end may pass INT_MAX where N nears it.)
+  const long long n0 = static_cast<long long>(blockIdx.x) * kChunkRows;
+  const long long n1 = n0 + kChunkRows < N ? n0 + kChunkRows : N;
   float sum = 0;
   if (c < C) {
-    for (int n = n0 + threadIdx.y; n < n1; n += kColumnLanes) sum += term(n, c);
+    for (long long n = n0 + threadIdx.y; n < n1; n += kColumnLanes) sum += term(static_cast<int>(n), c);
   }
   sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
