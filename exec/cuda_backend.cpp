@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -116,7 +117,8 @@ void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, c
 
 // Polls until `event` has happened; meanwhile stop (Stopped) and, with a rank, NCCL's
 // asynchronous errors (Error) end the wait, the rank aborted first.
-void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where) {
+void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where,
+           Clock::time_point deadline) {
   for (int polls = 0;;) {
     const cudaError_t e = cudaEventQuery(event);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
@@ -140,6 +142,10 @@ void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, c
     if (stop.load()) {
       abort_rank(comm);
       throw Stopped();
+    }
+    if (Clock::now() > deadline) {
+      abort_rank(comm);
+      failed("an NCCL operation", "not done after " + std::to_string(static_cast<int>(kInitTimeoutS)) + " s", where);
     }
     pause(polls);
   }
@@ -214,7 +220,9 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : options_(std::move(option
 // The training's arrays come home before the GPUs' objects go: it may be used after (its
 // weights, another back end).
 CudaBackend::~CudaBackend() {
-  if (!state_ || options_.training == nullptr) return;
+  if (!state_) return;
+  state_->abort_comms();  // an NCCL kernel left waiting for a stopped peer ends: place_home waits for the streams
+  if (options_.training == nullptr) return;
   try {
     options_.training->place_home();
   } catch (...) {  // a destructor must not throw; the GPU failed already
@@ -348,11 +356,64 @@ void make_gpu(CudaBackend::State& s, int device) {
   cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)", gpu.where);  // as above
 }
 
+// One small operation on each of this process's ranks of group `g`, from this thread in one
+// NCCL group call, waited for: NCCL connects peers at their first operation, which allocates
+// and copies on the GPU, and doing so mid-run, while another communicator's kernel spins on
+// this GPU waiting for a peer, can wait for that kernel for ever (NCCL's "Using multiple NCCL
+// communicators concurrently"). Here, group by group in one order in every process, nothing
+// else runs; a connection that fails is reported before the run. A channel's source sends
+// one float to its destination; any other group all-reduces one float.
+void warm_up(CudaBackend::State& s, size_t g, const std::vector<size_t>& here, const std::atomic<bool>& stop,
+             Clock::time_point deadline) {
+  const NcclGroup& group = s.nccl_plan.groups[g];
+  const std::string where = "the NCCL communicator of " + group.what + " (its first operation)";
+  std::vector<ncclComm_t>& ranks = s.comms[g];
+  const auto lane_of = [&](size_t r) -> GpuLane& {
+    Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
+    if (gpu.lanes.empty()) throw Error(where + ": " + gpu.where + " runs no stream");
+    return gpu.lanes.front();
+  };
+  nccl(ncclGroupStart(), "ncclGroupStart", where);
+  for (const size_t r : here) {
+    const Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
+    GpuLane& lane = lane_of(r);
+    auto* one = static_cast<float*>(lane.staging);
+    const cudaError_t set = cudaSetDevice(gpu.ordinal);
+    ncclResult_t called = ncclSuccess;
+    if (set == cudaSuccess) {
+      called = group.channel ? (r == 0 ? ncclSend(one, 1, ncclFloat32, 1, ranks[r], lane.cuda)
+                                       : ncclRecv(one, 1, ncclFloat32, 0, ranks[r], lane.cuda))
+                             : ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, ranks[r], lane.cuda);
+    }
+    if (set != cudaSuccess || (called != ncclSuccess && called != ncclInProgress)) {
+      ncclGroupEnd();
+      cuda(set, "cudaSetDevice", gpu.where);
+      nccl(called, group.channel ? "ncclSend/ncclRecv" : "ncclAllReduce", where + ", rank " + std::to_string(r), ranks[r]);
+    }
+  }
+  nccl(ncclGroupEnd(), "ncclGroupEnd", where);
+  for (const size_t r : here) {
+    settle(&ranks[r], stop, "the first operation", where + ", rank " + std::to_string(r), deadline);
+    GpuLane& lane = lane_of(r);
+    cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
+    await(lane.end, &ranks[r], stop, where + ", rank " + std::to_string(r), deadline);
+  }
+}
+
+// What a process sends in a group's id exchange: its id (the group's id maker), nothing, or
+// the first failure it has seen; a tag byte says which.
+constexpr std::byte kId{'I'}, kNothing{'-'}, kFailure{'F'};
+
 // This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
 // first rank's creation would wait for the others for ever. Non-blocking, so each rank is
-// then polled. Under mpirun the process of the group's first member makes its unique id and
-// the others receive it (Ranks::exchange); every process walks the groups in one order.
-void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, const Ranks* processes) {
+// then polled; then warmed up (warm_up). Under mpirun the process of the group's first member
+// makes its unique id and the others receive it (Ranks::exchange); every process walks the
+// groups in one order. `failure`: the first failure this process has seen, its own or one a
+// group's exchange brought; a process with one still takes part in the exchanges (sending it)
+// but creates nothing, so a failure reaches every process that shares a group with one that
+// knows it, and none waits for a peer that never comes.
+void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, const Ranks* processes,
+               std::string& failure) {
   const CudaPlan& p = s.nccl_plan;
   const NcclGroup& group = p.groups[g];
   const std::string where = "the NCCL communicator of " + group.what;
@@ -365,19 +426,30 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, c
   if (here.empty()) return;
   ncclUniqueId id{};
   const bool maker = p.id_maker(g) == p.process;
-  if (maker) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
+  if (maker && failure.empty()) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
   const std::vector<int> among = p.processes(g);
   if (among.size() > 1) {
     if (processes == nullptr) throw Error(where + " spans processes, but the back end was given no MPI ranks");
-    const auto mine = maker ? std::as_bytes(std::span<const ncclUniqueId>(&id, 1)) : std::span<const std::byte>();
+    std::vector<std::byte> mine{failure.empty() ? (maker ? kId : kNothing) : kFailure};
+    const auto body = failure.empty() ? (maker ? std::as_bytes(std::span<const ncclUniqueId>(&id, 1)) : std::span<const std::byte>())
+                                      : std::as_bytes(std::span<const char>(failure.data(), failure.size()));
+    mine.insert(mine.end(), body.begin(), body.end());
     const auto all = processes->exchange(among, mine, stop);
-    const auto from = static_cast<size_t>(std::find(among.begin(), among.end(), p.id_maker(g)) - among.begin());
-    if (all[from].size() != sizeof id) {
-      throw Error(where + ": rank " + std::to_string(p.id_maker(g)) + " sent " + std::to_string(all[from].size()) +
-                  " bytes for its NCCL unique id, not " + std::to_string(sizeof id));
+    for (size_t i = 0; i < all.size() && failure.empty(); ++i) {
+      if (!all[i].empty() && all[i][0] == kFailure) {
+        failure = "rank " + std::to_string(among[i]) + " failed before " + where + ": " +
+                  std::string(reinterpret_cast<const char*>(all[i].data()) + 1, all[i].size() - 1);
+      }
     }
-    std::memcpy(&id, all[from].data(), sizeof id);
+    if (!failure.empty()) return;
+    const auto from = static_cast<size_t>(std::find(among.begin(), among.end(), p.id_maker(g)) - among.begin());
+    if (all[from].size() != 1 + sizeof id || all[from][0] != kId) {
+      throw Error(where + ": rank " + std::to_string(p.id_maker(g)) + " sent " + std::to_string(all[from].size()) +
+                  " bytes for its NCCL unique id, not 1 + " + std::to_string(sizeof id));
+    }
+    std::memcpy(&id, all[from].data() + 1, sizeof id);
   }
+  if (!failure.empty()) return;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   nccl(ncclGroupStart(), "ncclGroupStart", where);
@@ -398,12 +470,14 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, c
   for (const size_t r : here) {
     settle(&ranks[r], stop, "ncclCommInitRankConfig", where + ", rank " + std::to_string(r), deadline);
   }
+  warm_up(s, g, here, stop, deadline);
 }
 
 }  // namespace
 
 void CudaBackend::prepare(const Plan& plan) {
   // The training's arrays come home before the GPUs' objects they live in go.
+  if (state_) state_->abort_comms();  // as ~CudaBackend
   if (state_ && options_.training != nullptr) {
     options_.training->place_home();
   }
@@ -455,6 +529,9 @@ void CudaBackend::prepare(const Plan& plan) {
       hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
     first = first_gpus(hosts, owner)[static_cast<size_t>(process)];
+    const char* listed = std::getenv("CUDA_VISIBLE_DEVICES");
+    first = first_visible_gpu(first, static_cast<int>(std::count(owner.begin(), owner.end(), process)), visible,
+                              listed != nullptr && *listed != '\0');
   }
   // What can fail in one process alone (its GPUs, its memory) fails in all of them together:
   // the others would otherwise wait for its communicators for ever.
@@ -533,8 +610,29 @@ void CudaBackend::prepare(const Plan& plan) {
                   std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
     }
   }
+  // Communicators. Under mpirun a process that fails goes on through the groups' exchanges
+  // (make_comm), and the last exchange tells every process: none is left waiting for it.
   s->comms.resize(s->nccl_plan.groups.size());
-  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) make_comm(*s, g, stop_, processes);
+  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) {
+    try {
+      make_comm(*s, g, stop_, processes, failed);
+    } catch (const Stopped&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (processes == nullptr) throw;
+      if (failed.empty()) failed = e.what();
+      if (!mine) mine = std::current_exception();
+    }
+  }
+  if (processes != nullptr) {
+    const auto verdicts = processes->exchange(all, std::as_bytes(std::span<const char>(failed.data(), failed.size())), stop_);
+    if (mine) std::rethrow_exception(mine);
+    for (size_t r = 0; r < verdicts.size(); ++r) {
+      if (verdicts[r].empty()) continue;
+      throw Error("rank " + std::to_string(r) + " could not create its NCCL communicators: " +
+                  std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
+    }
+  }
   state_ = std::move(s);
   home.armed = false;
 }

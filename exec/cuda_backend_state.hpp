@@ -57,9 +57,11 @@ void abort_rank(ncclComm_t* comm);
 // fails, or stop is set (Stopped), or the deadline passes (Error).
 void settle(ncclComm_t* comm, const std::atomic<bool>& stop, const char* call, const std::string& where,
             Clock::time_point deadline = Clock::time_point::max());
-// Polls until `event` has happened; meanwhile stop (Stopped) and, with a rank, NCCL's
-// asynchronous errors (Error) end the wait, the rank aborted first.
-void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where);
+// Polls until `event` has happened; meanwhile stop (Stopped), with a rank NCCL's
+// asynchronous errors (Error), and the deadline (Error; only while preparing) end the wait,
+// the rank aborted first.
+void await(cudaEvent_t event, ncclComm_t* comm, const std::atomic<bool>& stop, const std::string& where,
+           Clock::time_point deadline = Clock::time_point::max());
 
 struct GemmTypes {
   cudaDataType data;
@@ -126,9 +128,7 @@ struct CudaBackend::State {
   // Communicators first (their kernels end), then the streams drain, then memory goes.
   // Errors are ignored: this runs after failures too, and must not throw.
   ~State() {
-    for (auto& ranks : comms) {
-      for (ncclComm_t& c : ranks) cuda_detail::abort_rank(&c);
-    }
+    abort_comms();
     for (cuda_detail::Gpu& g : gpus) {
       if (g.ordinal < 0 || cudaSetDevice(g.ordinal) != cudaSuccess) continue;
       for (cuda_detail::GpuLane& l : g.lanes) {
@@ -152,6 +152,13 @@ struct CudaBackend::State {
       cudaMemPoolTrimTo(pool, 0);
     }
     cudaGetLastError();
+  }
+
+  // Ends every rank's NCCL work, done or not (a kernel waiting for a peer that stopped).
+  void abort_comms() {
+    for (auto& ranks : comms) {
+      for (ncclComm_t& c : ranks) cuda_detail::abort_rank(&c);
+    }
   }
 
   cuda_detail::GpuLane& lane(int device, int stream) {

@@ -62,6 +62,10 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
   return out;
 }
 
+int first_visible_gpu(int first, int here, int visible, bool listed) {
+  return listed && first + here > visible && here <= visible ? 0 : first;
+}
+
 std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner) {
   std::vector<int> devices_of(hosts.size(), 0), out(hosts.size(), 0);
   for (const int p : owner) {
@@ -131,7 +135,8 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
     const partition::Channel& ch = plan.channels[c];
     out.groups.push_back({{ch.src, ch.dst},
                           "channel " + std::to_string(c) + " (" + plan.device_name(ch.src) + " -> " + plan.device_name(ch.dst) +
-                              ", " + ch.tag + ")"});
+                              ", " + ch.tag + ")",
+                          true});
   }
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const Task& task = plan.tasks[t];

@@ -44,6 +44,7 @@ namespace hetflow::exec {
 struct NcclGroup {
   std::vector<int> devices;  // plan devices, in rank order
   std::string what;          // for messages: "channel 3 (gpu0 -> gpu1, act)"
+  bool channel = false;      // a channel's: rank 0 sends, rank 1 receives; else collectives
 };
 
 struct CudaPlan {
@@ -80,6 +81,12 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
 // The first GPU of each process: processes on one host (the same name in `hosts`, one per
 // process) take consecutive GPUs in rank order, each as many as `owner` gives it devices.
 std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner);
+
+// Where a process's `here` devices start among its `visible` GPUs: at `first` (first_gpus),
+// or at 0 when CUDA_VISIBLE_DEVICES is set (`listed`) and shows too few GPUs for `first` but
+// enough for its own: the launcher gave each process its GPUs alone (`srun --gpus-per-task`,
+// a wrapper setting it per local rank), so the lower ranks' GPUs are not there to skip.
+int first_visible_gpu(int first, int here, int visible, bool listed);
 
 // The communicators for `plan` with devices on `gpus`, run by the processes `owner` says
 // (empty: all by this one). Throws PlanError naming the channel whose sends or receives are
