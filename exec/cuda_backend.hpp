@@ -54,8 +54,11 @@
 //    into the one it reads). As in the CPU back end, a reduce-scatter leaves member i's sum in
 //    part i and an all-gather takes part i from member i; parts are floor(floats / members)
 //    floats and the rest is left out (the CPU back end's parts differ by a float instead), so
-//    proxy bytes agree between the back ends where the members divide the floats. NCCL picks
-//    its own algorithm; the plan's (ring, tree, hierarchical) is the simulator's model of it.
+//    proxy bytes agree between the back ends where the members divide the floats, but for a
+//    hierarchical reduce-scatter or all-gather (whose steps deal the parts by node on the CPU)
+//    and a reduce's members other than its root (NCCL leaves them their input, the CPU's chain
+//    its partial sums). NCCL picks its own algorithm; the plan's (ring, tree, hierarchical) is
+//    the simulator's model of it.
 // Device memory: each tensor has one device copy of min(its bytes, max_message_bytes), made in
 // prepare() and kept for the run (buffer_bytes() gives the engine the same size for its host
 // buffers). A transient tensor's copy serves every iteration, so where a plan lets iteration
