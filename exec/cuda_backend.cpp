@@ -233,14 +233,14 @@ namespace {
 
 // A lane's stream, events and staging buffer; for proxies also its cuBLAS handle, workspace and
 // GEMM output, every GEMM shape run once (real math runs its own kernels, not these).
-void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, bool proxy, const std::string& where) {
+void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t staging, bool proxy, const std::string& where) {
   cuda(cudaStreamCreateWithFlags(&lane.cuda, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
   cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
   cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
   for (cudaEvent_t& e : lane.group) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
   cuda(cudaEventCreateWithFlags(&lane.ops_done, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
-  lane.staging = device_alloc(cap, "the staging buffer", where);
-  cuda(cudaMemsetAsync(lane.staging, 0, cap, lane.cuda), "cudaMemsetAsync", where);
+  lane.staging = device_alloc(staging, "the staging buffer", where);
+  cuda(cudaMemsetAsync(lane.staging, 0, staging, lane.cuda), "cudaMemsetAsync", where);
   if (!proxy) {
     cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
     return;
@@ -251,9 +251,37 @@ void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t cap, bo
   blas(cublas::set_workspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes), "cublasSetWorkspace", where);
   lane.c = device_alloc(static_cast<size_t>(kProxyN) * kMaxRows * gemm_types(p).bytes, "the proxy GEMM's output", where);
   for (int rows = kMinRows; rows <= kMaxRows; rows *= 2) gemm(lane, gpu, p, rows, where);  // every shape, loaded now
-  cuda(cudaMemcpyAsync(lane.staging, gpu.pattern, std::min<size_t>(cap, 4), cudaMemcpyDeviceToDevice, lane.cuda),
+  cuda(cudaMemcpyAsync(lane.staging, gpu.pattern, std::min<size_t>(staging, 4), cudaMemcpyDeviceToDevice, lane.cuda),
        "cudaMemcpyAsync", where);
   cuda(cudaStreamSynchronize(lane.cuda), "cudaStreamSynchronize (warm-up)", where);
+}
+
+// What a lane's staging buffer must hold: the largest message or collective buffer of the
+// tasks on its stream (run_transfer, run_collective, run_activation_collective), and one
+// float at least (warm_up's). Per lane: a parameter server's whole-model messages would
+// otherwise be every lane's.
+size_t staging_bytes(const CudaBackend::State& s, const partition::StreamProgram& program) {
+  const Plan& plan = *s.plan;
+  const auto capped = [&](double bytes) { return std::min(static_cast<size_t>(std::max(0.0, bytes)), s.cap); };
+  size_t most = sizeof(float);
+  for (const int t : program.tasks) {
+    const partition::Task& task = plan.task(t);
+    size_t bytes = 0;
+    if (task.kind == TaskKind::send || task.kind == TaskKind::recv) {
+      bytes = s.training != nullptr ? s.send_bytes[static_cast<size_t>(task.channel)] : capped(task.bytes);
+    } else if (task.kind == TaskKind::collective) {
+      const partition::Collective& c = plan.collectives[static_cast<size_t>(task.collective)];
+      const auto reads = plan.reads(t), writes = plan.writes(t);
+      if (s.training == nullptr) {
+        bytes = capped(c.bytes);
+      } else if (activation_collective(c) && !reads.empty()) {  // (gradients are reduced in place)
+        bytes = std::max(s.copy_bytes[static_cast<size_t>(reads[0])],
+                         s.copy_bytes[static_cast<size_t>(writes.empty() ? reads[0] : writes[0])]);
+      }
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
 }
 
 // The device copies of the tensors on `device`, in one arena.
@@ -327,7 +355,7 @@ void make_gpu(CudaBackend::State& s, int device) {
       for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
         gpu.lanes.emplace_back();
         gpu.lanes.back().stream = program.stream;
-        make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, false, gpu.where + ", stream " + plan.stream_name(program.stream));
+        make_lane(gpu.lanes.back(), gpu, s.precision, staging_bytes(s, program), false, gpu.where + ", stream " + plan.stream_name(program.stream));
       }
     }
     make_ops(s, gpu, device);
@@ -351,7 +379,7 @@ void make_gpu(CudaBackend::State& s, int device) {
   for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(device)]) {
     gpu.lanes.emplace_back();
     gpu.lanes.back().stream = program.stream;
-    make_lane(gpu.lanes.back(), gpu, s.precision, s.cap, true, gpu.where + ", stream " + plan.stream_name(program.stream));
+    make_lane(gpu.lanes.back(), gpu, s.precision, staging_bytes(s, program), true, gpu.where + ", stream " + plan.stream_name(program.stream));
   }
   cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)", gpu.where);  // as above
 }
@@ -562,8 +590,6 @@ void CudaBackend::prepare(const Plan& plan) {
     }
     s->send_bytes.assign(plan.channels.size(), 0);
     if (s->training != nullptr) {
-      // The staging buffer holds any whole message or collective buffer of the real math.
-      for (const size_t bytes : s->copy_bytes) s->cap = std::max(s->cap, bytes);
       for (size_t t = 0; t < plan.tasks.size(); ++t) {
         const partition::Task& task = plan.tasks[t];
         const auto reads = plan.reads(static_cast<int>(t));
@@ -578,7 +604,6 @@ void CudaBackend::prepare(const Plan& plan) {
                           " and " + std::to_string(bytes) + " bytes; real math on the cuda back end needs one size a channel");
         }
         channel_bytes = bytes;
-        s->cap = std::max(s->cap, bytes);
       }
     }
     s->gpus.resize(static_cast<size_t>(devices));

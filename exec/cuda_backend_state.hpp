@@ -82,7 +82,7 @@ struct GpuLane {
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;
   void* c = nullptr;        // the proxy GEMM's output
-  void* staging = nullptr;  // cap bytes: messages whose tensors are smaller, collective buffers
+  void* staging = nullptr;  // its tasks' largest message or collective buffer (staging_bytes)
   cudaEvent_t start = nullptr, end = nullptr;       // timing
   cudaEvent_t group[2] = {nullptr, nullptr};        // GEMM groups in flight
   cudaEvent_t ops_done = nullptr;                   // real math: the compute stream's work so far
@@ -111,7 +111,7 @@ struct CudaBackend::State {
   Training* training = nullptr;             // real math; null: proxies
   CudaPlan nccl_plan;
   model::Precision precision = model::Precision::fp32;
-  size_t cap = 0;                              // bytes per device copy, message and collective
+  size_t cap = 0;                              // proxies: bytes per device copy, message and collective
   std::map<int, std::unique_ptr<std::mutex>> issue_on_gpu;  // by ordinal: Gpu::issue
   std::map<int, std::uint64_t> pool_thresholds;  // by ordinal: the default pool's, as it was
   std::vector<cuda_detail::Gpu> gpus;          // per plan device
