@@ -26,6 +26,7 @@
 
 #include "exec/copy_reuse.hpp"
 #include "exec/cuda_backend_state.hpp"
+#include "exec/group_setup.hpp"
 #include "exec/ranks.hpp"
 #include "kernels/cast.hpp"
 #include "partition/task_order.hpp"
@@ -428,20 +429,11 @@ void warm_up(CudaBackend::State& s, size_t g, const std::vector<size_t>& here, c
   }
 }
 
-// What a process sends in a group's id exchange: its id (the group's id maker), nothing, or
-// the first failure it has seen; a tag byte says which.
-constexpr std::byte kId{'I'}, kNothing{'-'}, kFailure{'F'};
-
-// This process's ranks of one group, all from this thread: inside ncclGroupStart/End, or the
-// first rank's creation would wait for the others for ever. Non-blocking, so each rank is
-// then polled; then warmed up (warm_up). Under mpirun the process of the group's first member
-// makes its unique id and the others receive it (Ranks::exchange); every process walks the
-// groups in one order. `failure`: the first failure this process has seen, its own or one a
-// group's exchange brought; a process with one still takes part in the exchanges (sending it)
-// but creates nothing, so a failure reaches every process that shares a group with one that
-// knows it, and none waits for a peer that never comes.
-void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, const Ranks* processes,
-               std::string& failure) {
+// This process's ranks of group `g`, from the group's unique id, all from this thread: inside
+// ncclGroupStart/End, or the first rank's creation would wait for the others for ever.
+// Non-blocking, so each rank is then polled (by a deadline: a peer process that failed never
+// comes); then warmed up (warm_up).
+void make_comm(CudaBackend::State& s, size_t g, std::span<const std::byte> id_bytes, const std::atomic<bool>& stop) {
   const CudaPlan& p = s.nccl_plan;
   const NcclGroup& group = p.groups[g];
   const std::string where = "the NCCL communicator of " + group.what;
@@ -451,33 +443,12 @@ void make_comm(CudaBackend::State& s, size_t g, const std::atomic<bool>& stop, c
   for (size_t r = 0; r < group.devices.size(); ++r) {
     if (p.local(group.devices[r])) here.push_back(r);
   }
-  if (here.empty()) return;
   ncclUniqueId id{};
-  const bool maker = p.id_maker(g) == p.process;
-  if (maker && failure.empty()) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", where);
-  const std::vector<int> among = p.processes(g);
-  if (among.size() > 1) {
-    if (processes == nullptr) throw Error(where + " spans processes, but the back end was given no MPI ranks");
-    std::vector<std::byte> mine{failure.empty() ? (maker ? kId : kNothing) : kFailure};
-    const auto body = failure.empty() ? (maker ? std::as_bytes(std::span<const ncclUniqueId>(&id, 1)) : std::span<const std::byte>())
-                                      : std::as_bytes(std::span<const char>(failure.data(), failure.size()));
-    mine.insert(mine.end(), body.begin(), body.end());
-    const auto all = processes->exchange(among, mine, stop);
-    for (size_t i = 0; i < all.size() && failure.empty(); ++i) {
-      if (!all[i].empty() && all[i][0] == kFailure) {
-        failure = "rank " + std::to_string(among[i]) + " failed before " + where + ": " +
-                  std::string(reinterpret_cast<const char*>(all[i].data()) + 1, all[i].size() - 1);
-      }
-    }
-    if (!failure.empty()) return;
-    const auto from = static_cast<size_t>(std::find(among.begin(), among.end(), p.id_maker(g)) - among.begin());
-    if (all[from].size() != 1 + sizeof id || all[from][0] != kId) {
-      throw Error(where + ": rank " + std::to_string(p.id_maker(g)) + " sent " + std::to_string(all[from].size()) +
-                  " bytes for its NCCL unique id, not 1 + " + std::to_string(sizeof id));
-    }
-    std::memcpy(&id, all[from].data() + 1, sizeof id);
+  if (id_bytes.size() != sizeof id) {
+    throw Error(where + ": an NCCL unique id of " + std::to_string(id_bytes.size()) + " bytes, not " +
+                std::to_string(sizeof id));
   }
-  if (!failure.empty()) return;
+  std::memcpy(&id, id_bytes.data(), sizeof id);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   nccl(ncclGroupStart(), "ncclGroupStart", where);
@@ -635,29 +606,23 @@ void CudaBackend::prepare(const Plan& plan) {
                   std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
     }
   }
-  // Communicators. Under mpirun a process that fails goes on through the groups' exchanges
-  // (make_comm), and the last exchange tells every process: none is left waiting for it.
+  // Communicators, each group in one order in every process (exec/group_setup.hpp): under
+  // mpirun the process of a group's first member makes its unique id and sends it to the
+  // group's others, and a failure in one process reaches them all.
   s->comms.resize(s->nccl_plan.groups.size());
-  for (size_t g = 0; g < s->nccl_plan.groups.size(); ++g) {
-    try {
-      make_comm(*s, g, stop_, processes, failed);
-    } catch (const Stopped&) {
-      throw;
-    } catch (const std::exception& e) {
-      if (processes == nullptr) throw;
-      if (failed.empty()) failed = e.what();
-      if (!mine) mine = std::current_exception();
-    }
-  }
-  if (processes != nullptr) {
-    const auto verdicts = processes->exchange(all, std::as_bytes(std::span<const char>(failed.data(), failed.size())), stop_);
-    if (mine) std::rethrow_exception(mine);
-    for (size_t r = 0; r < verdicts.size(); ++r) {
-      if (verdicts[r].empty()) continue;
-      throw Error("rank " + std::to_string(r) + " could not create its NCCL communicators: " +
-                  std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
-    }
-  }
+  GroupSetup setup;
+  setup.groups = s->nccl_plan.groups.size();
+  setup.processes = [&](size_t g) { return s->nccl_plan.processes(g); };
+  setup.id_maker = [&](size_t g) { return s->nccl_plan.id_maker(g); };
+  setup.what = [&](size_t g) { return "the NCCL communicator of " + s->nccl_plan.groups[g].what; };
+  setup.make_id = [&](size_t g) {
+    ncclUniqueId id{};
+    nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", setup.what(g));
+    const auto bytes = std::as_bytes(std::span<const ncclUniqueId>(&id, 1));
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  };
+  setup.create = [&](size_t g, std::span<const std::byte> id) { make_comm(*s, g, id, stop_); };
+  set_up_groups(setup, process, processes, stop_);
   state_ = std::move(s);
   home.armed = false;
 }

@@ -12,6 +12,7 @@
 
 #include "exec/cpu_backend.hpp"
 #include "exec/engine.hpp"
+#include "exec/group_setup.hpp"
 #include "exec/ranks.hpp"
 #include "exec/training.hpp"
 #include "model/zoo.hpp"
@@ -243,6 +244,102 @@ TEST(Ranks, AStallIsReportedByEveryRank) {
   EXPECT_NE(r.error.find("to receive on channel"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("device 1 (host/gpu1)"), std::string::npos) << r.error;  // the waiter, rank 1
   EXPECT_NE(r.error.find("recv #" + std::to_string(removed)), std::string::npos) << r.error;
+}
+
+// The CUDA back end's communicator set-up without a GPU: four ranks walk a ring of pair groups
+// and one of all four, ids made by each group's first process. Unharmed, every rank creates
+// each of its groups from its maker's id. When one rank fails (making an id, or creating its
+// ranks), every rank ends with an error naming it, none waits for ever, and no rank creates
+// a group after it has heard.
+struct SetupRun {
+  std::vector<std::pair<size_t, std::string>> created;  // (group, the id it was given)
+  std::string error;                                    // "" when it succeeded
+  bool own = false;                                     // the error is this rank's own (not an Error naming another)
+};
+
+SetupRun set_up_ring(int failing_rank, size_t failing_group, bool in_make_id) {
+  const std::vector<std::vector<int>> groups{{0, 1}, {1, 2}, {2, 3}, {0, 3}, {0, 1, 2, 3}, {2}};
+  SetupRun run;
+  exec::GroupSetup setup;
+  setup.groups = groups.size();
+  setup.processes = [&](size_t g) { return groups[g]; };
+  setup.id_maker = [&](size_t g) { return groups[g].front(); };
+  setup.what = [](size_t g) { return "group " + std::to_string(g); };
+  const auto injected = [&](size_t g, bool making) {
+    if (ranks().rank() == failing_rank && g == failing_group && making == in_make_id) {
+      throw std::runtime_error("injected failure in group " + std::to_string(g));
+    }
+  };
+  setup.make_id = [&](size_t g) {
+    injected(g, true);
+    const std::string id = "id of " + std::to_string(g) + " from rank " + std::to_string(ranks().rank());
+    const auto bytes = std::as_bytes(std::span<const char>(id.data(), id.size()));
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  };
+  setup.create = [&](size_t g, std::span<const std::byte> id) {
+    injected(g, false);
+    run.created.emplace_back(g, std::string(reinterpret_cast<const char*>(id.data()), id.size()));
+  };
+  const std::atomic<bool> stop{false};
+  try {
+    exec::set_up_groups(setup, ranks().rank(), &ranks(), stop);
+  } catch (const Error& e) {
+    run.error = e.what();
+  } catch (const std::exception& e) {
+    run.error = e.what();
+    run.own = true;
+  }
+  return run;
+}
+
+TEST(Ranks, CommunicatorSetUpCreatesEveryGroupFromItsMakersId) {
+  const SetupRun run = set_up_ring(-1, 0, false);
+  EXPECT_EQ(run.error, "");
+  std::vector<std::pair<size_t, std::string>> want;
+  const int me = ranks().rank();
+  const std::vector<std::vector<int>> groups{{0, 1}, {1, 2}, {2, 3}, {0, 3}, {0, 1, 2, 3}, {2}};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (std::find(groups[g].begin(), groups[g].end(), me) == groups[g].end()) continue;
+    want.emplace_back(g, "id of " + std::to_string(g) + " from rank " + std::to_string(groups[g].front()));
+  }
+  EXPECT_EQ(run.created, want);
+}
+
+TEST(Ranks, ACommunicatorSetUpFailureReachesEveryRank) {
+  // Rank 1 fails creating group 0 (rank 0 has created it: it hears at group 3, from rank 3).
+  {
+    const auto start = std::chrono::steady_clock::now();
+    const SetupRun run = set_up_ring(1, 0, false);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+    EXPECT_NE(run.error.find("injected failure in group 0"), std::string::npos) << run.error;
+    EXPECT_EQ(run.own, ranks().rank() == 1) << run.error;
+    std::vector<size_t> created;
+    for (const auto& [g, id] : run.created) created.push_back(g);
+    const std::map<int, std::vector<size_t>> want{{0, {0}}, {1, {}}, {2, {}}, {3, {}}};
+    EXPECT_EQ(created, want.at(ranks().rank())) << "rank " << ranks().rank();
+    if (ranks().rank() == 2) {
+      EXPECT_NE(run.error.find("rank 1 failed before group 1"), std::string::npos) << run.error;
+    }
+  }
+  // Rank 2 fails making group 2's id: rank 3 hears at once, rank 0 from rank 3 (group 3),
+  // rank 1 in the group of all four.
+  {
+    const SetupRun run = set_up_ring(2, 2, true);
+    EXPECT_NE(run.error.find("injected failure in group 2"), std::string::npos) << run.error;
+    EXPECT_EQ(run.own, ranks().rank() == 2) << run.error;
+    for (const auto& [g, id] : run.created) EXPECT_LT(g, 2u) << "rank " << ranks().rank() << " created group " << g;
+    if (ranks().rank() == 3) {
+      EXPECT_NE(run.error.find("rank 2 failed before group 2"), std::string::npos) << run.error;
+    }
+  }
+  // Rank 2 fails creating its group alone, the last: only the last exchange tells the others.
+  {
+    const SetupRun run = set_up_ring(2, 5, false);
+    EXPECT_NE(run.error.find("injected failure in group 5"), std::string::npos) << run.error;
+    if (ranks().rank() != 2) {
+      EXPECT_NE(run.error.find("rank 2 failed: "), std::string::npos) << run.error;
+    }
+  }
 }
 
 }  // namespace
