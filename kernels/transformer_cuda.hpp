@@ -210,9 +210,10 @@ Status crossentropy_backward_cuda(float* dlogits, const float* logits, const int
 // Megatron's vocabulary-parallel embedding and loss, as the references of the same names
 // (this rank's vocabulary rows [V0, V0 + V); V > 0). The embedding is the kernels above with
 // tokens outside the range giving a zero row and no gradient: bitwise the reference. The
-// loss's steps take one block per row: the maximum (bitwise), the sum of exponentials in
-// double (exp and log are CUDA's, within 1 ulp of the host's), and the gradient with each
-// row's loss (losses: N device doubles).
+// loss's steps take one block per row: the maximum (bitwise, but for a NaN logit, which
+// fmaxf skips and the reference keeps only in a row's first place: the loss is NaN either
+// way), the sum of exponentials in double (exp and log are CUDA's, within 1 ulp of the
+// host's), and the gradient with each row's loss (losses: N device doubles).
 Status vocab_embedding_forward_cuda(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
                                     int N, int T, int C, CudaStream stream);
 Status vocab_embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
