@@ -3,7 +3,8 @@
 // arena holding the tensors' device copies; per device stream (a "lane": what one engine
 // thread uses) a non-blocking CUDA stream, a cuBLAS handle with its own workspace, the GEMM
 // output, a staging buffer and events; then one NCCL communicator per group of
-// exec/cuda_plan.hpp. It runs each GEMM shape the proxy uses once, so that no kernel is loaded
+// exec/cuda_plan.hpp, each connected by one small operation as it is made (warm_up). It runs
+// each GEMM shape the proxy uses once, so that no kernel is loaded
 // for the first time while NCCL kernels wait on the device (lazy loading may synchronize it).
 // run() (cuda_backend_run.cpp) enqueues a task's work between two timing events and polls
 // until it is done. This file: the checked calls the back end's files share, and prepare().
@@ -43,6 +44,12 @@ namespace {
 // set before any CUDA call of the process. (In this file, which every use of the back end or
 // its probes links: they call the checked calls below.)
 const bool kEagerModules = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0; }();
+
+// NCCL (2.22 on) connects a communicator's collective algorithms at their first use, not when
+// it is made; mid-run, beside another communicator's spinning kernel, that can wait for ever
+// (warm_up). All connected when made instead, unless the user chose otherwise: more memory
+// per communicator at set-up, no connection while tasks run.
+const bool kConnectAtInit = [] { return ::setenv("NCCL_RUNTIME_CONNECT", "0", 0) == 0; }();
 
 }  // namespace
 
@@ -386,33 +393,36 @@ void make_gpu(CudaBackend::State& s, int device) {
 }
 
 // One small operation on each of this process's ranks of group `g`, from this thread in one
-// NCCL group call, waited for: NCCL connects peers at their first operation, which allocates
+// NCCL group call, waited for: NCCL connects peers at their first operation (send/receive
+// pairs always; collectives with NCCL_RUNTIME_CONNECT, see kConnectAtInit), which allocates
 // and copies on the GPU, and doing so mid-run, while another communicator's kernel spins on
 // this GPU waiting for a peer, can wait for that kernel for ever (NCCL's "Using multiple NCCL
 // communicators concurrently"). Here, group by group in one order in every process, nothing
 // else runs; a connection that fails is reported before the run. A channel's source sends
-// one float to its destination; any other group all-reduces one float.
-void warm_up(CudaBackend::State& s, size_t g, const std::vector<size_t>& here, const std::atomic<bool>& stop,
-             Clock::time_point deadline) {
+// one float to its destination; any other group all-reduces one float. On a failure the
+// caller aborts every rank (the others' operations may wait for the failed one's).
+void warm_up(CudaBackend::State& s, size_t g, const std::vector<size_t>& here, const std::atomic<bool>& stop) {
   const NcclGroup& group = s.nccl_plan.groups[g];
   const std::string where = "the NCCL communicator of " + group.what + " (its first operation)";
   std::vector<ncclComm_t>& ranks = s.comms[g];
-  const auto lane_of = [&](size_t r) -> GpuLane& {
+  std::vector<GpuLane*> lanes;
+  for (const size_t r : here) {
     Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
     if (gpu.lanes.empty()) throw Error(where + ": " + gpu.where + " runs no stream");
-    return gpu.lanes.front();
-  };
+    lanes.push_back(&gpu.lanes.front());
+  }
   nccl(ncclGroupStart(), "ncclGroupStart", where);
-  for (const size_t r : here) {
+  for (size_t i = 0; i < here.size(); ++i) {
+    const size_t r = here[i];
     const Gpu& gpu = s.gpus[static_cast<size_t>(group.devices[r])];
-    GpuLane& lane = lane_of(r);
-    auto* one = static_cast<float*>(lane.staging);
+    auto* one = static_cast<float*>(lanes[i]->staging);
+    const cudaStream_t stream = lanes[i]->cuda;
     const cudaError_t set = cudaSetDevice(gpu.ordinal);
     ncclResult_t called = ncclSuccess;
     if (set == cudaSuccess) {
-      called = group.channel ? (r == 0 ? ncclSend(one, 1, ncclFloat32, 1, ranks[r], lane.cuda)
-                                       : ncclRecv(one, 1, ncclFloat32, 0, ranks[r], lane.cuda))
-                             : ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, ranks[r], lane.cuda);
+      called = group.channel ? (r == 0 ? ncclSend(one, 1, ncclFloat32, 1, ranks[r], stream)
+                                       : ncclRecv(one, 1, ncclFloat32, 0, ranks[r], stream))
+                             : ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, ranks[r], stream);
     }
     if (set != cudaSuccess || (called != ncclSuccess && called != ncclInProgress)) {
       ncclGroupEnd();
@@ -421,11 +431,12 @@ void warm_up(CudaBackend::State& s, size_t g, const std::vector<size_t>& here, c
     }
   }
   nccl(ncclGroupEnd(), "ncclGroupEnd", where);
-  for (const size_t r : here) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kInitTimeoutS));
+  for (size_t i = 0; i < here.size(); ++i) {
+    const size_t r = here[i];
     settle(&ranks[r], stop, "the first operation", where + ", rank " + std::to_string(r), deadline);
-    GpuLane& lane = lane_of(r);
-    cuda(cudaEventRecord(lane.end, lane.cuda), "cudaEventRecord", where);
-    await(lane.end, &ranks[r], stop, where + ", rank " + std::to_string(r), deadline);
+    cuda(cudaEventRecord(lanes[i]->end, lanes[i]->cuda), "cudaEventRecord", where);
+    await(lanes[i]->end, &ranks[r], stop, where + ", rank " + std::to_string(r), deadline);
   }
 }
 
@@ -469,7 +480,7 @@ void make_comm(CudaBackend::State& s, size_t g, std::span<const std::byte> id_by
   for (const size_t r : here) {
     settle(&ranks[r], stop, "ncclCommInitRankConfig", where + ", rank " + std::to_string(r), deadline);
   }
-  warm_up(s, g, here, stop, deadline);
+  warm_up(s, g, here, stop);
 }
 
 }  // namespace
@@ -523,14 +534,15 @@ void CudaBackend::prepare(const Plan& plan) {
     for (int r = 0; r < processes->size(); ++r) all.push_back(r);
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "rank-%d", process);
+    // Processes share GPUs where they share a host and see the same ones: a launcher that
+    // gives each its own (CUDA_VISIBLE_DEVICES per process) makes each start at GPU 0.
+    const char* listed = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::string sees = std::string(host) + "\n" + (listed != nullptr ? listed : "");
     std::vector<std::string> hosts;
-    for (const auto& bytes : processes->exchange(all, std::as_bytes(std::span<const char>(host, std::strlen(host))), stop_)) {
+    for (const auto& bytes : processes->exchange(all, std::as_bytes(std::span<const char>(sees.data(), sees.size())), stop_)) {
       hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     }
     first = first_gpus(hosts, owner)[static_cast<size_t>(process)];
-    const char* listed = std::getenv("CUDA_VISIBLE_DEVICES");
-    first = first_visible_gpu(first, static_cast<int>(std::count(owner.begin(), owner.end(), process)), visible,
-                              listed != nullptr && *listed != '\0');
   }
   // What can fail in one process alone (its GPUs, its memory) fails in all of them together:
   // the others would otherwise wait for its communicators for ever.
@@ -622,7 +634,14 @@ void CudaBackend::prepare(const Plan& plan) {
     return std::vector<std::byte>(bytes.begin(), bytes.end());
   };
   setup.create = [&](size_t g, std::span<const std::byte> id) { make_comm(*s, g, id, stop_); };
-  set_up_groups(setup, process, processes, stop_);
+  try {
+    set_up_groups(setup, process, processes, stop_);
+  } catch (...) {
+    // Before `home` brings the training's arrays home (a cudaFree waits for the device): a
+    // rank's operation may still wait for one that failed.
+    s->abort_comms();
+    throw;
+  }
   state_ = std::move(s);
   home.armed = false;
 }

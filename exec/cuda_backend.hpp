@@ -110,12 +110,19 @@
 //
 // Processes: under mpirun (options.ranks, several of them) each process runs its block of the
 // plan's devices (Ranks::owner) on its node's visible GPUs after those of the node's lower
-// ranks (processes name their hosts to each other), and creates only their ranks of each
-// communicator; the process of a communicator's first member makes its NCCL unique id and
-// sends it to the others over MPI (exec/cuda_plan.hpp). Transfers and collectives between
-// processes are then NCCL's own; the engine runs this process's devices. What fails in one
-// process before the communicators (too few GPUs, memory) is told to all, and every process
+// ranks that see the same GPUs (processes name their hosts and CUDA_VISIBLE_DEVICES to each
+// other: a launcher showing each process only its own makes each start at GPU 0), and
+// creates only their ranks of each communicator; the process of a communicator's first
+// member makes its NCCL unique id and sends it to the others over MPI (exec/cuda_plan.hpp,
+// exec/group_setup.hpp). Transfers and collectives between processes are then NCCL's own;
+// the engine runs this process's devices. What fails in one process before or while the
+// communicators are made (too few GPUs, memory, NCCL) is told to all, and every process
 // throws: none waits for a communicator that will never come.
+//
+// Every communicator runs one small operation as soon as it is made (a channel's one-float
+// send, a group's one-float all-reduce), and NCCL_RUNTIME_CONNECT=0 is set (unless set)
+// before any NCCL call: NCCL connects peers at their first operation otherwise, which, done
+// mid-run beside another communicator's spinning kernel, can wait for that kernel for ever.
 //
 // Modules load eagerly: this file sets CUDA_MODULE_LOADING=EAGER (unless set) before any
 // CUDA call, since lazy loading waits for the device's queue to drain at a kernel's first

@@ -62,10 +62,6 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
   return out;
 }
 
-int first_visible_gpu(int first, int here, int visible, bool listed) {
-  return listed && first + here > visible && here <= visible ? 0 : first;
-}
-
 std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner) {
   std::vector<int> devices_of(hosts.size(), 0), out(hosts.size(), 0);
   for (const int p : owner) {

@@ -78,15 +78,11 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
 std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> requested, const std::string& why,
                               std::span<const int> owner, int process, int first = 0);
 
-// The first GPU of each process: processes on one host (the same name in `hosts`, one per
-// process) take consecutive GPUs in rank order, each as many as `owner` gives it devices.
+// The first GPU of each process: processes that see the same GPUs (the same name in
+// `hosts`, one per process: the host and its CUDA_VISIBLE_DEVICES) take consecutive GPUs in
+// rank order, each as many as `owner` gives it devices. Processes of one host each shown
+// only its own GPUs (`srun --gpus-per-task`) are named apart, and each starts at 0.
 std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner);
-
-// Where a process's `here` devices start among its `visible` GPUs: at `first` (first_gpus),
-// or at 0 when CUDA_VISIBLE_DEVICES is set (`listed`) and shows too few GPUs for `first` but
-// enough for its own: the launcher gave each process its GPUs alone (`srun --gpus-per-task`,
-// a wrapper setting it per local rank), so the lower ranks' GPUs are not there to skip.
-int first_visible_gpu(int first, int here, int visible, bool listed);
 
 // The communicators for `plan` with devices on `gpus`, run by the processes `owner` says
 // (empty: all by this one). Throws PlanError naming the channel whose sends or receives are

@@ -34,8 +34,9 @@ struct GroupSetup {
 
 // Walks the groups as above as process `me` (`processes` null: one process, which holds every
 // rank; then the first exception is thrown as it is). Under several processes, after the
-// walk: this process's own failure is rethrown as it was; one it heard of throws Error naming
-// the rank it came from. Stopped (the stop flag, seen by an exchange) ends the walk at once.
+// walk: this process's own failure is rethrown as it was; one it heard of throws Error
+// "rank R failed: " and R's message, R the rank it happened on. Stopped (the stop flag, seen
+// by an exchange) ends the walk at once.
 void set_up_groups(const GroupSetup& setup, int me, const Ranks* processes, const std::atomic<bool>& stop);
 
 }  // namespace hetflow::exec

@@ -219,6 +219,10 @@ TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirNodesGpus) {
   EXPECT_EQ(exec::first_gpus({"a", "b"}, owner), (std::vector<int>{0, 0}));
   EXPECT_EQ(exec::first_gpus({"a", "a"}, owner), (std::vector<int>{0, 2}));
   EXPECT_EQ(exec::first_gpus({"a", "b", "a"}, std::vector<int>{0, 1, 1, 2, 2, 2}), (std::vector<int>{0, 0, 1}));
+  // (prepare() names a process by its host and CUDA_VISIBLE_DEVICES: one launcher showing
+  // each process its own GPUs makes them start at 0 each; one list for all, consecutive.)
+  EXPECT_EQ(exec::first_gpus({"a\n0,1", "a\n2,3"}, owner), (std::vector<int>{0, 0}));
+  EXPECT_EQ(exec::first_gpus({"a\n0,1,2,3", "a\n0,1,2,3"}, owner), (std::vector<int>{0, 2}));
   EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 0), (std::vector<int>{0, 1, -1, -1}));
   EXPECT_EQ(exec::gpu_ordinals(4, 2, {}, "", owner, 1), (std::vector<int>{-1, -1, 0, 1}));
   EXPECT_EQ(exec::gpu_ordinals(4, 4, {}, "", owner, 1, 2), (std::vector<int>{-1, -1, 2, 3}));
@@ -231,12 +235,6 @@ TEST(CudaPlan, ProcessesRunTheirBlocksOnTheirNodesGpus) {
     EXPECT_NE(std::string(e.what()).find("this process (rank 1) runs 2 devices on GPUs 2 to 3"), std::string::npos)
         << e.what();
   }
-  // A launcher that shows each process its own GPUs alone: they start at 0; where the list
-  // shows them all, or none is set, after the node's lower ranks'.
-  EXPECT_EQ(exec::first_visible_gpu(2, 2, 2, true), 0);
-  EXPECT_EQ(exec::first_visible_gpu(2, 2, 4, true), 2);
-  EXPECT_EQ(exec::first_visible_gpu(2, 2, 2, false), 2);  // (then gpu_ordinals says it does not fit)
-  EXPECT_EQ(exec::first_visible_gpu(2, 3, 2, true), 2);   // too few even for its own
   EXPECT_EQ(exec::device_owners(4, 2, [](int d) { return d / 2; }), owner);
   EXPECT_EQ(exec::device_owners(4, 1, [](int) { return 7; }), (std::vector<int>(4, 0)));
 
