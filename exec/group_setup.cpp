@@ -46,12 +46,12 @@ void set_up_groups(const GroupSetup& setup, int me, const Ranks* processes, cons
     const auto bytes = std::as_bytes(std::span<const char>(body.data(), body.size()));
     return std::vector<std::byte>(bytes.begin(), bytes.end());
   };
-  const auto heard = [&](std::span<const std::byte> bytes) {
+  const auto heard = [&](std::span<const std::byte> bytes, int sender) {
     const std::string body = text(bytes.subspan(1));
     const size_t cut = body.find('\n');
-    int from = -1;
+    int from = sender;  // (unless it names another)
     if (cut != std::string::npos) std::from_chars(body.data(), body.data() + cut, from);
-    origin = from;
+    origin = from >= 0 ? from : sender;
     failure = cut == std::string::npos ? body : body.substr(cut + 1);
   };
   for (size_t g = 0; g < setup.groups; ++g) {
@@ -80,7 +80,7 @@ void set_up_groups(const GroupSetup& setup, int me, const Ranks* processes, cons
       const auto all = processes->exchange(among, sent, stop);
       if (origin >= 0) continue;
       for (size_t i = 0; i < all.size() && origin < 0; ++i) {
-        if (!all[i].empty() && all[i][0] == kFailure) heard(all[i]);
+        if (!all[i].empty() && all[i][0] == kFailure) heard(all[i], among[i]);
       }
       if (origin >= 0) continue;
       const auto from = static_cast<size_t>(std::find(among.begin(), among.end(), setup.id_maker(g)) - among.begin());
@@ -105,7 +105,7 @@ void set_up_groups(const GroupSetup& setup, int me, const Ranks* processes, cons
   const auto verdicts = processes->exchange(everyone, origin >= 0 ? failure_bytes() : std::vector<std::byte>{}, stop);
   if (mine) std::rethrow_exception(mine);
   for (size_t r = 0; r < verdicts.size() && origin < 0; ++r) {
-    if (!verdicts[r].empty()) heard(verdicts[r]);
+    if (!verdicts[r].empty()) heard(verdicts[r], static_cast<int>(r));
   }
   if (origin >= 0) throw Error("rank " + std::to_string(origin) + " failed: " + failure);
 }
