@@ -120,6 +120,9 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     parts += vw.microbatches;
   }
   global_batch_ = samples;
+  // A token file too short for one step is the input's fault (InputError): said now, not
+  // by the first forward task.
+  if (data_) (void)data_->batch(0, global_batch_, shape_.S);
 
   // One chunk per (device, stage) that computes, found from the forward tasks' weights.
   std::set<int> norm_ranks;

@@ -1,9 +1,13 @@
 #include "tools/cli.hpp"
 
-#include <fstream>
-#include <string>
-#include <ostream>
+#include <unistd.h>
 
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <system_error>
+
+#include "exec/atomic_file.hpp"
 #include "model/error.hpp"
 
 namespace hetflow::tools {
@@ -69,9 +73,26 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
 void print_json(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }
 
 void write_file(const std::string& path, const std::string& text, const std::string& option) {
-  std::ofstream out(path);
-  if (!out) throw InputError(path, 0, option, "cannot be written");
-  out << text;
+  try {
+    exec::AtomicFile file(path);
+    file.write(text.data(), text.size());
+    file.commit();
+  } catch (const InputError& e) {  // (the same reason, blamed on the option that named the file)
+    throw InputError(path, 0, option, e.message());
+  }
+}
+
+void check_writable(const std::string& path, const std::string& option) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error)) {
+    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " does not exist");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " is not writable");
+  }
+  if (std::filesystem::is_directory(target, error)) throw InputError(path, 0, option, "cannot be written: it is a folder");
 }
 
 }  // namespace hetflow::tools

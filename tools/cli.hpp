@@ -54,7 +54,11 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
                    const po::positional_options_description* positional = nullptr);
 
 void print_json(std::ostream& out, const Json& j);
-// Writes `text` to `path`; an InputError naming the option that gave the path otherwise.
+// Writes `text` to `path`, whole or not at all (exec/atomic_file.hpp); an InputError naming
+// the option that gave the path otherwise.
 void write_file(const std::string& path, const std::string& text, const std::string& option);
+// Throws that InputError now when `path` surely cannot be written (its folder missing or not
+// writable, or it is a folder), for commands that would otherwise find out after their work.
+void check_writable(const std::string& path, const std::string& option);
 
 }  // namespace hetflow::tools

@@ -3,13 +3,16 @@
 // simulator's prediction and the analytic estimate of the same plan; write the trace. Three steps, as in simulate: read what was asked, run it, report it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
+#include <iostream>
 #include <ostream>
 #include <memory>
 #include <mutex>
@@ -337,12 +340,19 @@ double peak_flops_per_s(const partition::Plan& plan, model::Precision precision)
   return peak;
 }
 
+// Per step, and the mean after the warm-up, of the iterations that ran whole: a run that
+// stopped counts its steps up to the first with a task missing (its trace has them all).
 Figures figures(const traces::Trace& trace, const partition::Plan& plan, int warmup) {
   Figures f;
   std::vector<double> end(static_cast<size_t>(plan.iterations()), 0);
+  std::vector<size_t> tasks(end.size(), 0);
   for (const traces::Event& e : trace.events) {
-    if (e.iteration >= 0 && e.iteration < plan.iterations()) end[static_cast<size_t>(e.iteration)] = std::max(end[static_cast<size_t>(e.iteration)], e.end_s);
+    if (e.iteration < 0 || e.iteration >= plan.iterations()) continue;
+    end[static_cast<size_t>(e.iteration)] = std::max(end[static_cast<size_t>(e.iteration)], e.end_s);
+    ++tasks[static_cast<size_t>(e.iteration)];
   }
+  const auto whole = std::find_if(tasks.begin(), tasks.end(), [&](size_t n) { return n < plan.tasks.size(); });
+  end.resize(static_cast<size_t>(whole - tasks.begin()));
   double previous = 0, total = 0;
   int measured = 0;
   for (size_t i = 0; i < end.size(); ++i) {
@@ -404,7 +414,7 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
     }
     out.f = figures(r.trace, scaled_plan, warmup);
     out.f.mfu = mfu(scaled_plan, out.f.iteration_time_s, precision, flop_scale);
-    out.m = traces::compute_metrics(r.trace, scaled_plan, cost);
+    out.m = traces::compute_metrics(r.trace, scaled_plan, cost, warmup);
   } catch (const Error& e) {
     out.error = e.what();
   }
@@ -662,6 +672,12 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
+  if (ranks.rank() == 0) {  // (the rank that writes them) before the run, not after it
+    for (const char* option : {"trace", "chrome", "metrics"}) {
+      if (vm.count(option)) check_writable(vm[option].as<std::string>(), std::string("--") + option);
+    }
+    if (!request.save_weights.empty()) check_writable(request.save_weights, "--save-weights");
+  }
   const TrainingSetup training = make_training(request, ranks);
   std::unique_ptr<exec::Backend> backend;
   if (request.backend == "cuda") {
@@ -682,10 +698,27 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   progress.finish();
   if (training.training) training.training->collect_at_root();
   if (ranks.rank() != 0) return result.completed ? 0 : 4;
-  if (vm.count("trace")) write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace");
-  if (vm.count("chrome")) write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome");
+  // A file that cannot be written now (checked before the run: a full disk, say) is said
+  // after the report, which is not lost; the run's own status stands if it failed.
+  std::vector<std::string> unwritten;
+  const auto write = [&](const std::function<void()>& writing) {
+    try {
+      writing();
+    } catch (const InputError& e) {
+      unwritten.push_back(as_command_line_error(e).what());
+    }
+  };
+  const auto written = [&](const std::string& option) {
+    return vm.count(option) && std::none_of(unwritten.begin(), unwritten.end(), [&](const std::string& u) {
+             return u.find(vm[option].as<std::string>()) != std::string::npos;
+           });
+  };
+  if (vm.count("trace")) write([&] { write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace"); });
+  if (vm.count("chrome")) {
+    write([&] { write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome"); });
+  }
   if (training.training && result.completed && !request.save_weights.empty()) {
-    exec::write_safetensors(request.save_weights, training.training->weights());
+    write([&] { exec::write_safetensors(request.save_weights, training.training->weights()); });
   }
   const partition::Plan as_run = scaled(plan, request.flop_scale);
   const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
@@ -696,26 +729,37 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   const Simulated simulated = result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster),
                                                                request.warmup, cost, gemms, request.flop_scale)
                                                : Simulated{};
-  if (training.training) f.losses = training.training->losses();
-  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost);
-  if (vm.count("metrics")) write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics");
+  if (training.training) {
+    f.losses = training.training->losses();
+    if (f.losses.size() > f.step_s.size()) f.losses.resize(f.step_s.size());  // (a stopped step's is partial)
+  }
+  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost, request.warmup);
+  if (vm.count("metrics")) {
+    write([&] { write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics"); });
+  }
+  const auto status = [&] {
+    for (const std::string& u : unwritten) std::cerr << "hetflow: " << u << "\n";
+    return !result.completed ? 4 : unwritten.empty() ? 0 : 2;
+  };
 
   // 3. The report.
   if (vm.count("json")) {
     print_json(out, report_json(request, training, result, f, m, analytic, simulated, ranks.size()));
-    return result.completed ? 0 : 4;
+    return status();
   }
   if (!result.completed) {
     out << "ran " << plan.network.name << " on " << plan.cluster.name << ": THE RUN DID NOT COMPLETE ("
         << result.task_instances << " task instances completed):\n  " << result.error << "\n";
-    if (vm.count("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
-    return 4;
+    if (written("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
+    if (written("chrome")) out << "wrote the partial Chrome trace to " << vm["chrome"].as<std::string>() << "\n";
+    if (written("metrics")) out << "wrote the partial metrics to " << vm["metrics"].as<std::string>() << "\n";
+    return status();
   }
   report_text(out, request, training, result, f, m, analytic, simulated, ranks.size());
-  if (vm.count("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
-  if (vm.count("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
-  if (vm.count("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
-  return 0;
+  if (written("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
+  if (written("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
+  if (written("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
+  return status();
 }
 
 }  // namespace hetflow::tools

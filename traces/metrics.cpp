@@ -46,7 +46,8 @@ double exposed(std::vector<std::pair<double, double>> comm, std::vector<std::pai
 
 }  // namespace
 
-Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost) {
+Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
+                        int warmup) {
   if (!trace.fingerprint.empty() && !plan.fingerprint.empty() && trace.fingerprint != plan.fingerprint) {
     throw InputError("<trace>", 0, "fingerprint",
                      "the trace comes from plan " + trace.fingerprint + ", not from this plan (" + plan.fingerprint + ")");
@@ -60,11 +61,11 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     double& end = m.iteration_end_s[static_cast<size_t>(e.iteration)];
     end = std::max(end, e.end_s);
   }
-  const int first = iterations > 1 ? 1 : 0;  // iteration 0 warms up
+  const int first = std::clamp(warmup, 0, std::max(0, iterations - 1));  // the warm-up left out
   m.measured_iterations = iterations - first;
   if (iterations == 0) return m;
-  m.iteration_time_s = iterations > 1 ? (m.iteration_end_s.back() - m.iteration_end_s.front()) / (iterations - 1)
-                                      : m.iteration_end_s.front();
+  const double start = first > 0 ? m.iteration_end_s[static_cast<size_t>(first - 1)] : 0.0;
+  m.iteration_time_s = (m.iteration_end_s.back() - start) / m.measured_iterations;
   const double samples = plan.layout.samples_per_iteration();
   if (m.iteration_time_s > 0) {
     m.samples_per_s = samples / m.iteration_time_s;

@@ -52,7 +52,10 @@ struct Metrics {
 // Refuses (InputError) a trace whose fingerprint names another plan. For a folded plan
 // (partition::Layout::folded) the work and traffic of worker 0 count once per replica;
 // per-device figures are the simulated devices' (the replicas' are theirs by symmetry).
-Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost);
+// Steady-state figures leave out the first `warmup` iterations (all but the last at most;
+// with none left out, the first iteration is timed from 0).
+Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
+                        int warmup = 1);
 
 // The per-iteration figures as CSV: '#' header lines (the trace's source, plan and
 // fingerprint), then `iteration,start_s,end_s,time_s,samples_per_s,tokens_per_s,mfu,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <set>
 
@@ -49,6 +50,15 @@ TEST(RunCli, JsonSummaryTraceAndSteps) {
   EXPECT_EQ(trace.fingerprint, j["fingerprint"]);
   EXPECT_EQ(static_cast<long long>(trace.events.size()), j["task_instances"].get<long long>());
   EXPECT_FALSE(nlohmann::json::parse(slurp(chrome))["traceEvents"].empty());
+  // Utilisation is busy time over the iteration time, both after the same warm-up (none here).
+  const auto cold = run_hetflow(std::string("run ") + kTiny + " --compute proxy --steps 2 --warmup 0 --json");
+  ASSERT_EQ(cold.status, 0) << cold.err;
+  const auto c = nlohmann::json::parse(cold.out);
+  for (const auto& d : c["devices"]) {
+    EXPECT_NEAR(d["utilization"].get<double>(), d["busy_s"].get<double>() / c["iteration_time_s"].get<double>(),
+                1e-9 * d["utilization"].get<double>())
+        << d["name"];
+  }
 }
 
 TEST(RunCli, TextReportAndPlanFile) {
@@ -110,12 +120,32 @@ TEST(RunCli, BadOptionsExit2) {
       {"--compute proxy --init-weights w.safetensors", "--init-weights: needs --compute real"},
       {"--data-path /nonexistent/tokens.bin", "/nonexistent/tokens.bin"},
       {"--init-weights /nonexistent/w.safetensors", "/nonexistent/w.safetensors"},
+      // Outputs are checked before the run, not after it.
+      {"--save-weights /nonexistent/w.safetensors", "--save-weights: cannot be written: its folder /nonexistent does not exist"},
+      {"--trace /nonexistent/t.csv", "--trace: cannot be written: its folder /nonexistent does not exist"},
+      {"--chrome /", "--chrome: cannot be written: it is a folder"},
   };
   for (const Bad& b : bad) {
     const auto r = run_hetflow(std::string("run ") + kTiny + " " + b.args);
     EXPECT_EQ(r.status, 2) << b.args << "\n" << r.err << r.out;
     EXPECT_NE(r.err.find(b.says), std::string::npos) << b.args << "\n" << r.err;
+    EXPECT_EQ(r.out.find("ran "), std::string::npos) << b.args << ": refused after running\n" << r.out;
   }
+  // A token file too short for one step (4 samples of 32 tokens read 129): the input's fault.
+  const auto dir = scratch_dir();
+  const std::string tokens = (dir / "short.bin").string();
+  {
+    std::int32_t header[256] = {20240520, 1, 5};
+    const std::uint16_t five[5] = {1, 2, 3, 4, 5};
+    std::ofstream file(tokens, std::ios::binary);
+    file.write(reinterpret_cast<const char*>(header), sizeof header);
+    file.write(reinterpret_cast<const char*>(five), sizeof five);
+  }
+  const auto short_file = run_hetflow(std::string("run ") + kTiny + " --compute real --steps 1 --data-path " + tokens);
+  EXPECT_EQ(short_file.status, 2) << short_file.err << short_file.out;
+  EXPECT_NE(short_file.err.find("the file holds 5 tokens; a step of B = 4 samples of T = 32 tokens reads B*T + 1 = 129"),
+            std::string::npos)
+      << short_file.err;
   const auto r = run_hetflow("run --plan /nonexistent/plan.json");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos) << r.err;
@@ -166,6 +196,13 @@ TEST(RunCli, AStalledRunExits4WithTheWatchdogsReportAndAPartialTrace) {
   EXPECT_NE(r.out.find("device 0 (host/gpu0): forward #"), std::string::npos) << r.out;
   const hetflow::traces::Trace trace = hetflow::traces::read_trace_csv(slurp(csv), csv);
   EXPECT_EQ(trace.source, "exec-cpu");
+  // Its summary counts no step that did not run whole: no time, no throughput.
+  const auto j = run_hetflow(std::string("run ") + kTiny + " --compute proxy --flop-scale 100000 --watchdog 100ms --json");
+  EXPECT_EQ(j.status, 4) << j.err;
+  const auto summary = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(summary["steps"].empty()) << summary["steps"];
+  EXPECT_EQ(summary["iteration_time_s"].get<double>(), 0);
+  EXPECT_EQ(summary["mfu"].get<double>(), 0);
 }
 
 TEST(RunCli, APlanThatCannotRunExits3) {
