@@ -700,25 +700,25 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (ranks.rank() != 0) return result.completed ? 0 : 4;
   // A file that cannot be written now (checked before the run: a full disk, say) is said
   // after the report, which is not lost; the run's own status stands if it failed.
-  std::vector<std::string> unwritten;
-  const auto write = [&](const std::function<void()>& writing) {
+  std::vector<std::string> unwritten;  // the failures' messages
+  std::set<std::string> failed;         // and their options
+  const auto write = [&](const std::string& option, const std::function<void()>& writing) {
     try {
       writing();
     } catch (const InputError& e) {
       unwritten.push_back(as_command_line_error(e).what());
+      failed.insert(option);
     }
   };
-  const auto written = [&](const std::string& option) {
-    return vm.count(option) && std::none_of(unwritten.begin(), unwritten.end(), [&](const std::string& u) {
-             return u.find(vm[option].as<std::string>()) != std::string::npos;
-           });
-  };
-  if (vm.count("trace")) write([&] { write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace"); });
+  const auto written = [&](const std::string& option) { return vm.count(option) && !failed.count(option); };
+  if (vm.count("trace")) {
+    write("trace", [&] { write_file(vm["trace"].as<std::string>(), traces::write_trace_csv(result.trace), "--trace"); });
+  }
   if (vm.count("chrome")) {
-    write([&] { write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome"); });
+    write("chrome", [&] { write_file(vm["chrome"].as<std::string>(), traces::write_chrome_trace(result.trace), "--chrome"); });
   }
   if (training.training && result.completed && !request.save_weights.empty()) {
-    write([&] { exec::write_safetensors(request.save_weights, training.training->weights()); });
+    write("save-weights", [&] { exec::write_safetensors(request.save_weights, training.training->weights()); });
   }
   const partition::Plan as_run = scaled(plan, request.flop_scale);
   const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
@@ -735,7 +735,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   }
   const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost, request.warmup);
   if (vm.count("metrics")) {
-    write([&] { write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics"); });
+    write("metrics", [&] { write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics"); });
   }
   const auto status = [&] {
     for (const std::string& u : unwritten) std::cerr << "hetflow: " << u << "\n";
