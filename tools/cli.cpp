@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <iomanip>
+#include <limits>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -93,6 +97,18 @@ void check_writable(const std::string& path, const std::string& option) {
     throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " is not writable");
   }
   if (std::filesystem::is_directory(target, error)) throw InputError(path, 0, option, "cannot be written: it is a folder");
+}
+
+double relative_error(double value, double reference) {
+  if (reference > 0) return (value - reference) / reference;
+  return value == 0 && reference == 0 ? 0 : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string signed_percent(double fraction, int digits) {
+  if (std::isnan(fraction)) return "-";
+  std::ostringstream s;
+  s << std::showpos << std::fixed << std::setprecision(digits) << 100 * fraction << " %";
+  return s.str();
 }
 
 }  // namespace hetflow::tools

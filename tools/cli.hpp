@@ -61,4 +61,11 @@ void write_file(const std::string& path, const std::string& text, const std::str
 // writable, or it is a folder), for commands that would otherwise find out after their work.
 void check_writable(const std::string& path, const std::string& option);
 
+// A figure against the one it is compared with: (value - reference) / reference; NaN where
+// the reference is 0 and the value is not (nothing to compare with), 0 where both are.
+double relative_error(double value, double reference);
+// A signed percentage of a fraction ("+12.3 %", `digits` after the point); "-" for NaN, which
+// --json writes as null.
+std::string signed_percent(double fraction, int digits = 1);
+
 }  // namespace hetflow::tools

@@ -133,8 +133,6 @@ WhatIfReplay read_what_if_replay(const po::variables_map& vm, const Replay& r) {
 
 // --- step 3: the report ---
 
-double relative_error(double replayed, double measured) { return measured > 0 ? (replayed - measured) / measured : 0; }
-
 std::vector<double> step_times(const traces::Metrics& m) {
   std::vector<double> out;
   double previous = 0;
@@ -143,12 +141,6 @@ std::vector<double> step_times(const traces::Metrics& m) {
     previous = end;
   }
   return out;
-}
-
-std::string percent(double fraction) {
-  std::ostringstream s;
-  s << std::showpos << std::fixed << std::setprecision(2) << 100 * fraction << " %";
-  return s.str();
 }
 
 }  // namespace
@@ -251,12 +243,12 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   for (size_t i = 0; i < measured_s.size(); ++i) {
     const double rs = i < replayed_s.size() ? replayed_s[i] : 0;
     out << "  " << std::setw(9) << i << std::setw(13) << u::human_time_s(measured_s[i]) << std::setw(13)
-        << u::human_time_s(rs) << std::setw(11) << percent(relative_error(rs, measured_s[i])) << "\n";
+        << u::human_time_s(rs) << std::setw(11) << signed_percent(relative_error(rs, measured_s[i]), 2) << "\n";
   }
   out << "  steady state (" << measured.measured_iterations << " iteration" << (measured.measured_iterations == 1 ? "" : "s")
       << (measured.iterations > measured.measured_iterations ? " after the first" : "") << "): "
       << u::human_time_s(measured.iteration_time_s) << " measured, " << u::human_time_s(got.iteration_time_s)
-      << " replayed, " << percent(error) << "\n";
+      << " replayed, " << signed_percent(error, 2) << "\n";
   if (compare) {
     print_what_if(out, what_if, got, changed_metrics);
     if (w.other_plan) {

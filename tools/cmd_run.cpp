@@ -421,8 +421,6 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
   return out;
 }
 
-double relative_error(double measured, double estimate) { return estimate > 0 ? (measured - estimate) / estimate : 0; }
-
 // What the plan's memory model gives the model itself on a device: all of it but the
 // workspace reserve (cuBLAS and NCCL buffers, fragmentation), which the real math's arrays
 // do not include.
@@ -502,12 +500,6 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
   return j;
 }
 
-std::string percent(double fraction) {
-  std::ostringstream s;
-  s << std::showpos << std::fixed << std::setprecision(1) << 100 * fraction << " %";
-  return s.str();
-}
-
 // A table cell `width` wide, right-aligned, always after a space: a value too wide for its
 // column pushes the rest of the row right instead of running into its neighbour.
 std::string cell(const std::string& text, int width) {
@@ -564,8 +556,8 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   // Each figure beside the simulator's prediction and the analytic estimate of the same plan.
   auto row = [&](const std::string& what, double measured, double simulated, double estimate, auto show) {
     out << name_cell(what, 16) << cell(show(measured), 12) << cell(sim.completed ? show(simulated) : "-", 13)
-        << cell(sim.completed ? percent(relative_error(measured, simulated)) : "-", 10) << cell(show(estimate), 12)
-        << cell(percent(relative_error(measured, estimate)), 10) << "\n";
+        << cell(sim.completed ? signed_percent(relative_error(measured, simulated)) : "-", 10) << cell(show(estimate), 12)
+        << cell(signed_percent(relative_error(measured, estimate)), 10) << "\n";
   };
   auto number = [](int precision) {
     return [precision](double x) {
@@ -615,7 +607,7 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
     const double measured = result.memory[d].peak_model_bytes, planned = model_bytes_planned(plan.memory[d]);
     if (measured == 0 || ++shown > 32) continue;
     out << name_cell(plan.device_names[d], 16) << cell(u::human_bytes(measured), 13)
-        << cell(u::human_bytes(planned), 13) << cell(percent(relative_error(measured, planned)), 10) << "\n";
+        << cell(u::human_bytes(planned), 13) << cell(signed_percent(relative_error(measured, planned)), 10) << "\n";
   }
   if (shown > 32) out << "  ... and " << shown - 32 << " more devices (--json lists all)\n";
   out << "  (model peak: the real math's arrays alive at once (parameters, gradients, AdamW moments, what the\n"
@@ -667,7 +659,8 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   Request request = read_request(vm);
   const partition::Plan& plan = request.plan;
   partition::require_valid(plan);
-  const partition::CostModel cost(plan.cluster, plan.layout.precision, read_calibration_option(vm, plan.cluster));
+  const model::Calibration calibration = read_calibration_option(vm, plan.cluster);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, calibration);
 
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
@@ -726,14 +719,16 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   Figures f = figures(result.trace, plan, request.warmup);
   f.mfu = mfu(plan, f.iteration_time_s, gemms, request.flop_scale);
   f.analytic_mfu = mfu(plan, analytic.iteration_time_s, gemms, request.flop_scale);
-  const Simulated simulated = result.completed ? simulate_same(as_run, read_calibration_option(vm, plan.cluster),
-                                                               request.warmup, cost, gemms, request.flop_scale)
-                                               : Simulated{};
+  // The metrics (the --metrics CSV's MFU among them) count as the report does: the FLOPs the
+  // run did, over the devices' peak at the precision its GEMMs multiplied in.
+  const partition::CostModel at_gemms(plan.cluster, gemms, calibration);
+  const Simulated simulated =
+      result.completed ? simulate_same(as_run, calibration, request.warmup, at_gemms, gemms, request.flop_scale) : Simulated{};
   if (training.training) {
     f.losses = training.training->losses();
     if (f.losses.size() > f.step_s.size()) f.losses.resize(f.step_s.size());  // (a stopped step's is partial)
   }
-  const traces::Metrics m = traces::compute_metrics(result.trace, plan, cost, request.warmup);
+  const traces::Metrics m = traces::compute_metrics(result.trace, as_run, at_gemms, request.warmup);
   if (vm.count("metrics")) {
     write("metrics", [&] { write_file(vm["metrics"].as<std::string>(), traces::write_metrics_csv(m, result.trace), "--metrics"); });
   }

@@ -86,11 +86,8 @@ void change_links(model::Cluster& cluster, const std::string& text) {
   if (changed == 0) throw InputError("<command line>", 0, option, "the cluster '" + cluster.name + "' has no " + kind + " link");
 }
 
-std::string percent(double from, double to) {
-  std::ostringstream s;
-  s << std::showpos << std::fixed << std::setprecision(1) << (from > 0 ? 100 * (to - from) / from : 0.0) << " %";
-  return s.str();
-}
+// The change from `from` to `to`, as a signed percentage; "-" from nothing to something.
+std::string percent(double from, double to) { return signed_percent(relative_error(to, from)); }
 
 const traces::DeviceMetrics* slowest(const traces::Metrics& m) {
   const traces::DeviceMetrics* out = nullptr;

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <sstream>
 
 #include "model/error.hpp"
@@ -136,4 +137,20 @@ TEST(Cli, ArgumentsHoldingBoostPlaceholdersAreRefused) {
     EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
     EXPECT_NE(r.err.find("which the option parser cannot quote"), std::string::npos) << args << "\n" << r.err;
   }
+}
+
+// Every report's error and change columns: a figure against its reference, and nothing
+// to compare with said as "-" (null in --json), never as "+0.0 %".
+TEST(Cli, ARelativeErrorWithoutAReferenceIsADash) {
+  using hetflow::tools::relative_error;
+  using hetflow::tools::signed_percent;
+  EXPECT_DOUBLE_EQ(relative_error(1.5, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(relative_error(0.5, 2.0), -0.75);
+  EXPECT_EQ(relative_error(0, 0), 0);
+  EXPECT_TRUE(std::isnan(relative_error(3.0, 0)));
+  EXPECT_EQ(signed_percent(0.1234), "+12.3 %");
+  EXPECT_EQ(signed_percent(-0.05, 2), "-5.00 %");
+  EXPECT_EQ(signed_percent(0), "+0.0 %");
+  EXPECT_EQ(signed_percent(relative_error(3.0, 0)), "-");
+  EXPECT_EQ(hetflow::tools::Json(relative_error(3.0, 0)).dump(), "null");
 }

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -76,9 +79,13 @@ TEST(RunCli, TextReportAndPlanFile) {
 // A proxy run at --flop-scale s does s of the model's FLOPs, and MFU counts those: the
 // simulator's and the estimate's MFU, against the cost model's own peak, cannot pass 100 %
 // (they read 18,000 % when MFU counted the whole model's FLOPs).
+// The --metrics CSV counts them too: its per-iteration MFU, weighted by the iterations'
+// times, is the report's (it counted the whole model's FLOPs, 500 times the report's here).
 TEST(RunCli, MfuOfAScaledProxyRunCountsTheFlopsItRan) {
+  const auto dir = scratch_dir();
+  const std::string metrics = (dir / "metrics.csv").string();
   const auto r = run_hetflow("run --cluster cpu-2 --model gpt2-124m --pipeline 2 --microbatches 4 --compute proxy "
-                             "--flop-scale 0.002 --steps 2 --json");
+                             "--flop-scale 0.002 --steps 2 --json --metrics " + metrics);
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["flop_scale"], 0.002);
@@ -87,6 +94,25 @@ TEST(RunCli, MfuOfAScaledProxyRunCountsTheFlopsItRan) {
     EXPECT_LE(j[field].get<double>(), 1.0) << field;
   }
   EXPECT_GT(j["mfu"].get<double>(), 0) << r.out;
+
+  // iteration,start_s,end_s,time_s,samples_per_s,tokens_per_s,mfu,...: after the one warm-up step.
+  std::istringstream csv(slurp(metrics));
+  std::string line;
+  double flop_time = 0, time = 0;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("iteration,", 0) == 0) continue;
+    std::vector<double> cells;
+    std::istringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(std::stod(cell));
+    ASSERT_GE(cells.size(), 7u) << line;
+    if (rows++ < j["warmup"].get<int>()) continue;
+    flop_time += cells[6] * cells[3];
+    time += cells[3];
+  }
+  EXPECT_EQ(rows, 3) << slurp(metrics);
+  ASSERT_GT(time, 0);
+  EXPECT_NEAR(flop_time / time, j["mfu"].get<double>(), 0.01 * j["mfu"].get<double>()) << slurp(metrics);
 }
 
 TEST(RunCli, BadOptionsExit2) {
