@@ -44,7 +44,6 @@ struct ParamSlot {
   // holds, in array order (one whole rectangle when the parameter is replicated).
   std::int64_t full_rows = 0, full_cols = 0;
   std::vector<Piece> pieces;
-  bool sharded() const { return static_cast<std::int64_t>(count) != full_rows * full_cols; }
 };
 
 // This slot's share of a whole tensor in the file's layout, and back.

@@ -753,15 +753,17 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
 }
 
-// A device's part of the squared gradient norm: every parameter it holds once (a replicated
-// one on tensor rank 0 alone, a tied copy not at all), after its data-parallel sync; of the
-// unscaled gradients (divided by the loss scale squared, exactly: a power of four).
+// A device's part of the squared gradient norm: every parameter it holds once (the pieces of
+// one Megatron splits on every rank, even where a split leaves one rank all of it and the
+// others nothing; a replicated one on tensor rank 0 alone; a tied copy not at all), after its
+// data-parallel sync; of the unscaled gradients (divided by the loss scale squared, exactly:
+// a power of four).
 double Training::local_sum_squares(int device, int iteration) const {
   double local = 0;
   for (const auto& c : chunks_) {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
-      if (slot.tied_copy || (!slot.sharded() && c->tp_rank != 0)) continue;
+      if (slot.tied_copy || (!slot.split && c->tp_rank != 0)) continue;
       local = c->ops().sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
     }
   }

@@ -286,7 +286,7 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
         const int tp_rank = found->second.tp_rank;
         for (const ParamSlot* slot : slots) {
           ServerParam& sp = s.params.at(slot->name);
-          if (slot->sharded() || tp_rank == 0) add_pieces(*slot, data, sp.g);
+          if (slot->split || tp_rank == 0) add_pieces(*slot, data, sp.g);
           data += slot->count;
         }
       }

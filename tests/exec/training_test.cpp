@@ -561,6 +561,45 @@ INSTANTIATE_TEST_SUITE_P(
                                     partition::SyncKind::allreduce, 2, true, {1, 4, 4, 1}}),
     [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
 
+// What one step moved each weight by: `after` less `before`, tensor by tensor.
+exec::SafetensorsFile step_of(exec::SafetensorsFile after, const exec::SafetensorsFile& before) {
+  for (auto& t : after.tensors) {
+    const auto from = std::find_if(before.tensors.begin(), before.tensors.end(), [&](const auto& b) { return b.name == t.name; });
+    if (from == before.tensors.end() || from->data.size() != t.data.size()) continue;
+    for (size_t i = 0; i < t.data.size(); ++i) t.data[i] -= from->data[i];
+  }
+  return after;
+}
+
+// Megatron's split of an MLP of inner width 1 over 2 tensor-parallel ranks leaves rank 1 all
+// of c_fc and c_proj's rows and rank 0 none: still a split parameter, counted once, on the
+// rank that holds it, in the global norm that clips and in a parameter server's sum (it was
+// taken for a replicated one, so rank 0's empty copy counted: the norm missed it and a server
+// never trained it). One step of an Adam whose eps dwarfs the gradients, clipped hard: every
+// weight moves by lr g 0.01 / ||g||, so the steps compare the gradients and the norm.
+TEST(Training, ASplitThatLeavesOneRankAllOfAParameterCountsItOnce) {
+  const model::Network net =
+      model::network_from_spec("gpt:layers=2,hidden=36,heads=6,seq=13,vocab=97,ffn=1", model::Precision::fp32);
+  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+  const exec::SafetensorsFile init = checkpoint_like(one);
+  OptimizerOptions clipped;
+  clipped.lr = 1;
+  clipped.adam_eps = 1;
+  clipped.weight_decay = 0;
+  clipped.clip_grad = 0.01;
+  const exec::SafetensorsFile want = step_of(train(one, 1, clipped, 7, &init).weights, init);
+  for (const partition::SyncKind sync : {partition::SyncKind::allreduce, partition::SyncKind::ps}) {
+    partition::PlanOptions o = options(2, 2, 4, "1f1b");
+    o.tensor = 2;
+    o.sync = sync;
+    const Plan many = test_support::planned(model::cpu_cluster(8), net, o);
+    const auto diff = test_support::compare_weights(step_of(train(many, 1, clipped, 7, &init).weights, init), want);
+    EXPECT_TRUE(diff.same_names);
+    EXPECT_LT(diff.whole_relative, 1e-5) << to_string(sync);
+    EXPECT_LT(diff.worst_relative, 1e-4) << to_string(sync) << ": " << diff.worst;
+  }
+}
+
 // The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of
 // the last steps (each step's loss is its own batch's, so one step alone is noisy).
 OptimizerOptions markov_adam() {
