@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <string>
 #include <thread>
 
 #include "model/units.hpp"
@@ -153,15 +155,23 @@ class Run {
     start_ = Clock::now();
     if (ranks_ != nullptr) clock_offset_s_ = ranks_->clock_offset_s([this] { return now_s(); });
     std::vector<std::thread> threads;
-    for (size_t d = 0; d < plan_.programs.size(); ++d) {
-      if (!local(static_cast<int>(d))) continue;
-      for (size_t s = 0; s < plan_.programs[d].size(); ++s) {
-        if (plan_.programs[d][s].tasks.empty()) continue;
-        threads.emplace_back([this, d, s] {
-          stream_main(static_cast<int>(d), s);
-          thread_exited();
-        });
+    try {
+      for (size_t d = 0; d < plan_.programs.size(); ++d) {
+        if (!local(static_cast<int>(d))) continue;
+        for (size_t s = 0; s < plan_.programs[d].size(); ++s) {
+          if (plan_.programs[d][s].tasks.empty()) continue;
+          threads.emplace_back([this, d, s] {
+            stream_main(static_cast<int>(d), s);
+            thread_exited();
+          });
+        }
       }
+    } catch (const std::exception& e) {  // (a thread limit): the run stops as on any failure
+      {
+        std::lock_guard lock(error_mutex_);
+        if (error_.empty()) error_ = "could not start stream thread " + std::to_string(threads.size() + 1) + ": " + e.what();
+      }
+      stop_all();
     }
     watch(threads.size());
     for (std::thread& t : threads) t.join();
@@ -224,6 +234,7 @@ class Run {
     StreamState& state = d.streams[s];
     const partition::StreamProgram& program = plan_.programs[static_cast<size_t>(device)][s];
     std::vector<Buffer> reads, writes;
+    std::string refused;
     for (int i = 0; i < iterations_; ++i) {
       for (int task : program.tasks) {
         {
@@ -235,7 +246,15 @@ class Run {
           d.wake.wait(lock, [&] { return stop_.load() || remaining_[index(task, i)] <= 0; });
           if (stop_.load()) return;
           state.phase = Phase::running;
-          acquire(d, task, i, reads, writes);
+          try {
+            acquire(d, task, i, reads, writes);
+          } catch (const std::bad_alloc&) {
+            refused = "out of memory for the host buffers of the tensors it writes (see --max-buffer)";
+          }
+        }
+        if (!refused.empty()) {  // (fail() takes every device's lock)
+          fail(task, i, refused);
+          return;
         }
         Context context(d, state);
         context.task = task;
@@ -343,13 +362,16 @@ class Run {
     }
   }
 
+  // (A failure that came first keeps its own message: the stall is its consequence.)
   void stall() {
     std::string lines = stuck_streams();
     {
       std::lock_guard lock(error_mutex_);
-      stall_lines_ = lines;
-      error_ = stall_header() + lines;
-      stalled_ = true;
+      if (error_.empty()) {
+        stall_lines_ = lines;
+        error_ = stall_header() + lines;
+        stalled_ = true;
+      }
     }
     stop_all();
   }
@@ -469,6 +491,7 @@ class Run {
           first_error = "rank " + std::to_string(r) + ": " + error;
         }
       }
+      if (!first_error.empty()) stalled = false;  // a rank's failure explains the others' stall
       if (!stalled && first_error.empty() && std::count(done_.begin(), done_.end(), 1) != static_cast<std::ptrdiff_t>(done_.size())) {
         first_error = kNotInAProgram;
       }

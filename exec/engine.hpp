@@ -15,8 +15,9 @@
 //    the accounting uses the plan's bytes: DeviceMemoryUse::peak_transient_bytes is the most
 //    transient bytes alive at once on a device, comparable with the plan's memory model
 //    (activations_bytes + buffers_bytes of partition::DeviceMemory).
-//  - The first failure anywhere (a back end throws) stops every thread; the result says which
-//    task failed and why, and holds the trace of what completed.
+//  - The first failure anywhere (a back end throws, a buffer cannot be allocated, a stream
+//    thread cannot start) stops every thread; the result says which task failed and why, and
+//    holds the trace of what completed.
 //  - A watchdog: when no task instance completes for watchdog_s seconds, the run stops and
 //    the result names, per device stream, the task it is at and what it waits for (the
 //    unfinished inputs by tensor or order edge, or what the back end said it waits for).
@@ -26,8 +27,9 @@
 //    its rank's devices (exec/ranks.hpp); the ranks start together, poll one another's
 //    progress, so a failure or stall anywhere stops them all and the watchdog counts every
 //    rank's progress; at the end rank 0 holds the result of the whole run (trace of every
-//    device on rank 0's clock, memory of every device, the first error or every rank's stall
-//    report) and every rank the same completed/error. Other ranks' traces hold their own
+//    device on rank 0's clock, memory of every device, the error of the lowest rank that
+//    failed, or, where none failed, every rank's stall report) and every rank the same
+//    completed/error. Other ranks' traces hold their own
 //    devices only.
 #include <functional>
 #include <span>

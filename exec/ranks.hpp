@@ -38,6 +38,11 @@ class Ranks {
   // MPI_THREAD_MULTIPLE on first use; MPI_Finalize at exit). Throws Error when mpirun started
   // several ranks and MPI is not built in or lacks thread support.
   static Ranks& world();
+  // For a process about to exit on an error: when it has joined several ranks (world() ran
+  // under mpirun), ends the whole job with `status` (MPI_Abort), since the others would wait
+  // for it in their next collective and MPI_Finalize would wait for them, for ever. Returns
+  // when it has not, or runs alone.
+  static void abort_job(int status);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

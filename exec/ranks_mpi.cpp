@@ -6,7 +6,9 @@
 #include <dlfcn.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -58,6 +60,9 @@ void check_mpi_is_mpi() {
                 " (SimGrid's SMPI), not to libmpi: link libmpi before SimGrid");
   }
 }
+
+// Set once this process has joined several ranks (MPI initialised by world()).
+std::atomic<bool> joined_several{false};
 
 bool launched_by_mpirun() {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
@@ -170,9 +175,20 @@ Ranks& Ranks::world() {
       MPI_Finalized(&finalized);
       if (finalized == 0) MPI_Finalize();
     });
+    joined_several = r->size_ > 1;
     return r;
   }();
   return *ranks;
+}
+
+void Ranks::abort_job(int status) {
+  if (!joined_several.load()) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, status);
 }
 
 Ranks::~Ranks() = default;
@@ -242,24 +258,35 @@ bool Ranks::poll_sum(std::span<const long long> mine, std::vector<long long>& to
   return true;
 }
 
+// Gathers and broadcasts move their bytes in pieces of at most this many (MPI counts are int).
+constexpr size_t kPieceBytes = size_t{1} << 30;
+constexpr int kGatherTag = 2;  // on `control`; the clock's trips use tag 1
+
 std::vector<std::vector<std::byte>> Ranks::gather(std::span<const std::byte> mine) const {
   if (!mpi_) return {std::vector<std::byte>(mine.begin(), mine.end())};
-  int n = count_of(mine.size());
-  std::vector<int> sizes(static_cast<size_t>(size_));
-  check(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, mpi_->control), "MPI_Gather");
-  std::vector<int> offsets(static_cast<size_t>(size_), 0);
-  size_t total = 0;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    offsets[r] = count_of(total);
-    total += static_cast<size_t>(sizes[r]);
-  }
-  std::vector<std::byte> all(rank_ == 0 ? total : 0);
-  check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, mpi_->control),
-        "MPI_Gatherv");
+  // Every rank learns every size (64-bit), so what one rank cannot take is not a surprise to
+  // the others; then each rank's bytes go to rank 0 in pieces, rank after rank.
+  const long long n = static_cast<long long>(mine.size());
+  std::vector<long long> sizes(static_cast<size_t>(size_));
+  check(MPI_Allgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, mpi_->control), "MPI_Allgather");
   std::vector<std::vector<std::byte>> out;
-  if (rank_ != 0) return out;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    out.emplace_back(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
+  if (rank_ != 0) {
+    for (size_t at = 0; at < mine.size(); at += kPieceBytes) {
+      const size_t piece = std::min(kPieceBytes, mine.size() - at);
+      check(MPI_Send(mine.data() + at, static_cast<int>(piece), MPI_BYTE, 0, kGatherTag, mpi_->control), "MPI_Send");
+    }
+    return out;
+  }
+  out.resize(sizes.size());
+  out[0].assign(mine.begin(), mine.end());
+  for (size_t r = 1; r < sizes.size(); ++r) {
+    out[r].resize(static_cast<size_t>(sizes[r]));
+    for (size_t at = 0; at < out[r].size(); at += kPieceBytes) {
+      const size_t piece = std::min(kPieceBytes, out[r].size() - at);
+      check(MPI_Recv(out[r].data() + at, static_cast<int>(piece), MPI_BYTE, static_cast<int>(r), kGatherTag, mpi_->control,
+                     MPI_STATUS_IGNORE),
+            "MPI_Recv");
+    }
   }
   return out;
 }
@@ -270,7 +297,10 @@ std::vector<std::byte> Ranks::broadcast(std::span<const std::byte> from_root) co
   long long n = static_cast<long long>(out.size());
   check(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, mpi_->control), "MPI_Bcast");
   out.resize(static_cast<size_t>(n));
-  check(MPI_Bcast(out.data(), count_of(out.size()), MPI_BYTE, 0, mpi_->control), "MPI_Bcast");
+  for (size_t at = 0; at < out.size(); at += kPieceBytes) {
+    const size_t piece = std::min(kPieceBytes, out.size() - at);
+    check(MPI_Bcast(out.data() + at, static_cast<int>(piece), MPI_BYTE, 0, mpi_->control), "MPI_Bcast");
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/ranks.hpp"
 #include "kernels/matmul.hpp"
 #include "model/error.hpp"
 #include "partition/plan.hpp"
@@ -40,24 +41,18 @@ void print_version(std::ostream& out) {
       << (hetflow::kernels::cuda_built() ? "built" : "not built: nvcc was not found at configure time") << ")\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    print_usage(std::cout);
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] == "--version" || args[0] == "version") {
-    print_version(std::cout);
-    return 0;
-  }
-  const std::string name = args[0];
-  args.erase(args.begin());
+// Runs one command; an error it throws becomes its message on stderr and an exit status
+// (`threw` then set).
+int run_command(const std::string& name, const std::vector<std::string>& args, bool& threw) {
+  threw = true;
   try {
     for (const auto& c : hetflow::tools::commands()) {
-      if (name == c.name) return c.run(args, std::cout);
+      if (name != c.name) continue;
+      const int status = c.run(args, std::cout);
+      threw = false;
+      return status;
     }
+    threw = false;
     std::cerr << "hetflow: unknown command '" << name << "'\n\n";
     print_usage(std::cerr);
     return 2;
@@ -79,4 +74,26 @@ int main(int argc, char** argv) {
     std::cerr << "hetflow: internal error (please report it): " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage(std::cout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    print_version(std::cout);
+    return 0;
+  }
+  const std::string name = args[0];
+  args.erase(args.begin());
+  bool threw = false;
+  const int status = run_command(name, args, threw);
+  // Under mpirun an error may be one rank's alone (a path only rank 0 checks, a file its node
+  // lacks, its memory): the job ends with it, as the other ranks would wait for this one.
+  if (threw) hetflow::exec::Ranks::abort_job(status);
+  return status;
 }

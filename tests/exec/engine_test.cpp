@@ -144,6 +144,45 @@ TEST(Engine, FirstErrorStopsTheRunWithAPartialTrace) {
   for (const traces::Event& e : r.trace.events) EXPECT_FALSE(e.task == victim && e.iteration >= 1);
 }
 
+// A buffer the host cannot allocate fails its task, as a throwing back end does: a message
+// naming the task, a partial trace (it ended the process with std::terminate).
+TEST(Engine, AnUnallocatableBufferFailsItsTask) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' allocators end the process on a request this size instead of throwing";
+#endif
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
+  int victim = -1;
+  for (size_t t = 0; t < plan.tensors.size() && victim < 0; ++t) {
+    const partition::Tensor& tensor = plan.tensors[t];
+    if (tensor.producer >= 0 && !partition::is_persistent(tensor.kind) && tensor.device == 1) victim = static_cast<int>(t);
+  }
+  ASSERT_GE(victim, 0);
+  class Greedy final : public exec::Backend {
+   public:
+    explicit Greedy(int tensor) : tensor_(tensor), inner_({1, 64 * 1024}) {}
+    std::string name() const override { return inner_.name(); }
+    std::string compute() const override { return inner_.compute(); }
+    void prepare(const partition::Plan& p) override { inner_.prepare(p); }
+    void stop() override { inner_.stop(); }
+    void run(exec::TaskContext& t) override { inner_.run(t); }
+    std::optional<size_t> buffer_bytes(int tensor) const override {
+      return tensor == tensor_ ? std::optional<size_t>(size_t{1} << 62) : std::nullopt;
+    }
+
+   private:
+    int tensor_;
+    exec::CpuBackend inner_;
+  } greedy(victim);
+  const exec::RunResult r = exec::run_plan(plan, greedy, fast(30));
+  EXPECT_FALSE(r.completed);
+  EXPECT_FALSE(r.stalled);
+  EXPECT_NE(r.error.find("out of memory for the host buffers"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find(partition::describe_task(plan, plan.tensors[static_cast<size_t>(victim)].producer)),
+            std::string::npos)
+      << r.error;
+  EXPECT_LT(r.trace.events.size(), plan.tasks.size());
+}
+
 // A receive removed from its program (validation bypassed): its send waits for ever, and so
 // does what reads the received tensor. The watchdog names both.
 TEST(Engine, WatchdogNamesWhatEachDeviceWaitsFor) {

@@ -363,3 +363,17 @@ TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
   ASSERT_EQ(cnn.status, 0) << cnn.err;
   EXPECT_NE(cnn.out.find("compute proxy"), std::string::npos) << cnn.out;
 }
+
+// An error on one rank outside the run ends every rank with it: here rank 0 alone checks the
+// output paths before the run. Rank 0 used to return alone, its MPI_Finalize waiting for the
+// others and they for it in the run's first barrier, for ever (`timeout` ends the test then).
+TEST(RunCli, AnErrorOnOneRankBeforeTheRunEndsEveryRank) {
+#ifndef HETFLOW_MPIEXEC
+  GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
+#else
+  const auto r = run_hetflow(std::string("run ") + kTiny + " --compute proxy --steps 1 --trace /nonexistent-folder/t.csv",
+                             "timeout -s KILL 120 env " + under_mpirun(2));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--trace"), std::string::npos) << r.err;
+#endif
+}
