@@ -22,6 +22,7 @@
 #include "exec/cpu_backend.hpp"
 #include "exec/cuda_backend.hpp"
 #include "exec/engine.hpp"
+#include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
 #include "exec/training.hpp"
@@ -204,6 +205,23 @@ Request read_request(po::variables_map& vm) {
   return r;
 }
 
+// This host's memory, or under mpirun the least of the ranks' hosts': every rank then makes
+// the same choice between real math and proxies (ranks of both kinds would not meet).
+double smallest_host_bytes(const exec::Ranks& ranks) {
+  const double here = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (ranks.alone()) return here;
+  std::vector<std::byte> mine, least;
+  exec::put(mine, here);
+  const std::vector<std::vector<std::byte>> all = ranks.gather(mine);
+  if (ranks.rank() == 0) {
+    double smallest = here;
+    for (const auto& bytes : all) smallest = std::min(smallest, exec::ByteReader(bytes).get<double>());
+    exec::put(least, smallest);
+  }
+  const std::vector<std::byte> agreed = ranks.broadcast(least);
+  return exec::ByteReader(agreed).get<double>();
+}
+
 // The training a real-math run does: its token source, its initial weights, its optimizer.
 TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
   TrainingSetup t;
@@ -219,10 +237,13 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
     // what fits in a quarter of this host's memory (a GPU-sized model runs as proxies).
     const double state_bytes =
         16.0 * plan.network.param_count() * static_cast<double>(std::max<size_t>(1, plan.layout.workers.size()));
-    const double host_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-    if (r.compute == "auto" && host_bytes > 0 && state_bytes > host_bytes / 4) {
-      throw PlanError("its FP32 training state (" + u::human_bytes(state_bytes) + ") is more than a quarter of this host's " +
-                      u::human_bytes(host_bytes) + " of memory (--compute real runs it anyway)");
+    if (r.compute == "auto") {
+      const double host_bytes = smallest_host_bytes(ranks);
+      if (host_bytes > 0 && state_bytes > host_bytes / 4) {
+        throw PlanError("its FP32 training state (" + u::human_bytes(state_bytes) + ") is more than a quarter of " +
+                        (ranks.alone() ? "this host's " : "the smallest of the ranks' hosts' ") + u::human_bytes(host_bytes) +
+                        " of memory (--compute real runs it anyway)");
+      }
     }
     const int vocab = plan.network.architecture->vocab;
     std::unique_ptr<exec::TokenSource> data;
@@ -266,6 +287,20 @@ partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
     t.memory_bytes *= flop_scale;
   }
   return out;
+}
+
+// The longest compute task of `plan` as the cost model predicts it.
+double longest_task_s(const partition::Plan& plan, const partition::CostModel& cost) {
+  double longest = 0;
+  for (const partition::Task& t : plan.tasks) {
+    using partition::TaskKind;
+    if (t.kind != TaskKind::forward && t.kind != TaskKind::backward && t.kind != TaskKind::backward_weight &&
+        t.kind != TaskKind::optimizer) {
+      continue;
+    }
+    longest = std::max(longest, cost.task_compute_time_s(plan, t));
+  }
+  return longest;
 }
 
 // On a terminal, a line on stderr as each step completes ("step 3/5: 65.2 ms, loss
@@ -427,7 +462,8 @@ Simulated simulate_same(const partition::Plan& scaled_plan, const model::Calibra
 double model_bytes_planned(const partition::DeviceMemory& m) { return m.total_bytes() - m.workspace_bytes; }
 
 Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult& result, const Figures& f,
-                 const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
+                 const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks,
+                 double watchdog_s) {
   const partition::Plan& plan = r.plan;
   Json j;
   j["completed"] = result.completed;
@@ -451,6 +487,7 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
     }
   }
   j["flop_scale"] = r.flop_scale;
+  j["watchdog_s"] = watchdog_s;
   j["warmup"] = r.warmup;
   Json steps = Json::array();
   for (size_t i = 0; i < f.step_s.size(); ++i) {
@@ -683,6 +720,10 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   }
   exec::EngineOptions engine;
   engine.watchdog_s = request.watchdog_s;
+  // A long task is not a stall: unless told, the watchdog waits at least ten times the
+  // longest compute task the cost model predicts for this run.
+  const partition::Plan as_run = scaled(plan, request.flop_scale);
+  if (vm["watchdog"].defaulted()) engine.watchdog_s = std::max(request.watchdog_s, 10 * longest_task_s(as_run, cost));
   engine.max_buffer_bytes = request.max_buffer_bytes;
   engine.ranks = &ranks;
   StepProgress progress(plan, training.training.get(), ranks);
@@ -713,7 +754,6 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (training.training && result.completed && !request.save_weights.empty()) {
     write("save-weights", [&] { exec::write_safetensors(request.save_weights, training.training->weights()); });
   }
-  const partition::Plan as_run = scaled(plan, request.flop_scale);
   const partition::Estimate analytic = partition::estimate_plan(as_run, cost);
   const model::Precision gemms = gemm_precision(request, training.training != nullptr);
   Figures f = figures(result.trace, plan, request.warmup);
@@ -739,7 +779,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, report_json(request, training, result, f, m, analytic, simulated, ranks.size()));
+    print_json(out, report_json(request, training, result, f, m, analytic, simulated, ranks.size(), engine.watchdog_s));
     return status();
   }
   if (!result.completed) {

@@ -364,6 +364,31 @@ TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
   EXPECT_NE(cnn.out.find("compute proxy"), std::string::npos) << cnn.out;
 }
 
+// A long task is not a stall: unless --watchdog is given, the watchdog waits at least ten
+// times the longest compute task the cost model predicts (on GPUs of 1 MFLOP/s here, whose
+// tasks it predicts at seconds; the proxies run on this host in milliseconds).
+TEST(RunCli, TheDefaultWatchdogOutwaitsThePredictedTasks) {
+  const auto dir = scratch_dir();
+  const auto slow = dir / "slow.yaml";
+  std::ofstream(slow) << "name: slow\ngpu_types:\n"
+                         "  - {name: Slow, fp16: 1 MFLOP/s, bf16: 1 MFLOP/s, fp32: 1 MFLOP/s, memory: 48 GiB,\n"
+                         "     memory_bandwidth: 1 TB/s, link: pcie, link_bandwidth: 32 GB/s}\n"
+                         "nodes:\n  - {name: host, gpu: Slow, gpus: 2}\n";
+  const std::string model = " --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --pipeline 2 --microbatches 4 "
+                            "--workspace 0 --compute proxy --steps 1 --json";
+  const auto fast = run_hetflow("run --cluster cpu-2" + model);
+  ASSERT_EQ(fast.status, 0) << fast.err;
+  EXPECT_EQ(nlohmann::json::parse(fast.out)["watchdog_s"], 60);
+  const auto r = run_hetflow("run --cluster " + slow.string() + model);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["watchdog_s"].get<double>(), 60);
+  EXPECT_LE(j["watchdog_s"].get<double>(), 10 * j["analytic_iteration_time_s"].get<double>());  // a task is in an iteration
+  const auto told = run_hetflow("run --cluster " + slow.string() + model + " --watchdog 5s");
+  ASSERT_EQ(told.status, 0) << told.err;
+  EXPECT_EQ(nlohmann::json::parse(told.out)["watchdog_s"], 5);
+}
+
 // An error on one rank outside the run ends every rank with it: here rank 0 alone checks the
 // output paths before the run. Rank 0 used to return alone, its MPI_Finalize waiting for the
 // others and they for it in the run's first barrier, for ever (`timeout` ends the test then).
