@@ -135,7 +135,10 @@ class Run {
     for (auto& d : devices_) {
       if (!d) d = std::make_unique<DeviceState>();
     }
-    if (ranks_ != nullptr) ranks_->check_devices(plan.device_count());
+    if (ranks_ != nullptr) {
+      ranks_->check_devices(plan.device_count());
+      ranks_->begin_run();  // before the back end makes its lanes
+    }
     backend_.prepare(plan);  // first: it may size the buffers (Backend::buffer_bytes)
     // Persistent tensors, and transient ones nothing produces, live for the whole run.
     for (size_t t = 0; t < plan.tensors.size(); ++t) {

@@ -72,6 +72,10 @@ class Ranks {
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine) const;  // at rank 0; empty elsewhere
   std::vector<std::byte> broadcast(std::span<const std::byte> from_root) const;        // rank 0's bytes everywhere
   void barrier() const;
+  // Every rank, before each run's lanes and exchanges are made: they get a communicator of
+  // their own, so a message a stopped run left unreceived (MPI cannot withdraw a send) never
+  // meets a later run's receive.
+  void begin_run();
   // What to add to this rank's `now_s()` to read rank 0's `now_s()` (0 at rank 0).
   double clock_offset_s(const std::function<double()>& now_s) const;
 

@@ -52,6 +52,7 @@ std::vector<std::byte> Ranks::broadcast(std::span<const std::byte> from_root) co
 }
 
 void Ranks::barrier() const {}
+void Ranks::begin_run() {}
 double Ranks::clock_offset_s(const std::function<double()>&) const { return 0; }
 
 }  // namespace hetflow::exec

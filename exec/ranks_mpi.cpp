@@ -80,8 +80,24 @@ struct Ranks::Mpi {
 
 namespace {
 
+// A send the run stopped before its receiver took it: MPI cannot take it back (OpenMPI's
+// MPI_Cancel leaves sends be), so its request is let go and its bytes kept alive until exit
+// in case a receiver still takes them; Ranks::begin_run keeps it from a later run's lanes.
+void abandon(MPI_Request& request, std::vector<std::byte>& data) {
+  if (request == MPI_REQUEST_NULL) return;
+  MPI_Cancel(&request);
+  MPI_Request_free(&request);
+  static std::mutex mutex;
+  static std::vector<std::vector<std::byte>> kept;
+  std::lock_guard lock(mutex);
+  kept.push_back(std::move(data));
+}
+
 struct MpiPacket final : Lane::Packet {
   MPI_Request request = MPI_REQUEST_NULL;
+  // A packet dropped unfinished (its task threw before waiting for it) is abandoned, not
+  // freed under MPI's feet.
+  ~MpiPacket() override { abandon(request, data); }
 };
 
 class MpiLane final : public Lane {
@@ -124,7 +140,7 @@ class MpiLane final : public Lane {
       });
       p.taken = true;
     } catch (const Stopped&) {
-      abandon(p);
+      abandon(p.request, p.data);
       throw;
     }
   }
@@ -132,18 +148,6 @@ class MpiLane final : public Lane {
   void wake() override {}  // waits poll the stop flag
 
  private:
-  // A send the run stopped before its receiver took it: cancelled, and its bytes kept alive
-  // in case the cancel came too late and MPI still reads them.
-  static void abandon(MpiPacket& p) {
-    if (p.request == MPI_REQUEST_NULL) return;
-    MPI_Cancel(&p.request);
-    MPI_Request_free(&p.request);
-    static std::mutex mutex;
-    static std::vector<std::vector<std::byte>> kept;
-    std::lock_guard lock(mutex);
-    kept.push_back(std::move(p.data));
-  }
-
   MPI_Comm comm_;
   int from_, to_, tag_;
   const std::atomic<bool>& stop_;
@@ -306,6 +310,15 @@ std::vector<std::byte> Ranks::broadcast(std::span<const std::byte> from_root) co
 
 void Ranks::barrier() const {
   if (mpi_) check(MPI_Barrier(mpi_->control), "MPI_Barrier");
+}
+
+void Ranks::begin_run() {
+  if (!mpi_) return;
+  MPI_Comm fresh = MPI_COMM_NULL;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &fresh), "MPI_Comm_dup");
+  // (Freed once nothing is pending on it: a left-over send keeps the old one alive.)
+  check(MPI_Comm_free(&mpi_->data), "MPI_Comm_free");
+  mpi_->data = fresh;
 }
 
 double Ranks::clock_offset_s(const std::function<double()>& now_s) const {

@@ -246,6 +246,19 @@ TEST(Ranks, AStallIsReportedByEveryRank) {
   EXPECT_NE(r.error.find("recv #" + std::to_string(removed)), std::string::npos) << r.error;
 }
 
+// The run before (AStallIsReportedByEveryRank) left a message its receiver never took: MPI
+// cannot withdraw a send. The next run in this process must not take it for one of its own
+// (every later receive would then be one message behind, and the last send never taken).
+TEST(Ranks, ARunAfterAStalledOneMeetsOnlyItsOwnMessages) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 2, "1f1b"));
+  exec::CpuBackend backend({1, 64 * 1024}, nullptr, &ranks());
+  exec::EngineOptions e;
+  e.watchdog_s = 5;
+  e.ranks = &ranks();
+  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  EXPECT_TRUE(r.completed) << r.error;
+}
+
 // The CUDA back end's communicator set-up without a GPU: four ranks walk a ring of pair groups
 // and one of all four, ids made by each group's first process. Unharmed, every rank creates
 // each of its groups from its maker's id. When one rank fails (making an id, or creating its
