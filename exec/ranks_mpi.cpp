@@ -1,8 +1,9 @@
 // Ranks over MPI (OpenMPI). Two communicators duplicated from the world: `data` for lanes
-// and exchanges (the stream threads, concurrently: MPI_THREAD_MULTIPLE), `control` for the
-// engine's rounds, gathers and clock (only the thread that runs the plan). Waits poll with
-// MPI_Test / MPI_Improbe and a short sleep, so a stop is seen within a millisecond and an
-// idle rank leaves the cores to the others (mpirun --oversubscribe runs 8 ranks on 2 cores).
+// and exchanges (the stream threads, concurrently: MPI_THREAD_MULTIPLE; a new one each run),
+// `control` for the engine's rounds, gathers and clock (only the thread that runs the plan).
+// Waits poll with MPI_Test / MPI_Improbe and a short sleep, so a stop is seen within a
+// millisecond and an idle rank leaves the cores to the others (mpirun --oversubscribe runs 8
+// ranks on 2 cores).
 #include <dlfcn.h>
 #include <mpi.h>
 
