@@ -15,6 +15,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
                     " (GPT-2 and LLaMA style decoders are covered; use --compute proxy for a FLOP-matched stand-in)");
   };
   if (c.encoder) refuse("it is an encoder");
+  if (!c.unmodelled.empty()) refuse("its config asks for what the real layers leave out: " + c.unmodelled);
   DecoderShape s;
   const bool gpt2 = !c.rms_norm && !c.gated_mlp && c.learned_positions && c.tied_embeddings;
   const bool llama = c.rms_norm && c.gated_mlp && !c.learned_positions && !c.biases;

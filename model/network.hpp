@@ -105,6 +105,10 @@ struct TransformerConfig {
   bool dropout = true;            // dropout masks are stashed for backward
   double norm_eps = 1e-5;         // LayerNorm/RMSNorm epsilon (HF layer_norm_epsilon, rms_norm_eps)
   double rope_theta = 10000;      // rotary base (HF rope_theta); unused with learned positions
+  // What of the source's settings these layers leave out, e.g. "rope_scaling (llama3),
+  // sliding_window 4096" from a HuggingFace config.json: the cost model still counts the
+  // network, but its real training math is not this (exec refuses it). Empty: nothing.
+  std::string unmodelled;
   // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
   bool encoder = false;
   int type_vocab = 0;

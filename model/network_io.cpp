@@ -160,6 +160,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
+  c.unmodelled = r.string_or("unmodelled", "");
   r.finish();
   try {
     check_transformer_config(c);
@@ -266,6 +267,7 @@ std::string write_network(const Network& n) {
     // their bytes (and fingerprints).
     if (c.norm_eps != 1e-5) out << YAML::Key << "norm_eps" << YAML::Value << units::format_number(c.norm_eps);
     if (c.rope_theta != 10000) out << YAML::Key << "rope_theta" << YAML::Value << units::format_number(c.rope_theta);
+    if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;
   }
   out << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;

@@ -1,8 +1,11 @@
 // The named networks and the spec strings users type after --model.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -255,6 +258,18 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     throw InputError(file, 0, "model_type", "expected a string (gpt2, llama or mistral), found " + brief(j["model_type"]));
   }
   const std::string type = present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
+  // Settings that change the math from what the layers here compute: noted, so a simulation
+  // still counts the network and a real-math run refuses it (TransformerConfig::unmodelled).
+  std::vector<std::string> unmodelled;
+  auto string_unless = [&](const char* k, std::initializer_list<const char*> modelled) {
+    if (!present(k)) return;
+    if (!j[k].is_string()) throw InputError(file, 0, k, "expected a string, found " + brief(j[k]));
+    const std::string v = j[k].get<std::string>();
+    if (std::find(modelled.begin(), modelled.end(), v) == modelled.end()) unmodelled.push_back(std::string(k) + " " + v);
+  };
+  auto true_unmodelled = [&](const char* k) {
+    if (get_bool(k, false)) unmodelled.push_back(k);
+  };
   TransformerConfig c;
   if (type == "gpt2") {
     c = gpt("", 0, 0, 0, 0);
@@ -265,6 +280,10 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.ffn = get_int({"n_inner"}, false, 0);
     c.vocab = get_int({"vocab_size"}, false, 50257);
     c.norm_eps = get_number("layer_norm_epsilon", 1e-5);
+    string_unless("activation_function", {"gelu_new", "gelu_pytorch_tanh"});  // GELU's tanh approximation
+    true_unmodelled("scale_attn_by_inverse_layer_idx");
+    true_unmodelled("reorder_and_upcast_attn");
+    if (!get_bool("scale_attn_weights", true)) unmodelled.push_back("scale_attn_weights false");
   } else if (type == "llama" || type == "mistral") {
     c = llama("", 0, 0, 0, 0, 0);
     c.layers = get_int({"num_hidden_layers"}, true, 0);
@@ -277,6 +296,26 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.tied_embeddings = get_bool("tie_word_embeddings", false);
     c.norm_eps = get_number("rms_norm_eps", 1e-5);
     c.rope_theta = get_number("rope_theta", 10000);
+    // The shapes: a head size other than hidden / heads would change them all, for the cost
+    // model too; refused rather than counted wrong.
+    if (const int head_dim = get_int({"head_dim"}, false, 0); head_dim != 0 && c.heads > 0 && head_dim * c.heads != c.hidden) {
+      throw InputError(file, 0, "head_dim",
+                       std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
+                           std::to_string(c.hidden) + " / " + std::to_string(c.heads) + ": not modelled");
+    }
+    string_unless("hidden_act", {"silu"});
+    true_unmodelled("attention_bias");
+    true_unmodelled("mlp_bias");
+    if (present("rope_scaling")) {
+      const nlohmann::json& r = j["rope_scaling"];
+      const char* kind = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
+      unmodelled.push_back("rope_scaling" + (r.is_object() && r.contains(kind) && r[kind].is_string()
+                                                 ? " (" + r[kind].get<std::string>() + ")"
+                                                 : std::string()));
+    }
+    if (const int window = get_int({"sliding_window"}, false, 0); window > 0 && window < c.seq) {
+      unmodelled.push_back("sliding_window " + std::to_string(window));
+    }
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
     throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + shown + "'");
@@ -284,6 +323,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   std::string base = file;
   if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
   c.name = type + "(" + base + ")";
+  for (const std::string& u : unmodelled) c.unmodelled += (c.unmodelled.empty() ? "" : ", ") + u;
   try {
     check_transformer_config(c);
   } catch (const InputError& e) {

@@ -173,6 +173,7 @@ Json network_json(const model::Network& n) {
   double stash = 0;
   for (const model::Layer& l : n.layers) stash += l.stashed_bytes;
   j["stashed_activation_bytes_per_sample"] = stash;
+  if (n.architecture && !n.architecture->unmodelled.empty()) j["unmodelled"] = n.architecture->unmodelled;
   return j;
 }
 
@@ -206,6 +207,10 @@ void print_network(std::ostream& out, const model::Network& n) {
   out << "  memory                weights " << u::human_bytes(n.param_bytes()) << "; weights+grads+Adam "
       << u::human_bytes(n.adam_training_state_bytes()) << " (16 B/param); activations "
       << u::human_bytes(stash) << " per sample without recomputation\n";
+  if (n.architecture && !n.architecture->unmodelled.empty()) {
+    out << "  not modelled          " << n.architecture->unmodelled
+        << " (counted as the plain layers; real math refuses it)\n";
+  }
 }
 
 }  // namespace hetflow::tools

@@ -51,6 +51,48 @@ TEST(ZooTransformer, Gpt2ConfigJsonKeys) {
                    1557611200);
 }
 
+// Settings of a config.json that change the math from the layers here are kept as
+// `unmodelled` (the cost model counts the plain layers; real math refuses them), and written
+// with the network, so a plan file carries them. The Llama-3.2-1B config's keys.
+TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
+  const std::string llama32 = R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "head_dim": 64,
+    "hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": true, "vocab_size": 128256,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+  const TransformerConfig c = transformer_from_hf_config(llama32, "config.json");
+  EXPECT_EQ(c.unmodelled, "rope_scaling (llama3)");
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 32768,
+    "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true})", "c.json").unmodelled,
+            "hidden_act gelu, attention_bias, sliding_window 4096");
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+    "activation_function": "relu", "scale_attn_by_inverse_layer_idx": true})", "c.json").unmodelled,
+            "activation_function relu, scale_attn_by_inverse_layer_idx");
+  // What the layers do compute is not noted: the released Llama 2 and GPT-2 configs.
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu",
+    "rope_scaling": null, "sliding_window": null})", "c.json").unmodelled, "");
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+    "activation_function": "gelu_new", "scale_attn_weights": true})", "c.json").unmodelled, "");
+  // A head size that changes the shapes is refused, naming the key.
+  try {
+    transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 5120, "intermediate_size": 14336,
+      "num_attention_heads": 32, "num_hidden_layers": 2, "vocab_size": 100, "head_dim": 128})", "c.json");
+    FAIL() << "expected an InputError";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_EQ(e.field(), "head_dim");
+    EXPECT_NE(std::string(e.what()).find("5120 / 32"), std::string::npos) << e.what();
+  }
+  // Kept through a network file (a plan embeds the network).
+  const Network net = make_transformer(c, Precision::bf16);
+  const Network back = parse_network(write_network(net), "net.yaml");
+  ASSERT_TRUE(back.architecture);
+  EXPECT_EQ(back.architecture->unmodelled, "rope_scaling (llama3)");
+  EXPECT_EQ(back, net);
+}
+
 TEST(ZooTransformer, BertLargeIsAbout340M) {
   // BERT-large encoder + pooler is 335.1M (the HuggingFace BertModel count); the MLM head
   // transform and decoder bias add 1.1M. Devlin et al. quote 340M.
