@@ -107,8 +107,9 @@ class DecoderChunk {
   // input's gradient goes (nullptr on the first chunk, and on a tensor-parallel rank whose
   // input gradient no one receives), overwritten. Under sequence parallelism both are this
   // rank's rows, like Input::input.
-  // dinput_partial (not under sequence parallelism): rank 0 writes the input gradient and
-  // the others zeros, for an all-reduce after the task.
+  // dinput_partial (plans of an earlier hetflow, whose B writes a partial sum; not under
+  // sequence parallelism): rank 0 writes the input gradient and the others zeros, for an
+  // all-reduce after the task. The planner's plans have none: every rank writes it whole.
   // last_of_step: under sequence parallelism, this is the chunk's last backward before its
   // gradients are used (the step's last micro-batch), so the ranks' norm-gain gradients,
   // accumulated on each rank's rows until now, are summed over the ranks (once: call it with

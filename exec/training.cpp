@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -205,6 +206,22 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     std::set<std::string> model_names;  // the whole model's, wherever its chunks run
     for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
       for (const std::string& name : file_names(slot.name)) model_names.insert(name);
+    }
+    // A tied model's file may also hold the head as its own tensor (HuggingFace writes one
+    // when it saves tied weights unshared): taken when it is the embedding, bit for bit.
+    if (const auto head = by_name.find("lm_head.weight"); shape_.tied && head != by_name.end()) {
+      const char* table = shape_.family == DecoderFamily::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+      const NamedTensor* embedding = nullptr;
+      for (const std::string& name : file_names(table)) {
+        if (auto i = by_name.find(name); i != by_name.end()) embedding = i->second;
+      }
+      if (embedding == nullptr || embedding->shape != head->second->shape ||
+          !std::equal(embedding->data.begin(), embedding->data.end(), head->second->data.begin(),
+                      [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
+        throw InputError(init_path, 0, "lm_head.weight",
+                         std::string("differs from ") + table + ", and this model ties the LM head to the embedding");
+      }
+      model_names.insert("lm_head.weight");
     }
     for (const NamedTensor& t : init->tensors) {
       // Parameters the model lacks are refused too: a file for another model.

@@ -42,9 +42,10 @@
 //  - Tensor parallelism (Megatron): a chunk's ranks hold their shares (exec/decoder_params.hpp)
 //    and all-reduce between sublayers inside the compute task, through the back end's
 //    TensorParallelExchange on the plan's tensor-parallel communicator; the plan's own
-//    all-reduce after F adds the ranks' partial outputs, the one after B carries rank 0's
-//    input gradient (the others add zeros: Megatron's last backward all-reduce precedes a
-//    replicated norm). Boundary activations sent in 1/t slices are cut from the whole on
+//    all-reduce after F adds the ranks' partial outputs; the one after B moves no tensor
+//    (each rank's input gradient is whole after the task's own last all-reduce). A plan of
+//    an earlier hetflow whose B writes a partial sum still runs: rank 0 writes the input
+//    gradient and the others zeros, for that all-reduce to add. Boundary activations sent in 1/t slices are cut from the whole on
 //    receipt and all-gathered by the plan's collective. Sequence parallelism: the plan's
 //    all-gather and reduce-scatter around a chunk move real shards; inside the task the
 //    norms and residual adds run on the rank's rows between in-task all-gathers and

@@ -886,6 +886,23 @@ TEST(Training, InitialWeightsComeFromTheFileAndGoBackOut) {
     EXPECT_EQ(e.file(), "wrong.safetensors");
     EXPECT_EQ(e.field(), wrong.tensors[1].name);
   }
+  // A tied model's file that also holds the head as its own tensor: taken when it is the
+  // embedding, refused naming it when it is not.
+  exec::SafetensorsFile with_head = init;
+  const auto wte = std::find_if(init.tensors.begin(), init.tensors.end(),
+                                [](const auto& t) { return t.name == "transformer.wte.weight"; });
+  ASSERT_NE(wte, init.tensors.end());
+  with_head.tensors.push_back({"lm_head.weight", wte->shape, wte->data});
+  exec::Training headed(plan, exec::markov_stream(97, 1), {}, 1, &with_head, "head.safetensors");
+  EXPECT_EQ(headed.weights().tensors.size(), init.tensors.size());
+  with_head.tensors.back().data[3] += 1;
+  try {
+    exec::Training bad(plan, exec::markov_stream(97, 1), {}, 1, &with_head, "head.safetensors");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "lm_head.weight");
+    EXPECT_NE(std::string(e.what()).find("differs from transformer.wte.weight"), std::string::npos) << e.what();
+  }
 }
 
 // The "learns": on the Markov stream a small decoder's loss falls to within 5% of
