@@ -15,8 +15,8 @@
 //    the accounting uses the plan's bytes: DeviceMemoryUse::peak_transient_bytes is the most
 //    transient bytes alive at once on a device, comparable with the plan's memory model
 //    (activations_bytes + buffers_bytes of partition::DeviceMemory).
-//  - The first failure anywhere (a back end throws, a buffer cannot be allocated, a stream
-//    thread cannot start) stops every thread; the result says which task failed and why, and
+//  - The first failure anywhere (a back end throws, a transient tensor's buffer cannot be
+//    allocated, a stream thread cannot start) stops every thread; the result says which task failed and why, and
 //    holds the trace of what completed.
 //  - A watchdog: when no task instance completes for watchdog_s seconds, the run stops and
 //    the result names, per device stream, the task it is at and what it waits for (the

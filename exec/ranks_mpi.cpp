@@ -89,9 +89,10 @@ void abandon(MPI_Request& request, std::vector<std::byte>& data) {
   MPI_Cancel(&request);
   MPI_Request_free(&request);
   static std::mutex mutex;
-  static std::vector<std::vector<std::byte>> kept;
+  // Never destroyed: static destructors run before world()'s MPI_Finalize at exit.
+  static auto* kept = new std::vector<std::vector<std::byte>>();
   std::lock_guard lock(mutex);
-  kept.push_back(std::move(data));
+  kept->push_back(std::move(data));
 }
 
 struct MpiPacket final : Lane::Packet {

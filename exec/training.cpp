@@ -215,7 +215,8 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
       for (const std::string& name : file_names(table)) {
         if (auto i = by_name.find(name); i != by_name.end()) embedding = i->second;
       }
-      if (embedding == nullptr || embedding->shape != head->second->shape ||
+      if (embedding == nullptr) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
+      if (embedding->shape != head->second->shape ||
           !std::equal(embedding->data.begin(), embedding->data.end(), head->second->data.begin(),
                       [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
         throw InputError(init_path, 0, "lm_head.weight",

@@ -306,12 +306,14 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     string_unless("hidden_act", {"silu"});
     true_unmodelled("attention_bias");
     true_unmodelled("mlp_bias");
-    if (present("rope_scaling")) {
+    if (present("rope_scaling")) {  // plain RoPE unless a type other than "default" scales it
       const nlohmann::json& r = j["rope_scaling"];
-      const char* kind = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
-      unmodelled.push_back("rope_scaling" + (r.is_object() && r.contains(kind) && r[kind].is_string()
-                                                 ? " (" + r[kind].get<std::string>() + ")"
-                                                 : std::string()));
+      const char* key = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
+      const std::string kind = r.is_object() && r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : "";
+      const bool unit = r.is_object() && r.contains("factor") && r["factor"].is_number() && r["factor"].get<double>() == 1;
+      if (kind != "default" && !((kind == "linear" || kind == "dynamic") && unit)) {
+        unmodelled.push_back("rope_scaling" + (kind.empty() ? std::string() : " (" + kind + ")"));
+      }
     }
     if (const int window = get_int({"sliding_window"}, false, 0); window > 0 && window < c.seq) {
       unmodelled.push_back("sliding_window " + std::to_string(window));

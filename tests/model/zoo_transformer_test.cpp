@@ -74,6 +74,17 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu",
     "rope_scaling": null, "sliding_window": null})", "c.json").unmodelled, "");
+  for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "linear", "factor": 1.0})"}) {
+    EXPECT_EQ(transformer_from_hf_config(std::string(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "rope_scaling": )") + plain + "}", "c.json")
+                  .unmodelled,
+              "")
+        << plain;
+  }
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "rope_scaling": {"type": "linear", "factor": 4}})",
+                                       "c.json").unmodelled,
+            "rope_scaling (linear)");
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
     "activation_function": "gelu_new", "scale_attn_weights": true})", "c.json").unmodelled, "");
   // A head size that changes the shapes is refused, naming the key.

@@ -217,11 +217,11 @@ TEST(Ranks, AFailureOnOneRankStopsThemAll) {
   EXPECT_LT(r.trace.events.size(), plan.tasks.size() * 3);
 }
 
-// A receive removed from its program (validation bypassed): its sender on one rank waits for
-// ever, and so do the ranks after it. Every rank reports where its streams are.
-TEST(Ranks, AStallIsReportedByEveryRank) {
+// The plan with its first receive on device 1 removed (`removed` says which task it was),
+// validation bypassed.
+Plan without_a_receive(int& removed) {
   Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 2, "1f1b"));
-  int removed = -1;
+  removed = -1;
   for (partition::StreamProgram& s : plan.programs[1]) {  // rank 1's device: the sender is rank 0's
     for (size_t k = 0; k < s.tasks.size() && removed < 0; ++k) {
       if (plan.tasks[static_cast<size_t>(s.tasks[k])].kind != TaskKind::recv) continue;
@@ -229,13 +229,26 @@ TEST(Ranks, AStallIsReportedByEveryRank) {
       s.tasks.erase(s.tasks.begin() + static_cast<std::ptrdiff_t>(k));
     }
   }
-  ASSERT_GE(removed, 0);
+  return plan;
+}
+
+// The plan's proxies over the ranks.
+exec::RunResult run_proxies(const Plan& plan, double watchdog_s) {
   exec::CpuBackend backend({1, 64 * 1024}, nullptr, &ranks());
   exec::EngineOptions e;
-  e.watchdog_s = 1;
+  e.watchdog_s = watchdog_s;
   e.ranks = &ranks();
+  return exec::run_plan(plan, backend, e);
+}
+
+// Without the receive, its sender on one rank waits for ever, and so do the ranks after it.
+// Every rank reports where its streams are.
+TEST(Ranks, AStallIsReportedByEveryRank) {
+  int removed = -1;
+  const Plan plan = without_a_receive(removed);
+  ASSERT_GE(removed, 0);
   const auto start = std::chrono::steady_clock::now();
-  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  const exec::RunResult r = run_proxies(plan, 1);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15);
   EXPECT_FALSE(r.completed);
   EXPECT_TRUE(r.stalled);
@@ -246,16 +259,14 @@ TEST(Ranks, AStallIsReportedByEveryRank) {
   EXPECT_NE(r.error.find("recv #" + std::to_string(removed)), std::string::npos) << r.error;
 }
 
-// The run before (AStallIsReportedByEveryRank) left a message its receiver never took: MPI
-// cannot withdraw a send. The next run in this process must not take it for one of its own
-// (every later receive would then be one message behind, and the last send never taken).
+// A stalled run leaves a message its receiver never took: MPI cannot withdraw a send. The
+// next run in this process must not take it for one of its own (every later receive would
+// then be one message behind, and the last send never taken).
 TEST(Ranks, ARunAfterAStalledOneMeetsOnlyItsOwnMessages) {
-  const Plan plan = test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 2, "1f1b"));
-  exec::CpuBackend backend({1, 64 * 1024}, nullptr, &ranks());
-  exec::EngineOptions e;
-  e.watchdog_s = 5;
-  e.ranks = &ranks();
-  const exec::RunResult r = exec::run_plan(plan, backend, e);
+  int removed = -1;
+  ASSERT_TRUE(run_proxies(without_a_receive(removed), 1).stalled);
+  const exec::RunResult r =
+      run_proxies(test_support::planned(model::cpu_cluster(4), gpt(4, 2), options(4, 1, 2, "1f1b")), 5);
   EXPECT_TRUE(r.completed) << r.error;
 }
 
