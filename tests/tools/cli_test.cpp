@@ -71,6 +71,21 @@ TEST(Cli, TheReadmesExampleClustersRead) {
   }
 }
 
+// A config.json's settings the layers leave out, as describe says them (text and --json);
+// a network without any has no such line or key.
+TEST(Cli, DescribeSaysWhatAConfigAsksForThatIsNotModelled) {
+  const std::string config = HETFLOW_SOURCE_DIR "/tests/fuzz/corpus/hf_config/llama32_rope_scaling.json";
+  const auto text = run_hetflow("describe --model " + config);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("not modelled          rope_scaling (llama3)"), std::string::npos) << text.out;
+  const auto json = run_hetflow("describe --model " + config + " --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["unmodelled"], "rope_scaling (llama3)");
+  const auto plain = run_hetflow("describe --model llama2-7b --json");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out)["network"].contains("unmodelled"));
+}
+
 // Linking cuBLAS made every process ~200 MiB resident before main, only for GPU GEMMs
 // (kernels/cublas_loader.hpp). Simulating or training on the CPU must never open it; the
 // dynamic loader's own log (LD_DEBUG=files) names every library a process opens, linked or not.
