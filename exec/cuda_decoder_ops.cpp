@@ -180,11 +180,13 @@ void CudaDecoderOps::swiglu_backward(float* dgate, float* dup, const float* dy, 
                                      long n) const {
   check(k::swiglu_backward_cuda(dgate, dup, dy, gate, up, n, stream_), "swiglu_backward");
 }
-void CudaDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const {
-  check(k::rope_forward_cuda(x, N, T, heads, head_dim, theta, stream_), "rope_forward");
+void CudaDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim,
+                                  const kernels::RopeFrequencies& rope) const {
+  check(k::rope_forward_cuda(x, N, T, heads, head_dim, rope, stream_), "rope_forward");
 }
-void CudaDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const {
-  check(k::rope_backward_cuda(dx, N, T, heads, head_dim, theta, stream_), "rope_backward");
+void CudaDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim,
+                                   const kernels::RopeFrequencies& rope) const {
+  check(k::rope_backward_cuda(dx, N, T, heads, head_dim, rope, stream_), "rope_backward");
 }
 void CudaDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
                                        int B, int T, int NH, int NKV, int HS) const {

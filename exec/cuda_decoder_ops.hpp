@@ -70,8 +70,10 @@ class CudaDecoderOps final : public DecoderOps {
   void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                        long n) const override;
-  void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const override;
-  void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const override;
+  void rope_forward(float* x, int N, int T, int heads, int head_dim,
+                    const kernels::RopeFrequencies& rope) const override;
+  void rope_backward(float* dx, int N, int T, int heads, int head_dim,
+                     const kernels::RopeFrequencies& rope) const override;
   void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
                          int NH, int NKV, int HS) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,

@@ -74,7 +74,8 @@ size_t sz(long long n) { return static_cast<size_t>(n); }
 // Under sequence parallelism the residual stream is this rank's RS rows, from row R0.
 struct Dims {
   int B, T, N, C, NH, NKV, HS, QD, KV, F, V, V0;
-  float eps, theta;
+  float eps;
+  kernels::RopeFrequencies rope;
   bool gpt;
   int tp, rank;
   TensorParallelGroup* group;
@@ -119,7 +120,7 @@ struct Dims {
 Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
              TensorParallelGroup* group, const DecoderOps& ops) {
   Dims d{samples, s.S, samples * s.S, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
-         s.eps, s.theta, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
+         s.eps, s.rope, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
          /*sp=*/false, /*R0=*/0, /*RS=*/samples * s.S, /*parts=*/{}};
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -197,8 +198,8 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   ops.linear_forward(a.k.data(), n1.data(), w + p.k_w, at(w, p.k_b), d.N, d.C, d.KV);
   ops.linear_forward(a.v.data(), n1.data(), w + p.v_w, at(w, p.v_b), d.N, d.C, d.KV);
   if (!d.gpt) {
-    ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.theta);
-    ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.theta);
+    ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.rope);
+    ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.rope);
   }
   a.att = ops.floats(sz(1LL * d.N * d.QD));
   a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
@@ -302,8 +303,8 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
   ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
                          a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS);
   if (!d.gpt) {
-    ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.theta);
-    ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.theta);
+    ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.rope);
+    ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.rope);
   }
   const Floats dn1_whole = ops.zeros(d.whole_floats());
   ops.linear_backward_input(dn1_whole.data(), dq.data(), w + p.q_w, d.N, d.C, d.QD);

@@ -111,11 +111,13 @@ void CpuDecoderOps::swiglu_backward(float* dgate, float* dup, const float* dy, c
                                     long n) const {
   k::swiglu_backward(dgate, dup, dy, gate, up, n);
 }
-void CpuDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const {
-  k::rope_forward(x, N, T, heads, head_dim, theta);
+void CpuDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim,
+                                 const kernels::RopeFrequencies& rope) const {
+  k::rope_forward(x, N, T, heads, head_dim, rope);
 }
-void CpuDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const {
-  k::rope_backward(dx, N, T, heads, head_dim, theta);
+void CpuDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim,
+                                  const kernels::RopeFrequencies& rope) const {
+  k::rope_backward(dx, N, T, heads, head_dim, rope);
 }
 void CpuDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
                                       int B, int T, int NH, int NKV, int HS) const {

@@ -19,6 +19,8 @@
 #include <span>
 #include <string>
 
+#include "kernels/rope_frequencies.hpp"
+
 namespace hetflow::exec {
 
 // n elements of T in some DecoderOps' memory: a shared handle (copies share the elements),
@@ -108,8 +110,10 @@ class DecoderOps {
   virtual void swiglu_forward(float* y, const float* gate, const float* up, long n) const = 0;
   virtual void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                                long n) const = 0;
-  virtual void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const = 0;
-  virtual void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const = 0;
+  virtual void rope_forward(float* x, int N, int T, int heads, int head_dim,
+                            const kernels::RopeFrequencies& rope) const = 0;
+  virtual void rope_backward(float* dx, int N, int T, int heads, int head_dim,
+                             const kernels::RopeFrequencies& rope) const = 0;
   virtual void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B,
                                  int T, int NH, int NKV, int HS) const = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
@@ -186,8 +190,10 @@ class CpuDecoderOps : public DecoderOps {
   void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
                        long n) const override;
-  void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) const override;
-  void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) const override;
+  void rope_forward(float* x, int N, int T, int heads, int head_dim,
+                    const kernels::RopeFrequencies& rope) const override;
+  void rope_backward(float* dx, int N, int T, int heads, int head_dim,
+                     const kernels::RopeFrequencies& rope) const override;
   void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
                          int NH, int NKV, int HS) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,

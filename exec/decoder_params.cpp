@@ -33,12 +33,47 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   s.V = c.vocab;
   s.S = c.seq;
   s.eps = static_cast<float>(c.norm_eps);
-  s.theta = static_cast<float>(c.rope_theta);
   s.tied = c.tied_embeddings;
   if (gpt2 && !c.biases) refuse("GPT-2 style layers here carry biases");
   if (gpt2 && s.NKV != s.NH) refuse("GPT-2 style attention has one key/value head per query head");
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
+  if (llama) s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, s.HS);
+  if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
   return s;
+}
+
+kernels::RopeFrequencies rope_frequencies(double theta, const model::RopeScaling& scaling, int seq, int head_dim) {
+  using Scaling = kernels::RopeFrequencies::Scaling;
+  kernels::RopeFrequencies r;
+  r.theta = theta;
+  r.factor = scaling.factor;
+  if (scaling.type == "linear") {
+    r.scaling = Scaling::linear;
+  } else if (scaling.type == "llama3") {
+    r.scaling = Scaling::llama3;
+    r.low_freq_factor = scaling.low_freq_factor;
+    r.high_freq_factor = scaling.high_freq_factor;
+    r.original_positions = scaling.original_positions;
+  } else if (scaling.type == "dynamic") {
+    // HuggingFace's dynamic NTK: plain RoPE up to the trained context L; a longer sequence of
+    // T tokens raises the base to theta (factor T / L - (factor - 1))^(d / (d - 2)).
+    r.factor = 1;
+    if (seq > scaling.original_positions) {
+      if (head_dim <= 2) {
+        throw PlanError("dynamic rope_scaling beyond the trained context needs a head size above 2, found " +
+                        std::to_string(head_dim));
+      }
+      const double d = head_dim;
+      r.theta = theta * std::pow(scaling.factor * seq / scaling.original_positions - (scaling.factor - 1), d / (d - 2));
+    }
+  } else if (!scaling.type.empty()) {
+    throw PlanError("rope_scaling type '" + scaling.type + "' is not one the real math covers");
+  }
+  if (!kernels::rope_frequencies_valid(r)) {
+    throw PlanError("rope_scaling gives rotary frequencies that are not finite and positive (theta " +
+                    std::to_string(r.theta) + ")");
+  }
+  return r;
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rope_frequencies.hpp"
 #include "model/network.hpp"
 
 namespace hetflow::exec {
@@ -88,12 +89,18 @@ struct DecoderShape {
   DecoderFamily family = DecoderFamily::gpt2;
   int layers = 0;  // transformer blocks (the network has layers + 2)
   int C = 0, NH = 0, NKV = 0, HS = 0, F = 0, V = 0, S = 0;
-  float eps = 1e-5f, theta = 10000;
+  float eps = 1e-5f;
+  kernels::RopeFrequencies rope;  // LLaMA's rotary frequencies, rope_scaling resolved for S
   bool tied = true;
 };
 
 // Throws PlanError (naming what) when the config is not one the real math covers.
 DecoderShape decoder_shape(const model::TransformerConfig& c);
+
+// The rotary frequencies of a config's rope_theta and rope_scaling for sequences of `seq`
+// tokens and heads of head_dim (dynamic NTK scaling resolves to a larger theta when seq
+// exceeds the trained context). Throws PlanError when they are not usable.
+kernels::RopeFrequencies rope_frequencies(double theta, const model::RopeScaling& scaling, int seq, int head_dim);
 
 // Rank `tp_rank` of `tp` (throws PlanError when tp does not divide the key/value heads).
 ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end, int tp_rank = 0, int tp = 1);

@@ -16,15 +16,17 @@ std::size_t at(long row, long width) { return static_cast<std::size_t>(row) * st
 
 // Rotates every pair of every head by sign * its angle: +1 is the forward, -1 its inverse
 // (the transpose of a rotation is the rotation back, so also the gradient).
-void rope_rotate(float* x, int N, int T, int heads, int head_dim, float theta, double sign) {
+void rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign) {
   if (N <= 0 || T <= 0) return;
   const int half = head_dim / 2;
   const int positions = std::min(N, T);
   // One table of cos and sin per (position, pair), shared by every row and head at that position.
   std::vector<double> cosines(at(positions, half)), sines(at(positions, half));
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[static_cast<std::size_t>(i)] = rope_inv_freq(rope, i, head_dim);
   for (int pos = 0; pos < positions; ++pos) {
     for (int i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      const double angle = pos * inv_freq[static_cast<std::size_t>(i)];
       cosines[at(pos, half) + static_cast<std::size_t>(i)] = std::cos(angle);
       sines[at(pos, half) + static_cast<std::size_t>(i)] = sign * std::sin(angle);
     }
@@ -104,13 +106,13 @@ void add_triangle_transposed(float* out, int ld_out, const float* a, int T, cons
 
 }  // namespace
 
-void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta) {
-  rope_rotate(x, N, T, heads, head_dim, theta, 1.0);
+void rope_forward(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope) {
+  rope_rotate(x, N, T, heads, head_dim, rope, 1.0);
 }
 
-void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta) {
+void rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope) {
   if (dx == nullptr) return;
-  rope_rotate(dx, N, T, heads, head_dim, theta, -1.0);
+  rope_rotate(dx, N, T, heads, head_dim, rope, -1.0);
 }
 
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,

@@ -72,13 +72,14 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dy
 // One block per row n (position n % T). The block first computes the row's cosines and sines
 // in double into shared memory (cos at [0, half), sign * sin at [half, 2 half)), as the
 // reference's table, then rotates every pair of every head in double, rounding once. The
-// double operations are the reference's, without fused multiply-adds.
-__global__ void rope_kernel(float* x, int T, int heads, int head_dim, double theta, double sign) {
+// double operations are the reference's, without fused multiply-adds (nvcc may fuse those of
+// rope_inv_freq's llama3 blend: a double's last bit, far below fp32's).
+__global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFrequencies frequencies, double sign) {
   extern __shared__ double table[];
   const int half = head_dim / 2;
   const int pos = static_cast<int>(blockIdx.x % static_cast<unsigned int>(T));
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = __dmul_rn(pos, pow(theta, -2.0 * i / head_dim));
+    const double angle = __dmul_rn(pos, rope_inv_freq(frequencies, i, head_dim));
     double s, c;
     sincos(angle, &s, &c);
     table[i] = c;
@@ -147,9 +148,10 @@ Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* g
   return cuda::launched();
 }
 
-Status rope_rotate(float* x, int N, int T, int heads, int head_dim, float theta, double sign, CudaStream stream) {
+Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
+                   CudaStream stream) {
   const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
-  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, theta, sign);
+  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
   return cuda::launched();
 }
 

@@ -15,6 +15,7 @@
 // - Deterministic: the same inputs give bitwise the same outputs on every call (loops and
 //   reductions run in a fixed order; OpenBLAS's sgemm is called with the caller's single
 //   thread). Row reductions in the norms, softmaxes and cross-entropy accumulate in double.
+#include "kernels/rope_frequencies.hpp"
 
 namespace hetflow::kernels {
 
@@ -59,12 +60,13 @@ void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gat
 
 // Rotary position embedding, HuggingFace's rotate-half convention, in place. x holds N = B*T rows of
 // `heads` heads of head_dim (even) values; the position of row n is n % T. For i < head_dim/2 the pair
-// (x[i], x[i + head_dim/2]) of each head is rotated by the angle pos * theta^(-2i/head_dim):
+// (x[i], x[i + head_dim/2]) of each head is rotated by the angle pos * rope_inv_freq(rope, i, head_dim)
+// (theta^(-2i/head_dim) unless `rope` rescales it: rope_frequencies.hpp):
 // x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin. Angles, cosines and sines are computed in double.
-void rope_forward(float* x, int N, int T, int heads, int head_dim, float theta);
+void rope_forward(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope);
 // The gradient through rope_forward (the inverse rotation), in place on dx: not accumulated,
 // since the operation has no other input to take a gradient.
-void rope_backward(float* dx, int N, int T, int heads, int head_dim, float theta);
+void rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope);
 
 // Causal self-attention with grouped-query heads: q [B,T,NH,HS], k and v [B,T,NKV,HS] (NH % NKV == 0;
 // query head h reads kv head h / (NH / NKV), as HuggingFace's repeat_kv), scores scaled by 1/sqrt(HS),

@@ -257,25 +257,29 @@ Status swiglu_backward_cuda(float* dgate, float* dup, const float* dy, const flo
 
 namespace {
 
-Status rope(float* x, int N, int T, int heads, int head_dim, float theta, double sign, CudaStream stream) {
+Status rope(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
+            CudaStream stream) {
   if (N < 0 || T < 0 || heads < 0 || head_dim < 0 || head_dim % 2 != 0) return Status::invalid_value;
   if (x == nullptr && sign < 0) return Status::success;  // rope_backward skips a gradient not wanted
   if (N == 0 || heads == 0 || head_dim == 0) return Status::success;
-  if (T == 0 || head_dim > 6144 || x == nullptr || !fits_int(static_cast<long long>(heads) * head_dim)) {
+  if (T == 0 || head_dim > 6144 || x == nullptr || !fits_int(static_cast<long long>(heads) * head_dim) ||
+      !rope_frequencies_valid(frequencies)) {
     return Status::invalid_value;
   }
   HETFLOW_CHECK_READY();
-  return launch::rope_rotate(x, N, T, heads, head_dim, theta, sign, stream);
+  return launch::rope_rotate(x, N, T, heads, head_dim, frequencies, sign, stream);
 }
 
 }  // namespace
 
-Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, float theta, CudaStream stream) {
-  return rope(x, N, T, heads, head_dim, theta, 1.0, stream);
+Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies,
+                         CudaStream stream) {
+  return rope(x, N, T, heads, head_dim, frequencies, 1.0, stream);
 }
 
-Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, float theta, CudaStream stream) {
-  return rope(dx, N, T, heads, head_dim, theta, -1.0, stream);
+Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies,
+                          CudaStream stream) {
+  return rope(dx, N, T, heads, head_dim, frequencies, -1.0, stream);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/rope_frequencies.hpp"
 #include "kernels/status.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
@@ -176,11 +177,14 @@ Status swiglu_forward_cuda(float* y, const float* gate, const float* up, long n,
 Status swiglu_backward_cuda(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
                             CudaStream stream);
 
-// RoPE, in place, as rope_forward / rope_backward: angles pos * theta^(-2i/head_dim), their
-// cosines and sines, and the rotation all in double (one block per row computes the row's
-// table in shared memory), rounded to fp32 once. head_dim even and at most 6144.
-Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, float theta, CudaStream stream);
-Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, float theta, CudaStream stream);
+// RoPE, in place, as rope_forward / rope_backward: angles pos * rope_inv_freq(rope, i, head_dim)
+// (the reference's own function), their cosines and sines, and the rotation all in double (one
+// block per row computes the row's table in shared memory), rounded to fp32 once. head_dim even
+// and at most 6144.
+Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
+                         CudaStream stream);
+Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
+                          CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
 // Causal grouped-query attention, as attention_forward / attention_backward (same layouts;

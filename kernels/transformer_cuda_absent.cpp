@@ -59,7 +59,7 @@ Status swiglu_forward(float*, const float*, const float*, long, CudaStream) { re
 Status swiglu_backward(float*, float*, const float*, const float*, const float*, long, CudaStream) {
   return Status::not_built;
 }
-Status rope_rotate(float*, int, int, int, int, float, double, CudaStream) { return Status::not_built; }
+Status rope_rotate(float*, int, int, int, int, const RopeFrequencies&, double, CudaStream) { return Status::not_built; }
 Status attention_forward(float*, float*, const float*, const float*, const float*, int, int, int, int, int,
                          CudaStream) {
   return Status::not_built;

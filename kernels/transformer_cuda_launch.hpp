@@ -58,7 +58,8 @@ Status swiglu_forward(float* y, const float* gate, const float* up, long n, Cuda
 Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
                        CudaStream stream);
 // sign +1: the forward rotation; -1: its inverse (the gradient).
-Status rope_rotate(float* x, int N, int T, int heads, int head_dim, float theta, double sign, CudaStream stream);
+Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign,
+                   CudaStream stream);
 Status attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
                          int NKV, int HS, CudaStream stream);
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,

@@ -86,6 +86,20 @@ struct Layer {
   bool operator==(const Layer&) const = default;
 };
 
+// HuggingFace's `rope_scaling`: how rotary frequencies are rescaled to stretch a model's
+// context. Only the rotation angles change (not the FLOPs or the shapes).
+struct RopeScaling {
+  // "" (plain RoPE), "linear" (frequencies / factor), "dynamic" (NTK: theta grows when seq
+  // exceeds original_positions) or "llama3" (Llama 3.1's bands of wavelengths).
+  std::string type;
+  double factor = 1;
+  double low_freq_factor = 1, high_freq_factor = 4;  // llama3
+  // llama3: original_max_position_embeddings; dynamic: the max_position_embeddings the
+  // model was trained with. 0 for the other types.
+  int original_positions = 0;
+  bool operator==(const RopeScaling&) const = default;
+};
+
 // A transformer stack. Decoders (GPT, LLaMA) and encoders (BERT) share it; the flags say
 // which variant of each part is used.
 struct TransformerConfig {
@@ -105,7 +119,8 @@ struct TransformerConfig {
   bool dropout = true;            // dropout masks are stashed for backward
   double norm_eps = 1e-5;         // LayerNorm/RMSNorm epsilon (HF layer_norm_epsilon, rms_norm_eps)
   double rope_theta = 10000;      // rotary base (HF rope_theta); unused with learned positions
-  // What of the source's settings these layers leave out, e.g. "rope_scaling (llama3),
+  RopeScaling rope_scaling;       // plain unless a config asks for more
+  // What of the source's settings these layers leave out, e.g. "rope_scaling (yarn),
   // sliding_window 4096" from a HuggingFace config.json: the cost model still counts the
   // network, but its real training math is not this (exec refuses it). Empty: nothing.
   std::string unmodelled;

@@ -133,6 +133,24 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   return l;
 }
 
+// `rope_scaling:` of an architecture, HuggingFace's keys but original_positions.
+RopeScaling parse_rope_scaling(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  RopeScaling s;
+  s.type = r.string("type");
+  s.factor = r.number("factor", 0);
+  s.low_freq_factor = r.number_or("low_freq_factor", 1, 0);
+  s.high_freq_factor = r.number_or("high_freq_factor", 4, 0);
+  s.original_positions = r.int_or("original_positions", 0, 0, limits::kMaxSeq);
+  r.finish();
+  try {
+    check_rope_scaling(s);
+  } catch (const InputError& e) {
+    r.fail(e.field().substr(std::string("rope_scaling.").size()), e.message());
+  }
+  return s;
+}
+
 // `architecture:` of a transformer stack: the shapes an executor builds real layers from.
 // Norm and MLP kinds are written as words (layernorm|rmsnorm, gelu|swiglu), not flags.
 TransformerConfig parse_architecture(const YAML::Node& node, const std::string& file, const std::string& name) {
@@ -158,6 +176,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.dropout = r.boolean_or("dropout", true);
   c.norm_eps = r.number_or("norm_eps", 1e-5, 0, 1);
   c.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
+  if (r.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(r.get("rope_scaling"), file, r.field("rope_scaling"));
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
   c.unmodelled = r.string_or("unmodelled", "");
@@ -267,6 +286,17 @@ std::string write_network(const Network& n) {
     // their bytes (and fingerprints).
     if (c.norm_eps != 1e-5) out << YAML::Key << "norm_eps" << YAML::Value << units::format_number(c.norm_eps);
     if (c.rope_theta != 10000) out << YAML::Key << "rope_theta" << YAML::Value << units::format_number(c.rope_theta);
+    if (const RopeScaling& s = c.rope_scaling; !s.type.empty()) {
+      out << YAML::Key << "rope_scaling" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      out << YAML::Key << "type" << YAML::Value << s.type;
+      out << YAML::Key << "factor" << YAML::Value << units::format_number(s.factor);
+      if (s.type == "llama3") {
+        out << YAML::Key << "low_freq_factor" << YAML::Value << units::format_number(s.low_freq_factor);
+        out << YAML::Key << "high_freq_factor" << YAML::Value << units::format_number(s.high_freq_factor);
+      }
+      if (s.original_positions != 0) out << YAML::Key << "original_positions" << YAML::Value << s.original_positions;
+      out << YAML::EndMap;
+    }
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;
   }

@@ -306,12 +306,38 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     string_unless("hidden_act", {"silu"});
     true_unmodelled("attention_bias");
     true_unmodelled("mlp_bias");
-    if (present("rope_scaling")) {  // plain RoPE unless a type other than "default" scales it
+    if (present("rope_scaling")) {
       const nlohmann::json& r = j["rope_scaling"];
       const char* key = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
       const std::string kind = r.is_object() && r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : "";
-      const bool unit = r.is_object() && r.contains("factor") && r["factor"].is_number() && r["factor"].get<double>() == 1;
-      if (kind != "default" && !((kind == "linear" || kind == "dynamic") && unit)) {
+      auto number = [&](const char* k) {
+        const std::string field = std::string("rope_scaling.") + k;
+        if (!r.contains(k)) throw InputError(file, 0, field, "is required for " + kind + " scaling");
+        const nlohmann::json& v = r[k];
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
+          throw InputError(file, 0, field, "expected a number > 0, found " + brief(v));
+        }
+        return v.get<double>();
+      };
+      RopeScaling& s = c.rope_scaling;
+      if (kind == "linear" || kind == "dynamic" || kind == "llama3") {
+        s.type = kind;
+        s.factor = number("factor");
+      }
+      if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
+      if (kind == "llama3") {
+        s.low_freq_factor = number("low_freq_factor");
+        s.high_freq_factor = number("high_freq_factor");
+        const double original = number("original_max_position_embeddings");
+        if (original != std::floor(original) || original > std::numeric_limits<int>::max()) {
+          throw InputError(file, 0, "rope_scaling.original_max_position_embeddings",
+                           "expected a whole number, found " + brief(r["original_max_position_embeddings"]));
+        }
+        s.original_positions = static_cast<int>(original);
+      }
+      // A factor of 1 stretches nothing (llama3's bands then all keep their frequencies).
+      if (s.factor == 1) s = RopeScaling{};
+      if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3") {
         unmodelled.push_back("rope_scaling" + (kind.empty() ? std::string() : " (" + kind + ")"));
       }
     }

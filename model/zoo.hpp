@@ -11,6 +11,8 @@ namespace hetflow::model {
 
 // Throws InputError (file "<spec>") naming the first field that is not usable.
 void check_transformer_config(const TransformerConfig& config);
+// The same for its rope_scaling alone (fields "rope_scaling.<key>"), which it includes.
+void check_rope_scaling(const RopeScaling& scaling);
 
 // Layers: "embedding", then `layers` x "transformer", then "head" (final norm + LM/MLM head).
 Network make_transformer(const TransformerConfig& config, Precision precision);

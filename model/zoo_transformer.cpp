@@ -3,10 +3,12 @@
 // softmax and activations are O(s*h) and left out. Activation memory follows Korthikanti et
 // al. (2022), "Reducing Activation Recomputation in Large Transformer Models", section 4.1,
 // generalised to grouped-query attention, gated MLPs and dropout-free models.
+#include <cmath>
 #include <string>
 
 #include "model/error.hpp"
 #include "model/limits.hpp"
+#include "model/units.hpp"
 #include "model/zoo.hpp"
 
 namespace hetflow::model {
@@ -154,6 +156,39 @@ void check_transformer_config(const TransformerConfig& c) {
   if (c.heads % kv != 0) {
     throw InputError("<spec>", 0, "kv_heads", "expected a divisor of heads=" + std::to_string(c.heads) +
                                                   ", found " + std::to_string(c.kv_heads));
+  }
+  check_rope_scaling(c.rope_scaling);
+}
+
+void check_rope_scaling(const RopeScaling& r) {
+  auto fail = [](const std::string& field, const std::string& why) {
+    throw InputError("<spec>", 0, "rope_scaling." + field, why);
+  };
+  auto number = [](double x) { return units::format_number(x); };
+  if (r.type.empty()) {
+    if (!(r == RopeScaling{})) fail("type", "is required when other rope_scaling settings are given");
+    return;
+  }
+  if (r.type != "linear" && r.type != "dynamic" && r.type != "llama3") {
+    fail("type", "expected linear, dynamic or llama3, found '" + r.type + "'");
+  }
+  if (!(r.factor > 0) || !std::isfinite(r.factor)) fail("factor", "expected a number > 0, found " + number(r.factor));
+  if (r.type == "linear") {
+    if (r.original_positions != 0) fail("original_positions", "is not a setting of linear scaling");
+  } else if (r.original_positions <= 0) {
+    fail("original_positions", "expected a whole number > 0 for " + r.type + " scaling, found " +
+                                   std::to_string(r.original_positions));
+  }
+  if (r.type == "llama3") {
+    if (!(r.low_freq_factor > 0) || !std::isfinite(r.low_freq_factor)) {
+      fail("low_freq_factor", "expected a number > 0, found " + number(r.low_freq_factor));
+    }
+    if (!(r.high_freq_factor > r.low_freq_factor) || !std::isfinite(r.high_freq_factor)) {
+      fail("high_freq_factor", "expected a number above low_freq_factor=" + number(r.low_freq_factor) + ", found " +
+                                   number(r.high_freq_factor));
+    }
+  } else if (r.low_freq_factor != 1 || r.high_freq_factor != 4) {
+    fail(r.low_freq_factor != 1 ? "low_freq_factor" : "high_freq_factor", "is a setting of llama3 scaling only");
   }
 }
 

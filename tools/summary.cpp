@@ -174,6 +174,19 @@ Json network_json(const model::Network& n) {
   for (const model::Layer& l : n.layers) stash += l.stashed_bytes;
   j["stashed_activation_bytes_per_sample"] = stash;
   if (n.architecture && !n.architecture->unmodelled.empty()) j["unmodelled"] = n.architecture->unmodelled;
+  if (n.architecture && !n.architecture->rope_scaling.type.empty()) {
+    const model::RopeScaling& s = n.architecture->rope_scaling;
+    Json r;
+    r["type"] = s.type;
+    r["factor"] = s.factor;
+    if (s.type == "llama3") {
+      r["low_freq_factor"] = s.low_freq_factor;
+      r["high_freq_factor"] = s.high_freq_factor;
+    }
+    if (s.original_positions > 0) r["original_positions"] = s.original_positions;
+    j["rope_theta"] = n.architecture->rope_theta;
+    j["rope_scaling"] = r;
+  }
   return j;
 }
 
@@ -207,6 +220,18 @@ void print_network(std::ostream& out, const model::Network& n) {
   out << "  memory                weights " << u::human_bytes(n.param_bytes()) << "; weights+grads+Adam "
       << u::human_bytes(n.adam_training_state_bytes()) << " (16 B/param); activations "
       << u::human_bytes(stash) << " per sample without recomputation\n";
+  if (n.architecture && !n.architecture->rope_scaling.type.empty()) {
+    const model::RopeScaling& s = n.architecture->rope_scaling;
+    out << "  rotary positions      theta " << u::format_number(n.architecture->rope_theta) << ", " << s.type
+        << " scaling x" << u::format_number(s.factor);
+    if (s.type == "llama3") {
+      out << " of wavelengths above " << u::format_number(s.original_positions / s.low_freq_factor)
+          << " positions, blended down to " << u::format_number(s.original_positions / s.high_freq_factor);
+    } else if (s.type == "dynamic") {
+      out << " beyond " << s.original_positions << " positions";
+    }
+    out << "\n";
+  }
   if (n.architecture && !n.architecture->unmodelled.empty()) {
     out << "  not modelled          " << n.architecture->unmodelled
         << " (counted as the plain layers; real math refuses it)\n";

@@ -124,8 +124,10 @@ class GuardedOps final : public exec::CpuDecoderOps {
   HETFLOW_GUARDED(void, swiglu_backward,
                   (float* dg, float* du, const float* dy, const float* g, const float* u, long n),
                   (dg, du, dy, g, u, n))
-  HETFLOW_GUARDED(void, rope_forward, (float* x, int N, int T, int h, int hd, float theta), (x, N, T, h, hd, theta))
-  HETFLOW_GUARDED(void, rope_backward, (float* dx, int N, int T, int h, int hd, float theta), (dx, N, T, h, hd, theta))
+  HETFLOW_GUARDED(void, rope_forward, (float* x, int N, int T, int h, int hd, const kernels::RopeFrequencies& rope),
+                  (x, N, T, h, hd, rope))
+  HETFLOW_GUARDED(void, rope_backward, (float* dx, int N, int T, int h, int hd, const kernels::RopeFrequencies& rope),
+                  (dx, N, T, h, hd, rope))
   HETFLOW_GUARDED(void, attention_forward,
                   (float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
                    int NKV, int HS),

@@ -145,6 +145,44 @@ TEST(DecoderParams, UncoveredFamiliesAreRefusedWithTheReason) {
   }
 }
 
+// A config's rope_scaling becomes the kernels' frequencies for the plan's sequence length:
+// linear and llama3 as given; dynamic NTK as plain RoPE up to the trained context and, beyond
+// it, a base raised by HuggingFace's (factor T / L - (factor - 1))^(d / (d - 2)).
+TEST(DecoderParams, RopeScalingBecomesTheFrequenciesOfTheSequence) {
+  using Scaling = kernels::RopeFrequencies::Scaling;
+  model::TransformerConfig c = *odd_llama().architecture;  // head size 8, seq 11
+  c.rope_scaling = {"llama3", 8, 1, 4, 8192};
+  const kernels::RopeFrequencies llama3 = exec::decoder_shape(c).rope;
+  EXPECT_EQ(llama3.scaling, Scaling::llama3);
+  EXPECT_EQ(llama3.theta, 10000);
+  EXPECT_EQ(llama3.factor, 8);
+  EXPECT_EQ(llama3.original_positions, 8192);
+  c.rope_scaling = {"linear", 2.5, 1, 4, 0};
+  EXPECT_EQ(exec::decoder_shape(c).rope.scaling, Scaling::linear);
+  // 16 tokens against a trained context of 8, factor 2: 10000 (2 * 16 / 8 - 1)^(8 / 6) = 10000 * 3^(4/3).
+  const kernels::RopeFrequencies dynamic = exec::rope_frequencies(10000, {"dynamic", 2, 1, 4, 8}, 16, 8);
+  EXPECT_EQ(dynamic.scaling, Scaling::none);
+  EXPECT_NEAR(dynamic.theta, 43267.487109222245, 1e-8);
+  const kernels::RopeFrequencies within = exec::rope_frequencies(10000, {"dynamic", 2, 1, 4, 16}, 16, 8);
+  EXPECT_EQ(within.theta, 10000);
+  EXPECT_EQ(within.scaling, Scaling::none);
+  try {
+    exec::rope_frequencies(10000, {"dynamic", 2, 1, 4, 8}, 16, 2);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a head size above 2"), std::string::npos) << e.what();
+  }
+  // Learned positions have no rotary frequencies to scale.
+  model::TransformerConfig gpt = *odd_gpt().architecture;
+  gpt.rope_scaling = {"linear", 2, 1, 4, 0};
+  try {
+    exec::decoder_shape(gpt);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("learned positions, not rope_scaling"), std::string::npos) << e.what();
+  }
+}
+
 // The mean token loss of one whole-model chunk at `params`.
 double loss_at(const exec::DecoderChunk& chunk, const std::vector<float>& params, const std::vector<int>& tokens,
                const std::vector<int>& targets, int samples) {

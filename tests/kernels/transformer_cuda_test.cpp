@@ -392,10 +392,14 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   struct Shape {
     int N, T, heads, head_dim;
-    float theta;
+    RopeFrequencies theta;
   };
-  for (const Shape s : {Shape{6, 3, 2, 4, 10000.0f}, Shape{10, 5, 3, 8, 500000.0f}, Shape{300, 150, 4, 64, 10000.0f},
-                        Shape{2, 2, 1, 640, 10000.0f}}) {
+  // Plain RoPE, and the rescalings: llama3's three bands (head_dim 64 at theta 10000 spans
+  // wavelengths 6 to 7e4 against bands at 64 and 256 positions) and linear.
+  const RopeFrequencies llama3{10000, RopeFrequencies::Scaling::llama3, 8, 1, 4, 256};
+  const RopeFrequencies linear{10000, RopeFrequencies::Scaling::linear, 2.5};
+  for (const Shape s : {Shape{6, 3, 2, 4, {10000}}, Shape{10, 5, 3, 8, {500000}}, Shape{300, 150, 4, 64, {10000}},
+                        Shape{2, 2, 1, 640, {10000}}, Shape{300, 150, 4, 64, llama3}, Shape{40, 20, 2, 16, linear}}) {
     const std::string shape = "rope N=" + std::to_string(s.N) + " head_dim=" + std::to_string(s.head_dim);
     std::mt19937 rng(12);
     const std::size_t n = size_of(static_cast<long long>(s.N) * s.heads * s.head_dim);
@@ -845,8 +849,12 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(bias_add_cuda(f, f, -1, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(cuda_copy_on_stream(f, nullptr, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(swiglu_backward_cuda(f, f, f, nullptr, f, 4, nullptr), Status::invalid_value);
-  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 3, 10000.0f, nullptr), Status::invalid_value);  // odd head_dim
-  EXPECT_EQ(rope_forward_cuda(f, 1, 0, 1, 4, 10000.0f, nullptr), Status::invalid_value);  // no positions
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 3, RopeFrequencies{10000}, nullptr), Status::invalid_value);  // odd head_dim
+  EXPECT_EQ(rope_forward_cuda(f, 1, 0, 1, 4, RopeFrequencies{10000}, nullptr), Status::invalid_value);  // no positions
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{-1}, nullptr), Status::invalid_value);  // no frequencies
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000, RopeFrequencies::Scaling::llama3, 8, 4, 1, 8192},
+                              nullptr),
+            Status::invalid_value);  // llama3's bands out of order
   EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 3, 2, 1, nullptr), Status::invalid_value);  // 3 % 2 heads
   EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 2048, nullptr), Status::invalid_value);  // HS too large
   EXPECT_EQ(crossentropy_forward_cuda(f, f, nullptr, 1, 4, nullptr), Status::invalid_value);
@@ -864,7 +872,7 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(layernorm_forward_cuda(f, f, f, f, f, f, 0, 4, 1e-5f, nullptr), Status::success);
   EXPECT_EQ(layernorm_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 4, nullptr), Status::success);
   EXPECT_EQ(attention_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), Status::success);
-  EXPECT_EQ(rope_backward_cuda(nullptr, 1, 1, 1, 4, 10000.0f, nullptr), Status::success);
+  EXPECT_EQ(rope_backward_cuda(nullptr, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), Status::success);
   EXPECT_EQ(gelu_forward_cuda(f, f, 0, nullptr), Status::success);
   EXPECT_EQ(residual_add_cuda(f, f, 0, nullptr), Status::success);
   EXPECT_EQ(vocab_embedding_backward_cuda(nullptr, nullptr, f, tok, 0, 4, 1, 1, 4, nullptr), Status::success);
@@ -922,8 +930,8 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(gelu_backward_cuda(f, f, f, 4, nullptr), want);
   EXPECT_EQ(swiglu_forward_cuda(f, f, f, 4, nullptr), want);
   EXPECT_EQ(swiglu_backward_cuda(f, f, f, f, f, 4, nullptr), want);
-  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, 10000.0f, nullptr), want);
-  EXPECT_EQ(rope_backward_cuda(f, 1, 1, 1, 4, 10000.0f, nullptr), want);
+  EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), want);
+  EXPECT_EQ(rope_backward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), want);
   EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
   EXPECT_EQ(attention_backward_cuda(f, f, f, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
   EXPECT_EQ(crossentropy_forward_cuda(f, f, tok, 1, 4, nullptr), want);

@@ -365,7 +365,7 @@ TEST(Rope, RotatesEachHalfPairByItsAngle) {
   std::mt19937 rng(11);
   const Vec x = random_vec(N * heads * hd, rng);
   Vec y = x;
-  rope_forward(y.data(), N, T, heads, hd, theta);
+  rope_forward(y.data(), N, T, heads, hd, RopeFrequencies{theta});
   for (int n = 0; n < N; ++n) {
     const int pos = n % T;
     for (int h = 0; h < heads; ++h) {
@@ -385,13 +385,49 @@ TEST(Rope, RotatesEachHalfPairByItsAngle) {
   }
 }
 
+// HuggingFace's rescaled frequencies, against values worked by hand from its formulas. theta
+// 100, head_dim 8: inv_freq = 100^(-i/4) = 1, 0.316.., 0.1, 0.0316.. (wavelengths 2 pi / inv_freq
+// = 6.3, 19.9, 62.8, 198.7). llama3 with L = 8, low 0.25, high 1, factor 4 bands them at
+// L / high = 8 and L / low = 32: pair 0 kept, pairs 2 and 3 divided by 4, and pair 1 blended
+// by s = (L / w - 0.25) / 0.75, which here makes (s + (1 - s) / 4) inv_freq = (L / w) inv_freq
+// = L inv_freq^2 / (2 pi) = 0.8 / (2 pi).
+TEST(Rope, ScaledFrequenciesAreHuggingFacesBands) {
+  const RopeFrequencies llama3{100, RopeFrequencies::Scaling::llama3, 4, 0.25, 1, 8};
+  const double want[] = {1, 0.8 / (2 * 3.141592653589793), 0.1 / 4, 0.031622776601683794 / 4};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(rope_inv_freq(llama3, i, 8), want[i], 1e-15 * want[i]) << "pair " << i;
+  const RopeFrequencies linear{100, RopeFrequencies::Scaling::linear, 2.5};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(rope_inv_freq(linear, i, 8), rope_inv_freq(RopeFrequencies{100}, i, 8) / 2.5) << "pair " << i;
+  }
+  // rope_forward turns each pair by position * its frequency.
+  const int T = 5, N = 10, heads = 2, hd = 8;
+  std::mt19937 rng(14);
+  const Vec x = random_vec(N * heads * hd, rng);
+  Vec y = x;
+  rope_forward(y.data(), N, T, heads, hd, llama3);
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t base = static_cast<std::size_t>((n * heads + h) * hd);
+      for (int i = 0; i < hd / 2; ++i) {
+        const double angle = (n % T) * want[i];
+        const double x1 = x[base + i], x2 = x[base + i + 4];
+        EXPECT_NEAR(y[base + i], x1 * std::cos(angle) - x2 * std::sin(angle), 1e-6) << "row " << n << " pair " << i;
+        EXPECT_NEAR(y[base + i + 4], x2 * std::cos(angle) + x1 * std::sin(angle), 1e-6) << "row " << n << " pair " << i;
+      }
+    }
+  }
+  EXPECT_TRUE(rope_frequencies_valid(llama3));
+  EXPECT_FALSE(rope_frequencies_valid(RopeFrequencies{100, RopeFrequencies::Scaling::llama3, 4, 1, 1, 8}));
+  EXPECT_FALSE(rope_frequencies_valid(RopeFrequencies{0}));
+}
+
 TEST(Rope, BackwardUndoesForward) {
   const int T = 5, N = 10, heads = 3, hd = 8;
   std::mt19937 rng(12);
   const Vec x = random_vec(N * heads * hd, rng, -3, 3);
   Vec y = x;
-  rope_forward(y.data(), N, T, heads, hd, 500000.0f);
-  rope_backward(y.data(), N, T, heads, hd, 500000.0f);
+  rope_forward(y.data(), N, T, heads, hd, RopeFrequencies{500000});
+  rope_backward(y.data(), N, T, heads, hd, RopeFrequencies{500000});
   for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-6) << i;
 }
 
@@ -401,11 +437,11 @@ TEST(Rope, GradientMatchesFiniteDifferences) {
   Vec x = random_vec(N * heads * hd, rng), r = random_vec(x.size(), rng);
   const auto loss = [&] {
     Vec y = x;
-    rope_forward(y.data(), N, T, heads, hd, 10000.0f);
+    rope_forward(y.data(), N, T, heads, hd, RopeFrequencies{10000});
     return weighted_sum(r, y);
   };
   Vec dx = r;  // in place: the gradient with respect to rope's output becomes the one with respect to its input
-  rope_backward(dx.data(), N, T, heads, hd, 10000.0f);
+  rope_backward(dx.data(), N, T, heads, hd, RopeFrequencies{10000});
   expect_gradient("dx", x, dx, loss);
 }
 
@@ -831,13 +867,13 @@ TEST(TransformerKernels, RepeatCallsAreBitwiseEqual) {
     const AttentionShape s{2, 150, 4, 2, 16};
     Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng);
     const Vec v = random_vec(s.kv(), rng), dout = random_vec(s.q(), rng);
-    rope_forward(q.data(), s.B * s.T, s.T, s.NH, s.HS, 10000.0f);
-    rope_forward(k.data(), s.B * s.T, s.T, s.NKV, s.HS, 10000.0f);
+    rope_forward(q.data(), s.B * s.T, s.T, s.NH, s.HS, RopeFrequencies{10000});
+    rope_forward(k.data(), s.B * s.T, s.T, s.NKV, s.HS, RopeFrequencies{10000});
     Vec out(s.q()), probs(s.probs()), dq(s.q(), 0.0f), dk(s.kv(), 0.0f), dv(s.kv(), 0.0f);
     attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
     attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B,
                        s.T, s.NH, s.NKV, s.HS);
-    rope_backward(dq.data(), s.B * s.T, s.T, s.NH, s.HS, 10000.0f);
+    rope_backward(dq.data(), s.B * s.T, s.T, s.NH, s.HS, RopeFrequencies{10000});
     keep(q), keep(k), keep(out), keep(probs), keep(dq), keep(dk), keep(dv);
 
     Vec losses(N), dlogits(N * C, 0.0f);

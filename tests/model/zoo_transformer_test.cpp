@@ -51,10 +51,10 @@ TEST(ZooTransformer, Gpt2ConfigJsonKeys) {
                    1557611200);
 }
 
-// Settings of a config.json that change the math from the layers here are kept as
-// `unmodelled` (the cost model counts the plain layers; real math refuses them), and written
-// with the network, so a plan file carries them. The Llama-3.2-1B config's keys.
-TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
+// RoPE scaling of a config.json (linear, dynamic NTK, Llama 3.1's llama3) is read into
+// rope_scaling, and written with the network, so a plan file carries it. The Llama-3.2-1B
+// config's keys.
+TEST(ZooTransformer, ConfigRopeScalingIsRead) {
   const std::string llama32 = R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192,
     "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "head_dim": 64,
     "hidden_act": "silu", "attention_bias": false, "mlp_bias": false, "max_position_embeddings": 131072,
@@ -62,11 +62,95 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
     "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                      "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
   const TransformerConfig c = transformer_from_hf_config(llama32, "config.json");
-  EXPECT_EQ(c.unmodelled, "rope_scaling (llama3)");
-  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 32768,
-    "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true})", "c.json").unmodelled,
-            "hidden_act gelu, attention_bias, sliding_window 4096");
+  EXPECT_EQ(c.unmodelled, "");
+  EXPECT_EQ(c.rope_scaling, (RopeScaling{"llama3", 32, 1, 4, 8192}));
+  const Network net = make_transformer(c, Precision::bf16);
+  const Network back = parse_network(write_network(net), "net.yaml");
+  ASSERT_TRUE(back.architecture);
+  EXPECT_EQ(back.architecture->rope_scaling, c.rope_scaling);
+  EXPECT_EQ(back, net);
+
+  auto llama_with = [](const std::string& scaling) {
+    return transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 2048,
+      "rope_scaling": )" + scaling + "}",
+                                      "c.json");
+  };
+  EXPECT_EQ(llama_with(R"({"type": "linear", "factor": 4})").rope_scaling, (RopeScaling{"linear", 4, 1, 4, 0}));
+  // Dynamic NTK stretches beyond the context the config was trained with.
+  EXPECT_EQ(llama_with(R"({"type": "dynamic", "factor": 2})").rope_scaling, (RopeScaling{"dynamic", 2, 1, 4, 2048}));
+  // No stretch at all: plain RoPE.
+  for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "linear", "factor": 1.0})",
+                            R"({"rope_type": "llama3", "factor": 1, "low_freq_factor": 1, "high_freq_factor": 4,
+                                "original_max_position_embeddings": 8192})"}) {
+    const TransformerConfig plain_config = llama_with(plain);
+    EXPECT_EQ(plain_config.rope_scaling, RopeScaling{}) << plain;
+    EXPECT_EQ(plain_config.unmodelled, "") << plain;
+  }
+  // What llama3 needs, named; the bands in order.
+  auto error = [&](const std::string& scaling) {
+    try {
+      llama_with(scaling);
+    } catch (const hetflow::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "original_max_position_embeddings": 8192})")
+                .find("rope_scaling.high_freq_factor: is required for llama3 scaling"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1,
+                      "original_max_position_embeddings": 8192})")
+                .find("rope_scaling.high_freq_factor: expected a number above low_freq_factor=4, found 1"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"type": "linear", "factor": -2})").find("rope_scaling.factor: expected a number > 0, found -2"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+                      "original_max_position_embeddings": 8192.5})")
+                .find("rope_scaling.original_max_position_embeddings: expected a whole number"),
+            std::string::npos);
+}
+
+// A network file's rope_scaling is checked as a config's, naming the field.
+TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
+  const std::string head = "name: n\nprecision: fp32\ntokens_per_sample: 16\narchitecture: {layers: 1, hidden: 8, "
+                           "heads: 2, seq: 16, vocab: 10, norm: rmsnorm, mlp: swiglu, biases: false, "
+                           "tied_embeddings: false, learned_positions: false, dropout: false, rope_scaling: ";
+  auto error = [&](const std::string& scaling) {
+    try {
+      parse_network(head + scaling + "}\nlayers: []\n", "net.yaml");
+    } catch (const hetflow::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("{type: yarn, factor: 4}").find("architecture.rope_scaling.type: expected linear, dynamic or llama3"),
+            std::string::npos)
+      << error("{type: yarn, factor: 4}");
+  EXPECT_NE(error("{type: linear, factor: 4, original_positions: 8}")
+                .find("architecture.rope_scaling.original_positions: is not a setting of linear scaling"),
+            std::string::npos)
+      << error("{type: linear, factor: 4, original_positions: 8}");
+  EXPECT_NE(error("{type: dynamic, factor: 2}").find("architecture.rope_scaling.original_positions: expected a whole "
+                                                    "number > 0 for dynamic scaling"),
+            std::string::npos)
+      << error("{type: dynamic, factor: 2}");
+  EXPECT_NE(error("{type: linear, factor: 4, low_freq_factor: 2}")
+                .find("architecture.rope_scaling.low_freq_factor: is a setting of llama3 scaling only"),
+            std::string::npos)
+      << error("{type: linear, factor: 4, low_freq_factor: 2}");
+}
+
+// Settings of a config.json that change the math from the layers here are kept as
+// `unmodelled` (the cost model counts the plain layers; real math refuses them), and written
+// with the network, so a plan file carries them.
+TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
+  const TransformerConfig c = transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+    "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
+  EXPECT_EQ(c.unmodelled, "hidden_act gelu, attention_bias, rope_scaling (yarn), sliding_window 4096");
+  EXPECT_EQ(c.rope_scaling, RopeScaling{});
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
     "activation_function": "relu", "scale_attn_by_inverse_layer_idx": true})", "c.json").unmodelled,
             "activation_function relu, scale_attn_by_inverse_layer_idx");
@@ -74,17 +158,6 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "hidden_act": "silu",
     "rope_scaling": null, "sliding_window": null})", "c.json").unmodelled, "");
-  for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "linear", "factor": 1.0})"}) {
-    EXPECT_EQ(transformer_from_hf_config(std::string(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "rope_scaling": )") + plain + "}", "c.json")
-                  .unmodelled,
-              "")
-        << plain;
-  }
-  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "rope_scaling": {"type": "linear", "factor": 4}})",
-                                       "c.json").unmodelled,
-            "rope_scaling (linear)");
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
     "activation_function": "gelu_new", "scale_attn_weights": true})", "c.json").unmodelled, "");
   // A head size that changes the shapes is refused, naming the key.
@@ -100,7 +173,7 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
   const Network net = make_transformer(c, Precision::bf16);
   const Network back = parse_network(write_network(net), "net.yaml");
   ASSERT_TRUE(back.architecture);
-  EXPECT_EQ(back.architecture->unmodelled, "rope_scaling (llama3)");
+  EXPECT_EQ(back.architecture->unmodelled, c.unmodelled);
   EXPECT_EQ(back, net);
 }
 

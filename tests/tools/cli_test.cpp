@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "model/error.hpp"
@@ -11,6 +12,7 @@
 #include "tools/cli.hpp"
 
 using hetflow::test_support::run_hetflow;
+using hetflow::test_support::scratch_dir;
 
 TEST(Cli, HelpListsCommands) {
   const auto r = run_hetflow("--help");
@@ -74,16 +76,38 @@ TEST(Cli, TheReadmesExampleClustersRead) {
 // A config.json's settings the layers leave out, as describe says them (text and --json);
 // a network without any has no such line or key.
 TEST(Cli, DescribeSaysWhatAConfigAsksForThatIsNotModelled) {
-  const std::string config = HETFLOW_SOURCE_DIR "/tests/fuzz/corpus/hf_config/llama32_rope_scaling.json";
-  const auto text = run_hetflow("describe --model " + config);
+  const auto config = scratch_dir() / "config.json";
+  std::ofstream(config) << R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 96,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32768,
+    "sliding_window": 4096})";
+  const auto text = run_hetflow("describe --model " + config.string());
   ASSERT_EQ(text.status, 0) << text.err;
-  EXPECT_NE(text.out.find("not modelled          rope_scaling (llama3)"), std::string::npos) << text.out;
-  const auto json = run_hetflow("describe --model " + config + " --json");
+  EXPECT_NE(text.out.find("not modelled          sliding_window 4096"), std::string::npos) << text.out;
+  const auto json = run_hetflow("describe --model " + config.string() + " --json");
   ASSERT_EQ(json.status, 0) << json.err;
-  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["unmodelled"], "rope_scaling (llama3)");
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["unmodelled"], "sliding_window 4096");
   const auto plain = run_hetflow("describe --model llama2-7b --json");
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_FALSE(nlohmann::json::parse(plain.out)["network"].contains("unmodelled"));
+  EXPECT_FALSE(nlohmann::json::parse(plain.out)["network"].contains("rope_scaling"));
+}
+
+// Llama 3.2's RoPE scaling, as describe says it: the factor and the wavelength bands
+// (original context 8192 / low_freq_factor 1 and / high_freq_factor 4).
+TEST(Cli, DescribeSaysTheRopeScaling) {
+  const std::string config = HETFLOW_SOURCE_DIR "/tests/fuzz/corpus/hf_config/llama32_rope_scaling.json";
+  const auto text = run_hetflow("describe --model " + config);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("rotary positions      theta 500000, llama3 scaling x32 of wavelengths above 8192 "
+                          "positions, blended down to 2048\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.out.find("not modelled"), std::string::npos) << text.out;
+  const auto json = run_hetflow("describe --model " + config + " --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["rope_scaling"],
+            nlohmann::json::parse(R"({"type": "llama3", "factor": 32, "low_freq_factor": 1, "high_freq_factor": 4,
+                                      "original_positions": 8192})"));
 }
 
 // Linking cuBLAS made every process ~200 MiB resident before main, only for GPU GEMMs

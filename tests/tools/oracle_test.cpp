@@ -40,7 +40,8 @@ bool torch_available() { return std::system("/usr/bin/python3 -c 'import torch' 
 // to move the weights visibly.
 const char* kOptimizer = " --lr 1e-2 --adam-beta1 0.9 --adam-beta2 0.95 --adam-eps 1e-8 --weight-decay 0.1 --clip-grad 1.0";
 
-void compare_with_torch(const std::string& config, int seq) {
+// `worst_tensor` bounds the tensor that differs most (the issue's 1e-5 unless a test says why).
+void compare_with_torch(const std::string& config, int seq, double worst_tensor = 1e-5) {
   ASSERT_TRUE(torch_available()) << "python3-torch is a test dependency (the README's test command installs it)";
   const auto dir = scratch_dir();
   const std::string init = (dir / (config + "-init.safetensors")).string();
@@ -79,10 +80,11 @@ void compare_with_torch(const std::string& config, int seq) {
   }
   const auto diff = hetflow::test_support::compare_weights(hetflow::exec::read_safetensors(got),
                                                          hetflow::exec::read_safetensors(want));
-  std::cout << config << ": worst tensor " << diff.worst << " at " << diff.worst_relative
-            << " relative; key bias within " << diff.key_bias_abs << "\n";
+  std::cout << config << ": whole model " << diff.whole_relative << " relative, worst tensor " << diff.worst << " at "
+            << diff.worst_relative << "; key bias within " << diff.key_bias_abs << "\n";
   EXPECT_TRUE(diff.same_names) << "hetflow and PyTorch wrote different tensors";
-  EXPECT_LT(diff.worst_relative, 1e-5) << config << ": " << diff.worst;
+  EXPECT_LT(diff.whole_relative, 1e-5) << config;
+  EXPECT_LT(diff.worst_relative, worst_tensor) << config << ": " << diff.worst;
   // Noise moves a parameter by lr |g| / (|g| + eps) a step, under 1% of lr for |g| < 1e-10;
   // a real gradient would move it by about lr.
   EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * 1e-2) << config;
@@ -91,5 +93,15 @@ void compare_with_torch(const std::string& config, int seq) {
 TEST(PyTorchOracle, Gpt2WithOddSizesMatchesAfterThreeAdamWSteps) { compare_with_torch("gpt2_odd", 13); }
 
 TEST(PyTorchOracle, LlamaWithOddSizesMatchesAfterThreeAdamWSteps) { compare_with_torch("llama_odd", 11); }
+
+// Llama 3.1's RoPE scaling, its bands placed so the four frequencies of a head cover all three.
+// The whole model and the losses are held to 1e-5; the worst tensor to 1e-4, as FP32 rounding
+// through three Adam steps at lr 1e-2 reaches 2.3e-5 in mlp.up_proj of layer 1 here, nearly all
+// of it from single elements whose updates Adam normalised from gradients near zero: PyTorch's
+// own FP32 run is 1.8e-5 from its float64 run on that tensor (hetflow's is 1.0e-5). Training
+// this config without the scaling moves the worst tensor by 0.31 and the whole model by 0.04.
+TEST(PyTorchOracle, LlamaWithLlama3RopeScalingMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("llama_rope_scaled", 11, 1e-4);
+}
 
 }  // namespace

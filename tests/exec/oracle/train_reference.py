@@ -99,8 +99,20 @@ class Config:
             self.tied = bool(d.get("tie_word_embeddings", False))
             if d.get("hidden_act", "silu") != "silu":
                 raise InputError("config: hidden_act %r is not silu" % d.get("hidden_act"))
-            if d.get("rope_scaling"):
-                raise InputError("config: rope_scaling is not supported")
+            self.rope_scaling = None
+            rs = d.get("rope_scaling")
+            if rs:
+                kind = rs.get("rope_type", rs.get("type"))
+                need_keys = {"default": (), "linear": ("factor",), "dynamic": ("factor",),
+                             "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings")}
+                if kind not in need_keys:
+                    raise InputError("config: rope_scaling type %r is not supported" % kind)
+                for key in need_keys[kind]:
+                    if not isinstance(rs.get(key), (int, float)) or rs[key] <= 0:
+                        raise InputError("config: rope_scaling.%s must be a number > 0" % key)
+                if kind != "default":
+                    self.rope_scaling = dict(rs, kind=kind)
             if d.get("attention_bias") or d.get("mlp_bias"):
                 raise InputError("config: attention_bias / mlp_bias are not supported")
             if self.n_head % self.n_kv_head:
@@ -372,11 +384,36 @@ def causal_attention(q, k, v):
     return torch.softmax(att, dim=-1) @ v
 
 
-def rope_cos_sin(T, head_dim, theta, dtype):
-    """HF's rotate-half tables [T, head_dim]: angle(pos, i) = pos * theta^(-2i/d), i < d/2, repeated
-    over both halves. Angles computed in float64, then cast."""
+def rope_inv_freq(T, head_dim, theta, scaling=None, max_pos=None):
+    """HF's inverse frequencies [d/2] for a sequence of T tokens, in float64, rescaled as its
+    rope_scaling asks (transformers' modeling_rope_utils): linear divides them by the factor;
+    dynamic NTK raises the base for T > max_position_embeddings; llama3 divides the long
+    wavelengths, keeps the short ones and blends those between."""
+    kind = scaling["kind"] if scaling else "default"
+    if kind == "dynamic" and T > max_pos:
+        f = scaling["factor"]
+        theta = theta * ((f * T / max_pos) - (f - 1)) ** (head_dim / (head_dim - 2))
     i = torch.arange(0, head_dim, 2, dtype=torch.float64)
     inv_freq = 1.0 / (theta ** (i / head_dim))
+    if kind == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_context = scaling["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+        inv_freq = torch.where(medium, smoothed, scaled)
+    return inv_freq
+
+
+def rope_cos_sin(T, head_dim, theta, dtype, scaling=None, max_pos=None):
+    """HF's rotate-half tables [T, head_dim]: angle(pos, i) = pos * inv_freq(i), i < d/2 (plain:
+    theta^(-2i/d)), repeated over both halves. Angles computed in float64, then cast."""
+    inv_freq = rope_inv_freq(T, head_dim, theta, scaling, max_pos)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
     emb = torch.cat([ang, ang], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -417,7 +454,7 @@ def llama_forward(cfg, P, idx):
     NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     emb = P["model.embed_tokens.weight"]
     x = F.embedding(idx, emb)
-    cos, sin = rope_cos_sin(T, HS, cfg.theta, x.dtype)
+    cos, sin = rope_cos_sin(T, HS, cfg.theta, x.dtype, cfg.rope_scaling, cfg.max_pos)
     rep = NH // NKV
     for i in range(cfg.n_layer):
         p = "model.layers.%d." % i
@@ -541,14 +578,36 @@ def np_attention_loops(q, k, v, n_head, n_kv, hs):
     return y
 
 
-def np_rope_pairs(x, n_heads, hs, theta):
+def np_frequency(i, hs, theta, scaling, T, max_pos):
+    """Pair i's turn per position, one pair at a time (the bands of llama3 as branches)."""
+    kind = scaling["kind"] if scaling else "default"
+    if kind == "dynamic" and T > max_pos:
+        s = scaling["factor"] * T / max_pos - (scaling["factor"] - 1)
+        theta *= math.exp(math.log(s) * hs / (hs - 2))
+    w = theta ** (-2.0 * i / hs)
+    if kind == "linear":
+        return w / scaling["factor"]
+    if kind == "llama3":
+        L = scaling["original_max_position_embeddings"]
+        lo, hi, f = scaling["low_freq_factor"], scaling["high_freq_factor"], scaling["factor"]
+        turns_per_context = L * w / (2 * math.pi)  # = L / wavelength
+        if turns_per_context > hi:
+            return w
+        if turns_per_context < lo:
+            return w / f
+        s = (turns_per_context - lo) / (hi - lo)
+        return w * (s + (1 - s) / f)
+    return w
+
+
+def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None):
     """RoPE as explicit 2x2 rotations of the pairs (i, i + d/2): x [T, n_heads*hs]."""
     T = x.shape[0]
     out = x.copy()
     for h in range(n_heads):
         for t in range(T):
             for i in range(hs // 2):
-                a = t * theta ** (-2.0 * i / hs)
+                a = t * np_frequency(i, hs, theta, scaling, T, max_pos)
                 x1, x2 = x[t, h * hs + i], x[t, h * hs + i + hs // 2]
                 out[t, h * hs + i] = x1 * math.cos(a) - x2 * math.sin(a)
                 out[t, h * hs + i + hs // 2] = x2 * math.cos(a) + x1 * math.sin(a)
@@ -584,8 +643,10 @@ def np_forward(cfg, W, idx):
             for i in range(cfg.n_layer):
                 p = "model.layers.%d." % i
                 h = rms(x, W[p + "input_layernorm.weight"])
-                q = np_rope_pairs(h @ W[p + "self_attn.q_proj.weight"].T, NH, HS, cfg.theta)
-                k = np_rope_pairs(h @ W[p + "self_attn.k_proj.weight"].T, NKV, HS, cfg.theta)
+                q = np_rope_pairs(h @ W[p + "self_attn.q_proj.weight"].T, NH, HS, cfg.theta, cfg.rope_scaling,
+                                  cfg.max_pos)
+                k = np_rope_pairs(h @ W[p + "self_attn.k_proj.weight"].T, NKV, HS, cfg.theta, cfg.rope_scaling,
+                                  cfg.max_pos)
                 v = h @ W[p + "self_attn.v_proj.weight"].T
                 x = x + np_attention_loops(q, k, v, NH, NKV, HS) @ W[p + "self_attn.o_proj.weight"].T
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
@@ -611,6 +672,11 @@ LLAMA_ODD = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 48, "
              "num_key_value_heads": 2, "intermediate_size": 100, "vocab_size": 101,
              "max_position_embeddings": 11, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
              "tie_word_embeddings": False}
+# Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
+# three: wavelengths 2 pi 100^(2i/8) = 6.3, 19.9, 62.8, 198.7 positions against 8 and 32.
+LLAMA_ROPE_SCALED = dict(LLAMA_ODD, rope_theta=100.0,
+                         rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 0.25,
+                                       "high_freq_factor": 1.0, "original_max_position_embeddings": 8})
 
 
 class Checks:
@@ -636,7 +702,11 @@ def self_test():
     torch.manual_seed(0)
     c = Checks()
     cfgs = {"gpt2": Config(GPT2_ODD), "llama": Config(LLAMA_ODD),
-            "llama_tied": Config(dict(LLAMA_ODD, tie_word_embeddings=True))}
+            "llama_tied": Config(dict(LLAMA_ODD, tie_word_embeddings=True)),
+            "llama_rope_scaled": Config(LLAMA_ROPE_SCALED),
+            "llama_linear": Config(dict(LLAMA_ODD, rope_scaling={"type": "linear", "factor": 2.5})),
+            "llama_dynamic": Config(dict(LLAMA_ODD, max_position_embeddings=7,
+                                         rope_scaling={"type": "dynamic", "factor": 2.0}))}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -724,6 +794,39 @@ def self_test():
         ref = np_rope_pairs(x[0].transpose(0, 1).reshape(T, 2 * HS).numpy(), 2, HS, 10000.0)
         e2 = np.abs(y[0].transpose(0, 1).reshape(T, 2 * HS).numpy() - ref).max()
         c.check("RoPE rotate-half == pairwise rotation of (i, i+d/2)", e2 < 1e-12, "max |diff| %.3g" % e2)
+        # llama3's bands: the shortest wavelength kept, the long ones divided by the factor,
+        # the one between strictly between; no jump at either band edge.
+        rs = cfgs["llama_rope_scaled"]
+        plain = rope_inv_freq(T, HS, rs.theta)
+        scaled = rope_inv_freq(T, HS, rs.theta, rs.rope_scaling)
+        c.check("llama3 keeps the high band, divides the low band",
+                scaled[0] == plain[0] and torch.allclose(scaled[2:], plain[2:] / 4, rtol=1e-15, atol=0))
+        c.check("llama3 blends the middle band", plain[1] / 4 < scaled[1] < plain[1])
+        for edge, want in ((8.0, 1.0), (32.0, 0.25)):  # wavelength at a band edge -> its limit
+            theta = (edge / (2 * math.pi)) ** (HS / 2.0)  # pair 1's wavelength is 2 pi theta^(2/HS)
+            got = rope_inv_freq(T, HS, theta, rs.rope_scaling)[1] / rope_inv_freq(T, HS, theta)[1]
+            c.check("llama3 continuous at wavelength %g" % edge, abs(got - want) < 1e-12, "ratio %.15g" % got)
+        lin = cfgs["llama_linear"]
+        c.check("linear scaling divides every frequency",
+                torch.allclose(rope_inv_freq(T, HS, lin.theta, lin.rope_scaling),
+                               rope_inv_freq(T, HS, lin.theta) / 2.5, rtol=1e-15, atol=0))
+        dyn = cfgs["llama_dynamic"]
+        c.check("dynamic NTK scaling is plain up to the trained context",
+                torch.equal(rope_inv_freq(7, HS, dyn.theta, dyn.rope_scaling, 7), rope_inv_freq(7, HS, dyn.theta)))
+        # Beyond it, base 10000 (2 * 14/7 - 1)^(8/6) = 10000 * 3^(4/3).
+        c.check("dynamic NTK scaling raises the base beyond it",
+                torch.allclose(rope_inv_freq(14, HS, dyn.theta, dyn.rope_scaling, 7),
+                               rope_inv_freq(14, HS, 10000.0 * 3 ** (4 / 3)), rtol=1e-14, atol=0))
+        # The loop formulation's frequencies (np_forward's) against the vectorised ones.
+        worst = 0.0
+        for cfg in (rs, lin, dyn):
+            for T2 in (7, 14):
+                want = rope_inv_freq(T2, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                for i in range(HS // 2):
+                    got = np_frequency(i, HS, cfg.theta, cfg.rope_scaling, T2, cfg.max_pos)
+                    worst = max(worst, abs(got - float(want[i])) / float(want[i]))
+        c.check("RoPE frequencies: loops == vectorised for llama3, linear, dynamic", worst < 1e-13,
+                "worst relative %.3g" % worst)
     c.run("rope", rope)
 
     # 6. Gradients: autograd against central differences in float64, entries of every tensor.
@@ -899,7 +1002,8 @@ def self_test():
     # 12. The example configs beside this script are the ones checked above.
     def examples():
         here = os.path.dirname(os.path.abspath(__file__))
-        for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD)):
+        for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD),
+                         ("llama_rope_scaled.json", LLAMA_ROPE_SCALED)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
