@@ -145,7 +145,14 @@ class Run {
       const Tensor& tensor = plan.tensors[t];
       if (!partition::is_persistent(tensor.kind) && tensor.producer >= 0) continue;
       if (!local(tensor.device)) continue;
-      persistent_[t] = allocate(static_cast<int>(t));
+      try {
+        persistent_[t] = allocate(static_cast<int>(t));
+      } catch (const std::bad_alloc&) {  // named here: main's generic message cannot say which
+        throw Error("out of memory for the host buffer of tensor " + std::to_string(t) + " (" +
+                    std::string(partition::to_string(tensor.kind)) + " on device " + std::to_string(tensor.device) +
+                    ", " + model::units::human_bytes(static_cast<double>(buffer_size(static_cast<int>(t)))) +
+                    "), which lives for the whole run (see --max-buffer)");
+      }
       DeviceState& d = *devices_[static_cast<size_t>(tensor.device)];
       d.memory.persistent_bytes += tensor.bytes;
       d.allocated_bytes += static_cast<double>(persistent_[t].size_bytes);
@@ -189,10 +196,14 @@ class Run {
   }
   double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
+  size_t buffer_size(int tensor) const {
+    const std::optional<size_t> exact = backend_.buffer_bytes(tensor);
+    return exact ? *exact : static_cast<size_t>(std::min(plan_.tensor(tensor).bytes, options_.max_buffer_bytes));
+  }
+
   HostBuffer allocate(int tensor) const {
     HostBuffer b;
-    const std::optional<size_t> exact = backend_.buffer_bytes(tensor);
-    b.size_bytes = exact ? *exact : static_cast<size_t>(std::min(plan_.tensor(tensor).bytes, options_.max_buffer_bytes));
+    b.size_bytes = buffer_size(tensor);
     b.data = std::make_unique<std::byte[]>(b.size_bytes);  // zeroed: runs are bitwise reproducible
     return b;
   }

@@ -183,6 +183,47 @@ TEST(Engine, AnUnallocatableBufferFailsItsTask) {
   EXPECT_LT(r.trace.events.size(), plan.tasks.size());
 }
 
+// A buffer that lives for the whole run is allocated before the run starts: failing that is an
+// error naming the tensor, its device and size, not the bare std::bad_alloc.
+TEST(Engine, AnUnallocatablePersistentBufferIsNamed) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' allocators end the process on a request this size instead of throwing";
+#endif
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
+  int victim = -1;
+  for (size_t t = 0; t < plan.tensors.size() && victim < 0; ++t) {
+    const partition::Tensor& tensor = plan.tensors[t];
+    if (partition::is_persistent(tensor.kind) && tensor.device == 2) victim = static_cast<int>(t);
+  }
+  ASSERT_GE(victim, 0);
+  class Greedy final : public exec::Backend {
+   public:
+    explicit Greedy(int tensor) : tensor_(tensor), inner_({1, 64 * 1024}) {}
+    std::string name() const override { return inner_.name(); }
+    std::string compute() const override { return inner_.compute(); }
+    void prepare(const partition::Plan& p) override { inner_.prepare(p); }
+    void stop() override { inner_.stop(); }
+    void run(exec::TaskContext& t) override { inner_.run(t); }
+    std::optional<size_t> buffer_bytes(int tensor) const override {
+      return tensor == tensor_ ? std::optional<size_t>(size_t{1} << 62) : std::nullopt;
+    }
+
+   private:
+    int tensor_;
+    exec::CpuBackend inner_;
+  } greedy(victim);
+  try {
+    exec::run_plan(plan, greedy, fast(30));
+    FAIL() << "expected an error";
+  } catch (const hetflow::Error& e) {
+    const std::string want = "out of memory for the host buffer of tensor " + std::to_string(victim) + " (" +
+                             std::string(partition::to_string(plan.tensors[static_cast<size_t>(victim)].kind)) +
+                             " on device 2, ";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what() << "\nwanted: " << want;
+    EXPECT_NE(std::string(e.what()).find("lives for the whole run"), std::string::npos) << e.what();
+  }
+}
+
 // A receive removed from its program (validation bypassed): its send waits for ever, and so
 // does what reads the received tensor. The watchdog names both.
 TEST(Engine, WatchdogNamesWhatEachDeviceWaitsFor) {
