@@ -189,13 +189,13 @@ void CudaDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_
   check(k::rope_backward_cuda(dx, N, T, heads, head_dim, rope, stream_), "rope_backward");
 }
 void CudaDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
-                                       int B, int T, int NH, int NKV, int HS) const {
-  check(k::attention_forward_cuda(out, probs, q, kk, v, B, T, NH, NKV, HS, stream_), "attention_forward");
+                                       int B, int T, int NH, int NKV, int HS, int window) const {
+  check(k::attention_forward_cuda(out, probs, q, kk, v, B, T, NH, NKV, HS, window, stream_), "attention_forward");
 }
 void CudaDecoderOps::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
                                         const float* q, const float* kk, const float* v, int B, int T, int NH,
-                                        int NKV, int HS) const {
-  check(k::attention_backward_cuda(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS, stream_),
+                                        int NKV, int HS, int window) const {
+  check(k::attention_backward_cuda(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS, window, stream_),
         "attention_backward");
 }
 void CudaDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,

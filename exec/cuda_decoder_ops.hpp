@@ -75,9 +75,10 @@ class CudaDecoderOps final : public DecoderOps {
   void rope_backward(float* dx, int N, int T, int heads, int head_dim,
                      const kernels::RopeFrequencies& rope) const override;
   void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                         int NH, int NKV, int HS) const override;
+                         int NH, int NKV, int HS, int window) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS) const override;
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
+                          int window) const override;
   void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) const override;
   void scale(float* x, float factor, size_t n) const override;

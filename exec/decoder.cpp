@@ -76,6 +76,7 @@ struct Dims {
   int B, T, N, C, NH, NKV, HS, QD, KV, F, V, V0;
   float eps;
   kernels::RopeFrequencies rope;
+  int window;  // sliding-window attention's keys per query; 0: every earlier key
   bool gpt;
   int tp, rank;
   TensorParallelGroup* group;
@@ -120,7 +121,7 @@ struct Dims {
 Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
              TensorParallelGroup* group, const DecoderOps& ops) {
   Dims d{samples, s.S, samples * s.S, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
-         s.eps, s.rope, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
+         s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
          /*sp=*/false, /*R0=*/0, /*RS=*/samples * s.S, /*parts=*/{}};
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -203,7 +204,8 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   }
   a.att = ops.floats(sz(1LL * d.N * d.QD));
   a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
-  ops.attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS);
+  ops.attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS,
+                        d.window);
   const Floats o = ops.floats(d.whole_floats());
   ops.linear_forward(o.data(), a.att.data(), w + p.o_w, split ? nullptr : at(w, p.o_b), d.N, d.QD, d.C);
   a.x2 = d.reduce(o);
@@ -301,7 +303,7 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
   const Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV)),
                dv = ops.zeros(sz(1LL * d.N * d.KV));
   ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
-                         a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS);
+                         a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS, d.window);
   if (!d.gpt) {
     ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.rope);
     ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.rope);
@@ -481,7 +483,7 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
       a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
       const Floats out = ops.floats(sz(1LL * d.N * d.QD));
       ops.attention_forward(out.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV,
-                            d.HS);
+                            d.HS, d.window);
     }
     Floats dx = ops.floats(rows);
     block_backward(d, params_.blocks[b], w, g, a, dy, dx.data(), wg);

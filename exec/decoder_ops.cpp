@@ -120,13 +120,13 @@ void CpuDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_d
   k::rope_backward(dx, N, T, heads, head_dim, rope);
 }
 void CpuDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
-                                      int B, int T, int NH, int NKV, int HS) const {
-  k::attention_forward(out, probs, q, kk, v, B, T, NH, NKV, HS);
+                                      int B, int T, int NH, int NKV, int HS, int window) const {
+  k::attention_forward(out, probs, q, kk, v, B, T, NH, NKV, HS, window);
 }
 void CpuDecoderOps::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
                                        const float* q, const float* kk, const float* v, int B, int T, int NH,
-                                       int NKV, int HS) const {
-  k::attention_backward(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS);
+                                       int NKV, int HS, int window) const {
+  k::attention_backward(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS, window);
 }
 void CpuDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
                                                   const int* targets, float dloss, int N, int V) const {

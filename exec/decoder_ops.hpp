@@ -115,10 +115,10 @@ class DecoderOps {
   virtual void rope_backward(float* dx, int N, int T, int heads, int head_dim,
                              const kernels::RopeFrequencies& rope) const = 0;
   virtual void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B,
-                                 int T, int NH, int NKV, int HS) const = 0;
+                                 int T, int NH, int NKV, int HS, int window) const = 0;
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
                                   const float* q, const float* k, const float* v, int B, int T, int NH, int NKV,
-                                  int HS) const = 0;
+                                  int HS, int window) const = 0;
   // losses = the cross-entropy of each row; dlogits WRITTEN (=) with its gradient x dloss.
   virtual void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                              float dloss, int N, int V) const = 0;
@@ -195,9 +195,10 @@ class CpuDecoderOps : public DecoderOps {
   void rope_backward(float* dx, int N, int T, int heads, int head_dim,
                      const kernels::RopeFrequencies& rope) const override;
   void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                         int NH, int NKV, int HS) const override;
+                         int NH, int NKV, int HS, int window) const override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS) const override;
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
+                          int window) const override;
   void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) const override;
   void scale(float* x, float factor, size_t n) const override;

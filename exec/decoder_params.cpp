@@ -38,6 +38,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (gpt2 && s.NKV != s.NH) refuse("GPT-2 style attention has one key/value head per query head");
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
   if (llama) s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, s.HS);
+  if (c.sliding_window > 0 && c.sliding_window < s.S) s.window = c.sliding_window;
   if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
   return s;
 }

@@ -91,6 +91,7 @@ struct DecoderShape {
   int C = 0, NH = 0, NKV = 0, HS = 0, F = 0, V = 0, S = 0;
   float eps = 1e-5f;
   kernels::RopeFrequencies rope;  // LLaMA's rotary frequencies, rope_scaling resolved for S
+  int window = 0;                 // sliding-window attention's keys per query (< S); 0: none
   bool tied = true;
 };
 

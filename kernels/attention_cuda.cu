@@ -1,7 +1,8 @@
 // Causal grouped-query attention on the GPU (transformer_cuda.hpp): the straightforward
 // kernels, one block per query row (forward, and the backward's dq) or per key row (the
 // backward's dk and dv), each reduction in a fixed order and no atomics. Layouts as the
-// reference: q, out [B,T,NH,HS]; k, v [B,T,NKV,HS]; probs [B,NH,T,T].
+// reference: q, out [B,T,NH,HS]; k, v [B,T,NKV,HS]; probs [B,NH,T,T]. A sliding window W
+// narrows query row t's keys to [t - W + 1, t]; the loops visit only those.
 //
 // Future work: a flash-style kernel that tiles queries and keys through shared memory, fuses
 // the softmax into the tiles and keeps no T x T probabilities; here every query row re-reads
@@ -23,6 +24,9 @@ constexpr int kWarps = kThreads / 32;
 // Where things are, for batch b.
 struct Layout {
   int T, NH, NKV, HS;
+  int window;  // 0: every earlier key
+  __device__ int first_key(int t) const { return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; }
+  __device__ int query_end(int j) const { return window > 0 && j + window < T ? j + window : T; }  // rows seeing key j
   __device__ std::size_t query_row(int b, int t, int h) const {  // q, out, dout, dq
     return ((static_cast<std::size_t>(b) * T + t) * NH + h) * HS;
   }
@@ -39,9 +43,9 @@ struct Layout {
 // g + groups, ...: every thread busy when HS < kThreads, and a fixed order.
 __host__ __device__ inline int output_groups(int HS) { return HS < kThreads ? kThreads / HS : 1; }
 
-// Block (b, h, t), numbered (b * NH + h) * T + t. Scores for keys j <= t, a warp per key, into
-// probs' row; the softmax in place (exponentials, fp32 sum, times 1/sum as the reference);
-// zeros above the diagonal; then out[t] = sum_j p[j] v[j]. Dynamic shared memory: q's row
+// Block (b, h, t), numbered (b * NH + h) * T + t. Scores for keys j in [lo, t] (lo = 0 without
+// a window), a warp per key, into probs' row; the softmax in place (exponentials, fp32 sum,
+// times 1/sum as the reference); zeros elsewhere in the row; then out[t] = sum_j p[j] v[j]. Dynamic shared memory: q's row
 // (HS), then the output groups' sums (groups * HS).
 __global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k, const float* v,
                                          Layout at, float scale) {
@@ -64,8 +68,9 @@ __global__ void attention_forward_kernel(float* out, float* probs, const float* 
   for (int d = threadIdx.x; d < HS; d += blockDim.x) q_s[d] = q_row[d];
   __syncthreads();
 
+  const int lo = at.first_key(t);
   float local_max = -INFINITY;
-  for (int j = warp; j <= t; j += kWarps) {
+  for (int j = lo + warp; j <= t; j += kWarps) {
     const float* k_row = k_head + j * ldk;
     float dot = 0;
     for (int d = lane; d < HS; d += 32) dot += q_s[d] * k_row[d];
@@ -76,20 +81,20 @@ __global__ void attention_forward_kernel(float* out, float* probs, const float* 
   const float m = block_max(local_max, shared);  // its barriers also publish the scores
 
   float local_sum = 0;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+  for (int j = lo + static_cast<int>(threadIdx.x); j <= t; j += blockDim.x) {
     const float e = expf(p_row[j] - m);
     p_row[j] = e;
     local_sum += e;
   }
   const float inv = 1.0f / block_sum(local_sum, shared);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) p_row[j] = j <= t ? p_row[j] * inv : 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) p_row[j] = j >= lo && j <= t ? p_row[j] * inv : 0.0f;
   __syncthreads();
 
   const int groups = output_groups(HS);
   for (int idx = threadIdx.x; idx < groups * HS; idx += blockDim.x) {
     const int g = idx / HS, d = idx % HS;
     float sum = 0;
-    for (int j = g; j <= t; j += groups) sum += p_row[j] * v_head[j * ldk + d];
+    for (int j = lo + g; j <= t; j += groups) sum += p_row[j] * v_head[j * ldk + d];
     partial[idx] = sum;
   }
   __syncthreads();
@@ -127,8 +132,9 @@ __global__ void attention_backward_query_kernel(float* dq, float* D, const float
   for (int d = lane; d < HS; d += 32) acc[d] = 0.0f;
   __syncthreads();
 
+  const int lo = at.first_key(t);
   float local = 0;  // the same in every lane of a warp
-  for (int j = warp; j <= t; j += kWarps) {
+  for (int j = lo + warp; j <= t; j += kWarps) {
     const float* v_row = v_head + j * ldk;
     float dot = 0;
     for (int d = lane; d < HS; d += 32) dot += do_s[d] * v_row[d];
@@ -138,7 +144,7 @@ __global__ void attention_backward_query_kernel(float* dq, float* D, const float
   if (D != nullptr && threadIdx.x == 0) D[blockIdx.x] = Dt;
   if (dq == nullptr) return;  // the whole block: only D was wanted
 
-  for (int j = warp; j <= t; j += kWarps) {
+  for (int j = lo + warp; j <= t; j += kWarps) {
     const float* v_row = v_head + j * ldk;
     float dot = 0;
     for (int d = lane; d < HS; d += 32) dot += do_s[d] * v_row[d];
@@ -156,7 +162,7 @@ __global__ void attention_backward_query_kernel(float* dq, float* D, const float
 }
 
 // Backward, block (b, kvh, j) numbered (b * NKV + kvh) * T + j: key row j of kv head kvh,
-// seen by the group's query heads at rows t >= j. dv[j] += sum p[t][j] dout[t]; dk[j] +=
+// seen by the group's query heads at rows t in [j, j + W) (every t >= j without a window). dv[j] += sum p[t][j] dout[t]; dk[j] +=
 // sum ds[t][j] q[t], ds recomputed as the query kernel does (the same dot products, bitwise)
 // from its D. The (head, row) pairs are dealt to warps in order, each warp summing into its
 // own shared rows, the warps added in order. Dynamic shared memory: v's row (HS), then
@@ -180,7 +186,7 @@ __global__ void attention_backward_key_kernel(float* dk, float* dv, const float*
   for (int d = lane; d < HS; d += 32) acc_k[d] = acc_v[d] = 0.0f;
   __syncthreads();
 
-  const int rows = T - j;
+  const int rows = at.query_end(j) - j;
   const long pairs = static_cast<long>(group) * rows;
   for (long pair = warp; pair < pairs; pair += kWarps) {
     const int h = kvh * group + static_cast<int>(pair / rows);
@@ -222,16 +228,17 @@ float attention_scale(int HS) { return static_cast<float>(1.0 / std::sqrt(static
 namespace launch {
 
 Status attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                         int NKV, int HS, CudaStream stream) {
-  const Layout at{T, NH, NKV, HS};
+                         int NKV, int HS, int window, CudaStream stream) {
+  const Layout at{T, NH, NKV, HS, window};
   const std::size_t smem = sizeof(float) * static_cast<std::size_t>(HS) * (1 + output_groups(HS));
   attention_forward_kernel<<<B * NH * T, kThreads, smem, stream>>>(out, probs, q, k, v, at, attention_scale(HS));
   return cuda::launched();
 }
 
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS, CudaStream stream) {
-  const Layout at{T, NH, NKV, HS};
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
+                          CudaStream stream) {
+  const Layout at{T, NH, NKV, HS, window};
   const float scale = attention_scale(HS);
   cuda::Scratch scratch(stream);
   float* D = nullptr;

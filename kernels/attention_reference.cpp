@@ -56,16 +56,20 @@ std::size_t head_offset(int b, int T, int h, int heads, int HS) {
   return (at(b, T) * static_cast<std::size_t>(heads) + static_cast<std::size_t>(h)) * static_cast<std::size_t>(HS);
 }
 
-// Softmax of row t's first t + 1 scores in place (sum in double); zeros for the rest of the row.
-void causal_softmax(float* row, int t, int T) {
-  const float m = *std::max_element(row, row + t + 1);
+// The first key query row t sees: t - window + 1 under a sliding window, else 0.
+int first_key(int t, int window) { return window > 0 ? std::max(0, t - window + 1) : 0; }
+
+// Softmax of row t's scores of keys [lo, t] in place (sum in double); zeros for the rest of the row.
+void causal_softmax(float* row, int lo, int t, int T) {
+  const float m = *std::max_element(row + lo, row + t + 1);
   double sum = 0;
-  for (int j = 0; j <= t; ++j) {
+  for (int j = lo; j <= t; ++j) {
     row[j] = std::exp(row[j] - m);
     sum += row[j];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (int j = 0; j <= t; ++j) row[j] *= inv;
+  for (int j = lo; j <= t; ++j) row[j] *= inv;
+  std::fill(row, row + lo, 0.0f);
   std::fill(row + t + 1, row + T, 0.0f);
 }
 
@@ -81,13 +85,14 @@ void add_scaled(float* __restrict o, float weight, const float* __restrict r, in
   for (; d < n; ++d) o[d] += weight * r[d];
 }
 
-// out[t] += sum over t' in [t0, t] of a[t][t'] * in[t'] for the rows t of [t0, t1): the
-// diagonal triangle of a row block. `a` holds the block's rows (row t at a + (t - t0) * T),
-// in's and out's rows are ld apart.
-void add_triangle(float* out, int ld_out, const float* a, int T, const float* in, int ld_in, int t0, int t1, int HS) {
+// out[t] += sum over t' in [t0, t] (and in t's window) of a[t][t'] * in[t'] for the rows t of
+// [t0, t1): the diagonal triangle of a row block. `a` holds the block's rows (row t at
+// a + (t - t0) * T), in's and out's rows are ld apart.
+void add_triangle(float* out, int ld_out, const float* a, int T, const float* in, int ld_in, int t0, int t1, int HS,
+                  int window) {
   for (int t = t0; t < t1; ++t) {
     float* o = out + at(t, ld_out);
-    for (int j = t0; j <= t; ++j) {
+    for (int j = std::max(t0, first_key(t, window)); j <= t; ++j) {
       add_scaled(o, a[at(t - t0, T) + static_cast<std::size_t>(j)], in + at(j, ld_in), HS);
     }
   }
@@ -95,10 +100,10 @@ void add_triangle(float* out, int ld_out, const float* a, int T, const float* in
 
 // out[t'] += sum over t in [t', t1) of a[t][t'] * in[t] for t' in [t0, t1): the transpose of add_triangle.
 void add_triangle_transposed(float* out, int ld_out, const float* a, int T, const float* in, int ld_in, int t0, int t1,
-                             int HS) {
+                             int HS, int window) {
   for (int t = t0; t < t1; ++t) {
     const float* r = in + at(t, ld_in);
-    for (int j = t0; j <= t; ++j) {
+    for (int j = std::max(t0, first_key(t, window)); j <= t; ++j) {
       add_scaled(out + at(j, ld_out), a[at(t - t0, T) + static_cast<std::size_t>(j)], r, HS);
     }
   }
@@ -116,7 +121,7 @@ void rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeF
 }
 
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int NKV, int HS) {
+                       int NKV, int HS, int window) {
   if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
   const int ldq = NH * HS, ldk = NKV * HS, group = NH / NKV;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)));
@@ -129,26 +134,28 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       float* ph = probs + at(b * NH + h, T) * static_cast<std::size_t>(T);
       for (int t0 = 0; t0 < T; t0 += kBlock) {
         const int t1 = std::min(T, t0 + kBlock), rows = t1 - t0;
+        const int k0 = first_key(t0, window);  // the block's first key; later rows' windows start later
         float* block = ph + at(t0, T);
-        // Scores against keys [0, t1): the block's own upper triangle is computed too and then
-        // overwritten by the softmax's zeros; it is never read.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, HS, scale, qh + at(t0, ldq), ldq, kh, ldk, 0.0f,
-                    block, T);
-        for (int t = t0; t < t1; ++t) causal_softmax(ph + at(t, T), t, T);
-        if (t0 > 0) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, t0, 1.0f, block, T, vh, ldk, 0.0f,
-                      oh + at(t0, ldq), ldq);
+        // Scores against keys [k0, t1): the block's own upper triangle, and under a window the
+        // keys before a row's own first, are computed too and then overwritten by the
+        // softmax's zeros; they are never read.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1 - k0, HS, scale, qh + at(t0, ldq), ldq,
+                    kh + at(k0, ldk), ldk, 0.0f, block + k0, T);
+        for (int t = t0; t < t1; ++t) causal_softmax(ph + at(t, T), first_key(t, window), t, T);
+        if (t0 > k0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, t0 - k0, 1.0f, block + k0, T,
+                      vh + at(k0, ldk), ldk, 0.0f, oh + at(t0, ldq), ldq);
         } else {
-          for (int t = 0; t < t1; ++t) std::fill(oh + at(t, ldq), oh + at(t, ldq) + HS, 0.0f);
+          for (int t = t0; t < t1; ++t) std::fill(oh + at(t, ldq), oh + at(t, ldq) + HS, 0.0f);
         }
-        add_triangle(oh, ldq, block, T, vh, ldk, t0, t1, HS);
+        add_triangle(oh, ldq, block, T, vh, ldk, t0, t1, HS, window);
       }
     }
   }
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, int B, int T, int NH, int NKV, int HS) {
+                        const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window) {
   if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0) return;
   if (dq == nullptr && dk == nullptr && dv == nullptr) return;
   const int ldq = NH * HS, ldk = NKV * HS, group = NH / NKV;
@@ -163,43 +170,47 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const float* ph = probs + at(b * NH + h, T) * static_cast<std::size_t>(T);
       for (int t0 = 0; t0 < T; t0 += kBlock) {
         const int t1 = std::min(T, t0 + kBlock), rows = t1 - t0;
+        const int k0 = first_key(t0, window);  // keys before k0 are outside every row's window
         const float* pblock = ph + at(t0, T);
         if (dv != nullptr) {  // dv[t'] += sum over t >= t' of probs[t][t'] dout[t]
           float* dvh = dv + ko;
-          if (t0 > 0) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t0, HS, rows, 1.0f, pblock, T, doh + at(t0, ldq), ldq,
-                        1.0f, dvh, ldk);
+          if (t0 > k0) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t0 - k0, HS, rows, 1.0f, pblock + k0, T,
+                        doh + at(t0, ldq), ldq, 1.0f, dvh + at(k0, ldk), ldk);
           }
-          add_triangle_transposed(dvh, ldk, pblock, T, doh, ldq, t0, t1, HS);
+          add_triangle_transposed(dvh, ldk, pblock, T, doh, ldq, t0, t1, HS, window);
         }
         if (dq == nullptr && dk == nullptr) continue;
-        // dprobs = dout v^T on keys [0, t1); then the softmax's backward, scaled, in place:
-        // dscores[t][t'] = scale * p[t][t'] (dprobs[t][t'] - sum over t'' of p[t][t''] dprobs[t][t'']).
+        // dprobs = dout v^T on keys [k0, t1); then the softmax's backward, scaled, in place:
+        // dscores[t][t'] = scale * p[t][t'] (dprobs[t][t'] - sum over t'' of p[t][t''] dprobs[t][t'']),
+        // and zero for the keys in [k0, t) before row t's window (the sgemm calls below read them).
         float* ds = dscores.data();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, HS, 1.0f, doh + at(t0, ldq), ldq, vh, ldk, 0.0f,
-                    ds, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1 - k0, HS, 1.0f, doh + at(t0, ldq), ldq,
+                    vh + at(k0, ldk), ldk, 0.0f, ds + k0, T);
         for (int t = t0; t < t1; ++t) {
           const float* p = ph + at(t, T);
           float* d = ds + at(t - t0, T);
+          const int lo = first_key(t, window);
           double dot = 0;
-          for (int j = 0; j <= t; ++j) dot += static_cast<double>(p[j]) * d[j];
-          for (int j = 0; j <= t; ++j) d[j] = static_cast<float>(scale * p[j] * (d[j] - dot));
+          for (int j = lo; j <= t; ++j) dot += static_cast<double>(p[j]) * d[j];
+          for (int j = lo; j <= t; ++j) d[j] = static_cast<float>(scale * p[j] * (d[j] - dot));
+          std::fill(d + k0, d + lo, 0.0f);
         }
         if (dq != nullptr) {  // dq[t] += sum over t' <= t of dscores[t][t'] k[t']
           float* dqh = dq + qo;
-          if (t0 > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, t0, 1.0f, ds, T, kh, ldk, 1.0f,
-                        dqh + at(t0, ldq), ldq);
+          if (t0 > k0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, HS, t0 - k0, 1.0f, ds + k0, T,
+                        kh + at(k0, ldk), ldk, 1.0f, dqh + at(t0, ldq), ldq);
           }
-          add_triangle(dqh, ldq, ds, T, kh, ldk, t0, t1, HS);
+          add_triangle(dqh, ldq, ds, T, kh, ldk, t0, t1, HS, window);
         }
         if (dk != nullptr) {  // dk[t'] += sum over t >= t' of dscores[t][t'] q[t]
           float* dkh = dk + ko;
-          if (t0 > 0) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t0, HS, rows, 1.0f, ds, T, qh + at(t0, ldq), ldq, 1.0f,
-                        dkh, ldk);
+          if (t0 > k0) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t0 - k0, HS, rows, 1.0f, ds + k0, T,
+                        qh + at(t0, ldq), ldq, 1.0f, dkh + at(k0, ldk), ldk);
           }
-          add_triangle_transposed(dkh, ldk, ds, T, qh, ldq, t0, t1, HS);
+          add_triangle_transposed(dkh, ldk, ds, T, qh, ldq, t0, t1, HS, window);
         }
       }
     }

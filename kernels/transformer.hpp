@@ -70,14 +70,17 @@ void rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeF
 
 // Causal self-attention with grouped-query heads: q [B,T,NH,HS], k and v [B,T,NKV,HS] (NH % NKV == 0;
 // query head h reads kv head h / (NH / NKV), as HuggingFace's repeat_kv), scores scaled by 1/sqrt(HS),
-// softmax over keys t' <= t. out [B,T,NH,HS]; probs [B,NH,T,T] the softmax (zero above the diagonal),
-// saved for the backward. A masked (future) key or value is never multiplied in, so even a
-// non-finite one cannot reach an earlier position.
+// softmax over keys t' <= t, or under a sliding window (window > 0) over the window keys
+// t - window < t' <= t (HuggingFace's mask: `window` keys, the query's own included; 0: no
+// window). out [B,T,NH,HS]; probs [B,NH,T,T] the softmax (zero outside each row's keys), saved
+// for the backward. A future key or value is never multiplied in, so even a non-finite one
+// cannot reach an earlier position (keys before a window are, with weight zero, within a
+// block of rows).
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                       int NKV, int HS);
+                       int NKV, int HS, int window);
 // From the probs the forward saved; dk and dv sum the gradients of every query head sharing a kv head.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, int B, int T, int NH, int NKV, int HS);
+                        const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window);
 
 // Cross-entropy of each row: losses[n] = logsumexp(logits[n]) - logits[n][targets[n]] (numerically
 // stable). The caller guarantees 0 <= targets[n] < V; nothing else is read.

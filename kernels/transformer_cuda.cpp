@@ -295,24 +295,24 @@ bool attention_shape(int B, int T, int NH, int NKV, int HS) {
 }  // namespace
 
 Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                              int NH, int NKV, int HS, CudaStream stream) {
-  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0) return Status::invalid_value;
+                              int NH, int NKV, int HS, int window, CudaStream stream) {
+  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0 || window < 0) return Status::invalid_value;
   if (B == 0 || T == 0 || NH == 0 || HS == 0) return Status::success;
   if (!attention_shape(B, T, NH, NKV, HS) || !all_present(out, probs, q, k, v)) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::attention_forward(out, probs, q, k, v, B, T, NH, NKV, HS, stream);
+  return launch::attention_forward(out, probs, q, k, v, B, T, NH, NKV, HS, window, stream);
 }
 
 Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
+                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
                                CudaStream stream) {
-  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0) return Status::invalid_value;
+  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0 || window < 0) return Status::invalid_value;
   if ((dq == nullptr && dk == nullptr && dv == nullptr) || B == 0 || T == 0 || NH == 0 || HS == 0) {
     return Status::success;
   }
   if (!attention_shape(B, T, NH, NKV, HS) || !all_present(dout, probs, q, k, v)) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, stream);
+  return launch::attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window, stream);
 }
 
 // ---------------------------------------------------------------------------------------------

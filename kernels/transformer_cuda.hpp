@@ -187,18 +187,19 @@ Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, cons
                           CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
-// Causal grouped-query attention, as attention_forward / attention_backward (same layouts;
-// probs [B,NH,T,T] saved by the forward, zero above the diagonal; NH % NKV == 0; HS at most
-// 1024). A block per (batch, head, query row) computes the row's scores (a warp per key),
-// its softmax in place in probs, and the output; masked keys and values are never read.
+// Causal grouped-query attention, as attention_forward / attention_backward (same layouts and
+// sliding window; probs [B,NH,T,T] saved by the forward, zero outside each row's keys;
+// NH % NKV == 0; HS at most 1024; window >= 0). A block per (batch, head, query row) computes
+// the row's scores (a warp per key), its softmax in place in probs, and the output; masked
+// keys and values are never read.
 // The backward takes one block per query row for dq (and D[t] = sum_t' p dp, kept in
 // scratch), then one block per (batch, kv head, key row) for dk and dv, summing the group's
 // query heads and later rows in a fixed order: no atomics. Straightforward rather than fast:
 // keys are re-read for every query row (a flash-style tiled kernel is future work).
 Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                              int NH, int NKV, int HS, CudaStream stream);
+                              int NH, int NKV, int HS, int window, CudaStream stream);
 Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
+                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
                                CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------

@@ -60,12 +60,12 @@ Status swiglu_backward(float*, float*, const float*, const float*, const float*,
   return Status::not_built;
 }
 Status rope_rotate(float*, int, int, int, int, const RopeFrequencies&, double, CudaStream) { return Status::not_built; }
-Status attention_forward(float*, float*, const float*, const float*, const float*, int, int, int, int, int,
+Status attention_forward(float*, float*, const float*, const float*, const float*, int, int, int, int, int, int,
                          CudaStream) {
   return Status::not_built;
 }
 Status attention_backward(float*, float*, float*, const float*, const float*, const float*, const float*, const float*,
-                          int, int, int, int, int, CudaStream) {
+                          int, int, int, int, int, int, CudaStream) {
   return Status::not_built;
 }
 Status crossentropy_forward(float*, const float*, const int*, int, int, CudaStream) { return Status::not_built; }

@@ -61,9 +61,10 @@ Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* g
 Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign,
                    CudaStream stream);
 Status attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                         int NKV, int HS, CudaStream stream);
+                         int NKV, int HS, int window, CudaStream stream);
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS, CudaStream stream);
+                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
+                          CudaStream stream);
 Status crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, CudaStream stream);
 Status crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
                              CudaStream stream);

@@ -120,6 +120,9 @@ struct TransformerConfig {
   double norm_eps = 1e-5;         // LayerNorm/RMSNorm epsilon (HF layer_norm_epsilon, rms_norm_eps)
   double rope_theta = 10000;      // rotary base (HF rope_theta); unused with learned positions
   RopeScaling rope_scaling;       // plain unless a config asks for more
+  // Sliding-window attention (HF sliding_window, Mistral): each query attends to this many
+  // keys, its own included, and no earlier ones. 0: every earlier key.
+  int sliding_window = 0;
   // What of the source's settings these layers leave out, e.g. "rope_scaling (yarn),
   // sliding_window 4096" from a HuggingFace config.json: the cost model still counts the
   // network, but its real training math is not this (exec refuses it). Empty: nothing.

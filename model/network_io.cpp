@@ -176,6 +176,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.dropout = r.boolean_or("dropout", true);
   c.norm_eps = r.number_or("norm_eps", 1e-5, 0, 1);
   c.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
+  c.sliding_window = r.int_or("sliding_window", 0, 0, limits::kMaxSeq);
   if (r.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(r.get("rope_scaling"), file, r.field("rope_scaling"));
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
@@ -297,6 +298,7 @@ std::string write_network(const Network& n) {
       if (s.original_positions != 0) out << YAML::Key << "original_positions" << YAML::Value << s.original_positions;
       out << YAML::EndMap;
     }
+    if (c.sliding_window != 0) out << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;
   }

@@ -306,44 +306,52 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     string_unless("hidden_act", {"silu"});
     true_unmodelled("attention_bias");
     true_unmodelled("mlp_bias");
-    if (present("rope_scaling")) {
-      const nlohmann::json& r = j["rope_scaling"];
-      const char* key = r.is_object() && r.contains("rope_type") ? "rope_type" : "type";
-      const std::string kind = r.is_object() && r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : "";
-      auto number = [&](const char* k) {
-        const std::string field = std::string("rope_scaling.") + k;
-        if (!r.contains(k)) throw InputError(file, 0, field, "is required for " + kind + " scaling");
+    // RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
+    // object; transformers 5 both in one `rope_parameters` object.
+    const char* rope_key = present("rope_parameters") ? "rope_parameters" : present("rope_scaling") ? "rope_scaling" : "";
+    if (*rope_key != '\0') {
+      const std::string prefix = std::string(rope_key) + ".";
+      const nlohmann::json& r = j[rope_key];
+      auto number = [&](const char* k, const std::string& kind) {
+        if (!r.contains(k)) throw InputError(file, 0, prefix + k, "is required for " + kind + " scaling");
         const nlohmann::json& v = r[k];
         if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-          throw InputError(file, 0, field, "expected a number > 0, found " + brief(v));
+          throw InputError(file, 0, prefix + k, "expected a number > 0, found " + brief(v));
         }
         return v.get<double>();
       };
+      if (r.is_object() && r.contains("rope_theta")) c.rope_theta = number("rope_theta", "any");
+      // transformers 4 lets a legacy "type" override "rope_type".
+      const char* key = r.is_object() && r.contains("type") ? "type" : "rope_type";
+      const std::string kind = r.is_object() && r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : "";
       RopeScaling& s = c.rope_scaling;
       if (kind == "linear" || kind == "dynamic" || kind == "llama3") {
         s.type = kind;
-        s.factor = number("factor");
+        s.factor = number("factor", kind);
       }
       if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
       if (kind == "llama3") {
-        s.low_freq_factor = number("low_freq_factor");
-        s.high_freq_factor = number("high_freq_factor");
-        const double original = number("original_max_position_embeddings");
-        if (original != std::floor(original) || original > std::numeric_limits<int>::max()) {
-          throw InputError(file, 0, "rope_scaling.original_max_position_embeddings",
-                           "expected a whole number, found " + brief(r["original_max_position_embeddings"]));
+        s.low_freq_factor = number("low_freq_factor", kind);
+        s.high_freq_factor = number("high_freq_factor", kind);
+        const double original = number("original_max_position_embeddings", kind);
+        if (original != std::floor(original) || original > limits::kMaxSeq) {
+          throw InputError(file, 0, prefix + "original_max_position_embeddings",
+                           "expected a whole number up to " + std::to_string(limits::kMaxSeq) + ", found " +
+                               brief(r["original_max_position_embeddings"]));
         }
         s.original_positions = static_cast<int>(original);
       }
-      // A factor of 1 stretches nothing (llama3's bands then all keep their frequencies).
-      if (s.factor == 1) s = RopeScaling{};
+      // Linear or llama3 scaling by a factor of 1 stretches nothing (llama3's bands then all
+      // keep their frequencies); dynamic's still raises the base beyond the trained context.
+      if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
       if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3") {
-        unmodelled.push_back("rope_scaling" + (kind.empty() ? std::string() : " (" + kind + ")"));
+        unmodelled.push_back(std::string(rope_key) + (kind.empty() ? std::string() : " (" + kind + ")"));
       }
     }
-    if (const int window = get_int({"sliding_window"}, false, 0); window > 0 && window < c.seq) {
-      unmodelled.push_back("sliding_window " + std::to_string(window));
-    }
+    // Mistral's sliding window (LLaMA's attention has none, and transformers ignores the key
+    // there). A window as long as the sequence masks nothing: plain causal attention.
+    const int window = get_int({"sliding_window"}, false, 0);
+    if (type == "mistral" && window > 0 && window < c.seq) c.sliding_window = window;
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
     throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + shown + "'");

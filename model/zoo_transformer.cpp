@@ -3,6 +3,7 @@
 // softmax and activations are O(s*h) and left out. Activation memory follows Korthikanti et
 // al. (2022), "Reducing Activation Recomputation in Large Transformer Models", section 4.1,
 // generalised to grouped-query attention, gated MLPs and dropout-free models.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -60,15 +61,19 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.kind = "transformer";
   l.shape = "h=" + std::to_string(c.hidden) + " heads=" + std::to_string(c.heads) +
             (c.kv_heads > 0 && c.kv_heads != c.heads ? " kv_heads=" + std::to_string(c.kv_heads) : "") +
-            " ffn=" + std::to_string(static_cast<long long>(x.f)) + " s=" + std::to_string(c.seq);
+            " ffn=" + std::to_string(static_cast<long long>(x.f)) + " s=" + std::to_string(c.seq) +
+            (c.sliding_window > 0 ? " window=" + std::to_string(c.sliding_window) : "");
   const double mlp_matrices = c.gated_mlp ? 3 : 2;
   // Parameters: Q and O are h x h, K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
   l.params = 2 * x.h * x.h + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
   if (c.biases) l.params += (x.h + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
 
   const double qkv = 2 * x.s * x.h * (x.h + 2 * x.kv_dim);
-  const double scores = 2 * x.s * x.s * x.h;  // Q K^T over all heads
-  const double context = 2 * x.s * x.s * x.h;  // softmax(.) V
+  // Each query against every key of the sequence (the convention counts the masked half too),
+  // or against its window's keys under sliding-window attention.
+  const double keys = c.sliding_window > 0 ? std::min(x.s, static_cast<double>(c.sliding_window)) : x.s;
+  const double scores = 2 * x.s * keys * x.h;   // Q K^T over all heads
+  const double context = 2 * x.s * keys * x.h;  // softmax(.) V
   const double out_proj = 2 * x.s * x.h * x.h;
   const double mlp = 2 * x.s * x.h * x.f * mlp_matrices;
   l.forward_flops = qkv + scores + context + out_proj + mlp;
@@ -148,6 +153,7 @@ void check_transformer_config(const TransformerConfig& c) {
   require(c.kv_heads, "kv_heads", 0, limits::kMaxHeads);
   require(c.ffn, "ffn", 0, limits::kMaxFfn);
   require(c.type_vocab, "type_vocab", 0, limits::kMaxVocab);
+  require(c.sliding_window, "sliding_window", 0, limits::kMaxSeq);
   if (c.hidden % c.heads != 0) {
     throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
                                                ", found " + std::to_string(c.heads));
@@ -158,6 +164,9 @@ void check_transformer_config(const TransformerConfig& c) {
                                                   ", found " + std::to_string(c.kv_heads));
   }
   check_rope_scaling(c.rope_scaling);
+  if (c.learned_positions && !c.rope_scaling.type.empty()) {
+    throw InputError("<spec>", 0, "rope_scaling", "scales rotary positions, but these layers learn their positions");
+  }
 }
 
 void check_rope_scaling(const RopeScaling& r) {
@@ -175,8 +184,9 @@ void check_rope_scaling(const RopeScaling& r) {
   if (!(r.factor > 0) || !std::isfinite(r.factor)) fail("factor", "expected a number > 0, found " + number(r.factor));
   if (r.type == "linear") {
     if (r.original_positions != 0) fail("original_positions", "is not a setting of linear scaling");
-  } else if (r.original_positions <= 0) {
-    fail("original_positions", "expected a whole number > 0 for " + r.type + " scaling, found " +
+  } else if (r.original_positions <= 0 || r.original_positions > limits::kMaxSeq) {
+    fail("original_positions", "expected a whole number in [1, " + std::to_string(limits::kMaxSeq) + "] for " + r.type +
+                                   " scaling, found " +
                                    std::to_string(r.original_positions));
   }
   if (r.type == "llama3") {

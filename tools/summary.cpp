@@ -187,6 +187,7 @@ Json network_json(const model::Network& n) {
     j["rope_theta"] = n.architecture->rope_theta;
     j["rope_scaling"] = r;
   }
+  if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
   return j;
 }
 
@@ -231,6 +232,10 @@ void print_network(std::ostream& out, const model::Network& n) {
       out << " beyond " << s.original_positions << " positions";
     }
     out << "\n";
+  }
+  if (n.architecture && n.architecture->sliding_window > 0) {
+    out << "  attention             sliding window of " << n.architecture->sliding_window
+        << " keys per query (its FLOPs counted over them)\n";
   }
   if (n.architecture && !n.architecture->unmodelled.empty()) {
     out << "  not modelled          " << n.architecture->unmodelled

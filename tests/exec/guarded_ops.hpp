@@ -130,12 +130,12 @@ class GuardedOps final : public exec::CpuDecoderOps {
                   (dx, N, T, h, hd, rope))
   HETFLOW_GUARDED(void, attention_forward,
                   (float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                   int NKV, int HS),
-                  (out, probs, q, k, v, B, T, NH, NKV, HS))
+                   int NKV, int HS, int window),
+                  (out, probs, q, k, v, B, T, NH, NKV, HS, window))
   HETFLOW_GUARDED(void, attention_backward,
                   (float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                   const float* k, const float* v, int B, int T, int NH, int NKV, int HS),
-                  (dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS))
+                   const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window),
+                  (dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window))
   HETFLOW_GUARDED(void, crossentropy_forward_backward,
                   (float* losses, float* dl, const float* logits, const int* t, float dloss, int N, int V),
                   (losses, dl, logits, t, dloss, N, V))

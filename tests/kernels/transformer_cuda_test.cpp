@@ -427,12 +427,13 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
 
 struct AttentionShape {
   int B, T, NH, NKV, HS;
+  int window = 0;  // sliding window: keys per query; 0 none
   std::size_t q() const { return size_of(static_cast<long long>(B) * T * NH * HS); }
   std::size_t kv() const { return size_of(static_cast<long long>(B) * T * NKV * HS); }
   std::size_t probs() const { return size_of(static_cast<long long>(B) * NH * T * T); }
   std::string name() const {
     return "attention B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
-           " NKV=" + std::to_string(NKV) + " HS=" + std::to_string(HS);
+           " NKV=" + std::to_string(NKV) + " HS=" + std::to_string(HS) + " window=" + std::to_string(window);
   }
 };
 
@@ -440,17 +441,20 @@ TEST(TransformerCuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   // Grouped heads both ways; one token; rows past the CPU's 64-row blocks; head sizes below
   // and above a warp and the block's 128 threads, up to the largest taken (1024: the most
-  // dynamic shared memory a block gets without asking).
+  // dynamic shared memory a block gets without asking); sliding windows of one key, of fewer
+  // keys than a warp's, and across the CPU's blocks.
   for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
                                  AttentionShape{1, 1, 2, 1, 3}, AttentionShape{1, 67, 2, 1, 4},
                                  AttentionShape{2, 150, 4, 2, 8}, AttentionShape{2, 70, 6, 3, 64},
-                                 AttentionShape{1, 33, 2, 2, 160}, AttentionShape{1, 9, 2, 1, 1024}}) {
+                                 AttentionShape{1, 33, 2, 2, 160}, AttentionShape{1, 9, 2, 1, 1024},
+                                 AttentionShape{1, 20, 2, 1, 4, 1}, AttentionShape{2, 70, 6, 3, 64, 7},
+                                 AttentionShape{2, 150, 4, 2, 8, 37}}) {
     std::mt19937 rng(18);
     const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
               dout = random_vec(s.q(), rng);
     const std::vector<Vec> base = {random_vec(s.q(), rng), random_vec(s.kv(), rng), random_vec(s.kv(), rng)};
     Vec out(s.q()), probs(s.probs());
-    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
 
     Device device;
     const float *dq = device.upload(q), *dk = device.upload(k), *dv = device.upload(v), *ddout = device.upload(dout);
@@ -458,23 +462,26 @@ TEST(TransformerCuda, AttentionMatchesTheReference) {
     const std::vector<Vec> forward = run_twice(s.name(), [&] {
       device.poison(dout_, out.size());
       device.poison(dprobs, probs.size());
-      EXPECT_OK(attention_forward_cuda(dout_, dprobs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS, nullptr));
+      EXPECT_OK(attention_forward_cuda(dout_, dprobs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS, s.window, nullptr));
       return std::vector<Vec>{device.download(dout_, out.size()), device.download(dprobs, probs.size())};
     });
     expect_close(s.name() + " out", forward[0], out, kReduction);
     expect_close(s.name() + " probs", forward[1], probs, kReduction);
-    for (int row = 0; row < s.B * s.NH * s.T; ++row) {  // zero above the diagonal, exactly
-      for (int j = row % s.T + 1; j < s.T; ++j) ASSERT_EQ(forward[1][size_of(row) * s.T + j], 0.0f) << s.name();
+    for (int row = 0; row < s.B * s.NH * s.T; ++row) {  // zero above the diagonal and before the window, exactly
+      const int t = row % s.T;
+      for (int j = 0; j < s.T; ++j) {
+        if (j > t || (s.window > 0 && j <= t - s.window)) ASSERT_EQ(forward[1][size_of(row) * s.T + j], 0.0f) << s.name();
+      }
     }
     check_backward(
         s.name() + " backward", base, kReduction,
         [&](const std::vector<float*>& g) {
           attention_backward(g[0], g[1], g[2], dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T,
-                             s.NH, s.NKV, s.HS);
+                             s.NH, s.NKV, s.HS, s.window);
         },
         [&](const std::vector<float*>& g) {
           return attention_backward_cuda(g[0], g[1], g[2], ddout, dprobs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS,
-                                         nullptr);
+                                         s.window, nullptr);
         });
   }
 }
@@ -490,7 +497,7 @@ TEST(TransformerCuda, AttentionNeverReadsLaterKeysOrValues) {
     Device inputs;
     float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
     EXPECT_OK(attention_forward_cuda(out, probs, dq, inputs.upload(keys), inputs.upload(values), s.B, s.T, s.NH, s.NKV,
-                                     s.HS, nullptr));
+                                     s.HS, s.window, nullptr));
     return inputs.download(out, s.q());
   };
   const Vec clean = run(k, v);
@@ -855,8 +862,9 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000, RopeFrequencies::Scaling::llama3, 8, 4, 1, 8192},
                               nullptr),
             Status::invalid_value);  // llama3's bands out of order
-  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 3, 2, 1, nullptr), Status::invalid_value);  // 3 % 2 heads
-  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 2048, nullptr), Status::invalid_value);  // HS too large
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 3, 2, 1, 0, nullptr), Status::invalid_value);  // 3 % 2 heads
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 2048, 0, nullptr), Status::invalid_value);  // HS too large
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 4, -1, nullptr), Status::invalid_value);  // window < 0
   EXPECT_EQ(crossentropy_forward_cuda(f, f, nullptr, 1, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(embedding_forward_cuda(f, nullptr, f, f, 1, 1, 4, nullptr), Status::invalid_value);
   EXPECT_EQ(adamw_update_cuda(f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0, nullptr), Status::invalid_value);
@@ -871,7 +879,8 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   // Nothing to do is done, without a device: empty sizes, or no gradient wanted.
   EXPECT_EQ(layernorm_forward_cuda(f, f, f, f, f, f, 0, 4, 1e-5f, nullptr), Status::success);
   EXPECT_EQ(layernorm_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 4, nullptr), Status::success);
-  EXPECT_EQ(attention_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), Status::success);
+  EXPECT_EQ(attention_backward_cuda(nullptr, nullptr, nullptr, f, f, f, f, f, 1, 1, 1, 1, 4, 0, nullptr),
+            Status::success);
   EXPECT_EQ(rope_backward_cuda(nullptr, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), Status::success);
   EXPECT_EQ(gelu_forward_cuda(f, f, 0, nullptr), Status::success);
   EXPECT_EQ(residual_add_cuda(f, f, 0, nullptr), Status::success);
@@ -932,8 +941,8 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(swiglu_backward_cuda(f, f, f, f, f, 4, nullptr), want);
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), want);
   EXPECT_EQ(rope_backward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000}, nullptr), want);
-  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
-  EXPECT_EQ(attention_backward_cuda(f, f, f, f, f, f, f, f, 1, 1, 1, 1, 4, nullptr), want);
+  EXPECT_EQ(attention_forward_cuda(f, f, f, f, f, 1, 1, 1, 1, 4, 0, nullptr), want);
+  EXPECT_EQ(attention_backward_cuda(f, f, f, f, f, f, f, f, 1, 1, 1, 1, 4, 0, nullptr), want);
   EXPECT_EQ(crossentropy_forward_cuda(f, f, tok, 1, 4, nullptr), want);
   EXPECT_EQ(crossentropy_backward_cuda(f, f, tok, 1.0f, 1, 4, nullptr), want);
   EXPECT_EQ(adamw_update_cuda(f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, nullptr), want);

@@ -450,12 +450,14 @@ TEST(Rope, GradientMatchesFiniteDifferences) {
 
 struct AttentionShape {
   int B, T, NH, NKV, HS;
+  int window = 0;  // sliding window: keys per query; 0 none
   std::size_t q() const { return static_cast<std::size_t>(B * T * NH * HS); }
   std::size_t kv() const { return static_cast<std::size_t>(B * T * NKV * HS); }
   std::size_t probs() const { return static_cast<std::size_t>(B * NH * T * T); }
 };
 
 // The definition, in double, one score at a time: the oracle for the blocked sgemm forward.
+// Query t attends to keys [lo, t], lo = t - window + 1 under a window (HuggingFace's mask).
 std::vector<double> direct_attention(const AttentionShape& s, const Vec& q, const Vec& k, const Vec& v) {
   std::vector<double> out(s.q(), 0.0);
   for (int b = 0; b < s.B; ++b) {
@@ -465,18 +467,19 @@ std::vector<double> direct_attention(const AttentionShape& s, const Vec& q, cons
         const auto row = [&](const Vec& a, int tt, int head, int heads) {
           return a.data() + ((b * s.T + tt) * heads + head) * s.HS;
         };
-        std::vector<double> scores(t + 1);
-        for (int j = 0; j <= t; ++j) {
+        const int lo = s.window > 0 ? std::max(0, t - s.window + 1) : 0;
+        std::vector<double> scores(t + 1 - lo);  // scores[j - lo] for key j
+        for (int j = lo; j <= t; ++j) {
           double dot = 0;
           for (int d = 0; d < s.HS; ++d) dot += static_cast<double>(row(q, t, h, s.NH)[d]) * row(k, j, kvh, s.NKV)[d];
-          scores[j] = dot / std::sqrt(static_cast<double>(s.HS));
+          scores[j - lo] = dot / std::sqrt(static_cast<double>(s.HS));
         }
         const double m = *std::max_element(scores.begin(), scores.end());
         double sum = 0;
         for (double& x : scores) sum += (x = std::exp(x - m));
         double* o = out.data() + ((b * s.T + t) * s.NH + h) * s.HS;
-        for (int j = 0; j <= t; ++j) {
-          for (int d = 0; d < s.HS; ++d) o[d] += scores[j] / sum * row(v, j, kvh, s.NKV)[d];
+        for (int j = lo; j <= t; ++j) {
+          for (int d = 0; d < s.HS; ++d) o[d] += scores[j - lo] / sum * row(v, j, kvh, s.NKV)[d];
         }
       }
     }
@@ -486,14 +489,20 @@ std::vector<double> direct_attention(const AttentionShape& s, const Vec& q, cons
 
 TEST(Attention, ForwardMatchesTheDefinition) {
   // 150 tokens cross the kernel's row blocks: past keys by sgemm, the diagonal by loops.
+  // Sliding windows: shorter than a block (37: a block's rows start their windows at
+  // different keys), longer (100), one key (the query's own) and as long as the sequence.
   for (const AttentionShape s :
-       {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 150, 4, 2, 8}, AttentionShape{1, 1, 2, 1, 3}}) {
+       {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 150, 4, 2, 8}, AttentionShape{1, 1, 2, 1, 3},
+        AttentionShape{2, 150, 4, 2, 8, 37}, AttentionShape{1, 150, 2, 1, 8, 100}, AttentionShape{1, 70, 2, 1, 4, 1},
+        AttentionShape{1, 9, 2, 1, 4, 9}}) {
     std::mt19937 rng(14);
     const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng);
     Vec out = unwritten(s.q()), probs = unwritten(s.probs());
-    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
     const std::vector<double> want = direct_attention(s, q, k, v);
-    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 2e-6) << "T=" << s.T << " at " << i;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], want[i], 2e-6) << "T=" << s.T << " window " << s.window << " at " << i;
+    }
     if (s.T == 1) {  // one key: its value, for both heads
       EXPECT_EQ(out, (Vec{v[0], v[1], v[2], v[0], v[1], v[2]}));
     }
@@ -501,17 +510,17 @@ TEST(Attention, ForwardMatchesTheDefinition) {
 }
 
 TEST(Attention, ProbsAreACausalSoftmax) {
-  const AttentionShape s{2, 70, 3, 1, 4};
+  for (const AttentionShape s : {AttentionShape{2, 70, 3, 1, 4}, AttentionShape{2, 70, 3, 1, 4, 20}}) {
   std::mt19937 rng(15);
   const Vec q = random_vec(s.q(), rng, -3, 3), k = random_vec(s.kv(), rng, -3, 3), v = random_vec(s.kv(), rng);
   Vec out = unwritten(s.q()), probs = unwritten(s.probs());
-  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
   for (int row = 0; row < s.B * s.NH * s.T; ++row) {
     const int t = row % s.T;
     double sum = 0;
     for (int j = 0; j < s.T; ++j) {
       const float p = probs[row * s.T + j];
-      if (j > t) {
+      if (j > t || (s.window > 0 && j <= t - s.window)) {
         ASSERT_EQ(p, 0.0f) << "row " << row << " key " << j;
       } else {
         ASSERT_GE(p, 0.0f);
@@ -520,6 +529,24 @@ TEST(Attention, ProbsAreACausalSoftmax) {
     }
     ASSERT_NEAR(sum, 1.0, 1e-6) << "row " << row;
   }
+  }
+}
+
+// A window as long as the sequence masks nothing: bitwise the unwindowed attention, both ways.
+TEST(Attention, AWindowAsLongAsTheSequenceIsBitwiseNoWindow) {
+  const AttentionShape s{2, 70, 4, 2, 8};
+  std::mt19937 rng(19);
+  const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng),
+            dout = random_vec(s.q(), rng);
+  std::vector<Vec> got[2];
+  for (const int window : {0, s.T}) {
+    Vec out(s.q()), probs(s.probs()), dq(s.q()), dk(s.kv()), dv(s.kv());
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, window);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B,
+                       s.T, s.NH, s.NKV, s.HS, window);
+    got[window == 0 ? 0 : 1] = {out, probs, dq, dk, dv};
+  }
+  for (std::size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(bitwise_equal(got[0][i], got[1][i])) << "array " << i;
 }
 
 TEST(Attention, LaterKeysAndValuesDoNotReachEarlierPositions) {
@@ -527,7 +554,7 @@ TEST(Attention, LaterKeysAndValuesDoNotReachEarlierPositions) {
   std::mt19937 rng(16);
   const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
   Vec out(s.q()), probs(s.probs());
-  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
   // Change every key and value from position `from` on: to other numbers, then to NaN and inf.
   for (const int from : {1, 64, 100, 149}) {
     for (const float poison : {0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
@@ -542,7 +569,7 @@ TEST(Attention, LaterKeysAndValuesDoNotReachEarlierPositions) {
         }
       }
       Vec out2(s.q()), probs2(s.probs());
-      attention_forward(out2.data(), probs2.data(), q.data(), k2.data(), v2.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+      attention_forward(out2.data(), probs2.data(), q.data(), k2.data(), v2.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
       for (int b = 0; b < s.B; ++b) {
         const std::size_t first = static_cast<std::size_t>(b * s.T * s.NH * s.HS),
                           row = static_cast<std::size_t>(s.NH * s.HS);
@@ -573,16 +600,16 @@ TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
     }
   }
   Vec out(gqa.q()), probs(gqa.probs()), out_rep(mha.q()), probs_rep(mha.probs());
-  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS);
-  attention_forward(out_rep.data(), probs_rep.data(), q.data(), k_rep.data(), v_rep.data(), B, T, NH, NH, HS);
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, HS, 0);
+  attention_forward(out_rep.data(), probs_rep.data(), q.data(), k_rep.data(), v_rep.data(), B, T, NH, NH, HS, 0);
   for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], out_rep[i], 1e-6) << i;
   for (std::size_t i = 0; i < probs.size(); ++i) ASSERT_NEAR(probs[i], probs_rep[i], 1e-7) << i;
 
   Vec dq(gqa.q()), dk(gqa.kv()), dv(gqa.kv()), dq_rep(mha.q()), dk_rep(mha.kv()), dv_rep(mha.kv());
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), B, T, NH,
-                     NKV, HS);
+                     NKV, HS, 0);
   attention_backward(dq_rep.data(), dk_rep.data(), dv_rep.data(), dout.data(), probs_rep.data(), q.data(), k_rep.data(),
-                     v_rep.data(), B, T, NH, NH, HS);
+                     v_rep.data(), B, T, NH, NH, HS, 0);
   for (std::size_t i = 0; i < dq.size(); ++i) ASSERT_NEAR(dq[i], dq_rep[i], 1e-5) << i;
   // A shared kv head's gradient is the sum of its copies'.
   for (int bt = 0; bt < B * T; ++bt) {
@@ -602,24 +629,27 @@ TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
 }
 
 TEST(Attention, GradientsMatchFiniteDifferences) {
-  // Grouped heads both ways (3 and 2 query heads per kv head), and 67 tokens to cross a row block.
-  for (const AttentionShape s :
-       {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4}, AttentionShape{1, 67, 2, 1, 4}}) {
-    const std::string shape = "T=" + std::to_string(s.T) + " NKV=" + std::to_string(s.NKV) + ": ";
+  // Grouped heads both ways (3 and 2 query heads per kv head), and 67 tokens to cross a row
+  // block; sliding windows of 2 and (across the block edge) of 5 keys.
+  for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
+                                 AttentionShape{1, 67, 2, 1, 4}, AttentionShape{2, 5, 6, 2, 4, 2},
+                                 AttentionShape{1, 67, 2, 1, 4, 5}}) {
+    const std::string shape =
+        "T=" + std::to_string(s.T) + " NKV=" + std::to_string(s.NKV) + " window=" + std::to_string(s.window) + ": ";
     std::mt19937 rng(18);
     Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
         r = random_vec(s.q(), rng);
     const auto loss = [&] {
       Vec out(s.q()), probs(s.probs());
-      attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+      attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
       return weighted_sum(r, out);
     };
     Vec out(s.q()), probs(s.probs());
-    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
     const auto grads = check_convention(shape + "attention_backward", {q.size(), k.size(), v.size()},
                                         [&](const std::vector<float*>& g) {
                                           attention_backward(g[0], g[1], g[2], r.data(), probs.data(), q.data(),
-                                                             k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+                                                             k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
                                         });
     expect_gradient(shape + "dq", q, grads[0], loss);
     expect_gradient(shape + "dk", k, grads[1], loss);
@@ -870,9 +900,9 @@ TEST(TransformerKernels, RepeatCallsAreBitwiseEqual) {
     rope_forward(q.data(), s.B * s.T, s.T, s.NH, s.HS, RopeFrequencies{10000});
     rope_forward(k.data(), s.B * s.T, s.T, s.NKV, s.HS, RopeFrequencies{10000});
     Vec out(s.q()), probs(s.probs()), dq(s.q(), 0.0f), dk(s.kv(), 0.0f), dv(s.kv(), 0.0f);
-    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS);
+    attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B, s.T, s.NH, s.NKV, s.HS, s.window);
     attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s.B,
-                       s.T, s.NH, s.NKV, s.HS);
+                       s.T, s.NH, s.NKV, s.HS, s.window);
     rope_backward(dq.data(), s.B * s.T, s.T, s.NH, s.HS, RopeFrequencies{10000});
     keep(q), keep(k), keep(out), keep(probs), keep(dq), keep(dk), keep(dv);
 

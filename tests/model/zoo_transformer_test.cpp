@@ -79,6 +79,11 @@ TEST(ZooTransformer, ConfigRopeScalingIsRead) {
   EXPECT_EQ(llama_with(R"({"type": "linear", "factor": 4})").rope_scaling, (RopeScaling{"linear", 4, 1, 4, 0}));
   // Dynamic NTK stretches beyond the context the config was trained with.
   EXPECT_EQ(llama_with(R"({"type": "dynamic", "factor": 2})").rope_scaling, (RopeScaling{"dynamic", 2, 1, 4, 2048}));
+  // transformers 4 lets a legacy "type" override "rope_type"; dynamic by a factor of 1 still
+  // acts beyond the trained context.
+  EXPECT_EQ(llama_with(R"({"rope_type": "llama3", "type": "linear", "factor": 2})").rope_scaling,
+            (RopeScaling{"linear", 2, 1, 4, 0}));
+  EXPECT_EQ(llama_with(R"({"type": "dynamic", "factor": 1})").rope_scaling, (RopeScaling{"dynamic", 1, 1, 4, 2048}));
   // No stretch at all: plain RoPE.
   for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "linear", "factor": 1.0})",
                             R"({"rope_type": "llama3", "factor": 1, "low_freq_factor": 1, "high_freq_factor": 4,
@@ -87,6 +92,22 @@ TEST(ZooTransformer, ConfigRopeScalingIsRead) {
     EXPECT_EQ(plain_config.rope_scaling, RopeScaling{}) << plain;
     EXPECT_EQ(plain_config.unmodelled, "") << plain;
   }
+  // transformers 5's rope_parameters: the base and the scaling in one object.
+  const TransformerConfig v5 = transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})",
+                                                          "c.json");
+  EXPECT_EQ(v5.rope_theta, 500000);
+  EXPECT_EQ(v5.rope_scaling, (RopeScaling{"llama3", 32, 1, 4, 8192}));
+  EXPECT_EQ(v5.unmodelled, "");
+  // Per-layer-type parameters (Gemma's) are not one scaling: noted, not guessed.
+  EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+    "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6}}})",
+                                       "c.json")
+                .unmodelled,
+            "rope_parameters");
   // What llama3 needs, named; the bands in order.
   auto error = [&](const std::string& scaling) {
     try {
@@ -107,22 +128,50 @@ TEST(ZooTransformer, ConfigRopeScalingIsRead) {
             std::string::npos);
   EXPECT_NE(error(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
                       "original_max_position_embeddings": 8192.5})")
-                .find("rope_scaling.original_max_position_embeddings: expected a whole number"),
+                .find("rope_scaling.original_max_position_embeddings: expected a whole number up to 134217728"),
             std::string::npos);
+}
+
+// Mistral's sliding window: each query attends to W keys, so the attention's score and
+// context products count s * W per head instead of s * s (the sequence's, as the plain
+// layers count). A window as long as the sequence is no window.
+TEST(ZooTransformer, SlidingWindowAttentionCountsItsKeys) {
+  auto mistral = [](int window) {
+    return transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 1024,
+      "sliding_window": )" + std::to_string(window) + "}",
+                                      "c.json");
+  };
+  EXPECT_EQ(mistral(256).sliding_window, 256);
+  EXPECT_EQ(mistral(1024).sliding_window, 0);
+  const Network windowed = make_transformer(mistral(256), Precision::bf16);
+  const Network plain = make_transformer(mistral(1024), Precision::bf16);
+  // Two products (Q K^T and P V) of 2 s (s - W) h FLOPs fewer each, per layer, forward.
+  const double s = 1024, w = 256, h = 256;
+  EXPECT_DOUBLE_EQ(plain.layers[1].forward_flops - windowed.layers[1].forward_flops, 2 * 2 * s * (s - w) * h);
+  EXPECT_DOUBLE_EQ(plain.param_count(), windowed.param_count());
+  EXPECT_NE(windowed.layers[1].shape.find(" window=256"), std::string::npos) << windowed.layers[1].shape;
+  const Network back = parse_network(write_network(windowed), "net.yaml");
+  ASSERT_TRUE(back.architecture);
+  EXPECT_EQ(back.architecture->sliding_window, 256);
+  EXPECT_EQ(back, windowed);
 }
 
 // A network file's rope_scaling is checked as a config's, naming the field.
 TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
-  const std::string head = "name: n\nprecision: fp32\ntokens_per_sample: 16\narchitecture: {layers: 1, hidden: 8, "
-                           "heads: 2, seq: 16, vocab: 10, norm: rmsnorm, mlp: swiglu, biases: false, "
-                           "tied_embeddings: false, learned_positions: false, dropout: false, rope_scaling: ";
-  auto error = [&](const std::string& scaling) {
+  auto parse_error = [](const std::string& family, const std::string& scaling) {
     try {
-      parse_network(head + scaling + "}\nlayers: []\n", "net.yaml");
+      parse_network("name: n\nprecision: fp32\ntokens_per_sample: 16\narchitecture: {layers: 1, hidden: 8, heads: 2, "
+                    "seq: 16, vocab: 10, " + family + ", dropout: false, rope_scaling: " + scaling + "}\nlayers: []\n",
+                    "net.yaml");
     } catch (const hetflow::InputError& e) {
       return std::string(e.what());
     }
     return std::string("no error");
+  };
+  auto error = [&](const std::string& scaling) {
+    return parse_error("norm: rmsnorm, mlp: swiglu, biases: false, tied_embeddings: false, learned_positions: false",
+                       scaling);
   };
   EXPECT_NE(error("{type: yarn, factor: 4}").find("architecture.rope_scaling.type: expected linear, dynamic or llama3"),
             std::string::npos)
@@ -132,9 +181,14 @@ TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
             std::string::npos)
       << error("{type: linear, factor: 4, original_positions: 8}");
   EXPECT_NE(error("{type: dynamic, factor: 2}").find("architecture.rope_scaling.original_positions: expected a whole "
-                                                    "number > 0 for dynamic scaling"),
+                                                    "number in [1, 134217728] for dynamic scaling"),
             std::string::npos)
       << error("{type: dynamic, factor: 2}");
+  // Learned positions have no rotary frequencies to scale.
+  EXPECT_NE(parse_error("norm: layernorm, mlp: gelu, biases: true, tied_embeddings: true, learned_positions: true",
+                        "{type: linear, factor: 2}")
+                .find("architecture.rope_scaling: scales rotary positions, but these layers learn their positions"),
+            std::string::npos);
   EXPECT_NE(error("{type: linear, factor: 4, low_freq_factor: 2}")
                 .find("architecture.rope_scaling.low_freq_factor: is a setting of llama3 scaling only"),
             std::string::npos)
@@ -149,8 +203,9 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
     "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
     "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true,
     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
-  EXPECT_EQ(c.unmodelled, "hidden_act gelu, attention_bias, rope_scaling (yarn), sliding_window 4096");
+  EXPECT_EQ(c.unmodelled, "hidden_act gelu, attention_bias, rope_scaling (yarn)");
   EXPECT_EQ(c.rope_scaling, RopeScaling{});
+  EXPECT_EQ(c.sliding_window, 4096);  // modelled
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
     "activation_function": "relu", "scale_attn_by_inverse_layer_idx": true})", "c.json").unmodelled,
             "activation_function relu, scale_attn_by_inverse_layer_idx");

@@ -14,7 +14,7 @@ Calls:
   train_reference.py --config C.json --make-tokens OUT.bin --num-tokens N [--seed S]
   train_reference.py --config C.json --init W.safetensors --tokens T.bin --batch B --seq T
                      --steps K --lr LR [--adam-beta1 0.9] [--adam-beta2 0.999]
-                     [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1]
+                     [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1] [--float64]
                      [--out-weights OUT.safetensors] [--out-losses OUT.json]
   train_reference.py --config C.json --bench-steps N --batch B --seq T [--init W] [--tokens T]
                      [--threads N] [--lr LR]
@@ -59,6 +59,14 @@ class Config:
         if not isinstance(d, dict):
             raise InputError("config: not a JSON object")
         self.model_type = d.get("model_type")
+        self.window = 0  # sliding-window attention: keys per query (Mistral); 0 none
+        self.rope_scaling = None  # LLaMA's rope_scaling, with its type as "kind"; None: plain RoPE
+        if self.model_type == "mistral":  # LLaMA's layers and names, and a sliding window
+            self.model_type = "llama"
+            w = d.get("sliding_window")
+            if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
+                raise InputError("config: 'sliding_window' must be a positive integer or null, got %r" % (w,))
+            self.window = w or 0
 
         def need(key):
             if key not in d or d[key] is None:
@@ -99,10 +107,12 @@ class Config:
             self.tied = bool(d.get("tie_word_embeddings", False))
             if d.get("hidden_act", "silu") != "silu":
                 raise InputError("config: hidden_act %r is not silu" % d.get("hidden_act"))
-            self.rope_scaling = None
-            rs = d.get("rope_scaling")
+            # transformers 5 keeps the base and the scaling in rope_parameters; 4 in rope_theta
+            # and rope_scaling, where a legacy "type" overrides "rope_type".
+            rs = d.get("rope_parameters") or d.get("rope_scaling")
             if rs:
-                kind = rs.get("rope_type", rs.get("type"))
+                self.theta = float(rs.get("rope_theta", self.theta))
+                kind = rs.get("type", rs.get("rope_type"))
                 need_keys = {"default": (), "linear": ("factor",), "dynamic": ("factor",),
                              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
                                         "original_max_position_embeddings")}
@@ -128,7 +138,7 @@ class Config:
             if self.head_dim % 2:
                 raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
         else:
-            raise InputError("config: model_type %r is neither 'gpt2' nor 'llama'" % self.model_type)
+            raise InputError("config: model_type %r is not 'gpt2', 'llama' or 'mistral'" % self.model_type)
 
     @staticmethod
     def load(path):
@@ -375,11 +385,14 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def causal_attention(q, k, v):
-    """q, k, v: [B, NH, T, HS]; softmax(q k^T / sqrt(HS) + causal mask) v."""
+def causal_attention(q, k, v, window=0):
+    """q, k, v: [B, NH, T, HS]; softmax(q k^T / sqrt(HS) + causal mask) v. A sliding window W > 0
+    keeps key j for query i only if i - W < j (transformers' sliding_window_overlay: W keys)."""
     T, HS = q.shape[-2], q.shape[-1]
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
     mask = torch.ones(T, T, dtype=torch.bool).tril()
+    if window > 0:
+        mask &= torch.ones(T, T, dtype=torch.bool).triu(-(window - 1))
     att = att.masked_fill(~mask, float("-inf"))
     return torch.softmax(att, dim=-1) @ v
 
@@ -464,7 +477,7 @@ def llama_forward(cfg, P, idx):
         v = (h @ P[p + "self_attn.v_proj.weight"].t()).view(B, T, NKV, HS).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # head h -> kv h // rep
-        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, NH * HS)
+        y = causal_attention(q, k, v, cfg.window).transpose(1, 2).reshape(B, T, NH * HS)
         x = x + y @ P[p + "self_attn.o_proj.weight"].t()
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
         g = h @ P[p + "mlp.gate_proj.weight"].t()
@@ -477,7 +490,7 @@ def llama_forward(cfg, P, idx):
 
 def forward(cfg, P, idx):
     T = idx.shape[1]
-    if T > cfg.max_pos:
+    if T > cfg.max_pos and cfg.model_type == "gpt2":  # rotary positions have no table to run out of
         raise InputError("sequence length %d exceeds the model's %d positions" % (T, cfg.max_pos))
     return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx)
 
@@ -521,7 +534,7 @@ def train_step(cfg, P, opt, idx, tgt, clip):
 
 
 def train(cfg, weights, tokens, a, log=True):
-    P = make_params(cfg, weights)
+    P = make_params(cfg, weights, torch.float64 if getattr(a, "float64", False) else torch.float32)
     opt = make_optimizer(cfg, P, a.lr, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay)
     losses, norms = [], []
     for k, p in enumerate(batch_positions(len(tokens), a.batch, a.seq, a.steps)):
@@ -562,19 +575,22 @@ def np_layer_norm(x, g, b, eps):
     return (x - mu) / np.sqrt(var + eps) * g + b
 
 
-def np_attention_loops(q, k, v, n_head, n_kv, hs):
-    """Explicit loops: q [T, NH*HS], k/v [T, NKV*HS] -> [T, NH*HS]."""
+def np_attention_loops(q, k, v, n_head, n_kv, hs, window=0):
+    """Explicit loops: q [T, NH*HS], k/v [T, NKV*HS] -> [T, NH*HS]; query t sees keys
+    max(0, t - window + 1) .. t under a sliding window."""
     T = q.shape[0]
     y = np.zeros((T, n_head * hs))
     for h in range(n_head):
         kvh = h // (n_head // n_kv)
         qs, ks = slice(h * hs, (h + 1) * hs), slice(kvh * hs, (kvh + 1) * hs)
         for t in range(T):
-            scores = np.array([np.dot(q[t, qs], k[s, ks]) / math.sqrt(hs) for s in range(t + 1)])
+            first = max(0, t - window + 1) if window > 0 else 0
+            keys = range(first, t + 1)
+            scores = np.array([np.dot(q[t, qs], k[s, ks]) / math.sqrt(hs) for s in keys])
             e = np.exp(scores - scores.max())
             pr = e / e.sum()
-            for s in range(t + 1):
-                y[t, qs] += pr[s] * v[s, ks]
+            for i, s in enumerate(keys):
+                y[t, qs] += pr[i] * v[s, ks]
     return y
 
 
@@ -648,7 +664,7 @@ def np_forward(cfg, W, idx):
                 k = np_rope_pairs(h @ W[p + "self_attn.k_proj.weight"].T, NKV, HS, cfg.theta, cfg.rope_scaling,
                                   cfg.max_pos)
                 v = h @ W[p + "self_attn.v_proj.weight"].T
-                x = x + np_attention_loops(q, k, v, NH, NKV, HS) @ W[p + "self_attn.o_proj.weight"].T
+                x = x + np_attention_loops(q, k, v, NH, NKV, HS, cfg.window) @ W[p + "self_attn.o_proj.weight"].T
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
                 g = h @ W[p + "mlp.gate_proj.weight"].T
                 u = h @ W[p + "mlp.up_proj.weight"].T
@@ -672,6 +688,10 @@ LLAMA_ODD = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 48, "
              "num_key_value_heads": 2, "intermediate_size": 100, "vocab_size": 101,
              "max_position_embeddings": 11, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
              "tie_word_embeddings": False}
+# Dynamic NTK scaling, trained at 7 positions: it acts on the longer sequences run with it.
+LLAMA_DYNAMIC = dict(LLAMA_ODD, max_position_embeddings=7, rope_scaling={"type": "dynamic", "factor": 2.0})
+# Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
+MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
 # three: wavelengths 2 pi 100^(2i/8) = 6.3, 19.9, 62.8, 198.7 positions against 8 and 32.
 LLAMA_ROPE_SCALED = dict(LLAMA_ODD, rope_theta=100.0,
@@ -705,16 +725,18 @@ def self_test():
             "llama_tied": Config(dict(LLAMA_ODD, tie_word_embeddings=True)),
             "llama_rope_scaled": Config(LLAMA_ROPE_SCALED),
             "llama_linear": Config(dict(LLAMA_ODD, rope_scaling={"type": "linear", "factor": 2.5})),
-            "llama_dynamic": Config(dict(LLAMA_ODD, max_position_embeddings=7,
-                                         rope_scaling={"type": "dynamic", "factor": 2.0}))}
+            "llama_dynamic": Config(LLAMA_DYNAMIC),
+            "mistral_window": Config(MISTRAL_WINDOW)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
         cfg = cfgs[key]
         W = make_init(cfg, 1)
         rng = np.random.RandomState(2)
-        idx = rng.randint(cfg.vocab, size=(2, cfg.max_pos))
-        tgt = rng.randint(cfg.vocab, size=(2, cfg.max_pos))
+        # Past the trained context where dynamic NTK scaling acts; the trained context elsewhere.
+        T = cfg.max_pos + 4 if cfg.rope_scaling and cfg.rope_scaling["kind"] == "dynamic" else cfg.max_pos
+        idx = rng.randint(cfg.vocab, size=(2, T))
+        tgt = rng.randint(cfg.vocab, size=(2, T))
         ref = np_forward(cfg, W, idx)
         P64 = make_params(cfg, W, torch.float64)
         P32 = make_params(cfg, W, torch.float32)
@@ -776,6 +798,20 @@ def self_test():
                 torch.equal(a[:, :-1], b[:, :-1]) and not torch.equal(a[:, -1], b[:, -1]))
     for key in ("gpt2", "llama"):
         c.run("%s causal" % key, lambda key=key: causal(key))
+
+    # 4b. A sliding window of W keys: query t reads keys t-W+1 .. t, not t-W.
+    def window():
+        W, T, HS = 4, 11, 8
+        q, k, v = (torch.randn(1, 1, T, HS, dtype=torch.float64) for _ in range(3))
+        base = causal_attention(q, k, v, W)
+        k2 = k.clone()
+        k2[0, 0, 2] += 1.0  # key 2: in the windows of queries 2..5 only
+        moved = (causal_attention(q, k2, v, W) - base).abs().amax(-1)[0, 0]
+        c.check("sliding window: a key reaches exactly the W queries from it on",
+                [t for t in range(T) if moved[t] > 0] == [2, 3, 4, 5], str(moved.tolist()))
+        c.check("sliding window as long as the sequence is no window",
+                torch.equal(causal_attention(q, k, v, T), causal_attention(q, k, v)))
+    c.run("window", window)
 
     # 5. RoPE: position 0 identity, norms kept, scores depend only on relative position.
     def rope():
@@ -1003,7 +1039,8 @@ def self_test():
     def examples():
         here = os.path.dirname(os.path.abspath(__file__))
         for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD),
-                         ("llama_rope_scaled.json", LLAMA_ROPE_SCALED)):
+                         ("llama_rope_scaled.json", LLAMA_ROPE_SCALED), ("mistral_window.json", MISTRAL_WINDOW),
+                         ("llama_dynamic.json", LLAMA_DYNAMIC)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
@@ -1060,6 +1097,8 @@ def parse_args(argv):
                     help="AdamW decoupled decay on tensors of 2+ dimensions only (0)")
     ap.add_argument("--clip-grad", type=float, default=0.0, help="global gradient-norm clip, 0 = off (0)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1)")
+    ap.add_argument("--float64", action="store_true",
+                    help="train in float64 (the exact answer FP32 runs are measured from); weights still written F32")
     ap.add_argument("--out-weights", help="write the final FP32 weights here (safetensors)")
     ap.add_argument("--out-losses", help="write {\"losses\": [...], \"grad_norms\": [...]} here")
     ap.add_argument("--bench-steps", type=int,
@@ -1094,7 +1133,7 @@ def main(argv):
 
     if a.batch is None or a.seq is None or a.batch < 1 or a.seq < 1:
         raise InputError("--batch and --seq (positive) are required")
-    if a.seq > cfg.max_pos:
+    if a.seq > cfg.max_pos and cfg.model_type == "gpt2":
         raise InputError("--seq %d exceeds the model's %d positions" % (a.seq, cfg.max_pos))
     if a.steps < 1:
         raise InputError("--steps must be at least 1")
