@@ -39,6 +39,8 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
   if (llama) s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, s.HS);
   if (c.sliding_window > 0 && c.sliding_window < s.S) s.window = c.sliding_window;
+  s.qkv_bias = llama && c.attention_bias != model::TransformerConfig::AttentionBias::none;
+  s.out_bias = llama && c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;
   if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
   return s;
 }
@@ -186,7 +188,13 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
         k.q_w = b.add(h + "self_attn.q_proj.weight", {C, C}, false, rows(q0, qn, C));
         k.k_w = b.add(h + "self_attn.k_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
         k.v_w = b.add(h + "self_attn.v_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
+        if (s.qkv_bias) {  // this rank's heads' entries, as of the column-parallel weights
+          k.q_b = b.add(h + "self_attn.q_proj.bias", {C}, false, rows(q0, qn, 1));
+          k.k_b = b.add(h + "self_attn.k_proj.bias", {KV}, false, rows(kv0, kvn, 1));
+          k.v_b = b.add(h + "self_attn.v_proj.bias", {KV}, false, rows(kv0, kvn, 1));
+        }
         k.o_w = b.add(h + "self_attn.o_proj.weight", {C, C}, false, cols(q0, qn, C));
+        if (s.out_bias) k.o_b = b.add(h + "self_attn.o_proj.bias", {C});  // whole: added once, after the sum
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
         k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
         k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));

@@ -92,6 +92,7 @@ struct DecoderShape {
   float eps = 1e-5f;
   kernels::RopeFrequencies rope;  // LLaMA's rotary frequencies, rope_scaling resolved for S
   int window = 0;                 // sliding-window attention's keys per query (< S); 0: none
+  bool qkv_bias = false, out_bias = false;  // LLaMA family: biases of q, k, v (Qwen2) and o
   bool tied = true;
 };
 

@@ -113,6 +113,10 @@ struct TransformerConfig {
   int vocab = 0;
   bool gated_mlp = false;  // SwiGLU (three matrices) instead of GeLU (two)
   bool biases = true;      // linear layers carry biases (GPT, BERT) or not (LLaMA)
+  // Without `biases`, the attention's projections may still carry some: q, k and v (Qwen2) or
+  // those and the output (LLaMA's attention_bias).
+  enum class AttentionBias { none, qkv, qkvo };
+  AttentionBias attention_bias = AttentionBias::none;
   bool rms_norm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
   bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
   bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)

@@ -171,6 +171,13 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   if (mlp != "gelu" && mlp != "swiglu") r.fail("mlp", "expected gelu or swiglu, found '" + mlp + "'");
   c.gated_mlp = mlp == "swiglu";
   c.biases = r.boolean_or("biases", true);
+  const std::string attention_bias = r.string_or("attention_bias", "none");
+  if (attention_bias != "none" && attention_bias != "qkv" && attention_bias != "qkvo") {
+    r.fail("attention_bias", "expected none, qkv or qkvo, found '" + attention_bias + "'");
+  }
+  c.attention_bias = attention_bias == "qkv"    ? TransformerConfig::AttentionBias::qkv
+                     : attention_bias == "qkvo" ? TransformerConfig::AttentionBias::qkvo
+                                                : TransformerConfig::AttentionBias::none;
   c.tied_embeddings = r.boolean_or("tied_embeddings", true);
   c.learned_positions = r.boolean_or("learned_positions", true);
   c.dropout = r.boolean_or("dropout", true);
@@ -299,6 +306,10 @@ std::string write_network(const Network& n) {
       out << YAML::EndMap;
     }
     if (c.sliding_window != 0) out << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
+    if (c.attention_bias != TransformerConfig::AttentionBias::none) {
+      out << YAML::Key << "attention_bias" << YAML::Value
+          << (c.attention_bias == TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo");
+    }
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;
   }

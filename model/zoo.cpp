@@ -255,7 +255,8 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     return j[k].get<double>();
   };
   if (present("model_type") && !j["model_type"].is_string()) {
-    throw InputError(file, 0, "model_type", "expected a string (gpt2, llama or mistral), found " + brief(j["model_type"]));
+    throw InputError(file, 0, "model_type",
+                     "expected a string (gpt2, llama, mistral or qwen2), found " + brief(j["model_type"]));
   }
   const std::string type = present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
   // Settings that change the math from what the layers here compute: noted, so a simulation
@@ -284,7 +285,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     true_unmodelled("scale_attn_by_inverse_layer_idx");
     true_unmodelled("reorder_and_upcast_attn");
     if (!get_bool("scale_attn_weights", true)) unmodelled.push_back("scale_attn_weights false");
-  } else if (type == "llama" || type == "mistral") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     c = llama("", 0, 0, 0, 0, 0);
     c.layers = get_int({"num_hidden_layers"}, true, 0);
     c.hidden = get_int({"hidden_size"}, true, 0);
@@ -294,7 +295,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.seq = get_int({"max_position_embeddings"}, false, 4096);
     c.vocab = get_int({"vocab_size"}, true, 0);
     c.tied_embeddings = get_bool("tie_word_embeddings", false);
-    c.norm_eps = get_number("rms_norm_eps", 1e-5);
+    c.norm_eps = get_number("rms_norm_eps", type == "qwen2" ? 1e-6 : 1e-5);  // transformers' defaults
     c.rope_theta = get_number("rope_theta", 10000);
     // The shapes: a head size other than hidden / heads would change them all, for the cost
     // model too; refused rather than counted wrong.
@@ -304,8 +305,12 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
                            std::to_string(c.hidden) + " / " + std::to_string(c.heads) + ": not modelled");
     }
     string_unless("hidden_act", {"silu"});
-    true_unmodelled("attention_bias");
-    true_unmodelled("mlp_bias");
+    // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's four attention
+    // projections when attention_bias is true, its MLP's when mlp_bias is (not modelled);
+    // Mistral's never (it reads neither key).
+    if (type == "qwen2") c.attention_bias = TransformerConfig::AttentionBias::qkv;
+    if (type == "llama" && get_bool("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkvo;
+    if (type == "llama") true_unmodelled("mlp_bias");
     // RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
     // object; transformers 5 both in one `rope_parameters` object.
     const char* rope_key = present("rope_parameters") ? "rope_parameters" : present("rope_scaling") ? "rope_scaling" : "";
@@ -349,12 +354,21 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
       }
     }
     // Mistral's sliding window (LLaMA's attention has none, and transformers ignores the key
-    // there). A window as long as the sequence masks nothing: plain causal attention.
+    // there). A window as long as the sequence masks nothing: plain causal attention. Qwen2
+    // windows only its layers from max_window_layers on, and only with use_sliding_window.
     const int window = get_int({"sliding_window"}, false, 0);
     if (type == "mistral" && window > 0 && window < c.seq) c.sliding_window = window;
+    if (type == "qwen2" && get_bool("use_sliding_window", false) && window > 0 && window < c.seq) {
+      const int first_windowed = get_int({"max_window_layers"}, false, 28);
+      if (first_windowed == 0) {
+        c.sliding_window = window;
+      } else if (first_windowed < c.layers) {  // some layers windowed, some not: one window here
+        unmodelled.push_back("use_sliding_window (from layer " + std::to_string(first_windowed) + ")");
+      }
+    }
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
-    throw InputError(file, 0, "model_type", "expected gpt2, llama or mistral, found '" + shown + "'");
+    throw InputError(file, 0, "model_type", "expected gpt2, llama, mistral or qwen2, found '" + shown + "'");
   }
   std::string base = file;
   if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);

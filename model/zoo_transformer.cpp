@@ -67,6 +67,8 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   // Parameters: Q and O are h x h, K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
   l.params = 2 * x.h * x.h + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
   if (c.biases) l.params += (x.h + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
+  if (!c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) l.params += x.h + 2 * x.kv_dim;
+  if (!c.biases && c.attention_bias == TransformerConfig::AttentionBias::qkvo) l.params += x.h;
 
   const double qkv = 2 * x.s * x.h * (x.h + 2 * x.kv_dim);
   // Each query against every key of the sequence (the convention counts the masked half too),
@@ -164,6 +166,9 @@ void check_transformer_config(const TransformerConfig& c) {
                                                   ", found " + std::to_string(c.kv_heads));
   }
   check_rope_scaling(c.rope_scaling);
+  if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
+    throw InputError("<spec>", 0, "attention_bias", "names the biases of layers that otherwise have none, but biases is true");
+  }
   if (c.learned_positions && !c.rope_scaling.type.empty()) {
     throw InputError("<spec>", 0, "rope_scaling", "scales rotary positions, but these layers learn their positions");
   }

@@ -848,6 +848,46 @@ TEST_P(MixedTensorDegrees, EqualOneDevice) {
   expect_trains_as_one_device(many, net);
 }
 
+// The LLaMA family's options together: attention biases (q, k and v split by heads like their
+// weights; o's whole, added once after the row-parallel sum), a sliding window shorter than
+// the sequence, llama3 RoPE scaling; under tensor degrees 1 and 2, pipelining and selective
+// recomputation, against one device.
+TEST(Training, AttentionBiasesWindowAndRopeScalingTrainAsOneDevice) {
+  model::TransformerConfig c = *odd_llama(8).architecture;
+  c.attention_bias = model::TransformerConfig::AttentionBias::qkvo;
+  c.sliding_window = 5;  // of 11 tokens
+  c.rope_theta = 100;
+  c.rope_scaling = {"llama3", 4, 0.25, 1, 8};
+  const model::Network net = model::make_transformer(c, model::Precision::fp32);
+  const std::string file = testing::TempDir() + "llama_options.yaml";
+  std::ofstream(file) << "workers:\n"
+                         "  - stages:\n"
+                         "      - {devices: [host/gpu0], layers: 0-2}\n"
+                         "      - {devices: [host/gpu1, host/gpu2], layers: 3-9}\n"
+                         "  - stages:\n"
+                         "      - {devices: [host/gpu3, host/gpu4], layers: 0-5}\n"
+                         "      - {devices: [host/gpu5], layers: 6-9}\n";
+  partition::PlanOptions o;
+  o.layout_file = file;
+  o.microbatches = 4;
+  o.micro_batch = 1;
+  o.schedule = "1f1b";
+  o.recompute = partition::Recompute::selective;
+  o.bucket_bytes = 4096;
+  const Plan many = test_support::planned(model::cpu_cluster(6), net, o);
+  expect_trains_as_one_device(many, net);
+  // The biases are there, in HuggingFace's names, and move.
+  const exec::SafetensorsFile init = checkpoint_like(many);
+  const Trained trained = train(many, 1, optimizer(), 7, &init);
+  for (const char* name : {"model.layers.3.self_attn.q_proj.bias", "model.layers.3.self_attn.k_proj.bias",
+                           "model.layers.3.self_attn.v_proj.bias", "model.layers.3.self_attn.o_proj.bias"}) {
+    const auto found = std::find_if(trained.weights.tensors.begin(), trained.weights.tensors.end(),
+                                    [&](const exec::NamedTensor& t) { return t.name == name; });
+    ASSERT_NE(found, trained.weights.tensors.end()) << name;
+    EXPECT_TRUE(std::any_of(found->data.begin(), found->data.end(), [](float x) { return x != 0; })) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, MixedTensorDegrees,
     testing::Values(

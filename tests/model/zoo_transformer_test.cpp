@@ -157,6 +157,60 @@ TEST(ZooTransformer, SlidingWindowAttentionCountsItsKeys) {
   EXPECT_EQ(back, windowed);
 }
 
+// Qwen2's q, k and v carry biases (and nothing else does): Qwen2.5-0.5B's config gives the
+// checkpoint's 494,032,768 parameters. LLaMA's attention_bias adds o_proj's too.
+TEST(ZooTransformer, Qwen2AndLlamaAttentionBiasesAreCounted) {
+  const TransformerConfig qwen = transformer_from_hf_config(R"({"model_type": "qwen2", "hidden_size": 896,
+    "intermediate_size": 4864, "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+    "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 32768, "max_window_layers": 21,
+    "hidden_act": "silu"})",
+                                                            "config.json");
+  EXPECT_EQ(qwen.attention_bias, TransformerConfig::AttentionBias::qkv);
+  EXPECT_EQ(qwen.unmodelled, "");
+  EXPECT_EQ(qwen.sliding_window, 0);
+  const Network net = make_transformer(qwen, Precision::bf16);
+  EXPECT_DOUBLE_EQ(net.param_count(), 494032768);
+  const Network back = parse_network(write_network(net), "net.yaml");
+  ASSERT_TRUE(back.architecture);
+  EXPECT_EQ(back.architecture->attention_bias, TransformerConfig::AttentionBias::qkv);
+  EXPECT_EQ(back, net);
+  // Qwen2's window on every layer (max_window_layers 0) is modelled; on some layers only, noted.
+  auto qwen_window = [](int first_windowed) {
+    return transformer_from_hf_config(R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 100, "max_position_embeddings": 1024,
+      "use_sliding_window": true, "sliding_window": 256, "max_window_layers": )" + std::to_string(first_windowed) + "}",
+                                      "c.json");
+  };
+  EXPECT_EQ(qwen_window(0).sliding_window, 256);
+  EXPECT_EQ(qwen_window(4).sliding_window, 0);
+  EXPECT_EQ(qwen_window(4).unmodelled, "");
+  EXPECT_EQ(qwen_window(2).unmodelled, "use_sliding_window (from layer 2)");
+
+  auto llama = [](bool bias) {
+    return transformer_from_hf_config(std::string(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
+      "attention_bias": )") + (bias ? "true" : "false") + "}",
+                                      "c.json");
+  };
+  EXPECT_EQ(llama(true).attention_bias, TransformerConfig::AttentionBias::qkvo);
+  // Per layer: q and o biases of 64, k and v of 32 (2 heads of 16).
+  EXPECT_DOUBLE_EQ(make_transformer(llama(true), Precision::bf16).param_count() -
+                       make_transformer(llama(false), Precision::bf16).param_count(),
+                   2 * (64 + 32 + 32 + 64));
+  try {
+    parse_network("name: n\nprecision: fp32\ntokens_per_sample: 16\narchitecture: {layers: 1, hidden: 8, heads: 2, "
+                  "seq: 16, vocab: 10, attention_bias: qkv}\nlayers: []\n",
+                  "net.yaml");
+    FAIL() << "expected an InputError";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("architecture.attention_bias: names the biases of layers that otherwise have "
+                                         "none, but biases is true"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A network file's rope_scaling is checked as a config's, naming the field.
 TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
   auto parse_error = [](const std::string& family, const std::string& scaling) {
@@ -203,7 +257,8 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
     "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
     "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true,
     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
-  EXPECT_EQ(c.unmodelled, "hidden_act gelu, attention_bias, rope_scaling (yarn)");
+  EXPECT_EQ(c.unmodelled, "hidden_act gelu, rope_scaling (yarn)");  // Mistral reads no attention_bias
+  EXPECT_EQ(c.attention_bias, TransformerConfig::AttentionBias::none);
   EXPECT_EQ(c.rope_scaling, RopeScaling{});
   EXPECT_EQ(c.sliding_window, 4096);  // modelled
   EXPECT_EQ(transformer_from_hf_config(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,

@@ -79,14 +79,14 @@ TEST(Cli, DescribeSaysWhatAConfigAsksForThatIsNotModelled) {
   const auto config = scratch_dir() / "config.json";
   std::ofstream(config) << R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 96,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32768,
-    "sliding_window": 4096, "attention_bias": true})";
+    "sliding_window": 4096, "hidden_act": "gelu"})";
   const auto text = run_hetflow("describe --model " + config.string());
   ASSERT_EQ(text.status, 0) << text.err;
-  EXPECT_NE(text.out.find("not modelled          attention_bias"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("not modelled          hidden_act gelu"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("attention             sliding window of 4096 keys per query"), std::string::npos) << text.out;
   const auto json = run_hetflow("describe --model " + config.string() + " --json");
   ASSERT_EQ(json.status, 0) << json.err;
-  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["unmodelled"], "attention_bias");
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["unmodelled"], "hidden_act gelu");
   EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["sliding_window"], 4096);
   const auto plain = run_hetflow("describe --model llama2-7b --json");
   ASSERT_EQ(plain.status, 0) << plain.err;

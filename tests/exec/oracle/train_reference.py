@@ -61,12 +61,26 @@ class Config:
         self.model_type = d.get("model_type")
         self.window = 0  # sliding-window attention: keys per query (Mistral); 0 none
         self.rope_scaling = None  # LLaMA's rope_scaling, with its type as "kind"; None: plain RoPE
-        if self.model_type == "mistral":  # LLaMA's layers and names, and a sliding window
+        # LLaMA's attention biases: q, k and v (Qwen2, LLaMA's attention_bias) and o (LLaMA's).
+        self.qkv_bias = self.o_bias = False
+        eps_default = 1e-5
+        source_type = self.model_type
+        if self.model_type in ("mistral", "qwen2"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
             w = d.get("sliding_window")
             if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
                 raise InputError("config: 'sliding_window' must be a positive integer or null, got %r" % (w,))
-            self.window = w or 0
+            if source_type == "mistral":
+                self.window = w or 0
+            else:  # Qwen2: q, k, v biases; a window only with use_sliding_window, from max_window_layers on
+                self.qkv_bias = True
+                eps_default = 1e-6
+                if d.get("use_sliding_window") and w:
+                    if d.get("max_window_layers", 28) != 0:
+                        raise InputError("config: a window on some layers only is not supported")
+                    self.window = w
+        elif self.model_type == "llama" and d.get("attention_bias"):
+            self.qkv_bias = self.o_bias = True
 
         def need(key):
             if key not in d or d[key] is None:
@@ -102,7 +116,7 @@ class Config:
             self.inner = need("intermediate_size")
             self.vocab = need("vocab_size")
             self.max_pos = need("max_position_embeddings")
-            self.eps = float(d.get("rms_norm_eps", 1e-5))
+            self.eps = float(d.get("rms_norm_eps", eps_default))
             self.theta = float(d.get("rope_theta", 10000.0))
             self.tied = bool(d.get("tie_word_embeddings", False))
             if d.get("hidden_act", "silu") != "silu":
@@ -123,8 +137,8 @@ class Config:
                         raise InputError("config: rope_scaling.%s must be a number > 0" % key)
                 if kind != "default":
                     self.rope_scaling = dict(rs, kind=kind)
-            if d.get("attention_bias") or d.get("mlp_bias"):
-                raise InputError("config: attention_bias / mlp_bias are not supported")
+            if d.get("mlp_bias"):
+                raise InputError("config: mlp_bias is not supported")
             if self.n_head % self.n_kv_head:
                 raise InputError("config: num_attention_heads %d not divisible by num_key_value_heads %d"
                                  % (self.n_head, self.n_kv_head))
@@ -173,11 +187,14 @@ class Config:
             s.append(("model.embed_tokens.weight", (V, C), "embedding"))
             for i in range(L):
                 p = "model.layers.%d." % i
-                s += [(p + "self_attn.q_proj.weight", (NH * HS, C), "matrix"),
-                      (p + "self_attn.k_proj.weight", (NKV * HS, C), "matrix"),
-                      (p + "self_attn.v_proj.weight", (NKV * HS, C), "matrix"),
-                      (p + "self_attn.o_proj.weight", (C, NH * HS), "matrix"),
-                      (p + "mlp.gate_proj.weight", (F_, C), "matrix"),
+                for proj, rows in (("q", NH * HS), ("k", NKV * HS), ("v", NKV * HS)):
+                    s.append((p + "self_attn.%s_proj.weight" % proj, (rows, C), "matrix"))
+                    if self.qkv_bias:
+                        s.append((p + "self_attn.%s_proj.bias" % proj, (rows,), "bias"))
+                s.append((p + "self_attn.o_proj.weight", (C, NH * HS), "matrix"))
+                if self.o_bias:
+                    s.append((p + "self_attn.o_proj.bias", (C,), "bias"))
+                s += [(p + "mlp.gate_proj.weight", (F_, C), "matrix"),
                       (p + "mlp.up_proj.weight", (F_, C), "matrix"),
                       (p + "mlp.down_proj.weight", (C, F_), "matrix"),
                       (p + "input_layernorm.weight", (C,), "gain"),
@@ -472,13 +489,16 @@ def llama_forward(cfg, P, idx):
     for i in range(cfg.n_layer):
         p = "model.layers.%d." % i
         h = rms_norm(x, P[p + "input_layernorm.weight"], cfg.eps)
-        q = (h @ P[p + "self_attn.q_proj.weight"].t()).view(B, T, NH, HS).transpose(1, 2)
-        k = (h @ P[p + "self_attn.k_proj.weight"].t()).view(B, T, NKV, HS).transpose(1, 2)
-        v = (h @ P[p + "self_attn.v_proj.weight"].t()).view(B, T, NKV, HS).transpose(1, 2)
+        def proj(name, x):  # nn.Linear, with its bias where the config has one
+            bias = P.get(p + "self_attn.%s_proj.bias" % name)
+            return F.linear(x, P[p + "self_attn.%s_proj.weight" % name], bias)
+        q = proj("q", h).view(B, T, NH, HS).transpose(1, 2)
+        k = proj("k", h).view(B, T, NKV, HS).transpose(1, 2)
+        v = proj("v", h).view(B, T, NKV, HS).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # head h -> kv h // rep
         y = causal_attention(q, k, v, cfg.window).transpose(1, 2).reshape(B, T, NH * HS)
-        x = x + y @ P[p + "self_attn.o_proj.weight"].t()
+        x = x + proj("o", y)
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
         g = h @ P[p + "mlp.gate_proj.weight"].t()
         u = h @ P[p + "mlp.up_proj.weight"].t()
@@ -659,12 +679,12 @@ def np_forward(cfg, W, idx):
             for i in range(cfg.n_layer):
                 p = "model.layers.%d." % i
                 h = rms(x, W[p + "input_layernorm.weight"])
-                q = np_rope_pairs(h @ W[p + "self_attn.q_proj.weight"].T, NH, HS, cfg.theta, cfg.rope_scaling,
-                                  cfg.max_pos)
-                k = np_rope_pairs(h @ W[p + "self_attn.k_proj.weight"].T, NKV, HS, cfg.theta, cfg.rope_scaling,
-                                  cfg.max_pos)
-                v = h @ W[p + "self_attn.v_proj.weight"].T
-                x = x + np_attention_loops(q, k, v, NH, NKV, HS, cfg.window) @ W[p + "self_attn.o_proj.weight"].T
+                def lin(name, z):
+                    return z @ W[p + "self_attn.%s_proj.weight" % name].T + W.get(p + "self_attn.%s_proj.bias" % name, 0.0)
+                q = np_rope_pairs(lin("q", h), NH, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                k = np_rope_pairs(lin("k", h), NKV, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                v = lin("v", h)
+                x = x + lin("o", np_attention_loops(q, k, v, NH, NKV, HS, cfg.window))
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
                 g = h @ W[p + "mlp.gate_proj.weight"].T
                 u = h @ W[p + "mlp.up_proj.weight"].T
@@ -690,6 +710,8 @@ LLAMA_ODD = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 48, "
              "tie_word_embeddings": False}
 # Dynamic NTK scaling, trained at 7 positions: it acts on the longer sequences run with it.
 LLAMA_DYNAMIC = dict(LLAMA_ODD, max_position_embeddings=7, rope_scaling={"type": "dynamic", "factor": 2.0})
+# Qwen2: LLaMA's layers with biases on q, k and v; its head tied, as Qwen2-0.5B's.
+QWEN2_ODD = dict(LLAMA_ODD, model_type="qwen2", tie_word_embeddings=True)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
 MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
@@ -726,7 +748,9 @@ def self_test():
             "llama_rope_scaled": Config(LLAMA_ROPE_SCALED),
             "llama_linear": Config(dict(LLAMA_ODD, rope_scaling={"type": "linear", "factor": 2.5})),
             "llama_dynamic": Config(LLAMA_DYNAMIC),
-            "mistral_window": Config(MISTRAL_WINDOW)}
+            "mistral_window": Config(MISTRAL_WINDOW),
+            "qwen2": Config(QWEN2_ODD),
+            "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True))}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1040,7 +1064,7 @@ def self_test():
         here = os.path.dirname(os.path.abspath(__file__))
         for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD),
                          ("llama_rope_scaled.json", LLAMA_ROPE_SCALED), ("mistral_window.json", MISTRAL_WINDOW),
-                         ("llama_dynamic.json", LLAMA_DYNAMIC)):
+                         ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
