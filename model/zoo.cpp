@@ -49,6 +49,30 @@ TransformerConfig llama(std::string name, int layers, int hidden, int heads, int
   return c;
 }
 
+// LLaMA 3 (Grattafiori et al. 2024, and the released config.json files): a 128K vocabulary,
+// rope_theta 500000, pretrained at 8192 tokens.
+TransformerConfig llama3(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn, bool tied) {
+  TransformerConfig c = llama(std::move(name), layers, hidden, heads, kv_heads, ffn);
+  c.vocab = 128256;
+  c.seq = 8192;
+  c.rope_theta = 500000;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+// Qwen2.5 (Qwen Team 2024, and the released config.json files): q, k and v biases,
+// rope_theta 1e6, RMSNorm eps 1e-6, pretrained at 4096 tokens before its context was extended.
+TransformerConfig qwen25(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn, int vocab,
+                         bool tied) {
+  TransformerConfig c = llama(std::move(name), layers, hidden, heads, kv_heads, ffn);
+  c.vocab = vocab;
+  c.rope_theta = 1e6;
+  c.norm_eps = 1e-6;
+  c.attention_bias = TransformerConfig::AttentionBias::qkv;
+  c.tied_embeddings = tied;
+  return c;
+}
+
 TransformerConfig bert(std::string name, int layers, int hidden, int heads) {
   TransformerConfig c;
   c.name = std::move(name);
@@ -68,22 +92,38 @@ struct NamedTransformer {
 };
 
 // Shapes from the papers: GPT-3 (Brown et al. 2020, table 2.1), GPT-2 (Radford et al. 2019),
-// LLaMA 2 (Touvron et al. 2023, and the released config.json files), BERT (Devlin et al. 2019).
+// LLaMA 2 (Touvron et al. 2023, and the released config.json files), BERT (Devlin et al. 2019);
+// LLaMA 3, Mistral and Qwen2.5 from their released config.json files.
 const std::vector<NamedTransformer>& transformers() {
-  static const std::vector<NamedTransformer> list = {
-      {gpt("gpt2-124m", 12, 768, 12, 1024), "GPT-2 small, 124M parameters, seq 1024"},
-      {gpt("gpt2-350m", 24, 1024, 16, 1024), "GPT-2 medium, 355M parameters, seq 1024"},
-      {gpt("gpt2-xl", 48, 1600, 25, 1024), "GPT-2 XL, 1.5B parameters, seq 1024"},
-      {gpt("gpt3-1.3b", 24, 2048, 16, 2048), "GPT-3 XL, 1.3B parameters, seq 2048"},
-      {gpt("gpt3-6.7b", 32, 4096, 32, 2048), "GPT-3 6.7B, seq 2048"},
-      {gpt("gpt3-13b", 40, 5120, 40, 2048), "GPT-3 13B, seq 2048 (h=5120: the paper's 5140 is not a multiple of 40 heads)"},
-      {gpt("gpt3-175b", 96, 12288, 96, 2048), "GPT-3 175B, seq 2048"},
-      {llama("llama2-7b", 32, 4096, 32, 32, 11008), "LLaMA-2 7B, seq 4096"},
-      {llama("llama2-13b", 40, 5120, 40, 40, 13824), "LLaMA-2 13B, seq 4096"},
-      {llama("llama2-70b", 80, 8192, 64, 8, 28672), "LLaMA-2 70B (grouped-query attention), seq 4096"},
-      {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
-      {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
-  };
+  static const std::vector<NamedTransformer> list = [] {
+    TransformerConfig llama32_1b = llama3("llama3.2-1b", 16, 2048, 32, 8, 8192, true);
+    llama32_1b.rope_scaling = {"llama3", 32, 1, 4, 8192};
+    TransformerConfig mistral_7b = llama("mistral-7b", 32, 4096, 32, 8, 14336);
+    mistral_7b.seq = 8192;
+    mistral_7b.sliding_window = 4096;
+    return std::vector<NamedTransformer>{
+        {gpt("gpt2-124m", 12, 768, 12, 1024), "GPT-2 small, 124M parameters, seq 1024"},
+        {gpt("gpt2-350m", 24, 1024, 16, 1024), "GPT-2 medium, 355M parameters, seq 1024"},
+        {gpt("gpt2-xl", 48, 1600, 25, 1024), "GPT-2 XL, 1.5B parameters, seq 1024"},
+        {gpt("gpt3-1.3b", 24, 2048, 16, 2048), "GPT-3 XL, 1.3B parameters, seq 2048"},
+        {gpt("gpt3-6.7b", 32, 4096, 32, 2048), "GPT-3 6.7B, seq 2048"},
+        {gpt("gpt3-13b", 40, 5120, 40, 2048),
+         "GPT-3 13B, seq 2048 (h=5120: the paper's 5140 is not a multiple of 40 heads)"},
+        {gpt("gpt3-175b", 96, 12288, 96, 2048), "GPT-3 175B, seq 2048"},
+        {llama("llama2-7b", 32, 4096, 32, 32, 11008), "LLaMA-2 7B, seq 4096"},
+        {llama("llama2-13b", 40, 5120, 40, 40, 13824), "LLaMA-2 13B, seq 4096"},
+        {llama("llama2-70b", 80, 8192, 64, 8, 28672), "LLaMA-2 70B (grouped-query attention), seq 4096"},
+        {llama3("llama3-8b", 32, 4096, 32, 8, 14336, false), "Llama 3 8B, 8.0B parameters, seq 8192"},
+        {llama32_1b, "Llama 3.2 1B (tied head, llama3 RoPE scaling), 1.24B parameters, seq 8192"},
+        {mistral_7b, "Mistral 7B v0.1 (sliding window of 4096), 7.24B parameters, seq 8192"},
+        {qwen25("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, true),
+         "Qwen2.5 0.5B (q/k/v biases, tied head), 494M parameters, seq 4096"},
+        {qwen25("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, false),
+         "Qwen2.5 7B (q/k/v biases), 7.6B parameters, seq 4096"},
+        {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
+        {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
+    };
+  }();
   return list;
 }
 

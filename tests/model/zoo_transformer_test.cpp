@@ -44,6 +44,20 @@ TEST(ZooTransformer, Llama2FromItsConfigJsonKeys) {
   EXPECT_NEAR(params("llama2-70b") / 68.98e9, 1.0, 0.001);  // grouped-query attention, 8 KV heads
 }
 
+// Today's open decoders count their checkpoints' parameters exactly (the released
+// model.safetensors' totals), each with what sets it apart.
+TEST(ZooTransformer, Llama3MistralAndQwenCountTheirCheckpoints) {
+  EXPECT_DOUBLE_EQ(params("llama3-8b"), 8030261248);
+  EXPECT_DOUBLE_EQ(params("llama3.2-1b"), 1235814400);  // tied head
+  EXPECT_DOUBLE_EQ(params("mistral-7b"), 7241732096);
+  EXPECT_DOUBLE_EQ(params("qwen2.5-0.5b"), 494032768);  // q/k/v biases, tied head
+  EXPECT_DOUBLE_EQ(params("qwen2.5-7b"), 7615616512);
+  const Network llama32 = network_from_spec("llama3.2-1b", Precision::bf16);
+  ASSERT_TRUE(llama32.architecture);
+  EXPECT_EQ(llama32.architecture->rope_scaling, (RopeScaling{"llama3", 32, 1, 4, 8192}));
+  EXPECT_EQ(network_from_spec("mistral-7b", Precision::bf16).architecture->sliding_window, 4096);
+}
+
 TEST(ZooTransformer, Gpt2ConfigJsonKeys) {
   const std::string config = R"({"model_type": "gpt2", "n_layer": 48, "n_embd": 1600, "n_head": 25,
                                   "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257, "n_inner": null})";
