@@ -26,7 +26,7 @@ struct Layout {
   int T, NH, NKV, HS;
   int window;  // 0: every earlier key
   __device__ int first_key(int t) const { return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; }
-  __device__ int query_end(int j) const { return window > 0 && j + window < T ? j + window : T; }  // rows seeing key j
+  __device__ int query_end(int j) const { return window > 0 && window < T - j ? j + window : T; }  // rows seeing key j
   __device__ std::size_t query_row(int b, int t, int h) const {  // q, out, dout, dq
     return ((static_cast<std::size_t>(b) * T + t) * NH + h) * HS;
   }

@@ -330,12 +330,20 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     c.layers = get_int({"num_hidden_layers"}, true, 0);
     c.hidden = get_int({"hidden_size"}, true, 0);
     c.heads = get_int({"num_attention_heads"}, true, 0);
-    c.kv_heads = get_int({"num_key_value_heads"}, false, 0);
+    // Absent keys take transformers' defaults for the model type (LlamaConfig, MistralConfig,
+    // Qwen2Config), as loading the config there would.
+    const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+    c.kv_heads = get_int({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
+    if (!present("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+      throw InputError(file, 0, "num_key_value_heads",
+                       "is absent, and transformers' default for " + type + " (" + std::to_string(c.kv_heads) +
+                           ") does not divide num_attention_heads=" + std::to_string(c.heads) + "; give it");
+    }
     c.ffn = get_int({"intermediate_size"}, true, 0);
-    c.seq = get_int({"max_position_embeddings"}, false, 4096);
+    c.seq = get_int({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 ? 32768 : 2048);
     c.vocab = get_int({"vocab_size"}, true, 0);
     c.tied_embeddings = get_bool("tie_word_embeddings", false);
-    c.norm_eps = get_number("rms_norm_eps", type == "qwen2" ? 1e-6 : 1e-5);  // transformers' defaults
+    c.norm_eps = get_number("rms_norm_eps", 1e-6);
     c.rope_theta = get_number("rope_theta", 10000);
     // The shapes: a head size other than hidden / heads would change them all, for the cost
     // model too; refused rather than counted wrong.
@@ -393,16 +401,17 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
         unmodelled.push_back(std::string(rope_key) + (kind.empty() ? std::string() : " (" + kind + ")"));
       }
     }
-    // Mistral's sliding window (LLaMA's attention has none, and transformers ignores the key
-    // there). A window as long as the sequence masks nothing: plain causal attention. Qwen2
-    // windows only its layers from max_window_layers on, and only with use_sliding_window.
-    const int window = get_int({"sliding_window"}, false, 0);
-    if (type == "mistral" && window > 0 && window < c.seq) c.sliding_window = window;
-    if (type == "qwen2" && get_bool("use_sliding_window", false) && window > 0 && window < c.seq) {
+    // Mistral's sliding window: 4096 when the key is absent, none when it is null. LLaMA's
+    // attention has none (transformers ignores the key there). Qwen2 windows its layers from
+    // max_window_layers on, and only with use_sliding_window. A window as long as the
+    // sequence masks nothing; it is kept all the same, for a network run at a longer one.
+    const int window = j.contains("sliding_window") ? get_int({"sliding_window"}, false, 0) : mistral ? 4096 : 0;
+    if (mistral && window > 0) c.sliding_window = window;
+    if (qwen2 && get_bool("use_sliding_window", false) && window > 0) {
       const int first_windowed = get_int({"max_window_layers"}, false, 28);
       if (first_windowed == 0) {
         c.sliding_window = window;
-      } else if (first_windowed < c.layers) {  // some layers windowed, some not: one window here
+      } else if (first_windowed < c.layers && window < c.seq) {  // some layers windowed, some not
         unmodelled.push_back("use_sliding_window (from layer " + std::to_string(first_windowed) + ")");
       }
     }

@@ -169,6 +169,9 @@ void check_transformer_config(const TransformerConfig& c) {
   if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
     throw InputError("<spec>", 0, "attention_bias", "names the biases of layers that otherwise have none, but biases is true");
   }
+  if (c.sliding_window > 0 && (c.learned_positions || c.encoder)) {
+    throw InputError("<spec>", 0, "sliding_window", "is a LLaMA-family decoder's; these layers learn their positions");
+  }
   if (c.learned_positions && !c.rope_scaling.type.empty()) {
     throw InputError("<spec>", 0, "rope_scaling", "scales rotary positions, but these layers learn their positions");
   }

@@ -470,7 +470,9 @@ TEST(TransformerCuda, AttentionMatchesTheReference) {
     for (int row = 0; row < s.B * s.NH * s.T; ++row) {  // zero above the diagonal and before the window, exactly
       const int t = row % s.T;
       for (int j = 0; j < s.T; ++j) {
-        if (j > t || (s.window > 0 && j <= t - s.window)) ASSERT_EQ(forward[1][size_of(row) * s.T + j], 0.0f) << s.name();
+        if (j > t || (s.window > 0 && j <= t - s.window)) {
+          ASSERT_EQ(forward[1][size_of(row) * s.T + j], 0.0f) << s.name();
+        }
       }
     }
     check_backward(
@@ -516,6 +518,43 @@ TEST(TransformerCuda, AttentionNeverReadsLaterKeysOrValues) {
       const std::size_t first = size_of(b * s.T * s.NH * s.HS), rows = size_of(from * s.NH * s.HS);
       EXPECT_EQ(std::memcmp(clean.data() + first, poisoned.data() + first, rows * sizeof(float)), 0)
           << "from " << from << " batch " << b;
+    }
+  }
+}
+
+// Under a sliding window of W keys, keys and values before a row's window are never read:
+// poisoned ones before position `to` leave rows from to + W - 1 on bitwise as they were.
+TEST(TransformerCuda, AttentionNeverReadsKeysBeforeTheWindow) {
+  SKIP_WITHOUT_GPU();
+  const AttentionShape s{2, 150, 4, 2, 8, 37};
+  std::mt19937 rng(17);
+  const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
+  Device device;
+  const float* dq = device.upload(q);
+  const auto run = [&](const Vec& keys, const Vec& values) {
+    Device inputs;
+    float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
+    EXPECT_OK(attention_forward_cuda(out, probs, dq, inputs.upload(keys), inputs.upload(values), s.B, s.T, s.NH, s.NKV,
+                                     s.HS, s.window, nullptr));
+    return inputs.download(out, s.q());
+  };
+  const Vec clean = run(k, v);
+  for (const int to : {1, 64, 100}) {
+    Vec k2 = k, v2 = v;
+    for (int b = 0; b < s.B; ++b) {
+      for (int t = 0; t < to; ++t) {
+        for (int i = 0; i < s.NKV * s.HS; ++i) {
+          k2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::quiet_NaN();
+          v2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+    const Vec poisoned = run(k2, v2);
+    const int first = to + s.window - 1;  // the first row whose window starts at `to`
+    for (int b = 0; b < s.B; ++b) {
+      const std::size_t at = size_of((b * s.T + first) * s.NH * s.HS), rows = size_of((s.T - first) * s.NH * s.HS);
+      EXPECT_EQ(std::memcmp(clean.data() + at, poisoned.data() + at, rows * sizeof(float)), 0)
+          << "to " << to << " batch " << b;
     }
   }
 }

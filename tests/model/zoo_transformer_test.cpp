@@ -148,7 +148,8 @@ TEST(ZooTransformer, ConfigRopeScalingIsRead) {
 
 // Mistral's sliding window: each query attends to W keys, so the attention's score and
 // context products count s * W per head instead of s * s (the sequence's, as the plain
-// layers count). A window as long as the sequence is no window.
+// layers count). A window as long as the sequence counts as none. Absent, it is
+// transformers' default for Mistral (4096); null, none.
 TEST(ZooTransformer, SlidingWindowAttentionCountsItsKeys) {
   auto mistral = [](int window) {
     return transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
@@ -157,7 +158,7 @@ TEST(ZooTransformer, SlidingWindowAttentionCountsItsKeys) {
                                       "c.json");
   };
   EXPECT_EQ(mistral(256).sliding_window, 256);
-  EXPECT_EQ(mistral(1024).sliding_window, 0);
+  EXPECT_EQ(mistral(1024).sliding_window, 1024);  // kept, and counted as the sequence's keys
   const Network windowed = make_transformer(mistral(256), Precision::bf16);
   const Network plain = make_transformer(mistral(1024), Precision::bf16);
   // Two products (Q K^T and P V) of 2 s (s - W) h FLOPs fewer each, per layer, forward.
@@ -165,6 +166,20 @@ TEST(ZooTransformer, SlidingWindowAttentionCountsItsKeys) {
   EXPECT_DOUBLE_EQ(plain.layers[1].forward_flops - windowed.layers[1].forward_flops, 2 * 2 * s * (s - w) * h);
   EXPECT_DOUBLE_EQ(plain.param_count(), windowed.param_count());
   EXPECT_NE(windowed.layers[1].shape.find(" window=256"), std::string::npos) << windowed.layers[1].shape;
+  const std::string bare = R"({"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
+    "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000)";
+  EXPECT_EQ(transformer_from_hf_config(bare + "}", "c.json").sliding_window, 4096);
+  EXPECT_EQ(transformer_from_hf_config(bare + R"(, "sliding_window": null})", "c.json").sliding_window, 0);
+  try {
+    transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100})", "c.json");
+    FAIL() << "expected an InputError";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_key_value_heads: is absent, and transformers' default for mistral (8) "
+                                         "does not divide num_attention_heads=4"),
+              std::string::npos)
+        << e.what();
+  }
   const Network back = parse_network(write_network(windowed), "net.yaml");
   ASSERT_TRUE(back.architecture);
   EXPECT_EQ(back.architecture->sliding_window, 256);
@@ -192,8 +207,8 @@ TEST(ZooTransformer, Qwen2AndLlamaAttentionBiasesAreCounted) {
   // Qwen2's window on every layer (max_window_layers 0) is modelled; on some layers only, noted.
   auto qwen_window = [](int first_windowed) {
     return transformer_from_hf_config(R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
-      "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 100, "max_position_embeddings": 1024,
-      "use_sliding_window": true, "sliding_window": 256, "max_window_layers": )" + std::to_string(first_windowed) + "}",
+      "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 100,
+      "max_position_embeddings": 1024, "use_sliding_window": true, "sliding_window": 256, "max_window_layers": )" + std::to_string(first_windowed) + "}",
                                       "c.json");
   };
   EXPECT_EQ(qwen_window(0).sliding_window, 256);
@@ -268,7 +283,7 @@ TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
 // with the network, so a plan file carries them.
 TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
   const TransformerConfig c = transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64,
-    "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
     "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true,
     "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
   EXPECT_EQ(c.unmodelled, "hidden_act gelu, rope_scaling (yarn)");  // Mistral reads no attention_bias

@@ -78,7 +78,7 @@ TEST(Cli, TheReadmesExampleClustersRead) {
 TEST(Cli, DescribeSaysWhatAConfigAsksForThatIsNotModelled) {
   const auto config = scratch_dir() / "config.json";
   std::ofstream(config) << R"({"model_type": "mistral", "hidden_size": 64, "intermediate_size": 96,
-    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32768,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32768,
     "sliding_window": 4096, "hidden_act": "gelu"})";
   const auto text = run_hetflow("describe --model " + config.string());
   ASSERT_EQ(text.status, 0) << text.err;

@@ -63,18 +63,17 @@ class Config:
         self.rope_scaling = None  # LLaMA's rope_scaling, with its type as "kind"; None: plain RoPE
         # LLaMA's attention biases: q, k and v (Qwen2, LLaMA's attention_bias) and o (LLaMA's).
         self.qkv_bias = self.o_bias = False
-        eps_default = 1e-5
+        eps_default = 1e-6  # LlamaConfig's, MistralConfig's and Qwen2Config's
         source_type = self.model_type
         if self.model_type in ("mistral", "qwen2"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
-            w = d.get("sliding_window")
+            w = d.get("sliding_window", 4096)  # MistralConfig's default; null: none
             if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
                 raise InputError("config: 'sliding_window' must be a positive integer or null, got %r" % (w,))
             if source_type == "mistral":
                 self.window = w or 0
             else:  # Qwen2: q, k, v biases; a window only with use_sliding_window, from max_window_layers on
                 self.qkv_bias = True
-                eps_default = 1e-6
                 if d.get("use_sliding_window") and w:
                     if d.get("max_window_layers", 28) != 0:
                         raise InputError("config: a window on some layers only is not supported")
