@@ -12,6 +12,7 @@
 #include "exec/training_chunk.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
+#include "model/units.hpp"
 
 namespace hetflow::exec {
 
@@ -1014,6 +1015,16 @@ std::string Training::describe() const {
       << shape_.C << ", " << shape_.NH << " heads";
   if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
   out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
+  if (shape_.qkv_bias) out << (shape_.out_bias ? ", q/k/v/o biases" : ", q/k/v biases");
+  if (shape_.window > 0) out << ", sliding window " << shape_.window;
+  using Scaling = kernels::RopeFrequencies::Scaling;
+  const kernels::RopeFrequencies& r = shape_.rope;
+  if (shape_.family == DecoderFamily::llama) {
+    out << ", RoPE theta " << model::units::format_number(r.theta);
+    if (r.scaling != Scaling::none) {
+      out << (r.scaling == Scaling::linear ? " linear" : " llama3") << " x" << model::units::format_number(r.factor);
+    }
+  }
   return out.str();
 }
 

@@ -333,8 +333,10 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
     // Absent keys take transformers' defaults for the model type (LlamaConfig, MistralConfig,
     // Qwen2Config), as loading the config there would.
     const bool mistral = type == "mistral", qwen2 = type == "qwen2";
-    c.kv_heads = get_int({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
-    if (!present("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+    // null is transformers' None: one key/value head per query head, as absent is for LLaMA.
+    const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
+    c.kv_heads = kv_null ? 0 : get_int({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
+    if (!j.contains("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
       throw InputError(file, 0, "num_key_value_heads",
                        "is absent, and transformers' default for " + type + " (" + std::to_string(c.kv_heads) +
                            ") does not divide num_attention_heads=" + std::to_string(c.heads) + "; give it");
@@ -401,18 +403,30 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
         unmodelled.push_back(std::string(rope_key) + (kind.empty() ? std::string() : " (" + kind + ")"));
       }
     }
-    // Mistral's sliding window: 4096 when the key is absent, none when it is null. LLaMA's
-    // attention has none (transformers ignores the key there). Qwen2 windows its layers from
-    // max_window_layers on, and only with use_sliding_window. A window as long as the
-    // sequence masks nothing; it is kept all the same, for a network run at a longer one.
-    const int window = j.contains("sliding_window") ? get_int({"sliding_window"}, false, 0) : mistral ? 4096 : 0;
+    // Mistral's sliding window: 4096 when the key is absent (Qwen2's too), none when it is
+    // null. LLaMA's attention has none (transformers ignores the key there). Qwen2 windows
+    // only with use_sliding_window, the layers its layer_types call "sliding_attention" or,
+    // without them, those from max_window_layers on. A window as long as the sequence masks
+    // nothing; it is kept all the same, for a network run at a longer one.
+    const int window = j.contains("sliding_window") ? get_int({"sliding_window"}, false, 0) : mistral || qwen2 ? 4096 : 0;
     if (mistral && window > 0) c.sliding_window = window;
     if (qwen2 && get_bool("use_sliding_window", false) && window > 0) {
-      const int first_windowed = get_int({"max_window_layers"}, false, 28);
-      if (first_windowed == 0) {
+      int windowed = 0;  // layers
+      if (present("layer_types")) {
+        const nlohmann::json& types = j["layer_types"];
+        if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
+          throw InputError(file, 0, "layer_types", "expected a list of num_hidden_layers=" + std::to_string(c.layers) +
+                                                       " strings, found " + brief(types));
+        }
+        for (const nlohmann::json& t : types) windowed += t.is_string() && t.get<std::string>() == "sliding_attention";
+      } else {
+        windowed = std::max(0, c.layers - get_int({"max_window_layers"}, false, 28));
+      }
+      if (windowed == c.layers) {
         c.sliding_window = window;
-      } else if (first_windowed < c.layers && window < c.seq) {  // some layers windowed, some not
-        unmodelled.push_back("use_sliding_window (from layer " + std::to_string(first_windowed) + ")");
+      } else if (windowed > 0) {  // one window for the whole stack here
+        unmodelled.push_back("sliding windows on " + std::to_string(windowed) + " of " + std::to_string(c.layers) +
+                             " layers");
       }
     }
   } else {

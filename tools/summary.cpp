@@ -188,6 +188,9 @@ Json network_json(const model::Network& n) {
     j["rope_scaling"] = r;
   }
   if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
+  if (n.architecture && n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none) {
+    j["attention_bias"] = n.architecture->attention_bias == model::TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo";
+  }
   return j;
 }
 
@@ -233,9 +236,20 @@ void print_network(std::ostream& out, const model::Network& n) {
     }
     out << "\n";
   }
-  if (n.architecture && n.architecture->sliding_window > 0) {
-    out << "  attention             sliding window of " << n.architecture->sliding_window
-        << " keys per query (its FLOPs counted over them)\n";
+  if (n.architecture && (n.architecture->sliding_window > 0 ||
+                         n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none)) {
+    const model::TransformerConfig& c = *n.architecture;
+    std::string parts;
+    if (c.attention_bias != model::TransformerConfig::AttentionBias::none) {
+      parts = c.attention_bias == model::TransformerConfig::AttentionBias::qkv ? "biases on q, k and v"
+                                                                              : "biases on q, k, v and o";
+    }
+    if (c.sliding_window > 0) {
+      parts += std::string(parts.empty() ? "" : "; ") + "sliding window of " + std::to_string(c.sliding_window) +
+               " keys per query " +
+               (c.sliding_window < c.seq ? "(its FLOPs counted over them)" : "(no narrower than this sequence)");
+    }
+    out << "  attention             " << parts << "\n";
   }
   if (n.architecture && !n.architecture->unmodelled.empty()) {
     out << "  not modelled          " << n.architecture->unmodelled

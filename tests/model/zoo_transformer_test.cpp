@@ -214,7 +214,21 @@ TEST(ZooTransformer, Qwen2AndLlamaAttentionBiasesAreCounted) {
   EXPECT_EQ(qwen_window(0).sliding_window, 256);
   EXPECT_EQ(qwen_window(4).sliding_window, 0);
   EXPECT_EQ(qwen_window(4).unmodelled, "");
-  EXPECT_EQ(qwen_window(2).unmodelled, "use_sliding_window (from layer 2)");
+  EXPECT_EQ(qwen_window(2).unmodelled, "sliding windows on 2 of 4 layers");
+  // Explicit layer_types decide instead of max_window_layers; absent sliding_window is 4096;
+  // a null num_key_value_heads is one per query head.
+  const std::string qwen_base = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "use_sliding_window": true)";
+  const TransformerConfig typed = transformer_from_hf_config(
+      qwen_base + R"(, "num_key_value_heads": null, "max_window_layers": 0,
+      "layer_types": ["full_attention", "full_attention"]})",
+      "c.json");
+  EXPECT_EQ(typed.sliding_window, 0);
+  EXPECT_EQ(typed.unmodelled, "");
+  EXPECT_EQ(typed.kv_heads, 0);
+  const TransformerConfig all_sliding = transformer_from_hf_config(
+      qwen_base + R"(, "num_key_value_heads": 2, "layer_types": ["sliding_attention", "sliding_attention"]})", "c.json");
+  EXPECT_EQ(all_sliding.sliding_window, 4096);
 
   auto llama = [](bool bias) {
     return transformer_from_hf_config(std::string(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
