@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -144,6 +145,33 @@ TEST(Engine, FirstErrorStopsTheRunWithAPartialTrace) {
   for (const traces::Event& e : r.trace.events) EXPECT_FALSE(e.task == victim && e.iteration >= 1);
 }
 
+// The plan's first tensor that `want` picks; -1 when none.
+int first_tensor(const Plan& plan, const std::function<bool(const partition::Tensor&)>& want) {
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    if (want(plan.tensors[t])) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+// The CPU back end, but asking 4 EiB for one tensor's host buffer: more than any host can
+// allocate, so the engine's allocation of it fails.
+class GreedyBackend final : public exec::Backend {
+ public:
+  explicit GreedyBackend(int tensor) : tensor_(tensor), inner_({1, 64 * 1024}) {}
+  std::string name() const override { return inner_.name(); }
+  std::string compute() const override { return inner_.compute(); }
+  void prepare(const partition::Plan& p) override { inner_.prepare(p); }
+  void stop() override { inner_.stop(); }
+  void run(exec::TaskContext& t) override { inner_.run(t); }
+  std::optional<size_t> buffer_bytes(int tensor) const override {
+    return tensor == tensor_ ? std::optional<size_t>(size_t{1} << 62) : std::nullopt;
+  }
+
+ private:
+  int tensor_;
+  exec::CpuBackend inner_;
+};
+
 // A buffer the host cannot allocate fails its task, as a throwing back end does: a message
 // naming the task, a partial trace (it ended the process with std::terminate).
 TEST(Engine, AnUnallocatableBufferFailsItsTask) {
@@ -151,28 +179,11 @@ TEST(Engine, AnUnallocatableBufferFailsItsTask) {
   GTEST_SKIP() << "the sanitizers' allocators end the process on a request this size instead of throwing";
 #endif
   const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
-  int victim = -1;
-  for (size_t t = 0; t < plan.tensors.size() && victim < 0; ++t) {
-    const partition::Tensor& tensor = plan.tensors[t];
-    if (tensor.producer >= 0 && !partition::is_persistent(tensor.kind) && tensor.device == 1) victim = static_cast<int>(t);
-  }
+  const int victim = first_tensor(plan, [](const partition::Tensor& t) {
+    return t.producer >= 0 && !partition::is_persistent(t.kind) && t.device == 1;
+  });
   ASSERT_GE(victim, 0);
-  class Greedy final : public exec::Backend {
-   public:
-    explicit Greedy(int tensor) : tensor_(tensor), inner_({1, 64 * 1024}) {}
-    std::string name() const override { return inner_.name(); }
-    std::string compute() const override { return inner_.compute(); }
-    void prepare(const partition::Plan& p) override { inner_.prepare(p); }
-    void stop() override { inner_.stop(); }
-    void run(exec::TaskContext& t) override { inner_.run(t); }
-    std::optional<size_t> buffer_bytes(int tensor) const override {
-      return tensor == tensor_ ? std::optional<size_t>(size_t{1} << 62) : std::nullopt;
-    }
-
-   private:
-    int tensor_;
-    exec::CpuBackend inner_;
-  } greedy(victim);
+  GreedyBackend greedy(victim);
   const exec::RunResult r = exec::run_plan(plan, greedy, fast(30));
   EXPECT_FALSE(r.completed);
   EXPECT_FALSE(r.stalled);
@@ -190,28 +201,10 @@ TEST(Engine, AnUnallocatablePersistentBufferIsNamed) {
   GTEST_SKIP() << "the sanitizers' allocators end the process on a request this size instead of throwing";
 #endif
   const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
-  int victim = -1;
-  for (size_t t = 0; t < plan.tensors.size() && victim < 0; ++t) {
-    const partition::Tensor& tensor = plan.tensors[t];
-    if (partition::is_persistent(tensor.kind) && tensor.device == 2) victim = static_cast<int>(t);
-  }
+  const int victim =
+      first_tensor(plan, [](const partition::Tensor& t) { return partition::is_persistent(t.kind) && t.device == 2; });
   ASSERT_GE(victim, 0);
-  class Greedy final : public exec::Backend {
-   public:
-    explicit Greedy(int tensor) : tensor_(tensor), inner_({1, 64 * 1024}) {}
-    std::string name() const override { return inner_.name(); }
-    std::string compute() const override { return inner_.compute(); }
-    void prepare(const partition::Plan& p) override { inner_.prepare(p); }
-    void stop() override { inner_.stop(); }
-    void run(exec::TaskContext& t) override { inner_.run(t); }
-    std::optional<size_t> buffer_bytes(int tensor) const override {
-      return tensor == tensor_ ? std::optional<size_t>(size_t{1} << 62) : std::nullopt;
-    }
-
-   private:
-    int tensor_;
-    exec::CpuBackend inner_;
-  } greedy(victim);
+  GreedyBackend greedy(victim);
   try {
     exec::run_plan(plan, greedy, fast(30));
     FAIL() << "expected an error";

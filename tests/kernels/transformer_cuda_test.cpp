@@ -488,37 +488,45 @@ TEST(TransformerCuda, AttentionMatchesTheReference) {
   }
 }
 
+// The forward's output on the GPU for these queries, keys and values.
+Vec attention_output(const AttentionShape& s, const Vec& q, const Vec& k, const Vec& v) {
+  Device inputs;
+  float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
+  EXPECT_OK(attention_forward_cuda(out, probs, inputs.upload(q), inputs.upload(k), inputs.upload(v), s.B, s.T, s.NH,
+                                   s.NKV, s.HS, s.window, nullptr));
+  return inputs.download(out, s.q());
+}
+
+// Keys NaN and values infinity at positions [from, to) of every sequence.
+void poison_positions(const AttentionShape& s, Vec& k, Vec& v, int from, int to) {
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = from; t < to; ++t) {
+      for (int i = 0; i < s.NKV * s.HS; ++i) {
+        k[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::quiet_NaN();
+        v[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+}
+
+// Rows [first, last) of every sequence's output, bitwise the same in both.
+void expect_same_rows(const AttentionShape& s, const Vec& a, const Vec& b, int first, int last, const std::string& what) {
+  for (int batch = 0; batch < s.B; ++batch) {
+    const std::size_t at = size_of((batch * s.T + first) * s.NH * s.HS), n = size_of((last - first) * s.NH * s.HS);
+    EXPECT_EQ(std::memcmp(a.data() + at, b.data() + at, n * sizeof(float)), 0) << what << " batch " << batch;
+  }
+}
+
 TEST(TransformerCuda, AttentionNeverReadsLaterKeysOrValues) {
   SKIP_WITHOUT_GPU();
   const AttentionShape s{2, 150, 4, 2, 8};
   std::mt19937 rng(16);
   const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
-  Device device;
-  const float* dq = device.upload(q);
-  const auto run = [&](const Vec& keys, const Vec& values) {
-    Device inputs;
-    float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
-    EXPECT_OK(attention_forward_cuda(out, probs, dq, inputs.upload(keys), inputs.upload(values), s.B, s.T, s.NH, s.NKV,
-                                     s.HS, s.window, nullptr));
-    return inputs.download(out, s.q());
-  };
-  const Vec clean = run(k, v);
+  const Vec clean = attention_output(s, q, k, v);
   for (const int from : {1, 64, 100, 149}) {
     Vec k2 = k, v2 = v;
-    for (int b = 0; b < s.B; ++b) {
-      for (int t = from; t < s.T; ++t) {
-        for (int i = 0; i < s.NKV * s.HS; ++i) {
-          k2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::quiet_NaN();
-          v2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::infinity();
-        }
-      }
-    }
-    const Vec poisoned = run(k2, v2);
-    for (int b = 0; b < s.B; ++b) {
-      const std::size_t first = size_of(b * s.T * s.NH * s.HS), rows = size_of(from * s.NH * s.HS);
-      EXPECT_EQ(std::memcmp(clean.data() + first, poisoned.data() + first, rows * sizeof(float)), 0)
-          << "from " << from << " batch " << b;
-    }
+    poison_positions(s, k2, v2, from, s.T);
+    expect_same_rows(s, clean, attention_output(s, q, k2, v2), 0, from, "from " + std::to_string(from));
   }
 }
 
@@ -529,33 +537,11 @@ TEST(TransformerCuda, AttentionNeverReadsKeysBeforeTheWindow) {
   const AttentionShape s{2, 150, 4, 2, 8, 37};
   std::mt19937 rng(17);
   const Vec q = random_vec(s.q(), rng), k = random_vec(s.kv(), rng), v = random_vec(s.kv(), rng);
-  Device device;
-  const float* dq = device.upload(q);
-  const auto run = [&](const Vec& keys, const Vec& values) {
-    Device inputs;
-    float *out = inputs.upload(Vec(s.q())), *probs = inputs.upload(Vec(s.probs()));
-    EXPECT_OK(attention_forward_cuda(out, probs, dq, inputs.upload(keys), inputs.upload(values), s.B, s.T, s.NH, s.NKV,
-                                     s.HS, s.window, nullptr));
-    return inputs.download(out, s.q());
-  };
-  const Vec clean = run(k, v);
+  const Vec clean = attention_output(s, q, k, v);
   for (const int to : {1, 64, 100}) {
     Vec k2 = k, v2 = v;
-    for (int b = 0; b < s.B; ++b) {
-      for (int t = 0; t < to; ++t) {
-        for (int i = 0; i < s.NKV * s.HS; ++i) {
-          k2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::quiet_NaN();
-          v2[size_of((b * s.T + t) * s.NKV * s.HS + i)] = std::numeric_limits<float>::infinity();
-        }
-      }
-    }
-    const Vec poisoned = run(k2, v2);
-    const int first = to + s.window - 1;  // the first row whose window starts at `to`
-    for (int b = 0; b < s.B; ++b) {
-      const std::size_t at = size_of((b * s.T + first) * s.NH * s.HS), rows = size_of((s.T - first) * s.NH * s.HS);
-      EXPECT_EQ(std::memcmp(clean.data() + at, poisoned.data() + at, rows * sizeof(float)), 0)
-          << "to " << to << " batch " << b;
-    }
+    poison_positions(s, k2, v2, 0, to);
+    expect_same_rows(s, clean, attention_output(s, q, k2, v2), to + s.window - 1, s.T, "to " + std::to_string(to));
   }
 }
 
