@@ -7,37 +7,22 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "model/error.hpp"
-#include "model/json_util.hpp"
 #include "model/gpu.hpp"
 #include "model/limits.hpp"
 #include "model/zoo.hpp"
 
 namespace hetflow::model {
 
-namespace {
-
-TransformerConfig gpt(std::string name, int layers, int hidden, int heads, int seq) {
+TransformerConfig gpt_family() {
   TransformerConfig c;
-  c.name = std::move(name);
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.seq = seq;
+  c.seq = 2048;
   c.vocab = 50257;  // GPT-2/GPT-3 BPE vocabulary
   return c;
 }
 
-TransformerConfig llama(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
+TransformerConfig llama_family() {
   TransformerConfig c;
-  c.name = std::move(name);
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.ffn = ffn;
   c.seq = 4096;
   c.vocab = 32000;
   c.gated_mlp = true;
@@ -46,6 +31,29 @@ TransformerConfig llama(std::string name, int layers, int hidden, int heads, int
   c.tied_embeddings = false;
   c.learned_positions = false;
   c.dropout = false;
+  return c;
+}
+
+namespace {
+
+TransformerConfig gpt(std::string name, int layers, int hidden, int heads, int seq) {
+  TransformerConfig c = gpt_family();
+  c.name = std::move(name);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq = seq;
+  return c;
+}
+
+TransformerConfig llama(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
+  TransformerConfig c = llama_family();
+  c.name = std::move(name);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
   return c;
 }
 
@@ -246,203 +254,6 @@ Network network_from_spec(std::string_view spec, Precision precision) {
   for (const std::string& n : nearest_names(spec, known_names())) hint += (hint.empty() ? "" : ", ") + n;
   throw InputError(std::string(spec), 0, "model",
                    "unknown network (not a zoo name, a gpt:/llama: spec or a readable file); nearest: " + hint);
-}
-
-namespace {
-
-using json_util::brief;
-
-nlohmann::json parse_hf_json(const std::string& text, const std::string& file) {
-  return json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
-}
-
-}  // namespace
-
-TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
-  const nlohmann::json j = parse_hf_json(text, file);
-  if (!j.is_object()) {
-    throw InputError(file, 0, "(top level)", "expected a JSON object of settings, found " + brief(j));
-  }
-  auto present = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
-  // Integers are read as 64 bits and range-checked: 4294967298 layers is an error, not 2.
-  auto get_int = [&](std::initializer_list<const char*> keys, bool required, int fallback) -> int {
-    for (const char* k : keys) {
-      if (!present(k)) continue;
-      const nlohmann::json& v = j[k];
-      if (!v.is_number_integer()) throw InputError(file, 0, k, "expected an integer, found " + brief(v));
-      const long long max = std::numeric_limits<int>::max();
-      if ((v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(max)) ||
-          v.get<long long>() > max) {
-        throw InputError(file, 0, k, "expected an integer up to " + std::to_string(max) + ", found " + brief(v));
-      }
-      const long long x = v.get<long long>();
-      if (x < 0) throw InputError(file, 0, k, "expected an integer >= 0, found " + brief(v));
-      return static_cast<int>(x);
-    }
-    if (required) throw InputError(file, 0, *keys.begin(), "is required in a HuggingFace config.json");
-    return fallback;
-  };
-  auto get_bool = [&](const char* k, bool fallback) {
-    if (!present(k)) return fallback;
-    if (!j[k].is_boolean()) throw InputError(file, 0, k, "expected true or false, found " + brief(j[k]));
-    return j[k].get<bool>();
-  };
-  auto get_number = [&](const char* k, double fallback) {
-    if (!present(k)) return fallback;
-    if (!j[k].is_number() || !std::isfinite(j[k].get<double>()) || j[k].get<double>() <= 0) {
-      throw InputError(file, 0, k, "expected a number > 0, found " + brief(j[k]));
-    }
-    return j[k].get<double>();
-  };
-  if (present("model_type") && !j["model_type"].is_string()) {
-    throw InputError(file, 0, "model_type",
-                     "expected a string (gpt2, llama, mistral or qwen2), found " + brief(j["model_type"]));
-  }
-  const std::string type = present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
-  // Settings that change the math from what the layers here compute: noted, so a simulation
-  // still counts the network and a real-math run refuses it (TransformerConfig::unmodelled).
-  std::vector<std::string> unmodelled;
-  auto string_unless = [&](const char* k, std::initializer_list<const char*> modelled) {
-    if (!present(k)) return;
-    if (!j[k].is_string()) throw InputError(file, 0, k, "expected a string, found " + brief(j[k]));
-    const std::string v = j[k].get<std::string>();
-    if (std::find(modelled.begin(), modelled.end(), v) == modelled.end()) unmodelled.push_back(std::string(k) + " " + v);
-  };
-  auto true_unmodelled = [&](const char* k) {
-    if (get_bool(k, false)) unmodelled.push_back(k);
-  };
-  TransformerConfig c;
-  if (type == "gpt2") {
-    c = gpt("", 0, 0, 0, 0);
-    c.layers = get_int({"n_layer"}, true, 0);
-    c.hidden = get_int({"n_embd"}, true, 0);
-    c.heads = get_int({"n_head"}, true, 0);
-    c.seq = get_int({"n_positions", "n_ctx"}, false, 1024);
-    c.ffn = get_int({"n_inner"}, false, 0);
-    c.vocab = get_int({"vocab_size"}, false, 50257);
-    c.norm_eps = get_number("layer_norm_epsilon", 1e-5);
-    string_unless("activation_function", {"gelu_new", "gelu_pytorch_tanh"});  // GELU's tanh approximation
-    true_unmodelled("scale_attn_by_inverse_layer_idx");
-    true_unmodelled("reorder_and_upcast_attn");
-    if (!get_bool("scale_attn_weights", true)) unmodelled.push_back("scale_attn_weights false");
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    c = llama("", 0, 0, 0, 0, 0);
-    c.layers = get_int({"num_hidden_layers"}, true, 0);
-    c.hidden = get_int({"hidden_size"}, true, 0);
-    c.heads = get_int({"num_attention_heads"}, true, 0);
-    // Absent keys take transformers' defaults for the model type (LlamaConfig, MistralConfig,
-    // Qwen2Config), as loading the config there would.
-    const bool mistral = type == "mistral", qwen2 = type == "qwen2";
-    // null is transformers' None: one key/value head per query head, as absent is for LLaMA.
-    const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
-    c.kv_heads = kv_null ? 0 : get_int({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
-    if (!j.contains("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
-      throw InputError(file, 0, "num_key_value_heads",
-                       "is absent, and transformers' default for " + type + " (" + std::to_string(c.kv_heads) +
-                           ") does not divide num_attention_heads=" + std::to_string(c.heads) + "; give it");
-    }
-    c.ffn = get_int({"intermediate_size"}, true, 0);
-    c.seq = get_int({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 ? 32768 : 2048);
-    c.vocab = get_int({"vocab_size"}, true, 0);
-    c.tied_embeddings = get_bool("tie_word_embeddings", false);
-    c.norm_eps = get_number("rms_norm_eps", 1e-6);
-    c.rope_theta = get_number("rope_theta", 10000);
-    // The shapes: a head size other than hidden / heads would change them all, for the cost
-    // model too; refused rather than counted wrong.
-    if (const int head_dim = get_int({"head_dim"}, false, 0); head_dim != 0 && c.heads > 0 && head_dim * c.heads != c.hidden) {
-      throw InputError(file, 0, "head_dim",
-                       std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
-                           std::to_string(c.hidden) + " / " + std::to_string(c.heads) + ": not modelled");
-    }
-    string_unless("hidden_act", {"silu"});
-    // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's four attention
-    // projections when attention_bias is true, its MLP's when mlp_bias is (not modelled);
-    // Mistral's never (it reads neither key).
-    if (type == "qwen2") c.attention_bias = TransformerConfig::AttentionBias::qkv;
-    if (type == "llama" && get_bool("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkvo;
-    if (type == "llama") true_unmodelled("mlp_bias");
-    // RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
-    // object; transformers 5 both in one `rope_parameters` object.
-    const char* rope_key = present("rope_parameters") ? "rope_parameters" : present("rope_scaling") ? "rope_scaling" : "";
-    if (*rope_key != '\0') {
-      const std::string prefix = std::string(rope_key) + ".";
-      const nlohmann::json& r = j[rope_key];
-      auto number = [&](const char* k, const std::string& kind) {
-        if (!r.contains(k)) throw InputError(file, 0, prefix + k, "is required for " + kind + " scaling");
-        const nlohmann::json& v = r[k];
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-          throw InputError(file, 0, prefix + k, "expected a number > 0, found " + brief(v));
-        }
-        return v.get<double>();
-      };
-      if (r.is_object() && r.contains("rope_theta")) c.rope_theta = number("rope_theta", "any");
-      // transformers 4 lets a legacy "type" override "rope_type".
-      const char* key = r.is_object() && r.contains("type") ? "type" : "rope_type";
-      const std::string kind = r.is_object() && r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : "";
-      RopeScaling& s = c.rope_scaling;
-      if (kind == "linear" || kind == "dynamic" || kind == "llama3") {
-        s.type = kind;
-        s.factor = number("factor", kind);
-      }
-      if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
-      if (kind == "llama3") {
-        s.low_freq_factor = number("low_freq_factor", kind);
-        s.high_freq_factor = number("high_freq_factor", kind);
-        const double original = number("original_max_position_embeddings", kind);
-        if (original != std::floor(original) || original > limits::kMaxSeq) {
-          throw InputError(file, 0, prefix + "original_max_position_embeddings",
-                           "expected a whole number up to " + std::to_string(limits::kMaxSeq) + ", found " +
-                               brief(r["original_max_position_embeddings"]));
-        }
-        s.original_positions = static_cast<int>(original);
-      }
-      // Linear or llama3 scaling by a factor of 1 stretches nothing (llama3's bands then all
-      // keep their frequencies); dynamic's still raises the base beyond the trained context.
-      if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
-      if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3") {
-        unmodelled.push_back(std::string(rope_key) + (kind.empty() ? std::string() : " (" + kind + ")"));
-      }
-    }
-    // Mistral's sliding window: 4096 when the key is absent (Qwen2's too), none when it is
-    // null. LLaMA's attention has none (transformers ignores the key there). Qwen2 windows
-    // only with use_sliding_window, the layers its layer_types call "sliding_attention" or,
-    // without them, those from max_window_layers on. A window as long as the sequence masks
-    // nothing; it is kept all the same, for a network run at a longer one.
-    const int window = j.contains("sliding_window") ? get_int({"sliding_window"}, false, 0) : mistral || qwen2 ? 4096 : 0;
-    if (mistral && window > 0) c.sliding_window = window;
-    if (qwen2 && get_bool("use_sliding_window", false) && window > 0) {
-      int windowed = 0;  // layers
-      if (present("layer_types")) {
-        const nlohmann::json& types = j["layer_types"];
-        if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
-          throw InputError(file, 0, "layer_types", "expected a list of num_hidden_layers=" + std::to_string(c.layers) +
-                                                       " strings, found " + brief(types));
-        }
-        for (const nlohmann::json& t : types) windowed += t.is_string() && t.get<std::string>() == "sliding_attention";
-      } else {
-        windowed = std::max(0, c.layers - get_int({"max_window_layers"}, false, 28));
-      }
-      if (windowed == c.layers) {
-        c.sliding_window = window;
-      } else if (windowed > 0) {  // one window for the whole stack here
-        unmodelled.push_back("sliding windows on " + std::to_string(windowed) + " of " + std::to_string(c.layers) +
-                             " layers");
-      }
-    }
-  } else {
-    std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
-    throw InputError(file, 0, "model_type", "expected gpt2, llama, mistral or qwen2, found '" + shown + "'");
-  }
-  std::string base = file;
-  if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
-  c.name = type + "(" + base + ")";
-  for (const std::string& u : unmodelled) c.unmodelled += (c.unmodelled.empty() ? "" : ", ") + u;
-  try {
-    check_transformer_config(c);
-  } catch (const InputError& e) {
-    throw InputError(file, 0, e.field(), e.message());
-  }
-  return c;
 }
 
 }  // namespace hetflow::model

@@ -11,6 +11,12 @@ namespace hetflow::model {
 
 // Throws InputError (file "<spec>") naming the first field that is not usable.
 void check_transformer_config(const TransformerConfig& config);
+
+// The families' layer flags and vocabularies, shapes left zero: GPT-2/GPT-3 style (LayerNorm,
+// GELU, biases, learned positions, tied head, vocabulary 50257, seq 2048) and LLaMA style
+// (RMSNorm, SwiGLU, no biases, rotary positions, untied head, vocabulary 32000, seq 4096).
+TransformerConfig gpt_family();
+TransformerConfig llama_family();
 // The same for its rope_scaling alone (fields "rope_scaling.<key>"), which it includes.
 void check_rope_scaling(const RopeScaling& scaling);
 
@@ -42,9 +48,9 @@ bool is_zoo_spec(std::string_view spec);
 const TransformerConfig* zoo_transformer(std::string_view name);
 
 // A HuggingFace-style config.json (GPT-2: n_layer, n_embd, n_head, n_positions, vocab_size;
-// LLaMA/Mistral: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
-// intermediate_size, max_position_embeddings, vocab_size) read as a decoder. `text` is the
-// file's content; errors name `file`.
+// LLaMA/Mistral/Qwen2: num_hidden_layers, hidden_size, num_attention_heads,
+// num_key_value_heads, intermediate_size, max_position_embeddings, vocab_size, RoPE and window
+// settings) read as a decoder, in hf_config.cpp. `text` is the file's content; errors name `file`.
 TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file);
 
 }  // namespace hetflow::model

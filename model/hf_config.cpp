@@ -1,0 +1,246 @@
+// A HuggingFace config.json read as a decoder (zoo.hpp's transformer_from_hf_config): the
+// keys of GPT-2, LLaMA, Mistral and Qwen2, absent ones taking transformers' defaults for the
+// model type, and what the layers here leave out noted as TransformerConfig::unmodelled.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
+#include "model/json_util.hpp"
+#include "model/limits.hpp"
+#include "model/zoo.hpp"
+
+namespace hetflow::model {
+
+namespace {
+
+using json_util::brief;
+
+// Typed reads of one JSON object's keys, each error naming the file and the key. A key whose
+// value is null reads as absent, as transformers' None does.
+class Reader {
+ public:
+  Reader(const nlohmann::json& j, std::string file, std::string prefix = "")
+      : j_(j), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  bool present(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
+  bool given(const char* k) const { return j_.contains(k); }  // even as null
+  const nlohmann::json& at(const char* k) const { return j_[k]; }
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw InputError(file_, 0, prefix_ + key, why);
+  }
+
+  // Integers are read as 64 bits and range-checked: 4294967298 layers is an error, not 2.
+  int integer(std::initializer_list<const char*> keys, bool required, int fallback) const {
+    for (const char* k : keys) {
+      if (!present(k)) continue;
+      const nlohmann::json& v = j_[k];
+      if (!v.is_number_integer()) fail(k, "expected an integer, found " + brief(v));
+      const long long max = std::numeric_limits<int>::max();
+      if ((v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(max)) ||
+          v.get<long long>() > max) {
+        fail(k, "expected an integer up to " + std::to_string(max) + ", found " + brief(v));
+      }
+      const long long x = v.get<long long>();
+      if (x < 0) fail(k, "expected an integer >= 0, found " + brief(v));
+      return static_cast<int>(x);
+    }
+    if (required) fail(*keys.begin(), "is required in a HuggingFace config.json");
+    return fallback;
+  }
+  bool boolean(const char* k, bool fallback) const {
+    if (!present(k)) return fallback;
+    if (!j_[k].is_boolean()) fail(k, "expected true or false, found " + brief(j_[k]));
+    return j_[k].get<bool>();
+  }
+  double positive(const char* k, double fallback) const {
+    if (!present(k)) return fallback;
+    if (!j_[k].is_number() || !std::isfinite(j_[k].get<double>()) || j_[k].get<double>() <= 0) {
+      fail(k, "expected a number > 0, found " + brief(j_[k]));
+    }
+    return j_[k].get<double>();
+  }
+  // A number > 0 that `kind` of scaling requires.
+  double required_positive(const char* k, const std::string& kind) const {
+    if (!present(k)) fail(k, "is required for " + kind + " scaling");
+    return positive(k, 0);
+  }
+  // A string value, noted as `key value` when it is not one of `modelled`.
+  void string_unless(const char* k, std::initializer_list<const char*> modelled, std::vector<std::string>& notes) const {
+    if (!present(k)) return;
+    if (!j_[k].is_string()) fail(k, "expected a string, found " + brief(j_[k]));
+    const std::string v = j_[k].get<std::string>();
+    if (std::find(modelled.begin(), modelled.end(), v) == modelled.end()) notes.push_back(std::string(k) + " " + v);
+  }
+  void true_unmodelled(const char* k, std::vector<std::string>& notes) const {
+    if (boolean(k, false)) notes.push_back(k);
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string file_;
+  std::string prefix_;
+};
+
+TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
+  TransformerConfig c = gpt_family();
+  c.layers = r.integer({"n_layer"}, true, 0);
+  c.hidden = r.integer({"n_embd"}, true, 0);
+  c.heads = r.integer({"n_head"}, true, 0);
+  c.seq = r.integer({"n_positions", "n_ctx"}, false, 1024);
+  c.ffn = r.integer({"n_inner"}, false, 0);
+  c.vocab = r.integer({"vocab_size"}, false, 50257);
+  c.norm_eps = r.positive("layer_norm_epsilon", 1e-5);
+  r.string_unless("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, notes);  // GELU's tanh approximation
+  r.true_unmodelled("scale_attn_by_inverse_layer_idx", notes);
+  r.true_unmodelled("reorder_and_upcast_attn", notes);
+  if (!r.boolean("scale_attn_weights", true)) notes.push_back("scale_attn_weights false");
+  return c;
+}
+
+// RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
+// object; transformers 5 both in one `rope_parameters` object.
+void read_rope(const Reader& top, const std::string& file, TransformerConfig& c, std::vector<std::string>& notes) {
+  c.rope_theta = top.positive("rope_theta", 10000);
+  const char* key = top.present("rope_parameters") ? "rope_parameters" : top.present("rope_scaling") ? "rope_scaling" : "";
+  if (*key == '\0') return;
+  const nlohmann::json& object = top.at(key);
+  const Reader r(object, file, std::string(key) + ".");
+  if (object.is_object() && r.present("rope_theta")) c.rope_theta = r.positive("rope_theta", 0);
+  // transformers 4 lets a legacy "type" override "rope_type".
+  const char* type_key = object.is_object() && r.given("type") ? "type" : "rope_type";
+  const std::string kind =
+      object.is_object() && r.given(type_key) && r.at(type_key).is_string() ? r.at(type_key).get<std::string>() : "";
+  if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3") {
+    notes.push_back(std::string(key) + (kind.empty() ? std::string() : " (" + kind + ")"));
+    return;
+  }
+  RopeScaling& s = c.rope_scaling;
+  if (kind == "default") return;
+  s.type = kind;
+  s.factor = r.required_positive("factor", kind);
+  if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
+  if (kind == "llama3") {
+    s.low_freq_factor = r.required_positive("low_freq_factor", kind);
+    s.high_freq_factor = r.required_positive("high_freq_factor", kind);
+    const double original = r.required_positive("original_max_position_embeddings", kind);
+    if (original != std::floor(original) || original > limits::kMaxSeq) {
+      r.fail("original_max_position_embeddings", "expected a whole number up to " + std::to_string(limits::kMaxSeq) +
+                                                     ", found " + brief(r.at("original_max_position_embeddings")));
+    }
+    s.original_positions = static_cast<int>(original);
+  }
+  // Linear or llama3 scaling by a factor of 1 stretches nothing (llama3's bands then all keep
+  // their frequencies); dynamic's still raises the base beyond the trained context.
+  if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
+}
+
+// Mistral's sliding window: 4096 when the key is absent (Qwen2's too), none when it is null.
+// LLaMA's attention has none (transformers ignores the key there). Qwen2 windows only with
+// use_sliding_window, the layers its layer_types call "sliding_attention" or, without them,
+// those from max_window_layers on. A window as long as the sequence masks nothing; it is kept
+// all the same, for a network run at a longer one.
+void read_window(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
+  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+  const int window = r.given("sliding_window") ? r.integer({"sliding_window"}, false, 0) : mistral || qwen2 ? 4096 : 0;
+  if (mistral && window > 0) c.sliding_window = window;
+  if (!qwen2 || !r.boolean("use_sliding_window", false) || window == 0) return;
+  int windowed = 0;  // layers
+  if (r.present("layer_types")) {
+    const nlohmann::json& types = r.at("layer_types");
+    if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
+      r.fail("layer_types",
+             "expected a list of num_hidden_layers=" + std::to_string(c.layers) + " strings, found " + brief(types));
+    }
+    for (const nlohmann::json& t : types) windowed += t.is_string() && t.get<std::string>() == "sliding_attention";
+  } else {
+    windowed = std::max(0, c.layers - r.integer({"max_window_layers"}, false, 28));
+  }
+  if (windowed == c.layers) {
+    c.sliding_window = window;
+  } else if (windowed > 0) {  // one window for the whole stack here
+    notes.push_back("sliding windows on " + std::to_string(windowed) + " of " + std::to_string(c.layers) + " layers");
+  }
+}
+
+// LLaMA, Mistral and Qwen2: absent keys take transformers' defaults for the model type
+// (LlamaConfig, MistralConfig, Qwen2Config), as loading the config there would.
+TransformerConfig read_llama_family(const Reader& r, const std::string& type, const std::string& file,
+                                    std::vector<std::string>& notes) {
+  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+  TransformerConfig c = llama_family();
+  c.layers = r.integer({"num_hidden_layers"}, true, 0);
+  c.hidden = r.integer({"hidden_size"}, true, 0);
+  c.heads = r.integer({"num_attention_heads"}, true, 0);
+  // null is transformers' None: one key/value head per query head, as absent is for LLaMA.
+  const bool kv_null = r.given("num_key_value_heads") && !r.present("num_key_value_heads");
+  c.kv_heads = kv_null ? 0 : r.integer({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
+  if (!r.given("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+    r.fail("num_key_value_heads", "is absent, and transformers' default for " + type + " (" +
+                                      std::to_string(c.kv_heads) + ") does not divide num_attention_heads=" +
+                                      std::to_string(c.heads) + "; give it");
+  }
+  c.ffn = r.integer({"intermediate_size"}, true, 0);
+  c.seq = r.integer({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 ? 32768 : 2048);
+  c.vocab = r.integer({"vocab_size"}, true, 0);
+  c.tied_embeddings = r.boolean("tie_word_embeddings", false);
+  c.norm_eps = r.positive("rms_norm_eps", 1e-6);
+  // The shapes: a head size other than hidden / heads would change them all, for the cost
+  // model too; refused rather than counted wrong.
+  if (const int head_dim = r.integer({"head_dim"}, false, 0); head_dim != 0 && c.heads > 0 && head_dim * c.heads != c.hidden) {
+    r.fail("head_dim", std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
+                           std::to_string(c.hidden) + " / " + std::to_string(c.heads) + ": not modelled");
+  }
+  r.string_unless("hidden_act", {"silu"}, notes);
+  // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's four attention
+  // projections when attention_bias is true, its MLP's when mlp_bias is (not modelled);
+  // Mistral's never (it reads neither key).
+  if (qwen2) c.attention_bias = TransformerConfig::AttentionBias::qkv;
+  if (type == "llama" && r.boolean("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkvo;
+  if (type == "llama") r.true_unmodelled("mlp_bias", notes);
+  read_rope(r, file, c, notes);
+  read_window(r, type, c, notes);
+  return c;
+}
+
+}  // namespace
+
+TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
+  const nlohmann::json j = json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
+  if (!j.is_object()) {
+    throw InputError(file, 0, "(top level)", "expected a JSON object of settings, found " + brief(j));
+  }
+  const Reader r(j, file);
+  if (r.present("model_type") && !j["model_type"].is_string()) {
+    r.fail("model_type", "expected a string (gpt2, llama, mistral or qwen2), found " + brief(j["model_type"]));
+  }
+  const std::string type = r.present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
+  // Settings that change the math from what the layers here compute: noted, so a simulation
+  // still counts the network and a real-math run refuses it (TransformerConfig::unmodelled).
+  std::vector<std::string> notes;
+  TransformerConfig c;
+  if (type == "gpt2") {
+    c = read_gpt2(r, notes);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    c = read_llama_family(r, type, file, notes);
+  } else {
+    std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
+    r.fail("model_type", "expected gpt2, llama, mistral or qwen2, found '" + shown + "'");
+  }
+  std::string base = file;
+  if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);
+  c.name = type + "(" + base + ")";
+  for (const std::string& u : notes) c.unmodelled += (c.unmodelled.empty() ? "" : ", ") + u;
+  try {
+    check_transformer_config(c);
+  } catch (const InputError& e) {
+    throw InputError(file, 0, e.field(), e.message());
+  }
+  return c;
+}
+
+}  // namespace hetflow::model
