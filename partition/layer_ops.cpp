@@ -10,7 +10,9 @@ namespace {
 // The sizes every formula uses, for one micro-batch on one tensor-parallel rank.
 struct Dims {
   double b, s, T, h, a, d, kv, f, V, t, e, Tn, mask;
+  double keys;  // each query's keys: s, or a sliding window's
   bool gated, biases, rope, learned_positions, dropout;
+  bool qkv_bias, out_bias;  // the attention's biases: `biases`' or, without them, Qwen2's / LLaMA's
 };
 
 Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
@@ -30,6 +32,9 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   x.mask = c.dropout ? 1 : 0;
   x.gated = c.gated_mlp;
   x.biases = c.biases;
+  x.keys = c.sliding_window > 0 && c.sliding_window < c.seq ? c.sliding_window : x.s;
+  x.qkv_bias = c.biases || c.attention_bias != model::TransformerConfig::AttentionBias::none;
+  x.out_bias = c.biases || c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;
   x.rope = !c.learned_positions;
   x.learned_positions = c.learned_positions;
   x.dropout = c.dropout;
@@ -54,33 +59,34 @@ class Ops {
   std::vector<Op> ops_;
 };
 
-// The row-parallel output's bias, dropout and residual add (Megatron's bias_dropout_add).
-void bias_dropout_add(Ops& o, const Dims& x, const OpOptions& opt) {
+// The row-parallel output's bias (when it has one), dropout and residual add (Megatron's
+// bias_dropout_add).
+void bias_dropout_add(Ops& o, const Dims& x, const OpOptions& opt, bool bias) {
   const double n = x.Tn * x.h;
   if (opt.fused_bias_dropout_add) {
     o.memory("bias dropout add", (3 * x.e + x.mask) * n);
     return;
   }
-  if (x.biases) o.memory("bias", 2 * x.e * n);
+  if (bias) o.memory("bias", 2 * x.e * n);
   if (x.dropout) o.memory("dropout", (2 * x.e + x.mask) * n);
   o.memory("residual add", 3 * x.e * n);
 }
 
 void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
-  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.s;
+  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys;
   o.memory("input norm", 2 * x.e * x.Tn * x.h);
   o.gemm("qkv", x.T, (x.h + 2 * x.kv) / x.t, x.h, 1, x.e);
   if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.h + x.kv) / x.t);
   if (opt.flash_attention) {
     o.attention("flash attention", 2 * 2 * scores * x.d, x.e * x.T * (2 * x.h + 2 * x.kv) / x.t);
   } else {
-    o.gemm("scores", x.s, x.s, x.d, x.b * heads, x.e);
+    o.gemm("scores", x.s, x.keys, x.d, x.b * heads, x.e);
     o.memory("softmax", (opt.fused_softmax ? 2 : 6) * x.e * scores);
     if (x.dropout) o.memory("attention dropout", (2 * x.e + 1) * scores);
-    o.gemm("context", x.s, x.d, x.s, x.b * heads, x.e);
+    o.gemm("context", x.s, x.d, x.keys, x.b * heads, x.e);
   }
   o.gemm("attention projection", x.T, x.h, x.h / x.t, 1, x.e);
-  bias_dropout_add(o, x, opt);
+  bias_dropout_add(o, x, opt, x.out_bias);
   o.memory("post-attention norm", 2 * x.e * x.Tn * x.h);
   o.gemm("mlp up", x.T, (x.gated ? 2 : 1) * x.f / x.t, x.h, 1, x.e);
   const double wide = x.T * x.f / x.t;
@@ -93,11 +99,11 @@ void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
     o.memory("gelu", 2 * x.e * wide);
   }
   o.gemm("mlp down", x.T, x.h, x.f / x.t, 1, x.e);
-  bias_dropout_add(o, x, opt);
+  bias_dropout_add(o, x, opt, x.biases);
 }
 
 void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
-  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.s, residual = x.Tn * x.h;
+  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys, residual = x.Tn * x.h;
   // Dropout's backward reads the gradient and the mask; the residual branch adds gradients.
   o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
   o.gemm("mlp down (data)", x.T, x.f / x.t, x.h, 1, x.e);
@@ -110,12 +116,13 @@ void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
     // Reads Q, K, V, the output and its gradient; writes the gradients of Q, K and V.
     o.attention("flash attention (backward)", 2 * 2 * 2 * scores * x.d, x.e * x.T * (4 * x.h + 4 * x.kv) / x.t);
   } else {
-    o.gemm("context (data)", x.s, x.s, x.d, x.b * heads, x.e);     // dP = dO V^T
-    o.gemm("context (values)", x.s, x.d, x.s, x.b * heads, x.e);   // dV = P^T dO
+    // Under a sliding window each query meets `keys` keys and each key as many queries.
+    o.gemm("context (data)", x.s, x.keys, x.d, x.b * heads, x.e);     // dP = dO V^T
+    o.gemm("context (values)", x.s, x.d, x.keys, x.b * heads, x.e);   // dV = P^T dO
     if (x.dropout) o.memory("attention dropout (backward)", (2 * x.e + 1) * scores);
     o.memory("softmax (backward)", 3 * x.e * scores);
-    o.gemm("scores (queries)", x.s, x.d, x.s, x.b * heads, x.e);   // dQ = dS K
-    o.gemm("scores (keys)", x.s, x.d, x.s, x.b * heads, x.e);      // dK = dS^T Q
+    o.gemm("scores (queries)", x.s, x.d, x.keys, x.b * heads, x.e);   // dQ = dS K
+    o.gemm("scores (keys)", x.s, x.d, x.keys, x.b * heads, x.e);      // dK = dS^T Q
   }
   if (x.rope) o.memory("rotary (backward)", 2 * x.e * x.T * (x.h + x.kv) / x.t);
   o.gemm("qkv (data)", x.T, x.h, (x.h + 2 * x.kv) / x.t, 1, x.e);
@@ -129,7 +136,8 @@ void transformer_backward_weight(Ops& o, const Dims& x) {
   o.gemm("mlp up (weight)", x.h, up, x.T, 1, x.e);
   o.gemm("mlp down (weight)", x.f / x.t, x.h, x.T, 1, x.e);
   // Bias gradients: each a sum of the output gradient over the tokens.
-  if (x.biases) o.memory("bias gradients", x.e * x.T * ((x.h + 2 * x.kv) / x.t + x.h + up + x.h));
+  const double bias_rows = (x.qkv_bias ? (x.h + 2 * x.kv) / x.t : 0) + (x.out_bias ? x.h : 0) + (x.biases ? up + x.h : 0);
+  if (bias_rows > 0) o.memory("bias gradients", x.e * x.T * bias_rows);
 }
 
 void embedding(Ops& o, const Dims& x, OpPass pass) {

@@ -85,10 +85,12 @@ TEST(LayerOps, TensorAndSequenceParallelismSplitWhatMegatronSplits) {
 }
 
 // Every layer's GEMM FLOPs are the zoo's: forward = forward_flops x b / t, and backward data +
-// backward weight = backward_flops x b / t, for GPT and LLaMA shapes (GQA, SwiGLU, rotary).
+// backward weight = backward_flops x b / t, for GPT and LLaMA shapes (GQA, SwiGLU, rotary), and
+// Mistral's sliding window (each query's 4096 keys of 8192).
 TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
   for (const char* spec : {"gpt:layers=4,hidden=2304,heads=24,seq=2048,vocab=51200",
-                           "llama:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=128256"}) {
+                           "llama:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=128256",
+                           "mistral-7b"}) {
     SCOPED_TRACE(spec);
     const model::Network net = model::load_network(spec);
     ASSERT_TRUE(partition::has_layer_ops(net));
@@ -139,6 +141,20 @@ TEST(LayerOps, LlamaHasSwigluRotaryAndNoBiases) {
   EXPECT_EQ(fwd.at("qkv").n, h + 2 * kv);
   const auto weight = by_name(partition::layer_ops(net, layer, OpPass::backward_weight, {1, 1, false, 2}));
   EXPECT_EQ(weight.count("bias gradients"), 0u);
+}
+
+// Qwen2.5: its q, k and v biases' gradients, each a sum over the tokens of its output's, on
+// this rank's heads; no output or MLP bias.
+TEST(LayerOps, Qwen2SumsItsAttentionBiasGradientsOnly) {
+  const model::Network net = model::load_network("qwen2.5-7b");
+  const int layer = first_of_kind(net, "transformer");
+  const double T = 4096, h = 3584, kv = 4 * 128;
+  for (int t : {1, 2}) {
+    const auto weight = by_name(partition::layer_ops(net, layer, OpPass::backward_weight, {1, t, false, 2}));
+    EXPECT_DOUBLE_EQ(weight.at("bias gradients").bytes, 2 * T * (h + 2 * kv) / t);
+  }
+  const auto fwd = by_name(partition::layer_ops(net, layer, OpPass::forward, {1, 1, false, 2}));
+  EXPECT_EQ(fwd.count("bias"), 0u);  // the output projection has none
 }
 
 // The head: logits GEMM over the vocabulary shard, the cross-entropy over fp32 logits.
