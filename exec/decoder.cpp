@@ -31,7 +31,8 @@ struct WeightGrad {
 struct BlockActs {
   Floats x;                 // input [N, C]
   Floats n1, mean1, rstd1;  // first norm
-  Floats q, k, v;           // after rotary positions (LLaMA)
+  Floats q, k, v;           // after QK-norm (Qwen3) and rotary positions (LLaMA)
+  Floats q_in, k_in, q_rstd, k_rstd;  // QK-norm: the projections it normalised, per head 1/rms
   Floats probs;             // [B, NH, T, T]; dropped under selective recomputation
   Floats att;               // attention output before o_proj [N, C]
   Floats x2;                // after the attention residual
@@ -160,26 +161,53 @@ void norm_backward(const Dims& d, float* dx, float* dw, float* db, const float* 
   }
 }
 
-// Sequence parallelism: every rank's norm-gain gradients so far, summed over the ranks in
-// one all-reduce (Megatron sums them once a step, as here).
-void sum_norm_gains(const Dims& d, const ChunkParams& cp, float* g) {
-  std::vector<size_t> slots;
+// Gains every tensor-parallel rank holds whole but whose gradients each rank has only a part
+// of, summed over the ranks in one all-reduce (Megatron sums them once a step, as here): the
+// QK-norm gains (each rank saw its own heads) and, under sequence parallelism, the residual
+// stream's norms (each rank saw its own rows).
+void sum_replicated_gains(const Dims& d, const ChunkParams& cp, float* g) {
+  std::vector<std::pair<size_t, size_t>> slots;  // offset, floats
+  const auto add = [&slots](size_t s, int n) {
+    if (s != npos) slots.emplace_back(s, sz(n));
+  };
   for (const BlockParams& b : cp.blocks) {
-    for (const size_t s : {b.norm1_w, b.norm1_b, b.norm2_w, b.norm2_b}) {
-      if (s != npos) slots.push_back(s);
+    if (d.sp) {
+      for (const size_t s : {b.norm1_w, b.norm1_b, b.norm2_w, b.norm2_b}) add(s, d.C);
     }
+    add(b.q_norm_w, d.HS);
+    add(b.k_norm_w, d.HS);
   }
-  if (cp.has_head) {
-    for (const size_t s : {cp.final_norm_w, cp.final_norm_b}) {
-      if (s != npos) slots.push_back(s);
-    }
+  if (cp.has_head && d.sp) {
+    for (const size_t s : {cp.final_norm_w, cp.final_norm_b}) add(s, d.C);
   }
   if (slots.empty()) return;
-  const size_t C = sz(d.C);
-  const Floats all = d.ops.floats(slots.size() * C);
-  for (size_t k = 0; k < slots.size(); ++k) d.ops.copy(all.data() + k * C, g + slots[k], C);
+  size_t total = 0;
+  for (const auto& [at, n] : slots) total += n;
+  const Floats all = d.ops.floats(total);
+  size_t k = 0;
+  for (const auto& [at, n] : slots) d.ops.copy(all.data() + k, g + at, n), k += n;
   d.all_reduce(all);
-  for (size_t k = 0; k < slots.size(); ++k) d.ops.copy(g + slots[k], all.data() + k * C, C);
+  k = 0;
+  for (const auto& [at, n] : slots) d.ops.copy(g + at, all.data() + k, n), k += n;
+}
+
+// Qwen3's QK-norm of one projection: `x` (rows of heads x HS) is normalised per head in place
+// of what it held, which moves to `in`, with each head's 1/rms in `rstd`.
+void qk_norm_forward(const Dims& d, Floats& x, Floats& in, Floats& rstd, const float* w, int heads) {
+  const int rows = d.N * heads;
+  in = std::move(x);
+  x = d.ops.floats(in.size());
+  rstd = d.ops.floats(sz(rows));
+  d.ops.rmsnorm_forward(x.data(), rstd.data(), in.data(), w, rows, d.HS, d.eps);
+}
+
+// dx: the gradient of the normalised projection -> the gradient of what was normalised; dw
+// += the gain's gradient over this rank's heads.
+void qk_norm_backward(const Dims& d, Floats& dx, float* dw, const Floats& in, const Floats& rstd, const float* w,
+                      int heads) {
+  const Floats d_in = d.ops.zeros(in.size());
+  d.ops.rmsnorm_backward(d_in.data(), dw, dx.data(), in.data(), w, rstd.data(), d.N * heads, d.HS);
+  dx = d_in;
 }
 
 // The block's forward from a.x; writes the output (the residual stream's rows) to `out`, or,
@@ -198,6 +226,10 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   ops.linear_forward(a.q.data(), n1.data(), w + p.q_w, at(w, p.q_b), d.N, d.C, d.QD);
   ops.linear_forward(a.k.data(), n1.data(), w + p.k_w, at(w, p.k_b), d.N, d.C, d.KV);
   ops.linear_forward(a.v.data(), n1.data(), w + p.v_w, at(w, p.v_b), d.N, d.C, d.KV);
+  if (p.q_norm_w != npos) {
+    qk_norm_forward(d, a.q, a.q_in, a.q_rstd, w + p.q_norm_w, d.NH);
+    qk_norm_forward(d, a.k, a.k_in, a.k_rstd, w + p.k_norm_w, d.NKV);
+  }
   if (!d.gpt) {
     ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.rope);
     ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.rope);
@@ -300,13 +332,17 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
   const Floats datt = ops.zeros(sz(1LL * d.N * d.QD));
   ops.linear_backward_input(datt.data(), dx2_whole.data(), w + p.o_w, d.N, d.QD, d.C);
   wg.add(p.o_w, p.o_b, dx2_whole, a.att, d.N, d.QD, d.C);
-  const Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV)),
-               dv = ops.zeros(sz(1LL * d.N * d.KV));
+  Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV));
+  const Floats dv = ops.zeros(sz(1LL * d.N * d.KV));
   ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
                          a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS, d.window);
   if (!d.gpt) {
     ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.rope);
     ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.rope);
+  }
+  if (p.q_norm_w != npos) {
+    qk_norm_backward(d, dq, g + p.q_norm_w, a.q_in, a.q_rstd, w + p.q_norm_w, d.NH);
+    qk_norm_backward(d, dk, g + p.k_norm_w, a.k_in, a.k_rstd, w + p.k_norm_w, d.NKV);
   }
   const Floats dn1_whole = ops.zeros(d.whole_floats());
   ops.linear_backward_input(dn1_whole.data(), dq.data(), w + p.q_w, d.N, d.C, d.QD);
@@ -377,8 +413,8 @@ void release(BlockActs& a) {
 
 size_t floats_of(const BlockActs& a) {
   size_t n = 0;
-  for (const Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.probs, &a.att, &a.x2, &a.n2, &a.mean2,
-                          &a.rstd2, &a.up, &a.gate, &a.act}) {
+  for (const Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.q_in, &a.k_in, &a.q_rstd, &a.k_rstd,
+                          &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
     n += f->size();
   }
   return n;
@@ -504,7 +540,7 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
   } else if (dinput != nullptr) {
     ops.copy(dinput, dy.data(), rows);  // the whole, or under sequence parallelism this rank's rows
   }
-  if (d.sp && last_of_step) sum_norm_gains(d, params_, g);
+  if (d.tp > 1 && last_of_step) sum_replicated_gains(d, params_, g);
 }
 
 void DecoderChunk::backward_weight(Stash& s, float* g) const {

@@ -7,8 +7,10 @@
 //
 // What it promises:
 //  - GPT-2 blocks: x + attn(LN(x)), then + MLP(LN(.)) with GELU (tanh); LLaMA blocks the same
-//    with RMSNorm, rotary q/k (rotate-half), grouped-query attention and SwiGLU. Causal
-//    attention scaled by 1/sqrt(head size), no dropout. The head normalises, multiplies by
+//    with RMSNorm, rotary q/k (rotate-half), grouped-query attention and SwiGLU, and what
+//    Mistral, Qwen2 and Qwen3 add (a sliding window, attention biases, heads wider than
+//    hidden / heads, q and k RMS-normalised per head before the rotation). Causal attention
+//    scaled by 1/sqrt(head size), no dropout. The head normalises, multiplies by
 //    the head matrix (the tied embedding or lm_head) and takes the cross-entropy of every
 //    token, each weighted by `loss_scale` (1 / tokens of the global batch, so gradients added
 //    over micro-batches and workers are the gradient of the global mean loss).
@@ -22,7 +24,9 @@
 //  - Tensor parallelism as Megatron splits it (rank r of t holds r's heads, MLP columns and
 //    vocabulary rows): the ranks all-reduce after each row-parallel layer and combine the
 //    vocabulary-parallel loss through a TensorParallelGroup; replicated parameters (norms,
-//    biases after a reduction, position embeddings) get the same gradients on every rank.
+//    biases after a reduction, position embeddings) get the same gradients on every rank,
+//    except the QK-norm gains, whose gradients each rank has for its own heads: the step's
+//    last backward sums them over the ranks (backward's last_of_step).
 //  - Sequence parallelism (Korthikanti et al., with tp > 1): the residual stream, the norms
 //    and the residual adds of a rank cover only its rows of the micro-batch ([N·r/t,
 //    N·(r+1)/t) of the N = samples·S tokens), and so does what the stash keeps of them; an
@@ -110,10 +114,11 @@ class DecoderChunk {
   // dinput_partial (plans of an earlier hetflow, whose B writes a partial sum; not under
   // sequence parallelism): rank 0 writes the input gradient and the others zeros, for an
   // all-reduce after the task. The planner's plans have none: every rank writes it whole.
-  // last_of_step: under sequence parallelism, this is the chunk's last backward before its
-  // gradients are used (the step's last micro-batch), so the ranks' norm-gain gradients,
-  // accumulated on each rank's rows until now, are summed over the ranks (once: call it with
-  // true exactly once per accumulation).
+  // last_of_step: this is the chunk's last backward before its gradients are used (the
+  // step's last micro-batch), so with tp > 1 the gradients of gains each rank has a part of
+  // (QK-norm's, each rank's heads; under sequence parallelism the norms', each rank's rows),
+  // accumulated until now, are summed over the ranks (once: call it with true exactly once
+  // per accumulation).
   void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,
                 bool dinput_partial = false, TensorParallelGroup* group = nullptr, bool last_of_step = false) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).

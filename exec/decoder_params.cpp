@@ -28,7 +28,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   s.C = c.hidden;
   s.NH = c.heads;
   s.NKV = c.kv_heads > 0 ? c.kv_heads : c.heads;
-  s.HS = c.hidden / c.heads;
+  s.HS = c.head_size();
   s.F = c.ffn > 0 ? c.ffn : 4 * c.hidden;
   s.V = c.vocab;
   s.S = c.seq;
@@ -36,11 +36,14 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   s.tied = c.tied_embeddings;
   if (gpt2 && !c.biases) refuse("GPT-2 style layers here carry biases");
   if (gpt2 && s.NKV != s.NH) refuse("GPT-2 style attention has one key/value head per query head");
+  if (gpt2 && s.HS * s.NH != s.C) refuse("GPT-2 style heads are hidden / heads wide, not head_dim " + std::to_string(s.HS));
+  if (gpt2 && c.qk_norm) refuse("GPT-2 style attention has no QK-norm");
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
   if (llama) s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, s.HS);
   if (c.sliding_window > 0 && c.sliding_window < s.S) s.window = c.sliding_window;
   s.qkv_bias = llama && c.attention_bias != model::TransformerConfig::AttentionBias::none;
   s.out_bias = llama && c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;
+  s.qk_norm = llama && c.qk_norm;
   if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
   return s;
 }
@@ -144,7 +147,8 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
   p.V = static_cast<int>(v1 - v0);
   Builder b(p);
   const bool gpt = s.family == DecoderFamily::gpt2;
-  const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
+  const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, HS = s.HS;
+  const std::int64_t Q = static_cast<std::int64_t>(s.NH) * s.HS, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
   // This rank's rectangles: rows of a column-parallel matrix, columns of a row-parallel one.
   const std::int64_t q0 = h0 * s.HS, qn = static_cast<std::int64_t>(p.NH) * s.HS;
   const std::int64_t kv0 = g0 * s.HS, kvn = static_cast<std::int64_t>(p.NKV) * s.HS;
@@ -185,16 +189,20 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
       } else {
         const std::string h = "model.layers." + i + ".";
         k.norm1_w = b.add(h + "input_layernorm.weight", {C});
-        k.q_w = b.add(h + "self_attn.q_proj.weight", {C, C}, false, rows(q0, qn, C));
+        k.q_w = b.add(h + "self_attn.q_proj.weight", {Q, C}, false, rows(q0, qn, C));
         k.k_w = b.add(h + "self_attn.k_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
         k.v_w = b.add(h + "self_attn.v_proj.weight", {KV, C}, false, rows(kv0, kvn, C));
         if (s.qkv_bias) {  // this rank's heads' entries, as of the column-parallel weights
-          k.q_b = b.add(h + "self_attn.q_proj.bias", {C}, false, rows(q0, qn, 1));
+          k.q_b = b.add(h + "self_attn.q_proj.bias", {Q}, false, rows(q0, qn, 1));
           k.k_b = b.add(h + "self_attn.k_proj.bias", {KV}, false, rows(kv0, kvn, 1));
           k.v_b = b.add(h + "self_attn.v_proj.bias", {KV}, false, rows(kv0, kvn, 1));
         }
-        k.o_w = b.add(h + "self_attn.o_proj.weight", {C, C}, false, cols(q0, qn, C));
+        k.o_w = b.add(h + "self_attn.o_proj.weight", {C, Q}, false, cols(q0, qn, C));
         if (s.out_bias) k.o_b = b.add(h + "self_attn.o_proj.bias", {C});  // whole: added once, after the sum
+        if (s.qk_norm) {  // whole on every rank; each rank's heads add to their gradients
+          k.q_norm_w = b.add(h + "self_attn.q_norm.weight", {HS});
+          k.k_norm_w = b.add(h + "self_attn.k_norm.weight", {HS});
+        }
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
         k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
         k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));

@@ -9,7 +9,9 @@
 //    `transformer.h.3.attn.c_attn.weight`, ... Conv1D matrices are stored [in, out] in files;
 //    here every matrix is [out, in] (nn.Linear's layout), so those slots are `transposed`.
 //  - LLaMA (RMSNorm, SwiGLU, no biases, rotary positions): `model.embed_tokens.weight`,
-//    `model.layers.3.self_attn.q_proj.weight` [out, in], ..., `lm_head.weight`.
+//    `model.layers.3.self_attn.q_proj.weight` [out, in], ..., `lm_head.weight`; Mistral's,
+//    Qwen2's (q/k/v biases) and Qwen3's (`self_attn.q_norm.weight` and `k_norm.weight`, of
+//    the head size) are LLaMA's with more.
 // The slot counts add up to partition::params_per_device (the plan's weight tensor): a chunk
 // that has the head but not the embedding keeps its own copy of a tied embedding.
 #include <cstddef>
@@ -57,7 +59,8 @@ struct BlockParams {
   size_t norm1_w = npos, norm1_b = npos;
   size_t q_w = npos, k_w = npos, v_w = npos;  // [NH*HS, C], [NKV*HS, C], [NKV*HS, C]
   size_t q_b = npos, k_b = npos, v_b = npos;
-  size_t o_w = npos, o_b = npos;              // [C, C]
+  size_t q_norm_w = npos, k_norm_w = npos;    // Qwen3's QK-norm gains [HS], shared by the heads
+  size_t o_w = npos, o_b = npos;              // [C, NH*HS]
   size_t norm2_w = npos, norm2_b = npos;
   size_t up_w = npos, up_b = npos;            // GPT-2's c_fc [F, C]; LLaMA's up_proj
   size_t gate_w = npos;                       // LLaMA's gate_proj [F, C]
@@ -93,6 +96,7 @@ struct DecoderShape {
   kernels::RopeFrequencies rope;  // LLaMA's rotary frequencies, rope_scaling resolved for S
   int window = 0;                 // sliding-window attention's keys per query (< S); 0: none
   bool qkv_bias = false, out_bias = false;  // LLaMA family: biases of q, k, v (Qwen2) and o
+  bool qk_norm = false;                     // LLaMA family: q and k RMS-normalised per head (Qwen3)
   bool tied = true;
 };
 

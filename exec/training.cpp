@@ -1013,7 +1013,9 @@ std::string Training::describe() const {
   std::ostringstream out;
   out << (shape_.family == DecoderFamily::gpt2 ? "GPT-2" : "LLaMA") << " style, " << shape_.layers << " layers, hidden "
       << shape_.C << ", " << shape_.NH << " heads";
+  if (shape_.NH * shape_.HS != shape_.C) out << " of " << shape_.HS;
   if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
+  if (shape_.qk_norm) out << ", QK-norm";
   out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
   if (shape_.qkv_bias) out << (shape_.out_bias ? ", q/k/v/o biases" : ", q/k/v biases");
   if (shape_.window > 0) out << ", sliding window " << shape_.window;

@@ -1,5 +1,5 @@
 // A HuggingFace config.json read as a decoder (zoo.hpp's transformer_from_hf_config): the
-// keys of GPT-2, LLaMA, Mistral and Qwen2, absent ones taking transformers' defaults for the
+// keys of GPT-2, LLaMA, Mistral, Qwen2 and Qwen3, absent ones taking transformers' defaults for the
 // model type, and what the layers here leave out noted as TransformerConfig::unmodelled.
 #include <algorithm>
 #include <cmath>
@@ -139,16 +139,16 @@ void read_rope(const Reader& top, const std::string& file, TransformerConfig& c,
   if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
 }
 
-// Mistral's sliding window: 4096 when the key is absent (Qwen2's too), none when it is null.
-// LLaMA's attention has none (transformers ignores the key there). Qwen2 windows only with
-// use_sliding_window, the layers its layer_types call "sliding_attention" or, without them,
-// those from max_window_layers on. A window as long as the sequence masks nothing; it is kept
+// Mistral's sliding window: 4096 when the key is absent (Qwen2's and Qwen3's too), none when
+// it is null. LLaMA's attention has none (transformers ignores the key there). Qwen2 and
+// Qwen3 window only with use_sliding_window, the layers their layer_types call
+// "sliding_attention" or, without them, those from max_window_layers on. A window as long as the sequence masks nothing; it is kept
 // all the same, for a network run at a longer one.
 void read_window(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
-  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
-  const int window = r.given("sliding_window") ? r.integer({"sliding_window"}, false, 0) : mistral || qwen2 ? 4096 : 0;
+  const bool mistral = type == "mistral", qwen = type == "qwen2" || type == "qwen3";
+  const int window = r.given("sliding_window") ? r.integer({"sliding_window"}, false, 0) : mistral || qwen ? 4096 : 0;
   if (mistral && window > 0) c.sliding_window = window;
-  if (!qwen2 || !r.boolean("use_sliding_window", false) || window == 0) return;
+  if (!qwen || !r.boolean("use_sliding_window", false) || window == 0) return;
   int windowed = 0;  // layers
   if (r.present("layer_types")) {
     const nlohmann::json& types = r.at("layer_types");
@@ -167,40 +167,43 @@ void read_window(const Reader& r, const std::string& type, TransformerConfig& c,
   }
 }
 
-// LLaMA, Mistral and Qwen2: absent keys take transformers' defaults for the model type
-// (LlamaConfig, MistralConfig, Qwen2Config), as loading the config there would.
+// LLaMA, Mistral, Qwen2 and Qwen3: absent keys take transformers' defaults for the model
+// type (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config), as loading the config there
+// would.
 TransformerConfig read_llama_family(const Reader& r, const std::string& type, const std::string& file,
                                     std::vector<std::string>& notes) {
-  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+  const bool mistral = type == "mistral", qwen2 = type == "qwen2", qwen3 = type == "qwen3";
   TransformerConfig c = llama_family();
   c.layers = r.integer({"num_hidden_layers"}, true, 0);
   c.hidden = r.integer({"hidden_size"}, true, 0);
   c.heads = r.integer({"num_attention_heads"}, true, 0);
   // null is transformers' None: one key/value head per query head, as absent is for LLaMA.
   const bool kv_null = r.given("num_key_value_heads") && !r.present("num_key_value_heads");
-  c.kv_heads = kv_null ? 0 : r.integer({"num_key_value_heads"}, false, mistral ? 8 : qwen2 ? 32 : 0);
+  c.kv_heads = kv_null ? 0 : r.integer({"num_key_value_heads"}, false, mistral ? 8 : qwen2 || qwen3 ? 32 : 0);
   if (!r.given("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
     r.fail("num_key_value_heads", "is absent, and transformers' default for " + type + " (" +
                                       std::to_string(c.kv_heads) + ") does not divide num_attention_heads=" +
                                       std::to_string(c.heads) + "; give it");
   }
   c.ffn = r.integer({"intermediate_size"}, true, 0);
-  c.seq = r.integer({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 ? 32768 : 2048);
+  c.seq = r.integer({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 || qwen3 ? 32768 : 2048);
   c.vocab = r.integer({"vocab_size"}, true, 0);
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
   c.norm_eps = r.positive("rms_norm_eps", 1e-6);
-  // The shapes: a head size other than hidden / heads would change them all, for the cost
-  // model too; refused rather than counted wrong.
-  if (const int head_dim = r.integer({"head_dim"}, false, 0); head_dim != 0 && c.heads > 0 && head_dim * c.heads != c.hidden) {
-    r.fail("head_dim", std::to_string(head_dim) + " differs from hidden_size / num_attention_heads = " +
-                           std::to_string(c.hidden) + " / " + std::to_string(c.heads) + ": not modelled");
-  }
+  // The head size: hidden / heads unless head_dim says otherwise (Qwen3Config's default is
+  // 128). Kept as 0 when it is hidden / heads, so such configs read as they always have.
+  const int head_dim = r.integer({"head_dim"}, false, qwen3 ? 128 : 0);
+  if (r.present("head_dim") && head_dim == 0) r.fail("head_dim", "expected an integer > 0, found 0");
+  if (head_dim != 0 && !(c.heads > 0 && head_dim * static_cast<long long>(c.heads) == c.hidden)) c.head_dim = head_dim;
+  c.qk_norm = qwen3;
   r.string_unless("hidden_act", {"silu"}, notes);
-  // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's four attention
-  // projections when attention_bias is true, its MLP's when mlp_bias is (not modelled);
-  // Mistral's never (it reads neither key).
+  // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's and Qwen3's four
+  // attention projections when attention_bias is true, LLaMA's MLP's when mlp_bias is (not
+  // modelled); Mistral's never (it reads neither key).
   if (qwen2) c.attention_bias = TransformerConfig::AttentionBias::qkv;
-  if (type == "llama" && r.boolean("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkvo;
+  if ((type == "llama" || qwen3) && r.boolean("attention_bias", false)) {
+    c.attention_bias = TransformerConfig::AttentionBias::qkvo;
+  }
   if (type == "llama") r.true_unmodelled("mlp_bias", notes);
   read_rope(r, file, c, notes);
   read_window(r, type, c, notes);
@@ -216,7 +219,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   }
   const Reader r(j, file);
   if (r.present("model_type") && !j["model_type"].is_string()) {
-    r.fail("model_type", "expected a string (gpt2, llama, mistral or qwen2), found " + brief(j["model_type"]));
+    r.fail("model_type", "expected a string (gpt2, llama, mistral, qwen2 or qwen3), found " + brief(j["model_type"]));
   }
   const std::string type = r.present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
   // Settings that change the math from what the layers here compute: noted, so a simulation
@@ -225,11 +228,11 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   TransformerConfig c;
   if (type == "gpt2") {
     c = read_gpt2(r, notes);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
     c = read_llama_family(r, type, file, notes);
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
-    r.fail("model_type", "expected gpt2, llama, mistral or qwen2, found '" + shown + "'");
+    r.fail("model_type", "expected gpt2, llama, mistral, qwen2 or qwen3, found '" + shown + "'");
   }
   std::string base = file;
   if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);

@@ -108,6 +108,10 @@ struct TransformerConfig {
   int hidden = 0;
   int heads = 0;
   int kv_heads = 0;        // grouped-query attention; 0 = heads (plain multi-head)
+  // Width of one attention head (HF head_dim); 0 = hidden / heads. Qwen3 and Gemma widen
+  // their heads: q is heads x head_dim wide, k and v kv_heads x head_dim, and o maps
+  // heads x head_dim back to hidden.
+  int head_dim = 0;
   int ffn = 0;             // MLP inner size; 0 = 4 * hidden
   int seq = 0;             // sequence length (tokens per sample)
   int vocab = 0;
@@ -118,6 +122,9 @@ struct TransformerConfig {
   enum class AttentionBias { none, qkv, qkvo };
   AttentionBias attention_bias = AttentionBias::none;
   bool rms_norm = false;   // RMSNorm (one vector) instead of LayerNorm (two)
+  // Qwen3's QK-norm: each head's query and key normalised (the model's norm, gains of
+  // head_dim shared by the heads) before rotary positions.
+  bool qk_norm = false;
   bool tied_embeddings = true;    // the LM head reuses the token embedding matrix
   bool learned_positions = true;  // a learned position table (GPT, BERT) vs rotary (LLaMA)
   bool dropout = true;            // dropout masks are stashed for backward
@@ -134,6 +141,8 @@ struct TransformerConfig {
   // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
   bool encoder = false;
   int type_vocab = 0;
+  int head_size() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   bool operator==(const TransformerConfig&) const = default;
 };
 

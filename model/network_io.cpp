@@ -161,6 +161,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.hidden = r.positive_int("hidden", limits::kMaxHidden);
   c.heads = r.positive_int("heads", limits::kMaxHeads);
   c.kv_heads = r.int_or("kv_heads", 0, 0, limits::kMaxHeads);
+  c.head_dim = r.int_or("head_dim", 0, 0, limits::kMaxHidden);
   c.ffn = r.int_or("ffn", 0, 0, limits::kMaxFfn);
   c.seq = r.positive_int("seq", limits::kMaxSeq);
   c.vocab = r.int_or("vocab", 0, 0, limits::kMaxVocab);
@@ -171,6 +172,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   if (mlp != "gelu" && mlp != "swiglu") r.fail("mlp", "expected gelu or swiglu, found '" + mlp + "'");
   c.gated_mlp = mlp == "swiglu";
   c.biases = r.boolean_or("biases", true);
+  c.qk_norm = r.boolean_or("qk_norm", false);
   const std::string attention_bias = r.string_or("attention_bias", "none");
   if (attention_bias != "none" && attention_bias != "qkv" && attention_bias != "qkvo") {
     r.fail("attention_bias", "expected none, qkv or qkvo, found '" + attention_bias + "'");
@@ -310,6 +312,8 @@ std::string write_network(const Network& n) {
       out << YAML::Key << "attention_bias" << YAML::Value
           << (c.attention_bias == TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo");
     }
+    if (c.head_dim != 0) out << YAML::Key << "head_dim" << YAML::Value << c.head_dim;
+    if (c.qk_norm) out << YAML::Key << "qk_norm" << YAML::Value << true;
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;
   }

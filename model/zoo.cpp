@@ -81,6 +81,20 @@ TransformerConfig qwen25(std::string name, int layers, int hidden, int heads, in
   return c;
 }
 
+// Qwen3 (Qwen Team 2025, and the released config.json files): heads of 128 whatever the
+// width, QK-norm, no biases, rope_theta 1e6, RMSNorm eps 1e-6, pretrained at 4096 tokens
+// before its context was extended.
+TransformerConfig qwen3(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn, bool tied) {
+  TransformerConfig c = llama(std::move(name), layers, hidden, heads, kv_heads, ffn);
+  c.head_dim = 128;
+  c.qk_norm = true;
+  c.vocab = 151936;
+  c.rope_theta = 1e6;
+  c.norm_eps = 1e-6;
+  c.tied_embeddings = tied;
+  return c;
+}
+
 TransformerConfig bert(std::string name, int layers, int hidden, int heads) {
   TransformerConfig c;
   c.name = std::move(name);
@@ -101,7 +115,7 @@ struct NamedTransformer {
 
 // Shapes from the papers: GPT-3 (Brown et al. 2020, table 2.1), GPT-2 (Radford et al. 2019),
 // LLaMA 2 (Touvron et al. 2023, and the released config.json files), BERT (Devlin et al. 2019);
-// LLaMA 3, Mistral and Qwen2.5 from their released config.json files.
+// LLaMA 3, Mistral, Qwen2.5 and Qwen3 from their released config.json files.
 const std::vector<NamedTransformer>& transformers() {
   static const std::vector<NamedTransformer> list = [] {
     TransformerConfig llama32_1b = llama3("llama3.2-1b", 16, 2048, 32, 8, 8192, true);
@@ -128,6 +142,9 @@ const std::vector<NamedTransformer>& transformers() {
          "Qwen2.5 0.5B (q/k/v biases, tied head), 494M parameters, seq 4096"},
         {qwen25("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, false),
          "Qwen2.5 7B (q/k/v biases), 7.6B parameters, seq 4096"},
+        {qwen3("qwen3-0.6b", 28, 1024, 16, 8, 3072, true),
+         "Qwen3 0.6B (heads of 128, QK-norm, tied head), 596M parameters, seq 4096"},
+        {qwen3("qwen3-8b", 36, 4096, 32, 8, 12288, false), "Qwen3 8B (QK-norm), 8.2B parameters, seq 4096"},
         {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
         {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
     };
@@ -199,8 +216,9 @@ TransformerConfig parse_decoder_spec(std::string_view spec) {
     else if (key == "ffn") c.ffn = value;
     else if (key == "vocab") c.vocab = value;
     else if (key == "kv_heads") c.kv_heads = value;
+    else if (key == "head_dim") c.head_dim = value;
     else {
-      throw InputError(file, 0, key, "expected one of layers, hidden, heads, seq, ffn, vocab, kv_heads");
+      throw InputError(file, 0, key, "expected one of layers, hidden, heads, seq, ffn, vocab, kv_heads, head_dim");
     }
   }
   if (!has_layers || !has_hidden || !has_heads) {
@@ -216,8 +234,8 @@ std::vector<ZooEntry> zoo_entries() {
   std::vector<ZooEntry> out;
   for (const auto& t : transformers()) out.push_back({t.config.name, t.description});
   for (const auto& c : cnns()) out.push_back({c.name, c.description});
-  out.push_back({"gpt:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G]", "any GPT-style decoder", true});
-  out.push_back({"llama:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G]", "any LLaMA-style decoder", true});
+  out.push_back({"gpt:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G,head_dim=D]", "any GPT-style decoder", true});
+  out.push_back({"llama:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G,head_dim=D]", "any LLaMA-style decoder", true});
   return out;
 }
 

@@ -17,14 +17,13 @@ namespace hetflow::model {
 namespace {
 
 struct Shape {
-  double s, h, a, kv_dim, f, v;  // tokens, hidden, heads, K/V width, MLP width, vocab
+  double s, h, a, q, kv_dim, d, f, v;  // tokens, hidden, heads, Q width, K/V width, head size, MLP width, vocab
 };
 
 Shape shape_of(const TransformerConfig& c) {
-  const double head_dim = static_cast<double>(c.hidden) / c.heads;
-  const int kv_heads = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  const double head_dim = c.head_size();
   return Shape{static_cast<double>(c.seq), static_cast<double>(c.hidden),
-               static_cast<double>(c.heads), kv_heads * head_dim,
+               static_cast<double>(c.heads), c.heads * head_dim, c.kv_head_count() * head_dim, head_dim,
                c.ffn > 0 ? static_cast<double>(c.ffn) : 4.0 * c.hidden,
                static_cast<double>(c.vocab)};
 }
@@ -61,22 +60,25 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.kind = "transformer";
   l.shape = "h=" + std::to_string(c.hidden) + " heads=" + std::to_string(c.heads) +
             (c.kv_heads > 0 && c.kv_heads != c.heads ? " kv_heads=" + std::to_string(c.kv_heads) : "") +
+            (c.head_dim > 0 ? " head_dim=" + std::to_string(c.head_dim) : "") + (c.qk_norm ? " qk_norm" : "") +
             " ffn=" + std::to_string(static_cast<long long>(x.f)) + " s=" + std::to_string(c.seq) +
             (c.sliding_window > 0 ? " window=" + std::to_string(c.sliding_window) : "");
   const double mlp_matrices = c.gated_mlp ? 3 : 2;
-  // Parameters: Q and O are h x h, K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
-  l.params = 2 * x.h * x.h + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
-  if (c.biases) l.params += (x.h + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
-  if (!c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) l.params += x.h + 2 * x.kv_dim;
+  // Parameters: Q is h x q and O q x h (q = heads x head size: h unless head_dim widens the
+  // heads), K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
+  l.params = 2 * x.h * x.q + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
+  if (c.biases) l.params += (x.q + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
+  if (!c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) l.params += x.q + 2 * x.kv_dim;
   if (!c.biases && c.attention_bias == TransformerConfig::AttentionBias::qkvo) l.params += x.h;
+  if (c.qk_norm) l.params += 2 * norm_params(c, x.d);  // one gain vector (and shift) for q, one for k
 
-  const double qkv = 2 * x.s * x.h * (x.h + 2 * x.kv_dim);
+  const double qkv = 2 * x.s * x.h * (x.q + 2 * x.kv_dim);
   // Each query against every key of the sequence (the convention counts the masked half too),
   // or against its window's keys under sliding-window attention.
   const double keys = c.sliding_window > 0 ? std::min(x.s, static_cast<double>(c.sliding_window)) : x.s;
-  const double scores = 2 * x.s * keys * x.h;   // Q K^T over all heads
-  const double context = 2 * x.s * keys * x.h;  // softmax(.) V
-  const double out_proj = 2 * x.s * x.h * x.h;
+  const double scores = 2 * x.s * keys * x.q;   // Q K^T over all heads
+  const double context = 2 * x.s * keys * x.q;  // softmax(.) V
+  const double out_proj = 2 * x.s * x.q * x.h;
   const double mlp = 2 * x.s * x.h * x.f * mlp_matrices;
   l.forward_flops = qkv + scores + context + out_proj + mlp;
   l.backward_flops = 2 * l.forward_flops;
@@ -84,9 +86,10 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.output_elems = x.s * x.h;
 
   const double mask = c.dropout ? 1 : 0;  // a dropout mask costs one byte per element
-  // Attention: QKV input, Q, K, V, output-projection input, output dropout mask.
-  const double attention = e * x.s * x.h + e * x.s * (x.h + x.kv_dim) + e * x.s * x.kv_dim +
-                           e * x.s * x.h + mask * x.s * x.h;
+  // Attention: QKV input, Q, K, V, output-projection input, output dropout mask; with
+  // QK-norm, the norms' inputs too.
+  const double attention = e * x.s * x.h + e * x.s * (x.q + x.kv_dim) + e * x.s * x.kv_dim + e * x.s * x.q +
+                           mask * x.s * x.h + (c.qk_norm ? e * x.s * (x.q + x.kv_dim) : 0);
   // Scores: softmax output, plus its dropout mask and dropout output when there is dropout.
   const double score_elems = x.a * x.s * x.s;
   l.attention_stash_bytes = e * score_elems + (c.dropout ? (1 + e) * score_elems : 0);
@@ -96,7 +99,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   const double norms = 2 * e * x.s * x.h;
   l.stashed_bytes = attention + l.attention_stash_bytes + mlp_stash + norms;
   l.tp_splittable = true;
-  l.tp_units = c.kv_heads > 0 ? c.kv_heads : c.heads;  // Megatron splits whole heads (query groups)
+  l.tp_units = c.kv_head_count();  // Megatron splits whole heads (query groups)
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
   l.tp_allreduces = 2;
   l.tp_backward_allreduce_elems = 2 * x.s * x.h;  // the QKV and MLP inputs' gradients (column-parallel)
@@ -156,11 +159,17 @@ void check_transformer_config(const TransformerConfig& c) {
   require(c.ffn, "ffn", 0, limits::kMaxFfn);
   require(c.type_vocab, "type_vocab", 0, limits::kMaxVocab);
   require(c.sliding_window, "sliding_window", 0, limits::kMaxSeq);
-  if (c.hidden % c.heads != 0) {
+  require(c.head_dim, "head_dim", 0, limits::kMaxHidden);
+  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
     throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
-                                               ", found " + std::to_string(c.heads));
+                                               " (or a head_dim), found " + std::to_string(c.heads));
   }
-  const int kv = c.kv_heads > 0 ? c.kv_heads : c.heads;
+  if (c.head_dim > 0 && static_cast<long long>(c.heads) * c.head_dim > limits::kMaxHidden) {
+    throw InputError("<spec>", 0, "head_dim", "heads=" + std::to_string(c.heads) + " x head_dim=" +
+                                                  std::to_string(c.head_dim) + " exceeds " +
+                                                  std::to_string(limits::kMaxHidden));
+  }
+  const int kv = c.kv_head_count();
   if (c.heads % kv != 0) {
     throw InputError("<spec>", 0, "kv_heads", "expected a divisor of heads=" + std::to_string(c.heads) +
                                                   ", found " + std::to_string(c.kv_heads));

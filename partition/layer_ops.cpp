@@ -9,9 +9,9 @@ namespace {
 
 // The sizes every formula uses, for one micro-batch on one tensor-parallel rank.
 struct Dims {
-  double b, s, T, h, a, d, kv, f, V, t, e, Tn, mask;
+  double b, s, T, h, a, d, q, kv, f, V, t, e, Tn, mask;  // q: query width a d (h unless head_dim widens it)
   double keys;  // each query's keys: s, or a sliding window's
-  bool gated, biases, rope, learned_positions, dropout;
+  bool gated, biases, rope, learned_positions, dropout, qk_norm;
   bool qkv_bias, out_bias;  // the attention's biases: `biases`' or, without them, Qwen2's / LLaMA's
 };
 
@@ -22,8 +22,9 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   x.T = x.b * x.s;
   x.h = c.hidden;
   x.a = c.heads;
-  x.d = x.h / x.a;
-  x.kv = (c.kv_heads > 0 ? c.kv_heads : c.heads) * x.d;
+  x.d = c.head_size();
+  x.q = x.a * x.d;
+  x.kv = c.kv_head_count() * x.d;
   x.f = c.ffn > 0 ? c.ffn : 4.0 * c.hidden;
   x.V = c.vocab;
   x.t = shape.tensor;
@@ -38,6 +39,7 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   x.rope = !c.learned_positions;
   x.learned_positions = c.learned_positions;
   x.dropout = c.dropout;
+  x.qk_norm = c.qk_norm;
   return x;
 }
 
@@ -75,17 +77,18 @@ void bias_dropout_add(Ops& o, const Dims& x, const OpOptions& opt, bool bias) {
 void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
   const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys;
   o.memory("input norm", 2 * x.e * x.Tn * x.h);
-  o.gemm("qkv", x.T, (x.h + 2 * x.kv) / x.t, x.h, 1, x.e);
-  if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.h + x.kv) / x.t);
+  o.gemm("qkv", x.T, (x.q + 2 * x.kv) / x.t, x.h, 1, x.e);
+  if (x.qk_norm) o.memory("qk norm", 2 * x.e * x.T * (x.q + x.kv) / x.t);
+  if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.q + x.kv) / x.t);
   if (opt.flash_attention) {
-    o.attention("flash attention", 2 * 2 * scores * x.d, x.e * x.T * (2 * x.h + 2 * x.kv) / x.t);
+    o.attention("flash attention", 2 * 2 * scores * x.d, x.e * x.T * (2 * x.q + 2 * x.kv) / x.t);
   } else {
     o.gemm("scores", x.s, x.keys, x.d, x.b * heads, x.e);
     o.memory("softmax", (opt.fused_softmax ? 2 : 6) * x.e * scores);
     if (x.dropout) o.memory("attention dropout", (2 * x.e + 1) * scores);
     o.gemm("context", x.s, x.d, x.keys, x.b * heads, x.e);
   }
-  o.gemm("attention projection", x.T, x.h, x.h / x.t, 1, x.e);
+  o.gemm("attention projection", x.T, x.h, x.q / x.t, 1, x.e);
   bias_dropout_add(o, x, opt, x.out_bias);
   o.memory("post-attention norm", 2 * x.e * x.Tn * x.h);
   o.gemm("mlp up", x.T, (x.gated ? 2 : 1) * x.f / x.t, x.h, 1, x.e);
@@ -111,10 +114,10 @@ void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
   o.gemm("mlp up (data)", x.T, x.h, (x.gated ? 2 : 1) * x.f / x.t, 1, x.e);
   o.memory("post-attention norm (backward)", 3 * x.e * residual);
   o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
-  o.gemm("attention projection (data)", x.T, x.h / x.t, x.h, 1, x.e);
+  o.gemm("attention projection (data)", x.T, x.q / x.t, x.h, 1, x.e);
   if (opt.flash_attention) {
     // Reads Q, K, V, the output and its gradient; writes the gradients of Q, K and V.
-    o.attention("flash attention (backward)", 2 * 2 * 2 * scores * x.d, x.e * x.T * (4 * x.h + 4 * x.kv) / x.t);
+    o.attention("flash attention (backward)", 2 * 2 * 2 * scores * x.d, x.e * x.T * (4 * x.q + 4 * x.kv) / x.t);
   } else {
     // Under a sliding window each query meets `keys` keys and each key as many queries.
     o.gemm("context (data)", x.s, x.keys, x.d, x.b * heads, x.e);     // dP = dO V^T
@@ -124,19 +127,20 @@ void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
     o.gemm("scores (queries)", x.s, x.d, x.keys, x.b * heads, x.e);   // dQ = dS K
     o.gemm("scores (keys)", x.s, x.d, x.keys, x.b * heads, x.e);      // dK = dS^T Q
   }
-  if (x.rope) o.memory("rotary (backward)", 2 * x.e * x.T * (x.h + x.kv) / x.t);
-  o.gemm("qkv (data)", x.T, x.h, (x.h + 2 * x.kv) / x.t, 1, x.e);
+  if (x.rope) o.memory("rotary (backward)", 2 * x.e * x.T * (x.q + x.kv) / x.t);
+  if (x.qk_norm) o.memory("qk norm (backward)", 3 * x.e * x.T * (x.q + x.kv) / x.t);
+  o.gemm("qkv (data)", x.T, x.h, (x.q + 2 * x.kv) / x.t, 1, x.e);
   o.memory("input norm (backward)", 3 * x.e * residual);
 }
 
 void transformer_backward_weight(Ops& o, const Dims& x) {
   const double up = (x.gated ? 2 : 1) * x.f / x.t;
-  o.gemm("qkv (weight)", x.h, (x.h + 2 * x.kv) / x.t, x.T, 1, x.e);
-  o.gemm("attention projection (weight)", x.h / x.t, x.h, x.T, 1, x.e);
+  o.gemm("qkv (weight)", x.h, (x.q + 2 * x.kv) / x.t, x.T, 1, x.e);
+  o.gemm("attention projection (weight)", x.q / x.t, x.h, x.T, 1, x.e);
   o.gemm("mlp up (weight)", x.h, up, x.T, 1, x.e);
   o.gemm("mlp down (weight)", x.f / x.t, x.h, x.T, 1, x.e);
   // Bias gradients: each a sum of the output gradient over the tokens.
-  const double bias_rows = (x.qkv_bias ? (x.h + 2 * x.kv) / x.t : 0) + (x.out_bias ? x.h : 0) + (x.biases ? up + x.h : 0);
+  const double bias_rows = (x.qkv_bias ? (x.q + 2 * x.kv) / x.t : 0) + (x.out_bias ? x.h : 0) + (x.biases ? up + x.h : 0);
   if (bias_rows > 0) o.memory("bias gradients", x.e * x.T * bias_rows);
 }
 

@@ -7,12 +7,13 @@
 // the device's peak times the calibration's efficiency for its size, a memory-bound
 // operation at its bytes over the memory bandwidth times an efficiency.
 //
-// What is counted (T = micro-batch x sequence tokens, h hidden, a heads of d = h / a, g KV
-// heads, f MLP width, V vocabulary, t the tensor-parallel degree, e bytes per element):
+// What is counted (T = micro-batch x sequence tokens, h hidden, a heads of d = h / a (or the
+// config's head_dim), q = a d, g KV heads, f MLP width, V vocabulary, t the tensor-parallel
+// degree, e bytes per element):
 //  - GEMM FLOPs are 2 m n k, exactly the zoo's (model/zoo_transformer.cpp): a layer's forward
 //    GEMMs add up to its forward_flops / t, its backward GEMMs (data + weight) to twice that.
-//    Forward: QKV (m T, n (h + 2gd) / t, k h), scores and context (a / t batched GEMMs of
-//    s x s x d), output projection (T, h, h / t), MLP up (T, f / t, or 2f / t gated, h), MLP
+//    Forward: QKV (m T, n (q + 2gd) / t, k h), scores and context (a / t batched GEMMs of
+//    s x s x d), output projection (T, h, q / t), MLP up (T, f / t, or 2f / t gated, h), MLP
 //    down (T, h, f / t); the LM head's logits (T, V / t, h). Backward data and backward weight
 //    each repeat every GEMM once (dX = dY W^T, dW = X^T dY).
 //  - Memory-bound bytes, each operation reading its inputs and writing its outputs once
@@ -20,8 +21,9 @@
 //    bias-dropout-add, unless OpOptions turns them off): norms 2 T h e forward and 3 T h e
 //    backward; softmax 2 and 3 (a / t) b s^2 e; attention dropout (2e + 1) per score forward
 //    and backward (a mask byte); bias-dropout-add (3e + 1) T h; activation 2 T f / t e (SwiGLU
-//    3) forward, 3 (4) backward; rotary 2 T (h + gd) / t e; the embedding look-up, position
-//    add and dropout; the cross-entropy over fp32 logits (5 fp32 passes forward, 2 backward).
+//    3) forward, 3 (4) backward; rotary 2 T (q + gd) / t e (QK-norm as much forward, 3 T
+//    (q + gd) / t e backward); the embedding look-up, position add and dropout; the
+//    cross-entropy over fp32 logits (5 fp32 passes forward, 2 backward).
 //    Sequence parallelism divides the norm and dropout-add tokens by t. With flash attention
 //    the scores, softmax, dropout and context are one operation: their GEMM FLOPs, and the
 //    bytes of Q, K, V and the output (the s^2 scores never reach memory).

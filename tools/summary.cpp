@@ -188,6 +188,8 @@ Json network_json(const model::Network& n) {
     j["rope_scaling"] = r;
   }
   if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
+  if (n.architecture && n.architecture->heads > 0) j["head_dim"] = n.architecture->head_size();
+  if (n.architecture && n.architecture->qk_norm) j["qk_norm"] = true;
   if (n.architecture && n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none) {
     j["attention_bias"] = n.architecture->attention_bias == model::TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo";
   }
@@ -236,18 +238,24 @@ void print_network(std::ostream& out, const model::Network& n) {
     }
     out << "\n";
   }
-  if (n.architecture && (n.architecture->sliding_window > 0 ||
+  if (n.architecture && (n.architecture->sliding_window > 0 || n.architecture->head_dim > 0 || n.architecture->qk_norm ||
                          n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none)) {
     const model::TransformerConfig& c = *n.architecture;
     std::string parts;
+    const auto add = [&parts](const std::string& part) { parts += (parts.empty() ? "" : "; ") + part; };
+    if (c.head_dim > 0) {
+      add(std::to_string(c.heads) + " heads of " + std::to_string(c.head_dim) + " (q " +
+          std::to_string(static_cast<long long>(c.heads) * c.head_dim) + " wide, hidden " + std::to_string(c.hidden) +
+          ")");
+    }
+    if (c.qk_norm) add("QK-norm");
     if (c.attention_bias != model::TransformerConfig::AttentionBias::none) {
-      parts = c.attention_bias == model::TransformerConfig::AttentionBias::qkv ? "biases on q, k and v"
-                                                                              : "biases on q, k, v and o";
+      add(c.attention_bias == model::TransformerConfig::AttentionBias::qkv ? "biases on q, k and v"
+                                                                           : "biases on q, k, v and o");
     }
     if (c.sliding_window > 0) {
-      parts += std::string(parts.empty() ? "" : "; ") + "sliding window of " + std::to_string(c.sliding_window) +
-               " keys per query " +
-               (c.sliding_window < c.seq ? "(its FLOPs counted over them)" : "(no narrower than this sequence)");
+      add("sliding window of " + std::to_string(c.sliding_window) + " keys per query " +
+          (c.sliding_window < c.seq ? "(its FLOPs counted over them)" : "(no narrower than this sequence)"));
     }
     out << "  attention             " << parts << "\n";
   }

@@ -47,6 +47,13 @@ model::Network odd_llama() {
   return model::network_from_spec("llama:layers=3,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
                                   model::Precision::fp32);
 }
+// Qwen3's attention: 6 heads of 10 over a hidden of 48, q and k RMS-normalised per head.
+model::Network odd_qwen3() {
+  model::TransformerConfig c = *odd_llama().architecture;
+  c.head_dim = 10;
+  c.qk_norm = true;
+  return model::make_transformer(c, model::Precision::fp32);
+}
 
 // Token ids (i * mul + add) mod vocabulary, i < n: every test's inputs (mul 37, add 5) and
 // targets (53, 2).
@@ -139,7 +146,7 @@ std::string describe(const model::Network& net, const Mode& m) {
 // Guarded memory
 
 TEST(DecoderOps, GuardedMemoryGivesTheCpuBitsAndIsOnlyTouchedByOps) {
-  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3()}) {
     for (const Mode& m : kModes) {
       const PipelineRun want = run_pipeline(exec::cpu_decoder_ops(), net, m.recompute, m.split);
       const GuardedOps guarded;
@@ -179,7 +186,7 @@ TEST(DecoderOps, CudaMatchesTheCpuReference) {
   if (!kernels::cuda_built()) GTEST_SKIP() << "CUDA kernels not built: " << kernels::cuda_status();
   if (kernels::cuda_device_count() == 0) GTEST_SKIP() << "skipped, needs a GPU: " << kernels::cuda_status();
   const exec::CudaDecoderOps cuda(0, nullptr);
-  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3()}) {
     for (const Mode& m : kModes) {
       const PipelineRun want = run_pipeline(exec::cpu_decoder_ops(), net, m.recompute, m.split);
       const PipelineRun got = run_pipeline(cuda, net, m.recompute, m.split);
@@ -617,7 +624,8 @@ TEST(DecoderOps, CudaTensorParallelMatchesTheCpuReference) {
   for (const model::Network& net :
        {model::network_from_spec("gpt:layers=2,hidden=36,heads=4,seq=13,vocab=97", model::Precision::fp32),
         model::network_from_spec("llama:layers=2,hidden=48,heads=6,kv_heads=2,ffn=100,seq=11,vocab=101",
-                                 model::Precision::fp32)}) {
+                                 model::Precision::fp32),
+        odd_qwen3()}) {
     for (const auto& [recompute, sequence] :
          {std::pair{Recompute::none, false}, std::pair{Recompute::full, false}, std::pair{Recompute::none, true}}) {
       const std::string what = net.name + " tensor parallel 2" + (sequence ? " + sequence parallel" : "") +

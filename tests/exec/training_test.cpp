@@ -40,8 +40,17 @@ model::Network odd_llama(int layers = 2, int seq = 11) {
                                   model::Precision::fp32);
 }
 
+// Qwen3's attention: heads wider than hidden / heads (6 of 10 over a hidden of 48) and q and
+// k RMS-normalised per head.
+model::Network odd_qwen3(int layers = 2, int seq = 11) {
+  model::TransformerConfig c = *odd_llama(layers, seq).architecture;
+  c.head_dim = 10;
+  c.qk_norm = true;
+  return model::make_transformer(c, model::Precision::fp32);
+}
+
 TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
-  for (const model::Network& net : {odd_gpt(3), odd_llama(3)}) {
+  for (const model::Network& net : {odd_gpt(3), odd_llama(3), odd_qwen3(3)}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     for (const auto& [begin, end] : {std::pair{0, layers}, {0, 1}, {0, 2}, {1, 3}, {2, layers}, {layers - 1, layers}}) {
@@ -243,10 +252,11 @@ void check_gradients(const model::Network& net, partition::Recompute recompute, 
 TEST(DecoderChunk, GradientsMatchFiniteDifferences) {
   check_gradients(odd_gpt(), partition::Recompute::none, false);
   check_gradients(odd_llama(), partition::Recompute::none, false);
+  check_gradients(odd_qwen3(), partition::Recompute::none, false);
 }
 
 TEST(DecoderChunk, RecomputationAndSplitBackwardGiveTheSameGradients) {
-  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3()}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     std::vector<float> want;
@@ -547,7 +557,8 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
   // Tensor parallelism splits whole heads: 6 heads for the GPT then (3 otherwise). Sequence
   // parallelism splits a micro-batch's tokens into equal shards: even sequences then.
   const int gpt_seq = c.sequence_parallel ? 14 : 13, llama_seq = c.sequence_parallel ? 12 : 11;
-  for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3, gpt_seq), odd_llama(8, llama_seq)}) {
+  for (const model::Network& net :
+       {odd_gpt(8, c.tensor > 1 ? 6 : 3, gpt_seq), odd_llama(8, llama_seq), odd_qwen3(8, llama_seq)}) {
     partition::PlanOptions o = options(4, 2, 4, c.schedule);
     o.virtual_stages = c.virtual_stages;
     o.recompute = c.recompute;

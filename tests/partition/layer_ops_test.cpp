@@ -90,7 +90,7 @@ TEST(LayerOps, TensorAndSequenceParallelismSplitWhatMegatronSplits) {
 TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
   for (const char* spec : {"gpt:layers=4,hidden=2304,heads=24,seq=2048,vocab=51200",
                            "llama:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=128256",
-                           "mistral-7b"}) {
+                           "mistral-7b", "qwen3-8b", "llama:layers=2,hidden=640,heads=10,kv_heads=2,head_dim=96,seq=512"}) {
     SCOPED_TRACE(spec);
     const model::Network net = model::load_network(spec);
     ASSERT_TRUE(partition::has_layer_ops(net));
@@ -109,6 +109,36 @@ TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
         }
       }
     }
+  }
+}
+
+// Qwen3's QK-norm: a memory-bound operation over this rank's q and k (heads x head_dim wide,
+// not hidden) in each direction; a model without it has none.
+TEST(LayerOps, QkNormReadsAndWritesTheRanksQueriesAndKeys) {
+  const model::Network qwen = model::load_network("qwen3-0.6b");
+  const int layer = first_of_kind(qwen, "transformer");
+  const partition::OpShape shape{2, 2, false, 2};
+  const auto bytes_of = [&](OpPass pass, std::string_view name) {
+    double bytes = -1;
+    for (const partition::Op& op : partition::layer_ops(qwen, layer, pass, shape)) {
+      if (op.name == name) bytes = op.bytes;
+    }
+    return bytes;
+  };
+  const double T = 2 * 4096, q = 16 * 128, kv = 8 * 128;
+  EXPECT_DOUBLE_EQ(bytes_of(OpPass::forward, "qk norm"), 2 * 2 * T * (q + kv) / 2);
+  EXPECT_DOUBLE_EQ(bytes_of(OpPass::backward_data, "qk norm (backward)"), 3 * 2 * T * (q + kv) / 2);
+  // The projections' GEMMs are q wide: qkv (T, (q + 2kv) / t, h), output (T, h, q / t).
+  for (const partition::Op& op : partition::layer_ops(qwen, layer, OpPass::forward, shape)) {
+    if (op.name == "qkv") {
+      EXPECT_DOUBLE_EQ(op.n, (q + 2 * kv) / 2);
+    } else if (op.name == "attention projection") {
+      EXPECT_DOUBLE_EQ(op.k, q / 2);
+    }
+  }
+  const model::Network llama = model::load_network("llama2-7b");
+  for (const partition::Op& op : partition::layer_ops(llama, first_of_kind(llama, "transformer"), OpPass::forward, shape)) {
+    EXPECT_NE(op.name, "qk norm");
   }
 }
 

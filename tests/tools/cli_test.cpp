@@ -94,6 +94,26 @@ TEST(Cli, DescribeSaysWhatAConfigAsksForThatIsNotModelled) {
   EXPECT_FALSE(nlohmann::json::parse(plain.out)["network"].contains("rope_scaling"));
 }
 
+// Qwen3's attention as describe says it (text and --json), and as run's report does.
+TEST(Cli, DescribeAndRunSayTheHeadSizeAndQkNorm) {
+  const std::string config = HETFLOW_SOURCE_DIR "/tests/exec/oracle/qwen3_odd.json";
+  const auto text = run_hetflow("describe --model " + config);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("attention             6 heads of 10 (q 60 wide, hidden 48); QK-norm\n"), std::string::npos)
+      << text.out;
+  const auto json = run_hetflow("describe --model " + config + " --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["head_dim"], 10);
+  EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["qk_norm"], true);
+  const auto plain = run_hetflow("describe --model llama2-7b --json");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["network"]["head_dim"], 128);
+  EXPECT_FALSE(nlohmann::json::parse(plain.out)["network"].contains("qk_norm"));
+  const auto run = run_hetflow("run --model " + config + " --cluster cpu-2 --tensor 2 --steps 1 --precision fp32");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("6 heads of 10 (2 key/value), QK-norm"), std::string::npos) << run.out;
+}
+
 // Llama 3.2's RoPE scaling, as describe says it: the factor and the wavelength bands
 // (original context 8192 / low_freq_factor 1 and / high_freq_factor 4).
 TEST(Cli, DescribeSaysTheRopeScaling) {

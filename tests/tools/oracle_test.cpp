@@ -154,6 +154,12 @@ TEST(PyTorchOracle, Qwen2WithOddSizesMatchesAfterThreeAdamWSteps) {
   compare_with_torch("qwen2_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
 }
 
+// Qwen3: 6 heads of 10 over a hidden of 48 (q and o 60 wide), q and k RMS-normalised per head
+// before the rotation.
+TEST(PyTorchOracle, Qwen3WithWideHeadsAndQkNormMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("qwen3_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
+}
+
 // Mistral: a sliding window of 4 keys over 11 tokens. Measured: whole model 4.3e-7, worst
 // tensor 1.8e-6; a window of 5 keys instead moves the whole model by 0.13.
 TEST(PyTorchOracle, MistralWithASlidingWindowMatchesAfterThreeAdamWSteps) {

@@ -63,9 +63,10 @@ class Config:
         self.rope_scaling = None  # LLaMA's rope_scaling, with its type as "kind"; None: plain RoPE
         # LLaMA's attention biases: q, k and v (Qwen2, LLaMA's attention_bias) and o (LLaMA's).
         self.qkv_bias = self.o_bias = False
+        self.qk_norm = False  # Qwen3: q and k RMS-normalised per head (gains of head_dim) before RoPE
         eps_default = 1e-6  # LlamaConfig's, MistralConfig's and Qwen2Config's
         source_type = self.model_type
-        if self.model_type in ("mistral", "qwen2"):  # LLaMA's layers and names, and more
+        if self.model_type in ("mistral", "qwen2", "qwen3"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
             w = d.get("sliding_window", 4096)  # MistralConfig's default; null: none
             if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
@@ -73,7 +74,11 @@ class Config:
             if source_type == "mistral":
                 self.window = w or 0
             else:  # Qwen2: q, k, v biases; a window only with use_sliding_window, from max_window_layers on
-                self.qkv_bias = True
+                if source_type == "qwen2":
+                    self.qkv_bias = True
+                else:  # Qwen3: QK-norm; biases on q, k, v and o with attention_bias
+                    self.qk_norm = True
+                    self.qkv_bias = self.o_bias = bool(d.get("attention_bias", False))
                 if d.get("use_sliding_window") and w:
                     if d.get("max_window_layers", 28) != 0:
                         raise InputError("config: a window on some layers only is not supported")
@@ -141,7 +146,7 @@ class Config:
             if self.n_head % self.n_kv_head:
                 raise InputError("config: num_attention_heads %d not divisible by num_key_value_heads %d"
                                  % (self.n_head, self.n_kv_head))
-            hd = d.get("head_dim")
+            hd = d.get("head_dim", 128 if source_type == "qwen3" else None)  # Qwen3Config's default
             if hd is None:
                 if self.hidden % self.n_head:
                     raise InputError("config: hidden_size %d not divisible by num_attention_heads %d"
@@ -151,7 +156,8 @@ class Config:
             if self.head_dim % 2:
                 raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
         else:
-            raise InputError("config: model_type %r is not 'gpt2', 'llama' or 'mistral'" % self.model_type)
+            raise InputError("config: model_type %r is not 'gpt2', 'llama', 'mistral', 'qwen2' or 'qwen3'"
+                             % self.model_type)
 
     @staticmethod
     def load(path):
@@ -193,6 +199,8 @@ class Config:
                 s.append((p + "self_attn.o_proj.weight", (C, NH * HS), "matrix"))
                 if self.o_bias:
                     s.append((p + "self_attn.o_proj.bias", (C,), "bias"))
+                if self.qk_norm:
+                    s += [(p + "self_attn.q_norm.weight", (HS,), "gain"), (p + "self_attn.k_norm.weight", (HS,), "gain")]
                 s += [(p + "mlp.gate_proj.weight", (F_, C), "matrix"),
                       (p + "mlp.up_proj.weight", (F_, C), "matrix"),
                       (p + "mlp.down_proj.weight", (C, F_), "matrix"),
@@ -491,8 +499,10 @@ def llama_forward(cfg, P, idx):
         def proj(name, x):  # nn.Linear, with its bias where the config has one
             bias = P.get(p + "self_attn.%s_proj.bias" % name)
             return F.linear(x, P[p + "self_attn.%s_proj.weight" % name], bias)
-        q = proj("q", h).view(B, T, NH, HS).transpose(1, 2)
-        k = proj("k", h).view(B, T, NKV, HS).transpose(1, 2)
+        q, k = proj("q", h).view(B, T, NH, HS), proj("k", h).view(B, T, NKV, HS)
+        if cfg.qk_norm:  # Qwen3: each head normalised over its head_dim, before the rotation
+            q, k = rms_norm(q, P[p + "self_attn.q_norm.weight"], cfg.eps), rms_norm(k, P[p + "self_attn.k_norm.weight"], cfg.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = proj("v", h).view(B, T, NKV, HS).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # head h -> kv h // rep
@@ -680,8 +690,13 @@ def np_forward(cfg, W, idx):
                 h = rms(x, W[p + "input_layernorm.weight"])
                 def lin(name, z):
                     return z @ W[p + "self_attn.%s_proj.weight" % name].T + W.get(p + "self_attn.%s_proj.bias" % name, 0.0)
-                q = np_rope_pairs(lin("q", h), NH, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
-                k = np_rope_pairs(lin("k", h), NKV, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                q, k = lin("q", h), lin("k", h)
+                if cfg.qk_norm:  # one head at a time
+                    for z, heads, name in ((q, NH, "q_norm"), (k, NKV, "k_norm")):
+                        for hh in range(heads):
+                            z[:, hh * HS:(hh + 1) * HS] = rms(z[:, hh * HS:(hh + 1) * HS], W[p + "self_attn.%s.weight" % name])
+                q = np_rope_pairs(q, NH, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                k = np_rope_pairs(k, NKV, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
                 v = lin("v", h)
                 x = x + lin("o", np_attention_loops(q, k, v, NH, NKV, HS, cfg.window))
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
@@ -711,6 +726,8 @@ LLAMA_ODD = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 48, "
 LLAMA_DYNAMIC = dict(LLAMA_ODD, max_position_embeddings=7, rope_scaling={"type": "dynamic", "factor": 2.0})
 # Qwen2: LLaMA's layers with biases on q, k and v; its head tied, as Qwen2-0.5B's.
 QWEN2_ODD = dict(LLAMA_ODD, model_type="qwen2", tie_word_embeddings=True)
+# Qwen3: 6 heads of 10 over a hidden of 48 (q 60 wide), q and k normalised per head.
+QWEN3_ODD = dict(LLAMA_ODD, model_type="qwen3", head_dim=10)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
 MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
@@ -749,6 +766,8 @@ def self_test():
             "llama_dynamic": Config(LLAMA_DYNAMIC),
             "mistral_window": Config(MISTRAL_WINDOW),
             "qwen2": Config(QWEN2_ODD),
+            "qwen3": Config(QWEN3_ODD),
+            "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
             "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True))}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
@@ -784,7 +803,7 @@ def self_test():
             loss = float(loss_fn(cfg, make_params(cfg, W), idx, torch.randint(cfg.vocab, (3, 5))))
         c.check("%s zero weights: loss == ln V" % key, abs(loss - math.log(cfg.vocab)) < 1e-6,
                 "%.9g vs %.9g" % (loss, math.log(cfg.vocab)))
-    for key in ("gpt2", "llama"):
+    for key in ("gpt2", "llama", "qwen3"):
         c.run("%s zero loss" % key, lambda key=key: zero_loss(key))
 
     # 3. A tiny GPT-2 checked by hand: 1 layer, C=2, 1 head, V=2, T=1, attention on one token is
@@ -1063,7 +1082,8 @@ def self_test():
         here = os.path.dirname(os.path.abspath(__file__))
         for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD),
                          ("llama_rope_scaled.json", LLAMA_ROPE_SCALED), ("mistral_window.json", MISTRAL_WINDOW),
-                         ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD)):
+                         ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD),
+                         ("qwen3_odd.json", QWEN3_ODD)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
