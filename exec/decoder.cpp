@@ -1,5 +1,6 @@
 #include "exec/decoder.hpp"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -193,8 +194,16 @@ void sum_replicated_gains(const Dims& d, const ChunkParams& cp, float* g) {
 
 // Qwen3's QK-norm of one projection: `x` (rows of heads x HS) is normalised per head in place
 // of what it held, which moves to `in`, with each head's 1/rms in `rstd`.
+int head_rows(const Dims& d, int heads) {
+  const long long rows = 1LL * d.N * heads;
+  if (rows > std::numeric_limits<int>::max()) {
+    throw std::invalid_argument("QK-norm over " + std::to_string(rows) + " heads of tokens: more than the kernels index");
+  }
+  return static_cast<int>(rows);
+}
+
 void qk_norm_forward(const Dims& d, Floats& x, Floats& in, Floats& rstd, const float* w, int heads) {
-  const int rows = d.N * heads;
+  const int rows = head_rows(d, heads);
   in = std::move(x);
   x = d.ops.floats(in.size());
   rstd = d.ops.floats(sz(rows));
@@ -206,7 +215,7 @@ void qk_norm_forward(const Dims& d, Floats& x, Floats& in, Floats& rstd, const f
 void qk_norm_backward(const Dims& d, Floats& dx, float* dw, const Floats& in, const Floats& rstd, const float* w,
                       int heads) {
   const Floats d_in = d.ops.zeros(in.size());
-  d.ops.rmsnorm_backward(d_in.data(), dw, dx.data(), in.data(), w, rstd.data(), d.N * heads, d.HS);
+  d.ops.rmsnorm_backward(d_in.data(), dw, dx.data(), in.data(), w, rstd.data(), head_rows(d, heads), d.HS);
   dx = d_in;
 }
 
