@@ -23,6 +23,7 @@
 #include "exec/cuda_backend.hpp"
 #include "exec/engine.hpp"
 #include "exec/ranks.hpp"
+#include "exec/checkpoint.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
 #include "exec/training.hpp"
@@ -256,7 +257,7 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
     }
     t.data = data->describe();
     std::optional<exec::SafetensorsFile> init;
-    if (!r.init_weights.empty()) init = exec::read_safetensors(r.init_weights);
+    if (!r.init_weights.empty()) init = exec::read_checkpoint(r.init_weights);
     t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed,
                                                      init ? &*init : nullptr, r.init_weights, &ranks);
   } catch (const PlanError& e) {
@@ -669,7 +670,8 @@ void run_options(po::options_description& options) {
       ("compute", po::value<std::string>()->default_value("auto"),
        "real (the model's training math) | proxy (FLOP-matched sgemm) | auto (real where covered)")
       ("data-path", po::value<std::string>(), "training tokens, an llm.c token file (default: a seeded Markov stream)")
-      ("init-weights", po::value<std::string>(), "start from these weights (safetensors, HuggingFace names)")
+      ("init-weights", po::value<std::string>(),
+       "start from these weights (safetensors, HuggingFace names): a file, a sharded checkpoint's index.json, or their directory")
       ("save-weights", po::value<std::string>(), "write the FP32 weights after the last step (safetensors)")
       ("seed", po::value<long long>()->default_value(1234), "seed of the initial weights and the Markov stream")
       ("lr", po::value<std::string>()->default_value("3e-4"), "AdamW learning rate (constant)")

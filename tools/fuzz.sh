@@ -5,7 +5,7 @@
 # time, the coverage and what it found.
 #
 #   bash tools/fuzz.sh [options] [READER...]
-#     READERs: cluster network hf_config calibration plan trace cli safetensors token_file
+#     READERs: cluster network hf_config calibration plan trace chakra cli safetensors safetensors_index token_file
 #     --runs N        stop a target after N executions (default 1000000)
 #     --time S        ... or after S seconds (default 1800)
 #     --max-len B     longest input libFuzzer makes (default: libFuzzer's, from the corpus)
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     *) readers+=("$1"); shift ;;
   esac
 done
-all=(cluster network hf_config calibration plan trace chakra cli safetensors token_file)
+all=(cluster network hf_config calibration plan trace chakra cli safetensors safetensors_index token_file)
 [ ${#readers[@]} -eq 0 ] && readers=("${all[@]}")
 for r in "${readers[@]}"; do
   case " ${all[*]} " in *" $r "*) ;; *) echo "fuzz.sh: no fuzz target '$r' (${all[*]})" >&2; exit 2 ;; esac

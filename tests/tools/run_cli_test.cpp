@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/safetensors.hpp"
 #include "kernels/matmul.hpp"
 #include "tests/tools/run_hetflow.hpp"
 #include "traces/trace_io.hpp"
@@ -284,6 +286,43 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
                            "data: ", "MFU", "AdamW lr 0.0003", "model peak", "without the workspace reserve"}) {
     EXPECT_NE(text.out.find(says), std::string::npos) << says << "\n" << text.out;
   }
+}
+
+// --init-weights reads a HuggingFace sharded checkpoint (its index, or the directory) as the
+// one file its shards were split from: the same training, bit for bit.
+TEST(RunCli, InitWeightsFromAShardedCheckpointTrainAsFromOneFile) {
+  const auto dir = scratch_dir();
+  const std::string start = (dir / "start.safetensors").string();
+  const std::string run = std::string("run ") + kTiny + " --compute real --steps 1 --warmup 0 --save-weights ";
+  ASSERT_EQ(run_hetflow(run + start).status, 0);
+  hetflow::exec::SafetensorsFile whole = hetflow::exec::read_safetensors(start), one, two;
+  ASSERT_GT(whole.tensors.size(), 2u);
+  const auto folder = dir / "sharded";
+  std::filesystem::create_directories(folder);
+  std::string index = R"({"metadata": {}, "weight_map": {)";
+  for (size_t i = 0; i < whole.tensors.size(); ++i) {
+    const bool first = i < whole.tensors.size() / 2;
+    index += (i ? ", \"" : "\"") + whole.tensors[i].name + "\": \"model-0000" + (first ? "1" : "2") + "-of-00002.safetensors\"";
+    (first ? one : two).tensors.push_back(whole.tensors[i]);
+  }
+  hetflow::exec::write_safetensors((folder / "model-00001-of-00002.safetensors").string(), one);
+  hetflow::exec::write_safetensors((folder / "model-00002-of-00002.safetensors").string(), two);
+  std::ofstream(folder / "model.safetensors.index.json") << index << "}}";
+  const std::string want = (dir / "from_file.safetensors").string();
+  ASSERT_EQ(run_hetflow(run + want + " --init-weights " + start).status, 0);
+  for (const std::string& from : {folder.string(), (folder / "model.safetensors.index.json").string()}) {
+    const std::string got = (dir / "from_shards.safetensors").string();
+    const auto r = run_hetflow(run + got + " --init-weights " + from);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(slurp(got), slurp(want)) << from;
+  }
+  std::filesystem::remove(folder / "model-00002-of-00002.safetensors");
+  const auto missing = run_hetflow(run + (dir / "x.safetensors").string() + " --init-weights " + folder.string());
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("model.safetensors.index.json: weight_map: names the shard 'model-00002-of-00002.safetensors', "
+                             "which is not a file beside it"),
+            std::string::npos)
+      << missing.err;
 }
 
 // `mpirun -np N hetflow run` trains what the threads of one process train, bit for bit, and
