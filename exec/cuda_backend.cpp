@@ -30,6 +30,7 @@
 #include "exec/group_setup.hpp"
 #include "exec/ranks.hpp"
 #include "kernels/cast.hpp"
+#include "kernels/transformer_cuda.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::exec {
@@ -494,6 +495,10 @@ void CudaBackend::prepare(const Plan& plan) {
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
   if (options_.training != nullptr) {  // the plan's fault, before any GPU's
+    if (const int head = options_.training->shape().HS; head > kernels::kMaxCudaHeadSize) {
+      throw PlanError("the network's heads are " + std::to_string(head) + " wide; the CUDA attention kernels take up to " +
+                      std::to_string(kernels::kMaxCudaHeadSize) + " (the cpu back end takes any)");
+    }
     require_no_copy_reuse_hazards(
         plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); },
         "the CUDA back end's real math");

@@ -32,6 +32,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   s.F = c.ffn > 0 ? c.ffn : 4 * c.hidden;
   s.V = c.vocab;
   s.S = c.seq;
+  s.P = c.positions > 0 ? c.positions : c.seq;
   s.eps = static_cast<float>(c.norm_eps);
   s.tied = c.tied_embeddings;
   if (gpt2 && !c.biases) refuse("GPT-2 style layers here carry biases");
@@ -147,7 +148,7 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
   p.V = static_cast<int>(v1 - v0);
   Builder b(p);
   const bool gpt = s.family == DecoderFamily::gpt2;
-  const std::int64_t C = s.C, F = s.F, V = s.V, S = s.S, HS = s.HS;
+  const std::int64_t C = s.C, F = s.F, V = s.V, P = s.P, HS = s.HS;
   const std::int64_t Q = static_cast<std::int64_t>(s.NH) * s.HS, KV = static_cast<std::int64_t>(s.NKV) * s.HS;
   // This rank's rectangles: rows of a column-parallel matrix, columns of a row-parallel one.
   const std::int64_t q0 = h0 * s.HS, qn = static_cast<std::int64_t>(p.NH) * s.HS;
@@ -161,7 +162,7 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
     if (l == 0) {
       p.has_embedding = true;
       p.wte = b.add(gpt ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, false, rows(v0, vn, C));
-      if (gpt) p.wpe = b.add("transformer.wpe.weight", {S, C});
+      if (gpt) p.wpe = b.add("transformer.wpe.weight", {P, C});
     } else if (l <= s.layers) {
       BlockParams k;
       const std::string i = std::to_string(l - 1);

@@ -92,6 +92,7 @@ struct DecoderShape {
   DecoderFamily family = DecoderFamily::gpt2;
   int layers = 0;  // transformer blocks (the network has layers + 2)
   int C = 0, NH = 0, NKV = 0, HS = 0, F = 0, V = 0, S = 0;
+  int P = 0;  // GPT-2's learned positions: the table's rows (>= S; the first S are used)
   float eps = 1e-5f;
   kernels::RopeFrequencies rope;  // LLaMA's rotary frequencies, rope_scaling resolved for S
   int window = 0;                 // sliding-window attention's keys per query (< S); 0: none

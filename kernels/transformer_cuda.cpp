@@ -289,7 +289,7 @@ namespace {
 // Sizes attention can take: NH a multiple of NKV, HS within the kernels' shared memory, and
 // every (batch, head, row) block numbered by an int.
 bool attention_shape(int B, int T, int NH, int NKV, int HS) {
-  return NKV > 0 && NH % NKV == 0 && HS <= 1024 && fits_int(static_cast<long long>(B) * NH * T);
+  return NKV > 0 && NH % NKV == 0 && HS <= kMaxCudaHeadSize && fits_int(static_cast<long long>(B) * NH * T);
 }
 
 }  // namespace

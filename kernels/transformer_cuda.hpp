@@ -196,6 +196,7 @@ Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, cons
 // scratch), then one block per (batch, kv head, key row) for dk and dv, summing the group's
 // query heads and later rows in a fixed order: no atomics. Straightforward rather than fast:
 // keys are re-read for every query row (a flash-style tiled kernel is future work).
+constexpr int kMaxCudaHeadSize = 1024;  // a head's row and the output groups' sums fit shared memory
 Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
                               int NH, int NKV, int HS, int window, CudaStream stream);
 Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,

@@ -192,6 +192,9 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   c.norm_eps = r.positive("rms_norm_eps", 1e-6);
   // The head size: hidden / heads unless head_dim says otherwise (Qwen3Config's default is
   // 128). Kept as 0 when it is hidden / heads, so such configs read as they always have.
+  if (qwen3 && r.given("head_dim") && !r.present("head_dim")) {
+    r.fail("head_dim", "is null; Qwen3Config keeps None there, and its attention has no head size to run with");
+  }
   const int head_dim = r.integer({"head_dim"}, false, qwen3 ? 128 : 0);
   if (r.present("head_dim") && head_dim == 0) r.fail("head_dim", "expected an integer > 0, found 0");
   if (head_dim != 0 && !(c.heads > 0 && head_dim * static_cast<long long>(c.heads) == c.hidden)) c.head_dim = head_dim;

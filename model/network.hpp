@@ -114,6 +114,9 @@ struct TransformerConfig {
   int head_dim = 0;
   int ffn = 0;             // MLP inner size; 0 = 4 * hidden
   int seq = 0;             // sequence length (tokens per sample)
+  // Rows of a learned position table (HF n_positions) when it is longer than the sequence
+  // trained (GPT-2's 1024 positions, trained at 256 tokens); 0 = seq. Rotary layers have none.
+  int positions = 0;
   int vocab = 0;
   bool gated_mlp = false;  // SwiGLU (three matrices) instead of GeLU (two)
   bool biases = true;      // linear layers carry biases (GPT, BERT) or not (LLaMA)

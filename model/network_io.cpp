@@ -162,8 +162,10 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.heads = r.positive_int("heads", limits::kMaxHeads);
   c.kv_heads = r.int_or("kv_heads", 0, 0, limits::kMaxHeads);
   c.head_dim = r.int_or("head_dim", 0, 0, limits::kMaxHidden);
+  if (c.head_dim > 0 && static_cast<long long>(c.head_dim) * c.heads == c.hidden) c.head_dim = 0;  // the default, spelled out
   c.ffn = r.int_or("ffn", 0, 0, limits::kMaxFfn);
   c.seq = r.positive_int("seq", limits::kMaxSeq);
+  c.positions = r.int_or("positions", 0, 0, limits::kMaxSeq);
   c.vocab = r.int_or("vocab", 0, 0, limits::kMaxVocab);
   const std::string norm = r.string_or("norm", "layernorm");
   if (norm != "layernorm" && norm != "rmsnorm") r.fail("norm", "expected layernorm or rmsnorm, found '" + norm + "'");
@@ -313,6 +315,7 @@ std::string write_network(const Network& n) {
           << (c.attention_bias == TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo");
     }
     if (c.head_dim != 0) out << YAML::Key << "head_dim" << YAML::Value << c.head_dim;
+    if (c.positions != 0) out << YAML::Key << "positions" << YAML::Value << c.positions;
     if (c.qk_norm) out << YAML::Key << "qk_norm" << YAML::Value << true;
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     out << YAML::EndMap;

@@ -39,7 +39,7 @@ struct ZooEntry {
 std::vector<ZooEntry> zoo_entries();
 
 // A named network ("gpt3-175b"), or a decoder spec "gpt:layers=24,hidden=1024,heads=16,seq=2048"
-// (optional keys: ffn, vocab, kv_heads). Throws InputError (file "<spec>") when unknown or
+// (optional keys: ffn, vocab, kv_heads, head_dim). Throws InputError (file "<spec>") when unknown or
 // malformed, naming the nearest known names.
 Network network_from_spec(std::string_view spec, Precision precision);
 bool is_zoo_spec(std::string_view spec);

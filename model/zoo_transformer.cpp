@@ -37,7 +37,7 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   l.shape = "vocab=" + std::to_string(c.vocab) + " h=" + std::to_string(c.hidden) +
             " s=" + std::to_string(c.seq);
   l.params = x.v * x.h;
-  if (c.learned_positions) l.params += x.s * x.h;
+  if (c.learned_positions) l.params += (c.positions > 0 ? c.positions : x.s) * x.h;
   if (c.encoder) l.params += c.type_vocab * x.h + norm_params(c, x.h);
   // A table lookup: no multiply-accumulates. Its backward is a scatter-add into the table.
   l.forward_flops = 0;
@@ -159,6 +159,14 @@ void check_transformer_config(const TransformerConfig& c) {
   require(c.ffn, "ffn", 0, limits::kMaxFfn);
   require(c.type_vocab, "type_vocab", 0, limits::kMaxVocab);
   require(c.sliding_window, "sliding_window", 0, limits::kMaxSeq);
+  require(c.positions, "positions", 0, limits::kMaxSeq);
+  if (c.positions > 0 && !c.learned_positions) {
+    throw InputError("<spec>", 0, "positions", "is the size of a learned position table; these layers have rotary positions");
+  }
+  if (c.positions > 0 && c.seq > c.positions) {
+    throw InputError("<spec>", 0, "seq", "expected at most the " + std::to_string(c.positions) +
+                                             " positions the learned table has, found " + std::to_string(c.seq));
+  }
   require(c.head_dim, "head_dim", 0, limits::kMaxHidden);
   if (c.head_dim == 0 && c.hidden % c.heads != 0) {
     throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
@@ -228,6 +236,10 @@ Network make_transformer(const TransformerConfig& config, Precision precision) {
   net.precision = precision;
   net.tokens_per_sample = config.seq;
   net.architecture = config;
+  // A head_dim of hidden / heads is the default spelled out: one architecture, one spelling.
+  if (config.head_dim > 0 && static_cast<long long>(config.head_dim) * config.heads == config.hidden) {
+    net.architecture->head_dim = 0;
+  }
   net.description = std::string(config.encoder ? "encoder" : "decoder") + " L=" +
                     std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
                     " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +

@@ -6,6 +6,7 @@
 #include "exec/cpu_backend.hpp"
 #include "model/error.hpp"
 #include "model/io.hpp"
+#include "model/zoo.hpp"
 #include "partition/layout.hpp"
 
 namespace hetflow::tools {
@@ -16,7 +17,9 @@ void add_cluster_model_options(po::options_description& options) {
        "built-in cluster name (see `hetflow list`) or a cluster YAML/JSON file")
       ("model", po::value<std::string>()->default_value(model::default_model_name()),
        "zoo network, gpt:/llama: spec, network YAML/JSON file, or HuggingFace config.json")
-      ("precision", po::value<std::string>(), "fp32, fp16 or bf16 (mixed precision); default: the model's, else fp16");
+      ("precision", po::value<std::string>(), "fp32, fp16 or bf16 (mixed precision); default: the model's, else fp16")
+      ("seq-length", po::value<int>(),
+       "tokens per sample of a decoder or encoder (default: the model's; a config.json's max_position_embeddings)");
 }
 
 model::Cluster load_cluster_option(const po::variables_map& vm) {
@@ -45,7 +48,25 @@ model::Network load_network_option(const po::variables_map& vm) {
     throw InputError("<command line>", 0, "--model",
                      model + " is a workload of tasks (Chakra traces), not a network: plan, simulate and run take it");
   }
-  return model::load_network(model, read_precision_option(vm));
+  model::Network network = model::load_network(model, read_precision_option(vm));
+  if (!vm.count("seq-length")) return network;
+  // Another sequence length: the layers again from the architecture. A learned position
+  // table keeps its rows (a GPT-2 of 1024 positions trained at 256 tokens); rotary
+  // scaling keeps the context it was trained with.
+  const int seq = vm["seq-length"].as<int>();
+  if (!network.architecture) {
+    throw InputError("<command line>", 0, "--seq-length",
+                     "the network '" + network.name + "' is not a transformer built from its architecture, so its layers fix the tokens per sample");
+  }
+  model::TransformerConfig config = *network.architecture;
+  if (seq == config.seq) return network;
+  if (config.learned_positions && config.positions == 0) config.positions = config.seq;
+  config.seq = seq;
+  try {
+    return model::make_transformer(config, network.precision);
+  } catch (const InputError& e) {
+    throw InputError("<command line>", 0, "--seq-length", e.message());
+  }
 }
 
 std::string option_of(std::string member) {

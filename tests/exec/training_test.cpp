@@ -899,6 +899,29 @@ TEST(Training, AttentionBiasesWindowAndRopeScalingTrainAsOneDevice) {
   }
 }
 
+// Qwen3's wide heads and QK-norm on workers whose stages split them 2 and 3 ways: the data
+// all-reduce (or the servers) meet parts of q, k, v and o cut at whole heads of 10, and the
+// QK-norm gains each worker summed over its own ranks.
+TEST(Training, Qwen3HeadsOnWorkersOfTensorDegrees2And3TrainAsOneDevice) {
+  model::TransformerConfig c = *odd_qwen3(8).architecture;
+  c.kv_heads = 6;  // divisible by 2 and by 3
+  const model::Network net = model::make_transformer(c, model::Precision::fp32);
+  const std::string file = testing::TempDir() + "qwen3_degrees_2_and_3.yaml";
+  std::ofstream(file) << kDegrees2And3;
+  for (const auto& [sync, recompute] : {std::pair{partition::SyncKind::allreduce, partition::Recompute::selective},
+                                        std::pair{partition::SyncKind::ps, partition::Recompute::full}}) {
+    partition::PlanOptions o;
+    o.layout_file = file;
+    o.microbatches = 4;
+    o.micro_batch = 1;
+    o.schedule = "1f1b";
+    o.sync = sync;
+    o.recompute = recompute;
+    o.bucket_bytes = 4096;
+    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(10), net, o), net);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, MixedTensorDegrees,
     testing::Values(

@@ -114,6 +114,38 @@ TEST(Cli, DescribeAndRunSayTheHeadSizeAndQkNorm) {
   EXPECT_NE(run.out.find("6 heads of 10 (2 key/value), QK-norm"), std::string::npos) << run.out;
 }
 
+// --seq-length: the same model at another number of tokens per sample. A learned position
+// table keeps its rows (GPT-2's 1024, so its parameters stay the checkpoint's), and cannot
+// be run past them; a network not built from an architecture has no such choice.
+TEST(Cli, SeqLengthRunsTheModelAtOtherSequences) {
+  const auto json_of = [](const std::string& args) {
+    const auto r = run_hetflow("describe " + args + " --json");
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
+    return r.status == 0 ? nlohmann::json::parse(r.out)["network"] : nlohmann::json();
+  };
+  const auto gpt2 = json_of("--model gpt2-124m"), short_gpt2 = json_of("--model gpt2-124m --seq-length 256");
+  EXPECT_EQ(short_gpt2["tokens_per_sample"], 256);
+  EXPECT_EQ(short_gpt2["params"], gpt2["params"]);  // 124,439,808: wpe keeps its 1024 rows
+  EXPECT_LT(short_gpt2["training_flops_per_sample"].get<double>(), gpt2["training_flops_per_sample"].get<double>() / 4);
+  const auto qwen = json_of("--model qwen3-0.6b"), long_qwen = json_of("--model qwen3-0.6b --seq-length 32768");
+  EXPECT_EQ(long_qwen["tokens_per_sample"], 32768);
+  EXPECT_EQ(long_qwen["params"], qwen["params"]);
+  // The plan file carries it: the position table's rows and the sequence.
+  const auto dir = scratch_dir();
+  const std::string plan = (dir / "short_gpt2.json").string();
+  ASSERT_EQ(run_hetflow("plan --cluster cpu-2 --model gpt2-124m --seq-length 256 --out " + plan).status, 0);
+  EXPECT_NE(hetflow::test_support::slurp(plan).find("positions: 1024"), std::string::npos);
+  for (const auto& [args, says] :
+       {std::pair{std::string("--model gpt2-124m --seq-length 2048"),
+                  "--seq-length: expected at most the 1024 positions the learned table has, found 2048"},
+        std::pair{std::string("--model resnet50 --seq-length 8"), "--seq-length: the network 'resnet50' is not a transformer"},
+        std::pair{std::string("--model gpt2-124m --seq-length 0"), "--seq-length: expected a whole number between 1 and"}}) {
+    const auto r = run_hetflow("describe " + args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 // Llama 3.2's RoPE scaling, as describe says it: the factor and the wavelength bands
 // (original context 8192 / low_freq_factor 1 and / high_freq_factor 4).
 TEST(Cli, DescribeSaysTheRopeScaling) {
