@@ -17,32 +17,39 @@ namespace hetflow::exec {
 namespace {
 
 constexpr size_t kHeaderBytes = kTokenFileHeaderInts * sizeof(std::int32_t);
-constexpr std::int32_t kLlama3Magic = 20240801;  // llm.c's uint32 token files
 
-// The token count the header promises, checked against the file's size.
-size_t check_header(const unsigned char* header, std::uint64_t file_bytes, const std::string& file) {
+struct Header {
+  TokenFormat format;
+  size_t count;
+  size_t width() const { return format == TokenFormat::gpt2 ? 2 : 4; }  // bytes a token
+};
+
+// The format and token count the header promises, checked against the file's size.
+Header check_header(const unsigned char* header, std::uint64_t file_bytes, const std::string& file) {
   const auto magic = static_cast<std::int32_t>(load_le32(header));
   const auto version = static_cast<std::int32_t>(load_le32(header + 4));
   const auto count = static_cast<std::int32_t>(load_le32(header + 8));
-  if (magic != kTokenFileMagic) {
+  if (magic != kTokenFileMagic && magic != kLlama3TokenFileMagic) {
     throw InputError(file, 0, "header.magic",
                      "not an llm.c token file: magic " + std::to_string(magic) + ", expected " +
-                         std::to_string(kTokenFileMagic) +
-                         (magic == kLlama3Magic ? " (" + std::to_string(kLlama3Magic) +
-                                                      " is llm.c's LLaMA 3 format, uint32 tokens, which is not read)"
-                                                : std::string()));
+                         std::to_string(kTokenFileMagic) + " (GPT-2's, uint16 tokens) or " +
+                         std::to_string(kLlama3TokenFileMagic) + " (LLaMA 3's, uint32 tokens)");
   }
-  if (version != kTokenFileVersion) {
+  const bool llama3 = magic == kLlama3TokenFileMagic;
+  const std::int32_t expected = llama3 ? kLlama3TokenFileVersion : kTokenFileVersion;
+  if (version != expected) {
     throw InputError(file, 0, "header.version",
-                     "version " + std::to_string(version) + " is not read; only version 1 (uint16 tokens)");
+                     "version " + std::to_string(version) + " is not read; magic " + std::to_string(magic) +
+                         " comes with version " + std::to_string(expected) + (llama3 ? " (uint32 tokens)" : " (uint16 tokens)"));
   }
+  const Header h{llama3 ? TokenFormat::llama3 : TokenFormat::gpt2, 0};
   const std::uint64_t token_bytes = file_bytes - kHeaderBytes;
-  if (count < 0 || token_bytes != 2 * static_cast<std::uint64_t>(count)) {
+  if (count < 0 || token_bytes != h.width() * static_cast<std::uint64_t>(count)) {
     throw InputError(file, 0, "header.tokens",
                      "the header says " + std::to_string(count) + " tokens, but " + std::to_string(token_bytes) +
-                         " bytes follow it (2 per token)");
+                         " bytes follow it (" + std::to_string(h.width()) + " per token)");
   }
-  return static_cast<size_t>(count);
+  return {h.format, static_cast<size_t>(count)};
 }
 
 void check_short_file(std::uint64_t file_bytes, const std::string& file) {
@@ -57,9 +64,10 @@ void check_vocab(int vocab, const std::string& file) {
   if (vocab < 1) throw InputError(file, 0, "vocab", "the vocabulary size " + std::to_string(vocab) + " is below 1");
 }
 
-void check_tokens(std::span<const std::uint16_t> tokens, int vocab, const std::string& file) {
+template <typename Token>
+void check_tokens(std::span<const Token> tokens, int vocab, const std::string& file) {
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] >= vocab) {
+    if (static_cast<std::uint64_t>(tokens[i]) >= static_cast<std::uint64_t>(vocab)) {
       throw InputError(file, 0, "tokens[" + std::to_string(i) + "]",
                        "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
                            " is not below the vocabulary size " + std::to_string(vocab));
@@ -118,14 +126,19 @@ const std::string kStreamName = "markov stream";
 
 // ---- llm.c token files --------------------------------------------------------------------
 
-std::vector<std::uint16_t> parse_token_file(std::string_view bytes, const std::string& file, int vocab) {
+std::vector<std::uint32_t> parse_token_file(std::string_view bytes, const std::string& file, int vocab,
+                                            TokenFormat* format) {
   check_vocab(vocab, file);
   check_short_file(bytes.size(), file);
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t count = check_header(data, bytes.size(), file);
-  std::vector<std::uint16_t> tokens(count);
-  for (size_t i = 0; i < count; ++i) tokens[i] = load_le16(data + kHeaderBytes + 2 * i);
-  check_tokens(tokens, vocab, file);
+  const Header h = check_header(data, bytes.size(), file);
+  std::vector<std::uint32_t> tokens(h.count);
+  for (size_t i = 0; i < h.count; ++i) {
+    const unsigned char* at = data + kHeaderBytes + h.width() * i;
+    tokens[i] = h.format == TokenFormat::gpt2 ? load_le16(at) : load_le32(at);
+  }
+  check_tokens(std::span<const std::uint32_t>(tokens), vocab, file);
+  if (format != nullptr) *format = h.format;
   return tokens;
 }
 
@@ -137,22 +150,43 @@ TokenFile::TokenFile(const std::string& path, int vocab) : vocab_(vocab), name_(
   in.read(0, kHeaderBytes, header);
   // Allocated only once the count matches the file's size: a hostile header cannot ask for
   // more memory than the file holds.
-  tokens_.resize(check_header(header, in.size_bytes(), path));
-  in.read(kHeaderBytes, tokens_.size() * 2, tokens_.data());
-  if constexpr (std::endian::native == std::endian::big) {
-    for (std::uint16_t& t : tokens_) t = static_cast<std::uint16_t>(t >> 8 | t << 8);
+  const Header h = check_header(header, in.size_bytes(), path);
+  wide_ = h.format == TokenFormat::llama3;
+  if (wide_) {
+    tokens32_.resize(h.count);
+    in.read(kHeaderBytes, h.count * 4, tokens32_.data());
+    if constexpr (std::endian::native == std::endian::big) {
+      for (std::uint32_t& t : tokens32_) t = t >> 24 | (t >> 8 & 0xff00u) | (t << 8 & 0xff0000u) | t << 24;
+    }
+    check_tokens(std::span<const std::uint32_t>(tokens32_), vocab, path);
+  } else {
+    tokens16_.resize(h.count);
+    in.read(kHeaderBytes, h.count * 2, tokens16_.data());
+    if constexpr (std::endian::native == std::endian::big) {
+      for (std::uint16_t& t : tokens16_) t = static_cast<std::uint16_t>(t >> 8 | t << 8);
+    }
+    check_tokens(std::span<const std::uint16_t>(tokens16_), vocab, path);
   }
-  check_tokens(tokens_, vocab, path);
 }
 
 TokenFile::TokenFile(std::vector<std::uint16_t> tokens, int vocab, std::string name)
-    : tokens_(std::move(tokens)), vocab_(vocab), name_(std::move(name)) {
+    : tokens16_(std::move(tokens)), vocab_(vocab), name_(std::move(name)) {
   check_vocab(vocab, name_);
-  check_tokens(tokens_, vocab, name_);
+  check_tokens(std::span<const std::uint16_t>(tokens16_), vocab, name_);
+}
+
+TokenFile::TokenFile(std::vector<std::uint32_t> tokens, int vocab, std::string name)
+    : wide_(true), tokens32_(std::move(tokens)), vocab_(vocab), name_(std::move(name)) {
+  check_vocab(vocab, name_);
+  check_tokens(std::span<const std::uint32_t>(tokens32_), vocab, name_);
+}
+
+std::vector<std::uint32_t> TokenFile::tokens() const {
+  return wide_ ? tokens32_ : std::vector<std::uint32_t>(tokens16_.begin(), tokens16_.end());
 }
 
 long long TokenFile::checked_step_tokens(long long step, int B, int T) const {
-  const auto n = static_cast<long long>(tokens_.size());
+  const auto n = static_cast<long long>(size());
   const long long bt = step_tokens(B, T, step, name_, LLONG_MAX - 1);
   if (bt + 1 > n) {
     throw InputError(name_, 0, "tokens",
@@ -167,7 +201,7 @@ long long TokenFile::position(long long step, int B, int T) const {
   const long long bt = checked_step_tokens(step, B, T);
   // llm.c advances by B*T and wraps to 0 before a read that would pass the end, so the
   // positions it visits are 0, B*T, ..., (m - 1)*B*T with m the most reads that fit.
-  const long long positions = (static_cast<long long>(tokens_.size()) - 1) / bt;
+  const long long positions = (static_cast<long long>(size()) - 1) / bt;
   return step % positions * bt;
 }
 
@@ -175,13 +209,20 @@ Batch TokenFile::batch(long long step, int B, int T) const {
   const long long p = position(step, B, T);  // checks B, T and the file's length
   const long long bt = static_cast<long long>(B) * T;
   Batch b;
-  b.inputs.assign(tokens_.begin() + p, tokens_.begin() + p + bt);
-  b.targets.assign(tokens_.begin() + p + 1, tokens_.begin() + p + bt + 1);
+  const auto take = [&](const auto& tokens) {
+    b.inputs.assign(tokens.begin() + p, tokens.begin() + p + bt);
+    b.targets.assign(tokens.begin() + p + 1, tokens.begin() + p + bt + 1);
+  };
+  if (wide_) {
+    take(tokens32_);
+  } else {
+    take(tokens16_);
+  }
   return b;
 }
 
 std::string TokenFile::describe() const {
-  return "llm.c token file " + name_ + ": " + std::to_string(tokens_.size()) + " tokens, vocabulary " +
+  return "llm.c token file " + name_ + ": " + std::to_string(size()) + (wide_ ? " uint32" : "") + " tokens, vocabulary " +
          std::to_string(vocab_);
 }
 
@@ -189,27 +230,34 @@ std::unique_ptr<TokenSource> open_token_file(const std::string& path, int vocab)
   return std::make_unique<TokenFile>(path, vocab);
 }
 
-std::string encode_token_file(std::span<const int> tokens, const std::string& file) {
+std::string encode_token_file(std::span<const int> tokens, const std::string& file, TokenFormat format) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
     throw InputError(file, 0, "tokens", std::to_string(tokens.size()) + " tokens: more than a header can count");
   }
-  std::string out(kHeaderBytes + 2 * tokens.size(), '\0');
+  const bool wide = format == TokenFormat::llama3;
+  const size_t width = wide ? 4 : 2;
+  std::string out(kHeaderBytes + width * tokens.size(), '\0');
   auto* data = reinterpret_cast<unsigned char*>(out.data());
-  store_le32(static_cast<std::uint32_t>(kTokenFileMagic), data);
-  store_le32(static_cast<std::uint32_t>(kTokenFileVersion), data + 4);
+  store_le32(static_cast<std::uint32_t>(wide ? kLlama3TokenFileMagic : kTokenFileMagic), data);
+  store_le32(static_cast<std::uint32_t>(wide ? kLlama3TokenFileVersion : kTokenFileVersion), data + 4);
   store_le32(static_cast<std::uint32_t>(tokens.size()), data + 8);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] > 0xffff) {
+    if (tokens[i] < 0 || (!wide && tokens[i] > 0xffff)) {
       throw InputError(file, 0, "tokens[" + std::to_string(i) + "]",
-                       "token " + std::to_string(tokens[i]) + " does not fit a uint16");
+                       "token " + std::to_string(tokens[i]) + " does not fit a " + (wide ? "uint32" : "uint16"));
     }
-    store_le16(static_cast<std::uint16_t>(tokens[i]), data + kHeaderBytes + 2 * i);
+    unsigned char* at = data + kHeaderBytes + width * i;
+    if (wide) {
+      store_le32(static_cast<std::uint32_t>(tokens[i]), at);
+    } else {
+      store_le16(static_cast<std::uint16_t>(tokens[i]), at);
+    }
   }
   return out;
 }
 
-void write_token_file(const std::string& path, std::span<const int> tokens) {
-  const std::string bytes = encode_token_file(tokens, path);
+void write_token_file(const std::string& path, std::span<const int> tokens, TokenFormat format) {
+  const std::string bytes = encode_token_file(tokens, path, format);
   AtomicFile out(path);
   out.write(bytes.data(), bytes.size());
   out.commit();

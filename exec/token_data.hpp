@@ -37,16 +37,18 @@ class TokenSource {
 };
 
 // ---- llm.c token files --------------------------------------------------------------------
-// A header of 256 little-endian int32: [0] magic 20240520, [1] version 1 (uint16 tokens),
-// [2] the token count n; then n little-endian uint16 tokens. Reading refuses, with an
-// InputError naming the file and the field: a file shorter than the header ("header"), a
-// wrong magic ("header.magic"), another version ("header.version"), a count that is negative
-// or does not match the file's size ("header.tokens"), and a token >= the model's vocabulary
-// ("tokens[i]", i its position). llm.c's LLaMA 3 files (magic 20240801, uint32 tokens) are
-// refused as such.
+// A header of 256 little-endian int32: [0] the magic, [1] the version, [2] the token count n;
+// then n little-endian tokens. llm.c writes two kinds (dev/data/data_common.py): GPT-2's,
+// magic 20240520 and version 1, uint16 tokens; and LLaMA 3's, magic 20240801 and version 7,
+// uint32 tokens, for vocabularies past 65,536 (Llama 3's 128,256, Qwen's 151,936). Reading
+// refuses, with an InputError naming the file and the field: a file shorter than the header
+// ("header"), another magic ("header.magic"), a version other than its magic's
+// ("header.version"), a count that is negative or does not match the file's size
+// ("header.tokens"), and a token >= the model's vocabulary ("tokens[i]", i its position).
 
-inline constexpr std::int32_t kTokenFileMagic = 20240520;
-inline constexpr std::int32_t kTokenFileVersion = 1;
+enum class TokenFormat { gpt2, llama3 };  // llm.c's "gpt-2" (uint16) and "llama-3" (uint32)
+inline constexpr std::int32_t kTokenFileMagic = 20240520, kTokenFileVersion = 1;
+inline constexpr std::int32_t kLlama3TokenFileMagic = 20240801, kLlama3TokenFileVersion = 7;
 inline constexpr int kTokenFileHeaderInts = 256;
 
 class TokenFile : public TokenSource {
@@ -55,32 +57,42 @@ class TokenFile : public TokenSource {
   TokenFile(const std::string& path, int vocab);
   // Tokens already in memory (checked against `vocab` as a file's are); `name` names them.
   TokenFile(std::vector<std::uint16_t> tokens, int vocab, std::string name);
+  TokenFile(std::vector<std::uint32_t> tokens, int vocab, std::string name);
 
   Batch batch(long long step, int B, int T) const override;
   std::string describe() const override;
 
   // Where step `step` starts reading: llm.c's position arithmetic, the wrap included.
   long long position(long long step, int B, int T) const;
-  std::span<const std::uint16_t> tokens() const { return tokens_; }
+  size_t size() const { return wide_ ? tokens32_.size() : tokens16_.size(); }
+  std::vector<std::uint32_t> tokens() const;  // a copy, widened
+  TokenFormat format() const { return wide_ ? TokenFormat::llama3 : TokenFormat::gpt2; }
   int vocab() const { return vocab_; }
 
  private:
   long long checked_step_tokens(long long step, int B, int T) const;  // B*T, or throws
 
-  std::vector<std::uint16_t> tokens_;
+  // One of the two holds the tokens, as the file stored them (a GPT-2 file stays 2 bytes a
+  // token in memory).
+  bool wide_ = false;
+  std::vector<std::uint16_t> tokens16_;
+  std::vector<std::uint32_t> tokens32_;
   int vocab_;
   std::string name_;
 };
 
 std::unique_ptr<TokenSource> open_token_file(const std::string& path, int vocab);
 // The tokens of a whole file held in memory, checked as TokenFile checks a file; `file`
-// names it in errors.
-std::vector<std::uint16_t> parse_token_file(std::string_view bytes, const std::string& file, int vocab);
-// Writes an llm.c token file (version 1), whole or not at all. Throws InputError naming the
-// path for a token outside [0, 65535] ("tokens[i]") or more than 2^31 - 1 tokens.
-void write_token_file(const std::string& path, std::span<const int> tokens);
+// names it in errors. `format`, when given, receives the file's.
+std::vector<std::uint32_t> parse_token_file(std::string_view bytes, const std::string& file, int vocab,
+                                            TokenFormat* format = nullptr);
+// Writes an llm.c token file of `format`, whole or not at all. Throws InputError naming the
+// path for a token outside [0, 65535] (gpt2) or [0, 2^31) (llama3) ("tokens[i]"), or more
+// than 2^31 - 1 tokens.
+void write_token_file(const std::string& path, std::span<const int> tokens, TokenFormat format = TokenFormat::gpt2);
 // The bytes write_token_file writes.
-std::string encode_token_file(std::span<const int> tokens, const std::string& file = "<tokens>");
+std::string encode_token_file(std::span<const int> tokens, const std::string& file = "<tokens>",
+                              TokenFormat format = TokenFormat::gpt2);
 
 // ---- the synthetic Markov stream -----------------------------------------------------------
 // Tokens 0..V-1. A seeded permutation `perm` of [0, V), K = min(successors, V) distinct

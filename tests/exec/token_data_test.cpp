@@ -103,9 +103,37 @@ TEST(TokenDataTest, WritesLlmCsLayoutAndReadsItBack) {
   EXPECT_EQ(bytes, exec::encode_token_file(tokens));
 
   const TokenFile f(path, 65536);
-  EXPECT_EQ(std::vector<int>(f.tokens().begin(), f.tokens().end()), tokens);
-  EXPECT_EQ(exec::parse_token_file(bytes, "memory", 65536), std::vector<std::uint16_t>(f.tokens().begin(), f.tokens().end()));
+  EXPECT_EQ(f.format(), exec::TokenFormat::gpt2);
+  const std::vector<std::uint32_t> read = f.tokens();
+  EXPECT_EQ(std::vector<int>(read.begin(), read.end()), tokens);
+  EXPECT_EQ(exec::parse_token_file(bytes, "memory", 65536), f.tokens());
   EXPECT_NE(f.describe().find("6 tokens"), std::string::npos) << f.describe();
+}
+
+// llm.c's LLaMA 3 files (dev/data/data_common.py's "llama-3": magic 20240801, version 7,
+// uint32 tokens) carry vocabularies past 65,536: Llama 3's 128,256, Qwen's 151,936.
+TEST(TokenDataTest, WritesAndReadsLlmCsLlama3LayoutWithTokensPast65535) {
+  const std::vector<int> tokens{0, 65535, 65536, 128255, 151935, 7, 300000};
+  const std::string path = (test_support::scratch_dir() / "tokens_llama3.bin").string();
+  exec::write_token_file(path, tokens, exec::TokenFormat::llama3);
+  const std::string bytes = test_support::slurp(path);
+  ASSERT_EQ(bytes.size(), 1024u + 4 * tokens.size());
+  EXPECT_EQ(bytes.substr(0, 12), le32s({20240801, 7, 7}));
+  EXPECT_EQ(bytes.substr(1024 + 8, 4), std::string("\x00\x00\x01\x00", 4));  // little-endian 65536
+  const TokenFile f(path, 300001);
+  EXPECT_EQ(f.format(), exec::TokenFormat::llama3);
+  const std::vector<std::uint32_t> read = f.tokens();
+  EXPECT_EQ(std::vector<int>(read.begin(), read.end()), tokens);
+  const Batch b = f.batch(0, 2, 3);
+  EXPECT_EQ(b.inputs, (std::vector<int>{0, 65535, 65536, 128255, 151935, 7}));
+  EXPECT_EQ(b.targets, (std::vector<int>{65535, 65536, 128255, 151935, 7, 300000}));
+  EXPECT_NE(f.describe().find("7 uint32 tokens"), std::string::npos) << f.describe();
+  // The same refusals as a GPT-2 file's, sized at 4 bytes a token.
+  expect_refused(bytes, "tokens[6]", "token 300000 at position 6 is not below the vocabulary size 151936", 151936);
+  expect_refused(le32s({20240801, 7, 2}) + std::string(1012, '\0') + std::string(6, '\0'), "header.tokens",
+                 "says 2 tokens, but 6 bytes follow it (4 per token)");
+  expect_refused(file_bytes({20240801, 1, 0}, {}), "header.version", "magic 20240801 comes with version 7");
+  expect_refused(file_bytes({20240520, 7, 0}, {}), "header.version", "magic 20240520 comes with version 1");
 }
 
 TEST(TokenDataTest, PositionsFollowLlmCsDataloaderWrapIncluded) {
@@ -159,12 +187,12 @@ TEST(TokenDataTest, RefusesAShortHeader) {
 
 TEST(TokenDataTest, RefusesAWrongMagic) {
   expect_refused(file_bytes({12345, 1, 0}, {}), "header.magic",
-                 "not an llm.c token file: magic 12345, expected 20240520");
-  expect_refused(file_bytes({20240801, 7, 0}, {}), "header.magic", "LLaMA 3");
+                 "not an llm.c token file: magic 12345, expected 20240520 (GPT-2's, uint16 tokens) or 20240801 (LLaMA 3's");
 }
 
 TEST(TokenDataTest, RefusesAnUnknownVersion) {
   expect_refused(file_bytes({20240520, 2, 0}, {}), "header.version", "version 2 is not read");
+  expect_refused(file_bytes({20240801, 2, 0}, {}), "header.version", "version 2 is not read");
 }
 
 TEST(TokenDataTest, RefusesACountThatDoesNotMatchTheFile) {
@@ -219,6 +247,7 @@ TEST(TokenDataTest, WriterRefusesTokensThatDoNotFitAndLeavesNoFile) {
     EXPECT_EQ(e.field(), "tokens[2]");
   }
   EXPECT_THROW(exec::write_token_file(path, std::vector<int>{-1}), InputError);
+  EXPECT_THROW(exec::write_token_file(path, std::vector<int>{-1}, exec::TokenFormat::llama3), InputError);
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 

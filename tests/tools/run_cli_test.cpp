@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/safetensors.hpp"
+#include "exec/token_data.hpp"
 #include "kernels/matmul.hpp"
 #include "tests/tools/run_hetflow.hpp"
 #include "traces/trace_io.hpp"
@@ -323,6 +324,31 @@ TEST(RunCli, InitWeightsFromAShardedCheckpointTrainAsFromOneFile) {
                              "which is not a file beside it"),
             std::string::npos)
       << missing.err;
+}
+
+// --data-path takes llm.c's LLaMA 3 token files (uint32 tokens) as its GPT-2 ones: the same
+// tokens train to the same bits; and a vocabulary past 65,536 trains on tokens above it.
+TEST(RunCli, Llama3TokenFilesTrainAsGpt2OnesAndCarryLargeVocabularies) {
+  const auto dir = scratch_dir();
+  std::vector<int> tokens(600);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(i * 37 % 256);
+  const std::string narrow = (dir / "narrow.bin").string(), wide = (dir / "wide.bin").string();
+  hetflow::exec::write_token_file(narrow, tokens);
+  hetflow::exec::write_token_file(wide, tokens, hetflow::exec::TokenFormat::llama3);
+  const std::string run = std::string("run ") + kTiny + " --compute real --steps 2 --warmup 0 --save-weights ";
+  const std::string from_narrow = (dir / "from_narrow.safetensors").string(), from_wide = (dir / "from_wide.safetensors").string();
+  ASSERT_EQ(run_hetflow(run + from_narrow + " --data-path " + narrow).status, 0);
+  const auto r = run_hetflow(run + from_wide + " --data-path " + wide);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("600 uint32 tokens"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(from_wide), slurp(from_narrow));
+  // Tokens up to 69,999 for a vocabulary of 70,000: a fresh model's loss is about ln 70000.
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(65536 + i * 7 % 4464);
+  hetflow::exec::write_token_file(wide, tokens, hetflow::exec::TokenFormat::llama3);
+  const auto big = run_hetflow("run --cluster cpu-1 --model llama:layers=1,hidden=16,heads=2,seq=8,ffn=32,vocab=70000 "
+                               "--compute real --steps 1 --warmup 0 --micro-batch 2 --microbatches 1 --json --data-path " + wide);
+  ASSERT_EQ(big.status, 0) << big.err;
+  EXPECT_NEAR(nlohmann::json::parse(big.out)["steps"][0]["loss"].get<double>(), std::log(70000.0), 0.05);
 }
 
 // `mpirun -np N hetflow run` trains what the threads of one process train, bit for bit, and
