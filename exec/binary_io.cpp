@@ -12,7 +12,9 @@
 namespace hetflow::exec {
 
 ReadOnlyFile::ReadOnlyFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer before the check
+  // below refuses it; on a regular file it changes nothing.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) throw InputError(path_, 0, "file", std::string("cannot be read: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {

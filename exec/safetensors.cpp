@@ -220,7 +220,14 @@ void decode(const Source& source, std::uint64_t data_start, const Entry& e, std:
   }
 }
 
-SafetensorsFile read_from(const Source& source, const std::string& file) {
+// A file's header, checked: its tensors in offset order, tiling the data.
+struct Layout {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;
+};
+
+Layout read_layout(const Source& source, const std::string& file) {
   const std::uint64_t size = source.size_bytes();
   if (size < 8) {
     throw InputError(file, 0, "header_length",
@@ -251,13 +258,13 @@ SafetensorsFile read_from(const Source& source, const std::string& file) {
     throw InputError(file, 0, "header", "expected a JSON object, not " + json_util::brief(root));
   }
 
-  const std::uint64_t data_start = 8 + header_bytes;
-  const std::uint64_t data_bytes = size - data_start;
-  SafetensorsFile result;
-  std::vector<Entry> entries;
+  Layout layout;
+  layout.data_start = 8 + header_bytes;
+  const std::uint64_t data_bytes = size - layout.data_start;
+  std::vector<Entry>& entries = layout.entries;
   for (const auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
-      result.metadata = parse_metadata(value, file);
+      layout.metadata = parse_metadata(value, file);
     } else {
       entries.push_back(parse_entry(key, value, data_bytes, file));
     }
@@ -290,13 +297,19 @@ SafetensorsFile read_from(const Source& source, const std::string& file) {
                      "the tensors cover " + std::to_string(covered) + " of the " + std::to_string(data_bytes) +
                          " bytes after the header; nothing may follow the last tensor");
   }
+  return layout;
+}
 
-  result.tensors.reserve(entries.size());
-  for (Entry& e : entries) {
+SafetensorsFile read_from(const Source& source, const std::string& file) {
+  Layout layout = read_layout(source, file);
+  SafetensorsFile result;
+  result.metadata = std::move(layout.metadata);
+  result.tensors.reserve(layout.entries.size());
+  for (Entry& e : layout.entries) {
     NamedTensor t;
-    t.name = std::move(e.name);
+    t.name = e.name;
     t.shape = std::move(e.shape);
-    decode(source, data_start, e, t.data);
+    decode(source, layout.data_start, e, t.data);
     result.tensors.push_back(std::move(t));
   }
   return result;
@@ -384,6 +397,31 @@ float f16_bits_to_float(std::uint16_t bits) {
 float bf16_bits_to_float(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
 
 SafetensorsFile read_safetensors(const std::string& path) { return read_from(FileSource(path), path); }
+
+struct SafetensorsReader::Impl {
+  explicit Impl(const std::string& p) : path(p), source(p), layout(read_layout(source, p)) {
+    for (const Entry& e : layout.entries) tensors.push_back({e.name, e.shape});
+  }
+  std::string path;
+  FileSource source;
+  Layout layout;
+  std::vector<TensorInfo> tensors;
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : impl_(std::make_unique<Impl>(path)) {}
+SafetensorsReader::~SafetensorsReader() = default;
+SafetensorsReader::SafetensorsReader(SafetensorsReader&&) noexcept = default;
+SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&&) noexcept = default;
+
+const std::string& SafetensorsReader::path() const { return impl_->path; }
+const std::vector<TensorInfo>& SafetensorsReader::tensors() const { return impl_->tensors; }
+const std::map<std::string, std::string>& SafetensorsReader::metadata() const { return impl_->layout.metadata; }
+
+std::vector<float> SafetensorsReader::read(size_t index) const {
+  std::vector<float> out;
+  decode(impl_->source, impl_->layout.data_start, impl_->layout.entries.at(index), out);
+  return out;
+}
 
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& file) {
   return read_from(MemorySource(bytes), file);

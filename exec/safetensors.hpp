@@ -28,6 +28,7 @@
 // negative dimension, or data whose size is not the shape's element count.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,32 @@ struct SafetensorsFile {
 inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 
 SafetensorsFile read_safetensors(const std::string& path);
+
+struct TensorInfo {
+  std::string name;
+  std::vector<std::int64_t> shape;
+};
+
+// One file opened for reading tensor by tensor: the header is read and checked as
+// read_safetensors checks it (the layout included) when it opens, and a tensor's bytes are
+// read and converted only when asked for, so what a reader holds is the header and the
+// tensors its caller keeps. read() may be called from several threads at once.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(SafetensorsReader&&) noexcept;
+  SafetensorsReader& operator=(SafetensorsReader&&) noexcept;
+
+  const std::string& path() const;
+  const std::vector<TensorInfo>& tensors() const;  // in file (offset) order
+  const std::map<std::string, std::string>& metadata() const;
+  std::vector<float> read(size_t index) const;  // tensors()[index], in fp32
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 // The same reader over the bytes of a whole file held in memory; `file` names it in errors.
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& file);
 

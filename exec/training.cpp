@@ -73,13 +73,29 @@ std::vector<std::string> file_names(const std::string& name) {
   return names;
 }
 
-// This rank's share of a parameter from a file's tensor.
-void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out) {
+// This rank's share of a parameter from the source's tensor `index` (read now).
+void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out) {
+  const TensorInfo& t = source.tensors()[index];
   if (t.shape != slot.shape) {
-    throw InputError(path, 0, slot.name, "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
+    throw InputError(source.path(), 0, slot.name,
+                     "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
   }
-  const std::vector<float> shard = shard_of(slot, t.data.data());
+  const std::vector<float> data = source.read(index);
+  const std::vector<float> shard = shard_of(slot, data.data());
   std::copy(shard.begin(), shard.end(), out);
+}
+
+// The index in `source` of the tensor holding `slot` (under any of its file names), or npos.
+size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name) {
+  for (const std::string& name : file_names(slot_name)) {
+    if (auto i = by_name.find(name); i != by_name.end()) return i->second;
+  }
+  return static_cast<size_t>(-1);
+}
+
+std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::string& path) {
+  if (init == nullptr) return nullptr;
+  return std::make_unique<InMemoryWeights>(*init, path);
 }
 
 }  // namespace training_detail
@@ -90,7 +106,16 @@ using training_detail::tensor_of_kind;
 
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
-                         std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
+                   std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
+    // (The wrapper lives until the delegated constructor returns: the end of this full-expression.)
+    : Training(plan, std::move(data), optimizer, seed, Init{training_detail::in_memory(init, init_path).get()}, ranks) {}
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, const WeightSource& init, const Ranks* ranks)
+    : Training(plan, std::move(data), optimizer, seed, Init{&init}, ranks) {}
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, Init init_weights, const Ranks* ranks)
     : plan_(plan),
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
       ops_of_([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); }),
@@ -201,9 +226,11 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
   }
   check_sequence_shards();
+  const WeightSource* init = init_weights.source;
   if (init != nullptr) {
-    std::map<std::string, const NamedTensor*> by_name;
-    for (const NamedTensor& t : init->tensors) by_name[t.name] = &t;
+    const std::string& init_path = init->path();
+    std::map<std::string, size_t> by_name;
+    for (size_t i = 0; i < init->tensors().size(); ++i) by_name[init->tensors()[i].name] = i;
     std::set<std::string> model_names;  // the whole model's, wherever its chunks run
     for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
       for (const std::string& name : file_names(slot.name)) model_names.insert(name);
@@ -212,20 +239,18 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     // when it saves tied weights unshared): taken when it is the embedding, bit for bit.
     if (const auto head = by_name.find("lm_head.weight"); shape_.tied && head != by_name.end()) {
       const char* table = shape_.family == DecoderFamily::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
-      const NamedTensor* embedding = nullptr;
-      for (const std::string& name : file_names(table)) {
-        if (auto i = by_name.find(name); i != by_name.end()) embedding = i->second;
-      }
-      if (embedding == nullptr) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
-      if (embedding->shape != head->second->shape ||
-          !std::equal(embedding->data.begin(), embedding->data.end(), head->second->data.begin(),
+      const size_t embedding = training_detail::find_tensor(by_name, table);
+      if (embedding == static_cast<size_t>(-1)) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
+      const std::vector<float> embedding_data = init->read(embedding), head_data = init->read(head->second);
+      if (init->tensors()[embedding].shape != init->tensors()[head->second].shape ||
+          !std::equal(embedding_data.begin(), embedding_data.end(), head_data.begin(), head_data.end(),
                       [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
         throw InputError(init_path, 0, "lm_head.weight",
                          std::string("differs from ") + table + ", and this model ties the LM head to the embedding");
       }
       model_names.insert("lm_head.weight");
     }
-    for (const NamedTensor& t : init->tensors) {
+    for (const TensorInfo& t : init->tensors()) {
       // Parameters the model lacks are refused too: a file for another model.
       if (!model_names.count(t.name) && !is_buffer(t.name)) {
         throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
@@ -234,15 +259,9 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     for (auto& c : chunks_) {
       std::vector<float> loaded = c->host_params();
       for (const ParamSlot& slot : c->math.params().slots) {
-        const NamedTensor* found = nullptr;
-        for (const std::string& name : file_names(slot.name)) {
-          if (auto i = by_name.find(name); i != by_name.end()) {
-            found = i->second;
-            break;
-          }
-        }
-        if (found == nullptr) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
-        load(slot, *found, init_path, loaded.data() + slot.offset);  // this rank's share
+        const size_t found = training_detail::find_tensor(by_name, slot.name);
+        if (found == static_cast<size_t>(-1)) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
+        load(slot, *init, found, loaded.data() + slot.offset);  // this rank's share
       }
       c->ops().upload(c->params.data(), loaded.data(), loaded.size());
     }
@@ -270,7 +289,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
   }
   for (const auto& [chunk, where] : last) last_backward_[static_cast<size_t>(where.second)] = 1;
-  if (parameter_server_) build_servers(seed, init, init_path);
+  if (parameter_server_) build_servers(seed, init);
   scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
   if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {
     // A worker running ahead (WSP) would scale its gradients before the verdict that sets

@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/checkpoint.hpp"
 #include "exec/decoder.hpp"
 #include "exec/loss_scale.hpp"
 #include "exec/ranks.hpp"
@@ -122,10 +123,15 @@ struct OptimizerOptions {
 class Training {
  public:
   // Throws PlanError when the plan's network or layout is not covered (see above), InputError
-  // when `init` lacks a parameter or has one of the wrong shape.
+  // when `init` lacks a parameter or has one of the wrong shape. `init_path` names the
+  // weights in errors.
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
               const Ranks* ranks = nullptr);
+  // The same from weights read tensor by tensor (a checkpoint on disk: exec/checkpoint.hpp);
+  // only the tensors of this rank's parameters are read, one at a time.
+  Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+              std::uint64_t seed, const WeightSource& init, const Ranks* ranks = nullptr);
   ~Training();
 
   // Where each device's arrays live: this rank's chunks start in the CPU's memory (a CPU ops
@@ -189,7 +195,12 @@ class Training {
   void forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange);
   void backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange);
   void optimizer(TaskContext& task, const std::atomic<bool>& stop);
-  void build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path);
+  struct Init {
+    const WeightSource* source = nullptr;
+  };
+  Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+              std::uint64_t seed, Init init, const Ranks* ranks);
+  void build_servers(std::uint64_t seed, const WeightSource* init);
   void server_update(TaskContext& task, const std::atomic<bool>& stop);
   void take_gradients(int device, int iteration);
   void adopt_pulled(Chunk& c, int iteration);

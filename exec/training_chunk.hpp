@@ -86,9 +86,14 @@ namespace training_detail {
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
 // The names a parameter may have in a HuggingFace file.
 std::vector<std::string> file_names(const std::string& name);
-// This rank's share of a parameter from a file's tensor; InputError (naming `path`) on a shape
-// that is not the parameter's.
-void load(const ParamSlot& slot, const NamedTensor& t, const std::string& path, float* out);
+// This rank's share of a parameter from the source's tensor `index`, read now; InputError
+// (naming the source) on a shape that is not the parameter's.
+void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out);
+// The index of the tensor holding the parameter `slot_name` (under any of its file names)
+// in a map of the source's names, or size_t(-1).
+size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name);
+// `init` as a WeightSource named `path`, or nullptr.
+std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::string& path);
 
 }  // namespace training_detail
 

@@ -53,7 +53,7 @@ void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& w
 
 }  // namespace
 
-void Training::build_servers(std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path) {
+void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
   const std::vector<int>& server_of = plan_.layout.sync.layer_server;
   std::map<std::string, int> server_of_name;
   for (size_t l = 0; l < server_of.size(); ++l) {
@@ -77,9 +77,9 @@ void Training::build_servers(std::uint64_t seed, const SafetensorsFile* init, co
       sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
                   values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
       if (init != nullptr) {
-        for (const NamedTensor& t : init->tensors) {
+        for (size_t t = 0; t < init->tensors().size(); ++t) {
           for (const std::string& name : file_names(slot.name)) {
-            if (t.name == name) load(slot, t, init_path, sp.p.data());
+            if (init->tensors()[t].name == name) load(slot, *init, t, sp.p.data());
           }
         }
       }

@@ -166,6 +166,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.ffn = r.int_or("ffn", 0, 0, limits::kMaxFfn);
   c.seq = r.positive_int("seq", limits::kMaxSeq);
   c.positions = r.int_or("positions", 0, 0, limits::kMaxSeq);
+  if (c.positions == c.seq) c.positions = 0;  // the default, spelled out
   c.vocab = r.int_or("vocab", 0, 0, limits::kMaxVocab);
   const std::string norm = r.string_or("norm", "layernorm");
   if (norm != "layernorm" && norm != "rmsnorm") r.fail("norm", "expected layernorm or rmsnorm, found '" + norm + "'");

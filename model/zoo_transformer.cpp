@@ -236,10 +236,12 @@ Network make_transformer(const TransformerConfig& config, Precision precision) {
   net.precision = precision;
   net.tokens_per_sample = config.seq;
   net.architecture = config;
-  // A head_dim of hidden / heads is the default spelled out: one architecture, one spelling.
+  // A head_dim of hidden / heads, or a position table of seq rows, is the default spelled out:
+  // one architecture, one spelling.
   if (config.head_dim > 0 && static_cast<long long>(config.head_dim) * config.heads == config.hidden) {
     net.architecture->head_dim = 0;
   }
+  if (config.positions == config.seq) net.architecture->positions = 0;
   net.description = std::string(config.encoder ? "encoder" : "decoder") + " L=" +
                     std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
                     " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +

@@ -19,14 +19,15 @@
 #include <set>
 #include <sstream>
 
+#include "exec/checkpoint.hpp"
 #include "exec/cpu_backend.hpp"
 #include "exec/cuda_backend.hpp"
 #include "exec/engine.hpp"
 #include "exec/ranks.hpp"
-#include "exec/checkpoint.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
 #include "exec/training.hpp"
+#include "kernels/transformer_cuda.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/estimate.hpp"
@@ -233,7 +234,11 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
       throw PlanError("the network '" + plan.network.name + "' is not a transformer: real math covers GPT-2 and LLaMA "
                       "style decoders, other networks run as FLOP-matched proxies");
     }
-    exec::decoder_shape(*plan.network.architecture);  // a PlanError when the family is not covered
+    const exec::DecoderShape shape = exec::decoder_shape(*plan.network.architecture);  // a PlanError when not covered
+    if (r.backend == "cuda" && shape.HS > kernels::kMaxCudaHeadSize) {
+      throw PlanError("its heads are " + std::to_string(shape.HS) + " wide, and the CUDA attention kernels take up to " +
+                      std::to_string(kernels::kMaxCudaHeadSize));
+    }
     // FP32 weights, gradients and two Adam moments on every replica: auto keeps real math to
     // what fits in a quarter of this host's memory (a GPU-sized model runs as proxies).
     const double state_bytes =
@@ -256,10 +261,13 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
       data = std::move(markov);
     }
     t.data = data->describe();
-    std::optional<exec::SafetensorsFile> init;
-    if (!r.init_weights.empty()) init = exec::read_checkpoint(r.init_weights);
-    t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed,
-                                                     init ? &*init : nullptr, r.init_weights, &ranks);
+    if (!r.init_weights.empty()) {
+      // Each rank reads the tensors of its own parameters, one at a time.
+      const exec::Checkpoint init(r.init_weights);
+      t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed, init, &ranks);
+    } else {
+      t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed, nullptr, "", &ranks);
+    }
   } catch (const PlanError& e) {
     if (r.compute == "real") throw;
     t.proxy_reason = e.what();

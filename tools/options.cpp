@@ -62,6 +62,7 @@ model::Network load_network_option(const po::variables_map& vm) {
   if (seq == config.seq) return network;
   if (config.learned_positions && config.positions == 0) config.positions = config.seq;
   config.seq = seq;
+  config.name += " (seq " + std::to_string(seq) + ")";  // a spec's name says its own seq
   try {
     return model::make_transformer(config, network.precision);
   } catch (const InputError& e) {

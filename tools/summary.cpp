@@ -190,6 +190,7 @@ Json network_json(const model::Network& n) {
   if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
   if (n.architecture && n.architecture->heads > 0) j["head_dim"] = n.architecture->head_size();
   if (n.architecture && n.architecture->qk_norm) j["qk_norm"] = true;
+  if (n.architecture && n.architecture->positions > 0) j["positions"] = n.architecture->positions;
   if (n.architecture && n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none) {
     j["attention_bias"] = n.architecture->attention_bias == model::TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo";
   }

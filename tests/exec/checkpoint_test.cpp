@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -94,6 +96,9 @@ TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
            {"absent_shard", R"({"a": "model-00001-of-00003.safetensors"})", "weight_map", "not a file beside it"},
            {"outside", R"({"a": "../elsewhere.safetensors"})", "weight_map.a", "a file beside the index"},
            {"not_a_name", R"({"a": 7})", "weight_map.a", "expected a shard file name"},
+           {"itself", R"({"a": "model.safetensors.index.json"})", "weight_map.a", "names the index itself"},
+           {"nul", R"({"a": "model-00001-of-00002.safetensors\u0000x"})", "weight_map.a", "a file beside the index"},
+           {"too_long", R"({"a": ")" + std::string(300, 'x') + R"(.safetensors"})", "weight_map", "not a file beside it"},
            {"empty", R"({})", "weight_map", "an empty one"},
            {"not_an_object", R"([1])", "weight_map", "found an array"},
        }) {
@@ -101,6 +106,22 @@ TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
     EXPECT_EQ(field, c.field) << c.name << ": " << what;
     EXPECT_NE(what.find(c.says), std::string::npos) << c.name << ": " << what;
   }
+  // The line of the entry at fault, in an index written as transformers writes one.
+  const fs::path pretty = sharded("pretty", "{\n    \"a\": \"model-00001-of-00002.safetensors\",\n"
+                                            "    \"b\": \"model-00002-of-00002.safetensors\",\n"
+                                            "    \"c\": \"model-00002-of-00002.safetensors\"\n  }");
+  try {
+    exec::read_checkpoint(pretty.string());
+    ADD_FAILURE() << "read";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "weight_map.b");
+    EXPECT_EQ(e.line(), 3) << e.what();
+  }
+  // A FIFO in place of the index is refused, not waited on.
+  const fs::path fifo_dir = sharded("fifo", kIndex);
+  fs::remove(fifo_dir / "model.safetensors.index.json");
+  ASSERT_EQ(::mkfifo((fifo_dir / "model.safetensors.index.json").c_str(), 0600), 0);
+  EXPECT_NE(refusal(fifo_dir / "model.safetensors.index.json").second.find("not a regular file"), std::string::npos);
   // Not JSON: the index and its line.
   const fs::path dir = sharded("syntax", kIndex);
   std::ofstream(dir / "model.safetensors.index.json") << "{\n  \"weight_map\": {\"a\": }\n}";
@@ -114,7 +135,7 @@ TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
   const fs::path empty = fs::path(testing::TempDir()) / "checkpoint_no_weights";
   fs::remove_all(empty);
   fs::create_directories(empty);
-  EXPECT_NE(refusal(empty).second.find("is a directory holding neither model.safetensors.index.json nor model.safetensors"),
+  EXPECT_NE(refusal(empty).second.find("is a directory holding neither model.safetensors nor model.safetensors.index.json"),
             std::string::npos);
 }
 

@@ -56,6 +56,7 @@ struct Comparison {
   // rounding parts two runs by stays well inside the bounds on any machine's BLAS.
   double adam_eps = 1e-8;
   bool seq_length = false;  // hetflow runs the config at `seq` tokens (--seq-length)
+  bool llama3_tokens = false;  // the token file in llm.c's LLaMA 3 layout (uint32)
 };
 
 // hetflow trains the config itself, at `seq` tokens when Comparison::seq_length says so.
@@ -76,7 +77,7 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
   // 3 steps of 4 x seq tokens and a file too short for the third: the reads wrap (llm.c's rule).
   const int batch = 4;
   ASSERT_EQ(python("--config " + cfg + " --make-tokens " + tokens + " --num-tokens " + std::to_string(2 * batch * seq + 5) +
-                       " --seed 5",
+                       " --seed 5" + (c.llama3_tokens ? " --token-format llama-3" : ""),
                    &log),
             0)
       << log;
@@ -156,9 +157,9 @@ TEST(PyTorchOracle, Qwen2WithOddSizesMatchesAfterThreeAdamWSteps) {
 }
 
 // Qwen3: 6 heads of 10 over a hidden of 48 (q and o 60 wide), q and k RMS-normalised per head
-// before the rotation.
+// before the rotation; its tokens in llm.c's uint32 layout, as a real Qwen vocabulary needs.
 TEST(PyTorchOracle, Qwen3WithWideHeadsAndQkNormMatchesAfterThreeAdamWSteps) {
-  compare_with_torch("qwen3_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
+  compare_with_torch("qwen3_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .llama3_tokens = true});
 }
 
 // Mistral: a sliding window of 4 keys over 11 tokens. Measured: whole model 4.3e-7, worst

@@ -320,7 +320,7 @@ TEST(RunCli, InitWeightsFromAShardedCheckpointTrainAsFromOneFile) {
   std::filesystem::remove(folder / "model-00002-of-00002.safetensors");
   const auto missing = run_hetflow(run + (dir / "x.safetensors").string() + " --init-weights " + folder.string());
   EXPECT_EQ(missing.status, 2);
-  EXPECT_NE(missing.err.find("model.safetensors.index.json: weight_map: names the shard 'model-00002-of-00002.safetensors', "
+  EXPECT_NE(missing.err.find("model.safetensors.index.json:1: weight_map: names the shard 'model-00002-of-00002.safetensors', "
                              "which is not a file beside it"),
             std::string::npos)
       << missing.err;

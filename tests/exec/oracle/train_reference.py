@@ -11,7 +11,7 @@ is read and written here.
 
 Calls:
   train_reference.py --config C.json --make-init OUT.safetensors [--seed S]
-  train_reference.py --config C.json --make-tokens OUT.bin --num-tokens N [--seed S]
+  train_reference.py --config C.json --make-tokens OUT.bin --num-tokens N [--seed S] [--token-format llama-3]
   train_reference.py --config C.json --init W.safetensors --tokens T.bin --batch B --seq T
                      --steps K --lr LR [--adam-beta1 0.9] [--adam-beta2 0.999]
                      [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1] [--float64]
@@ -39,9 +39,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-TOKENS_MAGIC = 20240520
+TOKENS_MAGIC = 20240520  # llm.c's GPT-2 files: version 1, uint16 tokens
 TOKENS_VERSION = 1
 TOKENS_HEADER_INTS = 256
+# llm.c's LLaMA 3 files (dev/data/data_common.py's "llama-3"): version 7, uint32 tokens.
+TOKEN_FORMATS = {TOKENS_MAGIC: (TOKENS_VERSION, "<u2"), 20240801: (7, "<u4")}
 
 
 class InputError(Exception):
@@ -347,15 +349,18 @@ def make_tokens(vocab, n, seed):
     return np.where(noise, rng.randint(vocab, size=n), walk).astype(np.int64)
 
 
-def write_tokens(path, toks):
+def write_tokens(path, toks, fmt="gpt-2"):
+    """llm.c's layout: fmt "gpt-2" (uint16) or "llama-3" (uint32)."""
     toks = np.asarray(toks)
-    if toks.size and (toks.min() < 0 or toks.max() > 65535):
-        raise InputError("tokens do not fit uint16")
+    magic = TOKENS_MAGIC if fmt == "gpt-2" else 20240801
+    version, dtype = TOKEN_FORMATS[magic]
+    if toks.size and (toks.min() < 0 or toks.max() > np.iinfo(dtype).max):
+        raise InputError("tokens do not fit %s" % np.dtype(dtype).name)
     header = np.zeros(TOKENS_HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2] = TOKENS_MAGIC, TOKENS_VERSION, toks.size
+    header[0], header[1], header[2] = magic, version, toks.size
     with open(path, "wb") as f:
         f.write(header.tobytes())
-        f.write(toks.astype("<u2").tobytes())
+        f.write(toks.astype(dtype).tobytes())
 
 
 def read_tokens(path):
@@ -367,15 +372,17 @@ def read_tokens(path):
     if len(blob) < 4 * TOKENS_HEADER_INTS:
         raise InputError("tokens %s: shorter than the %d-byte header" % (path, 4 * TOKENS_HEADER_INTS))
     header = np.frombuffer(blob[:4 * TOKENS_HEADER_INTS], dtype="<i4")
-    if header[0] != TOKENS_MAGIC:
-        raise InputError("tokens %s: magic %d, want %d" % (path, header[0], TOKENS_MAGIC))
-    if header[1] != TOKENS_VERSION:
-        raise InputError("tokens %s: version %d, want %d" % (path, header[1], TOKENS_VERSION))
+    if int(header[0]) not in TOKEN_FORMATS:
+        raise InputError("tokens %s: magic %d, want one of %s" % (path, header[0], sorted(TOKEN_FORMATS)))
+    version, dtype = TOKEN_FORMATS[int(header[0])]
+    if header[1] != version:
+        raise InputError("tokens %s: version %d, want %d" % (path, header[1], version))
     n = int(header[2])
     body = len(blob) - 4 * TOKENS_HEADER_INTS
-    if n < 0 or body != 2 * n:
+    width = np.dtype(dtype).itemsize
+    if n < 0 or body != width * n:
         raise InputError("tokens %s: header says %d tokens, file holds %d bytes of them" % (path, n, body))
-    return np.frombuffer(blob[4 * TOKENS_HEADER_INTS:], dtype="<u2").astype(np.int64)
+    return np.frombuffer(blob[4 * TOKENS_HEADER_INTS:], dtype=dtype).astype(np.int64)
 
 
 def batch_positions(n_tokens, B, T, steps):
@@ -1090,6 +1097,25 @@ def self_test():
                     c.check("%s matches the self-tested config" % fname, json.load(f) == d)
     c.run("example configs", examples)
 
+    # 12b. Both of llm.c's token layouts read back what was written; uint32 carries tokens past 65535.
+    def token_formats():
+        with tempfile.TemporaryDirectory() as d:
+            toks = np.array([0, 7, 65535, 3, 41], dtype=np.int64)
+            for fmt, width in (("gpt-2", 2), ("llama-3", 4)):
+                path = os.path.join(d, fmt + ".bin")
+                write_tokens(path, toks, fmt)
+                c.check("tokens %s: round trip" % fmt, np.array_equal(read_tokens(path), toks))
+                c.check("tokens %s: %d bytes a token" % (fmt, width), os.path.getsize(path) == 1024 + width * toks.size)
+            wide = os.path.join(d, "wide.bin")
+            write_tokens(wide, [65536, 151935], "llama-3")
+            c.check("tokens llama-3: past 65535", list(read_tokens(wide)) == [65536, 151935])
+            try:
+                write_tokens(wide, [65536], "gpt-2")
+                c.check("tokens gpt-2: refuses 65536", False)
+            except InputError:
+                c.check("tokens gpt-2: refuses 65536", True)
+    c.run("token formats", token_formats)
+
     # 13. Bad input is refused with a message.
     def refusals():
         bad = [dict(GPT2_ODD, n_head=5), dict(LLAMA_ODD, num_key_value_heads=4), {"model_type": "bert"},
@@ -1126,6 +1152,8 @@ def parse_args(argv):
     ap.add_argument("--make-init", metavar="OUT", help="write a seeded random initialisation (safetensors) and exit")
     ap.add_argument("--make-tokens", metavar="OUT", help="write a seeded llm.c token file and exit")
     ap.add_argument("--num-tokens", type=int, default=1024, help="tokens for --make-tokens (1024)")
+    ap.add_argument("--token-format", choices=("gpt-2", "llama-3"), default="gpt-2",
+                    help="--make-tokens' layout: llm.c's gpt-2 (uint16) or llama-3 (uint32)")
     ap.add_argument("--seed", type=int, default=0, help="seed for --make-init / --make-tokens / bench data (0)")
     ap.add_argument("--init", help="initial weights, safetensors with HuggingFace names (F32/F16/BF16)")
     ap.add_argument("--tokens", help="token file in llm.c's format (256 int32 header, uint16 tokens)")
@@ -1171,7 +1199,7 @@ def main(argv):
     if a.make_tokens:
         if a.num_tokens < 2:
             raise InputError("--num-tokens must be at least 2")
-        write_tokens(a.make_tokens, make_tokens(cfg.vocab, a.num_tokens, a.seed))
+        write_tokens(a.make_tokens, make_tokens(cfg.vocab, a.num_tokens, a.seed), a.token_format)
         return 0
 
     if a.batch is None or a.seq is None or a.batch < 1 or a.seq < 1:
