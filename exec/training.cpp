@@ -778,12 +778,13 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
   for (Chunk* c : mine) {
     const int step = ++c->steps;  // AdamW's count: skipped steps do not count
+    const double lr = optimizer_.schedule().at(step - 1);  // nor does the schedule (Megatron's)
     if (loss_scale != 1) c->ops().scale(c->grads.data(), static_cast<float>(1 / loss_scale), c->grads.size());
     if (scale != 1) c->ops().scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       const size_t o = slot.offset;
       c->ops().adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, slot.count,
-                          static_cast<float>(optimizer_.lr), static_cast<float>(optimizer_.adam_beta1),
+                          static_cast<float>(lr), static_cast<float>(optimizer_.adam_beta1),
                           static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
                           slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
     }

@@ -89,6 +89,7 @@
 #include "exec/checkpoint.hpp"
 #include "exec/decoder.hpp"
 #include "exec/loss_scale.hpp"
+#include "exec/lr_schedule.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
@@ -111,7 +112,11 @@ class TensorParallelExchange {
 
 // Megatron's option names and defaults, except the learning rate (Megatron has none).
 struct OptimizerOptions {
-  double lr = 3e-4;
+  double lr = 3e-4;  // the peak of the schedule below (the rate, when constant)
+  LrSchedule::Style lr_decay_style = LrSchedule::Style::constant;
+  double min_lr = 0;
+  long long lr_warmup_iters = 0, lr_decay_iters = 0;
+  LrSchedule schedule() const { return {lr_decay_style, lr, min_lr, lr_warmup_iters, lr_decay_iters}; }
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;

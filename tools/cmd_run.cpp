@@ -131,6 +131,17 @@ Request read_request(po::variables_map& vm) {
   r.optimizer.adam_eps = number("adam-eps", 0, 1, true);
   r.optimizer.weight_decay = number("weight-decay", 0, 10, false);
   r.optimizer.clip_grad = number("clip-grad", 0, 1e12, false);
+  // Megatron's schedule; the decay ends with the run (warm-up steps included) unless told.
+  const std::string style = vm["lr-decay-style"].as<std::string>();
+  if (!exec::parse_lr_style(style, r.optimizer.lr_decay_style)) {
+    throw InputError("<command line>", 0, "--lr-decay-style",
+                     "expected constant, linear, cosine or inverse-square-root, found '" + style + "'");
+  }
+  r.optimizer.min_lr = number("min-lr", 0, 10, false);
+  r.optimizer.lr_warmup_iters = int_option_in(vm, "lr-warmup-iters", 0, 1'000'000'000);
+  r.optimizer.lr_decay_iters =
+      vm.count("lr-decay-iters") ? int_option_in(vm, "lr-decay-iters", 1, 1'000'000'000) : r.warmup + r.steps;
+  r.optimizer.schedule().check();
   // Loss scaling, Megatron's: a constant --loss-scale, or dynamic where the GEMMs multiply
   // fp16 operands (an fp16 plan on the cuda back end) unless a constant is given.
   exec::LossScaleOptions& ls = r.optimizer.loss_scale;
@@ -168,7 +179,7 @@ Request read_request(po::variables_map& vm) {
           "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
-          "loss-scale-window", "hysteresis"};
+          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr"};
       const bool allowed = run_options.count(name) > 0;
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
@@ -489,7 +500,10 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
     if (t.entropy_nats > 0) j["data_entropy_nats"] = t.entropy_nats;
     j["optimizer"] = {{"lr", r.optimizer.lr}, {"adam_beta1", r.optimizer.adam_beta1}, {"adam_beta2", r.optimizer.adam_beta2},
                       {"adam_eps", r.optimizer.adam_eps}, {"weight_decay", r.optimizer.weight_decay},
-                      {"clip_grad", r.optimizer.clip_grad}};
+                      {"clip_grad", r.optimizer.clip_grad},
+                      {"lr_decay_style", std::string(exec::to_string(r.optimizer.lr_decay_style))},
+                      {"min_lr", r.optimizer.min_lr}, {"lr_warmup_iters", r.optimizer.lr_warmup_iters},
+                      {"lr_decay_iters", r.optimizer.lr_decay_iters}};
     if (r.optimizer.loss_scale.active()) {
       j["loss_scale"] = t.training->loss_scale();
       j["skipped_steps"] = t.training->skipped_steps();
@@ -583,7 +597,11 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   if (t.training) {
     out << "  model: " << t.training->describe() << "\n  data: " << t.data
         << (t.entropy_nats > 0 ? " (the loss a perfect model reaches)" : "") << "\n";
-    out << "  AdamW lr " << r.optimizer.lr << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
+    out << "  AdamW lr " << r.optimizer.lr;
+    if (r.optimizer.lr_decay_style != exec::LrSchedule::Style::constant || r.optimizer.lr_warmup_iters > 0) {
+      out << " (" << r.optimizer.schedule().describe() << ")";
+    }
+    out << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
         << ", eps " << r.optimizer.adam_eps << ", weight decay " << r.optimizer.weight_decay << ", clip-grad "
         << r.optimizer.clip_grad << "\n";
     if (r.optimizer.loss_scale.active()) {
@@ -682,7 +700,12 @@ void run_options(po::options_description& options) {
        "start from these weights (safetensors, HuggingFace names): a file, a sharded checkpoint's index.json, or their directory")
       ("save-weights", po::value<std::string>(), "write the FP32 weights after the last step (safetensors)")
       ("seed", po::value<long long>()->default_value(1234), "seed of the initial weights and the Markov stream")
-      ("lr", po::value<std::string>()->default_value("3e-4"), "AdamW learning rate (constant)")
+      ("lr", po::value<std::string>()->default_value("3e-4"), "AdamW learning rate (the schedule's peak)")
+      ("lr-decay-style", po::value<std::string>()->default_value("constant"),
+       "constant | linear | cosine | inverse-square-root (Megatron's schedule)")
+      ("lr-warmup-iters", po::value<int>()->default_value(0), "steps of linear warm-up from 0 to --lr")
+      ("lr-decay-iters", po::value<int>(), "the step the decay reaches --min-lr (default: the run's last)")
+      ("min-lr", po::value<std::string>()->default_value("0"), "the rate the decay ends at")
       ("adam-beta1", po::value<std::string>()->default_value("0.9"), "AdamW beta1")
       ("adam-beta2", po::value<std::string>()->default_value("0.999"), "AdamW beta2")
       ("adam-eps", po::value<std::string>()->default_value("1e-8"), "AdamW epsilon")

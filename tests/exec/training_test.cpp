@@ -899,6 +899,31 @@ TEST(Training, AttentionBiasesWindowAndRopeScalingTrainAsOneDevice) {
   }
 }
 
+// A learning-rate schedule steps the same on every path that updates weights: each device's
+// optimizer task (all-reduce) and the parameter servers, including WSP's, against one device.
+// Warm-up over 2 steps, then a cosine decay ending at the fourth.
+TEST(Training, ALearningRateScheduleStepsAlikeOnEveryUpdatePath) {
+  const model::Network net = odd_llama(4);
+  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+  const exec::SafetensorsFile init = checkpoint_like(one);
+  OptimizerOptions scheduled = optimizer();
+  scheduled.lr_decay_style = exec::LrSchedule::Style::cosine;
+  scheduled.lr_warmup_iters = 2;
+  scheduled.lr_decay_iters = 4;
+  scheduled.min_lr = 1e-4;
+  const Trained want = train(one, 4, scheduled, 7, &init);
+  EXPECT_NE(test_support::compare_weights(want.weights, train(one, 4, optimizer(), 7, &init).weights).whole_relative, 0.0);
+  for (const partition::SyncKind sync : {partition::SyncKind::allreduce, partition::SyncKind::ps, partition::SyncKind::wsp}) {
+    partition::PlanOptions o = options(2, 2, 4, "1f1b");
+    o.sync = sync;
+    const Plan many = test_support::planned(model::cpu_cluster(4), net, o);
+    const Trained got = train(many, 4, scheduled, 7, &init);
+    const auto diff = test_support::compare_weights(got.weights, want.weights);
+    EXPECT_LT(diff.whole_relative, 1e-5) << partition::to_string(sync);
+    EXPECT_LT(diff.worst_relative, 1e-4) << partition::to_string(sync) << ": " << diff.worst;
+  }
+}
+
 // Qwen3's wide heads and QK-norm on workers whose stages split them 2 and 3 ways: the data
 // all-reduce (or the servers) meet parts of q, k, v and o cut at whole heads of 10, and the
 // QK-norm gains each worker summed over its own ranks.

@@ -289,6 +289,29 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
   }
 }
 
+// Megatron's schedule options: the report and --json say the schedule, and settings that make
+// none are refused naming the option.
+TEST(RunCli, ALearningRateScheduleIsReportedAndBadOnesRefused) {
+  const std::string run = std::string("run ") + kTiny + " --compute real --steps 3 --warmup 1";
+  const auto text = run_hetflow(run + " --lr-decay-style cosine --lr-warmup-iters 1 --min-lr 1e-5");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("AdamW lr 0.0003 (cosine to 1e-05 by step 4, after 1 of warm-up from 0)"), std::string::npos)
+      << text.out;
+  const auto json = run_hetflow(run + " --lr-decay-style linear --lr-decay-iters 10 --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  const auto optimizer = nlohmann::json::parse(json.out)["optimizer"];
+  EXPECT_EQ(optimizer["lr_decay_style"], "linear");
+  EXPECT_EQ(optimizer["lr_decay_iters"], 10);
+  for (const auto& [args, says] : {std::pair{" --lr-decay-style cosine-annealing", "--lr-decay-style: expected constant, linear"},
+                                   std::pair{" --min-lr 1", "--min-lr: expected a rate from 0 to --lr"},
+                                   std::pair{" --lr-decay-style cosine --lr-warmup-iters 4", "--lr-decay-iters: expected more steps (4)"},
+                                   std::pair{" --lr-warmup-iters -1", "--lr-warmup-iters"}}) {
+    const auto r = run_hetflow(run + args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 // --init-weights reads a HuggingFace sharded checkpoint (its index, or the directory) as the
 // one file its shards were split from: the same training, bit for bit.
 TEST(RunCli, InitWeightsFromAShardedCheckpointTrainAsFromOneFile) {

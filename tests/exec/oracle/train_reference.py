@@ -15,6 +15,8 @@ Calls:
   train_reference.py --config C.json --init W.safetensors --tokens T.bin --batch B --seq T
                      --steps K --lr LR [--adam-beta1 0.9] [--adam-beta2 0.999]
                      [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1] [--float64]
+                     [--lr-decay-style constant|linear|cosine|inverse-square-root]
+                     [--lr-warmup-iters 0] [--lr-decay-iters K] [--min-lr 0]
                      [--out-weights OUT.safetensors] [--out-losses OUT.json]
   train_reference.py --config C.json --bench-steps N --batch B --seq T [--init W] [--tokens T]
                      [--threads N] [--lr LR]
@@ -569,11 +571,33 @@ def train_step(cfg, P, opt, idx, tgt, clip):
     return float(loss.detach()), float(norm)
 
 
+def scheduled_lr(a, k):
+    """Megatron's iteration-based learning rate (OptimizerParamScheduler.get_lr) for the step
+    after k steps: a linear warm-up from 0, then the decay style down to min_lr at decay_iters."""
+    peak, floor = a.lr, getattr(a, "min_lr", 0.0)
+    style = getattr(a, "lr_decay_style", "constant")
+    warmup = getattr(a, "lr_warmup_iters", 0)
+    decay = getattr(a, "lr_decay_iters", None) or a.steps
+    if warmup > 0 and k <= warmup:
+        return peak * k / warmup
+    if style == "constant":
+        return peak
+    if k > decay:
+        return floor
+    if style == "inverse-square-root":
+        return max(floor, peak * math.sqrt(max(warmup, 1)) / math.sqrt(max(k, 1)))
+    progress = (k - warmup) / (decay - warmup)
+    coeff = 1.0 - progress if style == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return floor + coeff * (peak - floor)
+
+
 def train(cfg, weights, tokens, a, log=True):
     P = make_params(cfg, weights, torch.float64 if getattr(a, "float64", False) else torch.float32)
     opt = make_optimizer(cfg, P, a.lr, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay)
     losses, norms = [], []
     for k, p in enumerate(batch_positions(len(tokens), a.batch, a.seq, a.steps)):
+        for group in opt.param_groups:
+            group["lr"] = scheduled_lr(a, k)
         idx, tgt = batch_at(tokens, p, a.batch, a.seq)
         loss, norm = train_step(cfg, P, opt, idx, tgt, a.clip_grad)
         losses.append(loss)
@@ -1160,7 +1184,12 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, help="global batch B, sequences per step")
     ap.add_argument("--seq", type=int, help="sequence length T")
     ap.add_argument("--steps", type=int, default=1, help="training steps K (1)")
-    ap.add_argument("--lr", type=float, default=1e-3, help="constant learning rate (1e-3)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate, the schedule's peak (1e-3)")
+    ap.add_argument("--lr-decay-style", choices=("constant", "linear", "cosine", "inverse-square-root"),
+                    default="constant", help="Megatron's schedule (constant)")
+    ap.add_argument("--lr-warmup-iters", type=int, default=0, help="linear warm-up steps from 0 (0)")
+    ap.add_argument("--lr-decay-iters", type=int, default=None, help="the step the decay ends (--steps)")
+    ap.add_argument("--min-lr", type=float, default=0.0, help="the rate the decay ends at (0)")
     ap.add_argument("--adam-beta1", type=float, default=0.9)
     ap.add_argument("--adam-beta2", type=float, default=0.999)
     ap.add_argument("--adam-eps", type=float, default=1e-8)
