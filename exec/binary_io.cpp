@@ -22,6 +22,8 @@ ReadOnlyFile::ReadOnlyFile(std::string path) : path_(std::move(path)) {
     throw InputError(path_, 0, "file", "cannot be read: not a regular file");
   }
   size_bytes_ = static_cast<std::uint64_t>(st.st_size);
+  // Reads block as usual again (a network file system may honour the flag).
+  if (const int flags = ::fcntl(fd_, F_GETFL); flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 ReadOnlyFile::~ReadOnlyFile() { ::close(fd_); }

@@ -44,14 +44,15 @@ SafetensorsIndex parse_safetensors_index(const std::string& text, const std::str
   std::set<std::string> seen;
   for (const auto& [tensor, shard] : map.items()) {
     const std::string field = "weight_map." + tensor;
-    const int line = line_of(text, tensor);
+    // (Found only for an error: a search per entry would make a large index quadratic.)
+    const auto line = [&text, &tensor] { return line_of(text, tensor); };
     if (tensor.empty()) throw InputError(file, map_line, "weight_map", "a tensor name is empty");
-    if (!shard.is_string()) throw InputError(file, line, field, "expected a shard file name, found " + brief(shard));
+    if (!shard.is_string()) throw InputError(file, line(), field, "expected a shard file name, found " + brief(shard));
     const std::string name = shard.get<std::string>();
     if (name.empty() || name == "." || name == ".." || name.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
-      throw InputError(file, line, field, "expected the name of a file beside the index, found " + brief(shard));
+      throw InputError(file, line(), field, "expected the name of a file beside the index, found " + brief(shard));
     }
-    if (name == self) throw InputError(file, line, field, "names the index itself as the shard holding it");
+    if (name == self) throw InputError(file, line(), field, "names the index itself as the shard holding it");
     if (seen.insert(name).second) index.shards.push_back(name);
     index.weight_map.emplace_back(tensor, name);
   }

@@ -73,7 +73,7 @@ class Checkpoint : public WeightSource {
   std::vector<std::pair<size_t, size_t>> where_;  // tensor -> (file, index in it)
 };
 
-// Every tensor of a checkpoint, read (for tests and small models).
+// Every tensor of a checkpoint, read (for tests and small models; its metadata is not kept).
 SafetensorsFile read_checkpoint(const std::string& path);
 
 }  // namespace hetflow::exec

@@ -15,8 +15,9 @@ double LrSchedule::at(long long step) const {
   if (style == Style::constant) return lr;
   if (step > decay_iters) return min_lr;
   if (style == Style::inverse_square_root) {
-    const double warmup = static_cast<double>(std::max<long long>(warmup_iters, 1));
-    const double n = static_cast<double>(std::max<long long>(step, 1));
+    const double b = static_cast<double>(std::max<long long>(samples_per_step, 1));
+    const double warmup = std::max(static_cast<double>(warmup_iters) * b, 1.0);
+    const double n = std::max(static_cast<double>(step) * b, 1.0);
     return std::max(min_lr, lr * std::sqrt(warmup) / std::sqrt(n));
   }
   const double ratio = static_cast<double>(step - warmup_iters) / static_cast<double>(decay_iters - warmup_iters);
@@ -39,7 +40,10 @@ void LrSchedule::check() const {
 
 std::string LrSchedule::describe() const {
   std::string text(to_string(style));
-  if (style != Style::constant) {
+  if (style == Style::inverse_square_root) {
+    text += ", not below " + model::units::format_number(min_lr) + ", then " + model::units::format_number(min_lr) +
+            " after step " + std::to_string(decay_iters);
+  } else if (style != Style::constant) {
     text += " to " + model::units::format_number(min_lr) + " by step " + std::to_string(decay_iters);
   }
   if (warmup_iters > 0) text += ", after " + std::to_string(warmup_iters) + " of warm-up from 0";

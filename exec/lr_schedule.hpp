@@ -9,7 +9,10 @@
 //  - after decay_iters: min_lr;
 //  - otherwise, with r = (n - warmup_iters) / (decay_iters - warmup_iters):
 //    linear min_lr + (lr - min_lr)(1 - r); cosine min_lr + (lr - min_lr)(1 + cos(pi r)) / 2;
-//    inverse-square-root max(min_lr, lr sqrt(max(warmup_iters, 1)) / sqrt(max(n, 1))).
+//    inverse-square-root max(min_lr, lr sqrt(max(W, 1)) / sqrt(max(N, 1))), W and N the
+//    warm-up and the steps taken counted in samples (Megatron counts its schedule in samples:
+//    B of them a step, B the global batch), which only matters without a warm-up:
+//    lr / sqrt(n B) then.
 #include <string>
 #include <string_view>
 
@@ -22,12 +25,13 @@ struct LrSchedule {
   double min_lr = 0;
   long long warmup_iters = 0;
   long long decay_iters = 0;  // when the decay ends (> warmup_iters unless constant)
+  long long samples_per_step = 1;  // the global batch: inverse-square-root counts samples
 
   double at(long long step) const;  // the rate of step `step` (0 = the first)
   // Throws InputError (file "<command line>", the option's name) when the settings cannot
   // make a schedule: min_lr above lr, decay_iters not after warmup_iters.
   void check() const;
-  // "constant", or e.g. "cosine to 3e-05 by step 100, after 10 of warm-up".
+  // "constant", or e.g. "cosine to 3e-05 by step 100, after 10 of warm-up from 0".
   std::string describe() const;
 };
 

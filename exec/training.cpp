@@ -73,13 +73,17 @@ std::vector<std::string> file_names(const std::string& name) {
   return names;
 }
 
-// This rank's share of a parameter from the source's tensor `index` (read now).
-void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out) {
+void check_shape(const ParamSlot& slot, const WeightSource& source, size_t index) {
   const TensorInfo& t = source.tensors()[index];
   if (t.shape != slot.shape) {
     throw InputError(source.path(), 0, slot.name,
                      "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
   }
+}
+
+// This rank's share of a parameter from the source's tensor `index` (read now).
+void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out) {
+  check_shape(slot, source, index);
   const std::vector<float> data = source.read(index);
   const std::vector<float> shard = shard_of(slot, data.data());
   std::copy(shard.begin(), shard.end(), out);
@@ -147,6 +151,8 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     parts += vw.microbatches;
   }
   global_batch_ = samples;
+  schedule_ = optimizer_.schedule(global_batch_);
+  schedule_.check();  // (a decay style without a decay end would divide 0 by 0)
   // A token file too short for one step is the input's fault (InputError): said now, not
   // by the first forward task.
   if (data_) (void)data_->batch(0, global_batch_, shape_.S);
@@ -236,17 +242,23 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
       for (const std::string& name : file_names(slot.name)) model_names.insert(name);
     }
     // A tied model's file may also hold the head as its own tensor (HuggingFace writes one
-    // when it saves tied weights unshared): taken when it is the embedding, bit for bit.
+    // when it saves tied weights unshared): taken when it is the embedding, bit for bit. A
+    // rank whose chunks hold neither (and no server) leaves the check to those that do.
+    const bool holds_table = parameter_server_ || std::any_of(chunks_.begin(), chunks_.end(), [](const auto& c) {
+                               return c->math.params().has_embedding || c->math.params().has_head;
+                             });
     if (const auto head = by_name.find("lm_head.weight"); shape_.tied && head != by_name.end()) {
       const char* table = shape_.family == DecoderFamily::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
       const size_t embedding = training_detail::find_tensor(by_name, table);
       if (embedding == static_cast<size_t>(-1)) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
-      const std::vector<float> embedding_data = init->read(embedding), head_data = init->read(head->second);
-      if (init->tensors()[embedding].shape != init->tensors()[head->second].shape ||
-          !std::equal(embedding_data.begin(), embedding_data.end(), head_data.begin(), head_data.end(),
-                      [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
-        throw InputError(init_path, 0, "lm_head.weight",
-                         std::string("differs from ") + table + ", and this model ties the LM head to the embedding");
+      if (holds_table) {
+        const std::vector<float> embedding_data = init->read(embedding), head_data = init->read(head->second);
+        if (init->tensors()[embedding].shape != init->tensors()[head->second].shape ||
+            !std::equal(embedding_data.begin(), embedding_data.end(), head_data.begin(), head_data.end(),
+                        [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
+          throw InputError(init_path, 0, "lm_head.weight",
+                           std::string("differs from ") + table + ", and this model ties the LM head to the embedding");
+        }
       }
       model_names.insert("lm_head.weight");
     }
@@ -256,14 +268,24 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
         throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
       }
     }
+    // Each tensor is read once, then each local chunk holding a share of it (replicas,
+    // tensor-parallel ranks, a tied copy) takes its share: what is held at once is one
+    // tensor and one share, whatever the model's size.
+    std::map<size_t, std::vector<std::pair<Chunk*, const ParamSlot*>>> holders;  // tensor -> its slots here
     for (auto& c : chunks_) {
-      std::vector<float> loaded = c->host_params();
       for (const ParamSlot& slot : c->math.params().slots) {
         const size_t found = training_detail::find_tensor(by_name, slot.name);
         if (found == static_cast<size_t>(-1)) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
-        load(slot, *init, found, loaded.data() + slot.offset);  // this rank's share
+        training_detail::check_shape(slot, *init, found);
+        holders[found].emplace_back(c.get(), &slot);
       }
-      c->ops().upload(c->params.data(), loaded.data(), loaded.size());
+    }
+    for (const auto& [index, slots] : holders) {
+      const std::vector<float> tensor = init->read(index);
+      for (const auto& [c, slot] : slots) {
+        const std::vector<float> share = shard_of(*slot, tensor.data());
+        c->ops().upload(c->params.data() + slot->offset, share.data(), share.size());
+      }
     }
   }
 
@@ -778,7 +800,7 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
   for (Chunk* c : mine) {
     const int step = ++c->steps;  // AdamW's count: skipped steps do not count
-    const double lr = optimizer_.schedule().at(step - 1);  // nor does the schedule (Megatron's)
+    const double lr = schedule_.at(step - 1);  // nor does the schedule (Megatron's)
     if (loss_scale != 1) c->ops().scale(c->grads.data(), static_cast<float>(1 / loss_scale), c->grads.size());
     if (scale != 1) c->ops().scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {

@@ -116,7 +116,10 @@ struct OptimizerOptions {
   LrSchedule::Style lr_decay_style = LrSchedule::Style::constant;
   double min_lr = 0;
   long long lr_warmup_iters = 0, lr_decay_iters = 0;
-  LrSchedule schedule() const { return {lr_decay_style, lr, min_lr, lr_warmup_iters, lr_decay_iters}; }
+  // The schedule of a run whose steps take `samples_per_step` samples (its global batch).
+  LrSchedule schedule(long long samples_per_step = 1) const {
+    return {lr_decay_style, lr, min_lr, lr_warmup_iters, lr_decay_iters, samples_per_step};
+  }
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
@@ -133,8 +136,10 @@ class Training {
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const SafetensorsFile* init = nullptr, const std::string& init_path = "",
               const Ranks* ranks = nullptr);
-  // The same from weights read tensor by tensor (a checkpoint on disk: exec/checkpoint.hpp);
-  // only the tensors of this rank's parameters are read, one at a time.
+  // The same from weights read tensor by tensor (a checkpoint on disk: exec/checkpoint.hpp):
+  // each tensor this rank's parameters need is read once, one at a time, and every local
+  // chunk holding a share of it takes its share (ranks holding a tied embedding also read the
+  // embedding and lm_head together, to check they are equal).
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const WeightSource& init, const Ranks* ranks = nullptr);
   ~Training();
@@ -227,6 +232,7 @@ class Training {
   DecoderShape shape_;
   std::unique_ptr<TokenSource> data_;
   OptimizerOptions optimizer_;
+  LrSchedule schedule_;  // optimizer_'s, counted in this run's global batches (checked)
   int global_batch_ = 0;
   std::map<int, std::pair<int, int>> tp_position_;  // device -> (its rank in its tensor-parallel group, the group's size)
   std::vector<int> sample_base_;  // per virtual worker

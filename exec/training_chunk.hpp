@@ -86,6 +86,9 @@ namespace training_detail {
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
 // The names a parameter may have in a HuggingFace file.
 std::vector<std::string> file_names(const std::string& name);
+// InputError (naming the source) when the source's tensor `index` has another shape than
+// the parameter.
+void check_shape(const ParamSlot& slot, const WeightSource& source, size_t index);
 // This rank's share of a parameter from the source's tensor `index`, read now; InputError
 // (naming the source) on a shape that is not the parameter's.
 void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out);

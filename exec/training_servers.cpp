@@ -312,7 +312,7 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
     if (!skip) {  // a skipped step (gradients not finite) leaves the weights as they were
       if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
       if (scale != 1) kernels::scale(sp.g.data(), scale, static_cast<long>(sp.g.size()));
-      const double lr = optimizer_.schedule().at(sp.steps);  // steps taken before this one
+      const double lr = schedule_.at(sp.steps);  // steps taken before this one
       kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
                             static_cast<float>(lr), static_cast<float>(optimizer_.adam_beta1),
                             static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),

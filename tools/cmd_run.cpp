@@ -141,6 +141,13 @@ Request read_request(po::variables_map& vm) {
   r.optimizer.lr_warmup_iters = int_option_in(vm, "lr-warmup-iters", 0, 1'000'000'000);
   r.optimizer.lr_decay_iters =
       vm.count("lr-decay-iters") ? int_option_in(vm, "lr-decay-iters", 1, 1'000'000'000) : r.warmup + r.steps;
+  if (!vm.count("lr-decay-iters") && r.optimizer.lr_decay_style != exec::LrSchedule::Style::constant &&
+      r.optimizer.lr_warmup_iters >= r.optimizer.lr_decay_iters) {
+    throw InputError("<command line>", 0, "--lr-warmup-iters",
+                     std::to_string(r.optimizer.lr_warmup_iters) + " steps of warm-up leave no decay before the run ends at step " +
+                         std::to_string(r.optimizer.lr_decay_iters) +
+                         " (--warmup + --steps, the default --lr-decay-iters): give more steps or --lr-decay-iters");
+  }
   r.optimizer.schedule().check();
   // Loss scaling, Megatron's: a constant --loss-scale, or dynamic where the GEMMs multiply
   // fp16 operands (an fp16 plan on the cuda back end) unless a constant is given.
@@ -704,7 +711,8 @@ void run_options(po::options_description& options) {
       ("lr-decay-style", po::value<std::string>()->default_value("constant"),
        "constant | linear | cosine | inverse-square-root (Megatron's schedule)")
       ("lr-warmup-iters", po::value<int>()->default_value(0), "steps of linear warm-up from 0 to --lr")
-      ("lr-decay-iters", po::value<int>(), "the step the decay reaches --min-lr (default: the run's last)")
+      ("lr-decay-iters", po::value<int>(),
+       "the step the decay reaches --min-lr (default: --warmup + --steps, one past the last, as Megatron's --train-iters)")
       ("min-lr", po::value<std::string>()->default_value("0"), "the rate the decay ends at")
       ("adam-beta1", po::value<std::string>()->default_value("0.9"), "AdamW beta1")
       ("adam-beta2", po::value<std::string>()->default_value("0.999"), "AdamW beta2")

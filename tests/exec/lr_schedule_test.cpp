@@ -32,6 +32,13 @@ TEST(LrSchedule, WarmsUpFromZeroThenDecaysToTheFloor) {
   EXPECT_DOUBLE_EQ(isqrt.at(4), 1e-3);
   EXPECT_DOUBLE_EQ(isqrt.at(16), 1e-3 * 2 / 4);  // lr sqrt(warmup) / sqrt(n)
   EXPECT_DOUBLE_EQ(isqrt.at(1000000), 1e-5);     // past the decay: the floor
+  // Megatron counts it in samples: without warm-up, step n of B samples is at lr / sqrt(n B).
+  const LrSchedule isqrt_batches{Style::inverse_square_root, 1e-3, 0, 0, 1000, 4};
+  EXPECT_DOUBLE_EQ(isqrt_batches.at(0), 1e-3);
+  EXPECT_DOUBLE_EQ(isqrt_batches.at(1), 1e-3 / 2);
+  EXPECT_DOUBLE_EQ(isqrt_batches.at(4), 1e-3 / 4);
+  const LrSchedule isqrt_warm{Style::inverse_square_root, 1e-3, 0, 4, 1000, 32};
+  EXPECT_DOUBLE_EQ(isqrt_warm.at(16), 1e-3 / 2);  // with a warm-up the batch cancels out
   const LrSchedule constant{Style::constant, 3e-4, 0, 0, 0};
   for (long long n : {0LL, 1LL, 1000000LL}) EXPECT_EQ(constant.at(n), 3e-4);
   const LrSchedule warm_constant{Style::constant, 3e-4, 0, 3, 0};
@@ -53,6 +60,8 @@ TEST(LrSchedule, SettingsThatMakeNoScheduleAreRefusedByOption) {
   EXPECT_EQ(field_of({Style::constant, 1e-3, 0, 10, 10}), "(accepted)");  // no decay to end
   std::string describe = LrSchedule{Style::cosine, 1e-3, 1e-4, 10, 110}.describe();
   EXPECT_EQ(describe, "cosine to 0.0001 by step 110, after 10 of warm-up from 0");
+  EXPECT_EQ(LrSchedule({Style::inverse_square_root, 1e-3, 1e-4, 0, 50}).describe(),
+            "inverse-square-root, not below 0.0001, then 0.0001 after step 50");
   LrSchedule::Style parsed = Style::constant;
   EXPECT_TRUE(exec::parse_lr_style("inverse-square-root", parsed));
   EXPECT_EQ(parsed, Style::inverse_square_root);

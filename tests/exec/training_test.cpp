@@ -913,6 +913,10 @@ TEST(Training, ALearningRateScheduleStepsAlikeOnEveryUpdatePath) {
   scheduled.min_lr = 1e-4;
   const Trained want = train(one, 4, scheduled, 7, &init);
   EXPECT_NE(test_support::compare_weights(want.weights, train(one, 4, optimizer(), 7, &init).weights).whole_relative, 0.0);
+  // A decay style without the step it ends at is refused, not divided by zero.
+  OptimizerOptions endless = scheduled;
+  endless.lr_decay_iters = 0;
+  EXPECT_THROW(exec::Training(one, exec::markov_stream(101, 1), endless, 7), InputError);
   for (const partition::SyncKind sync : {partition::SyncKind::allreduce, partition::SyncKind::ps, partition::SyncKind::wsp}) {
     partition::PlanOptions o = options(2, 2, 4, "1f1b");
     o.sync = sync;

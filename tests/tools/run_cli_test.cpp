@@ -304,7 +304,8 @@ TEST(RunCli, ALearningRateScheduleIsReportedAndBadOnesRefused) {
   EXPECT_EQ(optimizer["lr_decay_iters"], 10);
   for (const auto& [args, says] : {std::pair{" --lr-decay-style cosine-annealing", "--lr-decay-style: expected constant, linear"},
                                    std::pair{" --min-lr 1", "--min-lr: expected a rate from 0 to --lr"},
-                                   std::pair{" --lr-decay-style cosine --lr-warmup-iters 4", "--lr-decay-iters: expected more steps (4)"},
+                                   std::pair{" --lr-decay-style cosine --lr-warmup-iters 4", "--lr-warmup-iters: 4 steps of warm-up leave no decay"},
+                                   std::pair{" --lr-decay-style cosine --lr-warmup-iters 4 --lr-decay-iters 3", "--lr-decay-iters: expected more steps (3)"},
                                    std::pair{" --lr-warmup-iters -1", "--lr-warmup-iters"}}) {
     const auto r = run_hetflow(run + args);
     EXPECT_EQ(r.status, 2) << args;

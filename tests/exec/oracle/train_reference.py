@@ -572,21 +572,24 @@ def train_step(cfg, P, opt, idx, tgt, clip):
 
 
 def scheduled_lr(a, k):
-    """Megatron's iteration-based learning rate (OptimizerParamScheduler.get_lr) for the step
-    after k steps: a linear warm-up from 0, then the decay style down to min_lr at decay_iters."""
+    """Megatron's learning rate (OptimizerParamScheduler.get_lr) for the step after k steps of
+    a.batch samples each: the schedule runs in samples, a linear warm-up from 0, then the decay
+    style down to min_lr at decay_iters' sample."""
     peak, floor = a.lr, getattr(a, "min_lr", 0.0)
     style = getattr(a, "lr_decay_style", "constant")
-    warmup = getattr(a, "lr_warmup_iters", 0)
-    decay = getattr(a, "lr_decay_iters", None) or a.steps
-    if warmup > 0 and k <= warmup:
-        return peak * k / warmup
+    samples = a.batch  # the global batch: one step's samples
+    warmup = getattr(a, "lr_warmup_iters", 0) * samples
+    decay = (getattr(a, "lr_decay_iters", None) or a.steps) * samples
+    n = k * samples
+    if warmup > 0 and n <= warmup:
+        return peak * n / warmup
     if style == "constant":
         return peak
-    if k > decay:
+    if n > decay:
         return floor
     if style == "inverse-square-root":
-        return max(floor, peak * math.sqrt(max(warmup, 1)) / math.sqrt(max(k, 1)))
-    progress = (k - warmup) / (decay - warmup)
+        return max(floor, peak * math.sqrt(max(warmup, 1)) / math.sqrt(max(n, 1)))
+    progress = (n - warmup) / (decay - warmup)
     coeff = 1.0 - progress if style == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return floor + coeff * (peak - floor)
 
