@@ -97,12 +97,22 @@ size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::stri
   return static_cast<size_t>(-1);
 }
 
+std::map<std::string, size_t> tensor_index(const WeightSource& source) {
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < source.tensors().size(); ++i) by_name[source.tensors()[i].name] = i;
+  return by_name;
+}
+
+}  // namespace training_detail
+
+namespace {
+
 std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::string& path) {
   if (init == nullptr) return nullptr;
   return std::make_unique<InMemoryWeights>(*init, path);
 }
 
-}  // namespace training_detail
+}  // namespace
 
 using training_detail::file_names;
 using training_detail::load;
@@ -112,7 +122,7 @@ using training_detail::tensor_of_kind;
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                    std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
     // (The wrapper lives until the delegated constructor returns: the end of this full-expression.)
-    : Training(plan, std::move(data), optimizer, seed, Init{training_detail::in_memory(init, init_path).get()}, ranks) {}
+    : Training(plan, std::move(data), optimizer, seed, Init{in_memory(init, init_path).get()}, ranks) {}
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                    std::uint64_t seed, const WeightSource& init, const Ranks* ranks)
@@ -235,8 +245,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   const WeightSource* init = init_weights.source;
   if (init != nullptr) {
     const std::string& init_path = init->path();
-    std::map<std::string, size_t> by_name;
-    for (size_t i = 0; i < init->tensors().size(); ++i) by_name[init->tensors()[i].name] = i;
+    const std::map<std::string, size_t> by_name = training_detail::tensor_index(*init);
     std::set<std::string> model_names;  // the whole model's, wherever its chunks run
     for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
       for (const std::string& name : file_names(slot.name)) model_names.insert(name);

@@ -95,8 +95,8 @@ void load(const ParamSlot& slot, const WeightSource& source, size_t index, float
 // The index of the tensor holding the parameter `slot_name` (under any of its file names)
 // in a map of the source's names, or size_t(-1).
 size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name);
-// `init` as a WeightSource named `path`, or nullptr.
-std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::string& path);
+// Each tensor's index in `source`, by name.
+std::map<std::string, size_t> tensor_index(const WeightSource& source);
 
 }  // namespace training_detail
 

@@ -17,7 +17,6 @@
 namespace hetflow::exec {
 
 using partition::TaskKind;
-using training_detail::file_names;
 using training_detail::load;
 using Floats = std::vector<float>;
 
@@ -55,6 +54,8 @@ void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& w
 
 void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
   const std::vector<int>& server_of = plan_.layout.sync.layer_server;
+  const std::map<std::string, size_t> by_name =
+      init != nullptr ? training_detail::tensor_index(*init) : std::map<std::string, size_t>{};
   std::map<std::string, int> server_of_name;
   for (size_t l = 0; l < server_of.size(); ++l) {
     const int layer = static_cast<int>(l);
@@ -77,10 +78,8 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
       sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
                   values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
       if (init != nullptr) {
-        for (size_t t = 0; t < init->tensors().size(); ++t) {
-          for (const std::string& name : file_names(slot.name)) {
-            if (init->tensors()[t].name == name) load(slot, *init, t, sp.p.data());
-          }
+        if (const size_t t = training_detail::find_tensor(by_name, slot.name); t != static_cast<size_t>(-1)) {
+          load(slot, *init, t, sp.p.data());
         }
       }
       sp.m.assign(slot.count, 0.0f);

@@ -162,11 +162,9 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.heads = r.positive_int("heads", limits::kMaxHeads);
   c.kv_heads = r.int_or("kv_heads", 0, 0, limits::kMaxHeads);
   c.head_dim = r.int_or("head_dim", 0, 0, limits::kMaxHidden);
-  if (c.head_dim > 0 && static_cast<long long>(c.head_dim) * c.heads == c.hidden) c.head_dim = 0;  // the default, spelled out
   c.ffn = r.int_or("ffn", 0, 0, limits::kMaxFfn);
   c.seq = r.positive_int("seq", limits::kMaxSeq);
   c.positions = r.int_or("positions", 0, 0, limits::kMaxSeq);
-  if (c.positions == c.seq) c.positions = 0;  // the default, spelled out
   c.vocab = r.int_or("vocab", 0, 0, limits::kMaxVocab);
   const std::string norm = r.string_or("norm", "layernorm");
   if (norm != "layernorm" && norm != "rmsnorm") r.fail("norm", "expected layernorm or rmsnorm, found '" + norm + "'");
@@ -199,7 +197,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   } catch (const InputError& e) {
     r.fail(e.field(), e.message());
   }
-  return c;
+  return canonical(c);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -11,6 +11,9 @@ namespace hetflow::model {
 
 // Throws InputError (file "<spec>") naming the first field that is not usable.
 void check_transformer_config(const TransformerConfig& config);
+// The same architecture with a head_dim of hidden / heads and a position table of seq rows
+// written as their default (0): one architecture, one spelling (and one plan fingerprint).
+TransformerConfig canonical(TransformerConfig config);
 
 // The families' layer flags and vocabularies, shapes left zero: GPT-2/GPT-3 style (LayerNorm,
 // GELU, biases, learned positions, tied head, vocabulary 50257, seq 2048) and LLaMA style

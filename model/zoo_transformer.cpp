@@ -227,6 +227,12 @@ void check_rope_scaling(const RopeScaling& r) {
   }
 }
 
+TransformerConfig canonical(TransformerConfig c) {
+  if (c.head_dim > 0 && static_cast<long long>(c.head_dim) * c.heads == c.hidden) c.head_dim = 0;
+  if (c.positions == c.seq) c.positions = 0;
+  return c;
+}
+
 Network make_transformer(const TransformerConfig& config, Precision precision) {
   check_transformer_config(config);
   const Shape x = shape_of(config);
@@ -235,13 +241,7 @@ Network make_transformer(const TransformerConfig& config, Precision precision) {
   net.name = config.name.empty() ? "transformer" : config.name;
   net.precision = precision;
   net.tokens_per_sample = config.seq;
-  net.architecture = config;
-  // A head_dim of hidden / heads, or a position table of seq rows, is the default spelled out:
-  // one architecture, one spelling.
-  if (config.head_dim > 0 && static_cast<long long>(config.head_dim) * config.heads == config.hidden) {
-    net.architecture->head_dim = 0;
-  }
-  if (config.positions == config.seq) net.architecture->positions = 0;
+  net.architecture = canonical(config);
   net.description = std::string(config.encoder ? "encoder" : "decoder") + " L=" +
                     std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
                     " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +
