@@ -1,12 +1,21 @@
-// Causal grouped-query attention on the GPU (transformer_cuda.hpp): the straightforward
-// kernels, one block per query row (forward, and the backward's dq) or per key row (the
-// backward's dk and dv), each reduction in a fixed order and no atomics. Layouts as the
-// reference: q, out [B,T,NH,HS]; k, v [B,T,NKV,HS]; probs [B,NH,T,T]. A sliding window W
-// narrows query row t's keys to [t - W + 1, t]; the loops visit only those.
+// Causal grouped-query attention on the GPU (transformer_cuda.hpp) as tiled matrix products.
+// Layouts as the reference: q, out [B,T,NH,HS]; k, v [B,T,NKV,HS]; probs [B,NH,T,T]. A sliding
+// window W narrows query row t's keys to [first_key(t), t] = [t - W + 1, t].
 //
-// Future work: a flash-style kernel that tiles queries and keys through shared memory, fuses
-// the softmax into the tiles and keeps no T x T probabilities; here every query row re-reads
-// its keys from L2, and probs is both the saved softmax and the forward's scratch.
+// Forward, per (batch, head): S = scale Q K^T into probs (only the tiles holding some row's
+// keys), the softmax of each row in place, then out = P V. Backward, a chunk of kv groups at a
+// time: dP = dout V^T into scratch, dS = scale P (dP - D) row by row in place (D = sum P dP),
+// then dq += dS K, dk += dS^T Q and dv += P^T dout, the last two summing the group's query
+// heads in order. One kernel makes every product: a 64 x 64 output tile per block, staged
+// through shared memory 16 deep, each thread summing 4 x 4 outputs in a fixed order. It visits
+// only the shared indices some row of the tile needs, and where a step holds a pair the mask
+// excludes (a key after a query, or before its window) it multiplies that pair as zero rather
+// than reading it into the sum: a masked key or value, even a non-finite one, never reaches an
+// output. The scores of the diagonal tiles' masked pairs are computed and then overwritten by
+// the softmax's zeros.
+//
+// Future work: a flash-style kernel fusing the softmax into the tiles and keeping no T x T
+// probabilities, and 16-bit operands on the tensor cores for 16-bit plans.
 #include "kernels/cuda_common.cuh"
 #include "kernels/transformer_cuda_launch.hpp"
 
@@ -16,212 +25,279 @@ namespace {
 
 using cuda::block_max;
 using cuda::block_sum;
-using cuda::warp_sum;
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+// ---------------------------------------------------------------------------------------------
+// Where things are.
 
-// Where things are, for batch b.
 struct Layout {
   int T, NH, NKV, HS;
   int window;  // 0: every earlier key
+  __host__ __device__ int group() const { return NH / NKV; }
   __device__ int first_key(int t) const { return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; }
   __device__ int query_end(int j) const { return window > 0 && window < T - j ? j + window : T; }  // rows seeing key j
+  __device__ bool sees(int t, int j) const { return j <= t && j >= first_key(t); }
   __device__ std::size_t query_row(int b, int t, int h) const {  // q, out, dout, dq
     return ((static_cast<std::size_t>(b) * T + t) * NH + h) * HS;
   }
   __device__ std::size_t key_row(int b, int t, int kvh) const {  // k, v, dk, dv
     return ((static_cast<std::size_t>(b) * T + t) * NKV + kvh) * HS;
   }
-  __device__ std::size_t key_stride() const { return static_cast<std::size_t>(NKV) * HS; }
-  __device__ std::size_t probs_row(int b, int h, int t) const {
-    return ((static_cast<std::size_t>(b) * NH + h) * T + t) * T;
+  __device__ long query_stride() const { return static_cast<long>(NH) * HS; }
+  __device__ long key_stride() const { return static_cast<long>(NKV) * HS; }
+  __host__ __device__ std::size_t square(long slice) const {  // (batch, head) slice b * NH + h of probs or dS
+    return static_cast<std::size_t>(slice) * T * T;
   }
 };
 
-// The output's sums use groups of HS threads (at least one group), group g taking keys g,
-// g + groups, ...: every thread busy when HS < kThreads, and a fixed order.
-__host__ __device__ inline int output_groups(int HS) { return HS < kThreads ? kThreads / HS : 1; }
+// A strided matrix: element (r, c) at p[r * rs + c * cs].
+struct View {
+  const float* p;
+  long rs, cs;
+  __device__ float at(long r, long c) const { return p[r * rs + c * cs]; }
+};
 
-// Block (b, h, t), numbered (b * NH + h) * T + t. Scores for keys j in [lo, t] (lo = 0 without
-// a window), a warp per key, into probs' row; the softmax in place (exponentials, fp32 sum,
-// times 1/sum as the reference); zeros elsewhere in the row; then out[t] = sum_j p[j] v[j]. Dynamic shared memory: q's row
-// (HS), then the output groups' sums (groups * HS).
-__global__ void attention_forward_kernel(float* out, float* probs, const float* q, const float* k, const float* v,
-                                         Layout at, float scale) {
-  extern __shared__ float smem[];
+// ---------------------------------------------------------------------------------------------
+// The tiled product: C(m, n) = sum over segments s and shared indices k of A_s(m, k) B_s(k, n),
+// for every slice z, handed to op.store. An op says:
+//   slices, M, N, segments;  a(z, s), b(z, s): the views;
+//   skip(m0, n0): the tile needs no output (every pair masked);
+//   k_range(m0, &begin, &end): the shared indices rows [m0, m0 + kTile) need;
+//   whole(m0, k0): every (row, k) pair of the step [k0, k0 + kDepth) counts;
+//   counts(m, k): whether the pair counts (asked only where whole is false);
+//   store(z, m, n, sum).
+// kAContiguousInK: A's k index has stride 1 (else its m index has); kBContiguousInK likewise
+// for B (else its n index has): the loads walk the contiguous index across threads.
+
+constexpr int kTile = 64;
+constexpr int kDepth = 16;
+constexpr int kTileThreads = 256;  // 16 x 16, each 4 x 4 outputs: rows ty + 16 i, columns tx + 16 j
+constexpr int kPer = kTile / 16;
+constexpr int kMaxSlicesPerLaunch = 65535;  // gridDim.z; a kernel loops over the rest
+
+template <bool kAContiguousInK, bool kBContiguousInK, class Op>
+__global__ void __launch_bounds__(kTileThreads) tiled_product_kernel(Op op) {
+  // (a column of padding: the loads that walk k store 16 rows apart without bank conflicts)
+  __shared__ float a_s[kDepth][kTile + 1];
+  __shared__ float b_s[kDepth][kTile + 1];
+  const int m0 = static_cast<int>(blockIdx.y) * kTile, n0 = static_cast<int>(blockIdx.x) * kTile;
+  if (op.skip(m0, n0)) return;  // (the whole block: the test is the tile's)
+  const int tid = static_cast<int>(threadIdx.x), tx = tid % 16, ty = tid / 16;
+  int k_begin = 0, k_end = 0;
+  op.k_range(m0, &k_begin, &k_end);
+
+  for (int z = static_cast<int>(blockIdx.z); z < op.slices; z += static_cast<int>(gridDim.z)) {
+    float acc[kPer][kPer] = {};
+    for (int s = 0; s < op.segments; ++s) {
+      const View a = op.a(z, s), b = op.b(z, s);
+      for (int k0 = k_begin; k0 < k_end; k0 += kDepth) {
+        for (int e = tid; e < kTile * kDepth; e += kTileThreads) {
+          const int ak = kAContiguousInK ? e % kDepth : e / kTile, am = kAContiguousInK ? e / kDepth : e % kTile;
+          const int bk = kBContiguousInK ? e % kDepth : e / kTile, bn = kBContiguousInK ? e / kDepth : e % kTile;
+          const bool k_in_a = k0 + ak < k_end, k_in_b = k0 + bk < k_end;
+          a_s[ak][am] = k_in_a && m0 + am < op.M ? a.at(m0 + am, k0 + ak) : 0.0f;
+          b_s[bk][bn] = k_in_b && n0 + bn < op.N ? b.at(k0 + bk, n0 + bn) : 0.0f;
+        }
+        __syncthreads();
+        if (op.whole(m0, k0)) {
+#pragma unroll
+          for (int kk = 0; kk < kDepth; ++kk) {
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+              const float x = a_s[kk][ty + 16 * i];
+#pragma unroll
+              for (int j = 0; j < kPer; ++j) acc[i][j] += x * b_s[kk][tx + 16 * j];
+            }
+          }
+        } else {
+          for (int kk = 0; kk < kDepth; ++kk) {
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+              if (!op.counts(m0 + ty + 16 * i, k0 + kk)) continue;  // a masked pair adds nothing
+              const float x = a_s[kk][ty + 16 * i];
+#pragma unroll
+              for (int j = 0; j < kPer; ++j) acc[i][j] += x * b_s[kk][tx + 16 * j];
+            }
+          }
+        }
+        __syncthreads();
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int m = m0 + ty + 16 * i;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int n = n0 + tx + 16 * j;
+        if (m < op.M && n < op.N) op.store(z, m, n, acc[i][j]);
+      }
+    }
+  }
+}
+
+template <bool kAContiguousInK, bool kBContiguousInK, class Op>
+Status tiled_product(const Op& op, cudaStream_t stream) {
+  if (op.slices == 0) return Status::success;
+  const dim3 grid((op.N + kTile - 1) / kTile, (op.M + kTile - 1) / kTile,
+                  op.slices < kMaxSlicesPerLaunch ? op.slices : kMaxSlicesPerLaunch);
+  tiled_product_kernel<kAContiguousInK, kBContiguousInK><<<grid, kTileThreads, 0, stream>>>(op);
+  return cuda::launched();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The products, by their masks. A slice z of `first + z` (batch, head) slices b * NH + h, or
+// of kv groups b * NKV + kvh, as each op says.
+
+// Scores: rows are queries t, columns keys j, k the head's dimension. A tile is skipped where
+// every key comes after every query of it, or before the earliest query's window.
+struct ScoresMask {
+  Layout at;
+  int M, N, segments = 1;
+  __device__ bool skip(int m0, int n0) const { return n0 > m0 + kTile - 1 || n0 + kTile - 1 < at.first_key(m0); }
+  __device__ void k_range(int, int* begin, int* end) const { *begin = 0, *end = at.HS; }
+  __device__ bool whole(int, int) const { return true; }
+  __device__ bool counts(int, int) const { return true; }
+};
+
+// Rows queries t, k keys j: the keys of rows [m0, m0 + kTile).
+struct QueryRowsOverKeys {
+  Layout at;
+  int M, N, segments = 1;
+  __device__ bool skip(int, int) const { return false; }
+  __device__ void k_range(int m0, int* begin, int* end) const {
+    *begin = at.first_key(m0);
+    *end = m0 + kTile < at.T ? m0 + kTile : at.T;
+  }
+  __device__ bool whole(int m0, int k0) const {
+    return k0 + kDepth - 1 <= m0 && k0 >= at.first_key(m0 + kTile - 1);
+  }
+  __device__ bool counts(int t, int j) const { return at.sees(t, j); }
+};
+
+// Rows keys j, k queries t: the queries that see keys [m0, m0 + kTile).
+struct KeyRowsOverQueries {
+  Layout at;
+  int M, N, segments;
+  __device__ bool skip(int, int) const { return false; }
+  __device__ void k_range(int m0, int* begin, int* end) const {
+    const int last = m0 + kTile - 1 < at.T - 1 ? m0 + kTile - 1 : at.T - 1;
+    *begin = m0;
+    *end = at.query_end(last);
+  }
+  __device__ bool whole(int m0, int k0) const {
+    return k0 >= m0 + kTile - 1 && (at.window == 0 || k0 + kDepth - 1 <= m0 + at.window - 1);
+  }
+  __device__ bool counts(int j, int t) const { return at.sees(t, j); }
+};
+
+// S = scale Q K^T into probs (or dP = dout V^T into dS: then `queries` is dout, `keys` v).
+// Slices are (batch, head) slices first + z; out's slice z holds slice first + z.
+struct ScoresOp : ScoresMask {
+  int slices;
+  long first;
+  const float* queries;
+  const float* keys;
+  float* out;
+  float scale;
+  __device__ int batch(int z) const { return static_cast<int>((first + z) / at.NH); }
+  __device__ int head(int z) const { return static_cast<int>((first + z) % at.NH); }
+  __device__ View a(int z, int) const {  // (t, d)
+    return {queries + at.query_row(batch(z), 0, head(z)), at.query_stride(), 1};
+  }
+  __device__ View b(int z, int) const {  // (d, j)
+    return {keys + at.key_row(batch(z), 0, head(z) / at.group()), 1, at.key_stride()};
+  }
+  __device__ void store(int z, int t, int j, float sum) const {
+    out[at.square(z) + static_cast<std::size_t>(t) * at.T + j] = scale * sum;
+  }
+};
+
+// out (=, or += with `accumulate`) = P V, or dq += dS K. P's slice z is slice first + z.
+struct WeightedValuesOp : QueryRowsOverKeys {
+  int slices;
+  long first;
+  const float* weights;  // P or dS, slice z at z
+  const float* values;   // v or k
+  float* out;            // out or dq
+  bool accumulate;
+  __device__ int batch(int z) const { return static_cast<int>((first + z) / at.NH); }
+  __device__ int head(int z) const { return static_cast<int>((first + z) % at.NH); }
+  __device__ View a(int z, int) const { return {weights + at.square(z), at.T, 1}; }  // (t, j)
+  __device__ View b(int z, int) const {                                             // (j, d)
+    return {values + at.key_row(batch(z), 0, head(z) / at.group()), at.key_stride(), 1};
+  }
+  __device__ void store(int z, int t, int d, float sum) const {
+    float* o = out + at.query_row(batch(z), t, head(z)) + d;
+    *o = accumulate ? *o + sum : sum;
+  }
+};
+
+// dk += dS^T Q or dv += P^T dout: slices are kv groups first + z (b * NKV + kvh), segment s the
+// group's query head kvh * group + s, whose dS or P is at weights' slice z * group + s.
+struct KeyGradientOp : KeyRowsOverQueries {
+  int slices;
+  long first;
+  const float* weights;  // dS or P
+  const float* rows;     // q or dout
+  float* grad;           // dk or dv
+  __device__ int batch(int z) const { return static_cast<int>((first + z) / at.NKV); }
+  __device__ int kv_head(int z) const { return static_cast<int>((first + z) % at.NKV); }
+  __device__ View a(int z, int s) const {  // (j, t) of the slice's (t, j)
+    return {weights + at.square(static_cast<long>(z) * at.group() + s), 1, at.T};
+  }
+  __device__ View b(int z, int s) const {  // (t, d)
+    return {rows + at.query_row(batch(z), 0, kv_head(z) * at.group() + s), at.query_stride(), 1};
+  }
+  __device__ void store(int z, int j, int d, float sum) const {
+    grad[at.key_row(batch(z), j, kv_head(z)) + d] += sum;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Row by row, a block per row of `rows` (row r: slice r / T, query t = r % T), 128 threads.
+
+constexpr int kRowThreads = 128;
+
+// probs' row: the softmax of its scores over keys [first_key(t), t] in place (exponentials,
+// fp32 sum, times 1/sum as the reference), zeros elsewhere.
+__global__ void causal_softmax_kernel(float* probs, Layout at) {
   __shared__ float shared[32];
-  const int T = at.T, HS = at.HS;
-  const int t = static_cast<int>(blockIdx.x % T);
-  const int bh = static_cast<int>(blockIdx.x / T);
-  const int h = bh % at.NH, b = bh / at.NH;
-  const int kvh = h / (at.NH / at.NKV);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::size_t ldk = at.key_stride();
-  const float* k_head = k + at.key_row(b, 0, kvh);  // key j at k_head + j * ldk
-  const float* v_head = v + at.key_row(b, 0, kvh);
-  float* p_row = probs + at.probs_row(b, h, t);
-  float* q_s = smem;
-  float* partial = smem + HS;
-
-  const float* q_row = q + at.query_row(b, t, h);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) q_s[d] = q_row[d];
-  __syncthreads();
-
+  const int t = static_cast<int>(blockIdx.x % at.T);
+  float* row = probs + static_cast<std::size_t>(blockIdx.x) * at.T;
   const int lo = at.first_key(t);
   float local_max = -INFINITY;
-  for (int j = lo + warp; j <= t; j += kWarps) {
-    const float* k_row = k_head + j * ldk;
-    float dot = 0;
-    for (int d = lane; d < HS; d += 32) dot += q_s[d] * k_row[d];
-    const float score = scale * warp_sum(dot);
-    if (lane == 0) p_row[j] = score;
-    local_max = fmaxf(local_max, score);
-  }
-  const float m = block_max(local_max, shared);  // its barriers also publish the scores
-
+  for (int j = lo + static_cast<int>(threadIdx.x); j <= t; j += kRowThreads) local_max = fmaxf(local_max, row[j]);
+  const float m = block_max(local_max, shared);
   float local_sum = 0;
-  for (int j = lo + static_cast<int>(threadIdx.x); j <= t; j += blockDim.x) {
-    const float e = expf(p_row[j] - m);
-    p_row[j] = e;
+  for (int j = lo + static_cast<int>(threadIdx.x); j <= t; j += kRowThreads) {
+    const float e = expf(row[j] - m);
+    row[j] = e;
     local_sum += e;
   }
-  const float inv = 1.0f / block_sum(local_sum, shared);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) p_row[j] = j >= lo && j <= t ? p_row[j] * inv : 0.0f;
-  __syncthreads();
-
-  const int groups = output_groups(HS);
-  for (int idx = threadIdx.x; idx < groups * HS; idx += blockDim.x) {
-    const int g = idx / HS, d = idx % HS;
-    float sum = 0;
-    for (int j = lo + g; j <= t; j += groups) sum += p_row[j] * v_head[j * ldk + d];
-    partial[idx] = sum;
-  }
-  __syncthreads();
-  float* out_row = out + at.query_row(b, t, h);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float total = 0;
-    for (int g = 0; g < groups; ++g) total += partial[g * HS + d];
-    out_row[d] = total;
-  }
+  const float inv = 1.0f / block_sum(local_sum, shared);  // (its barriers publish the exponentials)
+  for (int j = static_cast<int>(threadIdx.x); j < at.T; j += kRowThreads) row[j] = at.sees(t, j) ? row[j] * inv : 0.0f;
 }
 
-// Backward, block (b, h, t) as the forward's. dp[j] = dout[t] . v[j] (a warp per key);
-// D = sum_j p[j] dp[j], kept in D[block] for the key kernel; then dq[t] += sum_j ds[j] k[j]
-// with ds[j] = scale p[j] (dp[j] - D), each warp summing its keys into its own row of shared
-// memory, the warps added in order. Dynamic shared memory: dout's row (HS), then kWarps * HS.
-__global__ void attention_backward_query_kernel(float* dq, float* D, const float* dout, const float* probs,
-                                                const float* k, const float* v, Layout at, float scale) {
-  extern __shared__ float smem[];
+// dS's row, holding dP: D = sum_j P dP over the row's keys, then dS = scale P (dP - D) there
+// and zero elsewhere (dP's masked entries, never computed, are not read). Rows of slice z of
+// ds are rows of probs' slice first + z.
+__global__ void softmax_backward_kernel(float* ds, const float* probs, long first, Layout at, float scale) {
   __shared__ float shared[32];
-  const int T = at.T, HS = at.HS;
-  const int t = static_cast<int>(blockIdx.x % T);
-  const int bh = static_cast<int>(blockIdx.x / T);
-  const int h = bh % at.NH, b = bh / at.NH;
-  const int kvh = h / (at.NH / at.NKV);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const std::size_t ldk = at.key_stride();
-  const float* k_head = k + at.key_row(b, 0, kvh);
-  const float* v_head = v + at.key_row(b, 0, kvh);
-  const float* p_row = probs + at.probs_row(b, h, t);
-  float* do_s = smem;
-  float* acc = smem + HS + warp * HS;
-
-  const float* do_row = dout + at.query_row(b, t, h);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) do_s[d] = do_row[d];
-  for (int d = lane; d < HS; d += 32) acc[d] = 0.0f;
-  __syncthreads();
-
+  const int t = static_cast<int>(blockIdx.x % at.T);
+  float* ds_row = ds + static_cast<std::size_t>(blockIdx.x) * at.T;
+  const float* p_row = probs + at.square(first) + static_cast<std::size_t>(blockIdx.x) * at.T;
   const int lo = at.first_key(t);
-  float local = 0;  // the same in every lane of a warp
-  for (int j = lo + warp; j <= t; j += kWarps) {
-    const float* v_row = v_head + j * ldk;
-    float dot = 0;
-    for (int d = lane; d < HS; d += 32) dot += do_s[d] * v_row[d];
-    local += p_row[j] * warp_sum(dot);
-  }
-  const float Dt = block_sum(lane == 0 ? local : 0.0f, shared);
-  if (D != nullptr && threadIdx.x == 0) D[blockIdx.x] = Dt;
-  if (dq == nullptr) return;  // the whole block: only D was wanted
-
-  for (int j = lo + warp; j <= t; j += kWarps) {
-    const float* v_row = v_head + j * ldk;
-    float dot = 0;
-    for (int d = lane; d < HS; d += 32) dot += do_s[d] * v_row[d];
-    const float ds = scale * p_row[j] * (warp_sum(dot) - Dt);
-    const float* k_row = k_head + j * ldk;
-    for (int d = lane; d < HS; d += 32) acc[d] += ds * k_row[d];
-  }
-  __syncthreads();
-  float* dq_row = dq + at.query_row(b, t, h);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float total = 0;
-    for (int w = 0; w < kWarps; ++w) total += smem[HS + w * HS + d];
-    dq_row[d] += total;
-  }
-}
-
-// Backward, block (b, kvh, j) numbered (b * NKV + kvh) * T + j: key row j of kv head kvh,
-// seen by the group's query heads at rows t in [j, j + W) (every t >= j without a window). dv[j] += sum p[t][j] dout[t]; dk[j] +=
-// sum ds[t][j] q[t], ds recomputed as the query kernel does (the same dot products, bitwise)
-// from its D. The (head, row) pairs are dealt to warps in order, each warp summing into its
-// own shared rows, the warps added in order. Dynamic shared memory: v's row (HS), then
-// kWarps * HS for dk, then kWarps * HS for dv.
-__global__ void attention_backward_key_kernel(float* dk, float* dv, const float* D, const float* dout,
-                                              const float* probs, const float* q, const float* v, Layout at,
-                                              float scale) {
-  extern __shared__ float smem[];
-  const int T = at.T, HS = at.HS;
-  const int j = static_cast<int>(blockIdx.x % T);
-  const int bk = static_cast<int>(blockIdx.x / T);
-  const int kvh = bk % at.NKV, b = bk / at.NKV;
-  const int group = at.NH / at.NKV;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float* v_s = smem;
-  float* acc_k = smem + HS + warp * HS;
-  float* acc_v = smem + HS + kWarps * HS + warp * HS;
-
-  const float* v_row = v + at.key_row(b, j, kvh);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) v_s[d] = v_row[d];
-  for (int d = lane; d < HS; d += 32) acc_k[d] = acc_v[d] = 0.0f;
-  __syncthreads();
-
-  const int rows = at.query_end(j) - j;
-  const long pairs = static_cast<long>(group) * rows;
-  for (long pair = warp; pair < pairs; pair += kWarps) {
-    const int h = kvh * group + static_cast<int>(pair / rows);
-    const int t = j + static_cast<int>(pair % rows);
-    const float p = probs[at.probs_row(b, h, t) + j];
-    const float* do_row = dout + at.query_row(b, t, h);
-    if (dv != nullptr) {
-      for (int d = lane; d < HS; d += 32) acc_v[d] += p * do_row[d];
-    }
-    if (dk != nullptr) {
-      float dot = 0;
-      for (int d = lane; d < HS; d += 32) dot += do_row[d] * v_s[d];
-      const float ds = scale * p * (warp_sum(dot) - D[(static_cast<std::size_t>(b) * at.NH + h) * T + t]);
-      const float* q_row = q + at.query_row(b, t, h);
-      for (int d = lane; d < HS; d += 32) acc_k[d] += ds * q_row[d];
-    }
-  }
-  __syncthreads();
-  const std::size_t out_row = at.key_row(b, j, kvh);
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    if (dk != nullptr) {
-      float total = 0;
-      for (int w = 0; w < kWarps; ++w) total += smem[HS + w * HS + d];
-      dk[out_row + d] += total;
-    }
-    if (dv != nullptr) {
-      float total = 0;
-      for (int w = 0; w < kWarps; ++w) total += smem[HS + kWarps * HS + w * HS + d];
-      dv[out_row + d] += total;
-    }
+  float local = 0;
+  for (int j = lo + static_cast<int>(threadIdx.x); j <= t; j += kRowThreads) local += p_row[j] * ds_row[j];
+  const float D = block_sum(local, shared);
+  for (int j = static_cast<int>(threadIdx.x); j < at.T; j += kRowThreads) {
+    ds_row[j] = at.sees(t, j) ? scale * p_row[j] * (ds_row[j] - D) : 0.0f;
   }
 }
 
 // 1/sqrt(HS) as the reference rounds it.
 float attention_scale(int HS) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS))); }
+
+unsigned int row_blocks(long slices, int T) { return static_cast<unsigned int>(slices * T); }
 
 }  // namespace
 
@@ -230,32 +306,56 @@ namespace launch {
 Status attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
                          int NKV, int HS, int window, CudaStream stream) {
   const Layout at{T, NH, NKV, HS, window};
-  const std::size_t smem = sizeof(float) * static_cast<std::size_t>(HS) * (1 + output_groups(HS));
-  attention_forward_kernel<<<B * NH * T, kThreads, smem, stream>>>(out, probs, q, k, v, at, attention_scale(HS));
-  return cuda::launched();
+  const int slices = B * NH;
+  const ScoresOp scores{{at, T, T}, slices, 0, q, k, probs, attention_scale(HS)};
+  if (const Status status = tiled_product<true, true>(scores, stream); status != Status::success) return status;
+  causal_softmax_kernel<<<row_blocks(slices, T), kRowThreads, 0, stream>>>(probs, at);
+  if (const Status status = cuda::launched(); status != Status::success) return status;
+  const WeightedValuesOp values{{at, T, HS}, slices, 0, probs, v, out, /*accumulate=*/false};
+  return tiled_product<true, false>(values, stream);
 }
 
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                           const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                          CudaStream stream) {
+                          std::size_t scratch_bytes, CudaStream stream) {
   const Layout at{T, NH, NKV, HS, window};
-  const float scale = attention_scale(HS);
+  const int group = at.group();
+  const long groups = static_cast<long>(B) * NKV;
+  const bool want_ds = dq != nullptr || dk != nullptr;
+  // dS for as many kv groups as scratch_bytes holds (one group at least).
+  const std::size_t group_bytes = sizeof(float) * static_cast<std::size_t>(group) * T * T;
+  long chunk = static_cast<long>(scratch_bytes / group_bytes);
+  chunk = chunk < 1 ? 1 : chunk > groups ? groups : chunk;
   cuda::Scratch scratch(stream);
-  float* D = nullptr;
-  if (dk != nullptr) {  // the key kernel reads the query kernel's D
-    const Status status = scratch.allocate(sizeof(float) * static_cast<std::size_t>(B) * NH * T);
+  if (want_ds) {
+    const Status status = scratch.allocate(group_bytes * static_cast<std::size_t>(chunk));
     if (status != Status::success) return status;
-    D = scratch.at<float>(0);
   }
-  if (dq != nullptr || dk != nullptr) {
-    const std::size_t smem = sizeof(float) * static_cast<std::size_t>(HS) * (1 + kWarps);
-    attention_backward_query_kernel<<<B * NH * T, kThreads, smem, stream>>>(dq, D, dout, probs, k, v, at, scale);
-    if (const Status status = cuda::launched(); status != Status::success) return status;
-  }
-  if (dk != nullptr || dv != nullptr) {
-    const std::size_t smem = sizeof(float) * static_cast<std::size_t>(HS) * (1 + 2 * kWarps);
-    attention_backward_key_kernel<<<B * NKV * T, kThreads, smem, stream>>>(dk, dv, D, dout, probs, q, v, at, scale);
-    if (const Status status = cuda::launched(); status != Status::success) return status;
+  float* ds = want_ds ? scratch.at<float>(0) : nullptr;
+  const float scale = attention_scale(HS);
+
+  for (long first_group = 0; first_group < groups; first_group += chunk) {
+    const long n = chunk < groups - first_group ? chunk : groups - first_group;
+    const int slices = static_cast<int>(n * group), kv_slices = static_cast<int>(n);
+    const long first = first_group * group;  // the chunk's first (batch, head) slice
+    if (want_ds) {
+      const ScoresOp dp{{at, T, T}, slices, first, dout, v, ds, /*scale=*/1.0f};
+      if (const Status status = tiled_product<true, true>(dp, stream); status != Status::success) return status;
+      softmax_backward_kernel<<<row_blocks(slices, T), kRowThreads, 0, stream>>>(ds, probs, first, at, scale);
+      if (const Status status = cuda::launched(); status != Status::success) return status;
+    }
+    if (dq != nullptr) {
+      const WeightedValuesOp grad_q{{at, T, HS}, slices, first, ds, k, dq, /*accumulate=*/true};
+      if (const Status status = tiled_product<true, false>(grad_q, stream); status != Status::success) return status;
+    }
+    if (dk != nullptr) {
+      const KeyGradientOp grad_k{{at, T, HS, group}, kv_slices, first_group, ds, q, dk};
+      if (const Status status = tiled_product<false, false>(grad_k, stream); status != Status::success) return status;
+    }
+    if (dv != nullptr) {
+      const KeyGradientOp grad_v{{at, T, HS, group}, kv_slices, first_group, probs + at.square(first), dout, dv};
+      if (const Status status = tiled_product<false, false>(grad_v, stream); status != Status::success) return status;
+    }
   }
   return Status::success;
 }

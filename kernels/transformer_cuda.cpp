@@ -305,14 +305,15 @@ Status attention_forward_cuda(float* out, float* probs, const float* q, const fl
 
 Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                                const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                               CudaStream stream) {
+                               CudaStream stream, std::size_t scratch_bytes) {
   if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0 || window < 0) return Status::invalid_value;
   if ((dq == nullptr && dk == nullptr && dv == nullptr) || B == 0 || T == 0 || NH == 0 || HS == 0) {
     return Status::success;
   }
   if (!attention_shape(B, T, NH, NKV, HS) || !all_present(dout, probs, q, k, v)) return Status::invalid_value;
   HETFLOW_CHECK_READY();
-  return launch::attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window, stream);
+  return launch::attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window, scratch_bytes,
+                                    stream);
 }
 
 // ---------------------------------------------------------------------------------------------

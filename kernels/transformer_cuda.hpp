@@ -13,7 +13,7 @@
 //   up at the next synchronizing call (cuda_synchronize). Outputs are unspecified unless the
 //   call and that synchronization succeeded. Some calls take stream-ordered scratch memory
 //   (cudaMallocAsync, freed on the same stream): the column sums of the norms' and linear's
-//   weight gradients, the embedding backward's sort, attention's backward.
+//   weight gradients, the embedding backward's sort, attention's backward (dS).
 // - Checks, in this order: a negative size, a null pointer where data is read or written, or
 //   a shape the kernel cannot take -> Status::invalid_value; nothing to do (an empty output,
 //   or every gradient nullptr) -> Status::success, without touching the device; no CUDA in
@@ -189,19 +189,21 @@ Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, cons
 // ---------------------------------------------------------------------------------------------
 // Causal grouped-query attention, as attention_forward / attention_backward (same layouts and
 // sliding window; probs [B,NH,T,T] saved by the forward, zero outside each row's keys;
-// NH % NKV == 0; HS at most 1024; window >= 0). A block per (batch, head, query row) computes
-// the row's scores (a warp per key), its softmax in place in probs, and the output; masked
-// keys and values are never read.
-// The backward takes one block per query row for dq (and D[t] = sum_t' p dp, kept in
-// scratch), then one block per (batch, kv head, key row) for dk and dv, summing the group's
-// query heads and later rows in a fixed order: no atomics. Straightforward rather than fast:
-// keys are re-read for every query row (a flash-style tiled kernel is future work).
-constexpr int kMaxCudaHeadSize = 1024;  // a head's row and the output groups' sums fit shared memory
+// NH % NKV == 0; HS at most kMaxCudaHeadSize; window >= 0), as tiled matrix products (64 x 64
+// output tiles through shared memory, fp32): the forward computes each (batch, head)'s scores
+// into probs, only in tiles that hold some row's keys, takes each row's softmax in place, and
+// multiplies by v; masked keys and values are never multiplied in, so not even a non-finite
+// one reaches an earlier row. The backward computes dS = P (dP - D) for a chunk of kv groups
+// at a time in stream-ordered scratch of at most `scratch_bytes` (but one group's
+// group x T x T floats at least), then dq, and dk and dv summing the group's query heads in a
+// fixed order: no atomics. probs is kept (a flash-style kernel without it is future work).
+constexpr int kMaxCudaHeadSize = 1024;  // the widest head the tests cover
+constexpr std::size_t kAttentionScratchBytes = std::size_t{256} << 20;
 Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
                               int NH, int NKV, int HS, int window, CudaStream stream);
 Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                                const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                               CudaStream stream);
+                               CudaStream stream, std::size_t scratch_bytes = kAttentionScratchBytes);
 
 // ---------------------------------------------------------------------------------------------
 // Cross-entropy with the softmax fused in: one block per row (max, then sum of exponentials,

@@ -65,7 +65,7 @@ Status attention_forward(float*, float*, const float*, const float*, const float
   return Status::not_built;
 }
 Status attention_backward(float*, float*, float*, const float*, const float*, const float*, const float*, const float*,
-                          int, int, int, int, int, int, CudaStream) {
+                          int, int, int, int, int, int, std::size_t, CudaStream) {
   return Status::not_built;
 }
 Status crossentropy_forward(float*, const float*, const int*, int, int, CudaStream) { return Status::not_built; }

@@ -64,7 +64,7 @@ Status attention_forward(float* out, float* probs, const float* q, const float* 
                          int NKV, int HS, int window, CudaStream stream);
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                           const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                          CudaStream stream);
+                          std::size_t scratch_bytes, CudaStream stream);
 Status crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, CudaStream stream);
 Status crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
                              CudaStream stream);

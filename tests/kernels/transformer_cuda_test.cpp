@@ -442,13 +442,14 @@ TEST(TransformerCuda, AttentionMatchesTheReference) {
   // Grouped heads both ways; one token; rows past the CPU's 64-row blocks; head sizes below
   // and above a warp and the block's 128 threads, up to the largest taken (1024: the most
   // dynamic shared memory a block gets without asking); sliding windows of one key, of fewer
-  // keys than a warp's, and across the CPU's blocks.
+  // keys than a warp's, across the CPU's blocks, and wider than the GPU's 64-row tiles (so
+  // that whole steps of 16 keys inside a window are taken unmasked).
   for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
                                  AttentionShape{1, 1, 2, 1, 3}, AttentionShape{1, 67, 2, 1, 4},
                                  AttentionShape{2, 150, 4, 2, 8}, AttentionShape{2, 70, 6, 3, 64},
                                  AttentionShape{1, 33, 2, 2, 160}, AttentionShape{1, 9, 2, 1, 1024},
                                  AttentionShape{1, 20, 2, 1, 4, 1}, AttentionShape{2, 70, 6, 3, 64, 7},
-                                 AttentionShape{2, 150, 4, 2, 8, 37}}) {
+                                 AttentionShape{2, 150, 4, 2, 8, 37}, AttentionShape{1, 300, 4, 2, 32, 100}}) {
     std::mt19937 rng(18);
     const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
               dout = random_vec(s.q(), rng);
@@ -542,6 +543,37 @@ TEST(TransformerCuda, AttentionNeverReadsKeysBeforeTheWindow) {
     Vec k2 = k, v2 = v;
     poison_positions(s, k2, v2, 0, to);
     expect_same_rows(s, clean, attention_output(s, q, k2, v2), to + s.window - 1, s.T, "to " + std::to_string(to));
+  }
+}
+
+// The backward in chunks of kv groups (scratch for one group's dS, or for two) gives bitwise
+// the gradients of the whole backward in one chunk: a group's products do not depend on its
+// chunk.
+TEST(TransformerCuda, AttentionBackwardInChunksIsTheWholeBackward) {
+  SKIP_WITHOUT_GPU();
+  for (const AttentionShape s : {AttentionShape{3, 70, 6, 3, 16, 7}, AttentionShape{2, 150, 4, 2, 8}}) {
+    std::mt19937 rng(19);
+    const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
+              dout = random_vec(s.q(), rng);
+    Device device;
+    const float *dq = device.upload(q), *dk = device.upload(k), *dv = device.upload(v), *ddout = device.upload(dout);
+    float *out = device.upload(Vec(s.q())), *probs = device.upload(Vec(s.probs()));
+    EXPECT_OK(attention_forward_cuda(out, probs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS, s.window, nullptr));
+    const auto gradients = [&](std::size_t scratch_bytes) {
+      float *gq = device.upload(Vec(s.q())), *gk = device.upload(Vec(s.kv())), *gv = device.upload(Vec(s.kv()));
+      EXPECT_OK(attention_backward_cuda(gq, gk, gv, ddout, probs, dq, dk, dv, s.B, s.T, s.NH, s.NKV, s.HS, s.window,
+                                        nullptr, scratch_bytes));
+      return std::vector<Vec>{device.download(gq, s.q()), device.download(gk, s.kv()), device.download(gv, s.kv())};
+    };
+    const std::vector<Vec> whole = gradients(kAttentionScratchBytes);
+    const std::size_t group_bytes = sizeof(float) * size_of(s.NH / s.NKV) * size_of(s.T) * size_of(s.T);
+    for (const std::size_t scratch_bytes : {std::size_t{1}, 2 * group_bytes}) {
+      const std::vector<Vec> chunked = gradients(scratch_bytes);
+      for (std::size_t g = 0; g < whole.size(); ++g) {
+        expect_bitwise(s.name() + " gradient " + std::to_string(g) + ", scratch " + std::to_string(scratch_bytes),
+                       chunked[g], whole[g]);
+      }
+    }
   }
 }
 
