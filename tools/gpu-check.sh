@@ -4,7 +4,8 @@
 # CPU references, the CUDA back end on 1- and 2-device plans), measures cublasGemmEx BF16 and
 # FP32 throughput beside the part's catalog peak and, with two GPUs or more, NCCL all-reduce
 # bus bandwidth (nccl-tests' formulas), runs `hetflow run --backend cuda` on a small plan (with
-# two GPUs, also as two MPI processes), real training math in FP32 on one GPU against the cpu
+# two GPUs, also as two MPI processes), times the attention kernels, real training math in
+# FP32 on one GPU against the cpu
 # back end (the same losses), and GPT-2 124M real-math steps in FP32 and with BF16 GEMMs
 # (tokens/s, and MFU against this machine's GPU as `hetflow-gpu-probe cluster` names it), and
 # prints a summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
@@ -218,33 +219,45 @@ step backend-tests gpu_tests hetflow_exec_tests 'CudaBackend.*:CudaPlan.*:Decode
 
 step gemm "${probe[@]}" gemm --gpu 0 --n 4096 --precision bf16
 step gemm-fp32 "${probe[@]}" gemm --gpu 0 --n 4096 --precision fp32
+# The attention kernels: GPT-2 124M's layer at micro-batch 4, and a LLaMA-style one (grouped
+# heads of 128, 4096 positions: the backward's dS in chunks of kv groups).
+step attention "${probe[@]}" attention
+step attention-gqa "${probe[@]}" attention --batch 1 --seq 4096 --heads 32 --kv-heads 8 --head-size 128
 if [ "$gpus" -ge 2 ]; then
   step nccl "${probe[@]}" all-reduce --gpus "$gpus" --bytes 268435456
 else
   summary+=("----  one GPU: no NCCL bandwidth")
 fi
 
-# This machine's first GPU as a cluster (as the catalog knows the part), so that one-GPU runs
-# are measured against its peak; a part the catalog does not know (an NVL board, say) leaves a
-# nominal CPU device's instead, which is said, not failed.
-machine="cpu-1"
-echo "== cluster: ${probe[*]} cluster --gpus 1"
-if timeout -k 10 "$limit" "${probe[@]}" cluster --gpus 1 > "$log_dir/this-machine.yaml" 2> "$log_dir/cluster.log"; then
-  cat "$log_dir/this-machine.yaml"
-  machine="$log_dir/this-machine.yaml"
-else
-  cat "$log_dir/cluster.log"
-  summary+=("----  the GPU runs' MFU below is against a nominal CPU device (50 GFLOP/s), not this GPU: $(head -c 200 "$log_dir/cluster.log")")
-fi
+# This machine's first N GPUs as a cluster (as the catalog knows the part), so that runs are
+# simulated, and their MFU taken, against its own peak: sets `cluster` to the file's path, or
+# to cpu-N (N nominal CPU devices of 50 GFLOP/s) for a part the catalog does not know (an NVL
+# board, say), which the summary says rather than fails.
+this_machine() {
+  local n="$1" file="$log_dir/this-machine-$1.yaml"
+  echo "== cluster: ${probe[*]} cluster --gpus $n"
+  if timeout -k 10 "$limit" "${probe[@]}" cluster --gpus "$n" > "$file" 2> "$log_dir/cluster.log"; then
+    cat "$file"
+    cluster="$file"
+  else
+    cat "$log_dir/cluster.log"
+    summary+=("----  runs on $n GPU(s) are simulated, and their MFU taken, on nominal CPU devices, not this GPU: $(head -c 200 "$log_dir/cluster.log")")
+    cluster="cpu-$n"
+  fi
+}
+devices=$(( gpus >= 2 ? 2 : 1 ))
+this_machine 1
+machine=$cluster  # one GPU
+machines=$cluster  # the runs' $devices GPUs
+if [ "$devices" -gt 1 ]; then this_machine "$devices"; machines=$cluster; fi
 
 # Proxies (FLOP-matched GEMMs, the plan's transfers): completion, on one or two devices.
-devices=$(( gpus >= 2 ? 2 : 1 ))
-step run "${hetflow[@]}" run --backend cuda --compute proxy --cluster "cpu-$devices" --pipeline "$devices" \
+step run "${hetflow[@]}" run --backend cuda --compute proxy --cluster "$machines" --pipeline "$devices" \
   --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
 # The same plan as two MPI processes, one GPU each (NCCL's unique id sent over MPI).
 if [ "$gpus" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
   step mpi-run env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
-    "${hetflow[@]}" run --backend cuda --compute proxy --cluster cpu-2 --pipeline 2 \
+    "${hetflow[@]}" run --backend cuda --compute proxy --cluster "$machines" --pipeline 2 \
     --model gpt:layers=4,hidden=512,heads=8,seq=256,vocab=8192 --microbatches 4 --workspace 0 --steps 3 --warmup 1
 else
   summary+=("----  fewer than two GPUs (or no mpirun): the CUDA back end across processes is not run")
@@ -255,7 +268,7 @@ fi
 # (An fp16 plan would multiply fp16 operands under dynamic loss scaling, whose first steps
 # Megatron's 2^32 start skips.)
 # shellcheck disable=SC2054  # the commas are the model spec's
-small_real=(run --compute real --cluster cpu-1 --precision fp32 --model gpt:layers=4,hidden=256,heads=4,seq=256,vocab=8192
+small_real=(run --compute real --cluster "$machine" --precision fp32 --model gpt:layers=4,hidden=256,heads=4,seq=256,vocab=8192
             --microbatches 2 --workspace 0 --steps 4 --warmup 1)
 step real-run "${hetflow[@]}" "${small_real[@]}" --backend cuda
 step real-run-cpu "${hetflow[@]}" "${small_real[@]}" --backend cpu
@@ -292,10 +305,10 @@ step gpt2-bf16-trained trained gpt2-bf16 4
 echo
 echo "gpu-check summary ($gpus GPU(s), $(( $(date +%s) - started )) s):"
 for line in "${summary[@]}"; do echo "  $line"; done
-for name in gemm gemm-fp32 nccl run mpi-run real-losses gpt2-fp32 gpt2-bf16; do
+for name in gemm gemm-fp32 attention attention-gqa nccl run mpi-run real-losses gpt2-fp32 gpt2-bf16; do
   if [ -f "$log_dir/$name.log" ]; then
     echo "  $name:"
-    grep -E '^(gemm|all-reduce|ran|step [0-9]+:) |iteration time|tokens/s|MFU' "$log_dir/$name.log" | sed 's/^/    /' || true
+    grep -E '^(gemm|all-reduce|attention|ran|step [0-9]+:) |^  (forward|backward) |iteration time|tokens/s|MFU' "$log_dir/$name.log" | sed 's/^/    /' || true
   fi
 done
 exit "$failed"

@@ -1,10 +1,18 @@
-// hetflow-gpu-probe: what this machine's GPUs do, for tools/gpu-check.sh. Two measurements:
+// hetflow-gpu-probe: what this machine's GPUs do, for tools/gpu-check.sh. Three measurements:
 //   gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]
 //        cublasGemmEx N x N x N (FP32 accumulation): TFLOP/s = 2 N^3 / time, beside the
 //        catalog's dense peak for the part (model/gpu_catalog.cpp) when it knows the part;
 //   all-reduce [--gpus N] [--bytes B]
 //        ncclAllReduce of B bytes over GPUs 0..N-1, with nccl-tests' figures: algbw = B / time,
 //        busbw = algbw x 2 (N - 1) / N.
+//   attention [--batch B] [--seq T] [--heads NH] [--kv-heads NKV] [--head-size HS] [--window W]
+//        the CUDA attention kernels on GPU 0 (kernels/transformer_cuda.hpp, fp32), from random
+//        inputs: the median of 10 timed forwards and of 10 backwards (dq, dk and dv) after a
+//        warm-up, and the useful work's rate: a (query, key) pair the mask keeps costs 2 HS
+//        multiply-adds forward (Q K^T, P V) and 4 backward (dP, dq, dk, dv), so TFLOP/s =
+//        4 B NH HS pairs / time forward and 8 B NH HS pairs / time backward, pairs the kept
+//        ones of one head (T (T + 1) / 2 without a window). Defaults: GPT-2 124M's layer
+//        at micro-batch 4 (B 4, T 1024, 12 heads of 64).
 //   cluster [--gpus N]
 //        this machine as a hetflow cluster file, on stdout: one node of its first N visible
 //        GPUs (default all) as the catalog knows them (the part of GPU 0; each must be that
@@ -12,15 +20,20 @@
 //        MFU against the GPUs' own peak.
 // Exit status 0, or 1 with a message (no GPU, no CUDA back end in this build, a CUDA error, a
 // part the catalog does not know).
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
+#include <random>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "exec/cuda_backend.hpp"
 #include "kernels/matmul.hpp"
+#include "kernels/transformer_cuda.hpp"
 #include "model/error.hpp"
 #include "model/gpu.hpp"
 #include "model/io.hpp"
@@ -80,6 +93,75 @@ int all_reduce(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Throws with the call's name unless it succeeded.
+void check(hetflow::kernels::Status status, const char* what) {
+  if (status != hetflow::kernels::Status::success) {
+    throw hetflow::Error(std::string(what) + ": " + std::string(hetflow::kernels::status_string(status)) + " (" +
+                         hetflow::kernels::cuda_status() + ")");
+  }
+}
+
+// The median of `runs` timed calls of `enqueue` (each waited for), after one untimed call.
+double median_seconds(const std::function<hetflow::kernels::Status()>& enqueue, const char* what, int runs = 10) {
+  check(enqueue(), what);
+  check(hetflow::kernels::cuda_synchronize(nullptr), what);
+  std::vector<double> seconds;
+  for (int r = 0; r < runs; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    check(enqueue(), what);
+    check(hetflow::kernels::cuda_synchronize(nullptr), what);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + runs / 2, seconds.end());
+  return seconds[static_cast<std::size_t>(runs / 2)];
+}
+
+int attention(const std::vector<std::string>& args) {
+  using hetflow::kernels::DeviceBuffer;
+  const int B = std::stoi(option(args, "--batch", "4")), T = std::stoi(option(args, "--seq", "1024"));
+  const int NH = std::stoi(option(args, "--heads", "12")), NKV = std::stoi(option(args, "--kv-heads", std::to_string(NH)));
+  const int HS = std::stoi(option(args, "--head-size", "64")), W = std::stoi(option(args, "--window", "0"));
+  if (B < 1 || T < 1 || NH < 1 || NKV < 1 || HS < 1 || W < 0) throw hetflow::Error("attention: sizes must be positive");
+  if (hetflow::kernels::cuda_device_count() == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
+  const auto count = [](long long n) { return static_cast<std::size_t>(n); };
+  const std::size_t nq = count(1LL * B * T * NH * HS), nkv = count(1LL * B * T * NKV * HS),
+                    nprobs = count(1LL * B * NH * T * T);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  const auto upload = [&](std::size_t n, bool random) {
+    DeviceBuffer buffer;
+    check(buffer.allocate(n * sizeof(float)), "cudaMalloc");
+    std::vector<float> host(n, 0.0f);
+    if (random) std::generate(host.begin(), host.end(), [&] { return uniform(rng); });
+    check(hetflow::kernels::cuda_copy_to_device(buffer.get(), host.data(), n * sizeof(float)), "copy to the GPU");
+    return buffer;
+  };
+  const DeviceBuffer q = upload(nq, true), k = upload(nkv, true), v = upload(nkv, true), dout = upload(nq, true);
+  const DeviceBuffer out = upload(nq, false), probs = upload(nprobs, false), dq = upload(nq, false),
+                     dk = upload(nkv, false), dv = upload(nkv, false);
+  const double forward = median_seconds(
+      [&] {
+        return hetflow::kernels::attention_forward_cuda(out.as<float>(), probs.as<float>(), q.as<float>(), k.as<float>(),
+                                                        v.as<float>(), B, T, NH, NKV, HS, W, nullptr);
+      },
+      "attention forward");
+  const double backward = median_seconds(
+      [&] {
+        return hetflow::kernels::attention_backward_cuda(dq.as<float>(), dk.as<float>(), dv.as<float>(),
+                                                         dout.as<float>(), probs.as<float>(), q.as<float>(),
+                                                         k.as<float>(), v.as<float>(), B, T, NH, NKV, HS, W, nullptr);
+      },
+      "attention backward");
+  double pairs = 0;  // (query, key) pairs one head's mask keeps
+  for (int t = 0; t < T; ++t) pairs += W > 0 ? std::min(t + 1, W) : t + 1;
+  const double work = 1.0 * B * NH * HS * pairs;
+  std::printf("attention fp32 B=%d T=%d NH=%d NKV=%d HS=%d window=%d on GPU 0 (%s), %.0f pairs a head:\n", B, T, NH, NKV,
+              HS, W, hetflow::kernels::cuda_device_name(0).c_str(), pairs);
+  std::printf("  forward  %.3f ms, 4 B NH HS pairs / time = %.1f TFLOP/s\n", forward * 1e3, 4 * work / forward / 1e12);
+  std::printf("  backward %.3f ms, 8 B NH HS pairs / time = %.1f TFLOP/s\n", backward * 1e3, 8 * work / backward / 1e12);
+  return 0;
+}
+
 int cluster(const std::vector<std::string>& args) {
   const int visible = hetflow::kernels::cuda_device_count();
   if (visible == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
@@ -110,9 +192,12 @@ int main(int argc, char** argv) {
   try {
     if (!args.empty() && args[0] == "gemm") return gemm(args);
     if (!args.empty() && args[0] == "all-reduce") return all_reduce(args);
+    if (!args.empty() && args[0] == "attention") return attention(args);
     if (!args.empty() && args[0] == "cluster") return cluster(args);
     std::cerr << "usage: hetflow-gpu-probe gemm [--gpu G] [--n N] [--precision bf16|fp16|fp32]\n"
                  "       hetflow-gpu-probe all-reduce [--gpus N] [--bytes B]\n"
+                 "       hetflow-gpu-probe attention [--batch B] [--seq T] [--heads NH] [--kv-heads NKV]\n"
+                 "                                   [--head-size HS] [--window W]\n"
                  "       hetflow-gpu-probe cluster [--gpus N]\n"
                  "GPUs: "
               << hetflow::kernels::cuda_status() << "\n";
