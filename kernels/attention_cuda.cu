@@ -7,7 +7,7 @@
 // time: dP = dout V^T into scratch, dS = scale P (dP - D) row by row in place (D = sum P dP),
 // then dq += dS K, dk += dS^T Q and dv += P^T dout, the last two summing the group's query
 // heads in order. One kernel makes every product: a 64 x 64 output tile per block, staged
-// through shared memory 16 deep, each thread summing 4 x 4 outputs in a fixed order. It visits
+// through shared memory 32 deep, each thread summing 4 x 4 outputs in a fixed order. It visits
 // only the shared indices some row of the tile needs, and where a step holds a pair the mask
 // excludes (a key after a query, or before its window) it multiplies that pair as zero rather
 // than reading it into the sum: a masked key or value, even a non-finite one, never reaches an
@@ -69,14 +69,14 @@ struct View {
 // for B (else its n index has): the loads walk the contiguous index across threads.
 
 constexpr int kTile = 64;
-constexpr int kDepth = 16;
+constexpr int kDepth = 32;  // a warp's loads along k read 128 contiguous bytes
 constexpr int kTileThreads = 256;  // 16 x 16, each 4 x 4 outputs: rows ty + 16 i, columns tx + 16 j
 constexpr int kPer = kTile / 16;
 constexpr int kMaxSlicesPerLaunch = 65535;  // gridDim.z; a kernel loops over the rest
 
 template <bool kAContiguousInK, bool kBContiguousInK, class Op>
-__global__ void __launch_bounds__(kTileThreads) tiled_product_kernel(Op op) {
-  // (a column of padding: the loads that walk k store 16 rows apart without bank conflicts)
+__global__ void __launch_bounds__(kTileThreads, 2) tiled_product_kernel(Op op) {
+  // (a column of padding: a warp's loads along k store 32 rows apart without bank conflicts)
   __shared__ float a_s[kDepth][kTile + 1];
   __shared__ float b_s[kDepth][kTile + 1];
   const int m0 = static_cast<int>(blockIdx.y) * kTile, n0 = static_cast<int>(blockIdx.x) * kTile;
