@@ -7,7 +7,8 @@
 // time: dP = dout V^T into scratch, dS = scale P (dP - D) row by row in place (D = sum P dP),
 // then dq += dS K, dk += dS^T Q and dv += P^T dout, the last two summing the group's query
 // heads in order. One kernel makes every product: a 64 x 64 output tile per block, staged
-// through shared memory 32 deep, each thread summing 4 x 4 outputs in a fixed order. It visits
+// through shared memory 32 deep, each thread summing a 4 x 4 block of outputs (read from shared
+// memory four floats at a time) in a fixed order. It visits
 // only the shared indices some row of the tile needs, and where a step holds a pair the mask
 // excludes (a key after a query, or before its window) it multiplies that pair as zero rather
 // than reading it into the sum: a masked key or value, even a non-finite one, never reaches an
@@ -70,15 +71,21 @@ struct View {
 
 constexpr int kTile = 64;
 constexpr int kDepth = 32;  // a warp's loads along k read 128 contiguous bytes
-constexpr int kTileThreads = 256;  // 16 x 16, each 4 x 4 outputs: rows ty + 16 i, columns tx + 16 j
+constexpr int kTileThreads = 256;  // 16 x 16, each 4 x 4 outputs: rows 4 ty + i, columns 4 tx + j
 constexpr int kPer = kTile / 16;
+constexpr int kPadded = kTile + 4;  // a shared row: 16-byte aligned, and loads along m conflict free
 constexpr int kMaxSlicesPerLaunch = 65535;  // gridDim.z; a kernel loops over the rest
+
+// Four consecutive floats of a shared row, in one 16-byte load.
+__device__ inline void load4(float (&x)[kPer], const float* at) {
+  const float4 v = *reinterpret_cast<const float4*>(at);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
 
 template <bool kAContiguousInK, bool kBContiguousInK, class Op>
 __global__ void __launch_bounds__(kTileThreads, 2) tiled_product_kernel(Op op) {
-  // (a column of padding: a warp's loads along k store 32 rows apart without bank conflicts)
-  __shared__ float a_s[kDepth][kTile + 1];
-  __shared__ float b_s[kDepth][kTile + 1];
+  __shared__ __align__(16) float a_s[kDepth][kPadded];
+  __shared__ __align__(16) float b_s[kDepth][kPadded];
   const int m0 = static_cast<int>(blockIdx.y) * kTile, n0 = static_cast<int>(blockIdx.x) * kTile;
   if (op.skip(m0, n0)) return;  // (the whole block: the test is the tile's)
   const int tid = static_cast<int>(threadIdx.x), tx = tid % 16, ty = tid / 16;
@@ -98,24 +105,27 @@ __global__ void __launch_bounds__(kTileThreads, 2) tiled_product_kernel(Op op) {
           b_s[bk][bn] = k_in_b && n0 + bn < op.N ? b.at(k0 + bk, n0 + bn) : 0.0f;
         }
         __syncthreads();
+        float x[kPer], y[kPer];
         if (op.whole(m0, k0)) {
 #pragma unroll
           for (int kk = 0; kk < kDepth; ++kk) {
+            load4(x, &a_s[kk][4 * ty]);
+            load4(y, &b_s[kk][4 * tx]);
 #pragma unroll
             for (int i = 0; i < kPer; ++i) {
-              const float x = a_s[kk][ty + 16 * i];
 #pragma unroll
-              for (int j = 0; j < kPer; ++j) acc[i][j] += x * b_s[kk][tx + 16 * j];
+              for (int j = 0; j < kPer; ++j) acc[i][j] += x[i] * y[j];
             }
           }
         } else {
           for (int kk = 0; kk < kDepth; ++kk) {
+            load4(x, &a_s[kk][4 * ty]);
+            load4(y, &b_s[kk][4 * tx]);
 #pragma unroll
             for (int i = 0; i < kPer; ++i) {
-              if (!op.counts(m0 + ty + 16 * i, k0 + kk)) continue;  // a masked pair adds nothing
-              const float x = a_s[kk][ty + 16 * i];
+              if (!op.counts(m0 + 4 * ty + i, k0 + kk)) continue;  // a masked pair adds nothing
 #pragma unroll
-              for (int j = 0; j < kPer; ++j) acc[i][j] += x * b_s[kk][tx + 16 * j];
+              for (int j = 0; j < kPer; ++j) acc[i][j] += x[i] * y[j];
             }
           }
         }
@@ -124,10 +134,10 @@ __global__ void __launch_bounds__(kTileThreads, 2) tiled_product_kernel(Op op) {
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int m = m0 + ty + 16 * i;
+      const int m = m0 + 4 * ty + i;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        const int n = n0 + tx + 16 * j;
+        const int n = n0 + 4 * tx + j;
         if (m < op.M && n < op.N) op.store(z, m, n, acc[i][j]);
       }
     }
