@@ -77,10 +77,12 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
       ServerParam& sp = server.params[slot.name];
       sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
                   values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
-      if (init != nullptr) {
-        if (const size_t t = training_detail::find_tensor(by_name, slot.name); t != static_cast<size_t>(-1)) {
-          load(slot, *init, t, sp.p.data());
+      if (init != nullptr) {  // (a rank serving layers it runs no chunk of checks them here)
+        const size_t t = training_detail::find_tensor(by_name, slot.name);
+        if (t == static_cast<size_t>(-1)) {
+          throw InputError(init->path(), 0, slot.name, "missing: the model needs this parameter");
         }
+        load(slot, *init, t, sp.p.data());
       }
       sp.m.assign(slot.count, 0.0f);
       sp.v.assign(slot.count, 0.0f);
