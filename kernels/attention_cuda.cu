@@ -73,7 +73,7 @@ constexpr int kTile = 64;
 constexpr int kDepth = 32;  // a warp's loads along k read 128 contiguous bytes
 constexpr int kTileThreads = 256;  // 16 x 16, each 4 x 4 outputs: rows 4 ty + i, columns 4 tx + j
 constexpr int kPer = kTile / 16;
-constexpr int kPadded = kTile + 4;  // a shared row: 16-byte aligned, and loads along m conflict free
+constexpr int kPadded = kTile + 4;  // a shared row: 16-byte aligned (stores along k: 4-way bank conflicts)
 constexpr int kMaxSlicesPerLaunch = 65535;  // gridDim.z; a kernel loops over the rest
 
 // Four consecutive floats of a shared row, in one 16-byte load.
@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kTileThreads, 2) tiled_product_kernel(Op op) {
   int k_begin = 0, k_end = 0;
   op.k_range(m0, &k_begin, &k_end);
 
-  for (int z = static_cast<int>(blockIdx.z); z < op.slices; z += static_cast<int>(gridDim.z)) {
+  for (long slice = blockIdx.z; slice < op.slices; slice += gridDim.z) {
+    const int z = static_cast<int>(slice);
     float acc[kPer][kPer] = {};
     for (int s = 0; s < op.segments; ++s) {
       const View a = op.a(z, s), b = op.b(z, s);
@@ -194,7 +195,7 @@ struct KeyRowsOverQueries {
     *end = at.query_end(last);
   }
   __device__ bool whole(int m0, int k0) const {
-    return k0 >= m0 + kTile - 1 && (at.window == 0 || k0 + kDepth - 1 <= m0 + at.window - 1);
+    return k0 >= m0 + kTile - 1 && (at.window == 0 || k0 + kDepth - 1 - m0 <= at.window - 1);  // (no overflow)
   }
   __device__ bool counts(int j, int t) const { return at.sees(t, j); }
 };

@@ -194,8 +194,9 @@ Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, cons
 // NH % NKV == 0; HS at most kMaxCudaHeadSize; window >= 0), as tiled matrix products (64 x 64
 // output tiles through shared memory, fp32): the forward computes each (batch, head)'s scores
 // into probs, only in tiles that hold some row's keys, takes each row's softmax in place, and
-// multiplies by v; masked keys and values are never multiplied in, so not even a non-finite
-// one reaches an earlier row. The backward computes dS = P (dP - D) for a chunk of kv groups
+// multiplies by v; a masked key's score is computed in a diagonal tile at most, then
+// overwritten by the softmax's zero, and a masked value is never multiplied in, so not even a
+// non-finite one reaches an earlier row. The backward computes dS = scale P (dP - D) for a chunk of kv groups
 // at a time in stream-ordered scratch of at most `scratch_bytes` (but one group's
 // group x T x T floats at least), then dq, and dk and dv summing the group's query heads in a
 // fixed order: no atomics. probs is kept (a flash-style kernel without it is future work).

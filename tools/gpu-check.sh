@@ -4,9 +4,9 @@
 # CPU references, the CUDA back end on 1- and 2-device plans), measures cublasGemmEx BF16 and
 # FP32 throughput beside the part's catalog peak and, with two GPUs or more, NCCL all-reduce
 # bus bandwidth (nccl-tests' formulas), runs `hetflow run --backend cuda` on a small plan (with
-# two GPUs, also as two MPI processes), times the attention kernels, real training math in
-# FP32 on one GPU against the cpu
-# back end (the same losses), and GPT-2 124M real-math steps in FP32 and with BF16 GEMMs
+# two GPUs, also as two MPI processes), times the attention kernels, runs real training math
+# in FP32 on one GPU against the cpu back end (the same losses), and GPT-2 124M real-math
+# steps in FP32 and with BF16 GEMMs
 # (tokens/s, and MFU against this machine's GPU as `hetflow-gpu-probe cluster` names it), and
 # prints a summary. Meant to take under 5 minutes (the build dominates; a second run reuses it).
 #
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="$2"; shift 2 ;;
     --bundle) bundle="$2"; shift 2 ;;
     --step-limit) limit="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -234,14 +234,14 @@ fi
 # to cpu-N (N nominal CPU devices of 50 GFLOP/s) for a part the catalog does not know (an NVL
 # board, say), which the summary says rather than fails.
 this_machine() {
-  local n="$1" file="$log_dir/this-machine-$1.yaml"
+  local n="$1" file="$log_dir/this-machine-$1.yaml" log="$log_dir/cluster-$1.log"
   echo "== cluster: ${probe[*]} cluster --gpus $n"
-  if timeout -k 10 "$limit" "${probe[@]}" cluster --gpus "$n" > "$file" 2> "$log_dir/cluster.log"; then
+  if timeout -k 10 "$limit" "${probe[@]}" cluster --gpus "$n" > "$file" 2> "$log"; then
     cat "$file"
     cluster="$file"
   else
-    cat "$log_dir/cluster.log"
-    summary+=("----  runs on $n GPU(s) are simulated, and their MFU taken, on nominal CPU devices, not this GPU: $(head -c 200 "$log_dir/cluster.log")")
+    cat "$log"
+    summary+=("----  runs on $n GPU(s) are simulated, and their MFU taken, on nominal CPU devices, not this GPU: $(head -c 200 "$log")")
     cluster="cpu-$n"
   fi
 }

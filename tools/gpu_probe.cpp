@@ -7,8 +7,8 @@
 //        busbw = algbw x 2 (N - 1) / N.
 //   attention [--batch B] [--seq T] [--heads NH] [--kv-heads NKV] [--head-size HS] [--window W]
 //        the CUDA attention kernels on GPU 0 (kernels/transformer_cuda.hpp, fp32), from random
-//        inputs: the median of 10 timed forwards and of 10 backwards (dq, dk and dv) after a
-//        warm-up, and the useful work's rate: a (query, key) pair the mask keeps costs 2 HS
+//        inputs: the mean of 10 forwards and of 10 backwards (dq, dk and dv) enqueued back to
+//        back after a warm-up, and the useful work's rate: a (query, key) pair the mask keeps costs 2 HS
 //        multiply-adds forward (Q K^T, P V) and 4 backward (dP, dq, dk, dv), so TFLOP/s =
 //        4 B NH HS pairs / time forward and 8 B NH HS pairs / time backward, pairs the kept
 //        ones of one head (T (T + 1) / 2 without a window). Defaults: GPT-2 124M's layer
@@ -24,10 +24,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -67,9 +67,26 @@ std::string option(const std::vector<std::string>& args, const std::string& name
   return fallback;
 }
 
+// A whole number option, positive (or >= 0 where zero_ok), or an Error naming it.
+int size_option(const std::vector<std::string>& args, const std::string& name, const std::string& fallback,
+                bool zero_ok = false) {
+  const std::string text = option(args, name, fallback);
+  std::size_t used = 0;
+  int value = -1;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < (zero_ok ? 0 : 1)) {
+    throw hetflow::Error(name + " takes a whole number" + (zero_ok ? " >= 0" : " >= 1") + ", not '" + text + "'");
+  }
+  return value;
+}
+
 int gemm(const std::vector<std::string>& args) {
-  const int gpu = std::stoi(option(args, "--gpu", "0"));
-  const int n = std::stoi(option(args, "--n", "4096"));
+  const int gpu = size_option(args, "--gpu", "0", true);
+  const int n = size_option(args, "--n", "4096");
   const hetflow::model::Precision precision = hetflow::model::parse_precision(option(args, "--precision", "bf16"));
   const hetflow::exec::GemmProbe p = hetflow::exec::probe_gemm(gpu, precision, n);
   std::printf("gemm %s %dx%dx%d on GPU %d (%s): %.3f ms, %.1f TFLOP/s", std::string(to_string(precision)).c_str(), n, n, n,
@@ -85,7 +102,7 @@ int gemm(const std::vector<std::string>& args) {
 }
 
 int all_reduce(const std::vector<std::string>& args) {
-  const int gpus = std::stoi(option(args, "--gpus", std::to_string(hetflow::kernels::cuda_device_count())));
+  const int gpus = size_option(args, "--gpus", std::to_string(hetflow::kernels::cuda_device_count()), true);
   const double bytes = std::stod(option(args, "--bytes", "268435456"));
   const hetflow::exec::AllReduceProbe p = hetflow::exec::probe_all_reduce(gpus, bytes);
   std::printf("all-reduce %.0f MiB over %d GPUs: %.3f ms, algbw %.1f GB/s, busbw %.1f GB/s\n", p.bytes / (1 << 20), p.gpus,
@@ -101,51 +118,52 @@ void check(hetflow::kernels::Status status, const char* what) {
   }
 }
 
-// The median of `runs` timed calls of `enqueue` (each waited for), after one untimed call.
-double median_seconds(const std::function<hetflow::kernels::Status()>& enqueue, const char* what, int runs = 10) {
+// Seconds a call of `enqueue` takes: the mean of `runs` calls enqueued back to back and waited
+// for once, after one call waited for alone. (Back to back, stream-ordered scratch that one call
+// frees the next reuses, as within a training step; a wait hands it back to the driver.)
+double seconds_per_call(const std::function<hetflow::kernels::Status()>& enqueue, const char* what, int runs = 10) {
   check(enqueue(), what);
   check(hetflow::kernels::cuda_synchronize(nullptr), what);
-  std::vector<double> seconds;
-  for (int r = 0; r < runs; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    check(enqueue(), what);
-    check(hetflow::kernels::cuda_synchronize(nullptr), what);
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::nth_element(seconds.begin(), seconds.begin() + runs / 2, seconds.end());
-  return seconds[static_cast<std::size_t>(runs / 2)];
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < runs; ++r) check(enqueue(), what);
+  check(hetflow::kernels::cuda_synchronize(nullptr), what);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / runs;
 }
 
 int attention(const std::vector<std::string>& args) {
   using hetflow::kernels::DeviceBuffer;
-  const int B = std::stoi(option(args, "--batch", "4")), T = std::stoi(option(args, "--seq", "1024"));
-  const int NH = std::stoi(option(args, "--heads", "12")), NKV = std::stoi(option(args, "--kv-heads", std::to_string(NH)));
-  const int HS = std::stoi(option(args, "--head-size", "64")), W = std::stoi(option(args, "--window", "0"));
-  if (B < 1 || T < 1 || NH < 1 || NKV < 1 || HS < 1 || W < 0) throw hetflow::Error("attention: sizes must be positive");
+  const int B = size_option(args, "--batch", "4"), T = size_option(args, "--seq", "1024");
+  const int NH = size_option(args, "--heads", "12"), NKV = size_option(args, "--kv-heads", std::to_string(NH));
+  const int HS = size_option(args, "--head-size", "64"), W = size_option(args, "--window", "0", true);
+  if (NH % NKV != 0) throw hetflow::Error("--heads " + std::to_string(NH) + " is not a multiple of --kv-heads");
   if (hetflow::kernels::cuda_device_count() == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
   const auto count = [](long long n) { return static_cast<std::size_t>(n); };
   const std::size_t nq = count(1LL * B * T * NH * HS), nkv = count(1LL * B * T * NKV * HS),
                     nprobs = count(1LL * B * NH * T * T);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1, 1);
-  const auto upload = [&](std::size_t n, bool random) {
+  const auto allocate = [](std::size_t n) {
     DeviceBuffer buffer;
     check(buffer.allocate(n * sizeof(float)), "cudaMalloc");
-    std::vector<float> host(n, 0.0f);
-    if (random) std::generate(host.begin(), host.end(), [&] { return uniform(rng); });
+    return buffer;
+  };
+  const auto random = [&](std::size_t n) {  // uniform in [-1, 1)
+    DeviceBuffer buffer = allocate(n);
+    std::vector<float> host(n);
+    std::generate(host.begin(), host.end(), [&] { return uniform(rng); });
     check(hetflow::kernels::cuda_copy_to_device(buffer.get(), host.data(), n * sizeof(float)), "copy to the GPU");
     return buffer;
   };
-  const DeviceBuffer q = upload(nq, true), k = upload(nkv, true), v = upload(nkv, true), dout = upload(nq, true);
-  const DeviceBuffer out = upload(nq, false), probs = upload(nprobs, false), dq = upload(nq, false),
-                     dk = upload(nkv, false), dv = upload(nkv, false);
-  const double forward = median_seconds(
+  // (The forward writes out and probs whole; the gradients only grow from what they hold.)
+  const DeviceBuffer q = random(nq), k = random(nkv), v = random(nkv), dout = random(nq);
+  const DeviceBuffer out = allocate(nq), probs = allocate(nprobs), dq = random(nq), dk = random(nkv), dv = random(nkv);
+  const double forward = seconds_per_call(
       [&] {
         return hetflow::kernels::attention_forward_cuda(out.as<float>(), probs.as<float>(), q.as<float>(), k.as<float>(),
                                                         v.as<float>(), B, T, NH, NKV, HS, W, nullptr);
       },
       "attention forward");
-  const double backward = median_seconds(
+  const double backward = seconds_per_call(
       [&] {
         return hetflow::kernels::attention_backward_cuda(dq.as<float>(), dk.as<float>(), dv.as<float>(),
                                                          dout.as<float>(), probs.as<float>(), q.as<float>(),
@@ -165,7 +183,7 @@ int attention(const std::vector<std::string>& args) {
 int cluster(const std::vector<std::string>& args) {
   const int visible = hetflow::kernels::cuda_device_count();
   if (visible == 0) throw hetflow::Error(hetflow::kernels::cuda_status());
-  const int gpus = std::stoi(option(args, "--gpus", std::to_string(visible)));
+  const int gpus = size_option(args, "--gpus", std::to_string(visible), true);
   if (gpus < 1 || gpus > visible) {
     throw hetflow::Error("--gpus " + std::to_string(gpus) + ": this machine shows " + std::to_string(visible) + " GPU(s)");
   }

@@ -439,17 +439,18 @@ struct AttentionShape {
 
 TEST(TransformerCuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  // Grouped heads both ways; one token; rows past the CPU's 64-row blocks; head sizes below
-  // and above a warp and the block's 128 threads, up to the largest taken (1024: the most
-  // dynamic shared memory a block gets without asking); sliding windows of one key, of fewer
-  // keys than a warp's, across the CPU's blocks, and wider than the GPU's 64-row tiles (so
-  // that whole steps of 16 keys inside a window are taken unmasked).
+  // Grouped heads both ways; one token; rows past the CPU's and the GPU's 64-row blocks; head
+  // sizes below and above a warp and a 64-column tile, up to the largest taken (1024); sliding
+  // windows of one key, of fewer keys than a warp's, across the CPU's blocks, wider than the
+  // GPU's tiles (so that whole steps of 32 keys inside a window are taken unmasked), and wider
+  // than the sequence (every key, as no window).
   for (const AttentionShape s : {AttentionShape{2, 5, 6, 2, 4}, AttentionShape{2, 5, 6, 3, 4},
                                  AttentionShape{1, 1, 2, 1, 3}, AttentionShape{1, 67, 2, 1, 4},
                                  AttentionShape{2, 150, 4, 2, 8}, AttentionShape{2, 70, 6, 3, 64},
                                  AttentionShape{1, 33, 2, 2, 160}, AttentionShape{1, 9, 2, 1, 1024},
                                  AttentionShape{1, 20, 2, 1, 4, 1}, AttentionShape{2, 70, 6, 3, 64, 7},
-                                 AttentionShape{2, 150, 4, 2, 8, 37}, AttentionShape{1, 300, 4, 2, 32, 100}}) {
+                                 AttentionShape{2, 150, 4, 2, 8, 37}, AttentionShape{1, 300, 4, 2, 32, 100},
+                                 AttentionShape{2, 70, 6, 3, 16, 2147483647}}) {
     std::mt19937 rng(18);
     const Vec q = random_vec(s.q(), rng, -2, 2), k = random_vec(s.kv(), rng, -2, 2), v = random_vec(s.kv(), rng),
               dout = random_vec(s.q(), rng);
