@@ -71,107 +71,108 @@ __global__ void broadcast_bias_kernel(float* y, const float* b, int OC, long tot
   }
 }
 
-// cuBLAS's fast 16-bit kernels want every column 16-byte aligned: a 16-bit operand whose
-// leading dimension is not a multiple of 8 elements, or an fp32 result's not a multiple of 4,
-// sends it to slow ones (on an H200, sm_75 CUTLASS "align1" kernels: GPT-2's head over 50,257
-// vocabulary rows took 7.9 of a bf16 step's 48 ms of kernels). So a 16-bit operand is rounded
-// into scratch at a padded leading dimension (the padding zero), and such a result is computed
-// into padded scratch, at most kResultScratchBytes of it at a time, and copied out (and in
-// first, where beta != 0).
-constexpr int kOperandAlign = 8;  // 16-bit elements in 16 bytes
-constexpr int kResultAlign = 4;   // fp32 elements in 16 bytes
+// cuBLAS's fast 16-bit kernels want every extent and leading dimension a multiple of 8
+// elements: on an H200 an odd one (GPT-2's head over 50,257 vocabulary rows) sends cublasGemmEx
+// to sm_75 CUTLASS "align1" kernels, which took 7.9 of a bf16 step's 48 ms of kernels. So in
+// 16 bits m, n and k are padded to multiples of 8: each operand is rounded into scratch with
+// its rows and columns padded by zeros (which add nothing to a sum), and a result with padded
+// rows or columns, or an unaligned leading dimension, is computed into padded scratch, at most
+// kResultScratchBytes of it at a time, and its real part copied out (and in first, where
+// beta != 0).
+constexpr int kAlign = 8;  // 16-bit elements in 16 bytes
 constexpr std::size_t kResultScratchBytes = std::size_t{64} << 20;
 
-int padded(int ld, int to) { return (ld + to - 1) / to * to; }
+int padded(int extent) { return (extent + kAlign - 1) / kAlign * kAlign; }
+std::size_t product(int a, int b) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(b); }
 
-// out's columns, out_ld apart = in's `ld`-element columns (ld apart) rounded to 16 bits, then
-// zeros; total = columns x out_ld. The rounding is the cast kernels' (nearest even).
+// out (`columns` columns of out_ld) = in (columns of ld, ld <= out_ld, in_columns <= columns)
+// rounded to 16 bits, zero past in's rows and columns. The rounding is the cast kernels'
+// (nearest even).
 template <bool kBf16>
-__global__ void to_16bit_columns_kernel(std::uint16_t* out, int out_ld, const float* in, int ld, long total) {
+__global__ void to_16bit_padded_kernel(std::uint16_t* out, int out_ld, const float* in, int ld, long in_columns,
+                                       long total) {
   for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<long>(gridDim.x) * blockDim.x) {
     const long column = i / out_ld;
     const int row = static_cast<int>(i - column * out_ld);
-    const float x = row < ld ? in[column * ld + row] : 0.0f;
+    const float x = row < ld && column < in_columns ? in[column * ld + row] : 0.0f;
     out[i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
   }
 }
 
-// `in` (count floats in columns of ld) rounded to 16 bits into `out`, its columns out_ld apart.
-Status to_16bit(std::uint16_t* out, int out_ld, const float* in, int ld, std::size_t count, bool bf16,
+// A column-major operand of `columns` columns of ld, rounded into 16 bits at `rows` x `cols`
+// (rows >= ld, cols >= columns).
+Status to_16bit(std::uint16_t* out, int rows, int cols, const float* in, int ld, int columns, bool bf16,
                 cudaStream_t stream) {
-  if (out_ld == ld) {
-    return bf16 ? launch::cast_fp32_to_bf16(out, in, static_cast<long>(count), stream)
-                : launch::cast_fp32_to_fp16(out, in, static_cast<long>(count), stream);
+  if (rows == ld && cols == columns) {
+    return bf16 ? launch::cast_fp32_to_bf16(out, in, static_cast<long>(product(ld, columns)), stream)
+                : launch::cast_fp32_to_fp16(out, in, static_cast<long>(product(ld, columns)), stream);
   }
-  const long total = static_cast<long>(count / static_cast<std::size_t>(ld)) * out_ld;
+  const long total = static_cast<long>(product(rows, cols));
   const unsigned int blocks = cuda::stride_blocks(total, kThreads);
   if (bf16) {
-    to_16bit_columns_kernel<true><<<blocks, kThreads, 0, stream>>>(out, out_ld, in, ld, total);
+    to_16bit_padded_kernel<true><<<blocks, kThreads, 0, stream>>>(out, rows, in, ld, columns, total);
   } else {
-    to_16bit_columns_kernel<false><<<blocks, kThreads, 0, stream>>>(out, out_ld, in, ld, total);
+    to_16bit_padded_kernel<false><<<blocks, kThreads, 0, stream>>>(out, rows, in, ld, columns, total);
   }
   return cuda::launched();
 }
 
-// C[m,n] (column-major, ldc) = op(A)[m,k] * op(B)[k,n] + beta C, in `inputs`. A holds a_count
-// floats in columns of lda, B b_count in columns of ldb; for 16-bit inputs both are rounded
-// into scratch ordered on the stream, aligned as above (a result in blocks of columns where
-// op(B) is B, whose columns then are the result's).
+// C[m,n] (column-major, ldc) = op(A)[m,k] * op(B)[k,n] + beta C, in `inputs`, every operand
+// dense: A's stored rows are lda (m or k, as op_a says), B's ldb, and C's rows m = ldc. For
+// 16-bit inputs both are rounded into scratch ordered on the stream, padded as above.
 Status gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
-            int lda, std::size_t a_count, const float* b, int ldb, std::size_t b_count, float beta, float* c, int ldc,
-            GemmInputs inputs, cudaStream_t stream) {
+            int lda, const float* b, int ldb, float beta, float* c, int ldc, GemmInputs inputs, cudaStream_t stream) {
   const float one = 1.0f;
   if (inputs == GemmInputs::fp32) {
     return status_of(cublas::sgemm(handle, op_a, op_b, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
   }
-  const int lda16 = padded(lda, kOperandAlign), ldb16 = padded(ldb, kOperandAlign);
-  const std::size_t a16_count = a_count / static_cast<std::size_t>(lda) * static_cast<std::size_t>(lda16);
-  const std::size_t b16_count = b_count / static_cast<std::size_t>(ldb) * static_cast<std::size_t>(ldb16);
-  const int ldc_padded = padded(ldc, kResultAlign);
-  const bool blocked = ldc_padded != ldc && op_b == CUBLAS_OP_N;
-  const std::size_t column_bytes = sizeof(float) * static_cast<std::size_t>(ldc_padded);
-  const std::size_t fit = std::max<std::size_t>(kResultScratchBytes / column_bytes, 1);  // columns a block
-  const int block = !blocked ? 0 : fit < static_cast<std::size_t>(n) ? static_cast<int>(fit) : n;
+  const bool a_t = op_a == CUBLAS_OP_T, b_t = op_b == CUBLAS_OP_T;
+  const int mp = padded(m), np = padded(n), kp = padded(k);
+  const int a_rows = a_t ? kp : mp, a_cols = a_t ? mp : kp;  // A's padded storage, column-major
+  const int b_rows = b_t ? np : kp, b_cols = b_t ? kp : np;
+  const bool direct = mp == m && np == n;  // (then ldc = m is aligned too)
+  // The result's blocks: whole padded columns of C, a multiple of 8 of them.
+  const std::size_t column_bytes = sizeof(float) * static_cast<std::size_t>(mp);
+  const std::size_t fit = std::max<std::size_t>(kResultScratchBytes / column_bytes / kAlign, 1) * kAlign;
+  const int block = direct ? 0 : fit < static_cast<std::size_t>(np) ? static_cast<int>(fit) : np;
 
   cuda::Scratch scratch(stream);
-  const std::size_t a_bytes = cuda::aligned(a16_count * sizeof(std::uint16_t));
-  const std::size_t b_bytes = cuda::aligned(b16_count * sizeof(std::uint16_t));
+  const std::size_t a_bytes = cuda::aligned(product(a_rows, a_cols) * sizeof(std::uint16_t));
+  const std::size_t b_bytes = cuda::aligned(product(b_rows, b_cols) * sizeof(std::uint16_t));
   Status status = scratch.allocate(a_bytes + b_bytes + column_bytes * static_cast<std::size_t>(block));
   if (status != Status::success) return status;
   auto* a16 = scratch.at<std::uint16_t>(0);
   auto* b16 = scratch.at<std::uint16_t>(a_bytes);
   const bool bf16 = inputs == GemmInputs::bf16;
-  if ((status = to_16bit(a16, lda16, a, lda, a_count, bf16, stream)) != Status::success) return status;
-  if ((status = to_16bit(b16, ldb16, b, ldb, b_count, bf16, stream)) != Status::success) return status;
+  if ((status = to_16bit(a16, a_rows, a_cols, a, lda, a_t ? m : k, bf16, stream)) != Status::success) return status;
+  if ((status = to_16bit(b16, b_rows, b_cols, b, ldb, b_t ? k : n, bf16, stream)) != Status::success) return status;
   const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  if (!blocked) {
-    return status_of(cublas::gemm_ex(handle, op_a, op_b, m, n, k, &one, a16, type, lda16, b16, type, ldb16, &beta, c,
-                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (direct) {
+    return status_of(cublas::gemm_ex(handle, op_a, op_b, m, n, kp, &one, a16, type, a_rows, b16, type, b_rows, &beta,
+                                     c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   float* padded_c = scratch.at<float>(a_bytes + b_bytes);
   const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(m);
   for (int j = 0; j < n; j += block) {
-    const int columns = std::min(block, n - j);
-    float* c_at = c + static_cast<std::size_t>(j) * static_cast<std::size_t>(ldc);
+    const int columns = std::min(block, np - j), real = std::min(block, n - j);
+    float* c_at = c + product(j, ldc);
     if (beta != 0.0f) {
-      status = cuda::status_of(cudaMemcpy2DAsync(padded_c, column_bytes, c_at, sizeof(float) * ldc, row_bytes, columns,
+      status = cuda::status_of(cudaMemcpy2DAsync(padded_c, column_bytes, c_at, sizeof(float) * ldc, row_bytes, real,
                                                  cudaMemcpyDeviceToDevice, stream));
       if (status != Status::success) return status;
     }
-    status = status_of(cublas::gemm_ex(handle, op_a, op_b, m, columns, k, &one, a16, type, lda16,
-                                       b16 + static_cast<std::size_t>(j) * static_cast<std::size_t>(ldb16), type,
-                                       ldb16, &beta, padded_c, CUDA_R_32F, ldc_padded, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+    // Columns j.. of op(B): B's columns j.. (op N), or its rows j.. (op T; j a multiple of 8).
+    const std::uint16_t* b_at = b16 + (b_t ? static_cast<std::size_t>(j) : product(j, b_rows));
+    status = status_of(cublas::gemm_ex(handle, op_a, op_b, mp, columns, kp, &one, a16, type, a_rows, b_at, type, b_rows,
+                                       &beta, padded_c, CUDA_R_32F, mp, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (status != Status::success) return status;
-    status = cuda::status_of(cudaMemcpy2DAsync(c_at, sizeof(float) * ldc, padded_c, column_bytes, row_bytes, columns,
+    status = cuda::status_of(cudaMemcpy2DAsync(c_at, sizeof(float) * ldc, padded_c, column_bytes, row_bytes, real,
                                                cudaMemcpyDeviceToDevice, stream));
     if (status != Status::success) return status;
   }
   return Status::success;
 }
-
-std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols); }
 
 }  // namespace
 
@@ -191,8 +192,7 @@ Status linear_forward(float* y, const float* x, const float* w, const float* b, 
   cublasHandle_t handle = nullptr;
   if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
   const float beta = b != nullptr ? 1.0f : 0.0f;  // beta 0: y is not read
-  return gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, count(OC, C), x, C, count(N, C), beta, y, OC, inputs,
-              stream);
+  return gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, beta, y, OC, inputs, stream);
 }
 
 Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
@@ -200,8 +200,7 @@ Status linear_backward_input(float* dx, const float* dy, const float* w, int N, 
   // dx^T[C,N] += w^T[C,OC] * dy^T[OC,N]
   cublasHandle_t handle = nullptr;
   if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
-  return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, count(OC, C), dy, OC, count(N, OC), 1.0f, dx, C, inputs,
-              stream);
+  return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, 1.0f, dx, C, inputs, stream);
 }
 
 Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
@@ -211,8 +210,7 @@ Status linear_backward_weight(float* dw, float* db, const float* dy, const float
     // dw^T[C,OC] += x^T[C,N] * (dy^T[OC,N])^T
     cublasHandle_t handle = nullptr;
     if (const Status status = handle_for(stream, &handle); status != Status::success) return status;
-    const Status status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, count(N, C), dy, OC, count(N, OC), 1.0f,
-                               dw, C, inputs, stream);
+    const Status status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, dy, OC, 1.0f, dw, C, inputs, stream);
     if (status != Status::success) return status;
   }
   if (db != nullptr) return column_sums(db, dy, N, OC, stream);

@@ -121,9 +121,9 @@ class DeviceBuffer {
 // scratch) and multiplied by cublasGemmEx with fp32 accumulation into the fp32 output, as
 // mixed-precision training multiplies (PyTorch's autocast, Megatron's bf16). The bias and
 // its gradient stay fp32. A 16-bit product is exact in fp32, so these equal the reference run
-// on inputs rounded the same way, within fp32 summation order. Rows whose 16-bit or fp32 width
-// is not a multiple of 16 bytes (GPT-2's 50,257-row head) are padded in scratch, so that cuBLAS
-// keeps to its aligned kernels; the padding never reaches an output.
+// on inputs rounded the same way, within fp32 summation order. Sizes that are not multiples of
+// 8 (GPT-2's 50,257-row head) are padded with zeros in scratch, so that cuBLAS keeps to its
+// aligned kernels; the padding never reaches an output.
 enum class GemmInputs { fp32, bf16, fp16 };
 
 // y[N,OC] = x[N,C] * w[OC,C]^T (+ b[OC] when b != nullptr).

@@ -850,9 +850,9 @@ TEST(TransformerCuda, LinearMatchesTheReference) {
 }
 
 // 16-bit GEMM operands: the reference on operands rounded the same way (a 16-bit product is
-// exact in fp32, so only the summation order differs), for bf16 and fp16. Rows of 769 and 130
-// (and 4097) are not 16-byte aligned in 16 bits nor in fp32: the operands go through padded
-// scratch, and so do the results, in two blocks of columns for y [4100, 4097] (64 MiB each).
+// exact in fp32, so only the summation order differs), for bf16 and fp16. Sizes of 300, 769,
+// 130, 4100 and 4097 are not multiples of 8: the operands are padded with zeros in scratch, and
+// the results computed there, y [4100, 4097] in two blocks of columns (64 MiB at most each).
 TEST(TransformerCuda, LinearWithSixteenBitInputsMatchesTheReferenceOnRoundedOperands) {
   SKIP_WITHOUT_GPU();
   for (const GemmInputs inputs : {GemmInputs::bf16, GemmInputs::fp16}) {
