@@ -1,8 +1,12 @@
 // Linear layers through cuBLAS (transformer_cuda.hpp). Row-major arrays are column-major
 // transposes, so y[N,OC] = x w^T is, to cuBLAS, y^T[OC,N] = w^T(op T)[OC,C] * x^T[C,N], and so
-// on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32), or 16-bit operands (rounded into scratch by
-// the cast kernels) with fp32 accumulation through cublasGemmEx; the bias gradient uses the
-// norms' fixed-order column sums.
+// on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32), or 16-bit operands (rounded into scratch, with
+// the cast kernels' rounding, and padded there to sizes cuBLAS runs fast) with fp32
+// accumulation through cublasGemmEx; the bias gradient uses the norms' fixed-order column sums.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>

@@ -13,7 +13,8 @@
 //   up at the next synchronizing call (cuda_synchronize). Outputs are unspecified unless the
 //   call and that synchronization succeeded. Some calls take stream-ordered scratch memory
 //   (cudaMallocAsync, freed on the same stream): the column sums of the norms' and linear's
-//   weight gradients, the embedding backward's sort, attention's backward (dS).
+//   weight gradients, 16-bit GEMMs' operands (and results of up to 64 MiB, where padded), the
+//   embedding backward's sort, attention's backward (dS).
 // - Checks, in this order: a negative size, a null pointer where data is read or written, or
 //   a shape the kernel cannot take -> Status::invalid_value; nothing to do (an empty output,
 //   or every gradient nullptr) -> Status::success, without touching the device; no CUDA in

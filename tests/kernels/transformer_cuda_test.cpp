@@ -850,13 +850,14 @@ TEST(TransformerCuda, LinearMatchesTheReference) {
 }
 
 // 16-bit GEMM operands: the reference on operands rounded the same way (a 16-bit product is
-// exact in fp32, so only the summation order differs), for bf16 and fp16. Sizes of 300, 769,
-// 130, 4100 and 4097 are not multiples of 8: the operands are padded with zeros in scratch, and
-// the results computed there, y [4100, 4097] in two blocks of columns (64 MiB at most each).
+// exact in fp32, so only the summation order differs), for bf16 and fp16. No size here but 40
+// is a multiple of 8: the operands are padded with zeros in scratch, and the results computed
+// there in blocks of at most 64 MiB: y [4100, 4097] in two (with a bias and without: a GEMM
+// that adds onto y and one that does not read it), dw [8193, 2049] in two (B transposed).
 TEST(TransformerCuda, LinearWithSixteenBitInputsMatchesTheReferenceOnRoundedOperands) {
   SKIP_WITHOUT_GPU();
   for (const GemmInputs inputs : {GemmInputs::bf16, GemmInputs::fp16}) {
-    for (const auto& [N, C, OC] : {std::tuple{300, 769, 130}, std::tuple{4100, 40, 4097}}) {
+    for (const auto& [N, C, OC] : {std::tuple{300, 769, 130}, std::tuple{4100, 40, 4097}, std::tuple{9, 2049, 8193}}) {
       const auto rounded = [&](Vec v) {
         for (float& x : v) {
           x = inputs == GemmInputs::bf16 ? bf16_to_float(float_to_bf16(x)) : fp16_to_float(float_to_fp16(x));
@@ -870,22 +871,25 @@ TEST(TransformerCuda, LinearWithSixteenBitInputsMatchesTheReferenceOnRoundedOper
                 b = random_vec(size_of(OC), rng), dy = random_vec(size_of(N * OC), rng),
                 dx0 = random_vec(x.size(), rng), dw0 = random_vec(w.size(), rng), db0 = random_vec(b.size(), rng);
       const Vec xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
-      Vec y(size_of(N * OC)), dx = dx0, dw = dw0, db = db0;
+      Vec y(size_of(N * OC)), y_nobias(y.size()), dx = dx0, dw = dw0, db = db0;
       linear_forward(y.data(), xr.data(), wr.data(), b.data(), N, C, OC);
+      linear_forward(y_nobias.data(), xr.data(), wr.data(), nullptr, N, C, OC);
       linear_backward_input(dx.data(), dyr.data(), wr.data(), N, C, OC);
       linear_backward_weight(dw.data(), nullptr, dyr.data(), xr.data(), N, C, OC);
       linear_backward_weight(nullptr, db.data(), dy.data(), nullptr, N, C, OC);  // the bias's gradient stays fp32
 
       Device device;
       const float *d_x = device.upload(x), *d_w = device.upload(w), *d_b = device.upload(b), *d_dy = device.upload(dy);
-      float *d_y = device.upload(unwritten(y.size())), *d_dx = device.upload(dx0), *d_dw = device.upload(dw0),
-            *d_db = device.upload(db0);
+      float *d_y = device.upload(unwritten(y.size())), *d_y_nobias = device.upload(unwritten(y.size())),
+            *d_dx = device.upload(dx0), *d_dw = device.upload(dw0), *d_db = device.upload(db0);
       const Status built = linear_forward_cuda(d_y, d_x, d_w, d_b, N, C, OC, nullptr, inputs);
       if (built == Status::not_built) GTEST_SKIP() << "this build has no cuBLAS: the CUDA linear layers are not built";
       EXPECT_OK(built);
+      EXPECT_OK(linear_forward_cuda(d_y_nobias, d_x, d_w, nullptr, N, C, OC, nullptr, inputs));
       EXPECT_OK(linear_backward_input_cuda(d_dx, d_dy, d_w, N, C, OC, nullptr, inputs));
       EXPECT_OK(linear_backward_weight_cuda(d_dw, d_db, d_dy, d_x, N, C, OC, nullptr, inputs));
       expect_close(name + " y", device.download(d_y, y.size()), y, kReduction);
+      expect_close(name + " y without a bias", device.download(d_y_nobias, y.size()), y_nobias, kReduction);
       expect_close(name + " dx", device.download(d_dx, dx.size()), dx, kReduction);
       expect_close(name + " dw", device.download(d_dw, dw.size()), dw, kReduction);
       expect_close(name + " db", device.download(d_db, db.size()), db, kReduction);
