@@ -8,12 +8,11 @@
 // then dq += dS K, dk += dS^T Q and dv += P^T dout, the last two summing the group's query
 // heads in order. One kernel makes every product: a 64 x 64 output tile per block, staged
 // through shared memory 32 deep, each thread summing a 4 x 4 block of outputs (read from shared
-// memory four floats at a time) in a fixed order. It visits
-// only the shared indices some row of the tile needs, and where a step holds a pair the mask
-// excludes (a key after a query, or before its window) it multiplies that pair as zero rather
-// than reading it into the sum: a masked key or value, even a non-finite one, never reaches an
-// output. The scores of the diagonal tiles' masked pairs are computed and then overwritten by
-// the softmax's zeros.
+// memory four floats at a time) in a fixed order. It visits only the shared indices some row
+// of the tile needs, and where a step holds a pair the mask excludes (a key after a query, or
+// before its window) it multiplies that pair as zero rather than reading it into the sum: a
+// masked key or value, even a non-finite one, never reaches an output. The scores of the
+// diagonal tiles' masked pairs are computed and then overwritten by the softmax's zeros.
 //
 // Future work: a flash-style kernel fusing the softmax into the tiles and keeping no T x T
 // probabilities, and 16-bit operands on the tensor cores for 16-bit plans.
