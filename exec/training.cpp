@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -964,8 +965,10 @@ void Training::collect_at_root() {
       put(mine, static_cast<std::uint64_t>(values.size()));
       for (const float v : values) put(mine, v);
     }
-    put(mine, std::uint64_t{4});  // the steps this rank saw skipped (a rank without servers sees none)
-    put(mine, skipped_count_);
+    for (const int iteration : skipped_iterations_) {  // (a rank without servers sees none)
+      put(mine, std::uint64_t{4});
+      put(mine, iteration);
+    }
     for (const auto& [device, server] : servers_) {
       for (const auto& [name, p] : server.params) {
         put(mine, std::uint64_t{3});
@@ -998,8 +1001,8 @@ void Training::collect_at_root() {
         in.get_into(std::span<float>(c.values));
         if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
         remote_chunks_.push_back(std::move(c));
-      } else if (kind == 4) {
-        skipped_count_ = std::max(skipped_count_, in.get<int>());
+      } else if (kind == 4) {  // a step some rank saw skipped
+        skipped_iterations_.insert(in.get<int>());
       } else if (kind == 3) {
         const std::string name = in.get_string();
         auto& values = remote_server_weights_[name];
@@ -1035,7 +1038,7 @@ bool Training::record_step(int iteration, double scaled_norm) {
     return found_inf;
   }
   skipped_[iteration] = found_inf;
-  skipped_count_ += found_inf ? 1 : 0;
+  if (found_inf) skipped_iterations_.insert(iteration);
   const auto before = scaler_after_.find(iteration - 1);
   if (before == scaler_after_.end()) {
     throw Error("iteration " + std::to_string(iteration) + "'s optimizer runs before iteration " +
@@ -1057,7 +1060,21 @@ double Training::loss_scale() const {
 
 int Training::skipped_steps() const {
   std::lock_guard lock(mutex_);
-  return skipped_count_;
+  return static_cast<int>(skipped_iterations_.size());
+}
+
+std::vector<double> Training::learning_rates() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  for (const auto& [iteration, parts] : loss_parts_) {
+    if (skipped_iterations_.count(iteration)) {
+      out.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    const auto skipped_before = std::distance(skipped_iterations_.begin(), skipped_iterations_.lower_bound(iteration));
+    out.push_back(schedule_.at(iteration - skipped_before));  // (the steps taken before it, as the optimizer counts)
+  }
+  return out;
 }
 
 std::string Training::describe() const {

@@ -80,6 +80,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -191,6 +192,9 @@ class Training {
   // steps skipped because their gradients were not finite.
   double loss_scale() const;
   int skipped_steps() const;
+  // The learning rate each step of losses() trained at (the schedule's rate after the steps
+  // taken before it), NaN for a skipped one.
+  std::vector<double> learning_rates() const;
   // Iterations whose global gradient norm (met between devices) some task here has yet to
   // read: 0 after a run; at most the plan's staleness + 1 during one.
   size_t norms_in_flight() const;
@@ -290,7 +294,7 @@ class Training {
   bool record_step(int iteration, double scaled_norm);  // true: skip this step
   std::map<int, LossScaler> scaler_after_;
   std::map<int, bool> skipped_;  // recent iterations' verdicts
-  int skipped_count_ = 0;
+  std::set<int> skipped_iterations_;  // every skipped one (under mpirun, rank 0 gathers them)
   bool parameter_server_ = false;
   int staleness_ = 0;
   std::map<int, Server> servers_;                   // by device

@@ -392,6 +392,7 @@ struct Figures {
   double samples_per_s = 0, tokens_per_s = 0;
   double mfu = 0, analytic_mfu = 0;  // model FLOPs per second over the devices' peak
   std::vector<double> losses;  // per step, real math only
+  std::vector<double> learning_rates;  // per step, real math only; NaN: skipped (gradients not finite)
 };
 
 // The devices' summed peak at the precision the run computes in (FP32 for real math on the
@@ -523,6 +524,10 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
   for (size_t i = 0; i < f.step_s.size(); ++i) {
     Json step = {{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}};
     if (i < f.losses.size()) step["loss"] = f.losses[i];
+    if (i < f.learning_rates.size()) {
+      const double lr = f.learning_rates[i];
+      step["lr"] = std::isnan(lr) ? Json(nullptr) : Json(lr);  // null: skipped (gradients not finite)
+    }
     steps.push_back(std::move(step));
   }
   j["steps"] = std::move(steps);
@@ -582,6 +587,8 @@ std::string name_cell(const std::string& text, int width) {
 void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, const exec::RunResult& result,
                  const Figures& f, const traces::Metrics& m, const partition::Estimate& e, const Simulated& sim, int ranks) {
   const partition::Plan& plan = r.plan;
+  // (A schedule's rates are worth a column; a constant rate is said once.)
+  const bool scheduled = r.optimizer.lr_decay_style != exec::LrSchedule::Style::constant || r.optimizer.lr_warmup_iters > 0;
   print_layout(out, plan);
   out << "\nran " << plan.network.name << " on " << plan.cluster.name << " (backend " << r.backend;
   if (ranks > 1) out << " in " << ranks << " MPI ranks";
@@ -605,7 +612,7 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
     out << "  model: " << t.training->describe() << "\n  data: " << t.data
         << (t.entropy_nats > 0 ? " (the loss a perfect model reaches)" : "") << "\n";
     out << "  AdamW lr " << r.optimizer.lr;
-    if (r.optimizer.lr_decay_style != exec::LrSchedule::Style::constant || r.optimizer.lr_warmup_iters > 0) {
+    if (scheduled) {
       out << " (" << r.optimizer.schedule().describe() << ")";
     }
     out << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
@@ -620,6 +627,12 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   for (size_t i = 0; i < f.step_s.size(); ++i) {
     out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
     if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
+    const double lr = i < f.learning_rates.size() ? f.learning_rates[i] : 0;
+    if (std::isnan(lr)) {
+      out << "  skipped: gradients not finite";
+    } else if (scheduled && i < f.learning_rates.size()) {
+      out << "  lr " << std::setprecision(4) << lr << std::setprecision(6);
+    }
     out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }
   out << "\n" << name_cell("", 16) << cell("measured", 12) << cell("simulated", 13) << cell("error", 10)
@@ -807,7 +820,9 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
       result.completed ? simulate_same(as_run, calibration, request.warmup, at_gemms, gemms, request.flop_scale) : Simulated{};
   if (training.training) {
     f.losses = training.training->losses();
+    f.learning_rates = training.training->learning_rates();
     if (f.losses.size() > f.step_s.size()) f.losses.resize(f.step_s.size());  // (a stopped step's is partial)
+    if (f.learning_rates.size() > f.losses.size()) f.learning_rates.resize(f.losses.size());
   }
   const traces::Metrics m = traces::compute_metrics(result.trace, as_run, at_gemms, request.warmup);
   if (vm.count("metrics")) {

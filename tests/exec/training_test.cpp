@@ -512,6 +512,53 @@ TEST(Training, DynamicLossScalingSkipsStepsWhoseGradientsAreNotFinite) {
   EXPECT_EQ(healthy.loss_scale(), 65536);
 }
 
+// The learning rate each step trained at, as learning_rates() reports it: the schedule's
+// closed form (lr_schedule.hpp) at the number of steps taken before it, a skipped step taking
+// none (NaN). A final norm's gains 30 times a checkpoint's make the gradients at a scale of
+// 2^126 overflow on some batches and not on others (hysteresis 1 halves the scale at each),
+// so steps are taken after skipped ones, on a cosine schedule with a step of warm-up.
+TEST(Training, LearningRatesFollowTheScheduleOverTheStepsTaken) {
+  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_gpt(), options(2, 1, 2, "1f1b"));
+  OptimizerOptions o = optimizer();
+  o.lr_decay_style = exec::LrSchedule::Style::cosine;
+  o.lr_warmup_iters = 1;
+  o.lr_decay_iters = 5;
+  o.min_lr = 1e-4;
+  o.loss_scale.dynamic = true;
+  o.loss_scale.initial_loss_scale = std::ldexp(1.0, 126);
+  o.loss_scale.hysteresis = 1;
+  exec::SafetensorsFile init = checkpoint_like(plan);
+  for (auto& t : init.tensors) {
+    if (t.name == "transformer.ln_f.weight") {
+      for (float& x : t.data) x *= 30;
+    }
+  }
+  exec::Training training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), o, 42, &init, "init.safetensors");
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = 8;
+  ASSERT_TRUE(exec::run_plan(plan, backend, e).completed);
+  const std::vector<double> rates = training.learning_rates();
+  ASSERT_EQ(rates.size(), 8u);
+  const double pi = std::acos(-1.0);
+  int taken = 0, skipped = 0, taken_after_a_skip = 0;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    if (std::isnan(rates[i])) {
+      ++skipped;
+      continue;
+    }
+    const int n = taken++;  // steps taken before this one
+    taken_after_a_skip += skipped > 0 ? 1 : 0;
+    const double want = n <= 1   ? o.lr * n
+                        : n >= 5 ? o.min_lr
+                                 : o.min_lr + (o.lr - o.min_lr) * (1 + std::cos(pi * (n - 1) / 4.0)) / 2;
+    EXPECT_NEAR(rates[i], want, 1e-15) << "step " << i << ", " << n << " taken before it";
+  }
+  EXPECT_EQ(skipped, training.skipped_steps());
+  EXPECT_GT(taken_after_a_skip, 0);  // the case this test is about
+  EXPECT_GT(taken, 2);               // past the warm-up, into the decay
+}
+
 TEST(Training, DynamicLossScalingWithParameterServersIsRefused) {
   partition::PlanOptions o = options(1, 2, 2, "1f1b");
   o.sync = partition::SyncKind::wsp;

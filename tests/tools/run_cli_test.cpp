@@ -289,19 +289,27 @@ TEST(RunCli, RealTrainingReportsTheLossOfEveryStep) {
   }
 }
 
-// Megatron's schedule options: the report and --json say the schedule, and settings that make
-// none are refused naming the option.
+// Megatron's schedule options: the report and --json say the schedule and each step's rate
+// (the closed forms of lr_schedule.hpp: cosine from 3e-4 to 1e-5 over steps 1..4 after one of
+// warm-up from 0; linear from 3e-4 to 0 over 10), and settings that make none are refused
+// naming the option.
 TEST(RunCli, ALearningRateScheduleIsReportedAndBadOnesRefused) {
   const std::string run = std::string("run ") + kTiny + " --compute real --steps 3 --warmup 1";
   const auto text = run_hetflow(run + " --lr-decay-style cosine --lr-warmup-iters 1 --min-lr 1e-5");
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("AdamW lr 0.0003 (cosine to 1e-05 by step 4, after 1 of warm-up from 0)"), std::string::npos)
       << text.out;
+  for (const char* rate : {"lr 0   (warm-up)\n", "lr 0.0003\n", "lr 0.0002275\n", "lr 8.25e-05\n"}) {
+    EXPECT_NE(text.out.find(rate), std::string::npos) << rate << "\n" << text.out;
+  }
   const auto json = run_hetflow(run + " --lr-decay-style linear --lr-decay-iters 10 --json");
   ASSERT_EQ(json.status, 0) << json.err;
-  const auto optimizer = nlohmann::json::parse(json.out)["optimizer"];
+  const auto report = nlohmann::json::parse(json.out);
+  const auto optimizer = report["optimizer"];
   EXPECT_EQ(optimizer["lr_decay_style"], "linear");
   EXPECT_EQ(optimizer["lr_decay_iters"], 10);
+  ASSERT_EQ(report["steps"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(report["steps"][i]["lr"].get<double>(), 3e-4 * (1 - i / 10.0), 1e-15) << i;
   for (const auto& [args, says] : {std::pair{" --lr-decay-style cosine-annealing", "--lr-decay-style: expected constant, linear"},
                                    std::pair{" --min-lr 1", "--min-lr: expected a rate from 0 to --lr"},
                                    std::pair{" --lr-decay-style cosine --lr-warmup-iters 4", "--lr-warmup-iters: 4 steps of warm-up leave no decay"},
