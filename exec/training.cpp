@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <cmath>
-#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -965,7 +964,7 @@ void Training::collect_at_root() {
       put(mine, static_cast<std::uint64_t>(values.size()));
       for (const float v : values) put(mine, v);
     }
-    for (const int iteration : skipped_iterations_) {  // (a rank without servers sees none)
+    for (const int iteration : skipped_iterations_) {  // (a rank with no optimizer and no server sees none)
       put(mine, std::uint64_t{4});
       put(mine, iteration);
     }
@@ -1066,13 +1065,14 @@ int Training::skipped_steps() const {
 std::vector<double> Training::learning_rates() const {
   std::lock_guard lock(mutex_);
   std::vector<double> out;
+  long long skipped_before = 0;  // (loss_parts_ is in iteration order)
   for (const auto& [iteration, parts] : loss_parts_) {
     if (skipped_iterations_.count(iteration)) {
       out.push_back(std::numeric_limits<double>::quiet_NaN());
+      ++skipped_before;
       continue;
     }
-    const auto skipped_before = std::distance(skipped_iterations_.begin(), skipped_iterations_.lower_bound(iteration));
-    out.push_back(schedule_.at(iteration - skipped_before));  // (the steps taken before it, as the optimizer counts)
+    out.push_back(schedule_.at(iteration - skipped_before));  // the steps taken before it, as the optimizer counts
   }
   return out;
 }

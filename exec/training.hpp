@@ -192,8 +192,8 @@ class Training {
   // steps skipped because their gradients were not finite.
   double loss_scale() const;
   int skipped_steps() const;
-  // The learning rate each step of losses() trained at (the schedule's rate after the steps
-  // taken before it), NaN for a skipped one.
+  // The learning rate of each step of losses(): the schedule's rate after the steps taken
+  // before it (in double; the optimizer applies it rounded to fp32), NaN for a skipped one.
   std::vector<double> learning_rates() const;
   // Iterations whose global gradient norm (met between devices) some task here has yet to
   // read: 0 after a run; at most the plan's staleness + 1 during one.

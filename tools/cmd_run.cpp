@@ -631,7 +631,9 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
     if (std::isnan(lr)) {
       out << "  skipped: gradients not finite";
     } else if (scheduled && i < f.learning_rates.size()) {
-      out << "  lr " << std::setprecision(4) << lr << std::setprecision(6);
+      const std::streamsize precision = out.precision(4);
+      out << "  lr " << lr;
+      out.precision(precision);
     }
     out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }

@@ -555,6 +555,7 @@ TEST(Training, LearningRatesFollowTheScheduleOverTheStepsTaken) {
     EXPECT_NEAR(rates[i], want, 1e-15) << "step " << i << ", " << n << " taken before it";
   }
   EXPECT_EQ(skipped, training.skipped_steps());
+  EXPECT_EQ(training.loss_scale(), std::ldexp(1.0, 126 - skipped));  // each skip halved it (hysteresis 1)
   EXPECT_GT(taken_after_a_skip, 0);  // the case this test is about
   EXPECT_GT(taken, 2);               // past the warm-up, into the decay
 }

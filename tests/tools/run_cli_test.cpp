@@ -299,8 +299,12 @@ TEST(RunCli, ALearningRateScheduleIsReportedAndBadOnesRefused) {
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("AdamW lr 0.0003 (cosine to 1e-05 by step 4, after 1 of warm-up from 0)"), std::string::npos)
       << text.out;
-  for (const char* rate : {"lr 0   (warm-up)\n", "lr 0.0003\n", "lr 0.0002275\n", "lr 8.25e-05\n"}) {
-    EXPECT_NE(text.out.find(rate), std::string::npos) << rate << "\n" << text.out;
+  const char* rates[] = {"lr 0   (warm-up)\n", "lr 0.0003\n", "lr 0.0002275\n", "lr 8.25e-05\n"};
+  for (int i = 0; i < 4; ++i) {  // step i's line ends with its rate
+    const size_t line = text.out.find("  step   " + std::to_string(i) + " ");
+    ASSERT_NE(line, std::string::npos) << i << "\n" << text.out;
+    const std::string step = text.out.substr(line, text.out.find('\n', line) + 1 - line);
+    EXPECT_NE(step.find(rates[i]), std::string::npos) << step;
   }
   const auto json = run_hetflow(run + " --lr-decay-style linear --lr-decay-iters 10 --json");
   ASSERT_EQ(json.status, 0) << json.err;
