@@ -2,10 +2,13 @@
 // Inside kernels/ only: what the transformer .cu files share. Status from CUDA errors, scratch
 // memory ordered on a stream, and the fixed-order warp and block reductions every
 // deterministic kernel here is built from.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/status.hpp"
 #include "kernels/transformer_cuda.hpp"
@@ -50,6 +53,10 @@ inline unsigned int stride_blocks(long n, int threads) {
   const long wanted = (n + threads - 1) / threads;
   return static_cast<unsigned int>(wanted < 65536L * 8 ? wanted : 65536L * 8);
 }
+
+// fp32 rounded to nearest even, as bf16's or fp16's bit pattern: every cast to 16 bits here.
+__device__ inline std::uint16_t to_bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ inline std::uint16_t to_fp16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
 
 constexpr unsigned int kFullMask = 0xffffffffu;
 

@@ -97,7 +97,7 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFreque
 }
 
 __global__ void to_bf16_kernel(std::uint16_t* out, const float* in, long n) {
-  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(in[i]));
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = cuda::to_bf16_bits(in[i]);
 }
 
 __global__ void from_bf16_kernel(float* out, const std::uint16_t* in, long n) {
@@ -105,7 +105,7 @@ __global__ void from_bf16_kernel(float* out, const std::uint16_t* in, long n) {
 }
 
 __global__ void to_fp16_kernel(std::uint16_t* out, const float* in, long n) {
-  for (long i = first_index(); i < n; i += grid_stride()) out[i] = __half_as_ushort(__float2half_rn(in[i]));
+  for (long i = first_index(); i < n; i += grid_stride()) out[i] = cuda::to_fp16_bits(in[i]);
 }
 
 __global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {

@@ -3,9 +3,6 @@
 // on. fp32 math (CUBLAS_DEFAULT_MATH: no TF32), or 16-bit operands (rounded into scratch, with
 // the cast kernels' rounding, and padded there to sizes cuBLAS runs fast) with fp32
 // accumulation through cublasGemmEx; the bias gradient uses the norms' fixed-order column sums.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -100,7 +97,7 @@ __global__ void to_16bit_padded_kernel(std::uint16_t* out, int out_ld, const flo
     const long column = i / out_ld;
     const int row = static_cast<int>(i - column * out_ld);
     const float x = row < ld && column < in_columns ? in[column * ld + row] : 0.0f;
-    out[i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    out[i] = kBf16 ? cuda::to_bf16_bits(x) : cuda::to_fp16_bits(x);
   }
 }
 
