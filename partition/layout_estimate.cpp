@@ -392,7 +392,7 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
       throw InputError(kOptions, 0, "stages", "worker " + std::to_string(w) + ": the chunks do not divide over its ranks");
     }
     const int v = static_cast<int>(vw.stages.size()) / p;
-    check_schedule_sizes(layout.schedule, p, vw.microbatches, v, schedule.interleaved);
+    check_schedule_sizes(layout.schedule, p, vw.microbatches, v, schedule.interleaved, schedule.min_chunks);
     auto programs_at = programs_of.find({p, vw.microbatches, v});
     if (programs_at == programs_of.end()) {
       programs_at = programs_of.emplace(std::make_tuple(p, vw.microbatches, v), schedule.build(p, vw.microbatches, v)).first;

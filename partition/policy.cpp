@@ -66,7 +66,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   const Schedule& schedule = schedule_by_name(o.schedule);
   if (o.virtual_stages > 1 && !schedule.interleaved) {
     throw InputError(kOptions, 0, "virtual_stages",
-                     "schedule " + schedule.name + " runs one chunk per rank; use `schedule` interleaved");
+                     "schedule " + schedule.name + " runs one chunk per rank; use `schedule` interleaved or bfs");
   }
   Layout l;
   l.policy = policy;

@@ -9,7 +9,7 @@
 namespace hetflow::partition {
 
 // Defined in schedule_*.cpp; one line each in the registry below.
-void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved) {
+void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved, int min_chunks) {
   const std::string name(schedule);
   if (p < 1) {
     throw InputError(kOptions, 0, "pipeline", "expected at least 1 pipeline rank, found " + std::to_string(p));
@@ -17,9 +17,10 @@ void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool i
   if (m < 1) {
     throw InputError(kOptions, 0, "microbatches", "expected at least 1 micro-batch, found " + std::to_string(m));
   }
-  if (interleaved && v < 2) {
+  if (interleaved && v < min_chunks) {
     throw InputError(kOptions, 0, "virtual_stages",
-                     "schedule " + name + " expects at least 2 chunks per rank, found " + std::to_string(v));
+                     "schedule " + name + " expects at least " + std::to_string(min_chunks) + " chunk" +
+                         (min_chunks == 1 ? "" : "s") + " per rank, found " + std::to_string(v));
   }
   if (!interleaved && v != 1) {
     throw InputError(kOptions, 0, "virtual_stages",
@@ -31,19 +32,19 @@ RankPrograms build_gpipe(int p, int m, int v);
 RankPrograms build_1f1b(int p, int m, int v);
 RankPrograms build_interleaved(int p, int m, int v);
 RankPrograms build_1f1b_split_w(int p, int m, int v);
+RankPrograms build_bfs(int p, int m, int v);
 
 const std::vector<Schedule>& schedules() {
   static const std::vector<Schedule> all = {
-      {"gpipe", "GPipe: all forwards, then all backwards (Huang et al. 2019)", false, false,
-       &build_gpipe},
-      {"1f1b", "1F1B / PipeDream-flush: warm-up forwards, one forward one backward, cool-down",
-       false, false, &build_1f1b},
-      {"interleaved",
-       "Megatron-LM interleaved 1F1B over v model chunks per rank (Narayanan et al. 2021)", true,
-       false, &build_interleaved},
-      {"1f1b-split-w",
-       "1F1B with backward split into input gradient B and weight gradient W (Qi et al. 2023)",
-       false, true, &build_1f1b_split_w},
+      {"gpipe", "GPipe: all forwards, then all backwards (Huang et al. 2019)", false, false, 1, &build_gpipe},
+      {"1f1b", "1F1B / PipeDream-flush: warm-up forwards, one forward one backward, cool-down", false, false, 1,
+       &build_1f1b},
+      {"interleaved", "Megatron-LM interleaved 1F1B over v model chunks per rank (Narayanan et al. 2021)", true,
+       false, 2, &build_interleaved},
+      {"1f1b-split-w", "1F1B with backward split into input gradient B and weight gradient W (Qi et al. 2023)",
+       false, true, 1, &build_1f1b_split_w},
+      {"bfs", "looped breadth-first: each chunk's forwards for all micro-batches, then its backwards (Lamy-Poirier 2022)",
+       true, false, 1, &build_bfs},
   };
   return all;
 }

@@ -28,19 +28,20 @@ struct Schedule {
   std::string description;
   bool interleaved = false;       // takes v > 1 virtual stages per rank
   bool splits_backward = false;   // emits W ops
+  int min_chunks = 1;             // the fewest chunks per rank it takes (interleaved: 2)
   // p ranks, m micro-batches, v chunks per rank. Throws hetflow::InputError (field
   // "schedule"/"microbatches"/"virtual-stages") when the combination is not supported.
   RankPrograms (*build)(int p, int m, int v) = nullptr;
 };
 
-// Every schedule, in a stable order: gpipe, 1f1b, interleaved, 1f1b-split-w.
+// Every schedule, in a stable order: gpipe, 1f1b, interleaved, 1f1b-split-w, bfs.
 const std::vector<Schedule>& schedules();
 // Throws InputError naming the known schedules when the name is unknown.
 const Schedule& schedule_by_name(std::string_view name);
 
-// The checks every schedule makes on its sizes: p >= 1, m >= 1, and v == 1 (or v >= 2 for an
-// interleaved schedule). Throws InputError naming the option at fault.
-void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved);
+// The checks every schedule makes on its sizes: p >= 1, m >= 1, and v == 1 (or v >= min_chunks
+// for an interleaved schedule). Throws InputError naming the option at fault.
+void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved, int min_chunks = 2);
 
 // Peak number of micro-batches whose activations rank r holds at once, per chunk summed:
 // a micro-batch is held from its F until its B (or its W, when backward is split).

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "model/error.hpp"
+#include "partition/schedule.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/layout_estimate.hpp"
 
@@ -98,7 +99,9 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
       const int p = grouped ? 0 : shape.shallowest;
       for (int mb : s.micro_batches) {
         for (const std::string& schedule : s.schedules) {
-          if (schedule == "interleaved" && !hetpipe && shape.shallowest < 2) continue;
+          // Schedules that loop over chunks are tried at 2 chunks per rank.
+          const bool looped = schedule_by_name(schedule).interleaved;
+          if (looped && !hetpipe && shape.shallowest < 2) continue;
           for (Recompute r : s.recomputes) {
             for (SyncKind sync : s.syncs) {
               PlanOptions o = base;
@@ -110,7 +113,7 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
               o.global_batch = global_batch;
               o.microbatches = 0;
               o.schedule = schedule;
-              o.virtual_stages = schedule == "interleaved" ? 2 : 1;
+              o.virtual_stages = looped ? 2 : 1;
               o.recompute = r;
               o.sync = sync;
               o.staleness = sync == SyncKind::wsp ? s.staleness : 0;

@@ -521,7 +521,7 @@ void search_options(po::options_description& options) {
       ("tensor", po::value<std::string>(), "tensor-parallel degrees to try (default powers of 2 up to a node)")
       ("pipeline", po::value<std::string>(), "pipeline depths to try (default every divisor of the devices up to the layers)")
       ("micro-batch", po::value<std::string>(), "micro-batch sizes to try (default powers of 2 up to 32 dividing the batch)")
-      ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved)")
+      ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved; bfs too on request, at 2 chunks a rank)")
       ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")
       ("sync", po::value<std::string>(), "synchronisation to try (default allreduce,ps; add wsp for WSP at --staleness)")
       ("staleness", po::value<int>()->default_value(1), "WSP's staleness bound D, the most your training tolerates")

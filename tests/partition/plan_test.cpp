@@ -87,6 +87,18 @@ TEST(PlanBubble, InterleavedMatchesClosedForm) {
   }
 }
 
+TEST(PlanBubble, BfsMatchesClosedForm) {
+  // Chunks start max(m, p) chunk-times apart on rank 0 (tests/partition/schedule_test.cpp's
+  // BfsMakespanClosedForm), in both directions: makespan ((v-1) max(m, p) + m + p - 1)(T_F + T_B)
+  // against m v (T_F + T_B) of work per rank. Any m, not only multiples of p.
+  for (const auto& [p, v] : {std::pair{2, 1}, std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 1}, std::pair{4, 2}}) {
+    for (int m : {1, 3, p, 2 * p + 1}) {  // 16 layers in p v equal chunks
+      const double span = (v - 1.0) * std::max(m, p) + m + p - 1.0;
+      EXPECT_NEAR(equal_stage_bubble("bfs", p, m, v), 1.0 - m * v / span, 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+    }
+  }
+}
+
 TEST(PlanBubble, SplitBackwardShrinksTheBubble) {
   // F = B = W (backward of 2 units split in two halves): bubble (p-1)(T_F+T_B) over
   // m(T_F+T_B+T_W) + (p-1)(T_F+T_B), i.e. 2(p-1) / (3m + 2(p-1)).
@@ -106,13 +118,13 @@ TEST(PlanBubble, SplitBackwardShrinksTheBubble) {
 }
 
 TEST(PlanOrder, DevicesRunTheScheduleOrder) {
-  for (const char* name : {"gpipe", "1f1b", "1f1b-split-w", "interleaved"}) {
+  for (const char* name : {"gpipe", "1f1b", "1f1b-split-w", "interleaved", "bfs"}) {
     PlanOptions o;
     o.schedule = name;
     o.pipeline = 4;
     o.data = 1;
     o.microbatches = 8;
-    o.virtual_stages = std::string(name) == "interleaved" ? 2 : 1;
+    o.virtual_stages = schedule_by_name(name).interleaved ? 2 : 1;
     const Built b = build(test_support::identical_cluster(8), test_support::equal_layers(16), o);
     const RankPrograms expected = schedule_by_name(name).build(4, 8, o.virtual_stages);
     for (int r = 0; r < 4; ++r) {

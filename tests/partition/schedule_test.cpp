@@ -42,10 +42,14 @@ RankPrograms build(const std::string& name, int p, int m, int v) {
 // Every size a test walks through: (p, m, v).
 std::vector<std::tuple<int, int, int>> sizes_for(const Schedule& s) {
   std::vector<std::tuple<int, int, int>> out;
-  if (s.interleaved) {
+  if (s.interleaved && s.min_chunks >= 2) {  // Megatron's interleaving: m a multiple of p
     for (int p : {2, 3, 4})
       for (int v : {2, 3})
         for (int k : {1, 2, 3}) out.emplace_back(p, k * p, v);
+  } else if (s.interleaved) {  // any m, any v
+    for (int p = 1; p <= 5; ++p)
+      for (int m = 1; m <= 9; ++m)
+        for (int v = 1; v <= 3; ++v) out.emplace_back(p, m, v);
   } else {
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m) out.emplace_back(p, m, 1);
@@ -113,6 +117,24 @@ std::vector<ScheduledOp> interleaved_oracle(int p, int r, int m, int v) {
     backward_step_helper(k);
   }
   return ops;
+}
+
+// --- Oracle: PyTorch's ScheduleLoopedBFS._calculate_single_rank_operations, transcribed in
+// its own terms: the rank's stage indices rank, rank + p, ...; every micro-batch's forward of
+// each stage in turn; then the stages reversed, each with its micro-batches reversed. (PyTorch
+// pads the list with idle slots for its time-step printout; they order nothing.) The chunk of
+// a stage index is index / p.
+std::vector<ScheduledOp> looped_bfs_oracle(int p, int rank, int m, int n_local_stages) {
+  std::vector<int> stage_indices;
+  for (int s = rank; s < p * n_local_stages; s += p) stage_indices.push_back(s);
+  std::vector<ScheduledOp> rank_ops;
+  for (const int stage_index : stage_indices) {
+    for (int mb_index = 0; mb_index < m; ++mb_index) rank_ops.push_back(F(mb_index, stage_index / p));
+  }
+  for (auto it = stage_indices.rbegin(); it != stage_indices.rend(); ++it) {
+    for (int mb_index = m - 1; mb_index >= 0; --mb_index) rank_ops.push_back(B(mb_index, *it / p));
+  }
+  return rank_ops;
 }
 
 // --- Replay: each rank runs its program in order; an op starts when the rank is free and
@@ -183,11 +205,32 @@ TEST(Schedule, RegistryOrderAndLookup) {
     EXPECT_FALSE(s.description.empty()) << s.name;
     EXPECT_EQ(&schedule_by_name(s.name), &s);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "1f1b-split-w"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "1f1b-split-w", "bfs"}));
   EXPECT_TRUE(schedule_by_name("interleaved").interleaved);
+  EXPECT_TRUE(schedule_by_name("bfs").interleaved);
+  EXPECT_EQ(schedule_by_name("interleaved").min_chunks, 2);
+  EXPECT_EQ(schedule_by_name("bfs").min_chunks, 1);
   EXPECT_FALSE(schedule_by_name("1f1b").interleaved);
   EXPECT_TRUE(schedule_by_name("1f1b-split-w").splits_backward);
   EXPECT_FALSE(schedule_by_name("1f1b").splits_backward);
+}
+
+TEST(Schedule, BfsMatchesPyTorchsLoopedBfs) {
+  for (int p = 1; p <= 5; ++p)
+    for (int m = 1; m <= 9; ++m)
+      for (int v = 1; v <= 3; ++v) {
+        const RankPrograms programs = build("bfs", p, m, v);
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(show(programs[r]), show(looped_bfs_oracle(p, r, m, v)))
+              << "p=" << p << " m=" << m << " v=" << v << " r=" << r;
+        }
+      }
+}
+
+TEST(Schedule, BfsHoldsEveryMicroBatchOfEachChunk) {
+  // Breadth-first keeps GPipe's memory: all m forwards of a chunk run before its first backward.
+  const auto peak = peak_in_flight(build("bfs", 3, 5, 2), 2);
+  EXPECT_EQ(peak, (std::vector<std::vector<int>>(3, std::vector<int>{5, 5})));
 }
 
 TEST(Schedule, GpipeRunsAllForwardsThenAllBackwards) {
@@ -368,6 +411,20 @@ TEST(Schedule, InterleavedMakespanIsTheBubbleOverV) {
       }
     }
   }
+}
+
+TEST(Schedule, BfsMakespanClosedForm) {
+  // F = B = 1. Rank 0 starts chunk c's forwards when it has ended chunk c - 1's (m units) and
+  // rank p - 1 has ended chunk c - 1's first forward (p units after chunk c - 1 began on rank
+  // 0): chunks begin max(m, p) apart; the last forward ends (v - 1) max(m, p) + m + p - 1 in,
+  // and the backwards mirror it. With m >= p that is interleaving's 2 m v + 2 (p - 1); with
+  // v = 1, GPipe's 2 (m + p - 1).
+  for (int p = 1; p <= 5; ++p)
+    for (int m = 1; m <= 9; ++m)
+      for (int v = 1; v <= 3; ++v) {
+        const long expected = 2L * ((v - 1) * std::max(m, p) + m + p - 1);
+        EXPECT_EQ(replay(build("bfs", p, m, v), m, v, {1, 1, 0}), expected) << "p=" << p << " m=" << m << " v=" << v;
+      }
 }
 
 TEST(Schedule, SplitWMakespanWithEqualStageTimes) {
