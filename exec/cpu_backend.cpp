@@ -102,7 +102,7 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   // so no thread adds to the table while others read it.
   for (size_t id = 0; id < plan.communicators.size(); ++id) {
     const partition::Communicator& c = plan.communicators[id];
-    if (training_ == nullptr || c.name.rfind("tp ", 0) != 0) continue;
+    if (training_ == nullptr || c.role != partition::CommRole::tensor) continue;
     for (const int a : c.devices) {
       for (const int b : c.devices) {
         if (a != b) lanes_[{a, b, kTensorParallelLane, static_cast<int>(id)}];

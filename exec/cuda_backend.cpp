@@ -557,11 +557,11 @@ void CudaBackend::prepare(const Plan& plan) {
     std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
                                          owner, process, first);
     // Real math's tensor parallelism all-reduces inside compute tasks on its chunks'
-    // communicators (the plan's "tp" ones, as Training finds them).
+    // communicators (the plan's tensor-role ones, as Training finds them).
     std::vector<int> in_task;
     if (s->training != nullptr && s->training->tensor_parallel()) {
       for (size_t c = 0; c < plan.communicators.size(); ++c) {
-        if (plan.communicators[c].name.rfind("tp ", 0) == 0 && plan.communicators[c].devices.size() > 1) {
+        if (plan.communicators[c].role == partition::CommRole::tensor && plan.communicators[c].devices.size() > 1) {
           in_task.push_back(static_cast<int>(c));
         }
       }

@@ -199,7 +199,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
       const auto& group = layout.workers[static_cast<size_t>(task.worker)]
                               .ranks[static_cast<size_t>(layout.workers[static_cast<size_t>(task.worker)].stages[static_cast<size_t>(task.stage)].rank)];
       for (size_t id = 0; id < plan.communicators.size(); ++id) {
-        if (plan.communicators[id].devices == group && plan.communicators[id].name.rfind("tp ", 0) == 0) {
+        if (plan.communicators[id].role == partition::CommRole::tensor && plan.communicators[id].devices == group) {
           c->communicator = static_cast<int>(id);
         }
       }

@@ -44,6 +44,21 @@ int Layout::samples_per_iteration() const {
   return total;
 }
 
+std::vector<AxisCoords> Layout::device_coords(int devices) const {
+  std::vector<AxisCoords> coords(static_cast<size_t>(std::max(devices, 0)));
+  for (size_t w = 0; w < workers.size(); ++w) {
+    for (size_t r = 0; r < workers[w].ranks.size(); ++r) {
+      const std::vector<int>& rank = workers[w].ranks[r];
+      for (size_t j = 0; j < rank.size(); ++j) {
+        const int d = rank[j];
+        if (d < 0 || d >= devices || coords[static_cast<size_t>(d)].data >= 0) continue;
+        coords[static_cast<size_t>(d)] = {static_cast<int>(w), static_cast<int>(r), static_cast<int>(j)};
+      }
+    }
+  }
+  return coords;
+}
+
 bool Layout::uniform_tensor() const {
   for (const VirtualWorker& w : workers) {
     for (const auto& rank : w.ranks) {

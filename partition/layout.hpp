@@ -76,6 +76,18 @@ struct Sync {
   bool operator==(const Sync&) const = default;
 };
 
+// Where a device sits on a layout's parallel axes; -1 on an axis it is not on (a device that
+// only hosts parameter servers, or one the layout does not use).
+struct AxisCoords {
+  int data = -1;      // its virtual worker: the data-parallel replica
+  int pipeline = -1;  // its pipeline rank in that worker
+  int tensor = -1;    // its tensor-parallel rank in that pipeline rank
+  bool operator==(const AxisCoords&) const = default;
+};
+
+// The axes of AxisCoords, in the order plan files list a device's coordinates.
+inline constexpr std::string_view kAxisNames[] = {"data", "pipeline", "tensor"};
+
 struct Layout {
   std::string policy;    // which policy built it
   std::string schedule = "1f1b";
@@ -102,6 +114,8 @@ struct Layout {
   bool folded = false;
 
   int samples_per_iteration() const;
+  // Each of `devices` devices' coordinates (a device the layout lists twice keeps its first).
+  std::vector<AxisCoords> device_coords(int devices) const;
   // Whether every rank of every virtual worker has `tensor` devices.
   bool uniform_tensor() const;
   // The largest rank's device count (what `tensor` holds); 1 without ranks.

@@ -15,6 +15,8 @@ constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", 
                                           "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
                                              "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad"};
+constexpr std::string_view kCommRoles[] = {"tensor", "pipeline", "data",   "embedding",  "server",
+                                           "gradient_norm", "context", "expert", "unspecified"};
 
 template <typename Enum, size_t N>
 Enum parse_name(std::string_view text, const std::string_view (&names)[N], const char* what) {
@@ -34,6 +36,25 @@ TaskKind parse_task_kind(std::string_view text) { return parse_name<TaskKind>(te
 Purpose parse_purpose(std::string_view text) { return parse_name<Purpose>(text, kPurposes, "a purpose"); }
 TensorKind parse_tensor_kind(std::string_view text) {
   return parse_name<TensorKind>(text, kTensorKinds, "a tensor kind");
+}
+
+std::string_view to_string(CommRole r) { return kCommRoles[static_cast<size_t>(r)]; }
+CommRole parse_comm_role(std::string_view text) { return parse_name<CommRole>(text, kCommRoles, "a communicator role"); }
+
+CommRole role_of(Purpose p) {
+  switch (p) {
+    case Purpose::tensor_parallel:
+    case Purpose::sequence_parallel: return CommRole::tensor;
+    case Purpose::activation:
+    case Purpose::gradient: return CommRole::pipeline;
+    case Purpose::data_parallel: return CommRole::data;
+    case Purpose::embedding: return CommRole::embedding;
+    case Purpose::ps_push:
+    case Purpose::ps_pull: return CommRole::server;
+    case Purpose::gradient_norm: return CommRole::gradient_norm;
+    case Purpose::compute: break;
+  }
+  return CommRole::unspecified;
 }
 
 bool is_persistent(TensorKind k) {
@@ -159,7 +180,7 @@ std::vector<std::tuple<size_t, size_t, int, bool, double>> sorted_edges(const Ta
 }  // namespace
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.cluster == b.cluster && a.network == b.network && a.layout == b.layout && a.device_names == b.device_names &&
+  return a.cluster == b.cluster && a.network == b.network && a.layout == b.layout && a.device_names == b.device_names && a.coords == b.coords &&
          a.streams == b.streams && a.communicators == b.communicators && a.channels == b.channels &&
          a.tensors == b.tensors && a.tasks == b.tasks && a.collectives == b.collectives && a.order == b.order &&
          a.programs == b.programs && a.memory == b.memory && a.refs == b.refs && a.ref_begin == b.ref_begin &&

@@ -61,13 +61,31 @@ enum class TensorKind {
   pushed_grad,      // a gradient pushed to a parameter server, until its update
 };
 
+// The parallel axis a communicator spans, and so what its members exchange (Megatron's
+// process-group kinds). Back ends choose communicators by role, never by name.
+enum class CommRole {
+  tensor,         // a pipeline rank's tensor-parallel group (and sequence parallelism's)
+  pipeline,       // two neighbouring pipeline ranks: activations and their gradients
+  data,           // the replicas of a layer range's shard: gradient synchronisation
+  embedding,      // a worker's first and last chunk: tied embedding gradients
+  server,         // a device and the parameter server it pushes to and pulls from
+  gradient_norm,  // a virtual worker's devices: the clipping norm
+  context,        // (reserved) ranks sharing a sequence
+  expert,         // (reserved) ranks holding different experts
+  unspecified,    // a plan imported from a trace that does not say
+};
+
 std::string_view to_string(TaskKind k);
 std::string_view to_string(Purpose p);
 std::string_view to_string(TensorKind k);
+std::string_view to_string(CommRole r);
 // These throw std::invalid_argument naming the accepted values.
 TaskKind parse_task_kind(std::string_view text);
 Purpose parse_purpose(std::string_view text);
 TensorKind parse_tensor_kind(std::string_view text);
+CommRole parse_comm_role(std::string_view text);
+// The role of the communicators that carry traffic of this purpose (compute: unspecified).
+CommRole role_of(Purpose p);
 bool is_persistent(TensorKind k);  // weight, weight_grad, optimizer_state
 
 struct Task {
@@ -90,10 +108,12 @@ struct Task {
 };
 
 // A group of devices created once and used by collectives and transfers: a tensor-parallel
-// group, a pipeline neighbour pair, a data-parallel group, a parameter server's group...
+// group, a pipeline neighbour pair, a data-parallel group, a parameter server's pair... Its
+// members' places on the layout's axes are Plan::coords of its devices.
 struct Communicator {
-  std::string name;          // "tp w0 r1", "pp w0 1-2", "dp l40-44 t0", ...
+  std::string name;          // for people: "tp w0 r1", "pair 3-4", "dp l40-44 t0", ...
   std::vector<int> devices;  // in ring order
+  CommRole role = CommRole::unspecified;
   bool operator==(const Communicator&) const = default;
 };
 
@@ -177,12 +197,15 @@ struct Dependency {
 using TaskGraph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, Dependency>;
 
 struct Plan {
-  static constexpr int kFormatVersion = 2;
+  static constexpr int kFormatVersion = 3;
 
   model::Cluster cluster;  // the cluster the plan was made for
   model::Network network;  // and the network
   Layout layout;           // layout.iterations: how often back ends run the iteration
   std::vector<std::string> device_names;  // index = device id (the cluster's devices)
+  // coords[device]: where it sits on the layout's axes (layout.device_coords). A task's
+  // coordinates are its own worker, stage and micro-batch and its device's coordinates.
+  std::vector<AxisCoords> coords;
   std::vector<std::string> streams;       // stream names; Task::stream indexes this
   std::vector<Communicator> communicators;
   std::vector<Channel> channels;
@@ -212,6 +235,7 @@ struct Plan {
   const Channel& channel(int id) const { return channels[static_cast<size_t>(id)]; }
   const Communicator& communicator(int id) const { return communicators[static_cast<size_t>(id)]; }
   const std::string& device_name(int id) const { return device_names[static_cast<size_t>(id)]; }
+  const AxisCoords& coords_of(int device) const { return coords[static_cast<size_t>(device)]; }
   const std::string& stream_name(int id) const { return streams[static_cast<size_t>(id)]; }
 
   // Adds a task that reads and writes the given tensors (ids of existing tensors) and

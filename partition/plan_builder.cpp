@@ -82,6 +82,7 @@ void Builder::build() {
   plan_.network = net_;
   plan_.layout = layout_;
   for (const model::Device& d : cluster_.devices()) plan_.device_names.push_back(d.name);
+  plan_.coords = layout_.device_coords(plan_.device_count());
   plan_.programs.resize(plan_.device_names.size());
   compute_stream_ = stream("compute");
 
@@ -331,20 +332,23 @@ int Builder::stream(const std::string& name) {
   return id;
 }
 
-int Builder::communicator(const std::string& name, const std::vector<int>& devices) {
-  const auto it = communicator_ids_.find(devices);
+// Groups of one role over the same devices are one communicator; groups of different roles
+// never share one (a back end may run them at once, and chooses them by role).
+int Builder::communicator(CommRole role, const std::string& name, const std::vector<int>& devices) {
+  auto key = std::make_pair(role, devices);
+  const auto it = communicator_ids_.find(key);
   if (it != communicator_ids_.end()) return it->second;
-  const int id = plan_.add_communicator(Communicator{name, devices});
-  communicator_ids_.emplace(devices, id);
+  const int id = plan_.add_communicator(Communicator{name, devices, role});
+  communicator_ids_.emplace(std::move(key), id);
   return id;
 }
 
-int Builder::channel(int src, int dst, const std::string& tag) {
+int Builder::channel(int src, int dst, const std::string& tag, CommRole role) {
   const auto key = std::make_tuple(src, dst, tag);
   const auto it = channel_ids_.find(key);
   if (it != channel_ids_.end()) return it->second;
   const int a = std::min(src, dst), b = std::max(src, dst);
-  const int pair = communicator("pair " + std::to_string(a) + "-" + std::to_string(b), {a, b});
+  const int pair = communicator(role, "pair " + std::to_string(a) + "-" + std::to_string(b), {a, b});
   const int id = plan_.add_channel(Channel{src, dst, tag, pair});
   channel_ids_.emplace(key, id);
   return id;
@@ -425,7 +429,7 @@ std::vector<int> Builder::add_collective(CollectiveKind kind, CollectiveAlgorith
   c.algorithm = algorithm;
   c.purpose = purpose;
   c.bytes = bytes;
-  c.communicator = communicator(group_name, devices);
+  c.communicator = communicator(role_of(purpose), group_name, devices);
   const int index = static_cast<int>(plan_.collectives.size());
   c.tasks.reserve(devices.size());
   for (size_t i = 0; i < devices.size() && i < with_tasks; ++i) {
@@ -454,7 +458,7 @@ int Builder::transfer_stream(const char* prefix, int peer, const std::string& ta
 
 std::pair<int, int> Builder::add_transfer(int src, int dst, const std::string& tag, double bytes, Purpose purpose,
                                           const Task& like, int sent_tensor, int received_tensor) {
-  const int ch = channel(src, dst, tag);
+  const int ch = channel(src, dst, tag, role_of(purpose));
   Task s = communication(like, TaskKind::send, purpose, src, bytes);
   s.channel = ch;
   s.stream = transfer_stream("send>", dst, tag);

@@ -146,8 +146,9 @@ class Builder {
   void check_fold() const;
   int stream(const std::string& name);
   int transfer_stream(const char* prefix, int peer, const std::string& tag);
-  int communicator(const std::string& name, const std::vector<int>& devices);
-  int channel(int src, int dst, const std::string& tag);
+  // The communicator of `role` over `devices` (in that order), made on first use.
+  int communicator(CommRole role, const std::string& name, const std::vector<int>& devices);
+  int channel(int src, int dst, const std::string& tag, CommRole role);
   const VirtualWorker& worker(int w) const { return layout_.workers[static_cast<size_t>(w)]; }
   // The tensor-parallel degree of a chunk (the devices of its rank).
   int degree(int w, int stage) const { return degrees_[static_cast<size_t>(w)][static_cast<size_t>(stage)]; }
@@ -212,7 +213,7 @@ class Builder {
   Plan& plan_;
   int compute_stream_ = 0;
   std::unordered_map<std::string, int> stream_ids_;
-  std::map<std::vector<int>, int> communicator_ids_;
+  std::map<std::pair<CommRole, std::vector<int>>, int> communicator_ids_;
   std::map<std::tuple<int, int, std::string>, int> channel_ids_;
   std::vector<RankPrograms> programs_;        // per worker
   std::vector<std::vector<ChunkWork>> work_;  // per worker, per chunk

@@ -1,12 +1,14 @@
-// The plan file, version 2 (partition/plan.schema.json describes it). Writing builds one
+// The plan file, version 3 (partition/plan.schema.json describes it). Writing builds one
 // JSON document; reading checks every field's type and range as it goes, naming its path,
 // and leaves the program's meaning (matching, lifetimes, deadlock) to validate_plan.
 #include "partition/plan_io.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <string_view>
 #include <tuple>
@@ -186,10 +188,22 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
   }
   out += ",\n \"layout\": " + layout_json(plan.layout).dump();
   append_lines(out, "devices", plan.device_names.size(), [&](std::string& o, size_t i) { append_string(o, plan.device_names[i]); });
+  out += ",\n \"axes\": [";
+  for (size_t a = 0; a < std::size(kAxisNames); ++a) {
+    if (a > 0) out += ", ";
+    append_string(out, kAxisNames[a]);
+  }
+  out += ']';
+  append_lines(out, "coords", plan.coords.size(), [&](std::string& o, size_t i) {
+    const AxisCoords& c = plan.coords[i];
+    append_ints(o, std::initializer_list<int>{c.data, c.pipeline, c.tensor});
+  });
   append_lines(out, "streams", plan.streams.size(), [&](std::string& o, size_t i) { append_string(o, plan.streams[i]); });
   append_lines(out, "communicators", plan.communicators.size(), [&](std::string& o, size_t i) {
     o += "{\"name\": ";
     append_string(o, plan.communicators[i].name);
+    o += ", \"role\": ";
+    append_string(o, to_string(plan.communicators[i].role));
     o += ", \"devices\": ";
     append_ints(o, plan.communicators[i].devices);
     o += '}';
@@ -664,11 +678,26 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
   plan.layout = read_layout(r, r.at(j, "layout", ""));
   plan.device_names = strings(r, j, "devices");
   plan.streams = strings(r, j, "streams");
+  const std::vector<std::string> axes = strings(r, j, "axes");
+  if (!std::equal(axes.begin(), axes.end(), std::begin(kAxisNames), std::end(kAxisNames))) {
+    std::string known;
+    for (const std::string_view a : kAxisNames) known += (known.empty() ? "" : ", ") + std::string(a);
+    r.fail("axes", "expected [" + known + "]: the axes a version-" + std::to_string(Plan::kFormatVersion) +
+                       " plan's coordinates are in");
+  }
+  const Json& coords = r.array(j, "coords", "");
+  for (size_t d = 0; d < coords.size(); ++d) {
+    const std::string p = "coords[" + std::to_string(d) + "]";
+    const std::vector<int> c = r.integers(coords[d], p, -1, kMaxCount);
+    if (c.size() != std::size(kAxisNames)) r.fail(p, "expected one coordinate per axis, -1 off an axis");
+    plan.coords.push_back(AxisCoords{c[0], c[1], c[2]});
+  }
   const Json& communicators = r.array(j, "communicators", "");
   for (size_t i = 0; i < communicators.size(); ++i) {
     const std::string p = "communicators[" + std::to_string(i) + "]";
     plan.communicators.push_back(Communicator{r.string(communicators[i], "name", p),
-                                              r.integers(communicators[i], "devices", p, 0)});
+                                              r.integers(communicators[i], "devices", p, 0),
+                                              r.parsed(communicators[i], "role", p, parse_comm_role)});
   }
   const Json& channels = r.array(j, "channels", "");
   for (size_t i = 0; i < channels.size(); ++i) {

@@ -611,6 +611,9 @@ Plan read_chakra(const std::vector<ChakraFile>& ranks, const std::string& comm_g
   plan.layout.policy = partition::kWorkloadPolicy;
   plan.layout.precision = precision;
   plan.layout.workspace_bytes = 0;
+  // A workload has no layout to place its devices on, and its process groups do not say
+  // which axis they span: every coordinate -1, every communicator's role unspecified.
+  plan.coords = plan.layout.device_coords(static_cast<int>(devices.size()));
   plan.memory.resize(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) plan.memory[d].capacity_bytes = cluster.device_gpu(devices[d]).memory_bytes;
   plan.finish();

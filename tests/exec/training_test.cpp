@@ -596,6 +596,21 @@ void expect_trains_as_one_device(const Plan& many, const model::Network& net) {
   EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * optimizer().lr) << net.name;  // noise: see compare_weights.hpp
 }
 
+// The executor chooses communicators by role, never by name: a tensor- and data-parallel
+// pipeline whose communicators are all renamed trains bit for bit as it did.
+TEST(Training, CommunicatorNamesMeanNothing) {
+  partition::PlanOptions o = options(2, 2, 2, "1f1b");
+  o.tensor = 2;
+  const Plan named = test_support::planned(model::cpu_cluster(8), odd_gpt(2, 6), o);
+  Plan renamed = named;
+  for (size_t i = 0; i < renamed.communicators.size(); ++i) renamed.communicators[i].name = "group " + std::to_string(i);
+  const Trained want = train(named, 2), got = train(renamed, 2);
+  EXPECT_EQ(got.losses, want.losses);
+  const auto diff = test_support::compare_weights(got.weights, want.weights);
+  EXPECT_TRUE(diff.same_names);
+  EXPECT_EQ(diff.worst_relative, 0.0) << diff.worst;
+}
+
 class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
 
 // The test: 4-stage pipelines x 2 data-parallel workers (x 2 tensor-parallel ranks
@@ -625,6 +640,8 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"one_f_one_b", "1f1b", 1, partition::Recompute::none},
                     DistributedCase{"interleaved", "interleaved", 2, partition::Recompute::none},
                     DistributedCase{"split_w", "1f1b-split-w", 1, partition::Recompute::none},
+                    // Breadth-first: every chunk's forwards, then its backwards, 2 chunks a rank.
+                    DistributedCase{"looped_bfs", "bfs", 2, partition::Recompute::none},
                     DistributedCase{"selective_recompute", "1f1b", 1, partition::Recompute::selective},
                     DistributedCase{"full_recompute", "1f1b", 1, partition::Recompute::full},
                     DistributedCase{"parameter_server", "1f1b", 1, partition::Recompute::none, partition::SyncKind::ps},
@@ -636,6 +653,8 @@ INSTANTIATE_TEST_SUITE_P(
                                     partition::SyncKind::allreduce, 2},
                     DistributedCase{"tensor_parallel_split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full,
                                     partition::SyncKind::allreduce, 2},
+                    DistributedCase{"tensor_parallel_looped_bfs_ps", "bfs", 2, partition::Recompute::selective,
+                                    partition::SyncKind::ps, 2},
                     DistributedCase{"sequence_parallel", "1f1b", 1, partition::Recompute::selective,
                                     partition::SyncKind::allreduce, 2, true},
                     // A server holds each parameter whole; each tensor-parallel rank pushes and

@@ -1,4 +1,4 @@
-// Fuzz target: the plan reader (partition::read_plan_json, format 2, with the cluster and
+// Fuzz target: the plan reader (partition::read_plan_json, format 3, with the cluster and
 // network it embeds), then validation, which must name the problems of whatever the reader
 // accepted without reading out of range (as `hetflow validate` does), and the analytic
 // estimate of a plan found valid.

@@ -1,4 +1,4 @@
-// Plan format 2 against what it promises: every policy and schedule with tensor and sequence
+// Plan format 3 against what it promises: every policy and schedule with tensor and sequence
 // parallelism, recomputation, parameter servers and WSP round-trips; one iteration however
 // many are run; the real collective kinds and the tied-embedding all-reduce are there; device
 // memory from tensor lifetimes equals Korthikanti et al.'s closed form on its activation term.

@@ -254,11 +254,25 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   std::string edited = good;
   edited.replace(edited.find("\"microbatches\":4"), 16, "\"microbatches\":5");
   EXPECT_NE(error_of(edited).find("fingerprint: the file says"), std::string::npos) << error_of(edited);
-  // Version 1 is refused, with how to make a new plan.
-  std::string v1 = unstamped;
-  v1.replace(v1.find("\"version\": 2"), 12, "\"version\": 1");
-  EXPECT_NE(error_of(v1).find("version-1 plan; hetflow reads version 2 only. Make the plan again"), std::string::npos)
-      << error_of(v1);
+  // Versions 1 and 2 are refused, with how to make a new plan.
+  for (const char* old : {"1", "2"}) {
+    std::string before = unstamped;
+    before.replace(before.find("\"version\": 3"), 12, std::string("\"version\": ") + old);
+    EXPECT_NE(error_of(before).find(std::string("version-") + old + " plan; hetflow reads version 3 only. Make the plan again"),
+              std::string::npos)
+        << error_of(before);
+  }
+  // Coordinates are on the axes version 3 names, one per axis.
+  std::string axes = unstamped;
+  axes.replace(axes.find("\"axes\": [\"data\""), 16, "\"axes\": [\"expert\"");
+  EXPECT_NE(error_of(axes).find("axes: expected [data, pipeline, tensor]"), std::string::npos) << error_of(axes);
+  std::string short_coords = unstamped;
+  short_coords.replace(short_coords.find("[0, 0, 0]", short_coords.find("\"coords\"")), 9, "[0, 0]");
+  EXPECT_NE(error_of(short_coords).find("coords[0]: expected one coordinate per axis"), std::string::npos)
+      << error_of(short_coords);
+  std::string role = unstamped;
+  role.replace(role.find("\"role\": \""), 9, "\"role\": \"x");
+  EXPECT_NE(error_of(role).find("expected a communicator role"), std::string::npos) << error_of(role);
   // Integers that do not fit are refused, not wrapped.
   std::string huge = unstamped;
   huge.replace(huge.find("\"iterations\":1"), 14, "\"iterations\":4294967297");

@@ -57,7 +57,7 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
     const auto r = run_hetflow(ask);
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out.rfind("hetflow 0.", 0), 0u) << r.out;
-    EXPECT_NE(r.out.find("plan format 2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("plan format 3"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("SimGrid 3."), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("CUDA "), std::string::npos) << r.out;
   }

@@ -1,4 +1,4 @@
-// Mutation test of plan files. Thousands of field and byte mutations of valid version-2
+// Mutation test of plan files. Thousands of field and byte mutations of valid version-3
 // plans (1F1B with data parallelism, tensor + sequence parallelism, the interleaved
 // schedule, HetPipe's wave-synchronous parallel with parameter servers) each end one of
 // three ways: refused while reading (InputError, the CLI's exit 2), refused by validation
