@@ -17,6 +17,7 @@
 #include "partition/policy.hpp"
 #include "partition/validate.hpp"
 #include "tests/partition/plan_test_util.hpp"
+#include "tests/scratch.hpp"
 
 using namespace hetflow;
 using namespace hetflow::partition;
@@ -39,7 +40,6 @@ std::string first_problem(const Plan& plan) {
 std::vector<std::pair<std::string, Plan>> families() {
   const model::Network gpt = model::network_from_spec("gpt:layers=4,hidden=256,heads=8,seq=128,vocab=1000",
                                                       model::Precision::fp16);
-  const model::Cluster eight = test_support::identical_cluster(8);
   std::vector<std::pair<std::string, Plan>> out;
   auto add = [&](const std::string& name, PlanOptions o, const model::Cluster& cluster = test_support::identical_cluster(8)) {
     out.emplace_back(name, plan_of(cluster, gpt, o));
@@ -63,19 +63,27 @@ std::vector<std::pair<std::string, Plan>> families() {
   o.sync = SyncKind::wsp;
   o.staleness = 1;
   add("tp2 pp2 dp2 wsp", o);
-  PlanOptions folded;
+  PlanOptions folded;  // replicas alike on nodes of a NIC per GPU
   folded.pipeline = 2;
-  folded.tensor = 1;
+  folded.tensor = 2;
   folded.data = 4;
   folded.microbatches = 2;
   folded.fold = true;
-  add("folded pp2 dp4", folded, test_support::identical_cluster(8, 1));
+  add("folded tp2 pp2 dp4", folded, model::builtin_cluster("selene-2"));
+  // Worker 0's stages at tensor-parallel degrees 2 and 1, worker 1's at 1 and 2: its layers
+  // are all-reduced in pieces between ranks of different degrees.
   PlanOptions mixed;
-  mixed.layout_file = "";
-  mixed.policy = "grouped";
-  mixed.groups = "*x(2 A100-80 tp2 + 1 A100-80)";
-  mixed.microbatches = 2;
-  add("stages of degrees 2 and 1", mixed, test_support::identical_cluster(6));
+  mixed.layout_file = test_support::write_file("roles-mixed-degrees.yaml", R"(workers:
+  - microbatches: 2
+    stages:
+      - {devices: [n-0/gpu0, n-0/gpu1], layers: 0-2}
+      - {devices: [n-0/gpu2], layers: 3-5}
+  - microbatches: 2
+    stages:
+      - {devices: [n-1/gpu0], layers: 0-3}
+      - {devices: [n-1/gpu1, n-1/gpu2], layers: 4-5}
+)");
+  add("stages of degrees 2 and 1", mixed, test_support::identical_cluster(4, 2));
   return out;
 }
 
@@ -130,7 +138,8 @@ TEST(PlanRoles, TensorGroupsAreExactlyTheLayoutsRanks) {
       }
     }
     for (const Communicator& c : plan.communicators) {
-      if (c.role == CommRole::tensor) EXPECT_TRUE(groups.insert(c.devices).second) << name << ": " << c.name << " twice";
+      if (c.role != CommRole::tensor) continue;
+      EXPECT_TRUE(groups.insert(c.devices).second) << name << ": " << c.name << " twice";
     }
     EXPECT_EQ(groups, ranks) << name;
   }
@@ -169,16 +178,23 @@ TEST(PlanRoles, ValidationBlamesRolesAndCoordinatesThatDisagreeWithTheLayout) {
     ADD_FAILURE() << "no " << to_string(role) << " communicator";
     return size_t{0};
   };
-  EXPECT_NE(problem([](Plan& p) { p.coords[3].tensor = 5; }).find("coords[3]: expected [0, 1, 1]"), std::string::npos)
-      << problem([](Plan& p) { p.coords[3].tensor = 5; });
+  const AxisCoords& placed = good.coords[3];
+  const std::string moved = problem([](Plan& p) { p.coords[3].tensor = 5; });
+  EXPECT_NE(moved.find("coords[3]: expected [" + std::to_string(placed.data) + ", " + std::to_string(placed.pipeline) + ", " +
+                       std::to_string(placed.tensor) + "] (where the layout places " + good.device_name(3) + "), found [" +
+                       std::to_string(placed.data) + ", " + std::to_string(placed.pipeline) + ", 5]"),
+            std::string::npos)
+      << moved;
   EXPECT_NE(problem([](Plan& p) { p.coords.pop_back(); }).find("coords: expected one entry per device"), std::string::npos);
   const size_t tensor = first_of(good, CommRole::tensor), data = first_of(good, CommRole::data);
-  const std::string reordered = problem([&](Plan& p) {
-    auto& d = p.communicators[tensor].devices;
-    std::reverse(d.begin(), d.end());
-  });
-  EXPECT_NE(reordered.find("expected the devices of one pipeline rank, in tensor-parallel order"), std::string::npos)
-      << reordered;
+  auto mentions = [](const Plan& plan, const std::string& text) {
+    const Validation v = validate_plan(plan);
+    return std::any_of(v.problems.begin(), v.problems.end(), [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  };
+  Plan reordered = good;  // (its collectives' participants are then out of order too)
+  std::reverse(reordered.communicators[tensor].devices.begin(), reordered.communicators[tensor].devices.end());
+  EXPECT_TRUE(mentions(reordered, "(tensor): expected the devices of one pipeline rank, in tensor-parallel order"))
+      << first_problem(reordered);
   const std::string relabelled = problem([&](Plan& p) { p.communicators[data].role = CommRole::pipeline; });
   EXPECT_NE(relabelled.find("expected devices of one virtual worker"), std::string::npos) << relabelled;
   // Traffic of another role: the data group's gradients on a communicator called tensor.
@@ -186,11 +202,8 @@ TEST(PlanRoles, ValidationBlamesRolesAndCoordinatesThatDisagreeWithTheLayout) {
   carried.communicators[data].role = CommRole::unspecified;
   EXPECT_EQ(first_problem(carried), "valid");  // an imported plan's groups say nothing
   carried.communicators[tensor].role = CommRole::data;
-  const Validation v = validate_plan(carried);
-  EXPECT_TRUE(std::any_of(v.problems.begin(), v.problems.end(), [&](const std::string& p) {
-    return p.find("traffic on communicator " + std::to_string(tensor) + ", whose role is data (expected tensor)") !=
-           std::string::npos;
-  })) << first_problem(carried);
+  EXPECT_TRUE(mentions(carried, "traffic on communicator " + std::to_string(tensor) + ", whose role is data (expected tensor)"))
+      << first_problem(carried);
 }
 
 TEST(PlanRoles, RolesAndCoordinatesRoundTrip) {

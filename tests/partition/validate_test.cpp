@@ -264,10 +264,10 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   }
   // Coordinates are on the axes version 3 names, one per axis.
   std::string axes = unstamped;
-  axes.replace(axes.find("\"axes\": [\"data\""), 16, "\"axes\": [\"expert\"");
+  axes.replace(axes.find("\"axes\": [\"data\""), std::string("\"axes\": [\"data\"").size(), "\"axes\": [\"expert\"");
   EXPECT_NE(error_of(axes).find("axes: expected [data, pipeline, tensor]"), std::string::npos) << error_of(axes);
   std::string short_coords = unstamped;
-  short_coords.replace(short_coords.find("[0, 0, 0]", short_coords.find("\"coords\"")), 9, "[0, 0]");
+  short_coords.replace(short_coords.find("[0,0,0]", short_coords.find("\"coords\"")), 7, "[0,0]");
   EXPECT_NE(error_of(short_coords).find("coords[0]: expected one coordinate per axis"), std::string::npos)
       << error_of(short_coords);
   std::string role = unstamped;
