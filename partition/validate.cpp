@@ -422,27 +422,33 @@ void check_roles(const Plan& plan, Problems& problems) {
   }
   for (size_t i = 0; i < plan.communicators.size(); ++i) {
     const Communicator& c = plan.communicators[i];
-    const std::string where = "communicators[" + std::to_string(i) + "] (" + std::string(to_string(c.role)) + ")";
-    std::set<int> workers;
-    bool one_rank = true;
+    auto where = [&] { return "communicators[" + std::to_string(i) + "] (" + std::string(to_string(c.role)) + ")"; };
+    const AxisCoords& first = plan.coords_of(c.devices.front());
+    bool placed_all = true, one_worker = true, one_rank = true;
     for (size_t k = 0; k < c.devices.size(); ++k) {
       const AxisCoords& m = plan.coords_of(c.devices[k]);
-      const AxisCoords& first = plan.coords_of(c.devices.front());
-      workers.insert(m.data);
-      one_rank = one_rank && m.data == first.data && m.pipeline == first.pipeline && m.tensor == static_cast<int>(k);
+      placed_all = placed_all && m.data >= 0;
+      one_worker = one_worker && m.data == first.data;
+      one_rank = one_rank && one_worker && m.pipeline == first.pipeline && m.tensor == static_cast<int>(k);
     }
-    const bool placed_all = !workers.count(-1);
+    auto distinct_workers = [&] {
+      std::vector<int> workers;
+      workers.reserve(c.devices.size());
+      for (const int d : c.devices) workers.push_back(plan.coords_of(d).data);
+      std::sort(workers.begin(), workers.end());
+      return std::adjacent_find(workers.begin(), workers.end()) == workers.end();
+    };
     switch (c.role) {
       case CommRole::tensor:
-        if (!placed_all || !one_rank) note(where + ": expected the devices of one pipeline rank, in tensor-parallel order");
+        if (!placed_all || !one_rank) note(where() + ": expected the devices of one pipeline rank, in tensor-parallel order");
         break;
       case CommRole::pipeline:
       case CommRole::embedding:
       case CommRole::gradient_norm:
-        if (!placed_all || workers.size() != 1) note(where + ": expected devices of one virtual worker");
+        if (!placed_all || !one_worker) note(where() + ": expected devices of one virtual worker");
         break;
       case CommRole::data:
-        if (!placed_all || workers.size() != c.devices.size()) note(where + ": expected one device of each of its virtual workers");
+        if (!placed_all || !distinct_workers()) note(where() + ": expected one device of each of its virtual workers");
         break;
       case CommRole::server:
       case CommRole::context:
