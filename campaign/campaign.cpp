@@ -407,15 +407,18 @@ CampaignResult simulate_campaign(const Job& job, const CampaignOptions& options)
   c.checkpoint_load_s = options.checkpoint_load_s >= 0 ? options.checkpoint_load_s : job.checkpoint.load_s;
   c.restart_s = restart_s(job, c.checkpoint_load_s);
   c.job_mtbf_s = 1 / job_failure_rate_per_s(job.reliability, job.gpus, job.nodes);
-  std::vector<double> walls, goodputs;
+  c.healthy_iteration_s = job.times.healthy_s;
+  std::vector<double> walls, goodputs, steps;
   for (int k = 0; k < options.seeds; ++k) {
     c.runs.push_back(run_campaign(job, options, options.seed + static_cast<std::uint64_t>(k), k == 0));
     walls.push_back(c.runs.back().wall_s);
     goodputs.push_back(c.runs.back().goodput);
+    steps.push_back(c.runs.back().steps);
     c.finished_runs += c.runs.back().finished ? 1 : 0;
   }
   c.wall_s = band_of(walls);
   c.goodput = band_of(goodputs);
+  c.steps = band_of(steps);
   return c;
 }
 

@@ -76,7 +76,8 @@ struct CampaignResult {
   double checkpoint_load_s = 0;
   double restart_s = 0;              // relaunch + communicator set-up + checkpoint load (restart)
   double job_mtbf_s = 0;             // of the whole job, all classes
-  Band wall_s, goodput;
+  double healthy_iteration_s = 0;    // the job's
+  Band wall_s, goodput, steps;  // over the runs
   int finished_runs = 0;
 };
 

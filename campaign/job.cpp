@@ -97,13 +97,16 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   return job;
 }
 
-void measure_states(const partition::Plan& plan, const model::Calibration& calibration, Job& job) {
+void measure_states(const partition::Plan& plan, const model::Calibration& calibration, Job& job,
+                    StatesNeeded needed) {
   StateTimes& t = job.times;
   t.healthy_s = iteration_time_s(plan, calibration, {});
   t.replica_short_s = t.replica_short_same_batch_s = t.healthy_s;
-  if (plan.layout.workers.size() > 1) {
+  if (plan.layout.workers.size() > 1 && needed.replica_short) {
     t.replica_short_s = iteration_time_s(without_last_replica(plan, calibration, false), calibration, {});
-    t.replica_short_same_batch_s = iteration_time_s(without_last_replica(plan, calibration, true), calibration, {});
+    if (needed.same_batch) {
+      t.replica_short_same_batch_s = iteration_time_s(without_last_replica(plan, calibration, true), calibration, {});
+    }
   }
   t.straggler_s = t.healthy_s;
   const Reliability& r = job.reliability;

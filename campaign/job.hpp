@@ -40,11 +40,20 @@ struct Job {
 // GPUs, nodes, replicas and the checkpoint of a plan (times left at 0).
 Job describe_job(const partition::Plan& plan, const Reliability& reliability);
 
-// Simulates the plan's iteration in each state (two iterations each, the first a warm-up)
-// and fills job.times. A plan of one replica has no replica-short state (its times are the
-// healthy one); without stragglers (probability 0 or slowdown 1) straggler_s = healthy_s.
-// Throws what sim::simulate throws, and hetflow::Error when a state's simulation stalls.
-void measure_states(const partition::Plan& plan, const model::Calibration& calibration, Job& job);
+// Which states a campaign passes through: restarts never run a replica short, and only
+// --same-batch redistributes its micro-batches.
+struct StatesNeeded {
+  bool replica_short = true;
+  bool same_batch = true;
+};
+
+// Simulates the plan's iteration in each state needed (two iterations each, the first a
+// warm-up) and fills job.times; a state not needed, a plan of one replica's replica-short
+// states and, without stragglers (probability 0 or slowdown 1), the straggler state get the
+// healthy time. Throws what sim::simulate throws, and hetflow::Error when a state's
+// simulation stalls.
+void measure_states(const partition::Plan& plan, const model::Calibration& calibration, Job& job,
+                    StatesNeeded needed = {});
 
 // Checkpoint interval (compute time between checkpoints) that minimises the expected wall
 // time, from Daly, "A higher order estimate of the optimum checkpoint interval for restart

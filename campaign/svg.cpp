@@ -32,6 +32,18 @@ std::string fixed(double v, int digits = 1) {
   return buffer;
 }
 
+// 45000000 -> "45M", 2500 -> "2.5k".
+std::string short_count(double v) {
+  const auto trim = [](double x) {
+    std::string t = fixed(x, 1);
+    if (t.size() > 2 && t.substr(t.size() - 2) == ".0") t.resize(t.size() - 2);
+    return t;
+  };
+  if (v >= 1e6) return trim(v / 1e6) + "M";
+  if (v >= 1e3) return trim(v / 1e3) + "k";
+  return trim(v);
+}
+
 }  // namespace
 
 std::string progress_svg(const CampaignResult& result, double target_steps, const std::string& title) {
@@ -41,6 +53,14 @@ std::string progress_svg(const CampaignResult& result, double target_steps, cons
   double top_steps = std::max(run.steps, target_steps);
   for (const auto& [t, steps] : run.progress) top_steps = std::max(top_steps, steps);
   top_steps = std::max(top_steps, 1.0);
+  // Round the axis up to 4 ticks of a round number (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten).
+  const double magnitude = std::pow(10, std::floor(std::log10(top_steps / 4)));
+  for (double f : {1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0}) {
+    if (4 * f * magnitude >= top_steps) {
+      top_steps = 4 * f * magnitude;
+      break;
+    }
+  }
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
   const bool days = end_s > 2 * 86400;
   const double unit_s = days ? 86400 : 3600;
@@ -67,7 +87,7 @@ std::string progress_svg(const CampaignResult& result, double target_steps, cons
     << (days ? "days" : "hours") << ")</text>\n";
   for (int k = 0; k <= 4; ++k) {
     const double v = top_steps * k / 4;
-    s << "<text x=\"" << kLeft - 6 << "\" y=\"" << fixed(y(v) + 4) << "\" text-anchor=\"end\">" << fixed(v, 0)
+    s << "<text x=\"" << kLeft - 6 << "\" y=\"" << fixed(y(v) + 4) << "\" text-anchor=\"end\">" << short_count(v)
       << "</text>\n";
   }
   s << "<text transform=\"translate(16," << kTop + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">steps trained</text>\n";
@@ -82,6 +102,11 @@ std::string progress_svg(const CampaignResult& result, double target_steps, cons
       << "\" y2=\"" << kTop + plot_h - 14 << "\" stroke=\"" << kCauseColour[static_cast<int>(m.cause)]
       << "\" stroke-width=\"1.5\"/>\n";
   }
+  // What a run without failures or checkpoints would have trained.
+  const double ideal = end_s / result.healthy_iteration_s;
+  const double ideal_end_s = ideal > top_steps ? top_steps * result.healthy_iteration_s : end_s;
+  s << "<line x1=\"" << fixed(x(0)) << "\" y1=\"" << fixed(y(0)) << "\" x2=\"" << fixed(x(ideal_end_s)) << "\" y2=\""
+    << fixed(y(std::min(ideal, top_steps))) << "\" stroke=\"#aaa\" stroke-dasharray=\"2,3\"/>\n";
   // Progress.
   s << "<polyline fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"1.5\" points=\"" << fixed(x(0)) << ","
     << fixed(y(0));
@@ -108,6 +133,9 @@ std::string progress_svg(const CampaignResult& result, double target_steps, cons
   ly += 26;
   s << "<circle cx=\"" << lx + 7 << "\" cy=\"" << ly - 4 << "\" r=\"3\" fill=\"#2ca02c\"/><text x=\"" << lx + 20
     << "\" y=\"" << ly << "\">resumed</text>\n";
+  ly += 18;
+  s << "<line x1=\"" << lx << "\" y1=\"" << ly - 4 << "\" x2=\"" << lx + 14 << "\" y2=\"" << ly - 4
+    << "\" stroke=\"#aaa\" stroke-dasharray=\"2,3\"/><text x=\"" << lx + 20 << "\" y=\"" << ly << "\">no failures</text>\n";
   if (target_steps > 0) {
     ly += 18;
     s << "<line x1=\"" << lx << "\" y1=\"" << ly - 4 << "\" x2=\"" << lx + 14 << "\" y2=\"" << ly - 4

@@ -135,7 +135,7 @@ Json report_json(const c::Job& job, const c::CampaignOptions& o, const c::Campai
   j["finished_runs"] = r.finished_runs;
   j["wall_s"] = band_json(r.wall_s);
   j["goodput"] = band_json(r.goodput);
-  j["steps_mean"] = mean(r, [](const c::RunResult& x) { return x.steps; });
+  j["steps"] = band_json(r.steps);
   j["checkpoints_mean"] = mean(r, [](const c::RunResult& x) { return static_cast<double>(x.checkpoints); });
   j["checkpoint_overhead_s_mean"] = mean(r, [](const c::RunResult& x) { return x.checkpoint_s; });
   j["straggler_s_mean"] = mean(r, [](const c::RunResult& x) { return x.straggler_s; });
@@ -147,20 +147,25 @@ Json report_json(const c::Job& job, const c::CampaignOptions& o, const c::Campai
         {"lost_s_mean", mean(r, [k](const c::RunResult& x) { return x.lost_s[k]; })}};
   }
   j["by_cause"] = std::move(causes);
-  j["cost"] = {{"mode", co.mode == c::CostOptions::Mode::rent ? "rent" : "buy"}, {"usd_p50", cost.usd},
+  j["cost"] = {{"gpus_held", job.gpus + static_cast<double>(o.spares) * job.gpus_per_node},
+               {"mode", co.mode == c::CostOptions::Mode::rent ? "rent" : "buy"}, {"usd_p50", cost.usd},
                {"usd_per_hour", cost.usd_per_hour}, {"energy_kwh_p50", cost.energy_kwh}};
   return j;
 }
 
 void report_text(std::ostream& out, const partition::Plan& plan, const c::Job& job, const c::CampaignOptions& o,
-                 const c::CampaignResult& r, const c::Cost& cost, const c::CostOptions& co) {
+                 const c::CampaignResult& r, const c::Cost& cost, const c::CostOptions& co, double held_gpus) {
   out << "campaign: " << plan.network.name << " on " << plan.cluster.name << ", " << job.gpus << " GPUs in " << job.nodes
       << " nodes, " << job.replicas << " data-parallel replica" << (job.replicas == 1 ? "" : "s") << ", "
       << c::to_string(o.fault_tolerance) << (o.same_batch ? " (same batch)" : "") << ", " << o.spares << " spare node"
       << (o.spares == 1 ? "" : "s") << "\n";
-  out << "  iteration time     " << u::human_time_s(job.times.healthy_s) << " healthy, "
-      << u::human_time_s(o.same_batch ? job.times.replica_short_same_batch_s : job.times.replica_short_s)
-      << " one replica out, " << u::human_time_s(job.times.straggler_s) << " with a straggler (simulated)\n";
+  out << "  iteration time     " << u::human_time_s(job.times.healthy_s) << " healthy";
+  if (o.fault_tolerance == c::FaultTolerance::drop_replica && job.replicas > 1) {
+    out << ", " << u::human_time_s(o.same_batch ? job.times.replica_short_same_batch_s : job.times.replica_short_s)
+        << " one replica out";
+  }
+  if (job.reliability.straggler_probability > 0) out << ", " << u::human_time_s(job.times.straggler_s) << " with a straggler";
+  out << " (simulated)\n";
   if (o.target_steps > 0) {
     out << "  to train           " << u::format_number(o.target_steps) << " iterations ("
         << u::human_count(o.target_steps * job.samples_per_step * job.tokens_per_sample) << " tokens)\n";
@@ -182,9 +187,13 @@ void report_text(std::ostream& out, const partition::Plan& plan, const c::Job& j
       << u::human_time_s(rel.spare_swap_s) << " for hardware)\n\n";
   out << "  over " << o.seeds << " run" << (o.seeds == 1 ? "" : "s") << std::setw(o.seeds == 1 ? 14 : 13) << "p10"
       << std::setw(12) << "p50" << std::setw(12) << "p90" << "\n";
-  out << "  " << std::left << std::setw(19) << (o.target_steps > 0 ? "time to train" : "wall time") << std::right
-      << std::setw(12) << days(r.wall_s.p10) << std::setw(12) << days(r.wall_s.p50) << std::setw(12) << days(r.wall_s.p90)
-      << "\n";
+  if (o.target_steps > 0) {
+    out << "  time to train      " << std::setw(12) << days(r.wall_s.p10) << std::setw(12) << days(r.wall_s.p50)
+        << std::setw(12) << days(r.wall_s.p90) << "\n";
+  } else {
+    out << "  iterations trained " << std::setw(12) << std::setprecision(0) << r.steps.p10 << std::setw(12)
+        << r.steps.p50 << std::setw(12) << r.steps.p90 << std::setprecision(2) << "\n";
+  }
   out << "  goodput            " << std::setw(10) << 100 * r.goodput.p10 << " %" << std::setw(10) << 100 * r.goodput.p50
       << " %" << std::setw(10) << 100 * r.goodput.p90 << " %   (mean " << 100 * r.goodput.mean << " % +- "
       << 100 * r.goodput.mean_ci90 << ")\n";
@@ -197,13 +206,14 @@ void report_text(std::ostream& out, const partition::Plan& plan, const c::Job& j
         << mean(r, [k](const c::RunResult& x) { return static_cast<double>(x.interruptions[k]); }) << std::setw(13)
         << days(mean(r, [k](const c::RunResult& x) { return x.lost_s[k]; })) << "\n";
   }
-  out << "    " << std::left << std::setw(22) << "checkpoints" << std::right << std::setw(14)
+  out << "    " << std::left << std::setw(22) << "checkpoints" << std::right << std::setw(14) << std::setprecision(0)
       << mean(r, [](const c::RunResult& x) { return static_cast<double>(x.checkpoints); }) << std::setw(13)
       << days(overhead) << "\n";
   out << "    " << std::left << std::setw(22) << "stragglers" << std::right << std::setw(14) << "-" << std::setw(13)
       << days(mean(r, [](const c::RunResult& x) { return x.straggler_s; })) << "\n";
   out << "\n  cost (" << (co.mode == c::CostOptions::Mode::rent ? "rent" : "buy") << ", p50)      "
-      << std::setprecision(2) << cost.usd / 1e6 << " M USD at " << cost.usd_per_hour << " USD/h";
+      << std::setprecision(1) << cost.usd / 1e6 << " M USD, " << std::setprecision(0) << cost.usd_per_hour
+      << " USD/h for " << held_gpus << " GPUs";
   if (co.mode == c::CostOptions::Mode::buy) out << ", " << std::setprecision(0) << cost.energy_kwh / 1e3 << " MWh";
   out << "\n";
 }
@@ -263,7 +273,8 @@ int run_campaign(const std::vector<std::string>& args, std::ostream& out) {
   if (!(o.target_steps > 0) && !(o.duration_s > 0)) {
     throw InputError("<command line>", 0, "--tokens", "expected what to train (--tokens or --steps) or a --duration");
   }
-  c::measure_states(plan, read_calibration_option(vm, plan.cluster), job);
+  const bool drops = o.fault_tolerance == c::FaultTolerance::drop_replica;
+  c::measure_states(plan, read_calibration_option(vm, plan.cluster), job, {drops, drops && o.same_batch});
   const c::CampaignResult r = c::simulate_campaign(job, o);
   const double held_gpus = job.gpus + static_cast<double>(o.spares) * job.gpus_per_node;
   const c::Cost cost = c::campaign_cost(co, held_gpus, r.wall_s.p50);
@@ -275,7 +286,7 @@ int run_campaign(const std::vector<std::string>& args, std::ostream& out) {
   if (vm.count("json")) {
     print_json(out, report_json(job, o, r, cost, co));
   } else {
-    report_text(out, plan, job, o, r, cost, co);
+    report_text(out, plan, job, o, r, cost, co, held_gpus);
     if (vm.count("svg")) out << "\nwrote " << vm["svg"].as<std::string>() << "\n";
   }
   return 0;
