@@ -17,6 +17,8 @@ namespace hetflow::campaign {
 
 namespace {
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
 // Steady-state iteration time of `plan` (two iterations, the first left out).
 double iteration_time_s(partition::Plan plan, const model::Calibration& calibration,
                         const std::vector<sim::Straggler>& stragglers) {
@@ -70,7 +72,6 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   // One replica's state: weights and optimizer state of worker 0's devices (replicas hold
   // copies; a folded plan sizes worker 0 alone). Largest node share for the per-node links.
   CheckpointCost& c = job.checkpoint;
-  std::map<int, double> per_node_bytes;
   double largest_device_bytes = 0;
   if (!plan.layout.workers.empty()) {
     for (const auto& rank : plan.layout.workers.front().ranks) {
@@ -78,21 +79,28 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
         const partition::DeviceMemory& m = plan.memory.at(static_cast<size_t>(d));
         const double bytes = m.weights_bytes + m.optimizer_bytes;
         c.size_bytes += bytes;
-        per_node_bytes[devices.at(static_cast<size_t>(d)).node] += bytes;
         largest_device_bytes = std::max(largest_device_bytes, bytes);
       }
     }
   }
-  double largest_node_bytes = 0;
-  for (const auto& [node, bytes] : per_node_bytes) largest_node_bytes = std::max(largest_node_bytes, bytes);
   // Writing: every node writes an equal share of the one copy (replicas deduplicated, as
   // torch.distributed.checkpoint does), bounded by its own link and the file system's total.
   const double nodes = std::max(1, job.nodes);
   c.write_s = std::max(c.size_bytes / reliability.storage_aggregate_bytes_per_s,
                        c.size_bytes / nodes / reliability.storage_node_bytes_per_s);
-  // Loading: every replica reads its own copy; each node its devices' part.
-  c.load_s = std::max(c.size_bytes * job.replicas / reliability.storage_aggregate_bytes_per_s,
-                      largest_node_bytes / reliability.storage_node_bytes_per_s);
+  // Loading: one copy read as it was written, every node its share, then each GPU's shard
+  // broadcast to its copies in the other replicas (a pipelined broadcast takes about the
+  // shard over the GPU's share of its node's NICs). Reading a copy per replica would
+  // multiply the file system's load by the replicas.
+  double nic_bytes_per_s_per_gpu = kInf;
+  for (int n : used_nodes) {
+    const model::Node& node = plan.cluster.nodes.at(static_cast<size_t>(n));
+    nic_bytes_per_s_per_gpu = std::min(nic_bytes_per_s_per_gpu,
+                                       node.nic.count * node.nic.bandwidth_bytes_per_s / std::max(1, node.gpu_count));
+  }
+  const double broadcast_s =
+      job.replicas > 1 && nic_bytes_per_s_per_gpu > 0 ? largest_device_bytes / nic_bytes_per_s_per_gpu : 0;
+  c.load_s = c.write_s + broadcast_s;
   c.snapshot_s = largest_device_bytes / reliability.host_copy_bytes_per_s;
   return job;
 }

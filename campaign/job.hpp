@@ -21,7 +21,7 @@ struct StateTimes {
 struct CheckpointCost {
   double size_bytes = 0;  // weights + optimizer state of one replica (the plan's memory terms)
   double write_s = 0;     // to storage: per-node and aggregate bandwidth, every node writing its share
-  double load_s = 0;      // at a restart every replica reads it back
+  double load_s = 0;      // at a restart: one copy read back, each GPU's shard broadcast to the replicas
   double snapshot_s = 0;  // asynchronous checkpoints: the GPU-to-host copy training waits for
 };
 

@@ -103,6 +103,7 @@ std::string days(double s) {
   o << std::fixed << std::setprecision(s >= 10 * 86400 ? 1 : 2);
   if (s >= 2 * 86400) o << s / 86400 << " d";
   else if (s >= 7200) o << s / 3600 << " h";
+  else if (s >= 120) o << std::setprecision(1) << s / 60 << " min";
   else return u::human_time_s(s);
   return o.str();
 }
@@ -181,8 +182,8 @@ void report_text(std::ostream& out, const partition::Plan& plan, const c::Job& j
       << u::human_time_s(r.checkpoint_load_s) << "; every " << days(r.checkpoint_interval_s) << " of compute"
       << (o.checkpoint_interval_s > 0 ? "" : " (Daly)") << ", overhead " << 100 * overhead / wall << " %\n";
   const c::Reliability& rel = job.reliability;
-  out << "  restart            detection " << u::human_time_s(rel.detection_s) << " + relaunch "
-      << u::human_time_s(rel.relaunch_s) << " + communicator set-up " << u::human_time_s(rel.comm_setup_s_per_rank * job.gpus)
+  out << "  restart            detection " << days(rel.detection_s) << " + relaunch " << days(rel.relaunch_s)
+      << " + communicator set-up " << u::human_time_s(rel.comm_setup_s_per_rank * job.gpus)
       << " + load " << u::human_time_s(r.checkpoint_load_s) << " (+ repair " << days(rel.repair_s) << " or spare swap "
       << u::human_time_s(rel.spare_swap_s) << " for hardware)\n\n";
   out << "  over " << o.seeds << " run" << (o.seeds == 1 ? "" : "s") << std::setw(o.seeds == 1 ? 14 : 13) << "p10"
