@@ -277,6 +277,11 @@ int run_campaign(const std::vector<std::string>& args, std::ostream& out) {
   const bool drops = o.fault_tolerance == c::FaultTolerance::drop_replica;
   c::measure_states(plan, read_calibration_option(vm, plan.cluster), job, {drops, drops && o.same_batch});
   const c::CampaignResult r = c::simulate_campaign(job, o);
+  // Beside drop-replica, what restarts would give: the same runs, the same states.
+  c::CampaignOptions restart_options = o;
+  restart_options.fault_tolerance = c::FaultTolerance::restart;
+  const c::Band restart_goodput =
+      drops ? c::simulate_campaign(job, restart_options).goodput : c::Band{};
   const double held_gpus = job.gpus + static_cast<double>(o.spares) * job.gpus_per_node;
   const c::Cost cost = c::campaign_cost(co, held_gpus, r.wall_s.p50);
   if (vm.count("svg")) {
@@ -285,9 +290,16 @@ int run_campaign(const std::vector<std::string>& args, std::ostream& out) {
     write_file(vm["svg"].as<std::string>(), c::progress_svg(r, o.target_steps, title), "--svg");
   }
   if (vm.count("json")) {
-    print_json(out, report_json(job, o, r, cost, co));
+    Json j = report_json(job, o, r, cost, co);
+    if (drops) j["restart_goodput"] = band_json(restart_goodput);
+    print_json(out, j);
   } else {
     report_text(out, plan, job, o, r, cost, co, held_gpus);
+    if (drops) {
+      out << std::fixed << std::setprecision(2) << "\n  restart instead     goodput " << 100 * restart_goodput.p10
+          << " / " << 100 * restart_goodput.p50 << " / " << 100 * restart_goodput.p90
+          << " % (p10 / p50 / p90, the same seeds and states, the job restarted at each failure)\n";
+    }
     if (vm.count("svg")) out << "\nwrote " << vm["svg"].as<std::string>() << "\n";
   }
   return 0;
