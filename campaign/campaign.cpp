@@ -419,6 +419,15 @@ CampaignResult simulate_campaign(const Job& job, const CampaignOptions& options)
   c.wall_s = band_of(walls);
   c.goodput = band_of(goodputs);
   c.steps = band_of(steps);
+  if (options.fault_tolerance == FaultTolerance::drop_replica) {
+    CampaignOptions restart = options;
+    restart.fault_tolerance = FaultTolerance::restart;
+    std::vector<double> restart_goodputs;
+    for (int k = 0; k < options.seeds; ++k) {
+      restart_goodputs.push_back(run_campaign(job, restart, options.seed + static_cast<std::uint64_t>(k), false).goodput);
+    }
+    c.restart_goodput = band_of(restart_goodputs);
+  }
   return c;
 }
 

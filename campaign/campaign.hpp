@@ -78,6 +78,7 @@ struct CampaignResult {
   double job_mtbf_s = 0;             // of the whole job, all classes
   double healthy_iteration_s = 0;    // the job's
   Band wall_s, goodput, steps;  // over the runs
+  Band restart_goodput;         // drop-replica: the same seeds restarting the job at each failure instead
   int finished_runs = 0;
 };
 

@@ -179,6 +179,8 @@ TEST(Campaign, DropReplicaBeatsRestartAt100kGpus) {
   std::printf("100,352 GPUs, 30 days: goodput restart %.3f, drop-replica %.3f\n", restart.goodput.mean,
               drop.goodput.mean);
   EXPECT_GT(drop.goodput.mean, restart.goodput.mean + 0.1);
+  EXPECT_DOUBLE_EQ(drop.restart_goodput.mean, restart.goodput.mean);  // the comparison a drop-replica run carries
+  EXPECT_DOUBLE_EQ(drop.restart_goodput.p90, restart.goodput.p90);
   // Drop-replica's own loss: each failure stops everyone for the detection and two rebuilds
   // of the data-parallel groups (leaving, rejoining); pauses that overlap merge, and the
   // share of time a Poisson stream (rate L) of pauses of length D covers is 1 - e^{-LD}. In
