@@ -257,6 +257,7 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
       lines["gpu_types." + c.gpu_types[i].name] = yaml_util::line_of(list[i]);
     }
   }
+  (void)r.has("reliability");  // failure rates and recovery, for campaigns: campaign/reliability.hpp reads it
   r.finish();
   validate_cluster(c, file, lines);
   return c;

@@ -233,14 +233,15 @@ void Builder::check_fold() const {
     if (n.intra.uplink_bandwidth_bytes_per_s > 0) refuse("node " + n.name + "'s GPUs share a PCIe uplink");
   }
   const VirtualWorker& first = layout_.workers.front();
+  const std::vector<model::Device> devices = cluster_.devices();  // once: it is rebuilt on each call
   for (size_t w = 1; w < layout_.workers.size(); ++w) {
     const VirtualWorker& vw = layout_.workers[w];
     bool same = vw.stages == first.stages && vw.microbatches == first.microbatches && vw.ranks.size() == first.ranks.size();
     for (size_t r = 0; same && r < vw.ranks.size(); ++r) {
       same = vw.ranks[r].size() == first.ranks[r].size();
       for (size_t i = 0; same && i < vw.ranks[r].size(); ++i) {
-        same = cluster_.device_gpu(cluster_.devices()[static_cast<size_t>(vw.ranks[r][i])]).name ==
-               cluster_.device_gpu(cluster_.devices()[static_cast<size_t>(first.ranks[r][i])]).name;
+        same = cluster_.device_gpu(devices[static_cast<size_t>(vw.ranks[r][i])]).name ==
+               cluster_.device_gpu(devices[static_cast<size_t>(first.ranks[r][i])]).name;
       }
     }
     if (!same) {

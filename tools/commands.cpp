@@ -31,6 +31,8 @@ int run_calibrate(const std::vector<std::string>& args, std::ostream& out);
 int run_export_chakra(const std::vector<std::string>& args, std::ostream& out);
 void search_options(po::options_description& options);
 int run_search(const std::vector<std::string>& args, std::ostream& out);
+void campaign_options(po::options_description& options);
+int run_campaign(const std::vector<std::string>& args, std::ostream& out);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -62,6 +64,9 @@ const std::vector<Command>& commands() {
       {"search", "find the best plan: candidates scored analytically, the best re-simulated, baselines beside",
        "[--cluster C] [--model M] --global-batch B [--top K] [--out plan.json] [--out-layout layout.yaml] [--json]",
        nullptr, search_options, run_search},
+      {"campaign", "a whole training run over days: failures, checkpoints, stragglers, fault tolerance, cost",
+       "[plan options | --plan plan.json] --tokens N | --steps N | --duration D [--json] [--svg FILE]", nullptr,
+       campaign_options, run_campaign},
   };
   return list;
 }
