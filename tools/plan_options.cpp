@@ -239,8 +239,13 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                        const po::variables_map& vm) {
   long long samples = 0, tasks = 0;
   const bool split_w = layout.schedule == "1f1b-split-w";
+  // A folded plan holds the tasks of worker 0 alone (Layout::folded): its size, not the
+  // unfolded one, is what --max-tasks bounds.
+  bool first = true;
   for (const partition::VirtualWorker& w : layout.workers) {
     samples += static_cast<long long>(w.microbatches) * layout.micro_batch_size;
+    if (layout.folded && !first) continue;
+    first = false;
     const long long chunks = static_cast<long long>(w.stages.size());
     // Per micro-batch and chunk: forward, backward (and weight gradient), and a send and a
     // receive each way at every chunk boundary; on every device of the chunk's tensor group.
@@ -268,7 +273,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                            std::to_string(kMaxBuckets) + "; give --bucket-size " +
                            model::units::format_bytes(std::ceil(grad_bytes / kMaxBuckets)) + " or more");
     }
-    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.workers.size());
+    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.folded ? 1 : layout.workers.size());
   }
   if (tasks > max_tasks) {
     throw InputError("<command line>", 0, "--max-tasks",
