@@ -43,14 +43,14 @@ partition::Plan read_or_build_plan(const po::variables_map& vm) {
     // A plan fixes its cluster, network and layout; only the run length may change.
     for (const auto& [name, value] : vm) {
       const bool allowed = name == "plan" || name == "iterations" || name == "calibration" || name == "trace" ||
-                           name == "max-tasks" || name == "metrics" ||
+                           name == "max-tasks" || name == "metrics" || name == "breakdown" ||
                            name == "chrome" || name == "straggler" || name == "scale-gpu" || name == "link" ||
                            name == "fail-device" || name == "fail-link" || name == "collective-steps" ||
                            name == "export-platform" || name == "json";
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
                          "a plan file fixes its cluster, network and layout; give either --plan or --" + name +
-                             " (with --plan only --iterations, --max-tasks, --calibration and the simulation options apply)");
+                             " (with --plan only --iterations, --max-tasks, --calibration and the simulation and report options apply)");
       }
     }
     partition::Plan plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
