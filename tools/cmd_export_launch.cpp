@@ -256,7 +256,7 @@ int run_export_launch(const std::vector<std::string>& args, std::ostream& out) {
   if (g.cannot.empty()) {
     out << framework << " can be told everything this plan does.\n";
   } else {
-    out << "What the plan does that " << framework << " cannot be told (it will run the plan without it):\n";
+    out << "What the plan does that " << framework << " cannot be told (launched as above, it runs without them):\n";
     for (const std::string& c : g.cannot) out << "  - " << c << "\n";
   }
   return 0;

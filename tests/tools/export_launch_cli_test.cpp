@@ -53,7 +53,7 @@ TEST(ExportLaunch, UnevenStages) {
       << r.out;
   r = run_hetflow("export-launch --framework megatron " + plan + "2,2,4,2");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("What the plan does that megatron cannot be told (it will run the plan without it):\n"
+  EXPECT_NE(r.out.find("What the plan does that megatron cannot be told (launched as above, it runs without them):\n"
                        "  - stages of unequal sizes (1,2,4,1 layers): only the first and the last stage may differ from "
                        "the others\n"),
             std::string::npos)
