@@ -64,6 +64,10 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
     options.add_options()("fold", "plan one replica for identical data-parallel workers (for simulation: much "
                                   "faster for many replicas; hetflow run runs every device)");
   }
+  if (command == PlanCommand::simulate) {
+    options.add_options()("no-fold", "simulate every data-parallel replica (simulate folds identical replicas "
+                                     "where the cluster makes the fold exact)");
+  }
   add_kernel_options(options);
 }
 
@@ -285,7 +289,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
 
 }  // namespace
 
-Planned plan_from_options(const po::variables_map& vm) {
+Planned plan_from_options(const po::variables_map& vm, std::optional<bool> fold) {
   if (vm.count("model") && is_chakra_model(vm["model"].as<std::string>())) {
     partition::Plan plan = plan_from_chakra(vm);
     if (static_cast<long long>(plan.tasks.size()) > read_max_tasks(vm)) {
@@ -297,6 +301,7 @@ Planned plan_from_options(const po::variables_map& vm) {
   model::Cluster cluster = load_cluster_option(vm);
   model::Network network = load_network_option(vm);
   partition::PlanOptions options = read_plan_options(vm);
+  if (fold) options.fold = *fold;
   options.precision = network.precision;
   check_option_products(options, cluster, network);
   const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm, cluster));

@@ -4,6 +4,8 @@
 
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/tools/run_hetflow.hpp"
 
 using hetflow::test_support::run_hetflow;
@@ -53,4 +55,32 @@ TEST(LargePlans, OverMemoryOnManyDevicesListsTheWorstFewAndACount) {
   EXPECT_EQ(r.err.find("host/gpu5 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("\n  - and 27 more devices over their memory (32 of 32; the worst are above)\n"), std::string::npos)
       << r.err;
+}
+
+// simulate folds identical replicas by default where the cluster's symmetry allows (Selene: a
+// NIC per GPU, a non-blocking fabric) and says so; the oracle is the unfolded simulation,
+// --no-fold (equal here; within 1 % in Simulator.AFoldedPlan*).
+TEST(LargePlans, SimulateFoldsExactReplicasByDefault) {
+  const std::string sim =
+      "simulate --cluster selene-2 --model gpt:layers=4,hidden=512,heads=8,seq=512,vocab=8192 --tensor 2 --pipeline 2 "
+      "--data 4 --micro-batch 1 --global-batch 32";
+  const auto folded = run_hetflow(sim + " --json");
+  const auto unfolded = run_hetflow(sim + " --no-fold --json");
+  ASSERT_EQ(folded.status, 0) << folded.err;
+  ASSERT_EQ(unfolded.status, 0) << unfolded.err;
+  const auto f = nlohmann::json::parse(folded.out), u = nlohmann::json::parse(unfolded.out);
+  EXPECT_EQ(f["folded_replicas"], 4);
+  EXPECT_EQ(u["folded_replicas"], 1);
+  EXPECT_EQ(f["iteration_time_s"].get<double>(), u["iteration_time_s"].get<double>());
+  const auto text = run_hetflow(sim);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("\nfolded: the 4 identical data-parallel replicas were simulated as one, as this cluster's "
+                          "symmetric links allow (--no-fold simulates each)\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(run_hetflow(sim + " --fold --no-fold").status, 2);
+  // One NIC for four GPUs: replicas would share it, so nothing folds, and nothing is said.
+  const auto shared = run_hetflow("simulate --cluster mixed-academic --model gpt2-124m --pipeline 5 --global-batch 16");
+  ASSERT_EQ(shared.status, 0) << shared.err;
+  EXPECT_EQ(shared.out.find("folded:"), std::string::npos) << shared.out;
 }
