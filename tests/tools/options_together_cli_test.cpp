@@ -45,3 +45,19 @@ TEST(OptionsTogether, HetPipeSplitsAGlobalBatchItsWorkersDoNotDivide) {
   EXPECT_EQ(r.err, "hetflow: <command line>: --global-batch: expected a multiple of --micro-batch 1 of at least 4 (a "
                    "micro-batch for each of the 4 virtual workers), found 3\n");
 }
+
+// A baseline family with no plan is named with the reason, not left out of the table: pure
+// data parallelism of GPT-3 1.3B overflows the V100s' 16 GB (the plan command, an independent
+// check, refuses it as over memory), and --policies can leave families out.
+TEST(OptionsTogether, SearchNamesTheBaselinesItDropped) {
+  const std::string where = "--cluster mixed-academic --model gpt3-1.3b --global-batch 40";
+  EXPECT_EQ(run_hetflow("plan " + where + " --pipeline 1 --tensor 1").status, 3);
+  const auto r = run_hetflow("search " + where + " --top 1 --policies uniform,balanced");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* says : {"\n  data parallel: none, no candidate of it fits: each was refused by its policy or the "
+                           "builder, or overflows a device's memory\n",
+                           "\n  hetpipe-np: none, not searched: --policies leaves out hetpipe-np\n",
+                           "\n  hetpipe-hd: none, not searched: --policies leaves out hetpipe-hd\n"}) {
+    EXPECT_NE(r.out.find(says), std::string::npos) << says << "\n" << r.out;
+  }
+}
