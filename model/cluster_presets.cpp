@@ -146,7 +146,7 @@ Cluster cpu_cluster(int devices, double flops_per_s) {
                      " devices at a positive, finite speed");
   }
   char speed[64];
-  std::snprintf(speed, sizeof speed, "%.17g", flops_per_s);
+  std::snprintf(speed, sizeof speed, "%.17g FLOP/s", flops_per_s);
   const std::string n = std::to_string(devices);
   const std::string yaml = "name: cpu-" + n + "\ndescription: " + n + (devices == 1 ? " CPU device" : " CPU devices") +
                            " of this host (threads of one process) for the executor's CPU back end\n"
@@ -163,7 +163,7 @@ std::string one_node_cluster_yaml(const GpuSpec& gpu, int gpus, const std::strin
   std::string intra = "{kind: " + std::string(to_string(gpu.usual_link));
   if (gpu.usual_link_bandwidth_bytes_per_s > 0) {
     char bandwidth[64];
-    std::snprintf(bandwidth, sizeof bandwidth, "%.17g", gpu.usual_link_bandwidth_bytes_per_s);
+    std::snprintf(bandwidth, sizeof bandwidth, "%.17g B/s", gpu.usual_link_bandwidth_bytes_per_s);
     intra += std::string(", bandwidth: ") + bandwidth;
   }
   intra += "}";

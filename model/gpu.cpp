@@ -53,6 +53,20 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return row[b.size()];
 }
+// The same, a swap of two neighbours counting as one edit ("gpsu" for "gpus"): the optimal
+// string alignment distance.
+size_t typo_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
 }  // namespace
 
 const GpuSpec* find_builtin_gpu(std::string_view name) {
@@ -61,6 +75,21 @@ const GpuSpec* find_builtin_gpu(std::string_view name) {
     if (lower(g.name) == key) return &g;
   }
   return nullptr;
+}
+
+std::optional<std::string> likely_misspelling(std::string_view name, const std::vector<std::string>& known) {
+  const std::string key = lower(name);
+  const size_t allowed = std::clamp<size_t>(key.size() / 3, 1, 3);
+  size_t best = allowed + 1;
+  std::optional<std::string> out;
+  for (const std::string& k : known) {
+    const size_t d = typo_distance(key, lower(k));
+    if (d != 0 && d < best) {
+      best = d;
+      out = k;
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> nearest_names(std::string_view name, const std::vector<std::string>& known,

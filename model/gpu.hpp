@@ -1,5 +1,6 @@
 #pragma once
 // GPU types: published peak specs of real parts, plus any a cluster file defines.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,5 +43,9 @@ const GpuSpec* find_builtin_gpu(std::string_view name);
 // for "unknown GPU type 'V10', did you mean V100-16, V100-32?" messages.
 std::vector<std::string> nearest_names(std::string_view name, const std::vector<std::string>& known,
                                        size_t count = 3);
+// The one of `known` that `name` most likely misspells: the nearest within a third of its
+// length in edits (at least 1, at most 3; case-insensitive), not equal to it; none otherwise.
+// "pipline" -> "pipeline", "bandwith" -> "bandwidth", "plot" -> none.
+std::optional<std::string> likely_misspelling(std::string_view name, const std::vector<std::string>& known);
 
 }  // namespace hetflow::model

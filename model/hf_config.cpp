@@ -215,6 +215,16 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
 
 }  // namespace
 
+std::string hf_config_sequence_key(const std::string& text, const std::string& file) {
+  const nlohmann::json j = json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
+  if (!j.is_object()) return "";
+  // The keys read_gpt2 and read_llama_family take it from, in their order.
+  for (const char* key : {"max_position_embeddings", "n_positions", "n_ctx"}) {
+    if (j.contains(key) && !j[key].is_null()) return key;
+  }
+  return "";
+}
+
 TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
   const nlohmann::json j = json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
   if (!j.is_object()) {

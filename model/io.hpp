@@ -38,9 +38,18 @@ void validate_cluster(const Cluster& cluster, const std::string& file, const Fie
 
 // --cluster X: a built-in preset name, or a path to a YAML/JSON file.
 Cluster load_cluster(std::string_view name_or_path);
-// --model X: a zoo name or spec, a network YAML/JSON file, or a HuggingFace config.json
-// (recognised by its keys). Without a precision the file's own (or fp16) is used.
+// --model X: a zoo name or spec, a network YAML/JSON file, a HuggingFace config.json
+// (recognised by its keys), or a HuggingFace model folder as downloaded (its config.json; the
+// network named after the folder). Without a precision the file's own (or fp16) is used. A
+// path that does not exist (or cannot be read) is said to be missing, here and in
+// load_cluster, rather than looked up among the built-in names.
 Network load_network(std::string_view spec_or_path, std::optional<Precision> precision = std::nullopt);
+// The config.json of a HuggingFace model folder; none when `path` is not a folder, an
+// InputError when it is a folder without one.
+std::optional<std::string> hf_model_folder_config(std::string_view path);
+// The HuggingFace config.json that `--model X` reads (X itself, or a folder's); none when X
+// is something else.
+std::optional<std::string> hf_config_file(std::string_view spec_or_path);
 
 // Built-in clusters, in a stable order; the first is the default.
 struct ClusterPreset {

@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -209,8 +210,32 @@ std::string read_text_file(const std::string& path) {
 }
 
 bool readable_file(std::string_view path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(std::filesystem::path(path), error)) return false;  // opens, reads nothing
   std::ifstream in{std::string(path)};
   return static_cast<bool>(in);
+}
+
+// A HuggingFace config.json is recognised by its keys.
+bool is_hf_config(const std::string& text) {
+  return text.find("\"model_type\"") != std::string::npos || text.find("\"num_hidden_layers\"") != std::string::npos ||
+         text.find("\"n_layer\"") != std::string::npos;
+}
+
+// What a name that is neither built in nor a readable file most likely meant: a path (it has a
+// '/' or a file suffix) is a file that is missing or cannot be read, said so, rather than
+// answered with the built-in names it resembles. `field` is what it was given as.
+void refuse_unreadable_path(std::string_view name, const std::string& field) {
+  const std::string path(name);
+  const bool looks_like_path = path.find('/') != std::string::npos || path.ends_with(".yaml") ||
+                               path.ends_with(".yml") || path.ends_with(".json");
+  std::error_code error;
+  if (!looks_like_path && !std::filesystem::exists(path, error)) return;
+  if (!std::filesystem::exists(path, error)) throw InputError(path, 0, field, "no such file or folder");
+  if (std::filesystem::is_directory(path, error)) {
+    throw InputError(path, 0, field, "is a folder; expected a " + field + " file");
+  }
+  throw InputError(path, 0, field, std::string("cannot be read: ") + std::strerror(EACCES));
 }
 
 }  // namespace
@@ -365,6 +390,19 @@ std::string write_network(const Network& n) {
   return std::string(out.c_str()) + "\n";
 }
 
+std::optional<std::string> hf_model_folder_config(std::string_view path) {
+  std::error_code error;
+  const std::filesystem::path folder{std::string(path)};
+  if (!std::filesystem::is_directory(folder, error)) return std::nullopt;
+  const std::filesystem::path config = folder / "config.json";
+  if (!std::filesystem::is_regular_file(config, error)) {
+    throw InputError(std::string(path), 0, "model",
+                     "is a folder without a config.json; expected a HuggingFace model folder (config.json, tokenizer "
+                     "files, weights) or a network file");
+  }
+  return config.string();
+}
+
 Cluster load_cluster(std::string_view name_or_path) {
   for (const ClusterPreset& p : cluster_presets()) {
     if (p.name == name_or_path) return builtin_cluster(name_or_path);
@@ -376,7 +414,17 @@ Cluster load_cluster(std::string_view name_or_path) {
     const std::string path(name_or_path);
     return parse_cluster(read_text_file(path), path);
   }
+  refuse_unreadable_path(name_or_path, "cluster");
   return builtin_cluster(name_or_path);  // throws, naming the nearest presets
+}
+
+std::optional<std::string> hf_config_file(std::string_view spec_or_path) {
+  if (is_zoo_spec(spec_or_path)) return std::nullopt;
+  if (readable_file(spec_or_path)) {
+    const std::string path(spec_or_path);
+    return is_hf_config(read_text_file(path)) ? std::optional<std::string>(path) : std::nullopt;
+  }
+  return hf_model_folder_config(spec_or_path);
 }
 
 Network load_network(std::string_view spec_or_path, std::optional<Precision> precision) {
@@ -384,13 +432,18 @@ Network load_network(std::string_view spec_or_path, std::optional<Precision> pre
   if (readable_file(spec_or_path)) {
     const std::string path(spec_or_path);
     const std::string text = read_text_file(path);
-    // A HuggingFace config.json is recognised by its keys.
-    const bool hf = text.find("\"model_type\"") != std::string::npos ||
-                    text.find("\"num_hidden_layers\"") != std::string::npos ||
-                    text.find("\"n_layer\"") != std::string::npos;
-    if (hf) return make_transformer(transformer_from_hf_config(text, path), precision.value_or(Precision::fp16));
+    if (is_hf_config(text)) return make_transformer(transformer_from_hf_config(text, path), precision.value_or(Precision::fp16));
     return parse_network(text, path, precision);
   }
+  if (const std::optional<std::string> config = hf_model_folder_config(spec_or_path)) {
+    TransformerConfig c = transformer_from_hf_config(read_text_file(*config), *config);
+    // Named after the folder (the model's name as downloaded), not its config.json.
+    const std::filesystem::path folder = std::filesystem::path(std::string(spec_or_path)).lexically_normal();
+    const std::string base = (folder.has_filename() ? folder : folder.parent_path()).filename().string();
+    c.name = c.name.substr(0, c.name.find('(')) + "(" + base + ")";
+    return make_transformer(c, precision.value_or(Precision::fp16));
+  }
+  refuse_unreadable_path(spec_or_path, "model");
   return network_from_spec(spec_or_path, precision.value_or(Precision::fp16));  // throws with hints
 }
 

@@ -57,8 +57,25 @@ double finite_scaled(double value, std::string_view text) {
   return value;
 }
 
-double parse_with(std::string_view text, std::string_view expected, const Unit* units, size_t n) {
+// A quantity written without its unit ("bandwidth: 25") is refused rather than read in base
+// units: 25 bytes/s where 25 Gb/s was meant made an iteration of months. Zero needs no unit.
+void refuse_bare(double value, std::string_view unit, std::string_view text, std::string_view expected,
+                 std::string_view accepted) {
+  if (unit.empty() && value != 0) {
+    throw std::invalid_argument("expected " + std::string(expected) + ", found '" + std::string(text) +
+                                "' without a unit (units: " + std::string(accepted) + ")");
+  }
+}
+
+constexpr std::string_view kByteNames = "B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; b, kb, Mb, Gb, Tb for bits";
+constexpr std::string_view kTimeNames = "s, ms, us, ns, min";
+constexpr std::string_view kBandwidthNames = "B/s, kB/s, MB/s, GB/s, TB/s, GiB/s; b/s, Mb/s, Gb/s, Tb/s for bits; or Gbps";
+constexpr std::string_view kFlopNames = "FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s (or TFLOPS)";
+
+double parse_with(std::string_view text, std::string_view expected, const Unit* units, size_t n,
+                  std::string_view accepted) {
   auto [value, unit] = split_number(text, expected);
+  refuse_bare(value, unit, text, expected, accepted);
   if (unit.empty()) return value;
   for (size_t i = 0; i < n; ++i) {
     if (units[i].name == unit) return finite_scaled(apply(value, units[i].factor), text);
@@ -148,17 +165,18 @@ double parse_number(std::string_view text) {
 
 double parse_bytes(std::string_view text) {
   const double v = parse_with(text, "a size such as '80 GiB' or '16 GB'", kByteUnits.data(),
-                              kByteUnits.size());
+                              kByteUnits.size(), kByteNames);
   return v;
 }
 
 double parse_time_s(std::string_view text) {
-  return parse_with(text, "a time such as '5 us' or '1.5 ms'", kTimeUnits.data(), kTimeUnits.size());
+  return parse_with(text, "a time such as '5 us' or '1.5 ms'", kTimeUnits.data(), kTimeUnits.size(), kTimeNames);
 }
 
 double parse_bandwidth_bytes_per_s(std::string_view text) {
   constexpr std::string_view expected = "a bandwidth such as '25 GB/s' or '100 Gb/s'";
   auto [value, unit] = split_number(text, expected);
+  refuse_bare(value, unit, text, expected, kBandwidthNames);
   if (unit.empty()) return value;
   std::string_view size_unit;
   if (unit.size() > 2 && unit.substr(unit.size() - 2) == "/s") {
@@ -193,6 +211,7 @@ double parse_price_usd_per_hour(std::string_view text) {
 double parse_flops_per_s(std::string_view text) {
   constexpr std::string_view expected = "a compute rate such as '312 TFLOP/s' or '19.5 TFLOPS'";
   auto [value, unit] = split_number(text, expected);
+  refuse_bare(value, unit, text, expected, kFlopNames);
   if (unit.empty()) return value;
   for (const Unit& p : kFlopPrefixes) {
     for (std::string_view suffix : {"FLOP/s", "FLOPS", "flop/s", "flops"}) {

@@ -1,7 +1,9 @@
 #pragma once
 // Quantities with units, as users write them in cluster and model files: "25 GB/s", "100 Gb/s",
 // "5 us", "80 GiB", "312 TFLOP/s", "2.1 USD/h". Parsing returns SI base units (bytes, seconds, bytes/s,
-// FLOP/s); a plain number is taken as already in base units. Decimal prefixes are powers of
+// FLOP/s). A size, time, bandwidth or compute rate needs its unit: a plain number other than
+// 0 is refused, naming the units accepted (a bare "25" meant as 25 Gb/s would otherwise be read
+// as 25 bytes/s). A price's plain number is USD/h. Decimal prefixes are powers of
 // 1000, binary ones (KiB, MiB, GiB, TiB, PiB) powers of 1024; a lower-case 'b' means bits.
 // Parse failures throw std::invalid_argument whose message says what was expected; callers
 // that know the file and line wrap it into an InputError.

@@ -166,6 +166,19 @@ YAML::Node MapReader::required(const std::string& key) const {
   used_.insert(key);
   const YAML::Node n = node_[key];
   if (!n.IsDefined() || n.IsNull()) {
+    // A key not read yet and a letter or two from the missing one is most likely it,
+    // misspelt ("bandwith"): blame that key, where the user will look, not the absence.
+    if (node_.IsMap()) {
+      for (const auto& kv : node_) {
+        if (!kv.first.IsScalar()) continue;
+        const std::string given = kv.first.Scalar();
+        if (used_.count(given) != 0 || given == key) continue;
+        if (likely_misspelling(given, {key})) {
+          throw InputError(file_, line_of(kv.first), field(given),
+                           "unknown key; did you mean '" + key + "'? (" + field(key) + " is required)");
+        }
+      }
+    }
     throw InputError(file_, line_of(node_), field(key), "is required but missing");
   }
   return n;

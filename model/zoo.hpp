@@ -55,5 +55,9 @@ const TransformerConfig* zoo_transformer(std::string_view name);
 // num_key_value_heads, intermediate_size, max_position_embeddings, vocab_size, RoPE and window
 // settings) read as a decoder, in hf_config.cpp. `text` is the file's content; errors name `file`.
 TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file);
+// The key of such a config.json that gave the sequence length ("max_position_embeddings",
+// "n_positions" or "n_ctx"), or "" when none is there (the model type's default was taken).
+// This is the longest context the model supports, rarely the length it is trained at.
+std::string hf_config_sequence_key(const std::string& text, const std::string& file);
 
 }  // namespace hetflow::model

@@ -108,7 +108,24 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
   std::erase_if(workers, [](const std::vector<int>& w) { return w.empty(); });
   size_t depth = 0;
   for (const auto& w : workers) depth = std::max(depth, w.size());
-  const int m = policy_detail::microbatches_per_worker(o, static_cast<int>(workers.size()), static_cast<int>(depth));
+  // The workers share the global batch's micro-batches by speed (split_microbatches), so it
+  // need only be a whole number of micro-batches, at least one per worker, not a multiple of
+  // micro-batch x workers; m, the even share, is what each worker's stages are balanced for.
+  const int n = static_cast<int>(workers.size());
+  int m = 0, total = 0;
+  if (o.global_batch > 0 && o.microbatches == 0 && o.micro_batch > 0 && n > 0) {
+    if (o.global_batch % o.micro_batch != 0 || o.global_batch / o.micro_batch < n) {
+      throw InputError(kOptions, 0, "global_batch",
+                       "expected a multiple of `micro_batch` " + std::to_string(o.micro_batch) + " of at least " +
+                           std::to_string(o.micro_batch * n) + " (a micro-batch for each of the " + std::to_string(n) +
+                           " virtual workers), found " + std::to_string(o.global_batch));
+    }
+    total = o.global_batch / o.micro_batch;
+    m = std::max(1, total / n);
+  } else {
+    m = policy_detail::microbatches_per_worker(o, n, static_cast<int>(depth));
+    total = m * n;
+  }
 
   std::vector<double> bottlenecks;
   policy_detail::BalanceMemo memo;
@@ -119,7 +136,7 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
     bottlenecks.push_back(b.bottleneck_s);
     layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});
   }
-  const std::vector<int> split = policy_detail::split_microbatches(m * static_cast<int>(workers.size()), bottlenecks);
+  const std::vector<int> split = policy_detail::split_microbatches(total, bottlenecks);
   for (size_t w = 0; w < layout.workers.size(); ++w) layout.workers[w].microbatches = split[w];
 
   policy_detail::place_layer_servers(layout, cluster, network,

@@ -15,7 +15,16 @@ struct Grid {
 Grid choose_grid(const model::Cluster& cluster, const PlanOptions& o) {
   const int devices = cluster.device_count();
   Grid g{o.tensor, o.pipeline > 0 ? o.pipeline : 1, o.data};
-  if (g.data == 0) g.data = devices / (g.tensor * g.pipeline);
+  if (g.data == 0) {
+    // Data parallelism left automatic: only the sizes given can be too large, and the error
+    // blames them, not the data-parallel size the user never gave.
+    if (g.tensor * static_cast<long long>(g.pipeline) > devices) {
+      throw InputError(kOptions, 0, o.pipeline > 1 ? "pipeline" : "tensor",
+                       "tensor x pipeline = " + std::to_string(g.tensor) + " x " + std::to_string(g.pipeline) +
+                           " devices for one data-parallel replica, more than the cluster's " + std::to_string(devices));
+    }
+    g.data = devices / (g.tensor * g.pipeline);
+  }
   if (g.data < 1 || g.tensor * g.pipeline * g.data > devices) {
     throw InputError(kOptions, 0, "data",
                      "tensor x pipeline x data = " + std::to_string(g.tensor) + " x " + std::to_string(g.pipeline) + " x " +

@@ -638,10 +638,20 @@ void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) 
       return;
     }
   }
+  // Devices over their memory, the worst (largest overrun) first; on thousands of devices
+  // the few worst and a count, not a line per device.
+  constexpr size_t kWorstShown = 5;
+  std::vector<size_t> over;
   for (size_t d = 0; d < plan.memory.size(); ++d) {
     const DeviceMemory& m = plan.memory[d];
+    if (m.capacity_bytes > 0 && m.total_bytes() > m.capacity_bytes) over.push_back(d);
+  }
+  auto overrun = [&](size_t d) { return plan.memory[d].total_bytes() - plan.memory[d].capacity_bytes; };
+  std::stable_sort(over.begin(), over.end(), [&](size_t a, size_t b) { return overrun(a) > overrun(b); });
+  for (size_t i = 0; i < over.size() && i < kWorstShown; ++i) {
+    const size_t d = over[i];
+    const DeviceMemory& m = plan.memory[d];
     const double total = m.total_bytes();
-    if (m.capacity_bytes <= 0 || total <= m.capacity_bytes) continue;
     const std::pair<const char*, double> terms[] = {{"weights", m.weights_bytes},
                                                      {"gradients", m.gradients_bytes},
                                                      {"optimizer state", m.optimizer_bytes},
@@ -660,6 +670,11 @@ void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) 
                ", optimizer " + u::human_bytes(m.optimizer_bytes) + ", activations " + u::human_bytes(m.activations_bytes) +
                ", buffers " + u::human_bytes(m.buffers_bytes) + ", workspace " + u::human_bytes(m.workspace_bytes) + "]";
     problems.push_back(message);
+  }
+  if (over.size() > kWorstShown) {
+    problems.push_back("and " + std::to_string(over.size() - kWorstShown) + " more devices over their memory (" +
+                       std::to_string(over.size()) + " of " + std::to_string(plan.memory.size()) +
+                       "; the worst are above)");
   }
 }
 

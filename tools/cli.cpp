@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
@@ -13,6 +14,7 @@
 
 #include "exec/atomic_file.hpp"
 #include "model/error.hpp"
+#include "model/gpu.hpp"
 
 namespace hetflow::tools {
 
@@ -31,6 +33,13 @@ void refuse_boost_placeholders(const std::string& command, const std::vector<std
       }
     }
   }
+}
+
+// The long names of `options` ("--pipeline").
+std::vector<std::string> option_names(const po::options_description& options) {
+  std::vector<std::string> names;
+  for (const auto& o : options.options()) names.push_back("--" + o->long_name());
+  return names;
 }
 
 // What to use instead of an option another command takes ("" for none known).
@@ -66,12 +75,19 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     const std::string option = e.get_option_name();  // "--iterations=2" when given with '='
+    const std::string name = option.substr(0, option.find('='));
+    const std::string instead = instead_of(command, name);
     throw InputError("<command line>", 0, "hetflow " + command,
-                     e.what() + instead_of(command, option.substr(0, option.find('='))));
+                     e.what() + (instead.empty() ? did_you_mean(name, option_names(options)) : instead));
   } catch (const po::error& e) {
     throw InputError("<command line>", 0, "hetflow " + command, e.what());
   }
   return true;
+}
+
+std::string did_you_mean(const std::string& given, const std::vector<std::string>& known) {
+  const std::optional<std::string> nearest = model::likely_misspelling(given, known);
+  return nearest ? "; did you mean '" + *nearest + "'?" : "";
 }
 
 void print_json(std::ostream& out, const Json& j) { out << j.dump(2) << "\n"; }

@@ -53,6 +53,10 @@ bool parse_options(const std::string& command, const std::string& usage, po::opt
                    const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out,
                    const po::positional_options_description* positional = nullptr);
 
+// "; did you mean 'simulate'?" when one of `known` is a likely misspelling of `given` (a few
+// edits away, as git and cargo suggest), else "".
+std::string did_you_mean(const std::string& given, const std::vector<std::string>& known);
+
 void print_json(std::ostream& out, const Json& j);
 // Writes `text` to `path`, whole or not at all (exec/atomic_file.hpp); an InputError naming
 // the option that gave the path otherwise.

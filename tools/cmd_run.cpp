@@ -38,6 +38,7 @@
 #include "tools/options.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
+#include "tools/run_prediction.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -186,7 +187,7 @@ Request read_request(po::variables_map& vm) {
           "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
-          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr"};
+          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
       const bool allowed = run_options.count(name) > 0;
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
@@ -709,6 +710,7 @@ void run_options(po::options_description& options) {
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
       ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, cuBLAS and NCCL)")
       ("steps", po::value<int>()->default_value(3), "iterations measured")
+      ("yes", "start a run predicted to take more than 10 minutes without asking (asked when stdin is a terminal)")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
       ("flop-scale", po::value<std::string>()->default_value("1"),
@@ -758,6 +760,11 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
+  if (ranks.rank() == 0) {
+    const int iterations = request.warmup + request.steps;
+    confirm_run(predicted_run_wall_s(scaled(plan, request.flop_scale), iterations, request.backend, cost), iterations,
+                vm.count("yes") > 0);
+  }
   if (ranks.rank() == 0) {  // (the rank that writes them) before the run, not after it
     for (const char* option : {"trace", "chrome", "metrics"}) {
       if (vm.count(option)) check_writable(vm[option].as<std::string>(), std::string("--") + option);

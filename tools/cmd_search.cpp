@@ -225,6 +225,7 @@ struct Outcome {
   partition::SearchResult result;
   std::vector<Row> ranked;     // finalists, best first (by the objective)
   std::vector<Row> baselines;  // the best of each baseline family
+  std::vector<std::pair<std::string, std::string>> dropped;  // baseline families with no plan, and why
 };
 
 // The objective a row is ranked by: seconds per iteration, or dollars per iteration.
@@ -381,8 +382,19 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
     }
     simulate_rows(rows, cluster, network, calibration, cost, s.sim_iterations, s.spread);
   }
-  for (auto& family : tried) {
-    if (family.empty()) continue;
+  for (size_t f = 0; f < tried.size(); ++f) {
+    auto& family = tried[f];
+    if (family.empty()) {
+      // Said, not left out: a baseline missing from the table reads as one never tried.
+      const std::string policy = f < 2 ? "uniform" : families[f].first;
+      const auto& asked = s.space.policies;
+      const bool searched = asked.empty() || std::find(asked.begin(), asked.end(), policy) != asked.end();
+      o.dropped.emplace_back(families[f].first,
+                             searched ? "no candidate of it fits: each was refused by its policy or the builder, or "
+                                        "overflows a device's memory"
+                                      : "not searched: --policies leaves out " + policy);
+      continue;
+    }
     const auto best = std::min_element(family.begin(), family.end(), [&](const Row& a, const Row& b) {
       return score(a, s.by_cost) < score(b, s.by_cost);
     });
@@ -679,6 +691,8 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
     for (const Row& r : ranked) j["ranked"].push_back(row_json(r));
     j["baselines"] = Json::array();
     for (const Row& r : baselines) j["baselines"].push_back(row_json(r));
+    j["dropped_baselines"] = Json::array();
+    for (const auto& [name, why] : outcome.dropped) j["dropped_baselines"].push_back({{"baseline", name}, {"why", why}});
     j["candidates"] = result.candidates;
     j["candidates_evaluated"] = result.candidates - result.refused;
     j["pruned"] = result.pruned;
@@ -709,6 +723,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   out << "\nbaselines (the " << (s.by_cost ? "cheapest" : "fastest") << " of each one's best " << std::max(top, 1)
       << (top > 0 ? " estimates, simulated):\n" : " estimate):\n");
   print_rows(out, baselines, true);
+  for (const auto& [name, why] : outcome.dropped) out << "  " << name << ": none, " << why << "\n";
   out << "\nbest: " << best.candidate.summary << ", " << u::human_time_s(best.time_s()) << " per iteration";
   if (cluster.priced()) {
     out << ", " << std::fixed << std::setprecision(2) << best.candidate.price_usd_per_hour << " USD/h for the GPUs it uses, ";

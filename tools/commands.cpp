@@ -30,6 +30,8 @@ int run_timeline(const std::vector<std::string>& args, std::ostream& out);
 int run_calibrate(const std::vector<std::string>& args, std::ostream& out);
 int run_export_chakra(const std::vector<std::string>& args, std::ostream& out);
 void search_options(po::options_description& options);
+void export_launch_options(po::options_description& options);
+int run_export_launch(const std::vector<std::string>& args, std::ostream& out);
 int run_search(const std::vector<std::string>& args, std::ostream& out);
 void campaign_options(po::options_description& options);
 int run_campaign(const std::vector<std::string>& args, std::ostream& out);
@@ -67,6 +69,9 @@ const std::vector<Command>& commands() {
       {"campaign", "a whole training run over days: failures, checkpoints, stragglers, fault tolerance, cost",
        "[plan options | --plan plan.json] --tokens N | --steps N | --duration D [--json] [--svg FILE]", nullptr,
        campaign_options, run_campaign},
+      {"export-launch", "print the launch command and config of Megatron-LM, DeepSpeed or torchtitan for a plan",
+       "--framework megatron|deepspeed|torchtitan [plan options | --plan plan.json] [--json]", nullptr,
+       export_launch_options, run_export_launch},
   };
   return list;
 }
@@ -83,7 +88,11 @@ const Command* find_command(const std::string& name) {
 bool parse_command_options(const std::string& name, const std::vector<std::string>& args,
                            po::options_description& options, po::variables_map& vm, std::ostream& out) {
   const Command* command = find_command(name);
-  if (command == nullptr) throw InputError("<command line>", 0, "command", "unknown command '" + name + "'");
+  if (command == nullptr) {
+    std::vector<std::string> names;
+    for (const Command& c : commands()) names.push_back(c.name);
+    throw InputError("<command line>", 0, "command", "unknown command '" + name + "'" + did_you_mean(name, names));
+  }
   command->options(options);
   po::positional_options_description positional;
   if (command->positional != nullptr) positional.add(command->positional, command->positional_count);

@@ -53,8 +53,16 @@ int run_command(const std::string& name, const std::vector<std::string>& args, b
       return status;
     }
     threw = false;
-    std::cerr << "hetflow: unknown command '" << name << "'\n\n";
-    print_usage(std::cerr);
+    std::vector<std::string> names;
+    for (const auto& c : hetflow::tools::commands()) names.push_back(c.name);
+    const std::string hint = hetflow::tools::did_you_mean(name, names);
+    std::cerr << "hetflow: unknown command '" << name << "'" << hint << "\n";
+    if (hint.empty()) {
+      std::cerr << "\n";
+      print_usage(std::cerr);
+    } else {
+      std::cerr << "(hetflow --help lists the commands)\n";
+    }
     return 2;
   } catch (const hetflow::InputError& e) {
     std::cerr << "hetflow: " << hetflow::tools::as_command_line_error(e).what() << "\n";

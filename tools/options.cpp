@@ -1,6 +1,9 @@
 #include "tools/options.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "exec/cpu_backend.hpp"
@@ -42,6 +45,26 @@ std::optional<model::Precision> read_precision_option(const po::variables_map& v
   }
 }
 
+namespace {
+// A released config.json gives the longest context the model supports (131,072 tokens for
+// Llama 3.2), not the length it is trained at: a 1B model then needs terabytes per sample
+// and no plan fits. Said on stderr, where every command's user sees it, with the option that
+// sets the length.
+void note_hf_sequence_length(const std::string& model, const model::Network& network) {
+  const std::optional<std::string> config = model::hf_config_file(model);
+  if (!config || !network.architecture) return;
+  std::ifstream in(*config);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string key = model::hf_config_sequence_key(text.str(), *config);
+  if (key == "n_positions" || key == "n_ctx") return;  // GPT-2's: the length it was trained at
+  std::cerr << "hetflow: note: " << network.name << ": " << network.architecture->seq
+            << " tokens per sample, "
+            << (key.empty() ? "the default of its model_type" : "the config's " + key)
+            << " (the longest context it supports); --seq-length sets the length you train at (e.g. --seq-length 2048)\n";
+}
+}  // namespace
+
 model::Network load_network_option(const po::variables_map& vm) {
   const std::string model = vm["model"].as<std::string>();
   if (model.rfind("chakra:", 0) == 0) {
@@ -49,7 +72,10 @@ model::Network load_network_option(const po::variables_map& vm) {
                      model + " is a workload of tasks (Chakra traces), not a network: plan, simulate and run take it");
   }
   model::Network network = model::load_network(model, read_precision_option(vm));
-  if (!vm.count("seq-length")) return network;
+  if (!vm.count("seq-length")) {
+    note_hf_sequence_length(model, network);
+    return network;
+  }
   // Another sequence length: the layers again from the architecture. A learned position
   // table keeps its rows (a GPT-2 of 1024 positions trained at 256 tokens); rotary
   // scaling keeps the context it was trained with.

@@ -64,6 +64,10 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
     options.add_options()("fold", "plan one replica for identical data-parallel workers (for simulation: much "
                                   "faster for many replicas; hetflow run runs every device)");
   }
+  if (command == PlanCommand::simulate) {
+    options.add_options()("no-fold", "simulate every data-parallel replica (simulate folds identical replicas "
+                                     "where the cluster makes the fold exact)");
+  }
   add_kernel_options(options);
 }
 
@@ -239,8 +243,13 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                        const po::variables_map& vm) {
   long long samples = 0, tasks = 0;
   const bool split_w = layout.schedule == "1f1b-split-w";
+  // A folded plan holds the tasks of worker 0 alone (Layout::folded): its size, not the
+  // unfolded one, is what --max-tasks bounds.
+  bool first = true;
   for (const partition::VirtualWorker& w : layout.workers) {
     samples += static_cast<long long>(w.microbatches) * layout.micro_batch_size;
+    if (layout.folded && !first) continue;
+    first = false;
     const long long chunks = static_cast<long long>(w.stages.size());
     // Per micro-batch and chunk: forward, backward (and weight gradient), and a send and a
     // receive each way at every chunk boundary; on every device of the chunk's tensor group.
@@ -268,7 +277,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                            std::to_string(kMaxBuckets) + "; give --bucket-size " +
                            model::units::format_bytes(std::ceil(grad_bytes / kMaxBuckets)) + " or more");
     }
-    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.workers.size());
+    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.folded ? 1 : layout.workers.size());
   }
   if (tasks > max_tasks) {
     throw InputError("<command line>", 0, "--max-tasks",
@@ -280,7 +289,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
 
 }  // namespace
 
-Planned plan_from_options(const po::variables_map& vm) {
+Planned plan_from_options(const po::variables_map& vm, std::optional<bool> fold) {
   if (vm.count("model") && is_chakra_model(vm["model"].as<std::string>())) {
     partition::Plan plan = plan_from_chakra(vm);
     if (static_cast<long long>(plan.tasks.size()) > read_max_tasks(vm)) {
@@ -292,6 +301,7 @@ Planned plan_from_options(const po::variables_map& vm) {
   model::Cluster cluster = load_cluster_option(vm);
   model::Network network = load_network_option(vm);
   partition::PlanOptions options = read_plan_options(vm);
+  if (fold) options.fold = *fold;
   options.precision = network.precision;
   check_option_products(options, cluster, network);
   const partition::CostModel cost(cluster, network.precision, read_calibration_option(vm, cluster));

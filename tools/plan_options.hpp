@@ -1,6 +1,8 @@
 #pragma once
 // The options of `hetflow plan` (Megatron's vocabulary), shared with later commands that
 // build a plan themselves (simulate, run, search).
+#include <optional>
+
 #include "partition/cost_model.hpp"
 #include "partition/plan.hpp"
 #include "partition/policy.hpp"
@@ -32,8 +34,9 @@ struct Planned {
   model::Network network;
   partition::Plan plan;
 };
-// Cluster + network + options -> plan (not yet validated), its fingerprint set.
-Planned plan_from_options(const po::variables_map& vm);
+// Cluster + network + options -> plan (not yet validated), its fingerprint set. `fold`, when
+// given, replaces --fold.
+Planned plan_from_options(const po::variables_map& vm, std::optional<bool> fold = std::nullopt);
 
 // Validates a plan made from the options (PlanError: exit 3 with every problem named). When
 // it overflows device memory, the error also says which nearby options would fit

@@ -67,7 +67,7 @@ for r in "${wanted[@]}"; do
   fi
   args=(simulate --cluster "selene-$nodes" --model "gpt:layers=$layers,hidden=$hidden,heads=$heads,seq=$seq,vocab=$vocab"
         --precision fp16 --tensor "$tp" --pipeline "$pp" --data "$dp" --micro-batch "$mbs" --global-batch "$gbs"
-        --recompute full --iterations 2 --max-tasks 100000000 --fold "${interleave[@]}" "${calibration[@]}" --json)
+        --recompute full --iterations 2 --fold "${interleave[@]}" "${calibration[@]}" --json)
   status=0
   /usr/bin/time -f "%e %M" -o "$work/time" timeout "$timeout_s" "$hetflow" "${args[@]}" > "$work/out.json" 2> "$work/err" || status=$?
   read -r wall_s rss_kb < <(tail -1 "$work/time")

@@ -1,6 +1,9 @@
 #include "tools/what_if.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -87,7 +90,17 @@ void change_links(model::Cluster& cluster, const std::string& text) {
 }
 
 // The change from `from` to `to`, as a signed percentage; "-" from nothing to something.
-std::string percent(double from, double to) { return signed_percent(relative_error(to, from)); }
+// A change of more than a hundredfold reads as a factor ("x3.7e+05"), not as a percentage
+// of ten digits.
+std::string percent(double from, double to) {
+  const double change = relative_error(to, from);
+  if (std::isfinite(change) && std::fabs(change) >= 100) {
+    char text[32];
+    std::snprintf(text, sizeof text, "x%.3g", to / from);
+    return text;
+  }
+  return signed_percent(change);
+}
 
 const traces::DeviceMetrics* slowest(const traces::Metrics& m) {
   const traces::DeviceMetrics* out = nullptr;
@@ -111,7 +124,14 @@ std::pair<std::string, double> split_at(const std::string& text, const std::stri
   const size_t at = text.rfind('@');
   if (at == std::string::npos) throw InputError("<command line>", 0, option, "expected WHAT@TIME, found '" + text + "'");
   try {
-    const double time_s = u::parse_time_s(text.substr(at + 1));
+    // A moment in the run: a plain number is seconds, as --straggler's help says.
+    const std::string when = text.substr(at + 1);
+    double time_s = 0;
+    try {
+      time_s = u::parse_number(when);
+    } catch (const std::invalid_argument&) {
+      time_s = u::parse_time_s(when);
+    }
     if (!(time_s >= 0)) throw std::invalid_argument("expected a time >= 0, found '" + text.substr(at + 1) + "'");
     return {text.substr(0, at), time_s};
   } catch (const std::invalid_argument& e) {
@@ -172,11 +192,12 @@ WhatIf read_what_if(const po::variables_map& vm, partition::Plan& plan) {
 void print_what_if(std::ostream& out, const WhatIf& w, const traces::Metrics& baseline, const traces::Metrics& changed) {
   out << "\nwhat if";
   for (const std::string& c : w.changes) out << " " << c;
-  out << ":\n  " << std::left << std::setw(18) << "" << std::right << std::setw(12) << "baseline" << std::setw(12)
-      << "what-if" << std::setw(10) << "change" << "\n";
+  out << ":\n";
+  // Columns are as wide as their widest entry and two spaces apart, so a figure wider than
+  // usual (an iteration of months, a change of a million per cent) never runs into the next.
+  std::vector<std::array<std::string, 4>> rows = {{"", "baseline", "what-if", "change"}};
   auto row = [&](const std::string& what, const std::string& a, const std::string& b, const std::string& change) {
-    out << "  " << std::left << std::setw(18) << what << std::right << std::setw(12) << a << std::setw(12) << b
-        << std::setw(10) << change << "\n";
+    rows.push_back({what, a, b, change});
   };
   row("iteration time", u::human_time_s(baseline.iteration_time_s), u::human_time_s(changed.iteration_time_s),
       percent(baseline.iteration_time_s, changed.iteration_time_s));
@@ -189,6 +210,17 @@ void print_what_if(std::ostream& out, const WhatIf& w, const traces::Metrics& ba
   const traces::DeviceMetrics *a = slowest(baseline), *b = slowest(changed);
   if (a != nullptr && b != nullptr) {
     row("slowest device", u::human_time_s(a->busy_s), u::human_time_s(b->busy_s), percent(a->busy_s, b->busy_s));
+  }
+  std::array<size_t, 4> width{18, 10, 10, 8};
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  for (const auto& r : rows) {
+    out << "  " << std::left << std::setw(static_cast<int>(width[0])) << r[0] << std::right;
+    for (size_t i = 1; i < r.size(); ++i) out << "  " << std::setw(static_cast<int>(width[i])) << r[i];
+    out << "\n";
+  }
+  if (a != nullptr && b != nullptr) {
     out << "  (slowest device: the most compute per iteration; baseline " << a->name << ", what-if " << b->name << ")\n";
   }
 }

@@ -72,7 +72,7 @@ TEST(InputBounds, ClusterCountsAreRangeChecked) {
 }
 
 TEST(InputBounds, ClusterPhysicsIsWhatTheSimulatorCanTake) {
-  EXPECT_TRUE(contains(cluster_error(kOneNode + ", nic: {bandwidth: 5e-324}}\n"),
+  EXPECT_TRUE(contains(cluster_error(kOneNode + ", nic: {bandwidth: 5e-324 B/s}}\n"),
                        "nodes[0].nic.bandwidth: expected a quantity between 1 B/s and"));
   EXPECT_TRUE(contains(cluster_error(kOneNode + ", nic: {bandwidth: 1e300 Gb/s}}\n"), "nodes[0].nic.bandwidth"));
   EXPECT_TRUE(contains(cluster_error(kOneNode + ", nic: {bandwidth: 1 Gb/s, latency: 1e308 min}}\n"),

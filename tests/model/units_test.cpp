@@ -10,7 +10,7 @@ TEST(Units, ParsesBytesDecimalAndBinary) {
   EXPECT_DOUBLE_EQ(u::parse_bytes("80 GiB"), 80.0 * 1024 * 1024 * 1024);
   EXPECT_DOUBLE_EQ(u::parse_bytes("16 GB"), 16e9);
   EXPECT_DOUBLE_EQ(u::parse_bytes("512MiB"), 512.0 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(u::parse_bytes("1024"), 1024);
+  EXPECT_DOUBLE_EQ(u::parse_bytes("1024 B"), 1024);
   EXPECT_DOUBLE_EQ(u::parse_bytes("8 Gb"), 1e9);  // bits
 }
 
@@ -28,6 +28,25 @@ TEST(Units, ParsesTimeAndRates) {
   EXPECT_DOUBLE_EQ(u::parse_time_s("200ns"), 200e-9);
   EXPECT_DOUBLE_EQ(u::parse_flops_per_s("312 TFLOP/s"), 312e12);
   EXPECT_DOUBLE_EQ(u::parse_flops_per_s("19.5 TFLOPS"), 19.5e12);
+}
+
+// A bare number is refused: "25" meant as 25 Gb/s was read as 25 bytes/s. Zero needs no unit.
+TEST(Units, RefusesNumbersWithoutUnits) {
+  EXPECT_THROW(u::parse_bytes("1024"), std::invalid_argument);
+  EXPECT_THROW(u::parse_time_s("5"), std::invalid_argument);
+  EXPECT_THROW(u::parse_bandwidth_bytes_per_s("25"), std::invalid_argument);
+  EXPECT_THROW(u::parse_flops_per_s("312e12"), std::invalid_argument);
+  EXPECT_EQ(u::parse_bytes("0"), 0);
+  EXPECT_EQ(u::parse_time_s(" 0 "), 0);
+  EXPECT_EQ(u::parse_bandwidth_bytes_per_s("0"), 0);
+  EXPECT_DOUBLE_EQ(u::parse_price_usd_per_hour("2.1"), 2.1);  // a price's plain number is USD/h
+  try {
+    u::parse_bandwidth_bytes_per_s("25");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "expected a bandwidth such as '25 GB/s' or '100 Gb/s', found '25' without a unit (units: "
+                           "B/s, kB/s, MB/s, GB/s, TB/s, GiB/s; b/s, Mb/s, Gb/s, Tb/s for bits; or Gbps)");
+  }
 }
 
 TEST(Units, RejectsWhatIsNotAQuantity) {

@@ -1,6 +1,6 @@
 // tools/validate-loop.sh end to end, short: every step of the loop runs (execute A, calibrate,
 // replay, predict B-E, execute them) and the JSON has the documented fields. Its accuracy is
-// measured with the full script (README, "Measured"), not asserted here: the executor's
+// measured with the full script (docs/measurements.md), not asserted here: the executor's
 // measured times follow the machine's load (under a parallel test run one plan measured
 // twice its prediction), and speed is a benchmark's to report, never a test's to assert.
 #include <gtest/gtest.h>

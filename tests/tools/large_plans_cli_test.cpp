@@ -1,0 +1,86 @@
+// Large plans: --max-tasks bounds the plan as built (a folded plan's one replica), and a plan
+// over memory on many devices is refused with its worst few devices and a count.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+
+namespace {
+
+const char* kReplicated =
+    "plan --cluster selene-4 --model gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=51200 --tensor 2 --pipeline 2 "
+    "--data 8 --micro-batch 1 --global-batch 64";
+
+// The estimate the --max-tasks refusal gives ("about N tasks per iteration").
+long long estimated_tasks(const std::string& command) {
+  const auto r = run_hetflow(command + " --max-tasks 1");
+  EXPECT_EQ(r.status, 2) << r.err;
+  std::smatch m;
+  if (!std::regex_search(r.err, m, std::regex("--max-tasks: the plan would hold about (\\d+) tasks per iteration"))) {
+    ADD_FAILURE() << r.err;
+    return 0;
+  }
+  return std::stoll(m[1].str());
+}
+
+}  // namespace
+
+// Eight identical replicas fold into one: the bound counts one replica's tasks, an eighth of
+// the unfolded plan's, so a bound the unfolded plan exceeds lets the folded one through.
+TEST(LargePlans, MaxTasksCountsTheFoldedPlan) {
+  const long long unfolded = estimated_tasks(kReplicated);
+  const long long folded = estimated_tasks(std::string(kReplicated) + " --fold");
+  ASSERT_GT(folded, 0);
+  EXPECT_EQ(folded * 8, unfolded);
+  const std::string bound = " --max-tasks " + std::to_string(2 * folded);
+  EXPECT_EQ(run_hetflow(std::string(kReplicated) + bound).status, 2);
+  const auto r = run_hetflow(std::string(kReplicated) + " --fold" + bound);
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// 32 identical devices all over memory: the five worst (equal, so the first five) and a
+// count of the rest, not 32 lines.
+TEST(LargePlans, OverMemoryOnManyDevicesListsTheWorstFewAndACount) {
+  const auto r = run_hetflow("plan --cluster cpu-32 --model gpt3-13b --global-batch 32");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 6 problems\n"), 0u) << r.err;
+  for (int d = 0; d < 5; ++d) {
+    EXPECT_NE(r.err.find("\n  - host/gpu" + std::to_string(d) + " needs 237 GiB but has 16 GiB"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(r.err.find("host/gpu5 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\n  - and 27 more devices over their memory (32 of 32; the worst are above)\n"), std::string::npos)
+      << r.err;
+}
+
+// simulate folds identical replicas by default where the cluster's symmetry allows (Selene: a
+// NIC per GPU, a non-blocking fabric) and says so; the oracle is the unfolded simulation,
+// --no-fold (equal here; within 1 % in Simulator.AFoldedPlan*).
+TEST(LargePlans, SimulateFoldsExactReplicasByDefault) {
+  const std::string sim =
+      "simulate --cluster selene-2 --model gpt:layers=4,hidden=512,heads=8,seq=512,vocab=8192 --tensor 2 --pipeline 2 "
+      "--data 4 --micro-batch 1 --global-batch 32";
+  const auto folded = run_hetflow(sim + " --json");
+  const auto unfolded = run_hetflow(sim + " --no-fold --json");
+  ASSERT_EQ(folded.status, 0) << folded.err;
+  ASSERT_EQ(unfolded.status, 0) << unfolded.err;
+  const auto f = nlohmann::json::parse(folded.out), u = nlohmann::json::parse(unfolded.out);
+  EXPECT_EQ(f["folded_replicas"], 4);
+  EXPECT_EQ(u["folded_replicas"], 1);
+  EXPECT_EQ(f["iteration_time_s"].get<double>(), u["iteration_time_s"].get<double>());
+  const auto text = run_hetflow(sim);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("\nfolded: the 4 identical data-parallel replicas were simulated as one, as this cluster's "
+                          "symmetric links allow (--no-fold simulates each)\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(run_hetflow(sim + " --fold --no-fold").status, 2);
+  // One NIC for four GPUs: replicas would share it, so nothing folds, and nothing is said.
+  const auto shared = run_hetflow("simulate --cluster mixed-academic --model gpt2-124m --pipeline 5 --global-batch 16");
+  ASSERT_EQ(shared.status, 0) << shared.err;
+  EXPECT_EQ(shared.out.find("folded:"), std::string::npos) << shared.out;
+}
