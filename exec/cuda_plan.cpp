@@ -171,9 +171,6 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
   // stream (one thread drives the rank), and every member must reach them and the group's
   // collectives in one order: checked as a sequence of (collective) and (kind, worker, stage,
   // micro-batch) per member.
-  const auto computes = [](const Task& task) {
-    return task.kind == TaskKind::forward || task.kind == TaskKind::backward || task.kind == TaskKind::backward_weight;
-  };
   std::vector<std::pair<int, int>> in_task_checks;  // (communicator, group)
   for (const int c : in_task) {
     const std::vector<int>& members = plan.communicator(c).devices;
@@ -182,7 +179,7 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
       int stream = -1;
       for (const partition::StreamProgram& program : plan.programs[static_cast<size_t>(d)]) {
         for (const int t : program.tasks) {
-          if (!computes(plan.task(t))) continue;
+          if (!partition::is_pass(plan.task(t).kind)) continue;
           if (stream >= 0 && stream != program.stream) {
             throw PlanError("device " + plan.device_name(d) + " runs compute tasks on streams " + plan.stream_name(stream) +
                             " and " + plan.stream_name(program.stream) +
@@ -215,7 +212,7 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
           const Task& task = plan.task(t);
           if (task.kind == TaskKind::collective && out.group_of_task[static_cast<size_t>(t)] == g) {
             sequence[r].push_back({-1, task.collective, 0, 0, 0});
-          } else if (computes(task)) {
+          } else if (partition::is_pass(task.kind)) {
             sequence[r].push_back({static_cast<int>(task.kind), task.worker, task.stage, task.microbatch, 0});
           }
         }

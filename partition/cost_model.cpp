@@ -182,7 +182,7 @@ double CostModel::layer_ops_time_s(const model::Network& network, const Layout& 
 std::vector<int> CostModel::task_passes(const model::Network& network, const Layout& layout, const Task& t, int* tensor) const {
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
-  const bool layered = t.kind == TaskKind::forward || t.kind == TaskKind::backward || t.kind == TaskKind::backward_weight;
+  const bool layered = is_pass(t.kind);
   if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(network)) {
     return {};
   }

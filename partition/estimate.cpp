@@ -8,10 +8,6 @@
 
 namespace hetflow::partition {
 
-bool is_pipeline_compute(TaskKind k) {
-  return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight;
-}
-
 CollectiveSpec collective_spec(const Plan& plan, const Collective& c) {
   CollectiveSpec spec;
   spec.kind = c.kind;
@@ -156,7 +152,7 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
                                     (task.kind != TaskKind::collective || task.purpose == Purpose::tensor_parallel ||
                                      task.purpose == Purpose::sequence_parallel);
         if (compute_stream) e.busy_s[static_cast<size_t>(task.device)] += duration[uu] / iterations;
-        if (is_pipeline_compute(task.kind)) bubble.add(task.device, it, ready[uu], finish);
+        if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], finish);
       }
     }
     past.push_front(end);

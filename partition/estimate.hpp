@@ -54,6 +54,4 @@ class BubbleMeter {
   std::vector<double> span_begin_, span_end_;      // per worker and iteration
 };
 
-bool is_pipeline_compute(TaskKind k);
-
 }  // namespace hetflow::partition

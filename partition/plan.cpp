@@ -57,6 +57,9 @@ CommRole role_of(Purpose p) {
   return CommRole::unspecified;
 }
 
+bool is_pass(TaskKind k) { return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight; }
+bool is_compute(TaskKind k) { return is_pass(k) || k == TaskKind::optimizer; }
+
 bool is_persistent(TensorKind k) {
   return k == TensorKind::weight || k == TensorKind::weight_grad || k == TensorKind::optimizer_state;
 }

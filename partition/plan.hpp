@@ -87,6 +87,10 @@ CommRole parse_comm_role(std::string_view text);
 // The role of the communicators that carry traffic of this purpose (compute: unspecified).
 CommRole role_of(Purpose p);
 bool is_persistent(TensorKind k);  // weight, weight_grad, optimizer_state
+// A pipeline pass: forward, backward or backward_weight (what a schedule orders).
+bool is_pass(TaskKind k);
+// Work on a device's compute units: a pass or the optimizer step.
+bool is_compute(TaskKind k);
 
 struct Task {
   TaskKind kind = TaskKind::forward;

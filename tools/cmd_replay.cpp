@@ -27,10 +27,6 @@ namespace {
 
 namespace u = model::units;
 
-bool is_compute(const std::string& kind) {
-  return kind == "forward" || kind == "backward" || kind == "backward_weight" || kind == "optimizer";
-}
-
 struct Replay {
   std::string trace_path;
   traces::Trace measured;
@@ -62,11 +58,11 @@ Replay read_replay(const po::variables_map& vm) {
   r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
   const std::vector<double> dispatch_s = dispatch_of_devices(r.plan, r.options.calibration);
   for (const traces::Event& e : r.measured.events) {
-    if (!is_compute(e.kind)) continue;
-    if (e.task < 0 || static_cast<size_t>(e.task) >= tasks ||
-        partition::to_string(r.plan.tasks[static_cast<size_t>(e.task)].kind) != e.kind) {
+    if (!partition::is_compute(e.kind)) continue;
+    if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || r.plan.tasks[static_cast<size_t>(e.task)].kind != e.kind) {
       throw InputError(r.trace_path, 0, "task",
-                       "event of task " + std::to_string(e.task) + " (" + e.kind + ") is no such task of the plan");
+                       "event of task " + std::to_string(e.task) + " (" + std::string(partition::to_string(e.kind)) +
+                           ") is no such task of the plan");
     }
     const size_t device = static_cast<size_t>(r.plan.tasks[static_cast<size_t>(e.task)].device);
     r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
@@ -74,7 +70,7 @@ Replay read_replay(const po::variables_map& vm) {
   }
   long long missing = 0;
   for (size_t i = 0; i < r.options.compute_s.size(); ++i) {
-    if (r.options.compute_s[i] < 0 && is_compute(std::string(partition::to_string(r.plan.tasks[i % tasks].kind)))) {
+    if (r.options.compute_s[i] < 0 && partition::is_compute(r.plan.tasks[i % tasks].kind)) {
       ++missing;
     }
   }

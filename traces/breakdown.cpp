@@ -7,10 +7,6 @@
 namespace hetflow::traces {
 namespace {
 
-bool is_compute(const std::string& kind) {
-  return kind == "forward" || kind == "backward" || kind == "backward_weight" || kind == "optimizer";
-}
-
 // An instant where an interval starts (+1) or ends (-1); purpose -1 for compute.
 struct Edge {
   double t_s;
@@ -50,7 +46,7 @@ Breakdown compute_breakdown(const Trace& trace, const partition::Plan& plan, con
     const double start = std::max(e.start_s, from_s), end = std::min(e.end_s, to_s);
     if (!(end > start) || e.device < 0 || static_cast<size_t>(e.device) >= devices) continue;
     auto& mine = edges[static_cast<size_t>(e.device)];
-    if (is_compute(e.kind)) {
+    if (partition::is_compute(e.kind)) {
       mine.push_back({start, +1, -1});
       mine.push_back({end, -1, -1});
       if (e.task < 0 || static_cast<size_t>(e.task) >= plan.tasks.size()) continue;
@@ -66,7 +62,7 @@ Breakdown compute_breakdown(const Trace& trace, const partition::Plan& plan, con
         by_operation[static_cast<size_t>(e.device)][name.substr(0, name.find(" ("))] += (end - start) * s / total;
       }
     } else {
-      const std::string purpose = e.purpose.empty() ? e.kind : e.purpose;
+      const std::string purpose(partition::to_string(e.purpose));
       auto [p, added] = purpose_index.emplace(purpose, static_cast<int>(purposes.size()));
       if (added) purposes.push_back(purpose);
       mine.push_back({start, +1, p->second});

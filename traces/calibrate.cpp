@@ -19,10 +19,6 @@ namespace {
 
 using partition::TaskKind;
 
-bool is_compute(TaskKind k) {
-  return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::optimizer;
-}
-
 // Weighted least squares of y ~ a * x1 + b * x2 (weights w), closed form; nullopt when singular.
 struct Fit2 {
   double a = 0, b = 0;
@@ -253,9 +249,9 @@ void check_run(const MeasuredRun& run) {
   }
   for (const Event& e : t.events) {
     if (e.task < 0 || static_cast<size_t>(e.task) >= run.plan->tasks.size() ||
-        std::string(partition::to_string(run.plan->task(e.task).kind)) != e.kind) {
-      throw InputError(run.name, 0, "task", "event of task " + std::to_string(e.task) + " (" + e.kind +
-                                                ") is no such task of the plan");
+        run.plan->task(e.task).kind != e.kind) {
+      throw InputError(run.name, 0, "task", "event of task " + std::to_string(e.task) + " (" +
+                                                std::string(partition::to_string(e.kind)) + ") is no such task of the plan");
     }
   }
 }
@@ -318,7 +314,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
       const model::GpuSpec& spec = plan.cluster.device_gpu(devices.at(static_cast<size_t>(task.device)));
       const std::string& gpu = spec.name;
       std::vector<double> durations;
-      if (is_compute(task.kind)) {
+      if (partition::is_compute(task.kind)) {
         for (int i = first; i < index.iterations(); ++i) {
           const int at = index(static_cast<int>(t), i);
           if (at < 0) continue;

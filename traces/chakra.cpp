@@ -83,10 +83,6 @@ void append_delimited(std::string& out, const google::protobuf::MessageLite& m) 
   m.SerializeWithCachedSizes(&coded);
 }
 
-bool is_compute(TaskKind k) {
-  return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight || k == TaskKind::optimizer;
-}
-
 // ------------------------------------------------------------------ reading
 
 struct Reader {
@@ -304,7 +300,7 @@ std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostMode
         a->set_name("hetflow_later_deps");
         for (int64_t v : later[static_cast<size_t>(id)]) a->mutable_int64_list()->add_values(v);
       }
-      if (is_compute(t.kind)) {
+      if (partition::is_compute(t.kind)) {
         n.set_type(et::COMP_NODE);
         n.set_duration_micros(
             static_cast<uint64_t>(std::llround(1e6 * cost.task_compute_time_s(plan, t))));
@@ -430,7 +426,7 @@ Plan read_chakra(const std::vector<ChakraFile>& ranks, const std::string& comm_g
           } catch (const std::exception&) {
             n.fail("hetflow_kind", "expected a task kind, found '" + kind.substr(0, 40) + "'");
           }
-          if (!is_compute(t.kind)) n.fail("hetflow_kind", "a compute node of kind '" + kind + "'");
+          if (!partition::is_compute(t.kind)) n.fail("hetflow_kind", "a compute node of kind '" + kind + "'");
           t.flops = node.type() == et::COMP_NODE ? n.size("hetflow_flops", "num_ops", false) : 0;
           t.recompute_flops = std::min(t.flops, n.size("hetflow_recompute_flops", "hetflow_recompute_flops", false));
           t.memory_bytes = n.size("hetflow_memory_bytes", "tensor_size", false);

@@ -13,10 +13,6 @@ namespace {
 using partition::TaskKind;
 using Phase = LayerRates::Phase;
 
-bool is_layer_compute(TaskKind k) {
-  return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight;
-}
-
 // A compute task's FLOPs on each of its layers, by phase, in the proportions the plan
 // builder counts them (partition/plan_builder.cpp, chunk_work) and scaled so that they add
 // up to the task's own FLOPs and recompute FLOPs.
@@ -231,7 +227,7 @@ TransferredDurations transfer_durations(const LayerRates& rates, const partition
   const std::vector<model::Device> devices = target.cluster.devices();
   for (size_t id = 0; id < target.tasks.size(); ++id) {
     const partition::Task& t = target.tasks[id];
-    if (t.kind != TaskKind::optimizer && !is_layer_compute(t.kind)) continue;
+    if (!partition::is_compute(t.kind)) continue;
     const std::string& gpu = gpu_type(target, devices, t.device);
     const model::GpuEfficiency& type = calibration.gpu(gpu);
     const model::Efficiency& curve = type.of(std::string(to_string(t.kind)));

@@ -12,14 +12,6 @@ namespace hetflow::traces {
 
 namespace {
 
-bool is_pipeline_compute(const std::string& kind) {
-  return kind == "forward" || kind == "backward" || kind == "backward_weight";
-}
-
-bool on_compute_stream(const Event& e) {
-  return e.kind != "send" && e.kind != "recv" && (e.kind != "collective" || e.purpose == "tensor_parallel" || e.purpose == "sequence_parallel");
-}
-
 // Total length of the union of intervals.
 double covered(std::vector<std::pair<double, double>> intervals) {
   std::sort(intervals.begin(), intervals.end());
@@ -96,7 +88,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     const auto it = static_cast<size_t>(e.iteration);
     const bool steady = e.iteration >= first;
     const double duration = e.end_s - e.start_s;
-    if (on_compute_stream(e)) {
+    if (occupies_compute(e)) {
       busy_it[it * devices + d] += duration;
       compute_it[it * devices + d].emplace_back(e.start_s, e.end_s);
       if (steady) busy[d] += duration, compute[d].emplace_back(e.start_s, e.end_s);
@@ -104,7 +96,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       comm_it[it * devices + d].emplace_back(e.start_s, e.end_s);
       if (steady) comm[d].emplace_back(e.start_s, e.end_s);
     }
-    if (is_pipeline_compute(e.kind)) {
+    if (partition::is_pass(e.kind)) {
       const partition::Task& task = plan.task(e.task);
       flops_it[it] += task.flops - task.recompute_flops;
       if (steady) model_flops += task.flops - task.recompute_flops;
@@ -112,11 +104,11 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     }
     // Traffic: a send's bytes over each class of link on its route; a collective
     // participant's share over the route to its ring neighbour.
-    if (e.kind == "send") {
+    if (e.kind == partition::TaskKind::send) {
       bytes_it[it] += e.bytes;
       if (!steady) continue;
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
-    } else if (e.kind == "collective" && e.group >= 0) {
+    } else if (e.kind == partition::TaskKind::collective && e.group >= 0) {
       const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collective(e.group));
       const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
       const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];

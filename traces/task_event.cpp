@@ -9,8 +9,8 @@ Event task_event(const partition::Plan& plan, int task, int iteration) {
   e.task = task;
   e.device = t.device;
   e.stream = plan.stream_name(t.stream);
-  e.kind = std::string(partition::to_string(t.kind));
-  e.purpose = std::string(partition::to_string(t.purpose));
+  e.kind = t.kind;
+  e.purpose = t.purpose;
   e.iteration = iteration;
   e.stage = t.stage;
   e.microbatch = t.microbatch;

@@ -57,23 +57,29 @@ struct Look {
 };
 
 Look look_of(const Event& e) {
-  const bool pass = e.kind == "forward" || e.kind == "backward" || e.kind == "backward_weight";
-  if (pass) {
-    const std::string base = e.microbatch >= 0 ? kPalette[e.microbatch % kPaletteSize] : "#9a9a9a";
-    if (e.kind == "forward") return {base, "none", e.microbatch >= 0};
-    if (e.kind == "backward") return {darker(base), "none", e.microbatch >= 0};
-    return {lighter(base), darker(base), e.microbatch >= 0};
+  using partition::TaskKind;
+  switch (e.kind) {
+    case TaskKind::forward:
+    case TaskKind::backward:
+    case TaskKind::backward_weight: {
+      const std::string base = e.microbatch >= 0 ? kPalette[e.microbatch % kPaletteSize] : "#9a9a9a";
+      if (e.kind == TaskKind::forward) return {base, "none", e.microbatch >= 0};
+      if (e.kind == TaskKind::backward) return {darker(base), "none", e.microbatch >= 0};
+      return {lighter(base), darker(base), e.microbatch >= 0};
+    }
+    case TaskKind::optimizer: return {kOptimizer};
+    case TaskKind::collective: return {kCollective};
+    case TaskKind::send:
+    case TaskKind::recv: return {kTransfer};
   }
-  if (e.kind == "optimizer") return {kOptimizer};
-  if (e.kind == "collective") return {kCollective};
-  if (e.kind == "send" || e.kind == "recv") return {kTransfer};
   return {kOther, "#808080"};
 }
 
 std::string tooltip(const Event& e, const std::string& device) {
-  const std::string letter = e.kind == "forward" ? "F" : e.kind == "backward" ? "B" : e.kind == "backward_weight" ? "W" : "";
-  std::string s = letter.empty() ? e.kind : letter + std::to_string(e.microbatch);
-  if (e.kind == "send" || e.kind == "recv" || e.kind == "collective") s += " " + e.purpose + " " + model::units::human_bytes(e.bytes);
+  using partition::TaskKind;
+  const std::string letter = e.kind == TaskKind::forward ? "F" : e.kind == TaskKind::backward ? "B" : e.kind == TaskKind::backward_weight ? "W" : "";
+  std::string s = letter.empty() ? std::string(partition::to_string(e.kind)) : letter + std::to_string(e.microbatch);
+  if (!partition::is_compute(e.kind)) s += " " + std::string(partition::to_string(e.purpose)) + " " + model::units::human_bytes(e.bytes);
   if (e.stage >= 0) s += ", stage " + std::to_string(e.stage);
   s += ", iteration " + std::to_string(e.iteration) + ", task " + std::to_string(e.task) + " on " + device + " (" +
        e.stream + "): " + model::units::human_time_s(e.end_s - e.start_s) + " from " +

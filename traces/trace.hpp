@@ -5,14 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "partition/plan.hpp"
+
 namespace hetflow::traces {
 
 struct Event {
   int task = -1;          // task id in the plan
   int device = -1;
   std::string stream;     // the plan's stream name: "compute", "comm", "send>3:act", ...
-  std::string kind;       // forward, backward, backward_weight, optimizer, send, recv, collective
-  std::string purpose;    // compute, activation, gradient, tensor_parallel, data_parallel, ps_push, ps_pull
+  partition::TaskKind kind = partition::TaskKind::forward;  // the task's kind, as the plan says
+  partition::Purpose purpose = partition::Purpose::compute;  // why its bytes move (compute for compute)
   int iteration = 0;
   int stage = -1;
   int microbatch = -1;
@@ -36,6 +38,11 @@ struct Trace {
   std::vector<Event> events;             // in sort_events order
   bool operator==(const Trace&) const = default;
 };
+
+// Whether the event kept its device's compute units busy: a pass, the optimizer step, or a
+// tensor- or sequence-parallel collective (Megatron runs those on the compute stream, the
+// compute waiting for them). Transfers and data-parallel collectives overlap compute.
+bool occupies_compute(const Event& e);
 
 // Sorts events (stably) by (start_s, device, stream, task, kind): the canonical order, so equal
 // runs give byte-identical files. Writers keep the order they are given.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -208,6 +209,17 @@ void read_comment(Scanner& in, Trace& trace) {
   }
 }
 
+// A column of names (kind, purpose) as its enum; the error lists the names accepted.
+template <typename Parse>
+auto enum_field(const Scanner& in, const Field& f, std::string_view column, Parse parse) {
+  try {
+    return parse(f.text);
+  } catch (const std::invalid_argument& error) {
+    const std::string accepted = error.what();  // "expected ... (names), found '...'"
+    in.fail(f.line, column, accepted.substr(0, accepted.rfind(", found ")) + ", found " + found(f.text));
+  }
+}
+
 Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
   if (f.size() != kColumns.size()) {
     in.fail(f[0].line, "columns",
@@ -217,8 +229,9 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
   e.task = parse_int(in, f[0], "task");
   e.device = parse_int(in, f[1], "device");
   e.stream = f[2].text;
-  e.kind = f[3].text;
-  e.purpose = f[4].text;
+  // Parsed once, here: everything downstream compares enums.
+  e.kind = enum_field(in, f[3], "kind", partition::parse_task_kind);
+  e.purpose = enum_field(in, f[4], "purpose", partition::parse_purpose);
   e.iteration = parse_int(in, f[5], "iteration");
   e.stage = parse_int(in, f[6], "stage");
   e.microbatch = parse_int(in, f[7], "microbatch");
@@ -252,20 +265,18 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
 
 using Json = nlohmann::ordered_json;
 
-bool is_compute(const Event& e) {
-  return e.kind == "forward" || e.kind == "backward" || e.kind == "backward_weight";
-}
-
 std::string slice_name(const Event& e, bool several_stages) {
-  if (is_compute(e)) {
-    std::string name = e.kind == "forward" ? "F" : e.kind == "backward" ? "B" : "W";
+  using partition::TaskKind;
+  if (partition::is_pass(e.kind)) {
+    std::string name = e.kind == TaskKind::forward ? "F" : e.kind == TaskKind::backward ? "B" : "W";
     if (e.microbatch >= 0) name += std::to_string(e.microbatch);
     if (several_stages && e.stage >= 0) name += "." + std::to_string(e.stage);
     return name;
   }
-  if (e.kind == "send" || e.kind == "recv") return e.kind + " " + model::units::human_bytes(e.bytes);
-  if (e.kind == "collective") return e.purpose + " " + model::units::human_bytes(e.bytes);
-  return e.kind.empty() ? "task " + std::to_string(e.task) : e.kind;
+  const std::string kind(partition::to_string(e.kind));
+  if (e.kind == TaskKind::send || e.kind == TaskKind::recv) return kind + " " + model::units::human_bytes(e.bytes);
+  if (e.kind == TaskKind::collective) return std::string(partition::to_string(e.purpose)) + " " + model::units::human_bytes(e.bytes);
+  return kind;
 }
 
 Json metadata(const char* name, int pid, int tid, Json args) {
@@ -286,7 +297,9 @@ std::string write_trace_csv(const Trace& trace) {
   out += column_header() + "\n";
   for (const Event& e : trace.events) {
     for (int v : {e.task, e.device}) out += std::to_string(v) + ",";
-    for (const std::string* s : {&e.stream, &e.kind, &e.purpose}) out += csv_field(*s) + ",";
+    out += csv_field(e.stream) + ",";
+    out += csv_field(std::string(partition::to_string(e.kind))) + ",";
+    out += csv_field(std::string(partition::to_string(e.purpose))) + ",";
     for (int v : {e.iteration, e.stage, e.microbatch, e.peer, e.group}) out += std::to_string(v) + ",";
     out += format_double(e.start_s) + "," + format_double(e.end_s) + "," + format_double(e.bytes) + "," +
            format_double(e.flops) + "\n";
@@ -332,7 +345,7 @@ std::string write_chrome_trace(const Trace& trace) {
   std::map<int, std::set<int>> stages;  // device -> stages of its compute events
   for (const Event& e : trace.events) {
     if (e.device >= 0) devices.insert(e.device);
-    if (is_compute(e)) stages[e.device].insert(e.stage);
+    if (partition::is_pass(e.kind)) stages[e.device].insert(e.stage);
   }
   std::vector<Json> out;
   for (int d : devices) {
@@ -354,23 +367,23 @@ std::string write_chrome_trace(const Trace& trace) {
   std::map<int, std::array<std::vector<size_t>, 2>> sides;
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const Event& e = trace.events[i];
-    bool send = e.kind == "send";
-    if (e.kind != "send" && e.kind != "recv") continue;
+    const bool send = e.kind == partition::TaskKind::send;
+    if (!send && e.kind != partition::TaskKind::recv) continue;
     if (!sides.contains(e.group)) groups.push_back(e.group);
     sides[e.group][send ? 0 : 1].push_back(i);
   }
 
   for (const Event& e : trace.events) {
     Json args{{"task", e.task}, {"iteration", e.iteration}, {"stage", e.stage}, {"microbatch", e.microbatch},
-              {"purpose", e.purpose}, {"bytes", e.bytes}, {"flops", e.flops}};
-    if (e.kind == "send" || e.kind == "recv") {
+              {"purpose", partition::to_string(e.purpose)}, {"bytes", e.bytes}, {"flops", e.flops}};
+    if (e.kind == partition::TaskKind::send || e.kind == partition::TaskKind::recv) {
       args["peer"] = e.peer;
       args["group"] = e.group;
-    } else if (e.kind == "collective") {
+    } else if (e.kind == partition::TaskKind::collective) {
       args["group"] = e.group;
     }
     out.push_back(Json{{"name", slice_name(e, stages[e.device].size() > 1)},
-                       {"cat", e.kind},
+                       {"cat", partition::to_string(e.kind)},
                        {"ph", "X"},
                        {"ts", e.start_s * 1e6},
                        {"dur", (e.end_s - e.start_s) * 1e6},

@@ -17,12 +17,6 @@ const char* kIdle = "#ececec";
 
 using Intervals = std::vector<std::pair<double, double>>;
 
-// As metrics.cpp counts compute: everything but transfers and data-parallel collectives.
-bool is_compute(const Event& e) {
-  return e.kind != "send" && e.kind != "recv" &&
-         (e.kind != "collective" || e.purpose == "tensor_parallel" || e.purpose == "sequence_parallel");
-}
-
 double covered(Intervals intervals) {
   std::sort(intervals.begin(), intervals.end());
   double total = 0, start = 0, end = -1;
@@ -51,7 +45,7 @@ std::vector<UtilizationShare> utilization_shares(const Trace& trace, const Timel
     if (e.iteration < view.first_iteration || e.iteration > view.last_iteration) continue;
     if (!std::binary_search(view.devices.begin(), view.devices.end(), e.device)) continue;
     auto& [compute, comm] = intervals[e.device];
-    (is_compute(e) ? compute : comm).push_back({e.start_s, e.end_s});
+    (occupies_compute(e) ? compute : comm).push_back({e.start_s, e.end_s});
   }
   const double span = view.end_s - view.start_s;
   std::vector<UtilizationShare> shares;

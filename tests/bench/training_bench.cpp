@@ -106,7 +106,7 @@ Steps run_steps(const partition::Plan& plan) {
   }
   std::vector<double> end(static_cast<size_t>(e.iterations), 0.0);
   for (const traces::Event& ev : r.trace.events) {
-    if (ev.kind == "optimizer") end[static_cast<size_t>(ev.iteration)] = std::max(end[static_cast<size_t>(ev.iteration)], ev.end_s);
+    if (ev.kind == hetflow::partition::TaskKind::optimizer) end[static_cast<size_t>(ev.iteration)] = std::max(end[static_cast<size_t>(ev.iteration)], ev.end_s);
   }
   for (int i = kWarmSteps; i < e.iterations; ++i) s.seconds.push_back(end[static_cast<size_t>(i)] - end[static_cast<size_t>(i - 1)]);
   s.last_loss = training.losses().back();

@@ -91,7 +91,7 @@ TEST_P(EnginePlans, RunToCompletionWithOneEventPerTaskInstance) {
   std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
   for (const traces::Event& e : events) {
     double& end = last_end[{e.device, e.stream}];
-    if (e.kind != "send" && e.kind != "recv") {  // transfers start at the later side
+    if (e.kind != partition::TaskKind::send && e.kind != partition::TaskKind::recv) {  // transfers start at the later side
       EXPECT_GE(e.start_s, end) << e.task;
     }
     end = std::max(end, e.end_s);

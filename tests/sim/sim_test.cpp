@@ -69,7 +69,7 @@ model::Network small_gpt() {
 double duration_of(const traces::Trace& trace, TaskKind kind) {
   double start = 1e300, end = 0;
   for (const traces::Event& e : trace.events) {
-    if (e.kind != partition::to_string(kind)) continue;
+    if (e.kind != kind) continue;
     start = std::min(start, e.start_s);
     end = std::max(end, e.end_s);
   }
@@ -205,7 +205,7 @@ TEST(Simulator, TwoFlowsOnOneLinkEachGetHalf) {
   const sim::SimResult r = sim::simulate(plan, {});
   ASSERT_TRUE(r.completed);
   for (const traces::Event& e : r.trace.events) {
-    EXPECT_NEAR((e.end_s - e.start_s) / (bytes / (bandwidth / 2)), 1.0, 1e-6) << e.kind << " " << e.device;
+    EXPECT_NEAR((e.end_s - e.start_s) / (bytes / (bandwidth / 2)), 1.0, 1e-6) << partition::to_string(e.kind) << " " << e.device;
   }
 }
 
@@ -496,8 +496,8 @@ TEST(Simulator, AChannelTagNeverMeetsACollectivesMessages) {
   const auto plain = run_with_tag("act"), clashing = run_with_tag(ring_on_comm);
   ASSERT_EQ(plain.size(), clashing.size());
   for (size_t i = 0; i < plain.size(); ++i) {
-    EXPECT_EQ(plain[i].start_s, clashing[i].start_s) << plain[i].kind;
-    EXPECT_EQ(plain[i].end_s, clashing[i].end_s) << plain[i].kind;
+    EXPECT_EQ(plain[i].start_s, clashing[i].start_s) << partition::to_string(plain[i].kind);
+    EXPECT_EQ(plain[i].end_s, clashing[i].end_s) << partition::to_string(plain[i].kind);
   }
 }
 

@@ -38,8 +38,8 @@ traces::Event event(int task, int device, std::string kind, std::string purpose,
   traces::Event e;
   e.task = task;
   e.device = device;
-  e.kind = std::move(kind);
-  e.purpose = std::move(purpose);
+  e.kind = partition::parse_task_kind(kind);
+  e.purpose = partition::parse_purpose(purpose);
   e.iteration = iteration;
   e.start_s = start_s;
   e.end_s = end_s;

@@ -68,7 +68,7 @@ traces::Trace trace_of(const Plan& plan) {
     traces::Event e;
     e.task = static_cast<int>(id);
     e.device = t.device;
-    e.kind = std::string(partition::to_string(t.kind));
+    e.kind = t.kind;
     e.start_s = clock;
     e.end_s = clock + true_s(plan, t);
     clock = e.end_s;

@@ -21,8 +21,8 @@ namespace {
 Event event(int task, int device, std::string stream, std::string kind, int microbatch, double start_s, double end_s,
             int iteration = 0) {
   Event e;
-  e.task = task, e.device = device, e.stream = std::move(stream), e.kind = std::move(kind);
-  e.purpose = e.kind == "send" || e.kind == "recv" ? "activation" : "compute";
+  e.task = task, e.device = device, e.stream = std::move(stream), e.kind = partition::parse_task_kind(kind);
+  e.purpose = kind == "send" || kind == "recv" ? partition::Purpose::activation : partition::Purpose::compute;
   e.microbatch = microbatch, e.stage = device, e.iteration = iteration;
   e.start_s = start_s, e.end_s = end_s;
   return e;
@@ -47,7 +47,7 @@ Trace small_trace() {
               event(task++, 0, "compute", "backward", 0, 5.0, 7.0),
               event(task++, 0, "compute", "optimizer", -1, 7.0, 7.5),
               event(task++, 1, "comm", "collective", -1, 5.0, 6.0)};
-  t.events[9].purpose = "data_parallel";
+  t.events[9].purpose = partition::Purpose::data_parallel;
   sort_events(t);
   return t;
 }

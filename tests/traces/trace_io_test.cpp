@@ -24,8 +24,8 @@ Event event(int task, int device, std::string stream, std::string kind, double s
   e.task = task;
   e.device = device;
   e.stream = std::move(stream);
-  e.kind = std::move(kind);
-  e.purpose = "compute";
+  e.kind = partition::parse_task_kind(kind);
+  e.purpose = partition::Purpose::compute;
   e.start_s = start_s;
   e.end_s = end_s;
   return e;
@@ -43,15 +43,15 @@ Trace sample_trace() {
   Event f = event(0, 0, "compute", "forward", 0, third);
   f.stage = 0, f.microbatch = 3, f.flops = 1e12;
   Event send = event(1, 0, "send>1:act", "send", third, third + 1e-9);
-  send.purpose = "activation", send.stage = 0, send.microbatch = 3, send.peer = 1, send.group = 7, send.bytes = 2.1e6;
+  send.purpose = partition::Purpose::activation, send.stage = 0, send.microbatch = 3, send.peer = 1, send.group = 7, send.bytes = 2.1e6;
   Event recv = send;
-  recv.task = 2, recv.device = 1, recv.stream = "recv<0:act", recv.kind = "recv", recv.peer = 0;
+  recv.task = 2, recv.device = 1, recv.stream = "recv<0:act", recv.kind = partition::TaskKind::recv, recv.peer = 0;
   Event b1 = event(3, 1, "compute", "backward", 0.5, 0.75);
   b1.stage = 1, b1.microbatch = 3, b1.flops = 2e12;
   Event b2 = b1;
   b2.task = 4, b2.stage = 2, b2.start_s = 0.75, b2.end_s = 1;
   Event ar0 = event(5, 0, "comm,dp", "collective", 1, 1.25);
-  ar0.purpose = "data_parallel", ar0.group = 0, ar0.bytes = 64e6;
+  ar0.purpose = partition::Purpose::data_parallel, ar0.group = 0, ar0.bytes = 64e6;
   Event ar1 = ar0;
   ar1.task = 6, ar1.device = 1, ar1.stream = "x\"y\r\nz";
   Event opt = event(7, 2, "", "optimizer", 5e-324, 1e300);
@@ -176,7 +176,11 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       // A quoted line break: the bad row after it is on line 9.
       {kPrefix + row_with(2, "\"a\nb\"") + "\n" + row_with(11, "x") + "\n", 9, "end_s",
        "expected a number, found 'x'"},
-      {kPrefix + row_with(3, "\tx\x01") + "\n" + row_with(11, "y") + "\n", 8, "end_s", "expected a number, found 'y'"},
+      {kPrefix + row_with(3, "\tx\x01") + "\n", 7, "kind",
+       "expected a task kind (forward, backward, backward_weight, optimizer, send, recv, collective), found '\\x09x\\x01'"},
+      {kPrefix + row_with(4, "dp") + "\n", 7, "purpose",
+       "expected a purpose (compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, "
+       "ps_push, ps_pull, gradient_norm), found 'dp'"},
       {"# hetflow trace v2\n", 1, "format", "expected '# hetflow trace v1', found '# hetflow trace v2'"},
       {"", 1, "format", "expected '# hetflow trace v1', found ''"},
       {"\x7f" "ELF\x02\x01", 1, "format", "expected '# hetflow trace v1', found '\\x7fELF\\x02\\x01'"},
@@ -322,7 +326,7 @@ TEST(ChromeTrace, HasProcessesThreadsAndCompleteEvents) {
     SCOPED_TRACE(x.dump());
     EXPECT_EQ(x.at("ts").get<double>(), e.start_s * 1e6);
     EXPECT_EQ(x.at("dur").get<double>(), (e.end_s - e.start_s) * 1e6);
-    EXPECT_EQ(x.at("cat"), e.kind);
+    EXPECT_EQ(x.at("cat"), std::string(partition::to_string(e.kind)));
     EXPECT_EQ(x.at("pid"), e.device + 1);
     EXPECT_EQ(threads.at({x.at("pid"), x.at("tid")}), e.stream);
     EXPECT_EQ(x.at("args").at("task"), e.task);
@@ -343,7 +347,7 @@ TEST(ChromeTrace, EachTransferHasMatchingFlowEvents) {
   Event send2 = event(8, 1, "send>0:grad", "send", 2, 3);
   send2.group = 9, send2.peer = 0, send2.bytes = 1500;
   Event recv2 = send2;  // posted before its send: the arrow must not point back in time
-  recv2.task = 9, recv2.device = 0, recv2.stream = "recv<1:grad", recv2.kind = "recv", recv2.start_s = 1.5;
+  recv2.task = 9, recv2.device = 0, recv2.stream = "recv<1:grad", recv2.kind = partition::TaskKind::recv, recv2.start_s = 1.5;
   t.events.push_back(recv2);
   t.events.push_back(send2);
   json doc = json::parse(write_chrome_trace(t));
