@@ -334,7 +334,7 @@ TEST(ChromeTrace, HasProcessesThreadsAndCompleteEvents) {
     EXPECT_EQ(x.at("args").at("microbatch"), e.microbatch);
     EXPECT_EQ(x.at("args").at("bytes").get<double>(), e.bytes);
     EXPECT_EQ(x.at("args").at("flops").get<double>(), e.flops);
-    EXPECT_EQ(x.at("args").at("purpose"), e.purpose);
+    EXPECT_EQ(x.at("args").at("purpose"), std::string(partition::to_string(e.purpose)));
   }
   std::vector<std::string> names;
   for (const json& x : slices) names.push_back(x.at("name"));
