@@ -46,7 +46,8 @@ Reliability parse_reliability(const std::string& text, const std::string& file);
 Reliability read_reliability_file(const std::string& path);
 
 // A duration: a number with s, ms, us, min, h or d ("90 s", "2.5 h", "54 d"); a bare number
-// is seconds. Throws std::invalid_argument saying what was expected.
+// is refused, as every quantity without a unit is. Throws std::invalid_argument saying what
+// was expected.
 double parse_duration_s(std::string_view text);
 
 // Failures per second of the whole job on `gpus` GPUs in `nodes` nodes, by class and in all.

@@ -75,7 +75,8 @@ TEST(Reliability, DurationsInEveryUnit) {
   EXPECT_DOUBLE_EQ(parse_duration_s("5min"), 300);
   EXPECT_DOUBLE_EQ(parse_duration_s("2.5 h"), 9000);
   EXPECT_DOUBLE_EQ(parse_duration_s("54d"), 54 * 86400.0);
-  EXPECT_DOUBLE_EQ(parse_duration_s("7"), 7);
+  // A bare number is refused, as every quantity without a unit is (model/units.hpp).
+  EXPECT_THROW(parse_duration_s("7"), std::invalid_argument);
   EXPECT_THROW(parse_duration_s("h"), std::invalid_argument);
   EXPECT_THROW(parse_duration_s("3 weeks"), std::invalid_argument);
 }
