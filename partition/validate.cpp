@@ -20,6 +20,10 @@
 
 namespace hetflow::partition {
 
+namespace validate_detail {
+void check_roles(const Plan& plan, std::vector<std::string>& problems);  // validate_roles.cpp
+}  // namespace validate_detail
+
 namespace {
 
 using Problems = std::vector<std::string>;
@@ -395,85 +399,6 @@ void check_collectives(const Plan& plan, Problems& problems) {
   }
 }
 
-// Roles and coordinates: every device where the layout places it, every communicator's
-// members where its role puts them (a tensor group is one pipeline rank's devices in tensor
-// order; a pipeline pair, a worker's norm group and its tied-embedding pair lie in one
-// worker; a data group holds one device per worker), and the traffic each communicator
-// carries of its role. An unspecified role (a plan imported from a trace) is not checked.
-void check_roles(const Plan& plan, Problems& problems) {
-  auto note = [&](const std::string& what) {
-    if (problems.size() < 50) problems.push_back(what);
-  };
-  const std::vector<AxisCoords> placed = plan.layout.device_coords(plan.device_count());
-  if (plan.coords.size() != placed.size()) {
-    note("coords: expected one entry per device (" + std::to_string(placed.size()) + "), found " +
-         std::to_string(plan.coords.size()));
-    return;
-  }
-  for (size_t d = 0; d < placed.size(); ++d) {
-    const AxisCoords& c = plan.coords[d];
-    if (c != placed[d]) {
-      note("coords[" + std::to_string(d) + "]: expected [" + std::to_string(placed[d].data) + ", " +
-           std::to_string(placed[d].pipeline) + ", " + std::to_string(placed[d].tensor) + "] (where the layout places " +
-           plan.device_name(static_cast<int>(d)) + "), found [" + std::to_string(c.data) + ", " + std::to_string(c.pipeline) +
-           ", " + std::to_string(c.tensor) + "]");
-      break;
-    }
-  }
-  for (size_t i = 0; i < plan.communicators.size(); ++i) {
-    const Communicator& c = plan.communicators[i];
-    auto where = [&] { return "communicators[" + std::to_string(i) + "] (" + std::string(to_string(c.role)) + ")"; };
-    const AxisCoords& first = plan.coords_of(c.devices.front());
-    bool placed_all = true, one_worker = true, one_rank = true;
-    for (size_t k = 0; k < c.devices.size(); ++k) {
-      const AxisCoords& m = plan.coords_of(c.devices[k]);
-      placed_all = placed_all && m.data >= 0;
-      one_worker = one_worker && m.data == first.data;
-      one_rank = one_rank && one_worker && m.pipeline == first.pipeline && m.tensor == static_cast<int>(k);
-    }
-    auto distinct_workers = [&] {
-      std::vector<int> workers;
-      workers.reserve(c.devices.size());
-      for (const int d : c.devices) workers.push_back(plan.coords_of(d).data);
-      std::sort(workers.begin(), workers.end());
-      return std::adjacent_find(workers.begin(), workers.end()) == workers.end();
-    };
-    switch (c.role) {
-      case CommRole::tensor:
-        if (!placed_all || !one_rank) note(where() + ": expected the devices of one pipeline rank, in tensor-parallel order");
-        break;
-      case CommRole::pipeline:
-      case CommRole::embedding:
-      case CommRole::gradient_norm:
-        if (!placed_all || !one_worker) note(where() + ": expected devices of one virtual worker");
-        break;
-      case CommRole::data:
-        if (!placed_all || !distinct_workers()) note(where() + ": expected one device of each of its virtual workers");
-        break;
-      case CommRole::server:
-      case CommRole::context:
-      case CommRole::expert:
-      case CommRole::unspecified:
-        break;
-    }
-  }
-  auto carries = [&](int communicator, Purpose purpose, const std::string& what) {
-    const CommRole role = plan.communicator(communicator).role;
-    if (role != CommRole::unspecified && role != role_of(purpose)) {
-      note(what + ": " + std::string(to_string(purpose)) + " traffic on communicator " + std::to_string(communicator) +
-           ", whose role is " + std::string(to_string(role)) + " (expected " + std::string(to_string(role_of(purpose))) + ")");
-    }
-  };
-  for (size_t c = 0; c < plan.collectives.size(); ++c) {
-    const Collective& col = plan.collectives[c];
-    carries(col.communicator, col.purpose, "collective " + std::to_string(c));
-  }
-  for (size_t t = 0; t < plan.tasks.size(); ++t) {
-    const Task& task = plan.tasks[t];
-    if (task.kind == TaskKind::send) carries(plan.channel(task.channel).communicator, task.purpose, describe_task(plan, static_cast<int>(t)));
-  }
-}
-
 // Tensors: a transient one written by exactly its producer, read only on its device, freed
 // after a task that comes after every reader; a persistent one touched only on its device.
 void check_tensors(const Plan& plan, Problems& problems) {
@@ -695,7 +620,7 @@ Validation validate_plan(const Plan& plan) {
   if (!v.ok()) return v;
   check_channels(plan, v.problems);
   check_collectives(plan, v.problems);
-  check_roles(plan, v.problems);
+  validate_detail::check_roles(plan, v.problems);
   check_tensors(plan, v.problems);
   check_local_dependencies(plan, v.problems);
   check_coverage(plan, v.problems);
