@@ -130,7 +130,11 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   // Norm input, head input, and fp32 logits for the cross-entropy (computed in fp32).
   l.stashed_bytes = 2 * e * x.s * x.h + 4 * x.s * x.v;
   l.tp_splittable = true;    // vocab-parallel logits
-  l.tp_allreduce_elems = 0;  // vocab-parallel cross-entropy reduces O(s) values only
+  // Vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy): each token's
+  // maximum logit, then its sum of exponentials and target logit, all-reduced: 3 s values in
+  // two collectives.
+  l.tp_allreduce_elems = 3 * x.s;
+  l.tp_allreduces = 2;
   l.tp_backward_allreduce_elems = x.s * x.h;  // the column-parallel logits' input gradient
   l.tp_backward_allreduces = 1;
   l.tp_replicated_bytes = 2 * e * x.s * x.h;  // norm and head inputs; logits are split

@@ -597,7 +597,11 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
         for (size_t k = 0; k < run.size(); ++k) {
           for (const bool forward : {true, false}) {
             for (const Call& call : forward ? run[k].forward : run[k].backward) {
-              if (call.floats != activation) continue;
+              // A pass's activation-sized exchanges, and the vocab-parallel loss's all-reduces
+              // (each token's maximum; its sum of exponentials and target logit): not the
+              // once-a-step sum of the norm gains' gradients, which the plan leaves out.
+              const size_t tokens = static_cast<size_t>(shape.S);
+              if (call.floats != activation && call.floats != tokens && call.floats != 2 * tokens) continue;
               auto& [messages, floats] = moved[{static_cast<int>(k), call.kind, forward}];
               ++messages;
               floats += static_cast<double>(call.floats);

@@ -240,6 +240,13 @@ MegatronOperators megatron_operators(const model::Network& net, int layer_begin,
     } else if (layer.kind == "head") {
       m.f_elems += sh;
       m.f_count += 1;
+      // The vocab-parallel cross-entropy: each token's maximum, then its sum of exponentials
+      // and target logit (3 values) in two all-reduces; rerun with the head's forward.
+      const double tokens = net.architecture->seq;
+      m.g_elems += 3 * tokens;
+      m.g_count += 2;
+      m.rerun_g_elems += 3 * tokens;
+      m.rerun_g_count += 2;
     }
   }
   return m;
