@@ -40,6 +40,11 @@ class TaskContext {
   const partition::Task* spec = nullptr;
   std::span<Buffer> reads;   // the plan's reads, in order (persistent tensors included)
   std::span<Buffer> writes;  // its writes, allocated by the engine before run()
+  // What a transfer or collective task carried, in the plan's bytes (elements moved times the
+  // plan's element size, whatever the back end's wire type): the back end sets it and the
+  // trace records it, so a trace shows what ran, not what was planned. -1: not reported (the
+  // trace then says the plan's bytes).
+  double carried_bytes = -1;
   // What the task is blocked on ("the 2nd message on channel 3 from device 0"): the
   // watchdog names it when the run stalls.
   virtual void waiting_for(std::string what) = 0;

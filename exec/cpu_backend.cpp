@@ -125,6 +125,7 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   }
   for (auto& [key, lane] : lanes_) lane = make_lane(std::get<0>(key), std::get<1>(key), tag++);
   steps_.assign(plan.tasks.size(), {});
+  in_task_bytes_.assign(plan.communicators.size(), 0.0);
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (!local(task.device)) continue;
@@ -223,6 +224,13 @@ void CpuBackend::compute(TaskContext& task) const {
   }
 }
 
+double CpuBackend::carried(size_t moved_bytes, bool gradients) const {
+  if (training_ == nullptr) return static_cast<double>(moved_bytes);  // a proxy's bytes are the plan's (capped)
+  const partition::Layout& l = plan_->layout;
+  return static_cast<double>(moved_bytes / sizeof(float)) *
+         (gradients ? l.gradient_element_bytes() : model::element_bytes(l.precision));
+}
+
 void CpuBackend::send(TaskContext& task) {
   const partition::Task& t = *task.spec;
   Lane& box = *channels_[static_cast<size_t>(t.channel)];
@@ -232,6 +240,7 @@ void CpuBackend::send(TaskContext& task) {
   if (training_ != nullptr && (message = training_->message(task))) data = std::as_bytes(std::span<const float>(*message));
   // Real math moves the whole FP32 tensor; a proxy moves the plan's bytes (capped).
   const auto bytes = training_ != nullptr ? data.size() : static_cast<size_t>(std::min(t.bytes, options_.max_message_bytes));
+  task.carried_bytes = carried(bytes);
   const auto packet = box.post(data, bytes);
   task.waiting_for("device " + std::to_string(plan_->peer(task.task)) + " to receive on channel " +
                    std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
@@ -244,6 +253,7 @@ void CpuBackend::receive(TaskContext& task) {
   task.waiting_for("a message from device " + std::to_string(plan_->peer(task.task)) + " on channel " +
                    std::to_string(t.channel) + " (" + plan_->channels[static_cast<size_t>(t.channel)].tag + ")");
   box.take([&](std::span<const std::byte> data) {
+    task.carried_bytes = carried(data.size());
     if (training_ != nullptr &&
         training_->receive(task, {reinterpret_cast<const float*>(data.data()), data.size() / sizeof(float)})) {
       return;
@@ -260,6 +270,7 @@ void CpuBackend::collective(TaskContext& task) {
     const std::span<float> gradients = training_->collective_data(task);
     if (!gradients.empty() || task.reads.empty()) {
       HostView view(training_->ops_of(task.spec->device), gradients);
+      task.carried_bytes = carried(gradients.size() * sizeof(float), true);
       run_steps(task, view.floats());  // in place on the model's gradients
       view.put_back();
       training_->collective_done(task);
@@ -284,6 +295,7 @@ void CpuBackend::collective(TaskContext& task) {
     if (out < in) out_at = piece;
   }
   std::vector<float> buffer(count, 0.0f);
+  task.carried_bytes = carried(count * sizeof(float));
   if (!task.reads.empty()) {
     std::memcpy(buffer.data() + at, task.reads[0].data, std::min(task.reads[0].size_bytes, (count - at) * sizeof(float)));
   }
@@ -366,7 +378,18 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
   }
 }
 
+std::vector<double> CpuBackend::in_task_bytes() const {
+  std::lock_guard lock(in_task_mutex_);
+  return in_task_bytes_;
+}
+
+void CpuBackend::count_in_task(int communicator, size_t floats) {
+  std::lock_guard lock(in_task_mutex_);
+  in_task_bytes_.at(static_cast<size_t>(communicator)) += carried(floats * sizeof(float));
+}
+
 void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
+  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   std::vector<float> result(data.size(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
@@ -399,6 +422,7 @@ size_t member_of(const partition::Plan& plan, int communicator, const TaskContex
 
 void CpuBackend::all_gather(TaskContext& task, int communicator, std::span<float> ops_data,
                             std::span<const size_t> parts) {
+  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   const size_t me = member_of(*plan_, communicator, task, parts, data.size());
@@ -414,6 +438,7 @@ void CpuBackend::all_gather(TaskContext& task, int communicator, std::span<float
 
 void CpuBackend::reduce_scatter(TaskContext& task, int communicator, std::span<float> ops_data,
                                 std::span<const size_t> parts) {
+  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   const size_t me = member_of(*plan_, communicator, task, parts, data.size());

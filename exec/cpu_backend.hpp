@@ -25,6 +25,7 @@
 #include <functional>
 #include <string>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -65,8 +66,15 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
                       std::span<const size_t> parts) override;
   void run(TaskContext& task) override;
   void stop() override;
+  // What this process's members carried inside compute tasks since prepare(), per
+  // communicator of the plan, in the plan's bytes (TaskContext::carried_bytes' units): each
+  // member counts each in-task collective's size (partition/collective.hpp's convention).
+  std::vector<double> in_task_bytes() const;
 
  private:
+  void count_in_task(int communicator, size_t floats);
+  mutable std::mutex in_task_mutex_;
+  std::vector<double> in_task_bytes_;  // per communicator
   struct Part {
     Lane* mailbox = nullptr;
     int peer = -1;
@@ -78,6 +86,10 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   };
 
   void compute(TaskContext& task) const;
+  // What moving these bytes carried, in the plan's units (TaskContext::carried_bytes): real
+  // math moves FP32 floats standing for the plan's elements (gradients': the layout's
+  // gradient elements).
+  double carried(size_t moved_bytes, bool gradients = false) const;
   void send(TaskContext& task);
   void receive(TaskContext& task);
   void collective(TaskContext& task);

@@ -120,9 +120,7 @@ class Builder {
 // [floor(n lo), floor(n hi)): the part of `n` units a SplitPart covers. Rank i of `parts`
 // gets [n i / parts, n (i + 1) / parts) (the first ranges one shorter when they do not divide
 // evenly), the same units as any other spelling of the same fractions.
-std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& part) {
-  return {n * part.lo_num / part.lo_den, n * part.hi_num / part.hi_den};
-}
+std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& part) { return partition::split_units(n, part); }
 
 ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp, const SplitPart& part) {
   ChunkParams p;

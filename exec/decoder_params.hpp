@@ -22,6 +22,7 @@
 
 #include "kernels/rope_frequencies.hpp"
 #include "model/network.hpp"
+#include "partition/shard.hpp"
 
 namespace hetflow::exec {
 
@@ -116,9 +117,7 @@ ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_e
 // key/value heads, MLP width, vocabulary): rank j of t holds [j / t, (j + 1) / t). Ranks of
 // different degrees hold parts in common; a data-parallel all-reduce between such workers
 // sums one such part at a time.
-struct SplitPart {
-  long long lo_num = 0, lo_den = 1, hi_num = 1, hi_den = 1;
-};
+using SplitPart = partition::SplitPart;  // the one split partition/shard.hpp counts
 
 // The rectangles of each parameter that `part` covers: split parameters' pieces, replicated
 // ones whole (the slots, their order and names are chunk_params's; offsets count this

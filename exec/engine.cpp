@@ -125,6 +125,7 @@ class Run {
     done_.assign(instances, 0);
     start_s_.assign(instances, 0);
     end_s_.assign(instances, 0);
+    carried_bytes_.assign(instances, -1);
     transient_.resize(plan.tensors.size() * static_cast<size_t>(iterations_));
     persistent_.resize(plan.tensors.size());
     for (size_t d = 0; d < plan.programs.size(); ++d) {
@@ -281,6 +282,7 @@ class Run {
         try {
           backend_.run(context);
           end_s_[at] = now_s();
+          carried_bytes_[at] = context.carried_bytes;
           if (options_.on_task_end) options_.on_task_end(TaskView{task, i, reads, writes});
         } catch (const Stopped&) {
           return;
@@ -465,6 +467,7 @@ class Run {
         put(mine, static_cast<std::uint64_t>(at));
         put(mine, start_s_[at] + clock_offset_s_);
         put(mine, end_s_[at] + clock_offset_s_);
+        put(mine, carried_bytes_[at]);
       }
     }
     put(mine, ~std::uint64_t{0});
@@ -490,6 +493,7 @@ class Run {
           done_[at] = 1;
           start_s_[at] = in.get<double>();
           end_s_[at] = in.get<double>();
+          carried_bytes_[at] = in.get<double>();
         }
         for (auto d = in.get<std::uint64_t>(); d != ~std::uint64_t{0}; d = in.get<std::uint64_t>()) {
           if (d >= devices_.size()) throw Error("rank " + std::to_string(r) + " reported a device the plan lacks");
@@ -544,6 +548,7 @@ class Run {
         const int partner = graph_.partner(static_cast<int>(t));  // a transfer starts when both sides are there
         if (partner >= 0 && done_[index(partner, i)]) e.start_s = std::max(e.start_s, start_s_[index(partner, i)]);
         e.end_s = std::max(end_s_[at], e.start_s);
+        if (carried_bytes_[at] >= 0) e.bytes = carried_bytes_[at];  // what ran, where the back end says
         r.trace.events.push_back(std::move(e));
       }
     }
@@ -568,6 +573,7 @@ class Run {
   std::vector<int> remaining_;  // per instance (iteration x task): inputs not done; device lock
   std::vector<char> done_;      // per instance; device lock
   std::vector<double> start_s_, end_s_;  // per instance; written by its thread, read after join
+  std::vector<double> carried_bytes_;    // per instance: TaskContext::carried_bytes; likewise
   std::vector<HostBuffer> transient_;    // per (iteration, tensor); device lock
   std::vector<HostBuffer> persistent_;   // per tensor; allocated before the threads start
   std::vector<std::unique_ptr<DeviceState>> devices_;

@@ -242,6 +242,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     }
   }
   check_sequence_shards();
+  find_send_slices();
   const WeightSource* init = init_weights.source;
   if (init != nullptr) {
     const std::string& init_path = init->path();

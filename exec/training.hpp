@@ -223,6 +223,11 @@ class Training {
   const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   void check_sequence_shards() const;
+  // A boundary send whose receiving rank keeps a 1/t slice (Megatron's scatter/gather) sends
+  // that slice alone, as the plan counts it: per send task, [begin, end) of the whole
+  // activation (empty: the tensor as it is).
+  void find_send_slices();
+  std::vector<std::pair<size_t, size_t>> send_slice_;
   std::shared_ptr<const Batch> batch(int iteration);
   // The squared norm's parts of every server update (parameter servers), or of every
   // optimizer of a plan without a gradient-norm collective, summed.

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "exec/training.hpp"
+
 #include "exec/training_chunk.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
+#include "partition/run_graph.hpp"
 
 namespace hetflow::exec {
 
@@ -200,8 +202,31 @@ void Training::adopt_pulled(Chunk& c, int iteration) {
   }
 }
 
+void Training::find_send_slices() {
+  send_slice_.assign(plan_.tasks.size(), {0, 0});
+  const partition::RunGraph graph(plan_);
+  const auto whole = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
+                     static_cast<size_t>(shape_.C);
+  for (size_t r = 0; r < plan_.tasks.size(); ++r) {
+    const partition::Task& t = plan_.tasks[r];
+    if (t.kind != TaskKind::recv ||
+        (t.purpose != partition::Purpose::activation && t.purpose != partition::Purpose::gradient)) {
+      continue;
+    }
+    const auto writes = plan_.writes(static_cast<int>(r));
+    const int send = graph.partner(static_cast<int>(r));
+    if (writes.empty() || send < 0) continue;
+    const auto sent = plan_.reads(send);
+    const auto slice = slice_of(writes[0], whole);
+    // (A sequence shard travels as it is: the sender holds its rows, not the whole.)
+    const bool whole_sent = !sent.empty() && slice_of(sent[0], whole) == std::pair<size_t, size_t>{0, whole};
+    if (whole_sent && slice.second - slice.first < whole) send_slice_[static_cast<size_t>(send)] = slice;
+  }
+}
+
 std::optional<size_t> Training::message_floats(int send_task) const {
   const partition::Task& t = plan_.task(send_task);
+  if (const auto [begin, end] = send_slice_[static_cast<size_t>(send_task)]; end > begin) return end - begin;
   if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
     return std::nullopt;
   }
@@ -216,6 +241,15 @@ std::optional<size_t> Training::message_floats(int send_task) const {
 
 std::optional<std::vector<float>> Training::message(const TaskContext& task) {
   const partition::Task& t = *task.spec;
+  if (const auto [begin, end] = send_slice_[static_cast<size_t>(task.task)]; end > begin) {
+    // (The activation is the device's memory: its ops copy it out.)
+    std::vector<float> out(end - begin);
+    if (task.reads.empty() || task.reads[0].size_bytes < end * sizeof(float)) {
+      throw PlanError("send task " + std::to_string(task.task) + " reads no whole activation to slice");
+    }
+    ops_of_(t.device).download(out.data(), reinterpret_cast<const float*>(task.reads[0].data) + begin, out.size());
+    return out;
+  }
   if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
     return std::nullopt;
   }

@@ -100,6 +100,8 @@ struct Layout {
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
   bool fp32_grad_accumulation = false;  // Megatron's fp32 main grads: +4 B/param
+  // Bytes of one gradient element: what gradient buffers hold and gradient collectives move.
+  double gradient_element_bytes() const { return fp32_grad_accumulation ? 4.0 : model::element_bytes(precision); }
   KernelOptions kernels;
   double workspace_bytes = 1024.0 * 1024 * 1024;  // per device: cuBLAS/NCCL buffers, fragmentation
   int iterations = 1;

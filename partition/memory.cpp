@@ -74,7 +74,7 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
   const double e = model::element_bytes(layout.precision);
   m.weights_bytes = params * e;
-  m.gradients_bytes = params * (layout.fp32_grad_accumulation ? 4.0 : e);
+  m.gradients_bytes = params * layout.gradient_element_bytes();
   if (hosts_optimizer) {
     // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
     m.optimizer_bytes = params * model::adam_state_bytes(layout.precision);

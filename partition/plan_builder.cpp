@@ -91,7 +91,7 @@ void Builder::build() {
   weights_.resize(devices);
   grads_.resize(devices);
   chunks_of_device_.resize(devices);
-  const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+  const double grad_bytes_per_param = layout_.gradient_element_bytes();
   // Folded (Layout::folded): worker 0 alone gets tasks and tensors.
   plan_.layout.folded = layout_.folded && layout_.workers.size() > 1;
   const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();

@@ -4,6 +4,7 @@
 //   plan_builder_compute.cpp   F/B/W tasks with their tensors and tensor-parallel collectives
 //   plan_builder_pipeline.cpp  activations forward and gradients backward between chunks
 //   plan_builder_sync.cpp      gradient all-reduce, tied embeddings, optimizer, parameter servers
+#include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/plan.hpp"
 #include "partition/schedule.hpp"
+#include "partition/shard.hpp"
 
 namespace hetflow::partition::builder {
 
@@ -75,6 +77,13 @@ TpPass tp_pass(const ChunkWork& work, bool backward, bool sequence_parallel, Rec
 // either pass (a chunk of the LM head alone has none in its forward, f in its backward).
 bool tp_collectives(const ChunkWork& work, int tensor);
 
+// Bucket b of `buckets` over a gradient piece of `bytes`: whole elements, bucket b holding
+// elements [n b / k, n (b + 1) / k) of the piece's n, as a back end splits the gradients.
+inline double bucket_bytes(double bytes, double element_bytes, int buckets, int b) {
+  const auto n = static_cast<long long>(std::llround(bytes / element_bytes)), k = static_cast<long long>(buckets);
+  return static_cast<double>(n * (b + 1) / k - n * b / k) * element_bytes;
+}
+
 // What one op (F, B or W of one chunk, micro-batch and tensor rank) left behind.
 struct OpRecord {
   int task = -1;     // its compute task
@@ -93,6 +102,7 @@ struct OpRecord {
 struct Share {
   double fraction = 0;
   std::vector<int> rank_of;
+  SplitPart part;  // [lo, hi) of the split, exactly: what partition/shard.hpp counts
 };
 std::vector<Share> shares(const std::vector<int>& degrees);
 

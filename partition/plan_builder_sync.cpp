@@ -86,7 +86,9 @@ std::vector<Share> shares(const std::vector<int>& degrees) {
   const auto first = degrees.empty() ? 1 : degrees.front();
   if (std::all_of(degrees.begin(), degrees.end(), [first](int t) { return t == first; })) {
     std::vector<Share> out(static_cast<size_t>(first));
-    for (int j = 0; j < first; ++j) out[static_cast<size_t>(j)] = {1.0 / first, std::vector<int>(degrees.size(), j)};
+    for (int j = 0; j < first; ++j) {
+      out[static_cast<size_t>(j)] = {1.0 / first, std::vector<int>(degrees.size(), j), SplitPart::rank(j, first)};
+    }
     return out;
   }
   // The cuts j / t of every degree, as fractions (numerator, denominator), in order.
@@ -106,6 +108,7 @@ std::vector<Share> shares(const std::vector<int>& degrees) {
     Share share;
     share.fraction = static_cast<double>(n * b - a * d) / static_cast<double>(b * d);
     for (const int t : degrees) share.rank_of.push_back(static_cast<int>(a * t / b));  // j / t <= a / b < (j + 1) / t
+    share.part = {a, b, n, d};
     out.push_back(std::move(share));
   }
   return out;
@@ -115,7 +118,7 @@ std::vector<Share> shares(const std::vector<int>& degrees) {
 std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout) {
   std::vector<Segment> segments;
   if (layout.workers.size() < 2) return segments;
-  const double grad_bytes_per_param = layout.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout.precision);
+  const double grad_bytes_per_param = layout.gradient_element_bytes();
   const int layers = static_cast<int>(net.layers.size());
   std::vector<std::vector<int>> holders(static_cast<size_t>(layers));  // per layer, per worker: stage
   for (const VirtualWorker& vw : layout.workers) {
@@ -181,7 +184,8 @@ void Builder::add_allreduce_sync() {
       }
       for (int b = 0; b < buckets; ++b) {
         const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
-                                          bytes / buckets, Purpose::data_parallel, comm, like, grads, grads, grads.size());
+                                          bucket_bytes(bytes, layout_.gradient_element_bytes(), buckets, b),
+                                          Purpose::data_parallel, comm, like, grads, grads, grads.size());
         for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (worker 0's alone when folded)
           auto& syncs = syncs_of_device[devices[i]];
           if (overlap) {
@@ -208,7 +212,7 @@ void Builder::add_allreduce_sync() {
 void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device) {
   const std::map<int, int> last = last_compute_of_devices();
   const int comm = stream("comm");
-  const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+  const double grad_bytes_per_param = layout_.gradient_element_bytes();
   const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
   for (size_t w = 0; w < built; ++w) {
     const VirtualWorker& vw = layout_.workers[w];

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <random>
 #include <set>
@@ -21,6 +22,9 @@
 #include "exec_test_util.hpp"
 #include "guarded_ops.hpp"
 #include "partition/memory.hpp"
+#include "partition/shard.hpp"
+#include "partition/traffic.hpp"
+#include "traces/traffic.hpp"
 
 namespace hetflow {
 namespace {
@@ -63,6 +67,33 @@ TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
       EXPECT_EQ(p.layer_start.size(), static_cast<size_t>(end - begin + 1));
     }
   }
+}
+
+// The executor lays out exactly the parameters partition's shard counts (the plan's gradient
+// and push bytes): every rank of degrees 1 and 2 (uneven vocabulary splits, Qwen3's QK-norm
+// gains and GQA heads), and parts between degrees 2 and 3, chunk by chunk.
+TEST(DecoderParams, ShardsHoldWhatPartitionCounts) {
+  for (const model::Network& net : {odd_gpt(3, 6), odd_llama(3), odd_qwen3(3)}) {
+    const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
+    const int layers = static_cast<int>(net.layers.size());
+    // Parts between degrees 2 and 3 cut the GPT's 6 key/value heads whole, not the others' 2.
+    std::vector<partition::SplitPart> parts;
+    if (shape.NKV % 6 == 0) parts = {{1, 3, 1, 2}, {0, 1, 1, 3}, {1, 2, 2, 3}};
+    for (const int t : {1, 2}) {
+      for (int j = 0; j < t; ++j) parts.push_back(partition::SplitPart::rank(j, t));
+    }
+    for (const auto& [begin, end] : {std::pair{0, layers}, {0, 1}, {0, 2}, {1, 3}, {2, layers}, {layers - 1, layers}}) {
+      for (const partition::SplitPart& part : parts) {
+        double counted = 0;
+        for (int l = begin; l < end; ++l) counted += partition::shard_params(net, l, begin, part).value();
+        EXPECT_EQ(static_cast<double>(exec::chunk_params_part(shape, begin, end, part).count), counted)
+            << net.name << " layers " << begin << "-" << end << " part " << part.lo_num << "/" << part.lo_den << "-"
+            << part.hi_num << "/" << part.hi_den;
+        EXPECT_EQ(partition::part_params(net, begin, end, part), counted);
+      }
+    }
+  }
+  EXPECT_FALSE(partition::shard_params(model::network_from_spec("resnet50", model::Precision::fp16), 0, 0, {}).has_value());
 }
 
 TEST(DecoderParams, TiedCopyStartsEqualToTheEmbedding) {
@@ -634,48 +665,107 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, DistributedTraining,
-    testing::Values(DistributedCase{"gpipe", "gpipe", 1, partition::Recompute::none},
-                    DistributedCase{"one_f_one_b", "1f1b", 1, partition::Recompute::none},
-                    DistributedCase{"interleaved", "interleaved", 2, partition::Recompute::none},
-                    DistributedCase{"split_w", "1f1b-split-w", 1, partition::Recompute::none},
-                    // Breadth-first: every chunk's forwards, then its backwards, 2 chunks a rank.
-                    DistributedCase{"looped_bfs", "bfs", 2, partition::Recompute::none},
-                    DistributedCase{"selective_recompute", "1f1b", 1, partition::Recompute::selective},
-                    DistributedCase{"full_recompute", "1f1b", 1, partition::Recompute::full},
-                    DistributedCase{"parameter_server", "1f1b", 1, partition::Recompute::none, partition::SyncKind::ps},
-                    // WSP with staleness 0 is synchronous training.
-                    DistributedCase{"wsp_staleness_0", "gpipe", 1, partition::Recompute::none, partition::SyncKind::wsp},
-                    // Tensor parallelism 2 inside each stage: 16 devices.
-                    DistributedCase{"tensor_parallel", "1f1b", 1, partition::Recompute::none, partition::SyncKind::allreduce, 2},
-                    DistributedCase{"tensor_parallel_interleaved", "interleaved", 2, partition::Recompute::selective,
-                                    partition::SyncKind::allreduce, 2},
-                    DistributedCase{"tensor_parallel_split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full,
-                                    partition::SyncKind::allreduce, 2},
-                    DistributedCase{"tensor_parallel_looped_bfs_ps", "bfs", 2, partition::Recompute::selective,
-                                    partition::SyncKind::ps, 2},
-                    DistributedCase{"sequence_parallel", "1f1b", 1, partition::Recompute::selective,
-                                    partition::SyncKind::allreduce, 2, true},
-                    // A server holds each parameter whole; each tensor-parallel rank pushes and
-                    // pulls its own pieces of it.
-                    DistributedCase{"tensor_parallel_parameter_server", "1f1b", 1, partition::Recompute::none,
-                                    partition::SyncKind::ps, 2},
-                    DistributedCase{"sequence_parallel_wsp_staleness_0", "gpipe", 1, partition::Recompute::full,
-                                    partition::SyncKind::wsp, 2, true},
-                    // Sequence parallelism's norm gains are summed inside B; a split backward
-                    // leaves W the gathered norm outputs it needs.
-                    DistributedCase{"sequence_parallel_split_w", "1f1b-split-w", 1, partition::Recompute::none,
-                                    partition::SyncKind::allreduce, 2, true},
-                    DistributedCase{"sequence_parallel_parameter_server", "interleaved", 2,
-                                    partition::Recompute::none, partition::SyncKind::ps, 2, true},
-                    // Chunks of the embedding alone and of the LM head alone: the head's
-                    // backward all-reduces (gathers and reduce-scatters) its input gradient.
-                    DistributedCase{"tensor_parallel_ends_alone", "1f1b", 1, partition::Recompute::full,
-                                    partition::SyncKind::allreduce, 2, false, {1, 4, 4, 1}},
-                    DistributedCase{"sequence_parallel_ends_alone", "1f1b", 1, partition::Recompute::none,
-                                    partition::SyncKind::allreduce, 2, true, {1, 4, 4, 1}}),
-    [](const testing::TestParamInfo<DistributedCase>& p) { return std::string(p.param.name); });
+// Every plan family the distributed tests cover.
+const std::vector<DistributedCase> kDistributedCases = {
+    DistributedCase{"gpipe", "gpipe", 1, partition::Recompute::none},
+    DistributedCase{"one_f_one_b", "1f1b", 1, partition::Recompute::none},
+    DistributedCase{"interleaved", "interleaved", 2, partition::Recompute::none},
+    DistributedCase{"split_w", "1f1b-split-w", 1, partition::Recompute::none},
+    // Breadth-first: every chunk's forwards, then its backwards, 2 chunks a rank.
+    DistributedCase{"looped_bfs", "bfs", 2, partition::Recompute::none},
+    DistributedCase{"selective_recompute", "1f1b", 1, partition::Recompute::selective},
+    DistributedCase{"full_recompute", "1f1b", 1, partition::Recompute::full},
+    DistributedCase{"parameter_server", "1f1b", 1, partition::Recompute::none, partition::SyncKind::ps},
+    // WSP with staleness 0 is synchronous training.
+    DistributedCase{"wsp_staleness_0", "gpipe", 1, partition::Recompute::none, partition::SyncKind::wsp},
+    // Tensor parallelism 2 inside each stage: 16 devices.
+    DistributedCase{"tensor_parallel", "1f1b", 1, partition::Recompute::none, partition::SyncKind::allreduce, 2},
+    DistributedCase{"tensor_parallel_interleaved", "interleaved", 2, partition::Recompute::selective,
+                    partition::SyncKind::allreduce, 2},
+    DistributedCase{"tensor_parallel_split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full,
+                    partition::SyncKind::allreduce, 2},
+    DistributedCase{"tensor_parallel_looped_bfs_ps", "bfs", 2, partition::Recompute::selective,
+                    partition::SyncKind::ps, 2},
+    DistributedCase{"sequence_parallel", "1f1b", 1, partition::Recompute::selective,
+                    partition::SyncKind::allreduce, 2, true},
+    // A server holds each parameter whole; each tensor-parallel rank pushes and
+    // pulls its own pieces of it.
+    DistributedCase{"tensor_parallel_parameter_server", "1f1b", 1, partition::Recompute::none,
+                    partition::SyncKind::ps, 2},
+    DistributedCase{"sequence_parallel_wsp_staleness_0", "gpipe", 1, partition::Recompute::full,
+                    partition::SyncKind::wsp, 2, true},
+    // Sequence parallelism's norm gains are summed inside B; a split backward
+    // leaves W the gathered norm outputs it needs.
+    DistributedCase{"sequence_parallel_split_w", "1f1b-split-w", 1, partition::Recompute::none,
+                    partition::SyncKind::allreduce, 2, true},
+    DistributedCase{"sequence_parallel_parameter_server", "interleaved", 2,
+                    partition::Recompute::none, partition::SyncKind::ps, 2, true},
+    // Chunks of the embedding alone and of the LM head alone: the head's
+    // backward all-reduces (gathers and reduce-scatters) its input gradient.
+    DistributedCase{"tensor_parallel_ends_alone", "1f1b", 1, partition::Recompute::full,
+                    partition::SyncKind::allreduce, 2, false, {1, 4, 4, 1}},
+    DistributedCase{"sequence_parallel_ends_alone", "1f1b", 1, partition::Recompute::none,
+                    partition::SyncKind::allreduce, 2, true, {1, 4, 4, 1}}};
+
+std::string case_name(const testing::TestParamInfo<DistributedCase>& p) { return p.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Schedules, DistributedTraining, testing::ValuesIn(kDistributedCases), case_name);
+
+// Conservation of communication: in two steps of real math on CPU threads, the bytes the back
+// end carried on each communicator (its trace, TaskContext::carried_bytes, plus what tensor-
+// parallel chunks exchanged inside their compute tasks) equal what the plan says it carries
+// (partition::planned_bytes_per_communicator), communicator by communicator. A GPT (tied
+// embeddings: the embedding group carries too) and a LLaMA.
+class Conservation : public testing::TestWithParam<DistributedCase> {};
+
+TEST_P(Conservation, EveryCommunicatorCarriesWhatThePlanSays) {
+  const DistributedCase& c = GetParam();
+  const int steps = 2;
+  for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3, c.sequence_parallel ? 14 : 13),
+                                    odd_llama(8, c.sequence_parallel ? 12 : 11)}) {
+    partition::PlanOptions o = options(4, 2, 4, c.schedule);
+    o.virtual_stages = c.virtual_stages;
+    o.recompute = c.recompute;
+    o.sync = c.sync;
+    o.tensor = c.tensor;
+    o.sequence_parallel = c.sequence_parallel;
+    o.stage_layers = c.stage_layers;
+    o.bucket_bytes = 4096;
+    const Plan plan = test_support::planned(model::cpu_cluster(8 * c.tensor), net, o);
+    exec::Training training(plan, exec::markov_stream(net.architecture->vocab, 7), optimizer(), 42);
+    exec::CpuBackend backend({}, &training);
+    exec::EngineOptions e;
+    e.iterations = steps;
+    const exec::RunResult r = exec::run_plan(plan, backend, e);
+    ASSERT_TRUE(r.completed) << r.error;
+    const std::vector<double> planned = partition::planned_bytes_per_communicator(plan);
+    std::vector<double> carried = traces::carried_bytes_per_communicator(plan, r.trace);
+    const std::vector<double> in_task = backend.in_task_bytes();
+    for (size_t k = 0; k < carried.size(); ++k) carried[k] += in_task[k];
+    ASSERT_EQ(carried.size(), planned.size());
+    double total = 0;
+    for (size_t k = 0; k < planned.size(); ++k) {
+      const partition::Communicator& comm = plan.communicators[k];
+      // Not yet under tensor parallelism: the gradients a data-parallel, tied-embedding or
+      // server group carries are a rank's shard (partition/shard.hpp: uneven splits, norms and
+      // biases whole on every rank), which the plan still counts as 1/t of the parameters.
+      if (c.tensor > 1 && (comm.role == partition::CommRole::data || comm.role == partition::CommRole::embedding ||
+                           comm.role == partition::CommRole::server)) {
+        continue;
+      }
+      // Nor, under sequence parallelism, the once-a-step all-reduce of the norm gains'
+      // gradients (each rank saw its own rows) that a chunk's last backward runs inside the
+      // task: the plan does not count it yet.
+      if (c.sequence_parallel && comm.role == partition::CommRole::tensor) continue;
+      EXPECT_EQ(carried[k], steps * planned[k]) << std::setprecision(17) << carried[k] << " vs " << steps * planned[k] << " "
+          << net.name << ": communicator " << k << " (" << comm.name << ", " << partition::to_string(comm.role) << ")";
+      total += planned[k];
+    }
+    EXPECT_GT(total, 0);  // (a plan that moved nothing would conserve trivially)
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Conservation, testing::ValuesIn(kDistributedCases), case_name);
 
 // What one step moved each weight by: `after` less `before`, tensor by tensor.
 exec::SafetensorsFile step_of(exec::SafetensorsFile after, const exec::SafetensorsFile& before) {

@@ -16,7 +16,9 @@
 #include "exec/ranks.hpp"
 #include "exec/training.hpp"
 #include "model/zoo.hpp"
+#include "partition/traffic.hpp"
 #include "tests/exec/exec_test_util.hpp"
+#include "traces/traffic.hpp"
 
 namespace hetflow {
 namespace {
@@ -156,6 +158,16 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
     EXPECT_TRUE(bitwise_equal(over_ranks.weights, threads.weights)) << c.name;
     EXPECT_EQ(over_ranks.result.trace.events.size(), plan.tasks.size() * 3) << c.name;
     EXPECT_EQ(over_ranks.result.task_instances, static_cast<long long>(plan.tasks.size()) * 3) << c.name;
+    // Conservation: the ranks' transfers and collectives carried, communicator by
+    // communicator, what the threads' did; without tensor parallelism (whose in-task
+    // collectives the trace does not hold), what the plan says.
+    const std::vector<double> by_ranks = traces::carried_bytes_per_communicator(plan, over_ranks.result.trace);
+    EXPECT_EQ(by_ranks, traces::carried_bytes_per_communicator(plan, threads.result.trace)) << c.name;
+    if (c.options.tensor == 1) {
+      std::vector<double> planned = partition::planned_bytes_per_communicator(plan);
+      for (double& b : planned) b *= 3;
+      EXPECT_EQ(by_ranks, planned) << c.name;
+    }
   }
 }
 
