@@ -294,9 +294,15 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
   return steps;
 }
 
-std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device) {
+std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device) { return ring_steps(c, c.devices, device); }
+
+std::optional<RingSteps> ring_steps(const CollectiveSpec& c, const std::vector<int>& devices, int device) {
   check_collective(c);
-  const size_t n = c.devices.size(), me = position(c.devices, device);
+  const size_t n = devices.size(), me = position(devices, device);
+  if (n > 0 && static_cast<size_t>(c.root) >= n) {
+    throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
+                std::to_string(n) + " participants");
+  }
   if (me == n) throw Error("ring_steps: device " + std::to_string(device) + " is not a member");
   const bool ring_kind = c.kind == CollectiveKind::all_reduce || c.kind == CollectiveKind::reduce_scatter ||
                          c.kind == CollectiveKind::all_gather;
@@ -305,8 +311,7 @@ std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device) {
   }
   // ring_kind() above: n - 1 steps per reduce-scatter or all-gather, both for an all-reduce.
   const int count = static_cast<int>(n - 1) * (c.kind == CollectiveKind::all_reduce ? 2 : 1);
-  return RingSteps{count, c.bytes / static_cast<double>(n), c.devices[(me + 1) % n], c.devices[(me + n - 1) % n],
-                   Lane::ring};
+  return RingSteps{count, c.bytes / static_cast<double>(n), devices[(me + 1) % n], devices[(me + n - 1) % n], Lane::ring};
 }
 
 double bytes_sent(const CollectiveSpec& c, int device, const NodeOf& node_of) {

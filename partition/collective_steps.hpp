@@ -109,6 +109,9 @@ struct RingSteps {
 // all_reduce, reduce_scatter or all_gather, one message, two or more members, some bytes);
 // nullopt for every other collective. Throws like collective_steps.
 std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device);
+// The same for members `devices` (a plan's communicator, not copied: a copy per member is
+// quadratic too); c.devices is not read.
+std::optional<RingSteps> ring_steps(const CollectiveSpec& c, const std::vector<int>& devices, int device);
 
 // The bytes `device` sends in collective `c`: the sum of its steps' sends.
 double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);

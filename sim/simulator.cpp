@@ -476,7 +476,7 @@ class Simulation {
     if (ring_hops_.size() != plan_.collectives.size()) ring_hops_.assign(plan_.collectives.size(), RingHops{});
     RingHops& h = ring_hops_[collective];
     if (!h.known) {
-      const std::vector<int>& ring = partition::collective_spec(plan_, plan_.collectives[collective]).devices;
+      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
       const partition::Route first = cost_.route(ring[0], ring[1 % ring.size()]);
       h = {true, true, first.latency_s, first.bandwidth_bytes_per_s};
       for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
@@ -498,7 +498,7 @@ class Simulation {
     signed char& shares = ring_shares_[collective];
     if (shares < 0) {
       shares = 0;
-      const std::vector<int>& ring = partition::collective_spec(plan_, plan_.collectives[collective]).devices;
+      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
       std::set<const sg::Link*> used;
       for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
         std::vector<sg::Link*> links;
@@ -519,19 +519,21 @@ class Simulation {
     // A collective of m messages runs as one message of all the bytes after the other m - 1
     // rounds' latencies on a timer: the cost model's time (m rounds of steps, the same bytes)
     // without m times the events (a chunk's per-layer all-reduces are dozens of rounds).
-    partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
-    const int rounds = spec.messages;
-    spec.messages = 1;
+    const int rounds = c.messages;
     // A ring run as one transfer needs its steps' number, bytes and peers, not their list: n
-    // members listing 2(n-1) steps each is quadratic in time, and in memory too, as every
-    // member holds its list across the mailbox look-ups (simcalls) below.
+    // members listing 2(n-1) steps each (or copying the n members) is quadratic in time, and
+    // in memory too, as every member holds its list across the mailbox look-ups (simcalls).
     const bool folded = c.tasks.size() < plan_.members(c).size();
-    const std::optional<partition::RingSteps> ring = partition::ring_steps(spec, t.device);
+    const std::optional<partition::RingSteps> ring =
+        partition::ring_steps(partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1}, plan_.members(c), t.device);
     const bool one_transfer = ring && ring->count > 1 &&
                               (folded || (options_.coalesce_rings && !ring_shares_a_link(static_cast<size_t>(t.collective))));
-    const std::vector<Step> steps =
-        one_transfer ? std::vector<Step>{}
-                     : partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
+    std::vector<Step> steps;
+    if (!one_transfer) {
+      partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
+      spec.messages = 1;
+      steps = partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
+    }
     const std::string scope = std::to_string(t.stream);
     struct Known {
       int peer;
