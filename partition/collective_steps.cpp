@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "partition/ring_steps.hpp"
 
 namespace hetflow::partition {
 

@@ -54,7 +54,6 @@
 // With fewer than two members or no bytes, a collective is still a rendezvous: one step of
 // zero bytes around the ring.
 #include <functional>
-#include <optional>
 #include <vector>
 
 #include "partition/collective.hpp"
@@ -92,26 +91,6 @@ struct Step {
 // device to its node (the hierarchical algorithms group by it). Throws hetflow::Error for a
 // device that is not a member or a collective check_collective() refuses.
 std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
-
-// A ring all-reduce, reduce-scatter or all-gather's steps for one member, as collective_steps
-// gives them, without listing them: `count` steps, each sending `bytes` to `next` and
-// receiving from `previous` on `lane`. Listing 2(n-1) steps for each of n members is
-// quadratic in the members; this is linear (finding the member) and allocates nothing.
-struct RingSteps {
-  int count = 0;         // steps
-  double bytes = 0;      // sent in each step
-  int next = -1;         // the member sent to
-  int previous = -1;     // the member received from
-  Lane lane = Lane::ring;
-};
-
-// The ring of `device` in `c` where collective_steps gives one (algorithm ring, kind
-// all_reduce, reduce_scatter or all_gather, one message, two or more members, some bytes);
-// nullopt for every other collective. Throws like collective_steps.
-std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device);
-// The same for members `devices` (a plan's communicator, not copied: a copy per member is
-// quadratic too); c.devices is not read.
-std::optional<RingSteps> ring_steps(const CollectiveSpec& c, const std::vector<int>& devices, int device);
 
 // The bytes `device` sends in collective `c`: the sum of its steps' sends.
 double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);

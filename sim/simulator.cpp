@@ -22,6 +22,7 @@
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
+#include "partition/ring_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
 #include "partition/run_graph.hpp"

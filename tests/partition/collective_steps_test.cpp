@@ -13,6 +13,7 @@
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
+#include "partition/ring_steps.hpp"
 
 using namespace hetflow;
 using partition::Lane;
