@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "partition/ring_steps.hpp"
 
 namespace hetflow::partition {
 
@@ -294,8 +295,32 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
   return steps;
 }
 
+std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device) { return ring_steps(c, c.devices, device); }
+
+std::optional<RingSteps> ring_steps(const CollectiveSpec& c, const std::vector<int>& devices, int device) {
+  check_collective(c);
+  const size_t n = devices.size(), me = position(devices, device);
+  if (n > 0 && static_cast<size_t>(c.root) >= n) {
+    throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
+                std::to_string(n) + " participants");
+  }
+  if (me == n) throw Error("ring_steps: device " + std::to_string(device) + " is not a member");
+  const bool ring_kind = c.kind == CollectiveKind::all_reduce || c.kind == CollectiveKind::reduce_scatter ||
+                         c.kind == CollectiveKind::all_gather;
+  if (c.algorithm != CollectiveAlgorithm::ring || !ring_kind || c.messages > 1 || n < 2 || c.bytes <= 0) {
+    return std::nullopt;
+  }
+  // ring_kind() above: n - 1 steps per reduce-scatter or all-gather, both for an all-reduce.
+  const int count = static_cast<int>(n - 1) * (c.kind == CollectiveKind::all_reduce ? 2 : 1);
+  return RingSteps{count, c.bytes / static_cast<double>(n), devices[(me + 1) % n], devices[(me + n - 1) % n], Lane::ring};
+}
+
 double bytes_sent(const CollectiveSpec& c, int device, const NodeOf& node_of) {
   double total = 0;
+  if (const std::optional<RingSteps> ring = ring_steps(c, device)) {
+    for (int s = 0; s < ring->count; ++s) total += ring->bytes;  // summed as the steps are, in turn
+    return total;
+  }
   for (const Step& step : collective_steps(c, device, node_of)) {
     for (const Message& m : step.sends) total += m.bytes;
   }

@@ -91,18 +91,72 @@ sg::Engine& start_engine(size_t actors) {
   return *engine;
 }
 
-Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles) {
+namespace {
+
+// The zones a platform of only the needed hosts keeps: the root, every zone holding a needed
+// host, the zones above them, and the gateway zone of each (whose router the parent's route
+// to it names). All of them when `needed_hosts` is empty.
+std::vector<bool> zones_kept(const PlatformSpec& spec, const std::vector<bool>& needed_hosts) {
+  std::vector<bool> kept(spec.zones.size(), needed_hosts.empty());
+  if (needed_hosts.empty()) return kept;
+  kept[0] = true;
+  for (size_t h = 0; h < spec.hosts.size(); ++h) {
+    if (!needed_hosts[h]) continue;
+    for (int z = spec.hosts[h].zone; z >= 0 && !kept[static_cast<size_t>(z)]; z = spec.zones[static_cast<size_t>(z)].parent) {
+      kept[static_cast<size_t>(z)] = true;
+    }
+  }
+  for (size_t z = 1; z < spec.zones.size(); ++z) {
+    const ZoneSpec& zone = spec.zones[z];
+    const auto parent = static_cast<size_t>(zone.parent);
+    if (kept[parent] && !zone.router.empty() && zone.router == spec.zones[parent].gateway) kept[z] = true;
+  }
+  return kept;
+}
+
+}  // namespace
+
+Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles,
+                              const std::vector<bool>& needed_hosts) {
+  if (!needed_hosts.empty() && needed_hosts.size() != spec.hosts.size()) {
+    throw hetflow::Error("instantiate_platform: one entry per host expected in needed_hosts");
+  }
+  const std::vector<bool> kept = zones_kept(spec, needed_hosts);
+  // The routes of the kept zones to kept members, and the links they cross (with those that
+  // have a profile), in the spec's order, so a smaller platform's common part is made alike.
+  const auto star_kept = [&](const StarRoute& r) {
+    return r.is_zone ? kept[static_cast<size_t>(r.member)] : kept[static_cast<size_t>(spec.hosts[static_cast<size_t>(r.member)].zone)];
+  };
+  std::vector<bool> link_used(spec.links.size(), needed_hosts.empty());
+  for (const auto& [index, text] : bandwidth_profiles) link_used.at(static_cast<size_t>(index)) = true;
+  for (size_t i = 0; i < spec.zones.size() && !needed_hosts.empty(); ++i) {
+    if (!kept[i]) continue;
+    const ZoneSpec& z = spec.zones[i];
+    const auto use = [&](const std::vector<Hop>& hops) {
+      for (const Hop& hop : hops) link_used[static_cast<size_t>(hop.link)] = true;
+    };
+    for (const StarRoute& r : z.star_routes) {
+      if (star_kept(r)) use(r.hops);
+    }
+    for (const PairRoute& r : z.pair_routes) use(r.hops);
+    for (const ZoneRoute& r : z.zone_routes) {
+      if (kept[static_cast<size_t>(r.from_zone)] && kept[static_cast<size_t>(r.to_zone)]) use(r.hops);
+    }
+  }
+
   Platform p;
-  std::vector<sg::NetZone*> zones;
+  std::vector<sg::NetZone*> zones(spec.zones.size(), nullptr);
   std::vector<simgrid::kernel::routing::NetPoint*> routers(spec.zones.size(), nullptr);
   std::map<std::string, simgrid::kernel::routing::NetPoint*> router_by_name;
-  for (const ZoneSpec& z : spec.zones) {
+  for (size_t i = 0; i < spec.zones.size(); ++i) {
+    if (!kept[i]) continue;
+    const ZoneSpec& z = spec.zones[i];
     sg::NetZone* zone = z.full ? sg::create_full_zone(z.name) : sg::create_star_zone(z.name);
     if (z.parent >= 0) zone->set_parent(zones[static_cast<size_t>(z.parent)]);
-    zones.push_back(zone);
+    zones[i] = zone;
   }
   for (size_t i = 0; i < spec.zones.size(); ++i) {
-    if (!spec.zones[i].router.empty()) {
+    if (kept[i] && !spec.zones[i].router.empty()) {
       routers[i] = zones[i]->create_router(spec.zones[i].router);
       router_by_name[spec.zones[i].router] = routers[i];
     }
@@ -111,18 +165,21 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
   p.hosts.resize(spec.hosts.size(), nullptr);
   for (size_t h = 0; h < spec.hosts.size(); ++h) {
     const HostSpec& host = spec.hosts[h];
+    if (!kept[static_cast<size_t>(host.zone)]) continue;
     p.hosts[h] = zones[static_cast<size_t>(host.zone)]->create_host(host.name, host.speed_flops_per_s);
   }
-  for (const LinkSpec& l : spec.links) {
-    sg::NetZone* zone = zones[static_cast<size_t>(l.zone)];
-    sg::Link* link = zone->create_split_duplex_link(l.name, l.bandwidth_bytes_per_s);
+  p.links.resize(spec.links.size(), nullptr);
+  for (size_t i = 0; i < spec.links.size(); ++i) {
+    const LinkSpec& l = spec.links[i];
+    if (!link_used[i] || !kept[static_cast<size_t>(l.zone)]) continue;
+    sg::Link* link = zones[static_cast<size_t>(l.zone)]->create_split_duplex_link(l.name, l.bandwidth_bytes_per_s);
     link->set_latency(l.latency_s);
-    const auto profile = bandwidth_profiles.find(static_cast<int>(p.links.size()));
+    const auto profile = bandwidth_profiles.find(static_cast<int>(i));
     if (profile != bandwidth_profiles.end()) {
       link->set_bandwidth_profile(
           simgrid::kernel::profile::ProfileBuilder::from_string("bandwidth:" + l.name, profile->second, -1));
     }
-    p.links.push_back(link->seal());
+    p.links[i] = link->seal();
   }
   auto hops_of = [&](const std::vector<Hop>& hops) {
     std::vector<sg::LinkInRoute> out;
@@ -133,8 +190,10 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
   };
   // Routes and sealing bottom-up: a zone's children are sealed before its own routes.
   for (size_t i = spec.zones.size(); i-- > 0;) {
+    if (!kept[i]) continue;
     const ZoneSpec& z = spec.zones[i];
     for (const StarRoute& r : z.star_routes) {
+      if (!star_kept(r)) continue;
       if (r.is_zone) {
         const ZoneSpec& child = spec.zones[static_cast<size_t>(r.member)];
         zones[i]->add_route(zones[static_cast<size_t>(r.member)]->get_netpoint(), nullptr,
@@ -149,6 +208,7 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
       zones[i]->add_route(point(r.from), point(r.to), nullptr, nullptr, hops_of(r.hops), false);
     }
     for (const ZoneRoute& r : z.zone_routes) {
+      if (!kept[static_cast<size_t>(r.from_zone)] || !kept[static_cast<size_t>(r.to_zone)]) continue;
       const ZoneSpec& from = spec.zones[static_cast<size_t>(r.from_zone)];
       const ZoneSpec& to = spec.zones[static_cast<size_t>(r.to_zone)];
       zones[i]->add_route(zones[static_cast<size_t>(r.from_zone)]->get_netpoint(),
@@ -159,7 +219,6 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
   }
   return p;
 }
-
 
 void set_slowdowns(Platform& platform, int device, std::vector<std::pair<double, double>> from_s_factor) {
   std::sort(from_s_factor.begin(), from_s_factor.end());

@@ -11,8 +11,8 @@
 namespace hetflow::sim {
 
 struct Platform {
-  std::vector<simgrid::s4u::Host*> hosts;  // index = device id
-  std::vector<simgrid::s4u::Link*> links;  // index = PlatformSpec::links index
+  std::vector<simgrid::s4u::Host*> hosts;  // index = device id (nullptr: not made)
+  std::vector<simgrid::s4u::Link*> links;  // index = PlatformSpec::links index (nullptr: not made)
   // A host of no device, with no routes, that times delays: an execution of d x kTimerRate
   // FLOPs bounded to kTimerRate FLOP/s lasts d seconds however many run at once (up to
   // its speed / kTimerRate of them). Not part of the platform's XML.
@@ -32,7 +32,15 @@ simgrid::s4u::Engine& start_engine(size_t actors);
 
 // `bandwidth_profiles`: link index -> SimGrid profile text ("<time> <factor>" lines), set
 // before the links are sealed (SimGrid refuses them afterwards).
-Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles = {});
+// `needed_hosts` (one entry per host; empty = all): only the node zones holding a needed
+// host are made, with the zones above them, the links their routes cross and the links
+// with a profile; every other host and link is nullptr in the result. The routes between the
+// hosts made are the full platform's (same links, latencies and bandwidths, created in the
+// same order), so a simulation that uses no other host runs exactly as on the whole
+// platform, whose set-up grows faster than linearly with its zones (SimGrid checks each new
+// link's name against every zone).
+Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std::string>& bandwidth_profiles = {},
+                              const std::vector<bool>& needed_hosts = {});
 
 // The device's host runs `factor` times slower from each `from_s` on (factors of changes at
 // the same or earlier times multiply; a factor below 1 is a faster device).

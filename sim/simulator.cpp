@@ -22,9 +22,11 @@
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
+#include "partition/ring_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
 #include "partition/run_graph.hpp"
+#include "sim/needed_hosts.hpp"
 #include "sim/platform.hpp"
 #include "traces/task_event.hpp"
 
@@ -117,7 +119,7 @@ class Simulation {
         l.bandwidth_bytes_per_s = 1e18;
       }
     }
-    platform_ = instantiate_platform(spec_);
+    platform_ = instantiate_platform(spec_, {}, needed_hosts(plan_, options_));
     const auto t_platform = clock::now();
     prepare();
     std::map<int, std::vector<std::pair<double, double>>> slowdowns;  // per device: (from, factor)
@@ -469,48 +471,45 @@ class Simulation {
   // the smallest bandwidth, and they end together as the steps do.
   struct RingHops {
     bool known = false, uniform = true;
-    bool shares_a_link = false;  // two of its hops cross one link: the steps then stay
     double latency_s = 0, bandwidth_bytes_per_s = 0;
   };
   const RingHops& ring_hops(size_t collective) const {
     if (ring_hops_.size() != plan_.collectives.size()) ring_hops_.assign(plan_.collectives.size(), RingHops{});
     RingHops& h = ring_hops_[collective];
     if (!h.known) {
-      const std::vector<int>& ring = partition::collective_spec(plan_, plan_.collectives[collective]).devices;
+      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
       const partition::Route first = cost_.route(ring[0], ring[1 % ring.size()]);
-      h = {true, true, false, first.latency_s, first.bandwidth_bytes_per_s};
-      std::set<const sg::Link*> used;
+      h = {true, true, first.latency_s, first.bandwidth_bytes_per_s};
       for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
-        const int from = ring[i], to = ring[(i + 1) % ring.size()];
-        const partition::Route r = cost_.route(from, to);
+        const partition::Route r = cost_.route(ring[i], ring[(i + 1) % ring.size()]);
         h.uniform = h.uniform && r.latency_s == first.latency_s && r.bandwidth_bytes_per_s == first.bandwidth_bytes_per_s;
         h.latency_s = std::max(h.latency_s, r.latency_s);
         h.bandwidth_bytes_per_s = std::min(h.bandwidth_bytes_per_s, r.bandwidth_bytes_per_s);
-        // A link two hops cross (a node's one NIC, a shared PCIe uplink) is shared step by step
-        // between equal messages, which one transfer per member does not reproduce.
-        std::vector<sg::Link*> links;
-        double latency = 0;
-        platform_.hosts[static_cast<size_t>(from)]->route_to(platform_.hosts[static_cast<size_t>(to)], links, &latency);
-        for (const sg::Link* l : links) h.shares_a_link = !used.insert(l).second || h.shares_a_link;
       }
     }
     return h;
   }
 
-  // Steps a ring can run as one transfer: each one send to the same successor and one
-  // receive from the same predecessor, on one lane, more than one step.
-  static bool coalescible(const std::vector<Step>& steps) {
-    if (steps.size() < 2) return false;
-    const Step& first = steps.front();
-    if (first.sends.size() != 1 || first.receives.size() != 1) return false;
-    for (const Step& step : steps) {
-      if (step.sends.size() != 1 || step.receives.size() != 1 || step.sends[0].peer != first.sends[0].peer ||
-          step.receives[0].peer != first.receives[0].peer || step.sends[0].lane != first.sends[0].lane ||
-          step.receives[0].lane != first.receives[0].lane) {
-        return false;
+  // Whether two of the ring's hops cross one link (a node's one NIC, a shared PCIe uplink):
+  // such a link is shared step by step between equal messages, which one transfer per member
+  // does not reproduce. Read from SimGrid's routes, so only asked of rings whose members all
+  // have hosts (never of a folded plan's rings across replicas).
+  bool ring_shares_a_link(size_t collective) const {
+    if (ring_shares_.size() != plan_.collectives.size()) ring_shares_.assign(plan_.collectives.size(), -1);
+    signed char& shares = ring_shares_[collective];
+    if (shares < 0) {
+      shares = 0;
+      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
+      std::set<const sg::Link*> used;
+      for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
+        std::vector<sg::Link*> links;
+        double latency = 0;
+        platform_.hosts[static_cast<size_t>(ring[i])]->route_to(platform_.hosts[static_cast<size_t>(ring[(i + 1) % ring.size()])],
+                                                               links, &latency);
+        for (const sg::Link* l : links) shares = static_cast<signed char>(!used.insert(l).second || shares);
       }
     }
-    return true;
+    return shares > 0;
   }
 
   // A collective's steps for one participant, each message on the mailbox of its phase's
@@ -521,11 +520,21 @@ class Simulation {
     // A collective of m messages runs as one message of all the bytes after the other m - 1
     // rounds' latencies on a timer: the cost model's time (m rounds of steps, the same bytes)
     // without m times the events (a chunk's per-layer all-reduces are dozens of rounds).
-    partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
-    const int rounds = spec.messages;
-    spec.messages = 1;
-    const std::vector<Step> steps =
-        partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
+    const int rounds = c.messages;
+    // A ring run as one transfer needs its steps' number, bytes and peers, not their list: n
+    // members listing 2(n-1) steps each (or copying the n members) is quadratic in time, and
+    // in memory too, as every member holds its list across the mailbox look-ups (simcalls).
+    const bool folded = c.tasks.size() < plan_.members(c).size();
+    const std::optional<partition::RingSteps> ring =
+        partition::ring_steps(partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1}, plan_.members(c), t.device);
+    const bool one_transfer = ring && ring->count > 1 &&
+                              (folded || (options_.coalesce_rings && !ring_shares_a_link(static_cast<size_t>(t.collective))));
+    std::vector<Step> steps;
+    if (!one_transfer) {
+      partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
+      spec.messages = 1;
+      steps = partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
+    }
     const std::string scope = std::to_string(t.stream);
     struct Known {
       int peer;
@@ -546,6 +555,11 @@ class Simulation {
     std::vector<MailboxStep> out;
     if (rounds > 1) {
       double round_latency_s = 0;  // a step waits for its slowest message
+      if (one_transfer) {
+        const double latency_s =
+            std::max(std::max(0.0, cost_.route(t.device, ring->next).latency_s), cost_.route(ring->previous, t.device).latency_s);
+        for (int i = 0; i < ring->count; ++i) round_latency_s += latency_s;
+      }
       for (const Step& step : steps) {
         double latency_s = 0;
         for (const Message& m : step.sends) latency_s = std::max(latency_s, cost_.route(t.device, m.peer).latency_s);
@@ -558,41 +572,31 @@ class Simulation {
     }
     // A ring member coalesced or standing for its replicas (folded): the steps' latencies but
     // one on a timer, then all their bytes in one step, paced by the ring's slowest hop.
-    const auto coalesced = [&](const auto& transfer_of) {
+    if (one_transfer) {
       const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
       double bytes = 0;
-      for (const Step& step : steps) bytes += step.sends.front().bytes;
+      for (int i = 0; i < ring->count; ++i) bytes += ring->bytes;  // summed as the steps' are
       MailboxStep wait;
-      wait.delay_s = static_cast<double>(steps.size() - 1) * hops.latency_s;
+      wait.delay_s = static_cast<double>(ring->count - 1) * hops.latency_s;
       out.push_back(wait);
-      MailboxStep transfer = transfer_of(bytes);
+      MailboxStep transfer;
+      if (folded) {
+        // A folded plan's collective across replicas: this member stands for every replica's,
+        // all alike: its own two flows, from its predecessor and to its successor, which no
+        // actor on the replicas' devices posts.
+        transfer.flows = {{ring->previous, t.device, bytes}, {t.device, ring->next, bytes}};
+      } else {
+        // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
+        transfer.puts.emplace_back(box(Message{ring->next, ring->bytes, ring->lane}, true), bytes);
+        transfer.gets.push_back(box(Message{ring->previous, 0, ring->lane}, false));
+      }
       if (!hops.uniform) transfer.rate_cap = hops.bandwidth_bytes_per_s;
       out.push_back(std::move(transfer));
       return out;
-    };
-    if (c.tasks.size() < plan_.members(c).size()) {
-      // A folded plan's collective across replicas: this member stands for every replica's,
-      // all alike: its own two flows, from its predecessor and to its successor, which no
-      // actor on the replicas' devices posts.
-      if (c.algorithm != partition::CollectiveAlgorithm::ring || !coalescible(steps)) {
-        throw PlanError("collective " + std::to_string(t.collective) +
-                        " of a folded plan is not a ring all-reduce, reduce-scatter or all-gather");
-      }
-      return coalesced([&](double bytes) {
-        MailboxStep flows;
-        flows.flows = {{steps.front().receives.front().peer, t.device, bytes}, {t.device, steps.front().sends.front().peer, bytes}};
-        return flows;
-      });
     }
-    if (options_.coalesce_rings && c.algorithm == partition::CollectiveAlgorithm::ring && coalescible(steps) &&
-        !ring_hops(static_cast<size_t>(t.collective)).shares_a_link) {
-      // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
-      return coalesced([&](double bytes) {
-        MailboxStep posted;
-        posted.puts.emplace_back(box(steps.front().sends.front(), true), bytes);
-        posted.gets.push_back(box(steps.front().receives.front(), false));
-        return posted;
-      });
+    if (folded) {
+      throw PlanError("collective " + std::to_string(t.collective) +
+                      " of a folded plan is not a ring all-reduce, reduce-scatter or all-gather");
     }
     out.reserve(steps.size());
     for (const Step& step : steps) {
@@ -702,6 +706,7 @@ class Simulation {
   PlatformSpec spec_;
   Platform platform_;
   mutable std::vector<RingHops> ring_hops_;  // per collective, computed when first run
+  mutable std::vector<signed char> ring_shares_;  // per collective: ring_shares_a_link, -1 until asked
   std::vector<Device> devices_;
   std::optional<partition::RunGraph> graph_;  // successors, inputs per iteration, transfer partners
   std::vector<std::vector<int>> remaining_;   // per iteration, per task: inputs not yet done

@@ -13,6 +13,7 @@
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
+#include "partition/ring_steps.hpp"
 
 using namespace hetflow;
 using partition::Lane;
@@ -150,6 +151,49 @@ TEST(CollectiveSteps, RingSendsTheRingClosedForms) {
       }
     }
   }
+}
+
+// ring_steps is the list collective_steps gives, summarised: every step one send of its
+// bytes to `next` and one receive from `previous` on its lane, `count` of them; and nothing
+// for the collectives whose steps are not such a ring.
+TEST(CollectiveSteps, RingStepsSummariseTheListedRing) {
+  for (int n = 1; n <= 9; ++n) {
+    std::vector<int> shuffled;
+    for (int i = 0; i < n; ++i) shuffled.push_back((5 * i + 3) % 9);
+    for (CollectiveKind kind : kKinds) {
+      for (CollectiveAlgorithm algorithm : kAlgorithms) {
+        if (!partition::supports(kind, algorithm)) continue;
+        for (double bytes : {0.0, 3e6}) {
+          for (int messages : {1, 3}) {
+            CollectiveSpec c = spec(kind, algorithm, shuffled, bytes);
+            c.messages = messages;
+            const bool a_ring = algorithm == CollectiveAlgorithm::ring && kind != CollectiveKind::broadcast &&
+                                kind != CollectiveKind::reduce && n >= 2 && bytes > 0 && messages == 1;
+            for (int d : shuffled) {
+              const auto ring = partition::ring_steps(c, d);
+              ASSERT_EQ(ring.has_value(), a_ring) << describe(c);
+              if (!ring) continue;
+              const auto steps = partition::collective_steps(c, d, node_of_8);
+              ASSERT_EQ(steps.size(), static_cast<size_t>(ring->count)) << describe(c);
+              for (const auto& step : steps) {
+                ASSERT_EQ(step.sends.size(), 1u);
+                ASSERT_EQ(step.receives.size(), 1u);
+                EXPECT_EQ(step.sends[0].peer, ring->next);
+                EXPECT_EQ(step.sends[0].bytes, ring->bytes);
+                EXPECT_EQ(step.sends[0].lane, ring->lane);
+                EXPECT_EQ(step.receives[0].peer, ring->previous);
+                EXPECT_EQ(step.receives[0].lane, ring->lane);
+              }
+              double listed = 0;
+              for (const auto& step : steps) listed += step.sends[0].bytes;
+              EXPECT_EQ(partition::bytes_sent(c, d, node_of_8), listed) << describe(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(partition::ring_steps(spec(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, {1, 2}, 1e6), 3), Error);
 }
 
 TEST(CollectiveSteps, BroadcastDeliversTheBufferOnceToEveryMember) {

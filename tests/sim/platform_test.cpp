@@ -117,6 +117,59 @@ INSTANTIATE_TEST_SUITE_P(Clusters, PlatformRoutes,
                            return s;
                          });
 
+// Every route between the given devices, as SimGrid gives it: its links in order and its latency.
+std::string routes_between(const std::vector<simgrid::s4u::Host*>& hosts, const std::vector<int>& devices) {
+  std::ostringstream out;
+  for (int a : devices) {
+    for (int b : devices) {
+      if (a == b) continue;
+      std::vector<simgrid::s4u::Link*> links;
+      double latency = 0;
+      hosts.at(static_cast<size_t>(a))->route_to(hosts.at(static_cast<size_t>(b)), links, &latency);
+      out << a << " -> " << b << ":";
+      for (auto* l : links) out << " " << l->get_name() << "@" << l->get_bandwidth();
+      out << " " << latency << " s\n";
+    }
+  }
+  return out.str();
+}
+
+// A platform of only the needed hosts has the whole platform's routes between them, and no
+// host of another node; it makes fewer links.
+TEST_P(PlatformRoutes, APlatformOfTheNeededHostsHasTheWholePlatformsRoutes) {
+  const std::string name = GetParam();
+  const model::Cluster cluster = name == "fat-tree" ? model::parse_cluster(kFatTree, "tree.yaml") : model::builtin_cluster(name);
+  const sim::PlatformSpec spec = sim::platform_spec(cluster, unit_speeds(cluster));
+  // The first node's devices and the last device (another node, region or leaf).
+  std::vector<int> devices;
+  for (const model::Device& d : cluster.devices()) {
+    if (d.node == 0) devices.push_back(d.id);
+  }
+  devices.push_back(cluster.device_count() - 1);
+  std::vector<bool> needed(static_cast<size_t>(cluster.device_count()), false);
+  for (int d : devices) needed[static_cast<size_t>(d)] = true;
+  const int last_node = cluster.devices().back().node;
+  size_t on_their_nodes = 0;  // the hosts of the needed hosts' nodes, all made with their node
+  for (const model::Device& d : cluster.devices()) on_their_nodes += d.node == 0 || d.node == last_node;
+  const std::string whole = in_child([&] {
+    sim::start_engine(0);
+    return routes_between(sim::instantiate_platform(spec).hosts, devices);
+  });
+  const std::string part = in_child([&] {
+    sim::start_engine(0);
+    const sim::Platform p = sim::instantiate_platform(spec, {}, needed);
+    std::string out = routes_between(p.hosts, devices);
+    size_t made = 0, links = 0;
+    for (size_t h = 0; h < p.hosts.size(); ++h) made += p.hosts[h] != nullptr;
+    for (auto* l : p.links) links += l != nullptr;
+    if (made != on_their_nodes) out += "hosts made: " + std::to_string(made) + "\n";
+    if (links >= spec.links.size()) out += "links made: all " + std::to_string(links) + "\n";
+    return out;
+  });
+  ASSERT_NE(whole.find(" -> "), std::string::npos) << whole;
+  EXPECT_EQ(part, whole);
+}
+
 TEST(PlatformXml, ExportedPlatformLoadsWithTheSameRoutes) {
   for (const std::string name : {"mixed-academic", "fat-tree", "two-region"}) {
     const model::Cluster cluster = name == "fat-tree" ? model::parse_cluster(kFatTree, "tree.yaml") : model::builtin_cluster(name);
