@@ -5,7 +5,7 @@
 // the plan's estimate without building the plan) on every core; those whose memory bound
 // overflows are screened out unbuilt. Then the best of each family by that estimate are built
 // into plans, which check their memory by tensor lifetimes, and ranked. The caller
-// re-simulates the best with contention (tools/cmd_search.cpp: partition/ knows no simulator).
+// re-simulates the best with contention (search/search.hpp: partition/ knows no simulator).
 //
 // Every candidate is an ordinary PlanOptions: the winner is rebuilt, written and run as any
 // plan is. A candidate the policies or the builder refuse (degrees that do not divide the

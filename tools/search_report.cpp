@@ -1,6 +1,7 @@
 #include "tools/search_report.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <iomanip>
 #include <sstream>
 #include <vector>
@@ -28,7 +29,9 @@ std::string objective_text(double value, bool by_cost) {
   return s.str();
 }
 
-void print_rows(std::ostream& out, const std::vector<PlanRow>& rows, bool named) {
+// The first `shown` rows (all by default) as a table.
+void print_rows(std::ostream& out, const std::vector<PlanRow>& all, bool named, size_t shown = SIZE_MAX) {
+  const std::vector<PlanRow> rows(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(std::min(shown, all.size())));
   size_t width = 4;
   for (const PlanRow& r : rows) width = std::max(width, (named ? r.name + ": " : std::string()).size() + r.candidate.summary.size());
   out << "  " << std::left << std::setw(static_cast<int>(width) + 6) << (named ? "baseline" : "rank plan") << std::right
@@ -157,7 +160,10 @@ void print_search(std::ostream& out, const model::Network& network, const model:
     out << "none simulated (--top 0): ranked by the estimate alone\n";
   }
   out << "dropped: " << dropped_text(o.dropped) << "\n\n";
-  print_rows(out, o.ranked, false);
+  // The best, as many as --top asks for and at least 10; --json lists every one.
+  const size_t shown = std::max<size_t>(10, static_cast<size_t>(request.top));
+  print_rows(out, o.ranked, false, shown);
+  if (o.ranked.size() > shown) out << "  ... and " << o.ranked.size() - shown << " more simulated, slower (--json lists them)\n";
   out << "\nbaselines (the " << (request.by_cost ? "cheapest" : "fastest") << " of each family"
       << (request.top > 0 ? ", simulated in estimate order as above):\n" : " by estimate):\n");
   std::vector<PlanRow> found;
