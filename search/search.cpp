@@ -10,10 +10,8 @@
 
 #include "model/calibration.hpp"
 #include "model/error.hpp"
-#include "partition/layout_file.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
-#include "partition/validate.hpp"
 #include "traces/metrics.hpp"
 
 namespace hetflow::search {
