@@ -11,6 +11,7 @@
 
 #include "model/error.hpp"
 #include "model/gpu.hpp"
+#include "model/units.hpp"
 #include "model/yaml_util.hpp"
 
 namespace hetflow::partition {
@@ -35,7 +36,7 @@ class FileReader {
  public:
   FileReader(const std::string& file, const model::Cluster& cluster, const model::Network& network, const Layout& base)
       : file_(file), network_(network), layers_(static_cast<int>(network.layers.size())),
-        sequence_parallel_(base.sequence_parallel),
+        sequence_parallel_(base.sequence_parallel), virtual_stages_(std::max(1, base.virtual_stages)),
         data_parallel_(base.sync.kind == SyncKind::allreduce),
         replicated_(network.layers.size()) {
     for (const model::Device& d : cluster.devices()) {
@@ -47,6 +48,7 @@ class FileReader {
   void read(const YAML::Node& root, Layout& layout) {
     const yu::MapReader top(root, file_, "");
     const YAML::Node workers = top.get("workers");
+    top.get("options");  // apply_layout_file_options'
     top.finish();
     top.required("workers");
     if (!workers.IsSequence() || workers.size() == 0) {
@@ -67,6 +69,11 @@ class FileReader {
     if (!stages.IsSequence() || stages.size() == 0) r.fail("stages", "expected a list of stages in model order");
     VirtualWorker vw;
     vw.microbatches = r.int_or("microbatches", 0, 1);  // 0: the policy decides
+    const size_t v = static_cast<size_t>(virtual_stages_), ranks = stages.size() / v;
+    if (stages.size() % v != 0) {
+      r.fail("stages", "expected a multiple of `virtual_stages` " + std::to_string(v) + " stages (each rank's " +
+                           std::to_string(v) + " chunks), found " + std::to_string(stages.size()));
+    }
     int next = 0;  // first layer not yet covered
     for (size_t k = 0; k < stages.size(); ++k) {
       const std::string stage_path = path + ".stages[" + std::to_string(k) + "]";
@@ -74,9 +81,13 @@ class FileReader {
       s.get("devices");
       s.get("layers");
       s.finish();
-      vw.ranks.push_back(read_devices(s, stage_path));
+      if (k < ranks) {
+        vw.ranks.push_back(read_devices(s, stage_path));
+      } else {
+        check_again(s, vw.ranks[k % ranks], path + ".stages[" + std::to_string(k % ranks) + "]");
+      }
       const auto [first, last] = read_layers(s, next);
-      vw.stages.push_back(Stage{first, last + 1, static_cast<int>(k)});
+      vw.stages.push_back(Stage{first, last + 1, static_cast<int>(k % ranks)});
       check_replicated(s, stage_path, w, first, last + 1, static_cast<int>(vw.ranks.back().size()));
       next = last + 1;
     }
@@ -120,6 +131,24 @@ class FileReader {
     }
     check_tensor(static_cast<int>(ids.size()), s, stage_path);
     return ids;
+  }
+
+  // A later chunk of a rank (virtual stages) lists that rank's devices again, in order.
+  void check_again(const yu::MapReader& s, const std::vector<int>& rank, const std::string& first) const {
+    const YAML::Node list = s.required("devices");
+    std::vector<std::string> names;
+    if (list.IsScalar()) names.push_back(yu::scalar(list, file_, s.field("devices")));
+    if (list.IsSequence()) {
+      for (size_t j = 0; j < list.size(); ++j) names.push_back(yu::scalar(list[j], file_, s.field("devices")));
+    }
+    std::vector<std::string> expected;
+    for (const int d : rank) expected.push_back(names_[static_cast<size_t>(d)]);
+    if (names != expected) {
+      std::string text;
+      for (const std::string& n : expected) text += (text.empty() ? "" : ", ") + n;
+      s.fail("devices", "expected the devices of " + first + " again ([" + text + "]): with `virtual_stages` " +
+                            std::to_string(virtual_stages_) + ", chunk k runs on the rank of chunk k % the ranks");
+    }
   }
 
   // Each stage's tensor-parallel degree (its device count) divides the heads; under sequence
@@ -206,7 +235,9 @@ class FileReader {
   std::map<int, std::string> used_;  // device -> where it was first used
   int tensor_ = 0;                   // devices of the first stage
   std::string first_stage_;
-  bool sequence_parallel_, data_parallel_;
+  bool sequence_parallel_;
+  int virtual_stages_;
+  bool data_parallel_;
   std::vector<std::pair<int, std::string>> replicated_;  // per layer: degree and stage it was first held at
   int first_degree_ = 0;                                 // this worker's first stage's devices
 };
@@ -220,14 +251,86 @@ Layout read_layout_file(const std::string& text, const std::string& file, const 
   return base;
 }
 
+namespace {
+
+// Reads the `options:` mapping's keys, each into its PlanOptions member.
+void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bool(std::string_view)>& keep) {
+  const auto set = [&](const char* key, const char* member, auto read) {
+    if (m.has(key) && !keep(member)) read();
+  };
+  const auto parsed = [&](const char* key, auto parse) {
+    const std::string text = yu::scalar(m.get(key), m.file(), m.field(key));
+    try {
+      return parse(text);
+    } catch (const std::invalid_argument& e) {
+      m.fail(key, e.what());
+    }
+  };
+  set("micro_batch", "micro_batch", [&] { o.micro_batch = m.positive_int("micro_batch"); });
+  set("schedule", "schedule", [&] { o.schedule = m.string("schedule"); });
+  set("virtual_stages", "virtual_stages", [&] { o.virtual_stages = m.positive_int("virtual_stages"); });
+  set("recompute", "recompute", [&] { o.recompute = parsed("recompute", parse_recompute); });
+  set("sequence_parallel", "sequence_parallel", [&] { o.sequence_parallel = m.boolean_or("sequence_parallel", false); });
+  set("fp32_grad_accumulation", "fp32_grad_accumulation",
+      [&] { o.fp32_grad_accumulation = m.boolean_or("fp32_grad_accumulation", false); });
+  set("workspace", "workspace_bytes", [&] { o.workspace_bytes = m.quantity("workspace", model::units::parse_bytes, {}, true); });
+  set("sync", "sync", [&] { o.sync = parsed("sync", parse_sync); });
+  set("staleness", "staleness", [&] { o.staleness = m.int_or("staleness", 0, 0); });
+  set("allreduce", "allreduce", [&] { o.allreduce = parsed("allreduce", parse_collective_algorithm); });
+  set("bucket_size", "bucket_bytes", [&] { o.bucket_bytes = m.quantity("bucket_size", model::units::parse_bytes); });
+  set("overlap_grad_reduce", "overlap_grad_reduce",
+      [&] { o.overlap_grad_reduce = m.boolean_or("overlap_grad_reduce", false); });
+  KernelOptions& k = o.kernels;
+  set("flash_attention", "kernels", [&] { k.flash_attention = m.boolean_or("flash_attention", false); });
+  set("fused_softmax", "kernels", [&] { k.fused_softmax = m.boolean_or("fused_softmax", true); });
+  set("fused_bias_gelu", "kernels", [&] { k.fused_bias_gelu = m.boolean_or("fused_bias_gelu", true); });
+  set("fused_bias_dropout_add", "kernels", [&] { k.fused_bias_dropout_add = m.boolean_or("fused_bias_dropout_add", true); });
+  set("fused_adam", "kernels", [&] { k.fused_adam = m.boolean_or("fused_adam", true); });
+  for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
+                          "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
+                          "overlap_grad_reduce", "flash_attention", "fused_softmax", "fused_bias_gelu",
+                          "fused_bias_dropout_add", "fused_adam"}) {
+    m.get(key);  // known, whether kept or not
+  }
+  m.finish();
+}
+
+std::string flag(bool on) { return on ? "true" : "false"; }
+
+}  // namespace
+
+void apply_layout_file_options(const std::string& text, const std::string& file, PlanOptions& options,
+                               const std::function<bool(std::string_view member)>& keep) {
+  const YAML::Node root = model::yaml_util::load(text, file);
+  if (!root.IsMap() || !root["options"]) return;
+  read_options(yu::MapReader(root["options"], file, "options"), options, keep);
+}
+
 std::string write_layout_file(const Layout& layout, const model::Cluster& cluster) {
   const auto& devices = cluster.devices();
-  std::string out = "workers:\n";
+  namespace u = model::units;
+  const Sync& sync = layout.sync;
+  const KernelOptions& k = layout.kernels;
+  std::string out = "options:\n  micro_batch: " + std::to_string(layout.micro_batch_size) +
+                    "\n  schedule: " + layout.schedule + "\n  virtual_stages: " + std::to_string(layout.virtual_stages) +
+                    "\n  recompute: " + std::string(to_string(layout.recompute)) +
+                    "\n  sequence_parallel: " + flag(layout.sequence_parallel) +
+                    "\n  fp32_grad_accumulation: " + flag(layout.fp32_grad_accumulation) +
+                    "\n  workspace: " + u::format_bytes(layout.workspace_bytes) +
+                    "\n  sync: " + std::string(to_string(sync.kind)) + "\n  staleness: " + std::to_string(sync.staleness) +
+                    "\n  allreduce: " + std::string(to_string(sync.algorithm)) +
+                    "\n  bucket_size: " + u::format_bytes(sync.bucket_bytes) +
+                    "\n  overlap_grad_reduce: " + flag(sync.overlap_grad_reduce) +
+                    "\n  flash_attention: " + flag(k.flash_attention) + "\n  fused_softmax: " + flag(k.fused_softmax) +
+                    "\n  fused_bias_gelu: " + flag(k.fused_bias_gelu) +
+                    "\n  fused_bias_dropout_add: " + flag(k.fused_bias_dropout_add) +
+                    "\n  fused_adam: " + flag(k.fused_adam) + "\n";
+  out += "workers:\n";
   for (const VirtualWorker& vw : layout.workers) {
     out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";
     for (const Stage& s : vw.stages) {
       out += "      - {devices: [";
-      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];
+      const auto& rank = vw.ranks[static_cast<size_t>(s.rank)];  // again for each of its chunks
       for (size_t i = 0; i < rank.size(); ++i) {
         out += (i > 0 ? ", " : "") + devices[static_cast<size_t>(rank[i])].name;
       }

@@ -25,7 +25,6 @@ void refuse_clashes(const PlanOptions& o) {
   if (o.data != 0) clash("data", "the layout file lists the virtual workers");
   if (o.tensor != 1) clash("tensor", "the devices of each stage give the tensor-parallel degree");
   if (!o.stage_layers.empty()) clash("stage_layers", "the layout file gives each stage's layers");
-  if (o.virtual_stages != 1) clash("virtual_stages", "a layout file gives one chunk per rank for now");
 }
 
 std::string read_text(const std::string& path) {

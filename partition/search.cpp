@@ -166,6 +166,18 @@ Layout with_sync_of(Layout layout, const PlanOptions& options) {
   return layout;
 }
 
+// The hourly price of the GPUs a layout uses: its workers' and its parameter servers'.
+double layout_price(const model::Cluster& cluster, const std::vector<model::Device>& devices, const Layout& layout) {
+  std::set<int> used;
+  for (const VirtualWorker& vw : layout.workers) {
+    for (const auto& rank : vw.ranks) used.insert(rank.begin(), rank.end());
+  }
+  used.insert(layout.sync.layer_server.begin(), layout.sync.layer_server.end());
+  double price = 0;
+  for (const int d : used) price += cluster.nodes[static_cast<size_t>(devices[static_cast<size_t>(d)].node)].price_usd_per_gpu_hour;
+  return price;
+}
+
 bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                      const Layout& layout, const CostModel& cost, Candidate* out, std::string* why) {
   try {
@@ -178,13 +190,7 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
       if (m.capacity_bytes > 0) c.headroom_bytes = std::min(c.headroom_bytes, m.capacity_bytes - m.total_bytes());
     }
     c.estimate = estimate_plan(plan, cost);
-    std::set<int> used;
-    for (const VirtualWorker& vw : layout.workers) {
-      for (const auto& rank : vw.ranks) used.insert(rank.begin(), rank.end());
-    }
-    used.insert(layout.sync.layer_server.begin(), layout.sync.layer_server.end());
-    const std::vector<model::Device> devices = cluster.devices();
-    for (const int d : used) c.price_usd_per_hour += cluster.nodes[static_cast<size_t>(devices[static_cast<size_t>(d)].node)].price_usd_per_gpu_hour;
+    c.price_usd_per_hour = layout_price(cluster, cluster.devices(), layout);
     for (size_t d = 0; d < c.estimate.busy_s.size(); ++d) {
       if (c.estimate.busy_s[d] > 0) ++c.devices_used;
       if (c.estimate.busy_s[d] > c.slowest_busy_s) {
@@ -251,7 +257,8 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
   std::vector<char> state(candidates.size(), kRefused);
   std::vector<Layout> layouts(candidates.size());
-  std::vector<double> time_s(candidates.size(), 0);
+  std::vector<double> time_s(candidates.size(), 0), price(candidates.size(), 0);
+  const std::vector<model::Device> devices = cluster.devices();
   if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size || (spread.size > 1 && !spread.all_gather)) {
     throw Error("search_plans: process " + std::to_string(spread.rank) + " of " + std::to_string(spread.size));
   }
@@ -286,6 +293,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
         layouts[at] = with_sync_of(laid_out, candidates[at]);
         const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
         time_s[at] = e.iteration_time_s;
+        price[at] = layout_price(cluster, devices, layouts[at]);
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
       } catch (const Error&) {
         state[at] = kRefused;
@@ -294,20 +302,21 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     }
   }, on_progress, 0, static_cast<int>(my_groups.size()));
   if (size > 1) {
-    // Every process's (state, time) pairs, in its groups' order, in rank order.
+    // Every process's (state, time, price) triples, in its groups' order, in rank order.
     std::vector<double> part;
     for (const size_t g : my_groups) {
-      for (const size_t at : groups[g]) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at]});
+      for (const size_t at : groups[g]) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at], price[at]});
     }
     const std::vector<double> all = spread.all_gather(part);
-    if (all.size() != 2 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
+    if (all.size() != 3 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
     size_t next = 0;
     for (size_t r = 0; r < size; ++r) {
       for (size_t g = r; g < groups.size(); g += size) {
         for (const size_t at : groups[g]) {
           state[at] = static_cast<char>(all[next]);
           time_s[at] = all[next + 1];
-          next += 2;
+          price[at] = all[next + 2];
+          next += 3;
         }
       }
     }
@@ -362,13 +371,18 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
       case kRefused: ++r.refused; break;
       case kScreened: ++r.over_memory; ++r.screened; break;
       case kOverflows: ++r.over_memory; break;
-      case kScored: ++r.pruned; break;
+      case kScored:
+        ++r.pruned;
+        r.unbuilt.push_back(Scored{candidates[i], time_s[i], price[i]});
+        break;
       case kBuilt: r.ranked.push_back(std::move(results[i])); break;
     }
   }
   std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.estimate.iteration_time_s < b.estimate.iteration_time_s;
   });
+  std::stable_sort(r.unbuilt.begin(), r.unbuilt.end(),
+                   [](const Scored& a, const Scored& b) { return a.iteration_time_s < b.iteration_time_s; });
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return r;
 }

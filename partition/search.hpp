@@ -5,7 +5,7 @@
 // the plan's estimate without building the plan) on every core; those whose memory bound
 // overflows are screened out unbuilt. Then the best of each family by that estimate are built
 // into plans, which check their memory by tensor lifetimes, and ranked. The caller
-// re-simulates the best with contention (tools/cmd_search.cpp: partition/ knows no simulator).
+// re-simulates the best with contention (search/search.hpp: partition/ knows no simulator).
 //
 // Every candidate is an ordinary PlanOptions: the winner is rebuilt, written and run as any
 // plan is. A candidate the policies or the builder refuse (degrees that do not divide the
@@ -54,8 +54,17 @@ struct Candidate {
   double price_usd_per_hour = 0;  // of the GPUs the plan uses (workers and servers), at the cluster's prices
 };
 
+// A candidate scored by its layout's estimate and found to fit by the memory bound, but never
+// built into a plan (see SearchResult::unbuilt): evaluate_candidate builds it when wanted.
+struct Scored {
+  PlanOptions options;
+  double iteration_time_s = 0;     // the layout's estimate, equal to the built plan's
+  double price_usd_per_hour = 0;   // of the GPUs its layout uses, as Candidate's
+};
+
 struct SearchResult {
   std::vector<Candidate> ranked;  // built candidates that fit, fastest (estimated) first
+  std::vector<Scored> unbuilt;    // the pruned ones (see `pruned`), fastest (estimated) first
   int candidates = 0;             // in the space
   int refused = 0;                // the policies or the builder refused the options
   int over_memory = 0;            // some device's memory overflows (screened, or built and found so)

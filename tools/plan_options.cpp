@@ -14,6 +14,7 @@
 #include "model/limits.hpp"
 #include "model/units.hpp"
 #include "partition/fit_advice.hpp"
+#include "partition/layout_file.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/validate.hpp"
@@ -113,6 +114,25 @@ std::vector<int> parse_counts(const std::string& text) {
 }
 }  // namespace
 
+namespace {
+// A layout file's own options (`hetflow search --out-layout` writes them) for those the
+// command line does not give: the command line wins.
+void apply_file_options(const po::variables_map& vm, partition::PlanOptions& o) {
+  std::ifstream in(o.layout_file);
+  if (!in) return;  // the layout-file policy says it cannot read it
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto given = [&](const std::string& option) { return vm.count(option) > 0 && !vm[option].defaulted(); };
+  partition::apply_layout_file_options(text.str(), o.layout_file, o, [&](std::string_view member) {
+    if (member == "kernels") {
+      return given("use-flash-attn") || given("no-masked-softmax-fusion") || given("no-bias-gelu-fusion") ||
+             given("no-bias-dropout-fusion") || given("no-fused-adam");
+    }
+    return given(option_of(std::string(member)).substr(2));
+  });
+}
+}  // namespace
+
 partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   partition::PlanOptions o;
   o.policy = vm["policy"].as<std::string>();
@@ -139,6 +159,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.kernels = read_kernel_options(vm);
   o.fold = vm.count("fold") > 0;
   o.workspace_bytes = parse_option<double>(vm, "workspace", model::units::parse_bytes);
+  if (!o.layout_file.empty()) apply_file_options(vm, o);
   for (const auto& [option, value] : {std::pair{"--pipeline", o.pipeline}, {"--data", o.data},
                                       {"--global-batch", o.global_batch}, {"--microbatches", o.microbatches}}) {
     if (value < 0) {

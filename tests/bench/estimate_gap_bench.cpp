@@ -62,14 +62,18 @@ double median(std::vector<double> v) {
 
 void print_summary(const char* what, const std::vector<double>& gaps) {
   std::vector<double> sizes;
-  int slower = 0;
+  int slower = 0, above = 0;
+  double most_above = 0;  // the estimate's largest excess over the simulation, a fraction of the simulation
   for (double g : gaps) {
     sizes.push_back(std::fabs(g));
     slower += g > 0;
+    above += g < 0;
+    most_above = std::max(most_above, -g);
   }
-  std::printf("%-16s %4zu layouts: median |gap| %5.1f %%, largest %6.1f %%, simulated slower than estimated: %d\n", what,
-              gaps.size(), 100 * median(sizes), 100 * (sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end())),
-              slower);
+  std::printf("%-16s %4zu layouts: median |gap| %5.1f %%, largest %6.1f %%, simulated slower than estimated: %d; "
+              "estimate above the simulation: %d (by at most %.3g %%)\n",
+              what, gaps.size(), 100 * median(sizes), 100 * (sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end())),
+              slower, above, 100 * most_above);
 }
 
 void BM_EstimateGap(benchmark::State& state, const Corpus& corpus) {

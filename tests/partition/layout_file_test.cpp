@@ -124,7 +124,7 @@ TEST(LayoutFile, EveryMistakeNamesItsLineAndField) {
        "unknown key; expected one of the known keys, nearest: microbatches, stages"},
       {"workers:\n  - microbatches: 0\n    stages: [{devices: [n-0/gpu0], layers: 0-5}]\n", 2, "workers[0].microbatches",
        "expected a whole number >= 1, found 0"},
-      {"worker: []\n", 1, "worker", "unknown key; expected one of the known keys, nearest: workers"},
+      {"worker: []\n", 1, "worker", "unknown key; expected one of the known keys, nearest: workers, options"},
       {"workers: {}\n", 1, "workers", "expected a list of virtual workers, each with its stages"},
   };
   for (const Case& c : cases) {
@@ -185,25 +185,80 @@ TEST(LayoutFile, OptionsTheFileReplacesAreRefused) {
     }
     return std::string("no error");
   };
-  PlanOptions a = o, b = o, c = o, d = o, e = o, f = o, g = o;
+  PlanOptions a = o, b = o, c = o, d = o, e = o, g = o;  // (virtual stages: the file lists each rank's chunks)
   a.policy = "balanced";
   b.pipeline = 2;
   c.data = 2;
   d.tensor = 2;
   e.stage_layers = {3, 3};
-  f.virtual_stages = 2;
-  f.schedule = "interleaved";
   g.sequence_parallel = true;  // the file's stages have one device each
   EXPECT_EQ(option_at_fault(a), "policy");
   EXPECT_EQ(option_at_fault(b), "pipeline");
   EXPECT_EQ(option_at_fault(c), "data");
   EXPECT_EQ(option_at_fault(d), "tensor");
   EXPECT_EQ(option_at_fault(e), "stage_layers");
-  EXPECT_EQ(option_at_fault(f), "virtual_stages");
   EXPECT_EQ(option_at_fault(g), "sequence_parallel");
   PlanOptions missing;
   missing.policy = "layout-file";
   EXPECT_EQ(option_at_fault(missing), "policy");
+}
+
+// With v virtual stages a worker lists p x v chunks, chunk k on the devices of chunk k % p.
+TEST(LayoutFile, VirtualStagesListEachRanksChunks) {
+  Layout base;
+  base.virtual_stages = 2;
+  const std::string two_ranks = R"(workers:
+  - stages:
+      - {devices: [n-0/gpu0, n-0/gpu1], layers: 0-1}
+      - {devices: [n-1/gpu0], layers: 2}
+      - {devices: [n-0/gpu0, n-0/gpu1], layers: 3-4}
+      - {devices: [n-1/gpu0], layers: 5}
+)";
+  const Layout l = read_layout_file(two_ranks, "layout.yaml", cluster(), network(), base);
+  ASSERT_EQ(l.workers.size(), 1u);
+  EXPECT_EQ(l.workers[0].ranks, (std::vector<std::vector<int>>{{0, 1}, {4}}));
+  EXPECT_EQ(l.workers[0].stages, (std::vector<Stage>{Stage{0, 2, 0}, Stage{2, 3, 1}, Stage{3, 5, 0}, Stage{5, 6, 1}}));
+  std::string wrong = two_ranks;
+  wrong.replace(wrong.find("[n-1/gpu0], layers: 5"), 10, "[n-1/gpu1]");
+  try {
+    read_layout_file(wrong, "layout.yaml", cluster(), network(), base);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.line(), 6);
+    EXPECT_EQ(e.field(), "workers[0].stages[3].devices");
+    EXPECT_EQ(e.message(), "expected the devices of workers[0].stages[1] again ([n-1/gpu0]): with `virtual_stages` 2, "
+                           "chunk k runs on the rank of chunk k % the ranks");
+  }
+  base.virtual_stages = 3;
+  try {
+    read_layout_file(two_ranks, "layout.yaml", cluster(), network(), base);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "workers[0].stages");
+    EXPECT_EQ(e.message(), "expected a multiple of `virtual_stages` 3 stages (each rank's 3 chunks), found 4");
+  }
+}
+
+// A layout file's `options:` set the plan options the caller does not keep; a bad value is
+// named at its line.
+TEST(LayoutFile, OptionsPlanTheLayoutBack) {
+  const std::string text = "options: {micro_batch: 4, schedule: gpipe, recompute: full, sync: ps, bucket_size: 8 MiB, "
+                           "fused_adam: false}\n" + std::string(kTwoWorkers);
+  PlanOptions o;
+  apply_layout_file_options(text, "layout.yaml", o, [](std::string_view member) { return member == "schedule"; });
+  EXPECT_EQ(o.micro_batch, 4);
+  EXPECT_EQ(o.schedule, "1f1b");  // kept: the caller's own
+  EXPECT_EQ(o.recompute, Recompute::full);
+  EXPECT_EQ(o.sync, SyncKind::ps);
+  EXPECT_EQ(o.bucket_bytes, 8.0 * 1024 * 1024);
+  EXPECT_FALSE(o.kernels.fused_adam);
+  try {
+    apply_layout_file_options("options:\n  recompute: sometimes\n", "layout.yaml", o, [](std::string_view) { return false; });
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.line(), 2);
+    EXPECT_EQ(e.field(), "options.recompute");
+  }
 }
 
 TEST(LayoutFile, EverySyncBuildsAValidPlan) {

@@ -65,7 +65,7 @@ TEST(Cli, VersionSaysWhichBuildThisIs) {
 
 // The cluster files the README's search examples read are shipped, and read.
 TEST(Cli, TheReadmesExampleClustersRead) {
-  for (const char* name : {"v100-t4", "priced-v100-t4", "a100x8"}) {
+  for (const char* name : {"v100-t4", "priced-v100-t4", "a100x8", "v100-3090"}) {
     const auto r = run_hetflow(std::string("describe --cluster " HETFLOW_SOURCE_DIR "/tools/examples/") + name +
                                ".yaml");
     ASSERT_EQ(r.status, 0) << name << "\n" << r.err;

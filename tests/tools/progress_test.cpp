@@ -54,3 +54,25 @@ TEST(ProgressLine, QuietOffATerminalAndDuringTheFirstSecond) {
   EXPECT_EQ(contents(file), "\r\033[K" + tools::progress_text(at(4)) + "\r\033[K");
   std::fclose(file);
 }
+
+// The search's line while it simulates: which plan, its estimate, the best so far, how far.
+TEST(SearchProgressLine, SaysWhichPlanItSimulatesAndTheBestSoFar) {
+  search::SimulationProgress p;
+  p.index = 3;
+  p.plan = "balanced t2 p8 d1";
+  p.estimate = 23.2;
+  p.best = 24.7;
+  p.simulation = at(4);
+  EXPECT_EQ(tools::search_progress_text(p, false), "simulating plan 3 (estimate 23.2 s, best so far 24.7 s): 41% of tasks, 4 s elapsed");
+  p.best = 0;
+  EXPECT_EQ(tools::search_progress_text(p, false), "simulating plan 3 (estimate 23.2 s): 41% of tasks, 4 s elapsed");
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    tools::SearchProgressLine line(false, file);  // a file is not a terminal
+    EXPECT_FALSE(line.scoring());
+    EXPECT_FALSE(line.simulation());
+  }
+  EXPECT_EQ(contents(file), "");
+  std::fclose(file);
+}

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/scratch.hpp"
 #include "tests/tools/run_hetflow.hpp"
 
 using hetflow::test_support::run_hetflow;
@@ -71,17 +72,63 @@ TEST(SearchCli, TheBestPlanSimulatesAsRankedAndItsLayoutFilePlans) {
   const std::string cluster = mixed_cluster(dir);
   const std::string plan = (dir / "best.json").string(), layout = (dir / "best.yaml").string();
   const auto r = run_hetflow("search --cluster " + cluster + " " + kModel + " " + kSpace +
-                             " --schedules 1f1b,gpipe --out " + plan + " --out-layout " + layout + " --json");
+                             " --out " + plan + " --out-layout " + layout + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto best = nlohmann::json::parse(r.out)["best"];
   const auto sim = run_hetflow("simulate --plan " + plan + " --iterations 3 --json");
   ASSERT_EQ(sim.status, 0) << sim.err;
   EXPECT_NEAR(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), best["iteration_time_s"].get<double>(),
               1e-6 * best["iteration_time_s"].get<double>());
+  // The layout file alone (no --micro-batch, --schedule...) plans the best plan back: the
+  // same plan file but for the policy's name and the fingerprint that covers it.
+  const std::string again = (dir / "again.json").string();
   const auto planned = run_hetflow("plan --cluster " + cluster + " --model gpt:layers=6,hidden=512,heads=8,seq=256,vocab=8000"
-                                   " --layout " + layout + " --micro-batch " + std::to_string(best["micro_batch"].get<int>()) +
-                                   " --schedule " + best["schedule"].get<std::string>() + " --json");
-  EXPECT_EQ(planned.status, 0) << planned.err << planned.out;
+                                   " --layout " + layout + " --out " + again);
+  ASSERT_EQ(planned.status, 0) << planned.err << planned.out;
+  auto searched_plan = nlohmann::json::parse(hetflow::test_support::slurp(plan));
+  auto planned_plan = nlohmann::json::parse(hetflow::test_support::slurp(again));
+  EXPECT_EQ(planned_plan["layout"]["policy"], "layout-file");
+  for (auto* p : {&searched_plan, &planned_plan}) {
+    p->erase("fingerprint");
+    (*p)["layout"].erase("policy");
+  }
+  EXPECT_EQ(searched_plan, planned_plan);
+}
+
+// The report says how many plans were simulated and why the walk stopped, and where every
+// candidate went (the counts add up to the candidates); a duration needs its unit.
+TEST(SearchCli, SaysHowManyItSimulatedWhyItStoppedAndWhatItDropped) {
+  const auto dir = scratch_dir() / "report";
+  std::filesystem::create_directories(dir);
+  const std::string args = "search --cluster " + mixed_cluster(dir) + " " + kModel + " " + kSpace;
+  const auto j = run_hetflow(args + " --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto r = nlohmann::json::parse(j.out);
+  const auto& d = r["dropped"];
+  int sum = 0;
+  for (const char* k : {"refused", "over_memory", "simulated", "not_completed", "same_plan", "estimate_above_best",
+                        "over_budget", "estimate_only"}) {
+    sum += d[k].get<int>();
+  }
+  EXPECT_EQ(sum, r["candidates"].get<int>());
+  EXPECT_EQ(d["simulated"].get<size_t>(), r["ranked"].size());
+  EXPECT_EQ(r["finalists"]["stop"], "estimate above the best simulated");
+  EXPECT_GT(r["finalists"]["next_estimate"].get<double>(), r["finalists"]["best"].get<double>());
+  const auto text = run_hetflow(args);
+  ASSERT_EQ(text.status, 0) << text.err;
+  const std::string simulated = std::to_string(r["finalists"]["simulated"].get<int>()) +
+                                " plans simulated (3 iterations) in estimate order, at least the best 3: stopped at the "
+                                "next estimate, ";
+  EXPECT_NE(text.out.find(simulated), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\ndropped: " + std::to_string(d["refused"].get<int>()) + " refused by the policies or the builder, "),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find(std::to_string(d["estimate_above_best"].get<int>()) + " estimated slower than the best simulated"),
+            std::string::npos)
+      << text.out;
+  const auto bare = run_hetflow(args + " --search-time 30");
+  EXPECT_EQ(bare.status, 2);
+  EXPECT_NE(bare.err.find("--search-time"), std::string::npos) << bare.err;
 }
 
 TEST(SearchCli, BadOptionsNameTheOption) {
