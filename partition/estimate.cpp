@@ -148,10 +148,8 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
       }
       for (int t : order.unit(u)) {
         const Task& task = plan.task(t);
-        const bool compute_stream = task.kind != TaskKind::send && task.kind != TaskKind::recv &&
-                                    (task.kind != TaskKind::collective || task.purpose == Purpose::tensor_parallel ||
-                                     task.purpose == Purpose::sequence_parallel);
-        if (compute_stream) e.busy_s[static_cast<size_t>(task.device)] += duration[uu] / iterations;
+        // Compute only, as every report's utilisation counts it (traces/figures.hpp).
+        if (is_compute(task.kind)) e.busy_s[static_cast<size_t>(task.device)] += duration[uu] / iterations;
         if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], finish);
       }
     }

@@ -21,7 +21,7 @@ struct Estimate {
   double bubble_fraction = 0;
   double throughput_samples_per_s = 0;
   double throughput_tokens_per_s = 0;
-  std::vector<double> busy_s;             // per device, per iteration: compute time (F/B/W, optimizer, TP)
+  std::vector<double> busy_s;             // per device, per iteration: compute time (F/B/W, optimizer)
   std::vector<double> peak_memory_bytes;  // per device, from the plan's memory model
 };
 

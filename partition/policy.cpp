@@ -27,8 +27,36 @@ const std::vector<PolicyInfo>& policies() {
   return list;
 }
 
+std::string precision_unsupported(const model::Cluster& cluster, model::Precision precision) {
+  std::vector<std::pair<std::string, int>> lacking;  // GPU type, devices, in node order
+  for (const model::Node& n : cluster.nodes) {
+    const model::GpuSpec& g = cluster.gpu(n.gpu);
+    const double peak = precision == model::Precision::bf16 ? g.bf16_flops_per_s
+                        : precision == model::Precision::fp16 ? g.fp16_flops_per_s
+                                                              : g.fp32_flops_per_s;
+    if (peak > 0) continue;
+    auto it = std::find_if(lacking.begin(), lacking.end(), [&](const auto& l) { return l.first == g.name; });
+    if (it == lacking.end()) it = lacking.insert(lacking.end(), {g.name, 0});
+    it->second += n.gpu_count;
+  }
+  if (lacking.empty()) return "";
+  std::string types;
+  for (size_t i = 0; i < lacking.size(); ++i) {
+    types += std::string(i == 0 ? "" : i + 1 == lacking.size() ? " and " : ", ") + lacking[i].first + " (" +
+             std::to_string(lacking[i].second) + (lacking[i].second == 1 ? " device)" : " devices)");
+  }
+  const std::string p(model::to_string(precision));
+  return p + " needs " + p + " arithmetic, which " + types + " of cluster " + cluster.name + (lacking.size() == 1 ? " has" : " have") +
+         " not (bf16 came with Ampere); give `precision` fp16 (mixed precision with loss scaling) or fp32";
+}
+
+void require_precision_supported(const model::Cluster& cluster, model::Precision precision) {
+  if (std::string why = precision_unsupported(cluster, precision); !why.empty()) throw InputError(kOptions, 0, "precision", why);
+}
+
 Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                    const CostModel& cost) {
+  require_precision_supported(cluster, options.precision);
   if (!options.layout_file.empty() || options.policy == "layout-file") {
     return make_layout_file_layout(cluster, network, options, cost);
   }

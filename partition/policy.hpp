@@ -84,8 +84,16 @@ std::vector<WorkerGroup> parse_groups(const std::string& text, const model::Clus
 // The canonical spelling ("*x4 V100-16, 2x(2 A100-80 tp2 + 1 T4)"), which parse_groups reads back.
 std::string groups_to_string(const std::vector<WorkerGroup>& groups);
 
+// The message refusing `precision` on this cluster: which GPU types have no arithmetic for
+// it (bf16 before Ampere: P100, V100, T4, ...) and how many devices of each; empty when every
+// device has it. Frameworks run such a part's bf16 at its FP32 speed at best; hetflow refuses
+// it rather than score a plan against a peak the part does not have.
+std::string precision_unsupported(const model::Cluster& cluster, model::Precision precision);
+// Throws InputError on `precision` with that message when it is not empty.
+void require_precision_supported(const model::Cluster& cluster, model::Precision precision);
+
 // Throws InputError naming the option at fault (e.g. "--pipeline") when the options do not
-// fit the cluster or the network.
+// fit the cluster or the network, or the precision is not the hardware's.
 Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
                    const CostModel& cost);
 

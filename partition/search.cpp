@@ -251,6 +251,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
   const auto started = std::chrono::steady_clock::now();
+  require_precision_supported(cluster, base.precision);  // every candidate would be refused for it
   const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base, cost);
   const int total = static_cast<int>(candidates.size());
   // 1. Every candidate's layout and its estimate, without a plan.

@@ -16,6 +16,7 @@
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/memory.hpp"
+#include "partition/policy.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::partition {
@@ -46,6 +47,12 @@ void check_embedded(const Plan& plan, Problems& problems) {
         break;
       }
     }
+  }
+  try {  // (an unknown GPU type is the cluster reader's to report)
+    if (const std::string why = precision_unsupported(plan.cluster, plan.layout.precision); !why.empty()) {
+      problems.push_back("layout.precision: " + why);
+    }
+  } catch (const Error&) {
   }
   const Layout& l = plan.layout;
   const int layers = static_cast<int>(plan.network.layers.size());
@@ -544,7 +551,8 @@ void check_coverage(const Plan& plan, Problems& problems) {
   }
 }
 
-void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) {
+void check_memory(const Plan& plan, const TaskOrder& order, Validation& v) {
+  Problems& problems = v.problems;
   namespace u = model::units;
   // The recorded memory must be what the tensors say (a hand edit would otherwise go unseen).
   const std::vector<int> tasks = order.task_sequence();
@@ -597,9 +605,10 @@ void check_memory(const Plan& plan, const TaskOrder& order, Problems& problems) 
     problems.push_back(message);
   }
   if (over.size() > kWorstShown) {
-    problems.push_back("and " + std::to_string(over.size() - kWorstShown) + " more devices over their memory (" +
-                       std::to_string(over.size()) + " of " + std::to_string(plan.memory.size()) +
-                       "; the worst are above)");
+    v.unlisted = over.size() - kWorstShown;
+    v.unlisted_note = "and " + std::to_string(v.unlisted) + " more devices over their memory, not listed (" +
+                      std::to_string(over.size()) + " of " + std::to_string(plan.memory.size()) +
+                      " devices are over; the " + std::to_string(kWorstShown) + " worst are above)";
   }
 }
 
@@ -632,15 +641,16 @@ Validation validate_plan(const Plan& plan) {
     v.problems.push_back(message);
     return v;
   }
-  check_memory(plan, order, v.problems);
+  check_memory(plan, order, v);
   return v;
 }
 
 void require_valid(const Plan& plan) {
   const Validation v = validate_plan(plan);
   if (v.ok()) return;
-  std::string message = std::to_string(v.problems.size()) + (v.problems.size() == 1 ? " problem" : " problems");
+  std::string message = std::to_string(v.count()) + (v.count() == 1 ? " problem" : " problems");
   for (const std::string& p : v.problems) message += "\n  - " + p;
+  if (v.unlisted > 0) message += "\n  " + v.unlisted_note;
   throw PlanError(message);
 }
 

@@ -21,12 +21,18 @@ inline constexpr const char* kWorkloadPolicy = "chakra";
 
 struct Validation {
   std::vector<std::string> problems;  // each a sentence naming the task, device or term at fault
-  bool ok() const { return problems.empty(); }
+  // Problems counted but not listed (devices over their memory beyond the worst few), and
+  // the sentence that says what they are; count() is every problem, listed or not.
+  size_t unlisted = 0;
+  std::string unlisted_note;
+  size_t count() const { return problems.size() + unlisted; }
+  bool ok() const { return problems.empty() && unlisted == 0; }
 };
 
 // Checks everything; never throws on a malformed plan (that is what it reports).
 Validation validate_plan(const Plan& plan);
-// Throws PlanError listing every problem when the plan is not valid.
+// Throws PlanError when the plan is not valid: "N problems", N every problem, then each
+// listed one and the note on those not listed.
 void require_valid(const Plan& plan);
 
 }  // namespace hetflow::partition

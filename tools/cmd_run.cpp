@@ -39,6 +39,7 @@
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
 #include "tools/run_prediction.hpp"
+#include "traces/figures.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
 
@@ -447,13 +448,12 @@ model::Precision gemm_precision(const Request& r, bool real) {
   return model::Precision::fp32;
 }
 
-// Model FLOPs per second over the devices' peak at `precision`, for an iteration of this
-// length; a proxy run scaled by --flop-scale does that share of the model's FLOPs.
+// MFU (traces/figures.hpp) of an iteration of this length: the model's FLOPs over the
+// devices' peak at `precision`; a proxy run scaled by --flop-scale does that share of them.
 double mfu(const partition::Plan& plan, double iteration_time_s, model::Precision precision, double flop_scale) {
-  const double peak = peak_flops_per_s(plan, precision);
   const double model_flops =
       plan.network.training_flops_per_sample() * plan.layout.samples_per_iteration() * flop_scale;
-  return peak > 0 && iteration_time_s > 0 ? model_flops / iteration_time_s / peak : 0;
+  return traces::mfu(model_flops, iteration_time_s, peak_flops_per_s(plan, precision));
 }
 
 // The simulator's prediction for the plan that ran (compute scaled as the run scaled it).
@@ -541,6 +541,7 @@ Json report_json(const Request& r, const TrainingSetup& t, const exec::RunResult
   j["analytic_throughput_tokens_per_s"] = e.throughput_tokens_per_s;
   j["mfu"] = f.mfu;
   j["analytic_mfu"] = f.analytic_mfu;
+  if (!m.over_peak.empty()) j["mfu_overstated"] = traces::over_peak_cause(m);
   j["simulated"] = sim.completed;
   if (!sim.error.empty()) j["simulation_error"] = sim.error;
   if (sim.completed) {
@@ -663,8 +664,9 @@ void report_text(std::ostream& out, const Request& r, const TrainingSetup& t, co
   row("samples/s", f.samples_per_s, sim.f.samples_per_s, e.throughput_samples_per_s, number(2));
   if (plan.network.tokens_per_sample > 1) row("tokens/s", f.tokens_per_s, sim.f.tokens_per_s, e.throughput_tokens_per_s, number(0));
   row("MFU", f.mfu, sim.f.mfu, f.analytic_mfu, share);
+  if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "  (MFU: " << cause << ")\n";
   if (!sim.error.empty()) out << "  (no simulation: " << sim.error << ")\n";
-  out << "\n" << name_cell("device", 16) << cell("utilization", 13) << cell("simulated", 11) << cell("busy", 12)
+  out << "\n" << name_cell("device", 16) << cell("utilization", 13) << cell("simulated", 11) << cell("compute", 12)
       << cell("simulated", 11) << cell("peak tensors", 17) << cell("plan", 11) << "\n";
   size_t shown = 0;
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {

@@ -117,6 +117,7 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
   j["throughput_samples_per_s"] = m.samples_per_s;
   j["throughput_tokens_per_s"] = m.tokens_per_s;
   j["mfu"] = m.mfu;
+  if (!m.over_peak.empty()) j["mfu_overstated"] = traces::over_peak_cause(m);
   j["bubble_fraction"] = m.bubble_fraction;
   j["exposed_comm_s"] = m.exposed_comm_s;
   j["bytes_per_link_class"] = m.bytes_per_link_class;
@@ -129,6 +130,7 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
                        {"busy_s", d.busy_s},
                        {"utilization", d.utilization},
                        {"exposed_comm_s", d.exposed_comm_s},
+                       {"idle_s", d.idle_s},
                        {"peak_memory_bytes", d.peak_memory_bytes}});
   }
   j["devices"] = std::move(devices);
@@ -155,13 +157,15 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   }
   out << "\n" << std::setprecision(1);
   out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
+  if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "    (" << cause << ")\n";
   out << "  bubble fraction    ";
   if (has_workers) {
-    out << m.bubble_fraction << "\n";
+    out << m.bubble_fraction << " (of each stage's pipeline span, time without a pass of its own)\n";
   } else {
     out << "- (no pipeline schedule)\n";
   }
-  out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s) << " per iteration (mean over computing devices)\n";
+  out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s)
+      << " per iteration (moving data, computing nothing; mean over computing devices)\n";
   out << "  traffic/iteration ";
   const char* separator = " ";
   for (const auto& [cls, bytes] : m.bytes_per_link_class) {
@@ -169,7 +173,7 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
     separator = "; ";
   }
   out << "\n\n  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "utilization"
-      << std::setw(12) << "busy" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
+      << std::setw(12) << "compute" << std::setw(14) << "exposed comm" << std::setw(14) << "peak memory" << "\n";
   size_t shown = 0;
   for (const traces::DeviceMetrics& d : m.devices) {
     if (d.busy_s == 0 || ++shown > 32) continue;

@@ -26,7 +26,7 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out) {
   const partition::Validation v = partition::validate_plan(plan);
   if (!v.ok()) {
     if (vm.count("json")) {
-      print_json(out, Json{{"valid", false}, {"problems", v.problems}});
+      print_json(out, Json{{"valid", false}, {"problem_count", v.count()}, {"problems", v.problems}, {"unlisted", v.unlisted}});
       return 3;
     }
     partition::require_valid(plan);  // throws with every problem named

@@ -1,18 +1,13 @@
 #pragma once
 // Where a steady-state iteration's time goes on the devices that compute, from a trace
 // (simulated or measured) and its plan: compute by operation, communication not hidden
-// behind compute by purpose, and idle time, adding up to the iteration time.
-//
-// Each computing device's steady-state span (the end of iteration 0 to the end of the last)
-// is swept once: an instant is compute while a compute task (forward, backward, W,
-// optimizer) runs, else communication while a transfer or collective runs (shared equally
-// among the purposes then active), else idle (the bubble and every other wait). Tensor-
-// parallel collectives count as communication though they block the compute stream.
-// Compute is split by operation as the cost model splits each task
-// (CostModel::task_compute_parts_s: the operations of a decoder under operation costs,
-// else the task's kind), in proportion, so a measured task keeps its measured duration;
-// every pass of an operation counts under its name ("qkv (data)" is "qkv").
-// Figures are per iteration, mean over computing devices.
+// behind compute by purpose, and idle time, adding up to the iteration time. Compute,
+// exposed communication and idle are traces/figures.hpp's, over the steady state (the end of
+// iteration 0 to the end of the last). Compute is split by operation as the cost model
+// splits each task (CostModel::task_compute_parts_s: the operations of a decoder under
+// operation costs, else the task's kind), in proportion, so a measured task keeps its
+// measured duration; every pass of an operation counts under its name ("qkv (data)" is
+// "qkv"). Figures are per iteration, mean over computing devices.
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +28,8 @@ struct Breakdown {
   double idle_s = 0;
 };
 
-// Needs at least two iterations (the first warms up); with one, that one is used.
-Breakdown compute_breakdown(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost);
+// Leaves out the first `warmup` iterations as compute_metrics does (all but the last at most).
+Breakdown compute_breakdown(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
+                            int warmup = 1);
 
 }  // namespace hetflow::traces

@@ -1,42 +1,16 @@
 #include "traces/metrics.hpp"
 
 #include "model/error.hpp"
+#include "model/units.hpp"
 #include "partition/collective_steps.hpp"
 #include "partition/estimate.hpp"
+#include "traces/figures.hpp"
 #include "traces/trace_io.hpp"
 
 #include <algorithm>
 #include <limits>
 
 namespace hetflow::traces {
-
-namespace {
-
-// Total length of the union of intervals.
-double covered(std::vector<std::pair<double, double>> intervals) {
-  std::sort(intervals.begin(), intervals.end());
-  double total = 0, start = 0, end = -1;
-  for (const auto& [a, b] : intervals) {
-    if (a > end) {
-      if (end > start) total += end - start;
-      start = a;
-      end = b;
-    } else {
-      end = std::max(end, b);
-    }
-  }
-  if (end > start) total += end - start;
-  return total;
-}
-
-// Length of the part of `comm` not inside any of `compute` (both unions of intervals).
-double exposed(std::vector<std::pair<double, double>> comm, std::vector<std::pair<double, double>> compute) {
-  std::vector<std::pair<double, double>> both = comm;
-  both.insert(both.end(), compute.begin(), compute.end());
-  return covered(both) - covered(std::move(compute));
-}
-
-}  // namespace
 
 Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
                         int warmup) {
@@ -45,19 +19,14 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
                      "the trace comes from plan " + trace.fingerprint + ", not from this plan (" + plan.fingerprint + ")");
   }
   Metrics m;
-  int iterations = 0;
-  for (const Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
+  m.iteration_end_s = iteration_ends_s(trace);
+  const int iterations = static_cast<int>(m.iteration_end_s.size());
   m.iterations = iterations;
-  m.iteration_end_s.assign(static_cast<size_t>(iterations), 0);
-  for (const Event& e : trace.events) {
-    double& end = m.iteration_end_s[static_cast<size_t>(e.iteration)];
-    end = std::max(end, e.end_s);
-  }
   const int first = std::clamp(warmup, 0, std::max(0, iterations - 1));  // the warm-up left out
   m.measured_iterations = iterations - first;
   if (iterations == 0) return m;
-  const double start = first > 0 ? m.iteration_end_s[static_cast<size_t>(first - 1)] : 0.0;
-  m.iteration_time_s = (m.iteration_end_s.back() - start) / m.measured_iterations;
+  const Window steady = iteration_window(m.iteration_end_s, first, iterations - 1);
+  m.iteration_time_s = steady.length_s() / m.measured_iterations;
   const double samples = plan.layout.samples_per_iteration();
   if (m.iteration_time_s > 0) {
     m.samples_per_s = samples / m.iteration_time_s;
@@ -67,46 +36,28 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   const size_t devices = trace.device_names.size();
   const size_t workers = plan.layout.workers.size();
   const auto measured = static_cast<double>(m.measured_iterations);
-  std::vector<double> busy(devices, 0);
-  partition::BubbleMeter bubble(plan, iterations);
-  std::vector<std::vector<std::pair<double, double>>> comm(devices), compute(devices);
-  std::vector<int> worker_of(devices, -1);
-  for (size_t w = 0; w < workers; ++w) {
-    for (const auto& rank : plan.layout.workers[w].ranks) {
-      for (int d : rank) worker_of[static_cast<size_t>(d)] = static_cast<int>(w);
-    }
-  }
-  // Per iteration (index iteration * devices + device for the intervals).
   const auto its = static_cast<size_t>(iterations);
-  std::vector<double> busy_it(its * devices, 0), flops_it(its, 0), bytes_it(its, 0);
-  std::vector<std::vector<std::pair<double, double>>> comm_it(its * devices), compute_it(its * devices);
-  // A workload plan (read from Chakra traces) has no virtual workers: every device computes.
-  auto in_a_worker = [&](size_t d) { return workers == 0 || worker_of[d] >= 0; };
-  double model_flops = 0;
+  partition::BubbleMeter bubble(plan, iterations);
+  std::vector<double> flops_it(its, 0), bytes_it(its, 0);
+  // Per device, steady state: the FLOPs its passes did (recomputation included) and their time.
+  std::vector<double> pass_flops(devices, 0), pass_s(devices, 0);
   for (const Event& e : trace.events) {
-    const auto d = static_cast<size_t>(e.device);
     const auto it = static_cast<size_t>(e.iteration);
-    const bool steady = e.iteration >= first;
-    const double duration = e.end_s - e.start_s;
-    if (occupies_compute(e)) {
-      busy_it[it * devices + d] += duration;
-      compute_it[it * devices + d].emplace_back(e.start_s, e.end_s);
-      if (steady) busy[d] += duration, compute[d].emplace_back(e.start_s, e.end_s);
-    } else {
-      comm_it[it * devices + d].emplace_back(e.start_s, e.end_s);
-      if (steady) comm[d].emplace_back(e.start_s, e.end_s);
-    }
+    const bool steady_event = e.iteration >= first;
     if (partition::is_pass(e.kind)) {
       const partition::Task& task = plan.task(e.task);
       flops_it[it] += task.flops - task.recompute_flops;
-      if (steady) model_flops += task.flops - task.recompute_flops;
       bubble.add(e.device, e.iteration, e.start_s, e.end_s);
+      if (steady_event && static_cast<size_t>(e.device) < devices) {
+        pass_flops[static_cast<size_t>(e.device)] += task.flops;
+        pass_s[static_cast<size_t>(e.device)] += e.end_s - e.start_s;
+      }
     }
     // Traffic: a send's bytes over each class of link on its route; a collective
     // participant's share over the route to its ring neighbour.
     if (e.kind == partition::TaskKind::send) {
       bytes_it[it] += e.bytes;
-      if (!steady) continue;
+      if (!steady_event) continue;
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
     } else if (e.kind == partition::TaskKind::collective && e.group >= 0) {
       const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collective(e.group));
@@ -114,64 +65,92 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
       const double sent = partition::bytes_sent(spec, e.device, [&](int device) { return cost.node_of(device); });
       bytes_it[it] += sent;
-      if (!steady) continue;
+      if (!steady_event) continue;
       for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent / measured;
     }
   }
   // A folded plan's trace holds worker 0's tasks: every replica does the same work and moves
   // the same bytes.
   const double replicas = plan.layout.folded ? static_cast<double>(std::max<size_t>(1, workers)) : 1.0;
-  model_flops *= replicas;
   for (double& f : flops_it) f *= replicas;
   for (double& b : bytes_it) b *= replicas;
   for (auto& [cls, bytes] : m.bytes_per_link_class) bytes *= replicas;
+  double model_flops = 0;
+  for (size_t it = static_cast<size_t>(first); it < its; ++it) model_flops += flops_it[it];
   m.model_flops_per_iteration = model_flops / measured;
-  double peak = 0;
-  for (int d = 0; d < cost.device_count(); ++d) peak += cost.peak_flops_per_s(d);
-  if (m.iteration_time_s > 0 && peak > 0) m.mfu = m.model_flops_per_iteration / m.iteration_time_s / peak;
+  m.peak_flops_per_s = 0;
+  for (int d = 0; d < cost.device_count(); ++d) m.peak_flops_per_s += cost.peak_flops_per_s(d);
+  m.mfu = mfu(m.model_flops_per_iteration, m.iteration_time_s, m.peak_flops_per_s);
 
+  // Compute, exposed communication and idle: per device over the steady state, and the mean
+  // over computing devices per iteration.
+  const std::vector<bool> computing = computing_devices(trace);
+  const auto computing_count = static_cast<double>(std::count(computing.begin(), computing.end(), true));
   for (size_t it = 0; it < its; ++it) {
     IterationMetrics im;
     im.iteration = static_cast<int>(it);
-    im.start_s = it > 0 ? m.iteration_end_s[it - 1] : 0;
-    im.end_s = m.iteration_end_s[it];
-    im.time_s = im.end_s - im.start_s;
+    const Window w = iteration_window(m.iteration_end_s, im.iteration, im.iteration);
+    im.start_s = w.from_s;
+    im.end_s = w.to_s;
+    im.time_s = w.length_s();
     if (im.time_s > 0) {
       im.samples_per_s = samples / im.time_s;
       im.tokens_per_s = im.samples_per_s * plan.network.tokens_per_sample;
-      if (peak > 0) im.mfu = flops_it[it] / im.time_s / peak;
+      im.mfu = mfu(flops_it[it], im.time_s, m.peak_flops_per_s);
     }
     im.bubble_fraction = bubble.fraction(static_cast<int>(it), static_cast<int>(it) + 1);
-    int computing = 0;
+    const std::vector<DeviceTime> times = device_times(trace, w);
     for (size_t d = 0; d < devices; ++d) {
-      if (!in_a_worker(d) || busy_it[it * devices + d] <= 0) continue;
-      ++computing;
-      im.busy_s += busy_it[it * devices + d];
-      im.exposed_comm_s += exposed(comm_it[it * devices + d], compute_it[it * devices + d]);
+      if (!computing[d]) continue;
+      im.busy_s += times[d].compute_s;
+      im.exposed_comm_s += times[d].exposed_comm_s;
     }
-    if (computing > 0) im.busy_s /= computing, im.exposed_comm_s /= computing;
+    if (computing_count > 0) im.busy_s /= computing_count, im.exposed_comm_s /= computing_count;
     im.comm_bytes = bytes_it[it];
     m.per_iteration.push_back(im);
   }
 
+  const std::vector<DeviceTime> times = device_times(trace, steady);
+  const std::vector<model::Device> cluster_devices = plan.cluster.devices();
   double exposed_sum = 0;
-  int computing = 0;
   for (size_t d = 0; d < devices; ++d) {
     DeviceMetrics dm;
     dm.name = trace.device_names[d];
-    dm.busy_s = busy[d] / measured;
+    dm.busy_s = times[d].compute_s / measured;
+    dm.exposed_comm_s = times[d].exposed_comm_s / measured;
+    dm.idle_s = times[d].idle_s / measured;
     dm.utilization = m.iteration_time_s > 0 ? dm.busy_s / m.iteration_time_s : 0;
-    dm.exposed_comm_s = exposed(comm[d], compute[d]) / measured;
     dm.peak_memory_bytes = d < plan.memory.size() ? plan.memory[d].total_bytes() : 0;
-    if (in_a_worker(d) && busy[d] > 0) {
-      ++computing;
-      exposed_sum += dm.exposed_comm_s;
-    }
+    if (computing[d]) exposed_sum += dm.exposed_comm_s;
     m.devices.push_back(dm);
+    // Faster than its peak: the peak the cluster gives this device is below what it ran at.
+    if (pass_s[d] > 0 && static_cast<int>(d) < cost.device_count() && d < cluster_devices.size()) {
+      const double achieved = pass_flops[d] / pass_s[d], peak = cost.peak_flops_per_s(static_cast<int>(d));
+      if (peak > 0 && achieved > peak) {
+        const std::string type = plan.cluster.device_gpu(cluster_devices[d]).name;
+        auto found = std::find_if(m.over_peak.begin(), m.over_peak.end(), [&](const OverPeak& o) { return o.gpu == type; });
+        if (found == m.over_peak.end()) found = m.over_peak.insert(m.over_peak.end(), OverPeak{type, 0, peak});
+        found->achieved_flops_per_s = std::max(found->achieved_flops_per_s, achieved);
+      }
+    }
   }
   m.bubble_fraction = bubble.fraction(first);
-  m.exposed_comm_s = computing > 0 ? exposed_sum / computing : 0;
+  m.exposed_comm_s = computing_count > 0 ? exposed_sum / computing_count : 0;
   return m;
+}
+
+std::string over_peak_cause(const Metrics& metrics) {
+  namespace u = model::units;
+  std::string types;
+  for (size_t i = 0; i < metrics.over_peak.size(); ++i) {
+    const OverPeak& o = metrics.over_peak[i];
+    types += std::string(i == 0 ? "" : i + 1 == metrics.over_peak.size() ? " and " : ", ") + o.gpu + " devices computed at " +
+             u::human_flops(o.achieved_flops_per_s) + "/s, above the " + u::human_flops(o.peak_flops_per_s) + "/s peak";
+  }
+  if (types.empty()) return "";
+  return types + " the cluster gives them: that peak is below what the hardware does (a nominal figure; give the "
+                 "measured one: cpu-N:probed for this host's CPU devices, a GPU type's own peak in a cluster file), so "
+                 "the MFU is overstated" + (metrics.mfu > 1 ? std::string(" and passes 100 %") : std::string());
 }
 
 std::string write_metrics_csv(const Metrics& metrics, const Trace& trace) {

@@ -10,11 +10,10 @@
 //    wide enough to hold it. The background is white, so idle time shows as white gaps. A time
 //    axis in seconds (ticks at 1-2-5 steps), a title (plan, source, fingerprint), a subtitle
 //    (which iterations and devices are drawn) and a legend.
-//  - utilization_svg: a horizontal bar per device, stacked busy / communicating / idle shares
-//    of the drawn span, with percentages. Busy is the union of the device's compute (F/B/W,
-//    optimizer, tensor- and sequence-parallel collectives, as metrics.hpp counts it);
-//    communicating is the union of its transfers and other collectives outside busy time;
-//    idle is the rest of the span (first drawn start to last drawn end, over all devices).
+//  - utilization_svg: a horizontal bar per device, stacked compute / exposed communication /
+//    idle shares of the drawn iterations' window, with percentages: the figures of
+//    traces/figures.hpp (compute is the utilisation the summary shows), so iterations 1 to
+//    the last draw exactly the steady state the summary and the breakdown report.
 // Both are pure functions of the trace and the options: the same input gives the same bytes.
 // Text from the trace (plan, device and stream names) is XML-escaped. The <svg> element's
 // width and height are whole pixels (what a renderer's PNG measures at 96 dpi).
@@ -62,7 +61,9 @@ TimelineView timeline_view(const Trace& trace, const TimelineOptions& options = 
 
 std::string timeline_svg(const Trace& trace, const TimelineOptions& options = {});
 
-// A device's shares of the drawn span; they sum to 1 (all 0 when the span is empty).
+// A device's shares of the drawn iterations' window (figures.hpp: from the end of the
+// iteration before the first drawn to the end of the last); they sum to 1 (all 0 when the
+// window is empty).
 struct UtilizationShare {
   double busy = 0, communicating = 0, idle = 0;
 };

@@ -5,13 +5,6 @@
 
 namespace hetflow::traces {
 
-bool occupies_compute(const Event& e) {
-  using partition::Purpose;
-  if (partition::is_compute(e.kind)) return true;
-  return e.kind == partition::TaskKind::collective &&
-         (e.purpose == Purpose::tensor_parallel || e.purpose == Purpose::sequence_parallel);
-}
-
 void sort_events(Trace& trace) {
   // Stable, so events equal on every key (a zero-length pair, say) keep their given order.
   std::stable_sort(trace.events.begin(), trace.events.end(), [](const Event& a, const Event& b) {

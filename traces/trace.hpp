@@ -39,11 +39,6 @@ struct Trace {
   bool operator==(const Trace&) const = default;
 };
 
-// Whether the event kept its device's compute units busy: a pass, the optimizer step, or a
-// tensor- or sequence-parallel collective (Megatron runs those on the compute stream, the
-// compute waiting for them). Transfers and data-parallel collectives overlap compute.
-bool occupies_compute(const Event& e);
-
 // Sorts events (stably) by (start_s, device, stream, task, kind): the canonical order, so equal
 // runs give byte-identical files. Writers keep the order they are given.
 void sort_events(Trace& trace);

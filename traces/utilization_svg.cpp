@@ -1,9 +1,11 @@
-// utilization_svg: per device, the drawn span split into busy / communicating / idle.
+// utilization_svg: per device, the drawn iterations' time split into compute / exposed
+// communication / idle (traces/figures.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 
+#include "traces/figures.hpp"
 #include "traces/svg_parts.hpp"
 #include "traces/timeline_svg.hpp"
 
@@ -15,22 +17,6 @@ const char* kBusy = "#4e79a7";
 const char* kComm = "#f28e2b";
 const char* kIdle = "#ececec";
 
-using Intervals = std::vector<std::pair<double, double>>;
-
-double covered(Intervals intervals) {
-  std::sort(intervals.begin(), intervals.end());
-  double total = 0, start = 0, end = -1;
-  for (const auto& [a, b] : intervals) {
-    if (a > end) {
-      if (end > start) total += end - start;
-      start = a, end = b;
-    } else {
-      end = std::max(end, b);
-    }
-  }
-  return end > start ? total + end - start : total;
-}
-
 std::string percent(double share) {
   char buffer[16];
   std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * share);
@@ -40,25 +26,18 @@ std::string percent(double share) {
 }  // namespace
 
 std::vector<UtilizationShare> utilization_shares(const Trace& trace, const TimelineView& view) {
-  std::map<int, std::pair<Intervals, Intervals>> intervals;  // device -> (compute, communication)
-  for (const Event& e : trace.events) {
-    if (e.iteration < view.first_iteration || e.iteration > view.last_iteration) continue;
-    if (!std::binary_search(view.devices.begin(), view.devices.end(), e.device)) continue;
-    auto& [compute, comm] = intervals[e.device];
-    (occupies_compute(e) ? compute : comm).push_back({e.start_s, e.end_s});
-  }
-  const double span = view.end_s - view.start_s;
+  // The drawn iterations' window, split as every report splits it (figures.hpp).
+  const Window window = iteration_window(iteration_ends_s(trace), view.first_iteration, view.last_iteration);
+  const std::vector<DeviceTime> times = device_times(trace, window);
+  const double span = window.length_s();
   std::vector<UtilizationShare> shares;
   for (int d : view.devices) {
     UtilizationShare s;
-    if (span > 0) {
-      auto& [compute, comm] = intervals[d];
-      const double busy = covered(compute);
-      comm.insert(comm.end(), compute.begin(), compute.end());
-      const double either = covered(comm);
-      s.busy = std::clamp(busy / span, 0.0, 1.0);
-      s.communicating = std::clamp((either - busy) / span, 0.0, 1.0 - s.busy);
-      s.idle = 1 - s.busy - s.communicating;
+    if (span > 0 && static_cast<size_t>(d) < times.size()) {
+      const DeviceTime& t = times[static_cast<size_t>(d)];
+      s.busy = t.compute_s / span;
+      s.communicating = t.exposed_comm_s / span;
+      s.idle = t.idle_s / span;
     }
     shares.push_back(s);
   }
@@ -82,8 +61,8 @@ std::string utilization_svg(const Trace& trace, const TimelineOptions& options) 
   }
   const double x0 = std::clamp(static_cast<double>(longest) * name_size * 0.6 + 24, 90.0, 320.0);
   const double x1 = width - 250;  // the percentages are written right of the bars
-  const std::vector<svg::LegendItem> items = {{kBusy, "none", "busy (compute: F, B, W, optimizer, TP collectives)"},
-                                              {kComm, "none", "communicating, not computing"},
+  const std::vector<svg::LegendItem> items = {{kBusy, "none", "computing (F, B, W, optimizer)"},
+                                              {kComm, "none", "exposed communication (moving data, not computing)"},
                                               {kIdle, "none", "idle"}};
   const double top = 52 + svg::legend_height(items, 16, width - 16) + 8;
   const double bottom = top + n * (bar_h + gap);
@@ -108,7 +87,7 @@ std::string utilization_svg(const Trace& trace, const TimelineOptions& options) 
       x += w;
     }
     b.text({.x = x1 + 10, .y = y + bar_h / 2 + 4, .size = std::min(11.0, name_size), .fill = "#333"},
-           "busy " + percent(s.busy) + " \u00b7 comm " + percent(s.communicating) + " \u00b7 idle " + percent(s.idle));
+           "compute " + percent(s.busy) + " \u00b7 comm " + percent(s.communicating) + " \u00b7 idle " + percent(s.idle));
     y += bar_h + gap;
   }
   b.line(x0, bottom, x1, bottom, "#444");
@@ -116,7 +95,7 @@ std::string utilization_svg(const Trace& trace, const TimelineOptions& options) 
     b.text({.x = x0 + (x1 - x0) * p / 100, .y = bottom + 16, .size = 10.5, .anchor = "middle", .fill = "#444"},
            std::to_string(p) + "%");
   }
-  b.text({.x = x1, .y = bottom + 32, .size = 10.5, .anchor = "end", .fill = "#444"}, "share of the drawn span");
+  b.text({.x = x1, .y = bottom + 32, .size = 10.5, .anchor = "end", .fill = "#444"}, "share of the drawn iterations' time");
   return b.finish();
 }
 

@@ -806,6 +806,59 @@ TEST(Training, ASplitThatLeavesOneRankAllOfAParameterCountsItOnce) {
   }
 }
 
+// Clipping by the global gradient norm against its closed form, on one device, for both
+// paths: the all-reduce path (the worker's optimizer task clips) and the parameter-server
+// path (the server's update clips). One AdamW step without decay moves each weight by
+// -lr g' / (|g'| + eps), g' = g min(1, c / (||g|| + 1e-6)) the clipped gradient (torch's
+// clip_grad_norm_). The unclipped step gives every g back (|g| = eps r / (lr - r), r its
+// move), hence ||g||; a threshold of a quarter of it must then move each weight as the formula
+// says, and one above it exactly as without clipping. A threshold doubled (or applied twice)
+// moves the weights twice too far (or not far enough).
+TEST(Training, ClippingMatchesItsClosedFormOnOneDevice) {
+  const model::Network net = odd_gpt();
+  for (const partition::SyncKind sync : {partition::SyncKind::allreduce, partition::SyncKind::ps}) {
+    partition::PlanOptions o = options(1, 1, 8, "1f1b");
+    o.sync = sync;
+    const Plan plan = test_support::planned(model::cpu_cluster(1), net, o);
+    const exec::SafetensorsFile init = checkpoint_like(plan);
+    OptimizerOptions step;
+    step.lr = 1;
+    step.adam_eps = 1;  // dwarfs every gradient: the move is about lr g, far from float noise
+    step.weight_decay = 0;
+    step.clip_grad = 0;
+    const exec::SafetensorsFile free = step_of(train(plan, 1, step, 7, &init).weights, init);
+    // The gradients, from the unclipped move r = -lr g / (|g| + eps).
+    std::map<std::string, std::vector<double>> grads;
+    double squares = 0;
+    for (const auto& t : free.tensors) {
+      std::vector<double>& g = grads[t.name];
+      for (const float moved : t.data) {
+        const double r = -static_cast<double>(moved);
+        g.push_back(r * step.adam_eps / (step.lr - std::abs(r)));
+        squares += g.back() * g.back();
+      }
+    }
+    const double norm = std::sqrt(squares);
+    ASSERT_GT(norm, 0) << to_string(sync);
+    for (const double c : {norm / 4, 4 * norm}) {
+      step.clip_grad = c;
+      const exec::SafetensorsFile clipped = step_of(train(plan, 1, step, 7, &init).weights, init);
+      const double scale = std::min(1.0, c / (norm + 1e-6));
+      double error = 0, size = 0;
+      for (const auto& t : clipped.tensors) {
+        const std::vector<double>& g = grads.at(t.name);
+        ASSERT_EQ(g.size(), t.data.size()) << t.name;
+        for (size_t i = 0; i < g.size(); ++i) {
+          const double want = -step.lr * scale * g[i] / (scale * std::abs(g[i]) + step.adam_eps);
+          error += (t.data[i] - want) * (t.data[i] - want);
+          size += want * want;
+        }
+      }
+      EXPECT_LT(std::sqrt(error / size), 1e-3) << to_string(sync) << ": threshold " << c / norm << " of the norm";
+    }
+  }
+}
+
 // The optimizer of the Markov-stream convergence tests, and the loss they judge: the mean of
 // the last steps (each step's loss is its own batch's, so one step alone is noisy).
 OptimizerOptions markov_adam() {

@@ -678,6 +678,38 @@ TEST(PlanFormat, EachDeviceHoldsItsStagesShareOfTheWeights) {
   }
 }
 
+// Full recomputation keeps each layer's input and rebuilds one layer's activations during a
+// backward: the closed form adds that one-layer scratch (the largest layer's activations) to
+// the stashes in flight, and the plan's tensors hold exactly that at their peak (1F1B: the
+// first backward finds every stash of the warm-up still alive).
+TEST(PlanFormat, FullRecomputationsScratchIsInTheClosedFormAndThePlan) {
+  PlanOptions o;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 4;
+  o.recompute = Recompute::full;
+  const model::Network net = small_gpt();
+  const Plan plan = plan_of(test_support::identical_cluster(2), net, o);
+  ASSERT_EQ(plan.layout.recompute, Recompute::full);
+  const VirtualWorker& w = plan.layout.workers.front();
+  for (size_t k = 0; k < w.stages.size(); ++k) {
+    const int d = w.ranks[static_cast<size_t>(w.stages[k].rank)].front();
+    const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
+    const DeviceMemory closed = device_memory(net, plan.layout, {w.stages[k]}, {m.peak_in_flight}, true, m.capacity_bytes, 1);
+    // The scratch alone: the largest layer's activations, as without recomputation.
+    double scratch = 0, inputs = 0;
+    for (int l = w.stages[k].layer_begin; l < w.stages[k].layer_end; ++l) {
+      const model::Layer& layer = net.layers[static_cast<size_t>(l)];
+      scratch = std::max(scratch, layer_activation_bytes(layer, plan.layout) * plan.layout.micro_batch_size);
+      inputs += stashed_bytes_per_microbatch(layer, net, plan.layout, 1);
+    }
+    ASSERT_GT(scratch, 0);
+    EXPECT_DOUBLE_EQ(closed.activations_bytes, m.peak_in_flight * inputs + scratch) << plan.device_names[static_cast<size_t>(d)];
+    EXPECT_NEAR(closed.activations_bytes, m.activations_bytes, 1e-9 * m.activations_bytes)
+        << plan.device_names[static_cast<size_t>(d)];
+  }
+}
+
 // The large tables are converted while the file is read: a file may list them in any order,
 // and an error in one of their elements names its line.
 TEST(PlanFormat, TablesReadInAnyOrderAndErrorsNameTheirLine) {

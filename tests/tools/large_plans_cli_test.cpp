@@ -44,16 +44,22 @@ TEST(LargePlans, MaxTasksCountsTheFoldedPlan) {
 }
 
 // 32 identical devices all over memory: the five worst (equal, so the first five) and a
-// count of the rest, not 32 lines.
+// count of the rest, not 32 lines. The header counts the problems, all 32 of them: five
+// listed and 27 in the count (it once said "6 problems", the count line among them).
 TEST(LargePlans, OverMemoryOnManyDevicesListsTheWorstFewAndACount) {
   const auto r = run_hetflow("plan --cluster cpu-32 --model gpt3-13b --global-batch 32");
   EXPECT_EQ(r.status, 3) << r.err;
-  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 6 problems\n"), 0u) << r.err;
+  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 32 problems\n"), 0u) << r.err;
+  size_t bullets = 0;
+  for (size_t at = r.err.find("\n  - "); at != std::string::npos; at = r.err.find("\n  - ", at + 1)) ++bullets;
+  EXPECT_EQ(bullets, 5u) << r.err;
   for (int d = 0; d < 5; ++d) {
     EXPECT_NE(r.err.find("\n  - host/gpu" + std::to_string(d) + " needs 237 GiB but has 16 GiB"), std::string::npos) << r.err;
   }
   EXPECT_EQ(r.err.find("host/gpu5 "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("\n  - and 27 more devices over their memory (32 of 32; the worst are above)\n"), std::string::npos)
+  EXPECT_NE(r.err.find("\n  and 27 more devices over their memory, not listed (32 of 32 devices are over; the 5 worst are "
+                       "above)\n"),
+            std::string::npos)
       << r.err;
 }
 

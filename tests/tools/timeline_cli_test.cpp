@@ -112,7 +112,7 @@ TEST(TimelineCli, UtilizationRendersToPng) {
   EXPECT_EQ(j["picture"], "utilization");
   EXPECT_EQ(j["devices_drawn"], 4);
   EXPECT_EQ(svg_size(slurp(svg_path), "width"), 900);
-  EXPECT_NE(slurp(svg_path).find("busy "), std::string::npos);
+  EXPECT_NE(slurp(svg_path).find("compute "), std::string::npos);
   expect_renders(svg_path);
 }
 

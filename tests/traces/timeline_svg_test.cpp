@@ -237,7 +237,7 @@ TEST(TimelineSvg, UtilizationSharesSumToOne) {
   for (const UtilizationShare& u : s) EXPECT_NEAR(u.busy + u.communicating + u.idle, 1, 1e-12);
   const std::string svg = utilization_svg(t);
   expect_well_formed(svg);
-  EXPECT_NE(svg.find("busy 60.0%"), std::string::npos);
+  EXPECT_NE(svg.find("compute 60.0%"), std::string::npos);
   EXPECT_NE(svg.find("comm 16.0%"), std::string::npos);
 }
 

@@ -1,0 +1,111 @@
+#include "traces/figures.hpp"
+
+#include <algorithm>
+
+namespace hetflow::traces {
+
+namespace {
+
+// An instant where a task starts (+1) or ends (-1); purpose -1 for compute.
+struct Edge {
+  double t_s;
+  int delta;
+  int purpose;
+};
+
+}  // namespace
+
+std::vector<double> iteration_ends_s(const Trace& trace) {
+  int iterations = 0;
+  for (const Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
+  std::vector<double> ends(static_cast<size_t>(iterations), 0);
+  for (const Event& e : trace.events) {
+    if (e.iteration >= 0) ends[static_cast<size_t>(e.iteration)] = std::max(ends[static_cast<size_t>(e.iteration)], e.end_s);
+  }
+  // An iteration whose tasks all ended before the last of the one before (a stale worker's,
+  // WSP) ends with it: windows never overlap.
+  for (size_t i = 1; i < ends.size(); ++i) ends[i] = std::max(ends[i], ends[i - 1]);
+  return ends;
+}
+
+Window iteration_window(const std::vector<double>& ends_s, int first, int last) {
+  const int n = static_cast<int>(ends_s.size());
+  if (n == 0 || first > last || last < 0 || first >= n) return {};
+  first = std::max(first, 0);
+  last = std::min(last, n - 1);
+  return {first > 0 ? ends_s[static_cast<size_t>(first - 1)] : 0.0, ends_s[static_cast<size_t>(last)]};
+}
+
+std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
+  const size_t devices = trace.device_names.size();
+  std::vector<DeviceTime> out(devices);
+  if (!(window.to_s > window.from_s)) return out;
+  std::vector<std::vector<Edge>> edges(devices);
+  std::vector<std::string> purposes;  // index -> name
+  std::map<std::string, int> purpose_index;
+  for (const Event& e : trace.events) {
+    const double start = std::max(e.start_s, window.from_s), end = std::min(e.end_s, window.to_s);
+    if (!(end > start) || e.device < 0 || static_cast<size_t>(e.device) >= devices) continue;
+    int purpose = -1;
+    if (!partition::is_compute(e.kind)) {
+      const std::string name(partition::to_string(e.purpose));
+      purpose = purpose_index.emplace(name, static_cast<int>(purposes.size())).first->second;
+      if (static_cast<size_t>(purpose) == purposes.size()) purposes.push_back(name);
+    }
+    edges[static_cast<size_t>(e.device)].push_back({start, +1, purpose});
+    edges[static_cast<size_t>(e.device)].push_back({end, -1, purpose});
+  }
+  for (size_t d = 0; d < devices; ++d) {
+    auto& mine = edges[d];
+    std::sort(mine.begin(), mine.end(), [](const Edge& x, const Edge& y) { return x.t_s < y.t_s; });
+    DeviceTime& time = out[d];
+    int computing = 0, communicating = 0;
+    std::vector<int> active(purposes.size(), 0);
+    std::vector<double> comm(purposes.size(), 0);
+    double at = window.from_s;
+    for (const Edge& x : mine) {
+      const double span = x.t_s - at;
+      if (span > 0) {
+        if (computing > 0) {
+          time.compute_s += span;
+        } else if (communicating > 0) {
+          int kinds = 0;
+          for (const int a : active) kinds += a > 0;
+          for (size_t p = 0; p < active.size(); ++p) {
+            if (active[p] > 0) comm[p] += span / kinds;
+          }
+          time.exposed_comm_s += span;
+        }
+        at = x.t_s;
+      }
+      if (x.purpose < 0) {
+        computing += x.delta;
+      } else {
+        active[static_cast<size_t>(x.purpose)] += x.delta;
+        communicating += x.delta;
+      }
+    }
+    for (size_t p = 0; p < purposes.size(); ++p) {
+      if (comm[p] > 0) time.exposed_comm_by_purpose_s[purposes[p]] += comm[p];
+    }
+    // The rest of the window, so the three add up to its length (no rounding left over).
+    time.idle_s = std::max(0.0, window.length_s() - time.compute_s - time.exposed_comm_s);
+  }
+  return out;
+}
+
+std::vector<bool> computing_devices(const Trace& trace) {
+  std::vector<bool> out(trace.device_names.size(), false);
+  for (const Event& e : trace.events) {
+    if (partition::is_pass(e.kind) && e.device >= 0 && static_cast<size_t>(e.device) < out.size()) {
+      out[static_cast<size_t>(e.device)] = true;
+    }
+  }
+  return out;
+}
+
+double mfu(double model_flops, double time_s, double peak_flops_per_s) {
+  return time_s > 0 && peak_flops_per_s > 0 ? model_flops / time_s / peak_flops_per_s : 0;
+}
+
+}  // namespace hetflow::traces
