@@ -75,6 +75,11 @@ void print_fit(std::ostream& out, const traces::CalibrationFit& fit, size_t runs
         << std::setw(12) << u::human_time_s(c.efficiency.overhead_s) << std::setw(11) << percent(c.residual)
         << (c.note.empty() ? "" : "   (" + c.note + ")") << "\n";
   }
+  out << "\npeak of each GPU type as each run's plan gives it (cpu-N:probed: the speed probed then):\n";
+  for (const traces::PeakSeen& p : fit.peaks) {
+    out << "  " << std::left << std::setw(12) << p.gpu << std::right << std::setw(14) << u::human_flops(p.peak_flops_per_s)
+        << "/s   " << p.run << "\n";
+  }
   out << "\ndispatch, per GPU type (median time from a compute task being ready to its start):\n";
   for (const traces::DispatchFit& d : fit.dispatch) {
     out << "  " << std::left << std::setw(12) << d.gpu << std::right << std::setw(12) << u::human_time_s(d.dispatch_s)
@@ -91,6 +96,8 @@ void print_fit(std::ostream& out, const traces::CalibrationFit& fit, size_t runs
         << u::human_bandwidth(l.nominal_bandwidth_bytes_per_s * l.factors.bandwidth_factor) << "   residual "
         << percent(l.residual) << (l.note.empty() ? "" : "   (" + l.note + ")") << "\n";
   }
+  if (!fit.warnings.empty()) out << "\n";
+  for (const std::string& w : fit.warnings) out << "warning: " << w << "\n";
 }
 
 Json fit_json(const traces::CalibrationFit& fit) {
@@ -120,7 +127,11 @@ Json fit_json(const traces::CalibrationFit& fit) {
                      {"residual", l.residual},
                      {"note", l.note}});
   }
-  return Json{{"compute", compute}, {"dispatch", dispatch}, {"links", links}};
+  Json peaks = Json::array();
+  for (const traces::PeakSeen& p : fit.peaks) {
+    peaks.push_back({{"gpu", p.gpu}, {"run", p.run}, {"peak_flops_per_s", p.peak_flops_per_s}});
+  }
+  return Json{{"compute", compute}, {"dispatch", dispatch}, {"links", links}, {"peaks", peaks}, {"warnings", fit.warnings}};
 }
 
 void write_file(const std::string& path, const model::Calibration& calibration) {

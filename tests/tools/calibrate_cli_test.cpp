@@ -216,3 +216,24 @@ TEST(CalibrateCli, RecoversAKnownDispatchDelayAndReplayAddsItBack) {
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
   EXPECT_NEAR(steady_replayed_s(calibrated.out), measured_s, 1e-3 * measured_s);
 }
+
+// A transfer a thousand times faster than the nominal PCIe of cpu-4 (as a copy inside one
+// process is): the fitted link is faster than any PCIe built, and calibrate says so; each
+// run's peak of its GPU type is printed.
+TEST(CalibrateCli, WarnsOfALinkFasterThanAnyOfItsClass) {
+  const auto dir = scratch_dir();
+  const std::string fast = (dir / "fast.yaml").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(fast) << "links: {pcie: {bandwidth_factor: 1000, latency_factor: 1}}\n";
+  const std::vector<TracedPlan> runs = simulated_runs(dir, fast);
+  const auto c = run_hetflow(calibrate_args({runs[0], runs[1]}) + " -o " + fitted);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("warning: pcie fitted at"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("faster than any physical pcie link (63 GB/s)"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("peak of each GPU type"), std::string::npos) << c.out;
+  // At the true calibration's 0.3 of nominal, no such warning.
+  const std::string truth = (dir / "true.yaml").string();
+  std::ofstream(truth) << kTrue;
+  const auto slow = run_hetflow(calibrate_args(simulated_runs(dir, truth)) + " -o " + fitted);
+  ASSERT_EQ(slow.status, 0) << slow.err;
+  EXPECT_EQ(slow.out.find("faster than any physical"), std::string::npos) << slow.out;
+}
