@@ -37,15 +37,17 @@ def yaml_of(h):
     return f"default_gpu: {{overhead: {h['overhead_us']} us}}\ngpus:\n{gpus}links:\n{links}"
 
 # 48 layouts: pipeline depth x micro-batch size x micro-batches x schedule (32), and 4 stages
-# (one node each) with one stage given 5 of the 8 layers (16). Uniform stages leave the
+# (one node each) with one stage given 6 of the 10 layers (16: the 8 blocks, the embedding, the head). Uniform stages leave the
 # slowest GPU type the bottleneck; the uneven ones make each type the bottleneck in turn,
 # which is what lets step times tell the types apart.
 layouts = [f"--pipeline {p} --micro-batch {b} --microbatches {m} --schedule {s}"
            for p, b, m, s in itertools.product([1, 2, 4, 8], [1, 2], [2, 8], ["1f1b", "gpipe"])]
 layouts += [f"--pipeline 4 --stage-layers {c} --micro-batch {b} --microbatches {m}"
-            for c, b, m in itertools.product(["5,1,1,1", "1,5,1,1", "1,1,5,1", "1,1,1,5"], [1, 4], [2, 8])]
-# The 8 measured: each type the bottleneck once, and depths 1, 2 and 8; the other 40 are predicted.
-train_index = [1, 11, 29, 32, 37, 42, 47, 20]
+            for c, b, m in itertools.product(["6,2,1,1", "1,6,2,1", "1,2,6,1", "1,1,2,6"], [1, 4], [2, 8])]
+# The 8 measured per cluster, the other 40 predicted. The HetPipe testbed's: each of its four
+# GPU types the bottleneck once, and depths 1, 2 and 8. v100-t4's: depths 1 to 8 and the T4
+# node given most layers once (its V100 nodes are one type).
+train_indices = {"hetpipe-testbed": [1, 11, 29, 32, 37, 42, 47, 20], "v100-t4": [0, 10, 15, 18, 23, 24, 29, 47]}
 
 def step_s(cluster, layout, calibration):
     out = subprocess.run([hetflow, "simulate", "--cluster", cluster, "--model", model, *layout.split(),
@@ -69,6 +71,7 @@ ok = True
 for cluster in clusters:
     name = cluster.rsplit("/", 1)[-1].removesuffix(".yaml")
     h = hidden[name]
+    train_index = train_indices[name]
     truth = f"{work}/{name}-hidden.yaml"
     open(truth, "w").write(yaml_of(h))
     times = [step_s(cluster, l, truth) for l in layouts]
@@ -76,7 +79,7 @@ for cluster in clusters:
     with open(table, "w") as f:
         f.write("cluster,model,options,step_s\n")
         for i in train_index:
-            f.write(f'{cluster},"{model}",{layouts[i]},{times[i]!r}\n')
+            f.write(f'{cluster},"{model}","{layouts[i]}",{times[i]!r}\n')
     fitted = f"{work}/{name}-fitted.yaml"
     fit = json.loads(subprocess.run([hetflow, "calibrate", "--measured", table, "--fit", "efficiency,overhead,bandwidth",
                                      "--folds", "0", "-o", fitted, "--json"],

@@ -206,8 +206,8 @@ std::string seconds(double s) {
 }  // namespace
 
 void print_step_fit(std::ostream& out, const sim::StepFit& fit, const std::vector<sim::StepRun>& runs, bool simulated) {
-  out << "calibrated from " << runs.size() << " runs' step times (robust least squares through the estimate"
-      << (simulated ? ", then the simulator" : "") << "; " << fit.evaluations << " evaluations)\n\n";
+  out << "calibrated from " << runs.size() << " runs' step times (robust least squares through "
+      << (simulated ? "the simulator" : "the estimate") << "; " << fit.evaluations << " evaluations)\n\n";
   out << "  " << std::left << std::setw(28) << "parameter" << std::right << std::setw(12) << "prior" << std::setw(12)
       << "fitted" << std::setw(12) << "+/-" << "\n";
   for (const sim::StepParameter& p : fit.parameters) {
