@@ -151,7 +151,8 @@ struct Fitter {
       o.lower.push_back(std::log(p.lower));
       o.upper.push_back(std::log(p.upper));
     }
-    o.max_iterations = 20;
+    o.max_iterations = 40;
+    o.derivative_step = 1e-2;  // 1 %: wide enough to step over the simulator's kinks (a path that becomes critical)
     // From the prior through the model asked for: a first fit through the estimate would be
     // cheaper, but where contention makes the simulator's times differ from the estimate's
     // (often by 2x), it lands where the simulator's fit starts worse than from the prior.

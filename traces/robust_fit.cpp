@@ -239,9 +239,12 @@ RobustFitResult robust_fit(const BatchModel& model, const std::vector<double>& m
         double moved = 0;
         for (size_t k = 0; k < p; ++k) moved = std::max(moved, std::abs(next[k] - out.parameters[k]));
         out.parameters = next;
+        // A tiny step is convergence only when it was nearly Gauss-Newton's: under heavy
+        // damping (a rough stretch of the model) it says nothing about the minimum.
+        const bool small = moved < 1e-7 || cost - huber_cost(r_next, delta) < 1e-14 * std::max(cost, 1e-30);
+        if (small && lambda <= 1e-2) out.converged = true;
         lambda = std::max(lambda / 10, 1e-9);
         improved = true;
-        if (moved < 1e-7 || cost - huber_cost(r_next, delta) < 1e-14 * std::max(cost, 1e-30)) out.converged = true;
       } else {
         lambda *= 10;
       }
