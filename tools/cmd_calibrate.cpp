@@ -8,6 +8,7 @@
 
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "tools/calibrate_measured.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/trace_files.hpp"
@@ -74,6 +75,11 @@ void print_fit(std::ostream& out, const traces::CalibrationFit& fit, size_t runs
         << std::setw(12) << u::human_time_s(c.efficiency.overhead_s) << std::setw(11) << percent(c.residual)
         << (c.note.empty() ? "" : "   (" + c.note + ")") << "\n";
   }
+  out << "\npeak of each GPU type as each run's plan gives it (cpu-N:probed: the speed probed then):\n";
+  for (const traces::PeakSeen& p : fit.peaks) {
+    out << "  " << std::left << std::setw(12) << p.gpu << std::right << std::setw(14) << u::human_flops(p.peak_flops_per_s)
+        << "/s   " << p.run << "\n";
+  }
   out << "\ndispatch, per GPU type (median time from a compute task being ready to its start):\n";
   for (const traces::DispatchFit& d : fit.dispatch) {
     out << "  " << std::left << std::setw(12) << d.gpu << std::right << std::setw(12) << u::human_time_s(d.dispatch_s)
@@ -90,6 +96,8 @@ void print_fit(std::ostream& out, const traces::CalibrationFit& fit, size_t runs
         << u::human_bandwidth(l.nominal_bandwidth_bytes_per_s * l.factors.bandwidth_factor) << "   residual "
         << percent(l.residual) << (l.note.empty() ? "" : "   (" + l.note + ")") << "\n";
   }
+  if (!fit.warnings.empty()) out << "\n";
+  for (const std::string& w : fit.warnings) out << "warning: " << w << "\n";
 }
 
 Json fit_json(const traces::CalibrationFit& fit) {
@@ -119,17 +127,64 @@ Json fit_json(const traces::CalibrationFit& fit) {
                      {"residual", l.residual},
                      {"note", l.note}});
   }
-  return Json{{"compute", compute}, {"dispatch", dispatch}, {"links", links}};
+  Json peaks = Json::array();
+  for (const traces::PeakSeen& p : fit.peaks) {
+    peaks.push_back({{"gpu", p.gpu}, {"run", p.run}, {"peak_flops_per_s", p.peak_flops_per_s}});
+  }
+  return Json{{"compute", compute}, {"dispatch", dispatch}, {"links", links}, {"peaks", peaks}, {"warnings", fit.warnings}};
+}
+
+void write_file(const std::string& path, const model::Calibration& calibration) {
+  std::ofstream file(path, std::ios::binary);
+  if (!(file << model::write_calibration(calibration)) || !file.flush()) {
+    throw InputError(path, 0, "--out", "cannot be written");
+  }
+}
+
+int run_calibrate_measured(const po::variables_map& vm, std::ostream& out) {
+  const std::vector<sim::StepRun> runs = read_measured_runs(vm["measured"].as<std::string>(), out);
+  sim::StepFitOptions options;
+  options.prior = read_calibration_option(vm, runs.front().plan.cluster);
+  options.folds = vm["folds"].as<int>();
+  if (options.folds < 0) throw InputError("<command line>", 0, "--folds", "expected 0 or more");
+  options.simulate = vm.count("estimate-only") == 0;
+  options.groups.clear();
+  std::istringstream groups(vm["fit"].as<std::string>());
+  for (std::string g; std::getline(groups, g, ',');) {
+    if (g == "efficiency") options.groups.insert(sim::StepParameterKind::max_efficiency);
+    else if (g == "overhead") options.groups.insert(sim::StepParameterKind::overhead);
+    else if (g == "bandwidth") options.groups.insert(sim::StepParameterKind::bandwidth_factor);
+    else if (g == "latency") options.groups.insert(sim::StepParameterKind::latency_factor);
+    else throw InputError("<command line>", 0, "--fit", "expected efficiency, overhead, bandwidth or latency, found '" + g + "'");
+  }
+  const sim::StepFit fit = sim::calibrate_step_times(runs, options);
+  const std::string path = vm["out"].as<std::string>();
+  write_file(path, fit.calibration);
+  if (vm.count("json")) {
+    Json j = step_fit_json(fit, runs);
+    j["wrote"] = path;
+    print_json(out, j);
+    return 0;
+  }
+  print_step_fit(out, fit, runs, options.simulate);
+  out << "\nwrote " << path << " (use it with --calibration on plan, simulate, run, replay and search)\n";
+  return 0;
 }
 
 }  // namespace
 
 void calibrate_options(po::options_description& options) {
   options.add_options()
-      ("trace", po::value<std::vector<std::string>>()->required()->multitoken(),
+      ("trace", po::value<std::vector<std::string>>()->multitoken(),
        "measured traces (CSV, as run --trace writes them); several give more task sizes")
-      ("plan", po::value<std::vector<std::string>>()->required()->composing(),
+      ("plan", po::value<std::vector<std::string>>()->composing(),
        "the plan each trace ran (one for all, or one per trace in the same order)")
+      ("measured", po::value<std::string>(),
+       "instead of traces: a table (CSV or YAML) of runs and their measured seconds per iteration")
+      ("folds", po::value<int>()->default_value(4), "--measured: k-fold cross-validation (0: none)")
+      ("fit", po::value<std::string>()->default_value("efficiency,overhead,bandwidth,latency"),
+       "--measured: the kinds of parameter to fit (the others keep the prior's)")
+      ("estimate-only", "--measured: fit through the analytic estimate alone (fast; no contention)")
       ("out,o", po::value<std::string>()->required(), "write the calibration YAML here")
       ("calibration", po::value<std::string>(), "a calibration to start from: what the traces cannot fit is kept");
 }
@@ -138,6 +193,14 @@ int run_calibrate(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("calibrate options");
   po::variables_map vm;
   if (!parse_command_options("calibrate", args, options, vm, out)) return 0;
+  if (vm.count("measured")) {
+    if (vm.count("trace") || vm.count("plan")) {
+      throw InputError("<command line>", 0, "--measured", "fits step times instead of traces: give one or the other");
+    }
+    return run_calibrate_measured(vm, out);
+  }
+  if (!vm.count("trace")) throw InputError("<command line>", 0, "--trace", "expected measured traces (or --measured FILE)");
+  if (!vm.count("plan")) throw InputError("<command line>", 0, "--plan", "expected the plan each trace ran");
   const Inputs in = read_inputs(vm);
 
   std::vector<traces::MeasuredRun> runs;
@@ -145,10 +208,7 @@ int run_calibrate(const std::vector<std::string>& args, std::ostream& out) {
   const traces::CalibrationFit fit = traces::calibrate(runs, in.prior);
 
   const std::string path = vm["out"].as<std::string>();
-  std::ofstream file(path, std::ios::binary);
-  if (!(file << model::write_calibration(fit.calibration)) || !file.flush()) {
-    throw InputError(path, 0, "--out", "cannot be written");
-  }
+  write_file(path, fit.calibration);
   if (vm.count("json")) {
     Json j = fit_json(fit);
     j["wrote"] = path;

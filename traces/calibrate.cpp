@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -292,10 +294,68 @@ std::vector<double> ready_times(const Trace& trace, const partition::Plan& plan)
   return ready;
 }
 
+namespace {
+
+// The fastest link of each class built, one direction (a fitted link faster than this moved
+// its bytes some other way, e.g. a copy in one process): PCIe 5.0 x16, 32 GT/s x 16 lanes at
+// 128b/130b (PCI-SIG, PCI Express Base Specification 5.0); NVLink 4 and NVSwitch on H100
+// SXM, 900 GB/s total (NVIDIA H100 Tensor Core GPU datasheet); an 800 Gb/s NIC (NVIDIA
+// ConnectX-8 SuperNIC product brief); WAN at most a NIC.
+double fastest_physical_bytes_per_s(const std::string& link_class) {
+  if (link_class == "pcie") return 32e9 * 16 * 128 / 130 / 8;
+  if (link_class == "nvlink" || link_class == "nvswitch") return 450e9;
+  return 800e9 / 8;
+}
+
+std::string gflops(double flops_per_s) {
+  std::ostringstream s;
+  s << std::setprecision(3) << flops_per_s / 1e9 << " GFLOP/s";
+  return s.str();
+}
+
+void warn(CalibrationFit& out) {
+  for (const ComputeFit& c : out.compute) {
+    if (c.efficiency.max_efficiency >= 1 - 1e-9 && c.residual > 0.1) {
+      std::ostringstream s;
+      s << c.gpu << " " << c.kind << ": efficiency at its cap of 1 with a residual of " << std::setprecision(3)
+        << 100 * c.residual << " %: the tasks ran faster than the peak allows (a probed speed that understates the "
+        << "device, a wrong GPU type or precision); the fit cannot follow them";
+      out.warnings.push_back(s.str());
+    }
+  }
+  for (const LinkFit& l : out.links) {
+    const double fitted = l.nominal_bandwidth_bytes_per_s * l.factors.bandwidth_factor;
+    const double fastest = std::max(fastest_physical_bytes_per_s(l.link_class), l.nominal_bandwidth_bytes_per_s);
+    if (fitted > fastest) {
+      std::ostringstream s;
+      s << l.link_class << " fitted at " << std::setprecision(3) << fitted / 1e9 << " GB/s, faster than any physical "
+        << l.link_class << " link (" << fastest / 1e9 << " GB/s): its bytes did not cross a wire (an in-process "
+        << "copy?); do not carry this factor to a real cluster";
+      out.warnings.push_back(s.str());
+    }
+  }
+  std::map<std::string, std::pair<double, double>> range;  // gpu -> (lowest, highest) peak
+  for (const PeakSeen& p : out.peaks) {
+    auto [it, fresh] = range.try_emplace(p.gpu, p.peak_flops_per_s, p.peak_flops_per_s);
+    it->second.first = std::min(it->second.first, p.peak_flops_per_s);
+    it->second.second = std::max(it->second.second, p.peak_flops_per_s);
+  }
+  for (const auto& [gpu, r] : range) {
+    if (r.second > 1.1 * r.first) {
+      out.warnings.push_back(gpu + "'s peak differs between the runs' plans, from " + gflops(r.first) + " to " +
+                             gflops(r.second) + " (a probed speed that moved: a loaded or throttling host); the "
+                             "fitted efficiencies are relative to each run's own peak");
+    }
+  }
+}
+
+}  // namespace
+
 CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Calibration& prior) {
   std::map<std::pair<std::string, std::string>, std::vector<ComputeObservation>> compute;  // (gpu, kind)
   std::map<std::string, std::vector<double>> gaps;                                        // gpu -> dispatch gaps
   std::map<std::string, std::vector<LinkObservation>> links;                              // class
+  std::vector<PeakSeen> peaks;
   for (const MeasuredRun& run : runs) {
     check_run(run);
     const Trace& trace = *run.trace;
@@ -309,6 +369,11 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     const int first = index.iterations() > 1 ? 1 : 0;  // iteration 0 warms up
     const std::vector<model::Device> devices = plan.cluster.devices();
     bool any_compute = false;
+    for (const model::GpuSpec& g : plan.cluster.gpu_types) {
+      bool used = false;
+      for (const model::Device& d : devices) used = used || plan.cluster.device_gpu(d).name == g.name;
+      if (used) peaks.push_back({g.name, run.name, g.peak_flops_per_s(plan.layout.precision)});
+    }
     for (size_t t = 0; t < plan.tasks.size(); ++t) {
       const partition::Task& task = plan.tasks[t];
       const model::GpuSpec& spec = plan.cluster.device_gpu(devices.at(static_cast<size_t>(task.device)));
@@ -405,6 +470,8 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     out.calibration.links[link_class] = fit.factors;
     out.links.push_back(std::move(fit));
   }
+  out.peaks = std::move(peaks);
+  warn(out);
   return out;
 }
 

@@ -68,10 +68,24 @@ struct LinkFit {
   std::string note;
 };
 
+// A GPU type's peak as a run's plan gives it (for cpu-N:probed, the speed probed when the
+// plan was made).
+struct PeakSeen {
+  std::string gpu;
+  std::string run;
+  double peak_flops_per_s = 0;
+};
+
 struct CalibrationFit {
   std::vector<ComputeFit> compute;
   std::vector<DispatchFit> dispatch;
   std::vector<LinkFit> links;
+  std::vector<PeakSeen> peaks;  // per GPU type and run
+  // What not to take on trust: an efficiency at its cap of 1 with a residual above 10 % (the
+  // peak is too low for these runs: a probed speed, a wrong GPU type or precision); a link
+  // fitted faster than any physical link of its class (an in-process copy, not a wire); a
+  // GPU type whose peak differs by more than 10 % between runs (a probed speed that moved).
+  std::vector<std::string> warnings;
   model::Calibration calibration;  // the prior with every fitted value replaced
 };
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -142,4 +143,97 @@ TEST(CalibrateCli, RefusesForeignTracesAndMismatchedPlans) {
   r = run_hetflow("calibrate " + (dir / "missing.csv").string() + " --plan " + runs[0].plan + " -o " + out);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("no such file"), std::string::npos) << r.err;
+}
+
+namespace {
+
+// The trace with `delay_s` inserted before every task: one device, one stream, so each task
+// is ready when the one before it ends, and now starts `delay_s` later (a hand-off).
+std::string delayed_trace(const std::string& csv, double delay_s) {
+  std::istringstream in(csv);
+  std::ostringstream out;
+  out.precision(17);
+  double end_s = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.rfind("task,", 0) == 0) {
+      out << line << "\n";
+      continue;
+    }
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    const double duration_s = std::stod(f.at(11)) - std::stod(f.at(10));
+    const double start_s = end_s + delay_s;
+    end_s = start_s + duration_s;
+    std::ostringstream s, e;
+    s.precision(17), e.precision(17);
+    s << start_s, e << end_s;
+    f[10] = s.str(), f[11] = e.str();
+    for (size_t i = 0; i < f.size(); ++i) out << (i ? "," : "") << f[i];
+    out << "\n";
+  }
+  return out.str();
+}
+
+double steady_replayed_s(const std::string& out) {
+  const auto j = nlohmann::json::parse(out);
+  return j["iterations"].back()["replayed_s"].get<double>();
+}
+
+double steady_measured_s(const std::string& out) {
+  const auto j = nlohmann::json::parse(out);
+  return j["iterations"].back()["measured_s"].get<double>();
+}
+
+}  // namespace
+
+// A known hand-off before every task: calibrate fits it as dispatch, and replay with that
+// calibration adds it back to every measured duration, so the replay matches the trace;
+// without it the replay is short by the delay times the tasks of an iteration.
+TEST(CalibrateCli, RecoversAKnownDispatchDelayAndReplayAddsItBack) {
+  const auto dir = scratch_dir();
+  const std::string plan = (dir / "p.json").string(), sim = (dir / "sim.csv").string(),
+                    measured = (dir / "measured.csv").string(), fitted = (dir / "fitted.yaml").string();
+  ASSERT_EQ(run_hetflow("plan --cluster cpu-1 --model gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256 --workspace 0 "
+                        "--precision fp32 --microbatches 2 --out " + plan).status, 0);
+  ASSERT_EQ(run_hetflow("simulate --plan " + plan + " --iterations 3 --trace " + sim).status, 0);
+  constexpr double kDelay_s = 200e-6;
+  constexpr int kTasksPerIteration = 5;  // 2 forwards, 2 backwards, the optimizer
+  std::ofstream(measured) << delayed_trace(slurp(sim), kDelay_s);
+
+  const auto c = run_hetflow("calibrate " + measured + " --plan " + plan + " -o " + fitted + " --json");
+  ASSERT_EQ(c.status, 0) << c.err;
+  const auto j = nlohmann::json::parse(c.out);
+  ASSERT_EQ(j["dispatch"].size(), 1u);
+  EXPECT_NEAR(j["dispatch"][0]["dispatch_s"].get<double>(), kDelay_s, 1e-3 * kDelay_s);
+  EXPECT_NEAR(hetflow::model::load_calibration(fitted).gpu("CPU").dispatch_s, kDelay_s, 1e-3 * kDelay_s);
+
+  const auto bare = run_hetflow("replay " + measured + " --plan " + plan + " --json");
+  ASSERT_EQ(bare.status, 0) << bare.err;
+  const double measured_s = steady_measured_s(bare.out);
+  EXPECT_NEAR(measured_s - steady_replayed_s(bare.out), kTasksPerIteration * kDelay_s, 1e-3 * measured_s);
+  const auto calibrated = run_hetflow("replay " + measured + " --plan " + plan + " --calibration " + fitted + " --json");
+  ASSERT_EQ(calibrated.status, 0) << calibrated.err;
+  EXPECT_NEAR(steady_replayed_s(calibrated.out), measured_s, 1e-3 * measured_s);
+}
+
+// A transfer a thousand times faster than the nominal PCIe of cpu-4 (as a copy inside one
+// process is): the fitted link is faster than any PCIe built, and calibrate says so; each
+// run's peak of its GPU type is printed.
+TEST(CalibrateCli, WarnsOfALinkFasterThanAnyOfItsClass) {
+  const auto dir = scratch_dir();
+  const std::string fast = (dir / "fast.yaml").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(fast) << "links: {pcie: {bandwidth_factor: 1000, latency_factor: 1}}\n";
+  const std::vector<TracedPlan> runs = simulated_runs(dir, fast);
+  const auto c = run_hetflow(calibrate_args({runs[0], runs[1]}) + " -o " + fitted);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("warning: pcie fitted at"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("faster than any physical pcie link (63 GB/s)"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("peak of each GPU type"), std::string::npos) << c.out;
+  // At the true calibration's 0.3 of nominal, no such warning.
+  const std::string truth = (dir / "true.yaml").string();
+  std::ofstream(truth) << kTrue;
+  const auto slow = run_hetflow(calibrate_args(simulated_runs(dir, truth)) + " -o " + fitted);
+  ASSERT_EQ(slow.status, 0) << slow.err;
+  EXPECT_EQ(slow.out.find("faster than any physical"), std::string::npos) << slow.out;
 }

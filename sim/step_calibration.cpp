@@ -1,0 +1,346 @@
+#include "sim/step_calibration.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <iomanip>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "model/error.hpp"
+#include "model/limits.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/estimate.hpp"
+#include "sim/simulator.hpp"
+#include "traces/metrics.hpp"
+#include "traces/robust_fit.hpp"
+
+namespace hetflow::sim {
+
+namespace {
+
+// A 10 % change that moves no run's prediction by 0.1 % (d ln t / d ln p below 0.01): the
+// runs do not determine the parameter.
+constexpr double kMinSensitivity = 0.01;
+// Each parameter's range, in its own units: an efficiency of a tenth of a percent to the
+// cap; an overhead of 0.1 us to 1 s a task; link factors as calibration files bound them.
+constexpr double kMinEfficiency = 1e-3;
+constexpr double kMinOverhead_s = 1e-7, kMaxOverhead_s = 1;
+
+double highest_efficiency(const model::GpuEfficiency& g) {
+  double e = g.max_efficiency;
+  for (const auto& [kind, k] : g.kinds) e = std::max(e, k.max_efficiency);
+  for (const auto& [op, o] : g.ops) {
+    if (op != "memory") e = std::max(e, o.max_efficiency);
+  }
+  return e;
+}
+
+std::string format_percent(double fraction) {
+  std::ostringstream s;
+  s << std::setprecision(3) << 100 * fraction << " %";
+  return s.str();
+}
+
+// Every parameter the runs' clusters could have: the GPU types their devices are, the
+// shared overhead, and the link classes of their nodes, NICs and WAN links.
+std::vector<StepParameter> candidates(const std::vector<StepRun>& runs, const model::Calibration& prior) {
+  std::set<std::string> gpus, links;
+  for (const StepRun& r : runs) {
+    for (const model::Device& d : r.plan.cluster.devices()) gpus.insert(r.plan.cluster.device_gpu(d).name);
+    for (const model::Node& n : r.plan.cluster.nodes) {
+      links.insert(std::string(model::to_string(n.intra.kind)));
+      if (n.intra.uplink_bandwidth_bytes_per_s > 0) links.insert("pcie");
+    }
+    if (r.plan.cluster.nodes.size() > 1) links.insert("nic");
+    if (!r.plan.cluster.wan.empty()) links.insert("wan");
+  }
+  std::vector<StepParameter> out;
+  for (const std::string& g : gpus) {
+    const model::GpuEfficiency& e = prior.gpu(g);
+    StepParameter p{g + ".max_efficiency", StepParameterKind::max_efficiency, g, e.max_efficiency};
+    p.lower = kMinEfficiency;
+    p.upper = e.max_efficiency / highest_efficiency(e);  // no kind's or operation's above 1
+    out.push_back(p);
+  }
+  StepParameter overhead{"overhead", StepParameterKind::overhead, "", std::max(prior.default_gpu.overhead_s, kMinOverhead_s)};
+  overhead.lower = kMinOverhead_s;
+  overhead.upper = kMaxOverhead_s;
+  out.push_back(overhead);
+  for (const std::string& l : links) {
+    const model::LinkCalibration c = prior.link(l);
+    StepParameter bw{l + ".bandwidth_factor", StepParameterKind::bandwidth_factor, l, c.bandwidth_factor};
+    bw.lower = model::limits::kMinLinkFactor;
+    bw.upper = model::limits::kMaxLinkFactor;
+    StepParameter lat{l + ".latency_factor", StepParameterKind::latency_factor, l,
+                      std::max(c.latency_factor, model::limits::kMinLinkFactor)};
+    lat.lower = model::limits::kMinLinkFactor;
+    lat.upper = model::limits::kMaxLinkFactor;
+    out.push_back(bw);
+    out.push_back(lat);
+  }
+  for (StepParameter& p : out) p.value = p.prior = std::clamp(p.prior, p.lower, p.upper);
+  return out;
+}
+
+// Runs every (point, run) pair on `threads` threads: simulate() forks a child per call, so
+// the simulations run side by side.
+std::vector<std::vector<double>> predict_all(const std::vector<StepRun>& runs, const std::vector<size_t>& subset,
+                                             const model::Calibration& prior, const std::vector<StepParameter>& params,
+                                             const std::vector<std::vector<double>>& log_points, bool simulate,
+                                             int threads, std::atomic<int>& evaluations) {
+  std::vector<std::vector<double>> out(log_points.size(), std::vector<double>(subset.size(), 0));
+  std::vector<model::Calibration> calibrations;
+  for (const std::vector<double>& lp : log_points) {
+    std::vector<double> values;
+    for (double x : lp) values.push_back(std::exp(x));
+    calibrations.push_back(with_step_parameters(prior, params, values));
+  }
+  const size_t jobs = log_points.size() * subset.size();
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  const auto work = [&] {
+    for (size_t j = next++; j < jobs; j = next++) {
+      const size_t k = j / subset.size(), i = j % subset.size();
+      try {
+        out[k][i] = predict_step_time_s(runs[subset[i]].plan, calibrations[k], simulate);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  const size_t n = std::min(jobs, static_cast<size_t>(std::max(1, simulate ? threads : 1)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  evaluations += static_cast<int>(jobs);
+  return out;
+}
+
+struct Fitter {
+  const std::vector<StepRun>& runs;
+  const StepFitOptions& options;
+  int threads = 1;
+  std::atomic<int> evaluations{0};
+
+  traces::BatchModel model(const std::vector<size_t>& subset, const std::vector<StepParameter>& params, bool simulate) {
+    return [this, subset, params, simulate](const std::vector<std::vector<double>>& points) {
+      return predict_all(runs, subset, options.prior, params, points, simulate, threads, evaluations);
+    };
+  }
+
+  std::vector<double> measured(const std::vector<size_t>& subset) const {
+    std::vector<double> m;
+    for (size_t i : subset) m.push_back(runs[i].measured_s);
+    return m;
+  }
+
+  traces::RobustFitResult fit(const std::vector<size_t>& subset, const std::vector<StepParameter>& params) {
+    traces::RobustFitOptions o;
+    std::vector<double> start;
+    for (const StepParameter& p : params) {
+      start.push_back(std::log(p.prior));
+      o.lower.push_back(std::log(p.lower));
+      o.upper.push_back(std::log(p.upper));
+    }
+    o.max_iterations = 40;
+    o.derivative_step = 1e-2;  // 1 %: wide enough to step over the simulator's kinks (a path that becomes critical)
+    // From the prior through the model asked for: a first fit through the estimate would be
+    // cheaper, but where contention makes the simulator's times differ from the estimate's
+    // (often by 2x), it lands where the simulator's fit starts worse than from the prior.
+    return traces::robust_fit(model(subset, params, options.simulate), measured(subset), start, o);
+  }
+};
+
+double mape_of(const std::vector<double>& predicted, const std::vector<StepRun>& runs) {
+  double sum = 0;
+  for (size_t i = 0; i < runs.size(); ++i) sum += std::abs(predicted[i] / runs[i].measured_s - 1);
+  return runs.empty() ? 0 : sum / static_cast<double>(runs.size());
+}
+
+std::vector<double> measured_of(const std::vector<StepRun>& runs) {
+  std::vector<double> m;
+  for (const StepRun& r : runs) m.push_back(r.measured_s);
+  return m;
+}
+
+// What a user should not take on trust, each with what to do about it.
+void warn(StepFit& fit, const std::vector<StepRun>& runs, const StepFitOptions& options) {
+  double rms = 0;
+  for (size_t i = 0; i < runs.size(); ++i) rms += std::pow(fit.predicted_s[i] / runs[i].measured_s - 1, 2);
+  rms = runs.empty() ? 0 : std::sqrt(rms / static_cast<double>(runs.size()));
+  for (const StepParameter& p : fit.parameters) {
+    if (p.at_bound) {
+      const bool cap = p.kind == StepParameterKind::max_efficiency && p.value >= p.upper * (1 - 1e-9);
+      fit.warnings.push_back(p.name + " is at its " + (p.value <= p.lower * (1 + 1e-9) ? "lower" : "upper") + " bound " +
+                             std::to_string(p.value) +
+                             (cap ? " (the efficiency cap: the runs are faster than the data-sheet peak allows; check "
+                                    "the GPU type and the precision)"
+                                  : "") +
+                             " with an RMS residual of " + format_percent(rms) + ": the model cannot follow the runs");
+    } else if (!(p.relative_error <= options.poorly_determined)) {
+      fit.warnings.push_back(p.name + " is poorly determined (+/- " +
+                             (std::isfinite(p.relative_error) ? format_percent(p.relative_error) : std::string("unbounded")) +
+                             "): add runs whose times depend on it differently");
+    }
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    // Down-weighted and off by more than timings of one plan usually differ.
+    if (fit.weights[i] < 1 && std::abs(fit.predicted_s[i] / runs[i].measured_s - 1) > 0.02) {
+      fit.warnings.push_back(runs[i].name + " is off by " + format_percent(fit.predicted_s[i] / runs[i].measured_s - 1) +
+                             " and was down-weighted as an outlier: check its measurement");
+    }
+  }
+}
+
+}  // namespace
+
+model::Calibration with_step_parameters(const model::Calibration& prior, const std::vector<StepParameter>& parameters,
+                                        const std::vector<double>& values) {
+  model::Calibration c = prior;
+  const StepParameter* overhead = nullptr;
+  double overhead_s = 0;
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    const StepParameter& p = parameters[k];
+    switch (p.kind) {
+      case StepParameterKind::max_efficiency: {
+        model::GpuEfficiency g = prior.gpu(p.subject);
+        const double scale = values[k] / g.max_efficiency;
+        g.max_efficiency = values[k];
+        for (auto& [kind, e] : g.kinds) e.max_efficiency = std::min(1.0, e.max_efficiency * scale);
+        for (auto& [op, e] : g.ops) {
+          if (op != "memory") e.max_efficiency = std::min(1.0, e.max_efficiency * scale);
+        }
+        c.gpus[p.subject] = g;
+        break;
+      }
+      case StepParameterKind::overhead:
+        overhead = &p;
+        overhead_s = values[k];
+        break;
+      case StepParameterKind::bandwidth_factor: c.links[p.subject].bandwidth_factor = values[k]; break;
+      case StepParameterKind::latency_factor: c.links[p.subject].latency_factor = values[k]; break;
+    }
+  }
+  if (overhead != nullptr) {
+    const auto set = [overhead_s](model::GpuEfficiency& g) {
+      g.overhead_s = overhead_s;
+      for (auto& [kind, e] : g.kinds) e.overhead_s = overhead_s;
+    };
+    set(c.default_gpu);
+    for (auto& [name, g] : c.gpus) set(g);
+  }
+  return c;
+}
+
+double predict_step_time_s(const partition::Plan& plan, const model::Calibration& calibration, bool simulate) {
+  const partition::CostModel cost(plan.cluster, plan.layout.precision, calibration);
+  if (!simulate) return partition::estimate_plan(plan, cost).iteration_time_s;
+  SimOptions options;
+  options.calibration = calibration;
+  const SimResult r = sim::simulate(plan, options);
+  if (!r.completed) throw Error("the simulation of " + plan.network.name + " on " + plan.cluster.name + " did not complete");
+  return traces::compute_metrics(r.trace, plan, cost).iteration_time_s;
+}
+
+StepFit calibrate_step_times(const std::vector<StepRun>& given, const StepFitOptions& options) {
+  if (given.empty()) throw InputError("<runs>", 0, "runs", "expected at least one measured run");
+  std::vector<StepRun> runs = given;
+  for (StepRun& r : runs) {
+    if (!(r.measured_s > 0) || !std::isfinite(r.measured_s)) {
+      throw InputError(r.name, 0, "step_s", "expected a positive number of seconds per iteration");
+    }
+    // Two iterations, the second timed: the steady state without the first's warm-up.
+    r.plan.layout.iterations = std::max(2, r.plan.layout.iterations);
+  }
+  Fitter fitter{runs, options};
+  fitter.threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<size_t> all(runs.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+
+  // Which parameters the runs determine: their derivatives at the prior.
+  std::vector<StepParameter> every;
+  for (const StepParameter& p : candidates(runs, options.prior)) {
+    if (options.groups.count(p.kind) != 0) every.push_back(p);
+  }
+  StepFit fit;
+  std::vector<StepParameter> params;
+  {
+    std::vector<std::vector<double>> points(1);
+    for (const StepParameter& p : every) points[0].push_back(std::log(p.prior));
+    for (size_t k = 0; k < every.size(); ++k) {
+      points.push_back(points[0]);
+      points.back()[k] += 0.1;
+    }
+    const auto predicted =
+        predict_all(runs, all, options.prior, every, points, options.simulate, fitter.threads, fitter.evaluations);
+    std::vector<std::pair<double, size_t>> sensitivity;
+    for (size_t k = 0; k < every.size(); ++k) {
+      double most = 0;
+      for (size_t i = 0; i < runs.size(); ++i) most = std::max(most, std::abs(std::log(predicted[k + 1][i] / predicted[0][i])) / 0.1);
+      sensitivity.emplace_back(most, k);
+    }
+    // The most telling first; fewer parameters than runs, so that the fit is checked by the
+    // runs it need not follow.
+    std::stable_sort(sensitivity.begin(), sensitivity.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<bool> keep(every.size(), false);
+    size_t kept = 0;
+    for (const auto& [most, k] : sensitivity) {
+      if (most < kMinSensitivity) continue;
+      if (kept + 1 >= std::max<size_t>(runs.size(), 2)) {
+        fit.warnings.push_back(every[k].name + " is not fitted: " + std::to_string(runs.size()) +
+                               " runs determine fewer parameters; add runs");
+        continue;
+      }
+      keep[k] = true;
+      ++kept;
+    }
+    for (size_t k = 0; k < every.size(); ++k) (keep[k] ? params.push_back(every[k]) : fit.not_fitted.push_back(every[k].name));
+  }
+
+  const traces::RobustFitResult r = fitter.fit(all, params);
+  std::vector<double> values;
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].value = std::exp(r.parameters[k]);
+    params[k].relative_error = r.std_error[k];  // of the logarithm: a relative error
+    params[k].at_bound = r.at_bound[k];
+    values.push_back(params[k].value);
+  }
+  fit.parameters = params;
+  fit.calibration = with_step_parameters(options.prior, params, values);
+  fit.weights = r.weights;
+  for (size_t i = 0; i < runs.size(); ++i) fit.predicted_s.push_back(runs[i].measured_s * (1 + r.residuals[i]));
+  fit.mape = mape_of(fit.predicted_s, runs);
+  fit.spearman = traces::spearman(fit.predicted_s, measured_of(runs));
+
+  // k-fold: each fold's runs predicted by a fit, from the prior, of the others alone.
+  fit.folds = runs.size() >= 3 ? std::min<int>(options.folds, static_cast<int>(runs.size())) : 0;
+  if (fit.folds >= 2) {
+    fit.cv_predicted_s.assign(runs.size(), 0);
+    for (int f = 0; f < fit.folds; ++f) {
+      std::vector<size_t> train, test;
+      for (size_t i = 0; i < runs.size(); ++i) (static_cast<int>(i % static_cast<size_t>(fit.folds)) == f ? test : train).push_back(i);
+      const traces::RobustFitResult fr = fitter.fit(train, params);
+      const auto predicted = predict_all(runs, test, options.prior, params, {fr.parameters}, options.simulate,
+                                         fitter.threads, fitter.evaluations);
+      for (size_t i = 0; i < test.size(); ++i) fit.cv_predicted_s[test[i]] = predicted[0][i];
+    }
+    fit.cv_mape = mape_of(fit.cv_predicted_s, runs);
+    fit.cv_spearman = traces::spearman(fit.cv_predicted_s, measured_of(runs));
+  } else {
+    fit.folds = 0;
+  }
+  warn(fit, runs, options);
+  fit.evaluations = fitter.evaluations;
+  return fit;
+}
+
+}  // namespace hetflow::sim
