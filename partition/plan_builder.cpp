@@ -37,7 +37,11 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
         all.add(traffic);
         if (rerun) rerun_only.add(traffic);
       };
-      add(l.tp_allreduce_elems, l.tp_allreduces, w.tp_forward, w.tp_rerun_forward);
+      // (Under sequence parallelism a pass's g is a reduce-scatter; the LM head's loss
+      // all-reduces are not one, and are not planned there yet.)
+      if (!(layout.sequence_parallel && l.kind == "head")) {
+        add(l.tp_allreduce_elems, l.tp_allreduces, w.tp_forward, w.tp_rerun_forward);
+      }
       add(l.tp_backward_allreduce_elems, l.tp_backward_allreduces, w.tp_backward, w.tp_rerun_backward);
     }
   }

@@ -597,11 +597,13 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
         for (size_t k = 0; k < run.size(); ++k) {
           for (const bool forward : {true, false}) {
             for (const Call& call : forward ? run[k].forward : run[k].backward) {
-              // A pass's activation-sized exchanges, and the vocab-parallel loss's all-reduces
-              // (each token's maximum; its sum of exponentials and target logit): not the
-              // once-a-step sum of the norm gains' gradients, which the plan leaves out.
+              // A pass's activation-sized exchanges, and without sequence parallelism the
+              // vocab-parallel loss's all-reduces (each token's maximum; its sum of
+              // exponentials and target logit): not the once-a-step sum of the norm gains'
+              // gradients, nor the loss's under sequence parallelism, which the plan leaves out.
               const size_t tokens = static_cast<size_t>(shape.S);
-              if (call.floats != activation && call.floats != tokens && call.floats != 2 * tokens) continue;
+              const bool loss = !sequence && (call.floats == tokens || call.floats == 2 * tokens);
+              if (call.floats != activation && !loss) continue;
               auto& [messages, floats] = moved[{static_cast<int>(k), call.kind, forward}];
               ++messages;
               floats += static_cast<double>(call.floats);

@@ -76,11 +76,11 @@ expect search search.out \
 # 3. simulate the plan it wrote, keeping the trace.
 run simulate simulate --plan plan.json --trace trace.csv
 expect simulate simulate.out "  iteration time     1.23 s   (analytic critical path 994 ms)" \
-  "  MFU                31.2 % of the cluster's peak" "wrote trace.csv (11820 events)"
+  "  MFU                31.2 % of the cluster's peak" "wrote trace.csv (11948 events)"
 
 # 4. timeline: the trace as a picture.
 run timeline timeline trace.csv -o timeline.svg
-expect timeline timeline.out "wrote timeline.svg (timeline of 20 of 20 devices, iteration 0 of 1, 11820 events, 1.23 s)"
+expect timeline timeline.out "wrote timeline.svg (timeline of 20 of 20 devices, iteration 0 of 1, 11948 events, 1.23 s)"
 grep -q "<svg" timeline.svg || { echo "quickstart: timeline.svg is not an SVG picture" >&2; failures=$((failures + 1)); }
 
 # 5. run a small decoder of the same family for real on two CPU devices (losses are bitwise

@@ -266,10 +266,11 @@ TEST(Reproducers, SigtermToTheParentStopsTheSimulationChild) {
     ::dup2(null, STDERR_FILENO);
     // (--no-fold: folded, the 400 GPUs' replicas would simulate as one, too fast to signal.)
     ::execl(HETFLOW_BIN, HETFLOW_BIN, "simulate", "--cluster", cluster.c_str(), "--model", "gpt2-124m", "--iterations",
-            "3", "--no-fold", static_cast<char*>(nullptr));
+            "300", "--no-fold", static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  // The child appears once planning is done; the simulation then runs for many seconds.
+  // The child appears once planning is done; the simulation then runs for many seconds (300
+  // iterations: a few of the 400 GPUs' would end within the wait below).
   std::vector<pid_t> children;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kSanitized ? 120 : 30);
   while (children.empty() && std::chrono::steady_clock::now() < deadline) {
