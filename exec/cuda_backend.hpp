@@ -26,8 +26,8 @@
 // the compute stream and awaited by polling; the plan's collectives of activations (a
 // forward's partial sums all-reduced or reduce-scattered into shards, the all-gather of 1/t
 // slices) run in a staging buffer as the cpu back end runs them, and those without tensors
-// (the traffic the compute moves itself) move nothing; a whole message into a 1/t slice is
-// cut by the training. Parameter servers and
+// (the traffic the compute moves itself) move nothing; a boundary the plan sends in 1/t
+// slices leaves as the receiving rank's slice (the training's message()). Parameter servers and
 // WSP: servers keep host arrays (Training), so a push or pull is the training's host
 // floats through the staging buffer (their sizes known in prepare(), message_floats()), a
 // pull lands on the host, a received push goes to the engine's host buffer of its instance

@@ -45,8 +45,9 @@
 //    all-reduce after F adds the ranks' partial outputs; the one after B moves no tensor
 //    (each rank's input gradient is whole after the task's own last all-reduce). A plan of
 //    an earlier hetflow whose B writes a partial sum still runs: rank 0 writes the input
-//    gradient and the others zeros, for that all-reduce to add. Boundary activations sent in 1/t slices are cut from the whole on
-//    receipt and all-gathered by the plan's collective. Sequence parallelism: the plan's
+//    gradient and the others zeros, for that all-reduce to add. A boundary activation the
+//    plan sends in 1/t slices leaves the sender as the receiving rank's slice (message(),
+//    find_send_slices) and is all-gathered by the plan's collective. Sequence parallelism: the plan's
 //    all-gather and reduce-scatter around a chunk move real shards; inside the task the
 //    norms and residual adds run on the rank's rows between in-task all-gathers and
 //    reduce-scatters (exec/decoder.hpp).

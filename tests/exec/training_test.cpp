@@ -642,6 +642,19 @@ TEST(Training, CommunicatorNamesMeanNothing) {
   EXPECT_EQ(diff.worst_relative, 0.0) << diff.worst;
 }
 
+// A case's plan: 4-stage pipelines x 2 data-parallel workers, 4 micro-batches.
+partition::PlanOptions options_of(const DistributedCase& c) {
+  partition::PlanOptions o = options(4, 2, 4, c.schedule);
+  o.virtual_stages = c.virtual_stages;
+  o.recompute = c.recompute;
+  o.sync = c.sync;
+  o.tensor = c.tensor;
+  o.sequence_parallel = c.sequence_parallel;
+  o.stage_layers = c.stage_layers;
+  o.bucket_bytes = 4096;  // several buckets per layer range
+  return o;
+}
+
 class DistributedTraining : public testing::TestWithParam<DistributedCase> {};
 
 // The test: 4-stage pipelines x 2 data-parallel workers (x 2 tensor-parallel ranks
@@ -653,15 +666,7 @@ TEST_P(DistributedTraining, EqualsOneDevice) {
   const int gpt_seq = c.sequence_parallel ? 14 : 13, llama_seq = c.sequence_parallel ? 12 : 11;
   for (const model::Network& net :
        {odd_gpt(8, c.tensor > 1 ? 6 : 3, gpt_seq), odd_llama(8, llama_seq), odd_qwen3(8, llama_seq)}) {
-    partition::PlanOptions o = options(4, 2, 4, c.schedule);
-    o.virtual_stages = c.virtual_stages;
-    o.recompute = c.recompute;
-    o.sync = c.sync;
-    o.tensor = c.tensor;
-    o.sequence_parallel = c.sequence_parallel;
-    o.stage_layers = c.stage_layers;
-    o.bucket_bytes = 4096;  // several buckets per layer range
-    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8 * c.tensor), net, o), net);
+    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8 * c.tensor), net, options_of(c)), net);
   }
 }
 
@@ -723,15 +728,7 @@ TEST_P(Conservation, EveryCommunicatorCarriesWhatThePlanSays) {
   const int steps = 2;
   for (const model::Network& net : {odd_gpt(8, c.tensor > 1 ? 6 : 3, c.sequence_parallel ? 14 : 13),
                                     odd_llama(8, c.sequence_parallel ? 12 : 11)}) {
-    partition::PlanOptions o = options(4, 2, 4, c.schedule);
-    o.virtual_stages = c.virtual_stages;
-    o.recompute = c.recompute;
-    o.sync = c.sync;
-    o.tensor = c.tensor;
-    o.sequence_parallel = c.sequence_parallel;
-    o.stage_layers = c.stage_layers;
-    o.bucket_bytes = 4096;
-    const Plan plan = test_support::planned(model::cpu_cluster(8 * c.tensor), net, o);
+    const Plan plan = test_support::planned(model::cpu_cluster(8 * c.tensor), net, options_of(c));
     exec::Training training(plan, exec::markov_stream(net.architecture->vocab, 7), optimizer(), 42);
     exec::CpuBackend backend({}, &training);
     exec::EngineOptions e;
