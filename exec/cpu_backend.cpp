@@ -238,7 +238,7 @@ void CpuBackend::send(TaskContext& task) {
   if (!task.reads.empty()) data = {task.reads[0].data, task.reads[0].size_bytes};
   std::optional<std::vector<float>> message;  // a parameter server's push or pull: the model's floats
   if (training_ != nullptr && (message = training_->message(task))) data = std::as_bytes(std::span<const float>(*message));
-  // Real math moves the whole FP32 tensor; a proxy moves the plan's bytes (capped).
+  // Real math moves the FP32 tensor (or the training's message: a slice, a push); a proxy the plan's bytes (capped).
   const auto bytes = training_ != nullptr ? data.size() : static_cast<size_t>(std::min(t.bytes, options_.max_message_bytes));
   task.carried_bytes = carried(bytes);
   const auto packet = box.post(data, bytes);
