@@ -91,10 +91,10 @@ class WorkMemo {
   WorkMemo(const model::Network& network, const Layout& layout) : network_(network), layout_(layout) {}
   struct Entry {
     builder::ChunkWork work;
-    double params = 0;  // per device
+    std::vector<double> params;  // per tensor rank: its shard (partition/shard.hpp)
     // Parameter servers: the chunk's parameters per device, by the server that hosts them
     // (Builder::add_parameter_server_sync), once asked for.
-    std::vector<std::pair<int, double>> per_server;
+    std::vector<std::vector<std::pair<int, double>>> per_server;  // per tensor rank
     bool servers_known = false;
   };
   Entry& of(const Stage& s, int tensor) {
@@ -103,22 +103,30 @@ class WorkMemo {
     if (it == entries_.end()) {
       Entry e;
       e.work = builder::chunk_work(network_, layout_, s, tensor);
-      e.params = params_per_device(network_, s.layer_begin, s.layer_end, tensor);
+      for (int j = 0; j < tensor; ++j) {
+        e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)));
+      }
       it = entries_.emplace(key, std::move(e)).first;
     }
     return it->second;
   }
-  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, const std::vector<int>& server_of) {
+  // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
+  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
+                                                        const std::vector<int>& server_of) {
     Entry& e = of(s, tensor);
     if (!e.servers_known) {
-      std::map<int, double> by_server;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        by_server[server_of[static_cast<size_t>(l)]] += layer_params_per_device(network_, l, s.layer_begin, tensor);
+      e.per_server.resize(static_cast<size_t>(tensor));
+      for (int r = 0; r < tensor; ++r) {
+        std::map<int, double> by_server;
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          by_server[server_of[static_cast<size_t>(l)]] +=
+              layer_part_params(network_, l, s.layer_begin, SplitPart::rank(r, tensor));
+        }
+        e.per_server[static_cast<size_t>(r)].assign(by_server.begin(), by_server.end());
       }
-      e.per_server.assign(by_server.begin(), by_server.end());
       e.servers_known = true;
     }
-    return e.per_server;
+    return e.per_server[static_cast<size_t>(j)];
   }
 
  private:
@@ -413,27 +421,34 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
       std::vector<Stage> held;
       std::vector<double> stash_bytes;
       double largest_layer_bytes = 0;
-      double rank_params = 0;
+      std::vector<double> rank_params(static_cast<size_t>(t), 0.0);  // each tensor rank's shard
       for (int c = 0; c < v; ++c) {
         const Stage& s = vw.stages[static_cast<size_t>(c * p + r)];
         const WorkMemo::Entry& e = memo.of(s, t);
         held.push_back(s);
         stash_bytes.push_back(e.work.stash_bytes);
         largest_layer_bytes = std::max(largest_layer_bytes, e.work.largest_layer_bytes);
-        rank_params += e.params;
+        for (int j = 0; j < t; ++j) rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
       }
       // Persistent state from the closed form (no micro-batch in flight), activations at the
       // rank's own peak over its program (the closed form's per-chunk peaks need not coincide).
-      DeviceMemory m = device_memory(network, layout, held, {}, allreduce, 0, t);
-      m.activations_bytes = activation_peak_bytes(programs[static_cast<size_t>(r)], stash_bytes,
-                                                  layout.recompute == Recompute::full ? largest_layer_bytes : 0,
-                                                  schedule.splits_backward);
-      for (const int d : rank) {
-        const auto dd = static_cast<size_t>(d);
+      // Each tensor rank holds its own shard; most hold as much as the last (the largest).
+      DeviceMemory last = device_memory(network, layout, held, {}, allreduce, 0, t);
+      last.activations_bytes = activation_peak_bytes(programs[static_cast<size_t>(r)], stash_bytes,
+                                                     layout.recompute == Recompute::full ? largest_layer_bytes : 0,
+                                                     schedule.splits_backward);
+      for (size_t j = 0; j < rank.size(); ++j) {
+        const auto dd = static_cast<size_t>(rank[j]);
         computes[dd] = true;
-        params[dd] += rank_params;
-        memory[dd] = m;
-        memory[dd].capacity_bytes = cost.memory_capacity_bytes(d);
+        params[dd] += rank_params[j];
+        memory[dd] = last;
+        if (rank_params[j] != rank_params.back()) {
+          const DeviceMemory own = device_memory(network, layout, held, {}, allreduce, 0, t, static_cast<int>(j));
+          memory[dd].weights_bytes = own.weights_bytes;
+          memory[dd].gradients_bytes = own.gradients_bytes;
+          memory[dd].optimizer_bytes = own.optimizer_bytes;
+        }
+        memory[dd].capacity_bytes = cost.memory_capacity_bytes(rank[j]);
       }
     }
   }
@@ -576,17 +591,18 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         const VirtualWorker& vw = layout.workers[w];
         for (size_t k = 1; k < vw.stages.size(); ++k) {
           const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
-          double tied = 0;
+          std::vector<int> tied_layers;
           for (int l = vw.stages[k].layer_begin; l < vw.stages[k].layer_end; ++l) {
-            const model::Layer& layer = network.layers[static_cast<size_t>(l)];
-            tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
+            if (network.layers[static_cast<size_t>(l)].tied_params > 0) tied_layers.push_back(l);
           }
-          if (tied <= 0) continue;
+          if (tied_layers.empty()) continue;
           for (const builder::Share& share : builder::shares({t0, tk})) {
             const int first = device_of(w, 0, share.rank_of[0]);
             const int holder = device_of(w, static_cast<int>(k), share.rank_of[1]);
             if (first == holder) continue;
-            const double bytes = (t0 == tk ? tied : tied * share.fraction) * grad_bytes_per_param;
+            double tied = 0;
+            for (const int l : tied_layers) tied += tied_part_params(network, l, share.part);
+            const double bytes = tied * grad_bytes_per_param;
             run_collective({first, holder}, collective_s(cost, CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
                                                          {first, holder}, bytes));
           }
@@ -628,8 +644,8 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
         const VirtualWorker& vw = layout.workers[w];
         for (size_t k = 0; k < vw.stages.size(); ++k) {
           const int t = vw.tensor_of(k);
-          const auto& params_per_server = memo.per_server(vw.stages[k], t, server_of);
           for (int j = 0; j < t; ++j) {
+            const auto& params_per_server = memo.per_server(vw.stages[k], t, j, server_of);
             const int device = device_of(w, static_cast<int>(k), j);
             const double ready = last_end[static_cast<size_t>(device)];
             for (const auto& [server, n] : params_per_server) {

@@ -2,18 +2,17 @@
 
 #include <algorithm>
 
+#include "partition/shard.hpp"
+
 namespace hetflow::partition {
 
 double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor) {
-  const model::Layer& l = network.layers[static_cast<size_t>(layer)];
-  const double own = l.params + (chunk_begin == 0 ? 0 : l.tied_params);
-  return l.tp_splittable ? own / tensor : own;
+  // The last rank's part: split_units gives it the ceiling of every split dimension at once.
+  return layer_part_params(network, layer, chunk_begin, SplitPart::rank(tensor - 1, tensor));
 }
 
 double params_per_device(const model::Network& network, int begin, int end, int tensor) {
-  double params = 0;
-  for (int i = begin; i < end; ++i) params += layer_params_per_device(network, i, begin, tensor);
-  return params;
+  return part_params(network, begin, end, SplitPart::rank(tensor - 1, tensor));
 }
 
 double layer_activation_bytes(const model::Layer& layer, const Layout& layout) {
@@ -55,10 +54,17 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
 
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
                            const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes, int tensor) {
+  return device_memory(network, layout, chunks, in_flight, hosts_optimizer, capacity_bytes, tensor, tensor - 1);
+}
+
+DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
+                           const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes, int tensor,
+                           int tensor_rank) {
   DeviceMemory m;
   double params = 0, largest_layer_full_bytes = 0;
+  const SplitPart part = SplitPart::rank(tensor_rank, tensor);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    params += params_per_device(network, chunks[c].layer_begin, chunks[c].layer_end, tensor);
+    params += part_params(network, chunks[c].layer_begin, chunks[c].layer_end, part);
     double chunk_bytes = 0;
     for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
       const model::Layer& l = network.layers[static_cast<size_t>(i)];

@@ -13,8 +13,9 @@
 
 namespace hetflow::partition {
 
-// Parameters of layers [begin, end) held by one device of a tensor-parallel group (a chunk
-// without layer 0 keeps its own copy of tied embeddings).
+// Parameters of layers [begin, end) held by the device of a tensor-parallel group of degree
+// `tensor` that holds the most: the last rank's shard (partition/shard.hpp; a chunk without
+// layer 0 keeps its own copy of tied embeddings). What a closed form sizes a stage with.
 double params_per_device(const model::Network& network, int begin, int end, int tensor);
 // Layer `layer`'s share of that for a chunk starting at `chunk_begin`: params_per_device is
 // their sum, in layer order.
@@ -35,7 +36,11 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
 // Closed form: memory of one device that runs the given chunks. in_flight[c] is the peak
 // number of micro-batches whose activations chunk c holds (from the schedule);
 // hosts_optimizer says whether the optimizer state lives here (all-reduce) or on servers;
-// `tensor` is the degree of the device's rank (without it, the layout's).
+// `tensor` is the degree of the device's rank (without it, the layout's); `tensor_rank` its
+// rank in that group, whose shard it holds (without it, the last rank's, the largest).
+DeviceMemory device_memory(const model::Network& network, const Layout& layout,
+                           const std::vector<Stage>& chunks, const std::vector<int>& in_flight,
+                           bool hosts_optimizer, double capacity_bytes, int tensor, int tensor_rank);
 DeviceMemory device_memory(const model::Network& network, const Layout& layout,
                            const std::vector<Stage>& chunks, const std::vector<int>& in_flight,
                            bool hosts_optimizer, double capacity_bytes, int tensor);

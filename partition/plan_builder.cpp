@@ -114,9 +114,12 @@ void Builder::build() {
       bases.push_back(slots);
       slots += static_cast<size_t>(vw.microbatches) * static_cast<size_t>(t);
       works.push_back(chunk_work(net_, layout_, s, t));
-      const double params = params_per_device(net_, s.layer_begin, s.layer_end, t);
       if (w >= built) continue;
-      for (int d : vw.ranks[static_cast<size_t>(s.rank)]) {
+      const auto& devices_of_rank = vw.ranks[static_cast<size_t>(s.rank)];
+      for (size_t j = 0; j < devices_of_rank.size(); ++j) {
+        const int d = devices_of_rank[j];
+        // Rank j's shard (partition/shard.hpp): what its weight and gradient buffers hold.
+        const double params = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t));
         const auto dd = static_cast<size_t>(d);
         const auto n = static_cast<std::int64_t>(params);
         weights_[dd].push_back(tensor(TensorKind::weight, d, params * model::element_bytes(layout_.precision), {n},

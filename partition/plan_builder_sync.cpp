@@ -128,6 +128,7 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
       }
     }
   }
+  // A piece's bytes: the gradients of the part of the split its members hold (shard.hpp).
   const auto piece = [&](std::vector<int> ranks, double bytes) {
     const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout.sync.bucket_bytes)));
     return Segment::Piece{std::move(ranks), bytes, buckets};
@@ -142,12 +143,17 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
     }
     if (std::adjacent_find(degrees.begin(), degrees.end(), std::not_equal_to<>()) == degrees.end()) {
       // One degree t: rank j of every worker holds the same 1/t (all of a replicated layer).
-      const double bytes = params_per_device(net, begin, end, degrees.front()) * grad_bytes_per_param;
-      for (int j = 0; j < degrees.front(); ++j) seg.pieces.push_back(piece(std::vector<int>(degrees.size(), j), bytes));
+      const int t = degrees.front();
+      for (int j = 0; j < t; ++j) {
+        const double bytes = part_params(net, begin, end, SplitPart::rank(j, t)) * grad_bytes_per_param;
+        seg.pieces.push_back(piece(std::vector<int>(degrees.size(), j), bytes));
+      }
     } else {
       // Different degrees (only tensor-parallel layers have parameters here: check_layout).
-      const double whole = params_per_device(net, begin, end, 1) * grad_bytes_per_param;
-      for (Share& s : shares(degrees)) seg.pieces.push_back(piece(std::move(s.rank_of), whole * s.fraction));
+      for (Share& s : shares(degrees)) {
+        const double bytes = part_params(net, begin, end, s.part) * grad_bytes_per_param;
+        seg.pieces.push_back(piece(std::move(s.rank_of), bytes));
+      }
     }
     segments.push_back(std::move(seg));
     end = begin;
@@ -220,16 +226,17 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
       const Stage& s = vw.stages[k];
       const int t0 = vw.tensor_of(0), tk = vw.tensor_of(k);
       const std::vector<Share> pieces = shares({t0, tk});
-      double tied = 0;  // per piece at one degree, else all of it (tensor-parallel layers: check_layout)
+      std::vector<int> tied_layers;
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
-        tied += layer.tp_splittable && t0 == tk ? layer.tied_params / t0 : layer.tied_params;
+        if (net_.layers[static_cast<size_t>(l)].tied_params > 0) tied_layers.push_back(l);
       }
-      if (tied <= 0) continue;
+      if (tied_layers.empty()) continue;
       for (size_t j = 0; j < pieces.size(); ++j) {
         const int first = device_of(static_cast<int>(w), 0, pieces[j].rank_of[0]);
         const int holder = device_of(static_cast<int>(w), static_cast<int>(k), pieces[j].rank_of[1]);
-        const double bytes = (t0 == tk ? tied : tied * pieces[j].fraction) * grad_bytes_per_param;
+        double tied = 0;  // the piece's rows of the tied matrix
+        for (const int l : tied_layers) tied += tied_part_params(net_, l, pieces[j].part);
+        const double bytes = tied * grad_bytes_per_param;
         if (first == holder) continue;
         const std::vector<int> devices{first, holder};
         const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};
@@ -335,12 +342,13 @@ void Builder::add_parameter_server_sync() {
       // This chunk's layers, grouped by the server that hosts them. Each layer adds what it
       // adds to the chunk's parameters, so a tied embedding held once by a chunk that has both
       // ends of the network is pushed once (the pushes add up to the chunk's gradients).
-      std::map<int, double> params_per_server;
       const int t = vw.tensor_of(k);
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        params_per_server[server_of[static_cast<size_t>(l)]] += layer_params_per_device(net_, l, s.layer_begin, t);
-      }
-      for (int j = 0; j < vw.tensor_of(k); ++j) {
+      for (int j = 0; j < t; ++j) {
+        std::map<int, double> params_per_server;  // rank j's shard of them (shard.hpp)
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          params_per_server[server_of[static_cast<size_t>(l)]] +=
+              layer_part_params(net_, l, s.layer_begin, SplitPart::rank(j, t));
+        }
         const int device = device_of(static_cast<int>(w), static_cast<int>(k), j);
         for (const auto& [server, params] : params_per_server) {
           if (params <= 0) continue;

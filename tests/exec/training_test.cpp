@@ -743,14 +743,7 @@ TEST_P(Conservation, EveryCommunicatorCarriesWhatThePlanSays) {
     double total = 0;
     for (size_t k = 0; k < planned.size(); ++k) {
       const partition::Communicator& comm = plan.communicators[k];
-      // Not yet under tensor parallelism: the gradients a data-parallel, tied-embedding or
-      // server group carries are a rank's shard (partition/shard.hpp: uneven splits, norms and
-      // biases whole on every rank), which the plan still counts as 1/t of the parameters.
-      if (c.tensor > 1 && (comm.role == partition::CommRole::data || comm.role == partition::CommRole::embedding ||
-                           comm.role == partition::CommRole::server)) {
-        continue;
-      }
-      // Nor, under sequence parallelism, the once-a-step all-reduce of the norm gains'
+      // Not yet under sequence parallelism, the once-a-step all-reduce of the norm gains'
       // gradients (each rank saw its own rows) that a chunk's last backward runs inside the
       // task: the plan does not count it yet.
       if (c.sequence_parallel && comm.role == partition::CommRole::tensor) continue;

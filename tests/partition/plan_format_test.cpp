@@ -18,6 +18,7 @@
 #include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
+#include "partition/shard.hpp"
 #include "partition/policy.hpp"
 #include "partition/schedule.hpp"
 #include "partition/validate.hpp"
@@ -601,12 +602,16 @@ TEST(PlanFormat, DataParallelPiecesAddUpToEachLayersParameters) {
   std::map<std::pair<int, int>, int> collectives;
   std::map<int, double> by_device, tied_by_device;
   std::map<int, double> tied_by_worker;
+  std::map<std::pair<int, std::pair<int, int>>, int> pieces_of;  // (device, layer range): pieces it is in
   for (const Collective& c : plan.collectives) {
     const Task& first = plan.tasks[static_cast<size_t>(c.tasks.front())];
     if (c.purpose == Purpose::data_parallel) {
       by_range[{first.layer_begin, first.layer_end}] += c.bytes;
       ++collectives[{first.layer_begin, first.layer_end}];
-      for (int task : c.tasks) by_device[plan.tasks[static_cast<size_t>(task)].device] += c.bytes;
+      for (int task : c.tasks) {
+        by_device[plan.tasks[static_cast<size_t>(task)].device] += c.bytes;
+        ++pieces_of[{plan.tasks[static_cast<size_t>(task)].device, {first.layer_begin, first.layer_end}}];
+      }
     } else if (c.purpose == Purpose::embedding) {
       EXPECT_EQ(c.tasks.size(), 2U);
       tied_by_worker[first.worker] += c.bytes;
@@ -614,33 +619,47 @@ TEST(PlanFormat, DataParallelPiecesAddUpToEachLayersParameters) {
     }
   }
   // The oracle, from the network: a range's parameters (a range without layer 0 keeps its own
-  // copy of the tied embedding), each layer in one range.
+  // copy of the tied embedding), each layer in one range; the parameters every rank holds
+  // whole (norms, biases after a row-parallel sum, positions: the empty part of the split)
+  // go with every piece.
   std::vector<int> covered(net.layers.size(), 0);
+  std::map<std::pair<int, int>, double> replicated_of;  // per range
   for (const auto& [range, bytes] : by_range) {
-    double params = 0;
+    double params = 0, replicated = 0;
     for (int l = range.first; l < range.second; ++l) {
       const model::Layer& layer = net.layers[static_cast<size_t>(l)];
       params += layer.params + (range.first > 0 ? layer.tied_params : 0);
+      replicated += shard_params(net, l, range.first, SplitPart{0, 1, 0, 1}).value();
       ++covered[static_cast<size_t>(l)];
     }
-    EXPECT_NEAR(bytes, params * e, 1e-9 * bytes) << "layers " << range.first << "-" << range.second - 1;
+    replicated_of[range] = replicated;
+    const int pieces = collectives[range];  // (one bucket a piece here)
+    EXPECT_NEAR(bytes, (params + (pieces - 1) * replicated) * e, 1e-9 * bytes)
+        << "layers " << range.first << "-" << range.second - 1;
   }
   EXPECT_EQ(covered, std::vector<int>(net.layers.size(), 1));
   // Degrees 1 and 2 (layers 0-1): two halves; 2 and 2 (layer 2): two; 2 and 1 (layer 3): two;
   // 4 and 1 (layer 4): four quarters; 2 and 1 (head): two. Buckets of 25 MiB hold each.
   EXPECT_EQ(collectives, (std::map<std::pair<int, int>, int>{{{0, 2}, 2}, {{2, 3}, 2}, {{3, 4}, 2}, {{4, 5}, 4}, {{5, 6}, 2}}));
-  // Each device all-reduces exactly its gradient buffer.
+  // Each device all-reduces exactly its gradient buffer, and its replicated parameters once
+  // more for each further piece of a range it is in.
   std::map<int, double> grads;
   for (const Tensor& t : plan.tensors) {
     if (t.kind == TensorKind::weight_grad) grads[t.device] += t.bytes;
   }
+  for (const auto& [key, pieces] : pieces_of) grads[key.first] += (pieces - 1) * replicated_of[key.second] * e;
   ASSERT_EQ(by_device.size(), grads.size());
   for (const auto& [device, bytes] : grads) EXPECT_NEAR(by_device[device], bytes, 1e-9 * bytes) << plan.device_names[static_cast<size_t>(device)];
-  // The tied embedding: all of it between each worker's first and last stage, each device its share.
+  // The tied embedding: all of it between each worker's first and last stage, each device its
+  // share: rank j of 2 holds vocabulary rows [V j / 2, V (j + 1) / 2) (Megatron's split).
   const double tied = net.layers.back().tied_params * e;
   EXPECT_EQ(tied_by_worker, (std::map<int, double>{{0, tied}, {1, tied}}));
-  const std::map<int, double> tied_share{{0, tied}, {3, tied / 2}, {11, tied / 2},  // worker 0: 1 device, then 2
-                                         {8, tied / 2}, {9, tied / 2}, {10, tied}};  // worker 1: 2, then 1
+  const std::int64_t V = net.architecture->vocab;
+  const double row_bytes = net.architecture->hidden * e;
+  const double half0 = static_cast<double>(V / 2) * row_bytes, half1 = static_cast<double>(V - V / 2) * row_bytes;
+  ASSERT_NE(half0, half1);  // an odd vocabulary: the halves differ
+  const std::map<int, double> tied_share{{0, tied}, {3, half0}, {11, half1},   // worker 0: 1 device, then 2
+                                         {8, half0}, {9, half1}, {10, tied}};  // worker 1: 2, then 1
   EXPECT_EQ(tied_by_device, tied_share);
 }
 
@@ -653,18 +672,28 @@ TEST(PlanFormat, EachDeviceHoldsItsStagesShareOfTheWeights) {
     for (int l = begin; l < end; ++l) p += net.layers[static_cast<size_t>(l)].params + (begin > 0 ? net.layers[static_cast<size_t>(l)].tied_params : 0);
     return p;
   };
+  // What every rank holds whole: norms, biases added after a row-parallel sum (the empty part
+  // of the split). Blocks split evenly here (heads, MLP columns divide by 2 and 4).
+  const auto replicated = [&](int begin, int end) {
+    double p = 0;
+    for (int l = begin; l < end; ++l) p += shard_params(net, l, begin, SplitPart{0, 1, 0, 1}).value();
+    return p;
+  };
+  const auto share = [&](int begin, int end, int t) { return (params(begin, end) - replicated(begin, end)) / t + replicated(begin, end); };
   // n-1/gpu0 (device 4) holds a quarter of layer 4; n-2/gpu2 (10) all of layers 3-5; n-0/gpu1 (1) half of 2-3.
-  EXPECT_DOUBLE_EQ(plan.memory[4].weights_bytes, params(4, 5) / 4 * e);
+  EXPECT_DOUBLE_EQ(plan.memory[4].weights_bytes, share(4, 5, 4) * e);
   EXPECT_DOUBLE_EQ(plan.memory[10].weights_bytes, params(3, 6) * e);
-  EXPECT_NEAR(plan.memory[1].weights_bytes, params(2, 4) / 2 * e, 1e-9 * plan.memory[1].weights_bytes);
+  EXPECT_NEAR(plan.memory[1].weights_bytes, share(2, 4, 2) * e, 1e-9 * plan.memory[1].weights_bytes);
   // The closed form at each stage's own degree agrees with the plan's tensors: persistent
   // state exactly, stashed activations for the micro-batches the lifetimes found in flight.
   for (const VirtualWorker& w : plan.layout.workers) {
     for (size_t k = 0; k < w.stages.size(); ++k) {
-      for (const int d : w.ranks[static_cast<size_t>(w.stages[k].rank)]) {
+      const auto& rank = w.ranks[static_cast<size_t>(w.stages[k].rank)];
+      for (size_t j = 0; j < rank.size(); ++j) {
+        const int d = rank[j];
         const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];
-        const DeviceMemory closed =
-            device_memory(net, plan.layout, {w.stages[k]}, {m.peak_in_flight}, true, m.capacity_bytes, w.tensor_of(k));
+        const DeviceMemory closed = device_memory(net, plan.layout, {w.stages[k]}, {m.peak_in_flight}, true,
+                                                  m.capacity_bytes, w.tensor_of(k), static_cast<int>(j));
         const std::string where = plan.device_names[static_cast<size_t>(d)];
         EXPECT_DOUBLE_EQ(closed.weights_bytes, m.weights_bytes) << where;
         EXPECT_DOUBLE_EQ(closed.gradients_bytes, m.gradients_bytes) << where;
