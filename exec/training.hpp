@@ -215,6 +215,12 @@ class Training {
   };
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, Init init, const Ranks* ranks);
+  // The constructor's phases, in order (exec/training_setup.cpp).
+  void read_layout();
+  void make_chunks(std::uint64_t seed);
+  void load_weights(const WeightSource& init);
+  void find_last_backwards();
+  void map_collectives();  // what each gradient and norm collective reduces
   void build_servers(std::uint64_t seed, const WeightSource* init);
   void server_update(TaskContext& task, const std::atomic<bool>& stop);
   void take_gradients(int device, int iteration);

@@ -16,16 +16,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <set>
-#include <tuple>
 #include <optional>
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
-#include "partition/ring_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
 #include "partition/run_graph.hpp"
+#include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
 #include "sim/platform.hpp"
 #include "traces/task_event.hpp"
@@ -37,21 +35,8 @@ using partition::Collective;
 using partition::Plan;
 using partition::Task;
 using partition::TaskKind;
-using partition::Step;
-using partition::Message;
 
 namespace {
-
-// One step of a collective (sim/collective_steps.hpp) with its messages' mailboxes.
-struct MailboxStep {
-  std::vector<std::pair<sg::Mailbox*, double>> puts;  // (to, bytes)
-  std::vector<sg::Mailbox*> gets;                      // from
-  double delay_s = 0;                                  // a wait before anything (coalesced rings)
-  double rate_cap = 0;                                 // puts go no faster (bytes/s; 0: no cap)
-  // Host-to-host flows with no actor on the other side (a folded plan's replicas):
-  // (from device, to device, bytes), paced by rate_cap too.
-  std::vector<std::tuple<int, int, double>> flows;
-};
 
 struct Stream {
   const std::vector<int>* tasks = nullptr;
@@ -120,6 +105,7 @@ class Simulation {
       }
     }
     platform_ = instantiate_platform(spec_, {}, needed_hosts(plan_, options_));
+    steps_.emplace(plan_, cost_, platform_, options_.coalesce_rings);
     const auto t_platform = clock::now();
     prepare();
     std::map<int, std::vector<std::pair<double, double>>> slowdowns;  // per device: (from, factor)
@@ -158,13 +144,9 @@ class Simulation {
  private:
   // --- set-up ---
 
-  // A channel's mailbox is "src>dst:tag", a collective's "src>dst|lane/stream": whatever tag
-  // a plan gives a channel, it never names a collective's mailbox.
+  // A channel's mailbox is "src>dst:tag" (a collective's: sim/mailbox_steps.hpp).
   static sg::Mailbox* mailbox(int src, int dst, const std::string& tag) {
     return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + ":" + tag);
-  }
-  static sg::Mailbox* collective_mailbox(int src, int dst, const std::string& lane_and_stream) {
-    return sg::Mailbox::by_name(std::to_string(src) + ">" + std::to_string(dst) + "|" + lane_and_stream);
   }
 
   // Inputs of every task per iteration, successors and transfer partners: partition::RunGraph.
@@ -335,7 +317,7 @@ class Simulation {
         flight.add(mailbox_of_[static_cast<size_t>(id)]->get_async<int>(&received_), s);
         return;
       case TaskKind::collective:
-        stream.steps = mailbox_steps(plan_.collective(t.collective), t);
+        stream.steps = steps_->of(plan_.collective(t.collective), t);
         stream.step = 0;
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
@@ -463,151 +445,6 @@ class Simulation {
     }
   }
 
-  // --- collectives as steps ---
-
-  // A ring's hops: the largest latency and the smallest bandwidth among them, and whether all
-  // are alike. In a ring's steps every member waits for its predecessor, so the slowest hop
-  // paces them all; a coalesced member waits the largest latency and sends no faster than
-  // the smallest bandwidth, and they end together as the steps do.
-  struct RingHops {
-    bool known = false, uniform = true;
-    double latency_s = 0, bandwidth_bytes_per_s = 0;
-  };
-  const RingHops& ring_hops(size_t collective) const {
-    if (ring_hops_.size() != plan_.collectives.size()) ring_hops_.assign(plan_.collectives.size(), RingHops{});
-    RingHops& h = ring_hops_[collective];
-    if (!h.known) {
-      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
-      const partition::Route first = cost_.route(ring[0], ring[1 % ring.size()]);
-      h = {true, true, first.latency_s, first.bandwidth_bytes_per_s};
-      for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
-        const partition::Route r = cost_.route(ring[i], ring[(i + 1) % ring.size()]);
-        h.uniform = h.uniform && r.latency_s == first.latency_s && r.bandwidth_bytes_per_s == first.bandwidth_bytes_per_s;
-        h.latency_s = std::max(h.latency_s, r.latency_s);
-        h.bandwidth_bytes_per_s = std::min(h.bandwidth_bytes_per_s, r.bandwidth_bytes_per_s);
-      }
-    }
-    return h;
-  }
-
-  // Whether two of the ring's hops cross one link (a node's one NIC, a shared PCIe uplink):
-  // such a link is shared step by step between equal messages, which one transfer per member
-  // does not reproduce. Read from SimGrid's routes, so only asked of rings whose members all
-  // have hosts (never of a folded plan's rings across replicas).
-  bool ring_shares_a_link(size_t collective) const {
-    if (ring_shares_.size() != plan_.collectives.size()) ring_shares_.assign(plan_.collectives.size(), -1);
-    signed char& shares = ring_shares_[collective];
-    if (shares < 0) {
-      shares = 0;
-      const std::vector<int>& ring = plan_.members(plan_.collectives[collective]);
-      std::set<const sg::Link*> used;
-      for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i) {
-        std::vector<sg::Link*> links;
-        double latency = 0;
-        platform_.hosts[static_cast<size_t>(ring[i])]->route_to(platform_.hosts[static_cast<size_t>(ring[(i + 1) % ring.size()])],
-                                                               links, &latency);
-        for (const sg::Link* l : links) shares = static_cast<signed char>(!used.insert(l).second || shares);
-      }
-    }
-    return shares > 0;
-  }
-
-  // A collective's steps for one participant, each message on the mailbox of its phase's
-  // channel between the two devices, scoped by the task's stream (validation puts every
-  // participant of a collective on the same stream) so that collectives on different
-  // streams never match each other's messages.
-  std::vector<MailboxStep> mailbox_steps(const Collective& c, const Task& t) const {
-    // A collective of m messages runs as one message of all the bytes after the other m - 1
-    // rounds' latencies on a timer: the cost model's time (m rounds of steps, the same bytes)
-    // without m times the events (a chunk's per-layer all-reduces are dozens of rounds).
-    const int rounds = c.messages;
-    // A ring run as one transfer needs its steps' number, bytes and peers, not their list: n
-    // members listing 2(n-1) steps each (or copying the n members) is quadratic in time, and
-    // in memory too, as every member holds its list across the mailbox look-ups (simcalls).
-    const bool folded = c.tasks.size() < plan_.members(c).size();
-    const std::optional<partition::RingSteps> ring =
-        partition::ring_steps(partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1}, plan_.members(c), t.device);
-    const bool one_transfer = ring && ring->count > 1 &&
-                              (folded || (options_.coalesce_rings && !ring_shares_a_link(static_cast<size_t>(t.collective))));
-    std::vector<Step> steps;
-    if (!one_transfer) {
-      partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
-      spec.messages = 1;
-      steps = partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
-    }
-    const std::string scope = std::to_string(t.stream);
-    struct Known {
-      int peer;
-      partition::Lane lane;
-      bool send;
-      sg::Mailbox* mailbox;
-    };
-    std::vector<Known> known;  // a collective uses a handful of mailboxes: look each up once
-    auto box = [&](const Message& m, bool send) {
-      for (const Known& k : known) {
-        if (k.peer == m.peer && k.lane == m.lane && k.send == send) return k.mailbox;
-      }
-      const std::string tag = std::to_string(static_cast<int>(m.lane)) + "/" + scope;
-      sg::Mailbox* found = send ? collective_mailbox(t.device, m.peer, tag) : collective_mailbox(m.peer, t.device, tag);
-      known.push_back({m.peer, m.lane, send, found});
-      return found;
-    };
-    std::vector<MailboxStep> out;
-    if (rounds > 1) {
-      double round_latency_s = 0;  // a step waits for its slowest message
-      if (one_transfer) {
-        const double latency_s =
-            std::max(std::max(0.0, cost_.route(t.device, ring->next).latency_s), cost_.route(ring->previous, t.device).latency_s);
-        for (int i = 0; i < ring->count; ++i) round_latency_s += latency_s;
-      }
-      for (const Step& step : steps) {
-        double latency_s = 0;
-        for (const Message& m : step.sends) latency_s = std::max(latency_s, cost_.route(t.device, m.peer).latency_s);
-        for (const Message& m : step.receives) latency_s = std::max(latency_s, cost_.route(m.peer, t.device).latency_s);
-        round_latency_s += latency_s;
-      }
-      MailboxStep wait;
-      wait.delay_s = (rounds - 1) * round_latency_s;
-      out.push_back(wait);
-    }
-    // A ring member coalesced or standing for its replicas (folded): the steps' latencies but
-    // one on a timer, then all their bytes in one step, paced by the ring's slowest hop.
-    if (one_transfer) {
-      const RingHops& hops = ring_hops(static_cast<size_t>(t.collective));
-      double bytes = 0;
-      for (int i = 0; i < ring->count; ++i) bytes += ring->bytes;  // summed as the steps' are
-      MailboxStep wait;
-      wait.delay_s = static_cast<double>(ring->count - 1) * hops.latency_s;
-      out.push_back(wait);
-      MailboxStep transfer;
-      if (folded) {
-        // A folded plan's collective across replicas: this member stands for every replica's,
-        // all alike: its own two flows, from its predecessor and to its successor, which no
-        // actor on the replicas' devices posts.
-        transfer.flows = {{ring->previous, t.device, bytes}, {t.device, ring->next, bytes}};
-      } else {
-        // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
-        transfer.puts.emplace_back(box(Message{ring->next, ring->bytes, ring->lane}, true), bytes);
-        transfer.gets.push_back(box(Message{ring->previous, 0, ring->lane}, false));
-      }
-      if (!hops.uniform) transfer.rate_cap = hops.bandwidth_bytes_per_s;
-      out.push_back(std::move(transfer));
-      return out;
-    }
-    if (folded) {
-      throw PlanError("collective " + std::to_string(t.collective) +
-                      " of a folded plan is not a ring all-reduce, reduce-scatter or all-gather");
-    }
-    out.reserve(steps.size());
-    for (const Step& step : steps) {
-      MailboxStep posted;
-      for (const Message& m : step.sends) posted.puts.emplace_back(box(m, true), m.bytes);
-      for (const Message& m : step.receives) posted.gets.push_back(box(m, false));
-      out.push_back(std::move(posted));
-    }
-    return out;
-  }
-
   // Reports progress when an interval of host time has passed since the last report.
   void report_progress() {
     const auto now = std::chrono::steady_clock::now();
@@ -705,8 +542,7 @@ class Simulation {
   int iterations_;
   PlatformSpec spec_;
   Platform platform_;
-  mutable std::vector<RingHops> ring_hops_;  // per collective, computed when first run
-  mutable std::vector<signed char> ring_shares_;  // per collective: ring_shares_a_link, -1 until asked
+  std::optional<MailboxSteps> steps_;  // each collective's steps, once the platform exists
   std::vector<Device> devices_;
   std::optional<partition::RunGraph> graph_;  // successors, inputs per iteration, transfer partners
   std::vector<std::vector<int>> remaining_;   // per iteration, per task: inputs not yet done

@@ -1,0 +1,544 @@
+// exec::Training set up from a plan: its chunks and their parameters (initialised, or loaded
+// from weights), the gradient spans each collective reduces, and the checks that refuse a
+// plan real math cannot run.
+#include "exec/training.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "exec/training_chunk.hpp"
+#include "kernels/transformer.hpp"
+#include "model/error.hpp"
+#include "model/units.hpp"
+
+namespace hetflow::exec {
+
+using partition::TaskKind;
+using partition::TensorKind;
+using Floats = std::vector<float>;
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Tensors a HuggingFace checkpoint carries that are not parameters.
+bool is_buffer(const std::string& name) {
+  for (const char* tail : {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"}) {
+    const std::string t(tail);
+    if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0) return true;
+  }
+  return false;
+}
+
+// Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
+// embedding's table (the first chunk's, or the last chunk's copy), or layers [begin, end).
+std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkParams& held, const SplitPart& part,
+                                         bool embedding, int begin, int end) {
+  const size_t tied = held.has_embedding ? 0 : held.head_slot;
+  return runs_of_part(held, chunk_params_part(shape, held.layer_begin, held.layer_end, part), [&](size_t i) {
+    return embedding ? i == tied : held.slots[i].layer >= begin && held.slots[i].layer < end;
+  });
+}
+
+}  // namespace
+namespace training_detail {
+
+int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
+  for (const int t : ids) {
+    if (plan.tensor(t).kind == kind) return t;
+  }
+  return -1;
+}
+
+// HuggingFace's GPT-2 checkpoints name the base model's tensors without "transformer.";
+// these are the names a parameter may have in a file.
+std::vector<std::string> file_names(const std::string& name) {
+  std::vector<std::string> names{name};
+  const std::string prefix = "transformer.";
+  if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(prefix.size()));
+  return names;
+}
+
+void check_shape(const ParamSlot& slot, const WeightSource& source, size_t index) {
+  const TensorInfo& t = source.tensors()[index];
+  if (t.shape != slot.shape) {
+    throw InputError(source.path(), 0, slot.name,
+                     "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
+  }
+}
+
+// This rank's share of a parameter from the source's tensor `index` (read now).
+void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out) {
+  check_shape(slot, source, index);
+  const std::vector<float> data = source.read(index);
+  const std::vector<float> shard = shard_of(slot, data.data());
+  std::copy(shard.begin(), shard.end(), out);
+}
+
+// The index in `source` of the tensor holding `slot` (under any of its file names), or npos.
+size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name) {
+  for (const std::string& name : file_names(slot_name)) {
+    if (auto i = by_name.find(name); i != by_name.end()) return i->second;
+  }
+  return static_cast<size_t>(-1);
+}
+
+std::map<std::string, size_t> tensor_index(const WeightSource& source) {
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < source.tensors().size(); ++i) by_name[source.tensors()[i].name] = i;
+  return by_name;
+}
+
+}  // namespace training_detail
+
+namespace {
+
+std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::string& path) {
+  if (init == nullptr) return nullptr;
+  return std::make_unique<InMemoryWeights>(*init, path);
+}
+
+}  // namespace
+
+using training_detail::file_names;
+using training_detail::load;
+using training_detail::tensor_of_kind;
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
+    // (The wrapper lives until the delegated constructor returns: the end of this full-expression.)
+    : Training(plan, std::move(data), optimizer, seed, Init{in_memory(init, init_path).get()}, ranks) {}
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, const WeightSource& init, const Ranks* ranks)
+    : Training(plan, std::move(data), optimizer, seed, Init{&init}, ranks) {}
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, Init init_weights, const Ranks* ranks)
+    : plan_(plan),
+      ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
+      ops_of_([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); }),
+      data_(std::move(data)),
+      optimizer_(optimizer) {
+  read_layout();
+  make_chunks(seed);
+  check_sequence_shards();
+  find_send_slices();
+  const WeightSource* init = init_weights.source;
+  if (init != nullptr) load_weights(*init);
+  find_last_backwards();
+  if (parameter_server_) build_servers(seed, init);
+  scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
+  if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {
+    // A worker running ahead (WSP) would scale its gradients before the verdict that sets
+    // the scale is known; a constant scale works.
+    throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
+  }
+  map_collectives();
+}
+
+// The plan's network and layout as real math needs them: the decoder's shape, each device's
+// tensor-parallel position, each worker's first sample, the learning-rate schedule.
+void Training::read_layout() {
+  const partition::Plan& plan = plan_;
+  if (!plan.network.architecture) {
+    throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
+                    "GPT-2 and LLaMA style decoders (use --compute proxy)");
+  }
+  shape_ = decoder_shape(*plan.network.architecture);
+  for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
+  const partition::Layout& layout = plan.layout;
+  parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
+  staleness_ = layout.sync.staleness;
+  for (const partition::VirtualWorker& vw : layout.workers) {
+    for (const auto& rank : vw.ranks) {
+      for (size_t j = 0; j < rank.size(); ++j) tp_position_[rank[j]] = {static_cast<int>(j), static_cast<int>(rank.size())};
+    }
+  }
+  if (static_cast<int>(plan_.network.layers.size()) != shape_.layers + 2) {
+    throw PlanError("the plan's network has " + std::to_string(plan_.network.layers.size()) +
+                    " layers where its architecture gives " + std::to_string(shape_.layers + 2));
+  }
+  int samples = 0, parts = 0;
+  for (const partition::VirtualWorker& vw : layout.workers) {
+    sample_base_.push_back(samples);
+    loss_part_base_.push_back(parts);
+    samples += vw.microbatches * layout.micro_batch_size;
+    parts += vw.microbatches;
+  }
+  global_batch_ = samples;
+  schedule_ = optimizer_.schedule(global_batch_);
+  schedule_.check();  // (a decay style without a decay end would divide 0 by 0)
+  // A token file too short for one step is the input's fault (InputError): said now, not
+  // by the first forward task.
+  if (data_) (void)data_->batch(0, global_batch_, shape_.S);
+
+}
+
+// One chunk per (device, stage) that computes here, its parameters initialised from `seed`;
+// and which chunk each weight and gradient tensor belongs to.
+void Training::make_chunks(std::uint64_t seed) {
+  const partition::Plan& plan = plan_;
+  const partition::Layout& layout = plan.layout;
+  // One chunk per (device, stage) that computes, found from the forward tasks' weights.
+  std::set<int> norm_ranks;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind == TaskKind::optimizer) {
+      ++optimizer_tasks_;
+      if (local(task.device)) ++local_optimizer_tasks_;
+      if (ranks_ != nullptr) norm_ranks.insert(ranks_->owner(task.device, plan.device_count()));
+    }
+    if (task.kind != TaskKind::forward) continue;
+    const int weight = tensor_of_kind(plan, plan.reads(static_cast<int>(t)), TensorKind::weight);
+    if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
+    const auto [tp_rank, tp] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+    if (!local(task.device)) {  // another rank's: its parameters' layout (a server adds its pushes)
+      if (parameter_server_ && !params_at_.count({task.device, task.worker, task.stage})) {
+        params_at_.emplace(std::tuple{task.device, task.worker, task.stage},
+                           chunk_params(shape_, task.layer_begin, task.layer_end, tp_rank, tp));
+      }
+      continue;
+    }
+    if (chunk_of_tensor_.count(weight)) continue;
+    auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
+                                     ops_of_(task.device), layout.sequence_parallel);
+    c->device = task.device;
+    c->worker = task.worker;
+    c->stage = task.stage;
+    c->tp_rank = tp_rank;
+    c->tp = tp;
+    if (tp > 1) {
+      const auto& group = layout.workers[static_cast<size_t>(task.worker)]
+                              .ranks[static_cast<size_t>(layout.workers[static_cast<size_t>(task.worker)].stages[static_cast<size_t>(task.stage)].rank)];
+      for (size_t id = 0; id < plan.communicators.size(); ++id) {
+        if (plan.communicators[id].role == partition::CommRole::tensor && plan.communicators[id].devices == group) {
+          c->communicator = static_cast<int>(id);
+        }
+      }
+      if (c->communicator < 0) throw PlanError("no tensor-parallel communicator holds the devices of worker " +
+                                               std::to_string(task.worker) + " stage " + std::to_string(task.stage));
+    }
+    chunk_at_[{task.device, task.worker, task.stage}] = c.get();
+    const ChunkParams& p = c->math.params();
+    params_at_.emplace(std::tuple{task.device, task.worker, task.stage}, p);
+    const double expected = plan.tensor(weight).shape.empty() ? -1 : static_cast<double>(plan.tensor(weight).shape[0]);
+    // The plan counts this rank's shard as the real split lays it out (partition/shard.hpp).
+    if (expected != static_cast<double>(p.count)) {
+      throw PlanError("the weight tensor " + std::to_string(weight) + " of layers " + std::to_string(task.layer_begin) +
+                      "-" + std::to_string(task.layer_end - 1) + " holds " + std::to_string(expected) +
+                      " parameters; the real layers have " + std::to_string(p.count) +
+                      (tp > 1 ? " on tensor-parallel rank " + std::to_string(tp_rank) + " of " + std::to_string(tp) : ""));
+    }
+    for (const ParamSlot& slot : p.slots) {
+      if (!slot.split) c->replicated.push_back({slot.offset, slot.count, 0});
+    }
+    std::vector<float> initial(p.count);
+    init_params(p, shape_, seed, initial.data());
+    c->params = c->ops().floats(p.count);
+    c->ops().upload(c->params.data(), initial.data(), p.count);
+    c->grads = c->ops().zeros(p.count);
+    c->m = c->ops().zeros(p.count);
+    c->v = c->ops().zeros(p.count);
+    chunk_of_tensor_[weight] = c.get();
+    chunks_.push_back(std::move(c));
+  }
+  norm_ranks_.assign(norm_ranks.begin(), norm_ranks.end());
+  // Gradient tensors: what B or W of the same (device, stage) writes.
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const int grad = tensor_of_kind(plan, plan.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad < 0 || chunk_of_tensor_.count(grad)) continue;
+    for (auto& c : chunks_) {
+      if (c->device == task.device && c->stage == task.stage && c->worker == task.worker) chunk_of_tensor_[grad] = c.get();
+    }
+  }
+}
+
+// The parameters of every local chunk from `init`, each tensor read once; refuses a file of
+// another model (a missing, extra or misshapen tensor, an untied head that differs).
+void Training::load_weights(const WeightSource& source) {
+  const WeightSource* init = &source;
+  const std::string& init_path = init->path();
+  const std::map<std::string, size_t> by_name = training_detail::tensor_index(*init);
+  std::set<std::string> model_names;  // the whole model's, wherever its chunks run
+  for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
+    for (const std::string& name : file_names(slot.name)) model_names.insert(name);
+  }
+  // A tied model's file may also hold the head as its own tensor (HuggingFace writes one
+  // when it saves tied weights unshared): taken when it is the embedding, bit for bit. A
+  // rank whose chunks hold neither (and no server) leaves the check to those that do.
+  const bool holds_table = parameter_server_ || std::any_of(chunks_.begin(), chunks_.end(), [](const auto& c) {
+                             return c->math.params().has_embedding || c->math.params().has_head;
+                           });
+  if (const auto head = by_name.find("lm_head.weight"); shape_.tied && head != by_name.end()) {
+    const char* table = shape_.family == DecoderFamily::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    const size_t embedding = training_detail::find_tensor(by_name, table);
+    if (embedding == static_cast<size_t>(-1)) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
+    if (holds_table) {
+      const std::vector<float> embedding_data = init->read(embedding), head_data = init->read(head->second);
+      if (init->tensors()[embedding].shape != init->tensors()[head->second].shape ||
+          !std::equal(embedding_data.begin(), embedding_data.end(), head_data.begin(), head_data.end(),
+                      [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; })) {
+        throw InputError(init_path, 0, "lm_head.weight",
+                         std::string("differs from ") + table + ", and this model ties the LM head to the embedding");
+      }
+    }
+    model_names.insert("lm_head.weight");
+  }
+  for (const TensorInfo& t : init->tensors()) {
+    // Parameters the model lacks are refused too: a file for another model.
+    if (!model_names.count(t.name) && !is_buffer(t.name)) {
+      throw InputError(init_path, 0, t.name, "not a parameter of this model (" + describe() + ")");
+    }
+  }
+  // Each tensor is read once, then each local chunk holding a share of it (replicas,
+  // tensor-parallel ranks, a tied copy) takes its share: what is held at once is one
+  // tensor and one share, whatever the model's size.
+  std::map<size_t, std::vector<std::pair<Chunk*, const ParamSlot*>>> holders;  // tensor -> its slots here
+  for (auto& c : chunks_) {
+    for (const ParamSlot& slot : c->math.params().slots) {
+      const size_t found = training_detail::find_tensor(by_name, slot.name);
+      if (found == static_cast<size_t>(-1)) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
+      training_detail::check_shape(slot, *init, found);
+      holders[found].emplace_back(c.get(), &slot);
+    }
+  }
+  for (const auto& [index, slots] : holders) {
+    const std::vector<float> tensor = init->read(index);
+    for (const auto& [c, slot] : slots) {
+      const std::vector<float> share = shard_of(*slot, tensor.data());
+      c->ops().upload(c->params.data() + slot->offset, share.data(), share.size());
+    }
+  }
+
+}
+
+void Training::find_last_backwards() {
+  // Each chunk's last backward of an iteration, in program order (the same micro-batch on
+  // every tensor-parallel rank: they run one schedule). Its backwards must share one stream,
+  // or "last" has no meaning.
+  last_backward_.assign(plan_.tasks.size(), 0);
+  std::map<const Chunk*, std::pair<int, int>> last;  // chunk -> (stream, task)
+  for (const auto& device : plan_.programs) {
+    for (const partition::StreamProgram& program : device) {
+      for (const int task : program.tasks) {
+        if (plan_.task(task).kind != TaskKind::backward) continue;
+        const auto c = chunk_of_tensor_.find(tensor_of_kind(plan_, plan_.reads(task), TensorKind::weight));
+        if (c == chunk_of_tensor_.end()) continue;
+        const auto [at, fresh] = last.try_emplace(c->second, program.stream, task);
+        if (!fresh && at->second.first != program.stream) {
+          throw PlanError("the backward tasks of worker " + std::to_string(c->second->worker) + " stage " +
+                          std::to_string(c->second->stage) + " on device " + std::to_string(c->second->device) +
+                          " run on two streams; a chunk's backwards must follow one another");
+        }
+        at->second.second = task;
+      }
+    }
+  }
+  for (const auto& [chunk, where] : last) last_backward_[static_cast<size_t>(where.second)] = 1;
+}
+
+void Training::map_collectives() {
+  const partition::Plan& plan = plan_;
+  // Collectives: the gradient span each reduces, or the gradient norm.
+  collective_span_.assign(plan.tasks.size(), {0, 0});
+  collective_chunk_.assign(plan.tasks.size(), nullptr);
+  norm_task_.assign(plan.tasks.size(), 0);
+  has_norm_.assign(static_cast<size_t>(plan.device_count()), 0);
+  norm_square_.assign(static_cast<size_t>(plan.device_count()), {});
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind == TaskKind::collective && task.purpose == partition::Purpose::gradient_norm) {
+      norm_task_[t] = 1;
+      has_norm_[static_cast<size_t>(task.device)] = 1;
+      plan_has_norm_ = true;
+      if (local(task.device)) norm_square_[static_cast<size_t>(task.device)] = ops_of_(task.device).floats(1);
+    }
+  }
+  // Each gradient collective reduces the part of Megatron's split its members hold in common
+  // (all of a rank's when every worker has the same degree): a span of the chunk's
+  // gradients, or runs gathered in the part's order. A bucketed piece splits its floats
+  // evenly among its buckets, in task order.
+  using PieceKey = std::tuple<int, int, int, long long, long long, long long>;  // grad, layers, part (lo, hi, denominator)
+  std::map<PieceKey, std::vector<int>> buckets;  // -> its tasks, in order
+  std::map<PieceKey, std::vector<FloatRun>> runs_of_piece;
+  collective_runs_.assign(plan.tasks.size(), {});
+  gathered_.assign(plan.tasks.size(), {});
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::collective || !local(task.device)) continue;
+    const auto& c = plan.collective(task.collective);
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    const auto reads = plan.reads(static_cast<int>(t));
+    const auto found = reads.empty() ? chunk_of_tensor_.end() : chunk_of_tensor_.find(reads[0]);
+    if (found == chunk_of_tensor_.end()) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces no gradient tensor of a chunk");
+    }
+    Chunk& chunk = *found->second;
+    collective_chunk_[t] = &chunk;
+    const ChunkParams& p = chunk.math.params();
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    if (!embedding && (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end)) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces layers its chunk does not hold");
+    }
+    const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+    const SplitPart part = common_part(plan.members(c));
+    const bool whole_rank = part.lo_num * chunk.tp == static_cast<long long>(chunk.tp_rank) * part.lo_den &&
+                            part.hi_num * chunk.tp == static_cast<long long>(chunk.tp_rank + 1) * part.hi_den;
+    const size_t tied = p.has_embedding ? 0 : p.head_slot;
+    if (whole_rank && embedding) {
+      collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
+      continue;
+    }
+    const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
+    buckets[key].push_back(static_cast<int>(t));
+    if (whole_rank || runs_of_piece.count(key)) continue;
+    runs_of_piece[key] = runs_of_collective(shape_, p, part, embedding, begin, end);
+  }
+  check_collective_sizes();
+  for (const auto& [key, tasks] : buckets) {
+    const auto& [grad, begin, end, lo, hi, denominator] = key;
+    const size_t k = tasks.size();
+    if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
+      const size_t n = floats_of(runs->second);
+      for (size_t b = 0; b < k; ++b) {
+        collective_runs_[static_cast<size_t>(tasks[b])] = slice_runs(runs->second, n * b / k, n * (b + 1) / k);
+      }
+      continue;
+    }
+    const ChunkParams& p = chunk_of_tensor_.at(grad)->math.params();
+    const size_t from = p.layer_start[static_cast<size_t>(begin - p.layer_begin)];
+    const size_t to = p.layer_start[static_cast<size_t>(end - p.layer_begin)];
+    const size_t n = to - from;
+    for (size_t b = 0; b < k; ++b) {
+      collective_span_[static_cast<size_t>(tasks[b])] = {from + n * b / k, from + n * (b + 1) / k};
+    }
+  }
+}
+
+// Every member of a gradient collective must bring as many floats as the others, or the sum
+// would mix parameters: refused before the run (a worker whose one chunk holds both ends of a
+// tied embedding has no head copy to all-reduce, for one).
+void Training::check_collective_sizes() const {
+  std::map<int, std::pair<int, int>> layers_of_grad;  // weight_grad tensor -> its chunk's layers
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const int grad = tensor_of_kind(plan_, plan_.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad >= 0) layers_of_grad.try_emplace(grad, task.layer_begin, task.layer_end);
+  }
+  std::map<std::tuple<int, int, int, int, int, int, long long, long long, long long>, size_t> cache;
+  for (size_t id = 0; id < plan_.collectives.size(); ++id) {
+    const partition::Collective& c = plan_.collectives[id];
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    const SplitPart part = common_part(plan_.members(c));
+    size_t first = 0;
+    int first_device = -1;
+    for (size_t i = 0; i < c.tasks.size(); ++i) {
+      const partition::Task& task = plan_.task(c.tasks[i]);
+      const auto reads = plan_.reads(c.tasks[i]);
+      const auto layers = reads.empty() ? layers_of_grad.end() : layers_of_grad.find(reads[0]);
+      if (layers == layers_of_grad.end()) continue;  // not a chunk's gradients: refused where it runs
+      const auto [j, t] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+      const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+      const std::tuple key{layers->second.first, layers->second.second, j, t, begin, end,
+                           part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
+      auto found = cache.find(key);
+      if (found == cache.end()) {
+        const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
+        found = cache.emplace(key, floats_of(runs_of_collective(shape_, mine, part, embedding, begin, end))).first;
+      }
+      if (first_device < 0) {
+        first = found->second;
+        first_device = task.device;
+      }
+      if (found->second != first) {
+        throw PlanError("collective " + std::to_string(id) + " (" + std::string(partition::to_string(c.purpose)) +
+                        ") sums " + std::to_string(first) + " floats on device " + std::to_string(first_device) + " but " +
+                        std::to_string(found->second) +
+                        " on device " + std::to_string(task.device) + ": its members hold different parameters");
+      }
+    }
+  }
+}
+
+// The part of Megatron's split that every member holds: the intersection of their ranks'
+// [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
+SplitPart Training::common_part(const std::vector<int>& members) const {
+  SplitPart part{0, 1, 1, 1};
+  for (const int d : members) {
+    const auto found = tp_position_.find(d);
+    const auto [j, t] = found == tp_position_.end() ? std::pair{0, 1} : found->second;
+    if (static_cast<long long>(j) * part.lo_den > part.lo_num * t) part.lo_num = j, part.lo_den = t;
+    if (static_cast<long long>(j + 1) * part.hi_den < part.hi_num * t) part.hi_num = j + 1, part.hi_den = t;
+  }
+  // In lowest terms, so one part has one spelling whatever the members' degrees.
+  const long long lo = std::gcd(part.lo_num, part.lo_den), hi = std::gcd(part.hi_num, part.hi_den);
+  return {part.lo_num / lo, part.lo_den / lo, part.hi_num / hi, part.hi_den / hi};
+}
+
+void Training::place(OpsOfDevice ops_of_device) {
+  ops_of_ = std::move(ops_of_device);
+  for (auto& c : chunks_) c->move_to(ops_of_(c->device));
+  for (size_t d = 0; d < norm_square_.size(); ++d) {
+    if (!norm_square_[d].empty()) norm_square_[d] = ops_of_(static_cast<int>(d)).floats(1);
+  }
+}
+
+void Training::place_home() {
+  place([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); });
+}
+
+// Under sequence parallelism a chunk's boundaries are its rank's rows of the micro-batch's N
+// tokens (exec/decoder.hpp), and the plan's shards 1/t of the whole: the same when t divides
+// N (as Megatron requires of the sequence). The compute reads and writes the shards (a plan
+// from before hetflow planned it so gathered and reduce-scattered whole tensors: refused).
+void Training::check_sequence_shards() const {
+  if (!plan_.layout.sequence_parallel) return;
+  const auto rows = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S);
+  const size_t whole = rows * static_cast<size_t>(shape_.C);
+  for (const auto& c : chunks_) {
+    if (c->tp < 2) continue;
+    if (rows % static_cast<size_t>(c->tp) != 0) {
+      throw PlanError("sequence parallelism over " + std::to_string(c->tp) + " ranks (worker " + std::to_string(c->worker) +
+                      " stage " + std::to_string(c->stage) + ") splits a micro-batch's " + std::to_string(rows) +
+                      " tokens (micro_batch_size x seq_len) into equal shards: " + std::to_string(c->tp) +
+                      " does not divide them");
+    }
+  }
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind != TaskKind::forward && task.kind != TaskKind::backward) continue;
+    const auto found = chunk_at_.find({task.device, task.worker, task.stage});
+    if (found == chunk_at_.end() || found->second->tp < 2) continue;
+    const int id = static_cast<int>(t);
+    const TensorKind kind = task.kind == TaskKind::forward ? TensorKind::activation : TensorKind::activation_grad;
+    const int read = tensor_of_kind(plan_, plan_.reads(id), kind);
+    const auto writes = plan_.writes(id);
+    const bool partial = tensor_of_kind(plan_, writes, TensorKind::partial_sum) >= 0;
+    const int written = tensor_of_kind(plan_, writes, kind);  // (a forward's output when not partial)
+    std::string fault;
+    if (read >= 0 && buffer_bytes(read) == whole * sizeof(float)) fault = "reads a whole boundary tensor";
+    if (task.kind == TaskKind::backward && partial) fault = "writes a partial sum of its input gradient";
+    if (!partial && written >= 0 && buffer_bytes(written) == whole * sizeof(float)) fault = "writes a whole boundary tensor";
+    if (!fault.empty()) {
+      throw PlanError("task " + std::to_string(t) + " of a sequence-parallel chunk " + fault +
+                      ", not its rank's shard: a plan of an earlier hetflow; plan it again");
+    }
+  }
+}
+
+}  // namespace hetflow::exec

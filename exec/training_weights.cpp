@@ -1,0 +1,158 @@
+// exec::Training's results: the losses, and the weights gathered from every rank into one
+// file at rank 0.
+#include "exec/training.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "exec/training_chunk.hpp"
+#include "kernels/transformer.hpp"
+#include "model/error.hpp"
+#include "model/units.hpp"
+
+namespace hetflow::exec {
+
+using partition::TaskKind;
+using partition::TensorKind;
+using training_detail::tensor_of_kind;
+using Floats = std::vector<float>;
+
+std::vector<double> Training::losses() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  const double tokens = static_cast<double>(global_batch_) * shape_.S;
+  for (const auto& [iteration, parts] : loss_parts_) {
+    double sum = 0;
+    for (const double part : parts) sum += part;
+    out.push_back(sum / tokens);
+  }
+  return out;
+}
+
+SafetensorsFile Training::weights() const {
+  SafetensorsFile file;
+  struct Held {
+    int tp_rank = 0;
+    const ChunkParams* params = nullptr;
+    const float* values = nullptr;
+  };
+  std::map<int, std::vector<Held>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
+  std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
+  host.reserve(chunks_.size());
+  for (const auto& c : chunks_) {
+    if (c->worker != 0) continue;
+    host.push_back(c->host_params());
+    stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data()});
+  }
+  for (const RemoteChunk& c : remote_chunks_) stages[c.stage].push_back({c.tp_rank, &c.params, c.values.data()});
+  // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
+  std::map<std::string, const float*> served;
+  for (const auto& [device, server] : servers_) {
+    for (const auto& [name, p] : server.params) served[name] = p.p.data();
+  }
+  for (const auto& [name, values] : remote_server_weights_) served[name] = values.data();
+  for (auto& [stage, ranks] : stages) {
+    std::sort(ranks.begin(), ranks.end(), [](const Held& a, const Held& b) { return a.tp_rank < b.tp_rank; });
+    const auto& slots = ranks.front().params->slots;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const ParamSlot& slot = slots[i];
+      if (slot.tied_copy) continue;
+      size_t elements = 1;
+      for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
+      NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
+      if (auto s = served.find(slot.name); parameter_server_ && s != served.end()) {
+        // The server's whole parameter: a rank's slot with the whole tensor as its one piece.
+        ParamSlot whole = slot;
+        whole.count = static_cast<size_t>(slot.full_rows * slot.full_cols);
+        whole.pieces = {Piece{0, slot.full_rows, 0, slot.full_cols}};
+        place_shard(whole, s->second, t.data.data());
+      } else {
+        for (const Held& held : ranks) {
+          const ParamSlot& mine = held.params->slots[i];
+          place_shard(mine, held.values + mine.offset, t.data.data());
+        }
+      }
+      file.tensors.push_back(std::move(t));
+    }
+  }
+  file.metadata["format"] = "pt";
+  file.metadata["producer"] = "hetflow";
+  return file;
+}
+
+void Training::collect_at_root() {
+  if (ranks_ == nullptr) return;
+  std::vector<std::byte> mine;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [iteration, parts] : loss_parts_) {
+      put(mine, std::uint64_t{1});
+      put(mine, iteration);
+      put(mine, static_cast<std::uint64_t>(parts.size()));
+      for (const double part : parts) put(mine, part);
+    }
+    for (const auto& c : chunks_) {
+      if (c->worker != 0) continue;
+      put(mine, std::uint64_t{2});
+      for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end}) put(mine, v);
+      const std::vector<float> values = c->host_params();
+      put(mine, static_cast<std::uint64_t>(values.size()));
+      for (const float v : values) put(mine, v);
+    }
+    for (const int iteration : skipped_iterations_) {  // (a rank with no optimizer and no server sees none)
+      put(mine, std::uint64_t{4});
+      put(mine, iteration);
+    }
+    for (const auto& [device, server] : servers_) {
+      for (const auto& [name, p] : server.params) {
+        put(mine, std::uint64_t{3});
+        put_string(mine, name);
+        put(mine, static_cast<std::uint64_t>(p.p.size()));
+        for (const float v : p.p) put(mine, v);
+      }
+    }
+  }
+  const auto all = ranks_->gather(mine);
+  if (ranks_->rank() != 0) return;
+  std::lock_guard lock(mutex_);
+  for (size_t r = 1; r < all.size(); ++r) {
+    ByteReader in(all[r]);
+    while (!in.done()) {
+      const auto kind = in.get<std::uint64_t>();
+      if (kind == 1) {  // a step's loss parts: each written by one rank, zero elsewhere, so a sum is exact
+        const int iteration = in.get<int>();
+        auto& parts = loss_parts_[iteration];
+        const auto n = static_cast<size_t>(in.get<std::uint64_t>());
+        if (parts.size() < n) parts.resize(n, 0.0);
+        for (size_t i = 0; i < n; ++i) parts[i] += in.get<double>();
+      } else if (kind == 2) {
+        RemoteChunk c;
+        c.stage = in.get<int>();
+        c.tp_rank = in.get<int>();
+        const int tp = in.get<int>(), begin = in.get<int>(), end = in.get<int>();
+        c.params = chunk_params(shape_, begin, end, c.tp_rank, tp);
+        c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(c.values));
+        if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
+        remote_chunks_.push_back(std::move(c));
+      } else if (kind == 4) {  // a step some rank saw skipped
+        skipped_iterations_.insert(in.get<int>());
+      } else if (kind == 3) {
+        const std::string name = in.get_string();
+        auto& values = remote_server_weights_[name];
+        values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(values));
+      } else {
+        throw Error("rank " + std::to_string(r) + " sent an unknown record of its training");
+      }
+    }
+  }
+}
+
+}  // namespace hetflow::exec
