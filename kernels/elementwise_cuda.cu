@@ -112,6 +112,14 @@ __global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {
   for (long i = first_index(); i < n; i += grid_stride()) out[i] = __half2float(__ushort_as_half(in[i]));
 }
 
+// sign +1: the forward rotation; -1: its inverse (the gradient).
+Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
+                   CudaStream stream) {
+  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
+  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
+  return cuda::launched();
+}
+
 }  // namespace
 
 namespace launch {
@@ -148,11 +156,13 @@ Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* g
   return cuda::launched();
 }
 
-Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
-                   CudaStream stream) {
-  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
-  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
-  return cuda::launched();
+Status rope_forward(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, CudaStream stream) {
+  return rope_rotate(x, N, T, heads, head_dim, rope, 1.0, stream);
+}
+
+Status rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
+                     CudaStream stream) {
+  return rope_rotate(dx, N, T, heads, head_dim, rope, -1.0, stream);
 }
 
 Status cast_fp32_to_bf16(std::uint16_t* out, const float* in, long n, CudaStream stream) {
