@@ -1,6 +1,6 @@
-// The pointwise kernels of transformer_cuda.hpp: residual and bias adds, GELU, SwiGLU, RoPE
-// and the fp32 <-> bf16 / fp16 casts. The adds, GELU and SwiGLU are grid-stride loops over
-// the reference's fp32 formulas; RoPE takes one block per row.
+// The pointwise kernels of transformer_cuda.hpp: residual and bias adds (apart and in one
+// pass), GELU, SwiGLU, RoPE and the fp32 <-> bf16 / fp16 casts. The adds, GELU and SwiGLU are
+// grid-stride loops over the reference's fp32 formulas; RoPE takes one block per row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,6 +25,13 @@ __global__ void residual_add_kernel(float* y, const float* x, long n) {
 
 __global__ void bias_add_kernel(float* y, const float* b, long n, int C) {
   for (long i = first_index(); i < n; i += grid_stride()) y[i] += b[i % C];
+}
+
+// The reference's two adds per element, in its order (no contraction applies to adds).
+__global__ void bias_residual_add_kernel(float* y, const float* b, const float* residual, long n, int C) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    y[i] = b == nullptr ? y[i] + residual[i] : (y[i] + b[i % C]) + residual[i];
+  }
 }
 
 // GELU's gate 0.5 (1 + tanh(u)) as the sigmoid 1 / (1 + exp(-2u)), the reference's formula
@@ -132,6 +139,12 @@ Status residual_add(float* y, const float* x, long n, CudaStream stream) {
 Status bias_add(float* y, const float* b, int N, int C, CudaStream stream) {
   const long n = static_cast<long>(N) * C;
   bias_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, b, n, C);
+  return cuda::launched();
+}
+
+Status bias_residual_add(float* y, const float* b, const float* residual, int N, int C, CudaStream stream) {
+  const long n = static_cast<long>(N) * C;
+  bias_residual_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, b, residual, n, C);
   return cuda::launched();
 }
 
