@@ -118,23 +118,21 @@ double CudaDecoderOps::sum(const float* x, size_t n) const {
   return total;
 }
 
-void CudaDecoderOps::residual_add(float* y, const float* x, long n) const {
-  check(k::residual_add_cuda(y, x, n, stream_), "residual_add");
-}
-void CudaDecoderOps::bias_add(float* y, const float* b, int N, int C) const {
-  check(k::bias_add_cuda(y, b, N, C, stream_), "bias_add");
-}
-void CudaDecoderOps::linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C,
-                                    int OC) const {
-  check(k::linear_forward_cuda(y, x, w, b, N, C, OC, stream_, gemm_inputs_), "linear_forward");
-}
-void CudaDecoderOps::linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const {
-  check(k::linear_backward_input_cuda(dx, dy, w, N, C, OC, stream_, gemm_inputs_), "linear_backward_input");
-}
-void CudaDecoderOps::linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
-                                            int OC) const {
-  check(k::linear_backward_weight_cuda(dw, db, dy, x, N, C, OC, stream_, gemm_inputs_), "linear_backward_weight");
-}
+// The op table's ops: the CUDA entry point on this ops' stream (with its GEMM inputs, for
+// the gemm ops), or throw.
+#define HETFLOW_OPS_TAIL_stream stream_
+#define HETFLOW_OPS_TAIL_gemm stream_, gemm_inputs_
+#define HETFLOW_OPS_TAIL_scratch stream_, hetflow::kernels::kAttentionScratchBytes  // (k: a parameter)
+#define HETFLOW_OP(name, tail, params, args, ...)                                                      \
+  void CudaDecoderOps::name params const {                                                             \
+    check(hetflow::kernels::name##_cuda(HETFLOW_OP_UNPAREN args, HETFLOW_OPS_TAIL_##tail), #name); \
+  }
+#define HETFLOW_KERNEL(...)
+#include "kernels/decoder_ops.def"
+#undef HETFLOW_OPS_TAIL_stream
+#undef HETFLOW_OPS_TAIL_gemm
+#undef HETFLOW_OPS_TAIL_scratch
+
 void CudaDecoderOps::warm_up() const {
   constexpr int n = 8;
   const OpsFloats x = zeros(n * n), w = zeros(n * n), b = zeros(n), y = zeros(n * n);
@@ -142,61 +140,6 @@ void CudaDecoderOps::warm_up() const {
   linear_backward_input(x.data(), y.data(), w.data(), n, n, n);
   linear_backward_weight(w.data(), b.data(), y.data(), x.data(), n, n, n);
   check(k::cuda_synchronize(stream_), "cudaStreamSynchronize (warm-up)");
-}
-void CudaDecoderOps::embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
-                                       int C) const {
-  check(k::embedding_forward_cuda(y, tokens, wte, wpe, N, T, C, stream_), "embedding_forward");
-}
-void CudaDecoderOps::embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
-                                        int C) const {
-  check(k::embedding_backward_cuda(dwte, dwpe, dy, tokens, N, T, C, stream_), "embedding_backward");
-}
-void CudaDecoderOps::layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
-                                       const float* b, int N, int C, float eps) const {
-  check(k::layernorm_forward_cuda(y, mean, rstd, x, w, b, N, C, eps, stream_), "layernorm_forward");
-}
-void CudaDecoderOps::layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
-                                        const float* w, const float* mean, const float* rstd, int N, int C) const {
-  check(k::layernorm_backward_cuda(dx, dw, db, dy, x, w, mean, rstd, N, C, stream_), "layernorm_backward");
-}
-void CudaDecoderOps::rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C,
-                                     float eps) const {
-  check(k::rmsnorm_forward_cuda(y, rstd, x, w, N, C, eps, stream_), "rmsnorm_forward");
-}
-void CudaDecoderOps::rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                                      const float* rstd, int N, int C) const {
-  check(k::rmsnorm_backward_cuda(dx, dw, dy, x, w, rstd, N, C, stream_), "rmsnorm_backward");
-}
-void CudaDecoderOps::gelu_forward(float* y, const float* x, long n) const {
-  check(k::gelu_forward_cuda(y, x, n, stream_), "gelu_forward");
-}
-void CudaDecoderOps::gelu_backward(float* dx, const float* dy, const float* x, long n) const {
-  check(k::gelu_backward_cuda(dx, dy, x, n, stream_), "gelu_backward");
-}
-void CudaDecoderOps::swiglu_forward(float* y, const float* gate, const float* up, long n) const {
-  check(k::swiglu_forward_cuda(y, gate, up, n, stream_), "swiglu_forward");
-}
-void CudaDecoderOps::swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                                     long n) const {
-  check(k::swiglu_backward_cuda(dgate, dup, dy, gate, up, n, stream_), "swiglu_backward");
-}
-void CudaDecoderOps::rope_forward(float* x, int N, int T, int heads, int head_dim,
-                                  const kernels::RopeFrequencies& rope) const {
-  check(k::rope_forward_cuda(x, N, T, heads, head_dim, rope, stream_), "rope_forward");
-}
-void CudaDecoderOps::rope_backward(float* dx, int N, int T, int heads, int head_dim,
-                                   const kernels::RopeFrequencies& rope) const {
-  check(k::rope_backward_cuda(dx, N, T, heads, head_dim, rope, stream_), "rope_backward");
-}
-void CudaDecoderOps::attention_forward(float* out, float* probs, const float* q, const float* kk, const float* v,
-                                       int B, int T, int NH, int NKV, int HS, int window) const {
-  check(k::attention_forward_cuda(out, probs, q, kk, v, B, T, NH, NKV, HS, window, stream_), "attention_forward");
-}
-void CudaDecoderOps::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
-                                        const float* q, const float* kk, const float* v, int B, int T, int NH,
-                                        int NKV, int HS, int window) const {
-  check(k::attention_backward_cuda(dq, dk, dv, dout, probs, q, kk, v, B, T, NH, NKV, HS, window, stream_),
-        "attention_backward");
 }
 void CudaDecoderOps::crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
                                                    const int* targets, float dloss, int N, int V) const {
@@ -226,21 +169,6 @@ void CudaDecoderOps::adamw_update(float* p, const float* g, float* m, float* v, 
         "adamw_update");
 }
 
-void CudaDecoderOps::vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V,
-                                             const float* wpe, int N, int T, int C) const {
-  check(k::vocab_embedding_forward_cuda(y, tokens, wte, V0, V, wpe, N, T, C, stream_), "vocab_embedding_forward");
-}
-void CudaDecoderOps::vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0,
-                                              int V, int N, int T, int C) const {
-  check(k::vocab_embedding_backward_cuda(dwte, dwpe, dy, tokens, V0, V, N, T, C, stream_), "vocab_embedding_backward");
-}
-void CudaDecoderOps::logits_row_max(float* row_max, const float* logits, int N, int V) const {
-  check(k::logits_row_max_cuda(row_max, logits, N, V, stream_), "logits_row_max");
-}
-void CudaDecoderOps::logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets,
-                                     int V0, int N, int V) const {
-  check(k::logits_exp_sums_cuda(sums, logits, row_max, targets, V0, N, V, stream_), "logits_exp_sums");
-}
 double CudaDecoderOps::vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
                                                    const float* sums, const int* targets, int V0, float dloss, int N,
                                                    int V) const {

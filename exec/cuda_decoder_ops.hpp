@@ -48,50 +48,15 @@ class CudaDecoderOps final : public DecoderOps {
   void upload(float* dst, const float* host, size_t n) const override;
   void download(float* host, const float* src, size_t n) const override;
   double sum(const float* x, size_t n) const override;
-  void residual_add(float* y, const float* x, long n) const override;
-  void bias_add(float* y, const float* b, int N, int C) const override;
-  void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const override;
-  void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const override;
-  void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
-                              int OC) const override;
-  void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
-                         int C) const override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
-                          int C) const override;
-  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
-                         int C, float eps) const override;
-  void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                          const float* mean, const float* rstd, int N, int C) const override;
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                        int N, int C) const override;
-  void gelu_forward(float* y, const float* x, long n) const override;
-  void gelu_backward(float* dx, const float* dy, const float* x, long n) const override;
-  void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
-  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                       long n) const override;
-  void rope_forward(float* x, int N, int T, int heads, int head_dim,
-                    const kernels::RopeFrequencies& rope) const override;
-  void rope_backward(float* dx, int N, int T, int heads, int head_dim,
-                     const kernels::RopeFrequencies& rope) const override;
-  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                         int NH, int NKV, int HS, int window) const override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
-                          int window) const override;
+#define HETFLOW_OP(name, tail, params, ...) void name params const override;
+#define HETFLOW_KERNEL(...)
+#include "kernels/decoder_ops.def"
   void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) const override;
   void scale(float* x, float factor, size_t n) const override;
   double sum_of_squares(const float* x, size_t n, double start) const override;
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int step) const override;
-  void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
-                               int T, int C) const override;
-  void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
-                                int T, int C) const override;
-  void logits_row_max(float* row_max, const float* logits, int N, int V) const override;
-  void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
-                       int V) const override;
   double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
                                      const int* targets, int V0, float dloss, int N, int V) const override;
 

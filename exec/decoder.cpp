@@ -250,8 +250,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   const Floats o = ops.floats(d.whole_floats());
   ops.linear_forward(o.data(), a.att.data(), w + p.o_w, split ? nullptr : at(w, p.o_b), d.N, d.QD, d.C);
   a.x2 = d.reduce(o);
-  if (split && p.o_b != npos) ops.bias_add(a.x2.data(), w + p.o_b, d.RS, d.C);
-  ops.residual_add(a.x2.data(), a.x.data(), static_cast<long>(n));
+  ops.bias_residual_add(a.x2.data(), split ? at(w, p.o_b) : nullptr, a.x.data(), d.RS, d.C);
   norm_forward(d, a.n2, a.mean2, a.rstd2, a.x2, at(w, p.norm2_w), at(w, p.norm2_b));
   const Floats n2 = d.whole(a.n2);
   a.up = ops.floats(nf);
@@ -274,8 +273,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
     } else {
       ops.copy(out, d.scatter(y).data(), n);
     }
-    if (p.down_b != npos) ops.bias_add(rows, w + p.down_b, d.RS, d.C);
-    ops.residual_add(rows, a.x2.data(), static_cast<long>(n));
+    ops.bias_residual_add(rows, at(w, p.down_b), a.x2.data(), d.RS, d.C);
     a.complete = true;
     return;
   }
@@ -283,8 +281,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   // With `partial`, the plan's all-reduce adds the ranks' parts: the residual and bias once.
   if (!partial && split) d.all_reduce(out, n);  // in place: the exchange copies what it sends
   if (!partial || d.rank == 0) {
-    if (split && p.down_b != npos) ops.bias_add(out, w + p.down_b, d.N, d.C);
-    ops.residual_add(out, a.x2.data(), static_cast<long>(n));
+    ops.bias_residual_add(out, split ? at(w, p.down_b) : nullptr, a.x2.data(), d.N, d.C);  // (N = RS here)
   }
   a.complete = true;
 }

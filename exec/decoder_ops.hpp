@@ -87,38 +87,12 @@ class DecoderOps {
   // The sum of n floats in double, in index order; waits for the work before it.
   virtual double sum(const float* x, size_t n) const = 0;
 
-  // kernels/transformer.hpp.
-  virtual void residual_add(float* y, const float* x, long n) const = 0;
-  virtual void bias_add(float* y, const float* b, int N, int C) const = 0;
-  virtual void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const = 0;
-  virtual void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const = 0;
-  virtual void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
-                                      int OC) const = 0;
-  virtual void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
-                                 int C) const = 0;
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
-                                  int C) const = 0;
-  virtual void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                                 int N, int C, float eps) const = 0;
-  virtual void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                                  const float* mean, const float* rstd, int N, int C) const = 0;
-  virtual void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const = 0;
-  virtual void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                                const float* rstd, int N, int C) const = 0;
-  virtual void gelu_forward(float* y, const float* x, long n) const = 0;
-  virtual void gelu_backward(float* dx, const float* dy, const float* x, long n) const = 0;
-  virtual void swiglu_forward(float* y, const float* gate, const float* up, long n) const = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                               long n) const = 0;
-  virtual void rope_forward(float* x, int N, int T, int heads, int head_dim,
-                            const kernels::RopeFrequencies& rope) const = 0;
-  virtual void rope_backward(float* dx, int N, int T, int heads, int head_dim,
-                             const kernels::RopeFrequencies& rope) const = 0;
-  virtual void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B,
-                                 int T, int NH, int NKV, int HS, int window) const = 0;
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs,
-                                  const float* q, const float* k, const float* v, int B, int T, int NH, int NKV,
-                                  int HS, int window) const = 0;
+  // The op table's ops (kernels/decoder_ops.def): `virtual void name(parameters) const = 0`
+  // for each HETFLOW_OP line, with the reference's semantics.
+#define HETFLOW_OP(name, tail, params, ...) virtual void name params const = 0;
+#define HETFLOW_KERNEL(...)
+#include "kernels/decoder_ops.def"
+
   // losses = the cross-entropy of each row; dlogits WRITTEN (=) with its gradient x dloss.
   virtual void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                              float dloss, int N, int V) const = 0;
@@ -130,21 +104,8 @@ class DecoderOps {
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                             float eps, float weight_decay, int step) const = 0;
 
-  // Megatron's vocabulary-parallel embedding and loss: this rank holds vocabulary rows
-  // [V0, V0 + V) of the table and the head.
-  // y = this rank's rows of the token embedding (zero where another rank holds the token),
-  // plus positions when wpe != nullptr.
-  virtual void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
-                                       int N, int T, int C) const = 0;
-  // dwte (this rank's rows) += dy of the tokens it holds; dwpe (may be nullptr) += every row.
-  virtual void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V,
-                                        int N, int T, int C) const = 0;
-  // row_max[n] = the largest of this rank's logits of row n.
-  virtual void logits_row_max(float* row_max, const float* logits, int N, int V) const = 0;
-  // sums[n] = sum_v exp(logits[n][v] - row_max[n]) (in double, rounded once);
-  // sums[N + n] = the target's logit where this rank holds it, else 0 (for the ranks' sums).
-  virtual void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0,
-                               int N, int V) const = 0;
+  // Megatron's vocabulary-parallel loss's last step (this rank holds vocabulary rows
+  // [V0, V0 + V) of the head; its first steps are table ops).
   // With the ranks' row maxima and sums combined: dlogits WRITTEN with this rank's part of
   // the loss gradient x dloss; returns the sum over rows of the losses (in double).
   virtual double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max,
@@ -168,50 +129,15 @@ class CpuDecoderOps : public DecoderOps {
   void upload(float* dst, const float* host, size_t n) const override;
   void download(float* host, const float* src, size_t n) const override;
   double sum(const float* x, size_t n) const override;
-  void residual_add(float* y, const float* x, long n) const override;
-  void bias_add(float* y, const float* b, int N, int C) const override;
-  void linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC) const override;
-  void linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC) const override;
-  void linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C,
-                              int OC) const override;
-  void embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T,
-                         int C) const override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T,
-                          int C) const override;
-  void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
-                         int C, float eps) const override;
-  void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                          const float* mean, const float* rstd, int N, int C) const override;
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps) const override;
-  void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                        int N, int C) const override;
-  void gelu_forward(float* y, const float* x, long n) const override;
-  void gelu_backward(float* dx, const float* dy, const float* x, long n) const override;
-  void swiglu_forward(float* y, const float* gate, const float* up, long n) const override;
-  void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                       long n) const override;
-  void rope_forward(float* x, int N, int T, int heads, int head_dim,
-                    const kernels::RopeFrequencies& rope) const override;
-  void rope_backward(float* dx, int N, int T, int heads, int head_dim,
-                     const kernels::RopeFrequencies& rope) const override;
-  void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                         int NH, int NKV, int HS, int window) const override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS,
-                          int window) const override;
+#define HETFLOW_OP(name, tail, params, ...) void name params const override;
+#define HETFLOW_KERNEL(...)
+#include "kernels/decoder_ops.def"
   void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets,
                                      float dloss, int N, int V) const override;
   void scale(float* x, float factor, size_t n) const override;
   double sum_of_squares(const float* x, size_t n, double start) const override;
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int step) const override;
-  void vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
-                               int T, int C) const override;
-  void vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
-                                int T, int C) const override;
-  void logits_row_max(float* row_max, const float* logits, int N, int V) const override;
-  void logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
-                       int V) const override;
   double vocab_crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
                                      const int* targets, int V0, float dloss, int N, int V) const override;
 };

@@ -327,7 +327,7 @@ Status attention_forward(float* out, float* probs, const float* q, const float* 
 
 Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                           const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                          std::size_t scratch_bytes, CudaStream stream) {
+                          CudaStream stream, std::size_t scratch_bytes) {
   const Layout at{T, NH, NKV, HS, window};
   const int group = at.group();
   const long groups = static_cast<long>(B) * NKV;

@@ -1,6 +1,6 @@
-// The pointwise kernels of transformer_cuda.hpp: residual and bias adds, GELU, SwiGLU, RoPE
-// and the fp32 <-> bf16 / fp16 casts. The adds, GELU and SwiGLU are grid-stride loops over
-// the reference's fp32 formulas; RoPE takes one block per row.
+// The pointwise kernels of transformer_cuda.hpp: residual and bias adds (apart and in one
+// pass), GELU, SwiGLU, RoPE and the fp32 <-> bf16 / fp16 casts. The adds, GELU and SwiGLU are
+// grid-stride loops over the reference's fp32 formulas; RoPE takes one block per row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,6 +25,13 @@ __global__ void residual_add_kernel(float* y, const float* x, long n) {
 
 __global__ void bias_add_kernel(float* y, const float* b, long n, int C) {
   for (long i = first_index(); i < n; i += grid_stride()) y[i] += b[i % C];
+}
+
+// The reference's two adds per element, in its order (no contraction applies to adds).
+__global__ void bias_residual_add_kernel(float* y, const float* b, const float* residual, long n, int C) {
+  for (long i = first_index(); i < n; i += grid_stride()) {
+    y[i] = b == nullptr ? y[i] + residual[i] : (y[i] + b[i % C]) + residual[i];
+  }
 }
 
 // GELU's gate 0.5 (1 + tanh(u)) as the sigmoid 1 / (1 + exp(-2u)), the reference's formula
@@ -112,6 +119,14 @@ __global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {
   for (long i = first_index(); i < n; i += grid_stride()) out[i] = __half2float(__ushort_as_half(in[i]));
 }
 
+// sign +1: the forward rotation; -1: its inverse (the gradient).
+Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
+                   CudaStream stream) {
+  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
+  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
+  return cuda::launched();
+}
+
 }  // namespace
 
 namespace launch {
@@ -124,6 +139,12 @@ Status residual_add(float* y, const float* x, long n, CudaStream stream) {
 Status bias_add(float* y, const float* b, int N, int C, CudaStream stream) {
   const long n = static_cast<long>(N) * C;
   bias_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, b, n, C);
+  return cuda::launched();
+}
+
+Status bias_residual_add(float* y, const float* b, const float* residual, int N, int C, CudaStream stream) {
+  const long n = static_cast<long>(N) * C;
+  bias_residual_add_kernel<<<cuda::stride_blocks(n, kThreads), kThreads, 0, stream>>>(y, b, residual, n, C);
   return cuda::launched();
 }
 
@@ -148,11 +169,13 @@ Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* g
   return cuda::launched();
 }
 
-Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
-                   CudaStream stream) {
-  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
-  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
-  return cuda::launched();
+Status rope_forward(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, CudaStream stream) {
+  return rope_rotate(x, N, T, heads, head_dim, rope, 1.0, stream);
+}
+
+Status rope_backward(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
+                     CudaStream stream) {
+  return rope_rotate(dx, N, T, heads, head_dim, rope, -1.0, stream);
 }
 
 Status cast_fp32_to_bf16(std::uint16_t* out, const float* in, long n, CudaStream stream) {

@@ -113,177 +113,6 @@ Status cuda_synchronize(CudaStream stream) {
 
 // ---------------------------------------------------------------------------------------------
 
-Status linear_forward_cuda(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                           CudaStream stream, GemmInputs inputs) {
-  if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
-  if (N == 0 || OC == 0) return Status::success;
-  if (!all_present(y) || (C > 0 && !all_present(x, w))) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::linear_forward(y, x, w, b, N, C, OC, stream, inputs);
-}
-
-Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
-                                  GemmInputs inputs) {
-  if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
-  if (dx == nullptr || N == 0 || C == 0 || OC == 0) return Status::success;
-  if (!all_present(dy, w)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::linear_backward_input(dx, dy, w, N, C, OC, stream, inputs);
-}
-
-Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                                   CudaStream stream, GemmInputs inputs) {
-  if (N < 0 || C < 0 || OC < 0) return Status::invalid_value;
-  if (C == 0) dw = nullptr;  // an empty weight gradient
-  if ((dw == nullptr && db == nullptr) || N == 0 || OC == 0) return Status::success;
-  if (!all_present(dy) || (dw != nullptr && !all_present(x))) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::linear_backward_weight(dw, db, dy, x, N, C, OC, stream, inputs);
-}
-
-Status release_linear_handles(CudaStream stream) {
-  if (!cuda_built()) return Status::success;  // nothing was ever made
-  return launch::release_linear_handles(stream);
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Status embedding_forward_cuda(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,
-                              CudaStream stream) {
-  if (N < 0 || T < 0 || C < 0) return Status::invalid_value;
-  if (N == 0 || C == 0) return Status::success;
-  if (T == 0 || !all_present(y, tokens, wte)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::embedding_forward(y, tokens, wte, wpe, N, T, C, stream);
-}
-
-Status embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,
-                               CudaStream stream) {
-  if (N < 0 || T < 0 || C < 0) return Status::invalid_value;
-  if ((dwte == nullptr && dwpe == nullptr) || N == 0 || C == 0) return Status::success;
-  if (T == 0 || !all_present(dy) || (dwte != nullptr && tokens == nullptr)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::embedding_backward(dwte, dwpe, dy, tokens, N, T, C, stream);
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Status layernorm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                              int N, int C, float eps, CudaStream stream) {
-  if (N < 0 || C < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (C == 0 || !all_present(y, mean, rstd, x, w, b)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::layernorm_forward(y, mean, rstd, x, w, b, N, C, eps, stream);
-}
-
-Status layernorm_backward_cuda(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                               const float* mean, const float* rstd, int N, int C, CudaStream stream) {
-  if (N < 0 || C < 0) return Status::invalid_value;
-  if ((dx == nullptr && dw == nullptr && db == nullptr) || N == 0 || C == 0) return Status::success;
-  if (!all_present(dy, x, w, mean, rstd)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, stream);
-}
-
-Status rmsnorm_forward_cuda(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps,
-                            CudaStream stream) {
-  if (N < 0 || C < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (C == 0 || !all_present(y, rstd, x, w)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::rmsnorm_forward(y, rstd, x, w, N, C, eps, stream);
-}
-
-Status rmsnorm_backward_cuda(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                             int N, int C, CudaStream stream) {
-  if (N < 0 || C < 0) return Status::invalid_value;
-  if ((dx == nullptr && dw == nullptr) || N == 0 || C == 0) return Status::success;
-  if (!all_present(dy, x, w, rstd)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, stream);
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Status residual_add_cuda(float* y, const float* x, long n, CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if (n == 0) return Status::success;
-  if (!all_present(y, x)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::residual_add(y, x, n, stream);
-}
-
-Status bias_add_cuda(float* y, const float* b, int N, int C, CudaStream stream) {
-  if (N < 0 || C < 0) return Status::invalid_value;
-  if (N == 0 || C == 0) return Status::success;
-  if (!all_present(y, b)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::bias_add(y, b, N, C, stream);
-}
-
-Status gelu_forward_cuda(float* y, const float* x, long n, CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if (n == 0) return Status::success;
-  if (!all_present(y, x)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::gelu_forward(y, x, n, stream);
-}
-
-Status gelu_backward_cuda(float* dx, const float* dy, const float* x, long n, CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if (dx == nullptr || n == 0) return Status::success;
-  if (!all_present(dy, x)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::gelu_backward(dx, dy, x, n, stream);
-}
-
-Status swiglu_forward_cuda(float* y, const float* gate, const float* up, long n, CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if (n == 0) return Status::success;
-  if (!all_present(y, gate, up)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::swiglu_forward(y, gate, up, n, stream);
-}
-
-Status swiglu_backward_cuda(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
-                            CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if ((dgate == nullptr && dup == nullptr) || n == 0) return Status::success;
-  if (!all_present(dy, gate, up)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::swiglu_backward(dgate, dup, dy, gate, up, n, stream);
-}
-
-namespace {
-
-Status rope(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
-            CudaStream stream) {
-  if (N < 0 || T < 0 || heads < 0 || head_dim < 0 || head_dim % 2 != 0) return Status::invalid_value;
-  if (x == nullptr && sign < 0) return Status::success;  // rope_backward skips a gradient not wanted
-  if (N == 0 || heads == 0 || head_dim == 0) return Status::success;
-  if (T == 0 || head_dim > 6144 || x == nullptr || !fits_int(static_cast<long long>(heads) * head_dim) ||
-      !rope_frequencies_valid(frequencies)) {
-    return Status::invalid_value;
-  }
-  HETFLOW_CHECK_READY();
-  return launch::rope_rotate(x, N, T, heads, head_dim, frequencies, sign, stream);
-}
-
-}  // namespace
-
-Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies,
-                         CudaStream stream) {
-  return rope(x, N, T, heads, head_dim, frequencies, 1.0, stream);
-}
-
-Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies,
-                          CudaStream stream) {
-  return rope(dx, N, T, heads, head_dim, frequencies, -1.0, stream);
-}
-
-// ---------------------------------------------------------------------------------------------
-
 namespace {
 
 // Sizes attention can take: NH a multiple of NKV, HS within the kernels' shared memory, and
@@ -294,104 +123,25 @@ bool attention_shape(int B, int T, int NH, int NKV, int HS) {
 
 }  // namespace
 
-Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                              int NH, int NKV, int HS, int window, CudaStream stream) {
-  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0 || window < 0) return Status::invalid_value;
-  if (B == 0 || T == 0 || NH == 0 || HS == 0) return Status::success;
-  if (!attention_shape(B, T, NH, NKV, HS) || !all_present(out, probs, q, k, v)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::attention_forward(out, probs, q, k, v, B, T, NH, NKV, HS, window, stream);
-}
-
-Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                               CudaStream stream, std::size_t scratch_bytes) {
-  if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS < 0 || window < 0) return Status::invalid_value;
-  if ((dq == nullptr && dk == nullptr && dv == nullptr) || B == 0 || T == 0 || NH == 0 || HS == 0) {
-    return Status::success;
+// The op table's entry points: the line's three checks in their order, then CUDA ready, then
+// the launcher.
+#define HETFLOW_OP(name, tail, params, args, bad_size, nothing_to_do, bad_input) \
+  Status name##_cuda HETFLOW_OP_CUDA_DEF(params, tail) {                        \
+    if (bad_size) return Status::invalid_value;                                  \
+    if (nothing_to_do) return Status::success;                                   \
+    if (bad_input) return Status::invalid_value;                                 \
+    HETFLOW_CHECK_READY();                                                       \
+    return launch::name HETFLOW_OP_CUDA_ARGS(args, tail);                        \
   }
-  if (!attention_shape(B, T, NH, NKV, HS) || !all_present(dout, probs, q, k, v)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window, scratch_bytes,
-                                    stream);
+#define HETFLOW_KERNEL(...) HETFLOW_OP(__VA_ARGS__)
+#include "kernels/decoder_ops.def"
+
+Status release_linear_handles(CudaStream stream) {
+  if (!cuda_built()) return Status::success;  // nothing was ever made
+  return launch::release_linear_handles(stream);
 }
 
 // ---------------------------------------------------------------------------------------------
-
-Status vocab_embedding_forward_cuda(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
-                                    int N, int T, int C, CudaStream stream) {
-  if (N < 0 || T < 0 || C < 0 || V < 0) return Status::invalid_value;
-  if (N == 0 || C == 0) return Status::success;
-  if (T == 0 || V == 0 || !all_present(y, tokens, wte)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::vocab_embedding_forward(y, tokens, wte, V0, V, wpe, N, T, C, stream);
-}
-
-Status vocab_embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
-                                     int T, int C, CudaStream stream) {
-  if (N < 0 || T < 0 || C < 0 || V < 0) return Status::invalid_value;
-  if ((dwte == nullptr && dwpe == nullptr) || N == 0 || C == 0) return Status::success;
-  if (T == 0 || V == 0 || !all_present(dy, tokens)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::vocab_embedding_backward(dwte, dwpe, dy, tokens, V0, V, N, T, C, stream);
-}
-
-Status logits_row_max_cuda(float* row_max, const float* logits, int N, int V, CudaStream stream) {
-  if (N < 0 || V < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (V == 0 || !all_present(row_max, logits)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::logits_row_max(row_max, logits, N, V, stream);
-}
-
-Status logits_exp_sums_cuda(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
-                            int V, CudaStream stream) {
-  if (N < 0 || V < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (V == 0 || !all_present(sums, logits, row_max, targets)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::logits_exp_sums(sums, logits, row_max, targets, V0, N, V, stream);
-}
-
-Status vocab_crossentropy_backward_cuda(float* dlogits, double* losses, const float* logits, const float* row_max,
-                                        const float* sums, const int* targets, int V0, float dloss, int N, int V,
-                                        CudaStream stream) {
-  if (N < 0 || V < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (V == 0 || !all_present(dlogits, logits, row_max, sums, targets) || losses == nullptr) {
-    return Status::invalid_value;
-  }
-  HETFLOW_CHECK_READY();
-  return launch::vocab_crossentropy_backward(dlogits, losses, logits, row_max, sums, targets, V0, dloss, N, V, stream);
-}
-
-Status crossentropy_forward_cuda(float* losses, const float* logits, const int* targets, int N, int V,
-                                 CudaStream stream) {
-  if (N < 0 || V < 0) return Status::invalid_value;
-  if (N == 0) return Status::success;
-  if (V == 0 || !all_present(losses, logits, targets)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::crossentropy_forward(losses, logits, targets, N, V, stream);
-}
-
-Status crossentropy_backward_cuda(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
-                                  CudaStream stream) {
-  if (N < 0 || V < 0) return Status::invalid_value;
-  if (dlogits == nullptr || N == 0 || V == 0) return Status::success;
-  if (!all_present(logits, targets)) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream);
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Status scale_cuda(float* x, float factor, long n, CudaStream stream) {
-  if (n < 0) return Status::invalid_value;
-  if (n == 0) return Status::success;
-  if (x == nullptr) return Status::invalid_value;
-  HETFLOW_CHECK_READY();
-  return launch::scale(x, factor, n, stream);
-}
 
 Status sum_of_squares_cuda(double* parts, const float* x, long n, CudaStream stream) {
   if (n < 0 || parts == nullptr) return Status::invalid_value;

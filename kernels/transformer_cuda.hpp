@@ -113,137 +113,43 @@ class DeviceBuffer {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Linear layers through cuBLAS (one handle per device and stream, created on first use and
-// kept until release_linear_handles). Status::not_built where cuBLAS was not found. Bitwise
-// repeatable as cuBLAS is: same toolkit, same GPU model, one stream per handle.
-//
-// `inputs` says what the GEMM multiplies: fp32 (cublasSgemm, no TF32), or both operands
-// rounded to bf16 or fp16 (nearest even, as the cast kernels round; into stream-ordered
-// scratch) and multiplied by cublasGemmEx with fp32 accumulation into the fp32 output, as
-// mixed-precision training multiplies (PyTorch's autocast, Megatron's bf16). The bias and
-// its gradient stay fp32. A 16-bit product is exact in fp32, so these equal the reference run
-// on inputs rounded the same way, within fp32 summation order. Sizes that are not multiples of
-// 8 (GPT-2's 50,257-row head) are padded with zeros in scratch, so that cuBLAS keeps to its
-// aligned kernels; the padding never reaches an output.
+// The ops of the op table (kernels/decoder_ops.def: each op's semantics, and how each family
+// is computed on the device): `Status name_cuda(the reference's parameters, CudaStream stream)`
+// for every `name` there, with a tail where its line says so:
+//  - gemm (the linear layers, through cuBLAS; Status::not_built where cuBLAS was not found):
+//    `GemmInputs inputs` after the stream, what the GEMM multiplies: fp32 (cublasSgemm, no
+//    TF32), or both operands rounded to bf16 or fp16 (nearest even, as the cast kernels round;
+//    into stream-ordered scratch) and multiplied by cublasGemmEx with fp32 accumulation into
+//    the fp32 output, as mixed-precision training multiplies (PyTorch's autocast, Megatron's
+//    bf16). The bias and its gradient stay fp32. A 16-bit product is exact in fp32, so these
+//    equal the reference run on inputs rounded the same way, within fp32 summation order.
+//    Sizes that are not multiples of 8 (GPT-2's 50,257-row head) are padded with zeros in
+//    scratch, so that cuBLAS keeps to its aligned kernels; the padding never reaches an
+//    output. One handle per device and stream, created on first use and kept until
+//    release_linear_handles; bitwise repeatable as cuBLAS is (same toolkit, same GPU model,
+//    one stream per handle).
+//  - scratch (attention_backward): `std::size_t scratch_bytes` after the stream, the most
+//    stream-ordered scratch its dS takes at once (one kv group's at least).
+// Pointers are device pointers (tokens and targets too); vocab_crossentropy_backward's
+// losses are N device doubles.
 enum class GemmInputs { fp32, bf16, fp16 };
+constexpr int kMaxCudaHeadSize = 1024;  // the widest attention head the tests cover
+constexpr std::size_t kAttentionScratchBytes = std::size_t{256} << 20;
 
-// y[N,OC] = x[N,C] * w[OC,C]^T (+ b[OC] when b != nullptr).
-Status linear_forward_cuda(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                           CudaStream stream, GemmInputs inputs = GemmInputs::fp32);
-// dx[N,C] += dy[N,OC] * w[OC,C]
-Status linear_backward_input_cuda(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
-                                  GemmInputs inputs = GemmInputs::fp32);
-// dw[OC,C] += dy^T * x; db[OC] += column sums of dy (a fixed-order two-pass sum, not an atomic one).
-Status linear_backward_weight_cuda(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                                   CudaStream stream, GemmInputs inputs = GemmInputs::fp32);
+#define HETFLOW_OP(name, tail, params, ...) Status name##_cuda HETFLOW_OP_CUDA_DECL(params, tail);
+#define HETFLOW_KERNEL(name, tail, params, ...) Status name##_cuda HETFLOW_OP_CUDA_DECL(params, tail);
+#include "kernels/decoder_ops.def"
+
 // Destroys the handles the linear layers made for `stream` (waiting for their work), before the
 // stream itself is destroyed; success when there were none.
 Status release_linear_handles(CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------
-// Embedding. Both bitwise equal to the reference: the forward is one fp32 add per element,
-// and the backward adds each row's gradients in the reference's order (increasing n) onto
-// what the gradient held. The backward owns each gradient row in one block: token rows are
-// grouped by a stable radix sort of (token, n) (CUB), and each group's first block adds the
-// group's rows in order; position rows are owned column by column. No atomics.
-
-Status embedding_forward_cuda(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,
-                              CudaStream stream);
-Status embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,
-                               CudaStream stream);
-
-// ---------------------------------------------------------------------------------------------
-// LayerNorm and RMSNorm: one block of 256 threads per row for the forward and for dx (two-pass
-// mean and variance, fp32 accumulation); dw and db are column sums over row chunks of 256,
-// written to scratch and added in chunk order.
-
-Status layernorm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                              int N, int C, float eps, CudaStream stream);
-Status layernorm_backward_cuda(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                               const float* mean, const float* rstd, int N, int C, CudaStream stream);
-Status rmsnorm_forward_cuda(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps,
-                            CudaStream stream);
-Status rmsnorm_backward_cuda(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
-                             int N, int C, CudaStream stream);
-
-// ---------------------------------------------------------------------------------------------
-// Pointwise: the reference's fp32 formulas, element by element (CUDA's expf, and nvcc's FMA
-// contraction, differ from the host's by an ulp or two).
-// residual_add_cuda and bias_add_cuda are one fp32 add per element: bitwise the reference.
-
-Status residual_add_cuda(float* y, const float* x, long n, CudaStream stream);
-Status bias_add_cuda(float* y, const float* b, int N, int C, CudaStream stream);
-
-Status gelu_forward_cuda(float* y, const float* x, long n, CudaStream stream);
-Status gelu_backward_cuda(float* dx, const float* dy, const float* x, long n, CudaStream stream);
-Status swiglu_forward_cuda(float* y, const float* gate, const float* up, long n, CudaStream stream);
-Status swiglu_backward_cuda(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
-                            CudaStream stream);
-
-// RoPE, in place, as rope_forward / rope_backward: angles pos * rope_inv_freq(rope, i, head_dim)
-// (the reference's own function), their cosines and sines, and the rotation all in double (one
-// block per row computes the row's table in shared memory), rounded to fp32 once. head_dim even
-// and at most 6144.
-Status rope_forward_cuda(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
-                         CudaStream stream);
-Status rope_backward_cuda(float* dx, int N, int T, int heads, int head_dim, const RopeFrequencies& rope,
-                          CudaStream stream);
-
-// ---------------------------------------------------------------------------------------------
-// Causal grouped-query attention, as attention_forward / attention_backward (same layouts and
-// sliding window; probs [B,NH,T,T] saved by the forward, zero outside each row's keys;
-// NH % NKV == 0; HS at most kMaxCudaHeadSize; window >= 0), as tiled matrix products (64 x 64
-// output tiles through shared memory, fp32): the forward computes each (batch, head)'s scores
-// into probs, only in tiles that hold some row's keys, takes each row's softmax in place, and
-// multiplies by v; a masked key's score is computed in a diagonal tile at most, then
-// overwritten by the softmax's zero, and a masked value is never multiplied in, so not even a
-// non-finite one reaches an earlier row. The backward computes dS = scale P (dP - D) for a chunk of kv groups
-// at a time in stream-ordered scratch of at most `scratch_bytes` (but one group's
-// group x T x T floats at least), then dq, and dk and dv summing the group's query heads in a
-// fixed order: no atomics. probs is kept (a flash-style kernel without it is future work).
-constexpr int kMaxCudaHeadSize = 1024;  // the widest head the tests cover
-constexpr std::size_t kAttentionScratchBytes = std::size_t{256} << 20;
-Status attention_forward_cuda(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T,
-                              int NH, int NKV, int HS, int window, CudaStream stream);
-Status attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                               const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                               CudaStream stream, std::size_t scratch_bytes = kAttentionScratchBytes);
-
-// ---------------------------------------------------------------------------------------------
-// Cross-entropy with the softmax fused in: one block per row (max, then sum of exponentials,
-// in fp32; the loss's last step in double). targets are device ints, trusted to be in [0, V).
-Status crossentropy_forward_cuda(float* losses, const float* logits, const int* targets, int N, int V,
-                                 CudaStream stream);
-// dlogits[n] += (softmax(logits[n]) - onehot(targets[n])) * dloss, the softmax recomputed.
-Status crossentropy_backward_cuda(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
-                                  CudaStream stream);
-
-// ---------------------------------------------------------------------------------------------
-// Megatron's vocabulary-parallel embedding and loss, as the references of the same names
-// (this rank's vocabulary rows [V0, V0 + V); V > 0). The embedding is the kernels above with
-// tokens outside the range giving a zero row and no gradient: bitwise the reference. The
-// loss's steps take one block per row: the maximum (bitwise, but for a NaN logit, which
-// fmaxf skips and the reference keeps only in a row's first place: the loss is NaN either
-// way), the sum of exponentials in double (exp and log are CUDA's, within 1 ulp of the
-// host's), and the gradient with each row's loss (losses: N device doubles).
-Status vocab_embedding_forward_cuda(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe,
-                                    int N, int T, int C, CudaStream stream);
-Status vocab_embedding_backward_cuda(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
-                                     int T, int C, CudaStream stream);
-Status logits_row_max_cuda(float* row_max, const float* logits, int N, int V, CudaStream stream);
-Status logits_exp_sums_cuda(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N,
-                            int V, CudaStream stream);
-Status vocab_crossentropy_backward_cuda(float* dlogits, double* losses, const float* logits, const float* row_max,
-                                        const float* sums, const int* targets, int V0, float dloss, int N, int V,
-                                        CudaStream stream);
-
-// ---------------------------------------------------------------------------------------------
-// The optimizer's helpers. scale_cuda: x[i] *= factor, one fp32 multiply (bitwise the
-// reference). sum_of_squares_cuda: kSumOfSquaresParts partial sums of x[i]^2 in double into
-// `parts` (device doubles), each a fixed set of elements added in a fixed order; the caller
-// adds the parts in order (so the result is repeatable, though not the reference's order).
+// The optimizer's sum of squares (scale_cuda is in the table): kSumOfSquaresParts partial
+// sums of x[i]^2 in double into `parts` (device doubles), each a fixed set of elements added
+// in a fixed order; the caller adds the parts in order (so the result is repeatable, though
+// not the reference's order).
 constexpr int kSumOfSquaresParts = 256;
-Status scale_cuda(float* x, float factor, long n, CudaStream stream);
 Status sum_of_squares_cuda(double* parts, const float* x, long n, CudaStream stream);
 
 // ---------------------------------------------------------------------------------------------

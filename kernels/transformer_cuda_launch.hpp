@@ -22,59 +22,18 @@ Status copy_to_host_on_stream(void* host, const void* device, std::size_t bytes,
 Status memset_zero(void* device, std::size_t bytes, CudaStream stream);
 Status synchronize(CudaStream stream);
 
-Status linear_forward(float* y, const float* x, const float* w, const float* b, int N, int C, int OC,
-                      CudaStream stream, GemmInputs inputs);
-Status linear_backward_input(float* dx, const float* dy, const float* w, int N, int C, int OC, CudaStream stream,
-                             GemmInputs inputs);
-Status linear_backward_weight(float* dw, float* db, const float* dy, const float* x, int N, int C, int OC,
-                              CudaStream stream, GemmInputs inputs);
+// The op table's launchers: Status name(parameters, tail) for every op of
+// kernels/decoder_ops.def, defined in the .cu file of its family (gemm ops in linear_cuda.cu).
+#define HETFLOW_OP(name, tail, params, ...) Status name HETFLOW_OP_CUDA_DEF(params, tail);
+#define HETFLOW_KERNEL(name, tail, params, ...) Status name HETFLOW_OP_CUDA_DEF(params, tail);
+#include "kernels/decoder_ops.def"
+
 Status release_linear_handles(CudaStream stream);
-Status embedding_forward(float* y, const int* tokens, const float* wte, const float* wpe, int N, int T, int C,
-                         CudaStream stream);
-Status embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int N, int T, int C,
-                          CudaStream stream);
-Status vocab_embedding_forward(float* y, const int* tokens, const float* wte, int V0, int V, const float* wpe, int N,
-                               int T, int C, CudaStream stream);
-Status vocab_embedding_backward(float* dwte, float* dwpe, const float* dy, const int* tokens, int V0, int V, int N,
-                                int T, int C, CudaStream stream);
-Status layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N,
-                         int C, float eps, CudaStream stream);
-Status layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                          const float* mean, const float* rstd, int N, int C, CudaStream stream);
-Status rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int N, int C, float eps,
-                       CudaStream stream);
-Status rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
-                        int C, CudaStream stream);
 // out[c] += sum over rows n of dy[n][c] (linear's db), in the norms' fixed-order column sums.
 Status column_sums(float* out, const float* dy, int N, int C, CudaStream stream);
 // Whether column_sums (and the norms' weight gradients) can take C columns: checked before a
 // caller enqueues other work, so that a refused call leaves its outputs untouched.
 bool column_sums_fit(int C);
-Status residual_add(float* y, const float* x, long n, CudaStream stream);
-Status bias_add(float* y, const float* b, int N, int C, CudaStream stream);
-Status gelu_forward(float* y, const float* x, long n, CudaStream stream);
-Status gelu_backward(float* dx, const float* dy, const float* x, long n, CudaStream stream);
-Status swiglu_forward(float* y, const float* gate, const float* up, long n, CudaStream stream);
-Status swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up, long n,
-                       CudaStream stream);
-// sign +1: the forward rotation; -1: its inverse (the gradient).
-Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign,
-                   CudaStream stream);
-Status attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                         int NKV, int HS, int window, CudaStream stream);
-Status attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                          const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window,
-                          std::size_t scratch_bytes, CudaStream stream);
-Status crossentropy_forward(float* losses, const float* logits, const int* targets, int N, int V, CudaStream stream);
-Status crossentropy_backward(float* dlogits, const float* logits, const int* targets, float dloss, int N, int V,
-                             CudaStream stream);
-Status logits_row_max(float* row_max, const float* logits, int N, int V, CudaStream stream);
-Status logits_exp_sums(float* sums, const float* logits, const float* row_max, const int* targets, int V0, int N, int V,
-                       CudaStream stream);
-Status vocab_crossentropy_backward(float* dlogits, double* losses, const float* logits, const float* row_max,
-                                   const float* sums, const int* targets, int V0, float dloss, int N, int V,
-                                   CudaStream stream);
-Status scale(float* x, float factor, long n, CudaStream stream);
 Status sum_of_squares(double* parts, const float* x, long n, CudaStream stream);
 // The scalars as adamw_update computes them on the host, in double.
 struct AdamwScalars {

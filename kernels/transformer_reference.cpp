@@ -201,6 +201,18 @@ void bias_add(float* y, const float* b, int N, int C) {
   }
 }
 
+void bias_residual_add(float* y, const float* b, const float* residual, int N, int C) {
+  if (b == nullptr) {  // y + 0 would turn a -0 into +0: no bias is no add
+    residual_add(y, residual, static_cast<long>(N) * C);
+    return;
+  }
+  for (long n = 0; n < N; ++n) {
+    float* row = y + n * C;
+    const float* r = residual + n * C;
+    for (int c = 0; c < C; ++c) row[c] = (row[c] + b[c]) + r[c];  // bias_add's add, then residual_add's
+  }
+}
+
 void scale(float* x, float factor, long n) {
   for (long i = 0; i < n; ++i) x[i] *= factor;
 }

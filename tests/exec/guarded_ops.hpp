@@ -88,67 +88,13 @@ class GuardedOps final : public exec::CpuDecoderOps {
     CpuDecoderOps::download(h, s, n);
   }
   HETFLOW_GUARDED(double, sum, (const float* x, size_t n), (x, n))
-  HETFLOW_GUARDED(void, residual_add, (float* y, const float* x, long n), (y, x, n))
-  HETFLOW_GUARDED(void, bias_add, (float* y, const float* b, int N, int C), (y, b, N, C))
-  HETFLOW_GUARDED(void, linear_forward,
-                  (float* y, const float* x, const float* w, const float* b, int N, int C, int OC),
-                  (y, x, w, b, N, C, OC))
-  HETFLOW_GUARDED(void, linear_backward_input, (float* dx, const float* dy, const float* w, int N, int C, int OC),
-                  (dx, dy, w, N, C, OC))
-  HETFLOW_GUARDED(void, linear_backward_weight,
-                  (float* dw, float* db, const float* dy, const float* x, int N, int C, int OC),
-                  (dw, db, dy, x, N, C, OC))
-  HETFLOW_GUARDED(void, embedding_forward,
-                  (float* y, const int* t, const float* wte, const float* wpe, int N, int T, int C),
-                  (y, t, wte, wpe, N, T, C))
-  HETFLOW_GUARDED(void, embedding_backward,
-                  (float* dwte, float* dwpe, const float* dy, const int* t, int N, int T, int C),
-                  (dwte, dwpe, dy, t, N, T, C))
-  HETFLOW_GUARDED(void, layernorm_forward,
-                  (float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int N, int C,
-                   float eps),
-                  (y, mean, rstd, x, w, b, N, C, eps))
-  HETFLOW_GUARDED(void, layernorm_backward,
-                  (float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, const float* mean,
-                   const float* rstd, int N, int C),
-                  (dx, dw, db, dy, x, w, mean, rstd, N, C))
-  HETFLOW_GUARDED(void, rmsnorm_forward, (float* y, float* rstd, const float* x, const float* w, int N, int C, float eps),
-                  (y, rstd, x, w, N, C, eps))
-  HETFLOW_GUARDED(void, rmsnorm_backward,
-                  (float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd, int N,
-                   int C),
-                  (dx, dw, dy, x, w, rstd, N, C))
-  HETFLOW_GUARDED(void, gelu_forward, (float* y, const float* x, long n), (y, x, n))
-  HETFLOW_GUARDED(void, gelu_backward, (float* dx, const float* dy, const float* x, long n), (dx, dy, x, n))
-  HETFLOW_GUARDED(void, swiglu_forward, (float* y, const float* g, const float* u, long n), (y, g, u, n))
-  HETFLOW_GUARDED(void, swiglu_backward,
-                  (float* dg, float* du, const float* dy, const float* g, const float* u, long n),
-                  (dg, du, dy, g, u, n))
-  HETFLOW_GUARDED(void, rope_forward, (float* x, int N, int T, int h, int hd, const kernels::RopeFrequencies& rope),
-                  (x, N, T, h, hd, rope))
-  HETFLOW_GUARDED(void, rope_backward, (float* dx, int N, int T, int h, int hd, const kernels::RopeFrequencies& rope),
-                  (dx, N, T, h, hd, rope))
-  HETFLOW_GUARDED(void, attention_forward,
-                  (float* out, float* probs, const float* q, const float* k, const float* v, int B, int T, int NH,
-                   int NKV, int HS, int window),
-                  (out, probs, q, k, v, B, T, NH, NKV, HS, window))
-  HETFLOW_GUARDED(void, attention_backward,
-                  (float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                   const float* k, const float* v, int B, int T, int NH, int NKV, int HS, int window),
-                  (dq, dk, dv, dout, probs, q, k, v, B, T, NH, NKV, HS, window))
+  // The op table's ops (kernels/decoder_ops.def), each inside an Open.
+#define HETFLOW_OP(name, tail, params, args, ...) HETFLOW_GUARDED(void, name, params, args)
+#define HETFLOW_KERNEL(...)
+#include "kernels/decoder_ops.def"
   HETFLOW_GUARDED(void, crossentropy_forward_backward,
                   (float* losses, float* dl, const float* logits, const int* t, float dloss, int N, int V),
                   (losses, dl, logits, t, dloss, N, V))
-  HETFLOW_GUARDED(void, vocab_embedding_forward,
-                  (float* y, const int* t, const float* wte, int V0, int V, const float* wpe, int N, int T, int C),
-                  (y, t, wte, V0, V, wpe, N, T, C))
-  HETFLOW_GUARDED(void, vocab_embedding_backward,
-                  (float* dwte, float* dwpe, const float* dy, const int* t, int V0, int V, int N, int T, int C),
-                  (dwte, dwpe, dy, t, V0, V, N, T, C))
-  HETFLOW_GUARDED(void, logits_row_max, (float* m, const float* l, int N, int V), (m, l, N, V))
-  HETFLOW_GUARDED(void, logits_exp_sums,
-                  (float* s, const float* l, const float* m, const int* t, int V0, int N, int V),
-                  (s, l, m, t, V0, N, V))
   HETFLOW_GUARDED(double, vocab_crossentropy_backward,
                   (float* dl, const float* l, const float* m, const float* s, const int* t, int V0, float dloss, int N,
                    int V),

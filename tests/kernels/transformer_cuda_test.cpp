@@ -297,6 +297,65 @@ TEST(TransformerCuda, ResidualAndBiasAddsMatchTheReferenceBitwise) {
   }
 }
 
+// bias_residual_add, the reference (runs anywhere): a closed form, bias_add then residual_add
+// bitwise, no bias as no add (a -0 stays -0), and its entry point's checks.
+TEST(TransformerCuda, BiasResidualAddReferenceIsTheBiasThenTheResidual) {
+  Vec y = {1, 2, 3, 4};
+  const Vec b = {10, 20}, residual = {100, 200, 300, 400};
+  bias_residual_add(y.data(), b.data(), residual.data(), 2, 2);
+  EXPECT_EQ(y, (Vec{111, 222, 313, 424}));
+  Vec zero = {-0.0f};
+  const Vec minus_zero = {-0.0f};
+  bias_residual_add(zero.data(), nullptr, minus_zero.data(), 1, 1);
+  EXPECT_TRUE(std::signbit(zero[0]));
+
+  for (const auto& [N, C] : {std::pair{3, 5}, std::pair{64, 129}}) {
+    std::mt19937 rng(23);
+    const std::size_t n = size_of(1LL * N * C);
+    const Vec start = random_vec(n, rng, -1e3f, 1e3f), r = random_vec(n, rng), bias = random_vec(size_of(C), rng);
+    for (const bool with_bias : {true, false}) {
+      Vec want = start, got = start;
+      if (with_bias) bias_add(want.data(), bias.data(), N, C);
+      residual_add(want.data(), r.data(), static_cast<long>(n));
+      bias_residual_add(got.data(), with_bias ? bias.data() : nullptr, r.data(), N, C);
+      expect_bitwise("bias_residual_add N=" + std::to_string(N) + (with_bias ? " with bias" : " without"), got, want);
+    }
+  }
+
+  float f[4] = {};
+  EXPECT_EQ(bias_residual_add_cuda(f, f, f, -1, 2, nullptr), Status::invalid_value);
+  EXPECT_EQ(bias_residual_add_cuda(f, f, nullptr, 2, 2, nullptr), Status::invalid_value);
+  EXPECT_EQ(bias_residual_add_cuda(nullptr, f, f, 2, 2, nullptr), Status::invalid_value);
+  EXPECT_EQ(bias_residual_add_cuda(f, f, f, 2, 0, nullptr), Status::success);
+  if (!cuda_built() || cuda_device_count() == 0) {
+    EXPECT_EQ(bias_residual_add_cuda(f, nullptr, f, 2, 2, nullptr), cuda_built() ? Status::no_device : Status::not_built);
+  }
+}
+
+TEST(TransformerCuda, BiasResidualAddMatchesTheReferenceBitwise) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, C] : {std::pair{3, 5}, std::pair{1031, 769}}) {
+    std::mt19937 rng(22);
+    const std::size_t n = size_of(1LL * N * C);
+    const Vec y = random_vec(n, rng), r = random_vec(n, rng), b = random_vec(size_of(C), rng);
+    for (const bool with_bias : {true, false}) {
+      const std::string what = "bias_residual_add N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                               (with_bias ? " with bias" : " without");
+      Vec want = y;
+      bias_residual_add(want.data(), with_bias ? b.data() : nullptr, r.data(), N, C);
+      Device device;
+      const float *dr = device.upload(r), *db = with_bias ? device.upload(b) : nullptr;
+      float* dy = device.upload(y);
+      const std::vector<Vec> got = run_twice(what, [&] {
+        EXPECT_OK(cuda_copy_to_device(dy, y.data(), n * sizeof(float)));
+        EXPECT_OK(bias_residual_add_cuda(dy, db, dr, N, C, nullptr));
+        return std::vector<Vec>{device.download(dy, n)};
+      });
+      expect_bitwise(what, got[0], want);
+    }
+  }
+}
+
 TEST(TransformerCuda, ScaleAndSumOfSquaresMatchTheReference) {
   SKIP_WITHOUT_GPU();
   for (const long n : {0L, 7L, 1000003L}) {
