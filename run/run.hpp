@@ -1,0 +1,69 @@
+#pragma once
+// A run of a plan on a back end, as `hetflow run` makes it: what was asked (`Request`), the
+// training the run's real math does (`TrainingSetup`), the back end and the engine's options.
+// The caller runs it (exec::run_plan, with its own progress and stop hooks); compare.hpp sets
+// what it measured beside the simulator's prediction and the analytic estimate.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "exec/backend.hpp"
+#include "exec/engine.hpp"
+#include "exec/ranks.hpp"
+#include "exec/training.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/plan.hpp"
+
+namespace hetflow::run {
+
+// What to run and how: the plan and the run's options, read and checked (tools/ reads them
+// from the command line).
+struct Request {
+  partition::Plan plan;  // the plan that runs: layout.iterations = warmup + steps, fingerprint of that
+  std::string backend = "cpu";  // cpu | cuda
+  int warmup = 1;               // iterations run first and left out of the figures
+  int steps = 3;                // iterations measured
+  double watchdog_s = 60;       // stop when no task completes for this long
+  bool watchdog_given = false;  // false: the watchdog waits at least 10x the longest compute task
+  double flop_scale = 1;        // proxies run compute tasks with their FLOPs times this
+  double max_buffer_bytes = 4.0 * 1024 * 1024;  // host bytes per tensor and per message at most
+  std::string compute = "auto";  // auto | real | proxy
+  std::string data_path;         // an llm.c token file; empty: a seeded Markov stream
+  std::string init_weights;      // safetensors to start from; empty: seeded initial weights
+  std::string save_weights;      // where the caller writes the weights after the run; empty: nowhere
+  std::uint64_t seed = 1234;     // of the initial weights and the Markov stream
+  exec::OptimizerOptions optimizer;  // AdamW, its schedule, clipping and loss scaling
+};
+
+// Real math when asked for, or (auto) when the plan is one it covers; why not otherwise.
+struct TrainingSetup {
+  std::unique_ptr<exec::Training> training;  // null: compute tasks run as FLOP-matched proxies
+  std::string proxy_reason;  // auto fell back to proxies: why
+  std::string data;          // what the tokens are
+  double entropy_nats = 0;   // the synthetic stream's: the loss floor
+};
+
+// The training a real-math run does: its token source, its initial weights, its optimizer.
+// Under several ranks every rank makes the same choice (the least host memory of them
+// bounds auto). Throws PlanError when `compute` is real and the plan is not covered, and
+// InputError naming the command-line option when an option needs the other kind of compute.
+TrainingSetup make_training(const Request& r, const exec::Ranks& ranks);
+
+// A task, and the same plan, with their compute work (FLOPs, recomputed FLOPs, memory
+// traffic) scaled as the run scales it: the estimate then predicts the run that happens.
+partition::Task scaled(partition::Task task, double flop_scale);
+partition::Plan scaled(const partition::Plan& plan, double flop_scale);
+
+// The longest compute task of `plan`, its work scaled by `flop_scale`, as `cost` predicts it.
+double longest_task_s(const partition::Plan& plan, const partition::CostModel& cost, double flop_scale = 1);
+
+// The back end the request names, running `training`'s real math when it has one; under
+// mpirun this rank's devices.
+std::unique_ptr<exec::Backend> make_backend(const Request& r, const TrainingSetup& training, const exec::Ranks& ranks);
+
+// The engine's options for the request: its watchdog (unless given, at least ten times the
+// longest compute task `cost` predicts for the run: a long task is not a stall), its buffer
+// cap, the ranks. Hooks (on_task_end) are the caller's to add.
+exec::EngineOptions engine_options(const Request& r, const partition::CostModel& cost, exec::Ranks& ranks);
+
+}  // namespace hetflow::run
