@@ -149,7 +149,8 @@ within = abs(replay_error) <= replay_goal and all(abs(p["error_pct"]) <= unseen_
 if as_json:
     print(json.dumps({"replay_error_pct": replay_error, "replay_pooled_error_pct": pooled_error, "plans": plans,
                       "noise_pct": noise, "a_noise_pct": spread["A"], "a_median_standard_error_pct": se["A"],
-                      "runs": runs, "measured_a_s": median["A"], "within_goals": within}))
+                      "runs": runs, "measured_a_s": median["A"], "within_goals": within,
+                      "noise_decides": max(se.values()) > unseen_goal / 3}))
     sys.exit(0 if within else 1)
 ms = lambda s: f"{s * 1e3:8.2f} ms"
 print(f"\nA, {what['A']}: measured {ms(median['A'])} (noise {spread['A']:.1f} %, median +/- {se['A']:.1f} %)")
@@ -164,5 +165,10 @@ print(f"\n  measured: median of {runs} runs, each the mean of its {steps} steps 
       f" predicted: replayed with A's layer\n  durations (hetflow replay --as-plan), median over A's traces; calibrated:"
       f" simulated with the calibration alone.\n  Goals: replay within {replay_goal:g} %, predicted within {unseen_goal:g} %.")
 print("within the goals" if within else "NOT within the goals")
+worst_se = max(se.values())
+if worst_se > unseen_goal / 3:
+    # A median this uncertain cannot tell an error inside the goal from one outside it.
+    print(f"the noise decides: a median is uncertain by up to {worst_se:.1f} % after {runs} runs, more than a third of the "
+          f"{unseen_goal:g} % goal;\n  run again on a quieter machine or with a larger --max-runs")
 sys.exit(0 if within else 1)
 EOF
