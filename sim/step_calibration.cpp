@@ -59,8 +59,9 @@ constexpr unsigned kHaltonBases[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37,
 // Start points spread a factor of this either way of the prior in each parameter: wide enough
 // to leave a local minimum, and a parameter's prior is rarely further off than that.
 constexpr double kStartSpread = 4;
-// Another start's fit is as good when its mean relative error is within this of the best's
-// (or 10 % of it), and differs on a parameter when they are more than 10 % apart.
+// Another start's fit is as good when its mean relative error exceeds the best's by at most
+// 10 % of it plus kAsGood (0.1 %, timing noise), and differs on a parameter when the two
+// values are more than kDiffers (10 %) apart.
 constexpr double kAsGood = 1e-3, kDiffers = 0.1;
 // Correlation above which two parameters, one poorly determined, are named as confounded.
 constexpr double kConfounded = 0.9;
