@@ -46,6 +46,55 @@ std::string format_percent(double fraction) {
   return s.str();
 }
 
+// The k-th point of the Halton sequence in base b (its radical inverse), in [0, 1).
+double halton(size_t k, unsigned b) {
+  double f = 1, r = 0;
+  for (; k > 0; k /= b) {
+    f /= b;
+    r += f * static_cast<double>(k % b);
+  }
+  return r;
+}
+constexpr unsigned kHaltonBases[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53};
+// Start points spread a factor of this either way of the prior in each parameter: wide enough
+// to leave a local minimum, and a parameter's prior is rarely further off than that.
+constexpr double kStartSpread = 4;
+// Another start's fit is as good when its mean relative error exceeds the best's by at most
+// 10 % of it plus kAsGood (0.1 %, timing noise), and differs on a parameter when the two
+// values are more than kDiffers (10 %) apart.
+constexpr double kAsGood = 1e-3, kDiffers = 0.1;
+// Correlation above which two parameters, one poorly determined, are named as confounded.
+constexpr double kConfounded = 0.9;
+
+double mean_abs(const std::vector<double>& r) {
+  double s = 0;
+  for (double x : r) s += std::abs(x);
+  return r.empty() ? 0 : s / static_cast<double>(r.size());
+}
+
+// The inverse of a small symmetric positive definite matrix (Gauss-Jordan with pivoting).
+std::vector<std::vector<double>> inverse(std::vector<std::vector<double>> a) {
+  const size_t n = a.size();
+  std::vector<std::vector<double>> b(n, std::vector<double>(n, 0));
+  for (size_t i = 0; i < n; ++i) b[i][i] = 1;
+  for (size_t c = 0; c < n; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
+    }
+    std::swap(a[p], a[c]);
+    std::swap(b[p], b[c]);
+    const double d = a[c][c];
+    for (size_t k = 0; k < n; ++k) a[c][k] /= d, b[c][k] /= d;
+    for (size_t r = 0; r < n; ++r) {
+      if (r == c || a[r][c] == 0) continue;
+      const double f = a[r][c];
+      for (size_t k = 0; k < n; ++k) a[r][k] -= f * a[c][k], b[r][k] -= f * b[c][k];
+    }
+  }
+  return b;
+}
+
 // Every parameter the runs' clusters could have: the GPU types their devices are, the
 // shared overhead, and the link classes of their nodes, NICs and WAN links.
 std::vector<StepParameter> candidates(const std::vector<StepRun>& runs, const model::Calibration& prior) {
@@ -143,11 +192,14 @@ struct Fitter {
     return m;
   }
 
-  traces::RobustFitResult fit(const std::vector<size_t>& subset, const std::vector<StepParameter>& params) {
+  // Fits from the prior and from the best starts - 1 of 4 x starts screened points, best
+  // first (by mean relative error; the prior's first among equals).
+  std::vector<traces::RobustFitResult> fit(const std::vector<size_t>& subset, const std::vector<StepParameter>& params,
+                                           int starts) {
     traces::RobustFitOptions o;
-    std::vector<double> start;
+    std::vector<double> prior;
     for (const StepParameter& p : params) {
-      start.push_back(std::log(p.prior));
+      prior.push_back(std::log(p.prior));
       o.lower.push_back(std::log(p.lower));
       o.upper.push_back(std::log(p.upper));
     }
@@ -156,7 +208,32 @@ struct Fitter {
     // From the prior through the model asked for: a first fit through the estimate would be
     // cheaper, but where contention makes the simulator's times differ from the estimate's
     // (often by 2x), it lands where the simulator's fit starts worse than from the prior.
-    return traces::robust_fit(model(subset, params, options.simulate), measured(subset), start, o);
+    std::vector<std::vector<double>> from{prior};
+    if (starts > 1 && !params.empty()) {
+      std::vector<std::vector<double>> points;
+      for (size_t s = 1; s <= 4 * static_cast<size_t>(starts); ++s) {
+        std::vector<double> q = prior;
+        for (size_t k = 0; k < q.size(); ++k) {
+          const double u = halton(s, kHaltonBases[k % std::size(kHaltonBases)]) * 2 - 1;
+          q[k] = std::clamp(q[k] + u * std::log(kStartSpread), o.lower[k], o.upper[k]);
+        }
+        points.push_back(q);
+      }
+      const auto predicted = model(subset, params, options.simulate)(points);
+      const std::vector<double> m = measured(subset);
+      std::vector<std::pair<double, size_t>> score;
+      for (size_t s = 0; s < points.size(); ++s) {
+        std::vector<double> r;
+        for (size_t i = 0; i < m.size(); ++i) r.push_back(predicted[s][i] / m[i] - 1);
+        score.emplace_back(mean_abs(r), s);
+      }
+      std::sort(score.begin(), score.end());
+      for (size_t s = 0; s + 1 < static_cast<size_t>(starts) && s < score.size(); ++s) from.push_back(points[score[s].second]);
+    }
+    std::vector<traces::RobustFitResult> fits;
+    for (const std::vector<double>& start : from) fits.push_back(traces::robust_fit(model(subset, params, options.simulate), measured(subset), start, o));
+    std::stable_sort(fits.begin(), fits.end(), [](const auto& a, const auto& b) { return mean_abs(a.residuals) < mean_abs(b.residuals); });
+    return fits;
   }
 };
 
@@ -170,6 +247,36 @@ std::vector<double> measured_of(const std::vector<StepRun>& runs) {
   std::vector<double> m;
   for (const StepRun& r : runs) m.push_back(r.measured_s);
   return m;
+}
+
+// Groups of parameters the runs do not tell apart: a poorly determined one with those
+// strongly correlated with it, and the parameters on which a fit from another start, as good
+// as the best, differs from it.
+std::vector<std::vector<std::string>> confounded(const std::vector<StepParameter>& params,
+                                                 const std::vector<traces::RobustFitResult>& fits,
+                                                 const StepFitOptions& options) {
+  std::set<std::vector<std::string>> groups;
+  const traces::RobustFitResult& best = fits.front();
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (best.std_error[k] <= options.poorly_determined || best.correlation.size() != params.size()) continue;
+    std::vector<std::string> g{params[k].name};
+    for (size_t l = 0; l < params.size(); ++l) {
+      if (l != k && std::abs(best.correlation[k][l]) >= kConfounded) g.push_back(params[l].name);
+    }
+    std::sort(g.begin(), g.end());
+    if (g.size() > 1) groups.insert(g);
+  }
+  const double best_error = mean_abs(best.residuals);
+  for (size_t f = 1; f < fits.size(); ++f) {
+    if (mean_abs(fits[f].residuals) > best_error * (1 + kDiffers) + kAsGood) continue;
+    std::vector<std::string> g;
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (std::abs(fits[f].parameters[k] - best.parameters[k]) > std::log1p(kDiffers)) g.push_back(params[k].name);
+    }
+    std::sort(g.begin(), g.end());
+    if (!g.empty()) groups.insert(g);
+  }
+  return {groups.begin(), groups.end()};
 }
 
 // What a user should not take on trust, each with what to do about it.
@@ -191,6 +298,13 @@ void warn(StepFit& fit, const std::vector<StepRun>& runs, const StepFitOptions& 
                              (std::isfinite(p.relative_error) ? format_percent(p.relative_error) : std::string("unbounded")) +
                              "): add runs whose times depend on it differently");
     }
+  }
+  for (const std::vector<std::string>& g : fit.confounded) {
+    std::string names;
+    for (size_t k = 0; k < g.size(); ++k) names += (k == 0 ? "" : k + 1 == g.size() ? " and " : ", ") + g[k];
+    fit.warnings.push_back(names + (g.size() == 1 ? " differs between fits from other starts that follow the runs as well"
+                                                  : " trade against each other: the runs do not tell them apart") +
+                           "; add runs that load them differently (calibrate --design chooses them from candidates)");
   }
   for (size_t i = 0; i < runs.size(); ++i) {
     // Down-weighted and off by more than timings of one plan usually differ.
@@ -306,7 +420,9 @@ StepFit calibrate_step_times(const std::vector<StepRun>& given, const StepFitOpt
     for (size_t k = 0; k < every.size(); ++k) (keep[k] ? params.push_back(every[k]) : fit.not_fitted.push_back(every[k].name));
   }
 
-  const traces::RobustFitResult r = fitter.fit(all, params);
+  const std::vector<traces::RobustFitResult> fits = fitter.fit(all, params, std::max(1, options.starts));
+  const traces::RobustFitResult& r = fits.front();
+  fit.starts = static_cast<int>(fits.size());
   std::vector<double> values;
   for (size_t k = 0; k < params.size(); ++k) {
     params[k].value = std::exp(r.parameters[k]);
@@ -328,7 +444,7 @@ StepFit calibrate_step_times(const std::vector<StepRun>& given, const StepFitOpt
     for (int f = 0; f < fit.folds; ++f) {
       std::vector<size_t> train, test;
       for (size_t i = 0; i < runs.size(); ++i) (static_cast<int>(i % static_cast<size_t>(fit.folds)) == f ? test : train).push_back(i);
-      const traces::RobustFitResult fr = fitter.fit(train, params);
+      const traces::RobustFitResult fr = fitter.fit(train, params, 1).front();
       const auto predicted = predict_all(runs, test, options.prior, params, {fr.parameters}, options.simulate,
                                          fitter.threads, fitter.evaluations);
       for (size_t i = 0; i < test.size(); ++i) fit.cv_predicted_s[test[i]] = predicted[0][i];
@@ -338,9 +454,87 @@ StepFit calibrate_step_times(const std::vector<StepRun>& given, const StepFitOpt
   } else {
     fit.folds = 0;
   }
+  fit.confounded = confounded(params, fits, options);
   warn(fit, runs, options);
   fit.evaluations = fitter.evaluations;
   return fit;
+}
+
+}  // namespace hetflow::sim
+
+namespace hetflow::sim {
+
+StepDesign design_step_runs(const std::vector<StepRun>& given, const StepFitOptions& options, size_t count, double noise) {
+  if (given.empty()) throw InputError("<runs>", 0, "runs", "expected at least one candidate run");
+  std::vector<StepRun> runs = given;
+  for (StepRun& r : runs) r.plan.layout.iterations = std::max(2, r.plan.layout.iterations);
+  const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<size_t> all(runs.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  StepDesign design;
+  std::vector<StepParameter> every;
+  for (const StepParameter& p : candidates(runs, options.prior)) {
+    if (options.groups.count(p.kind) != 0) every.push_back(p);
+  }
+  // d ln t / d ln p of every candidate run, by a 10 % step from the prior.
+  constexpr double kStep = 0.1;
+  std::vector<std::vector<double>> points(1);
+  for (const StepParameter& p : every) points[0].push_back(std::log(p.prior));
+  for (size_t k = 0; k < every.size(); ++k) {
+    points.push_back(points[0]);
+    points.back()[k] += kStep;
+  }
+  std::atomic<int> evaluations{0};
+  const auto predicted = predict_all(runs, all, options.prior, every, points, options.simulate, threads, evaluations);
+  design.evaluations = evaluations;
+  std::vector<size_t> seen;  // parameters some run's time depends on
+  for (size_t k = 0; k < every.size(); ++k) {
+    double most = 0;
+    for (size_t i = 0; i < runs.size(); ++i) most = std::max(most, std::abs(std::log(predicted[k + 1][i] / predicted[0][i])) / kStep);
+    (most >= kMinSensitivity ? seen.push_back(k) : design.not_determined.push_back(every[k].name));
+  }
+  std::vector<std::vector<double>> j(runs.size(), std::vector<double>(seen.size()));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t k = 0; k < seen.size(); ++k) j[i][k] = std::log(predicted[seen[k] + 1][i] / predicted[0][i]) / kStep;
+  }
+  // Greedy D-optimal: by the matrix determinant lemma, adding run i multiplies det(M) by
+  // 1 + j_i^T M^-1 j_i. The ridge makes the empty set's M invertible (and favours the run
+  // that moves most first).
+  constexpr double kRidge = 1e-6;
+  const size_t p = seen.size();
+  std::vector<std::vector<double>> m(p, std::vector<double>(p, 0));
+  for (size_t k = 0; k < p; ++k) m[k][k] = kRidge;
+  std::vector<bool> taken(runs.size(), false);
+  for (size_t step = 0; step < std::min(count, runs.size()); ++step) {
+    const auto mi = inverse(m);
+    double best_gain = -1;
+    size_t best = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (taken[i]) continue;
+      double gain = 0;
+      for (size_t r = 0; r < p; ++r) {
+        for (size_t c = 0; c < p; ++c) gain += j[i][r] * mi[r][c] * j[i][c];
+      }
+      if (gain > best_gain * (1 + 1e-9)) best_gain = gain, best = i;
+    }
+    taken[best] = true;
+    design.chosen.push_back(best);
+    for (size_t r = 0; r < p; ++r) {
+      for (size_t c = 0; c < p; ++c) m[r][c] += j[best][r] * j[best][c];
+    }
+  }
+  // What the chosen runs would leave each parameter at: noise x sqrt(diag(M^-1)), the ridge
+  // taken out again (a direction it alone holds is undetermined).
+  for (size_t k = 0; k < p; ++k) m[k][k] -= kRidge * (1 - 1e-6);
+  const auto mi = inverse(m);
+  design.parameters = every;
+  for (StepParameter& q : design.parameters) q.relative_error = std::numeric_limits<double>::infinity();
+  for (size_t k = 0; k < p; ++k) {
+    const double v = mi[k][k];
+    design.parameters[seen[k]].relative_error = v > 0 && std::isfinite(v) && noise * std::sqrt(v) < 1e3 ? noise * std::sqrt(v)
+                                                                                                     : std::numeric_limits<double>::infinity();
+  }
+  return design;
 }
 
 }  // namespace hetflow::sim

@@ -12,8 +12,14 @@
 // by robust least squares (traces/robust_fit.hpp: Huber, Levenberg-Marquardt) on relative
 // error, in the logarithm of each parameter, with derivatives by finite differences through
 // the model (the simulator, or the analytic estimate where asked: fast, no contention), from
-// the prior. A parameter no run's time depends on (a 10 % change
-// moves no prediction by 0.1 %) is not fitted and keeps the prior's value.
+// the prior and from other deterministic starts (the model has kinks where another path
+// becomes critical, and a fit can stop in a local minimum): the start points are screened
+// by their error, the best few fitted, and the best fit kept. A parameter no run's time
+// depends on (a 10 % change moves no prediction by 0.1 %) is not fitted and keeps the
+// prior's value. Parameters the runs cannot tell apart are named: those strongly correlated
+// with a poorly determined one, and those on which another start's fit, as good, differs.
+// design_step_runs chooses, before anything is measured, which of many candidate runs
+// determine the parameters best (a greedy D-optimal design on the derivatives at the prior).
 //
 // What it does not fit: dispatch (a per-task delay the same in step times as the overhead;
 // trace-based calibration measures it), per-kind curves and saturation (task sizes are not
@@ -52,6 +58,7 @@ struct StepFitOptions {
   bool simulate = true;         // false: the estimate alone (fast, no contention)
   int threads = 0;              // simulations at once (0: the host's cores)
   double poorly_determined = 0.1;  // relative error above which a parameter is warned about
+  int starts = 3;               // fits from the prior and from the best starts-1 screened points (1: the prior alone)
   // The kinds of parameter to fit (the others keep the prior's values).
   std::set<StepParameterKind> groups = {StepParameterKind::max_efficiency, StepParameterKind::overhead,
                                         StepParameterKind::bandwidth_factor, StepParameterKind::latency_factor};
@@ -67,12 +74,30 @@ struct StepFit {
   std::vector<double> cv_predicted_s;     // per run, from the fit of the folds without it
   double cv_mape = 0, cv_spearman = 0;
   std::vector<std::string> warnings;      // a parameter at a bound or poorly determined, too few runs
+  // Groups of parameters the runs do not tell apart (each group's names, sorted): strongly
+  // correlated with a poorly determined one, or different in another start's fit as good.
+  std::vector<std::vector<std::string>> confounded;
+  int starts = 0;                         // fits made from different starts (the best kept)
   model::Calibration calibration;         // the prior with the fitted values
   int evaluations = 0;                    // model evaluations (plans simulated or estimated)
 };
 
 // Throws InputError when a run's measured time is not positive or there are no runs.
 StepFit calibrate_step_times(const std::vector<StepRun>& runs, const StepFitOptions& options);
+
+// Which `count` of the candidate runs to measure (their measured_s is not read): greedily, the
+// run that most increases the determinant of the information matrix of the parameters'
+// logarithms (derivatives of each run's log time at the prior, 10 % steps), the first from
+// an empty set with a small ridge. Each parameter's relative_error is what the chosen runs
+// would leave it at `noise` relative error per measured time, linearised at the prior.
+struct StepDesign {
+  std::vector<size_t> chosen;             // indices of the candidates, in the order chosen
+  std::vector<StepParameter> parameters;  // every candidate parameter, value = prior
+  std::vector<std::string> not_determined;  // no candidate's time depends on it
+  int evaluations = 0;
+};
+StepDesign design_step_runs(const std::vector<StepRun>& candidates, const StepFitOptions& options, size_t count,
+                            double noise = 0.01);
 
 // One plan's iteration time under a calibration: the simulator's (2 iterations, the second
 // timed) or the estimate's. Throws hetflow::Error when the simulation does not complete.

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
 # Synthetic ground truth for `hetflow calibrate --measured`: on each cluster, 48 plans are
 # simulated under a hidden calibration (per GPU type efficiencies, the task overhead, link
-# bandwidth factors); calibrate sees only the first 8 plans' step times, and the fitted
-# calibration must give back the hidden parameters and predict the other 40 plans' times.
-# Prints every hidden parameter against the fitted one, and MAPE and Spearman over the 40.
+# bandwidth factors); `calibrate --measured --design 8` chooses, before anything is
+# "measured", the 8 of the 48 whose step times best determine the parameters (at the prior);
+# calibrate sees only those 8 plans' step times, and the fitted calibration must give back the
+# hidden parameters and predict the other 40 plans' times. Prints the plans chosen, every
+# hidden parameter against the fitted one, the fit's warnings (parameters it cannot tell
+# apart), and MAPE and Spearman over the 40.
 #
-#   bash tools/calibrate-check.sh [--clusters hetpipe-testbed,tools/examples/v100-t4.yaml]
+#   bash tools/calibrate-check.sh [--clusters hetpipe-testbed,tools/examples/v100-t4.yaml] [--starts 3]
 #
 # Exit 0 when every fitted parameter is within 5 % and the 40 are ranked with Spearman >= 0.9
 # and MAPE <= 5 % on every cluster; 1 otherwise.
 set -euo pipefail
 HETFLOW=${HETFLOW:-build/tools/hetflow}
 clusters=hetpipe-testbed,tools/examples/v100-t4.yaml
+starts=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clusters) clusters=$2; shift 2 ;;
+    --starts) starts=$2; shift 2 ;;
     *) echo "calibrate-check: unknown option $1" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-exec /usr/bin/python3 - "$HETFLOW" "$clusters" "$work" <<'PY'
+exec /usr/bin/python3 - "$HETFLOW" "$clusters" "$work" "$starts" <<'PY'
 import itertools, json, subprocess, sys
-hetflow, clusters, work = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+hetflow, clusters, work, starts = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4]
 model = "gpt:layers=8,hidden=512,heads=8,seq=256,vocab=8192"
 # Hidden truths: efficiencies well below the prior's 0.6, an overhead 3x the prior's, slower links.
 hidden = {
@@ -36,19 +41,20 @@ def yaml_of(h):
     links = "".join(f"  {l}: {{bandwidth_factor: {f}, latency_factor: 1}}\n" for l, f in h["links"].items())
     return f"default_gpu: {{overhead: {h['overhead_us']} us}}\ngpus:\n{gpus}links:\n{links}"
 
-# 48 layouts: pipeline depth x micro-batch size x micro-batches x schedule (32), and 4 stages
-# (one node each) with one stage given 6 of the 10 layers (16: the 8 blocks, the embedding, the head). Uniform stages leave the
-# slowest GPU type the bottleneck; the uneven ones make each type the bottleneck in turn,
-# which is what lets step times tell the types apart.
-layouts = [f"--pipeline {p} --micro-batch {b} --microbatches {m} --schedule {s}"
-           for p, b, m, s in itertools.product([1, 2, 4, 8], [1, 2], [2, 8], ["1f1b", "gpipe"])]
-layouts += [f"--pipeline 4 --stage-layers {c} --micro-batch {b} --microbatches {m}"
-            for c, b, m in itertools.product(["6,2,1,1", "1,6,2,1", "1,2,6,1", "1,1,2,6"], [1, 4], [2, 8])]
-# The 8 measured per cluster, the other 40 predicted. The HetPipe testbed's: each of its four
-# GPU types the bottleneck once, and depths 1, 2 and 8. v100-t4's: depths 1 to 8 and the T4
-# node given most layers once (its V100 nodes are one type).
-train_indices = {"hetpipe-testbed": [1, 11, 29, 32, 37, 42, 47, 20], "v100-t4": [0, 10, 15, 18, 23, 24, 29, 47]}
-
+# 48 layouts per cluster: pipeline depth x micro-batch size x micro-batches x schedule (32),
+# and 4 stages (one node each) with one stage given 6 of the 10 layers (the 8 blocks, the
+# embedding, the head). Uniform stages leave the slowest GPU type the bottleneck; the uneven
+# ones make each type the bottleneck in turn, which is what lets step times tell the types
+# apart. On v100-t4 half of the uneven ones give way to tensor parallelism inside a node: the
+# only plans whose times depend much on NVLink (the V100 nodes) and PCIe (the T4 node), whose
+# factors data-parallel rings across the NICs leave undetermined.
+base = [f"--pipeline {p} --micro-batch {b} --microbatches {m} --schedule {s}"
+        for p, b, m, s in itertools.product([1, 2, 4, 8], [1, 2], [2, 8], ["1f1b", "gpipe"])]
+uneven = lambda mbs, ms: [f"--pipeline 4 --stage-layers {c} --micro-batch {b} --microbatches {m}"
+                          for c, b, m in itertools.product(["6,2,1,1", "1,6,2,1", "1,2,6,1", "1,1,2,6"], mbs, ms)]
+tensor = [f"--pipeline {p} --tensor {t} --micro-batch {b} --microbatches 8"
+          for (p, t), b in itertools.product([(4, 4), (4, 2), (2, 2), (1, 4)], [1, 4])]
+pools = {"hetpipe-testbed": base + uneven([1, 4], [2, 8]), "v100-t4": base + uneven([1, 4], [8]) + tensor}
 def step_s(cluster, layout, calibration):
     out = subprocess.run([hetflow, "simulate", "--cluster", cluster, "--model", model, *layout.split(),
                           "--iterations", "2", "--calibration", calibration, "--json"],
@@ -71,7 +77,15 @@ ok = True
 for cluster in clusters:
     name = cluster.rsplit("/", 1)[-1].removesuffix(".yaml")
     h = hidden[name]
-    train_index = train_indices[name]
+    layouts = pools[name]
+    with open(f"{work}/{name}-candidates.csv", "w") as f:
+        f.write("cluster,model,options\n")
+        for l in layouts:
+            f.write(f'{cluster},"{model}","{l}"\n')
+    design = json.loads(subprocess.run([hetflow, "calibrate", "--measured", f"{work}/{name}-candidates.csv", "--design", "8",
+                                        "--fit", "efficiency,overhead,bandwidth", "-o", f"{work}/{name}-chosen.csv", "--json"],
+                                       check=True, capture_output=True, text=True).stdout)
+    train_index = [c["index"] for c in design["chosen"]]
     truth = f"{work}/{name}-hidden.yaml"
     open(truth, "w").write(yaml_of(h))
     times = [step_s(cluster, l, truth) for l in layouts]
@@ -82,9 +96,12 @@ for cluster in clusters:
             f.write(f'{cluster},"{model}","{layouts[i]}",{times[i]!r}\n')
     fitted = f"{work}/{name}-fitted.yaml"
     fit = json.loads(subprocess.run([hetflow, "calibrate", "--measured", table, "--fit", "efficiency,overhead,bandwidth",
-                                     "--folds", "0", "-o", fitted, "--json"],
+                                     "--folds", "0", "--starts", starts, "-o", fitted, "--json"],
                                     check=True, capture_output=True, text=True).stdout)
-    print(f"{cluster}: {len(train_index)} measured plans, {fit['evaluations']} simulations")
+    print(f"{cluster}: {len(train_index)} measured plans, chosen by calibrate --design ({design['evaluations']} simulations):")
+    for i in train_index:
+        print(f"  {layouts[i]}")
+    print(f"  fitted from {fit['starts']} starts, {fit['evaluations']} simulations")
     want = {f"{g}.max_efficiency": e for g, e in h["gpus"].items()}
     want["overhead"] = h["overhead_us"] * 1e-6
     want.update({f"{l}.bandwidth_factor": f for l, f in h["links"].items()})

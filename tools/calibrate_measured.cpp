@@ -125,17 +125,19 @@ std::vector<std::string> words(const std::string& text) {
   return out;
 }
 
-sim::StepRun plan_row(const std::string& path, const Row& r, std::ostream& out) {
+sim::StepRun plan_row(const std::string& path, const Row& r, std::ostream& out, bool need_times) {
   sim::StepRun run;
   run.name = path + ":" + std::to_string(r.line);
-  try {
+  if (!need_times && r.step_s.empty()) {
+    // A candidate not measured yet.
+  } else try {
     size_t used = 0;
     run.measured_s = std::stod(r.step_s, &used);
     if (used != r.step_s.size()) throw std::invalid_argument("trailing text");
   } catch (const std::exception&) {
     throw InputError(path, r.line, "step_s", "expected the measured seconds per iteration, found '" + r.step_s + "'");
   }
-  if (!(run.measured_s > 0) || !std::isfinite(run.measured_s)) {
+  if ((need_times || !r.step_s.empty()) && (!(run.measured_s > 0) || !std::isfinite(run.measured_s))) {
     throw InputError(path, r.line, "step_s", "expected a positive number of seconds, found '" + r.step_s + "'");
   }
   if (!r.plan.empty()) {
@@ -166,19 +168,48 @@ sim::StepRun plan_row(const std::string& path, const Row& r, std::ostream& out) 
   return run;
 }
 
-}  // namespace
-
-std::vector<sim::StepRun> read_measured_runs(const std::string& path, std::ostream& out) {
+std::vector<Row> read_rows(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path, 0, "file", "cannot be read (no such file?)");
   std::ostringstream text;
   text << in.rdbuf();
   const bool yaml = path.ends_with(".yaml") || path.ends_with(".yml");
-  const std::vector<Row> rows = yaml ? read_yaml(path, text.str()) : read_csv(path, text.str());
+  std::vector<Row> rows = yaml ? read_yaml(path, text.str()) : read_csv(path, text.str());
   if (rows.empty()) throw InputError(path, 0, "runs", "expected at least one run");
+  return rows;
+}
+
+std::string csv_quoted(const std::string& field) {
+  if (field.find_first_of(",\"") == std::string::npos) return field;
+  std::string q = "\"";
+  for (char c : field) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+}  // namespace
+
+std::vector<sim::StepRun> read_measured_runs(const std::string& path, std::ostream& out, bool need_times) {
   std::vector<sim::StepRun> runs;
-  for (const Row& r : rows) runs.push_back(plan_row(path, r, out));
+  for (const Row& r : read_rows(path)) runs.push_back(plan_row(path, r, out, need_times));
   return runs;
+}
+
+void write_runs_table(const std::string& path, const std::vector<size_t>& chosen, const std::string& out_path) {
+  const std::vector<Row> rows = read_rows(path);
+  std::ostringstream s;
+  s << "# chosen by hetflow calibrate --design from " << path << " (its lines";
+  for (size_t i : chosen) s << " " << rows.at(i).line;
+  s << "); fill in step_s, the measured seconds per iteration\nplan,cluster,model,options,step_s\n";
+  for (size_t i : chosen) {
+    const Row& r = rows.at(i);
+    std::filesystem::path plan(r.plan);
+    // A plan file relative to the table stays found from the new table's folder.
+    if (!r.plan.empty() && plan.is_relative()) plan = std::filesystem::absolute(std::filesystem::path(path).parent_path() / plan);
+    s << csv_quoted(r.plan.empty() ? "" : plan.string()) << "," << csv_quoted(r.cluster) << "," << csv_quoted(r.model) << ","
+      << csv_quoted(r.options) << "," << csv_quoted(r.step_s) << "\n";
+  }
+  std::ofstream f(out_path);
+  if (!(f << s.str())) throw InputError(out_path, 0, "--out", "cannot be written");
 }
 
 namespace {
@@ -270,7 +301,33 @@ Json step_fit_json(const sim::StepFit& fit, const std::vector<sim::StepRun>& run
               {"cv_mape", fit.cv_mape},
               {"cv_spearman", fit.cv_spearman},
               {"evaluations", fit.evaluations},
+              {"starts", fit.starts},
+              {"confounded", fit.confounded},
               {"warnings", fit.warnings}};
+}
+
+void print_step_design(std::ostream& out, const sim::StepDesign& design, const std::vector<sim::StepRun>& runs, double noise) {
+  out << "of " << runs.size() << " candidate runs, the " << design.chosen.size()
+      << " that determine the parameters best (greedy D-optimal at the prior; " << design.evaluations << " evaluations):\n";
+  for (size_t i : design.chosen) out << "  " << runs[i].name << "\n";
+  out << "\n  " << std::left << std::setw(28) << "parameter" << std::right << std::setw(12) << "prior" << std::setw(12)
+      << "+/-" << "   (what these runs would leave it at, " << percent(noise, 1) << " noise a run)\n";
+  for (const sim::StepParameter& p : design.parameters) {
+    out << "  " << std::left << std::setw(28) << p.name << std::right << std::setw(12) << value_text(p, p.prior)
+        << std::setw(12) << percent(p.relative_error, 1) << "\n";
+  }
+  for (const std::string& n : design.not_determined) out << "warning: no candidate's time depends on " << n << "\n";
+}
+
+Json step_design_json(const sim::StepDesign& design, const std::vector<sim::StepRun>& runs) {
+  Json chosen = Json::array(), parameters = Json::array();
+  for (size_t i : design.chosen) chosen.push_back({{"run", runs[i].name}, {"index", i}});
+  for (const sim::StepParameter& p : design.parameters) {
+    parameters.push_back({{"name", p.name}, {"prior", p.prior},
+                          {"relative_error", std::isfinite(p.relative_error) ? Json(p.relative_error) : Json(nullptr)}});
+  }
+  return Json{{"chosen", chosen}, {"parameters", parameters}, {"not_determined", design.not_determined},
+              {"evaluations", design.evaluations}};
 }
 
 }  // namespace hetflow::tools

@@ -18,7 +18,16 @@
 namespace hetflow::tools {
 
 // Every run of the table planned; InputError naming the file, the row's line and the field.
-std::vector<sim::StepRun> read_measured_runs(const std::string& path, std::ostream& out);
+// Without need_times a row may leave step_s out or empty (candidates for --design; 0 then).
+std::vector<sim::StepRun> read_measured_runs(const std::string& path, std::ostream& out, bool need_times = true);
+
+// The rows `chosen` (indices in table order) of the table at `path`, written as a CSV table
+// of the same fields (step_s as given, or empty to fill in once measured).
+void write_runs_table(const std::string& path, const std::vector<size_t>& chosen, const std::string& out_path);
+
+// The design: which runs to measure and what they would leave each parameter at.
+void print_step_design(std::ostream& out, const sim::StepDesign& design, const std::vector<sim::StepRun>& runs, double noise);
+Json step_design_json(const sim::StepDesign& design, const std::vector<sim::StepRun>& runs);
 
 // Each parameter with its prior, fitted value and relative uncertainty; each run measured,
 // fitted and held out; MAPE and Spearman in and out of sample; the warnings.

@@ -80,10 +80,10 @@ void print_fit(std::ostream& out, const traces::CalibrationFit& fit, size_t runs
     out << "  " << std::left << std::setw(12) << p.gpu << std::right << std::setw(14) << u::human_flops(p.peak_flops_per_s)
         << "/s   " << p.run << "\n";
   }
-  out << "\ndispatch, per GPU type (median time from a compute task being ready to its start):\n";
+  out << "\ndispatch, per GPU type (time from a compute task being ready to its start: each run's mean, their median):\n";
   for (const traces::DispatchFit& d : fit.dispatch) {
     out << "  " << std::left << std::setw(12) << d.gpu << std::right << std::setw(12) << u::human_time_s(d.dispatch_s)
-        << "   over " << d.observations << " task instances\n";
+        << "   over " << d.observations << " task instances in " << d.runs << (d.runs == 1 ? " run\n" : " runs\n");
   }
   out << "\nlinks, per class (from both sides ready to received; A, B: the nominal latency and bandwidth parts):\n"
       << "  time = latency_factor x A + B / bandwidth_factor\n";
@@ -114,7 +114,7 @@ Json fit_json(const traces::CalibrationFit& fit) {
                        {"note", c.note}});
   }
   for (const traces::DispatchFit& d : fit.dispatch) {
-    dispatch.push_back({{"gpu", d.gpu}, {"tasks", d.observations}, {"dispatch_s", d.dispatch_s}});
+    dispatch.push_back({{"gpu", d.gpu}, {"tasks", d.observations}, {"runs", d.runs}, {"dispatch_s", d.dispatch_s}});
   }
   for (const traces::LinkFit& l : fit.links) {
     links.push_back({{"class", l.link_class},
@@ -142,7 +142,9 @@ void write_file(const std::string& path, const model::Calibration& calibration) 
 }
 
 int run_calibrate_measured(const po::variables_map& vm, std::ostream& out) {
-  const std::vector<sim::StepRun> runs = read_measured_runs(vm["measured"].as<std::string>(), out);
+  const std::string table = vm["measured"].as<std::string>();
+  const bool design = vm.count("design") != 0;
+  const std::vector<sim::StepRun> runs = read_measured_runs(table, out, !design);
   sim::StepFitOptions options;
   options.prior = read_calibration_option(vm, runs.front().plan.cluster);
   options.folds = vm["folds"].as<int>();
@@ -157,8 +159,26 @@ int run_calibrate_measured(const po::variables_map& vm, std::ostream& out) {
     else if (g == "latency") options.groups.insert(sim::StepParameterKind::latency_factor);
     else throw InputError("<command line>", 0, "--fit", "expected efficiency, overhead, bandwidth or latency, found '" + g + "'");
   }
-  const sim::StepFit fit = sim::calibrate_step_times(runs, options);
+  options.starts = vm["starts"].as<int>();
+  if (options.starts < 1) throw InputError("<command line>", 0, "--starts", "expected 1 or more");
   const std::string path = vm["out"].as<std::string>();
+  if (design) {
+    const int count = vm["design"].as<int>();
+    if (count < 1) throw InputError("<command line>", 0, "--design", "expected 1 or more runs to choose");
+    const double noise = 0.01;
+    const sim::StepDesign d = sim::design_step_runs(runs, options, static_cast<size_t>(count), noise);
+    write_runs_table(table, d.chosen, path);
+    if (vm.count("json")) {
+      Json j = step_design_json(d, runs);
+      j["wrote"] = path;
+      print_json(out, j);
+      return 0;
+    }
+    print_step_design(out, d, runs, noise);
+    out << "\nwrote " << path << " (measure these runs, fill in step_s, then calibrate --measured " << path << ")\n";
+    return 0;
+  }
+  const sim::StepFit fit = sim::calibrate_step_times(runs, options);
   write_file(path, fit.calibration);
   if (vm.count("json")) {
     Json j = step_fit_json(fit, runs);
@@ -185,7 +205,12 @@ void calibrate_options(po::options_description& options) {
       ("fit", po::value<std::string>()->default_value("efficiency,overhead,bandwidth,latency"),
        "--measured: the kinds of parameter to fit (the others keep the prior's)")
       ("estimate-only", "--measured: fit through the analytic estimate alone (fast; no contention)")
-      ("out,o", po::value<std::string>()->required(), "write the calibration YAML here")
+      ("starts", po::value<int>()->default_value(3),
+       "--measured: fits from the prior and from the best of 4 x N-1 deterministic start points (1: the prior alone)")
+      ("design", po::value<int>(),
+       "--measured: choose this many of the table's runs (step_s may be empty) that best determine the parameters, "
+       "and write them to --out as a table to measure")
+      ("out,o", po::value<std::string>()->required(), "write the calibration YAML here (--design: the chosen runs' table)")
       ("calibration", po::value<std::string>(), "a calibration to start from: what the traces cannot fit is kept");
 }
 

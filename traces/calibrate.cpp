@@ -353,7 +353,8 @@ void warn(CalibrationFit& out) {
 
 CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Calibration& prior) {
   std::map<std::pair<std::string, std::string>, std::vector<ComputeObservation>> compute;  // (gpu, kind)
-  std::map<std::string, std::vector<double>> gaps;                                        // gpu -> dispatch gaps
+  std::map<std::string, std::vector<double>> run_dispatch;                                // gpu -> each run's mean gap
+  std::map<std::string, int> gap_count;                                                   // gpu -> gaps seen
   std::map<std::string, std::vector<LinkObservation>> links;                              // class
   std::vector<PeakSeen> peaks;
   for (const MeasuredRun& run : runs) {
@@ -368,6 +369,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     const partition::RunGraph graph(plan);
     const int first = index.iterations() > 1 ? 1 : 0;  // iteration 0 warms up
     const std::vector<model::Device> devices = plan.cluster.devices();
+    std::map<std::string, std::vector<double>> gaps;  // gpu -> this run's dispatch gaps
     bool any_compute = false;
     for (const model::GpuSpec& g : plan.cluster.gpu_types) {
       bool used = false;
@@ -444,6 +446,14 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
                                            slowest.latency_s, slowest.bandwidth_bytes_per_s});
     }
     if (!any_compute) throw InputError(run.name, 0, "events", "no compute task with FLOPs ran to completion: nothing to fit");
+    for (const auto& [gpu, v] : gaps) {
+      // The mean, not the median: hand-offs add up to iteration times, a thread that waited
+      // for a core included (on a loaded host the median gap is a tenth of the mean).
+      double sum = 0;
+      for (double g : v) sum += g;
+      run_dispatch[gpu].push_back(sum / static_cast<double>(v.size()));
+      gap_count[gpu] += static_cast<int>(v.size());
+    }
   }
 
   CalibrationFit out;
@@ -460,9 +470,10 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
     // The type's own figures: its forward's (the kind most plans have most of).
     if (const auto f = g.kinds.find("forward"); f != g.kinds.end()) static_cast<model::Efficiency&>(g) = f->second;
   }
-  for (const auto& [gpu, v] : gaps) {
+  for (const auto& [gpu, v] : run_dispatch) {
+    // Over the runs the median: one run on a busier spell of the host does not move it.
     const double dispatch = std::max(0.0, median(v));
-    out.dispatch.push_back({gpu, static_cast<int>(v.size()), dispatch});
+    out.dispatch.push_back({gpu, gap_count[gpu], static_cast<int>(v.size()), dispatch});
     out.calibration.gpus.try_emplace(gpu, prior.gpu(gpu)).first->second.dispatch_s = dispatch;
   }
   for (const auto& [link_class, obs] : links) {

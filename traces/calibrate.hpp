@@ -14,9 +14,12 @@
 //    of each other two count as one); with two the curve is flat (saturation_flops 0),
 //    with one the overhead is the prior's and only max_efficiency is fitted (said so in
 //    the note). Several traces (other micro-batch sizes, other stage cuts) give more sizes.
-//  - Dispatch, per GPU type: the median time between a compute task being ready (its stream's
+//  - Dispatch, per GPU type: the time between a compute task being ready (its stream's
 //    previous task and every task it depends on have ended) and its start: the hand-off
-//    that no task's duration contains (a thread waking, a kernel queued behind others).
+//    that no task's duration contains (a thread waking, a kernel queued behind others). Its
+//    mean over each run's task instances (the gaps add up to the iteration time, long ones
+//    included), and the median of that over the runs (a run in a busier spell of a shared
+//    host does not move it).
 //  - Links, per link class: each transfer's time from both sides being ready to the data
 //    being received (recv end - max(ready of send, ready of recv)), and each collective's
 //    from its last member being ready to its last member ending, against the nominal
@@ -53,8 +56,9 @@ struct ComputeFit {
 
 struct DispatchFit {
   std::string gpu;
-  int observations = 0;
-  double dispatch_s = 0;  // median
+  int observations = 0;    // task instances
+  int runs = 0;            // traces that ran the GPU type
+  double dispatch_s = 0;   // the median over the runs of each run's mean
 };
 
 struct LinkFit {

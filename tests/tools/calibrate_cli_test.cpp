@@ -147,13 +147,16 @@ TEST(CalibrateCli, RefusesForeignTracesAndMismatchedPlans) {
 
 namespace {
 
-// The trace with `delay_s` inserted before every task: one device, one stream, so each task
-// is ready when the one before it ends, and now starts `delay_s` later (a hand-off).
-std::string delayed_trace(const std::string& csv, double delay_s) {
+// The trace with a delay inserted before every task: one device, one stream, so each task is
+// ready when the one before it ends, and now starts that much later (a hand-off). The k-th
+// event (in file order, from 0) waits delay_s, and every `long_every`-th one (k = 0, n, 2n,
+// ...) `long_s` instead: a thread that waited for a core.
+std::string delayed_trace(const std::string& csv, double delay_s, int long_every = 0, double long_s = 0) {
   std::istringstream in(csv);
   std::ostringstream out;
   out.precision(17);
   double end_s = 0;
+  int k = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#' || line.rfind("task,", 0) == 0) {
       out << line << "\n";
@@ -163,7 +166,8 @@ std::string delayed_trace(const std::string& csv, double delay_s) {
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
     const double duration_s = std::stod(f.at(11)) - std::stod(f.at(10));
-    const double start_s = end_s + delay_s;
+    const double start_s = end_s + (long_every > 0 && k % long_every == 0 ? long_s : delay_s);
+    ++k;
     end_s = start_s + duration_s;
     std::ostringstream s, e;
     s.precision(17), e.precision(17);
@@ -215,6 +219,33 @@ TEST(CalibrateCli, RecoversAKnownDispatchDelayAndReplayAddsItBack) {
   const auto calibrated = run_hetflow("replay " + measured + " --plan " + plan + " --calibration " + fitted + " --json");
   ASSERT_EQ(calibrated.status, 0) << calibrated.err;
   EXPECT_NEAR(steady_replayed_s(calibrated.out), measured_s, 1e-3 * measured_s);
+}
+
+// Dispatch is each run's mean hand-off (long ones count: they add to the iteration time) and
+// the median of those over the runs (a run in a busier spell does not move it). Each run has
+// one task in five waiting 11 times the others' hand-off, so its mean is 3 times the common
+// one; three runs at 100, 200 and 500 us common hand-offs have means of 300, 600 and 1500 us,
+// whose median is 600 us (the median of every gap would be 200 us, their mean 800 us).
+TEST(CalibrateCli, DispatchIsTheMedianOverRunsOfEachRunsMeanHandOff) {
+  const auto dir = scratch_dir();
+  const std::string plan = (dir / "p.json").string(), sim = (dir / "sim.csv").string(), fitted = (dir / "fitted.yaml").string();
+  ASSERT_EQ(run_hetflow("plan --cluster cpu-1 --model gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256 --workspace 0 "
+                        "--precision fp32 --microbatches 2 --out " + plan).status, 0);
+  ASSERT_EQ(run_hetflow("simulate --plan " + plan + " --iterations 3 --trace " + sim).status, 0);
+  constexpr int kTasksPerIteration = 5;  // 2 forwards, 2 backwards, the optimizer: one long gap each
+  std::string traces;
+  for (const double common_s : {100e-6, 200e-6, 500e-6}) {
+    const std::string path = (dir / ("r" + std::to_string(static_cast<int>(common_s * 1e6)) + ".csv")).string();
+    std::ofstream(path) << delayed_trace(slurp(sim), common_s, kTasksPerIteration, 11 * common_s);
+    traces += path + " ";
+  }
+  const auto c = run_hetflow("calibrate " + traces + "--plan " + plan + " -o " + fitted + " --json");
+  ASSERT_EQ(c.status, 0) << c.err;
+  const auto j = nlohmann::json::parse(c.out);
+  ASSERT_EQ(j["dispatch"].size(), 1u);
+  EXPECT_EQ(j["dispatch"][0]["runs"].get<int>(), 3);
+  EXPECT_EQ(j["dispatch"][0]["tasks"].get<int>(), 3 * 2 * kTasksPerIteration);  // the iterations after the first
+  EXPECT_NEAR(j["dispatch"][0]["dispatch_s"].get<double>(), 600e-6, 1e-3 * 600e-6);
 }
 
 // A transfer a thousand times faster than the nominal PCIe of cpu-4 (as a copy inside one

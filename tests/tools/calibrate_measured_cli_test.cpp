@@ -66,9 +66,13 @@ TEST(CalibrateMeasuredCli, RecoversHiddenEfficienciesAndOverheadFromStepTimesAlo
   for (const std::string& l : kLayouts) step_s.push_back(simulated_s(l, hidden));
   std::ofstream(runs) << table(step_s);
 
-  const auto c = run_hetflow("calibrate --measured " + runs + " --fit efficiency,overhead --folds 0 -o " + fitted + " --json");
+  // From the prior alone (--starts 1): these runs need no other start, and each start costs
+  // a fit; the other starts are tested on a confounded case below.
+  const auto c = run_hetflow("calibrate --measured " + runs + " --fit efficiency,overhead --folds 0 --starts 1 -o " + fitted +
+                             " --json");
   ASSERT_EQ(c.status, 0) << c.err << c.out;
   const auto j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j["starts"].get<int>(), 1);
   std::map<std::string, double> want = {{"V100-16.max_efficiency", 0.45}, {"T4.max_efficiency", 0.3}, {"overhead", 60e-6}};
   ASSERT_EQ(j["parameters"].size(), want.size()) << j.dump(1);
   for (const auto& p : j["parameters"]) {
@@ -110,6 +114,74 @@ TEST(CalibrateMeasuredCli, WarnsOfAnEfficiencyAtItsCap) {
   EXPECT_NE(c.out.find("at its upper bound 1"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("the efficiency cap"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("at bound"), std::string::npos) << c.out;
+}
+
+namespace {
+
+const std::string kCpuModel = "gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256";
+const std::string kSmall = "--cluster cpu-2 --model " + kCpuModel + " --workspace 0 --precision fp32 --micro-batch 1";
+const std::string kLarge = "--cluster cpu-2 --model " + kCpuModel + " --workspace 0 --precision fp32 --micro-batch 8";
+
+}  // namespace
+
+// Three runs of one plan say one number: the efficiency and the overhead can trade against
+// each other without end. Fits from every start follow the runs, and the report names the two
+// as confounded (strongly correlated and poorly determined) and says how to separate them.
+TEST(CalibrateMeasuredCli, NamesParametersTheRunsCannotTellApart) {
+  const auto dir = scratch_dir();
+  const std::string runs = (dir / "runs.csv").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(runs) << "options,step_s\n\"" << kSmall << "\",0.004\n\"" << kSmall << "\",0.004\n\"" << kSmall << "\",0.004\n";
+  const auto c = run_hetflow("calibrate --measured " + runs + " --estimate-only --fit efficiency,overhead --folds 0 -o " +
+                             fitted + " --json");
+  ASSERT_EQ(c.status, 0) << c.err << c.out;
+  const auto j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j["starts"].get<int>(), 3);  // the default
+  ASSERT_EQ(j["parameters"].size(), 2u) << j.dump(1);
+  for (const auto& r : j["runs"]) EXPECT_NEAR(r["fitted_s"].get<double>(), 0.004, 0.004 * 1e-3);
+  ASSERT_EQ(j["confounded"].size(), 1u) << j.dump(1);
+  EXPECT_EQ(j["confounded"][0], nlohmann::json::parse(R"(["CPU.max_efficiency", "overhead"])"));
+  bool said = false;
+  for (const auto& w : j["warnings"]) said = said || w.get<std::string>().find("CPU.max_efficiency and overhead trade against "
+                                                                                 "each other") != std::string::npos;
+  EXPECT_TRUE(said) << j["warnings"].dump(1);
+}
+
+// --design chooses the runs that determine the parameters: of two copies of one plan and a
+// plan of larger tasks (where the overhead weighs less against the efficiency), the second
+// pick is never the copy of the first, which adds no new direction. The chosen rows are
+// written as a table to measure (step_s empty), which calibrate reads back once filled in.
+TEST(CalibrateMeasuredCli, DesignChoosesRunsThatSeparateTheParameters) {
+  const auto dir = scratch_dir();
+  const std::string pool = (dir / "pool.csv").string(), chosen = (dir / "chosen.csv").string();
+  std::ofstream(pool) << "options\n\"" << kSmall << "\"\n\"" << kSmall << "\"\n\"" << kLarge << "\"\n";
+  const auto c = run_hetflow("calibrate --measured " + pool + " --estimate-only --fit efficiency,overhead --design 2 -o " +
+                             chosen + " --json");
+  ASSERT_EQ(c.status, 0) << c.err << c.out;
+  const auto j = nlohmann::json::parse(c.out);
+  ASSERT_EQ(j["chosen"].size(), 2u);
+  std::vector<int> picked;
+  for (const auto& r : j["chosen"]) picked.push_back(r["index"].get<int>());
+  EXPECT_TRUE(picked[0] == 2 || picked[1] == 2) << j.dump(1);  // the large-task plan, and one copy of the other
+  EXPECT_NE(picked[0], picked[1]);
+  for (const auto& p : j["parameters"]) EXPECT_TRUE(p["relative_error"].is_number()) << p;  // both determined
+
+  // The table written: the two rows, step_s to fill in; with them filled in it calibrates.
+  std::istringstream written(slurp(chosen));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(written, line);) {
+    if (!line.empty() && line[0] != '#') rows.push_back(line);
+  }
+  ASSERT_EQ(rows.size(), 3u) << slurp(chosen);
+  EXPECT_EQ(rows[0], "plan,cluster,model,options,step_s");
+  std::string filled = rows[0] + "\n";
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].back(), ',') << rows[i];
+    filled += rows[i] + (i == 1 ? "0.004\n" : "0.02\n");
+  }
+  std::ofstream(chosen) << filled;
+  const auto fit = run_hetflow("calibrate --measured " + chosen + " --estimate-only --fit efficiency,overhead --folds 0 -o " +
+                               (dir / "fitted.yaml").string());
+  EXPECT_EQ(fit.status, 0) << fit.err << fit.out;
 }
 
 TEST(CalibrateMeasuredCli, RefusesABadTableNamingItsLineAndField) {
