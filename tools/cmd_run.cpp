@@ -23,6 +23,7 @@
 #include "exec/cpu_backend.hpp"
 #include "exec/cuda_backend.hpp"
 #include "exec/engine.hpp"
+#include "exec/interrupt.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/token_data.hpp"
@@ -39,6 +40,7 @@
 #include "tools/plan_options.hpp"
 #include "tools/plan_summary.hpp"
 #include "tools/run_prediction.hpp"
+#include "tools/run_progress.hpp"
 #include "traces/figures.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
@@ -185,7 +187,7 @@ Request read_request(po::variables_map& vm) {
     // A plan fixes its cluster, network and layout; only the run may change.
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
-          "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
+          "plan", "steps", "warmup", "progress", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
           "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
@@ -331,60 +333,6 @@ double longest_task_s(const partition::Plan& plan, const partition::CostModel& c
   }
   return longest;
 }
-
-// On a terminal, a line on stderr as each step completes ("step 3/5: 65.2 ms, loss
-// 6.135571"); nothing otherwise, so logs and pipes get the report alone.
-class StepProgress {
- public:
-  // Under mpirun, rank 0 shows the steps of its own devices, without the loss (the last
-  // stage may be another rank's).
-  StepProgress(const partition::Plan& plan, const exec::Training* training, const exec::Ranks& ranks)
-      : training_(ranks.alone() ? training : nullptr), per_step_(local_tasks(plan, ranks)),
-        done_(static_cast<size_t>(plan.iterations())),
-        enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr && ranks.rank() == 0),
-        start_(std::chrono::steady_clock::now()) {}
-  bool enabled() const { return enabled_; }
-  // From the engine's threads, after every task instance.
-  void task_end(int iteration) {
-    if (iteration < 0 || static_cast<size_t>(iteration) >= done_.size()) return;
-    if (done_[static_cast<size_t>(iteration)].fetch_add(1) + 1 != per_step_) return;
-    std::lock_guard lock(mutex_);
-    const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    std::string line = "step " + std::to_string(iteration + 1) + "/" + std::to_string(done_.size()) + ": " +
-                       u::human_time_s(now_s - last_s_);
-    last_s_ = now_s;
-    if (training_ != nullptr) {
-      const std::vector<double> losses = training_->losses();
-      if (static_cast<size_t>(iteration) < losses.size()) {
-        std::ostringstream loss;
-        loss << std::fixed << std::setprecision(6) << losses[static_cast<size_t>(iteration)];
-        line += ", loss " + loss.str();
-      }
-    }
-    std::fprintf(stderr, "\r%-60s", line.c_str());
-    std::fflush(stderr);
-    shown_ = true;
-  }
-  void finish() {
-    if (shown_) std::fprintf(stderr, "\r%-60s\r", "");
-  }
-
- private:
-  static size_t local_tasks(const partition::Plan& plan, const exec::Ranks& ranks) {
-    size_t n = 0;
-    for (const partition::Task& t : plan.tasks) n += ranks.owner(t.device, plan.device_count()) == ranks.rank() ? 1 : 0;
-    return n;
-  }
-
-  const exec::Training* training_;
-  size_t per_step_;
-  std::vector<std::atomic<size_t>> done_;
-  bool enabled_;
-  std::chrono::steady_clock::time_point start_;
-  std::mutex mutex_;
-  double last_s_ = 0;
-  bool shown_ = false;
-};
 
 // --- step 3: the report ---
 
@@ -712,6 +660,7 @@ void run_options(po::options_description& options) {
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
       ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, cuBLAS and NCCL)")
       ("steps", po::value<int>()->default_value(3), "iterations measured")
+      ("progress", "show the progress line also where stderr is not a terminal (a line a second)")
       ("yes", "start a run predicted to take more than 10 minutes without asking (asked when stdin is a terminal)")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
@@ -762,10 +711,11 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
+  double predicted_s = 0;
   if (ranks.rank() == 0) {
     const int iterations = request.warmup + request.steps;
-    confirm_run(predicted_run_wall_s(scaled(plan, request.flop_scale), iterations, request.backend, cost), iterations,
-                vm.count("yes") > 0);
+    predicted_s = predicted_run_wall_s(scaled(plan, request.flop_scale), iterations, request.backend, cost);
+    confirm_run(predicted_s, iterations, vm.count("yes") > 0);
   }
   if (ranks.rank() == 0) {  // (the rank that writes them) before the run, not after it
     for (const char* option : {"trace", "chrome", "metrics"}) {
@@ -791,9 +741,15 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (vm["watchdog"].defaulted()) engine.watchdog_s = std::max(request.watchdog_s, 10 * longest_task_s(as_run, cost));
   engine.max_buffer_bytes = request.max_buffer_bytes;
   engine.ranks = &ranks;
-  StepProgress progress(plan, training.training.get(), ranks);
-  if (progress.enabled()) engine.on_task_end = [&progress](const exec::TaskView& v) { progress.task_end(v.iteration); };
-  const exec::RunResult result = exec::run_plan(plan, *backend, engine);
+  // Under mpirun rank 0 shows its own devices' tasks, without the loss (another rank's to say).
+  RunProgressLine progress(predicted_s, ranks.alone() ? training.training.get() : nullptr, ranks.rank() == 0,
+                           vm.count("progress") > 0);
+  engine.on_progress = progress.reporter();
+  const exec::RunResult result = [&] {
+    const exec::InterruptOnSignal on_signal;  // Ctrl-C stops every thread and rank; what ran is still reported
+    engine.interrupt = &on_signal.flag();
+    return exec::run_plan(plan, *backend, engine);
+  }();
   progress.finish();
   if (training.training) training.training->collect_at_root();
   if (ranks.rank() != 0) return result.completed ? 0 : 4;
