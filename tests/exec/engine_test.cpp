@@ -360,8 +360,12 @@ TEST(Engine, ProgressCountsTheStepsTasksAndAnInterruptStopsTheRun) {
     EXPECT_LE(p.iteration, 1);  // the gate holds step 2
     EXPECT_LE(p.iteration_done, p.iteration == 0 ? tasks : kPassed);
     EXPECT_GE(p.completed, p.iteration * tasks + p.iteration_done);  // earlier steps are whole
-    if (k > 0) EXPECT_GE(p.completed, seen[k - 1].completed);
-    if (p.iteration == 1) EXPECT_GT(p.last_iteration_s, 0);
+    if (k > 0) {
+      EXPECT_GE(p.completed, seen[k - 1].completed);
+    }
+    if (p.iteration == 1) {
+      EXPECT_GT(p.last_iteration_s, 0);
+    }
   }
   EXPECT_EQ(seen.back().iteration, 1);
   EXPECT_EQ(seen.back().iteration_done, kPassed);
