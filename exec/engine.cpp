@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "exec/interrupt.hpp"
 #include "model/units.hpp"
 #include "partition/run_graph.hpp"
 #include "partition/task_order.hpp"
@@ -133,6 +134,9 @@ class Run {
       devices_.back()->streams.resize(plan.programs[d].size());
     }
     devices_.resize(static_cast<size_t>(plan.device_count()));
+    for (const Task& t : plan.tasks) local_tasks_ += local(t.device) ? 1 : 0;
+    iteration_done_ = std::make_unique<std::atomic<long long>[]>(static_cast<size_t>(iterations_));
+    iteration_end_s_ = std::make_unique<std::atomic<double>[]>(static_cast<size_t>(iterations_));
     for (auto& d : devices_) {
       if (!d) d = std::make_unique<DeviceState>();
     }
@@ -305,6 +309,9 @@ class Run {
         }
         d.wake.notify_all();
         completed_.fetch_add(1, std::memory_order_relaxed);
+        if (iteration_done_[static_cast<size_t>(i)].fetch_add(1) + 1 == local_tasks_) {
+          iteration_end_s_[static_cast<size_t>(i)].store(std::max(now_s(), 1e-9));  // (0 says: not yet)
+        }
       }
     }
     std::lock_guard lock(d.mutex);
@@ -348,9 +355,12 @@ class Run {
         exited = exit_wake_.wait_for(lock, poll, [&] { return exited_ == threads; });
       }
       long long completed = completed_.load(std::memory_order_relaxed);
+      report_progress();
       if (ranks_ == nullptr) {
         if (exited) return;
+        check_interrupt();
       } else {
+        check_interrupt();  // before `failed` is read: the other ranks stop with this one
         bool failed = false, stalled = false;
         {
           std::lock_guard lock(error_mutex_);
@@ -376,6 +386,53 @@ class Run {
         stall();
       }
     }
+  }
+
+  // Where this process's devices are: the first iteration not all of whose local instances
+  // ended (one ends when its last instance's thread has stored the time).
+  RunProgress progress() {
+    RunProgress p;
+    p.iterations = iterations_;
+    p.iteration_tasks = local_tasks_;
+    while (progress_iteration_ < iterations_ && iteration_end_s_[static_cast<size_t>(progress_iteration_)].load() > 0) {
+      ++progress_iteration_;
+    }
+    p.iteration = progress_iteration_;
+    if (p.iteration < iterations_) p.iteration_done = iteration_done_[static_cast<size_t>(p.iteration)].load();
+    p.completed = completed_.load(std::memory_order_relaxed);
+    p.elapsed_s = now_s();
+    if (p.iteration > 0) {
+      const double end_s = iteration_end_s_[static_cast<size_t>(p.iteration - 1)].load();
+      const double before_s = p.iteration > 1 ? iteration_end_s_[static_cast<size_t>(p.iteration - 2)].load() : 0;
+      p.last_iteration_s = std::max(0.0, end_s - before_s);  // (streams may end iterations out of order)
+    }
+    return p;
+  }
+
+  // The watching thread: on_progress every progress_every_s.
+  void report_progress() {
+    if (!options_.on_progress || now_s() - last_progress_s_ < options_.progress_every_s) return;
+    last_progress_s_ = now_s();
+    options_.on_progress(progress());
+  }
+
+  // The watching thread: a signal stops the run as a failure would, with its own message.
+  void check_interrupt() {
+    if (options_.interrupt == nullptr || stop_.load()) return;
+    const int sig = options_.interrupt->load();
+    if (sig == 0) return;
+    const RunProgress p = progress();
+    const std::string where = p.iteration < p.iterations
+                                  ? " during step " + std::to_string(p.iteration + 1) + " of " + std::to_string(p.iterations)
+                                  : "";
+    {
+      std::lock_guard lock(error_mutex_);
+      if (error_.empty()) {
+        error_ = "interrupted by " + signal_name(sig) + where;
+        interrupted_ = sig;
+      }
+    }
+    stop_all();
   }
 
   // (A failure that came first keeps its own message: the stall is its consequence.)
@@ -481,11 +538,13 @@ class Run {
     put_string(mine, error_);
     put(mine, static_cast<char>(stalled_));
     put_string(mine, stall_lines_);
+    put(mine, interrupted_);
     const std::vector<std::vector<std::byte>> all = ranks_->gather(mine);
     std::vector<std::byte> verdict;
     if (ranks_->rank() == 0) {
       std::string first_error, lines;
       bool stalled = false;
+      int interrupted = 0;  // the signal of the rank whose error is the run's
       for (size_t r = 0; r < all.size(); ++r) {
         ByteReader in(all[r]);
         for (auto at = in.get<std::uint64_t>(); at != ~std::uint64_t{0}; at = in.get<std::uint64_t>()) {
@@ -502,11 +561,13 @@ class Run {
         const std::string error = in.get_string();
         const bool rank_stalled = in.get<char>() != 0;
         const std::string rank_lines = in.get_string();
+        const int rank_interrupted = in.get<int>();
         if (rank_stalled) {
           stalled = true;
           lines += rank_lines;
         } else if (first_error.empty() && !error.empty()) {
           first_error = "rank " + std::to_string(r) + ": " + error;
+          interrupted = rank_interrupted;
         }
       }
       if (!first_error.empty()) stalled = false;  // a rank's failure explains the others' stall
@@ -515,11 +576,13 @@ class Run {
       }
       put_string(verdict, stalled ? stall_header() + lines : first_error);
       put(verdict, static_cast<char>(stalled));
+      put(verdict, interrupted);
     }
     const std::vector<std::byte> agreed = ranks_->broadcast(verdict);
     ByteReader in(agreed);
     error_ = in.get_string();
     stalled_ = in.get<char>() != 0;
+    interrupted_ = in.get<int>();
   }
 
   RunResult result() {
@@ -532,6 +595,7 @@ class Run {
     r.wall_s = now_s();
     r.error = error_;
     r.stalled = stalled_;
+    r.interrupted = interrupted_;
     r.completed = error_.empty();
     r.trace.source = "exec-" + backend_.name();
     r.trace.compute = backend_.compute();
@@ -555,6 +619,10 @@ class Run {
     if (ranks_ == nullptr && r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
       r.completed = false;
       r.error = kNotInAProgram;
+    }
+    if (!r.completed) {  // the file says so: what reads it (replay, timeline) knows what is missing
+      r.trace.partial = r.error.substr(0, r.error.find('\n'));
+      r.trace.planned_iterations = iterations_;
     }
     traces::sort_events(r.trace);
     for (auto& d : devices_) r.memory.push_back(d->memory);
@@ -580,9 +648,15 @@ class Run {
   Clock::time_point start_;
   std::atomic<bool> stop_{false};
   std::atomic<long long> completed_{0};
+  long long local_tasks_ = 0;  // task instances of one iteration on this process's devices
+  std::unique_ptr<std::atomic<long long>[]> iteration_done_;  // per iteration: its local instances completed
+  std::unique_ptr<std::atomic<double>[]> iteration_end_s_;    // per iteration: when its last local one ended; 0: not yet
+  int progress_iteration_ = 0;   // the watching thread's: iterations before it have ended
+  double last_progress_s_ = -1e9;  // the watching thread's: when on_progress was last called
   std::mutex error_mutex_;
   std::string error_;
   bool stalled_ = false;
+  int interrupted_ = 0;      // the signal that stopped the run (error_mutex_)
   std::string stall_lines_;  // this rank's stuck streams, when stalled
   std::mutex exit_mutex_;
   std::condition_variable exit_wake_;

@@ -31,6 +31,11 @@
 //    failed, or, where none failed, every rank's stall report) and every rank the same
 //    completed/error. Other ranks' traces hold their own
 //    devices only.
+//  - Progress and interruption: while it runs it tells EngineOptions::on_progress where it
+//    stands (exec/run_progress.hpp); when EngineOptions::interrupt turns non-zero (a signal,
+//    exec/interrupt.hpp) it stops as on a failure, every rank with it, and the result says so
+//    and holds the trace of what completed, marked partial.
+#include <atomic>
 #include <functional>
 #include <span>
 #include <string>
@@ -38,6 +43,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/ranks.hpp"
+#include "exec/run_progress.hpp"
 #include "partition/plan.hpp"
 #include "traces/trace.hpp"
 
@@ -57,6 +63,13 @@ struct EngineOptions {
   // Called on the task's thread after each task instance, before its tensors may be freed.
   std::function<void(const TaskView&)> on_task_end;
   Ranks* ranks = nullptr;  // null or alone: every device runs in this process
+  // Called on the thread that called run_plan, every progress_every_s while the stream
+  // threads run (never concurrently with itself; it should return quickly: the watchdog waits).
+  std::function<void(const RunProgress&)> on_progress;
+  double progress_every_s = 0.1;
+  // Non-null: polled with the watchdog (every 50 ms, 10 ms under mpirun); a non-zero value
+  // (the signal received: InterruptOnSignal::flag()) stops the run.
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 struct DeviceMemoryUse {
@@ -70,7 +83,8 @@ struct RunResult {
   bool completed = false;
   std::string error;                    // when not completed: the failure or the stall report
   bool stalled = false;                 // the watchdog stopped it
-  traces::Trace trace;                  // completed task instances
+  int interrupted = 0;                  // the signal that stopped it (EngineOptions::interrupt), 0: none
+  traces::Trace trace;                  // completed task instances (Trace::partial says why a run stopped)
   std::vector<DeviceMemoryUse> memory;  // per device
   double wall_s = 0;
   long long task_instances = 0;         // completed

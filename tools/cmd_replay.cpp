@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <vector>
 
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -31,6 +32,7 @@ struct Replay {
   std::string trace_path;
   traces::Trace measured;
   partition::Plan plan;  // with the trace's iteration count
+  int planned_iterations = 0;  // a partial trace's run's (plan holds its complete ones)
   sim::SimOptions options;
 };
 
@@ -46,11 +48,40 @@ std::vector<double> dispatch_of_devices(const partition::Plan& plan, const model
 
 // --- step 1: the trace and the plan that made it ---
 
+// A partial trace (a run that stopped short: interrupted, stalled) replays the iterations it
+// holds every task instance of; the events of the rest are left out, and the report says so.
+void keep_complete_iterations(Replay& r) {
+  const size_t tasks = r.plan.tasks.size();
+  r.planned_iterations = r.plan.layout.iterations;
+  std::vector<char> seen(tasks * static_cast<size_t>(r.planned_iterations), 0);
+  for (const traces::Event& e : r.measured.events) {
+    if (e.task >= 0 && static_cast<size_t>(e.task) < tasks && e.iteration >= 0 && e.iteration < r.planned_iterations) {
+      seen[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = 1;
+    }
+  }
+  int complete = 0;
+  while (complete < r.planned_iterations &&
+         std::all_of(seen.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(complete) * tasks),
+                     seen.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(complete + 1) * tasks),
+                     [](char c) { return c != 0; })) {
+    ++complete;
+  }
+  if (complete == 0) {
+    throw InputError(r.trace_path, 0, "events",
+                     "a partial trace (" + r.measured.partial + ") without one complete iteration: nothing to replay");
+  }
+  std::erase_if(r.measured.events, [&](const traces::Event& e) { return e.iteration >= complete; });
+  r.plan.layout.iterations = complete;
+  r.plan.fingerprint = partition::plan_fingerprint(r.plan);
+  r.measured.fingerprint = r.plan.fingerprint;  // (checked against the run's plan above) what is kept is this plan's trace
+}
+
 Replay read_replay(const po::variables_map& vm) {
   Replay r;
   r.trace_path = vm["trace-file"].as<std::string>();
   r.measured = read_trace_file(r.trace_path);
   r.plan = plan_of_trace(vm["plan"].as<std::string>(), "--plan", r.measured, r.trace_path);
+  if (!r.measured.partial.empty()) keep_complete_iterations(r);
   const int iterations = r.plan.layout.iterations;
 
   const size_t tasks = r.plan.tasks.size();
@@ -216,6 +247,10 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
            {"replayed_iteration_time_s", got.iteration_time_s},
            {"iteration_time_error", error},
            {"wall_s", replayed.wall_s}};
+    if (!r.measured.partial.empty()) {
+      j["partial"] = r.measured.partial;
+      j["planned_iterations"] = r.planned_iterations;
+    }
     if (compare) {
       j["what_if"] = what_if_json(what_if, got, changed_metrics);
       if (w.other_plan) {
@@ -230,6 +265,10 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   out << "replayed " << r.plan.network.name << " on " << r.plan.cluster.name << " from " << r.trace_path << " ("
       << r.measured.source << (r.measured.compute.empty() ? "" : ", compute " + r.measured.compute)
       << "): every compute task at its measured duration, communication by the simulator's network\n";
+  if (!r.measured.partial.empty()) {
+    out << "  a partial trace (" << r.measured.partial << "): its " << r.plan.layout.iterations
+        << " complete iteration" << (r.plan.layout.iterations == 1 ? "" : "s") << " of " << r.planned_iterations << "\n";
+  }
   if (!replayed.completed) {
     out << "THE REPLAY DID NOT COMPLETE:\n";
     for (const std::string& s : replayed.stalls) out << "  " << s << "\n";

@@ -3,22 +3,17 @@
 // simulator's prediction and the analytic estimate of the same plan; write the trace. Three
 // steps, as in simulate: read what was asked (run_request.cpp), run it (run/run.hpp, with the
 // progress line here), report it (run/compare.hpp's comparison, printed by run_report.cpp).
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <iomanip>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <ostream>
 #include <set>
 #include <sstream>
 
 #include "exec/engine.hpp"
+#include "exec/interrupt.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/training.hpp"
@@ -31,6 +26,7 @@
 #include "tools/options.hpp"
 #include "tools/plan_options.hpp"
 #include "tools/run_prediction.hpp"
+#include "tools/run_progress.hpp"
 #include "tools/run_report.hpp"
 #include "tools/run_request.hpp"
 #include "traces/metrics.hpp"
@@ -38,72 +34,13 @@
 
 namespace hetflow::tools {
 
-namespace {
-
-namespace u = model::units;
-
-// On a terminal, a line on stderr as each step completes ("step 3/5: 65.2 ms, loss
-// 6.135571"); nothing otherwise, so logs and pipes get the report alone.
-class StepProgress {
- public:
-  // Under mpirun, rank 0 shows the steps of its own devices, without the loss (the last
-  // stage may be another rank's).
-  StepProgress(const partition::Plan& plan, const exec::Training* training, const exec::Ranks& ranks)
-      : training_(ranks.alone() ? training : nullptr), per_step_(local_tasks(plan, ranks)),
-        done_(static_cast<size_t>(plan.iterations())),
-        enabled_(::isatty(::fileno(stderr)) != 0 && std::getenv("HETFLOW_NO_PROGRESS") == nullptr && ranks.rank() == 0),
-        start_(std::chrono::steady_clock::now()) {}
-  bool enabled() const { return enabled_; }
-  // From the engine's threads, after every task instance.
-  void task_end(int iteration) {
-    if (iteration < 0 || static_cast<size_t>(iteration) >= done_.size()) return;
-    if (done_[static_cast<size_t>(iteration)].fetch_add(1) + 1 != per_step_) return;
-    std::lock_guard lock(mutex_);
-    const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    std::string line = "step " + std::to_string(iteration + 1) + "/" + std::to_string(done_.size()) + ": " +
-                       u::human_time_s(now_s - last_s_);
-    last_s_ = now_s;
-    if (training_ != nullptr) {
-      const std::vector<double> losses = training_->losses();
-      if (static_cast<size_t>(iteration) < losses.size()) {
-        std::ostringstream loss;
-        loss << std::fixed << std::setprecision(6) << losses[static_cast<size_t>(iteration)];
-        line += ", loss " + loss.str();
-      }
-    }
-    std::fprintf(stderr, "\r%-60s", line.c_str());
-    std::fflush(stderr);
-    shown_ = true;
-  }
-  void finish() {
-    if (shown_) std::fprintf(stderr, "\r%-60s\r", "");
-  }
-
- private:
-  static size_t local_tasks(const partition::Plan& plan, const exec::Ranks& ranks) {
-    size_t n = 0;
-    for (const partition::Task& t : plan.tasks) n += ranks.owner(t.device, plan.device_count()) == ranks.rank() ? 1 : 0;
-    return n;
-  }
-
-  const exec::Training* training_;
-  size_t per_step_;
-  std::vector<std::atomic<size_t>> done_;
-  bool enabled_;
-  std::chrono::steady_clock::time_point start_;
-  std::mutex mutex_;
-  double last_s_ = 0;
-  bool shown_ = false;
-};
-
-}  // namespace
-
 void run_options(po::options_description& options) {
   add_plan_options(options, PlanCommand::run);
   options.add_options()
       ("plan", po::value<std::string>(), "run this plan file instead of planning from the options")
       ("backend", po::value<std::string>()->default_value("cpu"), "cpu (threads in this process) | cuda (local GPUs, cuBLAS and NCCL)")
       ("steps", po::value<int>()->default_value(3), "iterations measured")
+      ("progress", "show the progress line also where stderr is not a terminal (a line a second)")
       ("yes", "start a run predicted to take more than 10 minutes without asking (asked when stdin is a terminal)")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
@@ -154,10 +91,11 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   // 2. The run: every device here as threads, or under mpirun this rank's devices; rank 0
   // then holds the whole run and reports it, the other ranks only say whether it completed.
   exec::Ranks& ranks = exec::Ranks::world();
+  double predicted_s = 0;
   if (ranks.rank() == 0) {
     const int iterations = request.warmup + request.steps;
-    confirm_run(predicted_run_wall_s(run::scaled(plan, request.flop_scale), iterations, request.backend, cost), iterations,
-                vm.count("yes") > 0);
+    predicted_s = predicted_run_wall_s(run::scaled(plan, request.flop_scale), iterations, request.backend, cost);
+    confirm_run(predicted_s, iterations, vm.count("yes") > 0);
   }
   if (ranks.rank() == 0) {  // (the rank that writes them) before the run, not after it
     for (const char* option : {"trace", "chrome", "metrics"}) {
@@ -168,9 +106,15 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   const run::TrainingSetup training = run::make_training(request, ranks);
   const std::unique_ptr<exec::Backend> backend = run::make_backend(request, training, ranks);
   exec::EngineOptions engine = run::engine_options(request, cost, ranks);
-  StepProgress progress(plan, training.training.get(), ranks);
-  if (progress.enabled()) engine.on_task_end = [&progress](const exec::TaskView& v) { progress.task_end(v.iteration); };
-  const exec::RunResult result = exec::run_plan(plan, *backend, engine);
+  // Under mpirun rank 0 shows its own devices' tasks, without the loss (another rank's to say).
+  RunProgressLine progress(predicted_s, ranks.alone() ? training.training.get() : nullptr, ranks.rank() == 0,
+                           vm.count("progress") > 0);
+  engine.on_progress = progress.reporter();
+  const exec::RunResult result = [&] {
+    const exec::InterruptOnSignal on_signal;  // Ctrl-C stops every thread and rank; what ran is still reported
+    engine.interrupt = &on_signal.flag();
+    return exec::run_plan(plan, *backend, engine);
+  }();
   progress.finish();
   if (training.training) training.training->collect_at_root();
   if (ranks.rank() != 0) return result.completed ? 0 : 4;

@@ -111,7 +111,8 @@ int run_timeline(const std::vector<std::string>& args, std::ostream& out) {
                          {"devices", view.trace_devices},
                          {"sampled", view.sampled},
                          {"events_drawn", view.events},
-                         {"span_s", view.end_s - view.start_s}});
+                         {"span_s", view.end_s - view.start_s},
+                         {"partial", trace.partial}});
     return 0;
   }
   out << "wrote " << svg_path << " (" << (utilization ? "utilization of " : "timeline of ") << view.devices.size()
@@ -121,6 +122,7 @@ int run_timeline(const std::vector<std::string>& args, std::ostream& out) {
               : "iterations " + std::to_string(view.first_iteration) + "-" + std::to_string(view.last_iteration))
       << " of " << view.trace_last_iteration - view.trace_first_iteration + 1LL << ", "
       << view.events << " events, " << model::units::human_time_s(view.end_s - view.start_s) << ")\n";
+  if (!trace.partial.empty()) out << "  a partial trace (" << trace.partial << "): what completed is drawn\n";
   return 0;
 }
 

@@ -131,7 +131,7 @@ run::Request read_run_request(po::variables_map& vm) {
     // A plan fixes its cluster, network and layout; only the run may change.
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
-          "plan", "steps", "warmup", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
+          "plan", "steps", "warmup", "progress", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
           "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};

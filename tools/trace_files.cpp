@@ -31,6 +31,14 @@ partition::Plan plan_of_trace(const std::string& plan_path, const std::string& o
                               const std::string& trace_path) {
   int iterations = 0;
   for (const traces::Event& e : trace.events) iterations = std::max(iterations, e.iteration + 1);
+  if (trace.planned_iterations > 0) {  // a partial trace: its events stop short of what the plan ran for
+    if (iterations > trace.planned_iterations) {
+      throw InputError(trace_path, 0, "planned iterations",
+                       "the trace says its run had " + std::to_string(trace.planned_iterations) +
+                           " iterations, but its events reach iteration " + std::to_string(iterations - 1));
+    }
+    iterations = trace.planned_iterations;
+  }
   partition::Plan plan = read_plan_file(plan_path, option);
   partition::require_valid(plan);
   plan.layout.iterations = iterations;  // a run's trace: the plan with its warm-up and steps

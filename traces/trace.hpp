@@ -35,6 +35,12 @@ struct Trace {
   // stand-ins (timing is real, the arithmetic is not the model's), "real" for the model's math.
   std::string compute;
   std::vector<std::string> device_names;  // index = device id
+  // A run that stopped short (interrupted, stalled, failed): why, in one line; empty for a
+  // trace of everything the run was to do. Such a trace holds the task instances that completed.
+  std::string partial;
+  // A partial trace's: the iterations its run was to have (its plan's fingerprint counts
+  // them; its events stop short). 0 for a complete trace, whose events say.
+  int planned_iterations = 0;
   std::vector<Event> events;             // in sort_events order
   bool operator==(const Trace&) const = default;
 };

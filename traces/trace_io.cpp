@@ -199,6 +199,16 @@ void read_comment(Scanner& in, Trace& trace) {
     trace.fingerprint = value("fingerprint");
   } else if (in.eat("# compute:")) {
     trace.compute = value("compute");
+  } else if (in.eat("# partial:")) {
+    trace.partial = value("partial");
+  } else if (int at = in.line(); in.eat("# planned iterations:")) {
+    const std::string n = value("planned iterations");
+    int v = 0;
+    const auto r = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (r.ec != std::errc() || r.ptr != n.data() + n.size() || v < 1 || v > 2'000'000) {  // run's --warmup + --steps at most
+      in.fail(at, "planned iterations", "expected a whole number from 1 to 2000000, found " + found(n));
+    }
+    trace.planned_iterations = v;
   } else if (int line = in.line(); in.eat("# device ")) {
     std::string_view id = in.word();
     std::string want = std::to_string(trace.device_names.size());
@@ -291,6 +301,8 @@ std::string write_trace_csv(const Trace& trace) {
   out += "# plan: " + csv_field(trace.plan) + "\n";
   if (!trace.fingerprint.empty()) out += "# fingerprint: " + csv_field(trace.fingerprint) + "\n";
   if (!trace.compute.empty()) out += "# compute: " + csv_field(trace.compute) + "\n";
+  if (!trace.partial.empty()) out += "# partial: " + csv_field(trace.partial) + "\n";
+  if (trace.planned_iterations > 0) out += "# planned iterations: " + std::to_string(trace.planned_iterations) + "\n";
   for (size_t d = 0; d < trace.device_names.size(); ++d) {
     out += "# device " + std::to_string(d) + " " + csv_field(trace.device_names[d]) + "\n";
   }

@@ -2,8 +2,13 @@
 // trace event per task instance; failures and stalls end the run promptly with a report.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <functional>
 #include <map>
 #include <optional>
@@ -288,3 +293,103 @@ TEST(Engine, RefusesPlansItCannotRun) {
 }
 
 }  // namespace
+
+namespace {
+
+// A back end whose tasks do nothing (dependencies are the engine's), letting through every
+// task instance of iteration 0 and the first `pass` of iteration 1; the others block, as a
+// receive whose sender never comes does, until stop().
+class GateBackend final : public exec::Backend {
+ public:
+  explicit GateBackend(int pass) : pass_(pass) {}
+  std::string name() const override { return "gate"; }
+  std::string compute() const override { return "proxy"; }
+  void prepare(const partition::Plan&) override {}
+  void stop() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+  }
+  void run(exec::TaskContext& t) override {
+    std::unique_lock lock(mutex_);
+    if (t.iteration == 0 || (t.iteration == 1 && passed_ < pass_)) {
+      passed_ += t.iteration;
+      return;
+    }
+    t.waiting_for("the gate");
+    wake_.wait(lock, [&] { return stopped_; });
+    throw exec::Stopped();
+  }
+
+ private:
+  int pass_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  int passed_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+// While it runs, the engine says which step it is in and how many of that step's task
+// instances completed: here all of step 1 and exactly 5 of step 2 (the gate lets no more
+// through). A signal then (EngineOptions::interrupt) stops the run, wakes the blocked tasks,
+// and leaves a trace of what completed, marked partial.
+TEST(Engine, ProgressCountsTheStepsTasksAndAnInterruptStopsTheRun) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
+  const long long tasks = static_cast<long long>(plan.tasks.size());
+  constexpr int kPassed = 5;
+  GateBackend gate(kPassed);
+  std::atomic<int> interrupt{0};
+  std::vector<exec::RunProgress> seen;  // (the watching thread only: run_plan's)
+  exec::EngineOptions o = fast(30);
+  o.progress_every_s = 0.01;
+  o.interrupt = &interrupt;
+  o.on_progress = [&](const exec::RunProgress& p) {
+    seen.push_back(p);
+    if (p.iteration == 1 && p.iteration_done == kPassed) interrupt.store(SIGINT);
+  };
+  const exec::RunResult r = exec::run_plan(plan, gate, o);
+  ASSERT_FALSE(seen.empty());
+  for (size_t k = 0; k < seen.size(); ++k) {
+    const exec::RunProgress& p = seen[k];
+    EXPECT_EQ(p.iterations, 3);
+    EXPECT_EQ(p.iteration_tasks, tasks);
+    EXPECT_LE(p.iteration, 1);  // the gate holds step 2
+    EXPECT_LE(p.iteration_done, p.iteration == 0 ? tasks : kPassed);
+    EXPECT_GE(p.completed, p.iteration * tasks + p.iteration_done);  // earlier steps are whole
+    if (k > 0) {
+      EXPECT_GE(p.completed, seen[k - 1].completed);
+    }
+    if (p.iteration == 1) {
+      EXPECT_GT(p.last_iteration_s, 0);
+    }
+  }
+  EXPECT_EQ(seen.back().iteration, 1);
+  EXPECT_EQ(seen.back().iteration_done, kPassed);
+  EXPECT_EQ(seen.back().completed, tasks + kPassed);
+  EXPECT_FALSE(r.completed);
+  EXPECT_FALSE(r.stalled);
+  EXPECT_EQ(r.interrupted, SIGINT);
+  EXPECT_EQ(r.error, "interrupted by SIGINT (Ctrl-C) during step 2 of 3");
+  EXPECT_EQ(r.task_instances, tasks + kPassed);
+  EXPECT_EQ(static_cast<long long>(r.trace.events.size()), tasks + kPassed);
+  EXPECT_EQ(r.trace.partial, r.error);
+  EXPECT_EQ(r.trace.planned_iterations, 3);
+}
+
+// A complete run's trace is not partial, and nothing interrupts a run whose flag stays 0.
+TEST(Engine, ACompleteRunsTraceIsNotPartial) {
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), cases()[0].options);
+  auto cpu = backend();
+  std::atomic<int> interrupt{0};
+  exec::EngineOptions o = fast();
+  o.interrupt = &interrupt;
+  const exec::RunResult r = exec::run_plan(plan, cpu, o);
+  expect_complete_trace(plan, r);
+  EXPECT_EQ(r.interrupted, 0);
+  EXPECT_TRUE(r.trace.partial.empty());
+  EXPECT_EQ(r.trace.planned_iterations, 0);
+}

@@ -1,10 +1,12 @@
 // The progress line: what it says, when it shows, and that it leaves no trace behind.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "tools/progress.hpp"
+#include "tools/run_progress.hpp"
 
 using namespace hetflow;
 
@@ -74,5 +76,57 @@ TEST(SearchProgressLine, SaysWhichPlanItSimulatesAndTheBestSoFar) {
     EXPECT_FALSE(line.simulation());
   }
   EXPECT_EQ(contents(file), "");
+  std::fclose(file);
+}
+
+namespace {
+
+exec::RunProgress step(int iteration, long long done, double elapsed_s) {
+  exec::RunProgress p;
+  p.iteration = iteration;
+  p.iterations = 4;
+  p.iteration_done = done;
+  p.iteration_tasks = 120;
+  p.completed = 120LL * iteration + done;
+  p.elapsed_s = elapsed_s;
+  p.last_iteration_s = iteration > 0 ? 2.4 : 0;
+  return p;
+}
+
+}  // namespace
+
+// Inside a step: which step, its tasks done of its tasks, elapsed against the prediction,
+// and once a step has ended how long it took (and its loss, under real math).
+TEST(RunProgressLine, SaysTheStepItsTasksAndTheTimeAgainstThePrediction) {
+  EXPECT_EQ(tools::run_progress_text(step(0, 37, 1.5), 12, std::nan("")), "step 1/4: 37/120 tasks, 1.5 s of 12 s predicted");
+  EXPECT_EQ(tools::run_progress_text(step(1, 3, 5.1), 12, 5.4321), "step 2/4: 3/120 tasks, 5.1 s of 12 s predicted; step 1 took 2.4 s, loss 5.432100");
+  EXPECT_EQ(tools::run_progress_text(step(1, 3, 5.1), 0, std::nan("")), "step 2/4: 3/120 tasks, 5.1 s elapsed; step 1 took 2.4 s");
+  EXPECT_EQ(tools::run_progress_text(step(4, 0, 9), 12, std::nan("")), "all 4 steps done, 9 s of 12 s predicted; step 4 took 2.4 s");
+}
+
+// Off a terminal: nothing unless asked (--progress); asked, a line of its own at most once a
+// second, nothing to erase at the end.
+TEST(RunProgressLine, OffATerminalOnlyWhenAskedAndALineASecond) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    tools::RunProgressLine line(12, nullptr, true, false, file);
+    EXPECT_FALSE(line.reporter());
+  }
+  {
+    tools::RunProgressLine line(12, nullptr, false, true, file);  // not rank 0
+    EXPECT_FALSE(line.reporter());
+  }
+  EXPECT_EQ(contents(file), "");
+  {
+    tools::RunProgressLine line(12, nullptr, true, true, file);
+    const auto report = line.reporter();
+    ASSERT_TRUE(report);
+    report(step(0, 10, 0.1));
+    report(step(0, 50, 0.6));  // within the second: not written
+    report(step(1, 3, 1.2));
+  }
+  EXPECT_EQ(contents(file), tools::run_progress_text(step(0, 10, 0.1), 12, std::nan("")) + "\n" +
+                                tools::run_progress_text(step(1, 3, 1.2), 12, std::nan("")) + "\n");
   std::fclose(file);
 }

@@ -86,6 +86,22 @@ TEST(TraceCsv, RoundTripIsExact) {
   EXPECT_EQ(write_trace_csv(back), text);
 }
 
+// A run that stopped short says so, and how many iterations it was to have; a complete
+// trace writes neither line (so files written before both existed read as they did).
+TEST(TraceCsv, APartialTraceSaysWhyAndItsPlannedIterations) {
+  Trace t = sample_trace();
+  const std::string complete = write_trace_csv(t);
+  EXPECT_EQ(complete.find("# partial"), std::string::npos);
+  EXPECT_EQ(complete.find("# planned iterations"), std::string::npos);
+  t.partial = "interrupted by SIGINT (Ctrl-C), during step 2 of 4";
+  t.planned_iterations = 4;
+  const std::string text = write_trace_csv(t);
+  EXPECT_NE(text.find("\n# partial: \"interrupted by SIGINT (Ctrl-C), during step 2 of 4\"\n# planned iterations: 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(read_trace_csv(text, "t.csv"), t);
+}
+
 TEST(TraceCsv, EmptyTraceRoundTrips) {
   Trace t;
   EXPECT_EQ(read_trace_csv(write_trace_csv(t), "t.csv"), t);
@@ -190,6 +206,12 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       {"# hetflow trace v1\n# device 1 B\n" + header + "\n", 2, "device", "expected device 0, found '1'"},
       {"# hetflow trace v1\n# device 0 A\n# device x B\n", 3, "device", "expected device 1, found 'x'"},
       {"# hetflow trace v1\n# source: sim\n# plan: \"p\n\n", 3, "plan", "unterminated quoted field"},
+      {"# hetflow trace v1\n# partial: stopped\n# planned iterations: 0\n", 3, "planned iterations",
+       "expected a whole number from 1 to 2000000, found '0'"},
+      {"# hetflow trace v1\n# planned iterations: 3x\n", 2, "planned iterations",
+       "expected a whole number from 1 to 2000000, found '3x'"},
+      {"# hetflow trace v1\n# planned iterations: 2000001\n", 2, "planned iterations",
+       "expected a whole number from 1 to 2000000, found '2000001'"},
       {"# hetflow trace v1\n# device 0 A\n" + header + "\n" + kRow + "\n" + row_with(1, "1") + "\n", 5, "device",
        "expected a device in 0..0, found '1'"},
       {"# hetflow trace v1\n" + header + "\n" + row_with(1, "-1") + "\n", 3, "device",
