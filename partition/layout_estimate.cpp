@@ -21,12 +21,15 @@
 
 #include "model/error.hpp"
 #include "partition/collective.hpp"
+#include "partition/layout_estimate_memo.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
 #include "partition/schedule.hpp"
 
 namespace hetflow::partition {
 namespace {
+
+using estimate_detail::WorkMemo;
 
 constexpr double kNotYet = -1;
 
@@ -84,56 +87,6 @@ double boundary_s(const CostModel& cost, const std::vector<int>& from, const std
   }
   return slowest;
 }
-
-// Chunk work and parameters by (layers, degree): data-parallel replicas ask for the same few.
-class WorkMemo {
- public:
-  WorkMemo(const model::Network& network, const Layout& layout) : network_(network), layout_(layout) {}
-  struct Entry {
-    builder::ChunkWork work;
-    std::vector<double> params;  // per tensor rank: its shard (partition/shard.hpp)
-    // Parameter servers: the chunk's parameters per device, by the server that hosts them
-    // (Builder::add_parameter_server_sync), once asked for.
-    std::vector<std::vector<std::pair<int, double>>> per_server;  // per tensor rank
-    bool servers_known = false;
-  };
-  Entry& of(const Stage& s, int tensor) {
-    const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) {
-      Entry e;
-      e.work = builder::chunk_work(network_, layout_, s, tensor);
-      for (int j = 0; j < tensor; ++j) {
-        e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)));
-      }
-      it = entries_.emplace(key, std::move(e)).first;
-    }
-    return it->second;
-  }
-  // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
-  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
-                                                        const std::vector<int>& server_of) {
-    Entry& e = of(s, tensor);
-    if (!e.servers_known) {
-      e.per_server.resize(static_cast<size_t>(tensor));
-      for (int r = 0; r < tensor; ++r) {
-        std::map<int, double> by_server;
-        for (int l = s.layer_begin; l < s.layer_end; ++l) {
-          by_server[server_of[static_cast<size_t>(l)]] +=
-              layer_part_params(network_, l, s.layer_begin, SplitPart::rank(r, tensor));
-        }
-        e.per_server[static_cast<size_t>(r)].assign(by_server.begin(), by_server.end());
-      }
-      e.servers_known = true;
-    }
-    return e.per_server[static_cast<size_t>(j)];
-  }
-
- private:
-  const model::Network& network_;
-  const Layout& layout_;
-  std::map<std::tuple<int, int, int>, Entry> entries_;
-};
 
 std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout, const CostModel& cost, int w,
                              bool splits_backward, WorkMemo& memo) {

@@ -1,0 +1,39 @@
+#include "partition/layout_estimate_memo.hpp"
+
+#include "partition/shard.hpp"
+
+namespace hetflow::partition::estimate_detail {
+
+WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor) {
+  const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    Entry e;
+    e.work = builder::chunk_work(network_, layout_, s, tensor);
+    for (int j = 0; j < tensor; ++j) {
+      e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)));
+    }
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  return it->second;
+}
+
+const std::vector<std::pair<int, double>>& WorkMemo::per_server(const Stage& s, int tensor, int j,
+                                                                const std::vector<int>& server_of) {
+  Entry& e = of(s, tensor);
+  if (!e.servers_known) {
+    e.per_server.resize(static_cast<size_t>(tensor));
+    for (int r = 0; r < tensor; ++r) {
+      std::map<int, double> by_server;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        by_server[server_of[static_cast<size_t>(l)]] +=
+            layer_part_params(network_, l, s.layer_begin, SplitPart::rank(r, tensor));
+      }
+      e.per_server[static_cast<size_t>(r)].assign(by_server.begin(), by_server.end());
+    }
+    e.servers_known = true;
+  }
+  return e.per_server[static_cast<size_t>(j)];
+}
+
+}  // namespace hetflow::partition::estimate_detail

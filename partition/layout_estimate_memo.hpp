@@ -1,0 +1,40 @@
+#pragma once
+// What estimate_layout (partition/layout_estimate.cpp) keeps per chunk: its work and each
+// tensor rank's shard of its parameters, by (layers, degree), made once and asked for by
+// every data-parallel replica of the chunk.
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "model/network.hpp"
+#include "partition/layout.hpp"
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::estimate_detail {
+
+// Chunk work and parameters by (layers, degree): data-parallel replicas ask for the same few.
+class WorkMemo {
+ public:
+  WorkMemo(const model::Network& network, const Layout& layout) : network_(network), layout_(layout) {}
+  struct Entry {
+    builder::ChunkWork work;
+    std::vector<double> params;  // per tensor rank: its shard (partition/shard.hpp)
+    // Parameter servers: the chunk's parameters per device, by the server that hosts them
+    // (Builder::add_parameter_server_sync), once asked for.
+    std::vector<std::vector<std::pair<int, double>>> per_server;  // per tensor rank
+    bool servers_known = false;
+  };
+  // The chunk of stage `s` at degree `tensor`, made when first asked for.
+  Entry& of(const Stage& s, int tensor);
+  // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
+  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
+                                                        const std::vector<int>& server_of);
+
+ private:
+  const model::Network& network_;
+  const Layout& layout_;
+  std::map<std::tuple<int, int, int>, Entry> entries_;
+};
+
+}  // namespace hetflow::partition::estimate_detail
