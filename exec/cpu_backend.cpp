@@ -98,11 +98,16 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
-  // Every lane first (tensor-parallel groups exchange inside compute tasks under real math),
-  // so no thread adds to the table while others read it.
+  // Every lane first (tensor-parallel groups exchange inside compute tasks: the plan's in-task
+  // collectives, and under real math whatever the decoder exchanges, which Training checks
+  // against them), so no thread adds to the table while others read it.
+  std::vector<char> in_task(plan.communicators.size(), 0);
+  for (const partition::Collective& c : plan.collectives) {
+    if (c.in_task()) in_task[static_cast<size_t>(c.communicator)] = 1;
+  }
   for (size_t id = 0; id < plan.communicators.size(); ++id) {
     const partition::Communicator& c = plan.communicators[id];
-    if (training_ == nullptr || c.role != partition::CommRole::tensor) continue;
+    if (!in_task[id] && (training_ == nullptr || c.role != partition::CommRole::tensor)) continue;
     for (const int a : c.devices) {
       for (const int b : c.devices) {
         if (a != b) lanes_[{a, b, kTensorParallelLane, static_cast<int>(id)}];
@@ -111,6 +116,7 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   }
   std::vector<std::vector<partition::Step>> steps(plan.tasks.size());
   for (const partition::Collective& c : plan.collectives) {
+    if (c.in_task()) continue;  // performed by its compute tasks (in_task_message)
     const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
     for (int t : c.tasks) {
       const partition::Task& task = plan.task(t);
@@ -196,18 +202,29 @@ void CpuBackend::run(TaskContext& task) {
   }
 }
 
-void CpuBackend::compute(TaskContext& task) const {
+void CpuBackend::compute(TaskContext& task) {
   thread_local std::vector<float> a(static_cast<size_t>(kProxyRows) * kProxyK, 0.5f), b(static_cast<size_t>(kProxyK) * kProxyK, 0.25f),
       c(static_cast<size_t>(kProxyRows) * kProxyK);
   constexpr double per_row = 2.0 * kProxyK * kProxyK;
-  double left = task.spec->flops * options_.flop_scale;
-  while (left > 0) {
-    if (stop_.load(std::memory_order_relaxed)) throw Stopped();
-    const int rows = static_cast<int>(std::clamp(std::ceil(left / per_row), 1.0, static_cast<double>(kProxyRows)));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, kProxyK, kProxyK, 1.0f, a.data(), kProxyK, b.data(),
-                kProxyK, 0.0f, c.data(), kProxyK);
-    left -= rows * per_row;
+  const double total = task.spec->flops * options_.flop_scale;
+  double done = 0;
+  // The work up to `point` of it, in proxy GEMMs.
+  const auto work_to = [&](double point) {
+    double left = total * point - done;
+    while (left > 0) {
+      if (stop_.load(std::memory_order_relaxed)) throw Stopped();
+      const int rows = static_cast<int>(std::clamp(std::ceil(left / per_row), 1.0, static_cast<double>(kProxyRows)));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, kProxyK, kProxyK, 1.0f, a.data(), kProxyK, b.data(),
+                  kProxyK, 0.0f, c.data(), kProxyK);
+      left -= rows * per_row;
+      done += rows * per_row;
+    }
+  };
+  for (const partition::InTaskCall& call : plan_->inside(task.task)) {
+    work_to(call.at);
+    in_task_message(task, call);
   }
+  work_to(1);
   // Outputs: small integers (exact in float sums), different per task, iteration and element.
   // Transient ones only: a persistent tensor (weights, gradients, optimizer state) is one
   // buffer for every iteration, which a transfer of another iteration may be reading (a WSP
@@ -376,6 +393,19 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
     task.waiting_for("a tensor-parallel " + what + " inside the task: a peer to take its floats");
     to[i]->wait_taken(*posted[i]);
   }
+}
+
+// A proxy's in-task message: the plan's bytes (capped) of zeros to every other member, theirs
+// taken back, on the collective's communicator; counted as carried.
+void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall& call) {
+  const partition::Collective& c = plan_->collective(call.collective);
+  const size_t floats = floats_of(std::min(c.bytes / std::max(1, c.messages), options_.max_message_bytes));
+  const std::vector<float> zeros(floats, 0.0f);
+  count_in_task(c.communicator, floats);
+  exchange_in_task(
+      task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")",
+      [&](size_t) { return std::span<const float>(zeros); }, [&](size_t) { return floats; },
+      [](size_t, std::span<const float>) {});
 }
 
 std::vector<double> CpuBackend::in_task_bytes() const {

@@ -85,7 +85,8 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
     std::vector<Part> sends, receives;
   };
 
-  void compute(TaskContext& task) const;
+  void compute(TaskContext& task);
+  void in_task_message(TaskContext& task, const partition::InTaskCall& call);
   // What moving these bytes carried, in the plan's units (TaskContext::carried_bytes): real
   // math moves FP32 floats standing for the plan's elements (gradients': the layout's
   // gradient elements).

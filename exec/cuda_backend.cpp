@@ -288,6 +288,12 @@ size_t staging_bytes(const CudaBackend::State& s, const partition::StreamProgram
                          s.copy_bytes[static_cast<size_t>(writes.empty() ? reads[0] : writes[0])]);
       }
     }
+    if (s.training == nullptr) {  // a proxy's in-task messages (run_compute)
+      for (const partition::InTaskCall& call : plan.inside(t)) {
+        const partition::Collective& c = plan.collective(call.collective);
+        bytes = std::max(bytes, capped(c.bytes / std::max(1, c.messages)));
+      }
+    }
     most = std::max(most, bytes);
   }
   return most;
@@ -564,6 +570,11 @@ void CudaBackend::prepare(const Plan& plan) {
         if (plan.communicators[c].role == partition::CommRole::tensor && plan.communicators[c].devices.size() > 1) {
           in_task.push_back(static_cast<int>(c));
         }
+      }
+    }
+    for (const partition::Collective& c : plan.collectives) {  // the plan's own, in any mode
+      if (c.in_task() && std::find(in_task.begin(), in_task.end(), c.communicator) == in_task.end()) {
+        in_task.push_back(c.communicator);
       }
     }
     s->nccl_plan = cuda_plan(plan, std::move(gpus), owner, process, in_task);

@@ -133,22 +133,69 @@ void follow_compute_stream(Job& job) {
   cuda(cudaStreamWaitEvent(job.lane.cuda, job.lane.ops_done, 0), "cudaStreamWaitEvent", job.where);
 }
 
+// A proxy's in-task collective message: NCCL's collective of the plan's bytes (capped) in the
+// lane's staging buffer, on the lane's stream after the work before it, awaited there.
+void proxy_in_task(Job& job, const partition::InTaskCall& call) {
+  const partition::Collective& c = job.s.plan->collective(call.collective);
+  const auto group = job.s.nccl_plan.in_task_group.find(c.communicator);
+  if (group == job.s.nccl_plan.in_task_group.end()) {
+    throw PlanError("communicator " + std::to_string(c.communicator) + " has no NCCL group for collectives inside compute tasks");
+  }
+  const NcclGroup& g = job.s.nccl_plan.groups[static_cast<size_t>(group->second)];
+  const auto rank = static_cast<size_t>(std::find(g.devices.begin(), g.devices.end(), job.task.spec->device) - g.devices.begin());
+  if (rank == g.devices.size()) throw PlanError(job.where + " runs an in-task collective on " + g.what + ", which it is not in");
+  ncclComm_t* comm = &job.s.comms[static_cast<size_t>(group->second)][rank];
+  if (*comm == nullptr) throw Error("the NCCL communicator for " + job.where + " was aborted by an earlier failure");
+  const size_t floats = std::min(static_cast<size_t>(std::max(0.0, c.bytes / std::max(1, c.messages))), job.s.cap) / sizeof(float);
+  const size_t each = floats / g.devices.size();  // a gather's or scatter's part per rank
+  auto* at = static_cast<float*>(job.lane.staging);
+  const cudaStream_t stream = job.lane.cuda;
+  job.task.waiting_for("in-task collective " + std::to_string(call.collective) + " (" + std::string(partition::to_string(c.kind)) +
+                       ", " + std::to_string(floats) + " floats) on " + g.what);
+  switch (c.kind) {
+    case partition::CollectiveKind::all_gather:
+      job.issue(comm, "ncclAllGather", [&](ncclComm_t h) { return ncclAllGather(at + rank * each, at, each, ncclFloat32, h, stream); });
+      break;
+    case partition::CollectiveKind::reduce_scatter:
+      job.issue(comm, "ncclReduceScatter",
+                [&](ncclComm_t h) { return ncclReduceScatter(at, at + rank * each, each, ncclFloat32, ncclSum, h, stream); });
+      break;
+    default:
+      job.issue(comm, "ncclAllReduce", [&](ncclComm_t h) { return ncclAllReduce(at, at, floats, ncclFloat32, ncclSum, h, stream); });
+      break;
+  }
+  cuda(cudaEventRecord(job.lane.end, stream), "cudaEventRecord", job.where);
+  await(job.lane.end, comm, job.stop, job.where);
+}
+
 void run_compute(Job& job, double flop_scale) {
   const partition::Task& t = *job.task.spec;
   const double per_row = 2.0 * kProxyN * kProxyN;
   const double wanted = std::ceil(t.flops * flop_scale / per_row / kMinRows) * kMinRows;
-  auto rows = static_cast<long long>(wanted > 0 ? std::min(wanted, 1e15) : 0.0);  // NaN: none
-  for (int calls = 0, groups = 0; rows > 0;) {
-    int n = kMaxRows;
-    while (n > rows) n /= 2;  // rows is a multiple of 64: its binary digits from 8192 down
-    gemm(job.lane, job.gpu, job.s.precision, n, job.where);
-    rows -= n;
-    if (++calls % kCallsPerGroup != 0) continue;
-    // One group runs while the next is queued behind it; waiting here sees stop().
-    cuda(cudaEventRecord(job.lane.group[groups % 2], job.lane.cuda), "cudaEventRecord", job.where);
-    if (groups > 0) await(job.lane.group[(groups - 1) % 2], nullptr, job.stop, job.where);
-    ++groups;
+  const auto total = static_cast<long long>(wanted > 0 ? std::min(wanted, 1e15) : 0.0);  // NaN: none
+  long long issued = 0;
+  int calls = 0, groups = 0;
+  // The proxy GEMMs up to `point` of the work, in whole multiples of kMinRows.
+  const auto work_to = [&](double point) {
+    auto rows = static_cast<long long>(std::llround(point * static_cast<double>(total) / kMinRows)) * kMinRows - issued;
+    while (rows > 0) {
+      int n = kMaxRows;
+      while (n > rows) n /= 2;  // rows is a multiple of 64: its binary digits from 8192 down
+      gemm(job.lane, job.gpu, job.s.precision, n, job.where);
+      rows -= n;
+      issued += n;
+      if (++calls % kCallsPerGroup != 0) continue;
+      // One group runs while the next is queued behind it; waiting here sees stop().
+      cuda(cudaEventRecord(job.lane.group[groups % 2], job.lane.cuda), "cudaEventRecord", job.where);
+      if (groups > 0) await(job.lane.group[(groups - 1) % 2], nullptr, job.stop, job.where);
+      ++groups;
+    }
+  };
+  for (const partition::InTaskCall& call : job.s.plan->inside(job.task.task)) {
+    work_to(call.at);
+    proxy_in_task(job, call);
   }
+  work_to(1);
   // The CPU proxy's pattern: (31 task + 7 iteration + i) mod 97 + 1 at float i, into
   // transient outputs only, as the CPU proxy: a persistent tensor is one copy for every
   // iteration, which another iteration's transfer may be reading (a WSP worker's push).

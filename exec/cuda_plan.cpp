@@ -146,6 +146,7 @@ CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> own
   std::vector<int> group_of_collective(plan.collectives.size(), -1);
   for (size_t c = 0; c < plan.collectives.size(); ++c) {
     const partition::Collective& col = plan.collectives[c];
+    if (col.in_task()) continue;  // inside compute tasks: the in-task groups below
     const std::vector<int>& members = plan.members(col);
     if (col.tasks.size() != members.size()) {
       throw PlanError("collective " + std::to_string(c) + " has " + std::to_string(col.tasks.size()) + " tasks for " +

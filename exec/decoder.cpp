@@ -483,8 +483,8 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
     }
   } else {
     // The whole, an addend of the plan's collective, or under sequence parallelism this
-    // rank's rows.
-    ops.copy(in.output, x.data(), x.size());
+    // rank's rows; nowhere on a tensor-parallel rank whose output no one receives.
+    if (in.output != nullptr) ops.copy(in.output, x.data(), x.size());
   }
   return s;
 }

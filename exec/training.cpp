@@ -15,6 +15,7 @@
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "partition/task_order.hpp"
 
 namespace hetflow::exec {
 
@@ -29,6 +30,7 @@ int index_of(std::span<const int> ids, int tensor) {
 
 }  // namespace
 
+using partition::CollectiveKind;
 using partition::TaskKind;
 using partition::TensorKind;
 using training_detail::tensor_of_kind;
@@ -96,18 +98,30 @@ std::shared_ptr<const Batch> Training::batch(int iteration) {
 
 namespace {
 
-// A chunk's tensor-parallel group as the decoder math sees it: the back end's exchange on
-// the chunk's communicator, for this task.
+// A chunk's tensor-parallel group as the decoder math sees it: the back end's exchange, for
+// this task. Each exchange is the task's next in-task collective message in the plan
+// (Plan::inside), of its kind and size, on its communicator; a pass that exchanges what the
+// plan does not list, or not all it lists (done()), is the plan's error.
 class Group final : public TensorParallelGroup {
  public:
-  Group(TensorParallelExchange* exchange, TaskContext& task, int communicator)
-      : exchange_(exchange), task_(task), communicator_(communicator) {}
-  void all_reduce(std::span<float> data, bool max) override { exchange().all_reduce(task_, communicator_, data, max); }
+  Group(TensorParallelExchange* exchange, TaskContext& task, const partition::Plan& plan)
+      : exchange_(exchange), task_(task), plan_(plan), calls_(plan.inside(task.task)),
+        element_bytes_(model::element_bytes(plan.layout.precision)) {}
+  void all_reduce(std::span<float> data, bool max) override {
+    exchange().all_reduce(task_, next(CollectiveKind::all_reduce, data.size()), data, max);
+  }
   void all_gather(std::span<float> data, std::span<const size_t> parts) override {
-    exchange().all_gather(task_, communicator_, data, parts);
+    exchange().all_gather(task_, next(CollectiveKind::all_gather, data.size()), data, parts);
   }
   void reduce_scatter(std::span<float> data, std::span<const size_t> parts) override {
-    exchange().reduce_scatter(task_, communicator_, data, parts);
+    exchange().reduce_scatter(task_, next(CollectiveKind::reduce_scatter, data.size()), data, parts);
+  }
+  // After the pass: every message the plan lists was exchanged.
+  void done() const {
+    if (next_ != calls_.size()) {
+      throw PlanError(partition::describe_task(plan_, task_.task) + ": the plan lists " + std::to_string(calls_.size()) +
+                      " tensor-parallel collective messages inside it; the pass exchanged " + std::to_string(next_));
+    }
   }
 
  private:
@@ -115,9 +129,32 @@ class Group final : public TensorParallelGroup {
     if (exchange_ == nullptr) throw PlanError("a tensor-parallel chunk needs a back end that exchanges between ranks");
     return *exchange_;
   }
+  // The communicator of the plan's next message, which must be a `kind` of `floats`.
+  int next(CollectiveKind kind, size_t floats) {
+    const std::string what = std::string(partition::to_string(kind)) + " of " + std::to_string(floats) + " floats";
+    if (next_ >= calls_.size()) {
+      throw PlanError(partition::describe_task(plan_, task_.task) + ": its pass exchanges a tensor-parallel " + what +
+                      " (message " + std::to_string(next_ + 1) + "), but the plan lists " + std::to_string(calls_.size()) +
+                      " inside it");
+    }
+    const partition::InTaskCall& call = calls_[next_++];
+    const partition::Collective& c = plan_.collective(call.collective);
+    const double bytes = c.bytes / c.messages, moved = static_cast<double>(floats) * element_bytes_;
+    if (c.kind != kind || std::abs(bytes - moved) > 1e-9 * std::max(bytes, moved)) {
+      throw PlanError(partition::describe_task(plan_, task_.task) + ": its pass exchanges a tensor-parallel " + what +
+                      " (" + model::units::format_number(moved) + " bytes) where the plan lists message " +
+                      std::to_string(call.message + 1) + " of collective " + std::to_string(call.collective) + ", a " +
+                      std::string(partition::to_string(c.kind)) + " of " + model::units::format_number(bytes) + " bytes");
+    }
+    return c.communicator;
+  }
+
   TensorParallelExchange* exchange_;
   TaskContext& task_;
-  int communicator_;
+  const partition::Plan& plan_;
+  std::span<const partition::InTaskCall> calls_;
+  size_t next_ = 0;
+  double element_bytes_;
 };
 
 }  // namespace
@@ -185,13 +222,16 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
     int i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::partial_sum));
     in.output_partial = i >= 0;
     if (i < 0) i = index_of(writes, tensor_of_kind(plan_, writes, TensorKind::activation));
-    if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " before the head writes no activation");
-    in.output = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
+    // (A tensor-parallel rank whose output no rank of the next stage receives, which has it
+    // whole like the others, writes none.)
+    if (i < 0 && c.tp == 1) throw PlanError("forward task " + std::to_string(task.task) + " before the head writes no activation");
+    if (i >= 0) in.output = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
   }
-  Group group(exchange, task, c.communicator);
+  Group group(exchange, task, plan_);
   if (c.tp > 1) in.group = &group;
   double loss = 0;
   auto stash = c.math.forward(c.params.data(), in, loss);
+  group.done();
   {
     std::lock_guard lock(c.mutex);
     c.stashes[{task.iteration, t.microbatch}] = std::move(stash);
@@ -226,7 +266,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     if (i < 0 && c.tp == 1) throw PlanError("backward task " + std::to_string(task.task) + " writes no input gradient");
     if (i >= 0) dinput = reinterpret_cast<float*>(task.writes[static_cast<size_t>(i)].data);
   }
-  Group group(exchange, task, c.communicator);
+  Group group(exchange, task, plan_);
   TensorParallelGroup* tp = c.tp > 1 ? &group : nullptr;
   DecoderChunk::StashPtr stash;
   {
@@ -236,6 +276,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     if (split) {
       c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true, partial, tp,
                       last_backward_[static_cast<size_t>(task.task)] != 0);
+      group.done();
       return;  // W takes the stash
     }
     stash = std::move(s->second);
@@ -243,6 +284,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
   }
   c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp,
                   last_backward_[static_cast<size_t>(task.task)] != 0);
+  group.done();
 }
 
 std::span<float> Training::collective_data(const TaskContext& task) {

@@ -40,17 +40,17 @@
 //    synchronous training.
 //
 //  - Tensor parallelism (Megatron): a chunk's ranks hold their shares (exec/decoder_params.hpp)
-//    and all-reduce between sublayers inside the compute task, through the back end's
-//    TensorParallelExchange on the plan's tensor-parallel communicator; the plan's own
-//    all-reduce after F adds the ranks' partial outputs; the one after B moves no tensor
-//    (each rank's input gradient is whole after the task's own last all-reduce). A plan of
-//    an earlier hetflow whose B writes a partial sum still runs: rank 0 writes the input
-//    gradient and the others zeros, for that all-reduce to add. A boundary activation the
-//    plan sends in 1/t slices leaves the sender as the receiving rank's slice (message(),
-//    find_send_slices) and is all-gathered by the plan's collective. Sequence parallelism: the plan's
-//    all-gather and reduce-scatter around a chunk move real shards; inside the task the
-//    norms and residual adds run on the rank's rows between in-task all-gathers and
-//    reduce-scatters (exec/decoder.hpp).
+//    and exchange between sublayers inside the compute task, through the back end's
+//    TensorParallelExchange: each exchange is the task's next in-task collective message in
+//    the plan (Plan::inside), of the kind and size listed, on its communicator, and a pass
+//    must make all it lists (Group, training.cpp): a plan that lists other collectives is
+//    refused with the task and the message named. Every rank's output (and input gradient)
+//    is whole when its task ends. A boundary activation the plan sends in 1/t slices leaves
+//    the sender as the receiving rank's slice (message(), find_send_slices) and is
+//    all-gathered by the plan's collective task. Sequence parallelism: the norms and residual
+//    adds run on the rank's rows between in-task all-gathers and reduce-scatters
+//    (exec/decoder.hpp); a chunk's last backward of a step sums the gains every rank holds
+//    whole (the plan's last in-task all-reduce of that task).
 //  - Stages and workers of different tensor-parallel degrees: a boundary rank takes its
 //    slice of the whole activation as above. A data-parallel (or tied-embedding) all-reduce
 //    between ranks of different degrees sums the part of Megatron's split its members hold

@@ -100,18 +100,8 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
     const bool push = to.kind == TaskKind::send && to.purpose == partition::Purpose::ps_push;
     const bool update = to.kind == TaskKind::optimizer && to.worker < 0;
     if (!(push || update) || e.offset != 0 || plan_.task(e.from).kind == TaskKind::recv) continue;
-    // Under tensor parallelism the device's last compute is the all-reduce (or reduce-scatter)
-    // of its last backward's input gradients: the weight gradients were complete before it,
-    // after the backward it follows on the compute stream.
-    int last = e.from;
-    if (const partition::Task& f = plan_.task(last);
-        f.kind == TaskKind::collective &&
-        (f.purpose == partition::Purpose::tensor_parallel || f.purpose == partition::Purpose::sequence_parallel)) {
-      const std::vector<int>& program = plan_.program(f.device, f.stream);
-      auto at = std::find(program.begin(), program.end(), last);
-      while (at != program.begin() && plan_.task(*at).kind == TaskKind::collective) --at;
-      last = *at;
-    }
+    // (Tensor-parallel collectives run inside the backward: it is the device's last compute.)
+    const int last = e.from;
     const TaskKind from = plan_.task(last).kind;
     if (from != TaskKind::backward && from != TaskKind::backward_weight) {
       throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");

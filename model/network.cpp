@@ -1,5 +1,6 @@
 #include "model/network.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace hetflow::model {
@@ -21,6 +22,35 @@ std::string_view to_string(CnnOp::Kind kind) {
 std::optional<CnnOp::Kind> cnn_op_kind(std::string_view name) {
   for (const auto& [k, n] : kCnnOpNames) {
     if (n == name) return k;
+  }
+  return std::nullopt;
+}
+
+std::vector<TpCall> tp_calls_of(const Layer& l) {
+  if (!l.tp_calls.empty()) return l.tp_calls;
+  std::vector<TpCall> calls;
+  const int nf = l.tp_backward_allreduce_elems > 0 ? std::max(1, l.tp_backward_allreduces) : 0;
+  const int ng = l.tp_allreduce_elems > 0 ? std::max(1, l.tp_allreduces) : 0;
+  const int n = std::max(nf, ng);
+  for (int k = 0; k < n; ++k) {
+    if (k < nf) calls.push_back({TpCall::Op::f, l.tp_backward_allreduce_elems / nf, static_cast<double>(k) / n});
+    if (k < ng) calls.push_back({TpCall::Op::g, l.tp_allreduce_elems / ng, static_cast<double>(k + 1) / n});
+  }
+  return calls;
+}
+
+std::string_view to_string(TpCall::Op op) {
+  switch (op) {
+    case TpCall::Op::f: return "f";
+    case TpCall::Op::g: return "g";
+    case TpCall::Op::loss: return "loss";
+  }
+  return "?";
+}
+
+std::optional<TpCall::Op> tp_call_op(std::string_view name) {
+  for (const TpCall::Op op : {TpCall::Op::f, TpCall::Op::g, TpCall::Op::loss}) {
+    if (to_string(op) == name) return op;
   }
   return std::nullopt;
 }

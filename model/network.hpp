@@ -33,6 +33,20 @@ std::optional<CnnOp::Kind> cnn_op_kind(std::string_view name);  // nullopt for a
 // feature times every output feature); 0 for the memory-bound kinds.
 double cnn_op_macs(const CnnOp& op);
 
+// One tensor-parallel collective of a layer's forward pass, in Megatron's terms (Shoeybi et al.
+// 2019, figure 3): the input of a column-parallel layer (f: nothing forward, its gradient
+// all-reduced backward), the output of a row-parallel one (g: all-reduced forward, nothing
+// backward), or the vocabulary-parallel loss's combination (all-reduced forward only). Under
+// sequence parallelism f is an all-gather forward and a reduce-scatter backward, g the reverse
+// (Korthikanti et al. 2022). partition/tp_calls.hpp derives each pass's collectives from these.
+struct TpCall {
+  enum class Op { f, g, loss };
+  Op op = Op::g;
+  double elems = 0;  // elements moved per sample
+  double at = 1;     // the part of the layer's forward FLOPs done before it, in [0, 1]
+  bool operator==(const TpCall&) const = default;
+};
+
 struct Layer {
   std::string name;
   std::string kind;   // "embedding", "transformer", "conv", "fc", "head", ... (free text)
@@ -78,6 +92,15 @@ struct Layer {
   double tp_backward_allreduce_elems = 0;
   int tp_backward_allreduces = 0;
   double tp_replicated_bytes = 0;
+  // The layer's tensor-parallel collectives in forward order; their f elements add up to
+  // tp_backward_allreduce_elems, their g and loss elements to tp_allreduce_elems. Empty in a
+  // layer file that gives only the totals: then tp_calls_of() spreads them evenly.
+  std::vector<TpCall> tp_calls;
+  // Gains every tensor-parallel rank holds whole but sees only part of the gradient of,
+  // summed over the ranks once a step in the chunk's last backward (Megatron's
+  // allreduce_layernorm_grads): QK-norm gains always (each rank saw its own heads), and
+  // under sequence parallelism also the norms of the residual stream (each rank saw its rows).
+  double tp_summed_gains = 0, tp_summed_gains_sequence_parallel = 0;
   // Convolutional networks: the layer's operations in forward order. Its convolutions' and
   // fully connected layers' multiply-accumulates, doubled, are forward_flops. Empty for other
   // layers (decoders get theirs from the architecture).
@@ -85,6 +108,12 @@ struct Layer {
 
   bool operator==(const Layer&) const = default;
 };
+
+// A layer's tensor-parallel collectives: tp_calls, or where a layer file gives only totals,
+// each count's elements in equal calls, f before g, spread evenly over the layer's work.
+std::vector<TpCall> tp_calls_of(const Layer& l);
+std::string_view to_string(TpCall::Op op);                 // "f", "g", "loss"
+std::optional<TpCall::Op> tp_call_op(std::string_view name);  // nullopt for an unknown name
 
 // HuggingFace's `rope_scaling`: how rotary frequencies are rescaled to stretch a model's
 // context. Only the rotation angles change (not the FLOPs or the shapes).

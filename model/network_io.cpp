@@ -64,6 +64,35 @@ std::vector<CnnOp> parse_cnn_ops(const YAML::Node& list, const std::string& file
   return ops;
 }
 
+// A layer's tensor-parallel collectives, in forward order; their elements must add up to
+// the layer's totals, which the estimate reads.
+std::vector<TpCall> parse_tp_calls(const YAML::Node& list, const std::string& file, const std::string& path,
+                                   const Layer& l) {
+  if (!list.IsSequence()) throw InputError(file, yaml_util::line_of(list), path, "expected a list of {op, elems, at}");
+  std::vector<TpCall> calls;
+  double f = 0, g = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    MapReader r(list[i], file, path + "[" + std::to_string(i) + "]");
+    TpCall call;
+    const std::string name = r.string("op");
+    const auto op = tp_call_op(name);
+    if (!op) r.fail("op", "expected f, g or loss, found '" + name + "'");
+    call.op = *op;
+    call.elems = r.number("elems", 0, limits::kMaxLayerValue);
+    call.at = r.number_or("at", 1, 0, 1);
+    r.finish();
+    (call.op == TpCall::Op::f ? f : g) += call.elems;
+    calls.push_back(call);
+  }
+  const auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); };
+  if (!same(f, l.tp_backward_allreduce_elems) || !same(g, l.tp_allreduce_elems)) {
+    throw InputError(file, yaml_util::line_of(list), path,
+                     "expected f calls adding up to tp_backward_allreduce_elems and g and loss calls to "
+                     "tp_allreduce_elems, found " + units::format_number(f) + " and " + units::format_number(g));
+  }
+  return calls;
+}
+
 Layer parse_layer(const YAML::Node& node, const std::string& file, const std::string& path, int index) {
   MapReader r(node, file, path);
   Layer l;
@@ -118,6 +147,9 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
     r.fail("tp_backward_allreduces", "expected at least 1 where tp_backward_allreduce_elems is");
   }
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
+  l.tp_summed_gains = r.number_or("tp_summed_gains", 0, 0, kMax);
+  l.tp_summed_gains_sequence_parallel = r.number_or("tp_summed_gains_sequence_parallel", 0, 0, kMax);
+  if (r.has("tp_calls")) l.tp_calls = parse_tp_calls(r.get("tp_calls"), file, r.field("tp_calls"), l);
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
   }
@@ -369,6 +401,19 @@ std::string write_network(const Network& n) {
     number("tp_backward_allreduce_elems", l.tp_backward_allreduce_elems);
     out << YAML::Key << "tp_backward_allreduces" << YAML::Value << l.tp_backward_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
+    if (l.tp_summed_gains > 0) number("tp_summed_gains", l.tp_summed_gains);
+    if (l.tp_summed_gains_sequence_parallel > 0) {
+      number("tp_summed_gains_sequence_parallel", l.tp_summed_gains_sequence_parallel);
+    }
+    if (!l.tp_calls.empty()) {
+      out << YAML::Key << "tp_calls" << YAML::Value << YAML::BeginSeq;
+      for (const TpCall& call : l.tp_calls) {
+        out << YAML::Flow << YAML::BeginMap << YAML::Key << "op" << YAML::Value << std::string(to_string(call.op));
+        out << YAML::Key << "elems" << YAML::Value << units::format_number(call.elems);
+        out << YAML::Key << "at" << YAML::Value << units::format_number(call.at) << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
     if (!l.cnn_ops.empty()) {
       out << YAML::Key << "ops" << YAML::Value << YAML::BeginSeq;
       for (const CnnOp& op : l.cnn_ops) {

@@ -50,6 +50,7 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   l.tp_allreduces = 1;
   l.tp_backward_allreduce_elems = 0;  // its backward scatters into the table: no input gradient
   l.tp_backward_allreduces = 0;
+  l.tp_calls = {{TpCall::Op::g, x.s * x.h, 1}};
   l.tp_replicated_bytes = l.stashed_bytes;
   return l;
 }
@@ -104,6 +105,15 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.tp_allreduces = 2;
   l.tp_backward_allreduce_elems = 2 * x.s * x.h;  // the QKV and MLP inputs' gradients (column-parallel)
   l.tp_backward_allreduces = 2;
+  // In forward order: f before the QKV projections, g after the output projection, f before
+  // the MLP, g after it; the attention's share of the layer's FLOPs places the middle two.
+  const double attention_share = (qkv + scores + context + out_proj) / l.forward_flops;
+  l.tp_calls = {{TpCall::Op::f, x.s * x.h, 0},
+                {TpCall::Op::g, x.s * x.h, attention_share},
+                {TpCall::Op::f, x.s * x.h, attention_share},
+                {TpCall::Op::g, x.s * x.h, 1}};
+  l.tp_summed_gains = c.qk_norm ? 2 * norm_params(c, x.d) : 0;  // the q and k gains
+  l.tp_summed_gains_sequence_parallel = 2 * norm_params(c, x.h);  // the two norms
   // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
   // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.
   l.tp_replicated_bytes = 2 * e * x.s * x.h + 2 * e * x.s * x.h + 2 * mask * x.s * x.h;
@@ -137,6 +147,10 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   l.tp_allreduces = 2;
   l.tp_backward_allreduce_elems = x.s * x.h;  // the column-parallel logits' input gradient
   l.tp_backward_allreduces = 1;
+  // f before the logits; after them each token's maximum, then [sum of exponentials | target
+  // logit] (exec/decoder.cpp, parallel_crossentropy).
+  l.tp_calls = {{TpCall::Op::f, x.s * x.h, 0}, {TpCall::Op::loss, x.s, 1}, {TpCall::Op::loss, 2 * x.s, 1}};
+  l.tp_summed_gains_sequence_parallel = norm_params(c, x.h);  // the final norm
   l.tp_replicated_bytes = 2 * e * x.s * x.h;  // norm and head inputs; logits are split
   return l;
 }

@@ -26,7 +26,7 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
     case TaskKind::backward:
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
-      return cost.task_compute_time_s(plan, t);
+      return cost.task_compute_time_s(plan, t) + in_task_time_s(plan, cost, task);
     case TaskKind::send:
       return cost.transfer_time_s(t.device, plan.peer(task), t.bytes);
     case TaskKind::recv:
@@ -35,6 +35,14 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
       return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
   }
   return 0;
+}
+
+double in_task_time_s(const Plan& plan, const CostModel& cost, int task) {
+  double s = 0;
+  for (const InTaskCall& call : plan.inside(task)) {  // each collective once, at its first message
+    if (call.message == 0) s += cost.collective_time_s(collective_spec(plan, plan.collective(call.collective)));
+  }
+  return s;
 }
 
 BubbleMeter::BubbleMeter(const Plan& plan, int iterations)
@@ -97,8 +105,12 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
   }
   const size_t units = order.unit_count();
   const int iterations = std::max(1, plan.iterations());
-  std::vector<double> duration(units);
-  for (size_t u = 0; u < units; ++u) duration[u] = task_duration_s(plan, cost, order.unit(static_cast<int>(u)).front());
+  std::vector<double> duration(units), computing(units);  // a compute unit's without its in-task collectives
+  for (size_t u = 0; u < units; ++u) {
+    const int front = order.unit(static_cast<int>(u)).front();
+    duration[u] = task_duration_s(plan, cost, front);
+    computing[u] = is_compute(plan.task(front).kind) ? duration[u] - in_task_time_s(plan, cost, front) : duration[u];
+  }
   // Cross-iteration links: each stream's first unit waits for its last one; order edges with
   // an offset (WSP) wait for an earlier iteration of their source.
   std::vector<std::pair<int, int>> wraps;  // (last unit, first unit) per stream
@@ -149,8 +161,8 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
       for (int t : order.unit(u)) {
         const Task& task = plan.task(t);
         // Compute only, as every report's utilisation counts it (traces/figures.hpp).
-        if (is_compute(task.kind)) e.busy_s[static_cast<size_t>(task.device)] += duration[uu] / iterations;
-        if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], finish);
+        if (is_compute(task.kind)) e.busy_s[static_cast<size_t>(task.device)] += computing[uu] / iterations;
+        if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], ready[uu] + computing[uu]);
       }
     }
     past.push_front(end);

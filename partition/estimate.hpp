@@ -30,8 +30,12 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost);
 // The same, reusing an order already computed (validation computes one).
 Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder& order);
 
-// Duration of one task's unit under the cost model: compute, transfer or collective.
+// Duration of one task's unit under the cost model: compute (with the collectives inside it),
+// transfer or collective.
 double task_duration_s(const Plan& plan, const CostModel& cost, int task);
+// The time a compute task spends in its in-task collectives (Plan::inside), one after another
+// on its stream: each collective's messages, all of which the task performs.
+double in_task_time_s(const Plan& plan, const CostModel& cost, int task);
 
 // What the collective steps and the cost model need of one of the plan's collectives.
 CollectiveSpec collective_spec(const Plan& plan, const Collective& collective);

@@ -112,7 +112,45 @@ void Plan::finish() {
     }
   }
   graph = TaskGraph(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(), properties.begin(), tasks.size());
+  index_in_task_calls();
   finished_ = true;
+}
+
+void Plan::index_in_task_calls() {
+  inside_begin_.clear();
+  inside_.clear();
+  if (std::none_of(collectives.begin(), collectives.end(), [](const Collective& c) { return c.in_task(); })) return;
+  inside_begin_.assign(tasks.size() + 1, 0);
+  const auto valid = [this](int t) { return t >= 0 && static_cast<size_t>(t) < tasks.size(); };
+  for (const Collective& c : collectives) {
+    if (!c.in_task()) continue;
+    for (int t : c.tasks) {
+      if (valid(t)) inside_begin_[static_cast<size_t>(t) + 1] += static_cast<std::uint32_t>(c.at.size());
+    }
+  }
+  for (size_t t = 0; t < tasks.size(); ++t) inside_begin_[t + 1] += inside_begin_[t];
+  inside_.resize(inside_begin_.back());
+  std::vector<std::uint32_t> fill(inside_begin_.begin(), inside_begin_.end() - 1);
+  for (size_t c = 0; c < collectives.size(); ++c) {
+    const Collective& col = collectives[c];
+    if (!col.in_task()) continue;
+    for (int t : col.tasks) {
+      if (!valid(t)) continue;
+      for (size_t m = 0; m < col.at.size(); ++m) {
+        inside_[fill[static_cast<size_t>(t)]++] = InTaskCall{static_cast<int>(c), static_cast<int>(m), col.at[m]};
+      }
+    }
+  }
+  for (size_t t = 0; t < tasks.size(); ++t) {  // (filled by collective then message: a stable sort by point keeps that)
+    std::stable_sort(inside_.begin() + inside_begin_[t], inside_.begin() + inside_begin_[t + 1],
+                     [](const InTaskCall& a, const InTaskCall& b) { return a.at < b.at; });
+  }
+}
+
+std::span<const InTaskCall> Plan::inside(int task) const {
+  const auto t = static_cast<size_t>(task);
+  if (task < 0 || t + 1 >= inside_begin_.size()) return {};
+  return {inside_.data() + inside_begin_[t], inside_begin_[t + 1] - inside_begin_[t]};
 }
 
 int Plan::add_tensor(const Tensor& tensor) {

@@ -131,6 +131,12 @@ struct Channel {
   bool operator==(const Channel&) const = default;
 };
 
+// A collective is either a task of its own on each member (a gradient bucket's all-reduce), or
+// runs inside a compute task of each member (Megatron's per-layer tensor-parallel collectives
+// inside a chunk's forward): then `tasks` are those compute tasks and `at` lists, for each of
+// its messages, the part of the task's work done before it. A compute task performs the
+// messages of its in-task collectives in the order of their points (Plan::inside), so that
+// every member meets them in the same order.
 struct Collective {
   CollectiveKind kind = CollectiveKind::all_reduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
@@ -140,7 +146,18 @@ struct Collective {
   int root = 0;           // broadcast/reduce: index of the root in the communicator
   int messages = 1;       // back-to-back collectives of bytes / messages (CollectiveSpec::messages)
   std::vector<int> tasks; // one per communicator device, same order
+  // In-task: one point in [0, 1] per message, ascending; empty for a collective with tasks
+  // of its own.
+  std::vector<double> at;
+  bool in_task() const { return !at.empty(); }
   bool operator==(const Collective&) const = default;
+};
+
+// One message of an in-task collective, as a compute task performs it (Plan::inside).
+struct InTaskCall {
+  int collective = -1;
+  int message = 0;  // which of its messages (Collective::at)
+  double at = 0;    // the part of the task's work done before it
 };
 
 struct Tensor {
@@ -258,6 +275,9 @@ struct Plan {
   int add_communicator(const Communicator& communicator);
   std::span<const int> reads(int task) const;
   std::span<const int> writes(int task) const;
+  // The in-task collective messages a compute task performs, in the order it performs them
+  // (by point, then collective id, then message); empty for other tasks. Made by finish().
+  std::span<const InTaskCall> inside(int task) const;
   // The tasks that read each tensor, in task order (derived from the tasks' reads).
   std::vector<std::vector<int>> consumers() const;
   // The task ids of one device stream in program order; empty when the device has none.
@@ -276,6 +296,10 @@ struct Plan {
 
  private:
   bool finished_ = false;  // finish() ran: add_order keeps the graph up to date
+  void index_in_task_calls();  // finish()'s: inside_begin_ and inside_
+  // inside(t) is inside_[inside_begin_[t], inside_begin_[t + 1]) (empty until finish()).
+  std::vector<std::uint32_t> inside_begin_;
+  std::vector<InTaskCall> inside_;
 };
 
 bool same_plan(const Plan& a, const Plan& b);  // everything, graph edges included

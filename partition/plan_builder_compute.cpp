@@ -1,24 +1,17 @@
 // The compute of one virtual worker: F, B and W tasks in each rank's schedule order, the
-// tensors they read and write, and the tensor-parallel collectives around them:
-//   tensor parallel:      F = compute, all-reduce of the partial sums; B = compute, then the
-//                         all-reduces it ran (f), as traffic without data.
-//   + sequence parallel:  F = all-gather, compute on the rank's input shard, reduce-scatter
-//                         of the partial sums into output shards (Korthikanti et al.);
-//                         B = all-gather, compute from the output-gradient shard into the
-//                         input-gradient shard, reduce-scatter. The all-gathers, and the
-//                         backward's reduce-scatter, move what the compute moves between its
-//                         layers (the norms' outputs, their gradients): traffic without data.
-// A chunk's tensor-parallel all-reduces (two per transformer layer and pass) are one
-// collective task carrying their whole volume as that many messages (Collective::messages):
-// each pays its own latency at its own size, as Megatron's synchronous all-reduces on the
-// compute stream do one after another, and the plan stays small. Sequence parallelism's
-// gathers and scatters likewise (two of each per layer and pass): their messages move the
-// i-th m-th of every rank's sequence shard, so the shards land where one collective puts them.
-// A pass without traffic (the forward of a chunk of the LM head alone, the backward of one of
-// the embedding alone) has no collective.
+// tensors they read and write, and the tensor-parallel collectives inside them
+// (partition/tp_calls.hpp: Megatron's per-layer all-reduces, or under sequence parallelism
+// its all-gathers and reduce-scatters, each at its point of the pass's work). A pass's calls
+// of one kind and size are one in-task collective whose messages are the calls
+// (Collective::at); each pays its own latency at its own size, as Megatron's synchronous
+// collectives on the compute stream do one after another, and the plan stays small.
+// Once a step a chunk's last backward also sums the gains every rank holds whole
+// (summed_gain_elems). A pass without calls (one device, or the forward of a chunk of the
+// embedding alone without sequence parallelism) has none.
 #include <algorithm>
 
 #include "partition/plan_builder_detail.hpp"
+#include "partition/tp_calls.hpp"
 
 namespace hetflow::partition::builder {
 
@@ -86,6 +79,7 @@ void Builder::add_compute(int w) {
   prepare_boundaries(w);
   const VirtualWorker& vw = worker(w);
   const int p = static_cast<int>(vw.ranks.size());
+  std::vector<int> last_b(vw.stages.size(), -1);  // per chunk: the micro-batch of its last B
   for (int r = 0; r < p; ++r) {
     for (const ScheduledOp& o : programs_[static_cast<size_t>(w)][static_cast<size_t>(r)]) {
       const int stage = o.chunk * p + r;
@@ -93,74 +87,88 @@ void Builder::add_compute(int w) {
         add_forward(w, stage, o.microbatch);
       } else {
         add_backward(w, stage, o.microbatch, o.kind);
+        if (o.kind == OpKind::B) last_b[static_cast<size_t>(stage)] = o.microbatch;
       }
     }
   }
+  for (size_t stage = 0; stage < vw.stages.size(); ++stage) {
+    if (last_b[stage] >= 0) add_summed_gains(w, static_cast<int>(stage), last_b[stage]);
+  }
+}
+
+// The tensor-parallel calls of a pass inside its ranks' compute tasks: one in-task collective
+// per kind and size, in the order the pass first performs it.
+void Builder::add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes) {
+  const int t = degree(w, stage);
+  if (t <= 1) return;
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  PassShape shape;
+  shape.layer_begin = s.layer_begin;
+  shape.layer_end = s.layer_end;
+  shape.tensor = t;
+  shape.backward = backward;
+  shape.sequence_parallel = layout_.sequence_parallel;
+  shape.split_backward = schedule_.splits_backward;
+  shape.recompute = layout_.recompute;
+  const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
+  for (const PassCallGroup& g : group_calls(pass_tp_calls(net_, shape))) {
+    Collective& c = plan_.collectives[add_in_task(g.kind, tp_name(w, stage), rank_devices(w, stage), 0, computes)];
+    c.at = g.points;
+    c.messages = static_cast<int>(g.points.size());
+    c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
+  }
+}
+
+// Once a step, at the end of a chunk's last backward: the gains every rank holds whole,
+// summed over the ranks (exec/decoder.cpp's sum_replicated_gains).
+void Builder::add_summed_gains(int w, int stage, int mb) {
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  const double elems = summed_gain_elems(net_, s.layer_begin, s.layer_end, degree(w, stage), layout_.sequence_parallel);
+  if (elems <= 0) return;
+  std::vector<int> computes;
+  for (int j = 0; j < degree(w, stage); ++j) computes.push_back(op(w, stage, mb, OpKind::B, j).task);
+  const size_t c = add_in_task(CollectiveKind::all_reduce, tp_name(w, stage), rank_devices(w, stage),
+                               elems * model::element_bytes(layout_.precision), computes);
+  plan_.collectives[c].at = {1};
+  plan_.collectives[c].messages = 1;
+}
+
+std::string Builder::tp_name(int w, int stage) const {
+  return "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
+}
+
+size_t Builder::add_in_task(CollectiveKind kind, const std::string& group_name, const std::vector<int>& devices,
+                            double bytes, const std::vector<int>& computes) {
+  Collective c;
+  c.kind = kind;
+  c.algorithm = CollectiveAlgorithm::ring;
+  c.purpose = kind == CollectiveKind::all_reduce ? Purpose::tensor_parallel : Purpose::sequence_parallel;
+  c.communicator = communicator(role_of(c.purpose), group_name, devices);
+  c.bytes = bytes;
+  c.messages = 0;
+  c.tasks = computes;
+  plan_.collectives.push_back(std::move(c));
+  return plan_.collectives.size() - 1;
 }
 
 // What a pass's compute reads on each rank: the tensor that arrived, rebuilt first by an
 // all-gather when it came in 1/t slices (Megatron's scatter/gather). Under sequence
-// parallelism the arrived shard itself, after the pass's all-gathers: traffic without data
-// (the compute gathers its norms' outputs), which waits for the shard by an order edge
-// (OpRecord::gather, connect).
-std::vector<int> Builder::gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
+// parallelism the arrived shard itself: the pass gathers what it needs inside its task.
+std::vector<int> Builder::gather_inputs(const std::string& tp_name, const std::vector<int>& devices,
                                         const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                         const Task& like) {
-  const auto t = devices.size();
   if (slices[0] >= 0) {
     const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices, whole_bytes,
                                        Purpose::tensor_parallel, compute_stream_, like, slices, arrived);
-    for (size_t j = 0; j < t; ++j) set_free_after(slices[j], gather[j]);
-  }
-  if (!sharded(w, stage)) return arrived;
-  const bool backward = like.kind == TaskKind::backward;
-  const TpPass pass = tp_pass_of(w, stage, backward);
-  if (pass.gather_bytes <= 0) return arrived;
-  const auto gather = add_collective(CollectiveKind::all_gather, CollectiveAlgorithm::ring, tp_name, devices,
-                                     pass.gather_bytes, Purpose::sequence_parallel, compute_stream_, like, {}, {});
-  plan_.collectives.back().messages = pass.gather_messages;
-  for (size_t j = 0; j < t; ++j) {
-    op(w, stage, like.microbatch, backward ? OpKind::B : OpKind::F, static_cast<int>(j)).gather = gather[j];
+    for (size_t j = 0; j < devices.size(); ++j) set_free_after(slices[j], gather[j]);
   }
   return arrived;
-}
-
-// A pass's tensor-parallel traffic (tp_pass): its layers' all-reduces, or sequence-parallel
-// gathers and scatters, in as many collectives as Megatron runs.
-TpPass Builder::tp_pass_of(int w, int stage, bool backward) const {
-  return tp_pass(work_[static_cast<size_t>(w)][static_cast<size_t>(stage)], backward, sharded(w, stage),
-                 layout_.recompute);
-}
-
-// The collective that ends a tensor-parallel pass: each rank's partial sums all-reduced (or
-// reduce-scattered into sequence shards) into its output, or, with no partial sums (a
-// backward), the pass's traffic without data. The op is done after it. A pass without
-// traffic has none.
-void Builder::reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name,
-                              const std::vector<int>& devices, const std::vector<int>& computes,
-                              const std::vector<int>& partials, const std::vector<int>& outputs) {
-  const TpPass pass = tp_pass_of(w, stage, kind == OpKind::B);
-  if (pass.reduce_bytes <= 0) return;
-  const Task like = plan_.tasks[static_cast<size_t>(computes[0])];  // a copy: add_collective grows the table
-  const bool sp = sharded(w, stage);
-  const auto reduce = add_collective(sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                                     CollectiveAlgorithm::ring, tp_name, devices, pass.reduce_bytes,
-                                     sp ? Purpose::sequence_parallel : Purpose::tensor_parallel, compute_stream_, like,
-                                     partials, outputs);
-  plan_.collectives.back().messages = pass.reduce_messages;
-  for (size_t j = 0; j < devices.size(); ++j) {
-    // Each rank's collective follows its own compute (a data edge when a partial sum flows).
-    if (partials[j] < 0) plan_.add_order(computes[j], reduce[j]);
-    set_free_after(partials[j], reduce[j]);
-    op(w, stage, mb, kind, static_cast<int>(j)).done = reduce[j];
-  }
 }
 
 void Builder::add_forward(int w, int stage, int mb) {
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const std::vector<int> devices = rank_devices(w, stage);
   const int t = degree(w, stage);
-  const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
   const Task like = base_task(TaskKind::forward, devices[0], w, stage, mb);
   std::vector<int> input(static_cast<size_t>(t)), slices(static_cast<size_t>(t));
   const size_t at = slot(w, stage, mb, 0);  // rank j's: at + j
@@ -168,15 +176,11 @@ void Builder::add_forward(int w, int stage, int mb) {
     input[static_cast<size_t>(j)] = inputs_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
     slices[static_cast<size_t>(j)] = input_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
-  const std::vector<int> compute_input =
-      gather_inputs(w, stage, tp_name, devices, input, slices, work.input_bytes, like);
-  // Partial sums when the forward reduces anything (its g traffic).
-  const bool collective = tp_collectives(w, stage) && tp_pass_of(w, stage, false).reduce_bytes > 0;
-  std::vector<int> computes, partials(static_cast<size_t>(t), -1), outputs(static_cast<size_t>(t), -1);
+  const std::vector<int> compute_input = gather_inputs(tp_name(w, stage), devices, input, slices, work.input_bytes, like);
+  std::vector<int> computes;
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
     OpRecord& rec = op(w, stage, mb, OpKind::F, j);
-    outputs[static_cast<size_t>(j)] = rec.output;
     Task task = base_task(TaskKind::forward, d, w, stage, mb);
     task.flops = work.forward_flops;
     task.memory_bytes = work.weight_bytes + work.stash_bytes;
@@ -184,17 +188,14 @@ void Builder::add_forward(int w, int stage, int mb) {
     if (compute_input[static_cast<size_t>(j)] >= 0) reads.push_back(compute_input[static_cast<size_t>(j)]);
     rec.stash = activation_tensor(TensorKind::stash, d, work.stash_bytes);
     std::vector<int> writes{rec.stash};
-    if (collective && work.output_bytes > 0) {
-      partials[static_cast<size_t>(j)] = activation_tensor(TensorKind::partial_sum, d, work.output_bytes);
-      writes.push_back(partials[static_cast<size_t>(j)]);
-    } else if (!collective && rec.output >= 0) {
-      writes.push_back(rec.output);
-    }
+    // The output is whole on every rank when the task ends (its last all-reduce is inside
+    // it), or under sequence parallelism the rank's shard.
+    if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
     if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
   }
-  if (collective) reduce_partials(w, stage, mb, OpKind::F, tp_name, devices, computes, partials, outputs);
+  add_in_task_calls(w, stage, false, computes);
 }
 
 void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
@@ -202,7 +203,6 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   const std::vector<int> devices = rank_devices(w, stage);
   const int t = degree(w, stage);
   const bool split = schedule_.splits_backward;
-  const std::string tp_name = "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
   if (kind == OpKind::W) {  // the weight gradient: the stash and the output gradient, nothing more
     for (int j = 0; j < t; ++j) {
       const int d = devices[static_cast<size_t>(j)];
@@ -229,12 +229,11 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     grad[static_cast<size_t>(j)] = output_grads_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
     slices[static_cast<size_t>(j)] = grad_slices_[static_cast<size_t>(w)][at + static_cast<size_t>(j)];
   }
-  const std::vector<int> compute_grad =
-      gather_inputs(w, stage, tp_name, devices, grad, slices, work.output_bytes, like);
+  const std::vector<int> compute_grad = gather_inputs(tp_name(w, stage), devices, grad, slices, work.output_bytes, like);
   // The input gradient is written by the compute: without sequence parallelism whole on
   // every rank when it ends (the first layer's f all-reduce comes before its replicated norm
   // and the residual add), under sequence parallelism the rank's shard (the first layer's f
-  // reduce-scatter likewise). So the pass's collective carries f's traffic and no data.
+  // reduce-scatter likewise), both inside the task.
   std::vector<int> computes;
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
@@ -263,10 +262,7 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       set_free_after(rec.input, rec.task);
     }
   }
-  if (tp_collectives(w, stage)) {
-    const std::vector<int> none(static_cast<size_t>(t), -1);
-    reduce_partials(w, stage, mb, OpKind::B, tp_name, devices, computes, none, none);
-  }
+  add_in_task_calls(w, stage, true, computes);
 }
 
 }  // namespace hetflow::partition::builder

@@ -63,8 +63,11 @@ struct ChunkWork {
 // `tensor`: the degree of the chunk's rank.
 ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor);
 
-// One pass's tensor-parallel traffic: under sequence parallelism the all-gather before the
-// compute and the reduce-scatter after it; otherwise the all-reduce after it (`reduce`) alone.
+// One pass's tensor-parallel traffic in total, as the layout estimate times it: under
+// sequence parallelism its all-gathers and reduce-scatters, otherwise its all-reduces
+// (`reduce`) alone. The plan performs the same calls inside the pass (tp_calls.hpp), plus
+// two the estimate leaves out: the loss's all-reduces under sequence parallelism and the
+// once-a-step sum of the gains every rank holds whole.
 struct TpPass {
   double gather_bytes = 0, reduce_bytes = 0;
   int gather_messages = 0, reduce_messages = 0;  // each at least 1 (a pass without bytes has no task)
@@ -91,8 +94,6 @@ struct OpRecord {
   int output = -1;   // F: the output activation; B: the input gradient (-1 at the ends)
   int stash = -1;    // F: its stash tensor
   int input = -1;    // B: the output gradient its compute read (W reads it too)
-  int gather = -1;   // F, B under sequence parallelism: the all-gather before its compute,
-                     // which reads nothing and so waits for the input by an order edge
 };
 
 // Parameters held by groups of different tensor-parallel degrees, cut so that each piece
@@ -188,17 +189,20 @@ class Builder {
 
   // --- plan_builder_compute.cpp ---
   size_t slot(int w, int stage, int mb, int j) const;
-  bool tp_collectives(int w, int stage) const;  // the chunk's passes end in a TP collective
+  bool tp_collectives(int w, int stage) const;  // the chunk's passes exchange between tensor-parallel ranks
   bool sharded(int w, int stage) const;         // sequence parallel: its boundaries are 1/t shards
   void prepare_boundaries(int w);
   void add_compute(int w);
   void add_forward(int w, int stage, int mb);
-  std::vector<int> gather_inputs(int w, int stage, const std::string& tp_name, const std::vector<int>& devices,
+  std::vector<int> gather_inputs(const std::string& tp_name, const std::vector<int>& devices,
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  const Task& like);
-  TpPass tp_pass_of(int w, int stage, bool backward) const;
-  void reduce_partials(int w, int stage, int mb, OpKind kind, const std::string& tp_name, const std::vector<int>& devices,
-                       const std::vector<int>& computes, const std::vector<int>& partials, const std::vector<int>& outputs);
+  std::string tp_name(int w, int stage) const;  // the chunk's tensor-parallel group
+  void add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes);
+  void add_summed_gains(int w, int stage, int mb);
+  // An in-task collective of no messages yet on the group's communicator, in `computes`.
+  size_t add_in_task(CollectiveKind kind, const std::string& group_name, const std::vector<int>& devices, double bytes,
+                     const std::vector<int>& computes);
   void add_backward(int w, int stage, int mb, OpKind kind);
 
   // --- plan_builder_pipeline.cpp ---

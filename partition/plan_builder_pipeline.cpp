@@ -40,8 +40,6 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
       if (producer.output < 0 || plan_.tensor(producer.output).producer != producer.done) {
         plan_.add_order(producer.done, consumer.task);
       }
-      // A sequence-parallel all-gather before the consumer reads nothing: it waits too.
-      if (consumer.gather >= 0) plan_.add_order(producer.done, consumer.gather);
       continue;  // same device: the consumer reads the producer's tensor in place
     }
     const size_t at = slot(w, to, mb, j);
@@ -52,7 +50,6 @@ void Builder::connect(int w, int stage, int mb, OpKind kind) {
     Task like = plan_.task(producer.done);
     const auto [send, recv] =
         add_transfer(src, dst, forward ? "act" : "grad", bytes, purpose, like, producer.output, received);
-    if (consumer.gather >= 0) plan_.add_order(recv, consumer.gather);  // it reads nothing: it waits
     // A pass done by a collective that does not write the tensor (a backward's f traffic):
     // the send still waits for it.
     if (plan_.tensor(producer.output).producer != producer.done) plan_.add_order(producer.done, send);

@@ -77,6 +77,15 @@ class Reader {
     if (!std::isfinite(x) || x < 0) fail(join(path, key), "expected a finite number >= 0, found " + brief(v));
     return x + 0.0;  // -0 is 0: the plan and its fingerprint have one zero
   }
+  // Element i of an array: a finite number >= 0.
+  double number(const Json& array, size_t i, const std::string& path) const {
+    const Json& v = array[i];
+    const std::string where = path + "[" + std::to_string(i) + "]";
+    if (!v.is_number()) fail(where, "expected a number, found " + brief(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0) fail(where, "expected a finite number >= 0, found " + brief(v));
+    return x + 0.0;
+  }
   std::string string(const Json& j, const std::string& key, const std::string& path) const {
     const Json& v = at(j, key, path);
     if (!v.is_string()) fail(join(path, key), "expected a string, found " + brief(v));
@@ -424,6 +433,15 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     c.bytes = r.number(cj, "bytes", p);
     c.root = r.integer(cj, "root", p, 0);
     if (cj.contains("messages")) c.messages = r.integer(cj, "messages", p, 1, 1 << 20);
+    if (cj.contains("at")) {  // in-task: one point per message (validation checks their number and order)
+      const Json& at = cj["at"];
+      if (!at.is_array() || at.empty()) r.fail(p + ".at", "expected a non-empty array of points in [0, 1], found " + brief(at));
+      for (size_t m = 0; m < at.size(); ++m) {
+        const double x = r.number(at, m, p + ".at");
+        if (x > 1) r.fail(p + ".at[" + std::to_string(m) + "]", "expected a point in [0, 1], found " + brief(at[m]));
+        c.at.push_back(x);
+      }
+    }
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));
   }

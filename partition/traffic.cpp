@@ -21,6 +21,9 @@ std::vector<double> planned_bytes_per_communicator(const Plan& plan) {
     if (c < 0) continue;
     bytes[static_cast<size_t>(c)] += t.kind == TaskKind::collective ? plan.collective(t.collective).bytes : t.bytes;
   }
+  for (const Collective& c : plan.collectives) {  // in-task: no task of their own; each member moves `bytes`
+    if (c.in_task()) bytes[static_cast<size_t>(c.communicator)] += c.bytes * static_cast<double>(c.tasks.size());
+  }
   return bytes;
 }
 

@@ -373,11 +373,47 @@ void check_collectives(const Plan& plan, Problems& problems) {
     const auto& members = plan.members(col);
     for (size_t i = 0; i < col.tasks.size() && i < members.size(); ++i) {
       const Task& t = plan.tasks[static_cast<size_t>(col.tasks[i])];
-      if (t.kind != TaskKind::collective || t.collective != static_cast<int>(c) || t.device != members[i] ||
-          t.bytes != col.bytes) {
+      if (col.in_task()) {  // runs inside a forward or backward pass of each member
+        if (!is_pass(t.kind) || t.device != members[i]) {
+          problems.push_back("collective " + std::to_string(c) + ": runs inside " + describe_task(plan, col.tasks[i]) +
+                             ", which is not a forward or backward pass of member " + std::to_string(i) +
+                             " of its communicator");
+          break;
+        }
+      } else if (t.kind != TaskKind::collective || t.collective != static_cast<int>(c) || t.device != members[i] ||
+                 t.bytes != col.bytes) {
         problems.push_back("collective " + std::to_string(c) + ": participant " + describe_task(plan, col.tasks[i]) +
                            " does not match it (kind, collective, device in communicator order, or bytes)");
         break;
+      }
+    }
+    if (col.in_task()) {
+      if (col.at.size() != static_cast<size_t>(col.messages) || !std::is_sorted(col.at.begin(), col.at.end()) ||
+          col.at.back() > 1) {
+        problems.push_back("collective " + std::to_string(c) + ": expected one point in [0, 1] per message (" +
+                           std::to_string(col.messages) + "), in ascending order, found " + std::to_string(col.at.size()));
+      }
+      if (col.tasks.size() != members.size()) {
+        problems.push_back("collective " + std::to_string(c) + ": an in-task collective runs in a task of every member (" +
+                           std::to_string(members.size()) + "), found " + std::to_string(col.tasks.size()));
+      }
+      // Every member's task performs the same messages in the same order, or they would wait
+      // for each other in different collectives. (Checked once per group of tasks: by the
+      // collective that comes first in them.)
+      const auto first = plan.inside(col.tasks.front());
+      if (!first.empty() && first.front().collective == static_cast<int>(c)) {
+        for (int t : col.tasks) {
+          const auto mine = plan.inside(t);
+          const bool same = std::equal(mine.begin(), mine.end(), first.begin(), first.end(), [](const InTaskCall& a, const InTaskCall& b) {
+            return a.collective == b.collective && a.message == b.message;
+          });
+          if (!same) {
+            problems.push_back("collective " + std::to_string(c) + ": " + describe_task(plan, t) + " and " +
+                               describe_task(plan, col.tasks.front()) +
+                               " perform different in-task collectives, or in a different order");
+            break;
+          }
+        }
       }
     }
     if (col.messages < 1) {

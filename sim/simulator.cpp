@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <span>
+#include <unordered_map>
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
@@ -56,6 +58,11 @@ struct Stream {
   std::vector<double> cuts;
   size_t cut = 0;
   double work_flops = 0;
+  // The head compute task's in-task collective messages (Plan::inside), the next one, and
+  // whether `steps` are one of them.
+  std::span<const partition::InTaskCall> calls;
+  size_t call = 0;
+  bool in_call = false;
 };
 
 // What a device has in flight: each activity with the stream whose head task it serves.
@@ -290,17 +297,20 @@ class Simulation {
         const double duration = at < options_.compute_s.size() && options_.compute_s[at] >= 0
                                     ? options_.compute_s[at]
                                     : cost_.task_compute_time_s(plan_, t);
-        if (duration <= 0) break;
-        stream.work_flops = duration * cost_.peak_flops_per_s(t.device);
+        stream.calls = plan_.inside(id);
+        stream.call = 0;
+        if (duration <= 0 && stream.calls.empty()) break;
+        stream.work_flops = std::max(0.0, duration) * cost_.peak_flops_per_s(t.device);
         stream.cuts.clear();
         stream.cut = 0;
         for (const auto& next : graph_->successors(id)) {
           if (next.fraction < 1) stream.cuts.push_back(next.fraction);
         }
+        for (const partition::InTaskCall& call : stream.calls) stream.cuts.push_back(call.at);
         if (!stream.cuts.empty()) {  // run the work in parts, releasing each successor at its own
           std::sort(stream.cuts.begin(), stream.cuts.end());
           stream.cuts.erase(std::unique(stream.cuts.begin(), stream.cuts.end()), stream.cuts.end());
-          stream.cuts.push_back(1);
+          if (stream.cuts.back() < 1) stream.cuts.push_back(1);
         }
         const double first = stream.cuts.empty() ? 1 : stream.cuts.front();
         flight.add(sg::this_actor::exec_async(first * stream.work_flops), s);
@@ -371,15 +381,56 @@ class Simulation {
       if (--stream.outstanding > 0) return;
       ++stream.step;
       if (start_step(stream, s, flight)) return;
+      if (stream.in_call) {  // an in-task message of a compute task is done: its work goes on
+        stream.collective = stream.in_call = false;
+        continue_compute(d, s, flight, check);
+        return;
+      }
+    } else if (!stream.cuts.empty()) {  // a part of a compute task: release who waits for it
+      const double done = stream.cuts[stream.cut];
+      if (done < 1) release((*stream.tasks)[stream.next], stream.iteration, done, check);
+      continue_compute(d, s, flight, check);
+      return;
     }
-    if (stream.cut + 1 < stream.cuts.size()) {  // a part of a compute task: release who waits for it
-      const double done = stream.cuts[stream.cut++];
-      release((*stream.tasks)[stream.next], stream.iteration, done, check);
-      flight.add(sg::this_actor::exec_async((stream.cuts[stream.cut] - done) * stream.work_flops), s);
+    complete_head(d, s, check);
+  }
+
+  // A compute task at point cuts[cut] of its work: its in-task messages due there one after
+  // another, then its next part, or its end.
+  void continue_compute(Device& d, size_t s, InFlight& flight, std::vector<size_t>& check) {
+    Stream& stream = d.streams[s];
+    const double point = stream.cuts[stream.cut];
+    while (stream.call < stream.calls.size() && stream.calls[stream.call].at <= point) {
+      const partition::InTaskCall& call = stream.calls[stream.call++];
+      stream.steps = in_task_steps(call.collective, (*stream.tasks)[stream.next]);
+      stream.step = 0;
+      stream.collective = stream.in_call = true;
+      if (start_step(stream, s, flight)) return;
+      stream.collective = stream.in_call = false;  // nothing to wait for (no bytes, no latency)
+    }
+    if (stream.cut + 1 < stream.cuts.size()) {
+      ++stream.cut;
+      flight.add(sg::this_actor::exec_async((stream.cuts[stream.cut] - point) * stream.work_flops), s);
       ++activities_;
       return;
     }
     complete_head(d, s, check);
+  }
+
+  // The steps of one message of in-task collective c in task `id`: those of a collective of
+  // that one message (all its messages are alike), made once per collective and member.
+  const std::vector<MailboxStep>& in_task_steps(int c, int id) {
+    const Task& t = plan_.task(id);
+    const auto key = static_cast<std::uint64_t>(c) * static_cast<std::uint64_t>(plan_.device_count()) +
+                     static_cast<std::uint64_t>(t.device);
+    auto found = in_task_steps_.find(key);
+    if (found != in_task_steps_.end()) return found->second;
+    Collective one = plan_.collective(c);
+    one.bytes /= std::max(1, one.messages);
+    one.messages = 1;
+    Task member = t;
+    member.collective = c;
+    return in_task_steps_.emplace(key, steps_->of(one, member)).first->second;
   }
 
   // The successors of iteration i of task id that wait for `fraction` of its work.
@@ -405,6 +456,9 @@ class Simulation {
     stream.steps.clear();
     stream.cuts.clear();
     stream.cut = 0;
+    stream.calls = {};
+    stream.call = 0;
+    stream.in_call = false;
     if (++stream.next == stream.tasks->size()) {  // the program again, one iteration later
       stream.next = 0;
       ++stream.iteration;
@@ -553,6 +607,8 @@ class Simulation {
   long long activities_ = 0;
   long long completed_ = 0;  // task instances done (counted only when progress is reported)
   std::chrono::steady_clock::time_point wall_start_, last_report_;
+  // In-task messages' steps per (collective, device): Simulation::in_task_steps.
+  std::unordered_map<std::uint64_t, std::vector<MailboxStep>> in_task_steps_;
   int payload_ = 0;      // what messages carry: nothing; their simulated size is what matters
   int* received_ = nullptr;
 };

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -234,6 +235,76 @@ struct CollectiveNode {
 
 }  // namespace
 
+namespace {
+
+// A collective's attributes; an in-task one's node carries one of its `messages` messages.
+void add_collective_attrs(et::Node& n, const partition::Collective& c, int messages) {
+  const double bytes = c.bytes / messages;
+  n.set_type(et::COMM_COLL_NODE);
+  attr(n, "comm_type", static_cast<int64_t>(comm_type(c.kind)));
+  attr(n, "comm_size", static_cast<int64_t>(std::llround(bytes)));
+  attr(n, "pg_name", std::to_string(c.communicator));
+  et::AttributeProto* dims = n.add_attr();
+  dims->set_name("involved_dim");
+  dims->mutable_bool_list()->add_values(true);
+  attr_double(n, "hetflow_bytes", bytes);
+  attr(n, "hetflow_algorithm", std::string(to_string(c.algorithm)));
+  attr(n, "hetflow_root", static_cast<int64_t>(c.root));
+  if (c.messages != 1 && messages == 1) attr(n, "hetflow_messages", static_cast<int64_t>(c.messages));
+}
+
+// One task's node (no dependencies): `part` of a compute task's work under node id `node`.
+et::Node task_node(const Plan& plan, const partition::CostModel& cost, int id, uint64_t node, double part) {
+  const Task& t = plan.task(id);
+  et::Node n;
+  n.set_id(node);
+  n.set_name(std::string(to_string(t.kind)) + (t.microbatch >= 0 ? " mb" + std::to_string(t.microbatch) : "") +
+             (t.stage >= 0 ? " stage" + std::to_string(t.stage) : ""));
+  attr_bool(n, "is_cpu_op", false);
+  attr(n, "hetflow_kind", std::string(to_string(t.kind)));
+  attr(n, "hetflow_stream", plan.stream_name(t.stream));
+  attr(n, "hetflow_purpose", std::string(to_string(t.purpose)));
+  if (partition::is_compute(t.kind)) {
+    n.set_type(et::COMP_NODE);
+    n.set_duration_micros(static_cast<uint64_t>(std::llround(1e6 * part * cost.task_compute_time_s(plan, t))));
+    attr(n, "num_ops", static_cast<int64_t>(std::llround(part * t.flops)));
+    attr(n, "tensor_size", static_cast<int64_t>(std::llround(part * t.memory_bytes)));
+    attr_double(n, "hetflow_flops", part * t.flops);
+    attr_double(n, "hetflow_recompute_flops", part * t.recompute_flops);
+    attr_double(n, "hetflow_memory_bytes", part * t.memory_bytes);
+  } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv) {
+    const partition::Channel& c = plan.channel(t.channel);
+    n.set_type(t.kind == TaskKind::send ? et::COMM_SEND_NODE : et::COMM_RECV_NODE);
+    attr(n, t.kind == TaskKind::send ? "comm_dst" : "comm_src", static_cast<int64_t>(plan.peer(id)));
+    attr(n, "comm_size", static_cast<int64_t>(std::llround(t.bytes)));
+    attr(n, "comm_tag", static_cast<int64_t>(t.channel));
+    attr_double(n, "hetflow_bytes", t.bytes);
+    attr(n, "hetflow_tag", c.tag);
+  } else {
+    add_collective_attrs(n, plan.collective(t.collective), 1);
+  }
+  return n;
+}
+
+// One message of an in-task collective, as a collective node on the task's stream after `after`.
+et::Node in_task_node(const Plan& plan, const Task& t, const partition::InTaskCall& call, uint64_t node, uint64_t after) {
+  const partition::Collective& c = plan.collective(call.collective);
+  et::Node n;
+  n.set_id(node);
+  n.set_name("collective " + std::to_string(call.collective) + " message " + std::to_string(call.message + 1) +
+             (t.microbatch >= 0 ? " mb" + std::to_string(t.microbatch) : "") +
+             (t.stage >= 0 ? " stage" + std::to_string(t.stage) : ""));
+  n.add_ctrl_deps(after);
+  attr_bool(n, "is_cpu_op", false);
+  attr(n, "hetflow_kind", std::string(to_string(TaskKind::collective)));
+  attr(n, "hetflow_stream", plan.stream_name(t.stream));
+  attr(n, "hetflow_purpose", std::string(to_string(c.purpose)));
+  add_collective_attrs(n, c, std::max(1, c.messages));
+  return n;
+}
+
+}  // namespace
+
 std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostModel& cost, const std::string& prefix) {
   if (plan.layout.folded) {
     throw PlanError("the plan is folded (one data-parallel replica's tasks for all): a Chakra trace needs every rank's; "
@@ -283,55 +354,36 @@ std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostMode
       a->set_string_val(value);
     }
     append_delimited(bytes, meta);
+    // A compute task with in-task collectives is written as its parts of work with one
+    // collective node per message between them (what a Chakra consumer runs); the last part
+    // keeps the task's id, which other nodes depend on, the others take ids after every task's.
+    uint64_t next_id = plan.tasks.size();
     for (int id : sequence[d]) {
       const Task& t = plan.task(id);
-      et::Node n;
-      n.set_id(static_cast<uint64_t>(id));
-      n.set_name(std::string(to_string(t.kind)) + (t.microbatch >= 0 ? " mb" + std::to_string(t.microbatch) : "") +
-                 (t.stage >= 0 ? " stage" + std::to_string(t.stage) : ""));
-      for (uint64_t c : ctrl[static_cast<size_t>(id)]) n.add_ctrl_deps(c);
-      for (uint64_t c : data[static_cast<size_t>(id)]) n.add_data_deps(c);
-      attr_bool(n, "is_cpu_op", false);
-      attr(n, "hetflow_kind", std::string(to_string(t.kind)));
-      attr(n, "hetflow_stream", plan.stream_name(t.stream));
-      attr(n, "hetflow_purpose", std::string(to_string(t.purpose)));
-      if (!later[static_cast<size_t>(id)].empty()) {
-        et::AttributeProto* a = n.add_attr();
-        a->set_name("hetflow_later_deps");
-        for (int64_t v : later[static_cast<size_t>(id)]) a->mutable_int64_list()->add_values(v);
+      const auto calls = partition::is_compute(t.kind) ? plan.inside(id) : std::span<const partition::InTaskCall>{};
+      uint64_t previous = 0;
+      for (size_t k = 0; k <= calls.size(); ++k) {
+        const double from = k == 0 ? 0 : calls[k - 1].at, to = k < calls.size() ? calls[k].at : 1;
+        const uint64_t part_id = k == calls.size() ? static_cast<uint64_t>(id) : next_id++;
+        et::Node n = task_node(plan, cost, id, part_id, to - from);
+        if (k == 0) {
+          for (uint64_t c : ctrl[static_cast<size_t>(id)]) n.add_ctrl_deps(c);
+          for (uint64_t c : data[static_cast<size_t>(id)]) n.add_data_deps(c);
+          if (!later[static_cast<size_t>(id)].empty()) {
+            et::AttributeProto* a = n.add_attr();
+            a->set_name("hetflow_later_deps");
+            for (int64_t v : later[static_cast<size_t>(id)]) a->mutable_int64_list()->add_values(v);
+          }
+        } else {
+          n.add_ctrl_deps(previous);
+        }
+        append_delimited(bytes, n);
+        previous = part_id;
+        if (k == calls.size()) break;
+        et::Node m = in_task_node(plan, t, calls[k], next_id++, previous);
+        append_delimited(bytes, m);
+        previous = m.id();
       }
-      if (partition::is_compute(t.kind)) {
-        n.set_type(et::COMP_NODE);
-        n.set_duration_micros(
-            static_cast<uint64_t>(std::llround(1e6 * cost.task_compute_time_s(plan, t))));
-        attr(n, "num_ops", static_cast<int64_t>(std::llround(t.flops)));
-        attr(n, "tensor_size", static_cast<int64_t>(std::llround(t.memory_bytes)));
-        attr_double(n, "hetflow_flops", t.flops);
-        attr_double(n, "hetflow_recompute_flops", t.recompute_flops);
-        attr_double(n, "hetflow_memory_bytes", t.memory_bytes);
-      } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv) {
-        const partition::Channel& c = plan.channel(t.channel);
-        n.set_type(t.kind == TaskKind::send ? et::COMM_SEND_NODE : et::COMM_RECV_NODE);
-        attr(n, t.kind == TaskKind::send ? "comm_dst" : "comm_src", static_cast<int64_t>(plan.peer(id)));
-        attr(n, "comm_size", static_cast<int64_t>(std::llround(t.bytes)));
-        attr(n, "comm_tag", static_cast<int64_t>(t.channel));
-        attr_double(n, "hetflow_bytes", t.bytes);
-        attr(n, "hetflow_tag", c.tag);
-      } else {
-        const partition::Collective& c = plan.collective(t.collective);
-        n.set_type(et::COMM_COLL_NODE);
-        attr(n, "comm_type", static_cast<int64_t>(comm_type(c.kind)));
-        attr(n, "comm_size", static_cast<int64_t>(std::llround(c.bytes)));
-        attr(n, "pg_name", std::to_string(c.communicator));
-        et::AttributeProto* dims = n.add_attr();
-        dims->set_name("involved_dim");
-        dims->mutable_bool_list()->add_values(true);
-        attr_double(n, "hetflow_bytes", c.bytes);
-        attr(n, "hetflow_algorithm", std::string(to_string(c.algorithm)));
-        attr(n, "hetflow_root", static_cast<int64_t>(c.root));
-        if (c.messages != 1) attr(n, "hetflow_messages", static_cast<int64_t>(c.messages));
-      }
-      append_delimited(bytes, n);
     }
     files.push_back({prefix + "." + std::to_string(d) + ".et", std::move(bytes)});
   }
@@ -572,7 +624,7 @@ Plan read_chakra(const std::vector<ChakraFile>& ranks, const std::string& comm_g
     for (size_t k = 0; k < count; ++k) {
       const CollectiveNode& first = by_rank.at(members.front())[k];
       partition::Collective c{first.kind, first.algorithm, first.purpose, communicator, first.bytes,
-                              std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}};
+                              std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}, {}};
       c.purpose = plan.task(first.task).purpose;
       for (int m : members) {
         const CollectiveNode& mine = by_rank.at(m)[k];

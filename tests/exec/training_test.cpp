@@ -743,10 +743,6 @@ TEST_P(Conservation, EveryCommunicatorCarriesWhatThePlanSays) {
     double total = 0;
     for (size_t k = 0; k < planned.size(); ++k) {
       const partition::Communicator& comm = plan.communicators[k];
-      // Not yet under sequence parallelism, the once-a-step all-reduce of the norm gains'
-      // gradients (each rank saw its own rows) that a chunk's last backward runs inside the
-      // task: the plan does not count it yet.
-      if (c.sequence_parallel && comm.role == partition::CommRole::tensor) continue;
       EXPECT_EQ(carried[k], steps * planned[k]) << std::setprecision(17) << carried[k] << " vs " << steps * planned[k] << " "
           << net.name << ": communicator " << k << " (" << comm.name << ", " << partition::to_string(comm.role) << ")";
       total += planned[k];

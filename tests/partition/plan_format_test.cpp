@@ -188,6 +188,7 @@ TEST(PlanFormat, APlanEmbedsWhatAnExecutorNeeds) {
 
 TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
   const model::Network net = small_gpt();
+  // (kind, purpose, in-task) -> messages
   auto kinds = [&](bool sp) {
     PlanOptions o;
     o.tensor = 2;
@@ -196,20 +197,28 @@ TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
     o.data = 1;
     o.microbatches = 2;
     const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
-    std::map<std::pair<CollectiveKind, Purpose>, int> count;
-    for (const Collective& c : plan.collectives) ++count[{c.kind, c.purpose}];
+    std::map<std::tuple<CollectiveKind, Purpose, bool>, int> count;
+    for (const Collective& c : plan.collectives) {
+      if (c.purpose == Purpose::tensor_parallel || c.purpose == Purpose::sequence_parallel) {
+        count[{c.kind, c.purpose, c.in_task()}] += c.messages;
+      }
+    }
     return count;
   };
-  // Tensor parallel: an all-reduce after each F and B; the scattered boundary rebuilt by an
-  // all-gather on the receiving stage (2 micro-batches x (forward into stage 1 + backward into stage 0)).
+  // Tensor parallel: all-reduces inside the passes; the scattered boundary rebuilt by an
+  // all-gather task on the receiving stage (2 micro-batches x (forward into stage 1 +
+  // backward into stage 0)).
   const auto tp = kinds(false);
-  EXPECT_EQ((tp.at({CollectiveKind::all_reduce, Purpose::tensor_parallel})), 2 * 2 * 2);
-  EXPECT_EQ((tp.at({CollectiveKind::all_gather, Purpose::tensor_parallel})), 2 * 2);
-  // Sequence parallel: all-gather before and reduce-scatter after each pass; shards need no rebuild.
+  EXPECT_GT((tp.at({CollectiveKind::all_reduce, Purpose::tensor_parallel, true})), 0);
+  EXPECT_EQ((tp.at({CollectiveKind::all_gather, Purpose::tensor_parallel, false})), 2 * 2);
+  EXPECT_EQ(tp.size(), 2U);
+  // Sequence parallel: all-gathers and reduce-scatters inside the passes, the loss's and the
+  // norms' all-reduces; shards need no rebuild, and no collective is a task of its own.
   const auto sp = kinds(true);
-  EXPECT_EQ((sp.at({CollectiveKind::reduce_scatter, Purpose::sequence_parallel})), 2 * 2 * 2);
-  EXPECT_EQ((sp.at({CollectiveKind::all_gather, Purpose::sequence_parallel})), 2 * 2 * 2);
-  EXPECT_EQ(sp.count({CollectiveKind::all_gather, Purpose::tensor_parallel}), 0U);
+  EXPECT_GT((sp.at({CollectiveKind::reduce_scatter, Purpose::sequence_parallel, true})), 0);
+  EXPECT_GT((sp.at({CollectiveKind::all_gather, Purpose::sequence_parallel, true})), 0);
+  EXPECT_GT((sp.at({CollectiveKind::all_reduce, Purpose::tensor_parallel, true})), 0);
+  for (const auto& [key, messages] : sp) EXPECT_TRUE(std::get<2>(key)) << to_string(std::get<0>(key));
 }
 
 // Megatron's tensor-parallel operators, per layer and pass, from the layer's kind and sizes
@@ -222,6 +231,8 @@ struct MegatronOperators {
   int g_count = 0, f_count = 0;
   double rerun_g_elems = 0;  // g of the layers full recomputation runs again: not the embedding
   int rerun_g_count = 0;
+  double loss_elems = 0;  // under sequence parallelism: the loss's all-reduces
+  double gain_elems = 0;  // under sequence parallelism: LayerNorm weights and biases, summed once a step
 };
 MegatronOperators megatron_operators(const model::Network& net, int layer_begin, int layer_end,
                                      bool sequence_parallel = false) {
@@ -229,6 +240,7 @@ MegatronOperators megatron_operators(const model::Network& net, int layer_begin,
   for (int l = layer_begin; l < layer_end; ++l) {
     const model::Layer& layer = net.layers[static_cast<size_t>(l)];
     const double sh = layer.kind == "head" ? net.layers[static_cast<size_t>(l) - 1].output_elems : layer.output_elems;
+    if (sequence_parallel && layer.kind != "embedding") m.gain_elems += 2 * (layer.kind == "head" ? 1 : 2) * (sh / net.architecture->seq);
     if (layer.kind == "transformer") {
       m.g_elems += 2 * sh;
       m.f_elems += 2 * sh;
@@ -243,33 +255,24 @@ MegatronOperators megatron_operators(const model::Network& net, int layer_begin,
       m.f_elems += sh;
       m.f_count += 1;
       // The vocab-parallel cross-entropy: each token's maximum, then its sum of exponentials
-      // and target logit (3 values) in two all-reduces; rerun with the head's forward. (Not
-      // planned under sequence parallelism yet.)
-      if (sequence_parallel) continue;
+      // and target logit (3 values) in two all-reduces; rerun with the head's forward. Under
+      // sequence parallelism still all-reduces, apart (loss_elems).
       const double tokens = net.architecture->seq;
-      m.g_elems += 3 * tokens;
-      m.g_count += 2;
-      m.rerun_g_elems += 3 * tokens;
-      m.rerun_g_count += 2;
+      (sequence_parallel ? m.loss_elems : m.g_elems) += 3 * tokens;
+      m.g_count += sequence_parallel ? 0 : 2;
+      if (!sequence_parallel) {
+        m.rerun_g_elems += 3 * tokens;
+        m.rerun_g_count += 2;
+      }
     }
   }
   return m;
 }
 
-// The forward or backward compute a tensor-parallel collective belongs to: the nearest compute
-// task before it on its stream (after it, for the all-gather that precedes a pass).
-TaskKind pass_of(const Plan& plan, int collective_task, bool before_the_pass) {
-  const Task& t = plan.task(collective_task);
-  const std::vector<int>& program = plan.program(t.device, t.stream);
-  auto at = std::find(program.begin(), program.end(), collective_task);
-  while (plan.task(*at).kind == TaskKind::collective) before_the_pass ? ++at : --at;
-  return plan.task(*at).kind;
-}
-
-// One collective task per pass carries Megatron's all-reduces of that pass: g in a forward, f
-// in a backward, under full recomputation the rerun layers' g again (the transformer layers';
-// the embedding's output is the checkpoint); as many messages as collectives, read back as
-// written.
+// Each tensor-parallel pass performs Megatron's all-reduces of that pass inside its compute
+// task: g in a forward, f in a backward, under full recomputation the rerun layers' g again
+// (the transformer layers'; the embedding's output is the checkpoint); one message per
+// collective, read back as written.
 TEST(PlanFormat, TensorParallelCollectivesCarryMegatronsAllReducesOfEachPass) {
   const model::Network net = small_gpt();
   const double mbs = 1, e = 2;  // one sample per micro-batch, fp16
@@ -283,27 +286,33 @@ TEST(PlanFormat, TensorParallelCollectivesCarryMegatronsAllReducesOfEachPass) {
     o.recompute = r;
     const Plan plan = plan_of(test_support::identical_cluster(4), net, o);
     const Plan back = read_plan_json(write_plan_json(plan), "p.json");
+    EXPECT_EQ(back.collectives, plan.collectives);
     std::map<TaskKind, int> checked;
-    for (size_t i = 0; i < plan.collectives.size(); ++i) {
-      const Collective& c = plan.collectives[i];
-      EXPECT_EQ(back.collectives[i].messages, c.messages);
-      if (c.purpose != Purpose::tensor_parallel || c.kind != CollectiveKind::all_reduce) continue;
-      const Task& t = plan.task(c.tasks.front());
+    for (size_t i = 0; i < plan.tasks.size(); ++i) {
+      const Task& t = plan.tasks[i];
+      if (t.kind != TaskKind::forward && t.kind != TaskKind::backward) continue;
       const Stage& s = plan.layout.workers[0].stages[static_cast<size_t>(t.stage)];
       const MegatronOperators m = megatron_operators(net, s.layer_begin, s.layer_end);
-      const TaskKind pass = pass_of(plan, c.tasks.front(), false);
       double elems = m.g_elems;
       int count = m.g_count;
-      if (pass == TaskKind::backward) {
+      if (t.kind == TaskKind::backward) {
         elems = m.f_elems + (r == Recompute::full ? m.rerun_g_elems : 0);
         count = m.f_count + (r == Recompute::full ? m.rerun_g_count : 0);
       }
-      EXPECT_DOUBLE_EQ(c.bytes, elems * mbs * e) << "stage " << t.stage << " " << to_string(pass);
-      EXPECT_EQ(c.messages, count) << "stage " << t.stage << " " << to_string(pass);
-      ++checked[pass];
+      double bytes = 0;
+      int messages = 0;
+      for (const InTaskCall& call : plan.inside(static_cast<int>(i))) {
+        const Collective& c = plan.collective(call.collective);
+        EXPECT_EQ(c.kind, CollectiveKind::all_reduce);
+        bytes += c.bytes / c.messages;
+        ++messages;
+      }
+      EXPECT_DOUBLE_EQ(bytes, elems * mbs * e) << describe_task(plan, static_cast<int>(i));
+      EXPECT_EQ(messages, count) << describe_task(plan, static_cast<int>(i));
+      ++checked[t.kind];
     }
-    EXPECT_EQ(checked[TaskKind::forward], 2 * 2);  // 2 chunks x 2 micro-batches
-    EXPECT_EQ(checked[TaskKind::backward], 2 * 2);
+    EXPECT_EQ(checked[TaskKind::forward], 2 * 2 * 2);  // 2 chunks x 2 micro-batches x 2 ranks
+    EXPECT_EQ(checked[TaskKind::backward], 2 * 2 * 2);
   }
 }
 
@@ -337,22 +346,23 @@ TEST(PlanFormat, SequenceParallelMovesWhatTheAllReduceMovedAndGathersAgain) {
   const MegatronOperators m_sp = megatron_operators(net, 0, static_cast<int>(net.layers.size()), true);
   const double G = m.g_elems * mbs * e, F = m.f_elems * mbs * e, share = (t - 1.0) / t;
   const double G_sp = m_sp.g_elems * mbs * e;
+  // Under sequence parallelism the loss is still all-reduced, and once a step the LayerNorms'
+  // gains (each rank saw its own rows) are summed.
+  const double L = m_sp.loss_elems * mbs * e, gains = m_sp.gain_elems * e;
   EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::none), 2 * share * (G + F));
-  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::none), share * (2 * G_sp + 3 * F));
+  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::none), share * (2 * G_sp + 3 * F + 2 * L + 2 * gains));
   // Full recomputation runs the rerun layers' forward collectives again inside the backward:
   // the transformer layers' g, and every f (the LM head's forward is rerun too).
   const double rerun_G = m.rerun_g_elems * mbs * e, rerun_G_sp = m_sp.rerun_g_elems * mbs * e;
   EXPECT_DOUBLE_EQ(tp_bytes(false, Recompute::full), 2 * share * (G + F + rerun_G));
-  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (2 * G_sp + 4 * F + rerun_G_sp));
+  EXPECT_DOUBLE_EQ(tp_bytes(true, Recompute::full), share * (2 * G_sp + 4 * F + rerun_G_sp + 4 * L + 2 * gains));
 }
 
 // Under sequence parallelism a chunk's compute reads its rank's shard of the boundary and
 // writes its shard of the input gradient: no whole boundary is gathered into memory. The
-// all-gathers before a pass, and the reduce-scatter after a backward, carry the traffic the
-// compute moves between its layers and touch no tensor, so each all-gather waits for the
-// shard its compute reads by an order edge (from the receive, or the producer on the same
-// device). A chunk of the LM head alone runs them too: its backward's f (the vocabulary-
-// parallel logits' input gradient) is the only traffic of its passes.
+// all-gathers the compute needs between its layers run inside it. A chunk of the LM head
+// alone runs them too: its f (the norm's output, gathered before the vocabulary-parallel
+// logits, and again in the backward for the weight gradient) is the only traffic of its passes.
 TEST(PlanFormat, SequenceParallelChunksComputeOnTheirShards) {
   const model::Network net = model::network_from_spec("gpt:layers=4,hidden=1024,heads=16,seq=1024", model::Precision::fp16);
   PlanOptions o;
@@ -366,55 +376,36 @@ TEST(PlanFormat, SequenceParallelChunksComputeOnTheirShards) {
   const Plan plan = plan_of(test_support::identical_cluster(6), net, o);
   EXPECT_EQ(first_problem(plan), "valid");
   const double whole = net.cut_bytes(1);  // a boundary's bytes (micro-batch 1)
-  std::map<std::pair<int, TaskKind>, int> gathers;  // (stage, pass) -> all-gather tasks
+  std::map<std::pair<int, TaskKind>, int> gathers;  // (stage, pass) -> all-gather messages, over the micro-batches
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const int id = static_cast<int>(i);
     const Task& t = plan.tasks[i];
-    if (t.kind == TaskKind::forward || t.kind == TaskKind::backward) {
-      for (const int r : plan.reads(id)) {
-        const Tensor& x = plan.tensor(r);
-        if (x.kind == TensorKind::activation || x.kind == TensorKind::activation_grad) {
-          EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
-        }
-      }
-      for (const int w : plan.writes(id)) {
-        const Tensor& x = plan.tensor(w);
-        if (t.kind == TaskKind::backward) {
-          EXPECT_NE(x.kind, TensorKind::partial_sum) << describe_task(plan, id);
-        }
-        if (x.kind == TensorKind::activation_grad) {
-          EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
-        }
-      }
-    }
-    if (t.kind != TaskKind::collective || t.purpose != Purpose::sequence_parallel) continue;
-    const Collective& c = plan.collectives[static_cast<size_t>(t.collective)];
-    if (c.kind == CollectiveKind::reduce_scatter && pass_of(plan, id, false) == TaskKind::backward) {
-      EXPECT_TRUE(plan.reads(id).empty() && plan.writes(id).empty()) << describe_task(plan, id);
-    }
-    if (c.kind != CollectiveKind::all_gather) continue;
-    EXPECT_TRUE(plan.reads(id).empty() && plan.writes(id).empty()) << describe_task(plan, id);
-    const TaskKind pass = pass_of(plan, id, true);
-    ++gathers[{t.stage, pass}];
-    // The compute after it, and what that compute reads of the boundary.
-    const std::vector<int>& program = plan.program(t.device, t.stream);
-    auto at = std::find(program.begin(), program.end(), id);
-    while (plan.task(*at).kind == TaskKind::collective) ++at;
-    for (const int r : plan.reads(*at)) {
+    EXPECT_FALSE(t.kind == TaskKind::collective && t.purpose == Purpose::sequence_parallel) << describe_task(plan, id);
+    if (t.kind != TaskKind::forward && t.kind != TaskKind::backward) continue;
+    for (const int r : plan.reads(id)) {
       const Tensor& x = plan.tensor(r);
-      if (x.kind != TensorKind::activation && x.kind != TensorKind::activation_grad) continue;
-      const bool waits = std::any_of(plan.order.begin(), plan.order.end(), [&](const OrderEdge& e) {
-        return e.to == id && e.offset == 0 && e.from == x.producer;  // (every stage on its own devices: a receive)
-      });
-      EXPECT_TRUE(waits) << describe_task(plan, id) << " does not wait for the shard its compute reads";
+      if (x.kind == TensorKind::activation || x.kind == TensorKind::activation_grad) {
+        EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
+      }
+    }
+    for (const int w : plan.writes(id)) {
+      const Tensor& x = plan.tensor(w);
+      EXPECT_NE(x.kind, TensorKind::partial_sum) << describe_task(plan, id);
+      if (x.kind == TensorKind::activation_grad) {
+        EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
+      }
+    }
+    if (plan.coords_of(t.device).tensor != 0) continue;
+    for (const InTaskCall& call : plan.inside(id)) {
+      if (plan.collective(call.collective).kind == CollectiveKind::all_gather) ++gathers[{t.stage, t.kind}];
     }
   }
-  // Per micro-batch: the embedding's forward gathers nothing (its f is 0), its backward the
-  // output gradient; the blocks' both passes; the head's both (f, and in the backward f again
-  // for the weight gradient).
-  const std::map<std::pair<int, TaskKind>, int> want{{{0, TaskKind::backward}, 6}, {{1, TaskKind::forward}, 6},
-                                                     {{1, TaskKind::backward}, 6}, {{2, TaskKind::forward}, 6},
-                                                     {{2, TaskKind::backward}, 6}};
+  // Per micro-batch (x 3): the embedding's forward gathers nothing (its f is 0), its backward
+  // the output gradient; each block 2 forward and, rerun first, 2 + 4 backward; the head 1
+  // forward and 1 + 1 backward.
+  const std::map<std::pair<int, TaskKind>, int> want{{{0, TaskKind::backward}, 3 * 1}, {{1, TaskKind::forward}, 3 * 8},
+                                                     {{1, TaskKind::backward}, 3 * 24}, {{2, TaskKind::forward}, 3 * 1},
+                                                     {{2, TaskKind::backward}, 3 * 2}};
   EXPECT_EQ(gathers, want);
 }
 

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
@@ -134,6 +137,27 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
+bool has_in_task_collectives(const Plan& plan) {
+  return std::any_of(plan.collectives.begin(), plan.collectives.end(), [](const partition::Collective& c) { return c.in_task(); });
+}
+
+// A plan whose compute tasks run collectives inside is written as each task's parts of work
+// with a collective node per message between them, and reads back as those: the same compute
+// per device and the same bytes per group of devices, not the same tasks. (Reassembling the
+// parts into in-task collectives on import is not done yet.)
+void expect_the_same_work(const Plan& back, const Plan& plan) {
+  std::map<int, double> flops, back_flops;
+  std::map<std::vector<int>, double> bytes, back_bytes;
+  for (const partition::Task& t : plan.tasks) flops[t.device] += t.flops;
+  for (const partition::Task& t : back.tasks) back_flops[t.device] += t.flops;
+  for (const partition::Collective& c : plan.collectives) bytes[plan.members(c)] += c.bytes;
+  for (const partition::Collective& c : back.collectives) back_bytes[back.members(c)] += c.bytes;
+  ASSERT_EQ(back_flops.size(), flops.size());
+  for (const auto& [d, f] : flops) EXPECT_NEAR(back_flops[d], f, 1e-9 * f + 1) << "device " << d;
+  ASSERT_EQ(back_bytes.size(), bytes.size());
+  for (const auto& [members, b] : bytes) EXPECT_NEAR(back_bytes[members], b, 1e-9 * b + 1);
+}
+
 TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
   for (const auto& [name, plan] : plans()) {
     SCOPED_TRACE(name);
@@ -142,6 +166,10 @@ TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
     ASSERT_EQ(e.ranks.size(), plan.device_names.size());
     const Plan back = traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir");
     EXPECT_TRUE(partition::validate_plan(back).ok()) << partition::validate_plan(back).problems.front();
+    if (has_in_task_collectives(plan)) {  // written as parts of work and collective nodes between them
+      expect_the_same_work(back, plan);
+      continue;
+    }
     ASSERT_EQ(back.tasks.size(), plan.tasks.size());
     EXPECT_EQ(back.collectives.size(), plan.collectives.size());
     EXPECT_EQ(back.channels.size(), plan.channels.size());
@@ -175,6 +203,10 @@ TEST(Chakra, StandardFieldsAloneGiveTheSameWork) {
     for (traces::ChakraFile& f : e.ranks) f.bytes = rewritten(f.bytes, strip_hetflow_attributes);
     const Plan back = traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir");
     EXPECT_TRUE(partition::validate_plan(back).ok()) << partition::validate_plan(back).problems.front();
+    if (has_in_task_collectives(plan)) {
+      expect_the_same_work(back, plan);
+      continue;
+    }
     ASSERT_EQ(back.tasks.size(), plan.tasks.size());
     double flops = 0, back_flops = 0, bytes = 0, back_bytes = 0;
     for (const partition::Task& t : plan.tasks) flops += std::round(t.flops), bytes += std::round(t.bytes);

@@ -1,0 +1,138 @@
+#include "partition/tp_calls.hpp"
+
+#include <cmath>
+
+namespace hetflow::partition {
+
+namespace {
+
+using model::TpCall;
+
+// A layer's forward calls as the pass performs them (kind, elements, point in the layer).
+void forward_calls(const std::vector<TpCall>& calls, bool sp, std::vector<PassCall>& out) {
+  for (const TpCall& c : calls) {
+    switch (c.op) {
+      case TpCall::Op::f:
+        if (sp) out.push_back({CollectiveKind::all_gather, c.elems, c.at});
+        break;
+      case TpCall::Op::g:
+        out.push_back({sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, c.elems, c.at});
+        break;
+      case TpCall::Op::loss:
+        out.push_back({CollectiveKind::all_reduce, c.elems, c.at});
+        break;
+    }
+  }
+}
+
+void backward_calls(const std::vector<TpCall>& calls, bool sp, std::vector<PassCall>& out) {
+  for (auto c = calls.rbegin(); c != calls.rend(); ++c) {
+    const double at = 1 - c->at;
+    switch (c->op) {
+      case TpCall::Op::g:
+        if (sp) out.push_back({CollectiveKind::all_gather, c->elems, at});
+        break;
+      case TpCall::Op::f:
+        if (sp) {
+          out.push_back({CollectiveKind::all_gather, c->elems, at});
+          out.push_back({CollectiveKind::reduce_scatter, c->elems, at});
+        } else {
+          out.push_back({CollectiveKind::all_reduce, c->elems, at});
+        }
+        break;
+      case TpCall::Op::loss:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass) {
+  std::vector<PassCall> out;
+  if (pass.tensor <= 1) return out;
+  // Each layer's work in the pass and its calls, placed at (work before it + point x its work).
+  struct Placed {
+    double begin, work;
+    size_t first, count;  // its calls in `raw`, with points within the layer
+  };
+  std::vector<PassCall> raw;
+  std::vector<Placed> layers;
+  double total = 0;
+  const auto place = [&](double work, auto&& add) {
+    const size_t first = raw.size();
+    add();
+    layers.push_back({total, work, first, raw.size() - first});
+    total += work;
+  };
+  const double t = pass.tensor;
+  if (!pass.backward) {
+    for (int i = pass.layer_begin; i < pass.layer_end; ++i) {
+      const model::Layer& l = net.layers[static_cast<size_t>(i)];
+      if (!l.tp_splittable) {
+        total += l.forward_flops;
+        continue;
+      }
+      place(l.forward_flops / t, [&] { forward_calls(model::tp_calls_of(l), pass.sequence_parallel, raw); });
+    }
+  } else {
+    for (int i = pass.layer_end; i-- > pass.layer_begin;) {
+      const model::Layer& l = net.layers[static_cast<size_t>(i)];
+      const double split = l.tp_splittable ? t : 1;
+      const double backward = (pass.split_backward ? l.backward_flops / 2 : l.backward_flops) / split;
+      double rerun = 0;
+      if (pass.recompute == Recompute::full && l.forward_flops > 0) rerun = l.forward_flops / split;
+      if (pass.recompute == Recompute::selective) rerun = l.attention_core_flops / split;
+      if (!l.tp_splittable) {
+        total += rerun + backward;
+        continue;
+      }
+      const std::vector<TpCall> calls = model::tp_calls_of(l);
+      if (pass.recompute == Recompute::full && l.forward_flops > 0) {  // the layer's forward again, first
+        place(rerun, [&] { forward_calls(calls, pass.sequence_parallel, raw); });
+      } else {
+        total += rerun;
+      }
+      place(backward, [&] { backward_calls(calls, pass.sequence_parallel, raw); });
+    }
+  }
+  for (const Placed& p : layers) {
+    for (size_t k = p.first; k < p.first + p.count; ++k) {
+      raw[k].at = total > 0 ? (p.begin + raw[k].at * p.work) / total : 1;
+      out.push_back(raw[k]);
+    }
+  }
+  // Strictly increasing points (the order they were listed in), all within [0, 1].
+  for (size_t k = 1; k < out.size(); ++k) {
+    if (!(out[k].at > out[k - 1].at)) out[k].at = std::nextafter(out[k - 1].at, 2.0);
+  }
+  for (size_t k = out.size(); k-- > 0;) {
+    const double limit = k + 1 < out.size() ? std::nextafter(out[k + 1].at, -1.0) : 1.0;
+    if (out[k].at > limit) out[k].at = limit;
+  }
+  return out;
+}
+
+std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls) {
+  std::vector<PassCallGroup> groups;
+  for (const PassCall& call : calls) {
+    size_t g = 0;
+    while (g < groups.size() && (groups[g].kind != call.kind || groups[g].elems != call.elems)) ++g;
+    if (g == groups.size()) groups.push_back({call.kind, call.elems, {}});
+    groups[g].points.push_back(call.at);
+  }
+  return groups;
+}
+
+double summed_gain_elems(const model::Network& net, int layer_begin, int layer_end, int tensor, bool sequence_parallel) {
+  if (tensor <= 1) return 0;
+  double elems = 0;
+  for (int i = layer_begin; i < layer_end; ++i) {
+    const model::Layer& l = net.layers[static_cast<size_t>(i)];
+    if (!l.tp_splittable) continue;
+    elems += l.tp_summed_gains + (sequence_parallel ? l.tp_summed_gains_sequence_parallel : 0);
+  }
+  return elems;
+}
+
+}  // namespace hetflow::partition

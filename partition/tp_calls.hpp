@@ -1,0 +1,56 @@
+#pragma once
+// The tensor-parallel collectives one pass of a chunk performs inside its compute task, in
+// the order it performs them, each at the point of the pass's work where it comes: the plan's
+// in-task collectives (Collective::at), and exactly the sequence exec/decoder.cpp runs.
+//
+// From each layer's forward calls (model::TpCall, Megatron's f and g):
+//   forward:   g all-reduced (sequence parallel: reduce-scattered), f nothing (all-gathered),
+//              the loss's combinations all-reduced;
+//   backward:  the layer's calls in reverse: g nothing (all-gathered: the output gradient's
+//              shards), f's gradient all-reduced (all-gathered again for the weight gradients,
+//              then reduce-scattered), the loss nothing; under full recomputation the layer's
+//              forward calls first, as its forward runs again.
+// Points are the part of the pass's FLOPs done before the call, layer by layer (a backward
+// walks its layers last to first, each layer's own points mirrored); calls at the same point
+// keep their order by points a few ulps apart, so that the point alone orders a task's calls.
+#include <vector>
+
+#include "model/network.hpp"
+#include "partition/collective.hpp"
+#include "partition/layout.hpp"
+
+namespace hetflow::partition {
+
+struct PassCall {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  double elems = 0;  // per sample
+  double at = 0;     // in [0, 1], strictly increasing along a pass
+};
+
+struct PassShape {
+  int layer_begin = 0, layer_end = 0;  // the chunk's layers
+  int tensor = 1;                      // its rank's degree
+  bool backward = false;
+  bool sequence_parallel = false;
+  bool split_backward = false;  // B computes input gradients only (its W the weights')
+  Recompute recompute = Recompute::none;
+};
+
+// The calls of one pass, in order; empty when the rank has one device.
+std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass);
+
+// A pass's calls of one kind and size: one in-task collective of the plan (Collective::at
+// holds `points`), timed by the estimate as `points.size()` messages of `elems`.
+struct PassCallGroup {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  double elems = 0;  // per sample, per message
+  std::vector<double> points;
+};
+// The calls grouped by kind and size, in the order the pass first performs each group.
+std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
+
+// Elements every rank of a chunk's tensor-parallel group sums once a step, in its last
+// backward (model::Layer::tp_summed_gains); 0 on one device.
+double summed_gain_elems(const model::Network& net, int layer_begin, int layer_end, int tensor, bool sequence_parallel);
+
+}  // namespace hetflow::partition
