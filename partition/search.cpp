@@ -51,11 +51,13 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
   std::string s = o.policy;
-  const std::string count = " (" + std::to_string(workers) + (workers == 1 ? " worker)" : " workers)");
+  const std::string count =
+      workers < 1 ? "" : " (" + std::to_string(workers) + (workers == 1 ? " worker)" : " workers)");
   if (o.policy == "grouped") {
     s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
   } else if (!is_hetpipe(o.policy)) {
-    s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline) + " d" + std::to_string(workers);
+    s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline);
+    if (workers > 0) s += " d" + std::to_string(workers);
   } else {
     s += count;
   }
@@ -146,6 +148,19 @@ std::vector<std::string> candidate_families(const PlanOptions& o) {
   return families;
 }
 
+void note_refusal(const Error& e, Rejected* why) {
+  if (why == nullptr) return;
+  if (const auto* input = dynamic_cast<const InputError*>(&e)) {
+    why->file = input->file();
+    why->field = input->field();
+    why->message = input->message();
+  } else {
+    why->file.clear();
+    why->field.clear();
+    why->message = e.what();
+  }
+}
+
 namespace {
 // Whether two candidates differ only in which parameter-server sync they use (ps, or wsp at
 // some staleness, estimated over its own iterations): the policies lay them out alike.
@@ -179,15 +194,19 @@ double layout_price(const model::Cluster& cluster, const std::vector<model::Devi
 }
 
 bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                     const Layout& layout, const CostModel& cost, Candidate* out, std::string* why) {
+                     const Layout& layout, const CostModel& cost, Candidate* out, Rejected* why) {
   try {
     const Plan plan = build_plan(cluster, network, layout, cost);
     Candidate c;
     c.options = options;
     c.summary = candidate_summary(options, static_cast<int>(layout.workers.size()));
     c.headroom_bytes = std::numeric_limits<double>::infinity();
-    for (const DeviceMemory& m : plan.memory) {
-      if (m.capacity_bytes > 0) c.headroom_bytes = std::min(c.headroom_bytes, m.capacity_bytes - m.total_bytes());
+    for (size_t d = 0; d < plan.memory.size(); ++d) {
+      const DeviceMemory& m = plan.memory[d];
+      if (m.capacity_bytes > 0 && m.capacity_bytes - m.total_bytes() < c.headroom_bytes) {
+        c.headroom_bytes = m.capacity_bytes - m.total_bytes();
+        c.tightest_device = plan.device_names[d];
+      }
     }
     c.estimate = estimate_plan(plan, cost);
     c.price_usd_per_hour = layout_price(cluster, cluster.devices(), layout);
@@ -201,7 +220,8 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
     *out = std::move(c);
     return true;
   } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
+    note_refusal(e, why);
+    if (why != nullptr) why->summary = candidate_summary(options, static_cast<int>(layout.workers.size()));
     return false;
   }
 }
@@ -209,13 +229,17 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
 }  // namespace
 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                        const CostModel& cost, Candidate* out, std::string* why) {
+                        const CostModel& cost, Candidate* out, Rejected* why) {
+  if (why != nullptr) why->options = options;
+  Layout layout;
   try {
-    return evaluate_layout(cluster, network, options, make_layout(cluster, network, options, cost), cost, out, why);
+    layout = make_layout(cluster, network, options, cost);
   } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
+    note_refusal(e, why);
+    if (why != nullptr) why->summary = candidate_summary(options, 0);
     return false;
   }
+  return evaluate_layout(cluster, network, options, layout, cost, out, why);
 }
 
 namespace {
@@ -259,6 +283,9 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   std::vector<char> state(candidates.size(), kRefused);
   std::vector<Layout> layouts(candidates.size());
   std::vector<double> time_s(candidates.size(), 0), price(candidates.size(), 0);
+  // Why each left candidate was left: its refusal, or its tightest device and headroom.
+  std::vector<Rejected> why(candidates.size());
+  std::vector<double> tightest(candidates.size(), -1), headroom(candidates.size(), 0), workers(candidates.size(), 0);
   const std::vector<model::Device> devices = cluster.devices();
   if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size || (spread.size > 1 && !spread.all_gather)) {
     throw Error("search_plans: process " + std::to_string(spread.rank) + " of " + std::to_string(spread.size));
@@ -284,32 +311,41 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     bool refused = false;
     try {
       laid_out = make_layout(cluster, network, candidates[group.front()], cost);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       refused = true;
+      for (const size_t at : group) note_refusal(e, &why[at]);
     }
     for (const size_t at : group) {
       state[at] = kRefused;
       if (refused) continue;
+      workers[at] = static_cast<double>(laid_out.workers.size());
       try {
         layouts[at] = with_sync_of(laid_out, candidates[at]);
         const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
         time_s[at] = e.iteration_time_s;
         price[at] = layout_price(cluster, devices, layouts[at]);
+        headroom[at] = e.headroom_bytes;
+        tightest[at] = e.tightest_device;
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
-      } catch (const Error&) {
+      } catch (const Error& e) {
         state[at] = kRefused;
+        note_refusal(e, &why[at]);
       }
       if (state[at] != kScored) layouts[at] = Layout{};
     }
   }, on_progress, 0, static_cast<int>(my_groups.size()));
   if (size > 1) {
-    // Every process's (state, time, price) triples, in its groups' order, in rank order.
+    // Every process's (state, time, price, workers, tightest device, headroom) per candidate,
+    // in its groups' order, in rank order.
+    constexpr size_t kEach = 6;
     std::vector<double> part;
     for (const size_t g : my_groups) {
-      for (const size_t at : groups[g]) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at], price[at]});
+      for (const size_t at : groups[g]) {
+        part.insert(part.end(), {static_cast<double>(state[at]), time_s[at], price[at], workers[at], tightest[at], headroom[at]});
+      }
     }
     const std::vector<double> all = spread.all_gather(part);
-    if (all.size() != 3 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
+    if (all.size() != kEach * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
     size_t next = 0;
     for (size_t r = 0; r < size; ++r) {
       for (size_t g = r; g < groups.size(); g += size) {
@@ -317,8 +353,21 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
           state[at] = static_cast<char>(all[next]);
           time_s[at] = all[next + 1];
           price[at] = all[next + 2];
-          next += 3;
+          workers[at] = all[next + 3];
+          tightest[at] = all[next + 4];
+          headroom[at] = all[next + 5];
+          next += kEach;
         }
+      }
+    }
+    // What refused another process's candidates: the policies are deterministic, so asking
+    // again gives what it was told (refusals come before any costly work).
+    for (size_t at = 0; at < candidates.size(); ++at) {
+      if (state[at] != kRefused || group_of[at] % size == rank) continue;
+      try {
+        (void)estimate_layout(network, make_layout(cluster, network, candidates[at], cost), cost);
+      } catch (const Error& e) {
+        note_refusal(e, &why[at]);
       }
     }
   }
@@ -356,10 +405,11 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
       bool ok = true;
       try {
         if (group_of[at] % size != rank) layouts[at] = make_layout(cluster, network, candidates[at], cost);
-      } catch (const Error&) {
+      } catch (const Error& e) {
         ok = false;
+        note_refusal(e, &why[at]);
       }
-      ok = ok && evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], nullptr);
+      ok = ok && evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], &why[at]);
       state[at] = !ok ? kRefused : results[at].headroom_bytes < 0 ? kOverflows : kBuilt;
       layouts[at] = Layout{};
     }, {}, 0, 0);
@@ -367,14 +417,35 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
 
   SearchResult r;
   r.candidates = total;
+  const auto reject = [&](size_t i) -> Rejected& {
+    Rejected& x = why[i];
+    x.options = candidates[i];
+    x.summary = candidate_summary(candidates[i], static_cast<int>(workers[i]));
+    return r.rejected.emplace_back(std::move(x));
+  };
+  const auto over = [&](size_t i, double time, const std::string& device, double headroom_bytes, bool screened) {
+    Rejected& x = reject(i);
+    x.over_memory = true;
+    x.iteration_time_s = time;
+    x.device = device;
+    x.over_bytes = -headroom_bytes;
+    x.screened = screened;
+  };
   for (size_t i = 0; i < candidates.size(); ++i) {
     switch (state[i]) {
-      case kRefused: ++r.refused; break;
-      case kScreened: ++r.over_memory; ++r.screened; break;
-      case kOverflows: ++r.over_memory; break;
+      case kRefused: ++r.refused; reject(i); break;
+      case kScreened:
+        ++r.over_memory;
+        ++r.screened;
+        over(i, time_s[i], tightest[i] >= 0 ? devices[static_cast<size_t>(tightest[i])].name : "", headroom[i], true);
+        break;
+      case kOverflows:
+        ++r.over_memory;
+        over(i, results[i].estimate.iteration_time_s, results[i].tightest_device, results[i].headroom_bytes, false);
+        break;
       case kScored:
         ++r.pruned;
-        r.unbuilt.push_back(Scored{candidates[i], time_s[i], price[i]});
+        r.unbuilt.push_back(Scored{candidates[i], candidate_summary(candidates[i], static_cast<int>(workers[i])), time_s[i], price[i]});
         break;
       case kBuilt: r.ranked.push_back(std::move(results[i])); break;
     }
