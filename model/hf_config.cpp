@@ -225,6 +225,30 @@ std::string hf_config_sequence_key(const std::string& text, const std::string& f
   return "";
 }
 
+std::optional<int> hf_tokenizer_max_length(const std::string& text, const std::string& file) {
+  const nlohmann::json j = json_util::parse<nlohmann::json>(text, file, " (a tokenizer_config.json is a flat object)");
+  if (!j.is_object()) throw InputError(file, 0, "(top level)", "expected a JSON object of settings, found " + brief(j));
+  if (!j.contains("model_max_length") || j["model_max_length"].is_null()) return std::nullopt;
+  const nlohmann::json& v = j["model_max_length"];
+  const double tokens = v.is_number() ? v.get<double>() : 0;
+  if (!v.is_number() || !(tokens >= 1) || tokens != std::floor(tokens)) {
+    throw InputError(file, 0, "model_max_length", "expected a whole number of tokens > 0, found " + brief(v));
+  }
+  if (tokens > limits::kMaxSeq) return std::nullopt;  // transformers' "no limit", or past any model
+  return static_cast<int>(tokens);
+}
+
+void apply_tokenizer_max_length(TransformerConfig& config, const std::string& key, std::optional<int> tokenizer_max) {
+  if (!tokenizer_max) return;
+  // A config without the key took its model type's default; the tokenizer's limit is the
+  // better word then, but never past a learned table's rows.
+  const bool capped = !key.empty() || config.learned_positions;
+  const int seq = capped ? std::min(config.seq, *tokenizer_max) : *tokenizer_max;
+  if (seq == config.seq) return;
+  if (config.learned_positions && config.positions == 0) config.positions = config.seq;
+  config.seq = seq;
+}
+
 TransformerConfig transformer_from_hf_config(const std::string& text, const std::string& file) {
   const nlohmann::json j = json_util::parse<nlohmann::json>(text, file, " (a HuggingFace config.json is a flat object)");
   if (!j.is_object()) {

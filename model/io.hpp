@@ -50,6 +50,11 @@ std::optional<std::string> hf_model_folder_config(std::string_view path);
 // The HuggingFace config.json that `--model X` reads (X itself, or a folder's); none when X
 // is something else.
 std::optional<std::string> hf_config_file(std::string_view spec_or_path);
+// The tokenizer_config.json beside a HuggingFace config.json, read for its model_max_length
+// (hf_tokenizer_max_length); none when there is no such file or it gives no limit. The
+// tokenizer's file: `tokenizer_file` names it.
+std::optional<int> hf_tokenizer_max_length_beside(const std::string& config_path);
+std::string tokenizer_file(const std::string& config_path);
 
 // Built-in clusters, in a stable order; the first is the default.
 struct ClusterPreset {

@@ -463,6 +463,26 @@ Cluster load_cluster(std::string_view name_or_path) {
   return builtin_cluster(name_or_path);  // throws, naming the nearest presets
 }
 
+std::string tokenizer_file(const std::string& config_path) {
+  return (std::filesystem::path(config_path).parent_path() / "tokenizer_config.json").string();
+}
+
+std::optional<int> hf_tokenizer_max_length_beside(const std::string& config_path) {
+  const std::string file = tokenizer_file(config_path);
+  if (!readable_file(file)) return std::nullopt;
+  return hf_tokenizer_max_length(read_text_file(file), file);
+}
+
+namespace {
+// A HuggingFace config.json's decoder at the length it is planned at: the config's, capped
+// by the tokenizer beside it.
+TransformerConfig hf_transformer(const std::string& text, const std::string& path) {
+  TransformerConfig c = transformer_from_hf_config(text, path);
+  apply_tokenizer_max_length(c, hf_config_sequence_key(text, path), hf_tokenizer_max_length_beside(path));
+  return c;
+}
+}  // namespace
+
 std::optional<std::string> hf_config_file(std::string_view spec_or_path) {
   if (is_zoo_spec(spec_or_path)) return std::nullopt;
   if (readable_file(spec_or_path)) {
@@ -477,11 +497,11 @@ Network load_network(std::string_view spec_or_path, std::optional<Precision> pre
   if (readable_file(spec_or_path)) {
     const std::string path(spec_or_path);
     const std::string text = read_text_file(path);
-    if (is_hf_config(text)) return make_transformer(transformer_from_hf_config(text, path), precision.value_or(Precision::fp16));
+    if (is_hf_config(text)) return make_transformer(hf_transformer(text, path), precision.value_or(Precision::fp16));
     return parse_network(text, path, precision);
   }
   if (const std::optional<std::string> config = hf_model_folder_config(spec_or_path)) {
-    TransformerConfig c = transformer_from_hf_config(read_text_file(*config), *config);
+    TransformerConfig c = hf_transformer(read_text_file(*config), *config);
     // Named after the folder (the model's name as downloaded), not its config.json.
     const std::filesystem::path folder = std::filesystem::path(std::string(spec_or_path)).lexically_normal();
     const std::string base = (folder.has_filename() ? folder : folder.parent_path()).filename().string();

@@ -275,6 +275,9 @@ std::string human_count(double count) {
 }
 
 std::string human_time_s(double seconds) {
+  // From 1000 s on, three digits of seconds would print as "8.08e+03 s": minutes, hours and
+  // days read at a glance.
+  if (std::fabs(seconds) >= 1000) return human(seconds, {{"days", 86400}, {"h", 3600}, {"min", 60}}, "s");
   return human(seconds, {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}}, "s");
 }
 

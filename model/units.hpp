@@ -36,6 +36,6 @@ std::string human_bytes(double bytes);
 std::string human_flops(double flops);
 std::string human_bandwidth(double bytes_per_s);  // decimal: "900 GB/s"
 std::string human_count(double count);  // 1.75e11 -> "175B"
-std::string human_time_s(double seconds);
+std::string human_time_s(double seconds);  // "24.7 s", "951 ms"; from 1000 s "16.7 min", "2.24 h", "426 days"
 
 }  // namespace hetflow::model::units

@@ -1,6 +1,7 @@
 #pragma once
 // The model zoo: networks built from their architecture (shapes -> FLOPs, params, bytes),
 // never from hard-coded totals.
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,5 +60,15 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
 // "n_positions" or "n_ctx"), or "" when none is there (the model type's default was taken).
 // This is the longest context the model supports, rarely the length it is trained at.
 std::string hf_config_sequence_key(const std::string& text, const std::string& file);
+// A tokenizer_config.json's model_max_length: the longest input its tokenizer makes (it
+// truncates there), an upper bound on what a model is trained at. None when the key is
+// absent or null, or past any length a model runs at (transformers writes VERY_LARGE_INTEGER,
+// int(1e30), for "no limit"); an InputError when it is not a whole number of tokens.
+std::optional<int> hf_tokenizer_max_length(const std::string& text, const std::string& file);
+// The sequence length a HuggingFace model is planned at when none is given: the config's
+// (`config`'s seq; `key` says where it came from, "" for the model type's default) capped
+// by the tokenizer's limit, or the tokenizer's limit where the config gives none. `config`
+// is changed in place; a learned position table keeps its rows.
+void apply_tokenizer_max_length(TransformerConfig& config, const std::string& key, std::optional<int> tokenizer_max);
 
 }  // namespace hetflow::model

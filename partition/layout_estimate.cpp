@@ -657,8 +657,9 @@ LayoutEstimate estimate_layout(const model::Network& network, const Layout& layo
   out.bubble_fraction = bubble_count > 0 ? bubble_sum / bubble_count : 0;
   out.headroom_bytes = std::numeric_limits<double>::infinity();
   for (size_t d = 0; d < devices; ++d) {
-    if (computes[d] && memory[d].capacity_bytes > 0) {
-      out.headroom_bytes = std::min(out.headroom_bytes, memory[d].capacity_bytes - memory[d].total_bytes());
+    if (computes[d] && memory[d].capacity_bytes > 0 && memory[d].capacity_bytes - memory[d].total_bytes() < out.headroom_bytes) {
+      out.headroom_bytes = memory[d].capacity_bytes - memory[d].total_bytes();
+      out.tightest_device = static_cast<int>(d);
     }
   }
   out.slowest_device = static_cast<int>(std::max_element(out.busy_s.begin(), out.busy_s.end()) - out.busy_s.begin());

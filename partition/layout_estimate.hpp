@@ -37,6 +37,7 @@ struct LayoutEstimate {
   double bubble_fraction = 0;   // BubbleMeter's definition, over the pipeline operations
   std::vector<double> busy_s;   // per device and iteration: compute, tensor-parallel collectives and optimizer
   double headroom_bytes = 0;    // the least free memory of any device that runs a task (a bound: above)
+  int tightest_device = -1;     // that device
   int slowest_device = -1;      // the busiest device
 };
 

@@ -51,11 +51,13 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
   std::string s = o.policy;
-  const std::string count = " (" + std::to_string(workers) + (workers == 1 ? " worker)" : " workers)");
+  const std::string count =
+      workers < 1 ? "" : " (" + std::to_string(workers) + (workers == 1 ? " worker)" : " workers)");
   if (o.policy == "grouped") {
     s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
   } else if (!is_hetpipe(o.policy)) {
-    s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline) + " d" + std::to_string(workers);
+    s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline);
+    if (workers > 0) s += " d" + std::to_string(workers);
   } else {
     s += count;
   }
@@ -146,6 +148,19 @@ std::vector<std::string> candidate_families(const PlanOptions& o) {
   return families;
 }
 
+void note_refusal(const Error& e, Rejected* why) {
+  if (why == nullptr) return;
+  if (const auto* input = dynamic_cast<const InputError*>(&e)) {
+    why->file = input->file();
+    why->field = input->field();
+    why->message = input->message();
+  } else {
+    why->file.clear();
+    why->field.clear();
+    why->message = e.what();
+  }
+}
+
 namespace {
 // Whether two candidates differ only in which parameter-server sync they use (ps, or wsp at
 // some staleness, estimated over its own iterations): the policies lay them out alike.
@@ -179,15 +194,19 @@ double layout_price(const model::Cluster& cluster, const std::vector<model::Devi
 }
 
 bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                     const Layout& layout, const CostModel& cost, Candidate* out, std::string* why) {
+                     const Layout& layout, const CostModel& cost, Candidate* out, Rejected* why) {
   try {
     const Plan plan = build_plan(cluster, network, layout, cost);
     Candidate c;
     c.options = options;
     c.summary = candidate_summary(options, static_cast<int>(layout.workers.size()));
     c.headroom_bytes = std::numeric_limits<double>::infinity();
-    for (const DeviceMemory& m : plan.memory) {
-      if (m.capacity_bytes > 0) c.headroom_bytes = std::min(c.headroom_bytes, m.capacity_bytes - m.total_bytes());
+    for (size_t d = 0; d < plan.memory.size(); ++d) {
+      const DeviceMemory& m = plan.memory[d];
+      if (m.capacity_bytes > 0 && m.capacity_bytes - m.total_bytes() < c.headroom_bytes) {
+        c.headroom_bytes = m.capacity_bytes - m.total_bytes();
+        c.tightest_device = plan.device_names[d];
+      }
     }
     c.estimate = estimate_plan(plan, cost);
     c.price_usd_per_hour = layout_price(cluster, cluster.devices(), layout);
@@ -201,7 +220,8 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
     *out = std::move(c);
     return true;
   } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
+    note_refusal(e, why);
+    if (why != nullptr) why->summary = candidate_summary(options, static_cast<int>(layout.workers.size()));
     return false;
   }
 }
@@ -209,13 +229,17 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
 }  // namespace
 
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                        const CostModel& cost, Candidate* out, std::string* why) {
+                        const CostModel& cost, Candidate* out, Rejected* why) {
+  if (why != nullptr) why->options = options;
+  Layout layout;
   try {
-    return evaluate_layout(cluster, network, options, make_layout(cluster, network, options, cost), cost, out, why);
+    layout = make_layout(cluster, network, options, cost);
   } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
+    note_refusal(e, why);
+    if (why != nullptr) why->summary = candidate_summary(options, 0);
     return false;
   }
+  return evaluate_layout(cluster, network, options, layout, cost, out, why);
 }
 
 namespace {
@@ -247,6 +271,110 @@ void in_parallel(int count, int threads, const std::function<void(int)>& work,
 }
 }  // namespace
 
+namespace {
+enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
+
+// Every candidate's way through the search: its state, what its layout's estimate found, and
+// why it was left out.
+struct Scores {
+  explicit Scores(size_t n)
+      : state(n, kRefused), time_s(n, 0), price(n, 0), workers(n, 0), tightest(n, -1), headroom(n, 0), why(n) {}
+  std::vector<char> state;
+  std::vector<double> time_s, price;
+  std::vector<double> workers;   // its layout's virtual workers (0: no layout)
+  std::vector<double> tightest;  // the device of least free memory by the layout's bound (-1: none)
+  std::vector<double> headroom;  // that device's free memory (negative: over)
+  std::vector<Rejected> why;     // refused: the error's words
+};
+
+// Gives every process every candidate's scores: each its groups' (state, time, price,
+// workers, tightest device, headroom), in rank order.
+void share_scores(Scores& s, const std::vector<std::vector<size_t>>& groups, const SearchSpread& spread) {
+  const auto size = static_cast<size_t>(spread.size), rank = static_cast<size_t>(spread.rank);
+  constexpr size_t kEach = 6;
+  std::vector<double> part;
+  for (size_t g = rank; g < groups.size(); g += size) {
+    for (const size_t at : groups[g]) {
+      part.insert(part.end(), {static_cast<double>(s.state[at]), s.time_s[at], s.price[at], s.workers[at], s.tightest[at],
+                               s.headroom[at]});
+    }
+  }
+  const std::vector<double> all = spread.all_gather(part);
+  if (all.size() != kEach * s.state.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
+  size_t next = 0;
+  for (size_t r = 0; r < size; ++r) {
+    for (size_t g = r; g < groups.size(); g += size) {
+      for (const size_t at : groups[g]) {
+        s.state[at] = static_cast<char>(all[next]);
+        s.time_s[at] = all[next + 1];
+        s.price[at] = all[next + 2];
+        s.workers[at] = all[next + 3];
+        s.tightest[at] = all[next + 4];
+        s.headroom[at] = all[next + 5];
+        next += kEach;
+      }
+    }
+  }
+}
+
+// The result: the built ones ranked, the pruned ones unbuilt, the rest rejected with why.
+SearchResult collect(const model::Cluster& cluster, const model::Network& network, const CostModel& cost,
+                     const std::vector<PlanOptions>& candidates, Scores& s, std::vector<Candidate>& results) {
+  const std::vector<model::Device> devices = cluster.devices();
+  SearchResult r;
+  r.candidates = static_cast<int>(candidates.size());
+  const auto reject = [&](size_t i) -> Rejected& {
+    Rejected& x = s.why[i];
+    if (s.state[i] == kRefused && x.message.empty()) {
+      // Another process's refusal: the policies are deterministic, so asking again gives
+      // what it was told (refusals come before any costly work).
+      try {
+        (void)estimate_layout(network, make_layout(cluster, network, candidates[i], cost), cost);
+      } catch (const Error& e) {
+        note_refusal(e, &x);
+      }
+    }
+    x.options = candidates[i];
+    x.summary = candidate_summary(candidates[i], static_cast<int>(s.workers[i]));
+    return r.rejected.emplace_back(std::move(x));
+  };
+  const auto over = [&](size_t i, double time, const std::string& device, double headroom_bytes, bool screened) {
+    Rejected& x = reject(i);
+    x.over_memory = true;
+    x.iteration_time_s = time;
+    x.device = device;
+    x.over_bytes = -headroom_bytes;
+    x.screened = screened;
+  };
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    switch (s.state[i]) {
+      case kRefused: ++r.refused; reject(i); break;
+      case kScreened:
+        ++r.over_memory;
+        ++r.screened;
+        over(i, s.time_s[i], s.tightest[i] >= 0 ? devices[static_cast<size_t>(s.tightest[i])].name : "", s.headroom[i], true);
+        break;
+      case kOverflows:
+        ++r.over_memory;
+        over(i, results[i].estimate.iteration_time_s, results[i].tightest_device, results[i].headroom_bytes, false);
+        break;
+      case kScored:
+        ++r.pruned;
+        r.unbuilt.push_back(Scored{candidates[i], candidate_summary(candidates[i], static_cast<int>(s.workers[i])),
+                                   s.time_s[i], s.price[i]});
+        break;
+      case kBuilt: r.ranked.push_back(std::move(results[i])); break;
+    }
+  }
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    return a.estimate.iteration_time_s < b.estimate.iteration_time_s;
+  });
+  std::stable_sort(r.unbuilt.begin(), r.unbuilt.end(),
+                   [](const Scored& a, const Scored& b) { return a.iteration_time_s < b.iteration_time_s; });
+  return r;
+}
+}  // namespace
+
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
@@ -255,10 +383,9 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base, cost);
   const int total = static_cast<int>(candidates.size());
   // 1. Every candidate's layout and its estimate, without a plan.
-  enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
-  std::vector<char> state(candidates.size(), kRefused);
+  Scores scores(candidates.size());
+  auto& [state, time_s, price, workers, tightest, headroom, why] = scores;
   std::vector<Layout> layouts(candidates.size());
-  std::vector<double> time_s(candidates.size(), 0), price(candidates.size(), 0);
   const std::vector<model::Device> devices = cluster.devices();
   if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size || (spread.size > 1 && !spread.all_gather)) {
     throw Error("search_plans: process " + std::to_string(spread.rank) + " of " + std::to_string(spread.size));
@@ -284,44 +411,30 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     bool refused = false;
     try {
       laid_out = make_layout(cluster, network, candidates[group.front()], cost);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       refused = true;
+      for (const size_t at : group) note_refusal(e, &why[at]);
     }
     for (const size_t at : group) {
       state[at] = kRefused;
       if (refused) continue;
+      workers[at] = static_cast<double>(laid_out.workers.size());
       try {
         layouts[at] = with_sync_of(laid_out, candidates[at]);
         const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
         time_s[at] = e.iteration_time_s;
         price[at] = layout_price(cluster, devices, layouts[at]);
+        headroom[at] = e.headroom_bytes;
+        tightest[at] = e.tightest_device;
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
-      } catch (const Error&) {
+      } catch (const Error& e) {
         state[at] = kRefused;
+        note_refusal(e, &why[at]);
       }
       if (state[at] != kScored) layouts[at] = Layout{};
     }
   }, on_progress, 0, static_cast<int>(my_groups.size()));
-  if (size > 1) {
-    // Every process's (state, time, price) triples, in its groups' order, in rank order.
-    std::vector<double> part;
-    for (const size_t g : my_groups) {
-      for (const size_t at : groups[g]) part.insert(part.end(), {static_cast<double>(state[at]), time_s[at], price[at]});
-    }
-    const std::vector<double> all = spread.all_gather(part);
-    if (all.size() != 3 * candidates.size()) throw Error("search_plans: the processes gathered " + std::to_string(all.size()) + " values");
-    size_t next = 0;
-    for (size_t r = 0; r < size; ++r) {
-      for (size_t g = r; g < groups.size(); g += size) {
-        for (const size_t at : groups[g]) {
-          state[at] = static_cast<char>(all[next]);
-          time_s[at] = all[next + 1];
-          price[at] = all[next + 2];
-          next += 3;
-        }
-      }
-    }
-  }
+  if (size > 1) share_scores(scores, groups, spread);
 
   // 2. Plans for the best of every family by that estimate, until each has `keep` that fit
   //    (all of them with keep 0): a plan's memory may overflow by the buffers the estimate
@@ -356,34 +469,17 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
       bool ok = true;
       try {
         if (group_of[at] % size != rank) layouts[at] = make_layout(cluster, network, candidates[at], cost);
-      } catch (const Error&) {
+      } catch (const Error& e) {
         ok = false;
+        note_refusal(e, &why[at]);
       }
-      ok = ok && evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], nullptr);
+      ok = ok && evaluate_layout(cluster, network, candidates[at], layouts[at], cost, &results[at], &why[at]);
       state[at] = !ok ? kRefused : results[at].headroom_bytes < 0 ? kOverflows : kBuilt;
       layouts[at] = Layout{};
     }, {}, 0, 0);
   }
 
-  SearchResult r;
-  r.candidates = total;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    switch (state[i]) {
-      case kRefused: ++r.refused; break;
-      case kScreened: ++r.over_memory; ++r.screened; break;
-      case kOverflows: ++r.over_memory; break;
-      case kScored:
-        ++r.pruned;
-        r.unbuilt.push_back(Scored{candidates[i], time_s[i], price[i]});
-        break;
-      case kBuilt: r.ranked.push_back(std::move(results[i])); break;
-    }
-  }
-  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
-    return a.estimate.iteration_time_s < b.estimate.iteration_time_s;
-  });
-  std::stable_sort(r.unbuilt.begin(), r.unbuilt.end(),
-                   [](const Scored& a, const Scored& b) { return a.iteration_time_s < b.iteration_time_s; });
+  SearchResult r = collect(cluster, network, cost, candidates, scores, results);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return r;
 }

@@ -9,12 +9,14 @@
 //
 // Every candidate is an ordinary PlanOptions: the winner is rebuilt, written and run as any
 // plan is. A candidate the policies or the builder refuse (degrees that do not divide the
-// cluster, a batch that does not split) is counted as refused, never ranked.
+// cluster, a batch that does not split) is refused, never ranked; the result lists each
+// refused or over-memory candidate with what refused it (Rejected).
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "model/cluster.hpp"
+#include "model/error.hpp"
 #include "model/network.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
@@ -48,6 +50,7 @@ struct Candidate {
   std::string summary;  // "uniform t2 p4 d2, mb 4 x 8, 1f1b, recompute none, allreduce"
   Estimate estimate;
   double headroom_bytes = 0;  // the least free memory of any device (negative: does not fit)
+  std::string tightest_device;  // that device
   double slowest_busy_s = 0;  // the busiest device's compute per iteration
   std::string slowest_device;
   int devices_used = 0;
@@ -58,8 +61,24 @@ struct Candidate {
 // built into a plan (see SearchResult::unbuilt): evaluate_candidate builds it when wanted.
 struct Scored {
   PlanOptions options;
+  std::string summary;             // candidate_summary, with its layout's worker count
   double iteration_time_s = 0;     // the layout's estimate, equal to the built plan's
   double price_usd_per_hour = 0;   // of the GPUs its layout uses, as Candidate's
+};
+
+// A candidate the scoring left out, and why: the refusal as the policy or the builder threw it
+// (an InputError's file, field and message; a PlanError's message), or the device it overflows.
+struct Rejected {
+  PlanOptions options;
+  std::string summary;  // candidate_summary, with the worker count where a layout was made
+  bool over_memory = false;  // else refused
+  std::string file;     // refused by an InputError: its file (kOptions: `field` is a PlanOptions member)
+  std::string field;    // refused by an InputError: the field it names ("global_batch", "pipeline"...)
+  std::string message;  // refused: what it says
+  double iteration_time_s = 0;  // over memory: the layout's estimate
+  std::string device;   // over memory: the device with the least free memory
+  double over_bytes = 0;  // over memory: by how much that device overflows
+  bool screened = false;  // over memory: found by the layout's bound, never built
 };
 
 struct SearchResult {
@@ -70,6 +89,7 @@ struct SearchResult {
   int over_memory = 0;            // some device's memory overflows (screened, or built and found so)
   int screened = 0;               // of those: found by the layout's memory bound, never built
   int pruned = 0;                 // fit by the bound but never built: slower than the kept of each family
+  std::vector<Rejected> rejected; // the refused and over-memory ones (refused + over_memory), in the space's order
   double wall_s = 0;
 };
 
@@ -115,9 +135,12 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
                                            int global_batch, const SearchSpace& space, const PlanOptions& base,
                                            const CostModel& cost);
 
-// Builds and scores one candidate; false (with why) when it is refused.
+// Builds and scores one candidate; false when it is refused, with `why` filled in (summary,
+// file, field, message) where given.
 bool evaluate_candidate(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                        const CostModel& cost, Candidate* out, std::string* why);
+                        const CostModel& cost, Candidate* out, Rejected* why);
+// Fills `why`'s file, field and message from the error that refused a candidate.
+void note_refusal(const Error& e, Rejected* why);
 
 // How one search is shared by several processes (the ranks of `mpirun -np N hetflow search`):
 // process `rank` of `size` scores the candidates i with i % size == rank; all_gather gives
@@ -143,6 +166,8 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
                           int keep = 0, const std::function<void(int, int)>& on_progress = {},
                           const SearchSpread& spread = {});
 
+// "uniform t2 p4 d2, mb 4, 1f1b, recompute none, allreduce"; workers 0 (no layout was made)
+// leaves the worker count out.
 std::string candidate_summary(const PlanOptions& options, int workers);
 
 }  // namespace hetflow::partition

@@ -640,11 +640,11 @@ void check_memory(const Plan& plan, const TaskOrder& order, Validation& v) {
                ", buffers " + u::human_bytes(m.buffers_bytes) + ", workspace " + u::human_bytes(m.workspace_bytes) + "]";
     problems.push_back(message);
   }
+  v.over_memory = over.size();
+  v.devices = plan.memory.size();
   if (over.size() > kWorstShown) {
     v.unlisted = over.size() - kWorstShown;
-    v.unlisted_note = "and " + std::to_string(v.unlisted) + " more devices over their memory, not listed (" +
-                      std::to_string(over.size()) + " of " + std::to_string(plan.memory.size()) +
-                      " devices are over; the " + std::to_string(kWorstShown) + " worst are above)";
+    v.unlisted_note = "and " + std::to_string(v.unlisted) + " more";
   }
 }
 
@@ -685,6 +685,12 @@ void require_valid(const Plan& plan) {
   const Validation v = validate_plan(plan);
   if (v.ok()) return;
   std::string message = std::to_string(v.count()) + (v.count() == 1 ? " problem" : " problems");
+  if (v.over_memory > 0 && v.over_memory == v.count()) {
+    // What the lines below are: devices, the worst first, and how many of them there are.
+    message = std::to_string(v.over_memory) + " of " + std::to_string(v.devices) + " devices " +
+              (v.over_memory == 1 ? "is over its memory" : "are over their memory") +
+              (v.unlisted > 0 ? ", the " + std::to_string(v.problems.size()) + " worst:" : ":");
+  }
   for (const std::string& p : v.problems) message += "\n  - " + p;
   if (v.unlisted > 0) message += "\n  " + v.unlisted_note;
   throw PlanError(message);

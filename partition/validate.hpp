@@ -25,14 +25,19 @@ struct Validation {
   // the sentence that says what they are; count() is every problem, listed or not.
   size_t unlisted = 0;
   std::string unlisted_note;
+  // Devices over their memory, listed or not: when there are any, they are every problem
+  // (memory is checked last, on a plan otherwise valid), out of `devices`.
+  size_t over_memory = 0;
+  size_t devices = 0;
   size_t count() const { return problems.size() + unlisted; }
   bool ok() const { return problems.empty() && unlisted == 0; }
 };
 
 // Checks everything; never throws on a malformed plan (that is what it reports).
 Validation validate_plan(const Plan& plan);
-// Throws PlanError when the plan is not valid: "N problems", N every problem, then each
-// listed one and the note on those not listed.
+// Throws PlanError when the plan is not valid: "N problems" (or, when those are devices over
+// their memory, "N of D devices over their memory, the 5 worst:"), then each listed one and
+// the note on those not listed.
 void require_valid(const Plan& plan);
 
 }  // namespace hetflow::partition

@@ -53,8 +53,11 @@ std::vector<Family> families() {
 struct Entry {
   enum State { pending, built, refused, over_memory };
   partition::PlanOptions options;
+  std::string summary;
   double score = 0;  // its estimate in the objective's unit
+  double time_s = 0;  // its estimated iteration time
   State state = pending;
+  partition::Rejected why;         // refused or over memory: why
   partition::Candidate candidate;  // built
   std::string fingerprint;         // built
   std::optional<partition::Plan> plan;  // built, until simulated: the plan the simulation runs
@@ -75,6 +78,8 @@ class Walker {
     for (const partition::Candidate& c : scoring.ranked) {
       Entry e;
       e.options = c.options;
+      e.summary = c.summary;
+      e.time_s = c.estimate.iteration_time_s;
       e.score = c.estimate.iteration_time_s * (request_.by_cost ? c.price_usd_per_hour / 3600 : 1);
       e.candidate = c;
       e.state = Entry::pending;  // its plan for the simulation is built when a walk reaches it
@@ -84,6 +89,8 @@ class Walker {
     for (const partition::Scored& s : scoring.unbuilt) {
       Entry e;
       e.options = s.options;
+      e.summary = s.summary;
+      e.time_s = s.iteration_time_s;
       e.score = s.iteration_time_s * (request_.by_cost ? s.price_usd_per_hour / 3600 : 1);
       entries_.push_back(std::move(e));
       prebuilt_.push_back(false);
@@ -172,24 +179,41 @@ class Walker {
   // Where the candidates that reached the walks went (scoring's refusals are the caller's):
   // each simulated plan counts once, for the first candidate by estimate that built it.
   void count(Dropped& d, double best) const {
+    std::map<std::string, std::string> first;  // fingerprint -> the first candidate by estimate that simulated it
+    for (const size_t i : order_) {
+      const Entry& e = entries_[i];
+      if (e.used && e.state == Entry::built) first.emplace(e.fingerprint, e.summary);
+    }
     std::set<std::string> counted;
     for (const size_t i : order_) {
       const Entry& e = entries_[i];
+      const auto drop = [&](DropReason reason, int& n) {
+        ++n;
+        DroppedCandidate c{reason, e.why, e.time_s, ""};
+        c.detail.options = e.options;
+        c.detail.summary = e.summary;
+        if (reason == DropReason::same_plan && first.count(e.fingerprint)) c.same_as = first.at(e.fingerprint);
+        d.candidates.push_back(std::move(c));
+      };
       if (e.state == Entry::refused) {
-        ++d.refused;
+        drop(DropReason::refused, d.refused);
       } else if (e.state == Entry::over_memory) {
-        ++d.over_memory;
+        drop(DropReason::over_memory, d.over_memory);
       } else if (e.duplicate || (e.used && counted.count(e.fingerprint))) {
-        ++d.same_plan;
+        drop(DropReason::same_plan, d.same_plan);
       } else if (e.used) {
         counted.insert(e.fingerprint);
-        ++(results_.at(e.fingerprint).simulated ? d.simulated : d.not_completed);
+        if (results_.at(e.fingerprint).simulated) {
+          ++d.simulated;
+        } else {
+          drop(DropReason::not_completed, d.not_completed);
+        }
       } else if (request_.top == 0) {
-        ++d.estimate_only;
+        drop(DropReason::estimate_only, d.estimate_only);
       } else if (e.score > best) {
-        ++d.estimate_above_best;
+        drop(DropReason::estimate_above_best, d.estimate_above_best);
       } else {
-        ++d.over_budget;
+        drop(DropReason::over_budget, d.over_budget);
       }
     }
   }
@@ -202,13 +226,17 @@ class Walker {
     if (e.state == Entry::built) return true;
     if (e.state != Entry::pending) return false;
     if (!prebuilt_[i]) {
-      std::string why;
-      if (!partition::evaluate_candidate(cluster_, network_, e.options, cost_, &e.candidate, &why)) {
+      if (!partition::evaluate_candidate(cluster_, network_, e.options, cost_, &e.candidate, &e.why)) {
         e.state = Entry::refused;
         return false;
       }
+      e.time_s = e.candidate.estimate.iteration_time_s;
       if (e.candidate.headroom_bytes < 0) {
         e.state = Entry::over_memory;
+        e.why.over_memory = true;
+        e.why.iteration_time_s = e.time_s;
+        e.why.device = e.candidate.tightest_device;
+        e.why.over_bytes = -e.candidate.headroom_bytes;
         return false;
       }
     }
@@ -216,8 +244,9 @@ class Walker {
     o.iterations = std::max(request_.sim_iterations, partition::estimated_iterations(o));  // WSP's steady state
     try {
       e.plan = build_candidate_plan(cluster_, network_, o, cost_);
-    } catch (const Error&) {
+    } catch (const Error& error) {
       e.state = Entry::refused;
+      partition::note_refusal(error, &e.why);
       return false;
     }
     e.fingerprint = work_of(*e.plan);
@@ -346,6 +375,19 @@ std::string_view to_string(Stop stop) {
   return "?";
 }
 
+std::string_view to_string(DropReason reason) {
+  switch (reason) {
+    case DropReason::refused: return "refused";
+    case DropReason::over_memory: return "over_memory";
+    case DropReason::same_plan: return "same_plan";
+    case DropReason::not_completed: return "not_completed";
+    case DropReason::estimate_above_best: return "estimate_above_best";
+    case DropReason::over_budget: return "over_budget";
+    case DropReason::estimate_only: return "estimate_only";
+  }
+  return "?";
+}
+
 std::vector<std::string> baseline_families() {
   std::vector<std::string> names;
   for (const Family& f : families()) names.push_back(f.name);
@@ -436,6 +478,10 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
   o.dropped.refused = scoring.refused;
   o.dropped.over_memory = scoring.over_memory;
   o.dropped.screened = scoring.screened;
+  for (const partition::Rejected& x : scoring.rejected) {
+    o.dropped.candidates.push_back(
+        DroppedCandidate{x.over_memory ? DropReason::over_memory : DropReason::refused, x, x.iteration_time_s, ""});
+  }
   walker.count(o.dropped, score(o.ranked.front(), request.by_cost));
   o.wall_s = std::chrono::duration<double>(Clock::now() - started).count();
   return o;

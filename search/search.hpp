@@ -6,8 +6,8 @@
 // is below the simulation in practice, and no candidate left unsimulated could then beat the
 // best. The same walk, within each baseline family (Megatron's uniform layout, pure data
 // parallelism, each HetPipe policy), gives that family's fastest. A time budget bounds the
-// walks; the outcome says how many plans each simulated and why it stopped, and counts every
-// candidate it dropped by the reason.
+// walks; the outcome says how many plans each simulated and why it stopped, and lists every
+// candidate it dropped with the reason.
 #include <functional>
 #include <string>
 #include <string_view>
@@ -77,6 +77,29 @@ struct Walk {
   double best = 0;          // the best it simulated, objective units
 };
 
+// Why a candidate is not among the ranked plans (Dropped's counts, one each).
+enum class DropReason {
+  refused,              // by the policies or the builder
+  over_memory,          // a device's memory overflows
+  same_plan,            // builds the same plan as a candidate estimated faster
+  not_completed,        // simulated, but the simulation did not complete
+  estimate_above_best,  // not simulated: its estimate exceeds the best simulated
+  over_budget,          // not simulated: the budget was spent before its turn
+  estimate_only,        // top 0: ranked by the estimate, not simulated
+};
+// "refused", "over_memory", ...: the name of Dropped's count.
+std::string_view to_string(DropReason reason);
+
+// One dropped candidate and why.
+struct DroppedCandidate {
+  DropReason reason = DropReason::refused;
+  // Its options and summary; refused: the error that refused it (file, field, message);
+  // over memory: the device and by how much, found by the layout's bound or the plan.
+  partition::Rejected detail;
+  double estimate_s = 0;  // its estimated iteration time; 0 where none was made (refused)
+  std::string same_as;    // same_plan: the summary of the candidate estimated faster that builds that plan
+};
+
 // Where every candidate went: these add up to SearchResult::candidates.
 struct Dropped {
   int refused = 0;              // by the policies or the builder (some only once built for simulation)
@@ -88,6 +111,9 @@ struct Dropped {
   int estimate_above_best = 0;  // not simulated: its estimate exceeds the best simulated
   int over_budget = 0;          // not simulated: the budget was spent before its turn
   int estimate_only = 0;        // top 0: ranked by the estimate, not simulated
+  // Every candidate dropped (all but `simulated`): the scoring's refused and over-memory ones
+  // in the space's order, then the walks' in estimate order.
+  std::vector<DroppedCandidate> candidates;
 };
 
 // A baseline family's fastest, or why it has none.

@@ -199,6 +199,8 @@ void search_options(po::options_description& options) {
       ("staleness", po::value<int>()->default_value(1), "WSP's staleness bound D, the most your training tolerates")
       ("groupings", po::value<std::string>(),
        "policy grouped's groupings to try, separated by ';' (default: by GPU type and mixed, fastest types first)")
+      ("dropped", po::value<int>()->default_value(3),
+       "dropped candidates shown for each reason (0: the counts alone; --json lists every one)")
       ("sim-iterations", po::value<int>()->default_value(3), "iterations of each re-simulation (the first warms up)")
       ("objective", po::value<std::string>()->default_value("time"),
        "time (the fastest plan) or cost (the most samples per dollar: needs `price` on every node of the cluster)")
@@ -227,6 +229,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
   const std::vector<std::string> compared = cluster_list(vm);
   const model::Network network = load_network_option(vm);
   search::Request request = read_request(vm, network, ranks);
+  const auto dropped_shown = static_cast<size_t>(int_option_in(vm, "dropped", 0, 1'000'000));
   // On a terminal while the search runs; erased before the report.
   std::optional<SearchProgressLine> progress(std::in_place, request.by_cost);
   request.on_scoring = progress->scoring();
@@ -265,7 +268,7 @@ int run_search(const std::vector<std::string>& args, std::ostream& to_user) {
     print_json(out, j);
     return 0;
   }
-  print_search(out, network, cluster, request, outcome);
+  print_search(out, network, cluster, request, outcome, dropped_shown);
   if (vm.count("out")) out << "wrote " << vm["out"].as<std::string>() << " (hetflow simulate --plan, hetflow run --plan)\n";
   if (vm.count("out-layout")) out << "wrote " << vm["out-layout"].as<std::string>() << " (hetflow plan --layout)\n";
   return 0;

@@ -48,20 +48,37 @@ std::optional<model::Precision> read_precision_option(const po::variables_map& v
 namespace {
 // A released config.json gives the longest context the model supports (131,072 tokens for
 // Llama 3.2), not the length it is trained at: a 1B model then needs terabytes per sample
-// and no plan fits. Said on stderr, where every command's user sees it, with the option that
-// sets the length.
-void note_hf_sequence_length(const std::string& model, const model::Network& network) {
+// and no plan fits. The tokenizer's model_max_length beside it caps that (its tokenizer never
+// makes a longer input). Where the length came from is said on stderr, where every command's
+// user sees it, with the option that sets the length.
+void note_hf_sequence_length(const std::string& model, const model::Network& network, std::optional<int> given) {
   const std::optional<std::string> config = model::hf_config_file(model);
   if (!config || !network.architecture) return;
   std::ifstream in(*config);
   std::ostringstream text;
   text << in.rdbuf();
   const std::string key = model::hf_config_sequence_key(text.str(), *config);
+  const std::optional<int> tokenizer_max = model::hf_tokenizer_max_length_beside(*config);
+  const std::string tokenizer = model::tokenizer_file(*config);
+  const int seq = network.architecture->seq;
+  if (given) {
+    // As transformers' run_clm warns: the tokenizer cuts its inputs below that length.
+    if (tokenizer_max && *given > *tokenizer_max) {
+      std::cerr << "hetflow: note: --seq-length " << *given << " is above model_max_length " << *tokenizer_max << " in "
+                << tokenizer << ": the model's tokenizer makes no input that long\n";
+    }
+    return;
+  }
+  const std::string from_config = key.empty() ? "the default of its model_type" : "the config's " + key;
+  if (const int uncapped = model::transformer_from_hf_config(text.str(), *config).seq; uncapped != seq) {
+    std::cerr << "hetflow: note: " << network.name << ": " << seq << " tokens per sample, model_max_length in "
+              << tokenizer << " (the longest input its tokenizer makes; " << from_config << " is " << uncapped
+              << "); --seq-length sets the length you train at\n";
+    return;
+  }
   if (key == "n_positions" || key == "n_ctx") return;  // GPT-2's: the length it was trained at
-  std::cerr << "hetflow: note: " << network.name << ": " << network.architecture->seq
-            << " tokens per sample, "
-            << (key.empty() ? "the default of its model_type" : "the config's " + key)
-            << " (the longest context it supports); --seq-length sets the length you train at (e.g. --seq-length 2048)\n";
+  std::cerr << "hetflow: note: " << network.name << ": " << seq << " tokens per sample, "
+            << from_config << " (the longest context it supports); --seq-length sets the length you train at (e.g. --seq-length 2048)\n";
 }
 }  // namespace
 
@@ -73,9 +90,10 @@ model::Network load_network_option(const po::variables_map& vm) {
   }
   model::Network network = model::load_network(model, read_precision_option(vm));
   if (!vm.count("seq-length")) {
-    note_hf_sequence_length(model, network);
+    note_hf_sequence_length(model, network, std::nullopt);
     return network;
   }
+  note_hf_sequence_length(model, network, vm["seq-length"].as<int>());
   // Another sequence length: the layers again from the architecture. A learned position
   // table keeps its rows (a GPT-2 of 1024 positions trained at 256 tokens); rotary
   // scaling keeps the context it was trained with.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/units.hpp"
+#include "tools/dropped_report.hpp"
 
 namespace hetflow::tools {
 
@@ -146,7 +147,7 @@ Json row_json(const PlanRow& r) {
 }
 
 void print_search(std::ostream& out, const model::Network& network, const model::Cluster& cluster,
-                  const search::Request& request, const search::Outcome& o) {
+                  const search::Request& request, const search::Outcome& o, size_t dropped_shown) {
   const partition::SearchResult& s = o.scoring;
   const int estimated = s.candidates - s.refused;
   out << "searched " << network.name << " on " << cluster.name << ", global batch " << request.global_batch << ": "
@@ -159,7 +160,9 @@ void print_search(std::ostream& out, const model::Network& network, const model:
   } else {
     out << "none simulated (--top 0): ranked by the estimate alone\n";
   }
-  out << "dropped: " << dropped_text(o.dropped) << "\n\n";
+  out << "dropped: " << dropped_text(o.dropped) << "\n";
+  print_dropped_candidates(out, o.dropped, dropped_shown);
+  out << "\n";
   // The best, as many as --top asks for and at least 10; --json lists every one.
   const size_t shown = std::max<size_t>(10, static_cast<size_t>(request.top));
   print_rows(out, o.ranked, false, shown);
@@ -219,6 +222,7 @@ Json search_json(const search::Request& request, const search::Outcome& o) {
   }
   if (request.top > 0) j["finalists"] = walk_json(o.finalists);
   j["dropped"] = dropped_json(o.dropped);
+  j["dropped_candidates"] = dropped_candidates_json(o.dropped);
   j["candidates"] = s.candidates;
   j["candidates_evaluated"] = s.candidates - s.refused;
   j["pruned"] = s.pruned;

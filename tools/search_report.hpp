@@ -13,9 +13,10 @@
 namespace hetflow::tools {
 
 // The search's report as text: what was searched, how many simulated and why it stopped,
-// what was dropped and why, the ranked plans, the baselines and the best.
+// what was dropped and why (`dropped_shown` candidates of each reason), the ranked plans, the
+// baselines and the best.
 void print_search(std::ostream& out, const model::Network& network, const model::Cluster& cluster,
-                  const search::Request& request, const search::Outcome& outcome);
+                  const search::Request& request, const search::Outcome& outcome, size_t dropped_shown);
 
 // The same as JSON (the best's layout file is the caller's to add).
 Json search_json(const search::Request& request, const search::Outcome& outcome);

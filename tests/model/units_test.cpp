@@ -83,3 +83,13 @@ TEST(Units, FormatReadsBackExactly) {
   EXPECT_EQ(u::human_bytes(2.0 * 1125899906842624.0), "2 PiB");
   EXPECT_EQ(u::format_time_s(5e-6), "5 us");
 }
+
+// Long durations in the unit people plan them in, never "8.08e+03 s": 1000 s on is minutes,
+// then hours, then days (3.68e7 s is 3.68e7 / 86400 = 426 days).
+TEST(Units, HumanTimesPastAThousandSecondsReadAsMinutesHoursDays) {
+  EXPECT_EQ(u::human_time_s(999), "999 s");
+  EXPECT_EQ(u::human_time_s(1000), "16.7 min");
+  EXPECT_EQ(u::human_time_s(8080), "2.24 h");
+  EXPECT_EQ(u::human_time_s(3.68e7), "426 days");
+  EXPECT_EQ(u::human_time_s(0.951), "951 ms");
+}

@@ -73,8 +73,8 @@ TEST(Search, RanksFittingCandidatesByEstimateAndPrunesTheOverflowing) {
   for (const partition::Candidate& c : r.ranked) EXPECT_GE(c.headroom_bytes, 0) << c.summary;
   // The same candidate evaluated alone scores the same.
   partition::Candidate again;
-  std::string why;
-  ASSERT_TRUE(partition::evaluate_candidate(cluster, net, r.ranked.front().options, cost, &again, &why)) << why;
+  partition::Rejected why;
+  ASSERT_TRUE(partition::evaluate_candidate(cluster, net, r.ranked.front().options, cost, &again, &why)) << why.message;
   EXPECT_DOUBLE_EQ(again.estimate.iteration_time_s, r.ranked.front().estimate.iteration_time_s);
   // One thread finds what two find.
   const partition::SearchResult one = partition::search_plans(cluster, net, 32, space, base, cost, 1);

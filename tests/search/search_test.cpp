@@ -68,6 +68,32 @@ int candidates_accounted(const search::Dropped& d) {
          d.over_budget + d.estimate_only;
 }
 
+// Every candidate not simulated is listed once in Dropped::candidates, with its reason, as
+// many of each reason as counted; refusals carry the error's words, over-memory candidates
+// the device and a positive overflow.
+void expect_each_dropped_listed(const search::Dropped& d, int candidates) {
+  EXPECT_EQ(static_cast<int>(d.candidates.size()) + d.simulated, candidates);
+  std::map<search::DropReason, int> n;
+  for (const search::DroppedCandidate& c : d.candidates) {
+    ++n[c.reason];
+    EXPECT_FALSE(c.detail.summary.empty());
+    if (c.reason == search::DropReason::refused) {
+      EXPECT_FALSE(c.detail.message.empty()) << c.detail.summary;
+    }
+    if (c.reason == search::DropReason::over_memory) {
+      EXPECT_FALSE(c.detail.device.empty()) << c.detail.summary;
+      EXPECT_GT(c.detail.over_bytes, 0) << c.detail.summary;
+    }
+  }
+  EXPECT_EQ(n[search::DropReason::refused], d.refused);
+  EXPECT_EQ(n[search::DropReason::over_memory], d.over_memory);
+  EXPECT_EQ(n[search::DropReason::same_plan], d.same_plan);
+  EXPECT_EQ(n[search::DropReason::not_completed], d.not_completed);
+  EXPECT_EQ(n[search::DropReason::estimate_above_best], d.estimate_above_best);
+  EXPECT_EQ(n[search::DropReason::over_budget], d.over_budget);
+  EXPECT_EQ(n[search::DropReason::estimate_only], d.estimate_only);
+}
+
 // The best plan's layout file, read back as `hetflow plan --layout` reads it, plans the
 // same plan (but for the policy's name, which the file replaces).
 void expect_layout_file_plans_back(const model::Cluster& cluster, const model::Network& network,
@@ -129,6 +155,13 @@ TEST(SearchWalk, StopsWhereTheNextEstimateExceedsTheBestSimulated) {
   // Every candidate is accounted for, once.
   EXPECT_EQ(candidates_accounted(walked.dropped), walked.scoring.candidates);
   EXPECT_EQ(candidates_accounted(all.dropped), all.scoring.candidates);
+  expect_each_dropped_listed(walked.dropped, walked.scoring.candidates);
+  expect_each_dropped_listed(all.dropped, all.scoring.candidates);
+  for (const search::DroppedCandidate& c : walked.dropped.candidates) {
+    if (c.reason == search::DropReason::estimate_above_best) {
+      EXPECT_GT(c.estimate_s, walked.finalists.best) << c.detail.summary;
+    }
+  }
   EXPECT_EQ(walked.dropped.simulated, static_cast<int>(walked.ranked.size()));
   EXPECT_GT(walked.dropped.estimate_above_best, 0);
   EXPECT_EQ(all.dropped.estimate_above_best, 0);
@@ -151,6 +184,7 @@ TEST(SearchWalk, TheBudgetStopsEverySimulationButTheFirst) {
   EXPECT_EQ(o.ranked.size(), 1u);
   EXPECT_GT(o.dropped.over_budget, 0);
   EXPECT_EQ(candidates_accounted(o.dropped), o.scoring.candidates);
+  expect_each_dropped_listed(o.dropped, o.scoring.candidates);
   for (const search::Baseline& b : o.baselines) {
     if (!b.found && b.why_none.rfind("not searched", 0) != 0) {
       EXPECT_EQ(b.why_none, "not simulated: the time budget was spent before its turn") << b.name;

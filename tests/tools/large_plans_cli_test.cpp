@@ -2,6 +2,7 @@
 // over memory on many devices is refused with its worst few devices and a count.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -44,12 +45,13 @@ TEST(LargePlans, MaxTasksCountsTheFoldedPlan) {
 }
 
 // 32 identical devices all over memory: the five worst (equal, so the first five) and a
-// count of the rest, not 32 lines. The header counts the problems, all 32 of them: five
-// listed and 27 in the count (it once said "6 problems", the count line among them).
+// count of the rest, not 32 lines. The header counts what is real, the devices over their
+// memory, out of the plan's devices, and says the lines are the worst of them; the count line
+// is the rest (it once said "6 problems", the count line among them, then "32 problems").
 TEST(LargePlans, OverMemoryOnManyDevicesListsTheWorstFewAndACount) {
   const auto r = run_hetflow("plan --cluster cpu-32 --model gpt3-13b --global-batch 32");
   EXPECT_EQ(r.status, 3) << r.err;
-  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 32 problems\n"), 0u) << r.err;
+  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 32 of 32 devices are over their memory, the 5 worst:\n"), 0u) << r.err;
   size_t bullets = 0;
   for (size_t at = r.err.find("\n  - "); at != std::string::npos; at = r.err.find("\n  - ", at + 1)) ++bullets;
   EXPECT_EQ(bullets, 5u) << r.err;
@@ -57,10 +59,31 @@ TEST(LargePlans, OverMemoryOnManyDevicesListsTheWorstFewAndACount) {
     EXPECT_NE(r.err.find("\n  - host/gpu" + std::to_string(d) + " needs 237 GiB but has 16 GiB"), std::string::npos) << r.err;
   }
   EXPECT_EQ(r.err.find("host/gpu5 "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("\n  and 27 more devices over their memory, not listed (32 of 32 devices are over; the 5 worst are "
-                       "above)\n"),
-            std::string::npos)
-      << r.err;
+  const size_t last = r.err.find("\n  - host/gpu4 ");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_EQ(r.err.substr(r.err.find('\n', last + 1), 15), "\n  and 27 more\n") << r.err;
+}
+
+// A few devices over memory: each listed, and the header counts them out of the plan's
+// devices (4 of the 6: on mixed-6 the T4s' stage fits with selective recomputation, the
+// V100s' first two stages do not, by the memory terms the lines show).
+TEST(LargePlans, OverMemoryOnAFewDevicesCountsThemOutOfTheDevices) {
+  const std::string cluster = (hetflow::test_support::scratch_dir() / "mixed6.yaml").string();
+  std::ofstream(cluster) << "name: mixed-6\nnodes:\n"
+                            "  - {name: v100, count: 2, gpu: V100-16, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s}, "
+                            "nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+                            "  - {name: t4, count: 1, gpu: T4, gpus: 2, intra: {kind: pcie, bandwidth: 16 GB/s}, "
+                            "nic: {count: 1, bandwidth: 25 Gb/s}}\n";
+  const auto r = run_hetflow("plan --cluster " + cluster +
+                             " --model gpt:layers=24,hidden=3072,heads=24,seq=1024,vocab=8000 --pipeline 3 --micro-batch 1"
+                             " --global-batch 4 --recompute selective");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.err.find("hetflow: plan cannot run: 4 of 6 devices are over their memory:\n"), 0u) << r.err;
+  size_t bullets = 0;
+  for (size_t at = r.err.find("\n  - "); at != std::string::npos; at = r.err.find("\n  - ", at + 1)) ++bullets;
+  EXPECT_EQ(bullets, 4u) << r.err;
+  EXPECT_EQ(r.err.find(" more\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("t4-0/gpu"), std::string::npos) << r.err;
 }
 
 // simulate folds identical replicas by default where the cluster's symmetry allows (Selene: a

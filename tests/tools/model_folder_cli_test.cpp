@@ -92,3 +92,73 @@ TEST(ModelFolder, AFolderWithoutConfigJsonIsRefused) {
                        ": model: is a folder without a config.json; expected a HuggingFace model folder (config.json, "
                        "tokenizer files, weights) or a network file\n");
 }
+
+namespace {
+// A Llama 3.2 1B folder whose tokenizer_config.json says `tokenizer_config` and whose
+// config.json lacks the keys in `drop`.
+std::string folder_with_tokenizer(const std::string& name, const std::string& tokenizer_config,
+                                  const std::vector<std::string>& drop = {}) {
+  const auto dir = scratch_dir() / name;
+  std::filesystem::create_directories(dir);
+  auto config = nlohmann::json::parse(kLlama32Config);
+  for (const std::string& key : drop) config.erase(key);
+  std::ofstream(dir / "config.json") << config.dump();
+  std::ofstream(dir / "tokenizer_config.json") << tokenizer_config;
+  return dir.string();
+}
+
+nlohmann::json::number_integer_t forward_flops(const nlohmann::json& describe) {
+  return describe["network"]["forward_flops_per_sample"].get<nlohmann::json::number_integer_t>();
+}
+}  // namespace
+
+// As transformers' tokenizer truncates there, the tokenizer's model_max_length is an upper
+// bound on the length trained: below max_position_embeddings it is the length planned, said
+// so with where it came from and the option; the oracle is the same folder at --seq-length.
+TEST(ModelFolder, TheTokenizersModelMaxLengthCapsTheSequenceLength) {
+  const std::string folder = folder_with_tokenizer("Llama-tok-2048", R"({"model_max_length": 2048})");
+  const auto r = run_hetflow("describe --cluster cpu-4 --model " + folder);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "hetflow: note: llama(Llama-tok-2048): 2048 tokens per sample, model_max_length in " + folder +
+                       "/tokenizer_config.json (the longest input its tokenizer makes; the config's "
+                       "max_position_embeddings is 131072); --seq-length sets the length you train at\n");
+  const auto capped = describe_json("--model " + folder);
+  const auto at_2048 = describe_json("--model " + folder + " --seq-length 2048");
+  ASSERT_FALSE(capped.is_null());
+  EXPECT_EQ(forward_flops(capped), forward_flops(at_2048));
+  EXPECT_EQ(capped["network"]["params"], at_2048["network"]["params"]);
+  // Asked for more than the tokenizer makes: planned as asked, and said.
+  const auto longer = run_hetflow("describe --cluster cpu-4 --model " + folder + " --seq-length 8192");
+  EXPECT_EQ(longer.status, 0) << longer.err;
+  EXPECT_EQ(longer.err, "hetflow: note: --seq-length 8192 is above model_max_length 2048 in " + folder +
+                            "/tokenizer_config.json: the model's tokenizer makes no input that long\n");
+}
+
+// Without max_position_embeddings the config's length is the model type's default (LlamaConfig:
+// 2048); the tokenizer's limit is the better word, and is taken. transformers' "no limit"
+// (VERY_LARGE_INTEGER, int(1e30)) caps nothing; a limit that is not a number is refused.
+TEST(ModelFolder, TheTokenizerGivesTheLengthTheConfigDoesNot) {
+  const std::string folder =
+      folder_with_tokenizer("Llama-no-positions", R"({"model_max_length": 4096})", {"max_position_embeddings"});
+  const auto r = run_hetflow("describe --cluster cpu-4 --model " + folder);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "hetflow: note: llama(Llama-no-positions): 4096 tokens per sample, model_max_length in " + folder +
+                       "/tokenizer_config.json (the longest input its tokenizer makes; the default of its model_type "
+                       "is 2048); --seq-length sets the length you train at\n");
+  EXPECT_EQ(forward_flops(describe_json("--model " + folder)),
+            forward_flops(describe_json("--model " + folder + " --seq-length 4096")));
+
+  const std::string unlimited =
+      folder_with_tokenizer("Llama-no-limit", R"({"model_max_length": 1000000000000000019884624838656})");
+  const auto u = run_hetflow("describe --cluster cpu-4 --model " + unlimited);
+  EXPECT_EQ(u.status, 0) << u.err;
+  EXPECT_EQ(u.err, "hetflow: note: llama(Llama-no-limit): 131072 tokens per sample, the config's max_position_embeddings "
+                   "(the longest context it supports); --seq-length sets the length you train at (e.g. --seq-length "
+                   "2048)\n");
+
+  const std::string bad = folder_with_tokenizer("Llama-bad-limit", R"({"model_max_length": "long"})");
+  const auto b = run_hetflow("describe --cluster cpu-4 --model " + bad);
+  EXPECT_EQ(b.status, 2);
+  EXPECT_EQ(b.err, "hetflow: " + bad + "/tokenizer_config.json: model_max_length: expected a whole number of tokens > 0, "
+                   "found \"long\"\n");
+}
