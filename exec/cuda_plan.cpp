@@ -118,6 +118,18 @@ void check_channel_streams(const Plan& plan) {
 
 }  // namespace
 
+std::vector<int> in_task_communicators(const partition::Plan& plan, bool tensor_parallel_math) {
+  std::set<int> in_task;
+  for (const partition::Collective& c : plan.collectives) {
+    if (c.in_task()) in_task.insert(c.communicator);
+  }
+  for (size_t c = 0; tensor_parallel_math && c < plan.communicators.size(); ++c) {
+    const partition::Communicator& comm = plan.communicators[c];
+    if (comm.role == partition::CommRole::tensor && comm.devices.size() > 1) in_task.insert(static_cast<int>(c));
+  }
+  return {in_task.begin(), in_task.end()};
+}
+
 CudaPlan cuda_plan(const Plan& plan, std::vector<int> gpus, std::vector<int> owner, int process,
                    const std::vector<int>& in_task) {
   CudaPlan out;

@@ -84,6 +84,11 @@ std::vector<int> gpu_ordinals(int devices, int visible, std::span<const int> req
 // only its own GPUs (`srun --gpus-per-task`) are named apart, and each starts at 0.
 std::vector<int> first_gpus(const std::vector<std::string>& hosts, std::span<const int> owner);
 
+// The communicators whose collectives run inside compute tasks: the plan's in-task ones, and
+// under real math's tensor parallelism every tensor-role group (the decoder exchanges there,
+// as the plan's in-task collectives list).
+std::vector<int> in_task_communicators(const partition::Plan& plan, bool tensor_parallel_math);
+
 // The communicators for `plan` with devices on `gpus`, run by the processes `owner` says
 // (empty: all by this one). Throws PlanError naming the channel whose sends or receives are
 // on several streams, the collectives that members reach in different orders, or two members
