@@ -223,32 +223,36 @@ class Estimator {
 
   // The data-parallel pieces and each one's bucket time. The pieces of one segment (one layer
   // range: every tensor rank's piece, each a ring over the replicas) become ready together
-  // and run at once, sharing links; segments of other pipeline ranks finish their backward
-  // at other times, and those of one rank run one after another on its comm stream.
+  // and run at once, sharing links, but for those that meet on a device, which run one after
+  // another on its comm stream (workers of unequal tensor degrees: a device in several
+  // pieces); segments of other pipeline ranks finish their backward at other times.
   void data_parallel_times() {
     segments_ = builder::data_parallel_segments(network_, layout_);
-    std::vector<std::pair<int, CollectiveSpec>> pieces;  // (phase, one bucket)
+    std::vector<std::pair<std::pair<int, int>, CollectiveSpec>> pieces;  // ((segment, wave), one bucket)
     for (size_t s = 0; s < segments_.size(); ++s) {
       const builder::Segment& seg = segments_[s];
+      Waves waves;
       for (const builder::Segment::Piece& piece : seg.pieces) {
         CollectiveSpec c;
         c.algorithm = layout_.sync.algorithm;
+        std::vector<long long> queues;
         for (size_t w = 0; w < layout_.workers.size(); ++w) {
           c.devices.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
+          queues.push_back(c.devices.back());
         }
         c.bytes = piece.bytes / piece.buckets;
-        pieces.emplace_back(static_cast<int>(s), std::move(c));
+        pieces.emplace_back(std::pair{static_cast<int>(s), waves.next(queues)}, std::move(c));
       }
     }
     bucket_s_ = shared_times(pieces);
   }
 
   // Each item's time in its phase.
-  std::vector<double> shared_times(const std::vector<std::pair<int, CollectiveSpec>>& items) const {
-    std::map<int, std::pair<SharedPhase, std::vector<size_t>>> phases;
+  std::vector<double> shared_times(const std::vector<std::pair<std::pair<int, int>, CollectiveSpec>>& items) const {
+    std::map<std::pair<int, int>, std::pair<SharedPhase, std::vector<size_t>>> phases;
     for (size_t i = 0; i < items.size(); ++i) {
       const auto& [phase, c] = items[i];
-      const int key = options_.shared_links ? phase : static_cast<int>(i);
+      const auto key = options_.shared_links ? phase : std::pair{-1, static_cast<int>(i)};
       auto at = phases.try_emplace(key, SharedPhase(cost_, options_.shared_links), std::vector<size_t>{}).first;
       if (c.devices.size() < 2 || c.bytes <= 0) continue;
       at->second.first.add(c);
