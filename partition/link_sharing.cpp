@@ -32,18 +32,26 @@ Network network_of(const CostModel& cost, const std::vector<Flow>& flows) {
   Network n;
   n.links_of.resize(flows.size());
   n.weight.assign(flows.size(), 0);
-  std::map<int, size_t> index;
+  std::vector<int> ids;  // per dense link: its id (a phase crosses a few dozen links)
   std::vector<int> route;
   for (size_t f = 0; f < flows.size(); ++f) {
     if (flows[f].src == flows[f].dst) continue;
     route.clear();
     cost.route_links(flows[f].src, flows[f].dst, route);
-    n.weight[f] = 1 / std::max(kLeastLatency_s, cost.route(flows[f].src, flows[f].dst).latency_s);
     for (const int link : route) {
-      const auto [at, added] = index.emplace(link, n.capacity.size());
-      if (added) n.capacity.push_back(cost.link_bandwidth_bytes_per_s(link));
-      n.shared = n.shared || !added;
-      n.links_of[f].push_back(at->second);
+      const auto at = static_cast<size_t>(std::find(ids.begin(), ids.end(), link) - ids.begin());
+      n.shared = n.shared || at < ids.size();
+      if (at == ids.size()) {
+        ids.push_back(link);
+        n.capacity.push_back(cost.link_bandwidth_bytes_per_s(link));
+      }
+      n.links_of[f].push_back(at);
+    }
+  }
+  // The weights only matter where flows meet.
+  for (size_t f = 0; f < flows.size() && n.shared; ++f) {
+    if (flows[f].src != flows[f].dst) {
+      n.weight[f] = 1 / std::max(kLeastLatency_s, cost.route(flows[f].src, flows[f].dst).latency_s);
     }
   }
   return n;
@@ -53,16 +61,21 @@ Network network_of(const CostModel& cost, const std::vector<Flow>& flows) {
 std::vector<double> max_min(const Network& n, const std::vector<bool>& active) {
   const size_t flows = n.links_of.size();
   std::vector<double> rate(flows, 0), left = n.capacity, weight_on(n.capacity.size(), 0);
-  std::vector<std::vector<size_t>> flows_on(n.capacity.size());
+  if (!n.shared) {  // each flow alone on its links: the narrowest
+    for (size_t f = 0; f < flows; ++f) {
+      if (!active[f]) continue;
+      rate[f] = kInfinity;
+      for (const size_t l : n.links_of[f]) rate[f] = std::min(rate[f], n.capacity[l]);
+    }
+    return rate;
+  }
+  std::vector<bool> fixed(flows, true);
   for (size_t f = 0; f < flows; ++f) {
     if (!active[f]) continue;
     rate[f] = kInfinity;
-    for (const size_t l : n.links_of[f]) {
-      weight_on[l] += n.weight[f];
-      flows_on[l].push_back(f);
-    }
+    fixed[f] = n.links_of[f].empty();
+    for (const size_t l : n.links_of[f]) weight_on[l] += n.weight[f];
   }
-  std::vector<bool> fixed(flows, false);
   for (;;) {
     // The bottleneck: the link whose capacity left per unit of weight is least.
     size_t bottleneck = left.size();
@@ -76,11 +89,13 @@ std::vector<double> max_min(const Network& n, const std::vector<bool>& active) {
       }
     }
     if (bottleneck == left.size()) break;
-    for (const size_t f : flows_on[bottleneck]) {
+    for (size_t f = 0; f < flows; ++f) {
       if (fixed[f]) continue;
+      const auto& links = n.links_of[f];
+      if (std::find(links.begin(), links.end(), bottleneck) == links.end()) continue;
       fixed[f] = true;
       rate[f] = level * n.weight[f];
-      for (const size_t l : n.links_of[f]) {
+      for (const size_t l : links) {
         left[l] -= rate[f];
         weight_on[l] -= n.weight[f];
       }
@@ -237,7 +252,15 @@ std::vector<double> SharedPhase::times_s() const {
     return out;
   }
   // Each flow moves its item's bytes per edge; one that finishes early frees its links for
-  // the others (as a ring step's fast edges do while the slow one goes on).
+  // the others (as a ring step's fast edges do while the slow one goes on). Where no link
+  // carries two flows, each item has its routes to itself.
+  if (!network_of(cost_, flows_).shared) {
+    for (const Item& item : items_) {
+      const CollectiveSpec& c = item.collective;
+      out.push_back(item.transfer ? cost_.transfer_time_s(c.devices[0], c.devices[1], c.bytes) : cost_.collective_time_s(c));
+    }
+    return out;
+  }
   std::vector<double> bytes(flows_.size());
   for (const Item& item : items_) {
     for (size_t f = item.first_flow; f < item.first_flow + item.flows; ++f) bytes[f] = edge_bytes(item.collective);
