@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "partition/layout_estimate_detail.hpp"
+#include "partition/tp_calls.hpp"
 #include "partition/plan_builder_detail.hpp"
 
 namespace hetflow::partition::estimate_detail {
@@ -106,6 +107,7 @@ void PipelineComm::resolve(std::vector<std::vector<Chunk>*>& chunks) {
         case kForwardAfter: c.f_after_s += times[i]; break;
         case kBackwardBefore: c.b_before_s += times[i]; break;
         case kBackwardAfter: c.b_after_s += times[i]; break;
+        case kLastBackwardAfter: c.last_b_after_s += times[i]; break;
         case kToNext: c.to_next_s = std::max(c.to_next_s, times[i]); break;
         case kToPrevious: c.to_previous_s = std::max(c.to_previous_s, times[i]); break;
       }
@@ -140,7 +142,8 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     const std::vector<int>& devices = *c.devices;
     const bool tp = builder::tp_collectives(wk, static_cast<int>(devices.size()));
     compute_of(network, layout, cost, w, k, wk, splits_backward, c);
-    // Tensor-parallel collectives (Builder::gather_inputs, reduce_partials, tp_pass).
+    // Tensor-parallel collectives: a sliced boundary's all-gather (Builder::gather_inputs), the
+    // calls inside the passes, the summed gains.
     for (const bool backward : {false, true}) {
       const auto before = backward ? PipelineComm::kBackwardBefore : PipelineComm::kForwardBefore;
       const auto after = backward ? PipelineComm::kBackwardAfter : PipelineComm::kForwardAfter;
@@ -150,16 +153,29 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
         comm.collective(w, k, before, 0,
                         ring_of(CollectiveKind::all_gather, devices, backward ? wk.output_bytes : wk.input_bytes));
       }
-      const builder::TpPass pass = builder::tp_pass(wk, backward, sharded[k], layout.recompute);
-      if (sharded[k]) {
-        comm.collective(w, k, before, 1,
-                        ring_of(CollectiveKind::all_gather, devices, pass.gather_bytes, pass.gather_messages));
-        comm.collective(w, k, after, 0,
-                        ring_of(CollectiveKind::reduce_scatter, devices, pass.reduce_bytes, pass.reduce_messages));
-      } else if (tp) {
-        comm.collective(w, k, after, 0,
-                        ring_of(CollectiveKind::all_reduce, devices, pass.reduce_bytes, pass.reduce_messages));
+      // The calls inside the pass (tp_calls.hpp), one collective per kind and size as the
+      // plan has them, timed after its compute as the plan's estimate times them.
+      if (!tp) continue;
+      PassShape pass;
+      pass.layer_begin = vw.stages[k].layer_begin;
+      pass.layer_end = vw.stages[k].layer_end;
+      pass.tensor = static_cast<int>(devices.size());
+      pass.backward = backward;
+      pass.sequence_parallel = layout.sequence_parallel;
+      pass.split_backward = splits_backward;
+      pass.recompute = layout.recompute;
+      const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
+      int order = 0;
+      for (const PassCallGroup& g : group_calls(pass_tp_calls(network, pass))) {
+        const auto n = static_cast<int>(g.points.size());
+        comm.collective(w, k, after, order++, ring_of(g.kind, devices, g.elems * bytes_per_elem * n, n));
       }
+    }
+    if (tp) {  // once a step, in the chunk's last backward
+      const double gains = summed_gain_elems(network, vw.stages[k].layer_begin, vw.stages[k].layer_end,
+                                             static_cast<int>(devices.size()), layout.sequence_parallel);
+      comm.collective(w, k, PipelineComm::kLastBackwardAfter, 0,
+                      ring_of(CollectiveKind::all_reduce, devices, gains * model::element_bytes(layout.precision)));
     }
   }
   for (size_t k = 0; k + 1 < count; ++k) {

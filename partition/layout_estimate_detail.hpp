@@ -23,7 +23,8 @@ struct Chunk {
   double f_s = 0, b_s = 0, w_s = 0;           // each operation, collectives included
   std::vector<double> f_compute_s, b_compute_s, w_compute_s;  // per tensor rank: compute alone
   double f_before_s = 0, b_before_s = 0;      // collectives before each pass's compute (gathers)
-  double f_after_s = 0, b_after_s = 0;        // and after it (the partial sums' reduction)
+  double f_after_s = 0, b_after_s = 0;        // and inside it (tp_calls.hpp), timed after the compute
+  double last_b_after_s = 0;                  // once a step, in its last B: the summed gains
   double to_next_s = 0;                       // its output to the next chunk
   double to_previous_s = 0;                   // its input gradient to the previous chunk
 };
@@ -44,7 +45,7 @@ class PipelineComm {
  public:
   // Where a time goes in a Chunk: the collectives before or after a pass (added up, in the
   // order given), or a boundary transfer (the slowest tensor rank's).
-  enum Slot { kForwardBefore, kForwardAfter, kBackwardBefore, kBackwardAfter, kToNext, kToPrevious };
+  enum Slot { kForwardBefore, kForwardAfter, kBackwardBefore, kBackwardAfter, kLastBackwardAfter, kToNext, kToPrevious };
   PipelineComm(const CostModel& cost, bool shared) : cost_(cost), shared_(shared) {}
   // The `order`-th collective of chunk k's slot in worker w (nothing when it moves nothing).
   void collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c);

@@ -18,7 +18,8 @@ bool same_timing(const std::vector<Chunk>& a, const std::vector<Chunk>& b) {
     return x.rank == y.rank && x.devices->size() == y.devices->size() && x.f_s == y.f_s && x.b_s == y.b_s &&
            x.w_s == y.w_s && x.f_compute_s == y.f_compute_s && x.b_compute_s == y.b_compute_s &&
            x.w_compute_s == y.w_compute_s && x.f_before_s == y.f_before_s && x.b_before_s == y.b_before_s &&
-           x.f_after_s == y.f_after_s && x.b_after_s == y.b_after_s && x.to_next_s == y.to_next_s &&
+           x.f_after_s == y.f_after_s && x.b_after_s == y.b_after_s && x.last_b_after_s == y.last_b_after_s &&
+           x.to_next_s == y.to_next_s &&
            x.to_previous_s == y.to_previous_s;
   };
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), same);
@@ -43,6 +44,12 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
     const size_t t = chunks[static_cast<size_t>(r)].devices->size();
     run.busy[static_cast<size_t>(r)].assign(t, 0);
     compute_s[static_cast<size_t>(r)].assign(t, 0);
+  }
+  std::vector<int> last_b(count, -1);  // per chunk: the micro-batch of its last B, which sums the gains
+  for (int r = 0; r < p; ++r) {
+    for (const ScheduledOp& op : programs[static_cast<size_t>(r)]) {
+      if (op.kind == OpKind::B) last_b[static_cast<size_t>(op.chunk * p + r)] = op.microbatch;
+    }
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   double span_begin = std::numeric_limits<double>::infinity(), span_end = 0;
@@ -73,7 +80,8 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
         const double start = std::max(rank_free[static_cast<size_t>(r)], ready);
         const auto& compute = op.kind == OpKind::F ? c.f_compute_s : op.kind == OpKind::B ? c.b_compute_s : c.w_compute_s;
         const double before = op.kind == OpKind::F ? c.f_before_s : op.kind == OpKind::B ? c.b_before_s : 0;
-        const double after = op.kind == OpKind::F ? c.f_after_s : op.kind == OpKind::B ? c.b_after_s : 0;
+        double after = op.kind == OpKind::F ? c.f_after_s : op.kind == OpKind::B ? c.b_after_s : 0;
+        if (op.kind == OpKind::B && op.microbatch == last_b[k]) after += c.last_b_after_s;
         // The gathers run as soon as the input is there; the compute waits for its weights too.
         const double compute_start = std::max(start + before, compute_ready);
         const double end = compute_start + largest(compute) + after;
@@ -107,8 +115,11 @@ WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, c
           if (k > 0) send(1, c.to_previous_s, at - mbs, grad_at);
         }
         if (op.kind != OpKind::F) {  // the chunk's gradients so far: the last one completes them
+          // (A part of the pass is a part of its work with the collectives inside it, spread
+          // over it, as the plan's estimate releases a bucket.)
           run.made_start[k].assign(c.devices->size(), compute_start);
           run.made_s[k] = compute;
+          for (double& s : run.made_s[k]) s += after;
         }
         --left;
         moved = true;

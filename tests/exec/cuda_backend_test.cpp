@@ -170,24 +170,24 @@ TEST(CudaPlan, RefusesTwoRanksOfACommunicatorOnOneGpu) {
 
 // Real math's collectives on NCCL: a gradient collective must be an all-reduce, and a tensor-
 // or sequence-parallel one must split into equal pieces; both refused before any GPU is
-// touched, as plan faults. A collective with no tensor (the traffic the compute moves itself:
-// the sequence all-gathers, a backward's reduce-scatter) moves nothing and is not checked.
+// touched, as plan faults. Tensor parallelism's collectives that are tasks of their own are
+// the all-gathers of boundaries that arrive in slices, each moving its tensors; the rest run
+// inside the passes (the plan's in-task collectives), none is traffic without data.
 TEST(CudaPlan, RealMathRefusesCollectivesNcclCannotRunInPlace) {
   partition::PlanOptions o = pipeline(2, 2);
   o.tensor = 2;
-  o.sequence_parallel = true;
   o.data = 2;
   Plan plan = test_support::planned(model::cpu_cluster(8), test_support::tiny_gpt(), o);
   const auto floats = [](size_t n) { return [n](int) { return n * sizeof(float); }; };
   EXPECT_NO_THROW(exec::require_real_collectives(plan, floats(64)));
-  int empty = 0, moving = 0;  // sequence-parallel collectives without tensors, and with
+  int empty = 0, moving = 0;  // tensor-parallel collective tasks without tensors, and with
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
-    if (task.kind != TaskKind::collective || task.purpose != partition::Purpose::sequence_parallel) continue;
+    if (task.kind != TaskKind::collective || !exec::activation_collective(plan.collective(task.collective))) continue;
     (plan.reads(static_cast<int>(t)).empty() ? empty : moving) += 1;
   }
-  EXPECT_GT(empty, 0);
-  EXPECT_GT(moving, 0);  // the forwards' reduce-scatters of partial sums into shards
+  EXPECT_EQ(empty, 0);
+  EXPECT_GT(moving, 0);  // the boundaries' slices gathered
   try {
     exec::require_real_collectives(plan, floats(63));  // an all-gather or reduce-scatter of 63 floats over 2
     FAIL() << "odd pieces were accepted";

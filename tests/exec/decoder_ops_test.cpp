@@ -581,12 +581,9 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
               continue;
             }
           }
-          const partition::Task& first = plan.task(col.tasks.front());  // the rank 0's
-          const std::vector<int>& program = plan.program(first.device, first.stream);
-          auto at = std::find(program.begin(), program.end(), col.tasks.front());
-          const bool before = col.kind == partition::CollectiveKind::all_gather;
-          while (plan.task(*at).kind == partition::TaskKind::collective) before ? ++at : --at;
-          const bool forward = plan.task(*at).kind == partition::TaskKind::forward;
+          ASSERT_TRUE(col.in_task()) << what << ": a pass's collectives run inside it";
+          const partition::Task& first = plan.task(col.tasks.front());  // the rank 0's pass
+          const bool forward = first.kind == partition::TaskKind::forward;
           const Call::Kind kind = col.kind == partition::CollectiveKind::all_reduce   ? Call::all_reduce
                                   : col.kind == partition::CollectiveKind::all_gather ? Call::all_gather
                                                                                       : Call::reduce_scatter;
@@ -597,13 +594,9 @@ TEST(DecoderOps, ThePlansTensorParallelCollectivesCarryWhatEachChunkMoves) {
         for (size_t k = 0; k < run.size(); ++k) {
           for (const bool forward : {true, false}) {
             for (const Call& call : forward ? run[k].forward : run[k].backward) {
-              // A pass's activation-sized exchanges, and without sequence parallelism the
-              // vocab-parallel loss's all-reduces (each token's maximum; its sum of
-              // exponentials and target logit): not the once-a-step sum of the norm gains'
-              // gradients, nor the loss's under sequence parallelism, which the plan leaves out.
-              const size_t tokens = static_cast<size_t>(shape.S);
-              const bool loss = !sequence && (call.floats == tokens || call.floats == 2 * tokens);
-              if (call.floats != activation && !loss) continue;
+              // Every exchange: a pass's activation-sized ones, the vocab-parallel loss's
+              // all-reduces (each token's maximum; its sum of exponentials and target logit),
+              // and in the last backward the once-a-step sum of the gains.
               auto& [messages, floats] = moved[{static_cast<int>(k), call.kind, forward}];
               ++messages;
               floats += static_cast<double>(call.floats);
