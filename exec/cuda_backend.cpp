@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -484,26 +483,136 @@ void make_comm(CudaBackend::State& s, size_t g, std::span<const std::byte> id_by
   warm_up(s, g, here, stop);
 }
 
+// The plan's faults under real math, found before any GPU's.
+void require_cuda_real_math(const Plan& plan, const Training& training) {
+  if (const int head = training.shape().HS; head > kernels::kMaxCudaHeadSize) {
+    throw PlanError("the network's heads are " + std::to_string(head) + " wide; the CUDA attention kernels take up to " +
+                    std::to_string(kernels::kMaxCudaHeadSize) + " (the cpu back end takes any)");
+  }
+  require_no_copy_reuse_hazards(
+      plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); }, "the CUDA back end's real math");
+  require_real_collectives(plan, [&](int tensor) { return training.buffer_bytes(tensor); });
+}
+
+// This process's place under mpirun: it runs its block of the plan's devices on its node's
+// GPUs, after those of the node's lower ranks (alone: no processes, no owners, GPU 0).
+struct Placement {
+  const Ranks* processes = nullptr;  // null when this process runs the whole plan
+  std::vector<int> owner, all;       // per plan device, its process; every process
+  int process = 0, first = 0;        // this process, and its first GPU ordinal
+};
+
+Placement place_processes(const Ranks* ranks, int devices, const std::atomic<bool>& stop) {
+  Placement p;
+  p.processes = ranks != nullptr && !ranks->alone() ? ranks : nullptr;
+  if (p.processes == nullptr) return p;
+  const Ranks& processes = *p.processes;
+  processes.check_devices(devices);
+  p.owner = device_owners(devices, processes.size(), [&](int d) { return processes.owner(d, devices); });
+  p.process = processes.rank();
+  for (int r = 0; r < processes.size(); ++r) p.all.push_back(r);
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "rank-%d", p.process);
+  // Processes share GPUs where they share a host and see the same ones: a launcher that
+  // gives each its own (CUDA_VISIBLE_DEVICES per process) makes each start at GPU 0.
+  const char* listed = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string sees = std::string(host) + "\n" + (listed != nullptr ? listed : "");
+  std::vector<std::string> hosts;
+  for (const auto& bytes : processes.exchange(p.all, std::as_bytes(std::span<const char>(sees.data(), sees.size())), stop)) {
+    hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  p.first = first_gpus(hosts, p.owner)[static_cast<size_t>(p.process)];
+  return p;
+}
+
+// Real math's tensor parallelism all-reduces inside compute tasks on its chunks'
+// communicators (the plan's tensor-role ones, as Training finds them).
+std::vector<int> in_task_communicators(const Plan& plan, const Training* training) {
+  std::vector<int> in_task;
+  if (training == nullptr || !training->tensor_parallel()) return in_task;
+  for (size_t c = 0; c < plan.communicators.size(); ++c) {
+    if (plan.communicators[c].role == partition::CommRole::tensor && plan.communicators[c].devices.size() > 1) {
+      in_task.push_back(static_cast<int>(c));
+    }
+  }
+  return in_task;
+}
+
+// The bytes of each tensor's copy and of each channel's messages.
+void size_messages(CudaBackend::State& s, const Plan& plan) {
+  s.copy.assign(plan.tensors.size(), nullptr);
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    // Real math: what the training exchanges, whole; a proxy: the plan's bytes, capped.
+    s.copy_bytes.push_back(s.training != nullptr ? s.training->buffer_bytes(static_cast<int>(t))
+                                                 : std::min(static_cast<size_t>(std::max(0.0, plan.tensors[t].bytes)), s.cap));
+  }
+  s.send_bytes.assign(plan.channels.size(), 0);
+  if (s.training == nullptr) return;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    const auto reads = plan.reads(static_cast<int>(t));
+    if (task.kind != TaskKind::send) continue;
+    // A parameter server's push or pull carries the model's floats; the rest, the tensor.
+    size_t bytes = reads.empty() ? 0 : s.copy_bytes[static_cast<size_t>(reads[0])];
+    if (const auto floats = s.training->message_floats(static_cast<int>(t))) bytes = *floats * sizeof(float);
+    size_t& channel_bytes = s.send_bytes[static_cast<size_t>(task.channel)];
+    if (channel_bytes != 0 && channel_bytes != bytes) {
+      // An NCCL receive must know its size; one per channel keeps the k-th send and receive paired.
+      throw PlanError("channel " + std::to_string(task.channel) + " carries messages of " + std::to_string(channel_bytes) +
+                      " and " + std::to_string(bytes) + " bytes; real math on the cuda back end needs one size a channel");
+    }
+    channel_bytes = bytes;
+  }
+}
+
+// What can fail in one process alone (its GPUs, its memory) fails in all of them together:
+// the others would otherwise wait for its communicators for ever. `failed`: "" if it did not.
+void fail_together(const Placement& p, const std::string& failed, std::exception_ptr mine, const std::atomic<bool>& stop) {
+  const auto verdicts = p.processes->exchange(p.all, std::as_bytes(std::span<const char>(failed.data(), failed.size())), stop);
+  if (mine) std::rethrow_exception(mine);
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    if (verdicts[r].empty()) continue;
+    throw Error("rank " + std::to_string(r) + " could not prepare its GPUs: " +
+                std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
+  }
+}
+
+// Communicators, each group in one order in every process (exec/group_setup.hpp): under
+// mpirun the process of a group's first member makes its unique id and sends it to the
+// group's others, and a failure in one process reaches them all.
+void make_comms(CudaBackend::State& s, const Placement& p, const std::atomic<bool>& stop) {
+  s.comms.resize(s.nccl_plan.groups.size());
+  GroupSetup setup;
+  setup.groups = s.nccl_plan.groups.size();
+  setup.processes = [&](size_t g) { return s.nccl_plan.processes(g); };
+  setup.id_maker = [&](size_t g) { return s.nccl_plan.id_maker(g); };
+  setup.what = [&](size_t g) { return "the NCCL communicator of " + s.nccl_plan.groups[g].what; };
+  setup.make_id = [&](size_t g) {
+    ncclUniqueId id{};
+    nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", setup.what(g));
+    const auto bytes = std::as_bytes(std::span<const ncclUniqueId>(&id, 1));
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  };
+  setup.create = [&](size_t g, std::span<const std::byte> id) { make_comm(s, g, id, stop); };
+  try {
+    set_up_groups(setup, p.process, p.processes, stop);
+  } catch (...) {
+    // Before the caller brings the training's arrays home (a cudaFree waits for the device):
+    // a rank's operation may still wait for one that failed.
+    s.abort_comms();
+    throw;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::prepare(const Plan& plan) {
   // The training's arrays come home before the GPUs' objects they live in go.
   if (state_) state_->abort_comms();  // as ~CudaBackend
-  if (state_ && options_.training != nullptr) {
-    options_.training->place_home();
-  }
+  if (state_ && options_.training != nullptr) options_.training->place_home();
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
-  if (options_.training != nullptr) {  // the plan's fault, before any GPU's
-    if (const int head = options_.training->shape().HS; head > kernels::kMaxCudaHeadSize) {
-      throw PlanError("the network's heads are " + std::to_string(head) + " wide; the CUDA attention kernels take up to " +
-                      std::to_string(kernels::kMaxCudaHeadSize) + " (the cpu back end takes any)");
-    }
-    require_no_copy_reuse_hazards(
-        plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); },
-        "the CUDA back end's real math");
-    require_real_collectives(plan, [&](int tensor) { return options_.training->buffer_bytes(tensor); });
-  }
+  if (options_.training != nullptr) require_cuda_real_math(plan, *options_.training);  // before any GPU's faults
   int visible = 0;
   const cudaError_t counted = cudaGetDeviceCount(&visible);
   if (counted != cudaSuccess) {
@@ -526,74 +635,18 @@ void CudaBackend::prepare(const Plan& plan) {
       }
     }
   } home{s->training};
-  // Under mpirun this process runs its block of the plan's devices on its node's GPUs, after
-  // those of the node's lower ranks.
-  const Ranks* processes = options_.ranks != nullptr && !options_.ranks->alone() ? options_.ranks : nullptr;
   const int devices = plan.device_count();
-  std::vector<int> owner, all;
-  int process = 0, first = 0;
-  if (processes != nullptr) {
-    processes->check_devices(devices);
-    owner = device_owners(devices, processes->size(), [&](int d) { return processes->owner(d, devices); });
-    process = processes->rank();
-    for (int r = 0; r < processes->size(); ++r) all.push_back(r);
-    char host[256] = {};
-    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "rank-%d", process);
-    // Processes share GPUs where they share a host and see the same ones: a launcher that
-    // gives each its own (CUDA_VISIBLE_DEVICES per process) makes each start at GPU 0.
-    const char* listed = std::getenv("CUDA_VISIBLE_DEVICES");
-    const std::string sees = std::string(host) + "\n" + (listed != nullptr ? listed : "");
-    std::vector<std::string> hosts;
-    for (const auto& bytes : processes->exchange(all, std::as_bytes(std::span<const char>(sees.data(), sees.size())), stop_)) {
-      hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    }
-    first = first_gpus(hosts, owner)[static_cast<size_t>(process)];
-  }
-  // What can fail in one process alone (its GPUs, its memory) fails in all of them together:
-  // the others would otherwise wait for its communicators for ever.
+  const Placement placement = place_processes(options_.ranks, devices, stop_);
   std::string failed;
   std::exception_ptr mine;
   try {
     std::vector<int> gpus = gpu_ordinals(devices, visible, options_.gpus, counted != cudaSuccess ? cudaGetErrorString(counted) : "",
-                                         owner, process, first);
-    // Real math's tensor parallelism all-reduces inside compute tasks on its chunks'
-    // communicators (the plan's tensor-role ones, as Training finds them).
-    std::vector<int> in_task;
-    if (s->training != nullptr && s->training->tensor_parallel()) {
-      for (size_t c = 0; c < plan.communicators.size(); ++c) {
-        if (plan.communicators[c].role == partition::CommRole::tensor && plan.communicators[c].devices.size() > 1) {
-          in_task.push_back(static_cast<int>(c));
-        }
-      }
-    }
-    s->nccl_plan = cuda_plan(plan, std::move(gpus), owner, process, in_task);
+                                         placement.owner, placement.process, placement.first);
+    s->nccl_plan = cuda_plan(plan, std::move(gpus), placement.owner, placement.process,
+                             in_task_communicators(plan, s->training));
     s->precision = plan.layout.precision;
     s->cap = static_cast<size_t>(options_.max_message_bytes) / sizeof(float) * sizeof(float);
-    s->copy.assign(plan.tensors.size(), nullptr);
-    for (size_t t = 0; t < plan.tensors.size(); ++t) {
-      // Real math: what the training exchanges, whole; a proxy: the plan's bytes, capped.
-      s->copy_bytes.push_back(s->training != nullptr
-                                  ? s->training->buffer_bytes(static_cast<int>(t))
-                                  : std::min(static_cast<size_t>(std::max(0.0, plan.tensors[t].bytes)), s->cap));
-    }
-    s->send_bytes.assign(plan.channels.size(), 0);
-    if (s->training != nullptr) {
-      for (size_t t = 0; t < plan.tasks.size(); ++t) {
-        const partition::Task& task = plan.tasks[t];
-        const auto reads = plan.reads(static_cast<int>(t));
-        if (task.kind != TaskKind::send) continue;
-        // A parameter server's push or pull carries the model's floats; the rest, the tensor.
-        size_t bytes = reads.empty() ? 0 : s->copy_bytes[static_cast<size_t>(reads[0])];
-        if (const auto floats = s->training->message_floats(static_cast<int>(t))) bytes = *floats * sizeof(float);
-        size_t& channel_bytes = s->send_bytes[static_cast<size_t>(task.channel)];
-        if (channel_bytes != 0 && channel_bytes != bytes) {
-          // An NCCL receive must know its size; one per channel keeps the k-th send and receive paired.
-          throw PlanError("channel " + std::to_string(task.channel) + " carries messages of " + std::to_string(channel_bytes) +
-                          " and " + std::to_string(bytes) + " bytes; real math on the cuda back end needs one size a channel");
-        }
-        channel_bytes = bytes;
-      }
-    }
+    size_messages(*s, plan);
     s->gpus.resize(static_cast<size_t>(devices));
     for (int d = 0; d < devices; ++d) {
       if (s->nccl_plan.local(d)) make_gpu(*s, d);
@@ -610,43 +663,12 @@ void CudaBackend::prepare(const Plan& plan) {
       });
     }
   } catch (const std::exception& e) {
-    if (processes == nullptr) throw;
+    if (placement.processes == nullptr) throw;
     failed = e.what();
     mine = std::current_exception();
   }
-  if (processes != nullptr) {
-    const auto verdicts = processes->exchange(all, std::as_bytes(std::span<const char>(failed.data(), failed.size())), stop_);
-    if (mine) std::rethrow_exception(mine);
-    for (size_t r = 0; r < verdicts.size(); ++r) {
-      if (verdicts[r].empty()) continue;
-      throw Error("rank " + std::to_string(r) + " could not prepare its GPUs: " +
-                  std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size()));
-    }
-  }
-  // Communicators, each group in one order in every process (exec/group_setup.hpp): under
-  // mpirun the process of a group's first member makes its unique id and sends it to the
-  // group's others, and a failure in one process reaches them all.
-  s->comms.resize(s->nccl_plan.groups.size());
-  GroupSetup setup;
-  setup.groups = s->nccl_plan.groups.size();
-  setup.processes = [&](size_t g) { return s->nccl_plan.processes(g); };
-  setup.id_maker = [&](size_t g) { return s->nccl_plan.id_maker(g); };
-  setup.what = [&](size_t g) { return "the NCCL communicator of " + s->nccl_plan.groups[g].what; };
-  setup.make_id = [&](size_t g) {
-    ncclUniqueId id{};
-    nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", setup.what(g));
-    const auto bytes = std::as_bytes(std::span<const ncclUniqueId>(&id, 1));
-    return std::vector<std::byte>(bytes.begin(), bytes.end());
-  };
-  setup.create = [&](size_t g, std::span<const std::byte> id) { make_comm(*s, g, id, stop_); };
-  try {
-    set_up_groups(setup, process, processes, stop_);
-  } catch (...) {
-    // Before `home` brings the training's arrays home (a cudaFree waits for the device): a
-    // rank's operation may still wait for one that failed.
-    s->abort_comms();
-    throw;
-  }
+  if (placement.processes != nullptr) fail_together(placement, failed, mine, stop_);
+  make_comms(*s, placement, stop_);
   state_ = std::move(s);
   home.armed = false;
 }

@@ -3,7 +3,9 @@
 // of four types (V100-32, A100-40, A100-80, H100, two nodes of 8 each) and for GPT-2 medium
 // on 16 GPUs (12 V100 + 4 T4). Candidates cycle through a sample of the search's own space.
 // BM_FullSearch times `hetflow search` itself on both, end to end: every candidate scored
-// on every core, the best built into plans, the finalists simulated.
+// on every core, the best built into plans, the finalists simulated. The counters cpu_s and
+// faults are CPU seconds and minor page faults per iteration, of every thread and of the
+// simulations' child processes (tests/bench/bench_usage.hpp): on a shared machine, compare cpu_s.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "partition/layout_estimate.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/search.hpp"
+#include "tests/bench/bench_usage.hpp"
 #include "tools/cli.hpp"
 
 using namespace hetflow;
@@ -89,6 +92,8 @@ void BM_SearchCandidates(benchmark::State& state) {
     }
   }
   size_t i = 0;
+  bench::UsageMeter usage;
+  usage.start();
   for (auto _ : state) {
     const size_t k = i++ % accepted.size();
     if (phase == 0) {
@@ -107,6 +112,8 @@ void BM_SearchCandidates(benchmark::State& state) {
           partition::estimate_layout(c.network, partition::make_layout(c.cluster, c.network, accepted[k], cost), cost));
     }
   }
+  usage.stop();
+  usage.report(state);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 BENCHMARK(BM_SearchCandidates)
@@ -132,10 +139,14 @@ void BM_FullSearch(benchmark::State& state) {
   for (const tools::Command& c : tools::commands()) {
     if (std::string(c.name) == "search") search = &c;
   }
+  bench::UsageMeter usage;
   for (auto _ : state) {
     std::ostringstream out;
+    usage.start();
     benchmark::DoNotOptimize(search->run(args, out));
+    usage.stop();
   }
+  usage.report(state);
   std::remove(cluster.c_str());
   rmdir(dir);
 }

@@ -12,6 +12,9 @@
 // the predicted against the published TFLOP/s per GPU. Row 10 is 1T parameters on 3,072 GPUs.
 // HETFLOW_BENCH_FREE_COMM=1 makes every transfer free, to split the cost between
 // synchronisation and communications; HETFLOW_SIM_PHASES=1 prints setup/run/collect times.
+// The counters cpu_s and faults are the CPU seconds and minor page faults of the simulating
+// child (and of the caller's fork and parse) per simulation (tests/bench/bench_usage.hpp):
+// the child's wall-clock time swings with the machine's load, its CPU time far less.
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -24,6 +27,7 @@
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
 #include "sim/simulator.hpp"
+#include "tests/bench/bench_usage.hpp"
 #include "traces/metrics.hpp"
 
 using namespace hetflow;
@@ -54,14 +58,18 @@ void BM_SimulateGpt3_175b(benchmark::State& state) {
   const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
   sim::SimResult last;
   double ship_s = 0;
+  bench::UsageMeter usage;
   for (auto _ : state) {
     sim::SimOptions options;
     options.free_communication = std::getenv("HETFLOW_BENCH_FREE_COMM") != nullptr;
+    usage.start();
     const auto called = std::chrono::steady_clock::now();
     last = sim::simulate(plan, options);
     ship_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count() - last.wall_s;
+    usage.stop();
     state.SetIterationTime(last.wall_s);
   }
+  usage.report(state);
   state.counters["tasks"] = static_cast<double>(plan.tasks.size());
   state.counters["activities"] = static_cast<double>(last.activities);
   state.counters["activities_per_s"] = static_cast<double>(last.activities) / last.wall_s;
@@ -111,10 +119,14 @@ void BM_MegatronTable1(benchmark::State& state) {
   const partition::CostModel cost(cluster, net.precision, options.calibration);
   const partition::Plan plan = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
   sim::SimResult last;
+  bench::UsageMeter usage;
   for (auto _ : state) {
+    usage.start();
     last = sim::simulate(plan, options);
+    usage.stop();
     state.SetIterationTime(last.wall_s);
   }
+  usage.report(state);
   // 96 B s l h^2 (1 + s / 6h + V / 16lh) per iteration, the paper's count.
   const double b = row.global_batch, l = row.layers, h = row.hidden;
   const double flops = 96 * b * seq * l * h * h * (1 + seq / (6 * h) + vocab / (16 * l * h));

@@ -17,7 +17,9 @@
 // the pipeline's over one device, from the medians of the repetitions.
 // Each training case runs 2 warm-up steps and then 5 timed ones; tokens_per_s is tokens over
 // the timed steps' total time (as the PyTorch script computes it), the Time column the
-// median step.
+// median step; the counters cpu_s and faults are the CPU seconds (every thread) and minor
+// page faults of the whole run (set-up, warm-up and timed steps; tests/bench/bench_usage.hpp),
+// which a shared machine's load sways far less than the steps' wall-clock time.
 //   ./build/tests/training_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 // Target: hetflow's one-device tokens/s at least PyTorch's on the same threads
 // (hetflow_over_pytorch >= 1).
@@ -47,6 +49,7 @@
 #include "tests/exec/exec_test_util.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
+#include "tests/bench/bench_usage.hpp"
 
 using namespace hetflow;
 
@@ -115,8 +118,11 @@ Steps run_steps(const partition::Plan& plan) {
 
 void train(benchmark::State& state, const char* name, int devices, int micro_batch, int microbatches) {
   const partition::Plan plan = make_plan(devices, micro_batch, microbatches);
+  bench::UsageMeter usage;
   for (auto _ : state) {
+    usage.start();
     const Steps s = run_steps(plan);
+    usage.stop();
     if (!s.error.empty()) {
       state.SkipWithError(s.error.c_str());
       return;
@@ -129,6 +135,7 @@ void train(benchmark::State& state, const char* name, int devices, int micro_bat
     state.counters["tokens_per_s"] = tokens_per_s;
     state.counters["loss"] = s.last_loss;
   }
+  usage.report(state);
 }
 
 void BM_TrainOneDevice(benchmark::State& state) { train(state, "one_device", 1, kBatch, 1); }
