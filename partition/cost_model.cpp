@@ -86,11 +86,35 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
   // latency; a handful of regions, so a simple relaxation to a fixed point is enough.
   const size_t regions = cluster_.regions.size();
   region_route_.assign(regions, std::vector<Route>(regions, Route{0, kInfinity, ""}));
+  region_hops_.assign(regions, std::vector<std::vector<int>>(regions));
   for (size_t r = 0; r < regions; ++r) region_route_[r][r] = Route{kInfinity, 0, ""};
+  // The links of route_links: GPU links, host bridges, NICs, leaf uplinks, WAN links.
+  for (size_t d = 0; d < device_node_.size(); ++d) {
+    const auto n = static_cast<size_t>(device_node_[d]);
+    device_local_.push_back(d > 0 && device_node_[d - 1] == device_node_[d] ? device_local_.back() + 1 : 0);
+    link_bandwidth_.push_back(cluster_.nodes[n].intra.bandwidth_bytes_per_s);
+  }
+  for (const model::Node& node : cluster_.nodes) link_bandwidth_.push_back(node.intra.uplink_bandwidth_bytes_per_s);
+  for (const model::Node& node : cluster_.nodes) {
+    node_nic_link_.push_back(static_cast<int>(link_bandwidth_.size()));
+    for (int r = 0; r < std::max(1, node.nic.count); ++r) link_bandwidth_.push_back(node.nic.bandwidth_bytes_per_s);
+  }
+  node_leaf_link_.assign(cluster_.nodes.size(), -1);
+  std::map<std::pair<int, int>, int> leaf_link;  // (region, leaf) -> link
+  for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
+    const int region = node_region_[n];
+    if (cluster_.regions[static_cast<size_t>(region)].fabric.kind != model::FabricKind::fat_tree) continue;
+    const auto [at, added] = leaf_link.emplace(std::pair{region, node_leaf_[n]}, static_cast<int>(link_bandwidth_.size()));
+    if (added) link_bandwidth_.push_back(node_leaf_uplink_[n]);
+    node_leaf_link_[n] = at->second;
+  }
+  wan_link_ = static_cast<int>(link_bandwidth_.size());
+  for (const model::WanLink& w : cluster_.wan) link_bandwidth_.push_back(w.bandwidth_bytes_per_s);
   bool changed = true;
   while (changed) {
     changed = false;
-    for (const model::WanLink& w : cluster_.wan) {
+    for (size_t i = 0; i < cluster_.wan.size(); ++i) {
+      const model::WanLink& w = cluster_.wan[i];
       const size_t a = static_cast<size_t>(region_index.at(w.region_a));
       const size_t b = static_cast<size_t>(region_index.at(w.region_b));
       for (size_t src = 0; src < regions; ++src) {
@@ -103,12 +127,52 @@ CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, 
           if (candidate.bandwidth_bytes_per_s > best.bandwidth_bytes_per_s ||
               (candidate.bandwidth_bytes_per_s == best.bandwidth_bytes_per_s && candidate.latency_s < best.latency_s)) {
             best = candidate;
+            // The platform's WAN route: the same path, each link in the direction it is crossed.
+            std::vector<int> hops = region_hops_[src][from];
+            hops.push_back(2 * (wan_link_ + static_cast<int>(i)) + (from == a ? 0 : 1));
+            region_hops_[src][to] = std::move(hops);
             changed = true;
           }
         }
       }
     }
   }
+}
+
+double EdgeBandwidths::of(int src, int dst, double route_bytes_per_s) const {
+  for (const auto& [pair, bandwidth] : of_edge) {
+    if (pair.first == src && pair.second == dst) return bandwidth;
+  }
+  return route_bytes_per_s;
+}
+
+void CostModel::route_links(int src, int dst, std::vector<int>& out) const {
+  if (src == dst) return;
+  const auto add = [&](int link, bool back) {
+    if (link >= 0 && link_bandwidth_[static_cast<size_t>(link)] > 0) out.push_back(2 * link + (back ? 1 : 0));
+  };
+  const int devices = device_count();
+  const auto ns = static_cast<size_t>(node_of(src)), nd = static_cast<size_t>(node_of(dst));
+  const auto nic = [&](size_t n, int device) {
+    const int count = std::max(1, cluster_.nodes[n].nic.count);  // GPU i uses NIC i mod count
+    return node_nic_link_[n] + device_local_[static_cast<size_t>(device)] % count;
+  };
+  add(src, false);
+  add(devices + static_cast<int>(ns), false);
+  if (ns == nd) {
+    add(devices + static_cast<int>(ns), true);
+  } else {
+    add(nic(ns, src), false);
+    const auto ra = static_cast<size_t>(node_region_[ns]), rb = static_cast<size_t>(node_region_[nd]);
+    if (ra != rb || node_leaf_link_[ns] != node_leaf_link_[nd]) add(node_leaf_link_[ns], false);
+    if (ra != rb) {
+      for (const int hop : region_hops_[ra][rb]) add(hop / 2, hop % 2 == 1);
+    }
+    if (ra != rb || node_leaf_link_[ns] != node_leaf_link_[nd]) add(node_leaf_link_[nd], true);
+    add(nic(nd, dst), true);
+    add(devices + static_cast<int>(nd), true);
+  }
+  add(dst, true);
 }
 
 bool CostModel::same_compute(int a, int b) const {
@@ -326,53 +390,64 @@ std::vector<std::string> CostModel::link_classes(int src, int dst) const {
 }
 
 double CostModel::transfer_time_s(int src, int dst, double bytes) const {
+  return transfer_time_s(src, dst, bytes, nullptr);
+}
+
+double CostModel::transfer_time_s(int src, int dst, double bytes, const EdgeBandwidths* shared) const {
   if (free_communication_ || src == dst || bytes <= 0) return 0;
-  const Route r = route(src, dst);
+  const Route r = edge(src, dst, shared);
   return r.latency_s + bytes / r.bandwidth_bytes_per_s;
 }
 
-double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const {
+Route CostModel::edge(int src, int dst, const EdgeBandwidths* shared) const {
+  Route r = route(src, dst);
+  if (shared != nullptr) r.bandwidth_bytes_per_s = shared->of(src, dst, r.bandwidth_bytes_per_s);
+  return r;
+}
+
+double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps,
+                              const EdgeBandwidths* shared) const {
   if (ring.size() < 2 || steps <= 0) return 0;
   double step_s = 0;
   for (size_t i = 0; i < ring.size(); ++i) {
-    const Route r = route(ring[i], ring[(i + 1) % ring.size()]);
+    const Route r = edge(ring[i], ring[(i + 1) % ring.size()], shared);
     step_s = std::max(step_s, r.latency_s + bytes_per_step / r.bandwidth_bytes_per_s);
   }
   return steps * step_s;
 }
 
-double CostModel::collective_time_s(const CollectiveSpec& c) const {
+double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   check_collective(c);
   const int n = static_cast<int>(c.devices.size());
   if (free_communication_ || n < 2 || c.bytes <= 0) return 0;
   if (c.messages > 1) {  // one after another, each of its own size
     const double m = c.messages;
     if (c.algorithm == CollectiveAlgorithm::ring && c.kind == CollectiveKind::all_reduce) {  // the common case, uncopied
-      return m * ring_time_s(c.devices, c.bytes / m / n, 2 * (n - 1));
+      return m * ring_time_s(c.devices, c.bytes / m / n, 2 * (n - 1), shared);
     }
     CollectiveSpec one = c;
     one.messages = 1;
     one.bytes = c.bytes / c.messages;
-    return c.messages * collective_time_s(one);
+    return c.messages * collective_time_s(one, shared);
   }
   switch (c.algorithm) {
     case CollectiveAlgorithm::ring:
       switch (c.kind) {
         case CollectiveKind::all_reduce:
-          return ring_time_s(c.devices, c.bytes / n, 2 * (n - 1));  // reduce-scatter, then all-gather
+          return ring_time_s(c.devices, c.bytes / n, 2 * (n - 1), shared);  // reduce-scatter, then all-gather
         case CollectiveKind::reduce_scatter:
         case CollectiveKind::all_gather:
-          return ring_time_s(c.devices, c.bytes / n, n - 1);
+          return ring_time_s(c.devices, c.bytes / n, n - 1, shared);
         case CollectiveKind::broadcast:
         case CollectiveKind::reduce:
-          return chain_time_s(c);
+          return chain_time_s(c, shared);
       }
       break;
     case CollectiveAlgorithm::tree: {
-      if (c.kind != CollectiveKind::all_reduce) return tree_time_s(c);
+      if (c.kind != CollectiveKind::all_reduce) return tree_time_s(c, shared);
       double latency_s = 0, bandwidth = kInfinity;
       for (int child = 1; child < n; ++child) {
-        const Route r = route(c.devices[static_cast<size_t>((child - 1) / 2)], c.devices[static_cast<size_t>(child)]);
+        const Route r = edge(c.devices[static_cast<size_t>((child - 1) / 2)], c.devices[static_cast<size_t>(child)], shared);
         latency_s = std::max(latency_s, r.latency_s);
         bandwidth = std::min(bandwidth, r.bandwidth_bytes_per_s);
       }
@@ -380,12 +455,12 @@ double CostModel::collective_time_s(const CollectiveSpec& c) const {
       return 2 * depth * latency_s + 2 * c.bytes / bandwidth;
     }
     case CollectiveAlgorithm::hierarchical:
-      return hierarchical_time_s(c);
+      return hierarchical_time_s(c, shared);
   }
   return 0;
 }
 
-double CostModel::hierarchical_time_s(const CollectiveSpec& c) const {
+double CostModel::hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   const int n = static_cast<int>(c.devices.size());
   // All-reduce goes round each ring twice (reduce-scatter, all-gather), the others once.
   const int rounds = c.kind == CollectiveKind::all_reduce ? 2 : 1;
@@ -398,11 +473,11 @@ double CostModel::hierarchical_time_s(const CollectiveSpec& c) const {
   }
   size_t k = 0;
   for (const auto& [node, group] : local) k = std::max(k, group.size());
-  if (nodes.size() == 1 || k == 1) return ring_time_s(c.devices, c.bytes / n, rounds * (n - 1));
+  if (nodes.size() == 1 || k == 1) return ring_time_s(c.devices, c.bytes / n, rounds * (n - 1), shared);
   double intra_s = 0;
   for (const auto& [node, group] : local) {
     const int kn = static_cast<int>(group.size());
-    intra_s = std::max(intra_s, ring_time_s(group, c.bytes / kn, kn - 1));
+    intra_s = std::max(intra_s, ring_time_s(group, c.bytes / kn, kn - 1, shared));
   }
   double inter_s = 0;
   const int nn = static_cast<int>(nodes.size());
@@ -412,24 +487,24 @@ double CostModel::hierarchical_time_s(const CollectiveSpec& c) const {
       const auto& group = local[node];
       ring.push_back(group[std::min(j, group.size() - 1)]);
     }
-    inter_s = std::max(inter_s, ring_time_s(ring, c.bytes / static_cast<double>(k) / nn, rounds * (nn - 1)));
+    inter_s = std::max(inter_s, ring_time_s(ring, c.bytes / static_cast<double>(k) / nn, rounds * (nn - 1), shared));
   }
   return rounds * intra_s + inter_s;
 }
 
-double CostModel::chain_time_s(const CollectiveSpec& c) const {
+double CostModel::chain_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   const size_t n = c.devices.size();
   // Broadcast flows from the root along the ring order, reduce from the root's successor to the root.
   const size_t first = static_cast<size_t>(c.root) + (c.kind == CollectiveKind::reduce ? 1 : 0);
   double hop_s = 0;
   for (size_t i = 0; i + 1 < n; ++i) {
-    const Route r = route(c.devices[(first + i) % n], c.devices[(first + i + 1) % n]);
+    const Route r = edge(c.devices[(first + i) % n], c.devices[(first + i + 1) % n], shared);
     hop_s = std::max(hop_s, r.latency_s + c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s);
   }
   return static_cast<double>(n - 2 + kPipelineChunks) * hop_s;  // the last chunk leaves K-1 steps late
 }
 
-double CostModel::tree_time_s(const CollectiveSpec& c) const {
+double CostModel::tree_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   const size_t n = c.devices.size();
   auto member = [&](size_t q) { return c.devices[(static_cast<size_t>(c.root) + q) % n]; };  // heap position q
   const int depth = std::bit_width(n) - 1;          // floor(log2 n)
@@ -439,7 +514,7 @@ double CostModel::tree_time_s(const CollectiveSpec& c) const {
     const size_t parent = (q - 1) / 2;
     const double fan = 2 * parent + 2 < n ? 2 : 1;  // the parent's children share its link
     const bool down = c.kind == CollectiveKind::broadcast;
-    const Route r = down ? route(member(parent), member(q)) : route(member(q), member(parent));
+    const Route r = down ? edge(member(parent), member(q), shared) : edge(member(q), member(parent), shared);
     const double s = r.latency_s + fan * c.bytes / kPipelineChunks / r.bandwidth_bytes_per_s;
     hop_s = std::max(hop_s, s);
     if (q >= deepest) last_hop_s = std::max(last_hop_s, s);

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "model/calibration.hpp"
@@ -28,6 +29,14 @@ struct Route {
   double bandwidth_bytes_per_s = 0;  // of the slowest link on the way
   double latency_s = 0;              // summed over the links and switch hops
   std::string_view bottleneck;       // link class of the slowest link: pcie, nvlink, nic, wan... (static text)
+};
+
+// The bandwidths a collective's or a transfer's point-to-point steps get where concurrent flows
+// share links (partition/link_sharing.hpp): per (src, dst), the bandwidth that flow gets in
+// place of its route's. A pair not listed keeps its route's.
+struct EdgeBandwidths {
+  std::vector<std::pair<std::pair<int, int>, double>> of_edge;  // ((src, dst), bytes per second)
+  double of(int src, int dst, double route_bytes_per_s) const;
 };
 
 class CostModel {
@@ -60,6 +69,17 @@ class CostModel {
   // accounting): e.g. {"nvlink", "pcie", "nic", "fabric", "nic", "pcie", "nvlink"}.
   std::vector<std::string> link_classes(int src, int dst) const;
   double transfer_time_s(int src, int dst, double bytes) const;
+  // The same with the flow's bandwidth from `shared` (null: alone on its route).
+  double transfer_time_s(int src, int dst, double bytes, const EdgeBandwidths* shared) const;
+  // The links a flow from src to dst crosses, as the simulator's platform routes it
+  // (sim/platform_spec.hpp): each one direction of a split-duplex link, as a dense id (2 x
+  // link + 0 going away from the device's side, 1 coming back): its GPU link, its node's PCIe
+  // host bridge, the NIC of its rail, fat-tree leaf uplinks, WAN links, and the same down to
+  // dst. Links of unlimited bandwidth (an unlimited node fabric, switches) are left out: they
+  // share nothing. Appends to `out`.
+  void route_links(int src, int dst, std::vector<int>& out) const;
+  // The bandwidth of one direction of a link route_links names.
+  double link_bandwidth_bytes_per_s(int link) const { return link_bandwidth_[static_cast<size_t>(link / 2)]; }
   // A lone collective's time with no contention, on the participants' real routes, following
   // the steps every back end runs (partition/collective_steps.hpp). A step of x bytes over a
   // set of hops takes the slowest hop's latency + x / bandwidth. n = members, S = bytes,
@@ -95,7 +115,10 @@ class CostModel {
   // different depths gets its shallow leaves' chunks in earlier, so there this is an upper
   // bound (10-20 % above the simulated time for n = 4..9).
   // Throws hetflow::Error for a collective check_collective() refuses.
-  double collective_time_s(const CollectiveSpec& c) const;
+  double collective_time_s(const CollectiveSpec& c) const { return collective_time_s(c, nullptr); }
+  // The same where its steps' flows share links with others: each step between two members
+  // at the bandwidth `shared` gives that pair (null: alone).
+  double collective_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
 
   double peak_flops_per_s(int device) const;
   double memory_capacity_bytes(int device) const;
@@ -114,10 +137,12 @@ class CostModel {
   bool same_compute(int a, int b) const;
 
  private:
-  double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps) const;
-  double hierarchical_time_s(const CollectiveSpec& c) const;
-  double chain_time_s(const CollectiveSpec& c) const;
-  double tree_time_s(const CollectiveSpec& c) const;
+  // A route with the bandwidth `shared` gives the pair.
+  Route edge(int src, int dst, const EdgeBandwidths* shared) const;
+  double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps, const EdgeBandwidths* shared) const;
+  double hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
+  double chain_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
+  double tree_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
 
   model::Cluster cluster_;
   model::Precision precision_;
@@ -129,6 +154,14 @@ class CostModel {
   std::vector<double> node_leaf_uplink_;        // fat trees: its leaf's uplink bandwidth
   // WAN routes between regions: widest-then-shortest path bandwidth and latency.
   std::vector<std::vector<Route>> region_route_;
+  // The links of route_links, numbered GPU links (one per device), host bridges (one per
+  // node), NICs (per node, its rails), fat-tree leaf uplinks, WAN links; 0 = unlimited.
+  std::vector<double> link_bandwidth_;
+  std::vector<int> device_local_;     // per device: its index inside its node
+  std::vector<int> node_nic_link_;    // per node: its first NIC's link
+  std::vector<int> node_leaf_link_;   // per node: its leaf's uplink (fat trees), else -1
+  int wan_link_ = 0;                  // the first WAN link
+  std::vector<std::vector<std::vector<int>>> region_hops_;  // per region pair: its WAN route's directed links
   bool free_communication_ = false;
   std::vector<double> slowdown_;  // per device, 1 = nominal
   // Per GPU type, the calibration's terms for the compute kinds (forward, backward,

@@ -10,12 +10,18 @@
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
 // pushes, updates and pulls. Over the layout's iterations, each stream and channel carrying
 // on from where the last iteration left it, and under WSP each chunk's first forward waiting
-// for its pull D + 1 iterations back; the steady state as estimate_plan takes it. No
-// contention: the same model as estimate_plan of the built plan, with the differences listed
-// in layout_estimate.cpp (none of which acts where a tensor group is one GPU type), so the
-// two agree: to rounding on every layout tests/partition/layout_estimate_test.cpp compares.
-// At a small part of the cost: no tensors, names or streams, and one value per rank of a
-// tensor group.
+// for its pull D + 1 iterations back; the steady state as estimate_plan takes it.
+//
+// Communication that runs at once shares the links it crosses, as in the simulation
+// (partition/link_sharing.hpp): the same tensor-parallel collective or boundary transfer of
+// every data-parallel replica (a ring's edges and every tensor rank's slice at once), the
+// data-parallel pieces of one segment, the pushes of one chunk of every replica, one
+// server's pulls. Without that (LayoutEstimateOptions::shared_links false) every transfer
+// and collective has its routes to itself: the model of estimate_plan of the built plan,
+// with the differences listed in layout_estimate.cpp (none of which acts where a tensor
+// group is one GPU type), so the two agree: to rounding on every layout
+// tests/partition/layout_estimate_test.cpp compares. At a small part of the cost: no tensors,
+// names or streams, and one value per rank of a tensor group.
 //
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
 // exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
@@ -41,8 +47,16 @@ struct LayoutEstimate {
   int slowest_device = -1;      // the busiest device
 };
 
+struct LayoutEstimateOptions {
+  // Concurrent flows share the links they cross (partition/link_sharing.hpp), as in the
+  // simulation; false: every transfer and collective alone on its routes, the model of
+  // estimate_plan (partition/estimate.hpp), which it then equals.
+  bool shared_links = true;
+};
+
 // Throws hetflow::Error where the layout does not fit the network or its schedule (what
 // build_plan would refuse for the same reasons).
-LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost);
+LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
+                               const LayoutEstimateOptions& options = {});
 
 }  // namespace hetflow::partition

@@ -209,6 +209,12 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
       }
     }
     c.estimate = estimate_plan(plan, cost);
+    // Ranked by the time the search scores with: its layout's estimate, where concurrent
+    // flows share links (estimate_plan times each alone; the rest of its estimate stands).
+    c.estimate.iteration_time_s = estimate_layout(network, layout, cost).iteration_time_s;
+    c.estimate.throughput_samples_per_s =
+        c.estimate.iteration_time_s > 0 ? plan.layout.samples_per_iteration() / c.estimate.iteration_time_s : 0;
+    c.estimate.throughput_tokens_per_s = c.estimate.throughput_samples_per_s * plan.network.tokens_per_sample;
     c.price_usd_per_hour = layout_price(cluster, cluster.devices(), layout);
     for (size_t d = 0; d < c.estimate.busy_s.size(); ++d) {
       if (c.estimate.busy_s[d] > 0) ++c.devices_used;

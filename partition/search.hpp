@@ -48,7 +48,7 @@ int estimated_iterations(const PlanOptions& options);
 struct Candidate {
   PlanOptions options;
   std::string summary;  // "uniform t2 p4 d2, mb 4 x 8, 1f1b, recompute none, allreduce"
-  Estimate estimate;
+  Estimate estimate;  // the built plan's (estimate_plan), but iteration time and throughput: its layout's estimate
   double headroom_bytes = 0;  // the least free memory of any device (negative: does not fit)
   std::string tightest_device;  // that device
   double slowest_busy_s = 0;  // the busiest device's compute per iteration
@@ -62,7 +62,7 @@ struct Candidate {
 struct Scored {
   PlanOptions options;
   std::string summary;             // candidate_summary, with its layout's worker count
-  double iteration_time_s = 0;     // the layout's estimate, equal to the built plan's
+  double iteration_time_s = 0;     // the layout's estimate, as Candidate's
   double price_usd_per_hour = 0;   // of the GPUs its layout uses, as Candidate's
 };
 

@@ -64,7 +64,8 @@ Case make_case(int which) {
 
 // phase: 0 everything (evaluate_candidate), 1 make_layout alone, 2 build_plan alone, 3 the estimate alone;
 // 4 the layout's estimate alone (estimate_layout), 5 make_layout and estimate_layout: what the
-// search spends on every candidate before it builds the best.
+// search spends on every candidate before it builds the best; 6 estimate_layout with every
+// flow alone on its routes (no shared links): what sharing links costs, beside 4.
 void BM_SearchCandidates(benchmark::State& state) {
   const Case c = make_case(static_cast<int>(state.range(0)));
   const int phase = static_cast<int>(state.range(1));
@@ -107,6 +108,8 @@ void BM_SearchCandidates(benchmark::State& state) {
       benchmark::DoNotOptimize(partition::estimate_plan(plans[k], cost));
     } else if (phase == 4) {
       benchmark::DoNotOptimize(partition::estimate_layout(c.network, layouts[k], cost));
+    } else if (phase == 6) {
+      benchmark::DoNotOptimize(partition::estimate_layout(c.network, layouts[k], cost, {.shared_links = false}));
     } else {
       benchmark::DoNotOptimize(
           partition::estimate_layout(c.network, partition::make_layout(c.cluster, c.network, accepted[k], cost), cost));
@@ -118,7 +121,7 @@ void BM_SearchCandidates(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchCandidates)
     ->ArgNames({"case", "phase"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6}})
     ->Unit(benchmark::kMillisecond);
 
 // `hetflow search --cluster C --model M --global-batch B`, as a user runs it, on every core:

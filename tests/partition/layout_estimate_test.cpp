@@ -50,7 +50,8 @@ void compare_one(const model::Cluster& cluster, const model::Network& net, const
       return;
     }
     const partition::Estimate full = partition::estimate_plan(plan, cost);
-    const partition::LayoutEstimate quick = partition::estimate_layout(net, layout, cost);
+    // Alone on its routes, as estimate_plan times every transfer and collective.
+    const partition::LayoutEstimate quick = partition::estimate_layout(net, layout, cost, {.shared_links = false});
     const double err = std::abs(quick.iteration_time_s - full.iteration_time_s) / full.iteration_time_s;
     double headroom = std::numeric_limits<double>::infinity(), capacity = 0;
     for (const partition::DeviceMemory& m : plan.memory) {

@@ -265,7 +265,12 @@ TEST(GroupedPolicy, TheSearchsGroupingsDropSlowTypesAndMixThem) {
 // degree and depth (54 groupings), estimated alike; the best of the search's by-type
 // groupings (its descent's and those of one degree) is the best of them. Here, on a model
 // wide enough for tensor parallelism to pay on NVLink and less so on PCIe, a mixed-degree
-// grouping beats every grouping of one degree the search tries.
+// grouping beats every grouping of one degree the search tries at batch 64. At batch 24 it
+// does not: one worker of all 12 GPUs at degree 4 (`1x(8 V100-16 + 4 T4)`) is faster, which
+// the simulation confirms (`hetflow search --policies grouped` on this cluster: 492 ms
+// simulated, against 680 ms for the best mixed degrees, `*x8 V100-16 tp2, *x4 T4 tp1`, and
+// 688 ms for `*x8 V100-16 tp4, *x4 T4 tp2`, which the estimate without shared links had
+// first: the two by-type workers' data-parallel pieces share the nodes' NICs).
 TEST(GroupedPolicy, TheSearchGivesEachTypeItsOwnTensorDegree) {
   const model::Cluster cluster = model::parse_cluster(
       "name: fast\nnodes:\n"
@@ -326,7 +331,11 @@ TEST(GroupedPolicy, TheSearchGivesEachTypeItsOwnTensorDegree) {
                 "degree %.4g s\n",
                 batch, best_groups.c_str(), best, by_type, mixed, one_degree);
     EXPECT_NEAR(by_type, best, best * 1e-9) << batch;
-    EXPECT_LT(mixed, one_degree) << batch;
+    if (batch == 64) {
+      EXPECT_LT(mixed, one_degree) << batch;
+    } else {
+      EXPECT_GT(mixed, one_degree) << batch;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "model/io.hpp"
@@ -83,6 +84,49 @@ std::string compare_routes(const model::Cluster& cluster, const std::vector<simg
   return problems.str();
 }
 
+// Compares the links of SimGrid's route between every pair of devices with
+// CostModel::route_links(): the same links of limited bandwidth, in order, each id always
+// the same SimGrid link (one direction of a split-duplex link) and each at its bandwidth, so
+// flows meet in the estimate's link sharing exactly where they meet in SimGrid's.
+std::string compare_route_links(const model::Cluster& cluster, const std::vector<simgrid::s4u::Host*>& hosts) {
+  const partition::CostModel cost(cluster, model::Precision::fp16);
+  std::ostringstream problems;
+  int mismatches = 0;
+  std::map<int, const simgrid::s4u::Link*> link_of;
+  std::map<const simgrid::s4u::Link*, int> id_of;
+  std::vector<int> ids;
+  for (size_t a = 0; a < hosts.size(); ++a) {
+    for (size_t b = 0; b < hosts.size(); ++b) {
+      if (a == b) continue;
+      std::vector<simgrid::s4u::Link*> all;
+      double latency = 0;
+      hosts[a]->route_to(hosts[b], all, &latency);
+      std::vector<const simgrid::s4u::Link*> links;
+      for (const auto* l : all) {
+        if (l->get_bandwidth() < 1e17) links.push_back(l);  // the platform's unlimited links share nothing
+      }
+      ids.clear();
+      cost.route_links(static_cast<int>(a), static_cast<int>(b), ids);
+      bool same = ids.size() == links.size();
+      for (size_t i = 0; same && i < ids.size(); ++i) {
+        const auto [to, new_id] = link_of.emplace(ids[i], links[i]);
+        const auto [from, new_link] = id_of.emplace(links[i], ids[i]);
+        same = to->second == links[i] && from->second == ids[i] &&
+               std::fabs(cost.link_bandwidth_bytes_per_s(ids[i]) / links[i]->get_bandwidth() - 1) < 1e-12;
+      }
+      if (!same && ++mismatches <= 3) {
+        problems << hosts[a]->get_name() << " -> " << hosts[b]->get_name() << ": simgrid";
+        for (const auto* l : links) problems << " " << l->get_name();
+        problems << "; cost model";
+        for (const int id : ids) problems << " " << id;
+        problems << "\n";
+      }
+    }
+  }
+  if (mismatches > 3) problems << "... " << mismatches << " mismatched routes in all\n";
+  return problems.str();
+}
+
 std::vector<double> unit_speeds(const model::Cluster& c) { return std::vector<double>(static_cast<size_t>(c.device_count()), 1e12); }
 
 const char* kFatTree = R"(name: tree
@@ -105,6 +149,17 @@ TEST_P(PlatformRoutes, EqualTheCostModelRoutes) {
     sim::start_engine(0);
     const sim::Platform p = sim::instantiate_platform(sim::platform_spec(cluster, unit_speeds(cluster)));
     return compare_routes(cluster, p.hosts);
+  });
+  EXPECT_EQ(problems, "");
+}
+
+TEST_P(PlatformRoutes, CrossTheCostModelsLinks) {
+  const std::string name = GetParam();
+  const model::Cluster cluster = name == "fat-tree" ? model::parse_cluster(kFatTree, "tree.yaml") : model::builtin_cluster(name);
+  const std::string problems = in_child([&] {
+    sim::start_engine(0);
+    const sim::Platform p = sim::instantiate_platform(sim::platform_spec(cluster, unit_speeds(cluster)));
+    return compare_route_links(cluster, p.hosts);
   });
   EXPECT_EQ(problems, "");
 }

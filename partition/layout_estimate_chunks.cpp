@@ -1,0 +1,173 @@
+// The chunks of estimate_layout's virtual workers and the communication among them
+// (partition/layout_estimate_detail.hpp).
+#include <algorithm>
+
+#include "partition/layout_estimate_detail.hpp"
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::estimate_detail {
+
+namespace {
+
+// The compute time of a chunk's pass on each device of its rank (devices that compute alike
+// share one evaluation: the operation costs walk every layer).
+std::vector<double> per_device(const model::Network& network, const Layout& layout, const CostModel& cost, Task task,
+                               const std::vector<int>& devices) {
+  std::vector<double> out(devices.size());
+  for (size_t j = 0; j < devices.size(); ++j) {
+    if (j > 0 && cost.same_compute(devices[j], devices[j - 1])) {
+      out[j] = out[j - 1];
+      continue;
+    }
+    task.device = devices[j];
+    out[j] = cost.task_compute_time_s(network, layout, task);
+  }
+  return out;
+}
+
+CollectiveSpec ring_of(CollectiveKind kind, const std::vector<int>& devices, double bytes, int messages = 1) {
+  CollectiveSpec spec;
+  spec.kind = kind;
+  spec.algorithm = CollectiveAlgorithm::ring;
+  spec.devices = devices;
+  spec.bytes = bytes;
+  spec.messages = messages;
+  return spec;
+}
+
+// Chunk k's compute per tensor rank for each of its passes.
+void compute_of(const model::Network& network, const Layout& layout, const CostModel& cost, int w, size_t k,
+                const builder::ChunkWork& wk, bool splits_backward, Chunk& c) {
+  const VirtualWorker& vw = layout.workers[static_cast<size_t>(w)];
+  Task task;
+  task.worker = w;
+  task.stage = static_cast<int>(k);
+  task.layer_begin = vw.stages[k].layer_begin;
+  task.layer_end = vw.stages[k].layer_end;
+  task.memory_bytes = wk.weight_bytes + wk.stash_bytes;
+  task.kind = TaskKind::forward;
+  task.flops = wk.forward_flops;
+  c.f_compute_s = per_device(network, layout, cost, task, *c.devices);
+  task.kind = TaskKind::backward;
+  task.flops = (splits_backward ? wk.backward_flops / 2 : wk.backward_flops) + wk.recompute_flops;
+  task.recompute_flops = wk.recompute_flops;
+  c.b_compute_s = per_device(network, layout, cost, task, *c.devices);
+  if (splits_backward) {
+    task.kind = TaskKind::backward_weight;
+    task.flops = wk.backward_flops / 2;
+    task.recompute_flops = 0;
+    c.w_compute_s = per_device(network, layout, cost, task, *c.devices);
+  }
+}
+
+// The slowest tensor rank's transfer of `whole` bytes from chunk `from` to chunk `to`:
+// receiving rank j gets 1/t_to of it from sending rank j % t_from (none on one device).
+void boundary(PipelineComm& comm, int w, size_t k, PipelineComm::Slot slot, const std::vector<int>& from,
+              const std::vector<int>& to, double whole) {
+  const double bytes = whole / static_cast<double>(to.size());
+  if (bytes <= 0) return;
+  for (size_t j = 0; j < to.size(); ++j) {
+    const int src = from[j % from.size()], dst = to[j];
+    if (src != dst) comm.transfer(w, k, slot, src, dst, bytes);
+  }
+}
+
+}  // namespace
+
+PipelineComm::Phase& PipelineComm::phase(int w, size_t k, Slot slot, int order) {
+  // Shared: every worker's in one phase; alone: each its own (each item is timed alone anyway).
+  const auto key = std::make_tuple(k, static_cast<int>(slot), order, shared_ ? -1 : w);
+  auto it = phases_.find(key);
+  if (it == phases_.end()) it = phases_.emplace(key, Phase{SharedPhase(cost_, shared_), {}}).first;
+  return it->second;
+}
+
+void PipelineComm::collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c) {
+  if (c.devices.size() < 2 || c.bytes <= 0) return;
+  Phase& p = phase(w, k, slot, order);
+  p.items.add(c);
+  p.uses.push_back({w, k, slot});
+}
+
+void PipelineComm::transfer(int w, size_t k, Slot slot, int src, int dst, double bytes) {
+  Phase& p = phase(w, k, slot, 0);
+  p.items.add_transfer(src, dst, bytes);
+  p.uses.push_back({w, k, slot});
+}
+
+void PipelineComm::resolve(std::vector<std::vector<Chunk>*>& chunks) {
+  for (const auto& [key, p] : phases_) {
+    const std::vector<double> times = p.items.times_s();
+    for (size_t i = 0; i < times.size(); ++i) {
+      const Use& use = p.uses[i];
+      Chunk& c = (*chunks[static_cast<size_t>(use.worker)])[use.chunk];
+      switch (use.slot) {
+        case kForwardBefore: c.f_before_s += times[i]; break;
+        case kForwardAfter: c.f_after_s += times[i]; break;
+        case kBackwardBefore: c.b_before_s += times[i]; break;
+        case kBackwardAfter: c.b_after_s += times[i]; break;
+        case kToNext: c.to_next_s = std::max(c.to_next_s, times[i]); break;
+        case kToPrevious: c.to_previous_s = std::max(c.to_previous_s, times[i]); break;
+      }
+    }
+  }
+  for (std::vector<Chunk>* worker : chunks) {
+    for (Chunk& c : *worker) {
+      c.f_s = c.f_before_s + largest(c.f_compute_s) + c.f_after_s;
+      c.b_s = c.b_before_s + largest(c.b_compute_s) + c.b_after_s;
+      c.w_s = largest(c.w_compute_s);
+    }
+  }
+}
+
+std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout, const CostModel& cost, int w,
+                             bool splits_backward, WorkMemo& memo, PipelineComm& comm) {
+  const VirtualWorker& vw = layout.workers[static_cast<size_t>(w)];
+  const size_t count = vw.stages.size();
+  std::vector<Chunk> chunks(count);
+  std::vector<builder::ChunkWork> work(count);
+  std::vector<bool> sharded(count);
+  for (size_t k = 0; k < count; ++k) {
+    const Stage& s = vw.stages[k];
+    chunks[k].rank = s.rank;
+    chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
+    work[k] = memo.of(s, vw.tensor_of(k)).work;
+    sharded[k] = layout.sequence_parallel && builder::tp_collectives(work[k], vw.tensor_of(k));
+  }
+  for (size_t k = 0; k < count; ++k) {
+    Chunk& c = chunks[k];
+    const builder::ChunkWork& wk = work[k];
+    const std::vector<int>& devices = *c.devices;
+    const bool tp = builder::tp_collectives(wk, static_cast<int>(devices.size()));
+    compute_of(network, layout, cost, w, k, wk, splits_backward, c);
+    // Tensor-parallel collectives (Builder::gather_inputs, reduce_partials, tp_pass).
+    for (const bool backward : {false, true}) {
+      const auto before = backward ? PipelineComm::kBackwardBefore : PipelineComm::kForwardBefore;
+      const auto after = backward ? PipelineComm::kBackwardAfter : PipelineComm::kForwardAfter;
+      const int neighbour = backward ? static_cast<int>(k) + 1 : static_cast<int>(k) - 1;
+      if (neighbour >= 0 && neighbour < static_cast<int>(count) && devices.size() > 1 && !sharded[k] &&
+          devices != *chunks[static_cast<size_t>(neighbour)].devices) {
+        comm.collective(w, k, before, 0,
+                        ring_of(CollectiveKind::all_gather, devices, backward ? wk.output_bytes : wk.input_bytes));
+      }
+      const builder::TpPass pass = builder::tp_pass(wk, backward, sharded[k], layout.recompute);
+      if (sharded[k]) {
+        comm.collective(w, k, before, 1,
+                        ring_of(CollectiveKind::all_gather, devices, pass.gather_bytes, pass.gather_messages));
+        comm.collective(w, k, after, 0,
+                        ring_of(CollectiveKind::reduce_scatter, devices, pass.reduce_bytes, pass.reduce_messages));
+      } else if (tp) {
+        comm.collective(w, k, after, 0,
+                        ring_of(CollectiveKind::all_reduce, devices, pass.reduce_bytes, pass.reduce_messages));
+      }
+    }
+  }
+  for (size_t k = 0; k + 1 < count; ++k) {
+    boundary(comm, w, k, PipelineComm::kToNext, *chunks[k].devices, *chunks[k + 1].devices, work[k].output_bytes);
+    boundary(comm, w, k + 1, PipelineComm::kToPrevious, *chunks[k + 1].devices, *chunks[k].devices,
+             work[k + 1].input_bytes);
+  }
+  return chunks;
+}
+
+}  // namespace hetflow::partition::estimate_detail

@@ -1,0 +1,118 @@
+#pragma once
+// The parts of estimate_layout (partition/layout_estimate.cpp) in their own files: the chunks
+// of each virtual worker with their operations' costs (layout_estimate_chunks.cpp), the
+// communication among them costed phase by phase where concurrent flows share links, and
+// one run of a worker's pipeline through its schedule (layout_estimate_pipeline.cpp).
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/layout.hpp"
+#include "partition/layout_estimate_memo.hpp"
+#include "partition/link_sharing.hpp"
+#include "partition/schedule.hpp"
+
+namespace hetflow::partition::estimate_detail {
+
+// One chunk of one virtual worker, per micro-batch.
+struct Chunk {
+  const std::vector<int>* devices = nullptr;  // its rank's
+  int rank = 0;
+  double f_s = 0, b_s = 0, w_s = 0;           // each operation, collectives included
+  std::vector<double> f_compute_s, b_compute_s, w_compute_s;  // per tensor rank: compute alone
+  double f_before_s = 0, b_before_s = 0;      // collectives before each pass's compute (gathers)
+  double f_after_s = 0, b_after_s = 0;        // and after it (the partial sums' reduction)
+  double to_next_s = 0;                       // its output to the next chunk
+  double to_previous_s = 0;                   // its input gradient to the previous chunk
+};
+
+inline double largest(const std::vector<double>& v) {
+  double most = 0;
+  for (const double x : v) most = x > most ? x : most;
+  return v.empty() ? 0 : most;
+}
+
+// The communication of the workers' pipelines, gathered while their chunks are made and then
+// costed in phases of what runs at once: one tensor-parallel collective of chunk k (or one
+// boundary transfer between chunks k and k + 1) of every virtual worker, since the replicas
+// run their pipelines side by side. Within a phase every flow (a ring's edges, each tensor
+// rank's slice of a boundary) shares the links it crosses with the others
+// (partition/link_sharing.hpp); without sharing, each is timed alone on its route.
+class PipelineComm {
+ public:
+  // Where a time goes in a Chunk: the collectives before or after a pass (added up, in the
+  // order given), or a boundary transfer (the slowest tensor rank's).
+  enum Slot { kForwardBefore, kForwardAfter, kBackwardBefore, kBackwardAfter, kToNext, kToPrevious };
+  PipelineComm(const CostModel& cost, bool shared) : cost_(cost), shared_(shared) {}
+  // The `order`-th collective of chunk k's slot in worker w (nothing when it moves nothing).
+  void collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c);
+  // One tensor rank's share of chunk k's boundary transfer in worker w.
+  void transfer(int w, size_t k, Slot slot, int src, int dst, double bytes);
+  // Costs every phase into the workers' chunks (per worker, as chunks_of made them).
+  void resolve(std::vector<std::vector<Chunk>*>& chunks);
+
+ private:
+  struct Use {
+    int worker;
+    size_t chunk;
+    Slot slot;
+  };
+  struct Phase {
+    SharedPhase items;
+    std::vector<Use> uses;  // per item
+  };
+  Phase& phase(int w, size_t k, Slot slot, int order);
+  const CostModel& cost_;
+  bool shared_;
+  std::map<std::tuple<size_t, int, int, int>, Phase> phases_;  // (chunk, slot, order, worker or -1)
+};
+
+// A virtual worker's chunks: each operation's compute per tensor rank; their collectives and
+// transfers go to `comm`, which fills them in.
+std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout, const CostModel& cost, int w,
+                             bool splits_backward, WorkMemo& memo, PipelineComm& comm);
+
+// What running one worker's pipeline leaves for the rest of the iteration.
+struct WorkerRun {
+  std::vector<double> rank_end_s;         // per rank: the end of its last operation
+  std::vector<double> channel_free;       // per sending rank and direction: when its channel is free
+  std::vector<std::vector<double>> busy;  // per rank and tensor rank: compute and collectives
+  double bubble_sum = 0;                  // over its devices: 1 - F/B/W compute / the worker's span
+  int bubble_count = 0;
+  // Per chunk and tensor rank: the start and length of the compute that completes its
+  // gradients (its last B or W in program order), for --overlap-grad-reduce.
+  std::vector<std::vector<double>> made_start, made_s;
+};
+
+// Where a worker's pipeline starts an iteration from: when each rank's compute stream and
+// each channel are free (the last iteration's ends: a plan's streams run their tasks of
+// iteration i after those of i - 1), and when each chunk's first forward (of micro-batch 0)
+// may start (WSP: the pull of iteration i - D - 1 arrived). Empty: all at 0.
+struct PipelineStart {
+  std::vector<double> rank_free;
+  // Per rank and tensor rank: when each device's stream is free. A rank's devices may free at
+  // different times (the data-parallel pieces of ranks of unequal degree run one after
+  // another); each device's first compute starts then, and its tensor-parallel collective
+  // waits for the others: the bubble counts a device's span from its own first start.
+  std::vector<std::vector<double>> device_free;
+  std::vector<double> channel_free;
+  std::vector<double> first_forward;  // per chunk
+};
+
+// The same times for the same pipeline: workers whose chunks cost alike run alike.
+bool same_timing(const std::vector<Chunk>& a, const std::vector<Chunk>& b);
+
+// One iteration of one worker's pipeline through its ranks' programs, from `from`. Throws
+// PlanError where the schedule deadlocks.
+WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, const RankPrograms& programs, int m,
+                       const PipelineStart& from);
+
+// The most activation bytes one rank holds at once: a micro-batch's stash of chunk c lives
+// from its F to its B (its W when backward is split), as the plan's stash tensors do, and a
+// backward under full recomputation adds its scratch (one layer rebuilt) while it runs.
+double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std::vector<double>& stash_bytes,
+                             double scratch_bytes, bool splits_backward);
+
+}  // namespace hetflow::partition::estimate_detail
