@@ -15,6 +15,7 @@
 
 #include "model/error.hpp"
 #include "partition/plan.hpp"
+#include "traces/message_times.hpp"
 
 namespace hetflow::exec {
 
@@ -45,9 +46,22 @@ class TaskContext {
   // trace records it, so a trace shows what ran, not what was planned. -1: not reported (the
   // trace then says the plan's bytes).
   double carried_bytes = -1;
+  // Where the times of the task's in-task messages (Plan::inside(task)) go: the engine's.
+  std::span<traces::MessageTimes::Span> messages;
+  // The back end performed the task's next in-task message (they run in the plan's order)
+  // from start_s to end_s on now_s()'s clock, carrying `bytes` (as carried_bytes
+  // below; -1: the plan's): the trace records it within the task's event.
+  void message_ran(double start_s, double end_s, double bytes = -1) {
+    if (next_message_ < messages.size()) messages[next_message_++] = {start_s, end_s, bytes};
+  }
   // What the task is blocked on ("the 2nd message on channel 3 from device 0"): the
   // watchdog names it when the run stalls.
   virtual void waiting_for(std::string what) = 0;
+  // The run's clock: seconds since it began, as the trace's times.
+  virtual double now_s() const = 0;
+
+ private:
+  size_t next_message_ = 0;
 };
 
 class Backend {

@@ -131,7 +131,6 @@ void CpuBackend::prepare(const partition::Plan& plan) {
   }
   for (auto& [key, lane] : lanes_) lane = make_lane(std::get<0>(key), std::get<1>(key), tag++);
   steps_.assign(plan.tasks.size(), {});
-  in_task_bytes_.assign(plan.communicators.size(), 0.0);
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (!local(task.device)) continue;
@@ -359,12 +358,13 @@ void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
   }
 }
 
-void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std::string& what,
+void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std::string& what, size_t floats,
                                   const std::function<std::span<const float>(size_t member)>& send,
                                   const std::function<size_t(size_t member)>& receive_floats,
                                   const std::function<void(size_t member, std::span<const float>)>& receive) {
   const auto& members = plan_->communicator(communicator).devices;
   const int me = task.spec->device;
+  const double start_s = task.now_s();
   std::vector<std::shared_ptr<Lane::Packet>> posted;
   std::vector<Lane*> to;
   for (size_t r = 0; r < members.size(); ++r) {
@@ -393,6 +393,7 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
     task.waiting_for("a tensor-parallel " + what + " inside the task: a peer to take its floats");
     to[i]->wait_taken(*posted[i]);
   }
+  task.message_ran(start_s, task.now_s(), carried(floats * sizeof(float)));
 }
 
 // A proxy's in-task message: the plan's bytes (capped) of zeros to every other member, theirs
@@ -401,30 +402,18 @@ void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall&
   const partition::Collective& c = plan_->collective(call.collective);
   const size_t floats = floats_of(std::min(c.bytes / std::max(1, c.messages), options_.max_message_bytes));
   const std::vector<float> zeros(floats, 0.0f);
-  count_in_task(c.communicator, floats);
   exchange_in_task(
-      task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")",
+      task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")", floats,
       [&](size_t) { return std::span<const float>(zeros); }, [&](size_t) { return floats; },
       [](size_t, std::span<const float>) {});
 }
 
-std::vector<double> CpuBackend::in_task_bytes() const {
-  std::lock_guard lock(in_task_mutex_);
-  return in_task_bytes_;
-}
-
-void CpuBackend::count_in_task(int communicator, size_t floats) {
-  std::lock_guard lock(in_task_mutex_);
-  in_task_bytes_.at(static_cast<size_t>(communicator)) += carried(floats * sizeof(float));
-}
-
 void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
-  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   std::vector<float> result(data.size(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
   exchange_in_task(
-      task, communicator, "all-reduce", [&](size_t) { return std::span<const float>(data); },
+      task, communicator, "all-reduce", data.size(), [&](size_t) { return std::span<const float>(data); },
       [&](size_t) { return data.size(); },
       [&](size_t, std::span<const float> in) {
         for (size_t i = 0; i < result.size(); ++i) result[i] = max ? std::max(result[i], in[i]) : result[i] + in[i];
@@ -452,13 +441,12 @@ size_t member_of(const partition::Plan& plan, int communicator, const TaskContex
 
 void CpuBackend::all_gather(TaskContext& task, int communicator, std::span<float> ops_data,
                             std::span<const size_t> parts) {
-  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   const size_t me = member_of(*plan_, communicator, task, parts, data.size());
   const auto part = [&](size_t r) { return data.subspan(parts[r], parts[r + 1] - parts[r]); };
   exchange_in_task(
-      task, communicator, "all-gather", [&](size_t) { return std::span<const float>(part(me)); },
+      task, communicator, "all-gather", data.size(), [&](size_t) { return std::span<const float>(part(me)); },
       [&](size_t r) { return part(r).size(); },
       [&](size_t r, std::span<const float> in) {
         if (r != me) std::copy(in.begin(), in.end(), part(r).begin());
@@ -468,14 +456,13 @@ void CpuBackend::all_gather(TaskContext& task, int communicator, std::span<float
 
 void CpuBackend::reduce_scatter(TaskContext& task, int communicator, std::span<float> ops_data,
                                 std::span<const size_t> parts) {
-  count_in_task(communicator, ops_data.size());
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();
   const size_t me = member_of(*plan_, communicator, task, parts, data.size());
   const auto part = [&](size_t r) { return std::span<const float>(data.subspan(parts[r], parts[r + 1] - parts[r])); };
   std::vector<float> result(part(me).size(), 0.0f);
   exchange_in_task(
-      task, communicator, "reduce-scatter", part, [&](size_t) { return result.size(); },
+      task, communicator, "reduce-scatter", data.size(), part, [&](size_t) { return result.size(); },
       [&](size_t, std::span<const float> in) {
         for (size_t i = 0; i < result.size(); ++i) result[i] += in[i];
       });

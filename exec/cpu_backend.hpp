@@ -66,15 +66,8 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
                       std::span<const size_t> parts) override;
   void run(TaskContext& task) override;
   void stop() override;
-  // What this process's members carried inside compute tasks since prepare(), per
-  // communicator of the plan, in the plan's bytes (TaskContext::carried_bytes' units): each
-  // member counts each in-task collective's size (partition/collective.hpp's convention).
-  std::vector<double> in_task_bytes() const;
 
  private:
-  void count_in_task(int communicator, size_t floats);
-  mutable std::mutex in_task_mutex_;
-  std::vector<double> in_task_bytes_;  // per communicator
   struct Part {
     Lane* mailbox = nullptr;
     int peer = -1;
@@ -100,8 +93,9 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   // One in-task exchange on `communicator`'s lanes: member r (in the communicator's order)
   // gets send(r) from this device, then receive(r, floats) runs for every member in order,
   // this device's own being send(me); member r must send receive_floats(r) floats (Error
-  // naming the device otherwise).
-  void exchange_in_task(TaskContext& task, int communicator, const std::string& what,
+  // naming the device otherwise). The task's next message_ran, carrying the collective's
+  // size of `floats` (partition/collective.hpp's convention) in the plan's bytes.
+  void exchange_in_task(TaskContext& task, int communicator, const std::string& what, size_t floats,
                         const std::function<std::span<const float>(size_t member)>& send,
                         const std::function<size_t(size_t member)>& receive_floats,
                         const std::function<void(size_t member, std::span<const float>)>& receive);

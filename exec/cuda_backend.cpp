@@ -243,8 +243,7 @@ namespace {
 // GEMM output, every GEMM shape run once (real math runs its own kernels, not these).
 void make_lane(GpuLane& lane, const Gpu& gpu, model::Precision p, size_t staging, bool proxy, const std::string& where) {
   cuda(cudaStreamCreateWithFlags(&lane.cuda, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
-  cuda(cudaEventCreate(&lane.start), "cudaEventCreate", where);
-  cuda(cudaEventCreate(&lane.end), "cudaEventCreate", where);
+  for (cudaEvent_t* e : {&lane.start, &lane.end, &lane.message}) cuda(cudaEventCreate(e), "cudaEventCreate", where);
   for (cudaEvent_t& e : lane.group) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
   cuda(cudaEventCreateWithFlags(&lane.ops_done, cudaEventDisableTiming), "cudaEventCreateWithFlags", where);
   lane.staging = device_alloc(staging, "the staging buffer", where);

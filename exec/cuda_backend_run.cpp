@@ -114,6 +114,7 @@ class DeviceTask final : public TaskContext {
     writes = writes_;
   }
   void waiting_for(std::string what) override { job_.task.waiting_for(std::move(what)); }
+  double now_s() const override { return job_.task.now_s(); }  // (messages are timed on job_.task)
 
  private:
   Buffer copy_of(int tensor) const {
@@ -131,6 +132,16 @@ void follow_compute_stream(Job& job) {
   if (compute == job.lane.cuda) return;
   cuda(cudaEventRecord(job.lane.ops_done, compute), "cudaEventRecord", job.where);
   cuda(cudaStreamWaitEvent(job.lane.cuda, job.lane.ops_done, 0), "cudaStreamWaitEvent", job.where);
+}
+
+// An in-task message, issued on its stream between the lane's `message` and `end` events and
+// awaited, ran for the GPU time between them, up to now: the task's next message_ran, which
+// carried `carried_bytes`.
+void message_ran(Job& job, double carried_bytes) {
+  float ms = 0;
+  cuda(cudaEventElapsedTime(&ms, job.lane.message, job.lane.end), "cudaEventElapsedTime", job.where);
+  const double end_s = job.task.now_s();
+  job.task.message_ran(std::max(0.0, end_s - ms / 1e3), end_s, carried_bytes);
 }
 
 // A proxy's in-task collective message: NCCL's collective of the plan's bytes (capped) in the
@@ -152,6 +163,7 @@ void proxy_in_task(Job& job, const partition::InTaskCall& call) {
   const cudaStream_t stream = job.lane.cuda;
   job.task.waiting_for("in-task collective " + std::to_string(call.collective) + " (" + std::string(partition::to_string(c.kind)) +
                        ", " + std::to_string(floats) + " floats) on " + g.what);
+  cuda(cudaEventRecord(job.lane.message, stream), "cudaEventRecord", job.where);
   switch (c.kind) {
     case partition::CollectiveKind::all_gather:
       job.issue(comm, "ncclAllGather", [&](ncclComm_t h) { return ncclAllGather(at + rank * each, at, each, ncclFloat32, h, stream); });
@@ -166,6 +178,7 @@ void proxy_in_task(Job& job, const partition::InTaskCall& call) {
   }
   cuda(cudaEventRecord(job.lane.end, stream), "cudaEventRecord", job.where);
   await(job.lane.end, comm, job.stop, job.where);
+  message_ran(job, static_cast<double>(floats * sizeof(float)));  // (a proxy's bytes are the plan's, capped)
 }
 
 void run_compute(Job& job, double flop_scale) {
@@ -531,6 +544,7 @@ struct InTask {
   Job* job;
   ncclComm_t* comm;
   size_t rank, ranks;
+  double carried_bytes;  // the message's size in the plan's bytes (its floats at the plan's element size)
 };
 
 InTask in_task(CudaBackend::State& s, TaskContext& task, int communicator, const char* what, size_t floats) {
@@ -552,15 +566,18 @@ InTask in_task(CudaBackend::State& s, TaskContext& task, int communicator, const
   ncclComm_t* comm = &s.comms[static_cast<size_t>(group->second)][rank];
   if (*comm == nullptr) throw Error("the NCCL communicator for " + job->where + " was aborted by an earlier failure");
   task.waiting_for(std::string("a tensor-parallel ") + what + " (" + std::to_string(floats) + " floats) on " + g.what);
-  return {job, comm, rank, g.devices.size()};
+  return {job, comm, rank, g.devices.size(), static_cast<double>(floats) * model::element_bytes(s.plan->layout.precision)};
 }
 
 // Issues `call` on the rank, then waits for the compute stream to pass it.
 template <typename Call>
 void in_task_run(const InTask& t, const char* name, Call call) {
+  const cudaStream_t stream = t.job->gpu.ops->stream();
+  cuda(cudaEventRecord(t.job->lane.message, stream), "cudaEventRecord", t.job->where);
   t.job->issue(t.comm, name, call);
-  cuda(cudaEventRecord(t.job->lane.ops_done, t.job->gpu.ops->stream()), "cudaEventRecord", t.job->where);
-  await(t.job->lane.ops_done, t.comm, t.job->stop, t.job->where);
+  cuda(cudaEventRecord(t.job->lane.end, stream), "cudaEventRecord", t.job->where);  // (recorded again when the task ends)
+  await(t.job->lane.end, t.comm, t.job->stop, t.job->where);
+  message_ran(*t.job, t.carried_bytes);
 }
 
 // The parts' common size, or nullopt when they differ (or do not start at 0).

@@ -84,6 +84,7 @@ struct GpuLane {
   void* c = nullptr;        // the proxy GEMM's output
   void* staging = nullptr;  // its tasks' largest message or collective buffer (staging_bytes)
   cudaEvent_t start = nullptr, end = nullptr;       // timing
+  cudaEvent_t message = nullptr;                    // timing: an in-task message's start
   cudaEvent_t group[2] = {nullptr, nullptr};        // GEMM groups in flight
   cudaEvent_t ops_done = nullptr;                   // real math: the compute stream's work so far
 };
@@ -135,7 +136,7 @@ struct CudaBackend::State {
         if (l.cuda != nullptr) cudaStreamSynchronize(l.cuda);
         if (l.blas != nullptr) cuda_detail::cublas::destroy(l.blas);
         if (l.cuda != nullptr) kernels::release_linear_handles(l.cuda);  // the real math's, for this stream
-        for (cudaEvent_t e : {l.start, l.end, l.group[0], l.group[1], l.ops_done}) {
+        for (cudaEvent_t e : {l.start, l.end, l.message, l.group[0], l.group[1], l.ops_done}) {
           if (e != nullptr) cudaEventDestroy(e);
         }
         if (l.cuda != nullptr) cudaStreamDestroy(l.cuda);

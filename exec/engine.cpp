@@ -21,6 +21,7 @@
 #include "model/units.hpp"
 #include "partition/run_graph.hpp"
 #include "partition/task_order.hpp"
+#include "traces/message_times.hpp"
 #include "traces/task_event.hpp"
 
 namespace hetflow::exec {
@@ -88,15 +89,18 @@ TensorsByTask transient_by(const Plan& plan, int Tensor::*field) {
 
 class Context final : public TaskContext {
  public:
-  Context(DeviceState& device, StreamState& stream) : device_(device), stream_(stream) {}
+  Context(DeviceState& device, StreamState& stream, Clock::time_point start)
+      : device_(device), stream_(stream), start_(start) {}
   void waiting_for(std::string what) override {
     std::lock_guard lock(device_.mutex);
     stream_.waiting_for = std::move(what);
   }
+  double now_s() const override { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
  private:
   DeviceState& device_;
   StreamState& stream_;
+  Clock::time_point start_;
 };
 
 class Run {
@@ -127,6 +131,7 @@ class Run {
     start_s_.assign(instances, 0);
     end_s_.assign(instances, 0);
     carried_bytes_.assign(instances, -1);
+    messages_ = traces::MessageTimes(plan, iterations_);
     transient_.resize(plan.tensors.size() * static_cast<size_t>(iterations_));
     persistent_.resize(plan.tensors.size());
     for (size_t d = 0; d < plan.programs.size(); ++d) {
@@ -275,9 +280,10 @@ class Run {
           fail(task, i, refused);
           return;
         }
-        Context context(d, state);
+        Context context(d, state, start_);
         context.task = task;
         context.iteration = i;
+        context.messages = messages_.of(task, i);
         context.spec = &plan_.task(task);
         context.reads = reads;
         context.writes = writes;
@@ -525,6 +531,9 @@ class Run {
         put(mine, start_s_[at] + clock_offset_s_);
         put(mine, end_s_[at] + clock_offset_s_);
         put(mine, carried_bytes_[at]);
+        for (const traces::MessageTimes::Span& m : messages_.of(static_cast<int>(t), i)) {
+          put(mine, m.start_s < 0 ? m : traces::MessageTimes::Span{m.start_s + clock_offset_s_, m.end_s + clock_offset_s_, m.bytes});
+        }
       }
     }
     put(mine, ~std::uint64_t{0});
@@ -553,6 +562,8 @@ class Run {
           start_s_[at] = in.get<double>();
           end_s_[at] = in.get<double>();
           carried_bytes_[at] = in.get<double>();
+          const auto task = static_cast<int>(at % tasks_), iteration = static_cast<int>(at / tasks_);
+          for (traces::MessageTimes::Span& m : messages_.of(task, iteration)) m = in.get<traces::MessageTimes::Span>();
         }
         for (auto d = in.get<std::uint64_t>(); d != ~std::uint64_t{0}; d = in.get<std::uint64_t>()) {
           if (d >= devices_.size()) throw Error("rank " + std::to_string(r) + " reported a device the plan lacks");
@@ -614,6 +625,7 @@ class Run {
         e.end_s = std::max(end_s_[at], e.start_s);
         if (carried_bytes_[at] >= 0) e.bytes = carried_bytes_[at];  // what ran, where the back end says
         r.trace.events.push_back(std::move(e));
+        messages_.append_events(plan_, static_cast<int>(t), i, r.trace.events);
       }
     }
     if (ranks_ == nullptr && r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
@@ -642,6 +654,7 @@ class Run {
   std::vector<char> done_;      // per instance; device lock
   std::vector<double> start_s_, end_s_;  // per instance; written by its thread, read after join
   std::vector<double> carried_bytes_;    // per instance: TaskContext::carried_bytes; likewise
+  traces::MessageTimes messages_;        // TaskContext::messages; likewise
   std::vector<HostBuffer> transient_;    // per (iteration, tensor); device lock
   std::vector<HostBuffer> persistent_;   // per tensor; allocated before the threads start
   std::vector<std::unique_ptr<DeviceState>> devices_;

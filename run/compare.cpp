@@ -25,7 +25,7 @@ Figures step_figures(const traces::Trace& trace, const partition::Plan& plan, in
   std::vector<double> end(static_cast<size_t>(plan.iterations()), 0);
   std::vector<size_t> tasks(end.size(), 0);
   for (const traces::Event& e : trace.events) {
-    if (e.iteration < 0 || e.iteration >= plan.iterations()) continue;
+    if (e.iteration < 0 || e.iteration >= plan.iterations() || e.message >= 0) continue;  // (tasks, not their messages)
     end[static_cast<size_t>(e.iteration)] = std::max(end[static_cast<size_t>(e.iteration)], e.end_s);
     ++tasks[static_cast<size_t>(e.iteration)];
   }

@@ -28,6 +28,7 @@
 #include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
 #include "sim/platform.hpp"
+#include "traces/message_times.hpp"
 #include "traces/task_event.hpp"
 
 namespace hetflow::sim {
@@ -164,6 +165,7 @@ class Simulation {
     done_.assign(n * static_cast<size_t>(iterations_), 0);
     start_.assign(n * static_cast<size_t>(iterations_), 0);
     end_.assign(n * static_cast<size_t>(iterations_), 0);
+    messages_ = traces::MessageTimes(plan_, iterations_);
     // Refuse a collective its steps would refuse now, not inside a running actor.
     for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
     check_amounts();
@@ -382,6 +384,7 @@ class Simulation {
       ++stream.step;
       if (start_step(stream, s, flight)) return;
       if (stream.in_call) {  // an in-task message of a compute task is done: its work goes on
+        message(stream).end_s = sg::Engine::get_clock();
         stream.collective = stream.in_call = false;
         continue_compute(d, s, flight, check);
         return;
@@ -405,6 +408,7 @@ class Simulation {
       stream.steps = in_task_steps(call.collective, (*stream.tasks)[stream.next]);
       stream.step = 0;
       stream.collective = stream.in_call = true;
+      message(stream) = {sg::Engine::get_clock(), sg::Engine::get_clock(), -1};
       if (start_step(stream, s, flight)) return;
       stream.collective = stream.in_call = false;  // nothing to wait for (no bytes, no latency)
     }
@@ -415,6 +419,11 @@ class Simulation {
       return;
     }
     complete_head(d, s, check);
+  }
+
+  // The times of stream's current in-task message (calls[call - 1]).
+  traces::MessageTimes::Span& message(const Stream& stream) {
+    return messages_.of((*stream.tasks)[stream.next], stream.iteration)[stream.call - 1];
   }
 
   // The steps of one message of in-task collective c in task `id`: those of a collective of
@@ -527,7 +536,7 @@ class Simulation {
     r.trace.fingerprint = plan_.fingerprint;
     r.trace.device_names = plan_.device_names;
     r.completed = true;
-    r.trace.events.reserve(done_.size());
+    r.trace.events.reserve(done_.size() + messages_.size());
     for (int i = 0; i < iterations_; ++i) {
       for (size_t t = 0; t < tasks_; ++t) {
         const size_t at = instance(static_cast<int>(t), i);
@@ -542,6 +551,7 @@ class Simulation {
         if (partner >= 0 && done_[instance(partner, i)]) e.start_s = std::max(e.start_s, start_[instance(partner, i)]);
         e.end_s = end_[at];
         r.trace.events.push_back(std::move(e));
+        messages_.append_events(plan_, static_cast<int>(t), i, r.trace.events);
       }
     }
     traces::sort_events(r.trace);
@@ -603,6 +613,7 @@ class Simulation {
   std::vector<int> stream_index_;     // per task: its stream's index in its device's streams
   std::vector<char> done_;            // per task instance (iteration x task)
   std::vector<double> start_, end_;   // per task instance
+  traces::MessageTimes messages_;     // per in-task message instance
   std::vector<sg::Mailbox*> mailbox_of_;  // per send/recv task: its channel's mailbox
   long long activities_ = 0;
   long long completed_ = 0;  // task instances done (counted only when progress is reported)

@@ -18,6 +18,7 @@
 #include "tools/plan_options.hpp"
 #include "tools/trace_files.hpp"
 #include "tools/what_if.hpp"
+#include "traces/event_index.hpp"
 #include "traces/layer_durations.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
@@ -55,7 +56,7 @@ void keep_complete_iterations(Replay& r) {
   r.planned_iterations = r.plan.layout.iterations;
   std::vector<char> seen(tasks * static_cast<size_t>(r.planned_iterations), 0);
   for (const traces::Event& e : r.measured.events) {
-    if (e.task >= 0 && static_cast<size_t>(e.task) < tasks && e.iteration >= 0 && e.iteration < r.planned_iterations) {
+    if (e.message < 0 && e.task >= 0 && static_cast<size_t>(e.task) < tasks && e.iteration >= 0 && e.iteration < r.planned_iterations) {
       seen[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = 1;
     }
   }
@@ -88,6 +89,7 @@ Replay read_replay(const po::variables_map& vm) {
   r.options.calibration = read_calibration_option(vm, r.plan.cluster);
   r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
   const std::vector<double> dispatch_s = dispatch_of_devices(r.plan, r.options.calibration);
+  const traces::EventIndex index(r.measured, r.plan);
   for (const traces::Event& e : r.measured.events) {
     if (!partition::is_compute(e.kind)) continue;
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || r.plan.tasks[static_cast<size_t>(e.task)].kind != e.kind) {
@@ -97,7 +99,7 @@ Replay read_replay(const po::variables_map& vm) {
     }
     const size_t device = static_cast<size_t>(r.plan.tasks[static_cast<size_t>(e.task)].device);
     r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
-        e.end_s - e.start_s + (device < dispatch_s.size() ? dispatch_s[device] : 0);
+        index.own_s(r.measured, e.task, e.iteration) + (device < dispatch_s.size() ? dispatch_s[device] : 0);  // (the simulation runs its in-task messages)
   }
   long long missing = 0;
   for (size_t i = 0; i < r.options.compute_s.size(); ++i) {

@@ -250,8 +250,15 @@ void check_run(const MeasuredRun& run) {
                          run.plan->fingerprint);
   }
   for (const Event& e : t.events) {
-    if (e.task < 0 || static_cast<size_t>(e.task) >= run.plan->tasks.size() ||
-        run.plan->task(e.task).kind != e.kind) {
+    const bool known = e.task >= 0 && static_cast<size_t>(e.task) < run.plan->tasks.size();
+    if (known && e.message >= 0) {  // an in-task message: one the task's collectives have
+      const auto calls = run.plan->inside(e.task);
+      if (static_cast<size_t>(e.message) < calls.size() && calls[static_cast<size_t>(e.message)].collective == e.group) continue;
+      throw InputError(run.name, 0, "message", "event of message " + std::to_string(e.message) + " of collective " +
+                                                   std::to_string(e.group) + " in task " + std::to_string(e.task) +
+                                                   " is no such in-task message of the plan");
+    }
+    if (!known || run.plan->task(e.task).kind != e.kind) {
       throw InputError(run.name, 0, "task", "event of task " + std::to_string(e.task) + " (" +
                                                 std::string(partition::to_string(e.kind)) + ") is no such task of the plan");
     }
@@ -386,7 +393,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
           const int at = index(static_cast<int>(t), i);
           if (at < 0) continue;
           const Event& e = trace.events[static_cast<size_t>(at)];
-          durations.push_back(e.end_s - e.start_s);
+          durations.push_back(index.own_s(trace, static_cast<int>(t), i));  // (its in-task messages are not compute)
           gaps[gpu].push_back(e.start_s - ready[static_cast<size_t>(at)]);
         }
         const double d = median(durations);
@@ -417,6 +424,9 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
       // A tree's closed form is an upper bound wherever its leaves are not all on the deepest
       // level (the gradient norm's): fitting links to it would bias them.
       if (c.algorithm == partition::CollectiveAlgorithm::tree) continue;
+      // An in-task collective's tasks are the compute tasks that run its messages: their
+      // times are not its. (Its messages' events could be fitted too; they are not yet.)
+      if (c.in_task()) continue;
       std::vector<double> durations;
       for (int i = first; i < index.iterations(); ++i) {
         double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;

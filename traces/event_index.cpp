@@ -16,11 +16,25 @@ double median(std::vector<double> v) {
 EventIndex::EventIndex(const Trace& trace, const partition::Plan& plan) : tasks_(plan.tasks.size()) {
   for (const Event& e : trace.events) iterations_ = std::max(iterations_, e.iteration + 1);
   at_.assign(tasks_ * static_cast<size_t>(iterations_), -1);
+  inside_s_.assign(at_.size(), 0);
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const Event& e = trace.events[i];
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks_ || e.iteration < 0) continue;
-    at_[static_cast<size_t>(e.iteration) * tasks_ + static_cast<size_t>(e.task)] = static_cast<int>(i);
+    const size_t at = static_cast<size_t>(e.iteration) * tasks_ + static_cast<size_t>(e.task);
+    if (e.message >= 0) {
+      inside_s_[at] += e.end_s - e.start_s;
+    } else {
+      at_[at] = static_cast<int>(i);
+    }
   }
+}
+
+double EventIndex::own_s(const Trace& trace, int task, int iteration) const {
+  const int at = (*this)(task, iteration);
+  if (at < 0) return 0;
+  const Event& e = trace.events[static_cast<size_t>(at)];
+  const double inside = inside_s_[static_cast<size_t>(iteration) * tasks_ + static_cast<size_t>(task)];
+  return std::max(0.0, e.end_s - e.start_s - inside);
 }
 
 int EventIndex::operator()(int task, int iteration) const {
@@ -32,7 +46,7 @@ std::vector<double> EventIndex::durations_s(const Trace& trace, int task) const 
   std::vector<double> durations;
   for (int i = first_measured(); i < iterations_; ++i) {
     const int at = (*this)(task, i);
-    if (at >= 0) durations.push_back(trace.events[static_cast<size_t>(at)].end_s - trace.events[static_cast<size_t>(at)].start_s);
+    if (at >= 0) durations.push_back(own_s(trace, task, i));
   }
   return durations;
 }

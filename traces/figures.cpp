@@ -54,6 +54,10 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
     }
     edges[static_cast<size_t>(e.device)].push_back({start, +1, purpose});
     edges[static_cast<size_t>(e.device)].push_back({end, -1, purpose});
+    if (e.message >= 0) {  // an in-task message is cut out of its task's compute, which waits for it
+      edges[static_cast<size_t>(e.device)].push_back({start, -1, -1});
+      edges[static_cast<size_t>(e.device)].push_back({end, +1, -1});
+    }
   }
   for (size_t d = 0; d < devices; ++d) {
     auto& mine = edges[d];

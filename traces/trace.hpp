@@ -1,7 +1,8 @@
 #pragma once
 // The one trace format of hetflow: what ran where and when. The simulator and the executor
 // both write it; replay and calibration read it. One event per task (a transfer gives an
-// event on each side).
+// event on each side), and one per message of an in-task collective, within its task's: a
+// compute task's own time is its event's less its messages'.
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct Event {
   int microbatch = -1;
   int peer = -1;          // send/recv: the other device
   int group = -1;         // send/recv: the plan's channel; collective: the plan's collective
+  // An in-task collective's message (kind collective, purpose the collective's): its index in
+  // plan.inside(task), task being the compute task that runs it and whose event holds this
+  // one's time; -1 for the event of a task itself.
+  int message = -1;
   double start_s = 0;
   double end_s = 0;
   double bytes = 0;

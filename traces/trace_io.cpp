@@ -34,14 +34,18 @@ std::string csv_field(const std::string& s) {
 
 namespace {
 
-constexpr std::string_view kMagic = "# hetflow trace v1";
-constexpr std::array<std::string_view, 14> kColumns = {
-    "task", "device",     "stream", "kind", "purpose", "iteration", "stage",
-    "microbatch", "peer", "group",  "start_s", "end_s", "bytes", "flops"};
+// Version 2 added the last column, `message` (in-task collectives' messages); a version 1
+// file, without it, reads as one with -1 there.
+constexpr std::string_view kMagic = "# hetflow trace v2";
+constexpr std::string_view kMagicV1 = "# hetflow trace v1";
+constexpr std::array<std::string_view, 15> kColumns = {
+    "task",       "device", "stream", "kind",    "purpose", "iteration", "stage",  "microbatch",
+    "peer",       "group",  "start_s", "end_s",  "bytes",   "flops",     "message"};
 
-std::string column_header() {
+// The header of a file of `columns` columns (15, or version 1's 14).
+std::string column_header(size_t columns = kColumns.size()) {
   std::string out;
-  for (std::string_view c : kColumns) out += (out.empty() ? "" : ",") + std::string(c);
+  for (size_t k = 0; k < columns; ++k) out += (out.empty() ? "" : ",") + std::string(kColumns[k]);
   return out;
 }
 
@@ -230,10 +234,9 @@ auto enum_field(const Scanner& in, const Field& f, std::string_view column, Pars
   }
 }
 
-Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
-  if (f.size() != kColumns.size()) {
-    in.fail(f[0].line, "columns",
-            "expected " + std::to_string(kColumns.size()) + " columns, found " + std::to_string(f.size()));
+Event read_event(const Scanner& in, const std::vector<Field>& f, int devices, size_t columns) {
+  if (f.size() != columns) {
+    in.fail(f[0].line, "columns", "expected " + std::to_string(columns) + " columns, found " + std::to_string(f.size()));
   }
   Event e;
   e.task = parse_int(in, f[0], "task");
@@ -251,6 +254,7 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
   e.end_s = parse_double(in, f[11], "end_s");
   e.bytes = parse_double(in, f[12], "bytes");
   e.flops = parse_double(in, f[13], "flops");
+  if (columns > 14) e.message = parse_int(in, f[14], "message");
 
   if (e.task < 0) in.fail(f[0].line, "task", "expected a task id >= 0, found " + found(f[0].text));
   // Without a device list, ids are bounded as clusters are (the Chrome trace numbers
@@ -268,6 +272,11 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices) {
   }
   if (e.bytes < 0) in.fail(f[12].line, "bytes", "expected a number >= 0, found " + found(f[12].text));
   if (e.flops < 0) in.fail(f[13].line, "flops", "expected a number >= 0, found " + found(f[13].text));
+  if (e.message < -1) in.fail(f[14].line, "message", "expected -1 or a message index >= 0, found " + found(f[14].text));
+  if (e.message >= 0 && e.kind != partition::TaskKind::collective) {
+    in.fail(f[14].line, "message", "expected -1 for an event of kind " + f[3].text + " (only a collective's message has an index), found " +
+                                       found(f[14].text));
+  }
   return e;
 }
 
@@ -314,7 +323,7 @@ std::string write_trace_csv(const Trace& trace) {
     out += csv_field(std::string(partition::to_string(e.purpose))) + ",";
     for (int v : {e.iteration, e.stage, e.microbatch, e.peer, e.group}) out += std::to_string(v) + ",";
     out += format_double(e.start_s) + "," + format_double(e.end_s) + "," + format_double(e.bytes) + "," +
-           format_double(e.flops) + "\n";
+           format_double(e.flops) + "," + std::to_string(e.message) + "\n";
   }
   return out;
 }
@@ -323,7 +332,10 @@ Trace read_trace_csv(const std::string& text, const std::string& file) {
   Scanner in(text, file);
   if (in.starts_with("\xEF\xBB\xBF")) in.skip(3);  // a UTF-8 byte-order mark from an editor
   std::string_view first = in.raw_line();
-  if (first != kMagic) in.fail(1, "format", "expected '" + std::string(kMagic) + "', found " + found(first));
+  if (first != kMagic && first != kMagicV1) {
+    in.fail(1, "format", "expected '" + std::string(kMagic) + "' (or '" + std::string(kMagicV1) + "'), found " + found(first));
+  }
+  const size_t columns = first == kMagic ? kColumns.size() : kColumns.size() - 1;
 
   Trace trace;
   while (!in.eof() && (in.at_line_end() || in.starts_with("#"))) {
@@ -333,7 +345,7 @@ Trace read_trace_csv(const std::string& text, const std::string& file) {
       read_comment(in, trace);
     }
   }
-  std::string header = column_header();
+  std::string header = column_header(columns);
   if (in.eof()) in.fail(in.line(), "header", "expected the column header '" + header + "', found the end of the file");
   int header_line = in.line();
   std::string_view got = in.raw_line();
@@ -345,7 +357,7 @@ Trace read_trace_csv(const std::string& text, const std::string& file) {
       in.end_line();
       continue;
     }
-    trace.events.push_back(read_event(in, in.record(), devices));
+    trace.events.push_back(read_event(in, in.record(), devices, columns));
   }
   return trace;
 }
@@ -393,6 +405,7 @@ std::string write_chrome_trace(const Trace& trace) {
       args["group"] = e.group;
     } else if (e.kind == partition::TaskKind::collective) {
       args["group"] = e.group;
+      if (e.message >= 0) args["message"] = e.message;  // inside task e.task's slice
     }
     out.push_back(Json{{"name", slice_name(e, stages[e.device].size() > 1)},
                        {"cat", partition::to_string(e.kind)},

@@ -31,8 +31,8 @@ Event event(int task, int device, std::string stream, std::string kind, double s
   return e;
 }
 
-// Two devices (the second holds stages 1 and 2), a transfer, an all-reduce, awkward numbers
-// and names that need quoting.
+// Two devices (the second holds stages 1 and 2), a message of an in-task collective within
+// a forward, a transfer, an all-reduce, awkward numbers and names that need quoting.
 Trace sample_trace() {
   Trace t;
   t.source = "sim";
@@ -42,6 +42,8 @@ Trace sample_trace() {
 
   Event f = event(0, 0, "compute", "forward", 0, third);
   f.stage = 0, f.microbatch = 3, f.flops = 1e12;
+  Event m = event(0, 0, "compute", "collective", 0.125, 0.25);
+  m.purpose = partition::Purpose::tensor_parallel, m.stage = 0, m.microbatch = 3, m.group = 2, m.message = 1, m.bytes = 4096;
   Event send = event(1, 0, "send>1:act", "send", third, third + 1e-9);
   send.purpose = partition::Purpose::activation, send.stage = 0, send.microbatch = 3, send.peer = 1, send.group = 7, send.bytes = 2.1e6;
   Event recv = send;
@@ -56,7 +58,7 @@ Trace sample_trace() {
   ar1.task = 6, ar1.device = 1, ar1.stream = "x\"y\r\nz";
   Event opt = event(7, 2, "", "optimizer", 5e-324, 1e300);
   opt.iteration = 2, opt.flops = 1.7976931348623157e308, opt.bytes = 0.1 + 0.2;
-  t.events = {f, send, recv, b1, b2, ar0, ar1, opt};
+  t.events = {f, m, send, recv, b1, b2, ar0, ar1, opt};
   return t;
 }
 
@@ -109,18 +111,32 @@ TEST(TraceCsv, EmptyTraceRoundTrips) {
 
 TEST(TraceCsv, StartsWithTheDocumentedHeader) {
   std::string text = write_trace_csv(sample_trace());
-  EXPECT_EQ(text.substr(0, text.find("# plan")), "# hetflow trace v1\n# source: sim\n");
+  EXPECT_EQ(text.substr(0, text.find("# plan")), "# hetflow trace v2\n# source: sim\n");
   EXPECT_NE(text.find("\n# device 0 A100-80GB\n# device 1 \"V100, 32 GB\"\n"), std::string::npos);
   EXPECT_NE(text.find("\ntask,device,stream,kind,purpose,iteration,stage,microbatch,peer,group,"
-                      "start_s,end_s,bytes,flops\n0,0,compute,forward,compute,0,0,3,-1,-1,0,"
-                      "0.3333333333333333,0,1e+12\n"),
+                      "start_s,end_s,bytes,flops,message\n0,0,compute,forward,compute,0,0,3,-1,-1,0,"
+                      "0.3333333333333333,0,1e+12,-1\n0,0,compute,collective,tensor_parallel,0,0,3,-1,2,0.125,0.25,"
+                      "4096,0,1\n"),
             std::string::npos);
+}
+
+// A version 1 file (before in-task messages had events) reads as it did: every event a task's.
+TEST(TraceCsv, ReadsVersionOneFiles) {
+  const std::string text =
+      "# hetflow trace v1\n"
+      "task,device,stream,kind,purpose,iteration,stage,microbatch,peer,group,start_s,end_s,bytes,flops\n"
+      "3,0,comm,collective,data_parallel,0,-1,-1,-1,0,1,2,64,0\n";
+  const Trace t = read_trace_csv(text, "t.csv");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].message, -1);
+  EXPECT_EQ(t.events[0].group, 0);
+  EXPECT_EQ(t.events[0].bytes, 64);
 }
 
 TEST(TraceCsv, ReadsCrlfLineEnds) {
   Trace t = sample_trace();
   t.plan = "plain";
-  t.events.resize(6);  // the last ones hold line breaks in their names
+  t.events.resize(7);  // the last ones hold line breaks in their names
   std::string text = write_trace_csv(t), crlf;
   for (char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
   EXPECT_EQ(read_trace_csv(crlf, "t.csv"), t);
@@ -197,9 +213,18 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       {kPrefix + row_with(4, "dp") + "\n", 7, "purpose",
        "expected a purpose (compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, "
        "ps_push, ps_pull, gradient_norm), found 'dp'"},
-      {"# hetflow trace v2\n", 1, "format", "expected '# hetflow trace v1', found '# hetflow trace v2'"},
-      {"", 1, "format", "expected '# hetflow trace v1', found ''"},
-      {"\x7f" "ELF\x02\x01", 1, "format", "expected '# hetflow trace v1', found '\\x7fELF\\x02\\x01'"},
+      {"# hetflow trace v3\n", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '# hetflow trace v3'"},
+      {"", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found ''"},
+      {"\x7f" "ELF\x02\x01", 1, "format",
+       "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '\\x7fELF\\x02\\x01'"},
+      // Version 2: the message column.
+      {"# hetflow trace v2\n" + header + ",message\n" + kRow + "\n", 3, "columns", "expected 15 columns, found 14"},
+      {"# hetflow trace v2\n" + header + "\n", 2, "header", "expected '" + header + ",message', found 'task,device,stream,kind,purpose,iteratio...'"},
+      {"# hetflow trace v2\n" + header + ",message\n" + kRow + ",x\n", 3, "message", "expected an integer, found 'x'"},
+      {"# hetflow trace v2\n" + header + ",message\n" + kRow + ",-2\n", 3, "message",
+       "expected -1 or a message index >= 0, found '-2'"},
+      {"# hetflow trace v2\n" + header + ",message\n" + kRow + ",0\n", 3, "message",
+       "expected -1 for an event of kind forward (only a collective's message has an index), found '0'"},
       {kPrefix.substr(0, kPrefix.find("task")), 6, "header",
        "expected the column header '" + header + "', found the end of the file"},
       {"# hetflow trace v1\ntask,device\n", 2, "header", "expected '" + header + "', found 'task,device'"},
@@ -357,10 +382,11 @@ TEST(ChromeTrace, HasProcessesThreadsAndCompleteEvents) {
     EXPECT_EQ(x.at("args").at("bytes").get<double>(), e.bytes);
     EXPECT_EQ(x.at("args").at("flops").get<double>(), e.flops);
     EXPECT_EQ(x.at("args").at("purpose"), std::string(partition::to_string(e.purpose)));
+    if (e.message >= 0) EXPECT_EQ(x.at("args").at("message"), e.message);  // (within its task's slice)
   }
   std::vector<std::string> names;
   for (const json& x : slices) names.push_back(x.at("name"));
-  EXPECT_EQ(names, (std::vector<std::string>{"F3", "send 2 MiB", "recv 2 MiB", "B3.1", "B3.2", "data_parallel 61 MiB",
+  EXPECT_EQ(names, (std::vector<std::string>{"F3", "tensor_parallel 4 KiB", "send 2 MiB", "recv 2 MiB", "B3.1", "B3.2", "data_parallel 61 MiB",
                                              "data_parallel 61 MiB", "optimizer"}));
 }
 
