@@ -168,7 +168,9 @@ void ChakraAssembly::read_rank(int r) {
         id = read_part(n, t, parts);
       } else if (parts.task >= 0) {
         n.fail("hetflow_part_of", "missing: node " + std::to_string(parts.last_node) + "'s parts end at " +
-                                      model::units::format_number(parts.end) + ", and its next part or in-task message was expected");
+                                      model::units::format_number(parts.end) +
+                                      " without its last part (the node of that id), and this node is neither its next part "
+                                      "nor an in-task message");
       } else {
         id = plan_.add_task(t);
         if (t.kind == TaskKind::collective) collectives_[n.text("pg_name", "all")][r].back().task = id;
@@ -309,8 +311,8 @@ int ChakraAssembly::read_in_task_message(const NodeReader& n, int r, Parts& part
   }
   const TaskKind kind = plan_.task(parts.task).kind;
   if (!partition::is_pass(kind)) {
-    n.fail("hetflow_collective", "an in-task message inside a " + std::string(to_string(kind)) +
-                                     " task: only forward and backward passes run collectives inside");
+    n.fail("hetflow_collective", "an in-task message inside a task of kind " + std::string(to_string(kind)) +
+                                     ": only forward and backward passes run collectives inside");
   }
   const int64_t collective = n.required_integer("hetflow_collective"), message = n.required_integer("hetflow_message");
   const double at = n.fraction("hetflow_at");

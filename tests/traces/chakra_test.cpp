@@ -353,3 +353,159 @@ TEST(Chakra, EdgesAcrossIterationsComeBack) {
   EXPECT_GT(offsets.count(2), 0u);
   EXPECT_NEAR(estimate_s(back), estimate_s(plan), 1e-9 * estimate_s(plan));
 }
+
+namespace {
+
+ChakraProtoMsg::AttributeProto* attribute(ChakraProtoMsg::Node& n, const std::string& name) {
+  for (auto& a : *n.mutable_attr()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+void add_attribute(ChakraProtoMsg::Node& n, const std::string& name, int64_t v) {
+  auto* a = n.add_attr();
+  a->set_name(name);
+  a->set_int64_val(v);
+}
+
+void add_double(ChakraProtoMsg::Node& n, const std::string& name, double v) {
+  auto* a = n.add_attr();
+  a->set_name(name);
+  a->set_double_val(v);
+}
+
+// A rank file of these nodes after Chakra's metadata.
+std::string file_of(const std::vector<ChakraProtoMsg::Node>& nodes) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream w(&stream);
+  ChakraProtoMsg::GlobalMetadata meta;
+  meta.set_version("0.0.4");
+  w.WriteVarint64(meta.ByteSizeLong());
+  meta.SerializeWithCachedSizes(&w);
+  for (const ChakraProtoMsg::Node& n : nodes) {
+    w.WriteVarint64(n.ByteSizeLong());
+    n.SerializeWithCachedSizes(&w);
+  }
+  w.Trim();
+  return out;
+}
+
+// One rank's forward pass as two parts of 100 FLOPs, [0, 0.5] and [0.5, `end`], with a
+// 64-byte all-reduce between them, written by hand as another tool would mark it.
+std::vector<traces::ChakraFile> pass_in_two_parts(double end) {
+  ChakraProtoMsg::Node first, message, last;
+  for (const auto& [n, id, begin, stop] : {std::tuple{&first, 10, 0.0, 0.5}, std::tuple{&last, 12, 0.5, end}}) {
+    n->set_id(static_cast<uint64_t>(id));
+    n->set_type(ChakraProtoMsg::COMP_NODE);
+    add_attribute(*n, "num_ops", 100);
+    add_attribute(*n, "hetflow_part_of", 12);
+    add_double(*n, "hetflow_part_begin", begin);
+    add_double(*n, "hetflow_part_end", stop);
+  }
+  message.set_id(11);
+  message.set_type(ChakraProtoMsg::COMM_COLL_NODE);
+  add_attribute(message, "comm_type", ChakraProtoMsg::ALL_REDUCE);
+  add_attribute(message, "comm_size", 64);
+  add_attribute(message, "hetflow_collective", 0);
+  add_attribute(message, "hetflow_message", 0);
+  add_double(message, "hetflow_at", 0.5);
+  message.add_ctrl_deps(10);
+  last.add_ctrl_deps(11);
+  return {{"hand.0.et", file_of({first, message, last})}};
+}
+
+}  // namespace
+
+// A pass written as parts of work and in-task messages whose marks do not fit together is
+// refused naming the rank's file, the node and the field: never joined into another plan.
+TEST(Chakra, RefusesBrokenInTaskNodesNamingFileNodeAndField) {
+  const auto all = plans();
+  const auto plan_named = [&](const std::string& name) -> const Plan& {
+    return std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.first == name; })->second;
+  };
+  const Plan& plan = plan_named("tp2 sp pp2");
+  const Export good = exported(plan);
+  auto error_with = [&](int rank, const std::function<void(ChakraProtoMsg::Node&)>& edit, const Export& from) {
+    Export e = from;
+    e.ranks[static_cast<size_t>(rank)].bytes = rewritten(e.ranks[static_cast<size_t>(rank)].bytes, edit);
+    return error_of([&] { traces::read_chakra(e.ranks, e.comm_group, plan.cluster, "chakra:dir"); });
+  };
+  // The first pass of rank 0 written in parts: its node id (its last part's), and its first
+  // in-task collective.
+  int64_t task = -1, collective = -1, messages = 0;
+  rewritten(good.ranks[0].bytes, [&](ChakraProtoMsg::Node& n) {
+    if (const auto* a = attribute(n, "hetflow_part_of"); a != nullptr && task < 0) task = a->int64_val();
+    if (const auto* a = attribute(n, "hetflow_collective"); a != nullptr && collective < 0) collective = a->int64_val();
+    if (const auto* a = attribute(n, "hetflow_collective"); a != nullptr && a->int64_val() == collective) ++messages;
+  });
+  ASSERT_GE(task, 0);
+  ASSERT_GE(collective, 0);
+  ASSERT_GE(messages, 2);
+  const auto expect = [](const std::string& msg, const std::string& file, const std::string& field, const std::string& what) {
+    EXPECT_NE(msg.find(file + ": node "), std::string::npos) << field << ": " << msg;
+    EXPECT_NE(msg.find("." + field + ": "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  };
+  // Its parts name a node the file does not have: no last part comes.
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (auto* a = attribute(n, "hetflow_part_of"); a != nullptr && a->int64_val() == task) a->set_int64_val(999999);
+         }, good),
+         "hetflow.0.et", "hetflow_part_of", "node 999999's parts end at 1 without its last part");
+  // A pass's parts that do not add up to its work, and ones that do (written by hand).
+  expect(error_of([] { traces::read_chakra(pass_in_two_parts(0.9), "", model::cpu_cluster(1), "hand"); }), "hand.0.et",
+         "hetflow_part_end", "node 12's last part ends at 0.9: its parts do not add up to its work (1)");
+  const Plan hand = traces::read_chakra(pass_in_two_parts(1), "", model::cpu_cluster(1), "hand");
+  EXPECT_TRUE(partition::validate_plan(hand).ok()) << partition::validate_plan(hand).problems.front();
+  ASSERT_EQ(hand.tasks.size(), 1u);
+  EXPECT_EQ(hand.tasks[0].flops, 200);
+  ASSERT_EQ(hand.collectives.size(), 1u);
+  EXPECT_EQ(hand.collectives[0].at, std::vector<double>{0.5});
+  EXPECT_EQ(hand.collectives[0].bytes, 64);
+  EXPECT_EQ(hand.collectives[0].tasks, std::vector<int>{0});
+  // Its exact FLOPs disagree with its parts'.
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (auto* a = attribute(n, "hetflow_task_flops"); a != nullptr && n.id() == static_cast<uint64_t>(task)) {
+             a->set_double_val(2 * a->double_val());
+           }
+         }, good),
+         "hetflow.0.et", "hetflow_task_flops", "but the task's parts sum to");
+  // A message at another point than where the part before it ends, and one out of order.
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (auto* a = attribute(n, "hetflow_at"); a != nullptr && attribute(n, "hetflow_message")->int64_val() == 0) {
+             a->set_double_val(a->double_val() / 2 + 0.25);
+           }
+         }, good),
+         "hetflow.0.et", "hetflow_at", "but the parts of node");
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (auto* a = attribute(n, "hetflow_message"); a != nullptr && a->int64_val() == 0) a->set_int64_val(1);
+         }, good),
+         "hetflow.0.et", "hetflow_message", "where its message 0 was expected");
+  // In-task messages on a node that is no collective, and inside a task that is no pass.
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (n.type() != ChakraProtoMsg::COMM_SEND_NODE && n.type() != ChakraProtoMsg::COMM_RECV_NODE) return;
+           add_attribute(n, "hetflow_collective", 0);
+           add_attribute(n, "hetflow_message", 0);
+         }, good),
+         "hetflow.0.et", "type", "not COMM_COLL_NODE");
+  expect(error_with(0, [&](ChakraProtoMsg::Node& n) {
+           if (auto* a = attribute(n, "hetflow_part_of"); a != nullptr && a->int64_val() == task) {
+             attribute(n, "hetflow_kind")->set_string_val("optimizer");
+           }
+         }, good),
+         "hetflow.0.et", "hetflow_collective", "inside a task of kind optimizer: only forward and backward passes");
+  // Rank 0 performs one message fewer of the collective than its peer: its last message is
+  // another collective's, which the peer does not perform.
+  const std::string msg = error_with(0, [&](ChakraProtoMsg::Node& n) {
+    auto* c = attribute(n, "hetflow_collective");
+    if (c == nullptr || c->int64_val() != collective || attribute(n, "hetflow_message")->int64_val() != messages - 1) return;
+    c->set_int64_val(1 << 30);
+    attribute(n, "hetflow_message")->set_int64_val(0);
+  }, good);
+  EXPECT_NE(msg.find(".hetflow_message: " + std::to_string(messages) + " messages of in-task collective " +
+                     std::to_string(collective) + ", on rank 0 " + std::to_string(messages - 1)),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(".et: node "), std::string::npos) << msg;
+}
