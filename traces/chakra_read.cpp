@@ -42,14 +42,11 @@ struct InTaskMessages {
   int node = 0;  // its first message's place in the file, for messages
 };
 
-}  // namespace
-
-namespace {
-
 // One set of rank files read into one plan, in the order the checks need: every rank's nodes
-// become tasks (read_rank), then their dependencies order edges, then the channels' sends and
-// receives are counted and the process groups' collectives joined, and the plan gets the
-// placeholder network and layout validation asks for (finish).
+// become tasks (read_rank; a pass's parts one task, its in-task messages none), then their
+// dependencies order edges, then the channels' sends and receives are counted, the process
+// groups made and their collectives joined (those with tasks of their own, then the in-task
+// ones), and the plan gets the placeholder network and layout validation asks for (finish).
 class ChakraAssembly {
  public:
   ChakraAssembly(const std::vector<ChakraFile>& ranks, const model::Cluster& cluster, const std::string& name)
