@@ -37,6 +37,10 @@ int run_export_chakra(const std::vector<std::string>& args, std::ostream& out) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(dir.string(), 0, "--out", "is not a directory and cannot be made one");
+  // A node per task, and a pass with in-task collectives two more per message: a collective
+  // node and the part of its work after it.
+  size_t nodes = plan.tasks.size();
+  for (size_t t = 0; t < plan.tasks.size(); ++t) nodes += 2 * plan.inside(static_cast<int>(t)).size();
   size_t bytes = 0;
   for (const traces::ChakraFile& f : files) {
     const std::filesystem::path path = dir / f.name;
@@ -48,11 +52,11 @@ int run_export_chakra(const std::vector<std::string>& args, std::ostream& out) {
     Json names = Json::array();
     for (const traces::ChakraFile& f : files) names.push_back(f.name);
     print_json(out, Json{{"directory", dir.string()}, {"files", names}, {"ranks", files.size() - 1},
-                         {"tasks", plan.tasks.size()}, {"bytes", bytes}, {"fingerprint", plan.fingerprint}});
+                         {"tasks", plan.tasks.size()}, {"nodes", nodes}, {"bytes", bytes}, {"fingerprint", plan.fingerprint}});
     return 0;
   }
   out << "wrote " << plan.network.name << " on " << plan.cluster.name << " as Chakra execution traces (schema 0.0.4): "
-      << files.size() - 1 << " ranks, " << plan.tasks.size() << " nodes, " << bytes << " bytes in " << dir.string() << "/\n"
+      << files.size() - 1 << " ranks, " << nodes << " nodes, " << bytes << " bytes in " << dir.string() << "/\n"
       << "  " << prefix << ".0.et ... " << prefix << "." << files.size() - 2 << ".et, comm_group.json"
       << " (ASTRA-sim: --workload-configuration=" << (dir / prefix).string()
       << " --comm-group-configuration=" << (dir / "comm_group.json").string() << ")\n"

@@ -1,7 +1,9 @@
 // Fuzz target: the Chakra execution-trace reader (traces::read_chakra). The input holds
 // several files: rank files separated by "\nRANK--\n", then optionally "\nGROUP-\n" and a
 // comm_group.json. An accepted workload must validate or be refused by validation (a plan
-// error, never a crash), and a valid one must write back and read again as the same work.
+// error, never a crash), and a valid one must write back and read again as the same work:
+// the same tasks, and the same collectives with the same in-task points (a pass is written
+// in parts with its in-task messages between them, and joined back).
 #include <set>
 #include <string>
 #include <tuple>
@@ -48,5 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const partition::Task& t : plan.tasks) work.insert({t.device, static_cast<int>(t.kind), t.flops, t.bytes});
   for (const partition::Task& t : back.tasks) back_work.insert({t.device, static_cast<int>(t.kind), t.flops, t.bytes});
   FUZZ_CHECK(work == back_work);
+  std::multiset<std::vector<double>> points, back_points;
+  for (const partition::Collective& c : plan.collectives) points.insert(c.at);
+  for (const partition::Collective& c : back.collectives) back_points.insert(c.at);
+  FUZZ_CHECK(points == back_points);
   return 0;
 }
