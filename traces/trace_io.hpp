@@ -9,15 +9,16 @@
 
 namespace hetflow::traces {
 
-// CSV, version 1:
-//   # hetflow trace v1
+// CSV, version 2 (version 1, without the last column, reads with message -1):
+//   # hetflow trace v2
 //   # source: sim
 //   # plan: gpt-1.3b on 4xA100
 //   # fingerprint: xxh3:0123456789abcdef   (the plan's; absent when unknown)
 //   # compute: proxy                        (executors: how compute ran; absent for the simulator)
 //   # device 0 A100-80GB              (one line per device, ids 0, 1, ... in order)
-//   task,device,stream,kind,purpose,iteration,stage,microbatch,peer,group,start_s,end_s,bytes,flops
-//   0,0,compute,forward,compute,0,0,0,-1,-1,0,0.0125,0,1.5e+12
+//   task,device,stream,kind,purpose,iteration,stage,microbatch,peer,group,start_s,end_s,bytes,flops,message
+//   0,0,compute,forward,compute,0,0,0,-1,-1,0,0.0125,0,1.5e+12,-1
+//   0,0,compute,collective,tensor_parallel,0,0,0,-1,4,0.003,0.004,2097152,0,0   (an in-task message)
 // Numbers are written in the shortest form that reads back to exactly the same double, so
 // read_trace_csv(write_trace_csv(t)) == t. A text field (or header value) holding a comma,
 // a quote or a line break is quoted CSV-style ("a ""b"", c"); the reader undoes it.

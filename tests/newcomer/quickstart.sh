@@ -70,17 +70,17 @@ expect describe_default_seq describe_default_seq.out "131072 tokens per sample, 
 # 2. search: the best plan for a global batch of 64 sequences, beside the baselines.
 run search search --cluster mixed-academic --model Llama-3.2-1B --seq-length 2048 --global-batch 64 --out plan.json
 expect search search.out \
-  "best: balanced t2 p10 d1, mb 1, gpipe, recompute selective, allreduce, 1.23 s per iteration; 2.87x as fast as uniform (Megatron)" \
+  "best: balanced t2 p10 d1, mb 1, gpipe, recompute selective, allreduce, 1.27 s per iteration; 2.78x as fast as uniform (Megatron)" \
   "wrote plan.json"
 
 # 3. simulate the plan it wrote, keeping the trace.
 run simulate simulate --plan plan.json --trace trace.csv
-expect simulate simulate.out "  iteration time     1.23 s   (analytic critical path 994 ms)" \
-  "  MFU                31.2 % of the cluster's peak" "wrote trace.csv (11948 events)"
+expect simulate simulate.out "  iteration time     1.27 s   (analytic critical path 994 ms)" \
+  "  MFU                30.2 % of the cluster's peak" "wrote trace.csv (18220 events)"
 
 # 4. timeline: the trace as a picture.
 run timeline timeline trace.csv -o timeline.svg
-expect timeline timeline.out "wrote timeline.svg (timeline of 20 of 20 devices, iteration 0 of 1, 11948 events, 1.23 s)"
+expect timeline timeline.out "wrote timeline.svg (timeline of 20 of 20 devices, iteration 0 of 1, 18220 events, 1.27 s)"
 grep -q "<svg" timeline.svg || { echo "quickstart: timeline.svg is not an SVG picture" >&2; failures=$((failures + 1)); }
 
 # 5. run a small decoder of the same family for real on two CPU devices (losses are bitwise
