@@ -15,7 +15,10 @@
 #include "partition/validate.hpp"
 #include "sim/simulator.hpp"
 #include "tests/partition/plan_test_util.hpp"
+#include "partition/traffic.hpp"
+#include "traces/figures.hpp"
 #include "traces/metrics.hpp"
+#include "traces/traffic.hpp"
 #include "traces/trace_io.hpp"
 
 using namespace hetflow;
@@ -360,6 +363,67 @@ TEST(Simulator, SameInputsGiveAByteIdenticalTrace) {
   ASSERT_TRUE(a.completed);
   EXPECT_EQ(traces::write_trace_csv(a.trace), traces::write_trace_csv(b.trace));
   EXPECT_EQ(traces::write_chrome_trace(a.trace), traces::write_chrome_trace(b.trace));
+}
+
+// Tensor and sequence parallelism's collectives run inside the passes: the trace has an event
+// for each message, within its task's and in the plan's order; the communicators carry the
+// plan's bytes; and a device's compute is its tasks' time less their messages', which count
+// as exposed communication of their purpose.
+TEST(Simulator, InTaskMessagesAreEventsWithinTheirTasksCarryingThePlansBytes) {
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.microbatches = 4;
+  o.sequence_parallel = true;
+  o.iterations = 2;
+  const Plan plan = plan_for(flat_cluster(4, 12.5e9, 10e-6), small_gpt(), o);
+  const sim::SimResult r = sim::simulate(plan, {});
+  ASSERT_TRUE(r.completed);
+  std::map<std::pair<int, int>, const traces::Event*> task_event;
+  std::map<std::pair<int, int>, std::vector<const traces::Event*>> messages;  // in start order
+  for (const traces::Event& e : r.trace.events) {
+    if (e.message >= 0) {
+      messages[{e.task, e.iteration}].push_back(&e);
+    } else {
+      task_event[{e.task, e.iteration}] = &e;
+    }
+  }
+  size_t expected = 0;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) expected += plan.inside(static_cast<int>(t)).size();
+  ASSERT_GT(expected, 0u);
+  size_t seen = 0;
+  std::vector<double> own_compute_s(plan.device_names.size(), 0);
+  for (const auto& [instance, task] : task_event) {
+    const auto calls = plan.inside(instance.first);
+    const auto found = messages.find(instance);
+    const std::vector<const traces::Event*> mine = found == messages.end() ? std::vector<const traces::Event*>{} : found->second;
+    ASSERT_EQ(mine.size(), calls.size()) << "task " << instance.first;
+    double after = task->start_s, inside_s = 0;
+    for (size_t k = 0; k < mine.size(); ++k) {
+      EXPECT_EQ(mine[k]->message, static_cast<int>(k));
+      EXPECT_EQ(mine[k]->group, calls[k].collective);
+      EXPECT_EQ(mine[k]->purpose, plan.collective(calls[k].collective).purpose);
+      EXPECT_GE(mine[k]->start_s, after);
+      EXPECT_LE(mine[k]->end_s, task->end_s);
+      after = mine[k]->end_s;
+      inside_s += mine[k]->end_s - mine[k]->start_s;
+    }
+    seen += mine.size();
+    if (partition::is_compute(task->kind)) own_compute_s[static_cast<size_t>(task->device)] += task->end_s - task->start_s - inside_s;
+  }
+  EXPECT_EQ(seen, expected * 2);
+
+  const std::vector<double> carried = traces::carried_bytes_per_communicator(plan, r.trace);
+  const std::vector<double> planned = partition::planned_bytes_per_communicator(plan);
+  ASSERT_EQ(carried.size(), planned.size());
+  for (size_t c = 0; c < planned.size(); ++c) EXPECT_NEAR(carried[c], 2 * planned[c], 1e-9 * planned[c]) << plan.communicators[c].name;
+
+  // One compute stream a device: its compute time is its tasks' own time exactly.
+  const std::vector<traces::DeviceTime> times = traces::device_times(r.trace, {0, r.simulated_s});
+  for (size_t d = 0; d < times.size(); ++d) {
+    EXPECT_NEAR(times[d].compute_s, own_compute_s[d], 1e-9 * r.simulated_s) << plan.device_names[d];
+    EXPECT_GT(times[d].exposed_comm_by_purpose_s.count("sequence_parallel"), 0u) << plan.device_names[d];
+  }
 }
 
 TEST(Simulator, FailedDeviceStallsAndIsReportedWithoutHanging) {
