@@ -303,6 +303,41 @@ std::vector<double> ready_times(const Trace& trace, const partition::Plan& plan)
 
 namespace {
 
+// Collective ci's durations over the iterations from `first`: from the last member ready to
+// the last done. An in-task collective's are its messages' (all alike), each from the last
+// member to start it to the last to end it.
+std::vector<double> collective_durations_s(const Trace& trace, const partition::Plan& plan, const EventIndex& index,
+                                           const std::vector<double>& ready, int ci, int first) {
+  const partition::Collective& c = plan.collective(ci);
+  // Per member, where each message is among its task's in-task messages.
+  std::vector<std::vector<int>> place(c.tasks.size(), std::vector<int>(c.at.size(), -1));
+  for (size_t m = 0; m < c.tasks.size(); ++m) {
+    const auto calls = plan.inside(c.tasks[m]);
+    for (size_t k = 0; k < calls.size(); ++k) {
+      if (calls[k].collective == ci && static_cast<size_t>(calls[k].message) < c.at.size()) {
+        place[m][static_cast<size_t>(calls[k].message)] = static_cast<int>(k);
+      }
+    }
+  }
+  std::vector<double> durations;
+  for (int i = first; i < index.iterations(); ++i) {
+    for (size_t k = 0; k < std::max<size_t>(1, c.at.size()); ++k) {
+      double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;
+      bool complete = true;
+      for (size_t m = 0; m < c.tasks.size() && complete; ++m) {
+        const int at = c.in_task() ? index.message(c.tasks[m], i, place[m][k]) : index(c.tasks[m], i);
+        complete = at >= 0;
+        if (!complete) break;
+        const Event& e = trace.events[static_cast<size_t>(at)];
+        last_ready = std::max(last_ready, c.in_task() ? e.start_s : ready[static_cast<size_t>(at)]);
+        last_end = std::max(last_end, e.end_s);
+      }
+      if (complete) durations.push_back(last_end - last_ready);
+    }
+  }
+  return durations;
+}
+
 // The fastest link of each class built, one direction (a fitted link faster than this moved
 // its bytes some other way, e.g. a copy in one process): PCIe 5.0 x16, 32 GT/s x 16 lanes at
 // 128b/130b (PCI-SIG, PCI Express Base Specification 5.0); NVLink 4 and NVSwitch on H100
@@ -420,31 +455,19 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
                                            route.latency_s, route.bandwidth_bytes_per_s});
       }
     }
-    for (const partition::Collective& c : plan.collectives) {
+    for (size_t ci = 0; ci < plan.collectives.size(); ++ci) {
+      const partition::Collective& c = plan.collectives[ci];
       // A tree's closed form is an upper bound wherever its leaves are not all on the deepest
       // level (the gradient norm's): fitting links to it would bias them.
       if (c.algorithm == partition::CollectiveAlgorithm::tree) continue;
-      // An in-task collective's tasks are the compute tasks that run its messages: their
-      // times are not its. (Its messages' events could be fitted too; they are not yet.)
-      if (c.in_task()) continue;
-      std::vector<double> durations;
-      for (int i = first; i < index.iterations(); ++i) {
-        double last_ready = -std::numeric_limits<double>::infinity(), last_end = last_ready;
-        bool complete = true;
-        for (int task : c.tasks) {
-          const int at = index(task, i);
-          if (at < 0) {
-            complete = false;
-            break;
-          }
-          last_ready = std::max(last_ready, ready[static_cast<size_t>(at)]);
-          last_end = std::max(last_end, trace.events[static_cast<size_t>(at)].end_s);
-        }
-        if (complete) durations.push_back(last_end - last_ready);
-      }
+      const std::vector<double> durations = collective_durations_s(trace, plan, index, ready, static_cast<int>(ci), first);
       const double d = median(durations);
       if (durations.empty() || !(d > 0) || c.bytes <= 0) continue;
-      const partition::CollectiveSpec spec = partition::collective_spec(plan, c);
+      partition::CollectiveSpec spec = partition::collective_spec(plan, c);
+      if (c.in_task()) {  // each duration is one message's
+        spec.bytes /= std::max(1, spec.messages);
+        spec.messages = 1;
+      }
       // The class of the slowest route between ring neighbours.
       partition::Route slowest{std::numeric_limits<double>::infinity(), 0, ""};
       for (size_t k = 0; k < spec.devices.size(); ++k) {
@@ -452,7 +475,7 @@ CalibrationFit calibrate(const std::vector<MeasuredRun>& runs, const model::Cali
         if (r.bandwidth_bytes_per_s < slowest.bandwidth_bytes_per_s) slowest = r;
       }
       if (!calibrated_class(slowest.bottleneck)) continue;
-      links[std::string(slowest.bottleneck)].push_back({latency.collective_time_s(spec), bandwidth.collective_time_s(spec), d, c.bytes,
+      links[std::string(slowest.bottleneck)].push_back({latency.collective_time_s(spec), bandwidth.collective_time_s(spec), d, spec.bytes,
                                            slowest.latency_s, slowest.bandwidth_bytes_per_s});
     }
     if (!any_compute) throw InputError(run.name, 0, "events", "no compute task with FLOPs ran to completion: nothing to fit");

@@ -21,6 +21,8 @@ class EventIndex {
   // The task instance's own time: its event's length less its in-task messages'; 0 where
   // the trace has no such event.
   double own_s(const Trace& trace, int task, int iteration) const;
+  // The event of in-task message k of the instance (plan.inside(task)[k]); -1 where none.
+  int message(int task, int iteration, int k) const;
   int iterations() const { return iterations_; }
   // The first iteration of steady-state figures: 1 when there are several (0 warms up).
   int first_measured() const { return iterations_ > 1 ? 1 : 0; }
@@ -32,6 +34,8 @@ class EventIndex {
   int iterations_ = 0;
   std::vector<int> at_;          // iteration * tasks + task
   std::vector<double> inside_s_;  // the same: its in-task messages' time
+  std::vector<size_t> message_begin_;  // per task: its messages' place in an iteration's
+  std::vector<int> message_at_;        // iteration * message_begin_.back() + message_begin_[task] + k
 };
 
 }  // namespace hetflow::traces

@@ -106,6 +106,30 @@ TEST(CalibrateCli, RecoversTheCalibrationTheSimulatorTracesWereMadeWith) {
   }
 }
 
+// Tensor parallelism alone: the links are fitted from the in-task messages' events (the
+// plan has no collective task of its own but a tree's gradient norm, which is not fitted).
+TEST(CalibrateCli, RecoversTheLinksFromTensorParallelMessages) {
+  const auto dir = scratch_dir();
+  const std::string truth = (dir / "true.yaml").string(), fitted = (dir / "fitted.yaml").string();
+  std::ofstream(truth) << kTrue;
+  std::vector<TracedPlan> runs;
+  for (const std::string layout : {"--tensor 4 --microbatches 2", "--tensor 2 --data 2 --microbatches 2 --sequence-parallel",
+                                   "--tensor 4 --micro-batch 4 --microbatches 2 --sequence-parallel"}) {
+    const TracedPlan r{(dir / ("p" + std::to_string(runs.size()) + ".json")).string(),
+                       (dir / ("t" + std::to_string(runs.size()) + ".csv")).string()};
+    const auto p = run_hetflow("plan " + kModel + " " + layout + " --out " + r.plan);
+    ASSERT_EQ(p.status, 0) << p.err;
+    const auto s = run_hetflow("simulate --plan " + r.plan + " --calibration " + truth + " --iterations 3 --trace " + r.trace);
+    ASSERT_EQ(s.status, 0) << s.err;
+    runs.push_back(r);
+  }
+  const auto c = run_hetflow(calibrate_args(runs) + " -o " + fitted + " --json");
+  ASSERT_EQ(c.status, 0) << c.err << c.out;
+  const hetflow::model::Calibration got = hetflow::model::load_calibration(fitted);
+  EXPECT_NEAR(got.link("pcie").latency_factor, 25, 0.02 * 25) << c.out;
+  EXPECT_NEAR(got.link("pcie").bandwidth_factor, 0.3, 0.02 * 0.3) << c.out;
+}
+
 // The text report names each fit with its formula and residual, and where it wrote.
 TEST(CalibrateCli, PrintsEachFitWithItsResidual) {
   const auto dir = scratch_dir();
