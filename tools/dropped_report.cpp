@@ -119,22 +119,25 @@ void print_dropped_candidates(std::ostream& out, const search::Dropped& dropped,
   }
 }
 
+Json plan_options_json(const partition::PlanOptions& o) {
+  Json j = {{"policy", o.policy},
+            {"tensor", o.tensor},
+            {"pipeline", o.pipeline},
+            {"micro_batch", o.micro_batch},
+            {"schedule", o.schedule},
+            {"virtual_stages", o.virtual_stages},
+            {"recompute", std::string(partition::to_string(o.recompute))},
+            {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))}};
+  if (!o.groups.empty()) j["groups"] = o.groups;
+  if (o.sync == partition::SyncKind::wsp) j["staleness"] = o.staleness;
+  return j;
+}
+
 Json dropped_candidates_json(const search::Dropped& dropped) {
   Json all = Json::array();
   for (const DroppedCandidate& c : dropped.candidates) {
-    const partition::PlanOptions& o = c.detail.options;
-    Json j = {{"plan", c.detail.summary},
-              {"reason", std::string(search::to_string(c.reason))},
-              {"policy", o.policy},
-              {"tensor", o.tensor},
-              {"pipeline", o.pipeline},
-              {"micro_batch", o.micro_batch},
-              {"schedule", o.schedule},
-              {"virtual_stages", o.virtual_stages},
-              {"recompute", std::string(partition::to_string(o.recompute))},
-              {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))}};
-    if (!o.groups.empty()) j["groups"] = o.groups;
-    if (o.sync == partition::SyncKind::wsp) j["staleness"] = o.staleness;
+    Json j = {{"plan", c.detail.summary}, {"reason", std::string(search::to_string(c.reason))}};
+    j.update(plan_options_json(c.detail.options));
     if (c.estimate_s > 0) j["estimated_iteration_time_s"] = c.estimate_s;
     if (c.reason == DropReason::refused) {
       const Refusal r = refusal_of(c.detail);

@@ -16,4 +16,9 @@ void print_dropped_candidates(std::ostream& out, const search::Dropped& dropped,
 // Every dropped candidate: {"plan", "reason", the layout's options, and the reason's detail}.
 Json dropped_candidates_json(const search::Dropped& dropped);
 
+// A candidate's layout options as the search's JSON lists them, ranked or dropped: policy,
+// tensor, pipeline, micro_batch, schedule, virtual_stages, recompute, sync, and groups and
+// staleness where they apply.
+Json plan_options_json(const partition::PlanOptions& o);
+
 }  // namespace hetflow::tools

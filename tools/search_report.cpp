@@ -119,17 +119,9 @@ std::string long_duration(double s) {
 }  // namespace
 
 Json row_json(const PlanRow& r) {
-  const partition::PlanOptions& o = r.candidate.options;
-  Json j = {{"plan", r.candidate.summary},
-            {"policy", o.policy},
-            {"tensor", o.tensor},
-            {"pipeline", o.pipeline},
-            {"micro_batch", o.micro_batch},
-            {"schedule", o.schedule},
-            {"virtual_stages", o.virtual_stages},
-            {"global_batch", o.global_batch},
-            {"recompute", std::string(partition::to_string(o.recompute))},
-            {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))},
+  Json j = {{"plan", r.candidate.summary}};
+  j.update(plan_options_json(r.candidate.options));
+  j.update(Json{{"global_batch", r.candidate.options.global_batch},
             {"price_usd_per_hour", r.candidate.price_usd_per_hour},
             {"estimated_iteration_time_s", r.candidate.estimate.iteration_time_s},
             {"iteration_time_s", r.time_s()},
@@ -138,9 +130,7 @@ Json row_json(const PlanRow& r) {
             {"bubble_fraction", r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction},
             {"headroom_bytes", r.candidate.headroom_bytes},
             {"busiest_device", r.candidate.slowest_device},
-            {"busiest_device_busy_s", r.candidate.slowest_busy_s}};
-  if (!o.groups.empty()) j["groups"] = o.groups;
-  if (o.sync == partition::SyncKind::wsp) j["staleness"] = o.staleness;
+            {"busiest_device_busy_s", r.candidate.slowest_busy_s}});
   if (r.simulated) j["mfu"] = r.mfu, j["exposed_comm_s"] = r.exposed_comm_s;
   if (!r.name.empty()) j["name"] = r.name;
   return j;
