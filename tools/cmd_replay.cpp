@@ -54,19 +54,15 @@ std::vector<double> dispatch_of_devices(const partition::Plan& plan, const model
 void keep_complete_iterations(Replay& r) {
   const size_t tasks = r.plan.tasks.size();
   r.planned_iterations = r.plan.layout.iterations;
-  std::vector<char> seen(tasks * static_cast<size_t>(r.planned_iterations), 0);
-  for (const traces::Event& e : r.measured.events) {
-    if (e.message < 0 && e.task >= 0 && static_cast<size_t>(e.task) < tasks && e.iteration >= 0 && e.iteration < r.planned_iterations) {
-      seen[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] = 1;
+  const traces::EventIndex index(r.measured, r.plan);
+  const auto whole = [&](int i) {  // every task instance of iteration i is in the trace
+    for (size_t t = 0; t < tasks; ++t) {
+      if (index(static_cast<int>(t), i) < 0) return false;
     }
-  }
+    return true;
+  };
   int complete = 0;
-  while (complete < r.planned_iterations &&
-         std::all_of(seen.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(complete) * tasks),
-                     seen.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(complete + 1) * tasks),
-                     [](char c) { return c != 0; })) {
-    ++complete;
-  }
+  while (complete < r.planned_iterations && whole(complete)) ++complete;
   if (complete == 0) {
     throw InputError(r.trace_path, 0, "events",
                      "a partial trace (" + r.measured.partial + ") without one complete iteration: nothing to replay");
@@ -101,11 +97,9 @@ Replay read_replay(const po::variables_map& vm) {
     r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
         index.own_s(r.measured, e.task, e.iteration) + (device < dispatch_s.size() ? dispatch_s[device] : 0);  // (the simulation runs its in-task messages)
   }
-  long long missing = 0;
+  long long missing = 0;  // compute instances without a measured duration
   for (size_t i = 0; i < r.options.compute_s.size(); ++i) {
-    if (r.options.compute_s[i] < 0 && partition::is_compute(r.plan.tasks[i % tasks].kind)) {
-      ++missing;
-    }
+    missing += r.options.compute_s[i] < 0 && partition::is_compute(r.plan.tasks[i % tasks].kind);
   }
   if (missing > 0) {
     throw InputError(r.trace_path, 0, "events",
