@@ -24,6 +24,7 @@
 #include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
+#include "partition/loading.hpp"
 #include "partition/run_graph.hpp"
 #include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
@@ -158,7 +159,31 @@ class Simulation {
   }
 
   // Inputs of every task per iteration, successors and transfer partners: partition::RunGraph.
+  // Per node, the workers whose first device is there, all of them over those with tasks
+  // (worker 0 alone in a folded plan): what each simulated load stands for.
+  void fold_loads() {
+    if (!plan_.layout.folded || plan_.layout.workers.size() < 2) return;
+    std::vector<double> all, built;
+    double all_total = 0, built_total = 0;
+    for (size_t w = 0; w < plan_.layout.workers.size(); ++w) {
+      const partition::VirtualWorker& vw = plan_.layout.workers[w];
+      if (vw.stages.empty()) continue;
+      const auto& rank = vw.ranks[static_cast<size_t>(vw.stages.front().rank)];
+      if (rank.empty()) continue;
+      const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(rank.front())].node);
+      if (node >= all.size()) all.resize(node + 1, 0), built.resize(node + 1, 0);
+      all[node] += 1, all_total += 1;
+      if (w == 0) built[node] += 1, built_total += 1;
+    }
+    load_share_.assign(all.size(), 1);
+    for (size_t n = 0; n < all.size(); ++n) {
+      if (built[n] > 0) load_share_[n] = all[n] / built[n];
+    }
+    if (built_total > 0) load_share_all_ = all_total / built_total;
+  }
+
   void prepare() {
+    fold_loads();
     const size_t n = tasks_;
     graph_.emplace(plan_);
     remaining_.resize(static_cast<size_t>(iterations_));
@@ -203,6 +228,11 @@ class Simulation {
           if (!std::isfinite(cost_.task_compute_time_s(plan_, t) * cost_.peak_flops_per_s(t.device))) {
             why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
                   " bytes of memory traffic take longer than the simulator can count";
+          }
+          break;
+        case TaskKind::load:
+          if (!(t.bytes < kMaxBytes)) {
+            why = "it loads " + shown(t.bytes) + " bytes, more than the simulator can count";
           }
           break;
         case TaskKind::send:
@@ -334,8 +364,38 @@ class Simulation {
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
         break;
+      case TaskKind::load:
+        if (start_load(stream, s, t, flight)) return;
+        break;
     }
     complete_head(d, s, check);  // nothing to wait for
+  }
+
+  // A load: its read from the shared file system, its read on its node's path and its
+  // preprocessing on its node's loader workers at once (each a host whose speed its users
+  // share), as the parts overlap across micro-batches; the task ends with the last. Tracked
+  // as a collective of no steps: the stream completes when `outstanding` reaches 0. False
+  // when there is nothing to wait for.
+  bool start_load(Stream& stream, size_t s, const Task& t, InFlight& flight) {
+    stream.steps.clear();
+    stream.step = 0;
+    stream.outstanding = 0;
+    const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(t.device)].node);
+    auto run = [&](sg::Host* on, double amount) {
+      if (on == nullptr || !(amount > 0)) return;
+      flight.add(sg::Exec::init()->set_flops_amount(amount)->set_host(on)->start(), s);
+      ++stream.outstanding;
+    };
+    // A folded plan's loads stand for every replica's: each resource serves all of them.
+    const double share = load_share_.empty() ? 1 : load_share_[node];
+    run(platform_.storage, t.bytes * load_share_all_);
+    if (node < platform_.node_read.size()) {
+      run(platform_.node_read[node], t.bytes * share);
+      run(platform_.node_loader[node], partition::load_samples(plan_, t) * share);
+    }
+    activities_ += stream.outstanding;
+    stream.collective = stream.outstanding > 0;
+    return stream.collective;
   }
 
   // Issues the current step of stream s's collective; false when there is none left.
@@ -605,6 +665,10 @@ class Simulation {
   size_t tasks_;     // per iteration
   int iterations_;
   PlatformSpec spec_;
+  // Loads in a folded plan: how many replicas' loads each simulated one stands for, over the
+  // file system and per node (1 when not folded). See fold_loads().
+  double load_share_all_ = 1;
+  std::vector<double> load_share_;
   Platform platform_;
   std::optional<MailboxSteps> steps_;  // each collective's steps, once the platform exists
   std::vector<Device> devices_;
