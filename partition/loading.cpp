@@ -55,6 +55,28 @@ double load_samples(const Plan& plan, const Task& load) {
   return load.bytes / plan.network.stored_sample_bytes();
 }
 
+LoadShares load_shares(const Plan& plan) {
+  LoadShares s;
+  if (!plan.layout.folded || plan.layout.workers.size() < 2) return s;
+  const std::vector<model::Device> devices = plan.cluster.devices();
+  std::vector<double> all(plan.cluster.nodes.size(), 0), built(plan.cluster.nodes.size(), 0);
+  double all_total = 0, built_total = 0;
+  for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
+    const VirtualWorker& vw = plan.layout.workers[w];
+    if (vw.stages.empty() || vw.ranks[static_cast<size_t>(vw.stages.front().rank)].empty()) continue;
+    const int first = vw.ranks[static_cast<size_t>(vw.stages.front().rank)].front();
+    const auto node = static_cast<size_t>(devices[static_cast<size_t>(first)].node);
+    all[node] += 1, all_total += 1;
+    if (w == 0) built[node] += 1, built_total += 1;
+  }
+  s.per_node.assign(all.size(), 1);
+  for (size_t n = 0; n < all.size(); ++n) {
+    if (built[n] > 0) s.per_node[n] = all[n] / built[n];
+  }
+  if (built_total > 0) s.all = all_total / built_total;
+  return s;
+}
+
 LoaderBound loader_bound(const Plan& plan) {
   LoaderBound b;
   const model::InputPath& in = plan.cluster.input;

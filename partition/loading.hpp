@@ -37,4 +37,13 @@ struct LoaderBound {
 };
 LoaderBound loader_bound(const Plan& plan);
 
+// In a folded plan (worker 0 alone has tasks), how many workers' loads each of worker 0's
+// stands for: over the shared file system (all workers over worker 0) and on each node
+// (workers whose first device is there over worker 0's); 1 where the plan is not folded.
+struct LoadShares {
+  double all = 1;
+  std::vector<double> per_node;  // by node index; missing nodes: 1
+};
+LoadShares load_shares(const Plan& plan);
+
 }  // namespace hetflow::partition

@@ -159,31 +159,8 @@ class Simulation {
   }
 
   // Inputs of every task per iteration, successors and transfer partners: partition::RunGraph.
-  // Per node, the workers whose first device is there, all of them over those with tasks
-  // (worker 0 alone in a folded plan): what each simulated load stands for.
-  void fold_loads() {
-    if (!plan_.layout.folded || plan_.layout.workers.size() < 2) return;
-    std::vector<double> all, built;
-    double all_total = 0, built_total = 0;
-    for (size_t w = 0; w < plan_.layout.workers.size(); ++w) {
-      const partition::VirtualWorker& vw = plan_.layout.workers[w];
-      if (vw.stages.empty()) continue;
-      const auto& rank = vw.ranks[static_cast<size_t>(vw.stages.front().rank)];
-      if (rank.empty()) continue;
-      const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(rank.front())].node);
-      if (node >= all.size()) all.resize(node + 1, 0), built.resize(node + 1, 0);
-      all[node] += 1, all_total += 1;
-      if (w == 0) built[node] += 1, built_total += 1;
-    }
-    load_share_.assign(all.size(), 1);
-    for (size_t n = 0; n < all.size(); ++n) {
-      if (built[n] > 0) load_share_[n] = all[n] / built[n];
-    }
-    if (built_total > 0) load_share_all_ = all_total / built_total;
-  }
-
   void prepare() {
-    fold_loads();
+    if (plan_.layout.folded) load_shares_ = partition::load_shares(plan_);
     const size_t n = tasks_;
     graph_.emplace(plan_);
     remaining_.resize(static_cast<size_t>(iterations_));
@@ -387,8 +364,8 @@ class Simulation {
       ++stream.outstanding;
     };
     // A folded plan's loads stand for every replica's: each resource serves all of them.
-    const double share = load_share_.empty() ? 1 : load_share_[node];
-    run(platform_.storage, t.bytes * load_share_all_);
+    const double share = node < load_shares_.per_node.size() ? load_shares_.per_node[node] : 1;
+    run(platform_.storage, t.bytes * load_shares_.all);
     if (node < platform_.node_read.size()) {
       run(platform_.node_read[node], t.bytes * share);
       run(platform_.node_loader[node], partition::load_samples(plan_, t) * share);
@@ -665,10 +642,7 @@ class Simulation {
   size_t tasks_;     // per iteration
   int iterations_;
   PlatformSpec spec_;
-  // Loads in a folded plan: how many replicas' loads each simulated one stands for, over the
-  // file system and per node (1 when not folded). See fold_loads().
-  double load_share_all_ = 1;
-  std::vector<double> load_share_;
+  partition::LoadShares load_shares_;  // a folded plan's: what each simulated load stands for
   Platform platform_;
   std::optional<MailboxSteps> steps_;  // each collective's steps, once the platform exists
   std::vector<Device> devices_;

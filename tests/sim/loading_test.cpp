@@ -24,7 +24,7 @@ constexpr int kNodes = 4, kGpus = 8, kMicroBatch = 32, kMicrobatches = 2, kItera
 model::Cluster cluster_with(const std::string& input) {
   return model::parse_cluster("name: lab\nnodes:\n  - {name: n, count: " + std::to_string(kNodes) +
                                   ", gpu: A100-80, gpus: " + std::to_string(kGpus) +
-                                  ", nic: {count: 4, bandwidth: 200 Gb/s}}\n" + input,
+                                  ", nic: {count: 8, bandwidth: 200 Gb/s}}\n" + input,
                               "lab.yaml");
 }
 
@@ -93,4 +93,26 @@ TEST(Loading, NodeReadAndPreprocessingBoundEachNode) {
   EXPECT_NEAR(steady_samples_per_s(cpu) / cpu_rate, 1.0, 0.01);
   EXPECT_NEAR(partition::loader_bound(cpu).samples_per_s / cpu_rate, 1.0, 1e-12);
   EXPECT_STREQ(partition::loader_bound(cpu).limit, "preprocessing");
+}
+
+// A folded plan simulates worker 0 alone; its loads stand for every replica's, so the file
+// system is as loaded as in the whole plan.
+TEST(Loading, AFoldedPlanIsBoundAsTheWholeOne) {
+  const model::Cluster cluster = cluster_with("input: {shared_read: 1 GB/s, preprocess: 20 ms, workers: 2}\n");
+  const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.precision = net.precision;
+  o.pipeline = 1;
+  o.data = kNodes * kGpus;
+  o.micro_batch = kMicroBatch;
+  o.microbatches = kMicrobatches;
+  o.iterations = kIterations;
+  o.fold = true;
+  const partition::CostModel cost(cluster, net.precision);
+  const Plan folded = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  ASSERT_TRUE(folded.layout.folded);
+  // Per node: 2 workers / 20 ms = 100 samples/s, 400 for the four; the file system's
+  // 8,700 is not the limit.
+  EXPECT_NEAR(steady_samples_per_s(folded) / 400, 1.0, 0.01);
+  EXPECT_NEAR(partition::loader_bound(folded).samples_per_s / 400, 1.0, 1e-12);
 }
