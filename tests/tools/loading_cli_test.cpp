@@ -47,3 +47,21 @@ TEST(LoadingCli, PlanSaysItToo) {
   ASSERT_EQ(plain.status, 0) << plain.err;
   EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("loader"));
 }
+
+// Load tasks survive a Chakra export (as MEM_LOAD_NODEs) and its import: the workload read
+// back, on the same cluster, runs in the plan's time (the loader's, here: each node's 16
+// workers at 2 ms a sample, 8,000 samples/s for the 512 an iteration).
+TEST(LoadingCli, ChakraKeepsTheLoads) {
+  const auto dir = hetflow::test_support::scratch_dir();
+  const std::string plan = (dir / "p.json").string(), et = (dir / "et").string();
+  const std::string cluster = HETFLOW_SOURCE_DIR "/tools/examples/a100x32-nfs.yaml";
+  ASSERT_EQ(run_hetflow("plan --cluster " + cluster + " --model resnet50 --data 4 --micro-batch 64 --microbatches 2 -o " + plan).status, 0);
+  ASSERT_EQ(run_hetflow("export-chakra " + plan + " -o " + et).status, 0);
+  const auto original = run_hetflow("simulate --plan " + plan + " --iterations 12 --json");
+  const auto imported = run_hetflow("simulate --cluster " + cluster + " --model chakra:" + et + " --iterations 12 --json");
+  ASSERT_EQ(original.status, 0) << original.err;
+  ASSERT_EQ(imported.status, 0) << imported.err;
+  const double expected_s = 512 / 8000.0;
+  EXPECT_NEAR(nlohmann::json::parse(original.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
+  EXPECT_NEAR(nlohmann::json::parse(imported.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
+}
