@@ -198,6 +198,8 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::collective:
       collective(task);
       return;
+    case TaskKind::load:  // the host's loader: the executor's batches are made by its training feed
+      return;
   }
 }
 

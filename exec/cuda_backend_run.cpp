@@ -531,6 +531,8 @@ void CudaBackend::run(TaskContext& task) {
         run_collective(job);
       }
       return;
+    case TaskKind::load:  // the host's loader: the executor's batches are made by its training feed
+      return;
   }
 }
 

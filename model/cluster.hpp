@@ -64,6 +64,20 @@ struct WanLink {
   bool operator==(const WanLink&) const = default;
 };
 
+// Where training samples come from before a step can use them: a shared file system all
+// nodes read from, each node's own read path, and loader workers that decode, tokenise or
+// augment on the host. A cluster without the section (`given` false) has an unbounded
+// loader: no load tasks, every figure as without it.
+struct InputPath {
+  bool given = false;                  // the cluster file has an `input:` section
+  double shared_read_bytes_per_s = 0;  // the shared file system, all nodes together; 0: unbounded
+  double node_read_bytes_per_s = 0;    // one node's read bandwidth from storage; 0: unbounded
+  double preprocess_s_per_sample = 0;  // host CPU seconds one loader worker spends on a sample
+  int workers_per_node = 1;            // loader workers per node, each preprocessing its own samples
+  int prefetch_batches = 2;            // micro-batches the loader may run ahead of the first forward
+  bool operator==(const InputPath&) const = default;
+};
+
 // One GPU of the cluster, numbered densely in node order.
 struct Device {
   int id = 0;
@@ -79,6 +93,7 @@ struct Cluster {
   std::vector<Region> regions;
   std::vector<Node> nodes;
   std::vector<WanLink> wan;
+  InputPath input;  // the data loader's path; unbounded unless the file gives one
 
   // All devices in node order. Cheap; recomputed on each call.
   std::vector<Device> devices() const;

@@ -73,6 +73,27 @@ Fabric parse_fabric(const YAML::Node& node, const std::string& file, const std::
   return f;
 }
 
+// Loader workers per node and batches ahead: beyond these a figure is a typo.
+constexpr int kMaxLoaderWorkers = 65'536;
+constexpr int kMaxPrefetchBatches = 1'024;
+const MapReader::Range kPreprocess{1e-12, limits::kMaxLatency, units::format_time_s};
+
+// The `input:` section: what the data loader reads from and how fast the host prepares
+// samples. Every key optional; an absent bandwidth is unbounded, no preprocess is free.
+InputPath parse_input(const YAML::Node& node, const std::string& file) {
+  MapReader r(node, file, "input");
+  InputPath in;
+  in.given = true;
+  in.shared_read_bytes_per_s =
+      r.quantity_in("shared_read", units::parse_bandwidth_bytes_per_s, kBandwidth, 0.0, true);
+  in.node_read_bytes_per_s = r.quantity_in("node_read", units::parse_bandwidth_bytes_per_s, kBandwidth, 0.0, true);
+  in.preprocess_s_per_sample = r.quantity_in("preprocess", units::parse_time_s, kPreprocess, 0.0, true);
+  in.workers_per_node = r.int_or("workers", 1, 1, kMaxLoaderWorkers);
+  in.prefetch_batches = r.int_or("prefetch", 2, 1, kMaxPrefetchBatches);
+  r.finish();
+  return in;
+}
+
 // A node entry; `count: N` expands it into N nodes named <name>-0 .. <name>-(N-1).
 std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, const std::string& path,
                               const std::function<const GpuSpec*(const std::string&)>& find_gpu,
@@ -257,6 +278,10 @@ Cluster parse_cluster(const std::string& text, const std::string& file) {
       lines["gpu_types." + c.gpu_types[i].name] = yaml_util::line_of(list[i]);
     }
   }
+  if (r.has("input")) {
+    c.input = parse_input(r.get("input"), file);
+    lines["input"] = yaml_util::line_of(r.get("input"));
+  }
   (void)r.has("reliability");  // failure rates and recovery, for campaigns: campaign/reliability.hpp reads it
   r.finish();
   validate_cluster(c, file, lines);
@@ -336,6 +361,12 @@ void validate_cluster(const Cluster& c, const std::string& file, const FieldLine
     if (!finite(r.fabric.latency_s) || !std::isfinite(r.fabric.oversubscription)) {
       fail("regions." + r.name + ".fabric", "expected a finite latency and oversubscription");
     }
+  }
+  const InputPath& in = c.input;
+  if (!finite(in.shared_read_bytes_per_s) || !finite(in.node_read_bytes_per_s) ||
+      !finite(in.preprocess_s_per_sample) || in.workers_per_node < 1 || in.prefetch_batches < 1) {
+    fail("input", "expected finite, non-negative bandwidths and preprocessing time, at least one worker and "
+                  "one batch of prefetch");
   }
   std::set<std::pair<std::string, std::string>> joined;
   for (const WanLink& w : c.wan) {
@@ -446,6 +477,22 @@ std::string write_cluster(const Cluster& c) {
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;
+  }
+  if (c.input.given) {
+    const InputPath& in = c.input;
+    out << YAML::Key << "input" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    if (in.shared_read_bytes_per_s > 0) {
+      out << YAML::Key << "shared_read" << YAML::Value << units::format_bandwidth(in.shared_read_bytes_per_s);
+    }
+    if (in.node_read_bytes_per_s > 0) {
+      out << YAML::Key << "node_read" << YAML::Value << units::format_bandwidth(in.node_read_bytes_per_s);
+    }
+    if (in.preprocess_s_per_sample > 0) {
+      out << YAML::Key << "preprocess" << YAML::Value << units::format_time_s(in.preprocess_s_per_sample);
+    }
+    out << YAML::Key << "workers" << YAML::Value << in.workers_per_node;
+    out << YAML::Key << "prefetch" << YAML::Value << in.prefetch_batches;
+    out << YAML::EndMap;
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

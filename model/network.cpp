@@ -64,6 +64,22 @@ double cnn_op_macs(const CnnOp& op) {
   return 0;
 }
 
+namespace {
+// Token files hold one 2-byte id per token: llm.c's format (version 1, uint16 tokens; see
+// exec/token_data.hpp), as GPT-2's 50,257-entry vocabulary fits 16 bits.
+constexpr double kTokenBytes = 2;
+// ImageNet (ILSVRC-2012) training set: ILSVRC2012_img_train.tar is 147,897,477,120 bytes for
+// 1,281,167 JPEGs (image-net.org download page; Russakovsky et al., IJCV 2015, table 2 for the
+// count): 115.4 kB a sample, tar headers included.
+constexpr double kImageNetJpegBytes = 147897477120.0 / 1281167.0;
+}  // namespace
+
+double Network::stored_sample_bytes() const {
+  if (sample_bytes > 0) return sample_bytes;
+  if (architecture) return tokens_per_sample * kTokenBytes;
+  return kImageNetJpegBytes;
+}
+
 double Network::param_count() const {
   double total = 0;
   for (const Layer& l : layers) total += l.params;

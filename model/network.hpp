@@ -183,6 +183,9 @@ struct Network {
   std::string description;
   Precision precision = Precision::fp16;
   double tokens_per_sample = 1;  // sequence length for language models, 1 otherwise
+  // Bytes one sample takes on storage (a JPEG, a row of token ids); 0: not given, see
+  // stored_sample_bytes().
+  double sample_bytes = 0;
   // For transformer stacks: the shapes the layers were built from, so an executor can build
   // the real layers (and a plan that embeds the network stands alone). Absent for other networks.
   std::optional<TransformerConfig> architecture;
@@ -191,6 +194,9 @@ struct Network {
   double param_count() const;
   double forward_flops_per_sample() const;
   double backward_flops_per_sample() const;
+  // What the data loader reads per sample: sample_bytes when given, else for a transformer
+  // tokens_per_sample 2-byte token ids, else a mean ImageNet JPEG (network.cpp cites both).
+  double stored_sample_bytes() const;
   double training_flops_per_sample() const { return forward_flops_per_sample() + backward_flops_per_sample(); }
   double param_bytes() const { return param_count() * element_bytes(precision); }
   // Weights + gradients + Adam state: 16 B/param mixed precision (2 + 2 + 4 master + 4 + 4),

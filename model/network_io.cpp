@@ -18,6 +18,8 @@ namespace hetflow::model {
 using yaml_util::MapReader;
 
 namespace {
+// A sample on storage: 1 B up to 1 PiB, the range of a memory size.
+const MapReader::Range kSampleBytes{1, limits::kMaxMemory, units::format_bytes};
 
 // A layer's `ops:` list (model::CnnOp), each `{op: conv, in: [h, w, c], out: [h, w, c], kernel:
 // k, input_grad: false}`; `in` is needed by convolutions, fully connected layers and pools.
@@ -300,6 +302,7 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
   net.description = r.string_or("description", "");
   net.precision = file_precision.value_or(Precision::fp16);
   net.tokens_per_sample = r.number_or("tokens_per_sample", 1, 1, limits::kMaxTokensPerSample);
+  net.sample_bytes = r.quantity_in("sample_bytes", units::parse_bytes, kSampleBytes, 0.0, true);
   if (r.has("architecture")) net.architecture = parse_architecture(r.get("architecture"), file, net.name);
   const YAML::Node layers = r.required("layers");
   if (!layers.IsSequence() || layers.size() == 0) r.fail("layers", "expected a non-empty list of layers");
@@ -335,6 +338,7 @@ std::string write_network(const Network& n) {
   out << YAML::Key << "description" << YAML::Value << n.description;
   out << YAML::Key << "precision" << YAML::Value << std::string(to_string(n.precision));
   out << YAML::Key << "tokens_per_sample" << YAML::Value << units::format_number(n.tokens_per_sample);
+  if (n.sample_bytes > 0) out << YAML::Key << "sample_bytes" << YAML::Value << units::format_bytes(n.sample_bytes);
   if (n.architecture) {
     const TransformerConfig& c = *n.architecture;
     out << YAML::Key << "architecture" << YAML::Value << YAML::Flow << YAML::BeginMap;

@@ -33,6 +33,10 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
       return cost.transfer_time_s(plan.peer(task), t.device, t.bytes);
     case TaskKind::collective:
       return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
+    case TaskKind::load:
+      // The GPUs' side: with prefetch a load overlaps earlier micro-batches' compute, so the
+      // loader bounds the throughput (loader_bound) rather than lengthening the critical path.
+      return 0;
   }
   return 0;
 }

@@ -10,7 +10,7 @@ namespace hetflow::partition {
 
 namespace {
 constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weight", "optimizer",
-                                           "send", "recv", "collective"};
+                                           "send", "recv", "collective", "load"};
 constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
                                           "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",

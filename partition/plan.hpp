@@ -41,6 +41,7 @@ enum class TaskKind {
   send,             // one side of a point-to-point transfer on a channel
   recv,
   collective,       // one participant of a collective (Plan::collectives)
+  load,             // a node's data loader: a micro-batch's samples read and preprocessed (bytes: read)
 };
 
 // Why bytes move: lets traces and metrics account traffic by purpose.

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "model/error.hpp"
+#include "partition/loading.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
 #include "partition/task_order.hpp"
@@ -143,6 +144,7 @@ void Builder::build() {
   } else {
     add_parameter_server_sync();
   }
+  add_loading(plan_);  // the input path's load tasks, where the cluster has one
   plan_.finish();
   add_memory();
 }

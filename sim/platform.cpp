@@ -162,6 +162,25 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
     }
   }
   p.timer = zones.front()->create_host("hetflow-timer", 1e18);
+  if (spec.storage_read_bytes_per_s > 0) {
+    p.storage = zones.front()->create_host("hetflow-storage", spec.storage_read_bytes_per_s);
+  }
+  if (spec.node_read_bytes_per_s > 0 || spec.node_loader_samples_per_s > 0) {
+    int nodes = 0;
+    for (const HostSpec& h : spec.hosts) nodes = std::max(nodes, h.node + 1);
+    p.node_read.assign(static_cast<size_t>(nodes), nullptr);
+    p.node_loader.assign(static_cast<size_t>(nodes), nullptr);
+    for (int n = 0; n < nodes; ++n) {
+      const std::string at = std::to_string(n);
+      if (spec.node_read_bytes_per_s > 0) {
+        p.node_read[static_cast<size_t>(n)] = zones.front()->create_host("hetflow-read-" + at, spec.node_read_bytes_per_s);
+      }
+      if (spec.node_loader_samples_per_s > 0) {
+        p.node_loader[static_cast<size_t>(n)] =
+            zones.front()->create_host("hetflow-loader-" + at, spec.node_loader_samples_per_s);
+      }
+    }
+  }
   p.hosts.resize(spec.hosts.size(), nullptr);
   for (size_t h = 0; h < spec.hosts.size(); ++h) {
     const HostSpec& host = spec.hosts[h];

@@ -18,6 +18,13 @@ struct Platform {
   // its speed / kTimerRate of them). Not part of the platform's XML.
   simgrid::s4u::Host* timer = nullptr;
   static constexpr double kTimerRate = 1e6;
+  // The shared file system (PlatformSpec::storage_read_bytes_per_s), nullptr when none: a
+  // read of b bytes is an execution of b FLOPs on it, so concurrent reads share its speed
+  // max-min fairly, each bounded by its node's own read bandwidth.
+  simgrid::s4u::Host* storage = nullptr;
+  // Per node (HostSpec::node), nullptr when unbounded: its read path (bytes as FLOPs) and its
+  // loader workers (samples as FLOPs), shared max-min fairly by the node's loads.
+  std::vector<simgrid::s4u::Host*> node_read, node_loader;
 };
 
 // Creates the SimGrid engine with hetflow's network model settings: CM02 with cross-traffic

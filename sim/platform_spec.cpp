@@ -212,7 +212,14 @@ PlatformSpec platform_spec(const model::Cluster& cluster, const std::vector<doub
   if (speed_flops_per_s.size() != static_cast<size_t>(cluster.device_count())) {
     throw Error("platform_spec: one speed per device expected");
   }
-  return SpecBuilder(cluster, speed_flops_per_s).build();
+  PlatformSpec spec = SpecBuilder(cluster, speed_flops_per_s).build();
+  const model::InputPath& in = cluster.input;
+  if (in.given) {
+    spec.storage_read_bytes_per_s = in.shared_read_bytes_per_s;
+    spec.node_read_bytes_per_s = in.node_read_bytes_per_s;
+    if (in.preprocess_s_per_sample > 0) spec.node_loader_samples_per_s = in.workers_per_node / in.preprocess_s_per_sample;
+  }
+  return spec;
 }
 
 }  // namespace hetflow::sim

@@ -87,6 +87,13 @@ struct PlatformSpec {
   std::vector<HostSpec> hosts;  // index = device id
   std::vector<LinkSpec> links;
   std::vector<ZoneSpec> zones;  // parents before children; zones[0] is the root
+  // The shared file system's read rate (model::InputPath); 0: none is modelled. Not part of
+  // the platform's XML: like the timer, a host of its own that no route reaches.
+  double storage_read_bytes_per_s = 0;
+  // Each node's loader (the same model): its read bandwidth from storage and the samples its
+  // workers preprocess per second; 0: unbounded. Hosts of their own, like the file system's.
+  double node_read_bytes_per_s = 0;
+  double node_loader_samples_per_s = 0;
   int link_index(const std::string& name) const;  // -1 when unknown
   bool operator==(const PlatformSpec&) const = default;
 };

@@ -24,6 +24,7 @@
 #include "partition/collective_steps.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/estimate.hpp"
+#include "partition/loading.hpp"
 #include "partition/run_graph.hpp"
 #include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
@@ -159,6 +160,7 @@ class Simulation {
 
   // Inputs of every task per iteration, successors and transfer partners: partition::RunGraph.
   void prepare() {
+    if (plan_.layout.folded) load_shares_ = partition::load_shares(plan_);
     const size_t n = tasks_;
     graph_.emplace(plan_);
     remaining_.resize(static_cast<size_t>(iterations_));
@@ -203,6 +205,11 @@ class Simulation {
           if (!std::isfinite(cost_.task_compute_time_s(plan_, t) * cost_.peak_flops_per_s(t.device))) {
             why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
                   " bytes of memory traffic take longer than the simulator can count";
+          }
+          break;
+        case TaskKind::load:
+          if (!(t.bytes < kMaxBytes)) {
+            why = "it loads " + shown(t.bytes) + " bytes, more than the simulator can count";
           }
           break;
         case TaskKind::send:
@@ -334,8 +341,38 @@ class Simulation {
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
         break;
+      case TaskKind::load:
+        if (start_load(stream, s, t, flight)) return;
+        break;
     }
     complete_head(d, s, check);  // nothing to wait for
+  }
+
+  // A load: its read from the shared file system, its read on its node's path and its
+  // preprocessing on its node's loader workers at once (each a host whose speed its users
+  // share), as the parts overlap across micro-batches; the task ends with the last. Tracked
+  // as a collective of no steps: the stream completes when `outstanding` reaches 0. False
+  // when there is nothing to wait for.
+  bool start_load(Stream& stream, size_t s, const Task& t, InFlight& flight) {
+    stream.steps.clear();
+    stream.step = 0;
+    stream.outstanding = 0;
+    const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(t.device)].node);
+    auto run = [&](sg::Host* on, double amount) {
+      if (on == nullptr || !(amount > 0)) return;
+      flight.add(sg::Exec::init()->set_flops_amount(amount)->set_host(on)->start(), s);
+      ++stream.outstanding;
+    };
+    // A folded plan's loads stand for every replica's: each resource serves all of them.
+    const double share = node < load_shares_.per_node.size() ? load_shares_.per_node[node] : 1;
+    run(platform_.storage, t.bytes * load_shares_.all);
+    if (node < platform_.node_read.size()) {
+      run(platform_.node_read[node], t.bytes * share);
+      run(platform_.node_loader[node], partition::load_samples(plan_, t) * share);
+    }
+    activities_ += stream.outstanding;
+    stream.collective = stream.outstanding > 0;
+    return stream.collective;
   }
 
   // Issues the current step of stream s's collective; false when there is none left.
@@ -605,6 +642,7 @@ class Simulation {
   size_t tasks_;     // per iteration
   int iterations_;
   PlatformSpec spec_;
+  partition::LoadShares load_shares_;  // a folded plan's: what each simulated load stands for
   Platform platform_;
   std::optional<MailboxSteps> steps_;  // each collective's steps, once the platform exists
   std::vector<Device> devices_;

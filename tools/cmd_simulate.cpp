@@ -135,6 +135,8 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
                        {"peak_memory_bytes", d.peak_memory_bytes}});
   }
   j["devices"] = std::move(devices);
+  // The loader against the GPUs' analytic rate: the simulated throughput is the smaller.
+  if (Json loader = input_bound_json(plan, analytic.throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
   return j;
 }
 
@@ -156,7 +158,9 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   } else {
     out << "- (no samples: the workload has no virtual workers)";
   }
-  out << "\n" << std::setprecision(1);
+  out << "\n";
+  if (has_workers) print_input_bound(out, plan, analytic.throughput_samples_per_s);
+  out << std::fixed << std::setprecision(1);
   out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
   if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "    (" << cause << ")\n";
   out << "  bubble fraction    ";

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/units.hpp"
+#include "partition/loading.hpp"
 #include "partition/validate.hpp"
 
 namespace hetflow::tools {
@@ -102,6 +103,7 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
   out << std::fixed << "  throughput       " << std::setprecision(2) << e.throughput_samples_per_s << " samples/s";
   if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_tokens_per_s << " tokens/s";
   out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n" << std::defaultfloat;
+  print_input_bound(out, plan, e.throughput_samples_per_s);
   out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
       << "peak memory" << std::setw(12) << "capacity" << "\n";
   const size_t devices = static_cast<size_t>(plan.device_count());
@@ -114,6 +116,35 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
         << u::human_bytes(plan.memory[d].capacity_bytes) << "\n";
   }
   if (printed > 32) out << "  ... and " << printed - 32 << " more devices (--json lists all)\n";
+}
+
+void print_input_bound(std::ostream& out, const Plan& plan, double compute_samples_per_s) {
+  const partition::LoaderBound b = partition::loader_bound(plan);
+  if (!b.bounded) return;
+  out << std::fixed << std::setprecision(0);
+  if (b.samples_per_s <= 0) {
+    out << "  loader           unbounded (the input path limits nothing)\n";
+  } else if (b.samples_per_s < compute_samples_per_s) {
+    out << "  input-bound: the loader gives " << b.samples_per_s << " samples/s (" << b.limit
+        << "), the GPUs could take " << compute_samples_per_s << " (" << std::setprecision(1)
+        << compute_samples_per_s / b.samples_per_s << "x)\n";
+  } else {
+    out << "  loader           " << b.samples_per_s << " samples/s (" << b.limit << "), "
+        << std::setprecision(1) << b.samples_per_s / compute_samples_per_s << "x what the GPUs take: not input-bound\n";
+  }
+  out << std::defaultfloat;
+}
+
+Json input_bound_json(const Plan& plan, double compute_samples_per_s) {
+  const partition::LoaderBound b = partition::loader_bound(plan);
+  if (!b.bounded) return nullptr;
+  Json j;
+  j["loader_samples_per_s"] = b.samples_per_s > 0 ? Json(b.samples_per_s) : Json(nullptr);  // null: unbounded
+  j["limit"] = b.limit;
+  j["compute_samples_per_s"] = compute_samples_per_s;
+  j["input_bound"] = b.samples_per_s > 0 && b.samples_per_s < compute_samples_per_s;
+  j["slowdown"] = b.samples_per_s > 0 ? std::max(1.0, compute_samples_per_s / b.samples_per_s) : 1.0;
+  return j;
 }
 
 Json estimate_json(const Plan& plan, const partition::Estimate& e) {
@@ -134,6 +165,7 @@ Json estimate_json(const Plan& plan, const partition::Estimate& e) {
                        {"capacity_bytes", plan.memory[d].capacity_bytes}});
   }
   j["devices"] = std::move(devices);
+  if (Json loader = input_bound_json(plan, e.throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
   return j;
 }
 

@@ -103,6 +103,12 @@ et::Node task_node(const Plan& plan, const partition::CostModel& cost, int id, u
     attr_double(n, "hetflow_flops", part * t.flops);
     attr_double(n, "hetflow_recompute_flops", part * t.recompute_flops);
     attr_double(n, "hetflow_memory_bytes", part * t.memory_bytes);
+  } else if (t.kind == TaskKind::load) {  // the host's loader reading a micro-batch from storage
+    n.set_type(et::MEM_LOAD_NODE);
+    // No duration: a load's time depends on the loads it shares storage and workers with,
+    // which the simulator derives from the cluster's input path.
+    attr(n, "tensor_size", static_cast<int64_t>(std::llround(t.bytes)));
+    attr_double(n, "hetflow_bytes", t.bytes);
   } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv) {
     const partition::Channel& c = plan.channel(t.channel);
     n.set_type(t.kind == TaskKind::send ? et::COMM_SEND_NODE : et::COMM_RECV_NODE);

@@ -203,6 +203,10 @@ Task ChakraAssembly::read_node(const NodeReader& n, int r, std::string& default_
       } catch (const std::exception&) {
         n.fail("hetflow_kind", "expected a task kind, found '" + kind.substr(0, 40) + "'");
       }
+      if (t.kind == TaskKind::load && node.type() == et::MEM_LOAD_NODE) {  // a data loader's read
+        t.bytes = n.size("hetflow_bytes", "tensor_size", true);
+        break;
+      }
       if (!partition::is_compute(t.kind)) n.fail("hetflow_kind", "a compute node of kind '" + kind + "'");
       t.flops = node.type() == et::COMP_NODE ? n.size("hetflow_flops", "num_ops", false) : 0;
       t.recompute_flops = std::min(t.flops, n.size("hetflow_recompute_flops", "hetflow_recompute_flops", false));

@@ -46,6 +46,8 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
   for (const Event& e : trace.events) {
     const double start = std::max(e.start_s, window.from_s), end = std::min(e.end_s, window.to_s);
     if (!(end > start) || e.device < 0 || static_cast<size_t>(e.device) >= devices) continue;
+    // A load runs on the host's loader, not the GPU: a GPU waiting for it is idle (an input stall).
+    if (e.kind == partition::TaskKind::load) continue;
     int purpose = -1;
     if (!partition::is_compute(e.kind)) {
       const std::string name(partition::to_string(e.purpose));

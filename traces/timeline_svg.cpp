@@ -71,6 +71,7 @@ Look look_of(const Event& e) {
     case TaskKind::collective: return {kCollective};
     case TaskKind::send:
     case TaskKind::recv: return {kTransfer};
+    case TaskKind::load: return {kOther, "#808080"};
   }
   return {kOther, "#808080"};
 }

@@ -1,0 +1,118 @@
+// Data loading in the simulator: a loader-bound plan runs at the loader's closed-form rate,
+// min(compute, loader), and a fast loader leaves the plan as it was.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/loading.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "sim/simulator.hpp"
+
+using namespace hetflow;
+using partition::Plan;
+using partition::TaskKind;
+
+namespace {
+
+constexpr int kNodes = 4, kGpus = 8, kMicroBatch = 32, kMicrobatches = 2, kIterations = 8;
+
+// Four nodes of eight A100s; `input` is the cluster file's input section ("" for none).
+model::Cluster cluster_with(const std::string& input) {
+  return model::parse_cluster("name: lab\nnodes:\n  - {name: n, count: " + std::to_string(kNodes) +
+                                  ", gpu: A100-80, gpus: " + std::to_string(kGpus) +
+                                  ", nic: {count: 8, bandwidth: 200 Gb/s}}\n" + input,
+                              "lab.yaml");
+}
+
+// ResNet-50, data parallel over every GPU.
+Plan resnet_plan(const model::Cluster& cluster) {
+  const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.precision = net.precision;
+  o.pipeline = 1;
+  o.data = kNodes * kGpus;
+  o.micro_batch = kMicroBatch;
+  o.microbatches = kMicrobatches;
+  o.iterations = kIterations;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
+
+double samples_per_iteration() { return double(kNodes) * kGpus * kMicroBatch * kMicrobatches; }
+
+// Samples per second in the steady state: from the end of iteration 2's last optimizer step
+// to the end of the last iteration's (the first iterations fill the prefetch).
+double steady_samples_per_s(const Plan& plan) {
+  const sim::SimResult r = sim::simulate(plan, {});
+  EXPECT_TRUE(r.completed);
+  std::map<int, double> end_of;
+  for (const traces::Event& e : r.trace.events) {
+    if (e.kind == TaskKind::optimizer) end_of[e.iteration] = std::max(end_of[e.iteration], e.end_s);
+  }
+  const int first = 2, last = kIterations - 1;
+  return samples_per_iteration() * (last - first) / (end_of.at(last) - end_of.at(first));
+}
+
+}  // namespace
+
+TEST(Loading, SlowSharedFileSystemBoundsResnetAtItsBandwidthOverTheSampleSize) {
+  const double compute = steady_samples_per_s(resnet_plan(cluster_with("")));
+  const double shared = 1e9;  // 1 GB/s: about 8,700 ImageNet JPEGs a second
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 GB/s}\n"));
+  const double loader = shared / plan.network.stored_sample_bytes();
+  ASSERT_LT(loader, compute / 2) << "the test wants a loader-bound plan";
+  EXPECT_NEAR(steady_samples_per_s(plan) / std::min(compute, loader), 1.0, 0.01);
+  const partition::LoaderBound bound = partition::loader_bound(plan);
+  EXPECT_TRUE(bound.bounded);
+  EXPECT_NEAR(bound.samples_per_s / loader, 1.0, 1e-12);
+  EXPECT_STREQ(bound.limit, "shared file system");
+}
+
+TEST(Loading, FastFileSystemLeavesThePlanAsFastAsWithoutALoader) {
+  const double compute = steady_samples_per_s(resnet_plan(cluster_with("")));
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 PB/s, prefetch: 2}\n"));
+  ASSERT_GT(partition::loader_bound(plan).samples_per_s, 100 * compute);
+  EXPECT_NEAR(steady_samples_per_s(plan) / compute, 1.0, 0.01);
+}
+
+TEST(Loading, NodeReadAndPreprocessingBoundEachNode) {
+  const double compute = steady_samples_per_s(resnet_plan(cluster_with("")));
+  // Each node reads at 200 MB/s: four nodes, 4 x 200 MB/s over the sample size.
+  const Plan read = resnet_plan(cluster_with("input: {node_read: 200 MB/s}\n"));
+  const double read_rate = kNodes * 200e6 / read.network.stored_sample_bytes();
+  ASSERT_LT(read_rate, compute / 2);
+  EXPECT_NEAR(steady_samples_per_s(read) / read_rate, 1.0, 0.01);
+  EXPECT_STREQ(partition::loader_bound(read).limit, "node read");
+  // 10 ms of CPU per sample on 4 workers a node: 400 samples/s a node.
+  const Plan cpu = resnet_plan(cluster_with("input: {preprocess: 10 ms, workers: 4}\n"));
+  const double cpu_rate = kNodes * 4 / 10e-3;
+  EXPECT_NEAR(steady_samples_per_s(cpu) / cpu_rate, 1.0, 0.01);
+  EXPECT_NEAR(partition::loader_bound(cpu).samples_per_s / cpu_rate, 1.0, 1e-12);
+  EXPECT_STREQ(partition::loader_bound(cpu).limit, "preprocessing");
+}
+
+// A folded plan simulates worker 0 alone; its loads stand for every replica's, so the file
+// system is as loaded as in the whole plan.
+TEST(Loading, AFoldedPlanIsBoundAsTheWholeOne) {
+  const model::Cluster cluster = cluster_with("input: {shared_read: 1 GB/s, preprocess: 20 ms, workers: 2}\n");
+  const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.precision = net.precision;
+  o.pipeline = 1;
+  o.data = kNodes * kGpus;
+  o.micro_batch = kMicroBatch;
+  o.microbatches = kMicrobatches;
+  o.iterations = kIterations;
+  o.fold = true;
+  const partition::CostModel cost(cluster, net.precision);
+  const Plan folded = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  ASSERT_TRUE(folded.layout.folded);
+  // Per node: 2 workers / 20 ms = 100 samples/s, 400 for the four; the file system's
+  // 8,700 is not the limit.
+  EXPECT_NEAR(steady_samples_per_s(folded) / 400, 1.0, 0.01);
+  EXPECT_NEAR(partition::loader_bound(folded).samples_per_s / 400, 1.0, 1e-12);
+}

@@ -1,0 +1,67 @@
+// hetflow plan and simulate on a cluster whose loader is the bottleneck: they say so, by how
+// much, and the simulated throughput is the loader's closed form.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+
+namespace {
+const std::string kNfs = "--cluster " HETFLOW_SOURCE_DIR
+                         "/tools/examples/a100x32-nfs.yaml --model resnet50 --data 32 --micro-batch 64 --microbatches 2";
+// The example's 1 GB/s over ImageNet's mean JPEG (147,897,477,120 bytes / 1,281,167 images).
+const double kLoaderSamplesPerS = 1e9 / (147897477120.0 / 1281167.0);
+}  // namespace
+
+TEST(LoadingCli, SimulateSaysInputBoundAndRunsAtTheLoadersRate) {
+  const auto r = run_hetflow("simulate " + kNfs + " --iterations 4 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& loader = j["loader"];
+  EXPECT_TRUE(loader["input_bound"].get<bool>());
+  EXPECT_EQ(loader["limit"], "shared file system");
+  EXPECT_NEAR(loader["loader_samples_per_s"].get<double>() / kLoaderSamplesPerS, 1.0, 1e-12);
+  EXPECT_NEAR(j["throughput_samples_per_s"].get<double>() / kLoaderSamplesPerS, 1.0, 0.01);
+  EXPECT_NEAR(loader["slowdown"].get<double>(),
+              loader["compute_samples_per_s"].get<double>() / kLoaderSamplesPerS, 1e-9);
+  const auto text = run_hetflow("simulate " + kNfs + " --iterations 4");
+  ASSERT_EQ(text.status, 0) << text.err;
+  const std::string line = "  input-bound: the loader gives " + std::to_string(std::lround(kLoaderSamplesPerS)) +
+                           " samples/s (shared file system), the GPUs could take ";
+  EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
+}
+
+TEST(LoadingCli, PlanSaysItToo) {
+  const auto r = run_hetflow("plan " + kNfs);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("  input-bound: the loader gives " + std::to_string(std::lround(kLoaderSamplesPerS)) +
+                       " samples/s (shared file system)"),
+            std::string::npos)
+      << r.out;
+  // A cluster without an input section: no loader line, no `loader` in the JSON.
+  const auto plain = run_hetflow("plan --cluster dgx-a100-x4 --model resnet50 --data 32 --micro-batch 64 --json");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("loader"));
+}
+
+// Load tasks survive a Chakra export (as MEM_LOAD_NODEs) and its import: the workload read
+// back, on the same cluster, runs in the plan's time (the loader's, here: each node's 16
+// workers at 2 ms a sample, 8,000 samples/s for the 512 an iteration).
+TEST(LoadingCli, ChakraKeepsTheLoads) {
+  const auto dir = hetflow::test_support::scratch_dir();
+  const std::string plan = (dir / "p.json").string(), et = (dir / "et").string();
+  const std::string cluster = HETFLOW_SOURCE_DIR "/tools/examples/a100x32-nfs.yaml";
+  ASSERT_EQ(run_hetflow("plan --cluster " + cluster + " --model resnet50 --data 4 --micro-batch 64 --microbatches 2 -o " + plan).status, 0);
+  ASSERT_EQ(run_hetflow("export-chakra " + plan + " -o " + et).status, 0);
+  const auto original = run_hetflow("simulate --plan " + plan + " --iterations 12 --json");
+  const auto imported = run_hetflow("simulate --cluster " + cluster + " --model chakra:" + et + " --iterations 12 --json");
+  ASSERT_EQ(original.status, 0) << original.err;
+  ASSERT_EQ(imported.status, 0) << imported.err;
+  const double expected_s = 512 / 8000.0;
+  EXPECT_NEAR(nlohmann::json::parse(original.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
+  EXPECT_NEAR(nlohmann::json::parse(imported.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
+}
