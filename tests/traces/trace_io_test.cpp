@@ -382,7 +382,9 @@ TEST(ChromeTrace, HasProcessesThreadsAndCompleteEvents) {
     EXPECT_EQ(x.at("args").at("bytes").get<double>(), e.bytes);
     EXPECT_EQ(x.at("args").at("flops").get<double>(), e.flops);
     EXPECT_EQ(x.at("args").at("purpose"), std::string(partition::to_string(e.purpose)));
-    if (e.message >= 0) EXPECT_EQ(x.at("args").at("message"), e.message);  // (within its task's slice)
+    if (e.message >= 0) {
+      EXPECT_EQ(x.at("args").at("message"), e.message);  // (within its task's slice)
+    }
   }
   std::vector<std::string> names;
   for (const json& x : slices) names.push_back(x.at("name"));
