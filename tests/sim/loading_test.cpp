@@ -28,8 +28,8 @@ model::Cluster cluster_with(const std::string& input) {
                               "lab.yaml");
 }
 
-// ResNet-50, data parallel over every GPU.
-Plan resnet_plan(const model::Cluster& cluster) {
+// ResNet-50, data parallel over every GPU (folded: worker 0's tasks standing for all).
+Plan resnet_plan(const model::Cluster& cluster, bool fold = false) {
   const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
   partition::PlanOptions o;
   o.precision = net.precision;
@@ -38,6 +38,7 @@ Plan resnet_plan(const model::Cluster& cluster) {
   o.micro_batch = kMicroBatch;
   o.microbatches = kMicrobatches;
   o.iterations = kIterations;
+  o.fold = fold;
   const partition::CostModel cost(cluster, net.precision);
   return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
 }
@@ -99,17 +100,7 @@ TEST(Loading, NodeReadAndPreprocessingBoundEachNode) {
 // system is as loaded as in the whole plan.
 TEST(Loading, AFoldedPlanIsBoundAsTheWholeOne) {
   const model::Cluster cluster = cluster_with("input: {shared_read: 1 GB/s, preprocess: 20 ms, workers: 2}\n");
-  const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
-  partition::PlanOptions o;
-  o.precision = net.precision;
-  o.pipeline = 1;
-  o.data = kNodes * kGpus;
-  o.micro_batch = kMicroBatch;
-  o.microbatches = kMicrobatches;
-  o.iterations = kIterations;
-  o.fold = true;
-  const partition::CostModel cost(cluster, net.precision);
-  const Plan folded = partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+  const Plan folded = resnet_plan(cluster, true);
   ASSERT_TRUE(folded.layout.folded);
   // Per node: 2 workers / 20 ms = 100 samples/s, 400 for the four; the file system's
   // 8,700 is not the limit.
