@@ -386,7 +386,13 @@ class Simulation {
     if (stream.step >= stream.steps.size()) return false;
     const MailboxStep& step = stream.steps[stream.step];
     if (step.delay_s > 0 && !options_.free_communication) {
-      flight.add(platform_.timer->exec_init(step.delay_s * Platform::kTimerRate)->set_bound(Platform::kTimerRate)->start(), s);
+      // (Exec::init()->set_host: Host::exec_init runs where the calling actor is, the device.)
+      flight.add(sg::Exec::init()
+                     ->set_flops_amount(step.delay_s * Platform::kTimerRate)
+                     ->set_host(platform_.timer)
+                     ->set_bound(Platform::kTimerRate)
+                     ->start(),
+                 s);
       ++activities_;
       stream.outstanding = 1;
       return true;
