@@ -42,6 +42,7 @@ partition::Plan without_last_replica(const partition::Plan& plan, const model::C
   partition::Layout layout = plan.layout;
   const int replicas = static_cast<int>(layout.workers.size());
   layout.workers.pop_back();
+  layout.fit_axes();  // one replica fewer on the data axis
   if (same_batch) {
     for (partition::VirtualWorker& w : layout.workers) {
       w.microbatches = (w.microbatches * replicas + replicas - 2) / (replicas - 1);

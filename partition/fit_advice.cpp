@@ -48,7 +48,7 @@ std::vector<int> tensor_degrees(const model::Cluster& cluster, const model::Netw
 // Bytes all layers stash per micro-batch under a recomputation mode and tensor degree.
 double stash_bytes(const model::Network& network, Layout layout, Recompute recompute, int tensor) {
   layout.recompute = recompute;
-  layout.tensor = tensor;
+  layout.set_size(Axis::tensor, tensor);
   double total = 0;
   for (const model::Layer& l : network.layers) total += stashed_bytes_per_microbatch(l, network, layout);
   return total;

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/error.hpp"
+
 namespace hetflow::partition {
 
 std::string_view to_string(Recompute r) {
@@ -38,6 +40,55 @@ SyncKind parse_sync(std::string_view text) {
   throw std::invalid_argument("expected allreduce, ps or wsp, found '" + std::string(text) + "'");
 }
 
+int Layout::size(Axis a) const {
+  for (const LayoutAxis& x : axes) {
+    if (x.axis == a) return x.size;
+  }
+  return 1;
+}
+
+void Layout::set_size(Axis a, int n) {
+  for (LayoutAxis& x : axes) {
+    if (x.axis == a) {
+      x.size = n;
+      return;
+    }
+  }
+  axes.push_back({a, n});
+}
+
+std::vector<LayoutAxis> Layout::fitted_axes() const {
+  size_t depth = 1;
+  for (const VirtualWorker& w : workers) depth = std::max(depth, w.ranks.size());
+  std::vector<LayoutAxis> fitted = axes;
+  for (LayoutAxis& x : fitted) {
+    switch (x.axis) {
+      case Axis::data: x.size = std::max(1, static_cast<int>(workers.size())); break;
+      case Axis::pipeline: x.size = static_cast<int>(depth); break;
+      case Axis::tensor: x.size = largest_tensor(); break;
+    }
+  }
+  return fitted;
+}
+
+void Layout::fit_axes() { axes = fitted_axes(); }
+
+void check_axes(const Layout& layout) {
+  try {
+    parse_axis_order(axis_order_text(layout.axes));
+  } catch (const std::invalid_argument& e) {
+    throw InputError("<layout>", 0, "axes", e.what());
+  }
+  const std::vector<LayoutAxis> fitted = layout.fitted_axes();
+  for (size_t i = 0; i < fitted.size(); ++i) {
+    if (layout.axes[i].size == fitted[i].size) continue;
+    static constexpr const char* kWhat[] = {"the virtual workers", "the most ranks a worker has", "the most devices a rank has"};
+    throw InputError("<layout>", 0, "axes[" + std::to_string(i) + "].size",
+                     "expected " + std::to_string(fitted[i].size) + " (" + std::string(to_string(fitted[i].axis)) + ": " +
+                         kWhat[static_cast<size_t>(fitted[i].axis)] + "), found " + std::to_string(layout.axes[i].size));
+  }
+}
+
 int Layout::samples_per_iteration() const {
   int total = 0;
   for (const VirtualWorker& w : workers) total += w.microbatches * micro_batch_size;
@@ -51,8 +102,11 @@ std::vector<AxisCoords> Layout::device_coords(int devices) const {
       const std::vector<int>& rank = workers[w].ranks[r];
       for (size_t j = 0; j < rank.size(); ++j) {
         const int d = rank[j];
-        if (d < 0 || d >= devices || coords[static_cast<size_t>(d)].data >= 0) continue;
-        coords[static_cast<size_t>(d)] = {static_cast<int>(w), static_cast<int>(r), static_cast<int>(j)};
+        if (d < 0 || d >= devices || coords[static_cast<size_t>(d)][Axis::data] >= 0) continue;
+        AxisCoords& c = coords[static_cast<size_t>(d)];
+        c[Axis::data] = static_cast<int>(w);
+        c[Axis::pipeline] = static_cast<int>(r);
+        c[Axis::tensor] = static_cast<int>(j);
       }
     }
   }
@@ -62,7 +116,7 @@ std::vector<AxisCoords> Layout::device_coords(int devices) const {
 bool Layout::uniform_tensor() const {
   for (const VirtualWorker& w : workers) {
     for (const auto& rank : w.ranks) {
-      if (static_cast<int>(rank.size()) != tensor) return false;
+      if (static_cast<int>(rank.size()) != size(Axis::tensor)) return false;
     }
   }
   return true;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/precision.hpp"
+#include "partition/axis.hpp"
 #include "partition/collective.hpp"
 
 namespace hetflow::partition {
@@ -76,24 +77,15 @@ struct Sync {
   bool operator==(const Sync&) const = default;
 };
 
-// Where a device sits on a layout's parallel axes; -1 on an axis it is not on (a device that
-// only hosts parameter servers, or one the layout does not use).
-struct AxisCoords {
-  int data = -1;      // its virtual worker: the data-parallel replica
-  int pipeline = -1;  // its pipeline rank in that worker
-  int tensor = -1;    // its tensor-parallel rank in that pipeline rank
-  bool operator==(const AxisCoords&) const = default;
-};
-
-// The axes of AxisCoords, in the order plan files list a device's coordinates.
-inline constexpr std::string_view kAxisNames[] = {"data", "pipeline", "tensor"};
-
 struct Layout {
   std::string policy;    // which policy built it
   std::string schedule = "1f1b";
-  // The tensor-parallel degree the built-in policies give every rank; in general (a layout
-  // file) the largest rank's: each rank's own degree is its device count (ranks[r].size()).
-  int tensor = 1;
+  // The parallel axes by name, in placement order (innermost first: the policies deal
+  // devices so that consecutive ones differ first on axes[0]), each with its size: data the
+  // virtual workers, pipeline the most ranks a worker has, tensor the most devices a rank
+  // has (the degree the built-in policies give every rank; each rank's own degree is its
+  // device count, ranks[r].size()). `workers` is the truth; plans check the sizes against it.
+  std::vector<LayoutAxis> axes = default_axes();
   int virtual_stages = 1;  // v: chunks per rank (interleaved schedules)
   int micro_batch_size = 1;  // samples per micro-batch
   model::Precision precision = model::Precision::fp16;
@@ -115,14 +107,27 @@ struct Layout {
   // uplink. Simulated, not executed.
   bool folded = false;
 
+  // An axis's size; 1 for one the layout does not list.
+  int size(Axis a) const;
+  // Sets an axis's size, listing it outermost where the layout did not.
+  void set_size(Axis a, int n);
+  // Sets every axis's size from `workers` (what a layout made from its devices, a layout file
+  // or a plan without sizes, has); the order stays.
+  void fit_axes();
+  // The sizes `workers` give each axis (fit_axes's), in `axes`'s order.
+  std::vector<LayoutAxis> fitted_axes() const;
   int samples_per_iteration() const;
   // Each of `devices` devices' coordinates (a device the layout lists twice keeps its first).
   std::vector<AxisCoords> device_coords(int devices) const;
-  // Whether every rank of every virtual worker has `tensor` devices.
+  // Whether every rank of every virtual worker has size(Axis::tensor) devices.
   bool uniform_tensor() const;
-  // The largest rank's device count (what `tensor` holds); 1 without ranks.
+  // The largest rank's device count (the tensor axis's size); 1 without ranks.
   int largest_tensor() const;
   bool operator==(const Layout&) const = default;
 };
+
+// Throws InputError (file "<layout>", field "axes..." ) unless the layout lists each axis
+// once, sized as its workers size it (Layout::fitted_axes).
+void check_axes(const Layout& layout);
 
 }  // namespace hetflow::partition

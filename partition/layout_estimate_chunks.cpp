@@ -166,15 +166,21 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.recompute = layout.recompute;
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
       int order = 0;
-      for (const PassCallGroup& g : group_calls(pass_tp_calls(network, pass))) {
-        const auto n = static_cast<int>(g.points.size());
-        comm.collective(w, k, after, order++, ring_of(g.kind, devices, g.elems * bytes_per_elem * n, n));
+      for (const AxisRules& axis : axis_table()) {  // the in-rank axes' (axis_registry.hpp)
+        if (axis.scope != AxisScope::in_rank || axis.pass_calls == nullptr) continue;
+        for (const PassCallGroup& g : group_calls(axis.pass_calls(network, pass))) {
+          const auto n = static_cast<int>(g.points.size());
+          comm.collective(w, k, after, order++, ring_of(g.kind, devices, g.elems * bytes_per_elem * n, n));
+        }
       }
     }
-    if (tp) {  // once a step, in the chunk's last backward
-      const double gains = summed_gain_elems(network, vw.stages[k].layer_begin, vw.stages[k].layer_end,
-                                             static_cast<int>(devices.size()), layout.sequence_parallel);
-      comm.collective(w, k, PipelineComm::kLastBackwardAfter, 0,
+    if (!tp) continue;
+    int order = 0;  // once a step, in the chunk's last backward
+    for (const AxisRules& axis : axis_table()) {
+      if (axis.scope != AxisScope::in_rank || axis.step_elems == nullptr) continue;
+      const double gains = axis.step_elems(network, vw.stages[k].layer_begin, vw.stages[k].layer_end,
+                                           static_cast<int>(devices.size()), layout.sequence_parallel);
+      comm.collective(w, k, PipelineComm::kLastBackwardAfter, order++,
                       ring_of(CollectiveKind::all_reduce, devices, gains * model::element_bytes(layout.precision)));
     }
   }

@@ -55,7 +55,7 @@ class FileReader {
       top.fail("workers", "expected a list of virtual workers, each with its stages");
     }
     for (size_t w = 0; w < workers.size(); ++w) layout.workers.push_back(read_worker(workers[w], w));
-    layout.tensor = layout.largest_tensor();
+    layout.fit_axes();
   }
 
  private:

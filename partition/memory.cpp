@@ -20,7 +20,7 @@ double layer_activation_bytes(const model::Layer& layer, const Layout& layout) {
 }
 
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout) {
-  return stashed_bytes_per_microbatch(layer, network, layout, layout.tensor);
+  return stashed_bytes_per_microbatch(layer, network, layout, layout.size(Axis::tensor));
 }
 
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network, const Layout& layout,
@@ -49,7 +49,7 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
 
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
                            const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
-  return device_memory(network, layout, chunks, in_flight, hosts_optimizer, capacity_bytes, layout.tensor);
+  return device_memory(network, layout, chunks, in_flight, hosts_optimizer, capacity_bytes, layout.size(Axis::tensor));
 }
 
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,

@@ -137,12 +137,13 @@ void Builder::build() {
     for (auto* v : {&inputs_, &output_grads_, &input_slices_, &grad_slices_}) v->emplace_back(slots, -1);
   }
   reserve();
+  // The passes, with the in-rank axes' collectives inside them; then the phases of the axes
+  // across ranks and across workers, in that order (axis_registry.hpp).
   for (size_t w = 0; w < built; ++w) add_compute(static_cast<int>(w));
-  for (size_t w = 0; w < built; ++w) add_pipeline_transfers(static_cast<int>(w));
-  if (layout_.sync.kind == SyncKind::allreduce) {
-    add_allreduce_sync();
-  } else {
-    add_parameter_server_sync();
+  for (const AxisScope scope : {AxisScope::across_ranks, AxisScope::across_workers}) {
+    for (const AxisRules& axis : axis_table()) {
+      if (axis.scope == scope && axis.build != nullptr) axis.build(*this);
+    }
   }
   add_loading(plan_);  // the input path's load tasks, where the cluster has one
   plan_.finish();
@@ -154,12 +155,12 @@ void Builder::check_layout() const {
   if (layout_.workers.empty()) throw InputError("<layout>", 0, "workers", "expected at least one virtual worker");
   if (layout_.micro_batch_size < 1) throw InputError("<layout>", 0, "micro_batch_size", "expected at least 1 sample");
   if (layout_.iterations < 1) throw InputError("<layout>", 0, "iterations", "expected at least 1 iteration");
-  if (layout_.tensor < 1) throw InputError("<layout>", 0, "tensor", "expected at least 1");
+  if (layout_.size(Axis::tensor) < 1) throw InputError("<layout>", 0, "tensor", "expected at least 1");
   for (const model::Layer& l : net_.layers) {
-    if (l.tp_splittable && l.tp_units > 0 && l.tp_units % layout_.tensor != 0) {
+    if (l.tp_splittable && l.tp_units > 0 && l.tp_units % layout_.size(Axis::tensor) != 0) {
       throw InputError(kOptions, 0, "tensor",
                        "expected a divisor of the " + std::to_string(l.tp_units) + " attention heads (or KV groups) of " +
-                           l.name + ", found " + std::to_string(layout_.tensor));
+                           l.name + ", found " + std::to_string(layout_.size(Axis::tensor)));
     }
   }
   std::set<int> used;
@@ -176,9 +177,9 @@ void Builder::check_layout() const {
     for (size_t r = 0; r < vw.ranks.size(); ++r) {
       const auto& rank = vw.ranks[r];
       const std::string field = where + ".ranks[" + std::to_string(r) + "]";
-      if (rank.empty() || static_cast<int>(rank.size()) > layout_.tensor) {
+      if (rank.empty() || static_cast<int>(rank.size()) > layout_.size(Axis::tensor)) {
         throw InputError("<layout>", 0, field,
-                         "expected 1 to `tensor` (" + std::to_string(layout_.tensor) + ") devices, found " +
+                         "expected 1 to `tensor` (" + std::to_string(layout_.size(Axis::tensor)) + ") devices, found " +
                              std::to_string(rank.size()));
       }
       for (const model::Layer& l : net_.layers) {
@@ -209,12 +210,13 @@ void Builder::check_layout() const {
     if (vw.microbatches < 1) throw InputError("<layout>", 0, where + ".microbatches", "expected at least 1");
   }
   if (layout_.folded) check_fold();
-  if (layout_.largest_tensor() != layout_.tensor) {
+  if (layout_.largest_tensor() != layout_.size(Axis::tensor)) {
     throw InputError("<layout>", 0, "tensor",
                      "expected the largest rank's device count, " + std::to_string(layout_.largest_tensor()) + ", found " +
-                         std::to_string(layout_.tensor));
+                         std::to_string(layout_.size(Axis::tensor)));
   }
   if (!layout_.uniform_tensor()) check_mixed_tensor();
+  check_axes(layout_);
 }
 
 // Folding: every virtual worker a replica of worker 0 (the same ranks and chunks, micro-batches
@@ -267,7 +269,7 @@ void Builder::check_mixed_tensor() const {
   if (layout_.sequence_parallel) {
     throw InputError("<layout>", 0, "sequence_parallel",
                      "needs the same tensor-parallel degree in every rank (sequence shards would differ between "
-                     "neighbouring stages); give every rank " + std::to_string(layout_.tensor) + " devices");
+                     "neighbouring stages); give every rank " + std::to_string(layout_.size(Axis::tensor)) + " devices");
   }
   // A layer that is not tensor parallel is replicated on every device of its rank; copies
   // held at different degrees cannot be summed piecewise (each worker would count t times).

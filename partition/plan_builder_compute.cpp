@@ -1,5 +1,6 @@
 // The compute of one virtual worker: F, B and W tasks in each rank's schedule order, the
-// tensors they read and write, and the tensor-parallel collectives inside them
+// tensors they read and write, and the in-rank axes' collectives inside them: the tensor
+// axis's
 // (partition/tp_calls.hpp: Megatron's per-layer all-reduces, or under sequence parallelism
 // its all-gathers and reduce-scatters, each at its point of the pass's work). A pass's calls
 // of one kind and size are one in-task collective whose messages are the calls
@@ -96,8 +97,9 @@ void Builder::add_compute(int w) {
   }
 }
 
-// The tensor-parallel calls of a pass inside its ranks' compute tasks: one in-task collective
-// per kind and size, in the order the pass first performs it.
+// The calls of a pass inside its ranks' compute tasks, axis by in-rank axis
+// (axis_registry.hpp): one in-task collective per kind and size, in the order the pass
+// first performs it.
 void Builder::add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes) {
   const int t = degree(w, stage);
   if (t <= 1) return;
@@ -111,39 +113,52 @@ void Builder::add_in_task_calls(int w, int stage, bool backward, const std::vect
   shape.split_backward = schedule_.splits_backward;
   shape.recompute = layout_.recompute;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
-  for (const PassCallGroup& g : group_calls(pass_tp_calls(net_, shape))) {
-    Collective& c = plan_.collectives[add_in_task(g.kind, tp_name(w, stage), rank_devices(w, stage), 0, computes)];
-    c.at = g.points;
-    c.messages = static_cast<int>(g.points.size());
-    c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
+  for (const AxisRules& axis : axis_table()) {
+    if (axis.scope != AxisScope::in_rank || axis.pass_calls == nullptr) continue;
+    for (const PassCallGroup& g : group_calls(axis.pass_calls(net_, shape))) {
+      Collective& c = plan_.collectives[add_in_task(axis, g.kind, group_name(axis, w, stage),
+                                                    group_devices(axis, w, stage), 0, computes)];
+      c.at = g.points;
+      c.messages = static_cast<int>(g.points.size());
+      c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
+    }
   }
 }
 
-// Once a step, at the end of a chunk's last backward: the gains every rank holds whole,
-// summed over the ranks (exec/decoder.cpp's sum_replicated_gains).
+// Once a step, at the end of a chunk's last backward: the gains every member of an in-rank
+// group holds whole, summed over the group (exec/decoder.cpp's sum_replicated_gains).
 void Builder::add_summed_gains(int w, int stage, int mb) {
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
-  const double elems = summed_gain_elems(net_, s.layer_begin, s.layer_end, degree(w, stage), layout_.sequence_parallel);
-  if (elems <= 0) return;
-  std::vector<int> computes;
-  for (int j = 0; j < degree(w, stage); ++j) computes.push_back(op(w, stage, mb, OpKind::B, j).task);
-  const size_t c = add_in_task(CollectiveKind::all_reduce, tp_name(w, stage), rank_devices(w, stage),
-                               elems * model::element_bytes(layout_.precision), computes);
-  plan_.collectives[c].at = {1};
-  plan_.collectives[c].messages = 1;
+  for (const AxisRules& axis : axis_table()) {
+    if (axis.scope != AxisScope::in_rank || axis.step_elems == nullptr) continue;
+    const double elems = axis.step_elems(net_, s.layer_begin, s.layer_end, degree(w, stage), layout_.sequence_parallel);
+    if (elems <= 0) continue;
+    std::vector<int> computes;
+    for (int j = 0; j < degree(w, stage); ++j) computes.push_back(op(w, stage, mb, OpKind::B, j).task);
+    const size_t c = add_in_task(axis, CollectiveKind::all_reduce, group_name(axis, w, stage), group_devices(axis, w, stage),
+                                 elems * model::element_bytes(layout_.precision), computes);
+    plan_.collectives[c].at = {1};
+    plan_.collectives[c].messages = 1;
+  }
 }
 
-std::string Builder::tp_name(int w, int stage) const {
-  return "tp w" + std::to_string(w) + " r" + std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
+std::string Builder::tp_name(int w, int stage) const { return group_name(axis_rules(Axis::tensor), w, stage); }
+
+std::string Builder::group_name(const AxisRules& axis, int w, int stage) const {
+  return std::string(axis.group_prefix) + " w" + std::to_string(w) + " r" +
+         std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank);
 }
 
-size_t Builder::add_in_task(CollectiveKind kind, const std::string& group_name, const std::vector<int>& devices,
-                            double bytes, const std::vector<int>& computes) {
+// The tensor axis is the only in-rank axis yet, and its group is the rank's device group.
+std::vector<int> Builder::group_devices(const AxisRules&, int w, int stage) const { return rank_devices(w, stage); }
+
+size_t Builder::add_in_task(const AxisRules& axis, CollectiveKind kind, const std::string& group_name,
+                            const std::vector<int>& devices, double bytes, const std::vector<int>& computes) {
   Collective c;
   c.kind = kind;
   c.algorithm = CollectiveAlgorithm::ring;
-  c.purpose = kind == CollectiveKind::all_reduce ? Purpose::tensor_parallel : Purpose::sequence_parallel;
-  c.communicator = communicator(role_of(c.purpose), group_name, devices);
+  c.purpose = axis.call_purpose(kind);
+  c.communicator = communicator(axis.role, group_name, devices);
   c.bytes = bytes;
   c.messages = 0;
   c.tasks = computes;

@@ -13,6 +13,7 @@
 
 #include "model/cluster.hpp"
 #include "model/network.hpp"
+#include "partition/axis_registry.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/plan.hpp"
 #include "partition/schedule.hpp"
@@ -150,6 +151,10 @@ class Builder {
           Plan& plan);
   void build();
 
+  // --- the axes' phases, called from their rules (partition/axis_registry.hpp) ---
+  void add_pipeline_phase();       // every built worker's boundary transfers (plan_builder_pipeline.cpp)
+  void add_data_parallel_sync();   // the all-reduce, or the parameter servers (plan_builder_sync.cpp)
+
  private:
   // --- plan_builder.cpp: checks, lookups, shared constructors ---
   void check_layout() const;
@@ -198,11 +203,14 @@ class Builder {
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  const Task& like);
   std::string tp_name(int w, int stage) const;  // the chunk's tensor-parallel group
+  // The chunk's group on an in-rank axis: its name and devices.
+  std::string group_name(const AxisRules& axis, int w, int stage) const;
+  std::vector<int> group_devices(const AxisRules& axis, int w, int stage) const;
   void add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes);
   void add_summed_gains(int w, int stage, int mb);
   // An in-task collective of no messages yet on the group's communicator, in `computes`.
-  size_t add_in_task(CollectiveKind kind, const std::string& group_name, const std::vector<int>& devices, double bytes,
-                     const std::vector<int>& computes);
+  size_t add_in_task(const AxisRules& axis, CollectiveKind kind, const std::string& group_name,
+                     const std::vector<int>& devices, double bytes, const std::vector<int>& computes);
   void add_backward(int w, int stage, int mb, OpKind kind);
 
   // --- plan_builder_pipeline.cpp ---

@@ -8,6 +8,11 @@
 
 namespace hetflow::partition::builder {
 
+void Builder::add_pipeline_phase() {
+  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  for (size_t w = 0; w < built; ++w) add_pipeline_transfers(static_cast<int>(w));
+}
+
 void Builder::add_pipeline_transfers(int w) {
   const VirtualWorker& vw = worker(w);
   const int p = static_cast<int>(vw.ranks.size());

@@ -161,6 +161,14 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
   return segments;
 }
 
+void Builder::add_data_parallel_sync() {
+  if (layout_.sync.kind == SyncKind::allreduce) {
+    add_allreduce_sync();
+  } else {
+    add_parameter_server_sync();
+  }
+}
+
 void Builder::add_allreduce_sync() {
   const std::map<int, int> last = last_compute_of_devices();
   const bool overlap = layout_.sync.overlap_grad_reduce;

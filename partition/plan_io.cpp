@@ -141,12 +141,37 @@ class Reader {
 
 constexpr long long kMaxCount = std::numeric_limits<int>::max();
 
+// The layout's axes: "axes" (each {axis, size}, in placement order) or, in Megatron's order,
+// "tensor" alone; the sizes of data and pipeline then come from the workers (read_layout).
+void read_axes(const Reader& r, const Json& j, Layout& l) {
+  const std::string p = "layout";
+  if (!j.contains("axes")) {
+    l.axes = default_axes();
+    l.set_size(Axis::tensor, r.integer(j, "tensor", p, 1, 1 << 20));
+    return;
+  }
+  const Json& axes = r.array(j, "axes", p);
+  l.axes.clear();
+  std::string order;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const std::string pa = p + ".axes[" + std::to_string(i) + "]";
+    const Axis a = r.parsed(axes[i], "axis", pa, parse_axis);
+    l.axes.push_back({a, r.integer(axes[i], "size", pa, 1, kMaxCount)});
+    order += (order.empty() ? "" : ",") + std::string(to_string(a));
+  }
+  try {
+    parse_axis_order(order);
+  } catch (const std::invalid_argument& e) {
+    r.fail(p + ".axes", e.what());
+  }
+}
+
 Layout read_layout(const Reader& r, const Json& j) {
   const std::string p = "layout";
   Layout l;
   l.policy = r.string(j, "policy", p);
   l.schedule = r.string(j, "schedule", p);
-  l.tensor = r.integer(j, "tensor", p, 1, 1 << 20);
+  read_axes(r, j, l);
   l.virtual_stages = r.integer(j, "virtual_stages", p, 1, 1 << 20);
   l.micro_batch_size = r.integer(j, "micro_batch_size", p, 1, kMaxCount);
   l.precision = r.parsed(j, "precision", p, model::parse_precision);
@@ -192,6 +217,11 @@ Layout read_layout(const Reader& r, const Json& j) {
     }
     vw.microbatches = r.integer(workers[w], "microbatches", wp, 1, kMaxCount);
     l.workers.push_back(std::move(vw));
+  }
+  if (!j.contains("axes")) {  // Megatron's order, written as the tensor degree alone
+    const int t = l.size(Axis::tensor);
+    l.fit_axes();
+    l.set_size(Axis::tensor, t);
   }
   return l;
 }
@@ -393,19 +423,27 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
   plan.layout = read_layout(r, r.at(j, "layout", ""));
   plan.device_names = strings(r, j, "devices");
   plan.streams = strings(r, j, "streams");
+  // Coordinates list the axes named, each once; an axis not named is -1 for every device.
   const std::vector<std::string> axes = strings(r, j, "axes");
-  if (!std::equal(axes.begin(), axes.end(), std::begin(kAxisNames), std::end(kAxisNames))) {
-    std::string known;
-    for (const std::string_view a : kAxisNames) known += (known.empty() ? "" : ", ") + std::string(a);
-    r.fail("axes", "expected [" + known + "]: the axes a version-" + std::to_string(Plan::kFormatVersion) +
-                       " plan's coordinates are in");
+  std::vector<Axis> listed;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    try {
+      listed.push_back(parse_axis(axes[a]));
+    } catch (const std::invalid_argument& e) {
+      r.fail("axes[" + std::to_string(a) + "]", e.what());
+    }
+    if (std::count(listed.begin(), listed.end(), listed.back()) > 1) {
+      r.fail("axes[" + std::to_string(a) + "]", "expected each axis once, found '" + axes[a] + "' again");
+    }
   }
   const Json& coords = r.array(j, "coords", "");
   for (size_t d = 0; d < coords.size(); ++d) {
     const std::string p = "coords[" + std::to_string(d) + "]";
     const std::vector<int> c = r.integers(coords[d], p, -1, kMaxCount);
-    if (c.size() != std::size(kAxisNames)) r.fail(p, "expected one coordinate per axis, -1 off an axis");
-    plan.coords.push_back(AxisCoords{c[0], c[1], c[2]});
+    if (c.size() != listed.size()) r.fail(p, "expected one coordinate per axis, -1 off an axis");
+    AxisCoords at;
+    for (size_t a = 0; a < listed.size(); ++a) at[listed[a]] = c[a];
+    plan.coords.push_back(at);
   }
   const Json& communicators = r.array(j, "communicators", "");
   for (size_t i = 0; i < communicators.size(); ++i) {

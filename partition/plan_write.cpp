@@ -31,7 +31,12 @@ Json layout_json(const Layout& l) {
   Json j;
   j["policy"] = l.policy;
   j["schedule"] = l.schedule;
-  j["tensor"] = l.tensor;
+  if (axis_order_text(l.axes) == axis_order_text(default_axes())) {
+    j["tensor"] = l.size(Axis::tensor);  // Megatron's order: the plans of before named axes keep their bytes
+  } else {
+    j["axes"] = Json::array();
+    for (const LayoutAxis& a : l.axes) j["axes"].push_back({{"axis", std::string(to_string(a.axis))}, {"size", a.size}});
+  }
   j["virtual_stages"] = l.virtual_stages;
   j["micro_batch_size"] = l.micro_batch_size;
   j["precision"] = std::string(model::to_string(l.precision));
@@ -189,14 +194,13 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
   out += ",\n \"layout\": " + layout_json(plan.layout).dump();
   append_lines(out, "devices", plan.device_names.size(), [&](std::string& o, size_t i) { append_string(o, plan.device_names[i]); });
   out += ",\n \"axes\": [";
-  for (size_t a = 0; a < std::size(kAxisNames); ++a) {
+  for (size_t a = 0; a < kAxisCount; ++a) {
     if (a > 0) out += ", ";
-    append_string(out, kAxisNames[a]);
+    append_string(out, to_string(kAxes[a]));
   }
   out += ']';
   append_lines(out, "coords", plan.coords.size(), [&](std::string& o, size_t i) {
-    const AxisCoords& c = plan.coords[i];
-    append_ints(o, std::initializer_list<int>{c.data, c.pipeline, c.tensor});
+    append_ints(o, plan.coords[i].at);
   });
   append_lines(out, "streams", plan.streams.size(), [&](std::string& o, size_t i) { append_string(o, plan.streams[i]); });
   append_lines(out, "communicators", plan.communicators.size(), [&](std::string& o, size_t i) {

@@ -54,14 +54,18 @@ void require_precision_supported(const model::Cluster& cluster, model::Precision
   if (std::string why = precision_unsupported(cluster, precision); !why.empty()) throw InputError(kOptions, 0, "precision", why);
 }
 
-Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
-                   const CostModel& cost) {
-  require_precision_supported(cluster, options.precision);
+namespace {
+Layout make_policy_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                          const CostModel& cost) {
   if (!options.layout_file.empty() || options.policy == "layout-file") {
     return make_layout_file_layout(cluster, network, options, cost);
   }
   if (!options.groups.empty() && options.policy != "grouped") {
     throw InputError(kOptions, 0, "groups", "only `policy` grouped takes `groups`, not " + options.policy);
+  }
+  if (!options.axis_order.empty() && options.policy != "uniform" && options.policy != "balanced") {
+    throw InputError(kOptions, 0, "axis_order",
+                     "policy " + options.policy + " places its devices its own way; only uniform and balanced take `axis_order`");
   }
   if (options.policy == "uniform") return make_uniform_layout(cluster, network, options, cost);
   if (options.policy == "balanced") return make_balanced_layout(cluster, network, options, cost);
@@ -75,6 +79,19 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   for (const PolicyInfo& p : policies()) names += (names.empty() ? "" : ", ") + p.name;
   throw InputError(kOptions, 0, "policy",
                    "expected one of " + names + " (or layout-file, with `layout_file`), found '" + options.policy + "'");
+}
+}  // namespace
+
+Layout make_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
+                   const CostModel& cost) {
+  require_precision_supported(cluster, options.precision);
+  Layout layout = make_policy_layout(cluster, network, options, cost);
+  // The policies make the workers, which size the data and pipeline axes; the tensor axis
+  // keeps the degree the policy gave it, which the builder holds to its ranks.
+  const int tensor = layout.size(Axis::tensor);
+  layout.fit_axes();
+  layout.set_size(Axis::tensor, tensor);
+  return layout;
 }
 
 namespace policy_detail {
@@ -100,7 +117,14 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.policy = policy;
   l.schedule = o.schedule;
   l.precision = o.precision;
-  l.tensor = o.tensor;
+  if (!o.axis_order.empty()) {
+    try {
+      l.axes = parse_axis_order(o.axis_order);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(kOptions, 0, "axis_order", e.what());
+    }
+  }
+  l.set_size(Axis::tensor, o.tensor);
   l.virtual_stages = o.virtual_stages;
   l.micro_batch_size = o.micro_batch;
   l.recompute = o.recompute;

@@ -26,6 +26,10 @@ struct PlanOptions {
   // Layers per chunk in model order (pipeline x virtual stages counts summing to the layer
   // count): fixed cuts for uniform and balanced. Empty: the policy cuts.
   std::vector<int> stage_layers;
+  // Placement (uniform, balanced): the axes innermost first, e.g. "tensor,pipeline,data" to
+  // keep a pipeline's ranks together and spread the replicas; empty: Megatron's
+  // tensor,data,pipeline (partition/axis.hpp). The other policies place devices their own way.
+  std::string axis_order;
   // A layout file (--layout): the user's own virtual workers, devices and cuts; policy
   // layout-file. Empty: none.
   std::string layout_file;

@@ -219,11 +219,12 @@ Layout make_grouped_layout(const model::Cluster& cluster, const model::Network& 
       workers.push_back(std::move(ranks));
     }
   }
-  // Each term's own degree: the layout's `tensor` is the largest rank's.
-  layout.tensor = 0;
+  // Each term's own degree: the tensor axis's size is the largest rank's.
+  int largest = 1;
   for (const auto& ranks : workers) {
-    for (const auto& rank : ranks) layout.tensor = std::max(layout.tensor, static_cast<int>(rank.size()));
+    for (const auto& rank : ranks) largest = std::max(largest, static_cast<int>(rank.size()));
   }
+  layout.set_size(Axis::tensor, largest);
 
   const int total = o.global_batch > 0 ? o.global_batch / o.micro_batch : 0;
   if (o.global_batch > 0) {

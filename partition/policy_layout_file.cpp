@@ -91,7 +91,7 @@ Layout make_layout_file_layout(const model::Cluster& cluster, const model::Netwo
   Layout base = policy_detail::base_layout(common, "layout-file", SyncKind::allreduce);
   base.sequence_parallel = o.sequence_parallel;  // the file's stages must then share one degree
   Layout layout = read_layout_file(read_text(o.layout_file), o.layout_file, cluster, network, base);
-  if (o.sequence_parallel && layout.tensor == 1) {
+  if (o.sequence_parallel && layout.size(Axis::tensor) == 1) {
     throw InputError(kOptions, 0, "sequence_parallel", "needs stages of 2 or more devices in the layout file");
   }
   fill_microbatches(layout, network, o, cost);

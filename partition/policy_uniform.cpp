@@ -1,7 +1,10 @@
-// Megatron-LM's layout: ranks ordered tensor (innermost), then data, then pipeline, so a
-// tensor-parallel group sits inside a node; equal layers per stage, or the --stage-layers
+// Megatron-LM's layout: a grid of tensor x pipeline x data devices dealt in the layout's
+// placement order (Layout::axes; Megatron's tensor innermost, then data, then pipeline, so a
+// tensor-parallel group sits inside a node); equal layers per stage, or the --stage-layers
 // cuts. `balanced` keeps the groups but balances the stages (or orders GPU types for the
 // given cuts).
+#include <array>
+
 #include "model/error.hpp"
 #include "partition/policy.hpp"
 
@@ -35,13 +38,28 @@ Grid choose_grid(const model::Cluster& cluster, const PlanOptions& o) {
 }
 }  // namespace
 
-// Virtual worker `dp`, pipeline rank `pp`, tensor rank `tp` -> device pp*(D*T) + dp*T + tp.
-static std::vector<std::vector<std::vector<int>>> megatron_ranks(const Grid& g) {
+// Virtual worker `dp`, pipeline rank `pp`, tensor rank `tp` -> the device whose index, read
+// as a number with one digit per axis in placement order (innermost the lowest), is those
+// coordinates: in Megatron's order tensor, data, pipeline, device pp*(D*T) + dp*T + tp.
+static std::vector<std::vector<std::vector<int>>> megatron_ranks(const Grid& g, const std::vector<LayoutAxis>& order) {
+  std::array<int, kAxisCount> size{}, stride{};
+  size[static_cast<size_t>(Axis::data)] = g.data;
+  size[static_cast<size_t>(Axis::pipeline)] = g.pipeline;
+  size[static_cast<size_t>(Axis::tensor)] = g.tensor;
+  int next = 1;
+  for (const LayoutAxis& a : order) {
+    stride[static_cast<size_t>(a.axis)] = next;
+    next *= size[static_cast<size_t>(a.axis)];
+  }
+  const auto device = [&](int dp, int pp, int tp) {
+    return dp * stride[static_cast<size_t>(Axis::data)] + pp * stride[static_cast<size_t>(Axis::pipeline)] +
+           tp * stride[static_cast<size_t>(Axis::tensor)];
+  };
   std::vector<std::vector<std::vector<int>>> workers(static_cast<size_t>(g.data));
   for (int dp = 0; dp < g.data; ++dp) {
     for (int pp = 0; pp < g.pipeline; ++pp) {
       std::vector<int> group;
-      for (int tp = 0; tp < g.tensor; ++tp) group.push_back(pp * g.data * g.tensor + dp * g.tensor + tp);
+      for (int tp = 0; tp < g.tensor; ++tp) group.push_back(device(dp, pp, tp));
       workers[static_cast<size_t>(dp)].push_back(group);
     }
   }
@@ -57,7 +75,7 @@ Layout make_uniform_layout(const model::Cluster& cluster, const model::Network& 
   const std::vector<Stage> stages = o.stage_layers.empty()
                                         ? policy_detail::uniform_stages(network, chunks, g.pipeline)
                                         : policy_detail::stages_from_counts(network, o.stage_layers, chunks, g.pipeline);
-  for (auto& ranks : megatron_ranks(g)) layout.workers.push_back(VirtualWorker{std::move(ranks), stages, m});
+  for (auto& ranks : megatron_ranks(g, layout.axes)) layout.workers.push_back(VirtualWorker{std::move(ranks), stages, m});
   policy_detail::place_layer_servers(layout, cluster, network, policy_detail::ServerPlacement::used_nodes);
   return layout;
 }
@@ -73,7 +91,7 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
           : policy_detail::stages_from_counts(network, o.stage_layers, g.pipeline * o.virtual_stages, g.pipeline);
   std::vector<double> bottlenecks;
   policy_detail::BalanceMemo memo;
-  for (auto& ranks : megatron_ranks(g)) {
+  for (auto& ranks : megatron_ranks(g, layout.axes)) {
     policy_detail::Balanced b = memo.balance(network, layout, ranks, m, cost, fixed);
     bottlenecks.push_back(b.bottleneck_s);
     layout.workers.push_back(VirtualWorker{std::move(ranks), std::move(b.stages), m});

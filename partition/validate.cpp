@@ -66,15 +66,19 @@ void check_embedded(const Plan& plan, Problems& problems) {
                        " task instances; the estimate and the simulator take at most " + std::to_string(kMaxTaskInstances) +
                        ": run fewer iterations");
   }
-  if (l.tensor < 1 || l.virtual_stages < 1 || l.micro_batch_size < 1) {
-    problems.push_back("layout: tensor, virtual_stages and micro_batch_size must be at least 1");
-  } else if (l.tensor != l.largest_tensor()) {
-    problems.push_back("layout.tensor: expected the largest rank's device count, " + std::to_string(l.largest_tensor()) +
-                       ", found " + std::to_string(l.tensor));
+  if (l.virtual_stages < 1 || l.micro_batch_size < 1) {
+    problems.push_back("layout: virtual_stages and micro_batch_size must be at least 1");
   }
   if (!finite_non_negative(l.workspace_bytes)) problems.push_back("layout.workspace_bytes: expected a size >= 0");
   if (l.workers.empty() && l.policy != kWorkloadPolicy) {
     problems.push_back("layout.workers: expected at least one virtual worker");
+  }
+  if (!l.workers.empty()) {  // sized by the workers
+    try {
+      check_axes(l);
+    } catch (const InputError& e) {
+      problems.push_back("layout." + e.field() + ": " + e.message());
+    }
   }
   for (size_t w = 0; w < l.workers.size(); ++w) {
     const VirtualWorker& vw = l.workers[w];

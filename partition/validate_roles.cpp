@@ -14,6 +14,14 @@ namespace hetflow::partition::validate_detail {
 // order; a pipeline pair, a worker's norm group and its tied-embedding pair lie in one
 // worker; a data group holds one device per worker), and the traffic each communicator
 // carries of its role. An unspecified role (a plan imported from a trace) is not checked.
+namespace {
+std::string coords_text(const AxisCoords& c) {
+  std::string text;
+  for (const int x : c.at) text += (text.empty() ? "[" : ", ") + std::to_string(x);
+  return text + "]";
+}
+}  // namespace
+
 void check_roles(const Plan& plan, std::vector<std::string>& problems) {
   auto note = [&](const std::string& what) {
     if (problems.size() < 50) problems.push_back(what);
@@ -27,10 +35,8 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
   for (size_t d = 0; d < placed.size(); ++d) {
     const AxisCoords& c = plan.coords[d];
     if (c != placed[d]) {
-      note("coords[" + std::to_string(d) + "]: expected [" + std::to_string(placed[d].data) + ", " +
-           std::to_string(placed[d].pipeline) + ", " + std::to_string(placed[d].tensor) + "] (where the layout places " +
-           plan.device_name(static_cast<int>(d)) + "), found [" + std::to_string(c.data) + ", " + std::to_string(c.pipeline) +
-           ", " + std::to_string(c.tensor) + "]");
+      note("coords[" + std::to_string(d) + "]: expected " + coords_text(placed[d]) + " (where the layout places " +
+           plan.device_name(static_cast<int>(d)) + "), found " + coords_text(c));
       break;
     }
   }
@@ -41,14 +47,14 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
     bool placed_all = true, one_worker = true, one_rank = true;
     for (size_t k = 0; k < c.devices.size(); ++k) {
       const AxisCoords& m = plan.coords_of(c.devices[k]);
-      placed_all = placed_all && m.data >= 0;
-      one_worker = one_worker && m.data == first.data;
-      one_rank = one_rank && one_worker && m.pipeline == first.pipeline && m.tensor == static_cast<int>(k);
+      placed_all = placed_all && m[Axis::data] >= 0;
+      one_worker = one_worker && m[Axis::data] == first[Axis::data];
+      one_rank = one_rank && one_worker && m[Axis::pipeline] == first[Axis::pipeline] && m[Axis::tensor] == static_cast<int>(k);
     }
     auto distinct_workers = [&] {
       std::vector<int> workers;
       workers.reserve(c.devices.size());
-      for (const int d : c.devices) workers.push_back(plan.coords_of(d).data);
+      for (const int d : c.devices) workers.push_back(plan.coords_of(d)[Axis::data]);
       std::sort(workers.begin(), workers.end());
       return std::adjacent_find(workers.begin(), workers.end()) == workers.end();
     };

@@ -47,7 +47,7 @@ Grid grid_of(const partition::Plan& plan) {
   const partition::VirtualWorker& first = l.workers.front();
   g.data = static_cast<int>(l.workers.size());
   g.pipeline = static_cast<int>(first.ranks.size());
-  g.tensor = l.tensor;
+  g.tensor = l.size(partition::Axis::tensor);
   g.virtual_stages = l.virtual_stages;
   g.micro_batch = l.micro_batch_size;
   g.microbatches = first.microbatches;
@@ -77,6 +77,10 @@ Grid grid_of(const partition::Plan& plan) {
   if (batches.size() > 1) g.cannot.push_back("different micro-batch counts per virtual worker (every data-parallel rank takes the same)");
   if (!same_cuts) g.cannot.push_back("different layer splits per virtual worker (one split for all replicas)");
   if (!l.uniform_tensor()) g.cannot.push_back("pipeline ranks of different tensor-parallel sizes (one size for all)");
+  if (partition::axis_order_text(l.axes) != partition::axis_order_text(partition::default_axes())) {
+    g.cannot.push_back("devices placed " + partition::axis_order_text(l.axes) +
+                       " (Megatron deals its ranks tensor, data, pipeline, innermost first)");
+  }
   if (types.size() > 1) {
     std::string mix;
     for (const auto& [type, n] : types) mix += (mix.empty() ? "" : ", ") + std::to_string(n) + " x " + type;

@@ -36,6 +36,8 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
       ("data", po::value<int>()->default_value(0), "virtual workers (data-parallel size; default: all devices used)")
       ("virtual-stages", po::value<int>()->default_value(1), "model chunks per rank (--schedule interleaved or bfs)")
       ("stage-layers", po::value<std::string>(), "layers per stage in model order, e.g. 7,7,6,10 (uniform/balanced)")
+      ("axis-order", po::value<std::string>(),
+       "device placement, innermost axis first (uniform/balanced; default tensor,data,pipeline)")
       ("micro-batch", po::value<int>()->default_value(1), "samples per micro-batch")
       ("global-batch", po::value<int>()->default_value(0), "samples per iteration over all virtual workers")
       ("microbatches", po::value<int>()->default_value(0), "micro-batches per virtual worker (default 2 x pipeline)")
@@ -145,6 +147,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.microbatches = vm["microbatches"].as<int>();
   o.schedule = vm["schedule"].as<std::string>();
   if (vm.count("stage-layers")) o.stage_layers = parse_counts(vm["stage-layers"].as<std::string>());
+  if (vm.count("axis-order")) o.axis_order = vm["axis-order"].as<std::string>();
   if (vm.count("layout")) o.layout_file = vm["layout"].as<std::string>();
   if (vm.count("groups")) o.groups = vm["groups"].as<std::string>();
   o.recompute = parse_option<partition::Recompute>(vm, "recompute", partition::parse_recompute);

@@ -18,12 +18,13 @@ using partition::Plan;
 namespace {
 // The tensor-parallel degree: one number, or the range of the stages' degrees.
 std::string tensor_text(const partition::Layout& l) {
-  if (l.uniform_tensor()) return std::to_string(l.tensor);
-  size_t least = static_cast<size_t>(l.tensor);
+  const int tensor = l.size(partition::Axis::tensor);
+  if (l.uniform_tensor()) return std::to_string(tensor);
+  size_t least = static_cast<size_t>(tensor);
   for (const partition::VirtualWorker& w : l.workers) {
     for (const auto& rank : w.ranks) least = std::min(least, rank.size());
   }
-  return std::to_string(least) + "-" + std::to_string(l.tensor) + " (per stage)";
+  return std::to_string(least) + "-" + std::to_string(tensor) + " (per stage)";
 }
 // ", flash attention, unfused softmax, bias-GeLU": what differs from Megatron's defaults.
 std::string kernels_text(const partition::KernelOptions& k) {
@@ -49,7 +50,11 @@ void print_layout(std::ostream& out, const Plan& plan) {
   }
   out << "plan: " << plan.network.name << " on " << plan.cluster.name << " — policy " << l.policy << ", schedule "
       << l.schedule << ", tensor " << tensor_text(l) << ", " << l.workers.size() << " virtual worker"
-      << (l.workers.size() == 1 ? "" : "s") << ", micro-batch " << l.micro_batch_size << ", recompute "
+      << (l.workers.size() == 1 ? "" : "s")
+      << (partition::axis_order_text(l.axes) == partition::axis_order_text(partition::default_axes())
+              ? ""
+              : ", placed " + partition::axis_order_text(l.axes))
+      << ", micro-batch " << l.micro_batch_size << ", recompute "
       << partition::to_string(l.recompute) << (l.sequence_parallel ? ", sequence parallel" : "") << kernels_text(l.kernels)
       << ", sync "
       << partition::to_string(l.sync.kind);

@@ -65,11 +65,13 @@ TEST(LayoutFile, ReadsWorkersStagesAndMicrobatches) {
   base.micro_batch_size = 4;
   const Layout l = read_layout_file(kTwoWorkers, "layout.yaml", cluster(), network(), base);
   Layout expected = base;
-  expected.tensor = 1;
+  expected.set_size(Axis::tensor, 1);
   expected.workers = {
       VirtualWorker{{{0}, {1}}, {Stage{0, 3, 0}, Stage{3, 6, 1}}, 8},
       VirtualWorker{{{6}, {7}, {3}}, {Stage{0, 1, 0}, Stage{1, 4, 1}, Stage{4, 6, 2}}, 0},  // 0: the policy decides
   };
+  expected.set_size(Axis::data, 2);      // two workers
+  expected.set_size(Axis::pipeline, 3);  // the deeper one's ranks
   EXPECT_EQ(l, expected);
 }
 
@@ -77,7 +79,7 @@ TEST(LayoutFile, SeveralDevicesPerStageAreATensorGroup) {
   const Layout l = read(R"({"workers": [{"stages": [
       {"devices": ["n-0/gpu0", "n-0/gpu1"], "layers": "0-3"},
       {"devices": ["n-1/gpu0", "n-1/gpu1"], "layers": "4-5"}]}]})");  // JSON works too
-  EXPECT_EQ(l.tensor, 2);
+  EXPECT_EQ(l.size(Axis::tensor), 2);
   EXPECT_EQ(l.workers.at(0).ranks, (std::vector<std::vector<int>>{{0, 1}, {4, 5}}));
 }
 
@@ -281,7 +283,7 @@ TEST(LayoutFile, StagesMayDifferInTensorParallelDegree) {
   - stages:
       - {devices: [n-1/gpu0, n-1/gpu1, n-1/gpu2, n-1/gpu3], layers: 0-5}
 )");
-  EXPECT_EQ(l.tensor, 4);  // the largest stage's
+  EXPECT_EQ(l.size(Axis::tensor), 4);  // the largest stage's
   EXPECT_EQ(l.workers.at(0).ranks, (std::vector<std::vector<int>>{{0}, {1, 2}}));
   EXPECT_EQ(l.workers.at(0).tensor_of(0), 1);
   EXPECT_EQ(l.workers.at(0).tensor_of(1), 2);
@@ -334,7 +336,7 @@ TEST(LayoutFile, LayersThatAreNotTensorParallelKeepOneDegreeAcrossWorkers) {
   // Under a parameter server nothing is all-reduced: the same file is a layout.
   Layout ps;
   ps.sync.kind = SyncKind::ps;
-  EXPECT_EQ(read_layout_file(text, "layout.yaml", cluster(), plain, ps).tensor, 2);
+  EXPECT_EQ(read_layout_file(text, "layout.yaml", cluster(), plain, ps).size(Axis::tensor), 2);
 }
 
 TEST(LayoutFile, MixedDegreesBuildAValidPlanWithEverySync) {

@@ -395,7 +395,7 @@ TEST(PlanFormat, SequenceParallelChunksComputeOnTheirShards) {
         EXPECT_DOUBLE_EQ(x.bytes, whole / 2) << describe_task(plan, id);
       }
     }
-    if (plan.coords_of(t.device).tensor != 0) continue;
+    if (plan.coords_of(t.device)[Axis::tensor] != 0) continue;
     for (const InTaskCall& call : plan.inside(id)) {
       if (plan.collective(call.collective).kind == CollectiveKind::all_gather) ++gathers[{t.stage, t.kind}];
     }
@@ -536,7 +536,7 @@ TEST(PlanFormat, StagesOfDifferentTensorDegreesRoundTrip) {
         o.micro_batch = 2;
         const Plan plan = mixed_degree_plan(o);
         const std::string what = schedule + " " + std::string(to_string(sync)) + " " + std::string(to_string(recompute));
-        EXPECT_EQ(plan.layout.tensor, 4) << what;  // the largest stage's
+        EXPECT_EQ(plan.layout.size(Axis::tensor), 4) << what;  // the largest stage's
         expect_round_trip(plan, what);
         const Estimate e = estimate_plan(plan, CostModel(plan.cluster, plan.network.precision));
         EXPECT_GT(e.iteration_time_s, 0) << what;

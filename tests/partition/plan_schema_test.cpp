@@ -74,6 +74,15 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
       overlap));
   ASSERT_NE(overlapped.find("\"overlap_grad_reduce\""), std::string::npos);
   EXPECT_EQ(schema_check(overlapped, "overlapped.json"), 0);
+  overlap.axis_order = "pipeline,tensor,data";  // a placement order not Megatron's: the layout's axes by name
+  const std::string placed = write_plan_json(plan_of(
+      test_support::identical_cluster(4), model::network_from_spec("gpt:layers=4,hidden=512,heads=8,seq=256", model::Precision::bf16),
+      overlap));
+  ASSERT_NE(placed.find("\"axes\":[{\"axis\":\"pipeline\""), std::string::npos);
+  EXPECT_EQ(schema_check(placed, "placed.json"), 0);
+  std::string both = placed;  // the tensor degree beside the axes would say it twice
+  both.replace(both.find("\"axes\":[{"), 9, "\"tensor\":1,\"axes\":[{");
+  EXPECT_NE(schema_check(both, "both.json"), 0);
   std::string whole = overlapped;  // a fraction of 1 is written as none
   const size_t part = whole.find(", 0.", whole.find("\"order\""));
   ASSERT_NE(part, std::string::npos);

@@ -180,7 +180,7 @@ TEST(PlanMemory, TransformerActivationsMatchKorthikanti) {
   l.micro_batch_size = 2;
   auto bytes = [&](Recompute r, int t, bool sp) {
     l.recompute = r;
-    l.tensor = t;
+    l.set_size(Axis::tensor, t);
     l.sequence_parallel = sp;
     return stashed_bytes_per_microbatch(layer, net, l);
   };

@@ -179,7 +179,7 @@ TEST(GroupedPolicy, TermsMayTakeTheirOwnTensorDegree) {
     }
     EXPECT_EQ(v100, c.v100) << spec;
     EXPECT_EQ(t4, c.t4) << spec;
-    EXPECT_EQ(l.tensor, static_cast<int>(*degrees.rbegin())) << spec;
+    EXPECT_EQ(l.size(Axis::tensor), static_cast<int>(*degrees.rbegin())) << spec;
     const Plan plan = build_plan(cluster, net, l, cost);
     EXPECT_NO_THROW(require_valid(plan)) << spec;
     EXPECT_GT(estimate_plan(plan, cost).iteration_time_s, 0) << spec;

@@ -262,10 +262,16 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
               std::string::npos)
         << error_of(before);
   }
-  // Coordinates are on the axes version 3 names, one per axis.
+  // Coordinates are on the axes the plan names, each a known axis, one coordinate per axis.
   std::string axes = unstamped;
   axes.replace(axes.find("\"axes\": [\"data\""), std::string("\"axes\": [\"data\"").size(), "\"axes\": [\"expert\"");
-  EXPECT_NE(error_of(axes).find("axes: expected [data, pipeline, tensor]"), std::string::npos) << error_of(axes);
+  EXPECT_NE(error_of(axes).find("axes[0]: expected an axis (data, pipeline, tensor), found 'expert'"), std::string::npos)
+      << error_of(axes);
+  std::string axis_twice = unstamped;
+  axis_twice.replace(axis_twice.find("\"axes\": [\"data\", \"pipeline\""),
+                     std::string("\"axes\": [\"data\", \"pipeline\"").size(), "\"axes\": [\"data\", \"data\"");
+  EXPECT_NE(error_of(axis_twice).find("axes[1]: expected each axis once, found 'data' again"), std::string::npos)
+      << error_of(axis_twice);
   std::string short_coords = unstamped;
   short_coords.replace(short_coords.find("[0,0,0]", short_coords.find("\"coords\"")), 7, "[0,0]");
   EXPECT_NE(error_of(short_coords).find("coords[0]: expected one coordinate per axis"), std::string::npos)
@@ -376,12 +382,12 @@ TEST(Validate, MixedTensorDegreesAreCheckedPerStage) {
   const CostModel cost(cluster, net.precision);
   const Plan plan = build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
   EXPECT_EQ(first_problem(validate_plan(plan)), "valid");
-  Plan lying = plan;  // a hand edit: the layout's tensor must be the largest rank's degree
-  lying.layout.tensor = 1;
-  EXPECT_EQ(first_problem(validate_plan(lying)), "layout.tensor: expected the largest rank's device count, 2, found 1");
+  Plan lying = plan;  // a hand edit: the tensor axis's size must be the largest rank's degree
+  lying.layout.set_size(Axis::tensor, 1);
+  EXPECT_EQ(first_problem(validate_plan(lying)), "layout.axes[0].size: expected 2 (tensor: the most devices a rank has), found 1");
   Plan regrouped = plan;  // the second stage's layers computed twice per micro-batch, not once
   regrouped.layout.workers[0].ranks[1] = {1};
-  regrouped.layout.tensor = 1;
+  regrouped.layout.set_size(Axis::tensor, 1);
   EXPECT_TRUE(mentions(validate_plan(regrouped), "virtual worker 0: layer 2 is computed 2 times per micro-batch (expected 1"))
       << first_problem(validate_plan(regrouped));
 }
