@@ -65,3 +65,59 @@ TEST(LoadingCli, ChakraKeepsTheLoads) {
   EXPECT_NEAR(nlohmann::json::parse(original.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
   EXPECT_NEAR(nlohmann::json::parse(imported.out)["iteration_time_s"].get<double>() / expected_s, 1.0, 0.01);
 }
+
+// hetflow run with a throttled loader: each node's loader spends 25 ms on a sample, so the
+// one node of cpu-2-input delivers 40 samples/s, against thousands the model's compute could
+// take. The run says so, the simulator (given the throttle as the input path's preprocessing)
+// predicts that rate, and the measured rate follows it (exec/loader_test.cpp's tolerance:
+// the loader keeps its own clock, a busy host delays it little).
+TEST(LoadingCli, RunWithAThrottledLoaderIsInputBound) {
+  const std::string run = "run --cluster " HETFLOW_SOURCE_DIR
+                          "/tools/examples/cpu-2-input.yaml --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 "
+                          "--data 2 --microbatches 4 --steps 5 --loader-throttle 25ms";
+  const auto r = run_hetflow(run + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& loader = j["loader"];
+  EXPECT_TRUE(loader["input_bound"].get<bool>());
+  EXPECT_EQ(loader["limit"], "preprocessing");
+  EXPECT_EQ(loader["throttle_s_per_sample"].get<double>(), 0.025);
+  EXPECT_NEAR(loader["loader_samples_per_s"].get<double>(), 40, 1e-9);
+  EXPECT_NEAR(j["simulated_throughput_samples_per_s"].get<double>() / 40, 1.0, 0.01);
+  const double ratio = loader["measured_over_loader"].get<double>();
+  EXPECT_NEAR(ratio, j["throughput_samples_per_s"].get<double>() / 40, 1e-12);
+  EXPECT_GE(ratio, 0.85);
+  EXPECT_LE(ratio, 1.10);
+  const auto text = run_hetflow(run);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("  loader: a load task per micro-batch, throttled to 25 ms a sample on each node\n"
+                          "  input-bound: the loader gives 40 samples/s (preprocessing), the GPUs could take "),
+            std::string::npos)
+      << text.out;
+  // Unthrottled, the loads read the micro-batches and limit nothing.
+  const auto free = run_hetflow("run --cluster " HETFLOW_SOURCE_DIR
+                                "/tools/examples/cpu-2-input.yaml --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 "
+                                "--data 2 --steps 1");
+  ASSERT_EQ(free.status, 0) << free.err;
+  EXPECT_NE(free.out.find("  loader: a load task per micro-batch, unthrottled (--loader-throttle slows it)\n"), std::string::npos)
+      << free.out;
+}
+
+TEST(LoadingCli, RunRefusesAThrottleWithNothingToSlow) {
+  const std::string model = " --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 --steps 1";
+  struct Bad {
+    std::string args, says;
+  };
+  for (const Bad& b : {Bad{"--cluster cpu-2" + model + " --loader-throttle 25ms",
+                           "hetflow: <command line>: --loader-throttle: the plan has no load tasks to slow: its cluster "
+                           "needs an input: section (README, \"Data loading\")\n"},
+                       Bad{"--cluster " HETFLOW_SOURCE_DIR "/tools/examples/cpu-2-input.yaml" + model +
+                               " --loader-throttle 25ms --backend cuda",
+                           "hetflow: <command line>: --loader-throttle: slows the cpu back end's loader only\n"},
+                       Bad{"--cluster " HETFLOW_SOURCE_DIR "/tools/examples/cpu-2-input.yaml" + model + " --loader-throttle 7200s",
+                           "hetflow: <command line>: --loader-throttle: expected a time from 0 to 3600 s a sample, found '7200s'\n"}}) {
+    const auto r = run_hetflow("run " + b.args);
+    EXPECT_EQ(r.status, 2) << b.args << "\n" << r.err << r.out;
+    EXPECT_EQ(r.err, b.says) << b.args;
+  }
+}
