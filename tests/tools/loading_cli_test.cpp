@@ -88,10 +88,18 @@ TEST(LoadingCli, RunWithAThrottledLoaderIsInputBound) {
   EXPECT_NEAR(ratio, j["throughput_samples_per_s"].get<double>() / 40, 1e-12);
   EXPECT_GE(ratio, 0.85);
   EXPECT_LE(ratio, 1.10);
+  // The devices wait for their loads most of each iteration (their compute is a few ms of 200).
+  EXPECT_GT(loader["input_wait_s"].get<double>(), 0.5 * j["iteration_time_s"].get<double>());
+  for (const auto& d : j["devices"]) EXPECT_GT(d["input_wait_s"].get<double>(), 0.5 * j["iteration_time_s"].get<double>());
   const auto text = run_hetflow(run);
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("  loader: a load task per micro-batch, throttled to 25 ms a sample on each node\n"
                           "  input-bound: the loader gives 40 samples/s (preprocessing), the GPUs could take "),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("  waiting for the loader: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" of each iteration's "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" (mean over the devices; the bubble fraction, "),
             std::string::npos)
       << text.out;
   // Unthrottled, the loads read the micro-batches and limit nothing.
