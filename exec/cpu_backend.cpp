@@ -90,7 +90,7 @@ std::unique_ptr<Lane> CpuBackend::make_lane(int src, int dst, int tag) {
 void CpuBackend::prepare(const partition::Plan& plan) {
   plan_ = &plan;
   stop_.store(false);
-  throttle_.prepare(plan);
+  throttle_.prepare(plan, ranks_);
   channels_.clear();
   lanes_.clear();
   if (ranks_ != nullptr) ranks_->check_devices(plan.device_count());
