@@ -28,11 +28,20 @@ TEST(LoadingCli, SimulateSaysInputBoundAndRunsAtTheLoadersRate) {
   EXPECT_NEAR(j["throughput_samples_per_s"].get<double>() / kLoaderSamplesPerS, 1.0, 0.01);
   EXPECT_NEAR(loader["slowdown"].get<double>(),
               loader["compute_samples_per_s"].get<double>() / kLoaderSamplesPerS, 1e-9);
+  // The GPUs wait for the loader all of the iteration but their own work, which is the
+  // analytic critical path (compute and communication, 23 ms of 473).
+  const double wait_s = j["iteration_time_s"].get<double>() - j["analytic_iteration_time_s"].get<double>();
+  EXPECT_NEAR(loader["input_wait_s"].get<double>(), wait_s, 0.02 * j["iteration_time_s"].get<double>());
+  EXPECT_NEAR(j["devices"][0]["input_wait_s"].get<double>(), wait_s, 0.02 * j["iteration_time_s"].get<double>());
   const auto text = run_hetflow("simulate " + kNfs + " --iterations 4");
   ASSERT_EQ(text.status, 0) << text.err;
   const std::string line = "  input-bound: the loader gives " + std::to_string(std::lround(kLoaderSamplesPerS)) +
                            " samples/s (shared file system), the GPUs could take ";
   EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\n  input wait         "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" per iteration (idle, the next forward waiting for its load; mean over computing devices)\n"),
+            std::string::npos)
+      << text.out;
 }
 
 TEST(LoadingCli, PlanSaysItToo) {
