@@ -66,7 +66,8 @@ constexpr int kTensorParallelLane = 1000;
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options, Training* training, const Ranks* ranks)
-    : options_(options), throttle_(options.loader_throttle_s_per_sample), training_(training), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
+    : options_(options), throttle_(options.loader_throttle_s_per_sample), training_(training),
+      ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
   if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
     throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
   }

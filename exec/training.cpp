@@ -222,7 +222,8 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   const auto writes = plan_.writes(task.task);
   DecoderChunk::Input in;
   in.samples = mbs;
-  const auto b = micro_batch(task.iteration, t.worker, t.microbatch);
+  // Only the ends read the micro-batch: the first chunk its tokens, the last its targets.
+  const auto b = p.has_embedding || p.has_head ? micro_batch(task.iteration, t.worker, t.microbatch) : nullptr;
   if (p.has_embedding) in.tokens = b->inputs.data();
   if (p.has_head) {
     in.targets = b->targets.data();

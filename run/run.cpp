@@ -137,8 +137,8 @@ std::unique_ptr<exec::Backend> make_backend(const Request& r, const TrainingSetu
     return std::make_unique<exec::CudaBackend>(
         exec::CudaBackendOptions{r.flop_scale, r.max_buffer_bytes, {}, false, &ranks, training.training.get()});
   }
-  return std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{r.flop_scale, r.max_buffer_bytes, r.loader_throttle_s_per_sample},
-                                            training.training.get(), &ranks);
+  return std::make_unique<exec::CpuBackend>(
+      exec::CpuBackendOptions{r.flop_scale, r.max_buffer_bytes, r.loader_throttle_s_per_sample}, training.training.get(), &ranks);
 }
 
 exec::EngineOptions engine_options(const Request& r, const partition::CostModel& cost, exec::Ranks& ranks) {
