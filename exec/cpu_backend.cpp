@@ -66,7 +66,8 @@ constexpr int kTensorParallelLane = 1000;
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions options, Training* training, const Ranks* ranks)
-    : options_(options), training_(training), ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
+    : options_(options), throttle_(options.loader_throttle_s_per_sample), training_(training),
+      ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr) {
   if (!(options_.flop_scale >= 0) || !std::isfinite(options_.flop_scale)) {
     throw InputError("<options>", 0, "flop_scale", "expected a finite number >= 0");
   }
@@ -90,6 +91,7 @@ std::unique_ptr<Lane> CpuBackend::make_lane(int src, int dst, int tag) {
 void CpuBackend::prepare(const partition::Plan& plan) {
   plan_ = &plan;
   stop_.store(false);
+  throttle_.prepare(plan, ranks_);
   channels_.clear();
   lanes_.clear();
   if (ranks_ != nullptr) ranks_->check_devices(plan.device_count());
@@ -198,9 +200,17 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::collective:
       collective(task);
       return;
-    case TaskKind::load:  // the host's loader: the executor's batches are made by its training feed
+    case TaskKind::load:
+      load(task);
       return;
   }
+}
+
+// The host's loader: the micro-batch's tokens under real math (a proxy has none), then the
+// throttle's share of the node's loader.
+void CpuBackend::load(TaskContext& task) {
+  if (training_ != nullptr) training_->load_micro_batch(task);
+  throttle_.wait(task, stop_);
 }
 
 void CpuBackend::compute(TaskContext& task) {

@@ -15,6 +15,10 @@
 //    between devices of two ranks is an MPI lane with the same promises, tagged by its
 //    place in a table every rank builds alike from the plan. Same bytes, same order of sums:
 //    ranks give the bits threads give.
+//  - load (partition/loading.hpp): the host's data loader on the device's load stream. Under
+//    real math it reads the micro-batch's tokens (Training::load_micro_batch), which the forwards of that
+//    micro-batch then take; a proxy has no data to read. With a loader throttle
+//    (exec/loader_throttle.hpp) the load then waits for its node's throttled loader.
 //  - collective: partition::collective_steps on the plan's communicator, each message a
 //    real copy of its part of a float buffer (reductions add in a fixed order, so runs are
 //    bitwise reproducible). Each member's buffer is min(bytes, max_message_bytes) long and
@@ -31,6 +35,7 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/loader_throttle.hpp"
 #include "exec/mailbox.hpp"
 #include "exec/ranks.hpp"
 #include "exec/training.hpp"
@@ -40,6 +45,7 @@ namespace hetflow::exec {
 struct CpuBackendOptions {
   double flop_scale = 1;                        // compute runs flops x flop_scale
   double max_message_bytes = 4.0 * 1024 * 1024;  // bytes a transfer or collective buffer moves at most
+  double loader_throttle_s_per_sample = 0;        // a node's loader spends this on each sample (0: no throttle)
 };
 
 class CpuBackend final : public Backend, public TensorParallelExchange {
@@ -79,6 +85,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   };
 
   void compute(TaskContext& task);
+  void load(TaskContext& task);
   void in_task_message(TaskContext& task, const partition::InTaskCall& call);
   // What moving these bytes carried, in the plan's units (TaskContext::carried_bytes): real
   // math moves FP32 floats standing for the plan's elements (gradients': the layout's
@@ -101,6 +108,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
                         const std::function<void(size_t member, std::span<const float>)>& receive);
 
   CpuBackendOptions options_;
+  LoaderThrottle throttle_;
   Training* training_ = nullptr;
   const Ranks* ranks_ = nullptr;  // null or alone: every device is here
   const partition::Plan* plan_ = nullptr;

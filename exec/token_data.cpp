@@ -122,6 +122,15 @@ constexpr std::uint64_t kWeightTotal = std::uint64_t{1} << 32;
 constexpr int kMaxSuccessors = 1 << 16;
 const std::string kStreamName = "markov stream";
 
+// Samples [first, first + count) of a batch of B: InputError naming `source` otherwise.
+void check_samples(int B, int first, int count, const std::string& source) {
+  if (first < 0 || count < 1 || first > B - count) {
+    throw InputError(source, 0, "samples",
+                     "expected a range within the batch's " + std::to_string(B) + " samples, found " + std::to_string(count) +
+                         " from " + std::to_string(first));
+  }
+}
+
 }  // namespace
 
 // ---- llm.c token files --------------------------------------------------------------------
@@ -203,6 +212,33 @@ long long TokenFile::position(long long step, int B, int T) const {
   // positions it visits are 0, B*T, ..., (m - 1)*B*T with m the most reads that fit.
   const long long positions = (static_cast<long long>(size()) - 1) / bt;
   return step % positions * bt;
+}
+
+Batch TokenSource::samples(long long step, int B, int T, int first, int count) const {
+  check_samples(B, first, count, describe());
+  Batch whole = batch(step, B, T);
+  const auto from = static_cast<std::ptrdiff_t>(first) * T, to = from + static_cast<std::ptrdiff_t>(count) * T;
+  Batch b;
+  b.inputs.assign(whole.inputs.begin() + from, whole.inputs.begin() + to);
+  b.targets.assign(whole.targets.begin() + from, whole.targets.begin() + to);
+  return b;
+}
+
+Batch TokenFile::samples(long long step, int B, int T, int first, int count) const {
+  const long long p = position(step, B, T);  // checks B, T and the file's length
+  check_samples(B, first, count, name_);
+  const long long at = p + static_cast<long long>(first) * T, n = static_cast<long long>(count) * T;
+  Batch b;
+  const auto take = [&](const auto& tokens) {
+    b.inputs.assign(tokens.begin() + at, tokens.begin() + at + n);
+    b.targets.assign(tokens.begin() + at + 1, tokens.begin() + at + n + 1);
+  };
+  if (wide_) {
+    take(tokens32_);
+  } else {
+    take(tokens16_);
+  }
+  return b;
 }
 
 Batch TokenFile::batch(long long step, int B, int T) const {
@@ -356,6 +392,16 @@ Batch MarkovStream::batch(long long step, int B, int T) const {
     throw InputError(kStreamName, 0, "step", std::to_string(step) + " is beyond the stream's positions");
   }
   return batch_of(tokens(step * bt, bt + 1), bt);
+}
+
+Batch MarkovStream::samples(long long step, int B, int T, int first, int count) const {
+  const long long bt = step_tokens(B, T, step, kStreamName, kMaxStepTokens);
+  if (step > (LLONG_MAX - bt - 1) / bt) {
+    throw InputError(kStreamName, 0, "step", std::to_string(step) + " is beyond the stream's positions");
+  }
+  check_samples(B, first, count, kStreamName);
+  const long long n = static_cast<long long>(count) * T;
+  return batch_of(tokens(step * bt + static_cast<long long>(first) * T, n + 1), n);
 }
 
 std::string MarkovStream::describe() const {

@@ -32,6 +32,11 @@ class TokenSource {
   // Step `step` (from 0) of a run with B samples of T tokens each. Throws InputError when
   // B or T is not positive or the source cannot give B*T + 1 tokens.
   virtual Batch batch(long long step, int B, int T) const = 0;
+  // Samples [first, first + count) of that step's batch, read alone (what one micro-batch's
+  // loader reads): the same tokens as the batch's rows. Throws InputError as batch() does,
+  // and for a range outside [0, B). The default slices batch(); both sources read only the
+  // range.
+  virtual Batch samples(long long step, int B, int T, int first, int count) const;
   // One line for logs: what the tokens are.
   virtual std::string describe() const = 0;
 };
@@ -60,6 +65,7 @@ class TokenFile : public TokenSource {
   TokenFile(std::vector<std::uint32_t> tokens, int vocab, std::string name);
 
   Batch batch(long long step, int B, int T) const override;
+  Batch samples(long long step, int B, int T, int first, int count) const override;
   std::string describe() const override;
 
   // Where step `step` starts reading: llm.c's position arithmetic, the wrap included.
@@ -125,6 +131,7 @@ class MarkovStream : public TokenSource {
   MarkovStream(int vocab, std::uint64_t seed, int successors = kDefaultSuccessors);
 
   Batch batch(long long step, int B, int T) const override;
+  Batch samples(long long step, int B, int T, int first, int count) const override;
   std::string describe() const override;
 
   double entropy_nats() const { return entropy_nats_; }

@@ -86,14 +86,34 @@ std::pair<size_t, size_t> Training::slice_of(int tensor, size_t whole) const {
   return {at(j), at(j + 1)};
 }
 
-std::shared_ptr<const Batch> Training::batch(int iteration) {
-  std::lock_guard lock(mutex_);
-  auto& b = batches_[iteration];
-  if (!b) {
-    b = std::make_shared<const Batch>(data_->batch(iteration, global_batch_, shape_.S));
-    batches_.erase(batches_.begin(), batches_.lower_bound(iteration - 2));  // steps behind are done with
+Batch Training::read_micro_batch(int iteration, int worker, int microbatch) const {
+  const int mbs = plan_.layout.micro_batch_size;
+  return data_->samples(iteration, global_batch_, shape_.S, sample_base_[static_cast<size_t>(worker)] + microbatch * mbs, mbs);
+}
+
+std::shared_ptr<const Batch> Training::micro_batch(int iteration, int worker, int microbatch) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto found = micro_batches_.find({iteration, worker, microbatch});
+    if (found != micro_batches_.end()) return found->second;
   }
-  return b;
+  // Read outside the lock (a load may be reading another); the same samples whoever reads them.
+  return keep_micro_batch(iteration, worker, microbatch, read_micro_batch(iteration, worker, microbatch));
+}
+
+std::shared_ptr<const Batch> Training::keep_micro_batch(int iteration, int worker, int microbatch, Batch b) {
+  auto made = std::make_shared<const Batch>(std::move(b));
+  std::lock_guard lock(mutex_);
+  const auto kept = micro_batches_.emplace(std::tuple(iteration, worker, microbatch), std::move(made)).first->second;
+  // Steps behind are done with: a worker's forwards trail its loads by at most the prefetch
+  // and a step (WSP's staleness more); one that finds its micro-batch gone reads it again.
+  micro_batches_.erase(micro_batches_.begin(), micro_batches_.lower_bound({iteration - 2 - staleness_, 0, 0}));
+  return kept;
+}
+
+void Training::load_micro_batch(TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  keep_micro_batch(task.iteration, t.worker, t.microbatch, read_micro_batch(task.iteration, t.worker, t.microbatch));
 }
 
 namespace {
@@ -202,12 +222,11 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   const auto writes = plan_.writes(task.task);
   DecoderChunk::Input in;
   in.samples = mbs;
-  const auto b = batch(task.iteration);
-  const size_t first = static_cast<size_t>(sample_base_[static_cast<size_t>(t.worker)] + t.microbatch * mbs) *
-                       static_cast<size_t>(T);
-  if (p.has_embedding) in.tokens = b->inputs.data() + first;
+  // Only the ends read the micro-batch: the first chunk its tokens, the last its targets.
+  const auto b = p.has_embedding || p.has_head ? micro_batch(task.iteration, t.worker, t.microbatch) : nullptr;
+  if (p.has_embedding) in.tokens = b->inputs.data();
   if (p.has_head) {
-    in.targets = b->targets.data() + first;
+    in.targets = b->targets.data();
     // (A power-of-two loss scale multiplies exactly: the gradients are S times the unscaled.)
     in.loss_scale = static_cast<float>(scale_of(task.iteration) / (static_cast<double>(global_batch_) * T));
   }

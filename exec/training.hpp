@@ -168,6 +168,13 @@ class Training {
   size_t buffer_bytes(int tensor) const;
   // F, B, W and optimizer tasks; `exchange` carries a tensor-parallel chunk's all-reduces.
   void compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange = nullptr);
+  // A load task (partition/loading.hpp): reads its micro-batch's tokens from the token
+  // source (the step's samples this worker's micro-batch takes, TokenSource::samples) and
+  // keeps them for the forwards of that micro-batch, which read their tokens and targets
+  // from it. A forward that finds none (a tensor-parallel rank that is not ordered after the
+  // load, a rank of another process, a plan without load tasks) reads the same samples
+  // itself: the math is the same either way.
+  void load_micro_batch(TaskContext& task);
   // The floats a gradient collective reduces in place (empty: nothing of the model's), and
   // after it, where they go back: between workers of different tensor-parallel degrees they
   // are gathered from the gradients (the part of the split the members hold in common).
@@ -235,7 +242,11 @@ class Training {
   // activation (empty: the tensor as it is).
   void find_send_slices();
   std::vector<std::pair<size_t, size_t>> send_slice_;
-  std::shared_ptr<const Batch> batch(int iteration);
+  // Worker w's micro-batch m of step `iteration`: the one a load made, or read now.
+  std::shared_ptr<const Batch> micro_batch(int iteration, int worker, int microbatch);
+  Batch read_micro_batch(int iteration, int worker, int microbatch) const;
+  // Keeps `b` as that micro-batch unless one is kept already (which it returns then).
+  std::shared_ptr<const Batch> keep_micro_batch(int iteration, int worker, int microbatch, Batch b);
   // The squared norm's parts of every server update (parameter servers), or of every
   // optimizer of a plan without a gradient-norm collective, summed.
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
@@ -271,9 +282,9 @@ class Training {
   bool plan_has_norm_ = false;
   double local_sum_squares(int device, int iteration) const;
 
-  mutable std::mutex mutex_;  // batches, losses, the norm rendezvous
+  mutable std::mutex mutex_;  // micro-batches, losses, the norm rendezvous
   std::condition_variable norm_cv_;
-  std::map<int, std::shared_ptr<const Batch>> batches_;
+  std::map<std::tuple<int, int, int>, std::shared_ptr<const Batch>> micro_batches_;  // (iteration, worker, micro-batch)
   std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
   std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
   int optimizer_tasks_ = 0;        // in the plan

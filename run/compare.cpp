@@ -90,7 +90,7 @@ double model_bytes_planned(const partition::DeviceMemory& m) { return m.total_by
 Comparison compare(const Request& r, const TrainingSetup& t, const exec::RunResult& result,
                    const model::Calibration& calibration) {
   const partition::Plan& plan = r.plan;
-  const partition::Plan as_run = scaled(plan, r.flop_scale);
+  const partition::Plan as_run = run::as_run(plan, r);
   const partition::CostModel cost(plan.cluster, plan.layout.precision, calibration);
   Comparison c;
   c.analytic = partition::estimate_plan(as_run, cost);

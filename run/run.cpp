@@ -13,6 +13,7 @@
 #include "kernels/transformer_cuda.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "partition/loading.hpp"
 
 namespace hetflow::run {
 
@@ -113,6 +114,15 @@ partition::Plan scaled(const partition::Plan& plan, double flop_scale) {
   return out;
 }
 
+partition::Plan as_run(const partition::Plan& plan, const Request& r) {
+  partition::Plan out = scaled(plan, r.flop_scale);
+  model::InputPath& in = out.cluster.input;
+  in.shared_read_bytes_per_s = in.node_read_bytes_per_s = 0;
+  in.preprocess_s_per_sample = r.loader_throttle_s_per_sample;
+  in.workers_per_node = 1;
+  return out;
+}
+
 double longest_task_s(const partition::Plan& plan, const partition::CostModel& cost, double flop_scale) {
   double longest = 0;
   for (const partition::Task& t : plan.tasks) {
@@ -127,8 +137,8 @@ std::unique_ptr<exec::Backend> make_backend(const Request& r, const TrainingSetu
     return std::make_unique<exec::CudaBackend>(
         exec::CudaBackendOptions{r.flop_scale, r.max_buffer_bytes, {}, false, &ranks, training.training.get()});
   }
-  return std::make_unique<exec::CpuBackend>(exec::CpuBackendOptions{r.flop_scale, r.max_buffer_bytes},
-                                            training.training.get(), &ranks);
+  return std::make_unique<exec::CpuBackend>(
+      exec::CpuBackendOptions{r.flop_scale, r.max_buffer_bytes, r.loader_throttle_s_per_sample}, training.training.get(), &ranks);
 }
 
 exec::EngineOptions engine_options(const Request& r, const partition::CostModel& cost, exec::Ranks& ranks) {
@@ -137,6 +147,10 @@ exec::EngineOptions engine_options(const Request& r, const partition::CostModel&
   // A long task is not a stall: unless told, the watchdog waits at least ten times the
   // longest compute task the cost model predicts for this run.
   if (!r.watchdog_given) engine.watchdog_s = std::max(r.watchdog_s, 10 * longest_task_s(r.plan, cost, r.flop_scale));
+  // Nor is a throttled loader: a load may wait for its node's whole iteration of samples.
+  if (!r.watchdog_given && r.loader_throttle_s_per_sample > 0) {
+    engine.watchdog_s = std::max(engine.watchdog_s, 10 * partition::loader_bound(as_run(r.plan, r)).iteration_s);
+  }
   engine.max_buffer_bytes = r.max_buffer_bytes;
   engine.ranks = &ranks;
   return engine;

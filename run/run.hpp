@@ -27,6 +27,7 @@ struct Request {
   bool watchdog_given = false;  // false: the watchdog waits at least 10x the longest compute task
   double flop_scale = 1;        // proxies run compute tasks with their FLOPs times this
   double max_buffer_bytes = 4.0 * 1024 * 1024;  // host bytes per tensor and per message at most
+  double loader_throttle_s_per_sample = 0;  // each node's loader spends this on a sample (exec/loader_throttle.hpp)
   std::string compute = "auto";  // auto | real | proxy
   std::string data_path;         // an llm.c token file; empty: a seeded Markov stream
   std::string init_weights;      // safetensors to start from; empty: seeded initial weights
@@ -53,6 +54,12 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks);
 // traffic) scaled as the run scales it: the estimate then predicts the run that happens.
 partition::Task scaled(partition::Task task, double flop_scale);
 partition::Plan scaled(const partition::Plan& plan, double flop_scale);
+
+// The plan as the request runs it, for the predictions beside the run: its compute scaled
+// by flop_scale, and its cluster's input path the executor's loader: unbounded (tokens are
+// read from memory) but for the loader throttle, each node's one worker spending
+// loader_throttle_s_per_sample on a sample (exec/loader_throttle.hpp).
+partition::Plan as_run(const partition::Plan& plan, const Request& r);
 
 // The longest compute task of `plan`, its work scaled by `flop_scale`, as `cost` predicts it.
 double longest_task_s(const partition::Plan& plan, const partition::CostModel& cost, double flop_scale = 1);

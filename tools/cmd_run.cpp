@@ -44,6 +44,9 @@ void run_options(po::options_description& options) {
       ("yes", "start a run predicted to take more than 10 minutes without asking (asked when stdin is a terminal)")
       ("warmup", po::value<int>()->default_value(1), "iterations run first and left out of the figures")
       ("watchdog", po::value<std::string>()->default_value("60 s"), "stop when no task completes for this long")
+      ("loader-throttle", po::value<std::string>(),
+       "slow the data loader for tests: each node's loader spends this time on every sample (e.g. 20ms; "
+       "the cluster needs an input: section)")
       ("flop-scale", po::value<std::string>()->default_value("1"),
        "run compute tasks with their FLOPs times this (e.g. 0.001 for a GPU plan on a CPU)")
       ("max-buffer", po::value<std::string>()->default_value("4 MiB"),
@@ -94,7 +97,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   double predicted_s = 0;
   if (ranks.rank() == 0) {
     const int iterations = request.warmup + request.steps;
-    predicted_s = predicted_run_wall_s(run::scaled(plan, request.flop_scale), iterations, request.backend, cost);
+    predicted_s = predicted_run_wall_s(run::as_run(plan, request), iterations, request.backend, cost);
     confirm_run(predicted_s, iterations, vm.count("yes") > 0);
   }
   if (ranks.rank() == 0) {  // (the rank that writes them) before the run, not after it

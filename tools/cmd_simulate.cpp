@@ -8,6 +8,7 @@
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/estimate.hpp"
+#include "partition/loading.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/validate.hpp"
 #include "sim/platform_spec.hpp"
@@ -134,9 +135,14 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
                        {"idle_s", d.idle_s},
                        {"peak_memory_bytes", d.peak_memory_bytes}});
   }
+  // The loader against the GPUs' analytic rate: the simulated throughput is the smaller; and
+  // how long the devices waited for their loads.
+  if (Json loader = input_bound_json(plan, analytic.throughput_samples_per_s); !loader.is_null()) {
+    loader["input_wait_s"] = m.input_wait_s;
+    for (size_t d = 0; d < m.devices.size(); ++d) devices[d]["input_wait_s"] = m.devices[d].input_wait_s;
+    j["loader"] = std::move(loader);
+  }
   j["devices"] = std::move(devices);
-  // The loader against the GPUs' analytic rate: the simulated throughput is the smaller.
-  if (Json loader = input_bound_json(plan, analytic.throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
   return j;
 }
 
@@ -171,6 +177,10 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   }
   out << "  exposed comm       " << u::human_time_s(m.exposed_comm_s)
       << " per iteration (moving data, computing nothing; mean over computing devices)\n";
+  if (partition::loader_bound(plan).bounded) {
+    out << "  input wait         " << u::human_time_s(m.input_wait_s)
+        << " per iteration (idle, the next forward waiting for its load; mean over computing devices)\n";
+  }
   out << "  traffic/iteration ";
   const char* separator = " ";
   for (const auto& [cls, bytes] : m.bytes_per_link_class) {

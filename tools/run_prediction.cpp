@@ -11,6 +11,7 @@
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/estimate.hpp"
+#include "partition/loading.hpp"
 
 namespace hetflow::tools {
 
@@ -25,6 +26,8 @@ double predicted_run_wall_s(const partition::Plan& as_run, int iterations, const
     const double in_use = std::min(cores, static_cast<double>(as_run.device_count()));
     per_iteration_s = std::max(per_iteration_s, flops / (exec::probe_sgemm_flops_per_s(0.05) * in_use));
   }
+  // A throttled loader (run::as_run's input path) may be slower still.
+  per_iteration_s = std::max(per_iteration_s, partition::loader_bound(as_run).iteration_s);
   return per_iteration_s * iterations;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "model/units.hpp"
+#include "partition/loading.hpp"
 #include "tools/plan_summary.hpp"
 #include "traces/metrics.hpp"
 
@@ -28,6 +29,33 @@ std::string cell(const std::string& text, int width) {
 // The row's name, left-aligned in `width` (a longer name keeps its space before the cells).
 std::string name_cell(const std::string& text, int width) {
   return "  " + text + std::string(static_cast<size_t>(std::max(0, width - static_cast<int>(text.size()))), ' ');
+}
+
+// Where the plan has load tasks: what the executor's loader did (read each micro-batch, and
+// the throttle), its closed form as the simulator's prediction has it, and the measured rate
+// against it.
+void print_loader(std::ostream& out, const run::Request& r, const traces::Metrics& m, double measured_samples_per_s,
+                  double compute_samples_per_s) {
+  const partition::Plan as_run = run::as_run(r.plan, r);
+  const partition::LoaderBound b = partition::loader_bound(as_run);
+  if (!b.bounded) return;
+  out << "  loader: a load task per micro-batch";
+  const auto waited = [&] {
+    out << "  waiting for the loader: " << u::human_time_s(m.input_wait_s) << " of each iteration's "
+        << u::human_time_s(m.iteration_time_s) << " (mean over the devices; the bubble fraction, " << std::fixed
+        << std::setprecision(1) << 100 * m.bubble_fraction << " %, counts it too)\n" << std::defaultfloat;
+  };
+  if (r.loader_throttle_s_per_sample <= 0) {
+    out << ", unthrottled (--loader-throttle slows it)\n";
+    waited();
+    return;
+  }
+  out << ", throttled to " << u::human_time_s(r.loader_throttle_s_per_sample) << " a sample on each node\n";
+  print_input_bound(out, as_run, compute_samples_per_s);
+  out << "  measured " << std::fixed << std::setprecision(2) << measured_samples_per_s << " samples/s, "
+      << std::setprecision(1) << 100 * measured_samples_per_s / b.samples_per_s << " % of the loader's\n"
+      << std::defaultfloat;
+  waited();
 }
 
 }  // namespace
@@ -96,6 +124,15 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
     j["simulated_throughput_tokens_per_s"] = sim.f.tokens_per_s;
     j["simulated_mfu"] = sim.f.mfu;
   }
+  // The executor's loader (run::as_run's input path: the throttle, or unbounded) against
+  // what the estimate says the devices could take, and what the run measured against it.
+  if (Json loader = input_bound_json(run::as_run(plan, r), e.throughput_samples_per_s); !loader.is_null()) {
+    loader["throttle_s_per_sample"] = r.loader_throttle_s_per_sample;
+    const double bound = loader["loader_samples_per_s"].is_null() ? 0.0 : loader["loader_samples_per_s"].get<double>();
+    loader["measured_over_loader"] = bound > 0 ? Json(f.samples_per_s / bound) : Json(nullptr);
+    loader["input_wait_s"] = m.input_wait_s;  // per iteration, mean over computing devices
+    j["loader"] = std::move(loader);
+  }
   j["wall_s"] = result.wall_s;
   j["task_instances"] = result.task_instances;
   Json devices = Json::array();
@@ -105,6 +142,7 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
                        {"busy_s", d < m.devices.size() ? m.devices[d].busy_s : 0},
                        {"analytic_busy_s", e.busy_s[d]},
                        {"utilization", d < m.devices.size() ? m.devices[d].utilization : 0},
+                       {"input_wait_s", d < m.devices.size() ? m.devices[d].input_wait_s : 0},
                        {"analytic_utilization", analytic_util},
                        {"simulated_utilization", sim.completed && d < sim.m.devices.size() ? sim.m.devices[d].utilization : 0},
                        {"simulated_busy_s", sim.completed && d < sim.m.devices.size() ? sim.m.devices[d].busy_s : 0},
@@ -203,6 +241,7 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   row("MFU", f.mfu, sim.f.mfu, f.analytic_mfu, share);
   if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "  (MFU: " << cause << ")\n";
   if (!sim.error.empty()) out << "  (no simulation: " << sim.error << ")\n";
+  print_loader(out, r, m, f.samples_per_s, e.throughput_samples_per_s);
   out << "\n" << name_cell("device", 16) << cell("utilization", 13) << cell("simulated", 11) << cell("compute", 12)
       << cell("simulated", 11) << cell("peak tensors", 17) << cell("plan", 11) << "\n";
   size_t shown = 0;

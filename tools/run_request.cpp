@@ -6,6 +6,7 @@
 
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "partition/loading.hpp"
 #include "partition/plan_io.hpp"
 #include "tools/options.hpp"
 #include "tools/plan_options.hpp"
@@ -51,6 +52,14 @@ run::Request read_run_request(po::variables_map& vm) {
   if (!(r.max_buffer_bytes >= 0 && r.max_buffer_bytes <= 1024.0 * 1024 * 1024)) {
     throw InputError("<command line>", 0, "--max-buffer", "expected a size between 0 and 1 GiB, found '" +
                                                               vm["max-buffer"].as<std::string>() + "'");
+  }
+  if (vm.count("loader-throttle")) {
+    r.loader_throttle_s_per_sample = parsed(vm, "loader-throttle", u::parse_time_s);
+    if (!(r.loader_throttle_s_per_sample >= 0 && r.loader_throttle_s_per_sample <= 3600)) {
+      throw InputError("<command line>", 0, "--loader-throttle", "expected a time from 0 to 3600 s a sample, found '" +
+                                                                     vm["loader-throttle"].as<std::string>() + "'");
+    }
+    if (backend != "cpu") throw InputError("<command line>", 0, "--loader-throttle", "slows the cpu back end's loader only");
   }
   r.compute = vm["compute"].as<std::string>();
   if (r.compute != "auto" && r.compute != "real" && r.compute != "proxy") {
@@ -131,7 +140,7 @@ run::Request read_run_request(po::variables_map& vm) {
     // A plan fixes its cluster, network and layout; only the run may change.
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
-          "plan", "steps", "warmup", "progress", "backend", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
+          "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
           "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
           "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
@@ -160,6 +169,10 @@ run::Request read_run_request(po::variables_map& vm) {
                          "(without --loss-scale, and with all-reduce)");
       }
     }
+  }
+  if (r.loader_throttle_s_per_sample > 0 && !partition::loader_bound(r.plan).bounded) {
+    throw InputError("<command line>", 0, "--loader-throttle",
+                     "the plan has no load tasks to slow: its cluster needs an input: section (README, \"Data loading\")");
   }
   r.plan.layout.iterations = r.warmup + r.steps;  // the plan that runs: its fingerprint says how long
   r.plan.fingerprint = partition::plan_fingerprint(r.plan);

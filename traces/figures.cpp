@@ -1,17 +1,52 @@
 #include "traces/figures.hpp"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 namespace hetflow::traces {
 
 namespace {
 
-// An instant where a task starts (+1) or ends (-1); purpose -1 for compute.
+// An instant where a task starts (+1) or ends (-1); purpose -1 for compute, -2 for a wait
+// for input.
 struct Edge {
   double t_s;
   int delta;
   int purpose;
 };
+constexpr int kComputeEdge = -1, kInputWaitEdge = -2;
+
+// Per device, the spans in which its next forward waits for its load: [the later of the
+// load's start and the end of the task before the forward on its stream, the earlier of the
+// load's end and the forward's start]. A load feeds the stage-0 forward of its device,
+// iteration and micro-batch.
+std::vector<std::vector<Window>> input_waits(const Trace& trace) {
+  std::vector<std::vector<Window>> out(trace.device_names.size());
+  std::map<std::tuple<int, int, int>, const Event*> loads;  // (device, iteration, micro-batch)
+  std::map<std::pair<int, std::string>, std::vector<const Event*>> streams;  // (device, stream): its events
+  for (const Event& e : trace.events) {
+    if (e.kind == partition::TaskKind::load) {
+      loads[{e.device, e.iteration, e.microbatch}] = &e;
+    } else if (e.message < 0) {
+      streams[{e.device, e.stream}].push_back(&e);
+    }
+  }
+  if (loads.empty()) return out;
+  for (auto& [key, events] : streams) {
+    std::sort(events.begin(), events.end(), [](const Event* a, const Event* b) { return a->start_s < b->start_s; });
+    for (size_t i = 0; i < events.size(); ++i) {
+      const Event& f = *events[i];
+      if (f.kind != partition::TaskKind::forward || f.stage != 0) continue;
+      const auto load = loads.find({f.device, f.iteration, f.microbatch});
+      if (load == loads.end() || f.device < 0 || static_cast<size_t>(f.device) >= out.size()) continue;
+      const double before_s = i > 0 ? events[i - 1]->end_s : 0.0;
+      const Window w{std::max(load->second->start_s, before_s), std::min(load->second->end_s, f.start_s)};
+      if (w.length_s() > 0) out[static_cast<size_t>(f.device)].push_back(w);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -48,7 +83,7 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
     if (!(end > start) || e.device < 0 || static_cast<size_t>(e.device) >= devices) continue;
     // A load runs on the host's loader, not the GPU: a GPU waiting for it is idle (an input stall).
     if (e.kind == partition::TaskKind::load) continue;
-    int purpose = -1;
+    int purpose = kComputeEdge;
     if (!partition::is_compute(e.kind)) {
       const std::string name(partition::to_string(e.purpose));
       purpose = purpose_index.emplace(name, static_cast<int>(purposes.size())).first->second;
@@ -61,11 +96,20 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
       edges[static_cast<size_t>(e.device)].push_back({end, +1, -1});
     }
   }
+  const std::vector<std::vector<Window>> waits = input_waits(trace);
+  for (size_t d = 0; d < devices; ++d) {
+    for (const Window& w : waits[d]) {
+      const double start = std::max(w.from_s, window.from_s), end = std::min(w.to_s, window.to_s);
+      if (!(end > start)) continue;
+      edges[d].push_back({start, +1, kInputWaitEdge});
+      edges[d].push_back({end, -1, kInputWaitEdge});
+    }
+  }
   for (size_t d = 0; d < devices; ++d) {
     auto& mine = edges[d];
     std::sort(mine.begin(), mine.end(), [](const Edge& x, const Edge& y) { return x.t_s < y.t_s; });
     DeviceTime& time = out[d];
-    int computing = 0, communicating = 0;
+    int computing = 0, communicating = 0, waiting = 0;
     std::vector<int> active(purposes.size(), 0);
     std::vector<double> comm(purposes.size(), 0);
     double at = window.from_s;
@@ -81,10 +125,14 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
             if (active[p] > 0) comm[p] += span / kinds;
           }
           time.exposed_comm_s += span;
+        } else if (waiting > 0) {
+          time.input_wait_s += span;
         }
         at = x.t_s;
       }
-      if (x.purpose < 0) {
+      if (x.purpose == kInputWaitEdge) {
+        waiting += x.delta;
+      } else if (x.purpose == kComputeEdge) {
         computing += x.delta;
       } else {
         active[static_cast<size_t>(x.purpose)] += x.delta;

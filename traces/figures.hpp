@@ -13,6 +13,11 @@
 //    computes then), shared equally among the purposes active then; else idle (pipeline
 //    bubbles and every other wait). Tasks are clipped to the window, so the three add up to
 //    its length exactly.
+//  - Input wait, a part of idle: while a device's next forward waits for its load (the data
+//    loader's micro-batch, partition/loading.hpp) and nothing runs on the device. From when
+//    the task before that forward on its stream ended (or the load started, if later) to
+//    when the load ended (or the forward started, if earlier). A load itself is neither
+//    compute nor communication: it runs on the host's loader.
 //  - Utilisation is a device's compute time over the window: compute occupancy, not "busy
 //    with anything".
 //  - The computing devices are those that run a pass anywhere in the trace; means "over
@@ -48,6 +53,7 @@ struct DeviceTime {
   double compute_s = 0;
   double exposed_comm_s = 0;
   double idle_s = 0;
+  double input_wait_s = 0;  // of idle_s: waiting for a load while nothing ran
   std::map<std::string, double> exposed_comm_by_purpose_s;  // partition::to_string(Purpose) -> s
 };
 

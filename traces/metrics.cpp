@@ -112,16 +112,17 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
 
   const std::vector<DeviceTime> times = device_times(trace, steady);
   const std::vector<model::Device> cluster_devices = plan.cluster.devices();
-  double exposed_sum = 0;
+  double exposed_sum = 0, input_wait_sum = 0;
   for (size_t d = 0; d < devices; ++d) {
     DeviceMetrics dm;
     dm.name = trace.device_names[d];
     dm.busy_s = times[d].compute_s / measured;
     dm.exposed_comm_s = times[d].exposed_comm_s / measured;
     dm.idle_s = times[d].idle_s / measured;
+    dm.input_wait_s = times[d].input_wait_s / measured;
     dm.utilization = m.iteration_time_s > 0 ? dm.busy_s / m.iteration_time_s : 0;
     dm.peak_memory_bytes = d < plan.memory.size() ? plan.memory[d].total_bytes() : 0;
-    if (computing[d]) exposed_sum += dm.exposed_comm_s;
+    if (computing[d]) exposed_sum += dm.exposed_comm_s, input_wait_sum += dm.input_wait_s;
     m.devices.push_back(dm);
     // Faster than its peak: the peak the cluster gives this device is below what it ran at.
     if (pass_s[d] > 0 && static_cast<int>(d) < cost.device_count() && d < cluster_devices.size()) {
@@ -136,6 +137,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   }
   m.bubble_fraction = bubble.fraction(first);
   m.exposed_comm_s = computing_count > 0 ? exposed_sum / computing_count : 0;
+  m.input_wait_s = computing_count > 0 ? input_wait_sum / computing_count : 0;
   return m;
 }
 

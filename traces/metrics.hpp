@@ -18,6 +18,7 @@ struct DeviceMetrics {
   double utilization = 0;        // busy_s / iteration_time_s: compute occupancy
   double exposed_comm_s = 0;     // per iteration: communication while this device computes nothing
   double idle_s = 0;             // per iteration: the rest (busy + exposed + idle = the iteration)
+  double input_wait_s = 0;       // per iteration, of idle_s: waiting for the data loader (figures.hpp)
   double peak_memory_bytes = 0;  // from the plan's memory model (traces carry no allocations)
 };
 
@@ -55,6 +56,7 @@ struct Metrics {
   std::vector<OverPeak> over_peak;       // why mfu may exceed 1; empty when no device beat its peak
   double bubble_fraction = 0;            // as partition::Estimate defines it, over measured iterations
   double exposed_comm_s = 0;             // mean over computing devices, per iteration
+  double input_wait_s = 0;               // mean over computing devices, per iteration: waiting for the loader
   std::map<std::string, double> bytes_per_link_class;  // per iteration
   std::vector<DeviceMetrics> devices;
   std::vector<IterationMetrics> per_iteration;  // every iteration of the trace, warm-up included

@@ -408,3 +408,47 @@ TEST(MarkovTest, BatchesFromManyThreadsEqualBatchesFromOne) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
+
+// A micro-batch's loader reads its samples alone: rows [first, first + count) of the step's
+// batch, the same tokens and targets, for a file (its wrap included), a wide file, the
+// Markov stream and a source that only has batch(); a range outside the batch is refused.
+TEST(TokenDataTest, SamplesAreTheBatchsRows) {
+  struct OnlyBatches final : exec::TokenSource {
+    Batch batch(long long step, int B, int T) const override { return MarkovStream(101, 3).batch(step, B, T); }
+    std::string describe() const override { return "only batches"; }
+  };
+  const TokenFile narrow(std::vector<std::uint16_t>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8},
+                         10, "narrow");
+  std::vector<std::uint32_t> wide_tokens(200);
+  for (size_t i = 0; i < wide_tokens.size(); ++i) wide_tokens[i] = static_cast<std::uint32_t>(70000 + i * 7 % 97);
+  const TokenFile wide(wide_tokens, 80000, "wide");
+  const MarkovStream stream(97, 11);
+  const OnlyBatches only;
+  const int B = 4, T = 3;
+  for (const exec::TokenSource* source : std::initializer_list<const exec::TokenSource*>{&narrow, &wide, &stream, &only}) {
+    for (long long step : {0LL, 1LL, 2LL, 3LL, 17LL}) {  // the narrow file (27 tokens, 12 a step) wraps at step 2
+      const Batch whole = source->batch(step, B, T);
+      for (int first = 0; first < B; ++first) {
+        for (int count = 1; first + count <= B; ++count) {
+          const Batch part = source->samples(step, B, T, first, count);
+          const auto from = whole.inputs.begin() + first * T;
+          EXPECT_EQ(part.inputs, std::vector<int>(from, from + count * T)) << source->describe() << " step " << step;
+          const auto targets = whole.targets.begin() + first * T;
+          EXPECT_EQ(part.targets, std::vector<int>(targets, targets + count * T)) << source->describe() << " step " << step;
+        }
+      }
+    }
+    for (const auto& [first, count] : {std::pair{-1, 1}, {0, 0}, {3, 2}, {4, 1}}) {
+      try {
+        (void)source->samples(0, B, T, first, count);
+        ADD_FAILURE() << source->describe() << ": samples " << first << " + " << count << " accepted";
+      } catch (const InputError& e) {
+        EXPECT_EQ(e.field(), "samples") << e.what();
+        EXPECT_NE(std::string(e.what()).find("expected a range within the batch's 4 samples, found " + std::to_string(count) +
+                                             " from " + std::to_string(first)),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
