@@ -73,13 +73,6 @@ void check_embedded(const Plan& plan, Problems& problems) {
   if (l.workers.empty() && l.policy != kWorkloadPolicy) {
     problems.push_back("layout.workers: expected at least one virtual worker");
   }
-  if (!l.workers.empty()) {  // sized by the workers
-    try {
-      check_axes(l);
-    } catch (const InputError& e) {
-      problems.push_back("layout." + e.field() + ": " + e.message());
-    }
-  }
   for (size_t w = 0; w < l.workers.size(); ++w) {
     const VirtualWorker& vw = l.workers[w];
     const std::string where = "layout.workers[" + std::to_string(w) + "]";

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "model/error.hpp"
 #include "partition/plan.hpp"
 #include "partition/task_order.hpp"
 
@@ -26,6 +27,13 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
   auto note = [&](const std::string& what) {
     if (problems.size() < 50) problems.push_back(what);
   };
+  if (!plan.layout.workers.empty()) {  // the axes sized by the workers
+    try {
+      check_axes(plan.layout);
+    } catch (const InputError& e) {
+      note("layout." + e.field() + ": " + e.message());
+    }
+  }
   const std::vector<AxisCoords> placed = plan.layout.device_coords(plan.device_count());
   if (plan.coords.size() != placed.size()) {
     note("coords: expected one entry per device (" + std::to_string(placed.size()) + "), found " +

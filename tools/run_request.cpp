@@ -26,6 +26,28 @@ double parsed(const po::variables_map& vm, const char* name, Parse parse) {
   }
 }
 
+// The plan to run: a plan file (with only the run's own options beside it), or the one the
+// plan options make.
+partition::Plan plan_of(const po::variables_map& vm) {
+  if (vm.count("plan")) {
+    // A plan fixes its cluster, network and layout; only the run may change.
+    for (const auto& [name, value] : vm) {
+      static const std::set<std::string> run_options{
+          "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog",
+          "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
+          "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
+          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
+      const bool allowed = run_options.count(name) > 0;
+      if (!allowed && !value.defaulted()) {
+        throw InputError("<command line>", 0, "--" + name,
+                         "a plan file fixes its cluster, network and layout; give either --plan or --" + name);
+      }
+    }
+    return read_plan_file(vm["plan"].as<std::string>(), "--plan");
+  }
+  return plan_from_options(vm).plan;
+}
+
 }  // namespace
 
 run::Request read_run_request(po::variables_map& vm) {
@@ -136,24 +158,7 @@ run::Request read_run_request(po::variables_map& vm) {
       if (vm.count(name)) throw InputError("<command line>", 0, std::string("--") + name, "needs --compute real (proxies train nothing)");
     }
   }
-  if (vm.count("plan")) {
-    // A plan fixes its cluster, network and layout; only the run may change.
-    for (const auto& [name, value] : vm) {
-      static const std::set<std::string> run_options{
-          "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog", "max-tasks", "flop-scale", "max-buffer",
-          "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
-          "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
-          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
-      const bool allowed = run_options.count(name) > 0;
-      if (!allowed && !value.defaulted()) {
-        throw InputError("<command line>", 0, "--" + name,
-                         "a plan file fixes its cluster, network and layout; give either --plan or --" + name);
-      }
-    }
-    r.plan = read_plan_file(vm["plan"].as<std::string>(), "--plan");
-  } else {
-    r.plan = plan_from_options(vm).plan;
-  }
+  r.plan = plan_of(vm);
   // fp16 GEMM operands (an fp16 plan's real math on GPUs) need loss scaling: dynamic, as
   // Megatron's fp16, unless a constant was given.
   // (Parameter servers take a constant scale only: theirs stay fp32 operands without one.)
