@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/error.hpp"
+#include "partition/loading.hpp"
 
 namespace hetflow::partition {
 
@@ -34,9 +35,7 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
     case TaskKind::collective:
       return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
     case TaskKind::load:
-      // The GPUs' side: with prefetch a load overlaps earlier micro-batches' compute, so the
-      // loader bounds the throughput (loader_bound) rather than lengthening the critical path.
-      return 0;
+      return load_time_s(plan, t);
   }
   return 0;
 }
@@ -97,26 +96,21 @@ double BubbleMeter::fraction(int first_iteration, int end_iteration) const {
 
 Estimate estimate_plan(const Plan& plan, const CostModel& cost) { return estimate_plan(plan, cost, order_tasks(plan)); }
 
+namespace {
+
+// The critical path over the plan's iterations with these unit durations: each iteration's
+// end, and (where `e` is given) each device's compute and the bubble, into it.
+//
 // Iteration i runs the one-iteration order again: a unit is ready when its predecessors in
 // iteration i are done, when the previous task on each of its streams is (the stream's last
 // task of iteration i - 1 for its first), and when its order edges with offset k from
 // iteration i - k are.
-Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder& order) {
-  if (!order.complete()) {
-    std::string message = "the plan deadlocks: these tasks wait for each other in a cycle:";
-    for (int t : order.cycle) message += "\n  " + describe_task(plan, t);
-    throw PlanError(message);
-  }
+std::vector<double> run_iterations(const Plan& plan, const TaskOrder& order, const std::vector<double>& duration,
+                                   const std::vector<double>& computing, Estimate* e) {
   const size_t units = order.unit_count();
   const int iterations = std::max(1, plan.iterations());
-  std::vector<double> duration(units), computing(units);  // a compute unit's without its in-task collectives
-  for (size_t u = 0; u < units; ++u) {
-    const int front = order.unit(static_cast<int>(u)).front();
-    duration[u] = task_duration_s(plan, cost, front);
-    computing[u] = is_compute(plan.task(front).kind) ? duration[u] - in_task_time_s(plan, cost, front) : duration[u];
-  }
   // Cross-iteration links: each stream's first unit waits for its last one; order edges with
-  // an offset (WSP) wait for an earlier iteration of their source.
+  // an offset (WSP, prefetching loads) wait for an earlier iteration of their source.
   std::vector<std::pair<int, int>> wraps;  // (last unit, first unit) per stream
   for (const auto& device : plan.programs) {
     for (const StreamProgram& s : device) {
@@ -127,17 +121,14 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
   }
   int max_offset = 1;
   std::vector<std::tuple<int, int, int>> delayed;  // (from unit, to unit, offset)
-  for (const OrderEdge& e : plan.order) {
-    if (e.offset <= 0) continue;
-    delayed.emplace_back(order.unit_of_task[static_cast<size_t>(e.from)], order.unit_of_task[static_cast<size_t>(e.to)],
-                         e.offset);
-    max_offset = std::max(max_offset, e.offset);
+  for (const OrderEdge& edge : plan.order) {
+    if (edge.offset <= 0) continue;
+    delayed.emplace_back(order.unit_of_task[static_cast<size_t>(edge.from)],
+                         order.unit_of_task[static_cast<size_t>(edge.to)], edge.offset);
+    max_offset = std::max(max_offset, edge.offset);
   }
   std::deque<std::vector<double>> past;  // unit end times of the last max_offset iterations, newest first
-  Estimate e;
-  const size_t devices = static_cast<size_t>(plan.device_count());
-  e.busy_s.assign(devices, 0);
-  BubbleMeter bubble(plan, iterations);
+  BubbleMeter bubble(plan, e != nullptr ? iterations : 1);
   std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
   std::vector<double> ready(units), end(units);
   for (int it = 0; it < iterations; ++it) {
@@ -162,21 +153,67 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
         const double f = order.successor_fraction[static_cast<size_t>(s)];
         r = std::max(r, f < 1 ? ready[uu] + f * duration[uu] : finish);
       }
+      if (e == nullptr) continue;
       for (int t : order.unit(u)) {
         const Task& task = plan.task(t);
         // Compute only, as every report's utilisation counts it (traces/figures.hpp).
-        if (is_compute(task.kind)) e.busy_s[static_cast<size_t>(task.device)] += computing[uu] / iterations;
+        if (is_compute(task.kind)) e->busy_s[static_cast<size_t>(task.device)] += computing[uu] / iterations;
         if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], ready[uu] + computing[uu]);
       }
     }
     past.push_front(end);
     if (static_cast<int>(past.size()) > max_offset) past.pop_back();
   }
+  if (e != nullptr) e->bubble_fraction = bubble.fraction();
+  return iteration_end;
+}
+
+// Steady state: (end of the last iteration - end of the first) / (iterations - 1), else the makespan.
+double steady_s(const std::vector<double>& iteration_end) {
+  const double makespan = *std::max_element(iteration_end.begin(), iteration_end.end());
+  const auto n = iteration_end.size();
+  return n > 1 ? (iteration_end.back() - iteration_end.front()) / static_cast<double>(n - 1) : makespan;
+}
+
+}  // namespace
+
+Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder& order) {
+  if (!order.complete()) {
+    std::string message = "the plan deadlocks: these tasks wait for each other in a cycle:";
+    for (int t : order.cycle) message += "\n  " + describe_task(plan, t);
+    throw PlanError(message);
+  }
+  const size_t units = order.unit_count();
+  std::vector<double> duration(units), computing(units);  // a compute unit's without its in-task collectives
+  std::vector<size_t> loads;                               // units of load tasks
+  const bool any_load = std::any_of(plan.tasks.begin(), plan.tasks.end(), [](const Task& t) { return t.kind == TaskKind::load; });
+  const LoaderDemand demand = any_load ? loader_demand(plan.cluster, plan.network, plan.layout) : LoaderDemand{};
+  for (size_t u = 0; u < units; ++u) {
+    const int front = order.unit(static_cast<int>(u)).front();
+    const Task& t = plan.task(front);
+    if (t.kind == TaskKind::load) {
+      duration[u] = computing[u] = load_time_s(plan, demand, t);  // once for all loads, not per task
+      loads.push_back(u);
+      continue;
+    }
+    duration[u] = task_duration_s(plan, cost, front);
+    computing[u] = is_compute(t.kind) ? duration[u] - in_task_time_s(plan, cost, front) : duration[u];
+  }
+  Estimate e;
+  const size_t devices = static_cast<size_t>(plan.device_count());
+  e.busy_s.assign(devices, 0);
+  const std::vector<double> iteration_end = run_iterations(plan, order, duration, computing, &e);
   e.makespan_s = *std::max_element(iteration_end.begin(), iteration_end.end());
-  e.iteration_time_s = iterations > 1 ? (iteration_end.back() - iteration_end.front()) / (iterations - 1) : e.makespan_s;
-  e.bubble_fraction = bubble.fraction();
-  e.throughput_samples_per_s = e.iteration_time_s > 0 ? plan.layout.samples_per_iteration() / e.iteration_time_s : 0;
+  e.iteration_time_s = steady_s(iteration_end);
+  e.compute_iteration_time_s = e.iteration_time_s;
+  if (!loads.empty()) {  // the GPUs' own rate: the same critical path with loads that take no time
+    for (size_t u : loads) duration[u] = computing[u] = 0;
+    e.compute_iteration_time_s = steady_s(run_iterations(plan, order, duration, computing, nullptr));
+  }
+  const double samples = plan.layout.samples_per_iteration();
+  e.throughput_samples_per_s = e.iteration_time_s > 0 ? samples / e.iteration_time_s : 0;
   e.throughput_tokens_per_s = e.throughput_samples_per_s * plan.network.tokens_per_sample;
+  e.compute_throughput_samples_per_s = e.compute_iteration_time_s > 0 ? samples / e.compute_iteration_time_s : 0;
   e.peak_memory_bytes.assign(devices, 0);
   for (size_t d = 0; d < devices && d < plan.memory.size(); ++d) e.peak_memory_bytes[d] = plan.memory[d].total_bytes();
   return e;

@@ -1,7 +1,9 @@
 #pragma once
 // The analytic estimate of a plan: its critical path under the cost model, with no
 // contention (every transfer gets its route's full bandwidth), over all its iterations. Fast:
-// one pass over the task graph in dependency order per iteration.
+// one pass over the task graph in dependency order per iteration. A load task lasts its
+// steady-state time at its share of the loader (partition/loading.hpp, load_time_s), so an
+// input-bound plan's critical path runs along its load streams at the loader's rate.
 #include <vector>
 
 #include "partition/collective_steps.hpp"
@@ -21,6 +23,10 @@ struct Estimate {
   double bubble_fraction = 0;
   double throughput_samples_per_s = 0;
   double throughput_tokens_per_s = 0;
+  // The GPUs' own rate: the same critical path with load tasks that take no time (what the
+  // plan would do with an unbounded loader); the figures above where the plan has no loads.
+  double compute_iteration_time_s = 0;
+  double compute_throughput_samples_per_s = 0;
   std::vector<double> busy_s;             // per device, per iteration: compute time (F/B/W, optimizer)
   std::vector<double> peak_memory_bytes;  // per device, from the plan's memory model
 };
@@ -31,7 +37,7 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost);
 Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder& order);
 
 // Duration of one task's unit under the cost model: compute (with the collectives inside it),
-// transfer or collective.
+// transfer, collective or load (load_time_s).
 double task_duration_s(const Plan& plan, const CostModel& cost, int task);
 // The time a compute task spends in its in-task collectives (Plan::inside), one after another
 // on its stream: each collective's messages, all of which the task performs.

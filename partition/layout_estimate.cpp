@@ -22,6 +22,7 @@
 #include "model/error.hpp"
 #include "partition/collective.hpp"
 #include "partition/layout_estimate_detail.hpp"
+#include "partition/loading.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
 #include "partition/schedule.hpp"
@@ -598,7 +599,10 @@ class Estimator {
 
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
                                const LayoutEstimateOptions& options) {
-  return Estimator(network, layout, cost, options).run();
+  LayoutEstimate e = Estimator(network, layout, cost, options).run();
+  // The loader's closed form as a floor: an input-bound layout runs no faster than its loader.
+  e.iteration_time_s = std::max(e.iteration_time_s, loader_bound(cost.cluster(), network, layout).iteration_s);
+  return e;
 }
 
 }  // namespace hetflow::partition

@@ -23,6 +23,11 @@
 // tests/partition/layout_estimate_test.cpp compares. At a small part of the cost: no tensors,
 // names or streams, and one value per rank of a tensor group.
 //
+// Data loading (a cluster with an input path) is a floor, not part of the critical path: the
+// iteration time is at least the loader's closed form for the iteration's samples
+// (partition/loading.hpp, loader_bound), so the search ranks an input-bound layout by what it
+// will do; the plan's estimate times each load task instead, and agrees in the steady state.
+//
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
 // exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
 // their peak over its own program, with full recomputation's one-layer scratch during a
@@ -39,7 +44,7 @@
 namespace hetflow::partition {
 
 struct LayoutEstimate {
-  double iteration_time_s = 0;  // one iteration's makespan; over several, the steady state
+  double iteration_time_s = 0;  // one iteration's makespan; over several, the steady state; at least the loader's
   double bubble_fraction = 0;   // BubbleMeter's definition, over the pipeline operations
   std::vector<double> busy_s;   // per device and iteration: compute, tensor-parallel collectives and optimizer
   double headroom_bytes = 0;    // the least free memory of any device that runs a task (a bound: above)

@@ -77,32 +77,63 @@ LoadShares load_shares(const Plan& plan) {
   return s;
 }
 
-LoaderBound loader_bound(const Plan& plan) {
-  LoaderBound b;
-  const model::InputPath& in = plan.cluster.input;
-  const bool loads = std::any_of(plan.tasks.begin(), plan.tasks.end(), [](const Task& t) { return t.kind == TaskKind::load; });
-  if (!loads) return b;
-  // Per node, one iteration: every worker's samples where its first device is (from the
-  // layout, so that a folded plan's replicas count too).
-  std::map<int, double> node_bytes;
-  const std::vector<model::Device> devices = plan.cluster.devices();
-  const double sample_bytes = plan.network.stored_sample_bytes();
-  for (const VirtualWorker& vw : plan.layout.workers) {
+LoaderDemand loader_demand(const model::Cluster& cluster, const model::Network& network, const Layout& layout) {
+  LoaderDemand d;
+  d.sample_bytes = network.stored_sample_bytes();
+  d.node_bytes.assign(cluster.nodes.size(), 0);
+  d.worker_bytes.assign(layout.workers.size(), 0);
+  for (const model::Device& device : cluster.devices()) d.node_of_device.push_back(device.node);
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const VirtualWorker& vw = layout.workers[w];
     if (vw.stages.empty() || vw.ranks[static_cast<size_t>(vw.stages.front().rank)].empty()) continue;
     const int first = vw.ranks[static_cast<size_t>(vw.stages.front().rank)].front();
-    node_bytes[devices[static_cast<size_t>(first)].node] +=
-        static_cast<double>(vw.microbatches) * plan.layout.micro_batch_size * sample_bytes;
+    const double bytes = static_cast<double>(vw.microbatches) * layout.micro_batch_size * d.sample_bytes;
+    d.worker_bytes[w] = bytes;
+    d.node_bytes[static_cast<size_t>(d.node_of_device[static_cast<size_t>(first)])] += bytes;
   }
+  for (double bytes : d.node_bytes) d.total_bytes += bytes;
+  return d;
+}
+
+double load_time_s(const Plan& plan, const LoaderDemand& demand, const Task& load) {
+  const model::InputPath& in = plan.cluster.input;
+  const auto w = static_cast<size_t>(load.worker);
+  if (w >= demand.worker_bytes.size() || !(demand.worker_bytes[w] > 0) || !(load.bytes > 0)) return 0;
+  const double node_bytes = demand.node_bytes[static_cast<size_t>(demand.node_of_device[static_cast<size_t>(load.device)])];
+  // This load's part of its worker's iteration, times each resource's time for all it serves.
+  const double part = load.bytes / demand.worker_bytes[w];
+  double s = part * node_bytes / demand.sample_bytes * in.preprocess_s_per_sample / in.workers_per_node;
+  if (in.shared_read_bytes_per_s > 0) s = std::max(s, part * demand.total_bytes / in.shared_read_bytes_per_s);
+  if (in.node_read_bytes_per_s > 0) s = std::max(s, part * node_bytes / in.node_read_bytes_per_s);
+  return s;
+}
+
+double load_time_s(const Plan& plan, const Task& load) {
+  return load_time_s(plan, loader_demand(plan.cluster, plan.network, plan.layout), load);
+}
+
+LoaderBound loader_bound(const Plan& plan) {
+  const bool loads = std::any_of(plan.tasks.begin(), plan.tasks.end(), [](const Task& t) { return t.kind == TaskKind::load; });
+  if (!loads) return {};
+  return loader_bound(plan.cluster, plan.network, plan.layout);
+}
+
+LoaderBound loader_bound(const model::Cluster& cluster, const model::Network& network, const Layout& layout) {
+  LoaderBound b;
+  const model::InputPath& in = cluster.input;
+  if (!in.given) return b;
+  // Per node, one iteration: every worker's samples where its first device is.
+  const LoaderDemand d = loader_demand(cluster, network, layout);
+  if (!(d.total_bytes > 0)) return b;
   b.bounded = true;
-  double total_bytes = 0, most_bytes = 0;
-  for (const auto& [node, bytes] : node_bytes) total_bytes += bytes, most_bytes = std::max(most_bytes, bytes);
-  b.samples = total_bytes / sample_bytes;
+  const double most_bytes = *std::max_element(d.node_bytes.begin(), d.node_bytes.end());
+  b.samples = d.total_bytes / d.sample_bytes;
   auto consider = [&b](double s, const char* limit) {
     if (s > b.iteration_s) b.iteration_s = s, b.limit = limit;
   };
-  if (in.shared_read_bytes_per_s > 0) consider(total_bytes / in.shared_read_bytes_per_s, "shared file system");
+  if (in.shared_read_bytes_per_s > 0) consider(d.total_bytes / in.shared_read_bytes_per_s, "shared file system");
   if (in.node_read_bytes_per_s > 0) consider(most_bytes / in.node_read_bytes_per_s, "node read");
-  consider(most_bytes / sample_bytes * in.preprocess_s_per_sample / in.workers_per_node, "preprocessing");
+  consider(most_bytes / d.sample_bytes * in.preprocess_s_per_sample / in.workers_per_node, "preprocessing");
   b.samples_per_s = b.iteration_s > 0 ? b.samples / b.iteration_s : 0;
   return b;
 }

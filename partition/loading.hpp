@@ -26,6 +26,26 @@ void add_loading(Plan& plan);
 // The samples a load task brings: its bytes over the network's bytes per sample.
 double load_samples(const Plan& plan, const Task& load);
 
+// What the loaders bring in one iteration, from the layout (so that a folded plan's replicas
+// count too): each virtual worker's samples, loaded where its first device is.
+struct LoaderDemand {
+  double sample_bytes = 0;           // the network's stored bytes per sample
+  double total_bytes = 0;            // all nodes
+  std::vector<double> node_bytes;    // by node index
+  std::vector<double> worker_bytes;  // by virtual worker (0: it loads nothing)
+  std::vector<int> node_of_device;   // by device
+};
+LoaderDemand loader_demand(const model::Cluster& cluster, const model::Network& network, const Layout& layout);
+
+// How long one load task lasts in the steady state, every loader busy: its bytes and samples
+// at its worker's share of each resource (the file system's among all workers' demand, its
+// node's read bandwidth and loader workers among that node's), the slowest of the three. The
+// shares are in proportion to each worker's demand, so a worker's loads of one iteration add
+// up to the loader's closed form for the whole of it (loader_bound's iteration_s where its
+// node is the most loaded). The overload without a demand computes one.
+double load_time_s(const Plan& plan, const LoaderDemand& demand, const Task& load);
+double load_time_s(const Plan& plan, const Task& load);
+
 // The loader's side of one iteration, in closed form: each node loads its samples; the
 // shared file system serves all of them, each node reads and preprocesses its own.
 struct LoaderBound {
@@ -36,6 +56,8 @@ struct LoaderBound {
   const char* limit = "";         // "shared file system", "node read", "preprocessing"
 };
 LoaderBound loader_bound(const Plan& plan);
+// The same for a layout not yet built: bounded where the cluster has an input path.
+LoaderBound loader_bound(const model::Cluster& cluster, const model::Network& network, const Layout& layout);
 
 // In a folded plan (worker 0 alone has tasks), how many workers' loads each of worker 0's
 // stands for: over the shared file system (all workers over worker 0) and on each node

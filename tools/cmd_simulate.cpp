@@ -137,7 +137,7 @@ Json report_json(const sim::SimResult& result, const traces::Metrics& m, const p
   }
   // The loader against the GPUs' analytic rate: the simulated throughput is the smaller; and
   // how long the devices waited for their loads.
-  if (Json loader = input_bound_json(plan, analytic.throughput_samples_per_s); !loader.is_null()) {
+  if (Json loader = input_bound_json(plan, analytic.compute_throughput_samples_per_s); !loader.is_null()) {
     loader["input_wait_s"] = m.input_wait_s;
     for (size_t d = 0; d < m.devices.size(); ++d) devices[d]["input_wait_s"] = m.devices[d].input_wait_s;
     j["loader"] = std::move(loader);
@@ -165,7 +165,7 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
     out << "- (no samples: the workload has no virtual workers)";
   }
   out << "\n";
-  if (has_workers) print_input_bound(out, plan, analytic.throughput_samples_per_s);
+  if (has_workers) print_input_bound(out, plan, analytic.compute_throughput_samples_per_s);
   out << std::fixed << std::setprecision(1);
   out << "  MFU                " << 100 * m.mfu << " % of the cluster's peak\n" << std::setprecision(3);
   if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "    (" << cause << ")\n";

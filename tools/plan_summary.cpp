@@ -108,7 +108,7 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
   out << std::fixed << "  throughput       " << std::setprecision(2) << e.throughput_samples_per_s << " samples/s";
   if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_tokens_per_s << " tokens/s";
   out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n" << std::defaultfloat;
-  print_input_bound(out, plan, e.throughput_samples_per_s);
+  print_input_bound(out, plan, e.compute_throughput_samples_per_s);
   out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
       << "peak memory" << std::setw(12) << "capacity" << "\n";
   const size_t devices = static_cast<size_t>(plan.device_count());
@@ -170,7 +170,7 @@ Json estimate_json(const Plan& plan, const partition::Estimate& e) {
                        {"capacity_bytes", plan.memory[d].capacity_bytes}});
   }
   j["devices"] = std::move(devices);
-  if (Json loader = input_bound_json(plan, e.throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
+  if (Json loader = input_bound_json(plan, e.compute_throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
   return j;
 }
 

@@ -126,7 +126,7 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
   }
   // The executor's loader (run::as_run's input path: the throttle, or unbounded) against
   // what the estimate says the devices could take, and what the run measured against it.
-  if (Json loader = input_bound_json(run::as_run(plan, r), e.throughput_samples_per_s); !loader.is_null()) {
+  if (Json loader = input_bound_json(run::as_run(plan, r), e.compute_throughput_samples_per_s); !loader.is_null()) {
     loader["throttle_s_per_sample"] = r.loader_throttle_s_per_sample;
     const double bound = loader["loader_samples_per_s"].is_null() ? 0.0 : loader["loader_samples_per_s"].get<double>();
     loader["measured_over_loader"] = bound > 0 ? Json(f.samples_per_s / bound) : Json(nullptr);
@@ -241,7 +241,7 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   row("MFU", f.mfu, sim.f.mfu, f.analytic_mfu, share);
   if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "  (MFU: " << cause << ")\n";
   if (!sim.error.empty()) out << "  (no simulation: " << sim.error << ")\n";
-  print_loader(out, r, m, f.samples_per_s, e.throughput_samples_per_s);
+  print_loader(out, r, m, f.samples_per_s, e.compute_throughput_samples_per_s);
   out << "\n" << name_cell("device", 16) << cell("utilization", 13) << cell("simulated", 11) << cell("compute", 12)
       << cell("simulated", 11) << cell("peak tensors", 17) << cell("plan", 11) << "\n";
   size_t shown = 0;

@@ -8,6 +8,7 @@
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
+#include "partition/layout_estimate.hpp"
 #include "partition/loading.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
@@ -102,4 +103,45 @@ TEST(LoadTasks, PrefetchDeeperThanAnIterationReachesFurtherBack) {
     const partition::Task& from = plan.task(e.from);
     EXPECT_EQ(from.microbatch - 2 * e.offset, to.microbatch - 3);
   }
+}
+
+// Each load's time is its share of the loader's closed form: 4 workers on 2 nodes, each
+// loading 2 micro-batches of 16 samples an iteration, all at once; so a worker gets a quarter
+// of the file system (128 samples an iteration) and half its node's read path and workers (64
+// samples), and a load, half its worker's samples, lasts half the slowest resource's iteration.
+TEST(LoadTasks, ALoadLastsItsShareOfTheSlowestResource) {
+  const Plan shared = resnet_plan("input: {shared_read: 1 GB/s}\n");
+  const double sample_bytes = shared.network.stored_sample_bytes();
+  const Plan read = resnet_plan("input: {node_read: 100 MB/s}\n");
+  const Plan cpu = resnet_plan("input: {preprocess: 10 ms, workers: 4}\n");
+  const Plan both = resnet_plan("input: {shared_read: 1 GB/s, preprocess: 10 ms, workers: 4}\n");
+  int loads = 0;
+  for (size_t id = 0; id < shared.tasks.size(); ++id) {
+    if (shared.tasks[id].kind != TaskKind::load) continue;
+    ++loads;
+    EXPECT_NEAR(partition::load_time_s(shared, shared.tasks[id]), 128 * sample_bytes / 1e9 / 2, 1e-12);
+    EXPECT_NEAR(partition::load_time_s(read, read.tasks[id]), 64 * sample_bytes / 100e6 / 2, 1e-12);
+    EXPECT_NEAR(partition::load_time_s(cpu, cpu.tasks[id]), 64 * 10e-3 / 4 / 2, 1e-12);
+    // The slower of the two: 80 ms of preprocessing against 7.4 ms of file system.
+    EXPECT_NEAR(partition::load_time_s(both, both.tasks[id]), 0.08, 1e-12);
+  }
+  EXPECT_EQ(loads, 8);
+}
+
+// The search's estimate of a layout is at least the loader's closed form, and a loader that
+// keeps up changes nothing.
+TEST(LoadTasks, TheLayoutEstimateIsAtLeastTheLoaders) {
+  const model::Network net = model::network_from_spec("resnet50", model::Precision::fp16);
+  const Plan plain = resnet_plan("");
+  const double gpus = partition::estimate_layout(net, plain.layout, partition::CostModel(plain.cluster, net.precision))
+                          .iteration_time_s;
+  // 128 samples an iteration through 1 MB/s: two minutes and more, far above the GPUs' time.
+  const Plan slow = resnet_plan("input: {shared_read: 1 MB/s}\n");
+  const double slow_s =
+      partition::estimate_layout(net, slow.layout, partition::CostModel(slow.cluster, net.precision)).iteration_time_s;
+  ASSERT_LT(gpus, 128 * net.stored_sample_bytes() / 1e6 / 100);
+  EXPECT_NEAR(slow_s, 128 * net.stored_sample_bytes() / 1e6, 1e-9);
+  const Plan fast = resnet_plan("input: {shared_read: 1 PB/s}\n");
+  EXPECT_EQ(partition::estimate_layout(net, fast.layout, partition::CostModel(fast.cluster, net.precision)).iteration_time_s,
+            gpus);
 }

@@ -1,5 +1,6 @@
 // Data loading in the simulator: a loader-bound plan runs at the loader's closed-form rate,
-// min(compute, loader), and a fast loader leaves the plan as it was.
+// min(compute, loader), and a fast loader leaves the plan as it was; the analytic estimate
+// agrees.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
+#include "partition/estimate.hpp"
 #include "partition/loading.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
@@ -106,4 +108,53 @@ TEST(Loading, AFoldedPlanIsBoundAsTheWholeOne) {
   // 8,700 is not the limit.
   EXPECT_NEAR(steady_samples_per_s(folded) / 400, 1.0, 0.01);
   EXPECT_NEAR(partition::loader_bound(folded).samples_per_s / 400, 1.0, 1e-12);
+}
+
+// The analytic estimate times each load at its share of the loader, so the critical path of
+// an input-bound plan runs along the load streams at the loader's closed-form rate, as the
+// simulation does; the GPUs' own rate (loads taking no time) stays beside it.
+TEST(Loading, TheEstimateOfAnInputBoundPlanIsTheLoadersRateAndTheSimulations) {
+  const model::Cluster plain = cluster_with("");
+  const partition::CostModel cost(plain, model::Precision::fp16);
+  const partition::Estimate compute = partition::estimate_plan(resnet_plan(plain), cost);
+  struct Case {
+    std::string input;
+    double samples_per_s;  // the closed form, independently
+  };
+  const double sample_bytes = resnet_plan(plain).network.stored_sample_bytes();
+  const Case cases[] = {
+      {"input: {shared_read: 1 GB/s}\n", 1e9 / sample_bytes},
+      {"input: {node_read: 200 MB/s}\n", kNodes * 200e6 / sample_bytes},
+      {"input: {preprocess: 10 ms, workers: 4}\n", kNodes * 4 / 10e-3},
+  };
+  for (const Case& c : cases) {
+    const Plan plan = resnet_plan(cluster_with(c.input));
+    ASSERT_LT(c.samples_per_s, compute.throughput_samples_per_s / 2) << c.input << "the test wants an input-bound plan";
+    const partition::Estimate e = partition::estimate_plan(plan, cost);
+    EXPECT_NEAR(e.throughput_samples_per_s / c.samples_per_s, 1.0, 0.02) << c.input;
+    EXPECT_NEAR(e.iteration_time_s * steady_samples_per_s(plan) / samples_per_iteration(), 1.0, 0.03) << c.input;
+    // The GPUs' rate: the plan without a loader's.
+    EXPECT_NEAR(e.compute_throughput_samples_per_s / compute.throughput_samples_per_s, 1.0, 1e-9) << c.input;
+  }
+}
+
+TEST(Loading, TheEstimateOfAPlanWhoseLoaderKeepsUpIsTheGpus) {
+  const model::Cluster plain = cluster_with("");
+  const partition::CostModel cost(plain, model::Precision::fp16);
+  const partition::Estimate without = partition::estimate_plan(resnet_plan(plain), cost);
+  EXPECT_EQ(without.compute_iteration_time_s, without.iteration_time_s);
+  const Plan fast = resnet_plan(cluster_with("input: {shared_read: 1 PB/s, prefetch: 2}\n"));
+  const partition::Estimate e = partition::estimate_plan(fast, cost);
+  EXPECT_NEAR(e.iteration_time_s / without.iteration_time_s, 1.0, 1e-6);
+  EXPECT_NEAR(e.compute_iteration_time_s / without.iteration_time_s, 1.0, 1e-9);
+}
+
+// A folded plan's loads stand for every replica's in the estimate too.
+TEST(Loading, TheEstimateOfAFoldedPlanIsBoundAsTheWholeOne) {
+  const model::Cluster cluster = cluster_with("input: {shared_read: 1 GB/s, preprocess: 20 ms, workers: 2}\n");
+  const partition::CostModel cost(cluster, model::Precision::fp16);
+  const Plan folded = resnet_plan(cluster, true);
+  ASSERT_TRUE(folded.layout.folded);
+  EXPECT_NEAR(partition::estimate_plan(folded, cost).throughput_samples_per_s / 400, 1.0, 0.02);
+  EXPECT_NEAR(partition::estimate_plan(resnet_plan(cluster), cost).throughput_samples_per_s / 400, 1.0, 0.02);
 }
