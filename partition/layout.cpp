@@ -73,6 +73,12 @@ std::vector<LayoutAxis> Layout::fitted_axes() const {
 
 void Layout::fit_axes() { axes = fitted_axes(); }
 
+void Layout::fit_outer_axes() {
+  const int t = size(Axis::tensor);
+  fit_axes();
+  set_size(Axis::tensor, t);
+}
+
 void check_axes(const Layout& layout) {
   try {
     parse_axis_order(axis_order_text(layout.axes));

@@ -114,6 +114,9 @@ struct Layout {
   // Sets every axis's size from `workers` (what a layout made from its devices, a layout file
   // or a plan without sizes, has); the order stays.
   void fit_axes();
+  // Sets the data and pipeline axes' sizes from `workers` and keeps the tensor degree as
+  // given, which check_axes then holds to the ranks (a policy's layout, a plan file's).
+  void fit_outer_axes();
   // The sizes `workers` give each axis (fit_axes's), in `axes`'s order.
   std::vector<LayoutAxis> fitted_axes() const;
   int samples_per_iteration() const;

@@ -218,11 +218,7 @@ Layout read_layout(const Reader& r, const Json& j) {
     vw.microbatches = r.integer(workers[w], "microbatches", wp, 1, kMaxCount);
     l.workers.push_back(std::move(vw));
   }
-  if (!j.contains("axes")) {  // Megatron's order, written as the tensor degree alone
-    const int t = l.size(Axis::tensor);
-    l.fit_axes();
-    l.set_size(Axis::tensor, t);
-  }
+  if (!j.contains("axes")) l.fit_outer_axes();  // Megatron's order, written as the tensor degree alone
   return l;
 }
 

@@ -88,9 +88,7 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   Layout layout = make_policy_layout(cluster, network, options, cost);
   // The policies make the workers, which size the data and pipeline axes; the tensor axis
   // keeps the degree the policy gave it, which the builder holds to its ranks.
-  const int tensor = layout.size(Axis::tensor);
-  layout.fit_axes();
-  layout.set_size(Axis::tensor, tensor);
+  layout.fit_outer_axes();
   return layout;
 }
 
