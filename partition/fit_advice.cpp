@@ -59,6 +59,7 @@ struct Candidate {
   int split;    // p x t: less splitting first
   int pipeline, tensor;
   Recompute recompute;
+  int zero;     // ZeRO stage: less sharding first
 };
 
 }  // namespace
@@ -78,31 +79,42 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     tensors = tensor_degrees(cluster, network, t0);
   }
   const double stash0 = stash_bytes(network, failed.layout, options.recompute, t0);
+  // ZeRO's stages where the data axis can shard: all-reduce over two or more replicas.
+  const int z0 = options.zero_stage;
+  const bool shardable = failed.layout.sync.kind == SyncKind::allreduce && failed.layout.workers.size() > 1;
+  const Sharded by0 = sharded_by(failed.layout);
 
   std::vector<Candidate> candidates;
   for (const int p : pipelines) {
     for (const int t : tensors) {
       if (p * t > devices) continue;
       for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-        if (r < options.recompute) continue;
-        const int changed = (p != p0) + (t != t0) + (r != options.recompute);
-        if (changed == 0) continue;
-        // The failed plan's terms, scaled: state by the split, activations and buffers by
-        // what is stashed and the tensor degree.
-        const double state_scale = static_cast<double>(p0 * t0) / (p * t);
-        const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
-        bool near = true;
-        for (const DeviceMemory& m : failed.memory) {
-          const double predicted = (m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) * state_scale +
-                                   m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
-          if (m.capacity_bytes > 0 && predicted > kScreenSlack * m.capacity_bytes) near = false;
+        for (int z = z0; z <= (shardable ? 3 : z0); ++z) {
+          if (r < options.recompute) continue;
+          const int changed = (p != p0) + (t != t0) + (r != options.recompute) + (z != z0);
+          if (changed == 0) continue;
+          // The failed plan's terms, scaled: state by the split and the sharding,
+          // activations and buffers by what is stashed and the tensor degree.
+          Layout sharded = failed.layout;
+          sharded.sync.zero.stage = z;
+          const Sharded by = sharded_by(sharded);
+          const double state_scale = static_cast<double>(p0 * t0) / (p * t);
+          const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
+          bool near = true;
+          for (const DeviceMemory& m : failed.memory) {
+            const double predicted = (m.weights_bytes * by0.weights / by.weights +
+                                      m.gradients_bytes * by0.gradients / by.gradients +
+                                      m.optimizer_bytes * by0.optimizer / by.optimizer) * state_scale +
+                                     m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
+            if (m.capacity_bytes > 0 && predicted > kScreenSlack * m.capacity_bytes) near = false;
+          }
+          if (near) candidates.push_back({changed, p * t, p, t, r, z});
         }
-        if (near) candidates.push_back({changed, p * t, p, t, r});
       }
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.changed, a.split, a.recompute) < std::tie(b.changed, b.split, b.recompute);
+    return std::tie(a.changed, a.split, a.recompute, a.zero) < std::tie(b.changed, b.split, b.recompute, b.zero);
   });
 
   std::vector<FitAdvice> out;
@@ -114,9 +126,11 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options.pipeline = c.pipeline;
     a.options.tensor = c.tensor;
     a.options.recompute = c.recompute;
+    a.options.zero_stage = c.zero;
     if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
     if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
     if (c.recompute != options.recompute) a.changes.emplace_back("recompute", std::string(to_string(c.recompute)));
+    if (c.zero != z0) a.changes.emplace_back("zero_stage", std::to_string(c.zero));
     try {
       const Plan plan = build_plan(cluster, network, make_layout(cluster, network, a.options, cost), cost);
       built += static_cast<long long>(plan.tasks.size());

@@ -1,6 +1,6 @@
 #pragma once
 // What would fit: when a plan built from options overflows device memory, the nearby
-// options that fit — more pipeline stages, recomputation, tensor parallelism — each with its
+// options that fit — more pipeline stages, recomputation, tensor parallelism, ZeRO sharding — each with its
 // analytic iteration time, so a user is told what to change instead of only "does not fit".
 #include <string>
 #include <utility>
@@ -19,7 +19,7 @@ namespace hetflow::partition {
 bool fits_in_memory(const Plan& plan);
 
 struct FitAdvice {
-  // The PlanOptions members to change, by name ("pipeline", "tensor", "recompute") with
+  // The PlanOptions members to change, by name ("pipeline", "tensor", "recompute", "zero_stage") with
   // their new values as text: tools/ turns them into its options.
   std::vector<std::pair<std::string, std::string>> changes;
   PlanOptions options;              // the options with the changes made
@@ -30,8 +30,8 @@ struct FitAdvice {
 // Up to `max_answers` option sets that fit, fastest first, for `failed` (a plan built from
 // `options` that overflows memory). Nearby options — deeper pipelines, tensor parallelism
 // within a node, recomputation, and their combinations — are first screened by scaling the
-// failed plan's memory terms (state by 1/(p t), activations by the stash the recomputation
-// and tensor degree leave); those predicted to come near capacity are built for real, the
+// failed plan's memory terms (state by 1/(p t) and by what a ZeRO stage shards over the
+// replicas, activations by the stash the recomputation and tensor degree leave); those predicted to come near capacity are built for real, the
 // smallest changes first, until `max_answers` fit or `max_tasks_built` tasks were built (a
 // bound on the time the advice takes). Only the members the policy reads are varied: none
 // for a layout file, no pipeline or tensor change when the cuts are fixed or the policy

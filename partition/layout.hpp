@@ -62,6 +62,25 @@ struct KernelOptions {
   bool operator==(const KernelOptions&) const = default;
 };
 
+// ZeRO (Rajbhandari et al. 2020; DeepSpeed's stages): the model state the data axis shards
+// over the virtual workers, each replica keeping an equal 1/D share of every chunk's piece.
+// Megatron's --use-distributed-optimizer is stage 1; PyTorch FSDP's FULL_SHARD is stage 3.
+// The builder (plan_builder_zero.cpp) turns it into the reduce-scatters and all-gathers it
+// costs; every worker must cut the model alike (same chunks at the same degrees).
+struct Sharding {
+  // 0: nothing sharded; 1: optimizer state and fp32 master weights (gradients reduce-scattered
+  // once per iteration, the updated weights all-gathered); 2: also the gradients, each
+  // micro-batch's reduce-scattered as its backward makes them; 3: also the parameters,
+  // all-gathered before the passes that need them.
+  int stage = 0;
+  // Stage 3: each pass gathers the chunk's parameters and frees them after it (FSDP's
+  // default); off, a chunk's parameters are gathered once per iteration and kept until its
+  // last backward, its gradients summed whole and reduce-scattered once (FSDP's
+  // reshard_after_forward=False under a pipeline schedule, as Llama 3 trained).
+  bool reshard_after_forward = true;
+  bool operator==(const Sharding&) const = default;
+};
+
 struct Sync {
   SyncKind kind = SyncKind::allreduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
@@ -74,6 +93,7 @@ struct Sync {
   // Parameter server (ps, wsp): the device that hosts each layer's parameters and optimizer
   // state (one entry per layer of the network).
   std::vector<int> layer_server;
+  Sharding zero;  // all-reduce only
   bool operator==(const Sync&) const = default;
 };
 

@@ -280,6 +280,9 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("bucket_size", "bucket_bytes", [&] { o.bucket_bytes = m.quantity("bucket_size", model::units::parse_bytes); });
   set("overlap_grad_reduce", "overlap_grad_reduce",
       [&] { o.overlap_grad_reduce = m.boolean_or("overlap_grad_reduce", false); });
+  set("zero_stage", "zero_stage", [&] { o.zero_stage = m.int_or("zero_stage", 0, 0, 3); });
+  set("reshard_after_forward", "reshard_after_forward",
+      [&] { o.reshard_after_forward = m.boolean_or("reshard_after_forward", true); });
   KernelOptions& k = o.kernels;
   set("flash_attention", "kernels", [&] { k.flash_attention = m.boolean_or("flash_attention", false); });
   set("fused_softmax", "kernels", [&] { k.fused_softmax = m.boolean_or("fused_softmax", true); });
@@ -288,7 +291,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("fused_adam", "kernels", [&] { k.fused_adam = m.boolean_or("fused_adam", true); });
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
-                          "overlap_grad_reduce", "flash_attention", "fused_softmax", "fused_bias_gelu",
+                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "flash_attention", "fused_softmax", "fused_bias_gelu",
                           "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
   }
@@ -325,6 +328,10 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
                     "\n  fused_bias_gelu: " + flag(k.fused_bias_gelu) +
                     "\n  fused_bias_dropout_add: " + flag(k.fused_bias_dropout_add) +
                     "\n  fused_adam: " + flag(k.fused_adam) + "\n";
+  if (sync.zero.stage > 0) {  // only when sharded: other layouts keep their text
+    out += "  zero_stage: " + std::to_string(sync.zero.stage) +
+           "\n  reshard_after_forward: " + flag(sync.zero.reshard_after_forward) + "\n";
+  }
   out += "workers:\n";
   for (const VirtualWorker& vw : layout.workers) {
     out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";

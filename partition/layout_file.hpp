@@ -19,7 +19,8 @@
 //             sequence_parallel: false, fp32_grad_accumulation: false, workspace: 1 GiB,
 //             sync: allreduce, staleness: 0, allreduce: ring, bucket_size: 25 MiB,
 //             overlap_grad_reduce: false, flash_attention: false, fused_softmax: true,
-//             fused_bias_gelu: true, fused_bias_dropout_add: true, fused_adam: true}
+//             fused_bias_gelu: true, fused_bias_dropout_add: true, fused_adam: true,
+//             zero_stage: 0, reshard_after_forward: true}   (the last two written when sharded)
 #include <functional>
 #include <string>
 #include <string_view>

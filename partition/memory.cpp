@@ -15,6 +15,25 @@ double params_per_device(const model::Network& network, int begin, int end, int 
   return part_params(network, begin, end, SplitPart::rank(tensor - 1, tensor));
 }
 
+Sharded sharded_by(const Layout& layout) {
+  const auto d = static_cast<double>(std::max(1, layout.size(Axis::data)));
+  const int stage = layout.sync.kind == SyncKind::allreduce ? layout.sync.zero.stage : 0;
+  return {stage >= 3 ? d : 1, stage >= 2 ? d : 1, stage >= 1 ? d : 1};
+}
+
+double gathered_bytes(const Layout& layout, const std::vector<double>& chunk_params, double largest_layer_params) {
+  const int stage = layout.sync.kind == SyncKind::allreduce && layout.size(Axis::data) > 1 ? layout.sync.zero.stage : 0;
+  if (stage < 2 || chunk_params.empty()) return 0;
+  const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
+  const double largest = *std::max_element(chunk_params.begin(), chunk_params.end());
+  // Two units of each: the one in use and the next (prefetched, or being reduce-scattered).
+  if (stage == 2) return 2 * std::min(largest, layout.sync.bucket_bytes / g) * g;
+  if (layout.sync.zero.reshard_after_forward) return 2 * std::min(largest, largest_layer_params) * (e + g);
+  double all = 0;  // every chunk gathered, and its gradients summed whole, until its last backward
+  for (const double p : chunk_params) all += p;
+  return all * (e + g);
+}
+
 double layer_activation_bytes(const model::Layer& layer, const Layout& layout) {
   return layer.stashed_bytes - (layout.kernels.flash_attention ? layer.attention_stash_bytes : 0);
 }
@@ -61,13 +80,16 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
                            const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes, int tensor,
                            int tensor_rank) {
   DeviceMemory m;
-  double params = 0, largest_layer_full_bytes = 0;
+  double params = 0, largest_layer_full_bytes = 0, largest_layer_params = 0;
+  std::vector<double> chunk_params;
   const SplitPart part = SplitPart::rank(tensor_rank, tensor);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    params += part_params(network, chunks[c].layer_begin, chunks[c].layer_end, part);
+    chunk_params.push_back(part_params(network, chunks[c].layer_begin, chunks[c].layer_end, part));
+    params += chunk_params.back();
     double chunk_bytes = 0;
     for (int i = chunks[c].layer_begin; i < chunks[c].layer_end; ++i) {
       const model::Layer& l = network.layers[static_cast<size_t>(i)];
+      largest_layer_params = std::max(largest_layer_params, layer_part_params(network, i, chunks[c].layer_begin, part));
       chunk_bytes += stashed_bytes_per_microbatch(l, network, layout, tensor);
       const double t = l.tp_splittable ? tensor : 1;
       largest_layer_full_bytes = std::max(largest_layer_full_bytes, layer_activation_bytes(l, layout) / t * layout.micro_batch_size);
@@ -78,13 +100,15 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   }
   // Full recomputation rebuilds one layer's activations at a time during backward.
   if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
-  const double e = model::element_bytes(layout.precision);
-  m.weights_bytes = params * e;
-  m.gradients_bytes = params * layout.gradient_element_bytes();
+  const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
+  const Sharded by = sharded_by(layout);
+  m.weights_bytes = params * e / by.weights;
+  m.gradients_bytes = params * g / by.gradients;
   if (hosts_optimizer) {
     // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
-    m.optimizer_bytes = params * model::adam_state_bytes(layout.precision);
+    m.optimizer_bytes = params * model::adam_state_bytes(layout.precision) / by.optimizer;
   }
+  m.gathered_bytes = gathered_bytes(layout, chunk_params, largest_layer_params);
   m.workspace_bytes = layout.workspace_bytes;
   m.capacity_bytes = capacity_bytes;
   return m;
@@ -122,30 +146,35 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
   const auto [allocate_begin, allocates] = by_task(&Tensor::producer);
   const auto [free_begin, frees] = by_task(&Tensor::free_after);
   struct Live {
-    double stash = 0, buffers = 0;
+    double stash = 0, buffers = 0, gathered = 0;
     int stashes = 0;
     double peak = -1;
   };
   std::vector<Live> live(devices);
-  auto is_activation_memory = [](TensorKind k) { return k == TensorKind::stash || k == TensorKind::workspace; };
+  auto term = [](Live& l, TensorKind k) -> double& {
+    if (k == TensorKind::stash || k == TensorKind::workspace) return l.stash;
+    if (k == TensorKind::gathered_weight || k == TensorKind::unsharded_grad) return l.gathered;
+    return l.buffers;
+  };
   for (int task : task_order) {
     const auto device = static_cast<size_t>(plan.task(task).device);
     memory[device].workspace_bytes = plan.layout.workspace_bytes;  // a device that runs anything
     Live& l = live[device];
     for (int k = allocate_begin[static_cast<size_t>(task)]; k < allocate_begin[static_cast<size_t>(task) + 1]; ++k) {
       const Tensor& t = plan.tensors[static_cast<size_t>(allocates[static_cast<size_t>(k)])];
-      (is_activation_memory(t.kind) ? l.stash : l.buffers) += t.bytes;
+      term(l, t.kind) += t.bytes;
       l.stashes += t.kind == TensorKind::stash;
     }
-    if (l.stash + l.buffers > l.peak) {
-      l.peak = l.stash + l.buffers;
+    if (l.stash + l.buffers + l.gathered > l.peak) {
+      l.peak = l.stash + l.buffers + l.gathered;
       memory[device].activations_bytes = l.stash;
       memory[device].buffers_bytes = l.buffers;
+      memory[device].gathered_bytes = l.gathered;
       memory[device].peak_in_flight = l.stashes;
     }
     for (int k = free_begin[static_cast<size_t>(task)]; k < free_begin[static_cast<size_t>(task) + 1]; ++k) {
       const Tensor& t = plan.tensors[static_cast<size_t>(frees[static_cast<size_t>(k)])];
-      (is_activation_memory(t.kind) ? l.stash : l.buffers) -= t.bytes;
+      term(l, t.kind) -= t.bytes;
       l.stashes -= t.kind == TensorKind::stash;
     }
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Device memory: the closed forms the policies size stages with, and the peak of a plan's
 // tensor lifetimes, which is what the plan records and validation checks. The two agree on
-// persistent state exactly; on activations the lifetime peak adds what the closed forms
+// persistent state exactly (under ZeRO to an element per chunk: shards are whole elements); on activations the lifetime peak adds what the closed forms
 // leave out: boundary activations waiting to be sent or consumed, their gradients, and
 // tensor/sequence-parallel partial sums alive at the peak (DeviceMemory::buffers_bytes).
 #include <functional>
@@ -20,6 +20,22 @@ double params_per_device(const model::Network& network, int begin, int end, int 
 // Layer `layer`'s share of that for a chunk starting at `chunk_begin`: params_per_device is
 // their sum, in layer order.
 double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor);
+
+// What ZeRO divides each persistent term by: the data axis's size where the layout's stage
+// shards it (Rajbhandari et al. 2020, section 5.1: (2 + 2 + K) Psi bytes of mixed-precision
+// Adam state become 2 Psi + 2 Psi + K Psi / Nd at stage 1, 2 Psi + (2 + K) Psi / Nd at stage 2,
+// (2 + 2 + K) Psi / Nd at stage 3), 1 where it does not.
+struct Sharded {
+  double weights = 1, gradients = 1, optimizer = 1;
+};
+Sharded sharded_by(const Layout& layout);
+// Closed form of the peak of ZeRO's transient whole tensors on a device whose chunks hold
+// `chunk_params` parameters each (its part of them before ZeRO), the largest layer
+// `largest_layer_params`. Two units of each buffer, the one in use and the next (prefetched,
+// or in its reduce-scatter): stage 2, gradient buckets; stage 3 with resharding, layers
+// (FSDP's units), parameters and gradients; stage 3 without, every chunk's parameters and
+// gradients whole. 0 otherwise.
+double gathered_bytes(const Layout& layout, const std::vector<double>& chunk_params, double largest_layer_params);
 
 // A layer's activations for one sample as its kernels keep them: the zoo's stashed bytes,
 // less the s x s attention scores and masks when flash attention never writes them.

@@ -14,7 +14,8 @@ constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weig
 constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
                                           "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
-                                             "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad"};
+                                             "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad",
+                                             "gathered_weight", "unsharded_grad"};
 constexpr std::string_view kCommRoles[] = {"tensor", "pipeline", "data",   "embedding",  "server",
                                            "gradient_norm", "context", "expert", "unspecified"};
 

@@ -60,6 +60,8 @@ enum class TensorKind {
   optimizer_state,  // persistent: fp32 master weights and Adam moments
   workspace,        // scratch a task needs while it runs (full recomputation's one layer)
   pushed_grad,      // a gradient pushed to a parameter server, until its update
+  gathered_weight,  // ZeRO-3: a chunk's parameters all-gathered whole for the passes that read them (a unit at a time)
+  unsharded_grad,   // ZeRO 2-3: a chunk's gradients whole, until their reduce-scatter (a unit at a time)
 };
 
 // The parallel axis a communicator spans, and so what its members exchange (Megatron's
@@ -193,10 +195,14 @@ struct DeviceMemory {
   double activations_bytes = 0;  // stashes alive at the peak (and recomputation workspace)
   double buffers_bytes = 0;      // boundary activations, their gradients, partial sums alive then
   double workspace_bytes = 0;    // the layout's reserve: cuBLAS/NCCL buffers, fragmentation
+  // ZeRO: parameters gathered whole and gradients not yet reduce-scattered, alive at the peak
+  // (gathered_weight and unsharded_grad tensors).
+  double gathered_bytes = 0;
   double capacity_bytes = 0;
   int peak_in_flight = 0;        // micro-batch stashes alive at the peak
   double total_bytes() const {
-    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes + workspace_bytes;
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes + workspace_bytes +
+           gathered_bytes;
   }
   bool operator==(const DeviceMemory&) const = default;
 };

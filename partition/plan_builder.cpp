@@ -96,6 +96,8 @@ void Builder::build() {
   weights_.resize(devices);
   grads_.resize(devices);
   chunks_of_device_.resize(devices);
+  shard_params_.resize(devices);
+  gathers_.resize(devices);
   const double grad_bytes_per_param = layout_.gradient_element_bytes();
   // Folded (Layout::folded): worker 0 alone gets tasks and tensors.
   plan_.layout.folded = layout_.folded && layout_.workers.size() > 1;
@@ -119,13 +121,17 @@ void Builder::build() {
       const auto& devices_of_rank = vw.ranks[static_cast<size_t>(s.rank)];
       for (size_t j = 0; j < devices_of_rank.size(); ++j) {
         const int d = devices_of_rank[j];
-        // Rank j's shard (partition/shard.hpp): what its weight and gradient buffers hold.
-        const double params = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t));
+        // Rank j's shard (partition/shard.hpp): what its weight and gradient buffers hold,
+        // or under ZeRO this replica's share of it (plan_builder_zero.cpp).
+        const double whole = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t));
+        const double own = zero_stage() > 0 ? shard(whole, static_cast<int>(w)) : whole;
+        const double params = zero_stage() >= 3 ? own : whole, grads = zero_stage() >= 2 ? own : whole;
         const auto dd = static_cast<size_t>(d);
-        const auto n = static_cast<std::int64_t>(params);
-        weights_[dd].push_back(tensor(TensorKind::weight, d, params * model::element_bytes(layout_.precision), {n},
-                                      layout_.precision));
-        grads_[dd].push_back(tensor(TensorKind::weight_grad, d, params * grad_bytes_per_param, {n},
+        shard_params_[dd] += own;
+        weights_[dd].push_back(tensor(TensorKind::weight, d, params * model::element_bytes(layout_.precision),
+                                      {static_cast<std::int64_t>(params)}, layout_.precision));
+        grads_[dd].push_back(tensor(TensorKind::weight_grad, d, grads * grad_bytes_per_param,
+                                    {static_cast<std::int64_t>(grads)},
                                     layout_.fp32_grad_accumulation ? model::Precision::fp32 : layout_.precision));
         chunks_of_device_[dd].push_back(static_cast<int>(k));
       }
@@ -217,6 +223,7 @@ void Builder::check_layout() const {
   }
   if (!layout_.uniform_tensor()) check_mixed_tensor();
   check_axes(layout_);
+  check_zero();
 }
 
 // Folding: every virtual worker a replica of worker 0 (the same ranks and chunks, micro-batches

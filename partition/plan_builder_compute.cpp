@@ -199,7 +199,8 @@ void Builder::add_forward(int w, int stage, int mb) {
     Task task = base_task(TaskKind::forward, d, w, stage, mb);
     task.flops = work.forward_flops;
     task.memory_bytes = work.weight_bytes + work.stash_bytes;
-    std::vector<int> reads{weight_of(d, stage)};
+    const int params = pass_params(w, stage, mb, OpKind::F, j);
+    std::vector<int> reads{params};
     if (compute_input[static_cast<size_t>(j)] >= 0) reads.push_back(compute_input[static_cast<size_t>(j)]);
     rec.stash = activation_tensor(TensorKind::stash, d, work.stash_bytes);
     std::vector<int> writes{rec.stash};
@@ -208,6 +209,7 @@ void Builder::add_forward(int w, int stage, int mb) {
     if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
+    read_params(params, rec.task);
     if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
   }
   add_in_task_calls(w, stage, false, computes);
@@ -228,7 +230,9 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
       task.memory_bytes = work.weight_bytes + work.stash_bytes;
       std::vector<int> reads{f.stash};
       if (b.input >= 0) reads.push_back(b.input);
-      const int id = plan_.add_task(task, reads, std::vector<int>{grad_of(d, stage)});
+      std::vector<int> writes;
+      add_gradient_target(w, stage, mb, j, reads, writes);
+      const int id = plan_.add_task(task, reads, writes);
       plan_.add_order(b.task, id);  // after its B, whose gradients it needs
       set_free_after(f.stash, id);
       set_free_after(b.input, id);
@@ -259,10 +263,11 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;
     task.recompute_flops = work.recompute_flops;
     task.memory_bytes = work.weight_bytes + work.stash_bytes;
-    std::vector<int> reads{weight_of(d, stage), f.stash};
+    const int params = pass_params(w, stage, mb, OpKind::B, j);
+    std::vector<int> reads{params, f.stash};
     if (rec.input >= 0) reads.push_back(rec.input);
     std::vector<int> writes;
-    if (!split) writes.push_back(grad_of(d, stage));
+    if (!split) add_gradient_target(w, stage, mb, j, reads, writes);
     int scratch = -1;
     if (layout_.recompute == Recompute::full) {  // the forward redone one layer at a time
       scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);
@@ -271,6 +276,7 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
+    read_params(params, rec.task);
     set_free_after(scratch, rec.task);
     if (!split) {
       set_free_after(f.stash, rec.task);

@@ -4,6 +4,7 @@
 //   plan_builder_compute.cpp   F/B/W tasks with their tensors and tensor-parallel collectives
 //   plan_builder_pipeline.cpp  activations forward and gradients backward between chunks
 //   plan_builder_sync.cpp      gradient all-reduce, tied embeddings, optimizer, parameter servers
+//   plan_builder_zero.cpp      ZeRO: the shards' reduce-scatters and all-gathers
 #include <cmath>
 #include <map>
 #include <string>
@@ -223,9 +224,32 @@ class Builder {
   void reserve();
   void add_allreduce_sync();
   void add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_device);
-  void add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device);
+  // Returns each device's optimizer task.
+  std::map<int, int> add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device);
   void add_parameter_server_sync();
   double device_params(int device) const;
+
+  // --- plan_builder_zero.cpp ---
+  int zero_stage() const;  // the layout's ZeRO stage where it shards (all-reduce, 2+ workers), else 0
+  void check_zero() const;
+  double shard(double params, int w) const;             // replica w's whole elements of a piece of `params`
+  double piece_params(int w, int stage, int j) const;   // rank j's part of a chunk, whole
+  double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
+  int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets
+  std::vector<int> replicas(int stage, int j) const;    // the piece's devices, worker by worker
+  std::string replica_group_name(int stage, int j) const;
+  CollectiveAlgorithm zero_algorithm() const;           // the layout's, where a scatter or gather runs it
+  // The parameters a pass reads: its weights, or under stage 3 the whole copy an all-gather
+  // makes (made on first ask, for every replica); read_params records the pass reading it.
+  int pass_params(int w, int stage, int mb, OpKind pass, int j);
+  void read_params(int tensor, int task);
+  // Where a pass puts its weight gradients: it writes the gradient buffer, or from stage 2 the
+  // transient whole buffer its reduce-scatter reads; a pass that adds to a buffer an earlier
+  // pass made (stage 3 without resharding sums every micro-batch's) reads it instead, since a
+  // transient tensor has one writer.
+  void add_gradient_target(int w, int stage, int mb, int j, std::vector<int>& reads, std::vector<int>& writes);
+  void add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of_device);
+  void add_zero_gathers(const std::map<int, int>& optimizer_of_device);
 
   const model::Cluster& cluster_;
   const model::Network& net_;
@@ -251,6 +275,16 @@ class Builder {
   std::string stream_name_;                      // scratch of transfer_stream()
   std::vector<std::vector<int>> weights_, grads_;        // per device: per chunk (in chunk order)
   std::vector<std::vector<int>> chunks_of_device_;       // per device: (worker, stage) packed as stage
+  std::vector<double> shard_params_;                     // per device: the parameters its optimizer steps
+  // ZeRO-3's all-gathers per device in gather-stream order: the task, the whole copy it
+  // makes and the first pass that reads it.
+  struct Gather {
+    int task = -1, tensor = -1, first_reader = -1;
+  };
+  std::vector<std::vector<Gather>> gathers_;
+  // Whole copies by (stage, mb, pass, j) (-1, -1 without resharding): one per worker.
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> gathered_;
+  std::map<std::tuple<int, int, int, int>, int> unsharded_;  // whole gradients by (w, stage, mb or -1, j)
 };
 
 }  // namespace hetflow::partition::builder

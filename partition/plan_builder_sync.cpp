@@ -6,6 +6,9 @@
 //    between the first and the last stage of each virtual worker (Megatron's embedding
 //    group); then the gradient norm all-reduced over each virtual worker's devices (clipping);
 //    then an optimizer step per device.
+//    Under ZeRO (plan_builder_zero.cpp) the buckets are reduce-scattered (stage 1) or every
+//    pass's gradients are (stages 2, 3), each optimizer steps its replica's shard, and the
+//    parameters are all-gathered after it (stages 1, 2) or before each pass (stage 3).
 //  - ps / wsp: pushes of each chunk's gradients to the servers of its layers, one update per
 //    server, pulls back; iteration i + D + 1 of a worker's chunk waits for the pull of
 //    iteration i (an order edge with offset D + 1; D = 0 is synchronous); a server's update of
@@ -175,7 +178,12 @@ void Builder::add_allreduce_sync() {
   const std::map<std::tuple<int, int, int>, int> made = overlap ? last_backward_of_chunks() : decltype(made){};
   std::map<int, std::vector<int>> syncs_of_device;
   const int comm = stream("comm");
-  for (const Segment& seg : data_parallel_segments(net_, layout_)) {
+  // ZeRO 1 reduce-scatters these buckets instead (each replica keeps its shard's sum); from
+  // stage 2 every pass's gradients are reduce-scattered as they come (plan_builder_zero.cpp).
+  const CollectiveKind kind = zero_stage() >= 1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
+  const CollectiveAlgorithm algorithm = zero_stage() >= 1 ? zero_algorithm() : layout_.sync.algorithm;
+  if (zero_stage() >= 2) add_zero_reduce_scatters(syncs_of_device);
+  for (const Segment& seg : zero_stage() >= 2 ? std::vector<Segment>{} : data_parallel_segments(net_, layout_)) {
     const auto& [begin, end, stage_of_worker, pieces] = seg;
     for (size_t j = 0; j < pieces.size(); ++j) {
       const auto& [rank_of_worker, bytes, buckets] = pieces[j];
@@ -197,7 +205,7 @@ void Builder::add_allreduce_sync() {
         ready.push_back(bucket_ready_fractions(net_, s.layer_begin, s.layer_end, begin, end, buckets));
       }
       for (int b = 0; b < buckets; ++b) {
-        const auto tasks = add_collective(CollectiveKind::all_reduce, layout_.sync.algorithm, name, devices,
+        const auto tasks = add_collective(kind, algorithm, name, devices,
                                           bucket_bytes(bytes, layout_.gradient_element_bytes(), buckets, b),
                                           Purpose::data_parallel, comm, like, grads, grads, grads.size());
         for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (worker 0's alone when folded)
@@ -217,7 +225,8 @@ void Builder::add_allreduce_sync() {
     }
   }
   add_tied_embedding_sync(syncs_of_device);
-  add_optimizers(syncs_of_device);
+  const std::map<int, int> optimizers = add_optimizers(syncs_of_device);
+  if (zero_stage() > 0) add_zero_gathers(optimizers);
 }
 
 // Tied input and output embeddings: the first and the last stage both hold the word
@@ -244,7 +253,8 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
         const int holder = device_of(static_cast<int>(w), static_cast<int>(k), pieces[j].rank_of[1]);
         double tied = 0;  // the piece's rows of the tied matrix
         for (const int l : tied_layers) tied += tied_part_params(net_, l, pieces[j].part);
-        const double bytes = tied * grad_bytes_per_param;
+        // From ZeRO 2 each replica sums its own share of the tied gradients.
+        const double bytes = tied * grad_bytes_per_param / (zero_stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1);
         if (first == holder) continue;
         const std::vector<int> devices{first, holder};
         const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};
@@ -269,13 +279,13 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
 // The optimizer step: after the device's last gradient and all its synchronisation. Adam:
 // ~12 FLOPs per parameter; reads and writes weights, gradients, master copy and two
 // moments: memory bound on every GPU.
-void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
+std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
   const std::map<int, int> last = last_compute_of_devices();
   // Megatron's gradient clipping (clips_gradient_norm): each device's sum of squares,
   // all-reduced (one fp32, a tree: a latency) over its virtual worker's devices once their
   // gradients are synchronised; every optimizer of the worker waits for it. A worker of one
   // device needs none.
-  std::map<int, int> norm_of_device;
+  std::map<int, int> norm_of_device, optimizer_of;
   const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded ? 1 : layout_.workers.size();
   for (size_t w = 0; w < built; ++w) {
     std::vector<int> devices;
@@ -298,7 +308,8 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
   for (const auto& [device, last_task] : last) {
     const int w = plan_.task(last_task).worker;
     Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
-    const double params = device_params(device);
+    // Under ZeRO its replica's shard alone (shard_params_ is the whole otherwise, summed alike).
+    const double params = zero_stage() > 0 ? shard_params_[static_cast<size_t>(device)] : device_params(device);
     opt.flops = kAdamFlopsPerParam * params;
     opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
     const auto d = static_cast<size_t>(device);
@@ -308,12 +319,14 @@ void Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_dev
     reads.push_back(state);
     writes.push_back(state);
     const int id = plan_.add_task(opt, reads, writes);
+    optimizer_of[device] = id;
     plan_.add_order(last_task, id);
     // Its syncs run in order on the comm stream: waiting for the last waits for them all.
     const auto syncs = syncs_of_device.find(device);
     if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), id);
     if (const auto norm = norm_of_device.find(device); norm != norm_of_device.end()) plan_.add_order(norm->second, id);
   }
+  return optimizer_of;
 }
 
 // Parameters on a device: its chunks' layers, split over the tensor-parallel group.

@@ -200,6 +200,11 @@ Layout read_layout(const Reader& r, const Json& j) {
   if (sync.is_object() && sync.contains("overlap_grad_reduce")) {
     l.sync.overlap_grad_reduce = r.boolean(sync, "overlap_grad_reduce", ps);
   }
+  if (sync.is_object() && sync.contains("zero")) {
+    const Json& zero = r.at(sync, "zero", ps);
+    l.sync.zero.stage = r.integer(zero, "stage", ps + ".zero", 0, 3);
+    l.sync.zero.reshard_after_forward = r.boolean(zero, "reshard_after_forward", ps + ".zero");
+  }
   const Json& workers = r.array(j, "workers", p);
   for (size_t w = 0; w < workers.size(); ++w) {
     const std::string wp = p + ".workers[" + std::to_string(w) + "]";
@@ -493,6 +498,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     m.buffers_bytes = r.number(memory[d], "buffers_bytes", p);
     m.workspace_bytes = r.number(memory[d], "workspace_bytes", p);
     m.capacity_bytes = r.number(memory[d], "capacity_bytes", p);
+    if (memory[d].is_object() && memory[d].contains("gathered_bytes")) m.gathered_bytes = r.number(memory[d], "gathered_bytes", p);
     m.peak_in_flight = r.integer(memory[d], "peak_in_flight", p, 0);
     plan.memory.push_back(m);
   }

@@ -59,6 +59,9 @@ Json layout_json(const Layout& l) {
                {"staleness", l.sync.staleness},
                {"layer_server", l.sync.layer_server}};
   if (l.sync.overlap_grad_reduce) j["sync"]["overlap_grad_reduce"] = true;  // only when set: older plans keep their bytes
+  if (l.sync.zero.stage > 0) {  // likewise
+    j["sync"]["zero"] = {{"stage", l.sync.zero.stage}, {"reshard_after_forward", l.sync.zero.reshard_after_forward}};
+  }
   j["workers"] = Json::array();
   for (const VirtualWorker& w : l.workers) {
     Json stages = Json::array();
@@ -306,7 +309,9 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
                                      {"activations_bytes", m.activations_bytes},
                                      {"buffers_bytes", m.buffers_bytes},
                                      {"workspace_bytes", m.workspace_bytes},
-                                     {"capacity_bytes", m.capacity_bytes}}) {
+                                     {"capacity_bytes", m.capacity_bytes},
+                                     {"gathered_bytes", m.gathered_bytes}}) {
+      if (value == 0 && key == std::string_view("gathered_bytes")) continue;  // ZeRO alone: other plans keep their bytes
       o += first ? "{" : ", ";
       first = false;
       append_string(o, key);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "model/error.hpp"
+#include "partition/memory.hpp"
 #include "partition/partitioner.hpp"
 #include "partition/schedule.hpp"
 
@@ -137,6 +138,16 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.sync.bucket_bytes = o.bucket_bytes;
   l.sync.overlap_grad_reduce = o.overlap_grad_reduce;
   l.sync.staleness = o.staleness;
+  l.sync.zero = {o.zero_stage, o.reshard_after_forward};
+  if (o.zero_stage < 0 || o.zero_stage > 3) {
+    throw InputError(kOptions, 0, "zero_stage", "expected 0, 1, 2 or 3, found " + std::to_string(o.zero_stage));
+  }
+  if (o.zero_stage > 0 && l.sync.kind != SyncKind::allreduce) {
+    throw InputError(kOptions, 0, "zero_stage", "shards data-parallel state under `sync` allreduce only");
+  }
+  if (!o.reshard_after_forward && o.zero_stage != 3) {
+    throw InputError(kOptions, 0, "reshard_after_forward", "applies to `zero_stage` 3 only");
+  }
   if (o.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
     throw InputError(kOptions, 0, "overlap_grad_reduce", "only applies to `sync` allreduce");
   }
@@ -314,8 +325,11 @@ class ChunkCost {
     send_s_.assign(static_cast<size_t>(p_) * shared.boundary_bytes.size(), std::numeric_limits<double>::quiet_NaN());
     const double e = model::element_bytes(layout.precision);
     const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
-    state_per_param_ = e + (layout.fp32_grad_accumulation ? 4.0 : e) +
-                       (hosts_optimizer ? model::adam_state_bytes(layout.precision) : 0);
+    const Sharded by = sharded_by(layout);  // ZeRO over the data axis's size as the policy set it
+    state_per_param_ = e / by.weights + layout.gradient_element_bytes() / by.gradients +
+                       (hosts_optimizer ? model::adam_state_bytes(layout.precision) / by.optimizer : 0);
+    // ZeRO-3 gathers a chunk whole for its passes: count it as held.
+    if (layout.sync.zero.stage >= 3 && layout.size(Axis::data) > 1) state_per_param_ += e + layout.gradient_element_bytes();
   }
 
   int chunks() const { return chunks_; }

@@ -43,6 +43,8 @@ struct PlanOptions {
   CollectiveAlgorithm allreduce = CollectiveAlgorithm::ring;
   double bucket_bytes = 25.0 * 1024 * 1024;
   bool overlap_grad_reduce = false;  // Sync::overlap_grad_reduce
+  int zero_stage = 0;                // Sharding::stage
+  bool reshard_after_forward = true; // Sharding::reshard_after_forward
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;

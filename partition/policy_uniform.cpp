@@ -84,6 +84,7 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
                             const CostModel& cost) {
   Layout layout = policy_detail::base_layout(o, "balanced", SyncKind::allreduce);
   const Grid g = choose_grid(cluster, o);
+  layout.set_size(Axis::data, g.data);  // the balancer's memory bound divides ZeRO's shards by it
   const int m = policy_detail::microbatches_per_worker(o, g.data, g.pipeline);
   const std::vector<Stage> fixed =
       o.stage_layers.empty()

@@ -114,6 +114,9 @@ void check_embedded(const Plan& plan, Problems& problems) {
   if (l.sync.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
     problems.push_back("layout.sync.overlap_grad_reduce: only applies to sync allreduce");
   }
+  if (l.sync.zero.stage > 0 && l.sync.kind != SyncKind::allreduce) {
+    problems.push_back("layout.sync.zero.stage: shards data-parallel state under sync allreduce only");
+  }
   if (plan.memory.size() != plan.device_names.size()) {
     problems.push_back("memory: expected one entry per device (" + std::to_string(plan.device_names.size()) + "), found " +
                        std::to_string(plan.memory.size()));
@@ -618,12 +621,10 @@ void check_memory(const Plan& plan, const TaskOrder& order, Validation& v) {
     const size_t d = over[i];
     const DeviceMemory& m = plan.memory[d];
     const double total = m.total_bytes();
-    const std::pair<const char*, double> terms[] = {{"weights", m.weights_bytes},
-                                                     {"gradients", m.gradients_bytes},
-                                                     {"optimizer state", m.optimizer_bytes},
-                                                     {"activations", m.activations_bytes},
-                                                     {"buffers", m.buffers_bytes},
-                                                     {"workspace", m.workspace_bytes}};
+    const std::pair<const char*, double> terms[] = {
+        {"weights", m.weights_bytes},     {"gradients", m.gradients_bytes}, {"optimizer state", m.optimizer_bytes},
+        {"activations", m.activations_bytes}, {"buffers", m.buffers_bytes},  {"workspace", m.workspace_bytes},
+        {"gathered", m.gathered_bytes}};
     const auto largest = *std::max_element(std::begin(terms), std::end(terms),
                                            [](const auto& a, const auto& b) { return a.second < b.second; });
     std::string message = plan.device_names[d] + " needs " + u::human_bytes(total) + " but has " +
@@ -634,7 +635,8 @@ void check_memory(const Plan& plan, const TaskOrder& order, Validation& v) {
     }
     message += " [weights " + u::human_bytes(m.weights_bytes) + ", gradients " + u::human_bytes(m.gradients_bytes) +
                ", optimizer " + u::human_bytes(m.optimizer_bytes) + ", activations " + u::human_bytes(m.activations_bytes) +
-               ", buffers " + u::human_bytes(m.buffers_bytes) + ", workspace " + u::human_bytes(m.workspace_bytes) + "]";
+               ", buffers " + u::human_bytes(m.buffers_bytes) + ", workspace " + u::human_bytes(m.workspace_bytes) +
+               (m.gathered_bytes > 0 ? ", gathered " + u::human_bytes(m.gathered_bytes) : "") + "]";
     problems.push_back(message);
   }
   v.over_memory = over.size();

@@ -150,6 +150,11 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.recompute == partition::Recompute::selective) args.push_back("--recompute-granularity selective");
   if (l.sequence_parallel) args.push_back("--sequence-parallel");
   if (l.sync.overlap_grad_reduce) args.push_back("--overlap-grad-reduce");
+  if (l.sync.zero.stage == 1) args.push_back("--use-distributed-optimizer");
+  if (l.sync.zero.stage > 1) {
+    g.cannot.push_back("ZeRO stage " + std::to_string(l.sync.zero.stage) +
+                       " (Megatron's distributed optimizer shards the optimizer state alone: stage 1)");
+  }
   if (g.data > 1) args.push_back("--ddp-bucket-size " + std::to_string(bucket_elements(l)));
   if (l.fp32_grad_accumulation) args.push_back("--accumulate-allreduce-grads-in-fp32");
   if (l.kernels.flash_attention) args.push_back("--use-flash-attn");
@@ -170,7 +175,15 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
   config["gradient_accumulation_steps"] = even ? g.global_batch / (g.micro_batch * g.data) : g.microbatches;
   if (l.precision == model::Precision::fp16) config["fp16"] = {{"enabled", true}};
   if (l.precision == model::Precision::bf16) config["bf16"] = {{"enabled", true}};
-  config["zero_optimization"] = {{"stage", 0}, {"reduce_bucket_size", bucket_elements(l)}, {"overlap_comm", l.sync.overlap_grad_reduce}};
+  config["zero_optimization"] = {
+      {"stage", l.sync.zero.stage}, {"reduce_bucket_size", bucket_elements(l)}, {"overlap_comm", l.sync.overlap_grad_reduce}};
+  if (l.sync.zero.stage > 1 && g.pipeline > 1) {
+    g.cannot.push_back("ZeRO stage " + std::to_string(l.sync.zero.stage) +
+                       " under a pipeline (DeepSpeed's pipeline engine takes stage 1 at most)");
+  }
+  if (l.sync.zero.stage == 3 && !l.sync.zero.reshard_after_forward) {
+    g.cannot.push_back("parameters kept gathered from the forward to the backward (FSDP's reshard_after_forward=False)");
+  }
   out << "# ds_config.json\n" << config.dump(2) << "\n\n";
   out << "deepspeed --num_nodes " << g.nodes << " --num_gpus " << g.gpus_per_node
       << " train.py --deepspeed --deepspeed_config ds_config.json\n";

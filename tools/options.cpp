@@ -118,6 +118,7 @@ std::string option_of(std::string member) {
   if (member == "bucket_bytes") return "--bucket-size";
   if (member == "layout_file") return "--layout";
   if (member == "workspace_bytes") return "--workspace";
+  if (member == "reshard_after_forward") return "--no-reshard-after-forward";
   std::replace(member.begin(), member.end(), '_', '-');
   return "--" + member;
 }

@@ -51,6 +51,11 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
        "gradient all-reduce bucket size (at most 1,000,000 buckets per iteration)")
       ("overlap-grad-reduce",
        "start each bucket's all-reduce as the last backward makes its gradients (Megatron's option)")
+      ("zero-stage", po::value<int>()->default_value(0),
+       "ZeRO sharding over the data-parallel replicas: 1 optimizer state (Megatron's distributed optimizer), "
+       "2 also gradients, 3 also parameters (FSDP)")
+      ("no-reshard-after-forward", "ZeRO-3: gather a chunk's parameters once per iteration and keep them until its "
+                                   "last backward (FSDP's reshard_after_forward=False)")
       ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
        "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
       ("fp32-grad-accumulation", "keep fp32 gradients (Megatron's main_grad): +4 B/param")
@@ -157,6 +162,8 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.allreduce = parse_option<partition::CollectiveAlgorithm>(vm, "allreduce", partition::parse_collective_algorithm);
   o.bucket_bytes = parse_option<double>(vm, "bucket-size", model::units::parse_bytes);
   o.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
+  o.zero_stage = vm["zero-stage"].as<int>();
+  o.reshard_after_forward = vm.count("no-reshard-after-forward") == 0;
   o.iterations = vm.count("iterations") ? vm["iterations"].as<int>() : 1;
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
   o.kernels = read_kernel_options(vm);
@@ -348,7 +355,7 @@ void require_valid_or_advise(const partition::Plan& plan, const po::variables_ma
     std::ostringstream message;
     message << e.what() << "\n";
     if (advice.empty()) {
-      message << "nothing nearby fits (deeper pipelines, recomputation, tensor parallelism up to a node): "
+      message << "nothing nearby fits (deeper pipelines, recomputation, tensor parallelism up to a node, ZeRO sharding): "
                  "a smaller model, micro-batch or --workspace, or more devices";
       throw PlanError(message.str());
     }

@@ -60,6 +60,10 @@ void print_layout(std::ostream& out, const Plan& plan) {
       << partition::to_string(l.sync.kind);
   if (l.sync.kind == partition::SyncKind::wsp) out << " (staleness " << l.sync.staleness << ")";
   if (l.sync.kind == partition::SyncKind::allreduce) out << " (" << partition::to_string(l.sync.algorithm) << ")";
+  if (l.sync.zero.stage > 0) {
+    out << ", ZeRO stage " << l.sync.zero.stage
+        << (l.sync.zero.stage < 3 ? "" : l.sync.zero.reshard_after_forward ? " (resharded after each pass)" : " (kept gathered)");
+  }
   out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
   if (l.folded) out << ", folded: virtual worker 0's tasks stand for all " << l.workers.size() << " replicas";
   out << "\n";
@@ -164,10 +168,18 @@ Json estimate_json(const Plan& plan, const partition::Estimate& e) {
   j["iterations"] = plan.iterations();
   Json devices = Json::array();
   for (size_t d = 0; d < static_cast<size_t>(plan.device_count()); ++d) {
+    const partition::DeviceMemory& m = plan.memory[d];
     devices.push_back({{"name", plan.device_names[d]},
                        {"busy_s", e.busy_s[d]},
                        {"peak_memory_bytes", e.peak_memory_bytes[d]},
-                       {"capacity_bytes", plan.memory[d].capacity_bytes}});
+                       {"capacity_bytes", m.capacity_bytes},
+                       {"memory", {{"weights_bytes", m.weights_bytes},
+                                   {"gradients_bytes", m.gradients_bytes},
+                                   {"optimizer_bytes", m.optimizer_bytes},
+                                   {"activations_bytes", m.activations_bytes},
+                                   {"buffers_bytes", m.buffers_bytes},
+                                   {"gathered_bytes", m.gathered_bytes},
+                                   {"workspace_bytes", m.workspace_bytes}}}});
   }
   j["devices"] = std::move(devices);
   if (Json loader = input_bound_json(plan, e.compute_throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);

@@ -1,0 +1,263 @@
+// ZeRO over the data axis (Layout::sync.zero; Rajbhandari et al. 2020). Each chunk's piece
+// (rank j's part of it) is sharded over its replicas, the same piece in every virtual worker:
+// replica w keeps elements [n w / D, n (w + 1) / D) of its n. What the stages add:
+//  - 1: gradients reduce-scattered once per iteration (the all-reduce's buckets, halved);
+//    each device's optimizer steps its shard; the updated parameters all-gathered before
+//    the next iteration's passes (Megatron's distributed optimizer).
+//  - 2: as 1, but the backward writes its gradients to a transient whole buffer that is
+//    reduce-scattered into the shard at once, micro-batch by micro-batch (DeepSpeed
+//    reduces every micro-step when gradients are partitioned).
+//  - 3: parameters sharded too: the passes read them from a transient whole copy that an
+//    all-gather on the "gather" stream makes (FSDP's all-gather stream), prefetched one
+//    ahead; with resharding one per pass, freed after it, the gradients reduce-scattered per
+//    micro-batch; without, one per chunk and iteration, kept until the chunk's last backward,
+//    its gradients summed whole and reduce-scattered once.
+// Collectives of stages 2 and 3 are one task per pass and piece whose messages are FSDP's
+// units (a layer each, stage 3) or the layout's buckets (stage 2).
+#include <algorithm>
+#include <cmath>
+
+#include "model/error.hpp"
+#include "partition/plan_builder_detail.hpp"
+
+namespace hetflow::partition::builder {
+
+int Builder::zero_stage() const {
+  return layout_.sync.kind == SyncKind::allreduce && layout_.workers.size() > 1 ? layout_.sync.zero.stage : 0;
+}
+
+// Replicas shard a piece element by element, so they must hold the same pieces and (from
+// stage 2, where collectives run per pass) meet them in the same order.
+void Builder::check_zero() const {
+  if (zero_stage() == 0) return;
+  const VirtualWorker& first = layout_.workers.front();
+  for (size_t w = 1; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w];
+    bool same = vw.stages == first.stages && vw.ranks.size() == first.ranks.size();
+    for (size_t r = 0; same && r < vw.ranks.size(); ++r) same = vw.ranks[r].size() == first.ranks[r].size();
+    if (!same) {
+      throw InputError(kOptions, 0, "zero_stage",
+                       "shards each chunk over its replicas, but virtual worker " + std::to_string(w) +
+                           " cuts the model differently from worker 0 (its chunks or their tensor-parallel degrees "
+                           "differ); give every worker the same cuts");
+    }
+    if (zero_stage() >= 2 && vw.microbatches != first.microbatches) {
+      throw InputError(kOptions, 0, "zero_stage",
+                       "stage " + std::to_string(zero_stage()) + " synchronises every micro-batch, but virtual worker " +
+                           std::to_string(w) + " runs " + std::to_string(vw.microbatches) + " and worker 0 runs " +
+                           std::to_string(first.microbatches) + "; give every worker the same micro-batches");
+    }
+  }
+}
+
+// A scatter or gather has no tree (collective.hpp): a tree all-reduce's shards move by ring.
+CollectiveAlgorithm Builder::zero_algorithm() const {
+  return supports(CollectiveKind::all_gather, layout_.sync.algorithm) ? layout_.sync.algorithm : CollectiveAlgorithm::ring;
+}
+
+double Builder::shard(double params, int w) const {
+  const auto n = static_cast<long long>(std::llround(params));
+  const auto d = static_cast<long long>(layout_.workers.size());
+  return static_cast<double>(n * (w + 1) / d - n * w / d);
+}
+
+double Builder::piece_params(int w, int stage, int j) const {
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  return part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(j, degree(w, stage)));
+}
+
+// A transient whole buffer holds one unit at a time: FSDP gathers and reduce-scatters layer by
+// layer (its wrapped blocks), DeepSpeed's stage 2 reduces bucket by bucket; only without
+// resharding is a chunk kept whole. The next unit (prefetched, or in its reduce-scatter) is
+// the next pass's tensor, so two are alive at the peak.
+double Builder::unit_params(int w, int stage, int j) const {
+  const double whole = piece_params(w, stage, j);
+  if (zero_stage() == 2) return std::min(whole, layout_.sync.bucket_bytes / layout_.gradient_element_bytes());
+  if (!layout_.sync.zero.reshard_after_forward) return whole;
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  double largest = 0;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    largest = std::max(largest, layer_part_params(net_, l, s.layer_begin, SplitPart::rank(j, degree(w, stage))));
+  }
+  return std::min(whole, largest);
+}
+
+int Builder::zero_messages(int w, int stage, double bytes) const {
+  if (zero_stage() < 3) return std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  int units = 0;  // FSDP wraps each layer that holds parameters
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
+    units += layer.params + layer.tied_params > 0;
+  }
+  return std::max(1, units);
+}
+
+std::vector<int> Builder::replicas(int stage, int j) const {
+  std::vector<int> devices;
+  for (size_t w = 0; w < layout_.workers.size(); ++w) devices.push_back(device_of(static_cast<int>(w), stage, j));
+  return devices;
+}
+
+std::string Builder::replica_group_name(int stage, int j) const {
+  const Stage& s = worker(0).stages[static_cast<size_t>(stage)];
+  return "dp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " t" + std::to_string(j);
+}
+
+int Builder::pass_params(int w, int stage, int mb, OpKind pass, int j) {
+  const int d = device_of(w, stage, j);
+  if (zero_stage() < 3) return weight_of(d, stage);
+  const bool each_pass = layout_.sync.zero.reshard_after_forward;
+  const auto key = each_pass ? std::make_tuple(stage, mb, static_cast<int>(pass), j) : std::make_tuple(stage, -1, -1, j);
+  auto it = gathered_.find(key);
+  if (it == gathered_.end()) {
+    // Asked first by worker 0, whose program order every replica shares (check_zero): the
+    // all-gather is made for all of them at once, in that order on their gather streams.
+    const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+    const std::vector<int> devices = replicas(stage, j);
+    const double e = model::element_bytes(layout_.precision), params = piece_params(w, stage, j);
+    const double unit = unit_params(w, stage, j);
+    std::vector<int> shards, wholes;
+    for (size_t i = 0; i < built; ++i) {
+      shards.push_back(weight_of(devices[i], stage));
+      wholes.push_back(tensor(TensorKind::gathered_weight, devices[i], unit * e, {static_cast<std::int64_t>(unit)},
+                              layout_.precision));
+    }
+    Task like = base_task(TaskKind::collective, devices[0], 0, stage, each_pass ? mb : -1);
+    const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j), devices,
+                                      params * e, Purpose::data_parallel, stream("gather"), like, shards, wholes, built);
+    plan_.collectives.back().messages = zero_messages(w, stage, params * e);
+    for (size_t i = 0; i < tasks.size(); ++i) plan_.task(tasks[i]).worker = static_cast<int>(i);  // each replica's own
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      gathers_[static_cast<size_t>(devices[i])].push_back({tasks[i], wholes[i], -1});
+    }
+    it = gathered_.emplace(key, std::move(wholes)).first;
+  }
+  return it->second[static_cast<size_t>(w)];
+}
+
+void Builder::read_params(int tensor_id, int task) {
+  if (zero_stage() < 3) return;
+  // The last reader frees a gathered copy (tasks are made in program order); the first is
+  // what the next all-gather's prefetch waits to come up.
+  set_free_after(tensor_id, task);
+  for (Gather& g : gathers_[static_cast<size_t>(plan_.task(task).device)]) {
+    if (g.tensor == tensor_id && g.first_reader < 0) g.first_reader = task;
+  }
+}
+
+void Builder::add_gradient_target(int w, int stage, int mb, int j, std::vector<int>& reads, std::vector<int>& writes) {
+  const int d = device_of(w, stage, j);
+  const bool once = zero_stage() == 3 && !layout_.sync.zero.reshard_after_forward;
+  if (zero_stage() < 2) {
+    writes.push_back(grad_of(d, stage));
+    return;
+  }
+  const auto key = std::make_tuple(w, stage, once ? -1 : mb, j);
+  const auto it = unsharded_.find(key);
+  if (it != unsharded_.end()) {
+    reads.push_back(it->second);
+    return;
+  }
+  const double unit = unit_params(w, stage, j);
+  const int id = tensor(TensorKind::unsharded_grad, d, unit * layout_.gradient_element_bytes(),
+                        {static_cast<std::int64_t>(unit)},
+                        layout_.fp32_grad_accumulation ? model::Precision::fp32 : layout_.precision);
+  unsharded_.emplace(key, id);
+  writes.push_back(id);
+}
+
+// Stages 2 and 3: the reduce-scatters of the gradients the passes made, in worker 0's
+// program order (every replica's), each replica's whole buffer into its shard.
+void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of_device) {
+  const bool once = zero_stage() == 3 && !layout_.sync.zero.reshard_after_forward;
+  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  const OpKind makes = schedule_.splits_backward ? OpKind::W : OpKind::B;  // the pass that writes gradients
+  const VirtualWorker& vw = worker(0);
+  const int p = static_cast<int>(vw.ranks.size()), comm = stream("comm");
+  std::vector<int> last_mb(vw.stages.size(), -1);  // per chunk: the micro-batch whose pass makes gradients last
+  for (int r = 0; r < p; ++r) {
+    for (const ScheduledOp& o : programs_[0][static_cast<size_t>(r)]) {
+      if (o.kind == makes) last_mb[static_cast<size_t>(o.chunk * p + r)] = o.microbatch;
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    for (const ScheduledOp& o : programs_[0][static_cast<size_t>(r)]) {
+      const int stage = o.chunk * p + r;
+      if (o.kind != makes || (once && o.microbatch != last_mb[static_cast<size_t>(stage)])) continue;
+      for (int j = 0; j < degree(0, stage); ++j) {
+        const std::vector<int> devices = replicas(stage, j);
+        const double bytes = piece_params(0, stage, j) * layout_.gradient_element_bytes();
+        std::vector<int> wholes, shards;
+        for (size_t w = 0; w < built; ++w) {
+          wholes.push_back(unsharded_.at({static_cast<int>(w), stage, once ? -1 : o.microbatch, j}));
+          shards.push_back(grad_of(devices[w], stage));
+        }
+        Task like = base_task(TaskKind::collective, devices[0], 0, stage, once ? -1 : o.microbatch);
+        const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), replica_group_name(stage, j),
+                                          devices, bytes, Purpose::data_parallel, comm, like, wholes, shards, built);
+        plan_.collectives.back().messages = zero_messages(0, stage, bytes);
+        for (size_t w = 0; w < tasks.size(); ++w) {
+          plan_.task(tasks[w]).worker = static_cast<int>(w);
+          set_free_after(wholes[w], tasks[w]);
+          // Summed whole over the iteration: after every pass that adds to it, not its first
+          // writer alone (each is an edge: validation sees who reads a tensor before it is freed).
+          for (int mb = 0; once && mb < vw.microbatches; ++mb) {
+            plan_.add_order(op(static_cast<int>(w), stage, mb, makes, j).task, tasks[w]);
+          }
+          syncs_of_device[devices[w]].push_back(tasks[w]);
+        }
+      }
+    }
+  }
+}
+
+// Stages 1 and 2: once every replica's optimizer has stepped its shard, the pieces'
+// parameters all-gathered on the comm stream; the device's next iteration waits for them.
+// Stage 3: each device's first all-gather of an iteration waits for the previous
+// iteration's optimizer, and each later one for the pass before the one that reads its
+// predecessor's copy to end (prefetch one ahead, as FSDP's forward and backward prefetch).
+void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
+  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  if (zero_stage() >= 3) {
+    for (size_t d = 0; d < gathers_.size(); ++d) {
+      const std::vector<Gather>& gathers = gathers_[d];
+      if (gathers.empty()) continue;
+      const auto opt = optimizer_of_device.find(static_cast<int>(d));
+      if (opt != optimizer_of_device.end()) plan_.add_order(opt->second, gathers.front().task, 1);
+      const std::vector<int>& compute = plan_.program(static_cast<int>(d), compute_stream_);
+      for (size_t i = 1; i < gathers.size(); ++i) {
+        const auto at = std::find(compute.begin(), compute.end(), gathers[i - 1].first_reader);
+        if (at != compute.end() && at != compute.begin()) plan_.add_order(*(at - 1), gathers[i].task);
+      }
+    }
+    return;
+  }
+  const int comm = stream("comm");
+  const double e = model::element_bytes(layout_.precision);
+  std::map<int, int> last_gather;
+  const VirtualWorker& vw = worker(0);
+  for (int stage = static_cast<int>(vw.stages.size()) - 1; stage >= 0; --stage) {  // as the gradients came
+    for (int j = 0; j < degree(0, stage); ++j) {
+      const std::vector<int> devices = replicas(stage, j);
+      std::vector<int> params;
+      for (size_t w = 0; w < built; ++w) params.push_back(weight_of(devices[w], stage));
+      const double bytes = piece_params(0, stage, j) * e;
+      Task like = base_task(TaskKind::collective, devices[0], 0, stage, -1);
+      const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j), devices,
+                                        bytes, Purpose::data_parallel, comm, like, params, params, built);
+      plan_.collectives.back().messages = zero_messages(0, stage, bytes);
+      for (size_t w = 0; w < tasks.size(); ++w) {
+        plan_.task(tasks[w]).worker = static_cast<int>(w);
+        plan_.add_order(optimizer_of_device.at(devices[w]), tasks[w]);
+        last_gather[devices[w]] = tasks[w];
+      }
+    }
+  }
+  for (const auto& [device, gather] : last_gather) {
+    const std::vector<int>& compute = plan_.program(device, compute_stream_);
+    if (!compute.empty()) plan_.add_order(gather, compute.front(), 1);
+  }
+}
+
+}  // namespace hetflow::partition::builder

@@ -1,0 +1,57 @@
+// --zero-stage as a user meets it: GPT-2 XL does not fit 8 V100-16 by data parallelism alone
+// and the advice names ZeRO; sharded, it plans, and `plan --json` shows each term divided as
+// the stage says (oracle: mixed-precision Adam keeps 12 bytes per parameter against the
+// weights' 2, so stage 2's optimizer state is 12 / 2 / 8 of its whole weights, its gradients
+// 1/8 of them, and stage 3's weights 1/8 of them too); bad values are refused naming the option; the executors refuse to
+// run a sharded plan, blaming the plan.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+
+namespace {
+nlohmann::json memory_of(const std::string& out, size_t device) {
+  return nlohmann::json::parse(out).at("devices").at(device).at("memory");
+}
+}  // namespace
+
+TEST(ZeroCli, GptXlFitsTheV100sOnlySharded) {
+  const auto plain = run_hetflow("plan --model gpt2-xl --data 8");
+  EXPECT_EQ(plain.status, 3);
+  EXPECT_NE(plain.err.find("v100-0/gpu0 needs 32.8 GiB but has 16 GiB"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.err.find("--zero-stage "), std::string::npos) << plain.err;
+  const auto first = run_hetflow("plan --model gpt2-xl --data 8 --zero-stage 2 --json");
+  const auto third = run_hetflow("plan --model gpt2-xl --data 8 --zero-stage 3 --json");
+  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(third.status, 0) << third.err;
+  const auto a = memory_of(first.out, 0), b = memory_of(third.out, 0);
+  const double weights = a.at("weights_bytes").get<double>();
+  EXPECT_NEAR(a.at("optimizer_bytes").get<double>() / weights, 12.0 / 2 / 8, 1e-6);
+  EXPECT_NEAR(a.at("gradients_bytes").get<double>() / weights, 1.0 / 8, 1e-6);
+  EXPECT_NEAR(b.at("weights_bytes").get<double>() / weights, 1.0 / 8, 1e-6);
+  EXPECT_NEAR(b.at("gradients_bytes").get<double>() / weights, 1.0 / 8, 1e-6);
+  EXPECT_GT(b.at("gathered_bytes").get<double>(), 0);
+  const auto text = run_hetflow("plan --model gpt2-xl --data 8 --zero-stage 3");
+  EXPECT_NE(text.out.find(", ZeRO stage 3 (resharded after each pass),"), std::string::npos) << text.out;
+}
+
+TEST(ZeroCli, BadValuesAreRefusedNamingTheOption) {
+  const auto five = run_hetflow("plan --model gpt2-xl --data 8 --zero-stage 5");
+  EXPECT_EQ(five.status, 2);
+  EXPECT_NE(five.err.find("--zero-stage: expected 0, 1, 2 or 3, found 5"), std::string::npos) << five.err;
+  const auto keep = run_hetflow("plan --model gpt2-xl --data 8 --zero-stage 2 --no-reshard-after-forward");
+  EXPECT_EQ(keep.status, 2);
+  EXPECT_NE(keep.err.find("--no-reshard-after-forward: applies to --zero-stage 3 only"), std::string::npos) << keep.err;
+}
+
+TEST(ZeroCli, TheExecutorsRefuseAShardedPlanBlamingThePlan) {
+  const auto r = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
+                             "--data 2 --steps 1 --zero-stage 1");
+  EXPECT_EQ(r.status, 3);
+  EXPECT_NE(r.err.find("the plan shards data-parallel state (layout.sync.zero.stage 1), which the executors do not run yet"),
+            std::string::npos)
+      << r.err;
+}
