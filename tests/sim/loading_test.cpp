@@ -13,6 +13,7 @@
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
 #include "sim/simulator.hpp"
+#include "traces/metrics.hpp"
 
 using namespace hetflow;
 using partition::Plan;
@@ -157,4 +158,38 @@ TEST(Loading, TheEstimateOfAFoldedPlanIsBoundAsTheWholeOne) {
   ASSERT_TRUE(folded.layout.folded);
   EXPECT_NEAR(partition::estimate_plan(folded, cost).throughput_samples_per_s / 400, 1.0, 0.02);
   EXPECT_NEAR(partition::estimate_plan(resnet_plan(cluster), cost).throughput_samples_per_s / 400, 1.0, 0.02);
+}
+
+// Waiting for the loader is the loader's time, not the pipeline's: an input-bound one-stage
+// plan keeps the bubble it has with no loader at all, and each device waits, per iteration,
+// the loader's surplus over the GPUs: the closed-form loader iteration (samples over the file
+// system's rate) less the plan's iteration without a loader. The estimate and the
+// simulation alike.
+TEST(Loading, AnInputBoundPlansWaitsAreInputWaitNotBubble) {
+  const model::Cluster plain = cluster_with("");
+  const partition::CostModel cost(plain, model::Precision::fp16);
+  const Plan unloaded = resnet_plan(plain);
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 GB/s}\n"));
+  const double loader_s = samples_per_iteration() * plan.network.stored_sample_bytes() / 1e9;
+
+  const partition::Estimate gpus = partition::estimate_plan(unloaded, cost);
+  const partition::Estimate e = partition::estimate_plan(plan, cost);
+  ASSERT_GT(loader_s, 2 * gpus.iteration_time_s) << "the test wants an input-bound plan";
+  EXPECT_EQ(gpus.input_wait_s, 0);
+  EXPECT_NEAR(e.bubble_fraction, gpus.bubble_fraction, 1e-3);
+  EXPECT_NEAR(e.input_wait_s, loader_s - gpus.iteration_time_s, 0.02 * loader_s);
+
+  const sim::SimResult without = sim::simulate(unloaded, {});
+  const sim::SimResult with = sim::simulate(plan, {});
+  ASSERT_TRUE(without.completed && with.completed);
+  const traces::Metrics m0 = traces::compute_metrics(without.trace, unloaded, cost);
+  const traces::Metrics m = traces::compute_metrics(with.trace, plan, cost);
+  EXPECT_NEAR(m.iteration_time_s / loader_s, 1.0, 0.02);
+  EXPECT_NEAR(m.bubble_fraction, m0.bubble_fraction, 1e-3);
+  EXPECT_NEAR(m.input_wait_s, loader_s - m0.iteration_time_s, 0.02 * loader_s);
+  for (const traces::DeviceMetrics& d : m.devices) {
+    // Busy, exposed communication, input wait and the rest add up to the iteration.
+    EXPECT_LE(d.input_wait_s, d.idle_s + 1e-12) << d.name;
+    EXPECT_NEAR(d.busy_s + d.exposed_comm_s + d.idle_s, m.iteration_time_s, 1e-9) << d.name;
+  }
 }
