@@ -193,3 +193,29 @@ TEST(Loading, AnInputBoundPlansWaitsAreInputWaitNotBubble) {
     EXPECT_NEAR(d.busy_s + d.exposed_comm_s + d.idle_s, m.iteration_time_s, 1e-9) << d.name;
   }
 }
+
+// Replay's durations replace the input path's for load tasks too (SimOptions::compute_s): each
+// load of a plan whose file system would be far faster lasts a given time, one after another
+// on its device's load stream, so a loader-bound iteration takes the micro-batches' loads
+// back to back, kMicrobatches x the given time; a negative entry keeps the input path's.
+TEST(Loading, ReplayedLoadsLastTheirGivenTime) {
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 PB/s}\n"));
+  const double load_s = 0.05;  // far above the 10-odd ms of compute an iteration
+  sim::SimOptions options;
+  options.compute_s.assign(plan.tasks.size() * kIterations, -1);
+  for (int i = 0; i < kIterations; ++i) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      if (plan.tasks[t].kind == TaskKind::load) options.compute_s[static_cast<size_t>(i) * plan.tasks.size() + t] = load_s;
+    }
+  }
+  const sim::SimResult r = sim::simulate(plan, options);
+  ASSERT_TRUE(r.completed);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision);
+  const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost);
+  EXPECT_NEAR(m.iteration_time_s / (kMicrobatches * load_s), 1.0, 1e-6);
+  for (const traces::Event& e : r.trace.events) {
+    if (e.kind == TaskKind::load) EXPECT_NEAR(e.end_s - e.start_s, load_s, 1e-9);
+  }
+  // Without them, the input path's: the GPUs' rate.
+  EXPECT_LT(traces::compute_metrics(sim::simulate(plan, {}).trace, plan, cost).iteration_time_s, 0.5 * kMicrobatches * load_s);
+}
