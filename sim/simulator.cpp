@@ -361,16 +361,9 @@ class Simulation {
     stream.outstanding = 0;
     if (const size_t at = instance(id, stream.iteration); at < options_.compute_s.size() && options_.compute_s[at] >= 0) {
       if (!(options_.compute_s[at] > 0)) return false;
-      flight.add(sg::Exec::init()
-                     ->set_flops_amount(options_.compute_s[at] * Platform::kTimerRate)
-                     ->set_host(platform_.timer)
-                     ->set_bound(Platform::kTimerRate)
-                     ->start(),
-                 s);
-      ++activities_;
+      start_timer(options_.compute_s[at], s, flight);
       stream.outstanding = 1;
-      stream.collective = true;
-      return true;
+      return stream.collective = true;
     }
     const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(t.device)].node);
     auto run = [&](sg::Host* on, double amount) {
@@ -390,6 +383,14 @@ class Simulation {
     return stream.collective;
   }
 
+  // A wait of `seconds` for stream s on the timer host. (Exec::init()->set_host: Host::exec_init
+  // runs where the calling actor is, the device.)
+  void start_timer(double seconds, size_t s, InFlight& flight) {
+    flight.add(sg::Exec::init()->set_flops_amount(seconds * Platform::kTimerRate)->set_host(platform_.timer)
+                   ->set_bound(Platform::kTimerRate)->start(), s);
+    ++activities_;
+  }
+
   // Issues the current step of stream s's collective; false when there is none left.
   bool start_step(Stream& stream, size_t s, InFlight& flight) {
     // A wait of no time (a ring of no latency) is no step.
@@ -401,14 +402,7 @@ class Simulation {
     if (stream.step >= stream.steps.size()) return false;
     const MailboxStep& step = stream.steps[stream.step];
     if (step.delay_s > 0 && !options_.free_communication) {
-      // (Exec::init()->set_host: Host::exec_init runs where the calling actor is, the device.)
-      flight.add(sg::Exec::init()
-                     ->set_flops_amount(step.delay_s * Platform::kTimerRate)
-                     ->set_host(platform_.timer)
-                     ->set_bound(Platform::kTimerRate)
-                     ->start(),
-                 s);
-      ++activities_;
+      start_timer(step.delay_s, s, flight);
       stream.outstanding = 1;
       return true;
     }
