@@ -310,6 +310,9 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
         out << ", " << w.transferred.modelled_tasks << " by the cost model (layers or GPU types the trace never ran)";
       }
       out << ")\n";
+      const bool loads = std::any_of(changed.tasks.begin(), changed.tasks.end(),
+                                     [](const partition::Task& t) { return t.kind == partition::TaskKind::load; });
+      if (loads) out << "  (the other plan's loads: by its input path, in closed form, not the trace's)\n";
     }
   }
   if (vm.count("trace")) out << "wrote " << vm["trace"].as<std::string>() << "\n";

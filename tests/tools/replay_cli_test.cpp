@@ -268,6 +268,11 @@ TEST(ReplayCli, AThrottledLoaderReplaysAtItsMeasuredLoads) {
   EXPECT_EQ(j["loads"]["measured"], 8 * 4);
   const auto text = run_hetflow("replay " + run.trace + " --plan " + run.plan);
   EXPECT_NE(text.out.find("\n  every load at its measured duration (the loader as it ran)\n"), std::string::npos) << text.out;
+  // Another plan's loads are not the trace's: said so.
+  const auto other = run_hetflow("replay " + run.trace + " --plan " + run.plan + " --as-plan " + run.plan);
+  EXPECT_NE(other.out.find("\n  (the other plan's loads: by its input path, in closed form, not the trace's)\n"),
+            std::string::npos)
+      << other.out << other.err;
 
   // The same trace without its loads' events: the input path's closed form, said so.
   const std::string stripped = (dir / "no-loads.csv").string();
