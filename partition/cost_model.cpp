@@ -27,6 +27,12 @@ void through(Route& route, double bandwidth_bytes_per_s, double latency_s, std::
 }
 }  // namespace
 
+CostModel CostModel::without_input() const {
+  CostModel c = *this;
+  c.cluster_.input = {};
+  return c;
+}
+
 CostModel::CostModel(const model::Cluster& cluster, model::Precision precision, model::Calibration calibration)
     : cluster_(model::apply_link_calibration(cluster, calibration)),
       precision_(precision),

@@ -126,6 +126,9 @@ class CostModel {
   int device_count() const { return static_cast<int>(device_node_.size()); }
   // The cluster as modelled: its links scaled by the calibration (model::apply_link_calibration).
   const model::Cluster& cluster() const { return cluster_; }
+  // This model of the cluster with a data loader that limits nothing (no input path): what
+  // the GPUs alone would do, where an estimate takes the loader as a floor.
+  CostModel without_input() const;
 
   // Free communication (every transfer and collective takes zero time): for tests against
   // closed-form pipeline results.

@@ -75,11 +75,24 @@ void BubbleMeter::add(int device, int iteration, double start_s, double end_s) {
   span_end_[key] = std::max(span_end_[key], end_s);
 }
 
+void BubbleMeter::add_input_wait(int device, int iteration, double from_s, double to_s) {
+  if (device < 0 || static_cast<size_t>(device) >= worker_of_.size() || iteration < 0 || iteration >= iterations_) return;
+  if (worker_of_[static_cast<size_t>(device)] < 0 || !(to_s > from_s)) return;
+  waits_.push_back({device, iteration, from_s, to_s});
+}
+
 double BubbleMeter::fraction(int first_iteration, int end_iteration) const {
   double sum = 0;
   int count = 0;
   const auto n = static_cast<size_t>(iterations_);
   const size_t end = end_iteration < 0 ? n : std::min(n, static_cast<size_t>(end_iteration));
+  // Each device's input wait inside its worker's span, per iteration.
+  std::vector<double> waited(busy_.size(), 0);
+  for (const Wait& w : waits_) {
+    const size_t key = static_cast<size_t>(worker_of_[static_cast<size_t>(w.device)]) * n + static_cast<size_t>(w.iteration);
+    const double from = std::max(w.from_s, span_begin_[key]), to = std::min(w.to_s, span_end_[key]);
+    if (to > from) waited[static_cast<size_t>(w.device) * n + static_cast<size_t>(w.iteration)] += to - from;
+  }
   for (size_t d = 0; d < worker_of_.size(); ++d) {
     if (worker_of_[d] < 0) continue;
     for (size_t it = static_cast<size_t>(std::max(first_iteration, 0)); it < end; ++it) {
@@ -87,7 +100,7 @@ double BubbleMeter::fraction(int first_iteration, int end_iteration) const {
       const size_t key = static_cast<size_t>(worker_of_[d]) * n + it;
       const double span = span_end_[key] - span_begin_[key];
       if (busy < 0 || span <= 0) continue;
-      sum += 1 - busy / span;
+      sum += std::max(0.0, 1 - (busy + waited[d * n + it]) / span);
       ++count;
     }
   }
@@ -98,8 +111,38 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost) { return estimat
 
 namespace {
 
+// A forward that a load feeds, in units: where its input wait (input_wait_span) comes from.
+struct FedForward {
+  int forward = -1, load = -1;
+  int before = -1;  // the unit before the forward on its stream; -1: the stream's last of the iteration before
+  int wrap = -1;    // the stream's last unit
+  int device = -1;
+};
+
+std::vector<FedForward> fed_forwards(const Plan& plan, const TaskOrder& order) {
+  std::vector<int> load_of(plan.tasks.size(), -1);  // forward task -> the load that feeds it
+  for (const OrderEdge& edge : plan.order) {
+    if (edge.offset == 0 && plan.task(edge.from).kind == TaskKind::load && plan.task(edge.to).kind == TaskKind::forward) {
+      load_of[static_cast<size_t>(edge.to)] = edge.from;
+    }
+  }
+  std::vector<FedForward> out;
+  const auto unit = [&](int task) { return order.unit_of_task[static_cast<size_t>(task)]; };
+  for (const auto& device : plan.programs) {
+    for (const StreamProgram& s : device) {
+      for (size_t i = 0; i < s.tasks.size(); ++i) {
+        const int load = load_of[static_cast<size_t>(s.tasks[i])];
+        if (load < 0) continue;
+        out.push_back({unit(s.tasks[i]), unit(load), i > 0 ? unit(s.tasks[i - 1]) : -1, unit(s.tasks.back()),
+                       plan.task(s.tasks[i]).device});
+      }
+    }
+  }
+  return out;
+}
+
 // The critical path over the plan's iterations with these unit durations: each iteration's
-// end, and (where `e` is given) each device's compute and the bubble, into it.
+// end, and (where `e` is given) each device's compute, its input wait and the bubble, into it.
 //
 // Iteration i runs the one-iteration order again: a unit is ready when its predecessors in
 // iteration i are done, when the previous task on each of its streams is (the stream's last
@@ -129,6 +172,8 @@ std::vector<double> run_iterations(const Plan& plan, const TaskOrder& order, con
   }
   std::deque<std::vector<double>> past;  // unit end times of the last max_offset iterations, newest first
   BubbleMeter bubble(plan, e != nullptr ? iterations : 1);
+  const std::vector<FedForward> fed = e != nullptr ? fed_forwards(plan, order) : std::vector<FedForward>{};
+  std::vector<double> waited(static_cast<size_t>(iterations), 0);  // every device's input wait, per iteration
   std::vector<double> iteration_end(static_cast<size_t>(iterations), 0);
   std::vector<double> ready(units), end(units);
   for (int it = 0; it < iterations; ++it) {
@@ -161,10 +206,30 @@ std::vector<double> run_iterations(const Plan& plan, const TaskOrder& order, con
         if (is_pass(task.kind)) bubble.add(task.device, it, ready[uu], ready[uu] + computing[uu]);
       }
     }
+    for (const FedForward& f : fed) {
+      const double before = f.before >= 0 ? end[static_cast<size_t>(f.before)]
+                                          : past.empty() ? 0.0 : past.front()[static_cast<size_t>(f.wrap)];
+      const auto l = static_cast<size_t>(f.load);
+      const InputWaitSpan w = input_wait_span(ready[l], end[l], before, ready[static_cast<size_t>(f.forward)]);
+      bubble.add_input_wait(f.device, it, w.from_s, w.to_s);
+      waited[static_cast<size_t>(it)] += w.length_s();
+    }
     past.push_front(end);
     if (static_cast<int>(past.size()) > max_offset) past.pop_back();
   }
-  if (e != nullptr) e->bubble_fraction = bubble.fraction();
+  if (e != nullptr) {
+    e->bubble_fraction = bubble.fraction();
+    // Steady state as the iteration time's: the iterations after the first, where there are several.
+    const size_t first = iterations > 1 ? 1 : 0;
+    double sum = 0;
+    for (size_t it = first; it < waited.size(); ++it) sum += waited[it];
+    std::vector<bool> passes(static_cast<size_t>(plan.device_count()), false);
+    for (const Task& t : plan.tasks) {
+      if (is_pass(t.kind) && t.device >= 0 && t.device < plan.device_count()) passes[static_cast<size_t>(t.device)] = true;
+    }
+    const auto pass_devices = static_cast<double>(std::count(passes.begin(), passes.end(), true));
+    e->input_wait_s = pass_devices > 0 ? sum / static_cast<double>(waited.size() - first) / pass_devices : 0;
+  }
   return iteration_end;
 }
 

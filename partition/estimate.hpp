@@ -18,9 +18,12 @@ struct Estimate {
   // several iterations, else the makespan.
   double iteration_time_s = 0;
   double makespan_s = 0;
-  // See BubbleMeter. Equals (p-1)/(m+p-1) for GPipe and 1F1B with equal stages and free
-  // communication.
+  // See BubbleMeter (input wait excluded). Equals (p-1)/(m+p-1) for GPipe and 1F1B with
+  // equal stages and free communication.
   double bubble_fraction = 0;
+  // Per iteration in the steady state, mean over the devices that run passes: the time a
+  // device waits for its load (input_wait_span); 0 where the plan has no load tasks.
+  double input_wait_s = 0;
   double throughput_samples_per_s = 0;
   double throughput_tokens_per_s = 0;
   // The GPUs' own rate: the same critical path with load tasks that take no time (what the
@@ -47,21 +50,33 @@ double in_task_time_s(const Plan& plan, const CostModel& cost, int task);
 CollectiveSpec collective_spec(const Plan& plan, const Collective& collective);
 
 // The bubble metric, one definition for the estimate and for measured or simulated traces:
-// per device that runs pipeline compute and per iteration, 1 - (its F/B/W time) / (the span
-// of its virtual worker's F/B/W tasks in that iteration), averaged over both.
+// per device that runs pipeline compute and per iteration, 1 - (its F/B/W time + its input
+// wait inside the span) / (the span of its virtual worker's F/B/W tasks in that iteration),
+// averaged over both. A wait for the data loader (input_wait_span, partition/loading.hpp) is
+// the loader's, not the pipeline's: a device's passes, its input wait and its bubble add up
+// to the span. Idle time downstream of a late input (a later stage waiting for an activation)
+// stays bubble: only the device that loads waits for input.
 class BubbleMeter {
  public:
   BubbleMeter(const Plan& plan, int iterations);
   // A pipeline compute task (forward, backward, backward_weight) of `device` ran then.
   void add(int device, int iteration, double start_s, double end_s);
+  // `device` waited for the load of one of its forwards of `iteration` then (the part
+  // inside the span counts; a wait overlaps none of the device's passes).
+  void add_input_wait(int device, int iteration, double from_s, double to_s);
   // Averaged over iterations in [first_iteration, end_iteration) (end -1: to the last).
   double fraction(int first_iteration = 0, int end_iteration = -1) const;
 
  private:
+  struct Wait {
+    int device, iteration;
+    double from_s, to_s;
+  };
   int iterations_;
   std::vector<int> worker_of_;                     // per device, -1 outside every worker
   std::vector<double> busy_;                       // per device and iteration
   std::vector<double> span_begin_, span_end_;      // per worker and iteration
+  std::vector<Wait> waits_;                        // clipped to the span when the span is known
 };
 
 }  // namespace hetflow::partition

@@ -55,6 +55,10 @@ double load_samples(const Plan& plan, const Task& load) {
   return load.bytes / plan.network.stored_sample_bytes();
 }
 
+InputWaitSpan input_wait_span(double load_start_s, double load_end_s, double before_end_s, double forward_start_s) {
+  return {std::max(load_start_s, before_end_s), std::min(load_end_s, forward_start_s)};
+}
+
 LoadShares load_shares(const Plan& plan) {
   LoadShares s;
   if (!plan.layout.folded || plan.layout.workers.size() < 2) return s;

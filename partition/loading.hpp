@@ -68,4 +68,14 @@ struct LoadShares {
 };
 LoadShares load_shares(const Plan& plan);
 
+// Input wait, one definition for the estimate and for traces (traces/figures.hpp): before a
+// forward that a load feeds, its device waits for the input from the later of the load's
+// start and the end of the task before the forward on its stream, to the earlier of the
+// load's end and the forward's start. Empty (to_s <= from_s) when the load was in time.
+struct InputWaitSpan {
+  double from_s = 0, to_s = 0;
+  double length_s() const { return to_s > from_s ? to_s - from_s : 0; }
+};
+InputWaitSpan input_wait_span(double load_start_s, double load_end_s, double before_end_s, double forward_start_s);
+
 }  // namespace hetflow::partition

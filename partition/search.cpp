@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "partition/schedule.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/layout_estimate.hpp"
+#include "partition/loading.hpp"
 
 namespace hetflow::partition {
 namespace {
@@ -181,16 +183,33 @@ Layout with_sync_of(Layout layout, const PlanOptions& options) {
   return layout;
 }
 
-// The hourly price of the GPUs a layout uses: its workers' and its parameter servers'.
-double layout_price(const model::Cluster& cluster, const std::vector<model::Device>& devices, const Layout& layout) {
+// The GPUs a layout uses: its workers' and its parameter servers'.
+std::set<int> layout_gpus(const Layout& layout) {
   std::set<int> used;
   for (const VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) used.insert(rank.begin(), rank.end());
   }
   used.insert(layout.sync.layer_server.begin(), layout.sync.layer_server.end());
+  return used;
+}
+
+// Their hourly price.
+double layout_price(const model::Cluster& cluster, const std::vector<model::Device>& devices, const std::set<int>& used) {
   double price = 0;
   for (const int d : used) price += cluster.nodes[static_cast<size_t>(devices[static_cast<size_t>(d)].node)].price_usd_per_gpu_hour;
   return price;
+}
+
+// The layout's estimate with a loader that limits nothing, where `floored_s` (its estimate)
+// is the loader's floor; else `floored_s` itself. `gpus_only` is the cost model without an
+// input path (CostModel::without_input), made once by the caller where it has many layouts.
+double gpus_only_time_s(const model::Network& network, const Layout& layout, const CostModel& cost, double floored_s,
+                        const CostModel* gpus_only = nullptr) {
+  if (!cost.cluster().input.given) return floored_s;
+  const LoaderBound loader = loader_bound(cost.cluster(), network, layout);
+  if (!loader.bounded || floored_s > loader.iteration_s) return floored_s;
+  if (gpus_only != nullptr) return estimate_layout(network, layout, *gpus_only).iteration_time_s;
+  return estimate_layout(network, layout, cost.without_input()).iteration_time_s;
 }
 
 bool evaluate_layout(const model::Cluster& cluster, const model::Network& network, const PlanOptions& options,
@@ -215,7 +234,13 @@ bool evaluate_layout(const model::Cluster& cluster, const model::Network& networ
     c.estimate.throughput_samples_per_s =
         c.estimate.iteration_time_s > 0 ? plan.layout.samples_per_iteration() / c.estimate.iteration_time_s : 0;
     c.estimate.throughput_tokens_per_s = c.estimate.throughput_samples_per_s * plan.network.tokens_per_sample;
-    c.price_usd_per_hour = layout_price(cluster, cluster.devices(), layout);
+    c.estimate.compute_iteration_time_s = gpus_only_time_s(network, layout, cost, c.estimate.iteration_time_s);
+    c.estimate.compute_throughput_samples_per_s =
+        c.estimate.compute_iteration_time_s > 0 ? plan.layout.samples_per_iteration() / c.estimate.compute_iteration_time_s : 0;
+    c.input_bound = c.estimate.compute_iteration_time_s < c.estimate.iteration_time_s;
+    const std::set<int> used = layout_gpus(layout);
+    c.price_usd_per_hour = layout_price(cluster, cluster.devices(), used);
+    c.gpus = static_cast<int>(used.size());
     for (size_t d = 0; d < c.estimate.busy_s.size(); ++d) {
       if (c.estimate.busy_s[d] > 0) ++c.devices_used;
       if (c.estimate.busy_s[d] > c.slowest_busy_s) {
@@ -277,6 +302,42 @@ void in_parallel(int count, int threads, const std::function<void(int)>& work,
 }
 }  // namespace
 
+RankKey rank_key(const Candidate& c) {
+  return {c.estimate.iteration_time_s, c.input_bound, c.price_usd_per_hour, c.gpus, c.estimate.compute_iteration_time_s};
+}
+
+RankKey rank_key(const Scored& s) {
+  return {s.iteration_time_s, s.input_bound, s.price_usd_per_hour, s.gpus, s.compute_iteration_time_s};
+}
+
+std::vector<size_t> search_order(size_t n, const std::function<RankKey(size_t)>& key) {
+  constexpr double kTie = 1e-9;  // one loader's floor, summed over workers in another order
+  std::vector<RankKey> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = key(i);
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (keys[a].score != keys[b].score) return keys[a].score < keys[b].score;
+    return keys[a].input_bound && !keys[b].input_bound;  // a run of ties starts at an input-bound one
+  });
+  // Runs of ties, each from an input-bound candidate to the last within kTie of its score
+  // (one whose GPUs alone just reach that rate is in it too: it delivers the same).
+  for (size_t begin = 0; begin < n;) {
+    const RankKey& first = keys[order[begin]];
+    size_t end = begin + 1;
+    while (first.input_bound && end < n && keys[order[end]].score <= first.score * (1 + kTie)) ++end;
+    std::stable_sort(order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end),
+                     [&](size_t a, size_t b) {
+                       const RankKey &x = keys[a], &y = keys[b];
+                       if (x.price_usd_per_hour != y.price_usd_per_hour) return x.price_usd_per_hour < y.price_usd_per_hour;
+                       if (x.gpus != y.gpus) return x.gpus < y.gpus;
+                       return x.compute_iteration_time_s < y.compute_iteration_time_s;
+                     });
+    begin = end;
+  }
+  return order;
+}
+
 namespace {
 enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 
@@ -284,25 +345,31 @@ enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 // why it was left out.
 struct Scores {
   explicit Scores(size_t n)
-      : state(n, kRefused), time_s(n, 0), price(n, 0), workers(n, 0), tightest(n, -1), headroom(n, 0), why(n) {}
+      : state(n, kRefused), time_s(n, 0), price(n, 0), workers(n, 0), tightest(n, -1), headroom(n, 0), compute_s(n, 0),
+        gpus(n, 0), why(n) {}
   std::vector<char> state;
   std::vector<double> time_s, price;
   std::vector<double> workers;   // its layout's virtual workers (0: no layout)
   std::vector<double> tightest;  // the device of least free memory by the layout's bound (-1: none)
   std::vector<double> headroom;  // that device's free memory (negative: over)
+  std::vector<double> compute_s; // the layout's estimate with a loader that limits nothing
+  std::vector<double> gpus;      // the GPUs its layout uses
   std::vector<Rejected> why;     // refused: the error's words
+  RankKey key(size_t i) const {
+    return {time_s[i], compute_s[i] < time_s[i], price[i], static_cast<int>(gpus[i]), compute_s[i]};
+  }
 };
 
 // Gives every process every candidate's scores: each its groups' (state, time, price,
-// workers, tightest device, headroom), in rank order.
+// workers, tightest device, headroom, GPUs-only time, GPUs), in rank order.
 void share_scores(Scores& s, const std::vector<std::vector<size_t>>& groups, const SearchSpread& spread) {
   const auto size = static_cast<size_t>(spread.size), rank = static_cast<size_t>(spread.rank);
-  constexpr size_t kEach = 6;
+  constexpr size_t kEach = 8;
   std::vector<double> part;
   for (size_t g = rank; g < groups.size(); g += size) {
     for (const size_t at : groups[g]) {
       part.insert(part.end(), {static_cast<double>(s.state[at]), s.time_s[at], s.price[at], s.workers[at], s.tightest[at],
-                               s.headroom[at]});
+                               s.headroom[at], s.compute_s[at], s.gpus[at]});
     }
   }
   const std::vector<double> all = spread.all_gather(part);
@@ -317,10 +384,21 @@ void share_scores(Scores& s, const std::vector<std::vector<size_t>>& groups, con
         s.workers[at] = all[next + 3];
         s.tightest[at] = all[next + 4];
         s.headroom[at] = all[next + 5];
+        s.compute_s[at] = all[next + 6];
+        s.gpus[at] = all[next + 7];
         next += kEach;
       }
     }
   }
+}
+
+template <class T>
+std::vector<T> in_search_order(std::vector<T> items) {
+  const std::vector<size_t> order = search_order(items.size(), [&](size_t i) { return rank_key(items[i]); });
+  std::vector<T> out;
+  out.reserve(items.size());
+  for (const size_t i : order) out.push_back(std::move(items[i]));
+  return out;
 }
 
 // The result: the built ones ranked, the pruned ones unbuilt, the rest rejected with why.
@@ -367,16 +445,14 @@ SearchResult collect(const model::Cluster& cluster, const model::Network& networ
       case kScored:
         ++r.pruned;
         r.unbuilt.push_back(Scored{candidates[i], candidate_summary(candidates[i], static_cast<int>(s.workers[i])),
-                                   s.time_s[i], s.price[i]});
+                                   s.time_s[i], s.price[i], s.compute_s[i], s.compute_s[i] < s.time_s[i],
+                                   static_cast<int>(s.gpus[i])});
         break;
       case kBuilt: r.ranked.push_back(std::move(results[i])); break;
     }
   }
-  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
-    return a.estimate.iteration_time_s < b.estimate.iteration_time_s;
-  });
-  std::stable_sort(r.unbuilt.begin(), r.unbuilt.end(),
-                   [](const Scored& a, const Scored& b) { return a.iteration_time_s < b.iteration_time_s; });
+  r.ranked = in_search_order(std::move(r.ranked));
+  r.unbuilt = in_search_order(std::move(r.unbuilt));
   return r;
 }
 }  // namespace
@@ -390,7 +466,10 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   const int total = static_cast<int>(candidates.size());
   // 1. Every candidate's layout and its estimate, without a plan.
   Scores scores(candidates.size());
-  auto& [state, time_s, price, workers, tightest, headroom, why] = scores;
+  auto& [state, time_s, price, workers, tightest, headroom, compute_s, gpus, why] = scores;
+  // The GPUs' own time of an input-bound layout, whose estimate is its loader's floor.
+  const std::optional<CostModel> gpus_only =
+      cluster.input.given ? std::optional<CostModel>(cost.without_input()) : std::nullopt;
   std::vector<Layout> layouts(candidates.size());
   const std::vector<model::Device> devices = cluster.devices();
   if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size || (spread.size > 1 && !spread.all_gather)) {
@@ -429,7 +508,10 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
         layouts[at] = with_sync_of(laid_out, candidates[at]);
         const LayoutEstimate e = estimate_layout(network, layouts[at], cost);
         time_s[at] = e.iteration_time_s;
-        price[at] = layout_price(cluster, devices, layouts[at]);
+        compute_s[at] = gpus_only_time_s(network, layouts[at], cost, e.iteration_time_s, gpus_only ? &*gpus_only : nullptr);
+        const std::set<int> used = layout_gpus(layouts[at]);
+        price[at] = layout_price(cluster, devices, used);
+        gpus[at] = static_cast<double>(used.size());
         headroom[at] = e.headroom_bytes;
         tightest[at] = e.tightest_device;
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
@@ -451,8 +533,10 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     for (const std::string& f : candidate_families(candidates[static_cast<size_t>(i)])) families[f].push_back(i);
   }
   for (auto& [name, members] : families) {
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return time_s[static_cast<size_t>(a)] < time_s[static_cast<size_t>(b)]; });
+    const std::vector<int> scored = members;
+    const std::vector<size_t> order =
+        search_order(scored.size(), [&](size_t k) { return scores.key(static_cast<size_t>(scored[k])); });
+    for (size_t k = 0; k < order.size(); ++k) members[k] = scored[order[k]];
   }
   std::vector<Candidate> results(candidates.size());
   const size_t wanted = keep > 0 ? static_cast<size_t>(keep) : candidates.size();

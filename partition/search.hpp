@@ -48,7 +48,13 @@ int estimated_iterations(const PlanOptions& options);
 struct Candidate {
   PlanOptions options;
   std::string summary;  // "uniform t2 p4 d2, mb 4 x 8, 1f1b, recompute none, allreduce"
-  Estimate estimate;  // the built plan's (estimate_plan), but iteration time and throughput: its layout's estimate
+  // The built plan's (estimate_plan), but iteration time, throughput and the GPUs' own
+  // (compute_) figures: its layout's estimate.
+  Estimate estimate;
+  // Its layout's estimate is the loader's floor (partition/loading.hpp, loader_bound): the
+  // GPUs alone (estimate.compute_iteration_time_s) would go faster.
+  bool input_bound = false;
+  int gpus = 0;  // the GPUs its layout uses (workers and servers), as its price counts them
   double headroom_bytes = 0;  // the least free memory of any device (negative: does not fit)
   std::string tightest_device;  // that device
   double slowest_busy_s = 0;  // the busiest device's compute per iteration
@@ -64,7 +70,28 @@ struct Scored {
   std::string summary;             // candidate_summary, with its layout's worker count
   double iteration_time_s = 0;     // the layout's estimate, as Candidate's
   double price_usd_per_hour = 0;   // of the GPUs its layout uses, as Candidate's
+  double compute_iteration_time_s = 0;  // the layout's estimate with a loader that limits nothing
+  bool input_bound = false;        // as Candidate's
+  int gpus = 0;                    // as Candidate's
 };
+
+// What the search orders candidates by (search_order).
+struct RankKey {
+  double score = 0;                     // the objective: the layout's iteration time, or its cost
+  bool input_bound = false;             // the score is the loader's floor
+  double price_usd_per_hour = 0;
+  int gpus = 0;
+  double compute_iteration_time_s = 0;  // the GPUs' own: the layout's estimate with a loader that limits nothing
+};
+RankKey rank_key(const Candidate& c);
+RankKey rank_key(const Scored& s);
+
+// Items 0..n-1 in the search's order: the lower score first. Candidates whose scores tie
+// with an input-bound one's (within a relative 1e-9: one loader's floor) all deliver the
+// loader's rate, whichever a user picks: the cheaper comes first (price per hour, then fewer
+// GPUs), as it buys that rate for less and leaves GPUs free; then the one whose GPUs alone are
+// faster, as it goes furthest once the loader is made faster; else the items' own order.
+std::vector<size_t> search_order(size_t n, const std::function<RankKey(size_t)>& key);
 
 // A candidate the scoring left out, and why: the refusal as the policy or the builder threw it
 // (an InputError's file, field and message; a PlanError's message), or the device it overflows.
@@ -82,8 +109,8 @@ struct Rejected {
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;  // built candidates that fit, fastest (estimated) first
-  std::vector<Scored> unbuilt;    // the pruned ones (see `pruned`), fastest (estimated) first
+  std::vector<Candidate> ranked;  // built candidates that fit, in search_order of their estimates
+  std::vector<Scored> unbuilt;    // the pruned ones (see `pruned`), in search_order of their estimates
   int candidates = 0;             // in the space
   int refused = 0;                // the policies or the builder refused the options
   int over_memory = 0;            // some device's memory overflows (screened, or built and found so)

@@ -56,6 +56,7 @@ struct Entry {
   std::string summary;
   double score = 0;  // its estimate in the objective's unit
   double time_s = 0;  // its estimated iteration time
+  partition::RankKey key;  // what orders it (partition::search_order), the score its objective's
   State state = pending;
   partition::Rejected why;         // refused or over memory: why
   partition::Candidate candidate;  // built
@@ -81,6 +82,8 @@ class Walker {
       e.summary = c.summary;
       e.time_s = c.estimate.iteration_time_s;
       e.score = c.estimate.iteration_time_s * (request_.by_cost ? c.price_usd_per_hour / 3600 : 1);
+      e.key = partition::rank_key(c);
+      e.key.score = e.score;
       e.candidate = c;
       e.state = Entry::pending;  // its plan for the simulation is built when a walk reaches it
       entries_.push_back(std::move(e));
@@ -92,13 +95,12 @@ class Walker {
       e.summary = s.summary;
       e.time_s = s.iteration_time_s;
       e.score = s.iteration_time_s * (request_.by_cost ? s.price_usd_per_hour / 3600 : 1);
+      e.key = partition::rank_key(s);
+      e.key.score = e.score;
       entries_.push_back(std::move(e));
       prebuilt_.push_back(false);
     }
-    std::vector<size_t> order(entries_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries_[a].score < entries_[b].score; });
-    order_ = std::move(order);
+    order_ = partition::search_order(entries_.size(), [&](size_t i) { return entries_[i].key; });
   }
 
   // Walks the candidates `member` admits in estimate order: at least `at_least` simulated,
@@ -354,9 +356,23 @@ class Walker {
   bool over_budget_ = false;     // the budget was spent at the last round (by any process)
 };
 
-bool faster(const PlanRow& a, const PlanRow& b, bool by_cost) {
-  if (a.simulated != b.simulated) return a.simulated;
-  return score(a, by_cost) < score(b, by_cost);
+// Rows in the search's order: the simulated ones first, each part by its objective in
+// partition::search_order, so rows the loader holds to one rate go to the cheaper, as in the
+// scoring (their simulations differ in the last digits, not by anything the plans do).
+std::vector<PlanRow> in_order(std::vector<PlanRow> rows, bool by_cost) {
+  const auto simulated = static_cast<size_t>(
+      std::stable_partition(rows.begin(), rows.end(), [](const PlanRow& r) { return r.simulated; }) - rows.begin());
+  std::vector<PlanRow> out;
+  out.reserve(rows.size());
+  for (const auto& [from, to] : {std::pair<size_t, size_t>{0, simulated}, {simulated, rows.size()}}) {
+    const std::vector<size_t> order = partition::search_order(to - from, [&](size_t i) {
+      partition::RankKey k = partition::rank_key(rows[from + i].candidate);
+      k.score = score(rows[from + i], by_cost);
+      return k;
+    });
+    for (const size_t i : order) out.push_back(std::move(rows[from + i]));
+  }
+  return out;
 }
 
 }  // namespace
@@ -458,8 +474,7 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
                                                    "builder, or overflows a device's memory";
     } else {
       b.found = true;
-      b.row = *std::min_element(mine.begin(), mine.end(),
-                                [&](const PlanRow& x, const PlanRow& y) { return faster(x, y, request.by_cost); });
+      b.row = in_order(mine, request.by_cost).front();
       b.row.name = f.name;
       // The baselines' walks compete too: every plan simulated is ranked.
       rows.insert(rows.end(), mine.begin(), mine.end());
@@ -473,8 +488,7 @@ Outcome search_cluster(const model::Cluster& cluster, const model::Network& netw
     r.name.clear();
     o.ranked.push_back(std::move(r));
   }
-  std::stable_sort(o.ranked.begin(), o.ranked.end(),
-                   [&](const PlanRow& a, const PlanRow& b) { return faster(a, b, request.by_cost); });
+  o.ranked = in_order(std::move(o.ranked), request.by_cost);
   o.dropped.refused = scoring.refused;
   o.dropped.over_memory = scoring.over_memory;
   o.dropped.screened = scoring.screened;

@@ -342,7 +342,7 @@ class Simulation {
         if (start_step(stream, s, flight)) return;
         break;
       case TaskKind::load:
-        if (start_load(stream, s, t, flight)) return;
+        if (start_load(stream, s, id, flight)) return;
         break;
     }
     complete_head(d, s, check);  // nothing to wait for
@@ -352,11 +352,19 @@ class Simulation {
   // preprocessing on its node's loader workers at once (each a host whose speed its users
   // share), as the parts overlap across micro-batches; the task ends with the last. Tracked
   // as a collective of no steps: the stream completes when `outstanding` reaches 0. False
-  // when there is nothing to wait for.
-  bool start_load(Stream& stream, size_t s, const Task& t, InFlight& flight) {
+  // when there is nothing to wait for. A replayed load (SimOptions::compute_s) lasts its
+  // measured time on the timer instead: what its loader did then, contention included.
+  bool start_load(Stream& stream, size_t s, int id, InFlight& flight) {
+    const Task& t = plan_.task(id);
     stream.steps.clear();
     stream.step = 0;
     stream.outstanding = 0;
+    if (const size_t at = instance(id, stream.iteration); at < options_.compute_s.size() && options_.compute_s[at] >= 0) {
+      if (!(options_.compute_s[at] > 0)) return false;
+      start_timer(options_.compute_s[at], s, flight);
+      stream.outstanding = 1;
+      return stream.collective = true;
+    }
     const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(t.device)].node);
     auto run = [&](sg::Host* on, double amount) {
       if (on == nullptr || !(amount > 0)) return;
@@ -375,6 +383,14 @@ class Simulation {
     return stream.collective;
   }
 
+  // A wait of `seconds` for stream s on the timer host. (Exec::init()->set_host: Host::exec_init
+  // runs where the calling actor is, the device.)
+  void start_timer(double seconds, size_t s, InFlight& flight) {
+    flight.add(sg::Exec::init()->set_flops_amount(seconds * Platform::kTimerRate)->set_host(platform_.timer)
+                   ->set_bound(Platform::kTimerRate)->start(), s);
+    ++activities_;
+  }
+
   // Issues the current step of stream s's collective; false when there is none left.
   bool start_step(Stream& stream, size_t s, InFlight& flight) {
     // A wait of no time (a ring of no latency) is no step.
@@ -386,14 +402,7 @@ class Simulation {
     if (stream.step >= stream.steps.size()) return false;
     const MailboxStep& step = stream.steps[stream.step];
     if (step.delay_s > 0 && !options_.free_communication) {
-      // (Exec::init()->set_host: Host::exec_init runs where the calling actor is, the device.)
-      flight.add(sg::Exec::init()
-                     ->set_flops_amount(step.delay_s * Platform::kTimerRate)
-                     ->set_host(platform_.timer)
-                     ->set_bound(Platform::kTimerRate)
-                     ->start(),
-                 s);
-      ++activities_;
+      start_timer(step.delay_s, s, flight);
       stream.outstanding = 1;
       return true;
     }

@@ -58,7 +58,8 @@ struct SimOptions {
   bool coalesce_rings = true;
   // Replay: per compute task instance (index iteration x tasks + task), seconds it takes at
   // its device's nominal speed instead of the cost model's (a straggler still slows it; a
-  // negative entry keeps the cost model's). Empty: the cost model everywhere.
+  // negative entry keeps the cost model's); per load task instance, seconds it takes instead
+  // of the input path's (negative: the input path's). Empty: the models everywhere.
   std::vector<double> compute_s;
   // Called in the caller's process (simulate() forwards it from the child) at most once per
   // interval while the simulation runs, never after it ends; empty: no reports.

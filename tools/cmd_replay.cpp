@@ -1,5 +1,5 @@
-// hetflow replay: run a trace's plan in the simulator with every compute task instance taking
-// the time the trace measured (communication still modelled by the network), and report
+// hetflow replay: run a trace's plan in the simulator with every compute and load task instance
+// taking the time the trace measured (communication still modelled by the network), and report
 // the replayed iteration times against the measured ones. Three steps, as in simulate: read
 // the trace and its plan, replay, report.
 #include <algorithm>
@@ -35,6 +35,7 @@ struct Replay {
   partition::Plan plan;  // with the trace's iteration count
   int planned_iterations = 0;  // a partial trace's run's (plan holds its complete ones)
   sim::SimOptions options;
+  long long loads = 0, measured_loads = 0;  // load task instances of the plan; of those, timed by the trace
 };
 
 // A calibrated dispatch (the hand-off before each task, which no measured duration holds)
@@ -87,11 +88,18 @@ Replay read_replay(const po::variables_map& vm) {
   const std::vector<double> dispatch_s = dispatch_of_devices(r.plan, r.options.calibration);
   const traces::EventIndex index(r.measured, r.plan);
   for (const traces::Event& e : r.measured.events) {
-    if (!partition::is_compute(e.kind)) continue;
+    const bool load = e.kind == partition::TaskKind::load;
+    if (!partition::is_compute(e.kind) && !load) continue;
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || r.plan.tasks[static_cast<size_t>(e.task)].kind != e.kind) {
       throw InputError(r.trace_path, 0, "task",
                        "event of task " + std::to_string(e.task) + " (" + std::string(partition::to_string(e.kind)) +
                            ") is no such task of the plan");
+    }
+    if (load) {  // what the loader took then, whatever slowed it (its input path, a throttle, the others' loads)
+      double& s = r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)];
+      r.measured_loads += s < 0;
+      s = std::max(0.0, e.end_s - e.start_s);
+      continue;
     }
     const size_t device = static_cast<size_t>(r.plan.tasks[static_cast<size_t>(e.task)].device);
     r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
@@ -100,6 +108,7 @@ Replay read_replay(const po::variables_map& vm) {
   long long missing = 0;  // compute instances without a measured duration
   for (size_t i = 0; i < r.options.compute_s.size(); ++i) {
     missing += r.options.compute_s[i] < 0 && partition::is_compute(r.plan.tasks[i % tasks].kind);
+    r.loads += r.plan.tasks[i % tasks].kind == partition::TaskKind::load;
   }
   if (missing > 0) {
     throw InputError(r.trace_path, 0, "events",
@@ -155,6 +164,16 @@ WhatIfReplay read_what_if_replay(const po::variables_map& vm, const Replay& r) {
 }
 
 // --- step 3: the report ---
+
+// Where the replay's load tasks take their time from: the trace, or where it has none, the
+// plan's input path (a trace from before loads were timed, or one that left them out).
+std::string loads_text(const Replay& r) {
+  if (r.measured_loads == r.loads) return "every load at its measured duration (the loader as it ran)";
+  const std::string path = "the plan's input path, in closed form";
+  if (r.measured_loads == 0) return "the trace has no load times: every load by " + path;
+  return std::to_string(r.measured_loads) + " of the " + std::to_string(r.loads) +
+         " loads at their measured durations, the rest by " + path;
+}
 
 std::vector<double> step_times(const traces::Metrics& m) {
   std::vector<double> out;
@@ -243,6 +262,7 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
            {"replayed_iteration_time_s", got.iteration_time_s},
            {"iteration_time_error", error},
            {"wall_s", replayed.wall_s}};
+    if (r.loads > 0) j["loads"] = {{"instances", r.loads}, {"measured", r.measured_loads}};
     if (!r.measured.partial.empty()) {
       j["partial"] = r.measured.partial;
       j["planned_iterations"] = r.planned_iterations;
@@ -261,6 +281,7 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
   out << "replayed " << r.plan.network.name << " on " << r.plan.cluster.name << " from " << r.trace_path << " ("
       << r.measured.source << (r.measured.compute.empty() ? "" : ", compute " + r.measured.compute)
       << "): every compute task at its measured duration, communication by the simulator's network\n";
+  if (r.loads > 0) out << "  " << loads_text(r) << "\n";
   if (!r.measured.partial.empty()) {
     out << "  a partial trace (" << r.measured.partial << "): its " << r.plan.layout.iterations
         << " complete iteration" << (r.plan.layout.iterations == 1 ? "" : "s") << " of " << r.planned_iterations << "\n";
@@ -289,6 +310,9 @@ int run_replay(const std::vector<std::string>& args, std::ostream& out) {
         out << ", " << w.transferred.modelled_tasks << " by the cost model (layers or GPU types the trace never ran)";
       }
       out << ")\n";
+      const bool loads = std::any_of(changed.tasks.begin(), changed.tasks.end(),
+                                     [](const partition::Task& t) { return t.kind == partition::TaskKind::load; });
+      if (loads) out << "  (the other plan's loads: by its input path, in closed form, not the trace's)\n";
     }
   }
   if (vm.count("trace")) out << "wrote " << vm["trace"].as<std::string>() << "\n";

@@ -171,7 +171,8 @@ void report_text(std::ostream& out, const sim::SimResult& result, const traces::
   if (const std::string cause = traces::over_peak_cause(m); !cause.empty()) out << "    (" << cause << ")\n";
   out << "  bubble fraction    ";
   if (has_workers) {
-    out << m.bubble_fraction << " (of each stage's pipeline span, time without a pass of its own)\n";
+    out << m.bubble_fraction << " (of each stage's pipeline span, time without a pass of its own"
+        << (partition::loader_bound(plan).bounded ? " or a wait for input" : "") << ")\n";
   } else {
     out << "- (no pipeline schedule)\n";
   }

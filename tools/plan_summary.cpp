@@ -113,6 +113,10 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
   if (plan.network.tokens_per_sample > 1) out << ", " << std::setprecision(0) << e.throughput_tokens_per_s << " tokens/s";
   out << "\n  bubble fraction  " << std::setprecision(3) << e.bubble_fraction << "\n" << std::defaultfloat;
   print_input_bound(out, plan, e.compute_throughput_samples_per_s);
+  if (partition::loader_bound(plan).bounded) {
+    out << "  input wait       " << u::human_time_s(e.input_wait_s)
+        << " per iteration (the next forward waiting for its load; mean over computing devices, not in the bubble)\n";
+  }
   out << "  " << std::left << std::setw(22) << "device" << std::right << std::setw(12) << "busy" << std::setw(14)
       << "peak memory" << std::setw(12) << "capacity" << "\n";
   const size_t devices = static_cast<size_t>(plan.device_count());
@@ -182,7 +186,10 @@ Json estimate_json(const Plan& plan, const partition::Estimate& e) {
                                    {"workspace_bytes", m.workspace_bytes}}}});
   }
   j["devices"] = std::move(devices);
-  if (Json loader = input_bound_json(plan, e.compute_throughput_samples_per_s); !loader.is_null()) j["loader"] = std::move(loader);
+  if (Json loader = input_bound_json(plan, e.compute_throughput_samples_per_s); !loader.is_null()) {
+    loader["input_wait_s"] = e.input_wait_s;  // per iteration, mean over computing devices
+    j["loader"] = std::move(loader);
+  }
   return j;
 }
 

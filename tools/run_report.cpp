@@ -42,8 +42,8 @@ void print_loader(std::ostream& out, const run::Request& r, const traces::Metric
   out << "  loader: a load task per micro-batch";
   const auto waited = [&] {
     out << "  waiting for the loader: " << u::human_time_s(m.input_wait_s) << " of each iteration's "
-        << u::human_time_s(m.iteration_time_s) << " (mean over the devices; the bubble fraction, " << std::fixed
-        << std::setprecision(1) << 100 * m.bubble_fraction << " %, counts it too)\n" << std::defaultfloat;
+        << u::human_time_s(m.iteration_time_s) << " (mean over the devices; apart from the bubble fraction, " << std::fixed
+        << std::setprecision(1) << 100 * m.bubble_fraction << " %)\n" << std::defaultfloat;
   };
   if (r.loader_throttle_s_per_sample <= 0) {
     out << ", unthrottled (--loader-throttle slows it)\n";

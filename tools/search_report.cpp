@@ -54,7 +54,11 @@ void print_rows(std::ostream& out, const std::vector<PlanRow>& all, bool named, 
         << std::setw(11) << u::human_bytes(r.candidate.headroom_bytes) << std::setw(8) << std::setprecision(3)
         << (r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction) << std::setw(10)
         << (r.simulated ? u::human_time_s(r.exposed_comm_s) : std::string("-")) << "  " << r.candidate.slowest_device << " ("
-        << u::human_time_s(r.candidate.slowest_busy_s) << ")" << (r.note.empty() ? "" : "  " + r.note) << "\n";
+        << u::human_time_s(r.candidate.slowest_busy_s) << ")"
+        << (r.candidate.input_bound
+                ? "  input-bound (GPUs alone " + u::human_time_s(r.candidate.estimate.compute_iteration_time_s) + ")"
+                : "")
+        << (r.note.empty() ? "" : "  " + r.note) << "\n";
     out.unsetf(std::ios::fixed);
   }
 }
@@ -130,7 +134,9 @@ Json row_json(const PlanRow& r) {
             {"bubble_fraction", r.simulated ? r.bubble : r.candidate.estimate.bubble_fraction},
             {"headroom_bytes", r.candidate.headroom_bytes},
             {"busiest_device", r.candidate.slowest_device},
-            {"busiest_device_busy_s", r.candidate.slowest_busy_s}});
+            {"busiest_device_busy_s", r.candidate.slowest_busy_s},
+            {"input_bound", r.candidate.input_bound},
+            {"compute_iteration_time_s", r.candidate.estimate.compute_iteration_time_s}});
   if (r.simulated) j["mfu"] = r.mfu, j["exposed_comm_s"] = r.exposed_comm_s;
   if (!r.name.empty()) j["name"] = r.name;
   return j;

@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "partition/loading.hpp"
+
 namespace hetflow::traces {
 
 namespace {
@@ -17,12 +19,10 @@ struct Edge {
 };
 constexpr int kComputeEdge = -1, kInputWaitEdge = -2;
 
-// Per device, the spans in which its next forward waits for its load: [the later of the
-// load's start and the end of the task before the forward on its stream, the earlier of the
-// load's end and the forward's start]. A load feeds the stage-0 forward of its device,
-// iteration and micro-batch.
-std::vector<std::vector<Window>> input_waits(const Trace& trace) {
-  std::vector<std::vector<Window>> out(trace.device_names.size());
+}  // namespace
+
+std::vector<InputWait> input_waits(const Trace& trace) {
+  std::vector<InputWait> out;
   std::map<std::tuple<int, int, int>, const Event*> loads;  // (device, iteration, micro-batch)
   std::map<std::pair<int, std::string>, std::vector<const Event*>> streams;  // (device, stream): its events
   for (const Event& e : trace.events) {
@@ -39,16 +39,14 @@ std::vector<std::vector<Window>> input_waits(const Trace& trace) {
       const Event& f = *events[i];
       if (f.kind != partition::TaskKind::forward || f.stage != 0) continue;
       const auto load = loads.find({f.device, f.iteration, f.microbatch});
-      if (load == loads.end() || f.device < 0 || static_cast<size_t>(f.device) >= out.size()) continue;
+      if (load == loads.end() || f.device < 0 || static_cast<size_t>(f.device) >= trace.device_names.size()) continue;
       const double before_s = i > 0 ? events[i - 1]->end_s : 0.0;
-      const Window w{std::max(load->second->start_s, before_s), std::min(load->second->end_s, f.start_s)};
-      if (w.length_s() > 0) out[static_cast<size_t>(f.device)].push_back(w);
+      const partition::InputWaitSpan w = partition::input_wait_span(load->second->start_s, load->second->end_s, before_s, f.start_s);
+      if (w.length_s() > 0) out.push_back({f.device, f.iteration, {w.from_s, w.to_s}});
     }
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<double> iteration_ends_s(const Trace& trace) {
   int iterations = 0;
@@ -96,14 +94,11 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
       edges[static_cast<size_t>(e.device)].push_back({end, +1, -1});
     }
   }
-  const std::vector<std::vector<Window>> waits = input_waits(trace);
-  for (size_t d = 0; d < devices; ++d) {
-    for (const Window& w : waits[d]) {
-      const double start = std::max(w.from_s, window.from_s), end = std::min(w.to_s, window.to_s);
-      if (!(end > start)) continue;
-      edges[d].push_back({start, +1, kInputWaitEdge});
-      edges[d].push_back({end, -1, kInputWaitEdge});
-    }
+  for (const InputWait& w : input_waits(trace)) {
+    const double start = std::max(w.window.from_s, window.from_s), end = std::min(w.window.to_s, window.to_s);
+    if (!(end > start)) continue;
+    edges[static_cast<size_t>(w.device)].push_back({start, +1, kInputWaitEdge});
+    edges[static_cast<size_t>(w.device)].push_back({end, -1, kInputWaitEdge});
   }
   for (size_t d = 0; d < devices; ++d) {
     auto& mine = edges[d];
@@ -118,6 +113,8 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
       if (span > 0) {
         if (computing > 0) {
           time.compute_s += span;
+        } else if (waiting > 0) {  // before communication: the device would wait for its input anyway
+          time.input_wait_s += span;
         } else if (communicating > 0) {
           int kinds = 0;
           for (const int a : active) kinds += a > 0;
@@ -125,8 +122,6 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
             if (active[p] > 0) comm[p] += span / kinds;
           }
           time.exposed_comm_s += span;
-        } else if (waiting > 0) {
-          time.input_wait_s += span;
         }
         at = x.t_s;
       }
@@ -142,7 +137,8 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
     for (size_t p = 0; p < purposes.size(); ++p) {
       if (comm[p] > 0) time.exposed_comm_by_purpose_s[purposes[p]] += comm[p];
     }
-    // The rest of the window, so the three add up to its length (no rounding left over).
+    // The rest of the window, so the three add up to its length (no rounding left over); input
+    // wait is a part of idle.
     time.idle_s = std::max(0.0, window.length_s() - time.compute_s - time.exposed_comm_s);
   }
   return out;

@@ -69,6 +69,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       for (const std::string& cls : cost.link_classes(e.device, next)) m.bytes_per_link_class[cls] += sent / measured;
     }
   }
+  for (const InputWait& w : input_waits(trace)) bubble.add_input_wait(w.device, w.iteration, w.window.from_s, w.window.to_s);
   // A folded plan's trace holds worker 0's tasks: every replica does the same work and moves
   // the same bytes.
   const double replicas = plan.layout.folded ? static_cast<double>(std::max<size_t>(1, workers)) : 1.0;

@@ -33,7 +33,7 @@ Built build(const model::Cluster& cluster, const model::Network& net, PlanOption
 
 // The analytic bubble of an equal-stage pipeline (16 equal layers, 8 identical GPUs, one
 // virtual worker, free communication).
-double equal_stage_bubble(const char* schedule, int p, int m, int v = 1) {
+double equal_stage_bubble(const char* schedule, int p, int m, int v = 1, model::InputPath input = {}) {
   PlanOptions o;
   o.schedule = schedule;
   o.pipeline = p;
@@ -41,7 +41,9 @@ double equal_stage_bubble(const char* schedule, int p, int m, int v = 1) {
   o.data = 1;
   o.microbatches = m;
   o.workspace_bytes = 0;
-  const Built b = build(test_support::identical_cluster(8), test_support::equal_layers(16), o, true);
+  model::Cluster cluster = test_support::identical_cluster(8);
+  cluster.input = input;
+  const Built b = build(cluster, test_support::equal_layers(16), o, true);
   const Validation valid = validate_plan(b.plan);
   EXPECT_TRUE(valid.ok()) << (valid.ok() ? "" : valid.problems.front());
   CostModel cost(b.cluster, b.network.precision);
@@ -72,6 +74,21 @@ TEST(PlanBubble, GpipeAnd1f1bMatchClosedForm) {
         EXPECT_NEAR(equal_stage_bubble(schedule, p, m), (p - 1.0) / (m + p - 1.0), 1e-9)
             << schedule << " p=" << p << " m=" << m;
       }
+    }
+  }
+}
+
+// Load tasks on a loader that keeps up leave the pipeline's bubble where it was: the first
+// stage's forwards wait for nothing but the stage's own work (the very first load, before
+// the span, is outside the bubble).
+TEST(PlanBubble, ALoaderThatKeepsUpLeavesTheClosedForm) {
+  model::InputPath fast;
+  fast.given = true;
+  fast.preprocess_s_per_sample = 1e-9;  // a nanosecond a sample: far below any stage's compute
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    for (const auto& [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{8, 3}}) {
+      EXPECT_NEAR(equal_stage_bubble(schedule, p, m, 1, fast), (p - 1.0) / (m + p - 1.0), 1e-6)
+          << schedule << " p=" << p << " m=" << m;
     }
   }
 }

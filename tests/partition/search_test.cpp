@@ -181,3 +181,27 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
     }
   }
 }
+
+// The search's order by its stated rule: the lower score first; among candidates whose scores
+// tie with an input-bound one's (one loader's floor, to a relative 1e-9) the cheaper per hour,
+// then the one of fewer GPUs, then the faster on its GPUs alone; otherwise the given order.
+// The oracle is the rule applied by hand to keys chosen so that each step decides one pair.
+TEST(Search, InputBoundTiesGoToTheCheapestThenTheSmallestThenTheFastestGpus) {
+  using partition::RankKey;
+  const double floor_s = 0.5;
+  const std::vector<RankKey> keys = {
+      {floor_s, true, 10, 32, 0.02},               // 0: tied, dearer
+      {floor_s * (1 + 1e-12), true, 8, 32, 0.03},  // 1: tied (rounding), cheaper
+      {floor_s, true, 8, 16, 0.04},                // 2: tied, as cheap, fewer GPUs
+      {floor_s, true, 8, 16, 0.01},                // 3: as 2, faster GPUs alone
+      {0.4, false, 50, 64, 0.4},                   // 4: faster than the loader's floor: first whatever its price
+      {floor_s, false, 1, 1, floor_s},             // 5: GPUs alone just at the loader's rate, cheapest: tied, first
+      {0.6, true, 0, 1, 0.01},                     // 6: a slower loader's floor: last
+      {floor_s * (1 + 1e-6), true, 1, 1, 0.01},    // 7: a loader floor apart, not tied
+  };
+  const std::vector<size_t> order = partition::search_order(keys.size(), [&](size_t i) { return keys[i]; });
+  EXPECT_EQ(order, (std::vector<size_t>{4, 5, 3, 2, 1, 0, 7, 6}));
+  // Without ties, the scores' order (stable).
+  const std::vector<RankKey> plain = {{3, false, 0, 1, 3}, {1, false, 9, 9, 1}, {2, false, 0, 1, 2}, {1, false, 0, 1, 1}};
+  EXPECT_EQ(partition::search_order(plain.size(), [&](size_t i) { return plain[i]; }), (std::vector<size_t>{1, 3, 2, 0}));
+}

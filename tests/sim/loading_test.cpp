@@ -13,6 +13,7 @@
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
 #include "sim/simulator.hpp"
+#include "traces/metrics.hpp"
 
 using namespace hetflow;
 using partition::Plan;
@@ -157,4 +158,64 @@ TEST(Loading, TheEstimateOfAFoldedPlanIsBoundAsTheWholeOne) {
   ASSERT_TRUE(folded.layout.folded);
   EXPECT_NEAR(partition::estimate_plan(folded, cost).throughput_samples_per_s / 400, 1.0, 0.02);
   EXPECT_NEAR(partition::estimate_plan(resnet_plan(cluster), cost).throughput_samples_per_s / 400, 1.0, 0.02);
+}
+
+// Waiting for the loader is the loader's time, not the pipeline's: an input-bound one-stage
+// plan keeps the bubble it has with no loader at all, and each device waits, per iteration,
+// the loader's surplus over the GPUs: the closed-form loader iteration (samples over the file
+// system's rate) less the plan's iteration without a loader. The estimate and the
+// simulation alike.
+TEST(Loading, AnInputBoundPlansWaitsAreInputWaitNotBubble) {
+  const model::Cluster plain = cluster_with("");
+  const partition::CostModel cost(plain, model::Precision::fp16);
+  const Plan unloaded = resnet_plan(plain);
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 GB/s}\n"));
+  const double loader_s = samples_per_iteration() * plan.network.stored_sample_bytes() / 1e9;
+
+  const partition::Estimate gpus = partition::estimate_plan(unloaded, cost);
+  const partition::Estimate e = partition::estimate_plan(plan, cost);
+  ASSERT_GT(loader_s, 2 * gpus.iteration_time_s) << "the test wants an input-bound plan";
+  EXPECT_EQ(gpus.input_wait_s, 0);
+  EXPECT_NEAR(e.bubble_fraction, gpus.bubble_fraction, 1e-3);
+  EXPECT_NEAR(e.input_wait_s, loader_s - gpus.iteration_time_s, 0.02 * loader_s);
+
+  const sim::SimResult without = sim::simulate(unloaded, {});
+  const sim::SimResult with = sim::simulate(plan, {});
+  ASSERT_TRUE(without.completed && with.completed);
+  const traces::Metrics m0 = traces::compute_metrics(without.trace, unloaded, cost);
+  const traces::Metrics m = traces::compute_metrics(with.trace, plan, cost);
+  EXPECT_NEAR(m.iteration_time_s / loader_s, 1.0, 0.02);
+  EXPECT_NEAR(m.bubble_fraction, m0.bubble_fraction, 1e-3);
+  EXPECT_NEAR(m.input_wait_s, loader_s - m0.iteration_time_s, 0.02 * loader_s);
+  for (const traces::DeviceMetrics& d : m.devices) {
+    // Busy, exposed communication, input wait and the rest add up to the iteration.
+    EXPECT_LE(d.input_wait_s, d.idle_s + 1e-12) << d.name;
+    EXPECT_NEAR(d.busy_s + d.exposed_comm_s + d.idle_s, m.iteration_time_s, 1e-9) << d.name;
+  }
+}
+
+// Replay's durations replace the input path's for load tasks too (SimOptions::compute_s): each
+// load of a plan whose file system would be far faster lasts a given time, one after another
+// on its device's load stream, so a loader-bound iteration takes the micro-batches' loads
+// back to back, kMicrobatches x the given time; a negative entry keeps the input path's.
+TEST(Loading, ReplayedLoadsLastTheirGivenTime) {
+  const Plan plan = resnet_plan(cluster_with("input: {shared_read: 1 PB/s}\n"));
+  const double load_s = 0.05;  // far above the 10-odd ms of compute an iteration
+  sim::SimOptions options;
+  options.compute_s.assign(plan.tasks.size() * kIterations, -1);
+  for (int i = 0; i < kIterations; ++i) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      if (plan.tasks[t].kind == TaskKind::load) options.compute_s[static_cast<size_t>(i) * plan.tasks.size() + t] = load_s;
+    }
+  }
+  const sim::SimResult r = sim::simulate(plan, options);
+  ASSERT_TRUE(r.completed);
+  const partition::CostModel cost(plan.cluster, plan.layout.precision);
+  const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost);
+  EXPECT_NEAR(m.iteration_time_s / (kMicrobatches * load_s), 1.0, 1e-6);
+  for (const traces::Event& e : r.trace.events) {
+    if (e.kind == TaskKind::load) EXPECT_NEAR(e.end_s - e.start_s, load_s, 1e-9);
+  }
+  // Without them, the input path's: the GPUs' rate.
+  EXPECT_LT(traces::compute_metrics(sim::simulate(plan, {}).trace, plan, cost).iteration_time_s, 0.5 * kMicrobatches * load_s);
 }

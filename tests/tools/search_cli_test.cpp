@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -338,4 +339,78 @@ TEST(SearchCli, WspCandidatesRunAtTheGivenStalenessOverTheirSteadyState) {
   EXPECT_EQ(s["iterations"], 8);
   EXPECT_NEAR(s["iteration_time_s"].get<double>(), j["best"]["iteration_time_s"].get<double>(),
               1e-6 * j["best"]["iteration_time_s"].get<double>());
+}
+
+// On a cluster whose loader is slower than any layout's GPUs (the NFS example: 1 GB/s shared
+// by all, 8,663 ImageNet samples/s), every layout whose loads spread over the nodes is held to
+// the file system's closed form, 4096 samples / 8,663 samples/s, and ties there; those are
+// ranked by what their GPUs alone would do (each uses all 32 GPUs and has no price), which is
+// the same search on the same cluster without its input section. Deeper pipelines put their
+// workers' loads on fewer nodes, whose loader workers bound them lower: apart, and after.
+TEST(SearchCli, InputBoundCandidatesRankByWhatTheirGpusAloneWouldDo) {
+  const std::string nfs = HETFLOW_SOURCE_DIR "/tools/examples/a100x32-nfs.yaml";
+  const auto dir = scratch_dir();
+  const std::string plain = (dir / "a100x32.yaml").string();
+  {
+    std::ifstream in(nfs);
+    std::ofstream out(plain);
+    for (std::string line; std::getline(in, line) && line.rfind("input:", 0) != 0;) out << line << "\n";
+  }
+  const std::string space = " --model resnet50 --global-batch 4096 --policies uniform --tensor 1 --pipeline 1,2,4 "
+                            "--micro-batch 32,64 --schedules 1f1b --recompute none --sync allreduce";
+  const auto bound = run_hetflow("search --cluster " + nfs + space + " --top 0 --json");
+  const auto free = run_hetflow("search --cluster " + plain + space + " --top 0 --json");
+  ASSERT_EQ(bound.status, 0) << bound.err;
+  ASSERT_EQ(free.status, 0) << free.err;
+  // Every candidate's estimate, in the search's order (--top 0: the dropped list holds them all).
+  const auto order = [](const std::string& out) {
+    std::vector<std::pair<std::string, double>> rows;
+    const auto j = nlohmann::json::parse(out);
+    for (const auto& d : j["dropped_candidates"]) {
+      rows.emplace_back(d["plan"].get<std::string>(), d["estimated_iteration_time_s"].get<double>());
+    }
+    return rows;
+  };
+  const auto held = order(bound.out), gpus = order(free.out);
+  ASSERT_EQ(held.size(), 6u);
+  ASSERT_EQ(gpus.size(), held.size());
+  std::map<std::string, double> gpus_s(gpus.begin(), gpus.end());
+  const double loader_s = 4096 / (1e9 / (147897477120.0 / 1281167.0));
+  int at_floor = 0;
+  for (const auto& [plan, s] : held) {
+    EXPECT_GT(s, gpus_s.at(plan)) << plan << ": input-bound";
+    if (std::abs(s / loader_s - 1) < 1e-9) ++at_floor;
+  }
+  EXPECT_EQ(at_floor, 4);  // p1 and p2, both micro-batch sizes
+  // The expected order: by the loader's floor (to 1e-9), then by the GPUs' own estimate.
+  std::vector<std::pair<std::string, double>> expected = held;
+  std::stable_sort(expected.begin(), expected.end(), [&](const auto& a, const auto& b) {
+    if (std::abs(a.second / b.second - 1) > 1e-9) return a.second < b.second;
+    return gpus_s.at(a.first) < gpus_s.at(b.first);
+  });
+  EXPECT_EQ(held, expected);
+  // The report says so, with the GPUs' own time.
+  const auto j = nlohmann::json::parse(bound.out);
+  EXPECT_TRUE(j["ranked"][0]["input_bound"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["ranked"][0]["compute_iteration_time_s"].get<double>(), gpus_s.at(j["ranked"][0]["plan"]));
+  EXPECT_FALSE(nlohmann::json::parse(free.out)["ranked"][0]["input_bound"].get<bool>());
+  const auto text = run_hetflow("search --cluster " + nfs + space + " --top 0");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("  input-bound (GPUs alone 22.7 ms)\n"), std::string::npos) << text.out;
+  // Simulated, the plans the loader holds run at its rate to the last digits, and the same
+  // rule orders them: the best is the one whose GPUs alone are fastest.
+  const auto simulated = run_hetflow("search --cluster " + nfs + space + " --top 2 --json");
+  ASSERT_EQ(simulated.status, 0) << simulated.err;
+  const auto s = nlohmann::json::parse(simulated.out);
+  ASSERT_GE(s["ranked"].size(), 2u);
+  std::vector<std::string> plans, by_gpus;
+  for (const auto& r : s["ranked"]) {
+    EXPECT_TRUE(r["simulated"].get<bool>());
+    EXPECT_NEAR(r["iteration_time_s"].get<double>() / loader_s, 1.0, 1e-9);
+    plans.push_back(r["plan"]);
+  }
+  by_gpus = plans;
+  std::stable_sort(by_gpus.begin(), by_gpus.end(), [&](const std::string& a, const std::string& b) { return gpus_s.at(a) < gpus_s.at(b); });
+  EXPECT_EQ(plans, by_gpus);
+  EXPECT_EQ(s["best"]["plan"], held.front().first);
 }
