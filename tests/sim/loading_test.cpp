@@ -214,7 +214,9 @@ TEST(Loading, ReplayedLoadsLastTheirGivenTime) {
   const traces::Metrics m = traces::compute_metrics(r.trace, plan, cost);
   EXPECT_NEAR(m.iteration_time_s / (kMicrobatches * load_s), 1.0, 1e-6);
   for (const traces::Event& e : r.trace.events) {
-    if (e.kind == TaskKind::load) EXPECT_NEAR(e.end_s - e.start_s, load_s, 1e-9);
+    if (e.kind == TaskKind::load) {
+      EXPECT_NEAR(e.end_s - e.start_s, load_s, 1e-9);
+    }
   }
   // Without them, the input path's: the GPUs' rate.
   EXPECT_LT(traces::compute_metrics(sim::simulate(plan, {}).trace, plan, cost).iteration_time_s, 0.5 * kMicrobatches * load_s);
