@@ -20,19 +20,9 @@
 
 using namespace hetflow;
 using namespace hetflow::partition;
+using hetflow::test_support::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.field() + ": " + e.message();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 const model::Network& gpt() {
   static const model::Network net =

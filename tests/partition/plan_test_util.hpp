@@ -1,12 +1,28 @@
 #pragma once
 // Small clusters and networks for plan tests, built in code.
+#include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "model/cluster.hpp"
 #include "model/io.hpp"
+#include "model/error.hpp"
 #include "model/network.hpp"
 
 namespace hetflow::test_support {
+
+// What `f` throws, as a user reads it: "field: message" of an InputError, or the text of an
+// invalid_argument; "no error" when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.field() + ": " + e.message();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 // One node of `gpus` identical GPUs (A100-80, NVSwitch), or `nodes` such nodes on a switch.
 inline model::Cluster identical_cluster(int gpus, int nodes = 1, const std::string& gpu = "A100-80") {

@@ -20,17 +20,9 @@
 
 using namespace hetflow;
 using namespace hetflow::partition;
+using hetflow::test_support::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.field() + ": " + e.message();
-  }
-  return "no error";
-}
 
 Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
   o.precision = net.precision;
