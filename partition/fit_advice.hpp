@@ -19,7 +19,8 @@ namespace hetflow::partition {
 bool fits_in_memory(const Plan& plan);
 
 struct FitAdvice {
-  // The PlanOptions members to change, by name ("pipeline", "tensor", "recompute", "zero_stage") with
+  // The PlanOptions members to change, by name ("pipeline", "tensor", "recompute", "zero_stage",
+  // "reshard_after_forward") with
   // their new values as text: tools/ turns them into its options.
   std::vector<std::pair<std::string, std::string>> changes;
   PlanOptions options;              // the options with the changes made

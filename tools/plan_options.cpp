@@ -364,7 +364,12 @@ void require_valid_or_advise(const partition::Plan& plan, const po::variables_ma
     size_t width = 0;
     for (const partition::FitAdvice& a : advice) {
       std::string change;
-      for (const auto& [member, value] : a.changes) change += (change.empty() ? "" : " ") + option_of(member) + " " + value;
+      for (const auto& [member, value] : a.changes) {
+        // Resharding is the absence of a flag: say to drop it, or to give it.
+        const std::string flag = option_of(member);
+        change += (change.empty() ? "" : " ") +
+                  (member != "reshard_after_forward" ? flag + " " + value : value == "true" ? "without " + flag : flag);
+      }
       width = std::max(width, change.size());
       changes.push_back(change);
     }
