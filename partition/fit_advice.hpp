@@ -30,11 +30,12 @@ struct FitAdvice {
 
 // Up to `max_answers` option sets that fit, fastest first, for `failed` (a plan built from
 // `options` that overflows memory). Nearby options — deeper pipelines, tensor parallelism
-// within a node, recomputation, and their combinations — are first screened by scaling the
-// failed plan's memory terms (state by 1/(p t) and by what a ZeRO stage shards over the
-// replicas, activations by the stash the recomputation and tensor degree leave); those predicted to come near capacity are built for real, the
-// smallest changes first, until `max_answers` fit or `max_tasks_built` tasks were built (a
-// bound on the time the advice takes). Only the members the policy reads are varied: none
+// within a node, recomputation, ZeRO sharding, and their combinations — are first screened
+// by scaling the failed plan's memory terms (state by 1/(p t) and by what a ZeRO stage
+// shards over the replicas, activations by the stash the recomputation and tensor degree
+// leave); those predicted to come near capacity are built for real, the smallest changes
+// first, until `max_answers` fit or `max_tasks_built` tasks were built (a bound on the time
+// the advice takes). Only the members the policy reads are varied: none
 // for a layout file, no pipeline or tensor change when the cuts are fixed or the policy
 // places stages itself. Empty when nothing nearby fits.
 std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& options, const CostModel& cost,

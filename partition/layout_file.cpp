@@ -291,8 +291,8 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("fused_adam", "kernels", [&] { k.fused_adam = m.boolean_or("fused_adam", true); });
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
-                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "flash_attention", "fused_softmax", "fused_bias_gelu",
-                          "fused_bias_dropout_add", "fused_adam"}) {
+                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "flash_attention",
+                          "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
   }
   m.finish();

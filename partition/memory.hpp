@@ -1,9 +1,10 @@
 #pragma once
 // Device memory: the closed forms the policies size stages with, and the peak of a plan's
 // tensor lifetimes, which is what the plan records and validation checks. The two agree on
-// persistent state exactly (under ZeRO to an element per chunk: shards are whole elements); on activations the lifetime peak adds what the closed forms
-// leave out: boundary activations waiting to be sent or consumed, their gradients, and
-// tensor/sequence-parallel partial sums alive at the peak (DeviceMemory::buffers_bytes).
+// persistent state exactly (under ZeRO to an element per chunk: shards are whole elements);
+// on activations the lifetime peak adds what the closed forms leave out: boundary
+// activations waiting to be sent or consumed, their gradients, and tensor/sequence-parallel
+// partial sums alive at the peak (DeviceMemory::buffers_bytes).
 #include <functional>
 #include <vector>
 

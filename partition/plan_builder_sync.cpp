@@ -254,7 +254,8 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
         double tied = 0;  // the piece's rows of the tied matrix
         for (const int l : tied_layers) tied += tied_part_params(net_, l, pieces[j].part);
         // From ZeRO 2 each replica sums its own share of the tied gradients.
-        const double bytes = tied * grad_bytes_per_param / (zero_stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1);
+        const double shares = zero_stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1;
+        const double bytes = tied * grad_bytes_per_param / shares;
         if (first == holder) continue;
         const std::vector<int> devices{first, holder};
         const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};
