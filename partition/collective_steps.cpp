@@ -327,4 +327,16 @@ double bytes_sent(const CollectiveSpec& c, int device, const NodeOf& node_of) {
   return total;
 }
 
+std::pair<double, double> member_part(const CollectiveSpec& c, int device, const NodeOf& node_of) {
+  const size_t i = position(c.devices, device), n = c.devices.size();
+  if (i == n) throw Error("member_part: device " + std::to_string(device) + " is not a member");
+  Part part = Part{}.piece(i, n);
+  if (c.algorithm == CollectiveAlgorithm::hierarchical && n > 1) {
+    const NodeRings rings = node_rings(c.devices, device, node_of);
+    part = Part{}.piece(position(rings.local, device), rings.local.size()).piece(position(rings.peers, device),
+                                                                              rings.peers.size());
+  }
+  return {part.begin, part.end};
+}
+
 }  // namespace hetflow::partition

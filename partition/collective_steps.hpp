@@ -54,6 +54,7 @@
 // With fewer than two members or no bytes, a collective is still a rendezvous: one step of
 // zero bytes around the ring.
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "partition/collective.hpp"
@@ -94,5 +95,11 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const st
 
 // The bytes `device` sends in collective `c`: the sum of its steps' sends.
 double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
+
+// The part of the buffer, as fractions [first, second) of it, that member `device` holds
+// reduced after a reduce_scatter and brings to an all_gather (Data above): part i of n at
+// ring position i; hierarchical, part l*m + q of k*m at local index l and peer position q.
+// Whatever the messages. Throws hetflow::Error for a device that is not a member.
+std::pair<double, double> member_part(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
 
 }  // namespace hetflow::partition

@@ -423,6 +423,12 @@ TEST(CollectiveStepsData, EveryKindComputesWhatItPromises) {
         };
         for (int d = 0; d < n; ++d) {
           const std::vector<double>& b = out.at(d);
+          if (kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather) {
+            // What an executor reads as a member's shard (ZeRO) is the part the data shows.
+            const auto [begin, end] = partition::member_part(c, d, node_of);
+            EXPECT_EQ(std::llround(begin * kCount), static_cast<long long>(own_part(d).first)) << describe(c) << " device " << d;
+            EXPECT_EQ(std::llround(end * kCount), static_cast<long long>(own_part(d).second)) << describe(c) << " device " << d;
+          }
           switch (kind) {
             case CollectiveKind::all_reduce:
               EXPECT_EQ(b, total) << describe(c) << " device " << d;
