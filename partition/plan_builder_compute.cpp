@@ -267,7 +267,8 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     std::vector<int> reads{params, f.stash};
     if (rec.input >= 0) reads.push_back(rec.input);
     std::vector<int> writes;
-    if (!split) add_gradient_target(w, stage, mb, j, reads, writes);
+    // (Split, B still adds the norms' gradients: under ZeRO 2 and 3 to the whole buffer W adds to.)
+    if (!split || zero_stage() >= 2) add_gradient_target(w, stage, mb, j, reads, writes);
     int scratch = -1;
     if (layout_.recompute == Recompute::full) {  // the forward redone one layer at a time
       scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);

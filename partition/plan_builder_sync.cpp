@@ -285,22 +285,29 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   // Megatron's gradient clipping (clips_gradient_norm): each device's sum of squares,
   // all-reduced (one fp32, a tree: a latency) over its virtual worker's devices once their
   // gradients are synchronised; every optimizer of the worker waits for it. A worker of one
-  // device needs none.
+  // device needs none. Under ZeRO a worker's replicas each hold a shard of its gradients: one
+  // all-reduce over every worker's devices (Megatron's distributed optimizer), except folded,
+  // where worker 0's stands for it (a latency: the tree is a level or two shallower).
   std::map<int, int> norm_of_device, optimizer_of;
-  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded ? 1 : layout_.workers.size();
+  const bool everyone = zero_stage() > 0 && !plan_.layout.folded;
+  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded || everyone ? 1 : layout_.workers.size();
   for (size_t w = 0; w < built; ++w) {
     std::vector<int> devices;
-    for (const auto& rank : layout_.workers[w].ranks) {
-      for (const int d : rank) {
-        if (last.count(d)) devices.push_back(d);
+    for (size_t v = w; v < (everyone ? layout_.workers.size() : w + 1); ++v) {
+      for (const auto& rank : layout_.workers[v].ranks) {
+        for (const int d : rank) {
+          if (last.count(d)) devices.push_back(d);
+        }
       }
     }
     if (devices.size() < 2) continue;
     const Task like = base_task(TaskKind::collective, devices[0], static_cast<int>(w), -1, -1);
-    const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::tree, "norm w" + std::to_string(w),
-                                      devices, 4, Purpose::gradient_norm, compute_stream_, like, {}, {});
+    const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
+                                      everyone ? std::string("norm") : "norm w" + std::to_string(w), devices, 4,
+                                      Purpose::gradient_norm, compute_stream_, like, {}, {});
     for (size_t i = 0; i < tasks.size(); ++i) {
       norm_of_device[devices[i]] = tasks[i];
+      plan_.task(tasks[i]).worker = plan_.task(last.at(devices[i])).worker;
       plan_.add_order(last.at(devices[i]), tasks[i]);
       const auto syncs = syncs_of_device.find(devices[i]);
       if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), tasks[i]);

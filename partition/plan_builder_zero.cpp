@@ -1,12 +1,16 @@
 // ZeRO over the data axis (Layout::sync.zero; Rajbhandari et al. 2020). Each chunk's piece
-// (rank j's part of it) is sharded over its replicas, the same piece in every virtual worker:
-// replica w keeps elements [n w / D, n (w + 1) / D) of its n. What the stages add:
-//  - 1: gradients reduce-scattered once per iteration (the all-reduce's buckets, halved);
-//    each device's optimizer steps its shard; the updated parameters all-gathered before
-//    the next iteration's passes (Megatron's distributed optimizer).
+// (rank j's part of it) is sharded over its replicas, the same piece in every virtual worker.
+// A replica's shard is what a reduce-scatter leaves it (collective_steps.hpp, member_part):
+// replica w keeps elements [n w / D, n (w + 1) / D) of each of the n-element buffers its
+// reduce-scatters reduce, and its all-gathers gather those same buffers back. What the
+// stages add:
+//  - 1: gradients reduce-scattered once per iteration, bucket by bucket (the all-reduce's
+//    buckets, halved); each device's optimizer steps its shard (its part of every bucket);
+//    the updated parameters all-gathered bucket by bucket before the next iteration's passes
+//    (Megatron's distributed optimizer).
 //  - 2: as 1, but the backward writes its gradients to a transient whole buffer that is
 //    reduce-scattered into the shard at once, micro-batch by micro-batch (DeepSpeed
-//    reduces every micro-step when gradients are partitioned).
+//    reduces every micro-step when gradients are partitioned); buffers are whole pieces.
 //  - 3: parameters sharded too: the passes read them from a transient whole copy that an
 //    all-gather on the "gather" stream makes (FSDP's all-gather stream), prefetched one
 //    ahead; with resharding one per pass, freed after it, the gradients reduce-scattered per
@@ -200,10 +204,12 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
         for (size_t w = 0; w < tasks.size(); ++w) {
           plan_.task(tasks[w]).worker = static_cast<int>(w);
           set_free_after(wholes[w], tasks[w]);
-          // Summed whole over the iteration: after every pass that adds to it, not its first
-          // writer alone (each is an edge: validation sees who reads a tensor before it is freed).
-          for (int mb = 0; once && mb < vw.microbatches; ++mb) {
+          // After every pass that adds to it, not its first writer alone (each is an edge:
+          // validation sees who reads a tensor before it is freed): summed whole over the
+          // iteration, or the B that writes it and the W that adds the weights' gradients.
+          for (int mb = once ? 0 : o.microbatch; mb < (once ? vw.microbatches : o.microbatch + 1); ++mb) {
             plan_.add_order(op(static_cast<int>(w), stage, mb, makes, j).task, tasks[w]);
+            if (makes == OpKind::W) plan_.add_order(op(static_cast<int>(w), stage, mb, OpKind::B, j).task, tasks[w]);
           }
           syncs_of_device[devices[w]].push_back(tasks[w]);
         }
@@ -234,23 +240,48 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
     return;
   }
   const int comm = stream("comm");
-  const double e = model::element_bytes(layout_.precision);
+  const double e = model::element_bytes(layout_.precision), grad_e = layout_.gradient_element_bytes();
   std::map<int, int> last_gather;
-  const VirtualWorker& vw = worker(0);
-  for (int stage = static_cast<int>(vw.stages.size()) - 1; stage >= 0; --stage) {  // as the gradients came
-    for (int j = 0; j < degree(0, stage); ++j) {
-      const std::vector<int> devices = replicas(stage, j);
-      std::vector<int> params;
-      for (size_t w = 0; w < built; ++w) params.push_back(weight_of(devices[w], stage));
-      const double bytes = piece_params(0, stage, j) * e;
+  // One all-gather per reduce-scatter, of the same floats: stage 1 per bucket (a replica's
+  // shard is its part of every bucket, as Megatron's distributed optimizer shards each bucket
+  // and gathers it back), stage 2 per piece (its reduce-scatters are the piece's).
+  std::vector<Segment> pieces;
+  if (zero_stage() == 1) {
+    pieces = data_parallel_segments(net_, layout_);
+  } else {
+    const VirtualWorker& vw = worker(0);
+    for (int stage = 0; stage < static_cast<int>(vw.stages.size()); ++stage) {
+      Segment seg{vw.stages[static_cast<size_t>(stage)].layer_begin, vw.stages[static_cast<size_t>(stage)].layer_end,
+                  std::vector<int>(layout_.workers.size(), stage), {}};
+      for (int j = 0; j < degree(0, stage); ++j) {
+        seg.pieces.push_back({std::vector<int>(layout_.workers.size(), j), piece_params(0, stage, j) * grad_e, 1});
+      }
+      pieces.push_back(std::move(seg));
+    }
+  }
+  for (auto seg = pieces.rbegin(); seg != pieces.rend(); ++seg) {  // as the gradients came
+    const int stage = seg->stage_of_worker.front();
+    for (const Segment::Piece& piece : seg->pieces) {
+      std::vector<int> devices, params;
+      for (size_t w = 0; w < layout_.workers.size(); ++w) {
+        devices.push_back(device_of(static_cast<int>(w), seg->stage_of_worker[w], piece.rank_of_worker[w]));
+        if (w < built) params.push_back(weight_of(devices.back(), seg->stage_of_worker[w]));
+      }
       Task like = base_task(TaskKind::collective, devices[0], 0, stage, -1);
-      const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j), devices,
-                                        bytes, Purpose::data_parallel, comm, like, params, params, built);
-      plan_.collectives.back().messages = zero_messages(0, stage, bytes);
-      for (size_t w = 0; w < tasks.size(); ++w) {
-        plan_.task(tasks[w]).worker = static_cast<int>(w);
-        plan_.add_order(optimizer_of_device.at(devices[w]), tasks[w]);
-        last_gather[devices[w]] = tasks[w];
+      like.layer_begin = seg->begin;
+      like.layer_end = seg->end;
+      const double bytes = piece.bytes / grad_e * e;
+      const int j = piece.rank_of_worker.front();
+      for (int b = 0; b < piece.buckets; ++b) {
+        const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j),
+                                          devices, bucket_bytes(bytes, e, piece.buckets, b), Purpose::data_parallel,
+                                          comm, like, params, params, built);
+        if (zero_stage() == 2) plan_.collectives.back().messages = zero_messages(0, stage, bytes);
+        for (size_t w = 0; w < tasks.size(); ++w) {
+          plan_.task(tasks[w]).worker = static_cast<int>(w);
+          plan_.add_order(optimizer_of_device.at(devices[w]), tasks[w]);
+          last_gather[devices[w]] = tasks[w];
+        }
       }
     }
   }

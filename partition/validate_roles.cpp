@@ -70,9 +70,12 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
       case CommRole::tensor:
         if (!placed_all || !one_rank) note(where() + ": expected the devices of one pipeline rank, in tensor-parallel order");
         break;
+      case CommRole::gradient_norm:
+        // Under ZeRO every replica holds a shard of the gradients: the norm meets over all.
+        if (plan.layout.sync.zero.stage > 0 && !plan.layout.folded && placed_all) break;
+        [[fallthrough]];
       case CommRole::pipeline:
       case CommRole::embedding:
-      case CommRole::gradient_norm:
         if (!placed_all || !one_worker) note(where() + ": expected devices of one virtual worker");
         break;
       case CommRole::data:
