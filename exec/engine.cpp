@@ -683,11 +683,6 @@ RunResult run_plan(const Plan& plan, Backend& backend, const EngineOptions& opti
     throw PlanError("the plan is folded: it holds the tasks of one data-parallel replica for all of them, which a "
                     "simulation can stand for but a run cannot; plan it without --fold to run it");
   }
-  if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
-    throw PlanError("the plan shards data-parallel state (layout.sync.zero.stage " +
-                    std::to_string(plan.layout.sync.zero.stage) +
-                    "), which the executors do not run yet: simulate it, or plan it without --zero-stage to run it");
-  }
   Run run(plan, backend, options);
   return run.run();
 }

@@ -198,8 +198,7 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
   if (t.kind == TaskKind::forward) {
     forward(task, c, exchange);
   } else if (t.kind == TaskKind::backward) {
-    // A split backward's B writes no weight gradient: its W does.
-    backward(task, c, tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::weight_grad) < 0, exchange);
+    backward(task, c, c.split, exchange);  // split: W adds the weights' gradients
   } else {
     DecoderChunk::StashPtr stash;
     {
@@ -209,8 +208,9 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
       stash = std::move(s->second);
       c.stashes.erase(s);
     }
-    c.math.backward_weight(*stash, c.grads.data());
+    c.math.backward_weight(*stash, pass_grads(task, c));
   }
+  pass_done(task);
   if (parameter_server_ && takes_gradients_[static_cast<size_t>(task.task)]) take_gradients(t.device, task.iteration);
 }
 
@@ -249,7 +249,7 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   Group group(exchange, task, plan_);
   if (c.tp > 1) in.group = &group;
   double loss = 0;
-  auto stash = c.math.forward(c.params.data(), in, loss);
+  auto stash = c.math.forward(pass_params(task, c), in, loss);
   group.done();
   {
     std::lock_guard lock(c.mutex);
@@ -293,7 +293,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     auto s = c.stashes.find({task.iteration, t.microbatch});
     if (s == c.stashes.end()) throw PlanError("B task " + std::to_string(task.task) + " runs before its F");
     if (split) {
-      c.math.backward(*s->second, c.params.data(), c.grads.data(), dout, dinput, true, partial, tp,
+      c.math.backward(*s->second, pass_params(task, c), pass_grads(task, c), dout, dinput, true, partial, tp,
                       last_backward_[static_cast<size_t>(task.task)] != 0);
       group.done();
       return;  // W takes the stash
@@ -301,7 +301,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     stash = std::move(s->second);
     c.stashes.erase(s);
   }
-  c.math.backward(*stash, c.params.data(), c.grads.data(), dout, dinput, false, partial, tp,
+  c.math.backward(*stash, pass_params(task, c), pass_grads(task, c), dout, dinput, false, partial, tp,
                   last_backward_[static_cast<size_t>(task.task)] != 0);
   group.done();
 }
@@ -313,6 +313,7 @@ std::span<float> Training::collective_data(const TaskContext& task) {
     ops_of_(task.spec->device).upload(slot.data(), &square, 1);
     return slot.span();
   }
+  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_data(task);
   Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
@@ -335,6 +336,7 @@ std::span<float> Training::collective_data(const TaskContext& task) {
 
 void Training::collective_done(const TaskContext& task) {
   if (static_cast<size_t>(task.task) >= collective_runs_.size()) return;
+  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_done(task);
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
   if (runs.empty()) return;
   Chunk& c = *collective_chunk_[static_cast<size_t>(task.task)];

@@ -61,6 +61,20 @@
 //    workers' sum (with three workers or more, the ring adds a float in an order that
 //    depends on its place in the part, so a worker's ranks may differ in its last bit).
 //
+//  - ZeRO (Layout::sync.zero, partition/plan_builder_zero.cpp): every replica keeps whole
+//    arrays, but what it owns is the plan's: the part of each reduce-scatter's buffer that
+//    the collective's steps leave it (partition::member_part), the same part its all-gathers
+//    bring. Its optimizer steps that shard alone; the parameters it does not own are set to
+//    NaN after each step (stage 3: from the start), so a pass that read one without the
+//    plan's all-gather would show it in the loss. Stage 1 reduce-scatters and all-gathers
+//    in place, bucket by bucket; from stage 2 a pass adds its gradients to a transient whole
+//    buffer (the plan's unsharded_grad) that its reduce-scatter adds into the shard; stage 3
+//    passes read a transient whole copy of the parameters (gathered_weight) their
+//    all-gather makes, freed when its last reader ends. The gradient norm meets over every
+//    device (each shard once). weights() takes each element from the replica that owns it.
+//    Refused with PlanError: a tied embedding across stages (its sum pairs elements the
+//    replicas shard differently), sequence parallelism from stage 2 (its gain gradients
+//    are summed over the ranks once per step, after every micro-batch's were scattered).
 //  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
 //    and servers. The devices' parts of the global norm meet in two steps: this rank's in
 //    the process, then every rank's through Ranks::exchange, summed in device order as
@@ -70,7 +84,7 @@
 //
 // Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
 // micro-batching; tensor parallelism, of one degree or different ones per stage and worker;
-// sequence parallelism; data parallelism by all-reduce, parameter server or WSP;
+// sequence parallelism; data parallelism by all-reduce (ZeRO stages 0-3), parameter server or WSP;
 // recomputation none, selective and full. Refused with PlanError naming the reason: a tied
 // embedding whose two ends sit on different servers.
 #include <atomic>
@@ -251,6 +265,46 @@ class Training {
   // optimizer of a plan without a gradient-norm collective, summed.
   double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
   bool local(int device) const;
+
+  // ZeRO (exec/training_zero.cpp): what each collective of a sharded plan does to a chunk,
+  // and the transient whole buffers its passes use.
+  enum class ZeroRole : char {
+    none,
+    scatter,        // reduce-scatter a span of the chunk's gradients in place (stage 1)
+    scatter_whole,  // reduce-scatter a pass's unsharded_grad buffer, then add the shard (2, 3)
+    gather,         // all-gather a span of the chunk's parameters in place (1, 2)
+    gather_copy,    // all-gather the parameters into a gathered_weight buffer (3)
+  };
+  void map_zero();
+  // The parameters a pass reads and the gradients it adds to: the chunk's own, or transients.
+  const float* pass_params(const TaskContext& task, Chunk& c);
+  float* pass_grads(const TaskContext& task, Chunk& c);
+  void pass_done(const TaskContext& task);  // a gathered copy's reader ended
+  std::span<float> zero_data(const TaskContext& task);  // collective_data of a ZeRO collective
+  void zero_done(const TaskContext& task);
+  void set_unowned(Chunk& c, float value);  // the parameters outside the chunk's shard
+  // Each element of a worker-0 chunk's `values` from the replica that owns it (local chunks
+  // and, at rank 0 after collect_at_root, the other ranks' shards).
+  void fill_from_shards(int stage, int tp_rank, std::vector<float>& values) const;
+  int zero_stage_ = 0;
+  std::vector<ZeroRole> zero_role_;                   // per task
+  std::vector<std::pair<size_t, size_t>> zero_part_;  // per task: the flat range this member owns
+  std::map<int, int> weight_of_gathered_;             // gathered_weight tensor -> the weight its all-gather reads
+  std::map<int, double> piece_of_weight_;             // such a weight -> the parameters its all-gathers gather
+  std::map<int, int> readers_of_;                     // gathered_weight tensor -> tasks reading it in an iteration
+  struct Transient {
+    OpsFloats floats;
+    int reads_left = 0;
+  };
+  std::mutex transient_mutex_;  // the map; each buffer's floats are ordered by the plan's edges
+  std::map<std::pair<int, int>, Transient> transient_;  // (iteration, tensor)
+  struct RemoteShard {
+    int stage = 0, tp_rank = 0;
+    size_t offset = 0;
+    std::vector<float> values;
+  };
+  std::vector<RemoteShard> remote_shards_;
+  int weight_read_by(int task) const;  // its weight tensor, through a gathered copy's all-gather
 
   const partition::Plan& plan_;
   const Ranks* ranks_ = nullptr;  // null: every device is here

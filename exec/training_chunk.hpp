@@ -26,6 +26,21 @@ struct Training::Chunk {
   int communicator = -1;  // its tensor-parallel group's, when tp > 1
   OpsFloats params, grads, m, v;
   int steps = 0;  // AdamW steps taken
+  bool split = false;  // its backwards are split: B, then W adds the weights' gradients
+  // ZeRO: the flat ranges of its arrays this replica owns, ascending (empty: not sharded).
+  std::vector<std::pair<size_t, size_t>> owned;
+  // f(offset, count) for each owned run of [begin, end), in order; all of it when not sharded.
+  template <class F>
+  void each_owned(size_t begin, size_t end, F&& f) const {
+    if (owned.empty()) {
+      if (end > begin) f(begin, end - begin);
+      return;
+    }
+    for (const auto& [a, b] : owned) {
+      const size_t lo = std::max(a, begin), hi = std::min(b, end);
+      if (hi > lo) f(lo, hi - lo);
+    }
+  }
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between
   // workers of different degrees sums them from these (taken by the iteration's first part).

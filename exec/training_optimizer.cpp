@@ -92,7 +92,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     } else if (plan_has_norm_) {
       norm = std::sqrt(local_sum_squares(device, task.iteration));
     } else {
-      norm = global_norm(task, stop, task.spec->worker == 0 ? local_sum_squares(device, task.iteration) : 0.0);
+      const bool counts = task.spec->worker == 0 || zero_stage_ > 0;  // (sharded: every replica its shard)
+      norm = global_norm(task, stop, counts ? local_sum_squares(device, task.iteration) : 0.0);
     }
     // (The norm is of the unscaled gradients: a scaled one could overflow where they do not.)
     if (scaling && record_step(task.iteration, norm)) {  // not finite: skip the step
@@ -108,17 +109,21 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     if (loss_scale != 1) c->ops().scale(c->grads.data(), static_cast<float>(1 / loss_scale), c->grads.size());
     if (scale != 1) c->ops().scale(c->grads.data(), scale, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
-      const size_t o = slot.offset;
-      c->ops().adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, slot.count,
-                          static_cast<float>(lr), static_cast<float>(optimizer_.adam_beta1),
-                          static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
-                          slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
+      c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
+        c->ops().adamw_update(c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, n,
+                              static_cast<float>(lr), static_cast<float>(optimizer_.adam_beta1),
+                              static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
+                              slot.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, step);
+      });
     }
     c->ops().zero(c->grads.data(), c->grads.size());
+    // What others own is theirs to bring: the plan's all-gathers, before any pass reads it.
+    if (!c->owned.empty()) set_unowned(*c, std::numeric_limits<float>::quiet_NaN());
   }
 }
 
-// A device's part of the squared gradient norm: every parameter it holds once (the pieces of
+// A device's part of the squared gradient norm: every parameter it holds once (under ZeRO its
+// shard: the replicas' parts meet in the plan's norm collective; the pieces of
 // one Megatron splits on every rank, even where a split leaves one rank all of it and the
 // others nothing; a replicated one on tensor rank 0 alone; a tied copy not at all), after its
 // data-parallel sync; of the unscaled gradients (divided by the loss scale squared, exactly:
@@ -129,7 +134,8 @@ double Training::local_sum_squares(int device, int iteration) const {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
       if (slot.tied_copy || (!slot.split && c->tp_rank != 0)) continue;
-      local = c->ops().sum_of_squares(c->grads.data() + slot.offset, slot.count, local);
+      c->each_owned(slot.offset, slot.offset + slot.count,
+                    [&](size_t o, size_t n) { local = c->ops().sum_of_squares(c->grads.data() + o, n, local); });
     }
   }
   const double scale = scale_of(iteration);

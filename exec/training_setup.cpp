@@ -145,6 +145,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
   }
   map_collectives();
+  map_zero();
 }
 
 // The plan's network and layout as real math needs them: the decoder's shape, each device's
@@ -159,6 +160,7 @@ void Training::read_layout() {
   for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
+  zero_stage_ = !parameter_server_ && layout.workers.size() > 1 ? layout.sync.zero.stage : 0;
   staleness_ = layout.sync.staleness;
   for (const partition::VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) {
@@ -192,6 +194,15 @@ void Training::make_chunks(std::uint64_t seed) {
   const partition::Layout& layout = plan.layout;
   // One chunk per (device, stage) that computes, found from the forward tasks' weights.
   std::set<int> norm_ranks;
+  for (const partition::Collective& c : plan.collectives) {  // ZeRO 3: passes read gathered copies
+    for (const int t : c.tasks) {
+      const auto reads = plan.reads(t), writes = plan.writes(t);
+      if (!reads.empty() && !writes.empty() && plan.tensor(writes[0]).kind == TensorKind::gathered_weight) {
+        weight_of_gathered_[writes[0]] = reads[0];
+        piece_of_weight_[reads[0]] = c.bytes / model::element_bytes(plan.layout.precision);
+      }
+    }
+  }
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (task.kind == TaskKind::optimizer) {
@@ -200,7 +211,7 @@ void Training::make_chunks(std::uint64_t seed) {
       if (ranks_ != nullptr) norm_ranks.insert(ranks_->owner(task.device, plan.device_count()));
     }
     if (task.kind != TaskKind::forward) continue;
-    const int weight = tensor_of_kind(plan, plan.reads(static_cast<int>(t)), TensorKind::weight);
+    const int weight = weight_read_by(static_cast<int>(t));
     if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
     const auto [tp_rank, tp] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
     if (!local(task.device)) {  // another rank's: its parameters' layout (a server adds its pushes)
@@ -232,7 +243,11 @@ void Training::make_chunks(std::uint64_t seed) {
     chunk_at_[{task.device, task.worker, task.stage}] = c.get();
     const ChunkParams& p = c->math.params();
     params_at_.emplace(std::tuple{task.device, task.worker, task.stage}, p);
-    const double expected = plan.tensor(weight).shape.empty() ? -1 : static_cast<double>(plan.tensor(weight).shape[0]);
+    // (ZeRO 3: the tensor is the shard; the piece is what its all-gathers gather.)
+    const auto piece = piece_of_weight_.find(weight);
+    const double expected = piece != piece_of_weight_.end() ? std::round(piece->second)
+                            : plan.tensor(weight).shape.empty() ? -1
+                                                                : static_cast<double>(plan.tensor(weight).shape[0]);
     // The plan counts this rank's shard as the real split lays it out (partition/shard.hpp).
     if (expected != static_cast<double>(p.count)) {
       throw PlanError("the weight tensor " + std::to_string(weight) + " of layers " + std::to_string(task.layer_begin) +
@@ -254,10 +269,18 @@ void Training::make_chunks(std::uint64_t seed) {
     chunks_.push_back(std::move(c));
   }
   norm_ranks_.assign(norm_ranks.begin(), norm_ranks.end());
-  // Gradient tensors: what B or W of the same (device, stage) writes.
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {  // a split backward's chunks
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::backward_weight) continue;
+    if (const auto c = chunk_at_.find({task.device, task.worker, task.stage}); c != chunk_at_.end()) c->second->split = true;
+  }
+  // Gradient tensors: what B or W of the same (device, stage) writes (from ZeRO stage 2 its
+  // reduce-scatters, of the whole buffers the passes wrote).
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
-    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const bool scatter = task.kind == TaskKind::collective && zero_stage_ >= 2 &&
+                         plan.collective(task.collective).kind == partition::CollectiveKind::reduce_scatter;
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight && !scatter) continue;
     const int grad = tensor_of_kind(plan, plan.writes(static_cast<int>(t)), TensorKind::weight_grad);
     if (grad < 0 || chunk_of_tensor_.count(grad)) continue;
     for (auto& c : chunks_) {
@@ -335,7 +358,7 @@ void Training::find_last_backwards() {
     for (const partition::StreamProgram& program : device) {
       for (const int task : program.tasks) {
         if (plan_.task(task).kind != TaskKind::backward) continue;
-        const auto c = chunk_of_tensor_.find(tensor_of_kind(plan_, plan_.reads(task), TensorKind::weight));
+        const auto c = chunk_of_tensor_.find(weight_read_by(task));
         if (c == chunk_of_tensor_.end()) continue;
         const auto [at, fresh] = last.try_emplace(c->second, program.stream, task);
         if (!fresh && at->second.first != program.stream) {
@@ -381,6 +404,8 @@ void Training::map_collectives() {
     if (task.kind != TaskKind::collective || !local(task.device)) continue;
     const auto& c = plan.collective(task.collective);
     if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    // From ZeRO stage 2 the sharded collectives move whole pieces (map_zero).
+    if (zero_stage_ >= 2 && c.kind != partition::CollectiveKind::all_reduce) continue;
     const auto reads = plan.reads(static_cast<int>(t));
     const auto found = reads.empty() ? chunk_of_tensor_.end() : chunk_of_tensor_.find(reads[0]);
     if (found == chunk_of_tensor_.end()) {

@@ -44,13 +44,18 @@ SafetensorsFile Training::weights() const {
   };
   std::map<int, std::vector<Held>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
   std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
-  host.reserve(chunks_.size());
+  host.reserve(chunks_.size() + remote_chunks_.size());
   for (const auto& c : chunks_) {
     if (c->worker != 0) continue;
     host.push_back(c->host_params());
+    fill_from_shards(c->stage, c->tp_rank, host.back());  // (ZeRO: the elements other replicas own)
     stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data()});
   }
-  for (const RemoteChunk& c : remote_chunks_) stages[c.stage].push_back({c.tp_rank, &c.params, c.values.data()});
+  for (const RemoteChunk& c : remote_chunks_) {
+    host.push_back(c.values);
+    fill_from_shards(c.stage, c.tp_rank, host.back());
+    stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data()});
+  }
   // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
   std::map<std::string, const float*> served;
   for (const auto& [device, server] : servers_) {
@@ -105,6 +110,18 @@ void Training::collect_at_root() {
       put(mine, static_cast<std::uint64_t>(values.size()));
       for (const float v : values) put(mine, v);
     }
+    for (const auto& c : chunks_) {  // ZeRO: the shards of the other replicas, which rank 0's weights() takes
+      if (c->worker == 0) continue;
+      for (const auto& [a, b] : c->owned) {
+        put(mine, std::uint64_t{5});
+        for (const int v : {c->stage, c->tp_rank}) put(mine, v);
+        put(mine, static_cast<std::uint64_t>(a));
+        std::vector<float> values(b - a);
+        c->ops().download(values.data(), c->params.data() + a, b - a);
+        put(mine, static_cast<std::uint64_t>(values.size()));
+        for (const float v : values) put(mine, v);
+      }
+    }
     for (const int iteration : skipped_iterations_) {  // (a rank with no optimizer and no server sees none)
       put(mine, std::uint64_t{4});
       put(mine, iteration);
@@ -141,6 +158,14 @@ void Training::collect_at_root() {
         in.get_into(std::span<float>(c.values));
         if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
         remote_chunks_.push_back(std::move(c));
+      } else if (kind == 5) {
+        RemoteShard shard;
+        shard.stage = in.get<int>();
+        shard.tp_rank = in.get<int>();
+        shard.offset = static_cast<size_t>(in.get<std::uint64_t>());
+        shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(shard.values));
+        remote_shards_.push_back(std::move(shard));
       } else if (kind == 4) {  // a step some rank saw skipped
         skipped_iterations_.insert(in.get<int>());
       } else if (kind == 3) {

@@ -278,6 +278,10 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   out << "  (model peak: the real math's arrays alive at once (parameters, gradients, AdamW moments, what the\n"
       << "   backward keeps, temporaries), FP32; plan: its memory model's weights, gradients, optimizer state,\n"
       << "   activations and buffers in " << to_string(plan.layout.precision) << ", without the workspace reserve)\n";
+  if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
+    out << "  (ZeRO stage " << plan.layout.sync.zero.stage << ": every replica here keeps whole arrays and steps its shard;"
+        << " the plan counts the shards)\n";
+  }
 }
 
 }  // namespace hetflow::tools

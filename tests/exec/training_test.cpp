@@ -716,6 +716,64 @@ std::string case_name(const testing::TestParamInfo<DistributedCase>& p) { return
 
 INSTANTIATE_TEST_SUITE_P(Schedules, DistributedTraining, testing::ValuesIn(kDistributedCases), case_name);
 
+// ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
+// pipeline of 2 stages (a LLaMA: untied) or one (a GPT: its tied head beside its embedding),
+// x 2 tensor-parallel ranks where the case says, against one device on the same 8 sequences.
+// The parameters a replica does not own are NaN between its optimizer and the plan's
+// all-gathers (stage 3: always), so a pass that read one without its gather would show it.
+struct ZeroCase {
+  const char* name;
+  int stage;
+  bool reshard = true;
+  const char* schedule = "1f1b";
+  int tensor = 1;
+};
+
+class ZeroTraining : public testing::TestWithParam<ZeroCase> {};
+
+TEST_P(ZeroTraining, EqualsOneDevice) {
+  const ZeroCase& c = GetParam();
+  const int heads = c.tensor > 1 ? 6 : 3;
+  for (const auto& [net, pipeline] : {std::pair{odd_llama(4), 2}, std::pair{odd_gpt(3, heads), 1}}) {
+    partition::PlanOptions o = options(pipeline, 2, 4, c.schedule);
+    o.tensor = c.tensor;
+    o.bucket_bytes = 4096;  // several buckets a chunk: stage 1 shards each
+    o.zero_stage = c.stage;
+    o.reshard_after_forward = c.reshard;
+    const Plan plan = test_support::planned(model::cpu_cluster(pipeline * 2 * c.tensor), net, o);
+    ASSERT_EQ(plan.layout.sync.zero.stage, c.stage);
+    expect_trains_as_one_device(plan, net);
+  }
+}
+
+const ZeroCase kZeroCases[] = {
+    {"stage_1", 1},
+    {"stage_2", 2},
+    {"stage_3", 3},
+    {"stage_3_kept_gathered", 3, false},
+    {"stage_2_split_w", 2, true, "1f1b-split-w"},
+    {"stage_3_gpipe", 3, true, "gpipe"},
+    {"stage_1_tensor_parallel", 1, true, "1f1b", 2},
+    {"stage_3_tensor_parallel_split_w", 3, true, "1f1b-split-w", 2},
+};
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroTraining, testing::ValuesIn(kZeroCases),
+                         [](const testing::TestParamInfo<ZeroCase>& p) { return std::string(p.param.name); });
+
+// What the executors cannot run yet is refused before the run, blaming the plan: a tied
+// embedding summed between stages (its replicas shard the two copies differently).
+TEST(ZeroTraining, ATiedEmbeddingAcrossStagesIsRefused) {
+  partition::PlanOptions o = options(2, 2, 4, "1f1b");
+  o.zero_stage = 1;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(4), o);
+  try {
+    exec::Training(plan, exec::markov_stream(97, 1), optimizer(), 42);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("sums a tied embedding between pipeline stages"), std::string::npos) << e.what();
+  }
+}
+
 // Conservation of communication: in two steps of real math on CPU threads, the bytes the back
 // end carried on each communicator (its trace, TaskContext::carried_bytes, plus what tensor-
 // parallel chunks exchanged inside their compute tasks) equal what the plan says it carries

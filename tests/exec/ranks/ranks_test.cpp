@@ -147,6 +147,21 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      o.staleness = 1;
                      return o;
                    }()});
+  // ZeRO on one stage (its tied head beside its embedding): the shards' collectives, a
+  // norm met over every device, weights gathered from the replicas' shards at rank 0.
+  cases.push_back({"zero 3 x data 4", 4, [] {
+                     auto o = options(1, 4, 2, "1f1b");
+                     o.zero_stage = 3;
+                     o.bucket_bytes = 4096;
+                     return o;
+                   }()});
+  cases.push_back({"zero 1 x data 2 x tensor 2", 4, [] {
+                     auto o = options(1, 2, 2, "1f1b");
+                     o.tensor = 2;
+                     o.zero_stage = 1;
+                     o.bucket_bytes = 4096;
+                     return o;
+                   }()});
   for (const Case& c : cases) {
     const Plan plan = test_support::planned(model::cpu_cluster(c.devices), gpt(4, c.options.tensor > 1 ? 4 : 2), c.options);
     const Trained threads = train(plan, nullptr);

@@ -1,0 +1,257 @@
+// exec::Training under ZeRO (training.hpp): which floats of a chunk each sharded collective
+// moves, what each replica owns, and the transient whole buffers of stages 2 and 3.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "exec/training.hpp"
+#include "exec/training_chunk.hpp"
+#include "model/error.hpp"
+#include "partition/collective_steps.hpp"
+#include "partition/estimate.hpp"
+#include "partition/task_order.hpp"
+
+namespace hetflow::exec {
+
+using partition::CollectiveKind;
+using partition::TaskKind;
+using partition::TensorKind;
+using training_detail::tensor_of_kind;
+
+namespace {
+
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+
+// Sorted, touching ranges joined.
+Ranges merged(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (const auto& [a, b] : r) {
+    if (a == b) continue;
+    if (!out.empty() && a <= out.back().second) {
+      out.back().second = std::max(out.back().second, b);
+    } else {
+      out.emplace_back(a, b);
+    }
+  }
+  return out;
+}
+
+std::string ranges_text(const Ranges& r) {
+  std::string s;
+  for (const auto& [a, b] : r) s += (s.empty() ? "" : ", ") + std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ")";
+  return s.empty() ? "nothing" : s;
+}
+
+}  // namespace
+
+int Training::weight_read_by(int task) const {
+  const auto reads = plan_.reads(task);
+  const int weight = tensor_of_kind(plan_, reads, TensorKind::weight);
+  if (weight >= 0) return weight;
+  const int gathered = tensor_of_kind(plan_, reads, TensorKind::gathered_weight);
+  const auto found = weight_of_gathered_.find(gathered);
+  return found == weight_of_gathered_.end() ? -1 : found->second;
+}
+
+void Training::map_zero() {
+  const partition::Plan& plan = plan_;
+  zero_role_.assign(plan.tasks.size(), ZeroRole::none);
+  zero_part_.assign(plan.tasks.size(), {0, 0});
+  if (zero_stage_ == 0) return;
+  for (size_t id = 0; id < plan.collectives.size(); ++id) {
+    if (plan.collectives[id].purpose == partition::Purpose::embedding) {
+      throw PlanError("collective " + std::to_string(id) + " sums a tied embedding between pipeline stages, whose "
+                      "replicas shard its two copies differently (layout.sync.zero.stage " +
+                      std::to_string(zero_stage_) + "): the executors do not run it; keep the embedding and the head "
+                      "on one stage, untie them, or plan without --zero-stage");
+    }
+  }
+  if (zero_stage_ >= 2 && plan.layout.sequence_parallel && tensor_parallel()) {
+    throw PlanError("sequence parallelism sums its norm gains over the tensor-parallel ranks once per step, after "
+                    "ZeRO stage " + std::to_string(zero_stage_) + " has scattered every micro-batch's gradients "
+                    "(layout.sync.zero.stage): the executors do not run it; use stage 1 or plan without "
+                    "--sequence-parallel");
+  }
+  std::vector<int> node_of;
+  for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
+  const auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
+  std::map<Chunk*, Ranges> scattered, gathered;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    for (const int id : plan.reads(static_cast<int>(t))) {
+      if (plan.tensor(id).kind == TensorKind::gathered_weight) ++readers_of_[id];
+    }
+    if (task.kind != TaskKind::collective || !local(task.device)) continue;
+    const partition::Collective& c = plan.collective(task.collective);
+    const bool scatter = c.kind == CollectiveKind::reduce_scatter, gather = c.kind == CollectiveKind::all_gather;
+    if (c.purpose != partition::Purpose::data_parallel || !(scatter || gather)) continue;
+    const auto reads = plan.reads(static_cast<int>(t)), writes = plan.writes(static_cast<int>(t));
+    // The chunk: a stage-2/3 reduce-scatter writes its gradients, any other reads its gradients or weights.
+    const int tensor = scatter && !reads.empty() && plan.tensor(reads[0]).kind == TensorKind::unsharded_grad
+                           ? (writes.empty() ? -1 : writes[0])
+                           : (reads.empty() ? -1 : reads[0]);
+    const auto found = chunk_of_tensor_.find(tensor);
+    if (found == chunk_of_tensor_.end()) {
+      throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO " +
+                      std::string(partition::to_string(c.kind)) + " that moves no chunk's weights or gradients");
+    }
+    Chunk& chunk = *found->second;
+    ZeroRole role = scatter ? ZeroRole::scatter : ZeroRole::gather;
+    if (scatter && tensor != reads[0]) role = ZeroRole::scatter_whole;
+    if (gather && !writes.empty() && plan.tensor(writes[0]).kind == TensorKind::gathered_weight) {
+      role = ZeroRole::gather_copy;
+    }
+    // Stage 1's buckets are spans of the chunk (map_collectives); the rest move whole pieces.
+    if (zero_stage_ >= 2) {
+      collective_chunk_[t] = &chunk;
+      collective_span_[t] = {0, chunk.math.params().count};
+    }
+    const auto [begin, end] = collective_span_[t];
+    const auto [lo, hi] = partition::member_part(partition::collective_spec(plan, c), task.device, node);
+    const size_t count = end - begin;
+    const auto at = [&](double f) {
+      return std::min(count, static_cast<size_t>(std::llround(f * static_cast<double>(count))));
+    };
+    zero_role_[t] = role;
+    zero_part_[t] = {begin + at(lo), begin + at(hi)};
+    (scatter ? scattered : gathered)[&chunk].push_back(zero_part_[t]);
+  }
+  for (auto& [chunk, parts] : scattered) {
+    chunk->owned = merged(parts);
+    const Ranges brought = merged(gathered[chunk]);
+    // Stage 3 gathers whole pieces, of which the scattered shard is a part; 1 and 2 gather back what they scattered.
+    if (brought != chunk->owned) {
+      throw PlanError("the plan's all-gathers of worker " + std::to_string(chunk->worker) + "'s stage " +
+                      std::to_string(chunk->stage) + " on device " + std::to_string(chunk->device) +
+                      " bring its parameters " + ranges_text(brought) + ", but its reduce-scatters leave it the gradients " +
+                      ranges_text(chunk->owned) + ": a replica's optimizer steps the shard it is left");
+    }
+  }
+  for (auto& [chunk, parts] : gathered) {
+    if (!scattered.count(chunk)) {
+      throw PlanError("the plan all-gathers the parameters of worker " + std::to_string(chunk->worker) + "'s stage " +
+                      std::to_string(chunk->stage) + " on device " + std::to_string(chunk->device) +
+                      " but reduce-scatters none of its gradients");
+    }
+  }
+  // Stage 3: no pass reads the chunk's own parameters, only gathered copies.
+  if (zero_stage_ >= 3) {
+    for (auto& c : chunks_) {
+      if (!c->owned.empty()) set_unowned(*c, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
+
+void Training::set_unowned(Chunk& c, float value) {
+  size_t at = 0;
+  std::vector<float> fill;
+  const auto set = [&](size_t a, size_t b) {
+    if (b <= a) return;
+    fill.assign(b - a, value);
+    c.ops().upload(c.params.data() + a, fill.data(), b - a);
+  };
+  for (const auto& [a, b] : c.owned) {
+    set(at, a);
+    at = b;
+  }
+  set(at, c.params.size());
+}
+
+const float* Training::pass_params(const TaskContext& task, Chunk& c) {
+  const int gathered = zero_stage_ >= 3 ? tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight) : -1;
+  if (gathered < 0) return c.params.data();
+  std::lock_guard lock(transient_mutex_);
+  const auto found = transient_.find({task.iteration, gathered});
+  if (found == transient_.end()) {
+    throw PlanError(partition::describe_task(plan_, task.task) + " reads the gathered parameters of tensor " +
+                    std::to_string(gathered) + ", which no all-gather of iteration " + std::to_string(task.iteration) +
+                    " made before it");
+  }
+  return found->second.floats.data();
+}
+
+float* Training::pass_grads(const TaskContext& task, Chunk& c) {
+  if (zero_stage_ < 2) return c.grads.data();
+  int whole = tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::unsharded_grad);
+  if (whole < 0) whole = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::unsharded_grad);
+  if (whole < 0) return c.grads.data();
+  std::lock_guard lock(transient_mutex_);
+  Transient& t = transient_[{task.iteration, whole}];
+  if (t.floats.size() == 0) t.floats = c.ops().zeros(c.params.size());  // its first pass: backwards add
+  return t.floats.data();
+}
+
+void Training::pass_done(const TaskContext& task) {
+  if (zero_stage_ < 3) return;
+  const int gathered = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight);
+  if (gathered < 0) return;
+  std::lock_guard lock(transient_mutex_);
+  const auto found = transient_.find({task.iteration, gathered});
+  if (found != transient_.end() && --found->second.reads_left <= 0) transient_.erase(found);
+}
+
+std::span<float> Training::zero_data(const TaskContext& task) {
+  const auto t = static_cast<size_t>(task.task);
+  Chunk& c = *collective_chunk_[t];
+  const auto [begin, end] = collective_span_[t];
+  switch (zero_role_[t]) {
+    case ZeroRole::scatter:
+      return c.grads.span().subspan(begin, end - begin);
+    case ZeroRole::gather:
+      return c.params.span().subspan(begin, end - begin);
+    case ZeroRole::scatter_whole: {
+      const int whole = plan_.reads(task.task)[0];
+      std::lock_guard lock(transient_mutex_);
+      const auto found = transient_.find({task.iteration, whole});
+      if (found == transient_.end()) {
+        throw PlanError(partition::describe_task(plan_, task.task) + " reduce-scatters the gradients of tensor " +
+                        std::to_string(whole) + ", which no pass of iteration " + std::to_string(task.iteration) +
+                        " made before it");
+      }
+      return found->second.floats.span();
+    }
+    case ZeroRole::gather_copy: {
+      const int whole = plan_.writes(task.task)[0];
+      OpsFloats copy = c.ops().floats(c.params.size());
+      const auto [a, b] = zero_part_[t];  // what this member brings; the steps bring the rest
+      c.ops().copy(copy.data() + a, c.params.data() + a, b - a);
+      std::lock_guard lock(transient_mutex_);
+      Transient& made = transient_[{task.iteration, whole}];
+      made.floats = std::move(copy);
+      made.reads_left = readers_of_.count(whole) ? readers_of_.at(whole) : 0;
+      return made.floats.span();
+    }
+    case ZeroRole::none:
+      break;
+  }
+  return {};
+}
+
+void Training::zero_done(const TaskContext& task) {
+  const auto t = static_cast<size_t>(task.task);
+  if (zero_role_[t] != ZeroRole::scatter_whole) return;
+  Chunk& c = *collective_chunk_[t];
+  const auto [a, b] = zero_part_[t];
+  std::lock_guard lock(transient_mutex_);
+  const auto found = transient_.find({task.iteration, plan_.reads(task.task)[0]});
+  // (The shard's sum lands in the chunk's gradients, micro-batch after micro-batch.)
+  c.ops().residual_add(c.grads.data() + a, found->second.floats.data() + a, static_cast<long>(b - a));
+  transient_.erase(found);
+}
+
+void Training::fill_from_shards(int stage, int tp_rank, std::vector<float>& values) const {
+  if (zero_stage_ == 0) return;
+  for (const auto& c : chunks_) {
+    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank) continue;
+    for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
+  }
+  for (const RemoteShard& r : remote_shards_) {
+    if (r.stage != stage || r.tp_rank != tp_rank) continue;
+    if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
+    std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
+  }
+}
+
+}  // namespace hetflow::exec
