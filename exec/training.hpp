@@ -72,9 +72,11 @@
 //    passes read a transient whole copy of the parameters (gathered_weight) their
 //    all-gather makes, freed when its last reader ends. The gradient norm meets over every
 //    device (each shard once). weights() takes each element from the replica that owns it.
-//    Refused with PlanError: a tied embedding across stages (its sum pairs elements the
-//    replicas shard differently), sequence parallelism from stage 2 (its gain gradients
-//    are summed over the ranks once per step, after every micro-batch's were scattered).
+//    A tied embedding between stages adds its two copies whole before stage 1 scatters
+//    them (plan_builder_sync.cpp). Refused with PlanError: that sum from stage 2 (it would
+//    pair elements the replicas shard differently), sequence parallelism from stage 2 (its
+//    gain gradients are summed over the ranks once per step, after every micro-batch's
+//    were scattered).
 //  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
 //    and servers. The devices' parts of the global norm meet in two steps: this rank's in
 //    the process, then every rank's through Ranks::exchange, summed in device order as

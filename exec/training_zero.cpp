@@ -60,7 +60,8 @@ void Training::map_zero() {
   zero_role_.assign(plan.tasks.size(), ZeroRole::none);
   zero_part_.assign(plan.tasks.size(), {0, 0});
   if (zero_stage_ == 0) return;
-  for (size_t id = 0; id < plan.collectives.size(); ++id) {
+  for (size_t id = 0; id < plan.collectives.size() && zero_stage_ >= 2; ++id) {
+    // (Stage 1 sums the two copies whole before its reduce-scatters: plan_builder_sync.cpp.)
     if (plan.collectives[id].purpose == partition::Purpose::embedding) {
       throw PlanError("collective " + std::to_string(id) + " sums a tied embedding between pipeline stages, whose "
                       "replicas shard its two copies differently (layout.sync.zero.stage " +

@@ -183,6 +183,9 @@ void Builder::add_allreduce_sync() {
   const CollectiveKind kind = zero_stage() >= 1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
   const CollectiveAlgorithm algorithm = zero_stage() >= 1 ? zero_algorithm() : layout_.sync.algorithm;
   if (zero_stage() >= 2) add_zero_reduce_scatters(syncs_of_device);
+  // ZeRO 1 scatters what the tied embedding's two copies sum: they add first, whole (each
+  // replica's shard of one copy is another range than of the other), and the buckets after.
+  if (zero_stage() == 1) add_tied_embedding_sync(syncs_of_device);
   for (const Segment& seg : zero_stage() >= 2 ? std::vector<Segment>{} : data_parallel_segments(net_, layout_)) {
     const auto& [begin, end, stage_of_worker, pieces] = seg;
     for (size_t j = 0; j < pieces.size(); ++j) {
@@ -224,7 +227,7 @@ void Builder::add_allreduce_sync() {
       }
     }
   }
-  add_tied_embedding_sync(syncs_of_device);
+  if (zero_stage() != 1) add_tied_embedding_sync(syncs_of_device);
   const std::map<int, int> optimizers = add_optimizers(syncs_of_device);
   if (zero_stage() > 0) add_zero_gathers(optimizers);
 }
