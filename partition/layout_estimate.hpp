@@ -8,7 +8,10 @@
 // collectives the builder puts around it), activations and gradients between chunks as
 // transfers that queue on their channel, then the data-parallel all-reduce of each gradient
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
-// pushes, updates and pulls. Over the layout's iterations, each stream and channel carrying
+// pushes, updates and pulls; under ZeRO (Layout::sync.zero) the reduce-scatters and
+// all-gathers each stage adds (partition/layout_estimate_zero.hpp): stage 3's before every
+// pass on the gather stream, prefetched one ahead, with the replicas' pipelines run together
+// since each all-gather spans them. Over the layout's iterations, each stream and channel carrying
 // on from where the last iteration left it, and under WSP each chunk's first forward waiting
 // for its pull D + 1 iterations back; the steady state as estimate_plan takes it.
 //
@@ -29,7 +32,8 @@
 // will do; the plan's estimate times each load task instead, and agrees in the steady state.
 //
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
-// exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
+// exactly (partition/memory.hpp's closed form; ZeRO's shards as the plan's whole elements),
+// ZeRO-3's gathered copy of the pass at the peak, the workspace, and each rank's stashes at
 // their peak over its own program, with full recomputation's one-layer scratch during a
 // backward. It leaves out what the plan adds around them (boundary activations waiting to be
 // sent or consumed, their gradients, partial sums, pushed gradients on servers), so a layout
