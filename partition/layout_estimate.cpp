@@ -195,7 +195,10 @@ class Estimator {
         memory_[dd].gradients_bytes = own.gradients_bytes;
         memory_[dd].optimizer_bytes = own.optimizer_bytes;
       }
-      zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j), memory_[dd]);
+      zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j),
+                           {&(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
+                            layout_.recompute == Recompute::full ? largest_layer_bytes : 0, schedule_.splits_backward},
+                           memory_[dd]);
       memory_[dd].capacity_bytes = cost_.memory_capacity_bytes(rank[j]);
     }
   }

@@ -58,32 +58,77 @@ double ZeroSync::optimizer_params(double params, int w) const {
 }
 
 void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j,
-                              DeviceMemory& m) const {
+                              const Stashes& stashes, DeviceMemory& m) const {
   if (stage_ == 0) return;
   const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
   const int replicas = static_cast<int>(layout_.workers.size());
-  double weights = 0, grads = 0, stepped = 0, gathered = -1;
+  const bool kept = stage_ >= 3 && !layout_.sync.zero.reshard_after_forward;
+  double weights = 0, grads = 0, stepped = 0;
+  std::vector<double> weight_unit, grad_unit;  // per chunk: the whole copies one pass holds (Builder::unit_params)
   for (const Stage& s : chunks) {
     const double whole = memo.of(s, t).params[static_cast<size_t>(j)];
     const double own = builder::zero_shard(whole, w, replicas);
     weights += stage_ >= 3 ? own : whole;
     grads += stage_ >= 2 ? own : whole;
     stepped += own;
-    if (stage_ < 3) continue;
-    double unit = whole;  // what one gathered copy holds (Builder::unit_params)
-    if (layout_.sync.zero.reshard_after_forward) {
+    double unit = whole;
+    if (stage_ == 2) unit = std::min(whole, layout_.sync.bucket_bytes / g);
+    if (stage_ >= 3 && !kept) {
       double layer = 0;
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
         layer = std::max(layer, layer_part_params(network_, l, s.layer_begin, SplitPart::rank(j, t)));
       }
       unit = std::min(unit, layer);
     }
-    gathered = gathered < 0 ? unit * e : std::min(gathered, unit * e);
+    weight_unit.push_back(stage_ >= 3 ? unit * e : 0);
+    grad_unit.push_back(stage_ >= 2 ? unit * g : 0);
   }
   m.weights_bytes = weights * e;
   m.gradients_bytes = grads * g;
   if (m.optimizer_bytes > 0) m.optimizer_bytes = stepped * model::adam_state_bytes(layout_.precision);
-  m.gathered_bytes = std::max(0.0, gathered);
+  m.gathered_bytes = 0;
+  if (stage_ < 2 || stashes.program == nullptr) return;
+  // Kept gathered: each chunk's copy from its first pass to its last, its gradients from the
+  // first pass that makes them to the last.
+  const std::vector<ScheduledOp>& program = *stashes.program;
+  const OpKind makes = stashes.splits_backward ? OpKind::W : OpKind::B;
+  const size_t n = chunks.size();
+  std::vector<size_t> first_pass(n, program.size()), last_pass(n, 0), first_made(n, program.size()), last_made(n, 0);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const auto c = static_cast<size_t>(program[i].chunk);
+    if (program[i].kind != OpKind::W) {
+      first_pass[c] = std::min(first_pass[c], i);
+      last_pass[c] = i;
+    }
+    if (program[i].kind == makes) {
+      first_made[c] = std::min(first_made[c], i);
+      last_made[c] = i;
+    }
+  }
+  double held = 0, peak = -1;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const ScheduledOp& op = program[i];
+    const auto c = static_cast<size_t>(op.chunk);
+    const double stash = (*stashes.stash_bytes)[c];
+    if (op.kind == OpKind::F) held += stash;
+    const double during = held + (op.kind == OpKind::B ? stashes.scratch_bytes : 0);
+    double whole = 0;
+    if (kept) {
+      for (size_t k = 0; k < n; ++k) {
+        if (first_pass[k] <= i && i <= last_pass[k]) whole += weight_unit[k];
+        if (first_made[k] <= i && i <= last_made[k]) whole += grad_unit[k];
+      }
+    } else {
+      if (op.kind != OpKind::W) whole += weight_unit[c];
+      if (op.kind == makes) whole += grad_unit[c];
+    }
+    if (during + whole > peak) {
+      peak = during + whole;
+      m.activations_bytes = during;
+      m.gathered_bytes = whole;
+    }
+    if ((op.kind == OpKind::B) != stashes.splits_backward && op.kind != OpKind::F) held -= stash;
+  }
 }
 
 void ZeroSync::reduce_scatter(const std::vector<WorkerRun>& runs, const RankPrograms& programs,

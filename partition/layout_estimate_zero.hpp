@@ -22,6 +22,7 @@
 #include "partition/layout.hpp"
 #include "partition/layout_estimate_detail.hpp"
 #include "partition/layout_estimate_memo.hpp"
+#include "partition/schedule.hpp"
 
 namespace hetflow::partition::estimate_detail {
 
@@ -35,13 +36,23 @@ class ZeroSync {
   const ZeroGathers* gathers() const { return stage_ >= 3 ? &pass_gathers_ : nullptr; }
   // The parameters worker w's optimizer steps of a chunk piece of `params` (its shard, or all).
   double optimizer_params(double params, int w) const;
+  // A rank's program and what its passes keep, as estimate_layout's activation peak takes them.
+  struct Stashes {
+    const std::vector<ScheduledOp>* program = nullptr;
+    const std::vector<double>* stash_bytes = nullptr;  // per chunk of the rank: one micro-batch's
+    double scratch_bytes = 0;                           // during a backward (full recomputation)
+    bool splits_backward = false;
+  };
   // Tensor rank j of a rank of worker w that holds `chunks` at degree t, from stage 1: its
-  // persistent state as the plan's shards hold it (whole elements), and of the whole copies
-  // what is surely alive at its activations' peak, which is during a pass: at stage 3 that
-  // pass's gathered parameters (a layer's with resharding, the chunk's without; the least of
-  // its chunks'). The closed form's two units of each (memory.hpp, gathered_bytes) need not
-  // coincide with the peak, so the estimate's memory stays a lower bound of the plan's.
-  void sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j, DeviceMemory& m) const;
+  // persistent state as the plan's shards hold it (whole elements); from stage 2 the most its
+  // stashes and ZeRO's whole copies hold at once over its program, counting of the copies
+  // only what is surely alive during each pass: its own gathered parameters and the gradients
+  // it makes (a layer's at stage 3, a bucket's at stage 2), or kept gathered every chunk's from
+  // its first pass to its last. The closed form's two units of each (memory.hpp,
+  // gathered_bytes) need not coincide with the peak, so the estimate's memory stays a lower
+  // bound of the plan's.
+  void sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j, const Stashes& stashes,
+                      DeviceMemory& m) const;
   // Stages 2 and 3: each gradient-making pass's reduce-scatters (kept gathered: each chunk's
   // last), piece by piece over the replicas, in program order on the comm streams.
   void reduce_scatter(const std::vector<WorkerRun>& runs, const RankPrograms& programs,

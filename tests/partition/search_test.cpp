@@ -138,6 +138,7 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
   partition::SearchSpace space;
   space.policies = {"uniform", "balanced", "hetpipe-ed"};
   space.micro_batches = {1, 4, 16};
+  space.zero = false;  // the oracle builds each candidate as it is
   PlanOptions base;
   base.precision = net.precision;
   for (const model::Calibration& calibration : {model::Calibration{}, ops}) {
@@ -180,6 +181,18 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
                                "balanced/ps", "hetpipe-ed/ps", "data-parallel"}) {
       EXPECT_EQ(best3(kept.ranked, family), best3(every, family)) << family;
       EXPECT_EQ(best3(all.ranked, family), best3(every, family)) << family;
+    }
+    if (calibration == ops) continue;  // once is enough
+    // Sharding what overflows (SearchSpace::zero): building the best of each family still
+    // keeps what building every candidate ranks first, and data parallelism now fits.
+    partition::SearchSpace sharded = space;
+    sharded.zero = true;
+    const partition::SearchResult all_sharded = partition::search_plans(cluster, net, 32, sharded, base, cost, 2);
+    const partition::SearchResult kept_sharded = partition::search_plans(cluster, net, 32, sharded, base, cost, 2, 3);
+    EXPECT_EQ(all_sharded.pruned, 0);
+    EXPECT_FALSE(best3(all_sharded.ranked, "data-parallel").empty());
+    for (const char* family : {"all", "uniform/allreduce", "balanced/allreduce", "hetpipe-ed/allreduce", "data-parallel"}) {
+      EXPECT_EQ(best3(kept_sharded.ranked, family), best3(all_sharded.ranked, family)) << family;
     }
   }
 }
