@@ -479,6 +479,49 @@ SearchResult collect(const model::Cluster& cluster, const model::Network& networ
 }
 }  // namespace
 
+namespace {
+// A candidate at a ZeRO sharding: its layout and what its estimate found.
+struct ShardedFit {
+  int code = 0;  // in kShardings
+  Layout layout;
+  LayoutEstimate estimate;
+  double compute_s = 0, price = 0;
+  int gpus = 0;
+};
+
+// An all-reduce candidate at each sharding beyond its own, laid out (the policies size stages
+// with the sharded state) and estimated: the fastest that fits in search_order (which keeps
+// the less sharded on a tie), or none.
+std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster, const model::Network& network,
+                                                   const CostModel& cost, const CostModel* gpus_only,
+                                                   const std::vector<model::Device>& devices, const PlanOptions& o) {
+  if (o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce) return std::nullopt;
+  std::vector<ShardedFit> fits;
+  for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
+    try {
+      ShardedFit f;
+      f.code = code;
+      f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
+      f.estimate = estimate_layout(network, f.layout, cost);
+      if (f.estimate.headroom_bytes < 0) continue;
+      f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
+      const std::set<int> used = layout_gpus(f.layout);
+      f.price = layout_price(cluster, devices, used);
+      f.gpus = static_cast<int>(used.size());
+      fits.push_back(std::move(f));
+    } catch (const Error&) {  // refused sharded (workers cut unlike): not a choice
+    }
+  }
+  if (fits.empty()) return std::nullopt;
+  const size_t best = search_order(fits.size(), [&](size_t i) {
+                        const ShardedFit& f = fits[i];
+                        return RankKey{f.estimate.iteration_time_s, f.compute_s < f.estimate.iteration_time_s, f.price,
+                                       f.gpus, f.compute_s};
+                      }).front();
+  return std::move(fits[best]);
+}
+}  // namespace
+
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
@@ -513,47 +556,21 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   }
   std::vector<size_t> my_groups;
   for (size_t g = rank; g < groups.size(); g += size) my_groups.push_back(g);
-  // An all-reduce candidate of two or more workers whose memory bound overflows: the shardings
-  // beyond its own, laid out and estimated each (the policies size stages with the sharded
-  // state), the fastest that fits in search_order (which keeps the less sharded on a tie).
+  // An over-memory all-reduce candidate of two or more workers, at the fastest sharding that fits.
   const auto shard_to_fit = [&](size_t at) {
-    const PlanOptions& o = candidates[at];
-    if (!space.zero || o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce || workers[at] < 2) return;
-    struct Fit {
-      int code;
-      Layout layout;
-      LayoutEstimate estimate;
-      double compute_s, price;
-      int gpus;
-    };
-    std::vector<Fit> fits;
-    for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
-      try {
-        Layout l = make_layout(cluster, network, with_sharding(o, code), cost);
-        LayoutEstimate e = estimate_layout(network, l, cost);
-        if (e.headroom_bytes < 0) continue;
-        const double gpus_s = gpus_only_time_s(network, l, cost, e.iteration_time_s, gpus_only ? &*gpus_only : nullptr);
-        const std::set<int> used = layout_gpus(l);
-        const double cost_per_hour = layout_price(cluster, devices, used);
-        fits.push_back({code, std::move(l), std::move(e), gpus_s, cost_per_hour, static_cast<int>(used.size())});
-      } catch (const Error&) {  // refused sharded (workers cut unlike): not a choice
-      }
-    }
-    if (fits.empty()) return;
-    Fit& best = fits[search_order(fits.size(), [&](size_t i) {
-                       const Fit& f = fits[i];
-                       return RankKey{f.estimate.iteration_time_s, f.compute_s < f.estimate.iteration_time_s, f.price, f.gpus,
-                                      f.compute_s};
-                     }).front()];
-    zero[at] = best.code;
-    time_s[at] = best.estimate.iteration_time_s;
-    compute_s[at] = best.compute_s;
-    price[at] = best.price;
-    gpus[at] = best.gpus;
-    headroom[at] = best.estimate.headroom_bytes;
-    tightest[at] = best.estimate.tightest_device;
-    workers[at] = static_cast<double>(best.layout.workers.size());
-    layouts[at] = std::move(best.layout);
+    if (!space.zero || workers[at] < 2) return;
+    std::optional<ShardedFit> best = fastest_fitting_sharding(cluster, network, cost, gpus_only ? &*gpus_only : nullptr,
+                                                              devices, candidates[at]);
+    if (!best) return;
+    zero[at] = best->code;
+    time_s[at] = best->estimate.iteration_time_s;
+    compute_s[at] = best->compute_s;
+    price[at] = best->price;
+    gpus[at] = best->gpus;
+    headroom[at] = best->estimate.headroom_bytes;
+    tightest[at] = best->estimate.tightest_device;
+    workers[at] = static_cast<double>(best->layout.workers.size());
+    layouts[at] = std::move(best->layout);
     state[at] = kScored;
   };
   in_parallel(static_cast<int>(my_groups.size()), threads, [&](int k) {
