@@ -78,6 +78,10 @@ class Estimator {
     memory_.resize(devices_);
     computes_.assign(devices_, false);
     make_workers();
+    if (options_.time_only_what_fits && allreduce_ && headroom() < 0) {  // all its memory is known by now
+      out_.iteration_time_s = std::numeric_limits<double>::infinity();
+      return std::move(out_);
+    }
     check_servers();
     gradient_norms();
     if (allreduce_) {
@@ -583,12 +587,8 @@ class Estimator {
     for (size_t d = 0; d < devices_; ++d) makespan = std::max(makespan, last_end[d]);
   }
 
-  // The plan's estimate over several iterations: the steady state between the first and the last.
-  LayoutEstimate finish() {
-    out_.iteration_time_s = iterations_ > 1 ? (iteration_end_.back() - iteration_end_.front()) / (iterations_ - 1)
-                                            : iteration_end_.front();
-    for (double& busy : out_.busy_s) busy /= iterations_;
-    out_.bubble_fraction = bubble_count_ > 0 ? bubble_sum_ / bubble_count_ : 0;
+  // The least free memory of any device that computes, into out_ (with that device).
+  double headroom() {
     out_.headroom_bytes = std::numeric_limits<double>::infinity();
     for (size_t d = 0; d < devices_; ++d) {
       if (computes_[d] && memory_[d].capacity_bytes > 0 && memory_[d].capacity_bytes - memory_[d].total_bytes() < out_.headroom_bytes) {
@@ -596,6 +596,16 @@ class Estimator {
         out_.tightest_device = static_cast<int>(d);
       }
     }
+    return out_.headroom_bytes;
+  }
+
+  // The plan's estimate over several iterations: the steady state between the first and the last.
+  LayoutEstimate finish() {
+    out_.iteration_time_s = iterations_ > 1 ? (iteration_end_.back() - iteration_end_.front()) / (iterations_ - 1)
+                                            : iteration_end_.front();
+    for (double& busy : out_.busy_s) busy /= iterations_;
+    out_.bubble_fraction = bubble_count_ > 0 ? bubble_sum_ / bubble_count_ : 0;
+    headroom();
     out_.slowest_device = static_cast<int>(std::max_element(out_.busy_s.begin(), out_.busy_s.end()) - out_.busy_s.begin());
     return std::move(out_);
   }

@@ -61,6 +61,9 @@ struct LayoutEstimateOptions {
   // simulation; false: every transfer and collective alone on its routes, the model of
   // estimate_plan (partition/estimate.hpp), which it then equals.
   bool shared_links = true;
+  // An all-reduce layout whose memory bound overflows is not timed (iteration time infinite):
+  // its memory is all the search's trial of ZeRO shardings needs of it.
+  bool time_only_what_fits = false;
 };
 
 // Throws hetflow::Error where the layout does not fit the network or its schedule (what

@@ -502,7 +502,7 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
       ShardedFit f;
       f.code = code;
       f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
-      f.estimate = estimate_layout(network, f.layout, cost);
+      f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
       if (f.estimate.headroom_bytes < 0) continue;
       f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
       const std::set<int> used = layout_gpus(f.layout);
