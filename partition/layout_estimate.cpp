@@ -9,6 +9,8 @@
 //    ranks send in parallel, the slowest counted.
 //  - Data-parallel pieces run their buckets back to back once every member is ready, in the
 //    builder's global order (data_parallel_segments), then tied embeddings and the optimizer.
+//    ZeRO's reduce-scatters and all-gathers as the builder orders them on the comm and gather
+//    streams (layout_estimate_zero.hpp).
 //  - Parameter servers: pushes after each device's last operation, queued per device and
 //    server, one update per server once all its pushes are in, pulls queued per server and
 //    device. Under WSP a chunk's first forward computes once its pulls of D + 1 iterations
@@ -22,6 +24,7 @@
 #include "model/error.hpp"
 #include "partition/collective.hpp"
 #include "partition/layout_estimate_detail.hpp"
+#include "partition/layout_estimate_zero.hpp"
 #include "partition/loading.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
@@ -66,7 +69,8 @@ class Estimator {
         devices_(static_cast<size_t>(cost.device_count())),
         iterations_(std::max(1, layout.iterations)),
         allreduce_(layout.sync.kind == SyncKind::allreduce),
-        memo_(network, layout) {}
+        memo_(network, layout),
+        zero_(network, layout, cost, memo_, options.shared_links) {}
 
   LayoutEstimate run() {
     out_.busy_s.assign(devices_, 0);
@@ -74,6 +78,10 @@ class Estimator {
     memory_.resize(devices_);
     computes_.assign(devices_, false);
     make_workers();
+    if (options_.time_only_what_fits && allreduce_ && headroom() < 0) {  // all its memory is known by now
+      out_.iteration_time_s = std::numeric_limits<double>::infinity();
+      return std::move(out_);
+    }
     check_servers();
     gradient_norms();
     if (allreduce_) {
@@ -93,9 +101,11 @@ class Estimator {
       std::vector<double> last_end(devices_, 0);
       const std::vector<WorkerRun> runs = run_pipelines(it, last_end);
       if (allreduce_) {
+        zero_.reduce_scatter(runs, *workers_.front().programs, comm_free_);
         sync_data_parallel(runs, last_end);
         sync_tied_embeddings(last_end);
         run_optimizers(it, last_end);
+        zero_.gather_after_optimizers(stream_free_, comm_free_, iteration_end_[static_cast<size_t>(it)]);
       } else {
         sync_servers(it, last_end);
       }
@@ -162,13 +172,17 @@ class Estimator {
     std::vector<double> stash_bytes;
     double largest_layer_bytes = 0;
     std::vector<double> rank_params(static_cast<size_t>(t), 0.0);  // each tensor rank's shard
+    std::vector<double> stepped(static_cast<size_t>(t), 0.0);      // ... of which its optimizer steps (ZeRO: its own)
     for (int c = 0; c < v; ++c) {
       const Stage& s = vw.stages[static_cast<size_t>(c * p + r)];
       const WorkMemo::Entry& e = memo_.of(s, t);
       held.push_back(s);
       stash_bytes.push_back(e.work.stash_bytes);
       largest_layer_bytes = std::max(largest_layer_bytes, e.work.largest_layer_bytes);
-      for (int j = 0; j < t; ++j) rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
+      for (int j = 0; j < t; ++j) {
+        rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
+        stepped[static_cast<size_t>(j)] += zero_.optimizer_params(e.params[static_cast<size_t>(j)], static_cast<int>(w));
+      }
     }
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
     last.activations_bytes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes,
@@ -177,7 +191,7 @@ class Estimator {
     for (size_t j = 0; j < rank.size(); ++j) {
       const auto dd = static_cast<size_t>(rank[j]);
       computes_[dd] = true;
-      params_[dd] += rank_params[j];
+      params_[dd] += stepped[j];
       memory_[dd] = last;
       if (rank_params[j] != rank_params.back()) {
         const DeviceMemory own = device_memory(network_, layout_, held, {}, allreduce_, 0, t, static_cast<int>(j));
@@ -185,6 +199,10 @@ class Estimator {
         memory_[dd].gradients_bytes = own.gradients_bytes;
         memory_[dd].optimizer_bytes = own.optimizer_bytes;
       }
+      zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j),
+                           {&(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
+                            layout_.recompute == Recompute::full ? largest_layer_bytes : 0, schedule_.splits_backward},
+                           memory_[dd]);
       memory_[dd].capacity_bytes = cost_.memory_capacity_bytes(rank[j]);
     }
   }
@@ -228,6 +246,8 @@ class Estimator {
   // another on its comm stream (workers of unequal tensor degrees: a device in several
   // pieces); segments of other pipeline ranks finish their backward at other times.
   void data_parallel_times() {
+    // From ZeRO stage 2 every pass's gradients are reduce-scattered instead (ZeroSync).
+    if (zero_.stage() >= 2) return;
     segments_ = builder::data_parallel_segments(network_, layout_);
     std::vector<std::pair<std::pair<int, int>, CollectiveSpec>> pieces;  // ((segment, wave), one bucket)
     for (size_t s = 0; s < segments_.size(); ++s) {
@@ -236,6 +256,10 @@ class Estimator {
       for (const builder::Segment::Piece& piece : seg.pieces) {
         CollectiveSpec c;
         c.algorithm = layout_.sync.algorithm;
+        if (zero_.stage() >= 1) {  // each replica keeps its shard's sum
+          c.kind = CollectiveKind::reduce_scatter;
+          c.algorithm = builder::zero_algorithm(layout_);
+        }
         std::vector<long long> queues;
         for (size_t w = 0; w < layout_.workers.size(); ++w) {
           c.devices.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
@@ -326,10 +350,15 @@ class Estimator {
   std::vector<WorkerRun> run_pipelines(int it, std::vector<double>& last_end) {
     std::vector<WorkerRun> runs(layout_.workers.size());
     const int staleness = layout_.sync.kind == SyncKind::wsp ? layout_.sync.staleness : 0;
+    std::vector<PipelineInput> inputs;
+    std::vector<size_t> run_now;  // the workers to run; the others run as an earlier one
     for (size_t w = 0; w < layout_.workers.size(); ++w) {
       const VirtualWorker& vw = layout_.workers[w];
       const Worker& worker = workers_[w];
-      PipelineStart from;
+      // From the same start (every stream free at 0: the first iteration), alike workers run alike.
+      if (it == 0 && worker.same_as >= 0) continue;
+      PipelineStart& from = inputs.emplace_back(PipelineInput{&worker.chunks, worker.programs, vw.microbatches, {}}).from;
+      run_now.push_back(w);
       if (it > 0) {
         from.channel_free = channels_[w];
         for (const auto& rank : vw.ranks) {
@@ -353,9 +382,13 @@ class Estimator {
           }
         }
       }
-      // From the same start (every stream free at 0: the first iteration), alike workers run alike.
-      runs[w] = it == 0 && worker.same_as >= 0 ? runs[static_cast<size_t>(worker.same_as)]
-                                               : run_pipeline(layout_, worker.chunks, *worker.programs, vw.microbatches, from);
+    }
+    // ZeRO-3's all-gathers span the replicas: their pipelines run together.
+    std::vector<WorkerRun> ran = run_pipelines_of(inputs);
+    for (size_t i = 0; i < run_now.size(); ++i) runs[run_now[i]] = std::move(ran[i]);
+    for (size_t w = 0; w < layout_.workers.size(); ++w) {
+      if (it == 0 && workers_[w].same_as >= 0) runs[w] = runs[static_cast<size_t>(workers_[w].same_as)];
+      const VirtualWorker& vw = layout_.workers[w];
       const WorkerRun& run = runs[w];
       channels_[w] = run.channel_free;
       bubble_sum_ += run.bubble_sum;
@@ -371,6 +404,13 @@ class Estimator {
       }
     }
     return runs;
+  }
+
+  std::vector<WorkerRun> run_pipelines_of(const std::vector<PipelineInput>& inputs) const {
+    if (zero_.gathers() != nullptr) return estimate_detail::run_pipelines(layout_, inputs, zero_.gathers());
+    std::vector<WorkerRun> out;
+    for (const PipelineInput& in : inputs) out.push_back(run_pipeline(layout_, *in.chunks, *in.programs, in.microbatches, in.from));
+    return out;
   }
 
   // A collective on the comm streams once its members' compute and earlier syncs are done.
@@ -419,7 +459,9 @@ class Estimator {
 
   // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).
   void sync_tied_embeddings(const std::vector<double>& last_end) {
-    const double grad_bytes_per_param = layout_.fp32_grad_accumulation ? 4.0 : model::element_bytes(layout_.precision);
+    // From ZeRO stage 2 each replica sums its own share of the tied gradients.
+    const double shares = zero_.stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1;
+    const double grad_bytes_per_param = layout_.gradient_element_bytes() / shares;
     for (size_t w = 0; w < layout_.workers.size(); ++w) {
       const VirtualWorker& vw = layout_.workers[w];
       for (size_t k = 1; k < vw.stages.size(); ++k) {
@@ -545,12 +587,8 @@ class Estimator {
     for (size_t d = 0; d < devices_; ++d) makespan = std::max(makespan, last_end[d]);
   }
 
-  // The plan's estimate over several iterations: the steady state between the first and the last.
-  LayoutEstimate finish() {
-    out_.iteration_time_s = iterations_ > 1 ? (iteration_end_.back() - iteration_end_.front()) / (iterations_ - 1)
-                                            : iteration_end_.front();
-    for (double& busy : out_.busy_s) busy /= iterations_;
-    out_.bubble_fraction = bubble_count_ > 0 ? bubble_sum_ / bubble_count_ : 0;
+  // The least free memory of any device that computes, into out_ (with that device).
+  double headroom() {
     out_.headroom_bytes = std::numeric_limits<double>::infinity();
     for (size_t d = 0; d < devices_; ++d) {
       if (computes_[d] && memory_[d].capacity_bytes > 0 && memory_[d].capacity_bytes - memory_[d].total_bytes() < out_.headroom_bytes) {
@@ -558,6 +596,16 @@ class Estimator {
         out_.tightest_device = static_cast<int>(d);
       }
     }
+    return out_.headroom_bytes;
+  }
+
+  // The plan's estimate over several iterations: the steady state between the first and the last.
+  LayoutEstimate finish() {
+    out_.iteration_time_s = iterations_ > 1 ? (iteration_end_.back() - iteration_end_.front()) / (iterations_ - 1)
+                                            : iteration_end_.front();
+    for (double& busy : out_.busy_s) busy /= iterations_;
+    out_.bubble_fraction = bubble_count_ > 0 ? bubble_sum_ / bubble_count_ : 0;
+    headroom();
     out_.slowest_device = static_cast<int>(std::max_element(out_.busy_s.begin(), out_.busy_s.end()) - out_.busy_s.begin());
     return std::move(out_);
   }
@@ -571,6 +619,7 @@ class Estimator {
   const int iterations_;
   const bool allreduce_;
   WorkMemo memo_;
+  ZeroSync zero_;
   std::map<std::tuple<int, int, int>, RankPrograms> programs_of_;  // (p, m, v)
   std::vector<Worker> workers_;
   LayoutEstimate out_;

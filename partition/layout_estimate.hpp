@@ -8,7 +8,10 @@
 // collectives the builder puts around it), activations and gradients between chunks as
 // transfers that queue on their channel, then the data-parallel all-reduce of each gradient
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
-// pushes, updates and pulls. Over the layout's iterations, each stream and channel carrying
+// pushes, updates and pulls; under ZeRO (Layout::sync.zero) the reduce-scatters and
+// all-gathers each stage adds (partition/layout_estimate_zero.hpp): stage 3's before every
+// pass on the gather stream, prefetched one ahead, with the replicas' pipelines run together
+// since each all-gather spans them. Over the layout's iterations, each stream and channel carrying
 // on from where the last iteration left it, and under WSP each chunk's first forward waiting
 // for its pull D + 1 iterations back; the steady state as estimate_plan takes it.
 //
@@ -29,7 +32,8 @@
 // will do; the plan's estimate times each load task instead, and agrees in the steady state.
 //
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
-// exactly (partition/memory.hpp's closed form), the workspace, and each rank's stashes at
+// exactly (partition/memory.hpp's closed form; ZeRO's shards as the plan's whole elements),
+// ZeRO-3's gathered copy of the pass at the peak, the workspace, and each rank's stashes at
 // their peak over its own program, with full recomputation's one-layer scratch during a
 // backward. It leaves out what the plan adds around them (boundary activations waiting to be
 // sent or consumed, their gradients, partial sums, pushed gradients on servers), so a layout
@@ -57,6 +61,9 @@ struct LayoutEstimateOptions {
   // simulation; false: every transfer and collective alone on its routes, the model of
   // estimate_plan (partition/estimate.hpp), which it then equals.
   bool shared_links = true;
+  // An all-reduce layout whose memory bound overflows is not timed (iteration time infinite):
+  // its memory is all the search's trial of ZeRO shardings needs of it.
+  bool time_only_what_fits = false;
 };
 
 // Throws hetflow::Error where the layout does not fit the network or its schedule (what

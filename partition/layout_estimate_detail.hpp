@@ -85,6 +85,9 @@ struct WorkerRun {
   // Per chunk and tensor rank: the start and length of the compute that completes its
   // gradients (its last B or W in program order), for --overlap-grad-reduce.
   std::vector<std::vector<double>> made_start, made_s;
+  // Per chunk and micro-batch (chunk * m + mb): when the pass that makes its gradients (B, or
+  // W when backward is split) ends, for ZeRO's reduce-scatters.
+  std::vector<double> made_end;
 };
 
 // Where a worker's pipeline starts an iteration from: when each rank's compute stream and
@@ -105,10 +108,35 @@ struct PipelineStart {
 // The same times for the same pipeline: workers whose chunks cost alike run alike.
 bool same_timing(const std::vector<Chunk>& a, const std::vector<Chunk>& b);
 
+// ZeRO-3's all-gathers (Builder::pass_params) in the pipelines of one data-parallel group:
+// on each device's gather stream in program order, one per pass (F and B) or, without
+// resharding, one per chunk before its first pass; each after the one before it on the
+// stream, after the compute before the previous one's first reader (prefetched one ahead),
+// the first of an iteration after the device's last optimizer (PipelineStart::device_free),
+// and each one after every replica's is ready (one collective over the replicas). A pass's
+// compute waits for its gather.
+struct ZeroGathers {
+  bool reshard = true;
+  std::vector<std::vector<double>> gather_s;  // per chunk and tensor rank: one all-gather (every worker's alike)
+};
+
+// One worker's pipeline to run: its chunks, programs, micro-batches and start.
+struct PipelineInput {
+  const std::vector<Chunk>* chunks = nullptr;
+  const RankPrograms* programs = nullptr;
+  int microbatches = 1;
+  PipelineStart from;
+};
+
 // One iteration of one worker's pipeline through its ranks' programs, from `from`. Throws
 // PlanError where the schedule deadlocks.
 WorkerRun run_pipeline(const Layout& layout, const std::vector<Chunk>& chunks, const RankPrograms& programs, int m,
                        const PipelineStart& from);
+// The pipelines of workers that run together: with `gathers` (ZeRO-3; workers cut alike and
+// running the same programs), each all-gather starts once every worker's replica is ready
+// for it; without, each worker alone (run_pipeline's).
+std::vector<WorkerRun> run_pipelines(const Layout& layout, const std::vector<PipelineInput>& workers,
+                                     const ZeroGathers* gathers);
 
 // The most activation bytes one rank holds at once: a micro-batch's stash of chunk c lives
 // from its F to its B (its W when backward is split), as the plan's stash tensors do, and a

@@ -136,6 +136,20 @@ inline bool clips_gradient_norm(const model::Network& net, const Layout& layout)
   return layout.sync.kind == SyncKind::allreduce && net.architecture.has_value();
 }
 
+// ZeRO over the data axis (plan_builder_zero.cpp), shared with the layout estimate:
+// the layout's stage where it shards (all-reduce over two or more workers), else 0.
+int zero_stage(const Layout& layout);
+// Throws InputError unless every worker cuts the model alike (from stage 2, with the same
+// micro-batches too): replicas shard each piece element by element.
+void check_zero(const Layout& layout);
+// The layout's algorithm where a reduce-scatter or all-gather runs it, else ring.
+CollectiveAlgorithm zero_algorithm(const Layout& layout);
+// Replica w of `replicas`' whole elements of a piece of `params`: [n w / D, n (w + 1) / D).
+double zero_shard(double params, int w, int replicas);
+// The messages of a ZeRO collective of `bytes` over the chunk of layers [begin, end): at stage
+// 3 FSDP's units (each layer that holds parameters), else gradient buckets.
+int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes);
+
 // --overlap-grad-reduce: when each of `buckets` buckets of the gradients of layers [begin,
 // end) is complete, as the part of the backward work of the chunk [chunk_begin, chunk_end)
 // done by then (by FLOPs; the backward runs the chunk's layers last to first). Buckets split

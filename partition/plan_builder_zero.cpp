@@ -26,17 +26,17 @@
 
 namespace hetflow::partition::builder {
 
-int Builder::zero_stage() const {
-  return layout_.sync.kind == SyncKind::allreduce && layout_.workers.size() > 1 ? layout_.sync.zero.stage : 0;
+int zero_stage(const Layout& layout) {
+  return layout.sync.kind == SyncKind::allreduce && layout.workers.size() > 1 ? layout.sync.zero.stage : 0;
 }
 
 // Replicas shard a piece element by element, so they must hold the same pieces and (from
 // stage 2, where collectives run per pass) meet them in the same order.
-void Builder::check_zero() const {
-  if (zero_stage() == 0) return;
-  const VirtualWorker& first = layout_.workers.front();
-  for (size_t w = 1; w < layout_.workers.size(); ++w) {
-    const VirtualWorker& vw = layout_.workers[w];
+void check_zero(const Layout& layout) {
+  if (zero_stage(layout) == 0) return;
+  const VirtualWorker& first = layout.workers.front();
+  for (size_t w = 1; w < layout.workers.size(); ++w) {
+    const VirtualWorker& vw = layout.workers[w];
     bool same = vw.stages == first.stages && vw.ranks.size() == first.ranks.size();
     for (size_t r = 0; same && r < vw.ranks.size(); ++r) same = vw.ranks[r].size() == first.ranks[r].size();
     if (!same) {
@@ -45,9 +45,9 @@ void Builder::check_zero() const {
                            " cuts the model differently from worker 0 (its chunks or their tensor-parallel degrees "
                            "differ); give every worker the same cuts");
     }
-    if (zero_stage() >= 2 && vw.microbatches != first.microbatches) {
+    if (zero_stage(layout) >= 2 && vw.microbatches != first.microbatches) {
       throw InputError(kOptions, 0, "zero_stage",
-                       "stage " + std::to_string(zero_stage()) + " synchronises every micro-batch, but virtual worker " +
+                       "stage " + std::to_string(zero_stage(layout)) + " synchronises every micro-batch, but virtual worker " +
                            std::to_string(w) + " runs " + std::to_string(vw.microbatches) + " and worker 0 runs " +
                            std::to_string(first.microbatches) + "; give every worker the same micro-batches");
     }
@@ -55,14 +55,34 @@ void Builder::check_zero() const {
 }
 
 // A scatter or gather has no tree (collective.hpp): a tree all-reduce's shards move by ring.
-CollectiveAlgorithm Builder::zero_algorithm() const {
-  return supports(CollectiveKind::all_gather, layout_.sync.algorithm) ? layout_.sync.algorithm : CollectiveAlgorithm::ring;
+CollectiveAlgorithm zero_algorithm(const Layout& layout) {
+  return supports(CollectiveKind::all_gather, layout.sync.algorithm) ? layout.sync.algorithm : CollectiveAlgorithm::ring;
 }
 
-double Builder::shard(double params, int w) const {
+double zero_shard(double params, int w, int replicas) {
   const auto n = static_cast<long long>(std::llround(params));
-  const auto d = static_cast<long long>(layout_.workers.size());
+  const auto d = static_cast<long long>(replicas);
   return static_cast<double>(n * (w + 1) / d - n * w / d);
+}
+
+int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes) {
+  if (zero_stage(layout) < 3) return std::max(1, static_cast<int>(std::ceil(bytes / layout.sync.bucket_bytes)));
+  int units = 0;  // FSDP wraps each layer that holds parameters
+  for (int l = begin; l < end; ++l) {
+    const model::Layer& layer = net.layers[static_cast<size_t>(l)];
+    units += layer.params + layer.tied_params > 0;
+  }
+  return std::max(1, units);
+}
+
+int Builder::zero_stage() const { return builder::zero_stage(layout_); }
+
+void Builder::check_zero() const { builder::check_zero(layout_); }
+
+CollectiveAlgorithm Builder::zero_algorithm() const { return builder::zero_algorithm(layout_); }
+
+double Builder::shard(double params, int w) const {
+  return zero_shard(params, w, static_cast<int>(layout_.workers.size()));
 }
 
 double Builder::piece_params(int w, int stage, int j) const {
@@ -87,14 +107,8 @@ double Builder::unit_params(int w, int stage, int j) const {
 }
 
 int Builder::zero_messages(int w, int stage, double bytes) const {
-  if (zero_stage() < 3) return std::max(1, static_cast<int>(std::ceil(bytes / layout_.sync.bucket_bytes)));
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
-  int units = 0;  // FSDP wraps each layer that holds parameters
-  for (int l = s.layer_begin; l < s.layer_end; ++l) {
-    const model::Layer& layer = net_.layers[static_cast<size_t>(l)];
-    units += layer.params + layer.tied_params > 0;
-  }
-  return std::max(1, units);
+  return builder::zero_messages(net_, layout_, s.layer_begin, s.layer_end, bytes);
 }
 
 std::vector<int> Builder::replicas(int stage, int j) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -68,6 +69,7 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   s += ", recompute " + std::string(to_string(o.recompute));
   s += ", " + std::string(to_string(o.sync.value_or(SyncKind::allreduce)));
   if (o.sync == SyncKind::wsp) s += " D" + std::to_string(o.staleness);
+  if (o.zero_stage > 0) s += ", zero " + std::to_string(o.zero_stage) + (o.reshard_after_forward ? "" : " kept gathered");
   return s;
 }
 
@@ -341,12 +343,30 @@ std::vector<size_t> search_order(size_t n, const std::function<RankKey(size_t)>&
 namespace {
 enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 
+// ZeRO's shardings, from the least memory saved to the most (a chunk kept gathered holds more
+// than one resharded after every pass); a candidate's is its place here (SearchSpace::zero).
+constexpr Sharding kShardings[] = {{0, true}, {1, true}, {2, true}, {3, false}, {3, true}};
+constexpr int kShardingCount = static_cast<int>(std::size(kShardings));
+
+int sharding_code(const PlanOptions& o) {
+  for (int code = 0; code < kShardingCount; ++code) {
+    if (kShardings[code] == Sharding{o.zero_stage, o.reshard_after_forward}) return code;
+  }
+  return kShardingCount;  // none the search knows: it tries none beyond
+}
+
+PlanOptions with_sharding(PlanOptions o, int code) {
+  o.zero_stage = kShardings[code].stage;
+  o.reshard_after_forward = kShardings[code].reshard_after_forward;
+  return o;
+}
+
 // Every candidate's way through the search: its state, what its layout's estimate found, and
 // why it was left out.
 struct Scores {
   explicit Scores(size_t n)
       : state(n, kRefused), time_s(n, 0), price(n, 0), workers(n, 0), tightest(n, -1), headroom(n, 0), compute_s(n, 0),
-        gpus(n, 0), why(n) {}
+        gpus(n, 0), zero(n, 0), why(n) {}
   std::vector<char> state;
   std::vector<double> time_s, price;
   std::vector<double> workers;   // its layout's virtual workers (0: no layout)
@@ -354,6 +374,7 @@ struct Scores {
   std::vector<double> headroom;  // that device's free memory (negative: over)
   std::vector<double> compute_s; // the layout's estimate with a loader that limits nothing
   std::vector<double> gpus;      // the GPUs its layout uses
+  std::vector<double> zero;      // the ZeRO sharding chosen for it (zero_code), 0 where it kept the base's
   std::vector<Rejected> why;     // refused: the error's words
   RankKey key(size_t i) const {
     return {time_s[i], compute_s[i] < time_s[i], price[i], static_cast<int>(gpus[i]), compute_s[i]};
@@ -361,15 +382,15 @@ struct Scores {
 };
 
 // Gives every process every candidate's scores: each its groups' (state, time, price,
-// workers, tightest device, headroom, GPUs-only time, GPUs), in rank order.
+// workers, tightest device, headroom, GPUs-only time, GPUs, ZeRO sharding), in rank order.
 void share_scores(Scores& s, const std::vector<std::vector<size_t>>& groups, const SearchSpread& spread) {
   const auto size = static_cast<size_t>(spread.size), rank = static_cast<size_t>(spread.rank);
-  constexpr size_t kEach = 8;
+  constexpr size_t kEach = 9;
   std::vector<double> part;
   for (size_t g = rank; g < groups.size(); g += size) {
     for (const size_t at : groups[g]) {
       part.insert(part.end(), {static_cast<double>(s.state[at]), s.time_s[at], s.price[at], s.workers[at], s.tightest[at],
-                               s.headroom[at], s.compute_s[at], s.gpus[at]});
+                               s.headroom[at], s.compute_s[at], s.gpus[at], s.zero[at]});
     }
   }
   const std::vector<double> all = spread.all_gather(part);
@@ -386,6 +407,7 @@ void share_scores(Scores& s, const std::vector<std::vector<size_t>>& groups, con
         s.headroom[at] = all[next + 5];
         s.compute_s[at] = all[next + 6];
         s.gpus[at] = all[next + 7];
+        s.zero[at] = all[next + 8];
         next += kEach;
       }
     }
@@ -457,16 +479,60 @@ SearchResult collect(const model::Cluster& cluster, const model::Network& networ
 }
 }  // namespace
 
+namespace {
+// A candidate at a ZeRO sharding: its layout and what its estimate found.
+struct ShardedFit {
+  int code = 0;  // in kShardings
+  Layout layout;
+  LayoutEstimate estimate;
+  double compute_s = 0, price = 0;
+  int gpus = 0;
+};
+
+// An all-reduce candidate at each sharding beyond its own, laid out (the policies size stages
+// with the sharded state) and estimated: the fastest that fits in search_order (which keeps
+// the less sharded on a tie), or none.
+std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster, const model::Network& network,
+                                                   const CostModel& cost, const CostModel* gpus_only,
+                                                   const std::vector<model::Device>& devices, const PlanOptions& o) {
+  if (o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce) return std::nullopt;
+  std::vector<ShardedFit> fits;
+  for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
+    try {
+      ShardedFit f;
+      f.code = code;
+      f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
+      f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
+      if (f.estimate.headroom_bytes < 0) continue;
+      f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
+      const std::set<int> used = layout_gpus(f.layout);
+      f.price = layout_price(cluster, devices, used);
+      f.gpus = static_cast<int>(used.size());
+      fits.push_back(std::move(f));
+    } catch (const Error&) {  // refused sharded (workers cut unlike): not a choice
+    }
+  }
+  if (fits.empty()) return std::nullopt;
+  const size_t best = search_order(fits.size(), [&](size_t i) {
+                        const ShardedFit& f = fits[i];
+                        return RankKey{f.estimate.iteration_time_s, f.compute_s < f.estimate.iteration_time_s, f.price,
+                                       f.gpus, f.compute_s};
+                      }).front();
+  return std::move(fits[best]);
+}
+}  // namespace
+
 SearchResult search_plans(const model::Cluster& cluster, const model::Network& network, int global_batch,
                           const SearchSpace& space, const PlanOptions& base, const CostModel& cost, int threads,
                           int keep, const std::function<void(int, int)>& on_progress, const SearchSpread& spread) {
   const auto started = std::chrono::steady_clock::now();
   require_precision_supported(cluster, base.precision);  // every candidate would be refused for it
-  const std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base, cost);
+  // Each candidate's ZeRO sharding may change when it is scored (SearchSpace::zero).
+  std::vector<PlanOptions> candidates = search_candidates(cluster, network, global_batch, space, base, cost);
   const int total = static_cast<int>(candidates.size());
   // 1. Every candidate's layout and its estimate, without a plan.
   Scores scores(candidates.size());
-  auto& [state, time_s, price, workers, tightest, headroom, compute_s, gpus, why] = scores;
+  auto& [state, time_s, price, workers, tightest, headroom, compute_s, gpus, zero, why] = scores;
   // The GPUs' own time of an input-bound layout, whose estimate is its loader's floor.
   const std::optional<CostModel> gpus_only =
       cluster.input.given ? std::optional<CostModel>(cost.without_input()) : std::nullopt;
@@ -490,6 +556,23 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   }
   std::vector<size_t> my_groups;
   for (size_t g = rank; g < groups.size(); g += size) my_groups.push_back(g);
+  // An over-memory all-reduce candidate of two or more workers, at the fastest sharding that fits.
+  const auto shard_to_fit = [&](size_t at) {
+    if (!space.zero || workers[at] < 2) return;
+    std::optional<ShardedFit> best = fastest_fitting_sharding(cluster, network, cost, gpus_only ? &*gpus_only : nullptr,
+                                                              devices, candidates[at]);
+    if (!best) return;
+    zero[at] = best->code;
+    time_s[at] = best->estimate.iteration_time_s;
+    compute_s[at] = best->compute_s;
+    price[at] = best->price;
+    gpus[at] = best->gpus;
+    headroom[at] = best->estimate.headroom_bytes;
+    tightest[at] = best->estimate.tightest_device;
+    workers[at] = static_cast<double>(best->layout.workers.size());
+    layouts[at] = std::move(best->layout);
+    state[at] = kScored;
+  };
   in_parallel(static_cast<int>(my_groups.size()), threads, [&](int k) {
     const std::vector<size_t>& group = groups[my_groups[static_cast<size_t>(k)]];
     Layout laid_out;
@@ -515,6 +598,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
         headroom[at] = e.headroom_bytes;
         tightest[at] = e.tightest_device;
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
+        if (state[at] == kScreened) shard_to_fit(at);
       } catch (const Error& e) {
         state[at] = kRefused;
         note_refusal(e, &why[at]);
@@ -523,6 +607,9 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
     }
   }, on_progress, 0, static_cast<int>(my_groups.size()));
   if (size > 1) share_scores(scores, groups, spread);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (zero[i] > 0) candidates[i] = with_sharding(candidates[i], static_cast<int>(zero[i]));
+  }
 
   // 2. Plans for the best of every family by that estimate, until each has `keep` that fit
   //    (all of them with keep 0): a plan's memory may overflow by the buffers the estimate

@@ -39,6 +39,12 @@ struct SearchSpace {
   // it, so the search takes it as given). A WSP candidate is estimated over 2 D + 4 iterations
   // (its steady state: a worker waits for the pull D + 1 iterations back), and so simulated.
   int staleness = 1;
+  // ZeRO over the data axis (Layout::sync.zero): an all-reduce candidate of two or more workers
+  // whose memory bound overflows at the base's stage tries the stages that shard more (1, 2,
+  // 3, and 3 kept gathered and resharded after every pass, from the base's up) and becomes the
+  // fastest that fits by the layout's estimate (ties as search_order breaks them, then less
+  // sharding). One that fits is left unsharded: sharding is for memory.
+  bool zero = true;
 };
 
 // How many iterations a candidate is estimated over: 2 D + 4 for WSP with D >= 1, else the

@@ -15,7 +15,9 @@
 // two cores. Run: ./build/tests/estimate_gap_bench [--benchmark_filter=CLUSTER]
 // HETFLOW_GAP_PER_CLUSTER=N changes the sample size (default 70); HETFLOW_GAP_FREE_COMM=1 makes
 // every transfer free in both, which leaves the compute model's part of the gap;
-// HETFLOW_GAP_LIST=1 prints each layout's gaps.
+// HETFLOW_GAP_LIST=1 prints each layout's gaps. HETFLOW_GAP_ZERO=1|2|3|3k shards every sampled
+// all-reduce layout of two or more workers at that ZeRO stage (3k: kept gathered) and leaves the
+// others out, which measures the gap of ZeRO's collectives.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "model/error.hpp"
 #include "model/io.hpp"
 #include "model/zoo.hpp"
 #include "partition/estimate.hpp"
@@ -101,8 +104,23 @@ void BM_EstimateGap(benchmark::State& state, const Corpus& corpus) {
     for (size_t i = 0; i < n; ++i) {
       partition::PlanOptions o = ranked[i * ranked.size() / n].options;  // evenly over the ranking
       o.iterations = std::max(3, partition::estimated_iterations(o));
-      const partition::Layout layout = partition::make_layout(cluster, network, o, cost);
-      const partition::Plan plan = partition::build_plan(cluster, network, layout, cost);
+      partition::Layout layout;
+      partition::Plan plan;
+      if (const char* zero = std::getenv("HETFLOW_GAP_ZERO")) {
+        if (o.sync.value_or(partition::SyncKind::allreduce) != partition::SyncKind::allreduce) continue;
+        o.zero_stage = std::atoi(zero);
+        o.reshard_after_forward = std::string(zero) != "3k";
+        try {
+          layout = partition::make_layout(cluster, network, o, cost);
+          if (layout.workers.size() < 2) continue;
+          plan = partition::build_plan(cluster, network, layout, cost);
+        } catch (const Error&) {  // workers cut unlike
+          continue;
+        }
+      } else {
+        layout = partition::make_layout(cluster, network, o, cost);
+        plan = partition::build_plan(cluster, network, layout, cost);
+      }
       if (!partition::validate_plan(plan).ok()) continue;
       const double alone_s = partition::estimate_layout(network, layout, cost, {.shared_links = false}).iteration_time_s;
       const double shared_s = partition::estimate_layout(network, layout, cost).iteration_time_s;

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/layout_estimate.hpp"
 #include "partition/layout_file.hpp"
 #include "partition/plan_builder.hpp"
 #include "tests/partition/plan_test_util.hpp"
@@ -136,6 +138,7 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
   partition::SearchSpace space;
   space.policies = {"uniform", "balanced", "hetpipe-ed"};
   space.micro_batches = {1, 4, 16};
+  space.zero = false;  // the oracle builds each candidate as it is
   PlanOptions base;
   base.precision = net.precision;
   for (const model::Calibration& calibration : {model::Calibration{}, ops}) {
@@ -179,6 +182,18 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
       EXPECT_EQ(best3(kept.ranked, family), best3(every, family)) << family;
       EXPECT_EQ(best3(all.ranked, family), best3(every, family)) << family;
     }
+    if (calibration == ops) continue;  // once is enough
+    // Sharding what overflows (SearchSpace::zero): building the best of each family still
+    // keeps what building every candidate ranks first, and data parallelism now fits.
+    partition::SearchSpace sharded = space;
+    sharded.zero = true;
+    const partition::SearchResult all_sharded = partition::search_plans(cluster, net, 32, sharded, base, cost, 2);
+    const partition::SearchResult kept_sharded = partition::search_plans(cluster, net, 32, sharded, base, cost, 2, 3);
+    EXPECT_EQ(all_sharded.pruned, 0);
+    EXPECT_FALSE(best3(all_sharded.ranked, "data-parallel").empty());
+    for (const char* family : {"all", "uniform/allreduce", "balanced/allreduce", "hetpipe-ed/allreduce", "data-parallel"}) {
+      EXPECT_EQ(best3(kept_sharded.ranked, family), best3(all_sharded.ranked, family)) << family;
+    }
   }
 }
 
@@ -204,4 +219,69 @@ TEST(Search, InputBoundTiesGoToTheCheapestThenTheSmallestThenTheFastestGpus) {
   // Without ties, the scores' order (stable).
   const std::vector<RankKey> plain = {{3, false, 0, 1, 3}, {1, false, 9, 9, 1}, {2, false, 0, 1, 2}, {1, false, 0, 1, 1}};
   EXPECT_EQ(partition::search_order(plain.size(), [&](size_t i) { return plain[i]; }), (std::vector<size_t>{1, 3, 2, 0}));
+}
+
+// ZeRO in the search (SearchSpace::zero): data parallelism over 4 V100-16 overflows unsharded
+// (16 bytes a parameter of 1.3 B), so the search tries the shardings and keeps the fastest
+// that fits by the layout's estimate, which an independent walk of every sharding confirms;
+// a candidate that fits unsharded stays unsharded, and without SearchSpace::zero nothing is
+// sharded and the overflowing candidate is screened.
+TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestZeroStageThatFits) {
+  const model::Cluster cluster = test_support::identical_cluster(4, 1, "V100-16");
+  const model::Network net = model::network_from_spec("gpt:layers=16,hidden=2560,heads=20,seq=1024,vocab=50257", model::Precision::fp16);
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.tensors = {1, 4};
+  space.pipelines = {1};
+  space.micro_batches = {1};
+  space.schedules = {"1f1b"};
+  space.recomputes = {partition::Recompute::full};
+  space.syncs = {partition::SyncKind::allreduce};
+  PlanOptions base;
+  base.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::SearchResult r = partition::search_plans(cluster, net, 8, space, base, cost, 2);
+  // The oracle: every sharding of the data-parallel candidate, laid out and estimated.
+  PlanOptions dp = partition::search_candidates(cluster, net, 8, space, base, cost).front();
+  ASSERT_EQ(dp.tensor, 1);
+  struct Choice {
+    int stage;
+    bool reshard;
+  };
+  double best_s = 0;
+  Choice best{-1, true};
+  for (const Choice c : {Choice{0, true}, Choice{1, true}, Choice{2, true}, Choice{3, false}, Choice{3, true}}) {
+    dp.zero_stage = c.stage;
+    dp.reshard_after_forward = c.reshard;
+    const partition::LayoutEstimate e = partition::estimate_layout(net, partition::make_layout(cluster, net, dp, cost), cost);
+    if (c.stage == 0) {
+      EXPECT_LT(e.headroom_bytes, 0) << "unsharded data parallelism should overflow";
+      continue;
+    }
+    if (e.headroom_bytes >= 0 && (best.stage < 0 || e.iteration_time_s < best_s)) {
+      best = c;
+      best_s = e.iteration_time_s;
+    }
+  }
+  ASSERT_GE(best.stage, 1);
+  bool sharded = false, tensor = false;
+  for (const partition::Candidate& c : r.ranked) {
+    if (c.options.tensor == 1) {
+      sharded = true;
+      EXPECT_EQ(c.options.zero_stage, best.stage) << c.summary;
+      EXPECT_EQ(c.options.reshard_after_forward, best.reshard) << c.summary;
+      EXPECT_DOUBLE_EQ(c.estimate.iteration_time_s, best_s) << c.summary;
+      EXPECT_NE(c.summary.find(", zero " + std::to_string(best.stage)), std::string::npos) << c.summary;
+      EXPECT_GE(c.headroom_bytes, 0) << c.summary;  // the built plan fits
+    } else {
+      tensor = true;  // one worker: nothing to shard over
+      EXPECT_EQ(c.options.zero_stage, 0) << c.summary;
+    }
+  }
+  EXPECT_TRUE(sharded);
+  EXPECT_TRUE(tensor);
+  space.zero = false;
+  const partition::SearchResult plain = partition::search_plans(cluster, net, 8, space, base, cost, 2);
+  for (const partition::Candidate& c : plain.ranked) EXPECT_EQ(c.options.zero_stage, 0) << c.summary;
+  EXPECT_EQ(plain.screened, 1);
 }

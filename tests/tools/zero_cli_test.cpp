@@ -84,3 +84,30 @@ TEST(ZeroCli, TheCudaBackEndRefusesAShardedPlanBlamingThePlan) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("layout.sync.zero.stage 1"), std::string::npos) << r.err;
 }
+
+// The search shards what does not fit: data parallelism of GPT-2 XL over the default
+// cluster's 20 GPUs overflows the V100s unsharded (plan exits 3), so its data-parallel
+// candidate is tried at the ZeRO stages and kept at one that fits, which `plan` of the same
+// options builds (exit 0); with --no-zero nothing fits.
+TEST(ZeroCli, TheSearchShardsDataParallelismThatOverflows) {
+  const std::string where = "--model gpt2-xl --global-batch 40 --micro-batch 2 --recompute selective";
+  EXPECT_EQ(run_hetflow("plan " + where).status, 3);
+  const std::string space = " --policies uniform --tensor 1 --pipeline 1 --schedules 1f1b --sync allreduce --top 1";
+  const auto r = run_hetflow("search " + where + space);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string line = "\n  data parallel: uniform t1 p1 d20, mb 2, 1f1b, recompute selective, allreduce, zero ";
+  const size_t at = r.out.find(line);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int stage = r.out[at + line.size()] - '0';
+  ASSERT_GE(stage, 1) << r.out;
+  const bool kept = r.out.compare(at + line.size() + 1, 15, " kept gathered ") == 0;
+  const auto planned = run_hetflow("plan " + where + " --zero-stage " + std::to_string(stage) +
+                                   (kept ? " --no-reshard-after-forward" : ""));
+  EXPECT_EQ(planned.status, 0) << planned.err;
+  const auto plain = run_hetflow("search " + where + space + " --no-zero");
+  EXPECT_EQ(plain.status, 3);
+  EXPECT_NE(plain.err.find("none of the 1 candidates fits mixed-academic (0 refused by the policies or the builder, 1 over "
+                           "device memory)"),
+            std::string::npos)
+      << plain.err;
+}

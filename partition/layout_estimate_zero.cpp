@@ -1,0 +1,196 @@
+#include "partition/layout_estimate_zero.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "partition/link_sharing.hpp"
+#include "partition/memory.hpp"
+#include "partition/plan_builder_detail.hpp"
+#include "partition/shard.hpp"
+
+namespace hetflow::partition::estimate_detail {
+
+ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const CostModel& cost, WorkMemo& memo,
+                   bool shared)
+    : network_(network), layout_(layout), stage_(builder::zero_stage(layout)) {
+  builder::check_zero(layout);
+  if (stage_ == 0) return;
+  pass_gathers_.reshard = layout.sync.zero.reshard_after_forward;
+  const VirtualWorker& first = layout.workers.front();
+  const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
+  for (size_t k = 0; k < first.stages.size(); ++k) {
+    const Stage& s = first.stages[k];
+    const int t = first.tensor_of(k);
+    const std::vector<double>& params = memo.of(s, t).params;
+    // The chunk's pieces run at once (every tensor rank's ring over the replicas).
+    SharedPhase gathers(cost, shared), scatters(cost, shared);
+    std::vector<int> gather_item, scatter_item;
+    for (size_t j = 0; j < static_cast<size_t>(t); ++j) {
+      CollectiveSpec c;
+      c.algorithm = builder::zero_algorithm(layout);
+      for (size_t w = 0; w < layout.workers.size(); ++w) c.devices.push_back(device_of(w, k, j));
+      c.kind = CollectiveKind::all_gather;
+      c.bytes = params[j] * e;
+      c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
+      gather_item.push_back(c.bytes > 0 ? gathers.add(c) : -1);
+      c.kind = CollectiveKind::reduce_scatter;
+      c.bytes = params[j] * g;
+      c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
+      scatter_item.push_back(c.bytes > 0 ? scatters.add(c) : -1);
+    }
+    const std::vector<double> gather_s = gathers.times_s(), scatter_s = scatters.times_s();
+    std::vector<double>& to_gather = pass_gathers_.gather_s.emplace_back(static_cast<size_t>(t), 0.0);
+    std::vector<double>& to_scatter = scatter_s_.emplace_back(static_cast<size_t>(t), 0.0);
+    for (size_t j = 0; j < static_cast<size_t>(t); ++j) {
+      if (gather_item[j] >= 0) to_gather[j] = gather_s[static_cast<size_t>(gather_item[j])];
+      if (scatter_item[j] >= 0) to_scatter[j] = scatter_s[static_cast<size_t>(scatter_item[j])];
+    }
+  }
+}
+
+int ZeroSync::device_of(size_t w, size_t k, size_t j) const {
+  const VirtualWorker& vw = layout_.workers[w];
+  return vw.ranks[static_cast<size_t>(vw.stages[k].rank)][j];
+}
+
+double ZeroSync::optimizer_params(double params, int w) const {
+  return stage_ > 0 ? builder::zero_shard(params, w, static_cast<int>(layout_.workers.size())) : params;
+}
+
+void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j,
+                              const Stashes& stashes, DeviceMemory& m) const {
+  if (stage_ == 0) return;
+  const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
+  const int replicas = static_cast<int>(layout_.workers.size());
+  const bool kept = stage_ >= 3 && !layout_.sync.zero.reshard_after_forward;
+  double weights = 0, grads = 0, stepped = 0;
+  std::vector<double> weight_unit, grad_unit;  // per chunk: the whole copies one pass holds (Builder::unit_params)
+  for (const Stage& s : chunks) {
+    const double whole = memo.of(s, t).params[static_cast<size_t>(j)];
+    const double own = builder::zero_shard(whole, w, replicas);
+    weights += stage_ >= 3 ? own : whole;
+    grads += stage_ >= 2 ? own : whole;
+    stepped += own;
+    double unit = whole;
+    if (stage_ == 2) unit = std::min(whole, layout_.sync.bucket_bytes / g);
+    if (stage_ >= 3 && !kept) {
+      double layer = 0;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        layer = std::max(layer, layer_part_params(network_, l, s.layer_begin, SplitPart::rank(j, t)));
+      }
+      unit = std::min(unit, layer);
+    }
+    weight_unit.push_back(stage_ >= 3 ? unit * e : 0);
+    grad_unit.push_back(stage_ >= 2 ? unit * g : 0);
+  }
+  m.weights_bytes = weights * e;
+  m.gradients_bytes = grads * g;
+  if (m.optimizer_bytes > 0) m.optimizer_bytes = stepped * model::adam_state_bytes(layout_.precision);
+  m.gathered_bytes = 0;
+  if (stage_ < 2 || stashes.program == nullptr) return;
+  // Kept gathered: each chunk's copy from its first pass to its last, its gradients from the
+  // first pass that makes them to the last.
+  const std::vector<ScheduledOp>& program = *stashes.program;
+  const OpKind makes = stashes.splits_backward ? OpKind::W : OpKind::B;
+  const size_t n = chunks.size();
+  std::vector<size_t> first_pass(n, program.size()), last_pass(n, 0), first_made(n, program.size()), last_made(n, 0);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const auto c = static_cast<size_t>(program[i].chunk);
+    if (program[i].kind != OpKind::W) {
+      first_pass[c] = std::min(first_pass[c], i);
+      last_pass[c] = i;
+    }
+    if (program[i].kind == makes) {
+      first_made[c] = std::min(first_made[c], i);
+      last_made[c] = i;
+    }
+  }
+  double held = 0, peak = -1;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const ScheduledOp& op = program[i];
+    const auto c = static_cast<size_t>(op.chunk);
+    const double stash = (*stashes.stash_bytes)[c];
+    if (op.kind == OpKind::F) held += stash;
+    const double during = held + (op.kind == OpKind::B ? stashes.scratch_bytes : 0);
+    double whole = 0;
+    if (kept) {
+      for (size_t k = 0; k < n; ++k) {
+        if (first_pass[k] <= i && i <= last_pass[k]) whole += weight_unit[k];
+        if (first_made[k] <= i && i <= last_made[k]) whole += grad_unit[k];
+      }
+    } else {
+      if (op.kind != OpKind::W) whole += weight_unit[c];
+      if (op.kind == makes) whole += grad_unit[c];
+    }
+    if (during + whole > peak) {
+      peak = during + whole;
+      m.activations_bytes = during;
+      m.gathered_bytes = whole;
+    }
+    if ((op.kind == OpKind::B) != stashes.splits_backward && op.kind != OpKind::F) held -= stash;
+  }
+}
+
+void ZeroSync::reduce_scatter(const std::vector<WorkerRun>& runs, const RankPrograms& programs,
+                              std::vector<double>& comm_free) const {
+  if (stage_ < 2) return;
+  const bool once = stage_ == 3 && !layout_.sync.zero.reshard_after_forward;
+  const VirtualWorker& first = layout_.workers.front();
+  const auto p = static_cast<int>(programs.size());
+  const auto m = static_cast<size_t>(first.microbatches);
+  bool split = false;  // the pass that makes the gradients: W where backward is split, else B
+  for (const auto& program : programs) {
+    for (const ScheduledOp& op : program) split = split || op.kind == OpKind::W;
+  }
+  const OpKind makes = split ? OpKind::W : OpKind::B;
+  for (int r = 0; r < p; ++r) {
+    const auto& program = programs[static_cast<size_t>(r)];
+    std::map<int, int> last_mb;  // per chunk: the micro-batch whose pass makes its gradients last
+    for (const ScheduledOp& op : program) {
+      if (op.kind == makes) last_mb[op.chunk * p + r] = op.microbatch;
+    }
+    for (const ScheduledOp& op : program) {
+      const int k = op.chunk * p + r;
+      if (op.kind != makes || (once && op.microbatch != last_mb[k])) continue;
+      const auto kk = static_cast<size_t>(k);
+      for (size_t j = 0; j < scatter_s_[kk].size(); ++j) {
+        // Once every replica's pass has made its gradients (kept gathered, its last pass: the
+        // chunk's passes run in order on the device) and its comm stream is free.
+        double start = 0;
+        for (size_t w = 0; w < layout_.workers.size(); ++w) {
+          const auto d = static_cast<size_t>(device_of(w, kk, j));
+          start = std::max({start, comm_free[d], runs[w].made_end[kk * m + static_cast<size_t>(op.microbatch)]});
+        }
+        for (size_t w = 0; w < layout_.workers.size(); ++w) {
+          comm_free[static_cast<size_t>(device_of(w, kk, j))] = start + scatter_s_[kk][j];
+        }
+      }
+    }
+  }
+}
+
+void ZeroSync::gather_after_optimizers(std::vector<double>& stream_free, std::vector<double>& comm_free,
+                                       double& makespan) const {
+  if (stage_ < 1 || stage_ > 2) return;
+  std::map<int, double> last;  // per device: its last all-gather's end
+  const size_t chunks = layout_.workers.front().stages.size();
+  for (size_t k = chunks; k-- > 0;) {  // as the gradients came
+    for (size_t j = 0; j < pass_gathers_.gather_s[k].size(); ++j) {
+      double start = 0;
+      for (size_t w = 0; w < layout_.workers.size(); ++w) {
+        const auto d = static_cast<size_t>(device_of(w, k, j));
+        start = std::max({start, comm_free[d], stream_free[d]});  // stream_free: its optimizer's end
+      }
+      const double end = start + pass_gathers_.gather_s[k][j];
+      for (size_t w = 0; w < layout_.workers.size(); ++w) {
+        const int d = device_of(w, k, j);
+        comm_free[static_cast<size_t>(d)] = end;
+        last[d] = end;
+      }
+      makespan = std::max(makespan, end);
+    }
+  }
+  for (const auto& [d, end] : last) stream_free[static_cast<size_t>(d)] = std::max(stream_free[static_cast<size_t>(d)], end);
+}
+
+}  // namespace hetflow::partition::estimate_detail
