@@ -102,8 +102,10 @@ class Estimator {
       const std::vector<WorkerRun> runs = run_pipelines(it, last_end);
       if (allreduce_) {
         zero_.reduce_scatter(runs, *workers_.front().programs, comm_free_);
+        // ZeRO 1 adds the tied copies whole before scattering the buckets (Builder::add_allreduce_sync).
+        if (zero_.stage() == 1) sync_tied_embeddings(last_end);
         sync_data_parallel(runs, last_end);
-        sync_tied_embeddings(last_end);
+        if (zero_.stage() != 1) sync_tied_embeddings(last_end);
         run_optimizers(it, last_end);
         zero_.gather_after_optimizers(stream_free_, comm_free_, iteration_end_[static_cast<size_t>(it)]);
       } else {
@@ -224,11 +226,15 @@ class Estimator {
   // devices and the collective's time, the same every iteration (4 bytes: latency alone).
   void gradient_norms() {
     if (!builder::clips_gradient_norm(network_, layout_)) return;
-    for (const VirtualWorker& vw : layout_.workers) {
+    // Under ZeRO one norm over every worker's devices (each holds a shard), but folded.
+    const bool everyone = zero_.stage() > 0 && !layout_.folded;
+    for (size_t w = 0; w < (everyone ? 1 : layout_.workers.size()); ++w) {
       std::vector<int> members;
-      for (const auto& rank : vw.ranks) {
-        for (const int d : rank) {
-          if (computes_[static_cast<size_t>(d)]) members.push_back(d);
+      for (size_t v = w; v < (everyone ? layout_.workers.size() : w + 1); ++v) {
+        for (const auto& rank : layout_.workers[v].ranks) {
+          for (const int d : rank) {
+            if (computes_[static_cast<size_t>(d)]) members.push_back(d);
+          }
         }
       }
       if (members.size() < 2) continue;

@@ -1,6 +1,7 @@
 #include "partition/layout_estimate_zero.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "partition/link_sharing.hpp"
@@ -32,6 +33,9 @@ ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const Co
       c.kind = CollectiveKind::all_gather;
       c.bytes = params[j] * e;
       c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
+      // Stage 1 gathers back each bucket its reduce-scatters scattered, counted in gradient bytes
+      // (Builder::add_zero_gathers): as many collectives, one after another on the comm stream.
+      if (stage_ == 1) c.messages = std::max(1, static_cast<int>(std::ceil(params[j] * g / layout.sync.bucket_bytes)));
       gather_item.push_back(c.bytes > 0 ? gathers.add(c) : -1);
       c.kind = CollectiveKind::reduce_scatter;
       c.bytes = params[j] * g;
