@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
+#include <string>
 
 #include "exec/training.hpp"
 #include "exec/training_chunk.hpp"
@@ -42,6 +42,19 @@ std::string ranges_text(const Ranges& r) {
   std::string s;
   for (const auto& [a, b] : r) s += (s.empty() ? "" : ", ") + std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ")";
   return s.empty() ? "nothing" : s;
+}
+
+// The transient buffer of (iteration, tensor) in `made`, which an earlier task must have made:
+// else the plan's order is at fault (PlanError: the task, what it does, who should have made it).
+template <class Transients>
+auto& made_before(Transients& made, const partition::Plan& plan, const TaskContext& task, int tensor,
+                  const std::string& does, const std::string& maker) {
+  const auto found = made.find({task.iteration, tensor});
+  if (found == made.end()) {
+    throw PlanError(partition::describe_task(plan, task.task) + " " + does + " of tensor " + std::to_string(tensor) +
+                    ", which no " + maker + " of iteration " + std::to_string(task.iteration) + " made before it");
+  }
+  return found->second.floats;
 }
 
 }  // namespace
@@ -164,13 +177,7 @@ const float* Training::pass_params(const TaskContext& task, Chunk& c) {
   const int gathered = zero_stage_ >= 3 ? tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight) : -1;
   if (gathered < 0) return c.params.data();
   std::lock_guard lock(transient_mutex_);
-  const auto found = transient_.find({task.iteration, gathered});
-  if (found == transient_.end()) {
-    throw PlanError(partition::describe_task(plan_, task.task) + " reads the gathered parameters of tensor " +
-                    std::to_string(gathered) + ", which no all-gather of iteration " + std::to_string(task.iteration) +
-                    " made before it");
-  }
-  return found->second.floats.data();
+  return made_before(transient_, plan_, task, gathered, "reads the gathered parameters", "all-gather").data();
 }
 
 float* Training::pass_grads(const TaskContext& task, Chunk& c) {
@@ -205,13 +212,7 @@ std::span<float> Training::zero_data(const TaskContext& task) {
     case ZeroRole::scatter_whole: {
       const int whole = plan_.reads(task.task)[0];
       std::lock_guard lock(transient_mutex_);
-      const auto found = transient_.find({task.iteration, whole});
-      if (found == transient_.end()) {
-        throw PlanError(partition::describe_task(plan_, task.task) + " reduce-scatters the gradients of tensor " +
-                        std::to_string(whole) + ", which no pass of iteration " + std::to_string(task.iteration) +
-                        " made before it");
-      }
-      return found->second.floats.span();
+      return made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass").span();
     }
     case ZeroRole::gather_copy: {
       const int whole = plan_.writes(task.task)[0];
