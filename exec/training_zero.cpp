@@ -236,11 +236,12 @@ void Training::zero_done(const TaskContext& task) {
   if (zero_role_[t] != ZeroRole::scatter_whole) return;
   Chunk& c = *collective_chunk_[t];
   const auto [a, b] = zero_part_[t];
+  const int whole = plan_.reads(task.task)[0];
   std::lock_guard lock(transient_mutex_);
-  const auto found = transient_.find({task.iteration, plan_.reads(task.task)[0]});
+  const OpsFloats& summed = made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass");
   // (The shard's sum lands in the chunk's gradients, micro-batch after micro-batch.)
-  c.ops().residual_add(c.grads.data() + a, found->second.floats.data() + a, static_cast<long>(b - a));
-  transient_.erase(found);
+  c.ops().residual_add(c.grads.data() + a, summed.data() + a, static_cast<long>(b - a));
+  transient_.erase({task.iteration, whole});
 }
 
 void Training::fill_from_shards(int stage, int tp_rank, std::vector<float>& values) const {
