@@ -24,6 +24,11 @@ int Cluster::device_count() const {
   return total;
 }
 
+NodeHost Cluster::host(int node) const {
+  const Node& n = nodes.at(static_cast<size_t>(node));
+  return resolved_host(n.host, gpu(n.gpu));
+}
+
 bool Cluster::priced() const {
   return !nodes.empty() && std::all_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.price_usd_per_gpu_hour > 0; });
 }

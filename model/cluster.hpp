@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/gpu.hpp"
+#include "model/node_host.hpp"
 
 namespace hetflow::model {
 
@@ -35,6 +36,7 @@ struct Node {
   IntraNodeLink intra;
   Nic nic;
   double price_usd_per_gpu_hour = 0;  // what one of its GPUs costs to rent per hour; 0: not given
+  NodeHost host;  // as the file gives it (zeros: not given); Cluster::host resolves the rest
   bool operator==(const Node&) const = default;
 };
 
@@ -102,6 +104,8 @@ struct Cluster {
   // Throws hetflow::Error if the type is unknown (validate() reports it with a location).
   const GpuSpec& gpu(const std::string& type) const;
   const GpuSpec& device_gpu(const Device& d) const { return gpu(nodes.at(d.node).gpu); }
+  // A node's host, its file's figures completed from its GPU type's usual host.
+  NodeHost host(int node) const;
   // Whether every node has a price (the cost objective needs them all).
   bool priced() const;
 

@@ -143,6 +143,18 @@ std::vector<Node> parse_nodes(const YAML::Node& node, const std::string& file, c
     n.nic.count = 0;  // no NIC: only valid for a one-node cluster (checked by validate_cluster)
   }
   n.price_usd_per_gpu_hour = r.quantity_in("price", units::parse_price_usd_per_hour, kPrice, 0.0, true);
+  if (r.has("host")) {
+    // Every field optional: what is left out comes from the GPU type's usual host (node_host.cpp).
+    MapReader host(r.get("host"), file, r.field("host"));
+    n.host.memory_bytes = host.quantity_in("memory", units::parse_bytes, kMemory, 0.0, true);
+    n.host.pcie_bytes_per_s = host.quantity_in("pcie", units::parse_bandwidth_bytes_per_s, kBandwidth, 0.0, true);
+    n.host.pcie_latency_s = host.quantity_in("pcie_latency", units::parse_time_s, kLatency, 0.0, true);
+    n.host.gpus_per_bridge = host.int_or("gpus_per_bridge", 0, 1, limits::kMaxGpusPerNode);
+    n.host.cpu_flops_per_s = host.quantity_in("cpu_flops", units::parse_flops_per_s, kFlops, 0.0, true);
+    n.host.cpu_memory_bytes_per_s =
+        host.quantity_in("cpu_memory_bandwidth", units::parse_bandwidth_bytes_per_s, kBandwidth, 0.0, true);
+    host.finish();
+  }
   r.finish();
 
   std::vector<Node> out;
@@ -462,6 +474,20 @@ std::string write_cluster(const Cluster& c) {
     }
     if (n.price_usd_per_gpu_hour > 0) {
       out << YAML::Key << "price" << YAML::Value << units::format_price_usd_per_hour(n.price_usd_per_gpu_hour);
+    }
+    if (n.host != NodeHost{}) {
+      // Only the figures the file gave: the rest stay the GPU type's usual host's.
+      out << YAML::Key << "host" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      const NodeHost& h = n.host;
+      if (h.memory_bytes > 0) out << YAML::Key << "memory" << YAML::Value << units::format_bytes(h.memory_bytes);
+      if (h.pcie_bytes_per_s > 0) out << YAML::Key << "pcie" << YAML::Value << units::format_bandwidth(h.pcie_bytes_per_s);
+      if (h.pcie_latency_s > 0) out << YAML::Key << "pcie_latency" << YAML::Value << units::format_time_s(h.pcie_latency_s);
+      if (h.gpus_per_bridge > 0) out << YAML::Key << "gpus_per_bridge" << YAML::Value << h.gpus_per_bridge;
+      if (h.cpu_flops_per_s > 0) out << YAML::Key << "cpu_flops" << YAML::Value << units::format_flops_per_s(h.cpu_flops_per_s);
+      if (h.cpu_memory_bytes_per_s > 0) {
+        out << YAML::Key << "cpu_memory_bandwidth" << YAML::Value << units::format_bandwidth(h.cpu_memory_bytes_per_s);
+      }
+      out << YAML::EndMap;
     }
     out << YAML::EndMap;
   }

@@ -155,7 +155,11 @@ Cluster cpu_cluster(int devices, double flops_per_s) {
                            ", memory: 16 GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n"
                            "fabric: {kind: switch, latency: 1 us}\n"
                            "nodes:\n  - {name: host, gpu: CPU, gpus: " + n +
-                           ", intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}}\n";
+                           ", intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}"
+                           // Its host is the same memory and cores: an offloaded step runs on one thread
+                           // as a device's would, and a copy is a copy within the memory all devices share.
+                           ", host: {memory: 64 GiB, pcie: 20 GB/s, pcie_latency: 1 us, gpus_per_bridge: " + n +
+                           ", cpu_flops: " + speed + ", cpu_memory_bandwidth: 20 GB/s}}\n";
   return parse_cluster(yaml, "<built-in cluster cpu-" + n + ">");
 }
 

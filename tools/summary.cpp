@@ -1,5 +1,6 @@
 #include "tools/summary.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -154,6 +155,21 @@ void print_cluster(std::ostream& out, const model::Cluster& c) {
     }
   }
   for (const model::Region& r : c.regions) out << "    region " << r.name << ": " << fabric_text(r.fabric) << "\n";
+  // What --offload-optimizer uses, by distinct host (model/node_host.cpp's defaults where the file is silent).
+  std::vector<std::pair<model::NodeHost, std::vector<std::string>>> hosts;
+  for (int n = 0; n < static_cast<int>(c.nodes.size()); ++n) {
+    const model::NodeHost h = c.host(n);
+    auto same = std::find_if(hosts.begin(), hosts.end(), [&](const auto& e) { return e.first == h; });
+    if (same == hosts.end()) same = hosts.insert(hosts.end(), {h, {}});
+    same->second.push_back(c.nodes[static_cast<size_t>(n)].name);
+  }
+  out << "  hosts (offload):\n";
+  for (const auto& [h, nodes] : hosts) {
+    out << "    " << u::human_bytes(h.memory_bytes) << ", PCIe " << u::human_bandwidth(h.pcie_bytes_per_s) << " per "
+        << h.gpus_per_bridge << (h.gpus_per_bridge == 1 ? " GPU" : " GPUs") << ", CPUs "
+        << u::human_flops(h.cpu_flops_per_s) << "/s and " << u::human_bandwidth(h.cpu_memory_bytes_per_s)
+        << "  x" << std::left << std::setw(4) << nodes.size() << std::right << " " << node_list(nodes) << "\n";
+  }
 }
 
 Json network_json(const model::Network& n) {

@@ -124,3 +124,41 @@ TEST(ClusterIo, PricesPerGpuHourReadWriteAndSayWhenMissing) {
     EXPECT_NE(std::string(e.what()).find("USD/h"), std::string::npos) << e.what();
   }
 }
+
+// A node's host (offload's memory, PCIe bridges and CPUs): what the file gives, the GPU
+// type's usual host for the rest, and only the given figures written back.
+TEST(ClusterIo, ANodesHostReadsBackAndFillsWhatTheFileLeavesOut) {
+  const Cluster c = parse_cluster("name: hosts\nnodes:\n"
+                                  "  - {name: v, gpu: V100-16, gpus: 8, nic: {bandwidth: 25 Gb/s}, "
+                                  "host: {memory: 256 GiB, pcie: 12 GB/s, gpus_per_bridge: 4}}\n"
+                                  "  - {name: h, gpu: H100-SXM, gpus: 8, nic: {count: 8, bandwidth: 400 Gb/s}}\n",
+                                  "hosts.yaml");
+  EXPECT_EQ(parse_cluster(write_cluster(c), "again.yaml"), c);
+  const NodeHost v = c.host(0);
+  EXPECT_DOUBLE_EQ(v.memory_bytes, 256.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(v.pcie_bytes_per_s, 12e9);
+  EXPECT_EQ(v.gpus_per_bridge, 4);
+  // The rest is DGX-1's: 2 x 20 cores x 2.2 GHz x 32 fp32 FLOP per cycle (AVX2, two FMA
+  // units); 2 sockets x 4 channels x 2133 MT/s x 8 bytes.
+  EXPECT_DOUBLE_EQ(v.cpu_flops_per_s, 2 * 20 * 2.2e9 * 32);
+  EXPECT_DOUBLE_EQ(v.cpu_memory_bytes_per_s, 2 * 4 * 2133e6 * 8);
+  EXPECT_DOUBLE_EQ(v.pcie_latency_s, 10e-6);
+  // DGX H100's whole: PCIe 5.0 x16 (32 GT/s x 16 lanes x 128/130 / 8 = 63 GB/s) less the
+  // TLP overhead of 256-byte payloads (24 bytes each), two GPUs per switch, 2 TiB.
+  const NodeHost h = c.host(1);
+  EXPECT_NEAR(h.pcie_bytes_per_s, 63e9 * 256 / 280, 1);
+  EXPECT_EQ(h.gpus_per_bridge, 2);
+  EXPECT_DOUBLE_EQ(h.memory_bytes, 2048.0 * (1 << 30));
+  EXPECT_EQ(c.nodes[1].host, NodeHost{});  // nothing given, nothing written
+  const std::string written = write_cluster(c);
+  EXPECT_EQ(written.find("host", written.find("name: h\n")), std::string::npos) << written;
+  try {
+    parse_cluster("name: x\nnodes:\n  - {name: a, gpu: T4, gpus: 1, host: {pcie: fast}}\n", "x.yaml");
+    FAIL() << "a PCIe bandwidth of 'fast' was accepted";
+  } catch (const hetflow::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.yaml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("host.pcie"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_cluster("name: x\nnodes:\n  - {name: a, gpu: T4, gpus: 1, host: {pci: 1 GB/s}}\n", "x.yaml"),
+               hetflow::InputError);  // an unknown key, named with the nearest accepted
+}
