@@ -185,6 +185,7 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::backward:
     case TaskKind::backward_weight:
     case TaskKind::optimizer:
+    case TaskKind::host_optimizer:
       if (training_ != nullptr) {
         training_->compute(task, stop_, this);
       } else {
@@ -203,7 +204,27 @@ void CpuBackend::run(TaskContext& task) {
     case TaskKind::load:
       load(task);
       return;
+    case TaskKind::to_host:
+    case TaskKind::to_device:
+      copy_to_host_or_device(task);
+      return;
   }
+}
+
+// Offload's copies. Here host and device memory are one: real math keeps a chunk's state in
+// its own arrays, which the host optimizer steps in place (so offload trains bitwise as no
+// offload does); a proxy copies the plan's bytes between the engine's buffers, as a GPU's
+// copy engine would move them.
+void CpuBackend::copy_to_host_or_device(TaskContext& task) {
+  if (training_ == nullptr && !task.reads.empty() && !task.writes.empty()) {
+    size_t left = static_cast<size_t>(task.spec->bytes);
+    for (size_t r = 0, w = 0; left > 0 && r < task.reads.size() && w < task.writes.size(); ++r, ++w) {
+      const size_t n = std::min({left, task.reads[r].size_bytes, task.writes[w].size_bytes});
+      if (n > 0 && task.reads[r].data != task.writes[w].data) std::memmove(task.writes[w].data, task.reads[r].data, n);
+      left -= n;
+    }
+  }
+  task.carried_bytes = task.spec->bytes;
 }
 
 // The host's loader: the micro-batch's tokens under real math (a proxy has none), then the

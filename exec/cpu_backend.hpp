@@ -86,6 +86,7 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
 
   void compute(TaskContext& task);
   void load(TaskContext& task);
+  void copy_to_host_or_device(TaskContext& task);
   void in_task_message(TaskContext& task, const partition::InTaskCall& call);
   // What moving these bytes carried, in the plan's units (TaskContext::carried_bytes): real
   // math moves FP32 floats standing for the plan's elements (gradients': the layout's

@@ -604,13 +604,7 @@ void CudaBackend::prepare(const Plan& plan) {
   if (state_ && options_.training != nullptr) options_.training->place_home();
   state_.reset();  // the previous run's objects go first
   stop_.store(false);
-  if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
-    // (Its transient whole buffers and shards are the CPU back end's so far: exec/training.hpp.)
-    throw PlanError("the plan shards data-parallel state (layout.sync.zero.stage " +
-                    std::to_string(plan.layout.sync.zero.stage) +
-                    "), which the cuda back end does not run yet: run it on the cpu back end, or plan it without "
-                    "--zero-stage");
-  }
+  require_cuda_layout(plan);
   if (options_.training != nullptr) require_cuda_real_math(plan, *options_.training);  // before any GPU's faults
   int visible = 0;
   const cudaError_t counted = cudaGetDeviceCount(&visible);

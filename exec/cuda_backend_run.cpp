@@ -533,6 +533,10 @@ void CudaBackend::run(TaskContext& task) {
       return;
     case TaskKind::load:  // the host's loader: the executor's batches are made by its training feed
       return;
+    case TaskKind::to_host:
+    case TaskKind::to_device:
+    case TaskKind::host_optimizer:  // refused in prepare() (require_cuda_layout)
+      throw PlanError(partition::describe_task(*s.plan, task.task) + ": offload does not run on the cuda back end");
   }
 }
 

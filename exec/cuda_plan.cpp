@@ -281,6 +281,19 @@ bool activation_collective(const partition::Collective& c) {
   return c.purpose == partition::Purpose::tensor_parallel || c.purpose == partition::Purpose::sequence_parallel;
 }
 
+void require_cuda_layout(const Plan& plan) {
+  if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
+    throw PlanError("the plan shards data-parallel state (layout.sync.zero.stage " +
+                    std::to_string(plan.layout.sync.zero.stage) +
+                    "), which the cuda back end does not run yet: run it on the cpu back end, or plan it without "
+                    "--zero-stage");
+  }
+  if (plan.layout.offload.optimizer) {
+    throw PlanError("the plan offloads optimizer state to host memory (layout.offload.optimizer), which the cuda "
+                    "back end does not run yet: run it on the cpu back end, or plan it without --offload-optimizer");
+  }
+}
+
 void require_real_collectives(const Plan& plan, const std::function<size_t(int)>& tensor_bytes) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const partition::Task& t = plan.tasks[i];

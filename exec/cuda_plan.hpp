@@ -103,6 +103,12 @@ CudaPlan cuda_plan(const partition::Plan& plan, std::vector<int> gpus, std::vect
 // others, gradients or their norm.
 bool activation_collective(const partition::Collective& c);
 
+// What the CUDA back end does not run yet, refused in prepare() (PlanError naming the layout's
+// field and the option to plan without): ZeRO's sharded state over two or more replicas, and
+// offload. (Their transient whole buffers, shards and host copies are the CPU back end's so
+// far: exec/training.hpp.)
+void require_cuda_layout(const partition::Plan& plan);
+
 // What real math on the CUDA back end cannot run, refused before any GPU is touched (PlanError
 // naming the collective): a gradient collective other than an all-reduce, and a tensor- or
 // sequence-parallel collective whose pieces NCCL's in-place all-gather and reduce-scatter

@@ -181,7 +181,7 @@ class Group final : public TensorParallelGroup {
 
 void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
-  if (t.kind == TaskKind::optimizer) {
+  if (t.kind == TaskKind::optimizer || t.kind == TaskKind::host_optimizer) {
     if (parameter_server_) {
       server_update(task, stop);
     } else {

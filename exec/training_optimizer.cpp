@@ -73,8 +73,16 @@ size_t Training::norms_in_flight() const {
 
 void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   std::vector<Chunk*> mine;
-  for (const int t : plan_.writes(task.task)) {
-    if (auto c = chunk_of_tensor_.find(t); c != chunk_of_tensor_.end()) mine.push_back(c->second);
+  if (task.spec->kind == TaskKind::host_optimizer) {
+    // Offload: it writes the host state; the parameters it steps are its device's, which its
+    // copy back then writes (plan_builder_offload.cpp).
+    for (const auto& c : chunks_) {
+      if (c->device == task.spec->device) mine.push_back(c.get());
+    }
+  } else {
+    for (const int t : plan_.writes(task.task)) {
+      if (auto c = chunk_of_tensor_.find(t); c != chunk_of_tensor_.end()) mine.push_back(c->second);
+    }
   }
   float scale = 1;
   const double loss_scale = scale_of(task.iteration);

@@ -205,7 +205,7 @@ void Training::make_chunks(std::uint64_t seed) {
   }
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
-    if (task.kind == TaskKind::optimizer) {
+    if (task.kind == TaskKind::optimizer || task.kind == TaskKind::host_optimizer) {
       ++optimizer_tasks_;
       if (local(task.device)) ++local_optimizer_tasks_;
       if (ranks_ != nullptr) norm_ranks.insert(ranks_->owner(task.device, plan.device_count()));

@@ -395,6 +395,16 @@ std::vector<std::string> CostModel::link_classes(int src, int dst) const {
   return out;
 }
 
+double CostModel::host_copy_time_s(int device, double bytes) const {
+  const model::NodeHost h = cluster_.host(node_of(device));
+  return h.pcie_latency_s + bytes / h.pcie_bytes_per_s;
+}
+
+double CostModel::host_step_time_s(int device, double flops, double memory_bytes) const {
+  const model::NodeHost h = cluster_.host(node_of(device));
+  return std::max(flops / h.cpu_flops_per_s, memory_bytes / h.cpu_memory_bytes_per_s);
+}
+
 double CostModel::transfer_time_s(int src, int dst, double bytes) const {
   return transfer_time_s(src, dst, bytes, nullptr);
 }

@@ -71,6 +71,12 @@ class CostModel {
   double transfer_time_s(int src, int dst, double bytes) const;
   // The same with the flow's bandwidth from `shared` (null: alone on its route).
   double transfer_time_s(int src, int dst, double bytes, const EdgeBandwidths* shared) const;
+  // Offload (model::NodeHost of the device's node): a copy of `bytes` between the device and
+  // its host memory, alone on its PCIe bridge (latency + bytes / bandwidth); and an optimizer
+  // step on the node's CPUs, alone on them: the slower of its FLOPs at the CPUs' peak and its
+  // host-memory traffic at their DRAM bandwidth (a roofline).
+  double host_copy_time_s(int device, double bytes) const;
+  double host_step_time_s(int device, double flops, double memory_bytes) const;
   // The links a flow from src to dst crosses, as the simulator's platform routes it
   // (sim/platform_spec.hpp): each one direction of a split-duplex link, as a dense id (2 x
   // link + 0 going away from the device's side, 1 coming back): its GPU link, its node's PCIe

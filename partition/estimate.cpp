@@ -36,6 +36,11 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
       return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
     case TaskKind::load:
       return load_time_s(plan, t);
+    case TaskKind::to_host:
+    case TaskKind::to_device:
+      return cost.host_copy_time_s(t.device, t.bytes);
+    case TaskKind::host_optimizer:
+      return cost.host_step_time_s(t.device, t.flops, t.memory_bytes);
   }
   return 0;
 }

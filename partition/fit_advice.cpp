@@ -62,6 +62,7 @@ struct Candidate {
   Recompute recompute;
   int zero;     // ZeRO stage: less sharding first
   bool reshard; // stage 3: parameters freed after each pass
+  bool offload; // optimizer state in host memory: after sharding
 };
 
 }  // namespace
@@ -85,6 +86,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
   const int z0 = options.zero_stage;
   const bool shardable = failed.layout.sync.kind == SyncKind::allreduce && failed.layout.workers.size() > 1;
   const Sharded by0 = sharded_by(failed.layout);
+  const bool offloadable = failed.layout.sync.kind == SyncKind::allreduce;  // a device's own state to its host
 
   std::vector<Candidate> candidates;
   for (const int p : pipelines) {
@@ -93,37 +95,40 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
         // The stage and, at stage 3, whether parameters are freed after each pass (two layers
         // whole) or kept gathered (every chunk whole): the current one or more sharding.
-        const bool r0 = options.reshard_after_forward;
+        const bool r0 = options.reshard_after_forward, o0 = options.offload_optimizer;
         for (const auto& [z, reshard] : {std::pair{0, true}, {1, true}, {2, true}, {3, false}, {3, true}}) {
-          if (z < z0 || (z != z0 && !shardable) || (z == z0 && r0 && !reshard)) continue;
-          if (r < options.recompute) continue;
-          const int changed = (p != p0) + (t != t0) + (r != options.recompute) + (z != z0) + (reshard != r0);
-          if (changed == 0) continue;
-          // The failed plan's terms, scaled: state by the split and the sharding,
-          // activations and buffers by what is stashed and the tensor degree.
-          Layout sharded = failed.layout;
-          sharded.sync.zero = {z, reshard};
-          const Sharded by = sharded_by(sharded);
-          const double state_scale = static_cast<double>(p0 * t0) / (p * t);
-          const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
-          bool near = true;
-          for (const DeviceMemory& m : failed.memory) {
-            const double predicted = (m.weights_bytes * by0.weights / by.weights +
-                                      m.gradients_bytes * by0.gradients / by.gradients +
-                                      m.optimizer_bytes * by0.optimizer / by.optimizer) * state_scale +
-                                     m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
-            // Whole copies kept gathered come back only where the failed plan had them.
-            const double gathered = reshard && !r0 ? 0 : m.gathered_bytes * state_scale;
-            if (m.capacity_bytes > 0 && predicted + gathered > kScreenSlack * m.capacity_bytes) near = false;
+          for (const bool offload : {false, true}) {  // (the state to the host: under all-reduce)
+            if (z < z0 || (z != z0 && !shardable) || (z == z0 && r0 && !reshard)) continue;
+            if (r < options.recompute || (o0 && !offload) || (offload && !o0 && !offloadable)) continue;
+            const int changed =
+                (p != p0) + (t != t0) + (r != options.recompute) + (z != z0) + (reshard != r0) + (offload != o0);
+            if (changed == 0) continue;
+            // The failed plan's terms, scaled: state by the split and the sharding,
+            // activations and buffers by what is stashed and the tensor degree.
+            Layout sharded = failed.layout;
+            sharded.sync.zero = {z, reshard};
+            const Sharded by = sharded_by(sharded);
+            const double state_scale = static_cast<double>(p0 * t0) / (p * t);
+            const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
+            bool near = true;
+            for (const DeviceMemory& m : failed.memory) {
+              const double predicted = (m.weights_bytes * by0.weights / by.weights +
+                                        m.gradients_bytes * by0.gradients / by.gradients +
+                                        (offload ? 0 : m.optimizer_bytes * by0.optimizer / by.optimizer)) * state_scale +
+                                       m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
+              // Whole copies kept gathered come back only where the failed plan had them.
+              const double gathered = reshard && !r0 ? 0 : m.gathered_bytes * state_scale;
+              if (m.capacity_bytes > 0 && predicted + gathered > kScreenSlack * m.capacity_bytes) near = false;
+            }
+            if (near) candidates.push_back({changed, p * t, p, t, r, z, reshard, offload});
           }
-          if (near) candidates.push_back({changed, p * t, p, t, r, z, reshard});
         }
       }
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.changed, a.split, a.recompute, a.zero, b.reshard) <
-           std::tie(b.changed, b.split, b.recompute, b.zero, a.reshard);
+    return std::tie(a.changed, a.split, a.recompute, a.zero, b.reshard, a.offload) <
+           std::tie(b.changed, b.split, b.recompute, b.zero, a.reshard, b.offload);
   });
 
   std::vector<FitAdvice> out;
@@ -137,6 +142,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options.recompute = c.recompute;
     a.options.zero_stage = c.zero;
     a.options.reshard_after_forward = c.reshard;
+    a.options.offload_optimizer = c.offload;
     if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
     if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
     if (c.recompute != options.recompute) a.changes.emplace_back("recompute", std::string(to_string(c.recompute)));
@@ -144,6 +150,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     if (c.reshard != options.reshard_after_forward) {
       a.changes.emplace_back("reshard_after_forward", c.reshard ? "true" : "false");
     }
+    if (c.offload != options.offload_optimizer) a.changes.emplace_back("offload_optimizer", c.offload ? "true" : "false");
     try {
       const Plan plan = build_plan(cluster, network, make_layout(cluster, network, a.options, cost), cost);
       built += static_cast<long long>(plan.tasks.size());

@@ -81,6 +81,17 @@ struct Sharding {
   bool operator==(const Sharding&) const = default;
 };
 
+// What lives in the host's memory instead of the GPU's (ZeRO-Offload, Ren et al. 2021). Its
+// copies are plan tasks on the node's PCIe links and its optimizer step runs on the node's
+// CPUs (model::NodeHost), so the simulator sees their contention with everything else.
+struct Offload {
+  // fp32 master weights and Adam moments in host memory: after a chunk's gradients are
+  // synchronised they are copied to the host, the host CPUs step the optimizer there, and
+  // the updated parameters are copied back (to_host, host_optimizer, to_device tasks).
+  bool optimizer = false;
+  bool operator==(const Offload&) const = default;
+};
+
 struct Sync {
   SyncKind kind = SyncKind::allreduce;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
@@ -118,6 +129,7 @@ struct Layout {
   double workspace_bytes = 1024.0 * 1024 * 1024;  // per device: cuBLAS/NCCL buffers, fragmentation
   int iterations = 1;
   Sync sync;
+  Offload offload;
   std::vector<VirtualWorker> workers;
   // Folded: the virtual workers are identical replicas (same structure, device types and
   // micro-batches) and the plan holds the tasks of worker 0 alone; its data-parallel

@@ -200,6 +200,7 @@ class Estimator {
         memory_[dd].weights_bytes = own.weights_bytes;
         memory_[dd].gradients_bytes = own.gradients_bytes;
         memory_[dd].optimizer_bytes = own.optimizer_bytes;
+        memory_[dd].host_bytes = own.host_bytes;
       }
       zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j),
                            {&(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
@@ -505,9 +506,20 @@ class Estimator {
     }
     for (size_t d = 0; d < devices_; ++d) {
       if (!computes_[d]) continue;
-      const double s = optimizer_s(cost_, layout_, static_cast<int>(d), params_[d]);
-      out_.busy_s[d] += s;
-      stream_free_[d] = ready[d] + s;
+      if (layout_.offload.optimizer) {
+        // Off the GPU (plan_builder_offload.cpp): the gradients down, the host's step, the
+        // parameters up, which the next iteration's first pass waits for.
+        const auto device = static_cast<int>(d);
+        const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
+        stream_free_[d] = ready[d] + cost_.host_copy_time_s(device, params_[d] * g) +
+                          cost_.host_step_time_s(device, builder::kAdamFlopsPerParam * params_[d],
+                                                 builder::host_step_bytes_per_param(layout_) * params_[d]) +
+                          cost_.host_copy_time_s(device, params_[d] * e);
+      } else {
+        const double s = optimizer_s(cost_, layout_, static_cast<int>(d), params_[d]);
+        out_.busy_s[d] += s;
+        stream_free_[d] = ready[d] + s;
+      }
       makespan = std::max(makespan, stream_free_[d]);
     }
   }

@@ -20,7 +20,8 @@
 //             sync: allreduce, staleness: 0, allreduce: ring, bucket_size: 25 MiB,
 //             overlap_grad_reduce: false, flash_attention: false, fused_softmax: true,
 //             fused_bias_gelu: true, fused_bias_dropout_add: true, fused_adam: true,
-//             zero_stage: 0, reshard_after_forward: true}   (the last two written when sharded)
+//             zero_stage: 0, reshard_after_forward: true,   (these two written when sharded)
+//             offload_optimizer: false}                      (written when true)
 #include <functional>
 #include <string>
 #include <string_view>

@@ -21,6 +21,11 @@ Sharded sharded_by(const Layout& layout) {
   return {stage >= 3 ? d : 1, stage >= 2 ? d : 1, stage >= 1 ? d : 1};
 }
 
+double offload_host_bytes_per_param(const Layout& layout) {
+  return model::adam_state_bytes(layout.precision) + layout.gradient_element_bytes() +
+         model::element_bytes(layout.precision);
+}
+
 double gathered_bytes(const Layout& layout, const std::vector<double>& chunk_params, double largest_layer_params) {
   const int stage = layout.sync.kind == SyncKind::allreduce && layout.size(Axis::data) > 1 ? layout.sync.zero.stage : 0;
   if (stage < 2 || chunk_params.empty()) return 0;
@@ -106,7 +111,12 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   m.gradients_bytes = params * g / by.gradients;
   if (hosts_optimizer) {
     // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
-    m.optimizer_bytes = params * model::adam_state_bytes(layout.precision) / by.optimizer;
+    const double state = params * model::adam_state_bytes(layout.precision) / by.optimizer;
+    if (layout.offload.optimizer) {
+      m.host_bytes = params * offload_host_bytes_per_param(layout) / by.optimizer;
+    } else {
+      m.optimizer_bytes = state;
+    }
   }
   m.gathered_bytes = gathered_bytes(layout, chunk_params, largest_layer_params);
   m.workspace_bytes = layout.workspace_bytes;
@@ -122,6 +132,10 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
   for (const Tensor& t : plan.tensors) {
     if (!is_persistent(t.kind) || t.device < 0 || static_cast<size_t>(t.device) >= devices) continue;
     DeviceMemory& m = memory[static_cast<size_t>(t.device)];
+    if (t.kind == TensorKind::host_state) {
+      m.host_bytes += t.bytes;
+      continue;
+    }
     (t.kind == TensorKind::weight ? m.weights_bytes : t.kind == TensorKind::weight_grad ? m.gradients_bytes
                                                                                          : m.optimizer_bytes) += t.bytes;
   }

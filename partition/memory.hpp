@@ -30,6 +30,10 @@ struct Sharded {
   double weights = 1, gradients = 1, optimizer = 1;
 };
 Sharded sharded_by(const Layout& layout);
+// Offload (Layout::offload.optimizer): host bytes per parameter of a device's (shard of)
+// state: the fp32 master weights and Adam moments, and the pinned staging buffers the
+// gradients arrive in and the updated parameters leave from.
+double offload_host_bytes_per_param(const Layout& layout);
 // Closed form of the peak of ZeRO's transient whole tensors on a device whose chunks hold
 // `chunk_params` parameters each (its part of them before ZeRO), the largest layer
 // `largest_layer_params`. Two units of each buffer, the one in use and the next (prefetched,

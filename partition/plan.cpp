@@ -10,12 +10,14 @@ namespace hetflow::partition {
 
 namespace {
 constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weight", "optimizer",
-                                           "send", "recv", "collective", "load"};
+                                           "send", "recv", "collective", "load",
+                                           "to_host", "host_optimizer", "to_device"};
 constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
-                                          "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm"};
+                                          "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm",
+                                          "offload"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
                                              "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad",
-                                             "gathered_weight", "unsharded_grad"};
+                                             "gathered_weight", "unsharded_grad", "host_state"};
 constexpr std::string_view kCommRoles[] = {"tensor", "pipeline", "data",   "embedding",  "server",
                                            "gradient_norm", "context", "expert", "unspecified"};
 
@@ -53,7 +55,8 @@ CommRole role_of(Purpose p) {
     case Purpose::ps_push:
     case Purpose::ps_pull: return CommRole::server;
     case Purpose::gradient_norm: return CommRole::gradient_norm;
-    case Purpose::compute: break;
+    case Purpose::compute:
+    case Purpose::offload: break;
   }
   return CommRole::unspecified;
 }
@@ -61,8 +64,11 @@ CommRole role_of(Purpose p) {
 bool is_pass(TaskKind k) { return k == TaskKind::forward || k == TaskKind::backward || k == TaskKind::backward_weight; }
 bool is_compute(TaskKind k) { return is_pass(k) || k == TaskKind::optimizer; }
 
+bool is_host_copy(TaskKind k) { return k == TaskKind::to_host || k == TaskKind::to_device; }
+
 bool is_persistent(TensorKind k) {
-  return k == TensorKind::weight || k == TensorKind::weight_grad || k == TensorKind::optimizer_state;
+  return k == TensorKind::weight || k == TensorKind::weight_grad || k == TensorKind::optimizer_state ||
+         k == TensorKind::host_state;
 }
 
 int Plan::add_task(const Task& task, std::span<const int> reads_of_task, std::span<const int> writes_of_task) {

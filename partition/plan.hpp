@@ -42,12 +42,16 @@ enum class TaskKind {
   recv,
   collective,       // one participant of a collective (Plan::collectives)
   load,             // a node's data loader: a micro-batch's samples read and preprocessed (bytes: read)
+  to_host,          // offload: a device's bytes copied to its node's host memory over PCIe
+  host_optimizer,   // offload: the optimizer step of a device's parameters, on its node's CPUs
+  to_device,        // offload: bytes copied back from host memory to the device over PCIe
 };
 
 // Why bytes move: lets traces and metrics account traffic by purpose.
 enum class Purpose {
   compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull,
-  gradient_norm  // the optimizer's clipping norm, all-reduced over a virtual worker's devices
+  gradient_norm,  // the optimizer's clipping norm, all-reduced over a virtual worker's devices
+  offload         // copies between a device and its host's memory (Layout::offload)
 };
 
 enum class TensorKind {
@@ -62,6 +66,7 @@ enum class TensorKind {
   pushed_grad,      // a gradient pushed to a parameter server, until its update
   gathered_weight,  // ZeRO-3: a chunk's parameters all-gathered whole for the passes that read them (a unit at a time)
   unsharded_grad,   // ZeRO 2-3: a chunk's gradients whole, until their reduce-scatter (a unit at a time)
+  host_state,       // persistent, in host memory (offload): fp32 master weights, Adam moments, gradients
 };
 
 // The parallel axis a communicator spans, and so what its members exchange (Megatron's
@@ -94,6 +99,8 @@ bool is_persistent(TensorKind k);  // weight, weight_grad, optimizer_state
 bool is_pass(TaskKind k);
 // Work on a device's compute units: a pass or the optimizer step.
 bool is_compute(TaskKind k);
+// A copy between a device and its node's host memory: to_host or to_device.
+bool is_host_copy(TaskKind k);
 
 struct Task {
   TaskKind kind = TaskKind::forward;
@@ -199,6 +206,9 @@ struct DeviceMemory {
   // (gathered_weight and unsharded_grad tensors).
   double gathered_bytes = 0;
   double capacity_bytes = 0;
+  // Offload: what the device keeps in its node's host memory (host_state tensors), not part
+  // of total_bytes(); the node's devices together must fit model::NodeHost::memory_bytes.
+  double host_bytes = 0;
   int peak_in_flight = 0;        // micro-batch stashes alive at the peak
   double total_bytes() const {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes + buffers_bytes + workspace_bytes +

@@ -241,6 +241,10 @@ void Builder::check_fold() const {
     throw InputError(kOptions, 0, "fold", why + ": the replicas' traffic would share links one simulated replica cannot stand for");
   };
   if (cluster_.regions.size() > 1) refuse("the cluster has several regions");
+  if (layout_.offload.optimizer) {
+    throw InputError(kOptions, 0, "fold", "does not fold a plan that offloads: the replicas on a node share its CPUs "
+                                          "and PCIe bridges, which one simulated replica cannot stand for");
+  }
   for (const model::Region& r : cluster_.regions) {
     if (r.fabric.kind == model::FabricKind::fat_tree && r.fabric.oversubscription > 1) {
       refuse("region " + r.name + "'s fat tree is oversubscribed " + std::to_string(r.fabric.oversubscription) + ":1");

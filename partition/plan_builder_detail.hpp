@@ -38,6 +38,15 @@ inline double adam_bytes_per_param(const KernelOptions& k) {
   return kAdamBytesPerParam + (k.fused_adam ? 0 : kUnfusedAdamExtraBytesPerParam);
 }
 
+// Offload's host step (plan_builder_offload.cpp), host-memory traffic per parameter: the
+// fp16/bf16 gradient read from its staging buffer, the fp32 master weight and two moments
+// read and written, the new fp16/bf16 parameter written to its staging buffer (DeepSpeed's
+// CPU Adam, fused, one pass).
+inline double host_step_bytes_per_param(const Layout& layout) {
+  return layout.gradient_element_bytes() + 2 * model::adam_state_bytes(layout.precision) +
+         model::element_bytes(layout.precision);
+}
+
 // Collective traffic: bytes per device in so many collectives (each paying its latencies).
 struct Traffic {
   double bytes = 0;
@@ -242,6 +251,11 @@ class Builder {
   std::map<int, int> add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device);
   void add_parameter_server_sync();
   double device_params(int device) const;
+
+  // --- plan_builder_offload.cpp ---
+  // Offload's optimizer step for a device's `params` (Layout::offload): gradients to the host,
+  // the step on its CPUs, parameters back. Returns {first task, the copy back}.
+  std::pair<int, int> add_offloaded_step(int device, int w, double params);
 
   // --- plan_builder_zero.cpp ---
   int zero_stage() const;  // the layout's ZeRO stage where it shards (all-reduce, 2+ workers), else 0

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "partition/memory.hpp"
@@ -318,24 +319,30 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   }
   for (const auto& [device, last_task] : last) {
     const int w = plan_.task(last_task).worker;
-    Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
     // Under ZeRO its replica's shard alone (shard_params_ is the whole otherwise, summed alike).
     const double params = zero_stage() > 0 ? shard_params_[static_cast<size_t>(device)] : device_params(device);
-    opt.flops = kAdamFlopsPerParam * params;
-    opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
-    const auto d = static_cast<size_t>(device);
-    const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
-                             {static_cast<std::int64_t>(params)}, model::Precision::fp32);
-    std::vector<int> reads = grads_[d], writes = weights_[d];
-    reads.push_back(state);
-    writes.push_back(state);
-    const int id = plan_.add_task(opt, reads, writes);
-    optimizer_of[device] = id;
-    plan_.add_order(last_task, id);
+    // The step's first task and the one after which the device's weights are updated.
+    int first = -1, done = -1;
+    if (layout_.offload.optimizer) {
+      std::tie(first, done) = add_offloaded_step(device, w, params);
+    } else {
+      Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
+      opt.flops = kAdamFlopsPerParam * params;
+      opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
+      const auto d = static_cast<size_t>(device);
+      const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
+                               {static_cast<std::int64_t>(params)}, model::Precision::fp32);
+      std::vector<int> reads = grads_[d], writes = weights_[d];
+      reads.push_back(state);
+      writes.push_back(state);
+      first = done = plan_.add_task(opt, reads, writes);
+    }
+    optimizer_of[device] = done;
+    plan_.add_order(last_task, first);
     // Its syncs run in order on the comm stream: waiting for the last waits for them all.
     const auto syncs = syncs_of_device.find(device);
-    if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), id);
-    if (const auto norm = norm_of_device.find(device); norm != norm_of_device.end()) plan_.add_order(norm->second, id);
+    if (syncs != syncs_of_device.end() && !syncs->second.empty()) plan_.add_order(syncs->second.back(), first);
+    if (const auto norm = norm_of_device.find(device); norm != norm_of_device.end()) plan_.add_order(norm->second, first);
   }
   return optimizer_of;
 }

@@ -181,6 +181,10 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.workspace_bytes = r.number(j, "workspace_bytes", p);
   l.iterations = r.integer(j, "iterations", p, 1, kMaxCount);
   l.folded = j.contains("folded") && r.boolean(j, "folded", p);
+  if (j.contains("offload")) {
+    const Json& offload = r.at(j, "offload", p);
+    l.offload.optimizer = r.boolean(offload, "optimizer", p + ".offload");
+  }
   if (j.contains("kernels")) {
     const Json& k = r.at(j, "kernels", p);
     const std::string pk = p + ".kernels";
@@ -499,6 +503,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     m.workspace_bytes = r.number(memory[d], "workspace_bytes", p);
     m.capacity_bytes = r.number(memory[d], "capacity_bytes", p);
     if (memory[d].is_object() && memory[d].contains("gathered_bytes")) m.gathered_bytes = r.number(memory[d], "gathered_bytes", p);
+    if (memory[d].is_object() && memory[d].contains("host_bytes")) m.host_bytes = r.number(memory[d], "host_bytes", p);
     m.peak_in_flight = r.integer(memory[d], "peak_in_flight", p, 0);
     plan.memory.push_back(m);
   }

@@ -62,6 +62,7 @@ Json layout_json(const Layout& l) {
   if (l.sync.zero.stage > 0) {  // likewise
     j["sync"]["zero"] = {{"stage", l.sync.zero.stage}, {"reshard_after_forward", l.sync.zero.reshard_after_forward}};
   }
+  if (l.offload.optimizer) j["offload"] = {{"optimizer", true}};  // only when set, likewise
   j["workers"] = Json::array();
   for (const VirtualWorker& w : l.workers) {
     Json stages = Json::array();
@@ -304,14 +305,13 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
     const DeviceMemory& m = plan.memory[d];
     bool first = true;
     for (const auto& [key, value] : {std::pair<const char*, double>{"weights_bytes", m.weights_bytes},
-                                     {"gradients_bytes", m.gradients_bytes},
-                                     {"optimizer_bytes", m.optimizer_bytes},
-                                     {"activations_bytes", m.activations_bytes},
-                                     {"buffers_bytes", m.buffers_bytes},
-                                     {"workspace_bytes", m.workspace_bytes},
-                                     {"capacity_bytes", m.capacity_bytes},
-                                     {"gathered_bytes", m.gathered_bytes}}) {
-      if (value == 0 && key == std::string_view("gathered_bytes")) continue;  // ZeRO alone: other plans keep their bytes
+                                     {"gradients_bytes", m.gradients_bytes}, {"optimizer_bytes", m.optimizer_bytes},
+                                     {"activations_bytes", m.activations_bytes}, {"buffers_bytes", m.buffers_bytes},
+                                     {"workspace_bytes", m.workspace_bytes}, {"capacity_bytes", m.capacity_bytes},
+                                     {"gathered_bytes", m.gathered_bytes}, {"host_bytes", m.host_bytes}}) {
+      if (value == 0 && (key == std::string_view("gathered_bytes") || key == std::string_view("host_bytes"))) {
+        continue;  // ZeRO's and offload's alone: other plans keep their bytes
+      }
       o += first ? "{" : ", ";
       first = false;
       append_string(o, key);

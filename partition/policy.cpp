@@ -148,6 +148,12 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   if (!o.reshard_after_forward && o.zero_stage != 3) {
     throw InputError(kOptions, 0, "reshard_after_forward", "applies to `zero_stage` 3 only");
   }
+  l.offload.optimizer = o.offload_optimizer;
+  if (o.offload_optimizer && l.sync.kind != SyncKind::allreduce) {
+    throw InputError(kOptions, 0, "offload_optimizer",
+                     "moves each device's own optimizer state to its host: `sync` allreduce only (parameter servers "
+                     "already hold it off the GPUs)");
+  }
   if (o.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
     throw InputError(kOptions, 0, "overlap_grad_reduce", "only applies to `sync` allreduce");
   }

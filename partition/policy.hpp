@@ -45,6 +45,7 @@ struct PlanOptions {
   bool overlap_grad_reduce = false;  // Sync::overlap_grad_reduce
   int zero_stage = 0;                // Sharding::stage
   bool reshard_after_forward = true; // Sharding::reshard_after_forward
+  bool offload_optimizer = false;    // Offload::optimizer
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;

@@ -70,6 +70,7 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   s += ", " + std::string(to_string(o.sync.value_or(SyncKind::allreduce)));
   if (o.sync == SyncKind::wsp) s += " D" + std::to_string(o.staleness);
   if (o.zero_stage > 0) s += ", zero " + std::to_string(o.zero_stage) + (o.reshard_after_forward ? "" : " kept gathered");
+  if (o.offload_optimizer) s += ", optimizer offloaded";
   return s;
 }
 
@@ -343,21 +344,33 @@ std::vector<size_t> search_order(size_t n, const std::function<RankKey(size_t)>&
 namespace {
 enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 
-// ZeRO's shardings, from the least memory saved to the most (a chunk kept gathered holds more
-// than one resharded after every pass); a candidate's is its place here (SearchSpace::zero).
-constexpr Sharding kShardings[] = {{0, true}, {1, true}, {2, true}, {3, false}, {3, true}};
+// Where the model state goes: ZeRO's shardings, from the least memory saved to the most (a
+// chunk kept gathered holds more than one resharded after every pass), then each with the
+// optimizer state offloaded to the host; a candidate's is its place here (SearchSpace::zero,
+// SearchSpace::offload).
+struct Placement {
+  Sharding zero;
+  bool offload;
+};
+constexpr Placement kShardings[] = {{{0, true}, false}, {{1, true}, false}, {{2, true}, false}, {{3, false}, false},
+                                    {{3, true}, false}, {{0, true}, true},  {{1, true}, true},  {{2, true}, true},
+                                    {{3, false}, true}, {{3, true}, true}};
 constexpr int kShardingCount = static_cast<int>(std::size(kShardings));
 
 int sharding_code(const PlanOptions& o) {
   for (int code = 0; code < kShardingCount; ++code) {
-    if (kShardings[code] == Sharding{o.zero_stage, o.reshard_after_forward}) return code;
+    if (kShardings[code].zero == Sharding{o.zero_stage, o.reshard_after_forward} &&
+        kShardings[code].offload == o.offload_optimizer) {
+      return code;
+    }
   }
   return kShardingCount;  // none the search knows: it tries none beyond
 }
 
 PlanOptions with_sharding(PlanOptions o, int code) {
-  o.zero_stage = kShardings[code].stage;
-  o.reshard_after_forward = kShardings[code].reshard_after_forward;
+  o.zero_stage = kShardings[code].zero.stage;
+  o.reshard_after_forward = kShardings[code].zero.reshard_after_forward;
+  o.offload_optimizer = kShardings[code].offload;
   return o;
 }
 
@@ -489,15 +502,19 @@ struct ShardedFit {
   int gpus = 0;
 };
 
-// An all-reduce candidate at each sharding beyond its own, laid out (the policies size stages
-// with the sharded state) and estimated: the fastest that fits in search_order (which keeps
-// the less sharded on a tie), or none.
+// An all-reduce candidate at each placement beyond its own that `space` allows (sharding over
+// two or more workers), laid out (the policies size stages with the state left on the GPUs)
+// and estimated: the fastest that fits in search_order (which keeps the earlier placement on
+// a tie), or none.
 std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster, const model::Network& network,
                                                    const CostModel& cost, const CostModel* gpus_only,
-                                                   const std::vector<model::Device>& devices, const PlanOptions& o) {
+                                                   const std::vector<model::Device>& devices, const PlanOptions& o,
+                                                   const SearchSpace& space, bool shardable) {
   if (o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce) return std::nullopt;
   std::vector<ShardedFit> fits;
   for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
+    const Placement& p = kShardings[code];
+    if ((p.zero.stage > 0 && (!space.zero || !shardable)) || (p.offload && !space.offload)) continue;
     try {
       ShardedFit f;
       f.code = code;
@@ -558,9 +575,9 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   for (size_t g = rank; g < groups.size(); g += size) my_groups.push_back(g);
   // An over-memory all-reduce candidate of two or more workers, at the fastest sharding that fits.
   const auto shard_to_fit = [&](size_t at) {
-    if (!space.zero || workers[at] < 2) return;
+    if (!space.zero && !space.offload) return;
     std::optional<ShardedFit> best = fastest_fitting_sharding(cluster, network, cost, gpus_only ? &*gpus_only : nullptr,
-                                                              devices, candidates[at]);
+                                                              devices, candidates[at], space, workers[at] >= 2);
     if (!best) return;
     zero[at] = best->code;
     time_s[at] = best->estimate.iteration_time_s;

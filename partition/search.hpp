@@ -45,6 +45,9 @@ struct SearchSpace {
   // fastest that fits by the layout's estimate (ties as search_order breaks them, then less
   // sharding). One that fits is left unsharded: sharding is for memory.
   bool zero = true;
+  // Offload (Layout::offload): an all-reduce candidate that overflows tries, after the
+  // shardings, each with the optimizer state in host memory, as above.
+  bool offload = true;
 };
 
 // How many iterations a candidate is estimated over: 2 D + 4 for WSP with D >= 1, else the

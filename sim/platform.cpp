@@ -181,6 +181,27 @@ Platform instantiate_platform(const PlatformSpec& spec, const std::map<int, std:
       }
     }
   }
+  if (spec.offload) {
+    std::vector<int> bridges(spec.node_hosts.size(), 0);
+    for (size_t h = 0; h < spec.hosts.size() && h < spec.bridge.size(); ++h) {
+      int& b = bridges[static_cast<size_t>(spec.hosts[h].node)];
+      b = std::max(b, spec.bridge[h] + 1);
+    }
+    p.node_cpu.assign(spec.node_hosts.size(), nullptr);
+    p.bridge_to_host.resize(spec.node_hosts.size());
+    p.bridge_to_device.resize(spec.node_hosts.size());
+    for (size_t n = 0; n < spec.node_hosts.size(); ++n) {
+      if (bridges[n] == 0) continue;  // a node of no device made
+      const model::NodeHost& h = spec.node_hosts[n];
+      const std::string at = std::to_string(n);
+      p.node_cpu[n] = zones.front()->create_host("hetflow-cpu-" + at, h.cpu_memory_bytes_per_s);
+      for (int b = 0; b < bridges[n]; ++b) {
+        const std::string bridge = at + "." + std::to_string(b);
+        p.bridge_to_host[n].push_back(zones.front()->create_host("hetflow-pcie-up-" + bridge, h.pcie_bytes_per_s));
+        p.bridge_to_device[n].push_back(zones.front()->create_host("hetflow-pcie-down-" + bridge, h.pcie_bytes_per_s));
+      }
+    }
+  }
   p.hosts.resize(spec.hosts.size(), nullptr);
   for (size_t h = 0; h < spec.hosts.size(); ++h) {
     const HostSpec& host = spec.hosts[h];

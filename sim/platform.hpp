@@ -25,6 +25,12 @@ struct Platform {
   // Per node (HostSpec::node), nullptr when unbounded: its read path (bytes as FLOPs) and its
   // loader workers (samples as FLOPs), shared max-min fairly by the node's loads.
   std::vector<simgrid::s4u::Host*> node_read, node_loader;
+  // Per node, made where PlatformSpec::offload is set (else empty): its CPUs, whose speed is
+  // their DRAM bandwidth (a step's work is its host-memory bytes, or its FLOPs at that
+  // bandwidth's worth when compute bound), and per PCIe bridge its two directions (bytes as
+  // FLOPs), each shared max-min fairly by the tasks on it.
+  std::vector<simgrid::s4u::Host*> node_cpu;
+  std::vector<std::vector<simgrid::s4u::Host*>> bridge_to_host, bridge_to_device;
 };
 
 // Creates the SimGrid engine with hetflow's network model settings: CM02 with cross-traffic

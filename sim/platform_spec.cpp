@@ -219,6 +219,10 @@ PlatformSpec platform_spec(const model::Cluster& cluster, const std::vector<doub
     spec.node_read_bytes_per_s = in.node_read_bytes_per_s;
     if (in.preprocess_s_per_sample > 0) spec.node_loader_samples_per_s = in.workers_per_node / in.preprocess_s_per_sample;
   }
+  for (int n = 0; n < static_cast<int>(cluster.nodes.size()); ++n) spec.node_hosts.push_back(cluster.host(n));
+  for (const model::Device& d : cluster.devices()) {
+    spec.bridge.push_back(d.local_rank / spec.node_hosts[static_cast<size_t>(d.node)].gpus_per_bridge);
+  }
   return spec;
 }
 

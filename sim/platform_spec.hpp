@@ -94,6 +94,13 @@ struct PlatformSpec {
   // workers preprocess per second; 0: unbounded. Hosts of their own, like the file system's.
   double node_read_bytes_per_s = 0;
   double node_loader_samples_per_s = 0;
+  // Offload (partition::Offload): each node's host (model::Cluster::host) and each device's
+  // PCIe bridge within its node (local rank / gpus_per_bridge). Hosts of their own, made
+  // where `offload` is set (a plan that offloads): the node's CPUs and each bridge's two
+  // directions.
+  bool offload = false;
+  std::vector<model::NodeHost> node_hosts;  // index = node
+  std::vector<int> bridge;                  // index = device id
   int link_index(const std::string& name) const;  // -1 when unknown
   bool operator==(const PlatformSpec&) const = default;
 };

@@ -28,6 +28,7 @@
 #include "partition/run_graph.hpp"
 #include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
+#include "sim/off_device_work.hpp"
 #include "sim/platform.hpp"
 #include "traces/message_times.hpp"
 #include "traces/task_event.hpp"
@@ -113,6 +114,9 @@ class Simulation {
         l.bandwidth_bytes_per_s = 1e18;
       }
     }
+    spec_.offload = std::any_of(plan_.tasks.begin(), plan_.tasks.end(), [](const Task& t) {
+      return partition::is_host_copy(t.kind) || t.kind == TaskKind::host_optimizer;
+    });
     platform_ = instantiate_platform(spec_, {}, needed_hosts(plan_, options_));
     steps_.emplace(plan_, cost_, platform_, options_.coalesce_rings);
     const auto t_platform = clock::now();
@@ -208,8 +212,13 @@ class Simulation {
           }
           break;
         case TaskKind::load:
-          if (!(t.bytes < kMaxBytes)) {
-            why = "it loads " + shown(t.bytes) + " bytes, more than the simulator can count";
+        case TaskKind::to_host:
+        case TaskKind::to_device:
+          if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes, more than the simulator can count";
+          break;
+        case TaskKind::host_optimizer:
+          if (!(t.flops < kMaxBytes && t.memory_bytes < kMaxBytes)) {
+            why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) + " bytes are more than the simulator can count";
           }
           break;
         case TaskKind::send:
@@ -342,20 +351,21 @@ class Simulation {
         if (start_step(stream, s, flight)) return;
         break;
       case TaskKind::load:
-        if (start_load(stream, s, id, flight)) return;
+      case TaskKind::to_host:
+      case TaskKind::to_device:
+      case TaskKind::host_optimizer:
+        if (start_off_device(stream, s, id, flight)) return;
         break;
     }
     complete_head(d, s, check);  // nothing to wait for
   }
 
-  // A load: its read from the shared file system, its read on its node's path and its
-  // preprocessing on its node's loader workers at once (each a host whose speed its users
-  // share), as the parts overlap across micro-batches; the task ends with the last. Tracked
-  // as a collective of no steps: the stream completes when `outstanding` reaches 0. False
-  // when there is nothing to wait for. A replayed load (SimOptions::compute_s) lasts its
-  // measured time on the timer instead: what its loader did then, contention included.
-  bool start_load(Stream& stream, size_t s, int id, InFlight& flight) {
-    const Task& t = plan_.task(id);
+  // A task off the GPUs (a load, an offload copy or host step, off_device_work.hpp): its
+  // executions at once, the task ending with the last. Tracked as a collective of no steps:
+  // the stream completes when `outstanding` reaches 0. False when there is nothing to wait
+  // for. A replayed one (SimOptions::compute_s) lasts its measured time on the timer instead:
+  // what it did then, contention included.
+  bool start_off_device(Stream& stream, size_t s, int id, InFlight& flight) {
     stream.steps.clear();
     stream.step = 0;
     stream.outstanding = 0;
@@ -365,18 +375,9 @@ class Simulation {
       stream.outstanding = 1;
       return stream.collective = true;
     }
-    const auto node = static_cast<size_t>(spec_.hosts[static_cast<size_t>(t.device)].node);
-    auto run = [&](sg::Host* on, double amount) {
-      if (on == nullptr || !(amount > 0)) return;
-      flight.add(sg::Exec::init()->set_flops_amount(amount)->set_host(on)->start(), s);
+    for (const OffDeviceWork& w : off_device_work(plan_, plan_.task(id), spec_, platform_, load_shares_)) {
+      flight.add(sg::Exec::init()->set_flops_amount(w.amount)->set_host(w.host)->start(), s);
       ++stream.outstanding;
-    };
-    // A folded plan's loads stand for every replica's: each resource serves all of them.
-    const double share = node < load_shares_.per_node.size() ? load_shares_.per_node[node] : 1;
-    run(platform_.storage, t.bytes * load_shares_.all);
-    if (node < platform_.node_read.size()) {
-      run(platform_.node_read[node], t.bytes * share);
-      run(platform_.node_loader[node], partition::load_samples(plan_, t) * share);
     }
     activities_ += stream.outstanding;
     stream.collective = stream.outstanding > 0;

@@ -155,6 +155,15 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
     g.cannot.push_back("ZeRO stage " + std::to_string(l.sync.zero.stage) +
                        " (Megatron's distributed optimizer shards the optimizer state alone: stage 1)");
   }
+  if (l.offload.optimizer) {
+    // Megatron-Core's HybridDeviceOptimizer, which offloads the distributed optimizer's state.
+    args.push_back("--optimizer-cpu-offload --optimizer-offload-fraction 1.0");
+    if (l.sync.zero.stage != 1) args.push_back("--use-distributed-optimizer");
+    if (l.sync.zero.stage == 0 && g.data > 1) {
+      g.cannot.push_back("optimizer offload with every replica's state whole (Megatron offloads the distributed "
+                         "optimizer's shards: --use-distributed-optimizer written)");
+    }
+  }
   if (g.data > 1) args.push_back("--ddp-bucket-size " + std::to_string(bucket_elements(l)));
   if (l.fp32_grad_accumulation) args.push_back("--accumulate-allreduce-grads-in-fp32");
   if (l.kernels.flash_attention) args.push_back("--use-flash-attn");
@@ -177,6 +186,16 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.precision == model::Precision::bf16) config["bf16"] = {{"enabled", true}};
   config["zero_optimization"] = {
       {"stage", l.sync.zero.stage}, {"reduce_bucket_size", bucket_elements(l)}, {"overlap_comm", l.sync.overlap_grad_reduce}};
+  if (l.offload.optimizer) {
+    config["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+    if (l.sync.zero.stage == 0) {  // ZeRO-Offload runs under ZeRO
+      config["zero_optimization"]["stage"] = 1;
+      if (g.data > 1) {
+        g.cannot.push_back("optimizer offload with every replica's state whole (ZeRO-Offload offloads each "
+                           "replica's shard: stage 1 written)");
+      }
+    }
+  }
   if (l.sync.zero.stage > 1 && g.pipeline > 1) {
     g.cannot.push_back("ZeRO stage " + std::to_string(l.sync.zero.stage) +
                        " under a pipeline (DeepSpeed's pipeline engine takes stage 1 at most)");

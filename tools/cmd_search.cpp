@@ -112,6 +112,7 @@ partition::SearchSpace read_space(const po::variables_map& vm, int global_batch)
   if (vm.count("schedules")) space.schedules = split_list(vm["schedules"].as<std::string>());
   space.staleness = int_option_in(vm, "staleness", 0, 64);
   space.zero = vm.count("no-zero") == 0;
+  space.offload = vm.count("no-offload") == 0;
   if (vm.count("groupings")) {
     std::stringstream in(vm["groupings"].as<std::string>());
     for (std::string g; std::getline(in, g, ';');) {
@@ -200,6 +201,8 @@ void search_options(po::options_description& options) {
       ("staleness", po::value<int>()->default_value(1), "WSP's staleness bound D, the most your training tolerates")
       ("no-zero", "never shard over the data axis: an all-reduce candidate that overflows unsharded is not tried at "
                   "ZeRO stages 1-3")
+      ("no-offload", "never offload: an all-reduce candidate that overflows is not tried with its optimizer state in "
+                     "host memory (--offload-optimizer)")
       ("groupings", po::value<std::string>(),
        "policy grouped's groupings to try, separated by ';' (default: by GPU type and mixed, fastest types first)")
       ("dropped", po::value<int>()->default_value(3),

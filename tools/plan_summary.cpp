@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <map>
 #include <ostream>
 #include <set>
 #include <string>
@@ -64,6 +65,7 @@ void print_layout(std::ostream& out, const Plan& plan) {
     out << ", ZeRO stage " << l.sync.zero.stage
         << (l.sync.zero.stage < 3 ? "" : l.sync.zero.reshard_after_forward ? " (resharded after each pass)" : " (kept gathered)");
   }
+  if (l.offload.optimizer) out << ", optimizer offloaded to host memory";
   out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
   if (l.folded) out << ", folded: virtual worker 0's tasks stand for all " << l.workers.size() << " replicas";
   out << "\n";
@@ -129,6 +131,26 @@ void print_estimate(std::ostream& out, const Plan& plan, const partition::Estima
         << u::human_bytes(plan.memory[d].capacity_bytes) << "\n";
   }
   if (printed > 32) out << "  ... and " << printed - 32 << " more devices (--json lists all)\n";
+  print_host_memory(out, plan);
+}
+
+// Offload: each node's host memory, what its devices keep there and what it holds.
+void print_host_memory(std::ostream& out, const Plan& plan) {
+  std::map<int, std::pair<double, int>> per_node;  // node -> (bytes, devices)
+  const std::vector<model::Device> devices = plan.cluster.devices();
+  for (size_t d = 0; d < plan.memory.size() && d < devices.size(); ++d) {
+    if (!(plan.memory[d].host_bytes > 0)) continue;
+    per_node[devices[d].node].first += plan.memory[d].host_bytes;
+    ++per_node[devices[d].node].second;
+  }
+  size_t shown = 0;
+  for (const auto& [node, use] : per_node) {
+    if (++shown > 8) break;
+    out << "  host of " << plan.cluster.nodes[static_cast<size_t>(node)].name << ": " << u::human_bytes(use.first)
+        << " of optimizer state from " << use.second << " device" << (use.second == 1 ? "" : "s") << ", of "
+        << u::human_bytes(plan.cluster.host(node).memory_bytes) << "\n";
+  }
+  if (per_node.size() > 8) out << "  ... and " << per_node.size() - 8 << " more hosts\n";
 }
 
 void print_input_bound(std::ostream& out, const Plan& plan, double compute_samples_per_s) {
@@ -183,7 +205,8 @@ Json estimate_json(const Plan& plan, const partition::Estimate& e) {
                                    {"activations_bytes", m.activations_bytes},
                                    {"buffers_bytes", m.buffers_bytes},
                                    {"gathered_bytes", m.gathered_bytes},
-                                   {"workspace_bytes", m.workspace_bytes}}}});
+                                   {"workspace_bytes", m.workspace_bytes},
+                                   {"host_bytes", m.host_bytes}}}});
   }
   j["devices"] = std::move(devices);
   if (Json loader = input_bound_json(plan, e.compute_throughput_samples_per_s); !loader.is_null()) {

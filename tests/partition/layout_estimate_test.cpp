@@ -222,7 +222,7 @@ TEST(LayoutEstimate, AgreesWithOverlappedGradientReduction) {
 // the replicas (workers of different GPU types wait for each other), or once per chunk
 // without resharding. Over pipelines, interleaving, split backward, unequal workers and two
 // iterations.
-TEST(LayoutEstimate, AgreesUnderZeroStages) {
+TEST(LayoutEstimate, AgreesUnderZeroStagesAndOffload) {
   const model::Cluster cluster = mixed_cluster();
   const model::Network net = model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
   partition::SearchSpace space;
@@ -234,20 +234,23 @@ TEST(LayoutEstimate, AgreesUnderZeroStages) {
   const partition::CostModel cost(cluster, net.precision);
   struct Case {
     int stage;
-    bool reshard, overlap;
+    bool reshard, overlap, offload = false;
   };
-  for (const Case c : {Case{1, true, false}, Case{1, true, true}, Case{2, true, false}, Case{3, true, false}, Case{3, false, false}}) {
+  for (const Case c : {Case{1, true, false}, Case{1, true, true}, Case{2, true, false}, Case{3, true, false},
+                       Case{3, false, false}, Case{0, true, false, true}, Case{1, true, true, true},
+                       Case{3, true, false, true}}) {
     partition::PlanOptions base;
     base.precision = net.precision;
     base.zero_stage = c.stage;
     base.reshard_after_forward = c.reshard;
     base.overlap_grad_reduce = c.overlap;
+    base.offload_optimizer = c.offload;
     base.bucket_bytes = 1 << 20;  // several buckets and messages a chunk
     base.iterations = 2;
     const Agreement a = compare(cluster, net, 16, space, base, cost);
     EXPECT_GT(a.compared, 30) << "stage " << c.stage;
-    std::printf("stage %d%s%s, %d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
-                c.stage, c.reshard ? "" : " kept gathered", c.overlap ? " overlapped" : "", a.compared,
+    std::printf("stage %d%s%s%s, %d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f of capacity\n",
+                c.stage, c.reshard ? "" : " kept gathered", c.overlap ? " overlapped" : "", c.offload ? " offloaded" : "", a.compared,
                 a.time_error.empty() ? 0.0 : a.time_error.back(), a.memory_error.empty() ? 0.0 : a.memory_error.front(),
                 a.memory_error.empty() ? 0.0 : a.memory_error.back());
   }

@@ -80,6 +80,16 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
       overlap));
   ASSERT_NE(placed.find("\"axes\":[{\"axis\":\"pipeline\""), std::string::npos);
   EXPECT_EQ(schema_check(placed, "placed.json"), 0);
+  PlanOptions offload;  // offload's task kinds, host_state tensors, host_bytes and layout.offload
+  offload.data = 2;
+  offload.zero_stage = 1;
+  offload.offload_optimizer = true;
+  const std::string offloaded = write_plan_json(plan_of(
+      test_support::identical_cluster(2), model::network_from_spec("gpt:layers=2,hidden=256,heads=4,seq=128", model::Precision::bf16),
+      offload));
+  ASSERT_NE(offloaded.find("\"host_optimizer\""), std::string::npos);
+  ASSERT_NE(offloaded.find("\"host_bytes\""), std::string::npos);
+  EXPECT_EQ(schema_check(offloaded, "offloaded.json"), 0);
   std::string both = placed;  // the tensor degree beside the axes would say it twice
   both.replace(both.find("\"axes\":[{"), 9, "\"tensor\":1,\"axes\":[{");
   EXPECT_NE(schema_check(both, "both.json"), 0);

@@ -139,6 +139,7 @@ TEST(Search, BuildingTheBestByTheLayoutsEstimateKeepsTheBestOfEveryFamily) {
   space.policies = {"uniform", "balanced", "hetpipe-ed"};
   space.micro_batches = {1, 4, 16};
   space.zero = false;  // the oracle builds each candidate as it is
+  space.offload = false;
   PlanOptions base;
   base.precision = net.precision;
   for (const model::Calibration& calibration : {model::Calibration{}, ops}) {
@@ -221,12 +222,13 @@ TEST(Search, InputBoundTiesGoToTheCheapestThenTheSmallestThenTheFastestGpus) {
   EXPECT_EQ(partition::search_order(plain.size(), [&](size_t i) { return plain[i]; }), (std::vector<size_t>{1, 3, 2, 0}));
 }
 
-// ZeRO in the search (SearchSpace::zero): data parallelism over 4 V100-16 overflows unsharded
-// (16 bytes a parameter of 1.3 B), so the search tries the shardings and keeps the fastest
-// that fits by the layout's estimate, which an independent walk of every sharding confirms;
-// a candidate that fits unsharded stays unsharded, and without SearchSpace::zero nothing is
-// sharded and the overflowing candidate is screened.
-TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestZeroStageThatFits) {
+// ZeRO and offload in the search (SearchSpace::zero, SearchSpace::offload): data parallelism
+// over 4 V100-16 overflows unsharded (16 bytes a parameter of 1.3 B), so the search tries the
+// shardings, each with and without its optimizer offloaded, and keeps the fastest that fits
+// by the layout's estimate, which an independent walk of every placement confirms; a
+// candidate that fits as it is stays so, and without either nothing is sharded or offloaded
+// and the overflowing candidate is screened.
+TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestPlacementThatFits) {
   const model::Cluster cluster = test_support::identical_cluster(4, 1, "V100-16");
   const model::Network net = model::network_from_spec("gpt:layers=16,hidden=2560,heads=20,seq=1024,vocab=50257", model::Precision::fp16);
   partition::SearchSpace space;
@@ -241,37 +243,46 @@ TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestZeroStageThatFits)
   base.precision = net.precision;
   const partition::CostModel cost(cluster, net.precision);
   const partition::SearchResult r = partition::search_plans(cluster, net, 8, space, base, cost, 2);
-  // The oracle: every sharding of the data-parallel candidate, laid out and estimated.
+  // The oracle: every sharding of the data-parallel candidate, with and without its optimizer
+  // offloaded, laid out and estimated.
   PlanOptions dp = partition::search_candidates(cluster, net, 8, space, base, cost).front();
   ASSERT_EQ(dp.tensor, 1);
   struct Choice {
     int stage;
     bool reshard;
+    bool offload;
   };
   double best_s = 0;
-  Choice best{-1, true};
-  for (const Choice c : {Choice{0, true}, Choice{1, true}, Choice{2, true}, Choice{3, false}, Choice{3, true}}) {
-    dp.zero_stage = c.stage;
-    dp.reshard_after_forward = c.reshard;
-    const partition::LayoutEstimate e = partition::estimate_layout(net, partition::make_layout(cluster, net, dp, cost), cost);
-    if (c.stage == 0) {
-      EXPECT_LT(e.headroom_bytes, 0) << "unsharded data parallelism should overflow";
-      continue;
-    }
-    if (e.headroom_bytes >= 0 && (best.stage < 0 || e.iteration_time_s < best_s)) {
-      best = c;
-      best_s = e.iteration_time_s;
+  Choice best{-1, true, false};
+  for (const bool offload : {false, true}) {  // in the search's order of placements
+    for (const Choice c : {Choice{0, true, offload}, Choice{1, true, offload}, Choice{2, true, offload},
+                           Choice{3, false, offload}, Choice{3, true, offload}}) {
+      dp.zero_stage = c.stage;
+      dp.reshard_after_forward = c.reshard;
+      dp.offload_optimizer = c.offload;
+      const partition::LayoutEstimate e =
+          partition::estimate_layout(net, partition::make_layout(cluster, net, dp, cost), cost);
+      if (c.stage == 0 && !c.offload) {
+        EXPECT_LT(e.headroom_bytes, 0) << "unsharded data parallelism should overflow";
+        continue;
+      }
+      if (e.headroom_bytes >= 0 && (best.stage < 0 || e.iteration_time_s < best_s)) {
+        best = c;
+        best_s = e.iteration_time_s;
+      }
     }
   }
-  ASSERT_GE(best.stage, 1);
+  ASSERT_GE(best.stage, 0);
   bool sharded = false, tensor = false;
   for (const partition::Candidate& c : r.ranked) {
     if (c.options.tensor == 1) {
       sharded = true;
       EXPECT_EQ(c.options.zero_stage, best.stage) << c.summary;
       EXPECT_EQ(c.options.reshard_after_forward, best.reshard) << c.summary;
+      EXPECT_EQ(c.options.offload_optimizer, best.offload) << c.summary;
       EXPECT_DOUBLE_EQ(c.estimate.iteration_time_s, best_s) << c.summary;
-      EXPECT_NE(c.summary.find(", zero " + std::to_string(best.stage)), std::string::npos) << c.summary;
+      if (best.stage > 0) EXPECT_NE(c.summary.find(", zero " + std::to_string(best.stage)), std::string::npos) << c.summary;
+      EXPECT_EQ(c.summary.find(", optimizer offloaded") != std::string::npos, best.offload) << c.summary;
       EXPECT_GE(c.headroom_bytes, 0) << c.summary;  // the built plan fits
     } else {
       tensor = true;  // one worker: nothing to shard over
@@ -281,7 +292,11 @@ TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestZeroStageThatFits)
   EXPECT_TRUE(sharded);
   EXPECT_TRUE(tensor);
   space.zero = false;
+  space.offload = false;
   const partition::SearchResult plain = partition::search_plans(cluster, net, 8, space, base, cost, 2);
-  for (const partition::Candidate& c : plain.ranked) EXPECT_EQ(c.options.zero_stage, 0) << c.summary;
+  for (const partition::Candidate& c : plain.ranked) {
+    EXPECT_EQ(c.options.zero_stage, 0) << c.summary;
+    EXPECT_FALSE(c.options.offload_optimizer) << c.summary;
+  }
   EXPECT_EQ(plain.screened, 1);
 }

@@ -48,12 +48,13 @@ TEST(OptionsTogether, HetPipeSplitsAGlobalBatchItsWorkersDoNotDivide) {
 
 // A baseline family with no plan is named with the reason, not left out of the table: pure
 // data parallelism of GPT-3 1.3B overflows the V100s' 16 GB unsharded (the plan command, an
-// independent check, refuses it as over memory; --no-zero keeps the search from sharding it),
+// independent check, refuses it as over memory; --no-zero and --no-offload keep the search
+// from sharding or offloading it),
 // and --policies can leave families out.
 TEST(OptionsTogether, SearchNamesTheBaselinesItDropped) {
   const std::string where = "--cluster mixed-academic --model gpt3-1.3b --global-batch 40";
   EXPECT_EQ(run_hetflow("plan " + where + " --pipeline 1 --tensor 1").status, 3);
-  const auto r = run_hetflow("search " + where + " --top 1 --policies uniform,balanced --no-zero");
+  const auto r = run_hetflow("search " + where + " --top 1 --policies uniform,balanced --no-zero --no-offload");
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* says : {"\n  data parallel: none, no candidate of it fits: each was refused by its policy or the "
                            "builder, or overflows a device's memory\n",

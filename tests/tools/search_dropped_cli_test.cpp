@@ -34,7 +34,7 @@ const char* kModel = "gpt:layers=24,hidden=3072,heads=24,seq=1024,vocab=8000";
 std::string search_args() {
   return std::string("search --cluster ") + mixed_cluster() + " --model " + kModel +
          " --policies uniform --tensor 1 --pipeline 1,2,3,6 --micro-batch 1,2 --schedules 1f1b --recompute none"
-         " --sync allreduce --global-batch 4 --top 1 --no-zero";
+         " --sync allreduce --global-batch 4 --top 1 --no-zero --no-offload";
 }
 
 std::string summary(int pipeline, int workers, int micro_batch) {

@@ -88,7 +88,7 @@ TEST(ZeroCli, TheCudaBackEndRefusesAShardedPlanBlamingThePlan) {
 // The search shards what does not fit: data parallelism of GPT-2 XL over the default
 // cluster's 20 GPUs overflows the V100s unsharded (plan exits 3), so its data-parallel
 // candidate is tried at the ZeRO stages and kept at one that fits, which `plan` of the same
-// options builds (exit 0); with --no-zero nothing fits.
+// options builds (exit 0); with --no-zero and --no-offload nothing fits.
 TEST(ZeroCli, TheSearchShardsDataParallelismThatOverflows) {
   const std::string where = "--model gpt2-xl --global-batch 40 --micro-batch 2 --recompute selective";
   EXPECT_EQ(run_hetflow("plan " + where).status, 3);
@@ -104,7 +104,7 @@ TEST(ZeroCli, TheSearchShardsDataParallelismThatOverflows) {
   const auto planned = run_hetflow("plan " + where + " --zero-stage " + std::to_string(stage) +
                                    (kept ? " --no-reshard-after-forward" : ""));
   EXPECT_EQ(planned.status, 0) << planned.err;
-  const auto plain = run_hetflow("search " + where + space + " --no-zero");
+  const auto plain = run_hetflow("search " + where + space + " --no-zero --no-offload");
   EXPECT_EQ(plain.status, 3);
   EXPECT_NE(plain.err.find("none of the 1 candidates fits mixed-academic (0 refused by the policies or the builder, 1 over "
                            "device memory)"),

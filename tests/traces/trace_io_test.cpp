@@ -209,10 +209,11 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       {kPrefix + row_with(2, "\"a\nb\"") + "\n" + row_with(11, "x") + "\n", 9, "end_s",
        "expected a number, found 'x'"},
       {kPrefix + row_with(3, "\tx\x01") + "\n", 7, "kind",
-       "expected a task kind (forward, backward, backward_weight, optimizer, send, recv, collective, load), found '\\x09x\\x01'"},
+       "expected a task kind (forward, backward, backward_weight, optimizer, send, recv, collective, load, to_host, "
+       "host_optimizer, to_device), found '\\x09x\\x01'"},
       {kPrefix + row_with(4, "dp") + "\n", 7, "purpose",
        "expected a purpose (compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, "
-       "ps_push, ps_pull, gradient_norm), found 'dp'"},
+       "ps_push, ps_pull, gradient_norm, offload), found 'dp'"},
       {"# hetflow trace v3\n", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '# hetflow trace v3'"},
       {"", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found ''"},
       {"\x7f" "ELF\x02\x01", 1, "format",
