@@ -282,6 +282,11 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
     out << "  (ZeRO stage " << plan.layout.sync.zero.stage << ": every replica here keeps whole arrays and steps its shard;"
         << " the plan counts the shards)\n";
   }
+  if (plan.layout.offload.optimizer) {
+    out << "  (optimizer offloaded: the plan keeps AdamW's state in host memory, " << u::human_bytes(plan.memory[0].host_bytes)
+        << " for the first device with its staging buffers, which the plan column leaves out; here the host's memory is the"
+        << " device's and the model peak holds the moments)\n";
+  }
 }
 
 }  // namespace hetflow::tools
