@@ -512,15 +512,20 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
                                                    const SearchSpace& space, bool shardable) {
   if (o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce) return std::nullopt;
   std::vector<ShardedFit> fits;
+  // Offload is for memory, as sharding is: a sharding that fits on the GPUs is not tried again
+  // offloaded (which would add the copies and the host's step to the same layout's work).
+  std::set<std::pair<int, bool>> fit_on_gpus;  // (stage, reshard) that fit without offload
   for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
     const Placement& p = kShardings[code];
     if ((p.zero.stage > 0 && (!space.zero || !shardable)) || (p.offload && !space.offload)) continue;
+    if (p.offload && fit_on_gpus.count({p.zero.stage, p.zero.reshard_after_forward})) continue;
     try {
       ShardedFit f;
       f.code = code;
       f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
       f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
       if (f.estimate.headroom_bytes < 0) continue;
+      if (!p.offload) fit_on_gpus.insert({p.zero.stage, p.zero.reshard_after_forward});
       f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
       const std::set<int> used = layout_gpus(f.layout);
       f.price = layout_price(cluster, devices, used);

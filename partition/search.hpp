@@ -46,7 +46,8 @@ struct SearchSpace {
   // sharding). One that fits is left unsharded: sharding is for memory.
   bool zero = true;
   // Offload (Layout::offload): an all-reduce candidate that overflows tries, after the
-  // shardings, each with the optimizer state in host memory, as above.
+  // shardings, each with the optimizer state in host memory, as above; a sharding that fits
+  // on the GPUs is not tried offloaded (offload is for memory too).
   bool offload = true;
 };
 

@@ -25,11 +25,7 @@ using hetflow::test_support::error_of;
 
 namespace {
 
-Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
-  o.precision = net.precision;
-  const CostModel cost(cluster, net.precision);
-  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 PlanOptions offloaded(int data, int pipeline, bool offload = true) {
   PlanOptions o;

@@ -30,11 +30,7 @@ using namespace hetflow::partition;
 
 namespace {
 
-Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
-  o.precision = net.precision;
-  const CostModel cost(cluster, net.precision);
-  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 model::Network small_gpt(model::Precision precision = model::Precision::fp16) {
   return model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024", precision);

@@ -24,11 +24,7 @@ using namespace hetflow::partition;
 
 namespace {
 
-Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
-  o.precision = net.precision;
-  const CostModel cost(cluster, net.precision);
-  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 std::string first_problem(const Plan& plan) {
   const Validation v = validate_plan(plan);

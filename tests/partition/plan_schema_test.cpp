@@ -33,11 +33,7 @@ int schema_check(const std::string& text, const std::string& name) {
   return std::system(command.c_str());
 }
 
-Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
-  o.precision = net.precision;
-  const CostModel cost(cluster, net.precision);
-  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 }  // namespace
 

@@ -8,8 +8,19 @@
 #include "model/io.hpp"
 #include "model/error.hpp"
 #include "model/network.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
 
 namespace hetflow::test_support {
+
+// The plan the options give `net` on `cluster`, at the network's precision and the cluster's
+// own speeds, as `hetflow plan` builds it.
+inline partition::Plan plan_of(const model::Cluster& cluster, const model::Network& net, partition::PlanOptions o) {
+  o.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
 
 // What `f` throws, as a user reads it: "field: message" of an InputError, or the text of an
 // invalid_argument; "no error" when it throws nothing.

@@ -24,11 +24,7 @@ using hetflow::test_support::error_of;
 
 namespace {
 
-Plan plan_of(const model::Cluster& cluster, const model::Network& net, PlanOptions o) {
-  o.precision = net.precision;
-  const CostModel cost(cluster, net.precision);
-  return build_plan(cluster, net, make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 PlanOptions zero(int stage, int data, int pipeline = 1, int tensor = 1) {
   PlanOptions o;
