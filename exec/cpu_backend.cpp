@@ -216,12 +216,23 @@ void CpuBackend::run(TaskContext& task) {
 // offload does); a proxy copies the plan's bytes between the engine's buffers, as a GPU's
 // copy engine would move them.
 void CpuBackend::copy_to_host_or_device(TaskContext& task) {
-  if (training_ == nullptr && !task.reads.empty() && !task.writes.empty()) {
-    size_t left = static_cast<size_t>(task.spec->bytes);
-    for (size_t r = 0, w = 0; left > 0 && r < task.reads.size() && w < task.writes.size(); ++r, ++w) {
-      const size_t n = std::min({left, task.reads[r].size_bytes, task.writes[w].size_bytes});
-      if (n > 0 && task.reads[r].data != task.writes[w].data) std::memmove(task.writes[w].data, task.reads[r].data, n);
+  if (training_ == nullptr) {  // the reads' bytes one after another into the writes', as far as both go
+    size_t left = static_cast<size_t>(task.spec->bytes), r = 0, w = 0, from = 0, to = 0;
+    while (left > 0 && r < task.reads.size() && w < task.writes.size()) {
+      const Buffer &in = task.reads[r], &out = task.writes[w];
+      const size_t n = std::min({left, in.size_bytes - from, out.size_bytes - to});
+      if (n > 0) std::memmove(out.data + to, in.data + from, n);
       left -= n;
+      from += n;
+      to += n;
+      if (from == in.size_bytes) {
+        ++r;
+        from = 0;
+      }
+      if (to == out.size_bytes) {
+        ++w;
+        to = 0;
+      }
     }
   }
   task.carried_bytes = task.spec->bytes;

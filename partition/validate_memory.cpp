@@ -15,8 +15,8 @@ namespace hetflow::partition::validate_detail {
 namespace {
 bool close(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); }
 
-// Offload: the host state of a node's devices against the node's host memory. Folded plans
-// hold one replica's tasks, but each node's devices are all there or none.
+// Offload: the host state of a node's devices against the node's host memory (offloaded
+// plans are never folded, so every device's state is in the plan).
 void check_host_memory(const Plan& plan, const std::vector<model::Device>& devices, std::vector<std::string>& problems) {
   namespace u = model::units;
   std::map<int, std::pair<double, int>> per_node;  // node -> (host bytes, devices using it)

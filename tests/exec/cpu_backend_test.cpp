@@ -72,6 +72,37 @@ TEST(CpuBackend, TransfersDeliverExactlyTheSendersBytes) {
   EXPECT_NE(captured.read.at({sends[0], 0}), captured.read.at({sends[1], 0}));
 }
 
+// Offload's copies on proxies: each to_host moves its gradients' bytes into the host state and
+// each to_device the host state's into the weights (what the capture sees first of each), and
+// the trace records the plan's bytes for both.
+TEST(CpuBackend, OffloadCopiesMoveTheirBytesOnProxies) {
+  partition::PlanOptions o;
+  o.data = 2;
+  o.microbatches = 2;
+  o.offload_optimizer = true;
+  o.workspace_bytes = 0;
+  const Plan plan = test_support::planned(model::cpu_cluster(2),
+      model::network_from_spec("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256", model::Precision::fp32), o);
+  Captured captured;
+  exec::CpuBackend cpu;
+  exec::EngineOptions e = options(captured);
+  e.iterations = 2;
+  const exec::RunResult result = exec::run_plan(plan, cpu, e);
+  ASSERT_TRUE(result.completed) << result.error;
+  int copies = 0;
+  for (const traces::Event& ev : result.trace.events) {
+    if (!partition::is_host_copy(ev.kind) || ev.message >= 0) continue;
+    ++copies;
+    EXPECT_EQ(ev.bytes, plan.task(ev.task).bytes);
+    const auto& in = captured.read.at({ev.task, ev.iteration});
+    const auto& out = captured.written.at({ev.task, ev.iteration});
+    const size_t n = std::min({in.size(), out.size(), static_cast<size_t>(plan.task(ev.task).bytes)});
+    ASSERT_GT(n, 0u);
+    EXPECT_TRUE(std::equal(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n), out.begin())) << ev.task;
+  }
+  EXPECT_EQ(copies, 2 * 2 * 2);  // two devices, down and up, two iterations
+}
+
 // One collective over every device, each member's input made by a compute task before it.
 struct CollectiveRun {
   std::vector<std::vector<float>> in, out;  // per device

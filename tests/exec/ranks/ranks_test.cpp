@@ -162,6 +162,14 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      o.bucket_bytes = 4096;
                      return o;
                    }()});
+  // Offload over a pipeline: each device's step on its own host stream, the copies' bytes.
+  cases.push_back({"offload x zero 1 x pipeline 2 x data 2", 4, [] {
+                     auto o = options(2, 2, 2, "1f1b");
+                     o.zero_stage = 1;
+                     o.offload_optimizer = true;
+                     o.bucket_bytes = 4096;
+                     return o;
+                   }()});
   for (const Case& c : cases) {
     const Plan plan = test_support::planned(model::cpu_cluster(c.devices), gpt(4, c.options.tensor > 1 ? 4 : 2), c.options);
     const Trained threads = train(plan, nullptr);
