@@ -109,6 +109,17 @@ et::Node task_node(const Plan& plan, const partition::CostModel& cost, int id, u
     // which the simulator derives from the cluster's input path.
     attr(n, "tensor_size", static_cast<int64_t>(std::llround(t.bytes)));
     attr_double(n, "hetflow_bytes", t.bytes);
+  } else if (partition::is_host_copy(t.kind)) {  // offload's copy over PCIe: a store to the host, a load back
+    n.set_type(t.kind == TaskKind::to_host ? et::MEM_STORE_NODE : et::MEM_LOAD_NODE);
+    // No duration, as a load's: the copies share their node's bridges (the simulator's).
+    attr(n, "tensor_size", static_cast<int64_t>(std::llround(t.bytes)));
+    attr_double(n, "hetflow_bytes", t.bytes);
+  } else if (t.kind == TaskKind::host_optimizer) {  // offload's optimizer step, on the node's CPUs
+    n.set_type(et::COMP_NODE);
+    n.set_duration_micros(static_cast<uint64_t>(std::llround(1e6 * cost.host_step_time_s(t.device, t.flops, t.memory_bytes))));
+    attr(n, "num_ops", static_cast<int64_t>(std::llround(t.flops)));
+    attr_double(n, "hetflow_flops", t.flops);
+    attr_double(n, "hetflow_memory_bytes", t.memory_bytes);
   } else if (t.kind == TaskKind::send || t.kind == TaskKind::recv) {
     const partition::Channel& c = plan.channel(t.channel);
     n.set_type(t.kind == TaskKind::send ? et::COMM_SEND_NODE : et::COMM_RECV_NODE);

@@ -203,11 +203,19 @@ Task ChakraAssembly::read_node(const NodeReader& n, int r, std::string& default_
       } catch (const std::exception&) {
         n.fail("hetflow_kind", "expected a task kind, found '" + kind.substr(0, 40) + "'");
       }
-      if (t.kind == TaskKind::load && node.type() == et::MEM_LOAD_NODE) {  // a data loader's read
-        t.bytes = n.size("hetflow_bytes", "tensor_size", true);
+      if ((t.kind == TaskKind::load || t.kind == TaskKind::to_device) && node.type() == et::MEM_LOAD_NODE) {
+        t.bytes = n.size("hetflow_bytes", "tensor_size", true);  // a data loader's read, an offload copy back
+        if (t.kind == TaskKind::to_device) t.purpose = partition::Purpose::offload;
         break;
       }
-      if (!partition::is_compute(t.kind)) n.fail("hetflow_kind", "a compute node of kind '" + kind + "'");
+      if (t.kind == TaskKind::to_host && node.type() == et::MEM_STORE_NODE) {  // an offload copy to the host
+        t.bytes = n.size("hetflow_bytes", "tensor_size", true);
+        t.purpose = partition::Purpose::offload;
+        break;
+      }
+      if (!partition::is_compute(t.kind) && t.kind != TaskKind::host_optimizer) {
+        n.fail("hetflow_kind", "a compute node of kind '" + kind + "'");
+      }
       t.flops = node.type() == et::COMP_NODE ? n.size("hetflow_flops", "num_ops", false) : 0;
       t.recompute_flops = std::min(t.flops, n.size("hetflow_recompute_flops", "hetflow_recompute_flops", false));
       t.memory_bytes = n.size("hetflow_memory_bytes", "tensor_size", false);

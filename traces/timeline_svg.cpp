@@ -67,10 +67,13 @@ Look look_of(const Event& e) {
       if (e.kind == TaskKind::backward) return {darker(base), "none", e.microbatch >= 0};
       return {lighter(base), darker(base), e.microbatch >= 0};
     }
-    case TaskKind::optimizer: return {kOptimizer};
+    case TaskKind::optimizer:
+    case TaskKind::host_optimizer: return {kOptimizer};
     case TaskKind::collective: return {kCollective};
     case TaskKind::send:
-    case TaskKind::recv: return {kTransfer};
+    case TaskKind::recv:
+    case TaskKind::to_host:
+    case TaskKind::to_device: return {kTransfer};
     case TaskKind::load: return {kOther, "#808080"};
   }
   return {kOther, "#808080"};

@@ -207,8 +207,8 @@ std::multiset<std::tuple<int, int, std::string, double, std::vector<std::tuple<s
 
 }  // namespace
 
-TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
-  for (const auto& [name, plan] : plans()) {
+void expect_reads_back(const std::string& name, const Plan& plan) {
+  {
     SCOPED_TRACE(name);
     partition::require_valid(plan);
     const Export e = exported(plan);
@@ -231,6 +231,16 @@ TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
     EXPECT_EQ(signature(back), signature(plan));
     EXPECT_NEAR(estimate_s(back), estimate_s(plan), 1e-9 * estimate_s(plan));
   }
+}
+
+TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
+  for (const auto& [name, plan] : plans()) expect_reads_back(name, plan);
+  // Offload's copies as memory stores and loads, its host step a compute node of its own kind.
+  partition::PlanOptions offload;
+  offload.data = 2;
+  offload.zero_stage = 1;
+  offload.offload_optimizer = true;
+  expect_reads_back("offloaded", plan_of(model::cpu_cluster(2), offload));
 }
 
 // What another tool writes: Chakra's own fields only. Compute goes to one stream per rank,
