@@ -14,9 +14,20 @@
 namespace hetflow::partition {
 
 bool fits_in_memory(const Plan& plan) {
-  return std::all_of(plan.memory.begin(), plan.memory.end(), [](const DeviceMemory& m) {
+  const bool devices = std::all_of(plan.memory.begin(), plan.memory.end(), [](const DeviceMemory& m) {
     return m.capacity_bytes <= 0 || m.total_bytes() <= m.capacity_bytes;
   });
+  if (!devices || !plan.layout.offload.optimizer) return devices;
+  // Offload: each node's host holds its devices' state too (as validation checks it).
+  std::vector<double> host(plan.cluster.nodes.size(), 0);
+  const std::vector<model::Device> all = plan.cluster.devices();
+  for (size_t d = 0; d < plan.memory.size() && d < all.size(); ++d) {
+    host[static_cast<size_t>(all[d].node)] += plan.memory[d].host_bytes;
+  }
+  for (size_t n = 0; n < host.size(); ++n) {
+    if (host[n] > plan.cluster.host(static_cast<int>(n)).memory_bytes) return false;
+  }
+  return true;
 }
 
 namespace {

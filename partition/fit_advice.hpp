@@ -15,7 +15,7 @@
 namespace hetflow::partition {
 
 // True when every device's memory (plan.memory, from the tensors' lifetimes) is within its
-// capacity.
+// capacity, and under offload every node's host memory holds its devices' host state.
 bool fits_in_memory(const Plan& plan);
 
 struct FitAdvice {

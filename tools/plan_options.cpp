@@ -358,7 +358,7 @@ void require_valid_or_advise(const partition::Plan& plan, const po::variables_ma
     std::ostringstream message;
     message << e.what() << "\n";
     if (advice.empty()) {
-      message << "nothing nearby fits (deeper pipelines, recomputation, tensor parallelism up to a node, ZeRO sharding): "
+      message << "nothing nearby fits (deeper pipelines, recomputation, tensor parallelism up to a node, ZeRO sharding, offload): "
                  "a smaller model, micro-batch or --workspace, or more devices";
       throw PlanError(message.str());
     }

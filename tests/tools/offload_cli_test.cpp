@@ -100,3 +100,15 @@ TEST(OffloadCli, TheSearchOffloadsWhatDoesNotFitAndKeepsTheFaster) {
   ASSERT_GT(best_s, 0) << both.out;
   EXPECT_LE(best_s, offload_s) << both.out;
 }
+
+// A node whose host cannot hold what its devices offload: the plan is refused naming the
+// node (exit 3), and the advice, which only adds memory-saving changes, finds nothing.
+TEST(OffloadCli, AHostTooSmallIsNamed) {
+  const std::string path = hetflow::test_support::write_file(
+      "small-host.yaml", "name: small-host\nnodes:\n  - {name: n, gpu: A100-80, gpus: 8, host: {memory: 8 GiB}}\n");
+  const auto r = run_hetflow("plan --cluster " + path +
+                             " --model gpt:layers=24,hidden=2048,heads=16,seq=1024,vocab=50257 --data 8 --offload-optimizer");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_NE(r.err.find("node n's host memory holds 8 GiB but its 8 devices offload"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nothing nearby fits"), std::string::npos) << r.err;
+}
