@@ -111,11 +111,11 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   m.gradients_bytes = params * g / by.gradients;
   if (hosts_optimizer) {
     // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
-    const double state = params * model::adam_state_bytes(layout.precision) / by.optimizer;
+    // Offloaded, it lives in host memory with its staging buffers.
     if (layout.offload.optimizer) {
       m.host_bytes = params * offload_host_bytes_per_param(layout) / by.optimizer;
     } else {
-      m.optimizer_bytes = state;
+      m.optimizer_bytes = params * model::adam_state_bytes(layout.precision) / by.optimizer;
     }
   }
   m.gathered_bytes = gathered_bytes(layout, chunk_params, largest_layer_params);
