@@ -211,12 +211,15 @@ void CpuBackend::run(TaskContext& task) {
   }
 }
 
-// Offload's copies. Here host and device memory are one: real math keeps a chunk's state in
-// its own arrays, which the host optimizer steps in place (so offload trains bitwise as no
-// offload does); a proxy copies the plan's bytes between the engine's buffers, as a GPU's
-// copy engine would move them.
+// Offload's copies. Real math keeps a chunk's optimizer state in its own arrays, which the
+// host optimizer steps in place (host and device memory are one here), and moves a stash's
+// activations out of the chunk's memory and back (Training::copy_stash), so a backward that
+// ran before its copy back would fail; a proxy copies the plan's bytes between the engine's
+// buffers, as a GPU's copy engine would move them.
 void CpuBackend::copy_to_host_or_device(TaskContext& task) {
-  if (training_ == nullptr) {  // the reads' bytes one after another into the writes', as far as both go
+  if (training_ != nullptr) {
+    training_->copy_stash(task);
+  } else {  // the reads' bytes one after another into the writes', as far as both go
     size_t left = static_cast<size_t>(task.spec->bytes), r = 0, w = 0, from = 0, to = 0;
     while (left > 0 && r < task.reads.size() && w < task.writes.size()) {
       const Buffer &in = task.reads[r], &out = task.writes[w];

@@ -292,6 +292,11 @@ void require_cuda_layout(const Plan& plan) {
     throw PlanError("the plan offloads optimizer state to host memory (layout.offload.optimizer), which the cuda "
                     "back end does not run yet: run it on the cpu back end, or plan it without --offload-optimizer");
   }
+  if (plan.layout.offload.activations) {
+    throw PlanError("the plan offloads stashed activations to host memory (layout.offload.activations), which the "
+                    "cuda back end does not run yet: run it on the cpu back end, or plan it without "
+                    "--offload-activations");
+  }
 }
 
 void require_real_collectives(const Plan& plan, const std::function<size_t(int)>& tensor_bytes) {

@@ -1,5 +1,6 @@
 #include "exec/decoder.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,11 @@ struct DecoderChunk::Stash {
   HeadActs head;
   std::vector<WeightGrad> deferred;  // split backward: the GEMMs backward_weight runs
   Floats dembed;                     // split backward: the embedding's output gradient
+  // Activation offload: each distinct array's floats while the stash is in host memory (its
+  // arrays released), in the order array_handles first visits them; empty when it is not.
+  std::vector<std::vector<float>> offloaded;
+  std::vector<int> groups;  // per handle (array_handles' order): its array's index there, or -1
+  bool on_host = false;
 };
 
 void DecoderChunk::StashDeleter::operator()(Stash* s) const { delete s; }
@@ -436,6 +442,74 @@ size_t DecoderChunk::stash_floats(const Stash& s) {
   return n;
 }
 
+namespace {
+
+// Every float array handle of a stash, in a fixed order (token ids and targets are not
+// visited: they stay where they are).
+std::vector<Floats*> array_handles(DecoderChunk::Stash& s) {
+  std::vector<Floats*> out{&s.head.x, &s.head.nf, &s.head.mean, &s.head.rstd, &s.head.dlogits, &s.dembed};
+  for (BlockActs& a : s.blocks) {
+    for (Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.q_in, &a.k_in, &a.q_rstd, &a.k_rstd,
+                      &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
+      out.push_back(f);
+    }
+  }
+  for (WeightGrad& g : s.deferred) {
+    out.push_back(&g.dy);
+    out.push_back(&g.x);
+  }
+  return out;
+}
+
+// Handles that share an array (a split backward's deferred inputs share the blocks') get the
+// same group, numbered in visiting order; -1 for an empty handle.
+std::vector<int> array_groups(const std::vector<Floats*>& handles) {
+  std::vector<int> group(handles.size(), -1);
+  std::vector<const float*> seen;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (handles[i]->empty()) continue;
+    const auto at = std::find(seen.begin(), seen.end(), handles[i]->data());
+    group[i] = static_cast<int>(at - seen.begin());
+    if (at == seen.end()) seen.push_back(handles[i]->data());
+  }
+  return group;
+}
+
+}  // namespace
+
+void DecoderChunk::stash_to_host(Stash& s, const DecoderOps& ops) {
+  if (s.on_host) throw std::logic_error("the stash is in host memory already");
+  const std::vector<Floats*> handles = array_handles(s);
+  const std::vector<int> group = array_groups(handles);
+  // Each distinct array once, the first time it is visited: its group's number is its place.
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (group[i] != static_cast<int>(s.offloaded.size())) continue;  // empty, or a group already copied
+    s.offloaded.emplace_back(handles[i]->size());
+    ops.download(s.offloaded.back().data(), handles[i]->data(), handles[i]->size());
+  }
+  s.groups = group;
+  for (Floats* f : handles) *f = Floats();  // the device's arrays go
+  s.on_host = true;
+}
+
+void DecoderChunk::stash_to_device(Stash& s, const DecoderOps& ops) {
+  if (!s.on_host) throw std::logic_error("the stash is not in host memory");
+  const std::vector<Floats*> handles = array_handles(s);
+  std::vector<Floats> arrays;
+  for (const std::vector<float>& host : s.offloaded) {
+    arrays.push_back(ops.floats(host.size()));
+    ops.upload(arrays.back().data(), host.data(), host.size());
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (s.groups[i] >= 0) *handles[i] = arrays[static_cast<size_t>(s.groups[i])];
+  }
+  s.offloaded.clear();
+  s.groups.clear();
+  s.on_host = false;
+}
+
+bool DecoderChunk::stash_on_host(const Stash& s) { return s.on_host; }
+
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
   const Dims d = dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_);
   const DecoderOps& ops = *ops_;
@@ -491,6 +565,7 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
 
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
                             bool dinput_partial, TensorParallelGroup* group, bool last_of_step) const {
+  if (s.on_host) throw std::logic_error("a backward's stash is in host memory: its copy back has not run");
   const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_);
   if (d.sp && dinput_partial) {
     throw std::invalid_argument("under sequence parallelism a backward writes its rows of the input gradient, not a "
@@ -550,6 +625,7 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
 }
 
 void DecoderChunk::backward_weight(Stash& s, float* g) const {
+  if (s.on_host) throw std::logic_error("a weight gradient's stash is in host memory: its copy back has not run");
   const Dims d = dims_of(shape_, params_, false, s.samples, nullptr, *ops_);
   for (const WeightGrad& x : s.deferred) {
     ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data(), x.x.data(), d.N, x.C, x.OC);

@@ -125,6 +125,12 @@ class DecoderChunk {
   void backward_weight(Stash& stash, float* grads) const;
   // The floats a stash holds in the ops' memory now (activations kept for the backward).
   static size_t stash_floats(const Stash& stash);
+  // Activation offload: the stash's activations copied to host memory and their arrays in
+  // `ops` released (token ids and targets stay), then copied back into new arrays of `ops`,
+  // shared as before. A backward of a stash in host memory throws std::logic_error.
+  static void stash_to_host(Stash& stash, const DecoderOps& ops);
+  static void stash_to_device(Stash& stash, const DecoderOps& ops);
+  static bool stash_on_host(const Stash& stash);
 
  private:
   DecoderShape shape_;

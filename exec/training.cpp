@@ -205,6 +205,9 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
       std::lock_guard lock(c.mutex);
       auto s = c.stashes.find({task.iteration, t.microbatch});
       if (s == c.stashes.end()) throw PlanError("W task " + std::to_string(task.task) + " runs before its B");
+      if (DecoderChunk::stash_on_host(*s->second)) {
+        throw PlanError("W task " + std::to_string(task.task) + " runs before its stash's to_device copy");
+      }
       stash = std::move(s->second);
       c.stashes.erase(s);
     }
@@ -263,6 +266,27 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   }
 }
 
+void Training::copy_stash(TaskContext& task) {
+  const partition::Task& t = *task.spec;
+  if (t.stage < 0) return;
+  const auto found = chunk_at_.find({t.device, t.worker, t.stage});
+  if (found == chunk_at_.end()) throw PlanError("task " + std::to_string(task.task) + " copies no chunk this plan holds");
+  Chunk& c = *found->second;
+  std::lock_guard lock(c.mutex);
+  auto s = c.stashes.find({task.iteration, t.microbatch});
+  const bool out = t.kind == TaskKind::to_host;
+  if (s == c.stashes.end() || DecoderChunk::stash_on_host(*s->second) == out) {
+    throw PlanError(std::string(to_string(t.kind)) + " task " + std::to_string(task.task) +
+                    (out ? " finds no stash on its device: it runs before its F, or twice"
+                         : " finds no stash in host memory: it runs before its to_host, or after its B"));
+  }
+  if (out) {
+    DecoderChunk::stash_to_host(*s->second, c.ops());
+  } else {
+    DecoderChunk::stash_to_device(*s->second, c.ops());
+  }
+}
+
 void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
   const ChunkParams& p = c.math.params();
@@ -292,6 +316,9 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     std::lock_guard lock(c.mutex);
     auto s = c.stashes.find({task.iteration, t.microbatch});
     if (s == c.stashes.end()) throw PlanError("B task " + std::to_string(task.task) + " runs before its F");
+    if (DecoderChunk::stash_on_host(*s->second)) {
+      throw PlanError("B task " + std::to_string(task.task) + " runs before its stash's to_device copy");
+    }
     if (split) {
       c.math.backward(*s->second, pass_params(task, c), pass_grads(task, c), dout, dinput, true, partial, tp,
                       last_backward_[static_cast<size_t>(task.task)] != 0);

@@ -191,6 +191,10 @@ class Training {
   // load, a rank of another process, a plan without load tasks) reads the same samples
   // itself: the math is the same either way.
   void load_micro_batch(TaskContext& task);
+  // Activation offload's copies (to_host and to_device of a chunk's micro-batch): its stash's
+  // activations to host memory, released on the device, and back. The offload of optimizer
+  // state (no chunk) moves nothing: its host memory is the chunk's own arrays.
+  void copy_stash(TaskContext& task);
   // The floats a gradient collective reduces in place (empty: nothing of the model's), and
   // after it, where they go back: between workers of different tensor-parallel degrees they
   // are gathered from the gradients (the part of the split the members hold in common).

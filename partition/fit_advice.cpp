@@ -17,7 +17,7 @@ bool fits_in_memory(const Plan& plan) {
   const bool devices = std::all_of(plan.memory.begin(), plan.memory.end(), [](const DeviceMemory& m) {
     return m.capacity_bytes <= 0 || m.total_bytes() <= m.capacity_bytes;
   });
-  if (!devices || !plan.layout.offload.optimizer) return devices;
+  if (!devices || !plan.layout.offload.any()) return devices;
   // Offload: each node's host holds its devices' state too (as validation checks it).
   std::vector<double> host(plan.cluster.nodes.size(), 0);
   const std::vector<model::Device> all = plan.cluster.devices();
@@ -74,6 +74,7 @@ struct Candidate {
   int zero;     // ZeRO stage: less sharding first
   bool reshard; // stage 3: parameters freed after each pass
   bool offload; // optimizer state in host memory: after sharding
+  bool activations;  // stashes in host memory: last
 };
 
 }  // namespace
@@ -98,6 +99,10 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
   const bool shardable = failed.layout.sync.kind == SyncKind::allreduce && failed.layout.workers.size() > 1;
   const Sharded by0 = sharded_by(failed.layout);
   const bool offloadable = failed.layout.sync.kind == SyncKind::allreduce;  // a device's own state to its host
+  // Stashes leave only where a backward does not follow its forward at once: with one
+  // micro-batch in flight per device (1F1B without a pipeline) there is nothing to offload.
+  int in_flight0 = 0;
+  for (const DeviceMemory& m : failed.memory) in_flight0 = std::max(in_flight0, m.peak_in_flight);
 
   std::vector<Candidate> candidates;
   for (const int p : pipelines) {
@@ -106,13 +111,15 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
         // The stage and, at stage 3, whether parameters are freed after each pass (two layers
         // whole) or kept gathered (every chunk whole): the current one or more sharding.
-        const bool r0 = options.reshard_after_forward, o0 = options.offload_optimizer;
+        const bool r0 = options.reshard_after_forward, o0 = options.offload_optimizer, a0 = options.offload_activations;
         for (const auto& [z, reshard] : {std::pair{0, true}, {1, true}, {2, true}, {3, false}, {3, true}}) {
-          for (const bool offload : {false, true}) {  // (the state to the host: under all-reduce)
+          for (const auto& [offload, acts] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
             if (z < z0 || (z != z0 && !shardable) || (z == z0 && r0 && !reshard)) continue;
-            if (r < options.recompute || (o0 && !offload) || (offload && !o0 && !offloadable)) continue;
-            const int changed =
-                (p != p0) + (t != t0) + (r != options.recompute) + (z != z0) + (reshard != r0) + (offload != o0);
+            // (The state to the host: under all-reduce. Stashes: under any.)
+            if (r < options.recompute || (o0 && !offload) || (offload && !o0 && !offloadable) || (a0 && !acts)) continue;
+            if (acts && !a0 && p == p0 && in_flight0 <= 1) continue;
+            const int changed = (p != p0) + (t != t0) + (r != options.recompute) + (z != z0) + (reshard != r0) +
+                                (offload != o0) + (acts != a0);
             if (changed == 0) continue;
             // The failed plan's terms, scaled: state by the split and the sharding,
             // activations and buffers by what is stashed and the tensor degree.
@@ -123,23 +130,26 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
             const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
             bool near = true;
             for (const DeviceMemory& m : failed.memory) {
+              // Offloaded stashes: three on the device (memory.hpp's closed form) of those in flight.
+              const double held = acts && !a0 && m.peak_in_flight > 3 ? 3.0 / m.peak_in_flight : 1.0;
               const double predicted = (m.weights_bytes * by0.weights / by.weights +
                                         m.gradients_bytes * by0.gradients / by.gradients +
                                         (offload ? 0 : m.optimizer_bytes * by0.optimizer / by.optimizer)) * state_scale +
-                                       m.activations_bytes * stash_scale + m.buffers_bytes * t0 / t + m.workspace_bytes;
+                                       m.activations_bytes * stash_scale * held + m.buffers_bytes * t0 / t +
+                                       m.workspace_bytes;
               // Whole copies kept gathered come back only where the failed plan had them.
               const double gathered = reshard && !r0 ? 0 : m.gathered_bytes * state_scale;
               if (m.capacity_bytes > 0 && predicted + gathered > kScreenSlack * m.capacity_bytes) near = false;
             }
-            if (near) candidates.push_back({changed, p * t, p, t, r, z, reshard, offload});
+            if (near) candidates.push_back({changed, p * t, p, t, r, z, reshard, offload, acts});
           }
         }
       }
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.changed, a.split, a.recompute, a.zero, b.reshard, a.offload) <
-           std::tie(b.changed, b.split, b.recompute, b.zero, a.reshard, b.offload);
+    return std::tie(a.changed, a.split, a.recompute, a.zero, b.reshard, a.offload, a.activations) <
+           std::tie(b.changed, b.split, b.recompute, b.zero, a.reshard, b.offload, b.activations);
   });
 
   std::vector<FitAdvice> out;
@@ -154,6 +164,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options.zero_stage = c.zero;
     a.options.reshard_after_forward = c.reshard;
     a.options.offload_optimizer = c.offload;
+    a.options.offload_activations = c.activations;
     if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
     if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
     if (c.recompute != options.recompute) a.changes.emplace_back("recompute", std::string(to_string(c.recompute)));
@@ -162,6 +173,9 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       a.changes.emplace_back("reshard_after_forward", c.reshard ? "true" : "false");
     }
     if (c.offload != options.offload_optimizer) a.changes.emplace_back("offload_optimizer", c.offload ? "true" : "false");
+    if (c.activations != options.offload_activations) {
+      a.changes.emplace_back("offload_activations", c.activations ? "true" : "false");
+    }
     try {
       const Plan plan = build_plan(cluster, network, make_layout(cluster, network, a.options, cost), cost);
       built += static_cast<long long>(plan.tasks.size());

@@ -89,6 +89,12 @@ struct Offload {
   // synchronised they are copied to the host, the host CPUs step the optimizer there, and
   // the updated parameters are copied back (to_host, host_optimizer, to_device tasks).
   bool optimizer = false;
+  // Each stash copied to host memory after its forward (to_host, on the device's to_host
+  // stream) and back before its backward (to_device, on its to_device stream), prefetched
+  // while the compute before the backward runs (IBM's Large Model Support; ZeRO-R's
+  // activation offload): the device holds a stash only around its passes.
+  bool activations = false;
+  bool any() const { return optimizer || activations; }
   bool operator==(const Offload&) const = default;
 };
 

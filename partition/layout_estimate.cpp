@@ -666,6 +666,9 @@ class Estimator {
 
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
                                const LayoutEstimateOptions& options) {
+  if (layout.offload.activations) {  // (the search does not try it: build the plan and estimate that)
+    throw Error("the layout estimate does not model activation offload (layout.offload.activations)");
+  }
   LayoutEstimate e = Estimator(network, layout, cost, options).run();
   // The loader's closed form as a floor: an input-bound layout runs no faster than its loader.
   e.iteration_time_s = std::max(e.iteration_time_s, loader_bound(cost.cluster(), network, layout).iteration_s);

@@ -67,7 +67,8 @@ struct LayoutEstimateOptions {
 };
 
 // Throws hetflow::Error where the layout does not fit the network or its schedule (what
-// build_plan would refuse for the same reasons).
+// build_plan would refuse for the same reasons), and on activation offload, which it does
+// not model (the search does not try it).
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
                                const LayoutEstimateOptions& options = {});
 

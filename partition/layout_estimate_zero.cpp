@@ -90,7 +90,7 @@ void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& c
   m.weights_bytes = weights * e;
   m.gradients_bytes = grads * g;
   if (m.optimizer_bytes > 0) m.optimizer_bytes = stepped * model::adam_state_bytes(layout_.precision);
-  if (m.host_bytes > 0) m.host_bytes = stepped * offload_host_bytes_per_param(layout_);
+  if (layout_.offload.optimizer) m.host_bytes = stepped * offload_host_bytes_per_param(layout_);
   m.gathered_bytes = 0;
   if (stage_ < 2 || stashes.program == nullptr) return;
   // Kept gathered: each chunk's copy from its first pass to its last, its gradients from the

@@ -284,6 +284,8 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("reshard_after_forward", "reshard_after_forward",
       [&] { o.reshard_after_forward = m.boolean_or("reshard_after_forward", true); });
   set("offload_optimizer", "offload_optimizer", [&] { o.offload_optimizer = m.boolean_or("offload_optimizer", false); });
+  set("offload_activations", "offload_activations",
+      [&] { o.offload_activations = m.boolean_or("offload_activations", false); });
   KernelOptions& k = o.kernels;
   set("flash_attention", "kernels", [&] { k.flash_attention = m.boolean_or("flash_attention", false); });
   set("fused_softmax", "kernels", [&] { k.fused_softmax = m.boolean_or("fused_softmax", true); });
@@ -292,7 +294,8 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("fused_adam", "kernels", [&] { k.fused_adam = m.boolean_or("fused_adam", true); });
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
-                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "offload_optimizer", "flash_attention",
+                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "offload_optimizer", "offload_activations",
+                          "flash_attention",
                           "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
   }
@@ -334,6 +337,7 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
            "\n  reshard_after_forward: " + flag(sync.zero.reshard_after_forward) + "\n";
   }
   if (layout.offload.optimizer) out += "  offload_optimizer: true\n";  // likewise
+  if (layout.offload.activations) out += "  offload_activations: true\n";
   out += "workers:\n";
   for (const VirtualWorker& vw : layout.workers) {
     out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";

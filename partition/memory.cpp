@@ -100,8 +100,17 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
       largest_layer_full_bytes = std::max(largest_layer_full_bytes, layer_activation_bytes(l, layout) / t * layout.micro_batch_size);
     }
     const int held = c < in_flight.size() ? in_flight[c] : 0;
-    m.activations_bytes += held * chunk_bytes;
-    m.peak_in_flight += held;
+    if (layout.offload.activations) {
+      // On the device: the stash a pass makes or reads, the next backward's coming back and
+      // the last forward's still leaving; every stash in flight has its buffer in host memory
+      // (the pinned buffers are kept for the iteration).
+      m.activations_bytes += std::min(held, 3) * chunk_bytes;
+      m.host_bytes += held * chunk_bytes;
+      m.peak_in_flight += std::min(held, 3);
+    } else {
+      m.activations_bytes += held * chunk_bytes;
+      m.peak_in_flight += held;
+    }
   }
   // Full recomputation rebuilds one layer's activations at a time during backward.
   if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
@@ -113,7 +122,7 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
     // Adam: two fp32 moments; mixed precision adds an fp32 master copy of the weights.
     // Offloaded, it lives in host memory with its staging buffers.
     if (layout.offload.optimizer) {
-      m.host_bytes = params * offload_host_bytes_per_param(layout) / by.optimizer;
+      m.host_bytes += params * offload_host_bytes_per_param(layout) / by.optimizer;
     } else {
       m.optimizer_bytes = params * model::adam_state_bytes(layout.precision) / by.optimizer;
     }
@@ -163,11 +172,13 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
     double stash = 0, buffers = 0, gathered = 0;
     int stashes = 0;
     double peak = -1;
+    double host = 0, host_peak = 0;  // host_stash tensors, in the node's memory: a peak of their own
   };
   std::vector<Live> live(devices);
   auto term = [](Live& l, TensorKind k) -> double& {
     if (k == TensorKind::stash || k == TensorKind::workspace) return l.stash;
     if (k == TensorKind::gathered_weight || k == TensorKind::unsharded_grad) return l.gathered;
+    if (k == TensorKind::host_stash) return l.host;
     return l.buffers;
   };
   for (int task : task_order) {
@@ -179,6 +190,7 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
       term(l, t.kind) += t.bytes;
       l.stashes += t.kind == TensorKind::stash;
     }
+    l.host_peak = std::max(l.host_peak, l.host);
     if (l.stash + l.buffers + l.gathered > l.peak) {
       l.peak = l.stash + l.buffers + l.gathered;
       memory[device].activations_bytes = l.stash;
@@ -192,6 +204,7 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
       l.stashes -= t.kind == TensorKind::stash;
     }
   }
+  for (size_t d = 0; d < devices; ++d) memory[d].host_bytes += live[d].host_peak;
   // A folded plan holds worker 0's tasks and tensors: each replica's device holds what its
   // counterpart in worker 0 holds.
   if (plan.layout.folded && !plan.layout.workers.empty()) {

@@ -17,7 +17,7 @@ constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", 
                                           "offload"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
                                              "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad",
-                                             "gathered_weight", "unsharded_grad", "host_state"};
+                                             "gathered_weight", "unsharded_grad", "host_state", "host_stash"};
 constexpr std::string_view kCommRoles[] = {"tensor", "pipeline", "data",   "embedding",  "server",
                                            "gradient_norm", "context", "expert", "unspecified"};
 

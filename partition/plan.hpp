@@ -67,6 +67,7 @@ enum class TensorKind {
   gathered_weight,  // ZeRO-3: a chunk's parameters all-gathered whole for the passes that read them (a unit at a time)
   unsharded_grad,   // ZeRO 2-3: a chunk's gradients whole, until their reduce-scatter (a unit at a time)
   host_state,       // persistent, in host memory (offload): fp32 master weights, Adam moments, gradients
+  host_stash,       // a stash in host memory (activation offload), from its copy out to its copy back
 };
 
 // The parallel axis a communicator spans, and so what its members exchange (Megatron's
@@ -206,8 +207,9 @@ struct DeviceMemory {
   // (gathered_weight and unsharded_grad tensors).
   double gathered_bytes = 0;
   double capacity_bytes = 0;
-  // Offload: what the device keeps in its node's host memory (host_state tensors), not part
-  // of total_bytes(); the node's devices together must fit model::NodeHost::memory_bytes.
+  // Offload: what the device keeps in its node's host memory (host_state tensors, and the
+  // peak of its host_stash ones), not part of total_bytes(); the node's devices together
+  // must fit model::NodeHost::memory_bytes.
   double host_bytes = 0;
   int peak_in_flight = 0;        // micro-batch stashes alive at the peak
   double total_bytes() const {

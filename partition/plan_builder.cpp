@@ -146,6 +146,13 @@ void Builder::build() {
   // The passes, with the in-rank axes' collectives inside them; then the phases of the axes
   // across ranks and across workers, in that order (axis_registry.hpp).
   for (size_t w = 0; w < built; ++w) add_compute(static_cast<int>(w));
+  if (layout_.offload.activations &&
+      std::none_of(plan_.tasks.begin(), plan_.tasks.end(), [](const Task& t) { return t.kind == TaskKind::to_host; })) {
+    throw InputError(kOptions, 0, "offload_activations",
+                     "has nothing to offload: every backward follows its own forward at once (schedule " +
+                         layout_.schedule + " without a pipeline); a stash leaves only where other passes run "
+                         "before its backward");
+  }
   for (const AxisScope scope : {AxisScope::across_ranks, AxisScope::across_workers}) {
     for (const AxisRules& axis : axis_table()) {
       if (axis.scope == scope && axis.build != nullptr) axis.build(*this);
@@ -241,7 +248,7 @@ void Builder::check_fold() const {
     throw InputError(kOptions, 0, "fold", why + ": the replicas' traffic would share links one simulated replica cannot stand for");
   };
   if (cluster_.regions.size() > 1) refuse("the cluster has several regions");
-  if (layout_.offload.optimizer) {
+  if (layout_.offload.any()) {
     throw InputError(kOptions, 0, "fold", "does not fold a plan that offloads: the replicas on a node share its CPUs "
                                           "and PCIe bridges, which one simulated replica cannot stand for");
   }

@@ -82,10 +82,15 @@ void Builder::add_compute(int w) {
   const int p = static_cast<int>(vw.ranks.size());
   std::vector<int> last_b(vw.stages.size(), -1);  // per chunk: the micro-batch of its last B
   for (int r = 0; r < p; ++r) {
-    for (const ScheduledOp& o : programs_[static_cast<size_t>(w)][static_cast<size_t>(r)]) {
+    const std::vector<ScheduledOp>& program = programs_[static_cast<size_t>(w)][static_cast<size_t>(r)];
+    for (size_t i = 0; i < program.size(); ++i) {
+      const ScheduledOp& o = program[i];
       const int stage = o.chunk * p + r;
       if (o.kind == OpKind::F) {
-        add_forward(w, stage, o.microbatch);
+        // Activation offload moves a stash out unless its backward comes next (a pipeline's
+        // last stage, mostly): there a copy out and back would only delay that backward.
+        const bool used_next = i + 1 < program.size() && program[i + 1] == ScheduledOp{OpKind::B, o.microbatch, o.chunk};
+        add_forward(w, stage, o.microbatch, layout_.offload.activations && !used_next);
       } else {
         add_backward(w, stage, o.microbatch, o.kind);
         if (o.kind == OpKind::B) last_b[static_cast<size_t>(stage)] = o.microbatch;
@@ -180,7 +185,7 @@ std::vector<int> Builder::gather_inputs(const std::string& tp_name, const std::v
   return arrived;
 }
 
-void Builder::add_forward(int w, int stage, int mb) {
+void Builder::add_forward(int w, int stage, int mb, bool offload) {
   const ChunkWork& work = work_[static_cast<size_t>(w)][static_cast<size_t>(stage)];
   const std::vector<int> devices = rank_devices(w, stage);
   const int t = degree(w, stage);
@@ -211,6 +216,7 @@ void Builder::add_forward(int w, int stage, int mb) {
     computes.push_back(rec.task);
     read_params(params, rec.task);
     if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
+    if (offload) offload_stash(d, w, stage, mb, rec);
   }
   add_in_task_calls(w, stage, false, computes);
 }
@@ -257,7 +263,8 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
   for (int j = 0; j < t; ++j) {
     const int d = devices[static_cast<size_t>(j)];
     OpRecord& rec = op(w, stage, mb, OpKind::B, j);
-    const OpRecord& f = op(w, stage, mb, OpKind::F, j);
+    OpRecord& f = op(w, stage, mb, OpKind::F, j);
+    prefetch_stash(d, w, stage, mb, f);  // (activation offload: its stash back from the host)
     rec.input = compute_grad[static_cast<size_t>(j)];
     Task task = base_task(TaskKind::backward, d, w, stage, mb);
     task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;

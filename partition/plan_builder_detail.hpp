@@ -103,7 +103,8 @@ struct OpRecord {
   int task = -1;     // its compute task
   int done = -1;     // the task after which its result is complete (compute, or its collective)
   int output = -1;   // F: the output activation; B: the input gradient (-1 at the ends)
-  int stash = -1;    // F: its stash tensor
+  int stash = -1;    // F: its stash tensor (activation offload: the copy back, from the backward's prefetch)
+  int host_stash = -1;  // F, activation offload: the stash's copy in host memory
   int input = -1;    // B: the output gradient its compute read (W reads it too)
 };
 
@@ -222,7 +223,8 @@ class Builder {
   bool sharded(int w, int stage) const;         // sequence parallel: its boundaries are 1/t shards
   void prepare_boundaries(int w);
   void add_compute(int w);
-  void add_forward(int w, int stage, int mb);
+  // `offload`: its stash goes to the host (activation offload) until its backward fetches it.
+  void add_forward(int w, int stage, int mb, bool offload);
   std::vector<int> gather_inputs(const std::string& tp_name, const std::vector<int>& devices,
                                  const std::vector<int>& arrived, const std::vector<int>& slices, double whole_bytes,
                                  const Task& like);
@@ -256,6 +258,10 @@ class Builder {
   // Offload's optimizer step for a device's `params` (Layout::offload): gradients to the host,
   // the step on its CPUs, parameters back. Returns {first task, the copy back}.
   std::pair<int, int> add_offloaded_step(int device, int w, double params);
+  // Activation offload: F's stash to the host once the forward is done (then freed on the
+  // device), and back into a new stash before the backward, F's record then naming it.
+  void offload_stash(int device, int w, int stage, int mb, OpRecord& f);
+  void prefetch_stash(int device, int w, int stage, int mb, OpRecord& f);
 
   // --- plan_builder_zero.cpp ---
   int zero_stage() const;  // the layout's ZeRO stage where it shards (all-reduce, 2+ workers), else 0

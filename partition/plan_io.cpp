@@ -184,6 +184,7 @@ Layout read_layout(const Reader& r, const Json& j) {
   if (j.contains("offload")) {
     const Json& offload = r.at(j, "offload", p);
     l.offload.optimizer = r.boolean(offload, "optimizer", p + ".offload");
+    l.offload.activations = offload.contains("activations") && r.boolean(offload, "activations", p + ".offload");
   }
   if (j.contains("kernels")) {
     const Json& k = r.at(j, "kernels", p);

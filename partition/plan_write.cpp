@@ -62,7 +62,10 @@ Json layout_json(const Layout& l) {
   if (l.sync.zero.stage > 0) {  // likewise
     j["sync"]["zero"] = {{"stage", l.sync.zero.stage}, {"reshard_after_forward", l.sync.zero.reshard_after_forward}};
   }
-  if (l.offload.optimizer) j["offload"] = {{"optimizer", true}};  // only when set, likewise
+  if (l.offload.any()) {  // only when set, likewise
+    j["offload"] = {{"optimizer", l.offload.optimizer}};
+    if (l.offload.activations) j["offload"]["activations"] = true;
+  }
   j["workers"] = Json::array();
   for (const VirtualWorker& w : l.workers) {
     Json stages = Json::array();

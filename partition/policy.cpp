@@ -154,6 +154,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
                      "moves each device's own optimizer state to its host: `sync` allreduce only (parameter servers "
                      "already hold it off the GPUs)");
   }
+  l.offload.activations = o.offload_activations;
   if (o.overlap_grad_reduce && l.sync.kind != SyncKind::allreduce) {
     throw InputError(kOptions, 0, "overlap_grad_reduce", "only applies to `sync` allreduce");
   }

@@ -46,6 +46,7 @@ struct PlanOptions {
   int zero_stage = 0;                // Sharding::stage
   bool reshard_after_forward = true; // Sharding::reshard_after_forward
   bool offload_optimizer = false;    // Offload::optimizer
+  bool offload_activations = false;  // Offload::activations
   int staleness = 0;
   int iterations = 1;
   bool fp32_grad_accumulation = false;

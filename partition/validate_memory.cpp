@@ -32,7 +32,7 @@ void check_host_memory(const Plan& plan, const std::vector<model::Device>& devic
     problems.push_back("node " + plan.cluster.nodes[static_cast<size_t>(node)].name + "'s host memory holds " +
                        u::human_bytes(capacity) + " but its " + std::to_string(use.second) +
                        " devices offload " + u::human_bytes(use.first) +
-                       " of optimizer state to it (set the node's `host: memory` if it has more)");
+                       " to it (set the node's `host: memory` if it has more)");
   }
 }
 }  // namespace

@@ -164,6 +164,10 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
                          "optimizer's shards: --use-distributed-optimizer written)");
     }
   }
+  if (l.offload.activations) {
+    g.cannot.push_back("activation offload (Megatron-Core's TransformerConfig cpu_offloading and "
+                       "cpu_offloading_activations, set in the model's config, not written here)");
+  }
   if (g.data > 1) args.push_back("--ddp-bucket-size " + std::to_string(bucket_elements(l)));
   if (l.fp32_grad_accumulation) args.push_back("--accumulate-allreduce-grads-in-fp32");
   if (l.kernels.flash_attention) args.push_back("--use-flash-attn");
@@ -194,6 +198,16 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
         g.cannot.push_back("optimizer offload with every replica's state whole (ZeRO-Offload offloads each "
                            "replica's shard: stage 1 written)");
       }
+    }
+  }
+  if (l.offload.activations) {
+    // DeepSpeed offloads the checkpoints activation checkpointing keeps: full recomputation's
+    // layer inputs, which are then the whole stash, as here.
+    if (l.recompute == partition::Recompute::full) {
+      config["activation_checkpointing"] = {{"partition_activations", true}, {"cpu_checkpointing", true}};
+    } else {
+      g.cannot.push_back("activation offload without full recomputation (DeepSpeed's cpu_checkpointing offloads "
+                         "the checkpoints of activation checkpointing)");
     }
   }
   if (l.sync.zero.stage > 1 && g.pipeline > 1) {
@@ -251,6 +265,7 @@ void torchtitan(std::ostream& out, const partition::Plan& plan, Grid& g) {
   out << "\ntorchrun --nnodes " << g.nodes << " --nproc_per_node " << g.gpus_per_node
       << " -m torchtitan.train --job.config_file hetflow.toml\n";
   if (g.tensor > 1 && !l.sequence_parallel) g.cannot.push_back("tensor parallelism without sequence parallelism (torchtitan's shards the norms' sequence)");
+  if (l.offload.activations) g.cannot.push_back("activation offload");
   if (g.data > 1 && l.sync.bucket_bytes != 25.0 * 1024 * 1024) g.cannot.push_back("the all-reduce bucket size (torchtitan's data parallelism sets its own)");
 }
 

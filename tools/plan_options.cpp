@@ -58,6 +58,8 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
                                    "last backward (FSDP's reshard_after_forward=False)")
       ("offload-optimizer", "keep fp32 master weights and Adam moments in host memory and step the optimizer on "
                             "the node's CPUs, gradients down and parameters up over PCIe (ZeRO-Offload)")
+      ("offload-activations", "copy each stash to host memory after its forward and back, prefetched, before its "
+                              "backward, on the GPU's copy streams (a stash whose backward comes next stays)")
       ("max-tasks", po::value<long long>()->default_value(kDefaultMaxTasks),
        "refuse a plan of more tasks per iteration, or a simulation of more tasks in all (tasks x iterations)")
       ("fp32-grad-accumulation", "keep fp32 gradients (Megatron's main_grad): +4 B/param")
@@ -167,6 +169,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.zero_stage = vm["zero-stage"].as<int>();
   o.reshard_after_forward = vm.count("no-reshard-after-forward") == 0;
   o.offload_optimizer = vm.count("offload-optimizer") > 0;
+  o.offload_activations = vm.count("offload-activations") > 0;
   o.iterations = vm.count("iterations") ? vm["iterations"].as<int>() : 1;
   o.fp32_grad_accumulation = vm.count("fp32-grad-accumulation") > 0;
   o.kernels = read_kernel_options(vm);
@@ -371,7 +374,7 @@ void require_valid_or_advise(const partition::Plan& plan, const po::variables_ma
         // Resharding is the absence of a flag: say to drop it, or to give it.
         const std::string flag = option_of(member);
         change += (change.empty() ? "" : " ") +
-                  (member == "offload_optimizer"       ? flag
+                  (member == "offload_optimizer" || member == "offload_activations" ? flag
                    : member != "reshard_after_forward" ? flag + " " + value
                    : value == "true"                   ? "without " + flag
                                                        : flag);

@@ -66,6 +66,7 @@ void print_layout(std::ostream& out, const Plan& plan) {
         << (l.sync.zero.stage < 3 ? "" : l.sync.zero.reshard_after_forward ? " (resharded after each pass)" : " (kept gathered)");
   }
   if (l.offload.optimizer) out << ", optimizer offloaded to host memory";
+  if (l.offload.activations) out << ", stashes offloaded to host memory";
   out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
   if (l.folded) out << ", folded: virtual worker 0's tasks stand for all " << l.workers.size() << " replicas";
   out << "\n";
@@ -143,11 +144,13 @@ void print_host_memory(std::ostream& out, const Plan& plan) {
     per_node[devices[d].node].first += plan.memory[d].host_bytes;
     ++per_node[devices[d].node].second;
   }
+  const partition::Offload& o = plan.layout.offload;
+  const char* what = o.optimizer && o.activations ? "optimizer state and stashes" : o.optimizer ? "optimizer state" : "stashes";
   size_t shown = 0;
   for (const auto& [node, use] : per_node) {
     if (++shown > 8) break;
     out << "  host of " << plan.cluster.nodes[static_cast<size_t>(node)].name << ": " << u::human_bytes(use.first)
-        << " of optimizer state from " << use.second << " device" << (use.second == 1 ? "" : "s") << ", of "
+        << " of " << what << " from " << use.second << " device" << (use.second == 1 ? "" : "s") << ", of "
         << u::human_bytes(plan.cluster.host(node).memory_bytes) << "\n";
   }
   if (per_node.size() > 8) out << "  ... and " << per_node.size() - 8 << " more hosts\n";

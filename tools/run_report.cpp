@@ -287,6 +287,10 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
         << " for the first device with its staging buffers, which the plan column leaves out; here the host's memory is the"
         << " device's and the model peak holds the moments)\n";
   }
+  if (plan.layout.offload.activations) {
+    out << "  (stashes offloaded: each leaves the chunk's arrays after its forward and comes back before its backward,"
+        << " so the model peak holds the stashes in use; the host's copies are not counted)\n";
+  }
 }
 
 }  // namespace hetflow::tools

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -83,7 +84,9 @@ OpsFloats upload(const exec::DecoderOps& ops, const std::vector<float>& host) {
 
 // Chunk one: the embedding and block 1; chunk two: blocks 2 and 3 and the head. Weights are
 // the seeded initialisation plus noise, so every part of the network carries gradient.
-PipelineRun run_pipeline(const exec::DecoderOps& ops, const model::Network& net, Recompute recompute, bool split) {
+// `between` sees chunk one's stash between the forwards and the backwards.
+PipelineRun run_pipeline(const exec::DecoderOps& ops, const model::Network& net, Recompute recompute, bool split,
+                         const std::function<void(const exec::DecoderChunk&, exec::DecoderChunk::Stash&)>& between = {}) {
   const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
   const int layers = static_cast<int>(net.layers.size());
   const exec::DecoderChunk first(shape, 0, 2, recompute, 0, 1, ops), last(shape, 2, layers, recompute, 0, 1, ops);
@@ -115,6 +118,7 @@ PipelineRun run_pipeline(const exec::DecoderOps& ops, const model::Network& net,
   double unused = 0;
   auto s1 = first.forward(w1.data(), in1, unused);
   auto s2 = last.forward(w2.data(), in2, run.loss);
+  if (between) between(first, *s1);
   last.backward(*s2, w2.data(), g2.data(), nullptr, dboundary.data(), split);
   first.backward(*s1, w1.data(), g1.data(), dboundary.data(), nullptr, split);
   if (split) {
@@ -140,6 +144,42 @@ const Mode kModes[] = {{Recompute::none, false},
 
 std::string describe(const model::Network& net, const Mode& m) {
   return net.name + " recompute " + std::string(partition::to_string(m.recompute)) + (m.split ? " split" : "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation offload: a stash's activations to host memory, released in the ops' memory, and
+// back; the backward then computes the same bits, and refuses a stash still in host memory.
+
+TEST(DecoderOps, AStashToTheHostAndBackGivesTheSameBitsAndLeavesTheDeviceMeanwhile) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3()}) {
+    for (const Mode& m : kModes) {
+      const PipelineRun want = run_pipeline(exec::cpu_decoder_ops(), net, m.recompute, m.split);
+      const GuardedOps guarded;
+      const auto offload = [&](const exec::DecoderChunk& chunk, exec::DecoderChunk::Stash& stash) {
+        const size_t floats = exec::DecoderChunk::stash_floats(stash);
+        ASSERT_GT(floats, 0u);
+        const size_t before = guarded.memory().live_bytes();
+        exec::DecoderChunk::stash_to_host(stash, guarded);
+        EXPECT_TRUE(exec::DecoderChunk::stash_on_host(stash));
+        EXPECT_EQ(exec::DecoderChunk::stash_floats(stash), 0u);
+        // Arrays shared between fields were counted once per field, and freed once.
+        EXPECT_LT(guarded.memory().live_bytes(), before) << describe(net, m);
+        EXPECT_GE(before - guarded.memory().live_bytes(), sizeof(float)) << describe(net, m);
+        const OpsFloats w = guarded.zeros(chunk.params().count), g = guarded.zeros(chunk.params().count);
+        EXPECT_THROW(chunk.backward(stash, w.data(), g.data(), nullptr, nullptr, m.split), std::logic_error);
+        exec::DecoderChunk::stash_to_device(stash, guarded);
+        EXPECT_FALSE(exec::DecoderChunk::stash_on_host(stash));
+        EXPECT_EQ(exec::DecoderChunk::stash_floats(stash), floats) << describe(net, m);
+        EXPECT_THROW(exec::DecoderChunk::stash_to_device(stash, guarded), std::logic_error);
+      };
+      const PipelineRun got = run_pipeline(guarded, net, m.recompute, m.split, offload);
+      EXPECT_EQ(guarded.live_ranges(), 0u) << describe(net, m);
+      EXPECT_EQ(got.loss, want.loss) << describe(net, m);
+      EXPECT_EQ(got.dboundary, want.dboundary) << describe(net, m);
+      EXPECT_EQ(got.grads_first, want.grads_first) << describe(net, m);
+      EXPECT_EQ(got.grads_last, want.grads_last) << describe(net, m);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -48,11 +48,15 @@ TEST(FitAdvice, NothingIsSuggestedForAFixedLayoutOrAPlanThatFits) {
   PlanOptions from_file = o;
   from_file.layout_file = "layout.yaml";
   EXPECT_TRUE(what_would_fit(failed, from_file, cost).empty());
-  // Fixed cuts leave only recomputation, ZeRO sharding and offload to vary.
+  // Fixed cuts leave only recomputation, ZeRO sharding and offload (optimizer, activations) to vary.
   PlanOptions cut = o;
   cut.stage_layers = {static_cast<int>(net.layers.size())};
   for (const FitAdvice& a : what_would_fit(failed, cut, cost)) {
-    for (const auto& [member, value] : a.changes) EXPECT_TRUE(member == "recompute" || member == "zero_stage" || member == "offload_optimizer") << member;
+    for (const auto& [member, value] : a.changes) {
+      EXPECT_TRUE(member == "recompute" || member == "zero_stage" || member == "offload_optimizer" ||
+                  member == "offload_activations")
+          << member;
+    }
   }
   // The budget bounds the work: no task may be built, nothing is found.
   EXPECT_TRUE(what_would_fit(failed, o, cost, 3, 0).empty());

@@ -71,8 +71,8 @@ TEST(Offload, EachDeviceStepsOnItsHostBetweenTwoCopies) {
     EXPECT_DOUBLE_EQ(step.flops, 12 * params);
     EXPECT_DOUBLE_EQ(step.memory_bytes, (2 + 24 + 2) * params);
     EXPECT_EQ(down.purpose, Purpose::offload);
-    EXPECT_EQ(plan.stream_name(down.stream), "offload");
-    EXPECT_EQ(plan.stream_name(up.stream), "offload");
+    EXPECT_EQ(plan.stream_name(down.stream), "to_host");  // a copy engine per direction
+    EXPECT_EQ(plan.stream_name(up.stream), "to_device");
     EXPECT_EQ(plan.stream_name(step.stream), "host");
     // Device memory loses the state; the host holds it and the two staging buffers.
     const DeviceMemory& m = plan.memory[static_cast<size_t>(d)];

@@ -47,11 +47,36 @@ TEST(OffloadCli, TheCpuBackEndTrainsAnOffloadedPlanAsWithout) {
   EXPECT_EQ(losses(offloaded.out), losses(plain.out));
 }
 
+// Offloaded stashes really leave the chunk's arrays on the CPU back end and come back before
+// their backward: a pipeline of two stages trains as without, loss for loss.
+TEST(OffloadCli, TheCpuBackEndTrainsAPlanWithOffloadedStashesAsWithout) {
+  const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
+                          "--pipeline 2 --microbatches 4 --steps 3";
+  const auto losses = [](const std::string& out) {
+    std::string lines;
+    for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
+      lines += out.substr(at, out.find('\n', at) - at) + "\n";
+    }
+    return lines;
+  };
+  const auto plain = run_hetflow(run);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_NE(losses(plain.out), "") << plain.out;
+  const auto offloaded = run_hetflow(run + " --offload-activations");
+  ASSERT_EQ(offloaded.status, 0) << offloaded.err;
+  EXPECT_EQ(losses(offloaded.out), losses(plain.out));
+  EXPECT_NE(offloaded.out.find("stashes offloaded"), std::string::npos) << offloaded.out;
+}
+
 TEST(OffloadCli, TheCudaBackEndRefusesAnOffloadedPlanBlamingThePlan) {
   const auto r = run_hetflow("run --backend cuda --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 "
                              "--precision fp32 --data 2 --steps 1 --offload-optimizer");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("layout.offload.optimizer"), std::string::npos) << r.err;
+  const auto acts = run_hetflow("run --backend cuda --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 "
+                                "--precision fp32 --pipeline 2 --microbatches 4 --steps 1 --offload-activations");
+  EXPECT_NE(acts.status, 0);
+  EXPECT_NE(acts.err.find("layout.offload.activations"), std::string::npos) << acts.err;
 }
 
 TEST(OffloadCli, ExportLaunchWritesEachFrameworksOffload) {
@@ -64,6 +89,18 @@ TEST(OffloadCli, ExportLaunchWritesEachFrameworksOffload) {
   ASSERT_EQ(megatron.status, 0) << megatron.err;
   EXPECT_NE(megatron.out.find("--optimizer-cpu-offload --optimizer-offload-fraction 1.0"), std::string::npos)
       << megatron.out;
+  // Stashes: DeepSpeed offloads full recomputation's checkpoints; otherwise each says it cannot.
+  const std::string acts = " --model gpt2-xl --pipeline 4 --microbatches 8 --offload-activations";
+  const auto ds_full = run_hetflow("export-launch --framework deepspeed --recompute full" + acts);
+  ASSERT_EQ(ds_full.status, 0) << ds_full.err;
+  EXPECT_NE(ds_full.out.find("\"cpu_checkpointing\": true"), std::string::npos) << ds_full.out;
+  const auto ds_kept = run_hetflow("export-launch --framework deepspeed" + acts);
+  ASSERT_EQ(ds_kept.status, 0) << ds_kept.err;
+  EXPECT_EQ(ds_kept.out.find("\"cpu_checkpointing\": true"), std::string::npos) << ds_kept.out;
+  EXPECT_NE(ds_kept.out.find("activation offload without full recomputation"), std::string::npos) << ds_kept.out;
+  const auto mg = run_hetflow("export-launch --framework megatron" + acts);
+  ASSERT_EQ(mg.status, 0) << mg.err;
+  EXPECT_NE(mg.out.find("activation offload (Megatron-Core"), std::string::npos) << mg.out;
 }
 
 // The search offloads what does not fit, and says which of offload and ZeRO is faster: GPT-2
