@@ -76,9 +76,13 @@ class Estimator {
     out_.busy_s.assign(devices_, 0);
     params_.assign(devices_, 0);
     memory_.resize(devices_);
+    in_copies_.assign(devices_, 0);
+    offloaded_activations_.assign(devices_, 0);
     computes_.assign(devices_, false);
     make_workers();
-    if (options_.time_only_what_fits && allreduce_ && headroom() < 0) {  // all its memory is known by now
+    // (All its memory is known by now; offloaded stashes are screened with their copies, as
+    // the search screens them.)
+    if (options_.time_only_what_fits && allreduce_ && (headroom() < 0 || out_.headroom_with_copies_bytes < 0)) {
       out_.iteration_time_s = std::numeric_limits<double>::infinity();
       return std::move(out_);
     }
@@ -91,6 +95,8 @@ class Estimator {
     }
     stream_free_.assign(devices_, 0);
     comm_free_.assign(devices_, 0);
+    to_host_free_.assign(devices_, 0);
+    to_device_free_.assign(devices_, 0);
     channels_.resize(layout_.workers.size());
     push_free_.resize(devices_);
     pull_free_.resize(devices_);
@@ -187,9 +193,26 @@ class Estimator {
       }
     }
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
-    last.activations_bytes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes,
-                                                   layout_.recompute == Recompute::full ? largest_layer_bytes : 0,
+    const double scratch = layout_.recompute == Recompute::full ? largest_layer_bytes : 0;
+    const bool offloaded = layout_.offload.activations;
+    last.activations_bytes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, scratch,
                                                    schedule_.splits_backward);
+    if (offloaded) {
+      // Offloaded stashes: the largest, a pass's own while it runs. The plan adds the copies in
+      // flight around it (up to two more), which depend on how the copies and passes interleave.
+      const double largest = stash_bytes.empty() ? 0 : *std::max_element(stash_bytes.begin(), stash_bytes.end());
+      last.activations_bytes = std::min(last.activations_bytes, largest + scratch);
+      // The screen adds those two and ZeRO's whole copies, which the bound leaves out (below),
+      // at their closed form.
+      for (const int d : rank) in_copies_[static_cast<size_t>(d)] = 2 * largest + last.gathered_bytes;
+    } else {
+      // What the device's activations and whole copies would be, its stashes offloaded.
+      const double largest = stash_bytes.empty() ? 0 : *std::max_element(stash_bytes.begin(), stash_bytes.end());
+      for (const int d : rank) {
+        offloaded_activations_[static_cast<size_t>(d)] =
+            std::min(last.activations_bytes, largest + scratch) + 2 * largest + last.gathered_bytes;
+      }
+    }
     for (size_t j = 0; j < rank.size(); ++j) {
       const auto dd = static_cast<size_t>(rank[j]);
       computes_[dd] = true;
@@ -202,9 +225,10 @@ class Estimator {
         memory_[dd].optimizer_bytes = own.optimizer_bytes;
         memory_[dd].host_bytes = own.host_bytes;
       }
+      // (Offloaded, the stashes at ZeRO's gathered peak are not known: its gathered copies are left out.)
       zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j),
-                           {&(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
-                            layout_.recompute == Recompute::full ? largest_layer_bytes : 0, schedule_.splits_backward},
+                           {offloaded ? nullptr : &(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
+                            scratch, schedule_.splits_backward},
                            memory_[dd]);
       memory_[dd].capacity_bytes = cost_.memory_capacity_bytes(rank[j]);
     }
@@ -376,6 +400,10 @@ class Estimator {
             each.push_back(stream_free_[static_cast<size_t>(d)]);
           }
           from.rank_free.push_back(free);
+          if (layout_.offload.activations) {  // (a rank's devices copy alike)
+            from.to_host_free.push_back(to_host_free_[static_cast<size_t>(rank.front())]);
+            from.to_device_free.push_back(to_device_free_[static_cast<size_t>(rank.front())]);
+          }
         }
         const int source = it - staleness - 1;  // the iteration whose pulls the first forwards wait for
         if (!allreduce_ && source >= 0) {
@@ -407,6 +435,10 @@ class Estimator {
           last_end[dd] = run.rank_end_s[r];
           stream_free_[dd] = last_end[dd];
           out_.busy_s[dd] += run.busy[r][j];
+          if (r < run.to_host_free.size()) {
+            to_host_free_[dd] = run.to_host_free[r];
+            to_device_free_[dd] = run.to_device_free[r];
+          }
         }
       }
     }
@@ -509,12 +541,14 @@ class Estimator {
       if (layout_.offload.optimizer) {
         // Off the GPU (plan_builder_offload.cpp): the gradients down, the host's step, the
         // parameters up, which the next iteration's first pass waits for.
+        // Each copy after the stashes' copies before it on its stream (activation offload).
         const auto device = static_cast<int>(d);
         const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
-        stream_free_[d] = ready[d] + cost_.host_copy_time_s(device, params_[d] * g) +
-                          cost_.host_step_time_s(device, builder::kAdamFlopsPerParam * params_[d],
-                                                 builder::host_step_bytes_per_param(layout_) * params_[d]) +
-                          cost_.host_copy_time_s(device, params_[d] * e);
+        to_host_free_[d] = std::max(ready[d], to_host_free_[d]) + cost_.host_copy_time_s(device, params_[d] * g);
+        const double stepped = to_host_free_[d] + cost_.host_step_time_s(device, builder::kAdamFlopsPerParam * params_[d],
+                                                                         builder::host_step_bytes_per_param(layout_) * params_[d]);
+        to_device_free_[d] = std::max(stepped, to_device_free_[d]) + cost_.host_copy_time_s(device, params_[d] * e);
+        stream_free_[d] = to_device_free_[d];
       } else {
         const double s = optimizer_s(cost_, layout_, static_cast<int>(d), params_[d]);
         out_.busy_s[d] += s;
@@ -607,12 +641,20 @@ class Estimator {
 
   // The least free memory of any device that computes, into out_ (with that device).
   double headroom() {
-    out_.headroom_bytes = std::numeric_limits<double>::infinity();
+    out_.headroom_bytes = out_.headroom_with_copies_bytes = out_.headroom_stashes_offloaded_bytes =
+        std::numeric_limits<double>::infinity();
     for (size_t d = 0; d < devices_; ++d) {
-      if (computes_[d] && memory_[d].capacity_bytes > 0 && memory_[d].capacity_bytes - memory_[d].total_bytes() < out_.headroom_bytes) {
-        out_.headroom_bytes = memory_[d].capacity_bytes - memory_[d].total_bytes();
+      if (!computes_[d] || !(memory_[d].capacity_bytes > 0)) continue;
+      const double free = memory_[d].capacity_bytes - memory_[d].total_bytes();
+      if (free < out_.headroom_bytes) {
+        out_.headroom_bytes = free;
         out_.tightest_device = static_cast<int>(d);
       }
+      out_.headroom_with_copies_bytes = std::min(out_.headroom_with_copies_bytes, free - in_copies_[d]);
+      const DeviceMemory& m = memory_[d];
+      out_.headroom_stashes_offloaded_bytes =
+          std::min(out_.headroom_stashes_offloaded_bytes,
+                   free + m.activations_bytes + m.gathered_bytes - offloaded_activations_[d]);
     }
     return out_.headroom_bytes;
   }
@@ -649,6 +691,9 @@ class Estimator {
   std::vector<double> bucket_s_;        // per data-parallel piece, in segments_' order: one bucket's time
   std::vector<double> push_s_, pull_s_;  // per push (for_each_push's order): its transfer, and its pull's
   std::vector<double> stream_free_;     // per device: its compute stream
+  std::vector<double> to_host_free_, to_device_free_;  // per device: its copy streams (offload)
+  std::vector<double> in_copies_;  // per device: activation offload's stashes in a copy, at most
+  std::vector<double> offloaded_activations_;  // per device, not offloading: its activations and copies were it
   std::vector<double> comm_free_;       // all-reduce: per device, its comm stream
   std::vector<std::vector<double>> channels_;  // per worker: its pipeline channels
   // Parameter servers: per device, (peer, when that channel is free); per server, its update stream.
@@ -666,9 +711,6 @@ class Estimator {
 
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
                                const LayoutEstimateOptions& options) {
-  if (layout.offload.activations) {  // (the search does not try it: build the plan and estimate that)
-    throw Error("the layout estimate does not model activation offload (layout.offload.activations)");
-  }
   LayoutEstimate e = Estimator(network, layout, cost, options).run();
   // The loader's closed form as a floor: an input-bound layout runs no faster than its loader.
   e.iteration_time_s = std::max(e.iteration_time_s, loader_bound(cost.cluster(), network, layout).iteration_s);

@@ -8,7 +8,9 @@
 // collectives the builder puts around it), activations and gradients between chunks as
 // transfers that queue on their channel, then the data-parallel all-reduce of each gradient
 // segment in the builder's order, tied embeddings, the optimizer, or the parameter servers'
-// pushes, updates and pulls; under ZeRO (Layout::sync.zero) the reduce-scatters and
+// pushes, updates and pulls; under activation offload each stash's copy out after its
+// forward and back before its backward on the rank's copy streams (the prefetch gated as the
+// builder gates it); under ZeRO (Layout::sync.zero) the reduce-scatters and
 // all-gathers each stage adds (partition/layout_estimate_zero.hpp): stage 3's before every
 // pass on the gather stream, prefetched one ahead, with the replicas' pipelines run together
 // since each all-gather spans them. Over the layout's iterations, each stream and channel carrying
@@ -34,8 +36,8 @@
 // Memory is a lower bound of the plan's lifetime peak on every device: its persistent state
 // exactly (partition/memory.hpp's closed form; ZeRO's shards as the plan's whole elements),
 // ZeRO-3's gathered copy of the pass at the peak, the workspace, and each rank's stashes at
-// their peak over its own program, with full recomputation's one-layer scratch during a
-// backward. It leaves out what the plan adds around them (boundary activations waiting to be
+// their peak over its own program (offloaded, a pass's own: the plan adds up to two more in
+// a copy), with full recomputation's one-layer scratch during a backward. It leaves out what the plan adds around them (boundary activations waiting to be
 // sent or consumed, their gradients, partial sums, pushed gradients on servers), so a layout
 // it says overflows overflows in the plan too: the search screens by it without building.
 #include <string>
@@ -53,6 +55,14 @@ struct LayoutEstimate {
   std::vector<double> busy_s;   // per device and iteration: compute, tensor-parallel collectives and optimizer
   double headroom_bytes = 0;    // the least free memory of any device that runs a task (a bound: above)
   int tightest_device = -1;     // that device
+  // Activation offload: the same with two more of each device's largest stashes in a copy,
+  // the most the plan adds to the bound (headroom_bytes otherwise): what the search screens
+  // offloaded layouts with, since the bound alone would pass layouts whose plans overflow.
+  double headroom_with_copies_bytes = 0;
+  // Without activation offload: headroom_with_copies_bytes were this layout's stashes
+  // offloaded, its cuts kept. The search lays a placement out again with its stashes
+  // offloaded only where this is not negative.
+  double headroom_stashes_offloaded_bytes = 0;
   int slowest_device = -1;      // the busiest device
 };
 
@@ -61,14 +71,14 @@ struct LayoutEstimateOptions {
   // simulation; false: every transfer and collective alone on its routes, the model of
   // estimate_plan (partition/estimate.hpp), which it then equals.
   bool shared_links = true;
-  // An all-reduce layout whose memory bound overflows is not timed (iteration time infinite):
-  // its memory is all the search's trial of ZeRO shardings needs of it.
+  // An all-reduce layout whose memory bound overflows (or, offloading stashes, its headroom
+  // with their copies) is not timed (iteration time infinite): its memory is all the search's
+  // trial of ZeRO shardings needs of it.
   bool time_only_what_fits = false;
 };
 
 // Throws hetflow::Error where the layout does not fit the network or its schedule (what
-// build_plan would refuse for the same reasons), and on activation offload, which it does
-// not model (the search does not try it).
+// build_plan would refuse for the same reasons).
 LayoutEstimate estimate_layout(const model::Network& network, const Layout& layout, const CostModel& cost,
                                const LayoutEstimateOptions& options = {});
 

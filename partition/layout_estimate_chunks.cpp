@@ -59,6 +59,9 @@ void compute_of(const model::Network& network, const Layout& layout, const CostM
     task.recompute_flops = 0;
     c.w_compute_s = per_device(network, layout, cost, task, *c.devices);
   }
+  if (layout.offload.activations && wk.stash_bytes > 0) {  // (Builder::offload_stash: each device its own)
+    for (const int d : *c.devices) c.stash_copy_s = std::max(c.stash_copy_s, cost.host_copy_time_s(d, wk.stash_bytes));
+  }
 }
 
 // The slowest tensor rank's transfer of `whole` bytes from chunk `from` to chunk `to`:

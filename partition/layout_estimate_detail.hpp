@@ -27,6 +27,7 @@ struct Chunk {
   double last_b_after_s = 0;                  // once a step, in its last B: the summed gains
   double to_next_s = 0;                       // its output to the next chunk
   double to_previous_s = 0;                   // its input gradient to the previous chunk
+  double stash_copy_s = 0;                    // activation offload: a stash's copy either way (slowest device)
 };
 
 inline double largest(const std::vector<double>& v) {
@@ -88,6 +89,8 @@ struct WorkerRun {
   // Per chunk and micro-batch (chunk * m + mb): when the pass that makes its gradients (B, or
   // W when backward is split) ends, for ZeRO's reduce-scatters.
   std::vector<double> made_end;
+  // Per rank: when its devices' copy streams are free (to_host, to_device: activation offload).
+  std::vector<double> to_host_free, to_device_free;
 };
 
 // Where a worker's pipeline starts an iteration from: when each rank's compute stream and
@@ -103,6 +106,7 @@ struct PipelineStart {
   std::vector<std::vector<double>> device_free;
   std::vector<double> channel_free;
   std::vector<double> first_forward;  // per chunk
+  std::vector<double> to_host_free, to_device_free;  // per rank: its copy streams (empty: 0)
 };
 
 // The same times for the same pipeline: workers whose chunks cost alike run alike.

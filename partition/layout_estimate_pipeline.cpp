@@ -81,6 +81,13 @@ class PipelineRun {
   std::vector<bool> started_;  // per rank: its first operation placed
   size_t left_ = 0;
   std::vector<std::vector<double>> start_of_, end_of_;  // per rank and operation, with gathers
+  // Activation offload (Builder::offload_stash, prefetch_stash): per chunk and micro-batch
+  // whether its stash leaves and when it is in host memory; per rank its copy streams and the
+  // ends of the last two tasks on its compute stream (gathers, then passes) this iteration.
+  std::vector<char> offloaded_;
+  std::vector<double> host_ready_;
+  std::vector<double> to_host_free_, to_device_free_;
+  std::vector<std::vector<double>> compute_ends_;
 };
 
 // ZeRO-3's gathers of a group of workers run together: each gather's end per tensor rank,
@@ -173,6 +180,24 @@ PipelineRun::PipelineRun(const Layout& layout, const PipelineInput& in, bool gat
       splits_backward_ = splits_backward_ || op.kind == OpKind::W;
     }
   }
+  if (layout.offload.activations) {
+    offloaded_.assign(count_ * mbs_, 0);
+    host_ready_.assign(count_ * mbs_, kNotYet);
+    for (int r = 0; r < p_; ++r) {
+      const auto& program = programs_[static_cast<size_t>(r)];
+      for (size_t i = 0; i < program.size(); ++i) {
+        const ScheduledOp& op = program[i];
+        const size_t k = static_cast<size_t>(op.chunk * p_ + r);
+        if (op.kind != OpKind::F || k >= count_ || !(chunks_[k].stash_copy_s > 0)) continue;
+        offloaded_[k * mbs_ + static_cast<size_t>(op.microbatch)] = stash_leaves(program, i);
+      }
+    }
+    to_host_free_ = in.from.to_host_free;
+    to_device_free_ = in.from.to_device_free;
+    to_host_free_.resize(static_cast<size_t>(p_), 0);
+    to_device_free_.resize(static_cast<size_t>(p_), 0);
+    compute_ends_.resize(static_cast<size_t>(p_));
+  }
   next_.assign(static_cast<size_t>(p_), 0);
   started_.assign(static_cast<size_t>(p_), false);
   for (const auto& program : programs_) {
@@ -222,12 +247,35 @@ bool PipelineRun::advance(int r, Gathers* gathers) {
     }
     const auto& compute = op.kind == OpKind::F ? c.f_compute_s : op.kind == OpKind::B ? c.b_compute_s : c.w_compute_s;
     const double before = op.kind == OpKind::F ? c.f_before_s : op.kind == OpKind::B ? c.b_before_s : 0;
+    if (!offloaded_.empty() && op.kind == OpKind::B && offloaded_[at]) {
+      // The stash back (Builder::prefetch_stash) once it is out, after the copy before it on
+      // the stream, and once the compute-stream task two before this pass's compute ends:
+      // with a gather of its own, the previous pass; else the one before that (its gather,
+      // or the pass before it). The compute waits for it.
+      if (host_ready_[at] < 0) throw PlanError("estimate_layout: a backward before its forward on rank " + std::to_string(r));
+      const std::vector<double>& ends = compute_ends_[static_cast<size_t>(r)];
+      const size_t back = before > 0 ? 1 : 2;
+      const double after_task = ends.size() >= back ? ends[ends.size() - back] : 0;
+      double& free = to_device_free_[static_cast<size_t>(r)];
+      free = std::max({free, host_ready_[at], after_task}) + c.stash_copy_s;
+      compute_ready = std::max(compute_ready, free);
+    }
     double after = op.kind == OpKind::F ? c.f_after_s : op.kind == OpKind::B ? c.b_after_s : 0;
     if (op.kind == OpKind::B && op.microbatch == last_b_[k]) after += c.last_b_after_s;
     // The gathers run as soon as the input is there; the compute waits for its weights too.
     const double compute_start = std::max(start + before, compute_ready);
     const double end = compute_start + largest(compute) + after;
     rank_free_[static_cast<size_t>(r)] = end;
+    if (!offloaded_.empty()) {
+      std::vector<double>& ends = compute_ends_[static_cast<size_t>(r)];
+      if (before > 0) ends.push_back(start + before);
+      ends.push_back(end);
+      if (op.kind == OpKind::F && offloaded_[at]) {  // its stash out at once (Builder::offload_stash)
+        double& free = to_host_free_[static_cast<size_t>(r)];
+        free = std::max(free, end) + c.stash_copy_s;
+        host_ready_[at] = free;
+      }
+    }
     if (gathers != nullptr) end_of_[static_cast<size_t>(r)][i] = end;
     span_begin_ = std::min(span_begin_, compute_start);
     if (!started_[static_cast<size_t>(r)] && before == 0 && static_cast<size_t>(r) < in_.from.device_free.size()) {
@@ -273,6 +321,8 @@ bool PipelineRun::advance(int r, Gathers* gathers) {
 
 WorkerRun PipelineRun::finish() {
   run_.rank_end_s = rank_free_;
+  run_.to_host_free = std::move(to_host_free_);
+  run_.to_device_free = std::move(to_device_free_);
   run_.channel_free = std::move(channel_free_);
   const double span = span_end_ - span_begin_;
   for (const auto& rank : compute_s_) {

@@ -89,8 +89,7 @@ void Builder::add_compute(int w) {
       if (o.kind == OpKind::F) {
         // Activation offload moves a stash out unless its backward comes next (a pipeline's
         // last stage, mostly): there a copy out and back would only delay that backward.
-        const bool used_next = i + 1 < program.size() && program[i + 1] == ScheduledOp{OpKind::B, o.microbatch, o.chunk};
-        add_forward(w, stage, o.microbatch, layout_.offload.activations && !used_next);
+        add_forward(w, stage, o.microbatch, layout_.offload.activations && stash_leaves(program, i));
       } else {
         add_backward(w, stage, o.microbatch, o.kind);
         if (o.kind == OpKind::B) last_b[static_cast<size_t>(stage)] = o.microbatch;

@@ -60,6 +60,21 @@ const Schedule& schedule_by_name(std::string_view name) {
                    "expected one of " + known + ", found '" + std::string(name) + "'");
 }
 
+bool stash_leaves(const std::vector<ScheduledOp>& program, size_t i) {
+  const ScheduledOp& f = program[i];
+  return f.kind == OpKind::F &&
+         !(i + 1 < program.size() && program[i + 1] == ScheduledOp{OpKind::B, f.microbatch, f.chunk});
+}
+
+bool any_stash_leaves(const RankPrograms& programs) {
+  for (const std::vector<ScheduledOp>& program : programs) {
+    for (size_t i = 0; i < program.size(); ++i) {
+      if (stash_leaves(program, i)) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<std::vector<int>> peak_in_flight(const RankPrograms& programs, int v) {
   if (v < 1) {
     throw InputError(kOptions, 0, "virtual_stages",

@@ -43,6 +43,12 @@ const Schedule& schedule_by_name(std::string_view name);
 // for an interleaved schedule). Throws InputError naming the option at fault.
 void check_schedule_sizes(std::string_view schedule, int p, int m, int v, bool interleaved, int min_chunks = 2);
 
+// Activation offload: whether forward `i` of a rank's program sends its stash to the host,
+// which it does unless the rank's next op is that micro-batch's backward (a copy out and back
+// would only delay it). Whether any of `programs`' forwards does.
+bool stash_leaves(const std::vector<ScheduledOp>& program, size_t i);
+bool any_stash_leaves(const RankPrograms& programs);
+
 // Peak number of micro-batches whose activations rank r holds at once, per chunk summed:
 // a micro-batch is held from its F until its B (or its W, when backward is split).
 // Returned per rank, per chunk: peak_in_flight(programs)[r][c].

@@ -71,6 +71,7 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   if (o.sync == SyncKind::wsp) s += " D" + std::to_string(o.staleness);
   if (o.zero_stage > 0) s += ", zero " + std::to_string(o.zero_stage) + (o.reshard_after_forward ? "" : " kept gathered");
   if (o.offload_optimizer) s += ", optimizer offloaded";
+  if (o.offload_activations) s += ", stashes offloaded";
   return s;
 }
 
@@ -346,21 +347,30 @@ enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 
 // Where the model state goes: ZeRO's shardings, from the least memory saved to the most (a
 // chunk kept gathered holds more than one resharded after every pass), then each with the
-// optimizer state offloaded to the host; a candidate's is its place here (SearchSpace::zero,
-// SearchSpace::offload).
+// optimizer state offloaded to the host, then each of those ten with the stashes offloaded
+// too; a candidate's is its place here (SearchSpace::zero, SearchSpace::offload).
 struct Placement {
   Sharding zero;
   bool offload;
+  bool activations;
 };
-constexpr Placement kShardings[] = {{{0, true}, false}, {{1, true}, false}, {{2, true}, false}, {{3, false}, false},
-                                    {{3, true}, false}, {{0, true}, true},  {{1, true}, true},  {{2, true}, true},
-                                    {{3, false}, true}, {{3, true}, true}};
-constexpr int kShardingCount = static_cast<int>(std::size(kShardings));
+constexpr int kStatePlacements = 10;  // the placements of the model state; each again with stashes offloaded
+constexpr Placement placement(int code) {
+  constexpr Placement state[kStatePlacements] = {
+      {{0, true}, false, false}, {{1, true}, false, false}, {{2, true}, false, false}, {{3, false}, false, false},
+      {{3, true}, false, false}, {{0, true}, true, false},  {{1, true}, true, false},  {{2, true}, true, false},
+      {{3, false}, true, false}, {{3, true}, true, false}};
+  Placement p = state[code % kStatePlacements];
+  p.activations = code >= kStatePlacements;
+  return p;
+}
+constexpr int kShardingCount = 2 * kStatePlacements;
 
 int sharding_code(const PlanOptions& o) {
   for (int code = 0; code < kShardingCount; ++code) {
-    if (kShardings[code].zero == Sharding{o.zero_stage, o.reshard_after_forward} &&
-        kShardings[code].offload == o.offload_optimizer) {
+    const Placement p = placement(code);
+    if (p.zero == Sharding{o.zero_stage, o.reshard_after_forward} && p.offload == o.offload_optimizer &&
+        p.activations == o.offload_activations) {
       return code;
     }
   }
@@ -368,10 +378,22 @@ int sharding_code(const PlanOptions& o) {
 }
 
 PlanOptions with_sharding(PlanOptions o, int code) {
-  o.zero_stage = kShardings[code].zero.stage;
-  o.reshard_after_forward = kShardings[code].zero.reshard_after_forward;
-  o.offload_optimizer = kShardings[code].offload;
+  const Placement p = placement(code);
+  o.zero_stage = p.zero.stage;
+  o.reshard_after_forward = p.zero.reshard_after_forward;
+  o.offload_optimizer = p.offload;
+  o.offload_activations = p.activations;
   return o;
+}
+
+// Whether activation offload would move any stash of the layout (schedule.hpp's stash_leaves).
+bool stashes_leave(const Layout& layout) {
+  const Schedule& schedule = schedule_by_name(layout.schedule);
+  for (const VirtualWorker& vw : layout.workers) {
+    const int p = static_cast<int>(vw.ranks.size());
+    if (p > 0 && any_stash_leaves(schedule.build(p, vw.microbatches, static_cast<int>(vw.stages.size()) / p))) return true;
+  }
+  return false;
 }
 
 // Every candidate's way through the search: its state, what its layout's estimate found, and
@@ -495,7 +517,7 @@ SearchResult collect(const model::Cluster& cluster, const model::Network& networ
 namespace {
 // A candidate at a ZeRO sharding: its layout and what its estimate found.
 struct ShardedFit {
-  int code = 0;  // in kShardings
+  int code = 0;  // placement(code)
   Layout layout;
   LayoutEstimate estimate;
   double compute_s = 0, price = 0;
@@ -505,27 +527,39 @@ struct ShardedFit {
 // An all-reduce candidate at each placement beyond its own that `space` allows (sharding over
 // two or more workers), laid out (the policies size stages with the state left on the GPUs)
 // and estimated: the fastest that fits in search_order (which keeps the earlier placement on
-// a tie), or none.
+// a tie), or none. `stashes_offloaded_headroom`: its own layout's
+// (LayoutEstimate::headroom_stashes_offloaded_bytes).
 std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster, const model::Network& network,
                                                    const CostModel& cost, const CostModel* gpus_only,
                                                    const std::vector<model::Device>& devices, const PlanOptions& o,
-                                                   const SearchSpace& space, bool shardable) {
+                                                   const SearchSpace& space, bool shardable, double stashes_offloaded_headroom) {
   if (o.sync.value_or(SyncKind::allreduce) != SyncKind::allreduce) return std::nullopt;
   std::vector<ShardedFit> fits;
   // Offload is for memory, as sharding is: a sharding that fits on the GPUs is not tried again
-  // offloaded (which would add the copies and the host's step to the same layout's work).
+  // with its optimizer offloaded, nor a placement that fits with its stashes offloaded (which
+  // would add copies, and the host's step, to the same layout's work). Stashes leave only
+  // where the schedule runs other passes between a forward and its backward.
   std::set<std::pair<int, bool>> fit_on_gpus;  // (stage, reshard) that fit without offload
+  // Placements laid out that overflow (the candidate's own among them), by how their stashes
+  // offloaded would fare with the same cuts.
+  std::map<int, double> offloaded_headroom{{sharding_code(o), stashes_offloaded_headroom}};
   for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
-    const Placement& p = kShardings[code];
-    if ((p.zero.stage > 0 && (!space.zero || !shardable)) || (p.offload && !space.offload)) continue;
+    const Placement p = placement(code);
+    if ((p.zero.stage > 0 && (!space.zero || !shardable)) || ((p.offload || p.activations) && !space.offload)) continue;
     if (p.offload && fit_on_gpus.count({p.zero.stage, p.zero.reshard_after_forward})) continue;
+    if (p.activations) {  // where the same placement was laid out, overflows, and its stashes offloaded might fit
+      const auto twin = offloaded_headroom.find(code - kStatePlacements);
+      if (twin == offloaded_headroom.end() || twin->second < 0) continue;
+    }
     try {
       ShardedFit f;
       f.code = code;
       f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
+      if (p.activations && !stashes_leave(f.layout)) continue;
       f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
-      if (f.estimate.headroom_bytes < 0) continue;
-      if (!p.offload) fit_on_gpus.insert({p.zero.stage, p.zero.reshard_after_forward});
+      if (!p.activations && f.estimate.headroom_bytes < 0) offloaded_headroom[code] = f.estimate.headroom_stashes_offloaded_bytes;
+      if (f.estimate.headroom_bytes < 0 || (p.activations && f.estimate.headroom_with_copies_bytes < 0)) continue;
+      if (!p.offload && !p.activations) fit_on_gpus.insert({p.zero.stage, p.zero.reshard_after_forward});
       f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
       const std::set<int> used = layout_gpus(f.layout);
       f.price = layout_price(cluster, devices, used);
@@ -579,10 +613,11 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   std::vector<size_t> my_groups;
   for (size_t g = rank; g < groups.size(); g += size) my_groups.push_back(g);
   // An over-memory all-reduce candidate of two or more workers, at the fastest sharding that fits.
-  const auto shard_to_fit = [&](size_t at) {
+  const auto shard_to_fit = [&](size_t at, double stashes_offloaded_headroom) {
     if (!space.zero && !space.offload) return;
     std::optional<ShardedFit> best = fastest_fitting_sharding(cluster, network, cost, gpus_only ? &*gpus_only : nullptr,
-                                                              devices, candidates[at], space, workers[at] >= 2);
+                                                              devices, candidates[at], space, workers[at] >= 2,
+                                                              stashes_offloaded_headroom);
     if (!best) return;
     zero[at] = best->code;
     time_s[at] = best->estimate.iteration_time_s;
@@ -620,7 +655,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
         headroom[at] = e.headroom_bytes;
         tightest[at] = e.tightest_device;
         state[at] = e.headroom_bytes < 0 ? kScreened : kScored;  // a lower bound of memory: it overflows
-        if (state[at] == kScreened) shard_to_fit(at);
+        if (state[at] == kScreened) shard_to_fit(at, e.headroom_stashes_offloaded_bytes);
       } catch (const Error& e) {
         state[at] = kRefused;
         note_refusal(e, &why[at]);

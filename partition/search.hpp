@@ -47,7 +47,8 @@ struct SearchSpace {
   bool zero = true;
   // Offload (Layout::offload): an all-reduce candidate that overflows tries, after the
   // shardings, each with the optimizer state in host memory, as above; a sharding that fits
-  // on the GPUs is not tried offloaded (offload is for memory too).
+  // on the GPUs is not tried offloaded (offload is for memory too). Then each of those that
+  // overflows with its stashes offloaded too, where its schedule lets any leave.
   bool offload = true;
 };
 

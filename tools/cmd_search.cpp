@@ -201,8 +201,8 @@ void search_options(po::options_description& options) {
       ("staleness", po::value<int>()->default_value(1), "WSP's staleness bound D, the most your training tolerates")
       ("no-zero", "never shard over the data axis: an all-reduce candidate that overflows unsharded is not tried at "
                   "ZeRO stages 1-3")
-      ("no-offload", "never offload: an all-reduce candidate that overflows is not tried with its optimizer state in "
-                     "host memory (--offload-optimizer)")
+      ("no-offload", "never offload: an all-reduce candidate that overflows is not tried with its optimizer state or "
+                     "its stashes in host memory (--offload-optimizer, --offload-activations)")
       ("groupings", po::value<std::string>(),
        "policy grouped's groupings to try, separated by ';' (default: by GPU type and mixed, fastest types first)")
       ("dropped", po::value<int>()->default_value(3),

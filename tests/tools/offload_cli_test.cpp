@@ -68,6 +68,32 @@ TEST(OffloadCli, TheCpuBackEndTrainsAPlanWithOffloadedStashesAsWithout) {
   EXPECT_NE(offloaded.out.find("stashes offloaded"), std::string::npos) << offloaded.out;
 }
 
+// GPT-2 XL in a pipeline of 4 at micro-batch 2 on the default cluster overflows the first
+// stage with its stashes. Without ZeRO, the optimizer offloaded is not enough: the search
+// offloads the stashes too; with ZeRO it keeps stage 2 with the stashes offloaded, the
+// advice's fastest. Each plan it keeps builds and fits.
+TEST(OffloadCli, TheSearchOffloadsStashesWhereTheyOverflow) {
+  const std::string where = "--model gpt2-xl --global-batch 80 --micro-batch 2 --recompute none";
+  const std::string space = " --policies uniform --tensor 1 --pipeline 4 --schedules 1f1b --sync allreduce --top 1";
+  EXPECT_EQ(run_hetflow("plan " + where + " --pipeline 4").status, 3);
+  const auto best_of = [](const std::string& out) {
+    const size_t at = out.find("\nbest: ");
+    return at == std::string::npos ? std::string() : out.substr(at + 7, out.find('\n', at + 1) - at - 7);
+  };
+  const auto no_zero = run_hetflow("search " + where + space + " --no-zero");
+  ASSERT_EQ(no_zero.status, 0) << no_zero.err;
+  EXPECT_NE(best_of(no_zero.out).find("p4 d5, mb 2, 1f1b, recompute none, allreduce, optimizer offloaded, stashes offloaded"),
+            std::string::npos)
+      << no_zero.out;
+  EXPECT_EQ(run_hetflow("plan " + where + " --pipeline 4 --offload-optimizer --offload-activations").status, 0);
+  const auto zero = run_hetflow("search " + where + space);
+  ASSERT_EQ(zero.status, 0) << zero.err;
+  EXPECT_NE(best_of(zero.out).find("allreduce, zero 2, stashes offloaded"), std::string::npos) << zero.out;
+  EXPECT_EQ(run_hetflow("plan " + where + " --pipeline 4 --zero-stage 2 --offload-activations").status, 0);
+  // Never offloading, nothing fits.
+  EXPECT_NE(run_hetflow("search " + where + space + " --no-offload").status, 0);
+}
+
 TEST(OffloadCli, TheCudaBackEndRefusesAnOffloadedPlanBlamingThePlan) {
   const auto r = run_hetflow("run --backend cuda --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 "
                              "--precision fp32 --data 2 --steps 1 --offload-optimizer");
