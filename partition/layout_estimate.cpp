@@ -82,7 +82,8 @@ class Estimator {
     make_workers();
     // (All its memory is known by now; offloaded stashes are screened with their copies, as
     // the search screens them.)
-    if (options_.time_only_what_fits && allreduce_ && (headroom() < 0 || out_.headroom_with_copies_bytes < 0)) {
+    if (options_.time_only_what_fits && allreduce_ &&
+        (headroom() < 0 || out_.headroom_with_copies_bytes < 0 || out_.host_headroom_bytes < 0)) {
       out_.iteration_time_s = std::numeric_limits<double>::infinity();
       return std::move(out_);
     }
@@ -195,6 +196,7 @@ class Estimator {
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
     const double scratch = layout_.recompute == Recompute::full ? largest_layer_bytes : 0;
     const bool offloaded = layout_.offload.activations;
+    double host_stashes = 0;
     last.activations_bytes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, scratch,
                                                    schedule_.splits_backward);
     if (offloaded) {
@@ -205,6 +207,9 @@ class Estimator {
       // The screen adds those two and ZeRO's whole copies, which the bound leaves out (below),
       // at their closed form.
       for (const int d : rank) in_copies_[static_cast<size_t>(d)] = 2 * largest + last.gathered_bytes;
+      // Its host holds every stash in flight (the closed form's buffers).
+      host_stashes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, 0,
+                                           schedule_.splits_backward);
     } else {
       // What the device's activations and whole copies would be, its stashes offloaded.
       const double largest = stash_bytes.empty() ? 0 : *std::max_element(stash_bytes.begin(), stash_bytes.end());
@@ -231,6 +236,7 @@ class Estimator {
                             scratch, schedule_.splits_backward},
                            memory_[dd]);
       memory_[dd].capacity_bytes = cost_.memory_capacity_bytes(rank[j]);
+      memory_[dd].host_bytes += host_stashes;
     }
   }
 
@@ -655,6 +661,14 @@ class Estimator {
       out_.headroom_stashes_offloaded_bytes =
           std::min(out_.headroom_stashes_offloaded_bytes,
                    free + m.activations_bytes + m.gathered_bytes - offloaded_activations_[d]);
+    }
+    out_.host_headroom_bytes = std::numeric_limits<double>::infinity();
+    if (layout_.offload.any()) {
+      std::map<int, double> host;  // node -> its devices' host bytes
+      for (size_t d = 0; d < devices_; ++d) host[cost_.node_of(static_cast<int>(d))] += memory_[d].host_bytes;
+      for (const auto& [node, bytes] : host) {
+        out_.host_headroom_bytes = std::min(out_.host_headroom_bytes, cost_.cluster().host(node).memory_bytes - bytes);
+      }
     }
     return out_.headroom_bytes;
   }

@@ -63,6 +63,10 @@ struct LayoutEstimate {
   // offloaded, its cuts kept. The search lays a placement out again with its stashes
   // offloaded only where this is not negative.
   double headroom_stashes_offloaded_bytes = 0;
+  // Offload: the least free host memory of any node, its devices' host state and stashes at
+  // their closed forms (partition/memory.hpp) against model::NodeHost::memory_bytes; infinite
+  // without offload. Negative: validation would refuse the plan.
+  double host_headroom_bytes = 0;
   int slowest_device = -1;      // the busiest device
 };
 

@@ -558,7 +558,10 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
       if (p.activations && !stashes_leave(f.layout)) continue;
       f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
       if (!p.activations && f.estimate.headroom_bytes < 0) offloaded_headroom[code] = f.estimate.headroom_stashes_offloaded_bytes;
-      if (f.estimate.headroom_bytes < 0 || (p.activations && f.estimate.headroom_with_copies_bytes < 0)) continue;
+      if (f.estimate.headroom_bytes < 0 || (p.activations && f.estimate.headroom_with_copies_bytes < 0) ||
+          f.estimate.host_headroom_bytes < 0) {
+        continue;
+      }
       if (!p.offload && !p.activations) fit_on_gpus.insert({p.zero.stage, p.zero.reshard_after_forward});
       f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
       const std::set<int> used = layout_gpus(f.layout);

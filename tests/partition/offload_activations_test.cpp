@@ -10,6 +10,7 @@
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
+#include "partition/layout_estimate.hpp"
 #include "partition/layout_file.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
@@ -208,4 +209,10 @@ TEST(OffloadActivations, ANodesHostMustHoldTheStashes) {
   ASSERT_EQ(v.problems.size(), 1u);
   EXPECT_NE(v.problems[0].find("node n's host memory holds 1 MiB but its 3 devices offload"), std::string::npos)
       << v.problems[0];
+  // The layout estimate (the search's screen) holds every stash in flight there: at least
+  // what the plan's peak holds.
+  const LayoutEstimate e = estimate_layout(gpt(), plan.layout, CostModel(cluster, gpt().precision));
+  double host = 0;
+  for (const DeviceMemory& m : plan.memory) host += m.host_bytes;
+  EXPECT_LE(e.host_headroom_bytes, (1 << 20) - host);
 }

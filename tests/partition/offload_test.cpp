@@ -11,6 +11,7 @@
 #include "model/error.hpp"
 #include "model/io.hpp"
 #include "model/zoo.hpp"
+#include "partition/layout_estimate.hpp"
 #include "partition/layout_file.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
@@ -117,8 +118,9 @@ TEST(Offload, AnOffloadedPlanRoundTripsThroughItsFile) {
   EXPECT_NE(plan_fingerprint(plan), plan_fingerprint(plan_of(cluster, gpt(), offloaded(2, 2, false))));
 }
 
-// Eight GPUs offloading a 1.2 B-parameter GPT's state (16 bytes a parameter: 2.4 GB each)
-// into a host of 8 GiB: validation names the node, what it holds and what they offload.
+// Eight GPUs offloading a 1.3 B-parameter GPT's state (16 bytes a parameter: 21 GB each, 168
+// GB in all) into a host of 8 GiB: validation names the node, what it holds and what they
+// offload.
 TEST(Offload, ANodesHostMustHoldWhatItsDevicesOffload) {
   const model::Cluster cluster = model::parse_cluster(
       "name: small-host\nnodes:\n  - {name: n, gpu: A100-80, gpus: 8, host: {memory: 8 GiB}}\n", "small-host.yaml");
@@ -130,6 +132,16 @@ TEST(Offload, ANodesHostMustHoldWhatItsDevicesOffload) {
   EXPECT_NE(v.problems[0].find("node n's host memory holds 8 GiB but its 8 devices offload"), std::string::npos)
       << v.problems[0];
   EXPECT_THROW(require_valid(plan), PlanError);
+  // The layout estimate, which the search screens with, sees the same overflow: 8 devices'
+  // state and staging buffers against the 8 GiB host; a host of 256 GiB holds them.
+  const CostModel cost(cluster, net.precision);
+  const LayoutEstimate e = estimate_layout(net, plan.layout, cost);
+  double host = 0;
+  for (const DeviceMemory& m : plan.memory) host += m.host_bytes;
+  EXPECT_NEAR(e.host_headroom_bytes, 8.0 * (1 << 30) - host, 1e-6 * host);
+  const model::Cluster roomy = model::parse_cluster(
+      "name: roomy-host\nnodes:\n  - {name: n, gpu: A100-80, gpus: 8, host: {memory: 256 GiB}}\n", "roomy-host.yaml");
+  EXPECT_GT(estimate_layout(net, plan.layout, CostModel(roomy, net.precision)).host_headroom_bytes, 0);
 }
 
 TEST(Offload, WhatCannotOffloadIsRefusedNamingTheOption) {
