@@ -196,30 +196,14 @@ class Estimator {
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
     const double scratch = layout_.recompute == Recompute::full ? largest_layer_bytes : 0;
     const bool offloaded = layout_.offload.activations;
-    double host_stashes = 0;
-    last.activations_bytes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, scratch,
-                                                   schedule_.splits_backward);
-    if (offloaded) {
-      // Offloaded stashes: the largest, a pass's own while it runs. The plan adds the copies in
-      // flight around it (up to two more), which depend on how the copies and passes interleave.
-      const double largest = stash_bytes.empty() ? 0 : *std::max_element(stash_bytes.begin(), stash_bytes.end());
-      last.activations_bytes = std::min(last.activations_bytes, largest + scratch);
-      // The screen adds those two and ZeRO's whole copies, which the bound leaves out (below),
-      // at their closed form.
-      for (const int d : rank) in_copies_[static_cast<size_t>(d)] = 2 * largest + last.gathered_bytes;
-      // Its host holds every stash in flight (the closed form's buffers).
-      host_stashes = activation_peak_bytes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, 0,
-                                           schedule_.splits_backward);
-    } else {
-      // What the device's activations and whole copies would be, its stashes offloaded.
-      const double largest = stash_bytes.empty() ? 0 : *std::max_element(stash_bytes.begin(), stash_bytes.end());
-      for (const int d : rank) {
-        offloaded_activations_[static_cast<size_t>(d)] =
-            std::min(last.activations_bytes, largest + scratch) + 2 * largest + last.gathered_bytes;
-      }
-    }
+    const RankStashes stashes = rank_stashes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, scratch,
+                                             schedule_.splits_backward, offloaded);
+    last.activations_bytes = stashes.device;
     for (size_t j = 0; j < rank.size(); ++j) {
       const auto dd = static_cast<size_t>(rank[j]);
+      // The screens add ZeRO's whole copies (left out of the offloaded bound, below), closed form.
+      in_copies_[dd] = offloaded ? stashes.in_copies + last.gathered_bytes : 0;
+      offloaded_activations_[dd] = offloaded ? 0 : stashes.if_offloaded + last.gathered_bytes;
       computes_[dd] = true;
       params_[dd] += stepped[j];
       memory_[dd] = last;
@@ -236,7 +220,7 @@ class Estimator {
                             scratch, schedule_.splits_backward},
                            memory_[dd]);
       memory_[dd].capacity_bytes = cost_.memory_capacity_bytes(rank[j]);
-      memory_[dd].host_bytes += host_stashes;
+      memory_[dd].host_bytes += stashes.host;
     }
   }
 
@@ -647,29 +631,12 @@ class Estimator {
 
   // The least free memory of any device that computes, into out_ (with that device).
   double headroom() {
-    out_.headroom_bytes = out_.headroom_with_copies_bytes = out_.headroom_stashes_offloaded_bytes =
-        std::numeric_limits<double>::infinity();
-    for (size_t d = 0; d < devices_; ++d) {
-      if (!computes_[d] || !(memory_[d].capacity_bytes > 0)) continue;
-      const double free = memory_[d].capacity_bytes - memory_[d].total_bytes();
-      if (free < out_.headroom_bytes) {
-        out_.headroom_bytes = free;
-        out_.tightest_device = static_cast<int>(d);
-      }
-      out_.headroom_with_copies_bytes = std::min(out_.headroom_with_copies_bytes, free - in_copies_[d]);
-      const DeviceMemory& m = memory_[d];
-      out_.headroom_stashes_offloaded_bytes =
-          std::min(out_.headroom_stashes_offloaded_bytes,
-                   free + m.activations_bytes + m.gathered_bytes - offloaded_activations_[d]);
-    }
-    out_.host_headroom_bytes = std::numeric_limits<double>::infinity();
-    if (layout_.offload.any()) {
-      std::map<int, double> host;  // node -> its devices' host bytes
-      for (size_t d = 0; d < devices_; ++d) host[cost_.node_of(static_cast<int>(d))] += memory_[d].host_bytes;
-      for (const auto& [node, bytes] : host) {
-        out_.host_headroom_bytes = std::min(out_.host_headroom_bytes, cost_.cluster().host(node).memory_bytes - bytes);
-      }
-    }
+    const Headroom h = headroom_of(memory_, computes_, in_copies_, offloaded_activations_, cost_, layout_.offload.any());
+    out_.headroom_bytes = h.bytes;
+    out_.tightest_device = h.tightest;
+    out_.headroom_with_copies_bytes = h.with_copies;
+    out_.headroom_stashes_offloaded_bytes = h.stashes_offloaded;
+    out_.host_headroom_bytes = h.host;
     return out_.headroom_bytes;
   }
 
@@ -706,8 +673,7 @@ class Estimator {
   std::vector<double> push_s_, pull_s_;  // per push (for_each_push's order): its transfer, and its pull's
   std::vector<double> stream_free_;     // per device: its compute stream
   std::vector<double> to_host_free_, to_device_free_;  // per device: its copy streams (offload)
-  std::vector<double> in_copies_;  // per device: activation offload's stashes in a copy, at most
-  std::vector<double> offloaded_activations_;  // per device, not offloading: its activations and copies were it
+  std::vector<double> in_copies_, offloaded_activations_;  // per device: the screens' (headroom_of)
   std::vector<double> comm_free_;       // all-reduce: per device, its comm stream
   std::vector<std::vector<double>> channels_;  // per worker: its pipeline channels
   // Parameter servers: per device, (peer, when that channel is free); per server, its update stream.

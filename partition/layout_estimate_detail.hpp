@@ -148,4 +148,26 @@ std::vector<WorkerRun> run_pipelines(const Layout& layout, const std::vector<Pip
 double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std::vector<double>& stash_bytes,
                              double scratch_bytes, bool splits_backward);
 
+// A rank's stashes (layout_estimate_memory.cpp), ZeRO's whole copies left out: what its
+// memory bound holds (the peak; offloaded, a pass's own, the largest), and for the search's
+// screens, offloaded, what the plan may add in copies (two more of the largest) and what its
+// host holds (every stash in flight), or not offloaded, what the bound and those copies would
+// be were they offloaded.
+struct RankStashes {
+  double device = 0, in_copies = 0, host = 0, if_offloaded = 0;
+};
+RankStashes rank_stashes(const std::vector<ScheduledOp>& program, const std::vector<double>& stash_bytes,
+                         double scratch_bytes, bool splits_backward, bool offloaded);
+
+// LayoutEstimate's headrooms over the devices that compute (`computes`) and, where the layout
+// `offloads`, their nodes' hosts; per device the bytes its copies may add and its memory were
+// its stashes offloaded (RankStashes, with ZeRO's whole copies).
+struct Headroom {
+  double bytes = 0, with_copies = 0, stashes_offloaded = 0, host = 0;
+  int tightest = -1;
+};
+Headroom headroom_of(const std::vector<DeviceMemory>& memory, const std::vector<bool>& computes,
+                     const std::vector<double>& in_copies, const std::vector<double>& if_offloaded,
+                     const CostModel& cost, bool offloads);
+
 }  // namespace hetflow::partition::estimate_detail

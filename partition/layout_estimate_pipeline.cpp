@@ -378,23 +378,4 @@ std::vector<WorkerRun> run_pipelines(const Layout& layout, const std::vector<Pip
   return out;
 }
 
-// The most activation bytes one rank holds at once: a micro-batch's stash of chunk c lives
-// from its F to its B (its W when backward is split), as the plan's stash tensors do, and a
-// backward under full recomputation adds its scratch (one layer rebuilt) while it runs.
-double activation_peak_bytes(const std::vector<ScheduledOp>& program, const std::vector<double>& stash_bytes,
-                             double scratch_bytes, bool splits_backward) {
-  double held = 0, peak = 0;
-  for (const ScheduledOp& op : program) {
-    const double bytes = stash_bytes[static_cast<size_t>(op.chunk)];
-    if (op.kind == OpKind::F) {
-      held += bytes;
-      peak = std::max(peak, held);
-      continue;
-    }
-    if (op.kind == OpKind::B) peak = std::max(peak, held + scratch_bytes);
-    if ((op.kind == OpKind::B) != splits_backward) held -= bytes;
-  }
-  return peak;
-}
-
 }  // namespace hetflow::partition::estimate_detail

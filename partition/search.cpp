@@ -13,11 +13,21 @@
 
 #include "model/error.hpp"
 #include "partition/schedule.hpp"
+#include "partition/search_placement.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/layout_estimate.hpp"
 #include "partition/loading.hpp"
 
 namespace hetflow::partition {
+
+using search_detail::kPlacementCount;
+using search_detail::kStatePlacements;
+using search_detail::Placement;
+using search_detail::placement;
+using search_detail::placement_code;
+using search_detail::stashes_leave;
+using search_detail::with_placement;
+
 namespace {
 
 bool is_hetpipe(const std::string& policy) { return policy.rfind("hetpipe", 0) == 0; }
@@ -345,57 +355,6 @@ std::vector<size_t> search_order(size_t n, const std::function<RankKey(size_t)>&
 namespace {
 enum State : char { kRefused, kScreened, kScored, kBuilt, kOverflows };
 
-// Where the model state goes: ZeRO's shardings, from the least memory saved to the most (a
-// chunk kept gathered holds more than one resharded after every pass), then each with the
-// optimizer state offloaded to the host, then each of those ten with the stashes offloaded
-// too; a candidate's is its place here (SearchSpace::zero, SearchSpace::offload).
-struct Placement {
-  Sharding zero;
-  bool offload;
-  bool activations;
-};
-constexpr int kStatePlacements = 10;  // the placements of the model state; each again with stashes offloaded
-constexpr Placement placement(int code) {
-  constexpr Placement state[kStatePlacements] = {
-      {{0, true}, false, false}, {{1, true}, false, false}, {{2, true}, false, false}, {{3, false}, false, false},
-      {{3, true}, false, false}, {{0, true}, true, false},  {{1, true}, true, false},  {{2, true}, true, false},
-      {{3, false}, true, false}, {{3, true}, true, false}};
-  Placement p = state[code % kStatePlacements];
-  p.activations = code >= kStatePlacements;
-  return p;
-}
-constexpr int kShardingCount = 2 * kStatePlacements;
-
-int sharding_code(const PlanOptions& o) {
-  for (int code = 0; code < kShardingCount; ++code) {
-    const Placement p = placement(code);
-    if (p.zero == Sharding{o.zero_stage, o.reshard_after_forward} && p.offload == o.offload_optimizer &&
-        p.activations == o.offload_activations) {
-      return code;
-    }
-  }
-  return kShardingCount;  // none the search knows: it tries none beyond
-}
-
-PlanOptions with_sharding(PlanOptions o, int code) {
-  const Placement p = placement(code);
-  o.zero_stage = p.zero.stage;
-  o.reshard_after_forward = p.zero.reshard_after_forward;
-  o.offload_optimizer = p.offload;
-  o.offload_activations = p.activations;
-  return o;
-}
-
-// Whether activation offload would move any stash of the layout (schedule.hpp's stash_leaves).
-bool stashes_leave(const Layout& layout) {
-  const Schedule& schedule = schedule_by_name(layout.schedule);
-  for (const VirtualWorker& vw : layout.workers) {
-    const int p = static_cast<int>(vw.ranks.size());
-    if (p > 0 && any_stash_leaves(schedule.build(p, vw.microbatches, static_cast<int>(vw.stages.size()) / p))) return true;
-  }
-  return false;
-}
-
 // Every candidate's way through the search: its state, what its layout's estimate found, and
 // why it was left out.
 struct Scores {
@@ -542,8 +501,8 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
   std::set<std::pair<int, bool>> fit_on_gpus;  // (stage, reshard) that fit without offload
   // Placements laid out that overflow (the candidate's own among them), by how their stashes
   // offloaded would fare with the same cuts.
-  std::map<int, double> offloaded_headroom{{sharding_code(o), stashes_offloaded_headroom}};
-  for (int code = sharding_code(o) + 1; code < kShardingCount; ++code) {
+  std::map<int, double> offloaded_headroom{{placement_code(o), stashes_offloaded_headroom}};
+  for (int code = placement_code(o) + 1; code < kPlacementCount; ++code) {
     const Placement p = placement(code);
     if ((p.zero.stage > 0 && (!space.zero || !shardable)) || ((p.offload || p.activations) && !space.offload)) continue;
     if (p.offload && fit_on_gpus.count({p.zero.stage, p.zero.reshard_after_forward})) continue;
@@ -554,7 +513,7 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
     try {
       ShardedFit f;
       f.code = code;
-      f.layout = make_layout(cluster, network, with_sharding(o, code), cost);
+      f.layout = make_layout(cluster, network, with_placement(o, code), cost);
       if (p.activations && !stashes_leave(f.layout)) continue;
       f.estimate = estimate_layout(network, f.layout, cost, {.time_only_what_fits = true});
       if (!p.activations && f.estimate.headroom_bytes < 0) offloaded_headroom[code] = f.estimate.headroom_stashes_offloaded_bytes;
@@ -668,7 +627,7 @@ SearchResult search_plans(const model::Cluster& cluster, const model::Network& n
   }, on_progress, 0, static_cast<int>(my_groups.size()));
   if (size > 1) share_scores(scores, groups, spread);
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (zero[i] > 0) candidates[i] = with_sharding(candidates[i], static_cast<int>(zero[i]));
+    if (zero[i] > 0) candidates[i] = with_placement(candidates[i], static_cast<int>(zero[i]));
   }
 
   // 2. Plans for the best of every family by that estimate, until each has `keep` that fit
