@@ -3,7 +3,8 @@
 // --json` moves Adam's 12 bytes a parameter off the device (oracle: 6 times the fp16
 // weights) into host memory with the two 2-byte staging buffers (8 times them); the CPU back
 // end trains an offloaded plan to the unoffloaded losses; the CUDA back end refuses it,
-// blaming the plan; export-launch writes each framework's offload.
+// blaming the plan; export-launch writes each framework's offload. --offload-activations
+// likewise, and the search offloads what overflows.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,19 @@
 #include "tests/tools/run_hetflow.hpp"
 
 using hetflow::test_support::run_hetflow;
+
+namespace {
+
+// The loss lines of a run's report.
+std::string losses(const std::string& out) {
+  std::string lines;
+  for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
+    lines += out.substr(at, out.find('\n', at) - at) + "\n";
+  }
+  return lines;
+}
+
+}  // namespace
 
 TEST(OffloadCli, GptXlFitsTheV100sWithItsOptimizerOnTheHost) {
   const auto plain = run_hetflow("plan --model gpt2-xl --data 8");
@@ -32,13 +46,6 @@ TEST(OffloadCli, GptXlFitsTheV100sWithItsOptimizerOnTheHost) {
 TEST(OffloadCli, TheCpuBackEndTrainsAnOffloadedPlanAsWithout) {
   const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
                           "--data 2 --steps 3";
-  const auto losses = [](const std::string& out) {
-    std::string lines;
-    for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
-      lines += out.substr(at, out.find('\n', at) - at) + "\n";
-    }
-    return lines;
-  };
   const auto plain = run_hetflow(run);
   ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_NE(losses(plain.out), "") << plain.out;
@@ -52,13 +59,6 @@ TEST(OffloadCli, TheCpuBackEndTrainsAnOffloadedPlanAsWithout) {
 TEST(OffloadCli, TheCpuBackEndTrainsAPlanWithOffloadedStashesAsWithout) {
   const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
                           "--pipeline 2 --microbatches 4 --steps 3";
-  const auto losses = [](const std::string& out) {
-    std::string lines;
-    for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
-      lines += out.substr(at, out.find('\n', at) - at) + "\n";
-    }
-    return lines;
-  };
   const auto plain = run_hetflow(run);
   ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_NE(losses(plain.out), "") << plain.out;
