@@ -629,7 +629,7 @@ class Estimator {
     for (size_t d = 0; d < devices_; ++d) makespan = std::max(makespan, last_end[d]);
   }
 
-  // The least free memory of any device that computes, into out_ (with that device).
+  // Every headroom (headroom_of) into out_, the least free memory of any computing device first.
   double headroom() {
     const Headroom h = headroom_of(memory_, computes_, in_copies_, offloaded_activations_, cost_, layout_.offload.any());
     out_.headroom_bytes = h.bytes;

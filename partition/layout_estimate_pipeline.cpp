@@ -87,7 +87,16 @@ class PipelineRun {
   std::vector<char> offloaded_;
   std::vector<double> host_ready_;
   std::vector<double> to_host_free_, to_device_free_;
-  std::vector<std::vector<double>> compute_ends_;
+  struct LastTwo {  // the ends of the last two tasks on a rank's compute stream
+    double previous = 0, last = 0;
+    int count = 0;
+    void push(double end) {
+      previous = last;
+      last = end;
+      ++count;
+    }
+  };
+  std::vector<LastTwo> compute_ends_;
 };
 
 // ZeRO-3's gathers of a group of workers run together: each gather's end per tensor rank,
@@ -253,9 +262,8 @@ bool PipelineRun::advance(int r, Gathers* gathers) {
       // with a gather of its own, the previous pass; else the one before that (its gather,
       // or the pass before it). The compute waits for it.
       if (host_ready_[at] < 0) throw PlanError("estimate_layout: a backward before its forward on rank " + std::to_string(r));
-      const std::vector<double>& ends = compute_ends_[static_cast<size_t>(r)];
-      const size_t back = before > 0 ? 1 : 2;
-      const double after_task = ends.size() >= back ? ends[ends.size() - back] : 0;
+      const LastTwo& ends = compute_ends_[static_cast<size_t>(r)];
+      const double after_task = before > 0 ? ends.last : ends.count >= 2 ? ends.previous : 0;
       double& free = to_device_free_[static_cast<size_t>(r)];
       free = std::max({free, host_ready_[at], after_task}) + c.stash_copy_s;
       compute_ready = std::max(compute_ready, free);
@@ -267,9 +275,9 @@ bool PipelineRun::advance(int r, Gathers* gathers) {
     const double end = compute_start + largest(compute) + after;
     rank_free_[static_cast<size_t>(r)] = end;
     if (!offloaded_.empty()) {
-      std::vector<double>& ends = compute_ends_[static_cast<size_t>(r)];
-      if (before > 0) ends.push_back(start + before);
-      ends.push_back(end);
+      LastTwo& ends = compute_ends_[static_cast<size_t>(r)];
+      if (before > 0) ends.push(start + before);
+      ends.push(end);
       if (op.kind == OpKind::F && offloaded_[at]) {  // its stash out at once (Builder::offload_stash)
         double& free = to_host_free_[static_cast<size_t>(r)];
         free = std::max(free, end) + c.stash_copy_s;
