@@ -100,14 +100,46 @@ TEST(LayoutEstimate, AgreesWithThePlansEstimateOverTheSearchSpace) {
               a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
 }
 
-TEST(LayoutEstimate, AgreesUnderOperationCostsFlashAttentionSequenceParallelismSplitBackwardAndWsp) {
-  const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
-  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
+namespace {
+
+// A small GPT over every schedule, three policies (grouped's unequal workers among them) and
+// two micro-batch sizes, all-reduce only: where ZeRO and offload act.
+const model::Network& small_gpt() {
+  static const model::Network net =
+      model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
+  return net;
+}
+partition::SearchSpace every_schedule() {
   partition::SearchSpace space;
-  space.policies = {"uniform", "hetpipe-hd"};
-  space.micro_batches = {2};
-  space.schedules = {"1f1b-split-w", "interleaved", "gpipe"};
-  space.syncs = {partition::SyncKind::allreduce, partition::SyncKind::wsp};
+  space.policies = {"uniform", "balanced", "grouped"};
+  space.micro_batches = {1, 4};
+  space.schedules = {"1f1b", "gpipe", "interleaved", "1f1b-split-w"};
+  space.syncs = {partition::SyncKind::allreduce};
+  return space;
+}
+
+// Two nodes of 4 A100-40 and a wide GPT in bf16, over pipelines of split backward,
+// interleaving and GPipe under all-reduce and WSP: where sequence parallelism's gathers and
+// WSP's pulls meet the pipelines.
+struct WideCase {
+  model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
+  model::Network net = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
+  partition::SearchSpace space;
+  WideCase() {
+    space.policies = {"uniform", "hetpipe-hd"};
+    space.micro_batches = {2};
+    space.schedules = {"1f1b-split-w", "interleaved", "gpipe"};
+    space.syncs = {partition::SyncKind::allreduce, partition::SyncKind::wsp};
+  }
+};
+
+}  // namespace
+
+TEST(LayoutEstimate, AgreesUnderOperationCostsFlashAttentionSequenceParallelismSplitBackwardAndWsp) {
+  const WideCase w;
+  const model::Cluster& cluster = w.cluster;
+  const model::Network& net = w.net;
+  const partition::SearchSpace& space = w.space;
   partition::PlanOptions base;
   base.precision = net.precision;
   base.sequence_parallel = true;
@@ -225,13 +257,9 @@ TEST(LayoutEstimate, AgreesWithOverlappedGradientReduction) {
 // iterations.
 TEST(LayoutEstimate, AgreesUnderZeroStagesAndOffload) {
   const model::Cluster cluster = mixed_cluster();
-  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
-  partition::SearchSpace space;
-  space.policies = {"uniform", "balanced", "grouped"};
-  space.micro_batches = {1, 4};
-  space.schedules = {"1f1b", "gpipe", "interleaved", "1f1b-split-w"};
+  const model::Network& net = small_gpt();
+  partition::SearchSpace space = every_schedule();
   space.recomputes = {partition::Recompute::none};
-  space.syncs = {partition::SyncKind::allreduce};
   const partition::CostModel cost(cluster, net.precision);
   struct Case {
     int stage;
@@ -266,12 +294,8 @@ TEST(LayoutEstimate, AgreesUnderZeroStagesAndOffload) {
 // passes' own gathers) and WSP.
 TEST(LayoutEstimate, AgreesUnderActivationOffload) {
   const model::Cluster cluster = mixed_cluster();
-  const model::Network net = model::network_from_spec("gpt:layers=8,hidden=512,heads=8,seq=512,vocab=8192", model::Precision::fp16);
-  partition::SearchSpace space;
-  space.policies = {"uniform", "balanced", "grouped"};
-  space.micro_batches = {1, 4};
-  space.schedules = {"1f1b", "gpipe", "interleaved", "1f1b-split-w"};
-  space.syncs = {partition::SyncKind::allreduce};
+  const model::Network& net = small_gpt();
+  partition::SearchSpace space = every_schedule();
   const partition::CostModel cost(cluster, net.precision);
   struct Case {
     int stage;
@@ -296,21 +320,15 @@ TEST(LayoutEstimate, AgreesUnderActivationOffload) {
                 a.compared, a.time_error.empty() ? 0.0 : a.time_error.back(), a.memory_error.empty() ? 0.0 : a.memory_error.front(),
                 a.memory_error.empty() ? 0.0 : a.memory_error.back());
   }
-  const model::Cluster a100 = test_support::identical_cluster(4, 2, "A100-40");
-  const model::Network wide = model::network_from_spec("gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=8192", model::Precision::bf16);
-  partition::SearchSpace sp;
-  sp.policies = {"uniform", "hetpipe-hd"};
-  sp.micro_batches = {2};
-  sp.schedules = {"1f1b-split-w", "interleaved", "gpipe"};
-  sp.syncs = {partition::SyncKind::allreduce, partition::SyncKind::wsp};
+  const WideCase w;
   partition::PlanOptions base;
-  base.precision = wide.precision;
+  base.precision = w.net.precision;
   base.sequence_parallel = true;
   base.offload_activations = true;
-  const partition::CostModel a100_cost(a100, wide.precision);
+  const partition::CostModel a100_cost(w.cluster, w.net.precision);
   // Its memory bound holds a pass's own stash, not those in a copy (up to two more), which
   // are large here: 1 GB a micro-batch against 40 GiB.
-  const Agreement a = compare(a100, wide, 32, sp, base, a100_cost, 0.06);
+  const Agreement a = compare(w.cluster, w.net, 32, w.space, base, a100_cost, 0.06);
   EXPECT_GT(a.compared, 30);
   std::printf("stashes offloaded under sequence parallelism and WSP, %d layouts: iteration time off by at most %.2g\n", a.compared,
               a.time_error.empty() ? 0.0 : a.time_error.back());

@@ -26,6 +26,20 @@ std::string losses(const std::string& out) {
   return lines;
 }
 
+// A small GPT run on the CPU back end with `layout` and then with `offload` too, three steps
+// each: the two runs' report of the second.
+hetflow::test_support::RunResult run_as_without(const std::string& layout, const std::string& offload) {
+  const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 " +
+                          layout + " --steps 3";
+  const auto plain = run_hetflow(run);
+  EXPECT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(losses(plain.out), "") << plain.out;
+  const auto offloaded = run_hetflow(run + " " + offload);
+  EXPECT_EQ(offloaded.status, 0) << offloaded.err;
+  EXPECT_EQ(losses(offloaded.out), losses(plain.out)) << offload;
+  return offloaded;
+}
+
 }  // namespace
 
 TEST(OffloadCli, GptXlFitsTheV100sWithItsOptimizerOnTheHost) {
@@ -43,28 +57,12 @@ TEST(OffloadCli, GptXlFitsTheV100sWithItsOptimizerOnTheHost) {
   EXPECT_NE(text.out.find("  host of v100-0: "), std::string::npos) << text.out;
 }
 
-TEST(OffloadCli, TheCpuBackEndTrainsAnOffloadedPlanAsWithout) {
-  const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
-                          "--data 2 --steps 3";
-  const auto plain = run_hetflow(run);
-  ASSERT_EQ(plain.status, 0) << plain.err;
-  ASSERT_NE(losses(plain.out), "") << plain.out;
-  const auto offloaded = run_hetflow(run + " --offload-optimizer");
-  ASSERT_EQ(offloaded.status, 0) << offloaded.err;
-  EXPECT_EQ(losses(offloaded.out), losses(plain.out));
-}
+TEST(OffloadCli, TheCpuBackEndTrainsAnOffloadedPlanAsWithout) { run_as_without("--data 2", "--offload-optimizer"); }
 
 // Offloaded stashes really leave the chunk's arrays on the CPU back end and come back before
 // their backward: a pipeline of two stages trains as without, loss for loss.
 TEST(OffloadCli, TheCpuBackEndTrainsAPlanWithOffloadedStashesAsWithout) {
-  const std::string run = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --precision fp32 "
-                          "--pipeline 2 --microbatches 4 --steps 3";
-  const auto plain = run_hetflow(run);
-  ASSERT_EQ(plain.status, 0) << plain.err;
-  ASSERT_NE(losses(plain.out), "") << plain.out;
-  const auto offloaded = run_hetflow(run + " --offload-activations");
-  ASSERT_EQ(offloaded.status, 0) << offloaded.err;
-  EXPECT_EQ(losses(offloaded.out), losses(plain.out));
+  const auto offloaded = run_as_without("--pipeline 2 --microbatches 4", "--offload-activations");
   EXPECT_NE(offloaded.out.find("stashes offloaded"), std::string::npos) << offloaded.out;
 }
 
