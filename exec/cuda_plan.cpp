@@ -297,6 +297,11 @@ void require_cuda_layout(const Plan& plan) {
                     "cuda back end does not run yet: run it on the cpu back end, or plan it without "
                     "--offload-activations");
   }
+  if (const int c = plan.layout.size(partition::Axis::context); c > 1) {
+    throw PlanError("the plan splits each sequence over context groups of " + std::to_string(c) +
+                    " workers (layout.axes: context " + std::to_string(c) +
+                    "), which the cuda back end does not run yet: simulate it, or plan it without --context-parallel");
+  }
 }
 
 void require_real_collectives(const Plan& plan, const std::function<size_t(int)>& tensor_bytes) {

@@ -156,6 +156,11 @@ void Training::read_layout() {
     throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
+  if (const int c = plan.layout.size(partition::Axis::context); c > 1) {
+    throw PlanError("the plan splits each sequence over context groups of " + std::to_string(c) +
+                    " workers (layout.axes: context " + std::to_string(c) +
+                    "), whose attention real math does not split yet: simulate it, or run it with --compute proxy");
+  }
   shape_ = decoder_shape(*plan.network.architecture);
   for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;

@@ -9,6 +9,7 @@ std::string_view to_string(Axis a) {
     case Axis::data: return "data";
     case Axis::pipeline: return "pipeline";
     case Axis::tensor: return "tensor";
+    case Axis::context: return "context";
   }
   return "data";
 }
@@ -53,8 +54,8 @@ std::vector<LayoutAxis> parse_axis_order(std::string_view text) {
     if (comma == std::string_view::npos) break;
     begin = comma + 1;
   }
-  if (axes.size() != kAxisCount) {
-    throw std::invalid_argument("expected every axis (" + known_axes() + ") once, found '" + std::string(text) + "'");
+  if (axes.size() + (seen[static_cast<size_t>(Axis::context)] ? 0 : 1) != kAxisCount) {
+    throw std::invalid_argument("expected every axis (" + known_axes() + ") once (context may be left out), found '" + std::string(text) + "'");
   }
   return axes;
 }

@@ -10,6 +10,7 @@ std::span<const AxisRules> axis_table() {
       data_axis(),
       pipeline_axis(),
       tensor_axis(),
+      context_axis(),
   };
   return table;
 }

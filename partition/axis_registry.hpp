@@ -1,10 +1,10 @@
 #pragma once
 // What each parallel axis adds to a plan: one file per axis (axis_data.cpp,
-// axis_pipeline.cpp, axis_tensor.cpp) and one line per axis in axis_registry.cpp's table,
+// axis_pipeline.cpp, axis_tensor.cpp, axis_context.cpp) and one line per axis in axis_registry.cpp's table,
 // as schedules are registered. The plan builder walks the table by scope (the collectives
 // inside each pass, then the transfers between ranks, then the synchronisation between
 // workers) and the layout estimate takes the in-pass collectives from it too: neither names
-// an axis. A new axis (context, expert) is its enumerator in axis.hpp, its file and its line.
+// an axis. A new axis (expert) is its enumerator in axis.hpp, its file and its line.
 #include <span>
 #include <string_view>
 #include <vector>
@@ -25,14 +25,18 @@ enum class AxisScope {
   in_rank,         // inside a pipeline rank's device group: collectives inside each pass's compute
   across_ranks,    // between a worker's pipeline ranks: transfers between passes
   across_workers,  // between virtual workers: synchronisation once the passes are done
+  // Between the virtual workers of a context group, one group per device position (rank and
+  // tensor rank): collectives inside each pass's compute, as in_rank's.
+  in_context_group,
 };
 
 struct AxisRules {
   Axis axis = Axis::data;
   CommRole role = CommRole::data;  // the role of the communicators its groups form
   AxisScope scope = AxisScope::across_workers;
-  // In-rank axes: the collectives one pass performs on its group, in order, each at its
-  // point of the pass's work (the plan's in-task collectives; the estimate times them too).
+  // In-pass axes (in_rank, in_context_group): the collectives one pass performs on its
+  // group, in order, each at its point of the pass's work (the plan's in-task collectives;
+  // the estimate times them too).
   std::vector<PassCall> (*pass_calls)(const model::Network& net, const PassShape& pass) = nullptr;
   // The purpose a pass call of `kind` serves on this axis.
   Purpose (*call_purpose)(CollectiveKind kind) = nullptr;
@@ -52,5 +56,6 @@ const AxisRules& axis_rules(Axis a);
 AxisRules data_axis();
 AxisRules pipeline_axis();
 AxisRules tensor_axis();
+AxisRules context_axis();
 
 }  // namespace hetflow::partition

@@ -213,7 +213,7 @@ template <class Part>
 void CostModel::for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor,
                                   Part part) const {
   const OpShape shape{layout.micro_batch_size, tensor, layout.sequence_parallel,
-                      model::element_bytes(layout.precision)};
+                      model::element_bytes(layout.precision), layout.size(Axis::context)};
   const OpPass pass = what == kBackwardData ? OpPass::backward_data
                       : what == kBackwardWeight ? OpPass::backward_weight
                                                 : OpPass::forward;
@@ -237,7 +237,8 @@ double CostModel::layer_ops_time_s(const model::Network& network, const Layout& 
   const int kernels = k.flash_attention + 2 * k.fused_softmax + 4 * k.fused_bias_gelu + 8 * k.fused_bias_dropout_add;
   // A decoder's layers of one kind are alike; a CNN's differ layer by layer.
   const int which = l.cnn_ops.empty() ? -1 : layer;
-  const auto key = std::make_tuple(&gpu, l.kind, which, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels);
+  const auto key = std::make_tuple(&gpu, l.kind, which, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels,
+                                   layout.size(Axis::context));
   {
     const std::lock_guard<std::mutex> lock(op_cache_.mutex);
     if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;

@@ -183,11 +183,11 @@ class CostModel {
   std::vector<int> device_terms_;  // per device: index into terms_
   // Operation times of one layer kind's passes, per GPU type and tensor-parallel degree:
   // (GPU, layer kind, the layer for a CNN's or -1, what, micro-batch, tensor, sequence
-  // parallel, kernel options as bits) -> seconds. A decoder's layers of one kind have one
+  // parallel, kernel options as bits, context) -> seconds. A decoder's layers of one kind have one
   // architecture, so a plan needs a handful of entries however large; a CNN's one per layer.
   struct OpCache {
     std::mutex mutex;
-    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, int, bool, int>, double> seconds;
+    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, int, bool, int, int>, double> seconds;
     OpCache() = default;
     OpCache(const OpCache&) {}  // a copy starts empty: its entries are recomputed on demand
     OpCache& operator=(const OpCache&) { return *this; }

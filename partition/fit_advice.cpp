@@ -57,10 +57,11 @@ std::vector<int> tensor_degrees(const model::Cluster& cluster, const model::Netw
   return out;
 }
 
-// Bytes all layers stash per micro-batch under a recomputation mode and tensor degree.
-double stash_bytes(const model::Network& network, Layout layout, Recompute recompute, int tensor) {
+// Bytes all layers stash per micro-batch under a recomputation mode, tensor and context degree.
+double stash_bytes(const model::Network& network, Layout layout, Recompute recompute, int tensor, int context) {
   layout.recompute = recompute;
   layout.set_size(Axis::tensor, tensor);
+  layout.set_size(Axis::context, context);
   double total = 0;
   for (const model::Layer& l : network.layers) total += stashed_bytes_per_microbatch(l, network, layout);
   return total;
@@ -69,7 +70,7 @@ double stash_bytes(const model::Network& network, Layout layout, Recompute recom
 struct Candidate {
   int changed;  // members changed: fewer first
   int split;    // p x t: less splitting first
-  int pipeline, tensor;
+  int pipeline, tensor, context;
   Recompute recompute;
   int zero;     // ZeRO stage: less sharding first
   bool reshard; // stage 3: parameters freed after each pass
@@ -93,7 +94,12 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     for (int p = p0 * 2; p * t0 <= devices && p <= static_cast<int>(network.layers.size()); p *= 2) pipelines.push_back(p);
     tensors = tensor_degrees(cluster, network, t0);
   }
-  const double stash0 = stash_bytes(network, failed.layout, options.recompute, t0);
+  // Context parallelism, where the policy lays it and the sequence splits in 2c chunks.
+  const int c0 = std::max(1, options.context);
+  std::vector<int> contexts{c0};
+  const int seq = network.architecture ? network.architecture->seq : 0;
+  for (int c = c0 * 2; stage_options && seq > 0 && c * t0 * p0 <= devices && seq % (2 * c) == 0; c *= 2) contexts.push_back(c);
+  const double stash0 = stash_bytes(network, failed.layout, options.recompute, t0, c0);
   // ZeRO's stages where the data axis can shard: all-reduce over two or more replicas.
   const int z0 = options.zero_stage;
   const bool shardable = failed.layout.sync.kind == SyncKind::allreduce && failed.layout.workers.size() > 1;
@@ -107,41 +113,45 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
   std::vector<Candidate> candidates;
   for (const int p : pipelines) {
     for (const int t : tensors) {
-      if (p * t > devices) continue;
-      for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-        // The stage and, at stage 3, whether parameters are freed after each pass (two layers
-        // whole) or kept gathered (every chunk whole): the current one or more sharding.
-        const bool r0 = options.reshard_after_forward, o0 = options.offload_optimizer, a0 = options.offload_activations;
-        for (const auto& [z, reshard] : {std::pair{0, true}, {1, true}, {2, true}, {3, false}, {3, true}}) {
-          for (const auto& [offload, acts] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
-            if (z < z0 || (z != z0 && !shardable) || (z == z0 && r0 && !reshard)) continue;
-            // (The state to the host: under all-reduce. Stashes: under any.)
-            if (r < options.recompute || (o0 && !offload) || (offload && !o0 && !offloadable) || (a0 && !acts)) continue;
-            if (acts && !a0 && p == p0 && in_flight0 <= 1) continue;
-            const int changed = (p != p0) + (t != t0) + (r != options.recompute) + (z != z0) + (reshard != r0) +
-                                (offload != o0) + (acts != a0);
-            if (changed == 0) continue;
-            // The failed plan's terms, scaled: state by the split and the sharding,
-            // activations and buffers by what is stashed and the tensor degree.
-            Layout sharded = failed.layout;
-            sharded.sync.zero = {z, reshard};
-            const Sharded by = sharded_by(sharded);
-            const double state_scale = static_cast<double>(p0 * t0) / (p * t);
-            const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t) / stash0 : 1;
-            bool near = true;
-            for (const DeviceMemory& m : failed.memory) {
-              // Offloaded stashes: three on the device (memory.hpp's closed form) of those in flight.
-              const double held = acts && !a0 && m.peak_in_flight > 3 ? 3.0 / m.peak_in_flight : 1.0;
-              const double predicted = (m.weights_bytes * by0.weights / by.weights +
-                                        m.gradients_bytes * by0.gradients / by.gradients +
-                                        (offload ? 0 : m.optimizer_bytes * by0.optimizer / by.optimizer)) * state_scale +
-                                       m.activations_bytes * stash_scale * held + m.buffers_bytes * t0 / t +
-                                       m.workspace_bytes;
-              // Whole copies kept gathered come back only where the failed plan had them.
-              const double gathered = reshard && !r0 ? 0 : m.gathered_bytes * state_scale;
-              if (m.capacity_bytes > 0 && predicted + gathered > kScreenSlack * m.capacity_bytes) near = false;
+      for (const int cp : contexts) {
+        if (p * t * cp > devices) continue;
+        for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+          // The stage and, at stage 3, whether parameters are freed after each pass (two layers
+          // whole) or kept gathered (every chunk whole): the current one or more sharding.
+          const bool r0 = options.reshard_after_forward, o0 = options.offload_optimizer, a0 = options.offload_activations;
+          for (const auto& [z, reshard] : {std::pair{0, true}, {1, true}, {2, true}, {3, false}, {3, true}}) {
+            for (const auto& [offload, acts] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+              if (z < z0 || (z != z0 && !shardable) || (z == z0 && r0 && !reshard)) continue;
+              // (The state to the host: under all-reduce. Stashes: under any.)
+              if (r < options.recompute || (o0 && !offload) || (offload && !o0 && !offloadable) || (a0 && !acts)) continue;
+              if (acts && !a0 && p == p0 && in_flight0 <= 1) continue;
+              const int changed = (p != p0) + (t != t0) + (cp != c0) + (r != options.recompute) + (z != z0) +
+                                  (reshard != r0) + (offload != o0) + (acts != a0);
+              if (changed == 0) continue;
+              // The failed plan's terms, scaled: state by the split and the sharding,
+              // activations and buffers by what is stashed and the tensor and context degrees.
+              // (More context on as many devices leaves the replicas ZeRO shards over, D x C, as
+              // they were.)
+              Layout sharded = failed.layout;
+              sharded.sync.zero = {z, reshard};
+              const Sharded by = sharded_by(sharded);
+              const double state_scale = static_cast<double>(p0 * t0) / (p * t);
+              const double stash_scale = stash0 > 0 ? stash_bytes(network, failed.layout, r, t, cp) / stash0 : 1;
+              bool near = true;
+              for (const DeviceMemory& m : failed.memory) {
+                // Offloaded stashes: three on the device (memory.hpp's closed form) of those in flight.
+                const double held = acts && !a0 && m.peak_in_flight > 3 ? 3.0 / m.peak_in_flight : 1.0;
+                const double predicted = (m.weights_bytes * by0.weights / by.weights +
+                                          m.gradients_bytes * by0.gradients / by.gradients +
+                                          (offload ? 0 : m.optimizer_bytes * by0.optimizer / by.optimizer)) * state_scale +
+                                         m.activations_bytes * stash_scale * held + m.buffers_bytes * t0 * c0 / (t * cp) +
+                                         m.workspace_bytes;
+                // Whole copies kept gathered come back only where the failed plan had them.
+                const double gathered = reshard && !r0 ? 0 : m.gathered_bytes * state_scale;
+                if (m.capacity_bytes > 0 && predicted + gathered > kScreenSlack * m.capacity_bytes) near = false;
+              }
+              if (near) candidates.push_back({changed, p * t * cp, p, t, cp, r, z, reshard, offload, acts});
             }
-            if (near) candidates.push_back({changed, p * t, p, t, r, z, reshard, offload, acts});
           }
         }
       }
@@ -160,6 +170,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options = options;
     a.options.pipeline = c.pipeline;
     a.options.tensor = c.tensor;
+    a.options.context = c.context;
     a.options.recompute = c.recompute;
     a.options.zero_stage = c.zero;
     a.options.reshard_after_forward = c.reshard;
@@ -167,6 +178,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options.offload_activations = c.activations;
     if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
     if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
+    if (c.context != c0) a.changes.emplace_back("context", std::to_string(c.context));
     if (c.recompute != options.recompute) a.changes.emplace_back("recompute", std::string(to_string(c.recompute)));
     if (c.zero != z0) a.changes.emplace_back("zero_stage", std::to_string(c.zero));
     if (c.reshard != options.reshard_after_forward) {

@@ -18,7 +18,7 @@ struct Dims {
 Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   Dims x{};
   x.b = shape.micro_batch;
-  x.s = c.seq;
+  x.s = c.seq / static_cast<double>(shape.context);  // the device's queries
   x.T = x.b * x.s;
   x.h = c.hidden;
   x.a = c.heads;
@@ -33,7 +33,7 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   x.mask = c.dropout ? 1 : 0;
   x.gated = c.gated_mlp;
   x.biases = c.biases;
-  x.keys = c.sliding_window > 0 && c.sliding_window < c.seq ? c.sliding_window : x.s;
+  x.keys = c.sliding_window > 0 && c.sliding_window < c.seq ? c.sliding_window : c.seq;
   x.qkv_bias = c.biases || c.attention_bias != model::TransformerConfig::AttentionBias::none;
   x.out_bias = c.biases || c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;
   x.rope = !c.learned_positions;

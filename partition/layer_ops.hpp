@@ -62,6 +62,10 @@ struct OpShape {
   int tensor = 1;               // the stage's tensor-parallel degree
   bool sequence_parallel = false;
   double element_bytes = 2;     // the plan's precision
+  // Context parallelism: the device computes 1/context of each sequence's tokens (its
+  // queries), whose attention meets every key of the sequence (gathered), so every
+  // operation moves and computes 1/context of the whole, the scores included.
+  int context = 1;
 };
 
 // The operations of `pass` of layer `layer`, or an empty list when the network is neither a

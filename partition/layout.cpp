@@ -54,6 +54,11 @@ void Layout::set_size(Axis a, int n) {
       return;
     }
   }
+  if (a == Axis::context) {
+    auto tensor = std::find_if(axes.begin(), axes.end(), [](const LayoutAxis& x) { return x.axis == Axis::tensor; });
+    axes.insert(tensor == axes.end() ? axes.end() : tensor + 1, {a, n});
+    return;
+  }
   axes.push_back({a, n});
 }
 
@@ -63,9 +68,10 @@ std::vector<LayoutAxis> Layout::fitted_axes() const {
   std::vector<LayoutAxis> fitted = axes;
   for (LayoutAxis& x : fitted) {
     switch (x.axis) {
-      case Axis::data: x.size = std::max(1, static_cast<int>(workers.size())); break;
+      case Axis::data: x.size = std::max(1, static_cast<int>(workers.size()) / std::max(1, size(Axis::context))); break;
       case Axis::pipeline: x.size = static_cast<int>(depth); break;
       case Axis::tensor: x.size = largest_tensor(); break;
+      case Axis::context: break;  // as given: the workers alone do not say how they group
     }
   }
   return fitted;
@@ -88,21 +94,23 @@ void check_axes(const Layout& layout) {
   const std::vector<LayoutAxis> fitted = layout.fitted_axes();
   for (size_t i = 0; i < fitted.size(); ++i) {
     if (layout.axes[i].size == fitted[i].size) continue;
-    static constexpr const char* kWhat[] = {"the virtual workers", "the most ranks a worker has", "the most devices a rank has"};
+    const char* what[] = {layout.size(Axis::context) > 1 ? "the virtual workers over the context size" : "the virtual workers",
+                           "the most ranks a worker has", "the most devices a rank has", "as given"};
     throw InputError("<layout>", 0, "axes[" + std::to_string(i) + "].size",
                      "expected " + std::to_string(fitted[i].size) + " (" + std::string(to_string(fitted[i].axis)) + ": " +
-                         kWhat[static_cast<size_t>(fitted[i].axis)] + "), found " + std::to_string(layout.axes[i].size));
+                         what[static_cast<size_t>(fitted[i].axis)] + "), found " + std::to_string(layout.axes[i].size));
   }
 }
 
 int Layout::samples_per_iteration() const {
   int total = 0;
   for (const VirtualWorker& w : workers) total += w.microbatches * micro_batch_size;
-  return total;
+  return total / std::max(1, size(Axis::context));
 }
 
 std::vector<AxisCoords> Layout::device_coords(int devices) const {
   std::vector<AxisCoords> coords(static_cast<size_t>(std::max(devices, 0)));
+  const size_t context = static_cast<size_t>(std::max(1, size(Axis::context)));
   for (size_t w = 0; w < workers.size(); ++w) {
     for (size_t r = 0; r < workers[w].ranks.size(); ++r) {
       const std::vector<int>& rank = workers[w].ranks[r];
@@ -110,9 +118,10 @@ std::vector<AxisCoords> Layout::device_coords(int devices) const {
         const int d = rank[j];
         if (d < 0 || d >= devices || coords[static_cast<size_t>(d)][Axis::data] >= 0) continue;
         AxisCoords& c = coords[static_cast<size_t>(d)];
-        c[Axis::data] = static_cast<int>(w);
+        c[Axis::data] = static_cast<int>(w / context);
         c[Axis::pipeline] = static_cast<int>(r);
         c[Axis::tensor] = static_cast<int>(j);
+        c[Axis::context] = static_cast<int>(w % context);
       }
     }
   }

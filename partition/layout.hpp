@@ -3,6 +3,7 @@
 // ranks (tensor-parallel device groups) that run model chunks (contiguous layer ranges);
 // data parallelism across virtual workers, which may differ in size, GPU mix and split of
 // layers; micro-batching, schedule, recomputation and synchronisation. Pure data.
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,9 +120,18 @@ struct Layout {
   std::string schedule = "1f1b";
   // The parallel axes by name, in placement order (innermost first: the policies deal
   // devices so that consecutive ones differ first on axes[0]), each with its size: data the
-  // virtual workers, pipeline the most ranks a worker has, tensor the most devices a rank
-  // has (the degree the built-in policies give every rank; each rank's own degree is its
-  // device count, ranks[r].size()). `workers` is the truth; plans check the sizes against it.
+  // virtual workers (over the context size), pipeline the most ranks a worker has, tensor
+  // the most devices a rank has (the degree the built-in policies give every rank; each
+  // rank's own degree is its device count, ranks[r].size()), context C as given. `workers`
+  // is the truth; plans check the sizes against it.
+  //
+  // Context parallelism (C > 1, Megatron's --context-parallel-size): consecutive virtual
+  // workers w = d C + c (c < C) form one context group, one data-parallel replica d. They run
+  // the same schedule on the same samples, each 1/C of every sequence's tokens (2C chunks,
+  // chunks c and 2C - 1 - c on worker c, which balances causal attention), and all-gather
+  // each layer's keys and values inside its passes (axis_context.cpp); their gradients are
+  // summed, and ZeRO shards, over all D x C workers, as Megatron's data-parallel group with
+  // context parallelism does.
   std::vector<LayoutAxis> axes = default_axes();
   int virtual_stages = 1;  // v: chunks per rank (interleaved schedules)
   int micro_batch_size = 1;  // samples per micro-batch
@@ -147,16 +157,24 @@ struct Layout {
 
   // An axis's size; 1 for one the layout does not list.
   int size(Axis a) const;
-  // Sets an axis's size, listing it outermost where the layout did not.
+  // Sets an axis's size, listing it outermost where the layout did not (context: just
+  // outside tensor, Megatron's order tp-cp-dp-pp).
   void set_size(Axis a, int n);
   // Sets every axis's size from `workers` (what a layout made from its devices, a layout file
-  // or a plan without sizes, has); the order stays.
+  // or a plan without sizes, has), context's kept; the order stays.
   void fit_axes();
   // Sets the data and pipeline axes' sizes from `workers` and keeps the tensor degree as
   // given, which check_axes then holds to the ranks (a policy's layout, a plan file's).
   void fit_outer_axes();
   // The sizes `workers` give each axis (fit_axes's), in `axes`'s order.
   std::vector<LayoutAxis> fitted_axes() const;
+  // The workers a plan holds tasks for: every one, or folded, the first context group
+  // (worker 0 alone without context parallelism), standing for the rest.
+  size_t task_workers() const { return folded ? static_cast<size_t>(std::max(1, size(Axis::context))) : workers.size(); }
+  // The workers that hold every parameter and sum their gradients: data x context, what
+  // ZeRO shards over.
+  int replicas() const { return size(Axis::data) * size(Axis::context); }
+  // Samples one iteration trains: every worker's micro-batches, once per context group.
   int samples_per_iteration() const;
   // Each of `devices` devices' coordinates (a device the layout lists twice keeps its first).
   std::vector<AxisCoords> device_coords(int devices) const;

@@ -1,8 +1,8 @@
 // How estimate_layout follows the builder (partition/plan_builder_*.cpp), and where it does not:
 //  - An operation (F, B or W of one chunk and micro-batch) takes its rank's slowest device's
-//    compute plus the tensor-parallel collectives around it, back to back: the input
-//    all-gather of a boundary that came in 1/t slices, the sequence-parallel all-gather, and
-//    the all-reduce or reduce-scatter of the partial sums. In the plan each device's compute
+//    compute plus its in-pass collectives, back to back: the input all-gather of a boundary
+//    that came in 1/t slices, sequence parallelism's, the partial sums' all-reduce or
+//    reduce-scatter, a context group's keys and values. In the plan each device's compute
 //    starts when its own inputs are there; here the rank moves as one.
 //  - A boundary transfer leaves when its operation ends and queues behind the earlier ones on
 //    its channel (one per rank pair and direction, as the plan's channel streams); tensor
@@ -179,7 +179,7 @@ class Estimator {
     const int t = static_cast<int>(rank.size());
     std::vector<Stage> held;
     std::vector<double> stash_bytes;
-    double largest_layer_bytes = 0;
+    double scratch = 0;  // a backward's workspace: full recomputation's layer, a context group's keys and values
     std::vector<double> rank_params(static_cast<size_t>(t), 0.0);  // each tensor rank's shard
     std::vector<double> stepped(static_cast<size_t>(t), 0.0);      // ... of which its optimizer steps (ZeRO: its own)
     for (int c = 0; c < v; ++c) {
@@ -187,14 +187,14 @@ class Estimator {
       const WorkMemo::Entry& e = memo_.of(s, t);
       held.push_back(s);
       stash_bytes.push_back(e.work.stash_bytes);
-      largest_layer_bytes = std::max(largest_layer_bytes, e.work.largest_layer_bytes);
+      scratch = std::max(scratch, (layout_.recompute == Recompute::full ? e.work.largest_layer_bytes : 0) +
+                                      2 * e.work.context_bytes);
       for (int j = 0; j < t; ++j) {
         rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
         stepped[static_cast<size_t>(j)] += zero_.optimizer_params(e.params[static_cast<size_t>(j)], static_cast<int>(w));
       }
     }
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
-    const double scratch = layout_.recompute == Recompute::full ? largest_layer_bytes : 0;
     const bool offloaded = layout_.offload.activations;
     const RankStashes stashes = rank_stashes((*workers_[w].programs)[static_cast<size_t>(r)], stash_bytes, scratch,
                                              schedule_.splits_backward, offloaded);

@@ -156,9 +156,11 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
         comm.collective(w, k, before, 0,
                         ring_of(CollectiveKind::all_gather, devices, backward ? wk.output_bytes : wk.input_bytes));
       }
-      // The calls inside the pass (tp_calls.hpp), one collective per kind and size as the
-      // plan has them, timed after its compute as the plan's estimate times them.
-      if (!tp) continue;
+      // The calls inside the pass (tp_calls.hpp, axis_context.cpp), one collective per kind
+      // and size as the plan has them, timed after its compute as the plan's estimate times
+      // them.
+      const int context = layout.size(Axis::context);
+      if (!tp && context <= 1) continue;
       PassShape pass;
       pass.layer_begin = vw.stages[k].layer_begin;
       pass.layer_end = vw.stages[k].layer_end;
@@ -167,13 +169,23 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.sequence_parallel = layout.sequence_parallel;
       pass.split_backward = splits_backward;
       pass.recompute = layout.recompute;
+      pass.context = context;
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
+      // A context group's devices at this chunk's first tensor rank (its other ranks' groups
+      // are alike).
+      std::vector<int> peers;
+      const size_t first = static_cast<size_t>(w) - static_cast<size_t>(w) % static_cast<size_t>(context);
+      for (size_t m = first; context > 1 && m < first + static_cast<size_t>(context) && m < layout.workers.size(); ++m) {
+        peers.push_back(layout.workers[m].ranks[static_cast<size_t>(vw.stages[k].rank)].front());
+      }
       int order = 0;
-      for (const AxisRules& axis : axis_table()) {  // the in-rank axes' (axis_registry.hpp)
-        if (axis.scope != AxisScope::in_rank || axis.pass_calls == nullptr) continue;
+      for (const AxisRules& axis : axis_table()) {  // the in-pass axes' (axis_registry.hpp)
+        if (axis.pass_calls == nullptr) continue;
+        const bool in_rank = axis.scope == AxisScope::in_rank && tp;
+        if (!in_rank && !(axis.scope == AxisScope::in_context_group && peers.size() > 1)) continue;
         for (const PassCallGroup& g : group_calls(axis.pass_calls(network, pass))) {
           const auto n = static_cast<int>(g.points.size());
-          comm.collective(w, k, after, order++, ring_of(g.kind, devices, g.elems * bytes_per_elem * n, n));
+          comm.collective(w, k, after, order++, ring_of(g.kind, in_rank ? devices : peers, g.elems * bytes_per_elem * n, n));
         }
       }
     }

@@ -61,7 +61,7 @@ InputWaitSpan input_wait_span(double load_start_s, double load_end_s, double bef
 
 LoadShares load_shares(const Plan& plan) {
   LoadShares s;
-  if (!plan.layout.folded || plan.layout.workers.size() < 2) return s;
+  if (!plan.layout.folded || plan.layout.workers.size() <= plan.layout.task_workers()) return s;
   const std::vector<model::Device> devices = plan.cluster.devices();
   std::vector<double> all(plan.cluster.nodes.size(), 0), built(plan.cluster.nodes.size(), 0);
   double all_total = 0, built_total = 0;
@@ -71,7 +71,7 @@ LoadShares load_shares(const Plan& plan) {
     const int first = vw.ranks[static_cast<size_t>(vw.stages.front().rank)].front();
     const auto node = static_cast<size_t>(devices[static_cast<size_t>(first)].node);
     all[node] += 1, all_total += 1;
-    if (w == 0) built[node] += 1, built_total += 1;
+    if (w < plan.layout.task_workers()) built[node] += 1, built_total += 1;
   }
   s.per_node.assign(all.size(), 1);
   for (size_t n = 0; n < all.size(); ++n) {

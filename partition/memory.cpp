@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "partition/shard.hpp"
+#include "partition/tp_calls.hpp"
 
 namespace hetflow::partition {
 
@@ -16,7 +17,7 @@ double params_per_device(const model::Network& network, int begin, int end, int 
 }
 
 Sharded sharded_by(const Layout& layout) {
-  const auto d = static_cast<double>(std::max(1, layout.size(Axis::data)));
+  const auto d = static_cast<double>(std::max(1, layout.replicas()));
   const int stage = layout.sync.kind == SyncKind::allreduce ? layout.sync.zero.stage : 0;
   return {stage >= 3 ? d : 1, stage >= 2 ? d : 1, stage >= 1 ? d : 1};
 }
@@ -27,7 +28,7 @@ double offload_host_bytes_per_param(const Layout& layout) {
 }
 
 double gathered_bytes(const Layout& layout, const std::vector<double>& chunk_params, double largest_layer_params) {
-  const int stage = layout.sync.kind == SyncKind::allreduce && layout.size(Axis::data) > 1 ? layout.sync.zero.stage : 0;
+  const int stage = layout.sync.kind == SyncKind::allreduce && layout.replicas() > 1 ? layout.sync.zero.stage : 0;
   if (stage < 2 || chunk_params.empty()) return 0;
   const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
   const double largest = *std::max_element(chunk_params.begin(), chunk_params.end());
@@ -68,7 +69,7 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
       bytes = replicated + (kept - replicated) / t;
     }
   }
-  return bytes * layout.micro_batch_size;
+  return bytes * layout.micro_batch_size / layout.size(Axis::context);  // a device keeps its tokens' alone
 }
 
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
@@ -97,7 +98,8 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
       largest_layer_params = std::max(largest_layer_params, layer_part_params(network, i, chunks[c].layer_begin, part));
       chunk_bytes += stashed_bytes_per_microbatch(l, network, layout, tensor);
       const double t = l.tp_splittable ? tensor : 1;
-      largest_layer_full_bytes = std::max(largest_layer_full_bytes, layer_activation_bytes(l, layout) / t * layout.micro_batch_size);
+      largest_layer_full_bytes = std::max(largest_layer_full_bytes, layer_activation_bytes(l, layout) / t *
+                                                                        layout.micro_batch_size / layout.size(Axis::context));
     }
     const int held = c < in_flight.size() ? in_flight[c] : 0;
     if (layout.offload.activations) {
@@ -114,6 +116,15 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   }
   // Full recomputation rebuilds one layer's activations at a time during backward.
   if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
+  // Context parallelism: a backward's gathered keys and values of one layer and their gradients.
+  bool attends = false;
+  for (const Stage& c : chunks) {
+    for (int i = c.layer_begin; i < c.layer_end; ++i) attends = attends || network.layers[static_cast<size_t>(i)].attention_core_flops > 0;
+  }
+  if (layout.size(Axis::context) > 1 && network.architecture && attends) {
+    m.activations_bytes += 2 * context_kv_elems(*network.architecture, tensor) * layout.micro_batch_size *
+                           model::element_bytes(layout.precision);
+  }
   const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
   const Sharded by = sharded_by(layout);
   m.weights_bytes = params * e / by.weights;
@@ -205,12 +216,13 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
     }
   }
   for (size_t d = 0; d < devices; ++d) memory[d].host_bytes += live[d].host_peak;
-  // A folded plan holds worker 0's tasks and tensors: each replica's device holds what its
-  // counterpart in worker 0 holds.
+  // A folded plan holds the tasks and tensors of its first workers (Layout::task_workers):
+  // each replica's device holds what its counterpart there holds (the worker at its place in
+  // the context group).
   if (plan.layout.folded && !plan.layout.workers.empty()) {
-    const VirtualWorker& first = plan.layout.workers.front();
-    for (size_t w = 1; w < plan.layout.workers.size(); ++w) {
-      const VirtualWorker& vw = plan.layout.workers[w];
+    const size_t held = std::min(plan.layout.task_workers(), plan.layout.workers.size());
+    for (size_t w = held; w < plan.layout.workers.size(); ++w) {
+      const VirtualWorker& vw = plan.layout.workers[w], &first = plan.layout.workers[w % held];
       for (size_t r = 0; r < vw.ranks.size() && r < first.ranks.size(); ++r) {
         for (size_t i = 0; i < vw.ranks[r].size() && i < first.ranks[r].size(); ++i) {
           const auto d = static_cast<size_t>(vw.ranks[r][i]), d0 = static_cast<size_t>(first.ranks[r][i]);

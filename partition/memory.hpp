@@ -22,7 +22,8 @@ double params_per_device(const model::Network& network, int begin, int end, int 
 // their sum, in layer order.
 double layer_params_per_device(const model::Network& network, int layer, int chunk_begin, int tensor);
 
-// What ZeRO divides each persistent term by: the data axis's size where the layout's stage
+// What ZeRO divides each persistent term by: the replicas' count (data x context,
+// Layout::replicas) where the layout's stage
 // shards it (Rajbhandari et al. 2020, section 5.1: (2 + 2 + K) Psi bytes of mixed-precision
 // Adam state become 2 Psi + 2 Psi + K Psi / Nd at stage 1, 2 Psi + (2 + K) Psi / Nd at stage 2,
 // (2 + 2 + K) Psi / Nd at stage 3), 1 where it does not.
@@ -48,7 +49,8 @@ double layer_activation_bytes(const model::Layer& layer, const Layout& layout);
 
 // Bytes one layer keeps per micro-batch for backward under the layout's recomputation,
 // sequence parallelism and a tensor-parallel degree of `tensor` (Korthikanti et al. 2022,
-// section 4); without `tensor`, the layout's.
+// section 4), of the device's 1/C of the tokens under context parallelism; without
+// `tensor`, the layout's.
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
                                     const Layout& layout, int tensor);
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,

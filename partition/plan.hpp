@@ -51,7 +51,8 @@ enum class TaskKind {
 enum class Purpose {
   compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull,
   gradient_norm,  // the optimizer's clipping norm, all-reduced over a virtual worker's devices
-  offload         // copies between a device and its host's memory (Layout::offload)
+  offload,        // copies between a device and its host's memory (Layout::offload)
+  context_parallel  // keys and values gathered over a context group, their gradients scattered back
 };
 
 enum class TensorKind {
@@ -79,7 +80,7 @@ enum class CommRole {
   embedding,      // a worker's first and last chunk: tied embedding gradients
   server,         // a device and the parameter server it pushes to and pulls from
   gradient_norm,  // a virtual worker's devices: the clipping norm
-  context,        // (reserved) ranks sharing a sequence
+  context,        // a context group's devices at one position: keys and values of the sequence
   expert,         // (reserved) ranks holding different experts
   unspecified,    // a plan imported from a trace that does not say
 };

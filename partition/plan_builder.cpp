@@ -12,6 +12,7 @@
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
 #include "partition/task_order.hpp"
+#include "partition/tp_calls.hpp"
 
 namespace hetflow::partition {
 
@@ -19,7 +20,8 @@ namespace builder {
 
 ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor) {
   ChunkWork w;
-  const double mbs = layout.micro_batch_size;
+  // Under context parallelism a device computes, stashes and sends its 1/C of the tokens.
+  const double mbs = layout.micro_batch_size / static_cast<double>(layout.size(Axis::context));
   const double e = model::element_bytes(layout.precision);
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const model::Layer& l = net.layers[static_cast<size_t>(i)];
@@ -45,6 +47,11 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
       }
       add(l.tp_backward_allreduce_elems, l.tp_backward_allreduces, w.tp_backward, w.tp_rerun_backward);
     }
+  }
+  if (layout.size(Axis::context) > 1 && net.architecture) {
+    bool attends = false;
+    for (int i = s.layer_begin; i < s.layer_end; ++i) attends = attends || net.layers[static_cast<size_t>(i)].attention_core_flops > 0;
+    if (attends) w.context_bytes = context_kv_elems(*net.architecture, tensor) * layout.micro_batch_size * e;
   }
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
@@ -99,9 +106,9 @@ void Builder::build() {
   shard_params_.resize(devices);
   gathers_.resize(devices);
   const double grad_bytes_per_param = layout_.gradient_element_bytes();
-  // Folded (Layout::folded): worker 0 alone gets tasks and tensors.
-  plan_.layout.folded = layout_.folded && layout_.workers.size() > 1;
-  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  // Folded (Layout::folded): worker 0 alone gets tasks and tensors, or its context group.
+  plan_.layout.folded = layout_.folded && layout_.workers.size() > static_cast<size_t>(layout_.size(Axis::context));
+  const size_t built = built_workers();
   for (size_t w = 0; w < layout_.workers.size(); ++w) {
     const VirtualWorker& vw = layout_.workers[w];
     programs_.push_back(w < built ? schedule_.build(static_cast<int>(vw.ranks.size()), vw.microbatches, layout_.virtual_stages)
@@ -230,7 +237,48 @@ void Builder::check_layout() const {
   }
   if (!layout_.uniform_tensor()) check_mixed_tensor();
   check_axes(layout_);
+  check_context();
   check_zero();
+}
+
+// Context parallelism (Layout::axes): groups of C consecutive workers that split a decoder's
+// sequences in 2C chunks (Megatron's requirement that 2C divide the sequence) and run alike,
+// pass for pass, since every pass meets its peers' inside it; their gradients are summed
+// with the data axis's all-reduce.
+void Builder::check_context() const {
+  const int c = layout_.size(Axis::context);
+  if (c < 1) throw InputError(kOptions, 0, "context", "expected at least 1, found " + std::to_string(c));
+  if (c == 1) return;
+  if (!net_.architecture) {
+    throw InputError(kOptions, 0, "context", "splits a decoder's sequences; network " + net_.name +
+                                                 " is not a decoder built from an architecture");
+  }
+  if (net_.architecture->seq % (2 * c) != 0) {
+    throw InputError(kOptions, 0, "context", "expected 2 x context (" + std::to_string(2 * c) +
+                                                 " load-balanced chunks) to divide the sequence of " +
+                                                 std::to_string(net_.architecture->seq) + " tokens, found context " +
+                                                 std::to_string(c));
+  }
+  if (layout_.sync.kind != SyncKind::allreduce) {
+    throw InputError(kOptions, 0, "context", "needs all-reduce synchronisation (a context group's workers sum their "
+                                             "gradients), found " + std::string(to_string(layout_.sync.kind)));
+  }
+  if (layout_.workers.size() % static_cast<size_t>(c) != 0) {
+    throw InputError("<layout>", 0, "workers", "expected a multiple of the context size " + std::to_string(c) +
+                                                   " (groups of consecutive workers), found " +
+                                                   std::to_string(layout_.workers.size()));
+  }
+  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+    const VirtualWorker& vw = layout_.workers[w], &first = layout_.workers[w - w % static_cast<size_t>(c)];
+    bool alike = vw.stages == first.stages && vw.microbatches == first.microbatches && vw.ranks.size() == first.ranks.size();
+    for (size_t r = 0; alike && r < vw.ranks.size(); ++r) alike = vw.ranks[r].size() == first.ranks[r].size();
+    if (!alike) {
+      throw InputError("<layout>", 0, "workers[" + std::to_string(w) + "]",
+                       "expected the chunks, micro-batches and rank sizes of worker " +
+                           std::to_string(w - w % static_cast<size_t>(c)) +
+                           ", the first of its context group: a group's workers run every pass together");
+    }
+  }
 }
 
 // Folding: every virtual worker a replica of worker 0 (the same ranks and chunks, micro-batches

@@ -101,12 +101,13 @@ void Builder::add_compute(int w) {
   }
 }
 
-// The calls of a pass inside its ranks' compute tasks, axis by in-rank axis
-// (axis_registry.hpp): one in-task collective per kind and size, in the order the pass
-// first performs it.
-void Builder::add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes) {
-  const int t = degree(w, stage);
-  if (t <= 1) return;
+// The calls of a pass inside its compute tasks, axis by in-pass axis (axis_registry.hpp): one
+// in-task collective per kind and size, in the order the pass first performs it. An in-rank
+// axis's group is the rank's devices (`computes`); a context group's is one per tensor rank
+// across the group's workers, made once its last worker has built the pass (workers are
+// built in order), so that its tasks are every member's.
+void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const std::vector<int>& computes) {
+  const int t = degree(w, stage), context = layout_.size(Axis::context);
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
   PassShape shape;
   shape.layer_begin = s.layer_begin;
@@ -116,15 +117,34 @@ void Builder::add_in_task_calls(int w, int stage, bool backward, const std::vect
   shape.sequence_parallel = layout_.sequence_parallel;
   shape.split_backward = schedule_.splits_backward;
   shape.recompute = layout_.recompute;
+  shape.context = context;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
+  const auto add = [&](const AxisRules& axis, const PassCallGroup& g, const std::string& name,
+                       const std::vector<int>& devices, const std::vector<int>& tasks) {
+    Collective& c = plan_.collectives[add_in_task(axis, g.kind, name, devices, 0, tasks)];
+    c.at = g.points;
+    c.messages = static_cast<int>(g.points.size());
+    c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
+  };
   for (const AxisRules& axis : axis_table()) {
-    if (axis.scope != AxisScope::in_rank || axis.pass_calls == nullptr) continue;
-    for (const PassCallGroup& g : group_calls(axis.pass_calls(net_, shape))) {
-      Collective& c = plan_.collectives[add_in_task(axis, g.kind, group_name(axis, w, stage),
-                                                    group_devices(axis, w, stage), 0, computes)];
-      c.at = g.points;
-      c.messages = static_cast<int>(g.points.size());
-      c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
+    if (axis.pass_calls == nullptr) continue;
+    if (axis.scope == AxisScope::in_rank && t > 1) {
+      for (const PassCallGroup& g : group_calls(axis.pass_calls(net_, shape))) {
+        add(axis, g, group_name(axis, w, stage), group_devices(axis, w, stage), computes);
+      }
+    } else if (axis.scope == AxisScope::in_context_group && context > 1 && w % context == context - 1) {
+      const int first = w - (context - 1);
+      const std::vector<PassCallGroup> groups = group_calls(axis.pass_calls(net_, shape));
+      for (int j = 0; j < t; ++j) {
+        std::vector<int> devices, tasks;
+        for (int c = first; c <= w; ++c) {
+          devices.push_back(device_of(c, stage, j));
+          tasks.push_back(op(c, stage, mb, backward ? OpKind::B : OpKind::F, j).task);
+        }
+        const std::string name = std::string(axis.group_prefix) + " d" + std::to_string(first / context) + " r" +
+                                 std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank) + " t" + std::to_string(j);
+        for (const PassCallGroup& g : groups) add(axis, g, name, devices, tasks);
+      }
     }
   }
 }
@@ -208,16 +228,20 @@ void Builder::add_forward(int w, int stage, int mb, bool offload) {
     if (compute_input[static_cast<size_t>(j)] >= 0) reads.push_back(compute_input[static_cast<size_t>(j)]);
     rec.stash = activation_tensor(TensorKind::stash, d, work.stash_bytes);
     std::vector<int> writes{rec.stash};
+    // Context parallelism: the keys and values each layer gathers, one layer at a time.
+    const int gathered = work.context_bytes > 0 ? activation_tensor(TensorKind::workspace, d, work.context_bytes) : -1;
+    if (gathered >= 0) writes.push_back(gathered);
     // The output is whole on every rank when the task ends (its last all-reduce is inside
     // it), or under sequence parallelism the rank's shard.
     if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
     read_params(params, rec.task);
+    set_free_after(gathered, rec.task);
     if (compute_input[static_cast<size_t>(j)] >= 0) set_free_after(compute_input[static_cast<size_t>(j)], rec.task);
     if (offload) offload_stash(d, w, stage, mb, rec);
   }
-  add_in_task_calls(w, stage, false, computes);
+  add_in_task_calls(w, stage, mb, false, computes);
 }
 
 void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
@@ -275,22 +299,27 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     std::vector<int> writes;
     // (Split, B still adds the norms' gradients: under ZeRO 2 and 3 to the whole buffer W adds to.)
     if (!split || zero_stage() >= 2) add_gradient_target(w, stage, mb, j, reads, writes);
-    int scratch = -1;
+    int scratch = -1, gathered = -1;
     if (layout_.recompute == Recompute::full) {  // the forward redone one layer at a time
       scratch = activation_tensor(TensorKind::workspace, d, work.largest_layer_bytes);
       writes.push_back(scratch);
+    }
+    if (work.context_bytes > 0) {  // a layer's gathered keys and values, and their gradients
+      gathered = activation_tensor(TensorKind::workspace, d, 2 * work.context_bytes);
+      writes.push_back(gathered);
     }
     if (rec.output >= 0) writes.push_back(rec.output);
     rec.task = rec.done = plan_.add_task(task, reads, writes);
     computes.push_back(rec.task);
     read_params(params, rec.task);
     set_free_after(scratch, rec.task);
+    set_free_after(gathered, rec.task);
     if (!split) {
       set_free_after(f.stash, rec.task);
       set_free_after(rec.input, rec.task);
     }
   }
-  add_in_task_calls(w, stage, true, computes);
+  add_in_task_calls(w, stage, mb, true, computes);
 }
 
 }  // namespace hetflow::partition::builder

@@ -63,6 +63,9 @@ struct ChunkWork {
   double weight_bytes = 0;        // device-memory traffic: weights read once per pass
   double stash_bytes = 0;         // what a forward keeps for its backward
   double largest_layer_bytes = 0; // full recomputation rebuilds one layer's stash at a time
+  // Context parallelism: the sequence's keys and values one attention layer gathers (a
+  // forward holds one such buffer at a time, a backward two: they and their gradients).
+  double context_bytes = 0;
   // Tensor-parallel traffic: what the forward all-reduces (its layers' tp_allreduce_elems,
   // Megatron's g) and what the backward does (tp_backward_allreduce_elems, f); and the same
   // of the layers full recomputation runs again (those with forward FLOPs: not the
@@ -185,12 +188,16 @@ class Builder {
   void check_layout() const;
   void check_mixed_tensor() const;
   void check_fold() const;
+  void check_context() const;
   int stream(const std::string& name);
   int transfer_stream(const char* prefix, int peer, const std::string& tag);
   // The communicator of `role` over `devices` (in that order), made on first use.
   int communicator(CommRole role, const std::string& name, const std::vector<int>& devices);
   int channel(int src, int dst, const std::string& tag, CommRole role);
   const VirtualWorker& worker(int w) const { return layout_.workers[static_cast<size_t>(w)]; }
+  // The workers that get tasks: every one, or folded, the first context group (worker 0 alone
+  // without context parallelism); the rest stand in its data-parallel collectives.
+  size_t built_workers() const { return plan_.layout.task_workers(); }
   // The tensor-parallel degree of a chunk (the devices of its rank).
   int degree(int w, int stage) const { return degrees_[static_cast<size_t>(w)][static_cast<size_t>(stage)]; }
   int device_of(int w, int stage, int j) const;
@@ -232,7 +239,7 @@ class Builder {
   // The chunk's group on an in-rank axis: its name and devices.
   std::string group_name(const AxisRules& axis, int w, int stage) const;
   std::vector<int> group_devices(const AxisRules& axis, int w, int stage) const;
-  void add_in_task_calls(int w, int stage, bool backward, const std::vector<int>& computes);
+  void add_in_task_calls(int w, int stage, int mb, bool backward, const std::vector<int>& computes);
   void add_summed_gains(int w, int stage, int mb);
   // An in-task collective of no messages yet on the group's communicator, in `computes`.
   size_t add_in_task(const AxisRules& axis, CollectiveKind kind, const std::string& group_name,

@@ -9,7 +9,7 @@
 namespace hetflow::partition::builder {
 
 void Builder::add_pipeline_phase() {
-  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  const size_t built = built_workers();
   for (size_t w = 0; w < built; ++w) add_pipeline_transfers(static_cast<int>(w));
 }
 

@@ -195,8 +195,8 @@ void Builder::add_allreduce_sync() {
       for (size_t w = 0; w < layout_.workers.size(); ++w) {
         const int d = device_of(static_cast<int>(w), stage_of_worker[w], rank_of_worker[w]);
         devices.push_back(d);
-        // Folded: the replicas' devices stand in the ring, worker 0's alone have tasks.
-        if (w == 0 || !plan_.layout.folded) grads.push_back(grad_of(d, stage_of_worker[w]));
+        // Folded: the replicas' devices stand in the ring, the built workers' alone have tasks.
+        if (w < built_workers()) grads.push_back(grad_of(d, stage_of_worker[w]));
       }
       Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
       like.layer_begin = begin;
@@ -212,7 +212,7 @@ void Builder::add_allreduce_sync() {
         const auto tasks = add_collective(kind, algorithm, name, devices,
                                           bucket_bytes(bytes, layout_.gradient_element_bytes(), buckets, b),
                                           Purpose::data_parallel, comm, like, grads, grads, grads.size());
-        for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (worker 0's alone when folded)
+        for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (the built workers' alone when folded)
           auto& syncs = syncs_of_device[devices[i]];
           if (overlap) {
             // Each bucket waits for the part of the last backward that makes its gradients.
@@ -240,7 +240,7 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
   const std::map<int, int> last = last_compute_of_devices();
   const int comm = stream("comm");
   const double grad_bytes_per_param = layout_.gradient_element_bytes();
-  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  const size_t built = built_workers();
   for (size_t w = 0; w < built; ++w) {
     const VirtualWorker& vw = layout_.workers[w];
     for (size_t k = 1; k < vw.stages.size(); ++k) {
@@ -294,7 +294,10 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   // where worker 0's stands for it (a latency: the tree is a level or two shallower).
   std::map<int, int> norm_of_device, optimizer_of;
   const bool everyone = zero_stage() > 0 && !plan_.layout.folded;
-  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded || everyone ? 1 : layout_.workers.size();
+  const size_t built = !clips_gradient_norm(net_, layout_) ? 0
+                       : plan_.layout.folded                ? built_workers()
+                       : everyone                           ? 1
+                                                            : layout_.workers.size();
   for (size_t w = 0; w < built; ++w) {
     std::vector<int> devices;
     for (size_t v = w; v < (everyone ? layout_.workers.size() : w + 1); ++v) {

@@ -131,7 +131,7 @@ int Builder::pass_params(int w, int stage, int mb, OpKind pass, int j) {
   if (it == gathered_.end()) {
     // Asked first by worker 0, whose program order every replica shares (check_zero): the
     // all-gather is made for all of them at once, in that order on their gather streams.
-    const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+    const size_t built = built_workers();
     const std::vector<int> devices = replicas(stage, j);
     const double e = model::element_bytes(layout_.precision), params = piece_params(w, stage, j);
     const double unit = unit_params(w, stage, j);
@@ -189,7 +189,7 @@ void Builder::add_gradient_target(int w, int stage, int mb, int j, std::vector<i
 // program order (every replica's), each replica's whole buffer into its shard.
 void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of_device) {
   const bool once = zero_stage() == 3 && !layout_.sync.zero.reshard_after_forward;
-  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  const size_t built = built_workers();
   const OpKind makes = schedule_.splits_backward ? OpKind::W : OpKind::B;  // the pass that writes gradients
   const VirtualWorker& vw = worker(0);
   const int p = static_cast<int>(vw.ranks.size()), comm = stream("comm");
@@ -238,7 +238,7 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
 // iteration's optimizer, and each later one for the pass before the one that reads its
 // predecessor's copy to end (prefetch one ahead, as FSDP's forward and backward prefetch).
 void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
-  const size_t built = plan_.layout.folded ? 1 : layout_.workers.size();
+  const size_t built = built_workers();
   if (zero_stage() >= 3) {
     for (size_t d = 0; d < gathers_.size(); ++d) {
       const std::vector<Gather>& gathers = gathers_[d];

@@ -124,6 +124,14 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
     }
   }
   l.set_size(Axis::tensor, o.tensor);
+  positive(o.context, "context");
+  if (o.context > 1) {
+    if (policy != "uniform" && policy != "balanced") {
+      throw InputError(kOptions, 0, "context",
+                       "policy " + policy + " lays no context groups; the uniform and balanced policies do");
+    }
+    l.set_size(Axis::context, o.context);
+  }
   l.virtual_stages = o.virtual_stages;
   l.micro_batch_size = o.micro_batch;
   l.recompute = o.recompute;
@@ -336,7 +344,7 @@ class ChunkCost {
     state_per_param_ = e / by.weights + layout.gradient_element_bytes() / by.gradients +
                        (hosts_optimizer ? model::adam_state_bytes(layout.precision) / by.optimizer : 0);
     // ZeRO-3 gathers a chunk whole for its passes: count it as held.
-    if (layout.sync.zero.stage >= 3 && layout.size(Axis::data) > 1) state_per_param_ += e + layout.gradient_element_bytes();
+    if (layout.sync.zero.stage >= 3 && layout.replicas() > 1) state_per_param_ += e + layout.gradient_element_bytes();
   }
 
   int chunks() const { return chunks_; }

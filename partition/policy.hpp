@@ -19,6 +19,9 @@ struct PlanOptions {
   int tensor = 1;
   int pipeline = 0;  // uniform/balanced: default 1
   int data = 0;      // default: as many virtual workers as the devices allow
+  // Context parallelism (Layout::axes): workers per context group, each 1/context of every
+  // sequence (uniform and balanced; the other policies refuse it).
+  int context = 1;
   int virtual_stages = 1;
   int micro_batch = 1;
   int global_batch = 0;  // samples per iteration over all virtual workers

@@ -99,18 +99,22 @@ std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& 
   for (const Placed& p : layers) {
     for (size_t k = p.first; k < p.first + p.count; ++k) {
       raw[k].at = total > 0 ? (p.begin + raw[k].at * p.work) / total : 1;
+      raw[k].elems /= pass.context;
       out.push_back(raw[k]);
     }
   }
-  // Strictly increasing points (the order they were listed in), all within [0, 1].
-  for (size_t k = 1; k < out.size(); ++k) {
-    if (!(out[k].at > out[k - 1].at)) out[k].at = std::nextafter(out[k - 1].at, 2.0);
-  }
-  for (size_t k = out.size(); k-- > 0;) {
-    const double limit = k + 1 < out.size() ? std::nextafter(out[k + 1].at, -1.0) : 1.0;
-    if (out[k].at > limit) out[k].at = limit;
-  }
+  strictly_increasing(out);
   return out;
+}
+
+void strictly_increasing(std::vector<PassCall>& calls) {
+  for (size_t k = 1; k < calls.size(); ++k) {
+    if (!(calls[k].at > calls[k - 1].at)) calls[k].at = std::nextafter(calls[k - 1].at, 2.0);
+  }
+  for (size_t k = calls.size(); k-- > 0;) {
+    const double limit = k + 1 < calls.size() ? std::nextafter(calls[k + 1].at, -1.0) : 1.0;
+    if (calls[k].at > limit) calls[k].at = limit;
+  }
 }
 
 std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls) {

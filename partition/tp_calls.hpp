@@ -34,10 +34,16 @@ struct PassShape {
   bool sequence_parallel = false;
   bool split_backward = false;  // B computes input gradients only (its W the weights')
   Recompute recompute = Recompute::none;
+  int context = 1;  // the context group's size: the rank computes 1/context of the tokens
 };
 
-// The calls of one pass, in order; empty when the rank has one device.
+// The calls of one pass, in order, each moving its tokens' share (1/context); empty when the
+// rank has one device.
 std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass);
+
+// Makes the calls' points strictly increasing in their listed order, all within [0, 1]:
+// calls at one point keep their order by points a few ulps apart.
+void strictly_increasing(std::vector<PassCall>& calls);
 
 // A pass's calls of one kind and size: one in-task collective of the plan (Collective::at
 // holds `points`), timed by the estimate as `points.size()` messages of `elems`.
@@ -48,6 +54,12 @@ struct PassCallGroup {
 };
 // The calls grouped by kind and size, in the order the pass first performs each group.
 std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
+
+// Context parallelism's calls (axis_context.cpp): a pass's all-gathers of the sequence's keys
+// and values, and in a backward the reduce-scatters of their gradients; empty for one device.
+std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass);
+// The keys and values of one sequence on one tensor rank of degree `tensor`, per sample.
+double context_kv_elems(const model::TransformerConfig& config, int tensor);
 
 // Elements every rank of a chunk's tensor-parallel group sums once a step, in its last
 // backward (model::Layer::tp_summed_gains); 0 on one device.

@@ -124,14 +124,17 @@ void check_embedded(const Plan& plan, Problems& problems) {
   }
 }
 
-// A folded plan's collective across replicas: tasks for its members in worker 0 (the first
-// ones), none for the replicas' devices, which stand in its ring only.
+// A folded plan's collective across replicas: tasks for its members in the workers it holds
+// tasks for (Layout::task_workers, the first ones), none for the replicas' devices, which
+// stand in its ring only.
 bool folded_replicas(const Plan& plan, const Collective& c) {
   if (!plan.layout.folded || plan.layout.workers.empty() || c.tasks.empty() || !in_range(c.communicator, plan.communicators.size())) {
     return false;
   }
   std::set<int> simulated;
-  for (const auto& rank : plan.layout.workers.front().ranks) simulated.insert(rank.begin(), rank.end());
+  for (size_t w = 0; w < plan.layout.task_workers() && w < plan.layout.workers.size(); ++w) {
+    for (const auto& rank : plan.layout.workers[w].ranks) simulated.insert(rank.begin(), rank.end());
+  }
   const auto& members = plan.members(c);
   for (size_t i = 0; i < members.size(); ++i) {
     if ((simulated.count(members[i]) > 0) != (i < c.tasks.size())) return false;
@@ -398,20 +401,33 @@ void check_collectives(const Plan& plan, Problems& problems) {
         problems.push_back("collective " + std::to_string(c) + ": an in-task collective runs in a task of every member (" +
                            std::to_string(members.size()) + "), found " + std::to_string(col.tasks.size()));
       }
-      // Every member's task performs the same messages in the same order, or they would wait
-      // for each other in different collectives. (Checked once per group of tasks: by the
-      // collective that comes first in them.)
-      const auto first = plan.inside(col.tasks.front());
-      if (!first.empty() && first.front().collective == static_cast<int>(c)) {
+      // Every member's task performs the same messages of its communicator's role in the
+      // same order, or they would wait for each other in different collectives (a pass's
+      // tensor-parallel calls are its rank's; its context group's calls are the group's at
+      // its tensor rank, which its rank's other members do not share). Checked once per
+      // group of tasks: by the collective of the role that comes first in them.
+      const auto role_of_call = [&](const InTaskCall& call) {
+        const Collective& other = plan.collective(call.collective);
+        return in_range(other.communicator, plan.communicators.size()) ? plan.communicator(other.communicator).role
+                                                                       : CommRole::unspecified;
+      };
+      const CommRole role = plan.communicator(col.communicator).role;
+      const auto calls_of_role = [&](int task) {
+        std::vector<std::pair<int, int>> calls;
+        for (const InTaskCall& call : plan.inside(task)) {
+          if (role_of_call(call) == role) calls.emplace_back(call.collective, call.message);
+        }
+        return calls;
+      };
+      const std::vector<std::pair<int, int>> first = calls_of_role(col.tasks.front());
+      if (!first.empty() && first.front().first == static_cast<int>(c)) {
         for (int t : col.tasks) {
-          const auto mine = plan.inside(t);
-          const bool same = std::equal(mine.begin(), mine.end(), first.begin(), first.end(), [](const InTaskCall& a, const InTaskCall& b) {
-            return a.collective == b.collective && a.message == b.message;
-          });
+          const bool same = calls_of_role(t) == first;
           if (!same) {
             problems.push_back("collective " + std::to_string(c) + ": " + describe_task(plan, t) + " and " +
                                describe_task(plan, col.tasks.front()) +
-                               " perform different in-task collectives, or in a different order");
+                               " perform different in-task collectives of role " + std::string(to_string(role)) +
+                               ", or in a different order");
             break;
           }
         }
@@ -553,7 +569,7 @@ void check_local_dependencies(const Plan& plan, Problems& problems) {
 void check_coverage(const Plan& plan, Problems& problems) {
   const int layers = static_cast<int>(plan.network.layers.size());
   for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
-    if (plan.layout.folded && w > 0) break;  // the replicas of worker 0 have no tasks of their own
+    if (w >= plan.layout.task_workers()) break;  // a folded plan's replicas have no tasks of their own
     const VirtualWorker& vw = plan.layout.workers[w];
     const std::string where = "virtual worker " + std::to_string(w);
     int next = 0;

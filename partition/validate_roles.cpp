@@ -13,7 +13,8 @@ namespace hetflow::partition::validate_detail {
 // Roles and coordinates: every device where the layout places it, every communicator's
 // members where its role puts them (a tensor group is one pipeline rank's devices in tensor
 // order; a pipeline pair, a worker's norm group and its tied-embedding pair lie in one
-// worker; a data group holds one device per worker), and the traffic each communicator
+// worker; a data group holds one device per worker; a context group one device per worker of
+// a context group, at one position), and the traffic each communicator
 // carries of its role. An unspecified role (a plan imported from a trace) is not checked.
 namespace {
 std::string coords_text(const AxisCoords& c) {
@@ -52,17 +53,20 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
     const Communicator& c = plan.communicators[i];
     auto where = [&] { return "communicators[" + std::to_string(i) + "] (" + std::string(to_string(c.role)) + ")"; };
     const AxisCoords& first = plan.coords_of(c.devices.front());
-    bool placed_all = true, one_worker = true, one_rank = true;
+    // A worker is a (data, context) pair of coordinates.
+    bool placed_all = true, one_worker = true, one_rank = true, one_position = true;
     for (size_t k = 0; k < c.devices.size(); ++k) {
       const AxisCoords& m = plan.coords_of(c.devices[k]);
       placed_all = placed_all && m[Axis::data] >= 0;
-      one_worker = one_worker && m[Axis::data] == first[Axis::data];
+      one_worker = one_worker && m[Axis::data] == first[Axis::data] && m[Axis::context] == first[Axis::context];
       one_rank = one_rank && one_worker && m[Axis::pipeline] == first[Axis::pipeline] && m[Axis::tensor] == static_cast<int>(k);
+      one_position = one_position && m[Axis::data] == first[Axis::data] && m[Axis::pipeline] == first[Axis::pipeline] &&
+                     m[Axis::tensor] == first[Axis::tensor] && m[Axis::context] == static_cast<int>(k);
     }
     auto distinct_workers = [&] {
-      std::vector<int> workers;
+      std::vector<std::pair<int, int>> workers;
       workers.reserve(c.devices.size());
-      for (const int d : c.devices) workers.push_back(plan.coords_of(d)[Axis::data]);
+      for (const int d : c.devices) workers.emplace_back(plan.coords_of(d)[Axis::data], plan.coords_of(d)[Axis::context]);
       std::sort(workers.begin(), workers.end());
       return std::adjacent_find(workers.begin(), workers.end()) == workers.end();
     };
@@ -81,8 +85,13 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
       case CommRole::data:
         if (!placed_all || !distinct_workers()) note(where() + ": expected one device of each of its virtual workers");
         break;
-      case CommRole::server:
       case CommRole::context:
+        if (!placed_all || !one_position) {
+          note(where() + ": expected the devices of one position (data, pipeline and tensor coordinates) of a context "
+                         "group, in context order");
+        }
+        break;
+      case CommRole::server:
       case CommRole::expert:
       case CommRole::unspecified:
         break;

@@ -142,8 +142,13 @@ std::vector<MailboxStep> MailboxSteps::of(const Collective& c, const Task& t) co
     if (folded) {
       // A folded plan's collective across replicas: this member stands for every replica's,
       // all alike: its own two flows, from its predecessor and to its successor, which no
-      // actor on the replicas' devices posts.
-      transfer.flows = {{ring->previous, t.device, bytes}, {t.device, ring->next, bytes}};
+      // actor on the replicas' devices posts. A predecessor with a task of its own (a
+      // context group's workers are all simulated) posts the flow to here itself.
+      const auto& members = plan_.members(c);
+      const auto previous = std::find(members.begin(), members.end(), ring->previous);
+      const bool previous_posts = static_cast<size_t>(previous - members.begin()) < c.tasks.size();
+      if (!previous_posts) transfer.flows.push_back({ring->previous, t.device, bytes});
+      transfer.flows.push_back({t.device, ring->next, bytes});
     } else {
       // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
       transfer.puts.emplace_back(box(Message{ring->next, ring->bytes, ring->lane}, true), bytes);

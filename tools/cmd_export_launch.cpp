@@ -20,9 +20,10 @@ namespace hetflow::tools {
 
 namespace {
 
-// The plan as the frameworks see it: one grid of data x pipeline x tensor with equal parts.
+// The plan as the frameworks see it: one grid of data x pipeline x tensor x context with
+// equal parts.
 struct Grid {
-  int data = 1, pipeline = 1, tensor = 1, virtual_stages = 1;
+  int data = 1, pipeline = 1, tensor = 1, context = 1, virtual_stages = 1;
   int micro_batch = 1, microbatches = 1, global_batch = 1;
   int nodes = 1, gpus_per_node = 1;
   std::vector<int> chunk_layers;  // transformer layers per model chunk, in model order
@@ -45,7 +46,8 @@ Grid grid_of(const partition::Plan& plan) {
   const partition::Layout& l = plan.layout;
   Grid g;
   const partition::VirtualWorker& first = l.workers.front();
-  g.data = static_cast<int>(l.workers.size());
+  g.context = l.size(partition::Axis::context);
+  g.data = static_cast<int>(l.workers.size()) / g.context;
   g.pipeline = static_cast<int>(first.ranks.size());
   g.tensor = l.size(partition::Axis::tensor);
   g.virtual_stages = l.virtual_stages;
@@ -77,9 +79,11 @@ Grid grid_of(const partition::Plan& plan) {
   if (batches.size() > 1) g.cannot.push_back("different micro-batch counts per virtual worker (every data-parallel rank takes the same)");
   if (!same_cuts) g.cannot.push_back("different layer splits per virtual worker (one split for all replicas)");
   if (!l.uniform_tensor()) g.cannot.push_back("pipeline ranks of different tensor-parallel sizes (one size for all)");
-  if (partition::axis_order_text(l.axes) != partition::axis_order_text(partition::default_axes())) {
+  // Megatron deals tensor, context, data, pipeline (its --order tp-cp-ep-dp-pp), innermost first.
+  if (partition::axis_order_text(l.axes) != "tensor,context,data,pipeline" &&
+      partition::axis_order_text(l.axes) != partition::axis_order_text(partition::default_axes())) {
     g.cannot.push_back("devices placed " + partition::axis_order_text(l.axes) +
-                       " (Megatron deals its ranks tensor, data, pipeline, innermost first)");
+                       " (Megatron deals its ranks tensor, context, data, pipeline, innermost first)");
   }
   if (types.size() > 1) {
     std::string mix;
@@ -149,6 +153,11 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   }
   if (l.recompute == partition::Recompute::selective) args.push_back("--recompute-granularity selective");
   if (l.sequence_parallel) args.push_back("--sequence-parallel");
+  if (g.context > 1) {
+    // Megatron's context parallelism exchanges keys and values by default over a ring of
+    // send/recv overlapped with attention; the plan all-gathers them (Llama 3's choice).
+    args.push_back("--context-parallel-size " + std::to_string(g.context) + " --cp-comm-type all_gather");
+  }
   if (l.sync.overlap_grad_reduce) args.push_back("--overlap-grad-reduce");
   if (l.sync.zero.stage == 1) args.push_back("--use-distributed-optimizer");
   if (l.sync.zero.stage > 1) {
@@ -231,6 +240,11 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.recompute == partition::Recompute::selective) g.cannot.push_back("selective recomputation (attention only): DeepSpeed recomputes whole layers");
   if (g.tensor > 1) g.cannot.push_back("tensor parallelism (" + std::to_string(g.tensor) + "-way): DeepSpeed's config has no tensor-parallel size; Megatron-DeepSpeed's --tensor-model-parallel-size does it");
   if (l.sequence_parallel) g.cannot.push_back("sequence parallelism");
+  if (g.context > 1) {
+    g.cannot.push_back("context parallelism (" + std::to_string(g.context) +
+                       "-way, keys and values all-gathered): DeepSpeed-Ulysses splits the sequence by attention heads "
+                       "with all-to-alls, another exchange");
+  }
   if (g.pipeline > 1 && l.schedule != "1f1b") g.cannot.push_back("the " + l.schedule + " schedule (DeepSpeed's pipeline engine runs its own 1F1B)");
 }
 
@@ -244,6 +258,9 @@ void torchtitan(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.precision == model::Precision::fp16) g.cannot.push_back("fp16 (torchtitan's mixed precision is bfloat16 or float32)");
   out << "\n[parallelism]\ndata_parallel_replicate_degree = " << g.data << "\ndata_parallel_shard_degree = 1\n"
       << "tensor_parallel_degree = " << g.tensor << "\npipeline_parallel_degree = " << g.pipeline << "\n";
+  if (g.context > 1) {
+    out << "context_parallel_degree = " << g.context << "\ncontext_parallel_rotate_method = \"allgather\"\n";
+  }
   if (g.pipeline > 1) {
     const std::map<std::string, std::string> schedules = {{"1f1b", "1F1B"}, {"gpipe", "GPipe"}, {"interleaved", "Interleaved1F1B"}};
     const auto s = schedules.find(l.schedule);

@@ -274,7 +274,7 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
   // 3. The report.
   if (vm.count("json")) {
     Json j = report_json(result, m, analytic, changed);
-    j["folded_replicas"] = changed.layout.folded ? changed.layout.workers.size() : 1;
+    j["folded_replicas"] = changed.layout.folded ? changed.layout.workers.size() / changed.layout.task_workers() : 1;
     if (compare) j["what_if"] = what_if_json(what_if, base, m);
     if (vm.count("breakdown") && result.completed) j["breakdown"] = breakdown_json(traces::compute_breakdown(result.trace, changed, cost));
     print_json(out, j);
@@ -286,8 +286,8 @@ int run_simulate(const std::vector<std::string>& args, std::ostream& out) {
     return 4;
   }
   report_text(out, result, m, analytic, changed);
-  if (changed.layout.folded && changed.layout.workers.size() > 1) {
-    out << "\nfolded: the " << changed.layout.workers.size()
+  if (changed.layout.folded && changed.layout.workers.size() > changed.layout.task_workers()) {
+    out << "\nfolded: the " << changed.layout.workers.size() / changed.layout.task_workers()
         << " identical data-parallel replicas were simulated as one, as this cluster's symmetric links allow (--no-fold simulates each)\n";
   }
   if (vm.count("breakdown")) print_breakdown(out, traces::compute_breakdown(result.trace, changed, cost));

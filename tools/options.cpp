@@ -119,6 +119,7 @@ std::string option_of(std::string member) {
   if (member == "layout_file") return "--layout";
   if (member == "workspace_bytes") return "--workspace";
   if (member == "reshard_after_forward") return "--no-reshard-after-forward";
+  if (member == "context") return "--context-parallel";
   std::replace(member.begin(), member.end(), '_', '-');
   return "--" + member;
 }

@@ -33,7 +33,9 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
       ("layout", po::value<std::string>(), "your own layout: a YAML file of virtual workers and stages (policy layout-file)")
       ("tensor", po::value<int>()->default_value(1), "tensor-parallel degree t")
       ("pipeline", po::value<int>()->default_value(0), "pipeline ranks per virtual worker (uniform/balanced; default 1)")
-      ("data", po::value<int>()->default_value(0), "virtual workers (data-parallel size; default: all devices used)")
+      ("data", po::value<int>()->default_value(0), "data-parallel replicas (default: all devices used)")
+      ("context-parallel", po::value<int>()->default_value(1),
+       "context-parallel size: workers that split each sequence, keys and values all-gathered (uniform/balanced)")
       ("virtual-stages", po::value<int>()->default_value(1), "model chunks per rank (--schedule interleaved or bfs)")
       ("stage-layers", po::value<std::string>(), "layers per stage in model order, e.g. 7,7,6,10 (uniform/balanced)")
       ("axis-order", po::value<std::string>(),
@@ -150,6 +152,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.tensor = vm["tensor"].as<int>();
   o.pipeline = vm["pipeline"].as<int>();
   o.data = vm["data"].as<int>();
+  o.context = vm["context-parallel"].as<int>();
   o.virtual_stages = vm["virtual-stages"].as<int>();
   o.micro_batch = vm["micro-batch"].as<int>();
   o.global_batch = vm["global-batch"].as<int>();
@@ -255,7 +258,7 @@ void check_option_products(const partition::PlanOptions& o, const model::Cluster
   }
   const long long devices = cluster.device_count();
   const long long tensor = std::max(1, o.tensor);
-  const long long workers = o.data > 0 ? o.data : std::max(1LL, devices / (std::max(1, o.pipeline) * tensor));
+  const long long workers = o.data > 0 ? o.data : std::max(1LL, devices / (std::max(1, o.pipeline) * tensor * std::max(1, o.context)));
   const long long micro_batch = std::max(1, o.micro_batch);
   const std::string workers_text =
       std::to_string(workers) + (o.data > 0 ? " virtual workers (--data)" : " virtual workers (at most, on this cluster)");
@@ -280,13 +283,12 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                        const po::variables_map& vm) {
   long long samples = 0, tasks = 0;
   const bool split_w = layout.schedule == "1f1b-split-w";
-  // A folded plan holds the tasks of worker 0 alone (Layout::folded): its size, not the
-  // unfolded one, is what --max-tasks bounds.
-  bool first = true;
-  for (const partition::VirtualWorker& w : layout.workers) {
+  // A folded plan holds the tasks of its first workers alone (Layout::task_workers): its
+  // size, not the unfolded one, is what --max-tasks bounds.
+  for (size_t i = 0; i < layout.workers.size(); ++i) {
+    const partition::VirtualWorker& w = layout.workers[i];
     samples += static_cast<long long>(w.microbatches) * layout.micro_batch_size;
-    if (layout.folded && !first) continue;
-    first = false;
+    if (i >= layout.task_workers()) continue;
     const long long chunks = static_cast<long long>(w.stages.size());
     // Per micro-batch and chunk: forward, backward (and weight gradient), and a send and a
     // receive each way at every chunk boundary; on every device of the chunk's tensor group.
@@ -295,6 +297,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
       tasks += static_cast<long long>(w.microbatches) * w.tensor_of(k) * per;
     }
   }
+  samples /= std::max(1, layout.size(partition::Axis::context));  // a context group trains its samples once
   if (samples > kMaxSamples) {
     throw InputError("<command line>", 0, "--micro-batch",
                      "the layout trains " + std::to_string(samples) + " samples per iteration, more than " +
@@ -314,7 +317,7 @@ void check_layout_size(const partition::Layout& layout, const model::Network& ne
                            std::to_string(kMaxBuckets) + "; give --bucket-size " +
                            model::units::format_bytes(std::ceil(grad_bytes / kMaxBuckets)) + " or more");
     }
-    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.folded ? 1 : layout.workers.size());
+    tasks += static_cast<long long>(buckets) * static_cast<long long>(layout.task_workers());
   }
   if (tasks > max_tasks) {
     throw InputError("<command line>", 0, "--max-tasks",

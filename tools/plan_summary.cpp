@@ -68,7 +68,15 @@ void print_layout(std::ostream& out, const Plan& plan) {
   if (l.offload.optimizer) out << ", optimizer offloaded to host memory";
   if (l.offload.activations) out << ", stashes offloaded to host memory";
   out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
-  if (l.folded) out << ", folded: virtual worker 0's tasks stand for all " << l.workers.size() << " replicas";
+  if (l.size(partition::Axis::context) > 1) {
+    out << ", context parallel " << l.size(partition::Axis::context) << " (each worker 1/" << l.size(partition::Axis::context)
+        << " of every sequence, keys and values all-gathered)";
+  }
+  if (l.folded) {
+    out << ", folded: "
+        << (l.task_workers() > 1 ? "the first context group's tasks" : std::string("virtual worker 0's tasks"))
+        << " stand for all " << l.workers.size() / std::max<size_t>(1, l.task_workers()) << " replicas";
+  }
   out << "\n";
   const size_t shown = std::min<size_t>(l.workers.size(), 4);
   for (size_t w = 0; w < shown; ++w) {

@@ -70,9 +70,11 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
     }
   }
   for (const InputWait& w : input_waits(trace)) bubble.add_input_wait(w.device, w.iteration, w.window.from_s, w.window.to_s);
-  // A folded plan's trace holds worker 0's tasks: every replica does the same work and moves
-  // the same bytes.
-  const double replicas = plan.layout.folded ? static_cast<double>(std::max<size_t>(1, workers)) : 1.0;
+  // A folded plan's trace holds its first workers' tasks (Layout::task_workers): every
+  // replica does the same work and moves the same bytes.
+  const double replicas = plan.layout.folded ? static_cast<double>(std::max<size_t>(1, workers)) /
+                                                   static_cast<double>(std::max<size_t>(1, plan.layout.task_workers()))
+                                             : 1.0;
   for (double& f : flops_it) f *= replicas;
   for (double& b : bytes_it) b *= replicas;
   for (auto& [cls, bytes] : m.bytes_per_link_class) bytes *= replicas;

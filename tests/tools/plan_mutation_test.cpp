@@ -522,6 +522,22 @@ Json normalized(Json doc) {
       if (c.is_object() && c.contains("messages") && c["messages"] == 1) c.erase("messages");
     }
   }
+  // Coordinates are by axis name: the order the file lists its axes in says nothing more.
+  if (doc.contains("axes") && doc["axes"].is_array() && doc.contains("coords") && doc["coords"].is_array()) {
+    const Json axes = doc["axes"];
+    std::vector<size_t> order(axes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return axes[a].dump() < axes[b].dump(); });
+    Json sorted = Json::array();
+    for (const size_t i : order) sorted.push_back(axes[i]);
+    doc["axes"] = sorted;
+    for (Json& c : doc["coords"]) {
+      if (!c.is_array() || c.size() != order.size()) continue;
+      Json by_name = Json::array();
+      for (const size_t i : order) by_name.push_back(c[i]);
+      c = by_name;
+    }
+  }
   if (doc.contains("tensors") && doc["tensors"].is_array()) {
     for (Json& t : doc["tensors"]) {
       if (t.is_object() && t.contains("consumers") && t["consumers"].is_array()) {
