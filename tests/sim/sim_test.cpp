@@ -830,3 +830,33 @@ TEST(Simulator, OverlappedGradientBucketsHideBehindTheBackward) {
     EXPECT_NEAR(partition::estimate_plan(plan, cost).iteration_time_s / expected, 1.0, 1e-9);
   }
 }
+
+// The traffic a report prints counts each in-task message's share once: on one node, a
+// tensor-parallel pair of one virtual worker moves only its passes' collectives, each ring
+// member sending (n - 1) / n of an all-gather's or reduce-scatter's bytes and twice that of
+// an all-reduce's, over the node's switch.
+TEST(Simulator, TrafficCountsEachInTaskMessageOnce) {
+  const model::Cluster cluster = test_support::identical_cluster(2);
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.microbatches = 2;
+  o.sequence_parallel = true;
+  const model::Network net =
+      model::network_from_spec("gpt:layers=2,hidden=256,heads=8,seq=128,vocab=1000", model::Precision::fp16);
+  const Plan plan = test_support::plan_of(cluster, net, o);
+  double expected = 0;
+  for (const partition::Collective& c : plan.collectives) {
+    const double n = static_cast<double>(plan.members(c).size());
+    const double per_member = (c.kind == partition::CollectiveKind::all_reduce ? 2 : 1) * (n - 1) / n * c.bytes;
+    expected += per_member * n;
+  }
+  ASSERT_GT(expected, 0);
+  const sim::SimResult r = sim::simulate(plan, {});
+  ASSERT_TRUE(r.completed);
+  const traces::Metrics m = traces::compute_metrics(r.trace, plan, partition::CostModel(cluster, plan.layout.precision));
+  // (A route inside the node crosses two switch links: the sender's and the receiver's.)
+  const partition::CostModel cost(cluster, plan.layout.precision);
+  ASSERT_EQ(cost.link_classes(0, 1), (std::vector<std::string>{"nvswitch", "nvswitch"}));
+  ASSERT_EQ(m.bytes_per_link_class.count("nvswitch"), 1u);
+  EXPECT_NEAR(m.bytes_per_link_class.at("nvswitch") / (2 * expected), 1.0, 1e-9);
+}
