@@ -333,3 +333,48 @@ TEST(LayoutEstimate, AgreesUnderActivationOffload) {
   std::printf("stashes offloaded under sequence parallelism and WSP, %d layouts: iteration time off by at most %.2g\n", a.compared,
               a.time_error.empty() ? 0.0 : a.time_error.back());
 }
+
+// Context parallelism: each pass's gathers and scatters over its context group, timed on the
+// group's routes, and the gathered keys and values in the memory bound; with tensor and
+// sequence parallelism, pipelines, every ZeRO stage, full recomputation, on one GPU type and
+// on the mixed cluster (balanced: a group cut as its first worker).
+TEST(LayoutEstimate, AgreesUnderContextParallelism) {
+  const model::Network net = model::network_from_spec(
+      "llama:layers=8,hidden=512,heads=8,kv_heads=4,ffn=1024,vocab=8192,seq=1024", model::Precision::fp16);
+  int compared = 0;
+  double worst = 0;
+  for (const model::Cluster& cluster : {test_support::identical_cluster(4, 2, "A100-40"), mixed_cluster()}) {
+    const partition::CostModel cost(cluster, net.precision);
+    Agreement a;
+    for (const char* policy : {"uniform", "balanced"}) {
+      for (const int context : {2, 4}) {
+        for (const int tensor : {1, 2}) {
+          for (const int pipeline : {1, 2}) {
+            for (const int zero : {0, 1, 3}) {
+              for (const partition::Recompute r : {partition::Recompute::none, partition::Recompute::full}) {
+                partition::PlanOptions o;
+                o.policy = policy;
+                o.precision = net.precision;
+                o.context = context;
+                o.tensor = tensor;
+                o.pipeline = pipeline;
+                o.global_batch = 24;
+                o.zero_stage = zero;
+                o.recompute = r;
+                o.sequence_parallel = tensor > 1;
+                o.schedule = pipeline > 1 ? "1f1b" : "gpipe";
+                o.bucket_bytes = 1 << 20;
+                o.iterations = 2;
+                compare_one(cluster, net, o, cost, a);
+              }
+            }
+          }
+        }
+      }
+    }
+    compared += a.compared;
+    for (const double e : a.time_error) worst = std::max(worst, e);
+  }
+  EXPECT_GT(compared, 150);
+  std::printf("context parallelism, %d layouts: iteration time off by at most %.2g\n", compared, worst);
+}

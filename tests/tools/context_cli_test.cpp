@@ -1,0 +1,86 @@
+// --context-parallel as a user meets it: a long sequence's activations overflow the GPUs of
+// one node, split over a context group they halve (`plan --json`, against the plan without);
+// the summary says how the sequence is split; export-launch writes each framework's flag;
+// the CPU back end runs such a plan on its proxies, saying why, and the CUDA back end
+// refuses it naming the axis.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+
+namespace {
+
+const std::string kLong =
+    " --cluster tools/examples/a100x8.yaml --model llama:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,"
+    "seq=32768 --precision bf16 --tensor 4 --global-batch 2 --use-flash-attn --sequence-parallel";
+const std::string kSmall =
+    " --cluster cpu-2 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32 --precision fp32";
+
+double activations(const std::string& out) {
+  return nlohmann::json::parse(out).at("devices").at(0).at("memory").at("activations_bytes").get<double>();
+}
+
+}  // namespace
+
+TEST(ContextCli, ALongSequenceSplitOverAContextGroupHalvesEachDevicesActivations) {
+  const auto whole = run_hetflow("plan" + kLong + " --zero-stage 3");
+  EXPECT_EQ(whole.status, 3) << whole.err;  // 45 GiB of activations per A100-40
+  const auto text = run_hetflow("plan" + kLong + " --zero-stage 3 --context-parallel 2");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("context parallel 2 (each worker 1/2 of every sequence, keys and values all-gathered)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("placed tensor,context,data,pipeline"), std::string::npos) << text.out;
+  // Under full recomputation both fit: each device keeps its 16,384 tokens' stash, half the
+  // sequence's, and a backward's gathered keys and values of one layer with their gradients
+  // (2 x 2 x 32,768 tokens x 2 KV heads of 128 x 2 B).
+  const double kv = 2 * 2.0 * 32768 * 2 * 128 * 2;
+  const auto single = run_hetflow("plan" + kLong + " --zero-stage 3 --recompute full --json");
+  ASSERT_EQ(single.status, 0) << single.err;
+  const auto split = run_hetflow("plan" + kLong + " --zero-stage 3 --recompute full --context-parallel 2 --json");
+  ASSERT_EQ(split.status, 0) << split.err;
+  EXPECT_NEAR((activations(split.out) - kv) / activations(single.out), 0.5, 1e-6);
+}
+
+// One replica of 4 GPUs leaves 4 idle: the advice splits the sequence over them (with the
+// optimizer on the host, as one replica has nothing to shard over).
+TEST(ContextCli, TheAdviceSplitsTheSequence) {
+  const auto r = run_hetflow("plan" + kLong + " --data 1");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_NE(r.err.find("  --context-parallel 2 --offload-optimizer "), std::string::npos) << r.err;
+}
+
+TEST(ContextCli, ExportLaunchWritesEachFrameworksContextParallelism) {
+  const std::string plan = " --model llama:layers=8,hidden=1024,heads=16,kv_heads=4,ffn=2816,vocab=32000,seq=8192 "
+                           "--cluster tools/examples/a100x8.yaml --precision bf16 --tensor 2 --context-parallel 2";
+  const auto megatron = run_hetflow("export-launch --framework megatron" + plan);
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--context-parallel-size 2 --cp-comm-type all_gather"), std::string::npos) << megatron.out;
+  EXPECT_EQ(megatron.out.find("devices placed"), std::string::npos) << megatron.out;  // Megatron's own order
+  const auto titan = run_hetflow("export-launch --framework torchtitan --sequence-parallel" + plan);
+  ASSERT_EQ(titan.status, 0) << titan.err;
+  EXPECT_NE(titan.out.find("context_parallel_degree = 2"), std::string::npos) << titan.out;
+  EXPECT_NE(titan.out.find("data_parallel_replicate_degree = 2"), std::string::npos) << titan.out;
+  const auto ds = run_hetflow("export-launch --framework deepspeed" + plan);
+  ASSERT_EQ(ds.status, 0) << ds.err;
+  EXPECT_NE(ds.out.find("context parallelism (2-way"), std::string::npos) << ds.out;
+}
+
+TEST(ContextCli, TheBackEndsSayWhatTheyDoNotRunYet) {
+  const auto cpu = run_hetflow("run" + kSmall + " --context-parallel 2 --steps 2");
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("proxies because the plan splits each sequence over context groups of 2 workers (layout.axes: "
+                         "context 2)"),
+            std::string::npos)
+      << cpu.out;
+  const auto real = run_hetflow("run" + kSmall + " --context-parallel 2 --steps 1 --compute real");
+  EXPECT_NE(real.status, 0);
+  EXPECT_NE(real.err.find("layout.axes: context 2"), std::string::npos) << real.err;
+  const auto cuda = run_hetflow("run --backend cuda" + kSmall + " --context-parallel 2 --steps 1");
+  EXPECT_NE(cuda.status, 0);
+  EXPECT_NE(cuda.err.find("layout.axes: context 2"), std::string::npos) << cuda.err;
+}
