@@ -320,7 +320,8 @@ int run_export_launch(const std::vector<std::string>& args, std::ostream& out) {
     return 0;
   }
   out << "# " << plan.network.name << " on " << plan.cluster.name << ": data " << g.data << " x pipeline " << g.pipeline
-      << " x tensor " << g.tensor << ", plan " << plan.fingerprint << "\n" << body.str() << "\n";
+      << " x tensor " << g.tensor << (g.context > 1 ? " x context " + std::to_string(g.context) : std::string())
+      << ", plan " << plan.fingerprint << "\n" << body.str() << "\n";
   if (g.cannot.empty()) {
     out << framework << " can be told everything this plan does.\n";
   } else {
