@@ -286,6 +286,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("offload_optimizer", "offload_optimizer", [&] { o.offload_optimizer = m.boolean_or("offload_optimizer", false); });
   set("offload_activations", "offload_activations",
       [&] { o.offload_activations = m.boolean_or("offload_activations", false); });
+  set("context_parallel", "context", [&] { o.context = m.positive_int("context_parallel"); });
   KernelOptions& k = o.kernels;
   set("flash_attention", "kernels", [&] { k.flash_attention = m.boolean_or("flash_attention", false); });
   set("fused_softmax", "kernels", [&] { k.fused_softmax = m.boolean_or("fused_softmax", true); });
@@ -295,7 +296,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
                           "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "offload_optimizer", "offload_activations",
-                          "flash_attention",
+                          "context_parallel", "flash_attention",
                           "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
   }
@@ -338,6 +339,8 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
   }
   if (layout.offload.optimizer) out += "  offload_optimizer: true\n";  // likewise
   if (layout.offload.activations) out += "  offload_activations: true\n";
+  // Context groups: consecutive workers, as written below.
+  if (layout.size(Axis::context) > 1) out += "  context_parallel: " + std::to_string(layout.size(Axis::context)) + "\n";
   out += "workers:\n";
   for (const VirtualWorker& vw : layout.workers) {
     out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";

@@ -126,9 +126,10 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.set_size(Axis::tensor, o.tensor);
   positive(o.context, "context");
   if (o.context > 1) {
-    if (policy != "uniform" && policy != "balanced") {
+    if (policy != "uniform" && policy != "balanced" && policy != "layout-file") {
       throw InputError(kOptions, 0, "context",
-                       "policy " + policy + " lays no context groups; the uniform and balanced policies do");
+                       "policy " + policy + " lays no context groups; the uniform and balanced policies and layout "
+                       "files (consecutive workers) do");
     }
     l.set_size(Axis::context, o.context);
   }

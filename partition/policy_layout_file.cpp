@@ -2,6 +2,7 @@
 // and cuts; the options give the rest. Micro-batches per worker: the file's, else
 // --microbatches, else --global-batch split by each worker's speed under the cost model,
 // else 2 x the worker's pipeline depth.
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -49,7 +50,13 @@ void fill_microbatches(Layout& layout, const model::Network& network, const Plan
       given_samples += layout.workers[w].microbatches * layout.micro_batch_size;
     }
   }
+  given_samples /= std::max(1, layout.size(Axis::context));  // a context group's workers train the same samples
   if (o.global_batch > 0) {
+    if (!open.empty() && layout.size(Axis::context) > 1) {
+      throw InputError(kOptions, 0, "global_batch",
+                       "splits the batch between workers by their speed, which a context group's workers cannot "
+                       "differ in: give every worker's `microbatches` in the layout file under `context_parallel`");
+    }
     const int left = o.global_batch - given_samples;
     if (open.empty() && left != 0) {
       throw InputError(kOptions, 0, "global_batch",

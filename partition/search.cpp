@@ -47,6 +47,10 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
       if (devices % p == 0) s.pipelines.push_back(p);
     }
   }
+  if (s.contexts.empty()) {
+    const int seq = network.architecture ? network.architecture->seq : 0;
+    for (int c = 1; c <= 16 && (c == 1 || (seq / c >= 8192 && seq % (2 * c) == 0)); c *= 2) s.contexts.push_back(c);
+  }
   if (s.micro_batches.empty()) {
     for (int mb = 1; mb <= 32 && mb <= global_batch; mb *= 2) {
       if (global_batch % mb == 0) s.micro_batches.push_back(mb);
@@ -69,8 +73,9 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   if (o.policy == "grouped") {
     s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
   } else if (!is_hetpipe(o.policy)) {
-    s += " t" + std::to_string(o.tensor) + " p" + std::to_string(o.pipeline);
-    if (workers > 0) s += " d" + std::to_string(workers);
+    s += " t" + std::to_string(o.tensor) + (o.context > 1 ? " c" + std::to_string(o.context) : "") + " p" +
+         std::to_string(o.pipeline);
+    if (workers > 0) s += " d" + std::to_string(workers / std::max(1, o.context));
   } else {
     s += count;
   }
@@ -113,7 +118,14 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
         shapes.push_back(std::move(g));
       }
     }
+    // Each shape at each context size (uniform and balanced), every device used.
+    std::vector<std::pair<Grouping, int>> sized;
     for (const Grouping& shape : shapes) {
+      for (const int c : grouped || hetpipe ? std::vector<int>{1} : s.contexts) {
+        if (c == 1 || devices % (shape.tensor * shape.shallowest * c) == 0) sized.emplace_back(shape, c);
+      }
+    }
+    for (const auto& [shape, c] : sized) {
       const int p = grouped ? 0 : shape.shallowest;
       for (int mb : s.micro_batches) {
         for (const std::string& schedule : s.schedules) {
@@ -122,9 +134,11 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
           if (looped && !hetpipe && shape.shallowest < 2) continue;
           for (Recompute r : s.recomputes) {
             for (SyncKind sync : s.syncs) {
+              if (c > 1 && sync != SyncKind::allreduce) continue;  // a context group sums its gradients
               PlanOptions o = base;
               o.policy = policy;
               o.tensor = shape.tensor;
+              o.context = c;
               o.pipeline = p;
               o.data = 0;
               o.micro_batch = mb;
@@ -158,7 +172,7 @@ int estimated_iterations(const PlanOptions& o) {
 std::vector<std::string> candidate_families(const PlanOptions& o) {
   const SyncKind sync = o.sync.value_or(SyncKind::allreduce);
   std::vector<std::string> families = {"all", o.policy + "/" + std::string(to_string(sync))};
-  if (o.policy == "uniform" && o.tensor == 1 && o.pipeline == 1 && sync == SyncKind::allreduce) {
+  if (o.policy == "uniform" && o.tensor == 1 && o.pipeline == 1 && o.context == 1 && sync == SyncKind::allreduce) {
     families.push_back("data-parallel");
   }
   return families;

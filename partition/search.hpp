@@ -30,6 +30,10 @@ struct SearchSpace {
   std::vector<int> tensors;            // powers of two up to the smallest node's GPU count;
                                        // policy grouped may give each GPU type its own
   std::vector<int> pipelines;          // divisors of the device count up to the layer count
+  // Context parallelism's group sizes (uniform and balanced, all-reduce): 1, and for a decoder
+  // whose sequences are long, powers of two up to 16 that leave each device 8,192 tokens or
+  // more and split the sequence in 2C chunks.
+  std::vector<int> contexts;
   std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
   std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
   std::vector<Recompute> recomputes;   // none, selective, full

@@ -41,7 +41,7 @@ std::vector<Family> families() {
   std::vector<Family> out = {
       {"uniform (Megatron)", "uniform", [=](const partition::PlanOptions& o) { return o.policy == "uniform" && allreduce(o); }},
       {"data parallel", "uniform", [=](const partition::PlanOptions& o) {
-         return o.policy == "uniform" && o.tensor == 1 && o.pipeline == 1 && allreduce(o);
+         return o.policy == "uniform" && o.tensor == 1 && o.pipeline == 1 && o.context == 1 && allreduce(o);
        }}};
   for (const char* p : {"hetpipe-np", "hetpipe-ed", "hetpipe-hd"}) {
     out.push_back({p, p, [p](const partition::PlanOptions& o) { return o.policy == p; }});

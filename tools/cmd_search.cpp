@@ -101,6 +101,7 @@ partition::SearchSpace read_space(const po::variables_map& vm, int global_batch)
   if (vm.count("policies")) space.policies = split_list(vm["policies"].as<std::string>());
   space.tensors = int_list(vm, "tensor");
   space.pipelines = int_list(vm, "pipeline");
+  space.contexts = int_list(vm, "context-parallel");
   space.micro_batches = int_list(vm, "micro-batch");
   for (const int m : space.micro_batches) {
     if (global_batch % m != 0) {
@@ -194,6 +195,9 @@ void search_options(po::options_description& options) {
        "policies to try (default uniform,balanced,hetpipe-np,hetpipe-ed,hetpipe-hd,grouped)")
       ("tensor", po::value<std::string>(), "tensor-parallel degrees to try (default powers of 2 up to a node)")
       ("pipeline", po::value<std::string>(), "pipeline depths to try (default every divisor of the devices up to the layers)")
+      ("context-parallel", po::value<std::string>(),
+       "context-parallel sizes to try (uniform and balanced; default 1, and for long sequences powers of 2 up to 16 "
+       "leaving each GPU 8,192 tokens or more)")
       ("micro-batch", po::value<std::string>(), "micro-batch sizes to try (default powers of 2 up to 32 dividing the batch)")
       ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved; bfs too on request, at 2 chunks a rank)")
       ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")

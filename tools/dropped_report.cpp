@@ -129,6 +129,7 @@ Json plan_options_json(const partition::PlanOptions& o) {
             {"recompute", std::string(partition::to_string(o.recompute))},
             {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))}};
   if (!o.groups.empty()) j["groups"] = o.groups;
+  if (o.context > 1) j["context"] = o.context;
   if (o.sync == partition::SyncKind::wsp) j["staleness"] = o.staleness;
   return j;
 }
