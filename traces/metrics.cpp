@@ -14,6 +14,42 @@
 
 namespace hetflow::traces {
 
+namespace {
+
+// A collective participant's bytes and the link classes to its ring neighbour, per
+// (collective, device): an event of an in-task collective is one of its messages, and a
+// collective's events repeat every iteration (and message), its steps the same each time.
+class CollectiveTraffic {
+ public:
+  struct Sent {
+    double bytes = 0;
+    std::vector<std::string> classes;
+  };
+  CollectiveTraffic(const partition::Plan& plan, const partition::CostModel& cost) : plan_(plan), cost_(cost) {}
+  const Sent& of(const Event& e) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(e.group) << 32) | static_cast<std::uint32_t>(e.device);
+    const auto found = sent_.find(key);
+    if (found != sent_.end()) return found->second;
+    partition::CollectiveSpec spec = partition::collective_spec(plan_, plan_.collective(e.group));
+    if (e.message >= 0) {  // one message: its share of the bytes
+      spec.bytes /= std::max(1, spec.messages);
+      spec.messages = 1;
+    }
+    const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
+    const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
+    Sent sent{partition::bytes_sent(spec, e.device, [&](int device) { return cost_.node_of(device); }),
+              cost_.link_classes(e.device, next)};
+    return sent_.emplace(key, std::move(sent)).first->second;
+  }
+
+ private:
+  const partition::Plan& plan_;
+  const partition::CostModel& cost_;
+  std::unordered_map<std::uint64_t, Sent> sent_;
+};
+
+}  // namespace
+
 Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const partition::CostModel& cost,
                         int warmup) {
   if (!trace.fingerprint.empty() && !plan.fingerprint.empty() && trace.fingerprint != plan.fingerprint) {
@@ -43,30 +79,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
   std::vector<double> flops_it(its, 0), bytes_it(its, 0);
   // Per device, steady state: the FLOPs its passes did (recomputation included) and their time.
   std::vector<double> pass_flops(devices, 0), pass_s(devices, 0);
-  // A collective participant's bytes and the link classes to its ring neighbour, per
-  // (collective, device): an event of an in-task collective is one of its messages, and a
-  // collective's events repeat every iteration (and message), its steps the same each time.
-  struct Sent {
-    double bytes = 0;
-    std::vector<std::string> classes;
-  };
-  std::unordered_map<std::uint64_t, Sent> sent_of;
-  const auto sent_by = [&](const Event& e) -> const Sent& {
-    const std::uint64_t key = (static_cast<std::uint64_t>(e.group) << 32) | static_cast<std::uint32_t>(e.device);
-    const auto found = sent_of.find(key);
-    if (found != sent_of.end()) return found->second;
-    const partition::Collective& c = plan.collective(e.group);
-    partition::CollectiveSpec spec = partition::collective_spec(plan, c);
-    if (e.message >= 0) {  // one message: its share of the bytes
-      spec.bytes /= std::max(1, spec.messages);
-      spec.messages = 1;
-    }
-    const auto me = std::find(spec.devices.begin(), spec.devices.end(), e.device) - spec.devices.begin();
-    const int next = spec.devices[static_cast<size_t>(me + 1) % spec.devices.size()];
-    Sent sent{partition::bytes_sent(spec, e.device, [&](int device) { return cost.node_of(device); }),
-              cost.link_classes(e.device, next)};
-    return sent_of.emplace(key, std::move(sent)).first->second;
-  };
+  CollectiveTraffic traffic(plan, cost);
   for (const Event& e : trace.events) {
     const auto it = static_cast<size_t>(e.iteration);
     const bool steady_event = e.iteration >= first;
@@ -86,7 +99,7 @@ Metrics compute_metrics(const Trace& trace, const partition::Plan& plan, const p
       if (!steady_event) continue;
       for (const std::string& c : cost.link_classes(e.device, e.peer)) m.bytes_per_link_class[c] += e.bytes / measured;
     } else if (e.kind == partition::TaskKind::collective && e.group >= 0) {
-      const Sent& sent = sent_by(e);
+      const CollectiveTraffic::Sent& sent = traffic.of(e);
       bytes_it[it] += sent.bytes;
       if (!steady_event) continue;
       for (const std::string& cls : sent.classes) m.bytes_per_link_class[cls] += sent.bytes / measured;
