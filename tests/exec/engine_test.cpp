@@ -17,7 +17,9 @@
 #include "exec/cpu_backend.hpp"
 #include "exec/engine.hpp"
 #include "partition/task_order.hpp"
+#include "partition/traffic.hpp"
 #include "partition/validate.hpp"
+#include "traces/traffic.hpp"
 #include "tests/exec/exec_test_util.hpp"
 
 using namespace hetflow;
@@ -81,11 +83,12 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> out;
   auto add = [&](const char* name, int devices, int pipeline, int data, int tensor, const char* schedule,
-                 std::optional<partition::SyncKind> sync, int staleness = 0) {
+                 std::optional<partition::SyncKind> sync, int staleness = 0, int context = 1) {
     partition::PlanOptions o;
     o.pipeline = pipeline;
     o.data = data;
     o.tensor = tensor;
+    o.context = context;
     o.schedule = schedule;
     o.microbatches = 4;
     o.sync = sync;
@@ -98,6 +101,8 @@ std::vector<Case> cases() {
   add("1f1b_pp2_dp2_tp2", 8, 2, 2, 2, "1f1b", partition::SyncKind::allreduce);
   add("gpipe_pp2_dp2_ps", 4, 2, 2, 1, "gpipe", partition::SyncKind::ps);
   add("1f1b_pp2_dp2_wsp_d1", 4, 2, 2, 1, "1f1b", partition::SyncKind::wsp, 1);
+  // Context groups of 2 workers: each pass's gathers and scatters meet across workers.
+  add("1f1b_pp2_cp2_tp2", 8, 2, 1, 2, "1f1b", partition::SyncKind::allreduce, 0, 2);
   return out;
 }
 
@@ -127,6 +132,33 @@ TEST_P(EnginePlans, RunToCompletionWithOneEventPerTaskInstance) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, EnginePlans, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
+
+// Context parallelism on the CPU back end's proxies (its real math does not split a sequence
+// yet): every communicator, the context groups' included, carries what the plan says.
+TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
+  partition::PlanOptions o = cases().back().options;
+  ASSERT_EQ(o.context, 2);
+  o.data = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(16), test_support::tiny_gpt(), o);
+  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});  // buffers large enough to move every byte
+  exec::EngineOptions e = fast();
+  e.max_buffer_bytes = 64.0 * 1024 * 1024;
+  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  ASSERT_TRUE(r.completed) << r.error;
+  const std::vector<double> planned = partition::planned_bytes_per_communicator(plan);
+  const std::vector<double> carried = traces::carried_bytes_per_communicator(plan, r.trace);
+  ASSERT_EQ(carried.size(), planned.size());
+  int context_groups = 0;
+  for (size_t k = 0; k < planned.size(); ++k) {
+    const partition::Communicator& comm = plan.communicators[k];
+    if (comm.role == partition::CommRole::context) {
+      ++context_groups;
+      EXPECT_GT(planned[k], 0) << comm.name;
+    }
+    EXPECT_EQ(carried[k], plan.iterations() * planned[k]) << comm.name;
+  }
+  EXPECT_EQ(context_groups, 2 * 2 * 2);  // per replica, pipeline rank and tensor rank
+}
 
 // WSP with staleness 0 against 1: the offset edges are honoured (a pull of iteration i
 // precedes iteration i + D + 1's first forward on that worker).
