@@ -7,130 +7,38 @@
 #include <utility>
 #include <vector>
 
+#include "exec/decoder_detail.hpp"
+
 namespace hetflow::exec {
 
-using Floats = OpsFloats;
-constexpr size_t npos = BlockParams::npos;
-
-namespace {
-
-const float* at(const float* base, size_t offset) { return offset == npos ? nullptr : base + offset; }
-float* at(float* base, size_t offset) { return offset == npos ? nullptr : base + offset; }
-
-// A weight gradient left for later: dw += dy^T x (and db += column sums of dy).
-struct WeightGrad {
-  size_t w = npos, b = npos;
-  Floats dy;
-  Floats x;  // shares the stash's array, or owns one gathered for it (sequence parallelism)
-  int C = 0, OC = 0;
-};
-
-}  // namespace
-
-// One block's activations for one micro-batch. Under full recomputation only `x` survives the
-// forward; the rest is rebuilt before the block's backward. Under sequence parallelism x, x2
-// and the norms' arrays hold this rank's rows only.
-struct BlockActs {
-  Floats x;                 // input [N, C]
-  Floats n1, mean1, rstd1;  // first norm
-  Floats q, k, v;           // after QK-norm (Qwen3) and rotary positions (LLaMA)
-  Floats q_in, k_in, q_rstd, k_rstd;  // QK-norm: the projections it normalised, per head 1/rms
-  Floats probs;             // [B, NH, T, T]; dropped under selective recomputation
-  Floats att;               // attention output before o_proj [N, C]
-  Floats x2;                // after the attention residual
-  Floats n2, mean2, rstd2;
-  Floats up, gate, act;     // MLP: c_fc / up_proj (pre-activation), gate_proj, activation output
-  bool complete = false;
-};
-
-struct HeadActs {
-  Floats x, nf, mean, rstd;  // input, normalised
-  Floats dlogits;            // [N, V]: the loss gradient, computed with the loss
-  bool complete = false;
-};
-
-struct DecoderChunk::Stash {
-  int samples = 0;
-  OpsInts tokens, targets;  // in the ops' memory
-  float loss_scale = 0;
-  std::vector<BlockActs> blocks;
-  HeadActs head;
-  std::vector<WeightGrad> deferred;  // split backward: the GEMMs backward_weight runs
-  Floats dembed;                     // split backward: the embedding's output gradient
-  // Activation offload: each distinct array's floats while the stash is in host memory (its
-  // arrays released), in the order array_handles first visits them; empty when it is not.
-  std::vector<std::vector<float>> offloaded;
-  std::vector<int> groups;  // per handle (array_handles' order): its array's index there, or -1
-  bool on_host = false;
-};
+using namespace decoder_detail;
 
 void DecoderChunk::StashDeleter::operator()(Stash* s) const { delete s; }
 
 DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank,
-                           int tp, const DecoderOps& ops, bool sequence_parallel)
+                           int tp, const DecoderOps& ops, bool sequence_parallel, ContextSplit context)
     : shape_(shape),
       params_(chunk_params(shape, layer_begin, layer_end, tp_rank, tp)),
       recompute_(recompute),
       ops_(&ops),
-      sequence_parallel_(sequence_parallel && tp > 1) {}
-
-namespace {
-
-size_t sz(long long n) { return static_cast<size_t>(n); }
-
-// Sizes as this rank sees them: NH, NKV, F and V are its shares under tensor parallelism.
-// Under sequence parallelism the residual stream is this rank's RS rows, from row R0.
-struct Dims {
-  int B, T, N, C, NH, NKV, HS, QD, KV, F, V, V0;
-  float eps;
-  kernels::RopeFrequencies rope;
-  int window;  // sliding-window attention's keys per query; 0: every earlier key
-  bool gpt;
-  int tp, rank;
-  TensorParallelGroup* group;
-  const DecoderOps& ops;
-  bool sp = false;
-  int R0 = 0, RS = 0;
-  std::vector<size_t> parts;  // float offsets of each rank's rows of an [N, C] array
-
-  size_t stream_floats() const { return sz(1LL * RS * C); }  // the residual stream's
-  size_t whole_floats() const { return sz(1LL * N * C); }
-
-  void all_reduce(const Floats& x, bool max = false) const {
-    if (tp > 1) group->all_reduce(x.span(), max);
+      sequence_parallel_(sequence_parallel && tp > 1),
+      context_(context) {
+  if (context.size < 1 || context.rank < 0 || context.rank >= context.size ||
+      (context.size > 1 && shape.S % (2 * context.size) != 0)) {
+    throw std::invalid_argument("context rank " + std::to_string(context.rank) + " of " + std::to_string(context.size) +
+                                " of sequences of " + std::to_string(shape.S) + " tokens: expected a rank of the group "
+                                "and 2 x its size dividing the sequence");
   }
-  void all_reduce(float* x, size_t n) const {
-    if (tp > 1) group->all_reduce(std::span<float>(x, n), false);
-  }
-  // Sequence parallelism's g: this rank's rows -> the whole [N, C] on every rank.
-  Floats gather(const Floats& rows) const {
-    Floats whole = ops.floats(whole_floats());
-    ops.copy(whole.data() + parts[sz(rank)], rows.data(), stream_floats());
-    group->all_gather(whole.span(), parts);
-    return whole;
-  }
-  // Sequence parallelism's ḡ: every rank's addend of the whole -> the sum of this rank's rows.
-  Floats scatter(const Floats& whole) const {
-    group->reduce_scatter(whole.span(), parts);
-    Floats rows = ops.floats(stream_floats());
-    ops.copy(rows.data(), whole.data() + parts[sz(rank)], stream_floats());
-    return rows;
-  }
-  // What a column-parallel layer reads: the whole of a norm's output.
-  Floats whole(const Floats& rows) const { return sp ? gather(rows) : rows; }
-  // A row-parallel layer's partial sums -> the residual stream's rows of their sum.
-  Floats reduce(const Floats& whole) const {
-    if (sp) return scatter(whole);
-    all_reduce(whole);
-    return whole;
-  }
-};
+}
 
-Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
-             TensorParallelGroup* group, const DecoderOps& ops) {
-  Dims d{samples, s.S, samples * s.S, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
+Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
+                             TensorParallelGroup* group, const DecoderOps& ops, ContextSplit context,
+                             TensorParallelGroup* context_group) {
+  const int T = s.S / context.size;  // this rank's tokens of each sequence
+  Dims d{samples, T, samples * T, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
          s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
-         /*sp=*/false, /*R0=*/0, /*RS=*/samples * s.S, /*parts=*/{}};
+         /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context_group};
+
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
       throw std::invalid_argument("sequence parallelism over " + std::to_string(d.tp) + " ranks needs at least as many " +
@@ -144,6 +52,8 @@ Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel
   }
   return d;
 }
+
+namespace {
 
 // A norm over the residual stream's rows.
 void norm_forward(const Dims& d, Floats& y, Floats& mean, Floats& rstd, const Floats& x, const float* w, const float* b) {
@@ -245,14 +155,18 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
     qk_norm_forward(d, a.q, a.q_in, a.q_rstd, w + p.q_norm_w, d.NH);
     qk_norm_forward(d, a.k, a.k_in, a.k_rstd, w + p.k_norm_w, d.NKV);
   }
-  if (!d.gpt) {
-    ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.rope);
-    ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.rope);
+  if (d.cp > 1) {
+    context_attention_forward(d, a, true);
+  } else {
+    if (!d.gpt) {
+      ops.rope_forward(a.q.data(), d.N, d.T, d.NH, d.HS, d.rope);
+      ops.rope_forward(a.k.data(), d.N, d.T, d.NKV, d.HS, d.rope);
+    }
+    a.att = ops.floats(sz(1LL * d.N * d.QD));
+    a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
+    ops.attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV,
+                          d.HS, d.window);
   }
-  a.att = ops.floats(sz(1LL * d.N * d.QD));
-  a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
-  ops.attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS,
-                        d.window);
   const Floats o = ops.floats(d.whole_floats());
   ops.linear_forward(o.data(), a.att.data(), w + p.o_w, split ? nullptr : at(w, p.o_b), d.N, d.QD, d.C);
   a.x2 = d.reduce(o);
@@ -344,13 +258,16 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
   const Floats datt = ops.zeros(sz(1LL * d.N * d.QD));
   ops.linear_backward_input(datt.data(), dx2_whole.data(), w + p.o_w, d.N, d.QD, d.C);
   wg.add(p.o_w, p.o_b, dx2_whole, a.att, d.N, d.QD, d.C);
-  Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV));
-  const Floats dv = ops.zeros(sz(1LL * d.N * d.KV));
-  ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
-                         a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS, d.window);
-  if (!d.gpt) {
-    ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.rope);
-    ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.rope);
+  Floats dq = ops.zeros(sz(1LL * d.N * d.QD)), dk = ops.zeros(sz(1LL * d.N * d.KV)), dv = ops.zeros(sz(1LL * d.N * d.KV));
+  if (d.cp > 1) {
+    context_attention_backward(d, a, datt, dq, dk, dv);
+  } else {
+    ops.attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
+                           a.v.data(), d.B, d.T, d.NH, d.NKV, d.HS, d.window);
+    if (!d.gpt) {
+      ops.rope_backward(dq.data(), d.N, d.T, d.NH, d.HS, d.rope);
+      ops.rope_backward(dk.data(), d.N, d.T, d.NKV, d.HS, d.rope);
+    }
   }
   if (p.q_norm_w != npos) {
     qk_norm_backward(d, dq, g + p.q_norm_w, a.q_in, a.q_rstd, w + p.q_norm_w, d.NH);
@@ -511,7 +428,7 @@ void DecoderChunk::stash_to_device(Stash& s, const DecoderOps& ops) {
 bool DecoderChunk::stash_on_host(const Stash& s) { return s.on_host; }
 
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
-  const Dims d = dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_);
+  const Dims d = dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_, context_, in.context_group);
   const DecoderOps& ops = *ops_;
   StashPtr s(new Stash);
   s->samples = in.samples;
@@ -520,9 +437,12 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
   const bool last_block_partial = in.output_partial && !params_.has_head;
   Floats x;  // the residual stream: this rank's rows under sequence parallelism
   if (params_.has_embedding) {
-    s->tokens = ops.ints(in.tokens, sz(d.N));
+    s->tokens = d.cp > 1 ? ops.ints(context_rows(d, in.tokens).data(), sz(d.N)) : ops.ints(in.tokens, sz(d.N));
     x = ops.floats(whole);
-    if (d.tp > 1) {
+    if (d.cp > 1) {
+      context_embedding_forward(d, params_, w, s->tokens.data(), x.data());
+      if (d.tp > 1 && !(in.output_partial && params_.blocks.empty())) x = d.reduce(x);
+    } else if (d.tp > 1) {
       parallel_embedding_forward(d, params_, w, s->tokens.data(), x.data());
       if (!(in.output_partial && params_.blocks.empty())) x = d.reduce(x);
     } else {
@@ -547,7 +467,7 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
   }
   loss_sum = 0;
   if (params_.has_head) {
-    s->targets = ops.ints(in.targets, sz(d.N));
+    s->targets = d.cp > 1 ? ops.ints(context_rows(d, in.targets).data(), sz(d.N)) : ops.ints(in.targets, sz(d.N));
     s->head.x = std::move(x);
     head_forward(d, params_, w, s->head, s->targets.data(), in.loss_scale, &loss_sum);
     if (recompute_ == partition::Recompute::full) {
@@ -564,9 +484,10 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
 }
 
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
-                            bool dinput_partial, TensorParallelGroup* group, bool last_of_step) const {
+                            bool dinput_partial, TensorParallelGroup* group, bool last_of_step,
+                            TensorParallelGroup* context_group) const {
   if (s.on_host) throw std::logic_error("a backward's stash is in host memory: its copy back has not run");
-  const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_);
+  const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_, context_, context_group);
   if (d.sp && dinput_partial) {
     throw std::invalid_argument("under sequence parallelism a backward writes its rows of the input gradient, not a "
                                 "partial sum");
@@ -596,7 +517,8 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
     if (!a.complete) {  // full recomputation: this layer's forward again, from its input
       const Floats out = ops.floats(rows);
       block_forward(d, params_.blocks[b], w, a, out.data());
-    } else if (a.probs.empty()) {  // selective: the attention probabilities again
+    } else if (a.probs.empty() && d.cp == 1) {  // selective: the attention probabilities again (with context
+                                                 // parallelism, in its backward: the keys come with it)
       a.probs = ops.floats(sz(1LL * d.B * d.NH * d.T * d.T));
       const Floats out = ops.floats(sz(1LL * d.N * d.QD));
       ops.attention_forward(out.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), d.B, d.T, d.NH, d.NKV,
@@ -611,6 +533,8 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
     const Floats dembed = d.whole(dy);
     if (split) {
       s.dembed = dembed;
+    } else if (d.cp > 1) {
+      context_embedding_backward(d, params_, g, dembed.data(), s.tokens.data());
     } else if (d.tp > 1) {
       parallel_embedding_backward(d, params_, g, dembed.data(), s.tokens.data());
     } else {
@@ -626,13 +550,15 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
 
 void DecoderChunk::backward_weight(Stash& s, float* g) const {
   if (s.on_host) throw std::logic_error("a weight gradient's stash is in host memory: its copy back has not run");
-  const Dims d = dims_of(shape_, params_, false, s.samples, nullptr, *ops_);
+  const Dims d = dims_of(shape_, params_, false, s.samples, nullptr, *ops_, context_);  // (its exchanges are the passes')
   for (const WeightGrad& x : s.deferred) {
     ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data(), x.x.data(), d.N, x.C, x.OC);
   }
   s.deferred.clear();
   if (!s.dembed.empty()) {
-    if (d.tp > 1) {
+    if (d.cp > 1) {
+      context_embedding_backward(d, params_, g, s.dembed.data(), s.tokens.data());
+    } else if (d.tp > 1) {
       parallel_embedding_backward(d, params_, g, s.dembed.data(), s.tokens.data());
     } else {
       ops_->embedding_backward(g + params_.wte, at(g, params_.wpe), s.dembed.data(), s.tokens.data(), d.N, d.T, d.C);

@@ -38,6 +38,13 @@
 //    its gradient, the output's gradient and an output that is not a partial sum are the
 //    rank's rows (its sequence shard of the boundary); a partial output is whole, each
 //    rank's residual rows where they belong, for the plan's reduce-scatter.
+//  - Context parallelism (ContextSplit): a rank's rows are its two chunks of each sequence;
+//    positions (learned or rotary) are the tokens' own, and each attention layer meets the
+//    whole sequence's keys and values, all-gathered over the context group, and sends their
+//    gradients back by a reduce-scatter; the group's gradients are summed by the data-parallel
+//    exchange. The reference computes the attention over the whole sequence with the other
+//    ranks' queries zero (their outputs dropped), which costs the context size times the
+//    attention's work and keeps the whole sequence's probabilities: the math, not the cost.
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
 #include <memory>
 #include <span>
@@ -66,16 +73,28 @@ class TensorParallelGroup {
   virtual void reduce_scatter(std::span<float> data, std::span<const size_t> parts) = 0;
 };
 
+// Context parallelism (partition::Layout's context axis): rank `rank` of a group of `size`
+// computes two of each sequence's 2 size equal chunks, `rank` and 2 size - 1 - rank (which
+// balances causal attention), all-gathering the group's keys and values for its attention
+// and reduce-scattering their gradients back.
+struct ContextSplit {
+  int size = 1;
+  int rank = 0;
+};
+
 class DecoderChunk {
  public:
   // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares), on
-  // `ops` (kept by reference: it outlives the chunk and its stashes).
+  // `ops` (kept by reference: it outlives the chunk and its stashes); `context` its rank in a
+  // context group.
   DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank = 0,
-               int tp = 1, const DecoderOps& ops = cpu_decoder_ops(), bool sequence_parallel = false);
+               int tp = 1, const DecoderOps& ops = cpu_decoder_ops(), bool sequence_parallel = false,
+               ContextSplit context = {});
 
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  const ContextSplit& context() const { return context_; }
   const DecoderOps& ops() const { return *ops_; }
   // Runs on `ops` from now on: the caller moves the parameters and gradients, and no stash of
   // the old ops may be used again.
@@ -83,9 +102,12 @@ class DecoderChunk {
 
   struct Input {
     int samples = 0;                // sequences in the micro-batch (each of shape().S tokens)
-    const int* tokens = nullptr;    // first chunk: samples * S token ids (host memory)
+    // First chunk: samples * S token ids (host memory): whole sequences, also under context
+    // parallelism, whose rank takes its rows of them (and of `targets`).
+    const int* tokens = nullptr;
     // Other chunks: [samples * S, C]; under sequence parallelism this rank's rows of it (its
-    // sequence shard: the rows [N r / tp, N (r + 1) / tp) of the N = samples * S).
+    // sequence shard: the rows [N r / tp, N (r + 1) / tp) of the N = samples * S). Under
+    // context parallelism S is this rank's S / size tokens of each sequence, in order.
     const float* input = nullptr;
     float* output = nullptr;        // not the last chunk: [samples * S, C] (or its rows, as input)
     const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
@@ -96,6 +118,9 @@ class DecoderChunk {
     // each rank's own rows).
     bool output_partial = false;
     TensorParallelGroup* group = nullptr;  // required when tp > 1
+    // Required under context parallelism: the context group's exchanges (it may be `group`'s
+    // object when that one takes every exchange in the plan's order, as the back end's does).
+    TensorParallelGroup* context_group = nullptr;
   };
   // What the forward keeps for the backward (opaque).
   struct Stash;
@@ -120,7 +145,8 @@ class DecoderChunk {
   // accumulated until now, are summed over the ranks (once: call it with true exactly once
   // per accumulation).
   void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,
-                bool dinput_partial = false, TensorParallelGroup* group = nullptr, bool last_of_step = false) const;
+                bool dinput_partial = false, TensorParallelGroup* group = nullptr, bool last_of_step = false,
+                TensorParallelGroup* context_group = nullptr) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
   // The floats a stash holds in the ops' memory now (activations kept for the backward).
@@ -138,6 +164,7 @@ class DecoderChunk {
   partition::Recompute recompute_;
   const DecoderOps* ops_;
   bool sequence_parallel_;
+  ContextSplit context_;
 };
 
 }  // namespace hetflow::exec

@@ -251,6 +251,7 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   }
   Group group(exchange, task, plan_);
   if (c.tp > 1) in.group = &group;
+  if (c.math.context().size > 1) in.context_group = &group;  // (its exchanges come in the plan's order too)
   double loss = 0;
   auto stash = c.math.forward(pass_params(task, c), in, loss);
   group.done();
@@ -311,6 +312,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
   }
   Group group(exchange, task, plan_);
   TensorParallelGroup* tp = c.tp > 1 ? &group : nullptr;
+  TensorParallelGroup* context = c.math.context().size > 1 ? &group : nullptr;
   DecoderChunk::StashPtr stash;
   {
     std::lock_guard lock(c.mutex);
@@ -321,7 +323,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     }
     if (split) {
       c.math.backward(*s->second, pass_params(task, c), pass_grads(task, c), dout, dinput, true, partial, tp,
-                      last_backward_[static_cast<size_t>(task.task)] != 0);
+                      last_backward_[static_cast<size_t>(task.task)] != 0, context);
       group.done();
       return;  // W takes the stash
     }
@@ -329,7 +331,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     c.stashes.erase(s);
   }
   c.math.backward(*stash, pass_params(task, c), pass_grads(task, c), dout, dinput, false, partial, tp,
-                  last_backward_[static_cast<size_t>(task.task)] != 0);
+                  last_backward_[static_cast<size_t>(task.task)] != 0, context);
   group.done();
 }
 

@@ -156,11 +156,6 @@ void Training::read_layout() {
     throw PlanError("the network '" + plan.network.name + "' has no transformer architecture: real math covers "
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
-  if (const int c = plan.layout.size(partition::Axis::context); c > 1) {
-    throw PlanError("the plan splits each sequence over context groups of " + std::to_string(c) +
-                    " workers (layout.axes: context " + std::to_string(c) +
-                    "), whose attention real math does not split yet: simulate it, or run it with --compute proxy");
-  }
   shape_ = decoder_shape(*plan.network.architecture);
   for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;
@@ -176,11 +171,15 @@ void Training::read_layout() {
     throw PlanError("the plan's network has " + std::to_string(plan_.network.layers.size()) +
                     " layers where its architecture gives " + std::to_string(shape_.layers + 2));
   }
+  // A context group's workers take the same samples (each its rows of them), and each adds
+  // its tokens' losses.
+  const size_t context = static_cast<size_t>(std::max(1, layout.size(partition::Axis::context)));
   int samples = 0, parts = 0;
-  for (const partition::VirtualWorker& vw : layout.workers) {
-    sample_base_.push_back(samples);
+  for (size_t w = 0; w < layout.workers.size(); ++w) {
+    const partition::VirtualWorker& vw = layout.workers[w];
+    sample_base_.push_back(w % context == 0 ? samples : sample_base_[w - w % context]);
     loss_part_base_.push_back(parts);
-    samples += vw.microbatches * layout.micro_batch_size;
+    if (w % context == 0) samples += vw.microbatches * layout.micro_batch_size;
     parts += vw.microbatches;
   }
   global_batch_ = samples;
@@ -227,8 +226,11 @@ void Training::make_chunks(std::uint64_t seed) {
       continue;
     }
     if (chunk_of_tensor_.count(weight)) continue;
+    // Context parallelism: worker w is rank w % C of its group (partition::Layout::axes).
+    const int context = layout.size(partition::Axis::context);
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
-                                     ops_of_(task.device), layout.sequence_parallel);
+                                     ops_of_(task.device), layout.sequence_parallel,
+                                     ContextSplit{context, task.worker % context});
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;

@@ -133,8 +133,8 @@ TEST_P(EnginePlans, RunToCompletionWithOneEventPerTaskInstance) {
 INSTANTIATE_TEST_SUITE_P(Plans, EnginePlans, testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
 
-// Context parallelism on the CPU back end's proxies (its real math does not split a sequence
-// yet): every communicator, the context groups' included, carries what the plan says.
+// Context parallelism on the CPU back end's proxies: every communicator, the context groups'
+// included, carries what the plan says (real math: training_test.cpp's ContextTraining).
 TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
   partition::PlanOptions o = cases().back().options;
   ASSERT_EQ(o.context, 2);

@@ -761,6 +761,60 @@ const ZeroCase kZeroCases[] = {
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroTraining, testing::ValuesIn(kZeroCases),
                          [](const testing::TestParamInfo<ZeroCase>& p) { return std::string(p.param.name); });
 
+// Context parallelism (exec/decoder.hpp's ContextSplit): 2 replicas, each a context group
+// whose workers take two of 2C chunks of every sequence (a GPT with learned positions, a
+// LLaMA with rotary ones and grouped keys and values, Qwen3's QK-norm), against one device
+// on the same 8 sequences: gradients and three AdamW steps within the distributed tests'
+// tolerances. With pipelines, tensor and sequence parallelism, recomputation, a split
+// backward and ZeRO; a sliding window shorter than the sequence on one case.
+struct ContextCase {
+  const char* name;
+  int context = 2;
+  int pipeline = 1;
+  int tensor = 1;
+  bool sequence_parallel = false;
+  partition::Recompute recompute = partition::Recompute::none;
+  const char* schedule = "1f1b";
+  int zero = 0;
+  int window = 0;
+};
+
+class ContextTraining : public testing::TestWithParam<ContextCase> {};
+
+TEST_P(ContextTraining, EqualsOneDevice) {
+  const ContextCase& c = GetParam();
+  const int seq = 4 * c.context * 3;  // 2C chunks of 6 tokens
+  model::TransformerConfig windowed = *odd_llama(3, seq).architecture;
+  windowed.sliding_window = c.window;
+  const model::Network llama = c.window > 0 ? model::make_transformer(windowed, model::Precision::fp32) : odd_llama(3, seq);
+  for (const model::Network& net : {odd_gpt(3, c.tensor > 1 ? 6 : 3, seq), llama, odd_qwen3(3, seq)}) {
+    partition::PlanOptions o = options(c.pipeline, 2, 4, c.schedule);
+    o.context = c.context;
+    o.tensor = c.tensor;
+    o.sequence_parallel = c.sequence_parallel;
+    o.recompute = c.recompute;
+    o.zero_stage = c.zero;
+    o.bucket_bytes = 4096;
+    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * 2 * c.context * c.tensor), net, o);
+    ASSERT_EQ(plan.layout.size(partition::Axis::context), c.context);
+    expect_trains_as_one_device(plan, net);
+  }
+}
+
+const ContextCase kContextCases[] = {
+    {"context_2"},
+    {"context_4", 4},
+    {"pipeline_2", 2, 2},
+    {"tensor_2_sequence_parallel", 2, 1, 2, true},
+    {"selective_recompute", 2, 2, 1, false, partition::Recompute::selective},
+    {"full_recompute_split_w", 2, 2, 1, false, partition::Recompute::full, "1f1b-split-w"},
+    {"zero_3", 2, 1, 1, false, partition::Recompute::none, "1f1b", 3},
+    {"sliding_window", 2, 1, 1, false, partition::Recompute::none, "1f1b", 0, 5},
+};
+
+INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
+                         [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
+
 // A tied embedding between stages: at stage 1 its two copies add whole before the buckets
 // are scattered, and a GPT over two stages trains as one device; from stage 2 (its copies
 // scattered micro-batch by micro-batch, each replica's shard another range of each) it is

@@ -389,8 +389,9 @@ TEST(RunCli, Llama3TokenFilesTrainAsGpt2OnesAndCarryLargeVocabularies) {
 
 // `mpirun -np N hetflow run` trains what the threads of one process train, bit for bit, and
 // rank 0 alone reports the whole run: pipelines with all-reduce, tensor-parallel ranks that
-// push to and pull from parameter servers on other ranks, and workers whose stages differ in
-// tensor-parallel degree, all-reducing the parts of the split they hold in common.
+// push to and pull from parameter servers on other ranks, workers whose stages differ in
+// tensor-parallel degree, all-reducing the parts of the split they hold in common, and a
+// context group splitting each sequence.
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 #ifndef HETFLOW_MPIEXEC
   GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
@@ -407,7 +408,10 @@ TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
               " --microbatches 2 "},
       {8, "--cluster cpu-8 --model gpt:layers=4,hidden=64,heads=4,seq=32,vocab=256 --pipeline 4 --data 2 --microbatches 4 "},
       {4, "--cluster cpu-4 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --tensor 2 --data 2 --microbatches 2 "
-          "--sync ps "}};
+          "--sync ps "},
+      // A context group of 2 tensor-parallel pairs: each pass's keys and values cross ranks.
+      {4, "--cluster cpu-4 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32 --tensor 2 "
+          "--context-parallel 2 --microbatches 2 "}};
   for (const auto& [n, layout] : cases) {
     const std::string plan = "run " + layout + "--workspace 0 --precision fp32 --steps 2 --warmup 1 --lr 1e-2 --json ";
     const std::string threads = (dir / "threads.safetensors").string(), ranks = (dir / "ranks.safetensors").string();

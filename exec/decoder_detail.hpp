@@ -1,0 +1,159 @@
+#pragma once
+// Inside exec/decoder*.cpp only: what the decoder math's files share (the sizes a pass sees,
+// a block's and the head's activations, the stash), so that context parallelism's exchanges
+// (decoder_context.cpp) sit beside the rest without making one file of them.
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/decoder.hpp"
+
+namespace hetflow::exec {
+
+namespace decoder_detail {
+
+using Floats = OpsFloats;
+constexpr size_t npos = BlockParams::npos;
+
+inline const float* at(const float* base, size_t offset) { return offset == npos ? nullptr : base + offset; }
+inline float* at(float* base, size_t offset) { return offset == npos ? nullptr : base + offset; }
+
+// A weight gradient left for later: dw += dy^T x (and db += column sums of dy).
+struct WeightGrad {
+  size_t w = npos, b = npos;
+  Floats dy;
+  Floats x;  // shares the stash's array, or owns one gathered for it (sequence parallelism)
+  int C = 0, OC = 0;
+};
+
+// One block's activations for one micro-batch. Under full recomputation only `x` survives the
+// forward; the rest is rebuilt before the block's backward. Under sequence parallelism x, x2
+// and the norms' arrays hold this rank's rows only.
+struct BlockActs {
+  Floats x;                 // input [N, C]
+  Floats n1, mean1, rstd1;  // first norm
+  Floats q, k, v;           // after QK-norm (Qwen3) and rotary positions (LLaMA)
+  Floats q_in, k_in, q_rstd, k_rstd;  // QK-norm: the projections it normalised, per head 1/rms
+  Floats probs;             // [B, NH, T, T]; dropped under selective recomputation
+  Floats att;               // attention output before o_proj [N, C]
+  Floats x2;                // after the attention residual
+  Floats n2, mean2, rstd2;
+  Floats up, gate, act;     // MLP: c_fc / up_proj (pre-activation), gate_proj, activation output
+  bool complete = false;
+};
+
+struct HeadActs {
+  Floats x, nf, mean, rstd;  // input, normalised
+  Floats dlogits;            // [N, V]: the loss gradient, computed with the loss
+  bool complete = false;
+};
+
+}  // namespace decoder_detail
+
+struct DecoderChunk::Stash {
+  using Floats = OpsFloats;
+  using BlockActs = decoder_detail::BlockActs;
+  using HeadActs = decoder_detail::HeadActs;
+  using WeightGrad = decoder_detail::WeightGrad;
+  int samples = 0;
+  OpsInts tokens, targets;  // in the ops' memory
+  float loss_scale = 0;
+  std::vector<BlockActs> blocks;
+  HeadActs head;
+  std::vector<WeightGrad> deferred;  // split backward: the GEMMs backward_weight runs
+  Floats dembed;                     // split backward: the embedding's output gradient
+  // Activation offload: each distinct array's floats while the stash is in host memory (its
+  // arrays released), in the order array_handles first visits them; empty when it is not.
+  std::vector<std::vector<float>> offloaded;
+  std::vector<int> groups;  // per handle (array_handles' order): its array's index there, or -1
+  bool on_host = false;
+};
+
+
+namespace decoder_detail {
+
+inline size_t sz(long long n) { return static_cast<size_t>(n); }
+
+// Sizes as this rank sees them: NH, NKV, F and V are its shares under tensor parallelism.
+// Under sequence parallelism the residual stream is this rank's RS rows, from row R0.
+struct Dims {
+  int B, T, N, C, NH, NKV, HS, QD, KV, F, V, V0;
+  float eps;
+  kernels::RopeFrequencies rope;
+  int window;  // sliding-window attention's keys per query; 0: every earlier key
+  bool gpt;
+  int tp, rank;
+  TensorParallelGroup* group;
+  const DecoderOps& ops;
+  bool sp = false;
+  int R0 = 0, RS = 0;
+  std::vector<size_t> parts;  // float offsets of each rank's rows of an [N, C] array
+  // Context parallelism (cp > 1): T is this rank's share of each sequence of S tokens, two
+  // runs of S / 2cp (ContextSplit); cgroup exchanges keys and values with the group's ranks.
+  int S = 0, cp = 1, cp_rank = 0;
+  TensorParallelGroup* cgroup = nullptr;
+
+  size_t stream_floats() const { return sz(1LL * RS * C); }  // the residual stream's
+  size_t whole_floats() const { return sz(1LL * N * C); }
+
+  void all_reduce(const Floats& x, bool max = false) const {
+    if (tp > 1) group->all_reduce(x.span(), max);
+  }
+  void all_reduce(float* x, size_t n) const {
+    if (tp > 1) group->all_reduce(std::span<float>(x, n), false);
+  }
+  // Sequence parallelism's g: this rank's rows -> the whole [N, C] on every rank.
+  Floats gather(const Floats& rows) const {
+    Floats whole = ops.floats(whole_floats());
+    ops.copy(whole.data() + parts[sz(rank)], rows.data(), stream_floats());
+    group->all_gather(whole.span(), parts);
+    return whole;
+  }
+  // Sequence parallelism's ḡ: every rank's addend of the whole -> the sum of this rank's rows.
+  Floats scatter(const Floats& whole) const {
+    group->reduce_scatter(whole.span(), parts);
+    Floats rows = ops.floats(stream_floats());
+    ops.copy(rows.data(), whole.data() + parts[sz(rank)], stream_floats());
+    return rows;
+  }
+  // What a column-parallel layer reads: the whole of a norm's output.
+  Floats whole(const Floats& rows) const { return sp ? gather(rows) : rows; }
+  // A row-parallel layer's partial sums -> the residual stream's rows of their sum.
+  Floats reduce(const Floats& whole) const {
+    if (sp) return scatter(whole);
+    all_reduce(whole);
+    return whole;
+  }
+};
+
+Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
+             TensorParallelGroup* group, const DecoderOps& ops, ContextSplit context = {},
+             TensorParallelGroup* context_group = nullptr);
+
+// --- decoder_context.cpp: context parallelism ---
+// One run of a context rank's rows of a sequence: `length` tokens from local row `local` of
+// the sample, at position `position` of the sequence.
+struct ContextRun {
+  int local = 0, position = 0, length = 0;
+};
+// Context rank `rank`'s two runs (chunks rank and 2 cp - 1 - rank of 2 cp).
+std::vector<ContextRun> context_runs(int S, int cp, int rank);
+// This rank's tokens (or targets) of the micro-batch's whole sequences, in its row order.
+std::vector<int> context_rows(const Dims& d, const int* whole);
+// The attention of this rank's queries over the whole sequence: from a.q, a.k, a.v (this
+// rank's rows, before their rotary positions) to a.att, with a.q and a.k rotated at their
+// positions; the group's keys and values all-gathered (one exchange); a.probs the whole
+// sequence's (unless `keep_probs` is false: selective recomputation).
+void context_attention_forward(const Dims& d, BlockActs& a, bool keep_probs);
+// Its backward: dq, dk, dv (this rank's rows, zeroed) get the gradients of a.q, a.k, a.v
+// before their rotation; the keys and values all-gathered again and their gradients
+// reduce-scattered to their ranks (two exchanges). Rebuilds a.probs when it is empty.
+void context_attention_backward(const Dims& d, BlockActs& a, const Floats& datt, Floats& dq, Floats& dk, Floats& dv);
+// The token (and position) embedding of this rank's rows, forward and backward, run by run.
+void context_embedding_forward(const Dims& d, const ChunkParams& cp, const float* w, const int* tokens, float* x);
+void context_embedding_backward(const Dims& d, const ChunkParams& cp, float* g, const float* dx, const int* tokens);
+
+}  // namespace decoder_detail
+
+}  // namespace hetflow::exec
