@@ -1,10 +1,14 @@
 #pragma once
 // Plans for executor tests: built through the partition API on cpu-N clusters, or by hand
 // (one collective, one transfer) where a test needs to know every tensor.
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -15,8 +19,27 @@
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
 #include "partition/policy.hpp"
+#include "partition/traffic.hpp"
+#include "traces/traffic.hpp"
 
 namespace hetflow::test_support {
+
+// Conservation of communication: every communicator of `plan` carried in `trace` (iterations
+// of it) what the plan says it carries, in-task messages included; returns what the plan
+// says of each, once.
+inline std::vector<double> expect_carries_what_the_plan_says(const partition::Plan& plan, const traces::Trace& trace,
+                                                             int iterations, const std::string& what) {
+  const std::vector<double> planned = partition::planned_bytes_per_communicator(plan);
+  const std::vector<double> carried = traces::carried_bytes_per_communicator(plan, trace);
+  EXPECT_EQ(carried.size(), planned.size()) << what;
+  for (size_t k = 0; k < planned.size() && k < carried.size(); ++k) {
+    const partition::Communicator& comm = plan.communicators[k];
+    EXPECT_EQ(carried[k], iterations * planned[k])
+        << std::setprecision(17) << carried[k] << " vs " << iterations * planned[k] << " " << what << ": communicator "
+        << k << " (" << comm.name << ", " << partition::to_string(comm.role) << ")";
+  }
+  return planned;
+}
 
 // A two-layer GPT small enough to run in milliseconds, with attention heads for tensor parallelism.
 inline model::Network tiny_gpt() {
