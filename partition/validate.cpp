@@ -401,33 +401,28 @@ void check_collectives(const Plan& plan, Problems& problems) {
         problems.push_back("collective " + std::to_string(c) + ": an in-task collective runs in a task of every member (" +
                            std::to_string(members.size()) + "), found " + std::to_string(col.tasks.size()));
       }
-      // Every member's task performs the same messages of its communicator's role in the
-      // same order, or they would wait for each other in different collectives (a pass's
-      // tensor-parallel calls are its rank's; its context group's calls are the group's at
-      // its tensor rank, which its rank's other members do not share). Checked once per
-      // group of tasks: by the collective of the role that comes first in them.
-      const auto role_of_call = [&](const InTaskCall& call) {
-        const Collective& other = plan.collective(call.collective);
-        return in_range(other.communicator, plan.communicators.size()) ? plan.communicator(other.communicator).role
-                                                                       : CommRole::unspecified;
-      };
-      const CommRole role = plan.communicator(col.communicator).role;
-      const auto calls_of_role = [&](int task) {
+      // Every member's task performs the same messages on this communicator in the same
+      // order, or they would wait for each other in different collectives (a pass's
+      // tensor-parallel calls are on its rank's group; its context group's calls on the
+      // group's at its tensor rank, which its rank's other members do not share). Checked
+      // once per group of tasks: by the communicator's collective that comes first in them.
+      const auto calls_on_communicator = [&](int task) {
         std::vector<std::pair<int, int>> calls;
         for (const InTaskCall& call : plan.inside(task)) {
-          if (role_of_call(call) == role) calls.emplace_back(call.collective, call.message);
+          if (plan.collective(call.collective).communicator != col.communicator) continue;
+          calls.emplace_back(call.collective, call.message);
         }
         return calls;
       };
-      const std::vector<std::pair<int, int>> first = calls_of_role(col.tasks.front());
+      const std::vector<std::pair<int, int>> first = calls_on_communicator(col.tasks.front());
       if (!first.empty() && first.front().first == static_cast<int>(c)) {
         for (int t : col.tasks) {
-          const bool same = calls_of_role(t) == first;
+          const bool same = calls_on_communicator(t) == first;
           if (!same) {
             problems.push_back("collective " + std::to_string(c) + ": " + describe_task(plan, t) + " and " +
                                describe_task(plan, col.tasks.front()) +
-                               " perform different in-task collectives of role " + std::string(to_string(role)) +
-                               ", or in a different order");
+                               " perform different in-task collectives on communicator " +
+                               std::to_string(col.communicator) + ", or in a different order");
             break;
           }
         }

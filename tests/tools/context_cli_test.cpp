@@ -118,3 +118,22 @@ TEST(ContextCli, TheSearchSplitsALongSequenceAndItsLayoutFilePlansBack) {
   ASSERT_EQ(back.status, 0) << back.err;
   EXPECT_NE(back.out.find("context parallel 4"), std::string::npos) << back.out;
 }
+
+// A plan with context groups goes out as Chakra execution traces and comes back as a plan
+// whose communicators have no roles: each in-task collective's members still perform its
+// communicator's messages in one order, and it simulates as the plan does.
+TEST(ContextCli, AChakraRoundTripSimulatesAsThePlan) {
+  const std::string plan = ::testing::TempDir() + "context_chakra.json", dir = ::testing::TempDir() + "context_chakra";
+  const std::string options = " --cluster cpu-4 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,"
+                              "seq=32 --precision fp32";
+  ASSERT_EQ(run_hetflow("plan" + options + " --context-parallel 2 --tensor 2 --out " + plan).status, 0);
+  const auto exported = run_hetflow("export-chakra " + plan + " -o " + dir);
+  ASSERT_EQ(exported.status, 0) << exported.err;
+  const auto original = run_hetflow("simulate --plan " + plan + " --json");
+  ASSERT_EQ(original.status, 0) << original.err;
+  const auto back = run_hetflow("simulate --cluster cpu-4 --model chakra:" + dir + " --json");
+  ASSERT_EQ(back.status, 0) << back.err;
+  const double a = nlohmann::json::parse(original.out).at("iteration_time_s").get<double>();
+  const double b = nlohmann::json::parse(back.out).at("iteration_time_s").get<double>();
+  EXPECT_NEAR(b / a, 1.0, 0.01);
+}
