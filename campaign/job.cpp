@@ -35,13 +35,15 @@ double iteration_time_s(partition::Plan plan, const model::Calibration& calibrat
   return traces::compute_metrics(result.trace, plan, cost, 1).iteration_time_s;
 }
 
-// The plan rebuilt with its last virtual worker gone; `same_batch`: the others share its
-// micro-batches (each gets ceil(m R / (R - 1)), the nearest whole count not below).
+// The plan rebuilt with its last data-parallel replica gone (its virtual worker, or its
+// context group's workers); `same_batch`: the others share its micro-batches (each gets
+// ceil(m R / (R - 1)), the nearest whole count not below).
 partition::Plan without_last_replica(const partition::Plan& plan, const model::Calibration& calibration,
                                      bool same_batch) {
   partition::Layout layout = plan.layout;
-  const int replicas = static_cast<int>(layout.workers.size());
-  layout.workers.pop_back();
+  const int context = std::max(1, layout.size(partition::Axis::context));
+  const int replicas = static_cast<int>(layout.workers.size()) / context;
+  layout.workers.resize(layout.workers.size() - static_cast<size_t>(context));
   layout.fit_axes();  // one replica fewer on the data axis
   if (same_batch) {
     for (partition::VirtualWorker& w : layout.workers) {
@@ -66,7 +68,9 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   job.gpus = static_cast<int>(used_devices.size());
   job.nodes = static_cast<int>(used_nodes.size());
   for (int n : used_nodes) job.gpus_per_node = std::max(job.gpus_per_node, plan.cluster.nodes.at(static_cast<size_t>(n)).gpu_count);
-  job.replicas = std::max(1, static_cast<int>(plan.layout.workers.size()));
+  // A replica is a virtual worker, or under context parallelism its group's C workers.
+  job.replicas = std::max(1, static_cast<int>(plan.layout.workers.size()) /
+                                 std::max(1, plan.layout.size(partition::Axis::context)));
   job.samples_per_step = plan.layout.samples_per_iteration();
   job.tokens_per_sample = std::max(1.0, plan.network.tokens_per_sample);
 
@@ -111,7 +115,7 @@ void measure_states(const partition::Plan& plan, const model::Calibration& calib
   StateTimes& t = job.times;
   t.healthy_s = iteration_time_s(plan, calibration, {});
   t.replica_short_s = t.replica_short_same_batch_s = t.healthy_s;
-  if (plan.layout.workers.size() > 1 && needed.replica_short) {
+  if (job.replicas > 1 && needed.replica_short) {
     t.replica_short_s = iteration_time_s(without_last_replica(plan, calibration, false), calibration, {});
     if (needed.same_batch) {
       t.replica_short_same_batch_s = iteration_time_s(without_last_replica(plan, calibration, true), calibration, {});

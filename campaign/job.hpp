@@ -28,7 +28,7 @@ struct CheckpointCost {
 struct Job {
   int gpus = 0;               // devices the plan uses (all replicas)
   int nodes = 0;              // nodes those devices are on
-  int replicas = 1;           // data-parallel virtual workers
+  int replicas = 1;           // data-parallel replicas (virtual workers, or context groups of them)
   int gpus_per_node = 1;      // of the nodes used (the largest)
   double samples_per_step = 0;
   double tokens_per_sample = 1;

@@ -49,6 +49,19 @@ TEST(CampaignCli, CheckpointIsThePlansWeightsAndOptimizerState) {
   EXPECT_NEAR(j["checkpoint_write_s"].get<double>(), std::max(bytes / 2e12, bytes / 4 / 100e9), 1e-9);
 }
 
+// Under context parallelism a replica is a context group: 4 nodes of 8 GPUs at tensor 4 x
+// context 2 are 4 replicas of 2 workers, and dropping a replica drops a whole group (a lone
+// worker of one would leave a group the plan refuses).
+TEST(CampaignCli, AReplicaIsAContextGroup) {
+  const auto r = run_hetflow("campaign --cluster dgx-a100-x4 --model llama:layers=4,hidden=1024,heads=16,kv_heads=4,"
+                             "ffn=2816,vocab=32000,seq=4096 --tensor 4 --context-parallel 2 --steps 100 --seeds 1 "
+                             "--fault-tolerance drop-replica --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpus"], 32);
+  EXPECT_EQ(j["replicas"], 4);
+}
+
 TEST(CampaignCli, ReadsTheClustersReliabilitySection) {
   const auto dir = test_support::scratch_dir();
   std::filesystem::create_directories(dir);
