@@ -40,56 +40,33 @@ double context_kv_elems(const model::TransformerConfig& c, int tensor) {
   return 2.0 * c.seq * heads * c.head_size();
 }
 
+double context_gathered_bytes(const model::Network& net, const Layout& layout, int layer_begin, int layer_end,
+                              int tensor) {
+  if (layout.size(Axis::context) <= 1 || !net.architecture) return 0;
+  for (int i = layer_begin; i < layer_end; ++i) {
+    if (net.layers[static_cast<size_t>(i)].attention_core_flops > 0) {
+      const double e = model::element_bytes(layout.precision);
+      return context_kv_elems(*net.architecture, tensor) * layout.micro_batch_size * e;
+    }
+  }
+  return 0;
+}
+
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass) {
-  std::vector<PassCall> out;
-  if (pass.context <= 1 || !net.architecture) return out;
+  if (pass.context <= 1 || !net.architecture) return {};
   const model::TransformerConfig& c = *net.architecture;
-  const double kv = context_kv_elems(c, pass.tensor), t = pass.tensor;
-  double total = 0;
-  struct Placed {
-    double begin, work;
-    size_t first, count;
-  };
-  std::vector<Placed> layers;
-  const auto place = [&](double work, auto&& add) {
-    const size_t first = out.size();
-    add();
-    layers.push_back({total, work, first, out.size() - first});
-    total += work;
-  };
-  for (int k = 0; k < pass.layer_end - pass.layer_begin; ++k) {
-    const int i = pass.backward ? pass.layer_end - 1 - k : pass.layer_begin + k;
-    const model::Layer& l = net.layers[static_cast<size_t>(i)];
-    const double split = l.tp_splittable ? t : 1;
-    const bool attends = l.attention_core_flops > 0 && l.forward_flops > 0;
-    const AttentionPlace a = attends ? attention_place(c, l) : AttentionPlace{};
-    if (!pass.backward) {
-      place(l.forward_flops / split, [&] {
-        if (attends) out.push_back({CollectiveKind::all_gather, kv, a.begin});
-      });
-      continue;
-    }
-    const double backward = (pass.split_backward ? l.backward_flops / 2 : l.backward_flops) / split;
-    double rerun = 0;
-    if (pass.recompute == Recompute::full && l.forward_flops > 0) rerun = l.forward_flops / split;
-    if (pass.recompute == Recompute::selective) rerun = l.attention_core_flops / split;
-    if (pass.recompute == Recompute::full && attends) {  // the forward again, its gather first
-      place(rerun, [&] { out.push_back({CollectiveKind::all_gather, kv, a.begin}); });
-    } else {
-      total += rerun;
-    }
-    // The backward mirrors the forward: the MLP's, then the attention's, then QKV's.
-    place(backward, [&] {
-      if (!attends) return;
+  const double kv = context_kv_elems(c, pass.tensor);
+  return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
+    if (l.attention_core_flops <= 0 || l.forward_flops <= 0) return;
+    const AttentionPlace a = attention_place(c, l);
+    if (part == LayerPart::forward || (part == LayerPart::rerun && pass.recompute == Recompute::full)) {
+      out.push_back({CollectiveKind::all_gather, kv, a.begin});  // (the rerun: the forward's gather again)
+    } else if (part == LayerPart::backward) {
+      // The backward mirrors the forward: the MLP's, then the attention's, then QKV's.
       out.push_back({CollectiveKind::all_gather, kv, 1 - a.end});
       out.push_back({CollectiveKind::reduce_scatter, kv, 1 - a.begin});
-    });
-  }
-  for (const Placed& p : layers) {
-    for (size_t k = p.first; k < p.first + p.count; ++k) out[k].at = total > 0 ? (p.begin + out[k].at * p.work) / total : 1;
-  }
-  strictly_increasing(out);
-  return out;
+    }
+  });
 }
 
 AxisRules context_axis() {

@@ -117,14 +117,11 @@ DeviceMemory device_memory(const model::Network& network, const Layout& layout, 
   // Full recomputation rebuilds one layer's activations at a time during backward.
   if (layout.recompute == Recompute::full) m.activations_bytes += largest_layer_full_bytes;
   // Context parallelism: a backward's gathered keys and values of one layer and their gradients.
-  bool attends = false;
+  double gathered = 0;
   for (const Stage& c : chunks) {
-    for (int i = c.layer_begin; i < c.layer_end; ++i) attends = attends || network.layers[static_cast<size_t>(i)].attention_core_flops > 0;
+    gathered = std::max(gathered, context_gathered_bytes(network, layout, c.layer_begin, c.layer_end, tensor));
   }
-  if (layout.size(Axis::context) > 1 && network.architecture && attends) {
-    m.activations_bytes += 2 * context_kv_elems(*network.architecture, tensor) * layout.micro_batch_size *
-                           model::element_bytes(layout.precision);
-  }
+  m.activations_bytes += 2 * gathered;
   const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
   const Sharded by = sharded_by(layout);
   m.weights_bytes = params * e / by.weights;

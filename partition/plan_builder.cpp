@@ -48,11 +48,7 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
       add(l.tp_backward_allreduce_elems, l.tp_backward_allreduces, w.tp_backward, w.tp_rerun_backward);
     }
   }
-  if (layout.size(Axis::context) > 1 && net.architecture) {
-    bool attends = false;
-    for (int i = s.layer_begin; i < s.layer_end; ++i) attends = attends || net.layers[static_cast<size_t>(i)].attention_core_flops > 0;
-    if (attends) w.context_bytes = context_kv_elems(*net.architecture, tensor) * layout.micro_batch_size * e;
-  }
+  w.context_bytes = context_gathered_bytes(net, layout, s.layer_begin, s.layer_end, tensor);
   w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
   w.input_bytes = net.cut_bytes(static_cast<size_t>(s.layer_begin)) * mbs;

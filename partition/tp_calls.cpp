@@ -48,63 +48,65 @@ void backward_calls(const std::vector<TpCall>& calls, bool sp, std::vector<PassC
 
 }  // namespace
 
-std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass) {
-  std::vector<PassCall> out;
-  if (pass.tensor <= 1) return out;
-  // Each layer's work in the pass and its calls, placed at (work before it + point x its work).
+std::vector<PassCall> place_pass_calls(const model::Network& net, const PassShape& pass, const LayerCalls& calls_of) {
+  // Each part's work in the pass and its calls, placed at (work before it + point x its work).
   struct Placed {
     double begin, work;
-    size_t first, count;  // its calls in `raw`, with points within the layer
+    size_t first, count;  // its calls in `raw`, with points within the part
   };
   std::vector<PassCall> raw;
-  std::vector<Placed> layers;
+  std::vector<Placed> parts;
   double total = 0;
-  const auto place = [&](double work, auto&& add) {
+  const auto place = [&](const model::Layer& l, LayerPart part, double work) {
     const size_t first = raw.size();
-    add();
-    layers.push_back({total, work, first, raw.size() - first});
+    calls_of(l, part, raw);
+    parts.push_back({total, work, first, raw.size() - first});
     total += work;
   };
   const double t = pass.tensor;
-  if (!pass.backward) {
-    for (int i = pass.layer_begin; i < pass.layer_end; ++i) {
-      const model::Layer& l = net.layers[static_cast<size_t>(i)];
-      if (!l.tp_splittable) {
-        total += l.forward_flops;
-        continue;
-      }
-      place(l.forward_flops / t, [&] { forward_calls(model::tp_calls_of(l), pass.sequence_parallel, raw); });
+  for (int k = 0; k < pass.layer_end - pass.layer_begin; ++k) {
+    const int i = pass.backward ? pass.layer_end - 1 - k : pass.layer_begin + k;
+    const model::Layer& l = net.layers[static_cast<size_t>(i)];
+    const double split = l.tp_splittable ? t : 1;
+    if (!pass.backward) {
+      place(l, LayerPart::forward, l.forward_flops / split);
+      continue;
     }
-  } else {
-    for (int i = pass.layer_end; i-- > pass.layer_begin;) {
-      const model::Layer& l = net.layers[static_cast<size_t>(i)];
-      const double split = l.tp_splittable ? t : 1;
-      const double backward = (pass.split_backward ? l.backward_flops / 2 : l.backward_flops) / split;
-      double rerun = 0;
-      if (pass.recompute == Recompute::full && l.forward_flops > 0) rerun = l.forward_flops / split;
-      if (pass.recompute == Recompute::selective) rerun = l.attention_core_flops / split;
-      if (!l.tp_splittable) {
-        total += rerun + backward;
-        continue;
-      }
-      const std::vector<TpCall> calls = model::tp_calls_of(l);
-      if (pass.recompute == Recompute::full && l.forward_flops > 0) {  // the layer's forward again, first
-        place(rerun, [&] { forward_calls(calls, pass.sequence_parallel, raw); });
-      } else {
-        total += rerun;
-      }
-      place(backward, [&] { backward_calls(calls, pass.sequence_parallel, raw); });
+    const double backward = (pass.split_backward ? l.backward_flops / 2 : l.backward_flops) / split;
+    double rerun = 0;
+    if (pass.recompute == Recompute::full && l.forward_flops > 0) rerun = l.forward_flops / split;
+    if (pass.recompute == Recompute::selective) rerun = l.attention_core_flops / split;
+    if (!l.tp_splittable) {  // (the embedding, the head: no call between its rerun and its backward)
+      place(l, LayerPart::backward, rerun + backward);
+    } else {
+      place(l, LayerPart::rerun, rerun);
+      place(l, LayerPart::backward, backward);
     }
   }
-  for (const Placed& p : layers) {
+  std::vector<PassCall> out;
+  for (const Placed& p : parts) {
     for (size_t k = p.first; k < p.first + p.count; ++k) {
       raw[k].at = total > 0 ? (p.begin + raw[k].at * p.work) / total : 1;
-      raw[k].elems /= pass.context;
       out.push_back(raw[k]);
     }
   }
   strictly_increasing(out);
   return out;
+}
+
+std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass) {
+  if (pass.tensor <= 1) return {};
+  return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
+    if (!l.tp_splittable) return;
+    const size_t first = out.size();
+    const bool rerun = part == LayerPart::rerun && pass.recompute == Recompute::full && l.forward_flops > 0;
+    if (part == LayerPart::forward || rerun) {
+      forward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);  // (the rerun: the layer's forward again)
+    } else if (part == LayerPart::backward) {
+      backward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);
+    }
+    for (size_t k = first; k < out.size(); ++k) out[k].elems /= pass.context;  // the rank's tokens' share
+  });
 }
 
 void strictly_increasing(std::vector<PassCall>& calls) {

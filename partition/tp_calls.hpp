@@ -13,6 +13,7 @@
 // Points are the part of the pass's FLOPs done before the call, layer by layer (a backward
 // walks its layers last to first, each layer's own points mirrored); calls at the same point
 // keep their order by points a few ulps apart, so that the point alone orders a task's calls.
+#include <functional>
 #include <vector>
 
 #include "model/network.hpp"
@@ -41,6 +42,16 @@ struct PassShape {
 // rank has one device.
 std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass);
 
+// One part of a layer's work in a pass, in the order the pass does them: its forward; in a
+// backward, the forward again (recomputation; selective: the attention's) and the backward.
+enum class LayerPart { forward, rerun, backward };
+// Appends the calls a layer's part performs, each at its point of the part's work in [0, 1].
+using LayerCalls = std::function<void(const model::Layer& layer, LayerPart part, std::vector<PassCall>& out)>;
+// Every in-pass axis's calls of a pass: each part's calls placed at the part of the pass's
+// FLOPs done before them (a layer not split by tensor parallelism does its rerun and its
+// backward as one part), then made strictly increasing.
+std::vector<PassCall> place_pass_calls(const model::Network& net, const PassShape& pass, const LayerCalls& calls_of);
+
 // Makes the calls' points strictly increasing in their listed order, all within [0, 1]:
 // calls at one point keep their order by points a few ulps apart.
 void strictly_increasing(std::vector<PassCall>& calls);
@@ -60,6 +71,10 @@ std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass);
 // The keys and values of one sequence on one tensor rank of degree `tensor`, per sample.
 double context_kv_elems(const model::TransformerConfig& config, int tensor);
+// The bytes of the keys and values one attention layer of layers [begin, end) gathers for a
+// micro-batch under the layout's context parallelism; 0 without it or without attention.
+double context_gathered_bytes(const model::Network& net, const Layout& layout, int layer_begin, int layer_end,
+                              int tensor);
 
 // Elements every rank of a chunk's tensor-parallel group sums once a step, in its last
 // backward (model::Layer::tp_summed_gains); 0 on one device.
