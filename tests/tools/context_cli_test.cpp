@@ -79,15 +79,8 @@ TEST(ContextCli, TheCpuBackEndTrainsASplitSequenceAsWithoutAndCudaRefusesIt) {
   EXPECT_NE(split.out.find("compute real"), std::string::npos) << split.out;
   const auto data = run_hetflow("run" + kSmall + " --steps 3 --global-batch 4");
   ASSERT_EQ(data.status, 0) << data.err;
-  const auto losses = [](const std::string& out) {
-    std::string lines;
-    for (size_t at = out.find("loss "); at != std::string::npos; at = out.find("loss ", at + 1)) {
-      lines += out.substr(at, out.find_first_of(" \n", at + 5) - at) + "\n";
-    }
-    return lines;
-  };
-  EXPECT_NE(losses(split.out), "");
-  EXPECT_EQ(losses(split.out), losses(data.out));
+  EXPECT_NE(hetflow::test_support::loss_lines(split.out), "");
+  EXPECT_EQ(hetflow::test_support::loss_lines(split.out), hetflow::test_support::loss_lines(data.out));
   const auto cuda = run_hetflow("run --backend cuda" + kSmall + " --context-parallel 2 --steps 1");
   EXPECT_NE(cuda.status, 0);
   EXPECT_NE(cuda.err.find("layout.axes: context 2"), std::string::npos) << cuda.err;

@@ -13,18 +13,10 @@
 
 #include "tests/tools/run_hetflow.hpp"
 
+using hetflow::test_support::loss_lines;
 using hetflow::test_support::run_hetflow;
 
 namespace {
-
-// The loss lines of a run's report.
-std::string losses(const std::string& out) {
-  std::string lines;
-  for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
-    lines += out.substr(at, out.find('\n', at) - at) + "\n";
-  }
-  return lines;
-}
 
 // A small GPT run on the CPU back end with `layout` and then with `offload` too, three steps
 // each: the two runs' report of the second.
@@ -33,10 +25,10 @@ hetflow::test_support::RunResult run_as_without(const std::string& layout, const
                           layout + " --steps 3";
   const auto plain = run_hetflow(run);
   EXPECT_EQ(plain.status, 0) << plain.err;
-  EXPECT_NE(losses(plain.out), "") << plain.out;
+  EXPECT_NE(loss_lines(plain.out), "") << plain.out;
   const auto offloaded = run_hetflow(run + " " + offload);
   EXPECT_EQ(offloaded.status, 0) << offloaded.err;
-  EXPECT_EQ(losses(offloaded.out), losses(plain.out)) << offload;
+  EXPECT_EQ(loss_lines(offloaded.out), loss_lines(plain.out)) << offload;
   return offloaded;
 }
 

@@ -49,4 +49,13 @@ inline std::string under_mpirun(int ranks) {
 }
 #endif
 
+// The loss of each step in a run's text report: from "  loss " to the end of its line.
+inline std::string loss_lines(const std::string& out) {
+  std::string lines;
+  for (size_t at = out.find("  loss "); at != std::string::npos; at = out.find("  loss ", at + 1)) {
+    lines += out.substr(at, out.find('\n', at) - at) + "\n";
+  }
+  return lines;
+}
+
 }  // namespace hetflow::test_support
