@@ -1,5 +1,5 @@
 // A HuggingFace config.json read as a decoder (zoo.hpp's transformer_from_hf_config): the
-// keys of GPT-2, LLaMA, Mistral, Qwen2 and Qwen3, absent ones taking transformers' defaults for the
+// keys of GPT-2, LLaMA, Mistral, Mixtral, Qwen2, Qwen3, their MoE and DeepSeek-V2/V3, absent ones taking transformers' defaults for the
 // model type, and what the layers here leave out noted as TransformerConfig::unmodelled.
 #include <algorithm>
 #include <cmath>
@@ -64,6 +64,13 @@ class Reader {
     }
     return j_[k].get<double>();
   }
+  double non_negative(const char* k, double fallback) const {
+    if (!present(k)) return fallback;
+    if (!j_[k].is_number() || !std::isfinite(j_[k].get<double>()) || j_[k].get<double>() < 0) {
+      fail(k, "expected a number >= 0, found " + brief(j_[k]));
+    }
+    return j_[k].get<double>();
+  }
   // A number > 0 that `kind` of scaling requires.
   double required_positive(const char* k, const std::string& kind) const {
     if (!present(k)) fail(k, "is required for " + kind + " scaling");
@@ -86,6 +93,12 @@ class Reader {
   std::string prefix_;
 };
 
+// The model types read as LLaMA-family decoders, and every type in words.
+constexpr const char* kLlamaFamilyTypes[] = {"llama",     "mistral",   "mixtral",     "qwen2",      "qwen2_moe",
+                                             "qwen3",     "qwen3_moe", "deepseek_v2", "deepseek_v3"};
+constexpr const char* kTypesInWords =
+    "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2 or deepseek_v3";
+
 TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
   TransformerConfig c = gpt_family();
   c.layers = r.integer({"n_layer"}, true, 0);
@@ -104,8 +117,9 @@ TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
 
 // RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
 // object; transformers 5 both in one `rope_parameters` object.
-void read_rope(const Reader& top, const std::string& file, TransformerConfig& c, std::vector<std::string>& notes) {
-  c.rope_theta = top.positive("rope_theta", 10000);
+void read_rope(const Reader& top, const std::string& file, TransformerConfig& c, std::vector<std::string>& notes,
+               double default_theta) {
+  c.rope_theta = top.positive("rope_theta", default_theta);
   const char* key = top.present("rope_parameters") ? "rope_parameters" : top.present("rope_scaling") ? "rope_scaling" : "";
   if (*key == '\0') return;
   const nlohmann::json& object = top.at(key);
@@ -139,14 +153,17 @@ void read_rope(const Reader& top, const std::string& file, TransformerConfig& c,
   if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
 }
 
-// Mistral's sliding window: 4096 when the key is absent (Qwen2's and Qwen3's too), none when
-// it is null. LLaMA's attention has none (transformers ignores the key there). Qwen2 and
+// Mistral's sliding window: 4096 when the key is absent (the Qwen configs' too; Mixtral's
+// none), none when it is null. LLaMA's attention has none (transformers ignores the key there). Qwen2 and
 // Qwen3 window only with use_sliding_window, the layers their layer_types call
 // "sliding_attention" or, without them, those from max_window_layers on. A window as long as the sequence masks nothing; it is kept
 // all the same, for a network run at a longer one.
 void read_window(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
-  const bool mistral = type == "mistral", qwen = type == "qwen2" || type == "qwen3";
-  const int window = r.given("sliding_window") ? r.integer({"sliding_window"}, false, 0) : mistral || qwen ? 4096 : 0;
+  const bool mistral = type == "mistral" || type == "mixtral";
+  const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe";
+  // MixtralConfig's default is None; MistralConfig's and the Qwen configs' 4096.
+  const int window =
+      r.given("sliding_window") ? r.integer({"sliding_window"}, false, 0) : type == "mistral" || qwen ? 4096 : 0;
   if (mistral && window > 0) c.sliding_window = window;
   if (!qwen || !r.boolean("use_sliding_window", false) || window == 0) return;
   int windowed = 0;  // layers
@@ -167,37 +184,159 @@ void read_window(const Reader& r, const std::string& type, TransformerConfig& c,
   }
 }
 
-// LLaMA, Mistral, Qwen2 and Qwen3: absent keys take transformers' defaults for the model
-// type (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config), as loading the config there
-// would.
+// transformers' defaults for a model type's keys where they differ from LLaMA's.
+struct TypeDefaults {
+  int kv_heads = 0;  // 0: num_attention_heads
+  int seq = 2048;
+  double rope_theta = 10000;
+  int head_dim = 0;  // 0: hidden / heads
+};
+
+TypeDefaults defaults_of(const std::string& type) {
+  if (type == "mistral") return {8, 131072, 10000, 0};
+  if (type == "mixtral") return {8, 131072, 1e6, 0};
+  if (type == "qwen2") return {32, 32768, 10000, 0};
+  if (type == "qwen2_moe") return {16, 32768, 10000, 0};
+  if (type == "qwen3") return {32, 32768, 10000, 128};
+  if (type == "qwen3_moe") return {4, 32768, 10000, 0};
+  if (type == "deepseek_v3") return {128, 4096, 10000, 0};
+  if (type == "deepseek_v2") return {32, 2048, 10000, 0};
+  return {};
+}
+
+// The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V2/V3, with their
+// configs' defaults; which layers are MoE as each model's code decides it.
+void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
+  MoeConfig& m = c.moe;
+  const bool qwen = type == "qwen2_moe" || type == "qwen3_moe", deepseek = type.rfind("deepseek", 0) == 0;
+  if (type == "mixtral") {
+    m.experts = r.integer({"num_local_experts"}, false, 8);
+    m.experts_per_token = r.integer({"num_experts_per_tok"}, false, 2);
+    m.expert_ffn = c.ffn;  // every layer's MLP is the mixture
+    m.aux_loss_coef = r.non_negative("router_aux_loss_coef", 0.001);
+    if (r.non_negative("router_jitter_noise", 0) > 0) notes.push_back("router_jitter_noise");
+    return;
+  }
+  if (qwen) {
+    const bool qwen2 = type == "qwen2_moe";
+    m.experts = r.integer({"num_experts"}, false, qwen2 ? 60 : 128);
+    m.experts_per_token = r.integer({"num_experts_per_tok"}, false, qwen2 ? 4 : 8);
+    m.expert_ffn = r.integer({"moe_intermediate_size"}, false, qwen2 ? 1408 : 768);
+    if (qwen2) {
+      m.shared_expert_ffn = r.integer({"shared_expert_intermediate_size"}, false, 5632);
+      m.shared_experts = m.shared_expert_ffn > 0 ? 1 : 0;
+      m.shared_expert_gate = m.shared_experts > 0;
+    }
+    m.normalize_top_k = r.boolean("norm_topk_prob", false);
+    m.aux_loss_coef = r.non_negative("router_aux_loss_coef", 0.001);
+    // Layer i is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers;
+    // a leading run of mlp_only_layers is first_dense_layers here.
+    const int step = std::max(1, r.integer({"decoder_sparse_step"}, false, 1));
+    int dense_prefix = 0;
+    bool listed_elsewhere = false;
+    if (r.present("mlp_only_layers")) {
+      const nlohmann::json& list = r.at("mlp_only_layers");
+      if (!list.is_array()) r.fail("mlp_only_layers", "expected a list of layer indices, found " + brief(list));
+      for (const nlohmann::json& v : list) {
+        if (!v.is_number_integer()) r.fail("mlp_only_layers", "expected layer indices, found " + brief(v));
+        if (v.get<long long>() == dense_prefix) {
+          ++dense_prefix;
+        } else {
+          listed_elsewhere = true;
+        }
+      }
+    }
+    if (listed_elsewhere || (dense_prefix > 0 && step > 1)) {
+      notes.push_back("mlp_only_layers beyond a leading run");
+    }
+    m.first_dense_layers = step > 1 ? step - 1 : dense_prefix;
+    m.every = step;
+    return;
+  }
+  if (deepseek) {
+    const bool v3 = type == "deepseek_v3";
+    // DeepseekV2Config leaves the experts None (a dense model) unless given.
+    if (!v3 && !r.present("n_routed_experts")) return;
+    m.experts = r.integer({"n_routed_experts"}, false, 256);
+    m.experts_per_token = r.integer({"num_experts_per_tok"}, !v3, 8);
+    m.expert_ffn = r.integer({"moe_intermediate_size"}, false, v3 ? 2048 : 1407);
+    m.shared_experts = r.integer({"n_shared_experts"}, false, v3 ? 1 : 0);
+    m.normalize_top_k = r.boolean("norm_topk_prob", v3);
+    m.routed_scale = r.positive("routed_scaling_factor", v3 ? 2.5 : 1.0);
+    m.aux_loss_coef = r.non_negative("aux_loss_alpha", 0.001);
+    if (r.present("scoring_func")) {
+      if (!r.at("scoring_func").is_string()) r.fail("scoring_func", "expected softmax or sigmoid, found " + brief(r.at("scoring_func")));
+      const std::string f = r.at("scoring_func").get<std::string>();
+      if (f != "softmax" && f != "sigmoid") r.fail("scoring_func", "expected softmax or sigmoid, found '" + f + "'");
+      m.router = f == "sigmoid" ? MoeConfig::Router::sigmoid : MoeConfig::Router::softmax;
+    } else {
+      m.router = v3 ? MoeConfig::Router::sigmoid : MoeConfig::Router::softmax;
+    }
+    // MoE on layer i when i >= first_k_dense_replace and i % moe_layer_freq == 0: from the
+    // first multiple of the frequency at or past the dense layers, every frequency-th.
+    const int every = std::max(1, r.integer({"moe_layer_freq"}, false, 1));
+    const int first = r.integer({"first_k_dense_replace"}, false, v3 ? 3 : 0);
+    m.first_dense_layers = (first + every - 1) / every * every;
+    m.every = every;
+    const int groups = r.integer({"n_group"}, false, v3 ? 8 : 1), chosen = r.integer({"topk_group"}, false, v3 ? 4 : 1);
+    if (groups > 1 && chosen < groups) {
+      notes.push_back("group-limited routing (topk_group " + std::to_string(chosen) + " of n_group " +
+                      std::to_string(groups) + ")");
+    }
+    if (const int mtp = r.integer({"num_nextn_predict_layers"}, false, 0); mtp > 0) {
+      notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) + " (multi-token prediction)");
+    }
+  }
+}
+
+// DeepSeek's multi-head latent attention: q_lora_rank null is no query latent.
+void read_mla(const Reader& r, const std::string& type, TransformerConfig& c) {
+  MlaConfig& m = c.mla;
+  const bool q_null = r.given("q_lora_rank") && !r.present("q_lora_rank");
+  m.q_lora_rank = q_null ? 0 : r.integer({"q_lora_rank"}, false, 1536);
+  m.kv_lora_rank = r.integer({"kv_lora_rank"}, false, 512);
+  m.qk_nope_head_dim = r.integer({"qk_nope_head_dim"}, false, 128);
+  m.qk_rope_head_dim = r.integer({"qk_rope_head_dim"}, false, 64);
+  m.v_head_dim = r.integer({"v_head_dim"}, false, 128);
+  if (m.kv_lora_rank == 0) r.fail("kv_lora_rank", "expected an integer > 0 (" + type + " attention is latent), found 0");
+  c.kv_heads = 0;  // every head has its own keys and values, up from the latent
+}
+
+// LLaMA, Mistral, Mixtral, Qwen2, Qwen3, their MoE and DeepSeek-V2/V3: absent keys take
+// transformers' defaults for the model type (LlamaConfig, MistralConfig, ...), as loading
+// the config there would.
 TransformerConfig read_llama_family(const Reader& r, const std::string& type, const std::string& file,
                                     std::vector<std::string>& notes) {
-  const bool mistral = type == "mistral", qwen2 = type == "qwen2", qwen3 = type == "qwen3";
+  const bool qwen2 = type == "qwen2" || type == "qwen2_moe", qwen3 = type == "qwen3" || type == "qwen3_moe";
+  const bool deepseek = type.rfind("deepseek", 0) == 0;
+  const TypeDefaults d = defaults_of(type);
   TransformerConfig c = llama_family();
   c.layers = r.integer({"num_hidden_layers"}, true, 0);
   c.hidden = r.integer({"hidden_size"}, true, 0);
   c.heads = r.integer({"num_attention_heads"}, true, 0);
   // null is transformers' None: one key/value head per query head, as absent is for LLaMA.
   const bool kv_null = r.given("num_key_value_heads") && !r.present("num_key_value_heads");
-  c.kv_heads = kv_null ? 0 : r.integer({"num_key_value_heads"}, false, mistral ? 8 : qwen2 || qwen3 ? 32 : 0);
-  if (!r.given("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+  c.kv_heads = kv_null ? 0 : r.integer({"num_key_value_heads"}, false, d.kv_heads);
+  if (!r.given("num_key_value_heads") && c.kv_heads > 0 && c.heads % c.kv_heads != 0 && !deepseek) {
     r.fail("num_key_value_heads", "is absent, and transformers' default for " + type + " (" +
                                       std::to_string(c.kv_heads) + ") does not divide num_attention_heads=" +
                                       std::to_string(c.heads) + "; give it");
   }
   c.ffn = r.integer({"intermediate_size"}, true, 0);
-  c.seq = r.integer({"max_position_embeddings"}, false, mistral ? 131072 : qwen2 || qwen3 ? 32768 : 2048);
+  c.seq = r.integer({"max_position_embeddings"}, false, d.seq);
   c.vocab = r.integer({"vocab_size"}, true, 0);
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
   c.norm_eps = r.positive("rms_norm_eps", 1e-6);
   // The head size: hidden / heads unless head_dim says otherwise (Qwen3Config's default is
   // 128). Kept as 0 when it is hidden / heads, so such configs read as they always have.
-  if (qwen3 && r.given("head_dim") && !r.present("head_dim")) {
+  if (qwen3 && r.given("head_dim") && !r.present("head_dim") && d.head_dim > 0) {
     r.fail("head_dim", "is null; Qwen3Config keeps None there, and its attention has no head size to run with");
   }
-  const int head_dim = r.integer({"head_dim"}, false, qwen3 ? 128 : 0);
-  if (r.present("head_dim") && head_dim == 0) r.fail("head_dim", "expected an integer > 0, found 0");
-  if (head_dim != 0 && !(c.heads > 0 && head_dim * static_cast<long long>(c.heads) == c.hidden)) c.head_dim = head_dim;
+  if (!deepseek) {  // DeepSeek's heads are sized by its latent attention's keys
+    const int head_dim = r.integer({"head_dim"}, false, d.head_dim);
+    if (r.present("head_dim") && head_dim == 0) r.fail("head_dim", "expected an integer > 0, found 0");
+    if (head_dim != 0 && !(c.heads > 0 && head_dim * static_cast<long long>(c.heads) == c.hidden)) c.head_dim = head_dim;
+  }
   c.qk_norm = qwen3;
   r.string_unless("hidden_act", {"silu"}, notes);
   // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's and Qwen3's four
@@ -207,9 +346,12 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   if ((type == "llama" || qwen3) && r.boolean("attention_bias", false)) {
     c.attention_bias = TransformerConfig::AttentionBias::qkvo;
   }
+  if (deepseek) r.true_unmodelled("attention_bias", notes);
   if (type == "llama") r.true_unmodelled("mlp_bias", notes);
-  read_rope(r, file, c, notes);
+  read_rope(r, file, c, notes, d.rope_theta);
   read_window(r, type, c, notes);
+  if (deepseek) read_mla(r, type, c);
+  read_moe(r, type, c, notes);
   return c;
 }
 
@@ -256,7 +398,7 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   }
   const Reader r(j, file);
   if (r.present("model_type") && !j["model_type"].is_string()) {
-    r.fail("model_type", "expected a string (gpt2, llama, mistral, qwen2 or qwen3), found " + brief(j["model_type"]));
+    r.fail("model_type", "expected a string (" + std::string(kTypesInWords) + "), found " + brief(j["model_type"]));
   }
   const std::string type = r.present("model_type") ? j["model_type"].get<std::string>() : std::string("gpt2");
   // Settings that change the math from what the layers here compute: noted, so a simulation
@@ -265,11 +407,11 @@ TransformerConfig transformer_from_hf_config(const std::string& text, const std:
   TransformerConfig c;
   if (type == "gpt2") {
     c = read_gpt2(r, notes);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  } else if (std::find(std::begin(kLlamaFamilyTypes), std::end(kLlamaFamilyTypes), type) != std::end(kLlamaFamilyTypes)) {
     c = read_llama_family(r, type, file, notes);
   } else {
     std::string shown = type.size() > 40 ? type.substr(0, 37) + "..." : type;
-    r.fail("model_type", "expected gpt2, llama, mistral, qwen2 or qwen3, found '" + shown + "'");
+    r.fail("model_type", "expected " + std::string(kTypesInWords) + ", found '" + shown + "'");
   }
   std::string base = file;
   if (const size_t slash = base.find_last_of('/'); slash != std::string::npos) base = base.substr(slash + 1);

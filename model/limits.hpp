@@ -36,6 +36,8 @@ constexpr int kMaxHeads = 1 << 20;
 constexpr int kMaxFfn = 1 << 24;            // 16,777,216
 constexpr int kMaxSeq = 1 << 27;            // 134,217,728 tokens
 constexpr int kMaxVocab = 1 << 28;          // 268,435,456 tokens
+constexpr int kMaxExperts = 1 << 16;        // routed or shared experts of one MoE layer
+constexpr double kMaxCapacityFactor = 1e6;  // MoE capacity factor (and loss coefficients)
 
 // Calibration.
 constexpr double kMaxOverhead = 3'600;      // per task: 1 hour

@@ -86,6 +86,12 @@ double Network::param_count() const {
   return total;
 }
 
+double Network::active_param_count() const {
+  double total = 0;
+  for (const Layer& l : layers) total += l.active_params();
+  return total;
+}
+
 double Network::forward_flops_per_sample() const {
   double total = 0;
   for (const Layer& l : layers) total += l.forward_flops;

@@ -105,6 +105,13 @@ struct Layer {
   // fully connected layers' multiply-accumulates, doubled, are forward_flops. Empty for other
   // layers (decoders get theirs from the architecture).
   std::vector<CnnOp> cnn_ops;
+  // Mixture-of-Experts layers: `experts` routed experts of expert_params parameters each
+  // (counted in `params`), of which each token passes through experts_per_token. 0 for a
+  // layer without routed experts. What a token uses is active_params().
+  int experts = 0;
+  int experts_per_token = 0;
+  double expert_params = 0;
+  double active_params() const { return params - (experts - experts_per_token) * expert_params; }
 
   bool operator==(const Layer&) const = default;
 };
@@ -127,6 +134,56 @@ struct RopeScaling {
   // model was trained with. 0 for the other types.
   int original_positions = 0;
   bool operator==(const RopeScaling&) const = default;
+};
+
+// A Mixture-of-Experts MLP in place of the dense one (Shazeer et al. 2017; Fedus et al. 2022;
+// Jiang et al. 2024, Mixtral; DeepSeek-AI 2024, DeepSeek-V3): a router scores each token
+// against `experts` SwiGLU experts and sends it to the experts_per_token best, whose outputs
+// it adds weighted by their scores; shared experts see every token. `experts` 0: no MoE.
+struct MoeConfig {
+  int experts = 0;            // routed experts (HF num_local_experts, num_experts, n_routed_experts)
+  int experts_per_token = 0;  // top-k (HF num_experts_per_tok)
+  int expert_ffn = 0;         // each routed expert's SwiGLU width (HF moe_intermediate_size)
+  int shared_experts = 0;     // experts every token passes through (DeepSeek n_shared_experts)
+  int shared_expert_ffn = 0;  // their width, each; 0 = expert_ffn
+  // Qwen2-MoE: a 1-wide linear layer and a sigmoid scale the shared expert's output per token.
+  bool shared_expert_gate = false;
+  // softmax: scores are a softmax over every expert (Mixtral, Qwen); sigmoid: each expert's
+  // own sigmoid, a per-expert bias added to choose but not to weigh (DeepSeek-V3's
+  // auxiliary-loss-free balancing).
+  enum class Router { softmax, sigmoid };
+  Router router = Router::softmax;
+  bool normalize_top_k = true;  // the chosen experts' weights renormalised to sum to 1
+  double routed_scale = 1;      // routed weights scaled after that (DeepSeek routed_scaling_factor)
+  // Tokens an expert takes per micro-batch, as a multiple of an even share (tokens x top-k /
+  // experts); past it a token's copy is dropped (its residual passes alone). 0: dropless.
+  double capacity_factor = 0;
+  double aux_loss_coef = 0;  // weight of the load-balancing loss (Switch Transformer's)
+  // Which layers are MoE: from first_dense_layers on, every `every`-th one (layer i when
+  // (i - first_dense_layers) % every == 0). The others keep the dense MLP of width ffn.
+  int first_dense_layers = 0;
+  int every = 1;
+  bool is_moe_layer(int layer) const {
+    return experts > 0 && layer >= first_dense_layers && (layer - first_dense_layers) % every == 0;
+  }
+  int shared_width() const { return shared_expert_ffn > 0 ? shared_expert_ffn : expert_ffn; }
+  bool operator==(const MoeConfig&) const = default;
+};
+
+// Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 section 2.1): keys and values
+// come up from one kv_lora_rank-wide latent per token, queries from a q_lora_rank-wide one (or
+// straight from the hidden state when q_lora_rank is 0); each head's query and key are a
+// qk_nope_head_dim part without positions and a qk_rope_head_dim part with rotary positions
+// (the key's shared by the heads), its value v_head_dim wide. kv_lora_rank 0: no MLA.
+struct MlaConfig {
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool operator==(const MlaConfig&) const = default;
 };
 
 // A transformer stack. Decoders (GPT, LLaMA) and encoders (BERT) share it; the flags say
@@ -170,6 +227,8 @@ struct TransformerConfig {
   // sliding_window 4096" from a HuggingFace config.json: the cost model still counts the
   // network, but its real training math is not this (exec refuses it). Empty: nothing.
   std::string unmodelled;
+  MoeConfig moe;  // Mixture-of-Experts MLPs; none unless moe.experts > 0
+  MlaConfig mla;  // multi-head latent attention in place of heads x head_dim projections
   // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
   bool encoder = false;
   int type_vocab = 0;
@@ -192,6 +251,8 @@ struct Network {
   std::vector<Layer> layers;
 
   double param_count() const;
+  // Parameters one token passes through: param_count() less the routed experts it skips.
+  double active_param_count() const;
   double forward_flops_per_sample() const;
   double backward_flops_per_sample() const;
   // What the data loader reads per sample: sample_bytes when given, else for a transformer

@@ -152,6 +152,19 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
   l.tp_summed_gains = r.number_or("tp_summed_gains", 0, 0, kMax);
   l.tp_summed_gains_sequence_parallel = r.number_or("tp_summed_gains_sequence_parallel", 0, 0, kMax);
   if (r.has("tp_calls")) l.tp_calls = parse_tp_calls(r.get("tp_calls"), file, r.field("tp_calls"), l);
+  l.experts = r.int_or("experts", 0, 0, limits::kMaxExperts);
+  l.experts_per_token = r.int_or("experts_per_token", 0, 0, limits::kMaxExperts);
+  l.expert_params = r.number_or("expert_params", 0, 0, kMax);
+  if (l.experts == 0 && (l.experts_per_token > 0 || l.expert_params > 0)) {
+    r.fail(l.experts_per_token > 0 ? "experts_per_token" : "expert_params",
+           "is a setting of routed experts; experts is 0");
+  }
+  if (l.experts > 0 && (l.experts_per_token < 1 || l.experts_per_token > l.experts)) {
+    r.fail("experts_per_token", "expected a whole number between 1 and experts=" + std::to_string(l.experts));
+  }
+  if (l.experts * l.expert_params > l.params) {
+    r.fail("expert_params", "expected experts x expert_params at most params (the experts are a part of them)");
+  }
   if (l.attention_stash_bytes > l.stashed_bytes) {
     r.fail("attention_stash_bytes", "expected at most stashed_bytes (it is a part of it)");
   }
@@ -184,6 +197,42 @@ RopeScaling parse_rope_scaling(const YAML::Node& node, const std::string& file, 
     r.fail(e.field().substr(std::string("rope_scaling.").size()), e.message());
   }
   return s;
+}
+
+// `moe:` of an architecture, MoeConfig's names.
+MoeConfig parse_moe(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  MoeConfig m;
+  m.experts = r.positive_int("experts", limits::kMaxExperts);
+  m.experts_per_token = r.positive_int("experts_per_token", limits::kMaxExperts);
+  m.expert_ffn = r.positive_int("expert_ffn", limits::kMaxFfn);
+  m.shared_experts = r.int_or("shared_experts", 0, 0, limits::kMaxExperts);
+  m.shared_expert_ffn = r.int_or("shared_expert_ffn", 0, 0, limits::kMaxFfn);
+  m.shared_expert_gate = r.boolean_or("shared_expert_gate", false);
+  const std::string router = r.string_or("router", "softmax");
+  if (router != "softmax" && router != "sigmoid") r.fail("router", "expected softmax or sigmoid, found '" + router + "'");
+  m.router = router == "sigmoid" ? MoeConfig::Router::sigmoid : MoeConfig::Router::softmax;
+  m.normalize_top_k = r.boolean_or("normalize_top_k", true);
+  m.routed_scale = r.number_or("routed_scale", 1, 0, limits::kMaxCapacityFactor);
+  m.capacity_factor = r.number_or("capacity_factor", 0, 0, limits::kMaxCapacityFactor);
+  m.aux_loss_coef = r.number_or("aux_loss_coef", 0, 0, limits::kMaxCapacityFactor);
+  m.first_dense_layers = r.int_or("first_dense_layers", 0, 0, limits::kMaxTransformerLayers);
+  m.every = r.int_or("every", 1, 1, limits::kMaxTransformerLayers);
+  r.finish();
+  return m;
+}
+
+// `mla:` of an architecture, MlaConfig's names (HuggingFace's).
+MlaConfig parse_mla(const YAML::Node& node, const std::string& file, const std::string& path) {
+  MapReader r(node, file, path);
+  MlaConfig m;
+  m.q_lora_rank = r.int_or("q_lora_rank", 0, 0, limits::kMaxHidden);
+  m.kv_lora_rank = r.positive_int("kv_lora_rank", limits::kMaxHidden);
+  m.qk_nope_head_dim = r.int_or("qk_nope_head_dim", 0, 0, limits::kMaxHidden);
+  m.qk_rope_head_dim = r.int_or("qk_rope_head_dim", 0, 0, limits::kMaxHidden);
+  m.v_head_dim = r.positive_int("v_head_dim", limits::kMaxHidden);
+  r.finish();
+  return m;
 }
 
 // `architecture:` of a transformer stack: the shapes an executor builds real layers from.
@@ -226,6 +275,8 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
   c.unmodelled = r.string_or("unmodelled", "");
+  if (r.has("moe")) c.moe = parse_moe(r.get("moe"), file, r.field("moe"));
+  if (r.has("mla")) c.mla = parse_mla(r.get("mla"), file, r.field("mla"));
   r.finish();
   try {
     check_transformer_config(c);
@@ -378,6 +429,31 @@ std::string write_network(const Network& n) {
     if (c.positions != 0) out << YAML::Key << "positions" << YAML::Value << c.positions;
     if (c.qk_norm) out << YAML::Key << "qk_norm" << YAML::Value << true;
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
+    if (const MoeConfig& m = c.moe; m.experts > 0) {
+      out << YAML::Key << "moe" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [key, value] : {std::pair{"experts", m.experts}, {"experts_per_token", m.experts_per_token},
+                                       {"expert_ffn", m.expert_ffn}, {"shared_experts", m.shared_experts},
+                                       {"shared_expert_ffn", m.shared_expert_ffn},
+                                       {"first_dense_layers", m.first_dense_layers}, {"every", m.every}}) {
+        out << YAML::Key << key << YAML::Value << value;
+      }
+      out << YAML::Key << "shared_expert_gate" << YAML::Value << m.shared_expert_gate;
+      out << YAML::Key << "router" << YAML::Value << (m.router == MoeConfig::Router::sigmoid ? "sigmoid" : "softmax");
+      out << YAML::Key << "normalize_top_k" << YAML::Value << m.normalize_top_k;
+      out << YAML::Key << "routed_scale" << YAML::Value << units::format_number(m.routed_scale);
+      out << YAML::Key << "capacity_factor" << YAML::Value << units::format_number(m.capacity_factor);
+      out << YAML::Key << "aux_loss_coef" << YAML::Value << units::format_number(m.aux_loss_coef);
+      out << YAML::EndMap;
+    }
+    if (const MlaConfig& m = c.mla; m.enabled()) {
+      out << YAML::Key << "mla" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      for (const auto& [key, value] : {std::pair{"q_lora_rank", m.q_lora_rank}, {"kv_lora_rank", m.kv_lora_rank},
+                                       {"qk_nope_head_dim", m.qk_nope_head_dim}, {"qk_rope_head_dim", m.qk_rope_head_dim},
+                                       {"v_head_dim", m.v_head_dim}}) {
+        out << YAML::Key << key << YAML::Value << value;
+      }
+      out << YAML::EndMap;
+    }
     out << YAML::EndMap;
   }
   out << YAML::Key << "layers" << YAML::Value << YAML::BeginSeq;
@@ -405,6 +481,11 @@ std::string write_network(const Network& n) {
     number("tp_backward_allreduce_elems", l.tp_backward_allreduce_elems);
     out << YAML::Key << "tp_backward_allreduces" << YAML::Value << l.tp_backward_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
+    if (l.experts > 0) {
+      out << YAML::Key << "experts" << YAML::Value << l.experts;
+      out << YAML::Key << "experts_per_token" << YAML::Value << l.experts_per_token;
+      number("expert_params", l.expert_params);
+    }
     if (l.tp_summed_gains > 0) number("tp_summed_gains", l.tp_summed_gains);
     if (l.tp_summed_gains_sequence_parallel > 0) {
       number("tp_summed_gains_sequence_parallel", l.tp_summed_gains_sequence_parallel);

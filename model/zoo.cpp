@@ -95,6 +95,88 @@ TransformerConfig qwen3(std::string name, int layers, int hidden, int heads, int
   return c;
 }
 
+// Mixtral (Jiang et al. 2024, and the released config.json files): Mistral's layers with 8
+// SwiGLU experts, top-2, softmax router renormalised over the two; rope_theta 1e6, no sliding
+// window. Planned at 4096 tokens, Megatron-Core's Mixtral recipe's length (its context is 32K).
+TransformerConfig mixtral(std::string name, int layers, int hidden, int heads, int ffn, int vocab, double aux_loss) {
+  TransformerConfig c = llama(std::move(name), layers, hidden, heads, 8, 0);
+  c.vocab = vocab;
+  c.rope_theta = 1e6;
+  c.moe.experts = 8;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_ffn = ffn;
+  c.moe.aux_loss_coef = aux_loss;
+  return c;
+}
+
+// Qwen3-MoE (Qwen Team 2025, and the released config.json files): Qwen3's layers (QK-norm,
+// heads of 128) with 128 experts, top-8, no shared expert, the chosen weights renormalised
+// (norm_topk_prob true).
+TransformerConfig qwen3_moe(std::string name, int layers, int hidden, int heads, int expert_ffn) {
+  TransformerConfig c = qwen3(std::move(name), layers, hidden, heads, 4, 0, false);
+  c.moe.experts = 128;
+  c.moe.experts_per_token = 8;
+  c.moe.expert_ffn = expert_ffn;
+  c.moe.aux_loss_coef = 0.001;
+  return c;
+}
+
+// Qwen1.5-MoE-A2.7B (Qwen Team 2024, the released config.json): 60 experts of 1408, top-4,
+// weights not renormalised, one shared expert of 5632 behind a sigmoid gate, q/k/v biases.
+TransformerConfig qwen15_moe() {
+  TransformerConfig c = qwen25("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936, false);
+  c.seq = 8192;
+  c.moe.experts = 60;
+  c.moe.experts_per_token = 4;
+  c.moe.expert_ffn = 1408;
+  c.moe.shared_experts = 1;
+  c.moe.shared_expert_ffn = 5632;
+  c.moe.shared_expert_gate = true;
+  c.moe.normalize_top_k = false;
+  c.moe.aux_loss_coef = 0.001;
+  return c;
+}
+
+// DeepSeek-V3 (DeepSeek-AI 2024, arXiv:2412.19437, and the released config.json): 61 layers,
+// the first 3 dense (ffn 18432), then 256 routed experts of 2048, top-8, and one shared;
+// sigmoid scores with a per-expert bias, the chosen 8 renormalised and scaled by 2.5; the
+// sequence-wise balance loss at alpha 0.0001 (section 4.2); multi-head latent attention with
+// 128 heads. Pretrained at 4096 tokens. Its multi-token-prediction module is not here:
+// 671B parameters, 37B active, as the report counts the main model.
+TransformerConfig deepseek_v3() {
+  TransformerConfig c = llama("deepseek-v3", 61, 7168, 128, 128, 18432);
+  c.vocab = 129280;
+  c.norm_eps = 1e-6;
+  c.mla = {1536, 512, 128, 64, 128};
+  c.moe.experts = 256;
+  c.moe.experts_per_token = 8;
+  c.moe.expert_ffn = 2048;
+  c.moe.shared_experts = 1;
+  c.moe.router = MoeConfig::Router::sigmoid;
+  c.moe.routed_scale = 2.5;
+  c.moe.aux_loss_coef = 0.0001;
+  c.moe.first_dense_layers = 3;
+  return c;
+}
+
+// DeepSeek-V2-Lite (DeepSeek-AI 2024, arXiv:2405.04434, and the released config.json): MLA
+// without a query latent, the first layer dense (ffn 10944), then 64 routed experts of 1408,
+// top-6, softmax weights not renormalised, and 2 shared experts.
+TransformerConfig deepseek_v2_lite() {
+  TransformerConfig c = llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944);
+  c.vocab = 102400;
+  c.norm_eps = 1e-6;
+  c.mla = {0, 512, 128, 64, 128};
+  c.moe.experts = 64;
+  c.moe.experts_per_token = 6;
+  c.moe.expert_ffn = 1408;
+  c.moe.shared_experts = 2;
+  c.moe.normalize_top_k = false;
+  c.moe.aux_loss_coef = 0.001;
+  c.moe.first_dense_layers = 1;
+  return c;
+}
+
 TransformerConfig bert(std::string name, int layers, int hidden, int heads) {
   TransformerConfig c;
   c.name = std::move(name);
@@ -145,6 +227,17 @@ const std::vector<NamedTransformer>& transformers() {
         {qwen3("qwen3-0.6b", 28, 1024, 16, 8, 3072, true),
          "Qwen3 0.6B (heads of 128, QK-norm, tied head), 596M parameters, seq 4096"},
         {qwen3("qwen3-8b", 36, 4096, 32, 8, 12288, false), "Qwen3 8B (QK-norm), 8.2B parameters, seq 4096"},
+        {mixtral("mixtral-8x7b", 32, 4096, 32, 14336, 32000, 0.02),
+         "Mixtral 8x7B (8 experts, top-2), 46.7B parameters, 12.9B active, seq 4096"},
+        {mixtral("mixtral-8x22b", 56, 6144, 48, 16384, 32768, 0.001),
+         "Mixtral 8x22B (8 experts, top-2), 140.6B parameters, 39.2B active, seq 4096"},
+        {qwen15_moe(), "Qwen1.5-MoE-A2.7B (60 experts, top-4, a gated shared expert), 14.3B parameters, 2.7B active, seq 8192"},
+        {qwen3_moe("qwen3-30b-a3b", 48, 2048, 32, 768),
+         "Qwen3-30B-A3B (128 experts, top-8), 30.5B parameters, 3.3B active, seq 4096"},
+        {qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536),
+         "Qwen3-235B-A22B (128 experts, top-8), 235.1B parameters, 22.2B active, seq 4096"},
+        {deepseek_v2_lite(), "DeepSeek-V2-Lite (MLA, 64 experts top-6 + 2 shared), 15.7B parameters, 2.7B active, seq 4096"},
+        {deepseek_v3(), "DeepSeek-V3 (MLA, 256 experts top-8 + 1 shared), 671B parameters, 37.6B active, seq 4096"},
         {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
         {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
     };
@@ -217,8 +310,14 @@ TransformerConfig parse_decoder_spec(std::string_view spec) {
     else if (key == "vocab") c.vocab = value;
     else if (key == "kv_heads") c.kv_heads = value;
     else if (key == "head_dim") c.head_dim = value;
+    else if (key == "experts") c.moe.experts = value;
+    else if (key == "experts_per_token") c.moe.experts_per_token = value;
+    else if (key == "expert_ffn") c.moe.expert_ffn = value;
+    else if (key == "shared_experts") c.moe.shared_experts = value;
     else {
-      throw InputError(file, 0, key, "expected one of layers, hidden, heads, seq, ffn, vocab, kv_heads, head_dim");
+      throw InputError(file, 0, key,
+                       "expected one of layers, hidden, heads, seq, ffn, vocab, kv_heads, head_dim, experts, "
+                       "experts_per_token, expert_ffn, shared_experts");
     }
   }
   if (!has_layers || !has_hidden || !has_heads) {
@@ -236,6 +335,8 @@ std::vector<ZooEntry> zoo_entries() {
   for (const auto& c : cnns()) out.push_back({c.name, c.description});
   out.push_back({"gpt:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G,head_dim=D]", "any GPT-style decoder", true});
   out.push_back({"llama:layers=L,hidden=H,heads=A[,seq=S,ffn=F,vocab=V,kv_heads=G,head_dim=D]", "any LLaMA-style decoder", true});
+  out.push_back({"llama:...,experts=E,experts_per_token=K,expert_ffn=F[,shared_experts=N]",
+                 "the same with a mixture of E SwiGLU experts on every layer, K per token", true});
   return out;
 }
 

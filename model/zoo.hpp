@@ -23,6 +23,10 @@ TransformerConfig gpt_family();
 TransformerConfig llama_family();
 // The same for its rope_scaling alone (fields "rope_scaling.<key>"), which it includes.
 void check_rope_scaling(const RopeScaling& scaling);
+// The same for its mixture-of-experts (fields "moe.<key>") and latent-attention ("mla.<key>")
+// settings alone, which it includes.
+void check_moe(const TransformerConfig& config);
+void check_mla(const TransformerConfig& config);
 
 // Layers: "embedding", then `layers` x "transformer", then "head" (final norm + LM/MLM head).
 Network make_transformer(const TransformerConfig& config, Precision precision);

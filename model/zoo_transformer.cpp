@@ -55,50 +55,125 @@ Layer embedding_layer(const TransformerConfig& c, const Shape& x) {
   return l;
 }
 
+// One block of a decoder layer: its parameters, forward FLOPs and the bytes its forward pass
+// keeps for the backward (per sample, no recomputation).
+struct Block {
+  double params = 0, flops = 0, stash = 0;
+};
+
+// Attention with heads x head_dim projections (multi-head or grouped-query): Q is h x q and O
+// q x h (q = heads x head size: h unless head_dim widens the heads), K and V are h x kv_dim.
+// Its stash: the QKV input, Q, K, V, the output projection's input and dropout mask (and
+// with QK-norm the norms' inputs); the scores' are attention_stash_bytes.
+Block head_attention(const TransformerConfig& c, const Shape& x, double e) {
+  Block b;
+  b.params = 2 * x.h * x.q + 2 * x.h * x.kv_dim;
+  if (c.biases) b.params += x.q + 2 * x.kv_dim + x.h;
+  if (!c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) b.params += x.q + 2 * x.kv_dim;
+  if (!c.biases && c.attention_bias == TransformerConfig::AttentionBias::qkvo) b.params += x.h;
+  if (c.qk_norm) b.params += 2 * norm_params(c, x.d);  // one gain vector (and shift) for q, one for k
+  b.flops = 2 * x.s * x.h * (x.q + 2 * x.kv_dim) + 2 * x.s * x.q * x.h;
+  const double mask = c.dropout ? 1 : 0;
+  b.stash = e * x.s * x.h + e * x.s * (x.q + x.kv_dim) + e * x.s * x.kv_dim + e * x.s * x.q + mask * x.s * x.h +
+            (c.qk_norm ? e * x.s * (x.q + x.kv_dim) : 0);
+  return b;
+}
+
+// Multi-head latent attention (MlaConfig): the query's down projection h x q_lora, its norm
+// and up projection q_lora x heads (nope + rope) (or h x heads (nope + rope) with no query
+// latent), the key/value down projection h x (kv_lora + rope), its norm and up projection
+// kv_lora x heads (nope + v), the output projection heads v x h. Its stash: the input, both
+// latents (each its norm's input and its up projection's), Q, K, V, the output projection's
+// input and the dropout mask.
+Block latent_attention(const TransformerConfig& c, const Shape& x, double e) {
+  const MlaConfig& m = c.mla;
+  const double a = x.a, dqk = m.qk_head_dim(), dv = m.v_head_dim, ql = m.q_lora_rank, kvl = m.kv_lora_rank;
+  const double q = ql > 0 ? x.h * ql + ql * a * dqk : x.h * a * dqk;
+  const double kv = x.h * (kvl + m.qk_rope_head_dim) + kvl * a * (m.qk_nope_head_dim + dv);
+  const double o = a * dv * x.h;
+  Block b;
+  b.params = q + kv + o + (ql > 0 ? norm_params(c, ql) : 0) + norm_params(c, kvl);
+  b.flops = 2 * x.s * (q + kv + o);
+  const double mask = c.dropout ? 1 : 0;
+  b.stash = e * x.s * (x.h + 2 * ql + (kvl + m.qk_rope_head_dim) + kvl) + e * x.s * a * (2 * dqk + dv) +
+            e * x.s * a * dv + mask * x.s * x.h;
+  return b;
+}
+
+// A dense MLP of width f: 2 or 3 h x f matrices. Its stash: the input, then GeLU's input and
+// output (2 f-wide tensors) or gate, up, silu(gate) and their product (4), then the output
+// dropout mask.
+Block dense_mlp(const TransformerConfig& c, const Shape& x, double e) {
+  const double matrices = c.gated_mlp ? 3 : 2;
+  Block b;
+  b.params = matrices * x.h * x.f + (c.biases ? (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h) : 0);
+  b.flops = 2 * x.s * x.h * x.f * matrices;
+  b.stash = e * x.s * x.h + (c.gated_mlp ? 4 : 2) * e * x.s * x.f + (c.dropout ? x.s * x.h : 0);
+  return b;
+}
+
+// A Mixture-of-Experts MLP (MoeConfig), for tokens routed as evenly as the router is trained
+// to: the router (h x experts, and DeepSeek-V3's per-expert bias), the routed SwiGLU experts
+// of which each token meets top-k, the shared experts every token meets (and Qwen2-MoE's
+// 1-wide gate). Its stash: the input, the fp32 router probabilities, the top-k copies of each
+// token as the experts read them, their gate, up, silu(gate) and product, their outputs
+// (the combine's backward weighs them), the shared experts' SwiGLU tensors, the dropout mask.
+Block moe_mlp(const TransformerConfig& c, const Shape& x, double e, double expert_params) {
+  const MoeConfig& m = c.moe;
+  const double E = m.experts, k = m.experts_per_token, fe = m.expert_ffn, S = m.shared_experts, fs = m.shared_width();
+  Block b;
+  b.params = E * expert_params + S * 3 * x.h * fs + x.h * E + (m.router == MoeConfig::Router::sigmoid ? E : 0) +
+             (m.shared_expert_gate ? x.h : 0);
+  b.flops = 2 * x.s * x.h * E + k * 2 * x.s * expert_params + S * 2 * x.s * 3 * x.h * fs +
+            (m.shared_expert_gate ? 2 * x.s * x.h : 0);
+  b.stash = e * x.s * x.h + 4 * x.s * E + e * x.s * k * (x.h + 4 * fe + x.h) + S * 4 * e * x.s * fs +
+            (c.dropout ? x.s * x.h : 0);
+  return b;
+}
+
 Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, int index) {
   Layer l;
   l.name = "layer" + std::to_string(index);
   l.kind = "transformer";
+  const MoeConfig& moe = c.moe;
+  const bool sparse = moe.is_moe_layer(index);
   l.shape = "h=" + std::to_string(c.hidden) + " heads=" + std::to_string(c.heads) +
             (c.kv_heads > 0 && c.kv_heads != c.heads ? " kv_heads=" + std::to_string(c.kv_heads) : "") +
             (c.head_dim > 0 ? " head_dim=" + std::to_string(c.head_dim) : "") + (c.qk_norm ? " qk_norm" : "") +
-            " ffn=" + std::to_string(static_cast<long long>(x.f)) + " s=" + std::to_string(c.seq) +
-            (c.sliding_window > 0 ? " window=" + std::to_string(c.sliding_window) : "");
-  const double mlp_matrices = c.gated_mlp ? 3 : 2;
-  // Parameters: Q is h x q and O q x h (q = heads x head size: h unless head_dim widens the
-  // heads), K and V are h x kv_dim; the MLP has 2 or 3 h x f matrices.
-  l.params = 2 * x.h * x.q + 2 * x.h * x.kv_dim + mlp_matrices * x.h * x.f + 2 * norm_params(c, x.h);
-  if (c.biases) l.params += (x.q + 2 * x.kv_dim + x.h) + (c.gated_mlp ? 2 * x.f + x.h : x.f + x.h);
-  if (!c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) l.params += x.q + 2 * x.kv_dim;
-  if (!c.biases && c.attention_bias == TransformerConfig::AttentionBias::qkvo) l.params += x.h;
-  if (c.qk_norm) l.params += 2 * norm_params(c, x.d);  // one gain vector (and shift) for q, one for k
+            (c.mla.enabled() ? " mla kv_lora=" + std::to_string(c.mla.kv_lora_rank) : "") +
+            (sparse ? " experts=" + std::to_string(moe.experts) + " top" + std::to_string(moe.experts_per_token) +
+                          " expert_ffn=" + std::to_string(moe.expert_ffn) +
+                          (moe.shared_experts > 0 ? " shared=" + std::to_string(moe.shared_experts) : "")
+                    : " ffn=" + std::to_string(static_cast<long long>(x.f))) +
+            " s=" + std::to_string(c.seq) + (c.sliding_window > 0 ? " window=" + std::to_string(c.sliding_window) : "");
+  const Block attention = c.mla.enabled() ? latent_attention(c, x, e) : head_attention(c, x, e);
+  const double expert_params = 3 * x.h * moe.expert_ffn;  // one routed SwiGLU expert
+  const Block mlp = sparse ? moe_mlp(c, x, e, expert_params) : dense_mlp(c, x, e);
+  l.params = attention.params + mlp.params + 2 * norm_params(c, x.h);
+  if (sparse) {
+    l.experts = moe.experts;
+    l.experts_per_token = moe.experts_per_token;
+    l.expert_params = expert_params;
+  }
 
-  const double qkv = 2 * x.s * x.h * (x.q + 2 * x.kv_dim);
   // Each query against every key of the sequence (the convention counts the masked half too),
-  // or against its window's keys under sliding-window attention.
+  // or against its window's keys under sliding-window attention; MLA's queries and keys are
+  // qk_nope + qk_rope wide a head, its values v_head_dim.
   const double keys = c.sliding_window > 0 ? std::min(x.s, static_cast<double>(c.sliding_window)) : x.s;
-  const double scores = 2 * x.s * keys * x.q;   // Q K^T over all heads
-  const double context = 2 * x.s * keys * x.q;  // softmax(.) V
-  const double out_proj = 2 * x.s * x.q * x.h;
-  const double mlp = 2 * x.s * x.h * x.f * mlp_matrices;
-  l.forward_flops = qkv + scores + context + out_proj + mlp;
+  const double qk_width = c.mla.enabled() ? x.a * c.mla.qk_head_dim() : x.q;
+  const double v_width = c.mla.enabled() ? x.a * c.mla.v_head_dim : x.q;
+  const double scores = 2 * x.s * keys * qk_width;  // Q K^T over all heads
+  const double context = 2 * x.s * keys * v_width;  // softmax(.) V
+  l.forward_flops = attention.flops + scores + context + mlp.flops;
   l.backward_flops = 2 * l.forward_flops;
   l.attention_core_flops = scores + context;
   l.output_elems = x.s * x.h;
 
-  const double mask = c.dropout ? 1 : 0;  // a dropout mask costs one byte per element
-  // Attention: QKV input, Q, K, V, output-projection input, output dropout mask; with
-  // QK-norm, the norms' inputs too.
-  const double attention = e * x.s * x.h + e * x.s * (x.q + x.kv_dim) + e * x.s * x.kv_dim + e * x.s * x.q +
-                           mask * x.s * x.h + (c.qk_norm ? e * x.s * (x.q + x.kv_dim) : 0);
   // Scores: softmax output, plus its dropout mask and dropout output when there is dropout.
   const double score_elems = x.a * x.s * x.s;
   l.attention_stash_bytes = e * score_elems + (c.dropout ? (1 + e) * score_elems : 0);
-  // MLP: input, then GeLU input and output (2 f-wide tensors) or gate, up, silu(gate) and
-  // their product (4), then the output dropout mask.
-  const double mlp_stash = e * x.s * x.h + (c.gated_mlp ? 4 : 2) * e * x.s * x.f + mask * x.s * x.h;
   const double norms = 2 * e * x.s * x.h;
-  l.stashed_bytes = attention + l.attention_stash_bytes + mlp_stash + norms;
+  l.stashed_bytes = attention.stash + l.attention_stash_bytes + mlp.stash + norms;
   l.tp_splittable = true;
   l.tp_units = c.kv_head_count();  // Megatron splits whole heads (query groups)
   l.tp_allreduce_elems = 2 * x.s * x.h;  // after attention and after the MLP (Megatron, row-parallel)
@@ -107,7 +182,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.tp_backward_allreduces = 2;
   // In forward order: f before the QKV projections, g after the output projection, f before
   // the MLP, g after it; the attention's share of the layer's FLOPs places the middle two.
-  const double attention_share = (qkv + scores + context + out_proj) / l.forward_flops;
+  const double attention_share = (attention.flops + scores + context) / l.forward_flops;
   l.tp_calls = {{TpCall::Op::f, x.s * x.h, 0},
                 {TpCall::Op::g, x.s * x.h, attention_share},
                 {TpCall::Op::f, x.s * x.h, attention_share},
@@ -116,6 +191,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   l.tp_summed_gains_sequence_parallel = 2 * norm_params(c, x.h);  // the two norms
   // Korthikanti et al. section 4.2: without sequence parallelism the two norm inputs, the
   // QKV and MLP inputs and the two dropout masks (10 s h bytes in fp16) are not split.
+  const double mask = c.dropout ? 1 : 0;
   l.tp_replicated_bytes = 2 * e * x.s * x.h + 2 * e * x.s * x.h + 2 * mask * x.s * x.h;
   return l;
 }
@@ -186,7 +262,7 @@ void check_transformer_config(const TransformerConfig& c) {
                                              " positions the learned table has, found " + std::to_string(c.seq));
   }
   require(c.head_dim, "head_dim", 0, limits::kMaxHidden);
-  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
+  if (c.head_dim == 0 && !c.mla.enabled() && c.hidden % c.heads != 0) {
     throw InputError("<spec>", 0, "heads", "expected a divisor of hidden=" + std::to_string(c.hidden) +
                                                " (or a head_dim), found " + std::to_string(c.heads));
   }
@@ -201,6 +277,8 @@ void check_transformer_config(const TransformerConfig& c) {
                                                   ", found " + std::to_string(c.kv_heads));
   }
   check_rope_scaling(c.rope_scaling);
+  check_moe(c);
+  check_mla(c);
   if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
     throw InputError("<spec>", 0, "attention_bias", "names the biases of layers that otherwise have none, but biases is true");
   }
@@ -209,6 +287,93 @@ void check_transformer_config(const TransformerConfig& c) {
   }
   if (c.learned_positions && !c.rope_scaling.type.empty()) {
     throw InputError("<spec>", 0, "rope_scaling", "scales rotary positions, but these layers learn their positions");
+  }
+}
+
+void check_moe(const TransformerConfig& c) {
+  const MoeConfig& m = c.moe;
+  auto fail = [](const std::string& field, const std::string& why) { throw InputError("<spec>", 0, "moe." + field, why); };
+  auto number = [](double x) { return units::format_number(x); };
+  if (m.experts == 0) {
+    if (!(m == MoeConfig{})) fail("experts", "is required (and above 0) when other mixture-of-experts settings are given");
+    return;
+  }
+  if (m.experts < 0 || m.experts > limits::kMaxExperts) {
+    fail("experts", "expected a whole number between 1 and " + std::to_string(limits::kMaxExperts) + ", found " +
+                        std::to_string(m.experts));
+  }
+  if (m.experts_per_token < 1 || m.experts_per_token > m.experts) {
+    fail("experts_per_token", "expected a whole number between 1 and experts=" + std::to_string(m.experts) +
+                                  ", found " + std::to_string(m.experts_per_token));
+  }
+  if (m.expert_ffn < 1 || m.expert_ffn > limits::kMaxFfn) {
+    fail("expert_ffn", "expected a whole number between 1 and " + std::to_string(limits::kMaxFfn) + ", found " +
+                           std::to_string(m.expert_ffn));
+  }
+  if (m.shared_experts < 0 || m.shared_experts > limits::kMaxExperts) {
+    fail("shared_experts", "expected a whole number up to " + std::to_string(limits::kMaxExperts) + ", found " +
+                               std::to_string(m.shared_experts));
+  }
+  if (m.shared_expert_ffn < 0 || m.shared_expert_ffn > limits::kMaxFfn) {
+    fail("shared_expert_ffn", "expected 0 (expert_ffn) or a whole number up to " + std::to_string(limits::kMaxFfn) +
+                                  ", found " + std::to_string(m.shared_expert_ffn));
+  }
+  if (m.shared_experts == 0 && (m.shared_expert_ffn != 0 || m.shared_expert_gate)) {
+    fail(m.shared_expert_gate ? "shared_expert_gate" : "shared_expert_ffn", "is a setting of shared experts; shared_experts is 0");
+  }
+  if (!(m.routed_scale > 0) || m.routed_scale > limits::kMaxCapacityFactor) {
+    fail("routed_scale", "expected a number > 0, found " + number(m.routed_scale));
+  }
+  if (!(m.capacity_factor >= 0) || m.capacity_factor > limits::kMaxCapacityFactor) {
+    fail("capacity_factor", "expected 0 (dropless) or a number > 0, found " + number(m.capacity_factor));
+  }
+  if (!(m.aux_loss_coef >= 0) || m.aux_loss_coef > limits::kMaxCapacityFactor) {
+    fail("aux_loss_coef", "expected a number >= 0, found " + number(m.aux_loss_coef));
+  }
+  if (m.first_dense_layers < 0 || m.first_dense_layers >= c.layers) {
+    fail("first_dense_layers", "expected a whole number below layers=" + std::to_string(c.layers) + ", found " +
+                                   std::to_string(m.first_dense_layers));
+  }
+  if (m.every < 1 || m.every > c.layers) {
+    fail("every", "expected a whole number between 1 and layers=" + std::to_string(c.layers) + ", found " +
+                      std::to_string(m.every));
+  }
+  if (!c.gated_mlp) fail("experts", "expects SwiGLU layers (mlp: swiglu): the experts here are SwiGLU MLPs");
+}
+
+void check_mla(const TransformerConfig& c) {
+  const MlaConfig& m = c.mla;
+  auto fail = [](const std::string& field, const std::string& why) { throw InputError("<spec>", 0, "mla." + field, why); };
+  if (!m.enabled()) {
+    if (!(m == MlaConfig{})) fail("kv_lora_rank", "is required (and above 0) when other latent-attention settings are given");
+    return;
+  }
+  for (const auto& [field, value] : {std::pair{"kv_lora_rank", m.kv_lora_rank}, {"q_lora_rank", m.q_lora_rank},
+                                     {"qk_nope_head_dim", m.qk_nope_head_dim}, {"qk_rope_head_dim", m.qk_rope_head_dim},
+                                     {"v_head_dim", m.v_head_dim}}) {
+    if (value < 0 || value > limits::kMaxHidden) {
+      fail(field, "expected a whole number up to " + std::to_string(limits::kMaxHidden) + ", found " + std::to_string(value));
+    }
+  }
+  if (m.v_head_dim < 1) fail("v_head_dim", "expected a whole number above 0, found " + std::to_string(m.v_head_dim));
+  if (m.qk_head_dim() < 1) fail("qk_nope_head_dim", "and qk_rope_head_dim add up to 0; a query head needs a width");
+  if (m.qk_rope_head_dim % 2 != 0) {
+    fail("qk_rope_head_dim", "expected an even width (rotary pairs), found " + std::to_string(m.qk_rope_head_dim));
+  }
+  if (static_cast<long long>(c.heads) * std::max(m.qk_head_dim(), m.v_head_dim) > limits::kMaxHidden) {
+    fail("qk_nope_head_dim", "heads x head widths exceed " + std::to_string(limits::kMaxHidden));
+  }
+  if (m.qk_rope_head_dim > 0 && c.learned_positions) {
+    fail("qk_rope_head_dim", "is a rotary part, but these layers learn their positions");
+  }
+  if (c.kv_heads != 0 && c.kv_heads != c.heads) {
+    throw InputError("<spec>", 0, "kv_heads", "expected heads=" + std::to_string(c.heads) +
+                                                  " under latent attention (every head has its keys and values), found " +
+                                                  std::to_string(c.kv_heads));
+  }
+  if (c.head_dim != 0 || c.qk_norm || c.biases || c.attention_bias != TransformerConfig::AttentionBias::none) {
+    throw InputError("<spec>", 0, c.head_dim != 0 ? "head_dim" : c.qk_norm ? "qk_norm" : c.biases ? "biases" : "attention_bias",
+                     "is a setting of head projections; latent attention (mla) sizes its own and has no biases");
   }
 }
 

@@ -13,9 +13,18 @@ struct Dims {
   double keys;  // each query's keys: s, or a sliding window's
   bool gated, biases, rope, learned_positions, dropout, qk_norm;
   bool qkv_bias, out_bias;  // the attention's biases: `biases`' or, without them, Qwen2's / LLaMA's
+  // Multi-head latent attention (model::MlaConfig): latent widths, and a head's query/key
+  // width without and with positions and its value width.
+  bool mla;
+  double ql, kvl, dn, dr, dv, dqk;
+  // This layer's mixture of experts (model::MoeConfig): routed experts, top-k, their width,
+  // the shared experts' total width, Qwen2-MoE's shared gate.
+  bool moe;
+  double E, k, fe, fs;
+  bool shared_gate;
 };
 
-Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
+Dims dims_of(const model::TransformerConfig& c, const OpShape& shape, int transformer_layer) {
   Dims x{};
   x.b = shape.micro_batch;
   x.s = c.seq / static_cast<double>(shape.context);  // the device's queries
@@ -40,6 +49,19 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape) {
   x.learned_positions = c.learned_positions;
   x.dropout = c.dropout;
   x.qk_norm = c.qk_norm;
+  x.mla = c.mla.enabled();
+  x.ql = c.mla.q_lora_rank;
+  x.kvl = c.mla.kv_lora_rank;
+  x.dn = c.mla.qk_nope_head_dim;
+  x.dr = c.mla.qk_rope_head_dim;
+  x.dv = c.mla.v_head_dim;
+  x.dqk = c.mla.qk_head_dim();
+  x.moe = c.moe.is_moe_layer(transformer_layer);
+  x.E = c.moe.experts;
+  x.k = c.moe.experts_per_token;
+  x.fe = c.moe.expert_ffn;
+  x.fs = static_cast<double>(c.moe.shared_experts) * c.moe.shared_width();
+  x.shared_gate = c.moe.shared_expert_gate;
   return x;
 }
 
@@ -74,73 +96,202 @@ void bias_dropout_add(Ops& o, const Dims& x, const OpOptions& opt, bool bias) {
   o.memory("residual add", 3 * x.e * n);
 }
 
-void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
+// The attention block's operations up to its output projection, forward.
+void attention_forward(Ops& o, const Dims& x, const OpOptions& opt) {
   const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys;
-  o.memory("input norm", 2 * x.e * x.Tn * x.h);
-  o.gemm("qkv", x.T, (x.q + 2 * x.kv) / x.t, x.h, 1, x.e);
-  if (x.qk_norm) o.memory("qk norm", 2 * x.e * x.T * (x.q + x.kv) / x.t);
-  if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.q + x.kv) / x.t);
-  if (opt.flash_attention) {
-    o.attention("flash attention", 2 * 2 * scores * x.d, x.e * x.T * (2 * x.q + 2 * x.kv) / x.t);
+  if (x.mla) {
+    // The down projections run whole on every tensor-parallel rank (Megatron's MLA
+    // duplicates them); the up projections split the heads.
+    if (x.ql > 0) {
+      o.gemm("q down", x.T, x.ql, x.h, 1, x.e);
+      o.memory("q latent norm", 2 * x.e * x.T * x.ql);
+      o.gemm("q up", x.T, x.a * x.dqk / x.t, x.ql, 1, x.e);
+    } else {
+      o.gemm("q", x.T, x.a * x.dqk / x.t, x.h, 1, x.e);
+    }
+    o.gemm("kv down", x.T, x.kvl + x.dr, x.h, 1, x.e);
+    o.memory("kv latent norm", 2 * x.e * x.T * x.kvl);
+    o.gemm("kv up", x.T, x.a * (x.dn + x.dv) / x.t, x.kvl, 1, x.e);
+    o.memory("rotary", 2 * x.e * x.T * (x.a * x.dr / x.t + x.dr));
   } else {
-    o.gemm("scores", x.s, x.keys, x.d, x.b * heads, x.e);
+    o.gemm("qkv", x.T, (x.q + 2 * x.kv) / x.t, x.h, 1, x.e);
+    if (x.qk_norm) o.memory("qk norm", 2 * x.e * x.T * (x.q + x.kv) / x.t);
+    if (x.rope) o.memory("rotary", 2 * x.e * x.T * (x.q + x.kv) / x.t);
+  }
+  const double dqk = x.mla ? x.dqk : x.d, dv = x.mla ? x.dv : x.d;
+  if (opt.flash_attention) {
+    const double io = x.mla ? x.a * (2 * x.dqk + 2 * x.dv) : 2 * x.q + 2 * x.kv;  // Q, K, V, output
+    o.attention("flash attention", 2 * scores * (dqk + dv), x.e * x.T * io / x.t);
+  } else {
+    o.gemm("scores", x.s, x.keys, dqk, x.b * heads, x.e);
     o.memory("softmax", (opt.fused_softmax ? 2 : 6) * x.e * scores);
     if (x.dropout) o.memory("attention dropout", (2 * x.e + 1) * scores);
-    o.gemm("context", x.s, x.d, x.keys, x.b * heads, x.e);
+    o.gemm("context", x.s, dv, x.keys, x.b * heads, x.e);
   }
-  o.gemm("attention projection", x.T, x.h, x.q / x.t, 1, x.e);
-  bias_dropout_add(o, x, opt, x.out_bias);
-  o.memory("post-attention norm", 2 * x.e * x.Tn * x.h);
-  o.gemm("mlp up", x.T, (x.gated ? 2 : 1) * x.f / x.t, x.h, 1, x.e);
-  const double wide = x.T * x.f / x.t;
-  if (x.gated) {
-    o.memory("swiglu", 3 * x.e * wide);
-  } else if (opt.fused_bias_gelu || !x.biases) {
+  o.gemm("attention projection", x.T, x.h, (x.mla ? x.a * x.dv : x.q) / x.t, 1, x.e);
+}
+
+// A SwiGLU or GeLU MLP of width `f` (split over the tensor-parallel ranks), forward.
+void mlp_forward(Ops& o, const Dims& x, const OpOptions& opt, double f, bool gated, bool biases,
+                 std::string_view up, std::string_view act, std::string_view down) {
+  o.gemm(up, x.T, (gated ? 2 : 1) * f / x.t, x.h, 1, x.e);
+  const double wide = x.T * f / x.t;
+  if (gated) {
+    o.memory(act, 3 * x.e * wide);
+  } else if (opt.fused_bias_gelu || !biases) {
     o.memory("bias gelu", 2 * x.e * wide);
   } else {
     o.memory("bias", 2 * x.e * wide);
     o.memory("gelu", 2 * x.e * wide);
   }
-  o.gemm("mlp down", x.T, x.h, x.f / x.t, 1, x.e);
+  o.gemm(down, x.T, x.h, f / x.t, 1, x.e);
+}
+
+// A mixture of experts, forward, for tokens routed evenly: the router (whole on every
+// tensor-parallel rank, as Megatron runs it) and its fp32 softmax or sigmoid and top-k, the
+// permutation of each token's k copies into expert order, the experts as grouped GEMMs
+// (`experts` GEMMs of T k / experts rows each, their widths split over the tensor-parallel
+// ranks), the weighted un-permutation back to token order, and the shared experts as one
+// MLP of their total width.
+void moe_forward(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double copies = x.T * x.k;
+  o.gemm("router", x.T, x.E, x.h, 1, x.e);
+  o.memory("router scores and top-k", (x.e + 8) * x.T * x.E);
+  o.memory("permute", 2 * x.e * copies * x.h);
+  o.gemm("experts up", copies / x.E, 2 * x.fe / x.t, x.h, x.E, x.e);
+  o.memory("experts swiglu", 3 * x.e * copies * x.fe / x.t);
+  o.gemm("experts down", copies / x.E, x.h, x.fe / x.t, x.E, x.e);
+  o.memory("unpermute", x.e * (copies + x.T) * x.h + 4 * copies);
+  if (x.fs > 0) {
+    mlp_forward(o, x, opt, x.fs, true, false, "shared up", "shared swiglu", "shared down");
+    if (x.shared_gate) o.gemm("shared gate", x.T, 1, x.h, 1, x.e);
+    o.memory("shared add", 3 * x.e * x.T * x.h);
+  }
+}
+
+void transformer_forward(Ops& o, const Dims& x, const OpOptions& opt) {
+  o.memory("input norm", 2 * x.e * x.Tn * x.h);
+  attention_forward(o, x, opt);
+  bias_dropout_add(o, x, opt, x.out_bias);
+  o.memory("post-attention norm", 2 * x.e * x.Tn * x.h);
+  if (x.moe) {
+    moe_forward(o, x, opt);
+  } else {
+    mlp_forward(o, x, opt, x.f, x.gated, x.biases, "mlp up", "swiglu", "mlp down");
+  }
   bias_dropout_add(o, x, opt, x.biases);
 }
 
-void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
-  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys, residual = x.Tn * x.h;
-  // Dropout's backward reads the gradient and the mask; the residual branch adds gradients.
-  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
-  o.gemm("mlp down (data)", x.T, x.f / x.t, x.h, 1, x.e);
-  o.memory(x.gated ? "swiglu (backward)" : "gelu (backward)", (x.gated ? 5 : 3) * x.e * x.T * x.f / x.t);
-  o.gemm("mlp up (data)", x.T, x.h, (x.gated ? 2 : 1) * x.f / x.t, 1, x.e);
-  o.memory("post-attention norm (backward)", 3 * x.e * residual);
-  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
-  o.gemm("attention projection (data)", x.T, x.q / x.t, x.h, 1, x.e);
+// A SwiGLU or GeLU MLP of width `f`, data gradients.
+void mlp_backward_data(Ops& o, const Dims& x, double f, bool gated, std::string_view down, std::string_view act,
+                       std::string_view up) {
+  o.gemm(down, x.T, f / x.t, x.h, 1, x.e);
+  o.memory(act, (gated ? 5 : 3) * x.e * x.T * f / x.t);
+  o.gemm(up, x.T, x.h, (gated ? 2 : 1) * f / x.t, 1, x.e);
+}
+
+void moe_backward_data(Ops& o, const Dims& x) {
+  const double copies = x.T * x.k;
+  // The weighted sum's gradient: to each copy, and to each weight (a dot with its output).
+  o.memory("unpermute (backward)", x.e * (2 * copies + x.T) * x.h + 4 * copies);
+  o.gemm("experts down (data)", copies / x.E, x.fe / x.t, x.h, x.E, x.e);
+  o.memory("experts swiglu (backward)", 5 * x.e * copies * x.fe / x.t);
+  o.gemm("experts up (data)", copies / x.E, x.h, 2 * x.fe / x.t, x.E, x.e);
+  o.memory("permute (backward)", 2 * x.e * copies * x.h);
+  o.memory("router scores and top-k (backward)", (x.e + 8) * x.T * x.E);
+  o.gemm("router (data)", x.T, x.h, x.E, 1, x.e);
+  if (x.fs > 0) {
+    o.memory("shared add (backward)", 3 * x.e * x.T * x.h);
+    if (x.shared_gate) o.gemm("shared gate (data)", x.T, x.h, 1, 1, x.e);
+    mlp_backward_data(o, x, x.fs, true, "shared down (data)", "shared swiglu (backward)", "shared up (data)");
+  }
+}
+
+void attention_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double heads = x.a / x.t, scores = x.b * heads * x.s * x.keys;
+  const double dqk = x.mla ? x.dqk : x.d, dv = x.mla ? x.dv : x.d;
+  o.gemm("attention projection (data)", x.T, (x.mla ? x.a * x.dv : x.q) / x.t, x.h, 1, x.e);
   if (opt.flash_attention) {
     // Reads Q, K, V, the output and its gradient; writes the gradients of Q, K and V.
-    o.attention("flash attention (backward)", 2 * 2 * 2 * scores * x.d, x.e * x.T * (4 * x.q + 4 * x.kv) / x.t);
+    const double io = x.mla ? x.a * (4 * x.dqk + 4 * x.dv) : 4 * x.q + 4 * x.kv;
+    o.attention("flash attention (backward)", 2 * 2 * scores * (dqk + dv), x.e * x.T * io / x.t);
   } else {
     // Under a sliding window each query meets `keys` keys and each key as many queries.
-    o.gemm("context (data)", x.s, x.keys, x.d, x.b * heads, x.e);     // dP = dO V^T
-    o.gemm("context (values)", x.s, x.d, x.keys, x.b * heads, x.e);   // dV = P^T dO
+    o.gemm("context (data)", x.s, x.keys, dv, x.b * heads, x.e);     // dP = dO V^T
+    o.gemm("context (values)", x.s, dv, x.keys, x.b * heads, x.e);   // dV = P^T dO
     if (x.dropout) o.memory("attention dropout (backward)", (2 * x.e + 1) * scores);
     o.memory("softmax (backward)", 3 * x.e * scores);
-    o.gemm("scores (queries)", x.s, x.d, x.keys, x.b * heads, x.e);   // dQ = dS K
-    o.gemm("scores (keys)", x.s, x.d, x.keys, x.b * heads, x.e);      // dK = dS^T Q
+    o.gemm("scores (queries)", x.s, dqk, x.keys, x.b * heads, x.e);   // dQ = dS K
+    o.gemm("scores (keys)", x.s, dqk, x.keys, x.b * heads, x.e);      // dK = dS^T Q
+  }
+  if (x.mla) {
+    o.memory("rotary (backward)", 2 * x.e * x.T * (x.a * x.dr / x.t + x.dr));
+    o.gemm("kv up (data)", x.T, x.kvl, x.a * (x.dn + x.dv) / x.t, 1, x.e);
+    o.memory("kv latent norm (backward)", 3 * x.e * x.T * x.kvl);
+    o.gemm("kv down (data)", x.T, x.h, x.kvl + x.dr, 1, x.e);
+    if (x.ql > 0) {
+      o.gemm("q up (data)", x.T, x.ql, x.a * x.dqk / x.t, 1, x.e);
+      o.memory("q latent norm (backward)", 3 * x.e * x.T * x.ql);
+      o.gemm("q down (data)", x.T, x.h, x.ql, 1, x.e);
+    } else {
+      o.gemm("q (data)", x.T, x.h, x.a * x.dqk / x.t, 1, x.e);
+    }
+    return;
   }
   if (x.rope) o.memory("rotary (backward)", 2 * x.e * x.T * (x.q + x.kv) / x.t);
   if (x.qk_norm) o.memory("qk norm (backward)", 3 * x.e * x.T * (x.q + x.kv) / x.t);
   o.gemm("qkv (data)", x.T, x.h, (x.q + 2 * x.kv) / x.t, 1, x.e);
+}
+
+void transformer_backward_data(Ops& o, const Dims& x, const OpOptions& opt) {
+  const double residual = x.Tn * x.h;
+  // Dropout's backward reads the gradient and the mask; the residual branch adds gradients.
+  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
+  if (x.moe) {
+    moe_backward_data(o, x);
+  } else {
+    mlp_backward_data(o, x, x.f, x.gated, "mlp down (data)", x.gated ? "swiglu (backward)" : "gelu (backward)",
+                      "mlp up (data)");
+  }
+  o.memory("post-attention norm (backward)", 3 * x.e * residual);
+  o.memory("dropout add (backward)", (2 * x.e + x.mask + 3 * x.e) * residual);
+  attention_backward_data(o, x, opt);
   o.memory("input norm (backward)", 3 * x.e * residual);
 }
 
 void transformer_backward_weight(Ops& o, const Dims& x) {
+  if (x.mla) {
+    if (x.ql > 0) {
+      o.gemm("q down (weight)", x.h, x.ql, x.T, 1, x.e);
+      o.gemm("q up (weight)", x.ql, x.a * x.dqk / x.t, x.T, 1, x.e);
+    } else {
+      o.gemm("q (weight)", x.h, x.a * x.dqk / x.t, x.T, 1, x.e);
+    }
+    o.gemm("kv down (weight)", x.h, x.kvl + x.dr, x.T, 1, x.e);
+    o.gemm("kv up (weight)", x.kvl, x.a * (x.dn + x.dv) / x.t, x.T, 1, x.e);
+    o.gemm("attention projection (weight)", x.a * x.dv / x.t, x.h, x.T, 1, x.e);
+  } else {
+    o.gemm("qkv (weight)", x.h, (x.q + 2 * x.kv) / x.t, x.T, 1, x.e);
+    o.gemm("attention projection (weight)", x.q / x.t, x.h, x.T, 1, x.e);
+  }
   const double up = (x.gated ? 2 : 1) * x.f / x.t;
-  o.gemm("qkv (weight)", x.h, (x.q + 2 * x.kv) / x.t, x.T, 1, x.e);
-  o.gemm("attention projection (weight)", x.q / x.t, x.h, x.T, 1, x.e);
-  o.gemm("mlp up (weight)", x.h, up, x.T, 1, x.e);
-  o.gemm("mlp down (weight)", x.f / x.t, x.h, x.T, 1, x.e);
+  if (x.moe) {
+    const double copies = x.T * x.k;
+    o.gemm("router (weight)", x.h, x.E, x.T, 1, x.e);
+    o.gemm("experts up (weight)", x.h, 2 * x.fe / x.t, copies / x.E, x.E, x.e);
+    o.gemm("experts down (weight)", x.fe / x.t, x.h, copies / x.E, x.E, x.e);
+    if (x.fs > 0) {
+      o.gemm("shared up (weight)", x.h, 2 * x.fs / x.t, x.T, 1, x.e);
+      o.gemm("shared down (weight)", x.fs / x.t, x.h, x.T, 1, x.e);
+      if (x.shared_gate) o.gemm("shared gate (weight)", x.h, 1, x.T, 1, x.e);
+    }
+  } else {
+    o.gemm("mlp up (weight)", x.h, up, x.T, 1, x.e);
+    o.gemm("mlp down (weight)", x.f / x.t, x.h, x.T, 1, x.e);
+  }
   // Bias gradients: each a sum of the output gradient over the tokens.
-  const double bias_rows = (x.qkv_bias ? (x.q + 2 * x.kv) / x.t : 0) + (x.out_bias ? x.h : 0) + (x.biases ? up + x.h : 0);
+  const double mlp_bias = x.biases && !x.moe ? up + x.h : 0;
+  const double bias_rows = (x.qkv_bias ? (x.q + 2 * x.kv) / x.t : 0) + (x.out_bias ? x.h : 0) + mlp_bias;
   if (bias_rows > 0) o.memory("bias gradients", x.e * x.T * bias_rows);
 }
 
@@ -278,7 +429,7 @@ std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass,
     cnn_layer(o, network.layers[static_cast<size_t>(layer)], pass, shape.micro_batch, shape.element_bytes);
     return o.take();
   }
-  const Dims x = dims_of(*network.architecture, shape);
+  const Dims x = dims_of(*network.architecture, shape, layer - 1);  // layer 0 is the embedding
   const std::string& kind = network.layers[static_cast<size_t>(layer)].kind;
   Ops o;
   if (kind == "transformer") {

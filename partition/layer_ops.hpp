@@ -27,6 +27,15 @@
 //    Sequence parallelism divides the norm and dropout-add tokens by t. With flash attention
 //    the scores, softmax, dropout and context are one operation: their GEMM FLOPs, and the
 //    bytes of Q, K, V and the output (the s^2 scores never reach memory).
+//  - Mixtures of experts (model::MoeConfig), for tokens routed evenly: the router's GEMM
+//    (T, experts, h), whole on every tensor-parallel rank as Megatron runs it, its fp32 scores
+//    and top-k; the permutation of each token's k copies into expert order and back; the
+//    routed experts as grouped GEMMs, `experts` of them of T k / experts rows, their widths
+//    split by t (expert tensor parallelism = t); the shared experts as one SwiGLU MLP of their
+//    total width. Latent attention (model::MlaConfig): the query and key/value down
+//    projections whole on every rank (Megatron duplicates them), their norms, the up
+//    projections and the output projection split by heads; the scores qk_nope + qk_rope wide,
+//    the values v_head_dim. These whole GEMMs are the exception to "forward_flops / t".
 //  - Convolutional networks (layers listing model::CnnOp): convolutions and fully connected
 //    layers as implicit GEMMs, their FLOPs the zoo's (forward 2 x the multiply-adds, data and
 //    weight gradients as much again each, no data gradient for the layer reading the image),

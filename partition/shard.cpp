@@ -21,7 +21,10 @@ bool llama(const model::TransformerConfig& c) {
 bool split_covers(const model::Network& net) {
   if (!net.architecture) return false;
   const model::TransformerConfig& c = *net.architecture;
-  return !c.encoder && (gpt2(c) || llama(c)) && static_cast<int>(net.layers.size()) == c.layers + 2;
+  // Mixtures of experts and latent attention are not the executor's yet: their parameters
+  // split in proportion.
+  return !c.encoder && (gpt2(c) || llama(c)) && c.moe.experts == 0 && !c.mla.enabled() &&
+         static_cast<int>(net.layers.size()) == c.layers + 2;
 }
 
 std::optional<double> shard_params(const model::Network& net, int layer, int chunk_begin, const SplitPart& part) {

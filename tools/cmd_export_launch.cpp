@@ -112,6 +112,38 @@ bool equal_chunks(const Grid& g) {
   return true;
 }
 
+// Megatron-Core's flags for a mixture of experts (tokens dispatched all-to-all, experts as
+// grouped GEMMs) and for multi-head latent attention.
+void megatron_moe_and_mla(const model::TransformerConfig& a, std::vector<std::string>& args) {
+  if (const model::MoeConfig& m = a.moe; m.experts > 0) {
+    args.push_back("--num-experts " + std::to_string(m.experts) + " --moe-router-topk " +
+                   std::to_string(m.experts_per_token) + " --moe-ffn-hidden-size " + std::to_string(m.expert_ffn) +
+                   " --moe-grouped-gemm --moe-token-dispatcher-type alltoall");
+    if (m.first_dense_layers > 0 || m.every > 1) {
+      std::string pattern;  // one 0 (dense) or 1 (MoE) a layer, a Python list Megatron evaluates
+      for (int i = 0; i < a.layers; ++i) pattern += std::string(i ? "," : "") + (m.is_moe_layer(i) ? "1" : "0");
+      args.push_back("--moe-layer-freq \"[" + pattern + "]\"");
+    }
+    if (m.shared_experts > 0) {
+      args.push_back("--moe-shared-expert-intermediate-size " + std::to_string(m.shared_experts * m.shared_width()));
+    }
+    if (m.router == model::MoeConfig::Router::sigmoid) {
+      args.push_back("--moe-router-score-function sigmoid --moe-router-enable-expert-bias");
+    } else if (!m.normalize_top_k) {
+      args.push_back("--moe-router-pre-softmax");  // a softmax over every expert, the top-k's weights kept
+    }
+    if (m.routed_scale != 1) args.push_back("--moe-router-topk-scaling-factor " + model::units::format_number(m.routed_scale));
+    args.push_back("--moe-aux-loss-coeff " + model::units::format_number(m.aux_loss_coef));
+    if (m.capacity_factor > 0) args.push_back("--moe-expert-capacity-factor " + model::units::format_number(m.capacity_factor));
+  }
+  if (const model::MlaConfig& m = a.mla; m.enabled()) {
+    args.push_back("--multi-latent-attention --kv-lora-rank " + std::to_string(m.kv_lora_rank) + " --qk-head-dim " +
+                   std::to_string(m.qk_nope_head_dim) + " --qk-pos-emb-head-dim " + std::to_string(m.qk_rope_head_dim) +
+                   " --v-head-dim " + std::to_string(m.v_head_dim));
+    if (m.q_lora_rank > 0) args.push_back("--q-lora-rank " + std::to_string(m.q_lora_rank));
+  }
+}
+
 void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   const partition::Layout& l = plan.layout;
   const model::TransformerConfig& a = *plan.network.architecture;
@@ -128,6 +160,7 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (!a.learned_positions) args.push_back("--position-embedding-type rope");
   if (!a.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
   if (!a.biases) args.push_back("--disable-bias-linear");
+  megatron_moe_and_mla(a, args);
   if (l.precision == model::Precision::fp16) args.push_back("--fp16");
   if (l.precision == model::Precision::bf16) args.push_back("--bf16");
   if (l.schedule == "interleaved" && g.virtual_stages > 1) {

@@ -204,11 +204,33 @@ Json network_json(const model::Network& n) {
     j["rope_scaling"] = r;
   }
   if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
-  if (n.architecture && n.architecture->heads > 0) j["head_dim"] = n.architecture->head_size();
+  if (n.architecture && n.architecture->heads > 0 && !n.architecture->mla.enabled()) j["head_dim"] = n.architecture->head_size();
   if (n.architecture && n.architecture->qk_norm) j["qk_norm"] = true;
   if (n.architecture && n.architecture->positions > 0) j["positions"] = n.architecture->positions;
   if (n.architecture && n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none) {
     j["attention_bias"] = n.architecture->attention_bias == model::TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo";
+  }
+  if (n.active_param_count() != n.param_count()) j["active_params"] = n.active_param_count();
+  if (n.architecture && n.architecture->moe.experts > 0) {
+    const model::MoeConfig& m = n.architecture->moe;
+    Json e;
+    e["experts"] = m.experts;
+    e["experts_per_token"] = m.experts_per_token;
+    e["expert_ffn"] = m.expert_ffn;
+    e["shared_experts"] = m.shared_experts;
+    e["router"] = m.router == model::MoeConfig::Router::sigmoid ? "sigmoid" : "softmax";
+    e["capacity_factor"] = m.capacity_factor;
+    e["aux_loss_coef"] = m.aux_loss_coef;
+    int layers = 0;
+    for (int i = 0; i < n.architecture->layers; ++i) layers += m.is_moe_layer(i);
+    e["moe_layers"] = layers;
+    j["moe"] = e;
+  }
+  if (n.architecture && n.architecture->mla.enabled()) {
+    const model::MlaConfig& m = n.architecture->mla;
+    j["mla"] = Json{{"q_lora_rank", m.q_lora_rank}, {"kv_lora_rank", m.kv_lora_rank},
+                    {"qk_nope_head_dim", m.qk_nope_head_dim}, {"qk_rope_head_dim", m.qk_rope_head_dim},
+                    {"v_head_dim", m.v_head_dim}};
   }
   return j;
 }
@@ -232,7 +254,26 @@ void print_network(std::ostream& out, const model::Network& n) {
   }
   if (n.tokens_per_sample > 1) out << ", " << u::format_number(n.tokens_per_sample) << " tokens per sample";
   out << "\n";
-  out << "  parameters            " << u::human_count(n.param_count()) << " (" << u::format_number(n.param_count()) << ")\n";
+  out << "  parameters            " << u::human_count(n.param_count()) << " (" << u::format_number(n.param_count()) << ")";
+  if (n.active_param_count() != n.param_count()) {
+    out << ", " << u::human_count(n.active_param_count()) << " active per token";
+  }
+  out << "\n";
+  if (n.architecture && n.architecture->moe.experts > 0) {
+    const model::MoeConfig& m = n.architecture->moe;
+    int layers = 0;
+    for (int i = 0; i < n.architecture->layers; ++i) layers += m.is_moe_layer(i);
+    out << "  experts               " << m.experts << " of width " << m.expert_ffn << ", " << m.experts_per_token
+        << " per token (" << (m.router == model::MoeConfig::Router::sigmoid ? "sigmoid" : "softmax") << " router"
+        << (m.normalize_top_k ? ", weights renormalised" : "")
+        << (m.routed_scale != 1 ? ", scaled x" + u::format_number(m.routed_scale) : "") << ")";
+    if (m.shared_experts > 0) {
+      out << ", " << m.shared_experts << " shared of width " << m.shared_width() << (m.shared_expert_gate ? " (gated)" : "");
+    }
+    out << "; on " << layers << " of " << n.architecture->layers << " layers; "
+        << (m.capacity_factor > 0 ? "capacity factor " + u::format_number(m.capacity_factor) : std::string("dropless"))
+        << (m.aux_loss_coef > 0 ? ", balance loss x" + u::format_number(m.aux_loss_coef) : "") << "\n";
+  }
   out << "  FLOPs per sample      forward " << u::human_flops(n.forward_flops_per_sample()) << ", backward "
       << u::human_flops(n.backward_flops_per_sample()) << ", training " << u::human_flops(n.training_flops_per_sample())
       << "\n";
@@ -254,6 +295,14 @@ void print_network(std::ostream& out, const model::Network& n) {
       out << " beyond " << s.original_positions << " positions";
     }
     out << "\n";
+  }
+  if (n.architecture && n.architecture->mla.enabled()) {
+    const model::MlaConfig& m = n.architecture->mla;
+    out << "  attention             latent (MLA): " << n.architecture->heads << " heads, keys and values from a "
+        << m.kv_lora_rank << "-wide latent"
+        << (m.q_lora_rank > 0 ? ", queries from a " + std::to_string(m.q_lora_rank) + "-wide one" : std::string())
+        << "; query/key heads " << m.qk_nope_head_dim << " + " << m.qk_rope_head_dim << " rotary, values "
+        << m.v_head_dim << "\n";
   }
   if (n.architecture && (n.architecture->sliding_window > 0 || n.architecture->head_dim > 0 || n.architecture->qk_norm ||
                          n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none)) {

@@ -112,6 +112,53 @@ TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
   }
 }
 
+// An MoE layer's GEMMs add up to the zoo's FLOPs, and so do latent attention's, but for
+// what every tensor-parallel rank runs whole: the router (and Qwen2-MoE's shared gate), and
+// MLA's down projections (Megatron duplicates them). The routed experts run as grouped
+// GEMMs, one per expert, of T x top-k / experts rows each.
+TEST(LayerOps, MoeAndLatentAttentionGemmsAddUpToTheZoos) {
+  const auto whole = [](const std::vector<Op>& ops) {
+    double f = 0;
+    for (const Op& o : ops) {
+      const std::string n(o.name);
+      if (n.rfind("router", 0) == 0 || n.rfind("shared gate", 0) == 0 || n.rfind("q down", 0) == 0 ||
+          n.rfind("kv down", 0) == 0) {
+        f += o.flops;
+      }
+    }
+    return f;
+  };
+  for (const char* spec : {"mixtral-8x7b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite", "deepseek-v3"}) {
+    SCOPED_TRACE(spec);
+    const model::Network net = model::load_network(spec);
+    ASSERT_TRUE(partition::has_layer_ops(net));
+    for (int t : {1, 8}) {
+      for (bool flash : {false, true}) {
+        partition::OpOptions o;
+        o.flash_attention = flash;
+        for (size_t l = 0; l < net.layers.size(); ++l) {
+          const model::Layer& layer = net.layers[l];
+          const partition::OpShape shape{2, t, false, 2};
+          const auto forward = partition::layer_ops(net, static_cast<int>(l), OpPass::forward, shape, o);
+          auto backward = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_data, shape, o);
+          const auto weight = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_weight, shape, o);
+          backward.insert(backward.end(), weight.begin(), weight.end());
+          const double fw = whole(forward), bw = whole(backward);
+          EXPECT_NEAR(flops_of(forward), fw + (layer.forward_flops * 2 - fw) / t, 1e-9 * layer.forward_flops) << layer.name;
+          EXPECT_NEAR(flops_of(backward), bw + (layer.backward_flops * 2 - bw) / t, 1e-9 * layer.backward_flops)
+              << layer.name;
+          if (layer.experts > 0) {
+            const auto ops = by_name(forward);
+            ASSERT_EQ(ops.count("experts up"), 1u);
+            EXPECT_DOUBLE_EQ(ops.at("experts up").batch, layer.experts);
+            EXPECT_DOUBLE_EQ(ops.at("experts up").m, 2.0 * net.tokens_per_sample * layer.experts_per_token / layer.experts);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Qwen3's QK-norm: a memory-bound operation over this rank's q and k (heads x head_dim wide,
 // not hidden) in each direction; a model without it has none.
 TEST(LayerOps, QkNormReadsAndWritesTheRanksQueriesAndKeys) {

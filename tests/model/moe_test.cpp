@@ -1,0 +1,211 @@
+// Mixture-of-Experts decoders and latent attention: parameter counts against the released
+// checkpoints, FLOPs against closed forms, their HuggingFace config.json files, their network
+// files, and the errors a bad setting gets.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/error.hpp"
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+
+using namespace hetflow::model;
+using hetflow::InputError;
+
+namespace {
+
+Network zoo(const char* name) { return network_from_spec(name, Precision::bf16); }
+
+std::string error_of(const auto& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.field() + ": " + e.message();
+  }
+  return "";
+}
+
+// The released config.json files' keys and values.
+const char* kMixtralConfig = R"({"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+  "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+  "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "vocab_size": 32000})";
+
+const char* kQwen3MoeConfig = R"({"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+  "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+  "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+const char* kQwen15MoeConfig = R"({"architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+  "model_type": "qwen2_moe", "num_attention_heads": 16, "num_hidden_layers": 24, "num_key_value_heads": 16,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936,
+  "decoder_sparse_step": 1, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+  "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": false, "output_router_logits": false,
+  "router_aux_loss_coef": 0.001})";
+
+const char* kDeepSeekV3Config = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+  "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+  "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+  "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+  "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+  "quant_method": "fp8", "weight_block_size": [128, 128]}, "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32,
+  "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+  "type": "yarn"}, "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+  "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})";
+
+Network from_hf(const char* text) {
+  return make_transformer(transformer_from_hf_config(text, "config.json"), Precision::bf16);
+}
+
+}  // namespace
+
+// Parameter counts of the released checkpoints (model.safetensors' totals; DeepSeek-V3's main
+// model as its report counts it, its multi-token-prediction module and fp8 scales apart).
+TEST(Moe, ZooEntriesCountTheirCheckpoints) {
+  EXPECT_DOUBLE_EQ(zoo("mixtral-8x7b").param_count(), 46702792704);
+  EXPECT_DOUBLE_EQ(zoo("qwen3-30b-a3b").param_count(), 30532122624);
+  EXPECT_DOUBLE_EQ(zoo("qwen1.5-moe-a2.7b").param_count(), 14315784192);
+  // By hand: embedding and head 2 x 129280 x 7168; per layer MLA 187,107,328 and 2 norms of
+  // 7168; 3 dense MLPs of 3 x 7168 x 18432; 58 MoE layers of 257 experts of 3 x 7168 x 2048,
+  // a router of 7168 x 256 and its 256 biases; the final norm.
+  const double mla = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 + 128.0 * 128 * 7168;
+  EXPECT_DOUBLE_EQ(mla, 187107328);
+  const double expert = 3.0 * 7168 * 2048;
+  const double deepseek = 2 * 129280.0 * 7168 + 61 * (mla + 2 * 7168) + 3 * (3.0 * 7168 * 18432) +
+                          58 * (257 * expert + 7168.0 * 256 + 256) + 7168;
+  EXPECT_DOUBLE_EQ(zoo("deepseek-v3").param_count(), deepseek);
+  EXPECT_NEAR(deepseek / 671e9, 1, 0.0005);  // "671B total parameters"
+}
+
+// What a token passes through: Mixtral's two experts of eight ("12.9B active"), Qwen3's 8 of
+// 128 ("3.3B activated"), DeepSeek-V3's 8 of 256 plus the shared one ("37B activated").
+TEST(Moe, ActiveParametersAreThoseATokenPassesThrough) {
+  const Network mixtral = zoo("mixtral-8x7b");
+  EXPECT_DOUBLE_EQ(mixtral.active_param_count(), 46702792704 - 32 * 6 * (3.0 * 4096 * 14336));
+  EXPECT_NEAR(mixtral.active_param_count() / 12.9e9, 1, 0.005);
+  EXPECT_NEAR(zoo("qwen3-30b-a3b").active_param_count() / 3.3e9, 1, 0.02);
+  EXPECT_NEAR(zoo("deepseek-v3").active_param_count() / 37e9, 1, 0.02);
+  const Network dense = zoo("llama3-8b");
+  EXPECT_DOUBLE_EQ(dense.active_param_count(), dense.param_count());
+}
+
+// A MoE layer's forward FLOPs: attention as a dense layer's, the router's h x experts GEMM,
+// top-k experts' SwiGLU and the shared experts' (2 FLOPs a multiply-add).
+TEST(Moe, ALayersFlopsAreItsActiveExpertsAndItsRouter) {
+  const Network dense = network_from_spec("llama:layers=2,hidden=512,heads=8,ffn=1536,seq=256,vocab=1000", Precision::bf16);
+  const Network moe = network_from_spec(
+      "llama:layers=2,hidden=512,heads=8,ffn=1536,seq=256,vocab=1000,experts=16,experts_per_token=3,expert_ffn=384,"
+      "shared_experts=2",
+      Precision::bf16);
+  const double s = 256, h = 512;
+  const double dense_mlp = 2 * s * 3 * h * 1536;
+  const double moe_mlp = 2 * s * h * 16 + 3 * (2 * s * 3 * h * 384) + 2 * (2 * s * 3 * h * 384);
+  EXPECT_DOUBLE_EQ(moe.layers[1].forward_flops - dense.layers[1].forward_flops, moe_mlp - dense_mlp);
+  EXPECT_DOUBLE_EQ(moe.layers[1].backward_flops, 2 * moe.layers[1].forward_flops);
+  EXPECT_EQ(moe.layers[1].experts, 16);
+  EXPECT_EQ(moe.layers[1].experts_per_token, 3);
+  EXPECT_DOUBLE_EQ(moe.layers[1].expert_params, 3 * h * 384);
+  EXPECT_DOUBLE_EQ(moe.layers[1].params - dense.layers[1].params,
+                   (16 + 2) * 3 * h * 384 + h * 16 - 3 * h * 1536);
+}
+
+// Which layers are MoE: DeepSeek-V3's first three are dense; Qwen's decoder_sparse_step 2
+// makes layers 1, 3, 5, ... MoE ((i + 1) % 2 == 0).
+TEST(Moe, DenseLayersWhereTheModelKeepsThem) {
+  const Network v3 = zoo("deepseek-v3");
+  for (int i = 0; i < 61; ++i) EXPECT_EQ(v3.layers[static_cast<size_t>(i) + 1].experts, i < 3 ? 0 : 256) << i;
+  std::string config = kQwen15MoeConfig;
+  config.replace(config.find("\"decoder_sparse_step\": 1"), 24, "\"decoder_sparse_step\": 2");
+  const TransformerConfig c = transformer_from_hf_config(config, "config.json");
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(c.moe.is_moe_layer(i), (i + 1) % 2 == 0) << i;
+  // A leading run of mlp_only_layers is the dense layers before the first MoE one.
+  config = kQwen3MoeConfig;
+  config.replace(config.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0, 1]");
+  const TransformerConfig q = transformer_from_hf_config(config, "config.json");
+  EXPECT_EQ(q.moe.first_dense_layers, 2);
+  EXPECT_EQ(q.unmodelled, "");
+  config.replace(config.find("[0, 1]"), 6, "[0, 7]");
+  EXPECT_EQ(transformer_from_hf_config(config, "config.json").unmodelled, "mlp_only_layers beyond a leading run");
+}
+
+// The released config.json files read as the zoo's networks (the same parameters), with their
+// routers as the models' code runs them, and what the layers leave out noted.
+TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
+  const Network mixtral = from_hf(kMixtralConfig);
+  EXPECT_DOUBLE_EQ(mixtral.param_count(), 46702792704);
+  const MoeConfig& m = mixtral.architecture->moe;
+  EXPECT_EQ(m.experts, 8);
+  EXPECT_EQ(m.experts_per_token, 2);
+  EXPECT_TRUE(m.normalize_top_k);
+  EXPECT_DOUBLE_EQ(m.aux_loss_coef, 0.02);
+  EXPECT_EQ(mixtral.architecture->sliding_window, 0);
+  EXPECT_EQ(mixtral.architecture->unmodelled, "");
+
+  const Network qwen3 = from_hf(kQwen3MoeConfig);
+  EXPECT_DOUBLE_EQ(qwen3.param_count(), 30532122624);
+  EXPECT_TRUE(qwen3.architecture->qk_norm);
+  EXPECT_TRUE(qwen3.architecture->moe.normalize_top_k);
+
+  const Network qwen15 = from_hf(kQwen15MoeConfig);
+  EXPECT_DOUBLE_EQ(qwen15.param_count(), 14315784192);
+  EXPECT_TRUE(qwen15.architecture->moe.shared_expert_gate);
+  EXPECT_FALSE(qwen15.architecture->moe.normalize_top_k);
+
+  const Network v3 = from_hf(kDeepSeekV3Config);
+  EXPECT_DOUBLE_EQ(v3.param_count(), zoo("deepseek-v3").param_count());
+  EXPECT_EQ(v3.architecture->moe.router, MoeConfig::Router::sigmoid);
+  EXPECT_DOUBLE_EQ(v3.architecture->moe.routed_scale, 2.5);
+  EXPECT_EQ(v3.architecture->mla, (MlaConfig{1536, 512, 128, 64, 128}));
+  EXPECT_EQ(v3.architecture->unmodelled,
+            "rope_scaling (yarn), group-limited routing (topk_group 4 of n_group 8), num_nextn_predict_layers 1 "
+            "(multi-token prediction)");
+}
+
+// A network file keeps an MoE architecture and its layers' experts: written, read, equal.
+TEST(Moe, NetworkFilesRoundTrip) {
+  for (const char* name : {"deepseek-v3", "qwen1.5-moe-a2.7b", "deepseek-v2-lite"}) {
+    SCOPED_TRACE(name);
+    const Network net = zoo(name);
+    const Network back = parse_network(write_network(net), "net.yaml");
+    EXPECT_EQ(back, net);
+    EXPECT_DOUBLE_EQ(back.active_param_count(), net.active_param_count());
+  }
+}
+
+// Settings that cannot be: each error names its field.
+TEST(Moe, BadSettingsNameTheirField) {
+  auto spec = [](const std::string& s) { return error_of([&] { network_from_spec(s, Precision::bf16); }); };
+  EXPECT_NE(spec("llama:layers=2,hidden=64,heads=4,experts=4,experts_per_token=5,expert_ffn=32").find("experts_per_token"),
+            std::string::npos);
+  EXPECT_NE(spec("llama:layers=2,hidden=64,heads=4,experts=4,experts_per_token=2").find("moe.expert_ffn"), std::string::npos);
+  EXPECT_NE(spec("llama:layers=2,hidden=64,heads=4,expert_ffn=32").find("moe.experts"), std::string::npos);
+  EXPECT_NE(spec("gpt:layers=2,hidden=64,heads=4,experts=4,experts_per_token=1,expert_ffn=32").find("SwiGLU"),
+            std::string::npos);
+  std::string config = kDeepSeekV3Config;
+  config.replace(config.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": 300");
+  EXPECT_NE(error_of([&] { transformer_from_hf_config(config, "config.json"); }).find("experts_per_token"),
+            std::string::npos);
+  TransformerConfig mla = *zoo("deepseek-v3").architecture;
+  mla.qk_norm = true;
+  EXPECT_NE(error_of([&] { check_transformer_config(mla); }).find("latent attention"), std::string::npos);
+  mla.qk_norm = false;
+  mla.mla.qk_rope_head_dim = 63;
+  EXPECT_EQ(error_of([&] { check_transformer_config(mla); }).substr(0, 20), "mla.qk_rope_head_dim");
+  const std::string file = "name: x\ntokens_per_sample: 1\nlayers:\n  - {name: a, output_elems: 1, params: 10, experts: 4}\n";
+  EXPECT_NE(error_of([&] { parse_network(file, "net.yaml"); }).find("experts_per_token"), std::string::npos);
+}

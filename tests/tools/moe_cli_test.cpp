@@ -1,0 +1,73 @@
+// Mixture-of-Experts decoders as a user meets them today: a plan of one saved, validated and
+// simulated (its layers' experts in the plan file's network); describe's counts; the
+// Megatron flags export-launch writes; and run, which trains them as FLOP-matched proxies
+// and refuses real math naming the architecture's moe.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/tools/run_hetflow.hpp"
+
+using hetflow::test_support::run_hetflow;
+using hetflow::test_support::scratch_dir;
+
+namespace {
+
+const std::string kSmallMoe =
+    " --cluster cpu-2 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32,experts=4,"
+    "experts_per_token=2,expert_ffn=48,shared_experts=1 --precision fp32";
+
+}  // namespace
+
+TEST(MoeCli, APlanOfAMixtureOfExpertsSavesValidatesAndSimulates) {
+  const std::string plan = (scratch_dir() / "moe_plan.json").string();
+  const auto made = run_hetflow("plan" + kSmallMoe + " --pipeline 2 --out " + plan);
+  ASSERT_EQ(made.status, 0) << made.err;
+  const nlohmann::json file = nlohmann::json::parse(run_hetflow("validate " + plan + " --json").out);
+  EXPECT_TRUE(file.at("valid").get<bool>()) << file.dump();
+  const auto simulated = run_hetflow("simulate --plan " + plan);
+  EXPECT_EQ(simulated.status, 0) << simulated.err;
+  // The network inside the plan keeps its experts: the architecture's and each layer's.
+  std::ifstream in(plan);
+  const std::string network = nlohmann::json::parse(in).at("network").at("yaml").get<std::string>();
+  EXPECT_NE(network.find("moe: {experts: 4, experts_per_token: 2, expert_ffn: 48, shared_experts: 1"), std::string::npos)
+      << network;
+  EXPECT_NE(network.find("experts_per_token: 2\n    expert_params: 9216"), std::string::npos) << network;  // 3 x 64 x 48
+  // describe counts a released MoE's total and active parameters.
+  const auto described = run_hetflow("describe --model mixtral-8x7b --json");
+  ASSERT_EQ(described.status, 0) << described.err;
+  const nlohmann::json net = nlohmann::json::parse(described.out).at("network");
+  EXPECT_DOUBLE_EQ(net.at("params").get<double>(), 46702792704);
+  EXPECT_DOUBLE_EQ(net.at("active_params").get<double>(), 46702792704 - 32 * 6 * (3.0 * 4096 * 14336));
+  EXPECT_EQ(net.at("moe").at("experts").get<int>(), 8);
+}
+
+TEST(MoeCli, ExportLaunchWritesMegatronsMoeAndLatentAttentionFlags) {
+  const auto v3 = run_hetflow("export-launch --framework megatron --cluster dgx-a100-x4 --model deepseek-v3 --precision bf16 "
+                              "--tensor 8 --pipeline 4 --global-batch 32");
+  ASSERT_EQ(v3.status, 0) << v3.err;
+  for (const char* flag : {"--num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048",
+                           "--moe-layer-freq \"[0,0,0,1,1", "--moe-shared-expert-intermediate-size 2048",
+                           "--moe-router-score-function sigmoid --moe-router-enable-expert-bias",
+                           "--moe-router-topk-scaling-factor 2.5", "--multi-latent-attention --kv-lora-rank 512",
+                           "--q-lora-rank 1536"}) {
+    EXPECT_NE(v3.out.find(flag), std::string::npos) << flag << "\n" << v3.out;
+  }
+  const auto qwen = run_hetflow("export-launch --framework megatron --cluster dgx-a100-x4 --model qwen1.5-moe-a2.7b "
+                                "--precision bf16 --tensor 2 --global-batch 32");
+  ASSERT_EQ(qwen.status, 0) << qwen.err;
+  EXPECT_NE(qwen.out.find("--moe-router-pre-softmax"), std::string::npos) << qwen.out;  // top-k weights not renormalised
+  EXPECT_EQ(qwen.out.find("--moe-layer-freq"), std::string::npos) << qwen.out;          // every layer
+}
+
+TEST(MoeCli, RunTrainsProxiesAndRefusesRealMathNamingTheArchitecture) {
+  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
+  ASSERT_EQ(proxies.status, 0) << proxies.err;
+  EXPECT_NE(proxies.out.find("its MLPs are mixtures of experts (architecture.moe)"), std::string::npos) << proxies.out;
+  const auto real = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --compute real");
+  EXPECT_EQ(real.status, 3) << real.err;
+  EXPECT_NE(real.err.find("architecture.moe"), std::string::npos) << real.err;
+}
