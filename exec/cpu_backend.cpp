@@ -445,13 +445,25 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
 
 // A proxy's in-task message: the plan's bytes (capped) of zeros to every other member, theirs
 // taken back, on the collective's communicator; counted as carried.
+// An all-to-all sends each member its part of the bytes, and takes this member's part from each.
 void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall& call) {
   const partition::Collective& c = plan_->collective(call.collective);
   const size_t floats = floats_of(std::min(c.bytes / std::max(1, c.messages), options_.max_message_bytes));
   const std::vector<float> zeros(floats, 0.0f);
+  std::function<size_t(size_t)> part = [&](size_t) { return floats; };
+  size_t mine = 0;
+  if (c.kind == partition::CollectiveKind::all_to_all) {
+    const partition::CollectiveSpec spec = partition::collective_spec(*plan_, c);
+    part = [spec, floats](size_t member) {
+      return static_cast<size_t>(std::llround(partition::all_to_all_part(spec, member) * static_cast<double>(floats)));
+    };
+    const auto& members = spec.devices;
+    mine = part(static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin()));
+  }
   exchange_in_task(
       task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")", floats,
-      [&](size_t) { return std::span<const float>(zeros); }, [&](size_t) { return floats; },
+      [&](size_t r) { return std::span<const float>(zeros).first(part(r)); },
+      [&](size_t r) { return c.kind == partition::CollectiveKind::all_to_all ? mine : part(r); },
       [](size_t, std::span<const float>) {});
 }
 

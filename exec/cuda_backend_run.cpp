@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "exec/cuda_backend_state.hpp"
+#include "partition/estimate.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::exec {
@@ -144,6 +145,32 @@ void message_ran(Job& job, double carried_bytes) {
   job.task.message_ran(std::max(0.0, end_s - ms / 1e3), end_s, carried_bytes);
 }
 
+// NCCL's all-to-all as grouped sends and receives: each member its part of `unit` floats
+// from `at`, and this member's part from each after them. `unit` is alike on every rank (a
+// function of the collective and `floats`), so each receive matches its send.
+void all_to_all(Job& job, ncclComm_t* comm, const partition::CollectiveSpec& spec, size_t rank, float* at, size_t floats,
+                cudaStream_t stream) {
+  const size_t n = spec.devices.size();
+  double widest = 0;
+  for (size_t q = 0; q < n; ++q) widest = std::max(widest, partition::all_to_all_part(spec, q));
+  const double unit = static_cast<double>(floats) / (1 + static_cast<double>(n - 1) * widest);
+  const auto count = [&](size_t q) { return static_cast<size_t>(std::floor(partition::all_to_all_part(spec, q) * unit)); };
+  job.issue(comm, "ncclSend/ncclRecv (grouped all-to-all)", [&](ncclComm_t h) {
+    ncclResult_t r = ncclGroupStart();
+    size_t sent = 0, received = static_cast<size_t>(unit);
+    for (size_t q = 0; q < n && r == ncclSuccess; ++q) {
+      if (q != rank) {
+        r = ncclSend(at + sent, count(q), ncclFloat32, static_cast<int>(q), h, stream);
+        if (r == ncclSuccess) r = ncclRecv(at + received, count(rank), ncclFloat32, static_cast<int>(q), h, stream);
+        received += count(rank);
+      }
+      sent += count(q);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
+  });
+}
+
 // A proxy's in-task collective message: NCCL's collective of the plan's bytes (capped) in the
 // lane's staging buffer, on the lane's stream after the work before it, awaited there.
 void proxy_in_task(Job& job, const partition::InTaskCall& call) {
@@ -171,6 +198,9 @@ void proxy_in_task(Job& job, const partition::InTaskCall& call) {
     case partition::CollectiveKind::reduce_scatter:
       job.issue(comm, "ncclReduceScatter",
                 [&](ncclComm_t h) { return ncclReduceScatter(at, at + rank * each, each, ncclFloat32, ncclSum, h, stream); });
+      break;
+    case partition::CollectiveKind::all_to_all:
+      all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), rank, at, floats, stream);
       break;
     default:
       job.issue(comm, "ncclAllReduce", [&](ncclComm_t h) { return ncclAllReduce(at, at, floats, ncclFloat32, ncclSum, h, stream); });
@@ -367,6 +397,9 @@ void run_collective(Job& job) {
       case partition::CollectiveKind::reduce:
         job.issue(comm, "ncclReduce", [&](ncclComm_t h) { return ncclReduce(at, at, n, ncclFloat32, ncclSum, root, h, stream); });
         break;
+      case partition::CollectiveKind::all_to_all:
+        all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), rank, at, n, stream);
+        break;
     }
   }
   std::vector<std::pair<int, Buffer>> result;
@@ -454,6 +487,9 @@ void run_activation_collective(Job& job) {
     case partition::CollectiveKind::reduce:
       job.issue(comm, "ncclReduce",
                 [&](ncclComm_t h) { return ncclReduce(buffer, buffer, count, ncclFloat32, ncclSum, root, h, stream); });
+      break;
+    case partition::CollectiveKind::all_to_all:
+      all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), me, buffer, count, stream);
       break;
   }
   job.copy_device(job.s.copy[static_cast<size_t>(out_tensor)], buffer + out_at, std::min(out, (count - out_at) * sizeof(float)));

@@ -1,5 +1,6 @@
 #include "partition/collective.hpp"
 
+#include <cmath>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -9,8 +10,8 @@
 namespace hetflow::partition {
 
 namespace {
-constexpr std::string_view kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
-constexpr std::string_view kAlgorithms[] = {"ring", "tree", "hierarchical"};
+constexpr std::string_view kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
+constexpr std::string_view kAlgorithms[] = {"ring", "tree", "hierarchical", "pairwise"};
 
 template <typename Enum, size_t N>
 Enum parse_name(std::string_view text, const std::string_view (&names)[N], const char* what) {
@@ -34,7 +35,9 @@ CollectiveAlgorithm parse_collective_algorithm(std::string_view text) {
 }
 
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm) {
+  if ((kind == CollectiveKind::all_to_all) != (algorithm == CollectiveAlgorithm::pairwise)) return false;
   switch (kind) {
+    case CollectiveKind::all_to_all:
     case CollectiveKind::all_reduce:
       return true;
     case CollectiveKind::reduce_scatter:
@@ -50,7 +53,8 @@ bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm) {
 void check_collective(const CollectiveSpec& c) {
   if (!supports(c.kind, c.algorithm)) {
     std::string accepted;
-    for (auto a : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+    for (auto a : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical,
+                   CollectiveAlgorithm::pairwise}) {
       if (supports(c.kind, a)) accepted += (accepted.empty() ? "" : " or ") + std::string(to_string(a));
     }
     throw Error(std::string(to_string(c.kind)) + " has no " + std::string(to_string(c.algorithm)) +
@@ -59,10 +63,29 @@ void check_collective(const CollectiveSpec& c) {
   if (c.messages < 1) {
     throw Error(std::string(to_string(c.kind)) + ": expected at least 1 message, found " + std::to_string(c.messages));
   }
+  if (!c.parts.empty()) {
+    if (c.kind != CollectiveKind::all_to_all) {
+      throw Error(std::string(to_string(c.kind)) + ": parts are an all_to_all's shares; this kind has none");
+    }
+    double total = 0;
+    for (double p : c.parts) {
+      if (!(p >= 0) || p > 1) throw Error("all_to_all: expected parts in [0, 1], found " + std::to_string(p));
+      total += p;
+    }
+    if (c.parts.size() != c.devices.size() || std::abs(total - 1) > 1e-9) {
+      throw Error("all_to_all: expected one part per member (" + std::to_string(c.devices.size()) +
+                  ") adding up to 1; found " + std::to_string(c.parts.size()) + " adding up to " + std::to_string(total));
+    }
+  }
   if (c.root < 0 || (!c.devices.empty() && static_cast<size_t>(c.root) >= c.devices.size())) {
     throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
                 std::to_string(c.devices.size()) + " participants");
   }
+}
+
+double all_to_all_part(const CollectiveSpec& c, size_t member) {
+  if (!c.parts.empty()) return member < c.parts.size() ? c.parts[member] : 0;
+  return c.devices.empty() ? 0 : 1.0 / static_cast<double>(c.devices.size());
 }
 
 }  // namespace hetflow::partition

@@ -10,9 +10,12 @@ namespace hetflow::partition {
 // Sizes follow NCCL's convention of the larger buffer: for all_reduce, broadcast and reduce
 // the buffer every participant holds; for reduce_scatter the input each participant holds
 // (each ends with 1/n of it); for all_gather the output each participant ends with (each
-// contributes 1/n of it).
-enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
-enum class CollectiveAlgorithm { ring, tree, hierarchical };
+// contributes 1/n of it); for all_to_all the buffer each participant sends, one part bound
+// for every participant (itself included), the parts' shares alike on every sender.
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all };
+// pairwise: every member sends each other member its part directly, all at once (NCCL's
+// grouped send/receive); for all_to_all only.
+enum class CollectiveAlgorithm { ring, tree, hierarchical, pairwise };
 
 std::string_view to_string(CollectiveKind k);
 std::string_view to_string(CollectiveAlgorithm a);
@@ -31,8 +34,15 @@ struct CollectiveSpec {
   // parts of the buffer: a chunk's per-layer tensor-parallel all-reduces as one task. Each
   // pays its own latencies and moves its own size (partition/collective_steps.hpp).
   int messages = 1;
+  // all_to_all: the share of every member's buffer bound for each member, in member order,
+  // adding up to 1 (an uneven router sends the members holding its busiest experts more);
+  // empty: 1/n each. Empty for the other kinds.
+  std::vector<double> parts{};
   bool operator==(const CollectiveSpec&) const = default;
 };
+
+// The share of an all_to_all's buffer bound for member `member` of `members`.
+double all_to_all_part(const CollectiveSpec& c, size_t member);
 
 // The algorithms each kind runs:
 //   all_reduce                  ring, tree, hierarchical
@@ -40,9 +50,11 @@ struct CollectiveSpec {
 //                               through one root, which a scatter or gather never needs
 //   broadcast, reduce           ring (a pipelined chain), tree; not hierarchical (it would
 //                               need a root per node, which NCCL does not offer either)
+//   all_to_all                  pairwise only; and pairwise no other kind
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm);
 // Throws hetflow::Error when the algorithm does not apply to the kind (naming the ones that
-// do) or the root is not an index into devices.
+// do), the root is not an index into devices, or an all_to_all's parts are not one share
+// >= 0 per member adding up to 1 (or another kind has parts).
 void check_collective(const CollectiveSpec& c);
 
 }  // namespace hetflow::partition

@@ -178,6 +178,7 @@ void hierarchical(const CollectiveSpec& c, int device, const NodeOf& node_of, st
       break;
     case CollectiveKind::broadcast:
     case CollectiveKind::reduce:
+    case CollectiveKind::all_to_all:
       break;  // refused by check_collective
   }
 }
@@ -205,7 +206,25 @@ void ring_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
       pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps, true);
       break;
     }
+    case CollectiveKind::all_to_all:
+      break;  // refused by check_collective
   }
+}
+
+// Every pair directly, at once: the sender's part q (the shares before it to its own) to
+// member q, which keeps it as its output's piece of the sender's index.
+void pairwise_all_to_all(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
+  const size_t n = c.devices.size(), me = position(c.devices, device);
+  std::vector<double> start(n + 1, 0.0);  // where each member's part begins in a sender's buffer
+  for (size_t q = 0; q < n; ++q) start[q + 1] = start[q] + all_to_all_part(c, q);
+  Step step;
+  for (size_t j = 1; j < n; ++j) {
+    const size_t to = (me + j) % n, from = (me + n - j) % n;
+    step.sends.push_back({c.devices[to], c.bytes * all_to_all_part(c, to), Lane::meet, start[to], start[to + 1], false});
+    const Part in = Part{}.piece(from, n);
+    step.receives.push_back({c.devices[from], 0, Lane::meet, in.begin, in.end, false});
+  }
+  steps.push_back(std::move(step));
 }
 
 void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
@@ -225,6 +244,7 @@ void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
     }
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_gather:
+    case CollectiveKind::all_to_all:
       break;  // refused by check_collective
   }
 }
@@ -252,6 +272,13 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
     const double m = c.messages, n = static_cast<double>(c.devices.size());
     const bool by_part = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_gather;
     const auto add = [&](const Message& msg, int i, std::vector<Message>& out) {
+      if (c.kind == CollectiveKind::all_to_all) {  // the i-th m-th of the pair's part, one message a pair
+        Message part = msg;
+        part.begin = msg.begin + (msg.end - msg.begin) * i / m;
+        part.end = msg.begin + (msg.end - msg.begin) * (i + 1) / m;
+        out.push_back(part);
+        return;
+      }
       if (!by_part) {
         Message part = msg;
         part.begin = (i + msg.begin) / m;
@@ -290,6 +317,9 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
       break;
     case CollectiveAlgorithm::hierarchical:
       hierarchical(c, device, node_of, steps);
+      break;
+    case CollectiveAlgorithm::pairwise:
+      pairwise_all_to_all(c, device, steps);
       break;
   }
   return steps;

@@ -36,21 +36,26 @@
 //                                  the sum of chunk j-1 on.
 //                   tree:          up the broadcast's tree: chunk j from every child while
 //                                  sending chunk j-1 to the parent.
+//   all_to_all      pairwise:      one step: to every other member q its part (S x
+//                                  parts[q], or S/n), from every other member its part bound
+//                                  here, all posted at once (NCCL's grouped send/receive).
 // Data: every member starts with its own buffer of S bytes. Running the steps (a receive
 // applied when it completes, a send carrying the sender's part as it stands when the step
 // starts) leaves: all_reduce, the sum everywhere; broadcast, the root's buffer everywhere;
 // reduce, the sum at the root; reduce_scatter, the sum of part i of n at ring position i
 // (hierarchical: part l*m + q of k*m at local index l, peer position q); all_gather, part i
 // of n from position i everywhere (hierarchical: part l*m + q from local index l, peer
-// position q) — every node holding the same number of members.
+// position q) — every node holding the same number of members; all_to_all, member q's
+// output holds as its i-th n-th the part q of member i's buffer (a send names the part of the
+// sender's buffer, a receive the part of the receiver's output: they differ).
 // So ring reduce-scatter and all-gather send (n-1)/n S per member, all-reduce 2(n-1)/n S; a
 // broadcast delivers S once to every non-root member, and a reduce sends S once from every
 // non-root member. Algorithms that collective.hpp refuses for a kind throw hetflow::Error.
 // With m messages (CollectiveSpec::messages), the steps of one collective of S/m bytes, run
 // m times in turn, the i-th over the part [i/m, (i+1)/m) of the buffer as its own buffer
 // (all_reduce, broadcast, reduce), or over the i-th m-th of every member's part (reduce_scatter,
-// all_gather: a member's part holds its sequence shard): each kind leaves what one
-// collective leaves.
+// all_gather: a member's part holds its sequence shard; all_to_all: of every pair's part):
+// each kind leaves what one collective leaves.
 // With fewer than two members or no bytes, a collective is still a rendezvous: one step of
 // zero bytes around the ring.
 #include <functional>

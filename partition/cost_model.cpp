@@ -458,6 +458,8 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
         case CollectiveKind::broadcast:
         case CollectiveKind::reduce:
           return chain_time_s(c, shared);
+        case CollectiveKind::all_to_all:
+          break;  // refused by check_collective
       }
       break;
     case CollectiveAlgorithm::tree: {
@@ -473,8 +475,34 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
     }
     case CollectiveAlgorithm::hierarchical:
       return hierarchical_time_s(c, shared);
+    case CollectiveAlgorithm::pairwise:
+      return all_to_all_time_s(c, shared);
   }
   return 0;
+}
+
+double CostModel::all_to_all_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
+  // Every pair's flow at once, sharing links: the busiest link's bytes over its bandwidth (a
+  // sender's NIC carries all it sends off its node), no faster than any pair's own route
+  // allows, after the slowest route's latency.
+  std::map<int, double> link_bytes;
+  std::vector<int> links;
+  double latency_s = 0, pair_s = 0;
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    for (size_t q = 0; q < c.devices.size(); ++q) {
+      if (q == i) continue;
+      const double bytes = c.bytes * all_to_all_part(c, q);
+      const Route r = edge(c.devices[i], c.devices[q], shared);
+      latency_s = std::max(latency_s, r.latency_s);
+      pair_s = std::max(pair_s, bytes / r.bandwidth_bytes_per_s);
+      links.clear();
+      route_links(c.devices[i], c.devices[q], links);
+      for (int l : links) link_bytes[l] += bytes;
+    }
+  }
+  double busiest_s = 0;
+  for (const auto& [link, bytes] : link_bytes) busiest_s = std::max(busiest_s, bytes / link_bandwidth_bytes_per_s(link));
+  return latency_s + std::max(busiest_s, pair_s);
 }
 
 double CostModel::hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {

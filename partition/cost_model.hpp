@@ -117,6 +117,10 @@ class CostModel {
   //                                  = (D+K-2) (a + 2S/(K B)) + (a + f S/(K B)) for n >= 3,
   //                                  f = 1 when n is a power of two (the deepest level is one
   //                                  lone child), else 2; K (a + S/(K B)) for n = 2
+  //   all_to_all      pairwise:      every pair's part at once: the slowest route's latency +
+  //                                  the busiest link's bytes over its bandwidth (no less than
+  //                                  any pair's bytes over its route's)
+  //                                  = a + (n-1)/n S/B (each member's link carries what it sends)
   // Broadcast trees match the simulator on a flat network; a reduce tree whose leaves sit at
   // different depths gets its shallow leaves' chunks in earlier, so there this is an upper
   // bound (10-20 % above the simulated time for n = 4..9).
@@ -152,6 +156,7 @@ class CostModel {
   double hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
   double chain_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
   double tree_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
+  double all_to_all_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
 
   model::Cluster cluster_;
   model::Precision precision_;

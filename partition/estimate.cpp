@@ -17,6 +17,7 @@ CollectiveSpec collective_spec(const Plan& plan, const Collective& c) {
   spec.bytes = c.bytes;
   spec.root = c.root;
   spec.messages = c.messages;
+  spec.parts = c.parts;
   return spec;
 }
 

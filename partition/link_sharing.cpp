@@ -206,6 +206,13 @@ std::vector<Flow> collective_flows(const CostModel& cost, const CollectiveSpec& 
       }
       break;
     }
+    case CollectiveAlgorithm::pairwise:  // every ordered pair
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t q = 0; q < n; ++q) {
+          if (q != i) out.push_back({c.devices[i], c.devices[q]});
+        }
+      }
+      break;
   }
   return out;
 }
@@ -215,6 +222,7 @@ namespace {
 // bytes (partition/cost_model.hpp), else its buffer, about what a chain's or tree's hop carries.
 double edge_bytes(const CollectiveSpec& c) {
   const double n = static_cast<double>(c.devices.size());
+  if (c.algorithm == CollectiveAlgorithm::pairwise && n >= 2) return c.bytes / n;  // a pair's part, even routing
   if (c.algorithm != CollectiveAlgorithm::ring || n < 2) return c.bytes;
   switch (c.kind) {
     case CollectiveKind::all_reduce: return 2 * (n - 1) / n * c.bytes;

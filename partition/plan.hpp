@@ -161,6 +161,9 @@ struct Collective {
   // In-task: one point in [0, 1] per message, ascending; empty for a collective with tasks
   // of its own.
   std::vector<double> at;
+  // all_to_all: the share of every member's buffer bound for each member (CollectiveSpec::
+  // parts); empty: even.
+  std::vector<double> parts;
   bool in_task() const { return !at.empty(); }
   bool operator==(const Collective&) const = default;
 };

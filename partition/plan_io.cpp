@@ -486,6 +486,15 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
         c.at.push_back(x);
       }
     }
+    if (cj.contains("parts")) {  // an all_to_all's shares (validation checks their number and sum)
+      const Json& parts = cj["parts"];
+      if (!parts.is_array() || parts.empty()) r.fail(p + ".parts", "expected a non-empty array of shares, found " + brief(parts));
+      for (size_t m = 0; m < parts.size(); ++m) {
+        const double x = r.number(parts, m, p + ".parts");
+        if (x > 1) r.fail(p + ".parts[" + std::to_string(m) + "]", "expected a share in [0, 1], found " + brief(parts[m]));
+        c.parts.push_back(x);
+      }
+    }
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));
   }

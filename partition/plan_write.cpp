@@ -249,6 +249,14 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
       o += ", \"messages\": ";
       append_number(o, static_cast<long long>(c.messages));
     }
+    if (!c.parts.empty()) {  // an all_to_all's uneven shares
+      o += ", \"parts\": [";
+      for (size_t m = 0; m < c.parts.size(); ++m) {
+        if (m > 0) o += ',';
+        append_number(o, c.parts[m]);
+      }
+      o += ']';
+    }
     if (c.in_task()) {  // runs inside its tasks, message m at point at[m] of their work
       o += ", \"at\": [";
       for (size_t m = 0; m < c.at.size(); ++m) {

@@ -12,6 +12,7 @@
 
 #include "chakra/et_def.pb.h"  // generated from traces/chakra/et_def.proto
 #include "model/error.hpp"
+#include "model/units.hpp"
 #include "partition/task_order.hpp"
 
 namespace hetflow::traces {
@@ -57,6 +58,7 @@ et::CollectiveCommType comm_type(partition::CollectiveKind k) {
     case partition::CollectiveKind::all_gather: return et::ALL_GATHER;
     case partition::CollectiveKind::broadcast: return et::BROADCAST;
     case partition::CollectiveKind::reduce: return et::REDUCE;
+    case partition::CollectiveKind::all_to_all: return et::ALL_TO_ALL;
   }
   return et::ALL_REDUCE;
 }
@@ -82,6 +84,11 @@ void add_collective_attrs(et::Node& n, const partition::Collective& c, int messa
   attr(n, "hetflow_algorithm", std::string(to_string(c.algorithm)));
   attr(n, "hetflow_root", static_cast<int64_t>(c.root));
   if (c.messages != 1 && messages == 1) attr(n, "hetflow_messages", static_cast<int64_t>(c.messages));
+  if (!c.parts.empty()) {  // an all_to_all's uneven shares, comma-separated
+    std::string parts;
+    for (double p : c.parts) parts += (parts.empty() ? "" : ",") + model::units::format_number(p);
+    attr(n, "hetflow_parts", parts);
+  }
 }
 
 // One task's node (no dependencies): `part` of a compute task's work under node id `node`.

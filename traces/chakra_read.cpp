@@ -457,11 +457,13 @@ void ChakraAssembly::join_collectives() {
     for (size_t k = 0; k < count; ++k) {
       const CollectiveNode& first = by_rank.at(members.front())[k];
       partition::Collective c{first.kind, first.algorithm, first.purpose, communicator, first.bytes,
-                              std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}, {}};
+                              std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}, {},
+                              first.parts};
       c.purpose = plan_.task(first.task).purpose;
       for (int m : members) {
         const CollectiveNode& mine = by_rank.at(m)[k];
-        if (mine.kind != first.kind || mine.bytes != first.bytes || mine.messages != first.messages) {
+        if (mine.kind != first.kind || mine.bytes != first.bytes || mine.messages != first.messages ||
+            mine.parts != first.parts) {
           throw InputError(file_name(m), 0, "comm_size",
                            "collective " + std::to_string(k) + " of process group " + pg + " is a " +
                                std::string(to_string(mine.kind)) + " of " + std::to_string(mine.bytes) + " bytes, on rank " +
@@ -496,7 +498,7 @@ void ChakraAssembly::join_in_task_collectives() {
     partition::Collective c{first.fields.kind, first.fields.algorithm, first.fields.purpose, communicator,
                             first.fields.bytes * static_cast<double>(first.at.size()),
                             std::min(first.fields.root, static_cast<int>(members.size()) - 1),
-                            static_cast<int>(first.at.size()), {}, first.at};
+                            static_cast<int>(first.at.size()), {}, first.at, first.fields.parts};
     for (int m : members) {
       const auto it = by_rank.find(m);
       if (it == by_rank.end()) {

@@ -3,6 +3,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -27,9 +28,11 @@ partition::CollectiveKind collective_kind(const NodeReader& r) {
     case et::REDUCE_SCATTER: return partition::CollectiveKind::reduce_scatter;
     case et::BROADCAST: return partition::CollectiveKind::broadcast;
     case et::REDUCE: return partition::CollectiveKind::reduce;
+    case et::ALL_TO_ALL: return partition::CollectiveKind::all_to_all;
     default:
       r.fail("comm_type", "collective type " + std::to_string(t) +
-                              " is not one hetflow runs (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE)");
+                              " is not one hetflow runs (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, "
+                              "ALL_TO_ALL)");
   }
 }
 
@@ -136,11 +139,25 @@ int NodeReader::rank(const char* name, int ranks, int self) const {
 std::string read_collective(const NodeReader& n, CollectiveNode& c, int ranks) {
   c.kind = collective_kind(n);
   c.bytes = n.size("hetflow_bytes", "comm_size", true);
-  const std::string algorithm = n.text("hetflow_algorithm", "ring");
+  // An all-to-all from elsewhere is pairwise, NCCL's.
+  const std::string algorithm =
+      n.text("hetflow_algorithm", c.kind == partition::CollectiveKind::all_to_all ? "pairwise" : "ring");
   try {
     c.algorithm = partition::parse_collective_algorithm(algorithm);
   } catch (const std::exception&) {
-    n.fail("hetflow_algorithm", "expected ring, tree or hierarchical, found '" + algorithm.substr(0, 40) + "'");
+    n.fail("hetflow_algorithm", "expected ring, tree, hierarchical or pairwise, found '" + algorithm.substr(0, 40) + "'");
+  }
+  if (const std::string parts = n.text("hetflow_parts", ""); !parts.empty()) {
+    for (size_t at = 0; at <= parts.size();) {
+      const size_t comma = std::min(parts.find(',', at), parts.size());
+      double x = -1;
+      const auto [end, ec] = std::from_chars(parts.data() + at, parts.data() + comma, x);
+      if (ec != std::errc() || end != parts.data() + comma || !(x >= 0) || x > 1 || c.parts.size() >= (1u << 20)) {
+        n.fail("hetflow_parts", "expected shares in [0, 1] separated by commas, found '" + parts.substr(0, 40) + "'");
+      }
+      c.parts.push_back(x);
+      at = comma + 1;
+    }
   }
   int64_t root = 0;
   n.integer("hetflow_root", root);

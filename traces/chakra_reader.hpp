@@ -61,6 +61,7 @@ struct CollectiveNode {
   int root = 0;
   int messages = 1;
   partition::Purpose purpose{};
+  std::vector<double> parts;  // an all_to_all's shares (hetflow_parts); empty: even
   bool operator==(const CollectiveNode&) const = default;
 };
 

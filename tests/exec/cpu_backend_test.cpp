@@ -153,8 +153,9 @@ TEST(CpuBackend, CollectivesComputeWhatTheirKindPromises) {
   const model::Cluster flat = model::cpu_cluster(5);
   const model::Cluster two_nodes = test_support::identical_cluster(2, 2);  // 2 nodes x 2 devices
   for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
-                              CollectiveKind::broadcast, CollectiveKind::reduce}) {
-    for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+                              CollectiveKind::broadcast, CollectiveKind::reduce, CollectiveKind::all_to_all}) {
+    for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical,
+                                          CollectiveAlgorithm::pairwise}) {
       if (!partition::supports(kind, algorithm)) continue;
       const bool hierarchical = algorithm == CollectiveAlgorithm::hierarchical;
       const model::Cluster& cluster = hierarchical ? two_nodes : flat;
@@ -190,6 +191,15 @@ TEST(CpuBackend, CollectivesComputeWhatTheirKindPromises) {
               const auto [b, e] = part(owned_part(algorithm, from, per_node, nodes), static_cast<size_t>(n), count);
               const auto& src = r.in[static_cast<size_t>(from)];
               EXPECT_TRUE(std::equal(out.begin() + b, out.begin() + e, src.begin() + b)) << "device " << d << " part of " << from;
+            }
+            break;
+          case CollectiveKind::all_to_all:  // piece `from` of the output: piece d of member from's buffer
+            for (int from = 0; from < n; ++from) {
+              const auto [b, e] = part(static_cast<size_t>(from), static_cast<size_t>(n), count);
+              const auto [sb, se] = part(static_cast<size_t>(d), static_cast<size_t>(n), count);
+              const auto& src = r.in[static_cast<size_t>(from)];
+              EXPECT_TRUE(std::equal(out.begin() + b, out.begin() + e, src.begin() + sb)) << "device " << d << " from " << from;
+              EXPECT_EQ(e - b, se - sb);
             }
             break;
         }

@@ -24,9 +24,10 @@ using partition::CollectiveSpec;
 namespace {
 
 constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
-                                     CollectiveKind::all_gather, CollectiveKind::broadcast, CollectiveKind::reduce};
+                                     CollectiveKind::all_gather,  CollectiveKind::broadcast,
+                                     CollectiveKind::reduce,      CollectiveKind::all_to_all};
 constexpr CollectiveAlgorithm kAlgorithms[] = {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
-                                               CollectiveAlgorithm::hierarchical};
+                                               CollectiveAlgorithm::hierarchical, CollectiveAlgorithm::pairwise};
 
 CollectiveSpec spec(CollectiveKind kind, CollectiveAlgorithm algorithm, std::vector<int> devices, double bytes,
                     int root = 0) {
@@ -196,6 +197,40 @@ TEST(CollectiveSteps, RingStepsSummariseTheListedRing) {
   EXPECT_THROW(partition::ring_steps(spec(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, {1, 2}, 1e6), 3), Error);
 }
 
+// An all-to-all sends every other member its part at once: S x parts[q] to member q, so a
+// member sends S (1 - its own part) and receives (n - 1) S x its part; uneven parts (a skewed
+// router) load the members they favour.
+TEST(CollectiveSteps, AllToAllSendsEachMemberItsPartAtOnce) {
+  for (int n : {2, 4, 7}) {
+    CollectiveSpec c = spec(CollectiveKind::all_to_all, CollectiveAlgorithm::pairwise, first_devices(n), 7e6);
+    const Played even = play(c, node_of_3);
+    ASSERT_TRUE(even.completed) << describe(c);
+    for (int d = 0; d < n; ++d) {
+      EXPECT_NEAR(even.sent.at(d), 7e6 * (n - 1) / n, 1e-3) << n;
+      EXPECT_NEAR(even.received.at(d), 7e6 * (n - 1) / n, 1e-3) << n;
+      EXPECT_EQ(partition::collective_steps(c, d, node_of_3).size(), 1u);
+      EXPECT_NEAR(partition::bytes_sent(c, d, node_of_3), 7e6 * (n - 1) / n, 1e-3);
+    }
+    c.parts.assign(static_cast<size_t>(n), 0.5 / (n - 1));
+    c.parts[0] = 0.5;
+    const Played skewed = play(c, node_of_3);
+    ASSERT_TRUE(skewed.completed);
+    EXPECT_NEAR(skewed.received.at(0), (n - 1) * 0.5 * 7e6, 1e-3);
+    EXPECT_NEAR(skewed.sent.at(0), 0.5 * 7e6, 1e-3);
+    for (int d = 1; d < n; ++d) EXPECT_NEAR(skewed.sent.at(d), 7e6 * (1 - 0.5 / (n - 1)), 1e-3);
+  }
+  CollectiveSpec bad = spec(CollectiveKind::all_to_all, CollectiveAlgorithm::pairwise, first_devices(3), 1e6);
+  bad.parts = {0.5, 0.5};
+  EXPECT_THROW(partition::check_collective(bad), Error);  // one part per member
+  bad.parts = {0.5, 0.5, 0.5};
+  EXPECT_THROW(partition::check_collective(bad), Error);  // adding up to 1
+  EXPECT_THROW(partition::check_collective(spec(CollectiveKind::all_to_all, CollectiveAlgorithm::ring, first_devices(3), 1)),
+               Error);
+  EXPECT_THROW(
+      partition::check_collective(spec(CollectiveKind::all_reduce, CollectiveAlgorithm::pairwise, first_devices(3), 1)),
+      Error);
+}
+
 TEST(CollectiveSteps, BroadcastDeliversTheBufferOnceToEveryMember) {
   const double S = 4e6;
   for (int n = 2; n <= 9; ++n) {
@@ -305,7 +340,9 @@ TEST(CollectiveSteps, HierarchicalOnUnevenNodesMovesEachNodesShares) {
 
 TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
   for (CollectiveKind kind : kKinds) {
-    const CollectiveSpec empty = spec(kind, CollectiveAlgorithm::ring, {4, 5, 6}, 0);
+    const CollectiveAlgorithm algorithm =
+        kind == CollectiveKind::all_to_all ? CollectiveAlgorithm::pairwise : CollectiveAlgorithm::ring;
+    const CollectiveSpec empty = spec(kind, algorithm, {4, 5, 6}, 0);
     for (int d : empty.devices) {
       const auto steps = partition::collective_steps(empty, d, node_of_8);
       ASSERT_EQ(steps.size(), 1u);
@@ -313,7 +350,7 @@ TEST(CollectiveSteps, EmptyOrSingleCollectivesAreARendezvousOrNothing) {
       EXPECT_EQ(steps[0].sends.at(0).bytes, 0);
     }
     EXPECT_TRUE(play(empty, node_of_8).completed);
-    EXPECT_TRUE(partition::collective_steps(spec(kind, CollectiveAlgorithm::ring, {4}, 1e6), 4, node_of_8).empty());
+    EXPECT_TRUE(partition::collective_steps(spec(kind, algorithm, {4}, 1e6), 4, node_of_8).empty());
     EXPECT_THROW(partition::collective_steps(empty, 7, node_of_8), Error);
   }
 }
@@ -454,6 +491,13 @@ TEST(CollectiveStepsData, EveryKindComputesWhatItPromises) {
                 const auto [lo, hi] = own_part(from);
                 EXPECT_EQ(b[lo], static_cast<double>((from + 1) * 1000 + lo)) << describe(c) << " device " << d;
                 EXPECT_EQ(b[hi - 1], static_cast<double>((from + 1) * 1000 + hi - 1)) << describe(c) << " device " << d;
+              }
+              break;
+            case CollectiveKind::all_to_all:  // piece `from` of d's output: piece d of member from's buffer
+              for (int from = 0; from < n; ++from) {
+                const size_t lo = static_cast<size_t>(from) * kCount / static_cast<size_t>(n);
+                const size_t theirs = static_cast<size_t>(d) * kCount / static_cast<size_t>(n);
+                EXPECT_EQ(b[lo], static_cast<double>((from + 1) * 1000 + theirs)) << describe(c) << " device " << d;
               }
               break;
           }

@@ -31,6 +31,7 @@ bool power_of_two(int n) { return (n & (n - 1)) == 0; }
 
 // The expected time of `kind` by `algorithm` over n members of a flat network.
 double flat_closed_form(CollectiveKind kind, CollectiveAlgorithm algorithm, int n, double S, double a, double B) {
+  if (kind == CollectiveKind::all_to_all) return a + (n - 1) * S / (n * B);  // every pair at once
   const bool rooted = kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce;
   if (algorithm == CollectiveAlgorithm::tree && kind == CollectiveKind::all_reduce) {
     return 2 * std::ceil(std::log2(n)) * a + 2 * S / B;
@@ -55,9 +56,9 @@ TEST(CollectiveTime, EveryKindMatchesItsClosedFormOnOneNode) {
     const partition::CostModel cost(test_support::identical_cluster(n), model::Precision::fp16);
     const partition::Route r = cost.route(0, 1);
     for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
-                                CollectiveKind::broadcast, CollectiveKind::reduce}) {
-      for (CollectiveAlgorithm algorithm :
-           {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical}) {
+                                CollectiveKind::broadcast, CollectiveKind::reduce, CollectiveKind::all_to_all}) {
+      for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
+                                            CollectiveAlgorithm::hierarchical, CollectiveAlgorithm::pairwise}) {
         if (!partition::supports(kind, algorithm)) continue;
         const double expected = flat_closed_form(kind, algorithm, n, S, r.latency_s, r.bandwidth_bytes_per_s);
         for (int root : {0, n - 1}) {

@@ -182,6 +182,30 @@ TEST(PlanFormat, APlanEmbedsWhatAnExecutorNeeds) {
   EXPECT_NE(plan_fingerprint(plan_of(test_support::identical_cluster(4), net, o)), back.fingerprint);
 }
 
+// An all-to-all (the expert axis's dispatch and combine) keeps its uneven parts: written,
+// read, written again the same.
+TEST(PlanFormat, AnAllToAllsPartsRoundTrip) {
+  PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  Plan plan = plan_of(test_support::identical_cluster(4), small_gpt(), o);
+  for (Collective& c : plan.collectives) {
+    if (!c.in_task()) continue;
+    c.kind = CollectiveKind::all_to_all;
+    c.algorithm = CollectiveAlgorithm::pairwise;
+    c.parts = {0.75, 0.25};
+    break;
+  }
+  const std::string json = write_plan_json(plan);
+  EXPECT_NE(json.find("\"kind\": \"all_to_all\", \"algorithm\": \"pairwise\""), std::string::npos);
+  EXPECT_NE(json.find("\"parts\": [0.75,0.25]"), std::string::npos);
+  const Plan back = read_plan_json(json, "plan.json");
+  EXPECT_TRUE(same_plan(back, plan));
+  EXPECT_EQ(write_plan_json(back), json);
+}
+
 TEST(PlanFormat, CollectivesHaveTheirRealKinds) {
   const model::Network net = small_gpt();
   // (kind, purpose, in-task) -> messages

@@ -156,6 +156,26 @@ TEST(Simulator, AllReduceOfManyMessagesTakesTheCostModelsTime) {
   }
 }
 
+// An all-to-all's pairs all at once: each member's link carries what it sends, (n-1)/n S
+// evenly; a skewed one (half of every buffer to member 0) waits on member 0's link, which
+// takes (n-1) S / 2. The cost model's busiest-link time either way.
+TEST(Simulator, PairwiseAllToAllTakesTheCostModelsTime) {
+  expect_simulated_as_the_cost_model(partition::CollectiveKind::all_to_all, partition::CollectiveAlgorithm::pairwise,
+                                     {2, 4, 8});
+  for (int n : {3, 6}) {
+    const model::Cluster cluster = flat_cluster(n, 10e9, 5e-6);
+    Plan plan = lone_collective(cluster, partition::CollectiveKind::all_to_all, partition::CollectiveAlgorithm::pairwise, 64e6);
+    plan.collectives[0].parts.assign(static_cast<size_t>(n), 0.5 / (n - 1));
+    plan.collectives[0].parts[0] = 0.5;
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    const partition::CostModel cost(cluster, plan.layout.precision);
+    const double expected = cost.collective_time_s(partition::collective_spec(plan, plan.collectives[0]));
+    EXPECT_NEAR(expected, cost.route(1, 0).latency_s + (n - 1) * 0.5 * 64e6 / 10e9, 1e-9) << n;
+    EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.01) << "n=" << n;
+  }
+}
+
 TEST(Simulator, RingReduceScatterTakesTheCostModelsTime) {
   expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce_scatter, partition::CollectiveAlgorithm::ring,
                                      {2, 3, 8});

@@ -172,10 +172,10 @@ void expect_the_same_work(const Plan& back, const Plan& plan) {
 // The same collectives, one for one: kind, algorithm, purpose, members, messages and their
 // points alike, bytes within rounding (an in-task collective's come back as its messages').
 void expect_the_same_collectives(const Plan& back, const Plan& plan) {
-  using Key = std::tuple<std::vector<int>, int, int, int, int, int, std::vector<double>>;
+  using Key = std::tuple<std::vector<int>, int, int, int, int, int, std::vector<double>, std::vector<double>>;
   const auto key = [](const Plan& p, const partition::Collective& c) {
     return Key{p.members(c), static_cast<int>(c.kind), static_cast<int>(c.algorithm), static_cast<int>(c.purpose),
-               c.root, c.messages, c.at};
+               c.root, c.messages, c.at, c.parts};
   };
   std::multimap<Key, double> bytes;
   for (const partition::Collective& c : plan.collectives) bytes.emplace(key(plan, c), c.bytes);
@@ -241,6 +241,17 @@ TEST(Chakra, APlanReadBackFromItsExportIsTheSameWork) {
   offload.zero_stage = 1;
   offload.offload_optimizer = true;
   expect_reads_back("offloaded", plan_of(model::cpu_cluster(2), offload));
+  // An all-to-all with uneven parts (the expert axis's dispatch) comes back with them.
+  partition::PlanOptions tp;
+  tp.tensor = 2;
+  Plan all_to_all = plan_of(model::cpu_cluster(2), tp);
+  for (partition::Collective& c : all_to_all.collectives) {
+    if (!c.in_task()) continue;
+    c.kind = partition::CollectiveKind::all_to_all;
+    c.algorithm = partition::CollectiveAlgorithm::pairwise;
+    c.parts = {0.75, 0.25};
+  }
+  expect_reads_back("tp all-to-all", all_to_all);
 }
 
 // What another tool writes: Chakra's own fields only. Compute goes to one stream per rank,
