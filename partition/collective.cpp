@@ -35,7 +35,10 @@ CollectiveAlgorithm parse_collective_algorithm(std::string_view text) {
 }
 
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm) {
-  if ((kind == CollectiveKind::all_to_all) != (algorithm == CollectiveAlgorithm::pairwise)) return false;
+  if (kind == CollectiveKind::all_to_all) {
+    return algorithm == CollectiveAlgorithm::pairwise || algorithm == CollectiveAlgorithm::hierarchical;
+  }
+  if (algorithm == CollectiveAlgorithm::pairwise) return false;
   switch (kind) {
     case CollectiveKind::all_to_all:
     case CollectiveKind::all_reduce:

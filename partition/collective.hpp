@@ -50,7 +50,8 @@ double all_to_all_part(const CollectiveSpec& c, size_t member);
 //                               through one root, which a scatter or gather never needs
 //   broadcast, reduce           ring (a pipelined chain), tree; not hierarchical (it would
 //                               need a root per node, which NCCL does not offer either)
-//   all_to_all                  pairwise only; and pairwise no other kind
+//   all_to_all                  pairwise, hierarchical (inside each node, then across nodes);
+//                               and pairwise no other kind
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm);
 // Throws hetflow::Error when the algorithm does not apply to the kind (naming the ones that
 // do), the root is not an index into devices, or an all_to_all's parts are not one share

@@ -227,6 +227,64 @@ void pairwise_all_to_all(const CollectiveSpec& c, int device, std::vector<Step>&
   steps.push_back(std::move(step));
 }
 
+}  // namespace
+
+std::vector<std::vector<int>> node_major_groups(const std::vector<int>& group, const NodeOf& node_of) {
+  std::vector<std::vector<int>> nodes;
+  for (int d : group) {
+    if (nodes.empty() || node_of(nodes.back().front()) != node_of(d)) {
+      for (const std::vector<int>& earlier : nodes) {
+        if (node_of(earlier.front()) == node_of(d)) return {};  // a node's members not together
+      }
+      nodes.emplace_back();
+    }
+    nodes.back().push_back(d);
+  }
+  for (const std::vector<int>& node : nodes) {
+    if (node.size() != nodes.front().size()) return {};
+  }
+  return nodes;
+}
+
+namespace {
+
+// Inside each node, then across (collective_steps.hpp). Slot i of n is member i's piece:
+// after the first phase member (a, l) holds in slot (b, l'') what (a, l'') sends (b, l), so
+// the k slots of node b go to peer (b, l) in one message, into the slots it sent away.
+void hierarchical_all_to_all(const CollectiveSpec& c, int device, const NodeOf& node_of, std::vector<Step>& steps) {
+  const std::vector<std::vector<int>> nodes = node_major_groups(c.devices, node_of);
+  if (nodes.size() < 2 || nodes.front().size() < 2) {
+    pairwise_all_to_all(c, device, steps);
+    return;
+  }
+  const size_t m = nodes.size(), k = nodes.front().size(), n = m * k, me = position(c.devices, device);
+  const size_t a = me / k, l = me % k;
+  std::vector<double> start(n + 1, 0.0);
+  for (size_t q = 0; q < n; ++q) start[q + 1] = start[q] + all_to_all_part(c, q);
+  const auto slot = [n](size_t i) { return Part{}.piece(i, n); };
+  Step inside;
+  for (size_t other = 0; other < k; ++other) {
+    if (other == l) continue;
+    for (size_t b = 0; b < m; ++b) {
+      const size_t q = b * k + other;  // bound for local index `other` on node b
+      inside.sends.push_back({c.devices[a * k + other], c.bytes * all_to_all_part(c, q), Lane::intra_scatter, start[q],
+                              start[q + 1], false});
+      const Part in = slot(b * k + other);  // from (a, other), bound for (b, l)
+      inside.receives.push_back({c.devices[a * k + other], 0, Lane::intra_scatter, in.begin, in.end, false});
+    }
+  }
+  steps.push_back(std::move(inside));
+  Step across;
+  for (size_t b = 0; b < m; ++b) {
+    if (b == a) continue;
+    const Part region{slot(b * k).begin, slot(b * k + k - 1).end};  // node b's k slots
+    across.sends.push_back({c.devices[b * k + l], static_cast<double>(k) * c.bytes * all_to_all_part(c, b * k + l),
+                            Lane::inter_ring, region.begin, region.end, false});
+    across.receives.push_back({c.devices[b * k + l], 0, Lane::inter_ring, region.begin, region.end, false});
+  }
+  steps.push_back(std::move(across));
+}
+
 void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
   switch (c.kind) {
     case CollectiveKind::all_reduce:
@@ -272,14 +330,16 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
     const double m = c.messages, n = static_cast<double>(c.devices.size());
     const bool by_part = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_gather;
     const auto add = [&](const Message& msg, int i, std::vector<Message>& out) {
-      if (c.kind == CollectiveKind::all_to_all) {  // the i-th m-th of the pair's part, one message a pair
+      // An all-to-all's message of one part: its i-th m-th; of node b's slots (hierarchical,
+      // across): the i-th m-th of each slot, as a reduce-scatter's of each member's part.
+      if (c.kind == CollectiveKind::all_to_all && msg.lane != Lane::inter_ring) {
         Message part = msg;
         part.begin = msg.begin + (msg.end - msg.begin) * i / m;
         part.end = msg.begin + (msg.end - msg.begin) * (i + 1) / m;
         out.push_back(part);
         return;
       }
-      if (!by_part) {
+      if (!by_part && c.kind != CollectiveKind::all_to_all) {
         Message part = msg;
         part.begin = (i + msg.begin) / m;
         part.end = (i + msg.end) / m;
@@ -316,7 +376,11 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
       tree_kind(c, device, steps);
       break;
     case CollectiveAlgorithm::hierarchical:
-      hierarchical(c, device, node_of, steps);
+      if (c.kind == CollectiveKind::all_to_all) {
+        hierarchical_all_to_all(c, device, node_of, steps);
+      } else {
+        hierarchical(c, device, node_of, steps);
+      }
       break;
     case CollectiveAlgorithm::pairwise:
       pairwise_all_to_all(c, device, steps);

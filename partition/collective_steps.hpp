@@ -39,6 +39,14 @@
 //   all_to_all      pairwise:      one step: to every other member q its part (S x
 //                                  parts[q], or S/n), from every other member its part bound
 //                                  here, all posted at once (NCCL's grouped send/receive).
+//                   hierarchical:  members listed node by node, k on each of m nodes: first
+//                                  to each other member of its node (local index l') the m
+//                                  parts bound for local index l' on every node, then to each
+//                                  peer (its local index on another node b) the k parts its
+//                                  node holds for that peer, in one message: k S/n. Each
+//                                  phase one step, all at once. Members not listed node by
+//                                  node with k on every node, one node or one member a
+//                                  node: pairwise.
 // Data: every member starts with its own buffer of S bytes. Running the steps (a receive
 // applied when it completes, a send carrying the sender's part as it stands when the step
 // starts) leaves: all_reduce, the sum everywhere; broadcast, the root's buffer everywhere;
@@ -54,7 +62,8 @@
 // With m messages (CollectiveSpec::messages), the steps of one collective of S/m bytes, run
 // m times in turn, the i-th over the part [i/m, (i+1)/m) of the buffer as its own buffer
 // (all_reduce, broadcast, reduce), or over the i-th m-th of every member's part (reduce_scatter,
-// all_gather: a member's part holds its sequence shard; all_to_all: of every pair's part):
+// all_gather: a member's part holds its sequence shard; all_to_all: of every pair's part,
+// and of each of the k slots a hierarchical message across nodes carries):
 // each kind leaves what one collective leaves.
 // With fewer than two members or no bytes, a collective is still a rendezvous: one step of
 // zero bytes around the ring.
@@ -97,6 +106,10 @@ struct Step {
 // device to its node (the hierarchical algorithms group by it). Throws hetflow::Error for a
 // device that is not a member or a collective check_collective() refuses.
 std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
+
+// The members of `group` node by node (in their order) when each node's members are listed
+// together and every node holds as many; empty otherwise. A hierarchical all-to-all's nodes.
+std::vector<std::vector<int>> node_major_groups(const std::vector<int>& group, const std::function<int(int)>& node_of);
 
 // The bytes `device` sends in collective `c`: the sum of its steps' sends.
 double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);

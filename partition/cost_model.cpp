@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "partition/collective_steps.hpp"
@@ -474,6 +475,7 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
       return 2 * depth * latency_s + 2 * c.bytes / bandwidth;
     }
     case CollectiveAlgorithm::hierarchical:
+      if (c.kind == CollectiveKind::all_to_all) return all_to_all_time_s(c, shared);
       return hierarchical_time_s(c, shared);
     case CollectiveAlgorithm::pairwise:
       return all_to_all_time_s(c, shared);
@@ -483,26 +485,54 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
 
 double CostModel::all_to_all_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   // Every pair's flow at once, sharing links: the busiest link's bytes over its bandwidth (a
-  // sender's NIC carries all it sends off its node), no faster than any pair's own route
-  // allows, after the slowest route's latency.
-  std::map<int, double> link_bytes;
-  std::vector<int> links;
-  double latency_s = 0, pair_s = 0;
-  for (size_t i = 0; i < c.devices.size(); ++i) {
-    for (size_t q = 0; q < c.devices.size(); ++q) {
-      if (q == i) continue;
-      const double bytes = c.bytes * all_to_all_part(c, q);
-      const Route r = edge(c.devices[i], c.devices[q], shared);
+  // sender's link carries all it sends), no faster than any pair's own route allows, after
+  // the slowest route's latency. Hierarchical: its two phases so, one after the other.
+  const auto phase_s = [&](const std::vector<std::tuple<int, int, double>>& flows) {
+    std::map<int, double> link_bytes;
+    std::vector<int> links;
+    double latency_s = 0, pair_s = 0;
+    for (const auto& [src, dst, bytes] : flows) {
+      const Route r = edge(src, dst, shared);
       latency_s = std::max(latency_s, r.latency_s);
       pair_s = std::max(pair_s, bytes / r.bandwidth_bytes_per_s);
       links.clear();
-      route_links(c.devices[i], c.devices[q], links);
+      route_links(src, dst, links);
       for (int l : links) link_bytes[l] += bytes;
     }
+    double busiest_s = 0;
+    for (const auto& [link, bytes] : link_bytes) busiest_s = std::max(busiest_s, bytes / link_bandwidth_bytes_per_s(link));
+    return flows.empty() ? 0.0 : latency_s + std::max(busiest_s, pair_s);
+  };
+  const size_t n = c.devices.size();
+  const std::vector<std::vector<int>> nodes =
+      c.algorithm == CollectiveAlgorithm::hierarchical ? node_major_groups(c.devices, [this](int d) { return node_of(d); })
+                                                       : std::vector<std::vector<int>>{};
+  if (nodes.size() < 2 || nodes.front().size() < 2) {
+    std::vector<std::tuple<int, int, double>> flows;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t q = 0; q < n; ++q) {
+        if (q != i) flows.emplace_back(c.devices[i], c.devices[q], c.bytes * all_to_all_part(c, q));
+      }
+    }
+    return phase_s(flows);
   }
-  double busiest_s = 0;
-  for (const auto& [link, bytes] : link_bytes) busiest_s = std::max(busiest_s, bytes / link_bandwidth_bytes_per_s(link));
-  return latency_s + std::max(busiest_s, pair_s);
+  // collective_steps.hpp's two phases: m parts to each other member of the node, then k
+  // parts to each peer.
+  const size_t m = nodes.size(), k = nodes.front().size();
+  std::vector<std::tuple<int, int, double>> inside, across;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t a = i / k, l = i % k;
+    for (size_t other = 0; other < k; ++other) {
+      if (other == l) continue;
+      double bytes = 0;
+      for (size_t b = 0; b < m; ++b) bytes += c.bytes * all_to_all_part(c, b * k + other);
+      inside.emplace_back(c.devices[i], c.devices[a * k + other], bytes);
+    }
+    for (size_t b = 0; b < m; ++b) {
+      if (b != a) across.emplace_back(c.devices[i], c.devices[b * k + l], static_cast<double>(k) * c.bytes * all_to_all_part(c, b * k + l));
+    }
+  }
+  return phase_s(inside) + phase_s(across);
 }
 
 double CostModel::hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {

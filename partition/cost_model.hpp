@@ -121,6 +121,10 @@ class CostModel {
   //                                  the busiest link's bytes over its bandwidth (no less than
   //                                  any pair's bytes over its route's)
   //                                  = a + (n-1)/n S/B (each member's link carries what it sends)
+  //                   hierarchical:  its phases so, one after the other: inside each node (each
+  //                                  member m parts to each of its k-1 neighbours), then across
+  //                                  (k parts to each of its m-1 peers); pairwise where the
+  //                                  members are not node by node, k on each
   // Broadcast trees match the simulator on a flat network; a reduce tree whose leaves sit at
   // different depths gets its shallow leaves' chunks in earlier, so there this is an upper
   // bound (10-20 % above the simulated time for n = 4..9).

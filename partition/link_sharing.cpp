@@ -4,6 +4,8 @@
 #include <limits>
 #include <map>
 
+#include "partition/collective_steps.hpp"
+
 namespace hetflow::partition {
 
 namespace {
@@ -184,6 +186,17 @@ std::vector<Flow> collective_flows(const CostModel& cost, const CollectiveSpec& 
       }
       break;
     case CollectiveAlgorithm::hierarchical: {
+      if (c.kind == CollectiveKind::all_to_all) {  // every pair of a node, then every pair of peers
+        const std::vector<std::vector<int>> nodes = node_major_groups(c.devices, [&](int d) { return cost.node_of(d); });
+        for (size_t i = 0; i < n; ++i) {
+          for (size_t q = 0; q < n; ++q) {
+            const bool local = cost.node_of(c.devices[i]) == cost.node_of(c.devices[q]);
+            const bool peers = !nodes.empty() && i % nodes.front().size() == q % nodes.front().size();
+            if (q != i && (nodes.empty() || local || peers)) out.push_back({c.devices[i], c.devices[q]});
+          }
+        }
+        break;
+      }
       // The cost model's shape: a ring on each node, then a ring across nodes per local
       // index. Its phases run one after the other; here their flows count together.
       std::vector<int> nodes;

@@ -231,6 +231,29 @@ TEST(CollectiveSteps, AllToAllSendsEachMemberItsPartAtOnce) {
       Error);
 }
 
+// Hierarchical all-to-all over 3 nodes of 4 (members node by node): inside the node each
+// member sends its neighbours the parts bound for their local index, (k-1)/k S in all; across,
+// one message of k S/n to each of its m-1 peers, (m-1)/m S. Listed out of node order, it is
+// pairwise.
+TEST(CollectiveSteps, HierarchicalAllToAllGoesInsideTheNodeThenAcross) {
+  const auto node_of = [](int d) { return d / 4; };
+  const CollectiveSpec c = spec(CollectiveKind::all_to_all, CollectiveAlgorithm::hierarchical, first_devices(12), 12e6);
+  ASSERT_TRUE(play(c, node_of).completed);
+  for (int d = 0; d < 12; ++d) {
+    const auto steps = partition::collective_steps(c, d, node_of);
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_NEAR(bytes_on(steps, Lane::intra_scatter), 12e6 * 3 / 4, 1e-3);
+    EXPECT_NEAR(bytes_on(steps, Lane::inter_ring), 12e6 * 2 / 3, 1e-3);
+    EXPECT_EQ(steps[1].sends.size(), 2u);  // one message a peer
+    for (const partition::Message& m : steps[1].sends) EXPECT_EQ(m.peer % 4, d % 4);
+  }
+  std::vector<int> interleaved;
+  for (int i = 0; i < 12; ++i) interleaved.push_back((i % 3) * 4 + i / 3);  // nodes 0, 1, 2, 0, ...
+  const CollectiveSpec mixed = spec(CollectiveKind::all_to_all, CollectiveAlgorithm::hierarchical, interleaved, 12e6);
+  EXPECT_EQ(partition::collective_steps(mixed, 0, node_of).size(), 1u);
+  EXPECT_TRUE(play(mixed, node_of).completed);
+}
+
 TEST(CollectiveSteps, BroadcastDeliversTheBufferOnceToEveryMember) {
   const double S = 4e6;
   for (int n = 2; n <= 9; ++n) {

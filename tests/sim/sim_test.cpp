@@ -176,6 +176,20 @@ TEST(Simulator, PairwiseAllToAllTakesTheCostModelsTime) {
   }
 }
 
+// Hierarchical all-to-all on 3 nodes of 4: inside the node, then one message a peer across,
+// simulated as the cost model times its two phases.
+TEST(Simulator, HierarchicalAllToAllTakesTheCostModelsTime) {
+  const model::Cluster cluster = test_support::identical_cluster(3, 4);
+  for (auto algorithm : {partition::CollectiveAlgorithm::hierarchical, partition::CollectiveAlgorithm::pairwise}) {
+    const Plan plan = lone_collective(cluster, partition::CollectiveKind::all_to_all, algorithm, 96e6);
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    const partition::CostModel cost(cluster, plan.layout.precision);
+    const double expected = cost.collective_time_s(partition::collective_spec(plan, plan.collectives[0]));
+    EXPECT_NEAR(duration_of(r.trace, TaskKind::collective) / expected, 1.0, 0.02) << partition::to_string(algorithm);
+  }
+}
+
 TEST(Simulator, RingReduceScatterTakesTheCostModelsTime) {
   expect_simulated_as_the_cost_model(partition::CollectiveKind::reduce_scatter, partition::CollectiveAlgorithm::ring,
                                      {2, 3, 8});
