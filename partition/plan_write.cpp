@@ -127,6 +127,15 @@ void append_ints(std::string& out, const Ints& values) {
   out += ']';
 }
 
+void append_numbers(std::string& out, const std::vector<double>& values) {
+  out += '[';
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    append_number(out, values[i]);
+  }
+  out += ']';
+}
+
 // "key": (after a comma unless first in its object)
 void append_key(std::string& out, std::string_view key, bool first = false) {
   if (!first) out += ", ";
@@ -250,20 +259,12 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
       append_number(o, static_cast<long long>(c.messages));
     }
     if (!c.parts.empty()) {  // an all_to_all's uneven shares
-      o += ", \"parts\": [";
-      for (size_t m = 0; m < c.parts.size(); ++m) {
-        if (m > 0) o += ',';
-        append_number(o, c.parts[m]);
-      }
-      o += ']';
+      o += ", \"parts\": ";
+      append_numbers(o, c.parts);
     }
     if (c.in_task()) {  // runs inside its tasks, message m at point at[m] of their work
-      o += ", \"at\": [";
-      for (size_t m = 0; m < c.at.size(); ++m) {
-        if (m > 0) o += ',';
-        append_number(o, c.at[m]);
-      }
-      o += ']';
+      o += ", \"at\": ";
+      append_numbers(o, c.at);
     }
     o += ", \"tasks\": ";
     append_ints(o, c.tasks);
