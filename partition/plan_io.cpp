@@ -477,24 +477,23 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     c.bytes = r.number(cj, "bytes", p);
     c.root = r.integer(cj, "root", p, 0);
     if (cj.contains("messages")) c.messages = r.integer(cj, "messages", p, 1, 1 << 20);
-    if (cj.contains("at")) {  // in-task: one point per message (validation checks their number and order)
-      const Json& at = cj["at"];
-      if (!at.is_array() || at.empty()) r.fail(p + ".at", "expected a non-empty array of points in [0, 1], found " + brief(at));
-      for (size_t m = 0; m < at.size(); ++m) {
-        const double x = r.number(at, m, p + ".at");
-        if (x > 1) r.fail(p + ".at[" + std::to_string(m) + "]", "expected a point in [0, 1], found " + brief(at[m]));
-        c.at.push_back(x);
+    // In-task: one point per message (validation checks their number and order); an
+    // all_to_all's shares (validation checks their number and sum).
+    const auto fractions = [&](const char* key, const std::string& what, std::vector<double>& out) {
+      if (!cj.contains(key)) return;
+      const Json& list = cj[key];
+      const std::string field = p + "." + key;
+      if (!list.is_array() || list.empty()) {
+        r.fail(field, "expected a non-empty array of " + what + "s in [0, 1], found " + brief(list));
       }
-    }
-    if (cj.contains("parts")) {  // an all_to_all's shares (validation checks their number and sum)
-      const Json& parts = cj["parts"];
-      if (!parts.is_array() || parts.empty()) r.fail(p + ".parts", "expected a non-empty array of shares, found " + brief(parts));
-      for (size_t m = 0; m < parts.size(); ++m) {
-        const double x = r.number(parts, m, p + ".parts");
-        if (x > 1) r.fail(p + ".parts[" + std::to_string(m) + "]", "expected a share in [0, 1], found " + brief(parts[m]));
-        c.parts.push_back(x);
+      for (size_t m = 0; m < list.size(); ++m) {
+        const double x = r.number(list, m, field);
+        if (x > 1) r.fail(field + "[" + std::to_string(m) + "]", "expected a " + what + " in [0, 1], found " + brief(list[m]));
+        out.push_back(x);
       }
-    }
+    };
+    fractions("at", "point", c.at);
+    fractions("parts", "share", c.parts);
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));
   }

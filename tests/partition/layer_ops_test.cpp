@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -34,6 +35,26 @@ int first_of_kind(const model::Network& net, const std::string& kind) {
     if (net.layers[i].kind == kind) return static_cast<int>(i);
   }
   return -1;
+}
+
+// Calls `check(layer, forward, backward, t)` for every layer of `net` at tensor-parallel
+// degrees t = 1 and 8, flash attention off and on, a micro-batch of 2: its forward operations
+// and its backward's (data and weight gradients together).
+using PassCheck = std::function<void(const model::Layer&, const std::vector<Op>&, const std::vector<Op>&, int)>;
+void each_layers_passes(const model::Network& net, const PassCheck& check) {
+  for (int t : {1, 8}) {
+    for (bool flash : {false, true}) {
+      partition::OpOptions o;
+      o.flash_attention = flash;
+      for (size_t l = 0; l < net.layers.size(); ++l) {
+        const partition::OpShape shape{2, t, false, 2};
+        auto backward = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_data, shape, o);
+        const auto weight = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_weight, shape, o);
+        backward.insert(backward.end(), weight.begin(), weight.end());
+        check(net.layers[l], partition::layer_ops(net, static_cast<int>(l), OpPass::forward, shape, o), backward, t);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -94,21 +115,10 @@ TEST(LayerOps, GemmFlopsAddUpToTheZoosLayerTotals) {
     SCOPED_TRACE(spec);
     const model::Network net = model::load_network(spec);
     ASSERT_TRUE(partition::has_layer_ops(net));
-    for (int t : {1, 8}) {
-      for (bool flash : {false, true}) {
-        partition::OpOptions o;
-        o.flash_attention = flash;
-        for (size_t l = 0; l < net.layers.size(); ++l) {
-          const model::Layer& layer = net.layers[l];
-          const partition::OpShape shape{2, t, false, 2};
-          const double forward = flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::forward, shape, o));
-          const double backward = flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::backward_data, shape, o)) +
-                                  flops_of(partition::layer_ops(net, static_cast<int>(l), OpPass::backward_weight, shape, o));
-          EXPECT_NEAR(forward, layer.forward_flops * 2 / t, 1e-9 * layer.forward_flops) << layer.name;
-          EXPECT_NEAR(backward, layer.backward_flops * 2 / t, 1e-9 * layer.backward_flops) << layer.name;
-        }
-      }
-    }
+    each_layers_passes(net, [](const model::Layer& layer, const std::vector<Op>& forward, const std::vector<Op>& backward, int t) {
+      EXPECT_NEAR(flops_of(forward), layer.forward_flops * 2 / t, 1e-9 * layer.forward_flops) << layer.name;
+      EXPECT_NEAR(flops_of(backward), layer.backward_flops * 2 / t, 1e-9 * layer.backward_flops) << layer.name;
+    });
   }
 }
 
@@ -132,30 +142,17 @@ TEST(LayerOps, MoeAndLatentAttentionGemmsAddUpToTheZoos) {
     SCOPED_TRACE(spec);
     const model::Network net = model::load_network(spec);
     ASSERT_TRUE(partition::has_layer_ops(net));
-    for (int t : {1, 8}) {
-      for (bool flash : {false, true}) {
-        partition::OpOptions o;
-        o.flash_attention = flash;
-        for (size_t l = 0; l < net.layers.size(); ++l) {
-          const model::Layer& layer = net.layers[l];
-          const partition::OpShape shape{2, t, false, 2};
-          const auto forward = partition::layer_ops(net, static_cast<int>(l), OpPass::forward, shape, o);
-          auto backward = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_data, shape, o);
-          const auto weight = partition::layer_ops(net, static_cast<int>(l), OpPass::backward_weight, shape, o);
-          backward.insert(backward.end(), weight.begin(), weight.end());
-          const double fw = whole(forward), bw = whole(backward);
-          EXPECT_NEAR(flops_of(forward), fw + (layer.forward_flops * 2 - fw) / t, 1e-9 * layer.forward_flops) << layer.name;
-          EXPECT_NEAR(flops_of(backward), bw + (layer.backward_flops * 2 - bw) / t, 1e-9 * layer.backward_flops)
-              << layer.name;
-          if (layer.experts > 0) {
-            const auto ops = by_name(forward);
-            ASSERT_EQ(ops.count("experts up"), 1u);
-            EXPECT_DOUBLE_EQ(ops.at("experts up").batch, layer.experts);
-            EXPECT_DOUBLE_EQ(ops.at("experts up").m, 2.0 * net.tokens_per_sample * layer.experts_per_token / layer.experts);
-          }
-        }
+    each_layers_passes(net, [&](const model::Layer& layer, const std::vector<Op>& forward, const std::vector<Op>& backward, int t) {
+      const double fw = whole(forward), bw = whole(backward);
+      EXPECT_NEAR(flops_of(forward), fw + (layer.forward_flops * 2 - fw) / t, 1e-9 * layer.forward_flops) << layer.name;
+      EXPECT_NEAR(flops_of(backward), bw + (layer.backward_flops * 2 - bw) / t, 1e-9 * layer.backward_flops) << layer.name;
+      if (layer.experts > 0) {
+        const auto ops = by_name(forward);
+        ASSERT_EQ(ops.count("experts up"), 1u);
+        EXPECT_DOUBLE_EQ(ops.at("experts up").batch, layer.experts);
+        EXPECT_DOUBLE_EQ(ops.at("experts up").m, 2.0 * net.tokens_per_sample * layer.experts_per_token / layer.experts);
       }
-    }
+    });
   }
 }
 
