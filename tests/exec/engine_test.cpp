@@ -153,6 +153,34 @@ TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
   EXPECT_EQ(context_groups, 2 * 2 * 2);  // per replica, pipeline rank and tensor rank
 }
 
+// An in-task all-to-all with uneven parts (the expert axis's dispatch) on the CPU back end's
+// proxies: each member sends each other its part and takes its own part from each, the sizes
+// checked on receipt; every communicator carries what the plan says.
+TEST(Engine, AnInTaskAllToAllSendsEachMemberItsPart) {
+  partition::PlanOptions o;
+  o.tensor = 2;
+  o.pipeline = 2;
+  o.data = 1;
+  o.microbatches = 2;
+  Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
+  int converted = 0;
+  for (partition::Collective& c : plan.collectives) {
+    if (!c.in_task()) continue;
+    c.kind = partition::CollectiveKind::all_to_all;
+    c.algorithm = partition::CollectiveAlgorithm::pairwise;
+    c.parts = {0.75, 0.25};
+    ++converted;
+  }
+  ASSERT_GT(converted, 0);
+  ASSERT_TRUE(partition::validate_plan(plan).ok()) << partition::validate_plan(plan).problems.front();
+  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});
+  exec::EngineOptions e = fast();
+  e.max_buffer_bytes = 64.0 * 1024 * 1024;
+  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  ASSERT_TRUE(r.completed) << r.error;
+  test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "all-to-all");
+}
+
 // WSP with staleness 0 against 1: the offset edges are honoured (a pull of iteration i
 // precedes iteration i + D + 1's first forward on that worker).
 TEST(Engine, OffsetEdgesHoldAcrossIterations) {
