@@ -90,6 +90,12 @@ TEST(Moe, ZooEntriesCountTheirCheckpoints) {
                           58 * (257 * expert + 7168.0 * 256 + 256) + 7168;
   EXPECT_DOUBLE_EQ(zoo("deepseek-v3").param_count(), deepseek);
   EXPECT_NEAR(deepseek / 671e9, 1, 0.0005);  // "671B total parameters"
+  // The others against their model cards' rounded totals and active counts.
+  EXPECT_NEAR(zoo("mixtral-8x22b").param_count() / 141e9, 1, 0.005);          // "141B", "39B active"
+  EXPECT_NEAR(zoo("mixtral-8x22b").active_param_count() / 39e9, 1, 0.01);
+  EXPECT_NEAR(zoo("qwen3-235b-a22b").param_count() / 235e9, 1, 0.002);        // "235B", "22B activated"
+  EXPECT_NEAR(zoo("qwen3-235b-a22b").active_param_count() / 22e9, 1, 0.01);
+  EXPECT_NEAR(zoo("deepseek-v2-lite").param_count() / 15.7e9, 1, 0.003);      // "15.7B"
 }
 
 // What a token passes through: Mixtral's two experts of eight ("12.9B active"), Qwen3's 8 of
