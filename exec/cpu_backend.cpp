@@ -444,27 +444,24 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
 }
 
 // A proxy's in-task message: the plan's bytes (capped) of zeros to every other member, theirs
-// taken back, on the collective's communicator; counted as carried.
-// An all-to-all sends each member its part of the bytes, and takes this member's part from each.
+// taken back, on the collective's communicator; counted as carried. An all-to-all sends each
+// member its part of the bytes and takes its own part from each.
 void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall& call) {
   const partition::Collective& c = plan_->collective(call.collective);
   const size_t floats = floats_of(std::min(c.bytes / std::max(1, c.messages), options_.max_message_bytes));
   const std::vector<float> zeros(floats, 0.0f);
-  std::function<size_t(size_t)> part = [&](size_t) { return floats; };
-  size_t mine = 0;
-  if (c.kind == partition::CollectiveKind::all_to_all) {
-    const partition::CollectiveSpec spec = partition::collective_spec(*plan_, c);
-    part = [spec, floats](size_t member) {
-      return static_cast<size_t>(std::llround(partition::all_to_all_part(spec, member) * static_cast<double>(floats)));
-    };
-    const auto& members = spec.devices;
-    mine = part(static_cast<size_t>(std::find(members.begin(), members.end(), task.spec->device) - members.begin()));
+  const partition::CollectiveSpec spec = partition::collective_spec(*plan_, c);
+  const bool parts = c.kind == partition::CollectiveKind::all_to_all;
+  std::vector<size_t> part(spec.devices.size(), floats);  // what goes to each member
+  for (size_t r = 0; parts && r < part.size(); ++r) {
+    part[r] = static_cast<size_t>(std::llround(partition::all_to_all_part(spec, r) * static_cast<double>(floats)));
   }
+  const size_t me = static_cast<size_t>(std::find(spec.devices.begin(), spec.devices.end(), task.spec->device) -
+                                        spec.devices.begin());
   exchange_in_task(
       task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")", floats,
-      [&](size_t r) { return std::span<const float>(zeros).first(part(r)); },
-      [&](size_t r) { return c.kind == partition::CollectiveKind::all_to_all ? mine : part(r); },
-      [](size_t, std::span<const float>) {});
+      [&](size_t r) { return std::span<const float>(zeros).first(part[r]); },
+      [&](size_t r) { return parts ? part[me] : part[r]; }, [](size_t, std::span<const float>) {});
 }
 
 void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
