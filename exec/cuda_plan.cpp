@@ -302,6 +302,12 @@ void require_cuda_layout(const Plan& plan) {
                     " workers (layout.axes: context " + std::to_string(c) +
                     "), which the cuda back end does not run yet: simulate it, or plan it without --context-parallel");
   }
+  if (const int ep = plan.layout.experts.parallel; ep > 1) {
+    throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +
+                    " workers (layout.experts.parallel " + std::to_string(ep) +
+                    "), whose all-to-alls the cuda back end has not run on a GPU yet: simulate it, run it on the cpu "
+                    "back end, or plan it without --expert-parallel");
+  }
 }
 
 void require_real_collectives(const Plan& plan, const std::function<size_t(int)>& tensor_bytes) {

@@ -10,6 +10,7 @@ std::string_view to_string(Axis a) {
     case Axis::pipeline: return "pipeline";
     case Axis::tensor: return "tensor";
     case Axis::context: return "context";
+    case Axis::expert: return "expert";
   }
   return "data";
 }
@@ -45,6 +46,10 @@ std::vector<LayoutAxis> parse_axis_order(std::string_view text) {
     const size_t comma = text.find(',', begin);
     const size_t end = comma == std::string_view::npos ? text.size() : comma;
     const Axis a = parse_axis(text.substr(begin, end - begin));
+    if (a == Axis::expert) {
+      throw std::invalid_argument("expected the placed axes (expert subdivides data: its groups are consecutive data "
+                                  "indices, and its size is experts.parallel), found 'expert' in '" + std::string(text) + "'");
+    }
     if (seen[static_cast<size_t>(a)]) {
       throw std::invalid_argument("expected each axis once, found '" + std::string(to_string(a)) + "' twice in '" +
                                   std::string(text) + "'");
@@ -54,8 +59,9 @@ std::vector<LayoutAxis> parse_axis_order(std::string_view text) {
     if (comma == std::string_view::npos) break;
     begin = comma + 1;
   }
-  if (axes.size() + (seen[static_cast<size_t>(Axis::context)] ? 0 : 1) != kAxisCount) {
-    throw std::invalid_argument("expected every axis (" + known_axes() + ") once (context may be left out), found '" + std::string(text) + "'");
+  if (axes.size() + (seen[static_cast<size_t>(Axis::context)] ? 0 : 1) + 1 != kAxisCount) {
+    throw std::invalid_argument("expected every placed axis (data, pipeline, tensor, context) once (context may be left out), found '" +
+                                std::string(text) + "'");
   }
   return axes;
 }

@@ -1,10 +1,14 @@
 #pragma once
 // The parallel axes a layout lays a job along, by name: data (virtual workers, the replicas),
-// pipeline (a worker's ranks), tensor (a rank's device group) and context (virtual workers
-// that split each sample's sequence between them). Each axis is one file (axis_<name>.cpp)
-// registered in one table (axis_registry.hpp) with what it adds to a plan; this header holds
-// only what layouts and plans need to name and size them. Expert parallelism comes next: a
-// new enumerator here, its file and its table line.
+// pipeline (a worker's ranks), tensor (a rank's device group), context (virtual workers that
+// split each sample's sequence between them) and expert (consecutive replicas that split a
+// mixture's experts between them and exchange tokens). Each axis is one file
+// (axis_<name>.cpp) registered in one table (axis_registry.hpp) with what it adds to a plan;
+// this header holds only what layouts and plans need to name and size them.
+//
+// The expert axis subdivides the data axis (Megatron's expert parallelism inside the
+// data-parallel group): it has no place of its own in the placement order, and its size is
+// the layout's `experts.parallel`.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -14,10 +18,11 @@
 namespace hetflow::partition {
 
 // In the order plan files list a device's coordinates: outermost first.
-// (Context came last, so that plans written before it keep their coordinates' order.)
-enum class Axis : std::uint8_t { data, pipeline, tensor, context };
-inline constexpr std::size_t kAxisCount = 4;
-inline constexpr std::array<Axis, kAxisCount> kAxes{Axis::data, Axis::pipeline, Axis::tensor, Axis::context};
+// (Context and expert came last, so that plans written before them keep their coordinates'
+// order.)
+enum class Axis : std::uint8_t { data, pipeline, tensor, context, expert };
+inline constexpr std::size_t kAxisCount = 5;
+inline constexpr std::array<Axis, kAxisCount> kAxes{Axis::data, Axis::pipeline, Axis::tensor, Axis::context, Axis::expert};
 
 std::string_view to_string(Axis a);
 // Throws std::invalid_argument naming the axes there are.
@@ -39,14 +44,15 @@ std::vector<LayoutAxis> default_axes();
 // "tensor,data,pipeline": the placement order (innermost first) the axes are listed in.
 std::string axis_order_text(const std::vector<LayoutAxis>& axes);
 // The axes of an order given as text, each of size 1. Throws std::invalid_argument unless
-// every axis appears exactly once; context may be left out (a layout without context
-// parallelism), as in every layout written before it.
+// every placed axis appears exactly once; context may be left out (a layout without context
+// parallelism), as in every layout written before it. Expert is never placed: naming it is
+// an error that says where its size goes.
 std::vector<LayoutAxis> parse_axis_order(std::string_view text);
 
 // Where a device sits on a layout's parallel axes; -1 on an axis it is not on (a device that
 // only hosts parameter servers, or one the layout does not use).
 struct AxisCoords {
-  std::array<int, kAxisCount> at{-1, -1, -1, -1};
+  std::array<int, kAxisCount> at{-1, -1, -1, -1, -1};
   int operator[](Axis a) const { return at[static_cast<std::size_t>(a)]; }
   int& operator[](Axis a) { return at[static_cast<std::size_t>(a)]; }
   bool operator==(const AxisCoords&) const = default;

@@ -11,6 +11,7 @@ std::span<const AxisRules> axis_table() {
       pipeline_axis(),
       tensor_axis(),
       context_axis(),
+      expert_axis(),
   };
   return table;
 }

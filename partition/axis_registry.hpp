@@ -1,10 +1,10 @@
 #pragma once
-// What each parallel axis adds to a plan: one file per axis (axis_data.cpp,
-// axis_pipeline.cpp, axis_tensor.cpp, axis_context.cpp) and one line per axis in axis_registry.cpp's table,
+// What each parallel axis adds to a plan: one file per axis (axis_data.cpp, axis_pipeline.cpp,
+// axis_tensor.cpp, axis_context.cpp, axis_expert.cpp) and one line per axis in axis_registry.cpp's table,
 // as schedules are registered. The plan builder walks the table by scope (the collectives
 // inside each pass, then the transfers between ranks, then the synchronisation between
 // workers) and the layout estimate takes the in-pass collectives from it too: neither names
-// an axis. A new axis (expert) is its enumerator in axis.hpp, its file and its line.
+// an axis. A new axis is its enumerator in axis.hpp, its file and its line.
 #include <span>
 #include <string_view>
 #include <vector>
@@ -28,13 +28,16 @@ enum class AxisScope {
   // Between the virtual workers of a context group, one group per device position (rank and
   // tensor rank): collectives inside each pass's compute, as in_rank's.
   in_context_group,
+  // Between the virtual workers of an expert group, one group per device position (rank,
+  // tensor rank and context rank): collectives inside each pass's compute, likewise.
+  in_expert_group,
 };
 
 struct AxisRules {
   Axis axis = Axis::data;
   CommRole role = CommRole::data;  // the role of the communicators its groups form
   AxisScope scope = AxisScope::across_workers;
-  // In-pass axes (in_rank, in_context_group): the collectives one pass performs on its
+  // In-pass axes (in_rank, in_context_group, in_expert_group): the collectives one pass performs on its
   // group, in order, each at its point of the pass's work (the plan's in-task collectives;
   // the estimate times them too).
   std::vector<PassCall> (*pass_calls)(const model::Network& net, const PassShape& pass) = nullptr;
@@ -57,5 +60,6 @@ AxisRules data_axis();
 AxisRules pipeline_axis();
 AxisRules tensor_axis();
 AxisRules context_axis();
+AxisRules expert_axis();
 
 }  // namespace hetflow::partition

@@ -211,10 +211,11 @@ bool selective_op(std::string_view name) {
 }  // namespace
 
 template <class Part>
-void CostModel::for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor,
-                                  Part part) const {
-  const OpShape shape{layout.micro_batch_size, tensor, layout.sequence_parallel,
-                      model::element_bytes(layout.precision), layout.size(Axis::context)};
+void CostModel::for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what,
+                                  const TaskShape& task, Part part) const {
+  const OpShape shape{layout.micro_batch_size, task.tensor, layout.sequence_parallel,
+                      model::element_bytes(layout.precision), layout.size(Axis::context),
+                      layout.experts.parallel, task.experts.held, task.experts.load};
   const OpPass pass = what == kBackwardData ? OpPass::backward_data
                       : what == kBackwardWeight ? OpPass::backward_weight
                                                 : OpPass::forward;
@@ -232,37 +233,52 @@ void CostModel::for_each_layer_op(const model::Network& network, const Layout& l
   }
 }
 
-double CostModel::layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const {
+double CostModel::layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what,
+                                   const TaskShape& task) const {
   const model::Layer& l = network.layers[static_cast<size_t>(layer)];
   const KernelOptions& k = layout.kernels;
   const int kernels = k.flash_attention + 2 * k.fused_softmax + 4 * k.fused_bias_gelu + 8 * k.fused_bias_dropout_add;
-  // A decoder's layers of one kind are alike; a CNN's differ layer by layer.
-  const int which = l.cnn_ops.empty() ? -1 : layer;
-  const auto key = std::make_tuple(&gpu, l.kind, which, what, layout.micro_batch_size, tensor, layout.sequence_parallel, kernels,
-                                   layout.size(Axis::context));
+  // A decoder's dense layers of one kind are alike, and its MoE layers; a CNN's differ layer by layer.
+  const int which = !l.cnn_ops.empty() ? layer : l.experts > 0 ? -2 : -1;
+  const auto key = std::make_tuple(&gpu, l.kind, which, what, layout.micro_batch_size, task.tensor, layout.sequence_parallel,
+                                   kernels, layout.size(Axis::context), task.experts.held, task.experts.load);
   {
     const std::lock_guard<std::mutex> lock(op_cache_.mutex);
     if (const auto it = op_cache_.seconds.find(key); it != op_cache_.seconds.end()) return it->second;
   }
   double s = 0;
-  for_each_layer_op(network, layout, gpu, layer, what, tensor, [&](std::string_view, double t) { s += t; });
+  for_each_layer_op(network, layout, gpu, layer, what, task, [&](std::string_view, double t) { s += t; });
   const std::lock_guard<std::mutex> lock(op_cache_.mutex);
   op_cache_.seconds.emplace(key, s);
   return s;
 }
 
-std::vector<int> CostModel::task_passes(const model::Network& network, const Layout& layout, const Task& t, int* tensor) const {
+ExpertShare CostModel::task_expert_share(const model::Network& network, const Layout& layout, int worker) const {
+  const bool moe = network.architecture && network.architecture->moe.experts > 0;
+  if (!moe || (layout.experts.parallel <= 1 && network.architecture->moe.capacity_factor <= 0)) return {};
+  const model::MoeConfig& m = network.architecture->moe;
+  const auto key = std::make_tuple(layout.experts, m.experts, m.capacity_factor, layout.size(Axis::context));
+  const std::lock_guard<std::mutex> lock(split_cache_.mutex);
+  for (const auto& [k, split] : split_cache_.splits) {
+    if (k == key) return expert_share(split, layout, worker);
+  }
+  split_cache_.splits.emplace_back(key, expert_split(network, layout));
+  return expert_share(split_cache_.splits.back().second, layout, worker);
+}
+
+std::vector<int> CostModel::task_passes(const model::Network& network, const Layout& layout, const Task& t, TaskShape* shape) const {
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   const bool layered = is_pass(t.kind);
   if (type.ops.empty() || !layered || t.flops <= 0 || t.layer_begin >= t.layer_end || !has_layer_ops(network)) {
     return {};
   }
-  *tensor = 1;
+  *shape = {};
   const Layout& l = layout;
   if (t.worker >= 0 && static_cast<size_t>(t.worker) < l.workers.size() && t.stage >= 0 &&
       static_cast<size_t>(t.stage) < l.workers[static_cast<size_t>(t.worker)].stages.size()) {
-    *tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
+    shape->tensor = l.workers[static_cast<size_t>(t.worker)].tensor_of(static_cast<size_t>(t.stage));
+    shape->experts = task_expert_share(network, layout, t.worker);
   }
   bool split = false;
   try {
@@ -278,22 +294,22 @@ std::vector<int> CostModel::task_passes(const model::Network& network, const Lay
 }
 
 double CostModel::task_compute_time_s(const model::Network& network, const Layout& layout, const Task& t) const {
-  int tensor = 1;
-  const std::vector<int> passes = task_passes(network, layout, t, &tensor);
+  TaskShape shape;
+  const std::vector<int> passes = task_passes(network, layout, t, &shape);
   if (passes.empty()) return compute_time_s(t.device, t.kind, t.flops, t.memory_bytes);
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
   double s = 0;
   for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(network.layers.size()); ++layer) {
-    for (int what : passes) s += layer_ops_time_s(network, layout, gpu, layer, what, tensor);
+    for (int what : passes) s += layer_ops_time_s(network, layout, gpu, layer, what, shape);
   }
   const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(t.device)];
   return type.dispatch_s + (type.of(std::string(to_string(t.kind))).overhead_s + s) * slowdown;
 }
 
 std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(const model::Network& network, const Layout& layout, const Task& t) const {
-  int tensor = 1;
-  const std::vector<int> passes = task_passes(network, layout, t, &tensor);
+  TaskShape shape;
+  const std::vector<int> passes = task_passes(network, layout, t, &shape);
   if (passes.empty()) return {{std::string(to_string(t.kind)), task_compute_time_s(network, layout, t)}};
   const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(t.device));
   const model::GpuEfficiency& type = calibration_.gpu(gpu.name);
@@ -310,7 +326,7 @@ std::vector<std::pair<std::string, double>> CostModel::task_compute_parts_s(cons
   };
   for (int layer = t.layer_begin; layer < t.layer_end && layer < static_cast<int>(network.layers.size()); ++layer) {
     for (int what : passes) {
-      for_each_layer_op(network, layout, gpu, layer, what, tensor, [&](std::string_view name, double s) { add(name, s * slowdown); });
+      for_each_layer_op(network, layout, gpu, layer, what, shape, [&](std::string_view name, double s) { add(name, s * slowdown); });
     }
   }
   const double overhead = type.dispatch_s + type.of(std::string(to_string(t.kind))).overhead_s * slowdown;

@@ -15,6 +15,7 @@
 #include "model/cluster.hpp"
 #include "model/network.hpp"
 #include "partition/collective.hpp"
+#include "partition/expert_shard.hpp"
 #include "partition/layout.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan.hpp"
@@ -191,24 +192,44 @@ class CostModel {
   std::vector<ComputeTerms> terms_;
   std::vector<int> device_terms_;  // per device: index into terms_
   // Operation times of one layer kind's passes, per GPU type and tensor-parallel degree:
-  // (GPU, layer kind, the layer for a CNN's or -1, what, micro-batch, tensor, sequence
-  // parallel, kernel options as bits, context) -> seconds. A decoder's layers of one kind have one
-  // architecture, so a plan needs a handful of entries however large; a CNN's one per layer.
+  // (GPU, layer kind, the layer for a CNN's, -2 for a decoder's MoE layers or -1, what,
+  // micro-batch, tensor, sequence parallel, kernel options as bits, context, experts held,
+  // expert load) -> seconds. A decoder's dense and MoE layers of one kind have one architecture
+  // each, so a plan needs a handful of entries however large; a CNN's one per layer.
   struct OpCache {
     std::mutex mutex;
-    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, int, bool, int, int>, double> seconds;
+    std::map<std::tuple<const model::GpuSpec*, std::string, int, int, int, int, bool, int, int, int, double>, double> seconds;
     OpCache() = default;
     OpCache(const OpCache&) {}  // a copy starts empty: its entries are recomputed on demand
     OpCache& operator=(const OpCache&) { return *this; }
   };
   mutable OpCache op_cache_;
-  double layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor) const;
+  // What a task's device computes of its layers: its rank's tensor-parallel degree and its
+  // worker's share of every MoE layer's experts.
+  struct TaskShape {
+    int tensor = 1;
+    ExpertShare experts;
+  };
+  double layer_ops_time_s(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what,
+                          const TaskShape& shape) const;
   // Calls part(name, seconds) for each operation of `what` of `layer` (no slowdown, no overhead).
   template <class Part>
-  void for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what, int tensor, Part part) const;
+  void for_each_layer_op(const model::Network& network, const Layout& layout, const model::GpuSpec& gpu, int layer, int what,
+                         const TaskShape& shape, Part part) const;
   // The layers' passes a layered task computes (What values), or none when the operation
-  // costs do not apply to it; its tensor-parallel degree in *tensor.
-  std::vector<int> task_passes(const model::Network& network, const Layout& layout, const Task& task, int* tensor) const;
+  // costs do not apply to it; what its device computes of them in *shape.
+  std::vector<int> task_passes(const model::Network& network, const Layout& layout, const Task& task, TaskShape* shape) const;
+  // The expert split of a layout's experts for a network, computed once per distinct one
+  // (a search asks for thousands of tasks' shares of a few layouts).
+  struct SplitCache {
+    std::mutex mutex;
+    std::vector<std::pair<std::tuple<Experts, int, double, int>, ExpertSplit>> splits;
+    SplitCache() = default;
+    SplitCache(const SplitCache&) {}
+    SplitCache& operator=(const SplitCache&) { return *this; }
+  };
+  mutable SplitCache split_cache_;
+  ExpertShare task_expert_share(const model::Network& network, const Layout& layout, int worker) const;
 };
 
 }  // namespace hetflow::partition

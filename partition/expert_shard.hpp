@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/network.hpp"
+#include "partition/layout.hpp"
 #include "partition/routing.hpp"
 
 namespace hetflow::partition {
@@ -27,6 +28,10 @@ int expert_rank(int worker, int context, int ep);
 // Parameters of layer `l` on a rank holding `held` of its routed experts: the layer's own
 // less the experts held elsewhere (all of a layer without experts).
 double expert_rank_params(const model::Layer& l, int held);
+// Of layers [begin, end): the routed experts' parameters in all, and those a rank holding
+// `held` experts of each MoE layer does not hold (0 where held < 0: every expert).
+double routed_expert_params(const model::Network& net, int begin, int end);
+double expert_params_elsewhere(const model::Network& net, int begin, int end, int held);
 
 // The routed experts' share of a MoE layer's forward FLOPs: top-k experts' GEMMs per token
 // (2 FLOPs a multiply-add over expert_params per copy, seq copies x top-k a sample); 0 for a
@@ -44,5 +49,34 @@ struct Dispatch {
   std::vector<double> parts;  // per expert rank
 };
 Dispatch dispatch_parts(const std::vector<double>& shares, const ExpertPlacement& placement, double capacity_factor);
+
+// A layout's expert split resolved for a network: where each expert lives, what each expert
+// rank holds and computes, and what the dispatch carries. Every MoE layer of a network has the
+// same experts and routing, so one split serves them all. A network without experts, or a
+// layout without expert parallelism on one, has one rank that holds every expert at load 1.
+struct ExpertSplit {
+  int ranks = 1;  // EP
+  ExpertPlacement placement;
+  std::vector<int> held;  // per expert rank: the experts it holds
+  ExpertLoads loads;      // per expert rank: the copies it computes, as a multiple of an even share
+  Dispatch dispatch;
+};
+ExpertSplit expert_split(const model::Network& net, const Layout& layout);
+
+// What one virtual worker's devices hold and compute of every MoE layer.
+struct ExpertShare {
+  int held = -1;     // routed experts held; -1: every one (no expert axis)
+  double load = 1;   // copies computed, as a multiple of tokens x top-k (capacity drops below 1)
+  bool operator==(const ExpertShare&) const = default;
+};
+ExpertShare expert_share(const ExpertSplit& split, const Layout& layout, int worker);
+
+// Throws InputError (file "<options>", the field at fault) unless the layout's expert axis
+// fits the network and the layout: a network with MoE layers where EP > 1; EP dividing the
+// data axis; one device a rank on every chunk holding an MoE layer (expert tensor
+// parallelism is not modelled yet); a placement, when given, naming a rank below EP for
+// every expert and every rank at least once; a routing histogram with one count per expert;
+// pairwise or hierarchical dispatch.
+void check_experts(const model::Network& net, const Layout& layout);
 
 }  // namespace hetflow::partition

@@ -22,6 +22,10 @@ struct Dims {
   bool moe;
   double E, k, fe, fs;
   bool shared_gate;
+  // Expert parallelism: the experts this rank holds (E without it), the copies they compute
+  // (T k without it) and whether copies arrive from other members (they are sorted by expert).
+  double Eh, routed;
+  bool exchanged;
 };
 
 Dims dims_of(const model::TransformerConfig& c, const OpShape& shape, int transformer_layer) {
@@ -62,6 +66,9 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape, int transf
   x.fe = c.moe.expert_ffn;
   x.fs = static_cast<double>(c.moe.shared_experts) * c.moe.shared_width();
   x.shared_gate = c.moe.shared_expert_gate;
+  x.Eh = shape.experts_held > 0 ? shape.experts_held : x.E;
+  x.routed = x.T * x.k * shape.expert_load;
+  x.exchanged = shape.experts > 1;
   return x;
 }
 
@@ -158,9 +165,11 @@ void moe_forward(Ops& o, const Dims& x, const OpOptions& opt) {
   o.gemm("router", x.T, x.E, x.h, 1, x.e);
   o.memory("router scores and top-k", (x.e + 8) * x.T * x.E);
   o.memory("permute", 2 * x.e * copies * x.h);
-  o.gemm("experts up", copies / x.E, 2 * x.fe / x.t, x.h, x.E, x.e);
-  o.memory("experts swiglu", 3 * x.e * copies * x.fe / x.t);
-  o.gemm("experts down", copies / x.E, x.h, x.fe / x.t, x.E, x.e);
+  if (x.exchanged) o.memory("sort by expert", 2 * x.e * x.routed * x.h);
+  o.gemm("experts up", x.routed / x.Eh, 2 * x.fe / x.t, x.h, x.Eh, x.e);
+  o.memory("experts swiglu", 3 * x.e * x.routed * x.fe / x.t);
+  o.gemm("experts down", x.routed / x.Eh, x.h, x.fe / x.t, x.Eh, x.e);
+  if (x.exchanged) o.memory("unsort", 2 * x.e * x.routed * x.h);
   o.memory("unpermute", x.e * (copies + x.T) * x.h + 4 * copies);
   if (x.fs > 0) {
     mlp_forward(o, x, opt, x.fs, true, false, "shared up", "shared swiglu", "shared down");
@@ -194,9 +203,11 @@ void moe_backward_data(Ops& o, const Dims& x) {
   const double copies = x.T * x.k;
   // The weighted sum's gradient: to each copy, and to each weight (a dot with its output).
   o.memory("unpermute (backward)", x.e * (2 * copies + x.T) * x.h + 4 * copies);
-  o.gemm("experts down (data)", copies / x.E, x.fe / x.t, x.h, x.E, x.e);
-  o.memory("experts swiglu (backward)", 5 * x.e * copies * x.fe / x.t);
-  o.gemm("experts up (data)", copies / x.E, x.h, 2 * x.fe / x.t, x.E, x.e);
+  if (x.exchanged) o.memory("unsort (backward)", 2 * x.e * x.routed * x.h);
+  o.gemm("experts down (data)", x.routed / x.Eh, x.fe / x.t, x.h, x.Eh, x.e);
+  o.memory("experts swiglu (backward)", 5 * x.e * x.routed * x.fe / x.t);
+  o.gemm("experts up (data)", x.routed / x.Eh, x.h, 2 * x.fe / x.t, x.Eh, x.e);
+  if (x.exchanged) o.memory("sort by expert (backward)", 2 * x.e * x.routed * x.h);
   o.memory("permute (backward)", 2 * x.e * copies * x.h);
   o.memory("router scores and top-k (backward)", (x.e + 8) * x.T * x.E);
   o.gemm("router (data)", x.T, x.h, x.E, 1, x.e);
@@ -276,10 +287,9 @@ void transformer_backward_weight(Ops& o, const Dims& x) {
   }
   const double up = (x.gated ? 2 : 1) * x.f / x.t;
   if (x.moe) {
-    const double copies = x.T * x.k;
     o.gemm("router (weight)", x.h, x.E, x.T, 1, x.e);
-    o.gemm("experts up (weight)", x.h, 2 * x.fe / x.t, copies / x.E, x.E, x.e);
-    o.gemm("experts down (weight)", x.fe / x.t, x.h, copies / x.E, x.E, x.e);
+    o.gemm("experts up (weight)", x.h, 2 * x.fe / x.t, x.routed / x.Eh, x.Eh, x.e);
+    o.gemm("experts down (weight)", x.fe / x.t, x.h, x.routed / x.Eh, x.Eh, x.e);
     if (x.fs > 0) {
       o.gemm("shared up (weight)", x.h, 2 * x.fs / x.t, x.T, 1, x.e);
       o.gemm("shared down (weight)", x.fs / x.t, x.h, x.T, 1, x.e);

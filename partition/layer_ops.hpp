@@ -31,7 +31,9 @@
 //    (T, experts, h), whole on every tensor-parallel rank as Megatron runs it, its fp32 scores
 //    and top-k; the permutation of each token's k copies into expert order and back; the
 //    routed experts as grouped GEMMs, `experts` of them of T k / experts rows, their widths
-//    split by t (expert tensor parallelism = t); the shared experts as one SwiGLU MLP of their
+//    split by t (expert tensor parallelism = t); under expert parallelism the rank's held
+//    experts of T k load / held rows each, and the sorts of the copies it received by expert
+//    and back (Megatron's sort_chunks_by_idxs); the shared experts as one SwiGLU MLP of their
 //    total width. Latent attention (model::MlaConfig): the query and key/value down
 //    projections whole on every rank (Megatron duplicates them), their norms, the up
 //    projections and the output projection split by heads; the scores qk_nope + qk_rope wide,
@@ -75,6 +77,13 @@ struct OpShape {
   // queries), whose attention meets every key of the sequence (gathered), so every
   // operation moves and computes 1/context of the whole, the scores included.
   int context = 1;
+  // Expert parallelism (Layout::experts): the expert group's size, the routed experts this
+  // rank holds (-1: every one) and the copies they compute as a multiple of tokens x top-k
+  // (ExpertShare). With more than one member the rank's experts run on the copies every
+  // member sends them, sorted by expert after the dispatch and back before the combine.
+  int experts = 1;
+  int experts_held = -1;
+  double expert_load = 1;
 };
 
 // The operations of `pass` of layer `layer`, or an empty list when the network is neither a

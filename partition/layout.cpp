@@ -41,6 +41,7 @@ SyncKind parse_sync(std::string_view text) {
 }
 
 int Layout::size(Axis a) const {
+  if (a == Axis::expert) return experts.parallel;
   for (const LayoutAxis& x : axes) {
     if (x.axis == a) return x.size;
   }
@@ -48,6 +49,10 @@ int Layout::size(Axis a) const {
 }
 
 void Layout::set_size(Axis a, int n) {
+  if (a == Axis::expert) {
+    experts.parallel = n;
+    return;
+  }
   for (LayoutAxis& x : axes) {
     if (x.axis == a) {
       x.size = n;
@@ -72,6 +77,7 @@ std::vector<LayoutAxis> Layout::fitted_axes() const {
       case Axis::pipeline: x.size = static_cast<int>(depth); break;
       case Axis::tensor: x.size = largest_tensor(); break;
       case Axis::context: break;  // as given: the workers alone do not say how they group
+      case Axis::expert: break;   // (never listed)
     }
   }
   return fitted;
@@ -95,7 +101,7 @@ void check_axes(const Layout& layout) {
   for (size_t i = 0; i < fitted.size(); ++i) {
     if (layout.axes[i].size == fitted[i].size) continue;
     const char* what[] = {layout.size(Axis::context) > 1 ? "the virtual workers over the context size" : "the virtual workers",
-                           "the most ranks a worker has", "the most devices a rank has", "as given"};
+                           "the most ranks a worker has", "the most devices a rank has", "as given", "as given"};
     throw InputError("<layout>", 0, "axes[" + std::to_string(i) + "].size",
                      "expected " + std::to_string(fitted[i].size) + " (" + std::string(to_string(fitted[i].axis)) + ": " +
                          what[static_cast<size_t>(fitted[i].axis)] + "), found " + std::to_string(layout.axes[i].size));
@@ -111,6 +117,7 @@ int Layout::samples_per_iteration() const {
 std::vector<AxisCoords> Layout::device_coords(int devices) const {
   std::vector<AxisCoords> coords(static_cast<size_t>(std::max(devices, 0)));
   const size_t context = static_cast<size_t>(std::max(1, size(Axis::context)));
+  const size_t ep = static_cast<size_t>(std::max(1, experts.parallel));
   for (size_t w = 0; w < workers.size(); ++w) {
     for (size_t r = 0; r < workers[w].ranks.size(); ++r) {
       const std::vector<int>& rank = workers[w].ranks[r];
@@ -122,6 +129,7 @@ std::vector<AxisCoords> Layout::device_coords(int devices) const {
         c[Axis::pipeline] = static_cast<int>(r);
         c[Axis::tensor] = static_cast<int>(j);
         c[Axis::context] = static_cast<int>(w % context);
+        c[Axis::expert] = static_cast<int>(w / context % ep);  // (expert_shard.hpp's expert_rank)
       }
     }
   }

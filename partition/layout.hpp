@@ -11,6 +11,7 @@
 #include "model/precision.hpp"
 #include "partition/axis.hpp"
 #include "partition/collective.hpp"
+#include "partition/routing.hpp"
 
 namespace hetflow::partition {
 
@@ -115,6 +116,23 @@ struct Sync {
   bool operator==(const Sync&) const = default;
 };
 
+// Expert parallelism (Megatron's --expert-model-parallel-size): a mixture's routed experts
+// split over `parallel` consecutive data-parallel replicas, an expert group
+// (partition/expert_shard.hpp), which hand their tokens' copies to the experts' holders and
+// take the results back by all-to-all in every MoE layer's passes (axis_expert.cpp). The
+// routing decides how many copies each holder computes; the busiest gates the layer.
+struct Experts {
+  int parallel = 1;  // EP: the expert group's size, dividing the data axis
+  Routing routing;   // how the router spreads the copies over the experts (routing.hpp)
+  // placement[e]: the expert rank holding expert e, every rank at least one; empty:
+  // experts / parallel consecutive experts a rank (contiguous_placement).
+  std::vector<int> placement;
+  // The dispatch's and combine's algorithm: pairwise (every pair at once) or hierarchical
+  // (inside each node, then one message per peer across).
+  CollectiveAlgorithm dispatch = CollectiveAlgorithm::pairwise;
+  bool operator==(const Experts&) const = default;
+};
+
 struct Layout {
   std::string policy;    // which policy built it
   std::string schedule = "1f1b";
@@ -146,6 +164,7 @@ struct Layout {
   int iterations = 1;
   Sync sync;
   Offload offload;
+  Experts experts;
   std::vector<VirtualWorker> workers;
   // Folded: the virtual workers are identical replicas (same structure, device types and
   // micro-batches) and the plan holds the tasks of worker 0 alone; its data-parallel
@@ -155,10 +174,10 @@ struct Layout {
   // uplink. Simulated, not executed.
   bool folded = false;
 
-  // An axis's size; 1 for one the layout does not list.
+  // An axis's size; 1 for one the layout does not list (expert: experts.parallel).
   int size(Axis a) const;
   // Sets an axis's size, listing it outermost where the layout did not (context: just
-  // outside tensor, Megatron's order tp-cp-dp-pp).
+  // outside tensor, Megatron's order tp-cp-dp-pp; expert: experts.parallel, not listed).
   void set_size(Axis a, int n);
   // Sets every axis's size from `workers` (what a layout made from its devices, a layout file
   // or a plan without sizes, has), context's kept; the order stays.
@@ -168,9 +187,11 @@ struct Layout {
   void fit_outer_axes();
   // The sizes `workers` give each axis (fit_axes's), in `axes`'s order.
   std::vector<LayoutAxis> fitted_axes() const;
-  // The workers a plan holds tasks for: every one, or folded, the first context group
-  // (worker 0 alone without context parallelism), standing for the rest.
-  size_t task_workers() const { return folded ? static_cast<size_t>(std::max(1, size(Axis::context))) : workers.size(); }
+  // The workers a plan holds tasks for: every one, or folded, the first expert group's context
+  // groups (worker 0 alone without context or expert parallelism), standing for the rest.
+  size_t task_workers() const {
+    return folded ? static_cast<size_t>(std::max(1, size(Axis::context)) * std::max(1, experts.parallel)) : workers.size();
+  }
   // The workers that hold every parameter and sum their gradients: data x context, what
   // ZeRO shards over.
   int replicas() const { return size(Axis::data) * size(Axis::context); }

@@ -184,14 +184,14 @@ class Estimator {
     std::vector<double> stepped(static_cast<size_t>(t), 0.0);      // ... of which its optimizer steps (ZeRO: its own)
     for (int c = 0; c < v; ++c) {
       const Stage& s = vw.stages[static_cast<size_t>(c * p + r)];
-      const WorkMemo::Entry& e = memo_.of(s, t);
+      const WorkMemo::Entry& e = memo_.of(s, t, static_cast<int>(w));
       held.push_back(s);
       stash_bytes.push_back(e.work.stash_bytes);
       scratch = std::max(scratch, (layout_.recompute == Recompute::full ? e.work.largest_layer_bytes : 0) +
                                       2 * e.work.context_bytes);
       for (int j = 0; j < t; ++j) {
         rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
-        stepped[static_cast<size_t>(j)] += zero_.optimizer_params(e.params[static_cast<size_t>(j)], static_cast<int>(w));
+        stepped[static_cast<size_t>(j)] += zero_.optimizer_params(e, static_cast<size_t>(j), static_cast<int>(w));
       }
     }
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
@@ -282,7 +282,7 @@ class Estimator {
           c.algorithm = builder::zero_algorithm(layout_);
         }
         std::vector<long long> queues;
-        for (size_t w = 0; w < layout_.workers.size(); ++w) {
+        for (const auto w : builder::piece_workers(piece, layout_.workers.size())) {
           c.devices.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
           queues.push_back(c.devices.back());
         }
@@ -455,9 +455,8 @@ class Estimator {
     for (const builder::Segment& seg : segments_) {
       for (const builder::Segment::Piece& piece : seg.pieces) {
         std::vector<int> members;
-        for (size_t w = 0; w < layout_.workers.size(); ++w) {
-          members.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
-        }
+        const std::vector<int> workers = builder::piece_workers(piece, layout_.workers.size());
+        for (const auto w : workers) members.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
         const double bucket_s = bucket_s_[at++];
         if (!layout_.sync.overlap_grad_reduce) {
           run_collective(members, bucket_s * piece.buckets, last_end);
@@ -465,20 +464,20 @@ class Estimator {
         }
         // Bucket b waits for the part of each member's last backward that makes its
         // gradients, and for the member's comm stream.
-        std::vector<std::vector<double>> ready;
-        for (size_t w = 0; w < layout_.workers.size(); ++w) {
-          const Stage& s = layout_.workers[w].stages[static_cast<size_t>(seg.stage_of_worker[w])];
+        std::vector<std::vector<double>> ready;  // per member
+        for (const auto w : workers) {
+          const Stage& s = layout_.workers[static_cast<size_t>(w)].stages[static_cast<size_t>(seg.stage_of_worker[w])];
           ready.push_back(builder::bucket_ready_fractions(network_, s.layer_begin, s.layer_end, seg.begin, seg.end,
                                                           piece.buckets));
         }
         for (int b = 0; b < piece.buckets; ++b) {
           double start = 0;
-          for (size_t w = 0; w < layout_.workers.size(); ++w) {
-            const auto k = static_cast<size_t>(seg.stage_of_worker[w]);
+          for (size_t i = 0; i < workers.size(); ++i) {
+            const auto w = static_cast<size_t>(workers[i]), k = static_cast<size_t>(seg.stage_of_worker[w]);
             const auto j = static_cast<size_t>(piece.rank_of_worker[w]);
             const WorkerRun& run = runs[w];
-            const double made = run.made_start[k][j] + ready[w][static_cast<size_t>(b)] * run.made_s[k][j];
-            start = std::max({start, made, comm_free_[static_cast<size_t>(members[w])]});
+            const double made = run.made_start[k][j] + ready[i][static_cast<size_t>(b)] * run.made_s[k][j];
+            start = std::max({start, made, comm_free_[static_cast<size_t>(members[i])]});
           }
           for (int d : members) comm_free_[static_cast<size_t>(d)] = start + bucket_s;
         }

@@ -136,7 +136,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     const Stage& s = vw.stages[k];
     chunks[k].rank = s.rank;
     chunks[k].devices = &vw.ranks.at(static_cast<size_t>(s.rank));
-    work[k] = memo.of(s, vw.tensor_of(k)).work;
+    work[k] = memo.of(s, vw.tensor_of(k), w).work;
     sharded[k] = layout.sequence_parallel && builder::tp_collectives(work[k], vw.tensor_of(k));
   }
   for (size_t k = 0; k < count; ++k) {
@@ -156,11 +156,11 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
         comm.collective(w, k, before, 0,
                         ring_of(CollectiveKind::all_gather, devices, backward ? wk.output_bytes : wk.input_bytes));
       }
-      // The calls inside the pass (tp_calls.hpp, axis_context.cpp), one collective per kind
+      // The calls inside the pass (tp_calls.hpp, axis_context.cpp, axis_expert.cpp), one collective per kind
       // and size as the plan has them, timed after its compute as the plan's estimate times
       // them.
-      const int context = layout.size(Axis::context);
-      if (!tp && context <= 1) continue;
+      const int context = layout.size(Axis::context), ep = layout.experts.parallel;
+      if (!tp && context <= 1 && ep <= 1) continue;
       PassShape pass;
       pass.layer_begin = vw.stages[k].layer_begin;
       pass.layer_end = vw.stages[k].layer_end;
@@ -170,6 +170,8 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.split_backward = splits_backward;
       pass.recompute = layout.recompute;
       pass.context = context;
+      pass.experts = ep;
+      pass.expert_kept = memo.dispatch().kept;
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
       // A context group's devices at this chunk's first tensor rank (its other ranks' groups
       // are alike).
@@ -178,14 +180,26 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       for (size_t m = first; context > 1 && m < first + static_cast<size_t>(context) && m < layout.workers.size(); ++m) {
         peers.push_back(layout.workers[m].ranks[static_cast<size_t>(vw.stages[k].rank)].front());
       }
+      // An expert group's devices likewise (expert_shard.hpp), exchanging in the routing's parts.
+      std::vector<int> group;
+      for (const int m : ep > 1 ? expert_group(w, static_cast<int>(layout.workers.size()) / context, context, ep)
+                                : std::vector<int>{}) {
+        group.push_back(layout.workers[static_cast<size_t>(m)].ranks[static_cast<size_t>(vw.stages[k].rank)].front());
+      }
       int order = 0;
       for (const AxisRules& axis : axis_table()) {  // the in-pass axes' (axis_registry.hpp)
         if (axis.pass_calls == nullptr) continue;
         const bool in_rank = axis.scope == AxisScope::in_rank && tp;
-        if (!in_rank && !(axis.scope == AxisScope::in_context_group && peers.size() > 1)) continue;
+        const bool experts = axis.scope == AxisScope::in_expert_group && group.size() > 1;
+        if (!in_rank && !experts && !(axis.scope == AxisScope::in_context_group && peers.size() > 1)) continue;
         for (const PassCallGroup& g : group_calls(axis.pass_calls(network, pass))) {
           const auto n = static_cast<int>(g.points.size());
-          comm.collective(w, k, after, order++, ring_of(g.kind, in_rank ? devices : peers, g.elems * bytes_per_elem * n, n));
+          CollectiveSpec call = ring_of(g.kind, in_rank ? devices : experts ? group : peers, g.elems * bytes_per_elem * n, n);
+          if (experts) {
+            call.algorithm = layout.experts.dispatch;
+            call.parts = memo.dispatch().parts;
+          }
+          comm.collective(w, k, after, order++, std::move(call));
         }
       }
     }

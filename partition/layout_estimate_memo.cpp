@@ -4,14 +4,23 @@
 
 namespace hetflow::partition::estimate_detail {
 
-WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor) {
-  const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor);
+WorkMemo::WorkMemo(const model::Network& network, const Layout& layout)
+    : network_(network), layout_(layout), experts_(expert_split(network, layout)) {
+  if (experts_.ranks > 1) busiest_load_ = experts_.loads.rank_load[static_cast<size_t>(experts_.loads.busiest)];
+}
+
+WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor, int worker) {
+  ExpertShare share = expert_share(experts_, layout_, worker);
+  share.load = experts_.ranks > 1 ? busiest_load_ : share.load;
+  const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor, share.held);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     Entry e;
-    e.work = builder::chunk_work(network_, layout_, s, tensor);
+    e.work = builder::chunk_work(network_, layout_, s, tensor, share);
+    const double elsewhere = expert_params_elsewhere(network_, s.layer_begin, s.layer_end, share.held);
     for (int j = 0; j < tensor; ++j) {
-      e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)));
+      e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)) - elsewhere);
+      e.experts.push_back(share.held < 0 ? 0 : routed_expert_params(network_, s.layer_begin, s.layer_end) - elsewhere);
     }
     it = entries_.emplace(key, std::move(e)).first;
   }
@@ -20,7 +29,7 @@ WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor) {
 
 const std::vector<std::pair<int, double>>& WorkMemo::per_server(const Stage& s, int tensor, int j,
                                                                 const std::vector<int>& server_of) {
-  Entry& e = of(s, tensor);
+  Entry& e = of(s, tensor, 0);  // (parameter servers: no expert parallelism)
   if (!e.servers_known) {
     e.per_server.resize(static_cast<size_t>(tensor));
     for (int r = 0; r < tensor; ++r) {

@@ -13,20 +13,26 @@
 
 namespace hetflow::partition::estimate_detail {
 
-// Chunk work and parameters by (layers, degree): data-parallel replicas ask for the same few.
+// Chunk work and parameters by (layers, degree, experts held): data-parallel replicas ask for
+// the same few. Under expert parallelism a worker holds its expert rank's experts, and its
+// passes are timed at the busiest rank's load: every member of an expert group waits for it
+// at each MoE layer's combine (axis_expert.cpp).
 class WorkMemo {
  public:
-  WorkMemo(const model::Network& network, const Layout& layout) : network_(network), layout_(layout) {}
+  WorkMemo(const model::Network& network, const Layout& layout);
   struct Entry {
     builder::ChunkWork work;
     std::vector<double> params;  // per tensor rank: its shard (partition/shard.hpp)
+    std::vector<double> experts;  // ... of which routed experts' (0 without expert parallelism)
     // Parameter servers: the chunk's parameters per device, by the server that hosts them
     // (Builder::add_parameter_server_sync), once asked for.
     std::vector<std::vector<std::pair<int, double>>> per_server;  // per tensor rank
     bool servers_known = false;
   };
-  // The chunk of stage `s` at degree `tensor`, made when first asked for.
-  Entry& of(const Stage& s, int tensor);
+  // The chunk of stage `s` at degree `tensor` on worker `worker`, made when first asked for.
+  Entry& of(const Stage& s, int tensor, int worker);
+  // The layout's expert dispatch: the part of the copies kept and each expert rank's part.
+  const Dispatch& dispatch() const { return experts_.dispatch; }
   // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
   const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
                                                         const std::vector<int>& server_of);
@@ -34,7 +40,9 @@ class WorkMemo {
  private:
   const model::Network& network_;
   const Layout& layout_;
-  std::map<std::tuple<int, int, int>, Entry> entries_;
+  ExpertSplit experts_;
+  double busiest_load_ = 1;
+  std::map<std::tuple<int, int, int, int>, Entry> entries_;
 };
 
 }  // namespace hetflow::partition::estimate_detail

@@ -22,7 +22,7 @@ ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const Co
   for (size_t k = 0; k < first.stages.size(); ++k) {
     const Stage& s = first.stages[k];
     const int t = first.tensor_of(k);
-    const std::vector<double>& params = memo.of(s, t).params;
+    const std::vector<double>& params = memo.of(s, t, 0).params;
     // The chunk's pieces run at once (every tensor rank's ring over the replicas).
     SharedPhase gathers(cost, shared), scatters(cost, shared);
     std::vector<int> gather_item, scatter_item;
@@ -57,21 +57,25 @@ int ZeroSync::device_of(size_t w, size_t k, size_t j) const {
   return vw.ranks[static_cast<size_t>(vw.stages[k].rank)][j];
 }
 
-double ZeroSync::optimizer_params(double params, int w) const {
-  return stage_ > 0 ? builder::zero_shard(params, w, static_cast<int>(layout_.workers.size())) : params;
+double ZeroSync::optimizer_params(const WorkMemo::Entry& chunk, size_t j, int w) const {
+  const double params = chunk.params[j], experts = chunk.experts[j];
+  if (stage_ == 0) return params;
+  const int c = layout_.size(Axis::context), ep = std::max(1, layout_.experts.parallel);
+  const int holders = std::max(1, static_cast<int>(layout_.workers.size()) / ep);
+  return builder::zero_shard(params - experts, w, static_cast<int>(layout_.workers.size())) +
+         builder::zero_shard(experts, w / (c * ep) * c + w % c, holders);
 }
 
 void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j,
                               const Stashes& stashes, DeviceMemory& m) const {
   if (stage_ == 0) return;
   const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
-  const int replicas = static_cast<int>(layout_.workers.size());
   const bool kept = stage_ >= 3 && !layout_.sync.zero.reshard_after_forward;
   double weights = 0, grads = 0, stepped = 0;
   std::vector<double> weight_unit, grad_unit;  // per chunk: the whole copies one pass holds (Builder::unit_params)
   for (const Stage& s : chunks) {
-    const double whole = memo.of(s, t).params[static_cast<size_t>(j)];
-    const double own = builder::zero_shard(whole, w, replicas);
+    const WorkMemo::Entry& entry = memo.of(s, t, w);
+    const double whole = entry.params[static_cast<size_t>(j)], own = optimizer_params(entry, static_cast<size_t>(j), w);
     weights += stage_ >= 3 ? own : whole;
     grads += stage_ >= 2 ? own : whole;
     stepped += own;

@@ -34,8 +34,9 @@ class ZeroSync {
   int stage() const { return stage_; }
   // Stage 3: the all-gathers before the passes, for run_pipelines; else nullptr.
   const ZeroGathers* gathers() const { return stage_ >= 3 ? &pass_gathers_ : nullptr; }
-  // The parameters worker w's optimizer steps of a chunk piece of `params` (its shard, or all).
-  double optimizer_params(double params, int w) const;
+  // The parameters worker w's optimizer steps of tensor rank j's piece of a chunk (its shard,
+  // or all; under expert parallelism the experts' part sharded over the replicas holding them).
+  double optimizer_params(const WorkMemo::Entry& chunk, size_t j, int w) const;
   // A rank's program and what its passes keep, as estimate_layout's activation peak takes them.
   struct Stashes {
     const std::vector<ScheduledOp>* program = nullptr;

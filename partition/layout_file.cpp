@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <string_view>
@@ -287,6 +288,33 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("offload_activations", "offload_activations",
       [&] { o.offload_activations = m.boolean_or("offload_activations", false); });
   set("context_parallel", "context", [&] { o.context = m.positive_int("context_parallel"); });
+  set("expert_parallel", "expert_parallel", [&] { o.experts.parallel = m.positive_int("expert_parallel"); });
+  set("routing", "routing", [&] { o.experts.routing = parse_routing(m.string("routing"), m.file(), m.field("routing")); });
+  set("expert_dispatch", "expert_dispatch", [&] { o.experts.dispatch = parsed("expert_dispatch", parse_collective_algorithm); });
+  set("expert_placement", "expert_placement", [&] {
+    const std::string text = m.string("expert_placement");
+    o.experts_by_speed = text == "speed";
+    o.experts.placement.clear();
+    if (text == "speed" || text == "contiguous") return;
+    std::string_view rest = text;
+    while (true) {  // "0,0,1,1": the rank of each expert
+      const size_t comma = rest.find(',');
+      const std::string item(rest.substr(0, comma));
+      size_t used = 0;
+      int rank = -1;
+      try {
+        rank = std::stoi(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != item.size() || rank < 0) {
+        m.fail("expert_placement", "expected contiguous, speed or expert ranks separated by commas, found '" + text + "'");
+      }
+      o.experts.placement.push_back(rank);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+  });
   KernelOptions& k = o.kernels;
   set("flash_attention", "kernels", [&] { k.flash_attention = m.boolean_or("flash_attention", false); });
   set("fused_softmax", "kernels", [&] { k.fused_softmax = m.boolean_or("fused_softmax", true); });
@@ -296,7 +324,8 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
                           "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "offload_optimizer", "offload_activations",
-                          "context_parallel", "flash_attention",
+                          "context_parallel", "expert_parallel", "routing", "expert_dispatch", "expert_placement",
+                          "flash_attention",
                           "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
   }
@@ -341,6 +370,15 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
   if (layout.offload.activations) out += "  offload_activations: true\n";
   // Context groups: consecutive workers, as written below.
   if (layout.size(Axis::context) > 1) out += "  context_parallel: " + std::to_string(layout.size(Axis::context)) + "\n";
+  if (layout.experts != Experts{}) {  // expert groups: consecutive replicas, likewise
+    out += "  expert_parallel: " + std::to_string(layout.experts.parallel) + "\n  routing: \"" +
+           to_string(layout.experts.routing) + "\"\n  expert_dispatch: " + std::string(to_string(layout.experts.dispatch)) + "\n";
+    if (!layout.experts.placement.empty()) {
+      std::string ranks;
+      for (const int r : layout.experts.placement) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      out += "  expert_placement: \"" + ranks + "\"\n";
+    }
+  }
   out += "workers:\n";
   for (const VirtualWorker& vw : layout.workers) {
     out += "  - microbatches: " + std::to_string(vw.microbatches) + "\n    stages:\n";

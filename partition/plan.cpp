@@ -14,7 +14,7 @@ constexpr std::string_view kTaskKinds[] = {"forward", "backward", "backward_weig
                                            "to_host", "host_optimizer", "to_device"};
 constexpr std::string_view kPurposes[] = {"compute",  "activation", "gradient", "tensor_parallel", "sequence_parallel",
                                           "data_parallel", "embedding", "ps_push", "ps_pull", "gradient_norm",
-                                          "offload", "context_parallel"};
+                                          "offload", "context_parallel", "expert_parallel"};
 constexpr std::string_view kTensorKinds[] = {"activation", "activation_grad", "stash", "partial_sum",
                                              "weight", "weight_grad", "optimizer_state", "workspace", "pushed_grad",
                                              "gathered_weight", "unsharded_grad", "host_state", "host_stash"};
@@ -56,6 +56,7 @@ CommRole role_of(Purpose p) {
     case Purpose::ps_pull: return CommRole::server;
     case Purpose::gradient_norm: return CommRole::gradient_norm;
     case Purpose::context_parallel: return CommRole::context;
+    case Purpose::expert_parallel: return CommRole::expert;
     case Purpose::compute:
     case Purpose::offload: break;
   }

@@ -52,7 +52,8 @@ enum class Purpose {
   compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, ps_push, ps_pull,
   gradient_norm,  // the optimizer's clipping norm, all-reduced over a virtual worker's devices
   offload,        // copies between a device and its host's memory (Layout::offload)
-  context_parallel  // keys and values gathered over a context group, their gradients scattered back
+  context_parallel,  // keys and values gathered over a context group, their gradients scattered back
+  expert_parallel    // tokens' copies sent to their experts' holders over an expert group, and back
 };
 
 enum class TensorKind {
@@ -81,7 +82,7 @@ enum class CommRole {
   server,         // a device and the parameter server it pushes to and pulls from
   gradient_norm,  // a virtual worker's devices: the clipping norm
   context,        // a context group's devices at one position: keys and values of the sequence
-  expert,         // (reserved) ranks holding different experts
+  expert,         // an expert group's devices at one position: the dispatch's and combine's all-to-alls
   unspecified,    // a plan imported from a trace that does not say
 };
 

@@ -18,17 +18,23 @@ namespace hetflow::partition {
 
 namespace builder {
 
-ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor) {
+ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor,
+                     const ExpertShare& experts) {
   ChunkWork w;
   // Under context parallelism a device computes, stashes and sends its 1/C of the tokens.
   const double mbs = layout.micro_batch_size / static_cast<double>(layout.size(Axis::context));
   const double e = model::element_bytes(layout.precision);
+  const double seq = net.architecture ? net.architecture->seq : 0;
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const model::Layer& l = net.layers[static_cast<size_t>(i)];
     const double t = l.tp_splittable ? tensor : 1;
-    w.forward_flops += l.forward_flops * mbs / t;
-    w.backward_flops += l.backward_flops * mbs / t;
-    if (layout.recompute == Recompute::full) w.recompute_flops += l.forward_flops * mbs / t;
+    // An MoE layer's routed experts compute the copies the worker's expert rank takes.
+    const double scale = l.experts > 0 && experts.load != 1 && l.forward_flops > 0
+                             ? rank_forward_flops(l, seq, experts.load) / l.forward_flops
+                             : 1.0;
+    w.forward_flops += l.forward_flops * scale * mbs / t;
+    w.backward_flops += l.backward_flops * scale * mbs / t;
+    if (layout.recompute == Recompute::full) w.recompute_flops += l.forward_flops * scale * mbs / t;
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
@@ -49,7 +55,8 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     }
   }
   w.context_bytes = context_gathered_bytes(net, layout, s.layer_begin, s.layer_end, tensor);
-  w.weight_bytes = params_per_device(net, s.layer_begin, s.layer_end, tensor) * e;
+  w.weight_bytes = (params_per_device(net, s.layer_begin, s.layer_end, tensor) -
+                    expert_params_elsewhere(net, s.layer_begin, s.layer_end, experts.held)) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
   w.input_bytes = net.cut_bytes(static_cast<size_t>(s.layer_begin)) * mbs;
   return w;
@@ -103,7 +110,9 @@ void Builder::build() {
   gathers_.resize(devices);
   const double grad_bytes_per_param = layout_.gradient_element_bytes();
   // Folded (Layout::folded): worker 0 alone gets tasks and tensors, or its context group.
-  plan_.layout.folded = layout_.folded && layout_.workers.size() > static_cast<size_t>(layout_.size(Axis::context));
+  plan_.layout.folded = layout_.folded && layout_.workers.size() > static_cast<size_t>(layout_.size(Axis::context)) *
+                                                                         static_cast<size_t>(layout_.experts.parallel);
+  experts_ = expert_split(net_, layout_);
   const size_t built = built_workers();
   for (size_t w = 0; w < layout_.workers.size(); ++w) {
     const VirtualWorker& vw = layout_.workers[w];
@@ -119,15 +128,20 @@ void Builder::build() {
       degrees.push_back(t);
       bases.push_back(slots);
       slots += static_cast<size_t>(vw.microbatches) * static_cast<size_t>(t);
-      works.push_back(chunk_work(net_, layout_, s, t));
+      const ExpertShare share = expert_share(experts_, layout_, static_cast<int>(w));
+      works.push_back(chunk_work(net_, layout_, s, t, share));
       if (w >= built) continue;
       const auto& devices_of_rank = vw.ranks[static_cast<size_t>(s.rank)];
       for (size_t j = 0; j < devices_of_rank.size(); ++j) {
         const int d = devices_of_rank[j];
         // Rank j's shard (partition/shard.hpp): what its weight and gradient buffers hold,
         // or under ZeRO this replica's share of it (plan_builder_zero.cpp).
-        const double whole = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t));
-        const double own = zero_stage() > 0 ? shard(whole, static_cast<int>(w)) : whole;
+        const double elsewhere = expert_params_elsewhere(net_, s.layer_begin, s.layer_end, share.held);
+        const double whole = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t)) - elsewhere;
+        // Under expert parallelism the experts held are sharded over the replicas holding them.
+        const double held = share.held < 0 ? 0 : routed_expert_params(net_, s.layer_begin, s.layer_end) - elsewhere;
+        const double own = zero_stage() > 0 ? shard(whole - held, static_cast<int>(w)) + expert_shard(held, static_cast<int>(w))
+                                            : whole;
         const double params = zero_stage() >= 3 ? own : whole, grads = zero_stage() >= 2 ? own : whole;
         const auto dd = static_cast<size_t>(d);
         shard_params_[dd] += own;
@@ -235,6 +249,24 @@ void Builder::check_layout() const {
   check_axes(layout_);
   check_context();
   check_zero();
+  check_expert_axis();
+}
+
+// Expert parallelism (Layout::experts): what expert_shard.hpp's check asks, and what the
+// builder does not model with it yet (ZeRO past stage 1, parameter servers).
+void Builder::check_expert_axis() const {
+  check_experts(net_, layout_);
+  if (layout_.experts.parallel <= 1) return;
+  if (layout_.sync.kind != SyncKind::allreduce) {
+    throw InputError(kOptions, 0, "expert_parallel",
+                     "needs all-reduce synchronisation (dense gradients over every replica, experts' over the replicas "
+                     "holding them), found " + std::string(to_string(layout_.sync.kind)));
+  }
+  if (zero_stage() >= 2) {
+    throw InputError(kOptions, 0, "zero_stage",
+                     "expected 0 or 1 with expert parallelism (stages 2 and 3 shard the experts per pass, which is not "
+                     "modelled yet), found " + std::to_string(zero_stage()));
+  }
 }
 
 // Context parallelism (Layout::axes): groups of C consecutive workers that split a decoder's

@@ -105,7 +105,7 @@ void Builder::add_compute(int w) {
 // in-task collective per kind and size, in the order the pass first performs it. An in-rank
 // axis's group is the rank's devices (`computes`); a context group's is one per tensor rank
 // across the group's workers, made once its last worker has built the pass (workers are
-// built in order), so that its tasks are every member's.
+// built in order), so that its tasks are every member's; an expert group's likewise.
 void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const std::vector<int>& computes) {
   const int t = degree(w, stage), context = layout_.size(Axis::context);
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
@@ -118,9 +118,11 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
   shape.split_backward = schedule_.splits_backward;
   shape.recompute = layout_.recompute;
   shape.context = context;
+  shape.experts = layout_.experts.parallel;
+  shape.expert_kept = experts_.dispatch.kept;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
-  const auto add = [&](const AxisRules& axis, const PassCallGroup& g, const std::string& name,
-                       const std::vector<int>& devices, const std::vector<int>& tasks) {
+  const AddCall add = [&](const AxisRules& axis, const PassCallGroup& g, const std::string& name,
+                          const std::vector<int>& devices, const std::vector<int>& tasks) {
     Collective& c = plan_.collectives[add_in_task(axis, g.kind, name, devices, 0, tasks)];
     c.at = g.points;
     c.messages = static_cast<int>(g.points.size());
@@ -145,6 +147,34 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
                                  std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank) + " t" + std::to_string(j);
         for (const PassCallGroup& g : groups) add(axis, g, name, devices, tasks);
       }
+    } else if (axis.scope == AxisScope::in_expert_group && shape.experts > 1 &&
+               expert_rank(w, context, shape.experts) == shape.experts - 1) {
+      add_expert_group_calls(axis, w, stage, mb, backward, group_calls(axis.pass_calls(net_, shape)), add);
+    }
+  }
+}
+
+// An expert group's all-to-alls, made once its last worker has built the pass: one group per
+// tensor rank across the group's workers (their context rank alike), each message in the
+// routing's parts.
+void Builder::add_expert_group_calls(const AxisRules& axis, int w, int stage, int mb, bool backward,
+                                     const std::vector<PassCallGroup>& groups, const AddCall& add) {
+  if (groups.empty()) return;
+  const int context = layout_.size(Axis::context), ep = layout_.experts.parallel;
+  const std::vector<int> members = expert_group(w, static_cast<int>(layout_.workers.size()) / context, context, ep);
+  for (int j = 0; j < degree(w, stage); ++j) {
+    std::vector<int> devices, tasks;
+    for (const int m : members) {
+      devices.push_back(device_of(m, stage, j));
+      tasks.push_back(op(m, stage, mb, backward ? OpKind::B : OpKind::F, j).task);
+    }
+    const std::string name = std::string(axis.group_prefix) + " d" + std::to_string(members.front() / context) + " r" +
+                             std::to_string(worker(w).stages[static_cast<size_t>(stage)].rank) + " t" + std::to_string(j) +
+                             " c" + std::to_string(w % context);
+    for (const PassCallGroup& g : groups) {
+      add(axis, g, name, devices, tasks);
+      plan_.collectives.back().algorithm = layout_.experts.dispatch;
+      plan_.collectives.back().parts = experts_.dispatch.parts;
     }
   }
 }

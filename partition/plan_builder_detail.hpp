@@ -6,6 +6,7 @@
 //   plan_builder_sync.cpp      gradient all-reduce, tied embeddings, optimizer, parameter servers
 //   plan_builder_zero.cpp      ZeRO: the shards' reduce-scatters and all-gathers
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "model/network.hpp"
 #include "partition/axis_registry.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/expert_shard.hpp"
 #include "partition/plan.hpp"
 #include "partition/schedule.hpp"
 #include "partition/shard.hpp"
@@ -74,8 +76,10 @@ struct ChunkWork {
   double output_bytes = 0;        // the chunk's output activation (whole, per device)
   double input_bytes = 0;         // its input activation (whole)
 };
-// `tensor`: the degree of the chunk's rank.
-ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor);
+// `tensor`: the degree of the chunk's rank; `experts`: what its worker holds and computes of
+// every MoE layer (the routed experts' FLOPs scale with its load, its weights hold its experts).
+ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stage& s, int tensor,
+                     const ExpertShare& experts = {});
 
 // One pass's tensor-parallel traffic in total, as the layout estimate times it: under
 // sequence parallelism its all-gathers and reduce-scatters, otherwise its all-reduces
@@ -133,9 +137,15 @@ struct Segment {
     std::vector<int> rank_of_worker;
     double bytes = 0;  // gradient bytes of the piece
     int buckets = 1;
+    // The workers that hold it and sum it, in order; empty: every worker. Under expert
+    // parallelism a segment's routed experts are pieces of their own, one per expert rank,
+    // summed over the workers that hold those experts.
+    std::vector<int> workers;
   };
   std::vector<Piece> pieces;
 };
+// The workers of a piece, in order (Piece::workers, or all `workers` of the layout).
+std::vector<int> piece_workers(const Segment::Piece& piece, size_t workers);
 // The segments of a layout with two or more virtual workers (none otherwise), later layers
 // first (their gradients are ready first); each cut into the pieces the workers' tensor ranks
 // hold (one per rank at one degree), with their gradient bytes and buckets. Every device
@@ -189,6 +199,7 @@ class Builder {
   void check_mixed_tensor() const;
   void check_fold() const;
   void check_context() const;
+  void check_expert_axis() const;
   int stream(const std::string& name);
   int transfer_stream(const char* prefix, int peer, const std::string& tag);
   // The communicator of `role` over `devices` (in that order), made on first use.
@@ -225,6 +236,11 @@ class Builder {
   void add_memory();
 
   // --- plan_builder_compute.cpp ---
+  // Adds one pass call group as an in-task collective over `devices` inside `tasks`.
+  using AddCall = std::function<void(const AxisRules& axis, const PassCallGroup& g, const std::string& name,
+                                     const std::vector<int>& devices, const std::vector<int>& tasks)>;
+  void add_expert_group_calls(const AxisRules& axis, int w, int stage, int mb, bool backward,
+                              const std::vector<PassCallGroup>& groups, const AddCall& add);
   size_t slot(int w, int stage, int mb, int j) const;
   bool tp_collectives(int w, int stage) const;  // the chunk's passes exchange between tensor-parallel ranks
   bool sharded(int w, int stage) const;         // sequence parallel: its boundaries are 1/t shards
@@ -274,6 +290,8 @@ class Builder {
   int zero_stage() const;  // the layout's ZeRO stage where it shards (all-reduce, 2+ workers), else 0
   void check_zero() const;
   double shard(double params, int w) const;             // replica w's whole elements of a piece of `params`
+  // The same of experts' parameters, sharded over the replicas that hold the same experts.
+  double expert_shard(double params, int w) const;
   double piece_params(int w, int stage, int j) const;   // rank j's part of a chunk, whole
   double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
   int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets
@@ -304,6 +322,7 @@ class Builder {
   std::map<std::tuple<int, int, std::string>, int> channel_ids_;
   std::vector<RankPrograms> programs_;        // per worker
   std::vector<std::vector<ChunkWork>> work_;  // per worker, per chunk
+  ExpertSplit experts_;                       // the layout's expert split (one rank without an expert axis)
   std::vector<std::vector<OpRecord>> ops_;    // per worker, by op slot
   // Per worker, stage, tensor rank: the input activation (and its gradient) each
   // micro-batch's F (B) reads, created before the tasks that read them.

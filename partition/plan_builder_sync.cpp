@@ -118,6 +118,40 @@ std::vector<Share> shares(const std::vector<int>& degrees) {
   return out;
 }
 
+std::vector<int> piece_workers(const Segment::Piece& piece, size_t workers) {
+  if (!piece.workers.empty()) return piece.workers;
+  std::vector<int> all(workers);
+  for (size_t w = 0; w < workers; ++w) all[w] = static_cast<int>(w);
+  return all;
+}
+
+namespace {
+// Expert parallelism: a segment's routed experts leave its (one-degree, check_experts) piece
+// for pieces of their own, one per expert rank, over the workers of that rank (every
+// expert group's, and every context rank's: they hold the same experts).
+void split_expert_pieces(const model::Network& net, const Layout& layout, Segment& seg) {
+  const int ep = layout.experts.parallel, context = layout.size(Axis::context);
+  const double routed = routed_expert_params(net, seg.begin, seg.end);
+  if (ep <= 1 || routed <= 0 || seg.pieces.size() != 1) return;
+  const double g = layout.gradient_element_bytes();
+  const ExpertSplit split = expert_split(net, layout);
+  Segment::Piece& dense = seg.pieces.front();
+  dense.bytes -= routed * g;
+  dense.buckets = std::max(1, static_cast<int>(std::ceil(dense.bytes / layout.sync.bucket_bytes)));
+  const std::vector<int> ranks = dense.rank_of_worker;  // (`dense` moves as pieces are added)
+  for (int r = 0; r < ep; ++r) {
+    Segment::Piece piece;
+    piece.rank_of_worker = ranks;
+    for (size_t w = 0; w < layout.workers.size(); ++w) {
+      if (expert_rank(static_cast<int>(w), context, ep) == r) piece.workers.push_back(static_cast<int>(w));
+    }
+    piece.bytes = (routed - expert_params_elsewhere(net, seg.begin, seg.end, split.held[static_cast<size_t>(r)])) * g;
+    piece.buckets = std::max(1, static_cast<int>(std::ceil(piece.bytes / layout.sync.bucket_bytes)));
+    if (piece.bytes > 0 && piece.workers.size() > 1) seg.pieces.push_back(std::move(piece));
+  }
+}
+}  // namespace
+
 // Maximal layer ranges held by the same chunks in every virtual worker.
 std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout) {
   std::vector<Segment> segments;
@@ -135,7 +169,7 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
   // A piece's bytes: the gradients of the part of the split its members hold (shard.hpp).
   const auto piece = [&](std::vector<int> ranks, double bytes) {
     const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / layout.sync.bucket_bytes)));
-    return Segment::Piece{std::move(ranks), bytes, buckets};
+    return Segment::Piece{std::move(ranks), bytes, buckets, {}};
   };
   for (int end = layers; end > 0;) {
     int begin = end - 1;
@@ -159,6 +193,7 @@ std::vector<Segment> data_parallel_segments(const model::Network& net, const Lay
         seg.pieces.push_back(piece(std::move(s.rank_of), bytes));
       }
     }
+    split_expert_pieces(net, layout, seg);
     segments.push_back(std::move(seg));
     end = begin;
   }
@@ -190,33 +225,39 @@ void Builder::add_allreduce_sync() {
   for (const Segment& seg : zero_stage() >= 2 ? std::vector<Segment>{} : data_parallel_segments(net_, layout_)) {
     const auto& [begin, end, stage_of_worker, pieces] = seg;
     for (size_t j = 0; j < pieces.size(); ++j) {
-      const auto& [rank_of_worker, bytes, buckets] = pieces[j];
+      const auto& [rank_of_worker, bytes, buckets, subset] = pieces[j];
+      const std::vector<int> members = piece_workers(pieces[j], layout_.workers.size());
       std::vector<int> devices, grads;
-      for (size_t w = 0; w < layout_.workers.size(); ++w) {
-        const int d = device_of(static_cast<int>(w), stage_of_worker[w], rank_of_worker[w]);
+      for (const int w : members) {
+        const int d = device_of(w, stage_of_worker[static_cast<size_t>(w)], rank_of_worker[static_cast<size_t>(w)]);
         devices.push_back(d);
         // Folded: the replicas' devices stand in the ring, the built workers' alone have tasks.
-        if (w < built_workers()) grads.push_back(grad_of(d, stage_of_worker[w]));
+        if (static_cast<size_t>(w) < built_workers()) grads.push_back(grad_of(d, stage_of_worker[static_cast<size_t>(w)]));
       }
       Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
       like.layer_begin = begin;
       like.layer_end = end;
-      const std::string name = "dp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " t" + std::to_string(j);
+      // (An expert rank's piece: "edp ... e<r>", r its workers' expert rank.)
+      const std::string name = (subset.empty() ? "dp l" : "edp l") + std::to_string(begin) + "-" + std::to_string(end - 1) +
+                               (subset.empty() ? " t" + std::to_string(j)
+                                               : " e" + std::to_string(expert_rank(members.front(), layout_.size(Axis::context),
+                                                                                    layout_.experts.parallel)));
       // With overlap, where in its chunk's last backward each worker's buckets are complete.
       std::vector<std::vector<double>> ready;
-      for (size_t w = 0; overlap && w < layout_.workers.size(); ++w) {
-        const Stage& s = layout_.workers[w].stages[static_cast<size_t>(stage_of_worker[w])];
+      for (const int w : members) {
+        if (!overlap) break;
+        const Stage& s = layout_.workers[static_cast<size_t>(w)].stages[static_cast<size_t>(stage_of_worker[static_cast<size_t>(w)])];
         ready.push_back(bucket_ready_fractions(net_, s.layer_begin, s.layer_end, begin, end, buckets));
       }
       for (int b = 0; b < buckets; ++b) {
         const auto tasks = add_collective(kind, algorithm, name, devices,
                                           bucket_bytes(bytes, layout_.gradient_element_bytes(), buckets, b),
                                           Purpose::data_parallel, comm, like, grads, grads, grads.size());
-        for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: worker i's (the built workers' alone when folded)
+        for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: member i's (the built workers' alone when folded)
           auto& syncs = syncs_of_device[devices[i]];
           if (overlap) {
             // Each bucket waits for the part of the last backward that makes its gradients.
-            const int from = made.at({devices[i], static_cast<int>(i), stage_of_worker[i]});
+            const int from = made.at({devices[i], members[i], stage_of_worker[static_cast<size_t>(members[i])]});
             plan_.add_order(from, tasks[i], 0, ready[i][static_cast<size_t>(b)]);
           } else if (syncs.empty()) {
             // The gradient buffer is complete: the device's first sync waits for its last

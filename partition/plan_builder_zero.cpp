@@ -85,6 +85,12 @@ double Builder::shard(double params, int w) const {
   return zero_shard(params, w, static_cast<int>(layout_.workers.size()));
 }
 
+double Builder::expert_shard(double params, int w) const {
+  const int c = layout_.size(Axis::context), ep = std::max(1, layout_.experts.parallel);
+  const int holders = static_cast<int>(layout_.workers.size()) / ep;  // (check_experts: ep divides the replicas)
+  return zero_shard(params, w / (c * ep) * c + w % c, std::max(1, holders));
+}
+
 double Builder::piece_params(int w, int stage, int j) const {
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
   return part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(j, degree(w, stage)));
@@ -268,7 +274,7 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
       Segment seg{vw.stages[static_cast<size_t>(stage)].layer_begin, vw.stages[static_cast<size_t>(stage)].layer_end,
                   std::vector<int>(layout_.workers.size(), stage), {}};
       for (int j = 0; j < degree(0, stage); ++j) {
-        seg.pieces.push_back({std::vector<int>(layout_.workers.size(), j), piece_params(0, stage, j) * grad_e, 1});
+        seg.pieces.push_back({std::vector<int>(layout_.workers.size(), j), piece_params(0, stage, j) * grad_e, 1, {}});
       }
       pieces.push_back(std::move(seg));
     }
@@ -277,8 +283,10 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
     const int stage = seg->stage_of_worker.front();
     for (const Segment::Piece& piece : seg->pieces) {
       std::vector<int> devices, params;
-      for (size_t w = 0; w < layout_.workers.size(); ++w) {
-        devices.push_back(device_of(static_cast<int>(w), seg->stage_of_worker[w], piece.rank_of_worker[w]));
+      const std::vector<int> members = piece_workers(piece, layout_.workers.size());
+      for (const int m : members) {
+        const auto w = static_cast<size_t>(m);
+        devices.push_back(device_of(m, seg->stage_of_worker[w], piece.rank_of_worker[w]));
         if (w < built) params.push_back(weight_of(devices.back(), seg->stage_of_worker[w]));
       }
       Task like = base_task(TaskKind::collective, devices[0], 0, stage, -1);
@@ -289,10 +297,10 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
       for (int b = 0; b < piece.buckets; ++b) {
         const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j),
                                           devices, bucket_bytes(bytes, e, piece.buckets, b), Purpose::data_parallel,
-                                          comm, like, params, params, built);
+                                          comm, like, params, params, params.size());
         if (zero_stage() == 2) plan_.collectives.back().messages = zero_messages(0, stage, bytes);
         for (size_t w = 0; w < tasks.size(); ++w) {
-          plan_.task(tasks[w]).worker = static_cast<int>(w);
+          plan_.task(tasks[w]).worker = members[w];
           plan_.add_order(optimizer_of_device.at(devices[w]), tasks[w]);
           last_gather[devices[w]] = tasks[w];
         }

@@ -210,6 +210,20 @@ Layout read_layout(const Reader& r, const Json& j) {
     l.sync.zero.stage = r.integer(zero, "stage", ps + ".zero", 0, 3);
     l.sync.zero.reshard_after_forward = r.boolean(zero, "reshard_after_forward", ps + ".zero");
   }
+  if (j.contains("experts")) {
+    const Json& experts = r.at(j, "experts", p);
+    const std::string pe = p + ".experts";
+    l.experts.parallel = r.integer(experts, "parallel", pe, 1, 1 << 20);
+    l.experts.routing = r.parsed(experts, "routing", pe, [](const std::string& text) {
+      try {
+        return parse_routing(text, "", "");
+      } catch (const InputError& e) {
+        throw std::invalid_argument(e.message());
+      }
+    });
+    l.experts.dispatch = r.parsed(experts, "dispatch", pe, parse_collective_algorithm);
+    if (experts.contains("placement")) l.experts.placement = r.integers(experts, "placement", pe, 0, 1 << 20);
+  }
   const Json& workers = r.array(j, "workers", p);
   for (size_t w = 0; w < workers.size(); ++w) {
     const std::string wp = p + ".workers[" + std::to_string(w) + "]";
@@ -449,6 +463,8 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     if (c.size() != listed.size()) r.fail(p, "expected one coordinate per axis, -1 off an axis");
     AxisCoords at;
     for (size_t a = 0; a < listed.size(); ++a) at[listed[a]] = c[a];
+    // Plans written before the expert axis: every placed device is expert rank 0.
+    if (std::find(listed.begin(), listed.end(), Axis::expert) == listed.end()) at[Axis::expert] = at[Axis::data] >= 0 ? 0 : -1;
     plan.coords.push_back(at);
   }
   const Json& communicators = r.array(j, "communicators", "");

@@ -66,6 +66,11 @@ Json layout_json(const Layout& l) {
     j["offload"] = {{"optimizer", l.offload.optimizer}};
     if (l.offload.activations) j["offload"]["activations"] = true;
   }
+  if (l.experts != Experts{}) {  // only when set, likewise
+    j["experts"] = {{"parallel", l.experts.parallel}, {"routing", to_string(l.experts.routing)},
+                    {"dispatch", std::string(to_string(l.experts.dispatch))}};
+    if (!l.experts.placement.empty()) j["experts"]["placement"] = l.experts.placement;
+  }
   j["workers"] = Json::array();
   for (const VirtualWorker& w : l.workers) {
     Json stages = Json::array();

@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "model/error.hpp"
+#include "partition/expert_placement.hpp"
+#include "partition/expert_shard.hpp"
 #include "partition/memory.hpp"
 #include "partition/partitioner.hpp"
 #include "partition/schedule.hpp"
@@ -90,6 +92,13 @@ Layout make_layout(const model::Cluster& cluster, const model::Network& network,
   // The policies make the workers, which size the data and pipeline axes; the tensor axis
   // keeps the degree the policy gave it, which the builder holds to its ranks.
   layout.fit_outer_axes();
+  if (options.experts_by_speed) {
+    if (!options.experts.placement.empty()) {
+      throw InputError(kOptions, 0, "expert_placement", "expected a placement or placement by speed, not both");
+    }
+    check_experts(network, layout);  // (the placement needs ranks that hold the experts)
+    layout.experts.placement = place_experts_by_speed(network, layout, cost);
+  }
   return layout;
 }
 
@@ -133,6 +142,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
     }
     l.set_size(Axis::context, o.context);
   }
+  l.experts = o.experts;
   l.virtual_stages = o.virtual_stages;
   l.micro_batch_size = o.micro_batch;
   l.recompute = o.recompute;

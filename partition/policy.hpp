@@ -22,6 +22,12 @@ struct PlanOptions {
   // Context parallelism (Layout::axes): workers per context group, each 1/context of every
   // sequence (uniform and balanced; the other policies refuse it).
   int context = 1;
+  // Expert parallelism (Layout::experts): its size, the routing model, the dispatch's
+  // algorithm and a placement given expert by expert (empty: contiguous, or by speed).
+  Experts experts;
+  // Place the experts by their expert ranks' speed and memory (place_experts_by_speed)
+  // instead of contiguously; the placement above must then be empty.
+  bool experts_by_speed = false;
   int virtual_stages = 1;
   int micro_batch = 1;
   int global_batch = 0;  // samples per iteration over all virtual workers

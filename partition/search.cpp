@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "partition/schedule.hpp"
@@ -32,38 +33,6 @@ namespace {
 
 bool is_hetpipe(const std::string& policy) { return policy.rfind("hetpipe", 0) == 0; }
 
-SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& network, int global_batch,
-                          SearchSpace s) {
-  const int devices = static_cast<int>(cluster.devices().size());
-  if (s.policies.empty()) s.policies = {"uniform", "balanced", "hetpipe-np", "hetpipe-ed", "hetpipe-hd", "grouped"};
-  if (s.tensors.empty()) {
-    int smallest = std::numeric_limits<int>::max();
-    for (const model::Node& n : cluster.nodes) smallest = std::min(smallest, n.gpu_count);
-    for (int t = 1; t <= smallest; t *= 2) s.tensors.push_back(t);
-  }
-  if (s.pipelines.empty()) {
-    const int layers = search_detail::transformer_layers(network);
-    for (int p = 1; p <= std::min(devices, layers); ++p) {
-      if (devices % p == 0) s.pipelines.push_back(p);
-    }
-  }
-  if (s.contexts.empty()) {
-    const int seq = network.architecture ? network.architecture->seq : 0;
-    for (int c = 1; c <= 16 && (c == 1 || (seq / c >= 8192 && seq % (2 * c) == 0)); c *= 2) s.contexts.push_back(c);
-  }
-  if (s.micro_batches.empty()) {
-    for (int mb = 1; mb <= 32 && mb <= global_batch; mb *= 2) {
-      if (global_batch % mb == 0) s.micro_batches.push_back(mb);
-    }
-  }
-  if (s.schedules.empty()) s.schedules = {"1f1b", "gpipe", "interleaved"};
-  if (s.recomputes.empty()) s.recomputes = {Recompute::none, Recompute::selective, Recompute::full};
-  // WSP on request: its staleness is the user's to accept (training with it converges
-  // differently), and its throughput only grows with it.
-  if (s.syncs.empty()) s.syncs = {SyncKind::allreduce, SyncKind::ps};
-  return s;
-}
-
 }  // namespace
 
 std::string candidate_summary(const PlanOptions& o, int workers) {
@@ -73,8 +42,9 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   if (o.policy == "grouped") {
     s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
   } else if (!is_hetpipe(o.policy)) {
-    s += " t" + std::to_string(o.tensor) + (o.context > 1 ? " c" + std::to_string(o.context) : "") + " p" +
-         std::to_string(o.pipeline);
+    s += " t" + std::to_string(o.tensor) + (o.context > 1 ? " c" + std::to_string(o.context) : "") +
+         (o.experts.parallel > 1 ? " e" + std::to_string(o.experts.parallel) + (o.experts_by_speed ? " by speed" : "") : "") +
+         " p" + std::to_string(o.pipeline);
     if (workers > 0) s += " d" + std::to_string(workers / std::max(1, o.context));
   } else {
     s += count;
@@ -93,7 +63,7 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
 std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const model::Network& network,
                                            int global_batch, const SearchSpace& space, const PlanOptions& base,
                                            const CostModel& cost) {
-  const SearchSpace s = with_defaults(cluster, network, global_batch, space);
+  const SearchSpace s = search_detail::with_defaults(cluster, network, global_batch, space);
   const int devices = static_cast<int>(cluster.devices().size());
   std::vector<PlanOptions> out;
   for (const std::string& policy : s.policies) {
@@ -118,14 +88,16 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
         shapes.push_back(std::move(g));
       }
     }
-    // Each shape at each context size (uniform and balanced), every device used.
-    std::vector<std::pair<Grouping, int>> sized;
+    // Each shape at each context size and expert placement (uniform and balanced), every device used.
+    std::vector<std::tuple<Grouping, int, search_detail::ExpertChoice>> sized;
     for (const Grouping& shape : shapes) {
       for (const int c : grouped || hetpipe ? std::vector<int>{1} : s.contexts) {
-        if (c == 1 || devices % (shape.tensor * shape.shallowest * c) == 0) sized.emplace_back(shape, c);
+        if (c > 1 && devices % (shape.tensor * shape.shallowest * c) != 0) continue;
+        const int data = grouped || hetpipe ? 0 : devices / (shape.tensor * shape.shallowest * c);
+        for (const auto& e : search_detail::expert_choices(cluster, s, data, shape.tensor)) sized.emplace_back(shape, c, e);
       }
     }
-    for (const auto& [shape, c] : sized) {
+    for (const auto& [shape, c, experts] : sized) {
       const int p = grouped ? 0 : shape.shallowest;
       for (int mb : s.micro_batches) {
         for (const std::string& schedule : s.schedules) {
@@ -134,8 +106,11 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
           if (looped && !hetpipe && shape.shallowest < 2) continue;
           for (Recompute r : s.recomputes) {
             for (SyncKind sync : s.syncs) {
-              if (c > 1 && sync != SyncKind::allreduce) continue;  // a context group sums its gradients
+              // Context and expert groups sum their gradients.
+              if ((c > 1 || experts.parallel > 1) && sync != SyncKind::allreduce) continue;
               PlanOptions o = base;
+              o.experts.parallel = experts.parallel;
+              o.experts_by_speed = experts.by_speed;
               o.policy = policy;
               o.tensor = shape.tensor;
               o.context = c;

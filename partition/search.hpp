@@ -34,6 +34,11 @@ struct SearchSpace {
   // whose sequences are long, powers of two up to 16 that leave each device 8,192 tokens or
   // more and split the sequence in 2C chunks.
   std::vector<int> contexts;
+  // Expert parallelism's group sizes (uniform and balanced, all-reduce, one device a rank): 1,
+  // and for a mixture of experts the powers of two that divide its experts, up to 64 and the
+  // device count. On a cluster of more than one GPU type each size above 1 is tried with the
+  // experts placed contiguously and by speed (place_experts_by_speed).
+  std::vector<int> experts;
   std::vector<int> micro_batches;      // powers of two up to 32 that divide the global batch
   std::vector<std::string> schedules;  // 1f1b, gpipe, interleaved (2 chunks per rank)
   std::vector<Recompute> recomputes;   // none, selective, full
@@ -165,6 +170,17 @@ std::vector<Grouping> search_tensor_mixes(const model::Cluster& cluster, const m
 namespace search_detail {
 // Transformer layers, or all layers when there are none: how deep a pipeline may go.
 int transformer_layers(const model::Network& network);
+// An expert-parallel size and whether its experts are placed by speed.
+struct ExpertChoice {
+  int parallel = 1;
+  bool by_speed = false;
+};
+// A candidate's expert choices at `data` replicas (0: a policy that lays no expert groups) and
+// tensor degree `tensor`: 1 always; each of the space's sizes above 1 that divides the
+// replicas at tensor 1, placed contiguously and, on a cluster of several GPU types, by speed.
+std::vector<ExpertChoice> expert_choices(const model::Cluster& cluster, const SearchSpace& space, int data, int tensor);
+// The space with its empty lists given their defaults (search_space.cpp).
+SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& network, int global_batch, SearchSpace s);
 }  // namespace search_detail
 
 // The families a candidate competes in for a place among the kept ones: "all", its policy

@@ -36,6 +36,8 @@ struct PassShape {
   bool split_backward = false;  // B computes input gradients only (its W the weights')
   Recompute recompute = Recompute::none;
   int context = 1;  // the context group's size: the rank computes 1/context of the tokens
+  int experts = 1;   // the expert group's size (Layout::experts.parallel)
+  double expert_kept = 1;  // the part of the routed copies capacity keeps (ExpertSplit::dispatch)
 };
 
 // The calls of one pass, in order, each moving its tokens' share (1/context); empty when the
@@ -69,6 +71,12 @@ std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
 // Context parallelism's calls (axis_context.cpp): a pass's all-gathers of the sequence's keys
 // and values, and in a backward the reduce-scatters of their gradients; empty for one device.
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass);
+// Expert parallelism's calls (axis_expert.cpp): in each MoE layer's forward the dispatch
+// all-to-all after the router and the combine after the routed experts; in a backward their
+// gradients' in reverse order (and under full recomputation the forward's again first);
+// each of the rank's tokens' kept copies, per sample. Empty without an expert group.
+std::vector<PassCall> pass_expert_calls(const model::Network& net, const PassShape& pass);
+
 // The keys and values of one sequence on one tensor rank of degree `tensor`, per sample.
 double context_kv_elems(const model::TransformerConfig& config, int tensor);
 // The bytes of the keys and values one attention layer of layers [begin, end) gathers for a

@@ -14,7 +14,7 @@ namespace hetflow::partition::validate_detail {
 // members where its role puts them (a tensor group is one pipeline rank's devices in tensor
 // order; a pipeline pair, a worker's norm group and its tied-embedding pair lie in one
 // worker; a data group holds one device per worker; a context group one device per worker of
-// a context group, at one position), and the traffic each communicator
+// a context group, at one position; an expert group likewise), and the traffic each communicator
 // carries of its role. An unspecified role (a plan imported from a trace) is not checked.
 namespace {
 std::string coords_text(const AxisCoords& c) {
@@ -54,7 +54,7 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
     auto where = [&] { return "communicators[" + std::to_string(i) + "] (" + std::string(to_string(c.role)) + ")"; };
     const AxisCoords& first = plan.coords_of(c.devices.front());
     // A worker is a (data, context) pair of coordinates.
-    bool placed_all = true, one_worker = true, one_rank = true, one_position = true;
+    bool placed_all = true, one_worker = true, one_rank = true, one_position = true, one_expert_position = true;
     for (size_t k = 0; k < c.devices.size(); ++k) {
       const AxisCoords& m = plan.coords_of(c.devices[k]);
       placed_all = placed_all && m[Axis::data] >= 0;
@@ -62,6 +62,9 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
       one_rank = one_rank && one_worker && m[Axis::pipeline] == first[Axis::pipeline] && m[Axis::tensor] == static_cast<int>(k);
       one_position = one_position && m[Axis::data] == first[Axis::data] && m[Axis::pipeline] == first[Axis::pipeline] &&
                      m[Axis::tensor] == first[Axis::tensor] && m[Axis::context] == static_cast<int>(k);
+      one_expert_position = one_expert_position && m[Axis::pipeline] == first[Axis::pipeline] &&
+                            m[Axis::tensor] == first[Axis::tensor] && m[Axis::context] == first[Axis::context] &&
+                            m[Axis::expert] == static_cast<int>(k) && m[Axis::data] == first[Axis::data] + static_cast<int>(k);
     }
     auto distinct_workers = [&] {
       std::vector<std::pair<int, int>> workers;
@@ -91,8 +94,13 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
                          "group, in context order");
         }
         break;
-      case CommRole::server:
       case CommRole::expert:
+        if (!placed_all || !one_expert_position) {
+          note(where() + ": expected the devices of one position (pipeline, tensor and context coordinates) of an expert "
+                         "group, in expert order");
+        }
+        break;
+      case CommRole::server:
       case CommRole::unspecified:
         break;
     }

@@ -191,6 +191,14 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
     // send/recv overlapped with attention; the plan all-gathers them (Llama 3's choice).
     args.push_back("--context-parallel-size " + std::to_string(g.context) + " --cp-comm-type all_gather");
   }
+  if (l.experts.parallel > 1) {
+    // Megatron-Core's expert groups are consecutive data-parallel ranks too (--order tp-cp-ep-dp-pp).
+    args.push_back("--expert-model-parallel-size " + std::to_string(l.experts.parallel));
+  }
+  if (!l.experts.placement.empty()) {
+    g.cannot.push_back("an expert placement other than contiguous (Megatron gives each expert rank experts / EP "
+                       "consecutive experts)");
+  }
   if (l.sync.overlap_grad_reduce) args.push_back("--overlap-grad-reduce");
   if (l.sync.zero.stage == 1) args.push_back("--use-distributed-optimizer");
   if (l.sync.zero.stage > 1) {
@@ -230,6 +238,10 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
   config["gradient_accumulation_steps"] = even ? g.global_batch / (g.micro_batch * g.data) : g.microbatches;
   if (l.precision == model::Precision::fp16) config["fp16"] = {{"enabled", true}};
   if (l.precision == model::Precision::bf16) config["bf16"] = {{"enabled", true}};
+  if (l.experts.parallel > 1) {
+    g.cannot.push_back("expert parallelism " + std::to_string(l.experts.parallel) +
+                       " (DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this config)");
+  }
   config["zero_optimization"] = {
       {"stage", l.sync.zero.stage}, {"reduce_bucket_size", bucket_elements(l)}, {"overlap_comm", l.sync.overlap_grad_reduce}};
   if (l.offload.optimizer) {
@@ -294,6 +306,7 @@ void torchtitan(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (g.context > 1) {
     out << "context_parallel_degree = " << g.context << "\ncontext_parallel_rotate_method = \"allgather\"\n";
   }
+  if (l.experts.parallel > 1) out << "expert_parallel_degree = " << l.experts.parallel << "\n";
   if (g.pipeline > 1) {
     const std::map<std::string, std::string> schedules = {{"1f1b", "1F1B"}, {"gpipe", "GPipe"}, {"interleaved", "Interleaved1F1B"}};
     const auto s = schedules.find(l.schedule);

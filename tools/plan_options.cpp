@@ -17,6 +17,7 @@
 #include "partition/layout_file.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/plan_io.hpp"
+#include "partition/routing.hpp"
 #include "partition/validate.hpp"
 #include "tools/chakra_files.hpp"
 #include "tools/options.hpp"
@@ -36,6 +37,15 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
       ("data", po::value<int>()->default_value(0), "data-parallel replicas (default: all devices used)")
       ("context-parallel", po::value<int>()->default_value(1),
        "context-parallel size: workers that split each sequence, keys and values all-gathered (uniform/balanced)")
+      ("expert-parallel", po::value<int>()->default_value(1),
+       "expert-parallel size EP: consecutive data-parallel replicas that split each MoE layer's experts and "
+       "exchange tokens by all-to-all (Megatron's --expert-model-parallel-size)")
+      ("routing", po::value<std::string>()->default_value("balanced"),
+       "how the router spreads tokens over the experts: balanced | zipf:S | histogram:N0,N1,... (tokens per expert)")
+      ("expert-placement", po::value<std::string>()->default_value("contiguous"),
+       "which expert rank holds each expert: contiguous | speed (more experts on faster, larger ranks) | R0,R1,...")
+      ("expert-dispatch", po::value<std::string>()->default_value("pairwise"),
+       "the dispatch and combine all-to-alls: pairwise | hierarchical (inside each node, then across)")
       ("virtual-stages", po::value<int>()->default_value(1), "model chunks per rank (--schedule interleaved or bfs)")
       ("stage-layers", po::value<std::string>(), "layers per stage in model order, e.g. 7,7,6,10 (uniform/balanced)")
       ("axis-order", po::value<std::string>(),
@@ -104,7 +114,7 @@ T parse_option(const po::variables_map& vm, const char* name, Parse parse) {
   }
 }
 // "7,7,6,10" -> {7, 7, 6, 10}; sizes and sums are the policies' to check.
-std::vector<int> parse_counts(const std::string& text) {
+std::vector<int> parse_counts(const std::string& text, const std::string& option = "--stage-layers") {
   std::vector<int> counts;
   std::stringstream in(text);
   std::string item;
@@ -117,12 +127,11 @@ std::vector<int> parse_counts(const std::string& text) {
       used = 0;
     }
     if (used == 0 || item.find_first_not_of(' ', used) != std::string::npos) {
-      throw InputError("<command line>", 0, "--stage-layers",
-                       "expected layer counts separated by commas, e.g. 7,7,6,10, found '" + text + "'");
+      throw InputError("<command line>", 0, option, "expected numbers separated by commas, e.g. 7,7,6,10, found '" + text + "'");
     }
     counts.push_back(value);
   }
-  if (counts.empty()) throw InputError("<command line>", 0, "--stage-layers", "expected layer counts, e.g. 7,7,6,10");
+  if (counts.empty()) throw InputError("<command line>", 0, option, "expected numbers separated by commas, e.g. 7,7,6,10");
   return counts;
 }
 }  // namespace
@@ -153,6 +162,14 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.pipeline = vm["pipeline"].as<int>();
   o.data = vm["data"].as<int>();
   o.context = vm["context-parallel"].as<int>();
+  o.experts.parallel = vm["expert-parallel"].as<int>();
+  o.experts.routing = partition::parse_routing(vm["routing"].as<std::string>(), "<command line>", "--routing");
+  o.experts.dispatch = parse_option<partition::CollectiveAlgorithm>(vm, "expert-dispatch", partition::parse_collective_algorithm);
+  if (const std::string placement = vm["expert-placement"].as<std::string>(); placement == "speed") {
+    o.experts_by_speed = true;
+  } else if (placement != "contiguous") {
+    o.experts.placement = parse_counts(placement, "--expert-placement");
+  }
   o.virtual_stages = vm["virtual-stages"].as<int>();
   o.micro_batch = vm["micro-batch"].as<int>();
   o.global_batch = vm["global-batch"].as<int>();

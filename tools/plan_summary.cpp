@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/units.hpp"
+#include "partition/expert_shard.hpp"
 #include "partition/loading.hpp"
 #include "partition/validate.hpp"
 
@@ -36,6 +37,31 @@ std::string kernels_text(const partition::KernelOptions& k) {
     if (!fused) unfused += (unfused.empty() ? ", unfused " : ", ") + std::string(name);
   }
   return s + unfused;
+}
+
+// A mixture's experts: where they live and what the routing costs each expert rank (the
+// busiest gates every MoE layer).
+void experts_summary(const Plan& plan, std::ostream& out) {
+  const partition::Layout& l = plan.layout;
+  if (!plan.network.architecture || plan.network.architecture->moe.experts <= 0) return;
+  const partition::ExpertSplit split = partition::expert_split(plan.network, l);
+  out << "  experts: " << plan.network.architecture->moe.experts << " routed, top-" << plan.network.architecture->moe.experts_per_token;
+  if (split.ranks <= 1) {
+    out << ", every one on every device (no expert parallelism), routing " << partition::to_string(l.experts.routing) << "\n";
+    return;
+  }
+  const auto& load = split.loads.rank_load;
+  out << ", expert parallel " << split.ranks << " (groups of " << split.ranks << " consecutive replicas, all-to-all "
+      << partition::to_string(l.experts.dispatch) << "), routing " << partition::to_string(l.experts.routing)
+      << (l.experts.placement.empty() ? ", contiguous placement" : ", placement given expert by expert") << "\n";
+  out << std::fixed << std::setprecision(2) << "    expert rank: experts held, load (copies over an even share)";
+  const size_t shown = std::min<size_t>(load.size(), 16);
+  for (size_t r = 0; r < shown; ++r) out << (r ? "; " : " ") << r << ": " << split.held[r] << ", " << load[r];
+  if (shown < load.size()) out << "; ...";
+  out << "\n    busiest: rank " << split.loads.busiest << " at " << load[static_cast<size_t>(split.loads.busiest)]
+      << "x an even share gates every MoE layer";
+  if (split.loads.dropped > 0) out << "; capacity drops " << 100 * split.loads.dropped << " % of the copies";
+  out << "\n" << std::defaultfloat << std::setprecision(6);
 }
 }  // namespace
 
@@ -74,10 +100,13 @@ void print_layout(std::ostream& out, const Plan& plan) {
   }
   if (l.folded) {
     out << ", folded: "
-        << (l.task_workers() > 1 ? "the first context group's tasks" : std::string("virtual worker 0's tasks"))
+        << (l.experts.parallel > 1    ? "the first expert group's tasks"
+            : l.task_workers() > 1    ? "the first context group's tasks"
+                                      : std::string("virtual worker 0's tasks"))
         << " stand for all " << l.workers.size() / std::max<size_t>(1, l.task_workers()) << " replicas";
   }
   out << "\n";
+  experts_summary(plan, out);
   const size_t shown = std::min<size_t>(l.workers.size(), 4);
   for (size_t w = 0; w < shown; ++w) {
     const partition::VirtualWorker& vw = l.workers[w];

@@ -55,7 +55,8 @@ PlanOptions grid(int tensor, int pipeline, int data, const std::string& order) {
 
 TEST(Axis, NamesRoundTripAndUnknownOnesAreRefusedByName) {
   for (const Axis a : kAxes) EXPECT_EQ(parse_axis(to_string(a)), a);
-  EXPECT_EQ(error_of([] { parse_axis("expert"); }), "expected an axis (data, pipeline, tensor, context), found 'expert'");
+  EXPECT_EQ(error_of([] { parse_axis("sequence"); }),
+            "expected an axis (data, pipeline, tensor, context, expert), found 'sequence'");
 }
 
 TEST(Axis, PlacementOrdersNameEveryAxisOnce) {
@@ -64,13 +65,17 @@ TEST(Axis, PlacementOrdersNameEveryAxisOnce) {
   EXPECT_EQ(error_of([] { parse_axis_order("tensor,tensor,data"); }),
             "expected each axis once, found 'tensor' twice in 'tensor,tensor,data'");
   EXPECT_EQ(error_of([] { parse_axis_order("tensor,data"); }),
-            "expected every axis (data, pipeline, tensor, context) once (context may be left out), found 'tensor,data'");
+            "expected every placed axis (data, pipeline, tensor, context) once (context may be left out), found 'tensor,data'");
   EXPECT_EQ(error_of([] { parse_axis_order("tensor,,data"); }),
-            "expected an axis (data, pipeline, tensor, context), found ''");
+            "expected an axis (data, pipeline, tensor, context, expert), found ''");
   // Context may be listed, anywhere, or left out (size 1).
   EXPECT_EQ(axis_order_text(parse_axis_order("tensor,context,data,pipeline")), "tensor,context,data,pipeline");
+  // Expert is never placed: it subdivides data.
+  EXPECT_EQ(error_of([] { parse_axis_order("tensor,expert,data,pipeline"); }),
+            "expected the placed axes (expert subdivides data: its groups are consecutive data indices, and its size is "
+            "experts.parallel), found 'expert' in 'tensor,expert,data,pipeline'");
   EXPECT_EQ(error_of([] { parse_axis_order("tensor,context,data"); }),
-            "expected every axis (data, pipeline, tensor, context) once (context may be left out), found "
+            "expected every placed axis (data, pipeline, tensor, context) once (context may be left out), found "
             "'tensor,context,data'");
 }
 
@@ -96,7 +101,7 @@ TEST(Axis, TheRegistryHasEveryAxisOnceWithItsRoleAndPhase) {
 
 TEST(Axis, ALayoutsAxesAreSizedByItsWorkers) {
   const Layout l = layout_of(test_support::identical_cluster(8), grid(2, 2, 2, ""));
-  ASSERT_EQ(l.axes.size(), kAxisCount - 1);  // without context parallelism, context is left out
+  ASSERT_EQ(l.axes.size(), kAxisCount - 2);  // without context parallelism context is left out; expert always is
   EXPECT_EQ(axis_order_text(l.axes), "tensor,data,pipeline");
   EXPECT_EQ(l.size(Axis::tensor), 2);
   EXPECT_EQ(l.size(Axis::data), 2);
@@ -207,5 +212,10 @@ TEST(Placement, OnlyTheGridPoliciesTakeAnOrder) {
   o.data = 4;
   EXPECT_EQ(layout_of(cluster, o).workers[1].ranks[0], std::vector<int>{2});  // pipeline innermost: worker 1 starts at 2
   o.axis_order = "pipeline,expert";
-  EXPECT_EQ(error_of([&] { layout_of(cluster, o); }), "axis_order: expected an axis (data, pipeline, tensor, context), found 'expert'");
+  EXPECT_EQ(error_of([&] { layout_of(cluster, o); }),
+            "axis_order: expected the placed axes (expert subdivides data: its groups are consecutive data indices, and "
+            "its size is experts.parallel), found 'expert' in 'pipeline,expert'");
+  o.axis_order = "pipeline,sequence";
+  EXPECT_EQ(error_of([&] { layout_of(cluster, o); }),
+            "axis_order: expected an axis (data, pipeline, tensor, context, expert), found 'sequence'");
 }

@@ -178,9 +178,10 @@ TEST(PlanRoles, ValidationBlamesRolesAndCoordinatesThatDisagreeWithTheLayout) {
   const std::string moved = problem([](Plan& p) { p.coords[3][Axis::tensor] = 5; });
   EXPECT_NE(moved.find("coords[3]: expected [" + std::to_string(placed[Axis::data]) + ", " +
                        std::to_string(placed[Axis::pipeline]) + ", " + std::to_string(placed[Axis::tensor]) + ", " +
-                       std::to_string(placed[Axis::context]) + "] (where the layout places " + good.device_name(3) +
+                       std::to_string(placed[Axis::context]) + ", " + std::to_string(placed[Axis::expert]) +
+                       "] (where the layout places " + good.device_name(3) +
                        "), found [" + std::to_string(placed[Axis::data]) + ", " + std::to_string(placed[Axis::pipeline]) +
-                       ", 5, " + std::to_string(placed[Axis::context]) + "]"),
+                       ", 5, " + std::to_string(placed[Axis::context]) + ", " + std::to_string(placed[Axis::expert]) + "]"),
             std::string::npos)
       << moved;
   EXPECT_NE(problem([](Plan& p) { p.coords.pop_back(); }).find("coords: expected one entry per device"), std::string::npos);

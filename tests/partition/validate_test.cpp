@@ -264,8 +264,9 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   }
   // Coordinates are on the axes the plan names, each a known axis, one coordinate per axis.
   std::string axes = unstamped;
-  axes.replace(axes.find("\"axes\": [\"data\""), std::string("\"axes\": [\"data\"").size(), "\"axes\": [\"expert\"");
-  EXPECT_NE(error_of(axes).find("axes[0]: expected an axis (data, pipeline, tensor, context), found 'expert'"), std::string::npos)
+  axes.replace(axes.find("\"axes\": [\"data\""), std::string("\"axes\": [\"data\"").size(), "\"axes\": [\"sequence\"");
+  EXPECT_NE(error_of(axes).find("axes[0]: expected an axis (data, pipeline, tensor, context, expert), found 'sequence'"),
+            std::string::npos)
       << error_of(axes);
   std::string axis_twice = unstamped;
   axis_twice.replace(axis_twice.find("\"axes\": [\"data\", \"pipeline\""),
@@ -273,7 +274,7 @@ TEST(Validate, BrokenPlanFilesGetFieldNamesNotCrashes) {
   EXPECT_NE(error_of(axis_twice).find("axes[1]: expected each axis once, found 'data' again"), std::string::npos)
       << error_of(axis_twice);
   std::string short_coords = unstamped;
-  short_coords.replace(short_coords.find("[0,0,0,0]", short_coords.find("\"coords\"")), 9, "[0,0]");
+  short_coords.replace(short_coords.find("[0,0,0,0,0]", short_coords.find("\"coords\"")), 11, "[0,0]");
   EXPECT_NE(error_of(short_coords).find("coords[0]: expected one coordinate per axis"), std::string::npos)
       << error_of(short_coords);
   std::string role = unstamped;

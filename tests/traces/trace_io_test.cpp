@@ -213,7 +213,7 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
        "host_optimizer, to_device), found '\\x09x\\x01'"},
       {kPrefix + row_with(4, "dp") + "\n", 7, "purpose",
        "expected a purpose (compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, "
-       "ps_push, ps_pull, gradient_norm, offload, context_parallel), found 'dp'"},
+       "ps_push, ps_pull, gradient_norm, offload, context_parallel, expert_parallel), found 'dp'"},
       {"# hetflow trace v3\n", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '# hetflow trace v3'"},
       {"", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found ''"},
       {"\x7f" "ELF\x02\x01", 1, "format",

@@ -1,0 +1,248 @@
+// Expert parallelism (--expert-parallel EP): groups of EP consecutive data-parallel replicas
+// split each MoE layer's routed experts, exchange tokens by in-task all-to-alls, and sum
+// gradients in two parts: the dense parameters over every replica, each expert rank's
+// experts over the replicas holding them. Checked against hand counts of a small mixture:
+// what each device holds, what the syncs carry, what ZeRO-1 shards, the all-to-alls' bytes
+// and parts, the plan file's round trip, and the errors that name the option at fault.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/expert_placement.hpp"
+#include "partition/expert_shard.hpp"
+#include "partition/layout_file.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/plan_io.hpp"
+#include "partition/policy.hpp"
+#include "partition/validate.hpp"
+#include "tests/partition/plan_test_util.hpp"
+
+using namespace hetflow;
+using namespace hetflow::partition;
+
+namespace {
+
+using test_support::error_of;
+using test_support::plan_of;
+
+// Two MoE layers of 8 experts (top-2), each expert 3 x 256 x 512 parameters.
+const model::Network& mixture() {
+  static const model::Network net = model::network_from_spec(
+      "llama:layers=2,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
+      "expert_ffn=512",
+      model::Precision::bf16);
+  return net;
+}
+
+constexpr double kExpert = 3.0 * 256 * 512;
+
+PlanOptions options(int ep, int pipeline = 1) {
+  PlanOptions o;
+  o.experts.parallel = ep;
+  o.pipeline = pipeline;
+  o.microbatches = 2;
+  return o;
+}
+
+}  // namespace
+
+TEST(ExpertParallel, EachDeviceHoldsTheDensePartAndItsRanksExperts) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  const Plan plan = plan_of(cluster, mixture(), options(4));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  EXPECT_EQ(plan.layout.size(Axis::expert), 4);
+  EXPECT_EQ(plan.layout.size(Axis::data), 8);
+  const double routed = 2 * 8 * kExpert, whole = mixture().param_count();
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_EQ(plan.coords[static_cast<size_t>(d)][Axis::expert], d % 4);
+    double held = 0;
+    for (const Tensor& t : plan.tensors) {
+      if (t.kind == TensorKind::weight && t.device == d) held += t.bytes / 2;
+    }
+    EXPECT_DOUBLE_EQ(held, whole - routed + 2 * 2 * kExpert) << d;  // 2 of the 8 experts of each layer
+  }
+}
+
+TEST(ExpertParallel, DenseGradientsSumOverEveryReplicaAndExpertsOverTheirHolders) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  const double routed = 2 * 8 * kExpert, whole = mixture().param_count(), g = 2;
+  for (const int zero : {0, 1}) {
+    PlanOptions o = options(4);
+    o.zero_stage = zero;
+    const Plan plan = plan_of(cluster, mixture(), o);
+    ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+    // Bytes each gradient sync carries, by its members.
+    std::map<std::vector<int>, double> synced;
+    for (const Collective& c : plan.collectives) {
+      if (c.purpose != Purpose::data_parallel || c.in_task()) continue;
+      if (c.kind != (zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce)) continue;
+      synced[plan.communicator(c.communicator).devices] += c.bytes;
+    }
+    ASSERT_EQ(synced.size(), 5u) << "zero " << zero;
+    EXPECT_DOUBLE_EQ(synced.at({0, 1, 2, 3, 4, 5, 6, 7}), (whole - routed) * g);
+    for (int r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(synced.at({r, r + 4}), 2 * 2 * kExpert * g) << r;
+    // ZeRO-1: every parameter is stepped once, on the replica whose shard holds it.
+    if (zero == 1) {
+      double stepped = 0;
+      for (const Task& t : plan.tasks) {
+        if (t.kind == TaskKind::optimizer) stepped += t.flops / 12;  // Adam: 12 FLOPs a parameter
+      }
+      EXPECT_NEAR(stepped, whole, 8);
+    }
+  }
+}
+
+TEST(ExpertParallel, EachMoeLayerExchangesItsTokensCopiesInTheRoutingsParts) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  PlanOptions o = options(4);
+  o.experts.routing = parse_routing("zipf:1", "test", "routing");
+  const Plan plan = plan_of(cluster, mixture(), o);
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  const ExpertSplit split = expert_split(mixture(), plan.layout);
+  std::map<TaskKind, int> exchanges;
+  std::set<std::vector<int>> groups;
+  for (const Collective& c : plan.collectives) {
+    if (c.purpose != Purpose::expert_parallel) continue;
+    ASSERT_TRUE(c.in_task());
+    EXPECT_EQ(c.kind, CollectiveKind::all_to_all);
+    EXPECT_EQ(c.algorithm, CollectiveAlgorithm::pairwise);
+    EXPECT_EQ(c.parts, split.dispatch.parts);
+    EXPECT_EQ(plan.communicator(c.communicator).role, CommRole::expert);
+    groups.insert(plan.communicator(c.communicator).devices);
+    // Two layers, dispatch and combine each: a sample's 256 tokens x 2 copies x 256 wide, bf16.
+    EXPECT_EQ(c.messages, 4);
+    EXPECT_DOUBLE_EQ(c.bytes, 4 * 256.0 * 2 * 256 * 2);
+    exchanges[plan.task(c.tasks.front()).kind] += 1;
+  }
+  EXPECT_EQ(groups, (std::set<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  // Per group and micro-batch, one in its forwards and one in its backwards.
+  EXPECT_EQ(exchanges[TaskKind::forward], 2 * 2);
+  EXPECT_EQ(exchanges[TaskKind::backward], 2 * 2);
+  // The busiest rank's forwards compute its load's routed FLOPs.
+  double even = 0, busiest = 0;
+  for (const Task& t : plan.tasks) {
+    if (t.kind != TaskKind::forward || t.microbatch != 0) continue;
+    if (t.worker == 4 + 1) even = t.flops;  // rank 1 of the second group
+    if (t.worker == split.loads.busiest) busiest = t.flops;
+  }
+  double routed = 0;
+  for (const model::Layer& l : mixture().layers) routed += routed_forward_flops(l, 256);
+  const double r0 = split.loads.rank_load[static_cast<size_t>(split.loads.busiest)], r1 = split.loads.rank_load[1];
+  EXPECT_NEAR(busiest - even, routed * (r0 - r1), routed * 1e-12);
+}
+
+TEST(ExpertParallel, ThePlanFileSaysWhereEachExpertLives) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  PlanOptions o = options(4);
+  o.experts.placement = {3, 3, 2, 2, 1, 1, 0, 0};
+  o.experts.routing = parse_routing("histogram:9,1,1,1,1,1,1,1", "test", "routing");
+  o.experts.dispatch = CollectiveAlgorithm::hierarchical;
+  const Plan plan = plan_of(cluster, mixture(), o);
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  const std::string text = write_plan_json(plan);
+  const Plan back = read_plan_json(text, "plan.json");
+  EXPECT_EQ(back.layout.experts, plan.layout.experts);
+  EXPECT_EQ(back.coords, plan.coords);
+  EXPECT_EQ(write_plan_json(back), text);
+  // Expert 0 (9 of 16 copies) lives on rank 3: its load 4 x 10/16.
+  EXPECT_EQ(expert_split(mixture(), back.layout).loads.busiest, 3);
+  // A layout file keeps it too.
+  PlanOptions again;
+  apply_layout_file_options(write_layout_file(plan.layout, cluster), "layout.yaml", again,
+                            [](std::string_view) { return false; });
+  EXPECT_EQ(again.experts, plan.layout.experts);
+  // A plan that moves an expert group's device is refused by validation, naming the group.
+  Plan moved = plan;
+  for (Communicator& c : moved.communicators) {
+    if (c.role == CommRole::expert) std::swap(c.devices[0], c.devices[1]);
+  }
+  const std::vector<std::string> problems = validate_plan(moved).problems;
+  EXPECT_TRUE(std::any_of(problems.begin(), problems.end(), [](const std::string& p) {
+    return p.find("(expert): expected the devices of one position (pipeline, tensor and context coordinates) of an expert "
+                  "group, in expert order") != std::string::npos;
+  })) << problems.front();
+}
+
+TEST(ExpertParallel, LayoutsItCannotPlanAreRefusedNamingTheOption) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  const auto error = [&](PlanOptions o, const model::Network& net) {
+    return error_of([&] { plan_of(cluster, net, o); });
+  };
+  const model::Network dense = model::network_from_spec("llama:layers=2,hidden=256,heads=8,ffn=512,vocab=1000,seq=256",
+                                                        model::Precision::bf16);
+  EXPECT_EQ(error(options(2), dense),
+            "expert_parallel: expected a network with a mixture of experts (architecture.moe) for expert parallelism 2; " +
+                dense.name + " has none");
+  EXPECT_EQ(error(options(3), mixture()),
+            "expert_parallel: expected a divisor of the data axis (8 replicas: expert groups are consecutive replicas), "
+            "found 3");
+  PlanOptions o = options(2);
+  o.pipeline = 2;
+  o.data = 2;
+  o.tensor = 2;
+  EXPECT_EQ(error(o, mixture()),
+            "tensor: expected 1 with expert parallelism: chunk 0 of worker 0 holds MoE layers on 2 tensor-parallel "
+            "devices, and expert tensor parallelism is not modelled yet");
+  o = options(2);
+  o.zero_stage = 2;
+  EXPECT_EQ(error(o, mixture()).substr(0, 47), "zero_stage: expected 0 or 1 with expert paralle");
+  o = options(4);
+  o.experts.placement = {0, 0, 1, 1, 2, 2, 3, 4};
+  EXPECT_EQ(error(o, mixture()), "expert_placement[7]: expected an expert rank below expert_parallel (4), found 4");
+  o.experts.placement = {0, 0, 1, 1, 2, 2, 0, 0};
+  EXPECT_EQ(error(o, mixture()), "expert_placement: expected every expert rank to hold an expert; rank 3 holds none");
+  o = options(4);
+  o.experts.routing = parse_routing("histogram:1,2,3", "test", "routing");
+  EXPECT_EQ(error(o, mixture()), "routing: expected one token count per expert (8), found 3");
+  o = options(4);
+  o.experts.dispatch = CollectiveAlgorithm::ring;
+  EXPECT_EQ(error(o, mixture()), "expert_dispatch: expected pairwise or hierarchical, found ring");
+}
+
+// A mixed group: two fast and two slow GPUs per expert group. Placement by speed puts more
+// experts on the fast ranks, within the memory each has, and the busiest rank's time (its
+// experts' copies over its speed) drops below the contiguous placement's.
+TEST(ExpertParallel, PlacementBySpeedGivesFasterRanksMoreExperts) {
+  const model::Cluster cluster = model::parse_cluster(
+      "name: mixed\nnodes:\n  - {name: a, count: 1, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, bandwidth: 300 GB/s}, "
+      "nic: {count: 1, bandwidth: 200 Gb/s}}\n  - {name: t, count: 1, gpu: T4, gpus: 2, intra: {kind: pcie, bandwidth: "
+      "16 GB/s}, nic: {count: 1, bandwidth: 100 Gb/s}}\n",
+      "mixed.yaml");
+  PlanOptions o = options(4);
+  o.precision = model::Precision::fp16;
+  const CostModel cost(cluster, model::Precision::fp16);
+  // Experts of 3 x 2048 x 4096 parameters: GEMMs large enough to run near each GPU's peak.
+  const model::Network net = model::network_from_spec(
+      "llama:layers=2,hidden=2048,heads=16,kv_heads=8,ffn=4096,vocab=1000,seq=2048,experts=8,experts_per_token=2,"
+      "expert_ffn=4096",
+      model::Precision::fp16);
+  Layout layout = make_layout(cluster, net, o, cost);
+  const ExpertRanks ranks = expert_ranks(net, layout, cost);
+  ASSERT_EQ(ranks.speeds.size(), 4u);
+  EXPECT_GT(ranks.speeds[0], 3 * ranks.speeds[2]);  // an A100 against a T4, at an expert's GEMM size
+  EXPECT_DOUBLE_EQ(ranks.speeds[0], ranks.speeds[1]);
+  o.experts_by_speed = true;
+  layout = make_layout(cluster, net, o, cost);
+  std::vector<int> held(4, 0);
+  for (const int r : layout.experts.placement) ++held[static_cast<size_t>(r)];
+  EXPECT_EQ(std::accumulate(held.begin(), held.end(), 0), 8);
+  EXPECT_GT(held[0], held[2]);
+  EXPECT_GE(held[2], 1);
+  const Plan plan = build_plan(cluster, net, layout, cost);
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  const auto slowest = [&](const Layout& l) {
+    const ExpertSplit split = expert_split(net, l);
+    double worst = 0;
+    for (size_t r = 0; r < 4; ++r) worst = std::max(worst, split.loads.rank_load[r] / ranks.speeds[r]);
+    return worst;
+  };
+  Layout contiguous = layout;
+  contiguous.experts.placement.clear();
+  EXPECT_LT(slowest(layout), slowest(contiguous) * 0.8);
+}

@@ -1,0 +1,154 @@
+// Expert parallelism simulated against closed forms: four single-GPU nodes on a flat network
+// form one expert group of four, each holding two of a mixture's eight experts. Every MoE
+// layer's forward meets the group twice (dispatch, combine), so every member's forward ends
+// when the busiest member's compute and the all-to-alls are done:
+//   forward = compute(busiest member's forward) + the in-task all-to-alls' time,
+// where the busiest member's routed-expert FLOPs are its load (copies over an even share)
+// times an even share's. Balanced routing gives every member the FLOPs of the same layer
+// without expert parallelism: the dense-equivalent time plus the all-to-alls.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "model/io.hpp"
+#include "model/zoo.hpp"
+#include "partition/estimate.hpp"
+#include "partition/expert_shard.hpp"
+#include "partition/plan_builder.hpp"
+#include "partition/policy.hpp"
+#include "partition/validate.hpp"
+#include "sim/simulator.hpp"
+
+using namespace hetflow;
+
+namespace {
+
+partition::Plan plan_of(const model::Cluster& cluster, const model::Network& net, partition::PlanOptions o) {
+  o.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
+}
+
+const model::Cluster& flat_cluster() {
+  static const model::Cluster cluster = model::parse_cluster(
+      "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n  - {name: n, count: 4, gpu: A100-80, gpus: 1, "
+      "intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, nic: {count: 1, bandwidth: 10000000000 B/s, "
+      "latency: 0.000005 s}}\n",
+      "flat.yaml");
+  return cluster;
+}
+
+const model::Network& moe_network() {
+  static const model::Network net = model::network_from_spec(
+      "llama:layers=2,hidden=1024,heads=8,kv_heads=8,ffn=2048,vocab=1000,seq=2048,experts=8,experts_per_token=2,"
+      "expert_ffn=2048",
+      model::Precision::bf16);
+  return net;
+}
+
+// Each device's first forward, start to end, and its task.
+std::map<int, std::pair<double, int>> first_forwards(const sim::SimResult& r) {
+  std::map<int, std::pair<double, int>> out;
+  for (const traces::Event& e : r.trace.events) {
+    if (e.kind != partition::TaskKind::forward || e.message >= 0 || e.iteration != 0 || e.microbatch != 0) continue;
+    out.try_emplace(e.device, e.end_s - e.start_s, e.task);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(SimulatedExperts, EveryForwardWaitsForTheBusiestRankAndTheAllToAlls) {
+  const model::Cluster& cluster = flat_cluster();
+  const model::Network& net = moe_network();
+  const partition::CostModel cost(cluster, net.precision);
+  partition::PlanOptions o;
+  o.experts.parallel = 4;
+  o.microbatches = 1;
+  o.workspace_bytes = 0;
+  double dense_equivalent = 0;  // the forward's compute without expert parallelism
+  {
+    partition::PlanOptions one = o;
+    one.experts.parallel = 1;
+    const partition::Plan plan = plan_of(cluster, net, one);
+    dense_equivalent = cost.task_compute_time_s(plan, plan.task(first_forwards(sim::simulate(plan, {})).at(0).second));
+  }
+  // Expert 0 takes 5 of every 12 copies: rank 0 (experts 0 and 1) computes 6/12 of them,
+  // twice an even share; the others 2/3 of one.
+  for (const std::string routing : {"balanced", "histogram:5,1,1,1,1,1,1,1"}) {
+    o.experts.routing = partition::parse_routing(routing, "test", "routing");
+    const partition::Plan plan = plan_of(cluster, net, o);
+    ASSERT_TRUE(partition::validate_plan(plan).ok()) << partition::validate_plan(plan).problems.front();
+    const partition::ExpertSplit split = partition::expert_split(net, plan.layout);
+    const int busiest = split.loads.busiest;  // worker b is expert rank b here (one group, no context)
+    if (routing != "balanced") {
+      EXPECT_EQ(busiest, 0);
+      EXPECT_NEAR(split.loads.rank_load[0], 2.0, 1e-12);
+      EXPECT_NEAR(split.loads.rank_load[1], 2.0 / 3, 1e-12);
+    }
+    // The group's in-task all-to-alls inside the forwards: one collective of 2 messages a layer.
+    double exchanges = 0;
+    int collectives = 0;
+    for (const partition::Collective& c : plan.collectives) {
+      if (c.purpose != partition::Purpose::expert_parallel || !c.in_task()) continue;
+      if (plan.task(c.tasks.front()).kind != partition::TaskKind::forward || plan.task(c.tasks.front()).microbatch != 0) continue;
+      EXPECT_EQ(c.messages, 4);
+      EXPECT_EQ(c.parts, split.dispatch.parts);
+      exchanges += cost.collective_time_s(partition::collective_spec(plan, c));
+      ++collectives;
+    }
+    ASSERT_EQ(collectives, 1);
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    const auto forwards = first_forwards(r);
+    ASSERT_EQ(forwards.size(), 4u);
+    const double busiest_compute = cost.task_compute_time_s(plan, plan.task(forwards.at(busiest).second));
+    // (Both terms weigh: neither hides the other's error.)
+    EXPECT_GT(busiest_compute, 0.2 * exchanges);
+    for (const auto& [device, forward] : forwards) {
+      EXPECT_NEAR(forward.first / (busiest_compute + exchanges), 1.0, 0.01) << routing << " device " << device;
+    }
+    if (routing == "balanced") {
+      EXPECT_NEAR(busiest_compute / dense_equivalent, 1.0, 1e-9);
+    } else {  // the busiest rank's routed FLOPs twice an even share's, the rest as before
+      double routed = 0;
+      for (const model::Layer& l : net.layers) routed += partition::routed_forward_flops(l, 2048);
+      const partition::Plan balanced = plan_of(cluster, net, [&] {
+        partition::PlanOptions b = o;
+        b.experts.routing = {};
+        return b;
+      }());
+      const double even = balanced.task(first_forwards(sim::simulate(balanced, {})).at(0).second).flops;
+      EXPECT_NEAR(plan.task(forwards.at(busiest).second).flops, even + routed, even * 1e-12);
+      EXPECT_GT(busiest_compute, dense_equivalent * 1.2);
+    }
+    EXPECT_NEAR(r.simulated_s / partition::estimate_plan(plan, cost).iteration_time_s, 1.0, 0.02) << routing;
+  }
+}
+
+TEST(SimulatedExperts, AFoldedPlanSimulatesAsTheWholePlan) {
+  // Four nodes of two GPUs, 8 replicas in expert groups of 2 (consecutive replicas, on one
+  // node): the folded plan simulates the first group, standing for the other three.
+  const model::Cluster cluster = model::parse_cluster(
+      "name: four\nnodes:\n  - {name: n, count: 4, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, bandwidth: 300 GB/s, "
+      "latency: 2 us}, nic: {count: 2, bandwidth: 100 Gb/s}}\n",
+      "four.yaml");
+  for (const int zero : {0, 1}) {
+    partition::PlanOptions o;
+    o.experts.parallel = 2;
+    o.microbatches = 2;
+    o.zero_stage = zero;
+    const partition::Plan whole = plan_of(cluster, moe_network(), o);
+    o.fold = true;
+    const partition::Plan folded = plan_of(cluster, moe_network(), o);
+    ASSERT_TRUE(folded.layout.folded);
+    ASSERT_TRUE(partition::validate_plan(folded).ok()) << partition::validate_plan(folded).problems.front();
+    ASSERT_TRUE(partition::validate_plan(whole).ok()) << partition::validate_plan(whole).problems.front();
+    EXPECT_LT(folded.tasks.size() * 3, whole.tasks.size());
+    const sim::SimResult a = sim::simulate(whole, {}), b = sim::simulate(folded, {});
+    ASSERT_TRUE(a.completed);
+    ASSERT_TRUE(b.completed);
+    EXPECT_NEAR(b.simulated_s / a.simulated_s, 1.0, 0.01) << "zero " << zero;
+  }
+}
