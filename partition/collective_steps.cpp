@@ -309,6 +309,59 @@ void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
 
 }  // namespace
 
+std::vector<Step> coalesced_all_to_all(const CollectiveSpec& c, int device, const NodeOf& node_of) {
+  if (c.kind != CollectiveKind::all_to_all || c.devices.size() < 2) return {};
+  const std::vector<std::vector<int>> nodes = node_major_groups(c.devices, node_of);
+  if (nodes.empty()) return {};
+  const size_t m = nodes.size(), k = nodes.front().size(), n = m * k, me = position(c.devices, device);
+  if (me == n) throw Error("coalesced_all_to_all: device " + std::to_string(device) + " is not a member");
+  const bool hierarchical = c.algorithm == CollectiveAlgorithm::hierarchical && m >= 2 && k >= 2;
+  const auto p = [&](size_t node, size_t local) { return all_to_all_part(c, node * k + local); };
+  std::vector<double> column(k, 0.0), row(m, 0.0);  // parts bound for a local index on every node; for a node
+  for (size_t b = 0; b < m; ++b) {
+    for (size_t o = 0; o < k; ++o) {
+      column[o] += p(b, o);
+      row[b] += p(b, o);
+    }
+  }
+  // What member (a, l) sends inside its node and across, as parts of its buffer; what it
+  // receives so is what its predecessor that way must send for the flows to be exact.
+  struct Ways {
+    double inside_sent, inside_received, across_sent, across_received;
+  };
+  const auto ways = [&](size_t a, size_t l) -> Ways {
+    if (hierarchical) {  // collective_steps' phases: columns to the node's others, then k parts a peer
+      return {1 - column[l], static_cast<double>(k - 1) * column[l], static_cast<double>(k) * (column[l] - p(a, l)),
+              static_cast<double>(k * (m - 1)) * p(a, l)};
+    }
+    return {row[a] - p(a, l), static_cast<double>(k - 1) * p(a, l), 1 - row[a], static_cast<double>(n - k) * p(a, l)};
+  };
+  // Every member decides alike: the flows are exact for all of them, or none coalesces.
+  const auto alike = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max({1.0, x, y}); };
+  for (size_t a = 0; a < m; ++a) {
+    for (size_t l = 0; l < k; ++l) {
+      const Ways here = ways(a, l), inside_next = ways(a, (l + 1) % k), across_next = ways((a + 1) % m, l);
+      if (k >= 2 && !alike(here.inside_sent, inside_next.inside_received)) return {};
+      if (m >= 2 && !alike(here.across_sent, across_next.across_received)) return {};
+    }
+  }
+  const size_t a = me / k, l = me % k;
+  const Ways mine = ways(a, l);
+  Step inside, across;
+  if (k >= 2) {
+    inside.sends.push_back({c.devices[a * k + (l + 1) % k], c.bytes * mine.inside_sent, Lane::intra_scatter, 0, 0, false});
+    inside.receives.push_back({c.devices[a * k + (l + k - 1) % k], 0, Lane::intra_scatter, 0, 0, false});
+  }
+  if (m >= 2) {
+    Step& step = hierarchical ? across : inside;
+    step.sends.push_back({c.devices[(a + 1) % m * k + l], c.bytes * mine.across_sent, Lane::inter_ring, 0, 0, false});
+    step.receives.push_back({c.devices[(a + m - 1) % m * k + l], 0, Lane::inter_ring, 0, 0, false});
+  }
+  std::vector<Step> steps{std::move(inside)};
+  if (hierarchical) steps.push_back(std::move(across));
+  return steps;
+}
+
 std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const NodeOf& node_of) {
   check_collective(c);
   if (position(c.devices, device) == c.devices.size()) {

@@ -111,6 +111,16 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const st
 // together and every node holds as many; empty otherwise. A hierarchical all-to-all's nodes.
 std::vector<std::vector<int>> node_major_groups(const std::vector<int>& group, const std::function<int(int)>& node_of);
 
+// An all-to-all's traffic as the simulator may run it, coalesced: per phase (pairwise one,
+// hierarchical its two) at most two flows a member, one to its successor inside its node
+// (local index l + 1) and one to its successor across nodes (the next node's member at l),
+// each carrying what the member sends that way in the phase. Only where that is exactly what
+// the successor receives that way (even parts, as a balanced router's), so that every link
+// out of or into a member carries what it carries in the steps; empty otherwise, or where the
+// members do not lie node by node, as many on each (node_major_groups): run the steps. Sends
+// carry the bytes, not the data (begin = end = 0): for simulation only.
+std::vector<Step> coalesced_all_to_all(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
+
 // The bytes `device` sends in collective `c`: the sum of its steps' sends.
 double bytes_sent(const CollectiveSpec& c, int device, const std::function<int(int)>& node_of);
 

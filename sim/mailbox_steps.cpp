@@ -29,8 +29,9 @@ sg::Mailbox* mailbox(int src, int dst, const std::string& lane_and_stream) {
 }  // namespace
 
 MailboxSteps::MailboxSteps(const partition::Plan& plan, const partition::CostModel& cost, const Platform& platform,
-                           bool coalesce_rings)
-    : plan_(plan), cost_(cost), platform_(platform), coalesce_rings_(coalesce_rings) {}
+                           bool coalesce_rings, bool coalesce_all_to_all)
+    : plan_(plan), cost_(cost), platform_(platform), coalesce_rings_(coalesce_rings),
+      coalesce_all_to_all_(coalesce_all_to_all) {}
 
 const MailboxSteps::RingHops& MailboxSteps::ring_hops(size_t collective) const {
   if (ring_hops_.size() != plan_.collectives.size()) ring_hops_.assign(plan_.collectives.size(), RingHops{});
@@ -86,13 +87,18 @@ std::vector<MailboxStep> MailboxSteps::of(const Collective& c, const Task& t) co
   const bool folded = c.tasks.size() < plan_.members(c).size();
   const std::optional<partition::RingSteps> ring =
       partition::ring_steps(partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1}, plan_.members(c), t.device);
-  const bool one_transfer = ring && ring->count > 1 &&
-                            (folded || (coalesce_rings_ && !ring_shares_a_link(static_cast<size_t>(t.collective))));
+  // (A folded ring of one step, two replicas' reduce-scatter, is one transfer too.)
+  const bool one_transfer = ring && (folded || (ring->count > 1 && coalesce_rings_ &&
+                                                !ring_shares_a_link(static_cast<size_t>(t.collective))));
   std::vector<Step> steps;
   if (!one_transfer) {
     partition::CollectiveSpec spec = partition::collective_spec(plan_, c);
     spec.messages = 1;
-    steps = partition::collective_steps(spec, t.device, [this](int d) { return cost_.node_of(d); });
+    const auto node_of = [this](int d) { return cost_.node_of(d); };
+    // An all-to-all as two flows a member where that is exact (SimOptions::coalesce_all_to_all):
+    // its n (n - 1) pairs' events are what large expert groups cost.
+    if (coalesce_all_to_all_ && !folded) steps = partition::coalesced_all_to_all(spec, t.device, node_of);
+    if (steps.empty()) steps = partition::collective_steps(spec, t.device, node_of);
   }
   const std::string scope = std::to_string(t.stream);
   struct Known {
@@ -141,14 +147,24 @@ std::vector<MailboxStep> MailboxSteps::of(const Collective& c, const Task& t) co
     MailboxStep transfer;
     if (folded) {
       // A folded plan's collective across replicas: this member stands for every replica's,
-      // all alike: its own two flows, from its predecessor and to its successor, which no
-      // actor on the replicas' devices posts. A predecessor with a task of its own (a
-      // context group's workers are all simulated) posts the flow to here itself.
+      // all alike: the flows from its predecessor and to its successor that no actor on the
+      // replicas' devices posts. Between members with tasks of their own (a context or an
+      // expert group's workers are all simulated) the data goes as in a plan not folded:
+      // put by the sender, awaited by the receiver.
       const auto& members = plan_.members(c);
-      const auto previous = std::find(members.begin(), members.end(), ring->previous);
-      const bool previous_posts = static_cast<size_t>(previous - members.begin()) < c.tasks.size();
-      if (!previous_posts) transfer.flows.push_back({ring->previous, t.device, bytes});
-      transfer.flows.push_back({t.device, ring->next, bytes});
+      const auto simulated = [&](int device) {
+        return static_cast<size_t>(std::find(members.begin(), members.end(), device) - members.begin()) < c.tasks.size();
+      };
+      if (simulated(ring->previous)) {
+        transfer.gets.push_back(box(Message{ring->previous, 0, ring->lane}, false));
+      } else {
+        transfer.flows.push_back({ring->previous, t.device, bytes});
+      }
+      if (simulated(ring->next)) {
+        transfer.puts.emplace_back(box(Message{ring->next, ring->bytes, ring->lane}, true), bytes);
+      } else {
+        transfer.flows.push_back({t.device, ring->next, bytes});
+      }
     } else {
       // One communication to the successor with all the steps' bytes (SimOptions::coalesce_rings).
       transfer.puts.emplace_back(box(Message{ring->next, ring->bytes, ring->lane}, true), bytes);

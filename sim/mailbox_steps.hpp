@@ -1,7 +1,8 @@
 #pragma once
 // A collective's point-to-point steps (partition/collective_steps.hpp) as one participant posts
 // them on SimGrid mailboxes: the simulator's view of a collective. Rings may run as one
-// transfer per member (coalesced, or standing for a folded plan's replicas), and a collective
+// transfer per member (coalesced, or standing for a folded plan's replicas), all-to-alls as two
+// flows a member where that is exact (coalesced), and a collective
 // of several messages waits their latencies on a timer.
 #include <tuple>
 #include <utility>
@@ -30,9 +31,9 @@ struct MailboxStep {
 // what it learns about each collective's ring.
 class MailboxSteps {
  public:
-  // coalesce_rings: SimOptions::coalesce_rings.
+  // coalesce_rings, coalesce_all_to_all: SimOptions' own.
   MailboxSteps(const partition::Plan& plan, const partition::CostModel& cost, const Platform& platform,
-               bool coalesce_rings);
+               bool coalesce_rings, bool coalesce_all_to_all);
   // The steps participant task `t` (on its device and stream) posts for collective `c`.
   std::vector<MailboxStep> of(const partition::Collective& c, const partition::Task& t) const;
 
@@ -52,6 +53,7 @@ class MailboxSteps {
   const partition::CostModel& cost_;
   const Platform& platform_;
   bool coalesce_rings_;
+  bool coalesce_all_to_all_;
   mutable std::vector<RingHops> ring_hops_;       // per collective, computed when first run
   mutable std::vector<signed char> ring_shares_;  // per collective: ring_shares_a_link, -1 until asked
 };

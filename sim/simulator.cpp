@@ -118,7 +118,7 @@ class Simulation {
       return partition::is_host_copy(t.kind) || t.kind == TaskKind::host_optimizer;
     });
     platform_ = instantiate_platform(spec_, {}, needed_hosts(plan_, options_));
-    steps_.emplace(plan_, cost_, platform_, options_.coalesce_rings);
+    steps_.emplace(plan_, cost_, platform_, options_.coalesce_rings, options_.coalesce_all_to_all);
     const auto t_platform = clock::now();
     prepare();
     std::map<int, std::vector<std::pair<double, double>>> slowdowns;  // per device: (from, factor)

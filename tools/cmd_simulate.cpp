@@ -86,7 +86,7 @@ partition::Plan read_or_build_plan(const po::variables_map& vm) {
 sim::SimOptions read_sim_options(const po::variables_map& vm, const partition::Plan& plan) {
   sim::SimOptions o;
   o.calibration = read_calibration_option(vm, plan.cluster);
-  o.coalesce_rings = !vm.count("collective-steps");
+  o.coalesce_rings = o.coalesce_all_to_all = !vm.count("collective-steps");
   for (const std::string& s : list(vm, "fail-device")) {
     const auto [what, at] = split_at(s, "--fail-device");
     o.faults.push_back({device_by_name(plan, what, "--fail-device"), "", at});
@@ -212,7 +212,8 @@ void simulate_options(po::options_description& options) {
       ("fail-device", po::value<std::vector<std::string>>()->composing(), "DEVICE@TIME: the device fails")
       ("fail-link", po::value<std::vector<std::string>>()->composing(), "LINK@TIME: a platform link fails")
       ("export-platform", po::value<std::string>(), "write the SimGrid platform XML here")
-      ("collective-steps", "simulate every step of ring collectives (default: one transfer per member, tested equal within 1 %)")
+      ("collective-steps", "simulate every step of ring collectives and every pair of even all-to-alls (default: one "
+                           "transfer per member, two for all-to-alls, tested equal within 1 %)")
       ("breakdown", "where an iteration's time goes: compute by operation, exposed communication by purpose, idle");
   add_what_if_options(options);
 }

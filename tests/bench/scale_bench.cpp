@@ -6,6 +6,11 @@
 // counters give its peak memory, the planning time before it and the simulated iteration.
 // The simulation builds only the nodes the folded replica and its ring neighbours use
 // (sim/needed_hosts.hpp), so both sizes take about the same time.
+// BM_DeepSeekV3On2048H800: one iteration of DeepSeek-V3 (bf16, PP 16 x EP 64 x DP 128,
+// ZeRO-1, micro-batch 1, 120 micro-batches per replica = the report's 15,360 sequences of
+// 4,096 tokens, full recomputation, flash attention) on tools/examples/h800-2048.yaml, folded
+// to one expert group (64 replicas, 1,024 devices simulated). Counters as above, and
+// tokens/s per GPU.
 // BM_Campaign30Days100kGpus: the README's 100,352-GPU campaign end to end as `hetflow
 // campaign` runs it: Llama 3 405B (bf16, TP 8 x PP 16 x DP 784, sequence parallelism, full
 // recomputation, 8 GiB buckets) on tools/examples/h100-100k.yaml, planned folded, both states
@@ -73,6 +78,38 @@ void BM_FoldedIterationGpt3_175b(benchmark::State& state) {
   state.counters["completed"] = last.completed ? 1 : 0;
 }
 BENCHMARK(BM_FoldedIterationGpt3_175b)->Arg(12288)->Arg(98304)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+
+void BM_DeepSeekV3On2048H800(benchmark::State& state) {
+  const model::Cluster cluster = model::load_cluster(HETFLOW_SOURCE_DIR "/tools/examples/h800-2048.yaml");
+  const model::Network net = model::network_from_spec("deepseek-v3", model::Precision::bf16);
+  partition::PlanOptions o;
+  o.precision = model::Precision::bf16;
+  o.pipeline = 16;
+  o.experts.parallel = 64;
+  o.zero_stage = 1;
+  o.micro_batch = 1;
+  o.global_batch = 15360;
+  o.recompute = partition::Recompute::full;
+  o.kernels.flash_attention = true;
+  o.fold = true;
+  o.iterations = 1;
+  const auto planning = std::chrono::steady_clock::now();
+  const partition::Plan plan = plan_of(cluster, net, o);
+  const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - planning).count();
+  sim::SimResult last;
+  for (auto _ : state) {
+    last = sim::simulate(plan, {});
+    state.SetIterationTime(last.wall_s);
+  }
+  state.counters["plan_s"] = plan_s;
+  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
+  state.counters["activities"] = static_cast<double>(last.activities);
+  state.counters["peak_rss_MiB"] = static_cast<double>(last.peak_rss_bytes) / (1024.0 * 1024.0);
+  state.counters["iteration_s"] = last.simulated_s;
+  state.counters["tokens_per_s_per_gpu"] = 15360.0 * 4096 / last.simulated_s / 2048;
+  state.counters["completed"] = last.completed ? 1 : 0;
+}
+BENCHMARK(BM_DeepSeekV3On2048H800)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
 
 void BM_Campaign30Days100kGpus(benchmark::State& state) {
   campaign::CampaignResult r;

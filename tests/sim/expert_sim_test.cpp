@@ -129,14 +129,15 @@ TEST(SimulatedExperts, EveryForwardWaitsForTheBusiestRankAndTheAllToAlls) {
 
 TEST(SimulatedExperts, AFoldedPlanSimulatesAsTheWholePlan) {
   // Four nodes of two GPUs, 8 replicas in expert groups of 2 (consecutive replicas, on one
-  // node): the folded plan simulates the first group, standing for the other three.
+  // node) or 4: the folded plan simulates the first group, standing for the others. Groups
+  // of 4 leave each expert's gradients two holders: a ring of one step across replicas.
   const model::Cluster cluster = model::parse_cluster(
       "name: four\nnodes:\n  - {name: n, count: 4, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, bandwidth: 300 GB/s, "
       "latency: 2 us}, nic: {count: 2, bandwidth: 100 Gb/s}}\n",
       "four.yaml");
-  for (const int zero : {0, 1}) {
+  for (const auto& [ep, zero] : {std::pair{2, 0}, {2, 1}, {4, 0}, {4, 1}}) {
     partition::PlanOptions o;
-    o.experts.parallel = 2;
+    o.experts.parallel = ep;
     o.microbatches = 2;
     o.zero_stage = zero;
     const partition::Plan whole = plan_of(cluster, moe_network(), o);
@@ -145,10 +146,12 @@ TEST(SimulatedExperts, AFoldedPlanSimulatesAsTheWholePlan) {
     ASSERT_TRUE(folded.layout.folded);
     ASSERT_TRUE(partition::validate_plan(folded).ok()) << partition::validate_plan(folded).problems.front();
     ASSERT_TRUE(partition::validate_plan(whole).ok()) << partition::validate_plan(whole).problems.front();
-    EXPECT_LT(folded.tasks.size() * 3, whole.tasks.size());
+    EXPECT_LT(folded.tasks.size() * (8 / ep), whole.tasks.size() * 5 / 4);  // one group's tasks of 8 / ep
     const sim::SimResult a = sim::simulate(whole, {}), b = sim::simulate(folded, {});
     ASSERT_TRUE(a.completed);
     ASSERT_TRUE(b.completed);
-    EXPECT_NEAR(b.simulated_s / a.simulated_s, 1.0, 0.01) << "zero " << zero;
+    // (Within 2 %: flows between two replicas no simulated member posts are left out, and a
+    // replica's link they share with a simulated member's carries less.)
+    EXPECT_NEAR(b.simulated_s / a.simulated_s, 1.0, 0.02) << "expert parallel " << ep << ", zero " << zero;
   }
 }
