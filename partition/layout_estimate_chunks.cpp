@@ -64,6 +64,31 @@ void compute_of(const model::Network& network, const Layout& layout, const CostM
   }
 }
 
+// Expert parallelism: each pass of a chunk holding MoE layers meets its expert group at every
+// combine, so it takes the slowest member's compute (its own load of the routed experts on
+// its own devices), the busiest rank on alike devices, a slower rank with fewer experts on
+// mixed ones.
+void gate_by_expert_group(const model::Network& network, const Layout& layout, const CostModel& cost, int w, size_t k,
+                          bool splits_backward, WorkMemo& memo, Chunk& c) {
+  const int ep = layout.experts.parallel, context = layout.size(Axis::context);
+  const Stage& s = layout.workers[static_cast<size_t>(w)].stages[k];
+  if (ep <= 1 || routed_expert_params(network, s.layer_begin, s.layer_end) <= 0) return;
+  for (const int m : expert_group(w, static_cast<int>(layout.workers.size()) / context, context, ep)) {
+    if (m == w) continue;
+    const VirtualWorker& peer = layout.workers[static_cast<size_t>(m)];
+    Chunk other;
+    other.devices = &peer.ranks.at(static_cast<size_t>(peer.stages[k].rank));
+    compute_of(network, layout, cost, m, k, memo.of(peer.stages[k], peer.tensor_of(k), m).work, splits_backward, other);
+    const auto gate = [](std::vector<double>& mine, const std::vector<double>& theirs) {
+      const double slowest = largest(theirs);
+      for (double& x : mine) x = std::max(x, slowest);
+    };
+    gate(c.f_compute_s, other.f_compute_s);
+    gate(c.b_compute_s, other.b_compute_s);
+    gate(c.w_compute_s, other.w_compute_s);
+  }
+}
+
 // The slowest tensor rank's transfer of `whole` bytes from chunk `from` to chunk `to`:
 // receiving rank j gets 1/t_to of it from sending rank j % t_from (none on one device).
 void boundary(PipelineComm& comm, int w, size_t k, PipelineComm::Slot slot, const std::vector<int>& from,
@@ -145,6 +170,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
     const std::vector<int>& devices = *c.devices;
     const bool tp = builder::tp_collectives(wk, static_cast<int>(devices.size()));
     compute_of(network, layout, cost, w, k, wk, splits_backward, c);
+    gate_by_expert_group(network, layout, cost, w, k, splits_backward, memo, c);
     // Tensor-parallel collectives: a sliced boundary's all-gather (Builder::gather_inputs), the
     // calls inside the passes, the summed gains.
     for (const bool backward : {false, true}) {

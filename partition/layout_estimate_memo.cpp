@@ -5,14 +5,11 @@
 namespace hetflow::partition::estimate_detail {
 
 WorkMemo::WorkMemo(const model::Network& network, const Layout& layout)
-    : network_(network), layout_(layout), experts_(expert_split(network, layout)) {
-  if (experts_.ranks > 1) busiest_load_ = experts_.loads.rank_load[static_cast<size_t>(experts_.loads.busiest)];
-}
+    : network_(network), layout_(layout), experts_(expert_split(network, layout)) {}
 
 WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor, int worker) {
-  ExpertShare share = expert_share(experts_, layout_, worker);
-  share.load = experts_.ranks > 1 ? busiest_load_ : share.load;
-  const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor, share.held);
+  const ExpertShare share = expert_share(experts_, layout_, worker);
+  const auto key = std::make_tuple(s.layer_begin, s.layer_end, tensor, share.held, share.load);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     Entry e;

@@ -13,10 +13,10 @@
 
 namespace hetflow::partition::estimate_detail {
 
-// Chunk work and parameters by (layers, degree, experts held): data-parallel replicas ask for
-// the same few. Under expert parallelism a worker holds its expert rank's experts, and its
-// passes are timed at the busiest rank's load: every member of an expert group waits for it
-// at each MoE layer's combine (axis_expert.cpp).
+// Chunk work and parameters by (layers, degree, experts held, expert load): data-parallel
+// replicas ask for the same few. Under expert parallelism a worker holds and computes its
+// expert rank's experts (the estimate then gates each pass by its group's slowest member:
+// layout_estimate_chunks.cpp).
 class WorkMemo {
  public:
   WorkMemo(const model::Network& network, const Layout& layout);
@@ -41,8 +41,7 @@ class WorkMemo {
   const model::Network& network_;
   const Layout& layout_;
   ExpertSplit experts_;
-  double busiest_load_ = 1;
-  std::map<std::tuple<int, int, int, int>, Entry> entries_;
+  std::map<std::tuple<int, int, int, int, double>, Entry> entries_;
 };
 
 }  // namespace hetflow::partition::estimate_detail

@@ -102,6 +102,7 @@ partition::SearchSpace read_space(const po::variables_map& vm, int global_batch)
   space.tensors = int_list(vm, "tensor");
   space.pipelines = int_list(vm, "pipeline");
   space.contexts = int_list(vm, "context-parallel");
+  space.experts = int_list(vm, "expert-parallel");
   space.micro_batches = int_list(vm, "micro-batch");
   for (const int m : space.micro_batches) {
     if (global_batch % m != 0) {
@@ -168,6 +169,7 @@ search::Request read_request(const po::variables_map& vm, const model::Network& 
   base.bucket_bytes = parsed(vm, "bucket-size", u::parse_bytes);
   if (!(base.bucket_bytes >= 1)) throw InputError("<command line>", 0, "--bucket-size", "expected a size of at least 1 B");
   base.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
+  if (vm.count("axis-order")) base.axis_order = vm["axis-order"].as<std::string>();
   return r;
 }
 
@@ -198,6 +200,11 @@ void search_options(po::options_description& options) {
       ("context-parallel", po::value<std::string>(),
        "context-parallel sizes to try (uniform and balanced; default 1, and for long sequences powers of 2 up to 16 "
        "leaving each GPU 8,192 tokens or more)")
+      ("expert-parallel", po::value<std::string>(),
+       "expert-parallel sizes to try (uniform and balanced at tensor 1; default 1, and for a mixture of experts powers of "
+       "2 dividing its experts; on mixed clusters each placed contiguously and by speed)")
+      ("axis-order", po::value<std::string>(),
+       "device placement of the uniform and balanced candidates, innermost axis first (default tensor,data,pipeline)")
       ("micro-batch", po::value<std::string>(), "micro-batch sizes to try (default powers of 2 up to 32 dividing the batch)")
       ("schedules", po::value<std::string>(), "schedules to try (default 1f1b,gpipe,interleaved; bfs too on request, at 2 chunks a rank)")
       ("recompute", po::value<std::string>(), "recomputation to try (default none,selective,full)")

@@ -54,12 +54,39 @@ void experts_summary(const Plan& plan, std::ostream& out) {
   out << ", expert parallel " << split.ranks << " (groups of " << split.ranks << " consecutive replicas, all-to-all "
       << partition::to_string(l.experts.dispatch) << "), routing " << partition::to_string(l.experts.routing)
       << (l.experts.placement.empty() ? ", contiguous placement" : ", placement given expert by expert") << "\n";
-  out << std::fixed << std::setprecision(2) << "    expert rank: experts held, load (copies over an even share)";
+  // Each rank's GPU types (its first expert group's worker, the chunks holding MoE layers): a
+  // placement by speed gives the faster ones more experts.
+  const auto devices = plan.cluster.devices();
+  const auto types_of = [&](size_t r) {
+    std::set<std::string> types;
+    const size_t w = r * static_cast<size_t>(l.size(partition::Axis::context));
+    if (w >= l.workers.size()) return std::string();
+    for (const partition::Stage& s : l.workers[w].stages) {
+      bool moe = false;
+      for (int i = s.layer_begin; i < s.layer_end; ++i) moe = moe || plan.network.layers[static_cast<size_t>(i)].experts > 0;
+      if (!moe) continue;
+      for (const int d : l.workers[w].ranks[static_cast<size_t>(s.rank)]) {
+        types.insert(plan.cluster.device_gpu(devices[static_cast<size_t>(d)]).name);
+      }
+    }
+    std::string text;
+    for (const std::string& t : types) text += (text.empty() ? "" : "+") + t;
+    return text;
+  };
+  std::set<std::string> all_types;
+  for (size_t r = 0; r < load.size(); ++r) all_types.insert(types_of(r));
+  const bool mixed = all_types.size() > 1;
+  out << std::fixed << std::setprecision(2) << "    expert rank: experts held, load (copies over an even share)"
+      << (mixed ? ", GPUs" : "");
   const size_t shown = std::min<size_t>(load.size(), 16);
-  for (size_t r = 0; r < shown; ++r) out << (r ? "; " : " ") << r << ": " << split.held[r] << ", " << load[r];
+  for (size_t r = 0; r < shown; ++r) {
+    out << (r ? "; " : " ") << r << ": " << split.held[r] << ", " << load[r] << (mixed ? ", " + types_of(r) : "");
+  }
   if (shown < load.size()) out << "; ...";
   out << "\n    busiest: rank " << split.loads.busiest << " at " << load[static_cast<size_t>(split.loads.busiest)]
-      << "x an even share gates every MoE layer";
+      << "x an even share" << (mixed ? " (on mixed GPUs the slowest rank's experts gate each MoE layer: more experts on "
+                                       "the faster ranks shorten it; --expert-placement speed)"
+                                     : " gates every MoE layer");
   if (split.loads.dropped > 0) out << "; capacity drops " << 100 * split.loads.dropped << " % of the copies";
   out << "\n" << std::defaultfloat << std::setprecision(6);
 }
