@@ -49,19 +49,10 @@ partition::Plan plan_of(const model::Cluster& cluster, const model::Network& net
   return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
 }
 
-void BM_FoldedIterationGpt3_175b(benchmark::State& state) {
-  const int gpus = static_cast<int>(state.range(0));
-  const model::Cluster cluster = h100_fat_tree(gpus / 8);
-  const model::Network net = model::network_from_spec("gpt3-175b", model::Precision::fp16);
-  partition::PlanOptions o;
-  o.precision = model::Precision::fp16;
-  o.tensor = 8;
-  o.pipeline = 8;
-  o.micro_batch = 1;
-  o.global_batch = gpus / 8;  // 8 micro-batches per replica
-  o.recompute = partition::Recompute::full;
-  o.fold = true;
-  o.iterations = 1;
+// Plans `o`, simulates the plan once per benchmark iteration (the child's wall time as the
+// manual time) and sets the counters every scale benchmark reports; the last result.
+sim::SimResult simulate_folded(benchmark::State& state, const model::Cluster& cluster, const model::Network& net,
+                               const partition::PlanOptions& o) {
   const auto planning = std::chrono::steady_clock::now();
   const partition::Plan plan = plan_of(cluster, net, o);
   const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - planning).count();
@@ -76,6 +67,23 @@ void BM_FoldedIterationGpt3_175b(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = static_cast<double>(last.peak_rss_bytes) / (1024.0 * 1024.0);
   state.counters["iteration_s"] = last.simulated_s;
   state.counters["completed"] = last.completed ? 1 : 0;
+  return last;
+}
+
+void BM_FoldedIterationGpt3_175b(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const model::Cluster cluster = h100_fat_tree(gpus / 8);
+  const model::Network net = model::network_from_spec("gpt3-175b", model::Precision::fp16);
+  partition::PlanOptions o;
+  o.precision = model::Precision::fp16;
+  o.tensor = 8;
+  o.pipeline = 8;
+  o.micro_batch = 1;
+  o.global_batch = gpus / 8;  // 8 micro-batches per replica
+  o.recompute = partition::Recompute::full;
+  o.fold = true;
+  o.iterations = 1;
+  simulate_folded(state, cluster, net, o);
 }
 BENCHMARK(BM_FoldedIterationGpt3_175b)->Arg(12288)->Arg(98304)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
 
@@ -93,21 +101,8 @@ void BM_DeepSeekV3On2048H800(benchmark::State& state) {
   o.kernels.flash_attention = true;
   o.fold = true;
   o.iterations = 1;
-  const auto planning = std::chrono::steady_clock::now();
-  const partition::Plan plan = plan_of(cluster, net, o);
-  const double plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - planning).count();
-  sim::SimResult last;
-  for (auto _ : state) {
-    last = sim::simulate(plan, {});
-    state.SetIterationTime(last.wall_s);
-  }
-  state.counters["plan_s"] = plan_s;
-  state.counters["tasks"] = static_cast<double>(plan.tasks.size());
-  state.counters["activities"] = static_cast<double>(last.activities);
-  state.counters["peak_rss_MiB"] = static_cast<double>(last.peak_rss_bytes) / (1024.0 * 1024.0);
-  state.counters["iteration_s"] = last.simulated_s;
+  const sim::SimResult last = simulate_folded(state, cluster, net, o);
   state.counters["tokens_per_s_per_gpu"] = 15360.0 * 4096 / last.simulated_s / 2048;
-  state.counters["completed"] = last.completed ? 1 : 0;
 }
 BENCHMARK(BM_DeepSeekV3On2048H800)->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
 

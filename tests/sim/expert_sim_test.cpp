@@ -19,16 +19,13 @@
 #include "partition/policy.hpp"
 #include "partition/validate.hpp"
 #include "sim/simulator.hpp"
+#include "tests/partition/plan_test_util.hpp"
 
 using namespace hetflow;
 
 namespace {
 
-partition::Plan plan_of(const model::Cluster& cluster, const model::Network& net, partition::PlanOptions o) {
-  o.precision = net.precision;
-  const partition::CostModel cost(cluster, net.precision);
-  return partition::build_plan(cluster, net, partition::make_layout(cluster, net, o, cost), cost);
-}
+using test_support::plan_of;
 
 const model::Cluster& flat_cluster() {
   static const model::Cluster cluster = model::parse_cluster(
