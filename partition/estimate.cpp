@@ -269,6 +269,16 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
     }
     duration[u] = task_duration_s(plan, cost, front);
     computing[u] = is_compute(t.kind) ? duration[u] - in_task_time_s(plan, cost, front) : duration[u];
+    // Compute tasks that meet inside (an in-task collective's members: a tensor, context or
+    // expert group) move at the slowest's pace; a collective's members all take its time.
+    if (is_compute(t.kind)) {
+      for (const int other : order.unit(static_cast<int>(u)).subspan(1)) {
+        const double d = task_duration_s(plan, cost, other);
+        if (d <= duration[u]) continue;
+        duration[u] = d;
+        computing[u] = d - in_task_time_s(plan, cost, other);
+      }
+    }
   }
   Estimate e;
   const size_t devices = static_cast<size_t>(plan.device_count());
