@@ -9,6 +9,8 @@
 
 #include "model/error.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/expert_shard.hpp"
+#include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
 #include "sim/simulator.hpp"
 #include "traces/metrics.hpp"
@@ -35,15 +37,20 @@ double iteration_time_s(partition::Plan plan, const model::Calibration& calibrat
   return traces::compute_metrics(result.trace, plan, cost, 1).iteration_time_s;
 }
 
-// The plan rebuilt with its last data-parallel replica gone (its virtual worker, or its
-// context group's workers); `same_batch`: the others share its micro-batches (each gets
-// ceil(m R / (R - 1)), the nearest whole count not below).
+// The workers a campaign's replica is: a virtual worker, a context group's workers, and under
+// expert parallelism the expert group's (a member cannot leave alone: its experts would go).
+int replica_workers(const partition::Layout& layout) {
+  return std::max(1, layout.size(partition::Axis::context)) * std::max(1, layout.experts.parallel);
+}
+
+// The plan rebuilt with its last replica gone (replica_workers); `same_batch`: the others share
+// its micro-batches (each gets ceil(m R / (R - 1)), the nearest whole count not below).
 partition::Plan without_last_replica(const partition::Plan& plan, const model::Calibration& calibration,
                                      bool same_batch) {
   partition::Layout layout = plan.layout;
-  const int context = std::max(1, layout.size(partition::Axis::context));
-  const int replicas = static_cast<int>(layout.workers.size()) / context;
-  layout.workers.resize(layout.workers.size() - static_cast<size_t>(context));
+  const int unit = replica_workers(layout);
+  const int replicas = static_cast<int>(layout.workers.size()) / unit;
+  layout.workers.resize(layout.workers.size() - static_cast<size_t>(unit));
   layout.fit_axes();  // one replica fewer on the data axis
   if (same_batch) {
     for (partition::VirtualWorker& w : layout.workers) {
@@ -52,6 +59,37 @@ partition::Plan without_last_replica(const partition::Plan& plan, const model::C
   }
   const partition::CostModel cost(plan.cluster, plan.network.precision, calibration);
   return partition::build_plan(plan.cluster, plan.network, layout, cost);
+}
+
+// The first expert group's weights and optimizer state with the dense part counted once: on
+// each chunk's devices, member m holds dense + experts_m parameters in bytes in proportion,
+// so the group holds sum(state) - (EP - 1) x dense's share of a member's state. (Under ZeRO a
+// member's optimizer shard is taken as it is, as worker 0's is without experts.)
+double expert_group_state_bytes(const partition::Plan& plan) {
+  const partition::Layout& l = plan.layout;
+  const int context = std::max(1, l.size(partition::Axis::context)), ep = l.experts.parallel;
+  const partition::ExpertSplit split = partition::expert_split(plan.network, l);
+  double total = 0;
+  for (int m = 0; m < ep && static_cast<size_t>(m * context) < l.workers.size(); ++m) {
+    const partition::VirtualWorker& w = l.workers[static_cast<size_t>(m * context)];
+    const int held = partition::expert_share(split, l, m * context).held;
+    for (size_t r = 0; r < w.ranks.size(); ++r) {
+      double params = 0, experts = 0;  // the rank's chunks', as the builder sizes its weights
+      for (const partition::Stage& s : w.stages) {
+        if (s.rank != static_cast<int>(r)) continue;
+        const double elsewhere = partition::expert_params_elsewhere(plan.network, s.layer_begin, s.layer_end, held);
+        params += partition::params_per_device(plan.network, s.layer_begin, s.layer_end, 1) - elsewhere;
+        experts += partition::routed_expert_params(plan.network, s.layer_begin, s.layer_end) - elsewhere;
+      }
+      for (const int d : w.ranks[r]) {
+        const partition::DeviceMemory& mem = plan.memory.at(static_cast<size_t>(d));
+        const double state = mem.weights_bytes + mem.optimizer_bytes;
+        const double dense = params > 0 ? state * (params - experts) / params : 0;
+        total += m == 0 ? state : state - dense;  // the dense part once, with member 0
+      }
+    }
+  }
+  return total;
 }
 
 }  // namespace
@@ -68,14 +106,15 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   job.gpus = static_cast<int>(used_devices.size());
   job.nodes = static_cast<int>(used_nodes.size());
   for (int n : used_nodes) job.gpus_per_node = std::max(job.gpus_per_node, plan.cluster.nodes.at(static_cast<size_t>(n)).gpu_count);
-  // A replica is a virtual worker, or under context parallelism its group's C workers.
-  job.replicas = std::max(1, static_cast<int>(plan.layout.workers.size()) /
-                                 std::max(1, plan.layout.size(partition::Axis::context)));
+  // A replica is a virtual worker, a context group's C workers, or an expert group's.
+  job.replicas = std::max(1, static_cast<int>(plan.layout.workers.size()) / replica_workers(plan.layout));
   job.samples_per_step = plan.layout.samples_per_iteration();
   job.tokens_per_sample = std::max(1.0, plan.network.tokens_per_sample);
 
   // One replica's state: weights and optimizer state of worker 0's devices (replicas hold
   // copies; a folded plan sizes worker 0 alone). Largest node share for the per-node links.
+  // Under expert parallelism the model's state is the first expert group's: each member's
+  // experts once, and the dense part they all hold once (expert_group_state_bytes).
   CheckpointCost& c = job.checkpoint;
   double largest_device_bytes = 0;
   if (!plan.layout.workers.empty()) {
@@ -87,6 +126,7 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
         largest_device_bytes = std::max(largest_device_bytes, bytes);
       }
     }
+    if (plan.layout.experts.parallel > 1) c.size_bytes = expert_group_state_bytes(plan);
   }
   // Writing: every node writes an equal share of the one copy (replicas deduplicated, as
   // torch.distributed.checkpoint does), bounded by its own link and the file system's total.

@@ -62,6 +62,24 @@ TEST(CampaignCli, AReplicaIsAContextGroup) {
   EXPECT_EQ(j["replicas"], 4);
 }
 
+// Under expert parallelism a replica is an expert group (a member's experts cannot leave
+// alone), and the checkpoint holds the group's experts once each and the dense part once: the
+// same bytes as the plan without expert parallelism. 32 GPUs at pipeline 4 are 8 workers, in
+// groups of 4: 2 replicas.
+TEST(CampaignCli, AReplicaIsAnExpertGroupAndTheCheckpointTheWholeModel) {
+  const std::string model =
+      "campaign --cluster dgx-a100-x4 --model llama:layers=4,hidden=1024,heads=16,kv_heads=4,ffn=2816,vocab=32000,seq=1024,"
+      "experts=8,experts_per_token=2,expert_ffn=1024 --pipeline 4 --steps 100 --seeds 1 --json";
+  const auto grouped = run_hetflow(model + " --expert-parallel 4 --fault-tolerance drop-replica");
+  const auto whole = run_hetflow(model);
+  ASSERT_EQ(grouped.status, 0) << grouped.err;
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  const auto g = nlohmann::json::parse(grouped.out), w = nlohmann::json::parse(whole.out);
+  EXPECT_EQ(g["replicas"], 2);
+  EXPECT_EQ(w["replicas"], 8);
+  EXPECT_NEAR(g["checkpoint_bytes"].get<double>() / w["checkpoint_bytes"].get<double>(), 1.0, 1e-6);
+}
+
 TEST(CampaignCli, ReadsTheClustersReliabilitySection) {
   const auto dir = test_support::scratch_dir();
   std::filesystem::create_directories(dir);
