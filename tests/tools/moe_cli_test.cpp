@@ -63,6 +63,25 @@ TEST(MoeCli, ExportLaunchWritesMegatronsMoeAndLatentAttentionFlags) {
   EXPECT_EQ(qwen.out.find("--moe-layer-freq"), std::string::npos) << qwen.out;          // every layer
 }
 
+// Expert parallelism on the command line: Megatron's and torchtitan's sizes written, a
+// placement Megatron cannot take listed as not expressed, a bad size refused naming the option.
+TEST(MoeCli, ExpertParallelismIsWrittenForTheFrameworksOrRefused) {
+  const std::string plan = " --cluster dgx-a100-x4 --model mixtral-8x7b --precision bf16 --pipeline 4 --expert-parallel 8 "
+                           "--micro-batch 1 --global-batch 64";
+  const auto megatron = run_hetflow("export-launch --framework megatron" + plan);
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--expert-model-parallel-size 8"), std::string::npos) << megatron.out;
+  const auto titan = run_hetflow("export-launch --framework torchtitan" + plan);
+  ASSERT_EQ(titan.status, 0) << titan.err;
+  EXPECT_NE(titan.out.find("expert_parallel_degree = 8"), std::string::npos) << titan.out;
+  const auto placed = run_hetflow("export-launch --framework megatron" + plan + " --expert-placement 7,6,5,4,3,2,1,0");
+  ASSERT_EQ(placed.status, 0) << placed.err;
+  EXPECT_NE(placed.out.find("an expert placement other than contiguous"), std::string::npos) << placed.out;
+  const auto odd = run_hetflow("plan" + plan.substr(0, plan.find(" --expert-parallel")) + " --expert-parallel 3");
+  EXPECT_NE(odd.status, 0);
+  EXPECT_NE(odd.err.find("--expert-parallel: expected a divisor of the data axis (8 replicas"), std::string::npos) << odd.err;
+}
+
 TEST(MoeCli, RunTrainsProxiesAndRefusesRealMathNamingTheArchitecture) {
   const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
   ASSERT_EQ(proxies.status, 0) << proxies.err;
