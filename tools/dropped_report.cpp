@@ -130,6 +130,10 @@ Json plan_options_json(const partition::PlanOptions& o) {
             {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))}};
   if (!o.groups.empty()) j["groups"] = o.groups;
   if (o.context > 1) j["context"] = o.context;
+  if (o.experts.parallel > 1) {
+    j["expert_parallel"] = o.experts.parallel;
+    j["expert_placement"] = o.experts_by_speed ? "speed" : o.experts.placement.empty() ? "contiguous" : "given";
+  }
   if (o.sync == partition::SyncKind::wsp) j["staleness"] = o.staleness;
   return j;
 }

@@ -82,6 +82,25 @@ TEST(MoeCli, ExpertParallelismIsWrittenForTheFrameworksOrRefused) {
   EXPECT_NE(odd.err.find("--expert-parallel: expected a divisor of the data axis (8 replicas"), std::string::npos) << odd.err;
 }
 
+// The search's JSON rows say each candidate's expert-parallel size and placement.
+TEST(MoeCli, SearchRowsNameTheirExpertGroups) {
+  const auto dir = scratch_dir();
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "mixed.yaml";
+  std::ofstream(file) << "name: mixed\nnodes:\n  - {name: a, count: 1, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, "
+                         "bandwidth: 300 GB/s}, nic: {count: 1, bandwidth: 200 Gb/s}}\n  - {name: t, count: 1, gpu: T4, "
+                         "gpus: 2, intra: {kind: pcie, bandwidth: 16 GB/s}, nic: {count: 1, bandwidth: 100 Gb/s}}\n";
+  const auto r = run_hetflow("search --cluster " + file.string() +
+                             " --model llama:layers=2,hidden=2048,heads=16,kv_heads=8,ffn=4096,vocab=1000,seq=2048,"
+                             "experts=8,experts_per_token=2,expert_ffn=4096 --precision fp16 --global-batch 8 "
+                             "--policies uniform --tensor 1 --pipeline 1 --micro-batch 1 --schedules 1f1b --recompute none "
+                             "--sync allreduce --expert-parallel 4 --top 2 --sim-iterations 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json best = nlohmann::json::parse(r.out).at("ranked").at(0);
+  EXPECT_EQ(best.at("expert_parallel").get<int>(), 4) << best;
+  EXPECT_EQ(best.at("expert_placement").get<std::string>(), "speed") << best;
+}
+
 TEST(MoeCli, RunTrainsProxiesAndRefusesRealMathNamingTheArchitecture) {
   const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
   ASSERT_EQ(proxies.status, 0) << proxies.err;
