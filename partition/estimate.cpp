@@ -273,6 +273,12 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
     // expert group) move at the slowest's pace; a collective's members all take its time.
     if (is_compute(t.kind)) {
       for (const int other : order.unit(static_cast<int>(u)).subspan(1)) {
+        // (A tensor-parallel group's alike members, the usual case, are not timed again.)
+        const Task& o = plan.task(other);
+        if (o.flops == t.flops && o.memory_bytes == t.memory_bytes && o.recompute_flops == t.recompute_flops &&
+            cost.same_compute(o.device, t.device)) {
+          continue;
+        }
         const double d = task_duration_s(plan, cost, other);
         if (d <= duration[u]) continue;
         duration[u] = d;
