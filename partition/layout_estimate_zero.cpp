@@ -58,12 +58,7 @@ int ZeroSync::device_of(size_t w, size_t k, size_t j) const {
 }
 
 double ZeroSync::optimizer_params(const WorkMemo::Entry& chunk, size_t j, int w) const {
-  const double params = chunk.params[j], experts = chunk.experts[j];
-  if (stage_ == 0) return params;
-  const int c = layout_.size(Axis::context), ep = std::max(1, layout_.experts.parallel);
-  const int holders = std::max(1, static_cast<int>(layout_.workers.size()) / ep);
-  return builder::zero_shard(params - experts, w, static_cast<int>(layout_.workers.size())) +
-         builder::zero_shard(experts, w / (c * ep) * c + w % c, holders);
+  return stage_ > 0 ? builder::zero_own(layout_, chunk.params[j], chunk.experts[j], w) : chunk.params[j];
 }
 
 void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j,

@@ -169,6 +169,10 @@ void check_zero(const Layout& layout);
 CollectiveAlgorithm zero_algorithm(const Layout& layout);
 // Replica w of `replicas`' whole elements of a piece of `params`: [n w / D, n (w + 1) / D).
 double zero_shard(double params, int w, int replicas);
+// What replica w keeps of a piece of `params` of which `experts` are routed experts' (0
+// without expert parallelism): its shard of the dense part over every replica, and of the
+// experts over the replicas holding the same ones (member w / (C EP) C + w % C of D C / EP).
+double zero_own(const Layout& layout, double params, double experts, int w);
 // The messages of a ZeRO collective of `bytes` over the chunk of layers [begin, end): at stage
 // 3 FSDP's units (each layer that holds parameters), else gradient buckets.
 int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes);
@@ -290,8 +294,6 @@ class Builder {
   int zero_stage() const;  // the layout's ZeRO stage where it shards (all-reduce, 2+ workers), else 0
   void check_zero() const;
   double shard(double params, int w) const;             // replica w's whole elements of a piece of `params`
-  // The same of experts' parameters, sharded over the replicas that hold the same experts.
-  double expert_shard(double params, int w) const;
   double piece_params(int w, int stage, int j) const;   // rank j's part of a chunk, whole
   double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
   int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets

@@ -65,6 +65,13 @@ double zero_shard(double params, int w, int replicas) {
   return static_cast<double>(n * (w + 1) / d - n * w / d);
 }
 
+double zero_own(const Layout& layout, double params, double experts, int w) {
+  const int workers = static_cast<int>(layout.workers.size());
+  const int c = std::max(1, layout.size(Axis::context)), ep = std::max(1, layout.experts.parallel);
+  const int holders = std::max(1, workers / ep);  // (check_experts: ep divides the replicas)
+  return zero_shard(params - experts, w, workers) + zero_shard(experts, w / (c * ep) * c + w % c, holders);
+}
+
 int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes) {
   if (zero_stage(layout) < 3) return std::max(1, static_cast<int>(std::ceil(bytes / layout.sync.bucket_bytes)));
   int units = 0;  // FSDP wraps each layer that holds parameters
@@ -85,11 +92,6 @@ double Builder::shard(double params, int w) const {
   return zero_shard(params, w, static_cast<int>(layout_.workers.size()));
 }
 
-double Builder::expert_shard(double params, int w) const {
-  const int c = layout_.size(Axis::context), ep = std::max(1, layout_.experts.parallel);
-  const int holders = static_cast<int>(layout_.workers.size()) / ep;  // (check_experts: ep divides the replicas)
-  return zero_shard(params, w / (c * ep) * c + w % c, std::max(1, holders));
-}
 
 double Builder::piece_params(int w, int stage, int j) const {
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
