@@ -73,15 +73,24 @@ void gate_by_expert_group(const model::Network& network, const Layout& layout, c
   const int ep = layout.experts.parallel, context = layout.size(Axis::context);
   const Stage& s = layout.workers[static_cast<size_t>(w)].stages[k];
   if (ep <= 1 || routed_expert_params(network, s.layer_begin, s.layer_end) <= 0) return;
+  const builder::ChunkWork& mine = memo.of(s, layout.workers[static_cast<size_t>(w)].tensor_of(k), w).work;
   for (const int m : expert_group(w, static_cast<int>(layout.workers.size()) / context, context, ep)) {
     if (m == w) continue;
     const VirtualWorker& peer = layout.workers[static_cast<size_t>(m)];
+    const builder::ChunkWork& theirs = memo.of(peer.stages[k], peer.tensor_of(k), m).work;
+    const std::vector<int>& devices = peer.ranks.at(static_cast<size_t>(peer.stages[k].rank));
+    // A member alike (its work, its devices' speed) takes this one's time: no need to time it
+    // (every member of a balanced group on one GPU type, DeepSeek's 64 included).
+    bool alike = theirs.forward_flops == mine.forward_flops && theirs.backward_flops == mine.backward_flops &&
+                 theirs.weight_bytes == mine.weight_bytes && devices.size() == c.devices->size();
+    for (size_t j = 0; alike && j < devices.size(); ++j) alike = cost.same_compute(devices[j], (*c.devices)[j]);
+    if (alike) continue;
     Chunk other;
-    other.devices = &peer.ranks.at(static_cast<size_t>(peer.stages[k].rank));
-    compute_of(network, layout, cost, m, k, memo.of(peer.stages[k], peer.tensor_of(k), m).work, splits_backward, other);
-    const auto gate = [](std::vector<double>& mine, const std::vector<double>& theirs) {
-      const double slowest = largest(theirs);
-      for (double& x : mine) x = std::max(x, slowest);
+    other.devices = &devices;
+    compute_of(network, layout, cost, m, k, theirs, splits_backward, other);
+    const auto gate = [](std::vector<double>& own, const std::vector<double>& peer_s) {
+      const double slowest = largest(peer_s);
+      for (double& x : own) x = std::max(x, slowest);
     };
     gate(c.f_compute_s, other.f_compute_s);
     gate(c.b_compute_s, other.b_compute_s);
