@@ -110,6 +110,11 @@ void CudaDecoderOps::download(float* host, const float* src, size_t n) const {
   check(k::cuda_synchronize(stream_), "synchronize");
 }
 
+void CudaDecoderOps::download_ints(int* host, const int* src, size_t n) const {
+  check(k::cuda_copy_to_host_on_stream(host, src, n * sizeof(int), stream_), "copy to host");
+  check(k::cuda_synchronize(stream_), "synchronize");
+}
+
 double CudaDecoderOps::sum(const float* x, size_t n) const {
   std::vector<float> host(n);
   download(host.data(), x, n);

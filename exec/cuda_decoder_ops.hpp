@@ -47,6 +47,7 @@ class CudaDecoderOps final : public DecoderOps {
   void zero(float* dst, size_t n) const override;
   void upload(float* dst, const float* host, size_t n) const override;
   void download(float* host, const float* src, size_t n) const override;
+  void download_ints(int* host, const int* src, size_t n) const override;
   double sum(const float* x, size_t n) const override;
 #define HETFLOW_OP(name, tail, params, ...) void name params const override;
 #define HETFLOW_KERNEL(...)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/decoder_detail.hpp"
+#include "model/error.hpp"
 
 namespace hetflow::exec {
 
@@ -29,15 +30,21 @@ DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, p
                                 " of sequences of " + std::to_string(shape.S) + " tokens: expected a rank of the group "
                                 "and 2 x its size dividing the sequence");
   }
+  for (const BlockParams& b : params_.blocks) {
+    if (b.moe() && context.size > 1) {  // (its load-balancing loss would count a rank's tokens only)
+      throw PlanError("a mixture-of-experts layer under context parallelism is not run by the real layers");
+    }
+  }
 }
 
 Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
                              TensorParallelGroup* group, const DecoderOps& ops, ContextSplit context,
-                             TensorParallelGroup* context_group) {
+                             TensorParallelGroup* context_group, float loss_scale) {
   const int T = s.S / context.size;  // this rank's tokens of each sequence
   Dims d{samples, T, samples * T, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
          s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
-         /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context_group};
+         /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context_group,
+         &s.moe, loss_scale};
 
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -173,6 +180,12 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   ops.bias_residual_add(a.x2.data(), split ? at(w, p.o_b) : nullptr, a.x.data(), d.RS, d.C);
   norm_forward(d, a.n2, a.mean2, a.rstd2, a.x2, at(w, p.norm2_w), at(w, p.norm2_b));
   const Floats n2 = d.whole(a.n2);
+  if (p.moe()) {  // (never split: tp is 1, and so is the residual stream's sharing)
+    moe_forward(d, p, w, a.moe, n2, out);
+    ops.bias_residual_add(out, nullptr, a.x2.data(), d.N, d.C);
+    a.complete = true;
+    return;
+  }
   a.up = ops.floats(nf);
   a.act = ops.floats(nf);
   ops.linear_forward(a.up.data(), n2.data(), w + p.up_w, at(w, p.up_b), d.N, d.C, d.F);
@@ -206,24 +219,6 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   a.complete = true;
 }
 
-// Weight gradients: now, or recorded for backward_weight.
-class WeightGrads {
- public:
-  WeightGrads(const DecoderOps& ops, float* grads, std::vector<WeightGrad>* deferred)
-      : ops_(ops), grads_(grads), deferred_(deferred) {}
-  void add(size_t w, size_t b, const Floats& dy, const Floats& x, int N, int C, int OC) {
-    if (deferred_ != nullptr) {
-      deferred_->push_back({w, b, dy, x, C, OC});
-    } else {
-      ops_.linear_backward_weight(grads_ + w, at(grads_, b), dy.data(), x.data(), N, C, OC);
-    }
-  }
-
- private:
-  const DecoderOps& ops_;
-  float* grads_;
-  std::vector<WeightGrad>* deferred_;
-};
 
 // The block's backward: dy is the gradient of its output (the residual stream's rows); writes
 // the gradient of its input into dx (overwritten, the same rows).
@@ -233,22 +228,26 @@ void block_backward(const Dims& d, const BlockParams& p, const float* w, float* 
   const size_t n = d.stream_floats(), nf = sz(1LL * d.N * d.F);
   // MLP: out = x2 + down(act)
   const Floats dout = d.whole(dy);
-  const Floats dact = ops.zeros(nf);
-  ops.linear_backward_input(dact.data(), dout.data(), w + p.down_w, d.N, d.F, d.C);
-  wg.add(p.down_w, p.down_b, dout, a.act, d.N, d.F, d.C);
-  const Floats dup = ops.zeros(nf);
   const Floats dn2_whole = ops.zeros(d.whole_floats());
   const Floats n2 = d.whole(a.n2);  // gathered again, as Megatron does, rather than kept
-  if (d.gpt) {
-    ops.gelu_backward(dup.data(), dact.data(), a.up.data(), static_cast<long>(nf));
+  if (p.moe()) {
+    moe_backward(d, p, w, a.moe, n2, dout, dn2_whole.data(), wg);
   } else {
-    const Floats dgate = ops.zeros(nf);
-    ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(nf));
-    ops.linear_backward_input(dn2_whole.data(), dgate.data(), w + p.gate_w, d.N, d.C, d.F);
-    wg.add(p.gate_w, npos, dgate, n2, d.N, d.C, d.F);
+    const Floats dact = ops.zeros(nf);
+    ops.linear_backward_input(dact.data(), dout.data(), w + p.down_w, d.N, d.F, d.C);
+    wg.add(p.down_w, p.down_b, dout, a.act, d.N, d.F, d.C);
+    const Floats dup = ops.zeros(nf);
+    if (d.gpt) {
+      ops.gelu_backward(dup.data(), dact.data(), a.up.data(), static_cast<long>(nf));
+    } else {
+      const Floats dgate = ops.zeros(nf);
+      ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(nf));
+      ops.linear_backward_input(dn2_whole.data(), dgate.data(), w + p.gate_w, d.N, d.C, d.F);
+      wg.add(p.gate_w, npos, dgate, n2, d.N, d.C, d.F);
+    }
+    ops.linear_backward_input(dn2_whole.data(), dup.data(), w + p.up_w, d.N, d.C, d.F);
+    wg.add(p.up_w, p.up_b, dup, n2, d.N, d.C, d.F);
   }
-  ops.linear_backward_input(dn2_whole.data(), dup.data(), w + p.up_w, d.N, d.C, d.F);
-  wg.add(p.up_w, p.up_b, dup, n2, d.N, d.C, d.F);
   const Floats dn2 = d.reduce(dn2_whole);  // the column-parallel MLP's input gradient: a sum over the ranks
   const Floats dx2 = ops.floats(n);         // the residual
   ops.copy(dx2.data(), dy.data(), n);
@@ -346,6 +345,7 @@ size_t floats_of(const BlockActs& a) {
                           &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
     n += f->size();
   }
+  for (const Floats* f : MoeActs::arrays(a.moe)) n += f->size();
   return n;
 }
 
@@ -370,6 +370,7 @@ std::vector<Floats*> array_handles(DecoderChunk::Stash& s) {
                       &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
       out.push_back(f);
     }
+    for (Floats* f : MoeActs::arrays(a.moe)) out.push_back(f);
   }
   for (WeightGrad& g : s.deferred) {
     out.push_back(&g.dy);
@@ -428,7 +429,8 @@ void DecoderChunk::stash_to_device(Stash& s, const DecoderOps& ops) {
 bool DecoderChunk::stash_on_host(const Stash& s) { return s.on_host; }
 
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
-  const Dims d = dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_, context_, in.context_group);
+  const Dims d =
+      dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_, context_, in.context_group, in.loss_scale);
   const DecoderOps& ops = *ops_;
   StashPtr s(new Stash);
   s->samples = in.samples;
@@ -487,7 +489,8 @@ void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dou
                             bool dinput_partial, TensorParallelGroup* group, bool last_of_step,
                             TensorParallelGroup* context_group) const {
   if (s.on_host) throw std::logic_error("a backward's stash is in host memory: its copy back has not run");
-  const Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_, context_, context_group);
+  const Dims d =
+      dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_, context_, context_group, s.loss_scale);
   if (d.sp && dinput_partial) {
     throw std::invalid_argument("under sequence parallelism a backward writes its rows of the input gradient, not a "
                                 "partial sum");
@@ -552,7 +555,7 @@ void DecoderChunk::backward_weight(Stash& s, float* g) const {
   if (s.on_host) throw std::logic_error("a weight gradient's stash is in host memory: its copy back has not run");
   const Dims d = dims_of(shape_, params_, false, s.samples, nullptr, *ops_, context_);  // (its exchanges are the passes')
   for (const WeightGrad& x : s.deferred) {
-    ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data(), x.x.data(), d.N, x.C, x.OC);
+    ops_->linear_backward_weight(g + x.w, at(g, x.b), x.dy.data() + x.dy_at, x.x.data() + x.x_at, x.N, x.C, x.OC);
   }
   s.deferred.clear();
   if (!s.dembed.empty()) {

@@ -14,6 +14,12 @@
 //    the head matrix (the tied embedding or lm_head) and takes the cross-entropy of every
 //    token, each weighted by `loss_scale` (1 / tokens of the global batch, so gradients added
 //    over micro-batches and workers are the gradient of the global mean loss).
+//  - Mixtures of experts (DecoderShape::Moe) in place of a block's MLP: a softmax router's
+//    top k (renormalised or not), each expert's SwiGLU on the tokens that chose it, the
+//    weighted sum, shared experts (gated, Qwen2-MoE) beside; Megatron-Core's load-balancing
+//    loss of each MoE layer adds its gradient, each micro-batch's weighted by loss_scale
+//    times its tokens (so every chunk takes Input::loss_scale). Not under tensor or context
+//    parallelism (refused); every expert on this chunk's rank.
 //  - Recomputation really recomputes: `selective` drops the attention probabilities after
 //    the forward and rebuilds them in the backward; `full` keeps only each layer's input and
 //    reruns that layer's forward just before its backward.
@@ -111,7 +117,9 @@ class DecoderChunk {
     const float* input = nullptr;
     float* output = nullptr;        // not the last chunk: [samples * S, C] (or its rows, as input)
     const int* targets = nullptr;   // last chunk: samples * S next tokens (host memory)
-    float loss_scale = 0;           // last chunk: weight of each token's loss
+    // Weight of each token's loss (the last chunk's) and of the load-balancing losses' (per
+    // token of the micro-batch) of every chunk with a mixture of experts.
+    float loss_scale = 0;
     // Tensor parallelism: this rank's part of the output, which the plan's all-reduce (or
     // reduce-scatter) adds up, rather than the whole output: the last row-parallel layer's
     // partial sums, plus the residual and bias on rank 0 (under sequence parallelism, on

@@ -2,6 +2,7 @@
 // Inside exec/decoder*.cpp only: what the decoder math's files share (the sizes a pass sees,
 // a block's and the head's activations, the stash), so that context parallelism's exchanges
 // (decoder_context.cpp) sit beside the rest without making one file of them.
+#include <array>
 #include <span>
 #include <string>
 #include <utility>
@@ -25,6 +26,27 @@ struct WeightGrad {
   Floats dy;
   Floats x;  // shares the stash's array, or owns one gathered for it (sequence parallelism)
   int C = 0, OC = 0;
+  int N = 0;                   // rows (an expert's: its copies')
+  size_t dy_at = 0, x_at = 0;  // where the rows begin in dy and x (an expert's run)
+};
+
+// A mixture of experts' activations for one micro-batch (decoder_moe.cpp). M = N K copies.
+struct MoeActs {
+  Floats probs, weights;         // the router's softmax [N, E]; the chosen experts' weights [N, K]
+  OpsInts experts, rows, slots;  // choices [N, K]; each copy's token [M]; each choice's copy [N, K]
+  std::vector<int> offsets;      // (host) expert e's copies are [offsets[e], offsets[e + 1])
+  Floats dprobs;                 // [E] the load-balancing loss's gradient of each probability
+  Floats xp;                     // [M, C] the copies, grouped by expert, tokens in order
+  Floats gate, up, act;          // [M, FE] each copy through its expert's SwiGLU
+  Floats out;                    // [M, C] the experts' outputs, which the combine weighs
+  Floats shared_gate, shared_up, shared_act;  // [N, FS]
+  Floats shared_out, scale;      // with Qwen2-MoE's gate: the shared output [N, C] and its logits [N]
+  // Every float array, for the stash's accounting and offload.
+  template <class Self>
+  static auto arrays(Self& m) {
+    return std::array{&m.probs, &m.weights, &m.dprobs, &m.xp, &m.gate, &m.up, &m.act, &m.out, &m.shared_gate,
+                      &m.shared_up, &m.shared_act, &m.shared_out, &m.scale};
+  }
 };
 
 // One block's activations for one micro-batch. Under full recomputation only `x` survives the
@@ -40,6 +62,7 @@ struct BlockActs {
   Floats x2;                // after the attention residual
   Floats n2, mean2, rstd2;
   Floats up, gate, act;     // MLP: c_fc / up_proj (pre-activation), gate_proj, activation output
+  MoeActs moe;              // in place of the MLP's on a mixture-of-experts layer
   bool complete = false;
 };
 
@@ -93,6 +116,8 @@ struct Dims {
   // runs of S / 2cp (ContextSplit); cgroup exchanges keys and values with the group's ranks.
   int S = 0, cp = 1, cp_rank = 0;
   TensorParallelGroup* cgroup = nullptr;
+  const DecoderShape::Moe* moe = nullptr;  // the shape's mixture of experts
+  float loss_scale = 0;  // each token's weight in the objective (the load-balancing loss's too)
 
   size_t stream_floats() const { return sz(1LL * RS * C); }  // the residual stream's
   size_t whole_floats() const { return sz(1LL * N * C); }
@@ -129,7 +154,39 @@ struct Dims {
 
 Dims dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
              TensorParallelGroup* group, const DecoderOps& ops, ContextSplit context = {},
-             TensorParallelGroup* context_group = nullptr);
+             TensorParallelGroup* context_group = nullptr, float loss_scale = 0);
+
+// Weight gradients: now, or recorded for backward_weight.
+class WeightGrads {
+ public:
+  WeightGrads(const DecoderOps& ops, float* grads, std::vector<WeightGrad>* deferred)
+      : ops_(ops), grads_(grads), deferred_(deferred) {}
+  // dw (db) += dy^T x over every token's row.
+  void add(size_t w, size_t b, const Floats& dy, const Floats& x, int N, int C, int OC) {
+    add_rows(w, b, dy, 0, x, 0, N, C, OC);
+  }
+  // Over `rows` rows from dy's float dy_at and x's float x_at (an expert's run of copies).
+  void add_rows(size_t w, size_t b, const Floats& dy, size_t dy_at, const Floats& x, size_t x_at, int rows, int C,
+                int OC) {
+    if (deferred_ != nullptr) {
+      deferred_->push_back({w, b, dy, x, C, OC, rows, dy_at, x_at});
+    } else {
+      ops_.linear_backward_weight(grads_ + w, at(grads_, b), dy.data() + dy_at, x.data() + x_at, rows, C, OC);
+    }
+  }
+
+ private:
+  const DecoderOps& ops_;
+  float* grads_;
+  std::vector<WeightGrad>* deferred_;
+};
+
+// --- decoder_moe.cpp: mixtures of experts ---
+// y [N, C] = the mixture's output for its normalised input x [N, C] (every token's rows).
+void moe_forward(const Dims& d, const BlockParams& p, const float* w, MoeActs& a, const Floats& x, float* y);
+// dx += the input's gradient from dy [N, C], the output's; the weights' gradients through wg.
+void moe_backward(const Dims& d, const BlockParams& p, const float* w, MoeActs& a, const Floats& x, const Floats& dy,
+                  float* dx, WeightGrads& wg);
 
 // --- decoder_context.cpp: context parallelism ---
 // One run of a context rank's rows of a sequence: `length` tokens from local row `local` of

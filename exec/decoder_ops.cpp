@@ -53,6 +53,9 @@ void CpuDecoderOps::copy(float* dst, const float* src, size_t n) const {
 
 void CpuDecoderOps::upload(float* dst, const float* host, size_t n) const { copy(dst, host, n); }
 void CpuDecoderOps::download(float* host, const float* src, size_t n) const { copy(host, src, n); }
+void CpuDecoderOps::download_ints(int* host, const int* src, size_t n) const {
+  if (n > 0) std::memmove(host, src, n * sizeof(int));
+}
 
 void CpuDecoderOps::zero(float* dst, size_t n) const { std::fill(dst, dst + n, 0.0f); }
 

@@ -84,6 +84,8 @@ class DecoderOps {
   // Between host memory and this ops' memory; download waits for the work before it.
   virtual void upload(float* dst, const float* host, size_t n) const = 0;
   virtual void download(float* host, const float* src, size_t n) const = 0;
+  // Ints back to the host (a router's choices, from which the host orders the copies).
+  virtual void download_ints(int* host, const int* src, size_t n) const = 0;
   // The sum of n floats in double, in index order; waits for the work before it.
   virtual double sum(const float* x, size_t n) const = 0;
 
@@ -128,6 +130,7 @@ class CpuDecoderOps : public DecoderOps {
   void zero(float* dst, size_t n) const override;
   void upload(float* dst, const float* host, size_t n) const override;
   void download(float* host, const float* src, size_t n) const override;
+  void download_ints(int* host, const int* src, size_t n) const override;
   double sum(const float* x, size_t n) const override;
 #define HETFLOW_OP(name, tail, params, ...) void name params const override;
 #define HETFLOW_KERNEL(...)

@@ -16,7 +16,6 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   };
   if (c.encoder) refuse("it is an encoder");
   if (!c.unmodelled.empty()) refuse("its config asks for what the real layers leave out: " + c.unmodelled);
-  if (c.moe.experts > 0) refuse("its MLPs are mixtures of experts (architecture.moe), which the real layers do not run yet");
   if (c.mla.enabled()) refuse("its attention is latent (architecture.mla), which the real layers do not run yet");
   DecoderShape s;
   const bool gpt2 = !c.rms_norm && !c.gated_mlp && c.learned_positions && c.tied_embeddings;
@@ -48,6 +47,22 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   s.out_bias = llama && c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;
   s.qk_norm = llama && c.qk_norm;
   if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
+  if (const model::MoeConfig& m = c.moe; m.experts > 0) {
+    if (gpt2) refuse("its experts are SwiGLU MLPs, which the real layers run in LLaMA style blocks only");
+    if (m.router != model::MoeConfig::Router::softmax) refuse("its router scores experts by sigmoid (DeepSeek-V3's), not softmax");
+    if (m.routed_scale != 1) refuse("its routed weights are scaled (routed_scaling_factor " + std::to_string(m.routed_scale) + ")");
+    if (m.capacity_factor > 0) refuse("its experts drop tokens past a capacity factor; the real layers route dropless");
+    s.moe.E = m.experts;
+    s.moe.K = m.experts_per_token;
+    s.moe.FE = m.expert_ffn;
+    s.moe.FS = m.shared_experts * m.shared_width();
+    s.moe.normalize = m.normalize_top_k;
+    s.moe.shared_gate = m.shared_expert_gate && s.moe.FS > 0;
+    s.moe.aux_coef = m.aux_loss_coef;
+    s.moe.first_dense = m.first_dense_layers;
+    s.moe.every = m.every;
+    s.moe.mixtral_names = c.name.rfind("mixtral", 0) == 0;
+  }
   return s;
 }
 
@@ -123,6 +138,33 @@ class Builder {
 // gets [n i / parts, n (i + 1) / parts) (the first ranges one shorter when they do not divide
 // evenly), the same units as any other spelling of the same fractions.
 std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& part) { return partition::split_units(n, part); }
+
+// A mixture of experts' parameters under HuggingFace's names (Mixtral's or Qwen-MoE's),
+// whole on every rank (the planner puts no tensor parallelism on MoE layers).
+void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParams& k) {
+  const std::int64_t C = s.C, E = s.moe.E, FE = s.moe.FE, FS = s.moe.FS;
+  const std::string m = h + (s.moe.mixtral_names ? "block_sparse_moe." : "mlp.");
+  k.router_w = b.add(m + "gate.weight", {E, C});
+  for (int e = 0; e < s.moe.E; ++e) {
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    if (s.moe.mixtral_names) {  // w1 the gate, w3 the up projection, w2 the down
+      k.expert_gate_w.push_back(b.add(x + "w1.weight", {FE, C}));
+      k.expert_down_w.push_back(b.add(x + "w2.weight", {C, FE}));
+      k.expert_up_w.push_back(b.add(x + "w3.weight", {FE, C}));
+    } else {
+      k.expert_gate_w.push_back(b.add(x + "gate_proj.weight", {FE, C}));
+      k.expert_up_w.push_back(b.add(x + "up_proj.weight", {FE, C}));
+      k.expert_down_w.push_back(b.add(x + "down_proj.weight", {C, FE}));
+    }
+  }
+  if (FS > 0) {  // Qwen2-MoE's one gated shared expert, or DeepSeek's shared experts as one MLP
+    const std::string x = m + (s.moe.shared_gate ? "shared_expert." : "shared_experts.");
+    k.shared_gate_w = b.add(x + "gate_proj.weight", {FS, C});
+    k.shared_up_w = b.add(x + "up_proj.weight", {FS, C});
+    k.shared_down_w = b.add(x + "down_proj.weight", {C, FS});
+    if (s.moe.shared_gate) k.shared_scale_w = b.add(m + "shared_expert_gate.weight", {1, C});
+  }
+}
 
 ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp, const SplitPart& part) {
   ChunkParams p;
@@ -205,9 +247,13 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
           k.k_norm_w = b.add(h + "self_attn.k_norm.weight", {HS});
         }
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
-        k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
-        k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));
-        k.down_w = b.add(h + "mlp.down_proj.weight", {C, F}, false, cols(f0, fn, C));
+        if (s.moe.layer(l - 1)) {
+          add_moe(b, s, h, k);
+        } else {
+          k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
+          k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));
+          k.down_w = b.add(h + "mlp.down_proj.weight", {C, F}, false, cols(f0, fn, C));
+        }
       }
       p.blocks.push_back(k);
     } else {
@@ -237,6 +283,12 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, 
   if (tp < 1 || s.NKV % tp != 0) {
     throw PlanError("a tensor-parallel degree of " + std::to_string(tp) + " does not divide the " + std::to_string(s.NKV) +
                     " key/value heads");
+  }
+  for (int l = std::max(layer_begin, 1); tp > 1 && l < layer_end && l <= s.layers; ++l) {
+    if (s.moe.layer(l - 1)) {
+      throw PlanError("layer " + std::to_string(l) + " is a mixture of experts, which the real layers do not split by "
+                      "tensor parallelism (expert tensor parallelism is not run)");
+    }
   }
   return build_params(s, layer_begin, layer_end, tp_rank, tp, SplitPart{tp_rank, tp, tp_rank + 1, tp});
 }
@@ -287,7 +339,7 @@ void init_params(const ChunkParams& params, const DecoderShape& shape, std::uint
       continue;
     }
     const bool residual = ends_with(slot.name, "c_proj.weight") || ends_with(slot.name, "o_proj.weight") ||
-                          ends_with(slot.name, "down_proj.weight");
+                          ends_with(slot.name, "down_proj.weight") || ends_with(slot.name, ".w2.weight");
     const double std = residual ? residual_std : 0.02;
     const std::uint64_t key = splitmix64(seed ^ fnv1a(slot.name));
     // Element (r, c) of the whole [out, in] matrix draws index r * cols + c: a rank's share

@@ -66,6 +66,14 @@ struct BlockParams {
   size_t up_w = npos, up_b = npos;            // GPT-2's c_fc [F, C]; LLaMA's up_proj
   size_t gate_w = npos;                       // LLaMA's gate_proj [F, C]
   size_t down_w = npos, down_b = npos;        // [C, F]
+  // A mixture of experts in place of the MLP (DecoderShape::Moe): the router [E, C]; each
+  // routed expert's gate and up [FE, C] and down [C, FE], by expert (all held: expert
+  // parallelism splits them in the plan, not here yet); the shared experts' gate and up
+  // [FS, C] and down [C, FS], and Qwen2-MoE's gate on them [1, C].
+  size_t router_w = npos;
+  std::vector<size_t> expert_gate_w, expert_up_w, expert_down_w;
+  size_t shared_gate_w = npos, shared_up_w = npos, shared_down_w = npos, shared_scale_w = npos;
+  bool moe() const { return router_w != npos; }
 };
 
 struct ChunkParams {
@@ -100,6 +108,18 @@ struct DecoderShape {
   bool qkv_bias = false, out_bias = false;  // LLaMA family: biases of q, k, v (Qwen2) and o
   bool qk_norm = false;                     // LLaMA family: q and k RMS-normalised per head (Qwen3)
   bool tied = true;
+  // Mixture-of-Experts MLPs (model::MoeConfig, softmax routers): E routed SwiGLU experts FE
+  // wide, each token through its top K; FS: the shared experts' widths together (one SwiGLU
+  // as wide is their sum), 0 for none, with Qwen2-MoE's sigmoid gate on them when
+  // shared_gate. aux_coef weighs Megatron's load-balancing loss of each MoE layer.
+  struct Moe {
+    int E = 0, K = 0, FE = 0, FS = 0;
+    bool normalize = true, shared_gate = false;
+    double aux_coef = 0;
+    int first_dense = 0, every = 1;  // block b is MoE when b >= first_dense, (b - first_dense) % every == 0
+    bool mixtral_names = false;      // block_sparse_moe.experts.j.w1 (Mixtral) or mlp.experts.j.gate_proj
+    bool layer(int block) const { return E > 0 && block >= first_dense && (block - first_dense) % every == 0; }
+  } moe;
 };
 
 // Throws PlanError (naming what) when the config is not one the real math covers.

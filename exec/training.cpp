@@ -228,11 +228,10 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   // Only the ends read the micro-batch: the first chunk its tokens, the last its targets.
   const auto b = p.has_embedding || p.has_head ? micro_batch(task.iteration, t.worker, t.microbatch) : nullptr;
   if (p.has_embedding) in.tokens = b->inputs.data();
-  if (p.has_head) {
-    in.targets = b->targets.data();
-    // (A power-of-two loss scale multiplies exactly: the gradients are S times the unscaled.)
-    in.loss_scale = static_cast<float>(scale_of(task.iteration) / (static_cast<double>(global_batch_) * T));
-  }
+  if (p.has_head) in.targets = b->targets.data();
+  // Each token's weight in the objective: the head's loss, and every chunk's load-balancing
+  // losses. (A power-of-two loss scale multiplies exactly: the gradients are S times the unscaled.)
+  in.loss_scale = static_cast<float>(scale_of(task.iteration) / (static_cast<double>(global_batch_) * T));
   if (!p.has_embedding) {
     const int i = index_of(reads, tensor_of_kind(plan_, reads, TensorKind::activation));
     if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " of a middle chunk reads no activation");
@@ -385,7 +384,14 @@ std::string Training::describe() const {
   if (shape_.NH * shape_.HS != shape_.C) out << " of " << shape_.HS;
   if (shape_.NKV != shape_.NH) out << " (" << shape_.NKV << " key/value)";
   if (shape_.qk_norm) out << ", QK-norm";
-  out << ", MLP " << shape_.F << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
+  out << ", MLP " << shape_.F;
+  if (const DecoderShape::Moe& m = shape_.moe; m.E > 0) {
+    out << (m.first_dense > 0 || m.every > 1 ? " or " : " replaced by ") << m.E << " experts (top " << m.K
+        << (m.normalize ? " renormalised" : "") << ", " << m.FE << " wide)";
+    if (m.FS > 0) out << " and a shared one " << m.FS << " wide" << (m.shared_gate ? ", gated" : "");
+    if (m.aux_coef > 0) out << ", load-balancing loss x" << model::units::format_number(m.aux_coef);
+  }
+  out << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
   if (shape_.qkv_bias) out << (shape_.out_bias ? ", q/k/v/o biases" : ", q/k/v biases");
   if (shape_.window > 0) out << ", sliding window " << shape_.window;
   using Scaling = kernels::RopeFrequencies::Scaling;

@@ -157,6 +157,12 @@ void Training::read_layout() {
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
   shape_ = decoder_shape(*plan.network.architecture);
+  if (const int ep = plan.layout.experts.parallel; ep > 1) {
+    throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +
+                    " workers (layout.experts.parallel " + std::to_string(ep) +
+                    "), whose token all-to-alls the real layers do not run yet: run it with --compute proxy, "
+                    "simulate it, or plan it without --expert-parallel");
+  }
   for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;

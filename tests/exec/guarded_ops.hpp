@@ -87,6 +87,10 @@ class GuardedOps final : public exec::CpuDecoderOps {
     const Open open(*this);
     CpuDecoderOps::download(h, s, n);
   }
+  void download_ints(int* h, const int* s, size_t n) const override {
+    const Open open(*this);
+    CpuDecoderOps::download_ints(h, s, n);
+  }
   HETFLOW_GUARDED(double, sum, (const float* x, size_t n), (x, n))
   // The op table's ops (kernels/decoder_ops.def), each inside an Open.
 #define HETFLOW_OP(name, tail, params, args, ...) HETFLOW_GUARDED(void, name, params, args)

@@ -54,8 +54,38 @@ model::Network odd_qwen3(int layers = 2, int seq = 11) {
   return model::make_transformer(c, model::Precision::fp32);
 }
 
+// Mixtures of experts (Mixtral's names): 5 experts 37 wide, the top 2 renormalised, on every
+// block, with a load-balancing loss weighed to matter.
+model::Network odd_mixtral(int layers = 2, int seq = 11) {
+  model::TransformerConfig c = *odd_llama(layers, seq).architecture;
+  c.name = "mixtral-odd";
+  c.moe.experts = 5;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_ffn = 37;
+  c.moe.aux_loss_coef = 0.02;
+  return model::make_transformer(c, model::Precision::fp32);
+}
+
+// Qwen2-MoE's: the first block dense, then the top 3 of 7 experts 23 wide (not renormalised)
+// beside a 41-wide shared expert behind its sigmoid gate.
+model::Network odd_qwen2_moe(int layers = 3, int seq = 11) {
+  model::TransformerConfig c = *odd_llama(layers, seq).architecture;
+  c.name = "qwen2-moe-odd";
+  c.attention_bias = model::TransformerConfig::AttentionBias::qkv;
+  c.moe.experts = 7;
+  c.moe.experts_per_token = 3;
+  c.moe.expert_ffn = 23;
+  c.moe.shared_experts = 1;
+  c.moe.shared_expert_ffn = 41;
+  c.moe.shared_expert_gate = true;
+  c.moe.normalize_top_k = false;
+  c.moe.aux_loss_coef = 0.01;
+  c.moe.first_dense_layers = 1;
+  return model::make_transformer(c, model::Precision::fp32);
+}
+
 TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
-  for (const model::Network& net : {odd_gpt(3), odd_llama(3), odd_qwen3(3)}) {
+  for (const model::Network& net : {odd_gpt(3), odd_llama(3), odd_qwen3(3), odd_mixtral(3), odd_qwen2_moe(3)}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     for (const auto& [begin, end] : {std::pair{0, layers}, {0, 1}, {0, 2}, {1, 3}, {2, layers}, {layers - 1, layers}}) {
@@ -285,10 +315,13 @@ TEST(DecoderChunk, GradientsMatchFiniteDifferences) {
   check_gradients(odd_gpt(), partition::Recompute::none, false);
   check_gradients(odd_llama(), partition::Recompute::none, false);
   check_gradients(odd_qwen3(), partition::Recompute::none, false);
+  // (Not the mixtures of experts: a step of h moves tokens between experts, where the loss
+  // jumps. Their gradients are PyTorch's, tests/tools/oracle_test.cpp, and each MoE kernel's
+  // backward matches finite differences, tests/kernels/moe_test.cpp.)
 }
 
 TEST(DecoderChunk, RecomputationAndSplitBackwardGiveTheSameGradients) {
-  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3()}) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3(), odd_mixtral(), odd_qwen2_moe()}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     std::vector<float> want;
@@ -716,6 +749,26 @@ const std::vector<DistributedCase> kDistributedCases = {
 std::string case_name(const testing::TestParamInfo<DistributedCase>& p) { return p.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, DistributedTraining, testing::ValuesIn(kDistributedCases), case_name);
+
+// Mixtures of experts, expert parallelism 1: pipelines and data parallelism over whole
+// experts. One sample a micro-batch, so each micro-batch's load-balancing loss covers the
+// same tokens on one device as in the pipeline.
+class MoeTraining : public testing::TestWithParam<DistributedCase> {};
+
+TEST_P(MoeTraining, EqualsOneDevice) {
+  const DistributedCase& c = GetParam();
+  for (const model::Network& net : {odd_mixtral(8), odd_qwen2_moe(8)}) {
+    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8), net, options_of(c)), net);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, MoeTraining,
+    testing::Values(DistributedCase{"one_f_one_b", "1f1b", 1, partition::Recompute::none},
+                    DistributedCase{"interleaved_selective", "interleaved", 2, partition::Recompute::selective},
+                    DistributedCase{"split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full},
+                    DistributedCase{"parameter_server", "gpipe", 1, partition::Recompute::none, partition::SyncKind::ps}),
+    case_name);
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
 // pipeline of 2 stages (a LLaMA: untied) or one (a GPT: its tied head beside its embedding),

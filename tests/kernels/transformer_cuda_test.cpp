@@ -25,6 +25,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -958,6 +959,124 @@ TEST(TransformerCuda, LinearWithSixteenBitInputsMatchesTheReferenceOnRoundedOper
 
 // ---------------------------------------------------------------------------------------------
 // Without a GPU (and with one, the argument checks)
+
+// ---------------------------------------------------------------------------------------------
+// Mixture of experts
+
+TEST(TransformerCuda, MoeRouterMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  // 300 rows cross the 256-thread blocks; 64 experts, top 6, as the larger released configs.
+  for (const auto& [N, E, K] : {std::tuple{7, 5, 2}, std::tuple{300, 64, 6}}) {
+    for (const int normalize : {0, 1}) {
+      const std::string shape = "router N=" + std::to_string(N) + " E=" + std::to_string(E) + " K=" +
+                                std::to_string(K) + (normalize ? " normalised" : "");
+      std::mt19937 rng(21);
+      const Vec z = random_vec(size_of(N * E), rng, -3, 3), dweights = random_vec(size_of(N * K), rng),
+                aux = random_vec(size_of(E), rng);
+      Vec probs(z.size()), weights(size_of(N * K));
+      std::vector<int> experts(weights.size());
+      moe_router_forward(probs.data(), weights.data(), experts.data(), z.data(), N, E, K, normalize);
+      Device device;
+      const float *dz = device.upload(z), *ddw = device.upload(dweights), *daux = device.upload(aux);
+      float *dprobs = device.upload(unwritten(probs.size())), *dweights_out = device.upload(unwritten(weights.size()));
+      int* dexperts = device.upload(std::vector<int>(experts.size(), -1));
+      std::vector<int> chosen;
+      const std::vector<Vec> forward = run_twice(shape, [&] {
+        device.poison(dprobs, probs.size());
+        device.poison(dweights_out, weights.size());
+        EXPECT_OK(moe_router_forward_cuda(dprobs, dweights_out, dexperts, dz, N, E, K, normalize, nullptr));
+        chosen = device.download(dexperts, experts.size());
+        return std::vector<Vec>{device.download(dprobs, probs.size()), device.download(dweights_out, weights.size())};
+      });
+      expect_close(shape + " probs", forward[0], probs, kReduction);
+      expect_close(shape + " weights", forward[1], weights, kReduction);
+      EXPECT_EQ(chosen, experts) << shape;  // random logits: no near-ties to round apart
+      // The backward from the reference's forward, so both start from the same choice.
+      const float *dp = device.upload(probs), *dw = device.upload(weights);
+      const int* de = device.upload(experts);
+      check_backward(
+          shape + " backward", {random_vec(z.size(), rng)}, kReduction,
+          [&](const std::vector<float*>& g) {
+            moe_router_backward(g[0], dweights.data(), aux.data(), probs.data(), weights.data(), experts.data(), N, E,
+                                K, normalize);
+          },
+          [&](const std::vector<float*>& g) {
+            return moe_router_backward_cuda(g[0], ddw, daux, dp, dw, de, N, E, K, normalize, nullptr);
+          });
+    }
+  }
+}
+
+TEST(TransformerCuda, MoePermuteAndCombineMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, K, C] : {std::tuple{5, 2, 7}, std::tuple{300, 4, 257}}) {
+    const std::string shape = "permute N=" + std::to_string(N) + " K=" + std::to_string(K) + " C=" + std::to_string(C);
+    const int M = N * K;
+    std::mt19937 rng(22);
+    std::vector<int> slots(size_of(M)), rows(size_of(M));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (int i = 0; i < M; ++i) rows[size_of(slots[size_of(i)])] = i / K;
+    slots[1] = -1;  // a dropped copy
+    const Vec x = random_vec(size_of(N * C), rng), xm = random_vec(size_of(M * C), rng),
+              weights = random_vec(size_of(M), rng), dy = random_vec(size_of(N * C), rng);
+    Vec y(size_of(M * C)), combined(size_of(N * C));
+    moe_permute(y.data(), x.data(), rows.data(), M, C);
+    moe_combine(combined.data(), xm.data(), slots.data(), weights.data(), N, K, C);
+    Device device;
+    const int *drows = device.upload(rows), *dslots = device.upload(slots);
+    const float *dx = device.upload(x), *dxm = device.upload(xm), *dw = device.upload(weights), *ddy = device.upload(dy);
+    float *dy_out = device.upload(unwritten(y.size())), *dc = device.upload(unwritten(combined.size()));
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      device.poison(dy_out, y.size());
+      device.poison(dc, combined.size());
+      EXPECT_OK(moe_permute_cuda(dy_out, dx, drows, M, C, nullptr));
+      EXPECT_OK(moe_combine_cuda(dc, dxm, dslots, dw, N, K, C, nullptr));
+      return std::vector<Vec>{device.download(dy_out, y.size()), device.download(dc, combined.size())};
+    });
+    expect_bitwise(shape + " permuted", forward[0], y);
+    expect_close(shape + " combined", forward[1], combined, kReduction);
+    const Vec dperm = random_vec(size_of(M * C), rng);
+    const float* ddperm = device.upload(dperm);
+    check_backward(
+        shape + " permute backward", {random_vec(x.size(), rng)}, Tolerance{0, 0},
+        [&](const std::vector<float*>& g) { moe_permute_backward(g[0], dperm.data(), slots.data(), N, K, C); },
+        [&](const std::vector<float*>& g) { return moe_permute_backward_cuda(g[0], ddperm, dslots, N, K, C, nullptr); });
+    check_backward(
+        shape + " combine backward", {random_vec(xm.size(), rng), random_vec(weights.size(), rng)}, kReduction,
+        [&](const std::vector<float*>& g) {
+          moe_combine_backward(g[0], g[1], dy.data(), xm.data(), slots.data(), weights.data(), N, K, C);
+        },
+        [&](const std::vector<float*>& g) {
+          return moe_combine_backward_cuda(g[0], g[1], ddy, dxm, dslots, dw, N, K, C, nullptr);
+        });
+  }
+}
+
+TEST(TransformerCuda, MoeGatedAddMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [N, C] : {std::tuple{3, 5}, std::tuple{300, 769}}) {
+    const std::string shape = "gated add N=" + std::to_string(N) + " C=" + std::to_string(C);
+    std::mt19937 rng(23);
+    const Vec x = random_vec(size_of(N * C), rng), gate = random_vec(size_of(N), rng, -4, 4),
+              base = random_vec(x.size(), rng), dy = random_vec(x.size(), rng);
+    Vec y = base;
+    gated_add(y.data(), x.data(), gate.data(), N, C);
+    Device device;
+    const float *dx = device.upload(x), *dgate = device.upload(gate), *ddy = device.upload(dy);
+    const std::vector<Vec> forward = run_twice(shape, [&] {
+      Device fresh;
+      float* out = fresh.upload(base);
+      EXPECT_OK(gated_add_cuda(out, dx, dgate, N, C, nullptr));
+      return std::vector<Vec>{fresh.download(out, base.size())};
+    });
+    expect_close(shape + " y", forward[0], y, kPointwise);
+    check_backward(
+        shape + " backward", {random_vec(x.size(), rng), random_vec(gate.size(), rng)}, kReduction,
+        [&](const std::vector<float*>& g) { gated_add_backward(g[0], g[1], dy.data(), x.data(), gate.data(), N, C); },
+        [&](const std::vector<float*>& g) { return gated_add_backward_cuda(g[0], g[1], ddy, dx, dgate, N, C, nullptr); });
+  }
+}
 
 TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   // Host memory stands in for device pointers: every call below returns before touching it.

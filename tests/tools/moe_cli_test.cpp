@@ -101,11 +101,18 @@ TEST(MoeCli, SearchRowsNameTheirExpertGroups) {
   EXPECT_EQ(best.at("expert_placement").get<std::string>(), "speed") << best;
 }
 
-TEST(MoeCli, RunTrainsProxiesAndRefusesRealMathNamingTheArchitecture) {
-  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
+// Real math trains a mixture of experts whose workers each hold every expert; expert
+// parallelism's token all-to-alls run as proxies only: auto falls back saying why, and
+// --compute real refuses naming the layout's field.
+TEST(MoeCli, RunTrainsRealMathAndProxiesUnderExpertParallelism) {
+  const auto real = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
+  ASSERT_EQ(real.status, 0) << real.err;
+  EXPECT_NE(real.out.find("compute real"), std::string::npos) << real.out;
+  EXPECT_NE(real.out.find("replaced by 4 experts (top 2 renormalised, 48 wide) and a shared one 48 wide"), std::string::npos) << real.out;
+  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2");
   ASSERT_EQ(proxies.status, 0) << proxies.err;
-  EXPECT_NE(proxies.out.find("its MLPs are mixtures of experts (architecture.moe)"), std::string::npos) << proxies.out;
-  const auto real = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --compute real");
-  EXPECT_EQ(real.status, 3) << real.err;
-  EXPECT_NE(real.err.find("architecture.moe"), std::string::npos) << real.err;
+  EXPECT_NE(proxies.out.find("proxies because the plan splits its experts"), std::string::npos) << proxies.out;
+  const auto refused = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --compute real");
+  EXPECT_EQ(refused.status, 3) << refused.err;
+  EXPECT_NE(refused.err.find("layout.experts.parallel 2"), std::string::npos) << refused.err;
 }

@@ -176,4 +176,16 @@ TEST(PyTorchOracle, MistralWithASlidingWindowMatchesAfterThreeAdamWSteps) {
   compare_with_torch("mistral_window", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
 }
 
+// Mixtures of experts, each with its load-balancing loss: Mixtral's (5 experts 37 wide, the
+// top 2 renormalised, on every layer) and Qwen2-MoE's (a dense first layer, then the top 3
+// of 7 experts 23 wide, not renormalised, beside a 41-wide shared expert behind its sigmoid
+// gate). Some experts meet no token in a step: a zero gradient, which AdamW still steps.
+TEST(PyTorchOracle, MixtralWithOddSizesMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("mixtral_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
+}
+
+TEST(PyTorchOracle, Qwen2MoeWithOddSizesAndASharedExpertMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("qwen2_moe_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
+}
+
 }  // namespace

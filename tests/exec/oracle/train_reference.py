@@ -69,10 +69,15 @@ class Config:
         self.qkv_bias = self.o_bias = False
         self.qk_norm = False  # Qwen3: q and k RMS-normalised per head (gains of head_dim) before RoPE
         eps_default = 1e-6  # LlamaConfig's, MistralConfig's and Qwen2Config's
+        self.moe = None  # a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): Config.read_moe's dict
+        moe_type = self.model_type if self.model_type in ("mixtral", "qwen2_moe", "qwen3_moe") else None
+        if moe_type:  # their attention is Mistral's, Qwen2's and Qwen3's
+            self.model_type = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}[moe_type]
         source_type = self.model_type
         if self.model_type in ("mistral", "qwen2", "qwen3"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
-            w = d.get("sliding_window", 4096)  # MistralConfig's default; null: none
+            # MistralConfig's default 4096 (MixtralConfig's none); null: none
+            w = d.get("sliding_window", None if moe_type == "mixtral" else 4096)
             if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
                 raise InputError("config: 'sliding_window' must be a positive integer or null, got %r" % (w,))
             if source_type == "mistral":
@@ -160,8 +165,41 @@ class Config:
             if self.head_dim % 2:
                 raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
         else:
-            raise InputError("config: model_type %r is not 'gpt2', 'llama', 'mistral', 'qwen2' or 'qwen3'"
-                             % self.model_type)
+            raise InputError("config: model_type %r is not 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', "
+                             "'qwen2_moe' or 'qwen3_moe'" % self.model_type)
+        if moe_type:
+            self.moe = self.read_moe(d, moe_type, need)
+
+    def read_moe(self, d, moe_type, need):
+        """The mixture of experts of a Mixtral, Qwen2-MoE or Qwen3-MoE config.json, with
+        transformers' defaults: E experts, each token through its top K, experts FE wide;
+        Qwen2-MoE's one shared expert FS wide with its sigmoid gate; which layers are MoE."""
+        def count(key, default):
+            v = d.get(key, default)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InputError("config: %r must be a whole number >= 0, got %r" % (key, v))
+            return v
+        m = {"aux": float(d.get("router_aux_loss_coef", 0.001))}
+        if moe_type == "mixtral":
+            m.update(E=count("num_local_experts", 8), K=count("num_experts_per_tok", 2), FE=self.inner, FS=0,
+                     normalize=True, prefix="block_sparse_moe.", names=("w1", "w3", "w2"), layers=None)
+        else:
+            qwen2 = moe_type == "qwen2_moe"
+            m.update(E=count("num_experts", 60 if qwen2 else 128), K=count("num_experts_per_tok", 4 if qwen2 else 8),
+                     FE=count("moe_intermediate_size", 1408 if qwen2 else 768),
+                     FS=count("shared_expert_intermediate_size", 5632) if qwen2 else 0,
+                     normalize=bool(d.get("norm_topk_prob", False)), prefix="mlp.",
+                     names=("gate_proj", "up_proj", "down_proj"))
+            step, only = count("decoder_sparse_step", 1), d.get("mlp_only_layers", [])
+            # Qwen2MoeDecoderLayer: sparse when not in mlp_only_layers and (i + 1) % step == 0.
+            m["layers"] = [i for i in range(self.n_layer) if i not in only and step > 0 and (i + 1) % step == 0]
+        if m["E"] <= 0 or not 0 < m["K"] <= m["E"] or m["FE"] <= 0:
+            raise InputError("config: experts %d, top-k %d, width %d: expected 0 < top-k <= experts and width > 0"
+                             % (m["E"], m["K"], m["FE"]))
+        return m
+
+    def is_moe(self, i):
+        return self.moe is not None and (self.moe["layers"] is None or i in self.moe["layers"])
 
     @staticmethod
     def load(path):
@@ -205,14 +243,34 @@ class Config:
                     s.append((p + "self_attn.o_proj.bias", (C,), "bias"))
                 if self.qk_norm:
                     s += [(p + "self_attn.q_norm.weight", (HS,), "gain"), (p + "self_attn.k_norm.weight", (HS,), "gain")]
-                s += [(p + "mlp.gate_proj.weight", (F_, C), "matrix"),
-                      (p + "mlp.up_proj.weight", (F_, C), "matrix"),
-                      (p + "mlp.down_proj.weight", (C, F_), "matrix"),
-                      (p + "input_layernorm.weight", (C,), "gain"),
+                if self.is_moe(i):
+                    s += self.moe_specs(p)
+                else:
+                    s += [(p + "mlp.gate_proj.weight", (F_, C), "matrix"),
+                          (p + "mlp.up_proj.weight", (F_, C), "matrix"),
+                          (p + "mlp.down_proj.weight", (C, F_), "matrix")]
+                s += [(p + "input_layernorm.weight", (C,), "gain"),
                       (p + "post_attention_layernorm.weight", (C,), "gain")]
             s.append(("model.norm.weight", (C,), "gain"))
             if not self.tied:
                 s.append(("lm_head.weight", (V, C), "matrix"))
+        return s
+
+    def moe_specs(self, p):
+        """A mixture of experts' tensors, HuggingFace's names: the router, each expert's gate,
+        up and down projections (Mixtral's w1, w3, w2), the shared expert and its gate."""
+        m, C = self.moe, self.hidden
+        pre = p + m["prefix"]
+        s = [(pre + "gate.weight", (m["E"], C), "matrix")]
+        gate, up, down = m["names"]
+        for e in range(m["E"]):
+            x = pre + "experts.%d." % e
+            s += [(x + gate + ".weight", (m["FE"], C), "matrix"), (x + up + ".weight", (m["FE"], C), "matrix"),
+                  (x + down + ".weight", (C, m["FE"]), "matrix")]
+        if m["FS"] > 0:
+            x = pre + "shared_expert."
+            s += [(x + "gate_proj.weight", (m["FS"], C), "matrix"), (x + "up_proj.weight", (m["FS"], C), "matrix"),
+                  (x + "down_proj.weight", (C, m["FS"]), "matrix"), (pre + "shared_expert_gate.weight", (1, C), "matrix")]
         return s
 
     def embedding_name(self):
@@ -495,7 +553,40 @@ def gpt2_forward(cfg, P, idx):
     return x @ wte.t()
 
 
-def llama_forward(cfg, P, idx):
+def moe_mlp(cfg, P, p, h):
+    """A mixture of experts on h [N, C] as transformers' MixtralSparseMoeBlock and
+    Qwen2MoeSparseMoeBlock compute it (softmax router, top-k, the chosen weights renormalised
+    when the config says so, each expert's SwiGLU on its tokens, the weighted sum; the shared
+    expert gated by a sigmoid), and Megatron-Core's load-balancing loss of the layer
+    (switch_load_balancing_loss_func): E / (N^2 K) sum_e P_e c_e, P_e the sum of expert e's
+    probabilities over the N tokens, c_e the tokens that chose it (a count: no gradient)."""
+    m = cfg.moe
+    pre = p + m["prefix"]
+    E, K, N = m["E"], m["K"], h.shape[0]
+    probs = torch.softmax(h @ P[pre + "gate.weight"].t(), dim=-1)
+    weights, chosen = torch.topk(probs, K, dim=-1)
+    if m["normalize"]:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    gate, up, down = m["names"]
+    out = torch.zeros_like(h)
+    for e in range(E):
+        tok, k = torch.where(chosen == e)
+        if tok.numel() == 0:
+            continue
+        x = pre + "experts.%d." % e
+        z = h[tok]
+        y = (F.silu(z @ P[x + gate + ".weight"].t()) * (z @ P[x + up + ".weight"].t())) @ P[x + down + ".weight"].t()
+        out = out.index_add(0, tok, y * weights[tok, k, None])
+    if m["FS"] > 0:
+        x = pre + "shared_expert."
+        y = (F.silu(h @ P[x + "gate_proj.weight"].t()) * (h @ P[x + "up_proj.weight"].t())) @ P[x + "down_proj.weight"].t()
+        out = out + torch.sigmoid(h @ P[pre + "shared_expert_gate.weight"].t()) * y
+    counts = torch.bincount(chosen.reshape(-1), minlength=E).to(h.dtype)
+    aux = (probs.sum(dim=0) * counts).sum() * (E / (N * N * K))
+    return out, aux
+
+
+def llama_forward(cfg, P, idx, aux=None):
     B, T = idx.shape
     NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     emb = P["model.embed_tokens.weight"]
@@ -518,6 +609,12 @@ def llama_forward(cfg, P, idx):
         y = causal_attention(q, k, v, cfg.window).transpose(1, 2).reshape(B, T, NH * HS)
         x = x + proj("o", y)
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
+        if cfg.is_moe(i):
+            y, layer_aux = moe_mlp(cfg, P, p, h.reshape(B * T, -1))
+            x = x + y.view(B, T, -1)
+            if aux is not None:
+                aux.append(layer_aux)
+            continue
         g = h @ P[p + "mlp.gate_proj.weight"].t()
         u = h @ P[p + "mlp.up_proj.weight"].t()
         x = x + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].t()
@@ -526,16 +623,26 @@ def llama_forward(cfg, P, idx):
     return x @ head.t()
 
 
-def forward(cfg, P, idx):
+def forward(cfg, P, idx, aux=None):
+    """Logits [B, T, V]; each MoE layer's load-balancing loss appended to `aux` when given."""
     T = idx.shape[1]
     if T > cfg.max_pos and cfg.model_type == "gpt2":  # rotary positions have no table to run out of
         raise InputError("sequence length %d exceeds the model's %d positions" % (T, cfg.max_pos))
-    return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx)
+    return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx, aux)
 
 
 def loss_fn(cfg, P, idx, tgt):
-    logits = forward(cfg, P, idx)
-    return F.cross_entropy(logits.reshape(-1, cfg.vocab), tgt.reshape(-1))
+    """The mean cross-entropy (the reported loss)."""
+    return objective(cfg, P, idx, tgt)[0]
+
+
+def objective(cfg, P, idx, tgt):
+    """(the mean cross-entropy, what training minimises: it plus router_aux_loss_coef times
+    the MoE layers' load-balancing losses, as Megatron-Core adds them)."""
+    aux = []
+    logits = forward(cfg, P, idx, aux)
+    ce = F.cross_entropy(logits.reshape(-1, cfg.vocab), tgt.reshape(-1))
+    return ce, ce + cfg.moe["aux"] * sum(aux) if aux else ce
 
 
 # ----------------------------------------------------------------------------------------------
@@ -560,9 +667,12 @@ def grad_norm(params):
 
 def train_step(cfg, P, opt, idx, tgt, clip):
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(cfg, P, idx, tgt)
-    loss.backward()
+    loss, total = objective(cfg, P, idx, tgt)
+    total.backward()
     params = list(P.values())
+    for p in params:  # an expert no token chose: a zero gradient, and AdamW steps it (Megatron's buffers)
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     if clip > 0:
         norm = torch.nn.utils.clip_grad_norm_(params, clip)
     else:
@@ -693,6 +803,34 @@ def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None):
     return out
 
 
+def np_moe(cfg, W, p, h):
+    """A mixture of experts token by token: each token's softmax over the experts, its K most
+    probable (argsort), their weights (renormalised when asked), each chosen expert's SwiGLU
+    on the token alone, weighted and added; the sigmoid-gated shared expert beside."""
+    m = cfg.moe
+    pre = p + m["prefix"]
+    gate, up, down = m["names"]
+
+    def swiglu(z, x):
+        g, u = W[x + gate + ".weight"] @ z, W[x + up + ".weight"] @ z
+        return W[x + down + ".weight"] @ (g / (1 + np.exp(-g)) * u)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        z = W[pre + "gate.weight"] @ h[t]
+        prob = np.exp(z - z.max())
+        prob /= prob.sum()
+        top = np.argsort(-prob, kind="stable")[:m["K"]]
+        w = prob[top] / (prob[top].sum() if m["normalize"] else 1.0)
+        for e, we in zip(top, w):
+            out[t] += we * swiglu(h[t], pre + "experts.%d." % e)
+        if m["FS"] > 0:
+            x = pre + "shared_expert."
+            g, u = W[x + "gate_proj.weight"] @ h[t], W[x + "up_proj.weight"] @ h[t]
+            shared = W[x + "down_proj.weight"] @ (g / (1 + np.exp(-g)) * u)
+            out[t] += shared / (1 + np.exp(-(W[pre + "shared_expert_gate.weight"] @ h[t])[0]))
+    return out
+
+
 def np_forward(cfg, W, idx):
     """A second, loop-based float64 formulation of both models: logits [B, T, V]."""
     W = {n: np.asarray(v, dtype=np.float64) for n, v in W.items()}
@@ -734,6 +872,9 @@ def np_forward(cfg, W, idx):
                 v = lin("v", h)
                 x = x + lin("o", np_attention_loops(q, k, v, NH, NKV, HS, cfg.window))
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
+                if cfg.is_moe(i):
+                    x = x + np_moe(cfg, W, p, h)
+                    continue
                 g = h @ W[p + "mlp.gate_proj.weight"].T
                 u = h @ W[p + "mlp.up_proj.weight"].T
                 x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
@@ -762,6 +903,15 @@ LLAMA_DYNAMIC = dict(LLAMA_ODD, max_position_embeddings=7, rope_scaling={"type":
 QWEN2_ODD = dict(LLAMA_ODD, model_type="qwen2", tie_word_embeddings=True)
 # Qwen3: 6 heads of 10 over a hidden of 48 (q 60 wide), q and k normalised per head.
 QWEN3_ODD = dict(LLAMA_ODD, model_type="qwen3", head_dim=10)
+# Mixtral: 5 experts 37 wide, top-2 renormalised, on every layer; a load-balancing loss
+# weighed enough to move the routers visibly.
+MIXTRAL_ODD = dict(LLAMA_ODD, model_type="mixtral", intermediate_size=37, num_local_experts=5, num_experts_per_tok=2,
+                   router_aux_loss_coef=0.02)
+# Qwen2-MoE: 3 layers, the first dense (mlp_only_layers); 7 experts 23 wide, top-3 not
+# renormalised, one shared expert 41 wide behind its sigmoid gate.
+QWEN2_MOE_ODD = dict(LLAMA_ODD, model_type="qwen2_moe", num_hidden_layers=3, mlp_only_layers=[0], num_experts=7,
+                     num_experts_per_tok=3, moe_intermediate_size=23, shared_expert_intermediate_size=41,
+                     norm_topk_prob=False, router_aux_loss_coef=0.01)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
 MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
@@ -802,7 +952,8 @@ def self_test():
             "qwen2": Config(QWEN2_ODD),
             "qwen3": Config(QWEN3_ODD),
             "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
-            "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True))}
+            "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True)),
+            "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1097,7 +1248,8 @@ def self_test():
             c.check("%s e2e: init holds every tensor" % key, len(init) == len(cfg.param_specs()))
             c.check("%s e2e: final weights read back, all finite, all moved" % key,
                     all(np.isfinite(final[n]).all() and not np.array_equal(final[n], init[n]) for n in final))
-            c.check("%s e2e: losses fall" % key, len(losses) == 3 and losses[2] < losses[1] < losses[0],
+            # (the third step reads the first's batch again, after two updates)
+            c.check("%s e2e: losses fall below the first" % key, len(losses) == 3 and max(losses[1:]) < losses[0],
                     str(["%.6f" % x for x in losses]))
             c.check("%s e2e: step 0 loss near ln V" % key, abs(losses[0] - math.log(cfg.vocab)) < 0.1,
                     "%.6f vs %.6f" % (losses[0], math.log(cfg.vocab)))
@@ -1110,6 +1262,26 @@ def self_test():
             c.check("%s e2e: step-0 loss == in-process forward" % key, l0 == losses[0])
     c.run("gpt2 e2e", lambda: end_to_end("gpt2_odd", GPT2_ODD, 3, 12))
     c.run("llama e2e", lambda: end_to_end("llama_odd", LLAMA_ODD, 3, 10))
+    c.run("mixtral e2e", lambda: end_to_end("mixtral_odd", MIXTRAL_ODD, 3, 10))
+
+    # 11b. The load-balancing loss: 1 when the router is uniform (every probability 1/E, the
+    # N K choices spread anyhow: E / (N^2 K) (N / E) N K), and its gradient moves the router.
+    def load_balancing():
+        cfg = cfgs["mixtral"]
+        W = make_init(cfg, 4)
+        for name in W:
+            if name.endswith("block_sparse_moe.gate.weight"):
+                W[name] = np.zeros_like(W[name])
+        P = make_params(cfg, W, torch.float64)
+        idx = torch.from_numpy(np.random.RandomState(6).randint(cfg.vocab, size=(2, 7)))
+        aux = []
+        forward(cfg, P, idx, aux)
+        c.check("load-balancing loss of a uniform router is 1 per layer", len(aux) == cfg.n_layer
+                and all(abs(float(a) - 1.0) < 1e-12 for a in aux), str([float(a) for a in aux]))
+        sum(aux).backward()
+        router = P["model.layers.0.block_sparse_moe.gate.weight"].grad
+        c.check("its gradient reaches the router", router is not None and float(router.abs().max()) > 0)
+    c.run("load balancing", load_balancing)
 
     # 12. The example configs beside this script are the ones checked above.
     def examples():
@@ -1117,7 +1289,8 @@ def self_test():
         for fname, d in (("gpt2_odd.json", GPT2_ODD), ("llama_odd.json", LLAMA_ODD),
                          ("llama_rope_scaled.json", LLAMA_ROPE_SCALED), ("mistral_window.json", MISTRAL_WINDOW),
                          ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD),
-                         ("qwen3_odd.json", QWEN3_ODD)):
+                         ("qwen3_odd.json", QWEN3_ODD), ("mixtral_odd.json", MIXTRAL_ODD),
+                         ("qwen2_moe_odd.json", QWEN2_MOE_ODD)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
