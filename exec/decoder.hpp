@@ -16,7 +16,8 @@
 //    over micro-batches and workers are the gradient of the global mean loss).
 //  - Mixtures of experts (DecoderShape::Moe) in place of a block's MLP: a softmax router's
 //    top k (renormalised or not), each expert's SwiGLU on the tokens that chose it, the
-//    weighted sum, shared experts (gated, Qwen2-MoE) beside; Megatron-Core's load-balancing
+//    weighted sum (past an expert's capacity, where the shape has one, the copies of the
+//    smallest weights dropped), shared experts (gated, Qwen2-MoE) beside; Megatron-Core's load-balancing
 //    loss of each MoE layer adds its gradient, each micro-batch's weighted by loss_scale
 //    times its tokens (so every chunk takes Input::loss_scale). Not under tensor or context
 //    parallelism (refused); every expert on this chunk's rank.

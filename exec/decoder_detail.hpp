@@ -30,7 +30,8 @@ struct WeightGrad {
   size_t dy_at = 0, x_at = 0;  // where the rows begin in dy and x (an expert's run)
 };
 
-// A mixture of experts' activations for one micro-batch (decoder_moe.cpp). M = N K copies.
+// A mixture of experts' activations for one micro-batch (decoder_moe.cpp): of the N K copies
+// of the tokens, M are kept (all but those past an expert's capacity).
 struct MoeActs {
   Floats probs, weights;         // the router's softmax [N, E]; the chosen experts' weights [N, K]
   OpsInts experts, rows, slots;  // choices [N, K]; each copy's token [M]; each choice's copy [N, K]

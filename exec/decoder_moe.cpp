@@ -1,13 +1,16 @@
 // A mixture-of-experts MLP's forward and backward (decoder.hpp's promises; decoder_ops.def's
 // MoE ops): the router's softmax and top-k on the device, the copies' order built on the host
-// from the choices (as Megatron's dropless dispatcher syncs its token counts), each expert's
-// SwiGLU as linear ops on its run of rows, the weighted combine, the shared experts beside.
+// from the choices (as Megatron's dispatcher syncs its token counts), copies past an expert's
+// capacity dropped where the shape asks, each expert's SwiGLU as linear ops on its run of
+// rows, the weighted combine, the shared experts beside.
 //
 // The load-balancing loss is Megatron-Core's (switch_load_balancing_loss_func), per layer and
 // micro-batch of N tokens: aux = coef E / (N^2 K) sum_e P_e c_e, with P_e the sum over tokens
 // of expert e's router probability and c_e the tokens that chose e. It enters the objective
 // weighted as the micro-batch's tokens are (loss_scale N), so its gradient of each
 // probability is loss_scale coef E c_e / (N K), the same for every token.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,7 +23,9 @@ using namespace decoder_detail;
 namespace {
 
 // The copies' order from the router's choices: expert by expert, each expert's tokens in
-// order. Fills a.rows, a.slots, a.offsets; returns the tokens per expert.
+// order; past an expert's capacity (DecoderShape::Moe::capacity_factor) the copies of the
+// smallest weights are dropped (slot -1). Fills a.rows, a.slots, a.offsets; returns the
+// tokens that chose each expert (dropped or not: what the load-balancing loss counts).
 std::vector<int> order_copies(const Dims& d, MoeActs& a) {
   const DecoderShape::Moe& m = *d.moe;
   const size_t choices = sz(1LL * d.N * m.K);
@@ -28,15 +33,32 @@ std::vector<int> order_copies(const Dims& d, MoeActs& a) {
   d.ops.download_ints(chosen.data(), a.experts.data(), choices);
   std::vector<int> count(sz(m.E), 0);
   for (const int e : chosen) ++count[sz(e)];
+  std::vector<char> kept(choices, 1);
+  if (m.capacity_factor > 0) {
+    const int capacity = static_cast<int>(std::ceil(static_cast<double>(choices) / m.E * m.capacity_factor));
+    std::vector<float> weights(choices);
+    d.ops.download(weights.data(), a.weights.data(), choices);
+    std::vector<std::vector<size_t>> of(sz(m.E));
+    for (size_t i = 0; i < choices; ++i) of[sz(chosen[i])].push_back(i);
+    for (std::vector<size_t>& copies : of) {
+      if (static_cast<int>(copies.size()) <= capacity) continue;
+      // (the choices are in token order: a stable sort breaks ties to the earlier token)
+      std::stable_sort(copies.begin(), copies.end(), [&](size_t x, size_t y) { return weights[x] > weights[y]; });
+      for (size_t j = sz(capacity); j < copies.size(); ++j) kept[copies[j]] = 0;
+    }
+  }
+  std::vector<int> held(sz(m.E), 0);
+  for (size_t i = 0; i < choices; ++i) held[sz(chosen[i])] += kept[i];
   a.offsets.assign(sz(m.E) + 1, 0);
-  for (int e = 0; e < m.E; ++e) a.offsets[sz(e) + 1] = a.offsets[sz(e)] + count[sz(e)];
-  std::vector<int> next(a.offsets.begin(), a.offsets.end() - 1), rows(choices), slots(choices);
+  for (int e = 0; e < m.E; ++e) a.offsets[sz(e) + 1] = a.offsets[sz(e)] + held[sz(e)];
+  std::vector<int> next(a.offsets.begin(), a.offsets.end() - 1), rows(sz(a.offsets.back())), slots(choices, -1);
   for (size_t i = 0; i < choices; ++i) {
+    if (!kept[i]) continue;
     const int copy = next[sz(chosen[i])]++;
     rows[sz(copy)] = static_cast<int>(i / sz(m.K));
     slots[i] = copy;
   }
-  a.rows = d.ops.ints(rows.data(), choices);
+  a.rows = d.ops.ints(rows.data(), rows.size());
   a.slots = d.ops.ints(slots.data(), choices);
   return count;
 }
@@ -54,16 +76,17 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
                                  float* y) {
   const DecoderOps& ops = d.ops;
   const DecoderShape::Moe& m = *d.moe;
-  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE, M = N * K;
+  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE;
   // The router.
   const Floats logits = ops.floats(sz(1LL * N * E));
   ops.linear_forward(logits.data(), x.data(), w + p.router_w, nullptr, N, C, E);
   a.probs = ops.floats(logits.size());
-  a.weights = ops.floats(sz(M));
-  const std::vector<int> none(sz(M), 0);
-  a.experts = ops.ints(none.data(), sz(M));
+  a.weights = ops.floats(sz(1LL * N * K));
+  const std::vector<int> none(a.weights.size(), 0);
+  a.experts = ops.ints(none.data(), none.size());
   ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K, m.normalize ? 1 : 0);
   const std::vector<int> count = order_copies(d, a);
+  const int M = a.offsets.back();  // the copies kept
   if (m.aux_coef > 0) {
     std::vector<float> dprobs(sz(E));
     for (int e = 0; e < E; ++e) {
@@ -80,14 +103,14 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.act = ops.floats(a.gate.size());
   a.out = ops.floats(a.xp.size());
   for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = count[sz(e)];
+    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
     if (rows == 0) continue;
     swiglu_in(ops, a.gate.data() + sz(1LL * at * FE), a.up.data() + sz(1LL * at * FE), a.xp.data() + sz(1LL * at * C),
               w + p.expert_gate_w[sz(e)], w + p.expert_up_w[sz(e)], rows, C, FE);
   }
   ops.swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), static_cast<long>(a.act.size()));
   for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = count[sz(e)];
+    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
     if (rows == 0) continue;
     ops.linear_forward(a.out.data() + sz(1LL * at * C), a.act.data() + sz(1LL * at * FE), w + p.expert_down_w[sz(e)],
                        nullptr, rows, FE, C);
@@ -117,7 +140,7 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
                                   const Floats& dy, float* dx, WeightGrads& wg) {
   const DecoderOps& ops = d.ops;
   const DecoderShape::Moe& m = *d.moe;
-  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE, M = N * K;
+  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE, M = a.offsets.back();
   // The shared experts.
   if (m.FS > 0) {
     const size_t ns = sz(1LL * N * m.FS);
@@ -140,7 +163,7 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
     wg.add(p.shared_up_w, npos, dup, x, N, C, m.FS);
   }
   // The routed experts, from the combine back to the copies.
-  const Floats dout = ops.zeros(sz(1LL * M * C)), dweights = ops.zeros(sz(M));
+  const Floats dout = ops.zeros(sz(1LL * M * C)), dweights = ops.zeros(sz(1LL * N * K));
   ops.moe_combine_backward(dout.data(), dweights.data(), dy.data(), a.out.data(), a.slots.data(), a.weights.data(), N,
                            K, C);
   const Floats dact = ops.zeros(a.act.size());

@@ -51,7 +51,6 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
     if (gpt2) refuse("its experts are SwiGLU MLPs, which the real layers run in LLaMA style blocks only");
     if (m.router != model::MoeConfig::Router::softmax) refuse("its router scores experts by sigmoid (DeepSeek-V3's), not softmax");
     if (m.routed_scale != 1) refuse("its routed weights are scaled (routed_scaling_factor " + std::to_string(m.routed_scale) + ")");
-    if (m.capacity_factor > 0) refuse("its experts drop tokens past a capacity factor; the real layers route dropless");
     s.moe.E = m.experts;
     s.moe.K = m.experts_per_token;
     s.moe.FE = m.expert_ffn;
@@ -59,6 +58,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
     s.moe.normalize = m.normalize_top_k;
     s.moe.shared_gate = m.shared_expert_gate && s.moe.FS > 0;
     s.moe.aux_coef = m.aux_loss_coef;
+    s.moe.capacity_factor = m.capacity_factor;
     s.moe.first_dense = m.first_dense_layers;
     s.moe.every = m.every;
     s.moe.mixtral_names = c.name.rfind("mixtral", 0) == 0;

@@ -116,6 +116,10 @@ struct DecoderShape {
     int E = 0, K = 0, FE = 0, FS = 0;
     bool normalize = true, shared_gate = false;
     double aux_coef = 0;
+    // Megatron-Core's token dropping: an expert keeps at most ceil(N K / E x capacity_factor)
+    // of a micro-batch's N K copies, those of the largest weights (its "probs" policy; a tie to
+    // the earlier token); 0: dropless.
+    double capacity_factor = 0;
     int first_dense = 0, every = 1;  // block b is MoE when b >= first_dense, (b - first_dense) % every == 0
     bool mixtral_names = false;      // block_sparse_moe.experts.j.w1 (Mixtral) or mlp.experts.j.gate_proj
     bool layer(int block) const { return E > 0 && block >= first_dense && (block - first_dense) % every == 0; }

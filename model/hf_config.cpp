@@ -352,6 +352,14 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   read_window(r, type, c, notes);
   if (deepseek) read_mla(r, type, c);
   read_moe(r, type, c, notes);
+  // Not a transformers key: Megatron-Core's --moe-expert-capacity-factor, for a config that
+  // is to be trained dropping tokens past each expert's capacity (absent: dropless).
+  if (c.moe.experts > 0) {
+    c.moe.capacity_factor = r.non_negative("moe_expert_capacity_factor", 0);
+    if (c.moe.capacity_factor > limits::kMaxCapacityFactor) {
+      r.fail("moe_expert_capacity_factor", "expected a number up to 1e6, found " + brief(r.at("moe_expert_capacity_factor")));
+    }
+  }
   return c;
 }
 

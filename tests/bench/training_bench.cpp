@@ -9,12 +9,17 @@
 //  - BM_TrainPyTorch: tests/exec/oracle/train_reference.py --bench-steps on the same model,
 //    batch and optimizer settings, with one intra-op, one inter-op and one OpenBLAS thread.
 //    Skipped, saying why, when /usr/bin/python3 cannot import torch.
+//  - BM_TrainMoeOneDevice and BM_TrainPyTorchMoe: the same, for a Mixtral-style mixture of
+//    experts of the same size (LLaMA layers, hidden 256, 4 heads, 8 experts 512 wide, the top
+//    2 renormalised, load-balancing loss 0.02; untied head) from one HuggingFace config,
+//    hetflow's router, permutation and per-expert GEMMs against transformers' loop over
+//    experts (index_add) in the oracle script.
 //  - BM_Linear*: the decoder's GEMM kernels (kernels::linear_forward, linear_backward_input,
 //    linear_backward_weight, with the bias and its sums where the model has one: all but the
 //    head) at the model's shapes (N = 1,024 rows) against a direct cblas_sgemm of the same
 //    product, 2 N C OC flops each: the ratio is the kernels' overhead over OpenBLAS.
 // After the table, one summary line (stderr): hetflow's one-device tokens/s over PyTorch's, and
-// the pipeline's over one device, from the medians of the repetitions.
+// the pipeline's over one device, from the medians of the repetitions; a second for the MoE.
 // Each training case runs 2 warm-up steps and then 5 timed ones; tokens_per_s is tokens over
 // the timed steps' total time (as the PyTorch script computes it), the Time column the
 // median step; the counters cpu_s and faults are the CPU seconds (every thread) and minor
@@ -72,13 +77,26 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The GPT-2 and the mixture of experts as HuggingFace configs (what the PyTorch script reads).
+std::string gpt2_config() {
+  return "{\"model_type\": \"gpt2\", \"n_layer\": " + std::to_string(kLayers) + ", \"n_embd\": " + std::to_string(kHidden) +
+         ", \"n_head\": " + std::to_string(kHeads) + ", \"n_positions\": " + std::to_string(kSeq) +
+         ", \"vocab_size\": " + std::to_string(kVocab) + ", \"layer_norm_epsilon\": 1e-05}\n";
+}
+std::string moe_config() {
+  return "{\"model_type\": \"mixtral\", \"num_hidden_layers\": " + std::to_string(kLayers) +
+         ", \"hidden_size\": " + std::to_string(kHidden) + ", \"num_attention_heads\": " + std::to_string(kHeads) +
+         ", \"num_key_value_heads\": " + std::to_string(kHeads) + ", \"intermediate_size\": " + std::to_string(2 * kHidden) +
+         ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"router_aux_loss_coef\": 0.02, \"vocab_size\": " +
+         std::to_string(kVocab) + ", \"max_position_embeddings\": " + std::to_string(kSeq) +
+         ", \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false}\n";
+}
+
 // The plan as the executor tests build theirs: `devices` CPU devices as a pipeline of that
-// depth, `microbatches` micro-batches of `micro_batch` sequences, FP32.
-partition::Plan make_plan(int devices, int micro_batch, int microbatches) {
-  const model::Network net = model::network_from_spec(
-      "gpt:layers=" + std::to_string(kLayers) + ",hidden=" + std::to_string(kHidden) + ",heads=" +
-          std::to_string(kHeads) + ",seq=" + std::to_string(kSeq) + ",vocab=" + std::to_string(kVocab),
-      model::Precision::fp32);
+// depth, `microbatches` micro-batches of `micro_batch` sequences, FP32, of `config`.
+partition::Plan make_plan(int devices, int micro_batch, int microbatches, const std::string& config = gpt2_config()) {
+  const model::Network net =
+      model::make_transformer(model::transformer_from_hf_config(config, "config.json"), model::Precision::fp32);
   partition::PlanOptions o;
   o.pipeline = devices;
   o.data = 1;
@@ -116,8 +134,9 @@ Steps run_steps(const partition::Plan& plan) {
   return s;
 }
 
-void train(benchmark::State& state, const char* name, int devices, int micro_batch, int microbatches) {
-  const partition::Plan plan = make_plan(devices, micro_batch, microbatches);
+void train(benchmark::State& state, const char* name, int devices, int micro_batch, int microbatches,
+           const std::string& config = gpt2_config()) {
+  const partition::Plan plan = make_plan(devices, micro_batch, microbatches, config);
   bench::UsageMeter usage;
   for (auto _ : state) {
     usage.start();
@@ -140,10 +159,11 @@ void train(benchmark::State& state, const char* name, int devices, int micro_bat
 
 void BM_TrainOneDevice(benchmark::State& state) { train(state, "one_device", 1, kBatch, 1); }
 void BM_TrainPipeline2(benchmark::State& state) { train(state, "pipeline2", 2, kBatch / 4, 4); }
+void BM_TrainMoeOneDevice(benchmark::State& state) { train(state, "moe_one_device", 1, kBatch, 1, moe_config()); }
 
 // The PyTorch reference on the same model: a HuggingFace config in a temporary folder, the
 // oracle script's --bench-steps mode through popen, its JSON line parsed.
-void BM_TrainPyTorch(benchmark::State& state) {
+void pytorch(benchmark::State& state, const char* name, const std::string& config_text) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     state.SkipWithError("/usr/bin/python3 cannot import torch: no PyTorch baseline");
     return;
@@ -152,9 +172,7 @@ void BM_TrainPyTorch(benchmark::State& state) {
   const fs::path dir = fs::temp_directory_path() / ("hetflow_training_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path config = dir / "config.json";
-  std::ofstream(config) << "{\"model_type\": \"gpt2\", \"n_layer\": " << kLayers << ", \"n_embd\": " << kHidden
-                        << ", \"n_head\": " << kHeads << ", \"n_positions\": " << kSeq << ", \"vocab_size\": " << kVocab
-                        << ", \"layer_norm_epsilon\": 1e-05}\n";
+  std::ofstream(config) << config_text;
   const exec::OptimizerOptions adam;  // hetflow's defaults, passed to the script
   const std::string command = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 " HETFLOW_SOURCE_DIR
                               "/tests/exec/oracle/train_reference.py --config " + config.string() +
@@ -182,7 +200,7 @@ void BM_TrainPyTorch(benchmark::State& state) {
       state.SkipWithError(message.c_str());
       break;
     }
-    results()["pytorch"].push_back(tokens_per_s);
+    results()[name].push_back(tokens_per_s);
     state.SetIterationTime(step_s);
     state.counters["tokens_per_s"] = tokens_per_s;
     state.counters["threads"] = number("threads");
@@ -190,6 +208,9 @@ void BM_TrainPyTorch(benchmark::State& state) {
   std::error_code ignored;
   fs::remove_all(dir, ignored);
 }
+
+void BM_TrainPyTorch(benchmark::State& state) { pytorch(state, "pytorch", gpt2_config()); }
+void BM_TrainPyTorchMoe(benchmark::State& state) { pytorch(state, "moe_pytorch", moe_config()); }
 
 // --- GEMMs at the model's shapes: hetflow's kernel and a direct sgemm of the same product ---
 
@@ -275,11 +296,17 @@ void print_summary() {
   const auto& r = results();
   const auto get = [&](const char* name) { return r.contains(name) ? median(r.at(name)) : 0.0; };
   const double one = get("one_device"), torch = get("pytorch"), pipe = get("pipeline2");
-  if (one <= 0) return;  // the one-device case did not run (filtered out or failed)
-  std::fprintf(stderr, "summary (median tokens/s): hetflow one device %.0f", one);
-  if (torch > 0) std::fprintf(stderr, ", PyTorch %.0f, hetflow/PyTorch %.3f", torch, one / torch);
-  if (pipe > 0) std::fprintf(stderr, ", hetflow 2-stage pipeline %.0f (%.3f x one device)", pipe, pipe / one);
-  std::fprintf(stderr, "\n");
+  if (one > 0) {  // (not when the one-device case was filtered out or failed)
+    std::fprintf(stderr, "summary (median tokens/s): hetflow one device %.0f", one);
+    if (torch > 0) std::fprintf(stderr, ", PyTorch %.0f, hetflow/PyTorch %.3f", torch, one / torch);
+    if (pipe > 0) std::fprintf(stderr, ", hetflow 2-stage pipeline %.0f (%.3f x one device)", pipe, pipe / one);
+    std::fprintf(stderr, "\n");
+  }
+  if (const double moe = get("moe_one_device"), moe_torch = get("moe_pytorch"); moe > 0) {
+    std::fprintf(stderr, "summary (median tokens/s): MoE hetflow one device %.0f", moe);
+    if (moe_torch > 0) std::fprintf(stderr, ", PyTorch %.0f, hetflow/PyTorch %.3f", moe_torch, moe / moe_torch);
+    std::fprintf(stderr, "\n");
+  }
 }
 
 }  // namespace
@@ -287,6 +314,8 @@ void print_summary() {
 BENCHMARK(BM_TrainOneDevice)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainPipeline2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainPyTorch)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainMoeOneDevice)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainPyTorchMoe)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LinearForward)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearBackwardInput)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearBackwardWeight)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);

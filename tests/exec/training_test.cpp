@@ -56,13 +56,15 @@ model::Network odd_qwen3(int layers = 2, int seq = 11) {
 
 // Mixtures of experts (Mixtral's names): 5 experts 37 wide, the top 2 renormalised, on every
 // block, with a load-balancing loss weighed to matter.
-model::Network odd_mixtral(int layers = 2, int seq = 11) {
+// With a capacity factor, each expert keeps at most ceil(tokens x 2 / 5 x it) copies.
+model::Network odd_mixtral(int layers = 2, int seq = 11, double capacity_factor = 0) {
   model::TransformerConfig c = *odd_llama(layers, seq).architecture;
   c.name = "mixtral-odd";
   c.moe.experts = 5;
   c.moe.experts_per_token = 2;
   c.moe.expert_ffn = 37;
   c.moe.aux_loss_coef = 0.02;
+  c.moe.capacity_factor = capacity_factor;
   return model::make_transformer(c, model::Precision::fp32);
 }
 
@@ -321,7 +323,8 @@ TEST(DecoderChunk, GradientsMatchFiniteDifferences) {
 }
 
 TEST(DecoderChunk, RecomputationAndSplitBackwardGiveTheSameGradients) {
-  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3(), odd_mixtral(), odd_qwen2_moe()}) {
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_qwen3(), odd_mixtral(), odd_mixtral(2, 11, 1.0),
+                                    odd_qwen2_moe()}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     std::vector<float> want;
@@ -751,13 +754,14 @@ std::string case_name(const testing::TestParamInfo<DistributedCase>& p) { return
 INSTANTIATE_TEST_SUITE_P(Schedules, DistributedTraining, testing::ValuesIn(kDistributedCases), case_name);
 
 // Mixtures of experts, expert parallelism 1: pipelines and data parallelism over whole
-// experts. One sample a micro-batch, so each micro-batch's load-balancing loss covers the
-// same tokens on one device as in the pipeline.
+// experts, dropless and dropping past a capacity. One sample a micro-batch, so each
+// micro-batch's load-balancing loss and capacities cover the same tokens on one device as in
+// the pipeline.
 class MoeTraining : public testing::TestWithParam<DistributedCase> {};
 
 TEST_P(MoeTraining, EqualsOneDevice) {
   const DistributedCase& c = GetParam();
-  for (const model::Network& net : {odd_mixtral(8), odd_qwen2_moe(8)}) {
+  for (const model::Network& net : {odd_mixtral(8), odd_mixtral(8, 11, 1.0), odd_qwen2_moe(8)}) {
     expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8), net, options_of(c)), net);
   }
 }

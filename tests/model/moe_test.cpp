@@ -161,6 +161,15 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_DOUBLE_EQ(m.aux_loss_coef, 0.02);
   EXPECT_EQ(mixtral.architecture->sliding_window, 0);
   EXPECT_EQ(mixtral.architecture->unmodelled, "");
+  EXPECT_EQ(m.capacity_factor, 0);  // dropless, as released
+
+  // Megatron-Core's capacity factor, where a config asks to train dropping tokens.
+  std::string dropping = kMixtralConfig;
+  dropping.insert(dropping.find('{') + 1, "\"moe_expert_capacity_factor\": 1.25,");
+  EXPECT_DOUBLE_EQ(from_hf(dropping.c_str()).architecture->moe.capacity_factor, 1.25);
+  dropping.replace(dropping.find("1.25"), 4, "-1.0");
+  EXPECT_NE(error_of([&] { transformer_from_hf_config(dropping, "config.json"); }).find("moe_expert_capacity_factor"),
+            std::string::npos);
 
   const Network qwen3 = from_hf(kQwen3MoeConfig);
   EXPECT_DOUBLE_EQ(qwen3.param_count(), 30532122624);

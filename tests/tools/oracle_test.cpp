@@ -188,4 +188,16 @@ TEST(PyTorchOracle, Qwen2MoeWithOddSizesAndASharedExpertMatchesAfterThreeAdamWSt
   compare_with_torch("qwen2_moe_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
 }
 
+// Qwen3-MoE: QK-norm and heads of 10; a dense first layer and a mixture on the second
+// (decoder_sparse_step 2), the top 2 of 6 renormalised.
+TEST(PyTorchOracle, Qwen3MoeOnEverySecondLayerMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("qwen3_moe_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .llama3_tokens = true});
+}
+
+// Mixtral dropping copies past each expert's capacity (Megatron-Core's
+// moe_expert_capacity_factor 1.0, its "probs" policy): the copies of the smallest weights go.
+TEST(PyTorchOracle, MixtralDroppingPastItsExpertsCapacityMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("mixtral_capacity", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6});
+}
+
 }  // namespace

@@ -179,7 +179,8 @@ class Config:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise InputError("config: %r must be a whole number >= 0, got %r" % (key, v))
             return v
-        m = {"aux": float(d.get("router_aux_loss_coef", 0.001))}
+        # Megatron-Core's --moe-expert-capacity-factor (not a transformers key): 0 or absent, dropless.
+        m = {"aux": float(d.get("router_aux_loss_coef", 0.001)), "capacity": float(d.get("moe_expert_capacity_factor") or 0)}
         if moe_type == "mixtral":
             m.update(E=count("num_local_experts", 8), K=count("num_experts_per_tok", 2), FE=self.inner, FS=0,
                      normalize=True, prefix="block_sparse_moe.", names=("w1", "w3", "w2"), layers=None)
@@ -567,6 +568,8 @@ def moe_mlp(cfg, P, p, h):
     weights, chosen = torch.topk(probs, K, dim=-1)
     if m["normalize"]:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    if m["capacity"] > 0:
+        weights = weights * capacity_mask(weights, chosen, E, math.ceil(N * K / E * m["capacity"]))
     gate, up, down = m["names"]
     out = torch.zeros_like(h)
     for e in range(E):
@@ -584,6 +587,20 @@ def moe_mlp(cfg, P, p, h):
     counts = torch.bincount(chosen.reshape(-1), minlength=E).to(h.dtype)
     aux = (probs.sum(dim=0) * counts).sum() * (E / (N * N * K))
     return out, aux
+
+
+def capacity_mask(weights, chosen, E, capacity):
+    """Megatron-Core's token dropping ("probs" policy): each expert keeps the `capacity` of its
+    copies with the largest weights, a tie to the earlier token; [N, K] booleans."""
+    keep = torch.zeros(chosen.shape, dtype=torch.bool)
+    for e in range(E):
+        tok, k = torch.where(chosen == e)  # in token order
+        if tok.numel() > capacity:
+            w = weights[tok, k].detach()
+            sel = torch.tensor(sorted(range(tok.numel()), key=lambda i: (-float(w[i]), i))[:capacity], dtype=torch.long)
+            tok, k = tok[sel], k[sel]
+        keep[tok, k] = True
+    return keep
 
 
 def llama_forward(cfg, P, idx, aux=None):
@@ -907,6 +924,13 @@ QWEN3_ODD = dict(LLAMA_ODD, model_type="qwen3", head_dim=10)
 # weighed enough to move the routers visibly.
 MIXTRAL_ODD = dict(LLAMA_ODD, model_type="mixtral", intermediate_size=37, num_local_experts=5, num_experts_per_tok=2,
                    router_aux_loss_coef=0.02)
+# Qwen3-MoE: Qwen3's attention (6 heads of 10, QK-norm); every second layer a mixture
+# (decoder_sparse_step 2) of 6 experts 19 wide, the top 2 renormalised.
+QWEN3_MOE_ODD = dict(QWEN3_ODD, model_type="qwen3_moe", decoder_sparse_step=2, num_experts=6, num_experts_per_tok=2,
+                     moe_intermediate_size=19, norm_topk_prob=True, router_aux_loss_coef=0.01)
+# Mixtral dropping copies past each expert's capacity: 1.0 x an even share (Megatron-Core's
+# --moe-expert-capacity-factor, a key transformers does not read).
+MIXTRAL_CAPACITY = dict(MIXTRAL_ODD, moe_expert_capacity_factor=1.0)
 # Qwen2-MoE: 3 layers, the first dense (mlp_only_layers); 7 experts 23 wide, top-3 not
 # renormalised, one shared expert 41 wide behind its sigmoid gate.
 QWEN2_MOE_ODD = dict(LLAMA_ODD, model_type="qwen2_moe", num_hidden_layers=3, mlp_only_layers=[0], num_experts=7,
@@ -953,7 +977,7 @@ def self_test():
             "qwen3": Config(QWEN3_ODD),
             "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
             "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True)),
-            "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD)}
+            "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD), "qwen3_moe": Config(QWEN3_MOE_ODD)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1092,12 +1116,15 @@ def self_test():
                 "worst relative %.3g" % worst)
     c.run("rope", rope)
 
-    # 6. Gradients: autograd against central differences in float64, entries of every tensor.
+    # 6. Gradients: autograd against central differences in float64, entries of every tensor
+    # (of the objective: the cross-entropy and any load-balancing losses).
     def gradcheck(key):
         cfg = cfgs[key]
         P = make_params(cfg, make_init(cfg, 4), torch.float64)
         idx, tgt = torch.randint(cfg.vocab, (2, 6)), torch.randint(cfg.vocab, (2, 6))
-        loss_fn(cfg, P, idx, tgt).backward()
+        def total():  # what training minimises: the mixtures' load-balancing losses too
+            return objective(cfg, P, idx, tgt)[1]
+        total().backward()
         rng = np.random.RandomState(5)
         worst = 0.0
         for n, p in P.items():
@@ -1107,11 +1134,12 @@ def self_test():
                 with torch.no_grad():
                     old = p.view(-1)[j].item()
                     p.view(-1)[j] = old + h
-                    lp = float(loss_fn(cfg, P, idx, tgt))
+                    lp = float(total())
                     p.view(-1)[j] = old - h
-                    lm = float(loss_fn(cfg, P, idx, tgt))
+                    lm = float(total())
                     p.view(-1)[j] = old
-                fd, ad = (lp - lm) / (2 * h), p.grad.view(-1)[j].item()
+                # (an expert no token chose has no gradient: zero)
+                fd, ad = (lp - lm) / (2 * h), 0.0 if p.grad is None else p.grad.view(-1)[j].item()
                 worst = max(worst, abs(fd - ad) / max(1e-4, abs(fd)))
         c.check("%s gradients == central differences" % key, worst < 1e-5, "worst rel err %.3g" % worst)
     for key in cfgs:
@@ -1283,6 +1311,23 @@ def self_test():
         c.check("its gradient reaches the router", router is not None and float(router.abs().max()) > 0)
     c.run("load balancing", load_balancing)
 
+    # 11c. Token dropping past an expert's capacity: the largest weights kept, a tie to the
+    # earlier token; a capacity of every copy drops none.
+    def capacity():
+        chosen = torch.tensor([[0, 1], [0, 2], [0, 1], [1, 0]])
+        weights = torch.tensor([[0.6, 0.4], [0.5, 0.5], [0.6, 0.4], [0.7, 0.3]])
+        keep = capacity_mask(weights, chosen, 3, 2).tolist()
+        want = [[True, True], [False, True], [True, False], [True, False]]
+        c.check("capacity keeps each expert's largest weights, ties to the earlier token", keep == want, str(keep))
+        c.check("a capacity of every copy drops none", bool(capacity_mask(weights, chosen, 3, 8).all()))
+        cfg = Config(MIXTRAL_CAPACITY)
+        P = make_params(cfg, make_init(cfg, 2))
+        idx = torch.from_numpy(np.random.RandomState(8).randint(cfg.vocab, size=(4, 11)))
+        with torch.no_grad():
+            dropping, dropless = forward(cfg, P, idx), forward(Config(MIXTRAL_ODD), P, idx)
+        c.check("the capacity config drops copies", not torch.equal(dropping, dropless))
+    c.run("capacity", capacity)
+
     # 12. The example configs beside this script are the ones checked above.
     def examples():
         here = os.path.dirname(os.path.abspath(__file__))
@@ -1290,7 +1335,8 @@ def self_test():
                          ("llama_rope_scaled.json", LLAMA_ROPE_SCALED), ("mistral_window.json", MISTRAL_WINDOW),
                          ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD),
                          ("qwen3_odd.json", QWEN3_ODD), ("mixtral_odd.json", MIXTRAL_ODD),
-                         ("qwen2_moe_odd.json", QWEN2_MOE_ODD)):
+                         ("qwen2_moe_odd.json", QWEN2_MOE_ODD), ("mixtral_capacity.json", MIXTRAL_CAPACITY),
+                         ("qwen3_moe_odd.json", QWEN3_MOE_ODD)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
