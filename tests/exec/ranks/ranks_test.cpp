@@ -110,6 +110,7 @@ struct Case {
   const char* name;
   int devices;
   partition::PlanOptions options;
+  bool moe = false;  // a mixture of experts rather than the GPT
 };
 
 // Threads against ranks, bitwise: the same plan trained both ways (the threaded run on every
@@ -170,8 +171,16 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      o.bucket_bytes = 4096;
                      return o;
                    }()});
+  // A mixture of experts (every expert on every worker): the router's choices and the copies'
+  // order are each device's own, the same bits over ranks as over threads.
+  cases.push_back({"mixture of experts x pipeline 2 x data 2", 4, options(2, 2, 2, "1f1b"), true});
   for (const Case& c : cases) {
-    const Plan plan = test_support::planned(model::cpu_cluster(c.devices), gpt(4, c.options.tensor > 1 ? 4 : 2), c.options);
+    const model::Network net =
+        c.moe ? model::network_from_spec("llama:layers=4,hidden=32,heads=2,kv_heads=2,ffn=40,seq=16,vocab=97,experts=4,"
+                                         "experts_per_token=2,expert_ffn=24,shared_experts=1",
+                                         model::Precision::fp32)
+              : gpt(4, c.options.tensor > 1 ? 4 : 2);
+    const Plan plan = test_support::planned(model::cpu_cluster(c.devices), net, c.options);
     const Trained threads = train(plan, nullptr);
     const Trained over_ranks = train(plan, &ranks());
     ASSERT_TRUE(threads.result.completed) << c.name << ": " << threads.result.error;
