@@ -775,8 +775,9 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
-// pipeline of 2 stages (a LLaMA: untied) or one (a GPT: its tied head beside its embedding),
-// x 2 tensor-parallel ranks where the case says, against one device on the same 8 sequences.
+// pipeline of 2 stages (a LLaMA: untied; a Qwen2-MoE without tensor parallelism) or one (a
+// GPT: its tied head beside its embedding), x 2 tensor-parallel ranks where the case says,
+// against one device on the same 8 sequences.
 // The parameters a replica does not own are NaN between its optimizer and the plan's
 // all-gathers (stage 3: always), so a pass that read one without its gather would show it.
 struct ZeroCase {
@@ -792,7 +793,9 @@ class ZeroTraining : public testing::TestWithParam<ZeroCase> {};
 TEST_P(ZeroTraining, EqualsOneDevice) {
   const ZeroCase& c = GetParam();
   const int heads = c.tensor > 1 ? 6 : 3;
-  for (const auto& [net, pipeline] : {std::pair{odd_llama(4), 2}, std::pair{odd_gpt(3, heads), 1}}) {
+  std::vector<std::pair<model::Network, int>> nets{{odd_llama(4), 2}, {odd_gpt(3, heads), 1}};
+  if (c.tensor == 1) nets.emplace_back(odd_qwen2_moe(4), 2);  // every expert sharded as any parameter
+  for (const auto& [net, pipeline] : nets) {
     partition::PlanOptions o = options(pipeline, 2, 4, c.schedule);
     o.tensor = c.tensor;
     o.bucket_bytes = 4096;  // several buckets a chunk: stage 1 shards each
