@@ -427,7 +427,8 @@ struct DistributedCase {
 // memory faults outside an op, a one-device run with clipping, recomputation and a file's
 // weights gives the CPU ops' bits.
 TEST(Training, DeviceMemoryIsOnlyTouchedThroughItsOps) {
-  for (const model::Network& net : {odd_gpt(), odd_llama()}) {
+  // (The mixtures' router choices and weights reach the host by the ops' downloads.)
+  for (const model::Network& net : {odd_gpt(), odd_llama(), odd_mixtral(2, 11, 1.0), odd_qwen2_moe()}) {
     for (const char* schedule : {"1f1b", "1f1b-split-w"}) {
       partition::PlanOptions o = options(1, 1, 2, schedule);
       o.recompute = partition::Recompute::selective;
