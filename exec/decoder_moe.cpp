@@ -63,6 +63,15 @@ std::vector<int> order_copies(const Dims& d, MoeActs& a) {
   return count;
 }
 
+// f(expert, its first copy, its copies) for each expert with copies, in expert order.
+template <class F>
+void each_run(const MoeActs& a, F f) {
+  for (size_t e = 0; e + 1 < a.offsets.size(); ++e) {
+    const int at = a.offsets[e], rows = a.offsets[e + 1] - at;
+    if (rows > 0) f(e, sz(at), rows);
+  }
+}
+
 // A SwiGLU's two input projections: gate and up [rows, F] from x [rows, C].
 void swiglu_in(const DecoderOps& ops, float* gate, float* up, const float* x, const float* gate_w, const float* up_w,
                int rows, int C, int F) {
@@ -102,19 +111,15 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.up = ops.floats(a.gate.size());
   a.act = ops.floats(a.gate.size());
   a.out = ops.floats(a.xp.size());
-  for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
-    if (rows == 0) continue;
-    swiglu_in(ops, a.gate.data() + sz(1LL * at * FE), a.up.data() + sz(1LL * at * FE), a.xp.data() + sz(1LL * at * C),
-              w + p.expert_gate_w[sz(e)], w + p.expert_up_w[sz(e)], rows, C, FE);
-  }
+  each_run(a, [&](size_t e, size_t at, int rows) {
+    swiglu_in(ops, a.gate.data() + at * sz(FE), a.up.data() + at * sz(FE), a.xp.data() + at * sz(C),
+              w + p.expert_gate_w[e], w + p.expert_up_w[e], rows, C, FE);
+  });
   ops.swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), static_cast<long>(a.act.size()));
-  for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
-    if (rows == 0) continue;
-    ops.linear_forward(a.out.data() + sz(1LL * at * C), a.act.data() + sz(1LL * at * FE), w + p.expert_down_w[sz(e)],
-                       nullptr, rows, FE, C);
-  }
+  each_run(a, [&](size_t e, size_t at, int rows) {
+    ops.linear_forward(a.out.data() + at * sz(C), a.act.data() + at * sz(FE), w + p.expert_down_w[e], nullptr, rows,
+                       FE, C);
+  });
   ops.moe_combine(y, a.out.data(), a.slots.data(), a.weights.data(), N, K, C);
   // The shared experts, every token through them.
   if (m.FS == 0) return;
@@ -167,25 +172,21 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
   ops.moe_combine_backward(dout.data(), dweights.data(), dy.data(), a.out.data(), a.slots.data(), a.weights.data(), N,
                            K, C);
   const Floats dact = ops.zeros(a.act.size());
-  for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
-    if (rows == 0) continue;
-    const size_t f = sz(1LL * at * FE), c = sz(1LL * at * C);
-    ops.linear_backward_input(dact.data() + f, dout.data() + c, w + p.expert_down_w[sz(e)], rows, FE, C);
-    wg.add_rows(p.expert_down_w[sz(e)], npos, dout, c, a.act, f, rows, FE, C);
-  }
+  each_run(a, [&](size_t e, size_t at, int rows) {
+    const size_t f = at * sz(FE), c = at * sz(C);
+    ops.linear_backward_input(dact.data() + f, dout.data() + c, w + p.expert_down_w[e], rows, FE, C);
+    wg.add_rows(p.expert_down_w[e], npos, dout, c, a.act, f, rows, FE, C);
+  });
   const Floats dgate = ops.zeros(a.gate.size()), dup = ops.zeros(a.up.size());
   ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(dact.size()));
   const Floats dxp = ops.zeros(a.xp.size());
-  for (int e = 0; e < E; ++e) {
-    const int at = a.offsets[sz(e)], rows = a.offsets[sz(e) + 1] - at;
-    if (rows == 0) continue;
-    const size_t f = sz(1LL * at * FE), c = sz(1LL * at * C);
-    ops.linear_backward_input(dxp.data() + c, dgate.data() + f, w + p.expert_gate_w[sz(e)], rows, C, FE);
-    ops.linear_backward_input(dxp.data() + c, dup.data() + f, w + p.expert_up_w[sz(e)], rows, C, FE);
-    wg.add_rows(p.expert_gate_w[sz(e)], npos, dgate, f, a.xp, c, rows, C, FE);
-    wg.add_rows(p.expert_up_w[sz(e)], npos, dup, f, a.xp, c, rows, C, FE);
-  }
+  each_run(a, [&](size_t e, size_t at, int rows) {
+    const size_t f = at * sz(FE), c = at * sz(C);
+    ops.linear_backward_input(dxp.data() + c, dgate.data() + f, w + p.expert_gate_w[e], rows, C, FE);
+    ops.linear_backward_input(dxp.data() + c, dup.data() + f, w + p.expert_up_w[e], rows, C, FE);
+    wg.add_rows(p.expert_gate_w[e], npos, dgate, f, a.xp, c, rows, C, FE);
+    wg.add_rows(p.expert_up_w[e], npos, dup, f, a.xp, c, rows, C, FE);
+  });
   ops.moe_permute_backward(dx, dxp.data(), a.slots.data(), N, K, C);
   // The router: the weights' gradient and the load-balancing loss's, through the softmax.
   const Floats dlogits = ops.zeros(sz(1LL * N * E));
