@@ -428,6 +428,8 @@ void DecoderChunk::stash_to_device(Stash& s, const DecoderOps& ops) {
 
 bool DecoderChunk::stash_on_host(const Stash& s) { return s.on_host; }
 
+std::pair<double, int> DecoderChunk::balance_loss(const Stash& s) { return {s.balance_sum, s.balance_layers}; }
+
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
   const Dims d =
       dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_, context_, in.context_group, in.loss_scale);
@@ -461,6 +463,10 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
     a.x = std::move(x);
     x = ops.floats(partial ? whole : rows);
     block_forward(d, params_.blocks[b], w, a, x.data(), partial);
+    if (params_.blocks[b].moe()) {
+      s->balance_sum += a.moe.balance;
+      ++s->balance_layers;
+    }
     if (recompute_ == partition::Recompute::full) {
       release(a);
     } else if (recompute_ == partition::Recompute::selective) {

@@ -55,6 +55,7 @@
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "exec/decoder_ops.hpp"
 #include "exec/decoder_params.hpp"
@@ -158,6 +159,9 @@ class DecoderChunk {
                 TensorParallelGroup* context_group = nullptr) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
+  // The load-balancing losses (Megatron-Core's, before the coefficient: 1 when the router
+  // spreads the copies evenly) of the forward's MoE layers, summed, and how many there were.
+  static std::pair<double, int> balance_loss(const Stash& stash);
   // The floats a stash holds in the ops' memory now (activations kept for the backward).
   static size_t stash_floats(const Stash& stash);
   // Activation offload: the stash's activations copied to host memory and their arrays in

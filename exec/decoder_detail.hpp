@@ -42,6 +42,7 @@ struct MoeActs {
   Floats out;                    // [M, C] the experts' outputs, which the combine weighs
   Floats shared_gate, shared_up, shared_act;  // [N, FS]
   Floats shared_out, scale;      // with Qwen2-MoE's gate: the shared output [N, C] and its logits [N]
+  double balance = 0;            // (host) the layer's load-balancing loss, before its coefficient
   // Every float array, for the stash's accounting and offload.
   template <class Self>
   static auto arrays(Self& m) {
@@ -86,6 +87,8 @@ struct DecoderChunk::Stash {
   std::vector<BlockActs> blocks;
   HeadActs head;
   std::vector<WeightGrad> deferred;  // split backward: the GEMMs backward_weight runs
+  double balance_sum = 0;            // the forward's MoE layers' load-balancing losses, summed
+  int balance_layers = 0;            // and how many
   Floats dembed;                     // split backward: the embedding's output gradient
   // Activation offload: each distinct array's floats while the stash is in host memory (its
   // arrays released), in the order array_handles first visits them; empty when it is not.

@@ -96,6 +96,15 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K, m.normalize ? 1 : 0);
   const std::vector<int> count = order_copies(d, a);
   const int M = a.offsets.back();  // the copies kept
+  {  // The loss's value, for the report (its gradient needs only the counts).
+    std::vector<float> probs(a.probs.size());
+    ops.download(probs.data(), a.probs.data(), probs.size());
+    std::vector<double> P(sz(E), 0.0);
+    for (size_t i = 0; i < probs.size(); ++i) P[i % sz(E)] += probs[i];
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += P[sz(e)] * count[sz(e)];
+    a.balance = sum * E / (1.0 * N * N * K);
+  }
   if (m.aux_coef > 0) {
     std::vector<float> dprobs(sz(E));
     for (int e = 0; e < E; ++e) {

@@ -254,6 +254,10 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   double loss = 0;
   auto stash = c.math.forward(pass_params(task, c), in, loss);
   group.done();
+  if (const auto [sum, layers] = DecoderChunk::balance_loss(*stash); layers > 0 && c.tp_rank == 0) {
+    std::lock_guard lock(mutex_);
+    balance_parts_[task.iteration][{t.worker, t.stage, t.microbatch}] = {sum, layers};
+  }
   {
     std::lock_guard lock(c.mutex);
     c.stashes[{task.iteration, t.microbatch}] = std::move(stash);

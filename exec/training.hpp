@@ -216,6 +216,10 @@ class Training {
 
   // The mean token loss of each step (global batch) run so far.
   std::vector<double> losses() const;
+  // A mixture of experts' load-balancing loss of each step (Megatron-Core's, before its
+  // coefficient, as Megatron logs it: 1 when the routers spread the copies evenly): the mean
+  // over the MoE layers and micro-batches. Empty for a model without experts.
+  std::vector<double> balance_losses() const;
   // Loss scaling (OptimizerOptions::loss_scale): the scale after the last step, and the
   // steps skipped because their gradients were not finite.
   double loss_scale() const;
@@ -347,6 +351,9 @@ class Training {
   std::map<std::tuple<int, int, int>, std::shared_ptr<const Batch>> micro_batches_;  // (iteration, worker, micro-batch)
   std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
   std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
+  // per iteration: per (worker, stage, micro-batch): its MoE layers' load-balancing losses
+  // summed, and how many layers
+  std::map<int, std::map<std::tuple<int, int, int>, std::pair<double, int>>> balance_parts_;
   int optimizer_tasks_ = 0;        // in the plan
   int local_optimizer_tasks_ = 0;  // on this rank's devices
   std::vector<int> norm_ranks_;    // the ranks that hold optimizer tasks, ascending

@@ -35,6 +35,21 @@ std::vector<double> Training::losses() const {
   return out;
 }
 
+std::vector<double> Training::balance_losses() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  for (const auto& [iteration, parts] : balance_parts_) {
+    double sum = 0;
+    int layers = 0;
+    for (const auto& [where, part] : parts) {  // in (worker, stage, micro-batch) order: the same sum on any ranks
+      sum += part.first;
+      layers += part.second;
+    }
+    out.push_back(sum / layers);
+  }
+  return out;
+}
+
 SafetensorsFile Training::weights() const {
   SafetensorsFile file;
   struct Held {
@@ -122,6 +137,13 @@ void Training::collect_at_root() {
         for (const float v : values) put(mine, v);
       }
     }
+    for (const auto& [iteration, parts] : balance_parts_) {
+      for (const auto& [where, part] : parts) {
+        put(mine, std::uint64_t{6});
+        for (const int v : {iteration, std::get<0>(where), std::get<1>(where), std::get<2>(where), part.second}) put(mine, v);
+        put(mine, part.first);
+      }
+    }
     for (const int iteration : skipped_iterations_) {  // (a rank with no optimizer and no server sees none)
       put(mine, std::uint64_t{4});
       put(mine, iteration);
@@ -166,6 +188,10 @@ void Training::collect_at_root() {
         shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
         in.get_into(std::span<float>(shard.values));
         remote_shards_.push_back(std::move(shard));
+      } else if (kind == 6) {  // a micro-batch's load-balancing losses on one chunk
+        const int iteration = in.get<int>(), worker = in.get<int>(), stage = in.get<int>(), microbatch = in.get<int>();
+        const int layers = in.get<int>();
+        balance_parts_[iteration][{worker, stage, microbatch}] = {in.get<double>(), layers};
       } else if (kind == 4) {  // a step some rank saw skipped
         skipped_iterations_.insert(in.get<int>());
       } else if (kind == 3) {

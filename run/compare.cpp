@@ -105,6 +105,8 @@ Comparison compare(const Request& r, const TrainingSetup& t, const exec::RunResu
   if (result.completed) c.simulated = simulate_same(as_run, calibration, r.warmup, at_gemms, c.gemms, r.flop_scale);
   if (t.training) {
     f.losses = t.training->losses();
+    f.balance_losses = t.training->balance_losses();
+    if (f.balance_losses.size() > f.step_s.size()) f.balance_losses.resize(f.step_s.size());
     f.learning_rates = t.training->learning_rates();
     if (f.losses.size() > f.step_s.size()) f.losses.resize(f.step_s.size());  // (a stopped step's is partial)
     if (f.learning_rates.size() > f.losses.size()) f.learning_rates.resize(f.losses.size());

@@ -23,6 +23,9 @@ struct Figures {
   double samples_per_s = 0, tokens_per_s = 0;
   double mfu = 0, analytic_mfu = 0;  // model FLOPs per second over the devices' peak
   std::vector<double> losses;  // per step, real math only
+  // per step, real math of a mixture of experts only: the load-balancing loss before its
+  // coefficient (exec::Training::balance_losses)
+  std::vector<double> balance_losses;
   std::vector<double> learning_rates;  // per step, real math only; NaN: skipped (gradients not finite)
 };
 

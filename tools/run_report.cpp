@@ -98,6 +98,7 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
   for (size_t i = 0; i < f.step_s.size(); ++i) {
     Json step = {{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}};
     if (i < f.losses.size()) step["loss"] = f.losses[i];
+    if (i < f.balance_losses.size()) step["load_balancing_loss"] = f.balance_losses[i];
     if (i < f.learning_rates.size()) {
       const double lr = f.learning_rates[i];
       step["lr"] = std::isnan(lr) ? Json(nullptr) : Json(lr);  // null: skipped (gradients not finite)
@@ -195,6 +196,10 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
     out << ", betas " << r.optimizer.adam_beta1 << " " << r.optimizer.adam_beta2
         << ", eps " << r.optimizer.adam_eps << ", weight decay " << r.optimizer.weight_decay << ", clip-grad "
         << r.optimizer.clip_grad << "\n";
+    if (!f.balance_losses.empty()) {
+      out << "  balance: each step's load-balancing loss over the MoE layers (Megatron-Core's, before its "
+             "coefficient; 1 when the routers spread the copies evenly)\n";
+    }
     if (r.optimizer.loss_scale.active()) {
       out << "  loss scale " << t.training->loss_scale()
           << (r.optimizer.loss_scale.loss_scale > 0 ? " (constant)" : " (dynamic, after the last step)") << ", "
@@ -204,6 +209,9 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   for (size_t i = 0; i < f.step_s.size(); ++i) {
     out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
     if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
+    if (i < f.balance_losses.size()) {
+      out << "  balance " << std::fixed << std::setprecision(4) << f.balance_losses[i] << std::defaultfloat;
+    }
     const double lr = i < f.learning_rates.size() ? f.learning_rates[i] : 0;
     if (std::isnan(lr)) {
       out << "  skipped: gradients not finite";

@@ -359,6 +359,7 @@ TEST(DecoderChunk, RecomputationAndSplitBackwardGiveTheSameGradients) {
 struct Trained {
   std::vector<double> losses;
   exec::SafetensorsFile weights;
+  std::vector<double> balances;  // a mixture of experts' load-balancing losses
 };
 
 Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::uint64_t data_seed = 7,
@@ -373,7 +374,7 @@ Trained train(const Plan& plan, int steps, const OptimizerOptions& o = {}, std::
   EXPECT_TRUE(r.completed) << r.error;
   EXPECT_EQ(r.trace.compute, "real");
   EXPECT_EQ(training.norms_in_flight(), 0u) << "the global norms of finished steps are still held";
-  return {training.losses(), training.weights()};
+  return {training.losses(), training.weights(), training.balance_losses()};
 }
 
 partition::PlanOptions options(int pipeline, int data, int microbatches, const char* schedule) {
@@ -763,7 +764,14 @@ class MoeTraining : public testing::TestWithParam<DistributedCase> {};
 TEST_P(MoeTraining, EqualsOneDevice) {
   const DistributedCase& c = GetParam();
   for (const model::Network& net : {odd_mixtral(8), odd_mixtral(8, 11, 1.0), odd_qwen2_moe(8)}) {
-    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8), net, options_of(c)), net);
+    const Plan many = test_support::planned(model::cpu_cluster(8), net, options_of(c));
+    expect_trains_as_one_device(many, net);
+    // Each step's load-balancing loss: the same micro-batches' layers, summed in another order.
+    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+    const std::vector<double> got = train(many, 2).balances, want = train(one, 2).balances;
+    ASSERT_EQ(got.size(), 2u) << net.name;
+    ASSERT_EQ(want.size(), 2u) << net.name;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
   }
 }
 

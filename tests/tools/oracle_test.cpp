@@ -107,6 +107,16 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
               << std::abs(ours - theirs) / theirs << ")\n";
     EXPECT_NEAR(ours, theirs, 1e-5 * theirs) << config << " step " << i;
   }
+  // A mixture of experts: each step's load-balancing loss, as Megatron logs it.
+  if (const auto balances = nlohmann::json::parse(slurp(losses)).value("load_balancing_losses", nlohmann::json::array());
+      !balances.empty()) {
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(report["steps"][i].contains("load_balancing_loss")) << report["steps"][i];
+      const double ours = report["steps"][i]["load_balancing_loss"].get<double>(), theirs = balances[i].get<double>();
+      std::cout << config << " step " << i << ": load-balancing loss " << ours << " (PyTorch " << theirs << ")\n";
+      EXPECT_NEAR(ours, theirs, 1e-5 * theirs) << config << " step " << i;
+    }
+  }
   using hetflow::exec::read_safetensors;
   using hetflow::test_support::compare_weights;
   const auto diff = compare_weights(read_safetensors(got), read_safetensors(want));

@@ -655,11 +655,14 @@ def loss_fn(cfg, P, idx, tgt):
 
 def objective(cfg, P, idx, tgt):
     """(the mean cross-entropy, what training minimises: it plus router_aux_loss_coef times
-    the MoE layers' load-balancing losses, as Megatron-Core adds them)."""
+    the MoE layers' load-balancing losses, as Megatron-Core adds them, and those losses' mean
+    over the layers as Megatron logs it, None without experts)."""
     aux = []
     logits = forward(cfg, P, idx, aux)
     ce = F.cross_entropy(logits.reshape(-1, cfg.vocab), tgt.reshape(-1))
-    return ce, ce + cfg.moe["aux"] * sum(aux) if aux else ce
+    if not aux:
+        return ce, ce, None
+    return ce, ce + cfg.moe["aux"] * sum(aux), float(sum(aux).detach()) / len(aux)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -684,7 +687,7 @@ def grad_norm(params):
 
 def train_step(cfg, P, opt, idx, tgt, clip):
     opt.zero_grad(set_to_none=True)
-    loss, total = objective(cfg, P, idx, tgt)
+    loss, total, balance = objective(cfg, P, idx, tgt)
     total.backward()
     params = list(P.values())
     for p in params:  # an expert no token chose: a zero gradient, and AdamW steps it (Megatron's buffers)
@@ -695,7 +698,7 @@ def train_step(cfg, P, opt, idx, tgt, clip):
     else:
         norm = grad_norm(params)
     opt.step()
-    return float(loss.detach()), float(norm)
+    return float(loss.detach()), float(norm), balance
 
 
 def scheduled_lr(a, k):
@@ -724,17 +727,19 @@ def scheduled_lr(a, k):
 def train(cfg, weights, tokens, a, log=True):
     P = make_params(cfg, weights, torch.float64 if getattr(a, "float64", False) else torch.float32)
     opt = make_optimizer(cfg, P, a.lr, a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay)
-    losses, norms = [], []
+    losses, norms, balances = [], [], []
     for k, p in enumerate(batch_positions(len(tokens), a.batch, a.seq, a.steps)):
         for group in opt.param_groups:
             group["lr"] = scheduled_lr(a, k)
         idx, tgt = batch_at(tokens, p, a.batch, a.seq)
-        loss, norm = train_step(cfg, P, opt, idx, tgt, a.clip_grad)
+        loss, norm, balance = train_step(cfg, P, opt, idx, tgt, a.clip_grad)
         losses.append(loss)
         norms.append(norm)
+        balances.append(balance)
         if log:
-            print("step %d position %d loss %.9g grad_norm %.9g" % (k, p, loss, norm), flush=True)
-    return P, losses, norms
+            print("step %d position %d loss %.9g grad_norm %.9g" % (k, p, loss, norm)
+                  + ("" if balance is None else " load_balancing_loss %.9g" % balance), flush=True)
+    return P, losses, norms, balances
 
 
 def bench(cfg, weights, tokens, a):
@@ -1422,7 +1427,8 @@ def parse_args(argv):
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the exact answer FP32 runs are measured from); weights still written F32")
     ap.add_argument("--out-weights", help="write the final FP32 weights here (safetensors)")
-    ap.add_argument("--out-losses", help="write {\"losses\": [...], \"grad_norms\": [...]} here")
+    ap.add_argument("--out-losses", help="write {\"losses\": [...], \"grad_norms\": [...]} here (and "
+                    "\"load_balancing_losses\" for a mixture of experts)")
     ap.add_argument("--bench-steps", type=int,
                     help="time N steps after 2 warm-up steps; print one JSON line; --init/--tokens optional")
     return ap.parse_args(argv)
@@ -1475,12 +1481,15 @@ def main(argv):
     weights = check_weights(cfg, read_safetensors(a.init), a.init)
     tokens = read_tokens(a.tokens)
     check_token_range(cfg, tokens, a.tokens)
-    P, losses, norms = train(cfg, weights, tokens, a)
+    P, losses, norms, balances = train(cfg, weights, tokens, a)
     if a.out_weights:
         write_safetensors(a.out_weights, {n: P[n] for n, _, _ in cfg.param_specs()})
     if a.out_losses:
         with open(a.out_losses, "w") as f:
-            json.dump({"losses": losses, "grad_norms": norms}, f)
+            out = {"losses": losses, "grad_norms": norms}
+            if cfg.moe is not None:  # each step's load-balancing loss, the mean over the MoE layers
+                out["load_balancing_losses"] = balances
+            json.dump(out, f)
             f.write("\n")
     return 0
 

@@ -44,6 +44,7 @@ struct Trained {
   exec::RunResult result;
   std::vector<double> losses;
   exec::SafetensorsFile weights;
+  std::vector<double> balances;  // a mixture of experts' load-balancing losses
 };
 
 // The plan's training, its devices as threads here (`with` null) or over the ranks.
@@ -61,6 +62,7 @@ Trained train(const Plan& plan, exec::Ranks* with) {
   t.result = exec::run_plan(plan, backend, e);
   training.collect_at_root();
   t.losses = training.losses();
+  t.balances = training.balance_losses();
   t.weights = training.weights();
   return t;
 }
@@ -187,6 +189,8 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
     EXPECT_TRUE(over_ranks.result.completed) << c.name << ": " << over_ranks.result.error;
     if (ranks().rank() != 0) continue;
     EXPECT_EQ(over_ranks.losses, threads.losses) << c.name;
+    EXPECT_EQ(over_ranks.balances, threads.balances) << c.name;
+    EXPECT_EQ(threads.balances.empty(), !c.moe) << c.name;
     EXPECT_TRUE(bitwise_equal(over_ranks.weights, threads.weights)) << c.name;
     size_t messages = 0;  // in-task collectives' messages: an event each, from the rank that ran it
     for (size_t t = 0; t < plan.tasks.size(); ++t) messages += plan.inside(static_cast<int>(t)).size();
