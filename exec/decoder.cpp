@@ -219,7 +219,6 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   a.complete = true;
 }
 
-
 // The block's backward: dy is the gradient of its output (the residual stream's rows); writes
 // the gradient of its input into dx (overwritten, the same rows).
 void block_backward(const Dims& d, const BlockParams& p, const float* w, float* g, BlockActs& a, const Floats& dy,

@@ -11,7 +11,10 @@
 //  - LLaMA (RMSNorm, SwiGLU, no biases, rotary positions): `model.embed_tokens.weight`,
 //    `model.layers.3.self_attn.q_proj.weight` [out, in], ..., `lm_head.weight`; Mistral's,
 //    Qwen2's (q/k/v biases) and Qwen3's (`self_attn.q_norm.weight` and `k_norm.weight`, of
-//    the head size) are LLaMA's with more.
+//    the head size) are LLaMA's with more. A mixture of experts replaces a block's MLP: the
+//    router and experts of Mixtral (`block_sparse_moe.gate.weight`,
+//    `block_sparse_moe.experts.3.w1.weight`) or of Qwen-MoE (`mlp.gate.weight`,
+//    `mlp.experts.3.gate_proj.weight`, `mlp.shared_expert.*`, `mlp.shared_expert_gate.weight`).
 // The slot counts add up to partition::params_per_device (the plan's weight tensor): a chunk
 // that has the head but not the embedding keeps its own copy of a tied embedding.
 #include <cstddef>
