@@ -16,14 +16,56 @@ using namespace decoder_detail;
 
 void DecoderChunk::StashDeleter::operator()(Stash* s) const { delete s; }
 
+std::vector<float> TensorParallelGroup::all_to_all(std::span<const float>, std::span<const size_t>,
+                                                   std::vector<size_t>&) {
+  throw PlanError("this group exchanges no expert-parallel all-to-alls");
+}
+
+std::vector<int> ExpertGroup::holders(int experts) const {
+  if (!placement.empty()) return placement;
+  std::vector<int> out;
+  for (int e = 0; e < experts; ++e) out.push_back(static_cast<int>(1LL * e * size / experts));
+  return out;
+}
+
+std::vector<int> ExpertGroup::held(int experts) const {
+  std::vector<int> out;
+  const std::vector<int> at = holders(experts);
+  for (int e = 0; e < experts; ++e) {
+    if (at[static_cast<size_t>(e)] == rank) out.push_back(e);
+  }
+  return out;
+}
+
+namespace {
+
+// The experts an expert-parallel rank holds, checked against the shape; empty: every expert.
+std::vector<int> held_experts(const DecoderShape& shape, const ExpertGroup& g) {
+  if (g.size == 1) return {};
+  const int E = shape.moe.E;
+  const std::vector<int> at = g.holders(E);
+  bool fits = g.rank >= 0 && g.rank < g.size && E > 0 && static_cast<int>(at.size()) == E;
+  for (const int r : at) fits = fits && r >= 0 && r < g.size;
+  if (!fits) {
+    throw std::invalid_argument("expert rank " + std::to_string(g.rank) + " of " + std::to_string(g.size) +
+                                " with a placement of " + std::to_string(at.size()) + " experts for a shape of " +
+                                std::to_string(E));
+  }
+  return g.held(E);
+}
+
+}  // namespace
+
 DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank,
-                           int tp, const DecoderOps& ops, bool sequence_parallel, ContextSplit context)
+                           int tp, const DecoderOps& ops, bool sequence_parallel, ContextSplit context,
+                           ExpertGroup experts)
     : shape_(shape),
-      params_(chunk_params(shape, layer_begin, layer_end, tp_rank, tp)),
+      params_(chunk_params(shape, layer_begin, layer_end, tp_rank, tp, held_experts(shape, experts))),
       recompute_(recompute),
       ops_(&ops),
       sequence_parallel_(sequence_parallel && tp > 1),
-      context_(context) {
+      context_(context),
+      experts_(std::move(experts)) {
   if (context.size < 1 || context.rank < 0 || context.rank >= context.size ||
       (context.size > 1 && shape.S % (2 * context.size) != 0)) {
     throw std::invalid_argument("context rank " + std::to_string(context.rank) + " of " + std::to_string(context.size) +
@@ -44,7 +86,7 @@ Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool s
   Dims d{samples, T, samples * T, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
          s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
          /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context_group,
-         &s.moe, loss_scale};
+         &s.moe, /*experts=*/nullptr, /*egroup=*/nullptr, loss_scale};
 
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -430,8 +472,10 @@ bool DecoderChunk::stash_on_host(const Stash& s) { return s.on_host; }
 std::pair<double, int> DecoderChunk::balance_loss(const Stash& s) { return {s.balance_sum, s.balance_layers}; }
 
 DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, double& loss_sum) const {
-  const Dims d =
+  Dims d =
       dims_of(shape_, params_, sequence_parallel_, in.samples, in.group, *ops_, context_, in.context_group, in.loss_scale);
+  d.experts = &experts_;
+  d.egroup = in.expert_group;
   const DecoderOps& ops = *ops_;
   StashPtr s(new Stash);
   s->samples = in.samples;
@@ -492,10 +536,11 @@ DecoderChunk::StashPtr DecoderChunk::forward(const float* w, const Input& in, do
 
 void DecoderChunk::backward(Stash& s, const float* w, float* g, const float* dout, float* dinput, bool split,
                             bool dinput_partial, TensorParallelGroup* group, bool last_of_step,
-                            TensorParallelGroup* context_group) const {
+                            TensorParallelGroup* context_group, TensorParallelGroup* expert_group) const {
   if (s.on_host) throw std::logic_error("a backward's stash is in host memory: its copy back has not run");
-  const Dims d =
-      dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_, context_, context_group, s.loss_scale);
+  Dims d = dims_of(shape_, params_, sequence_parallel_, s.samples, group, *ops_, context_, context_group, s.loss_scale);
+  d.experts = &experts_;
+  d.egroup = expert_group;
   if (d.sp && dinput_partial) {
     throw std::invalid_argument("under sequence parallelism a backward writes its rows of the input gradient, not a "
                                 "partial sum");

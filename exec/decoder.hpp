@@ -56,6 +56,7 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "exec/decoder_ops.hpp"
 #include "exec/decoder_params.hpp"
@@ -79,6 +80,12 @@ class TensorParallelGroup {
   // ranks' sum there and the rest is unspecified. (The CPU back end adds in rank order, as its
   // all_reduce does, so the bits match; NCCL's orders are its own.)
   virtual void reduce_scatter(std::span<float> data, std::span<const size_t> parts) = 0;
+  // Expert parallelism's dispatch and combine, in host memory, of sizes only the router knows:
+  // this rank sends rank r the floats [send_parts[r], send_parts[r + 1]) of `send`; returns
+  // what every rank sent this one, rank after rank, `recv_parts` (one more than the ranks)
+  // their offsets. A group without it throws PlanError.
+  virtual std::vector<float> all_to_all(std::span<const float> send, std::span<const size_t> send_parts,
+                                        std::vector<size_t>& recv_parts);
 };
 
 // Context parallelism (partition::Layout's context axis): rank `rank` of a group of `size`
@@ -90,6 +97,19 @@ struct ContextSplit {
   int rank = 0;
 };
 
+// Expert parallelism (partition::Layout's experts): rank `rank` of a group of `size` holds the
+// routed experts e with placement[e] == rank (placement empty: E / size consecutive experts a
+// rank) and runs them on every member's copies routed to them, which the group's all-to-alls
+// bring (the dispatch) and take back (the combine); the rest of the chunk is the rank's own.
+struct ExpertGroup {
+  int size = 1;
+  int rank = 0;
+  std::vector<int> placement;
+  // The holder of each of `experts` experts, and the experts `rank` holds, ascending.
+  std::vector<int> holders(int experts) const;
+  std::vector<int> held(int experts) const;
+};
+
 class DecoderChunk {
  public:
   // Rank tp_rank of a tp-way tensor-parallel split (exec/decoder_params.hpp's shares), on
@@ -97,12 +117,13 @@ class DecoderChunk {
   // context group.
   DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, partition::Recompute recompute, int tp_rank = 0,
                int tp = 1, const DecoderOps& ops = cpu_decoder_ops(), bool sequence_parallel = false,
-               ContextSplit context = {});
+               ContextSplit context = {}, ExpertGroup experts = {});
 
   const DecoderShape& shape() const { return shape_; }
   const ChunkParams& params() const { return params_; }
   bool sequence_parallel() const { return sequence_parallel_; }
   const ContextSplit& context() const { return context_; }
+  const ExpertGroup& experts() const { return experts_; }
   const DecoderOps& ops() const { return *ops_; }
   // Runs on `ops` from now on: the caller moves the parameters and gradients, and no stash of
   // the old ops may be used again.
@@ -131,6 +152,9 @@ class DecoderChunk {
     // Required under context parallelism: the context group's exchanges (it may be `group`'s
     // object when that one takes every exchange in the plan's order, as the back end's does).
     TensorParallelGroup* context_group = nullptr;
+    // Required under expert parallelism: the expert group's all-to-alls (it may be `group`'s
+    // object, as for context_group).
+    TensorParallelGroup* expert_group = nullptr;
   };
   // What the forward keeps for the backward (opaque).
   struct Stash;
@@ -156,7 +180,7 @@ class DecoderChunk {
   // per accumulation).
   void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,
                 bool dinput_partial = false, TensorParallelGroup* group = nullptr, bool last_of_step = false,
-                TensorParallelGroup* context_group = nullptr) const;
+                TensorParallelGroup* context_group = nullptr, TensorParallelGroup* expert_group = nullptr) const;
   // The weight gradients a split backward left (requires backward(..., split = true) first).
   void backward_weight(Stash& stash, float* grads) const;
   // The load-balancing losses (Megatron-Core's, before the coefficient: 1 when the router
@@ -178,6 +202,7 @@ class DecoderChunk {
   const DecoderOps* ops_;
   bool sequence_parallel_;
   ContextSplit context_;
+  ExpertGroup experts_;
 };
 
 }  // namespace hetflow::exec

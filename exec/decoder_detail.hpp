@@ -35,18 +35,26 @@ struct WeightGrad {
 struct MoeActs {
   Floats probs, weights;         // the router's softmax [N, E]; the chosen experts' weights [N, K]
   OpsInts experts, rows, slots;  // choices [N, K]; each copy's token [M]; each choice's copy [N, K]
-  std::vector<int> offsets;      // (host) expert e's copies are [offsets[e], offsets[e + 1])
+  // (host) The copies' order: experts by holder (expert parallelism's rank), then index;
+  // order[j]'s copies are [offsets[j], offsets[j + 1]), rank r's experts positions
+  // [rank_begin[r], rank_begin[r + 1]).
+  std::vector<int> order, offsets, rank_begin;
+  // (host) What this rank's experts run on: held[j]'s rows of xe are [eoffsets[j], ..[j + 1]),
+  // source s's recv_counts[s H + j] of them (H = held.size()) in source order. Without expert
+  // parallelism held is order, eoffsets offsets, and xe is xp.
+  std::vector<int> held, eoffsets, recv_counts;
   Floats dprobs;                 // [E] the load-balancing loss's gradient of each probability
   Floats xp;                     // [M, C] the copies, grouped by expert, tokens in order
-  Floats gate, up, act;          // [M, FE] each copy through its expert's SwiGLU
-  Floats out;                    // [M, C] the experts' outputs, which the combine weighs
+  Floats xe;                     // [R, C] the copies this rank's experts run on
+  Floats gate, up, act;          // [R, FE] each through its expert's SwiGLU
+  Floats out;                    // [M, C] the experts' outputs for this rank's copies, which the combine weighs
   Floats shared_gate, shared_up, shared_act;  // [N, FS]
   Floats shared_out, scale;      // with Qwen2-MoE's gate: the shared output [N, C] and its logits [N]
   double balance = 0;            // (host) the layer's load-balancing loss, before its coefficient
   // Every float array, for the stash's accounting and offload.
   template <class Self>
   static auto arrays(Self& m) {
-    return std::array{&m.probs, &m.weights, &m.dprobs, &m.xp, &m.gate, &m.up, &m.act, &m.out, &m.shared_gate,
+    return std::array{&m.probs, &m.weights, &m.dprobs, &m.xp, &m.xe, &m.gate, &m.up, &m.act, &m.out, &m.shared_gate,
                       &m.shared_up, &m.shared_act, &m.shared_out, &m.scale};
   }
 };
@@ -121,6 +129,8 @@ struct Dims {
   int S = 0, cp = 1, cp_rank = 0;
   TensorParallelGroup* cgroup = nullptr;
   const DecoderShape::Moe* moe = nullptr;  // the shape's mixture of experts
+  const ExpertGroup* experts = nullptr;    // expert parallelism: this rank's group (size 1: none)
+  TensorParallelGroup* egroup = nullptr;   // and its all-to-alls
   float loss_scale = 0;  // each token's weight in the objective (the load-balancing loss's too)
 
   size_t stream_floats() const { return sz(1LL * RS * C); }  // the residual stream's

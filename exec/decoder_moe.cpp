@@ -47,14 +47,27 @@ std::vector<int> order_copies(const Dims& d, MoeActs& a) {
       for (size_t j = sz(capacity); j < copies.size(); ++j) kept[copies[j]] = 0;
     }
   }
-  std::vector<int> held(sz(m.E), 0);
-  for (size_t i = 0; i < choices; ++i) held[sz(chosen[i])] += kept[i];
+  // The experts by holder, then index (one holder without expert parallelism).
+  const int G = d.experts->size;
+  const std::vector<int> holder = d.experts->holders(m.E);
+  a.order.resize(sz(m.E));
+  for (int e = 0; e < m.E; ++e) a.order[sz(e)] = e;
+  std::stable_sort(a.order.begin(), a.order.end(), [&](int x, int y) { return holder[sz(x)] < holder[sz(y)]; });
+  std::vector<int> position(sz(m.E));
+  a.rank_begin.assign(sz(G) + 1, 0);
+  for (int j = 0; j < m.E; ++j) {
+    position[sz(a.order[sz(j)])] = j;
+    ++a.rank_begin[sz(holder[sz(a.order[sz(j)])]) + 1];
+  }
+  for (int r = 0; r < G; ++r) a.rank_begin[sz(r) + 1] += a.rank_begin[sz(r)];
+  std::vector<int> copies(sz(m.E), 0);  // kept, per position
+  for (size_t i = 0; i < choices; ++i) copies[sz(position[sz(chosen[i])])] += kept[i];
   a.offsets.assign(sz(m.E) + 1, 0);
-  for (int e = 0; e < m.E; ++e) a.offsets[sz(e) + 1] = a.offsets[sz(e)] + held[sz(e)];
+  for (int j = 0; j < m.E; ++j) a.offsets[sz(j) + 1] = a.offsets[sz(j)] + copies[sz(j)];
   std::vector<int> next(a.offsets.begin(), a.offsets.end() - 1), rows(sz(a.offsets.back())), slots(choices, -1);
   for (size_t i = 0; i < choices; ++i) {
     if (!kept[i]) continue;
-    const int copy = next[sz(chosen[i])]++;
+    const int copy = next[sz(position[sz(chosen[i])])]++;
     rows[sz(copy)] = static_cast<int>(i / sz(m.K));
     slots[i] = copy;
   }
@@ -63,13 +76,105 @@ std::vector<int> order_copies(const Dims& d, MoeActs& a) {
   return count;
 }
 
-// f(expert, its first copy, its copies) for each expert with copies, in expert order.
+// f(expert, its first row of xe, its rows) for each expert this rank runs that has rows.
 template <class F>
 void each_run(const MoeActs& a, F f) {
-  for (size_t e = 0; e + 1 < a.offsets.size(); ++e) {
-    const int at = a.offsets[e], rows = a.offsets[e + 1] - at;
-    if (rows > 0) f(e, sz(at), rows);
+  for (size_t j = 0; j < a.held.size(); ++j) {
+    const int at = a.eoffsets[j], rows = a.eoffsets[j + 1] - at;
+    if (rows > 0) f(sz(a.held[j]), sz(at), rows);
   }
+}
+
+// Expert parallelism's dispatch: this rank's copies [M, C] (in a.order) to their experts'
+// holders, and what the other ranks send this one's experts, grouped by expert then source.
+// With `counts_first` (the forward's) each message leads with its experts' counts, which fill
+// a.held, a.eoffsets and a.recv_counts; later ones (the backward's) reuse them.
+Floats to_holders(const Dims& d, MoeActs& a, const Floats& local, bool counts_first) {
+  const int G = d.experts->size, C = d.C, E = d.moe->E;
+  std::vector<float> host(local.size());
+  d.ops.download(host.data(), local.data(), host.size());
+  std::vector<float> send;
+  std::vector<size_t> parts{0};
+  for (int r = 0; r < G; ++r) {
+    const int p0 = a.rank_begin[sz(r)], p1 = a.rank_begin[sz(r) + 1];
+    if (counts_first) {
+      for (int j = p0; j < p1; ++j) send.push_back(static_cast<float>(a.offsets[sz(j) + 1] - a.offsets[sz(j)]));
+    }
+    send.insert(send.end(), host.begin() + static_cast<std::ptrdiff_t>(sz(a.offsets[sz(p0)]) * sz(C)),
+                host.begin() + static_cast<std::ptrdiff_t>(sz(a.offsets[sz(p1)]) * sz(C)));
+    parts.push_back(send.size());
+  }
+  std::vector<size_t> at;
+  const std::vector<float> recv = d.egroup->all_to_all(send, parts, at);
+  if (counts_first) {
+    a.held = d.experts->held(E);
+  }
+  const size_t H = a.held.size();
+  if (at.size() != sz(G) + 1) throw std::logic_error("an expert all-to-all returned " + std::to_string(at.size()) + " offsets");
+  if (counts_first) {
+    a.recv_counts.assign(sz(G) * H, 0);
+    a.eoffsets.assign(H + 1, 0);
+    for (int s = 0; s < G; ++s) {
+      for (size_t j = 0; j < H; ++j) {
+        const int n = static_cast<int>(recv[at[sz(s)] + j]);
+        a.recv_counts[sz(s) * H + j] = n;
+        a.eoffsets[j + 1] += n;
+      }
+    }
+    for (size_t j = 0; j < H; ++j) a.eoffsets[j + 1] += a.eoffsets[j];
+  }
+  std::vector<float> grouped(sz(a.eoffsets.back()) * sz(C));
+  std::vector<int> filled(a.eoffsets.begin(), a.eoffsets.end() - 1);  // per expert: its next row
+  for (int s = 0; s < G; ++s) {
+    size_t from = at[sz(s)] + (counts_first ? H : 0);
+    size_t expected = from;
+    for (size_t j = 0; j < H; ++j) expected += sz(a.recv_counts[sz(s) * H + j]) * sz(C);
+    if (expected != at[sz(s) + 1]) {
+      throw std::logic_error("expert rank " + std::to_string(s) + " sent " + std::to_string(at[sz(s) + 1] - at[sz(s)]) +
+                             " floats where its counts make " + std::to_string(expected - at[sz(s)]));
+    }
+    for (size_t j = 0; j < H; ++j) {
+      const size_t n = sz(a.recv_counts[sz(s) * H + j]) * sz(C);
+      std::copy_n(recv.begin() + static_cast<std::ptrdiff_t>(from), n,
+                  grouped.begin() + static_cast<std::ptrdiff_t>(sz(filled[j]) * sz(C)));
+      filled[j] += a.recv_counts[sz(s) * H + j];
+      from += n;
+    }
+  }
+  Floats out = d.ops.floats(grouped.size());
+  d.ops.upload(out.data(), grouped.data(), grouped.size());
+  return out;
+}
+
+// The combine's way back: rows grouped as to_holders made them [R, C] to the ranks whose
+// copies they are, and this rank's own [M, C] back in a.order.
+Floats to_owners(const Dims& d, const MoeActs& a, const Floats& grouped) {
+  const int G = d.experts->size, C = d.C;
+  const size_t H = a.held.size();
+  std::vector<float> host(grouped.size());
+  d.ops.download(host.data(), grouped.data(), host.size());
+  std::vector<float> send;
+  std::vector<size_t> parts{0};
+  std::vector<int> taken(a.eoffsets.begin(), a.eoffsets.end() - 1);
+  for (int s = 0; s < G; ++s) {
+    for (size_t j = 0; j < H; ++j) {
+      const size_t n = sz(a.recv_counts[sz(s) * H + j]) * sz(C);
+      send.insert(send.end(), host.begin() + static_cast<std::ptrdiff_t>(sz(taken[j]) * sz(C)),
+                  host.begin() + static_cast<std::ptrdiff_t>(sz(taken[j]) * sz(C) + n));
+      taken[j] += a.recv_counts[sz(s) * H + j];
+    }
+    parts.push_back(send.size());
+  }
+  std::vector<size_t> at;
+  const std::vector<float> recv = d.egroup->all_to_all(send, parts, at);
+  const size_t mine = sz(a.offsets.back()) * sz(C);
+  if (recv.size() != mine) {
+    throw std::logic_error("the experts' holders sent back " + std::to_string(recv.size()) + " floats for " +
+                           std::to_string(mine));
+  }
+  Floats out = d.ops.floats(mine);
+  d.ops.upload(out.data(), recv.data(), mine);
+  return out;
 }
 
 // A SwiGLU's two input projections: gate and up [rows, F] from x [rows, C].
@@ -113,22 +218,34 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
     a.dprobs = ops.floats(sz(E));
     ops.upload(a.dprobs.data(), dprobs.data(), sz(E));
   }
-  // Each expert's SwiGLU on its run of copies.
+  // The copies, to their experts' holders under expert parallelism.
   a.xp = ops.floats(sz(1LL * M * C));
   ops.moe_permute(a.xp.data(), x.data(), a.rows.data(), M, C);
-  a.gate = ops.floats(sz(1LL * M * FE));
+  const bool parallel = d.experts->size > 1;
+  if (parallel) {
+    if (d.egroup == nullptr) throw std::invalid_argument("an expert-parallel chunk's forward needs its expert group");
+    a.xe = to_holders(d, a, a.xp, true);
+  } else {
+    a.held = a.order;
+    a.eoffsets = a.offsets;
+    a.xe = a.xp;
+  }
+  // Each expert's SwiGLU on its run of rows.
+  const size_t R = sz(a.eoffsets.back());
+  a.gate = ops.floats(R * sz(FE));
   a.up = ops.floats(a.gate.size());
   a.act = ops.floats(a.gate.size());
-  a.out = ops.floats(a.xp.size());
+  const Floats out = ops.floats(R * sz(C));
   each_run(a, [&](size_t e, size_t at, int rows) {
-    swiglu_in(ops, a.gate.data() + at * sz(FE), a.up.data() + at * sz(FE), a.xp.data() + at * sz(C),
+    swiglu_in(ops, a.gate.data() + at * sz(FE), a.up.data() + at * sz(FE), a.xe.data() + at * sz(C),
               w + p.expert_gate_w[e], w + p.expert_up_w[e], rows, C, FE);
   });
   ops.swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), static_cast<long>(a.act.size()));
   each_run(a, [&](size_t e, size_t at, int rows) {
-    ops.linear_forward(a.out.data() + at * sz(C), a.act.data() + at * sz(FE), w + p.expert_down_w[e], nullptr, rows,
-                       FE, C);
+    ops.linear_forward(out.data() + at * sz(C), a.act.data() + at * sz(FE), w + p.expert_down_w[e], nullptr, rows, FE,
+                       C);
   });
+  a.out = parallel ? to_owners(d, a, out) : out;  // (back to this rank's copies)
   ops.moe_combine(y, a.out.data(), a.slots.data(), a.weights.data(), N, K, C);
   // The shared experts, every token through them.
   if (m.FS == 0) return;
@@ -138,13 +255,13 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.shared_act = ops.floats(ns);
   swiglu_in(ops, a.shared_gate.data(), a.shared_up.data(), x.data(), w + p.shared_gate_w, w + p.shared_up_w, N, C, m.FS);
   ops.swiglu_forward(a.shared_act.data(), a.shared_gate.data(), a.shared_up.data(), static_cast<long>(ns));
-  const Floats out = ops.floats(sz(1LL * N * C));
-  ops.linear_forward(out.data(), a.shared_act.data(), w + p.shared_down_w, nullptr, N, m.FS, C);
+  const Floats shared = ops.floats(sz(1LL * N * C));
+  ops.linear_forward(shared.data(), a.shared_act.data(), w + p.shared_down_w, nullptr, N, m.FS, C);
   if (p.shared_scale_w == npos) {
-    ops.residual_add(y, out.data(), static_cast<long>(out.size()));
+    ops.residual_add(y, shared.data(), static_cast<long>(shared.size()));
     return;
   }
-  a.shared_out = out;
+  a.shared_out = shared;
   a.scale = ops.floats(sz(N));
   ops.linear_forward(a.scale.data(), x.data(), w + p.shared_scale_w, nullptr, N, C, 1);
   ops.gated_add(y, a.shared_out.data(), a.scale.data(), N, C);
@@ -180,22 +297,26 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
   const Floats dout = ops.zeros(sz(1LL * M * C)), dweights = ops.zeros(sz(1LL * N * K));
   ops.moe_combine_backward(dout.data(), dweights.data(), dy.data(), a.out.data(), a.slots.data(), a.weights.data(), N,
                            K, C);
+  const bool parallel = d.experts->size > 1;
+  if (parallel && d.egroup == nullptr) throw std::invalid_argument("an expert-parallel chunk's backward needs its group");
+  const Floats dout_e = parallel ? to_holders(d, a, dout, false) : dout;  // (to the experts' holders)
   const Floats dact = ops.zeros(a.act.size());
   each_run(a, [&](size_t e, size_t at, int rows) {
     const size_t f = at * sz(FE), c = at * sz(C);
-    ops.linear_backward_input(dact.data() + f, dout.data() + c, w + p.expert_down_w[e], rows, FE, C);
-    wg.add_rows(p.expert_down_w[e], npos, dout, c, a.act, f, rows, FE, C);
+    ops.linear_backward_input(dact.data() + f, dout_e.data() + c, w + p.expert_down_w[e], rows, FE, C);
+    wg.add_rows(p.expert_down_w[e], npos, dout_e, c, a.act, f, rows, FE, C);
   });
   const Floats dgate = ops.zeros(a.gate.size()), dup = ops.zeros(a.up.size());
   ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(dact.size()));
-  const Floats dxp = ops.zeros(a.xp.size());
+  const Floats dxe = ops.zeros(a.xe.size());
   each_run(a, [&](size_t e, size_t at, int rows) {
     const size_t f = at * sz(FE), c = at * sz(C);
-    ops.linear_backward_input(dxp.data() + c, dgate.data() + f, w + p.expert_gate_w[e], rows, C, FE);
-    ops.linear_backward_input(dxp.data() + c, dup.data() + f, w + p.expert_up_w[e], rows, C, FE);
-    wg.add_rows(p.expert_gate_w[e], npos, dgate, f, a.xp, c, rows, C, FE);
-    wg.add_rows(p.expert_up_w[e], npos, dup, f, a.xp, c, rows, C, FE);
+    ops.linear_backward_input(dxe.data() + c, dgate.data() + f, w + p.expert_gate_w[e], rows, C, FE);
+    ops.linear_backward_input(dxe.data() + c, dup.data() + f, w + p.expert_up_w[e], rows, C, FE);
+    wg.add_rows(p.expert_gate_w[e], npos, dgate, f, a.xe, c, rows, C, FE);
+    wg.add_rows(p.expert_up_w[e], npos, dup, f, a.xe, c, rows, C, FE);
   });
+  const Floats dxp = parallel ? to_owners(d, a, dxe) : dxe;  // (back to this rank's copies)
   ops.moe_permute_backward(dx, dxp.data(), a.slots.data(), N, K, C);
   // The router: the weights' gradient and the load-balancing loss's, through the softmax.
   const Floats dlogits = ops.zeros(sz(1LL * N * E));

@@ -141,20 +141,24 @@ std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& par
 
 // A mixture of experts' parameters under HuggingFace's names (Mixtral's or Qwen-MoE's),
 // whole on every rank (the planner puts no tensor parallelism on MoE layers).
-void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParams& k) {
+void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParams& k, const std::vector<int>& experts) {
   const std::int64_t C = s.C, E = s.moe.E, FE = s.moe.FE, FS = s.moe.FS;
   const std::string m = h + (s.moe.mixtral_names ? "block_sparse_moe." : "mlp.");
   k.router_w = b.add(m + "gate.weight", {E, C});
+  k.expert_gate_w.assign(static_cast<size_t>(s.moe.E), BlockParams::npos);
+  k.expert_up_w = k.expert_down_w = k.expert_gate_w;
   for (int e = 0; e < s.moe.E; ++e) {
+    if (!experts.empty() && !std::binary_search(experts.begin(), experts.end(), e)) continue;
+    const auto i = static_cast<size_t>(e);
     const std::string x = m + "experts." + std::to_string(e) + ".";
     if (s.moe.mixtral_names) {  // w1 the gate, w3 the up projection, w2 the down
-      k.expert_gate_w.push_back(b.add(x + "w1.weight", {FE, C}));
-      k.expert_down_w.push_back(b.add(x + "w2.weight", {C, FE}));
-      k.expert_up_w.push_back(b.add(x + "w3.weight", {FE, C}));
+      k.expert_gate_w[i] = b.add(x + "w1.weight", {FE, C});
+      k.expert_down_w[i] = b.add(x + "w2.weight", {C, FE});
+      k.expert_up_w[i] = b.add(x + "w3.weight", {FE, C});
     } else {
-      k.expert_gate_w.push_back(b.add(x + "gate_proj.weight", {FE, C}));
-      k.expert_up_w.push_back(b.add(x + "up_proj.weight", {FE, C}));
-      k.expert_down_w.push_back(b.add(x + "down_proj.weight", {C, FE}));
+      k.expert_gate_w[i] = b.add(x + "gate_proj.weight", {FE, C});
+      k.expert_up_w[i] = b.add(x + "up_proj.weight", {FE, C});
+      k.expert_down_w[i] = b.add(x + "down_proj.weight", {C, FE});
     }
   }
   if (FS > 0) {  // Qwen2-MoE's one gated shared expert, or DeepSeek's shared experts as one MLP
@@ -166,7 +170,8 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
   }
 }
 
-ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp, const SplitPart& part) {
+ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp, const SplitPart& part,
+                         const std::vector<int>& experts = {}) {
   ChunkParams p;
   p.layer_begin = layer_begin;
   p.layer_end = layer_end;
@@ -248,7 +253,7 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
         }
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
         if (s.moe.layer(l - 1)) {
-          add_moe(b, s, h, k);
+          add_moe(b, s, h, k, experts);
         } else {
           k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
           k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));
@@ -279,7 +284,8 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
 
 }  // namespace
 
-ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp) {
+ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, int tp_rank, int tp,
+                         const std::vector<int>& experts) {
   if (tp < 1 || s.NKV % tp != 0) {
     throw PlanError("a tensor-parallel degree of " + std::to_string(tp) + " does not divide the " + std::to_string(s.NKV) +
                     " key/value heads");
@@ -290,7 +296,7 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, 
                       "tensor parallelism (expert tensor parallelism is not run)");
     }
   }
-  return build_params(s, layer_begin, layer_end, tp_rank, tp, SplitPart{tp_rank, tp, tp_rank + 1, tp});
+  return build_params(s, layer_begin, layer_end, tp_rank, tp, SplitPart{tp_rank, tp, tp_rank + 1, tp}, experts);
 }
 
 ChunkParams chunk_params_part(const DecoderShape& s, int layer_begin, int layer_end, SplitPart part) {

@@ -70,8 +70,8 @@ struct BlockParams {
   size_t gate_w = npos;                       // LLaMA's gate_proj [F, C]
   size_t down_w = npos, down_b = npos;        // [C, F]
   // A mixture of experts in place of the MLP (DecoderShape::Moe): the router [E, C]; each
-  // routed expert's gate and up [FE, C] and down [C, FE], by expert (all held: expert
-  // parallelism splits them in the plan, not here yet); the shared experts' gate and up
+  // routed expert's gate and up [FE, C] and down [C, FE], by expert (npos for an expert an
+  // expert-parallel rank does not hold); the shared experts' gate and up
   // [FS, C] and down [C, FS], and Qwen2-MoE's gate on them [1, C].
   size_t router_w = npos;
   std::vector<size_t> expert_gate_w, expert_up_w, expert_down_w;
@@ -138,7 +138,10 @@ DecoderShape decoder_shape(const model::TransformerConfig& c);
 kernels::RopeFrequencies rope_frequencies(double theta, const model::RopeScaling& scaling, int seq, int head_dim);
 
 // Rank `tp_rank` of `tp` (throws PlanError when tp does not divide the key/value heads).
-ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end, int tp_rank = 0, int tp = 1);
+// `experts`: the routed experts this rank holds, ascending (an expert-parallel rank's); empty:
+// every expert. The others' slots are absent (their offsets npos).
+ChunkParams chunk_params(const DecoderShape& shape, int layer_begin, int layer_end, int tp_rank = 0, int tp = 1,
+                         const std::vector<int>& experts = {});
 
 // A part [lo, hi) of Megatron's split, as a fraction of every split dimension (heads,
 // key/value heads, MLP width, vocabulary): rank j of t holds [j / t, (j + 1) / t). Ranks of
