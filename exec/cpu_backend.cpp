@@ -429,11 +429,12 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
     task.waiting_for("a tensor-parallel " + what + " inside the task: the floats of device " + std::to_string(peer));
     const size_t expected = receive_floats(r);
     lanes_.at({peer, me, kTensorParallelLane, communicator})->take([&](std::span<const std::byte> in) {
-      if (in.size() != expected * sizeof(float)) {
+      if (expected == kAnyFloats ? in.size() % sizeof(float) != 0 : in.size() != expected * sizeof(float)) {
         throw Error("tensor-parallel " + what + ": device " + std::to_string(peer) + " sent " + std::to_string(in.size()) +
-                    " bytes, expected " + std::to_string(expected * sizeof(float)));
+                    " bytes, expected " + (expected == kAnyFloats ? std::string("whole floats")
+                                                                  : std::to_string(expected * sizeof(float))));
       }
-      receive(r, {reinterpret_cast<const float*>(in.data()), expected});
+      receive(r, {reinterpret_cast<const float*>(in.data()), in.size() / sizeof(float)});
     });
   }
   for (size_t i = 0; i < posted.size(); ++i) {
@@ -462,6 +463,30 @@ void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall&
       task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")", floats,
       [&](size_t r) { return std::span<const float>(zeros).first(part[r]); },
       [&](size_t r) { return parts ? part[me] : part[r]; }, [](size_t, std::span<const float>) {});
+}
+
+// Expert parallelism's dispatch or combine: each member's part of `send` to it, and whatever
+// each sent this one (the router decides the sizes), in member order.
+std::vector<float> CpuBackend::all_to_all(TaskContext& task, int communicator, std::span<const float> send,
+                                          std::span<const size_t> send_parts, std::vector<size_t>& recv_parts) {
+  const auto& members = plan_->communicator(communicator).devices;
+  if (send_parts.size() != members.size() + 1 || send_parts.back() > send.size()) {
+    throw Error("an expert all-to-all of task " + std::to_string(task.task) + " with " +
+                std::to_string(send_parts.size()) + " offsets for " + std::to_string(members.size()) + " members");
+  }
+  std::vector<std::vector<float>> got(members.size());
+  exchange_in_task(
+      task, communicator, "all-to-all", send.size(),
+      [&](size_t r) { return send.subspan(send_parts[r], send_parts[r + 1] - send_parts[r]); },
+      [](size_t) { return kAnyFloats; },
+      [&](size_t r, std::span<const float> in) { got[r].assign(in.begin(), in.end()); });
+  std::vector<float> recv;
+  recv_parts = {0};
+  for (const std::vector<float>& part : got) {
+    recv.insert(recv.end(), part.begin(), part.end());
+    recv_parts.push_back(recv.size());
+  }
+  return recv;
 }
 
 void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {

@@ -70,6 +70,8 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   void all_gather(TaskContext& task, int communicator, std::span<float> data, std::span<const size_t> parts) override;
   void reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
                       std::span<const size_t> parts) override;
+  std::vector<float> all_to_all(TaskContext& task, int communicator, std::span<const float> send,
+                                std::span<const size_t> send_parts, std::vector<size_t>& recv_parts) override;
   void run(TaskContext& task) override;
   void stop() override;
 
@@ -100,9 +102,11 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   bool local(int device) const;
   // One in-task exchange on `communicator`'s lanes: member r (in the communicator's order)
   // gets send(r) from this device, then receive(r, floats) runs for every member in order,
-  // this device's own being send(me); member r must send receive_floats(r) floats (Error
-  // naming the device otherwise). The task's next message_ran, carrying the collective's
-  // size of `floats` (partition/collective.hpp's convention) in the plan's bytes.
+  // this device's own being send(me); member r must send receive_floats(r) floats, or any
+  // number where that is kAnyFloats (Error naming the device otherwise). The task's next
+  // message_ran, carrying the collective's size of `floats` (partition/collective.hpp's
+  // convention) in the plan's bytes.
+  static constexpr size_t kAnyFloats = static_cast<size_t>(-1);
   void exchange_in_task(TaskContext& task, int communicator, const std::string& what, size_t floats,
                         const std::function<std::span<const float>(size_t member)>& send,
                         const std::function<size_t(size_t member)>& receive_floats,

@@ -20,7 +20,10 @@
 //    smallest weights dropped), shared experts (gated, Qwen2-MoE) beside; Megatron-Core's load-balancing
 //    loss of each MoE layer adds its gradient, each micro-batch's weighted by loss_scale
 //    times its tokens (so every chunk takes Input::loss_scale). Not under tensor or context
-//    parallelism (refused); every expert on this chunk's rank.
+//    parallelism (refused). Under expert parallelism (ExpertGroup) the chunk holds its rank's
+//    experts: each MoE layer sends every copy to its expert's holder and takes the results
+//    back through the group's all-to-alls (two a layer forward, two backward), and runs its
+//    experts on every rank's copies.
 //  - Recomputation really recomputes: `selective` drops the attention probabilities after
 //    the forward and rebuilds them in the backward; `full` keeps only each layer's input and
 //    reruns that layer's forward just before its backward.

@@ -129,6 +129,8 @@ class Builder {
     p_.slots.push_back(std::move(slot));
     return p_.slots.back().offset;
   }
+  size_t slots() const { return p_.slots.size(); }
+  ParamSlot& slot(size_t i) { return p_.slots[i]; }
 
  private:
   ChunkParams& p_;
@@ -160,6 +162,7 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
       k.expert_up_w[i] = b.add(x + "up_proj.weight", {FE, C});
       k.expert_down_w[i] = b.add(x + "down_proj.weight", {C, FE});
     }
+    for (size_t j = b.slots() - 3; j < b.slots(); ++j) b.slot(j).expert = e;
   }
   if (FS > 0) {  // Qwen2-MoE's one gated shared expert, or DeepSeek's shared experts as one MLP
     const std::string x = m + (s.moe.shared_gate ? "shared_expert." : "shared_experts.");

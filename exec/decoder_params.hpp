@@ -47,6 +47,7 @@ struct ParamSlot {
   bool tied_copy = false;   // the head's copy of a tied embedding (not written to files)
   bool split = false;       // Megatron's split divides it (false: every rank holds it whole)
   int layer = 0;            // the network layer it belongs to
+  int expert = -1;          // the routed expert it belongs to (-1: none)
   // Tensor parallelism (Megatron): the rectangles of the whole [out, in] matrix this rank
   // holds, in array order (one whole rectangle when the parameter is replicated).
   std::int64_t full_rows = 0, full_cols = 0;

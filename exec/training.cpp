@@ -136,6 +136,11 @@ class Group final : public TensorParallelGroup {
   void reduce_scatter(std::span<float> data, std::span<const size_t> parts) override {
     exchange().reduce_scatter(task_, next(CollectiveKind::reduce_scatter, data.size()), data, parts);
   }
+  // (An all-to-all carries what the router chose: the plan's bytes are its routing model's.)
+  std::vector<float> all_to_all(std::span<const float> send, std::span<const size_t> send_parts,
+                                std::vector<size_t>& recv_parts) override {
+    return exchange().all_to_all(task_, next(CollectiveKind::all_to_all, 0), send, send_parts, recv_parts);
+  }
   // After the pass: every message the plan lists was exchanged.
   void done() const {
     if (next_ != calls_.size()) {
@@ -160,7 +165,8 @@ class Group final : public TensorParallelGroup {
     const partition::InTaskCall& call = calls_[next_++];
     const partition::Collective& c = plan_.collective(call.collective);
     const double bytes = c.bytes / c.messages, moved = static_cast<double>(floats) * element_bytes_;
-    if (c.kind != kind || std::abs(bytes - moved) > 1e-9 * std::max(bytes, moved)) {
+    const bool sized = kind != CollectiveKind::all_to_all;
+    if (c.kind != kind || (sized && std::abs(bytes - moved) > 1e-9 * std::max(bytes, moved))) {
       throw PlanError(partition::describe_task(plan_, task_.task) + ": its pass exchanges a tensor-parallel " + what +
                       " (" + model::units::format_number(moved) + " bytes) where the plan lists message " +
                       std::to_string(call.message + 1) + " of collective " + std::to_string(call.collective) + ", a " +
@@ -178,6 +184,12 @@ class Group final : public TensorParallelGroup {
 };
 
 }  // namespace
+
+std::vector<float> TensorParallelExchange::all_to_all(TaskContext& task, int, std::span<const float>,
+                                                      std::span<const size_t>, std::vector<size_t>&) {
+  throw PlanError("task " + std::to_string(task.task) +
+                  ": this back end does not exchange expert-parallel all-to-alls with real math");
+}
 
 void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {
   const partition::Task& t = *task.spec;
@@ -251,6 +263,7 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   Group group(exchange, task, plan_);
   if (c.tp > 1) in.group = &group;
   if (c.math.context().size > 1) in.context_group = &group;  // (its exchanges come in the plan's order too)
+  if (c.math.experts().size > 1) in.expert_group = &group;
   double loss = 0;
   auto stash = c.math.forward(pass_params(task, c), in, loss);
   group.done();
@@ -316,6 +329,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
   Group group(exchange, task, plan_);
   TensorParallelGroup* tp = c.tp > 1 ? &group : nullptr;
   TensorParallelGroup* context = c.math.context().size > 1 ? &group : nullptr;
+  TensorParallelGroup* experts = c.math.experts().size > 1 ? &group : nullptr;
   DecoderChunk::StashPtr stash;
   {
     std::lock_guard lock(c.mutex);
@@ -326,7 +340,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     }
     if (split) {
       c.math.backward(*s->second, pass_params(task, c), pass_grads(task, c), dout, dinput, true, partial, tp,
-                      last_backward_[static_cast<size_t>(task.task)] != 0, context);
+                      last_backward_[static_cast<size_t>(task.task)] != 0, context, experts);
       group.done();
       return;  // W takes the stash
     }
@@ -334,7 +348,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     c.stashes.erase(s);
   }
   c.math.backward(*stash, pass_params(task, c), pass_grads(task, c), dout, dinput, false, partial, tp,
-                  last_backward_[static_cast<size_t>(task.task)] != 0, context);
+                  last_backward_[static_cast<size_t>(task.task)] != 0, context, experts);
   group.done();
 }
 

@@ -126,6 +126,10 @@ class TensorParallelExchange {
                           std::span<const size_t> parts) = 0;
   virtual void reduce_scatter(TaskContext& task, int communicator, std::span<float> data,
                               std::span<const size_t> parts) = 0;
+  // Expert parallelism's dispatch or combine (TensorParallelGroup::all_to_all): host floats
+  // of sizes the router chose. A back end without it throws PlanError.
+  virtual std::vector<float> all_to_all(TaskContext& task, int communicator, std::span<const float> send,
+                                        std::span<const size_t> send_parts, std::vector<size_t>& recv_parts);
 };
 
 // Megatron's option names and defaults, except the learning rate (Megatron has none).
@@ -351,6 +355,7 @@ class Training {
   std::map<std::tuple<int, int, int>, std::shared_ptr<const Batch>> micro_batches_;  // (iteration, worker, micro-batch)
   std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
   std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
+  std::vector<int> expert_placement_;              // expert parallelism: each expert's rank
   // per iteration: per (worker, stage, micro-batch): its MoE layers' load-balancing losses
   // summed, and how many layers
   std::map<int, std::map<std::tuple<int, int, int>, std::pair<double, int>>> balance_parts_;

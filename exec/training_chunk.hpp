@@ -16,8 +16,9 @@ namespace hetflow::exec {
 
 struct Training::Chunk {
   Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
-        const DecoderOps& device_ops, bool sequence_parallel, ContextSplit context = {})
-      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel, context),
+        const DecoderOps& device_ops, bool sequence_parallel, ContextSplit context = {}, ExpertGroup experts = {})
+      : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel, context,
+             std::move(experts)),
         ops_(&device_ops) {}
   DecoderChunk math;
   const DecoderOps* ops_;  // its device's: every array below is in its memory

@@ -133,7 +133,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
 // A device's part of the squared gradient norm: every parameter it holds once (under ZeRO its
 // shard: the replicas' parts meet in the plan's norm collective; the pieces of
 // one Megatron splits on every rank, even where a split leaves one rank all of it and the
-// others nothing; a replicated one on tensor rank 0 alone; a tied copy not at all), after its
+// others nothing; a replicated one on tensor rank 0 alone; a tied copy not at all; under
+// expert parallelism routed experts on their holders, the rest on expert rank 0), after its
 // data-parallel sync; of the unscaled gradients (divided by the loss scale squared, exactly:
 // a power of four).
 double Training::local_sum_squares(int device, int iteration) const {
@@ -142,6 +143,9 @@ double Training::local_sum_squares(int device, int iteration) const {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
       if (slot.tied_copy || (!slot.split && c->tp_rank != 0)) continue;
+      // (Expert parallelism: the norm meets over the expert group, whose ranks each hold their
+      // experts and a copy of the rest: the rest counts on rank 0.)
+      if (slot.expert < 0 && c->math.experts().rank != 0) continue;
       c->each_owned(slot.offset, slot.offset + slot.count,
                     [&](size_t o, size_t n) { local = c->ops().sum_of_squares(c->grads.data() + o, n, local); });
     }

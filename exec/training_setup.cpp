@@ -16,8 +16,36 @@
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
+#include "partition/expert_shard.hpp"
 
 namespace hetflow::exec {
+
+namespace {
+
+// Whether the chunk holds routed experts of layers [begin, end).
+bool has_routed_experts(const ChunkParams& p, int begin, int end) {
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.expert >= 0 && slot.layer >= begin && slot.layer < end) return true;
+  }
+  return false;
+}
+
+// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
+// array order, adjacent runs merged.
+std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed) {
+  std::vector<FloatRun> runs;
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.layer < begin || slot.layer >= end || (slot.expert >= 0) != routed || slot.count == 0) continue;
+    if (!runs.empty() && runs.back().at + runs.back().count == slot.offset) {
+      runs.back().count += slot.count;
+    } else {
+      runs.push_back({slot.offset, slot.count, false});
+    }
+  }
+  return runs;
+}
+
+}  // namespace
 
 using partition::TaskKind;
 using partition::TensorKind;
@@ -158,10 +186,16 @@ void Training::read_layout() {
   }
   shape_ = decoder_shape(*plan.network.architecture);
   if (const int ep = plan.layout.experts.parallel; ep > 1) {
-    throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +
-                    " workers (layout.experts.parallel " + std::to_string(ep) +
-                    "), whose token all-to-alls the real layers do not run yet: run it with --compute proxy, "
-                    "simulate it, or plan it without --expert-parallel");
+    const auto refuse = [&](const std::string& what) {
+      throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +
+                      " workers (layout.experts.parallel " + std::to_string(ep) + ") " + what +
+                      ", which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it "
+                      "without --expert-parallel");
+    };
+    if (plan.layout.sync.zero.stage > 0) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
+    if (ranks_ != nullptr) refuse("over MPI ranks");
+    if (plan.layout.folded) refuse("in a folded plan");
+    expert_placement_ = partition::expert_split(plan.network, plan.layout).placement.rank_of;
   }
   for (int d = 0; d < plan.device_count(); ++d) home_.push_back(std::make_unique<CpuDecoderOps>());
   const partition::Layout& layout = plan.layout;
@@ -234,9 +268,14 @@ void Training::make_chunks(std::uint64_t seed) {
     if (chunk_of_tensor_.count(weight)) continue;
     // Context parallelism: worker w is rank w % C of its group (partition::Layout::axes).
     const int context = layout.size(partition::Axis::context);
+    // Expert parallelism: worker w is rank w % EP of its expert group (partition/expert_shard.hpp).
+    ExpertGroup experts;
+    if (const int ep = layout.experts.parallel; ep > 1) {
+      experts = {ep, partition::expert_rank(task.worker, context, ep), expert_placement_};
+    }
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
                                      ops_of_(task.device), layout.sequence_parallel,
-                                     ContextSplit{context, task.worker % context});
+                                     ContextSplit{context, task.worker % context}, std::move(experts));
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;
@@ -440,6 +479,17 @@ void Training::map_collectives() {
       collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
       continue;
     }
+    // Expert parallelism: a layer range's gradients are summed in two pieces, the layers less
+    // their routed experts over every replica, and each expert rank's experts over the
+    // replicas that hold them (partition's Segment pieces): told apart by their members.
+    if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
+      const size_t replicas = plan.layout.workers.size() / static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
+      const bool routed = plan.communicator(c.communicator).devices.size() < replicas;
+      const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
+      buckets[key].push_back(static_cast<int>(t));
+      if (!runs_of_piece.count(key)) runs_of_piece[key] = expert_piece_runs(p, begin, end, routed);
+      continue;
+    }
     const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
     buckets[key].push_back(static_cast<int>(t));
     if (whole_rank || runs_of_piece.count(key)) continue;
@@ -451,6 +501,17 @@ void Training::map_collectives() {
     const size_t k = tasks.size();
     if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
       const size_t n = floats_of(runs->second);
+      if (lo < 0) {  // an expert-parallel piece: the plan's buckets hold its floats
+        double planned = 0;
+        for (const int task : tasks) planned += plan.collective(plan.task(task).collective).bytes;
+        planned /= plan.layout.gradient_element_bytes();
+        if (std::abs(planned - static_cast<double>(n)) > 0.5) {
+          throw PlanError("collective task " + std::to_string(tasks[0]) + " sums " + model::units::format_number(planned) +
+                          " gradients of layers " + std::to_string(begin) + "-" + std::to_string(end - 1) + " where the " +
+                          (lo == -2 ? "routed experts this replica holds" : "layers less their routed experts") +
+                          " are " + std::to_string(n));
+        }
+      }
       for (size_t b = 0; b < k; ++b) {
         collective_runs_[static_cast<size_t>(tasks[b])] = slice_runs(runs->second, n * b / k, n * (b + 1) / k);
       }

@@ -56,15 +56,19 @@ SafetensorsFile Training::weights() const {
     int tp_rank = 0;
     const ChunkParams* params = nullptr;
     const float* values = nullptr;
+    int worker = 0;
   };
-  std::map<int, std::vector<Held>> stages;  // virtual worker 0's chunks: per stage, its ranks in order
+  // Virtual worker 0's chunks, per stage, its ranks in order; under expert parallelism its
+  // expert group's too (the others' routed experts).
+  std::map<int, std::vector<Held>> stages;
   std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
   host.reserve(chunks_.size() + remote_chunks_.size());
+  const int ep = plan_.layout.experts.parallel;
   for (const auto& c : chunks_) {
-    if (c->worker != 0) continue;
+    if (c->worker != 0 && (ep == 1 || c->math.experts().size == 1 || c->worker >= ep)) continue;
     host.push_back(c->host_params());
     fill_from_shards(c->stage, c->tp_rank, host.back());  // (ZeRO: the elements other replicas own)
-    stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data()});
+    stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data(), c->worker});
   }
   for (const RemoteChunk& c : remote_chunks_) {
     host.push_back(c.values);
@@ -78,7 +82,25 @@ SafetensorsFile Training::weights() const {
   }
   for (const auto& [name, values] : remote_server_weights_) served[name] = values.data();
   for (auto& [stage, ranks] : stages) {
-    std::sort(ranks.begin(), ranks.end(), [](const Held& a, const Held& b) { return a.tp_rank < b.tp_rank; });
+    std::sort(ranks.begin(), ranks.end(),
+              [](const Held& a, const Held& b) { return std::pair{a.worker, a.tp_rank} < std::pair{b.worker, b.tp_rank}; });
+    if (ranks.back().worker > 0) {  // an expert group's: each tensor from a worker that holds it
+      const ChunkParams whole = chunk_params(shape_, ranks.front().params->layer_begin, ranks.front().params->layer_end);
+      for (const ParamSlot& slot : whole.slots) {
+        if (slot.tied_copy) continue;
+        size_t elements = 1;
+        for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
+        NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
+        for (const Held& held : ranks) {
+          if (slot.expert < 0 && held.worker != 0) continue;  // (the rest: worker 0's copy)
+          for (const ParamSlot& mine : held.params->slots) {
+            if (mine.name == slot.name) place_shard(mine, held.values + mine.offset, t.data.data());
+          }
+        }
+        file.tensors.push_back(std::move(t));
+      }
+      continue;
+    }
     const auto& slots = ranks.front().params->slots;
     for (size_t i = 0; i < slots.size(); ++i) {
       const ParamSlot& slot = slots[i];

@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "model/error.hpp"
+#include "partition/expert_shard.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder_detail.hpp"
 
@@ -332,17 +333,29 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   // gradients are synchronised; every optimizer of the worker waits for it. A worker of one
   // device needs none. Under ZeRO a worker's replicas each hold a shard of its gradients: one
   // all-reduce over every worker's devices (Megatron's distributed optimizer), except folded,
-  // where worker 0's stands for it (a latency: the tree is a level or two shallower).
+  // where worker 0's stands for it (a latency: the tree is a level or two shallower). Under
+  // expert parallelism the norm spans an expert group's workers, which hold the group's experts
+  // between them (Megatron's norm over the expert-parallel group), one all-reduce a group.
   std::map<int, int> norm_of_device, optimizer_of;
   const bool everyone = zero_stage() > 0 && !plan_.layout.folded;
+  const int ep = layout_.experts.parallel, context = std::max(1, layout_.size(Axis::context));
+  const bool groups = !everyone && ep > 1 && !plan_.layout.folded;
   const size_t built = !clips_gradient_norm(net_, layout_) ? 0
                        : plan_.layout.folded                ? built_workers()
                        : everyone                           ? 1
                                                             : layout_.workers.size();
   for (size_t w = 0; w < built; ++w) {
+    std::vector<int> members{static_cast<int>(w)};
+    if (everyone) {
+      members.clear();
+      for (size_t v = 0; v < layout_.workers.size(); ++v) members.push_back(static_cast<int>(v));
+    } else if (groups) {
+      if (expert_rank(static_cast<int>(w), context, ep) != 0) continue;  // (the group's first worker builds it)
+      members = expert_group(static_cast<int>(w), static_cast<int>(layout_.workers.size()) / context, context, ep);
+    }
     std::vector<int> devices;
-    for (size_t v = w; v < (everyone ? layout_.workers.size() : w + 1); ++v) {
-      for (const auto& rank : layout_.workers[v].ranks) {
+    for (const int v : members) {
+      for (const auto& rank : layout_.workers[static_cast<size_t>(v)].ranks) {
         for (const int d : rank) {
           if (last.count(d)) devices.push_back(d);
         }

@@ -66,6 +66,16 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
                             m[Axis::tensor] == first[Axis::tensor] && m[Axis::context] == first[Axis::context] &&
                             m[Axis::expert] == static_cast<int>(k) && m[Axis::data] == first[Axis::data] + static_cast<int>(k);
     }
+    // The devices of one expert group's workers (data indices of one group of EP, one
+    // context rank).
+    auto one_expert_group = [&] {
+      const int ep = plan.layout.experts.parallel;
+      for (const int d : c.devices) {
+        const auto& m = plan.coords_of(d);
+        if (m[Axis::data] / ep != first[Axis::data] / ep || m[Axis::context] != first[Axis::context]) return false;
+      }
+      return true;
+    };
     auto distinct_workers = [&] {
       std::vector<std::pair<int, int>> workers;
       workers.reserve(c.devices.size());
@@ -80,6 +90,8 @@ void check_roles(const Plan& plan, std::vector<std::string>& problems) {
       case CommRole::gradient_norm:
         // Under ZeRO every replica holds a shard of the gradients: the norm meets over all.
         if (plan.layout.sync.zero.stage > 0 && !plan.layout.folded && placed_all) break;
+        // Under expert parallelism an expert group's workers hold its experts between them.
+        if (plan.layout.experts.parallel > 1 && !plan.layout.folded && placed_all && one_expert_group()) break;
         [[fallthrough]];
       case CommRole::pipeline:
       case CommRole::embedding:

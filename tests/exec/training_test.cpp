@@ -783,6 +783,57 @@ INSTANTIATE_TEST_SUITE_P(
                     DistributedCase{"parameter_server", "gpipe", 1, partition::Recompute::none, partition::SyncKind::ps}),
     case_name);
 
+// Expert parallelism: expert groups of 2 along the data axis of PP 4 x DP 2 (x 2 on 16
+// devices), each rank holding its experts and trading the copies by all-to-alls, against one
+// device holding every expert (4 experts here, as the planner divides them; one sample a
+// micro-batch, so each rank's routing is the one device's for the same micro-batch). Also by
+// hand: one rank holding three experts and the other one.
+struct ExpertCase {
+  const char* name;
+  const char* schedule;
+  int virtual_stages = 1;
+  partition::Recompute recompute = partition::Recompute::none;
+  int data = 2;
+  std::vector<int> placement = {};
+  double capacity_factor = 0;
+};
+
+class ExpertParallelTraining : public testing::TestWithParam<ExpertCase> {};
+
+model::Network odd_mixtral_4(int layers, double capacity_factor = 0) {
+  model::TransformerConfig c = *odd_mixtral(layers, 11, capacity_factor).architecture;
+  c.moe.experts = 4;
+  return model::make_transformer(c, model::Precision::fp32);
+}
+
+TEST_P(ExpertParallelTraining, EqualsOneDevice) {
+  const ExpertCase& c = GetParam();
+  const model::Network net = odd_mixtral_4(8, c.capacity_factor);
+  partition::PlanOptions o = options(4, c.data, 8 / c.data, c.schedule);
+  o.virtual_stages = c.virtual_stages;
+  o.recompute = c.recompute;
+  o.bucket_bytes = 4096;
+  o.experts.parallel = 2;
+  o.experts.placement = c.placement;
+  const Plan plan = test_support::planned(model::cpu_cluster(4 * c.data), net, o);
+  ASSERT_EQ(plan.layout.experts.parallel, 2);
+  expect_trains_as_one_device(plan, net);
+  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+  const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "step " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, ExpertParallelTraining,
+    testing::Values(ExpertCase{"one_f_one_b", "1f1b"},
+                    ExpertCase{"interleaved_selective", "interleaved", 2, partition::Recompute::selective},
+                    ExpertCase{"split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full},
+                    ExpertCase{"two_groups", "1f1b", 1, partition::Recompute::none, 4},
+                    ExpertCase{"placed_by_hand", "1f1b", 1, partition::Recompute::none, 2, {0, 0, 1, 0}},
+                    ExpertCase{"capacity", "gpipe", 1, partition::Recompute::none, 2, {}, 1.0}),
+    [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
+
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
 // pipeline of 2 stages (a LLaMA: untied; a Qwen2-MoE without tensor parallelism) or one (a
 // GPT: its tied head beside its embedding), x 2 tensor-parallel ranks where the case says,

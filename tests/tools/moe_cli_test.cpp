@@ -101,18 +101,29 @@ TEST(MoeCli, SearchRowsNameTheirExpertGroups) {
   EXPECT_EQ(best.at("expert_placement").get<std::string>(), "speed") << best;
 }
 
-// Real math trains a mixture of experts whose workers each hold every expert; expert
-// parallelism's token all-to-alls run as proxies only: auto falls back saying why, and
-// --compute real refuses naming the layout's field.
-TEST(MoeCli, RunTrainsRealMathAndProxiesUnderExpertParallelism) {
-  const auto real = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
-  ASSERT_EQ(real.status, 0) << real.err;
-  EXPECT_NE(real.out.find("compute real"), std::string::npos) << real.out;
-  EXPECT_NE(real.out.find("replaced by 4 experts (top 2 renormalised, 48 wide) and a shared one 48 wide"), std::string::npos) << real.out;
-  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2");
+// Real math trains a mixture of experts, and under expert parallelism each worker holds its
+// expert rank's experts and trades the copies by all-to-alls: the same losses as with every
+// expert on every worker. With ZeRO, expert parallelism's real math is refused naming the
+// layout's field, and auto falls back to proxies saying why.
+TEST(MoeCli, RunTrainsRealMathWithAndWithoutExpertParallelism) {
+  const auto whole = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --json");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  const auto parallel = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --expert-parallel 2 --json");
+  ASSERT_EQ(parallel.status, 0) << parallel.err;
+  const auto a = nlohmann::json::parse(whole.out), b = nlohmann::json::parse(parallel.out);
+  EXPECT_EQ(b.at("compute").get<std::string>(), "real");
+  for (size_t i = 0; i < 3; ++i) {
+    const double want = a.at("steps")[i].at("loss").get<double>(), got = b.at("steps")[i].at("loss").get<double>();
+    EXPECT_NEAR(got, want, 1e-6 * want) << "step " << i;
+  }
+  const auto text = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
+  EXPECT_NE(text.out.find("replaced by 4 experts (top 2 renormalised, 48 wide) and a shared one 48 wide"), std::string::npos)
+      << text.out;
+  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 1");
   ASSERT_EQ(proxies.status, 0) << proxies.err;
   EXPECT_NE(proxies.out.find("proxies because the plan splits its experts"), std::string::npos) << proxies.out;
-  const auto refused = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --compute real");
+  const auto refused =
+      run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 1 --compute real");
   EXPECT_EQ(refused.status, 3) << refused.err;
-  EXPECT_NE(refused.err.find("layout.experts.parallel 2"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("layout.experts.parallel 2) with ZeRO stage 1"), std::string::npos) << refused.err;
 }
