@@ -110,7 +110,9 @@ Floats to_holders(const Dims& d, MoeActs& a, const Floats& local, bool counts_fi
     a.held = d.experts->held(E);
   }
   const size_t H = a.held.size();
-  if (at.size() != sz(G) + 1) throw std::logic_error("an expert all-to-all returned " + std::to_string(at.size()) + " offsets");
+  if (at.size() != sz(G) + 1) {
+    throw std::logic_error("an expert all-to-all returned " + std::to_string(at.size()) + " offsets");
+  }
   if (counts_first) {
     a.recv_counts.assign(sz(G) * H, 0);
     a.eoffsets.assign(H + 1, 0);
@@ -198,7 +200,8 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.weights = ops.floats(sz(1LL * N * K));
   const std::vector<int> none(a.weights.size(), 0);
   a.experts = ops.ints(none.data(), none.size());
-  ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K, m.normalize ? 1 : 0);
+  ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K,
+                         m.normalize ? 1 : 0);
   const std::vector<int> count = order_copies(d, a);
   const int M = a.offsets.back();  // the copies kept
   {  // The loss's value, for the report (its gradient needs only the counts).
@@ -213,7 +216,8 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   if (m.aux_coef > 0) {
     std::vector<float> dprobs(sz(E));
     for (int e = 0; e < E; ++e) {
-      dprobs[sz(e)] = static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * count[sz(e)] / (1.0 * N * K));
+      dprobs[sz(e)] =
+          static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * count[sz(e)] / (1.0 * N * K));
     }
     a.dprobs = ops.floats(sz(E));
     ops.upload(a.dprobs.data(), dprobs.data(), sz(E));
@@ -253,7 +257,8 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.shared_gate = ops.floats(ns);
   a.shared_up = ops.floats(ns);
   a.shared_act = ops.floats(ns);
-  swiglu_in(ops, a.shared_gate.data(), a.shared_up.data(), x.data(), w + p.shared_gate_w, w + p.shared_up_w, N, C, m.FS);
+  swiglu_in(ops, a.shared_gate.data(), a.shared_up.data(), x.data(), w + p.shared_gate_w, w + p.shared_up_w, N, C,
+            m.FS);
   ops.swiglu_forward(a.shared_act.data(), a.shared_gate.data(), a.shared_up.data(), static_cast<long>(ns));
   const Floats shared = ops.floats(sz(1LL * N * C));
   ops.linear_forward(shared.data(), a.shared_act.data(), w + p.shared_down_w, nullptr, N, m.FS, C);
@@ -298,7 +303,9 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
   ops.moe_combine_backward(dout.data(), dweights.data(), dy.data(), a.out.data(), a.slots.data(), a.weights.data(), N,
                            K, C);
   const bool parallel = d.experts->size > 1;
-  if (parallel && d.egroup == nullptr) throw std::invalid_argument("an expert-parallel chunk's backward needs its group");
+  if (parallel && d.egroup == nullptr) {
+    throw std::invalid_argument("an expert-parallel chunk's backward needs its expert group");
+  }
   const Floats dout_e = parallel ? to_holders(d, a, dout, false) : dout;  // (to the experts' holders)
   const Floats dact = ops.zeros(a.act.size());
   each_run(a, [&](size_t e, size_t at, int rows) {
@@ -307,7 +314,8 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
     wg.add_rows(p.expert_down_w[e], npos, dout_e, c, a.act, f, rows, FE, C);
   });
   const Floats dgate = ops.zeros(a.gate.size()), dup = ops.zeros(a.up.size());
-  ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(), static_cast<long>(dact.size()));
+  ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.gate.data(), a.up.data(),
+                      static_cast<long>(dact.size()));
   const Floats dxe = ops.zeros(a.xe.size());
   each_run(a, [&](size_t e, size_t at, int rows) {
     const size_t f = at * sz(FE), c = at * sz(C);

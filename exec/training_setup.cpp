@@ -483,7 +483,8 @@ void Training::map_collectives() {
     // their routed experts over every replica, and each expert rank's experts over the
     // replicas that hold them (partition's Segment pieces): told apart by their members.
     if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
-      const size_t replicas = plan.layout.workers.size() / static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
+      const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
+      const size_t replicas = plan.layout.workers.size() / context;
       const bool routed = plan.communicator(c.communicator).devices.size() < replicas;
       const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
       buckets[key].push_back(static_cast<int>(t));
