@@ -367,6 +367,7 @@ class Training {
   // weights by name.
   struct RemoteChunk {
     int stage = 0, tp_rank = 0;
+    int worker = 0;  // 0, or under expert parallelism a worker of its expert group
     ChunkParams params;
     std::vector<float> values;
   };

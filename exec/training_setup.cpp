@@ -193,7 +193,6 @@ void Training::read_layout() {
                       "without --expert-parallel");
     };
     if (plan.layout.sync.zero.stage > 0) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
-    if (ranks_ != nullptr) refuse("over MPI ranks");
     if (plan.layout.folded) refuse("in a folded plan");
     expert_placement_ = partition::expert_split(plan.network, plan.layout).placement.rank_of;
   }

@@ -73,7 +73,7 @@ SafetensorsFile Training::weights() const {
   for (const RemoteChunk& c : remote_chunks_) {
     host.push_back(c.values);
     fill_from_shards(c.stage, c.tp_rank, host.back());
-    stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data()});
+    stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
   }
   // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
   std::map<std::string, const float*> served;
@@ -139,10 +139,14 @@ void Training::collect_at_root() {
       put(mine, static_cast<std::uint64_t>(parts.size()));
       for (const double part : parts) put(mine, part);
     }
-    for (const auto& c : chunks_) {
-      if (c->worker != 0) continue;
+    for (const auto& c : chunks_) {  // worker 0's, and under expert parallelism its expert group's
+      const int rank = c->math.experts().rank;
+      if (c->worker != 0 && (c->math.experts().size == 1 || c->worker >= c->math.experts().size)) continue;
       put(mine, std::uint64_t{2});
-      for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end}) put(mine, v);
+      for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end,
+                          c->worker, rank}) {
+        put(mine, v);
+      }
       const std::vector<float> values = c->host_params();
       put(mine, static_cast<std::uint64_t>(values.size()));
       for (const float v : values) put(mine, v);
@@ -197,7 +201,12 @@ void Training::collect_at_root() {
         c.stage = in.get<int>();
         c.tp_rank = in.get<int>();
         const int tp = in.get<int>(), begin = in.get<int>(), end = in.get<int>();
-        c.params = chunk_params(shape_, begin, end, c.tp_rank, tp);
+        c.worker = in.get<int>();
+        const int expert_rank = in.get<int>();
+        const int ep = plan_.layout.experts.parallel;
+        c.params = chunk_params(shape_, begin, end, c.tp_rank, tp,
+                                ep > 1 ? ExpertGroup{ep, expert_rank, expert_placement_}.held(shape_.moe.E)
+                                       : std::vector<int>{});
         c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
         in.get_into(std::span<float>(c.values));
         if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(r) + " sent a chunk of the wrong size");
