@@ -9,6 +9,7 @@
 
 #include "exec/decoder_detail.hpp"
 #include "model/error.hpp"
+#include "partition/routing.hpp"
 
 namespace hetflow::exec {
 
@@ -22,10 +23,7 @@ std::vector<float> TensorParallelGroup::all_to_all(std::span<const float>, std::
 }
 
 std::vector<int> ExpertGroup::holders(int experts) const {
-  if (!placement.empty()) return placement;
-  std::vector<int> out;
-  for (int e = 0; e < experts; ++e) out.push_back(static_cast<int>(1LL * e * size / experts));
-  return out;
+  return placement.empty() ? partition::contiguous_placement(experts, size).rank_of : placement;
 }
 
 std::vector<int> ExpertGroup::held(int experts) const {

@@ -86,17 +86,18 @@ SafetensorsFile Training::weights() const {
               [](const Held& a, const Held& b) { return std::pair{a.worker, a.tp_rank} < std::pair{b.worker, b.tp_rank}; });
     if (ranks.back().worker > 0) {  // an expert group's: each tensor from a worker that holds it
       const ChunkParams whole = chunk_params(shape_, ranks.front().params->layer_begin, ranks.front().params->layer_end);
+      std::map<std::string, std::vector<std::pair<const Held*, const ParamSlot*>>> holders;  // by name
+      for (const Held& held : ranks) {
+        for (const ParamSlot& mine : held.params->slots) {
+          if (mine.expert >= 0 || held.worker == 0) holders[mine.name].emplace_back(&held, &mine);  // (the rest: worker 0's)
+        }
+      }
       for (const ParamSlot& slot : whole.slots) {
         if (slot.tied_copy) continue;
         size_t elements = 1;
         for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
         NamedTensor t{slot.name, slot.shape, Floats(elements, 0.0f)};
-        for (const Held& held : ranks) {
-          if (slot.expert < 0 && held.worker != 0) continue;  // (the rest: worker 0's copy)
-          for (const ParamSlot& mine : held.params->slots) {
-            if (mine.name == slot.name) place_shard(mine, held.values + mine.offset, t.data.data());
-          }
-        }
+        for (const auto& [held, mine] : holders[slot.name]) place_shard(*mine, held->values + mine->offset, t.data.data());
         file.tensors.push_back(std::move(t));
       }
       continue;
