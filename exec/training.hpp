@@ -297,9 +297,10 @@ class Training {
   std::span<float> zero_data(const TaskContext& task);  // collective_data of a ZeRO collective
   void zero_done(const TaskContext& task);
   void set_unowned(Chunk& c, float value);  // the parameters outside the chunk's shard
-  // Each element of a worker-0 chunk's `values` from the replica that owns it (local chunks
-  // and, at rank 0 after collect_at_root, the other ranks' shards).
-  void fill_from_shards(int stage, int tp_rank, std::vector<float>& values) const;
+  // Each element of the `values` of a chunk of `stage`, `tp_rank` and `expert_rank` (0 without
+  // expert parallelism) from the replica that owns it (local chunks and, at rank 0 after
+  // collect_at_root, the other ranks' shards).
+  void fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const;
   int zero_stage_ = 0;
   std::vector<ZeroRole> zero_role_;                   // per task
   std::vector<std::pair<size_t, size_t>> zero_part_;  // per task: the flat range this member owns
@@ -313,7 +314,7 @@ class Training {
   std::mutex transient_mutex_;  // the map; each buffer's floats are ordered by the plan's edges
   std::map<std::pair<int, int>, Transient> transient_;  // (iteration, tensor)
   struct RemoteShard {
-    int stage = 0, tp_rank = 0;
+    int stage = 0, tp_rank = 0, expert_rank = 0;
     size_t offset = 0;
     std::vector<float> values;
   };
@@ -368,6 +369,7 @@ class Training {
   struct RemoteChunk {
     int stage = 0, tp_rank = 0;
     int worker = 0;  // 0, or under expert parallelism a worker of its expert group
+    int expert_rank = 0;
     ChunkParams params;
     std::vector<float> values;
   };

@@ -144,8 +144,9 @@ double Training::local_sum_squares(int device, int iteration) const {
     for (const ParamSlot& slot : c->math.params().slots) {
       if (slot.tied_copy || (!slot.split && c->tp_rank != 0)) continue;
       // (Expert parallelism: the norm meets over the expert group, whose ranks each hold their
-      // experts and a copy of the rest: the rest counts on rank 0.)
-      if (slot.expert < 0 && c->math.experts().rank != 0) continue;
+      // experts and a copy of the rest: the rest counts on rank 0. Under ZeRO it meets over
+      // every replica, each with its own shard of the rest.)
+      if (slot.expert < 0 && c->math.experts().rank != 0 && zero_stage_ == 0) continue;
       c->each_owned(slot.offset, slot.offset + slot.count,
                     [&](size_t o, size_t n) { local = c->ops().sum_of_squares(c->grads.data() + o, n, local); });
     }

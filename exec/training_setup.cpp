@@ -192,7 +192,8 @@ void Training::read_layout() {
                       ", which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it "
                       "without --expert-parallel");
     };
-    if (plan.layout.sync.zero.stage > 0) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
+    // (Stage 1 runs: its pieces are runs of a chunk, map_zero. The planner refuses 2 and 3.)
+    if (plan.layout.sync.zero.stage > 1) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
     if (plan.layout.folded) refuse("in a folded plan");
     expert_placement_ = partition::expert_split(plan.network, plan.layout).placement.rank_of;
   }
@@ -504,10 +505,13 @@ void Training::map_collectives() {
       if (lo < 0) {  // an expert-parallel piece: the plan's buckets hold its floats
         double planned = 0;
         for (const int task : tasks) planned += plan.collective(plan.task(task).collective).bytes;
-        planned /= plan.layout.gradient_element_bytes();
+        // (ZeRO's all-gathers move parameters, the rest gradients.)
+        const bool gathers = plan.collective(plan.task(tasks[0]).collective).kind == partition::CollectiveKind::all_gather;
+        planned /= gathers ? model::element_bytes(plan.layout.precision) : plan.layout.gradient_element_bytes();
         if (std::abs(planned - static_cast<double>(n)) > 0.5) {
-          throw PlanError("collective task " + std::to_string(tasks[0]) + " sums " + model::units::format_number(planned) +
-                          " gradients of layers " + std::to_string(begin) + "-" + std::to_string(end - 1) + " where the " +
+          throw PlanError("collective task " + std::to_string(tasks[0]) + (gathers ? " gathers " : " sums ") +
+                          model::units::format_number(planned) + (gathers ? " parameters" : " gradients") +
+                          " of layers " + std::to_string(begin) + "-" + std::to_string(end - 1) + " where the " +
                           (lo == -2 ? "routed experts this replica holds" : "layers less their routed experts") +
                           " are " + std::to_string(n));
         }

@@ -67,12 +67,12 @@ SafetensorsFile Training::weights() const {
   for (const auto& c : chunks_) {
     if (c->worker != 0 && (ep == 1 || c->math.experts().size == 1 || c->worker >= ep)) continue;
     host.push_back(c->host_params());
-    fill_from_shards(c->stage, c->tp_rank, host.back());  // (ZeRO: the elements other replicas own)
+    fill_from_shards(c->stage, c->tp_rank, c->math.experts().rank, host.back());  // (ZeRO: what other replicas own)
     stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data(), c->worker});
   }
   for (const RemoteChunk& c : remote_chunks_) {
     host.push_back(c.values);
-    fill_from_shards(c.stage, c.tp_rank, host.back());
+    fill_from_shards(c.stage, c.tp_rank, c.expert_rank, host.back());
     stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
   }
   // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
@@ -156,7 +156,7 @@ void Training::collect_at_root() {
       if (c->worker == 0) continue;
       for (const auto& [a, b] : c->owned) {
         put(mine, std::uint64_t{5});
-        for (const int v : {c->stage, c->tp_rank}) put(mine, v);
+        for (const int v : {c->stage, c->tp_rank, c->math.experts().rank}) put(mine, v);
         put(mine, static_cast<std::uint64_t>(a));
         std::vector<float> values(b - a);
         c->ops().download(values.data(), c->params.data() + a, b - a);
@@ -203,10 +203,10 @@ void Training::collect_at_root() {
         c.tp_rank = in.get<int>();
         const int tp = in.get<int>(), begin = in.get<int>(), end = in.get<int>();
         c.worker = in.get<int>();
-        const int expert_rank = in.get<int>();
+        c.expert_rank = in.get<int>();
         const int ep = plan_.layout.experts.parallel;
         c.params = chunk_params(shape_, begin, end, c.tp_rank, tp,
-                                ep > 1 ? ExpertGroup{ep, expert_rank, expert_placement_}.held(shape_.moe.E)
+                                ep > 1 ? ExpertGroup{ep, c.expert_rank, expert_placement_}.held(shape_.moe.E)
                                        : std::vector<int>{});
         c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
         in.get_into(std::span<float>(c.values));
@@ -216,6 +216,7 @@ void Training::collect_at_root() {
         RemoteShard shard;
         shard.stage = in.get<int>();
         shard.tp_rank = in.get<int>();
+        shard.expert_rank = in.get<int>();
         shard.offset = static_cast<size_t>(in.get<std::uint64_t>());
         shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
         in.get_into(std::span<float>(shard.values));

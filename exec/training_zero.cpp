@@ -91,7 +91,10 @@ void Training::map_zero() {
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   const auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
-  std::map<Chunk*, Ranges> scattered, gathered;
+  // Per chunk: the ranges its reduce-scatters leave it, its all-gathers bring it, and every
+  // range a reduce-scatter moves (what none moves is the chunk's alone: under expert
+  // parallelism, experts of a rank that one replica holds).
+  std::map<Chunk*, Ranges> scattered, gathered, moved;
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     for (const int id : plan.reads(static_cast<int>(t))) {
@@ -122,19 +125,41 @@ void Training::map_zero() {
       collective_chunk_[t] = &chunk;
       collective_span_[t] = {0, chunk.math.params().count};
     }
-    const auto [begin, end] = collective_span_[t];
     const auto [lo, hi] = partition::member_part(partition::collective_spec(plan, c), task.device, node);
-    const size_t count = end - begin;
-    const auto at = [&](double f) {
+    zero_role_[t] = role;
+    const auto at = [&](double f, size_t count) {
       return std::min(count, static_cast<size_t>(std::llround(f * static_cast<double>(count))));
     };
-    zero_role_[t] = role;
-    zero_part_[t] = {begin + at(lo), begin + at(hi)};
+    if (const auto& runs = collective_runs_[t]; !runs.empty()) {
+      // Stage 1 under expert parallelism: a piece is runs of the chunk (map_collectives),
+      // gathered into one buffer; the member's part of the buffer is runs of the chunk too.
+      if (zero_stage_ >= 2) throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO " +
+                                            std::string(partition::to_string(c.kind)) + " of stage " +
+                                            std::to_string(zero_stage_) + " over a part of its chunk's parameters");
+      const size_t count = floats_of(runs);
+      for (const FloatRun& run : slice_runs(runs, at(lo, count), at(hi, count))) {
+        (scatter ? scattered : gathered)[&chunk].emplace_back(run.at, run.at + run.count);
+      }
+      if (scatter) {
+        for (const FloatRun& run : runs) moved[&chunk].emplace_back(run.at, run.at + run.count);
+      }
+      continue;
+    }
+    const auto [begin, end] = collective_span_[t];
+    zero_part_[t] = {begin + at(lo, end - begin), begin + at(hi, end - begin)};
     (scatter ? scattered : gathered)[&chunk].push_back(zero_part_[t]);
+    if (scatter) moved[&chunk].emplace_back(begin, end);
   }
   for (auto& [chunk, parts] : scattered) {
     chunk->owned = merged(parts);
     const Ranges brought = merged(gathered[chunk]);
+    Ranges alone;  // what no reduce-scatter moves: the chunk's whole
+    size_t from = 0;
+    for (const auto& [a, b] : merged(moved[chunk])) {
+      alone.emplace_back(from, a);
+      from = b;
+    }
+    alone.emplace_back(from, chunk->params.size());
     // Stage 3 gathers whole pieces, of which the scattered shard is a part; 1 and 2 gather back what they scattered.
     if (brought != chunk->owned) {
       throw PlanError("the plan's all-gathers of worker " + std::to_string(chunk->worker) + "'s stage " +
@@ -142,6 +167,8 @@ void Training::map_zero() {
                       " bring its parameters " + ranges_text(brought) + ", but its reduce-scatters leave it the gradients " +
                       ranges_text(chunk->owned) + ": a replica's optimizer steps the shard it is left");
     }
+    alone.insert(alone.end(), chunk->owned.begin(), chunk->owned.end());
+    chunk->owned = merged(std::move(alone));
   }
   for (auto& [chunk, parts] : gathered) {
     if (!scattered.count(chunk)) {
@@ -204,10 +231,23 @@ std::span<float> Training::zero_data(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
   Chunk& c = *collective_chunk_[t];
   const auto [begin, end] = collective_span_[t];
+  // A piece of runs (expert parallelism) moves through a buffer: packed here, unpacked by zero_done.
+  const auto packed = [&](const OpsFloats& from) {
+    OpsFloats& buffer = gathered_[t];
+    buffer = c.ops().floats(floats_of(collective_runs_[t]));
+    size_t at = 0;
+    for (const FloatRun& run : collective_runs_[t]) {
+      c.ops().copy(buffer.data() + at, from.data() + run.at, run.count);
+      at += run.count;
+    }
+    return buffer.span();
+  };
   switch (zero_role_[t]) {
     case ZeroRole::scatter:
+      if (!collective_runs_[t].empty()) return packed(c.grads);
       return c.grads.span().subspan(begin, end - begin);
     case ZeroRole::gather:
+      if (!collective_runs_[t].empty()) return packed(c.params);
       return c.params.span().subspan(begin, end - begin);
     case ZeroRole::scatter_whole: {
       const int whole = plan_.reads(task.task)[0];
@@ -233,8 +273,18 @@ std::span<float> Training::zero_data(const TaskContext& task) {
 
 void Training::zero_done(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
-  if (zero_role_[t] != ZeroRole::scatter_whole) return;
   Chunk& c = *collective_chunk_[t];
+  if (!collective_runs_[t].empty()) {  // a piece of runs: its sums or parameters back in place
+    const OpsFloats& into = zero_role_[t] == ZeroRole::scatter ? c.grads : c.params;
+    size_t at = 0;
+    for (const FloatRun& run : collective_runs_[t]) {
+      c.ops().copy(into.data() + run.at, gathered_[t].data() + at, run.count);
+      at += run.count;
+    }
+    gathered_[t] = OpsFloats();
+    return;
+  }
+  if (zero_role_[t] != ZeroRole::scatter_whole) return;
   const auto [a, b] = zero_part_[t];
   const int whole = plan_.reads(task.task)[0];
   std::lock_guard lock(transient_mutex_);
@@ -244,14 +294,14 @@ void Training::zero_done(const TaskContext& task) {
   transient_.erase({task.iteration, whole});
 }
 
-void Training::fill_from_shards(int stage, int tp_rank, std::vector<float>& values) const {
+void Training::fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const {
   if (zero_stage_ == 0) return;
   for (const auto& c : chunks_) {
-    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank) continue;
+    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank || c->math.experts().rank != expert_rank) continue;
     for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
   }
   for (const RemoteShard& r : remote_shards_) {
-    if (r.stage != stage || r.tp_rank != tp_rank) continue;
+    if (r.stage != stage || r.tp_rank != tp_rank || r.expert_rank != expert_rank) continue;
     if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
     std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
   }

@@ -787,7 +787,9 @@ INSTANTIATE_TEST_SUITE_P(
 // devices), each rank holding its experts and trading the copies by all-to-alls, against one
 // device holding every expert (4 experts here, as the planner divides them; one sample a
 // micro-batch, so each rank's routing is the one device's for the same micro-batch). Also by
-// hand: one rank holding three experts and the other one.
+// hand: one rank holding three experts and the other one. Under ZeRO stage 1 every replica
+// steps its shard of the dense part and the holders of an expert rank their shards of its
+// experts (one holder: all of them).
 struct ExpertCase {
   const char* name;
   const char* schedule;
@@ -796,6 +798,7 @@ struct ExpertCase {
   int data = 2;
   std::vector<int> placement = {};
   double capacity_factor = 0;
+  int zero_stage = 0;
 };
 
 class ExpertParallelTraining : public testing::TestWithParam<ExpertCase> {};
@@ -815,8 +818,10 @@ TEST_P(ExpertParallelTraining, EqualsOneDevice) {
   o.bucket_bytes = 4096;
   o.experts.parallel = 2;
   o.experts.placement = c.placement;
+  o.zero_stage = c.zero_stage;
   const Plan plan = test_support::planned(model::cpu_cluster(4 * c.data), net, o);
   ASSERT_EQ(plan.layout.experts.parallel, 2);
+  ASSERT_EQ(plan.layout.sync.zero.stage, c.zero_stage);
   expect_trains_as_one_device(plan, net);
   const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
   const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
@@ -831,7 +836,10 @@ INSTANTIATE_TEST_SUITE_P(
                     ExpertCase{"split_w_full_recompute", "1f1b-split-w", 1, partition::Recompute::full},
                     ExpertCase{"two_groups", "1f1b", 1, partition::Recompute::none, 4},
                     ExpertCase{"placed_by_hand", "1f1b", 1, partition::Recompute::none, 2, {0, 0, 1, 0}},
-                    ExpertCase{"capacity", "gpipe", 1, partition::Recompute::none, 2, {}, 1.0}),
+                    ExpertCase{"capacity", "gpipe", 1, partition::Recompute::none, 2, {}, 1.0},
+                    ExpertCase{"zero_1", "1f1b", 1, partition::Recompute::none, 2, {}, 0, 1},
+                    ExpertCase{"zero_1_two_groups", "1f1b-split-w", 1, partition::Recompute::selective, 4, {}, 0, 1},
+                    ExpertCase{"zero_1_placed_by_hand", "1f1b", 1, partition::Recompute::none, 4, {0, 0, 1, 0}, 0, 1}),
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a

@@ -103,8 +103,7 @@ TEST(MoeCli, SearchRowsNameTheirExpertGroups) {
 
 // Real math trains a mixture of experts, and under expert parallelism each worker holds its
 // expert rank's experts and trades the copies by all-to-alls: the same losses as with every
-// expert on every worker. With ZeRO, expert parallelism's real math is refused naming the
-// layout's field, and auto falls back to proxies saying why.
+// expert on every worker, with ZeRO stage 1 too; stage 2 is refused by the planner.
 TEST(MoeCli, RunTrainsRealMathWithAndWithoutExpertParallelism) {
   const auto whole = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --json");
   ASSERT_EQ(whole.status, 0) << whole.err;
@@ -119,11 +118,17 @@ TEST(MoeCli, RunTrainsRealMathWithAndWithoutExpertParallelism) {
   const auto text = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1");
   EXPECT_NE(text.out.find("replaced by 4 experts (top 2 renormalised, 48 wide) and a shared one 48 wide"), std::string::npos)
       << text.out;
-  const auto proxies = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 1");
-  ASSERT_EQ(proxies.status, 0) << proxies.err;
-  EXPECT_NE(proxies.out.find("proxies because the plan splits its experts"), std::string::npos) << proxies.out;
-  const auto refused =
-      run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 1 --compute real");
-  EXPECT_EQ(refused.status, 3) << refused.err;
-  EXPECT_NE(refused.err.find("layout.experts.parallel 2) with ZeRO stage 1"), std::string::npos) << refused.err;
+  // ZeRO stage 1 under expert parallelism: each replica steps its shard (its experts whole here,
+  // one replica holding them), the same losses.
+  const auto sharded = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --expert-parallel 2 --zero-stage 1 --json");
+  ASSERT_EQ(sharded.status, 0) << sharded.err;
+  const auto z = nlohmann::json::parse(sharded.out);
+  EXPECT_EQ(z.at("compute").get<std::string>(), "real");
+  for (size_t i = 0; i < 3; ++i) {
+    const double want = a.at("steps")[i].at("loss").get<double>(), got = z.at("steps")[i].at("loss").get<double>();
+    EXPECT_NEAR(got, want, 1e-6 * want) << "step " << i;
+  }
+  const auto refused = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 2");
+  EXPECT_EQ(refused.status, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--zero-stage: expected 0 or 1 with expert parallelism"), std::string::npos) << refused.err;
 }

@@ -185,6 +185,16 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      return o;
                    }(),
                    true});
+  // ZeRO 1 under expert parallelism: the dense part sharded over 4 replicas, each expert
+  // rank's experts over its 2 holders, every shard gathered at rank 0 by its expert rank.
+  cases.push_back({"expert parallel 2 x zero 1 x data 4", 4, [] {
+                     auto o = options(1, 4, 2, "1f1b");
+                     o.experts.parallel = 2;
+                     o.zero_stage = 1;
+                     o.bucket_bytes = 4096;
+                     return o;
+                   }(),
+                   true});
   for (const Case& c : cases) {
     const model::Network net =
         c.moe ? model::network_from_spec("llama:layers=4,hidden=32,heads=2,kv_heads=2,ffn=40,seq=16,vocab=97,experts=4,"
