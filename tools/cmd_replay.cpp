@@ -2,7 +2,6 @@
 // taking the time the trace measured (communication still modelled by the network), and report
 // the replayed iteration times against the measured ones. Three steps, as in simulate: read
 // the trace and its plan, replay, report.
-#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -16,9 +15,9 @@
 #include "sim/simulator.hpp"
 #include "tools/cli.hpp"
 #include "tools/plan_options.hpp"
+#include "tools/replay_input.hpp"
 #include "tools/trace_files.hpp"
 #include "tools/what_if.hpp"
-#include "traces/event_index.hpp"
 #include "traces/layer_durations.hpp"
 #include "traces/metrics.hpp"
 #include "traces/trace_io.hpp"
@@ -29,50 +28,7 @@ namespace {
 
 namespace u = model::units;
 
-struct Replay {
-  std::string trace_path;
-  traces::Trace measured;
-  partition::Plan plan;  // with the trace's iteration count
-  int planned_iterations = 0;  // a partial trace's run's (plan holds its complete ones)
-  sim::SimOptions options;
-  long long loads = 0, measured_loads = 0;  // load task instances of the plan; of those, timed by the trace
-};
-
-// A calibrated dispatch (the hand-off before each task, which no measured duration holds)
-// is added to every measured duration, as the simulator adds it to modelled ones.
-std::vector<double> dispatch_of_devices(const partition::Plan& plan, const model::Calibration& calibration) {
-  std::vector<double> dispatch_s;
-  for (const model::Device& d : plan.cluster.devices()) {
-    dispatch_s.push_back(calibration.gpu(plan.cluster.device_gpu(d).name).dispatch_s);
-  }
-  return dispatch_s;
-}
-
 // --- step 1: the trace and the plan that made it ---
-
-// A partial trace (a run that stopped short: interrupted, stalled) replays the iterations it
-// holds every task instance of; the events of the rest are left out, and the report says so.
-void keep_complete_iterations(Replay& r) {
-  const size_t tasks = r.plan.tasks.size();
-  r.planned_iterations = r.plan.layout.iterations;
-  const traces::EventIndex index(r.measured, r.plan);
-  const auto whole = [&](int i) {  // every task instance of iteration i is in the trace
-    for (size_t t = 0; t < tasks; ++t) {
-      if (index(static_cast<int>(t), i) < 0) return false;
-    }
-    return true;
-  };
-  int complete = 0;
-  while (complete < r.planned_iterations && whole(complete)) ++complete;
-  if (complete == 0) {
-    throw InputError(r.trace_path, 0, "events",
-                     "a partial trace (" + r.measured.partial + ") without one complete iteration: nothing to replay");
-  }
-  std::erase_if(r.measured.events, [&](const traces::Event& e) { return e.iteration >= complete; });
-  r.plan.layout.iterations = complete;
-  r.plan.fingerprint = partition::plan_fingerprint(r.plan);
-  r.measured.fingerprint = r.plan.fingerprint;  // (checked against the run's plan above) what is kept is this plan's trace
-}
 
 Replay read_replay(const po::variables_map& vm) {
   Replay r;
@@ -80,41 +36,8 @@ Replay read_replay(const po::variables_map& vm) {
   r.measured = read_trace_file(r.trace_path);
   r.plan = plan_of_trace(vm["plan"].as<std::string>(), "--plan", r.measured, r.trace_path);
   if (!r.measured.partial.empty()) keep_complete_iterations(r);
-  const int iterations = r.plan.layout.iterations;
-
-  const size_t tasks = r.plan.tasks.size();
   r.options.calibration = read_calibration_option(vm, r.plan.cluster);
-  r.options.compute_s.assign(tasks * static_cast<size_t>(iterations), -1.0);
-  const std::vector<double> dispatch_s = dispatch_of_devices(r.plan, r.options.calibration);
-  const traces::EventIndex index(r.measured, r.plan);
-  for (const traces::Event& e : r.measured.events) {
-    const bool load = e.kind == partition::TaskKind::load;
-    if (!partition::is_compute(e.kind) && !load) continue;
-    if (e.task < 0 || static_cast<size_t>(e.task) >= tasks || r.plan.tasks[static_cast<size_t>(e.task)].kind != e.kind) {
-      throw InputError(r.trace_path, 0, "task",
-                       "event of task " + std::to_string(e.task) + " (" + std::string(partition::to_string(e.kind)) +
-                           ") is no such task of the plan");
-    }
-    if (load) {  // what the loader took then, whatever slowed it (its input path, a throttle, the others' loads)
-      double& s = r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)];
-      r.measured_loads += s < 0;
-      s = std::max(0.0, e.end_s - e.start_s);
-      continue;
-    }
-    const size_t device = static_cast<size_t>(r.plan.tasks[static_cast<size_t>(e.task)].device);
-    r.options.compute_s[static_cast<size_t>(e.iteration) * tasks + static_cast<size_t>(e.task)] =
-        index.own_s(r.measured, e.task, e.iteration) + (device < dispatch_s.size() ? dispatch_s[device] : 0);  // (the simulation runs its in-task messages)
-  }
-  long long missing = 0;  // compute instances without a measured duration
-  for (size_t i = 0; i < r.options.compute_s.size(); ++i) {
-    missing += r.options.compute_s[i] < 0 && partition::is_compute(r.plan.tasks[i % tasks].kind);
-    r.loads += r.plan.tasks[i % tasks].kind == partition::TaskKind::load;
-  }
-  if (missing > 0) {
-    throw InputError(r.trace_path, 0, "events",
-                     std::to_string(missing) + " compute task instances of the plan are not in the trace "
-                     "(the trace of a run that did not complete?)");
-  }
+  take_measured_durations(r);
   return r;
 }
 
