@@ -1,5 +1,6 @@
 #include "partition/collective.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <stdexcept>
@@ -67,16 +68,23 @@ void check_collective(const CollectiveSpec& c) {
     throw Error(std::string(to_string(c.kind)) + ": expected at least 1 message, found " + std::to_string(c.messages));
   }
   if (!c.parts.empty()) {
-    if (c.kind != CollectiveKind::all_to_all) {
-      throw Error(std::string(to_string(c.kind)) + ": parts are an all_to_all's shares; this kind has none");
+    const bool sharded = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_gather;
+    if (c.kind != CollectiveKind::all_to_all && !sharded) {
+      throw Error(std::string(to_string(c.kind)) +
+                  ": parts are an all_to_all's shares or a reduce_scatter's or all_gather's; this kind has none");
     }
+    if (sharded && c.algorithm != CollectiveAlgorithm::ring) {
+      throw Error(std::string(to_string(c.kind)) + ": uneven parts run on a ring only, found " +
+                  std::string(to_string(c.algorithm)));
+    }
+    const std::string kind(to_string(c.kind));
     double total = 0;
     for (double p : c.parts) {
-      if (!(p >= 0) || p > 1) throw Error("all_to_all: expected parts in [0, 1], found " + std::to_string(p));
+      if (!(p >= 0) || p > 1) throw Error(kind + ": expected parts in [0, 1], found " + std::to_string(p));
       total += p;
     }
     if (c.parts.size() != c.devices.size() || std::abs(total - 1) > 1e-9) {
-      throw Error("all_to_all: expected one part per member (" + std::to_string(c.devices.size()) +
+      throw Error(kind + ": expected one part per member (" + std::to_string(c.devices.size()) +
                   ") adding up to 1; found " + std::to_string(c.parts.size()) + " adding up to " + std::to_string(total));
     }
   }
@@ -84,6 +92,16 @@ void check_collective(const CollectiveSpec& c) {
     throw Error(std::string(to_string(c.kind)) + ": root " + std::to_string(c.root) + " is not an index into its " +
                 std::to_string(c.devices.size()) + " participants");
   }
+}
+
+std::vector<double> part_cuts(const std::vector<double>& parts, size_t members) {
+  std::vector<double> cuts(members + 1, 1.0);
+  double at = 0;
+  for (size_t i = 0; i < members; ++i) {
+    cuts[i] = parts.empty() ? static_cast<double>(i) / static_cast<double>(members) : std::min(at, 1.0);
+    if (i < parts.size()) at += parts[i];
+  }
+  return cuts;
 }
 
 double all_to_all_part(const CollectiveSpec& c, size_t member) {

@@ -34,15 +34,21 @@ struct CollectiveSpec {
   // parts of the buffer: a chunk's per-layer tensor-parallel all-reduces as one task. Each
   // pays its own latencies and moves its own size (partition/collective_steps.hpp).
   int messages = 1;
-  // all_to_all: the share of every member's buffer bound for each member, in member order,
-  // adding up to 1 (an uneven router sends the members holding its busiest experts more);
-  // empty: 1/n each. Empty for the other kinds.
+  // The share of the buffer each member's part is, in member order, adding up to 1; empty:
+  // 1/n each. all_to_all: the part of every member's buffer bound for each member (an uneven
+  // router sends the members holding its busiest experts more). reduce_scatter and
+  // all_gather (ring only): the part each member ends with or brings (ZeRO's shards in
+  // proportion to device memory). Empty for the other kinds.
   std::vector<double> parts{};
   bool operator==(const CollectiveSpec&) const = default;
 };
 
 // The share of an all_to_all's buffer bound for member `member` of `members`.
 double all_to_all_part(const CollectiveSpec& c, size_t member);
+
+// Where each member's part begins, as fractions of the buffer, and 1 at the end: n + 1
+// ascending cuts from 0 to exactly 1 (`parts` summed in order; empty parts: i / n).
+std::vector<double> part_cuts(const std::vector<double>& parts, size_t members);
 
 // The algorithms each kind runs:
 //   all_reduce                  ring, tree, hierarchical
@@ -54,8 +60,9 @@ double all_to_all_part(const CollectiveSpec& c, size_t member);
 //                               and pairwise no other kind
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm);
 // Throws hetflow::Error when the algorithm does not apply to the kind (naming the ones that
-// do), the root is not an index into devices, or an all_to_all's parts are not one share
-// >= 0 per member adding up to 1 (or another kind has parts).
+// do), the root is not an index into devices, or parts are not one share >= 0 per member
+// adding up to 1 (or belong to a kind other than all_to_all, or a reduce_scatter or
+// all_gather other than a ring's).
 void check_collective(const CollectiveSpec& c);
 
 }  // namespace hetflow::partition

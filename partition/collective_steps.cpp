@@ -32,28 +32,42 @@ struct Part {
 // at position p sends piece (p - s + shift) to the next member and receives piece
 // (p - s - 1 + shift) from the previous one (adding it in when `reduce`). shift -1 with
 // reduce is a reduce-scatter (position p ends with piece p summed); shift 0 without is an
-// all-gather (position p starts owning piece p).
+// all-gather (position p starts owning piece p). Pieces are even, chunk_bytes each, or
+// `parts` of the whole (shares adding up to 1), each n parts x chunk_bytes.
 void ring(const std::vector<int>& group, int device, int count, double chunk_bytes, Lane channel,
-          std::vector<Step>& steps, Part whole = {}, int shift = 0, bool reduce = false) {
+          std::vector<Step>& steps, Part whole = {}, int shift = 0, bool reduce = false,
+          const std::vector<double>& parts = {}) {
   const size_t n = group.size(), me = position(group, device);
   if (n < 2) return;
   const int next = group[(me + 1) % n], previous = group[(me + n - 1) % n];
-  auto piece = [&](long long index) { return whole.piece(static_cast<size_t>(((index % static_cast<long long>(n)) + static_cast<long long>(n)) % static_cast<long long>(n)), n); };
+  const std::vector<double> cuts = parts.empty() ? std::vector<double>{} : part_cuts(parts, n);
+  const auto index_of = [&](long long index) {
+    return static_cast<size_t>(((index % static_cast<long long>(n)) + static_cast<long long>(n)) % static_cast<long long>(n));
+  };
+  auto piece = [&](size_t i) {
+    if (cuts.empty()) return whole.piece(i, n);
+    const double w = whole.end - whole.begin;
+    return Part{whole.begin + w * cuts[i], whole.begin + w * cuts[i + 1]};
+  };
+  const auto bytes = [&](size_t i) {
+    return cuts.empty() ? chunk_bytes : chunk_bytes * static_cast<double>(n) * (cuts[i + 1] - cuts[i]);
+  };
   for (int s = 0; s < count; ++s) {
     const long long p = static_cast<long long>(me) - s + shift;
-    const Part out = piece(p), in = piece(p - 1);
-    steps.push_back(Step{{{next, chunk_bytes, channel, out.begin, out.end, false}},
+    const size_t out_index = index_of(p);
+    const Part out = piece(out_index), in = piece(index_of(p - 1));
+    steps.push_back(Step{{{next, bytes(out_index), channel, out.begin, out.end, false}},
                          {{previous, 0, channel, in.begin, in.end, reduce}}});
   }
 }
 
 void reduce_scatter_ring(const std::vector<int>& group, int device, double chunk_bytes, Lane channel,
-                         std::vector<Step>& steps, Part whole = {}) {
-  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, -1, true);
+                         std::vector<Step>& steps, Part whole = {}, const std::vector<double>& parts = {}) {
+  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, -1, true, parts);
 }
 void all_gather_ring(const std::vector<int>& group, int device, double chunk_bytes, Lane channel,
-                     std::vector<Step>& steps, Part whole = {}) {
-  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, 0, false);
+                     std::vector<Step>& steps, Part whole = {}, const std::vector<double>& parts = {}) {
+  ring(group, device, static_cast<int>(group.size()) - 1, chunk_bytes, channel, steps, whole, 0, false, parts);
 }
 
 // The buffer in K chunks from `upstream` to `downstream`: step j takes chunk j from every
@@ -191,10 +205,10 @@ void ring_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
       all_gather_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
       break;
     case CollectiveKind::reduce_scatter:
-      reduce_scatter_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
+      reduce_scatter_ring(c.devices, device, c.bytes / n, Lane::ring, steps, {}, c.parts);
       break;
     case CollectiveKind::all_gather:
-      all_gather_ring(c.devices, device, c.bytes / n, Lane::ring, steps);
+      all_gather_ring(c.devices, device, c.bytes / n, Lane::ring, steps, {}, c.parts);
       break;
     case CollectiveKind::broadcast: {
       const TreeLinks chain = chain_links(from_root(c, 0), device);
@@ -382,6 +396,7 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
     const std::vector<Step> each = collective_steps(one, device, node_of);
     const double m = c.messages, n = static_cast<double>(c.devices.size());
     const bool by_part = c.kind == CollectiveKind::reduce_scatter || c.kind == CollectiveKind::all_gather;
+    const std::vector<double> cuts = by_part && !c.parts.empty() ? part_cuts(c.parts, c.devices.size()) : std::vector<double>{};
     const auto add = [&](const Message& msg, int i, std::vector<Message>& out) {
       // An all-to-all's message of one part: its i-th m-th; of node b's slots (hierarchical,
       // across): the i-th m-th of each slot, as a reduce-scatter's of each member's part.
@@ -400,11 +415,19 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
         return;
       }
       for (double b = msg.begin; b < msg.end;) {
-        const double k = std::min(n - 1, std::floor(b * n + 1e-9));  // the member part b lies in
-        const double end = std::min(msg.end, (k + 1) / n);
+        // The member part b lies in, [from, to): of it the i-th m-th.
+        double from = 0, to = 0, shift = 0;  // shift: i x the part's width
+        if (cuts.empty()) {  // (even: k / n)
+          const double k = std::min(n - 1, std::floor(b * n + 1e-9));
+          from = k / n, to = (k + 1) / n, shift = i / n;
+        } else {
+          const auto k = static_cast<size_t>(std::upper_bound(cuts.begin() + 1, cuts.end() - 1, b + 1e-12) - cuts.begin() - 1);
+          from = cuts[k], to = cuts[k + 1], shift = i * (to - from);
+        }
+        const double end = std::min(msg.end, to);
         Message part = msg;
-        part.begin = k / n + (b - k / n + i / n) / m;
-        part.end = k / n + (end - k / n + i / n) / m;
+        part.begin = from + (b - from + shift) / m;
+        part.end = from + (end - from + shift) / m;
         if (msg.end > msg.begin) part.bytes = msg.bytes * (end - b) / (msg.end - msg.begin);
         out.push_back(part);
         if (!(end > b)) break;  // (a part of no width: nothing further)
@@ -445,6 +468,7 @@ std::vector<Step> collective_steps(const CollectiveSpec& c, int device, const No
 std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device) { return ring_steps(c, c.devices, device); }
 
 std::optional<RingSteps> ring_steps(const CollectiveSpec& c, const std::vector<int>& devices, int device) {
+  if (!c.parts.empty()) return std::nullopt;  // uneven parts: steps of different sizes (collective_steps checks them)
   check_collective(c);
   const size_t n = devices.size(), me = position(devices, device);
   if (n > 0 && static_cast<size_t>(c.root) >= n) {
@@ -478,6 +502,10 @@ std::pair<double, double> member_part(const CollectiveSpec& c, int device, const
   const size_t i = position(c.devices, device), n = c.devices.size();
   if (i == n) throw Error("member_part: device " + std::to_string(device) + " is not a member");
   Part part = Part{}.piece(i, n);
+  if (!c.parts.empty() && c.kind != CollectiveKind::all_to_all) {
+    const std::vector<double> cuts = part_cuts(c.parts, n);
+    part = {cuts[i], cuts[i + 1]};
+  }
   if (c.algorithm == CollectiveAlgorithm::hierarchical && n > 1) {
     const NodeRings rings = node_rings(c.devices, device, node_of);
     part = Part{}.piece(position(rings.local, device), rings.local.size()).piece(position(rings.peers, device),

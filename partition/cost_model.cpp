@@ -450,6 +450,38 @@ double CostModel::ring_time_s(const std::vector<int>& ring, double bytes_per_ste
   return steps * step_s;
 }
 
+double CostModel::uneven_ring_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
+  // The steps as collective_steps.hpp lists them (member p sends part p - s - 1 in step s of
+  // a reduce-scatter, p - s of an all-gather) and as the back ends run them: a member's step
+  // starts when its previous one has ended, a send when its receiver has reached the same
+  // step, and a step ends with its send and its receive (the predecessor's send). So a member
+  // paces only its neighbours, not the whole ring, and the ring takes about as long as its
+  // busiest member's parts, not n - 1 times the largest. Above 128 members, the bound that
+  // pairs the slowest edge with the largest part (n^2 terms would cost more than the
+  // estimate saves).
+  const size_t n = c.devices.size();
+  const std::vector<double> cuts = part_cuts(c.parts, n);
+  if (n > 128) {
+    double largest = 0;
+    for (size_t i = 0; i < n; ++i) largest = std::max(largest, cuts[i + 1] - cuts[i]);
+    return ring_time_s(c.devices, c.bytes * largest, static_cast<int>(n) - 1, shared);
+  }
+  std::vector<Route> edges;
+  for (size_t i = 0; i < n; ++i) edges.push_back(edge(c.devices[i], c.devices[(i + 1) % n], shared));
+  const long long shift = c.kind == CollectiveKind::reduce_scatter ? -1 : 0;
+  std::vector<double> start(n, 0), sent(n, 0);
+  for (size_t s = 0; s + 1 < n; ++s) {
+    for (size_t p = 0; p < n; ++p) {
+      const long long index = static_cast<long long>(p) - static_cast<long long>(s) + shift;
+      const auto k = static_cast<size_t>(((index % static_cast<long long>(n)) + static_cast<long long>(n)) % static_cast<long long>(n));
+      sent[p] = std::max(start[p], start[(p + 1) % n]) + edges[p].latency_s +
+                c.bytes * (cuts[k + 1] - cuts[k]) / edges[p].bandwidth_bytes_per_s;
+    }
+    for (size_t p = 0; p < n; ++p) start[p] = std::max(sent[p], sent[(p + n - 1) % n]);
+  }
+  return *std::max_element(start.begin(), start.end());
+}
+
 double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const {
   check_collective(c);
   const int n = static_cast<int>(c.devices.size());
@@ -471,6 +503,7 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
           return ring_time_s(c.devices, c.bytes / n, 2 * (n - 1), shared);  // reduce-scatter, then all-gather
         case CollectiveKind::reduce_scatter:
         case CollectiveKind::all_gather:
+          if (!c.parts.empty()) return uneven_ring_time_s(c, shared);
           return ring_time_s(c.devices, c.bytes / n, n - 1, shared);
         case CollectiveKind::broadcast:
         case CollectiveKind::reduce:

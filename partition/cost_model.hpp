@@ -158,6 +158,8 @@ class CostModel {
   // A route with the bandwidth `shared` gives the pair.
   Route edge(int src, int dst, const EdgeBandwidths* shared) const;
   double ring_time_s(const std::vector<int>& ring, double bytes_per_step, int steps, const EdgeBandwidths* shared) const;
+  // A ring reduce-scatter or all-gather of uneven parts (CollectiveSpec::parts).
+  double uneven_ring_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
   double hierarchical_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
   double chain_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;
   double tree_time_s(const CollectiveSpec& c, const EdgeBandwidths* shared) const;

@@ -3,6 +3,7 @@
 #include "partition/fit_advice.hpp"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -76,6 +77,7 @@ struct Candidate {
   bool reshard; // stage 3: parameters freed after each pass
   bool offload; // optimizer state in host memory: after sharding
   bool activations;  // stashes in host memory: last
+  bool memory_shares = false;  // ZeRO's shares by device memory (the layout otherwise the failed one's)
 };
 
 }  // namespace
@@ -157,9 +159,22 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       }
     }
   }
+  // Sharded over replicas of different memory sizes: shares by memory move state from the
+  // small devices to the large ones (one change, after the others of as many changes: its
+  // uneven rings are slower; built, not screened).
+  if (z0 > 0 && shardable && options.zero_shares == ZeroShares::equal) {
+    std::set<double> sizes;
+    for (const DeviceMemory& m : failed.memory) {
+      if (m.capacity_bytes > 0 && m.weights_bytes > 0) sizes.insert(m.capacity_bytes);
+    }
+    if (sizes.size() > 1) {
+      candidates.push_back({1, p0 * t0 * c0, p0, t0, c0, options.recompute, z0, options.reshard_after_forward,
+                            options.offload_optimizer, options.offload_activations, true});
+    }
+  }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::tie(a.changed, a.split, a.recompute, a.zero, b.reshard, a.offload, a.activations) <
-           std::tie(b.changed, b.split, b.recompute, b.zero, a.reshard, b.offload, b.activations);
+    return std::tie(a.changed, a.memory_shares, a.split, a.recompute, a.zero, b.reshard, a.offload, a.activations) <
+           std::tie(b.changed, b.memory_shares, b.split, b.recompute, b.zero, a.reshard, b.offload, b.activations);
   });
 
   std::vector<FitAdvice> out;
@@ -176,6 +191,10 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
     a.options.reshard_after_forward = c.reshard;
     a.options.offload_optimizer = c.offload;
     a.options.offload_activations = c.activations;
+    if (c.memory_shares) {
+      a.options.zero_shares = ZeroShares::memory;
+      a.changes.emplace_back("zero_shares", "memory");
+    }
     if (c.pipeline != p0) a.changes.emplace_back("pipeline", std::to_string(c.pipeline));
     if (c.tensor != t0) a.changes.emplace_back("tensor", std::to_string(c.tensor));
     if (c.context != c0) a.changes.emplace_back("context", std::to_string(c.context));

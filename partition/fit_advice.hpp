@@ -20,7 +20,7 @@ bool fits_in_memory(const Plan& plan);
 
 struct FitAdvice {
   // The PlanOptions members to change, by name ("pipeline", "tensor", "recompute", "zero_stage",
-  // "reshard_after_forward", "offload_optimizer", "offload_activations") with
+  // "reshard_after_forward", "zero_shares", "offload_optimizer", "offload_activations") with
   // their new values as text: tools/ turns them into its options.
   std::vector<std::pair<std::string, std::string>> changes;
   PlanOptions options;              // the options with the changes made
@@ -31,7 +31,7 @@ struct FitAdvice {
 // Up to `max_answers` option sets that fit, fastest first, for `failed` (a plan built from
 // `options` that overflows memory). Nearby options — deeper pipelines, tensor parallelism
 // within a node, recomputation, ZeRO sharding, optimizer and activation offload, and their
-// combinations — are first screened by scaling the failed plan's memory terms (state by
+// combinations; ZeRO's shares by memory over replicas of different memory sizes — are first screened by scaling the failed plan's memory terms (state by
 // 1/(p t) and by what a ZeRO stage shards over the replicas, the optimizer's none when
 // offloaded, activations by the stash the recomputation and tensor degree leave, and to three
 // micro-batches' when offloaded); those predicted to come near capacity are built for real, the smallest changes

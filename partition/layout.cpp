@@ -33,6 +33,14 @@ Recompute parse_recompute(std::string_view text) {
   throw std::invalid_argument("expected none, selective or full, found '" + std::string(text) + "'");
 }
 
+std::string_view to_string(ZeroShares s) { return s == ZeroShares::memory ? "memory" : "equal"; }
+
+ZeroShares parse_zero_shares(std::string_view text) {
+  if (text == "equal") return ZeroShares::equal;
+  if (text == "memory") return ZeroShares::memory;
+  throw std::invalid_argument("expected equal or memory, found '" + std::string(text) + "'");
+}
+
 SyncKind parse_sync(std::string_view text) {
   if (text == "allreduce") return SyncKind::allreduce;
   if (text == "ps") return SyncKind::ps;

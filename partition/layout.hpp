@@ -22,12 +22,17 @@ inline constexpr const char* kOptions = "<options>";
 
 enum class Recompute { none, selective, full };
 enum class SyncKind { allreduce, ps, wsp };
+// How ZeRO divides a piece among its replicas (Sharding::shares): equally, or in proportion
+// to their devices' memory.
+enum class ZeroShares { equal, memory };
 
 std::string_view to_string(Recompute r);
 std::string_view to_string(SyncKind s);
+std::string_view to_string(ZeroShares s);
 // These throw std::invalid_argument naming the accepted values.
 Recompute parse_recompute(std::string_view text);
 SyncKind parse_sync(std::string_view text);
+ZeroShares parse_zero_shares(std::string_view text);
 
 // One model chunk: layers [layer_begin, layer_end) run by pipeline rank `rank`.
 struct Stage {
@@ -65,7 +70,8 @@ struct KernelOptions {
 };
 
 // ZeRO (Rajbhandari et al. 2020; DeepSpeed's stages): the model state the data axis shards
-// over the virtual workers, each replica keeping an equal 1/D share of every chunk's piece.
+// over the virtual workers, each replica keeping a share of every chunk's piece: 1/D, or its
+// device's memory over its replicas' (`shares`).
 // Megatron's --use-distributed-optimizer is stage 1; PyTorch FSDP's FULL_SHARD is stage 3.
 // The builder (plan_builder_zero.cpp) turns it into the reduce-scatters and all-gathers it
 // costs; every worker must cut the model alike (same chunks at the same degrees).
@@ -80,6 +86,10 @@ struct Sharding {
   // last backward, its gradients summed whole and reduce-scattered once (FSDP's
   // reshard_after_forward=False under a pipeline schedule, as Llama 3 trained).
   bool reshard_after_forward = true;
+  // memory: replica w keeps m_w / sum m of each piece, m its device's memory (a 24 GB GPU
+  // holds more of the optimizer state than a 16 GB one beside it); its reduce-scatters and
+  // all-gathers carry those parts (Collective::parts). Equal memories: equal shares.
+  ZeroShares shares = ZeroShares::equal;
   bool operator==(const Sharding&) const = default;
 };
 

@@ -284,6 +284,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("zero_stage", "zero_stage", [&] { o.zero_stage = m.int_or("zero_stage", 0, 0, 3); });
   set("reshard_after_forward", "reshard_after_forward",
       [&] { o.reshard_after_forward = m.boolean_or("reshard_after_forward", true); });
+  set("zero_shares", "zero_shares", [&] { o.zero_shares = parsed("zero_shares", parse_zero_shares); });
   set("offload_optimizer", "offload_optimizer", [&] { o.offload_optimizer = m.boolean_or("offload_optimizer", false); });
   set("offload_activations", "offload_activations",
       [&] { o.offload_activations = m.boolean_or("offload_activations", false); });
@@ -323,8 +324,8 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("fused_adam", "kernels", [&] { k.fused_adam = m.boolean_or("fused_adam", true); });
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
-                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "offload_optimizer", "offload_activations",
-                          "context_parallel", "expert_parallel", "routing", "expert_dispatch", "expert_placement",
+                          "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "zero_shares", "offload_optimizer",
+                          "offload_activations", "context_parallel", "expert_parallel", "routing", "expert_dispatch", "expert_placement",
                           "flash_attention",
                           "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
@@ -365,6 +366,7 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
   if (sync.zero.stage > 0) {  // only when sharded: other layouts keep their text
     out += "  zero_stage: " + std::to_string(sync.zero.stage) +
            "\n  reshard_after_forward: " + flag(sync.zero.reshard_after_forward) + "\n";
+    if (sync.zero.shares != ZeroShares::equal) out += "  zero_shares: " + std::string(to_string(sync.zero.shares)) + "\n";
   }
   if (layout.offload.optimizer) out += "  offload_optimizer: true\n";  // likewise
   if (layout.offload.activations) out += "  offload_activations: true\n";

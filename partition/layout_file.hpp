@@ -21,6 +21,7 @@
 //             overlap_grad_reduce: false, flash_attention: false, fused_softmax: true,
 //             fused_bias_gelu: true, fused_bias_dropout_add: true, fused_adam: true,
 //             zero_stage: 0, reshard_after_forward: true,   (these two written when sharded)
+//             zero_shares: memory,   (written when not equal)
 //             offload_optimizer: false, offload_activations: false}   (each written when true)
 #include <functional>
 #include <string>

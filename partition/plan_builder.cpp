@@ -140,7 +140,9 @@ void Builder::build() {
         const double whole = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t)) - elsewhere;
         // Under expert parallelism the experts held are sharded over the replicas holding them.
         const double held = share.held < 0 ? 0 : routed_expert_params(net_, s.layer_begin, s.layer_end) - elsewhere;
-        const double own = zero_stage() > 0 ? zero_own(layout_, whole, held, static_cast<int>(w)) : whole;
+        const double own = zero_stage() > 0 ? zero_own(layout_, whole, held, static_cast<int>(w),
+                                                       zero_parts(replicas(static_cast<int>(k), static_cast<int>(j))))
+                                            : whole;
         const double params = zero_stage() >= 3 ? own : whole, grads = zero_stage() >= 2 ? own : whole;
         const auto dd = static_cast<size_t>(d);
         shard_params_[dd] += own;

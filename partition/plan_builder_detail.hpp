@@ -167,12 +167,19 @@ int zero_stage(const Layout& layout);
 void check_zero(const Layout& layout);
 // The layout's algorithm where a reduce-scatter or all-gather runs it, else ring.
 CollectiveAlgorithm zero_algorithm(const Layout& layout);
-// Replica w of `replicas`' whole elements of a piece of `params`: [n w / D, n (w + 1) / D).
-double zero_shard(double params, int w, int replicas);
+// Replica w of `replicas`' whole elements of a piece of `params`: [n w / D, n (w + 1) / D);
+// with `parts` (zero_parts), [round(n c_w), round(n c_(w+1))), c the parts' cuts, as the
+// executors round a member's part of a reduce-scatter.
+double zero_shard(double params, int w, int replicas, const std::vector<double>& parts = {});
+// The shares of a piece whose replicas are `devices` (one a worker, in worker order) under
+// Sharding::shares: empty for equal shares (or devices of one memory size), else each
+// device's memory over theirs: the parts of the piece's reduce-scatters and all-gathers.
+std::vector<double> zero_parts(const Layout& layout, const model::Cluster& cluster, const std::vector<int>& devices);
 // What replica w keeps of a piece of `params` of which `experts` are routed experts' (0
-// without expert parallelism): its shard of the dense part over every replica, and of the
-// experts over the replicas holding the same ones (member w / (C EP) C + w % C of D C / EP).
-double zero_own(const Layout& layout, double params, double experts, int w);
+// without expert parallelism): its shard of the dense part over every replica (its `parts`
+// share, or equal), and of the experts over the replicas holding the same ones (member
+// w / (C EP) C + w % C of D C / EP).
+double zero_own(const Layout& layout, double params, double experts, int w, const std::vector<double>& parts = {});
 // The messages of a ZeRO collective of `bytes` over the chunk of layers [begin, end): at stage
 // 3 FSDP's units (each layer that holds parameters), else gradient buckets.
 int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes);
@@ -298,6 +305,7 @@ class Builder {
   double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
   int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets
   std::vector<int> replicas(int stage, int j) const;    // the piece's devices, worker by worker
+  std::vector<double> zero_parts(const std::vector<int>& devices) const;  // builder::zero_parts, checked
   std::string replica_group_name(int stage, int j) const;
   CollectiveAlgorithm zero_algorithm() const;           // the layout's, where a scatter or gather runs it
   // The parameters a pass reads: its weights, or under stage 3 the whole copy an all-gather

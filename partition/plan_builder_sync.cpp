@@ -250,10 +250,13 @@ void Builder::add_allreduce_sync() {
         const Stage& s = layout_.workers[static_cast<size_t>(w)].stages[static_cast<size_t>(stage_of_worker[static_cast<size_t>(w)])];
         ready.push_back(bucket_ready_fractions(net_, s.layer_begin, s.layer_end, begin, end, buckets));
       }
+      // ZeRO 1's shares of each bucket (Sharding::shares; empty: equal).
+      const std::vector<double> parts = zero_stage() >= 1 ? zero_parts(devices) : std::vector<double>{};
       for (int b = 0; b < buckets; ++b) {
         const auto tasks = add_collective(kind, algorithm, name, devices,
                                           bucket_bytes(bytes, layout_.gradient_element_bytes(), buckets, b),
                                           Purpose::data_parallel, comm, like, grads, grads, grads.size());
+        plan_.collectives.back().parts = parts;
         for (size_t i = 0; i < tasks.size(); ++i) {  // tasks[i]: member i's (the built workers' alone when folded)
           auto& syncs = syncs_of_device[devices[i]];
           if (overlap) {
@@ -300,8 +303,11 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
         double tied = 0;  // the piece's rows of the tied matrix
         for (const int l : tied_layers) tied += tied_part_params(net_, l, pieces[j].part);
         // From ZeRO 2 each replica sums its own share of the tied gradients.
-        const double shares = zero_stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1;
-        const double bytes = tied * grad_bytes_per_param / shares;
+        const std::vector<double> parts = zero_stage() >= 2 ? zero_parts(replicas(0, pieces[j].rank_of[0])) : std::vector<double>{};
+        const double share = zero_stage() < 2 ? 1
+                             : parts.empty()  ? 1 / static_cast<double>(layout_.workers.size())
+                                              : parts[w];
+        const double bytes = tied * grad_bytes_per_param * share;
         if (first == holder) continue;
         const std::vector<int> devices{first, holder};
         const std::vector<int> grads{grad_of(first, 0), grad_of(holder, static_cast<int>(k))};

@@ -34,6 +34,17 @@ int zero_stage(const Layout& layout) {
 // stage 2, where collectives run per pass) meet them in the same order.
 void check_zero(const Layout& layout) {
   if (zero_stage(layout) == 0) return;
+  if (layout.sync.zero.shares == ZeroShares::memory) {
+    if (layout.experts.parallel > 1) {
+      throw InputError(kOptions, 0, "zero_shares",
+                       "expected equal with expert parallelism (experts are sharded over their holders alone), found memory");
+    }
+    if (zero_algorithm(layout) != CollectiveAlgorithm::ring) {
+      throw InputError(kOptions, 0, "zero_shares",
+                       "divides shards unevenly, which a ring reduce-scatter and all-gather carry and a " +
+                           std::string(to_string(zero_algorithm(layout))) + " one does not: give `allreduce` ring");
+    }
+  }
   const VirtualWorker& first = layout.workers.front();
   for (size_t w = 1; w < layout.workers.size(); ++w) {
     const VirtualWorker& vw = layout.workers[w];
@@ -59,17 +70,35 @@ CollectiveAlgorithm zero_algorithm(const Layout& layout) {
   return supports(CollectiveKind::all_gather, layout.sync.algorithm) ? layout.sync.algorithm : CollectiveAlgorithm::ring;
 }
 
-double zero_shard(double params, int w, int replicas) {
+double zero_shard(double params, int w, int replicas, const std::vector<double>& parts) {
   const auto n = static_cast<long long>(std::llround(params));
+  if (!parts.empty()) {
+    const std::vector<double> cuts = part_cuts(parts, parts.size());
+    const auto at = [&](size_t i) { return std::llround(cuts[i] * static_cast<double>(n)); };
+    return static_cast<double>(at(static_cast<size_t>(w) + 1) - at(static_cast<size_t>(w)));
+  }
   const auto d = static_cast<long long>(replicas);
   return static_cast<double>(n * (w + 1) / d - n * w / d);
 }
 
-double zero_own(const Layout& layout, double params, double experts, int w) {
+std::vector<double> zero_parts(const Layout& layout, const model::Cluster& cluster, const std::vector<int>& devices) {
+  if (layout.sync.zero.shares == ZeroShares::equal || devices.size() < 2) return {};
+  std::vector<double> memory;
+  double total = 0;
+  for (const int d : devices) {
+    memory.push_back(cluster.device_gpu(cluster.devices()[static_cast<size_t>(d)]).memory_bytes);
+    total += memory.back();
+  }
+  if (std::adjacent_find(memory.begin(), memory.end(), std::not_equal_to<>()) == memory.end()) return {};
+  for (double& m : memory) m /= total;
+  return memory;
+}
+
+double zero_own(const Layout& layout, double params, double experts, int w, const std::vector<double>& parts) {
   const int workers = static_cast<int>(layout.workers.size());
   const int c = std::max(1, layout.size(Axis::context)), ep = std::max(1, layout.experts.parallel);
   const int holders = std::max(1, workers / ep);  // (check_experts: ep divides the replicas)
-  return zero_shard(params - experts, w, workers) + zero_shard(experts, w / (c * ep) * c + w % c, holders);
+  return zero_shard(params - experts, w, workers, parts) + zero_shard(experts, w / (c * ep) * c + w % c, holders);
 }
 
 int zero_messages(const model::Network& net, const Layout& layout, int begin, int end, double bytes) {
@@ -119,6 +148,17 @@ int Builder::zero_messages(int w, int stage, double bytes) const {
   return builder::zero_messages(net_, layout_, s.layer_begin, s.layer_end, bytes);
 }
 
+std::vector<double> Builder::zero_parts(const std::vector<int>& devices) const {
+  std::vector<double> parts = builder::zero_parts(layout_, cluster_, devices);
+  if (!parts.empty() && layout_.folded) {
+    // (A folded ring's members stand for replicas alike; uneven parts are not alike.)
+    throw InputError(kOptions, 0, "zero_shares",
+                     "divides shards by memory among replicas of different memory sizes, which a folded plan cannot "
+                     "stand for by one replica: plan it without fold or with equal shares");
+  }
+  return parts;
+}
+
 std::vector<int> Builder::replicas(int stage, int j) const {
   std::vector<int> devices;
   for (size_t w = 0; w < layout_.workers.size(); ++w) devices.push_back(device_of(static_cast<int>(w), stage, j));
@@ -153,6 +193,7 @@ int Builder::pass_params(int w, int stage, int mb, OpKind pass, int j) {
     const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j), devices,
                                       params * e, Purpose::data_parallel, stream("gather"), like, shards, wholes, built);
     plan_.collectives.back().messages = zero_messages(w, stage, params * e);
+    plan_.collectives.back().parts = zero_parts(devices);
     for (size_t i = 0; i < tasks.size(); ++i) plan_.task(tasks[i]).worker = static_cast<int>(i);  // each replica's own
     for (size_t i = 0; i < tasks.size(); ++i) {
       gathers_[static_cast<size_t>(devices[i])].push_back({tasks[i], wholes[i], -1});
@@ -223,6 +264,7 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
         const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), replica_group_name(stage, j),
                                           devices, bytes, Purpose::data_parallel, comm, like, wholes, shards, built);
         plan_.collectives.back().messages = zero_messages(0, stage, bytes);
+        plan_.collectives.back().parts = zero_parts(devices);
         for (size_t w = 0; w < tasks.size(); ++w) {
           plan_.task(tasks[w]).worker = static_cast<int>(w);
           set_free_after(wholes[w], tasks[w]);
@@ -296,10 +338,12 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
       like.layer_end = seg->end;
       const double bytes = piece.bytes / grad_e * e;
       const int j = piece.rank_of_worker.front();
+      const std::vector<double> parts = zero_parts(devices);
       for (int b = 0; b < piece.buckets; ++b) {
         const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j),
                                           devices, bucket_bytes(bytes, e, piece.buckets, b), Purpose::data_parallel,
                                           comm, like, params, params, params.size());
+        plan_.collectives.back().parts = parts;
         if (zero_stage() == 2) plan_.collectives.back().messages = zero_messages(0, stage, bytes);
         for (size_t w = 0; w < tasks.size(); ++w) {
           plan_.task(tasks[w]).worker = members[w];

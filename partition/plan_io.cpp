@@ -209,6 +209,9 @@ Layout read_layout(const Reader& r, const Json& j) {
     const Json& zero = r.at(sync, "zero", ps);
     l.sync.zero.stage = r.integer(zero, "stage", ps + ".zero", 0, 3);
     l.sync.zero.reshard_after_forward = r.boolean(zero, "reshard_after_forward", ps + ".zero");
+    if (zero.is_object() && zero.contains("shares")) {
+      l.sync.zero.shares = r.parsed(zero, "shares", ps + ".zero", parse_zero_shares);
+    }
   }
   if (j.contains("experts")) {
     const Json& experts = r.at(j, "experts", p);

@@ -61,6 +61,8 @@ Json layout_json(const Layout& l) {
   if (l.sync.overlap_grad_reduce) j["sync"]["overlap_grad_reduce"] = true;  // only when set: older plans keep their bytes
   if (l.sync.zero.stage > 0) {  // likewise
     j["sync"]["zero"] = {{"stage", l.sync.zero.stage}, {"reshard_after_forward", l.sync.zero.reshard_after_forward}};
+    // (Written when not equal, so that earlier plans keep their bytes.)
+    if (l.sync.zero.shares != ZeroShares::equal) j["sync"]["zero"]["shares"] = to_string(l.sync.zero.shares);
   }
   if (l.offload.any()) {  // only when set, likewise
     j["offload"] = {{"optimizer", l.offload.optimizer}};

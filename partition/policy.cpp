@@ -157,7 +157,7 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   l.sync.bucket_bytes = o.bucket_bytes;
   l.sync.overlap_grad_reduce = o.overlap_grad_reduce;
   l.sync.staleness = o.staleness;
-  l.sync.zero = {o.zero_stage, o.reshard_after_forward};
+  l.sync.zero = {o.zero_stage, o.reshard_after_forward, o.zero_shares};
   if (o.zero_stage < 0 || o.zero_stage > 3) {
     throw InputError(kOptions, 0, "zero_stage", "expected 0, 1, 2 or 3, found " + std::to_string(o.zero_stage));
   }
@@ -166,6 +166,9 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
   }
   if (!o.reshard_after_forward && o.zero_stage != 3) {
     throw InputError(kOptions, 0, "reshard_after_forward", "applies to `zero_stage` 3 only");
+  }
+  if (o.zero_shares != ZeroShares::equal && o.zero_stage == 0) {
+    throw InputError(kOptions, 0, "zero_shares", "divides ZeRO's shards: give `zero_stage` 1, 2 or 3");
   }
   l.offload.optimizer = o.offload_optimizer;
   if (o.offload_optimizer && l.sync.kind != SyncKind::allreduce) {

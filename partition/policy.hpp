@@ -54,6 +54,7 @@ struct PlanOptions {
   bool overlap_grad_reduce = false;  // Sync::overlap_grad_reduce
   int zero_stage = 0;                // Sharding::stage
   bool reshard_after_forward = true; // Sharding::reshard_after_forward
+  ZeroShares zero_shares = ZeroShares::equal;  // Sharding::shares
   bool offload_optimizer = false;    // Offload::optimizer
   bool offload_activations = false;  // Offload::activations
   int staleness = 0;

@@ -21,8 +21,8 @@ struct RingSteps {
 };
 
 // The ring of `device` in `c` where collective_steps gives one (algorithm ring, kind
-// all_reduce, reduce_scatter or all_gather, one message, two or more members, some bytes);
-// nullopt for every other collective. Throws like collective_steps.
+// all_reduce, reduce_scatter or all_gather, one message, even parts, two or more members,
+// some bytes); nullopt for every other collective. Throws like collective_steps.
 std::optional<RingSteps> ring_steps(const CollectiveSpec& c, int device);
 // The same for members `devices` (a plan's communicator, not copied: a copy per member is
 // quadratic too); c.devices is not read.

@@ -54,7 +54,10 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
   s += ", recompute " + std::string(to_string(o.recompute));
   s += ", " + std::string(to_string(o.sync.value_or(SyncKind::allreduce)));
   if (o.sync == SyncKind::wsp) s += " D" + std::to_string(o.staleness);
-  if (o.zero_stage > 0) s += ", zero " + std::to_string(o.zero_stage) + (o.reshard_after_forward ? "" : " kept gathered");
+  if (o.zero_stage > 0) {
+    s += ", zero " + std::to_string(o.zero_stage) + (o.reshard_after_forward ? "" : " kept gathered") +
+         (o.zero_shares == ZeroShares::memory ? " by memory" : "");
+  }
   if (o.offload_optimizer) s += ", optimizer offloaded";
   if (o.offload_activations) s += ", stashes offloaded";
   return s;

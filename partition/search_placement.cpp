@@ -31,6 +31,7 @@ PlanOptions with_placement(PlanOptions o, int code) {
   o.reshard_after_forward = p.zero.reshard_after_forward;
   o.offload_optimizer = p.offload;
   o.offload_activations = p.activations;
+  if (o.zero_stage == 0) o.zero_shares = ZeroShares::equal;  // (the request's shares, where it shards)
   return o;
 }
 

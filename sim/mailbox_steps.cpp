@@ -85,8 +85,8 @@ std::vector<MailboxStep> MailboxSteps::of(const Collective& c, const Task& t) co
   // members listing 2(n-1) steps each (or copying the n members) is quadratic in time, and
   // in memory too, as every member holds its list across the mailbox look-ups (simcalls).
   const bool folded = c.tasks.size() < plan_.members(c).size();
-  const std::optional<partition::RingSteps> ring =
-      partition::ring_steps(partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1}, plan_.members(c), t.device);
+  const std::optional<partition::RingSteps> ring = partition::ring_steps(
+      partition::CollectiveSpec{c.kind, c.algorithm, {}, c.bytes, c.root, 1, c.parts}, plan_.members(c), t.device);
   // (A folded ring of one step, two replicas' reduce-scatter, is one transfer too.)
   const bool one_transfer = ring && (folded || (ring->count > 1 && coalesce_rings_ &&
                                                 !ring_shares_a_link(static_cast<size_t>(t.collective))));

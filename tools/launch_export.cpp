@@ -80,6 +80,9 @@ Grid grid_of(const partition::Plan& plan) {
                        "): the framework treats them as equal; which rank runs where is the launcher's rank order");
   }
   if (counts.size() > 1) g.cannot.push_back("nodes with different numbers of GPUs used (one --nproc-per-node for all)");
+  if (l.sync.zero.stage > 0 && l.sync.zero.shares == partition::ZeroShares::memory && types.size() > 1) {
+    g.cannot.push_back("ZeRO shards in proportion to device memory (the frameworks shard every replica equally)");
+  }
   if (l.sync.kind == partition::SyncKind::ps) g.cannot.push_back("parameter servers (sync ps): only all-reduce data parallelism");
   if (l.sync.kind == partition::SyncKind::wsp) {
     g.cannot.push_back("wave-synchronous parallelism (WSP, staleness " + std::to_string(l.sync.staleness) + "): only synchronous steps");

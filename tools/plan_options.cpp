@@ -66,6 +66,9 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
       ("zero-stage", po::value<int>()->default_value(0),
        "ZeRO sharding over the data-parallel replicas: 1 optimizer state (Megatron's distributed optimizer), "
        "2 also gradients, 3 also parameters (FSDP)")
+      ("zero-shares", po::value<std::string>()->default_value("equal"),
+       "equal | memory: ZeRO's shares of each piece equal, or in proportion to the replicas' device memory "
+       "(mixed GPUs: a larger one keeps more)")
       ("no-reshard-after-forward", "ZeRO-3: gather a chunk's parameters once per iteration and keep them until its "
                                    "last backward (FSDP's reshard_after_forward=False)")
       ("offload-optimizer", "keep fp32 master weights and Adam moments in host memory and step the optimizer on "
@@ -188,6 +191,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.overlap_grad_reduce = vm.count("overlap-grad-reduce") > 0;
   o.zero_stage = vm["zero-stage"].as<int>();
   o.reshard_after_forward = vm.count("no-reshard-after-forward") == 0;
+  o.zero_shares = parse_option<partition::ZeroShares>(vm, "zero-shares", partition::parse_zero_shares);
   o.offload_optimizer = vm.count("offload-optimizer") > 0;
   o.offload_activations = vm.count("offload-activations") > 0;
   o.iterations = vm.count("iterations") ? vm["iterations"].as<int>() : 1;

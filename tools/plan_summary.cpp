@@ -116,7 +116,8 @@ void print_layout(std::ostream& out, const Plan& plan) {
   if (l.sync.kind == partition::SyncKind::allreduce) out << " (" << partition::to_string(l.sync.algorithm) << ")";
   if (l.sync.zero.stage > 0) {
     out << ", ZeRO stage " << l.sync.zero.stage
-        << (l.sync.zero.stage < 3 ? "" : l.sync.zero.reshard_after_forward ? " (resharded after each pass)" : " (kept gathered)");
+        << (l.sync.zero.stage < 3 ? "" : l.sync.zero.reshard_after_forward ? " (resharded after each pass)" : " (kept gathered)")
+        << (l.sync.zero.shares == partition::ZeroShares::memory ? ", shards by device memory" : "");
   }
   if (l.offload.optimizer) out << ", optimizer offloaded to host memory";
   if (l.offload.activations) out << ", stashes offloaded to host memory";

@@ -556,3 +556,54 @@ TEST(CollectiveStepsData, MessagesComputeWhatOneCollectiveDoesPartByPart) {
     }
   }
 }
+
+// Uneven parts (ZeRO's shares by device memory): a ring reduce-scatter leaves member i the
+// sum of its part [c_i, c_(i+1)) (c the parts' cuts) and an all-gather brings every member's
+// part, in one message or three; over its n - 1 steps a member sends every part but one (its
+// own in a reduce-scatter, its successor's in an all-gather), each S x its share.
+TEST(CollectiveStepsData, UnevenPartsLeaveEachMemberItsShare) {
+  constexpr size_t kCount = 2 * 3 * 4 * 5 * 7 * 8;
+  const auto node_of = [](int d) { return d; };
+  const std::vector<double> parts{0.125, 0.375, 0.25, 0.25};  // each cut a whole element of kCount, and of its thirds
+  const std::vector<double> cuts = partition::part_cuts(parts, parts.size());
+  ASSERT_EQ(cuts, (std::vector<double>{0, 0.125, 0.5, 0.75, 1}));
+  for (CollectiveKind kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    for (int messages : {1, 3}) {
+      CollectiveSpec c = spec(kind, CollectiveAlgorithm::ring, first_devices(4), static_cast<double>(kCount) * 4, 0);
+      c.parts = parts;
+      c.messages = messages;
+      const Buffers out = play_data(c, node_of, kCount);
+      for (int d = 0; d < 4; ++d) {
+        const auto [begin, end] = partition::member_part(c, d, node_of);
+        EXPECT_EQ(begin, cuts[static_cast<size_t>(d)]) << describe(c);
+        EXPECT_EQ(end, cuts[static_cast<size_t>(d) + 1]) << describe(c);
+        const auto lo = static_cast<size_t>(std::llround(begin * kCount)), hi = static_cast<size_t>(std::llround(end * kCount));
+        const std::vector<double>& b = out.at(d);
+        for (size_t i = lo; i < hi; ++i) {
+          if (kind == CollectiveKind::reduce_scatter) {
+            ASSERT_EQ(b[i], 4 * static_cast<double>(i) + 10000) << describe(c) << " device " << d << " element " << i;
+          }
+        }
+        if (kind == CollectiveKind::all_gather) {
+          for (int from = 0; from < 4; ++from) {
+            const auto a = static_cast<size_t>(std::llround(cuts[static_cast<size_t>(from)] * kCount));
+            const auto z = static_cast<size_t>(std::llround(cuts[static_cast<size_t>(from) + 1] * kCount));
+            for (size_t i = a; i < z; ++i) {
+              ASSERT_EQ(b[i], static_cast<double>((from + 1) * 1000 + i)) << describe(c) << " device " << d;
+            }
+          }
+        }
+        // A member sends every part but one: its own (all-gather: the one it receives first).
+        const size_t skipped = kind == CollectiveKind::reduce_scatter ? static_cast<size_t>(d) : static_cast<size_t>((d + 1) % 4);
+        EXPECT_NEAR(partition::bytes_sent(c, d, node_of), c.bytes * (1 - parts[skipped]), 1e-6) << describe(c) << " device " << d;
+      }
+    }
+  }
+  // Parts belong to a ring: a hierarchical reduce-scatter, or an all-reduce, with them is refused.
+  CollectiveSpec h = spec(CollectiveKind::reduce_scatter, CollectiveAlgorithm::hierarchical, first_devices(4), 64, 0);
+  h.parts = parts;
+  EXPECT_THROW(partition::check_collective(h), Error);
+  CollectiveSpec r = spec(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, first_devices(4), 64, 0);
+  r.parts = parts;
+  EXPECT_THROW(partition::check_collective(r), Error);
+}

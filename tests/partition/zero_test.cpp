@@ -194,3 +194,70 @@ TEST(Zero, WhatCannotBeShardedIsRefusedNamingTheOption) {
   EXPECT_EQ(error_of([&] { build_plan(cluster, gpt(), layout, cost); }).substr(0, 76),
             "zero_stage: shards each chunk over its replicas, but virtual worker 1 cuts t");
 }
+
+// --zero-shares memory: on 2 V100-16 and 2 V100-32 each replica keeps its device's memory
+// over the replicas' (1/6, 1/6, 1/3, 1/3), its reduce-scatters and all-gathers carry those
+// parts, the optimizer state follows them (a 32 GB device holds twice a 16 GB one's), and
+// the plan says so through its file. On devices of one memory size the shares are equal.
+TEST(Zero, SharesByMemoryFollowTheDevicesMemory) {
+  const model::Cluster mixed = model::parse_cluster(
+      "name: mixed-memory\nnodes:\n"
+      "  - {name: small, gpu: V100-16, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s, latency: 2 us}, nic: {count: 1, bandwidth: 100 Gb/s}}\n"
+      "  - {name: large, gpu: V100-32, gpus: 2, intra: {kind: nvlink, bandwidth: 150 GB/s, latency: 2 us}, nic: {count: 1, bandwidth: 100 Gb/s}}\n",
+      "mixed-memory.yaml");
+  const std::vector<double> want{1.0 / 6, 1.0 / 6, 1.0 / 3, 1.0 / 3};
+  for (int stage = 1; stage <= 3; ++stage) {
+    PlanOptions o = zero(stage, 4);
+    o.zero_shares = ZeroShares::memory;
+    const Plan plan = plan_of(mixed, gpt(), o);
+    ASSERT_TRUE(validate_plan(plan).ok()) << "stage " << stage << ": " << validate_plan(plan).problems.front();
+    int sharded = 0;
+    for (const Collective& c : plan.collectives) {
+      if (c.purpose != Purpose::data_parallel) continue;
+      ASSERT_EQ(plan.members(c), (std::vector<int>{0, 1, 2, 3})) << "stage " << stage;
+      ASSERT_EQ(c.parts.size(), 4u) << "stage " << stage;
+      for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(c.parts[i], want[i], 1e-15) << "stage " << stage;
+      ++sharded;
+    }
+    EXPECT_GT(sharded, 0);
+    const double small = plan.memory[0].optimizer_bytes, large = plan.memory[2].optimizer_bytes;
+    EXPECT_NEAR(large, 2 * small, 12 * 2) << "stage " << stage;  // to a parameter's state
+    EXPECT_NEAR(plan.memory[0].optimizer_bytes + plan.memory[1].optimizer_bytes + 2 * large,
+                plan_of(mixed, gpt(), zero(stage, 4)).memory[0].optimizer_bytes * 4, 12 * 4)
+        << "stage " << stage << ": the shards add up to the state equal shares hold";
+    const CostModel cost(mixed, gpt().precision);
+    EXPECT_GT(estimate_plan(plan, cost).iteration_time_s, 0);
+    const Plan back = read_plan_json(write_plan_json(plan), "zero.json");
+    EXPECT_TRUE(same_plan(plan, back));
+    EXPECT_EQ(back.layout.sync.zero.shares, ZeroShares::memory);
+    EXPECT_EQ(plan_fingerprint(back), plan_fingerprint(plan));
+  }
+  // Equal shares carry no parts; memory shares on one memory size neither.
+  for (const Collective& c : plan_of(mixed, gpt(), zero(1, 4)).collectives) EXPECT_TRUE(c.parts.empty());
+  PlanOptions same = zero(2, 4);
+  same.zero_shares = ZeroShares::memory;
+  for (const Collective& c : plan_of(test_support::identical_cluster(4), gpt(), same).collectives) EXPECT_TRUE(c.parts.empty());
+  // Refused: without ZeRO, and where the reduce-scatters are not rings.
+  PlanOptions none = zero(0, 4);
+  none.zero_shares = ZeroShares::memory;
+  EXPECT_EQ(error_of([&] { plan_of(mixed, gpt(), none); }), "zero_shares: divides ZeRO's shards: give `zero_stage` 1, 2 or 3");
+  PlanOptions hierarchical = zero(1, 4);
+  hierarchical.zero_shares = ZeroShares::memory;
+  hierarchical.allreduce = CollectiveAlgorithm::hierarchical;
+  EXPECT_NE(error_of([&] { plan_of(mixed, gpt(), hierarchical); }).find("zero_shares: divides shards unevenly"), std::string::npos);
+}
+
+// An uneven ring reduce-scatter's estimate: each of its n - 1 steps lasts as its slowest
+// member's part over its link (every step moves every part once). Two members on one link:
+// one step of the larger part.
+TEST(Zero, AnUnevenRingTakesItsLargestPartEachStep) {
+  const model::Cluster cluster = test_support::identical_cluster(2);
+  const CostModel cost(cluster, model::Precision::fp16);
+  CollectiveSpec even{CollectiveKind::reduce_scatter, CollectiveAlgorithm::ring, {0, 1}, 1e9};
+  CollectiveSpec uneven = even;
+  uneven.parts = {0.25, 0.75};
+  // even: one step of S/2; uneven: one step of 3S/4 (the member sending part 1's three quarters).
+  const double latency_s = cost.transfer_time_s(0, 1, 1) - 1 / (300e9);
+  EXPECT_NEAR(cost.collective_time_s(even), latency_s + 0.5e9 / 300e9, 1e-9);
+  EXPECT_NEAR(cost.collective_time_s(uneven), latency_s + 0.75e9 / 300e9, 1e-9);
+}

@@ -111,3 +111,36 @@ TEST(ZeroCli, TheSearchShardsDataParallelismThatOverflows) {
             std::string::npos)
       << plain.err;
 }
+
+// --zero-shares memory as a user meets it: GPT-2 XL at stage 1 over the default cluster's 20
+// GPUs is 227 MiB over on each V100-16 with equal shares and fits by memory (16, 40 and 24 GB
+// devices keep 16/480, 40/480 and 24/480 of the optimizer state); the plan says so, its file
+// carries the parts, a layout file writes the option back, Megatron cannot be told it, and
+// a bad value is refused naming the option.
+TEST(ZeroCli, SharesByMemoryFitWhereEqualSharesDoNot) {
+  const std::string plan = "plan --model gpt2-xl --data 20 --zero-stage 1";
+  const auto equal = run_hetflow(plan);
+  EXPECT_EQ(equal.status, 3);
+  EXPECT_NE(equal.err.find("v100-0/gpu0 needs 16.2 GiB but has 16 GiB"), std::string::npos) << equal.err;
+  const auto memory = run_hetflow(plan + " --zero-shares memory --json");
+  ASSERT_EQ(memory.status, 0) << memory.err;
+  const auto j = nlohmann::json::parse(memory.out);
+  double whole = 0;
+  for (const auto& d : j.at("devices")) whole += d.at("memory").at("optimizer_bytes").get<double>();
+  const auto optimizer = [&](size_t d) { return j.at("devices").at(d).at("memory").at("optimizer_bytes").get<double>(); };
+  EXPECT_NEAR(optimizer(0) / whole, 16.0 / 480, 1e-6);   // v100-0/gpu0
+  EXPECT_NEAR(optimizer(8) / whole, 40.0 / 480, 1e-6);   // a100/gpu0
+  EXPECT_NEAR(optimizer(12) / whole, 24.0 / 480, 1e-6);  // rtx3090/gpu0
+  const auto text = run_hetflow(plan + " --zero-shares memory");
+  EXPECT_NE(text.out.find("ZeRO stage 1, shards by device memory"), std::string::npos) << text.out;
+  const auto launch = run_hetflow("export-launch --framework megatron --model gpt2-xl --data 20 --zero-stage 1 --zero-shares memory");
+  ASSERT_EQ(launch.status, 0) << launch.err;
+  EXPECT_NE(launch.out.find("ZeRO shards in proportion to device memory"), std::string::npos) << launch.out;
+  const auto bad = run_hetflow(plan + " --zero-shares most");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--zero-shares: expected equal or memory, found 'most'"), std::string::npos) << bad.err;
+  const auto unsharded = run_hetflow("plan --model gpt2-xl --data 20 --zero-shares memory");
+  EXPECT_EQ(unsharded.status, 2);
+  EXPECT_NE(unsharded.err.find("--zero-shares: divides ZeRO's shards: give --zero-stage 1, 2 or 3"), std::string::npos)
+      << unsharded.err;
+}
