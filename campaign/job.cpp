@@ -9,7 +9,6 @@
 
 #include "model/error.hpp"
 #include "partition/cost_model.hpp"
-#include "partition/expert_shard.hpp"
 #include "partition/memory.hpp"
 #include "partition/plan_builder.hpp"
 #include "sim/simulator.hpp"
@@ -61,37 +60,6 @@ partition::Plan without_last_replica(const partition::Plan& plan, const model::C
   return partition::build_plan(plan.cluster, plan.network, layout, cost);
 }
 
-// The first expert group's weights and optimizer state with the dense part counted once: on
-// each chunk's devices, member m holds dense + experts_m parameters in bytes in proportion,
-// so the group holds sum(state) - (EP - 1) x dense's share of a member's state. (Under ZeRO a
-// member's optimizer shard is taken as it is, as worker 0's is without experts.)
-double expert_group_state_bytes(const partition::Plan& plan) {
-  const partition::Layout& l = plan.layout;
-  const int context = std::max(1, l.size(partition::Axis::context)), ep = l.experts.parallel;
-  const partition::ExpertSplit split = partition::expert_split(plan.network, l);
-  double total = 0;
-  for (int m = 0; m < ep && static_cast<size_t>(m * context) < l.workers.size(); ++m) {
-    const partition::VirtualWorker& w = l.workers[static_cast<size_t>(m * context)];
-    const int held = partition::expert_share(split, l, m * context).held;
-    for (size_t r = 0; r < w.ranks.size(); ++r) {
-      double params = 0, experts = 0;  // the rank's chunks', as the builder sizes its weights
-      for (const partition::Stage& s : w.stages) {
-        if (s.rank != static_cast<int>(r)) continue;
-        const double elsewhere = partition::expert_params_elsewhere(plan.network, s.layer_begin, s.layer_end, held);
-        params += partition::params_per_device(plan.network, s.layer_begin, s.layer_end, 1) - elsewhere;
-        experts += partition::routed_expert_params(plan.network, s.layer_begin, s.layer_end) - elsewhere;
-      }
-      for (const int d : w.ranks[r]) {
-        const partition::DeviceMemory& mem = plan.memory.at(static_cast<size_t>(d));
-        const double state = mem.weights_bytes + mem.optimizer_bytes;
-        const double dense = params > 0 ? state * (params - experts) / params : 0;
-        total += m == 0 ? state : state - dense;  // the dense part once, with member 0
-      }
-    }
-  }
-  return total;
-}
-
 }  // namespace
 
 Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
@@ -111,22 +79,22 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   job.samples_per_step = plan.layout.samples_per_iteration();
   job.tokens_per_sample = std::max(1.0, plan.network.tokens_per_sample);
 
-  // One replica's state: weights and optimizer state of worker 0's devices (replicas hold
-  // copies; a folded plan sizes worker 0 alone). Largest node share for the per-node links.
-  // Under expert parallelism the model's state is the first expert group's: each member's
-  // experts once, and the dense part they all hold once (expert_group_state_bytes).
+  // The model's state once: every parameter's weight and optimizer state (fp32 master and
+  // Adam moments), however the plan splits, shards or offloads them (torch.distributed.
+  // checkpoint writes each tensor once, a ZeRO shard or an expert from whoever holds it, a
+  // tensor-parallel replicated norm once). What a GPU reads back is what it holds: its
+  // weights and optimizer state as the plan places them (under ZeRO its shard).
   CheckpointCost& c = job.checkpoint;
+  const double whole_params = partition::params_per_device(plan.network, 0, static_cast<int>(plan.network.layers.size()), 1);
+  c.size_bytes = whole_params * (model::element_bytes(plan.layout.precision) + model::adam_state_bytes(plan.layout.precision));
   double largest_device_bytes = 0;
   if (!plan.layout.workers.empty()) {
     for (const auto& rank : plan.layout.workers.front().ranks) {
       for (int d : rank) {
         const partition::DeviceMemory& m = plan.memory.at(static_cast<size_t>(d));
-        const double bytes = m.weights_bytes + m.optimizer_bytes;
-        c.size_bytes += bytes;
-        largest_device_bytes = std::max(largest_device_bytes, bytes);
+        largest_device_bytes = std::max(largest_device_bytes, m.weights_bytes + m.optimizer_bytes);
       }
     }
-    if (plan.layout.experts.parallel > 1) c.size_bytes = expert_group_state_bytes(plan);
   }
   // Writing: every node writes an equal share of the one copy (replicas deduplicated, as
   // torch.distributed.checkpoint does), bounded by its own link and the file system's total.

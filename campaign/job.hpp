@@ -19,7 +19,7 @@ struct StateTimes {
 
 // The cost of one checkpoint of the plan's state.
 struct CheckpointCost {
-  double size_bytes = 0;  // weights + optimizer state of one replica (the plan's memory terms)
+  double size_bytes = 0;  // the model's weights + optimizer state, once (however sharded or split)
   double write_s = 0;     // to storage: per-node and aggregate bandwidth, every node writing its share
   double load_s = 0;      // at a restart: one copy read back, each GPU's shard broadcast to the replicas
   double snapshot_s = 0;  // asynchronous checkpoints: the GPU-to-host copy training waits for

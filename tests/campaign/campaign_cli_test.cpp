@@ -49,6 +49,21 @@ TEST(CampaignCli, CheckpointIsThePlansWeightsAndOptimizerState) {
   EXPECT_NEAR(j["checkpoint_write_s"].get<double>(), std::max(bytes / 2e12, bytes / 4 / 100e9), 1e-9);
 }
 
+// A checkpoint holds the model once, however the plan shards or offloads it: ZeRO 3 (each
+// replica a quarter of the weights and state), ZeRO 1 with the state in host memory, and
+// parameter servers (the state on the servers) write what the plain plan writes.
+TEST(CampaignCli, TheCheckpointIsTheWholeModelHoweverSharded) {
+  const double plain = campaign_json("--steps 100 --seeds 1")["checkpoint_bytes"].get<double>();
+  EXPECT_NEAR(campaign_json("--steps 100 --seeds 1 --zero-stage 3")["checkpoint_bytes"].get<double>() / plain, 1.0, 1e-9);
+  // (Offload and servers do not fold: the same plan unfolded.)
+  const std::string unfolded = "campaign " + kPlan.substr(0, kPlan.find(" --fold")) + " --json --steps 100 --seeds 1 ";
+  for (const char* options : {"--zero-stage 1 --offload-optimizer", "--sync ps"}) {
+    const auto r = run_hetflow(unfolded + options);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NEAR(nlohmann::json::parse(r.out)["checkpoint_bytes"].get<double>() / plain, 1.0, 1e-9) << options;
+  }
+}
+
 // Under context parallelism a replica is a context group: 4 nodes of 8 GPUs at tensor 4 x
 // context 2 are 4 replicas of 2 workers, and dropping a replica drops a whole group (a lone
 // worker of one would leave a group the plan refuses).
