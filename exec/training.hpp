@@ -307,6 +307,7 @@ class Training {
   std::map<int, int> weight_of_gathered_;             // gathered_weight tensor -> the weight its all-gather reads
   std::map<int, double> piece_of_weight_;             // such a weight -> the parameters its all-gathers gather
   std::map<int, int> readers_of_;                     // gathered_weight tensor -> tasks reading it in an iteration
+  std::map<int, int> scatters_of_whole_;              // unsharded_grad tensor -> its reduce-scatters (2 under expert parallelism)
   struct Transient {
     OpsFloats floats;
     int reads_left = 0;

@@ -31,6 +31,9 @@ struct Training::Chunk {
   bool split = false;  // its backwards are split: B, then W adds the weights' gradients
   // ZeRO: the flat ranges of its arrays this replica owns, ascending (empty: not sharded).
   std::vector<std::pair<size_t, size_t>> owned;
+  // ZeRO: the part of `owned` no reduce-scatter moves (experts one replica holds): from stage
+  // 2, added to the gradients from a pass's whole buffer after its last reduce-scatter.
+  std::vector<std::pair<size_t, size_t>> alone;
   // f(offset, count) for each owned run of [begin, end), in order; all of it when not sharded.
   template <class F>
   void each_owned(size_t begin, size_t end, F&& f) const {
@@ -99,6 +102,11 @@ struct Training::Chunk {
 
 namespace training_detail {
 
+// Whether the chunk holds routed experts of layers [begin, end).
+bool has_routed_experts(const ChunkParams& p, int begin, int end);
+// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
+// array order, adjacent runs merged: an expert-parallel gradient piece.
+std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed);
 // The first of `ids` whose tensor is of `kind`, or -1.
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
 // The names a parameter may have in a HuggingFace file.

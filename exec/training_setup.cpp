@@ -20,32 +20,6 @@
 
 namespace hetflow::exec {
 
-namespace {
-
-// Whether the chunk holds routed experts of layers [begin, end).
-bool has_routed_experts(const ChunkParams& p, int begin, int end) {
-  for (const ParamSlot& slot : p.slots) {
-    if (slot.expert >= 0 && slot.layer >= begin && slot.layer < end) return true;
-  }
-  return false;
-}
-
-// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
-// array order, adjacent runs merged.
-std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed) {
-  std::vector<FloatRun> runs;
-  for (const ParamSlot& slot : p.slots) {
-    if (slot.layer < begin || slot.layer >= end || (slot.expert >= 0) != routed || slot.count == 0) continue;
-    if (!runs.empty() && runs.back().at + runs.back().count == slot.offset) {
-      runs.back().count += slot.count;
-    } else {
-      runs.push_back({slot.offset, slot.count, false});
-    }
-  }
-  return runs;
-}
-
-}  // namespace
 
 using partition::TaskKind;
 using partition::TensorKind;
@@ -79,7 +53,31 @@ std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkP
 }
 
 }  // namespace
+
 namespace training_detail {
+
+// (training_chunk.hpp) Whether the chunk holds routed experts of layers [begin, end).
+bool has_routed_experts(const ChunkParams& p, int begin, int end) {
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.expert >= 0 && slot.layer >= begin && slot.layer < end) return true;
+  }
+  return false;
+}
+
+// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
+// array order, adjacent runs merged.
+std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed) {
+  std::vector<FloatRun> runs;
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.layer < begin || slot.layer >= end || (slot.expert >= 0) != routed || slot.count == 0) continue;
+    if (!runs.empty() && runs.back().at + runs.back().count == slot.offset) {
+      runs.back().count += slot.count;
+    } else {
+      runs.push_back({slot.offset, slot.count, false});
+    }
+  }
+  return runs;
+}
 
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
   for (const int t : ids) {
@@ -141,6 +139,8 @@ std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::
 using training_detail::file_names;
 using training_detail::load;
 using training_detail::tensor_of_kind;
+using training_detail::expert_piece_runs;
+using training_detail::has_routed_experts;
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                    std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
@@ -192,8 +192,8 @@ void Training::read_layout() {
                       ", which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it "
                       "without --expert-parallel");
     };
-    // (Stage 1 runs: its pieces are runs of a chunk, map_zero. The planner refuses 2 and 3.)
-    if (plan.layout.sync.zero.stage > 1) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
+    // (Stages 1 and 2 run: their pieces are runs of a chunk, map_zero. The planner refuses 3.)
+    if (plan.layout.sync.zero.stage > 2) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
     if (plan.layout.folded) refuse("in a folded plan");
     expert_placement_ = partition::expert_split(plan.network, plan.layout).placement.rank_of;
   }

@@ -120,10 +120,19 @@ void Training::map_zero() {
     if (gather && !writes.empty() && plan.tensor(writes[0]).kind == TensorKind::gathered_weight) {
       role = ZeroRole::gather_copy;
     }
-    // Stage 1's buckets are spans of the chunk (map_collectives); the rest move whole pieces.
+    // Stage 1's buckets are spans of the chunk (map_collectives); the rest move whole pieces,
+    // under expert parallelism two: the layers less their routed experts over every replica,
+    // the experts over their holders (told apart by their members, as map_collectives does).
     if (zero_stage_ >= 2) {
+      const ChunkParams& p = chunk.math.params();
       collective_chunk_[t] = &chunk;
-      collective_span_[t] = {0, chunk.math.params().count};
+      collective_span_[t] = {0, p.count};
+      if (chunk.math.experts().size > 1 && training_detail::has_routed_experts(p, p.layer_begin, p.layer_end)) {
+        const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
+        const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size() / context;
+        collective_runs_[t] = training_detail::expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
+      }
+      if (role == ZeroRole::scatter_whole) ++scatters_of_whole_[reads[0]];
     }
     const auto [lo, hi] = partition::member_part(partition::collective_spec(plan, c), task.device, node);
     zero_role_[t] = role;
@@ -131,12 +140,14 @@ void Training::map_zero() {
       return std::min(count, static_cast<size_t>(std::llround(f * static_cast<double>(count))));
     };
     if (const auto& runs = collective_runs_[t]; !runs.empty()) {
-      // Stage 1 under expert parallelism: a piece is runs of the chunk (map_collectives),
-      // gathered into one buffer; the member's part of the buffer is runs of the chunk too.
-      if (zero_stage_ >= 2) throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO " +
-                                            std::string(partition::to_string(c.kind)) + " of stage " +
-                                            std::to_string(zero_stage_) + " over a part of its chunk's parameters");
+      // Under expert parallelism a piece is runs of the chunk (map_collectives; stage 2 above),
+      // packed into one buffer; the member's part of the buffer is runs of the chunk too.
+      if (role == ZeroRole::gather_copy) {
+        throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO stage-3 all-gather of a part "
+                        "of its chunk's parameters (expert parallelism), which the executors do not run");
+      }
       const size_t count = floats_of(runs);
+      zero_part_[t] = {at(lo, count), at(hi, count)};  // (of the packed buffer)
       for (const FloatRun& run : slice_runs(runs, at(lo, count), at(hi, count))) {
         (scatter ? scattered : gathered)[&chunk].emplace_back(run.at, run.at + run.count);
       }
@@ -167,6 +178,7 @@ void Training::map_zero() {
                       " bring its parameters " + ranges_text(brought) + ", but its reduce-scatters leave it the gradients " +
                       ranges_text(chunk->owned) + ": a replica's optimizer steps the shard it is left");
     }
+    chunk->alone = merged(alone);
     alone.insert(alone.end(), chunk->owned.begin(), chunk->owned.end());
     chunk->owned = merged(std::move(alone));
   }
@@ -214,7 +226,11 @@ float* Training::pass_grads(const TaskContext& task, Chunk& c) {
   if (whole < 0) return c.grads.data();
   std::lock_guard lock(transient_mutex_);
   Transient& t = transient_[{task.iteration, whole}];
-  if (t.floats.size() == 0) t.floats = c.ops().zeros(c.params.size());  // its first pass: backwards add
+  if (t.floats.size() == 0) {  // its first pass: backwards add; its reduce-scatters free it (zero_done)
+    t.floats = c.ops().zeros(c.params.size());
+    const auto readers = scatters_of_whole_.find(whole);
+    t.reads_left = readers == scatters_of_whole_.end() ? 1 : readers->second;
+  }
   return t.floats.data();
 }
 
@@ -252,7 +268,9 @@ std::span<float> Training::zero_data(const TaskContext& task) {
     case ZeroRole::scatter_whole: {
       const int whole = plan_.reads(task.task)[0];
       std::lock_guard lock(transient_mutex_);
-      return made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass").span();
+      OpsFloats& summed = made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass");
+      if (!collective_runs_[t].empty()) return packed(summed);
+      return summed.span();
     }
     case ZeroRole::gather_copy: {
       const int whole = plan_.writes(task.task)[0];
@@ -274,7 +292,8 @@ std::span<float> Training::zero_data(const TaskContext& task) {
 void Training::zero_done(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
   Chunk& c = *collective_chunk_[t];
-  if (!collective_runs_[t].empty()) {  // a piece of runs: its sums or parameters back in place
+  if (!collective_runs_[t].empty() && zero_role_[t] != ZeroRole::scatter_whole) {
+    // A piece of runs (scatter or gather): its sums or parameters back in place.
     const OpsFloats& into = zero_role_[t] == ZeroRole::scatter ? c.grads : c.params;
     size_t at = 0;
     for (const FloatRun& run : collective_runs_[t]) {
@@ -289,8 +308,26 @@ void Training::zero_done(const TaskContext& task) {
   const int whole = plan_.reads(task.task)[0];
   std::lock_guard lock(transient_mutex_);
   const OpsFloats& summed = made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass");
+  const auto add = [&](size_t into, const float* from, size_t n) {
+    if (n > 0) c.ops().residual_add(c.grads.data() + into, from, static_cast<long>(n));
+  };
   // (The shard's sum lands in the chunk's gradients, micro-batch after micro-batch.)
-  c.ops().residual_add(c.grads.data() + a, summed.data() + a, static_cast<long>(b - a));
+  if (collective_runs_[t].empty()) {
+    add(a, summed.data() + a, b - a);
+  } else {  // a piece of runs: the member's part of the packed sums into its runs of the chunk
+    size_t at = 0;
+    for (const FloatRun& run : collective_runs_[t]) {
+      const size_t from = std::max(a, at), to = std::min(b, at + run.count);
+      if (from < to) add(run.at + (from - at), gathered_[t].data() + from, to - from);
+      at += run.count;
+    }
+    gathered_[t] = OpsFloats();
+  }
+  // The whole buffer goes with its last reduce-scatter, leaving what none moves (experts one
+  // replica holds) to the chunk's gradients whole.
+  Transient& made = transient_.at({task.iteration, whole});
+  if (--made.reads_left > 0) return;
+  for (const auto& [from, to] : c.alone) add(from, made.floats.data() + from, to - from);
   transient_.erase({task.iteration, whole});
 }
 

@@ -254,7 +254,7 @@ void Builder::check_layout() const {
 }
 
 // Expert parallelism (Layout::experts): what expert_shard.hpp's check asks, and what the
-// builder does not model with it yet (ZeRO past stage 1, parameter servers).
+// builder does not model with it yet (ZeRO stage 3, parameter servers).
 void Builder::check_expert_axis() const {
   check_experts(net_, layout_);
   if (layout_.experts.parallel <= 1) return;
@@ -263,10 +263,10 @@ void Builder::check_expert_axis() const {
                      "needs all-reduce synchronisation (dense gradients over every replica, experts' over the replicas "
                      "holding them), found " + std::string(to_string(layout_.sync.kind)));
   }
-  if (zero_stage() >= 2) {
+  if (zero_stage() >= 3) {
     throw InputError(kOptions, 0, "zero_stage",
-                     "expected 0 or 1 with expert parallelism (stages 2 and 3 shard the experts per pass, which is not "
-                     "modelled yet), found " + std::to_string(zero_stage()));
+                     "expected 0, 1 or 2 with expert parallelism (stage 3 gathers a chunk's experts from their holders "
+                     "alone, which is not modelled yet), found " + std::to_string(zero_stage()));
   }
 }
 

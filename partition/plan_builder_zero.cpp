@@ -248,34 +248,60 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
       if (o.kind == makes) last_mb[static_cast<size_t>(o.chunk * p + r)] = o.microbatch;
     }
   }
+  // Under expert parallelism a chunk's gradients are reduce-scattered in the pieces its
+  // all-reduce would sum (data_parallel_segments: the layers less their routed experts over
+  // every replica, each expert rank's experts over their holders), each from the same whole
+  // buffer; otherwise in one piece per tensor rank over every replica.
+  const std::vector<Segment> segments =
+      layout_.experts.parallel > 1 ? data_parallel_segments(net_, layout_) : std::vector<Segment>{};
   for (int r = 0; r < p; ++r) {
     for (const ScheduledOp& o : programs_[0][static_cast<size_t>(r)]) {
       const int stage = o.chunk * p + r;
       if (o.kind != makes || (once && o.microbatch != last_mb[static_cast<size_t>(stage)])) continue;
+      const Stage& s = vw.stages[static_cast<size_t>(stage)];
       for (int j = 0; j < degree(0, stage); ++j) {
-        const std::vector<int> devices = replicas(stage, j);
-        const double bytes = piece_params(0, stage, j) * layout_.gradient_element_bytes();
-        std::vector<int> wholes, shards;
-        for (size_t w = 0; w < built; ++w) {
-          wholes.push_back(unsharded_.at({static_cast<int>(w), stage, once ? -1 : o.microbatch, j}));
-          shards.push_back(grad_of(devices[w], stage));
-        }
-        Task like = base_task(TaskKind::collective, devices[0], 0, stage, once ? -1 : o.microbatch);
-        const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), replica_group_name(stage, j),
-                                          devices, bytes, Purpose::data_parallel, comm, like, wholes, shards, built);
-        plan_.collectives.back().messages = zero_messages(0, stage, bytes);
-        plan_.collectives.back().parts = zero_parts(devices);
-        for (size_t w = 0; w < tasks.size(); ++w) {
-          plan_.task(tasks[w]).worker = static_cast<int>(w);
-          set_free_after(wholes[w], tasks[w]);
-          // After every pass that adds to it, not its first writer alone (each is an edge:
-          // validation sees who reads a tensor before it is freed): summed whole over the
-          // iteration, or the B that writes it and the W that adds the weights' gradients.
-          for (int mb = once ? 0 : o.microbatch; mb < (once ? vw.microbatches : o.microbatch + 1); ++mb) {
-            plan_.add_order(op(static_cast<int>(w), stage, mb, makes, j).task, tasks[w]);
-            if (makes == OpKind::W) plan_.add_order(op(static_cast<int>(w), stage, mb, OpKind::B, j).task, tasks[w]);
+        std::vector<std::pair<std::vector<int>, double>> pieces;  // (members, gradient bytes)
+        for (const Segment& seg : segments) {
+          if (seg.begin != s.layer_begin || seg.end != s.layer_end) continue;
+          for (const Segment::Piece& piece : seg.pieces) {
+            if (piece.rank_of_worker.front() == j) pieces.emplace_back(piece_workers(piece, layout_.workers.size()), piece.bytes);
           }
-          syncs_of_device[devices[w]].push_back(tasks[w]);
+        }
+        if (pieces.empty()) {
+          pieces.emplace_back(piece_workers({}, layout_.workers.size()), piece_params(0, stage, j) * layout_.gradient_element_bytes());
+        }
+        for (const auto& [members, bytes] : pieces) {
+          // (Folded: the replicas' devices stand in the ring, the built workers' alone have tasks.)
+          std::vector<int> devices, wholes, shards;
+          for (const int w : members) {
+            devices.push_back(device_of(w, stage, j));
+            if (static_cast<size_t>(w) >= built) continue;
+            wholes.push_back(unsharded_.at({w, stage, once ? -1 : o.microbatch, j}));
+            shards.push_back(grad_of(devices.back(), stage));
+          }
+          const bool expert = members.size() < layout_.workers.size();
+          const std::string name =
+              expert ? "edp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " e" +
+                           std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel))
+                     : replica_group_name(stage, j);
+          Task like = base_task(TaskKind::collective, devices[0], 0, stage, once ? -1 : o.microbatch);
+          const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), name, devices, bytes,
+                                            Purpose::data_parallel, comm, like, wholes, shards, wholes.size());
+          plan_.collectives.back().messages = zero_messages(0, stage, bytes);
+          plan_.collectives.back().parts = zero_parts(devices);
+          for (size_t i = 0; i < tasks.size(); ++i) {
+            const int w = members[i];
+            plan_.task(tasks[i]).worker = w;
+            set_free_after(wholes[i], tasks[i]);
+            // After every pass that adds to it, not its first writer alone (each is an edge:
+            // validation sees who reads a tensor before it is freed): summed whole over the
+            // iteration, or the B that writes it and the W that adds the weights' gradients.
+            for (int mb = once ? 0 : o.microbatch; mb < (once ? vw.microbatches : o.microbatch + 1); ++mb) {
+              plan_.add_order(op(w, stage, mb, makes, j).task, tasks[i]);
+              if (makes == OpKind::W) plan_.add_order(op(w, stage, mb, OpKind::B, j).task, tasks[i]);
+            }
+            syncs_of_device[devices[i]].push_back(tasks[i]);
+          }
         }
       }
     }
@@ -310,8 +336,12 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
   // shard is its part of every bucket, as Megatron's distributed optimizer shards each bucket
   // and gathers it back), stage 2 per piece (its reduce-scatters are the piece's).
   std::vector<Segment> pieces;
-  if (zero_stage() == 1) {
+  if (zero_stage() == 1 || layout_.experts.parallel > 1) {
     pieces = data_parallel_segments(net_, layout_);
+    // (Stage 2: each piece gathered once, in FSDP's units or buckets as its reduce-scatters.)
+    for (Segment& seg : pieces) {
+      for (Segment::Piece& piece : seg.pieces) piece.buckets = zero_stage() == 1 ? piece.buckets : 1;
+    }
   } else {
     const VirtualWorker& vw = worker(0);
     for (int stage = 0; stage < static_cast<int>(vw.stages.size()); ++stage) {

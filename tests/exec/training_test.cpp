@@ -787,9 +787,10 @@ INSTANTIATE_TEST_SUITE_P(
 // devices), each rank holding its experts and trading the copies by all-to-alls, against one
 // device holding every expert (4 experts here, as the planner divides them; one sample a
 // micro-batch, so each rank's routing is the one device's for the same micro-batch). Also by
-// hand: one rank holding three experts and the other one. Under ZeRO stage 1 every replica
-// steps its shard of the dense part and the holders of an expert rank their shards of its
-// experts (one holder: all of them).
+// hand: one rank holding three experts and the other one. Under ZeRO stages 1 and 2 every
+// replica steps its shard of the dense part and the holders of an expert rank their shards of
+// its experts (one holder: all of them); stage 2 reduce-scatters each pass's gradients in
+// those two pieces.
 struct ExpertCase {
   const char* name;
   const char* schedule;
@@ -839,7 +840,10 @@ INSTANTIATE_TEST_SUITE_P(
                     ExpertCase{"capacity", "gpipe", 1, partition::Recompute::none, 2, {}, 1.0},
                     ExpertCase{"zero_1", "1f1b", 1, partition::Recompute::none, 2, {}, 0, 1},
                     ExpertCase{"zero_1_two_groups", "1f1b-split-w", 1, partition::Recompute::selective, 4, {}, 0, 1},
-                    ExpertCase{"zero_1_placed_by_hand", "1f1b", 1, partition::Recompute::none, 4, {0, 0, 1, 0}, 0, 1}),
+                    ExpertCase{"zero_1_placed_by_hand", "1f1b", 1, partition::Recompute::none, 4, {0, 0, 1, 0}, 0, 1},
+                    ExpertCase{"zero_2", "1f1b", 1, partition::Recompute::none, 2, {}, 0, 2},
+                    ExpertCase{"zero_2_two_groups_split_w", "1f1b-split-w", 1, partition::Recompute::selective, 4, {}, 0, 2},
+                    ExpertCase{"zero_2_placed_by_hand", "gpipe", 1, partition::Recompute::full, 4, {0, 0, 1, 0}, 0, 2}),
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a

@@ -103,7 +103,7 @@ TEST(MoeCli, SearchRowsNameTheirExpertGroups) {
 
 // Real math trains a mixture of experts, and under expert parallelism each worker holds its
 // expert rank's experts and trades the copies by all-to-alls: the same losses as with every
-// expert on every worker, with ZeRO stage 1 too; stage 2 is refused by the planner.
+// expert on every worker, with ZeRO stages 1 and 2 too; stage 3 is refused by the planner.
 TEST(MoeCli, RunTrainsRealMathWithAndWithoutExpertParallelism) {
   const auto whole = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --json");
   ASSERT_EQ(whole.status, 0) << whole.err;
@@ -128,7 +128,14 @@ TEST(MoeCli, RunTrainsRealMathWithAndWithoutExpertParallelism) {
     const double want = a.at("steps")[i].at("loss").get<double>(), got = z.at("steps")[i].at("loss").get<double>();
     EXPECT_NEAR(got, want, 1e-6 * want) << "step " << i;
   }
-  const auto refused = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 2");
+  const auto second = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 2 --expert-parallel 2 --zero-stage 2 --json");
+  ASSERT_EQ(second.status, 0) << second.err;
+  const auto z2 = nlohmann::json::parse(second.out);
+  for (size_t i = 0; i < 3; ++i) {
+    const double want = a.at("steps")[i].at("loss").get<double>(), got = z2.at("steps")[i].at("loss").get<double>();
+    EXPECT_NEAR(got, want, 1e-6 * want) << "stage 2, step " << i;
+  }
+  const auto refused = run_hetflow("run" + kSmallMoe + " --workspace 0 --steps 1 --expert-parallel 2 --zero-stage 3");
   EXPECT_EQ(refused.status, 2) << refused.err;
-  EXPECT_NE(refused.err.find("--zero-stage: expected 0 or 1 with expert parallelism"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--zero-stage: expected 0, 1 or 2 with expert parallelism"), std::string::npos) << refused.err;
 }

@@ -200,16 +200,19 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      return o;
                    }(),
                    true});
-  // ZeRO 1 under expert parallelism: the dense part sharded over 4 replicas, each expert
-  // rank's experts over its 2 holders, every shard gathered at rank 0 by its expert rank.
-  cases.push_back({"expert parallel 2 x zero 1 x data 4", 4, [] {
-                     auto o = options(1, 4, 2, "1f1b");
-                     o.experts.parallel = 2;
-                     o.zero_stage = 1;
-                     o.bucket_bytes = 4096;
-                     return o;
-                   }(),
-                   true});
+  // ZeRO 1 and 2 under expert parallelism: the dense part sharded over 4 replicas, each
+  // expert rank's experts over its 2 holders, every shard gathered at rank 0 by its expert rank.
+  for (const int stage : {1, 2}) {
+    cases.push_back({stage == 1 ? "expert parallel 2 x zero 1 x data 4" : "expert parallel 2 x zero 2 x data 4", 4,
+                     [stage] {
+                       auto o = options(1, 4, 2, "1f1b");
+                       o.experts.parallel = 2;
+                       o.zero_stage = stage;
+                       o.bucket_bytes = 4096;
+                       return o;
+                     }(),
+                     true});
+  }
   // ZeRO 3 with shares by memory: uneven reduce-scatters and all-gathers between ranks.
   Case memory{"zero 3 by memory x data 4", 4, [] {
                 auto o = options(1, 4, 2, "1f1b");
