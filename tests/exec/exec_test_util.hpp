@@ -41,6 +41,21 @@ inline std::vector<double> expect_carries_what_the_plan_says(const partition::Pl
   return planned;
 }
 
+// CPU devices of two memory sizes, one a node, alternating 16 and 24 GiB (`n` of them).
+inline model::Cluster cpus_of_two_memories(int n) {
+  std::string yaml = "name: cpu-two-memories\ngpu_types:\n";
+  for (const char* memory : {"16", "24"}) {
+    yaml += std::string("  - {name: CPU-") + memory + ", fp16: 200 GFLOP/s, fp32: 200 GFLOP/s, bf16: 200 GFLOP/s, memory: " +
+            memory + " GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n";
+  }
+  yaml += "fabric: {kind: switch, latency: 1 us}\nnodes:\n";
+  for (int i = 0; i < n; ++i) {
+    yaml += "  - {name: n" + std::to_string(i) + ", gpu: CPU-" + (i % 2 ? "24" : "16") +
+            ", gpus: 1, intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}}\n";
+  }
+  return model::parse_cluster(yaml, "cpu-two-memories.yaml");
+}
+
 // A two-layer GPT small enough to run in milliseconds, with attention heads for tensor parallelism.
 inline model::Network tiny_gpt() {
   return model::network_from_spec("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256", model::Precision::fp32);

@@ -893,20 +893,6 @@ const ZeroCase kZeroCases[] = {
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroTraining, testing::ValuesIn(kZeroCases),
                          [](const testing::TestParamInfo<ZeroCase>& p) { return std::string(p.param.name); });
 
-// CPU devices of two memory sizes, one a node, alternating 16 and 24 GiB (`n` of them).
-model::Cluster cpus_of_two_memories(int n) {
-  std::string yaml = "name: cpu-two-memories\ngpu_types:\n";
-  for (const char* memory : {"16", "24"}) {
-    yaml += std::string("  - {name: CPU-") + memory + ", fp16: 200 GFLOP/s, fp32: 200 GFLOP/s, bf16: 200 GFLOP/s, memory: " +
-            memory + " GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n";
-  }
-  yaml += "fabric: {kind: switch, latency: 1 us}\nnodes:\n";
-  for (int i = 0; i < n; ++i) {
-    yaml += "  - {name: n" + std::to_string(i) + ", gpu: CPU-" + (i % 2 ? "24" : "16") +
-            ", gpus: 1, intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}}\n";
-  }
-  return model::parse_cluster(yaml, "cpu-two-memories.yaml");
-}
 
 // ZeRO's shares by device memory: each replica steps its share (16 / 40 or 24 / 40 of every
 // piece) through uneven reduce-scatters and all-gathers, and training equals one device
@@ -921,7 +907,7 @@ TEST(ZeroTraining, SharesByMemoryEqualOneDevice) {
     o.reshard_after_forward = c.reshard;
     o.zero_shares = partition::ZeroShares::memory;
     o.axis_order = "tensor,data,pipeline";  // replicas on neighbouring nodes: one of each memory
-    const Plan plan = test_support::planned(cpus_of_two_memories(pipeline * 2), net, o);
+    const Plan plan = test_support::planned(test_support::cpus_of_two_memories(pipeline * 2), net, o);
     bool uneven = false;
     for (const partition::Collective& col : plan.collectives) uneven = uneven || col.parts == std::vector<double>{0.4, 0.6};
     ASSERT_TRUE(uneven) << net.name << ": no collective carries the shares 0.4 and 0.6";

@@ -116,20 +116,6 @@ struct Case {
   bool two_memories = false;  // CPU devices of 16 and 24 GiB in turn, a node each, rather than cpu-N
 };
 
-model::Cluster cpus_of_two_memories(int n) {
-  std::string yaml = "name: cpu-two-memories\ngpu_types:\n";
-  for (const char* memory : {"16", "24"}) {
-    yaml += std::string("  - {name: CPU-") + memory + ", fp16: 200 GFLOP/s, fp32: 200 GFLOP/s, bf16: 200 GFLOP/s, memory: " +
-            memory + " GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n";
-  }
-  yaml += "fabric: {kind: switch, latency: 1 us}\nnodes:\n";
-  for (int i = 0; i < n; ++i) {
-    yaml += "  - {name: n" + std::to_string(i) + ", gpu: CPU-" + (i % 2 ? "24" : "16") +
-            ", gpus: 1, intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, latency: 1 us}}\n";
-  }
-  return model::parse_cluster(yaml, "cpu-two-memories.yaml");
-}
-
 // Threads against ranks, bitwise: the same plan trained both ways (the threaded run on every
 // rank, alone) gives the same losses and weights, and rank 0's merged trace has every task
 // instance.
@@ -229,7 +215,7 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                                          "experts_per_token=2,expert_ffn=24,shared_experts=1",
                                          model::Precision::fp32)
               : gpt(4, c.options.tensor > 1 ? 4 : 2);
-    const Plan plan = test_support::planned(c.two_memories ? cpus_of_two_memories(c.devices) : model::cpu_cluster(c.devices),
+    const Plan plan = test_support::planned(c.two_memories ? test_support::cpus_of_two_memories(c.devices) : model::cpu_cluster(c.devices),
                                             net, c.options);
     const Trained threads = train(plan, nullptr);
     const Trained over_ranks = train(plan, &ranks());
