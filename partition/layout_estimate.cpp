@@ -191,7 +191,7 @@ class Estimator {
                                       2 * e.work.context_bytes);
       for (int j = 0; j < t; ++j) {
         rank_params[static_cast<size_t>(j)] += e.params[static_cast<size_t>(j)];
-        stepped[static_cast<size_t>(j)] += zero_.optimizer_params(e, static_cast<size_t>(j), static_cast<int>(w));
+        stepped[static_cast<size_t>(j)] += zero_.optimizer_params(s, e, static_cast<size_t>(j), static_cast<int>(w));
       }
     }
     DeviceMemory last = device_memory(network_, layout_, held, {}, allreduce_, 0, t);
@@ -286,6 +286,7 @@ class Estimator {
           c.devices.push_back(device_of(w, seg.stage_of_worker[w], piece.rank_of_worker[w]));
           queues.push_back(c.devices.back());
         }
+        if (zero_.stage() >= 1) c.parts = builder::zero_parts(layout_, cost_.cluster(), c.devices);
         c.bytes = piece.bytes / piece.buckets;
         pieces.emplace_back(std::pair{static_cast<int>(s), waves.next(queues)}, std::move(c));
       }
@@ -487,9 +488,7 @@ class Estimator {
 
   // Tied embeddings between the first and each later chunk (Builder::add_tied_embedding_sync).
   void sync_tied_embeddings(const std::vector<double>& last_end) {
-    // From ZeRO stage 2 each replica sums its own share of the tied gradients.
-    const double shares = zero_.stage() >= 2 ? static_cast<double>(layout_.workers.size()) : 1;
-    const double grad_bytes_per_param = layout_.gradient_element_bytes() / shares;
+    // From ZeRO stage 2 each replica sums its own share of the tied gradients (ZeroSync::tied_share).
     for (size_t w = 0; w < layout_.workers.size(); ++w) {
       const VirtualWorker& vw = layout_.workers[w];
       for (size_t k = 1; k < vw.stages.size(); ++k) {
@@ -507,7 +506,7 @@ class Estimator {
           for (const int l : tied_layers) tied += tied_part_params(network_, l, share.part);
           CollectiveSpec c;
           c.devices = {first, holder};
-          c.bytes = tied * grad_bytes_per_param;
+          c.bytes = tied * layout_.gradient_element_bytes() * zero_.tied_share(w, share.rank_of[0]);
           run_collective(c.devices, c.bytes > 0 ? cost_.collective_time_s(c) : 0, last_end);
         }
       }

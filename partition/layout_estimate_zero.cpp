@@ -30,6 +30,8 @@ ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const Co
       CollectiveSpec c;
       c.algorithm = builder::zero_algorithm(layout);
       for (size_t w = 0; w < layout.workers.size(); ++w) c.devices.push_back(device_of(w, k, j));
+      c.parts = builder::zero_parts(layout, cost.cluster(), c.devices);  // (shares by memory)
+      parts_[{s.layer_begin, j}] = c.parts;
       c.kind = CollectiveKind::all_gather;
       c.bytes = params[j] * e;
       c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
@@ -57,8 +59,18 @@ int ZeroSync::device_of(size_t w, size_t k, size_t j) const {
   return vw.ranks[static_cast<size_t>(vw.stages[k].rank)][j];
 }
 
-double ZeroSync::optimizer_params(const WorkMemo::Entry& chunk, size_t j, int w) const {
-  return stage_ > 0 ? builder::zero_own(layout_, chunk.params[j], chunk.experts[j], w) : chunk.params[j];
+double ZeroSync::optimizer_params(const Stage& s, const WorkMemo::Entry& chunk, size_t j, int w) const {
+  if (stage_ == 0) return chunk.params[j];
+  const auto parts = parts_.find({s.layer_begin, j});
+  return builder::zero_own(layout_, chunk.params[j], chunk.experts[j], w,
+                           parts == parts_.end() ? std::vector<double>{} : parts->second);
+}
+
+double ZeroSync::tied_share(size_t w, int j) const {
+  if (stage_ < 2) return 1;
+  const auto parts = parts_.find({layout_.workers.front().stages.front().layer_begin, static_cast<size_t>(j)});
+  if (parts == parts_.end() || parts->second.empty()) return 1 / static_cast<double>(layout_.workers.size());
+  return parts->second[w];
 }
 
 void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& chunks, int t, int j,
@@ -70,7 +82,7 @@ void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& c
   std::vector<double> weight_unit, grad_unit;  // per chunk: the whole copies one pass holds (Builder::unit_params)
   for (const Stage& s : chunks) {
     const WorkMemo::Entry& entry = memo.of(s, t, w);
-    const double whole = entry.params[static_cast<size_t>(j)], own = optimizer_params(entry, static_cast<size_t>(j), w);
+    const double whole = entry.params[static_cast<size_t>(j)], own = optimizer_params(s, entry, static_cast<size_t>(j), w);
     weights += stage_ >= 3 ? own : whole;
     grads += stage_ >= 2 ? own : whole;
     stepped += own;

@@ -15,6 +15,7 @@
 //    and iteration with one reduce-scatter after its last backward.
 // Concurrent flows share links as the estimate's other phases do: the pieces of one chunk
 // (every tensor rank's ring over the replicas) run at once.
+#include <map>
 #include <vector>
 
 #include "model/network.hpp"
@@ -34,9 +35,13 @@ class ZeroSync {
   int stage() const { return stage_; }
   // Stage 3: the all-gathers before the passes, for run_pipelines; else nullptr.
   const ZeroGathers* gathers() const { return stage_ >= 3 ? &pass_gathers_ : nullptr; }
-  // The parameters worker w's optimizer steps of tensor rank j's piece of a chunk (its shard,
-  // or all; under expert parallelism the experts' part sharded over the replicas holding them).
-  double optimizer_params(const WorkMemo::Entry& chunk, size_t j, int w) const;
+  // The parameters worker w's optimizer steps of tensor rank j's piece of chunk `s` (its shard,
+  // of its device's memory share under shares by memory, or all; under expert parallelism the
+  // experts' part sharded over the replicas holding them).
+  double optimizer_params(const Stage& s, const WorkMemo::Entry& chunk, size_t j, int w) const;
+  // The part of tensor rank j's tied gradients worker w sums with its other copy: from stage 2
+  // its share of the first chunk's piece (1/D, or its memory share), else all.
+  double tied_share(size_t w, int j) const;
   // A rank's program and what its passes keep, as estimate_layout's activation peak takes them.
   struct Stashes {
     const std::vector<ScheduledOp>* program = nullptr;
@@ -65,6 +70,7 @@ class ZeroSync {
 
  private:
   int device_of(size_t w, size_t k, size_t j) const;
+  std::map<std::pair<int, size_t>, std::vector<double>> parts_;  // (chunk's first layer, rank j) -> builder::zero_parts
   const model::Network& network_;
   const Layout& layout_;
   int stage_ = 0;

@@ -285,6 +285,33 @@ TEST(LayoutEstimate, AgreesUnderZeroStagesAndOffload) {
   }
 }
 
+// ZeRO's shares by device memory (V100-16 and V100-32 replicas): the estimate's uneven rings
+// and each replica's optimizer share are the plan's.
+TEST(LayoutEstimate, AgreesUnderZeroSharesByMemory) {
+  const model::Cluster cluster = model::parse_cluster(
+      "name: two-memories\nnodes:\n"
+      "  - {name: small, gpu: V100-16, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, nic: {count: 1, bandwidth: 25 Gb/s}}\n"
+      "  - {name: large, gpu: V100-32, gpus: 4, intra: {kind: nvlink, bandwidth: 150 GB/s}, nic: {count: 1, bandwidth: 25 Gb/s}}\n",
+      "two-memories.yaml");
+  const model::Network& net = small_gpt();
+  partition::SearchSpace space = every_schedule();
+  space.recomputes = {partition::Recompute::none};
+  const partition::CostModel cost(cluster, net.precision);
+  for (const int stage : {1, 2, 3}) {
+    partition::PlanOptions base;
+    base.precision = net.precision;
+    base.zero_stage = stage;
+    base.zero_shares = partition::ZeroShares::memory;
+    base.bucket_bytes = 1 << 20;
+    base.iterations = 2;
+    const Agreement a = compare(cluster, net, 16, space, base, cost);
+    EXPECT_GT(a.compared, 10) << "stage " << stage;
+    std::printf("stage %d by memory, %d layouts: iteration time off by at most %.2g; headroom above the plan's by %.4f to %.4f\n",
+                stage, a.compared, a.time_error.empty() ? 0.0 : a.time_error.back(),
+                a.memory_error.empty() ? 0.0 : a.memory_error.front(), a.memory_error.empty() ? 0.0 : a.memory_error.back());
+  }
+}
+
 // Activation offload (Builder::offload_stash, prefetch_stash): each stash out on its device's
 // to_host stream when its forward ends, back on its to_device stream once it is out and the
 // compute-stream task two before its backward's compute is done (the previous pass where the
