@@ -455,10 +455,10 @@ double CostModel::uneven_ring_time_s(const CollectiveSpec& c, const EdgeBandwidt
   // a reduce-scatter, p - s of an all-gather) and as the back ends run them: a member's step
   // starts when its previous one has ended, a send when its receiver has reached the same
   // step, and a step ends with its send and its receive (the predecessor's send). So a member
-  // paces only its neighbours, not the whole ring, and the ring takes about as long as its
-  // busiest member's parts, not n - 1 times the largest. Above 128 members, the bound that
-  // pairs the slowest edge with the largest part (n^2 terms would cost more than the
-  // estimate saves).
+  // paces only its neighbours: on links alike every step lasts as the largest part, but a
+  // slow link carrying a small part does not hold up a fast one carrying a large part, as a
+  // whole-ring maximum per step would. Above 128 members, the bound that pairs the slowest
+  // edge with the largest part (n^2 terms would cost more than the estimate saves).
   const size_t n = c.devices.size();
   const std::vector<double> cuts = part_cuts(c.parts, n);
   if (n > 128) {

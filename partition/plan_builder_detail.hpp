@@ -305,7 +305,7 @@ class Builder {
   double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
   int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets
   std::vector<int> replicas(int stage, int j) const;    // the piece's devices, worker by worker
-  std::vector<double> zero_parts(const std::vector<int>& devices) const;  // builder::zero_parts, checked
+  std::vector<double> zero_parts(const std::vector<int>& devices) const;  // builder::zero_parts, checked, remembered
   std::string replica_group_name(int stage, int j) const;
   CollectiveAlgorithm zero_algorithm() const;           // the layout's, where a scatter or gather runs it
   // The parameters a pass reads: its weights, or under stage 3 the whole copy an all-gather
@@ -330,6 +330,7 @@ class Builder {
   std::unordered_map<std::string, int> stream_ids_;
   std::map<std::pair<CommRole, std::vector<int>>, int> communicator_ids_;
   std::map<std::tuple<int, int, std::string>, int> channel_ids_;
+  mutable std::map<std::vector<int>, std::vector<double>> zero_parts_;  // a piece's devices -> their shares
   std::vector<RankPrograms> programs_;        // per worker
   std::vector<std::vector<ChunkWork>> work_;  // per worker, per chunk
   ExpertSplit experts_;                       // the layout's expert split (one rank without an expert axis)

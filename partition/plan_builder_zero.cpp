@@ -83,10 +83,11 @@ double zero_shard(double params, int w, int replicas, const std::vector<double>&
 
 std::vector<double> zero_parts(const Layout& layout, const model::Cluster& cluster, const std::vector<int>& devices) {
   if (layout.sync.zero.shares == ZeroShares::equal || devices.size() < 2) return {};
+  const std::vector<model::Device> all = cluster.devices();  // (made anew on each call)
   std::vector<double> memory;
   double total = 0;
   for (const int d : devices) {
-    memory.push_back(cluster.device_gpu(cluster.devices()[static_cast<size_t>(d)]).memory_bytes);
+    memory.push_back(cluster.device_gpu(all[static_cast<size_t>(d)]).memory_bytes);
     total += memory.back();
   }
   if (std::adjacent_find(memory.begin(), memory.end(), std::not_equal_to<>()) == memory.end()) return {};
@@ -149,6 +150,9 @@ int Builder::zero_messages(int w, int stage, double bytes) const {
 }
 
 std::vector<double> Builder::zero_parts(const std::vector<int>& devices) const {
+  if (layout_.sync.zero.shares == ZeroShares::equal) return {};
+  const auto known = zero_parts_.find(devices);  // (asked once a worker for each piece)
+  if (known != zero_parts_.end()) return known->second;
   std::vector<double> parts = builder::zero_parts(layout_, cluster_, devices);
   if (!parts.empty() && layout_.folded) {
     // (A folded ring's members stand for replicas alike; uneven parts are not alike.)
@@ -156,6 +160,7 @@ std::vector<double> Builder::zero_parts(const std::vector<int>& devices) const {
                      "divides shards by memory among replicas of different memory sizes, which a folded plan cannot "
                      "stand for by one replica: plan it without fold or with equal shares");
   }
+  zero_parts_.emplace(devices, parts);
   return parts;
 }
 
