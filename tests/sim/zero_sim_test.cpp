@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "model/io.hpp"
 #include "partition/estimate.hpp"
@@ -23,16 +24,32 @@
 using namespace hetflow;
 using partition::TaskKind;
 
-TEST(SimulatedZero, AShardedLayerTakesItsHandComputedTransfers) {
-  const double bandwidth = 10e9, latency = 10e-6;
-  const std::string cluster_yaml =
-      "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n  - {name: n, count: 2, gpu: A100-80, gpus: 1, "
-      "intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, nic: {count: 1, bandwidth: 10000000000 B/s, "
-      "latency: 0.000005 s}}\n";
-  const model::Cluster cluster = model::parse_cluster(cluster_yaml, "flat.yaml");
-  const model::Network net = model::parse_network(
+namespace {
+
+// One GPU a node of each type given, on a flat 10 GB/s, 5 us network (free inside a node).
+model::Cluster flat_cluster(const std::vector<std::string>& gpus) {
+  std::string yaml = "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n";
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    yaml += "  - {name: n" + std::to_string(i) + ", gpu: " + gpus[i] +
+            ", gpus: 1, intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, "
+            "nic: {count: 1, bandwidth: 10000000000 B/s, latency: 0.000005 s}}\n";
+  }
+  return model::parse_cluster(yaml, "flat.yaml");
+}
+
+// One layer of 100 M fp16 parameters.
+model::Network one_layer() {
+  return model::parse_network(
       "name: one\nprecision: fp16\nlayers:\n  - {name: l0, forward_flops: 1e12, params: 1e8, output_elems: 1000}\n",
       "one.yaml");
+}
+
+}  // namespace
+
+TEST(SimulatedZero, AShardedLayerTakesItsHandComputedTransfers) {
+  const double bandwidth = 10e9, latency = 10e-6;
+  const model::Cluster cluster = flat_cluster({"A100-80", "A100-80"});
+  const model::Network net = one_layer();
   const double bytes = 2e8;  // the layer's fp16 parameters, and its gradients
   const double transfer = (2 - 1) / 2.0 * bytes / bandwidth + (2 - 1) * latency;
   for (const bool reshard : {true, false}) {
@@ -68,16 +85,8 @@ TEST(SimulatedZero, AShardedLayerTakesItsHandComputedTransfers) {
 // parameters on the larger replica, which the iteration waits for.
 TEST(SimulatedZero, SharesByMemoryTakeTheLargerPartsTransfer) {
   const double bandwidth = 10e9, latency = 10e-6;
-  const model::Cluster cluster = model::parse_cluster(
-      "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n"
-      "  - {name: big, gpu: A100-80, gpus: 1, intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, "
-      "nic: {count: 1, bandwidth: 10000000000 B/s, latency: 0.000005 s}}\n"
-      "  - {name: small, gpu: A100-40, gpus: 1, intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, "
-      "nic: {count: 1, bandwidth: 10000000000 B/s, latency: 0.000005 s}}\n",
-      "flat.yaml");
-  const model::Network net = model::parse_network(
-      "name: one\nprecision: fp16\nlayers:\n  - {name: l0, forward_flops: 1e12, params: 1e8, output_elems: 1000}\n",
-      "one.yaml");
+  const model::Cluster cluster = flat_cluster({"A100-80", "A100-40"});
+  const model::Network net = one_layer();
   const double bytes = 2e8;
   const double transfer = 2.0 / 3 * bytes / bandwidth + latency;
   partition::PlanOptions o;
@@ -108,16 +117,8 @@ TEST(SimulatedZero, SharesByMemoryTakeTheLargerPartsTransfer) {
 // Four replicas of alternating memory (parts 1/3, 1/6, 1/3, 1/6): the estimate's ring, in
 // which a member paces only its neighbours, against the simulated steps.
 TEST(SimulatedZero, AnUnevenRingOfFourEstimatesAsItSimulates) {
-  std::string yaml = "name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n";
-  for (int i = 0; i < 4; ++i) {
-    yaml += "  - {name: n" + std::to_string(i) + ", gpu: " + (i % 2 ? "A100-40" : "A100-80") +
-            ", gpus: 1, intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, "
-            "nic: {count: 1, bandwidth: 10000000000 B/s, latency: 0.000005 s}}\n";
-  }
-  const model::Cluster cluster = model::parse_cluster(yaml, "flat.yaml");
-  const model::Network net = model::parse_network(
-      "name: one\nprecision: fp16\nlayers:\n  - {name: l0, forward_flops: 1e12, params: 1e8, output_elems: 1000}\n",
-      "one.yaml");
+  const model::Cluster cluster = flat_cluster({"A100-80", "A100-40", "A100-80", "A100-40"});
+  const model::Network net = one_layer();
   for (int stage = 1; stage <= 3; ++stage) {
     partition::PlanOptions o;
     o.data = 4;
