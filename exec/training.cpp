@@ -86,34 +86,8 @@ std::pair<size_t, size_t> Training::slice_of(int tensor, size_t whole) const {
   return {at(j), at(j + 1)};
 }
 
-Batch Training::read_micro_batch(int iteration, int worker, int microbatch) const {
-  const int mbs = plan_.layout.micro_batch_size;
-  return data_->samples(iteration, global_batch_, shape_.S, sample_base_[static_cast<size_t>(worker)] + microbatch * mbs, mbs);
-}
-
-std::shared_ptr<const Batch> Training::micro_batch(int iteration, int worker, int microbatch) {
-  {
-    std::lock_guard lock(mutex_);
-    const auto found = micro_batches_.find({iteration, worker, microbatch});
-    if (found != micro_batches_.end()) return found->second;
-  }
-  // Read outside the lock (a load may be reading another); the same samples whoever reads them.
-  return keep_micro_batch(iteration, worker, microbatch, read_micro_batch(iteration, worker, microbatch));
-}
-
-std::shared_ptr<const Batch> Training::keep_micro_batch(int iteration, int worker, int microbatch, Batch b) {
-  auto made = std::make_shared<const Batch>(std::move(b));
-  std::lock_guard lock(mutex_);
-  const auto kept = micro_batches_.emplace(std::tuple(iteration, worker, microbatch), std::move(made)).first->second;
-  // Steps behind are done with: a worker's forwards trail its loads by at most the prefetch
-  // and a step (WSP's staleness more); one that finds its micro-batch gone reads it again.
-  micro_batches_.erase(micro_batches_.begin(), micro_batches_.lower_bound({iteration - 2 - staleness_, 0, 0}));
-  return kept;
-}
-
 void Training::load_micro_batch(TaskContext& task) {
-  const partition::Task& t = *task.spec;
-  keep_micro_batch(task.iteration, t.worker, t.microbatch, read_micro_batch(task.iteration, t.worker, t.microbatch));
+  feed_->load(task.iteration, task.spec->worker, task.spec->microbatch);
 }
 
 namespace {
@@ -238,12 +212,12 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   DecoderChunk::Input in;
   in.samples = mbs;
   // Only the ends read the micro-batch: the first chunk its tokens, the last its targets.
-  const auto b = p.has_embedding || p.has_head ? micro_batch(task.iteration, t.worker, t.microbatch) : nullptr;
+  const auto b = p.has_embedding || p.has_head ? feed_->get(task.iteration, t.worker, t.microbatch) : nullptr;
   if (p.has_embedding) in.tokens = b->inputs.data();
   if (p.has_head) in.targets = b->targets.data();
   // Each token's weight in the objective: the head's loss, and every chunk's load-balancing
   // losses. (A power-of-two loss scale multiplies exactly: the gradients are S times the unscaled.)
-  in.loss_scale = static_cast<float>(scale_of(task.iteration) / (static_cast<double>(global_batch_) * T));
+  in.loss_scale = static_cast<float>(step_->scale_of(task.iteration) / (static_cast<double>(feed_->global_batch()) * T));
   if (!p.has_embedding) {
     const int i = index_of(reads, tensor_of_kind(plan_, reads, TensorKind::activation));
     if (i < 0) throw PlanError("forward task " + std::to_string(task.task) + " of a middle chunk reads no activation");
@@ -268,18 +242,14 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   auto stash = c.math.forward(pass_params(task, c), in, loss);
   group.done();
   if (const auto [sum, layers] = DecoderChunk::balance_loss(*stash); layers > 0 && c.tp_rank == 0) {
-    std::lock_guard lock(mutex_);
-    balance_parts_[task.iteration][{t.worker, t.stage, t.microbatch}] = {sum, layers};
+    log_->add_balance(task.iteration, t.worker, t.stage, t.microbatch, sum, layers);
   }
   {
     std::lock_guard lock(c.mutex);
     c.stashes[{task.iteration, t.microbatch}] = std::move(stash);
   }
   if (p.has_head && c.worker >= 0 && c.tp_rank == 0) {  // every rank has the loss: count it once
-    std::lock_guard lock(mutex_);
-    auto& parts = loss_parts_[task.iteration];
-    parts.resize(static_cast<size_t>(loss_part_base_.back() + plan_.layout.workers.back().microbatches), 0.0);
-    parts[static_cast<size_t>(loss_part_base_[static_cast<size_t>(c.worker)] + t.microbatch)] = loss;
+    log_->add_loss(task.iteration, c.worker, t.microbatch, loss);
   }
 }
 

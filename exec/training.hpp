@@ -104,12 +104,14 @@
 #include <vector>
 
 #include "exec/backend.hpp"
+#include "exec/batch_feed.hpp"
 #include "exec/checkpoint.hpp"
 #include "exec/decoder.hpp"
-#include "exec/loss_scale.hpp"
-#include "exec/lr_schedule.hpp"
+#include "exec/global_norm.hpp"
+#include "exec/optimizer_step.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
+#include "exec/step_log.hpp"
 #include "exec/token_data.hpp"
 #include "partition/plan.hpp"
 
@@ -130,24 +132,6 @@ class TensorParallelExchange {
   // of sizes the router chose. A back end without it throws PlanError.
   virtual std::vector<float> all_to_all(TaskContext& task, int communicator, std::span<const float> send,
                                         std::span<const size_t> send_parts, std::vector<size_t>& recv_parts);
-};
-
-// Megatron's option names and defaults, except the learning rate (Megatron has none).
-struct OptimizerOptions {
-  double lr = 3e-4;  // the peak of the schedule below (the rate, when constant)
-  LrSchedule::Style lr_decay_style = LrSchedule::Style::constant;
-  double min_lr = 0;
-  long long lr_warmup_iters = 0, lr_decay_iters = 0;
-  // The schedule of a run whose steps take `samples_per_step` samples (its global batch).
-  LrSchedule schedule(long long samples_per_step = 1) const {
-    return {lr_decay_style, lr, min_lr, lr_warmup_iters, lr_decay_iters, samples_per_step};
-  }
-  double adam_beta1 = 0.9;
-  double adam_beta2 = 0.999;
-  double adam_eps = 1e-8;
-  double weight_decay = 0.01;  // on parameters of two or more dimensions only
-  double clip_grad = 1.0;      // global gradient norm limit; 0 = off
-  LossScaleOptions loss_scale;  // none unless asked (exec/loss_scale.hpp)
 };
 
 class Training {
@@ -178,7 +162,7 @@ class Training {
   // host arrays; pushes and pulls are host floats, message() and receive()).
   bool tensor_parallel() const;
   bool parameter_server() const { return parameter_server_; }
-  bool loss_scaling() const { return optimizer_.loss_scale.active(); }
+  bool loss_scaling() const { return step_->scaling(); }
   // The ops whose memory device d's arrays (and collective_data()'s floats) are in.
   const DecoderOps& ops_of(int device) const { return ops_of_(device); }
 
@@ -270,14 +254,6 @@ class Training {
   // activation (empty: the tensor as it is).
   void find_send_slices();
   std::vector<std::pair<size_t, size_t>> send_slice_;
-  // Worker w's micro-batch m of step `iteration`: the one a load made, or read now.
-  std::shared_ptr<const Batch> micro_batch(int iteration, int worker, int microbatch);
-  Batch read_micro_batch(int iteration, int worker, int microbatch) const;
-  // Keeps `b` as that micro-batch unless one is kept already (which it returns then).
-  std::shared_ptr<const Batch> keep_micro_batch(int iteration, int worker, int microbatch, Batch b);
-  // The squared norm's parts of every server update (parameter servers), or of every
-  // optimizer of a plan without a gradient-norm collective, summed.
-  double global_norm(TaskContext& task, const std::atomic<bool>& stop, double local_sum_squares);
   bool local(int device) const;
 
   // ZeRO (exec/training_zero.cpp): what each collective of a sharded plan does to a chunk,
@@ -327,12 +303,16 @@ class Training {
   std::vector<std::unique_ptr<CpuDecoderOps>> home_;  // per device: where its arrays start
   OpsOfDevice ops_of_;
   DecoderShape shape_;
-  std::unique_ptr<TokenSource> data_;
-  OptimizerOptions optimizer_;
-  LrSchedule schedule_;  // optimizer_'s, counted in this run's global batches (checked)
-  int global_batch_ = 0;
+  // The seams (torchtitan's): the batch feed, the optimizer step, the global norm's meeting
+  // where the plan has no collective for it, and what each step measured. Made by read_layout
+  // and make_chunks, once the layout's sizes are known.
+  std::unique_ptr<TokenSource> data_;  // until read_layout gives it to feed_
+  OptimizerOptions optimizer_options_;
+  std::optional<BatchFeed> feed_;
+  std::optional<OptimizerStep> step_;
+  std::optional<GlobalNorm> norm_;
+  std::optional<StepLog> log_;
   std::map<int, std::pair<int, int>> tp_position_;  // device -> (its rank in its tensor-parallel group, the group's size)
-  std::vector<int> sample_base_;  // per virtual worker
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk
   std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk of this rank
@@ -352,18 +332,8 @@ class Training {
   bool plan_has_norm_ = false;
   double local_sum_squares(int device, int iteration) const;
 
-  mutable std::mutex mutex_;  // micro-batches, losses, the norm rendezvous
-  std::condition_variable norm_cv_;
-  std::map<std::tuple<int, int, int>, std::shared_ptr<const Batch>> micro_batches_;  // (iteration, worker, micro-batch)
-  std::map<int, std::vector<double>> loss_parts_;  // per iteration: per (worker, micro-batch)
-  std::vector<int> loss_part_base_;                // per worker: index of its first micro-batch
-  std::vector<int> expert_placement_;              // expert parallelism: each expert's rank
-  // per iteration: per (worker, stage, micro-batch): its MoE layers' load-balancing losses
-  // summed, and how many layers
-  std::map<int, std::map<std::tuple<int, int, int>, std::pair<double, int>>> balance_parts_;
-  int optimizer_tasks_ = 0;        // in the plan
-  int local_optimizer_tasks_ = 0;  // on this rank's devices
-  std::vector<int> norm_ranks_;    // the ranks that hold optimizer tasks, ascending
+  mutable std::mutex mutex_;  // the servers' pulls and versions, the gathered chunks
+  std::vector<int> expert_placement_;  // expert parallelism: each expert's rank
 
   // Gathered at rank 0 after the run: other ranks' chunks of virtual worker 0, their servers'
   // weights by name.
@@ -387,13 +357,6 @@ class Training {
     std::map<std::string, ServerParam> params;            // by HuggingFace name
     std::map<int, std::map<std::string, std::vector<float>>> versions;  // weights after each iteration's update
   };
-  // Loss scaling: the scaler after each iteration (-1: before the first); each optimizer task
-  // of an iteration finds the same verdict (the norm is global) and the first records it.
-  double scale_of(int iteration) const;  // the scale iteration's gradients carry
-  bool record_step(int iteration, double scaled_norm);  // true: skip this step
-  std::map<int, LossScaler> scaler_after_;
-  std::map<int, bool> skipped_;  // recent iterations' verdicts
-  std::set<int> skipped_iterations_;  // every skipped one (under mpirun, rank 0 gathers them)
   bool parameter_server_ = false;
   int staleness_ = 0;
   std::map<int, Server> servers_;                   // by device
@@ -402,8 +365,6 @@ class Training {
   std::map<std::pair<const Chunk*, int>, std::vector<float>> taken_;  // (chunk, iteration) -> gradients
   std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
   std::map<int, std::tuple<int, int, int>> push_source_;  // pushed_grad tensor -> (worker, stage, pushing device)
-  std::map<int, std::map<int, double>> norm_parts_;  // per iteration: per device
-  std::map<int, int> norm_reads_;  // per iteration: this rank's optimizer tasks that have read its norm
 };
 
 }  // namespace hetflow::exec

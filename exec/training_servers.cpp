@@ -317,31 +317,24 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
       }
     }
   }
-  float scale = 1;
-  const double loss_scale = scale_of(task.iteration);
-  const bool scaling = optimizer_.loss_scale.active();
-  bool skip = false;
-  if (optimizer_.clip_grad > 0 || scaling) {
+  OptimizerStep::Verdict verdict;
+  const double loss_scale = step_->scale_of(task.iteration);
+  if (step_->needs_norm()) {
     double local = 0;
     for (const auto& [name, sp] : s.params) {
       for (const float g : sp.g) local += static_cast<double>(g) * g;
     }
     if (loss_scale != 1) local /= loss_scale * loss_scale;  // the unscaled gradients' (exact)
-    const double norm = global_norm(task, stop, local);
-    skip = scaling && record_step(task.iteration, norm);
-    const double clip = optimizer_.clip_grad / (norm + 1e-6);
-    if (optimizer_.clip_grad > 0 && clip < 1) scale = static_cast<float>(clip);
+    verdict = step_->judge(task.iteration, norm_->meet(task, stop, task.spec->device, local));
+    if (verdict.skip) log_->add_skipped(task.iteration);
   }
   std::map<std::string, std::vector<float>> version;
   for (auto& [name, sp] : s.params) {
-    if (!skip) {  // a skipped step (gradients not finite) leaves the weights as they were
+    if (!verdict.skip) {  // a skipped step (gradients not finite) leaves the weights as they were
       if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
-      if (scale != 1) kernels::scale(sp.g.data(), scale, static_cast<long>(sp.g.size()));
-      const double lr = schedule_.at(sp.steps);  // steps taken before this one
-      kernels::adamw_update(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), static_cast<long>(sp.p.size()),
-                            static_cast<float>(lr), static_cast<float>(optimizer_.adam_beta1),
-                            static_cast<float>(optimizer_.adam_beta2), static_cast<float>(optimizer_.adam_eps),
-                            sp.decays ? static_cast<float>(optimizer_.weight_decay) : 0.0f, ++sp.steps);
+      if (verdict.clip != 1) kernels::scale(sp.g.data(), verdict.clip, static_cast<long>(sp.g.size()));
+      const double lr = step_->lr(sp.steps);  // steps taken before this one
+      step_->adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
     }
     std::fill(sp.g.begin(), sp.g.end(), 0.0f);
     version[name] = sp.p;

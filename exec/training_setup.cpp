@@ -157,7 +157,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
       ops_of_([this](int device) -> const DecoderOps& { return *home_.at(static_cast<size_t>(device)); }),
       data_(std::move(data)),
-      optimizer_(optimizer) {
+      optimizer_options_(optimizer) {
   read_layout();
   make_chunks(seed);
   check_sequence_shards();
@@ -166,8 +166,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   if (init != nullptr) load_weights(*init);
   find_last_backwards();
   if (parameter_server_) build_servers(seed, init);
-  scaler_after_[-1] = LossScaler(optimizer_.loss_scale);
-  if (parameter_server_ && optimizer_.loss_scale.loss_scale <= 0 && optimizer_.loss_scale.dynamic) {
+  if (parameter_server_ && optimizer_options_.loss_scale.loss_scale <= 0 && optimizer_options_.loss_scale.dynamic) {
     // A worker running ahead (WSP) would scale its gradients before the verdict that sets
     // the scale is known; a constant scale works.
     throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
@@ -212,22 +211,16 @@ void Training::read_layout() {
                     " layers where its architecture gives " + std::to_string(shape_.layers + 2));
   }
   // A context group's workers take the same samples (each its rows of them), and each adds
-  // its tokens' losses.
-  const size_t context = static_cast<size_t>(std::max(1, layout.size(partition::Axis::context)));
-  int samples = 0, parts = 0;
-  for (size_t w = 0; w < layout.workers.size(); ++w) {
-    const partition::VirtualWorker& vw = layout.workers[w];
-    sample_base_.push_back(w % context == 0 ? samples : sample_base_[w - w % context]);
-    loss_part_base_.push_back(parts);
-    if (w % context == 0) samples += vw.microbatches * layout.micro_batch_size;
-    parts += vw.microbatches;
-  }
-  global_batch_ = samples;
-  schedule_ = optimizer_.schedule(global_batch_);
-  schedule_.check();  // (a decay style without a decay end would divide 0 by 0)
+  // its tokens' losses. Forwards trail their loads by the prefetch and a step, WSP's
+  // staleness more.
+  feed_.emplace(layout, std::move(data_), shape_.S, 2 + staleness_);
+  std::vector<int> microbatches;
+  for (const partition::VirtualWorker& vw : layout.workers) microbatches.push_back(vw.microbatches);
+  log_.emplace(microbatches);
+  step_.emplace(optimizer_options_, feed_->global_batch(), staleness_);
   // A token file too short for one step is the input's fault (InputError): said now, not
   // by the first forward task.
-  if (data_) (void)data_->batch(0, global_batch_, shape_.S);
+  feed_->check();
 
 }
 
@@ -237,7 +230,8 @@ void Training::make_chunks(std::uint64_t seed) {
   const partition::Plan& plan = plan_;
   const partition::Layout& layout = plan.layout;
   // One chunk per (device, stage) that computes, found from the forward tasks' weights.
-  std::set<int> norm_ranks;
+  std::set<int> norm_ranks;  // the ranks that hold optimizer tasks
+  int optimizer_tasks = 0, local_optimizer_tasks = 0;
   for (const partition::Collective& c : plan.collectives) {  // ZeRO 3: passes read gathered copies
     for (const int t : c.tasks) {
       const auto reads = plan.reads(t), writes = plan.writes(t);
@@ -250,8 +244,8 @@ void Training::make_chunks(std::uint64_t seed) {
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     if (task.kind == TaskKind::optimizer || task.kind == TaskKind::host_optimizer) {
-      ++optimizer_tasks_;
-      if (local(task.device)) ++local_optimizer_tasks_;
+      ++optimizer_tasks;
+      if (local(task.device)) ++local_optimizer_tasks;
       if (ranks_ != nullptr) norm_ranks.insert(ranks_->owner(task.device, plan.device_count()));
     }
     if (task.kind != TaskKind::forward) continue;
@@ -320,7 +314,7 @@ void Training::make_chunks(std::uint64_t seed) {
     chunk_of_tensor_[weight] = c.get();
     chunks_.push_back(std::move(c));
   }
-  norm_ranks_.assign(norm_ranks.begin(), norm_ranks.end());
+  norm_.emplace(optimizer_tasks, local_optimizer_tasks, ranks_, std::vector<int>(norm_ranks.begin(), norm_ranks.end()));
   for (size_t t = 0; t < plan.tasks.size(); ++t) {  // a split backward's chunks
     const partition::Task& task = plan.tasks[t];
     if (task.kind != TaskKind::backward_weight) continue;

@@ -24,31 +24,10 @@ using training_detail::tensor_of_kind;
 using Floats = std::vector<float>;
 
 std::vector<double> Training::losses() const {
-  std::lock_guard lock(mutex_);
-  std::vector<double> out;
-  const double tokens = static_cast<double>(global_batch_) * shape_.S;
-  for (const auto& [iteration, parts] : loss_parts_) {
-    double sum = 0;
-    for (const double part : parts) sum += part;
-    out.push_back(sum / tokens);
-  }
-  return out;
+  return log_->losses(static_cast<double>(feed_->global_batch()) * shape_.S);
 }
 
-std::vector<double> Training::balance_losses() const {
-  std::lock_guard lock(mutex_);
-  std::vector<double> out;
-  for (const auto& [iteration, parts] : balance_parts_) {
-    double sum = 0;
-    int layers = 0;
-    for (const auto& [where, part] : parts) {  // in (worker, stage, micro-batch) order: the same sum on any ranks
-      sum += part.first;
-      layers += part.second;
-    }
-    out.push_back(sum / layers);
-  }
-  return out;
-}
+std::vector<double> Training::balance_losses() const { return log_->balance_losses(); }
 
 SafetensorsFile Training::weights() const {
   SafetensorsFile file;
@@ -134,12 +113,8 @@ void Training::collect_at_root() {
   std::vector<std::byte> mine;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [iteration, parts] : loss_parts_) {
-      put(mine, std::uint64_t{1});
-      put(mine, iteration);
-      put(mine, static_cast<std::uint64_t>(parts.size()));
-      for (const double part : parts) put(mine, part);
-    }
+    put(mine, std::uint64_t{1});  // the losses, balance losses and skipped steps it logged
+    log_->save(mine);
     for (const auto& c : chunks_) {  // worker 0's, and under expert parallelism its expert group's
       const int rank = c->math.experts().rank;
       if (c->worker != 0 && (c->math.experts().size == 1 || c->worker >= c->math.experts().size)) continue;
@@ -164,17 +139,6 @@ void Training::collect_at_root() {
         for (const float v : values) put(mine, v);
       }
     }
-    for (const auto& [iteration, parts] : balance_parts_) {
-      for (const auto& [where, part] : parts) {
-        put(mine, std::uint64_t{6});
-        for (const int v : {iteration, std::get<0>(where), std::get<1>(where), std::get<2>(where), part.second}) put(mine, v);
-        put(mine, part.first);
-      }
-    }
-    for (const int iteration : skipped_iterations_) {  // (a rank with no optimizer and no server sees none)
-      put(mine, std::uint64_t{4});
-      put(mine, iteration);
-    }
     for (const auto& [device, server] : servers_) {
       for (const auto& [name, p] : server.params) {
         put(mine, std::uint64_t{3});
@@ -191,12 +155,8 @@ void Training::collect_at_root() {
     ByteReader in(all[r]);
     while (!in.done()) {
       const auto kind = in.get<std::uint64_t>();
-      if (kind == 1) {  // a step's loss parts: each written by one rank, zero elsewhere, so a sum is exact
-        const int iteration = in.get<int>();
-        auto& parts = loss_parts_[iteration];
-        const auto n = static_cast<size_t>(in.get<std::uint64_t>());
-        if (parts.size() < n) parts.resize(n, 0.0);
-        for (size_t i = 0; i < n; ++i) parts[i] += in.get<double>();
+      if (kind == 1) {
+        log_->merge(in);
       } else if (kind == 2) {
         RemoteChunk c;
         c.stage = in.get<int>();
@@ -221,12 +181,6 @@ void Training::collect_at_root() {
         shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
         in.get_into(std::span<float>(shard.values));
         remote_shards_.push_back(std::move(shard));
-      } else if (kind == 6) {  // a micro-batch's load-balancing losses on one chunk
-        const int iteration = in.get<int>(), worker = in.get<int>(), stage = in.get<int>(), microbatch = in.get<int>();
-        const int layers = in.get<int>();
-        balance_parts_[iteration][{worker, stage, microbatch}] = {in.get<double>(), layers};
-      } else if (kind == 4) {  // a step some rank saw skipped
-        skipped_iterations_.insert(in.get<int>());
       } else if (kind == 3) {
         const std::string name = in.get_string();
         auto& values = remote_server_weights_[name];
