@@ -51,13 +51,8 @@ size_t Training::buffer_bytes(int tensor) const {
   if (t.kind == TensorKind::pushed_grad) {
     // What the pushing chunk really sends its server: under tensor parallelism a rank's
     // replicated parameters (norms, some biases) whole, where the plan counts 1/t of them.
-    if (const auto source = push_source_.find(tensor); source != push_source_.end()) {
-      const auto [worker, stage, device] = source->second;
-      if (const auto p = params_at_.find({device, worker, stage}); p != params_at_.end()) {
-        size_t floats = 0;
-        for (const ParamSlot* slot : served_slots(p->second, t.device)) floats += slot->count;
-        return floats * sizeof(float);
-      }
+    if (servers_) {
+      if (const auto floats = servers_->pushed_floats(tensor)) return *floats * sizeof(float);
     }
     return t.shape.empty() ? 0 : static_cast<size_t>(t.shape[0]) * sizeof(float);
   }
@@ -169,7 +164,7 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
   const partition::Task& t = *task.spec;
   if (t.kind == TaskKind::optimizer || t.kind == TaskKind::host_optimizer) {
     if (parameter_server_) {
-      server_update(task, stop);
+      servers_->update(task, stop, *step_, *norm_, *log_);
     } else {
       optimizer(task, stop);
     }
@@ -178,8 +173,8 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
   const auto found = chunk_at_.find({t.device, t.worker, t.stage});
   if (found == chunk_at_.end()) throw PlanError("task " + std::to_string(task.task) + " computes no chunk this plan holds");
   Chunk& c = *found->second;
-  if (t.kind == TaskKind::forward && parameter_server_ && t.microbatch == 0 && task.iteration > staleness_) {
-    adopt_pulled(c, task.iteration - staleness_ - 1);
+  if (t.kind == TaskKind::forward && servers_ && t.microbatch == 0 && task.iteration > servers_->staleness()) {
+    adopt_pulled(c, task.iteration - servers_->staleness() - 1);
   }
   if (t.kind == TaskKind::forward) {
     forward(task, c, exchange);
@@ -200,7 +195,7 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
     c.math.backward_weight(*stash, pass_grads(task, c));
   }
   pass_done(task);
-  if (parameter_server_ && takes_gradients_[static_cast<size_t>(task.task)]) take_gradients(t.device, task.iteration);
+  if (servers_ && servers_->takes_gradients(task.task)) take_gradients(t.device, task.iteration);
 }
 
 void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange) {
@@ -407,12 +402,8 @@ bool Training::receive(const TaskContext& task, std::span<const float> data) {
     ops_of_(t.device).copy(reinterpret_cast<float*>(task.writes[0].data), data.data() + begin, end - begin);
     return true;
   }
-  if (t.purpose != partition::Purpose::ps_pull) return false;
-  const partition::Channel& channel = plan_.channel(t.channel);
-  const auto found = chunk_at_.find({t.device, t.worker, t.stage});
-  if (found == chunk_at_.end()) throw PlanError("pull task " + std::to_string(task.task) + " serves no chunk");
-  std::lock_guard lock(mutex_);
-  pulled_[{found->second, task.iteration, channel.src}].assign(data.begin(), data.end());
+  if (t.purpose != partition::Purpose::ps_pull || !servers_) return false;
+  servers_->pulled(task.task, task.iteration, data);
   return true;
 }
 

@@ -109,6 +109,7 @@
 #include "exec/decoder.hpp"
 #include "exec/global_norm.hpp"
 #include "exec/optimizer_step.hpp"
+#include "exec/parameter_servers.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/step_log.hpp"
@@ -240,13 +241,10 @@ class Training {
   void load_weights(const WeightSource& init);
   void find_last_backwards();
   void map_collectives();  // what each gradient and norm collective reduces
-  void build_servers(std::uint64_t seed, const WeightSource* init);
-  void server_update(TaskContext& task, const std::atomic<bool>& stop);
+  // Parameter servers: a device's chunks' gradients to their servers after its last compute
+  // of an iteration, and a chunk's adoption of the weights pulled D + 1 iterations back.
   void take_gradients(int device, int iteration);
   void adopt_pulled(Chunk& c, int iteration);
-  std::vector<const ParamSlot*> served_slots(const ChunkParams& chunk, int server) const;
-  const std::vector<float>& gradients_of(const Chunk& c, int iteration) const;
-  const std::map<std::string, std::vector<float>>& weights_of(int server, int iteration) const;
   std::pair<size_t, size_t> slice_of(int tensor, size_t whole) const;
   void check_sequence_shards() const;
   // A boundary send whose receiving rank keeps a 1/t slice (Megatron's scatter/gather) sends
@@ -345,26 +343,10 @@ class Training {
     std::vector<float> values;
   };
   std::vector<RemoteChunk> remote_chunks_;
-  std::map<std::string, std::vector<float>> remote_server_weights_;
 
-  // Parameter server / WSP.
-  struct ServerParam {
-    std::vector<float> p, m, v, g;
-    bool decays = false;
-    int steps = 0;  // AdamW steps taken
-  };
-  struct Server {
-    std::map<std::string, ServerParam> params;            // by HuggingFace name
-    std::map<int, std::map<std::string, std::vector<float>>> versions;  // weights after each iteration's update
-  };
   bool parameter_server_ = false;
-  int staleness_ = 0;
-  std::map<int, Server> servers_;                   // by device
-  std::vector<char> takes_gradients_;               // per task: the device's last compute of an iteration
-  std::vector<char> last_backward_;                 // per task: its chunk's last B of an iteration
-  std::map<std::pair<const Chunk*, int>, std::vector<float>> taken_;  // (chunk, iteration) -> gradients
-  std::map<std::tuple<const Chunk*, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
-  std::map<int, std::tuple<int, int, int>> push_source_;  // pushed_grad tensor -> (worker, stage, pushing device)
+  std::optional<ParameterServers> servers_;  // under a parameter server or WSP
+  std::vector<char> last_backward_;          // per task: its chunk's last B of an iteration
 };
 
 }  // namespace hetflow::exec

@@ -109,20 +109,6 @@ bool has_routed_experts(const ChunkParams& p, int begin, int end);
 std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed);
 // The first of `ids` whose tensor is of `kind`, or -1.
 int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
-// The names a parameter may have in a HuggingFace file.
-std::vector<std::string> file_names(const std::string& name);
-// InputError (naming the source) when the source's tensor `index` has another shape than
-// the parameter.
-void check_shape(const ParamSlot& slot, const WeightSource& source, size_t index);
-// This rank's share of a parameter from the source's tensor `index`, read now; InputError
-// (naming the source) on a shape that is not the parameter's.
-void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out);
-// The index of the tensor holding the parameter `slot_name` (under any of its file names)
-// in a map of the source's names, or size_t(-1).
-size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name);
-// Each tensor's index in `source`, by name.
-std::map<std::string, size_t> tensor_index(const WeightSource& source);
-
 }  // namespace training_detail
 
 }  // namespace hetflow::exec

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "exec/param_load.hpp"
 #include "exec/training_chunk.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
@@ -26,12 +27,6 @@ using partition::TensorKind;
 using Floats = std::vector<float>;
 
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Tensors a HuggingFace checkpoint carries that are not parameters.
 bool is_buffer(const std::string& name) {
@@ -86,45 +81,6 @@ int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, Tensor
   return -1;
 }
 
-// HuggingFace's GPT-2 checkpoints name the base model's tensors without "transformer.";
-// these are the names a parameter may have in a file.
-std::vector<std::string> file_names(const std::string& name) {
-  std::vector<std::string> names{name};
-  const std::string prefix = "transformer.";
-  if (name.rfind(prefix, 0) == 0) names.push_back(name.substr(prefix.size()));
-  return names;
-}
-
-void check_shape(const ParamSlot& slot, const WeightSource& source, size_t index) {
-  const TensorInfo& t = source.tensors()[index];
-  if (t.shape != slot.shape) {
-    throw InputError(source.path(), 0, slot.name,
-                     "expected shape " + shape_text(slot.shape) + ", found " + shape_text(t.shape));
-  }
-}
-
-// This rank's share of a parameter from the source's tensor `index` (read now).
-void load(const ParamSlot& slot, const WeightSource& source, size_t index, float* out) {
-  check_shape(slot, source, index);
-  const std::vector<float> data = source.read(index);
-  const std::vector<float> shard = shard_of(slot, data.data());
-  std::copy(shard.begin(), shard.end(), out);
-}
-
-// The index in `source` of the tensor holding `slot` (under any of its file names), or npos.
-size_t find_tensor(const std::map<std::string, size_t>& by_name, const std::string& slot_name) {
-  for (const std::string& name : file_names(slot_name)) {
-    if (auto i = by_name.find(name); i != by_name.end()) return i->second;
-  }
-  return static_cast<size_t>(-1);
-}
-
-std::map<std::string, size_t> tensor_index(const WeightSource& source) {
-  std::map<std::string, size_t> by_name;
-  for (size_t i = 0; i < source.tensors().size(); ++i) by_name[source.tensors()[i].name] = i;
-  return by_name;
-}
-
 }  // namespace training_detail
 
 namespace {
@@ -136,8 +92,6 @@ std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::
 
 }  // namespace
 
-using training_detail::file_names;
-using training_detail::load;
 using training_detail::tensor_of_kind;
 using training_detail::expert_piece_runs;
 using training_detail::has_routed_experts;
@@ -165,7 +119,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   const WeightSource* init = init_weights.source;
   if (init != nullptr) load_weights(*init);
   find_last_backwards();
-  if (parameter_server_) build_servers(seed, init);
+  if (parameter_server_) servers_.emplace(plan_, shape_, params_at_, [this](int d) { return local(d); }, seed, init);
   if (parameter_server_ && optimizer_options_.loss_scale.loss_scale <= 0 && optimizer_options_.loss_scale.dynamic) {
     // A worker running ahead (WSP) would scale its gradients before the verdict that sets
     // the scale is known; a constant scale works.
@@ -200,7 +154,7 @@ void Training::read_layout() {
   const partition::Layout& layout = plan.layout;
   parameter_server_ = layout.sync.kind != partition::SyncKind::allreduce;
   zero_stage_ = !parameter_server_ && layout.workers.size() > 1 ? layout.sync.zero.stage : 0;
-  staleness_ = layout.sync.staleness;
+  const int staleness = layout.sync.staleness;
   for (const partition::VirtualWorker& vw : layout.workers) {
     for (const auto& rank : vw.ranks) {
       for (size_t j = 0; j < rank.size(); ++j) tp_position_[rank[j]] = {static_cast<int>(j), static_cast<int>(rank.size())};
@@ -213,11 +167,11 @@ void Training::read_layout() {
   // A context group's workers take the same samples (each its rows of them), and each adds
   // its tokens' losses. Forwards trail their loads by the prefetch and a step, WSP's
   // staleness more.
-  feed_.emplace(layout, std::move(data_), shape_.S, 2 + staleness_);
+  feed_.emplace(layout, std::move(data_), shape_.S, 2 + staleness);
   std::vector<int> microbatches;
   for (const partition::VirtualWorker& vw : layout.workers) microbatches.push_back(vw.microbatches);
   log_.emplace(microbatches);
-  step_.emplace(optimizer_options_, feed_->global_batch(), staleness_);
+  step_.emplace(optimizer_options_, feed_->global_batch(), staleness);
   // A token file too short for one step is the input's fault (InputError): said now, not
   // by the first forward task.
   feed_->check();
@@ -340,10 +294,10 @@ void Training::make_chunks(std::uint64_t seed) {
 void Training::load_weights(const WeightSource& source) {
   const WeightSource* init = &source;
   const std::string& init_path = init->path();
-  const std::map<std::string, size_t> by_name = training_detail::tensor_index(*init);
+  const std::map<std::string, size_t> by_name = tensor_index(*init);
   std::set<std::string> model_names;  // the whole model's, wherever its chunks run
   for (const ParamSlot& slot : chunk_params(shape_, 0, shape_.layers + 2).slots) {
-    for (const std::string& name : file_names(slot.name)) model_names.insert(name);
+    for (const std::string& name : hf_file_names(slot.name)) model_names.insert(name);
   }
   // A tied model's file may also hold the head as its own tensor (HuggingFace writes one
   // when it saves tied weights unshared): taken when it is the embedding, bit for bit. A
@@ -353,7 +307,7 @@ void Training::load_weights(const WeightSource& source) {
                            });
   if (const auto head = by_name.find("lm_head.weight"); shape_.tied && head != by_name.end()) {
     const char* table = shape_.family == DecoderFamily::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
-    const size_t embedding = training_detail::find_tensor(by_name, table);
+    const size_t embedding = find_param_tensor(by_name, table);
     if (embedding == static_cast<size_t>(-1)) throw InputError(init_path, 0, table, "missing: the model needs this parameter");
     if (holds_table) {
       const std::vector<float> embedding_data = init->read(embedding), head_data = init->read(head->second);
@@ -378,9 +332,9 @@ void Training::load_weights(const WeightSource& source) {
   std::map<size_t, std::vector<std::pair<Chunk*, const ParamSlot*>>> holders;  // tensor -> its slots here
   for (auto& c : chunks_) {
     for (const ParamSlot& slot : c->math.params().slots) {
-      const size_t found = training_detail::find_tensor(by_name, slot.name);
+      const size_t found = find_param_tensor(by_name, slot.name);
       if (found == static_cast<size_t>(-1)) throw InputError(init_path, 0, slot.name, "missing: the model needs this parameter");
-      training_detail::check_shape(slot, *init, found);
+      check_param_shape(slot, *init, found);
       holders[found].emplace_back(c.get(), &slot);
     }
   }

@@ -55,11 +55,7 @@ SafetensorsFile Training::weights() const {
     stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
   }
   // Under a parameter server the servers hold the latest weights (workers adopt them a step later).
-  std::map<std::string, const float*> served;
-  for (const auto& [device, server] : servers_) {
-    for (const auto& [name, p] : server.params) served[name] = p.p.data();
-  }
-  for (const auto& [name, values] : remote_server_weights_) served[name] = values.data();
+  const std::map<std::string, const float*> served = servers_ ? servers_->weights() : std::map<std::string, const float*>{};
   for (auto& [stage, ranks] : stages) {
     std::sort(ranks.begin(), ranks.end(),
               [](const Held& a, const Held& b) { return std::pair{a.worker, a.tp_rank} < std::pair{b.worker, b.tp_rank}; });
@@ -139,13 +135,9 @@ void Training::collect_at_root() {
         for (const float v : values) put(mine, v);
       }
     }
-    for (const auto& [device, server] : servers_) {
-      for (const auto& [name, p] : server.params) {
-        put(mine, std::uint64_t{3});
-        put_string(mine, name);
-        put(mine, static_cast<std::uint64_t>(p.p.size()));
-        for (const float v : p.p) put(mine, v);
-      }
+    if (servers_) {
+      put(mine, std::uint64_t{3});  // its servers' weights
+      servers_->save(mine);
     }
   }
   const auto all = ranks_->gather(mine);
@@ -182,10 +174,7 @@ void Training::collect_at_root() {
         in.get_into(std::span<float>(shard.values));
         remote_shards_.push_back(std::move(shard));
       } else if (kind == 3) {
-        const std::string name = in.get_string();
-        auto& values = remote_server_weights_[name];
-        values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
-        in.get_into(std::span<float>(values));
+        servers_->merge(in);
       } else {
         throw Error("rank " + std::to_string(r) + " sent an unknown record of its training");
       }

@@ -1,26 +1,15 @@
-// Training's parameter servers and WSP (exec/training.hpp): the servers' master weights and
-// AdamW state, what a push carries and a pull brings, a server's update, and a worker's
-// adoption of the weights it pulled D + 1 iterations back.
+#include "exec/parameter_servers.hpp"
+
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <map>
-#include <mutex>
-#include <string>
-#include <vector>
 
-#include "exec/training.hpp"
-
-#include "exec/training_chunk.hpp"
+#include "exec/param_load.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
-#include "partition/run_graph.hpp"
 
 namespace hetflow::exec {
 
 using partition::TaskKind;
-using training_detail::load;
-using Floats = std::vector<float>;
 
 namespace {
 
@@ -54,14 +43,17 @@ void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& w
 
 }  // namespace
 
-void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
+ParameterServers::ParameterServers(const partition::Plan& plan, const DecoderShape& shape,
+                                   const std::map<ChunkKey, ChunkParams>& chunks, std::function<bool(int)> local,
+                                   std::uint64_t seed, const WeightSource* init)
+    : plan_(plan), chunks_(chunks), staleness_(plan.layout.sync.staleness) {
   const std::vector<int>& server_of = plan_.layout.sync.layer_server;
   const std::map<std::string, size_t> by_name =
-      init != nullptr ? training_detail::tensor_index(*init) : std::map<std::string, size_t>{};
+      init != nullptr ? tensor_index(*init) : std::map<std::string, size_t>{};
   std::map<std::string, int> server_of_name;
   for (size_t l = 0; l < server_of.size(); ++l) {
     const int layer = static_cast<int>(l);
-    const ChunkParams p = chunk_params(shape_, layer, layer + 1);
+    const ChunkParams p = chunk_params(shape, layer, layer + 1);
     for (const ParamSlot& slot : p.slots) {
       if (auto other = server_of_name.find(slot.name); other != server_of_name.end() && other->second != server_of[l]) {
         throw PlanError("the tied embedding '" + slot.name + "' is served by devices " + std::to_string(other->second) +
@@ -71,20 +63,20 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
       server_of_name[slot.name] = server_of[l];
     }
     if (!local(server_of[l])) continue;  // another rank's server
-    Floats values(p.count);
-    init_params(p, shape_, seed, values.data());
+    std::vector<float> values(p.count);
+    init_params(p, shape, seed, values.data());
     Server& server = servers_[server_of[l]];
     for (const ParamSlot& slot : p.slots) {
       if (server.params.count(slot.name)) continue;  // the head's tied copy: the embedding itself
-      ServerParam& sp = server.params[slot.name];
+      Param& sp = server.params[slot.name];
       sp.p.assign(values.begin() + static_cast<std::ptrdiff_t>(slot.offset),
                   values.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
       if (init != nullptr) {  // (a rank serving layers it runs no chunk of checks them here)
-        const size_t t = training_detail::find_tensor(by_name, slot.name);
+        const size_t t = find_param_tensor(by_name, slot.name);
         if (t == static_cast<size_t>(-1)) {
           throw InputError(init->path(), 0, slot.name, "missing: the model needs this parameter");
         }
-        load(slot, *init, t, sp.p.data());
+        load_param(slot, *init, t, sp.p.data());
       }
       sp.m.assign(slot.count, 0.0f);
       sp.v.assign(slot.count, 0.0f);
@@ -101,12 +93,11 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
     const bool update = to.kind == TaskKind::optimizer && to.worker < 0;
     if (!(push || update) || e.offset != 0 || plan_.task(e.from).kind == TaskKind::recv) continue;
     // (Tensor-parallel collectives run inside the backward: it is the device's last compute.)
-    const int last = e.from;
-    const TaskKind from = plan_.task(last).kind;
+    const TaskKind from = plan_.task(e.from).kind;
     if (from != TaskKind::backward && from != TaskKind::backward_weight) {
       throw PlanError("task " + std::to_string(e.from) + " ends a device's gradients but is not a backward task");
     }
-    takes_gradients_[static_cast<size_t>(last)] = 1;
+    takes_gradients_[static_cast<size_t>(e.from)] = 1;
   }
   for (size_t t = 0; t < plan_.tasks.size(); ++t) {
     const partition::Task& task = plan_.tasks[t];
@@ -117,18 +108,31 @@ void Training::build_servers(std::uint64_t seed, const WeightSource* init) {
   }
 }
 
-// Under mutex_: what a push or a local update reads, and what a pull carries. A plan whose
-// order edges do not put them after the tasks that make them gets a PlanError, not a crash.
-const std::vector<float>& Training::gradients_of(const Chunk& c, int iteration) const {
-  const auto found = taken_.find({&c, iteration});
+std::vector<const ParamSlot*> ParameterServers::served_slots(const ChunkParams& p, int server) const {
+  std::vector<const ParamSlot*> out;
+  for (const ParamSlot& slot : p.slots) {
+    if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
+  }
+  return out;
+}
+
+const ChunkParams& ParameterServers::chunk(const ChunkKey& key, int task) const {
+  const auto found = chunks_.find(key);
+  if (found == chunks_.end()) throw PlanError("transfer task " + std::to_string(task) + " serves no chunk");
+  return found->second;
+}
+
+const std::vector<float>& ParameterServers::gradients_of(const ChunkKey& c, int iteration) const {
+  const auto found = taken_.find({c, iteration});
   if (found == taken_.end()) {
-    throw PlanError("the gradients of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
-                    " for iteration " + std::to_string(iteration) + " are not complete (a push before the last backward?)");
+    throw PlanError("the gradients of worker " + std::to_string(std::get<1>(c)) + " stage " +
+                    std::to_string(std::get<2>(c)) + " for iteration " + std::to_string(iteration) +
+                    " are not complete (a push before the last backward?)");
   }
   return found->second;
 }
 
-const std::map<std::string, std::vector<float>>& Training::weights_of(int server, int iteration) const {
+const std::map<std::string, std::vector<float>>& ParameterServers::weights_of(int server, int iteration) const {
   const auto s = servers_.find(server);
   const auto found = s == servers_.end() ? decltype(s->second.versions)::const_iterator{} : s->second.versions.find(iteration);
   if (s == servers_.end() || found == s->second.versions.end()) {
@@ -138,133 +142,106 @@ const std::map<std::string, std::vector<float>>& Training::weights_of(int server
   return found->second;
 }
 
-std::vector<const ParamSlot*> Training::served_slots(const ChunkParams& p, int server) const {
-  std::vector<const ParamSlot*> out;
-  for (const ParamSlot& slot : p.slots) {
-    if (plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))] == server) out.push_back(&slot);
+void ParameterServers::take(const ChunkKey& c, int iteration, std::vector<float> grads) {
+  std::lock_guard lock(mutex_);
+  taken_[{c, iteration}] = std::move(grads);
+  // Pushes and updates of iterations this far back are done (WSP bounds the lag).
+  const auto first = taken_.lower_bound({c, std::numeric_limits<int>::min()});
+  taken_.erase(first, taken_.lower_bound({c, iteration - staleness_ - 3}));
+}
+
+std::optional<size_t> ParameterServers::pushed_floats(int tensor) const {
+  const auto source = push_source_.find(tensor);
+  if (source == push_source_.end()) return std::nullopt;
+  const auto [worker, stage, device] = source->second;
+  const auto p = chunks_.find({device, worker, stage});
+  if (p == chunks_.end()) return std::nullopt;
+  size_t floats = 0;
+  for (const ParamSlot* slot : served_slots(p->second, plan_.tensor(tensor).device)) floats += slot->count;
+  return floats;
+}
+
+std::optional<size_t> ParameterServers::message_floats(int send_task) const {
+  const partition::Task& t = plan_.task(send_task);
+  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
+    return std::nullopt;
+  }
+  const partition::Channel& channel = plan_.channel(t.channel);
+  const bool push = t.purpose == partition::Purpose::ps_push;
+  size_t floats = 0;
+  for (const ParamSlot* slot : served_slots(chunk({push ? channel.src : channel.dst, t.worker, t.stage}, send_task),
+                                            push ? channel.dst : channel.src)) {
+    floats += slot->count;
+  }
+  return floats;
+}
+
+std::vector<float> ParameterServers::message(int send_task, int iteration) const {
+  const partition::Task& t = plan_.task(send_task);
+  const partition::Channel& channel = plan_.channel(t.channel);
+  const bool push = t.purpose == partition::Purpose::ps_push;
+  // The chunk's layout (on another rank, for a pull: the server only needs its slots).
+  const ChunkKey key{push ? channel.src : channel.dst, t.worker, t.stage};
+  const ChunkParams& p = chunk(key, send_task);
+  std::vector<float> out;
+  std::lock_guard lock(mutex_);
+  if (push) {
+    const std::vector<float>& grads = gradients_of(key, iteration);
+    for (const ParamSlot* slot : served_slots(p, channel.dst)) {
+      out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
+                 grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
+    }
+  } else {
+    const auto& version = weights_of(channel.src, iteration);
+    for (const ParamSlot* slot : served_slots(p, channel.src)) append_pieces(*slot, version.at(slot->name), out);
   }
   return out;
 }
 
-void Training::take_gradients(int device, int iteration) {
+void ParameterServers::pulled(int recv_task, int iteration, std::span<const float> data) {
+  const partition::Task& t = plan_.task(recv_task);
+  const ChunkKey key{t.device, t.worker, t.stage};
+  if (!chunks_.count(key)) throw PlanError("pull task " + std::to_string(recv_task) + " serves no chunk");
   std::lock_guard lock(mutex_);
-  for (auto& c : chunks_) {
-    if (c->device != device) continue;
-    Floats& taken = taken_[{c.get(), iteration}];
-    taken.resize(c->grads.size());
-    c->ops().download(taken.data(), c->grads.data(), c->grads.size());
-    c->ops().zero(c->grads.data(), c->grads.size());
-    // Pushes and updates of iterations this far back are done (WSP bounds the lag).
-    const auto first = taken_.lower_bound({c.get(), std::numeric_limits<int>::min()});
-    taken_.erase(first, taken_.lower_bound({c.get(), iteration - staleness_ - 3}));
-  }
+  pulled_[{key, iteration, plan_.channel(t.channel).src}].assign(data.begin(), data.end());
 }
 
-void Training::adopt_pulled(Chunk& c, int iteration) {
+void ParameterServers::adopt(const ChunkKey& key, int iteration,
+                             const std::function<void(const ParamSlot&, std::span<const float>)>& upload) {
   std::lock_guard lock(mutex_);
+  const ChunkParams& p = chunks_.at(key);
   std::map<int, bool> servers;
-  const ChunkParams& p = c.math.params();
   for (const ParamSlot& slot : p.slots) servers[plan_.layout.sync.layer_server[static_cast<size_t>(layer_of(p, slot))]] = true;
   for (const auto& [server, unused] : servers) {
-    const auto slots = served_slots(c.math.params(), server);
-    if (server == c.device) {  // a local pull: the server's weights of that iteration
+    const auto slots = served_slots(p, server);
+    if (server == std::get<0>(key)) {  // a local pull: the server's weights of that iteration
       const auto& version = weights_of(server, iteration);
       std::vector<float> mine;
       for (const ParamSlot* slot : slots) {
         mine.clear();
         append_pieces(*slot, version.at(slot->name), mine);
-        c.ops().upload(c.params.data() + slot->offset, mine.data(), mine.size());
+        upload(*slot, mine);
       }
       continue;
     }
-    const auto found = pulled_.find({&c, iteration, server});
+    const auto found = pulled_.find({key, iteration, server});
     if (found == pulled_.end()) {
-      throw PlanError("the chunk of worker " + std::to_string(c.worker) + " stage " + std::to_string(c.stage) +
-                      " starts iteration " + std::to_string(iteration + staleness_ + 1) + " without the pull of iteration " +
-                      std::to_string(iteration) + " from device " + std::to_string(server));
+      throw PlanError("the chunk of worker " + std::to_string(std::get<1>(key)) + " stage " +
+                      std::to_string(std::get<2>(key)) + " starts iteration " + std::to_string(iteration + staleness_ + 1) +
+                      " without the pull of iteration " + std::to_string(iteration) + " from device " +
+                      std::to_string(server));
     }
     size_t at = 0;
     for (const ParamSlot* slot : slots) {
-      c.ops().upload(c.params.data() + slot->offset, found->second.data() + at, slot->count);
+      upload(*slot, std::span<const float>(found->second).subspan(at, slot->count));
       at += slot->count;
     }
     pulled_.erase(found);
   }
 }
 
-void Training::find_send_slices() {
-  send_slice_.assign(plan_.tasks.size(), {0, 0});
-  const partition::RunGraph graph(plan_);
-  const auto whole = static_cast<size_t>(plan_.layout.micro_batch_size) * static_cast<size_t>(shape_.S) *
-                     static_cast<size_t>(shape_.C);
-  for (size_t r = 0; r < plan_.tasks.size(); ++r) {
-    const partition::Task& t = plan_.tasks[r];
-    if (t.kind != TaskKind::recv ||
-        (t.purpose != partition::Purpose::activation && t.purpose != partition::Purpose::gradient)) {
-      continue;
-    }
-    const auto writes = plan_.writes(static_cast<int>(r));
-    const int send = graph.partner(static_cast<int>(r));
-    if (writes.empty() || send < 0) continue;
-    const auto sent = plan_.reads(send);
-    const auto slice = slice_of(writes[0], whole);
-    // (A sequence shard travels as it is: the sender holds its rows, not the whole.)
-    const bool whole_sent = !sent.empty() && slice_of(sent[0], whole) == std::pair<size_t, size_t>{0, whole};
-    if (whole_sent && slice.second - slice.first < whole) send_slice_[static_cast<size_t>(send)] = slice;
-  }
-}
-
-std::optional<size_t> Training::message_floats(int send_task) const {
-  const partition::Task& t = plan_.task(send_task);
-  if (const auto [begin, end] = send_slice_[static_cast<size_t>(send_task)]; end > begin) return end - begin;
-  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
-    return std::nullopt;
-  }
-  const partition::Channel& channel = plan_.channel(t.channel);
-  const bool push = t.purpose == partition::Purpose::ps_push;
-  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
-  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(send_task) + " serves no chunk");
-  size_t floats = 0;
-  for (const ParamSlot* slot : served_slots(found->second, push ? channel.dst : channel.src)) floats += slot->count;
-  return floats;
-}
-
-std::optional<std::vector<float>> Training::message(const TaskContext& task) {
-  const partition::Task& t = *task.spec;
-  if (const auto [begin, end] = send_slice_[static_cast<size_t>(task.task)]; end > begin) {
-    // (The activation is the device's memory: its ops copy it out.)
-    std::vector<float> out(end - begin);
-    if (task.reads.empty() || task.reads[0].size_bytes < end * sizeof(float)) {
-      throw PlanError("send task " + std::to_string(task.task) + " reads no whole activation to slice");
-    }
-    ops_of_(t.device).download(out.data(), reinterpret_cast<const float*>(task.reads[0].data) + begin, out.size());
-    return out;
-  }
-  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
-    return std::nullopt;
-  }
-  const partition::Channel& channel = plan_.channel(t.channel);
-  const bool push = t.purpose == partition::Purpose::ps_push;
-  // The chunk's layout (on another rank, for a pull: the server only needs its slots).
-  const auto found = params_at_.find({push ? channel.src : channel.dst, t.worker, t.stage});
-  if (found == params_at_.end()) throw PlanError("transfer task " + std::to_string(task.task) + " serves no chunk");
-  const ChunkParams& chunk = found->second;
-  std::vector<float> out;
-  std::lock_guard lock(mutex_);
-  if (push) {
-    const Floats& grads = gradients_of(*chunk_at_.at({channel.src, t.worker, t.stage}), task.iteration);
-    for (const ParamSlot* slot : served_slots(chunk, channel.dst)) {
-      out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
-                 grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
-    }
-  } else {
-    const auto& version = weights_of(channel.src, task.iteration);
-    for (const ParamSlot* slot : served_slots(chunk, channel.src)) append_pieces(*slot, version.at(slot->name), out);
-  }
-  return out;
-}
-
-void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
+void ParameterServers::update(TaskContext& task, const std::atomic<bool>& stop, OptimizerStep& step, GlobalNorm& norm,
+                              StepLog& log) {
   const int server = task.spec->device;
   Server& s = servers_.at(server);
   const auto reads = plan_.reads(task.task);
@@ -277,15 +254,16 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
     for (size_t k = 0; k < vw.stages.size(); ++k) {
       for (const int device : vw.ranks[static_cast<size_t>(vw.stages[k].rank)]) {
         const std::tuple<int, int, int> source{static_cast<int>(w), static_cast<int>(k), device};
-        const auto found = params_at_.find({device, static_cast<int>(w), static_cast<int>(k)});
-        if (found == params_at_.end()) continue;
+        const ChunkKey key{device, static_cast<int>(w), static_cast<int>(k)};
+        const auto found = chunks_.find(key);
+        if (found == chunks_.end()) continue;
         const auto slots = served_slots(found->second, server);
         if (slots.empty()) continue;
         std::vector<float> local;
         const float* data = nullptr;
         if (device == server) {
           std::lock_guard lock(mutex_);
-          const Floats& grads = gradients_of(*chunk_at_.at({device, static_cast<int>(w), static_cast<int>(k)}), task.iteration);
+          const std::vector<float>& grads = gradients_of(key, task.iteration);
           for (const ParamSlot* slot : slots) {
             local.insert(local.end(), grads.begin() + static_cast<std::ptrdiff_t>(slot->offset),
                          grads.begin() + static_cast<std::ptrdiff_t>(slot->offset + slot->count));
@@ -310,7 +288,7 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
         }
         const int tp_rank = found->second.tp_rank;
         for (const ParamSlot* slot : slots) {
-          ServerParam& sp = s.params.at(slot->name);
+          Param& sp = s.params.at(slot->name);
           if (slot->split || tp_rank == 0) add_pieces(*slot, data, sp.g);
           data += slot->count;
         }
@@ -318,23 +296,23 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
     }
   }
   OptimizerStep::Verdict verdict;
-  const double loss_scale = step_->scale_of(task.iteration);
-  if (step_->needs_norm()) {
+  const double loss_scale = step.scale_of(task.iteration);
+  if (step.needs_norm()) {
     double local = 0;
     for (const auto& [name, sp] : s.params) {
       for (const float g : sp.g) local += static_cast<double>(g) * g;
     }
     if (loss_scale != 1) local /= loss_scale * loss_scale;  // the unscaled gradients' (exact)
-    verdict = step_->judge(task.iteration, norm_->meet(task, stop, task.spec->device, local));
-    if (verdict.skip) log_->add_skipped(task.iteration);
+    verdict = step.judge(task.iteration, norm.meet(task, stop, server, local));
+    if (verdict.skip) log.add_skipped(task.iteration);
   }
   std::map<std::string, std::vector<float>> version;
   for (auto& [name, sp] : s.params) {
     if (!verdict.skip) {  // a skipped step (gradients not finite) leaves the weights as they were
       if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
       if (verdict.clip != 1) kernels::scale(sp.g.data(), verdict.clip, static_cast<long>(sp.g.size()));
-      const double lr = step_->lr(sp.steps);  // steps taken before this one
-      step_->adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
+      const double lr = step.lr(sp.steps);  // steps taken before this one
+      step.adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
     }
     std::fill(sp.g.begin(), sp.g.end(), 0.0f);
     version[name] = sp.p;
@@ -342,6 +320,40 @@ void Training::server_update(TaskContext& task, const std::atomic<bool>& stop) {
   std::lock_guard lock(mutex_);
   s.versions[task.iteration] = std::move(version);
   s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
+}
+
+std::map<std::string, const float*> ParameterServers::weights() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, const float*> out;
+  for (const auto& [device, server] : servers_) {
+    for (const auto& [name, p] : server.params) out[name] = p.p.data();
+  }
+  for (const auto& [name, values] : remote_weights_) out[name] = values.data();
+  return out;
+}
+
+void ParameterServers::save(std::vector<std::byte>& out) const {
+  std::lock_guard lock(mutex_);
+  size_t count = 0;
+  for (const auto& [device, server] : servers_) count += server.params.size();
+  put(out, static_cast<std::uint64_t>(count));
+  for (const auto& [device, server] : servers_) {
+    for (const auto& [name, p] : server.params) {
+      put_string(out, name);
+      put(out, static_cast<std::uint64_t>(p.p.size()));
+      for (const float v : p.p) put(out, v);
+    }
+  }
+}
+
+void ParameterServers::merge(ByteReader& in) {
+  std::lock_guard lock(mutex_);
+  const auto count = in.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto& values = remote_weights_[in.get_string()];
+    values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+    in.get_into(std::span<float>(values));
+  }
 }
 
 }  // namespace hetflow::exec
