@@ -448,4 +448,24 @@ void place_shard(const ParamSlot& slot, const float* shard, float* file_tensor) 
   }
 }
 
+bool has_routed_experts(const ChunkParams& p, int begin, int end) {
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.expert >= 0 && slot.layer >= begin && slot.layer < end) return true;
+  }
+  return false;
+}
+
+std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed) {
+  std::vector<FloatRun> runs;
+  for (const ParamSlot& slot : p.slots) {
+    if (slot.layer < begin || slot.layer >= end || (slot.expert >= 0) != routed || slot.count == 0) continue;
+    if (!runs.empty() && runs.back().at + runs.back().count == slot.offset) {
+      runs.back().count += slot.count;
+    } else {
+      runs.push_back({slot.offset, slot.count, false});
+    }
+  }
+  return runs;
+}
+
 }  // namespace hetflow::exec

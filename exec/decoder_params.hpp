@@ -170,6 +170,11 @@ std::vector<FloatRun> runs_of_part(const ChunkParams& mine, const ChunkParams& p
 // The floats [from, to) of the runs' concatenation, as runs.
 std::vector<FloatRun> slice_runs(const std::vector<FloatRun>& runs, size_t from, size_t to);
 size_t floats_of(const std::vector<FloatRun>& runs);
+// Whether the chunk holds routed experts of layers [begin, end).
+bool has_routed_experts(const ChunkParams& p, int begin, int end);
+// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
+// array order, adjacent runs merged: an expert-parallel gradient piece.
+std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed);
 
 // A seeded initialisation (GPT-2's: matrices and embeddings N(0, 0.02), output projections
 // N(0, 0.02 / sqrt(2 L)), norm gains 1, biases 0). Each element is a function of the seed,

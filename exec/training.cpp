@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -33,7 +33,6 @@ int index_of(std::span<const int> ids, int tensor) {
 using partition::CollectiveKind;
 using partition::TaskKind;
 using partition::TensorKind;
-using training_detail::tensor_of_kind;
 using Floats = std::vector<float>;
 
 Training::~Training() = default;
@@ -192,9 +191,9 @@ void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorP
       stash = std::move(s->second);
       c.stashes.erase(s);
     }
-    c.math.backward_weight(*stash, pass_grads(task, c));
+    c.math.backward_weight(*stash, sync_->pass_grads(task, c));
   }
-  pass_done(task);
+  sync_->pass_done(task);
   if (servers_ && servers_->takes_gradients(task.task)) take_gradients(t.device, task.iteration);
 }
 
@@ -234,7 +233,7 @@ void Training::forward(TaskContext& task, Chunk& c, TensorParallelExchange* exch
   if (c.math.context().size > 1) in.context_group = &group;  // (its exchanges come in the plan's order too)
   if (c.math.experts().size > 1) in.expert_group = &group;
   double loss = 0;
-  auto stash = c.math.forward(pass_params(task, c), in, loss);
+  auto stash = c.math.forward(sync_->pass_params(task, c), in, loss);
   group.done();
   if (const auto [sum, layers] = DecoderChunk::balance_loss(*stash); layers > 0 && c.tp_rank == 0) {
     log_->add_balance(task.iteration, t.worker, t.stage, t.microbatch, sum, layers);
@@ -304,7 +303,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
       throw PlanError("B task " + std::to_string(task.task) + " runs before its stash's to_device copy");
     }
     if (split) {
-      c.math.backward(*s->second, pass_params(task, c), pass_grads(task, c), dout, dinput, true, partial, tp,
+      c.math.backward(*s->second, sync_->pass_params(task, c), sync_->pass_grads(task, c), dout, dinput, true, partial, tp,
                       last_backward_[static_cast<size_t>(task.task)] != 0, context, experts);
       group.done();
       return;  // W takes the stash
@@ -312,7 +311,7 @@ void Training::backward(TaskContext& task, Chunk& c, bool split, TensorParallelE
     stash = std::move(s->second);
     c.stashes.erase(s);
   }
-  c.math.backward(*stash, pass_params(task, c), pass_grads(task, c), dout, dinput, false, partial, tp,
+  c.math.backward(*stash, sync_->pass_params(task, c), sync_->pass_grads(task, c), dout, dinput, false, partial, tp,
                   last_backward_[static_cast<size_t>(task.task)] != 0, context, experts);
   group.done();
 }
@@ -324,41 +323,10 @@ std::span<float> Training::collective_data(const TaskContext& task) {
     ops_of_(task.spec->device).upload(slot.data(), &square, 1);
     return slot.span();
   }
-  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_data(task);
-  Chunk* c = collective_chunk_[static_cast<size_t>(task.task)];
-  if (c == nullptr) return {};
-  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
-  if (runs.empty()) {
-    const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
-    return c->grads.span().subspan(begin, end - begin);
-  }
-  // (One device's collectives run one after another on its stream: no other thread here.)
-  c->take_replicated(task.iteration);
-  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
-  buffer = c->ops().floats(floats_of(runs));
-  size_t at = 0;
-  for (const FloatRun& run : runs) {
-    const float* from = run.replicated ? c->replicated_at(run.at) : c->grads.data() + run.at;
-    c->ops().copy(buffer.data() + at, from, run.count);
-    at += run.count;
-  }
-  return buffer.span();
+  return sync_->data(task);
 }
 
-void Training::collective_done(const TaskContext& task) {
-  if (static_cast<size_t>(task.task) >= collective_runs_.size()) return;
-  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_done(task);
-  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
-  if (runs.empty()) return;
-  Chunk& c = *collective_chunk_[static_cast<size_t>(task.task)];
-  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
-  size_t at = 0;
-  for (const FloatRun& run : runs) {
-    c.ops().copy(c.grads.data() + run.at, buffer.data() + at, run.count);
-    at += run.count;
-  }
-  buffer = OpsFloats();
-}
+void Training::collective_done(const TaskContext& task) { sync_->done(task); }
 
 std::string Training::describe() const {
   std::ostringstream out;

@@ -3,6 +3,14 @@
 // floats each of its gradient collectives reduces. A back end calls it (the CPU's,
 // exec/cpu_backend.hpp); the engine still decides when every task runs.
 //
+// Training maps the plan's tasks onto the loop's seams, each with its own state: the
+// chunks (exec/chunk_state.hpp), the batch feed (batch_feed.hpp), gradient synchronisation
+// and ZeRO's shards (gradient_sync.hpp), the optimizer step (optimizer_step.hpp) and the
+// global norm's meeting (global_norm.hpp), parameter servers (parameter_servers.hpp), and
+// what each step measured (step_log.hpp). What it keeps itself: the chunks found from the
+// plan, tensor-parallel exchanges inside a pass, boundary slices, and the weights gathered
+// at rank 0.
+//
 // Where the numbers live: each device's chunks keep their parameters, gradients and Adam
 // moments in that device's DecoderOps memory (exec/decoder_ops.hpp; the CPU's by default) and
 // touch them only through its ops, the optimizer's scale, squared norm and AdamW included;
@@ -106,8 +114,10 @@
 #include "exec/backend.hpp"
 #include "exec/batch_feed.hpp"
 #include "exec/checkpoint.hpp"
+#include "exec/chunk_state.hpp"
 #include "exec/decoder.hpp"
 #include "exec/global_norm.hpp"
+#include "exec/gradient_sync.hpp"
 #include "exec/optimizer_step.hpp"
 #include "exec/parameter_servers.hpp"
 #include "exec/ranks.hpp"
@@ -224,7 +234,7 @@ class Training {
   std::string describe() const;  // family, shapes, data source
   const DecoderShape& shape() const { return shape_; }
 
-  struct Chunk;  // one (device, chunk): parameters, gradients, moments, stashes
+  using Chunk = ChunkState;  // one (device, chunk): parameters, gradients, moments, stashes
 
  private:
   void forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange);
@@ -240,7 +250,7 @@ class Training {
   void make_chunks(std::uint64_t seed);
   void load_weights(const WeightSource& init);
   void find_last_backwards();
-  void map_collectives();  // what each gradient and norm collective reduces
+  void map_norms();  // the float each gradient-norm collective reduces
   // Parameter servers: a device's chunks' gradients to their servers after its last compute
   // of an iteration, and a chunk's adoption of the weights pulled D + 1 iterations back.
   void take_gradients(int device, int iteration);
@@ -254,40 +264,13 @@ class Training {
   std::vector<std::pair<size_t, size_t>> send_slice_;
   bool local(int device) const;
 
-  // ZeRO (exec/training_zero.cpp): what each collective of a sharded plan does to a chunk,
-  // and the transient whole buffers its passes use.
-  enum class ZeroRole : char {
-    none,
-    scatter,        // reduce-scatter a span of the chunk's gradients in place (stage 1)
-    scatter_whole,  // reduce-scatter a pass's unsharded_grad buffer, then add the shard (2, 3)
-    gather,         // all-gather a span of the chunk's parameters in place (1, 2)
-    gather_copy,    // all-gather the parameters into a gathered_weight buffer (3)
-  };
-  void map_zero();
-  // The parameters a pass reads and the gradients it adds to: the chunk's own, or transients.
-  const float* pass_params(const TaskContext& task, Chunk& c);
-  float* pass_grads(const TaskContext& task, Chunk& c);
-  void pass_done(const TaskContext& task);  // a gathered copy's reader ended
-  std::span<float> zero_data(const TaskContext& task);  // collective_data of a ZeRO collective
-  void zero_done(const TaskContext& task);
-  void set_unowned(Chunk& c, float value);  // the parameters outside the chunk's shard
   // Each element of the `values` of a chunk of `stage`, `tp_rank` and `expert_rank` (0 without
-  // expert parallelism) from the replica that owns it (local chunks and, at rank 0 after
-  // collect_at_root, the other ranks' shards).
+  // expert parallelism) from the replica that owns it under ZeRO (local chunks and, at rank 0
+  // after collect_at_root, the other ranks' shards).
   void fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const;
-  int zero_stage_ = 0;
-  std::vector<ZeroRole> zero_role_;                   // per task
-  std::vector<std::pair<size_t, size_t>> zero_part_;  // per task: the flat range this member owns
-  std::map<int, int> weight_of_gathered_;             // gathered_weight tensor -> the weight its all-gather reads
-  std::map<int, double> piece_of_weight_;             // such a weight -> the parameters its all-gathers gather
-  std::map<int, int> readers_of_;                     // gathered_weight tensor -> tasks reading it in an iteration
-  std::map<int, int> scatters_of_whole_;              // unsharded_grad tensor -> its reduce-scatters (2 under expert parallelism)
-  struct Transient {
-    OpsFloats floats;
-    int reads_left = 0;
-  };
-  std::mutex transient_mutex_;  // the map; each buffer's floats are ordered by the plan's edges
-  std::map<std::pair<int, int>, Transient> transient_;  // (iteration, tensor)
+  int zero_stage_ = 0;  // 0 unless the plan shards over several replicas
+  std::map<int, int> weight_of_gathered_;  // ZeRO 3: gathered_weight tensor -> the weight its all-gather reads
+  std::map<int, double> piece_of_weight_;  // such a weight -> the parameters its all-gathers gather
   struct RemoteShard {
     int stage = 0, tp_rank = 0, expert_rank = 0;
     size_t offset = 0;
@@ -315,12 +298,7 @@ class Training {
   std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk
   std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk of this rank
   std::map<std::tuple<int, int, int>, ChunkParams> params_at_;  // (device, worker, stage) -> its layout, every rank's
-  std::vector<std::pair<size_t, size_t>> collective_span_;  // per task: [begin, end) in its chunk's gradients
-  std::vector<Chunk*> collective_chunk_;                    // per task
-  std::vector<std::vector<FloatRun>> collective_runs_;      // per task: gathered instead (empty: the span)
-  std::vector<OpsFloats> gathered_;                          // per task: its runs' floats while it runs
-  SplitPart common_part(const std::vector<int>& members) const;
-  void check_collective_sizes() const;
+  std::optional<GradientSync> sync_;  // what each gradient collective moves
   // The gradient-norm all-reduce (Purpose::gradient_norm) of each device: whether the plan
   // has one, and the float it reduces (the device's sum of squares, then its worker's). Each
   // device's slot is written and read by its own thread alone.

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 
 namespace hetflow::exec {
 
@@ -67,7 +67,7 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     }
     c->ops().zero(c->grads.data(), c->grads.size());
     // What others own is theirs to bring: the plan's all-gathers, before any pass reads it.
-    if (!c->owned.empty()) set_unowned(*c, std::numeric_limits<float>::quiet_NaN());
+    if (!c->owned.empty()) c->set_unowned(std::numeric_limits<float>::quiet_NaN());
   }
 }
 

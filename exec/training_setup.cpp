@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "exec/param_load.hpp"
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -37,51 +37,8 @@ bool is_buffer(const std::string& name) {
   return false;
 }
 
-// Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
-// embedding's table (the first chunk's, or the last chunk's copy), or layers [begin, end).
-std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkParams& held, const SplitPart& part,
-                                         bool embedding, int begin, int end) {
-  const size_t tied = held.has_embedding ? 0 : held.head_slot;
-  return runs_of_part(held, chunk_params_part(shape, held.layer_begin, held.layer_end, part), [&](size_t i) {
-    return embedding ? i == tied : held.slots[i].layer >= begin && held.slots[i].layer < end;
-  });
-}
-
 }  // namespace
 
-namespace training_detail {
-
-// (training_chunk.hpp) Whether the chunk holds routed experts of layers [begin, end).
-bool has_routed_experts(const ChunkParams& p, int begin, int end) {
-  for (const ParamSlot& slot : p.slots) {
-    if (slot.expert >= 0 && slot.layer >= begin && slot.layer < end) return true;
-  }
-  return false;
-}
-
-// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
-// array order, adjacent runs merged.
-std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed) {
-  std::vector<FloatRun> runs;
-  for (const ParamSlot& slot : p.slots) {
-    if (slot.layer < begin || slot.layer >= end || (slot.expert >= 0) != routed || slot.count == 0) continue;
-    if (!runs.empty() && runs.back().at + runs.back().count == slot.offset) {
-      runs.back().count += slot.count;
-    } else {
-      runs.push_back({slot.offset, slot.count, false});
-    }
-  }
-  return runs;
-}
-
-int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, TensorKind kind) {
-  for (const int t : ids) {
-    if (plan.tensor(t).kind == kind) return t;
-  }
-  return -1;
-}
-
-}  // namespace training_detail
 
 namespace {
 
@@ -92,9 +49,6 @@ std::unique_ptr<WeightSource> in_memory(const SafetensorsFile* init, const std::
 
 }  // namespace
 
-using training_detail::tensor_of_kind;
-using training_detail::expert_piece_runs;
-using training_detail::has_routed_experts;
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                    std::uint64_t seed, const SafetensorsFile* init, const std::string& init_path, const Ranks* ranks)
@@ -125,8 +79,14 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     // the scale is known; a constant scale works.
     throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
   }
-  map_collectives();
-  map_zero();
+  map_norms();
+  sync_.emplace(plan_, shape_, chunk_of_tensor_, tp_position_, [this](int d) { return local(d); }, zero_stage_);
+  // Stage 3: no pass reads the chunk's own parameters, only gathered copies.
+  if (zero_stage_ >= 3) {
+    for (auto& c : chunks_) {
+      if (!c->owned.empty()) c->set_unowned(std::numeric_limits<float>::quiet_NaN());
+    }
+  }
 }
 
 // The plan's network and layout as real math needs them: the decoder's shape, each device's
@@ -373,11 +333,18 @@ void Training::find_last_backwards() {
   for (const auto& [chunk, where] : last) last_backward_[static_cast<size_t>(where.second)] = 1;
 }
 
-void Training::map_collectives() {
+// The gradient-norm all-reduce of each device (Purpose::gradient_norm): the float it reduces.
+int Training::weight_read_by(int task) const {
+  const auto reads = plan_.reads(task);
+  const int weight = tensor_of_kind(plan_, reads, TensorKind::weight);
+  if (weight >= 0) return weight;
+  const int gathered = tensor_of_kind(plan_, reads, TensorKind::gathered_weight);
+  const auto found = weight_of_gathered_.find(gathered);
+  return found == weight_of_gathered_.end() ? -1 : found->second;
+}
+
+void Training::map_norms() {
   const partition::Plan& plan = plan_;
-  // Collectives: the gradient span each reduces, or the gradient norm.
-  collective_span_.assign(plan.tasks.size(), {0, 0});
-  collective_chunk_.assign(plan.tasks.size(), nullptr);
   norm_task_.assign(plan.tasks.size(), 0);
   has_norm_.assign(static_cast<size_t>(plan.device_count()), 0);
   norm_square_.assign(static_cast<size_t>(plan.device_count()), {});
@@ -390,155 +357,6 @@ void Training::map_collectives() {
       if (local(task.device)) norm_square_[static_cast<size_t>(task.device)] = ops_of_(task.device).floats(1);
     }
   }
-  // Each gradient collective reduces the part of Megatron's split its members hold in common
-  // (all of a rank's when every worker has the same degree): a span of the chunk's
-  // gradients, or runs gathered in the part's order. A bucketed piece splits its floats
-  // evenly among its buckets, in task order.
-  using PieceKey = std::tuple<int, int, int, long long, long long, long long>;  // grad, layers, part (lo, hi, denominator)
-  std::map<PieceKey, std::vector<int>> buckets;  // -> its tasks, in order
-  std::map<PieceKey, std::vector<FloatRun>> runs_of_piece;
-  collective_runs_.assign(plan.tasks.size(), {});
-  gathered_.assign(plan.tasks.size(), {});
-  for (size_t t = 0; t < plan.tasks.size(); ++t) {
-    const partition::Task& task = plan.tasks[t];
-    if (task.kind != TaskKind::collective || !local(task.device)) continue;
-    const auto& c = plan.collective(task.collective);
-    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
-    // From ZeRO stage 2 the sharded collectives move whole pieces (map_zero).
-    if (zero_stage_ >= 2 && c.kind != partition::CollectiveKind::all_reduce) continue;
-    const auto reads = plan.reads(static_cast<int>(t));
-    const auto found = reads.empty() ? chunk_of_tensor_.end() : chunk_of_tensor_.find(reads[0]);
-    if (found == chunk_of_tensor_.end()) {
-      throw PlanError("collective task " + std::to_string(t) + " reduces no gradient tensor of a chunk");
-    }
-    Chunk& chunk = *found->second;
-    collective_chunk_[t] = &chunk;
-    const ChunkParams& p = chunk.math.params();
-    const bool embedding = c.purpose == partition::Purpose::embedding;
-    if (!embedding && (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end)) {
-      throw PlanError("collective task " + std::to_string(t) + " reduces layers its chunk does not hold");
-    }
-    const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
-    const SplitPart part = common_part(plan.members(c));
-    const bool whole_rank = part.lo_num * chunk.tp == static_cast<long long>(chunk.tp_rank) * part.lo_den &&
-                            part.hi_num * chunk.tp == static_cast<long long>(chunk.tp_rank + 1) * part.hi_den;
-    const size_t tied = p.has_embedding ? 0 : p.head_slot;
-    if (whole_rank && embedding) {
-      collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
-      continue;
-    }
-    // Expert parallelism: a layer range's gradients are summed in two pieces, the layers less
-    // their routed experts over every replica, and each expert rank's experts over the
-    // replicas that hold them (partition's Segment pieces): told apart by their members.
-    if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
-      const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
-      const size_t replicas = plan.layout.workers.size() / context;
-      const bool routed = plan.communicator(c.communicator).devices.size() < replicas;
-      const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
-      buckets[key].push_back(static_cast<int>(t));
-      if (!runs_of_piece.count(key)) runs_of_piece[key] = expert_piece_runs(p, begin, end, routed);
-      continue;
-    }
-    const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
-    buckets[key].push_back(static_cast<int>(t));
-    if (whole_rank || runs_of_piece.count(key)) continue;
-    runs_of_piece[key] = runs_of_collective(shape_, p, part, embedding, begin, end);
-  }
-  check_collective_sizes();
-  for (const auto& [key, tasks] : buckets) {
-    const auto& [grad, begin, end, lo, hi, denominator] = key;
-    const size_t k = tasks.size();
-    if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
-      const size_t n = floats_of(runs->second);
-      if (lo < 0) {  // an expert-parallel piece: the plan's buckets hold its floats
-        double planned = 0;
-        for (const int task : tasks) planned += plan.collective(plan.task(task).collective).bytes;
-        // (ZeRO's all-gathers move parameters, the rest gradients.)
-        const bool gathers = plan.collective(plan.task(tasks[0]).collective).kind == partition::CollectiveKind::all_gather;
-        planned /= gathers ? model::element_bytes(plan.layout.precision) : plan.layout.gradient_element_bytes();
-        if (std::abs(planned - static_cast<double>(n)) > 0.5) {
-          throw PlanError("collective task " + std::to_string(tasks[0]) + (gathers ? " gathers " : " sums ") +
-                          model::units::format_number(planned) + (gathers ? " parameters" : " gradients") +
-                          " of layers " + std::to_string(begin) + "-" + std::to_string(end - 1) + " where the " +
-                          (lo == -2 ? "routed experts this replica holds" : "layers less their routed experts") +
-                          " are " + std::to_string(n));
-        }
-      }
-      for (size_t b = 0; b < k; ++b) {
-        collective_runs_[static_cast<size_t>(tasks[b])] = slice_runs(runs->second, n * b / k, n * (b + 1) / k);
-      }
-      continue;
-    }
-    const ChunkParams& p = chunk_of_tensor_.at(grad)->math.params();
-    const size_t from = p.layer_start[static_cast<size_t>(begin - p.layer_begin)];
-    const size_t to = p.layer_start[static_cast<size_t>(end - p.layer_begin)];
-    const size_t n = to - from;
-    for (size_t b = 0; b < k; ++b) {
-      collective_span_[static_cast<size_t>(tasks[b])] = {from + n * b / k, from + n * (b + 1) / k};
-    }
-  }
-}
-
-// Every member of a gradient collective must bring as many floats as the others, or the sum
-// would mix parameters: refused before the run (a worker whose one chunk holds both ends of a
-// tied embedding has no head copy to all-reduce, for one).
-void Training::check_collective_sizes() const {
-  std::map<int, std::pair<int, int>> layers_of_grad;  // weight_grad tensor -> its chunk's layers
-  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
-    const partition::Task& task = plan_.tasks[t];
-    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
-    const int grad = tensor_of_kind(plan_, plan_.writes(static_cast<int>(t)), TensorKind::weight_grad);
-    if (grad >= 0) layers_of_grad.try_emplace(grad, task.layer_begin, task.layer_end);
-  }
-  std::map<std::tuple<int, int, int, int, int, int, long long, long long, long long>, size_t> cache;
-  for (size_t id = 0; id < plan_.collectives.size(); ++id) {
-    const partition::Collective& c = plan_.collectives[id];
-    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
-    const bool embedding = c.purpose == partition::Purpose::embedding;
-    const SplitPart part = common_part(plan_.members(c));
-    size_t first = 0;
-    int first_device = -1;
-    for (size_t i = 0; i < c.tasks.size(); ++i) {
-      const partition::Task& task = plan_.task(c.tasks[i]);
-      const auto reads = plan_.reads(c.tasks[i]);
-      const auto layers = reads.empty() ? layers_of_grad.end() : layers_of_grad.find(reads[0]);
-      if (layers == layers_of_grad.end()) continue;  // not a chunk's gradients: refused where it runs
-      const auto [j, t] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
-      const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
-      const std::tuple key{layers->second.first, layers->second.second, j, t, begin, end,
-                           part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
-      auto found = cache.find(key);
-      if (found == cache.end()) {
-        const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
-        found = cache.emplace(key, floats_of(runs_of_collective(shape_, mine, part, embedding, begin, end))).first;
-      }
-      if (first_device < 0) {
-        first = found->second;
-        first_device = task.device;
-      }
-      if (found->second != first) {
-        throw PlanError("collective " + std::to_string(id) + " (" + std::string(partition::to_string(c.purpose)) +
-                        ") sums " + std::to_string(first) + " floats on device " + std::to_string(first_device) + " but " +
-                        std::to_string(found->second) +
-                        " on device " + std::to_string(task.device) + ": its members hold different parameters");
-      }
-    }
-  }
-}
-
-// The part of Megatron's split that every member holds: the intersection of their ranks'
-// [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
-SplitPart Training::common_part(const std::vector<int>& members) const {
-  SplitPart part{0, 1, 1, 1};
-  for (const int d : members) {
-    const auto found = tp_position_.find(d);
-    const auto [j, t] = found == tp_position_.end() ? std::pair{0, 1} : found->second;
-    if (static_cast<long long>(j) * part.lo_den > part.lo_num * t) part.lo_num = j, part.lo_den = t;
-    if (static_cast<long long>(j + 1) * part.hi_den < part.hi_num * t) part.hi_num = j + 1, part.hi_den = t;
-  }
-  // In lowest terms, so one part has one spelling whatever the members' degrees.
-  const long long lo = std::gcd(part.lo_num, part.lo_den), hi = std::gcd(part.hi_num, part.hi_den);
-  return {part.lo_num / lo, part.lo_den / lo, part.hi_num / hi, part.hi_den / hi};
 }
 
 void Training::place(OpsOfDevice ops_of_device) {

@@ -8,7 +8,7 @@
 
 #include "exec/training.hpp"
 
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 #include "model/error.hpp"
 #include "partition/run_graph.hpp"
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 #include "kernels/transformer.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -20,7 +20,6 @@ namespace hetflow::exec {
 
 using partition::TaskKind;
 using partition::TensorKind;
-using training_detail::tensor_of_kind;
 using Floats = std::vector<float>;
 
 std::vector<double> Training::losses() const {
@@ -179,6 +178,19 @@ void Training::collect_at_root() {
         throw Error("rank " + std::to_string(r) + " sent an unknown record of its training");
       }
     }
+  }
+}
+
+void Training::fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const {
+  if (zero_stage_ == 0) return;
+  for (const auto& c : chunks_) {
+    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank || c->math.experts().rank != expert_rank) continue;
+    for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
+  }
+  for (const RemoteShard& r : remote_shards_) {
+    if (r.stage != stage || r.tp_rank != tp_rank || r.expert_rank != expert_rank) continue;
+    if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
+    std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
   }
 }
 

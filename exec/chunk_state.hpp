@@ -1,22 +1,25 @@
 #pragma once
-// Inside exec/training*.cpp only: a chunk's state on its device (its decoder math, its
-// parameters, gradients and AdamW moments in the device's memory, the stashes its forwards
-// leave), and the helpers the training's files share.
+// One chunk of the model on one device, as real training holds it (torchtitan's model
+// seam): its decoder math (exec/decoder.hpp), its parameters, gradients and AdamW moments in
+// the device's memory (touched only through the device's DecoderOps), where it sits in the
+// plan (device, virtual worker, stage, tensor-parallel rank), what it owns under ZeRO, and
+// the stashes its forwards leave for their backwards.
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <span>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "exec/training.hpp"
+#include "exec/decoder.hpp"
+#include "exec/decoder_ops.hpp"
+#include "partition/layout.hpp"
 
 namespace hetflow::exec {
 
-struct Training::Chunk {
-  Chunk(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank, int degree,
-        const DecoderOps& device_ops, bool sequence_parallel, ContextSplit context = {}, ExpertGroup experts = {})
+struct ChunkState {
+  ChunkState(const DecoderShape& shape, int layer_begin, int layer_end, partition::Recompute recompute, int rank,
+             int degree, const DecoderOps& device_ops, bool sequence_parallel, ContextSplit context = {},
+             ExpertGroup experts = {})
       : math(shape, layer_begin, layer_end, recompute, rank, degree, device_ops, sequence_parallel, context,
              std::move(experts)),
         ops_(&device_ops) {}
@@ -84,6 +87,22 @@ struct Training::Chunk {
     math.set_ops(to);
     ops_ = &to;
   }
+  // Sets every parameter outside `owned` to `value` (ZeRO: NaN where another replica owns it,
+  // so a pass that read one without the plan's all-gather would show it in the loss).
+  void set_unowned(float value) {
+    size_t at = 0;
+    std::vector<float> fill;
+    const auto set = [&](size_t a, size_t b) {
+      if (b <= a) return;
+      fill.assign(b - a, value);
+      ops().upload(params.data() + a, fill.data(), b - a);
+    };
+    for (const auto& [a, b] : owned) {
+      set(at, a);
+      at = b;
+    }
+    set(at, params.size());
+  }
   std::vector<float> host_params() const {
     std::vector<float> host(params.size());
     ops().download(host.data(), params.data(), params.size());
@@ -99,16 +118,5 @@ struct Training::Chunk {
   std::mutex mutex;  // the stashes: the compute stream writes them, nothing else reads
   std::map<std::pair<int, int>, DecoderChunk::StashPtr> stashes;  // (iteration, micro-batch)
 };
-
-namespace training_detail {
-
-// Whether the chunk holds routed experts of layers [begin, end).
-bool has_routed_experts(const ChunkParams& p, int begin, int end);
-// The floats of layers [begin, end) that are routed experts' (`routed`), or all the others, in
-// array order, adjacent runs merged: an expert-parallel gradient piece.
-std::vector<FloatRun> expert_piece_runs(const ChunkParams& p, int begin, int end, bool routed);
-// The first of `ids` whose tensor is of `kind`, or -1.
-int tensor_of_kind(const partition::Plan& plan, std::span<const int> ids, partition::TensorKind kind);
-}  // namespace training_detail
 
 }  // namespace hetflow::exec

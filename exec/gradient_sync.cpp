@@ -1,13 +1,15 @@
-// exec::Training under ZeRO (training.hpp): which floats of a chunk each sharded collective
-// moves, what each replica owns, and the transient whole buffers of stages 2 and 3.
+#include "exec/gradient_sync.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
+#include <tuple>
 
-#include "exec/training.hpp"
-#include "exec/training_chunk.hpp"
+#include "exec/plan_tensors.hpp"
 #include "model/error.hpp"
+#include "model/units.hpp"
 #include "partition/collective_steps.hpp"
 #include "partition/estimate.hpp"
 #include "partition/task_order.hpp"
@@ -17,7 +19,6 @@ namespace hetflow::exec {
 using partition::CollectiveKind;
 using partition::TaskKind;
 using partition::TensorKind;
-using training_detail::tensor_of_kind;
 
 namespace {
 
@@ -57,18 +58,188 @@ auto& made_before(Transients& made, const partition::Plan& plan, const TaskConte
   return found->second.floats;
 }
 
-}  // namespace
-
-int Training::weight_read_by(int task) const {
-  const auto reads = plan_.reads(task);
-  const int weight = tensor_of_kind(plan_, reads, TensorKind::weight);
-  if (weight >= 0) return weight;
-  const int gathered = tensor_of_kind(plan_, reads, TensorKind::gathered_weight);
-  const auto found = weight_of_gathered_.find(gathered);
-  return found == weight_of_gathered_.end() ? -1 : found->second;
+// Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
+// embedding's table (the first chunk's, or the last chunk's copy), or layers [begin, end).
+std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkParams& held, const SplitPart& part,
+                                         bool embedding, int begin, int end) {
+  const size_t tied = held.has_embedding ? 0 : held.head_slot;
+  return runs_of_part(held, chunk_params_part(shape, held.layer_begin, held.layer_end, part), [&](size_t i) {
+    return embedding ? i == tied : held.slots[i].layer >= begin && held.slots[i].layer < end;
+  });
 }
 
-void Training::map_zero() {
+}  // namespace
+
+GradientSync::GradientSync(const partition::Plan& plan, const DecoderShape& shape,
+                           const std::map<int, ChunkState*>& chunk_of_tensor,
+                           const std::map<int, std::pair<int, int>>& tp_position, std::function<bool(int)> local,
+                           int zero_stage)
+    : plan_(plan),
+      shape_(shape),
+      chunk_of_tensor_(chunk_of_tensor),
+      tp_position_(tp_position),
+      local_(std::move(local)),
+      zero_stage_(zero_stage) {
+  map_collectives();
+  map_zero();
+}
+
+void GradientSync::map_collectives() {
+  const partition::Plan& plan = plan_;
+  collective_span_.assign(plan.tasks.size(), {0, 0});
+  collective_chunk_.assign(plan.tasks.size(), nullptr);
+  // Each gradient collective reduces the part of Megatron's split its members hold in common
+  // (all of a rank's when every worker has the same degree): a span of the chunk's
+  // gradients, or runs gathered in the part's order. A bucketed piece splits its floats
+  // evenly among its buckets, in task order.
+  using PieceKey = std::tuple<int, int, int, long long, long long, long long>;  // grad, layers, part (lo, hi, denominator)
+  std::map<PieceKey, std::vector<int>> buckets;  // -> its tasks, in order
+  std::map<PieceKey, std::vector<FloatRun>> runs_of_piece;
+  collective_runs_.assign(plan.tasks.size(), {});
+  gathered_.assign(plan.tasks.size(), {});
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::collective || !local_(task.device)) continue;
+    const auto& c = plan.collective(task.collective);
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    // From ZeRO stage 2 the sharded collectives move whole pieces (map_zero).
+    if (zero_stage_ >= 2 && c.kind != partition::CollectiveKind::all_reduce) continue;
+    const auto reads = plan.reads(static_cast<int>(t));
+    const auto found = reads.empty() ? chunk_of_tensor_.end() : chunk_of_tensor_.find(reads[0]);
+    if (found == chunk_of_tensor_.end()) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces no gradient tensor of a chunk");
+    }
+    ChunkState& chunk = *found->second;
+    collective_chunk_[t] = &chunk;
+    const ChunkParams& p = chunk.math.params();
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    if (!embedding && (task.layer_begin < p.layer_begin || task.layer_end > p.layer_end)) {
+      throw PlanError("collective task " + std::to_string(t) + " reduces layers its chunk does not hold");
+    }
+    const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+    const SplitPart part = common_part(plan.members(c));
+    const bool whole_rank = part.lo_num * chunk.tp == static_cast<long long>(chunk.tp_rank) * part.lo_den &&
+                            part.hi_num * chunk.tp == static_cast<long long>(chunk.tp_rank + 1) * part.hi_den;
+    const size_t tied = p.has_embedding ? 0 : p.head_slot;
+    if (whole_rank && embedding) {
+      collective_span_[t] = {p.slots[tied].offset, p.slots[tied].offset + p.slots[tied].count};
+      continue;
+    }
+    // Expert parallelism: a layer range's gradients are summed in two pieces, the layers less
+    // their routed experts over every replica, and each expert rank's experts over the
+    // replicas that hold them (partition's Segment pieces): told apart by their members.
+    if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
+      const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
+      const size_t replicas = plan.layout.workers.size() / context;
+      const bool routed = plan.communicator(c.communicator).devices.size() < replicas;
+      const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
+      buckets[key].push_back(static_cast<int>(t));
+      if (!runs_of_piece.count(key)) runs_of_piece[key] = expert_piece_runs(p, begin, end, routed);
+      continue;
+    }
+    const PieceKey key{reads[0], begin, end, part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
+    buckets[key].push_back(static_cast<int>(t));
+    if (whole_rank || runs_of_piece.count(key)) continue;
+    runs_of_piece[key] = runs_of_collective(shape_, p, part, embedding, begin, end);
+  }
+  check_collective_sizes();
+  for (const auto& [key, tasks] : buckets) {
+    const auto& [grad, begin, end, lo, hi, denominator] = key;
+    const size_t k = tasks.size();
+    if (const auto runs = runs_of_piece.find(key); runs != runs_of_piece.end()) {
+      const size_t n = floats_of(runs->second);
+      if (lo < 0) {  // an expert-parallel piece: the plan's buckets hold its floats
+        double planned = 0;
+        for (const int task : tasks) planned += plan.collective(plan.task(task).collective).bytes;
+        // (ZeRO's all-gathers move parameters, the rest gradients.)
+        const bool gathers = plan.collective(plan.task(tasks[0]).collective).kind == partition::CollectiveKind::all_gather;
+        planned /= gathers ? model::element_bytes(plan.layout.precision) : plan.layout.gradient_element_bytes();
+        if (std::abs(planned - static_cast<double>(n)) > 0.5) {
+          throw PlanError("collective task " + std::to_string(tasks[0]) + (gathers ? " gathers " : " sums ") +
+                          model::units::format_number(planned) + (gathers ? " parameters" : " gradients") +
+                          " of layers " + std::to_string(begin) + "-" + std::to_string(end - 1) + " where the " +
+                          (lo == -2 ? "routed experts this replica holds" : "layers less their routed experts") +
+                          " are " + std::to_string(n));
+        }
+      }
+      for (size_t b = 0; b < k; ++b) {
+        collective_runs_[static_cast<size_t>(tasks[b])] = slice_runs(runs->second, n * b / k, n * (b + 1) / k);
+      }
+      continue;
+    }
+    const ChunkParams& p = chunk_of_tensor_.at(grad)->math.params();
+    const size_t from = p.layer_start[static_cast<size_t>(begin - p.layer_begin)];
+    const size_t to = p.layer_start[static_cast<size_t>(end - p.layer_begin)];
+    const size_t n = to - from;
+    for (size_t b = 0; b < k; ++b) {
+      collective_span_[static_cast<size_t>(tasks[b])] = {from + n * b / k, from + n * (b + 1) / k};
+    }
+  }
+}
+
+// Every member of a gradient collective must bring as many floats as the others, or the sum
+// would mix parameters: refused before the run (a worker whose one chunk holds both ends of a
+// tied embedding has no head copy to all-reduce, for one).
+void GradientSync::check_collective_sizes() const {
+  std::map<int, std::pair<int, int>> layers_of_grad;  // weight_grad tensor -> its chunk's layers
+  for (size_t t = 0; t < plan_.tasks.size(); ++t) {
+    const partition::Task& task = plan_.tasks[t];
+    if (task.kind != TaskKind::backward && task.kind != TaskKind::backward_weight) continue;
+    const int grad = tensor_of_kind(plan_, plan_.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad >= 0) layers_of_grad.try_emplace(grad, task.layer_begin, task.layer_end);
+  }
+  std::map<std::tuple<int, int, int, int, int, int, long long, long long, long long>, size_t> cache;
+  for (size_t id = 0; id < plan_.collectives.size(); ++id) {
+    const partition::Collective& c = plan_.collectives[id];
+    if (c.purpose != partition::Purpose::data_parallel && c.purpose != partition::Purpose::embedding) continue;
+    const bool embedding = c.purpose == partition::Purpose::embedding;
+    const SplitPart part = common_part(plan_.members(c));
+    size_t first = 0;
+    int first_device = -1;
+    for (size_t i = 0; i < c.tasks.size(); ++i) {
+      const partition::Task& task = plan_.task(c.tasks[i]);
+      const auto reads = plan_.reads(c.tasks[i]);
+      const auto layers = reads.empty() ? layers_of_grad.end() : layers_of_grad.find(reads[0]);
+      if (layers == layers_of_grad.end()) continue;  // not a chunk's gradients: refused where it runs
+      const auto [j, t] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
+      const auto [begin, end] = embedding ? std::pair{0, 0} : std::pair{task.layer_begin, task.layer_end};
+      const std::tuple key{layers->second.first, layers->second.second, j, t, begin, end,
+                           part.lo_num * part.hi_den, part.hi_num * part.lo_den, part.lo_den * part.hi_den};
+      auto found = cache.find(key);
+      if (found == cache.end()) {
+        const ChunkParams mine = chunk_params(shape_, layers->second.first, layers->second.second, j, t);
+        found = cache.emplace(key, floats_of(runs_of_collective(shape_, mine, part, embedding, begin, end))).first;
+      }
+      if (first_device < 0) {
+        first = found->second;
+        first_device = task.device;
+      }
+      if (found->second != first) {
+        throw PlanError("collective " + std::to_string(id) + " (" + std::string(partition::to_string(c.purpose)) +
+                        ") sums " + std::to_string(first) + " floats on device " + std::to_string(first_device) + " but " +
+                        std::to_string(found->second) +
+                        " on device " + std::to_string(task.device) + ": its members hold different parameters");
+      }
+    }
+  }
+}
+
+// The part of Megatron's split that every member holds: the intersection of their ranks'
+// [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
+SplitPart GradientSync::common_part(const std::vector<int>& members) const {
+  SplitPart part{0, 1, 1, 1};
+  for (const int d : members) {
+    const auto found = tp_position_.find(d);
+    const auto [j, t] = found == tp_position_.end() ? std::pair{0, 1} : found->second;
+    if (static_cast<long long>(j) * part.lo_den > part.lo_num * t) part.lo_num = j, part.lo_den = t;
+    if (static_cast<long long>(j + 1) * part.hi_den < part.hi_num * t) part.hi_num = j + 1, part.hi_den = t;
+  }
+  // In lowest terms, so one part has one spelling whatever the members' degrees.
+  const long long lo = std::gcd(part.lo_num, part.lo_den), hi = std::gcd(part.hi_num, part.hi_den);
+  return {part.lo_num / lo, part.lo_den / lo, part.hi_num / hi, part.hi_den / hi};
+}
+
+void GradientSync::map_zero() {
   const partition::Plan& plan = plan_;
   zero_role_.assign(plan.tasks.size(), ZeroRole::none);
   zero_part_.assign(plan.tasks.size(), {0, 0});
@@ -82,7 +253,9 @@ void Training::map_zero() {
                       "on one stage, untie them, or plan without --zero-stage");
     }
   }
-  if (zero_stage_ >= 2 && plan.layout.sequence_parallel && tensor_parallel()) {
+  const bool tensor_parallel =
+      std::any_of(tp_position_.begin(), tp_position_.end(), [](const auto& p) { return p.second.second > 1; });
+  if (zero_stage_ >= 2 && plan.layout.sequence_parallel && tensor_parallel) {
     throw PlanError("sequence parallelism sums its norm gains over the tensor-parallel ranks once per step, after "
                     "ZeRO stage " + std::to_string(zero_stage_) + " has scattered every micro-batch's gradients "
                     "(layout.sync.zero.stage): the executors do not run it; use stage 1 or plan without "
@@ -94,13 +267,13 @@ void Training::map_zero() {
   // Per chunk: the ranges its reduce-scatters leave it, its all-gathers bring it, and every
   // range a reduce-scatter moves (what none moves is the chunk's alone: under expert
   // parallelism, experts of a rank that one replica holds).
-  std::map<Chunk*, Ranges> scattered, gathered, moved;
+  std::map<ChunkState*, Ranges> scattered, gathered, moved;
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
     for (const int id : plan.reads(static_cast<int>(t))) {
       if (plan.tensor(id).kind == TensorKind::gathered_weight) ++readers_of_[id];
     }
-    if (task.kind != TaskKind::collective || !local(task.device)) continue;
+    if (task.kind != TaskKind::collective || !local_(task.device)) continue;
     const partition::Collective& c = plan.collective(task.collective);
     const bool scatter = c.kind == CollectiveKind::reduce_scatter, gather = c.kind == CollectiveKind::all_gather;
     if (c.purpose != partition::Purpose::data_parallel || !(scatter || gather)) continue;
@@ -114,7 +287,7 @@ void Training::map_zero() {
       throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO " +
                       std::string(partition::to_string(c.kind)) + " that moves no chunk's weights or gradients");
     }
-    Chunk& chunk = *found->second;
+    ChunkState& chunk = *found->second;
     ZeroRole role = scatter ? ZeroRole::scatter : ZeroRole::gather;
     if (scatter && tensor != reads[0]) role = ZeroRole::scatter_whole;
     if (gather && !writes.empty() && plan.tensor(writes[0]).kind == TensorKind::gathered_weight) {
@@ -127,10 +300,10 @@ void Training::map_zero() {
       const ChunkParams& p = chunk.math.params();
       collective_chunk_[t] = &chunk;
       collective_span_[t] = {0, p.count};
-      if (chunk.math.experts().size > 1 && training_detail::has_routed_experts(p, p.layer_begin, p.layer_end)) {
+      if (chunk.math.experts().size > 1 && has_routed_experts(p, p.layer_begin, p.layer_end)) {
         const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
         const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size() / context;
-        collective_runs_[t] = training_detail::expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
+        collective_runs_[t] = expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
       }
       if (role == ZeroRole::scatter_whole) ++scatters_of_whole_[reads[0]];
     }
@@ -189,37 +362,16 @@ void Training::map_zero() {
                       " but reduce-scatters none of its gradients");
     }
   }
-  // Stage 3: no pass reads the chunk's own parameters, only gathered copies.
-  if (zero_stage_ >= 3) {
-    for (auto& c : chunks_) {
-      if (!c->owned.empty()) set_unowned(*c, std::numeric_limits<float>::quiet_NaN());
-    }
-  }
 }
 
-void Training::set_unowned(Chunk& c, float value) {
-  size_t at = 0;
-  std::vector<float> fill;
-  const auto set = [&](size_t a, size_t b) {
-    if (b <= a) return;
-    fill.assign(b - a, value);
-    c.ops().upload(c.params.data() + a, fill.data(), b - a);
-  };
-  for (const auto& [a, b] : c.owned) {
-    set(at, a);
-    at = b;
-  }
-  set(at, c.params.size());
-}
-
-const float* Training::pass_params(const TaskContext& task, Chunk& c) {
+const float* GradientSync::pass_params(const TaskContext& task, ChunkState& c) {
   const int gathered = zero_stage_ >= 3 ? tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight) : -1;
   if (gathered < 0) return c.params.data();
   std::lock_guard lock(transient_mutex_);
   return made_before(transient_, plan_, task, gathered, "reads the gathered parameters", "all-gather").data();
 }
 
-float* Training::pass_grads(const TaskContext& task, Chunk& c) {
+float* GradientSync::pass_grads(const TaskContext& task, ChunkState& c) {
   if (zero_stage_ < 2) return c.grads.data();
   int whole = tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::unsharded_grad);
   if (whole < 0) whole = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::unsharded_grad);
@@ -234,7 +386,7 @@ float* Training::pass_grads(const TaskContext& task, Chunk& c) {
   return t.floats.data();
 }
 
-void Training::pass_done(const TaskContext& task) {
+void GradientSync::pass_done(const TaskContext& task) {
   if (zero_stage_ < 3) return;
   const int gathered = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight);
   if (gathered < 0) return;
@@ -243,9 +395,9 @@ void Training::pass_done(const TaskContext& task) {
   if (found != transient_.end() && --found->second.reads_left <= 0) transient_.erase(found);
 }
 
-std::span<float> Training::zero_data(const TaskContext& task) {
+std::span<float> GradientSync::zero_data(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
-  Chunk& c = *collective_chunk_[t];
+  ChunkState& c = *collective_chunk_[t];
   const auto [begin, end] = collective_span_[t];
   // A piece of runs (expert parallelism) moves through a buffer: packed here, unpacked by zero_done.
   const auto packed = [&](const OpsFloats& from) {
@@ -289,9 +441,9 @@ std::span<float> Training::zero_data(const TaskContext& task) {
   return {};
 }
 
-void Training::zero_done(const TaskContext& task) {
+void GradientSync::zero_done(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
-  Chunk& c = *collective_chunk_[t];
+  ChunkState& c = *collective_chunk_[t];
   if (!collective_runs_[t].empty() && zero_role_[t] != ZeroRole::scatter_whole) {
     // A piece of runs (scatter or gather): its sums or parameters back in place.
     const OpsFloats& into = zero_role_[t] == ZeroRole::scatter ? c.grads : c.params;
@@ -331,17 +483,41 @@ void Training::zero_done(const TaskContext& task) {
   transient_.erase({task.iteration, whole});
 }
 
-void Training::fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const {
-  if (zero_stage_ == 0) return;
-  for (const auto& c : chunks_) {
-    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank || c->math.experts().rank != expert_rank) continue;
-    for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
+std::span<float> GradientSync::data(const TaskContext& task) {
+  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_data(task);
+  ChunkState* c = collective_chunk_[static_cast<size_t>(task.task)];
+  if (c == nullptr) return {};
+  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
+  if (runs.empty()) {
+    const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
+    return c->grads.span().subspan(begin, end - begin);
   }
-  for (const RemoteShard& r : remote_shards_) {
-    if (r.stage != stage || r.tp_rank != tp_rank || r.expert_rank != expert_rank) continue;
-    if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
-    std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
+  // (One device's collectives run one after another on its stream: no other thread here.)
+  c->take_replicated(task.iteration);
+  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
+  buffer = c->ops().floats(floats_of(runs));
+  size_t at = 0;
+  for (const FloatRun& run : runs) {
+    const float* from = run.replicated ? c->replicated_at(run.at) : c->grads.data() + run.at;
+    c->ops().copy(buffer.data() + at, from, run.count);
+    at += run.count;
   }
+  return buffer.span();
+}
+
+void GradientSync::done(const TaskContext& task) {
+  if (static_cast<size_t>(task.task) >= collective_runs_.size()) return;
+  if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_done(task);
+  const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
+  if (runs.empty()) return;
+  ChunkState& c = *collective_chunk_[static_cast<size_t>(task.task)];
+  OpsFloats& buffer = gathered_[static_cast<size_t>(task.task)];
+  size_t at = 0;
+  for (const FloatRun& run : runs) {
+    c.ops().copy(c.grads.data() + run.at, buffer.data() + at, run.count);
+    at += run.count;
+  }
+  buffer = OpsFloats();
 }
 
 }  // namespace hetflow::exec
