@@ -7,9 +7,9 @@
 // chunks (exec/chunk_state.hpp), the batch feed (batch_feed.hpp), gradient synchronisation
 // and ZeRO's shards (gradient_sync.hpp), the optimizer step (optimizer_step.hpp) and the
 // global norm's meeting (global_norm.hpp), parameter servers (parameter_servers.hpp), and
-// what each step measured (step_log.hpp). What it keeps itself: the chunks found from the
-// plan, tensor-parallel exchanges inside a pass, boundary slices, and the weights gathered
-// at rank 0.
+// what each step measured (step_log.hpp), the weights at the end (model_weights.hpp). What
+// it keeps itself: the chunks found from the plan, tensor-parallel exchanges inside a pass,
+// boundary slices, the gradient norm's collective.
 //
 // Where the numbers live: each device's chunks keep their parameters, gradients and Adam
 // moments in that device's DecoderOps memory (exec/decoder_ops.hpp; the CPU's by default) and
@@ -118,6 +118,7 @@
 #include "exec/decoder.hpp"
 #include "exec/global_norm.hpp"
 #include "exec/gradient_sync.hpp"
+#include "exec/model_weights.hpp"
 #include "exec/optimizer_step.hpp"
 #include "exec/parameter_servers.hpp"
 #include "exec/ranks.hpp"
@@ -264,19 +265,9 @@ class Training {
   std::vector<std::pair<size_t, size_t>> send_slice_;
   bool local(int device) const;
 
-  // Each element of the `values` of a chunk of `stage`, `tp_rank` and `expert_rank` (0 without
-  // expert parallelism) from the replica that owns it under ZeRO (local chunks and, at rank 0
-  // after collect_at_root, the other ranks' shards).
-  void fill_from_shards(int stage, int tp_rank, int expert_rank, std::vector<float>& values) const;
   int zero_stage_ = 0;  // 0 unless the plan shards over several replicas
   std::map<int, int> weight_of_gathered_;  // ZeRO 3: gathered_weight tensor -> the weight its all-gather reads
   std::map<int, double> piece_of_weight_;  // such a weight -> the parameters its all-gathers gather
-  struct RemoteShard {
-    int stage = 0, tp_rank = 0, expert_rank = 0;
-    size_t offset = 0;
-    std::vector<float> values;
-  };
-  std::vector<RemoteShard> remote_shards_;
   int weight_read_by(int task) const;  // its weight tensor, through a gathered copy's all-gather
 
   const partition::Plan& plan_;
@@ -308,19 +299,9 @@ class Training {
   bool plan_has_norm_ = false;
   double local_sum_squares(int device, int iteration) const;
 
-  mutable std::mutex mutex_;  // the servers' pulls and versions, the gathered chunks
   std::vector<int> expert_placement_;  // expert parallelism: each expert's rank
 
-  // Gathered at rank 0 after the run: other ranks' chunks of virtual worker 0, their servers'
-  // weights by name.
-  struct RemoteChunk {
-    int stage = 0, tp_rank = 0;
-    int worker = 0;  // 0, or under expert parallelism a worker of its expert group
-    int expert_rank = 0;
-    ChunkParams params;
-    std::vector<float> values;
-  };
-  std::vector<RemoteChunk> remote_chunks_;
+  std::optional<ModelWeights> weights_;  // worker 0's parameters, gathered at rank 0
 
   bool parameter_server_ = false;
   std::optional<ParameterServers> servers_;  // under a parameter server or WSP

@@ -80,6 +80,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
   }
   map_norms();
+  weights_.emplace(shape_, plan_.layout.experts.parallel, expert_placement_);
   sync_.emplace(plan_, shape_, chunk_of_tensor_, tp_position_, [this](int d) { return local(d); }, zero_stage_);
   // Stage 3: no pass reads the chunk's own parameters, only gathered copies.
   if (zero_stage_ >= 3) {

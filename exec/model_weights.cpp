@@ -1,0 +1,166 @@
+#include "exec/model_weights.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "model/error.hpp"
+
+namespace hetflow::exec {
+
+ModelWeights::ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement)
+    : shape_(shape), expert_parallel_(expert_parallel), expert_placement_(std::move(expert_placement)) {}
+
+namespace {
+enum Record : std::uint64_t { chunk = 1, shard = 2, end = 3 };
+}
+
+void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out) const {
+  for (const auto& c : chunks) {  // worker 0's, and under expert parallelism its expert group's
+    const int rank = c->math.experts().rank;
+    if (c->worker != 0 && (c->math.experts().size == 1 || c->worker >= c->math.experts().size)) continue;
+    put(out, std::uint64_t{Record::chunk});
+    for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end,
+                        c->worker, rank}) {
+      put(out, v);
+    }
+    const std::vector<float> values = c->host_params();
+    put(out, static_cast<std::uint64_t>(values.size()));
+    for (const float v : values) put(out, v);
+  }
+  for (const auto& c : chunks) {  // ZeRO: the shards of the other replicas, which rank 0's file takes
+    if (c->worker == 0) continue;
+    for (const auto& [a, b] : c->owned) {
+      put(out, std::uint64_t{Record::shard});
+      for (const int v : {c->stage, c->tp_rank, c->math.experts().rank}) put(out, v);
+      put(out, static_cast<std::uint64_t>(a));
+      std::vector<float> values(b - a);
+      c->ops().download(values.data(), c->params.data() + a, b - a);
+      put(out, static_cast<std::uint64_t>(values.size()));
+      for (const float v : values) put(out, v);
+    }
+  }
+  put(out, std::uint64_t{Record::end});
+}
+
+void ModelWeights::merge(ByteReader& in, int rank) {
+  for (;;) {
+    const auto kind = in.get<std::uint64_t>();
+    if (kind == Record::end) return;
+    if (kind == Record::chunk) {
+      Chunk c;
+      c.stage = in.get<int>();
+      c.tp_rank = in.get<int>();
+      const int tp = in.get<int>(), begin = in.get<int>(), end = in.get<int>();
+      c.worker = in.get<int>();
+      c.expert_rank = in.get<int>();
+      const int ep = expert_parallel_;
+      c.params = chunk_params(shape_, begin, end, c.tp_rank, tp,
+                              ep > 1 ? ExpertGroup{ep, c.expert_rank, expert_placement_}.held(shape_.moe.E)
+                                     : std::vector<int>{});
+      c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+      in.get_into(std::span<float>(c.values));
+      if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(rank) + " sent a chunk of the wrong size");
+      chunks_.push_back(std::move(c));
+    } else if (kind == Record::shard) {
+      Shard shard;
+      shard.stage = in.get<int>();
+      shard.tp_rank = in.get<int>();
+      shard.expert_rank = in.get<int>();
+      shard.offset = static_cast<size_t>(in.get<std::uint64_t>());
+      shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+      in.get_into(std::span<float>(shard.values));
+      shards_.push_back(std::move(shard));
+    } else {
+      throw Error("rank " + std::to_string(rank) + " sent an unknown record of its weights");
+    }
+  }
+}
+
+SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>>& chunks,
+                                   const std::map<std::string, const float*>& served) const {
+  SafetensorsFile file;
+  struct Held {
+    int tp_rank = 0;
+    const ChunkParams* params = nullptr;
+    const float* values = nullptr;
+    int worker = 0;
+  };
+  // Virtual worker 0's chunks, per stage, its ranks in order; under expert parallelism its
+  // expert group's too (the others' routed experts).
+  std::map<int, std::vector<Held>> stages;
+  std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
+  host.reserve(chunks.size() + chunks_.size());
+  const int ep = expert_parallel_;
+  for (const auto& c : chunks) {
+    if (c->worker != 0 && (ep == 1 || c->math.experts().size == 1 || c->worker >= ep)) continue;
+    host.push_back(c->host_params());
+    fill_from_shards(chunks, c->stage, c->tp_rank, c->math.experts().rank, host.back());  // (ZeRO: what other replicas own)
+    stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data(), c->worker});
+  }
+  for (const Chunk& c : chunks_) {
+    host.push_back(c.values);
+    fill_from_shards(chunks, c.stage, c.tp_rank, c.expert_rank, host.back());
+    stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
+  }
+  for (auto& [stage, ranks] : stages) {
+    std::sort(ranks.begin(), ranks.end(),
+              [](const Held& a, const Held& b) { return std::pair{a.worker, a.tp_rank} < std::pair{b.worker, b.tp_rank}; });
+    if (ranks.back().worker > 0) {  // an expert group's: each tensor from a worker that holds it
+      const ChunkParams whole = chunk_params(shape_, ranks.front().params->layer_begin, ranks.front().params->layer_end);
+      std::map<std::string, std::vector<std::pair<const Held*, const ParamSlot*>>> holders;  // by name
+      for (const Held& held : ranks) {
+        for (const ParamSlot& mine : held.params->slots) {
+          if (mine.expert >= 0 || held.worker == 0) holders[mine.name].emplace_back(&held, &mine);  // (the rest: worker 0's)
+        }
+      }
+      for (const ParamSlot& slot : whole.slots) {
+        if (slot.tied_copy) continue;
+        size_t elements = 1;
+        for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
+        NamedTensor t{slot.name, slot.shape, std::vector<float>(elements, 0.0f)};
+        for (const auto& [held, mine] : holders[slot.name]) place_shard(*mine, held->values + mine->offset, t.data.data());
+        file.tensors.push_back(std::move(t));
+      }
+      continue;
+    }
+    const auto& slots = ranks.front().params->slots;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const ParamSlot& slot = slots[i];
+      if (slot.tied_copy) continue;
+      size_t elements = 1;
+      for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
+      NamedTensor t{slot.name, slot.shape, std::vector<float>(elements, 0.0f)};
+      if (auto s = served.find(slot.name); s != served.end()) {
+        // The server's whole parameter: a rank's slot with the whole tensor as its one piece.
+        ParamSlot whole = slot;
+        whole.count = static_cast<size_t>(slot.full_rows * slot.full_cols);
+        whole.pieces = {Piece{0, slot.full_rows, 0, slot.full_cols}};
+        place_shard(whole, s->second, t.data.data());
+      } else {
+        for (const Held& held : ranks) {
+          const ParamSlot& mine = held.params->slots[i];
+          place_shard(mine, held.values + mine.offset, t.data.data());
+        }
+      }
+      file.tensors.push_back(std::move(t));
+    }
+  }
+  file.metadata["format"] = "pt";
+  file.metadata["producer"] = "hetflow";
+  return file;
+}
+
+void ModelWeights::fill_from_shards(const std::vector<std::unique_ptr<ChunkState>>& chunks, int stage, int tp_rank, int expert_rank, std::vector<float>& values) const {
+  for (const auto& c : chunks) {
+    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank || c->math.experts().rank != expert_rank) continue;
+    for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
+  }
+  for (const Shard& r : shards_) {
+    if (r.stage != stage || r.tp_rank != tp_rank || r.expert_rank != expert_rank) continue;
+    if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
+    std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
+  }
+}
+
+}  // namespace hetflow::exec

@@ -1,0 +1,64 @@
+#pragma once
+// The trained model as one HuggingFace file (torchtitan's checkpoint seam, at the end of a
+// run): virtual worker 0's parameters, each tensor put together from the chunks that hold
+// its pieces (tensor-parallel ranks in order; under expert parallelism each routed expert
+// from the member of worker 0's expert group that holds it), each element from the replica
+// that owns it under ZeRO, and under a parameter server the servers' weights (the latest:
+// workers adopt them a step later). Tied copies are left out.
+//
+// Under mpirun a process holds only its rank's chunks: save() writes what rank 0 needs of
+// them (worker 0's chunks and its expert group's, every other replica's ZeRO shards), and
+// merge() keeps another rank's at rank 0. Not thread-safe: used after the run.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/chunk_state.hpp"
+#include "exec/ranks.hpp"
+#include "exec/safetensors.hpp"
+
+namespace hetflow::exec {
+
+class ModelWeights {
+ public:
+  // `expert_placement`: each expert's rank in its expert group (empty without expert
+  // parallelism, `expert_parallel` 1).
+  ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement);
+
+  // This process's part, for rank 0.
+  void save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out) const;
+  // Rank `rank`'s part, kept. Error when it does not fit the model.
+  void merge(ByteReader& in, int rank);
+
+  // The file from this process's `chunks` and what merge() kept; `served`: parameters a
+  // server holds whole, by name (they win over the chunks' copies).
+  SafetensorsFile file(const std::vector<std::unique_ptr<ChunkState>>& chunks,
+                       const std::map<std::string, const float*>& served) const;
+
+ private:
+  struct Chunk {  // another rank's chunk of worker 0 (or of its expert group)
+    int stage = 0, tp_rank = 0;
+    int worker = 0;
+    int expert_rank = 0;
+    ChunkParams params;
+    std::vector<float> values;
+  };
+  struct Shard {  // a part another replica owns under ZeRO
+    int stage = 0, tp_rank = 0, expert_rank = 0;
+    size_t offset = 0;
+    std::vector<float> values;
+  };
+  // Each element of `values` (a chunk of `stage`, `tp_rank`, `expert_rank`) that another
+  // replica owns, from it.
+  void fill_from_shards(const std::vector<std::unique_ptr<ChunkState>>& chunks, int stage, int tp_rank,
+                        int expert_rank, std::vector<float>& values) const;
+  DecoderShape shape_;
+  int expert_parallel_ = 1;
+  std::vector<int> expert_placement_;
+  std::vector<Chunk> chunks_;
+  std::vector<Shard> shards_;
+};
+
+}  // namespace hetflow::exec
