@@ -83,16 +83,26 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   // Adam moments), however the plan splits, shards or offloads them (torch.distributed.
   // checkpoint writes each tensor once, a ZeRO shard or an expert from whoever holds it, a
   // tensor-parallel replicated norm once). What a GPU reads back is what it holds: its
-  // weights and optimizer state as the plan places them (under ZeRO its shard).
+  // weights and optimizer state as the plan places them (under ZeRO its shard; offloaded,
+  // the optimizer state its host memory keeps for it, less the staging buffers).
   CheckpointCost& c = job.checkpoint;
   const double whole_params = partition::params_per_device(plan.network, 0, static_cast<int>(plan.network.layers.size()), 1);
-  c.size_bytes = whole_params * (model::element_bytes(plan.layout.precision) + model::adam_state_bytes(plan.layout.precision));
+  const double state_per_param = model::adam_state_bytes(plan.layout.precision);
+  c.size_bytes = whole_params * (model::element_bytes(plan.layout.precision) + state_per_param);
+  std::vector<double> offloaded_state(plan.memory.size(), 0.0);  // per device
+  for (const partition::Tensor& t : plan.tensors) {
+    if (t.kind == partition::TensorKind::host_state && t.device >= 0 && static_cast<size_t>(t.device) < offloaded_state.size()) {
+      offloaded_state[static_cast<size_t>(t.device)] +=
+          t.bytes * state_per_param / partition::offload_host_bytes_per_param(plan.layout);
+    }
+  }
   double largest_device_bytes = 0;
   if (!plan.layout.workers.empty()) {
     for (const auto& rank : plan.layout.workers.front().ranks) {
       for (int d : rank) {
         const partition::DeviceMemory& m = plan.memory.at(static_cast<size_t>(d));
-        largest_device_bytes = std::max(largest_device_bytes, m.weights_bytes + m.optimizer_bytes);
+        largest_device_bytes = std::max(largest_device_bytes,
+                                        m.weights_bytes + m.optimizer_bytes + offloaded_state[static_cast<size_t>(d)]);
       }
     }
   }
@@ -114,6 +124,7 @@ Job describe_job(const partition::Plan& plan, const Reliability& reliability) {
   const double broadcast_s =
       job.replicas > 1 && nic_bytes_per_s_per_gpu > 0 ? largest_device_bytes / nic_bytes_per_s_per_gpu : 0;
   c.load_s = c.write_s + broadcast_s;
+  // (An offloaded shard is copied too, though from host memory: the optimizer goes on stepping it.)
   c.snapshot_s = largest_device_bytes / reliability.host_copy_bytes_per_s;
   return job;
 }

@@ -64,6 +64,21 @@ TEST(CampaignCli, TheCheckpointIsTheWholeModelHoweverSharded) {
   }
 }
 
+// Offloading the optimizer moves its state to host memory, not out of the checkpoint: a GPU
+// snapshots and loads back the same shard with and without it.
+TEST(CampaignCli, AnOffloadedShardIsSnapshottedAndLoadedAsAGpuHeldOne) {
+  const std::string unfolded = "campaign " + kPlan.substr(0, kPlan.find(" --fold")) + " --json --steps 100 --seeds 1 ";
+  const auto held = run_hetflow(unfolded + "--zero-stage 1");
+  const auto offloaded = run_hetflow(unfolded + "--zero-stage 1 --offload-optimizer");
+  ASSERT_EQ(held.status, 0) << held.err;
+  ASSERT_EQ(offloaded.status, 0) << offloaded.err;
+  const auto h = nlohmann::json::parse(held.out), o = nlohmann::json::parse(offloaded.out);
+  EXPECT_GT(h["checkpoint_snapshot_s"].get<double>(), 0);
+  for (const char* field : {"checkpoint_load_s", "checkpoint_snapshot_s"}) {
+    EXPECT_NEAR(o[field].get<double>() / h[field].get<double>(), 1.0, 1e-9) << field;
+  }
+}
+
 // Under context parallelism a replica is a context group: 4 nodes of 8 GPUs at tensor 4 x
 // context 2 are 4 replicas of 2 workers, and dropping a replica drops a whole group (a lone
 // worker of one would leave a group the plan refuses).
