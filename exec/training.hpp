@@ -161,6 +161,9 @@ class Training {
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const WeightSource& init, const Ranks* ranks = nullptr);
   ~Training();
+  // Not copied or moved: its seams keep references to its maps.
+  Training(const Training&) = delete;
+  Training& operator=(const Training&) = delete;
 
   // Where each device's arrays live: this rank's chunks start in the CPU's memory (a CPU ops
   // of their own per device, so each device's memory() is its own) and move to
