@@ -278,21 +278,22 @@ class Training {
   std::vector<std::unique_ptr<CpuDecoderOps>> home_;  // per device: where its arrays start
   OpsOfDevice ops_of_;
   DecoderShape shape_;
-  // The seams (torchtitan's): the batch feed, the optimizer step, the global norm's meeting
-  // where the plan has no collective for it, and what each step measured. Made by read_layout
-  // and make_chunks, once the layout's sizes are known.
   std::unique_ptr<TokenSource> data_;  // until read_layout gives it to feed_
   OptimizerOptions optimizer_options_;
-  std::optional<BatchFeed> feed_;
-  std::optional<OptimizerStep> step_;
-  std::optional<GlobalNorm> norm_;
-  std::optional<StepLog> log_;
   std::map<int, std::pair<int, int>> tp_position_;  // device -> (its rank in its tensor-parallel group, the group's size)
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::map<int, Chunk*> chunk_of_tensor_;  // weight and weight_grad tensor ids -> chunk
   std::map<std::tuple<int, int, int>, Chunk*> chunk_at_;  // (device, worker, stage) -> chunk of this rank
   std::map<std::tuple<int, int, int>, ChunkParams> params_at_;  // (device, worker, stage) -> its layout, every rank's
-  std::optional<GradientSync> sync_;  // what each gradient collective moves
+  // The seams (torchtitan's), made by the constructor's phases once the layout's sizes and
+  // the chunks are known; declared after the maps sync_ and servers_ keep references to.
+  std::optional<BatchFeed> feed_;
+  std::optional<OptimizerStep> step_;
+  std::optional<GlobalNorm> norm_;  // where the plan has no gradient-norm collective
+  std::optional<StepLog> log_;
+  std::optional<GradientSync> sync_;         // what each gradient collective moves
+  std::optional<ParameterServers> servers_;  // under a parameter server or WSP
+  std::optional<ModelWeights> weights_;      // worker 0's parameters, gathered at rank 0
   // The gradient-norm all-reduce (Purpose::gradient_norm) of each device: whether the plan
   // has one, and the float it reduces (the device's sum of squares, then its worker's). Each
   // device's slot is written and read by its own thread alone.
@@ -304,10 +305,7 @@ class Training {
 
   std::vector<int> expert_placement_;  // expert parallelism: each expert's rank
 
-  std::optional<ModelWeights> weights_;  // worker 0's parameters, gathered at rank 0
-
   bool parameter_server_ = false;
-  std::optional<ParameterServers> servers_;  // under a parameter server or WSP
   std::vector<char> last_backward_;          // per task: its chunk's last B of an iteration
 };
 
