@@ -161,11 +161,13 @@ std::optional<size_t> ParameterServers::pushed_floats(int tensor) const {
   return floats;
 }
 
+bool ParameterServers::is_push_or_pull(const partition::Task& t) const {
+  return t.kind == TaskKind::send && (t.purpose == partition::Purpose::ps_push || t.purpose == partition::Purpose::ps_pull);
+}
+
 std::optional<size_t> ParameterServers::message_floats(int send_task) const {
   const partition::Task& t = plan_.task(send_task);
-  if (t.kind != TaskKind::send || (t.purpose != partition::Purpose::ps_push && t.purpose != partition::Purpose::ps_pull)) {
-    return std::nullopt;
-  }
+  if (!is_push_or_pull(t)) return std::nullopt;
   const partition::Channel& channel = plan_.channel(t.channel);
   const bool push = t.purpose == partition::Purpose::ps_push;
   size_t floats = 0;
@@ -176,8 +178,9 @@ std::optional<size_t> ParameterServers::message_floats(int send_task) const {
   return floats;
 }
 
-std::vector<float> ParameterServers::message(int send_task, int iteration) const {
+std::optional<std::vector<float>> ParameterServers::message(int send_task, int iteration) const {
   const partition::Task& t = plan_.task(send_task);
+  if (!is_push_or_pull(t)) return std::nullopt;
   const partition::Channel& channel = plan_.channel(t.channel);
   const bool push = t.purpose == partition::Purpose::ps_push;
   // The chunk's layout (on another rank, for a pull: the server only needs its slots).

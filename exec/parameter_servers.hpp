@@ -54,10 +54,10 @@ class ParameterServers {
   // parallelism a rank's replicated parameters whole, where the plan counts 1/t of them);
   // nullopt for any other tensor.
   std::optional<size_t> pushed_floats(int tensor) const;
-  // Of a push or pull send task: the floats it carries, known before the run (nullopt: not
-  // a push or a pull), and the floats themselves for `iteration`.
+  // Of a push or pull send task: the floats it carries, known before the run, and the
+  // floats themselves for `iteration`. nullopt for any other task.
   std::optional<size_t> message_floats(int send_task) const;
-  std::vector<float> message(int send_task, int iteration) const;
+  std::optional<std::vector<float>> message(int send_task, int iteration) const;
   // A pull's floats arrived for the chunk of `recv_task`.
   void pulled(int recv_task, int iteration, std::span<const float> data);
   // The weights the chunk adopts before its first forward of iteration + D + 1: `upload`
@@ -84,6 +84,7 @@ class ParameterServers {
     std::map<int, std::map<std::string, std::vector<float>>> versions;  // weights after each iteration's update
   };
   std::vector<const ParamSlot*> served_slots(const ChunkParams& chunk, int server) const;
+  bool is_push_or_pull(const partition::Task& t) const;
   const ChunkParams& chunk(const ChunkKey& key, int task) const;
   // Under mutex_: a chunk's taken gradients, a server's weights of an iteration.
   const std::vector<float>& gradients_of(const ChunkKey& chunk, int iteration) const;

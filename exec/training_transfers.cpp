@@ -70,8 +70,7 @@ std::optional<std::vector<float>> Training::message(const TaskContext& task) {
     ops_of_(t.device).download(out.data(), reinterpret_cast<const float*>(task.reads[0].data) + begin, out.size());
     return out;
   }
-  if (!servers_ || !servers_->message_floats(task.task)) return std::nullopt;
-  return servers_->message(task.task, task.iteration);
+  return servers_ ? servers_->message(task.task, task.iteration) : std::nullopt;
 }
 
 }  // namespace hetflow::exec

@@ -41,6 +41,19 @@ inline std::vector<double> expect_carries_what_the_plan_says(const partition::Pl
   return planned;
 }
 
+// A task instance outside the engine, for testing what a seam does with one: it waits on
+// nothing and its clock stands still.
+class StubTask final : public exec::TaskContext {
+ public:
+  explicit StubTask(int task_id = -1, int iteration_ = 0, const partition::Task* task_spec = nullptr) {
+    task = task_id;
+    iteration = iteration_;
+    spec = task_spec;
+  }
+  void waiting_for(std::string) override {}
+  double now_s() const override { return 0; }
+};
+
 // CPU devices of two memory sizes, one a node, alternating 16 and 24 GiB (`n` of them).
 inline model::Cluster cpus_of_two_memories(int n) {
   std::string yaml = "name: cpu-two-memories\ngpu_types:\n";

@@ -11,16 +11,10 @@
 #include <vector>
 
 #include "exec/global_norm.hpp"
+#include "exec_test_util.hpp"
 
 namespace hetflow {
 namespace {
-
-class Task final : public exec::TaskContext {
- public:
-  explicit Task(int i) { iteration = i; }
-  void waiting_for(std::string) override {}
-  double now_s() const override { return 0; }
-};
 
 TEST(GlobalNorm, EveryDeviceGetsTheRootOfThePartsSummedInDeviceOrder) {
   constexpr int kDevices = 4, kIterations = 20;
@@ -33,7 +27,7 @@ TEST(GlobalNorm, EveryDeviceGetsTheRootOfThePartsSummedInDeviceOrder) {
     threads.emplace_back([&, d] {
       for (int i = 0; i < kIterations; ++i) {
         if ((i + d) % 3 == 0) std::this_thread::yield();  // vary who comes first
-        Task task(i);
+        test_support::StubTask task(-1, i);
         got[static_cast<size_t>(d)][static_cast<size_t>(i)] = norm.meet(task, stop, d, part(d, i));
       }
     });
@@ -54,7 +48,7 @@ TEST(GlobalNorm, AMeetingAPartNeverReachesEndsOnStop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     stop = true;
   });
-  Task task(0);
+  test_support::StubTask task;
   EXPECT_THROW(norm.meet(task, stop, 0, 1.0), exec::Stopped);
   stopper.join();
 }

@@ -20,12 +20,6 @@
 namespace hetflow {
 namespace {
 
-class Task final : public exec::TaskContext {
- public:
-  void waiting_for(std::string) override {}
-  double now_s() const override { return 0; }
-};
-
 // The chunks of a data-parallel plan without tensor parallelism, as Training makes them.
 struct Chunks {
   explicit Chunks(const partition::Plan& plan) : shape(exec::decoder_shape(*plan.network.architecture)) {
@@ -82,9 +76,7 @@ TEST(GradientSync, AllReduceBucketsAreTheChunksGradientsInOrderOnce) {
           task.purpose != partition::Purpose::data_parallel) {
         continue;
       }
-      Task ctx;
-      ctx.task = static_cast<int>(t);
-      ctx.spec = &task;
+      test_support::StubTask ctx(static_cast<int>(t), 0, &task);
       const auto data = sync.data(ctx);
       spans.emplace_back(data.data(), data.size());
     }

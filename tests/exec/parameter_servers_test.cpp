@@ -22,12 +22,6 @@ namespace {
 
 using Key = exec::ParameterServers::ChunkKey;
 
-class Task final : public exec::TaskContext {
- public:
-  void waiting_for(std::string) override {}
-  double now_s() const override { return 0; }
-};
-
 TEST(ParameterServers, AnUpdateIsOneAdamwStepOnTheSumOfItsPushes) {
   partition::PlanOptions o = test_support::pipeline_options(1, 2, 1, "1f1b");
   o.sync = partition::SyncKind::ps;
@@ -75,15 +69,13 @@ TEST(ParameterServers, AnUpdateIsOneAdamwStepOnTheSumOfItsPushes) {
         if (plan.tasks[r].kind != partition::TaskKind::recv || writes.empty() || writes[0] != tensor) continue;
         for (size_t s = 0; s < plan.tasks.size(); ++s) {
           if (plan.tasks[s].kind == partition::TaskKind::send && plan.tasks[s].channel == plan.tasks[r].channel) {
-            pushed.back() = servers.message(static_cast<int>(s), 0);
+            pushed.back() = servers.message(static_cast<int>(s), 0).value();
           }
         }
       }
     }
     for (auto& p : pushed) reads.push_back({reinterpret_cast<std::byte*>(p.data()), p.size() * sizeof(float)});
-    Task task;
-    task.task = static_cast<int>(u);
-    task.spec = &update;
+    test_support::StubTask task(static_cast<int>(u), 0, &update);
     task.reads = reads;
     servers.update(task, stop, step, norm, log);
   }
@@ -116,7 +108,7 @@ TEST(ParameterServers, AnUpdateIsOneAdamwStepOnTheSumOfItsPushes) {
     if (send.kind != partition::TaskKind::send || send.purpose != partition::Purpose::ps_pull) continue;
     ++pulls;
     const partition::Channel& channel = plan.channel(send.channel);
-    const std::vector<float> pulled = servers.message(static_cast<int>(s), 0);
+    const std::vector<float> pulled = servers.message(static_cast<int>(s), 0).value();
     EXPECT_EQ(servers.message_floats(static_cast<int>(s)), pulled.size());
     std::vector<float> want;
     for (const exec::ParamSlot& slot : chunks.at(Key{channel.dst, send.worker, send.stage}).slots) {
