@@ -50,9 +50,10 @@ class TaskContext {
   std::span<traces::MessageTimes::Span> messages;
   // The back end performed the task's next in-task message (they run in the plan's order)
   // from start_s to end_s on now_s()'s clock, carrying `bytes` (as carried_bytes
-  // below; -1: the plan's): the trace records it within the task's event.
-  void message_ran(double start_s, double end_s, double bytes = -1) {
-    if (next_message_ < messages.size()) messages[next_message_++] = {start_s, end_s, bytes};
+  // below; -1: the plan's): the trace records it within the task's event. `overlap_s`: of a
+  // message beside the work (Collective::until), how long from its start the work went on.
+  void message_ran(double start_s, double end_s, double bytes = -1, double overlap_s = 0) {
+    if (next_message_ < messages.size()) messages[next_message_++] = {start_s, end_s, bytes, overlap_s};
   }
   // What the task is blocked on ("the 2nd message on channel 3 from device 0"): the
   // watchdog names it when the run stalls.

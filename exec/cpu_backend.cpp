@@ -268,7 +268,7 @@ void CpuBackend::compute(TaskContext& task) {
   };
   for (const partition::InTaskCall& call : plan_->inside(task.task)) {
     work_to(call.at);
-    in_task_message(task, call);
+    in_task_message(task, call, [&] { work_to(call.until); });  // (a message that overlaps the work, up to its wait)
   }
   work_to(1);
   // Outputs: small integers (exact in float sums), different per task, iteration and element.
@@ -408,24 +408,32 @@ void CpuBackend::run_steps(TaskContext& task, std::span<float> buffer) {
 void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std::string& what, size_t floats,
                                   const std::function<std::span<const float>(size_t member)>& send,
                                   const std::function<size_t(size_t member)>& receive_floats,
-                                  const std::function<void(size_t member, std::span<const float>)>& receive) {
+                                  const std::function<void(size_t member, std::span<const float>)>& receive, bool ring,
+                                  const std::function<void()>& meanwhile) {
   const auto& members = plan_->communicator(communicator).devices;
   const int me = task.spec->device;
+  const size_t n = members.size(), mine = static_cast<size_t>(std::find(members.begin(), members.end(), me) - members.begin());
+  // Whom this device sends to and takes from: everyone, or its ring neighbours.
+  const auto sends_to = [&](size_t r) { return members[r] != me && (!ring || r == (mine + 1) % n); };
+  const auto takes_from = [&](size_t r) { return members[r] != me && (!ring || r == (mine + n - 1) % n); };
   const double start_s = task.now_s();
   std::vector<std::shared_ptr<Lane::Packet>> posted;
   std::vector<Lane*> to;
-  for (size_t r = 0; r < members.size(); ++r) {
-    if (members[r] == me) continue;
+  for (size_t r = 0; r < n; ++r) {
+    if (!sends_to(r)) continue;
     const auto bytes = std::as_bytes(send(r));
     to.push_back(lanes_.at({me, members[r], kTensorParallelLane, communicator}).get());
     posted.push_back(to.back()->post(bytes, bytes.size()));
   }
-  for (size_t r = 0; r < members.size(); ++r) {  // in member order on every rank: the same sums everywhere
+  if (meanwhile) meanwhile();
+  const double beside_s = meanwhile ? task.now_s() - start_s : 0;  // the work done before the receives
+  for (size_t r = 0; r < n; ++r) {  // in member order on every rank: the same sums everywhere
     const int peer = members[r];
-    if (peer == me) {
+    if (peer == me && !ring) {
       receive(r, send(r));
       continue;
     }
+    if (!takes_from(r)) continue;
     task.waiting_for("a tensor-parallel " + what + " inside the task: the floats of device " + std::to_string(peer));
     const size_t expected = receive_floats(r);
     lanes_.at({peer, me, kTensorParallelLane, communicator})->take([&](std::span<const std::byte> in) {
@@ -441,13 +449,15 @@ void CpuBackend::exchange_in_task(TaskContext& task, int communicator, const std
     task.waiting_for("a tensor-parallel " + what + " inside the task: a peer to take its floats");
     to[i]->wait_taken(*posted[i]);
   }
-  task.message_ran(start_s, task.now_s(), carried(floats * sizeof(float)));
+  task.message_ran(start_s, task.now_s(), carried(floats * sizeof(float)), beside_s);
 }
 
 // A proxy's in-task message: the plan's bytes (capped) of zeros to every other member, theirs
 // taken back, on the collective's communicator; counted as carried. An all-to-all sends each
-// member its part of the bytes and takes its own part from each.
-void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall& call) {
+// member its part of the bytes and takes its own part from each; a sendrecv its bytes to the
+// next member, the previous one's taken.
+void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall& call,
+                                 const std::function<void()>& meanwhile) {
   const partition::Collective& c = plan_->collective(call.collective);
   const size_t floats = floats_of(std::min(c.bytes / std::max(1, c.messages), options_.max_message_bytes));
   const std::vector<float> zeros(floats, 0.0f);
@@ -462,7 +472,8 @@ void CpuBackend::in_task_message(TaskContext& task, const partition::InTaskCall&
   exchange_in_task(
       task, c.communicator, std::string(partition::to_string(c.kind)) + " (collective " + std::to_string(call.collective) + ")", floats,
       [&](size_t r) { return std::span<const float>(zeros).first(part[r]); },
-      [&](size_t r) { return parts ? part[me] : part[r]; }, [](size_t, std::span<const float>) {});
+      [&](size_t r) { return parts ? part[me] : part[r]; }, [](size_t, std::span<const float>) {},
+      c.kind == partition::CollectiveKind::sendrecv, meanwhile);
 }
 
 // Expert parallelism's dispatch or combine: each member's part of `send` to it, and whatever

@@ -89,7 +89,9 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   void compute(TaskContext& task);
   void load(TaskContext& task);
   void copy_to_host_or_device(TaskContext& task);
-  void in_task_message(TaskContext& task, const partition::InTaskCall& call);
+  // A proxy's in-task message; `meanwhile` runs between posting its sends and taking its
+  // receives (the task's work up to where it waits for a message that overlaps it).
+  void in_task_message(TaskContext& task, const partition::InTaskCall& call, const std::function<void()>& meanwhile);
   // What moving these bytes carried, in the plan's units (TaskContext::carried_bytes): real
   // math moves FP32 floats standing for the plan's elements (gradients': the layout's
   // gradient elements).
@@ -105,12 +107,15 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
   // this device's own being send(me); member r must send receive_floats(r) floats, or any
   // number where that is kAnyFloats (Error naming the device otherwise). The task's next
   // message_ran, carrying the collective's size of `floats` (partition/collective.hpp's
-  // convention) in the plan's bytes.
+  // convention) in the plan's bytes. `ring`: with the next member and the previous one only
+  // (a sendrecv: send(next), receive(previous)). `meanwhile` runs between the sends and the
+  // receives.
   static constexpr size_t kAnyFloats = static_cast<size_t>(-1);
   void exchange_in_task(TaskContext& task, int communicator, const std::string& what, size_t floats,
                         const std::function<std::span<const float>(size_t member)>& send,
                         const std::function<size_t(size_t member)>& receive_floats,
-                        const std::function<void(size_t member, std::span<const float>)>& receive);
+                        const std::function<void(size_t member, std::span<const float>)>& receive, bool ring = false,
+                        const std::function<void()>& meanwhile = {});
 
   CpuBackendOptions options_;
   LoaderThrottle throttle_;

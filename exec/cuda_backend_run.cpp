@@ -202,6 +202,7 @@ void proxy_in_task(Job& job, const partition::InTaskCall& call) {
     case partition::CollectiveKind::all_to_all:
       all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), rank, at, floats, stream);
       break;
+    case partition::CollectiveKind::sendrecv: throw PlanError("a sendrecv, refused in prepare() (require_cuda_layout)");
     default:
       job.issue(comm, "ncclAllReduce", [&](ncclComm_t h) { return ncclAllReduce(at, at, floats, ncclFloat32, ncclSum, h, stream); });
       break;
@@ -400,6 +401,7 @@ void run_collective(Job& job) {
       case partition::CollectiveKind::all_to_all:
         all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), rank, at, n, stream);
         break;
+      case partition::CollectiveKind::sendrecv: break;  // refused in prepare() (require_cuda_layout)
     }
   }
   std::vector<std::pair<int, Buffer>> result;
@@ -491,6 +493,7 @@ void run_activation_collective(Job& job) {
     case partition::CollectiveKind::all_to_all:
       all_to_all(job, comm, partition::collective_spec(*job.s.plan, c), me, buffer, count, stream);
       break;
+    case partition::CollectiveKind::sendrecv: break;  // refused in prepare() (require_cuda_layout)
   }
   job.copy_device(job.s.copy[static_cast<size_t>(out_tensor)], buffer + out_at, std::min(out, (count - out_at) * sizeof(float)));
   const Buffer& host = !job.task.writes.empty() ? job.task.writes[0] : job.task.reads[0];

@@ -282,6 +282,13 @@ bool activation_collective(const partition::Collective& c) {
 }
 
 void require_cuda_layout(const Plan& plan) {
+  for (size_t c = 0; c < plan.collectives.size(); ++c) {
+    if (plan.collectives[c].kind == partition::CollectiveKind::sendrecv || !plan.collectives[c].until.empty()) {
+      throw PlanError("collective " + std::to_string(c) + " is a sendrecv or overlaps its tasks' work (a ring of " +
+                      "layout.context_comm ring), which the cuda back end does not run yet: simulate the plan, run it on "
+                      "the cpu back end with --compute proxy, or plan it with --cp-comm allgather");
+    }
+  }
   if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
     throw PlanError("the plan shards data-parallel state (layout.sync.zero.stage " +
                     std::to_string(plan.layout.sync.zero.stage) +

@@ -99,6 +99,13 @@ void Training::read_layout() {
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
   shape_ = decoder_shape(*plan.network.architecture);
+  if (plan.layout.context_comm == partition::ContextComm::ring) {
+    // The reference attention runs over the whole sequence (decoder_context.cpp); a ring's
+    // blocks need attention by blocks with their softmax sums carried from block to block.
+    throw PlanError("the plan passes keys and values around its context groups' rings (layout.context_comm ring), "
+                    "which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it with "
+                    "--cp-comm allgather");
+  }
   if (const int ep = plan.layout.experts.parallel; ep > 1) {
     const auto refuse = [&](const std::string& what) {
       throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +

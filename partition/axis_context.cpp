@@ -7,6 +7,18 @@
 // reduce-scatters their gradients back to the tokens' owners after the attention's backward.
 // Full recomputation reruns the forward's gather first. Everything else a device does is per
 // token, and so 1/C of the whole (chunk_work, layer_ops' OpShape::context).
+//
+// Under a ring (Layout::context_comm, Megatron's p2p and Transformer Engine's ring attention,
+// Liu et al. 2023) no rank holds the whole sequence's keys and values. The attention runs in
+// C steps, one per rank's block (a rank's two chunks), starting with its own: while it
+// computes on one block, the block it will use next arrives from the previous rank and the
+// one it holds goes to the next (a sendrecv of 1/C of the keys and values, overlapped with
+// the step: Collective::until). The forward sends C - 1 blocks. The backward passes the blocks
+// around again, and with each the gradient sums of the keys and values of the block its
+// receiver worked on last: each block's sum starts at its owner and gains a rank's part per
+// step, so after the C steps it is one rank short of home and takes a last, unoverlapped hop.
+// The steps of a layer split its attention's work evenly: the zoo counts every query against
+// every key (layer_ops), so every block costs alike.
 #include <algorithm>
 #include <cmath>
 
@@ -42,15 +54,34 @@ double context_kv_elems(const model::TransformerConfig& c, int tensor) {
 
 double context_gathered_bytes(const model::Network& net, const Layout& layout, int layer_begin, int layer_end,
                               int tensor) {
-  if (layout.size(Axis::context) <= 1 || !net.architecture) return 0;
+  const int group = layout.size(Axis::context);
+  if (group <= 1 || !net.architecture) return 0;
   for (int i = layer_begin; i < layer_end; ++i) {
     if (net.layers[static_cast<size_t>(i)].attention_core_flops > 0) {
       const double e = model::element_bytes(layout.precision);
-      return context_kv_elems(*net.architecture, tensor) * layout.micro_batch_size * e;
+      const double held = layout.context_comm == ContextComm::ring ? 2.0 / group : 1.0;  // two blocks, or all
+      return context_kv_elems(*net.architecture, tensor) * held * layout.micro_batch_size * e;
     }
   }
   return 0;
 }
+
+namespace {
+
+// A ring's calls in one layer part (the file's comment): `begin` and `end` bound the
+// attention's work in the part, `gradients` the backward's.
+void ring_calls(double kv, int group, double begin, double end, bool gradients, std::vector<PassCall>& out) {
+  const double block = kv / group, step = (end - begin) / group;
+  for (int j = 0; j < group - 1; ++j) {  // the block for step j + 1, and the sums of step j - 1
+    const double elems = gradients && j > 0 ? 2 * block : block;
+    out.push_back({CollectiveKind::sendrecv, elems, begin + j * step, begin + (j + 1) * step});
+  }
+  if (!gradients) return;
+  out.push_back({CollectiveKind::sendrecv, block, begin + (group - 1) * step, end});  // the sums of step C - 2
+  out.push_back({CollectiveKind::sendrecv, block, end, -1});  // the sums of step C - 1, home
+}
+
+}  // namespace
 
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass) {
   if (pass.context <= 1 || !net.architecture) return {};
@@ -59,7 +90,13 @@ std::vector<PassCall> pass_context_calls(const model::Network& net, const PassSh
   return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
     if (l.attention_core_flops <= 0 || l.forward_flops <= 0) return;
     const AttentionPlace a = attention_place(c, l);
-    if (part == LayerPart::forward || (part == LayerPart::rerun && pass.recompute == Recompute::full)) {
+    const bool forward = part == LayerPart::forward || (part == LayerPart::rerun && pass.recompute == Recompute::full);
+    if (pass.context_comm == ContextComm::ring) {
+      if (forward) ring_calls(kv, pass.context, a.begin, a.end, false, out);
+      if (part == LayerPart::backward) ring_calls(kv, pass.context, 1 - a.end, 1 - a.begin, true, out);
+      return;
+    }
+    if (forward) {
       out.push_back({CollectiveKind::all_gather, kv, a.begin});  // (the rerun: the forward's gather again)
     } else if (part == LayerPart::backward) {
       // The backward mirrors the forward: the MLP's, then the attention's, then QKV's.

@@ -11,7 +11,7 @@
 namespace hetflow::partition {
 
 namespace {
-constexpr std::string_view kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
+constexpr std::string_view kKinds[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "sendrecv"};
 constexpr std::string_view kAlgorithms[] = {"ring", "tree", "hierarchical", "pairwise"};
 
 template <typename Enum, size_t N>
@@ -39,8 +39,10 @@ bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm) {
   if (kind == CollectiveKind::all_to_all) {
     return algorithm == CollectiveAlgorithm::pairwise || algorithm == CollectiveAlgorithm::hierarchical;
   }
+  if (kind == CollectiveKind::sendrecv) return algorithm == CollectiveAlgorithm::ring;
   if (algorithm == CollectiveAlgorithm::pairwise) return false;
   switch (kind) {
+    case CollectiveKind::sendrecv:
     case CollectiveKind::all_to_all:
     case CollectiveKind::all_reduce:
       return true;

@@ -11,8 +11,11 @@ namespace hetflow::partition {
 // the buffer every participant holds; for reduce_scatter the input each participant holds
 // (each ends with 1/n of it); for all_gather the output each participant ends with (each
 // contributes 1/n of it); for all_to_all the buffer each participant sends, one part bound
-// for every participant (itself included), the parts' shares alike on every sender.
-enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all };
+// for every participant (itself included), the parts' shares alike on every sender; for
+// sendrecv the buffer each participant sends to the next member in ring order while it
+// receives the previous member's into its own (one step of a ring: nccl-tests' sendrecv,
+// the ring attention's exchange of keys and values).
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, sendrecv };
 // pairwise: every member sends each other member its part directly, all at once (NCCL's
 // grouped send/receive); for all_to_all only.
 enum class CollectiveAlgorithm { ring, tree, hierarchical, pairwise };
@@ -58,6 +61,7 @@ std::vector<double> part_cuts(const std::vector<double>& parts, size_t members);
 //                               need a root per node, which NCCL does not offer either)
 //   all_to_all                  pairwise, hierarchical (inside each node, then across nodes);
 //                               and pairwise no other kind
+//   sendrecv                    ring
 bool supports(CollectiveKind kind, CollectiveAlgorithm algorithm);
 // Throws hetflow::Error when the algorithm does not apply to the kind (naming the ones that
 // do), the root is not an index into devices, or parts are not one share >= 0 per member

@@ -193,6 +193,7 @@ void hierarchical(const CollectiveSpec& c, int device, const NodeOf& node_of, st
     case CollectiveKind::broadcast:
     case CollectiveKind::reduce:
     case CollectiveKind::all_to_all:
+    case CollectiveKind::sendrecv:
       break;  // refused by check_collective
   }
 }
@@ -220,6 +221,13 @@ void ring_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
       pipeline(chain.parent, chain.children, c.bytes, Lane::chain, steps, true);
       break;
     }
+    case CollectiveKind::sendrecv:  // the whole buffer to the next member, the previous one's into it
+      if (n >= 2) {
+        const size_t me = position(c.devices, device);
+        steps.push_back(Step{{{c.devices[(me + 1) % static_cast<size_t>(n)], c.bytes, Lane::ring, 0, 1, false}},
+                             {{c.devices[(me + static_cast<size_t>(n) - 1) % static_cast<size_t>(n)], 0, Lane::ring, 0, 1, false}}});
+      }
+      break;
     case CollectiveKind::all_to_all:
       break;  // refused by check_collective
   }
@@ -317,6 +325,7 @@ void tree_kind(const CollectiveSpec& c, int device, std::vector<Step>& steps) {
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_gather:
     case CollectiveKind::all_to_all:
+    case CollectiveKind::sendrecv:
       break;  // refused by check_collective
   }
 }

@@ -47,10 +47,11 @@
 //                                  phase one step, all at once. Members not listed node by
 //                                  node with k on every node, one node or one member a
 //                                  node: pairwise.
+//   sendrecv        ring:          one step: S to the next member, S from the previous one.
 // Data: every member starts with its own buffer of S bytes. Running the steps (a receive
 // applied when it completes, a send carrying the sender's part as it stands when the step
 // starts) leaves: all_reduce, the sum everywhere; broadcast, the root's buffer everywhere;
-// reduce, the sum at the root; reduce_scatter, the sum of part i of n at ring position i
+// reduce, the sum at the root; sendrecv, the previous member's buffer at each; reduce_scatter, the sum of part i of n at ring position i
 // (hierarchical: part l*m + q of k*m at local index l, peer position q); all_gather, part i
 // of n from position i everywhere (hierarchical: part l*m + q from local index l, peer
 // position q) — every node holding the same number of members; all_to_all, member q's

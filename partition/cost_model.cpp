@@ -508,6 +508,8 @@ double CostModel::collective_time_s(const CollectiveSpec& c, const EdgeBandwidth
         case CollectiveKind::broadcast:
         case CollectiveKind::reduce:
           return chain_time_s(c, shared);
+        case CollectiveKind::sendrecv:  // one step of a ring: the whole buffer over each edge at once
+          return ring_time_s(c.devices, c.bytes, 1, shared);
         case CollectiveKind::all_to_all:
           break;  // refused by check_collective
       }

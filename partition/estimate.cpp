@@ -47,9 +47,25 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
 }
 
 double in_task_time_s(const Plan& plan, const CostModel& cost, int task) {
-  double s = 0;
-  for (const InTaskCall& call : plan.inside(task)) {  // each collective once, at its first message
-    if (call.message == 0) s += cost.collective_time_s(collective_spec(plan, plan.collective(call.collective)));
+  double s = 0, compute_s = -1;
+  std::vector<std::pair<int, double>> message_s;  // per overlapped collective: one message's time
+  for (const InTaskCall& call : plan.inside(task)) {
+    const Collective& c = plan.collective(call.collective);
+    if (c.until.empty()) {  // each collective once, at its first message
+      if (call.message == 0) s += cost.collective_time_s(collective_spec(plan, c));
+      continue;
+    }
+    auto found = std::find_if(message_s.begin(), message_s.end(), [&](const auto& m) { return m.first == call.collective; });
+    if (found == message_s.end()) {
+      message_s.emplace_back(call.collective, cost.collective_time_s(collective_spec(plan, c)) / std::max(1, c.messages));
+      found = message_s.end() - 1;
+    }
+    if (!call.overlaps()) {
+      s += found->second;
+      continue;
+    }
+    if (compute_s < 0) compute_s = cost.task_compute_time_s(plan, plan.task(task));
+    s += std::max(0.0, found->second - (call.until - call.at) * compute_s);  // what outlasts the work it overlaps
   }
   return s;
 }

@@ -43,7 +43,8 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
 // transfer, collective or load (load_time_s).
 double task_duration_s(const Plan& plan, const CostModel& cost, int task);
 // The time a compute task spends in its in-task collectives (Plan::inside), one after another
-// on its stream: each collective's messages, all of which the task performs.
+// on its stream: each collective's messages, all of which the task performs; a message that
+// overlaps the work (Collective::until) only what outlasts its part of the task's compute.
 double in_task_time_s(const Plan& plan, const CostModel& cost, int task);
 
 // What the collective steps and the cost model need of one of the plan's collectives.

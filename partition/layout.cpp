@@ -41,6 +41,14 @@ ZeroShares parse_zero_shares(std::string_view text) {
   throw std::invalid_argument("expected equal or memory, found '" + std::string(text) + "'");
 }
 
+std::string_view to_string(ContextComm c) { return c == ContextComm::ring ? "ring" : "allgather"; }
+
+ContextComm parse_context_comm(std::string_view text) {
+  if (text == "allgather") return ContextComm::all_gather;
+  if (text == "ring") return ContextComm::ring;
+  throw std::invalid_argument("expected allgather or ring, found '" + std::string(text) + "'");
+}
+
 SyncKind parse_sync(std::string_view text) {
   if (text == "allreduce") return SyncKind::allreduce;
   if (text == "ps") return SyncKind::ps;

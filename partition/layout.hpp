@@ -25,14 +25,20 @@ enum class SyncKind { allreduce, ps, wsp };
 // How ZeRO divides a piece among its replicas (Sharding::shares): equally, or in proportion
 // to their devices' memory.
 enum class ZeroShares { equal, memory };
+// How a context group exchanges each attention layer's keys and values: gathered whole just
+// before the attention (Llama 3's all_gather), or passed around the group's ring in blocks
+// while the attention computes on the block at hand (ring attention; Megatron's p2p).
+enum class ContextComm { all_gather, ring };
 
 std::string_view to_string(Recompute r);
 std::string_view to_string(SyncKind s);
 std::string_view to_string(ZeroShares s);
+std::string_view to_string(ContextComm c);  // "allgather", "ring"
 // These throw std::invalid_argument naming the accepted values.
 Recompute parse_recompute(std::string_view text);
 SyncKind parse_sync(std::string_view text);
 ZeroShares parse_zero_shares(std::string_view text);
+ContextComm parse_context_comm(std::string_view text);
 
 // One model chunk: layers [layer_begin, layer_end) run by pipeline rank `rank`.
 struct Stage {
@@ -159,8 +165,10 @@ struct Layout {
   // chunks c and 2C - 1 - c on worker c, which balances causal attention), and all-gather
   // each layer's keys and values inside its passes (axis_context.cpp); their gradients are
   // summed, and ZeRO shards, over all D x C workers, as Megatron's data-parallel group with
-  // context parallelism does.
+  // context parallelism does. context_comm: all-gathered (as above), or a ring of
+  // send/receives overlapped with the attention (axis_context.cpp).
   std::vector<LayoutAxis> axes = default_axes();
+  ContextComm context_comm = ContextComm::all_gather;
   int virtual_stages = 1;  // v: chunks per rank (interleaved schedules)
   int micro_batch_size = 1;  // samples per micro-batch
   model::Precision precision = model::Precision::fp16;

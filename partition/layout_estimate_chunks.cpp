@@ -120,11 +120,11 @@ PipelineComm::Phase& PipelineComm::phase(int w, size_t k, Slot slot, int order) 
   return it->second;
 }
 
-void PipelineComm::collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c) {
+void PipelineComm::collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c, std::vector<double> overlap) {
   if (c.devices.size() < 2 || c.bytes <= 0) return;
   Phase& p = phase(w, k, slot, order);
   p.items.add(c);
-  p.uses.push_back({w, k, slot});
+  p.uses.push_back({w, k, slot, std::move(overlap)});
 }
 
 void PipelineComm::transfer(int w, size_t k, Slot slot, int src, int dst, double bytes) {
@@ -139,11 +139,19 @@ void PipelineComm::resolve(std::vector<std::vector<Chunk>*>& chunks) {
     for (size_t i = 0; i < times.size(); ++i) {
       const Use& use = p.uses[i];
       Chunk& c = (*chunks[static_cast<size_t>(use.worker)])[use.chunk];
+      // Overlapped messages (Use::overlap): what each outlasts of its part of the pass.
+      const auto exposed = [&](const std::vector<double>& compute_s) {
+        if (use.overlap.empty()) return times[i];
+        const double one = times[i] / static_cast<double>(use.overlap.size()), pass_s = largest(compute_s);
+        double s = 0;
+        for (const double part : use.overlap) s += std::max(0.0, one - part * pass_s);
+        return s;
+      };
       switch (use.slot) {
         case kForwardBefore: c.f_before_s += times[i]; break;
-        case kForwardAfter: c.f_after_s += times[i]; break;
+        case kForwardAfter: c.f_after_s += exposed(c.f_compute_s); break;
         case kBackwardBefore: c.b_before_s += times[i]; break;
-        case kBackwardAfter: c.b_after_s += times[i]; break;
+        case kBackwardAfter: c.b_after_s += exposed(c.b_compute_s); break;
         case kLastBackwardAfter: c.last_b_after_s += times[i]; break;
         case kToNext: c.to_next_s = std::max(c.to_next_s, times[i]); break;
         case kToPrevious: c.to_previous_s = std::max(c.to_previous_s, times[i]); break;
@@ -205,6 +213,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.split_backward = splits_backward;
       pass.recompute = layout.recompute;
       pass.context = context;
+      pass.context_comm = layout.context_comm;
       pass.experts = ep;
       pass.expert_kept = memo.dispatch().kept;
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
@@ -234,7 +243,9 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
             call.algorithm = layout.experts.dispatch;
             call.parts = memo.dispatch().parts;
           }
-          comm.collective(w, k, after, order++, std::move(call));
+          std::vector<double> overlap;
+          for (size_t m = 0; m < g.until.size(); ++m) overlap.push_back(g.until[m] - g.points[m]);
+          comm.collective(w, k, after, order++, std::move(call), std::move(overlap));
         }
       }
     }

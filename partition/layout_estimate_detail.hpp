@@ -49,7 +49,10 @@ class PipelineComm {
   enum Slot { kForwardBefore, kForwardAfter, kBackwardBefore, kBackwardAfter, kLastBackwardAfter, kToNext, kToPrevious };
   PipelineComm(const CostModel& cost, bool shared) : cost_(cost), shared_(shared) {}
   // The `order`-th collective of chunk k's slot in worker w (nothing when it moves nothing).
-  void collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c);
+  // `overlap`: per message of an in-pass collective whose messages overlap the pass, the part
+  // of the pass's compute it may hide behind (Collective::until - at): each costs only what
+  // outlasts that part. Empty: every message adds its whole time.
+  void collective(int w, size_t k, Slot slot, int order, const CollectiveSpec& c, std::vector<double> overlap = {});
   // One tensor rank's share of chunk k's boundary transfer in worker w.
   void transfer(int w, size_t k, Slot slot, int src, int dst, double bytes);
   // Costs every phase into the workers' chunks (per worker, as chunks_of made them).
@@ -60,6 +63,7 @@ class PipelineComm {
     int worker;
     size_t chunk;
     Slot slot;
+    std::vector<double> overlap{};
   };
   struct Phase {
     SharedPhase items;

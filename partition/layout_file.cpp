@@ -289,6 +289,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   set("offload_activations", "offload_activations",
       [&] { o.offload_activations = m.boolean_or("offload_activations", false); });
   set("context_parallel", "context", [&] { o.context = m.positive_int("context_parallel"); });
+  set("context_comm", "context_comm", [&] { o.context_comm = parsed("context_comm", parse_context_comm); });
   set("expert_parallel", "expert_parallel", [&] { o.experts.parallel = m.positive_int("expert_parallel"); });
   set("routing", "routing", [&] { o.experts.routing = parse_routing(m.string("routing"), m.file(), m.field("routing")); });
   set("expert_dispatch", "expert_dispatch", [&] { o.experts.dispatch = parsed("expert_dispatch", parse_collective_algorithm); });
@@ -325,7 +326,7 @@ void read_options(const yu::MapReader& m, PlanOptions& o, const std::function<bo
   for (const char* key : {"micro_batch", "schedule", "virtual_stages", "recompute", "sequence_parallel",
                           "fp32_grad_accumulation", "workspace", "sync", "staleness", "allreduce", "bucket_size",
                           "overlap_grad_reduce", "zero_stage", "reshard_after_forward", "zero_shares", "offload_optimizer",
-                          "offload_activations", "context_parallel", "expert_parallel", "routing", "expert_dispatch", "expert_placement",
+                          "offload_activations", "context_parallel", "context_comm", "expert_parallel", "routing", "expert_dispatch", "expert_placement",
                           "flash_attention",
                           "fused_softmax", "fused_bias_gelu", "fused_bias_dropout_add", "fused_adam"}) {
     m.get(key);  // known, whether kept or not
@@ -372,6 +373,7 @@ std::string write_layout_file(const Layout& layout, const model::Cluster& cluste
   if (layout.offload.activations) out += "  offload_activations: true\n";
   // Context groups: consecutive workers, as written below.
   if (layout.size(Axis::context) > 1) out += "  context_parallel: " + std::to_string(layout.size(Axis::context)) + "\n";
+  if (layout.context_comm != ContextComm::all_gather) out += "  context_comm: " + std::string(to_string(layout.context_comm)) + "\n";
   if (layout.experts != Experts{}) {  // expert groups: consecutive replicas, likewise
     out += "  expert_parallel: " + std::to_string(layout.experts.parallel) + "\n  routing: \"" +
            to_string(layout.experts.routing) + "\"\n  expert_dispatch: " + std::string(to_string(layout.experts.dispatch)) + "\n";

@@ -22,7 +22,8 @@
 //             fused_bias_gelu: true, fused_bias_dropout_add: true, fused_adam: true,
 //             zero_stage: 0, reshard_after_forward: true,   (these two written when sharded)
 //             zero_shares: memory,   (written when not equal)
-//             offload_optimizer: false, offload_activations: false}   (each written when true)
+//             offload_optimizer: false, offload_activations: false,   (each written when true)
+//             context_parallel: 2, context_comm: ring}   (written when there are context groups; a ring's)
 #include <functional>
 #include <string>
 #include <string_view>

@@ -146,7 +146,8 @@ void Plan::index_in_task_calls() {
     for (int t : col.tasks) {
       if (!valid(t)) continue;
       for (size_t m = 0; m < col.at.size(); ++m) {
-        inside_[fill[static_cast<size_t>(t)]++] = InTaskCall{static_cast<int>(c), static_cast<int>(m), col.at[m]};
+        const double until = m < col.until.size() ? std::max(col.at[m], col.until[m]) : col.at[m];
+        inside_[fill[static_cast<size_t>(t)]++] = InTaskCall{static_cast<int>(c), static_cast<int>(m), col.at[m], until};
       }
     }
   }

@@ -162,6 +162,11 @@ struct Collective {
   // In-task: one point in [0, 1] per message, ascending; empty for a collective with tasks
   // of its own.
   std::vector<double> at;
+  // In-task messages that overlap the work (a ring attention's exchanges): message m starts
+  // at at[m] while the work goes on, and the work waits for it at until[m] (at[m] <= until[m]
+  // <= 1, and no later than the task's next message starts). Empty: every message holds the
+  // work at its own point until it is done.
+  std::vector<double> until;
   // all_to_all: the share of every member's buffer bound for each member (CollectiveSpec::
   // parts); empty: even.
   std::vector<double> parts;
@@ -174,6 +179,8 @@ struct InTaskCall {
   int collective = -1;
   int message = 0;  // which of its messages (Collective::at)
   double at = 0;    // the part of the task's work done before it
+  double until = 0; // where the work waits for it (Collective::until; `at` for one that holds the work)
+  bool overlaps() const { return until > at; }
 };
 
 struct Tensor {

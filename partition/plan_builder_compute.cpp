@@ -118,6 +118,7 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
   shape.split_backward = schedule_.splits_backward;
   shape.recompute = layout_.recompute;
   shape.context = context;
+  shape.context_comm = layout_.context_comm;
   shape.experts = layout_.experts.parallel;
   shape.expert_kept = experts_.dispatch.kept;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
@@ -125,6 +126,7 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
                           const std::vector<int>& devices, const std::vector<int>& tasks) {
     Collective& c = plan_.collectives[add_in_task(axis, g.kind, name, devices, 0, tasks)];
     c.at = g.points;
+    c.until = g.until;
     c.messages = static_cast<int>(g.points.size());
     c.bytes = g.elems * bytes_per_elem * static_cast<double>(g.points.size());
   };

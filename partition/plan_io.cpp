@@ -181,6 +181,12 @@ Layout read_layout(const Reader& r, const Json& j) {
   l.workspace_bytes = r.number(j, "workspace_bytes", p);
   l.iterations = r.integer(j, "iterations", p, 1, kMaxCount);
   l.folded = j.contains("folded") && r.boolean(j, "folded", p);
+  if (j.contains("context_comm")) {
+    l.context_comm = r.parsed(j, "context_comm", p, parse_context_comm);
+    if (l.context_comm == ContextComm::ring && l.size(Axis::context) <= 1) {
+      r.fail(p + ".context_comm", "a ring passes keys and values around a context group; the layout has none");
+    }
+  }
   if (j.contains("offload")) {
     const Json& offload = r.at(j, "offload", p);
     l.offload.optimizer = r.boolean(offload, "optimizer", p + ".offload");
@@ -496,7 +502,8 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
     c.bytes = r.number(cj, "bytes", p);
     c.root = r.integer(cj, "root", p, 0);
     if (cj.contains("messages")) c.messages = r.integer(cj, "messages", p, 1, 1 << 20);
-    // In-task: one point per message (validation checks their number and order); an
+    // In-task: one point per message, and where messages overlap the work, one more each
+    // (validation checks their number and order); an
     // all_to_all's shares (validation checks their number and sum).
     const auto fractions = [&](const char* key, const std::string& what, std::vector<double>& out) {
       if (!cj.contains(key)) return;
@@ -512,6 +519,7 @@ Plan read_plan_json(const std::string& text, const std::string& file) {
       }
     };
     fractions("at", "point", c.at);
+    fractions("until", "point", c.until);
     fractions("parts", "share", c.parts);
     c.tasks = r.integers(cj, "tasks", p, 0);
     plan.collectives.push_back(std::move(c));

@@ -46,6 +46,7 @@ Json layout_json(const Layout& l) {
   j["workspace_bytes"] = l.workspace_bytes;
   j["iterations"] = l.iterations;
   if (l.folded) j["folded"] = true;  // written only when set: unfolded plans keep their fingerprints
+  if (l.context_comm != ContextComm::all_gather) j["context_comm"] = std::string(to_string(l.context_comm));  // likewise
   if (l.kernels != KernelOptions{}) {  // likewise: plans with Megatron's default kernels keep theirs
     j["kernels"] = {{"flash_attention", l.kernels.flash_attention},
                     {"fused_softmax", l.kernels.fused_softmax},
@@ -193,6 +194,41 @@ void append_task(std::string& out, const Plan& plan, size_t i) {
   out += '}';
 }
 
+// One collective's line of the plan file.
+void append_collective(std::string& o, const Collective& c) {
+  o += "{\"kind\": ";
+  append_string(o, to_string(c.kind));
+  o += ", \"algorithm\": ";
+  append_string(o, to_string(c.algorithm));
+  o += ", \"purpose\": ";
+  append_string(o, to_string(c.purpose));
+  o += ", \"communicator\": ";
+  append_number(o, static_cast<long long>(c.communicator));
+  o += ", \"bytes\": ";
+  append_number(o, c.bytes);
+  o += ", \"root\": ";
+  append_number(o, static_cast<long long>(c.root));
+  if (c.messages != 1) {  // written only where it says something: older plans keep their fingerprints
+    o += ", \"messages\": ";
+    append_number(o, static_cast<long long>(c.messages));
+  }
+  if (!c.parts.empty()) {  // an all_to_all's uneven shares
+    o += ", \"parts\": ";
+    append_numbers(o, c.parts);
+  }
+  if (c.in_task()) {  // runs inside its tasks, message m at point at[m] of their work
+    o += ", \"at\": ";
+    append_numbers(o, c.at);
+  }
+  if (!c.until.empty()) {  // messages that overlap the work: where it waits for each
+    o += ", \"until\": ";
+    append_numbers(o, c.until);
+  }
+  o += ", \"tasks\": ";
+  append_ints(o, c.tasks);
+  o += '}';
+}
+
 // The whole plan; with a fingerprint, it goes after "version". Without, this is the
 // canonical text the fingerprint hashes.
 std::string plan_text(const Plan& plan, const std::string& fingerprint) {
@@ -247,36 +283,8 @@ std::string plan_text(const Plan& plan, const std::string& fingerprint) {
     append_number(o, static_cast<long long>(c.communicator));
     o += '}';
   });
-  append_lines(out, "collectives", plan.collectives.size(), [&](std::string& o, size_t i) {
-    const Collective& c = plan.collectives[i];
-    o += "{\"kind\": ";
-    append_string(o, to_string(c.kind));
-    o += ", \"algorithm\": ";
-    append_string(o, to_string(c.algorithm));
-    o += ", \"purpose\": ";
-    append_string(o, to_string(c.purpose));
-    o += ", \"communicator\": ";
-    append_number(o, static_cast<long long>(c.communicator));
-    o += ", \"bytes\": ";
-    append_number(o, c.bytes);
-    o += ", \"root\": ";
-    append_number(o, static_cast<long long>(c.root));
-    if (c.messages != 1) {  // written only where it says something: older plans keep their fingerprints
-      o += ", \"messages\": ";
-      append_number(o, static_cast<long long>(c.messages));
-    }
-    if (!c.parts.empty()) {  // an all_to_all's uneven shares
-      o += ", \"parts\": ";
-      append_numbers(o, c.parts);
-    }
-    if (c.in_task()) {  // runs inside its tasks, message m at point at[m] of their work
-      o += ", \"at\": ";
-      append_numbers(o, c.at);
-    }
-    o += ", \"tasks\": ";
-    append_ints(o, c.tasks);
-    o += '}';
-  });
+  append_lines(out, "collectives", plan.collectives.size(),
+               [&](std::string& o, size_t i) { append_collective(o, plan.collectives[i]); });
   const std::vector<std::vector<int>> consumers = plan.consumers();
   append_lines(out, "tensors", plan.tensors.size(), [&](std::string& o, size_t i) {
     const Tensor& t = plan.tensors[i];

@@ -142,6 +142,10 @@ Layout base_layout(const PlanOptions& o, const std::string& policy, SyncKind def
     }
     l.set_size(Axis::context, o.context);
   }
+  if (o.context_comm != ContextComm::all_gather && o.context <= 1) {
+    throw InputError(kOptions, 0, "context_comm", "passes keys and values around a context group: give `context` 2 or more");
+  }
+  l.context_comm = o.context_comm;
   l.experts = o.experts;
   l.virtual_stages = o.virtual_stages;
   l.micro_batch_size = o.micro_batch;

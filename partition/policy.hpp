@@ -55,6 +55,7 @@ struct PlanOptions {
   int zero_stage = 0;                // Sharding::stage
   bool reshard_after_forward = true; // Sharding::reshard_after_forward
   ZeroShares zero_shares = ZeroShares::equal;  // Sharding::shares
+  ContextComm context_comm = ContextComm::all_gather;  // Layout::context_comm
   bool offload_optimizer = false;    // Offload::optimizer
   bool offload_activations = false;  // Offload::activations
   int staleness = 0;

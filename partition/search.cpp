@@ -43,6 +43,7 @@ std::string candidate_summary(const PlanOptions& o, int workers) {
     s += " [" + o.groups + "] t" + std::to_string(o.tensor) + count;
   } else if (!is_hetpipe(o.policy)) {
     s += " t" + std::to_string(o.tensor) + (o.context > 1 ? " c" + std::to_string(o.context) : "") +
+         (o.context_comm == ContextComm::ring ? " ring" : "") +
          (o.experts.parallel > 1 ? " e" + std::to_string(o.experts.parallel) + (o.experts_by_speed ? " by speed" : "") : "") +
          " p" + std::to_string(o.pipeline);
     if (workers > 0) s += " d" + std::to_string(workers / std::max(1, o.context));
@@ -92,15 +93,17 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
       }
     }
     // Each shape at each context size and expert placement (uniform and balanced), every device used.
-    std::vector<std::tuple<Grouping, int, search_detail::ExpertChoice>> sized;
+    std::vector<std::tuple<Grouping, int, ContextComm, search_detail::ExpertChoice>> sized;
     for (const Grouping& shape : shapes) {
       for (const int c : grouped || hetpipe ? std::vector<int>{1} : s.contexts) {
         if (c > 1 && devices % (shape.tensor * shape.shallowest * c) != 0) continue;
         const int data = grouped || hetpipe ? 0 : devices / (shape.tensor * shape.shallowest * c);
-        for (const auto& e : search_detail::expert_choices(cluster, s, data, shape.tensor)) sized.emplace_back(shape, c, e);
+        for (const ContextComm comm : c > 1 ? s.context_comms : std::vector<ContextComm>{ContextComm::all_gather}) {
+          for (const auto& e : search_detail::expert_choices(cluster, s, data, shape.tensor)) sized.emplace_back(shape, c, comm, e);
+        }
       }
     }
-    for (const auto& [shape, c, experts] : sized) {
+    for (const auto& [shape, c, comm, experts] : sized) {
       const int p = grouped ? 0 : shape.shallowest;
       for (int mb : s.micro_batches) {
         for (const std::string& schedule : s.schedules) {
@@ -117,6 +120,7 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
               o.policy = policy;
               o.tensor = shape.tensor;
               o.context = c;
+              o.context_comm = comm;
               o.pipeline = p;
               o.data = 0;
               o.micro_batch = mb;

@@ -34,6 +34,8 @@ struct SearchSpace {
   // whose sequences are long, powers of two up to 16 that leave each device 8,192 tokens or
   // more and split the sequence in 2C chunks.
   std::vector<int> contexts;
+  // How context groups of 2 or more exchange keys and values: all_gather and ring, each tried.
+  std::vector<ContextComm> context_comms;
   // Expert parallelism's group sizes (uniform and balanced, all-reduce, one device a rank): 1,
   // and for a mixture of experts the powers of two that divide its experts, up to 64 and the
   // device count. On a cluster of more than one GPU type each size above 1 is tried with the

@@ -28,6 +28,7 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
     const int seq = network.architecture ? network.architecture->seq : 0;
     for (int c = 1; c <= 16 && (c == 1 || (seq / c >= 8192 && seq % (2 * c) == 0)); c *= 2) s.contexts.push_back(c);
   }
+  if (s.context_comms.empty()) s.context_comms = {ContextComm::all_gather, ContextComm::ring};
   if (s.experts.empty()) {
     const int experts = network.architecture ? network.architecture->moe.experts : 0;
     for (int ep = 1; ep <= std::min({experts, devices, 64}) || ep == 1; ep *= 2) {

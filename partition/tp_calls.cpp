@@ -1,5 +1,6 @@
 #include "partition/tp_calls.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace hetflow::partition {
@@ -86,7 +87,9 @@ std::vector<PassCall> place_pass_calls(const model::Network& net, const PassShap
   std::vector<PassCall> out;
   for (const Placed& p : parts) {
     for (size_t k = p.first; k < p.first + p.count; ++k) {
-      raw[k].at = total > 0 ? (p.begin + raw[k].at * p.work) / total : 1;
+      const auto place_point = [&](double x) { return total > 0 ? (p.begin + x * p.work) / total : 1; };
+      raw[k].at = place_point(raw[k].at);
+      if (raw[k].until >= 0) raw[k].until = place_point(raw[k].until);
       out.push_back(raw[k]);
     }
   }
@@ -117,15 +120,29 @@ void strictly_increasing(std::vector<PassCall>& calls) {
     const double limit = k + 1 < calls.size() ? std::nextafter(calls[k + 1].at, -1.0) : 1.0;
     if (calls[k].at > limit) calls[k].at = limit;
   }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    if (calls[k].until < 0) continue;
+    const double next = k + 1 < calls.size() ? calls[k + 1].at : 1.0;
+    calls[k].until = std::clamp(calls[k].until, calls[k].at, std::max(calls[k].at, next));
+  }
 }
 
 std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls) {
   std::vector<PassCallGroup> groups;
+  std::vector<char> overlapped;  // per group: whether any of its calls overlaps the pass
   for (const PassCall& call : calls) {
     size_t g = 0;
     while (g < groups.size() && (groups[g].kind != call.kind || groups[g].elems != call.elems)) ++g;
-    if (g == groups.size()) groups.push_back({call.kind, call.elems, {}});
+    if (g == groups.size()) {
+      groups.push_back({call.kind, call.elems, {}, {}});
+      overlapped.push_back(0);
+    }
     groups[g].points.push_back(call.at);
+    groups[g].until.push_back(call.until >= 0 ? call.until : call.at);
+    overlapped[g] = overlapped[g] || call.until >= 0;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!overlapped[g]) groups[g].until.clear();
   }
   return groups;
 }

@@ -26,6 +26,9 @@ struct PassCall {
   CollectiveKind kind = CollectiveKind::all_reduce;
   double elems = 0;  // per sample
   double at = 0;     // in [0, 1], strictly increasing along a pass
+  // A call the pass overlaps (Collective::until): the point where the pass waits for it, in
+  // [at, the next call's at]; -1: it holds the pass at `at` until done.
+  double until = -1;
 };
 
 struct PassShape {
@@ -36,6 +39,7 @@ struct PassShape {
   bool split_backward = false;  // B computes input gradients only (its W the weights')
   Recompute recompute = Recompute::none;
   int context = 1;  // the context group's size: the rank computes 1/context of the tokens
+  ContextComm context_comm = ContextComm::all_gather;
   int experts = 1;   // the expert group's size (Layout::experts.parallel)
   double expert_kept = 1;  // the part of the routed copies capacity keeps (ExpertSplit::dispatch)
 };
@@ -55,7 +59,8 @@ using LayerCalls = std::function<void(const model::Layer& layer, LayerPart part,
 std::vector<PassCall> place_pass_calls(const model::Network& net, const PassShape& pass, const LayerCalls& calls_of);
 
 // Makes the calls' points strictly increasing in their listed order, all within [0, 1]:
-// calls at one point keep their order by points a few ulps apart.
+// calls at one point keep their order by points a few ulps apart; an overlapped call's
+// `until` stays between its point and the next call's.
 void strictly_increasing(std::vector<PassCall>& calls);
 
 // A pass's calls of one kind and size: one in-task collective of the plan (Collective::at
@@ -64,12 +69,15 @@ struct PassCallGroup {
   CollectiveKind kind = CollectiveKind::all_reduce;
   double elems = 0;  // per sample, per message
   std::vector<double> points;
+  std::vector<double> until;  // per point (Collective::until); empty when no call of the group overlaps
 };
 // The calls grouped by kind and size, in the order the pass first performs each group.
 std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
 
 // Context parallelism's calls (axis_context.cpp): a pass's all-gathers of the sequence's keys
-// and values, and in a backward the reduce-scatters of their gradients; empty for one device.
+// and values, and in a backward the reduce-scatters of their gradients; or under a ring
+// (PassShape::context_comm) the sendrecvs of their blocks, each overlapped with the attention
+// on the block before; empty for one device.
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass);
 // Expert parallelism's calls (axis_expert.cpp): in each MoE layer's forward the dispatch
 // all-to-all after the router and the combine after the routed experts; in a backward their
@@ -79,8 +87,10 @@ std::vector<PassCall> pass_expert_calls(const model::Network& net, const PassSha
 
 // The keys and values of one sequence on one tensor rank of degree `tensor`, per sample.
 double context_kv_elems(const model::TransformerConfig& config, int tensor);
-// The bytes of the keys and values one attention layer of layers [begin, end) gathers for a
-// micro-batch under the layout's context parallelism; 0 without it or without attention.
+// The bytes of keys and values one attention layer of layers [begin, end) holds received for
+// a micro-batch under the layout's context parallelism: the whole sequence's gathered, or a
+// ring's two blocks (the one the attention computes on, the one arriving); 0 without it or
+// without attention.
 double context_gathered_bytes(const model::Network& net, const Layout& layout, int layer_begin, int layer_end,
                               int tensor);
 

@@ -371,6 +371,37 @@ void check_channels(const Plan& plan, Problems& problems) {
   }
 }
 
+// An in-task collective whose messages overlap the work (Collective::until): each waits at
+// or after its start, and before the task's next message starts (a pass has one message in
+// flight at a time).
+void check_overlap(const Plan& plan, int c, Problems& problems) {
+  const Collective& col = plan.collective(c);
+  if (col.until.empty()) return;
+  const std::string name = "collective " + std::to_string(c) + ": ";
+  if (col.until.size() != col.at.size()) {
+    problems.push_back(name + "expected `until` to give one point per message (" + std::to_string(col.at.size()) +
+                       "), found " + std::to_string(col.until.size()));
+    return;
+  }
+  for (size_t m = 0; m < col.at.size(); ++m) {
+    if (!(col.until[m] >= col.at[m] && col.until[m] <= 1)) {
+      problems.push_back(name + "message " + std::to_string(m) + " is waited for at " + std::to_string(col.until[m]) +
+                         ", before it starts (" + std::to_string(col.at[m]) + ") or past the task's end");
+      return;
+    }
+  }
+  if (col.tasks.empty()) return;
+  const std::span<const InTaskCall> calls = plan.inside(col.tasks.front());
+  for (size_t k = 0; k + 1 < calls.size(); ++k) {
+    if (calls[k].collective == c && calls[k + 1].at < calls[k].until) {
+      problems.push_back(name + "message " + std::to_string(calls[k].message) + " is still in flight where " +
+                         describe_task(plan, col.tasks.front()) + " starts its next message (collective " +
+                         std::to_string(calls[k + 1].collective) + "): a pass has one message in flight at a time");
+      return;
+    }
+  }
+}
+
 void check_collectives(const Plan& plan, Problems& problems) {
   for (size_t c = 0; c < plan.collectives.size(); ++c) {
     const Collective& col = plan.collectives[c];
@@ -397,6 +428,7 @@ void check_collectives(const Plan& plan, Problems& problems) {
         problems.push_back("collective " + std::to_string(c) + ": expected one point in [0, 1] per message (" +
                            std::to_string(col.messages) + "), in ascending order, found " + std::to_string(col.at.size()));
       }
+      check_overlap(plan, static_cast<int>(c), problems);
       if (col.tasks.size() != members.size()) {
         problems.push_back("collective " + std::to_string(c) + ": an in-task collective runs in a task of every member (" +
                            std::to_string(members.size()) + "), found " + std::to_string(col.tasks.size()));

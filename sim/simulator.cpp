@@ -26,6 +26,7 @@
 #include "partition/estimate.hpp"
 #include "partition/loading.hpp"
 #include "partition/run_graph.hpp"
+#include "sim/amounts.hpp"
 #include "sim/mailbox_steps.hpp"
 #include "sim/needed_hosts.hpp"
 #include "sim/off_device_work.hpp"
@@ -66,22 +67,32 @@ struct Stream {
   std::span<const partition::InTaskCall> calls;
   size_t call = 0;
   bool in_call = false;
+  // A message that overlaps the work (InTaskCall::overlaps): its index in `calls` while its
+  // steps run beside the work (-1: none), and whether the work has reached its `until` and
+  // waits for it.
+  int async_call = -1;
+  bool waiting_async = false;
 };
 
-// What a device has in flight: each activity with the stream whose head task it serves.
+// What a device has in flight: each activity with the stream whose head task it serves, and
+// whether it is a step of a message that overlaps the task's work (Stream::async_call).
 struct InFlight {
   std::vector<sg::ActivityPtr> activities;
   std::vector<size_t> stream;
+  std::vector<char> async;
 
-  void add(sg::ActivityPtr a, size_t s) {
+  void add(sg::ActivityPtr a, size_t s, bool overlapped = false) {
     activities.push_back(std::move(a));
     stream.push_back(s);
+    async.push_back(overlapped ? 1 : 0);
   }
   void remove(size_t i) {
     activities[i] = activities.back();
     activities.pop_back();
     stream[i] = stream.back();
     stream.pop_back();
+    async[i] = async.back();
+    async.pop_back();
   }
 };
 
@@ -174,7 +185,7 @@ class Simulation {
     messages_ = traces::MessageTimes(plan_, iterations_);
     // Refuse a collective its steps would refuse now, not inside a running actor.
     for (const Collective& c : plan_.collectives) partition::check_collective(partition::collective_spec(plan_, c));
-    check_amounts();
+    check_amounts(plan_, cost_, options_);
     // Each channel's mailbox, looked up once.
     mailbox_of_.assign(n, nullptr);
     std::vector<sg::Mailbox*> channel_box;
@@ -183,61 +194,6 @@ class Simulation {
       const Task& task = plan_.tasks[t];
       if (task.kind == TaskKind::send || task.kind == TaskKind::recv) {
         mailbox_of_[t] = channel_box[static_cast<size_t>(task.channel)];
-      }
-    }
-  }
-
-  // What SimGrid is given must be an amount it can hold: a finite number of flops for a
-  // compute task, a byte count that fits 64 bits for a message. A plan's quantities are
-  // finite but may be as large as a double goes; refuse them now, naming the task, rather
-  // than let the engine abort inside a running actor.
-  void check_amounts() const {
-    constexpr double kMaxBytes = 9223372036854775808.0;  // 2^63
-    auto shown = [](double x) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%.3g", x);
-      return std::string(text);
-    };
-    for (size_t id = 0; id < tasks_; ++id) {
-      const Task& t = plan_.tasks[id];
-      std::string why;
-      switch (t.kind) {
-        case TaskKind::forward:
-        case TaskKind::backward:
-        case TaskKind::backward_weight:
-        case TaskKind::optimizer:
-          if (!std::isfinite(cost_.task_compute_time_s(plan_, t) * cost_.peak_flops_per_s(t.device))) {
-            why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) +
-                  " bytes of memory traffic take longer than the simulator can count";
-          }
-          break;
-        case TaskKind::load:
-        case TaskKind::to_host:
-        case TaskKind::to_device:
-          if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes, more than the simulator can count";
-          break;
-        case TaskKind::host_optimizer:
-          if (!(t.flops < kMaxBytes && t.memory_bytes < kMaxBytes)) {
-            why = "its " + shown(t.flops) + " flops and " + shown(t.memory_bytes) + " bytes are more than the simulator can count";
-          }
-          break;
-        case TaskKind::send:
-        case TaskKind::recv:
-        case TaskKind::collective:
-          if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes; the simulator moves at most 2^63";
-          break;
-      }
-      if (!why.empty()) throw PlanError(partition::describe_task(plan_, static_cast<int>(id)) + ": " + why);
-    }
-    const auto& replay = options_.compute_s;
-    if (!replay.empty() && replay.size() != tasks_ * static_cast<size_t>(iterations_)) {
-      throw Error("replay: " + std::to_string(replay.size()) + " compute durations for " + std::to_string(tasks_) +
-                  " tasks x " + std::to_string(iterations_) + " iterations");
-    }
-    for (size_t i = 0; i < replay.size(); ++i) {
-      if (!(replay[i] < 1e9)) {  // NaN too
-        throw Error("replay: " + partition::describe_task(plan_, static_cast<int>(i % tasks_)) + ", iteration " +
-                    std::to_string(i / tasks_) + ": a duration of " + shown(replay[i]) + " s");
       }
     }
   }
@@ -293,8 +249,9 @@ class Simulation {
         continue;
       }
       const size_t s = flight.stream[static_cast<size_t>(index)];
+      const bool async = flight.async[static_cast<size_t>(index)] != 0;
       flight.remove(static_cast<size_t>(index));
-      finished_activity(d, s, flight, check);
+      finished_activity(d, s, async, flight, check);
     }
   }
 
@@ -324,7 +281,10 @@ class Simulation {
         for (const auto& next : graph_->successors(id)) {
           if (next.fraction < 1) stream.cuts.push_back(next.fraction);
         }
-        for (const partition::InTaskCall& call : stream.calls) stream.cuts.push_back(call.at);
+        for (const partition::InTaskCall& call : stream.calls) {
+          stream.cuts.push_back(call.at);
+          if (call.overlaps()) stream.cuts.push_back(call.until);  // where the work waits for it
+        }
         if (!stream.cuts.empty()) {  // run the work in parts, releasing each successor at its own
           std::sort(stream.cuts.begin(), stream.cuts.end());
           stream.cuts.erase(std::unique(stream.cuts.begin(), stream.cuts.end()), stream.cuts.end());
@@ -386,14 +346,15 @@ class Simulation {
 
   // A wait of `seconds` for stream s on the timer host. (Exec::init()->set_host: Host::exec_init
   // runs where the calling actor is, the device.)
-  void start_timer(double seconds, size_t s, InFlight& flight) {
+  void start_timer(double seconds, size_t s, InFlight& flight, bool async = false) {
     flight.add(sg::Exec::init()->set_flops_amount(seconds * Platform::kTimerRate)->set_host(platform_.timer)
-                   ->set_bound(Platform::kTimerRate)->start(), s);
+                   ->set_bound(Platform::kTimerRate)->start(), s, async);
     ++activities_;
   }
 
-  // Issues the current step of stream s's collective; false when there is none left.
-  bool start_step(Stream& stream, size_t s, InFlight& flight) {
+  // Issues the current step of stream s's collective (`async`: of its overlapped message);
+  // false when there is none left.
+  bool start_step(Stream& stream, size_t s, InFlight& flight, bool async = false) {
     // A wait of no time (a ring of no latency) is no step.
     while (stream.step < stream.steps.size() && stream.steps[stream.step].puts.empty() &&
            stream.steps[stream.step].gets.empty() && stream.steps[stream.step].flows.empty() &&
@@ -403,41 +364,55 @@ class Simulation {
     if (stream.step >= stream.steps.size()) return false;
     const MailboxStep& step = stream.steps[stream.step];
     if (step.delay_s > 0 && !options_.free_communication) {
-      start_timer(step.delay_s, s, flight);
+      start_timer(step.delay_s, s, flight, async);
       stream.outstanding = 1;
       return true;
     }
     for (const auto& [box, bytes] : step.puts) {
       const auto size = static_cast<uint64_t>(options_.free_communication ? 0 : bytes);
       if (step.rate_cap > 0) {
-        flight.add(box->put_init(&payload_, size)->set_rate(step.rate_cap)->start(), s);
+        flight.add(box->put_init(&payload_, size)->set_rate(step.rate_cap)->start(), s, async);
       } else {
-        flight.add(box->put_async(&payload_, size), s);
+        flight.add(box->put_async(&payload_, size), s, async);
       }
       ++activities_;
     }
-    for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s);
+    for (sg::Mailbox* box : step.gets) flight.add(box->get_async<int>(&received_), s, async);
     for (const auto& [from, to, bytes] : step.flows) {
       sg::CommPtr flow = sg::Comm::sendto_init();
       if (step.rate_cap > 0) flow->set_rate(step.rate_cap);
       flow->set_source(platform_.hosts[static_cast<size_t>(from)]);
       flow->set_destination(platform_.hosts[static_cast<size_t>(to)]);
       flow->set_payload_size(static_cast<uint64_t>(options_.free_communication ? 0 : bytes));
-      flight.add(flow->start(), s);
+      flight.add(flow->start(), s, async);
       ++activities_;
     }
     stream.outstanding = static_cast<int>(step.puts.size() + step.gets.size() + step.flows.size());
     return true;
   }
 
-  void finished_activity(Device& d, size_t s, InFlight& flight, std::vector<size_t>& check) {
+  void finished_activity(Device& d, size_t s, bool async, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
+    if (async) {  // a step of the message beside the work: the next, or the message is done
+      if (--stream.outstanding > 0) return;
+      ++stream.step;
+      if (start_step(stream, s, flight, true)) return;
+      traces::MessageTimes::Span& span = message(stream, static_cast<size_t>(stream.async_call));
+      span.end_s = sg::Engine::get_clock();
+      if (!stream.waiting_async) span.overlap_s = span.end_s - span.start_s;  // done before the work needed it
+      stream.async_call = -1;
+      if (stream.waiting_async) {  // the work waited for it: it goes on
+        stream.waiting_async = false;
+        continue_compute(d, s, flight, check);
+      }
+      return;
+    }
     if (stream.collective) {
       if (--stream.outstanding > 0) return;
       ++stream.step;
       if (start_step(stream, s, flight)) return;
       if (stream.in_call) {  // an in-task message of a compute task is done: its work goes on
-        message(stream).end_s = sg::Engine::get_clock();
+        message(stream, stream.call - 1).end_s = sg::Engine::get_clock();
         stream.collective = stream.in_call = false;
         continue_compute(d, s, flight, check);
         return;
@@ -451,17 +426,30 @@ class Simulation {
     complete_head(d, s, check);
   }
 
-  // A compute task at point cuts[cut] of its work: its in-task messages due there one after
-  // another, then its next part, or its end.
+  // A compute task at point cuts[cut] of its work: first the wait for a message that overlaps
+  // the work and is due here, then its in-task messages due here one after another (one that
+  // overlaps the work starts beside it), then its next part, or its end.
   void continue_compute(Device& d, size_t s, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
     const double point = stream.cuts[stream.cut];
+    if (stream.async_call >= 0 && stream.calls[static_cast<size_t>(stream.async_call)].until <= point) {
+      traces::MessageTimes::Span& span = message(stream, static_cast<size_t>(stream.async_call));
+      span.overlap_s = sg::Engine::get_clock() - span.start_s;  // the work went on until here
+      stream.waiting_async = true;  // (finished_activity comes back here when it is done)
+      return;
+    }
     while (stream.call < stream.calls.size() && stream.calls[stream.call].at <= point) {
       const partition::InTaskCall& call = stream.calls[stream.call++];
       stream.steps = in_task_steps(call.collective, (*stream.tasks)[stream.next]);
       stream.step = 0;
+      message(stream, stream.call - 1) = {sg::Engine::get_clock(), sg::Engine::get_clock(), -1};
+      if (call.overlaps()) {
+        stream.async_call = static_cast<int>(stream.call - 1);
+        if (start_step(stream, s, flight, true)) break;  // (validation: no other message starts before its until)
+        stream.async_call = -1;  // nothing to wait for
+        continue;
+      }
       stream.collective = stream.in_call = true;
-      message(stream) = {sg::Engine::get_clock(), sg::Engine::get_clock(), -1};
       if (start_step(stream, s, flight)) return;
       stream.collective = stream.in_call = false;  // nothing to wait for (no bytes, no latency)
     }
@@ -474,9 +462,9 @@ class Simulation {
     complete_head(d, s, check);
   }
 
-  // The times of stream's current in-task message (calls[call - 1]).
-  traces::MessageTimes::Span& message(const Stream& stream) {
-    return messages_.of((*stream.tasks)[stream.next], stream.iteration)[stream.call - 1];
+  // The times of the stream's in-task message calls[k].
+  traces::MessageTimes::Span& message(const Stream& stream, size_t k) {
+    return messages_.of((*stream.tasks)[stream.next], stream.iteration)[k];
   }
 
   // The steps of one message of in-task collective c in task `id`: those of a collective of
@@ -521,6 +509,8 @@ class Simulation {
     stream.calls = {};
     stream.call = 0;
     stream.in_call = false;
+    stream.async_call = -1;
+    stream.waiting_async = false;
     if (++stream.next == stream.tasks->size()) {  // the program again, one iteration later
       stream.next = 0;
       ++stream.iteration;

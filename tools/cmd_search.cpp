@@ -31,37 +31,6 @@ namespace {
 
 namespace u = model::units;
 
-// "1,2,4" -> {1, 2, 4}; "a,b" -> {"a", "b"}.
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-std::vector<int> int_list(const po::variables_map& vm, const char* name) {
-  std::vector<int> out;
-  if (!vm.count(name)) return out;
-  for (const std::string& item : split_list(vm[name].as<std::string>())) {
-    size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 1 || v > 1'000'000) {
-      throw InputError("<command line>", 0, std::string("--") + name,
-                       "expected a comma-separated list of positive integers, found '" + item + "'");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 // Parses option `name` with `parse`; its std::invalid_argument becomes the option's InputError.
 template <typename Parse>
 auto parsed(const po::variables_map& vm, const char* name, Parse parse) {
@@ -102,6 +71,7 @@ partition::SearchSpace read_space(const po::variables_map& vm, int global_batch)
   space.tensors = int_list(vm, "tensor");
   space.pipelines = int_list(vm, "pipeline");
   space.contexts = int_list(vm, "context-parallel");
+  space.context_comms = parsed_list<partition::ContextComm>(vm, "cp-comm", partition::parse_context_comm);
   space.experts = int_list(vm, "expert-parallel");
   space.micro_batches = int_list(vm, "micro-batch");
   for (const int m : space.micro_batches) {
@@ -200,6 +170,7 @@ void search_options(po::options_description& options) {
       ("context-parallel", po::value<std::string>(),
        "context-parallel sizes to try (uniform and balanced; default 1, and for long sequences powers of 2 up to 16 "
        "leaving each GPU 8,192 tokens or more)")
+      ("cp-comm", po::value<std::string>(), "how context groups exchange keys and values, to try: allgather,ring (default both)")
       ("expert-parallel", po::value<std::string>(),
        "expert-parallel sizes to try (uniform and balanced at tensor 1; default 1, and for a mixture of experts powers of "
        "2 dividing its experts; on mixed clusters each placed contiguously and by speed)")

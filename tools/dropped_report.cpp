@@ -130,6 +130,7 @@ Json plan_options_json(const partition::PlanOptions& o) {
             {"sync", std::string(partition::to_string(o.sync.value_or(partition::SyncKind::allreduce)))}};
   if (!o.groups.empty()) j["groups"] = o.groups;
   if (o.context > 1) j["context"] = o.context;
+  if (o.context > 1) j["context_comm"] = std::string(partition::to_string(o.context_comm));
   if (o.experts.parallel > 1) {
     j["expert_parallel"] = o.experts.parallel;
     j["expert_placement"] = o.experts_by_speed ? "speed" : o.experts.placement.empty() ? "contiguous" : "given";

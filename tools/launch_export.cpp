@@ -178,9 +178,9 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.recompute == partition::Recompute::selective) args.push_back("--recompute-granularity selective");
   if (l.sequence_parallel) args.push_back("--sequence-parallel");
   if (g.context > 1) {
-    // Megatron's context parallelism exchanges keys and values by default over a ring of
-    // send/recv overlapped with attention; the plan all-gathers them (Llama 3's choice).
-    args.push_back("--context-parallel-size " + std::to_string(g.context) + " --cp-comm-type all_gather");
+    // Megatron's p2p is the ring of send/recv overlapped with attention; all_gather Llama 3's.
+    const bool ring = l.context_comm == partition::ContextComm::ring;
+    args.push_back("--context-parallel-size " + std::to_string(g.context) + " --cp-comm-type " + (ring ? "p2p" : "all_gather"));
   }
   if (l.experts.parallel > 1) {
     // Megatron-Core's expert groups are consecutive data-parallel ranks too (--order tp-cp-ep-dp-pp).
@@ -295,7 +295,10 @@ void torchtitan(std::ostream& out, const partition::Plan& plan, Grid& g) {
   out << "\n[parallelism]\ndata_parallel_replicate_degree = " << g.data << "\ndata_parallel_shard_degree = 1\n"
       << "tensor_parallel_degree = " << g.tensor << "\npipeline_parallel_degree = " << g.pipeline << "\n";
   if (g.context > 1) {
-    out << "context_parallel_degree = " << g.context << "\ncontext_parallel_rotate_method = \"allgather\"\n";
+    // torchtitan rotates a ring's blocks with its "alltoall" method (a send to the next rank).
+    const bool ring = l.context_comm == partition::ContextComm::ring;
+    out << "context_parallel_degree = " << g.context << "\ncontext_parallel_rotate_method = \""
+        << (ring ? "alltoall" : "allgather") << "\"\n";
   }
   if (l.experts.parallel > 1) out << "expert_parallel_degree = " << l.experts.parallel << "\n";
   if (g.pipeline > 1) {

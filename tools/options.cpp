@@ -120,6 +120,7 @@ std::string option_of(std::string member) {
   if (member == "workspace_bytes") return "--workspace";
   if (member == "reshard_after_forward") return "--no-reshard-after-forward";
   if (member == "context") return "--context-parallel";
+  if (member == "context_comm") return "--cp-comm";
   std::replace(member.begin(), member.end(), '_', '-');
   return "--" + member;
 }
@@ -148,6 +149,37 @@ InputError as_command_line_error(const InputError& e) {
     i = close + 1;
   }
   return InputError("<command line>", 0, option_of(e.field()), message);
+}
+
+// "1,2,4" -> {1, 2, 4}; "a,b" -> {"a", "b"}.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<int> int_list(const po::variables_map& vm, const char* name) {
+  std::vector<int> out;
+  if (!vm.count(name)) return out;
+  for (const std::string& item : split_list(vm[name].as<std::string>())) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1 || v > 1'000'000) {
+      throw InputError("<command line>", 0, std::string("--") + name,
+                       "expected a comma-separated list of positive integers, found '" + item + "'");
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace hetflow::tools

@@ -36,7 +36,10 @@ void add_plan_options(po::options_description& options, PlanCommand command) {
       ("pipeline", po::value<int>()->default_value(0), "pipeline ranks per virtual worker (uniform/balanced; default 1)")
       ("data", po::value<int>()->default_value(0), "data-parallel replicas (default: all devices used)")
       ("context-parallel", po::value<int>()->default_value(1),
-       "context-parallel size: workers that split each sequence, keys and values all-gathered (uniform/balanced)")
+       "context-parallel size: workers that split each sequence (uniform/balanced)")
+      ("cp-comm", po::value<std::string>()->default_value("allgather"),
+       "how a context group exchanges keys and values: allgather (whole, before each attention) | ring (blocks passed "
+       "around the group while the attention computes; Megatron's p2p)")
       ("expert-parallel", po::value<int>()->default_value(1),
        "expert-parallel size EP: consecutive data-parallel replicas that split each MoE layer's experts and "
        "exchange tokens by all-to-all (Megatron's --expert-model-parallel-size)")
@@ -165,6 +168,7 @@ partition::PlanOptions read_plan_options(const po::variables_map& vm) {
   o.pipeline = vm["pipeline"].as<int>();
   o.data = vm["data"].as<int>();
   o.context = vm["context-parallel"].as<int>();
+  o.context_comm = parse_option<partition::ContextComm>(vm, "cp-comm", partition::parse_context_comm);
   o.experts.parallel = vm["expert-parallel"].as<int>();
   o.experts.routing = partition::parse_routing(vm["routing"].as<std::string>(), "<command line>", "--routing");
   o.experts.dispatch = parse_option<partition::CollectiveAlgorithm>(vm, "expert-dispatch", partition::parse_collective_algorithm);

@@ -124,7 +124,9 @@ void print_layout(std::ostream& out, const Plan& plan) {
   out << ", " << l.iterations << " iteration" << (l.iterations == 1 ? "" : "s");
   if (l.size(partition::Axis::context) > 1) {
     out << ", context parallel " << l.size(partition::Axis::context) << " (each worker 1/" << l.size(partition::Axis::context)
-        << " of every sequence, keys and values all-gathered)";
+        << " of every sequence, keys and values "
+        << (l.context_comm == partition::ContextComm::ring ? "passed around a ring, overlapped with the attention)"
+                                                           : "all-gathered)");
   }
   if (l.folded) {
     out << ", folded: "

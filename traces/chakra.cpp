@@ -59,6 +59,7 @@ et::CollectiveCommType comm_type(partition::CollectiveKind k) {
     case partition::CollectiveKind::broadcast: return et::BROADCAST;
     case partition::CollectiveKind::reduce: return et::REDUCE;
     case partition::CollectiveKind::all_to_all: return et::ALL_TO_ALL;
+    case partition::CollectiveKind::sendrecv: break;  // refused by write_chakra
   }
   return et::ALL_REDUCE;
 }
@@ -182,6 +183,14 @@ std::vector<ChakraFile> write_chakra(const Plan& plan, const partition::CostMode
   if (plan.layout.folded) {
     throw PlanError("the plan is folded (one data-parallel replica's tasks for all): a Chakra trace needs every rank's; "
                     "plan it without --fold to export it");
+  }
+  // Chakra's collective nodes run one after another on a stream; a message that overlaps its
+  // task's work would need the task cut around it, which this writer does not do.
+  if (std::any_of(plan.collectives.begin(), plan.collectives.end(),
+                  [](const partition::Collective& c) { return !c.until.empty() || c.kind == partition::CollectiveKind::sendrecv; })) {
+    throw PlanError("the plan passes keys and values around its context groups' rings (layout.context_comm ring), "
+                    "messages overlapped with the attention that a Chakra trace does not hold yet: export the plan "
+                    "with --cp-comm allgather");
   }
   const size_t devices = plan.device_names.size();
   // Dependencies within a device: the task before on the stream and order edges (control),

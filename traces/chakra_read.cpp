@@ -458,7 +458,7 @@ void ChakraAssembly::join_collectives() {
       const CollectiveNode& first = by_rank.at(members.front())[k];
       partition::Collective c{first.kind, first.algorithm, first.purpose, communicator, first.bytes,
                               std::min(first.root, static_cast<int>(members.size()) - 1), first.messages, {}, {},
-                              first.parts};
+                              {}, first.parts};
       c.purpose = plan_.task(first.task).purpose;
       for (int m : members) {
         const CollectiveNode& mine = by_rank.at(m)[k];
@@ -498,7 +498,7 @@ void ChakraAssembly::join_in_task_collectives() {
     partition::Collective c{first.fields.kind, first.fields.algorithm, first.fields.purpose, communicator,
                             first.fields.bytes * static_cast<double>(first.at.size()),
                             std::min(first.fields.root, static_cast<int>(members.size()) - 1),
-                            static_cast<int>(first.at.size()), {}, first.at, first.fields.parts};
+                            static_cast<int>(first.at.size()), {}, first.at, {}, first.fields.parts};
     for (int m : members) {
       const auto it = by_rank.find(m);
       if (it == by_rank.end()) {

@@ -25,7 +25,7 @@ EventIndex::EventIndex(const Trace& trace, const partition::Plan& plan) : tasks_
     if (e.task < 0 || static_cast<size_t>(e.task) >= tasks_ || e.iteration < 0) continue;
     const size_t at = static_cast<size_t>(e.iteration) * tasks_ + static_cast<size_t>(e.task);
     if (e.message >= 0) {
-      inside_s_[at] += e.end_s - e.start_s;
+      inside_s_[at] += e.end_s - e.start_s - e.overlap_s;  // (beside the work: what the work waited for)
       const auto task = static_cast<size_t>(e.task);
       if (static_cast<size_t>(e.message) < message_begin_[task + 1] - message_begin_[task]) {
         message_at_[static_cast<size_t>(e.iteration) * message_begin_.back() + message_begin_[task] +

@@ -18,8 +18,8 @@ class EventIndex {
   EventIndex(const Trace& trace, const partition::Plan& plan);
   // -1 where the trace has no such event.
   int operator()(int task, int iteration) const;
-  // The task instance's own time: its event's length less its in-task messages'; 0 where
-  // the trace has no such event.
+  // The task instance's own time: its event's length less its in-task messages' (of one beside
+  // the work, Event::overlap_s, what the work waited for); 0 where the trace has no such event.
   double own_s(const Trace& trace, int task, int iteration) const;
   // The event of in-task message k of the instance (plan.inside(task)[k]); -1 where none.
   int message(int task, int iteration, int k) const;
@@ -33,7 +33,7 @@ class EventIndex {
   size_t tasks_ = 0;
   int iterations_ = 0;
   std::vector<int> at_;          // iteration * tasks + task
-  std::vector<double> inside_s_;  // the same: its in-task messages' time
+  std::vector<double> inside_s_;  // the same: what its in-task messages held its work
   std::vector<size_t> message_begin_;  // per task: its messages' place in an iteration's
   std::vector<int> message_at_;        // iteration * message_begin_.back() + message_begin_[task] + k
 };

@@ -90,7 +90,9 @@ std::vector<DeviceTime> device_times(const Trace& trace, Window window) {
     edges[static_cast<size_t>(e.device)].push_back({start, +1, purpose});
     edges[static_cast<size_t>(e.device)].push_back({end, -1, purpose});
     if (e.message >= 0) {  // an in-task message is cut out of its task's compute, which waits for it
-      edges[static_cast<size_t>(e.device)].push_back({start, -1, -1});
+      // (one beside the work from its start: what the work waited for, after its overlap_s)
+      const double waits = std::max(start, std::min(e.start_s + e.overlap_s, end));
+      edges[static_cast<size_t>(e.device)].push_back({waits, -1, -1});
       edges[static_cast<size_t>(e.device)].push_back({end, +1, -1});
     }
   }

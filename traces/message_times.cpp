@@ -30,6 +30,7 @@ void MessageTimes::append_events(const partition::Plan& plan, int task, int iter
     e.start_s = spans[k].start_s;
     e.end_s = std::max(spans[k].end_s, spans[k].start_s);
     if (spans[k].bytes >= 0) e.bytes = spans[k].bytes;
+    e.overlap_s = std::clamp(spans[k].overlap_s, 0.0, e.end_s - e.start_s);
     out.push_back(std::move(e));
   }
 }

@@ -19,6 +19,7 @@ class MessageTimes {
     double start_s = -1;
     double end_s = -1;
     double bytes = -1;
+    double overlap_s = 0;  // Event::overlap_s
   };
 
   MessageTimes() = default;

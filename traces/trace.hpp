@@ -25,6 +25,10 @@ struct Event {
   // plan.inside(task), task being the compute task that runs it and whose event holds this
   // one's time; -1 for the event of a task itself.
   int message = -1;
+  // Such a message that overlaps its task's work (partition::Collective::until): how long,
+  // from its start, the work went on beside it; the rest the work waited for it. 0 for one
+  // that holds the work, and for every other event.
+  double overlap_s = 0;
   double start_s = 0;
   double end_s = 0;
   double bytes = 0;

@@ -1,5 +1,6 @@
 #include "traces/trace_io.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -34,15 +35,23 @@ std::string csv_field(const std::string& s) {
 
 namespace {
 
-// Version 2 added the last column, `message` (in-task collectives' messages); a version 1
-// file, without it, reads as one with -1 there.
-constexpr std::string_view kMagic = "# hetflow trace v2";
+// Version 2 added the column `message` (in-task collectives' messages); a version 1 file,
+// without it, reads as one with -1 there. Version 3 added `overlap_s` (a message beside its
+// task's work, Event::overlap_s), written only by a trace that has one: the others are
+// written as version 2, as before, and read with 0 there.
+constexpr std::string_view kMagic = "# hetflow trace v3";
+constexpr std::string_view kMagicV2 = "# hetflow trace v2";
 constexpr std::string_view kMagicV1 = "# hetflow trace v1";
-constexpr std::array<std::string_view, 15> kColumns = {
+constexpr std::array<std::string_view, 16> kColumns = {
     "task",       "device", "stream", "kind",    "purpose", "iteration", "stage",  "microbatch",
-    "peer",       "group",  "start_s", "end_s",  "bytes",   "flops",     "message"};
+    "peer",       "group",  "start_s", "end_s",  "bytes",   "flops",     "message", "overlap_s"};
 
-// The header of a file of `columns` columns (15, or version 1's 14).
+// Whether the trace needs version 3 (a message beside its task's work).
+bool has_overlap(const Trace& trace) {
+  return std::any_of(trace.events.begin(), trace.events.end(), [](const Event& e) { return e.overlap_s > 0; });
+}
+
+// The header of a file of `columns` columns (16, or version 2's 15, or version 1's 14).
 std::string column_header(size_t columns = kColumns.size()) {
   std::string out;
   for (size_t k = 0; k < columns; ++k) out += (out.empty() ? "" : ",") + std::string(kColumns[k]);
@@ -255,6 +264,7 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices, si
   e.bytes = parse_double(in, f[12], "bytes");
   e.flops = parse_double(in, f[13], "flops");
   if (columns > 14) e.message = parse_int(in, f[14], "message");
+  if (columns > 15) e.overlap_s = parse_double(in, f[15], "overlap_s");
 
   if (e.task < 0) in.fail(f[0].line, "task", "expected a task id >= 0, found " + found(f[0].text));
   // Without a device list, ids are bounded as clusters are (the Chrome trace numbers
@@ -276,6 +286,10 @@ Event read_event(const Scanner& in, const std::vector<Field>& f, int devices, si
   if (e.message >= 0 && e.kind != partition::TaskKind::collective) {
     in.fail(f[14].line, "message", "expected -1 for an event of kind " + f[3].text + " (only a collective's message has an index), found " +
                                        found(f[14].text));
+  }
+  if (columns > 15 && !(e.overlap_s >= 0 && e.overlap_s <= e.end_s - e.start_s && (e.overlap_s == 0 || e.message >= 0))) {
+    in.fail(f[15].line, "overlap_s",
+            "expected 0, or for an in-task message a part of its time (0 to end_s - start_s), found " + found(f[15].text));
   }
   return e;
 }
@@ -305,7 +319,8 @@ Json metadata(const char* name, int pid, int tid, Json args) {
 }  // namespace
 
 std::string write_trace_csv(const Trace& trace) {
-  std::string out = std::string(kMagic) + "\n";
+  const bool v3 = has_overlap(trace);
+  std::string out = std::string(v3 ? kMagic : kMagicV2) + "\n";
   out += "# source: " + csv_field(trace.source) + "\n";
   out += "# plan: " + csv_field(trace.plan) + "\n";
   if (!trace.fingerprint.empty()) out += "# fingerprint: " + csv_field(trace.fingerprint) + "\n";
@@ -315,7 +330,7 @@ std::string write_trace_csv(const Trace& trace) {
   for (size_t d = 0; d < trace.device_names.size(); ++d) {
     out += "# device " + std::to_string(d) + " " + csv_field(trace.device_names[d]) + "\n";
   }
-  out += column_header() + "\n";
+  out += column_header(v3 ? kColumns.size() : kColumns.size() - 1) + "\n";
   for (const Event& e : trace.events) {
     for (int v : {e.task, e.device}) out += std::to_string(v) + ",";
     out += csv_field(e.stream) + ",";
@@ -323,7 +338,7 @@ std::string write_trace_csv(const Trace& trace) {
     out += csv_field(std::string(partition::to_string(e.purpose))) + ",";
     for (int v : {e.iteration, e.stage, e.microbatch, e.peer, e.group}) out += std::to_string(v) + ",";
     out += format_double(e.start_s) + "," + format_double(e.end_s) + "," + format_double(e.bytes) + "," +
-           format_double(e.flops) + "," + std::to_string(e.message) + "\n";
+           format_double(e.flops) + "," + std::to_string(e.message) + (v3 ? "," + format_double(e.overlap_s) : "") + "\n";
   }
   return out;
 }
@@ -332,10 +347,11 @@ Trace read_trace_csv(const std::string& text, const std::string& file) {
   Scanner in(text, file);
   if (in.starts_with("\xEF\xBB\xBF")) in.skip(3);  // a UTF-8 byte-order mark from an editor
   std::string_view first = in.raw_line();
-  if (first != kMagic && first != kMagicV1) {
-    in.fail(1, "format", "expected '" + std::string(kMagic) + "' (or '" + std::string(kMagicV1) + "'), found " + found(first));
+  if (first != kMagic && first != kMagicV2 && first != kMagicV1) {
+    in.fail(1, "format", "expected '" + std::string(kMagic) + "' (or '" + std::string(kMagicV2) + "', '" +
+                             std::string(kMagicV1) + "'), found " + found(first));
   }
-  const size_t columns = first == kMagic ? kColumns.size() : kColumns.size() - 1;
+  const size_t columns = kColumns.size() - (first == kMagic ? 0 : first == kMagicV2 ? 1 : 2);
 
   Trace trace;
   while (!in.eof() && (in.at_line_end() || in.starts_with("#"))) {
@@ -406,6 +422,7 @@ std::string write_chrome_trace(const Trace& trace) {
     } else if (e.kind == partition::TaskKind::collective) {
       args["group"] = e.group;
       if (e.message >= 0) args["message"] = e.message;  // inside task e.task's slice
+      if (e.overlap_s > 0) args["overlap_s"] = e.overlap_s;
     }
     out.push_back(Json{{"name", slice_name(e, stages[e.device].size() > 1)},
                        {"cat", partition::to_string(e.kind)},
@@ -442,7 +459,7 @@ std::string write_chrome_trace(const Trace& trace) {
   auto dump = [](const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); };
   std::string text = "{\"traceEvents\":[";
   for (size_t i = 0; i < out.size(); ++i) text += (i == 0 ? "\n" : ",\n") + dump(out[i]);
-  Json other{{"format", std::string(kMagic.substr(2))}, {"source", trace.source}, {"plan", trace.plan},
+  Json other{{"format", std::string((has_overlap(trace) ? kMagic : kMagicV2).substr(2))}, {"source", trace.source}, {"plan", trace.plan},
              {"fingerprint", trace.fingerprint}};
   if (!trace.compute.empty()) other["compute"] = trace.compute;
   return text + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" + dump(other) + "}\n";

@@ -153,7 +153,8 @@ TEST(CpuBackend, CollectivesComputeWhatTheirKindPromises) {
   const model::Cluster flat = model::cpu_cluster(5);
   const model::Cluster two_nodes = test_support::identical_cluster(2, 2);  // 2 nodes x 2 devices
   for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
-                              CollectiveKind::broadcast, CollectiveKind::reduce, CollectiveKind::all_to_all}) {
+                              CollectiveKind::broadcast, CollectiveKind::reduce, CollectiveKind::all_to_all,
+                              CollectiveKind::sendrecv}) {
     for (CollectiveAlgorithm algorithm : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::hierarchical,
                                           CollectiveAlgorithm::pairwise}) {
       if (!partition::supports(kind, algorithm)) continue;
@@ -192,6 +193,9 @@ TEST(CpuBackend, CollectivesComputeWhatTheirKindPromises) {
               const auto& src = r.in[static_cast<size_t>(from)];
               EXPECT_TRUE(std::equal(out.begin() + b, out.begin() + e, src.begin() + b)) << "device " << d << " part of " << from;
             }
+            break;
+          case CollectiveKind::sendrecv:  // the previous member's buffer, whole
+            EXPECT_EQ(out, r.in[static_cast<size_t>((d + n - 1) % n)]) << "device " << d;
             break;
           case CollectiveKind::all_to_all:  // piece `from` of the output: piece d of member from's buffer
             for (int from = 0; from < n; ++from) {

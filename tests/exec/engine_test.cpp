@@ -101,6 +101,9 @@ std::vector<Case> cases() {
   add("1f1b_pp2_dp2_wsp_d1", 4, 2, 2, 1, "1f1b", partition::SyncKind::wsp, 1);
   // Context groups of 2 workers: each pass's gathers and scatters meet across workers.
   add("1f1b_pp2_cp2_tp2", 8, 2, 1, 2, "1f1b", partition::SyncKind::allreduce, 0, 2);
+  // ... or pass blocks around a ring of 4, each message beside the work it overlaps.
+  add("1f1b_cp4_ring", 4, 1, 1, 1, "1f1b", partition::SyncKind::allreduce, 0, 4);
+  out.back().options.context_comm = partition::ContextComm::ring;
   return out;
 }
 
@@ -134,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, EnginePlans, testing::ValuesIn(cases()),
 // Context parallelism on the CPU back end's proxies: every communicator, the context groups'
 // included, carries what the plan says (real math: training_test.cpp's ContextTraining).
 TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
-  partition::PlanOptions o = cases().back().options;
+  partition::PlanOptions o = cases()[cases().size() - 2].options;
   ASSERT_EQ(o.context, 2);
   o.data = 2;
   const Plan plan = test_support::planned(model::cpu_cluster(16), test_support::tiny_gpt(), o);
@@ -151,6 +154,26 @@ TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
     EXPECT_GT(planned[k], 0) << plan.communicators[k].name;
   }
   EXPECT_EQ(context_groups, 2 * 2 * 2);  // per replica, pipeline rank and tensor rank
+}
+
+// A ring's sendrecvs on the CPU back end's proxies: each member sends the plan's bytes to the
+// next and takes the previous one's, while its work goes on up to where the plan waits.
+TEST(Engine, ARingCarriesWhatThePlanSaysBesideTheWork) {
+  partition::PlanOptions o = cases().back().options;
+  ASSERT_EQ(o.context_comm, partition::ContextComm::ring);
+  const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
+  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});  // buffers large enough to move every byte
+  exec::EngineOptions e = fast();
+  e.max_buffer_bytes = 64.0 * 1024 * 1024;
+  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  ASSERT_TRUE(r.completed) << r.error;
+  expect_complete_trace(plan, r);
+  const std::vector<double> planned = test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
+  int rings = 0, overlapped = 0;
+  for (size_t k = 0; k < planned.size(); ++k) rings += plan.communicators[k].role == partition::CommRole::context && planned[k] > 0;
+  EXPECT_EQ(rings, 1);
+  for (const partition::Collective& c : plan.collectives) overlapped += !c.until.empty();
+  EXPECT_GT(overlapped, 0);
 }
 
 // Expert parallelism on the CPU back end's proxies: groups of 2 replicas exchange each MoE

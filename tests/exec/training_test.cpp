@@ -971,6 +971,21 @@ const ContextCase kContextCases[] = {
 INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
 
+// A ring (--cp-comm ring) is refused before the run, blaming the plan: the reference attention
+// runs over the whole sequence, not block by block.
+TEST(ContextRuns, ARingIsRefusedByRealMathNamingTheLayout) {
+  partition::PlanOptions o = options(1, 2, 4, "1f1b");
+  o.context = 2;
+  o.context_comm = partition::ContextComm::ring;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(3, 24), o);
+  try {
+    exec::Training(plan, exec::markov_stream(97, 1), optimizer(), 42);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("layout.context_comm ring"), std::string::npos) << e.what();
+  }
+}
+
 // A tied embedding between stages: at stage 1 its two copies add whole before the buckets
 // are scattered, and a GPT over two stages trains as one device; from stage 2 (its copies
 // scattered micro-batch by micro-batch, each replica's shard another range of each) it is

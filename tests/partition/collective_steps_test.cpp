@@ -25,7 +25,8 @@ namespace {
 
 constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
                                      CollectiveKind::all_gather,  CollectiveKind::broadcast,
-                                     CollectiveKind::reduce,      CollectiveKind::all_to_all};
+                                     CollectiveKind::reduce,      CollectiveKind::all_to_all,
+                                     CollectiveKind::sendrecv};
 constexpr CollectiveAlgorithm kAlgorithms[] = {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
                                                CollectiveAlgorithm::hierarchical, CollectiveAlgorithm::pairwise};
 
@@ -168,8 +169,10 @@ TEST(CollectiveSteps, RingStepsSummariseTheListedRing) {
           for (int messages : {1, 3}) {
             CollectiveSpec c = spec(kind, algorithm, shuffled, bytes);
             c.messages = messages;
+            // (A sendrecv is one step of its own: listed, not summarised.)
             const bool a_ring = algorithm == CollectiveAlgorithm::ring && kind != CollectiveKind::broadcast &&
-                                kind != CollectiveKind::reduce && n >= 2 && bytes > 0 && messages == 1;
+                                kind != CollectiveKind::reduce && kind != CollectiveKind::sendrecv && n >= 2 && bytes > 0 &&
+                                messages == 1;
             for (int d : shuffled) {
               const auto ring = partition::ring_steps(c, d);
               ASSERT_EQ(ring.has_value(), a_ring) << describe(c);
@@ -516,6 +519,13 @@ TEST(CollectiveStepsData, EveryKindComputesWhatItPromises) {
                 EXPECT_EQ(b[hi - 1], static_cast<double>((from + 1) * 1000 + hi - 1)) << describe(c) << " device " << d;
               }
               break;
+            case CollectiveKind::sendrecv: {  // the previous member's buffer, whole
+              const int from = (d + n - 1) % n;
+              EXPECT_EQ(b[0], static_cast<double>((from + 1) * 1000)) << describe(c) << " device " << d;
+              EXPECT_EQ(b[kCount - 1], static_cast<double>((from + 1) * 1000 + kCount - 1)) << describe(c) << " device " << d;
+              EXPECT_NEAR(partition::bytes_sent(c, d, node_of), c.bytes, 1e-6) << describe(c);
+              break;
+            }
             case CollectiveKind::all_to_all:  // piece `from` of d's output: piece d of member from's buffer
               for (int from = 0; from < n; ++from) {
                 const size_t lo = static_cast<size_t>(from) * kCount / static_cast<size_t>(n);

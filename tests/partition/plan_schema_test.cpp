@@ -86,6 +86,16 @@ TEST(PlanSchema, WrittenPlansConformAndBrokenOnesDoNot) {
   ASSERT_NE(offloaded.find("\"host_optimizer\""), std::string::npos);
   ASSERT_NE(offloaded.find("\"host_bytes\""), std::string::npos);
   EXPECT_EQ(schema_check(offloaded, "offloaded.json"), 0);
+  PlanOptions ring;  // a context group's ring: sendrecv collectives whose messages overlap ("until")
+  ring.context = 2;
+  ring.context_comm = ContextComm::ring;
+  ring.microbatches = 2;
+  const std::string ringed = write_plan_json(plan_of(
+      test_support::identical_cluster(2),
+      model::network_from_spec("llama:layers=2,hidden=256,heads=4,kv_heads=2,ffn=512,vocab=1000,seq=256", model::Precision::bf16), ring));
+  ASSERT_NE(ringed.find("\"sendrecv\""), std::string::npos);
+  ASSERT_NE(ringed.find("\"until\""), std::string::npos);
+  EXPECT_EQ(schema_check(ringed, "ring.json"), 0);
   std::string both = placed;  // the tensor degree beside the axes would say it twice
   both.replace(both.find("\"axes\":[{"), 9, "\"tensor\":1,\"axes\":[{");
   EXPECT_NE(schema_check(both, "both.json"), 0);

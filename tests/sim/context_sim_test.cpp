@@ -4,7 +4,9 @@
 // n = 2: (n - 1) / n S over the route plus (n - 1) latencies, and both members reach it
 // together (their passes are alike), so its simulated time is exactly that. The iteration
 // agrees with the analytic estimate, and folding a plan of several context groups simulates
-// what the whole plan does.
+// what the whole plan does. Under a ring (--cp-comm ring) each message is a sendrecv of 1/C
+// of the keys and values, S/C over the route plus one latency, and a pass waits only for what
+// outlasts the part of its work the message overlaps.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,6 +18,7 @@
 #include "partition/policy.hpp"
 #include "partition/validate.hpp"
 #include "sim/simulator.hpp"
+#include "traces/event_index.hpp"
 
 using namespace hetflow;
 
@@ -74,9 +77,12 @@ TEST(SimulatedContext, AFoldedPlanSimulatesAsTheWholePlan) {
       "four.yaml");
   const model::Network net = model::network_from_spec(
       "llama:layers=4,hidden=2048,heads=16,kv_heads=8,ffn=8192,vocab=32000,seq=4096", model::Precision::bf16);
-  for (const int zero : {0, 1, 3}) {
+  for (const auto& [zero, comm] : {std::pair{0, partition::ContextComm::all_gather}, {1, partition::ContextComm::all_gather},
+                                   {3, partition::ContextComm::all_gather}, {0, partition::ContextComm::ring},
+                                   {3, partition::ContextComm::ring}}) {
     partition::PlanOptions o;
     o.context = 2;
+    o.context_comm = comm;
     o.axis_order = "tensor,data,context,pipeline";
     o.microbatches = 2;
     o.zero_stage = zero;
@@ -90,6 +96,58 @@ TEST(SimulatedContext, AFoldedPlanSimulatesAsTheWholePlan) {
     const sim::SimResult a = sim::simulate(whole, {}), b = sim::simulate(folded, {});
     ASSERT_TRUE(a.completed);
     ASSERT_TRUE(b.completed);
-    EXPECT_NEAR(b.simulated_s / a.simulated_s, 1.0, 0.01) << "zero " << zero;
+    EXPECT_NEAR(b.simulated_s / a.simulated_s, 1.0, 0.01) << "zero " << zero << ", " << partition::to_string(comm);
+  }
+}
+
+TEST(SimulatedContext, ARingWaitsOnlyForWhatOutlastsTheWorkItOverlaps) {
+  const model::Network net = model::network_from_spec(
+      "llama:layers=2,hidden=512,heads=8,kv_heads=8,ffn=1024,vocab=1000,seq=4096", model::Precision::bf16);
+  // A NIC slow enough that a block outlasts its step of attention, and one fast enough that
+  // it hides behind it.
+  for (const char* nic : {"10000000000 B/s", "10000000000000 B/s"}) {
+    const model::Cluster cluster = model::parse_cluster(
+        std::string("name: flat\nfabric: {kind: switch, latency: 0 s}\nnodes:\n  - {name: n, count: 2, gpu: A100-80, gpus: 1, "
+                    "intra: {kind: nvswitch, bandwidth: 1000 TB/s, latency: 0 s}, nic: {count: 1, bandwidth: ") +
+            nic + ", latency: 0.000005 s}}\n",
+        "flat.yaml");
+    partition::PlanOptions o;
+    o.context = 2;
+    o.context_comm = partition::ContextComm::ring;
+    o.microbatches = 2;
+    o.workspace_bytes = 0;
+    const partition::Plan plan = plan_of(cluster, net, o);
+    ASSERT_TRUE(partition::validate_plan(plan).ok()) << partition::validate_plan(plan).problems.front();
+    const partition::CostModel cost(cluster, net.precision);
+    const partition::Route route = cost.route(0, 1);
+    const sim::SimResult r = sim::simulate(plan, {});
+    ASSERT_TRUE(r.completed);
+    // A message of b bytes: b over the route plus one latency, both members at once.
+    const auto transfer = [&](double bytes) { return bytes / route.bandwidth_bytes_per_s + route.latency_s; };
+    int messages = 0;
+    for (const traces::Event& e : r.trace.events) {
+      if (e.purpose != partition::Purpose::context_parallel) continue;
+      const partition::Collective& c = plan.collective(plan.inside(e.task)[static_cast<size_t>(e.message)].collective);
+      EXPECT_NEAR((e.end_s - e.start_s) / transfer(c.bytes / c.messages), 1.0, 0.01) << e.start_s;
+      ++messages;
+    }
+    // Per device and micro-batch: a block per layer forward; two blocks and a hop home backward.
+    EXPECT_EQ(messages, 2 * 2 * (2 * 1 + 2 * 3));
+    // Each pass lasts its compute and what its messages outlast of the work they overlap; the
+    // trace's reading of its own time (what calibration fits) inverts that.
+    const traces::EventIndex index(r.trace, plan);
+    for (const traces::Event& e : r.trace.events) {
+      if (e.message >= 0 || !partition::is_pass(e.kind)) continue;
+      const partition::Task& t = plan.task(e.task);
+      const double compute_s = cost.task_compute_time_s(plan, t);
+      double expected = compute_s;
+      for (const partition::InTaskCall& call : plan.inside(e.task)) {
+        const partition::Collective& c = plan.collective(call.collective);
+        expected += std::max(0.0, transfer(c.bytes / c.messages) - (call.until - call.at) * compute_s);
+      }
+      EXPECT_NEAR((e.end_s - e.start_s) / expected, 1.0, 0.01) << nic << " task " << e.task;
+      EXPECT_NEAR(index.own_s(r.trace, e.task, e.iteration) / compute_s, 1.0, 0.01) << nic << " task " << e.task;
+    }
+    EXPECT_NEAR(r.simulated_s / partition::estimate_plan(plan, cost).iteration_time_s, 1.0, 0.01) << nic;
   }
 }

@@ -130,3 +130,42 @@ TEST(ContextCli, AChakraRoundTripSimulatesAsThePlan) {
   const double b = nlohmann::json::parse(back.out).at("iteration_time_s").get<double>();
   EXPECT_NEAR(b / a, 1.0, 0.01);
 }
+
+// --cp-comm ring as a user meets it: the summary says so; without context groups it is
+// refused naming the option; the launch files carry each framework's ring; the CPU back
+// end runs it as proxies; its real math, the CUDA back end and Chakra export refuse it
+// naming what to plan instead.
+TEST(ContextCli, ARingIsPlannedExportedAndRunWhereItCanBe) {
+  const auto text = run_hetflow("plan" + kSmall + " --context-parallel 2 --cp-comm ring");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("keys and values passed around a ring, overlapped with the attention"), std::string::npos)
+      << text.out;
+  const auto alone = run_hetflow("plan" + kSmall + " --cp-comm ring");
+  EXPECT_EQ(alone.status, 2) << alone.err;
+  EXPECT_NE(alone.err.find("--cp-comm"), std::string::npos) << alone.err;
+  const std::string plan = " --model llama:layers=8,hidden=1024,heads=16,kv_heads=4,ffn=2816,vocab=32000,seq=8192 "
+                           "--cluster " HETFLOW_SOURCE_DIR "/tools/examples/a100x8.yaml --precision bf16 --tensor 2 "
+                           "--context-parallel 2 --cp-comm ring";
+  const auto megatron = run_hetflow("export-launch --framework megatron" + plan);
+  ASSERT_EQ(megatron.status, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--context-parallel-size 2 --cp-comm-type p2p"), std::string::npos) << megatron.out;
+  const auto titan = run_hetflow("export-launch --framework torchtitan --sequence-parallel" + plan);
+  ASSERT_EQ(titan.status, 0) << titan.err;
+  EXPECT_NE(titan.out.find("context_parallel_rotate_method = \"alltoall\""), std::string::npos) << titan.out;
+  // (By default a run falls back to proxies, saying why.)
+  const auto proxies = run_hetflow("run" + kSmall + " --context-parallel 2 --cp-comm ring --steps 2");
+  EXPECT_EQ(proxies.status, 0) << proxies.err;
+  EXPECT_NE(proxies.out.find("proxies because the plan passes keys and values around its context groups' rings"),
+            std::string::npos) << proxies.out;
+  const auto real = run_hetflow("run" + kSmall + " --context-parallel 2 --cp-comm ring --steps 1 --compute real");
+  EXPECT_EQ(real.status, 3) << real.err;
+  EXPECT_NE(real.err.find("layout.context_comm ring"), std::string::npos) << real.err;
+  const auto cuda = run_hetflow("run --backend cuda --compute proxy" + kSmall + " --context-parallel 2 --cp-comm ring --steps 1");
+  EXPECT_NE(cuda.status, 0);
+  EXPECT_NE(cuda.err.find("--cp-comm allgather"), std::string::npos) << cuda.err;
+  const std::string file = ::testing::TempDir() + "ring.json";
+  ASSERT_EQ(run_hetflow("plan" + kSmall + " --context-parallel 2 --cp-comm ring --out " + file).status, 0);
+  const auto chakra = run_hetflow("export-chakra " + file + " -o " + ::testing::TempDir() + "ring_chakra");
+  EXPECT_NE(chakra.status, 0);
+  EXPECT_NE(chakra.err.find("--cp-comm allgather"), std::string::npos) << chakra.err;
+}

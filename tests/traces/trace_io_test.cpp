@@ -120,6 +120,31 @@ TEST(TraceCsv, StartsWithTheDocumentedHeader) {
             std::string::npos);
 }
 
+// A message beside its task's work (a ring's sendrecv) writes version 3, its overlap_s the
+// last column, and reads back the same; a trace without one stays version 2 (above).
+TEST(TraceCsv, AMessageBesideTheWorkWritesVersionThree) {
+  Trace t = sample_trace();
+  t.events[1].overlap_s = 0.0625;
+  const std::string text = write_trace_csv(t);
+  EXPECT_EQ(text.substr(0, text.find("\n")), "# hetflow trace v3");
+  EXPECT_NE(text.find(",bytes,flops,message,overlap_s\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(",4096,0,1,0.0625\n"), std::string::npos) << text;
+  EXPECT_EQ(read_trace_csv(text, "t.csv"), t);
+  // More than the message's time, or on a task's own event, is refused naming the column.
+  for (const auto& [from, to] : {std::pair{std::string(",4096,0,1,0.0625\n"), std::string(",4096,0,1,0.5\n")},
+                                 {std::string("1e+12,-1,0\n"), std::string("1e+12,-1,0.1\n")}}) {
+    std::string broken = text;
+    ASSERT_NE(broken.find(from), std::string::npos) << from;
+    broken.replace(broken.find(from), from.size(), to);
+    try {
+      read_trace_csv(broken, "t.csv");
+      ADD_FAILURE() << "read " << to;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "overlap_s") << e.what();
+    }
+  }
+}
+
 // A version 1 file (before in-task messages had events) reads as it did: every event a task's.
 TEST(TraceCsv, ReadsVersionOneFiles) {
   const std::string text =
@@ -214,10 +239,11 @@ TEST(TraceCsv, BadInputsNameFileLineAndColumn) {
       {kPrefix + row_with(4, "dp") + "\n", 7, "purpose",
        "expected a purpose (compute, activation, gradient, tensor_parallel, sequence_parallel, data_parallel, embedding, "
        "ps_push, ps_pull, gradient_norm, offload, context_parallel, expert_parallel), found 'dp'"},
-      {"# hetflow trace v3\n", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '# hetflow trace v3'"},
-      {"", 1, "format", "expected '# hetflow trace v2' (or '# hetflow trace v1'), found ''"},
+      {"# hetflow trace v4\n", 1, "format",
+       "expected '# hetflow trace v3' (or '# hetflow trace v2', '# hetflow trace v1'), found '# hetflow trace v4'"},
+      {"", 1, "format", "expected '# hetflow trace v3' (or '# hetflow trace v2', '# hetflow trace v1'), found ''"},
       {"\x7f" "ELF\x02\x01", 1, "format",
-       "expected '# hetflow trace v2' (or '# hetflow trace v1'), found '\\x7fELF\\x02\\x01'"},
+       "expected '# hetflow trace v3' (or '# hetflow trace v2', '# hetflow trace v1'), found '\\x7fELF\\x02\\x01'"},
       // Version 2: the message column.
       {"# hetflow trace v2\n" + header + ",message\n" + kRow + "\n", 3, "columns", "expected 15 columns, found 14"},
       {"# hetflow trace v2\n" + header + "\n", 2, "header", "expected '" + header + ",message', found 'task,device,stream,kind,purpose,iteratio...'"},
