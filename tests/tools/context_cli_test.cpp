@@ -87,9 +87,10 @@ TEST(ContextCli, TheCpuBackEndTrainsASplitSequenceAsWithoutAndCudaRefusesIt) {
 }
 
 // The search tries context groups for a long sequence (32,768 tokens: 2 and 4, each GPU
-// keeping 8,192 tokens or more) and keeps one where it is the fastest that fits: the best
-// splits the sequence in 4 over 2 tensor-parallel pairs (18.2 s simulated against 23 s
-// for the best without); its layout file plans back to the same context groups.
+// keeping 8,192 tokens or more), by all-gather and by a ring, and keeps one where it is the
+// fastest that fits: the best splits the sequence in 4 over 2 tensor-parallel pairs and
+// passes keys and values around a ring (18 s simulated, 18.2 s by all-gather, against 23 s
+// for the best without); its layout file plans back to the same context groups and ring.
 TEST(ContextCli, TheSearchSplitsALongSequenceAndItsLayoutFilePlansBack) {
   const std::string model =
       " --cluster " HETFLOW_SOURCE_DIR "/tools/examples/a100x8.yaml --model llama:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,"
@@ -110,6 +111,9 @@ TEST(ContextCli, TheSearchSplitsALongSequenceAndItsLayoutFilePlansBack) {
   const auto back = run_hetflow("plan" + model + " --layout " + layout);
   ASSERT_EQ(back.status, 0) << back.err;
   EXPECT_NE(back.out.find("context parallel 4"), std::string::npos) << back.out;
+  EXPECT_NE(summary.find(" c4 ring "), std::string::npos) << summary;
+  EXPECT_NE(back.out.find("passed around a ring"), std::string::npos) << back.out;
+  EXPECT_EQ(best.at("context_comm").get<std::string>(), "ring");
 }
 
 // A plan with context groups goes out as Chakra execution traces and comes back as a plan
