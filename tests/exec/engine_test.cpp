@@ -72,6 +72,14 @@ void expect_complete_trace(const Plan& plan, const exec::RunResult& r) {
   EXPECT_EQ(r.trace.fingerprint, plan.fingerprint);
 }
 
+// A run on CPU proxies whose buffers are large enough to move every byte the plan lists.
+exec::RunResult run_moving_every_byte(const Plan& plan) {
+  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});
+  exec::EngineOptions e = fast();
+  e.max_buffer_bytes = 64.0 * 1024 * 1024;
+  return exec::run_plan(plan, cpu, e);
+}
+
 struct Case {
   const char* name;
   int devices;
@@ -141,10 +149,7 @@ TEST(Engine, AContextGroupCarriesWhatThePlanSays) {
   ASSERT_EQ(o.context, 2);
   o.data = 2;
   const Plan plan = test_support::planned(model::cpu_cluster(16), test_support::tiny_gpt(), o);
-  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});  // buffers large enough to move every byte
-  exec::EngineOptions e = fast();
-  e.max_buffer_bytes = 64.0 * 1024 * 1024;
-  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  const exec::RunResult r = run_moving_every_byte(plan);
   ASSERT_TRUE(r.completed) << r.error;
   const std::vector<double> planned = test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
   int context_groups = 0;
@@ -162,10 +167,7 @@ TEST(Engine, ARingCarriesWhatThePlanSaysBesideTheWork) {
   partition::PlanOptions o = cases().back().options;
   ASSERT_EQ(o.context_comm, partition::ContextComm::ring);
   const Plan plan = test_support::planned(model::cpu_cluster(4), test_support::tiny_gpt(), o);
-  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});  // buffers large enough to move every byte
-  exec::EngineOptions e = fast();
-  e.max_buffer_bytes = 64.0 * 1024 * 1024;
-  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  const exec::RunResult r = run_moving_every_byte(plan);
   ASSERT_TRUE(r.completed) << r.error;
   expect_complete_trace(plan, r);
   const std::vector<double> planned = test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
@@ -190,10 +192,7 @@ TEST(Engine, AnExpertGroupCarriesWhatThePlanSays) {
   o.experts.routing = partition::parse_routing("zipf:1", "test", "routing");
   const Plan plan = test_support::planned(model::cpu_cluster(8), net, o);
   ASSERT_NO_THROW(partition::require_valid(plan));
-  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});  // buffers large enough to move every byte
-  exec::EngineOptions e = fast();
-  e.max_buffer_bytes = 64.0 * 1024 * 1024;
-  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  const exec::RunResult r = run_moving_every_byte(plan);
   ASSERT_TRUE(r.completed) << r.error;
   expect_complete_trace(plan, r);
   const std::vector<double> planned = test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
@@ -226,10 +225,7 @@ TEST(Engine, AnInTaskAllToAllSendsEachMemberItsPart) {
   }
   ASSERT_GT(converted, 0);
   ASSERT_TRUE(partition::validate_plan(plan).ok()) << partition::validate_plan(plan).problems.front();
-  exec::CpuBackend cpu({1, 64.0 * 1024 * 1024});
-  exec::EngineOptions e = fast();
-  e.max_buffer_bytes = 64.0 * 1024 * 1024;
-  const exec::RunResult r = exec::run_plan(plan, cpu, e);
+  const exec::RunResult r = run_moving_every_byte(plan);
   ASSERT_TRUE(r.completed) << r.error;
   test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "all-to-all");
 }
