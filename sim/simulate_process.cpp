@@ -19,6 +19,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +31,9 @@ namespace hetflow::sim {
 
 namespace {
 
-std::string encode(const SimResult& r) {
+// The result's scalars as one line of JSON (the trace follows it as CSV, written apart so
+// that a large trace is not copied into one message).
+std::string encode_scalars(const SimResult& r) {
   nlohmann::json j;
   j["completed"] = r.completed;
   j["stalls"] = r.stalls;
@@ -38,10 +41,11 @@ std::string encode(const SimResult& r) {
   j["wall_s"] = r.wall_s;
   j["activities"] = r.activities;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
-  return j.dump() + "\n" + traces::write_trace_csv(r.trace);  // dump() escapes newlines
+  return j.dump() + "\n";  // dump() escapes newlines
 }
 
-SimResult decode(const std::string& text) {
+// The result from its scalars' line and the trace after it, which is read in place.
+SimResult decode(std::string text) {
   const size_t newline = text.find('\n');
   if (newline == std::string::npos) throw Error("simulation process: malformed result");
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(newline));
@@ -52,7 +56,8 @@ SimResult decode(const std::string& text) {
   r.wall_s = j.at("wall_s").get<double>();
   r.activities = j.at("activities").get<long long>();
   r.peak_rss_bytes = j.at("peak_rss_bytes").get<long long>();
-  r.trace = traces::read_trace_csv(text.substr(newline + 1), "<simulation>");
+  text.erase(0, newline + 1);
+  r.trace = traces::read_trace_csv(text, "<simulation>");
   return r;
 }
 
@@ -246,7 +251,9 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
       struct rusage usage {};
       ::getrusage(RUSAGE_SELF, &usage);
       r.peak_rss_bytes = static_cast<long long>(usage.ru_maxrss) * 1024;
-      message = "R" + encode(r);
+      const std::string trace = traces::write_trace_csv(r.trace);  // (before anything is written)
+      write_all(fds[1], "R" + encode_scalars(r));
+      write_all(fds[1], trace);
     } catch (const InputError& e) {
       message = "I" + nlohmann::json{{"file", e.file()}, {"line", e.line()}, {"field", e.field()}, {"message", e.message()}}.dump();
       status = 2;
@@ -267,7 +274,7 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
     ::close(progress.write_fd);
     progress.write_fd = -1;
   }
-  const std::string text = read_result(fds[0], progress.read_fd, options.on_progress);
+  std::string text = read_result(fds[0], progress.read_fd, options.on_progress);
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -290,7 +297,8 @@ SimResult simulate(const partition::Plan& plan, const SimOptions& options) {
   }
   if (text[0] == 'P') throw PlanError(text.substr(1));
   if (text[0] == 'E') throw Error("simulation failed: " + text.substr(1));
-  return decode(text.substr(1));
+  text.erase(0, 1);
+  return decode(std::move(text));
 }
 
 }  // namespace hetflow::sim
