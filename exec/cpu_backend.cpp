@@ -268,7 +268,9 @@ void CpuBackend::compute(TaskContext& task) {
   };
   for (const partition::InTaskCall& call : plan_->inside(task.task)) {
     work_to(call.at);
-    in_task_message(task, call, [&] { work_to(call.until); });  // (a message that overlaps the work, up to its wait)
+    // A message that overlaps the work: the work up to its wait between its sends and receives.
+    const std::function<void()> meanwhile = [&] { work_to(call.until); };
+    in_task_message(task, call, call.overlaps() ? meanwhile : std::function<void()>());
   }
   work_to(1);
   // Outputs: small integers (exact in float sums), different per task, iteration and element.

@@ -176,6 +176,16 @@ TEST(Engine, ARingCarriesWhatThePlanSaysBesideTheWork) {
   EXPECT_EQ(rings, 1);
   for (const partition::Collective& c : plan.collectives) overlapped += !c.until.empty();
   EXPECT_GT(overlapped, 0);
+  // The work goes on beside a message only where the plan says (the hop home holds it).
+  int held = 0;
+  for (const traces::Event& e : r.trace.events) {
+    if (e.message < 0) continue;
+    EXPECT_LE(e.overlap_s, e.end_s - e.start_s);
+    if (plan.inside(e.task)[static_cast<size_t>(e.message)].overlaps()) continue;
+    EXPECT_EQ(e.overlap_s, 0) << e.task << " message " << e.message;
+    ++held;
+  }
+  EXPECT_GT(held, 0);
 }
 
 // Expert parallelism on the CPU back end's proxies: groups of 2 replicas exchange each MoE
