@@ -24,11 +24,7 @@ namespace {
 
 using test_support::plan_of;
 
-const model::Network& llama() {
-  static const model::Network net = model::network_from_spec(
-      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256", model::Precision::bf16);
-  return net;
-}
+const model::Network& llama() { return test_support::context_llama(); }
 
 PlanOptions ring(int context, int tensor = 1) {
   PlanOptions o;

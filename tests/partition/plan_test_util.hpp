@@ -8,6 +8,7 @@
 #include "model/io.hpp"
 #include "model/error.hpp"
 #include "model/network.hpp"
+#include "model/zoo.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/plan_builder.hpp"
 #include "partition/policy.hpp"
@@ -41,6 +42,14 @@ inline model::Cluster identical_cluster(int gpus, int nodes = 1, const std::stri
                      ", gpus: " + std::to_string(gpus) +
                      ", intra: {kind: nvswitch, bandwidth: 300 GB/s, latency: 2 us}, nic: {count: 1, bandwidth: 200 Gb/s}}\n";
   return model::parse_cluster(yaml, "identical.yaml");
+}
+
+// A small LLaMA with grouped keys and values (8 heads, 4 KV heads) whose 256-token sequence
+// splits into 2C chunks for context groups of C up to 8 (the context-parallel tests').
+inline const model::Network& context_llama() {
+  static const model::Network net = model::network_from_spec(
+      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256", model::Precision::bf16);
+  return net;
 }
 
 // `layers` identical layers: equal stages whatever the split.
