@@ -502,6 +502,27 @@ std::vector<float> CpuBackend::all_to_all(TaskContext& task, int communicator, s
   return recv;
 }
 
+// A ring's step: the whole of `send` to the next member, the previous one's into `receive`
+// (which must be its size), `meanwhile` between.
+void CpuBackend::send_recv(TaskContext& task, int communicator, std::span<const float> send, std::span<float> ops_receive,
+                           const std::function<void()>& meanwhile) {
+  const DecoderOps& ops = training_->ops_of(task.spec->device);
+  HostView received(ops, ops_receive);
+  const std::span<float> into = received.floats();
+  std::vector<float> copy;  // (host ops: `send` itself, which no one writes while it is in flight)
+  std::span<const float> out = send;
+  if (!ops.host_addressable()) {
+    copy.resize(send.size());
+    ops.download(copy.data(), send.data(), send.size());
+    out = copy;
+  }
+  exchange_in_task(
+      task, communicator, "sendrecv", send.size(), [&](size_t) { return out; },
+      [&](size_t) { return into.size(); },
+      [&](size_t, std::span<const float> in) { std::copy(in.begin(), in.end(), into.begin()); }, true, meanwhile);
+  received.put_back();
+}
+
 void CpuBackend::all_reduce(TaskContext& task, int communicator, std::span<float> ops_data, bool max) {
   HostView view(training_->ops_of(task.spec->device), ops_data);
   const std::span<float> data = view.floats();

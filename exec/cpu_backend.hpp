@@ -72,6 +72,8 @@ class CpuBackend final : public Backend, public TensorParallelExchange {
                       std::span<const size_t> parts) override;
   std::vector<float> all_to_all(TaskContext& task, int communicator, std::span<const float> send,
                                 std::span<const size_t> send_parts, std::vector<size_t>& recv_parts) override;
+  void send_recv(TaskContext& task, int communicator, std::span<const float> send, std::span<float> receive,
+                 const std::function<void()>& meanwhile) override;
   void run(TaskContext& task) override;
   void stop() override;
 

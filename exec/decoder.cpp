@@ -22,6 +22,10 @@ std::vector<float> TensorParallelGroup::all_to_all(std::span<const float>, std::
   throw PlanError("this group exchanges no expert-parallel all-to-alls");
 }
 
+void TensorParallelGroup::send_recv(std::span<const float>, std::span<float>, const std::function<void()>&) {
+  throw PlanError("this group passes nothing around a ring");
+}
+
 std::vector<int> ExpertGroup::holders(int experts) const {
   return placement.empty() ? partition::contiguous_placement(experts, size).rank_of : placement;
 }
@@ -83,8 +87,8 @@ Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool s
   const int T = s.S / context.size;  // this rank's tokens of each sequence
   Dims d{samples, T, samples * T, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
          s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
-         /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context_group,
-         &s.moe, /*experts=*/nullptr, /*egroup=*/nullptr, loss_scale};
+         /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context.ring,
+         context_group, &s.moe, /*experts=*/nullptr, /*egroup=*/nullptr, loss_scale};
 
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -381,7 +385,7 @@ void release(BlockActs& a) {
 size_t floats_of(const BlockActs& a) {
   size_t n = 0;
   for (const Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.q_in, &a.k_in, &a.q_rstd, &a.k_rstd,
-                          &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
+                          &a.probs, &a.lse, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
     n += f->size();
   }
   for (const Floats* f : MoeActs::arrays(a.moe)) n += f->size();
@@ -406,7 +410,7 @@ std::vector<Floats*> array_handles(DecoderChunk::Stash& s) {
   std::vector<Floats*> out{&s.head.x, &s.head.nf, &s.head.mean, &s.head.rstd, &s.head.dlogits, &s.dembed};
   for (BlockActs& a : s.blocks) {
     for (Floats* f : {&a.x, &a.n1, &a.mean1, &a.rstd1, &a.q, &a.k, &a.v, &a.q_in, &a.k_in, &a.q_rstd, &a.k_rstd,
-                      &a.probs, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
+                      &a.probs, &a.lse, &a.att, &a.x2, &a.n2, &a.mean2, &a.rstd2, &a.up, &a.gate, &a.act}) {
       out.push_back(f);
     }
     for (Floats* f : MoeActs::arrays(a.moe)) out.push_back(f);

@@ -56,6 +56,7 @@
 //    ranks' queries zero (their outputs dropped), which costs the context size times the
 //    attention's work and keeps the whole sequence's probabilities: the math, not the cost.
 //  - Deterministic: the same inputs give bitwise the same outputs (where the ops' kernels are).
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -89,15 +90,21 @@ class TensorParallelGroup {
   // their offsets. A group without it throws PlanError.
   virtual std::vector<float> all_to_all(std::span<const float> send, std::span<const size_t> send_parts,
                                         std::vector<size_t>& recv_parts);
+  // One step of a ring (context parallelism's ring attention): `send` to the next rank of the
+  // group, `receive` (its size) from the previous one, with `meanwhile` run while they are
+  // in flight. A group without it throws PlanError.
+  virtual void send_recv(std::span<const float> send, std::span<float> receive, const std::function<void()>& meanwhile);
 };
 
 // Context parallelism (partition::Layout's context axis): rank `rank` of a group of `size`
 // computes two of each sequence's 2 size equal chunks, `rank` and 2 size - 1 - rank (which
 // balances causal attention), all-gathering the group's keys and values for its attention
-// and reduce-scattering their gradients back.
+// and reduce-scattering their gradients back; or, with `ring` (partition::ContextComm::ring),
+// passing them around the group block by block (send_recv), the attention by blocks.
 struct ContextSplit {
   int size = 1;
   int rank = 0;
+  bool ring = false;
 };
 
 // Expert parallelism (partition::Layout's experts): rank `rank` of a group of `size` holds the

@@ -6,10 +6,23 @@
 // (a query's output depends on its own row alone), at the group size times the work.
 // Rotary positions likewise: this rank's rows are rotated in a whole-sequence buffer, where
 // each row's position is its own.
+//
+// Under a ring (Dims::ring) no rank holds the whole sequence: its queries meet one rank's
+// block of keys and values at a time (kernels/attention_block.hpp, merged by their
+// log-sum-exps), while the group passes the blocks on, one send_recv a step, in the order
+// partition/axis_context.cpp plans: the forward's C - 1 blocks; the backward's blocks again,
+// each step's message also carrying the key and value gradient sums of the block the rank
+// worked on in the step before, and a last hop that brings each block's sums home. The
+// block kernels are CPU references, so the ring runs on host-addressable ops.
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "exec/decoder_detail.hpp"
+#include "kernels/attention_block.hpp"
+#include "model/error.hpp"
 
 namespace hetflow::exec::decoder_detail {
 
@@ -79,6 +92,98 @@ void rotate(const Dims& d, Floats& x, int heads, bool backward) {
   from_sequence(d, x.data(), whole.data(), d.cp_rank, width);
 }
 
+// Each row's position in its sequence, for rank `rank`'s rows of a sample (its two runs).
+std::vector<int> positions_of(const Dims& d, int rank) {
+  std::vector<int> out;
+  for (const ContextRun& r : context_runs(d.S, d.cp, rank)) {
+    for (int i = 0; i < r.length; ++i) out.push_back(r.position + i);
+  }
+  return out;
+}
+
+void require_host(const Dims& d) {
+  if (!d.ops.host_addressable()) {
+    throw PlanError("ring attention (layout.context_comm ring) runs its blocks on the CPU's ops, not on " +
+                    d.ops.name() + ": plan it with --cp-comm allgather");
+  }
+}
+
+// The ring's forward (the file's comment): a.att and a.lse from this rank's rotated a.q and
+// every rank's block of a.k and a.v, its own first, then the previous rank's, and so on.
+void ring_attention_forward(const Dims& d, BlockActs& a) {
+  require_host(d);
+  const DecoderOps& ops = d.ops;
+  const size_t own = sz(1LL * d.N * d.KV);
+  Floats held = ops.floats(2 * own), next = ops.floats(2 * own);
+  ops.copy(held.data(), a.k.data(), own);
+  ops.copy(held.data() + own, a.v.data(), own);
+  a.att = ops.zeros(sz(1LL * d.N * d.QD));
+  a.lse = ops.floats(sz(1LL * d.B * d.NH * d.T));
+  std::fill(a.lse.data(), a.lse.data() + a.lse.size(), -std::numeric_limits<float>::infinity());
+  const Floats out = ops.floats(a.att.size()), lse = ops.floats(a.lse.size());
+  const std::vector<int> queries = positions_of(d, d.cp_rank);
+  for (int step = 0; step < d.cp; ++step) {
+    const std::vector<int> keys = positions_of(d, (d.cp_rank - step + d.cp) % d.cp);
+    const auto attend = [&] {
+      kernels::attention_block_forward(out.data(), lse.data(), a.q.data(), held.data(), held.data() + own,
+                                       queries.data(), keys.data(), d.B, d.T, d.T, d.NH, d.NKV, d.HS, d.window);
+      kernels::attention_block_merge(a.att.data(), a.lse.data(), out.data(), lse.data(), d.B, d.T, d.NH, d.HS);
+    };
+    if (step + 1 == d.cp) {
+      attend();
+      break;
+    }
+    group_of(d).send_recv(held.span(), next.span(), attend);  // this block on, the next one in
+    std::swap(held, next);
+  }
+}
+
+// The ring's backward: dq gathers this rank's queries' gradient block by block; each block's
+// key and value gradients start at its owner and gain a rank's part a step, the sum of the
+// step before travelling with the next block, and come home in the last hop (dk, dv).
+void ring_attention_backward(const Dims& d, BlockActs& a, const Floats& datt, Floats& dq, Floats& dk, Floats& dv) {
+  require_host(d);
+  const DecoderOps& ops = d.ops;
+  const size_t own = sz(1LL * d.N * d.KV);
+  const Floats delta = ops.floats(sz(1LL * d.B * d.NH * d.T));
+  kernels::attention_block_delta(delta.data(), datt.data(), a.att.data(), d.B, d.T, d.NH, d.HS);
+  Floats held = ops.floats(2 * own);
+  ops.copy(held.data(), a.k.data(), own);
+  ops.copy(held.data() + own, a.v.data(), own);
+  Floats sums;  // [dk, dv] of the block of the step before, this rank's part in
+  const std::vector<int> queries = positions_of(d, d.cp_rank);
+  for (int step = 0; step < d.cp; ++step) {
+    const std::vector<int> keys = positions_of(d, (d.cp_rank - step + d.cp) % d.cp);
+    const Floats part = ops.zeros(2 * own);
+    const auto attend = [&] {
+      kernels::attention_block_backward(dq.data(), part.data(), part.data() + own, datt.data(), a.lse.data(),
+                                        delta.data(), a.q.data(), held.data(), held.data() + own, queries.data(),
+                                        keys.data(), d.B, d.T, d.T, d.NH, d.NKV, d.HS, d.window);
+    };
+    // Out: the next step's block (but from the last step), then the sums of the step before
+    // (but from the first); in: the same from the previous rank.
+    const size_t block = step + 1 < d.cp ? 2 * own : 0, carried = step > 0 ? 2 * own : 0;
+    const Floats out = ops.floats(block + carried), in = ops.floats(block + carried);
+    ops.copy(out.data(), held.data(), block);
+    if (carried > 0) ops.copy(out.data() + block, sums.data(), carried);
+    group_of(d).send_recv(out.span(), in.span(), attend);
+    // This block's sum so far: the previous ranks' parts (in), then this rank's.
+    if (carried > 0) {
+      const float* before = in.data() + block;
+      for (size_t i = 0; i < 2 * own; ++i) part.data()[i] = before[i] + part.data()[i];
+    }
+    sums = part;
+    if (block > 0) {
+      held = ops.floats(2 * own);
+      ops.copy(held.data(), in.data(), block);
+    }
+  }
+  const Floats home = ops.floats(2 * own);
+  group_of(d).send_recv(sums.span(), home.span(), {});
+  ops.copy(dk.data(), home.data(), own);
+  ops.copy(dv.data(), home.data() + own, own);
+}
+
 }  // namespace
 
 std::vector<int> context_rows(const Dims& d, const int* whole) {
@@ -99,6 +204,10 @@ void context_attention_forward(const Dims& d, BlockActs& a, bool keep_probs) {
     rotate(d, a.q, d.NH, false);
     rotate(d, a.k, d.NKV, false);
   }
+  if (d.ring) {
+    ring_attention_forward(d, a);
+    return;
+  }
   Floats K, V;
   gather_keys_values(d, a.k, a.v, K, V);
   const Floats Q = ops.zeros(sz(1LL * d.B * d.S * d.QD)), out = ops.floats(Q.size());
@@ -112,6 +221,14 @@ void context_attention_forward(const Dims& d, BlockActs& a, bool keep_probs) {
 
 void context_attention_backward(const Dims& d, BlockActs& a, const Floats& datt, Floats& dq, Floats& dk, Floats& dv) {
   const DecoderOps& ops = d.ops;
+  if (d.ring) {
+    ring_attention_backward(d, a, datt, dq, dk, dv);
+    if (!d.gpt) {
+      rotate(d, dq, d.NH, true);
+      rotate(d, dk, d.NKV, true);
+    }
+    return;
+  }
   Floats K, V;
   gather_keys_values(d, a.k, a.v, K, V);
   const size_t whole_q = sz(1LL * d.B * d.S * d.QD), whole_kv = sz(1LL * d.B * d.S * d.KV);

@@ -68,6 +68,7 @@ struct BlockActs {
   Floats q, k, v;           // after QK-norm (Qwen3) and rotary positions (LLaMA)
   Floats q_in, k_in, q_rstd, k_rstd;  // QK-norm: the projections it normalised, per head 1/rms
   Floats probs;             // [B, NH, T, T]; dropped under selective recomputation
+  Floats lse;               // ring attention, in place of probs: each query row's log-sum-exp [B, NH, T]
   Floats att;               // attention output before o_proj [N, C]
   Floats x2;                // after the attention residual
   Floats n2, mean2, rstd2;
@@ -126,7 +127,9 @@ struct Dims {
   std::vector<size_t> parts;  // float offsets of each rank's rows of an [N, C] array
   // Context parallelism (cp > 1): T is this rank's share of each sequence of S tokens, two
   // runs of S / 2cp (ContextSplit); cgroup exchanges keys and values with the group's ranks.
+  // With `ring`, cgroup passes them around the group instead (ContextSplit::ring).
   int S = 0, cp = 1, cp_rank = 0;
+  bool ring = false;
   TensorParallelGroup* cgroup = nullptr;
   const DecoderShape::Moe* moe = nullptr;  // the shape's mixture of experts
   const ExpertGroup* experts = nullptr;    // expert parallelism: this rank's group (size 1: none)
@@ -215,11 +218,13 @@ std::vector<int> context_rows(const Dims& d, const int* whole);
 // The attention of this rank's queries over the whole sequence: from a.q, a.k, a.v (this
 // rank's rows, before their rotary positions) to a.att, with a.q and a.k rotated at their
 // positions; the group's keys and values all-gathered (one exchange); a.probs the whole
-// sequence's (unless `keep_probs` is false: selective recomputation).
+// sequence's (unless `keep_probs` is false: selective recomputation). Under a ring (d.ring)
+// block by block instead, C - 1 send_recvs, a.lse in place of a.probs.
 void context_attention_forward(const Dims& d, BlockActs& a, bool keep_probs);
 // Its backward: dq, dk, dv (this rank's rows, zeroed) get the gradients of a.q, a.k, a.v
 // before their rotation; the keys and values all-gathered again and their gradients
-// reduce-scattered to their ranks (two exchanges). Rebuilds a.probs when it is empty.
+// reduce-scattered to their ranks (two exchanges). Rebuilds a.probs when it is empty. Under
+// a ring: C + 1 send_recvs, the blocks with their gradient sums (decoder_context.cpp).
 void context_attention_backward(const Dims& d, BlockActs& a, const Floats& datt, Floats& dq, Floats& dk, Floats& dv);
 // The token (and position) embedding of this rank's rows, forward and backward, run by run.
 void context_embedding_forward(const Dims& d, const ChunkParams& cp, const float* w, const int* tokens, float* x);

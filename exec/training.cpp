@@ -109,6 +109,9 @@ class Group final : public TensorParallelGroup {
                                 std::vector<size_t>& recv_parts) override {
     return exchange().all_to_all(task_, next(CollectiveKind::all_to_all, 0), send, send_parts, recv_parts);
   }
+  void send_recv(std::span<const float> send, std::span<float> receive, const std::function<void()>& meanwhile) override {
+    exchange().send_recv(task_, next(CollectiveKind::sendrecv, send.size()), send, receive, meanwhile);
+  }
   // After the pass: every message the plan lists was exchanged.
   void done() const {
     if (next_ != calls_.size()) {
@@ -157,6 +160,11 @@ std::vector<float> TensorParallelExchange::all_to_all(TaskContext& task, int, st
                                                       std::span<const size_t>, std::vector<size_t>&) {
   throw PlanError("task " + std::to_string(task.task) +
                   ": this back end does not exchange expert-parallel all-to-alls with real math");
+}
+
+void TensorParallelExchange::send_recv(TaskContext& task, int, std::span<const float>, std::span<float>,
+                                       const std::function<void()>&) {
+  throw PlanError("task " + std::to_string(task.task) + ": this back end does not pass blocks around a ring with real math");
 }
 
 void Training::compute(TaskContext& task, const std::atomic<bool>& stop, TensorParallelExchange* exchange) {

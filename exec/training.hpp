@@ -144,6 +144,11 @@ class TensorParallelExchange {
   // of sizes the router chose. A back end without it throws PlanError.
   virtual std::vector<float> all_to_all(TaskContext& task, int communicator, std::span<const float> send,
                                         std::span<const size_t> send_parts, std::vector<size_t>& recv_parts);
+  // A ring's step (TensorParallelGroup::send_recv): `send` to the communicator's next member,
+  // `receive` from its previous one, `meanwhile` run while they move. A back end without it
+  // throws PlanError.
+  virtual void send_recv(TaskContext& task, int communicator, std::span<const float> send, std::span<float> receive,
+                         const std::function<void()>& meanwhile);
 };
 
 class Training {

@@ -99,13 +99,6 @@ void Training::read_layout() {
                     "GPT-2 and LLaMA style decoders (use --compute proxy)");
   }
   shape_ = decoder_shape(*plan.network.architecture);
-  if (plan.layout.context_comm == partition::ContextComm::ring) {
-    // The reference attention runs over the whole sequence (decoder_context.cpp); a ring's
-    // blocks need attention by blocks with their softmax sums carried from block to block.
-    throw PlanError("the plan passes keys and values around its context groups' rings (layout.context_comm ring), "
-                    "which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it with "
-                    "--cp-comm allgather");
-  }
   if (const int ep = plan.layout.experts.parallel; ep > 1) {
     const auto refuse = [&](const std::string& what) {
       throw PlanError("the plan splits its experts over expert groups of " + std::to_string(ep) +
@@ -189,9 +182,10 @@ void Training::make_chunks(std::uint64_t seed) {
     if (const int ep = layout.experts.parallel; ep > 1) {
       experts = {ep, partition::expert_rank(task.worker, context, ep), expert_placement_};
     }
+    const bool ring = layout.context_comm == partition::ContextComm::ring;
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
                                      ops_of_(task.device), layout.sequence_parallel,
-                                     ContextSplit{context, task.worker % context}, std::move(experts));
+                                     ContextSplit{context, task.worker % context, ring}, std::move(experts));
     c->device = task.device;
     c->worker = task.worker;
     c->stage = task.stage;

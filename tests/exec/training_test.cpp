@@ -933,6 +933,7 @@ struct ContextCase {
   const char* schedule = "1f1b";
   int zero = 0;
   int window = 0;
+  partition::ContextComm comm = partition::ContextComm::all_gather;
 };
 
 class ContextTraining : public testing::TestWithParam<ContextCase> {};
@@ -951,8 +952,10 @@ TEST_P(ContextTraining, EqualsOneDevice) {
     o.recompute = c.recompute;
     o.zero_stage = c.zero;
     o.bucket_bytes = 4096;
+    o.context_comm = c.comm;
     const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * 2 * c.context * c.tensor), net, o);
     ASSERT_EQ(plan.layout.size(partition::Axis::context), c.context);
+    ASSERT_EQ(plan.layout.context_comm, c.comm);
     expect_trains_as_one_device(plan, net);
   }
 }
@@ -966,25 +969,22 @@ const ContextCase kContextCases[] = {
     {"full_recompute_split_w", 2, 2, 1, false, partition::Recompute::full, "1f1b-split-w"},
     {"zero_3", 2, 1, 1, false, partition::Recompute::none, "1f1b", 3},
     {"sliding_window", 2, 1, 1, false, partition::Recompute::none, "1f1b", 0, 5},
+    // A ring (--cp-comm ring): the attention by blocks, the blocks and their gradient sums
+    // passed around the group (exec/decoder_context.cpp).
+    {"ring_2", 2, 1, 1, false, partition::Recompute::none, "1f1b", 0, 0, partition::ContextComm::ring},
+    {"ring_4", 4, 1, 1, false, partition::Recompute::none, "1f1b", 0, 0, partition::ContextComm::ring},
+    {"ring_pipeline_2_selective", 2, 2, 1, false, partition::Recompute::selective, "1f1b", 0, 0,
+     partition::ContextComm::ring},
+    {"ring_full_recompute_split_w", 3, 2, 1, false, partition::Recompute::full, "1f1b-split-w", 0, 0,
+     partition::ContextComm::ring},
+    {"ring_tensor_2_sequence_parallel", 2, 1, 2, true, partition::Recompute::none, "1f1b", 0, 0,
+     partition::ContextComm::ring},
+    {"ring_zero_3_sliding_window", 2, 1, 1, false, partition::Recompute::none, "1f1b", 3, 5,
+     partition::ContextComm::ring},
 };
 
 INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
-
-// A ring (--cp-comm ring) is refused before the run, blaming the plan: the reference attention
-// runs over the whole sequence, not block by block.
-TEST(ContextRuns, ARingIsRefusedByRealMathNamingTheLayout) {
-  partition::PlanOptions o = options(1, 2, 4, "1f1b");
-  o.context = 2;
-  o.context_comm = partition::ContextComm::ring;
-  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_llama(3, 24), o);
-  try {
-    exec::Training(plan, exec::markov_stream(97, 1), optimizer(), 42);
-    FAIL() << "expected a PlanError";
-  } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("layout.context_comm ring"), std::string::npos) << e.what();
-  }
-}
 
 // A tied embedding between stages: at stage 1 its two copies add whole before the buckets
 // are scattered, and a GPT over two stages trains as one device; from stage 2 (its copies

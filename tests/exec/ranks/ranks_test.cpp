@@ -199,6 +199,25 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      }(),
                      true});
   }
+  // Context parallelism: keys and values all-gathered and their gradients reduce-scattered
+  // inside the passes, or passed around a ring block by block with the work in flight.
+  cases.push_back({"context 2 x data 2, all-gather", 4, [] {
+                     auto o = options(1, 2, 2, "1f1b");
+                     o.context = 2;
+                     return o;
+                   }()});
+  cases.push_back({"context 2 x data 2, ring", 4, [] {
+                     auto o = options(1, 2, 2, "1f1b");
+                     o.context = 2;
+                     o.context_comm = partition::ContextComm::ring;
+                     return o;
+                   }()});
+  cases.push_back({"context 4, ring", 4, [] {
+                     auto o = options(1, 1, 2, "1f1b");
+                     o.context = 4;
+                     o.context_comm = partition::ContextComm::ring;
+                     return o;
+                   }()});
   // ZeRO 3 with shares by memory: uneven reduce-scatters and all-gathers between ranks.
   Case memory{"zero 3 by memory x data 4", 4, [] {
                 auto o = options(1, 4, 2, "1f1b");
