@@ -61,7 +61,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
     s.moe.capacity_factor = m.capacity_factor;
     s.moe.first_dense = m.first_dense_layers;
     s.moe.every = m.every;
-    s.moe.mixtral_names = c.name.rfind("mixtral", 0) == 0;
+    s.moe.mixtral_names = m.tensor_names == model::MoeConfig::TensorNames::mixtral;
   }
   return s;
 }

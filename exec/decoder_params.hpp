@@ -125,7 +125,7 @@ struct DecoderShape {
     // the earlier token); 0: dropless.
     double capacity_factor = 0;
     int first_dense = 0, every = 1;  // block b is MoE when b >= first_dense, (b - first_dense) % every == 0
-    bool mixtral_names = false;      // block_sparse_moe.experts.j.w1 (Mixtral) or mlp.experts.j.gate_proj
+    bool mixtral_names = false;      // block_sparse_moe.experts.j.w1 (MoeConfig::tensor_names) or mlp.experts.j.gate_proj
     bool layer(int block) const { return E > 0 && block >= first_dense && (block - first_dense) % every == 0; }
   } moe;
 };

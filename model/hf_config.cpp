@@ -215,6 +215,7 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.expert_ffn = c.ffn;  // every layer's MLP is the mixture
     m.aux_loss_coef = r.non_negative("router_aux_loss_coef", 0.001);
     if (r.non_negative("router_jitter_noise", 0) > 0) notes.push_back("router_jitter_noise");
+    m.tensor_names = MoeConfig::TensorNames::mixtral;
     return;
   }
   if (qwen) {

@@ -163,6 +163,11 @@ struct MoeConfig {
   // (i - first_dense_layers) % every == 0). The others keep the dense MLP of width ffn.
   int first_dense_layers = 0;
   int every = 1;
+  // A checkpoint's names for the routed experts' tensors: Qwen-MoE's and DeepSeek's
+  // mlp.experts.j.{gate,up,down}_proj, or Mixtral's block_sparse_moe.experts.j.w1 (gate),
+  // w3 (up), w2 (down). From the config's model_type; planning does not read it.
+  enum class TensorNames { qwen, mixtral };
+  TensorNames tensor_names = TensorNames::qwen;
   bool is_moe_layer(int layer) const {
     return experts > 0 && layer >= first_dense_layers && (layer - first_dense_layers) % every == 0;
   }

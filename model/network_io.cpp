@@ -218,6 +218,9 @@ MoeConfig parse_moe(const YAML::Node& node, const std::string& file, const std::
   m.aux_loss_coef = r.number_or("aux_loss_coef", 0, 0, limits::kMaxCapacityFactor);
   m.first_dense_layers = r.int_or("first_dense_layers", 0, 0, limits::kMaxTransformerLayers);
   m.every = r.int_or("every", 1, 1, limits::kMaxTransformerLayers);
+  const std::string names = r.string_or("tensor_names", "qwen");
+  if (names != "qwen" && names != "mixtral") r.fail("tensor_names", "expected qwen or mixtral, found '" + names + "'");
+  m.tensor_names = names == "mixtral" ? MoeConfig::TensorNames::mixtral : MoeConfig::TensorNames::qwen;
   r.finish();
   return m;
 }
@@ -443,6 +446,8 @@ std::string write_network(const Network& n) {
       out << YAML::Key << "routed_scale" << YAML::Value << units::format_number(m.routed_scale);
       out << YAML::Key << "capacity_factor" << YAML::Value << units::format_number(m.capacity_factor);
       out << YAML::Key << "aux_loss_coef" << YAML::Value << units::format_number(m.aux_loss_coef);
+      // (Written only where it is not the default: every other network keeps its bytes.)
+      if (m.tensor_names == MoeConfig::TensorNames::mixtral) out << YAML::Key << "tensor_names" << YAML::Value << "mixtral";
       out << YAML::EndMap;
     }
     if (const MlaConfig& m = c.mla; m.enabled()) {

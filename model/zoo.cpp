@@ -106,6 +106,7 @@ TransformerConfig mixtral(std::string name, int layers, int hidden, int heads, i
   c.moe.experts_per_token = 2;
   c.moe.expert_ffn = ffn;
   c.moe.aux_loss_coef = aux_loss;
+  c.moe.tensor_names = MoeConfig::TensorNames::mixtral;
   return c;
 }
 

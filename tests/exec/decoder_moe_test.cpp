@@ -72,6 +72,7 @@ exec::DecoderShape mixtral_shape(double capacity_factor) {
                                 model::Precision::fp32)
            .architecture;
   c.name = "mixtral-odd";
+  c.moe.tensor_names = model::MoeConfig::TensorNames::mixtral;
   c.moe.experts = 6;
   c.moe.experts_per_token = 2;
   c.moe.expert_ffn = 29;
@@ -183,6 +184,41 @@ TEST(ExpertParallelMath, AChunkWithoutItsGroupOrWithABadPlacementIsRefused) {
   const exec::DecoderChunk chunk(shape, 0, 4, partition::Recompute::none, 0, 1, exec::cpu_decoder_ops(), false, {},
                                  exec::ExpertGroup{2, 1, {}});
   EXPECT_THROW(train_rank(chunk, shape, 1, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hetflow
+
+namespace hetflow {
+namespace {
+
+// A mixture's tensor names are the config's (MoeConfig::tensor_names: Mixtral's model_type
+// gives block_sparse_moe.experts.j.w1, w3, w2), whatever the network is called: a Mixtral
+// checkpoint's directory is "Mixtral-8x7B-v0.1", not "mixtral...".
+TEST(MoeNames, AChunksExpertTensorsAreNamedAsItsConfigSays) {
+  model::TransformerConfig c =
+      *model::network_from_spec("llama:layers=1,hidden=32,heads=2,kv_heads=2,ffn=40,seq=8,vocab=64,experts=2,"
+                                "experts_per_token=1,expert_ffn=16",
+                                model::Precision::fp32)
+           .architecture;
+  const auto names = [&](model::MoeConfig::TensorNames n, const std::string& name) {
+    c.name = name;
+    c.moe.tensor_names = n;
+    std::vector<std::string> out;
+    for (const exec::ParamSlot& s : exec::chunk_params(exec::decoder_shape(c), 0, 3).slots) {
+      if (s.expert == 1) out.push_back(s.name);
+    }
+    return out;
+  };
+  using Names = model::MoeConfig::TensorNames;
+  const std::vector<std::string> mixtral{"model.layers.0.block_sparse_moe.experts.1.w1.weight",
+                                         "model.layers.0.block_sparse_moe.experts.1.w2.weight",
+                                         "model.layers.0.block_sparse_moe.experts.1.w3.weight"};
+  const std::vector<std::string> qwen{"model.layers.0.mlp.experts.1.gate_proj.weight",
+                                      "model.layers.0.mlp.experts.1.up_proj.weight",
+                                      "model.layers.0.mlp.experts.1.down_proj.weight"};
+  EXPECT_EQ(names(Names::mixtral, "Mixtral-8x7B-v0.1"), mixtral);
+  EXPECT_EQ(names(Names::qwen, "mixtral-named-but-qwen"), qwen);
 }
 
 }  // namespace

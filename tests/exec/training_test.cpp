@@ -60,6 +60,7 @@ model::Network odd_qwen3(int layers = 2, int seq = 11) {
 model::Network odd_mixtral(int layers = 2, int seq = 11, double capacity_factor = 0) {
   model::TransformerConfig c = *odd_llama(layers, seq).architecture;
   c.name = "mixtral-odd";
+  c.moe.tensor_names = model::MoeConfig::TensorNames::mixtral;
   c.moe.experts = 5;
   c.moe.experts_per_token = 2;
   c.moe.expert_ffn = 37;

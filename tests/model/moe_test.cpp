@@ -162,6 +162,7 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_EQ(mixtral.architecture->sliding_window, 0);
   EXPECT_EQ(mixtral.architecture->unmodelled, "");
   EXPECT_EQ(m.capacity_factor, 0);  // dropless, as released
+  EXPECT_EQ(m.tensor_names, MoeConfig::TensorNames::mixtral);  // block_sparse_moe.experts.j.w1
 
   // Megatron-Core's capacity factor, where a config asks to train dropping tokens.
   std::string dropping = kMixtralConfig;
@@ -175,6 +176,7 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_DOUBLE_EQ(qwen3.param_count(), 30532122624);
   EXPECT_TRUE(qwen3.architecture->qk_norm);
   EXPECT_TRUE(qwen3.architecture->moe.normalize_top_k);
+  EXPECT_EQ(qwen3.architecture->moe.tensor_names, MoeConfig::TensorNames::qwen);  // mlp.experts.j.gate_proj
 
   const Network qwen15 = from_hf(kQwen15MoeConfig);
   EXPECT_DOUBLE_EQ(qwen15.param_count(), 14315784192);
@@ -192,14 +194,21 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
 }
 
 // A network file keeps an MoE architecture and its layers' experts: written, read, equal.
+// Its tensor names are written only where they are Mixtral's (every other file as before).
 TEST(Moe, NetworkFilesRoundTrip) {
-  for (const char* name : {"deepseek-v3", "qwen1.5-moe-a2.7b", "deepseek-v2-lite"}) {
+  for (const char* name : {"deepseek-v3", "qwen1.5-moe-a2.7b", "deepseek-v2-lite", "mixtral-8x7b"}) {
     SCOPED_TRACE(name);
     const Network net = zoo(name);
-    const Network back = parse_network(write_network(net), "net.yaml");
+    const std::string text = write_network(net);
+    const Network back = parse_network(text, "net.yaml");
     EXPECT_EQ(back, net);
     EXPECT_DOUBLE_EQ(back.active_param_count(), net.active_param_count());
+    EXPECT_EQ(text.find("tensor_names: mixtral") != std::string::npos, std::string(name) == "mixtral-8x7b");
+    EXPECT_EQ(text.find("tensor_names: qwen"), std::string::npos);
   }
+  std::string bad = write_network(zoo("mixtral-8x7b"));
+  bad.replace(bad.find("tensor_names: mixtral"), 21, "tensor_names: gpt");
+  EXPECT_NE(error_of([&] { parse_network(bad, "net.yaml"); }).find("tensor_names"), std::string::npos);
 }
 
 // Settings that cannot be: each error names its field.
