@@ -16,8 +16,10 @@ double params_per_device(const model::Network& network, int begin, int end, int 
   return part_params(network, begin, end, SplitPart::rank(tensor - 1, tensor));
 }
 
-Sharded sharded_by(const Layout& layout) {
-  const auto d = static_cast<double>(std::max(1, layout.replicas()));
+Sharded sharded_by(const Layout& layout) { return sharded_by(layout, 1.0 / std::max(1, layout.replicas())); }
+
+Sharded sharded_by(const Layout& layout, double share) {
+  const double d = share > 0 && layout.replicas() > 1 ? 1 / share : 1;
   const int stage = layout.sync.kind == SyncKind::allreduce ? layout.sync.zero.stage : 0;
   return {stage >= 3 ? d : 1, stage >= 2 ? d : 1, stage >= 1 ? d : 1};
 }

@@ -31,6 +31,9 @@ struct Sharded {
   double weights = 1, gradients = 1, optimizer = 1;
 };
 Sharded sharded_by(const Layout& layout);
+// The same for a device holding `share` of each sharded term (ZeroShares::memory: its memory
+// over its group's) rather than 1 / replicas.
+Sharded sharded_by(const Layout& layout, double share);
 // Offload (Layout::offload.optimizer): host bytes per parameter of a device's (shard of)
 // state: the fp32 master weights and Adam moments, and the pinned staging buffers the
 // gradients arrive in and the updated parameters leave from.

@@ -340,6 +340,7 @@ class SharedCosts {
  public:
   const std::vector<std::vector<int>> in_flight;  // per rank position and chunk
   std::vector<double> boundary_bytes;             // per layer boundary
+  double replicas_memory_bytes = 0;               // balance_stages's (0: ZeRO's shares equal)
 };
 
 // One pipeline's chunk costs, as the balancer sees them: per micro-batch time (forward,
@@ -358,11 +359,17 @@ class ChunkCost {
     send_s_.assign(static_cast<size_t>(p_) * shared.boundary_bytes.size(), std::numeric_limits<double>::quiet_NaN());
     const double e = model::element_bytes(layout.precision);
     const bool hosts_optimizer = layout.sync.kind == SyncKind::allreduce;
-    const Sharded by = sharded_by(layout);  // ZeRO over the data axis's size as the policy set it
-    state_per_param_ = e / by.weights + layout.gradient_element_bytes() / by.gradients +
-                       (hosts_optimizer ? model::adam_state_bytes(layout.precision) / by.optimizer : 0);
-    // ZeRO-3 gathers a chunk whole for its passes: count it as held.
-    if (layout.sync.zero.stage >= 3 && layout.replicas() > 1) state_per_param_ += e + layout.gradient_element_bytes();
+    for (const auto& rank : ranks) {
+      // ZeRO over the data axis's size as the policy set it, or by memory: the device's part.
+      const double memory = cost.memory_capacity_bytes(rank.front());
+      const Sharded by = shared.replicas_memory_bytes > 0 ? sharded_by(layout, memory / shared.replicas_memory_bytes)
+                                                          : sharded_by(layout);
+      double bytes = e / by.weights + layout.gradient_element_bytes() / by.gradients +
+                     (hosts_optimizer ? model::adam_state_bytes(layout.precision) / by.optimizer : 0);
+      // ZeRO-3 gathers a chunk whole for its passes: count it as held.
+      if (layout.sync.zero.stage >= 3 && layout.replicas() > 1) bytes += e + layout.gradient_element_bytes();
+      state_per_param_.push_back(bytes);
+    }
   }
 
   int chunks() const { return chunks_; }
@@ -389,7 +396,7 @@ class ChunkCost {
     const Prefix& pre = *pre_[static_cast<size_t>(r)];
     const double params = pre.range(pre.params_split, a, b) + (a == 0 ? 0 : pre.range(pre.tied_split, a, b));
     const double held = shared_.in_flight[static_cast<size_t>(r)][static_cast<size_t>(k / p_)];
-    const double bytes = params * state_per_param_ + held * pre.range(pre.stash, a, b);
+    const double bytes = params * state_per_param_[static_cast<size_t>(r)] + held * pre.range(pre.stash, a, b);
     // With v chunks per rank, each chunk gets 1/v of what the workspace leaves.
     return bytes <= (cost_.memory_capacity_bytes(device) - layout_.workspace_bytes) / layout_.virtual_stages;
   }
@@ -403,7 +410,7 @@ class ChunkCost {
   std::vector<int> class_;          // per rank: its device class in shared_
   int p_, chunks_;
   mutable std::vector<double> send_s_;  // per rank and boundary: its send to the next rank (NaN: not yet)
-  double state_per_param_ = 0;
+  std::vector<double> state_per_param_;  // per rank: persistent bytes per parameter
 };
 
 Balanced balance_with(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
@@ -447,9 +454,31 @@ Balanced measure_with(const Layout& layout, const std::vector<std::vector<int>>&
 }  // namespace
 
 Balanced balance_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
-                        int microbatches, const CostModel& cost) {
+                        int microbatches, const CostModel& cost, double replicas_memory_bytes) {
   SharedCosts shared(net, layout, cost, static_cast<int>(ranks.size()), microbatches);
+  shared.replicas_memory_bytes = replicas_memory_bytes;
   return balance_with(net, layout, ranks, cost, shared);
+}
+
+double replicas_memory_bytes(const Layout& layout, const std::vector<std::vector<std::vector<int>>>& workers,
+                             const CostModel& cost) {
+  if (layout.sync.kind != SyncKind::allreduce || layout.sync.zero.stage < 1 ||
+      layout.sync.zero.shares != ZeroShares::memory || workers.size() < 2) {
+    return 0;
+  }
+  double total = 0;
+  for (const auto& ranks : workers) {
+    double sum = 0;
+    int devices = 0;
+    for (const auto& rank : ranks) {
+      for (const int d : rank) {
+        sum += cost.memory_capacity_bytes(d);
+        ++devices;
+      }
+    }
+    if (devices > 0) total += sum / devices;
+  }
+  return total;
 }
 
 Balanced measure_stages(const model::Network& net, const Layout& layout, const std::vector<std::vector<int>>& ranks,
@@ -459,7 +488,8 @@ Balanced measure_stages(const model::Network& net, const Layout& layout, const s
 }
 
 Balanced balance_with_order(const model::Network& net, const Layout& layout, std::vector<std::vector<int>>& ranks,
-                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed) {
+                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed,
+                            double replicas_memory_bytes) {
   // Group ranks by the GPU type of their devices, keeping first-seen order.
   std::vector<std::string> types;
   std::map<std::string, std::vector<std::vector<int>>> by_type;
@@ -474,6 +504,7 @@ Balanced balance_with_order(const model::Network& net, const Layout& layout, std
   std::optional<Balanced> best;
   std::vector<std::vector<int>> best_ranks;
   SharedCosts shared(net, layout, cost, static_cast<int>(ranks.size()), microbatches);
+  shared.replicas_memory_bytes = replicas_memory_bytes;
   // At most 6 types: 720 orders. More types keep the given order.
   do {
     std::vector<std::vector<int>> candidate;
@@ -528,7 +559,7 @@ Balanced BalanceMemo::balance(const model::Network& network, const Layout& layou
     return e.result;
   }
   Entry e{ranks, {}, microbatches, {}};
-  e.result = balance_with_order(network, layout, ranks, microbatches, cost, fixed);
+  e.result = balance_with_order(network, layout, ranks, microbatches, cost, fixed, replicas_memory_bytes_);
   for (const auto& rank : ranks) {
     e.order.push_back(static_cast<size_t>(std::find(e.ranks.begin(), e.ranks.end(), rank) - e.ranks.begin()));
   }

@@ -145,8 +145,20 @@ struct Balanced {
   double bottleneck_s = 0;
   bool fits = true;
 };
+// `replicas_memory_bytes` (replicas_memory_bytes below; 0: equal shares) bounds each
+// device's part of ZeRO's sharded state under shares by memory.
 Balanced balance_stages(const model::Network& network, const Layout& layout,
-                        const std::vector<std::vector<int>>& ranks, int microbatches, const CostModel& cost);
+                        const std::vector<std::vector<int>>& ranks, int microbatches, const CostModel& cost,
+                        double replicas_memory_bytes = 0);
+
+// What the balancer divides by under ZeRO's shares by memory (ZeroShares::memory): the
+// replicas' memory, each replica (`workers`, every one's ranks) counted at its devices' mean,
+// so that a device of m bytes holds m / that of every sharded term. zero_parts gives each
+// piece's members their memories over the piece's, which is this where a replica's devices
+// are alike or every replica places the same memories at the same ranks. 0 where the layout
+// does not shard by memory.
+double replicas_memory_bytes(const Layout& layout, const std::vector<std::vector<std::vector<int>>>& workers,
+                             const CostModel& cost);
 
 // The bottleneck of given chunks on `ranks`, and whether they fit, measured as
 // balance_stages measures its own.
@@ -157,7 +169,8 @@ Balanced measure_stages(const model::Network& network, const Layout& layout, con
 // and keeps the one with the smallest bottleneck; reorders `ranks` accordingly. Each order
 // is balanced, or, when `fixed` chunks are given, measured with those cuts.
 Balanced balance_with_order(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
-                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
+                            int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {},
+                            double replicas_memory_bytes = 0);
 
 // balance_with_order for the virtual workers of one layout, remembering each result: a later
 // worker whose ranks match an earlier one's position by position (sizes, and the GPU type,
@@ -165,6 +178,8 @@ Balanced balance_with_order(const model::Network& network, const Layout& layout,
 // them: all the balancer reads) gets that worker's order and cuts without balancing again.
 class BalanceMemo {
  public:
+  // `replicas_memory_bytes`: balance_stages's, the same for every worker of the layout.
+  explicit BalanceMemo(double replicas_memory_bytes = 0) : replicas_memory_bytes_(replicas_memory_bytes) {}
   Balanced balance(const model::Network& network, const Layout& layout, std::vector<std::vector<int>>& ranks,
                    int microbatches, const CostModel& cost, const std::vector<Stage>& fixed = {});
 
@@ -176,6 +191,7 @@ class BalanceMemo {
     Balanced result;
   };
   std::vector<Entry> done_;
+  double replicas_memory_bytes_ = 0;
 };
 
 // Splits `total` micro-batches over workers in proportion to 1 / bottleneck (largest

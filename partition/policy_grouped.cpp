@@ -239,7 +239,7 @@ Layout make_grouped_layout(const model::Cluster& cluster, const model::Network& 
   }
   std::vector<double> bottlenecks;
   std::vector<int> depths;
-  policy_detail::BalanceMemo memo;
+  policy_detail::BalanceMemo memo(policy_detail::replicas_memory_bytes(layout, workers, cost));
   for (auto& ranks : workers) {
     const int p = static_cast<int>(ranks.size());
     // What the balancer plans memory for: this worker's share of the batch, or the given count.

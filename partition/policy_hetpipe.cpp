@@ -128,7 +128,9 @@ Layout make_hetpipe_layout(const model::Cluster& cluster, const model::Network& 
   }
 
   std::vector<double> bottlenecks;
-  policy_detail::BalanceMemo memo;
+  std::vector<std::vector<std::vector<int>>> replicas;  // (ZeRO's shares by memory: every worker's devices)
+  for (const std::vector<int>& devices : workers) replicas.push_back({devices});
+  policy_detail::BalanceMemo memo(policy_detail::replicas_memory_bytes(layout, replicas, cost));
   for (const std::vector<int>& devices : workers) {
     std::vector<std::vector<int>> ranks;
     for (int d : devices) ranks.push_back({d});

@@ -100,8 +100,9 @@ Layout make_balanced_layout(const model::Cluster& cluster, const model::Network&
           ? std::vector<Stage>{}
           : policy_detail::stages_from_counts(network, o.stage_layers, g.pipeline * o.virtual_stages, g.pipeline);
   std::vector<double> bottlenecks;
-  policy_detail::BalanceMemo memo;
-  for (auto& ranks : megatron_ranks(g, layout.axes)) {
+  std::vector<std::vector<std::vector<int>>> workers = megatron_ranks(g, layout.axes);
+  policy_detail::BalanceMemo memo(policy_detail::replicas_memory_bytes(layout, workers, cost));
+  for (auto& ranks : workers) {
     policy_detail::Balanced b = memo.balance(network, layout, ranks, m, cost, fixed);
     // A context group's workers cut the model alike, as its first worker does (a group of
     // one GPU type, as Megatron's placement gives, balances alike anyway).

@@ -494,14 +494,19 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
   // with its optimizer offloaded, nor a placement that fits with its stashes offloaded (which
   // would add copies, and the host's step, to the same layout's work). Stashes leave only
   // where the schedule runs other passes between a forward and its backward.
-  std::set<std::pair<int, bool>> fit_on_gpus;  // (stage, reshard) that fit without offload
+  std::set<std::tuple<int, bool, ZeroShares>> fit_on_gpus;  // the shardings that fit without offload
+  const auto key = [](const Sharding& z) { return std::tuple{z.stage, z.reshard_after_forward, z.shares}; };
+  // Shards by memory only where the devices' memories differ (else they are the equal ones).
+  std::set<double> memories;
+  for (const model::Device& d : devices) memories.insert(cost.memory_capacity_bytes(d.id));
   // Placements laid out that overflow (the candidate's own among them), by how their stashes
   // offloaded would fare with the same cuts.
   std::map<int, double> offloaded_headroom{{placement_code(o), stashes_offloaded_headroom}};
   for (int code = placement_code(o) + 1; code < kPlacementCount; ++code) {
     const Placement p = placement(code);
     if ((p.zero.stage > 0 && (!space.zero || !shardable)) || ((p.offload || p.activations) && !space.offload)) continue;
-    if (p.offload && fit_on_gpus.count({p.zero.stage, p.zero.reshard_after_forward})) continue;
+    if (p.zero.shares == ZeroShares::memory && (p.zero.stage == 0 || !space.zero || memories.size() < 2)) continue;
+    if (p.offload && fit_on_gpus.count(key(p.zero))) continue;
     if (p.activations) {  // where the same placement was laid out, overflows, and its stashes offloaded might fit
       const auto twin = offloaded_headroom.find(code - kStatePlacements);
       if (twin == offloaded_headroom.end() || twin->second < 0) continue;
@@ -517,7 +522,7 @@ std::optional<ShardedFit> fastest_fitting_sharding(const model::Cluster& cluster
           f.estimate.host_headroom_bytes < 0) {
         continue;
       }
-      if (!p.offload && !p.activations) fit_on_gpus.insert({p.zero.stage, p.zero.reshard_after_forward});
+      if (!p.offload && !p.activations) fit_on_gpus.insert(key(p.zero));
       f.compute_s = gpus_only_time_s(network, f.layout, cost, f.estimate.iteration_time_s, gpus_only);
       const std::set<int> used = layout_gpus(f.layout);
       f.price = layout_price(cluster, devices, used);

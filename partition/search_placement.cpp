@@ -6,18 +6,20 @@ namespace hetflow::partition::search_detail {
 
 Placement placement(int code) {
   constexpr Placement state[kStatePlacements] = {
-      {{0, true}, false, false}, {{1, true}, false, false}, {{2, true}, false, false}, {{3, false}, false, false},
-      {{3, true}, false, false}, {{0, true}, true, false},  {{1, true}, true, false},  {{2, true}, true, false},
-      {{3, false}, true, false}, {{3, true}, true, false}};
+      {{0, true}, false, false}, {{1, true}, false, false}, {{2, true}, false, false},
+      {{3, false}, false, false}, {{3, true}, false, false}, {{0, true}, true, false},
+      {{1, true}, true, false},   {{2, true}, true, false},  {{3, false}, true, false},
+      {{3, true}, true, false}};
   Placement p = state[code % kStatePlacements];
-  p.activations = code >= kStatePlacements;
+  p.activations = code % (2 * kStatePlacements) >= kStatePlacements;
+  if (code >= 2 * kStatePlacements) p.zero.shares = ZeroShares::memory;
   return p;
 }
 
 int placement_code(const PlanOptions& o) {
   for (int code = 0; code < kPlacementCount; ++code) {
     const Placement p = placement(code);
-    if (p.zero == Sharding{o.zero_stage, o.reshard_after_forward} && p.offload == o.offload_optimizer &&
+    if (p.zero == Sharding{o.zero_stage, o.reshard_after_forward, o.zero_shares} && p.offload == o.offload_optimizer &&
         p.activations == o.offload_activations) {
       return code;
     }
@@ -31,7 +33,7 @@ PlanOptions with_placement(PlanOptions o, int code) {
   o.reshard_after_forward = p.zero.reshard_after_forward;
   o.offload_optimizer = p.offload;
   o.offload_activations = p.activations;
-  if (o.zero_stage == 0) o.zero_shares = ZeroShares::equal;  // (the request's shares, where it shards)
+  o.zero_shares = o.zero_stage > 0 ? p.zero.shares : ZeroShares::equal;
   return o;
 }
 

@@ -8,16 +8,17 @@
 namespace hetflow::partition::search_detail {
 
 struct Placement {
-  Sharding zero;     // ZeRO's stage and resharding
+  Sharding zero;     // ZeRO's stage, resharding and shares
   bool offload;      // the optimizer state in host memory
   bool activations;  // the stashes in host memory
 };
 
 // The placements of the model state: ZeRO's shardings, from the least memory saved to the
 // most (a chunk kept gathered holds more than one resharded after every pass), then each with
-// the optimizer state offloaded; each of those again with the stashes offloaded.
+// the optimizer state offloaded; each of those again with the stashes offloaded; and all of
+// those again with the shards by memory (after every equal one: uneven rings are slower).
 inline constexpr int kStatePlacements = 10;
-inline constexpr int kPlacementCount = 2 * kStatePlacements;
+inline constexpr int kPlacementCount = 4 * kStatePlacements;
 
 // Placement `code`, 0 <= code < kPlacementCount.
 Placement placement(int code);

@@ -108,3 +108,37 @@ TEST(Balancer, ChunkCostAndCutMatchABruteForce) {
     EXPECT_NEAR(measure_stages(net, layout, ranks, got.stages, 8, cost).bottleneck_s, mine, 1e-12 * mine);
   }
 }
+
+// ZeRO's shares by memory (ZeroShares::memory) as the balancer bounds memory: a V100-16 and a
+// V100-32 replica of a 1.9B-parameter GPT at stage 1, mixed-precision Adam (Rajbhandari et
+// al. 2020: (2 + 2) Psi + K Psi / Nd, K = 12). Shared equally the 16 GB device holds 10 Psi
+// bytes and overflows; by memory it holds a third of the optimizer state, 8 Psi, and fits.
+TEST(Balancer, ZeroSharesByMemoryBoundEachDevicesPartByItsMemory) {
+  const model::Cluster cluster = model::parse_cluster(
+      "name: two\n"
+      "nodes:\n"
+      "  - {name: a, gpu: V100-16, gpus: 1, nic: {count: 1, bandwidth: 100 Gb/s, latency: 5 us}}\n"
+      "  - {name: b, gpu: V100-32, gpus: 1, nic: {count: 1, bandwidth: 100 Gb/s, latency: 5 us}}\n",
+      "two.yaml");
+  const model::Network net =
+      model::network_from_spec("gpt:layers=38,hidden=2048,heads=16,seq=128,vocab=8192", model::Precision::fp16);
+  const CostModel cost(cluster, model::Precision::fp16);
+  Layout layout;
+  layout.precision = model::Precision::fp16;
+  layout.fp32_grad_accumulation = false;
+  layout.micro_batch_size = 1;
+  layout.workspace_bytes = 0;
+  layout.set_size(Axis::data, 2);
+  layout.sync.zero.stage = 1;
+  const double psi = net.param_count(), small = cost.memory_capacity_bytes(0), large = cost.memory_capacity_bytes(1);
+  ASSERT_GT(10 * psi, small);         // equal shares: 2 + 2 + 12 / 2 bytes a parameter
+  ASSERT_LT(8 * psi, 0.97 * small);   // by memory: 2 + 2 + 12 x 16 / 48, with room for the stash
+  const std::vector<std::vector<std::vector<int>>> replicas{{{0}}, {{1}}};
+  EXPECT_EQ(policy_detail::replicas_memory_bytes(layout, replicas, cost), 0);  // (equal shares)
+  EXPECT_FALSE(balance_stages(net, layout, {{0}}, 2, cost).fits);
+  layout.sync.zero.shares = ZeroShares::memory;
+  const double memory = policy_detail::replicas_memory_bytes(layout, replicas, cost);
+  EXPECT_DOUBLE_EQ(memory, small + large);
+  EXPECT_TRUE(balance_stages(net, layout, {{0}}, 2, cost, memory).fits);
+  EXPECT_TRUE(balance_stages(net, layout, {{1}}, 2, cost, memory).fits);  // 4 + 12 x 32 / 48 = 12 Psi
+}

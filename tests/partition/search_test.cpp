@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "model/io.hpp"
@@ -304,4 +305,70 @@ TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestPlacementThatFits)
     EXPECT_FALSE(c.options.offload_optimizer) << c.summary;
   }
   EXPECT_EQ(plain.screened, 1);
+}
+
+// ZeRO's shares by memory in the search: data parallelism over two V100-16 and two V100-32
+// shards a 2.4B-parameter GPT's state; the search lays each sharding out with equal shares,
+// then with shares by memory (each replica m / 96 GB of it), and keeps the fastest that fits
+// by the layout's estimate, as an independent walk of the same placements finds. Stage 1
+// with equal shares overflows the 16 GB devices (4 + 12 / 4 bytes a parameter) where by
+// memory it fits (4 + 12 / 6), so the choice is a real one.
+TEST(Search, ShardsByMemoryAreAPlacementTheSearchChooses) {
+  const model::Cluster cluster = model::parse_cluster(
+      "name: mixed\n"
+      "nodes:\n"
+      "  - {name: small, gpu: V100-16, gpus: 2, nic: {count: 1, bandwidth: 100 Gb/s, latency: 5 us}}\n"
+      "  - {name: large, gpu: V100-32, gpus: 2, nic: {count: 1, bandwidth: 100 Gb/s, latency: 5 us}}\n",
+      "mixed.yaml");
+  const model::Network net =
+      model::network_from_spec("gpt:layers=46,hidden=2048,heads=16,seq=1024,vocab=50257", model::Precision::fp16);
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.tensors = {1};
+  space.pipelines = {1};
+  space.micro_batches = {1};
+  space.schedules = {"1f1b"};
+  space.recomputes = {partition::Recompute::full};
+  space.syncs = {partition::SyncKind::allreduce};
+  space.offload = false;
+  PlanOptions base;
+  base.precision = net.precision;
+  const partition::CostModel cost(cluster, net.precision);
+  const partition::SearchResult r = partition::search_plans(cluster, net, 8, space, base, cost, 2);
+  PlanOptions dp = partition::search_candidates(cluster, net, 8, space, base, cost).front();
+  ASSERT_EQ(dp.tensor, 1);
+  ASSERT_EQ(dp.zero_stage, 0);
+  double best_s = 0;
+  PlanOptions best;
+  best.zero_stage = -1;
+  std::map<std::pair<int, bool>, bool> fits_equal, fits_memory;  // (stage, reshard) -> fits
+  for (const partition::ZeroShares shares : {partition::ZeroShares::equal, partition::ZeroShares::memory}) {
+    for (const auto& [stage, reshard] : {std::pair{0, true}, {1, true}, {2, true}, {3, false}, {3, true}}) {
+      if (stage == 0 && shares == partition::ZeroShares::memory) continue;
+      dp.zero_stage = stage;
+      dp.reshard_after_forward = reshard;
+      dp.zero_shares = shares;
+      const partition::LayoutEstimate e =
+          partition::estimate_layout(net, partition::make_layout(cluster, net, dp, cost), cost);
+      (shares == partition::ZeroShares::equal ? fits_equal : fits_memory)[{stage, reshard}] = e.headroom_bytes >= 0;
+      if (e.headroom_bytes >= 0 && (best.zero_stage < 0 || e.iteration_time_s < best_s)) {
+        best = dp;
+        best_s = e.iteration_time_s;
+      }
+    }
+  }
+  ASSERT_FALSE((fits_equal[{1, true}])) << "stage 1 with equal shares should overflow the V100-16";
+  ASSERT_TRUE((fits_memory[{1, true}])) << "stage 1 with shares by memory should fit";
+  ASSERT_GE(best.zero_stage, 1);
+  ASSERT_EQ(r.ranked.size(), 1u);
+  const partition::Candidate& c = r.ranked.front();
+  EXPECT_EQ(c.options.zero_stage, best.zero_stage) << c.summary;
+  EXPECT_EQ(c.options.reshard_after_forward, best.reshard_after_forward) << c.summary;
+  EXPECT_EQ(c.options.zero_shares, best.zero_shares) << c.summary;
+  EXPECT_DOUBLE_EQ(c.estimate.iteration_time_s, best_s) << c.summary;
+  EXPECT_EQ(c.summary.find(" by memory") != std::string::npos, best.zero_shares == partition::ZeroShares::memory)
+      << c.summary;
+  // Without ZeRO in the space, nothing is sharded and the candidate overflows.
+  space.zero = false;
+  EXPECT_EQ(partition::search_plans(cluster, net, 8, space, base, cost, 2).screened, 1);
 }
