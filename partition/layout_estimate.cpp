@@ -214,6 +214,7 @@ class Estimator {
         memory_[dd].optimizer_bytes = own.optimizer_bytes;
         memory_[dd].host_bytes = own.host_bytes;
       }
+      hold_own_experts(layout_, rank_params[j], memory_[dd]);
       // (Offloaded, the stashes at ZeRO's gathered peak are not known: its gathered copies are left out.)
       zero_.sharded_memory(memo_, static_cast<int>(w), held, t, static_cast<int>(j),
                            {offloaded ? nullptr : &(*workers_[w].programs)[static_cast<size_t>(r)], &stash_bytes,
@@ -241,12 +242,10 @@ class Estimator {
   // devices and the collective's time, the same every iteration (4 bytes: latency alone).
   void gradient_norms() {
     if (!builder::clips_gradient_norm(network_, layout_)) return;
-    // Under ZeRO one norm over every worker's devices (each holds a shard), but folded.
-    const bool everyone = zero_.stage() > 0 && !layout_.folded;
-    for (size_t w = 0; w < (everyone ? 1 : layout_.workers.size()); ++w) {
+    for (const std::vector<int>& workers : builder::gradient_norm_workers(layout_, zero_.stage(), layout_.workers.size())) {
       std::vector<int> members;
-      for (size_t v = w; v < (everyone ? layout_.workers.size() : w + 1); ++v) {
-        for (const auto& rank : layout_.workers[v].ranks) {
+      for (const int v : workers) {
+        for (const auto& rank : layout_.workers[static_cast<size_t>(v)].ranks) {
           for (const int d : rank) {
             if (computes_[static_cast<size_t>(d)]) members.push_back(d);
           }

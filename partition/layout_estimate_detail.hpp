@@ -174,4 +174,9 @@ Headroom headroom_of(const std::vector<DeviceMemory>& memory, const std::vector<
                      const std::vector<double>& in_copies, const std::vector<double>& if_offloaded,
                      const CostModel& cost, bool offloads);
 
+// Under expert parallelism: a rank's weights, gradients and optimizer state (on the device or
+// offloaded) as the `params` it holds (WorkMemo's, its expert rank's experts alone), where the
+// closed form (memory.hpp) counts every expert of its layers.
+void hold_own_experts(const Layout& layout, double params, DeviceMemory& m);
+
 }  // namespace hetflow::partition::estimate_detail

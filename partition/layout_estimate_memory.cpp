@@ -5,6 +5,7 @@
 #include <map>
 
 #include "partition/layout_estimate_detail.hpp"
+#include "partition/memory.hpp"
 
 namespace hetflow::partition::estimate_detail {
 
@@ -68,6 +69,14 @@ Headroom headroom_of(const std::vector<DeviceMemory>& memory, const std::vector<
     for (const auto& [node, bytes] : host) h.host = std::min(h.host, cost.cluster().host(node).memory_bytes - bytes);
   }
   return h;
+}
+
+void hold_own_experts(const Layout& layout, double params, DeviceMemory& m) {
+  if (layout.experts.parallel <= 1) return;
+  m.weights_bytes = params * model::element_bytes(layout.precision);
+  m.gradients_bytes = params * layout.gradient_element_bytes();
+  if (m.optimizer_bytes > 0) m.optimizer_bytes = params * model::adam_state_bytes(layout.precision);
+  if (layout.offload.optimizer) m.host_bytes = params * offload_host_bytes_per_param(layout);
 }
 
 }  // namespace hetflow::partition::estimate_detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "partition/link_sharing.hpp"
 #include "partition/memory.hpp"
@@ -19,37 +20,63 @@ ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const Co
   pass_gathers_.reshard = layout.sync.zero.reshard_after_forward;
   const VirtualWorker& first = layout.workers.front();
   const double e = model::element_bytes(layout.precision), g = layout.gradient_element_bytes();
+  const size_t workers = layout.workers.size();
+  // Under expert parallelism the pieces the builder reduce-scatters and gathers.
+  const std::vector<builder::Segment> segments =
+      layout.experts.parallel > 1 ? builder::data_parallel_segments(network, layout) : std::vector<builder::Segment>{};
   for (size_t k = 0; k < first.stages.size(); ++k) {
     const Stage& s = first.stages[k];
     const int t = first.tensor_of(k);
     const std::vector<double>& params = memo.of(s, t, 0).params;
     // The chunk's pieces run at once (every tensor rank's ring over the replicas).
     SharedPhase gathers(cost, shared), scatters(cost, shared);
-    std::vector<int> gather_item, scatter_item;
+    std::vector<std::vector<Piece>>& chunk = pieces_.emplace_back(static_cast<size_t>(t));
+    std::vector<std::vector<std::pair<int, int>>> items(static_cast<size_t>(t));  // (gather, scatter) per piece
     for (size_t j = 0; j < static_cast<size_t>(t); ++j) {
-      CollectiveSpec c;
-      c.algorithm = builder::zero_algorithm(layout);
-      for (size_t w = 0; w < layout.workers.size(); ++w) c.devices.push_back(device_of(w, k, j));
-      c.parts = builder::zero_parts(layout, cost.cluster(), c.devices);  // (shares by memory)
-      parts_[{s.layer_begin, j}] = c.parts;
-      c.kind = CollectiveKind::all_gather;
-      c.bytes = params[j] * e;
-      c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
-      // Stage 1 gathers back each bucket its reduce-scatters scattered, counted in gradient bytes
-      // (Builder::add_zero_gathers): as many collectives, one after another on the comm stream.
-      if (stage_ == 1) c.messages = std::max(1, static_cast<int>(std::ceil(params[j] * g / layout.sync.bucket_bytes)));
-      gather_item.push_back(c.bytes > 0 ? gathers.add(c) : -1);
-      c.kind = CollectiveKind::reduce_scatter;
-      c.bytes = params[j] * g;
-      c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
-      scatter_item.push_back(c.bytes > 0 ? scatters.add(c) : -1);
+      // (members, gradient bytes, the stage-1 gathers' buckets)
+      std::vector<std::tuple<std::vector<int>, double, int>> cut;
+      for (const builder::Segment& seg : segments) {
+        if (seg.begin != s.layer_begin || seg.end != s.layer_end) continue;
+        for (const builder::Segment::Piece& piece : seg.pieces) {
+          if (piece.rank_of_worker.front() != static_cast<int>(j)) continue;
+          cut.emplace_back(builder::piece_workers(piece, workers), piece.bytes, piece.buckets);
+        }
+      }
+      if (cut.empty()) {
+        // Stage 1 gathers back each bucket its reduce-scatters scattered, counted in gradient
+        // bytes (Builder::add_zero_gathers): as many collectives, one after another.
+        const int buckets = std::max(1, static_cast<int>(std::ceil(params[j] * g / layout.sync.bucket_bytes)));
+        cut.emplace_back(builder::piece_workers({}, workers), params[j] * g, buckets);
+      }
+      for (const auto& [members, grad_bytes, buckets] : cut) {
+        Piece& piece = chunk[j].emplace_back();
+        CollectiveSpec c;
+        c.algorithm = builder::zero_algorithm(layout);
+        for (const int w : members) {
+          piece.workers.push_back(static_cast<size_t>(w));
+          c.devices.push_back(device_of(static_cast<size_t>(w), k, j));
+        }
+        c.parts = builder::zero_parts(layout, cost.cluster(), c.devices);  // (shares by memory)
+        if (members.size() == workers) parts_[{s.layer_begin, j}] = c.parts;
+        c.kind = CollectiveKind::all_gather;
+        c.bytes = grad_bytes / g * e;
+        c.messages = stage_ == 1 ? buckets : builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
+        const int gather = c.bytes > 0 && c.devices.size() > 1 ? gathers.add(c) : -1;
+        c.kind = CollectiveKind::reduce_scatter;
+        c.bytes = grad_bytes;
+        c.messages = builder::zero_messages(network, layout, s.layer_begin, s.layer_end, c.bytes);
+        items[j].emplace_back(gather, c.bytes > 0 && c.devices.size() > 1 ? scatters.add(c) : -1);
+      }
     }
     const std::vector<double> gather_s = gathers.times_s(), scatter_s = scatters.times_s();
     std::vector<double>& to_gather = pass_gathers_.gather_s.emplace_back(static_cast<size_t>(t), 0.0);
-    std::vector<double>& to_scatter = scatter_s_.emplace_back(static_cast<size_t>(t), 0.0);
     for (size_t j = 0; j < static_cast<size_t>(t); ++j) {
-      if (gather_item[j] >= 0) to_gather[j] = gather_s[static_cast<size_t>(gather_item[j])];
-      if (scatter_item[j] >= 0) to_scatter[j] = scatter_s[static_cast<size_t>(scatter_item[j])];
+      for (size_t i = 0; i < chunk[j].size(); ++i) {
+        const auto [gather, scatter] = items[j][i];
+        if (gather >= 0) chunk[j][i].gather_s = gather_s[static_cast<size_t>(gather)];
+        if (scatter >= 0) chunk[j][i].scatter_s = scatter_s[static_cast<size_t>(scatter)];
+      }
+      if (chunk[j].size() == 1) to_gather[j] = chunk[j].front().gather_s;
     }
   }
 }
@@ -169,16 +196,16 @@ void ZeroSync::reduce_scatter(const std::vector<WorkerRun>& runs, const RankProg
       const int k = op.chunk * p + r;
       if (op.kind != makes || (once && op.microbatch != last_mb[k])) continue;
       const auto kk = static_cast<size_t>(k);
-      for (size_t j = 0; j < scatter_s_[kk].size(); ++j) {
-        // Once every replica's pass has made its gradients (kept gathered, its last pass: the
-        // chunk's passes run in order on the device) and its comm stream is free.
-        double start = 0;
-        for (size_t w = 0; w < layout_.workers.size(); ++w) {
-          const auto d = static_cast<size_t>(device_of(w, kk, j));
-          start = std::max({start, comm_free[d], runs[w].made_end[kk * m + static_cast<size_t>(op.microbatch)]});
-        }
-        for (size_t w = 0; w < layout_.workers.size(); ++w) {
-          comm_free[static_cast<size_t>(device_of(w, kk, j))] = start + scatter_s_[kk][j];
+      for (size_t j = 0; j < pieces_[kk].size(); ++j) {
+        for (const Piece& piece : pieces_[kk][j]) {
+          // Once every member's pass has made its gradients (kept gathered, its last pass: the
+          // chunk's passes run in order on the device) and its comm stream is free.
+          double start = 0;
+          for (const size_t w : piece.workers) {
+            const auto d = static_cast<size_t>(device_of(w, kk, j));
+            start = std::max({start, comm_free[d], runs[w].made_end[kk * m + static_cast<size_t>(op.microbatch)]});
+          }
+          for (const size_t w : piece.workers) comm_free[static_cast<size_t>(device_of(w, kk, j))] = start + piece.scatter_s;
         }
       }
     }
@@ -191,19 +218,21 @@ void ZeroSync::gather_after_optimizers(std::vector<double>& stream_free, std::ve
   std::map<int, double> last;  // per device: its last all-gather's end
   const size_t chunks = layout_.workers.front().stages.size();
   for (size_t k = chunks; k-- > 0;) {  // as the gradients came
-    for (size_t j = 0; j < pass_gathers_.gather_s[k].size(); ++j) {
-      double start = 0;
-      for (size_t w = 0; w < layout_.workers.size(); ++w) {
-        const auto d = static_cast<size_t>(device_of(w, k, j));
-        start = std::max({start, comm_free[d], stream_free[d]});  // stream_free: its optimizer's end
+    for (size_t j = 0; j < pieces_[k].size(); ++j) {
+      for (const Piece& piece : pieces_[k][j]) {
+        double start = 0;
+        for (const size_t w : piece.workers) {
+          const auto d = static_cast<size_t>(device_of(w, k, j));
+          start = std::max({start, comm_free[d], stream_free[d]});  // stream_free: its optimizer's end
+        }
+        const double end = start + piece.gather_s;
+        for (const size_t w : piece.workers) {
+          const int d = device_of(w, k, j);
+          comm_free[static_cast<size_t>(d)] = end;
+          last[d] = end;
+        }
+        makespan = std::max(makespan, end);
       }
-      const double end = start + pass_gathers_.gather_s[k][j];
-      for (size_t w = 0; w < layout_.workers.size(); ++w) {
-        const int d = device_of(w, k, j);
-        comm_free[static_cast<size_t>(d)] = end;
-        last[d] = end;
-      }
-      makespan = std::max(makespan, end);
     }
   }
   for (const auto& [d, end] : last) stream_free[static_cast<size_t>(d)] = std::max(stream_free[static_cast<size_t>(d)], end);

@@ -14,7 +14,11 @@
 //    one ahead (ZeroGathers, run inside the pipelines), or without resharding once per chunk
 //    and iteration with one reduce-scatter after its last backward.
 // Concurrent flows share links as the estimate's other phases do: the pieces of one chunk
-// (every tensor rank's ring over the replicas) run at once.
+// (every tensor rank's ring over the replicas) run at once. Under expert parallelism a
+// chunk's pieces are its all-reduce's (builder::data_parallel_segments): the dense part over
+// every replica, each expert rank's experts over the replicas holding them, one after the
+// other on a device's comm stream (timed here as if at once, which over-counts what they
+// share).
 #include <map>
 #include <vector>
 
@@ -70,12 +74,18 @@ class ZeroSync {
 
  private:
   int device_of(size_t w, size_t k, size_t j) const;
+  // One reduce-scatter and its all-gather over `workers` (every replica, or under expert
+  // parallelism an expert rank's holders).
+  struct Piece {
+    std::vector<size_t> workers;
+    double scatter_s = 0, gather_s = 0;
+  };
   std::map<std::pair<int, size_t>, std::vector<double>> parts_;  // (chunk's first layer, rank j) -> builder::zero_parts
   const model::Network& network_;
   const Layout& layout_;
   int stage_ = 0;
-  std::vector<std::vector<double>> scatter_s_;  // per chunk and tensor rank: one reduce-scatter
-  ZeroGathers pass_gathers_;                     // per chunk and tensor rank: one all-gather
+  std::vector<std::vector<std::vector<Piece>>> pieces_;  // per chunk and tensor rank, in the builder's order
+  ZeroGathers pass_gathers_;  // stage 3 (no expert parallelism): per chunk and tensor rank, its one all-gather
 };
 
 }  // namespace hetflow::partition::estimate_detail

@@ -152,6 +152,12 @@ std::vector<int> piece_workers(const Segment::Piece& piece, size_t workers);
 // sees the collectives in this one global order, so comm streams cannot deadlock.
 std::vector<Segment> data_parallel_segments(const model::Network& net, const Layout& layout);
 
+// The workers of each gradient-norm all-reduce (Builder::add_optimizers), of the first
+// `workers` of the layout (every one, or the built ones when folded): under ZeRO one
+// all-reduce over every worker (but folded), under expert parallelism one per expert group
+// (its members hold the group's experts between them), else one per worker.
+std::vector<std::vector<int>> gradient_norm_workers(const Layout& layout, int zero_stage, size_t workers);
+
 // Whether the optimizers of a virtual worker wait for its gradient-norm all-reduce: under
 // all-reduce, for a transformer (Megatron clips by the global norm by default; the CNN recipes
 // HetPipe and torchvision follow do not clip).

@@ -332,6 +332,25 @@ void Builder::add_tied_embedding_sync(std::map<int, std::vector<int>>& syncs_of_
 // The optimizer step: after the device's last gradient and all its synchronisation. Adam:
 // ~12 FLOPs per parameter; reads and writes weights, gradients, master copy and two
 // moments: memory bound on every GPU.
+std::vector<std::vector<int>> gradient_norm_workers(const Layout& layout, int zero_stage, size_t workers) {
+  const bool everyone = zero_stage > 0 && !layout.folded;
+  const int ep = layout.experts.parallel, context = std::max(1, layout.size(Axis::context));
+  const bool groups = !everyone && ep > 1 && !layout.folded;
+  const auto all = static_cast<int>(layout.workers.size());
+  std::vector<std::vector<int>> out;
+  for (int w = 0; w < static_cast<int>(workers) && !(everyone && w > 0); ++w) {
+    if (everyone) {
+      std::vector<int>& members = out.emplace_back();
+      for (int v = 0; v < all; ++v) members.push_back(v);
+    } else if (groups) {
+      if (expert_rank(w, context, ep) == 0) out.push_back(expert_group(w, all / context, context, ep));  // (its first worker's)
+    } else {
+      out.push_back({w});
+    }
+  }
+  return out;
+}
+
 std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>& syncs_of_device) {
   const std::map<int, int> last = last_compute_of_devices();
   // Megatron's gradient clipping (clips_gradient_norm): each device's sum of squares,
@@ -344,21 +363,9 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   // between them (Megatron's norm over the expert-parallel group), one all-reduce a group.
   std::map<int, int> norm_of_device, optimizer_of;
   const bool everyone = zero_stage() > 0 && !plan_.layout.folded;
-  const int ep = layout_.experts.parallel, context = std::max(1, layout_.size(Axis::context));
-  const bool groups = !everyone && ep > 1 && !plan_.layout.folded;
-  const size_t built = !clips_gradient_norm(net_, layout_) ? 0
-                       : plan_.layout.folded                ? built_workers()
-                       : everyone                           ? 1
-                                                            : layout_.workers.size();
-  for (size_t w = 0; w < built; ++w) {
-    std::vector<int> members{static_cast<int>(w)};
-    if (everyone) {
-      members.clear();
-      for (size_t v = 0; v < layout_.workers.size(); ++v) members.push_back(static_cast<int>(v));
-    } else if (groups) {
-      if (expert_rank(static_cast<int>(w), context, ep) != 0) continue;  // (the group's first worker builds it)
-      members = expert_group(static_cast<int>(w), static_cast<int>(layout_.workers.size()) / context, context, ep);
-    }
+  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded ? built_workers() : layout_.workers.size();
+  for (const std::vector<int>& members : gradient_norm_workers(layout_, zero_stage(), built)) {
+    const int w = members.front();
     std::vector<int> devices;
     for (const int v : members) {
       for (const auto& rank : layout_.workers[static_cast<size_t>(v)].ranks) {
@@ -368,7 +375,7 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
       }
     }
     if (devices.size() < 2) continue;
-    const Task like = base_task(TaskKind::collective, devices[0], static_cast<int>(w), -1, -1);
+    const Task like = base_task(TaskKind::collective, devices[0], w, -1, -1);
     const auto tasks = add_collective(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                                       everyone ? std::string("norm") : "norm w" + std::to_string(w), devices, 4,
                                       Purpose::gradient_norm, compute_stream_, like, {}, {});

@@ -405,3 +405,41 @@ TEST(LayoutEstimate, AgreesUnderContextParallelism) {
   EXPECT_GT(compared, 150);
   std::printf("context parallelism, %d layouts: iteration time off by at most %.2g\n", compared, worst);
 }
+
+// Expert parallelism (ZeRO 0 to 2): the dense part's rings over every replica and each expert
+// rank's over its holders, the all-to-alls in the passes, as the plan has them.
+TEST(LayoutEstimate, AgreesUnderExpertParallelismAndZero) {
+  const model::Network net = model::network_from_spec(
+      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
+      "expert_ffn=512",
+      model::Precision::fp16);
+  int compared = 0;
+  double worst = 0;
+  for (const model::Cluster& cluster : {test_support::identical_cluster(4, 2, "A100-40"), mixed_cluster()}) {
+    const partition::CostModel cost(cluster, net.precision);
+    Agreement a;
+    for (const int ep : {2, 4}) {
+      for (const int pipeline : {1, 2}) {
+        for (const int zero : {0, 1, 2}) {
+          for (const bool overlap : {false, true}) {
+            partition::PlanOptions o;
+            o.precision = net.precision;
+            o.experts.parallel = ep;
+            o.pipeline = pipeline;
+            o.global_batch = 24;
+            o.zero_stage = zero;
+            o.overlap_grad_reduce = overlap;
+            o.schedule = pipeline > 1 ? "1f1b" : "gpipe";
+            o.bucket_bytes = 1 << 18;
+            o.iterations = 2;
+            compare_one(cluster, net, o, cost, a);
+          }
+        }
+      }
+    }
+    compared += a.compared;
+    for (const double e : a.time_error) worst = std::max(worst, e);
+  }
+  EXPECT_GT(compared, 30);
+  std::printf("expert parallelism, %d layouts: iteration time off by at most %.2g\n", compared, worst);
+}
