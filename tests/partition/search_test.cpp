@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "model/io.hpp"
 #include "model/zoo.hpp"
@@ -223,6 +225,24 @@ TEST(Search, InputBoundTiesGoToTheCheapestThenTheSmallestThenTheFastestGpus) {
   EXPECT_EQ(partition::search_order(plain.size(), [&](size_t i) { return plain[i]; }), (std::vector<size_t>{1, 3, 2, 0}));
 }
 
+namespace {
+
+// Data parallelism and the given tensor degrees alone: the uniform policy, no pipeline,
+// micro-batches of 1, 1F1B under full recomputation, all-reduce.
+partition::SearchSpace data_parallel_space(std::vector<int> tensors) {
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.tensors = std::move(tensors);
+  space.pipelines = {1};
+  space.micro_batches = {1};
+  space.schedules = {"1f1b"};
+  space.recomputes = {partition::Recompute::full};
+  space.syncs = {partition::SyncKind::allreduce};
+  return space;
+}
+
+}  // namespace
+
 // ZeRO and offload in the search (SearchSpace::zero, SearchSpace::offload): data parallelism
 // over 4 V100-16 overflows unsharded (16 bytes a parameter of 1.3 B), so the search tries the
 // shardings, each with and without its optimizer offloaded, and keeps the fastest that fits
@@ -232,14 +252,7 @@ TEST(Search, InputBoundTiesGoToTheCheapestThenTheSmallestThenTheFastestGpus) {
 TEST(Search, AnOverflowingDataParallelCandidateTakesTheFastestPlacementThatFits) {
   const model::Cluster cluster = test_support::identical_cluster(4, 1, "V100-16");
   const model::Network net = model::network_from_spec("gpt:layers=16,hidden=2560,heads=20,seq=1024,vocab=50257", model::Precision::fp16);
-  partition::SearchSpace space;
-  space.policies = {"uniform"};
-  space.tensors = {1, 4};
-  space.pipelines = {1};
-  space.micro_batches = {1};
-  space.schedules = {"1f1b"};
-  space.recomputes = {partition::Recompute::full};
-  space.syncs = {partition::SyncKind::allreduce};
+  partition::SearchSpace space = data_parallel_space({1, 4});
   PlanOptions base;
   base.precision = net.precision;
   const partition::CostModel cost(cluster, net.precision);
@@ -322,14 +335,7 @@ TEST(Search, ShardsByMemoryAreAPlacementTheSearchChooses) {
       "mixed.yaml");
   const model::Network net =
       model::network_from_spec("gpt:layers=46,hidden=2048,heads=16,seq=1024,vocab=50257", model::Precision::fp16);
-  partition::SearchSpace space;
-  space.policies = {"uniform"};
-  space.tensors = {1};
-  space.pipelines = {1};
-  space.micro_batches = {1};
-  space.schedules = {"1f1b"};
-  space.recomputes = {partition::Recompute::full};
-  space.syncs = {partition::SyncKind::allreduce};
+  partition::SearchSpace space = data_parallel_space({1});
   space.offload = false;
   PlanOptions base;
   base.precision = net.precision;
