@@ -33,7 +33,8 @@ namespace hetflow::kernels {
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int* targets, float dloss,
                                    int N, int V);
 
-// start + the sum of x[i]^2, accumulated in double in index order (a gradient norm's part).
+// start + the sum of x[i]^2, accumulated in double (a gradient norm's part): eight running
+// sums, so the result is the index-order sum's up to a double's rounding.
 double sum_of_squares(const float* x, long n, double start = 0);
 
 // One AdamW step as torch.optim.AdamW (decoupled weight decay): p -= lr*weight_decay*p; m = b1 m + (1-b1) g;

@@ -14,6 +14,8 @@
 //    2 renormalised, load-balancing loss 0.02; untied head) from one HuggingFace config,
 //    hetflow's router, permutation and per-expert GEMMs against transformers' loop over
 //    experts (index_add) in the oracle script.
+//  - BM_SumOfSquares: the gradient norm's local sum of squares (kernels::sum_of_squares)
+//    against a single running sum over the same floats, in GB/s read.
 //  - BM_Linear*: the decoder's GEMM kernels (kernels::linear_forward, linear_backward_input,
 //    linear_backward_weight, with the bias and its sums where the model has one: all but the
 //    head) at the model's shapes (N = 1,024 rows) against a direct cblas_sgemm of the same
@@ -289,6 +291,41 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
   }
 }
 
+// --- The gradient norm's local part: kernels::sum_of_squares against one running sum ---
+// The kernel (eight running sums) and the loop it replaced (one sum, a chain of dependent
+// additions) over the same gradient, alternating; bytes read over time is each one's GB/s.
+double serial_sum_of_squares(const float* x, long n) {
+  double sum = 0;
+  for (long i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+void BM_SumOfSquares(benchmark::State& state) {
+  const long n = state.range(0);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& f : x) f = normal(rng);
+  using clock = std::chrono::steady_clock;
+  double kernel_s = 0, serial_s = 0, sink = 0;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    sink += kernels::sum_of_squares(x.data(), n);
+    const auto t1 = clock::now();
+    sink += serial_sum_of_squares(x.data(), n);
+    const auto t2 = clock::now();
+    const double k = std::chrono::duration<double>(t1 - t0).count();
+    kernel_s += k;
+    serial_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(k);
+  }
+  benchmark::DoNotOptimize(sink);
+  const double bytes = 4.0 * static_cast<double>(n) * static_cast<double>(state.iterations());
+  state.counters["hetflow_GBps"] = bytes / kernel_s / 1e9;
+  state.counters["one_sum_GBps"] = bytes / serial_s / 1e9;
+  state.counters["hetflow_over_one_sum"] = serial_s / kernel_s;
+}
+
 // One line after the table: hetflow's one-device tokens/s over PyTorch's and the pipeline's over
 // one device, from the medians of every repetition (so it holds under
 // --benchmark_enable_random_interleaving too). On stderr, so --benchmark_format=json stays JSON.
@@ -319,6 +356,9 @@ BENCHMARK(BM_TrainPyTorchMoe)->Iterations(1)->UseManualTime()->Unit(benchmark::k
 BENCHMARK(BM_LinearForward)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearBackwardInput)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LinearBackwardWeight)->Apply(gemm_shapes)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
+// A GPT-2 small's gradients on one of two pipeline stages (62M floats) is too long for a
+// benchmark; 1M (4 MB, in cache on most CPUs) and 16M (64 MB, from memory).
+BENCHMARK(BM_SumOfSquares)->Arg(1 << 20)->Arg(1 << 24)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -212,6 +212,22 @@ TEST(Adds, ScaleAndSumOfSquares) {
   EXPECT_EQ(sum_of_squares(x.data(), 3, 0.5), 21.5);  // continues a running sum
 }
 
+// Against the sum in index order in long double, at every length around the kernel's lanes
+// (the tail of each) and at a gradient's: within a recursive sum's error bound in double,
+// (n + 1) u of the sum for n positive terms (Higham, Accuracy and Stability of Numerical
+// Algorithms, 4.2; u = 2^-53; a float's square is exact in double), whatever the order.
+TEST(Adds, SumOfSquaresEqualsTheSumInIndexOrder) {
+  std::mt19937 rng(7);
+  const Vec x = random_vec(100003, rng, -3, 3);
+  for (const long n : {0L, 1L, 7L, 8L, 9L, 15L, 17L, 64L, 100003L}) {
+    long double want = 0.25L;
+    for (long i = 0; i < n; ++i) want += static_cast<long double>(x[static_cast<size_t>(i)]) * x[static_cast<size_t>(i)];
+    const double got = sum_of_squares(x.data(), n, 0.25);
+    const double bound = static_cast<double>(n + 1) * 0x1p-53 * static_cast<double>(want);
+    EXPECT_NEAR(got, static_cast<double>(want), bound) << "n = " << n;
+  }
+}
+
 TEST(Gelu, KnownValues) {
   const Vec x = {0, 1, -1, 2, 10, -10};
   Vec y = unwritten(x.size());
