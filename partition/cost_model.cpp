@@ -354,6 +354,13 @@ double CostModel::compute_time_s(int device, TaskKind kind, double flops, double
   return c.dispatch_s + (eff.overhead_s + std::max(math_s, memory_s)) * slowdown;
 }
 
+double CostModel::memory_op_time_s(int device, double bytes) const {
+  if (!(bytes > 0)) return 0;
+  const model::GpuSpec& gpu = *device_gpu_.at(static_cast<size_t>(device));
+  const double slowdown = slowdown_.empty() ? 1.0 : slowdown_[static_cast<size_t>(device)];
+  return calibration_.gpu(gpu.name).op("memory").time_s(bytes, gpu.memory_bandwidth_bytes_per_s) * slowdown;
+}
+
 Route CostModel::route(int src, int dst) const {
   Route r{kInfinity, 0, "local"};
   if (src == dst) return r;

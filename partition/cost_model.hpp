@@ -48,6 +48,10 @@ class CostModel {
   // a roofline with a fixed per-task cost, both from the calibration of the device's GPU type
   // and the task's kind (model/calibration.hpp documents the curve and the defaults).
   double compute_time_s(int device, TaskKind kind, double flops, double memory_bytes = 0) const;
+  // A memory-bound kernel moving `bytes` on the device (a collective member's own read before
+  // its messages, Task::memory_bytes: the gradient norm's sum of squares): the calibration's
+  // "memory" operation cost at the GPU's bandwidth, no task overhead. 0 for no bytes.
+  double memory_op_time_s(int device, double bytes) const;
   // A compute task of `plan` (forward, backward, W, optimizer). When the calibration gives
   // operation costs for the device's GPU type (GpuEfficiency::ops) and the network is a
   // decoder with operations (partition/layer_ops.hpp), the sum over its layers of their

@@ -33,8 +33,9 @@ double task_duration_s(const Plan& plan, const CostModel& cost, int task) {
       return cost.transfer_time_s(t.device, plan.peer(task), t.bytes);
     case TaskKind::recv:
       return cost.transfer_time_s(plan.peer(task), t.device, t.bytes);
-    case TaskKind::collective:
-      return cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
+    case TaskKind::collective:  // (its local reduction first: the gradient norm's read)
+      return cost.memory_op_time_s(t.device, t.memory_bytes) +
+             cost.collective_time_s(collective_spec(plan, plan.collective(t.collective)));
     case TaskKind::load:
       return load_time_s(plan, t);
     case TaskKind::to_host:
@@ -286,7 +287,15 @@ Estimate estimate_plan(const Plan& plan, const CostModel& cost, const TaskOrder&
     duration[u] = task_duration_s(plan, cost, front);
     computing[u] = is_compute(t.kind) ? duration[u] - in_task_time_s(plan, cost, front) : duration[u];
     // Compute tasks that meet inside (an in-task collective's members: a tensor, context or
-    // expert group) move at the slowest's pace; a collective's members all take its time.
+    // expert group) move at the slowest's pace; a collective's members all take its time,
+    // after the slowest's local reduction (Task::memory_bytes, the gradient norm's read).
+    if (t.kind == TaskKind::collective) {
+      for (const int other : order.unit(static_cast<int>(u)).subspan(1)) {
+        const Task& o = plan.task(other);
+        if (o.memory_bytes == t.memory_bytes && cost.same_compute(o.device, t.device)) continue;
+        duration[u] = computing[u] = std::max(duration[u], task_duration_s(plan, cost, other));
+      }
+    }
     if (is_compute(t.kind)) {
       for (const int other : order.unit(static_cast<int>(u)).subspan(1)) {
         // (A tensor-parallel group's alike members, the usual case, are not timed again.)

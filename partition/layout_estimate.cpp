@@ -8,9 +8,8 @@
 //    its channel (one per rank pair and direction, as the plan's channel streams); tensor
 //    ranks send in parallel, the slowest counted.
 //  - Data-parallel pieces run their buckets back to back once every member is ready, in the
-//    builder's global order (data_parallel_segments), then tied embeddings and the optimizer.
-//    ZeRO's reduce-scatters and all-gathers as the builder orders them on the comm and gather
-//    streams (layout_estimate_zero.hpp).
+//    builder's global order (data_parallel_segments), then tied embeddings and the optimizer;
+//    ZeRO's collectives as the builder orders them on its streams (layout_estimate_zero.hpp).
 //  - Parameter servers: pushes after each device's last operation, queued per device and
 //    server, one update per server once all its pushes are in, pulls queued per server and
 //    device. Under WSP a chunk's first forward computes once its pulls of D + 1 iterations
@@ -35,27 +34,11 @@ namespace {
 
 using namespace estimate_detail;
 
-double optimizer_s(const CostModel& cost, const Layout& layout, int device, double params) {
+// `norm_bytes`: the gradient norm's read where no all-reduce task carries it (Builder::add_optimizers).
+double optimizer_s(const CostModel& cost, const Layout& layout, int device, double params, double norm_bytes = 0) {
   return cost.compute_time_s(device, TaskKind::optimizer, builder::kAdamFlopsPerParam * params,
-                             builder::adam_bytes_per_param(layout.kernels) * params);
+                             builder::adam_bytes_per_param(layout.kernels) * params + norm_bytes);
 }
-
-// The position of an operation in a queue of operations that run one after another: an
-// operation that waits for w others on any of its queues runs in wave w, with the others of
-// that wave (what the shared phases group).
-class Waves {
- public:
-  // The wave of an operation on `queues` (ids of its devices' streams or channels), counted in.
-  int next(const std::vector<long long>& queues) {
-    int wave = 0;
-    for (const long long q : queues) wave = std::max(wave, depth_[q]);
-    for (const long long q : queues) depth_[q] = wave + 1;
-    return wave;
-  }
-
- private:
-  std::map<long long, int> depth_;
-};
 
 // estimate_layout's state and its phases, in the order they run.
 class Estimator {
@@ -239,9 +222,14 @@ class Estimator {
   }
 
   // Each virtual worker's gradient-norm all-reduce (Builder::add_optimizers): its computing
-  // devices and the collective's time, the same every iteration (4 bytes: latency alone).
+  // devices and the collective's time, the same every iteration (4 bytes: latency alone),
+  // after the slowest member's read of the gradients its optimizer steps (estimate_plan's
+  // unit of a collective). A device in none reads them in its optimizer step (norm_bytes_).
   void gradient_norms() {
+    norm_bytes_.assign(devices_, 0);
     if (!builder::clips_gradient_norm(network_, layout_)) return;
+    const double gradient_bytes = layout_.gradient_element_bytes();
+    for (size_t d = 0; d < devices_; ++d) norm_bytes_[d] = computes_[d] ? params_[d] * gradient_bytes : 0;
     for (const std::vector<int>& workers : builder::gradient_norm_workers(layout_, zero_.stage(), layout_.workers.size())) {
       std::vector<int> members;
       for (const int v : workers) {
@@ -252,11 +240,13 @@ class Estimator {
         }
       }
       if (members.size() < 2) continue;
-      CollectiveSpec norm;
-      norm.algorithm = CollectiveAlgorithm::tree;
-      norm.devices = members;
-      norm.bytes = 4;
-      norms_.emplace_back(std::move(members), cost_.collective_time_s(norm));
+      double read_s = 0;
+      for (const int d : members) {
+        read_s = std::max(read_s, cost_.memory_op_time_s(d, norm_bytes_[static_cast<size_t>(d)]));
+        norm_bytes_[static_cast<size_t>(d)] = 0;  // (its all-reduce task carries it)
+      }
+      const CollectiveSpec norm{.algorithm = CollectiveAlgorithm::tree, .devices = members, .bytes = 4};
+      norms_.emplace_back(std::move(members), read_s + cost_.collective_time_s(norm));
     }
   }
 
@@ -532,12 +522,13 @@ class Estimator {
         const auto device = static_cast<int>(d);
         const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
         to_host_free_[d] = std::max(ready[d], to_host_free_[d]) + cost_.host_copy_time_s(device, params_[d] * g);
-        const double stepped = to_host_free_[d] + cost_.host_step_time_s(device, builder::kAdamFlopsPerParam * params_[d],
-                                                                         builder::host_step_bytes_per_param(layout_) * params_[d]);
+        const double stepped =
+            to_host_free_[d] + cost_.host_step_time_s(device, builder::kAdamFlopsPerParam * params_[d],
+                                                      builder::host_step_bytes_per_param(layout_) * params_[d] + norm_bytes_[d]);
         to_device_free_[d] = std::max(stepped, to_device_free_[d]) + cost_.host_copy_time_s(device, params_[d] * e);
         stream_free_[d] = to_device_free_[d];
       } else {
-        const double s = optimizer_s(cost_, layout_, static_cast<int>(d), params_[d]);
+        const double s = optimizer_s(cost_, layout_, static_cast<int>(d), params_[d], norm_bytes_[d]);
         out_.busy_s[d] += s;
         stream_free_[d] = ready[d] + s;
       }
@@ -665,6 +656,7 @@ class Estimator {
   std::vector<DeviceMemory> memory_;
   std::vector<bool> computes_;
   std::vector<std::pair<std::vector<int>, double>> norms_;  // per worker: members and time
+  std::vector<double> norm_bytes_;  // per device: the norm's read in its optimizer step (no all-reduce carries it)
   std::vector<builder::Segment> segments_;
   std::vector<double> bucket_s_;        // per data-parallel piece, in segments_' order: one bucket's time
   std::vector<double> push_s_, pull_s_;  // per push (for_each_push's order): its transfer, and its pull's

@@ -3,6 +3,7 @@
 // of each virtual worker with their operations' costs (layout_estimate_chunks.cpp), the
 // communication among them costed phase by phase where concurrent flows share links, and
 // one run of a worker's pipeline through its schedule (layout_estimate_pipeline.cpp).
+#include <algorithm>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -178,5 +179,22 @@ Headroom headroom_of(const std::vector<DeviceMemory>& memory, const std::vector<
 // offloaded) as the `params` it holds (WorkMemo's, its expert rank's experts alone), where the
 // closed form (memory.hpp) counts every expert of its layers.
 void hold_own_experts(const Layout& layout, double params, DeviceMemory& m);
+
+// The position of an operation in a queue of operations that run one after another: an
+// operation that waits for w others on any of its queues runs in wave w, with the others of
+// that wave (what the shared phases group).
+class Waves {
+ public:
+  // The wave of an operation on `queues` (ids of its devices' streams or channels), counted in.
+  int next(const std::vector<long long>& queues) {
+    int wave = 0;
+    for (const long long q : queues) wave = std::max(wave, depth_[q]);
+    for (const long long q : queues) depth_[q] = wave + 1;
+    return wave;
+  }
+
+ private:
+  std::map<long long, int> depth_;
+};
 
 }  // namespace hetflow::partition::estimate_detail

@@ -117,7 +117,7 @@ struct Task {
   int layer_end = 0;
   double flops = 0;            // compute tasks, including recompute_flops
   double recompute_flops = 0;  // part of flops that redoes forward work (recomputation)
-  double memory_bytes = 0;     // compute tasks: device-memory traffic (roofline bound)
+  double memory_bytes = 0;     // device-memory traffic: a compute task's (roofline); a collective's own read first
   double bytes = 0;            // send/recv: payload; collective: Collective::bytes
   int channel = -1;            // send/recv: index into Plan::channels
   int collective = -1;         // collective: index into Plan::collectives

@@ -361,9 +361,18 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   // where worker 0's stands for it (a latency: the tree is a level or two shallower). Under
   // expert parallelism the norm spans an expert group's workers, which hold the group's experts
   // between them (Megatron's norm over the expert-parallel group), one all-reduce a group.
+  // Each device's part is a read of the gradients its optimizer steps (Megatron's
+  // multi_tensor_l2norm, exec/training_optimizer.cpp's local_sum_squares): the memory traffic
+  // of its all-reduce task, before the message, or where it has none, of its optimizer step.
   std::map<int, int> norm_of_device, optimizer_of;
   const bool everyone = zero_stage() > 0 && !plan_.layout.folded;
-  const size_t built = !clips_gradient_norm(net_, layout_) ? 0 : plan_.layout.folded ? built_workers() : layout_.workers.size();
+  const bool clips = clips_gradient_norm(net_, layout_);
+  const size_t built = !clips ? 0 : plan_.layout.folded ? built_workers() : layout_.workers.size();
+  // Under ZeRO its replica's shard alone (shard_params_ is the whole otherwise, summed alike).
+  const auto stepped_params = [&](int device) {
+    return zero_stage() > 0 ? shard_params_[static_cast<size_t>(device)] : device_params(device);
+  };
+  const double gradient_bytes = layout_.gradient_element_bytes();
   for (const std::vector<int>& members : gradient_norm_workers(layout_, zero_stage(), built)) {
     const int w = members.front();
     std::vector<int> devices;
@@ -381,6 +390,7 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
                                       Purpose::gradient_norm, compute_stream_, like, {}, {});
     for (size_t i = 0; i < tasks.size(); ++i) {
       norm_of_device[devices[i]] = tasks[i];
+      plan_.task(tasks[i]).memory_bytes = stepped_params(devices[i]) * gradient_bytes;
       plan_.task(tasks[i]).worker = plan_.task(last.at(devices[i])).worker;
       plan_.add_order(last.at(devices[i]), tasks[i]);
       const auto syncs = syncs_of_device.find(devices[i]);
@@ -389,16 +399,18 @@ std::map<int, int> Builder::add_optimizers(const std::map<int, std::vector<int>>
   }
   for (const auto& [device, last_task] : last) {
     const int w = plan_.task(last_task).worker;
-    // Under ZeRO its replica's shard alone (shard_params_ is the whole otherwise, summed alike).
-    const double params = zero_stage() > 0 ? shard_params_[static_cast<size_t>(device)] : device_params(device);
+    const double params = stepped_params(device);
+    // The norm's read where no all-reduce task carries it (a worker of one device).
+    const double norm_bytes = clips && !norm_of_device.count(device) ? params * gradient_bytes : 0;
     // The step's first task and the one after which the device's weights are updated.
     int first = -1, done = -1;
     if (layout_.offload.optimizer) {
       std::tie(first, done) = add_offloaded_step(device, w, params);
+      plan_.task(plan_.program(device, stream("host")).back()).memory_bytes += norm_bytes;  // (its host step's)
     } else {
       Task opt = base_task(TaskKind::optimizer, device, w, -1, -1);
       opt.flops = kAdamFlopsPerParam * params;
-      opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params;
+      opt.memory_bytes = adam_bytes_per_param(layout_.kernels) * params + norm_bytes;
       const auto d = static_cast<size_t>(device);
       const int state = tensor(TensorKind::optimizer_state, device, params * model::adam_state_bytes(layout_.precision),
                                {static_cast<std::int64_t>(params)}, model::Precision::fp32);

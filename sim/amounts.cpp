@@ -48,6 +48,9 @@ void check_amounts(const partition::Plan& plan, const partition::CostModel& cost
       case TaskKind::recv:
       case TaskKind::collective:
         if (!(t.bytes < kMaxBytes)) why = "it moves " + shown(t.bytes) + " bytes; the simulator moves at most 2^63";
+        if (!std::isfinite(cost.memory_op_time_s(t.device, t.memory_bytes) * cost.peak_flops_per_s(t.device))) {
+          why = "its " + shown(t.memory_bytes) + " bytes of memory traffic take longer than the simulator can count";
+        }
         break;
     }
     if (!why.empty()) throw PlanError(partition::describe_task(plan, static_cast<int>(id)) + ": " + why);

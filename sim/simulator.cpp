@@ -51,6 +51,7 @@ struct Stream {
   int iteration = 0;      // of the head task
   bool running = false;   // the head task has activities in flight
   bool collective = false;  // ... and it is a collective, stepping through `steps`
+  bool local_work = false;  // ... and it is a collective's own read first (its Task::memory_bytes)
   std::string failure;    // why it stopped early
   // When the head task is a collective: its steps, the current one, what is outstanding.
   std::vector<MailboxStep> steps;
@@ -307,6 +308,13 @@ class Simulation {
       case TaskKind::collective:
         stream.steps = steps_->of(plan_.collective(t.collective), t);
         stream.step = 0;
+        // A member's own read first (the gradient norm's sum of squares), on its compute units.
+        if (const double local_s = cost_.memory_op_time_s(t.device, t.memory_bytes); local_s > 0) {
+          stream.local_work = true;  // (finished_activity starts the steps after it)
+          flight.add(sg::this_actor::exec_async(local_s * cost_.peak_flops_per_s(t.device)), s);
+          ++activities_;
+          return;
+        }
         stream.collective = true;
         if (start_step(stream, s, flight)) return;
         break;
@@ -393,6 +401,12 @@ class Simulation {
 
   void finished_activity(Device& d, size_t s, bool async, InFlight& flight, std::vector<size_t>& check) {
     Stream& stream = d.streams[s];
+    if (stream.local_work) {  // a collective's own read is done: its steps
+      stream.local_work = false;
+      stream.collective = true;
+      if (!start_step(stream, s, flight)) complete_head(d, s, check);
+      return;
+    }
     if (async) {  // a step of the message beside the work: the next, or the message is done
       if (--stream.outstanding > 0) return;
       ++stream.step;
@@ -502,7 +516,7 @@ class Simulation {
     if (options_.on_progress && (++completed_ & 1023) == 0) report_progress();
     release(static_cast<int>(id), i, 1, check);  // (those waiting for a part were released with it)
     stream.running = false;
-    stream.collective = false;
+    stream.collective = stream.local_work = false;
     stream.steps.clear();
     stream.cuts.clear();
     stream.cut = 0;

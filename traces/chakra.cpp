@@ -138,6 +138,8 @@ et::Node task_node(const Plan& plan, const partition::CostModel& cost, int id, u
     attr(n, "hetflow_tag", c.tag);
   } else {
     add_collective_attrs(n, plan.collective(t.collective), 1);
+    // Its member's own read before the messages (the gradient norm's): hetflow's alone.
+    if (t.memory_bytes > 0) attr_double(n, "hetflow_memory_bytes", t.memory_bytes);
   }
   return n;
 }

@@ -241,6 +241,7 @@ Task ChakraAssembly::read_node(const NodeReader& n, int r, std::string& default_
       CollectiveNode c;
       const std::string pg = read_collective(n, c, rank_count_);
       t.bytes = c.bytes;
+      t.memory_bytes = n.size("hetflow_memory_bytes", "hetflow_memory_bytes", false);
       default_stream = "collective:" + pg;
       collectives_[pg][r].push_back(c);
       pg_ranks_[pg].insert(r);

@@ -75,7 +75,7 @@ expect search search.out \
 
 # 3. simulate the plan it wrote, keeping the trace.
 run simulate simulate --plan plan.json --trace trace.csv
-expect simulate simulate.out "  iteration time     1.27 s   (analytic critical path 994 ms)" \
+expect simulate simulate.out "  iteration time     1.27 s   (analytic critical path 995 ms)" \
   "  MFU                30.2 % of the cluster's peak" "wrote trace.csv (18220 events)"
 
 # 4. timeline: the trace as a picture.

@@ -137,6 +137,27 @@ TEST(Simulator, RingAllReduceMatchesTheClosedForm) {
   }
 }
 
+// A collective whose members first read their own data (Task::memory_bytes: the gradient
+// norm's sum of squares) lasts the slowest member's read, a memory-bound kernel at 0.8 of the
+// GPU's bandwidth (the calibration's default for memory operations), then its steps: in the
+// simulator, the steps as they take alone; in the estimate, their closed form. Members of 1
+// to 4 GB on A100-80s.
+TEST(Simulator, ACollectivesOwnReadsComeBeforeItsSteps) {
+  const model::Cluster cluster = flat_cluster(4, 10e9, 5e-6);
+  Plan plan = lone_collective(cluster, partition::CollectiveKind::all_reduce, partition::CollectiveAlgorithm::tree, 4);
+  const sim::SimResult alone = sim::simulate(plan, {});
+  ASSERT_TRUE(alone.completed);
+  for (size_t d = 0; d < 4; ++d) plan.tasks[d].memory_bytes = static_cast<double>(d + 1) * 1e9;
+  const partition::CostModel cost(cluster, plan.layout.precision);
+  const double read_s = 4e9 / (0.8 * cluster.device_gpu(cluster.devices().front()).memory_bandwidth_bytes_per_s);
+  const sim::SimResult r = sim::simulate(plan, {});
+  ASSERT_TRUE(r.completed);
+  EXPECT_NEAR(duration_of(r.trace, TaskKind::collective), read_s + duration_of(alone.trace, TaskKind::collective), 1e-9);
+  const double steps_s = cost.collective_time_s(partition::collective_spec(plan, plan.collectives[0]));
+  EXPECT_NEAR(partition::estimate_plan(plan, cost).iteration_time_s, read_s + steps_s, 1e-12);
+  EXPECT_GT(read_s, 10 * duration_of(alone.trace, TaskKind::collective));  // (the reads decide it)
+}
+
 // Messages (a chunk's per-layer tensor-parallel all-reduces as one task): each pays the
 // ring's latencies, simulated as the cost model prices them.
 TEST(Simulator, AllReduceOfManyMessagesTakesTheCostModelsTime) {
