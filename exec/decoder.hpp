@@ -183,9 +183,9 @@ class DecoderChunk {
   // dinput_partial (plans of an earlier hetflow, whose B writes a partial sum; not under
   // sequence parallelism): rank 0 writes the input gradient and the others zeros, for an
   // all-reduce after the task. The planner's plans have none: every rank writes it whole.
-  // last_of_step: this is the chunk's last backward before its gradients are used (the
-  // step's last micro-batch), so with tp > 1 the gradients of gains each rank has a part of
-  // (QK-norm's, each rank's heads; under sequence parallelism the norms', each rank's rows),
+  // last_of_step: the last backward into these gradients before they are used or scattered
+  // (the step's last; each under ZeRO's per-pass scatters), so with tp > 1 the gains' that each
+  // rank has a part of (QK-norm's, each rank's heads; under sequence parallelism the norms'),
   // accumulated until now, are summed over the ranks (once: call it with true exactly once
   // per accumulation).
   void backward(Stash& stash, const float* params, float* grads, const float* dout, float* dinput, bool split,

@@ -253,14 +253,6 @@ void GradientSync::map_zero() {
                       "on one stage, untie them, or plan without --zero-stage");
     }
   }
-  const bool tensor_parallel =
-      std::any_of(tp_position_.begin(), tp_position_.end(), [](const auto& p) { return p.second.second > 1; });
-  if (zero_stage_ >= 2 && plan.layout.sequence_parallel && tensor_parallel) {
-    throw PlanError("sequence parallelism sums its norm gains over the tensor-parallel ranks once per step, after "
-                    "ZeRO stage " + std::to_string(zero_stage_) + " has scattered every micro-batch's gradients "
-                    "(layout.sync.zero.stage): the executors do not run it; use stage 1 or plan without "
-                    "--sequence-parallel");
-  }
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   const auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };

@@ -311,7 +311,7 @@ class Training {
   std::vector<int> expert_placement_;  // expert parallelism: each expert's rank
 
   bool parameter_server_ = false;
-  std::vector<char> last_backward_;          // per task: its chunk's last B of an iteration
+  std::vector<char> last_backward_;          // per task: its chunk's last B into a gradient buffer
 };
 
 }  // namespace hetflow::exec

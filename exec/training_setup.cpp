@@ -311,18 +311,22 @@ void Training::load_weights(const WeightSource& source) {
 }
 
 void Training::find_last_backwards() {
-  // Each chunk's last backward of an iteration, in program order (the same micro-batch on
-  // every tensor-parallel rank: they run one schedule). Its backwards must share one stream,
-  // or "last" has no meaning.
+  // Each chunk's last backward of an iteration into each gradient buffer, in program order
+  // (the same micro-batch on every tensor-parallel rank: they run one schedule): its own
+  // gradients', or under ZeRO each whole buffer a reduce-scatter takes (one a pass, or one a
+  // chunk and iteration: the plan's unsharded_grad tensors), whose gains must be whole
+  // before it leaves. Its backwards must share one stream, or "last" has no meaning.
   last_backward_.assign(plan_.tasks.size(), 0);
-  std::map<const Chunk*, std::pair<int, int>> last;  // chunk -> (stream, task)
+  std::map<std::pair<const Chunk*, int>, std::pair<int, int>> last;  // (chunk, buffer) -> (stream, task)
   for (const auto& device : plan_.programs) {
     for (const partition::StreamProgram& program : device) {
       for (const int task : program.tasks) {
         if (plan_.task(task).kind != TaskKind::backward) continue;
         const auto c = chunk_of_tensor_.find(weight_read_by(task));
         if (c == chunk_of_tensor_.end()) continue;
-        const auto [at, fresh] = last.try_emplace(c->second, program.stream, task);
+        int buffer = tensor_of_kind(plan_, plan_.writes(task), TensorKind::unsharded_grad);
+        if (buffer < 0) buffer = tensor_of_kind(plan_, plan_.reads(task), TensorKind::unsharded_grad);
+        const auto [at, fresh] = last.try_emplace({c->second, buffer}, program.stream, task);
         if (!fresh && at->second.first != program.stream) {
           throw PlanError("the backward tasks of worker " + std::to_string(c->second->worker) + " stage " +
                           std::to_string(c->second->stage) + " on device " + std::to_string(c->second->device) +

@@ -96,9 +96,9 @@ struct Layer {
   // tp_backward_allreduce_elems, their g and loss elements to tp_allreduce_elems. Empty in a
   // layer file that gives only the totals: then tp_calls_of() spreads them evenly.
   std::vector<TpCall> tp_calls;
-  // Gains every tensor-parallel rank holds whole but sees only part of the gradient of,
-  // summed over the ranks once a step in the chunk's last backward (Megatron's
-  // allreduce_layernorm_grads): QK-norm gains always (each rank saw its own heads), and
+  // Gains every tensor-parallel rank holds whole but sees only part of the gradient of, summed
+  // over the ranks once a step (Megatron's allreduce_layernorm_grads; before each scatter where
+  // ZeRO scatters each pass's): QK-norm gains always (each rank saw its own heads), and
   // under sequence parallelism also the norms of the residual stream (each rank saw its rows).
   double tp_summed_gains = 0, tp_summed_gains_sequence_parallel = 0;
   // Convolutional networks: the layer's operations in forward order. Its convolutions' and

@@ -250,12 +250,15 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       }
     }
     if (!tp) continue;
-    int order = 0;  // once a step, in the chunk's last backward
+    // Once a step, in the chunk's last backward; in every one where ZeRO scatters each pass's
+    // gradients (Builder::add_compute), in phases of their own after the pass's calls'.
+    int order = 1 << 16;
+    const auto slot = builder::zero_scatters_each_pass(layout) ? PipelineComm::kBackwardAfter : PipelineComm::kLastBackwardAfter;
     for (const AxisRules& axis : axis_table()) {
       if (axis.scope != AxisScope::in_rank || axis.step_elems == nullptr) continue;
       const double gains = axis.step_elems(network, vw.stages[k].layer_begin, vw.stages[k].layer_end,
                                            static_cast<int>(devices.size()), layout.sequence_parallel);
-      comm.collective(w, k, PipelineComm::kLastBackwardAfter, order++,
+      comm.collective(w, k, slot, order++,
                       ring_of(CollectiveKind::all_reduce, devices, gains * model::element_bytes(layout.precision)));
     }
   }

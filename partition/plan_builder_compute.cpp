@@ -7,7 +7,8 @@
 // (Collective::at); each pays its own latency at its own size, as Megatron's synchronous
 // collectives on the compute stream do one after another, and the plan stays small.
 // Once a step a chunk's last backward also sums the gains every rank holds whole
-// (summed_gain_elems). A pass without calls (one device, or the forward of a chunk of the
+// (summed_gain_elems), or every backward where ZeRO reduce-scatters each pass's gradients
+// (a rank's gain gradients must be whole before they are scattered). A pass without calls (one device, or the forward of a chunk of the
 // embedding alone without sequence parallelism) has none.
 #include <algorithm>
 
@@ -81,6 +82,8 @@ void Builder::add_compute(int w) {
   const VirtualWorker& vw = worker(w);
   const int p = static_cast<int>(vw.ranks.size());
   std::vector<int> last_b(vw.stages.size(), -1);  // per chunk: the micro-batch of its last B
+  // Where ZeRO scatters each pass's gradients, each B sums its own gains before they go.
+  const bool each_pass = zero_scatters_each_pass(layout_);
   for (int r = 0; r < p; ++r) {
     const std::vector<ScheduledOp>& program = programs_[static_cast<size_t>(w)][static_cast<size_t>(r)];
     for (size_t i = 0; i < program.size(); ++i) {
@@ -92,11 +95,13 @@ void Builder::add_compute(int w) {
         add_forward(w, stage, o.microbatch, layout_.offload.activations && stash_leaves(program, i));
       } else {
         add_backward(w, stage, o.microbatch, o.kind);
-        if (o.kind == OpKind::B) last_b[static_cast<size_t>(stage)] = o.microbatch;
+        if (o.kind != OpKind::B) continue;
+        last_b[static_cast<size_t>(stage)] = o.microbatch;
+        if (each_pass) add_summed_gains(w, stage, o.microbatch);
       }
     }
   }
-  for (size_t stage = 0; stage < vw.stages.size(); ++stage) {
+  for (size_t stage = 0; stage < vw.stages.size() && !each_pass; ++stage) {
     if (last_b[stage] >= 0) add_summed_gains(w, static_cast<int>(stage), last_b[stage]);
   }
 }
@@ -181,8 +186,9 @@ void Builder::add_expert_group_calls(const AxisRules& axis, int w, int stage, in
   }
 }
 
-// Once a step, at the end of a chunk's last backward: the gains every member of an in-rank
-// group holds whole, summed over the group (exec/decoder.cpp's sum_replicated_gains).
+// At the end of a chunk's last backward of a step (or, zero_scatters_each_pass, of each): the
+// gains every member of an in-rank group holds whole, summed over the group
+// (exec/decoder.cpp's sum_replicated_gains).
 void Builder::add_summed_gains(int w, int stage, int mb) {
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
   for (const AxisRules& axis : axis_table()) {

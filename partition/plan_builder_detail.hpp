@@ -168,6 +168,9 @@ inline bool clips_gradient_norm(const model::Network& net, const Layout& layout)
 // ZeRO over the data axis (plan_builder_zero.cpp), shared with the layout estimate:
 // the layout's stage where it shards (all-reduce over two or more workers), else 0.
 int zero_stage(const Layout& layout);
+// Whether ZeRO reduce-scatters each pass's gradients from a whole buffer of its own (stage 2,
+// and 3 resharded), not a chunk's once an iteration (3 kept gathered) or buckets (1).
+bool zero_scatters_each_pass(const Layout& layout);
 // Throws InputError unless every worker cuts the model alike (from stage 2, with the same
 // micro-batches too): replicas shard each piece element by element.
 void check_zero(const Layout& layout);

@@ -30,6 +30,11 @@ int zero_stage(const Layout& layout) {
   return layout.sync.kind == SyncKind::allreduce && layout.workers.size() > 1 ? layout.sync.zero.stage : 0;
 }
 
+bool zero_scatters_each_pass(const Layout& layout) {
+  const int stage = zero_stage(layout);
+  return stage == 2 || (stage == 3 && layout.sync.zero.reshard_after_forward);
+}
+
 // Replicas shard a piece element by element, so they must hold the same pieces and (from
 // stage 2, where collectives run per pass) meet them in the same order.
 void check_zero(const Layout& layout) {

@@ -848,9 +848,13 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
-// pipeline of 2 stages (a LLaMA: untied; a Qwen2-MoE without tensor parallelism) or one (a
-// GPT: its tied head beside its embedding), x 2 tensor-parallel ranks where the case says,
-// against one device on the same 8 sequences.
+// pipeline of 2 stages (a LLaMA: untied; a Qwen2-MoE without tensor parallelism; a Qwen3 with
+// it) or one (a GPT: its tied head beside its embedding), x 2 tensor-parallel ranks where the
+// case says, with sequence parallelism where it says, against one device on the same 8
+// sequences. Under tensor parallelism the gains each rank has a part of (Qwen3's QK-norm;
+// under sequence parallelism every norm's) are summed over the ranks before ZeRO scatters
+// them: every backward where it scatters each pass's gradients, the last where it scatters a
+// chunk's once a step.
 // The parameters a replica does not own are NaN between its optimizer and the plan's
 // all-gathers (stage 3: always), so a pass that read one without its gather would show it.
 struct ZeroCase {
@@ -859,18 +863,22 @@ struct ZeroCase {
   bool reshard = true;
   const char* schedule = "1f1b";
   int tensor = 1;
+  bool sequence_parallel = false;
 };
 
 class ZeroTraining : public testing::TestWithParam<ZeroCase> {};
 
 TEST_P(ZeroTraining, EqualsOneDevice) {
   const ZeroCase& c = GetParam();
-  const int heads = c.tensor > 1 ? 6 : 3;
-  std::vector<std::pair<model::Network, int>> nets{{odd_llama(4), 2}, {odd_gpt(3, heads), 1}};
+  const int heads = c.tensor > 1 ? 6 : 3, seq = c.sequence_parallel ? 12 : 11;  // (12 rows: 6 a rank)
+  std::vector<std::pair<model::Network, int>> nets{{odd_llama(4, seq), 2}, {odd_gpt(3, heads, seq + 2), 1}};
   if (c.tensor == 1) nets.emplace_back(odd_qwen2_moe(4), 2);  // every expert sharded as any parameter
+  if (c.tensor > 1) nets.emplace_back(odd_qwen3(4, seq), 2);
   for (const auto& [net, pipeline] : nets) {
+    SCOPED_TRACE(net.name);
     partition::PlanOptions o = options(pipeline, 2, 4, c.schedule);
     o.tensor = c.tensor;
+    o.sequence_parallel = c.sequence_parallel;
     o.bucket_bytes = 4096;  // several buckets a chunk: stage 1 shards each
     o.zero_stage = c.stage;
     o.reshard_after_forward = c.reshard;
@@ -888,7 +896,12 @@ const ZeroCase kZeroCases[] = {
     {"stage_2_split_w", 2, true, "1f1b-split-w"},
     {"stage_3_gpipe", 3, true, "gpipe"},
     {"stage_1_tensor_parallel", 1, true, "1f1b", 2},
+    {"stage_2_tensor_parallel", 2, true, "1f1b", 2},
     {"stage_3_tensor_parallel_split_w", 3, true, "1f1b-split-w", 2},
+    {"stage_1_sequence_parallel", 1, true, "1f1b", 2, true},
+    {"stage_2_sequence_parallel_split_w", 2, true, "1f1b-split-w", 2, true},
+    {"stage_3_sequence_parallel_gpipe", 3, true, "gpipe", 2, true},
+    {"stage_3_kept_gathered_sequence_parallel", 3, false, "1f1b", 2, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroTraining, testing::ValuesIn(kZeroCases),

@@ -154,6 +154,27 @@ TEST(LayoutEstimate, AgreesUnderOperationCostsFlashAttentionSequenceParallelismS
               a.compared, a.time_error.back(), a.memory_error.front(), a.memory_error.back());
 }
 
+// ZeRO under sequence parallelism: the tensor ranks sum their norm gains' gradients in every
+// backward where ZeRO scatters each pass's gradients (stages 2 and 3 resharded), once a step
+// where it scatters a chunk's once (3 kept gathered), as the plan does.
+TEST(LayoutEstimate, AgreesUnderZeroWithSequenceParallelism) {
+  WideCase w;
+  w.space.syncs = {partition::SyncKind::allreduce};
+  const partition::CostModel cost(w.cluster, w.net.precision);
+  for (const auto& [stage, reshard] : {std::pair{2, true}, std::pair{3, true}, std::pair{3, false}}) {
+    partition::PlanOptions base;
+    base.precision = w.net.precision;
+    base.sequence_parallel = true;
+    base.zero_stage = stage;
+    base.reshard_after_forward = reshard;
+    base.bucket_bytes = 1 << 20;
+    const Agreement a = compare(w.cluster, w.net, 32, w.space, base, cost);
+    EXPECT_GT(a.compared, 10) << "stage " << stage;
+    std::printf("stage %d%s, %d layouts: iteration time off by at most %.2g\n", stage, reshard ? "" : " kept gathered",
+                a.compared, a.time_error.empty() ? 0.0 : a.time_error.back());
+  }
+}
+
 // Chunks of the embedding alone and of the LM head alone under tensor parallelism: the head's
 // forward has no collective and its backward one (f), the embedding's the reverse; with and
 // without sequence parallelism and full recomputation, on 1F1B and GPipe.

@@ -115,6 +115,36 @@ TEST(Zero, EachStageAddsItsCollectives) {
   }
 }
 
+// Under sequence parallelism each tensor rank has its rows' part of every norm gain's
+// gradient; the ranks sum them (an all-reduce at the end of a backward) before the gradients
+// leave: once a step where they leave once (stages 1 and 3 kept gathered), in every backward
+// where ZeRO scatters each pass's (stage 2, and 3 resharded): 4 micro-batches, one chunk a
+// device. (Under sequence parallelism a backward's own calls are gathers and scatters: every
+// all-reduce inside one is the gains'; the vocabulary-parallel loss's are in the forward.)
+TEST(Zero, TensorRanksSumTheirGainsBeforeEachScatter) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  struct Case {
+    int stage;
+    bool reshard;
+    int sums;  // per device and iteration
+  };
+  for (const Case& c : {Case{0, true, 1}, Case{1, true, 1}, Case{2, true, 4}, Case{3, true, 4}, Case{3, false, 1}}) {
+    PlanOptions o = zero(c.stage, 2, 2, 2);
+    o.reshard_after_forward = c.reshard;
+    o.sequence_parallel = true;
+    const Plan plan = plan_of(cluster, gpt(), o);
+    ASSERT_TRUE(validate_plan(plan).ok()) << "stage " << c.stage;
+    std::vector<int> sums(8, 0);
+    for (const Collective& col : plan.collectives) {
+      if (!col.in_task() || col.kind != CollectiveKind::all_reduce) continue;
+      if (plan.task(col.tasks.front()).kind != TaskKind::backward) continue;
+      EXPECT_EQ(col.at, std::vector<double>{1}) << "stage " << c.stage;
+      for (const int t : col.tasks) ++sums[static_cast<size_t>(plan.task(t).device)];
+    }
+    EXPECT_EQ(sums, std::vector<int>(8, c.sums)) << "stage " << c.stage << (c.reshard ? "" : " kept gathered");
+  }
+}
+
 // The optimizer steps its replica's shard alone, and the persistent terms shrink by the data
 // degree where the stage shards them; stage 3's gathered copies appear in the peak.
 TEST(Zero, ShardsShrinkTheOptimizerAndTheStateItShards) {
