@@ -34,6 +34,9 @@ struct ChunkState {
   bool split = false;  // its backwards are split: B, then W adds the weights' gradients
   // ZeRO: the flat ranges of its arrays this replica owns, ascending (empty: not sharded).
   std::vector<std::pair<size_t, size_t>> owned;
+  // ZeRO (keep_owned_moments): where each owned range starts in `m` and `v`, which then hold
+  // those ranges alone, one after another; empty: the moments are whole, as `params`.
+  std::vector<size_t> moment_base;
   // ZeRO: the part of `owned` no reduce-scatter moves (experts one replica holds): from stage
   // 2, added to the gradients from a pass's whole buffer after its last reduce-scatter.
   std::vector<std::pair<size_t, size_t>> alone;
@@ -48,6 +51,28 @@ struct ChunkState {
       const size_t lo = std::max(a, begin), hi = std::min(b, end);
       if (hi > lo) f(lo, hi - lo);
     }
+  }
+  // Shrinks the AdamW moments to what this replica owns (its optimizer steps nothing else):
+  // ZeRO's optimizer-state sharding in memory, not only in the math. Before the first step.
+  void keep_owned_moments() {
+    if (owned.empty()) return;
+    size_t total = 0;
+    moment_base.clear();
+    for (const auto& [a, b] : owned) {
+      moment_base.push_back(total);
+      total += b - a;
+    }
+    m = ops().zeros(total);
+    v = ops().zeros(total);
+  }
+  // The index in `m` and `v` of the moments of the parameter at flat `offset` (an owned one,
+  // when they are kept for the owned alone); an owned run [offset, offset + n) is contiguous there.
+  size_t moment_at(size_t offset) const {
+    if (moment_base.empty()) return offset;
+    const auto after = std::upper_bound(owned.begin(), owned.end(), offset,
+                                        [](size_t o, const std::pair<size_t, size_t>& r) { return o < r.first; });
+    const auto k = static_cast<size_t>(after - owned.begin()) - 1;
+    return moment_base[k] + (offset - owned[k].first);
   }
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between

@@ -61,7 +61,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     if (verdict.clip != 1) c->ops().scale(c->grads.data(), verdict.clip, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
-        step_->adamw(c->ops(), c->params.data() + o, c->grads.data() + o, c->m.data() + o, c->v.data() + o, n, lr,
+        const size_t at = c->moment_at(o);  // (ZeRO: its moments are the shard's alone)
+        step_->adamw(c->ops(), c->params.data() + o, c->grads.data() + o, c->m.data() + at, c->v.data() + at, n, lr,
                      slot.decays, step);
       });
     }

@@ -1000,6 +1000,35 @@ const ContextCase kContextCases[] = {
 INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
 
+// A replica keeps AdamW's two moments for its shard alone (ZeRO's optimizer-state
+// partitioning in memory, not only in the math): set up, a sharded plan's arrays are the
+// unsharded plan's less two floats for every parameter a device holds and does not own,
+// which its plan's optimizer-state tensor counts. Parameters and gradients stay whole.
+TEST(ZeroTraining, AReplicaKeepsTheMomentsOfItsShardAlone) {
+  for (const int stage : {1, 2, 3}) {
+    partition::PlanOptions o = options(2, 2, 4, "1f1b");
+    o.bucket_bytes = 4096;
+    const Plan whole = test_support::planned(model::cpu_cluster(4), odd_llama(4), o);
+    o.zero_stage = stage;
+    const Plan sharded = test_support::planned(model::cpu_cluster(4), odd_llama(4), o);
+    double not_owned = 0;  // held (the unsharded plan's weights) less owned
+    for (const partition::Tensor& t : whole.tensors) {
+      if (t.kind == partition::TensorKind::weight) not_owned += static_cast<double>(t.shape.front());
+    }
+    for (const partition::Tensor& t : sharded.tensors) {
+      if (t.kind == partition::TensorKind::optimizer_state) not_owned -= static_cast<double>(t.shape.front());
+    }
+    const auto set_up_bytes = [](const Plan& plan) {  // (each device's arrays on its own ops)
+      const exec::Training training(plan, exec::markov_stream(101, 1), optimizer(), 42);
+      double bytes = 0;
+      for (int d = 0; d < plan.device_count(); ++d) bytes += static_cast<double>(training.ops_of(d).memory().live_bytes());
+      return bytes;
+    };
+    EXPECT_GT(not_owned, 0);
+    EXPECT_EQ(set_up_bytes(whole) - set_up_bytes(sharded), 2 * 4 * not_owned) << "stage " << stage;
+  }
+}
+
 // A tied embedding between stages: at stage 1 its two copies add whole before the buckets
 // are scattered, and a GPT over two stages trains as one device; from stage 2 (its copies
 // scattered micro-batch by micro-batch, each replica's shard another range of each) it is
