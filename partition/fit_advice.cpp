@@ -177,10 +177,16 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
            std::tie(b.changed, b.memory_shares, b.split, b.recompute, b.zero, a.reshard, b.offload, b.activations);
   });
 
+  // The fewest changes first, in the candidates' order (the least intrusive first). Where the
+  // fewest changes leave places, the rest of the next tier is built too (within the bound) and
+  // its fastest take them, not its first (a deeper pipeline with ZeRO 1 before ZeRO 1 with
+  // offload, where it is faster).
   std::vector<FitAdvice> out;
+  std::vector<int> changes_of;  // per answer: its candidate's changes
   long long built = 0;
+  int last_changes = -1;  // once max_answers fit: the changes of the tier being finished
   for (const Candidate& c : candidates) {
-    if (static_cast<int>(out.size()) >= max_answers || built >= max_tasks_built) break;
+    if (built >= max_tasks_built || (last_changes >= 0 && c.changed > last_changes)) break;
     FitAdvice a;
     a.options = options;
     a.options.pipeline = c.pipeline;
@@ -217,9 +223,19 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       continue;  // options this cluster or network cannot take: not advice
     }
     out.push_back(std::move(a));
+    changes_of.push_back(c.changed);
+    if (last_changes < 0 && static_cast<int>(out.size()) >= max_answers) {
+      if (changes_of.front() == c.changed) break;  // one tier fills them
+      last_changes = c.changed;
+    }
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const FitAdvice& a, const FitAdvice& b) { return a.iteration_time_s < b.iteration_time_s; });
+  const auto faster = [](const FitAdvice& a, const FitAdvice& b) { return a.iteration_time_s < b.iteration_time_s; };
+  if (static_cast<int>(out.size()) > max_answers) {  // fewer changes kept, the last tier's fastest after them
+    const auto first_of_last = std::find(changes_of.begin(), changes_of.end(), last_changes) - changes_of.begin();
+    std::stable_sort(out.begin() + first_of_last, out.end(), faster);
+    out.resize(static_cast<size_t>(max_answers));
+  }
+  std::stable_sort(out.begin(), out.end(), faster);
   return out;
 }
 

@@ -36,7 +36,8 @@ struct FitAdvice {
 // offloaded, activations by the stash the recomputation and tensor degree leave, and to three
 // micro-batches' when offloaded); those predicted to come near capacity are built for real, the smallest changes
 // first, until `max_answers` fit or `max_tasks_built` tasks were built (a bound on the time
-// the advice takes). Only the members the policy reads are varied: none
+// the advice takes); where the fewest changes that fit leave places, every candidate of the
+// next tier is built and its fastest take them. Only the members the policy reads are varied: none
 // for a layout file, no pipeline or tensor change when the cuts are fixed or the policy
 // places stages itself. Empty when nothing nearby fits.
 std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& options, const CostModel& cost,
