@@ -34,9 +34,10 @@ struct ChunkState {
   bool split = false;  // its backwards are split: B, then W adds the weights' gradients
   // ZeRO: the flat ranges of its arrays this replica owns, ascending (empty: not sharded).
   std::vector<std::pair<size_t, size_t>> owned;
-  // ZeRO (keep_owned_moments): where each owned range starts in `m` and `v`, which then hold
-  // those ranges alone, one after another; empty: the moments are whole, as `params`.
-  std::vector<size_t> moment_base;
+  // ZeRO (keep_owned_state): where each owned range starts in `m` and `v` (and from stage 2
+  // `grads`), which then hold those ranges alone, one after another; empty: they are whole.
+  std::vector<size_t> shard_base;
+  bool grads_sharded = false;  // `grads` holds the owned ranges alone (shard_at)
   // ZeRO: the part of `owned` no reduce-scatter moves (experts one replica holds): from stage
   // 2, added to the gradients from a pass's whole buffer after its last reduce-scatter.
   std::vector<std::pair<size_t, size_t>> alone;
@@ -52,28 +53,33 @@ struct ChunkState {
       if (hi > lo) f(lo, hi - lo);
     }
   }
-  // Shrinks the AdamW moments to what this replica owns (its optimizer steps nothing else):
-  // ZeRO's optimizer-state sharding in memory, not only in the math. Before the first step.
-  void keep_owned_moments() {
+  // Shrinks the AdamW moments, and with `gradients` (ZeRO 2 and 3, whose passes add into
+  // transient whole buffers) the gradients, to what this replica owns (its optimizer steps
+  // nothing else): ZeRO's sharding in memory, not only in the math. Before the first pass.
+  void keep_owned_state(bool gradients) {
     if (owned.empty()) return;
     size_t total = 0;
-    moment_base.clear();
+    shard_base.clear();
     for (const auto& [a, b] : owned) {
-      moment_base.push_back(total);
+      shard_base.push_back(total);
       total += b - a;
     }
     m = ops().zeros(total);
     v = ops().zeros(total);
+    if (gradients) grads = ops().zeros(total);
+    grads_sharded = gradients;
   }
-  // The index in `m` and `v` of the moments of the parameter at flat `offset` (an owned one,
-  // when they are kept for the owned alone); an owned run [offset, offset + n) is contiguous there.
-  size_t moment_at(size_t offset) const {
-    if (moment_base.empty()) return offset;
+  // The index in the sharded arrays of the parameter at flat `offset` (an owned one, once they
+  // are kept for the owned alone); an owned run [offset, offset + n) is contiguous there.
+  size_t shard_at(size_t offset) const {
+    if (shard_base.empty()) return offset;
     const auto after = std::upper_bound(owned.begin(), owned.end(), offset,
                                         [](size_t o, const std::pair<size_t, size_t>& r) { return o < r.first; });
     const auto k = static_cast<size_t>(after - owned.begin()) - 1;
-    return moment_base[k] + (offset - owned[k].first);
+    return shard_base[k] + (offset - owned[k].first);
   }
+  // The gradient of the parameter at flat `offset` (an owned one when they are sharded).
+  float* grad_at(size_t offset) { return grads.data() + (grads_sharded ? shard_at(offset) : offset); }
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between
   // workers of different degrees sums them from these (taken by the iteration's first part).

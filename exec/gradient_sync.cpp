@@ -367,6 +367,10 @@ float* GradientSync::pass_grads(const TaskContext& task, ChunkState& c) {
   if (zero_stage_ < 2) return c.grads.data();
   int whole = tensor_of_kind(plan_, plan_.writes(task.task), TensorKind::unsharded_grad);
   if (whole < 0) whole = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::unsharded_grad);
+  if (whole < 0 && c.grads_sharded) {  // (its gradients hold the shard alone)
+    throw PlanError(partition::describe_task(plan_, task.task) + " writes no whole gradient buffer (unsharded_grad) "
+                    "under layout.sync.zero.stage " + std::to_string(zero_stage_) + ": the pass has nowhere to add");
+  }
   if (whole < 0) return c.grads.data();
   std::lock_guard lock(transient_mutex_);
   Transient& t = transient_[{task.iteration, whole}];
@@ -452,8 +456,8 @@ void GradientSync::zero_done(const TaskContext& task) {
   const int whole = plan_.reads(task.task)[0];
   std::lock_guard lock(transient_mutex_);
   const OpsFloats& summed = made_before(transient_, plan_, task, whole, "reduce-scatters the gradients", "pass");
-  const auto add = [&](size_t into, const float* from, size_t n) {
-    if (n > 0) c.ops().residual_add(c.grads.data() + into, from, static_cast<long>(n));
+  const auto add = [&](size_t into, const float* from, size_t n) {  // (into an owned run: contiguous in a shard)
+    if (n > 0) c.ops().residual_add(c.grad_at(into), from, static_cast<long>(n));
   };
   // (The shard's sum lands in the chunk's gradients, micro-batch after micro-batch.)
   if (collective_runs_[t].empty()) {
@@ -479,6 +483,10 @@ std::span<float> GradientSync::data(const TaskContext& task) {
   if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_data(task);
   ChunkState* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
+  if (c->grads_sharded) {
+    throw PlanError(partition::describe_task(plan_, task.task) + " reduces whole gradients, which a replica under "
+                    "layout.sync.zero.stage " + std::to_string(zero_stage_) + " keeps only its shard of");
+  }
   const auto& runs = collective_runs_[static_cast<size_t>(task.task)];
   if (runs.empty()) {
     const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];

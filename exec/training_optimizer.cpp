@@ -61,8 +61,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     if (verdict.clip != 1) c->ops().scale(c->grads.data(), verdict.clip, c->grads.size());
     for (const ParamSlot& slot : c->math.params().slots) {
       c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
-        const size_t at = c->moment_at(o);  // (ZeRO: its moments are the shard's alone)
-        step_->adamw(c->ops(), c->params.data() + o, c->grads.data() + o, c->m.data() + at, c->v.data() + at, n, lr,
+        const size_t at = c->shard_at(o);  // (ZeRO: its moments, from stage 2 its gradients, the shard's alone)
+        step_->adamw(c->ops(), c->params.data() + o, c->grad_at(o), c->m.data() + at, c->v.data() + at, n, lr,
                      slot.decays, step);
       });
     }
@@ -90,7 +90,7 @@ double Training::local_sum_squares(int device, int iteration) const {
       // every replica, each with its own shard of the rest.)
       if (slot.expert < 0 && c->math.experts().rank != 0 && zero_stage_ == 0) continue;
       c->each_owned(slot.offset, slot.offset + slot.count,
-                    [&](size_t o, size_t n) { local = c->ops().sum_of_squares(c->grads.data() + o, n, local); });
+                    [&](size_t o, size_t n) { local = c->ops().sum_of_squares(c->grad_at(o), n, local); });
     }
   }
   const double scale = step_->scale_of(iteration);

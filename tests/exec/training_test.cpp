@@ -1001,10 +1001,11 @@ INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCase
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
 
 // A replica keeps AdamW's two moments for its shard alone (ZeRO's optimizer-state
-// partitioning in memory, not only in the math): set up, a sharded plan's arrays are the
-// unsharded plan's less two floats for every parameter a device holds and does not own,
-// which its plan's optimizer-state tensor counts. Parameters and gradients stay whole.
-TEST(ZeroTraining, AReplicaKeepsTheMomentsOfItsShardAlone) {
+// partitioning in memory, not only in the math), and from stage 2 its gradients too: set up,
+// a sharded plan's arrays are the unsharded plan's less two floats (three from stage 2) for
+// every parameter a device holds and does not own, which its plan's optimizer-state tensor
+// counts. Parameters stay whole arrays (stage 3 sets what it does not own to NaN).
+TEST(ZeroTraining, AReplicaKeepsTheStateOfItsShardAlone) {
   for (const int stage : {1, 2, 3}) {
     partition::PlanOptions o = options(2, 2, 4, "1f1b");
     o.bucket_bytes = 4096;
@@ -1025,7 +1026,8 @@ TEST(ZeroTraining, AReplicaKeepsTheMomentsOfItsShardAlone) {
       return bytes;
     };
     EXPECT_GT(not_owned, 0);
-    EXPECT_EQ(set_up_bytes(whole) - set_up_bytes(sharded), 2 * 4 * not_owned) << "stage " << stage;
+    const double floats = stage >= 2 ? 3 : 2;  // m and v, and the gradients
+    EXPECT_EQ(set_up_bytes(whole) - set_up_bytes(sharded), floats * 4 * not_owned) << "stage " << stage;
   }
 }
 
