@@ -80,6 +80,19 @@ struct Candidate {
   bool memory_shares = false;  // ZeRO's shares by device memory (the layout otherwise the failed one's)
 };
 
+// At most `max_answers` of `out` (built in order of their changes, `changes_of`), fastest
+// first: those of fewer changes than `last_changes` (the last tier's, or -1), then the last
+// tier's fastest.
+void keep_fastest(std::vector<FitAdvice>& out, const std::vector<int>& changes_of, int last_changes, int max_answers) {
+  const auto faster = [](const FitAdvice& a, const FitAdvice& b) { return a.iteration_time_s < b.iteration_time_s; };
+  if (static_cast<int>(out.size()) > max_answers) {
+    const auto first_of_last = std::find(changes_of.begin(), changes_of.end(), last_changes) - changes_of.begin();
+    std::stable_sort(out.begin() + first_of_last, out.end(), faster);
+    out.resize(static_cast<size_t>(max_answers));
+  }
+  std::stable_sort(out.begin(), out.end(), faster);
+}
+
 }  // namespace
 
 std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& options, const CostModel& cost,
@@ -229,13 +242,7 @@ std::vector<FitAdvice> what_would_fit(const Plan& failed, const PlanOptions& opt
       last_changes = c.changed;
     }
   }
-  const auto faster = [](const FitAdvice& a, const FitAdvice& b) { return a.iteration_time_s < b.iteration_time_s; };
-  if (static_cast<int>(out.size()) > max_answers) {  // fewer changes kept, the last tier's fastest after them
-    const auto first_of_last = std::find(changes_of.begin(), changes_of.end(), last_changes) - changes_of.begin();
-    std::stable_sort(out.begin() + first_of_last, out.end(), faster);
-    out.resize(static_cast<size_t>(max_answers));
-  }
-  std::stable_sort(out.begin(), out.end(), faster);
+  keep_fastest(out, changes_of, last_changes, max_answers);
   return out;
 }
 
