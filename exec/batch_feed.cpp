@@ -20,12 +20,12 @@ BatchFeed::BatchFeed(const partition::Layout& layout, std::unique_ptr<TokenSourc
 }
 
 void BatchFeed::check() const {
-  if (source_) (void)source_->batch(0, global_batch_, seq_len_);
+  if (source_) (void)source_->batch(first_step_, global_batch_, seq_len_);
 }
 
 Batch BatchFeed::read(int iteration, int worker, int microbatch) const {
   if (!source_) throw Error("the training was given no token source, and a task asks for a micro-batch");
-  return source_->samples(iteration, global_batch_, seq_len_, first_sample(worker) + microbatch * micro_batch_size_,
+  return source_->samples(first_step_ + iteration, global_batch_, seq_len_, first_sample(worker) + microbatch * micro_batch_size_,
                           micro_batch_size_);
 }
 

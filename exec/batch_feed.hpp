@@ -38,6 +38,8 @@ class BatchFeed {
   void check() const;
   // A load task: reads worker's micro-batch of `iteration` and keeps it.
   void load(int iteration, int worker, int microbatch);
+  // A resumed run's iteration i reads the source's batch `step` + i (before any is read).
+  void start_at(long long step) { first_step_ = step; }
   // The kept micro-batch, or read (and kept) now.
   std::shared_ptr<const Batch> get(int iteration, int worker, int microbatch);
   size_t kept() const;  // micro-batches held now
@@ -47,6 +49,7 @@ class BatchFeed {
   std::shared_ptr<const Batch> keep(int iteration, int worker, int microbatch, Batch b);
   std::unique_ptr<TokenSource> source_;
   int seq_len_ = 0, micro_batch_size_ = 0, steps_kept_ = 0, global_batch_ = 0;
+  long long first_step_ = 0;
   std::vector<int> base_;  // per virtual worker
   mutable std::mutex mutex_;
   std::map<std::tuple<int, int, int>, std::shared_ptr<const Batch>> kept_;  // (iteration, worker, micro-batch)

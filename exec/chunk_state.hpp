@@ -55,7 +55,8 @@ struct ChunkState {
   }
   // Shrinks the AdamW moments, and with `gradients` (ZeRO 2 and 3, whose passes add into
   // transient whole buffers) the gradients, to what this replica owns (its optimizer steps
-  // nothing else): ZeRO's sharding in memory, not only in the math. Before the first pass.
+  // nothing else): ZeRO's sharding in memory, not only in the math. Before the first pass;
+  // the moments keep their owned values (a resumed run's), the gradients are zero.
   void keep_owned_state(bool gradients) {
     if (owned.empty()) return;
     size_t total = 0;
@@ -64,10 +65,32 @@ struct ChunkState {
       shard_base.push_back(total);
       total += b - a;
     }
-    m = ops().zeros(total);
-    v = ops().zeros(total);
+    for (OpsFloats* moment : {&m, &v}) {
+      OpsFloats shard = ops().floats(total);
+      for (size_t k = 0; k < owned.size(); ++k) {
+        ops().copy(shard.data() + shard_base[k], moment->data() + owned[k].first, owned[k].second - owned[k].first);
+      }
+      *moment = std::move(shard);
+    }
     if (gradients) grads = ops().zeros(total);
     grads_sharded = gradients;
+  }
+  // Where the element at flat `offset` sits in `array` (one of the four above): once kept for
+  // the owned alone, the moments (and from stage 2 the gradients) hold it at shard_at.
+  size_t index_in(const OpsFloats& array, size_t offset) const {
+    const bool sharded = &array == &m || &array == &v || (&array == &grads && grads_sharded);
+    return sharded ? shard_at(offset) : offset;
+  }
+  // A host copy of `array` (params, m or v) as whole as the parameters: a shard's moments at
+  // their owned offsets, zeros where other replicas own them.
+  std::vector<float> host_whole(const OpsFloats& array) const {
+    std::vector<float> host(params.size(), 0.0f);
+    if (&array == &params || shard_base.empty()) {
+      ops().download(host.data(), array.data(), array.size());
+    } else {
+      for (const auto& [a, b] : owned) ops().download(host.data() + a, array.data() + index_in(array, a), b - a);
+    }
+    return host;
   }
   // The index in the sharded arrays of the parameter at flat `offset` (an owned one, once they
   // are kept for the owned alone); an owned run [offset, offset + n) is contiguous there.

@@ -12,6 +12,13 @@ LossScaler::LossScaler(const LossScaleOptions& o)
       hysteresis_(o.hysteresis),
       hysteresis_tracker_(o.hysteresis) {}
 
+LossScaler::LossScaler(const LossScaleOptions& o, const State& state) : LossScaler(o) {
+  if (!dynamic_ || !state.dynamic) return;  // (a constant scale is the options'; a run that had none starts afresh)
+  scale_ = std::clamp(state.scale, min_, kMaxLossScale);
+  growth_tracker_ = std::clamp(state.growth_tracker, 0, std::max(0, window_ - 1));
+  hysteresis_tracker_ = std::min(state.hysteresis_tracker, hysteresis_);
+}
+
 void LossScaler::update(bool found_inf) {
   if (!dynamic_) return;
   if (found_inf) {

@@ -29,7 +29,18 @@ struct LossScaleOptions {
 
 class LossScaler {
  public:
+  // What a training checkpoint keeps of a scaler (exec/training_checkpoint.hpp).
+  struct State {
+    bool dynamic = false;
+    double scale = 1;
+    int growth_tracker = 0;      // good steps since the scale last changed
+    int hysteresis_tracker = 2;  // non-finite steps left before it halves
+  };
   explicit LossScaler(const LossScaleOptions& o = {});
+  // The scaler of `o` as a run left it in `state` (a resumed run's). A constant scale is the
+  // options'; a state without dynamic scaling starts a dynamic scaler afresh.
+  LossScaler(const LossScaleOptions& o, const State& state);
+  State state() const { return {dynamic_, scale_, growth_tracker_, hysteresis_tracker_}; }
   double scale() const { return scale_; }
   // After a step: whether its gradients were not finite (the step is then skipped).
   void update(bool found_inf);

@@ -13,9 +13,38 @@ ModelWeights::ModelWeights(const DecoderShape& shape, int expert_parallel, std::
 
 namespace {
 enum Record : std::uint64_t { chunk = 1, shard = 2, end = 3 };
+
+const OpsFloats& array_of(const ChunkState& c, ModelWeights::Array which) {
+  switch (which) {
+    case ModelWeights::Array::exp_avg: return c.m;
+    case ModelWeights::Array::exp_avg_sq: return c.v;
+    case ModelWeights::Array::params: break;
+  }
+  return c.params;
 }
 
-void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out) const {
+// f(slot, at, n) for each run [at, at + n) of c's flat arrays that c owns under ZeRO, cut at
+// its slots' bounds (tied copies left out); nothing when it is not sharded.
+template <class F>
+void each_owned_run(const ChunkState& c, F&& f) {
+  if (c.owned.empty()) return;
+  for (const ParamSlot& slot : c.math.params().slots) {
+    if (slot.tied_copy) continue;
+    const size_t begin = slot.offset, end = slot.offset + slot.count;
+    for (const auto& [a, b] : c.owned) {
+      const size_t lo = std::max(a, begin), hi = std::min(b, end);
+      if (hi > lo) f(slot, lo, hi - lo);
+    }
+  }
+}
+
+constexpr ModelWeights::Array kArrays[] = {ModelWeights::Array::params, ModelWeights::Array::exp_avg,
+                                           ModelWeights::Array::exp_avg_sq};
+}  // namespace
+
+void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out,
+                        bool moments) const {
+  const size_t arrays = moments ? 3 : 1;
   for (const auto& c : chunks) {  // worker 0's, and under expert parallelism its expert group's
     const int rank = c->math.experts().rank;
     if (c->worker != 0 && (c->math.experts().size == 1 || c->worker >= c->math.experts().size)) continue;
@@ -24,20 +53,27 @@ void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, 
                         c->worker, rank}) {
       put(out, v);
     }
-    const std::vector<float> values = c->host_params();
-    put(out, static_cast<std::uint64_t>(values.size()));
-    for (const float v : values) put(out, v);
+    put(out, static_cast<std::uint64_t>(arrays));
+    for (size_t k = 0; k < arrays; ++k) {
+      const std::vector<float> values = c->host_whole(array_of(*c, kArrays[k]));
+      put(out, static_cast<std::uint64_t>(values.size()));
+      for (const float v : values) put(out, v);
+    }
   }
   for (const auto& c : chunks) {  // ZeRO: the shards of the other replicas, which rank 0's file takes
     if (c->worker == 0) continue;
-    for (const auto& [a, b] : c->owned) {
-      put(out, std::uint64_t{Record::shard});
-      for (const int v : {c->stage, c->tp_rank, c->math.experts().rank}) put(out, v);
-      put(out, static_cast<std::uint64_t>(a));
-      std::vector<float> values(b - a);
-      c->ops().download(values.data(), c->params.data() + a, b - a);
-      put(out, static_cast<std::uint64_t>(values.size()));
-      for (const float v : values) put(out, v);
+    for (size_t k = 0; k < arrays; ++k) {
+      const OpsFloats& array = array_of(*c, kArrays[k]);
+      each_owned_run(*c, [&](const ParamSlot& slot, size_t at, size_t n) {
+        put(out, std::uint64_t{Record::shard});
+        for (const int v : {c->stage, c->tp_rank, static_cast<int>(k)}) put(out, v);
+        put_string(out, slot.name);
+        put(out, static_cast<std::uint64_t>(at - slot.offset));
+        std::vector<float> values(n);
+        c->ops().download(values.data(), array.data() + c->index_in(array, at), n);
+        put(out, static_cast<std::uint64_t>(values.size()));
+        for (const float v : values) put(out, v);
+      });
     }
   }
   put(out, std::uint64_t{Record::end});
@@ -58,15 +94,22 @@ void ModelWeights::merge(ByteReader& in, int rank) {
       c.params = chunk_params(shape_, begin, end, c.tp_rank, tp,
                               ep > 1 ? ExpertGroup{ep, c.expert_rank, expert_placement_}.held(shape_.moe.E)
                                      : std::vector<int>{});
-      c.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
-      in.get_into(std::span<float>(c.values));
-      if (c.values.size() != c.params.count) throw Error("rank " + std::to_string(rank) + " sent a chunk of the wrong size");
+      const auto arrays = in.get<std::uint64_t>();
+      if (arrays != 1 && arrays != 3) throw Error("rank " + std::to_string(rank) + " sent a chunk of " + std::to_string(arrays) + " arrays");
+      for (size_t k = 0; k < arrays; ++k) {
+        std::vector<float>& values = c.values[k];
+        values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+        in.get_into(std::span<float>(values));
+        if (values.size() != c.params.count) throw Error("rank " + std::to_string(rank) + " sent a chunk of the wrong size");
+      }
       chunks_.push_back(std::move(c));
     } else if (kind == Record::shard) {
       Shard shard;
       shard.stage = in.get<int>();
       shard.tp_rank = in.get<int>();
-      shard.expert_rank = in.get<int>();
+      shard.array = in.get<int>();
+      if (shard.array < 0 || shard.array > 2) throw Error("rank " + std::to_string(rank) + " sent a shard of no array");
+      shard.name = in.get_string();
       shard.offset = static_cast<size_t>(in.get<std::uint64_t>());
       shard.values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
       in.get_into(std::span<float>(shard.values));
@@ -78,7 +121,8 @@ void ModelWeights::merge(ByteReader& in, int rank) {
 }
 
 SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>>& chunks,
-                                   const std::map<std::string, const float*>& served) const {
+                                   const std::map<std::string, const float*>& served, Array which) const {
+  const auto k = static_cast<size_t>(which);
   SafetensorsFile file;
   struct Held {
     int tp_rank = 0;
@@ -94,13 +138,14 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
   const int ep = expert_parallel_;
   for (const auto& c : chunks) {
     if (c->worker != 0 && (ep == 1 || c->math.experts().size == 1 || c->worker >= ep)) continue;
-    host.push_back(c->host_params());
-    fill_from_shards(chunks, c->stage, c->tp_rank, c->math.experts().rank, host.back());  // (ZeRO: what other replicas own)
+    host.push_back(c->host_whole(array_of(*c, which)));
+    fill_from_shards(chunks, c->stage, c->tp_rank, c->math.params(), which, host.back());  // (ZeRO: what other replicas own)
     stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data(), c->worker});
   }
   for (const Chunk& c : chunks_) {
-    host.push_back(c.values);
-    fill_from_shards(chunks, c.stage, c.tp_rank, c.expert_rank, host.back());
+    if (c.values[k].size() != c.params.count) throw Error("another rank's chunk came without its optimizer moments");
+    host.push_back(c.values[k]);
+    fill_from_shards(chunks, c.stage, c.tp_rank, c.params, which, host.back());
     stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
   }
   for (auto& [stage, ranks] : stages) {
@@ -151,15 +196,30 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
   return file;
 }
 
-void ModelWeights::fill_from_shards(const std::vector<std::unique_ptr<ChunkState>>& chunks, int stage, int tp_rank, int expert_rank, std::vector<float>& values) const {
+void ModelWeights::fill_from_shards(const std::vector<std::unique_ptr<ChunkState>>& chunks, int stage, int tp_rank,
+                                    const ChunkParams& params, Array which, std::vector<float>& values) const {
+  // By name: replicas of different expert ranks lay their arrays out differently (each its
+  // own experts) and shard the parameters they share, so an offset means nothing between them.
+  std::map<std::string, const ParamSlot*> slot_of;
+  for (const ParamSlot& slot : params.slots) {
+    if (!slot.tied_copy) slot_of[slot.name] = &slot;
+  }
+  const auto place = [&](const std::string& name, size_t offset, size_t n) -> float* {
+    const auto found = slot_of.find(name);
+    if (found == slot_of.end()) return nullptr;  // (another expert rank's expert)
+    if (offset + n > found->second->count) throw Error("a replica's shard of " + name + " lies beyond it");
+    return values.data() + found->second->offset + offset;
+  };
   for (const auto& c : chunks) {
-    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank || c->math.experts().rank != expert_rank) continue;
-    for (const auto& [a, b] : c->owned) c->ops().download(values.data() + a, c->params.data() + a, b - a);
+    if (c->worker == 0 || c->stage != stage || c->tp_rank != tp_rank) continue;
+    const OpsFloats& array = array_of(*c, which);
+    each_owned_run(*c, [&](const ParamSlot& slot, size_t at, size_t n) {
+      if (float* to = place(slot.name, at - slot.offset, n)) c->ops().download(to, array.data() + c->index_in(array, at), n);
+    });
   }
   for (const Shard& r : shards_) {
-    if (r.stage != stage || r.tp_rank != tp_rank || r.expert_rank != expert_rank) continue;
-    if (r.offset + r.values.size() > values.size()) throw Error("a rank sent a shard beyond its chunk's parameters");
-    std::copy(r.values.begin(), r.values.end(), values.begin() + static_cast<std::ptrdiff_t>(r.offset));
+    if (r.stage != stage || r.tp_rank != tp_rank || r.array != static_cast<int>(which)) continue;
+    if (float* to = place(r.name, r.offset, r.values.size())) std::copy(r.values.begin(), r.values.end(), to);
   }
 }
 

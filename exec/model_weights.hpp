@@ -27,15 +27,21 @@ class ModelWeights {
   // parallelism, `expert_parallel` 1).
   ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement);
 
-  // This process's part, for rank 0.
-  void save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out) const;
+  // Which of a chunk's arrays a file holds: the parameters or one of AdamW's moments (a
+  // training checkpoint's, exec/training_checkpoint.hpp), named as the parameters.
+  enum class Array { params, exp_avg, exp_avg_sq };
+
+  // This process's part, for rank 0: the parameters, with `moments` both moments too.
+  void save(const std::vector<std::unique_ptr<ChunkState>>& chunks, std::vector<std::byte>& out,
+            bool moments = false) const;
   // Rank `rank`'s part, kept. Error when it does not fit the model.
   void merge(ByteReader& in, int rank);
 
   // The file from this process's `chunks` and what merge() kept; `served`: parameters a
   // server holds whole, by name (they win over the chunks' copies).
+  // Error for moments another rank did not save().
   SafetensorsFile file(const std::vector<std::unique_ptr<ChunkState>>& chunks,
-                       const std::map<std::string, const float*>& served) const;
+                       const std::map<std::string, const float*>& served, Array which = Array::params) const;
 
  private:
   struct Chunk {  // another rank's chunk of worker 0 (or of its expert group)
@@ -43,17 +49,19 @@ class ModelWeights {
     int worker = 0;
     int expert_rank = 0;
     ChunkParams params;
+    std::vector<float> values[3];  // by Array; the moments empty unless saved
+  };
+  struct Shard {  // a part of a parameter another replica owns under ZeRO
+    int stage = 0, tp_rank = 0;
+    int array = 0;  // an Array
+    std::string name;   // the parameter's slot
+    size_t offset = 0;  // in the slot
     std::vector<float> values;
   };
-  struct Shard {  // a part another replica owns under ZeRO
-    int stage = 0, tp_rank = 0, expert_rank = 0;
-    size_t offset = 0;
-    std::vector<float> values;
-  };
-  // Each element of `values` (a chunk of `stage`, `tp_rank`, `expert_rank`) that another
-  // replica owns, from it.
+  // Each element of `values` (a chunk of `stage`, `tp_rank` laid out as `params`) that
+  // another replica owns, from it: its `which` array, matched by parameter name.
   void fill_from_shards(const std::vector<std::unique_ptr<ChunkState>>& chunks, int stage, int tp_rank,
-                        int expert_rank, std::vector<float>& values) const;
+                        const ChunkParams& params, Array which, std::vector<float>& values) const;
   DecoderShape shape_;
   int expert_parallel_ = 1;
   std::vector<int> expert_placement_;

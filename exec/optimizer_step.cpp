@@ -73,6 +73,18 @@ void OptimizerStep::adamw_host(float* params, const float* grads, float* m, floa
                         step);
 }
 
+void OptimizerStep::resume(const LossScaler::State& scaler, long long steps_taken) {
+  std::lock_guard lock(mutex_);
+  scaler_after_.clear();
+  scaler_after_[-1] = LossScaler(options_.loss_scale, scaler);
+  steps_before_ = steps_taken;
+}
+
+LossScaler::State OptimizerStep::scaler_state() const {
+  std::lock_guard lock(mutex_);
+  return scaler_after_.rbegin()->second.state();
+}
+
 double OptimizerStep::loss_scale() const {
   std::lock_guard lock(mutex_);
   return scaler_after_.rbegin()->second.scale();
@@ -87,7 +99,8 @@ std::vector<double> OptimizerStep::learning_rates(const std::vector<int>& iterat
       ++skipped_before;
       continue;
     }
-    out.push_back(schedule_.at(iteration - skipped_before));  // the steps taken before it, as the optimizer counts
+    // The steps taken before it, as the optimizer counts (a resumed run's before it too).
+    out.push_back(schedule_.at(steps_before_ + iteration - skipped_before));
   }
   return out;
 }

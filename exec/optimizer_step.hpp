@@ -76,6 +76,10 @@ class OptimizerStep {
                   int step) const;
 
   double loss_scale() const;  // after the last verdict
+  // A resumed run (exec/training_checkpoint.hpp): the scaler as the run before left it, and
+  // the steps it took (learning_rates() counts them). Before the first verdict.
+  void resume(const LossScaler::State& scaler, long long steps_taken);
+  LossScaler::State scaler_state() const;  // after the last verdict
   // The rate each of `iterations` ran at, given which were skipped (NaN for those).
   std::vector<double> learning_rates(const std::vector<int>& iterations, const std::set<int>& skipped) const;
 
@@ -83,6 +87,7 @@ class OptimizerStep {
   OptimizerOptions options_;
   LrSchedule schedule_;
   int staleness_ = 0;
+  long long steps_before_ = 0;  // taken by the runs this one resumes
   mutable std::mutex mutex_;
   std::map<int, LossScaler> scaler_after_;  // -1: before the first
   std::map<int, bool> skipped_;             // recent iterations' verdicts

@@ -85,6 +85,11 @@
 //    pair elements the replicas shard differently), sequence parallelism from stage 2 (its
 //    gain gradients are summed over the ranks once per step, after every micro-batch's
 //    were scattered).
+//  - Training checkpoints (exec/training_checkpoint.hpp): state() is weights() and both
+//    AdamW moments put together the same way, with the counters; a Training resumed from
+//    one (ResumeFrom) loads its moments as weights load, each chunk its share (ZeRO then
+//    keeps the shard's), and continues its data position, AdamW step count and loss scaler,
+//    so that the run goes on bit for bit as one that never stopped.
 //  - Under mpirun (`ranks`, several of them) a process holds only its rank's devices' chunks
 //    and servers. The devices' parts of the global norm meet in two steps: this rank's in
 //    the process, then every rank's through Ranks::exchange, summed in device order as
@@ -125,6 +130,7 @@
 #include "exec/safetensors.hpp"
 #include "exec/step_log.hpp"
 #include "exec/token_data.hpp"
+#include "exec/training_checkpoint.hpp"
 #include "partition/plan.hpp"
 
 namespace hetflow::exec {
@@ -165,6 +171,13 @@ class Training {
   // embedding and lm_head together, to check they are equal).
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const WeightSource& init, const Ranks* ranks = nullptr);
+  // Resumed from a training checkpoint (exec/training_checkpoint.hpp), read as the
+  // constructor runs: its weights as above, its moments likewise, its counters (the next
+  // step reads the data after its last). InputError when the plan's global batch or
+  // sequence is not the checkpoint's (field global_batch, seq_len of its trainer_state.json)
+  // or a moment is missing; PlanError under parameter servers (they keep the moments).
+  Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+              std::uint64_t seed, const ResumeFrom& resume, const Ranks* ranks = nullptr);
   ~Training();
   // Not copied or moved: its seams keep references to its maps.
   Training(const Training&) = delete;
@@ -219,8 +232,9 @@ class Training {
   bool receive(const TaskContext& task, std::span<const float> data);
 
   // Under mpirun, after the run, on every rank: rank 0 takes the other ranks' losses and
-  // weights, so that its losses() and weights() cover every device.
-  void collect_at_root();
+  // weights (`with_moments`: AdamW's moments too), so that its losses(), weights() and
+  // state() cover every device.
+  void collect_at_root(bool with_moments = false);
 
   // The mean token loss of each step (global batch) run so far.
   std::vector<double> losses() const;
@@ -240,6 +254,10 @@ class Training {
   size_t norms_in_flight() const;
   // Virtual worker 0's parameters with HuggingFace names and shapes (tied copies left out).
   SafetensorsFile weights() const;
+  // What a training checkpoint holds after the run: weights(), both moments under the same
+  // names (each element from the replica that owns it), the counters (this run's steps after
+  // those of the checkpoint it resumed). PlanError under parameter servers.
+  TrainingState state() const;
   std::string describe() const;  // family, shapes, data source
   const DecoderShape& shape() const { return shape_; }
 
@@ -251,13 +269,17 @@ class Training {
   void optimizer(TaskContext& task, const std::atomic<bool>& stop);
   struct Init {
     const WeightSource* source = nullptr;
+    const ResumeFrom* resume = nullptr;  // its moments and counters (source: its weights)
   };
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, Init init, const Ranks* ranks);
   // The constructor's phases, in order (exec/training_setup.cpp).
   void read_layout();
   void make_chunks(std::uint64_t seed);
-  void load_weights(const WeightSource& init);
+  // Each local chunk's share of every tensor of `init` into its parameters, or `into`.
+  void load_weights(const WeightSource& init, OpsFloats ChunkState::*into = &ChunkState::params);
+  void resume(const ResumeFrom& from);
+  TrainingProgress start_;  // where the run resumed (zeros: a fresh one)
   void find_last_backwards();
   void map_norms();  // the float each gradient-norm collective reduces
   // Parameter servers: a device's chunks' gradients to their servers after its last compute

@@ -60,6 +60,10 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     : Training(plan, std::move(data), optimizer, seed, Init{&init}, ranks) {}
 
 Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
+                   std::uint64_t seed, const ResumeFrom& resume, const Ranks* ranks)
+    : Training(plan, std::move(data), optimizer, seed, Init{&resume.weights, &resume}, ranks) {}
+
+Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
                    std::uint64_t seed, Init init_weights, const Ranks* ranks)
     : plan_(plan),
       ranks_(ranks != nullptr && !ranks->alone() ? ranks : nullptr),
@@ -72,6 +76,7 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   find_send_slices();
   const WeightSource* init = init_weights.source;
   if (init != nullptr) load_weights(*init);
+  if (init_weights.resume != nullptr) resume(*init_weights.resume);
   find_last_backwards();
   if (parameter_server_) servers_.emplace(plan_, shape_, params_at_, [this](int d) { return local(d); }, seed, init);
   if (parameter_server_ && optimizer_options_.loss_scale.loss_scale <= 0 && optimizer_options_.loss_scale.dynamic) {
@@ -254,7 +259,7 @@ void Training::make_chunks(std::uint64_t seed) {
 
 // The parameters of every local chunk from `init`, each tensor read once; refuses a file of
 // another model (a missing, extra or misshapen tensor, an untied head that differs).
-void Training::load_weights(const WeightSource& source) {
+void Training::load_weights(const WeightSource& source, OpsFloats ChunkState::*into) {
   const WeightSource* init = &source;
   const std::string& init_path = init->path();
   const std::map<std::string, size_t> by_name = tensor_index(*init);
@@ -305,10 +310,39 @@ void Training::load_weights(const WeightSource& source) {
     const std::vector<float> tensor = init->read(index);
     for (const auto& [c, slot] : slots) {
       const std::vector<float> share = shard_of(*slot, tensor.data());
-      c->ops().upload(c->params.data() + slot->offset, share.data(), share.size());
+      c->ops().upload(((*c).*into).data() + slot->offset, share.data(), share.size());
     }
   }
 
+}
+
+// A checkpoint's moments and counters (its weights are loaded as a file's): the run goes on
+// from the step after its last, with the data, AdamW's step count and the loss scaler where
+// it left them. The global batch must be its own (its data position and the schedule count
+// in it); the moments must cover the model as its weights do.
+void Training::resume(const ResumeFrom& from) {
+  const std::string state = from.path + "/trainer_state.json";
+  if (parameter_server_) {
+    throw PlanError("a training checkpoint of parameter-server training is not supported: the servers keep the moments "
+                    "(resume it with --sync allreduce, or start from its weights with --init-weights)");
+  }
+  const TrainingProgress& p = from.progress;
+  if (p.global_batch != feed_->global_batch()) {
+    throw InputError(state, 0, "global_batch",
+                     "the checkpoint's run took " + std::to_string(p.global_batch) + " samples a step and this plan takes " +
+                         std::to_string(feed_->global_batch()) +
+                         ": its data position and learning-rate schedule count in its steps (plan the same global batch)");
+  }
+  if (p.seq_len != shape_.S) {
+    throw InputError(state, 0, "seq_len", "the checkpoint's samples are " + std::to_string(p.seq_len) +
+                                               " tokens and this model's " + std::to_string(shape_.S));
+  }
+  load_weights(from.exp_avg, &ChunkState::m);
+  load_weights(from.exp_avg_sq, &ChunkState::v);
+  for (auto& c : chunks_) c->steps = static_cast<int>(p.optimizer_steps);
+  feed_->start_at(p.iterations);
+  step_->resume(p.loss_scaler, p.optimizer_steps);
+  start_ = p;
 }
 
 void Training::find_last_backwards() {

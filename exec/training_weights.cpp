@@ -20,7 +20,27 @@ SafetensorsFile Training::weights() const {
   return weights_->file(chunks_, servers_ ? servers_->weights() : std::map<std::string, const float*>{});
 }
 
-void Training::collect_at_root() {
+TrainingState Training::state() const {
+  if (parameter_server_) {
+    throw PlanError("a training checkpoint of parameter-server training is not supported: the servers keep the moments "
+                    "(save its weights alone with --save-weights)");
+  }
+  TrainingState s;
+  s.weights = weights();
+  s.exp_avg = weights_->file(chunks_, {}, ModelWeights::Array::exp_avg);
+  s.exp_avg_sq = weights_->file(chunks_, {}, ModelWeights::Array::exp_avg_sq);
+  for (SafetensorsFile* f : {&s.exp_avg, &s.exp_avg_sq}) f->metadata["content"] = "AdamW moments of model.safetensors";
+  const auto run = static_cast<long long>(log_->iterations().size());
+  s.progress.iterations = start_.iterations + run;
+  s.progress.optimizer_steps = start_.optimizer_steps + run - log_->skipped_steps();
+  s.progress.global_batch = feed_->global_batch();
+  s.progress.seq_len = shape_.S;
+  s.progress.loss_scaler = step_->scaler_state();
+  s.progress.model = describe();
+  return s;
+}
+
+void Training::collect_at_root(bool with_moments) {
   if (ranks_ == nullptr) return;
   // Records: 1 the losses, balance losses and skipped steps it logged; 2 its part of the
   // model; 3 its servers' weights.
@@ -28,7 +48,7 @@ void Training::collect_at_root() {
   put(mine, std::uint64_t{1});
   log_->save(mine);
   put(mine, std::uint64_t{2});
-  weights_->save(chunks_, mine);
+  weights_->save(chunks_, mine, with_moments);
   if (servers_) {
     put(mine, std::uint64_t{3});
     servers_->save(mine);
