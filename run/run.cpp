@@ -10,6 +10,7 @@
 #include "exec/cpu_backend.hpp"
 #include "exec/cuda_backend.hpp"
 #include "exec/token_data.hpp"
+#include "exec/training_checkpoint.hpp"
 #include "kernels/transformer_cuda.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
@@ -76,7 +77,12 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
       data = std::move(markov);
     }
     t.data = data->describe();
-    if (!r.init_weights.empty()) {
+    if (!r.resume.empty()) {
+      // Its tensors are read as the training is set up, each rank its shares.
+      const exec::TrainingCheckpoint checkpoint(r.resume);
+      t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed, checkpoint.resume(), &ranks);
+      t.resumed_iterations = checkpoint.progress().iterations;
+    } else if (!r.init_weights.empty()) {
       // Each rank reads the tensors of its own parameters, one at a time.
       const exec::Checkpoint init(r.init_weights);
       t.training = std::make_unique<exec::Training>(plan, std::move(data), r.optimizer, r.seed, init, &ranks);
@@ -92,9 +98,15 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
     throw InputError("<command line>", 0, "--flop-scale",
                      "scales proxies' work, and this run trains for real (give --compute proxy to scale it)");
   }
+  if (t.training && t.training->parameter_server() && !r.save_checkpoint.empty()) {
+    throw InputError("<command line>", 0, "--save-checkpoint",
+                     "is not supported under parameter servers, which keep the optimizer's moments (--save-weights saves "
+                     "the weights alone)");
+  }
   if (!t.training) {
     for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
-                                        {"--save-weights", r.save_weights}}) {
+                                        {"--save-weights", r.save_weights}, {"--resume", r.resume},
+                                        {"--save-checkpoint", r.save_checkpoint}}) {
       if (!value.empty()) throw InputError("<command line>", 0, option, "needs real math, and this plan runs proxies: " + t.proxy_reason);
     }
   }

@@ -32,6 +32,9 @@ struct Request {
   std::string data_path;         // an llm.c token file; empty: a seeded Markov stream
   std::string init_weights;      // safetensors to start from; empty: seeded initial weights
   std::string save_weights;      // where the caller writes the weights after the run; empty: nowhere
+  std::string resume;            // a training checkpoint folder to go on from; empty: a fresh run
+  long long resumed_iterations = 0;  // that checkpoint's iterations (the next step's index)
+  std::string save_checkpoint;   // where the caller writes a training checkpoint after the run; empty: nowhere
   std::uint64_t seed = 1234;     // of the initial weights and the Markov stream
   exec::OptimizerOptions optimizer;  // AdamW, its schedule, clipping and loss scaling
 };
@@ -42,6 +45,7 @@ struct TrainingSetup {
   std::string proxy_reason;  // auto fell back to proxies: why
   std::string data;          // what the tokens are
   double entropy_nats = 0;   // the synthetic stream's: the loss floor
+  long long resumed_iterations = 0;  // a resumed run's: the steps before its first
 };
 
 // The training a real-math run does: its token source, its initial weights, its optimizer.

@@ -115,6 +115,22 @@ void check_writable(const std::string& path, const std::string& option) {
   if (std::filesystem::is_directory(target, error)) throw InputError(path, 0, option, "cannot be written: it is a folder");
 }
 
+void check_writable_folder(const std::string& path, const std::string& option) {
+  const std::filesystem::path target = std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path named = target.filename().empty() ? target.parent_path() : target;
+  const std::filesystem::path folder = named.has_parent_path() ? named.parent_path() : std::filesystem::path(".");
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error)) {
+    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " does not exist");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " is not writable");
+  }
+  if (std::filesystem::exists(named, error) && !std::filesystem::is_directory(named, error)) {
+    throw InputError(path, 0, option, "cannot be written: it is a file, not a folder");
+  }
+}
+
 double relative_error(double value, double reference) {
   if (reference > 0) return (value - reference) / reference;
   return value == 0 && reference == 0 ? 0 : std::numeric_limits<double>::quiet_NaN();

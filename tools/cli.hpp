@@ -64,6 +64,9 @@ void write_file(const std::string& path, const std::string& text, const std::str
 // Throws that InputError now when `path` surely cannot be written (its folder missing or not
 // writable, or it is a folder), for commands that would otherwise find out after their work.
 void check_writable(const std::string& path, const std::string& option);
+// The same for a folder the command writes whole (a training checkpoint): its parent must be
+// a writable folder, and it a folder if it exists.
+void check_writable_folder(const std::string& path, const std::string& option);
 
 // A figure against the one it is compared with: (value - reference) / reference; NaN where
 // the reference is 0 and the value is not (nothing to compare with), 0 where both are.

@@ -17,6 +17,7 @@
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
 #include "exec/training.hpp"
+#include "exec/training_checkpoint.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/validate.hpp"
@@ -57,6 +58,10 @@ void run_options(po::options_description& options) {
       ("init-weights", po::value<std::string>(),
        "start from these weights (safetensors, HuggingFace names): a file, a sharded checkpoint's index.json, or their directory")
       ("save-weights", po::value<std::string>(), "write the FP32 weights after the last step (safetensors)")
+      ("save-checkpoint", po::value<std::string>(),
+       "write a training checkpoint folder after the last step: weights, AdamW moments, counters (--resume goes on from it)")
+      ("resume", po::value<std::string>(),
+       "go on from a training checkpoint folder: its weights, moments, data position, step count and loss scale")
       ("seed", po::value<long long>()->default_value(1234), "seed of the initial weights and the Markov stream")
       ("lr", po::value<std::string>()->default_value("3e-4"), "AdamW learning rate (the schedule's peak)")
       ("lr-decay-style", po::value<std::string>()->default_value("constant"),
@@ -105,6 +110,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
       if (vm.count(option)) check_writable(vm[option].as<std::string>(), std::string("--") + option);
     }
     if (!request.save_weights.empty()) check_writable(request.save_weights, "--save-weights");
+    if (!request.save_checkpoint.empty()) check_writable_folder(request.save_checkpoint, "--save-checkpoint");
   }
   const run::TrainingSetup training = run::make_training(request, ranks);
   const std::unique_ptr<exec::Backend> backend = run::make_backend(request, training, ranks);
@@ -119,7 +125,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
     return exec::run_plan(plan, *backend, engine);
   }();
   progress.finish();
-  if (training.training) training.training->collect_at_root();
+  if (training.training) training.training->collect_at_root(!request.save_checkpoint.empty());
   if (ranks.rank() != 0) return result.completed ? 0 : 4;
   // A file that cannot be written now (checked before the run: a full disk, say) is said
   // after the report, which is not lost; the run's own status stands if it failed.
@@ -142,6 +148,9 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   }
   if (training.training && result.completed && !request.save_weights.empty()) {
     write("save-weights", [&] { exec::write_safetensors(request.save_weights, training.training->weights()); });
+  }
+  if (training.training && result.completed && !request.save_checkpoint.empty()) {
+    write("save-checkpoint", [&] { exec::write_training_checkpoint(request.save_checkpoint, training.training->state()); });
   }
   // The measured figures beside the simulator's and the estimate's (run/compare.hpp).
   const run::Comparison comparison = run::compare(request, training, result, calibration);
@@ -172,6 +181,11 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (written("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (written("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   if (written("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
+  if (written("save-weights")) out << "wrote " << request.save_weights << " (the weights)\n";
+  if (written("save-checkpoint")) {
+    out << "wrote " << request.save_checkpoint << " (a training checkpoint after step "
+        << training.resumed_iterations + request.warmup + request.steps << "; --resume goes on from it)\n";
+  }
   return status();
 }
 

@@ -79,6 +79,8 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
   if (t.training) {
     j["model"] = t.training->describe();
     j["data"] = t.data;
+    // (Steps are numbered from this run's first; a resumed run's first is the checkpoint's next.)
+    if (!r.resume.empty()) j["resumed_from"] = {{"path", r.resume}, {"iterations", t.resumed_iterations}};
     if (t.entropy_nats > 0) j["data_entropy_nats"] = t.entropy_nats;
     j["optimizer"] = {{"lr", r.optimizer.lr}, {"adam_beta1", r.optimizer.adam_beta1}, {"adam_beta2", r.optimizer.adam_beta2},
                       {"adam_eps", r.optimizer.adam_eps}, {"weight_decay", r.optimizer.weight_decay},
@@ -96,7 +98,9 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
   j["warmup"] = r.warmup;
   Json steps = Json::array();
   for (size_t i = 0; i < f.step_s.size(); ++i) {
-    Json step = {{"step", i}, {"time_s", f.step_s[i]}, {"warmup", static_cast<int>(i) < r.warmup}};
+    // (A resumed run's steps go on from its checkpoint's.)
+    Json step = {{"step", t.resumed_iterations + static_cast<long long>(i)}, {"time_s", f.step_s[i]},
+                 {"warmup", static_cast<int>(i) < r.warmup}};
     if (i < f.losses.size()) step["loss"] = f.losses[i];
     if (i < f.balance_losses.size()) step["load_balancing_loss"] = f.balance_losses[i];
     if (i < f.learning_rates.size()) {
@@ -189,6 +193,10 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   if (t.training) {
     out << "  model: " << t.training->describe() << "\n  data: " << t.data
         << (t.entropy_nats > 0 ? " (the loss a perfect model reaches)" : "") << "\n";
+    if (!r.resume.empty()) {
+      out << "  resumed from " << r.resume << " after its step " << t.resumed_iterations - 1 << ": steps go on from "
+          << t.resumed_iterations << "\n";
+    }
     out << "  AdamW lr " << r.optimizer.lr;
     if (scheduled) {
       out << " (" << r.optimizer.schedule().describe() << ")";
@@ -207,7 +215,7 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
     }
   }
   for (size_t i = 0; i < f.step_s.size(); ++i) {
-    out << "  step " << std::setw(3) << i << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
+    out << "  step " << std::setw(3) << t.resumed_iterations + static_cast<long long>(i) << "  " << std::setw(9) << u::human_time_s(f.step_s[i]);
     if (i < f.losses.size()) out << "  loss " << std::fixed << std::setprecision(6) << f.losses[i] << std::defaultfloat;
     if (i < f.balance_losses.size()) {
       out << "  balance " << std::fixed << std::setprecision(4) << f.balance_losses[i] << std::defaultfloat;
@@ -287,8 +295,11 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
       << "   backward keeps, temporaries), FP32; plan: its memory model's weights, gradients, optimizer state,\n"
       << "   activations and buffers in " << to_string(plan.layout.precision) << ", without the workspace reserve)\n";
   if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
-    out << "  (ZeRO stage " << plan.layout.sync.zero.stage << ": every replica here keeps whole arrays and steps its shard;"
-        << " the plan counts the shards)\n";
+    // (exec/chunk_state.hpp's keep_owned_state; stage 3's gathered copies are transient.)
+    const int stage = plan.layout.sync.zero.stage;
+    out << "  (ZeRO stage " << stage << ": every replica here keeps whole parameters and the AdamW moments"
+        << (stage >= 2 ? " and gradients" : "") << " of its shard alone; the plan also shards "
+        << (stage >= 3 ? "the parameters" : "nothing more") << ")\n";
   }
   if (plan.layout.offload.optimizer) {
     out << "  (optimizer offloaded: the plan keeps AdamW's state in host memory, " << u::human_bytes(plan.memory[0].host_bytes)

@@ -4,6 +4,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "exec/training_checkpoint.hpp"
 #include "model/error.hpp"
 #include "model/units.hpp"
 #include "partition/loading.hpp"
@@ -34,7 +35,8 @@ partition::Plan plan_of(const po::variables_map& vm) {
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
           "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog",
-          "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "seed", "lr", "adam-beta1",
+          "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "resume", "save-checkpoint", "seed",
+          "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
           "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
       const bool allowed = run_options.count(name) > 0;
@@ -90,6 +92,15 @@ run::Request read_run_request(po::variables_map& vm) {
   if (vm.count("data-path")) r.data_path = vm["data-path"].as<std::string>();
   if (vm.count("init-weights")) r.init_weights = vm["init-weights"].as<std::string>();
   if (vm.count("save-weights")) r.save_weights = vm["save-weights"].as<std::string>();
+  if (vm.count("save-checkpoint")) r.save_checkpoint = vm["save-checkpoint"].as<std::string>();
+  if (vm.count("resume")) {
+    if (vm.count("init-weights")) {
+      throw InputError("<command line>", 0, "--init-weights", "a resumed run takes its checkpoint's weights: give --resume or --init-weights");
+    }
+    r.resume = vm["resume"].as<std::string>();
+    // (Checked now, before anything is planned or runs; its tensors are read when training starts.)
+    r.resumed_iterations = exec::TrainingCheckpoint(r.resume).progress().iterations;
+  }
   const long long seed = vm["seed"].as<long long>();
   if (seed < 0) {
     throw InputError("<command line>", 0, "--seed", "expected a whole number >= 0, found " + std::to_string(seed));
@@ -118,14 +129,18 @@ run::Request read_run_request(po::variables_map& vm) {
   }
   r.optimizer.min_lr = number("min-lr", 0, 10, false);
   r.optimizer.lr_warmup_iters = int_option_in(vm, "lr-warmup-iters", 0, 1'000'000'000);
+  // (A resumed run's steps count from the first run's first.)
+  const long long run_end = r.resumed_iterations + r.warmup + r.steps;
   r.optimizer.lr_decay_iters =
-      vm.count("lr-decay-iters") ? int_option_in(vm, "lr-decay-iters", 1, 1'000'000'000) : r.warmup + r.steps;
+      vm.count("lr-decay-iters") ? int_option_in(vm, "lr-decay-iters", 1, 1'000'000'000) : run_end;
   if (!vm.count("lr-decay-iters") && r.optimizer.lr_decay_style != exec::LrSchedule::Style::constant &&
       r.optimizer.lr_warmup_iters >= r.optimizer.lr_decay_iters) {
     throw InputError("<command line>", 0, "--lr-warmup-iters",
                      std::to_string(r.optimizer.lr_warmup_iters) + " steps of warm-up leave no decay before the run ends at step " +
                          std::to_string(r.optimizer.lr_decay_iters) +
-                         " (--warmup + --steps, the default --lr-decay-iters): give more steps or --lr-decay-iters");
+                         (r.resumed_iterations > 0 ? " (the checkpoint's steps + --warmup + --steps, the default --lr-decay-iters)"
+                                                   : " (--warmup + --steps, the default --lr-decay-iters)") +
+                         ": give more steps or --lr-decay-iters");
   }
   r.optimizer.schedule().check();
   // Loss scaling, Megatron's: a constant --loss-scale, or dynamic where the GEMMs multiply
@@ -154,7 +169,7 @@ run::Request read_run_request(po::variables_map& vm) {
     }
   }
   if (r.compute == "proxy") {
-    for (const char* name : {"data-path", "init-weights", "save-weights"}) {
+    for (const char* name : {"data-path", "init-weights", "save-weights", "resume", "save-checkpoint"}) {
       if (vm.count(name)) throw InputError("<command line>", 0, std::string("--") + name, "needs --compute real (proxies train nothing)");
     }
   }

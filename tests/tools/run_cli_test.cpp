@@ -153,6 +153,11 @@ TEST(RunCli, BadOptionsExit2) {
       {"--save-weights /nonexistent/w.safetensors", "--save-weights: cannot be written: its folder /nonexistent does not exist"},
       {"--trace /nonexistent/t.csv", "--trace: cannot be written: its folder /nonexistent does not exist"},
       {"--chrome /", "--chrome: cannot be written: it is a folder"},
+      {"--save-checkpoint /nonexistent/ckpt", "--save-checkpoint: cannot be written: its folder /nonexistent does not exist"},
+      {"--compute proxy --save-checkpoint ckpt", "--save-checkpoint: needs --compute real"},
+      {"--resume /nonexistent/ckpt", "is not a folder (a training checkpoint is one"},
+      {"--resume / --init-weights w.safetensors", "--init-weights: a resumed run takes its checkpoint's weights"},
+      {"--resume /", "holds no trainer_state.json: not a training checkpoint"},
   };
   for (const Bad& b : bad) {
     const auto r = run_hetflow(std::string("run ") + kTiny + " " + b.args);
@@ -392,6 +397,55 @@ TEST(RunCli, Llama3TokenFilesTrainAsGpt2OnesAndCarryLargeVocabularies) {
 // push to and pull from parameter servers on other ranks, workers whose stages differ in
 // tensor-parallel degree, all-reducing the parts of the split they hold in common, and a
 // context group splitting each sequence.
+// A run stopped after --save-checkpoint and started again with --resume goes on as the run
+// that never stopped: the same losses and weights, bit for bit (ZeRO 2 over a pipeline, a
+// cosine schedule whose default end counts the checkpoint's steps). Under mpirun the ranks
+// write the checkpoint the threads would. Parameter servers keep the moments: refused.
+TEST(RunCli, AResumedRunGoesOnAsTheRunThatNeverStopped) {
+  const auto dir = scratch_dir();
+  const std::string base = "run --cluster cpu-4 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32 "
+                           "--pipeline 2 --data 2 --zero-stage 2 --microbatches 2 --workspace 0 --precision fp32 --warmup 0 "
+                           "--lr 1e-2 --lr-decay-style cosine --lr-warmup-iters 1 --json ";
+  const std::string straight = (dir / "straight.safetensors").string(), after = (dir / "resumed.safetensors").string();
+  const std::string checkpoint = (dir / "ckpt").string();
+  const auto whole = run_hetflow(base + "--steps 4 --save-weights " + straight);
+  ASSERT_EQ(whole.status, 0) << whole.err << whole.out;
+  const auto first = run_hetflow(base + "--steps 2 --lr-decay-iters 4 --save-checkpoint " + checkpoint);
+  ASSERT_EQ(first.status, 0) << first.err << first.out;
+  for (const char* file : {"model.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors", "trainer_state.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(checkpoint) / file)) << file;
+  }
+  const auto second = run_hetflow(base + "--steps 2 --resume " + checkpoint + " --save-weights " + after);
+  ASSERT_EQ(second.status, 0) << second.err << second.out;
+  const auto jw = nlohmann::json::parse(whole.out), js = nlohmann::json::parse(second.out);
+  EXPECT_EQ(js["resumed_from"]["iterations"], 2);
+  EXPECT_EQ(js["optimizer"]["lr_decay_iters"], 4);  // the checkpoint's 2 steps and this run's 2
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(js["steps"][i]["loss"], jw["steps"][i + 2]["loss"]) << "step " << i + 2;
+    EXPECT_EQ(js["steps"][i]["lr"], jw["steps"][i + 2]["lr"]) << "step " << i + 2;
+  }
+  EXPECT_EQ(slurp(after), slurp(straight));
+  const auto text = run_hetflow(base.substr(0, base.size() - 7) + " --steps 1 --resume " + checkpoint);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("resumed from " + checkpoint + " after its step 1: steps go on from 2"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("  step   2 "), std::string::npos) << text.out;
+  EXPECT_EQ(js["steps"][0]["step"], 2);
+#ifdef HETFLOW_MPIEXEC
+  const std::string by_ranks = (dir / "ranks-ckpt").string();
+  const auto m = run_hetflow(base + "--steps 2 --lr-decay-iters 4 --save-checkpoint " + by_ranks, under_mpirun(4));
+  ASSERT_EQ(m.status, 0) << m.err << m.out;
+  for (const char* file : {"model.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors", "trainer_state.json"}) {
+    EXPECT_EQ(slurp((std::filesystem::path(by_ranks) / file).string()), slurp((std::filesystem::path(checkpoint) / file).string()))
+        << file;
+  }
+#endif
+  const auto ps = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 --sync ps "
+                              "--precision fp32 --steps 1 --save-checkpoint " + (dir / "ps").string());
+  EXPECT_EQ(ps.status, 2) << ps.out;
+  EXPECT_NE(ps.err.find("--save-checkpoint: is not supported under parameter servers"), std::string::npos) << ps.err;
+}
+
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
 #ifndef HETFLOW_MPIEXEC
   GTEST_SKIP() << "built without MPI: hetflow run's devices are threads only";
