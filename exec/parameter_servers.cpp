@@ -45,11 +45,13 @@ void add_pieces(const ParamSlot& slot, const float* shard, std::vector<float>& w
 
 ParameterServers::ParameterServers(const partition::Plan& plan, const DecoderShape& shape,
                                    const std::map<ChunkKey, ChunkParams>& chunks, std::function<bool(int)> local,
-                                   std::uint64_t seed, const WeightSource* init)
+                                   std::uint64_t seed, const WeightSource* init, const ResumeFrom* resume)
     : plan_(plan), chunks_(chunks), staleness_(plan.layout.sync.staleness) {
   const std::vector<int>& server_of = plan_.layout.sync.layer_server;
   const std::map<std::string, size_t> by_name =
       init != nullptr ? tensor_index(*init) : std::map<std::string, size_t>{};
+  std::map<std::string, size_t> moment_index[2];
+  if (resume != nullptr) moment_index[0] = tensor_index(resume->exp_avg), moment_index[1] = tensor_index(resume->exp_avg_sq);
   std::map<std::string, int> server_of_name;
   for (size_t l = 0; l < server_of.size(); ++l) {
     const int layer = static_cast<int>(l);
@@ -80,6 +82,14 @@ ParameterServers::ParameterServers(const partition::Plan& plan, const DecoderSha
       }
       sp.m.assign(slot.count, 0.0f);
       sp.v.assign(slot.count, 0.0f);
+      if (resume != nullptr) {  // (the names were checked against the weights' on opening)
+        for (const auto& [k, source, into] : {std::tuple{0, &resume->exp_avg, &sp.m}, {1, &resume->exp_avg_sq, &sp.v}}) {
+          const size_t t = find_param_tensor(moment_index[k], slot.name);
+          if (t == static_cast<size_t>(-1)) throw InputError(source->path(), 0, slot.name, "missing: the model needs this moment");
+          load_param(slot, *source, t, into->data());
+        }
+        sp.steps = static_cast<int>(resume->progress.optimizer_steps);
+      }
       sp.g.assign(slot.count, 0.0f);
       sp.decays = slot.decays;
     }
@@ -325,26 +335,38 @@ void ParameterServers::update(TaskContext& task, const std::atomic<bool>& stop, 
   s.versions.erase(s.versions.begin(), s.versions.lower_bound(task.iteration - staleness_ - 3));
 }
 
-std::map<std::string, const float*> ParameterServers::weights() const {
+namespace {
+const std::vector<float>& array_of(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v,
+                                   int array) {
+  return array == 1 ? m : array == 2 ? v : p;
+}
+}  // namespace
+
+std::map<std::string, const float*> ParameterServers::weights(int array) const {
   std::lock_guard lock(mutex_);
   std::map<std::string, const float*> out;
   for (const auto& [device, server] : servers_) {
-    for (const auto& [name, p] : server.params) out[name] = p.p.data();
+    for (const auto& [name, p] : server.params) out[name] = array_of(p.p, p.m, p.v, array).data();
   }
-  for (const auto& [name, values] : remote_weights_) out[name] = values.data();
+  for (const auto& [name, values] : remote_[array]) out[name] = values.data();
   return out;
 }
 
-void ParameterServers::save(std::vector<std::byte>& out) const {
+void ParameterServers::save(std::vector<std::byte>& out, bool moments) const {
   std::lock_guard lock(mutex_);
   size_t count = 0;
   for (const auto& [device, server] : servers_) count += server.params.size();
+  const int arrays = moments ? 3 : 1;
   put(out, static_cast<std::uint64_t>(count));
+  put(out, arrays);
   for (const auto& [device, server] : servers_) {
     for (const auto& [name, p] : server.params) {
       put_string(out, name);
-      put(out, static_cast<std::uint64_t>(p.p.size()));
-      for (const float v : p.p) put(out, v);
+      for (int k = 0; k < arrays; ++k) {
+        const std::vector<float>& values = array_of(p.p, p.m, p.v, k);
+        put(out, static_cast<std::uint64_t>(values.size()));
+        for (const float v : values) put(out, v);
+      }
     }
   }
 }
@@ -352,10 +374,15 @@ void ParameterServers::save(std::vector<std::byte>& out) const {
 void ParameterServers::merge(ByteReader& in) {
   std::lock_guard lock(mutex_);
   const auto count = in.get<std::uint64_t>();
+  const int arrays = in.get<int>();
+  if (arrays != 1 && arrays != 3) throw Error("a rank sent its servers' state in " + std::to_string(arrays) + " arrays");
   for (std::uint64_t i = 0; i < count; ++i) {
-    auto& values = remote_weights_[in.get_string()];
-    values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
-    in.get_into(std::span<float>(values));
+    const std::string name = in.get_string();
+    for (int k = 0; k < arrays; ++k) {
+      auto& values = remote_[k][name];
+      values.resize(static_cast<size_t>(in.get<std::uint64_t>()));
+      in.get_into(std::span<float>(values));
+    }
   }
 }
 

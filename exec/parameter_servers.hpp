@@ -31,6 +31,7 @@
 #include "exec/optimizer_step.hpp"
 #include "exec/ranks.hpp"
 #include "exec/step_log.hpp"
+#include "exec/training_checkpoint.hpp"
 #include "partition/plan.hpp"
 
 namespace hetflow::exec {
@@ -41,9 +42,11 @@ class ParameterServers {
   // `chunks`: the layout of every chunk of the plan, this process's or not (it must outlive
   // this object); `local`: whether a device is this process's (its servers are made here).
   // Servers start from `seed`'s initialisation or `init`'s tensors (InputError naming a
-  // missing one). PlanError for a tied embedding whose two ends have different servers.
+  // missing one), and a resumed run's from its checkpoint's moments and step count too.
+  // PlanError for a tied embedding whose two ends have different servers.
   ParameterServers(const partition::Plan& plan, const DecoderShape& shape, const std::map<ChunkKey, ChunkParams>& chunks,
-                   std::function<bool(int)> local, std::uint64_t seed, const WeightSource* init);
+                   std::function<bool(int)> local, std::uint64_t seed, const WeightSource* init,
+                   const ResumeFrom* resume = nullptr);
 
   int staleness() const { return staleness_; }  // D
   // Whether `task` ends its device's gradients of an iteration (they are taken after it).
@@ -68,9 +71,10 @@ class ParameterServers {
   void update(TaskContext& task, const std::atomic<bool>& stop, OptimizerStep& step, GlobalNorm& norm, StepLog& log);
 
   // The latest weights of every parameter a server here holds (and, after merge(), those of
-  // other ranks' servers), by name, whole.
-  std::map<std::string, const float*> weights() const;
-  void save(std::vector<std::byte>& out) const;
+  // other ranks' servers), by name, whole; or (`array` 1, 2) their AdamW moments.
+  std::map<std::string, const float*> weights(int array = 0) const;
+  // This process's servers' weights (`moments`: and moments), for rank 0; merge() keeps them.
+  void save(std::vector<std::byte>& out, bool moments = false) const;
   void merge(ByteReader& in);
 
  private:
@@ -99,7 +103,7 @@ class ParameterServers {
   mutable std::mutex mutex_;
   std::map<std::pair<ChunkKey, int>, std::vector<float>> taken_;        // (chunk, iteration)
   std::map<std::tuple<ChunkKey, int, int>, std::vector<float>> pulled_;  // (chunk, iteration, server)
-  std::map<std::string, std::vector<float>> remote_weights_;              // other ranks' servers', by name
+  std::map<std::string, std::vector<float>> remote_[3];  // other ranks' servers' weights and moments, by name
 };
 
 }  // namespace hetflow::exec

@@ -175,7 +175,8 @@ class Training {
   // constructor runs: its weights as above, its moments likewise, its counters (the next
   // step reads the data after its last). InputError when the plan's global batch or
   // sequence is not the checkpoint's (field global_batch, seq_len of its trainer_state.json)
-  // or a moment is missing; PlanError under parameter servers (they keep the moments).
+  // or a moment is missing. Under parameter servers the servers take the moments and step
+  // count; under WSP its workers start together from the servers' weights.
   Training(const partition::Plan& plan, std::unique_ptr<TokenSource> data, OptimizerOptions optimizer,
               std::uint64_t seed, const ResumeFrom& resume, const Ranks* ranks = nullptr);
   ~Training();
@@ -255,8 +256,8 @@ class Training {
   // Virtual worker 0's parameters with HuggingFace names and shapes (tied copies left out).
   SafetensorsFile weights() const;
   // What a training checkpoint holds after the run: weights(), both moments under the same
-  // names (each element from the replica that owns it), the counters (this run's steps after
-  // those of the checkpoint it resumed). PlanError under parameter servers.
+  // names (each element from the replica that owns it; under parameter servers the servers'),
+  // the counters (this run's steps after those of the checkpoint it resumed).
   TrainingState state() const;
   std::string describe() const;  // family, shapes, data source
   const DecoderShape& shape() const { return shape_; }

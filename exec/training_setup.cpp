@@ -78,7 +78,9 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   if (init != nullptr) load_weights(*init);
   if (init_weights.resume != nullptr) resume(*init_weights.resume);
   find_last_backwards();
-  if (parameter_server_) servers_.emplace(plan_, shape_, params_at_, [this](int d) { return local(d); }, seed, init);
+  if (parameter_server_) {
+    servers_.emplace(plan_, shape_, params_at_, [this](int d) { return local(d); }, seed, init, init_weights.resume);
+  }
   if (parameter_server_ && optimizer_options_.loss_scale.loss_scale <= 0 && optimizer_options_.loss_scale.dynamic) {
     // A worker running ahead (WSP) would scale its gradients before the verdict that sets
     // the scale is known; a constant scale works.
@@ -322,10 +324,6 @@ void Training::load_weights(const WeightSource& source, OpsFloats ChunkState::*i
 // in it); the moments must cover the model as its weights do.
 void Training::resume(const ResumeFrom& from) {
   const std::string state = from.path + "/trainer_state.json";
-  if (parameter_server_) {
-    throw PlanError("a training checkpoint of parameter-server training is not supported: the servers keep the moments "
-                    "(resume it with --sync allreduce, or start from its weights with --init-weights)");
-  }
   const TrainingProgress& p = from.progress;
   if (p.global_batch != feed_->global_batch()) {
     throw InputError(state, 0, "global_batch",
@@ -337,8 +335,10 @@ void Training::resume(const ResumeFrom& from) {
     throw InputError(state, 0, "seq_len", "the checkpoint's samples are " + std::to_string(p.seq_len) +
                                                " tokens and this model's " + std::to_string(shape_.S));
   }
-  load_weights(from.exp_avg, &ChunkState::m);
-  load_weights(from.exp_avg_sq, &ChunkState::v);
+  if (!parameter_server_) {  // (servers keep the moments: ParameterServers loads them)
+    load_weights(from.exp_avg, &ChunkState::m);
+    load_weights(from.exp_avg_sq, &ChunkState::v);
+  }
   for (auto& c : chunks_) c->steps = static_cast<int>(p.optimizer_steps);
   feed_->start_at(p.iterations);
   step_->resume(p.loss_scaler, p.optimizer_steps);

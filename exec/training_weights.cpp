@@ -21,14 +21,12 @@ SafetensorsFile Training::weights() const {
 }
 
 TrainingState Training::state() const {
-  if (parameter_server_) {
-    throw PlanError("a training checkpoint of parameter-server training is not supported: the servers keep the moments "
-                    "(save its weights alone with --save-weights)");
-  }
+  // (Under parameter servers every parameter is a server's: its weights and moments win.)
+  const auto served = [&](int array) { return servers_ ? servers_->weights(array) : std::map<std::string, const float*>{}; };
   TrainingState s;
   s.weights = weights();
-  s.exp_avg = weights_->file(chunks_, {}, ModelWeights::Array::exp_avg);
-  s.exp_avg_sq = weights_->file(chunks_, {}, ModelWeights::Array::exp_avg_sq);
+  s.exp_avg = weights_->file(chunks_, served(1), ModelWeights::Array::exp_avg);
+  s.exp_avg_sq = weights_->file(chunks_, served(2), ModelWeights::Array::exp_avg_sq);
   for (SafetensorsFile* f : {&s.exp_avg, &s.exp_avg_sq}) f->metadata["content"] = "AdamW moments of model.safetensors";
   const auto run = static_cast<long long>(log_->iterations().size());
   s.progress.iterations = start_.iterations + run;
@@ -51,7 +49,7 @@ void Training::collect_at_root(bool with_moments) {
   weights_->save(chunks_, mine, with_moments);
   if (servers_) {
     put(mine, std::uint64_t{3});
-    servers_->save(mine);
+    servers_->save(mine, with_moments);
   }
   const auto all = ranks_->gather(mine);
   if (ranks_->rank() != 0) return;

@@ -98,11 +98,6 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
     throw InputError("<command line>", 0, "--flop-scale",
                      "scales proxies' work, and this run trains for real (give --compute proxy to scale it)");
   }
-  if (t.training && t.training->parameter_server() && !r.save_checkpoint.empty()) {
-    throw InputError("<command line>", 0, "--save-checkpoint",
-                     "is not supported under parameter servers, which keep the optimizer's moments (--save-weights saves "
-                     "the weights alone)");
-  }
   if (!t.training) {
     for (const auto& [option, value] : {std::pair{"--data-path", r.data_path}, {"--init-weights", r.init_weights},
                                         {"--save-weights", r.save_weights}, {"--resume", r.resume},

@@ -282,16 +282,33 @@ TEST(ResumedTraining, AnotherGlobalBatchIsRefused) {
   }
 }
 
-// Parameter servers keep the moments themselves: a checkpoint of them is refused, not half made.
-TEST(ResumedTraining, ParameterServersAreRefused) {
+// Parameter servers keep the weights and moments themselves: a checkpoint takes the servers'
+// and a resumed run's servers start from them, bit for bit as the run that never stopped (a
+// constant loss scale, so the steps are judged; one server and two, tensor parallelism).
+// Under WSP the resumed run's workers start together from the servers' latest weights.
+TEST(ResumedTraining, ParameterServersKeepAndResumeTheirState) {
+  for (const auto& [sync, tensor] : {std::pair{partition::SyncKind::ps, 1}, {partition::SyncKind::ps, 2}}) {
+    partition::PlanOptions o = test_support::pipeline_options(2, 2, 2, "1f1b");
+    o.sync = sync;
+    o.tensor = tensor;
+    const Plan plan = test_support::planned(model::cpu_cluster(4 * tensor), odd_llama(), o);
+    OptimizerOptions scaled = optimizer();
+    scaled.loss_scale.loss_scale = 1024;
+    SCOPED_TRACE("tensor " + std::to_string(tensor));
+    expect_continues_bitwise(plan, scaled, 2, 4);
+  }
   partition::PlanOptions o = test_support::pipeline_options(1, 2, 2, "1f1b");
+  o.sync = partition::SyncKind::wsp;
+  o.staleness = 1;
+  const Plan wsp = test_support::planned(model::cpu_cluster(2), odd_llama(), o);
   o.sync = partition::SyncKind::ps;
-  const Plan plan = test_support::planned(model::cpu_cluster(2), odd_llama(), o);
-  const Plan one = test_support::planned(model::cpu_cluster(1), odd_llama(), test_support::pipeline_options(1, 1, 4, "1f1b"));
-  const Trained head = fresh(one, 1, optimizer(), start_weights(one));
-  EXPECT_THROW(resumed(plan, 1, optimizer(), head.state), PlanError);
-  exec::Training served(plan, exec::markov_stream(101, 7), optimizer(), 42);
-  EXPECT_THROW((void)served.state(), PlanError);
+  o.staleness = 0;
+  const Plan synchronous = test_support::planned(model::cpu_cluster(2), odd_llama(), o);
+  const Trained head = fresh(wsp, 3, optimizer(), start_weights(wsp));
+  const Trained tail = resumed(wsp, 2, optimizer(), head.state);
+  EXPECT_EQ(tail.state.progress.iterations, 5);
+  // Its first step's forward reads the servers' latest weights, as a synchronous run's does.
+  EXPECT_EQ(tail.losses.front(), resumed(synchronous, 1, optimizer(), head.state).losses.front());
 }
 
 // --- the folder ---

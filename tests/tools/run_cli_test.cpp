@@ -400,7 +400,7 @@ TEST(RunCli, Llama3TokenFilesTrainAsGpt2OnesAndCarryLargeVocabularies) {
 // A run stopped after --save-checkpoint and started again with --resume goes on as the run
 // that never stopped: the same losses and weights, bit for bit (ZeRO 2 over a pipeline, a
 // cosine schedule whose default end counts the checkpoint's steps). Under mpirun the ranks
-// write the checkpoint the threads would. Parameter servers keep the moments: refused.
+// write the checkpoint the threads would; parameter servers save and resume theirs.
 TEST(RunCli, AResumedRunGoesOnAsTheRunThatNeverStopped) {
   const auto dir = scratch_dir();
   const std::string base = "run --cluster cpu-4 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32 "
@@ -440,10 +440,16 @@ TEST(RunCli, AResumedRunGoesOnAsTheRunThatNeverStopped) {
         << file;
   }
 #endif
-  const auto ps = run_hetflow("run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 --sync ps "
-                              "--precision fp32 --steps 1 --save-checkpoint " + (dir / "ps").string());
-  EXPECT_EQ(ps.status, 2) << ps.out;
-  EXPECT_NE(ps.err.find("--save-checkpoint: is not supported under parameter servers"), std::string::npos) << ps.err;
+  // Parameter servers: theirs are the weights and moments saved, and they resume them.
+  const std::string served = "run --cluster cpu-2 --model gpt:layers=2,hidden=64,heads=4,seq=32,vocab=256 --data 2 "
+                             "--sync ps --precision fp32 --warmup 0 --json ";
+  const std::string ps = (dir / "ps").string(), ps_straight = (dir / "ps.safetensors").string(),
+                    ps_after = (dir / "ps-resumed.safetensors").string();
+  ASSERT_EQ(run_hetflow(served + "--steps 3 --save-weights " + ps_straight).status, 0);
+  ASSERT_EQ(run_hetflow(served + "--steps 1 --save-checkpoint " + ps).status, 0);
+  const auto ps_resumed = run_hetflow(served + "--steps 2 --resume " + ps + " --save-weights " + ps_after);
+  ASSERT_EQ(ps_resumed.status, 0) << ps_resumed.err;
+  EXPECT_EQ(slurp(ps_after), slurp(ps_straight));
 }
 
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
