@@ -71,6 +71,8 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
   const std::string tokens = (dir / (config + "-tokens.bin")).string();
   const std::string want = (dir / (config + "-torch.safetensors")).string(), losses = (dir / (config + "-losses.json")).string();
   const std::string got = (dir / (config + "-hetflow.safetensors")).string();
+  const std::string torch_moments = (dir / (config + "-torch-moments")).string(),
+                    checkpoint = (dir / (config + "-hetflow-checkpoint")).string();
   const std::string exact = (dir / (config + "-torch64.safetensors")).string();
   const std::string cfg = kOracleDir + config + ".json";
   std::string log;
@@ -84,7 +86,7 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
       << log;
   ASSERT_EQ(python("--config " + cfg + " --init " + init + " --tokens " + tokens + " --batch " + std::to_string(batch) +
                        " --seq " + std::to_string(seq) + " --steps 3" + optimizer + " --out-weights " + want +
-                       " --out-losses " + losses,
+                       " --out-losses " + losses + " --out-moments " + torch_moments,
                    &log),
             0)
       << log;
@@ -96,6 +98,7 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
   const auto run = run_hetflow("run --cluster cpu-1 --model " + cfg + " --precision fp32 --pipeline 1 --micro-batch " +
                                std::to_string(batch) + " --microbatches 1 --workspace 0 --compute real --steps 3 --warmup 0" +
                                optimizer + " --init-weights " + init + " --data-path " + tokens + " --save-weights " + got +
+                               " --save-checkpoint " + checkpoint +
                                (c.seq_length ? " --seq-length " + std::to_string(seq) : std::string()) + " --json");
   ASSERT_EQ(run.status, 0) << run.err << run.out;
   const auto report = nlohmann::json::parse(run.out);
@@ -133,6 +136,17 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
   // Noise moves a parameter by lr |g| / (|g| + eps) a step, under 1% of lr for |g| < 1e-10;
   // a real gradient would move it by about lr.
   EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * 1e-2) << config;
+  // A training checkpoint's AdamW moments are torch.optim.AdamW's state after the same three
+  // steps, tensor by tensor under the same names and shapes (exp_avg a mean of gradients,
+  // exp_avg_sq of their squares: the gradients' own differences, about twice for squares).
+  for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+    const std::string file = std::string("/") + moment + ".safetensors";
+    const auto m = compare_weights(read_safetensors(checkpoint + file), read_safetensors(torch_moments + file));
+    std::cout << config << ": " << moment << " whole " << m.whole_relative << " relative, worst tensor " << m.worst << " at "
+              << m.worst_relative << "\n";
+    EXPECT_TRUE(m.same_names) << config << " " << moment;
+    EXPECT_LT(m.whole_relative, 3e-5) << config << " " << moment;  // (measured: 3e-7 to 7e-6)
+  }
 }
 
 TEST(PyTorchOracle, Gpt2WithOddSizesMatchesAfterThreeAdamWSteps) { compare_with_torch("gpt2_odd", 13); }

@@ -17,7 +17,7 @@ Calls:
                      [--adam-eps 1e-8] [--weight-decay 0] [--clip-grad 0] [--threads 1] [--float64]
                      [--lr-decay-style constant|linear|cosine|inverse-square-root]
                      [--lr-warmup-iters 0] [--lr-decay-iters K] [--min-lr 0]
-                     [--out-weights OUT.safetensors] [--out-losses OUT.json]
+                     [--out-weights OUT.safetensors] [--out-losses OUT.json] [--out-moments DIR]
   train_reference.py --config C.json --bench-steps N --batch B --seq T [--init W] [--tokens T]
                      [--threads N] [--lr LR]
   train_reference.py --self-test
@@ -739,7 +739,7 @@ def train(cfg, weights, tokens, a, log=True):
         if log:
             print("step %d position %d loss %.9g grad_norm %.9g" % (k, p, loss, norm)
                   + ("" if balance is None else " load_balancing_loss %.9g" % balance), flush=True)
-    return P, losses, norms, balances
+    return P, losses, norms, balances, opt
 
 
 def bench(cfg, weights, tokens, a):
@@ -1427,6 +1427,9 @@ def parse_args(argv):
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the exact answer FP32 runs are measured from); weights still written F32")
     ap.add_argument("--out-weights", help="write the final FP32 weights here (safetensors)")
+    ap.add_argument("--out-moments", metavar="DIR",
+                    help="write AdamW's final moments as DIR/exp_avg.safetensors and DIR/exp_avg_sq.safetensors "
+                         "(HuggingFace names and shapes, as a hetflow training checkpoint holds them)")
     ap.add_argument("--out-losses", help="write {\"losses\": [...], \"grad_norms\": [...]} here (and "
                     "\"load_balancing_losses\" for a mixture of experts)")
     ap.add_argument("--bench-steps", type=int,
@@ -1481,9 +1484,14 @@ def main(argv):
     weights = check_weights(cfg, read_safetensors(a.init), a.init)
     tokens = read_tokens(a.tokens)
     check_token_range(cfg, tokens, a.tokens)
-    P, losses, norms, balances = train(cfg, weights, tokens, a)
+    P, losses, norms, balances, opt = train(cfg, weights, tokens, a)
     if a.out_weights:
         write_safetensors(a.out_weights, {n: P[n] for n, _, _ in cfg.param_specs()})
+    if a.out_moments:
+        os.makedirs(a.out_moments, exist_ok=True)
+        for moment in ("exp_avg", "exp_avg_sq"):
+            write_safetensors(os.path.join(a.out_moments, moment + ".safetensors"),
+                              {n: opt.state[P[n]][moment] for n, _, _ in cfg.param_specs()})
     if a.out_losses:
         with open(a.out_losses, "w") as f:
             out = {"losses": losses, "grad_norms": norms}
