@@ -37,7 +37,9 @@ struct ChunkState {
   // ZeRO (keep_owned_state): where each owned range starts in `m` and `v` (and from stage 2
   // `grads`), which then hold those ranges alone, one after another; empty: they are whole.
   std::vector<size_t> shard_base;
-  bool grads_sharded = false;  // `grads` holds the owned ranges alone (shard_at)
+  bool grads_sharded = false;   // `grads` holds the owned ranges alone (shard_at)
+  bool params_sharded = false;  // `params` too (ZeRO 3: passes read the all-gathers' copies)
+  size_t whole() const { return math.params().count; }  // the chunk's parameters, all of them
   // ZeRO: the part of `owned` no reduce-scatter moves (experts one replica holds): from stage
   // 2, added to the gradients from a pass's whole buffer after its last reduce-scatter.
   std::vector<std::pair<size_t, size_t>> alone;
@@ -53,11 +55,12 @@ struct ChunkState {
       if (hi > lo) f(lo, hi - lo);
     }
   }
-  // Shrinks the AdamW moments, and with `gradients` (ZeRO 2 and 3, whose passes add into
-  // transient whole buffers) the gradients, to what this replica owns (its optimizer steps
-  // nothing else): ZeRO's sharding in memory, not only in the math. Before the first pass;
-  // the moments keep their owned values (a resumed run's), the gradients are zero.
-  void keep_owned_state(bool gradients) {
+  // Shrinks the AdamW moments, with `gradients` (ZeRO 2 and 3, whose passes add into
+  // transient whole buffers) the gradients, and with `parameters` (ZeRO 3, whose passes read
+  // the all-gathers' transient copies) the parameters, to what this replica owns (its
+  // optimizer steps nothing else): ZeRO's sharding in memory, not only in the math. Before the
+  // first pass; the moments and parameters keep their owned values, the gradients are zero.
+  void keep_owned_state(bool gradients, bool parameters = false) {
     if (owned.empty()) return;
     size_t total = 0;
     shard_base.clear();
@@ -65,27 +68,30 @@ struct ChunkState {
       shard_base.push_back(total);
       total += b - a;
     }
-    for (OpsFloats* moment : {&m, &v}) {
+    for (OpsFloats* kept : {&m, &v, parameters ? &params : nullptr}) {
+      if (kept == nullptr) continue;
       OpsFloats shard = ops().floats(total);
       for (size_t k = 0; k < owned.size(); ++k) {
-        ops().copy(shard.data() + shard_base[k], moment->data() + owned[k].first, owned[k].second - owned[k].first);
+        ops().copy(shard.data() + shard_base[k], kept->data() + owned[k].first, owned[k].second - owned[k].first);
       }
-      *moment = std::move(shard);
+      *kept = std::move(shard);
     }
     if (gradients) grads = ops().zeros(total);
     grads_sharded = gradients;
+    params_sharded = parameters;
   }
   // Where the element at flat `offset` sits in `array` (one of the four above): once kept for
   // the owned alone, the moments (and from stage 2 the gradients) hold it at shard_at.
   size_t index_in(const OpsFloats& array, size_t offset) const {
-    const bool sharded = &array == &m || &array == &v || (&array == &grads && grads_sharded);
+    const bool sharded = &array == &m || &array == &v || (&array == &grads && grads_sharded) ||
+                         (&array == &params && params_sharded);
     return sharded ? shard_at(offset) : offset;
   }
-  // A host copy of `array` (params, m or v) as whole as the parameters: a shard's moments at
+  // A host copy of `array` (params, m or v) as whole as the parameters: a shard's values at
   // their owned offsets, zeros where other replicas own them.
   std::vector<float> host_whole(const OpsFloats& array) const {
-    std::vector<float> host(params.size(), 0.0f);
-    if (&array == &params || shard_base.empty()) {
+    std::vector<float> host(whole(), 0.0f);
+    if ((&array == &params && !params_sharded) || shard_base.empty()) {
       ops().download(host.data(), array.data(), array.size());
     } else {
       for (const auto& [a, b] : owned) ops().download(host.data() + a, array.data() + index_in(array, a), b - a);
@@ -141,9 +147,11 @@ struct ChunkState {
     math.set_ops(to);
     ops_ = &to;
   }
-  // Sets every parameter outside `owned` to `value` (ZeRO: NaN where another replica owns it,
-  // so a pass that read one without the plan's all-gather would show it in the loss).
+  // Sets every parameter outside `owned` to `value` (ZeRO 1 and 2: NaN where another replica
+  // owns it, so a pass that read one before the plan's all-gather would show it in the loss).
+  // Nothing once the parameters hold the shard alone.
   void set_unowned(float value) {
+    if (params_sharded) return;
     size_t at = 0;
     std::vector<float> fill;
     const auto set = [&](size_t a, size_t b) {
@@ -157,11 +165,7 @@ struct ChunkState {
     }
     set(at, params.size());
   }
-  std::vector<float> host_params() const {
-    std::vector<float> host(params.size());
-    ops().download(host.data(), params.data(), params.size());
-    return host;
-  }
+  std::vector<float> host_params() const { return host_whole(params); }
   // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
   const float* replicated_at(size_t offset) const {
     const auto after = std::upper_bound(replicated.begin(), replicated.end(), offset,

@@ -358,6 +358,10 @@ void GradientSync::map_zero() {
 
 const float* GradientSync::pass_params(const TaskContext& task, ChunkState& c) {
   const int gathered = zero_stage_ >= 3 ? tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight) : -1;
+  if (gathered < 0 && c.params_sharded) {
+    throw PlanError(partition::describe_task(plan_, task.task) + " reads no gathered parameters (gathered_weight) "
+                    "under layout.sync.zero.stage " + std::to_string(zero_stage_) + ": this replica holds its shard alone");
+  }
   if (gathered < 0) return c.params.data();
   std::lock_guard lock(transient_mutex_);
   return made_before(transient_, plan_, task, gathered, "reads the gathered parameters", "all-gather").data();
@@ -375,7 +379,7 @@ float* GradientSync::pass_grads(const TaskContext& task, ChunkState& c) {
   std::lock_guard lock(transient_mutex_);
   Transient& t = transient_[{task.iteration, whole}];
   if (t.floats.size() == 0) {  // its first pass: backwards add; its reduce-scatters free it (zero_done)
-    t.floats = c.ops().zeros(c.params.size());
+    t.floats = c.ops().zeros(c.whole());
     const auto readers = scatters_of_whole_.find(whole);
     t.reads_left = readers == scatters_of_whole_.end() ? 1 : readers->second;
   }
@@ -422,9 +426,9 @@ std::span<float> GradientSync::zero_data(const TaskContext& task) {
     }
     case ZeroRole::gather_copy: {
       const int whole = plan_.writes(task.task)[0];
-      OpsFloats copy = c.ops().floats(c.params.size());
-      const auto [a, b] = zero_part_[t];  // what this member brings; the steps bring the rest
-      c.ops().copy(copy.data() + a, c.params.data() + a, b - a);
+      OpsFloats copy = c.ops().floats(c.whole());
+      const auto [a, b] = zero_part_[t];  // what this member brings (its shard's); the steps bring the rest
+      c.ops().copy(copy.data() + a, c.params.data() + c.index_in(c.params, a), b - a);
       std::lock_guard lock(transient_mutex_);
       Transient& made = transient_[{task.iteration, whole}];
       made.floats = std::move(copy);

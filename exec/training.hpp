@@ -69,12 +69,13 @@
 //    workers' sum (with three workers or more, the ring adds a float in an order that
 //    depends on its place in the part, so a worker's ranks may differ in its last bit).
 //
-//  - ZeRO (Layout::sync.zero, partition/plan_builder_zero.cpp): every replica keeps whole
-//    arrays, but what it owns is the plan's: the part of each reduce-scatter's buffer that
-//    the collective's steps leave it (partition::member_part), the same part its all-gathers
-//    bring. Its optimizer steps that shard alone; the parameters it does not own are set to
-//    NaN after each step (stage 3: from the start), so a pass that read one without the
-//    plan's all-gather would show it in the loss. Stage 1 reduce-scatters and all-gathers
+//  - ZeRO (Layout::sync.zero, partition/plan_builder_zero.cpp): what a replica owns is the
+//    plan's: the part of each reduce-scatter's buffer that the collective's steps leave it
+//    (partition::member_part), the same part its all-gathers bring. It keeps AdamW's moments
+//    for that shard alone, from stage 2 its gradients, from stage 3 its parameters
+//    (ChunkState::keep_owned_state). Its optimizer steps that shard alone; at stages 1 and 2
+//    the parameters it does not own are set to NaN after each step, so a pass that read one
+//    before the plan's all-gather would show it in the loss. Stage 1 reduce-scatters and all-gathers
 //    in place, bucket by bucket; from stage 2 a pass adds its gradients to a transient whole
 //    buffer (the plan's unsharded_grad) that its reduce-scatter adds into the shard; stage 3
 //    passes read a transient whole copy of the parameters (gathered_weight) their

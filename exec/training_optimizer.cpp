@@ -62,7 +62,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     for (const ParamSlot& slot : c->math.params().slots) {
       c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
         const size_t at = c->shard_at(o);  // (ZeRO: its moments, from stage 2 its gradients, the shard's alone)
-        step_->adamw(c->ops(), c->params.data() + o, c->grad_at(o), c->m.data() + at, c->v.data() + at, n, lr,
+        step_->adamw(c->ops(), c->params.data() + c->index_in(c->params, o), c->grad_at(o), c->m.data() + at,
+                     c->v.data() + at, n, lr,
                      slot.decays, step);
       });
     }

@@ -90,12 +90,9 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
   weights_.emplace(shape_, plan_.layout.experts.parallel, expert_placement_);
   sync_.emplace(plan_, shape_, chunk_of_tensor_, tp_position_, [this](int d) { return local(d); }, zero_stage_);
   // A replica keeps the moments of its shard alone, from stage 2 its gradients too (the passes
-  // add into transient whole buffers); from stage 3 no pass reads the chunk's own parameters,
-  // only gathered copies.
-  for (auto& c : chunks_) {
-    c->keep_owned_state(zero_stage_ >= 2);
-    if (zero_stage_ >= 3 && !c->owned.empty()) c->set_unowned(std::numeric_limits<float>::quiet_NaN());
-  }
+  // add into transient whole buffers), from stage 3 its parameters (no pass reads the chunk's
+  // own, only the all-gathers' copies).
+  for (auto& c : chunks_) c->keep_owned_state(zero_stage_ >= 2, zero_stage_ >= 3);
 }
 
 // The plan's network and layout as real math needs them: the decoder's shape, each device's

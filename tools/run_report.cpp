@@ -297,9 +297,9 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
   if (plan.layout.sync.zero.stage > 0 && plan.layout.workers.size() > 1) {
     // (exec/chunk_state.hpp's keep_owned_state; stage 3's gathered copies are transient.)
     const int stage = plan.layout.sync.zero.stage;
-    out << "  (ZeRO stage " << stage << ": every replica here keeps whole parameters and the AdamW moments"
-        << (stage >= 2 ? " and gradients" : "") << " of its shard alone; the plan also shards "
-        << (stage >= 3 ? "the parameters" : "nothing more") << ")\n";
+    out << "  (ZeRO stage " << stage << ": every replica here keeps the AdamW moments"
+        << (stage >= 3 ? ", gradients and parameters" : stage >= 2 ? " and gradients" : "")
+        << " of its shard alone, as the plan counts them)\n";
   }
   if (plan.layout.offload.optimizer) {
     out << "  (optimizer offloaded: the plan keeps AdamW's state in host memory, " << u::human_bytes(plan.memory[0].host_bytes)

@@ -855,8 +855,9 @@ INSTANTIATE_TEST_SUITE_P(
 // under sequence parallelism every norm's) are summed over the ranks before ZeRO scatters
 // them: every backward where it scatters each pass's gradients, the last where it scatters a
 // chunk's once a step.
-// The parameters a replica does not own are NaN between its optimizer and the plan's
-// all-gathers (stage 3: always), so a pass that read one without its gather would show it.
+// At stages 1 and 2 the parameters a replica does not own are NaN between its optimizer and
+// the plan's all-gathers, so a pass that read one without its gather would show it; at stage
+// 3 it holds its shard alone, and passes read the all-gathers' copies.
 struct ZeroCase {
   const char* name;
   int stage;
@@ -1002,9 +1003,9 @@ INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCase
 
 // A replica keeps AdamW's two moments for its shard alone (ZeRO's optimizer-state
 // partitioning in memory, not only in the math), and from stage 2 its gradients too: set up,
-// a sharded plan's arrays are the unsharded plan's less two floats (three from stage 2) for
-// every parameter a device holds and does not own, which its plan's optimizer-state tensor
-// counts. Parameters stay whole arrays (stage 3 sets what it does not own to NaN).
+// a sharded plan's arrays are the unsharded plan's less two floats (three from stage 2, four
+// from stage 3: the parameters too) for every parameter a device holds and does not own,
+// which its plan's optimizer-state tensor counts.
 TEST(ZeroTraining, AReplicaKeepsTheStateOfItsShardAlone) {
   for (const int stage : {1, 2, 3}) {
     partition::PlanOptions o = options(2, 2, 4, "1f1b");
@@ -1026,7 +1027,7 @@ TEST(ZeroTraining, AReplicaKeepsTheStateOfItsShardAlone) {
       return bytes;
     };
     EXPECT_GT(not_owned, 0);
-    const double floats = stage >= 2 ? 3 : 2;  // m and v, and the gradients
+    const double floats = stage >= 3 ? 4 : stage >= 2 ? 3 : 2;  // m and v, the gradients, the parameters
     EXPECT_EQ(set_up_bytes(whole) - set_up_bytes(sharded), floats * 4 * not_owned) << "stage " << stage;
   }
 }
