@@ -102,9 +102,10 @@ void write_file(const std::string& path, const std::string& text, const std::str
   }
 }
 
-void check_writable(const std::string& path, const std::string& option) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+namespace {
+
+// `path` (what errors name) goes in `folder`, which must exist and be writable.
+void check_folder_writable(const std::string& path, const std::filesystem::path& folder, const std::string& option) {
   std::error_code error;
   if (!std::filesystem::is_directory(folder, error)) {
     throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " does not exist");
@@ -112,20 +113,26 @@ void check_writable(const std::string& path, const std::string& option) {
   if (::access(folder.c_str(), W_OK) != 0) {
     throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " is not writable");
   }
+}
+
+std::filesystem::path folder_of(const std::filesystem::path& p) {
+  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+}
+
+}  // namespace
+
+void check_writable(const std::string& path, const std::string& option) {
+  const std::filesystem::path target(path);
+  check_folder_writable(path, folder_of(target), option);
+  std::error_code error;
   if (std::filesystem::is_directory(target, error)) throw InputError(path, 0, option, "cannot be written: it is a folder");
 }
 
 void check_writable_folder(const std::string& path, const std::string& option) {
   const std::filesystem::path target = std::filesystem::path(path).lexically_normal();
-  const std::filesystem::path named = target.filename().empty() ? target.parent_path() : target;
-  const std::filesystem::path folder = named.has_parent_path() ? named.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path named = target.filename().empty() ? target.parent_path() : target;  // ("dir/" is dir)
+  check_folder_writable(path, folder_of(named), option);
   std::error_code error;
-  if (!std::filesystem::is_directory(folder, error)) {
-    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " does not exist");
-  }
-  if (::access(folder.c_str(), W_OK) != 0) {
-    throw InputError(path, 0, option, "cannot be written: its folder " + folder.string() + " is not writable");
-  }
   if (std::filesystem::exists(named, error) && !std::filesystem::is_directory(named, error)) {
     throw InputError(path, 0, option, "cannot be written: it is a file, not a folder");
   }

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "exec/training.hpp"
 #include "exec/training_checkpoint.hpp"
 #include "exec_test_util.hpp"
+#include "odd_networks.hpp"
 #include "model/error.hpp"
 
 namespace hetflow {
@@ -27,24 +27,12 @@ using exec::OptimizerOptions;
 using partition::Plan;
 namespace fs = std::filesystem;
 
-model::Network odd_gpt(int layers = 3) {
-  return model::network_from_spec("gpt:layers=" + std::to_string(layers) + ",hidden=36,heads=3,seq=13,vocab=97",
-                                  model::Precision::fp32);
-}
-model::Network odd_llama(int layers = 4, int seq = 12) {
-  return model::network_from_spec("llama:layers=" + std::to_string(layers) +
-                                      ",hidden=48,heads=6,kv_heads=2,ffn=100,seq=" + std::to_string(seq) + ",vocab=101",
-                                  model::Precision::fp32);
-}
-// Mixtral's routed experts (4 of them, the top 2), for expert parallelism.
+model::Network odd_gpt() { return test_support::odd_gpt(3); }
+model::Network odd_llama(int layers = 4, int seq = 12) { return test_support::odd_llama(layers, seq); }
+// Mixtral's routed experts, 4 of them (as the planner divides them over 2 expert ranks).
 model::Network odd_mixtral(int layers = 4) {
-  model::TransformerConfig c = *odd_llama(layers, 11).architecture;
-  c.name = "mixtral-odd";
-  c.moe.tensor_names = model::MoeConfig::TensorNames::mixtral;
+  model::TransformerConfig c = *test_support::odd_mixtral(layers, 11).architecture;
   c.moe.experts = 4;
-  c.moe.experts_per_token = 2;
-  c.moe.expert_ffn = 37;
-  c.moe.aux_loss_coef = 0.02;
   return model::make_transformer(c, model::Precision::fp32);
 }
 
@@ -62,16 +50,7 @@ OptimizerOptions optimizer() {
   return o;
 }
 
-// Weights away from the seeded start (no tensor at zero), as a trained model has them.
-exec::SafetensorsFile start_weights(const Plan& plan) {
-  exec::SafetensorsFile w = exec::Training(plan, exec::markov_stream(plan.network.architecture->vocab, 1), {}, 42).weights();
-  std::mt19937 rng(5);
-  std::normal_distribution<float> noise(0.0f, 0.02f);
-  for (auto& t : w.tensors) {
-    for (float& x : t.data) x += noise(rng);
-  }
-  return w;
-}
+exec::SafetensorsFile start_weights(const Plan& plan) { return test_support::perturbed_weights(plan); }
 
 struct Trained {
   std::vector<double> losses;
