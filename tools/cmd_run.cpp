@@ -183,8 +183,9 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   if (written("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";
   if (written("save-weights")) out << "wrote " << request.save_weights << " (the weights)\n";
   if (written("save-checkpoint")) {
-    out << "wrote " << request.save_checkpoint << " (a training checkpoint after step "
-        << training.resumed_iterations + request.warmup + request.steps << "; --resume goes on from it)\n";
+    const long long steps = training.resumed_iterations + request.warmup + request.steps;
+    out << "wrote " << request.save_checkpoint << " (a training checkpoint after " << steps
+        << " steps; --resume goes on from step " << steps << ")\n";
   }
   return status();
 }

@@ -194,7 +194,7 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
     out << "  model: " << t.training->describe() << "\n  data: " << t.data
         << (t.entropy_nats > 0 ? " (the loss a perfect model reaches)" : "") << "\n";
     if (!r.resume.empty()) {
-      out << "  resumed from " << r.resume << " after its step " << t.resumed_iterations - 1 << ": steps go on from "
+      out << "  resumed from " << r.resume << " after its " << t.resumed_iterations << " steps: this run's go on from step "
           << t.resumed_iterations << "\n";
     }
     out << "  AdamW lr " << r.optimizer.lr;

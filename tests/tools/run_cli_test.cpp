@@ -427,7 +427,7 @@ TEST(RunCli, AResumedRunGoesOnAsTheRunThatNeverStopped) {
   EXPECT_EQ(slurp(after), slurp(straight));
   const auto text = run_hetflow(base.substr(0, base.size() - 7) + " --steps 1 --resume " + checkpoint);
   ASSERT_EQ(text.status, 0) << text.err;
-  EXPECT_NE(text.out.find("resumed from " + checkpoint + " after its step 1: steps go on from 2"), std::string::npos)
+  EXPECT_NE(text.out.find("resumed from " + checkpoint + " after its 2 steps: this run's go on from step 2"), std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("  step   2 "), std::string::npos) << text.out;
   EXPECT_EQ(js["steps"][0]["step"], 2);
