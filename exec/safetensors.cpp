@@ -199,6 +199,12 @@ std::map<std::string, std::string> parse_metadata(const Json& value, const std::
 
 void decode(const Source& source, std::uint64_t data_start, const Entry& e, std::vector<float>& out) {
   out.resize(static_cast<size_t>(e.elements));
+  if constexpr (std::endian::native == std::endian::little) {  // F32 is the host's own: read in place
+    if (e.dtype->name == "F32") {
+      if (e.end > e.begin) source.read(data_start + e.begin, static_cast<size_t>(e.end - e.begin), reinterpret_cast<unsigned char*>(out.data()));
+      return;
+    }
+  }
   const size_t element_bytes = static_cast<size_t>(e.dtype->size_bytes);
   std::vector<unsigned char> chunk(static_cast<size_t>(std::min<std::uint64_t>(e.end - e.begin, kChunkBytes)));
   size_t done = 0;  // elements converted
@@ -370,12 +376,16 @@ std::string header_bytes(const SafetensorsFile& contents, const std::vector<std:
 // Calls `sink(bytes, n)` with the little-endian fp32 bytes of `data`, a chunk at a time.
 template <typename Sink>
 void encode_data(const std::vector<float>& data, Sink&& sink) {
-  std::vector<unsigned char> chunk(std::min(data.size() * sizeof(float), kChunkBytes));
-  for (size_t i = 0; i < data.size();) {
-    const size_t n = std::min(data.size() - i, chunk.size() / sizeof(float));
-    for (size_t k = 0; k < n; ++k) store_le32(std::bit_cast<std::uint32_t>(data[i + k]), chunk.data() + 4 * k);
-    sink(chunk.data(), n * sizeof(float));
-    i += n;
+  if constexpr (std::endian::native == std::endian::little) {  // the file's order already: no copy
+    if (!data.empty()) sink(reinterpret_cast<const unsigned char*>(data.data()), data.size() * sizeof(float));
+  } else {
+    std::vector<unsigned char> chunk(std::min(data.size() * sizeof(float), kChunkBytes));
+    for (size_t i = 0; i < data.size();) {
+      const size_t n = std::min(data.size() - i, chunk.size() / sizeof(float));
+      for (size_t k = 0; k < n; ++k) store_le32(std::bit_cast<std::uint32_t>(data[i + k]), chunk.data() + 4 * k);
+      sink(chunk.data(), n * sizeof(float));
+      i += n;
+    }
   }
 }
 
