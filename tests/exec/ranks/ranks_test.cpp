@@ -45,6 +45,7 @@ struct Trained {
   std::vector<double> losses;
   exec::SafetensorsFile weights;
   std::vector<double> balances;  // a mixture of experts' load-balancing losses
+  exec::TrainingState state;     // a training checkpoint's (rank 0's)
 };
 
 // The plan's training, its devices as threads here (`with` null) or over the ranks.
@@ -60,10 +61,11 @@ Trained train(const Plan& plan, exec::Ranks* with) {
   e.ranks = with;
   Trained t;
   t.result = exec::run_plan(plan, backend, e);
-  training.collect_at_root();
+  training.collect_at_root(true);
   t.losses = training.losses();
   t.balances = training.balance_losses();
   t.weights = training.weights();
+  if (with == nullptr || with->rank() == 0) t.state = training.state();
   return t;
 }
 
@@ -245,6 +247,10 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
     EXPECT_EQ(over_ranks.balances, threads.balances) << c.name;
     EXPECT_EQ(threads.balances.empty(), !c.moe) << c.name;
     EXPECT_TRUE(bitwise_equal(over_ranks.weights, threads.weights)) << c.name;
+    // A checkpoint gathered over the ranks holds the threads' moments and counters.
+    EXPECT_TRUE(bitwise_equal(over_ranks.state.exp_avg, threads.state.exp_avg)) << c.name;
+    EXPECT_TRUE(bitwise_equal(over_ranks.state.exp_avg_sq, threads.state.exp_avg_sq)) << c.name;
+    EXPECT_EQ(exec::training_progress_json(over_ranks.state.progress), exec::training_progress_json(threads.state.progress)) << c.name;
     size_t messages = 0;  // in-task collectives' messages: an event each, from the rank that ran it
     for (size_t t = 0; t < plan.tasks.size(); ++t) messages += plan.inside(static_cast<int>(t)).size();
     EXPECT_EQ(over_ranks.result.trace.events.size(), (plan.tasks.size() + messages) * 3) << c.name;
