@@ -1,6 +1,7 @@
 #include "partition/memory.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "partition/shard.hpp"
 #include "partition/tp_calls.hpp"
@@ -191,10 +192,20 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
     if (k == TensorKind::host_stash) return l.host;
     return l.buffers;
   };
+  // ZeRO's transient whole copies (gathered parameters, whole gradient buffers) freed by a task
+  // on another stream than the one that made them: the making stream goes on meanwhile (the
+  // next pass's buffer is made while the last one's reduce-scatter runs; the next chunk's
+  // all-gather runs while the last pass reads its copy), so such a copy counts until the
+  // freeing stream's next task starts, not from the end of the freeing task in this order.
+  std::map<std::pair<size_t, int>, std::vector<int>> deferred;  // (device, stream) -> tensors
   for (int task : task_order) {
     const auto device = static_cast<size_t>(plan.task(task).device);
     memory[device].workspace_bytes = plan.layout.workspace_bytes;  // a device that runs anything
     Live& l = live[device];
+    if (const auto pending = deferred.find({device, plan.task(task).stream}); pending != deferred.end()) {
+      for (const int id : pending->second) term(l, plan.tensors[static_cast<size_t>(id)].kind) -= plan.tensors[static_cast<size_t>(id)].bytes;
+      deferred.erase(pending);
+    }
     for (int k = allocate_begin[static_cast<size_t>(task)]; k < allocate_begin[static_cast<size_t>(task) + 1]; ++k) {
       const Tensor& t = plan.tensors[static_cast<size_t>(allocates[static_cast<size_t>(k)])];
       term(l, t.kind) += t.bytes;
@@ -209,7 +220,13 @@ std::vector<DeviceMemory> memory_from_lifetimes(const Plan& plan, const std::vec
       memory[device].peak_in_flight = l.stashes;
     }
     for (int k = free_begin[static_cast<size_t>(task)]; k < free_begin[static_cast<size_t>(task) + 1]; ++k) {
-      const Tensor& t = plan.tensors[static_cast<size_t>(frees[static_cast<size_t>(k)])];
+      const int id = frees[static_cast<size_t>(k)];
+      const Tensor& t = plan.tensors[static_cast<size_t>(id)];
+      const bool whole_copy = t.kind == TensorKind::gathered_weight || t.kind == TensorKind::unsharded_grad;
+      if (whole_copy && t.producer >= 0 && plan.task(t.producer).stream != plan.task(task).stream) {
+        deferred[{device, plan.task(task).stream}].push_back(id);
+        continue;
+      }
       term(l, t.kind) -= t.bytes;
       l.stashes -= t.kind == TensorKind::stash;
     }
