@@ -52,7 +52,9 @@ void check_memory(const Plan& plan, const TaskOrder& order, Validation& v) {
         !close(m.host_bytes, e.host_bytes) || m.peak_in_flight != e.peak_in_flight) {
       problems.push_back("memory[" + std::to_string(d) + "]: records " + u::human_bytes(m.total_bytes()) + " of " +
                          u::human_bytes(m.capacity_bytes) + " but the tensors' lifetimes give " +
-                         u::human_bytes(e.total_bytes()) + " of " + u::human_bytes(e.capacity_bytes));
+                         u::human_bytes(e.total_bytes()) + " of " + u::human_bytes(e.capacity_bytes) +
+                         " (edited by hand, or made by an earlier hetflow whose memory model differs: make it again "
+                         "with `hetflow plan ... --out`)");
       return;
     }
   }
