@@ -108,7 +108,7 @@ struct ChunkState {
     return shard_base[k] + (offset - owned[k].first);
   }
   // The gradient of the parameter at flat `offset` (an owned one when they are sharded).
-  float* grad_at(size_t offset) { return grads.data() + (grads_sharded ? shard_at(offset) : offset); }
+  float* grad_at(size_t offset) { return grads.data() + index_in(grads, offset); }
   // The gradients of the parameters every rank holds whole (norms, biases after a reduction,
   // positions) as the backward left them: each part of a data-parallel all-reduce between
   // workers of different degrees sums them from these (taken by the iteration's first part).
@@ -165,7 +165,6 @@ struct ChunkState {
     }
     set(at, params.size());
   }
-  std::vector<float> host_params() const { return host_whole(params); }
   // The snapshot's gradient at `offset` of the flat array (inside a replicated slot).
   const float* replicated_at(size_t offset) const {
     const auto after = std::upper_bound(replicated.begin(), replicated.end(), offset,

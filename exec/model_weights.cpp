@@ -55,9 +55,7 @@ void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, 
     }
     put(out, static_cast<std::uint64_t>(arrays));
     for (size_t k = 0; k < arrays; ++k) {
-      const std::vector<float> values = c->host_whole(array_of(*c, kArrays[k]));
-      put(out, static_cast<std::uint64_t>(values.size()));
-      for (const float v : values) put(out, v);
+      put_counted(out, std::span<const float>(c->host_whole(array_of(*c, kArrays[k]))));
     }
   }
   for (const auto& c : chunks) {  // ZeRO: the shards of the other replicas, which rank 0's file takes
@@ -71,8 +69,7 @@ void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, 
         put(out, static_cast<std::uint64_t>(at - slot.offset));
         std::vector<float> values(n);
         c->ops().download(values.data(), array.data() + c->index_in(array, at), n);
-        put(out, static_cast<std::uint64_t>(values.size()));
-        for (const float v : values) put(out, v);
+        put_counted(out, std::span<const float>(values));
       });
     }
   }

@@ -363,9 +363,7 @@ void ParameterServers::save(std::vector<std::byte>& out, bool moments) const {
     for (const auto& [name, p] : server.params) {
       put_string(out, name);
       for (int k = 0; k < arrays; ++k) {
-        const std::vector<float>& values = array_of(p.p, p.m, p.v, k);
-        put(out, static_cast<std::uint64_t>(values.size()));
-        for (const float v : values) put(out, v);
+        put_counted(out, std::span<const float>(array_of(p.p, p.m, p.v, k)));
       }
     }
   }

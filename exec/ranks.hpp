@@ -98,6 +98,14 @@ void put(std::vector<std::byte>& out, const T& value) {
   const auto* p = reinterpret_cast<const std::byte*>(&value);
   out.insert(out.end(), p, p + sizeof(T));
 }
+// Their count, then the values: what ByteReader::get_into reads back after the count.
+template <class T>
+void put_counted(std::vector<std::byte>& out, std::span<const T> values) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  put(out, static_cast<std::uint64_t>(values.size()));
+  const auto* p = reinterpret_cast<const std::byte*>(values.data());
+  out.insert(out.end(), p, p + values.size_bytes());
+}
 inline void put_string(std::vector<std::byte>& out, const std::string& s) {
   put(out, static_cast<std::uint64_t>(s.size()));
   const auto* p = reinterpret_cast<const std::byte*>(s.data());

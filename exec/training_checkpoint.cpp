@@ -1,16 +1,13 @@
 #include "exec/training_checkpoint.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "exec/atomic_file.hpp"
+#include "exec/binary_io.hpp"
 #include "model/error.hpp"
 #include "model/json_util.hpp"
 
@@ -151,14 +148,12 @@ std::string checked_folder(const std::string& folder) {
 }
 
 std::string read_state(const std::string& path) {
-  std::error_code error;
-  constexpr std::uintmax_t kMostBytes = 1 << 20;  // the state is a few hundred bytes
-  if (fs::file_size(path, error) > kMostBytes) throw InputError(path, 0, "file", "is larger than 1 MiB: not a training state");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, 0, "file", std::string("cannot be read: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const ReadOnlyFile in(path);  // refuses what is not a regular file (a FIFO would block)
+  constexpr std::uint64_t kMostBytes = 1 << 20;  // the state is a few hundred bytes
+  if (in.size_bytes() > kMostBytes) throw InputError(path, 0, "file", "is larger than 1 MiB: not a training state");
+  std::string text(static_cast<size_t>(in.size_bytes()), '\0');
+  in.read(0, text.size(), text.data());
+  return text;
 }
 
 }  // namespace
