@@ -4,46 +4,29 @@
 // its tokens' top-k copies to the member holding the chosen expert (the dispatch), the
 // holders run their experts on what arrives, and the results go back to the tokens' owners
 // (the combine), both all-to-alls over the group, one group per position (pipeline rank,
-// tensor rank, context rank). A backward exchanges the gradients the same two ways, in
+// tensor rank, context rank). Under tensor parallelism each device dispatches its sequence-
+// parallel share of the tokens, and its tensor group gathers what arrived before the experts
+// (pass_tp_calls). A backward exchanges the gradients the same two ways, in
 // reverse order. The routing model decides each holder's part of every member's copies
 // (Collective::parts, ExpertSplit::dispatch); the combine sends back what the dispatch
 // brought, and is planned with the dispatch's parts: on links alike both ways, the busiest
 // link carries as much. Everything else a member does is its own tokens' (chunk_work scales
 // the routed experts' FLOPs by its rank's load).
-#include <algorithm>
-
 #include "partition/axis_registry.hpp"
 #include "partition/expert_shard.hpp"
 
 namespace hetflow::partition {
 
-namespace {
-
-// Where a MoE layer's exchanges sit in its forward FLOPs: the dispatch after the attention
-// and the router, the combine after the routed experts (the shared experts come last).
-struct ExchangePlace {
-  double dispatch = 0, combine = 1;  // parts of the layer's forward FLOPs
-};
-
-ExchangePlace exchange_place(const model::TransformerConfig& c, const model::Layer& l) {
-  const model::MoeConfig& m = c.moe;
-  const double shared = 2.0 * c.seq * 3.0 * c.hidden * static_cast<double>(m.shared_experts) * m.shared_width();
-  const double routed = routed_forward_flops(l, c.seq);
-  const double f = l.forward_flops;
-  const double combine = std::clamp(1 - shared / f, 0.0, 1.0);
-  return {std::clamp(combine - routed / f, 0.0, combine), combine};
-}
-
-}  // namespace
-
 std::vector<PassCall> pass_expert_calls(const model::Network& net, const PassShape& pass) {
   if (pass.experts <= 1 || !net.architecture || net.architecture->moe.experts <= 0) return {};
   const model::TransformerConfig& c = *net.architecture;
-  // A rank's tokens' kept copies: its 1/context of the sequence, top-k each, hidden wide.
-  const double copies = static_cast<double>(c.seq) / pass.context * c.moe.experts_per_token * c.hidden * pass.expert_kept;
+  // A device's tokens' kept copies: its 1/context of the sequence (under tensor parallelism
+  // its sequence-parallel 1/t of that), top-k each, hidden wide.
+  const double copies = static_cast<double>(c.seq) / pass.context / pass.tensor * c.moe.experts_per_token * c.hidden *
+                        pass.expert_kept;
   return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
     if (l.experts <= 0 || l.forward_flops <= 0) return;
-    const ExchangePlace x = exchange_place(c, l);
+    const ExchangePoints x = exchange_points(c, l);
     if (part == LayerPart::forward || (part == LayerPart::rerun && pass.recompute == Recompute::full)) {
       out.push_back({CollectiveKind::all_to_all, copies, x.dispatch});
       out.push_back({CollectiveKind::all_to_all, copies, x.combine});

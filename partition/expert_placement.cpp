@@ -32,19 +32,22 @@ ExpertRanks expert_ranks(const model::Network& net, const Layout& layout, const 
     const auto r = static_cast<size_t>(expert_rank(static_cast<int>(w), context, ep));
     const VirtualWorker& vw = layout.workers[w];
     std::vector<double> used(vw.ranks.size(), layout.workspace_bytes), per_expert(vw.ranks.size(), 0.0);
-    for (const Stage& s : vw.stages) {
-      const double routed = routed_expert_params(net, s.layer_begin, s.layer_end);
-      const double dense = params_per_device(net, s.layer_begin, s.layer_end, 1) - routed;
+    for (size_t k = 0; k < vw.stages.size(); ++k) {
+      const Stage& s = vw.stages[k];
+      const int t = vw.tensor_of(k);  // (each device holds and computes 1/t of every expert)
+      const double routed = routed_expert_params(net, s.layer_begin, s.layer_end, t);
+      const double dense = params_per_device(net, s.layer_begin, s.layer_end, t) - routed;
       used[static_cast<size_t>(s.rank)] += dense * dense_bytes_per_param;
       for (int i = s.layer_begin; i < s.layer_end; ++i) {
         const model::Layer& l = net.layers[static_cast<size_t>(i)];
         if (l.experts <= 0) continue;
-        per_expert[static_cast<size_t>(s.rank)] += l.expert_params * expert_bytes_per_param;
+        const double part = l.tp_splittable ? 1.0 / t : 1.0;
+        per_expert[static_cast<size_t>(s.rank)] += l.expert_params * part * expert_bytes_per_param;
         // One expert's share of a micro-batch's routed FLOPs, timed on each of the rank's devices.
-        const double flops = routed_forward_flops(l, seq) * mbs / l.experts;
+        const double flops = routed_forward_flops(l, seq) * mbs / l.experts * part;
         for (const int d : vw.ranks[static_cast<size_t>(s.rank)]) {
-          const double t = cost.compute_time_s(d, TaskKind::forward, flops);
-          if (t > 0) out.speeds[r] = std::min(out.speeds[r], flops / t);
+          const double seconds = cost.compute_time_s(d, TaskKind::forward, flops);
+          if (seconds > 0) out.speeds[r] = std::min(out.speeds[r], flops / seconds);
         }
       }
     }

@@ -33,21 +33,26 @@ double expert_rank_params(const model::Layer& l, int held) {
   return l.params - (l.experts - std::clamp(held, 0, l.experts)) * l.expert_params;
 }
 
-double routed_expert_params(const model::Network& net, int begin, int end) {
+namespace {
+// A device's part of layer l's experts on a rank of degree `tensor` (part_params' proportion).
+double device_part(const model::Layer& l, int tensor) { return l.tp_splittable ? 1.0 / std::max(tensor, 1) : 1.0; }
+}  // namespace
+
+double routed_expert_params(const model::Network& net, int begin, int end, int tensor) {
   double sum = 0;
   for (int i = std::max(begin, 0); i < end && i < static_cast<int>(net.layers.size()); ++i) {
     const model::Layer& l = net.layers[static_cast<size_t>(i)];
-    sum += l.experts > 0 ? l.experts * l.expert_params : 0;
+    sum += l.experts > 0 ? l.experts * l.expert_params * device_part(l, tensor) : 0;
   }
   return sum;
 }
 
-double expert_params_elsewhere(const model::Network& net, int begin, int end, int held) {
+double expert_params_elsewhere(const model::Network& net, int begin, int end, int held, int tensor) {
   if (held < 0) return 0;
   double sum = 0;
   for (int i = std::max(begin, 0); i < end && i < static_cast<int>(net.layers.size()); ++i) {
     const model::Layer& l = net.layers[static_cast<size_t>(i)];
-    sum += l.params - expert_rank_params(l, held);
+    sum += (l.params - expert_rank_params(l, held)) * device_part(l, tensor);
   }
   return sum;
 }
@@ -59,6 +64,19 @@ double routed_forward_flops(const model::Layer& l, double tokens_per_sample) {
 double rank_forward_flops(const model::Layer& l, double tokens_per_sample, double load) {
   const double routed = routed_forward_flops(l, tokens_per_sample);
   return l.forward_flops - routed + routed * load;
+}
+
+ExchangePoints exchange_points(const model::TransformerConfig& c, const model::Layer& l) {
+  const model::MoeConfig& m = c.moe;
+  const double shared = 2.0 * c.seq * 3.0 * c.hidden * static_cast<double>(m.shared_experts) * m.shared_width();
+  const double routed = routed_forward_flops(l, c.seq);
+  const double f = l.forward_flops;
+  const double combine = std::clamp(1 - shared / f, 0.0, 1.0);
+  const double dispatch = std::clamp(combine - routed / f, 0.0, combine);
+  // Strictly inside the layer: at its very end the combine would tie with the next layer's
+  // first call (its tensor group's gather), and a task orders tied calls by collective, not
+  // by layer.
+  return {dispatch, combine - (combine - dispatch) * 1e-9};
 }
 
 Dispatch dispatch_parts(const std::vector<double>& shares, const ExpertPlacement& placement, double capacity_factor) {
@@ -168,6 +186,11 @@ void check_experts(const model::Network& net, const Layout& layout) {
                          " experts (or an expert placement), found " + std::to_string(ep));
   }
   if (ep <= 1) return;
+  // Expert tensor parallelism is each chunk's tensor degree: one all-to-all per tensor rank
+  // across an expert group, so every replica splits a chunk with MoE layers alike, and each
+  // device dispatches its share of the tokens (sequence parallelism, which Megatron-Core
+  // requires of MoE with tensor parallelism).
+  const VirtualWorker& first = layout.workers.front();
   for (size_t w = 0; w < layout.workers.size(); ++w) {
     const VirtualWorker& vw = layout.workers[w];
     for (size_t k = 0; k < vw.stages.size(); ++k) {
@@ -176,11 +199,21 @@ void check_experts(const model::Network& net, const Layout& layout) {
       for (int i = s.layer_begin; i < s.layer_end && i < static_cast<int>(net.layers.size()); ++i) {
         has_moe = has_moe || net.layers[static_cast<size_t>(i)].experts > 0;
       }
-      if (has_moe && vw.tensor_of(k) > 1) {
+      if (!has_moe) continue;
+      const int t = vw.tensor_of(k);
+      if (k >= first.stages.size() || first.tensor_of(k) != t) {
         throw InputError(kOptions, 0, "tensor",
-                         "expected 1 with expert parallelism: chunk " + std::to_string(k) + " of worker " +
-                             std::to_string(w) + " holds MoE layers on " + std::to_string(vw.tensor_of(k)) +
-                             " tensor-parallel devices, and expert tensor parallelism is not modelled yet");
+                         "expected the same tensor degree on every replica's chunk " + std::to_string(k) +
+                             " with expert parallelism (its MoE layers' experts split over it); worker " +
+                             std::to_string(w) + " has " + std::to_string(t) + ", worker 0 " +
+                             (k < first.stages.size() ? std::to_string(first.tensor_of(k)) : std::string("no such chunk")));
+      }
+      if (t > 1 && !layout.sequence_parallel) {
+        throw InputError(kOptions, 0, "sequence_parallel",
+                         "expected sequence parallelism with tensor and expert parallelism: chunk " + std::to_string(k) +
+                             " of worker " + std::to_string(w) + " holds MoE layers on " + std::to_string(t) +
+                             " tensor-parallel devices, and each dispatches its share of the tokens (Megatron-Core "
+                             "requires it too)");
       }
     }
   }

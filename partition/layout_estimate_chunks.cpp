@@ -72,7 +72,7 @@ void gate_by_expert_group(const model::Network& network, const Layout& layout, c
                           bool splits_backward, WorkMemo& memo, Chunk& c) {
   const int ep = layout.experts.parallel, context = layout.size(Axis::context);
   const Stage& s = layout.workers[static_cast<size_t>(w)].stages[k];
-  if (ep <= 1 || routed_expert_params(network, s.layer_begin, s.layer_end) <= 0) return;
+  if (ep <= 1 || routed_expert_params(network, s.layer_begin, s.layer_end, 1) <= 0) return;
   const builder::ChunkWork& mine = memo.of(s, layout.workers[static_cast<size_t>(w)].tensor_of(k), w).work;
   for (const int m : expert_group(w, static_cast<int>(layout.workers.size()) / context, context, ep)) {
     if (m == w) continue;
@@ -216,6 +216,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.context_comm = layout.context_comm;
       pass.experts = ep;
       pass.expert_kept = memo.dispatch().kept;
+      pass.expert_load = memo.expert_load(w);
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
       // A context group's devices at this chunk's first tensor rank (its other ranks' groups
       // are alike).

@@ -14,10 +14,10 @@ WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor, int worker) {
   if (it == entries_.end()) {
     Entry e;
     e.work = builder::chunk_work(network_, layout_, s, tensor, share);
-    const double elsewhere = expert_params_elsewhere(network_, s.layer_begin, s.layer_end, share.held);
+    const double elsewhere = expert_params_elsewhere(network_, s.layer_begin, s.layer_end, share.held, tensor);
     for (int j = 0; j < tensor; ++j) {
       e.params.push_back(part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, tensor)) - elsewhere);
-      e.experts.push_back(share.held < 0 ? 0 : routed_expert_params(network_, s.layer_begin, s.layer_end) - elsewhere);
+      e.experts.push_back(share.held < 0 ? 0 : routed_expert_params(network_, s.layer_begin, s.layer_end, tensor) - elsewhere);
     }
     it = entries_.emplace(key, std::move(e)).first;
   }

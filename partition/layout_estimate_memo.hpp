@@ -33,6 +33,8 @@ class WorkMemo {
   Entry& of(const Stage& s, int tensor, int worker);
   // The layout's expert dispatch: the part of the copies kept and each expert rank's part.
   const Dispatch& dispatch() const { return experts_.dispatch; }
+  // The copies worker `worker`'s expert rank computes, as a multiple of an even share.
+  double expert_load(int worker) const { return expert_share(experts_, layout_, worker).load; }
   // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
   const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
                                                         const std::vector<int>& server_of);

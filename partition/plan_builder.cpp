@@ -56,7 +56,7 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
   }
   w.context_bytes = context_gathered_bytes(net, layout, s.layer_begin, s.layer_end, tensor);
   w.weight_bytes = (params_per_device(net, s.layer_begin, s.layer_end, tensor) -
-                    expert_params_elsewhere(net, s.layer_begin, s.layer_end, experts.held)) * e;
+                    expert_params_elsewhere(net, s.layer_begin, s.layer_end, experts.held, tensor)) * e;
   w.output_bytes = net.cut_bytes(static_cast<size_t>(s.layer_end)) * mbs;
   w.input_bytes = net.cut_bytes(static_cast<size_t>(s.layer_begin)) * mbs;
   return w;
@@ -136,10 +136,10 @@ void Builder::build() {
         const int d = devices_of_rank[j];
         // Rank j's shard (partition/shard.hpp): what its weight and gradient buffers hold,
         // or under ZeRO this replica's share of it (plan_builder_zero.cpp).
-        const double elsewhere = expert_params_elsewhere(net_, s.layer_begin, s.layer_end, share.held);
+        const double elsewhere = expert_params_elsewhere(net_, s.layer_begin, s.layer_end, share.held, t);
         const double whole = part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(static_cast<int>(j), t)) - elsewhere;
         // Under expert parallelism the experts held are sharded over the replicas holding them.
-        const double held = share.held < 0 ? 0 : routed_expert_params(net_, s.layer_begin, s.layer_end) - elsewhere;
+        const double held = share.held < 0 ? 0 : routed_expert_params(net_, s.layer_begin, s.layer_end, t) - elsewhere;
         const double own = zero_stage() > 0 ? zero_own(layout_, whole, held, static_cast<int>(w),
                                                        zero_parts(replicas(static_cast<int>(k), static_cast<int>(j))))
                                             : whole;

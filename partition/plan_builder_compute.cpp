@@ -126,6 +126,7 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
   shape.context_comm = layout_.context_comm;
   shape.experts = layout_.experts.parallel;
   shape.expert_kept = experts_.dispatch.kept;
+  shape.expert_load = expert_share(experts_, layout_, w).load;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
   const AddCall add = [&](const AxisRules& axis, const PassCallGroup& g, const std::string& name,
                           const std::vector<int>& devices, const std::vector<int>& tasks) {

@@ -127,29 +127,34 @@ std::vector<int> piece_workers(const Segment::Piece& piece, size_t workers) {
 }
 
 namespace {
-// Expert parallelism: a segment's routed experts leave its (one-degree, check_experts) piece
-// for pieces of their own, one per expert rank, over the workers of that rank (every
-// expert group's, and every context rank's: they hold the same experts).
+// Expert parallelism: a segment's routed experts leave its (one-degree, check_experts)
+// pieces, one per tensor rank, for pieces of their own, one per expert rank and tensor rank,
+// over the workers of that expert rank (every expert group's, and every context rank's: they
+// hold the same experts).
 void split_expert_pieces(const model::Network& net, const Layout& layout, Segment& seg) {
   const int ep = layout.experts.parallel, context = layout.size(Axis::context);
-  const double routed = routed_expert_params(net, seg.begin, seg.end);
-  if (ep <= 1 || routed <= 0 || seg.pieces.size() != 1) return;
+  const int t = static_cast<int>(seg.pieces.size());
+  if (ep <= 1 || t < 1 || routed_expert_params(net, seg.begin, seg.end, 1) <= 0) return;
+  const double routed = routed_expert_params(net, seg.begin, seg.end, t);
   const double g = layout.gradient_element_bytes();
   const ExpertSplit split = expert_split(net, layout);
-  Segment::Piece& dense = seg.pieces.front();
-  dense.bytes -= routed * g;
-  dense.buckets = std::max(1, static_cast<int>(std::ceil(dense.bytes / layout.sync.bucket_bytes)));
-  const std::vector<int> ranks = dense.rank_of_worker;  // (`dense` moves as pieces are added)
-  for (int r = 0; r < ep; ++r) {
-    Segment::Piece piece;
-    piece.rank_of_worker = ranks;
-    for (size_t w = 0; w < layout.workers.size(); ++w) {
-      if (expert_rank(static_cast<int>(w), context, ep) == r) piece.workers.push_back(static_cast<int>(w));
+  std::vector<Segment::Piece> experts;
+  for (Segment::Piece& dense : seg.pieces) {
+    dense.bytes -= routed * g;
+    dense.buckets = std::max(1, static_cast<int>(std::ceil(dense.bytes / layout.sync.bucket_bytes)));
+    for (int r = 0; r < ep; ++r) {
+      Segment::Piece piece;
+      piece.rank_of_worker = dense.rank_of_worker;
+      for (size_t w = 0; w < layout.workers.size(); ++w) {
+        if (expert_rank(static_cast<int>(w), context, ep) == r) piece.workers.push_back(static_cast<int>(w));
+      }
+      const int held = split.held[static_cast<size_t>(r)];
+      piece.bytes = (routed - expert_params_elsewhere(net, seg.begin, seg.end, held, t)) * g;
+      piece.buckets = std::max(1, static_cast<int>(std::ceil(piece.bytes / layout.sync.bucket_bytes)));
+      if (piece.bytes > 0 && piece.workers.size() > 1) experts.push_back(std::move(piece));
     }
-    piece.bytes = (routed - expert_params_elsewhere(net, seg.begin, seg.end, split.held[static_cast<size_t>(r)])) * g;
-    piece.buckets = std::max(1, static_cast<int>(std::ceil(piece.bytes / layout.sync.bucket_bytes)));
-    if (piece.bytes > 0 && piece.workers.size() > 1) seg.pieces.push_back(std::move(piece));
   }
+  for (Segment::Piece& piece : experts) seg.pieces.push_back(std::move(piece));
 }
 }  // namespace
 
@@ -238,11 +243,15 @@ void Builder::add_allreduce_sync() {
       Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
       like.layer_begin = begin;
       like.layer_end = end;
-      // (An expert rank's piece: "edp ... e<r>", r its workers' expert rank.)
+      // (An expert rank's piece: "edp ... e<r>", r its workers' expert rank, and " t<j>" its
+      // tensor rank on more than one.)
+      const int tensor_rank = rank_of_worker[static_cast<size_t>(members.front())];
+      const bool split = degree(members.front(), stage_of_worker[static_cast<size_t>(members.front())]) > 1;
       const std::string name = (subset.empty() ? "dp l" : "edp l") + std::to_string(begin) + "-" + std::to_string(end - 1) +
                                (subset.empty() ? " t" + std::to_string(j)
                                                : " e" + std::to_string(expert_rank(members.front(), layout_.size(Axis::context),
-                                                                                    layout_.experts.parallel)));
+                                                                                    layout_.experts.parallel)) +
+                                                     (split ? " t" + std::to_string(tensor_rank) : ""));
       // With overlap, where in its chunk's last backward each worker's buckets are complete.
       std::vector<std::vector<double>> ready;
       for (const int w : members) {

@@ -292,7 +292,8 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
           const bool expert = members.size() < layout_.workers.size();
           const std::string name =
               expert ? "edp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " e" +
-                           std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel))
+                           std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel)) +
+                           (degree(0, stage) > 1 ? " t" + std::to_string(j) : "")
                      : replica_group_name(stage, j);
           Task like = base_task(TaskKind::collective, devices[0], 0, stage, once ? -1 : o.microbatch);
           const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), name, devices, bytes,

@@ -99,7 +99,7 @@ std::vector<PlanOptions> search_candidates(const model::Cluster& cluster, const 
         if (c > 1 && devices % (shape.tensor * shape.shallowest * c) != 0) continue;
         const int data = grouped || hetpipe ? 0 : devices / (shape.tensor * shape.shallowest * c);
         for (const ContextComm comm : c > 1 ? s.context_comms : std::vector<ContextComm>{ContextComm::all_gather}) {
-          for (const auto& e : search_detail::expert_choices(cluster, s, data, shape.tensor)) sized.emplace_back(shape, c, comm, e);
+          for (const auto& e : search_detail::expert_choices(cluster, s, data, shape.tensor, base.sequence_parallel)) sized.emplace_back(shape, c, comm, e);
         }
       }
     }

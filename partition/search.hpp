@@ -179,8 +179,10 @@ struct ExpertChoice {
 };
 // A candidate's expert choices at `data` replicas (0: a policy that lays no expert groups) and
 // tensor degree `tensor`: 1 always; each of the space's sizes above 1 that divides the
-// replicas at tensor 1, placed contiguously and, on a cluster of several GPU types, by speed.
-std::vector<ExpertChoice> expert_choices(const model::Cluster& cluster, const SearchSpace& space, int data, int tensor);
+// replicas at tensor 1, or above with sequence parallelism (check_experts), placed
+// contiguously and, on a cluster of several GPU types, by speed.
+std::vector<ExpertChoice> expert_choices(const model::Cluster& cluster, const SearchSpace& space, int data, int tensor,
+                                         bool sequence_parallel);
 // The space with its empty lists given their defaults (search_space.cpp).
 SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& network, int global_batch, SearchSpace s);
 }  // namespace search_detail

@@ -48,9 +48,10 @@ SearchSpace with_defaults(const model::Cluster& cluster, const model::Network& n
   return s;
 }
 
-std::vector<ExpertChoice> expert_choices(const model::Cluster& cluster, const SearchSpace& space, int data, int tensor) {
+std::vector<ExpertChoice> expert_choices(const model::Cluster& cluster, const SearchSpace& space, int data, int tensor,
+                                         bool sequence_parallel) {
   std::vector<ExpertChoice> out{{1, false}};
-  if (data < 2 || tensor != 1) return out;
+  if (data < 2 || (tensor != 1 && !sequence_parallel)) return out;
   std::set<std::string> types;
   for (const model::Node& n : cluster.nodes) types.insert(n.gpu);
   for (const int ep : space.experts) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "partition/expert_shard.hpp"
+
 namespace hetflow::partition {
 
 namespace {
@@ -44,6 +46,60 @@ void backward_calls(const std::vector<TpCall>& calls, bool sp, std::vector<PassC
       case TpCall::Op::loss:
         break;
     }
+  }
+}
+
+// An MoE layer's forward calls under expert parallelism (Megatron-Core's all-to-all dispatcher,
+// sequence parallel): the attention's as any layer's; the routed experts' inputs the dispatch
+// brought to each device of the rank all-gathered over the tensor group just after it, their
+// outputs reduce-scattered just before the combine (`copies` elements: all the rank's copies);
+// a shared expert's MLP calls after the combine. A gather's backward is a reduce-scatter alone
+// (the experts keep their gathered inputs for the weight gradients), the scatter's a gather.
+struct MoeCall {
+  enum Kind { tp, gather_copies, scatter_copies } kind = tp;
+  TpCall call;
+};
+
+std::vector<MoeCall> moe_forward_calls(const model::TransformerConfig& c, const model::Layer& l, double copies) {
+  std::vector<TpCall> calls = model::tp_calls_of(l);
+  std::vector<TpCall> mlp;  // the layer's last f and last g: its MLP's, the shared expert's now
+  for (const TpCall::Op op : {TpCall::Op::g, TpCall::Op::f}) {
+    for (size_t k = calls.size(); k-- > 0;) {
+      if (calls[k].op != op) continue;
+      mlp.insert(mlp.begin(), calls[k]);
+      calls.erase(calls.begin() + static_cast<std::ptrdiff_t>(k));
+      break;
+    }
+  }
+  const ExchangePoints x = exchange_points(c, l);
+  const double step = (x.combine - x.dispatch) * 1e-6;  // just after the dispatch, just before the combine
+  std::vector<MoeCall> out;
+  for (const TpCall& call : calls) out.push_back({MoeCall::tp, call});
+  out.push_back({MoeCall::gather_copies, {TpCall::Op::f, copies, x.dispatch + step}});
+  out.push_back({MoeCall::scatter_copies, {TpCall::Op::g, copies, x.combine - step}});
+  if (c.moe.shared_experts > 0) {
+    for (const TpCall& call : mlp) {
+      out.push_back({MoeCall::tp, {call.op, call.elems, call.op == TpCall::Op::f ? x.combine + step : 1.0}});
+    }
+  }
+  return out;
+}
+
+void moe_calls(const model::TransformerConfig& c, const model::Layer& l, double copies, bool backward,
+               std::vector<PassCall>& out) {
+  const std::vector<MoeCall> calls = moe_forward_calls(c, l, copies);
+  if (!backward) {
+    for (const MoeCall& m : calls) {
+      if (m.kind == MoeCall::tp) forward_calls({m.call}, true, out);
+      if (m.kind == MoeCall::gather_copies) out.push_back({CollectiveKind::all_gather, m.call.elems, m.call.at});
+      if (m.kind == MoeCall::scatter_copies) out.push_back({CollectiveKind::reduce_scatter, m.call.elems, m.call.at});
+    }
+    return;
+  }
+  for (auto m = calls.rbegin(); m != calls.rend(); ++m) {
+    if (m->kind == MoeCall::tp) backward_calls({m->call}, true, out);
+    if (m->kind == MoeCall::gather_copies) out.push_back({CollectiveKind::reduce_scatter, m->call.elems, 1 - m->call.at});
+    if (m->kind == MoeCall::scatter_copies) out.push_back({CollectiveKind::all_gather, m->call.elems, 1 - m->call.at});
   }
 }
 
@@ -103,10 +159,26 @@ std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& 
     if (!l.tp_splittable) return;
     const size_t first = out.size();
     const bool rerun = part == LayerPart::rerun && pass.recompute == Recompute::full && l.forward_flops > 0;
-    if (part == LayerPart::forward || rerun) {
-      forward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);  // (the rerun: the layer's forward again)
+    const bool moe = pass.experts > 1 && l.experts > 0 && net.architecture;
+    // All of the rank's copies: its tokens x top-k in its expert rank's load, a whole number of
+    // them (of its 1/context of the tokens, as the division below makes it), hidden wide.
+    const model::TransformerConfig* c = net.architecture ? &*net.architecture : nullptr;
+    const double copies = moe ? std::round(c->seq / static_cast<double>(pass.context) * c->moe.experts_per_token *
+                                           pass.expert_load) *
+                                    pass.context * c->hidden
+                              : 0;
+    if (part == LayerPart::forward || rerun) {  // (the rerun: the layer's forward again)
+      if (moe) {
+        moe_calls(*net.architecture, l, copies, false, out);
+      } else {
+        forward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);
+      }
     } else if (part == LayerPart::backward) {
-      backward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);
+      if (moe) {
+        moe_calls(*net.architecture, l, copies, true, out);
+      } else {
+        backward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);
+      }
     }
     for (size_t k = first; k < out.size(); ++k) out[k].elems /= pass.context;  // the rank's tokens' share
   });

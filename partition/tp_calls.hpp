@@ -10,6 +10,11 @@
 //              shards), f's gradient all-reduced (all-gathered again for the weight gradients,
 //              then reduce-scattered), the loss nothing; under full recomputation the layer's
 //              forward calls first, as its forward runs again.
+// An MoE layer under expert parallelism (PassShape::experts > 1, sequence parallel) runs
+// Megatron-Core's all-to-all dispatcher instead of its MLP's f and g: the copies the dispatch
+// brought all-gathered over the group just after it (all the rank's copies, tokens x top-k x
+// load, hidden wide), reduce-scattered just before the combine; a shared expert's f and g
+// after the combine. Backward: the scatter's gradient gathered, the gather's reduce-scattered.
 // Points are the part of the pass's FLOPs done before the call, layer by layer (a backward
 // walks its layers last to first, each layer's own points mirrored); calls at the same point
 // keep their order by points a few ulps apart, so that the point alone orders a task's calls.
@@ -42,6 +47,7 @@ struct PassShape {
   ContextComm context_comm = ContextComm::all_gather;
   int experts = 1;   // the expert group's size (Layout::experts.parallel)
   double expert_kept = 1;  // the part of the routed copies capacity keeps (ExpertSplit::dispatch)
+  double expert_load = 1;  // the copies the rank's experts compute, per even share (ExpertShare::load)
 };
 
 // The calls of one pass, in order, each moving its tokens' share (1/context); empty when the

@@ -51,8 +51,18 @@ void experts_summary(const Plan& plan, std::ostream& out) {
     return;
   }
   const auto& load = split.loads.rank_load;
+  // Expert tensor parallelism is the chunks' tensor degree (alike on every replica: check_experts).
+  int tensor = 1;
+  const partition::VirtualWorker& first = l.workers.front();
+  for (size_t k = 0; k < first.stages.size(); ++k) {
+    for (int i = first.stages[k].layer_begin; i < first.stages[k].layer_end; ++i) {
+      if (plan.network.layers[static_cast<size_t>(i)].experts > 0) tensor = std::max(tensor, first.tensor_of(k));
+    }
+  }
   out << ", expert parallel " << split.ranks << " (groups of " << split.ranks << " consecutive replicas, all-to-all "
-      << partition::to_string(l.experts.dispatch) << "), routing " << partition::to_string(l.experts.routing)
+      << partition::to_string(l.experts.dispatch)
+      << (tensor > 1 ? ", one a tensor rank, each expert split over a rank's " + std::to_string(tensor) + " devices" : "")
+      << "), routing " << partition::to_string(l.experts.routing)
       << (l.experts.placement.empty() ? ", contiguous placement" : ", placement given expert by expert") << "\n";
   // Each rank's GPU types (its first expert group's worker, the chunks holding MoE layers): a
   // placement by speed gives the faster ones more experts.

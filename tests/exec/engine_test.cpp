@@ -190,29 +190,38 @@ TEST(Engine, ARingCarriesWhatThePlanSaysBesideTheWork) {
 
 // Expert parallelism on the CPU back end's proxies: groups of 2 replicas exchange each MoE
 // layer's tokens in a skewed router's parts, dense gradients sum over all 4 replicas and each
-// rank's experts over its 2 holders; every communicator carries what the plan says.
+// rank's experts over its 2 holders; over tensor-parallel ranks (TP 2, SP) each tensor rank's
+// group exchanges its share and the tensor groups gather and scatter what arrived. Every
+// communicator carries what the plan says.
 TEST(Engine, AnExpertGroupCarriesWhatThePlanSays) {
   const model::Network net = model::network_from_spec(
       "llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32,experts=4,experts_per_token=2,expert_ffn=64",
       model::Precision::fp32);
-  partition::PlanOptions o;
-  o.pipeline = 2;
-  o.microbatches = 2;
-  o.experts.parallel = 2;
-  o.experts.routing = partition::parse_routing("zipf:1", "test", "routing");
-  const Plan plan = test_support::planned(model::cpu_cluster(8), net, o);
-  ASSERT_NO_THROW(partition::require_valid(plan));
-  const exec::RunResult r = run_moving_every_byte(plan);
-  ASSERT_TRUE(r.completed) << r.error;
-  expect_complete_trace(plan, r);
-  const std::vector<double> planned = test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
-  int expert_groups = 0;
-  for (size_t k = 0; k < planned.size(); ++k) {
-    if (plan.communicators[k].role != partition::CommRole::expert) continue;
-    ++expert_groups;
-    EXPECT_GT(planned[k], 0) << plan.communicators[k].name;
+  for (const int tensor : {1, 2}) {
+    SCOPED_TRACE("tensor " + std::to_string(tensor));
+    partition::PlanOptions o;
+    o.pipeline = 2;
+    o.tensor = tensor;
+    o.sequence_parallel = tensor > 1;
+    o.microbatches = 2;
+    o.experts.parallel = 2;
+    o.experts.routing = partition::parse_routing("zipf:1", "test", "routing");
+    const Plan plan = test_support::planned(model::cpu_cluster(8), net, o);
+    ASSERT_NO_THROW(partition::require_valid(plan));
+    const exec::RunResult r = run_moving_every_byte(plan);
+    ASSERT_TRUE(r.completed) << r.error;
+    expect_complete_trace(plan, r);
+    const std::vector<double> planned =
+        test_support::expect_carries_what_the_plan_says(plan, r.trace, plan.iterations(), "");
+    int expert_groups = 0;
+    for (size_t k = 0; k < planned.size(); ++k) {
+      if (plan.communicators[k].role != partition::CommRole::expert) continue;
+      ++expert_groups;
+      EXPECT_GT(planned[k], 0) << plan.communicators[k].name;
+    }
+    // Per expert group, pipeline rank and tensor rank: 2 x 2 x 1, or 1 x 2 x 2.
+    EXPECT_EQ(expert_groups, 2 * 2);
   }
-  EXPECT_EQ(expert_groups, 2 * 2);  // per expert group and pipeline rank
 }
 
 // An in-task all-to-all with uneven parts (the expert axis's dispatch) on the CPU back end's

@@ -137,6 +137,112 @@ TEST(ExpertParallel, EachMoeLayerExchangesItsTokensCopiesInTheRoutingsParts) {
   EXPECT_NEAR(busiest - even, routed * (r0 - r1), routed * 1e-12);
 }
 
+// Expert parallelism over tensor-parallel ranks (TP 2, SP, EP 2, DP 4 on 8 devices): each
+// device holds half of the dense layers and half of each expert its rank holds (expert tensor
+// parallelism is the rank's degree, Megatron-Core's default).
+PlanOptions tensor_options(int zero = 0) {
+  PlanOptions o = options(2);
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.zero_stage = zero;
+  return o;
+}
+
+TEST(ExpertParallel, EachDeviceHoldsItsTensorPartOfTheDenseLayersAndOfItsRanksExperts) {
+  const Plan plan = plan_of(test_support::identical_cluster(8), mixture(), tensor_options());
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  EXPECT_EQ(plan.layout.size(Axis::data), 4);
+  const double routed = 2 * 8 * kExpert, whole = mixture().param_count();
+  for (int d = 0; d < 8; ++d) {
+    double held = 0;
+    for (const Tensor& t : plan.tensors) {
+      if (t.kind == TensorKind::weight && t.device == d) held += t.bytes / 2;
+    }
+    // Every layer here splits in proportion (MoE layers are not the executor's split yet).
+    EXPECT_DOUBLE_EQ(held, (whole - routed + 2 * 4 * kExpert) / 2) << d;  // 4 of the 8 experts of each layer
+  }
+}
+
+// Dense gradients sum over the 4 replicas' devices of one tensor rank; each expert rank's
+// half-experts over the 2 replicas holding them, per tensor rank: 2 + 2 x 2 groups.
+TEST(ExpertParallel, OverTensorRanksEachExpertRanksGradientsSumPerTensorRank) {
+  const double routed = 2 * 8 * kExpert, whole = mixture().param_count(), g = 2;
+  for (const int zero : {0, 1}) {
+    const Plan plan = plan_of(test_support::identical_cluster(8), mixture(), tensor_options(zero));
+    ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+    std::map<std::vector<int>, double> synced;
+    for (const Collective& c : plan.collectives) {
+      if (c.purpose != Purpose::data_parallel || c.in_task()) continue;
+      if (c.kind != (zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce)) continue;
+      synced[plan.communicator(c.communicator).devices] += c.bytes;
+    }
+    ASSERT_EQ(synced.size(), 6u) << "zero " << zero;
+    int dense = 0, experts = 0;
+    for (const auto& [devices, bytes] : synced) {
+      const auto& first = plan.coords_of(devices.front());
+      for (const int d : devices) EXPECT_EQ(plan.coords_of(d)[Axis::tensor], first[Axis::tensor]);
+      if (devices.size() == 4) {
+        ++dense;
+        EXPECT_DOUBLE_EQ(bytes, (whole - routed) / 2 * g);
+      } else {
+        ++experts;
+        ASSERT_EQ(devices.size(), 2u);
+        EXPECT_EQ(plan.coords_of(devices[1])[Axis::expert], first[Axis::expert]);
+        EXPECT_DOUBLE_EQ(bytes, 2 * 4 * kExpert / 2 * g);
+      }
+    }
+    EXPECT_EQ(dense, 2);
+    EXPECT_EQ(experts, 4);
+  }
+}
+
+// Megatron-Core's all-to-all dispatcher under TP + SP: each device dispatches its half of the
+// tokens' copies to the same tensor rank of its group's other member, its tensor group
+// all-gathers what arrived (all the rank's copies) just after, and reduce-scatters the
+// experts' outputs just before the combine; no MLP gather of the hidden states is left (the
+// mixture has no shared expert).
+TEST(ExpertParallel, OverTensorRanksTheTensorGroupGathersWhatTheDispatchBrought) {
+  const Plan plan = plan_of(test_support::identical_cluster(8), mixture(), tensor_options());
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+  const double copies = 256.0 * 2 * 256 * 2;  // a sample's tokens x top-2 x hidden, bf16
+  for (const Collective& c : plan.collectives) {
+    if (c.purpose != Purpose::expert_parallel) continue;
+    const std::vector<int>& devices = plan.communicator(c.communicator).devices;
+    ASSERT_EQ(devices.size(), 2u);
+    EXPECT_EQ(plan.coords_of(devices[0])[Axis::tensor], plan.coords_of(devices[1])[Axis::tensor]);
+    EXPECT_DOUBLE_EQ(c.bytes, 4 * copies / 2);  // two layers' dispatch and combine, half the tokens each
+  }
+  // The calls inside worker 0's first forward, in order, by kind and bytes a message.
+  int forward = -1, backward = -1;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const Task& task = plan.tasks[t];
+    if (task.worker != 0 || task.microbatch != 0 || plan.coords_of(task.device)[Axis::tensor] != 0) continue;
+    if (task.kind == TaskKind::forward) forward = static_cast<int>(t);
+    if (task.kind == TaskKind::backward) backward = static_cast<int>(t);
+  }
+  ASSERT_GE(forward, 0);
+  ASSERT_GE(backward, 0);
+  const auto calls = [&](int task) {
+    std::string out;
+    for (const InTaskCall& call : plan.inside(task)) {
+      const Collective& c = plan.collectives[static_cast<size_t>(call.collective)];
+      const double bytes = c.bytes / c.messages;
+      out += std::string(out.empty() ? "" : " ") +
+             (c.kind == CollectiveKind::all_to_all       ? "a2a"
+              : c.kind == CollectiveKind::all_gather     ? "ag"
+              : c.kind == CollectiveKind::reduce_scatter ? "rs"
+                                                         : "ar") +
+             (bytes == copies ? "*" : "");
+    }
+    return out;
+  };
+  // The embedding's scatter; each layer: the attention's gather and scatter, dispatch, the
+  // copies' gather, their scatter, combine; the head's gather and loss sums.
+  EXPECT_EQ(calls(forward), "rs ag rs a2a ag* rs* a2a ag rs a2a ag* rs* a2a ag ar ar");
+  // The backward mirrors it: the head's, then each layer's from the combine's gradient down.
+  EXPECT_EQ(calls(backward), "ag rs a2a ag* rs* a2a ag ag rs a2a ag* rs* a2a ag ag rs ag");
+}
+
 TEST(ExpertParallel, ThePlanFileSaysWhereEachExpertLives) {
   const model::Cluster cluster = test_support::identical_cluster(8);
   PlanOptions o = options(4);
@@ -187,8 +293,9 @@ TEST(ExpertParallel, LayoutsItCannotPlanAreRefusedNamingTheOption) {
   o.data = 2;
   o.tensor = 2;
   EXPECT_EQ(error(o, mixture()),
-            "tensor: expected 1 with expert parallelism: chunk 0 of worker 0 holds MoE layers on 2 tensor-parallel "
-            "devices, and expert tensor parallelism is not modelled yet");
+            "sequence_parallel: expected sequence parallelism with tensor and expert parallelism: chunk 0 of worker 0 "
+            "holds MoE layers on 2 tensor-parallel devices, and each dispatches its share of the tokens (Megatron-Core "
+            "requires it too)");
   o = options(2);
   o.zero_stage = 3;
   EXPECT_EQ(error(o, mixture()).substr(0, 50), "zero_stage: expected 0, 1 or 2 with expert paralle");
