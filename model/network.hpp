@@ -92,6 +92,10 @@ struct Layer {
   double tp_backward_allreduce_elems = 0;
   int tp_backward_allreduces = 0;
   double tp_replicated_bytes = 0;
+  // The part of stashed_bytes every tensor-parallel rank keeps whole even under sequence
+  // parallelism: a mixture of experts' routed copies (each rank's experts read the copies and
+  // write their outputs whole: expert tensor parallelism splits their widths, not their rows).
+  double tp_whole_bytes = 0;
   // The layer's tensor-parallel collectives in forward order; their f elements add up to
   // tp_backward_allreduce_elems, their g and loss elements to tp_allreduce_elems. Empty in a
   // layer file that gives only the totals: then tp_calls_of() spreads them evenly.

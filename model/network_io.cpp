@@ -149,6 +149,7 @@ Layer parse_layer(const YAML::Node& node, const std::string& file, const std::st
     r.fail("tp_backward_allreduces", "expected at least 1 where tp_backward_allreduce_elems is");
   }
   l.tp_replicated_bytes = r.number_or("tp_replicated_bytes", 0, 0, kMax);
+  l.tp_whole_bytes = r.number_or("tp_whole_bytes", 0, 0, kMax);
   l.tp_summed_gains = r.number_or("tp_summed_gains", 0, 0, kMax);
   l.tp_summed_gains_sequence_parallel = r.number_or("tp_summed_gains_sequence_parallel", 0, 0, kMax);
   if (r.has("tp_calls")) l.tp_calls = parse_tp_calls(r.get("tp_calls"), file, r.field("tp_calls"), l);
@@ -379,6 +380,7 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
       l.stashed_bytes *= scale;
       l.attention_stash_bytes *= scale;
       l.tp_replicated_bytes *= scale;
+      l.tp_whole_bytes *= scale;
     }
     net.precision = chosen;
   }
@@ -486,6 +488,7 @@ std::string write_network(const Network& n) {
     number("tp_backward_allreduce_elems", l.tp_backward_allreduce_elems);
     out << YAML::Key << "tp_backward_allreduces" << YAML::Value << l.tp_backward_allreduces;
     number("tp_replicated_bytes", l.tp_replicated_bytes);
+    if (l.tp_whole_bytes > 0) number("tp_whole_bytes", l.tp_whole_bytes);
     if (l.experts > 0) {
       out << YAML::Key << "experts" << YAML::Value << l.experts;
       out << YAML::Key << "experts_per_token" << YAML::Value << l.experts_per_token;

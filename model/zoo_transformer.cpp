@@ -154,6 +154,7 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
     l.experts = moe.experts;
     l.experts_per_token = moe.experts_per_token;
     l.expert_params = expert_params;
+    l.tp_whole_bytes = 2 * e * x.s * moe.experts_per_token * x.h;  // the copies read and the outputs weighed
   }
 
   // Each query against every key of the sequence (the convention counts the masked half too),

@@ -65,12 +65,10 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
     // Selective recomputation drops the scores flash attention never keeps.
     const double kept = layout.recompute == Recompute::selective ? layer.stashed_bytes - layer.attention_stash_bytes
                                                                   : layer_activation_bytes(layer, layout);
-    if (layout.sequence_parallel || t == 1) {
-      bytes = kept / t;
-    } else {
-      const double replicated = std::min(layer.tp_replicated_bytes, kept);
-      bytes = replicated + (kept - replicated) / t;
-    }
+    // (An MoE layer's copies are whole on every rank, split by sequence parallelism or not.)
+    const double whole = std::min(layer.tp_whole_bytes, kept);
+    const double replicated = layout.sequence_parallel ? whole : std::min(layer.tp_replicated_bytes + whole, kept);
+    bytes = t == 1 ? kept : replicated + (kept - replicated) / t;
   }
   return bytes * layout.micro_batch_size / layout.size(Axis::context);  // a device keeps its tokens' alone
 }

@@ -211,6 +211,34 @@ TEST(PlanMemory, TransformerActivationsMatchKorthikanti) {
   EXPECT_DOUBLE_EQ(bytes(Recompute::full, 8, true), 2 * s * b * h / 8);
 }
 
+// A mixture of experts: the copies each tensor-parallel rank's experts read and the outputs
+// the combine weighs (tokens x top-k x hidden each) are whole on every rank, sequence
+// parallel or not; the rest of the layer's stash splits as a dense layer's.
+TEST(PlanMemory, AMixturesRoutedCopiesAreWholeOnEveryTensorRank) {
+  const model::Network moe = model::network_from_spec("mixtral-8x7b", model::Precision::bf16);
+  const model::Network dense = model::network_from_spec(
+      "llama:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,seq=4096", model::Precision::bf16);
+  const model::Layer& layer = moe.layers.at(1);
+  const double s = 4096, h = 4096, k = 2, e = 2;
+  ASSERT_EQ(layer.experts, 8);
+  EXPECT_DOUBLE_EQ(layer.tp_whole_bytes, 2 * e * s * k * h);
+  Layout l;
+  auto bytes = [&](const model::Network& net, Recompute r, int t, bool sp) {
+    l.recompute = r;
+    l.set_size(Axis::tensor, t);
+    l.sequence_parallel = sp;
+    return stashed_bytes_per_microbatch(net.layers.at(1), net, l);
+  };
+  const double whole = layer.tp_whole_bytes, kept = layer.stashed_bytes;
+  EXPECT_DOUBLE_EQ(bytes(moe, Recompute::none, 1, false), kept);
+  EXPECT_DOUBLE_EQ(bytes(moe, Recompute::none, 4, true), whole + (kept - whole) / 4);
+  EXPECT_DOUBLE_EQ(bytes(moe, Recompute::none, 4, false),
+                   whole + layer.tp_replicated_bytes + (kept - whole - layer.tp_replicated_bytes) / 4);
+  // Full recomputation keeps the layer's input alone, split by sequence parallelism.
+  EXPECT_DOUBLE_EQ(bytes(moe, Recompute::full, 4, true), bytes(dense, Recompute::full, 4, true));
+  EXPECT_EQ(dense.layers.at(1).tp_whole_bytes, 0);
+}
+
 TEST(PlanFile, EveryPolicyRoundTripsLosslessly) {
   const model::Cluster hetpipe = model::builtin_cluster("hetpipe-testbed");
   const model::Network vgg = model::network_from_spec("vgg19", model::Precision::fp16);
