@@ -73,6 +73,17 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
   return bytes * layout.micro_batch_size / layout.size(Axis::context);  // a device keeps its tokens' alone
 }
 
+double routed_stash_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
+                                         const Layout& layout, int tensor) {
+  if (layer.experts <= 0 || !network.architecture || layout.recompute == Recompute::full) return 0;
+  // The zoo's routed stash (model/zoo_transformer.cpp, moe_mlp): tokens x top-k copies, each
+  // hidden wide in and out (tp_whole_bytes) and 4 x expert_ffn wide in between.
+  const double t = layer.tp_splittable ? tensor : 1;
+  const double hidden = network.architecture->hidden, ffn = layer.expert_params / (3 * hidden);
+  const double copies = layer.tp_whole_bytes / (2 * hidden);  // tokens x top-k x element bytes
+  return (layer.tp_whole_bytes + copies * 4 * ffn / t) * layout.micro_batch_size / layout.size(Axis::context);
+}
+
 DeviceMemory device_memory(const model::Network& network, const Layout& layout, const std::vector<Stage>& chunks,
                            const std::vector<int>& in_flight, bool hosts_optimizer, double capacity_bytes) {
   return device_memory(network, layout, chunks, in_flight, hosts_optimizer, capacity_bytes, layout.size(Axis::tensor));

@@ -58,6 +58,12 @@ double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Netw
                                     const Layout& layout, int tensor);
 double stashed_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
                                     const Layout& layout);
+// Of that, an MoE layer's routed copies at an even share of them (their inputs and outputs,
+// whole on every tensor-parallel rank, and their SwiGLU tensors, split by it): what an expert
+// rank computing `load` times an even share keeps (load - 1) times more of. 0 for a layer
+// without experts, or under full recomputation (the layer's input alone is kept).
+double routed_stash_bytes_per_microbatch(const model::Layer& layer, const model::Network& network,
+                                         const Layout& layout, int tensor);
 
 // Closed form: memory of one device that runs the given chunks. in_flight[c] is the peak
 // number of micro-batches whose activations chunk c holds (from the schedule);

@@ -37,6 +37,8 @@ ChunkWork chunk_work(const model::Network& net, const Layout& layout, const Stag
     if (layout.recompute == Recompute::full) w.recompute_flops += l.forward_flops * scale * mbs / t;
     if (layout.recompute == Recompute::selective) w.recompute_flops += l.attention_core_flops * mbs / t;
     w.stash_bytes += stashed_bytes_per_microbatch(l, net, layout, tensor);
+    // An expert rank keeps the copies it computes: more of them at a load above an even share.
+    if (experts.load != 1) w.stash_bytes += (experts.load - 1) * routed_stash_bytes_per_microbatch(l, net, layout, tensor);
     w.largest_layer_bytes = std::max(w.largest_layer_bytes, layer_activation_bytes(l, layout) / t * mbs);
     if (tensor > 1 && l.tp_splittable) {
       const bool rerun = l.forward_flops > 0;  // by full recomputation

@@ -243,6 +243,34 @@ TEST(ExpertParallel, OverTensorRanksTheTensorGroupGathersWhatTheDispatchBrought)
   EXPECT_EQ(calls(backward), "ag rs a2a ag* rs* a2a ag ag rs a2a ag* rs* a2a ag ag rs ag");
 }
 
+// A rank computing twice an even share of the copies keeps twice their stash: the copies in
+// and out (tokens x top-2 x 256) and the SwiGLU's four 512-wide tensors, at bf16, a layer.
+TEST(ExpertParallel, ABusierRankStashesTheCopiesItComputes) {
+  PlanOptions o = options(4);
+  o.experts.routing = parse_routing("histogram:5,1,1,1,1,1,1,1", "test", "routing");
+  for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+    o.recompute = recompute;
+    const Plan plan = plan_of(test_support::identical_cluster(8), mixture(), o);
+    ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
+    const ExpertSplit split = expert_split(mixture(), plan.layout);
+    std::map<int, double> stash;  // per worker: its first stash
+    for (const Tensor& t : plan.tensors) {
+      if (t.kind != TensorKind::stash) continue;
+      for (size_t k = 0; k < plan.tasks.size(); ++k) {
+        const auto writes = plan.writes(static_cast<int>(k));
+        if (std::find(writes.begin(), writes.end(), static_cast<int>(&t - plan.tensors.data())) != writes.end()) {
+          stash.try_emplace(plan.tasks[k].worker, t.bytes);
+        }
+      }
+    }
+    ASSERT_EQ(stash.size(), 8u);
+    const double routed = 2 * (256.0 * 2 * (2 * 256 + 4 * 512) * 2);  // two layers, bf16, a sample
+    const double difference = recompute == Recompute::full ? 0 : (split.loads.rank_load[0] - split.loads.rank_load[1]) * routed;
+    EXPECT_DOUBLE_EQ(stash.at(0) - stash.at(1), difference);
+    EXPECT_DOUBLE_EQ(stash.at(1), stash.at(2));
+  }
+}
+
 TEST(ExpertParallel, ThePlanFileSaysWhereEachExpertLives) {
   const model::Cluster cluster = test_support::identical_cluster(8);
   PlanOptions o = options(4);
