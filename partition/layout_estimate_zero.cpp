@@ -76,7 +76,18 @@ ZeroSync::ZeroSync(const model::Network& network, const Layout& layout, const Co
         if (gather >= 0) chunk[j][i].gather_s = gather_s[static_cast<size_t>(gather)];
         if (scatter >= 0) chunk[j][i].scatter_s = scatter_s[static_cast<size_t>(scatter)];
       }
-      if (chunk[j].size() == 1) to_gather[j] = chunk[j].front().gather_s;
+      // Stage 3's passes wait for their pieces' gathers, one after another on the gather stream
+      // (Builder::pass_params): the dense part's, and under expert parallelism their own expert
+      // rank's (the slowest rank's: the estimate times every worker's passes alike).
+      double experts = 0;
+      for (const Piece& piece : chunk[j]) {
+        if (piece.workers.size() == workers) {
+          to_gather[j] += piece.gather_s;
+        } else {
+          experts = std::max(experts, piece.gather_s);
+        }
+      }
+      to_gather[j] += experts;
     }
   }
 }
@@ -120,7 +131,9 @@ void ZeroSync::sharded_memory(WorkMemo& memo, int w, const std::vector<Stage>& c
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
         layer = std::max(layer, layer_part_params(network_, l, s.layer_begin, SplitPart::rank(j, t)));
       }
-      unit = std::min(unit, layer);
+      // Under expert parallelism each piece holds its share of the largest layer (Builder::pass_params).
+      const double full = part_params(network_, s.layer_begin, s.layer_end, SplitPart::rank(j, t));
+      unit = whole == full ? std::min(unit, layer) : whole * std::min(1.0, layer / std::max(1.0, full));
     }
     weight_unit.push_back(stage_ >= 3 ? unit * e : 0);
     grad_unit.push_back(stage_ >= 2 ? unit * g : 0);

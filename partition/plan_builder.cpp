@@ -256,7 +256,7 @@ void Builder::check_layout() const {
 }
 
 // Expert parallelism (Layout::experts): what expert_shard.hpp's check asks, and what the
-// builder does not model with it yet (ZeRO stage 3, parameter servers).
+// builder does not model with it yet (parameter servers).
 void Builder::check_expert_axis() const {
   check_experts(net_, layout_);
   if (layout_.experts.parallel <= 1) return;
@@ -264,11 +264,6 @@ void Builder::check_expert_axis() const {
     throw InputError(kOptions, 0, "expert_parallel",
                      "needs all-reduce synchronisation (dense gradients over every replica, experts' over the replicas "
                      "holding them), found " + std::string(to_string(layout_.sync.kind)));
-  }
-  if (zero_stage() >= 3) {
-    throw InputError(kOptions, 0, "zero_stage",
-                     "expected 0, 1 or 2 with expert parallelism (stage 3 gathers a chunk's experts from their holders "
-                     "alone, which is not modelled yet), found " + std::to_string(zero_stage()));
   }
 }
 

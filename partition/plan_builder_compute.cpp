@@ -262,8 +262,8 @@ void Builder::add_forward(int w, int stage, int mb, bool offload) {
     Task task = base_task(TaskKind::forward, d, w, stage, mb);
     task.flops = work.forward_flops;
     task.memory_bytes = work.weight_bytes + work.stash_bytes;
-    const int params = pass_params(w, stage, mb, OpKind::F, j);
-    std::vector<int> reads{params};
+    const std::vector<int> params = pass_params(w, stage, mb, OpKind::F, j);
+    std::vector<int> reads = params;
     if (compute_input[static_cast<size_t>(j)] >= 0) reads.push_back(compute_input[static_cast<size_t>(j)]);
     rec.stash = activation_tensor(TensorKind::stash, d, work.stash_bytes);
     std::vector<int> writes{rec.stash};
@@ -332,8 +332,9 @@ void Builder::add_backward(int w, int stage, int mb, OpKind kind) {
     task.flops = (split ? work.backward_flops / 2 : work.backward_flops) + work.recompute_flops;
     task.recompute_flops = work.recompute_flops;
     task.memory_bytes = work.weight_bytes + work.stash_bytes;
-    const int params = pass_params(w, stage, mb, OpKind::B, j);
-    std::vector<int> reads{params, f.stash};
+    const std::vector<int> params = pass_params(w, stage, mb, OpKind::B, j);
+    std::vector<int> reads = params;
+    reads.push_back(f.stash);
     if (rec.input >= 0) reads.push_back(rec.input);
     std::vector<int> writes;
     // (Split, B still adds the norms' gradients: under ZeRO 2 and 3 to the whole buffer W adds to.)

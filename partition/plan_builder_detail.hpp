@@ -317,10 +317,12 @@ class Builder {
   std::vector<double> zero_parts(const std::vector<int>& devices) const;  // builder::zero_parts, checked, remembered
   std::string replica_group_name(int stage, int j) const;
   CollectiveAlgorithm zero_algorithm() const;           // the layout's, where a scatter or gather runs it
-  // The parameters a pass reads: its weights, or under stage 3 the whole copy an all-gather
-  // makes (made on first ask, for every replica); read_params records the pass reading it.
-  int pass_params(int w, int stage, int mb, OpKind pass, int j);
-  void read_params(int tensor, int task);
+  // The parameters a pass reads: its weights, or under stage 3 the whole copies all-gathers
+  // make (made on first ask, for every replica): one, or under expert parallelism one per
+  // piece (the dense part over every replica, the rank's experts over their holders);
+  // read_params records the pass reading them.
+  std::vector<int> pass_params(int w, int stage, int mb, OpKind pass, int j);
+  void read_params(const std::vector<int>& tensors, int task);
   // Where a pass puts its weight gradients: it writes the gradient buffer, or from stage 2 the
   // transient whole buffer its reduce-scatter reads; a pass that adds to a buffer an earlier
   // pass made (stage 3 without resharding sums every micro-batch's) reads it instead, since a
@@ -362,8 +364,8 @@ class Builder {
     int task = -1, tensor = -1, first_reader = -1;
   };
   std::vector<std::vector<Gather>> gathers_;
-  // Whole copies by (stage, mb, pass, j) (-1, -1 without resharding): one per worker.
-  std::map<std::tuple<int, int, int, int>, std::vector<int>> gathered_;
+  // Whole copies by (stage, mb, pass, j) (-1, -1 without resharding): per worker, one per piece.
+  std::map<std::tuple<int, int, int, int>, std::vector<std::vector<int>>> gathered_;
   std::map<std::tuple<int, int, int, int>, int> unsharded_;  // whole gradients by (w, stage, mb or -1, j)
 };
 

@@ -180,46 +180,75 @@ std::string Builder::replica_group_name(int stage, int j) const {
   return "dp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " t" + std::to_string(j);
 }
 
-int Builder::pass_params(int w, int stage, int mb, OpKind pass, int j) {
+std::vector<int> Builder::pass_params(int w, int stage, int mb, OpKind pass, int j) {
   const int d = device_of(w, stage, j);
-  if (zero_stage() < 3) return weight_of(d, stage);
+  if (zero_stage() < 3) return {weight_of(d, stage)};
   const bool each_pass = layout_.sync.zero.reshard_after_forward;
   const auto key = each_pass ? std::make_tuple(stage, mb, static_cast<int>(pass), j) : std::make_tuple(stage, -1, -1, j);
   auto it = gathered_.find(key);
   if (it == gathered_.end()) {
     // Asked first by worker 0, whose program order every replica shares (check_zero): the
-    // all-gather is made for all of them at once, in that order on their gather streams.
+    // all-gathers are made for all of them at once, in that order on their gather streams.
+    // Under expert parallelism a chunk with routed experts is two pieces (data_parallel_segments):
+    // the dense part gathered over every replica, each expert rank's experts over their holders.
     const size_t built = built_workers();
-    const std::vector<int> devices = replicas(stage, j);
-    const double e = model::element_bytes(layout_.precision), params = piece_params(w, stage, j);
-    const double unit = unit_params(w, stage, j);
-    std::vector<int> shards, wholes;
-    for (size_t i = 0; i < built; ++i) {
-      shards.push_back(weight_of(devices[i], stage));
-      wholes.push_back(tensor(TensorKind::gathered_weight, devices[i], unit * e, {static_cast<std::int64_t>(unit)},
-                              layout_.precision));
+    const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
+    const Stage& s = worker(0).stages[static_cast<size_t>(stage)];
+    std::vector<Segment::Piece> pieces;
+    for (const Segment& seg : layout_.experts.parallel > 1 ? data_parallel_segments(net_, layout_) : std::vector<Segment>{}) {
+      if (seg.begin != s.layer_begin || seg.end != s.layer_end) continue;
+      for (const Segment::Piece& piece : seg.pieces) {
+        if (piece.rank_of_worker.front() == j) pieces.push_back(piece);
+      }
     }
-    Task like = base_task(TaskKind::collective, devices[0], 0, stage, each_pass ? mb : -1);
-    const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), replica_group_name(stage, j), devices,
-                                      params * e, Purpose::data_parallel, stream("gather"), like, shards, wholes, built);
-    plan_.collectives.back().messages = zero_messages(w, stage, params * e);
-    plan_.collectives.back().parts = zero_parts(devices);
-    for (size_t i = 0; i < tasks.size(); ++i) plan_.task(tasks[i]).worker = static_cast<int>(i);  // each replica's own
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      gathers_[static_cast<size_t>(devices[i])].push_back({tasks[i], wholes[i], -1});
+    if (pieces.empty()) pieces.push_back({std::vector<int>(layout_.workers.size(), j), piece_params(w, stage, j) * g, 1, {}});
+    // One pass holds a unit of each piece at a time (FSDP's layer), in the chunk's proportion.
+    const double unit_share = unit_params(w, stage, j) / std::max(1.0, piece_params(w, stage, j));
+    std::vector<std::vector<int>> copies(built);
+    for (const Segment::Piece& piece : pieces) {
+      const std::vector<int> members = piece_workers(piece, layout_.workers.size());
+      const double params = piece.bytes / g, unit = pieces.size() == 1 ? unit_params(w, stage, j) : params * unit_share;
+      std::vector<int> devices, shards, wholes;
+      for (const int m : members) {
+        devices.push_back(device_of(m, stage, j));
+        if (static_cast<size_t>(m) >= built) continue;
+        shards.push_back(weight_of(devices.back(), stage));
+        wholes.push_back(tensor(TensorKind::gathered_weight, devices.back(), unit * e, {static_cast<std::int64_t>(unit)},
+                                layout_.precision));
+      }
+      if (wholes.empty()) continue;  // (folded: a piece of replicas no built worker holds)
+      const bool expert = members.size() < layout_.workers.size();
+      const std::string name =
+          expert ? "edp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " e" +
+                       std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel)) +
+                       (degree(0, stage) > 1 ? " t" + std::to_string(j) : "")
+                 : replica_group_name(stage, j);
+      Task like = base_task(TaskKind::collective, devices[0], 0, stage, each_pass ? mb : -1);
+      const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), name, devices, params * e,
+                                        Purpose::data_parallel, stream("gather"), like, shards, wholes, wholes.size());
+      plan_.collectives.back().messages = zero_messages(w, stage, params * e);
+      plan_.collectives.back().parts = zero_parts(devices);
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        const auto m = static_cast<size_t>(members[i]);
+        plan_.task(tasks[i]).worker = members[i];  // each replica's own
+        gathers_[static_cast<size_t>(devices[i])].push_back({tasks[i], wholes[i], -1});
+        copies[m].push_back(wholes[i]);
+      }
     }
-    it = gathered_.emplace(key, std::move(wholes)).first;
+    it = gathered_.emplace(key, std::move(copies)).first;
   }
   return it->second[static_cast<size_t>(w)];
 }
 
-void Builder::read_params(int tensor_id, int task) {
+void Builder::read_params(const std::vector<int>& tensors, int task) {
   if (zero_stage() < 3) return;
   // The last reader frees a gathered copy (tasks are made in program order); the first is
   // what the next all-gather's prefetch waits to come up.
-  set_free_after(tensor_id, task);
-  for (Gather& g : gathers_[static_cast<size_t>(plan_.task(task).device)]) {
-    if (g.tensor == tensor_id && g.first_reader < 0) g.first_reader = task;
+  for (const int tensor_id : tensors) {
+    set_free_after(tensor_id, task);
+    for (Gather& g : gathers_[static_cast<size_t>(plan_.task(task).device)]) {
+      if (g.tensor == tensor_id && g.first_reader < 0) g.first_reader = task;
+    }
   }
 }
 
@@ -331,10 +360,15 @@ void Builder::add_zero_gathers(const std::map<int, int>& optimizer_of_device) {
       const std::vector<Gather>& gathers = gathers_[d];
       if (gathers.empty()) continue;
       const auto opt = optimizer_of_device.find(static_cast<int>(d));
-      if (opt != optimizer_of_device.end()) plan_.add_order(opt->second, gathers.front().task, 1);
       const std::vector<int>& compute = plan_.program(static_cast<int>(d), compute_stream_);
-      for (size_t i = 1; i < gathers.size(); ++i) {
-        const auto at = std::find(compute.begin(), compute.end(), gathers[i - 1].first_reader);
+      int previous = -1;  // the first reader of the previous pass's gathers (a pass may read several: pieces)
+      for (size_t i = 0; i < gathers.size(); ++i) {
+        if (i > 0 && gathers[i].first_reader != gathers[i - 1].first_reader) previous = gathers[i - 1].first_reader;
+        if (previous < 0) {
+          if (opt != optimizer_of_device.end()) plan_.add_order(opt->second, gathers[i].task, 1);
+          continue;
+        }
+        const auto at = std::find(compute.begin(), compute.end(), previous);
         if (at != compute.end() && at != compute.begin()) plan_.add_order(*(at - 1), gathers[i].task);
       }
     }

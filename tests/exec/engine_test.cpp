@@ -191,17 +191,19 @@ TEST(Engine, ARingCarriesWhatThePlanSaysBesideTheWork) {
 // Expert parallelism on the CPU back end's proxies: groups of 2 replicas exchange each MoE
 // layer's tokens in a skewed router's parts, dense gradients sum over all 4 replicas and each
 // rank's experts over its 2 holders; over tensor-parallel ranks (TP 2, SP) each tensor rank's
-// group exchanges its share and the tensor groups gather and scatter what arrived. Every
-// communicator carries what the plan says.
+// group exchanges its share and the tensor groups gather and scatter what arrived; under ZeRO
+// 3 every pass gathers the dense part from every replica and its experts from their holders.
+// Every communicator carries what the plan says.
 TEST(Engine, AnExpertGroupCarriesWhatThePlanSays) {
   const model::Network net = model::network_from_spec(
       "llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32,experts=4,experts_per_token=2,expert_ffn=64",
       model::Precision::fp32);
-  for (const int tensor : {1, 2}) {
-    SCOPED_TRACE("tensor " + std::to_string(tensor));
+  for (const auto& [tensor, zero] : {std::pair{1, 0}, {2, 0}, {1, 3}}) {
+    SCOPED_TRACE("tensor " + std::to_string(tensor) + ", zero " + std::to_string(zero));
     partition::PlanOptions o;
     o.pipeline = 2;
     o.tensor = tensor;
+    o.zero_stage = zero;
     o.sequence_parallel = tensor > 1;
     o.microbatches = 2;
     o.experts.parallel = 2;

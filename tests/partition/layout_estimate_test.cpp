@@ -427,7 +427,7 @@ TEST(LayoutEstimate, AgreesUnderContextParallelism) {
   std::printf("context parallelism, %d layouts: iteration time off by at most %.2g\n", compared, worst);
 }
 
-// Expert parallelism (ZeRO 0 to 2, one or two tensor-parallel devices a rank): the dense part's
+// Expert parallelism (ZeRO 0 to 3, one or two tensor-parallel devices a rank): the dense part's
 // rings over every replica and each expert rank's over its holders, the all-to-alls and the
 // tensor group's gathers of what they bring in the passes, as the plan has them.
 TEST(LayoutEstimate, AgreesUnderExpertParallelismAndZero) {
@@ -442,7 +442,7 @@ TEST(LayoutEstimate, AgreesUnderExpertParallelismAndZero) {
     Agreement a;
     for (const int ep : {2, 4}) {
       for (const int pipeline : {1, 2}) {
-        for (const int zero : {0, 1, 2}) {
+        for (const int zero : {0, 1, 2, 3}) {
           for (const bool overlap : {false, true}) {
             for (const int tensor : {1, 2}) {
               partition::PlanOptions o;

@@ -195,13 +195,14 @@ TEST(SimulatedExperts, OverTensorRanksEveryForwardAlsoWaitsForItsTensorGroupsGat
 TEST(SimulatedExperts, AFoldedPlanSimulatesAsTheWholePlan) {
   // Four nodes of two GPUs, 8 replicas in expert groups of 2 (consecutive replicas, on one
   // node) or 4: the folded plan simulates the first group, standing for the others. Groups
-  // of 4 leave each expert's gradients two holders: a ring of one step across replicas.
+  // of 4 leave each expert's gradients two holders: a ring of one step across replicas. Under
+  // ZeRO 3 every pass gathers the dense part over the 8 and its experts over their holders.
   const model::Cluster cluster = model::parse_cluster(
       "name: four\nnodes:\n  - {name: n, count: 4, gpu: A100-80, gpus: 2, intra: {kind: nvswitch, bandwidth: 300 GB/s, "
       "latency: 2 us}, nic: {count: 2, bandwidth: 100 Gb/s}}\n",
       "four.yaml");
   for (const auto& [ep, zero, tensor] :
-       {std::tuple{2, 0, 1}, {2, 1, 1}, {4, 0, 1}, {4, 1, 1}, {2, 1, 2}}) {
+       {std::tuple{2, 0, 1}, {2, 1, 1}, {4, 0, 1}, {4, 1, 1}, {2, 1, 2}, {2, 3, 1}, {4, 3, 1}}) {
     partition::PlanOptions o;
     o.experts.parallel = ep;
     o.tensor = tensor;
