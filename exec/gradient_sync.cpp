@@ -262,8 +262,14 @@ void GradientSync::map_zero() {
   std::map<ChunkState*, Ranges> scattered, gathered, moved;
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
+    int copy = -1;
     for (const int id : plan.reads(static_cast<int>(t))) {
-      if (plan.tensor(id).kind == TensorKind::gathered_weight) ++readers_of_[id];
+      if (plan.tensor(id).kind != TensorKind::gathered_weight) continue;
+      ++readers_of_[id];
+      copy = copy < 0 ? id : std::min(copy, id);
+    }
+    for (const int id : plan.reads(static_cast<int>(t))) {
+      if (plan.tensor(id).kind == TensorKind::gathered_weight) copy_of_[id] = copy;
     }
     if (task.kind != TaskKind::collective || !local_(task.device)) continue;
     const partition::Collective& c = plan.collective(task.collective);
@@ -307,10 +313,6 @@ void GradientSync::map_zero() {
     if (const auto& runs = collective_runs_[t]; !runs.empty()) {
       // Under expert parallelism a piece is runs of the chunk (map_collectives; stage 2 above),
       // packed into one buffer; the member's part of the buffer is runs of the chunk too.
-      if (role == ZeroRole::gather_copy) {
-        throw PlanError(partition::describe_task(plan, static_cast<int>(t)) + ": a ZeRO stage-3 all-gather of a part "
-                        "of its chunk's parameters (expert parallelism), which the executors do not run");
-      }
       const size_t count = floats_of(runs);
       zero_part_[t] = {at(lo, count), at(hi, count)};  // (of the packed buffer)
       for (const FloatRun& run : slice_runs(runs, at(lo, count), at(hi, count))) {
@@ -356,8 +358,14 @@ void GradientSync::map_zero() {
   }
 }
 
+int GradientSync::copy_read_by(int task) const {
+  const int gathered = tensor_of_kind(plan_, plan_.reads(task), TensorKind::gathered_weight);
+  const auto copy = copy_of_.find(gathered);
+  return copy == copy_of_.end() ? gathered : copy->second;
+}
+
 const float* GradientSync::pass_params(const TaskContext& task, ChunkState& c) {
-  const int gathered = zero_stage_ >= 3 ? tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight) : -1;
+  const int gathered = zero_stage_ >= 3 ? copy_read_by(task.task) : -1;
   if (gathered < 0 && c.params_sharded) {
     throw PlanError(partition::describe_task(plan_, task.task) + " reads no gathered parameters (gathered_weight) "
                     "under layout.sync.zero.stage " + std::to_string(zero_stage_) + ": this replica holds its shard alone");
@@ -388,7 +396,7 @@ float* GradientSync::pass_grads(const TaskContext& task, ChunkState& c) {
 
 void GradientSync::pass_done(const TaskContext& task) {
   if (zero_stage_ < 3) return;
-  const int gathered = tensor_of_kind(plan_, plan_.reads(task.task), TensorKind::gathered_weight);
+  const int gathered = copy_read_by(task.task);
   if (gathered < 0) return;
   std::lock_guard lock(transient_mutex_);
   const auto found = transient_.find({task.iteration, gathered});
@@ -425,6 +433,20 @@ std::span<float> GradientSync::zero_data(const TaskContext& task) {
       return summed.span();
     }
     case ZeroRole::gather_copy: {
+      if (!collective_runs_[t].empty()) {
+        // A piece of runs (expert parallelism): this member's part packed from its shard; zero_done
+        // unpacks the gathered piece into the pass's whole copy.
+        OpsFloats& buffer = gathered_[t];
+        buffer = c.ops().floats(floats_of(collective_runs_[t]));
+        const auto [a, b] = zero_part_[t];
+        size_t at = 0;
+        for (const FloatRun& run : collective_runs_[t]) {
+          const size_t from = std::max(at, a), to = std::min(at + run.count, b);
+          if (from < to) c.ops().copy(buffer.data() + from, c.params.data() + c.index_in(c.params, run.at + (from - at)), to - from);
+          at += run.count;
+        }
+        return buffer.span();
+      }
       const int whole = plan_.writes(task.task)[0];
       OpsFloats copy = c.ops().floats(c.whole());
       const auto [a, b] = zero_part_[t];  // what this member brings (its shard's); the steps bring the rest
@@ -444,6 +466,26 @@ std::span<float> GradientSync::zero_data(const TaskContext& task) {
 void GradientSync::zero_done(const TaskContext& task) {
   const auto t = static_cast<size_t>(task.task);
   ChunkState& c = *collective_chunk_[t];
+  if (!collective_runs_[t].empty() && zero_role_[t] == ZeroRole::gather_copy) {
+    // A gathered piece into the whole copy its pass reads (made by the pass's first piece).
+    const int piece = plan_.writes(task.task)[0];
+    const auto copy = copy_of_.find(piece);
+    const int whole = copy == copy_of_.end() ? piece : copy->second;
+    std::lock_guard lock(transient_mutex_);
+    Transient& made = transient_[{task.iteration, whole}];
+    if (made.floats.size() == 0) {  // (and the experts this replica holds alone, which no piece gathers)
+      made.floats = c.ops().floats(c.whole());
+      made.reads_left = readers_of_.count(whole) ? readers_of_.at(whole) : 0;
+      for (const auto& [a, b] : c.alone) c.ops().copy(made.floats.data() + a, c.params.data() + c.index_in(c.params, a), b - a);
+    }
+    size_t at = 0;
+    for (const FloatRun& run : collective_runs_[t]) {
+      c.ops().copy(made.floats.data() + run.at, gathered_[t].data() + at, run.count);
+      at += run.count;
+    }
+    gathered_[t] = OpsFloats();
+    return;
+  }
   if (!collective_runs_[t].empty() && zero_role_[t] != ZeroRole::scatter_whole) {
     // A piece of runs (scatter or gather): its sums or parameters back in place.
     const OpsFloats& into = zero_role_[t] == ZeroRole::scatter ? c.grads : c.params;

@@ -68,7 +68,7 @@ class GradientSync {
     scatter,        // reduce-scatter a span of the chunk's gradients in place (stage 1)
     scatter_whole,  // reduce-scatter a pass's unsharded_grad buffer, then add the shard (2, 3)
     gather,         // all-gather a span of the chunk's parameters in place (1, 2)
-    gather_copy,    // all-gather the parameters into a gathered_weight buffer (3)
+    gather_copy,    // all-gather the parameters into a gathered_weight buffer, or a piece's runs of it (3)
   };
   void map_collectives();  // the all-reduces' spans and runs
   void check_collective_sizes() const;
@@ -90,6 +90,11 @@ class GradientSync {
   std::vector<ZeroRole> zero_role_;                         // per task
   std::vector<std::pair<size_t, size_t>> zero_part_;        // per task: the flat range this member owns
   std::map<int, int> readers_of_;         // gathered_weight tensor -> tasks reading it in an iteration
+  // Stage 3 under expert parallelism: a pass reads one gathered copy per piece (the dense
+  // part's, its experts'), which together make the chunk's whole copy, kept under the
+  // smallest of them: gathered_weight tensor -> that copy's.
+  std::map<int, int> copy_of_;
+  int copy_read_by(int task) const;  // the whole copy a pass reads (-1: none)
   std::map<int, int> scatters_of_whole_;  // unsharded_grad tensor -> its reduce-scatters (2 under expert parallelism)
   struct Transient {
     OpsFloats floats;

@@ -111,8 +111,7 @@ void Training::read_layout() {
                       ", which the real layers do not run yet: run it with --compute proxy, simulate it, or plan it "
                       "without --expert-parallel");
     };
-    // (Stages 1 and 2 run: their pieces are runs of a chunk, map_zero. The planner refuses 3.)
-    if (plan.layout.sync.zero.stage > 2) refuse("with ZeRO stage " + std::to_string(plan.layout.sync.zero.stage));
+    // (Every ZeRO stage runs: its pieces are runs of a chunk, GradientSync::map_zero.)
     if (plan.layout.folded) refuse("in a folded plan");
     expert_placement_ = partition::expert_split(plan.network, plan.layout).placement.rank_of;
   }
@@ -152,14 +151,20 @@ void Training::make_chunks(std::uint64_t seed) {
   // One chunk per (device, stage) that computes, found from the forward tasks' weights.
   std::set<int> norm_ranks;  // the ranks that hold optimizer tasks
   int optimizer_tasks = 0, local_optimizer_tasks = 0;
-  for (const partition::Collective& c : plan.collectives) {  // ZeRO 3: passes read gathered copies
+  // ZeRO 3: passes read gathered copies, of the whole chunk or under expert parallelism of its
+  // pieces (one communicator each), which add up to the chunk.
+  std::map<int, std::map<int, double>> pieces;  // weight -> communicator -> parameters gathered
+  for (const partition::Collective& c : plan.collectives) {
     for (const int t : c.tasks) {
       const auto reads = plan.reads(t), writes = plan.writes(t);
       if (!reads.empty() && !writes.empty() && plan.tensor(writes[0]).kind == TensorKind::gathered_weight) {
         weight_of_gathered_[writes[0]] = reads[0];
-        piece_of_weight_[reads[0]] = c.bytes / model::element_bytes(plan.layout.precision);
+        pieces[reads[0]][c.communicator] = c.bytes / model::element_bytes(plan.layout.precision);
       }
     }
+  }
+  for (const auto& [weight, of] : pieces) {
+    for (const auto& [communicator, params] : of) piece_of_weight_[weight] += params;
   }
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const partition::Task& task = plan.tasks[t];
@@ -212,9 +217,14 @@ void Training::make_chunks(std::uint64_t seed) {
     params_at_.emplace(std::tuple{task.device, task.worker, task.stage}, p);
     // (ZeRO 3: the tensor is the shard; the piece is what its all-gathers gather.)
     const auto piece = piece_of_weight_.find(weight);
-    const double expected = piece != piece_of_weight_.end() ? std::round(piece->second)
-                            : plan.tensor(weight).shape.empty() ? -1
-                                                                : static_cast<double>(plan.tensor(weight).shape[0]);
+    double expected = piece != piece_of_weight_.end() ? std::round(piece->second)
+                      : plan.tensor(weight).shape.empty() ? -1
+                                                          : static_cast<double>(plan.tensor(weight).shape[0]);
+    // (Experts one replica holds alone are in no piece: the pass reads them from its own weights.)
+    if (piece != piece_of_weight_.end() && layout.experts.parallel > 1 && pieces.at(weight).size() == 1 &&
+        has_routed_experts(p, p.layer_begin, p.layer_end)) {
+      expected += static_cast<double>(floats_of(expert_piece_runs(p, p.layer_begin, p.layer_end, true)));
+    }
     // The plan counts this rank's shard as the real split lays it out (partition/shard.hpp).
     if (expected != static_cast<double>(p.count)) {
       throw PlanError("the weight tensor " + std::to_string(weight) + " of layers " + std::to_string(task.layer_begin) +

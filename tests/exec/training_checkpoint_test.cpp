@@ -154,6 +154,7 @@ const ResumeCase kResumeCases[] = {
     {"tensor_2_sequence_parallel_zero_2", 1, 2, 2, 2, true},
     {"context_2_zero_3", 1, 2, 1, 3, false, 2},
     {"experts_2_zero_1", 2, 2, 1, 1, false, 1, 2},
+    {"experts_2_zero_3", 2, 2, 1, 3, false, 1, 2},
     {"split_w", 2, 2, 1, 0, false, 1, 1, "1f1b-split-w"},
     {"interleaved_zero_2", 2, 2, 1, 2, false, 1, 1, "interleaved", 2},
 };

@@ -733,7 +733,8 @@ INSTANTIATE_TEST_SUITE_P(
 // hand: one rank holding three experts and the other one. Under ZeRO stages 1 and 2 every
 // replica steps its shard of the dense part and the holders of an expert rank their shards of
 // its experts (one holder: all of them); stage 2 reduce-scatters each pass's gradients in
-// those two pieces.
+// those two pieces, and stage 3 gathers each pass's parameters in them too (resharded after
+// each pass or kept), the experts one replica holds alone read from its own.
 struct ExpertCase {
   const char* name;
   const char* schedule;
@@ -743,6 +744,7 @@ struct ExpertCase {
   std::vector<int> placement = {};
   double capacity_factor = 0;
   int zero_stage = 0;
+  bool reshard = true;  // stage 3: gathered again for each pass
 };
 
 class ExpertParallelTraining : public testing::TestWithParam<ExpertCase> {};
@@ -763,6 +765,7 @@ TEST_P(ExpertParallelTraining, EqualsOneDevice) {
   o.experts.parallel = 2;
   o.experts.placement = c.placement;
   o.zero_stage = c.zero_stage;
+  o.reshard_after_forward = c.reshard;
   const Plan plan = test_support::planned(model::cpu_cluster(4 * c.data), net, o);
   ASSERT_EQ(plan.layout.experts.parallel, 2);
   ASSERT_EQ(plan.layout.sync.zero.stage, c.zero_stage);
@@ -786,7 +789,12 @@ INSTANTIATE_TEST_SUITE_P(
                     ExpertCase{"zero_1_placed_by_hand", "1f1b", 1, partition::Recompute::none, 4, {0, 0, 1, 0}, 0, 1},
                     ExpertCase{"zero_2", "1f1b", 1, partition::Recompute::none, 2, {}, 0, 2},
                     ExpertCase{"zero_2_two_groups_split_w", "1f1b-split-w", 1, partition::Recompute::selective, 4, {}, 0, 2},
-                    ExpertCase{"zero_2_placed_by_hand", "gpipe", 1, partition::Recompute::full, 4, {0, 0, 1, 0}, 0, 2}),
+                    ExpertCase{"zero_2_placed_by_hand", "gpipe", 1, partition::Recompute::full, 4, {0, 0, 1, 0}, 0, 2},
+                    ExpertCase{"zero_3", "1f1b", 1, partition::Recompute::none, 2, {}, 0, 3},
+                    ExpertCase{"zero_3_two_groups_split_w", "1f1b-split-w", 1, partition::Recompute::selective, 4, {}, 0, 3},
+                    ExpertCase{"zero_3_kept_placed_by_hand", "gpipe", 1, partition::Recompute::full, 4, {0, 0, 1, 0}, 0, 3,
+                               false},
+                    ExpertCase{"zero_3_interleaved_kept", "interleaved", 2, partition::Recompute::none, 2, {}, 0, 3, false}),
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a

@@ -188,10 +188,13 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      return o;
                    }(),
                    true});
-  // ZeRO 1 and 2 under expert parallelism: the dense part sharded over 4 replicas, each
-  // expert rank's experts over its 2 holders, every shard gathered at rank 0 by its expert rank.
-  for (const int stage : {1, 2}) {
-    cases.push_back({stage == 1 ? "expert parallel 2 x zero 1 x data 4" : "expert parallel 2 x zero 2 x data 4", 4,
+  // ZeRO 1 to 3 under expert parallelism: the dense part sharded over 4 replicas, each expert
+  // rank's experts over its 2 holders (stage 3: gathered in those two pieces for every pass),
+  // every shard gathered at rank 0 by its expert rank.
+  static const char* const kExpertZero[] = {"expert parallel 2 x zero 1 x data 4", "expert parallel 2 x zero 2 x data 4",
+                                            "expert parallel 2 x zero 3 x data 4"};
+  for (const int stage : {1, 2, 3}) {
+    cases.push_back({kExpertZero[stage - 1], 4,
                      [stage] {
                        auto o = options(1, 4, 2, "1f1b");
                        o.experts.parallel = 2;
