@@ -316,6 +316,9 @@ class Builder {
   std::vector<int> replicas(int stage, int j) const;    // the piece's devices, worker by worker
   std::vector<double> zero_parts(const std::vector<int>& devices) const;  // builder::zero_parts, checked, remembered
   std::string replica_group_name(int stage, int j) const;
+  // An expert rank's piece of layers [begin, end) over `members` (expert parallelism):
+  // "edp l<begin>-<end - 1> e<r>", r their expert rank, and " t<j>" on a rank of several devices.
+  std::string expert_piece_name(int begin, int end, const std::vector<int>& members, int stage, int j) const;
   CollectiveAlgorithm zero_algorithm() const;           // the layout's, where a scatter or gather runs it
   // The parameters a pass reads: its weights, or under stage 3 the whole copies all-gathers
   // make (made on first ask, for every replica): one, or under expert parallelism one per

@@ -243,15 +243,11 @@ void Builder::add_allreduce_sync() {
       Task like = base_task(TaskKind::collective, devices[0], -1, -1, -1);
       like.layer_begin = begin;
       like.layer_end = end;
-      // (An expert rank's piece: "edp ... e<r>", r its workers' expert rank, and " t<j>" its
-      // tensor rank on more than one.)
-      const int tensor_rank = rank_of_worker[static_cast<size_t>(members.front())];
-      const bool split = degree(members.front(), stage_of_worker[static_cast<size_t>(members.front())]) > 1;
-      const std::string name = (subset.empty() ? "dp l" : "edp l") + std::to_string(begin) + "-" + std::to_string(end - 1) +
-                               (subset.empty() ? " t" + std::to_string(j)
-                                               : " e" + std::to_string(expert_rank(members.front(), layout_.size(Axis::context),
-                                                                                    layout_.experts.parallel)) +
-                                                     (split ? " t" + std::to_string(tensor_rank) : ""));
+      const auto first = static_cast<size_t>(members.front());
+      const std::string name = subset.empty() ? "dp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " t" +
+                                                    std::to_string(j)
+                                              : expert_piece_name(begin, end, members, stage_of_worker[first],
+                                                                  rank_of_worker[first]);
       // With overlap, where in its chunk's last backward each worker's buckets are complete.
       std::vector<std::vector<double>> ready;
       for (const int w : members) {

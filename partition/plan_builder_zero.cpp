@@ -169,6 +169,12 @@ std::vector<double> Builder::zero_parts(const std::vector<int>& devices) const {
   return parts;
 }
 
+std::string Builder::expert_piece_name(int begin, int end, const std::vector<int>& members, int stage, int j) const {
+  const int r = expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel);
+  return "edp l" + std::to_string(begin) + "-" + std::to_string(end - 1) + " e" + std::to_string(r) +
+         (degree(members.front(), stage) > 1 ? " t" + std::to_string(j) : "");
+}
+
 std::vector<int> Builder::replicas(int stage, int j) const {
   std::vector<int> devices;
   for (size_t w = 0; w < layout_.workers.size(); ++w) devices.push_back(device_of(static_cast<int>(w), stage, j));
@@ -219,10 +225,7 @@ std::vector<int> Builder::pass_params(int w, int stage, int mb, OpKind pass, int
       if (wholes.empty()) continue;  // (folded: a piece of replicas no built worker holds)
       const bool expert = members.size() < layout_.workers.size();
       const std::string name =
-          expert ? "edp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " e" +
-                       std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel)) +
-                       (degree(0, stage) > 1 ? " t" + std::to_string(j) : "")
-                 : replica_group_name(stage, j);
+          expert ? expert_piece_name(s.layer_begin, s.layer_end, members, stage, j) : replica_group_name(stage, j);
       Task like = base_task(TaskKind::collective, devices[0], 0, stage, each_pass ? mb : -1);
       const auto tasks = add_collective(CollectiveKind::all_gather, zero_algorithm(), name, devices, params * e,
                                         Purpose::data_parallel, stream("gather"), like, shards, wholes, wholes.size());
@@ -320,10 +323,7 @@ void Builder::add_zero_reduce_scatters(std::map<int, std::vector<int>>& syncs_of
           }
           const bool expert = members.size() < layout_.workers.size();
           const std::string name =
-              expert ? "edp l" + std::to_string(s.layer_begin) + "-" + std::to_string(s.layer_end - 1) + " e" +
-                           std::to_string(expert_rank(members.front(), layout_.size(Axis::context), layout_.experts.parallel)) +
-                           (degree(0, stage) > 1 ? " t" + std::to_string(j) : "")
-                     : replica_group_name(stage, j);
+              expert ? expert_piece_name(s.layer_begin, s.layer_end, members, stage, j) : replica_group_name(stage, j);
           Task like = base_task(TaskKind::collective, devices[0], 0, stage, once ? -1 : o.microbatch);
           const auto tasks = add_collective(CollectiveKind::reduce_scatter, zero_algorithm(), name, devices, bytes,
                                             Purpose::data_parallel, comm, like, wholes, shards, wholes.size());

@@ -43,6 +43,17 @@ const model::Network& mixture() {
 
 constexpr double kExpert = 3.0 * 256 * 512;
 
+// Bytes each gradient sync carries (all-reduces, or ZeRO's reduce-scatters), by its members.
+std::map<std::vector<int>, double> synced_bytes(const Plan& plan, int zero) {
+  std::map<std::vector<int>, double> synced;
+  for (const Collective& c : plan.collectives) {
+    if (c.purpose != Purpose::data_parallel || c.in_task()) continue;
+    if (c.kind != (zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce)) continue;
+    synced[plan.communicator(c.communicator).devices] += c.bytes;
+  }
+  return synced;
+}
+
 PlanOptions options(int ep, int pipeline = 1) {
   PlanOptions o;
   o.experts.parallel = ep;
@@ -78,13 +89,7 @@ TEST(ExpertParallel, DenseGradientsSumOverEveryReplicaAndExpertsOverTheirHolders
     o.zero_stage = zero;
     const Plan plan = plan_of(cluster, mixture(), o);
     ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
-    // Bytes each gradient sync carries, by its members.
-    std::map<std::vector<int>, double> synced;
-    for (const Collective& c : plan.collectives) {
-      if (c.purpose != Purpose::data_parallel || c.in_task()) continue;
-      if (c.kind != (zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce)) continue;
-      synced[plan.communicator(c.communicator).devices] += c.bytes;
-    }
+    const std::map<std::vector<int>, double> synced = synced_bytes(plan, zero);
     ASSERT_EQ(synced.size(), 5u) << "zero " << zero;
     EXPECT_DOUBLE_EQ(synced.at({0, 1, 2, 3, 4, 5, 6, 7}), (whole - routed) * g);
     for (int r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(synced.at({r, r + 4}), 2 * 2 * kExpert * g) << r;
@@ -171,12 +176,7 @@ TEST(ExpertParallel, OverTensorRanksEachExpertRanksGradientsSumPerTensorRank) {
   for (const int zero : {0, 1}) {
     const Plan plan = plan_of(test_support::identical_cluster(8), mixture(), tensor_options(zero));
     ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).problems.front();
-    std::map<std::vector<int>, double> synced;
-    for (const Collective& c : plan.collectives) {
-      if (c.purpose != Purpose::data_parallel || c.in_task()) continue;
-      if (c.kind != (zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce)) continue;
-      synced[plan.communicator(c.communicator).devices] += c.bytes;
-    }
+    const std::map<std::vector<int>, double> synced = synced_bytes(plan, zero);
     ASSERT_EQ(synced.size(), 6u) << "zero " << zero;
     int dense = 0, experts = 0;
     for (const auto& [devices, bytes] : synced) {
