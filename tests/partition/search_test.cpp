@@ -378,3 +378,39 @@ TEST(Search, ShardsByMemoryAreAPlacementTheSearchChooses) {
   space.zero = false;
   EXPECT_EQ(partition::search_plans(cluster, net, 8, space, base, cost, 2).screened, 1);
 }
+
+// Expert groups over tensor-parallel ranks need sequence parallelism (check_experts): with a
+// sequence-parallel base the search tries them at tensor 2, and each such candidate plans;
+// without one, expert groups come at tensor 1 alone.
+TEST(Search, ExpertGroupsOverTensorRanksAreTriedWhenTheBaseIsSequenceParallel) {
+  const model::Cluster cluster = test_support::identical_cluster(8);
+  const model::Network net = model::network_from_spec(
+      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
+      "expert_ffn=512",
+      model::Precision::bf16);
+  const partition::CostModel cost(cluster, net.precision);
+  partition::SearchSpace space;
+  space.policies = {"uniform"};
+  space.tensors = {1, 2};
+  space.pipelines = {1, 2};
+  space.experts = {2};
+  space.micro_batches = {1};
+  space.schedules = {"1f1b"};
+  space.syncs = {partition::SyncKind::allreduce};
+  for (const bool sp : {false, true}) {
+    PlanOptions base;
+    base.sequence_parallel = sp;
+    int over_tensor_ranks = 0, at_tensor_1 = 0, planned = 0;
+    for (const PlanOptions& o : partition::search_candidates(cluster, net, 16, space, base, cost)) {
+      if (o.experts.parallel < 2) continue;
+      (o.tensor > 1 ? over_tensor_ranks : at_tensor_1) += 1;
+      if (o.tensor == 1) continue;
+      const partition::Plan plan = test_support::plan_of(cluster, net, o);
+      EXPECT_EQ(plan.layout.experts.parallel, 2) << partition::candidate_summary(o, 0);
+      ++planned;
+    }
+    EXPECT_GT(at_tensor_1, 0);
+    EXPECT_EQ(over_tensor_ranks > 0, sp) << over_tensor_ranks;
+    EXPECT_EQ(planned > 0, sp) << planned;
+  }
+}
