@@ -26,6 +26,9 @@ struct Dims {
   // (T k without it) and whether copies arrive from other members (they are sorted by expert).
   double Eh, routed;
   bool exchanged;
+  // The tokens the router scores and the permutation orders: the rank's all, or under expert
+  // parallelism (sequence parallel) the device's 1/t, as its all-to-all dispatches them.
+  double Tr;
 };
 
 Dims dims_of(const model::TransformerConfig& c, const OpShape& shape, int transformer_layer) {
@@ -69,6 +72,7 @@ Dims dims_of(const model::TransformerConfig& c, const OpShape& shape, int transf
   x.Eh = shape.experts_held > 0 ? shape.experts_held : x.E;
   x.routed = x.T * x.k * shape.expert_load;
   x.exchanged = shape.experts > 1;
+  x.Tr = x.exchanged ? x.Tn : x.T;
   return x;
 }
 
@@ -155,22 +159,23 @@ void mlp_forward(Ops& o, const Dims& x, const OpOptions& opt, double f, bool gat
 }
 
 // A mixture of experts, forward, for tokens routed evenly: the router (whole on every
-// tensor-parallel rank, as Megatron runs it) and its fp32 softmax or sigmoid and top-k, the
+// tensor-parallel rank, as Megatron runs it; under expert parallelism on the device's own
+// sequence-parallel tokens, Dims::Tr) and its fp32 softmax or sigmoid and top-k, the
 // permutation of each token's k copies into expert order, the experts as grouped GEMMs
 // (`experts` GEMMs of T k / experts rows each, their widths split over the tensor-parallel
 // ranks), the weighted un-permutation back to token order, and the shared experts as one
 // MLP of their total width.
 void moe_forward(Ops& o, const Dims& x, const OpOptions& opt) {
-  const double copies = x.T * x.k;
-  o.gemm("router", x.T, x.E, x.h, 1, x.e);
-  o.memory("router scores and top-k", (x.e + 8) * x.T * x.E);
+  const double copies = x.Tr * x.k;
+  o.gemm("router", x.Tr, x.E, x.h, 1, x.e);
+  o.memory("router scores and top-k", (x.e + 8) * x.Tr * x.E);
   o.memory("permute", 2 * x.e * copies * x.h);
   if (x.exchanged) o.memory("sort by expert", 2 * x.e * x.routed * x.h);
   o.gemm("experts up", x.routed / x.Eh, 2 * x.fe / x.t, x.h, x.Eh, x.e);
   o.memory("experts swiglu", 3 * x.e * x.routed * x.fe / x.t);
   o.gemm("experts down", x.routed / x.Eh, x.h, x.fe / x.t, x.Eh, x.e);
   if (x.exchanged) o.memory("unsort", 2 * x.e * x.routed * x.h);
-  o.memory("unpermute", x.e * (copies + x.T) * x.h + 4 * copies);
+  o.memory("unpermute", x.e * (copies + x.Tr) * x.h + 4 * copies);
   if (x.fs > 0) {
     mlp_forward(o, x, opt, x.fs, true, false, "shared up", "shared swiglu", "shared down");
     if (x.shared_gate) o.gemm("shared gate", x.T, 1, x.h, 1, x.e);
@@ -200,17 +205,17 @@ void mlp_backward_data(Ops& o, const Dims& x, double f, bool gated, std::string_
 }
 
 void moe_backward_data(Ops& o, const Dims& x) {
-  const double copies = x.T * x.k;
+  const double copies = x.Tr * x.k;
   // The weighted sum's gradient: to each copy, and to each weight (a dot with its output).
-  o.memory("unpermute (backward)", x.e * (2 * copies + x.T) * x.h + 4 * copies);
+  o.memory("unpermute (backward)", x.e * (2 * copies + x.Tr) * x.h + 4 * copies);
   if (x.exchanged) o.memory("unsort (backward)", 2 * x.e * x.routed * x.h);
   o.gemm("experts down (data)", x.routed / x.Eh, x.fe / x.t, x.h, x.Eh, x.e);
   o.memory("experts swiglu (backward)", 5 * x.e * x.routed * x.fe / x.t);
   o.gemm("experts up (data)", x.routed / x.Eh, x.h, 2 * x.fe / x.t, x.Eh, x.e);
   if (x.exchanged) o.memory("sort by expert (backward)", 2 * x.e * x.routed * x.h);
   o.memory("permute (backward)", 2 * x.e * copies * x.h);
-  o.memory("router scores and top-k (backward)", (x.e + 8) * x.T * x.E);
-  o.gemm("router (data)", x.T, x.h, x.E, 1, x.e);
+  o.memory("router scores and top-k (backward)", (x.e + 8) * x.Tr * x.E);
+  o.gemm("router (data)", x.Tr, x.h, x.E, 1, x.e);
   if (x.fs > 0) {
     o.memory("shared add (backward)", 3 * x.e * x.T * x.h);
     if (x.shared_gate) o.gemm("shared gate (data)", x.T, x.h, 1, 1, x.e);
@@ -287,7 +292,7 @@ void transformer_backward_weight(Ops& o, const Dims& x) {
   }
   const double up = (x.gated ? 2 : 1) * x.f / x.t;
   if (x.moe) {
-    o.gemm("router (weight)", x.h, x.E, x.T, 1, x.e);
+    o.gemm("router (weight)", x.h, x.E, x.Tr, 1, x.e);
     o.gemm("experts up (weight)", x.h, 2 * x.fe / x.t, x.routed / x.Eh, x.Eh, x.e);
     o.gemm("experts down (weight)", x.fe / x.t, x.h, x.routed / x.Eh, x.Eh, x.e);
     if (x.fs > 0) {

@@ -29,7 +29,9 @@
 //    bytes of Q, K, V and the output (the s^2 scores never reach memory).
 //  - Mixtures of experts (model::MoeConfig), for tokens routed evenly: the router's GEMM
 //    (T, experts, h), whole on every tensor-parallel rank as Megatron runs it, its fp32 scores
-//    and top-k; the permutation of each token's k copies into expert order and back; the
+//    and top-k; the permutation of each token's k copies into expert order and back (under
+//    expert parallelism all three of the device's sequence-parallel T / t tokens alone, which
+//    its all-to-all dispatches); the
 //    routed experts as grouped GEMMs, `experts` of them of T k / experts rows, their widths
 //    split by t (expert tensor parallelism = t); under expert parallelism the rank's held
 //    experts of T k load / held rows each, and the sorts of the copies it received by expert

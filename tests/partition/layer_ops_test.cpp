@@ -156,6 +156,30 @@ TEST(LayerOps, MoeAndLatentAttentionGemmsAddUpToTheZoos) {
   }
 }
 
+// Under expert parallelism over tensor ranks (sequence parallel) each device routes and
+// permutes its own 1/t of the tokens, which its all-to-all dispatches; the experts run on all
+// the rank's copies (gathered over the tensor group), their widths split by t. Without
+// expert parallelism the router scores every token of the rank.
+TEST(LayerOps, UnderExpertParallelismADeviceRoutesItsOwnTokens) {
+  const model::Network net = model::load_network("mixtral-8x7b");
+  const int l = 1;  // the first decoder layer
+  const double T = 2.0 * net.tokens_per_sample, E = 8, h = 4096;
+  for (const int experts : {1, 4}) {
+    partition::OpShape shape{2, 2, true, 2};
+    shape.experts = experts;
+    shape.experts_held = experts > 1 ? 2 : -1;
+    const auto ops = by_name(partition::layer_ops(net, l, OpPass::forward, shape, {}));
+    const double routed_tokens = experts > 1 ? T / 2 : T;
+    EXPECT_DOUBLE_EQ(ops.at("router").flops, 2 * routed_tokens * E * h) << experts;
+    EXPECT_DOUBLE_EQ(ops.at("router").m, routed_tokens);
+    // The experts: every copy of the rank, 1/2 of each expert's width.
+    EXPECT_DOUBLE_EQ(ops.at("experts up").m * ops.at("experts up").batch, T * 2);
+    EXPECT_DOUBLE_EQ(ops.at("experts up").n, 2 * 14336.0 / 2);
+    const auto weight = by_name(partition::layer_ops(net, l, OpPass::backward_weight, shape, {}));
+    EXPECT_DOUBLE_EQ(weight.at("router (weight)").flops, 2 * routed_tokens * E * h);
+  }
+}
+
 // Qwen3's QK-norm: a memory-bound operation over this rank's q and k (heads x head_dim wide,
 // not hidden) in each direction; a model without it has none.
 TEST(LayerOps, QkNormReadsAndWritesTheRanksQueriesAndKeys) {
