@@ -311,6 +311,7 @@ class Builder {
   void check_zero() const;
   double shard(double params, int w) const;             // replica w's whole elements of a piece of `params`
   double piece_params(int w, int stage, int j) const;   // rank j's part of a chunk, whole
+  double rank_params(int w, int stage, int j) const;    // ... less the experts its expert rank does not hold
   double unit_params(int w, int stage, int j) const;    // what one transient whole buffer holds of it
   int zero_messages(int w, int stage, double bytes) const;  // FSDP's units (stage 3) or buckets
   std::vector<int> replicas(int stage, int j) const;    // the piece's devices, worker by worker

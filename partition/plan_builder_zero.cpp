@@ -137,8 +137,14 @@ double Builder::piece_params(int w, int stage, int j) const {
 // layer (its wrapped blocks), DeepSpeed's stage 2 reduces bucket by bucket; only without
 // resharding is a chunk kept whole. The next unit (prefetched, or in its reduce-scatter) is
 // the next pass's tensor, so two are alive at the peak.
+double Builder::rank_params(int w, int stage, int j) const {
+  const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
+  return piece_params(w, stage, j) - expert_params_elsewhere(net_, s.layer_begin, s.layer_end,
+                                                             expert_share(experts_, layout_, w).held, degree(w, stage));
+}
+
 double Builder::unit_params(int w, int stage, int j) const {
-  const double whole = piece_params(w, stage, j);
+  const double whole = rank_params(w, stage, j), full = piece_params(w, stage, j);
   if (zero_stage() == 2) return std::min(whole, layout_.sync.bucket_bytes / layout_.gradient_element_bytes());
   if (!layout_.sync.zero.reshard_after_forward) return whole;
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
@@ -146,7 +152,8 @@ double Builder::unit_params(int w, int stage, int j) const {
   for (int l = s.layer_begin; l < s.layer_end; ++l) {
     largest = std::max(largest, layer_part_params(net_, l, s.layer_begin, SplitPart::rank(j, degree(w, stage))));
   }
-  return std::min(whole, largest);
+  // (Under expert parallelism the rank's share of its largest layer: the experts it holds.)
+  return whole == full ? std::min(whole, largest) : whole * std::min(1.0, largest / std::max(1.0, full));
 }
 
 int Builder::zero_messages(int w, int stage, double bytes) const {
@@ -209,7 +216,7 @@ std::vector<int> Builder::pass_params(int w, int stage, int mb, OpKind pass, int
     }
     if (pieces.empty()) pieces.push_back({std::vector<int>(layout_.workers.size(), j), piece_params(w, stage, j) * g, 1, {}});
     // One pass holds a unit of each piece at a time (FSDP's layer), in the chunk's proportion.
-    const double unit_share = unit_params(w, stage, j) / std::max(1.0, piece_params(w, stage, j));
+    const double unit_share = unit_params(w, stage, j) / std::max(1.0, rank_params(w, stage, j));
     std::vector<std::vector<int>> copies(built);
     for (const Segment::Piece& piece : pieces) {
       const std::vector<int> members = piece_workers(piece, layout_.workers.size());
