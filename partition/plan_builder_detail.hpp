@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -370,6 +371,9 @@ class Builder {
   std::vector<std::vector<Gather>> gathers_;
   // Whole copies by (stage, mb, pass, j) (-1, -1 without resharding): per worker, one per piece.
   std::map<std::tuple<int, int, int, int>, std::vector<std::vector<int>>> gathered_;
+  // Under expert parallelism, the data axis's pieces (data_parallel_segments), made once for
+  // every pass's stage-3 gathers.
+  std::optional<std::vector<Segment>> expert_segments_;
   std::map<std::tuple<int, int, int, int>, int> unsharded_;  // whole gradients by (w, stage, mb or -1, j)
 };
 

@@ -133,16 +133,16 @@ double Builder::piece_params(int w, int stage, int j) const {
   return part_params(net_, s.layer_begin, s.layer_end, SplitPart::rank(j, degree(w, stage)));
 }
 
-// A transient whole buffer holds one unit at a time: FSDP gathers and reduce-scatters layer by
-// layer (its wrapped blocks), DeepSpeed's stage 2 reduces bucket by bucket; only without
-// resharding is a chunk kept whole. The next unit (prefetched, or in its reduce-scatter) is
-// the next pass's tensor, so two are alive at the peak.
 double Builder::rank_params(int w, int stage, int j) const {
   const Stage& s = worker(w).stages[static_cast<size_t>(stage)];
   return piece_params(w, stage, j) - expert_params_elsewhere(net_, s.layer_begin, s.layer_end,
                                                              expert_share(experts_, layout_, w).held, degree(w, stage));
 }
 
+// A transient whole buffer holds one unit at a time: FSDP gathers and reduce-scatters layer by
+// layer (its wrapped blocks), DeepSpeed's stage 2 reduces bucket by bucket; only without
+// resharding is a chunk kept whole. The next unit (prefetched, or in its reduce-scatter) is
+// the next pass's tensor, so two are alive at the peak.
 double Builder::unit_params(int w, int stage, int j) const {
   const double whole = rank_params(w, stage, j), full = piece_params(w, stage, j);
   if (zero_stage() == 2) return std::min(whole, layout_.sync.bucket_bytes / layout_.gradient_element_bytes());
@@ -208,7 +208,9 @@ std::vector<int> Builder::pass_params(int w, int stage, int mb, OpKind pass, int
     const double e = model::element_bytes(layout_.precision), g = layout_.gradient_element_bytes();
     const Stage& s = worker(0).stages[static_cast<size_t>(stage)];
     std::vector<Segment::Piece> pieces;
-    for (const Segment& seg : layout_.experts.parallel > 1 ? data_parallel_segments(net_, layout_) : std::vector<Segment>{}) {
+    if (layout_.experts.parallel > 1 && !expert_segments_) expert_segments_ = data_parallel_segments(net_, layout_);
+    static const std::vector<Segment> kNone;
+    for (const Segment& seg : expert_segments_ ? *expert_segments_ : kNone) {
       if (seg.begin != s.layer_begin || seg.end != s.layer_end) continue;
       for (const Segment::Piece& piece : seg.pieces) {
         if (piece.rank_of_worker.front() == j) pieces.push_back(piece);
