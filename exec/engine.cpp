@@ -108,8 +108,10 @@ class Run {
   Run(const Plan& plan, Backend& backend, const EngineOptions& options)
       : plan_(plan), backend_(backend), options_(options), graph_(plan), tasks_(plan.tasks.size()),
         iterations_(options.iterations > 0 ? options.iterations : plan.iterations()),
+        first_(options.first_iteration),
         ranks_(options.ranks != nullptr && !options.ranks->alone() ? options.ranks : nullptr) {
     if (iterations_ < 1) throw PlanError("the plan runs no iteration (layout.iterations < 1)");
+    if (first_ < 0) throw InputError("<options>", 0, "first_iteration", "expected an iteration >= 0");
     if (!(options.watchdog_s > 0)) throw InputError("<options>", 0, "watchdog_s", "expected a positive time");
     if (!(options.max_buffer_bytes >= 0)) throw InputError("<options>", 0, "max_buffer_bytes", "expected >= 0");
     for (size_t t = 0; t < plan.tensors.size(); ++t) {
@@ -282,7 +284,7 @@ class Run {
         }
         Context context(d, state, start_);
         context.task = task;
-        context.iteration = i;
+        context.iteration = first_ + i;
         context.messages = messages_.of(task, i);
         context.spec = &plan_.task(task);
         context.reads = reads;
@@ -293,7 +295,7 @@ class Run {
           backend_.run(context);
           end_s_[at] = now_s();
           carried_bytes_[at] = context.carried_bytes;
-          if (options_.on_task_end) options_.on_task_end(TaskView{task, i, reads, writes});
+          if (options_.on_task_end) options_.on_task_end(TaskView{task, first_ + i, reads, writes});
         } catch (const Stopped&) {
           return;
         } catch (const std::exception& e) {
@@ -328,7 +330,7 @@ class Run {
     {
       std::lock_guard lock(error_mutex_);
       if (error_.empty() && !stop_.load()) {
-        error_ = partition::describe_task(plan_, task) + ", iteration " + std::to_string(iteration) + ": " + what;
+        error_ = partition::describe_task(plan_, task) + ", iteration " + std::to_string(first_ + iteration) + ": " + what;
       }
     }
     stop_all();
@@ -429,7 +431,8 @@ class Run {
     if (sig == 0) return;
     const RunProgress p = progress();
     const std::string where = p.iteration < p.iterations
-                                  ? " during step " + std::to_string(p.iteration + 1) + " of " + std::to_string(p.iterations)
+                                  ? " during step " + std::to_string(first_ + p.iteration + 1) +
+                                        (first_ == 0 ? " of " + std::to_string(p.iterations) : "")
                                   : "";
     {
       std::lock_guard lock(error_mutex_);
@@ -481,7 +484,7 @@ class Run {
         ++stuck;
         if (++shown > 16) continue;
         out += "\n  device " + std::to_string(dev) + " (" + plan_.device_names[dev] + "): " +
-               partition::describe_task(plan_, st.task) + ", iteration " + std::to_string(st.iteration);
+               partition::describe_task(plan_, st.task) + ", iteration " + std::to_string(first_ + st.iteration);
         if (st.phase == Phase::running) {
           out += st.waiting_for.empty() ? ": running" : ": waits for " + st.waiting_for;
         } else {
@@ -513,7 +516,7 @@ class Run {
         }
       }
       out += (tensors.empty() ? "order edge" : tensors) + " from " + partition::describe_task(plan_, from) +
-             ", iteration " + std::to_string(j);
+             ", iteration " + std::to_string(first_ + j);
     }
     return out.empty() ? "its inputs (none unfinished: woken late)" : out;
   }
@@ -618,14 +621,16 @@ class Run {
         const size_t at = index(static_cast<int>(t), i);
         if (!done_[at]) continue;
         ++r.task_instances;
-        traces::Event e = traces::task_event(plan_, static_cast<int>(t), i);
+        traces::Event e = traces::task_event(plan_, static_cast<int>(t), first_ + i);
         e.start_s = start_s_[at];
         const int partner = graph_.partner(static_cast<int>(t));  // a transfer starts when both sides are there
         if (partner >= 0 && done_[index(partner, i)]) e.start_s = std::max(e.start_s, start_s_[index(partner, i)]);
         e.end_s = std::max(end_s_[at], e.start_s);
         if (carried_bytes_[at] >= 0) e.bytes = carried_bytes_[at];  // what ran, where the back end says
         r.trace.events.push_back(std::move(e));
+        const size_t own = r.trace.events.size();
         messages_.append_events(plan_, static_cast<int>(t), i, r.trace.events);
+        for (size_t k = own; k < r.trace.events.size(); ++k) r.trace.events[k].iteration += first_;
       }
     }
     if (ranks_ == nullptr && r.completed && r.task_instances != static_cast<long long>(tasks_) * iterations_) {
@@ -634,7 +639,7 @@ class Run {
     }
     if (!r.completed) {  // the file says so: what reads it (replay, timeline) knows what is missing
       r.trace.partial = r.error.substr(0, r.error.find('\n'));
-      r.trace.planned_iterations = iterations_;
+      r.trace.planned_iterations = first_ + iterations_;
     }
     traces::sort_events(r.trace);
     for (auto& d : devices_) r.memory.push_back(d->memory);
@@ -647,6 +652,7 @@ class Run {
   partition::RunGraph graph_;
   size_t tasks_;
   int iterations_;
+  int first_;                    // the number of iteration 0 outside (EngineOptions::first_iteration)
   Ranks* ranks_;                 // null: every device runs here
   double clock_offset_s_ = 0;    // this rank's clock to rank 0's
   TensorsByTask allocates_, frees_;

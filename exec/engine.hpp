@@ -58,6 +58,11 @@ struct TaskView {
 
 struct EngineOptions {
   int iterations = 0;                          // 0: the plan's layout.iterations
+  // The number of the run's first iteration: a run that goes on from another in the same
+  // process (exec/segmented_run.hpp) numbers its iterations from there, in what the back end
+  // sees (TaskContext::iteration), the trace and the messages; the dependencies on
+  // iterations before it count as met.
+  int first_iteration = 0;
   double watchdog_s = 60;                      // stall limit: no task completed for this long
   double max_buffer_bytes = 4.0 * 1024 * 1024;  // host bytes allocated per tensor at most
   // Called on the task's thread after each task instance, before its tensors may be freed.

@@ -76,6 +76,11 @@ void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, 
   put(out, std::uint64_t{Record::end});
 }
 
+void ModelWeights::forget_merged() {
+  chunks_.clear();
+  shards_.clear();
+}
+
 void ModelWeights::merge(ByteReader& in, int rank) {
   for (;;) {
     const auto kind = in.get<std::uint64_t>();

@@ -36,6 +36,9 @@ class ModelWeights {
             bool moments = false) const;
   // Rank `rank`'s part, kept. Error when it does not fit the model.
   void merge(ByteReader& in, int rank);
+  // Forgets what merge() kept (before every rank's newer parts come: a run collected at each
+  // checkpoint).
+  void forget_merged();
 
   // The file from this process's `chunks` and what merge() kept; `served`: parameters a
   // server holds whole, by name (they win over the chunks' copies).

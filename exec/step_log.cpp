@@ -1,5 +1,6 @@
 #include "exec/step_log.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/error.hpp"
@@ -77,26 +78,35 @@ namespace {
 enum Record : std::uint64_t { loss = 1, balance = 2, skipped = 3, end = 4 };
 }
 
-void StepLog::save(std::vector<std::byte>& out) const {
+void StepLog::save(std::vector<std::byte>& out) {
   std::lock_guard lock(mutex_);
-  for (const auto& [iteration, parts] : loss_parts_) {
+  // (Every step before the first unsaved one was complete when it was saved: a run collects
+  // between iterations, never inside one.)
+  int last = first_unsaved_ - 1;
+  for (auto it = loss_parts_.lower_bound(first_unsaved_); it != loss_parts_.end(); ++it) {
+    const auto& [iteration, parts] = *it;
     put(out, std::uint64_t{Record::loss});
     put(out, iteration);
     put(out, static_cast<std::uint64_t>(parts.size()));
     for (const double part : parts) put(out, part);
+    last = std::max(last, iteration);
   }
-  for (const auto& [iteration, parts] : balance_parts_) {
+  for (auto it = balance_parts_.lower_bound(first_unsaved_); it != balance_parts_.end(); ++it) {
+    const auto& [iteration, parts] = *it;
     for (const auto& [where, part] : parts) {
       put(out, std::uint64_t{Record::balance});
       for (const int v : {iteration, std::get<0>(where), std::get<1>(where), std::get<2>(where), part.second}) put(out, v);
       put(out, part.first);
     }
+    last = std::max(last, iteration);
   }
-  for (const int iteration : skipped_) {
+  for (auto it = skipped_.lower_bound(first_unsaved_); it != skipped_.end(); ++it) {
     put(out, std::uint64_t{Record::skipped});
-    put(out, iteration);
+    put(out, *it);
+    last = std::max(last, *it);
   }
   put(out, std::uint64_t{Record::end});
+  first_unsaved_ = last + 1;
 }
 
 void StepLog::merge(ByteReader& in) {

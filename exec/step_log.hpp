@@ -41,8 +41,10 @@ class StepLog {
   std::set<int> skipped() const;
   int skipped_steps() const;
 
-  // This log as bytes, and another rank's added to this one.
-  void save(std::vector<std::byte>& out) const;
+  // The steps this log has not saved before, as bytes (a run collected at every checkpoint
+  // sends each step once; it must be called between steps, never during one), and another
+  // rank's added to this one.
+  void save(std::vector<std::byte>& out);
   void merge(ByteReader& in);
 
  private:
@@ -53,6 +55,7 @@ class StepLog {
   // per iteration: per (worker, stage, micro-batch): the summed losses and the layers
   std::map<int, std::map<std::tuple<int, int, int>, std::pair<double, int>>> balance_parts_;
   std::set<int> skipped_;
+  int first_unsaved_ = 0;  // save(): the steps before it were sent
 };
 
 }  // namespace hetflow::exec

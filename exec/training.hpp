@@ -235,7 +235,8 @@ class Training {
 
   // Under mpirun, after the run, on every rank: rank 0 takes the other ranks' losses and
   // weights (`with_moments`: AdamW's moments too), so that its losses(), weights() and
-  // state() cover every device.
+  // state() cover every device. Again between the segments of a run cut at checkpoints
+  // (exec/segmented_run.hpp): each step's losses come once, the weights are the latest.
   void collect_at_root(bool with_moments = false);
 
   // The mean token loss of each step (global batch) run so far.

@@ -53,6 +53,7 @@ void Training::collect_at_root(bool with_moments) {
   }
   const auto all = ranks_->gather(mine);
   if (ranks_->rank() != 0) return;
+  weights_->forget_merged();  // (the losses come once each; the servers' weights replace the last ones)
   for (size_t r = 1; r < all.size(); ++r) {
     ByteReader in(all[r]);
     while (!in.done()) {

@@ -108,6 +108,17 @@ TrainingSetup make_training(const Request& r, const exec::Ranks& ranks) {
   return t;
 }
 
+std::vector<int> checkpoint_cuts(const Request& r) {
+  std::vector<int> cuts;
+  if (r.save_interval <= 0 || r.save_checkpoint.empty()) return cuts;
+  const long long iterations = r.warmup + r.steps, n = r.save_interval;
+  // (The first step count at or after the run's first that is a multiple of the interval.)
+  for (long long done = (r.resumed_iterations / n + 1) * n - r.resumed_iterations; done < iterations; done += n) {
+    cuts.push_back(static_cast<int>(done));
+  }
+  return cuts;
+}
+
 partition::Task scaled(partition::Task t, double flop_scale) {
   t.flops *= flop_scale;
   t.recompute_flops *= flop_scale;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "exec/backend.hpp"
 #include "exec/engine.hpp"
@@ -35,6 +36,9 @@ struct Request {
   std::string resume;            // a training checkpoint folder to go on from; empty: a fresh run
   long long resumed_iterations = 0;  // that checkpoint's iterations (the next step's index)
   std::string save_checkpoint;   // where the caller writes a training checkpoint after the run; empty: nowhere
+  // With save_checkpoint: write it also after every step this many steps since the first
+  // run's first (a resumed run's count on, as Megatron's --save-interval); 0: at the end only.
+  int save_interval = 0;
   std::uint64_t seed = 1234;     // of the initial weights and the Markov stream
   exec::OptimizerOptions optimizer;  // AdamW, its schedule, clipping and loss scaling
 };
@@ -67,6 +71,11 @@ partition::Plan as_run(const partition::Plan& plan, const Request& r);
 
 // The longest compute task of `plan`, its work scaled by `flop_scale`, as `cost` predicts it.
 double longest_task_s(const partition::Plan& plan, const partition::CostModel& cost, double flop_scale = 1);
+
+// Where a run with a checkpoint every save_interval steps is cut (exec/segmented_run.hpp):
+// the counts of its iterations after which the step count, the resumed checkpoint's steps
+// included, is a multiple of the interval, before its last (whose checkpoint is the end's).
+std::vector<int> checkpoint_cuts(const Request& r);
 
 // The back end the request names, running `training`'s real math when it has one; under
 // mpirun this rank's devices.

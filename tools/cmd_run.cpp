@@ -16,6 +16,7 @@
 #include "exec/interrupt.hpp"
 #include "exec/ranks.hpp"
 #include "exec/safetensors.hpp"
+#include "exec/segmented_run.hpp"
 #include "exec/training.hpp"
 #include "exec/training_checkpoint.hpp"
 #include "model/error.hpp"
@@ -60,6 +61,9 @@ void run_options(po::options_description& options) {
       ("save-weights", po::value<std::string>(), "write the FP32 weights after the last step (safetensors)")
       ("save-checkpoint", po::value<std::string>(),
        "write a training checkpoint folder after the last step: weights, AdamW moments, counters (--resume goes on from it)")
+      ("save-interval", po::value<int>(),
+       "write --save-checkpoint's folder also after every step this many steps since the first run's first (a resumed "
+       "run's count on; each write replaces the last)")
       ("resume", po::value<std::string>(),
        "go on from a training checkpoint folder: its weights, moments, data position, step count and loss scale")
       ("seed", po::value<long long>()->default_value(1234), "seed of the initial weights and the Markov stream")
@@ -119,18 +123,35 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
   RunProgressLine progress(predicted_s, ranks.alone() ? training.training.get() : nullptr, ranks.rank() == 0,
                            vm.count("progress") > 0);
   engine.on_progress = progress.reporter();
-  const exec::RunResult result = [&] {
-    const exec::InterruptOnSignal on_signal;  // Ctrl-C stops every thread and rank; what ran is still reported
-    engine.interrupt = &on_signal.flag();
-    return exec::run_plan(plan, *backend, engine);
-  }();
-  progress.finish();
-  if (training.training) training.training->collect_at_root(!request.save_checkpoint.empty());
-  if (ranks.rank() != 0) return result.completed ? 0 : 4;
   // A file that cannot be written now (checked before the run: a full disk, say) is said
   // after the report, which is not lost; the run's own status stands if it failed.
   std::vector<std::string> unwritten;  // the failures' messages
   std::set<std::string> failed;         // and their options
+  // --save-interval: the run stops between steps to write the checkpoint (every rank gathers
+  // to rank 0, which writes); one that cannot be written is said at once, and the run goes on.
+  long long last_checkpoint = -1;  // the step after which the last one was written
+  const auto checkpoint = [&](int done) {
+    training.training->collect_at_root(true);
+    if (ranks.rank() != 0) return;
+    try {
+      exec::write_training_checkpoint(request.save_checkpoint, training.training->state());
+      last_checkpoint = training.resumed_iterations + done;
+    } catch (const InputError& e) {
+      const std::string message = as_command_line_error(e).what();
+      std::cerr << "hetflow: after step " << training.resumed_iterations + done << ": " << message << "\n";
+      unwritten.push_back(message);
+      failed.insert("save-interval");
+    }
+  };
+  const exec::SegmentedResult segmented = [&] {
+    const exec::InterruptOnSignal on_signal;  // Ctrl-C stops every thread and rank; what ran is still reported
+    engine.interrupt = &on_signal.flag();
+    return exec::run_in_segments(plan, *backend, engine, run::checkpoint_cuts(request), checkpoint);
+  }();
+  const exec::RunResult& result = segmented.run;
+  progress.finish();
+  if (training.training) training.training->collect_at_root(!request.save_checkpoint.empty());
+  if (ranks.rank() != 0) return result.completed ? 0 : 4;
   const auto write = [&](const std::string& option, const std::function<void()>& writing) {
     try {
       writing();
@@ -166,7 +187,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
 
   // 3. The report.
   if (vm.count("json")) {
-    print_json(out, run_report_json(request, training, result, comparison, ranks.size(), engine.watchdog_s));
+    print_json(out, run_report_json(request, training, result, comparison, ranks.size(), engine.watchdog_s, segmented.pauses));
     return status();
   }
   if (!result.completed) {
@@ -175,9 +196,13 @@ int run_run(const std::vector<std::string>& args, std::ostream& out) {
     if (written("trace")) out << "wrote the partial trace to " << vm["trace"].as<std::string>() << "\n";
     if (written("chrome")) out << "wrote the partial Chrome trace to " << vm["chrome"].as<std::string>() << "\n";
     if (written("metrics")) out << "wrote the partial metrics to " << vm["metrics"].as<std::string>() << "\n";
+    if (last_checkpoint >= 0) {
+      out << "the last checkpoint: " << request.save_checkpoint << ", after step " << last_checkpoint
+          << " (--resume goes on from it)\n";
+    }
     return status();
   }
-  print_run_report(out, request, training, result, comparison, ranks.size());
+  print_run_report(out, request, training, result, comparison, ranks.size(), segmented.pauses);
   if (written("trace")) out << "\nwrote " << vm["trace"].as<std::string>() << " (" << result.trace.events.size() << " events)\n";
   if (written("chrome")) out << "wrote " << vm["chrome"].as<std::string>() << " (open in ui.perfetto.dev)\n";
   if (written("metrics")) out << "wrote " << vm["metrics"].as<std::string>() << " (per-iteration metrics)\n";

@@ -58,10 +58,25 @@ void print_loader(std::ostream& out, const run::Request& r, const traces::Metric
   waited();
 }
 
+// --save-interval's checkpoints: after which steps, and how long the run stood to write them.
+void print_checkpoints(std::ostream& out, const run::Request& r, const run::TrainingSetup& t,
+                       const std::vector<exec::Pause>& checkpoints) {
+  out << "  checkpoints: " << r.save_checkpoint << " written after step";
+  for (size_t k = 0; k < checkpoints.size(); ++k) {
+    out << (k == 0 ? (checkpoints.size() > 1 ? "s " : " ") : ", ") << t.resumed_iterations + checkpoints[k].after_iterations;
+  }
+  std::vector<double> s;
+  for (const exec::Pause& p : checkpoints) s.push_back(p.s);
+  std::sort(s.begin(), s.end());
+  out << " (every " << r.save_interval << ", each replacing the last) in " << u::human_time_s(s[(s.size() - 1) / 2])
+      << (s.size() > 1 ? " each (median; longest " + u::human_time_s(s.back()) + ")" : "")
+      << " to gather and write, left out of the step times\n";
+}
+
 }  // namespace
 
 Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const exec::RunResult& result,
-                     const run::Comparison& c, int ranks, double watchdog_s) {
+                     const run::Comparison& c, int ranks, double watchdog_s, const std::vector<exec::Pause>& checkpoints) {
   const partition::Plan& plan = r.plan;
   const run::Figures& f = c.measured;
   const traces::Metrics& m = c.metrics;
@@ -110,6 +125,15 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
     steps.push_back(std::move(step));
   }
   j["steps"] = std::move(steps);
+  if (r.save_interval > 0) {
+    // (The pauses are left out of the steps' times and of the trace's timeline.)
+    Json written = Json::array();
+    for (const exec::Pause& p : checkpoints) {
+      written.push_back({{"after_step", t.resumed_iterations + p.after_iterations}, {"write_s", p.s}});
+    }
+    j["save_interval"] = r.save_interval;
+    j["checkpoints"] = std::move(written);
+  }
   j["iteration_time_s"] = f.iteration_time_s;
   j["analytic_iteration_time_s"] = e.iteration_time_s;
   j["iteration_time_error"] = relative_error(f.iteration_time_s, e.iteration_time_s);
@@ -163,7 +187,7 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
 }
 
 void print_run_report(std::ostream& out, const run::Request& r, const run::TrainingSetup& t, const exec::RunResult& result,
-                      const run::Comparison& c, int ranks) {
+                      const run::Comparison& c, int ranks, const std::vector<exec::Pause>& checkpoints) {
   const partition::Plan& plan = r.plan;
   const run::Figures& f = c.measured;
   const traces::Metrics& m = c.metrics;
@@ -230,6 +254,7 @@ void print_run_report(std::ostream& out, const run::Request& r, const run::Train
     }
     out << (static_cast<int>(i) < r.warmup ? "   (warm-up)" : "") << "\n";
   }
+  if (!checkpoints.empty()) print_checkpoints(out, r, t, checkpoints);
   out << "\n" << name_cell("", 16) << cell("measured", 12) << cell("simulated", 13) << cell("error", 10)
       << cell("estimate", 12) << cell("error", 10) << "\n";
   // Each figure beside the simulator's prediction and the analytic estimate of the same plan.

@@ -35,7 +35,8 @@ partition::Plan plan_of(const po::variables_map& vm) {
     for (const auto& [name, value] : vm) {
       static const std::set<std::string> run_options{
           "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog",
-          "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights", "save-weights", "resume", "save-checkpoint", "seed",
+          "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights",
+          "save-weights", "resume", "save-checkpoint", "save-interval", "seed",
           "lr", "adam-beta1",
           "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
           "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
@@ -93,6 +94,12 @@ run::Request read_run_request(po::variables_map& vm) {
   if (vm.count("init-weights")) r.init_weights = vm["init-weights"].as<std::string>();
   if (vm.count("save-weights")) r.save_weights = vm["save-weights"].as<std::string>();
   if (vm.count("save-checkpoint")) r.save_checkpoint = vm["save-checkpoint"].as<std::string>();
+  if (vm.count("save-interval")) {
+    r.save_interval = int_option_in(vm, "save-interval", 1, 1'000'000'000);
+    if (r.save_checkpoint.empty()) {
+      throw InputError("<command line>", 0, "--save-interval", "says how often to write --save-checkpoint's folder: give it too");
+    }
+  }
   if (vm.count("resume")) {
     if (vm.count("init-weights")) {
       throw InputError("<command line>", 0, "--init-weights", "a resumed run takes its checkpoint's weights: give --resume or --init-weights");
@@ -169,7 +176,7 @@ run::Request read_run_request(po::variables_map& vm) {
     }
   }
   if (r.compute == "proxy") {
-    for (const char* name : {"data-path", "init-weights", "save-weights", "resume", "save-checkpoint"}) {
+    for (const char* name : {"data-path", "init-weights", "save-weights", "resume", "save-checkpoint", "save-interval"}) {
       if (vm.count(name)) throw InputError("<command line>", 0, std::string("--") + name, "needs --compute real (proxies train nothing)");
     }
   }

@@ -14,6 +14,7 @@
 
 #include "compare_weights.hpp"
 #include "exec/cpu_backend.hpp"
+#include "exec/segmented_run.hpp"
 #include "exec/training.hpp"
 #include "exec/training_checkpoint.hpp"
 #include "exec_test_util.hpp"
@@ -161,6 +162,75 @@ const ResumeCase kResumeCases[] = {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ResumedTraining, testing::ValuesIn(kResumeCases),
                          [](const testing::TestParamInfo<ResumeCase>& p) { return std::string(p.param.name); });
+
+// --- a run cut at checkpoints (exec/segmented_run.hpp, `hetflow run --save-interval`) ---
+
+// One Training run in segments, its state taken at each cut as `hetflow run` writes it: the
+// run reaches the bits of the one that was not cut, and each state is the state of a run
+// that stopped there.
+void expect_segments_as_one_run(const Plan& plan, const OptimizerOptions& o, const std::vector<int>& cuts, int total) {
+  const exec::SafetensorsFile init = start_weights(plan);
+  const Trained straight = fresh(plan, total, o, init);
+  exec::Training training(plan, exec::markov_stream(plan.network.architecture->vocab, 7), o, 42, &init, "start");
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = total;
+  std::vector<exec::TrainingState> saved;
+  const exec::SegmentedResult r = exec::run_in_segments(plan, backend, e, cuts, [&](int) {
+    training.collect_at_root(true);
+    saved.push_back(training.state());
+  });
+  ASSERT_TRUE(r.run.completed) << r.run.error;
+  ASSERT_EQ(saved.size(), cuts.size());
+  EXPECT_EQ(training.losses(), straight.losses);
+  const exec::TrainingState end = training.state();
+  expect_same_bits(end.weights, straight.state.weights, "weights");
+  expect_same_bits(end.exp_avg, straight.state.exp_avg, "exp_avg");
+  expect_same_bits(end.exp_avg_sq, straight.state.exp_avg_sq, "exp_avg_sq");
+  EXPECT_EQ(end.progress.iterations, total);
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    const Trained stopped = fresh(plan, cuts[k], o, init);
+    const std::string at = "at the checkpoint after " + std::to_string(cuts[k]) + " steps: ";
+    EXPECT_EQ(saved[k].progress.iterations, cuts[k]);
+    EXPECT_EQ(saved[k].progress.optimizer_steps, stopped.state.progress.optimizer_steps);
+    expect_same_bits(saved[k].weights, stopped.state.weights, at + "weights");
+    expect_same_bits(saved[k].exp_avg, stopped.state.exp_avg, at + "exp_avg");
+    expect_same_bits(saved[k].exp_avg_sq, stopped.state.exp_avg_sq, at + "exp_avg_sq");
+  }
+}
+
+class SegmentedTraining : public testing::TestWithParam<ResumeCase> {};
+
+TEST_P(SegmentedTraining, CutAtCheckpointsGoesOnAsOneRun) {
+  const ResumeCase& c = GetParam();
+  const model::Network net = c.experts > 1 ? odd_mixtral() : c.context > 1 ? odd_llama(3, 24) : odd_llama();
+  partition::PlanOptions o = test_support::pipeline_options(c.pipeline, c.data, 4, c.schedule);
+  o.tensor = c.tensor;
+  o.sequence_parallel = c.sequence_parallel;
+  o.context = c.context;
+  o.zero_stage = c.zero;
+  o.bucket_bytes = 4096;
+  o.experts.parallel = c.experts;
+  o.virtual_stages = c.virtual_stages;
+  const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor * c.context), net, o);
+  expect_segments_as_one_run(plan, optimizer(), {1, 3}, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SegmentedTraining, testing::ValuesIn(kResumeCases),
+                         [](const testing::TestParamInfo<ResumeCase>& p) { return std::string(p.param.name); });
+
+// Parameter servers, and WSP's workers a step behind the servers: the pulled weights a
+// worker adopts after the cut are the ones it would have adopted in one run.
+TEST(SegmentedTraining, ParameterServersAndStaleWeightsCarryOver) {
+  for (const auto& [sync, staleness] : {std::pair{partition::SyncKind::ps, 0}, {partition::SyncKind::wsp, 1}}) {
+    partition::PlanOptions o = test_support::pipeline_options(sync == partition::SyncKind::ps ? 2 : 1, 2, 2, "1f1b");
+    o.sync = sync;
+    o.staleness = staleness;
+    const Plan plan = test_support::planned(model::cpu_cluster(o.pipeline * 2), odd_llama(), o);
+    SCOPED_TRACE(staleness > 0 ? "wsp" : "ps");
+    expect_segments_as_one_run(plan, optimizer(), {2}, 4);
+  }
+}
 
 // Dynamic loss scaling that skips steps now and then (a final norm's gains 30 times a
 // checkpoint's overflow the gradients at 2^126 on some batches; hysteresis 1 halves the scale

@@ -265,5 +265,28 @@ TEST(Run, TheWatchdogWaitsTenLongestTasksUnlessGiven) {
   EXPECT_EQ(run::engine_options(r, cost, ranks).ranks, &ranks);
 }
 
+// --save-interval's cuts count the steps from the first run's first (Megatron's iteration %
+// save_interval), a resumed run's included, and leave the last step to the end's checkpoint.
+TEST(Run, CheckpointCutsFallOnMultiplesOfTheIntervalSinceTheFirstRunsFirstStep) {
+  run::Request r;
+  r.warmup = 1;
+  r.steps = 6;  // 7 iterations
+  r.save_checkpoint = "ckpt";
+  r.save_interval = 2;
+  EXPECT_EQ(run::checkpoint_cuts(r), (std::vector<int>{2, 4, 6}));
+  r.resumed_iterations = 3;  // 4 to 10 steps done: cut at 4, 6 and 8; 10 is the end's
+  EXPECT_EQ(run::checkpoint_cuts(r), (std::vector<int>{1, 3, 5}));
+  r.resumed_iterations = 4;  // 5 to 11 steps done: cut at 6, 8 and 10
+  EXPECT_EQ(run::checkpoint_cuts(r), (std::vector<int>{2, 4, 6}));
+  r.save_interval = 7;
+  EXPECT_EQ(run::checkpoint_cuts(r), (std::vector<int>{3}));
+  r.save_interval = 100;
+  EXPECT_TRUE(run::checkpoint_cuts(r).empty());
+  r.save_interval = 1;
+  EXPECT_EQ(run::checkpoint_cuts(r).size(), 6u);
+  r.save_checkpoint.clear();  // nowhere to write: no cut
+  EXPECT_TRUE(run::checkpoint_cuts(r).empty());
+}
+
 }  // namespace
 }  // namespace hetflow

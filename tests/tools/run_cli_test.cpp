@@ -155,6 +155,8 @@ TEST(RunCli, BadOptionsExit2) {
       {"--chrome /", "--chrome: cannot be written: it is a folder"},
       {"--save-checkpoint /nonexistent/ckpt", "--save-checkpoint: cannot be written: its folder /nonexistent does not exist"},
       {"--compute proxy --save-checkpoint ckpt", "--save-checkpoint: needs --compute real"},
+      {"--save-interval 2", "--save-interval: says how often to write --save-checkpoint's folder: give it too"},
+      {"--save-interval 0 --save-checkpoint ckpt", "--save-interval"},
       {"--resume /nonexistent/ckpt", "is not a folder (a training checkpoint is one"},
       {"--resume / --init-weights w.safetensors", "--init-weights: a resumed run takes its checkpoint's weights"},
       {"--resume /", "holds no trainer_state.json: not a training checkpoint"},
@@ -450,6 +452,51 @@ TEST(RunCli, AResumedRunGoesOnAsTheRunThatNeverStopped) {
   const auto ps_resumed = run_hetflow(served + "--steps 2 --resume " + ps + " --save-weights " + ps_after);
   ASSERT_EQ(ps_resumed.status, 0) << ps_resumed.err;
   EXPECT_EQ(slurp(ps_after), slurp(ps_straight));
+}
+
+// --save-interval writes the checkpoint on the way, counting steps from the first run's first,
+// and the run trains as one that wrote none: the same losses, the same last checkpoint, bit
+// for bit; under mpirun the ranks gather each one, and every step's loss counts once.
+TEST(RunCli, ASaveIntervalWritesCheckpointsOnTheWayAndTrainsAsOneRun) {
+  const auto dir = scratch_dir();
+  const std::string base = "run --cluster cpu-4 --model llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256,seq=32 "
+                           "--pipeline 2 --data 2 --zero-stage 2 --microbatches 2 --workspace 0 --precision fp32 --warmup 0 "
+                           "--lr 1e-2 --json ";
+  const auto file = [](const std::string& folder, const char* name) { return slurp((std::filesystem::path(folder) / name).string()); };
+  const char* kFiles[] = {"model.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors", "trainer_state.json"};
+  const std::string plain = (dir / "plain").string(), every = (dir / "every").string();
+  const auto whole = run_hetflow(base + "--steps 4 --save-checkpoint " + plain);
+  ASSERT_EQ(whole.status, 0) << whole.err << whole.out;
+  const auto cut = run_hetflow(base + "--steps 4 --save-interval 2 --save-checkpoint " + every);
+  ASSERT_EQ(cut.status, 0) << cut.err << cut.out;
+  const auto jw = nlohmann::json::parse(whole.out), jc = nlohmann::json::parse(cut.out);
+  EXPECT_FALSE(jw.contains("checkpoints"));
+  EXPECT_EQ(jc["save_interval"], 2);
+  ASSERT_EQ(jc["checkpoints"].size(), 1u);  // after step 2; step 4's is the end's
+  EXPECT_EQ(jc["checkpoints"][0]["after_step"], 2);
+  EXPECT_GT(jc["checkpoints"][0]["write_s"].get<double>(), 0);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(jc["steps"][i]["loss"], jw["steps"][i]["loss"]) << "step " << i;
+  for (const char* name : kFiles) EXPECT_EQ(file(every, name), file(plain, name)) << name;
+  EXPECT_FALSE(std::filesystem::exists(every + ".partial"));
+  EXPECT_FALSE(std::filesystem::exists(every + ".previous"));
+
+  // Resumed after 1 step, the interval counts on: checkpoints after steps 2 and 4 of 5.
+  const std::string one = (dir / "one").string();
+  ASSERT_EQ(run_hetflow(base + "--steps 1 --save-checkpoint " + one).status, 0);
+  const auto text = run_hetflow(base.substr(0, base.size() - 7) + " --steps 4 --resume " + one + " --save-interval 2 --save-checkpoint " + one);
+  ASSERT_EQ(text.status, 0) << text.err << text.out;
+  EXPECT_NE(text.out.find("  checkpoints: " + one + " written after steps 2, 4 (every 2, each replacing the last) in "), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("a training checkpoint after 5 steps"), std::string::npos) << text.out;
+#ifdef HETFLOW_MPIEXEC
+  const std::string by_ranks = (dir / "ranks").string();
+  const auto m = run_hetflow(base + "--steps 4 --save-interval 1 --save-checkpoint " + by_ranks, under_mpirun(4));
+  ASSERT_EQ(m.status, 0) << m.err << m.out;
+  const auto jm = nlohmann::json::parse(m.out);
+  EXPECT_EQ(jm["checkpoints"].size(), 3u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(jm["steps"][i]["loss"], jw["steps"][i]["loss"]) << "step " << i;
+  for (const char* name : kFiles) EXPECT_EQ(file(by_ranks, name), file(plain, name)) << name;
+#endif
 }
 
 TEST(RunCli, MpiRanksTrainBitwiseAsThreads) {
