@@ -74,11 +74,6 @@ DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, p
                                 " of sequences of " + std::to_string(shape.S) + " tokens: expected a rank of the group "
                                 "and 2 x its size dividing the sequence");
   }
-  for (const BlockParams& b : params_.blocks) {
-    if (b.moe() && context.size > 1) {  // (its load-balancing loss would count a rank's tokens only)
-      throw PlanError("a mixture-of-experts layer under context parallelism is not run by the real layers");
-    }
-  }
 }
 
 Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,

@@ -8,7 +8,10 @@
 // micro-batch of N tokens: aux = coef E / (N^2 K) sum_e P_e c_e, with P_e the sum over tokens
 // of expert e's router probability and c_e the tokens that chose e. It enters the objective
 // weighted as the micro-batch's tokens are (loss_scale N), so its gradient of each
-// probability is loss_scale coef E c_e / (N K), the same for every token.
+// probability is loss_scale coef E c_e / (N K), the same for every token. Under context
+// parallelism N, P and c are the group's (summed over it: one all-reduce of 2 E floats, where
+// Megatron-Core reduces the counts alone and leaves each rank its part of the loss's value),
+// and capacity is each rank's own tokens', as Megatron-Core drops them.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -202,22 +205,40 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.experts = ops.ints(none.data(), none.size());
   ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K,
                          m.normalize ? 1 : 0);
-  const std::vector<int> count = order_copies(d, a);
+  std::vector<int> count = order_copies(d, a);
   const int M = a.offsets.back();  // the copies kept
-  {  // The loss's value, for the report (its gradient needs only the counts).
+  // The loss's statistics: each expert's tokens and its probability summed over them (the
+  // value, for the report; its gradient needs only the counts). Under context parallelism
+  // the micro-batch's tokens are the group's: the plan's all-reduce sums both over it, so
+  // every rank's loss and gradient are the whole sequence's.
+  std::vector<double> P(sz(E), 0.0);
+  {
     std::vector<float> probs(a.probs.size());
     ops.download(probs.data(), a.probs.data(), probs.size());
-    std::vector<double> P(sz(E), 0.0);
     for (size_t i = 0; i < probs.size(); ++i) P[i % sz(E)] += probs[i];
-    double sum = 0;
-    for (int e = 0; e < E; ++e) sum += P[sz(e)] * count[sz(e)];
-    a.balance = sum * E / (1.0 * N * N * K);
   }
+  double tokens = N;
+  if (d.cp > 1) {
+    if (d.cgroup == nullptr) throw std::invalid_argument("a mixture of experts under context parallelism needs its group");
+    std::vector<float> stats(2 * sz(E));
+    for (int e = 0; e < E; ++e) {
+      stats[sz(e)] = static_cast<float>(count[sz(e)]);  // (exact: fewer than 2^24 tokens)
+      stats[sz(E + e)] = static_cast<float>(P[sz(e)]);
+    }
+    d.cgroup->all_reduce(stats, false);
+    for (int e = 0; e < E; ++e) {
+      count[sz(e)] = static_cast<int>(std::lround(stats[sz(e)]));
+      P[sz(e)] = stats[sz(E + e)];
+    }
+    tokens *= d.cp;
+  }
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += P[sz(e)] * count[sz(e)];
+  a.balance = sum * E / (tokens * tokens * K);
   if (m.aux_coef > 0) {
     std::vector<float> dprobs(sz(E));
     for (int e = 0; e < E; ++e) {
-      dprobs[sz(e)] =
-          static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * count[sz(e)] / (1.0 * N * K));
+      dprobs[sz(e)] = static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * count[sz(e)] / (tokens * K));
     }
     a.dprobs = ops.floats(sz(E));
     ops.upload(a.dprobs.data(), dprobs.data(), sz(E));

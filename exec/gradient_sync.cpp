@@ -129,9 +129,9 @@ void GradientSync::map_collectives() {
     // their routed experts over every replica, and each expert rank's experts over the
     // replicas that hold them (partition's Segment pieces): told apart by their members.
     if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
-      const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
-      const size_t replicas = plan.layout.workers.size() / context;
-      const bool routed = plan.communicator(c.communicator).devices.size() < replicas;
+      // (The layers less their experts span every worker, context ranks included; an expert
+      // rank's experts the workers of that rank alone.)
+      const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size();
       const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
       buckets[key].push_back(static_cast<int>(t));
       if (!runs_of_piece.count(key)) runs_of_piece[key] = expert_piece_runs(p, begin, end, routed);
@@ -299,8 +299,7 @@ void GradientSync::map_zero() {
       collective_chunk_[t] = &chunk;
       collective_span_[t] = {0, p.count};
       if (chunk.math.experts().size > 1 && has_routed_experts(p, p.layer_begin, p.layer_end)) {
-        const size_t context = static_cast<size_t>(std::max(1, plan.layout.size(partition::Axis::context)));
-        const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size() / context;
+        const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size();
         collective_runs_[t] = expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
       }
       if (role == ZeroRole::scatter_whole) ++scatters_of_whole_[reads[0]];

@@ -8,8 +8,18 @@
 
 namespace hetflow::exec {
 
-ModelWeights::ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement)
-    : shape_(shape), expert_parallel_(expert_parallel), expert_placement_(std::move(expert_placement)) {}
+ModelWeights::ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement,
+                           std::vector<int> expert_group)
+    : shape_(shape),
+      expert_parallel_(expert_parallel),
+      expert_placement_(std::move(expert_placement)),
+      expert_group_(expert_group.empty() ? std::vector<int>{0} : std::move(expert_group)) {}
+
+bool ModelWeights::in_file(const ChunkState& c) const {
+  if (c.worker == 0) return true;
+  if (expert_parallel_ == 1 || c.math.experts().size == 1) return false;
+  return std::find(expert_group_.begin(), expert_group_.end(), c.worker) != expert_group_.end();
+}
 
 namespace {
 enum Record : std::uint64_t { chunk = 1, shard = 2, end = 3 };
@@ -47,7 +57,7 @@ void ModelWeights::save(const std::vector<std::unique_ptr<ChunkState>>& chunks, 
   const size_t arrays = moments ? 3 : 1;
   for (const auto& c : chunks) {  // worker 0's, and under expert parallelism its expert group's
     const int rank = c->math.experts().rank;
-    if (c->worker != 0 && (c->math.experts().size == 1 || c->worker >= c->math.experts().size)) continue;
+    if (!in_file(*c)) continue;
     put(out, std::uint64_t{Record::chunk});
     for (const int v : {c->stage, c->tp_rank, c->tp, c->math.params().layer_begin, c->math.params().layer_end,
                         c->worker, rank}) {
@@ -137,9 +147,8 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
   std::map<int, std::vector<Held>> stages;
   std::vector<std::vector<float>> host;     // their parameters, out of their devices' memory
   host.reserve(chunks.size() + chunks_.size());
-  const int ep = expert_parallel_;
   for (const auto& c : chunks) {
-    if (c->worker != 0 && (ep == 1 || c->math.experts().size == 1 || c->worker >= ep)) continue;
+    if (!in_file(*c)) continue;
     host.push_back(c->host_whole(array_of(*c, which)));
     fill_from_shards(chunks, c->stage, c->tp_rank, c->math.params(), which, host.back());  // (ZeRO: what other replicas own)
     stages[c->stage].push_back({c->tp_rank, &c->math.params(), host.back().data(), c->worker});

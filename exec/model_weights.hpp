@@ -24,8 +24,10 @@ namespace hetflow::exec {
 class ModelWeights {
  public:
   // `expert_placement`: each expert's rank in its expert group (empty without expert
-  // parallelism, `expert_parallel` 1).
-  ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement);
+  // parallelism, `expert_parallel` 1); `expert_group`: the workers of worker 0's, by expert
+  // rank (partition::expert_group; under context parallelism not the first workers).
+  ModelWeights(const DecoderShape& shape, int expert_parallel, std::vector<int> expert_placement,
+               std::vector<int> expert_group = {});
 
   // Which of a chunk's arrays a file holds: the parameters or one of AdamW's moments (a
   // training checkpoint's, exec/training_checkpoint.hpp), named as the parameters.
@@ -68,6 +70,9 @@ class ModelWeights {
   DecoderShape shape_;
   int expert_parallel_ = 1;
   std::vector<int> expert_placement_;
+  std::vector<int> expert_group_;  // worker 0's expert group (0 alone without one)
+  // A chunk rank 0's file takes: worker 0's, or under expert parallelism its group's.
+  bool in_file(const ChunkState& c) const;
   std::vector<Chunk> chunks_;
   std::vector<Shard> shards_;
 };

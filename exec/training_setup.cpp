@@ -87,7 +87,10 @@ Training::Training(const partition::Plan& plan, std::unique_ptr<TokenSource> dat
     throw PlanError("dynamic loss scaling with parameter servers is not supported: give a constant --loss-scale");
   }
   map_norms();
-  weights_.emplace(shape_, plan_.layout.experts.parallel, expert_placement_);
+  const int ep = plan_.layout.experts.parallel, context = std::max(1, plan_.layout.size(partition::Axis::context));
+  weights_.emplace(shape_, ep, expert_placement_,
+                   ep > 1 ? partition::expert_group(0, static_cast<int>(plan_.layout.workers.size()) / context, context, ep)
+                          : std::vector<int>{});
   sync_.emplace(plan_, shape_, chunk_of_tensor_, tp_position_, [this](int d) { return local(d); }, zero_stage_);
   // A replica keeps the moments of its shard alone, from stage 2 its gradients too (the passes
   // add into transient whole buffers), from stage 3 its parameters (no pass reads the chunk's

@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "partition/axis_registry.hpp"
+#include "partition/expert_shard.hpp"
 
 namespace hetflow::partition {
 
@@ -87,17 +88,30 @@ std::vector<PassCall> pass_context_calls(const model::Network& net, const PassSh
   if (pass.context <= 1 || !net.architecture) return {};
   const model::TransformerConfig& c = *net.architecture;
   const double kv = context_kv_elems(c, pass.tensor);
+  // (The router's statistics are the micro-batch's, not a sample's: per sample, a share.)
+  const double statistics = 2.0 * c.moe.experts / std::max(1, pass.micro_batch);
   return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
     if (l.attention_core_flops <= 0 || l.forward_flops <= 0) return;
     const AttentionPlace a = attention_place(c, l);
     const bool forward = part == LayerPart::forward || (part == LayerPart::rerun && pass.recompute == Recompute::full);
+    // The router's counts and probability sums, summed over the group just before the
+    // dispatch (as far before it as the tensor group's gather is after it, tp_calls.cpp: a
+    // step that survives the pass's placement, so the calls of the two axes keep their order).
+    const auto router = [&] {
+      if (forward && l.experts > 0) {
+        const ExchangePoints x = exchange_points(c, l);
+        out.push_back({CollectiveKind::all_reduce, statistics, x.dispatch - (x.combine - x.dispatch) * 1e-6});
+      }
+    };
     if (pass.context_comm == ContextComm::ring) {
       if (forward) ring_calls(kv, pass.context, a.begin, a.end, false, out);
+      router();
       if (part == LayerPart::backward) ring_calls(kv, pass.context, 1 - a.end, 1 - a.begin, true, out);
       return;
     }
     if (forward) {
       out.push_back({CollectiveKind::all_gather, kv, a.begin});  // (the rerun: the forward's gather again)
+      router();
     } else if (part == LayerPart::backward) {
       // The backward mirrors the forward: the MLP's, then the attention's, then QKV's.
       out.push_back({CollectiveKind::all_gather, kv, 1 - a.end});

@@ -217,6 +217,7 @@ std::vector<Chunk> chunks_of(const model::Network& network, const Layout& layout
       pass.experts = ep;
       pass.expert_kept = memo.dispatch().kept;
       pass.expert_load = memo.expert_load(w);
+      pass.micro_batch = layout.micro_batch_size;
       const double bytes_per_elem = layout.micro_batch_size * model::element_bytes(layout.precision);
       // A context group's devices at this chunk's first tensor rank (its other ranks' groups
       // are alike).

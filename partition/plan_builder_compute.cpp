@@ -127,6 +127,7 @@ void Builder::add_in_task_calls(int w, int stage, int mb, bool backward, const s
   shape.experts = layout_.experts.parallel;
   shape.expert_kept = experts_.dispatch.kept;
   shape.expert_load = expert_share(experts_, layout_, w).load;
+  shape.micro_batch = layout_.micro_batch_size;
   const double bytes_per_elem = layout_.micro_batch_size * model::element_bytes(layout_.precision);
   const AddCall add = [&](const AxisRules& axis, const PassCallGroup& g, const std::string& name,
                           const std::vector<int>& devices, const std::vector<int>& tasks) {

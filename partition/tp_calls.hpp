@@ -48,6 +48,7 @@ struct PassShape {
   int experts = 1;   // the expert group's size (Layout::experts.parallel)
   double expert_kept = 1;  // the part of the routed copies capacity keeps (ExpertSplit::dispatch)
   double expert_load = 1;  // the copies the rank's experts compute, per even share (ExpertShare::load)
+  int micro_batch = 1;     // samples a micro-batch (a call of a micro-batch's elements, not a sample's, divides by it)
 };
 
 // The calls of one pass, in order, each moving its tokens' share (1/context); empty when the
@@ -83,7 +84,10 @@ std::vector<PassCallGroup> group_calls(const std::vector<PassCall>& calls);
 // Context parallelism's calls (axis_context.cpp): a pass's all-gathers of the sequence's keys
 // and values, and in a backward the reduce-scatters of their gradients; or under a ring
 // (PassShape::context_comm) the sendrecvs of their blocks, each overlapped with the attention
-// on the block before; empty for one device.
+// on the block before; and in each MoE layer's forward (and its rerun) one all-reduce of the
+// router's 2 E statistics of the micro-batch just before the dispatch (the load-balancing
+// loss counts the whole sequence's tokens, as Megatron-Core's over its tensor-and-context
+// group). Empty for one device.
 std::vector<PassCall> pass_context_calls(const model::Network& net, const PassShape& pass);
 // Expert parallelism's calls (axis_expert.cpp): in each MoE layer's forward the dispatch
 // all-to-all after the router and the combine after the routed experts; in a backward their

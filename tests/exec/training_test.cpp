@@ -951,6 +951,74 @@ const ContextCase kContextCases[] = {
 INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
 
+// Mixtures of experts under context parallelism: each rank routes its own tokens, and the
+// load-balancing loss counts the whole sequence's, its router statistics summed over the
+// group by the plan's all-reduce (one per MoE layer's forward, 2 E floats, before the
+// dispatch): training and each step's load-balancing loss equal one device's. With a
+// pipeline, full recomputation (the forward's all-reduce again) and ZeRO 3, the ring, and
+// expert groups beside the context groups.
+struct MoeContextCase {
+  const char* name;
+  int context = 2;
+  int pipeline = 1;
+  partition::Recompute recompute = partition::Recompute::none;
+  const char* schedule = "1f1b";
+  int zero = 0;
+  partition::ContextComm comm = partition::ContextComm::all_gather;
+  int experts = 1;
+};
+
+class MoeContextTraining : public testing::TestWithParam<MoeContextCase> {};
+
+TEST_P(MoeContextTraining, EqualsOneDevice) {
+  const MoeContextCase& c = GetParam();
+  const int seq = 4 * c.context * 3;
+  model::TransformerConfig four = *odd_mixtral(3, seq).architecture;
+  four.moe.experts = 4;  // (as the planner divides them over 2 expert ranks)
+  for (const model::Network& net : {c.experts > 1 ? model::make_transformer(four, model::Precision::fp32) : odd_mixtral(3, seq),
+                                    odd_qwen2_moe(3, seq)}) {
+    if (c.experts > 1 && net.name.find("qwen") != std::string::npos) continue;
+    partition::PlanOptions o = options(c.pipeline, 2, 4, c.schedule);
+    o.context = c.context;
+    o.recompute = c.recompute;
+    o.zero_stage = c.zero;
+    o.bucket_bytes = 4096;
+    o.context_comm = c.comm;
+    o.experts.parallel = c.experts;
+    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * 2 * c.context), net, o);
+    ASSERT_EQ(plan.layout.size(partition::Axis::context), c.context);
+    // The router's all-reduces: a message of 2 E floats in every forward of a chunk with MoE
+    // layers, one per layer (and again in a fully recomputed backward).
+    const double router_bytes = 2.0 * net.architecture->moe.experts * 4;
+    int messages = 0;
+    for (const partition::Collective& col : plan.collectives) {
+      if (col.in_task() && col.kind == partition::CollectiveKind::all_reduce &&
+          col.purpose == partition::Purpose::context_parallel) {
+        EXPECT_DOUBLE_EQ(col.bytes / col.messages, router_bytes) << net.name;
+        messages += col.messages * static_cast<int>(col.tasks.size());
+      }
+    }
+    EXPECT_GT(messages, 0) << net.name;
+    expect_trains_as_one_device(plan, net);
+    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+    const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
+    ASSERT_EQ(got.size(), 2u) << net.name;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+  }
+}
+
+const MoeContextCase kMoeContextCases[] = {
+    {"context_2"},
+    {"context_4", 4},
+    {"pipeline_2_full_recompute_split_w", 2, 2, partition::Recompute::full, "1f1b-split-w"},
+    {"zero_3", 2, 1, partition::Recompute::none, "1f1b", 3},
+    {"ring_2", 2, 1, partition::Recompute::none, "1f1b", 0, partition::ContextComm::ring},
+    {"expert_parallel_2", 2, 1, partition::Recompute::none, "1f1b", 0, partition::ContextComm::all_gather, 2},
+};
+
+INSTANTIATE_TEST_SUITE_P(Splits, MoeContextTraining, testing::ValuesIn(kMoeContextCases),
+                         [](const testing::TestParamInfo<MoeContextCase>& p) { return std::string(p.param.name); });
+
 // A replica keeps AdamW's two moments for its shard alone (ZeRO's optimizer-state
 // partitioning in memory, not only in the math), and from stage 2 its gradients too: set up,
 // a sharded plan's arrays are the unsharded plan's less two floats (three from stage 2, four
