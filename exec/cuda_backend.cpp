@@ -494,6 +494,10 @@ void require_cuda_real_math(const Plan& plan, const Training& training) {
     throw PlanError("the network's heads are " + std::to_string(head) + " wide; the CUDA attention kernels take up to " +
                     std::to_string(kernels::kMaxCudaHeadSize) + " (the cpu back end takes any)");
   }
+  if (training.shape().moe.E > 0 && training.tensor_parallel()) {
+    throw PlanError("a mixture of experts over tensor-parallel ranks is trained by the cpu back end's real math only "
+                    "(the CUDA path has not run on a GPU): run it with --backend cpu, or --compute proxy");
+  }
   require_no_copy_reuse_hazards(
       plan, [&](int tensor) { return one_device_copy_under_real_math(plan, tensor); }, "the CUDA back end's real math");
   require_real_collectives(plan, [&](int tensor) { return training.buffer_bytes(tensor); });

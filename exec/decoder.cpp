@@ -74,6 +74,13 @@ DecoderChunk::DecoderChunk(DecoderShape shape, int layer_begin, int layer_end, p
                                 " of sequences of " + std::to_string(shape.S) + " tokens: expected a rank of the group "
                                 "and 2 x its size dividing the sequence");
   }
+  for (const BlockParams& b : params_.blocks) {
+    if (b.moe() && tp > 1 && experts_.size > 1) {  // (the plan gathers the copies over the tensor group: tp_calls.cpp)
+      throw PlanError("a mixture-of-experts layer over tensor-parallel ranks in an expert group (the copies gathered "
+                      "and scattered over the tensor group) is not run by the real layers: plan it without "
+                      "--expert-parallel, or run it with --compute proxy");
+    }
+  }
 }
 
 Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool sequence_parallel, int samples,
@@ -83,7 +90,7 @@ Dims decoder_detail::dims_of(const DecoderShape& s, const ChunkParams& p, bool s
   Dims d{samples, T, samples * T, s.C, p.NH, p.NKV, s.HS, p.NH * s.HS, p.NKV * s.HS, p.F, p.V, p.V0,
          s.eps, s.rope, s.window, s.family == DecoderFamily::gpt2, p.tp, p.tp_rank, group, ops,
          /*sp=*/false, /*R0=*/0, /*RS=*/samples * T, /*parts=*/{}, s.S, context.size, context.rank, context.ring,
-         context_group, &s.moe, /*experts=*/nullptr, /*egroup=*/nullptr, loss_scale};
+         context_group, &s.moe, p.FE, p.FS, /*experts=*/nullptr, /*egroup=*/nullptr, loss_scale};
 
   if (sequence_parallel && d.tp > 1) {
     if (d.N < d.tp) {
@@ -181,6 +188,29 @@ void qk_norm_backward(const Dims& d, Floats& dx, float* dw, const Floats& in, co
   dx = d_in;
 }
 
+// A row-parallel MLP's output under sequence parallelism or an MoE's under tensor
+// parallelism: this rank's part `y` of the whole [N, C] output summed over the ranks (the
+// plan's reduce-scatter, or all-reduce without sequence parallelism) into `out` with the
+// residual `x2` and the bias once; with `partial`, the addend the plan's collective sums.
+void mlp_output(const Dims& d, const Floats& y, const Floats& x2, const float* bias, float* out, bool partial) {
+  const DecoderOps& ops = d.ops;
+  if (d.sp) {
+    float* rows = out;
+    if (partial) {  // the plan's reduce-scatter adds the ranks' addends: each adds its own rows
+      ops.copy(out, y.data(), d.whole_floats());
+      rows = out + d.parts[sz(d.rank)];
+    } else {
+      ops.copy(out, d.scatter(y).data(), d.stream_floats());
+    }
+    ops.bias_residual_add(rows, bias, x2.data(), d.RS, d.C);
+    return;
+  }
+  ops.copy(out, y.data(), d.whole_floats());
+  // With `partial`, the plan's all-reduce adds the ranks' parts: the residual and bias once.
+  if (!partial) d.all_reduce(out, d.whole_floats());  // in place: the exchange copies what it sends
+  if (!partial || d.rank == 0) ops.bias_residual_add(out, bias, x2.data(), d.N, d.C);
+}
+
 // The block's forward from a.x; writes the output (the residual stream's rows) to `out`, or,
 // when `partial`, this rank's addend of the whole [N, C] output for the plan's collective:
 // its last row-parallel partial sums, plus the residual and bias once (on rank 0, or under
@@ -219,9 +249,16 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   ops.bias_residual_add(a.x2.data(), split ? at(w, p.o_b) : nullptr, a.x.data(), d.RS, d.C);
   norm_forward(d, a.n2, a.mean2, a.rstd2, a.x2, at(w, p.norm2_w), at(w, p.norm2_b));
   const Floats n2 = d.whole(a.n2);
-  if (p.moe()) {  // (never split: tp is 1, and so is the residual stream's sharing)
+  if (p.moe() && !split) {
     moe_forward(d, p, w, a.moe, n2, out);
     ops.bias_residual_add(out, nullptr, a.x2.data(), d.N, d.C);
+    a.complete = true;
+    return;
+  }
+  if (p.moe()) {  // every rank routes every token; its experts' columns give a part of each output
+    const Floats y = ops.floats(d.whole_floats());
+    moe_forward(d, p, w, a.moe, n2, y.data());
+    mlp_output(d, y, a.x2, nullptr, out, partial);
     a.complete = true;
     return;
   }
@@ -238,14 +275,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* w, BlockAct
   if (d.sp) {
     const Floats y = ops.floats(d.whole_floats());
     ops.linear_forward(y.data(), a.act.data(), w + p.down_w, nullptr, d.N, d.F, d.C);
-    float* rows = out;
-    if (partial) {  // the plan's reduce-scatter adds the ranks' addends: each adds its own rows
-      ops.copy(out, y.data(), d.whole_floats());
-      rows = out + d.parts[sz(d.rank)];
-    } else {
-      ops.copy(out, d.scatter(y).data(), n);
-    }
-    ops.bias_residual_add(rows, at(w, p.down_b), a.x2.data(), d.RS, d.C);
+    mlp_output(d, y, a.x2, at(w, p.down_b), out, partial);
     a.complete = true;
     return;
   }

@@ -132,6 +132,7 @@ struct Dims {
   bool ring = false;
   TensorParallelGroup* cgroup = nullptr;
   const DecoderShape::Moe* moe = nullptr;  // the shape's mixture of experts
+  int FE = 0, FS = 0;                      // its experts' columns on this rank (ChunkParams)
   const ExpertGroup* experts = nullptr;    // expert parallelism: this rank's group (size 1: none)
   TensorParallelGroup* egroup = nullptr;   // and its all-to-alls
   float loss_scale = 0;  // each token's weight in the objective (the load-balancing loss's too)

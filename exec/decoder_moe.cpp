@@ -195,7 +195,7 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
                                  float* y) {
   const DecoderOps& ops = d.ops;
   const DecoderShape::Moe& m = *d.moe;
-  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE;
+  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = d.FE;
   // The router.
   const Floats logits = ops.floats(sz(1LL * N * E));
   ops.linear_forward(logits.data(), x.data(), w + p.router_w, nullptr, N, C, E);
@@ -274,15 +274,15 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   ops.moe_combine(y, a.out.data(), a.slots.data(), a.weights.data(), N, K, C);
   // The shared experts, every token through them.
   if (m.FS == 0) return;
-  const size_t ns = sz(1LL * N * m.FS);
+  const size_t ns = sz(1LL * N * d.FS);
   a.shared_gate = ops.floats(ns);
   a.shared_up = ops.floats(ns);
   a.shared_act = ops.floats(ns);
   swiglu_in(ops, a.shared_gate.data(), a.shared_up.data(), x.data(), w + p.shared_gate_w, w + p.shared_up_w, N, C,
-            m.FS);
+            d.FS);
   ops.swiglu_forward(a.shared_act.data(), a.shared_gate.data(), a.shared_up.data(), static_cast<long>(ns));
   const Floats shared = ops.floats(sz(1LL * N * C));
-  ops.linear_forward(shared.data(), a.shared_act.data(), w + p.shared_down_w, nullptr, N, m.FS, C);
+  ops.linear_forward(shared.data(), a.shared_act.data(), w + p.shared_down_w, nullptr, N, d.FS, C);
   if (p.shared_scale_w == npos) {
     ops.residual_add(y, shared.data(), static_cast<long>(shared.size()));
     return;
@@ -297,27 +297,36 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
                                   const Floats& dy, float* dx, WeightGrads& wg) {
   const DecoderOps& ops = d.ops;
   const DecoderShape::Moe& m = *d.moe;
-  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = m.FE, M = a.offsets.back();
+  const int N = d.N, C = d.C, E = m.E, K = m.K, FE = d.FE, FS = d.FS, M = a.offsets.back();
+  // Under tensor parallelism every rank routed the same tokens and its experts' columns gave
+  // a part of each output: the gradients of the combine's weights and of the shared gate are
+  // parts too, summed over the group (the plan's all-reduce) before the router's and the
+  // gate's backward, which every rank then runs alike; their input gradients go in on rank 0
+  // alone, since the plan's reduction of dx adds every rank's.
+  const bool split = d.tp > 1, once = !split || d.rank == 0;
+  Floats dscale;  // the shared gate's output gradient
   // The shared experts.
   if (m.FS > 0) {
-    const size_t ns = sz(1LL * N * m.FS);
+    const size_t ns = sz(1LL * N * FS);
     Floats dout = dy;
     if (p.shared_scale_w != npos) {
       dout = ops.zeros(dy.size());
-      const Floats dscale = ops.zeros(sz(N));
+      dscale = ops.zeros(sz(N));
       ops.gated_add_backward(dout.data(), dscale.data(), dy.data(), a.shared_out.data(), a.scale.data(), N, C);
-      ops.linear_backward_input(dx, dscale.data(), w + p.shared_scale_w, N, C, 1);
-      wg.add(p.shared_scale_w, npos, dscale, x, N, C, 1);
+      if (!split) {
+        ops.linear_backward_input(dx, dscale.data(), w + p.shared_scale_w, N, C, 1);
+        wg.add(p.shared_scale_w, npos, dscale, x, N, C, 1);
+      }
     }
     const Floats dact = ops.zeros(ns), dgate = ops.zeros(ns), dup = ops.zeros(ns);
-    ops.linear_backward_input(dact.data(), dout.data(), w + p.shared_down_w, N, m.FS, C);
-    wg.add(p.shared_down_w, npos, dout, a.shared_act, N, m.FS, C);
+    ops.linear_backward_input(dact.data(), dout.data(), w + p.shared_down_w, N, FS, C);
+    wg.add(p.shared_down_w, npos, dout, a.shared_act, N, FS, C);
     ops.swiglu_backward(dgate.data(), dup.data(), dact.data(), a.shared_gate.data(), a.shared_up.data(),
                         static_cast<long>(ns));
-    ops.linear_backward_input(dx, dgate.data(), w + p.shared_gate_w, N, C, m.FS);
-    ops.linear_backward_input(dx, dup.data(), w + p.shared_up_w, N, C, m.FS);
-    wg.add(p.shared_gate_w, npos, dgate, x, N, C, m.FS);
-    wg.add(p.shared_up_w, npos, dup, x, N, C, m.FS);
+    ops.linear_backward_input(dx, dgate.data(), w + p.shared_gate_w, N, C, FS);
+    ops.linear_backward_input(dx, dup.data(), w + p.shared_up_w, N, C, FS);
+    wg.add(p.shared_gate_w, npos, dgate, x, N, C, FS);
+    wg.add(p.shared_up_w, npos, dup, x, N, C, FS);
   }
   // The routed experts, from the combine back to the copies.
   const Floats dout = ops.zeros(sz(1LL * M * C)), dweights = ops.zeros(sz(1LL * N * K));
@@ -347,11 +356,25 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
   });
   const Floats dxp = parallel ? to_owners(d, a, dxe) : dxe;  // (back to this rank's copies)
   ops.moe_permute_backward(dx, dxp.data(), a.slots.data(), N, K, C);
+  if (split) {
+    // One message: the combine's weights' parts, then the gate's.
+    const size_t nw = dweights.size(), n = nw + dscale.size();
+    const Floats parts = ops.floats(n);
+    ops.copy(parts.data(), dweights.data(), nw);
+    if (!dscale.empty()) ops.copy(parts.data() + nw, dscale.data(), dscale.size());
+    d.all_reduce(parts.data(), n);
+    ops.copy(dweights.data(), parts.data(), nw);
+    if (!dscale.empty()) {
+      ops.copy(dscale.data(), parts.data() + nw, dscale.size());
+      if (once) ops.linear_backward_input(dx, dscale.data(), w + p.shared_scale_w, N, C, 1);
+      wg.add(p.shared_scale_w, npos, dscale, x, N, C, 1);
+    }
+  }
   // The router: the weights' gradient and the load-balancing loss's, through the softmax.
   const Floats dlogits = ops.zeros(sz(1LL * N * E));
   ops.moe_router_backward(dlogits.data(), dweights.data(), a.dprobs.empty() ? nullptr : a.dprobs.data(),
                           a.probs.data(), a.weights.data(), a.experts.data(), N, E, K, m.normalize ? 1 : 0);
-  ops.linear_backward_input(dx, dlogits.data(), w + p.router_w, N, C, E);
+  if (once) ops.linear_backward_input(dx, dlogits.data(), w + p.router_w, N, C, E);
   wg.add(p.router_w, npos, dlogits, x, N, C, E);
 }
 

@@ -141,11 +141,21 @@ class Builder {
 // evenly), the same units as any other spelling of the same fractions.
 std::pair<std::int64_t, std::int64_t> units(std::int64_t n, const SplitPart& part) { return partition::split_units(n, part); }
 
-// A mixture of experts' parameters under HuggingFace's names (Mixtral's or Qwen-MoE's),
-// whole on every rank (the planner puts no tensor parallelism on MoE layers).
-void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParams& k, const std::vector<int>& experts) {
+// A mixture of experts' parameters under HuggingFace's names (Mixtral's or Qwen-MoE's): the
+// router and a shared expert's gate whole on every rank; each expert's SwiGLU, and the shared
+// experts', split by its columns as a dense MLP (p's FE and FS ranges), whole on one rank.
+void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParams& k, const std::vector<int>& experts,
+             const ChunkParams& p) {
   const std::int64_t C = s.C, E = s.moe.E, FE = s.moe.FE, FS = s.moe.FS;
   const std::string m = h + (s.moe.mixtral_names ? "block_sparse_moe." : "mlp.");
+  // This rank's rows of a column-parallel [F, C] and columns of a row-parallel [C, F] (none: whole).
+  const auto in_part = [&](std::int64_t first, std::int64_t n, std::int64_t width) {
+    return n == width ? std::vector<Piece>{} : std::vector<Piece>{{first, n, 0, C}};
+  };
+  const auto out_part = [&](std::int64_t first, std::int64_t n, std::int64_t width) {
+    return n == width ? std::vector<Piece>{} : std::vector<Piece>{{0, C, first, n}};
+  };
+  const auto fe = [&](bool down) { return down ? out_part(p.FE0, p.FE, FE) : in_part(p.FE0, p.FE, FE); };
   k.router_w = b.add(m + "gate.weight", {E, C});
   k.expert_gate_w.assign(static_cast<size_t>(s.moe.E), BlockParams::npos);
   k.expert_up_w = k.expert_down_w = k.expert_gate_w;
@@ -154,21 +164,21 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
     const auto i = static_cast<size_t>(e);
     const std::string x = m + "experts." + std::to_string(e) + ".";
     if (s.moe.mixtral_names) {  // w1 the gate, w3 the up projection, w2 the down
-      k.expert_gate_w[i] = b.add(x + "w1.weight", {FE, C});
-      k.expert_down_w[i] = b.add(x + "w2.weight", {C, FE});
-      k.expert_up_w[i] = b.add(x + "w3.weight", {FE, C});
+      k.expert_gate_w[i] = b.add(x + "w1.weight", {FE, C}, false, fe(false));
+      k.expert_down_w[i] = b.add(x + "w2.weight", {C, FE}, false, fe(true));
+      k.expert_up_w[i] = b.add(x + "w3.weight", {FE, C}, false, fe(false));
     } else {
-      k.expert_gate_w[i] = b.add(x + "gate_proj.weight", {FE, C});
-      k.expert_up_w[i] = b.add(x + "up_proj.weight", {FE, C});
-      k.expert_down_w[i] = b.add(x + "down_proj.weight", {C, FE});
+      k.expert_gate_w[i] = b.add(x + "gate_proj.weight", {FE, C}, false, fe(false));
+      k.expert_up_w[i] = b.add(x + "up_proj.weight", {FE, C}, false, fe(false));
+      k.expert_down_w[i] = b.add(x + "down_proj.weight", {C, FE}, false, fe(true));
     }
     for (size_t j = b.slots() - 3; j < b.slots(); ++j) b.slot(j).expert = e;
   }
   if (FS > 0) {  // Qwen2-MoE's one gated shared expert, or DeepSeek's shared experts as one MLP
     const std::string x = m + (s.moe.shared_gate ? "shared_expert." : "shared_experts.");
-    k.shared_gate_w = b.add(x + "gate_proj.weight", {FS, C});
-    k.shared_up_w = b.add(x + "up_proj.weight", {FS, C});
-    k.shared_down_w = b.add(x + "down_proj.weight", {C, FS});
+    k.shared_gate_w = b.add(x + "gate_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS, FS));
+    k.shared_up_w = b.add(x + "up_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS, FS));
+    k.shared_down_w = b.add(x + "down_proj.weight", {C, FS}, false, out_part(p.FS0, p.FS, FS));
     if (s.moe.shared_gate) k.shared_scale_w = b.add(m + "shared_expert_gate.weight", {1, C});
   }
 }
@@ -196,6 +206,12 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
   p.F = static_cast<int>(f1 - f0);
   p.V0 = static_cast<int>(v0);
   p.V = static_cast<int>(v1 - v0);
+  const auto [e0, e1] = units(s.moe.FE, part);
+  const auto [s0, s1] = units(s.moe.FS, part);
+  p.FE0 = static_cast<int>(e0);
+  p.FE = static_cast<int>(e1 - e0);
+  p.FS0 = static_cast<int>(s0);
+  p.FS = static_cast<int>(s1 - s0);
   Builder b(p);
   const bool gpt = s.family == DecoderFamily::gpt2;
   const std::int64_t C = s.C, F = s.F, V = s.V, P = s.P, HS = s.HS;
@@ -256,7 +272,7 @@ ChunkParams build_params(const DecoderShape& s, int layer_begin, int layer_end, 
         }
         k.norm2_w = b.add(h + "post_attention_layernorm.weight", {C});
         if (s.moe.layer(l - 1)) {
-          add_moe(b, s, h, k, experts);
+          add_moe(b, s, h, k, experts, p);
         } else {
           k.gate_w = b.add(h + "mlp.gate_proj.weight", {F, C}, false, rows(f0, fn, C));
           k.up_w = b.add(h + "mlp.up_proj.weight", {F, C}, false, rows(f0, fn, C));
@@ -294,9 +310,10 @@ ChunkParams chunk_params(const DecoderShape& s, int layer_begin, int layer_end, 
                     " key/value heads");
   }
   for (int l = std::max(layer_begin, 1); tp > 1 && l < layer_end && l <= s.layers; ++l) {
-    if (s.moe.layer(l - 1)) {
-      throw PlanError("layer " + std::to_string(l) + " is a mixture of experts, which the real layers do not split by "
-                      "tensor parallelism (expert tensor parallelism is not run)");
+    if (s.moe.layer(l - 1) && (s.moe.FE < tp || (s.moe.FS > 0 && s.moe.FS < tp))) {
+      throw PlanError("layer " + std::to_string(l) + " is a mixture of experts whose experts are " +
+                      std::to_string(s.moe.FE) + " columns wide (shared " + std::to_string(s.moe.FS) +
+                      "): a tensor-parallel degree of " + std::to_string(tp) + " leaves a rank none");
     }
   }
   return build_params(s, layer_begin, layer_end, tp_rank, tp, SplitPart{tp_rank, tp, tp_rank + 1, tp}, experts);

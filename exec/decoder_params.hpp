@@ -89,6 +89,9 @@ struct ChunkParams {
   int NH = 0, NKV = 0;  // heads and key/value heads on this rank
   int F0 = 0, F = 0;    // MLP columns [F0, F0 + F)
   int V0 = 0, V = 0;    // vocabulary rows [V0, V0 + V)
+  // Mixtures of experts: each routed expert's SwiGLU columns [FE0, FE0 + FE), the shared
+  // experts' [FS0, FS0 + FS) (split as the MLP's; the router and a shared gate whole).
+  int FE0 = 0, FE = 0, FS0 = 0, FS = 0;
   bool has_embedding = false, has_head = false;
   std::vector<ParamSlot> slots;  // in array order
   size_t count = 0;              // floats in the flat array

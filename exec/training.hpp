@@ -98,11 +98,13 @@
 //    losses and worker 0's weights (the servers', under a parameter server) to rank 0,
 //    where losses() and weights() then cover the whole model.
 //
-// Covered now: GPT-2 and LLaMA style decoders; any pipeline schedule, virtual stages,
-// micro-batching; tensor parallelism, of one degree or different ones per stage and worker;
-// sequence parallelism; data parallelism by all-reduce (ZeRO stages 0-3), parameter server or WSP;
-// recomputation none, selective and full. Refused with PlanError naming the reason: a tied
-// embedding whose two ends sit on different servers.
+// Covered now: GPT-2 and LLaMA style decoders, LLaMA style mixtures of experts; any pipeline
+// schedule, virtual stages, micro-batching; tensor parallelism, of one degree or different ones
+// per stage and worker (of MoE blocks without expert groups: every rank routes every token,
+// exec/decoder_moe.cpp); sequence and context parallelism; expert parallelism; data
+// parallelism by all-reduce (ZeRO stages 0-3), parameter server or WSP; recomputation none,
+// selective and full. Refused with PlanError naming the reason: a tied embedding whose two
+// ends sit on different servers, tensor parallelism of expert-parallel MoE blocks.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

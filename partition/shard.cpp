@@ -21,9 +21,9 @@ bool llama(const model::TransformerConfig& c) {
 bool split_covers(const model::Network& net) {
   if (!net.architecture) return false;
   const model::TransformerConfig& c = *net.architecture;
-  // Mixtures of experts and latent attention are not the executor's yet: their parameters
-  // split in proportion.
-  return !c.encoder && (gpt2(c) || llama(c)) && c.moe.experts == 0 && !c.mla.enabled() &&
+  // Latent attention is not the executor's yet: its parameters split in proportion.
+  // Mixtures of experts are LLaMA-style blocks (SwiGLU experts).
+  return !c.encoder && (gpt2(c) || llama(c)) && (c.moe.experts == 0 || llama(c)) && !c.mla.enabled() &&
          static_cast<int>(net.layers.size()) == c.layers + 2;
 }
 
@@ -45,7 +45,17 @@ std::optional<double> shard_params(const model::Network& net, int layer, int chu
   if (layer == 0) {
     n = vn * C + (gpt ? P * C : 0);  // the part's token rows; positions whole
   } else if (layer <= c.layers) {
-    n = 2 * norm + (qn + 2 * kvn) * C + C * qn + (gpt ? 2 : 3) * fn * C;
+    n = 2 * norm + (qn + 2 * kvn) * C + C * qn;
+    if (const model::MoeConfig& m = c.moe; m.is_moe_layer(layer - 1)) {
+      // The router (and a sigmoid router's bias) and a shared expert's gate whole; each routed
+      // expert's SwiGLU and the shared experts' split by their columns, as a dense MLP.
+      const auto [e0, e1] = split_units(m.expert_ffn, part);
+      const auto [s0, s1] = split_units(std::int64_t{m.shared_experts} * m.shared_width(), part);
+      n += std::int64_t{m.experts} * C + (m.router == model::MoeConfig::Router::sigmoid ? m.experts : 0) +
+           std::int64_t{m.experts} * 3 * (e1 - e0) * C + 3 * (s1 - s0) * C + (m.shared_expert_gate ? C : 0);
+    } else {
+      n += (gpt ? 2 : 3) * fn * C;
+    }
     if (gpt) n += (qn + 2 * kvn) + C + fn + C;  // c_attn's and c_fc's biases split, the projections' whole
     if (qkv_bias) n += qn + 2 * kvn;
     if (out_bias) n += C;  // added once, after the sum: whole

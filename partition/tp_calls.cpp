@@ -103,6 +103,31 @@ void moe_calls(const model::TransformerConfig& c, const model::Layer& l, double 
   }
 }
 
+// A mixture of experts' layer without expert groups: every rank routes every token (the MLP's
+// gather brings them under sequence parallelism) and its experts' columns give a part of each
+// output, so its backward sums the combine weights' gradients (and a shared gate's) over the
+// tensor group before the router's backward: an all-reduce of tokens x (top-k, + 1 for the
+// gate) between the MLP's gather of its input and the reduction of its input's gradient.
+void routed_backward_calls(const model::TransformerConfig& c, const model::Layer& l, bool sp, std::vector<PassCall>& out) {
+  const std::vector<TpCall> calls = model::tp_calls_of(l);
+  size_t mlp = calls.size();  // the layer's last f: its MLP's
+  for (size_t k = calls.size(); k-- > 0 && mlp == calls.size();) {
+    if (calls[k].op == TpCall::Op::f) mlp = k;
+  }
+  const bool gated = c.moe.shared_expert_gate && c.moe.shared_experts > 0;
+  const double weights = static_cast<double>(c.seq) * (c.moe.experts_per_token + (gated ? 1 : 0));
+  for (size_t k = calls.size(); k-- > 0;) {
+    if (k != mlp) {
+      backward_calls({calls[k]}, sp, out);
+      continue;
+    }
+    const double at = 1 - calls[k].at;
+    if (sp) out.push_back({CollectiveKind::all_gather, calls[k].elems, at});
+    out.push_back({CollectiveKind::all_reduce, weights, at});
+    out.push_back({sp ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce, calls[k].elems, at});
+  }
+}
+
 }  // namespace
 
 std::vector<PassCall> place_pass_calls(const model::Network& net, const PassShape& pass, const LayerCalls& calls_of) {
@@ -176,6 +201,8 @@ std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& 
     } else if (part == LayerPart::backward) {
       if (moe) {
         moe_calls(*net.architecture, l, copies, true, out);
+      } else if (c != nullptr && l.experts > 0) {
+        routed_backward_calls(*c, l, pass.sequence_parallel, out);
       } else {
         backward_calls(model::tp_calls_of(l), pass.sequence_parallel, out);
       }

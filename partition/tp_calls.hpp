@@ -52,7 +52,10 @@ struct PassShape {
 };
 
 // The calls of one pass, in order, each moving its tokens' share (1/context); empty when the
-// rank has one device.
+// rank has one device. A mixture of experts' layer without expert groups runs as its MLP's
+// calls, every rank routing every token, with one more in its backward: the all-reduce of the
+// combine weights' (and a shared gate's) gradients, tokens x (top-k + 1 gated), before the
+// router's backward.
 std::vector<PassCall> pass_tp_calls(const model::Network& net, const PassShape& pass);
 
 // One part of a layer's work in a pass, in the order the pass does them: its forward; in a

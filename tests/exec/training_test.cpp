@@ -951,6 +951,83 @@ const ContextCase kContextCases[] = {
 INSTANTIATE_TEST_SUITE_P(Splits, ContextTraining, testing::ValuesIn(kContextCases),
                          [](const testing::TestParamInfo<ContextCase>& p) { return std::string(p.param.name); });
 
+// Mixtures of experts over tensor-parallel ranks without expert groups (Megatron-Core's
+// all-gather dispatcher, expert tensor parallelism the rank's degree): every rank routes every
+// token the MLP's gather brings, its columns of each expert (18 or 19 of 37; of the shared
+// expert 20 or 21 of 41) give a part of every output, and the combine weights' and the shared
+// gate's gradients are summed over the group before the router's backward (the plan's
+// all-reduce, one per MoE layer in every backward). With and without sequence parallelism,
+// over a pipeline and data parallelism with ZeRO 1 and 3, under full recomputation and at a
+// capacity: equal to one device, and so is each step's load-balancing loss.
+struct MoeTensorCase {
+  const char* name;
+  bool sequence_parallel = true;
+  int pipeline = 1, data = 1, zero = 0;
+  partition::Recompute recompute = partition::Recompute::none;
+  const char* schedule = "1f1b";
+  double capacity_factor = 0;
+};
+
+class MoeTensorTraining : public testing::TestWithParam<MoeTensorCase> {};
+
+TEST_P(MoeTensorTraining, EqualsOneDevice) {
+  const MoeTensorCase& c = GetParam();
+  for (const model::Network& net : {odd_mixtral(3, 12, c.capacity_factor), odd_qwen2_moe(3, 12)}) {
+    partition::PlanOptions o = options(c.pipeline, c.data, 8 / c.data, c.schedule);
+    o.tensor = 2;
+    o.sequence_parallel = c.sequence_parallel;
+    o.zero_stage = c.zero;
+    o.recompute = c.recompute;
+    o.bucket_bytes = 4096;
+    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * 2), net, o);
+    const model::MoeConfig& m = net.architecture->moe;
+    const double router_bytes = 12.0 * (m.experts_per_token + (m.shared_expert_gate ? 1 : 0)) * 4;
+    int messages = 0;  // the routers' all-reduces: in every backward of a chunk with MoE layers
+    for (const partition::Collective& col : plan.collectives) {
+      if (col.in_task() && col.kind == partition::CollectiveKind::all_reduce && col.bytes / col.messages == router_bytes) {
+        messages += col.messages;
+      }
+    }
+    EXPECT_GT(messages, 0) << net.name;
+    expect_trains_as_one_device(plan, net);
+    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+    const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
+    ASSERT_EQ(got.size(), 2u) << net.name;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+  }
+}
+
+const MoeTensorCase kMoeTensorCases[] = {
+    {"tensor_2", false},
+    {"tensor_2_sequence_parallel"},
+    {"pipeline_2_data_2_zero_1", true, 2, 2, 1},
+    {"data_2_zero_3", true, 1, 2, 3},
+    {"pipeline_2_full_recompute_split_w", true, 2, 1, 0, partition::Recompute::full, "1f1b-split-w"},
+    {"capacity", true, 1, 1, 0, partition::Recompute::none, "1f1b", 1.0},
+};
+
+INSTANTIATE_TEST_SUITE_P(Splits, MoeTensorTraining, testing::ValuesIn(kMoeTensorCases),
+                         [](const testing::TestParamInfo<MoeTensorCase>& p) { return std::string(p.param.name); });
+
+// Expert groups over tensor-parallel ranks (the copies gathered and scattered over the tensor
+// group) are the plan's and the simulator's, not the real layers': refused before the run.
+TEST(MoeTensorTraining, ExpertGroupsOverTensorRanksAreRefusedBeforeTheRun) {
+  model::TransformerConfig four = *odd_mixtral(2, 12).architecture;
+  four.moe.experts = 4;
+  const model::Network net = model::make_transformer(four, model::Precision::fp32);
+  partition::PlanOptions o = options(1, 2, 4, "1f1b");
+  o.tensor = 2;
+  o.sequence_parallel = true;
+  o.experts.parallel = 2;
+  const Plan plan = test_support::planned(model::cpu_cluster(4), net, o);
+  try {
+    exec::Training(plan, exec::markov_stream(101, 1), optimizer(), 42);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("over tensor-parallel ranks in an expert group"), std::string::npos) << e.what();
+  }
+}
+
 // Mixtures of experts under context parallelism: each rank routes its own tokens, and the
 // load-balancing loss counts the whole sequence's, its router statistics summed over the
 // group by the plan's all-reduce (one per MoE layer's forward, 2 E floats, before the

@@ -143,6 +143,10 @@ TEST(ExpertParallel, EachMoeLayerExchangesItsTokensCopiesInTheRoutingsParts) {
   EXPECT_NEAR(busiest - even, routed * (r0 - r1), routed * 1e-12);
 }
 
+// What every tensor rank of mixture() holds whole: two RMSNorm gains a block and the final
+// one, and each block's router (8 x 256).
+constexpr double kReplicated = 2 * 2 * 256 + 256 + 2 * 8 * 256;
+
 // Expert parallelism over tensor-parallel ranks (TP 2, SP, EP 2, DP 4 on 8 devices): each
 // device holds half of the dense layers and half of each expert its rank holds (expert tensor
 // parallelism is the rank's degree, Megatron-Core's default).
@@ -164,8 +168,9 @@ TEST(ExpertParallel, EachDeviceHoldsItsTensorPartOfTheDenseLayersAndOfItsRanksEx
     for (const Tensor& t : plan.tensors) {
       if (t.kind == TensorKind::weight && t.device == d) held += t.bytes / 2;
     }
-    // Every layer here splits in proportion (MoE layers are not the executor's split yet).
-    EXPECT_DOUBLE_EQ(held, (whole - routed + 2 * 4 * kExpert) / 2) << d;  // 4 of the 8 experts of each layer
+    // Megatron's split: the norms and the routers whole on each rank, the rest halved; 4 of
+    // the 8 experts of each layer.
+    EXPECT_DOUBLE_EQ(held, (whole - routed + 2 * 4 * kExpert + kReplicated) / 2) << d;
   }
 }
 
@@ -184,7 +189,7 @@ TEST(ExpertParallel, OverTensorRanksEachExpertRanksGradientsSumPerTensorRank) {
       for (const int d : devices) EXPECT_EQ(plan.coords_of(d)[Axis::tensor], first[Axis::tensor]);
       if (devices.size() == 4) {
         ++dense;
-        EXPECT_DOUBLE_EQ(bytes, (whole - routed) / 2 * g);
+        EXPECT_DOUBLE_EQ(bytes, (whole - routed + kReplicated) / 2 * g);
       } else {
         ++experts;
         ASSERT_EQ(devices.size(), 2u);

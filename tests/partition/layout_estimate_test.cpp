@@ -463,6 +463,38 @@ TEST(LayoutEstimate, AgreesForMixturesUnderContextParallelism) {
   std::printf("mixtures under context parallelism, %d layouts: iteration time off by at most %.2g\n", a.compared, worst);
 }
 
+// Mixtures of experts over tensor ranks without expert groups: the MLP's calls, and in every
+// MoE layer's backward the all-reduce of the combine weights' gradients, as the plan has them.
+TEST(LayoutEstimate, AgreesForMixturesOverTensorRanks) {
+  const model::Network net = model::network_from_spec(
+      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
+      "expert_ffn=512,shared_experts=1",
+      model::Precision::fp16);
+  const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
+  const partition::CostModel cost(cluster, net.precision);
+  Agreement a;
+  for (const bool sp : {false, true}) {
+    for (const int pipeline : {1, 2}) {
+      for (const int zero : {0, 3}) {
+        for (const partition::Recompute r : {partition::Recompute::none, partition::Recompute::full}) {
+          partition::PlanOptions o;
+          o.precision = net.precision;
+          o.tensor = 2;
+          o.sequence_parallel = sp;
+          o.pipeline = pipeline;
+          o.zero_stage = zero;
+          o.recompute = r;
+          o.global_batch = 24;
+          o.schedule = pipeline > 1 ? "1f1b" : "gpipe";
+          o.iterations = 2;
+          compare_one(cluster, net, o, cost, a);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(a.compared, 16);
+}
+
 // Expert parallelism (ZeRO 0 to 3, one or two tensor-parallel devices a rank): the dense part's
 // rings over every replica and each expert rank's over its holders, the all-to-alls and the
 // tensor group's gathers of what they bring in the passes, as the plan has them.

@@ -182,6 +182,13 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
   // Expert parallelism: each rank's experts, the copies traded by all-to-alls between ranks
   // of sizes the routers chose, the norm met over the expert group, the experts gathered at
   // rank 0 from their holders.
+  cases.push_back({"mixture of experts x tensor 2 + sequence parallel x data 2", 4, [] {
+                     auto o = options(1, 2, 2, "1f1b");
+                     o.tensor = 2;
+                     o.sequence_parallel = true;
+                     return o;
+                   }(),
+                   true});
   cases.push_back({"expert parallel 2 x pipeline 2", 4, [] {
                      auto o = options(2, 2, 2, "1f1b");
                      o.experts.parallel = 2;
