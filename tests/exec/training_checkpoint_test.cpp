@@ -127,10 +127,9 @@ struct ResumeCase {
   int virtual_stages = 1;
 };
 
-class ResumedTraining : public testing::TestWithParam<ResumeCase> {};
-
-TEST_P(ResumedTraining, ContinuesAsTheRunThatNeverStopped) {
-  const ResumeCase& c = GetParam();
+// The case's plan: a mixture of experts under expert groups, a longer sequence under context
+// parallelism, else a LLaMA.
+Plan plan_of(const ResumeCase& c) {
   const model::Network net = c.experts > 1 ? odd_mixtral() : c.context > 1 ? odd_llama(3, 24) : odd_llama();
   partition::PlanOptions o = test_support::pipeline_options(c.pipeline, c.data, 4, c.schedule);
   o.tensor = c.tensor;
@@ -140,9 +139,14 @@ TEST_P(ResumedTraining, ContinuesAsTheRunThatNeverStopped) {
   o.bucket_bytes = 4096;
   o.experts.parallel = c.experts;
   o.virtual_stages = c.virtual_stages;
-  const Plan plan =
-      test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor * c.context), net, o);
-  ASSERT_EQ(plan.layout.sync.zero.stage, c.zero);
+  return test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor * c.context), net, o);
+}
+
+class ResumedTraining : public testing::TestWithParam<ResumeCase> {};
+
+TEST_P(ResumedTraining, ContinuesAsTheRunThatNeverStopped) {
+  const Plan plan = plan_of(GetParam());
+  ASSERT_EQ(plan.layout.sync.zero.stage, GetParam().zero);
   expect_continues_bitwise(plan, optimizer(), 3, 5);
 }
 
@@ -202,18 +206,7 @@ void expect_segments_as_one_run(const Plan& plan, const OptimizerOptions& o, con
 class SegmentedTraining : public testing::TestWithParam<ResumeCase> {};
 
 TEST_P(SegmentedTraining, CutAtCheckpointsGoesOnAsOneRun) {
-  const ResumeCase& c = GetParam();
-  const model::Network net = c.experts > 1 ? odd_mixtral() : c.context > 1 ? odd_llama(3, 24) : odd_llama();
-  partition::PlanOptions o = test_support::pipeline_options(c.pipeline, c.data, 4, c.schedule);
-  o.tensor = c.tensor;
-  o.sequence_parallel = c.sequence_parallel;
-  o.context = c.context;
-  o.zero_stage = c.zero;
-  o.bucket_bytes = 4096;
-  o.experts.parallel = c.experts;
-  o.virtual_stages = c.virtual_stages;
-  const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * c.tensor * c.context), net, o);
-  expect_segments_as_one_run(plan, optimizer(), {1, 3}, 4);
+  expect_segments_as_one_run(plan_of(GetParam()), optimizer(), {1, 3}, 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, SegmentedTraining, testing::ValuesIn(kResumeCases),

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -609,6 +610,28 @@ void expect_trains_as_one_device(const Plan& many, const model::Network& net) {
   EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * optimizer().lr) << net.name;  // noise: see compare_weights.hpp
 }
 
+// A mixture of experts' load-balancing loss of each of two steps equals one device's: the same
+// micro-batches' layers, summed in another order.
+void expect_balances_as_one_device(const Plan& many, const model::Network& net) {
+  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
+  const std::vector<double> got = train(many, 2).balances, want = train(one, 2).balances;
+  ASSERT_EQ(got.size(), 2u) << net.name;
+  ASSERT_EQ(want.size(), 2u) << net.name;
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+}
+
+// The in-task all-reduces of the plan whose messages are `bytes` each (of `purpose`, when
+// given): how many messages all their tasks exchange.
+int in_task_all_reduces(const Plan& plan, double bytes, std::optional<partition::Purpose> purpose = std::nullopt) {
+  int messages = 0;
+  for (const partition::Collective& col : plan.collectives) {
+    if (!col.in_task() || col.kind != partition::CollectiveKind::all_reduce || col.bytes / col.messages != bytes) continue;
+    if (purpose && col.purpose != *purpose) continue;
+    messages += col.messages * static_cast<int>(col.tasks.size());
+  }
+  return messages;
+}
+
 // The executor chooses communicators by role, never by name: a tensor- and data-parallel
 // pipeline whose communicators are all renamed trains bit for bit as it did.
 TEST(Training, CommunicatorNamesMeanNothing) {
@@ -709,12 +732,7 @@ TEST_P(MoeTraining, EqualsOneDevice) {
   for (const model::Network& net : {odd_mixtral(8), odd_mixtral(8, 11, 1.0), odd_qwen2_moe(8)}) {
     const Plan many = test_support::planned(model::cpu_cluster(8), net, options_of(c));
     expect_trains_as_one_device(many, net);
-    // Each step's load-balancing loss: the same micro-batches' layers, summed in another order.
-    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
-    const std::vector<double> got = train(many, 2).balances, want = train(one, 2).balances;
-    ASSERT_EQ(got.size(), 2u) << net.name;
-    ASSERT_EQ(want.size(), 2u) << net.name;
-    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+    expect_balances_as_one_device(many, net);
   }
 }
 
@@ -770,10 +788,7 @@ TEST_P(ExpertParallelTraining, EqualsOneDevice) {
   ASSERT_EQ(plan.layout.experts.parallel, 2);
   ASSERT_EQ(plan.layout.sync.zero.stage, c.zero_stage);
   expect_trains_as_one_device(plan, net);
-  const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
-  const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
-  ASSERT_EQ(got.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "step " << i;
+  expect_balances_as_one_device(plan, net);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -981,19 +996,10 @@ TEST_P(MoeTensorTraining, EqualsOneDevice) {
     o.bucket_bytes = 4096;
     const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * c.data * 2), net, o);
     const model::MoeConfig& m = net.architecture->moe;
-    const double router_bytes = 12.0 * (m.experts_per_token + (m.shared_expert_gate ? 1 : 0)) * 4;
-    int messages = 0;  // the routers' all-reduces: in every backward of a chunk with MoE layers
-    for (const partition::Collective& col : plan.collectives) {
-      if (col.in_task() && col.kind == partition::CollectiveKind::all_reduce && col.bytes / col.messages == router_bytes) {
-        messages += col.messages;
-      }
-    }
-    EXPECT_GT(messages, 0) << net.name;
+    // The routers' all-reduces, in every backward of a chunk with MoE layers.
+    EXPECT_GT(in_task_all_reduces(plan, 12.0 * (m.experts_per_token + (m.shared_expert_gate ? 1 : 0)) * 4), 0) << net.name;
     expect_trains_as_one_device(plan, net);
-    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
-    const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
-    ASSERT_EQ(got.size(), 2u) << net.name;
-    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+    expect_balances_as_one_device(plan, net);
   }
 }
 
@@ -1066,21 +1072,10 @@ TEST_P(MoeContextTraining, EqualsOneDevice) {
     ASSERT_EQ(plan.layout.size(partition::Axis::context), c.context);
     // The router's all-reduces: a message of 2 E floats in every forward of a chunk with MoE
     // layers, one per layer (and again in a fully recomputed backward).
-    const double router_bytes = 2.0 * net.architecture->moe.experts * 4;
-    int messages = 0;
-    for (const partition::Collective& col : plan.collectives) {
-      if (col.in_task() && col.kind == partition::CollectiveKind::all_reduce &&
-          col.purpose == partition::Purpose::context_parallel) {
-        EXPECT_DOUBLE_EQ(col.bytes / col.messages, router_bytes) << net.name;
-        messages += col.messages * static_cast<int>(col.tasks.size());
-      }
-    }
-    EXPECT_GT(messages, 0) << net.name;
+    EXPECT_GT(in_task_all_reduces(plan, 2.0 * net.architecture->moe.experts * 4, partition::Purpose::context_parallel), 0)
+        << net.name;
     expect_trains_as_one_device(plan, net);
-    const Plan one = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 8, "1f1b"));
-    const std::vector<double> got = train(plan, 2).balances, want = train(one, 2).balances;
-    ASSERT_EQ(got.size(), 2u) << net.name;
-    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << net.name << " step " << i;
+    expect_balances_as_one_device(plan, net);
   }
 }
 

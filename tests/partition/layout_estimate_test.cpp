@@ -427,45 +427,13 @@ TEST(LayoutEstimate, AgreesUnderContextParallelism) {
   std::printf("context parallelism, %d layouts: iteration time off by at most %.2g\n", compared, worst);
 }
 
-// Mixtures of experts under context parallelism: every MoE layer's forward (and its full
-// rerun) all-reduces the router's statistics over the context group, a micro-batch's 2 E
-// floats whatever its samples; with and without expert groups, as the plan has it.
-TEST(LayoutEstimate, AgreesForMixturesUnderContextParallelism) {
-  const model::Network net = model::network_from_spec(
-      "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
-      "expert_ffn=512",
-      model::Precision::fp16);
-  const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
-  const partition::CostModel cost(cluster, net.precision);
-  Agreement a;
-  for (const int ep : {1, 2}) {
-    for (const int micro_batch : {1, 3}) {
-      for (const partition::Recompute r : {partition::Recompute::none, partition::Recompute::full}) {
-        for (const partition::ContextComm comm : {partition::ContextComm::all_gather, partition::ContextComm::ring}) {
-          partition::PlanOptions o;
-          o.precision = net.precision;
-          o.context = 2;
-          o.experts.parallel = ep;
-          o.micro_batch = micro_batch;
-          o.global_batch = 24;
-          o.recompute = r;
-          o.context_comm = comm;
-          o.schedule = "gpipe";
-          o.iterations = 2;
-          compare_one(cluster, net, o, cost, a);
-        }
-      }
-    }
-  }
-  EXPECT_EQ(a.compared, 16);
-  double worst = 0;
-  for (const double e : a.time_error) worst = std::max(worst, e);
-  std::printf("mixtures under context parallelism, %d layouts: iteration time off by at most %.2g\n", a.compared, worst);
-}
-
-// Mixtures of experts over tensor ranks without expert groups: the MLP's calls, and in every
-// MoE layer's backward the all-reduce of the combine weights' gradients, as the plan has them.
-TEST(LayoutEstimate, AgreesForMixturesOverTensorRanks) {
+// Mixtures of experts beside context groups and over tensor ranks, as the plan has them:
+// under context parallelism every MoE layer's forward (and its full rerun) all-reduces the
+// router's statistics over the group, a micro-batch's 2 E floats whatever its samples, with
+// and without expert groups; over tensor ranks without expert groups the MLP's calls, and in
+// every MoE layer's backward the all-reduce of the combine weights' (and the shared gate's)
+// gradients.
+TEST(LayoutEstimate, AgreesForMixturesUnderContextAndTensorParallelism) {
   const model::Network net = model::network_from_spec(
       "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,vocab=1000,seq=256,experts=8,experts_per_token=2,"
       "expert_ffn=512,shared_experts=1",
@@ -473,26 +441,41 @@ TEST(LayoutEstimate, AgreesForMixturesOverTensorRanks) {
   const model::Cluster cluster = test_support::identical_cluster(4, 2, "A100-40");
   const partition::CostModel cost(cluster, net.precision);
   Agreement a;
-  for (const bool sp : {false, true}) {
-    for (const int pipeline : {1, 2}) {
-      for (const int zero : {0, 3}) {
-        for (const partition::Recompute r : {partition::Recompute::none, partition::Recompute::full}) {
+  for (const partition::Recompute r : {partition::Recompute::none, partition::Recompute::full}) {
+    for (const int first : {1, 2}) {  // expert groups beside the context groups; pipeline stages
+      for (const int second : {1, 3}) {  // samples a micro-batch; ZeRO stage (3: on)
+        for (const bool third : {false, true}) {  // the ring; sequence parallelism
           partition::PlanOptions o;
           o.precision = net.precision;
-          o.tensor = 2;
-          o.sequence_parallel = sp;
-          o.pipeline = pipeline;
-          o.zero_stage = zero;
-          o.recompute = r;
+          o.context = 2;
+          o.experts.parallel = first;
+          o.micro_batch = second;
+          o.context_comm = third ? partition::ContextComm::ring : partition::ContextComm::all_gather;
           o.global_batch = 24;
-          o.schedule = pipeline > 1 ? "1f1b" : "gpipe";
+          o.recompute = r;
+          o.schedule = "gpipe";
           o.iterations = 2;
           compare_one(cluster, net, o, cost, a);
+          partition::PlanOptions t;
+          t.precision = net.precision;
+          t.tensor = 2;
+          t.sequence_parallel = third;
+          t.pipeline = first;
+          t.zero_stage = second == 3 ? 3 : 0;
+          t.recompute = r;
+          t.global_batch = 24;
+          t.schedule = first > 1 ? "1f1b" : "gpipe";
+          t.iterations = 2;
+          compare_one(cluster, net, t, cost, a);
         }
       }
     }
   }
-  EXPECT_EQ(a.compared, 16);
+  EXPECT_EQ(a.compared, 32);
+  double worst = 0;
+  for (const double e : a.time_error) worst = std::max(worst, e);
+  std::printf("mixtures beside context groups and over tensor ranks, %d layouts: iteration time off by at most %.2g\n",
+              a.compared, worst);
 }
 
 // Expert parallelism (ZeRO 0 to 3, one or two tensor-parallel devices a rank): the dense part's
