@@ -148,14 +148,12 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
              const ChunkParams& p) {
   const std::int64_t C = s.C, E = s.moe.E, FE = s.moe.FE, FS = s.moe.FS;
   const std::string m = h + (s.moe.mixtral_names ? "block_sparse_moe." : "mlp.");
-  // This rank's rows of a column-parallel [F, C] and columns of a row-parallel [C, F] (none: whole).
-  const auto in_part = [&](std::int64_t first, std::int64_t n, std::int64_t width) {
-    return n == width ? std::vector<Piece>{} : std::vector<Piece>{{first, n, 0, C}};
-  };
-  const auto out_part = [&](std::int64_t first, std::int64_t n, std::int64_t width) {
-    return n == width ? std::vector<Piece>{} : std::vector<Piece>{{0, C, first, n}};
-  };
-  const auto fe = [&](bool down) { return down ? out_part(p.FE0, p.FE, FE) : in_part(p.FE0, p.FE, FE); };
+  // This rank's rows of a column-parallel [F, C] and columns of a row-parallel [C, F] (all of
+  // them on one rank: split slots still, as the dense MLP's, so that a part reduced between
+  // ranks of different degrees finds its rows in either).
+  const auto in_part = [&](std::int64_t first, std::int64_t n) { return std::vector<Piece>{{first, n, 0, C}}; };
+  const auto out_part = [&](std::int64_t first, std::int64_t n) { return std::vector<Piece>{{0, C, first, n}}; };
+  const auto fe = [&](bool down) { return down ? out_part(p.FE0, p.FE) : in_part(p.FE0, p.FE); };
   k.router_w = b.add(m + "gate.weight", {E, C});
   k.expert_gate_w.assign(static_cast<size_t>(s.moe.E), BlockParams::npos);
   k.expert_up_w = k.expert_down_w = k.expert_gate_w;
@@ -176,9 +174,9 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
   }
   if (FS > 0) {  // Qwen2-MoE's one gated shared expert, or DeepSeek's shared experts as one MLP
     const std::string x = m + (s.moe.shared_gate ? "shared_expert." : "shared_experts.");
-    k.shared_gate_w = b.add(x + "gate_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS, FS));
-    k.shared_up_w = b.add(x + "up_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS, FS));
-    k.shared_down_w = b.add(x + "down_proj.weight", {C, FS}, false, out_part(p.FS0, p.FS, FS));
+    k.shared_gate_w = b.add(x + "gate_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS));
+    k.shared_up_w = b.add(x + "up_proj.weight", {FS, C}, false, in_part(p.FS0, p.FS));
+    k.shared_down_w = b.add(x + "down_proj.weight", {C, FS}, false, out_part(p.FS0, p.FS));
     if (s.moe.shared_gate) k.shared_scale_w = b.add(m + "shared_expert_gate.weight", {1, C});
   }
 }

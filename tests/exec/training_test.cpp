@@ -61,7 +61,7 @@ TEST(DecoderParams, ChunksHoldWhatThePlanCounts) {
 // and push bytes): every rank of degrees 1 and 2 (uneven vocabulary splits, Qwen3's QK-norm
 // gains and GQA heads), and parts between degrees 2 and 3, chunk by chunk.
 TEST(DecoderParams, ShardsHoldWhatPartitionCounts) {
-  for (const model::Network& net : {odd_gpt(3, 6), odd_llama(3), odd_qwen3(3)}) {
+  for (const model::Network& net : {odd_gpt(3, 6), odd_llama(3), odd_qwen3(3), odd_mixtral(3), odd_qwen2_moe(3)}) {
     const exec::DecoderShape shape = exec::decoder_shape(*net.architecture);
     const int layers = static_cast<int>(net.layers.size());
     // Parts between degrees 2 and 3 cut the GPT's 6 key/value heads whole, not the others' 2.
@@ -1525,6 +1525,31 @@ TEST_P(MixedTensorDegrees, EqualOneDevice) {
   const Plan many = test_support::planned(model::cpu_cluster(c.devices), net, o);
   ASSERT_GE(many.layout.workers.size(), 2u);
   expect_trains_as_one_device(many, net);
+}
+
+// Mixtures of experts at tensor degrees 1 and 2 in the same data-parallel group: each
+// expert's columns (a half of 37 or 23 at degree 2, all at 1) summed in the parts the two
+// degrees hold in common, as the dense MLP's are.
+TEST(MixedTensorDegrees, MixturesOfExpertsEqualOneDevice) {
+  const std::string file = testing::TempDir() + "moe_degrees.yaml";
+  std::ofstream(file) << "workers:\n"
+                         "  - stages:\n"
+                         "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
+                         "      - {devices: [host/gpu2], layers: 5-9}\n"
+                         "  - stages:\n"
+                         "      - {devices: [host/gpu3], layers: 0-3}\n"
+                         "      - {devices: [host/gpu4, host/gpu5], layers: 4-9}\n";
+  for (const model::Network& net : {odd_mixtral(8), odd_qwen2_moe(8)}) {
+    partition::PlanOptions o;
+    o.layout_file = file;
+    o.microbatches = 4;
+    o.micro_batch = 1;
+    o.schedule = "1f1b";
+    o.bucket_bytes = 4096;
+    const Plan many = test_support::planned(model::cpu_cluster(6), net, o);
+    ASSERT_EQ(many.layout.workers.size(), 2u);
+    expect_trains_as_one_device(many, net);
+  }
 }
 
 // The LLaMA family's options together: attention biases (q, k and v split by heads like their
