@@ -159,6 +159,16 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
     fill_from_shards(chunks, c.stage, c.tp_rank, c.params, which, host.back());
     stages[c.stage].push_back({c.tp_rank, &c.params, host.back().data(), c.worker});
   }
+  // A parameter a server holds whole (its latest weights): placed from there; false if none does.
+  const auto place_served = [&served](const ParamSlot& slot, float* into) {
+    const auto s = served.find(slot.name);
+    if (s == served.end()) return false;
+    ParamSlot whole = slot;  // (a rank's slot with the whole tensor as its one piece)
+    whole.count = static_cast<size_t>(slot.full_rows * slot.full_cols);
+    whole.pieces = {Piece{0, slot.full_rows, 0, slot.full_cols}};
+    place_shard(whole, s->second, into);
+    return true;
+  };
   for (auto& [stage, ranks] : stages) {
     std::sort(ranks.begin(), ranks.end(),
               [](const Held& a, const Held& b) { return std::pair{a.worker, a.tp_rank} < std::pair{b.worker, b.tp_rank}; });
@@ -175,7 +185,9 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
         size_t elements = 1;
         for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
         NamedTensor t{slot.name, slot.shape, std::vector<float>(elements, 0.0f)};
-        for (const auto& [held, mine] : holders[slot.name]) place_shard(*mine, held->values + mine->offset, t.data.data());
+        if (!place_served(slot, t.data.data())) {
+          for (const auto& [held, mine] : holders[slot.name]) place_shard(*mine, held->values + mine->offset, t.data.data());
+        }
         file.tensors.push_back(std::move(t));
       }
       continue;
@@ -187,13 +199,7 @@ SafetensorsFile ModelWeights::file(const std::vector<std::unique_ptr<ChunkState>
       size_t elements = 1;
       for (const auto n : slot.shape) elements *= static_cast<size_t>(n);
       NamedTensor t{slot.name, slot.shape, std::vector<float>(elements, 0.0f)};
-      if (auto s = served.find(slot.name); s != served.end()) {
-        // The server's whole parameter: a rank's slot with the whole tensor as its one piece.
-        ParamSlot whole = slot;
-        whole.count = static_cast<size_t>(slot.full_rows * slot.full_cols);
-        whole.pieces = {Piece{0, slot.full_rows, 0, slot.full_cols}};
-        place_shard(whole, s->second, t.data.data());
-      } else {
+      if (!place_served(slot, t.data.data())) {
         for (const Held& held : ranks) {
           const ParamSlot& mine = held.params->slots[i];
           place_shard(mine, held.values + mine.offset, t.data.data());

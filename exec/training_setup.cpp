@@ -180,14 +180,6 @@ void Training::make_chunks(std::uint64_t seed) {
     const int weight = weight_read_by(static_cast<int>(t));
     if (weight < 0) throw PlanError("forward task " + std::to_string(t) + " reads no weight tensor");
     const auto [tp_rank, tp] = tp_position_.count(task.device) ? tp_position_.at(task.device) : std::pair{0, 1};
-    if (!local(task.device)) {  // another rank's: its parameters' layout (a server adds its pushes)
-      if (parameter_server_ && !params_at_.count({task.device, task.worker, task.stage})) {
-        params_at_.emplace(std::tuple{task.device, task.worker, task.stage},
-                           chunk_params(shape_, task.layer_begin, task.layer_end, tp_rank, tp));
-      }
-      continue;
-    }
-    if (chunk_of_tensor_.count(weight)) continue;
     // Context parallelism: worker w is rank w % C of its group (partition::Layout::axes).
     const int context = layout.size(partition::Axis::context);
     // Expert parallelism: worker w is rank w % EP of its expert group (partition/expert_shard.hpp).
@@ -195,6 +187,15 @@ void Training::make_chunks(std::uint64_t seed) {
     if (const int ep = layout.experts.parallel; ep > 1) {
       experts = {ep, partition::expert_rank(task.worker, context, ep), expert_placement_};
     }
+    if (!local(task.device)) {  // another rank's: its parameters' layout (a server adds its pushes)
+      if (parameter_server_ && !params_at_.count({task.device, task.worker, task.stage})) {
+        params_at_.emplace(std::tuple{task.device, task.worker, task.stage},
+                           chunk_params(shape_, task.layer_begin, task.layer_end, tp_rank, tp,
+                                        experts.size > 1 ? experts.held(shape_.moe.E) : std::vector<int>{}));
+      }
+      continue;
+    }
+    if (chunk_of_tensor_.count(weight)) continue;
     const bool ring = layout.context_comm == partition::ContextComm::ring;
     auto c = std::make_unique<Chunk>(shape_, task.layer_begin, task.layer_end, layout.recompute, tp_rank, tp,
                                      ops_of_(task.device), layout.sequence_parallel,

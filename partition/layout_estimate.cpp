@@ -349,7 +349,7 @@ class Estimator {
         const int t = vw.tensor_of(k);
         for (int j = 0; j < t; ++j) {
           const int device = device_of(w, static_cast<int>(k), j);
-          for (const auto& [server, n] : memo_.per_server(vw.stages[k], t, j, layout_.sync.layer_server)) {
+          for (const auto& [server, n] : memo_.per_server(vw.stages[k], t, static_cast<int>(w), j, layout_.sync.layer_server)) {
             if (n > 0) f(k, device, server, n);
           }
         }
@@ -566,7 +566,7 @@ class Estimator {
         for (int j = 0; j < t; ++j) {
           const int device = device_of(w, static_cast<int>(k), j);
           const double ready = last_end[static_cast<size_t>(device)];
-          for (const auto& [server, n] : memo_.per_server(vw.stages[k], t, j, server_of)) {
+          for (const auto& [server, n] : memo_.per_server(vw.stages[k], t, static_cast<int>(w), j, server_of)) {
             if (n <= 0) continue;
             double in = ready;
             if (server != device) {

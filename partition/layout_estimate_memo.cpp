@@ -24,16 +24,17 @@ WorkMemo::Entry& WorkMemo::of(const Stage& s, int tensor, int worker) {
   return it->second;
 }
 
-const std::vector<std::pair<int, double>>& WorkMemo::per_server(const Stage& s, int tensor, int j,
+const std::vector<std::pair<int, double>>& WorkMemo::per_server(const Stage& s, int tensor, int worker, int j,
                                                                 const std::vector<int>& server_of) {
-  Entry& e = of(s, tensor, 0);  // (parameter servers: no expert parallelism)
+  Entry& e = of(s, tensor, worker);  // (its expert rank's: the entries are per experts held)
   if (!e.servers_known) {
+    const int held = expert_share(experts_, layout_, worker).held;
     e.per_server.resize(static_cast<size_t>(tensor));
     for (int r = 0; r < tensor; ++r) {
       std::map<int, double> by_server;
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        by_server[server_of[static_cast<size_t>(l)]] +=
-            layer_part_params(network_, l, s.layer_begin, SplitPart::rank(r, tensor));
+        by_server[server_of[static_cast<size_t>(l)]] += layer_part_params(network_, l, s.layer_begin, SplitPart::rank(r, tensor)) -
+                                                         expert_params_elsewhere(network_, l, l + 1, held, tensor);
       }
       e.per_server[static_cast<size_t>(r)].assign(by_server.begin(), by_server.end());
     }

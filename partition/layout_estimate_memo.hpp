@@ -35,8 +35,9 @@ class WorkMemo {
   const Dispatch& dispatch() const { return experts_.dispatch; }
   // The copies worker `worker`'s expert rank computes, as a multiple of an even share.
   double expert_load(int worker) const { return expert_share(experts_, layout_, worker).load; }
-  // Rank j's shard of them (partition/shard.hpp), as the builder pushes it.
-  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int j,
+  // Worker `worker`'s rank j's shard of them (partition/shard.hpp; its expert rank's experts
+  // under expert parallelism), as the builder pushes it.
+  const std::vector<std::pair<int, double>>& per_server(const Stage& s, int tensor, int worker, int j,
                                                         const std::vector<int>& server_of);
 
  private:

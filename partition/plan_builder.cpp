@@ -252,19 +252,7 @@ void Builder::check_layout() const {
   check_axes(layout_);
   check_context();
   check_zero();
-  check_expert_axis();
-}
-
-// Expert parallelism (Layout::experts): what expert_shard.hpp's check asks, and what the
-// builder does not model with it yet (parameter servers).
-void Builder::check_expert_axis() const {
-  check_experts(net_, layout_);
-  if (layout_.experts.parallel <= 1) return;
-  if (layout_.sync.kind != SyncKind::allreduce) {
-    throw InputError(kOptions, 0, "expert_parallel",
-                     "needs all-reduce synchronisation (dense gradients over every replica, experts' over the replicas "
-                     "holding them), found " + std::string(to_string(layout_.sync.kind)));
-  }
+  check_experts(net_, layout_);  // (expert_shard.hpp)
 }
 
 // Context parallelism (Layout::axes): groups of C consecutive workers that split a decoder's

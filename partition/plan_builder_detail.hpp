@@ -220,7 +220,6 @@ class Builder {
   void check_mixed_tensor() const;
   void check_fold() const;
   void check_context() const;
-  void check_expert_axis() const;
   int stream(const std::string& name);
   int transfer_stream(const char* prefix, int peer, const std::string& tag);
   // The communicator of `role` over `devices` (in that order), made on first use.

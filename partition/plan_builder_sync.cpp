@@ -467,13 +467,16 @@ void Builder::add_parameter_server_sync() {
       const Stage& s = vw.stages[k];
       // This chunk's layers, grouped by the server that hosts them. Each layer adds what it
       // adds to the chunk's parameters, so a tied embedding held once by a chunk that has both
-      // ends of the network is pushed once (the pushes add up to the chunk's gradients).
+      // ends of the network is pushed once (the pushes add up to the chunk's gradients); under
+      // expert parallelism a MoE layer adds its dense part and its expert rank's experts.
       const int t = vw.tensor_of(k);
+      const int held = expert_share(experts_, layout_, static_cast<int>(w)).held;
       for (int j = 0; j < t; ++j) {
         std::map<int, double> params_per_server;  // rank j's shard of them (shard.hpp)
         for (int l = s.layer_begin; l < s.layer_end; ++l) {
           params_per_server[server_of[static_cast<size_t>(l)]] +=
-              layer_part_params(net_, l, s.layer_begin, SplitPart::rank(j, t));
+              layer_part_params(net_, l, s.layer_begin, SplitPart::rank(j, t)) -
+              expert_params_elsewhere(net_, l, l + 1, held, t);
         }
         const int device = device_of(static_cast<int>(w), static_cast<int>(k), j);
         for (const auto& [server, params] : params_per_server) {

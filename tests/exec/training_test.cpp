@@ -26,6 +26,7 @@
 #include "partition/memory.hpp"
 #include "partition/shard.hpp"
 #include "partition/traffic.hpp"
+#include "partition/task_order.hpp"
 #include "traces/traffic.hpp"
 
 namespace hetflow {
@@ -811,6 +812,37 @@ INSTANTIATE_TEST_SUITE_P(
                                false},
                     ExpertCase{"zero_3_interleaved_kept", "interleaved", 2, partition::Recompute::none, 2, {}, 0, 3, false}),
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
+
+// Parameter servers under expert parallelism: each chunk pushes the gradients of what it holds
+// (the dense parameters and its expert rank's experts) to their servers and pulls the same
+// back; a server adds, parameter by parameter, the pushes of the chunks that hold it (an
+// expert's holders'), in worker order, and steps all of them: equal to one device, over two
+// expert groups and with the experts placed by hand. The pushes carry what the chunks hold.
+TEST(ExpertParallelTraining, ParameterServersEqualOneDevice) {
+  const model::Network net = odd_mixtral_4(8);
+  for (const std::vector<int>& placement : {std::vector<int>{}, std::vector<int>{0, 0, 1, 0}}) {
+    partition::PlanOptions o = options(4, 4, 2, "1f1b");
+    o.experts.parallel = 2;
+    o.experts.placement = placement;
+    o.sync = partition::SyncKind::ps;
+    const Plan plan = test_support::planned(model::cpu_cluster(16), net, o);
+    ASSERT_EQ(plan.layout.experts.parallel, 2);
+    const exec::Training training(plan, exec::markov_stream(101, 1), optimizer(), 42);
+    int pushes = 0;  // each one the plan's bytes of what its chunk holds of the server's layers
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const partition::Task& task = plan.tasks[t];
+      if (task.kind != partition::TaskKind::send || task.purpose != partition::Purpose::ps_push) continue;
+      const std::optional<size_t> floats = training.message_floats(static_cast<int>(t));
+      ASSERT_TRUE(floats.has_value());
+      EXPECT_DOUBLE_EQ(task.bytes, 4.0 * static_cast<double>(*floats)) << partition::describe_task(plan, static_cast<int>(t));
+      ++pushes;
+    }
+    EXPECT_GT(pushes, 0);
+    SCOPED_TRACE(placement.empty() ? "contiguous" : "placed by hand");
+    expect_trains_as_one_device(plan, net);
+    expect_balances_as_one_device(plan, net);
+  }
+}
 
 // ZeRO (exec/training.hpp): 2 data-parallel workers sharding what each stage asks, on a
 // pipeline of 2 stages (a LLaMA: untied; a Qwen2-MoE without tensor parallelism; a Qwen3 with

@@ -512,6 +512,19 @@ TEST(LayoutEstimate, AgreesUnderExpertParallelismAndZero) {
             }
           }
         }
+        // Parameter servers: each chunk pushes its dense part and its rank's experts.
+        for (const partition::SyncKind sync : {partition::SyncKind::ps, partition::SyncKind::wsp}) {
+          partition::PlanOptions o;
+          o.precision = net.precision;
+          o.experts.parallel = ep;
+          o.pipeline = pipeline;
+          o.global_batch = 24;
+          o.sync = sync;
+          o.staleness = sync == partition::SyncKind::wsp ? 1 : 0;
+          o.schedule = pipeline > 1 ? "1f1b" : "gpipe";
+          o.iterations = 2;
+          compare_one(cluster, net, o, cost, a);
+        }
       }
     }
     compared += a.compared;

@@ -195,6 +195,13 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      return o;
                    }(),
                    true});
+  cases.push_back({"expert parallel 2 with parameter servers", 4, [] {
+                     auto o = options(1, 4, 2, "1f1b");
+                     o.experts.parallel = 2;
+                     o.sync = partition::SyncKind::ps;
+                     return o;
+                   }(),
+                   true});
   // ZeRO 1 to 3 under expert parallelism: the dense part sharded over 4 replicas, each expert
   // rank's experts over its 2 holders (stage 3: gathered in those two pieces for every pass),
   // every shard gathered at rank 0 by its expert rank.
