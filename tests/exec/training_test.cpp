@@ -1541,44 +1541,47 @@ constexpr const char* kDegrees2And3 =
     "      - {devices: [host/gpu5, host/gpu6, host/gpu7], layers: 0-3}\n"
     "      - {devices: [host/gpu8, host/gpu9], layers: 4-9}\n";
 
-TEST_P(MixedTensorDegrees, EqualOneDevice) {
-  const MixedCase& c = GetParam();
-  const model::Network net = c.gpt ? odd_gpt(8, 6) : odd_llama(8);
-  const std::string file = testing::TempDir() + std::string(c.name) + ".yaml";
-  std::ofstream(file) << c.layout;
+// Options planning from a layout file holding `layout` (written as `name`.yaml): 4
+// micro-batches of one sample, 1F1B, buckets of 4 KiB.
+partition::PlanOptions layout_options(const char* layout, const std::string& name) {
+  const std::string file = testing::TempDir() + name + ".yaml";
+  std::ofstream(file) << layout;
   partition::PlanOptions o;
   o.layout_file = file;
   o.microbatches = 4;
   o.micro_batch = 1;
   o.schedule = "1f1b";
+  o.bucket_bytes = 4096;
+  return o;
+}
+
+TEST_P(MixedTensorDegrees, EqualOneDevice) {
+  const MixedCase& c = GetParam();
+  const model::Network net = c.gpt ? odd_gpt(8, 6) : odd_llama(8);
+  partition::PlanOptions o = layout_options(c.layout, c.name);
   o.sync = c.sync;
   o.recompute = c.recompute;
-  o.bucket_bytes = 4096;
   const Plan many = test_support::planned(model::cpu_cluster(c.devices), net, o);
   ASSERT_GE(many.layout.workers.size(), 2u);
   expect_trains_as_one_device(many, net);
 }
 
+// Worker 0 at degree 1 then 2, worker 1 at 2 then 1, its stages cut three layers later.
+constexpr const char* kDegrees1And2 =
+    "workers:\n"
+    "  - stages:\n"
+    "      - {devices: [host/gpu0], layers: 0-2}\n"
+    "      - {devices: [host/gpu1, host/gpu2], layers: 3-9}\n"
+    "  - stages:\n"
+    "      - {devices: [host/gpu3, host/gpu4], layers: 0-5}\n"
+    "      - {devices: [host/gpu5], layers: 6-9}\n";
+
 // Mixtures of experts at tensor degrees 1 and 2 in the same data-parallel group: each
 // expert's columns (a half of 37 or 23 at degree 2, all at 1) summed in the parts the two
 // degrees hold in common, as the dense MLP's are.
 TEST(MixedTensorDegrees, MixturesOfExpertsEqualOneDevice) {
-  const std::string file = testing::TempDir() + "moe_degrees.yaml";
-  std::ofstream(file) << "workers:\n"
-                         "  - stages:\n"
-                         "      - {devices: [host/gpu0, host/gpu1], layers: 0-4}\n"
-                         "      - {devices: [host/gpu2], layers: 5-9}\n"
-                         "  - stages:\n"
-                         "      - {devices: [host/gpu3], layers: 0-3}\n"
-                         "      - {devices: [host/gpu4, host/gpu5], layers: 4-9}\n";
   for (const model::Network& net : {odd_mixtral(8), odd_qwen2_moe(8)}) {
-    partition::PlanOptions o;
-    o.layout_file = file;
-    o.microbatches = 4;
-    o.micro_batch = 1;
-    o.schedule = "1f1b";
-    o.bucket_bytes = 4096;
-    const Plan many = test_support::planned(model::cpu_cluster(6), net, o);
+    const Plan many = test_support::planned(model::cpu_cluster(6), net, layout_options(kDegrees1And2, "moe_degrees"));
     ASSERT_EQ(many.layout.workers.size(), 2u);
     expect_trains_as_one_device(many, net);
   }
@@ -1595,21 +1598,8 @@ TEST(Training, AttentionBiasesWindowAndRopeScalingTrainAsOneDevice) {
   c.rope_theta = 100;
   c.rope_scaling = {"llama3", 4, 0.25, 1, 8};
   const model::Network net = model::make_transformer(c, model::Precision::fp32);
-  const std::string file = testing::TempDir() + "llama_options.yaml";
-  std::ofstream(file) << "workers:\n"
-                         "  - stages:\n"
-                         "      - {devices: [host/gpu0], layers: 0-2}\n"
-                         "      - {devices: [host/gpu1, host/gpu2], layers: 3-9}\n"
-                         "  - stages:\n"
-                         "      - {devices: [host/gpu3, host/gpu4], layers: 0-5}\n"
-                         "      - {devices: [host/gpu5], layers: 6-9}\n";
-  partition::PlanOptions o;
-  o.layout_file = file;
-  o.microbatches = 4;
-  o.micro_batch = 1;
-  o.schedule = "1f1b";
+  partition::PlanOptions o = layout_options(kDegrees1And2, "llama_options");
   o.recompute = partition::Recompute::selective;
-  o.bucket_bytes = 4096;
   const Plan many = test_support::planned(model::cpu_cluster(6), net, o);
   expect_trains_as_one_device(many, net);
   // The biases are there, in HuggingFace's names, and move.
@@ -1660,18 +1650,11 @@ TEST(Training, Qwen3HeadsOnWorkersOfTensorDegrees2And3TrainAsOneDevice) {
   model::TransformerConfig c = *odd_qwen3(8).architecture;
   c.kv_heads = 6;  // divisible by 2 and by 3
   const model::Network net = model::make_transformer(c, model::Precision::fp32);
-  const std::string file = testing::TempDir() + "qwen3_degrees_2_and_3.yaml";
-  std::ofstream(file) << kDegrees2And3;
   for (const auto& [sync, recompute] : {std::pair{partition::SyncKind::allreduce, partition::Recompute::selective},
                                         std::pair{partition::SyncKind::ps, partition::Recompute::full}}) {
-    partition::PlanOptions o;
-    o.layout_file = file;
-    o.microbatches = 4;
-    o.micro_batch = 1;
-    o.schedule = "1f1b";
+    partition::PlanOptions o = layout_options(kDegrees2And3, "qwen3_degrees_2_and_3");
     o.sync = sync;
     o.recompute = recompute;
-    o.bucket_bytes = 4096;
     expect_trains_as_one_device(test_support::planned(model::cpu_cluster(10), net, o), net);
   }
 }
@@ -1680,15 +1663,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, MixedTensorDegrees,
     testing::Values(
         MixedCase{"degrees_2_and_3", true, kDegrees2And3, 10},
-        MixedCase{"degrees_1_and_2", false,
-                  "workers:\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu0], layers: 0-2}\n"
-                  "      - {devices: [host/gpu1, host/gpu2], layers: 3-9}\n"
-                  "  - stages:\n"
-                  "      - {devices: [host/gpu3, host/gpu4], layers: 0-5}\n"
-                  "      - {devices: [host/gpu5], layers: 6-9}\n",
-                  6, partition::SyncKind::allreduce, partition::Recompute::full},
+        MixedCase{"degrees_1_and_2", false, kDegrees1And2, 6, partition::SyncKind::allreduce, partition::Recompute::full},
         // Three workers: every part has three members, and the workers' shares of the batch
         // differ (3, 3 and 2 sequences).
         MixedCase{"three_workers_degrees_2_3_2", true,
