@@ -1070,8 +1070,9 @@ TEST(MoeTensorTraining, ExpertGroupsOverTensorRanksAreRefusedBeforeTheRun) {
 // load-balancing loss counts the whole sequence's, its router statistics summed over the
 // group by the plan's all-reduce (one per MoE layer's forward, 2 E floats, before the
 // dispatch): training and each step's load-balancing loss equal one device's. With a
-// pipeline, full recomputation (the forward's all-reduce again) and ZeRO 3, the ring, and
-// expert groups beside the context groups.
+// pipeline, full recomputation (the forward's all-reduce again) and ZeRO 3, the ring, expert
+// groups beside the context groups, and tensor-parallel ranks (every one routing its context
+// rank's tokens).
 struct MoeContextCase {
   const char* name;
   int context = 2;
@@ -1081,6 +1082,7 @@ struct MoeContextCase {
   int zero = 0;
   partition::ContextComm comm = partition::ContextComm::all_gather;
   int experts = 1;
+  int tensor = 1;  // with sequence parallelism
 };
 
 class MoeContextTraining : public testing::TestWithParam<MoeContextCase> {};
@@ -1100,7 +1102,9 @@ TEST_P(MoeContextTraining, EqualsOneDevice) {
     o.bucket_bytes = 4096;
     o.context_comm = c.comm;
     o.experts.parallel = c.experts;
-    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * 2 * c.context), net, o);
+    o.tensor = c.tensor;
+    o.sequence_parallel = c.tensor > 1;
+    const Plan plan = test_support::planned(model::cpu_cluster(c.pipeline * 2 * c.context * c.tensor), net, o);
     ASSERT_EQ(plan.layout.size(partition::Axis::context), c.context);
     // The router's all-reduces: a message of 2 E floats in every forward of a chunk with MoE
     // layers, one per layer (and again in a fully recomputed backward).
@@ -1118,6 +1122,7 @@ const MoeContextCase kMoeContextCases[] = {
     {"zero_3", 2, 1, partition::Recompute::none, "1f1b", 3},
     {"ring_2", 2, 1, partition::Recompute::none, "1f1b", 0, partition::ContextComm::ring},
     {"expert_parallel_2", 2, 1, partition::Recompute::none, "1f1b", 0, partition::ContextComm::all_gather, 2},
+    {"tensor_2_sequence_parallel", 2, 1, partition::Recompute::none, "1f1b", 0, partition::ContextComm::all_gather, 1, 2},
 };
 
 INSTANTIATE_TEST_SUITE_P(Splits, MoeContextTraining, testing::ValuesIn(kMoeContextCases),
