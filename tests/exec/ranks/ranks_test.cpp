@@ -195,13 +195,17 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      return o;
                    }(),
                    true});
-  cases.push_back({"expert parallel 2 with parameter servers", 4, [] {
-                     auto o = options(1, 4, 2, "1f1b");
-                     o.experts.parallel = 2;
-                     o.sync = partition::SyncKind::ps;
-                     return o;
-                   }(),
-                   true});
+  for (const int staleness : {0, 1}) {  // parameter servers, and WSP's workers a step behind
+    cases.push_back({staleness == 0 ? "expert parallel 2 with parameter servers" : "expert parallel 2 with wsp staleness 1", 4,
+                     [staleness] {
+                       auto o = options(1, 4, 2, "1f1b");
+                       o.experts.parallel = 2;
+                       o.sync = staleness == 0 ? partition::SyncKind::ps : partition::SyncKind::wsp;
+                       o.staleness = staleness;
+                       return o;
+                     }(),
+                     true});
+  }
   // ZeRO 1 to 3 under expert parallelism: the dense part sharded over 4 replicas, each expert
   // rank's experts over its 2 holders (stage 3: gathered in those two pieces for every pass),
   // every shard gathered at rank 0 by its expert rank.
