@@ -58,6 +58,13 @@ auto& made_before(Transients& made, const partition::Plan& plan, const TaskConte
   return found->second.floats;
 }
 
+// Under expert parallelism, whether collective `c` moves an expert rank's experts (over the
+// workers of that rank alone) rather than the layers less their experts (over every worker,
+// context ranks included): partition's Segment pieces, told apart by their members.
+bool moves_experts(const partition::Plan& plan, const partition::Collective& c) {
+  return plan.communicator(c.communicator).devices.size() < plan.layout.workers.size();
+}
+
 // Where a gradient collective's floats sit in a chunk's gradients, in `part`'s order: the tied
 // embedding's table (the first chunk's, or the last chunk's copy), or layers [begin, end).
 std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkParams& held, const SplitPart& part,
@@ -129,9 +136,7 @@ void GradientSync::map_collectives() {
     // their routed experts over every replica, and each expert rank's experts over the
     // replicas that hold them (partition's Segment pieces): told apart by their members.
     if (!embedding && chunk.math.experts().size > 1 && has_routed_experts(p, begin, end)) {
-      // (The layers less their experts span every worker, context ranks included; an expert
-      // rank's experts the workers of that rank alone.)
-      const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size();
+      const bool routed = moves_experts(plan, c);
       const PieceKey key{reads[0], begin, end, routed ? -2 : -1, 0, 0};
       buckets[key].push_back(static_cast<int>(t));
       if (!runs_of_piece.count(key)) runs_of_piece[key] = expert_piece_runs(p, begin, end, routed);
@@ -299,7 +304,7 @@ void GradientSync::map_zero() {
       collective_chunk_[t] = &chunk;
       collective_span_[t] = {0, p.count};
       if (chunk.math.experts().size > 1 && has_routed_experts(p, p.layer_begin, p.layer_end)) {
-        const bool routed = plan.communicator(c.communicator).devices.size() < plan.layout.workers.size();
+        const bool routed = moves_experts(plan, c);
         collective_runs_[t] = expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
       }
       if (role == ZeroRole::scatter_whole) ++scatters_of_whole_[reads[0]];
