@@ -72,6 +72,88 @@ __global__ void router_backward_kernel(float* dlogits, const float* dweights, co
   }
 }
 
+__device__ inline double sigmoid_double(float z) { return 1.0 / (1.0 + exp(-static_cast<double>(z))); }
+
+// The reference's choice (moe_reference.cpp) without per-row arrays: biased scores and group
+// scores are recomputed where they are compared.
+__global__ void sigmoid_router_forward_kernel(float* scores, float* weights, int* experts, const float* logits,
+                                              const float* bias, int N, int E, int K, int groups, int groups_chosen,
+                                              int normalize, float scale) {
+  const int size = E / groups;
+  for (long n = first_index(); n < N; n += grid_stride()) {
+    const float* z = logits + at(n, E);
+    float* s = scores + at(n, E);
+    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(sigmoid_double(z[e]));
+    auto biased = [&](int e) { return static_cast<double>(s[e]) + (bias != nullptr ? bias[e] : 0.0f); };
+    auto group_score = [&](int g) {
+      int first = g * size;
+      for (int e = g * size + 1; e < (g + 1) * size; ++e) first = biased(e) > biased(first) ? e : first;
+      int second = -1;
+      for (int e = g * size; e < (g + 1) * size; ++e) {
+        if (e != first && (second < 0 || biased(e) > biased(second))) second = e;
+      }
+      return biased(first) + (second >= 0 ? biased(second) : 0.0);
+    };
+    unsigned long long kept_groups = ~0ULL;  // bit g: group g may be chosen from (at most 64 groups)
+    if (groups_chosen < groups) {
+      kept_groups = 0;
+      for (int g = 0; g < groups; ++g) {
+        const double mine = group_score(g);
+        int above = 0;
+        for (int h = 0; h < groups; ++h) {
+          const double x = h == g ? mine : group_score(h);
+          above += x > mine || (x == mine && h < g);
+        }
+        if (above < groups_chosen) kept_groups |= 1ULL << g;
+      }
+    }
+    auto allowed = [&](int e) { return ((kept_groups >> (e / size)) & 1ULL) != 0; };
+    int* chosen = experts + at(n, K);
+    for (int k = 0; k < K; ++k) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int j = 0; j < k; ++j) taken = taken || chosen[j] == e;
+        if (!taken && (best < 0 || biased(e) > biased(best)) && allowed(e)) best = e;
+      }
+      chosen[k] = best;
+    }
+    float* w = weights + at(n, K);
+    double kept = 0;
+    for (int k = 0; k < K; ++k) kept += s[chosen[k]];
+    const double divisor = normalize != 0 ? kept + 1e-20 : 1.0;
+    for (int k = 0; k < K; ++k) w[k] = static_cast<float>(s[chosen[k]] / divisor * scale);
+  }
+}
+
+__global__ void sigmoid_router_backward_kernel(float* dlogits, const float* dweights, const float* dprobs,
+                                               const float* scores, const int* experts, int N, int E, int K,
+                                               int normalize, float scale) {
+  for (long n = first_index(); n < N; n += grid_stride()) {
+    const float* s = scores + at(n, E);
+    const int* chosen = experts + at(n, K);
+    const float* dw = dweights + at(n, K);
+    double kept = 0, dot = 0, total = 0, mean = 0;
+    for (int k = 0; k < K; ++k) kept += s[chosen[k]];
+    kept += 1e-20;
+    for (int k = 0; k < K; ++k) dot += static_cast<double>(dw[k]) * s[chosen[k]] / kept;
+    if (dprobs != nullptr) {
+      for (int e = 0; e < E; ++e) total += s[e];
+      total += 1e-20;
+      for (int e = 0; e < E; ++e) mean += dprobs[e] * (s[e] / total);
+    }
+    float* dz = dlogits + at(n, E);
+    for (int e = 0; e < E; ++e) {
+      double ds = 0;
+      for (int k = 0; k < K; ++k) {
+        if (chosen[k] == e) ds += normalize != 0 ? scale * (dw[k] - dot) / kept : scale * static_cast<double>(dw[k]);
+      }
+      if (dprobs != nullptr) ds += (dprobs[e] - mean) / total;
+      dz[e] += static_cast<float>(ds * s[e] * (1.0 - s[e]));
+    }
+  }
+}
+
 __global__ void permute_kernel(float* y, const float* x, const int* rows, long n, int C) {
   for (long i = first_index(); i < n; i += grid_stride()) y[i] = x[at(rows[i / C], C) + i % C];
 }
@@ -159,6 +241,22 @@ Status moe_router_backward(float* dlogits, const float* dweights, const float* d
                            CudaStream stream) {
   router_backward_kernel<<<cuda::stride_blocks(N, kThreads), kThreads, 0, stream>>>(dlogits, dweights, dprobs, probs,
                                                                                    weights, experts, N, E, K, normalize);
+  return cuda::launched();
+}
+
+Status moe_sigmoid_router_forward(float* scores, float* weights, int* experts, const float* logits, const float* bias,
+                                  int N, int E, int K, int groups, int groups_chosen, int normalize, float scale,
+                                  CudaStream stream) {
+  sigmoid_router_forward_kernel<<<cuda::stride_blocks(N, kThreads), kThreads, 0, stream>>>(
+      scores, weights, experts, logits, bias, N, E, K, groups, groups_chosen, normalize, scale);
+  return cuda::launched();
+}
+
+Status moe_sigmoid_router_backward(float* dlogits, const float* dweights, const float* dprobs, const float* scores,
+                                   const int* experts, int N, int E, int K, int normalize, float scale,
+                                   CudaStream stream) {
+  sigmoid_router_backward_kernel<<<cuda::stride_blocks(N, kThreads), kThreads, 0, stream>>>(
+      dlogits, dweights, dprobs, scores, experts, N, E, K, normalize, scale);
   return cuda::launched();
 }
 

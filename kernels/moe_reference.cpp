@@ -1,5 +1,6 @@
 // The Mixture-of-Experts kernels of transformer.hpp (decoder_ops.def documents each): the
-// router's softmax and top-k with its backward, the permutation of token copies into runs by
+// routers (the softmax and top-k; DeepSeek-V3's sigmoid, bias and group-limited top-k) with
+// their backwards, the permutation of token copies into runs by
 // expert and its backward, the weighted combine and its backward, and Qwen2-MoE's gated add.
 #include <algorithm>
 #include <cmath>
@@ -73,6 +74,99 @@ void moe_router_backward(float* dlogits, const float* dweights, const float* dpr
     for (int e = 0; e < E; ++e) mean += p[e] * dp[static_cast<std::size_t>(e)];
     float* dz = dlogits + at(n, E);
     for (int e = 0; e < E; ++e) dz[e] += static_cast<float>(p[e] * (dp[static_cast<std::size_t>(e)] - mean));
+  }
+}
+
+namespace {
+
+// The sigmoid router's choice for one row (moe_sigmoid_router_forward): `biased` the row's
+// scores plus their bias; fills chosen[K].
+void choose_in_groups(const std::vector<double>& biased, int E, int K, int groups, int groups_chosen, int* chosen,
+                      std::vector<char>& allowed) {
+  const int size = E / groups;
+  std::fill(allowed.begin(), allowed.end(), 1);
+  if (groups_chosen < groups) {
+    // A group's score: its two best biased scores' sum (its one, in groups of one expert).
+    std::vector<double> group(static_cast<std::size_t>(groups));
+    for (int g = 0; g < groups; ++g) {
+      const double* b = biased.data() + at(g, size);
+      int first = 0;
+      for (int e = 1; e < size; ++e) first = b[e] > b[first] ? e : first;
+      int second = -1;
+      for (int e = 0; e < size; ++e) {
+        if (e != first && (second < 0 || b[e] > b[second])) second = e;
+      }
+      group[static_cast<std::size_t>(g)] = b[first] + (second >= 0 ? b[second] : 0.0);
+    }
+    for (int g = 0; g < groups; ++g) {  // kept: fewer than groups_chosen groups rank above it
+      int above = 0;
+      for (int h = 0; h < groups; ++h) {
+        const double x = group[static_cast<std::size_t>(h)], y = group[static_cast<std::size_t>(g)];
+        above += x > y || (x == y && h < g);
+      }
+      if (above >= groups_chosen) std::fill_n(allowed.begin() + static_cast<std::ptrdiff_t>(at(g, size)), size, 0);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {  // strictly larger: a tie goes to the lower index
+      if (allowed[static_cast<std::size_t>(e)] && (best < 0 || biased[static_cast<std::size_t>(e)] > biased[static_cast<std::size_t>(best)])) best = e;
+    }
+    allowed[static_cast<std::size_t>(best)] = 0;
+    chosen[k] = best;
+  }
+}
+
+}  // namespace
+
+void moe_sigmoid_router_forward(float* scores, float* weights, int* experts, const float* logits, const float* bias,
+                                int N, int E, int K, int groups, int groups_chosen, int normalize, float scale) {
+  std::vector<double> biased(static_cast<std::size_t>(E));
+  std::vector<char> allowed(static_cast<std::size_t>(E));
+  for (int n = 0; n < N; ++n) {
+    const float* z = logits + at(n, E);
+    float* s = scores + at(n, E);
+    for (int e = 0; e < E; ++e) {
+      s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z[e]))));
+      biased[static_cast<std::size_t>(e)] = static_cast<double>(s[e]) + (bias != nullptr ? bias[e] : 0.0f);
+    }
+    int* chosen = experts + at(n, K);
+    choose_in_groups(biased, E, K, groups, groups_chosen, chosen, allowed);
+    float* w = weights + at(n, K);
+    double kept = 0;
+    for (int k = 0; k < K; ++k) kept += s[chosen[k]];
+    const double divisor = normalize != 0 ? kept + 1e-20 : 1.0;
+    for (int k = 0; k < K; ++k) w[k] = static_cast<float>(s[chosen[k]] / divisor * scale);
+  }
+}
+
+void moe_sigmoid_router_backward(float* dlogits, const float* dweights, const float* dprobs, const float* scores,
+                                 const int* experts, int N, int E, int K, int normalize, float scale) {
+  if (dlogits == nullptr) return;
+  std::vector<double> ds(static_cast<std::size_t>(E));
+  for (int n = 0; n < N; ++n) {
+    const float* s = scores + at(n, E);
+    const int* chosen = experts + at(n, K);
+    const float* dw = dweights + at(n, K);
+    std::fill(ds.begin(), ds.end(), 0.0);
+    // w_k = scale s_k / S (S the chosen scores' sum): ds_k = scale (dw_k - sum_j dw_j s_j / S) / S.
+    double kept = 0, dot = 0;
+    for (int k = 0; k < K; ++k) kept += s[chosen[k]];
+    kept += 1e-20;
+    for (int k = 0; k < K; ++k) dot += static_cast<double>(dw[k]) * s[chosen[k]] / kept;
+    for (int k = 0; k < K; ++k) {
+      ds[static_cast<std::size_t>(chosen[k])] += normalize != 0 ? scale * (dw[k] - dot) / kept : scale * static_cast<double>(dw[k]);
+    }
+    // The balance loss's p_e = s_e / T (T every score's sum): ds_e += (dp_e - sum_j dp_j p_j) / T.
+    if (dprobs != nullptr) {
+      double total = 0, mean = 0;
+      for (int e = 0; e < E; ++e) total += s[e];
+      total += 1e-20;
+      for (int e = 0; e < E; ++e) mean += dprobs[e] * (s[e] / total);
+      for (int e = 0; e < E; ++e) ds[static_cast<std::size_t>(e)] += (dprobs[e] - mean) / total;
+    }
+    float* dz = dlogits + at(n, E);
+    for (int e = 0; e < E; ++e) dz[e] += static_cast<float>(ds[static_cast<std::size_t>(e)] * s[e] * (1.0 - s[e]));
   }
 }
 

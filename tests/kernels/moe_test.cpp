@@ -1,5 +1,6 @@
 // The Mixture-of-Experts reference kernels against oracles: the router's softmax and top-k
-// against their definitions (ties to the lower index, weights renormalised or not), every
+// against their definitions (ties to the lower index, weights renormalised or not), the
+// sigmoid router's biased, group-limited choice against DeepSeek-V3's routing written out, every
 // backward against central finite differences of its forward, the permutation's backward as
 // its adjoint (<P x, r> = <x, P^T r> exactly), and the op-table conventions (backwards add,
 // nullptr gradients skipped, forwards write every output).
@@ -111,6 +112,103 @@ TEST(MoeRouter, GradientMatchesFiniteDifferences) {
     };
     const std::vector<Vec> g = check_convention("router backward", {z.size()}, [&](const std::vector<float*>& d) {
       moe_router_backward(d[0], rw.data(), aux.data(), probs.data(), weights.data(), experts.data(), N, E, K, normalize);
+    });
+    expect_gradient(normalize ? "dlogits (renormalised)" : "dlogits", z, g[0], loss);
+  }
+}
+
+// DeepSeek-V3's routing written out directly: each group's two best biased scores, the
+// groups_chosen best groups (ties to the lower group), then the K best biased scores in them.
+Ints deepseek_choice(const Vec& s, const Vec& bias, int E, int K, int groups, int groups_chosen) {
+  const int size = E / groups;
+  std::vector<std::pair<double, int>> group;
+  for (int g = 0; g < groups; ++g) {
+    std::vector<double> b;
+    for (int e = g * size; e < (g + 1) * size; ++e) b.push_back(static_cast<double>(s[size_t(e)]) + bias[size_t(e)]);
+    std::sort(b.rbegin(), b.rend());
+    group.emplace_back(-(b[0] + (size > 1 ? b[1] : 0.0)), g);
+  }
+  std::sort(group.begin(), group.end());
+  std::vector<std::pair<double, int>> ranked;
+  for (int j = 0; j < groups_chosen; ++j) {
+    const int g = group[size_t(j)].second;
+    for (int e = g * size; e < (g + 1) * size; ++e) ranked.emplace_back(-(static_cast<double>(s[size_t(e)]) + bias[size_t(e)]), e);
+  }
+  std::sort(ranked.begin(), ranked.end());
+  Ints chosen;
+  for (int k = 0; k < K; ++k) chosen.push_back(ranked[size_t(k)].second);
+  return chosen;
+}
+
+TEST(MoeSigmoidRouter, ChoosesByBiasedScoresInTheBestGroupsAndWeighsUnbiased) {
+  std::mt19937 rng(4);
+  const int N = 13, E = 12, K = 3;
+  for (const auto& [groups, chosen_groups] : {std::pair{1, 1}, {4, 2}, {6, 3}, {12, 5}}) {
+    for (const int normalize : {0, 1}) {
+      const Vec z = random_vec(size_t(N) * E, rng, -2, 2), bias = random_vec(size_t(E), rng, -0.3f, 0.3f);
+      Vec scores = unwritten(z.size()), weights = unwritten(size_t(N) * K);
+      Ints experts(weights.size(), -1);
+      moe_sigmoid_router_forward(scores.data(), weights.data(), experts.data(), z.data(), bias.data(), N, E, K, groups,
+                                 chosen_groups, normalize, 2.5f);
+      for (int n = 0; n < N; ++n) {
+        const Vec s(scores.begin() + n * E, scores.begin() + (n + 1) * E);
+        for (int e = 0; e < E; ++e) EXPECT_NEAR(s[size_t(e)], 1 / (1 + std::exp(-double(z[size_t(n * E + e)]))), 1e-7);
+        const Ints want = deepseek_choice(s, bias, E, K, groups, chosen_groups);
+        double sum = 0;
+        for (const int e : want) sum += s[size_t(e)];
+        for (int k = 0; k < K; ++k) {
+          EXPECT_EQ(experts[size_t(n * K + k)], want[size_t(k)]) << "groups " << groups << " row " << n << " choice " << k;
+          const double w = s[size_t(want[size_t(k)])] * 2.5 / (normalize ? sum : 1.0);
+          EXPECT_NEAR(weights[size_t(n * K + k)], w, 1e-6) << "row " << n << " choice " << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeSigmoidRouter, TheBiasChoosesAndTheScoresWeigh) {
+  // Expert 0 scores highest; a bias of -1 sends the token to experts 1 and 2, weighed by
+  // their own scores alone; without the bias the choice is 0 and 1.
+  const Vec z{3.0f, 1.0f, 0.5f, -2.0f}, bias{-1.0f, 0.0f, 0.0f, 0.0f};
+  Vec scores(4), weights(2);
+  Ints experts(2);
+  moe_sigmoid_router_forward(scores.data(), weights.data(), experts.data(), z.data(), bias.data(), 1, 4, 2, 1, 1, 1, 1.0f);
+  EXPECT_EQ(experts, (Ints{1, 2}));
+  EXPECT_NEAR(weights[0], scores[1] / (scores[1] + scores[2]), 1e-7);
+  moe_sigmoid_router_forward(scores.data(), weights.data(), experts.data(), z.data(), nullptr, 1, 4, 2, 1, 1, 1, 1.0f);
+  EXPECT_EQ(experts, (Ints{0, 1}));
+}
+
+TEST(MoeSigmoidRouter, GradientMatchesFiniteDifferences) {
+  std::mt19937 rng(5);
+  const int N = 6, E = 8, K = 3;
+  for (const int normalize : {0, 1}) {
+    Vec z = spaced_logits(N, E, rng);
+    const Vec rw = random_vec(size_t(N) * K, rng), aux = random_vec(size_t(E), rng);
+    const Vec bias = random_vec(size_t(E), rng, -0.01f, 0.01f);
+    Vec scores(z.size()), weights(rw.size());
+    Ints experts(rw.size());
+    const auto route = [&](Vec& s, Vec& w, Ints& chosen) {
+      moe_sigmoid_router_forward(s.data(), w.data(), chosen.data(), z.data(), bias.data(), N, E, K, 4, 2, normalize,
+                                 1.5f);
+    };
+    route(scores, weights, experts);
+    // L = sum(rw . weights) + sum over rows of aux . (s / sum s): dweights = rw, dprobs = aux.
+    const auto loss = [&] {
+      Vec s(z.size()), w(rw.size());
+      Ints chosen(rw.size());
+      route(s, w, chosen);
+      EXPECT_EQ(chosen, experts) << "a step changed the choice";
+      double l = weighted_sum(rw, w);
+      for (int n = 0; n < N; ++n) {
+        double total = 0;
+        for (int e = 0; e < E; ++e) total += s[size_t(n * E + e)];
+        for (int e = 0; e < E; ++e) l += double(aux[size_t(e)]) * s[size_t(n * E + e)] / total;
+      }
+      return l;
+    };
+    const std::vector<Vec> g = check_convention("sigmoid router backward", {z.size()}, [&](const std::vector<float*>& d) {
+      moe_sigmoid_router_backward(d[0], rw.data(), aux.data(), scores.data(), experts.data(), N, E, K, normalize, 1.5f);
     });
     expect_gradient(normalize ? "dlogits (renormalised)" : "dlogits", z, g[0], loss);
   }

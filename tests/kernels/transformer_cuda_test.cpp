@@ -1007,6 +1007,53 @@ TEST(TransformerCuda, MoeRouterMatchesTheReference) {
   }
 }
 
+TEST(TransformerCuda, MoeSigmoidRouterMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  // DeepSeek-V3's shape (256 experts in 8 groups, 4 kept, top 8) and a small odd one.
+  for (const auto& [N, E, K, groups, kept] : {std::tuple{7, 6, 2, 3, 2}, std::tuple{300, 256, 8, 8, 4}}) {
+    for (const int normalize : {0, 1}) {
+      const std::string shape = "sigmoid router N=" + std::to_string(N) + " E=" + std::to_string(E) + " K=" +
+                                std::to_string(K) + " groups " + std::to_string(kept) + "/" + std::to_string(groups) +
+                                (normalize ? " normalised" : "");
+      std::mt19937 rng(23);
+      const Vec z = random_vec(size_of(N * E), rng, -3, 3), bias = random_vec(size_of(E), rng, -0.1f, 0.1f),
+                dweights = random_vec(size_of(N * K), rng), aux = random_vec(size_of(E), rng);
+      Vec scores(z.size()), weights(size_of(N * K));
+      std::vector<int> experts(weights.size());
+      moe_sigmoid_router_forward(scores.data(), weights.data(), experts.data(), z.data(), bias.data(), N, E, K, groups,
+                                 kept, normalize, 2.5f);
+      Device device;
+      const float *dz = device.upload(z), *dbias = device.upload(bias), *ddw = device.upload(dweights),
+                  *daux = device.upload(aux);
+      float *dscores = device.upload(unwritten(scores.size())), *dweights_out = device.upload(unwritten(weights.size()));
+      int* dexperts = device.upload(std::vector<int>(experts.size(), -1));
+      std::vector<int> chosen;
+      const std::vector<Vec> forward = run_twice(shape, [&] {
+        device.poison(dscores, scores.size());
+        device.poison(dweights_out, weights.size());
+        EXPECT_OK(moe_sigmoid_router_forward_cuda(dscores, dweights_out, dexperts, dz, dbias, N, E, K, groups, kept,
+                                                  normalize, 2.5f, nullptr));
+        chosen = device.download(dexperts, experts.size());
+        return std::vector<Vec>{device.download(dscores, scores.size()), device.download(dweights_out, weights.size())};
+      });
+      expect_close(shape + " scores", forward[0], scores, kReduction);
+      expect_close(shape + " weights", forward[1], weights, kReduction);
+      EXPECT_EQ(chosen, experts) << shape;  // random logits: no near-ties to round apart
+      const float* ds = device.upload(scores);
+      const int* de = device.upload(experts);
+      check_backward(
+          shape + " backward", {random_vec(z.size(), rng)}, kReduction,
+          [&](const std::vector<float*>& g) {
+            moe_sigmoid_router_backward(g[0], dweights.data(), aux.data(), scores.data(), experts.data(), N, E, K,
+                                        normalize, 2.5f);
+          },
+          [&](const std::vector<float*>& g) {
+            return moe_sigmoid_router_backward_cuda(g[0], ddw, daux, ds, de, N, E, K, normalize, 2.5f, nullptr);
+          });
+    }
+  }
+}
+
 TEST(TransformerCuda, MoePermuteAndCombineMatchTheReference) {
   SKIP_WITHOUT_GPU();
   for (const auto& [N, K, C] : {std::tuple{5, 2, 7}, std::tuple{300, 4, 257}}) {
