@@ -12,6 +12,7 @@
 #include "model/error.hpp"
 #include "model/json_util.hpp"
 #include "model/limits.hpp"
+#include "model/units.hpp"
 #include "model/zoo.hpp"
 
 namespace hetflow::model {
@@ -94,10 +95,10 @@ class Reader {
 };
 
 // The model types read as LLaMA-family decoders, and every type in words.
-constexpr const char* kLlamaFamilyTypes[] = {"llama",     "mistral",   "mixtral",     "qwen2",      "qwen2_moe",
-                                             "qwen3",     "qwen3_moe", "deepseek_v2", "deepseek_v3"};
+constexpr const char* kLlamaFamilyTypes[] = {"llama", "mistral",   "mixtral",     "qwen2",       "qwen2_moe",
+                                             "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe"};
 constexpr const char* kTypesInWords =
-    "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2 or deepseek_v3";
+    "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3 or glm4_moe";
 
 TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
   TransformerConfig c = gpt_family();
@@ -190,21 +191,23 @@ struct TypeDefaults {
   int seq = 2048;
   double rope_theta = 10000;
   int head_dim = 0;  // 0: hidden / heads
+  double norm_eps = 1e-6;
 };
 
 TypeDefaults defaults_of(const std::string& type) {
   if (type == "mistral") return {8, 131072, 10000, 0};
-  if (type == "mixtral") return {8, 131072, 1e6, 0};
+  if (type == "mixtral") return {8, 131072, 1e6, 0, 1e-5};
   if (type == "qwen2") return {32, 32768, 10000, 0};
   if (type == "qwen2_moe") return {16, 32768, 10000, 0};
   if (type == "qwen3") return {32, 32768, 10000, 128};
   if (type == "qwen3_moe") return {4, 32768, 10000, 0};
   if (type == "deepseek_v3") return {128, 4096, 10000, 0};
   if (type == "deepseek_v2") return {32, 2048, 10000, 0};
+  if (type == "glm4_moe") return {8, 131072, 10000, 128, 1e-5};
   return {};
 }
 
-// The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V2/V3, with their
+// The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 and GLM-4.5, with their
 // configs' defaults; which layers are MoE as each model's code decides it.
 void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
   MoeConfig& m = c.moe;
@@ -254,6 +257,27 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.every = step;
     return;
   }
+  if (type == "glm4_moe") {
+    // Glm4MoeConfig (GLM-4.5): DeepSeek-V3's router (sigmoid scores, the balancing bias,
+    // group-limited choice, routed_scaling_factor) and ungated shared experts, MoE from layer
+    // first_k_dense_replace on. transformers computes no balance loss for it: only a config
+    // that asks (router_aux_loss_coef, Megatron-Core's --moe-aux-loss-coeff) gets one.
+    m.experts = r.integer({"n_routed_experts", "num_experts"}, false, 128);
+    m.experts_per_token = r.integer({"num_experts_per_tok"}, false, 8);
+    m.expert_ffn = r.integer({"moe_intermediate_size"}, false, 1408);
+    m.shared_experts = r.integer({"n_shared_experts"}, false, 1);
+    m.normalize_top_k = r.boolean("norm_topk_prob", true);
+    m.routed_scale = r.positive("routed_scaling_factor", 1.0);
+    m.aux_loss_coef = r.non_negative("router_aux_loss_coef", 0);
+    m.router = MoeConfig::Router::sigmoid;
+    m.groups = r.integer({"n_group"}, false, 1);
+    m.groups_chosen = r.integer({"topk_group"}, false, 1);
+    m.first_dense_layers = r.integer({"first_k_dense_replace"}, false, 1);
+    if (const int mtp = r.integer({"num_nextn_predict_layers"}, false, 0); mtp > 0) {
+      notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) + " (multi-token prediction)");
+    }
+    return;
+  }
   if (deepseek) {
     const bool v3 = type == "deepseek_v3";
     // DeepseekV2Config leaves the experts None (a dense model) unless given.
@@ -280,7 +304,10 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.first_dense_layers = (first + every - 1) / every * every;
     m.every = every;
     const int groups = r.integer({"n_group"}, false, v3 ? 8 : 1), chosen = r.integer({"topk_group"}, false, v3 ? 4 : 1);
-    if (groups > 1 && chosen < groups) {
+    if (m.router == MoeConfig::Router::sigmoid) {  // (checked with the rest: check_moe)
+      m.groups = groups;
+      m.groups_chosen = chosen;
+    } else if (groups > 1 && chosen < groups) {  // DeepSeek-V2's group-limited greedy: the best score per group
       notes.push_back("group-limited routing (topk_group " + std::to_string(chosen) + " of n_group " +
                       std::to_string(groups) + ")");
     }
@@ -303,13 +330,29 @@ void read_mla(const Reader& r, const std::string& type, TransformerConfig& c) {
   c.kv_heads = 0;  // every head has its own keys and values, up from the latent
 }
 
-// LLaMA, Mistral, Mixtral, Qwen2, Qwen3, their MoE and DeepSeek-V2/V3: absent keys take
+// GLM-4.5's rotary positions turn the first partial_rotary_factor of each head (0.5 by
+// Glm4MoeConfig's default; transformers 5 keeps it in rope_parameters). Planning counts the
+// same FLOPs; the real layers rotate whole heads, so anything less is noted.
+void read_partial_rotary(const Reader& top, const std::string& file, std::vector<std::string>& notes) {
+  const bool inner = !top.present("partial_rotary_factor") && top.present("rope_parameters") &&
+                     top.at("rope_parameters").is_object() && top.at("rope_parameters").contains("partial_rotary_factor");
+  const Reader r = inner ? Reader(top.at("rope_parameters"), file, "rope_parameters.") : top;
+  const double fraction = r.positive("partial_rotary_factor", 0.5);
+  if (fraction > 1) {
+    r.fail("partial_rotary_factor", "expected a fraction of each head in (0, 1], found " + brief(r.at("partial_rotary_factor")));
+  }
+  if (fraction != 1) {
+    notes.push_back("partial_rotary_factor " + units::format_number(fraction) + " (rotary positions on part of each head)");
+  }
+}
+
+// LLaMA, Mistral, Mixtral, Qwen2, Qwen3, their MoE, DeepSeek-V2/V3 and GLM-4.5: absent keys take
 // transformers' defaults for the model type (LlamaConfig, MistralConfig, ...), as loading
 // the config there would.
 TransformerConfig read_llama_family(const Reader& r, const std::string& type, const std::string& file,
                                     std::vector<std::string>& notes) {
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe", qwen3 = type == "qwen3" || type == "qwen3_moe";
-  const bool deepseek = type.rfind("deepseek", 0) == 0;
+  const bool deepseek = type.rfind("deepseek", 0) == 0, glm = type == "glm4_moe";
   const TypeDefaults d = defaults_of(type);
   TransformerConfig c = llama_family();
   c.layers = r.integer({"num_hidden_layers"}, true, 0);
@@ -327,18 +370,18 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   c.seq = r.integer({"max_position_embeddings"}, false, d.seq);
   c.vocab = r.integer({"vocab_size"}, true, 0);
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
-  c.norm_eps = r.positive("rms_norm_eps", 1e-6);
+  c.norm_eps = r.positive("rms_norm_eps", d.norm_eps);
   // The head size: hidden / heads unless head_dim says otherwise (Qwen3Config's default is
   // 128). Kept as 0 when it is hidden / heads, so such configs read as they always have.
-  if (qwen3 && r.given("head_dim") && !r.present("head_dim") && d.head_dim > 0) {
-    r.fail("head_dim", "is null; Qwen3Config keeps None there, and its attention has no head size to run with");
+  if ((qwen3 || glm) && r.given("head_dim") && !r.present("head_dim") && d.head_dim > 0) {
+    r.fail("head_dim", "is null; " + type + "'s config keeps None there, and its attention has no head size to run with");
   }
   if (!deepseek) {  // DeepSeek's heads are sized by its latent attention's keys
     const int head_dim = r.integer({"head_dim"}, false, d.head_dim);
     if (r.present("head_dim") && head_dim == 0) r.fail("head_dim", "expected an integer > 0, found 0");
     if (head_dim != 0 && !(c.heads > 0 && head_dim * static_cast<long long>(c.heads) == c.hidden)) c.head_dim = head_dim;
   }
-  c.qk_norm = qwen3;
+  c.qk_norm = qwen3 || (glm && r.boolean("use_qk_norm", false));
   r.string_unless("hidden_act", {"silu"}, notes);
   // Biases as transformers builds them: Qwen2's q, k and v always; LLaMA's and Qwen3's four
   // attention projections when attention_bias is true, LLaMA's MLP's when mlp_bias is (not
@@ -347,6 +390,8 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   if ((type == "llama" || qwen3) && r.boolean("attention_bias", false)) {
     c.attention_bias = TransformerConfig::AttentionBias::qkvo;
   }
+  if (glm && r.boolean("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkv;
+  if (glm) read_partial_rotary(r, file, notes);
   if (deepseek) r.true_unmodelled("attention_bias", notes);
   if (type == "llama") r.true_unmodelled("mlp_bias", notes);
   read_rope(r, file, c, notes, d.rope_theta);

@@ -157,6 +157,12 @@ struct MoeConfig {
   // auxiliary-loss-free balancing).
   enum class Router { softmax, sigmoid };
   Router router = Router::softmax;
+  // Group-limited routing (DeepSeek-V3's n_group, topk_group): the experts in `groups` equal
+  // groups, a token choosing only in the groups_chosen groups whose two best biased scores
+  // sum highest (DeepSeek-V3 places a group on a node, so a token reaches at most 4 nodes).
+  // The real layers route so; the routing model of the simulated all-to-all does not see it.
+  int groups = 1;
+  int groups_chosen = 1;
   bool normalize_top_k = true;  // the chosen experts' weights renormalised to sum to 1
   double routed_scale = 1;      // routed weights scaled after that (DeepSeek routed_scaling_factor)
   // Tokens an expert takes per micro-batch, as a multiple of an even share (tokens x top-k /

@@ -213,6 +213,8 @@ MoeConfig parse_moe(const YAML::Node& node, const std::string& file, const std::
   const std::string router = r.string_or("router", "softmax");
   if (router != "softmax" && router != "sigmoid") r.fail("router", "expected softmax or sigmoid, found '" + router + "'");
   m.router = router == "sigmoid" ? MoeConfig::Router::sigmoid : MoeConfig::Router::softmax;
+  m.groups = r.int_or("groups", 1, 1, 64);
+  m.groups_chosen = r.int_or("groups_chosen", m.groups, 1, 64);
   m.normalize_top_k = r.boolean_or("normalize_top_k", true);
   m.routed_scale = r.number_or("routed_scale", 1, 0, limits::kMaxCapacityFactor);
   m.capacity_factor = r.number_or("capacity_factor", 0, 0, limits::kMaxCapacityFactor);
@@ -444,6 +446,10 @@ std::string write_network(const Network& n) {
       }
       out << YAML::Key << "shared_expert_gate" << YAML::Value << m.shared_expert_gate;
       out << YAML::Key << "router" << YAML::Value << (m.router == MoeConfig::Router::sigmoid ? "sigmoid" : "softmax");
+      if (m.groups != 1) {  // (written only where routing is group-limited: every other network keeps its bytes)
+        out << YAML::Key << "groups" << YAML::Value << m.groups;
+        out << YAML::Key << "groups_chosen" << YAML::Value << m.groups_chosen;
+      }
       out << YAML::Key << "normalize_top_k" << YAML::Value << m.normalize_top_k;
       out << YAML::Key << "routed_scale" << YAML::Value << units::format_number(m.routed_scale);
       out << YAML::Key << "capacity_factor" << YAML::Value << units::format_number(m.capacity_factor);

@@ -140,7 +140,8 @@ TransformerConfig qwen15_moe() {
 
 // DeepSeek-V3 (DeepSeek-AI 2024, arXiv:2412.19437, and the released config.json): 61 layers,
 // the first 3 dense (ffn 18432), then 256 routed experts of 2048, top-8, and one shared;
-// sigmoid scores with a per-expert bias, the chosen 8 renormalised and scaled by 2.5; the
+// sigmoid scores with a per-expert bias, chosen in the best 4 of 8 groups of 32 experts, the
+// chosen 8 renormalised and scaled by 2.5; the
 // sequence-wise balance loss at alpha 0.0001 (section 4.2); multi-head latent attention with
 // 128 heads. Pretrained at 4096 tokens. Its multi-token-prediction module is not here:
 // 671B parameters, 37B active, as the report counts the main model.
@@ -154,6 +155,8 @@ TransformerConfig deepseek_v3() {
   c.moe.expert_ffn = 2048;
   c.moe.shared_experts = 1;
   c.moe.router = MoeConfig::Router::sigmoid;
+  c.moe.groups = 8;
+  c.moe.groups_chosen = 4;
   c.moe.routed_scale = 2.5;
   c.moe.aux_loss_coef = 0.0001;
   c.moe.first_dense_layers = 3;

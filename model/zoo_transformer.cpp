@@ -322,6 +322,19 @@ void check_moe(const TransformerConfig& c) {
   if (m.shared_experts == 0 && (m.shared_expert_ffn != 0 || m.shared_expert_gate)) {
     fail(m.shared_expert_gate ? "shared_expert_gate" : "shared_expert_ffn", "is a setting of shared experts; shared_experts is 0");
   }
+  if (m.groups < 1 || m.groups > 64 || m.experts % m.groups != 0) {
+    fail("groups", "expected a whole number between 1 and 64 that divides experts=" + std::to_string(m.experts) +
+                       ", found " + std::to_string(m.groups));
+  }
+  if (m.groups_chosen < 1 || m.groups_chosen > m.groups ||
+      m.experts_per_token > m.groups_chosen * (m.experts / m.groups)) {
+    fail("groups_chosen", "expected a whole number between 1 and groups=" + std::to_string(m.groups) +
+                              " whose groups hold experts_per_token=" + std::to_string(m.experts_per_token) +
+                              " experts, found " + std::to_string(m.groups_chosen));
+  }
+  if (m.groups_chosen != m.groups && m.router != MoeConfig::Router::sigmoid) {
+    fail("groups_chosen", "limits a sigmoid router's choice (DeepSeek-V3's); this router is softmax");
+  }
   if (!(m.routed_scale > 0) || m.routed_scale > limits::kMaxCapacityFactor) {
     fail("routed_scale", "expected a number > 0, found " + number(m.routed_scale));
   }

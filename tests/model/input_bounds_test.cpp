@@ -140,7 +140,7 @@ TEST(InputBounds, HuggingFaceConfigsAreReadStrictly) {
   EXPECT_TRUE(contains(hf_error(R"(["n_layer"])"), "0: (top level): expected a JSON object of settings, found an array"));
   EXPECT_TRUE(contains(hf_error(R"({"model_type": 7, "n_layer": 2})"),
                        "model_type: expected a string (gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
-                       "qwen3_moe, deepseek_v2 or deepseek_v3), found 7"));
+                       "qwen3_moe, deepseek_v2, deepseek_v3 or glm4_moe), found 7"));
   const std::string llama = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, )"
                             R"("intermediate_size": 100, "vocab_size": 100, )";
   EXPECT_TRUE(contains(hf_error(llama + R"("num_hidden_layers": 2, "tie_word_embeddings": "yes"})"),

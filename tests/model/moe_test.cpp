@@ -54,6 +54,17 @@ const char* kQwen15MoeConfig = R"({"architectures": ["Qwen2MoeForCausalLM"], "at
   "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": false, "output_router_logits": false,
   "router_aux_loss_coef": 0.001})";
 
+// GLM-4.5-Air's (zai-org/GLM-4.5-Air).
+const char* kGlm45AirConfig = R"({"architectures": ["Glm4MoeForCausalLM"], "attention_bias": true,
+  "attention_dropout": 0.0, "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02,
+  "intermediate_size": 10944, "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1408,
+  "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+  "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+  "num_hidden_layers": 46, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000,
+  "num_nextn_predict_layers": 1, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "use_qk_norm": false, "vocab_size": 151552})";
+
 const char* kDeepSeekV3Config = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
   "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
   "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
@@ -188,8 +199,29 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_EQ(v3.architecture->moe.router, MoeConfig::Router::sigmoid);
   EXPECT_DOUBLE_EQ(v3.architecture->moe.routed_scale, 2.5);
   EXPECT_EQ(v3.architecture->mla, (MlaConfig{1536, 512, 128, 64, 128}));
-  EXPECT_EQ(v3.architecture->unmodelled,
-            "rope_scaling (yarn), group-limited routing (topk_group 4 of n_group 8), num_nextn_predict_layers 1 "
+  EXPECT_EQ(v3.architecture->moe.groups, 8);  // the best 4 of 8 groups of 32 experts: the real layers route so
+  EXPECT_EQ(v3.architecture->moe.groups_chosen, 4);
+  EXPECT_EQ(v3.architecture->unmodelled, "rope_scaling (yarn), num_nextn_predict_layers 1 (multi-token prediction)");
+
+  // GLM-4.5-Air: DeepSeek-V3's router (sigmoid, the balancing bias) over 128 experts, one
+  // shared, the first layer dense; q, k, v biases. Its parameters counted here part by part
+  // from the config: 106.85 B, the "106B total" of its release.
+  const Network air = from_hf(kGlm45AirConfig);
+  const MoeConfig& g = air.architecture->moe;
+  EXPECT_EQ(g.router, MoeConfig::Router::sigmoid);
+  EXPECT_EQ(g.experts, 128);
+  EXPECT_EQ(g.experts_per_token, 8);
+  EXPECT_EQ(g.shared_experts, 1);
+  EXPECT_EQ(g.first_dense_layers, 1);
+  EXPECT_EQ(g.groups, 1);
+  EXPECT_DOUBLE_EQ(g.aux_loss_coef, 0);  // transformers computes none for it
+  EXPECT_EQ(air.architecture->attention_bias, TransformerConfig::AttentionBias::qkv);
+  EXPECT_DOUBLE_EQ(air.architecture->norm_eps, 1e-5);
+  const double C = 4096, Q = 96 * 128, KV = 8 * 128, attention = C * Q + 2 * C * KV + Q * C + Q + 2 * KV + 2 * C;
+  const double moe_layer = attention + 129 * 3 * C * 1408 + 128 * C + 128, dense_layer = attention + 3 * C * 10944;
+  EXPECT_DOUBLE_EQ(air.param_count(), 2 * 151552 * C + C + dense_layer + 45 * moe_layer);
+  EXPECT_EQ(air.architecture->unmodelled,
+            "partial_rotary_factor 0.5 (rotary positions on part of each head), num_nextn_predict_layers 1 "
             "(multi-token prediction)");
 }
 
