@@ -33,7 +33,7 @@ struct WeightGrad {
 // A mixture of experts' activations for one micro-batch (decoder_moe.cpp): of the N K copies
 // of the tokens, M are kept (all but those past an expert's capacity).
 struct MoeActs {
-  Floats probs, weights;         // the router's softmax [N, E]; the chosen experts' weights [N, K]
+  Floats probs, weights;         // the router's softmax (or sigmoid scores) [N, E]; the chosen experts' weights [N, K]
   OpsInts experts, rows, slots;  // choices [N, K]; each copy's token [M]; each choice's copy [N, K]
   // (host) The copies' order: experts by holder (expert parallelism's rank), then index;
   // order[j]'s copies are [offsets[j], offsets[j + 1]), rank r's experts positions
@@ -51,6 +51,10 @@ struct MoeActs {
   Floats shared_gate, shared_up, shared_act;  // [N, FS]
   Floats shared_out, scale;      // with Qwen2-MoE's gate: the shared output [N, C] and its logits [N]
   double balance = 0;            // (host) the layer's load-balancing loss, before its coefficient
+  // (host) A sigmoid router's: each expert's load below the mean over this rank's tokens, in
+  // units of 1/E (sum of counts - E count: whole numbers, so sums stay exact), which the
+  // backward adds to its bias's gradient.
+  std::vector<float> underload;
   // Every float array, for the stash's accounting and offload.
   template <class Self>
   static auto arrays(Self& m) {
@@ -191,6 +195,12 @@ class WeightGrads {
     } else {
       ops_.linear_backward_weight(grads_ + w, at(grads_, b), dy.data() + dy_at, x.data() + x_at, rows, C, OC);
     }
+  }
+  // grads[at, at + n) += values (host), at once: a count, not a weight gradient to defer.
+  void add_values(size_t at, const std::vector<float>& values) {
+    const Floats v = ops_.floats(values.size());
+    ops_.upload(v.data(), values.data(), values.size());
+    ops_.residual_add(grads_ + at, v.data(), static_cast<long>(values.size()));
   }
 
  private:

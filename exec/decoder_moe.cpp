@@ -203,9 +203,20 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   a.weights = ops.floats(sz(1LL * N * K));
   const std::vector<int> none(a.weights.size(), 0);
   a.experts = ops.ints(none.data(), none.size());
-  ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K,
-                         m.normalize ? 1 : 0);
+  if (m.sigmoid) {
+    ops.moe_sigmoid_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), w + p.router_bias,
+                                   N, E, K, m.groups, m.groups_chosen, m.normalize ? 1 : 0, static_cast<float>(m.scale));
+  } else {
+    ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K,
+                           m.normalize ? 1 : 0);
+  }
   std::vector<int> count = order_copies(d, a);
+  if (m.sigmoid) {  // (this rank's tokens: the gradients' sum over ranks gives the step's)
+    long long all = 0;
+    for (const int c : count) all += c;
+    a.underload.resize(sz(E));
+    for (int e = 0; e < E; ++e) a.underload[sz(e)] = static_cast<float>(all - 1LL * E * count[sz(e)]);
+  }
   const int M = a.offsets.back();  // the copies kept
   // The loss's statistics: each expert's tokens and its probability summed over them (the
   // value, for the report; its gradient needs only the counts). Under context parallelism
@@ -215,7 +226,16 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   {
     std::vector<float> probs(a.probs.size());
     ops.download(probs.data(), a.probs.data(), probs.size());
-    for (size_t i = 0; i < probs.size(); ++i) P[i % sz(E)] += probs[i];
+    // (A sigmoid router's probabilities are its scores over their sum, Megatron-Core's.)
+    for (size_t row = 0; row < sz(N); ++row) {
+      const float* s = probs.data() + row * sz(E);
+      double total = 1;
+      if (m.sigmoid) {
+        total = 1e-20;
+        for (int e = 0; e < E; ++e) total += s[e];
+      }
+      for (int e = 0; e < E; ++e) P[sz(e)] += m.sigmoid ? s[e] / total : s[e];
+    }
   }
   double tokens = N;
   if (d.cp > 1) {
@@ -370,10 +390,18 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
       wg.add(p.shared_scale_w, npos, dscale, x, N, C, 1);
     }
   }
-  // The router: the weights' gradient and the load-balancing loss's, through the softmax.
+  // The router: the weights' gradient and the load-balancing loss's, through the softmax
+  // (or the sigmoid). A sigmoid router's bias takes the loads instead (ParamSlot::balancing).
   const Floats dlogits = ops.zeros(sz(1LL * N * E));
-  ops.moe_router_backward(dlogits.data(), dweights.data(), a.dprobs.empty() ? nullptr : a.dprobs.data(),
-                          a.probs.data(), a.weights.data(), a.experts.data(), N, E, K, m.normalize ? 1 : 0);
+  const float* dprobs = a.dprobs.empty() ? nullptr : a.dprobs.data();
+  if (m.sigmoid) {
+    ops.moe_sigmoid_router_backward(dlogits.data(), dweights.data(), dprobs, a.probs.data(), a.experts.data(), N, E, K,
+                                    m.normalize ? 1 : 0, static_cast<float>(m.scale));
+    wg.add_values(p.router_bias, a.underload);
+  } else {
+    ops.moe_router_backward(dlogits.data(), dweights.data(), dprobs, a.probs.data(), a.weights.data(),
+                            a.experts.data(), N, E, K, m.normalize ? 1 : 0);
+  }
   if (once) ops.linear_backward_input(dx, dlogits.data(), w + p.router_w, N, C, E);
   wg.add(p.router_w, npos, dlogits, x, N, C, E);
 }

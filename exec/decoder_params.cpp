@@ -49,13 +49,18 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (gpt2 && !c.rope_scaling.type.empty()) refuse("GPT-2 style layers have learned positions, not rope_scaling");
   if (const model::MoeConfig& m = c.moe; m.experts > 0) {
     if (gpt2) refuse("its experts are SwiGLU MLPs, which the real layers run in LLaMA style blocks only");
-    if (m.router != model::MoeConfig::Router::softmax) refuse("its router scores experts by sigmoid (DeepSeek-V3's), not softmax");
-    if (m.routed_scale != 1) refuse("its routed weights are scaled (routed_scaling_factor " + std::to_string(m.routed_scale) + ")");
     s.moe.E = m.experts;
     s.moe.K = m.experts_per_token;
     s.moe.FE = m.expert_ffn;
     s.moe.FS = m.shared_experts * m.shared_width();
     s.moe.normalize = m.normalize_top_k;
+    s.moe.sigmoid = m.router == model::MoeConfig::Router::sigmoid;
+    s.moe.groups = m.groups;
+    s.moe.groups_chosen = m.groups_chosen;
+    s.moe.scale = m.routed_scale;
+    if (!s.moe.sigmoid && m.routed_scale != 1) {
+      refuse("its softmax router's weights are scaled (routed_scaling_factor " + std::to_string(m.routed_scale) + ")");
+    }
     s.moe.shared_gate = m.shared_expert_gate && s.moe.FS > 0;
     s.moe.aux_coef = m.aux_loss_coef;
     s.moe.capacity_factor = m.capacity_factor;
@@ -155,6 +160,10 @@ void add_moe(Builder& b, const DecoderShape& s, const std::string& h, BlockParam
   const auto out_part = [&](std::int64_t first, std::int64_t n) { return std::vector<Piece>{{0, C, first, n}}; };
   const auto fe = [&](bool down) { return down ? out_part(p.FE0, p.FE) : in_part(p.FE0, p.FE); };
   k.router_w = b.add(m + "gate.weight", {E, C});
+  if (s.moe.sigmoid) {
+    k.router_bias = b.add(m + "gate.e_score_correction_bias", {E});
+    b.slot(b.slots() - 1).balancing = true;
+  }
   k.expert_gate_w.assign(static_cast<size_t>(s.moe.E), BlockParams::npos);
   k.expert_up_w = k.expert_down_w = k.expert_gate_w;
   for (int e = 0; e < s.moe.E; ++e) {

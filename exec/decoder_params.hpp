@@ -48,6 +48,12 @@ struct ParamSlot {
   bool split = false;       // Megatron's split divides it (false: every rank holds it whole)
   int layer = 0;            // the network layer it belongs to
   int expert = -1;          // the routed expert it belongs to (-1: none)
+  // A sigmoid router's balancing bias (DeepSeek-V3's e_score_correction_bias): no loss
+  // gradient reaches it. Its gradient array gathers each expert's load below the mean (the
+  // step's tokens, E mean - count, summed like any gradient), and the optimizer moves it by
+  // OptimizerOptions::moe_router_bias_update_rate times that sign; the gradient norm and
+  // AdamW leave it out.
+  bool balancing = false;
   // Tensor parallelism (Megatron): the rectangles of the whole [out, in] matrix this rank
   // holds, in array order (one whole rectangle when the parameter is replicated).
   std::int64_t full_rows = 0, full_cols = 0;
@@ -75,6 +81,7 @@ struct BlockParams {
   // expert-parallel rank does not hold); the shared experts' gate and up
   // [FS, C] and down [C, FS], and Qwen2-MoE's gate on them [1, C].
   size_t router_w = npos;
+  size_t router_bias = npos;  // a sigmoid router's balancing bias [E] (ParamSlot::balancing)
   std::vector<size_t> expert_gate_w, expert_up_w, expert_down_w;
   size_t shared_gate_w = npos, shared_up_w = npos, shared_down_w = npos, shared_scale_w = npos;
   bool moe() const { return router_w != npos; }
@@ -122,6 +129,11 @@ struct DecoderShape {
   struct Moe {
     int E = 0, K = 0, FE = 0, FS = 0;
     bool normalize = true, shared_gate = false;
+    // DeepSeek-V3's router (MoeConfig::Router::sigmoid): sigmoid scores, a balancing bias
+    // that chooses, the choice within the best groups_chosen of `groups`, weights scaled.
+    bool sigmoid = false;
+    int groups = 1, groups_chosen = 1;
+    double scale = 1;
     double aux_coef = 0;
     // Megatron-Core's token dropping: an expert keeps at most ceil(N K / E x capacity_factor)
     // of a micro-batch's N K copies, those of the largest weights (its "probs" policy; a tie to

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "exec/backend.hpp"
 #include "kernels/transformer.hpp"
@@ -71,6 +72,22 @@ void OptimizerStep::adamw_host(float* params, const float* grads, float* m, floa
                         static_cast<float>(options_.adam_beta1), static_cast<float>(options_.adam_beta2),
                         static_cast<float>(options_.adam_eps), decays ? static_cast<float>(options_.weight_decay) : 0.0f,
                         step);
+}
+
+void OptimizerStep::balance_host(float* params, const float* loads, size_t n) const {
+  const auto rate = static_cast<float>(options_.moe_router_bias_update_rate);
+  for (size_t i = 0; i < n; ++i) {
+    const float sign = loads[i] > 0 ? 1.0f : loads[i] < 0 ? -1.0f : 0.0f;
+    params[i] += rate * sign;
+  }
+}
+
+void OptimizerStep::balance(const DecoderOps& ops, float* params, const float* loads, size_t n) const {
+  std::vector<float> p(n), g(n);  // (a router's experts: a few floats a layer)
+  ops.download(p.data(), params, n);
+  ops.download(g.data(), loads, n);
+  balance_host(p.data(), g.data(), n);
+  ops.upload(params, p.data(), n);
 }
 
 void OptimizerStep::resume(const LossScaler::State& scaler, long long steps_taken) {

@@ -39,6 +39,10 @@ struct OptimizerOptions {
   double weight_decay = 0.01;  // on parameters of two or more dimensions only
   double clip_grad = 1.0;      // global gradient norm limit; 0 = off
   LossScaleOptions loss_scale;  // none unless asked (exec/loss_scale.hpp)
+  // DeepSeek-V3's auxiliary-loss-free balancing (Megatron-Core's
+  // --moe-router-bias-update-rate): a sigmoid router's bias moves this much a step, up for
+  // each expert that took fewer than the mean of the step's tokens, down for more.
+  double moe_router_bias_update_rate = 1e-3;
 };
 
 class OptimizerStep {
@@ -74,6 +78,11 @@ class OptimizerStep {
   // The same on host arrays (a parameter server's).
   void adamw_host(float* params, const float* grads, float* m, float* v, size_t n, double lr, bool decays,
                   int step) const;
+  // A balancing bias's step (ParamSlot::balancing) on host arrays: params += rate sign(loads),
+  // `loads` each expert's tokens below the mean (any positive multiple of them).
+  void balance_host(float* params, const float* loads, size_t n) const;
+  // The same on `ops`' memory.
+  void balance(const DecoderOps& ops, float* params, const float* loads, size_t n) const;
 
   double loss_scale() const;  // after the last verdict
   // A resumed run (exec/training_checkpoint.hpp): the scaler as the run before left it, and

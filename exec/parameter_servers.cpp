@@ -92,6 +92,7 @@ ParameterServers::ParameterServers(const partition::Plan& plan, const DecoderSha
       }
       sp.g.assign(slot.count, 0.0f);
       sp.decays = slot.decays;
+      sp.balancing = slot.balancing;
     }
   }
   // A device's gradients are complete after the compute task its pushes (or its server's
@@ -313,6 +314,7 @@ void ParameterServers::update(TaskContext& task, const std::atomic<bool>& stop, 
   if (step.needs_norm()) {
     double local = 0;
     for (const auto& [name, sp] : s.params) {
+      if (sp.balancing) continue;  // (its gradient counts tokens)
       for (const float g : sp.g) local += static_cast<double>(g) * g;
     }
     if (loss_scale != 1) local /= loss_scale * loss_scale;  // the unscaled gradients' (exact)
@@ -325,7 +327,12 @@ void ParameterServers::update(TaskContext& task, const std::atomic<bool>& stop, 
       if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
       if (verdict.clip != 1) kernels::scale(sp.g.data(), verdict.clip, static_cast<long>(sp.g.size()));
       const double lr = step.lr(sp.steps);  // steps taken before this one
-      step.adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
+      if (sp.balancing) {
+        step.balance_host(sp.p.data(), sp.g.data(), sp.p.size());
+        ++sp.steps;
+      } else {
+        step.adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
+      }
     }
     std::fill(sp.g.begin(), sp.g.end(), 0.0f);
     version[name] = sp.p;

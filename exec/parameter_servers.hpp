@@ -81,6 +81,7 @@ class ParameterServers {
   struct Param {
     std::vector<float> p, m, v, g;
     bool decays = false;
+    bool balancing = false;  // a router's balancing bias (ParamSlot::balancing)
     int steps = 0;  // AdamW steps taken
   };
   struct Server {

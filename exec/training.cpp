@@ -345,10 +345,19 @@ std::string Training::describe() const {
   if (shape_.qk_norm) out << ", QK-norm";
   out << ", MLP " << shape_.F;
   if (const DecoderShape::Moe& m = shape_.moe; m.E > 0) {
-    out << (m.first_dense > 0 || m.every > 1 ? " or " : " replaced by ") << m.E << " experts (top " << m.K
-        << (m.normalize ? " renormalised" : "") << ", " << m.FE << " wide)";
+    out << (m.first_dense > 0 || m.every > 1 ? " or " : " replaced by ") << m.E << " experts (top " << m.K;
+    if (m.sigmoid) {
+      out << " by sigmoid score and balancing bias";
+      if (m.groups_chosen < m.groups) out << " in the best " << m.groups_chosen << " of " << m.groups << " groups";
+    }
+    out << (m.normalize ? " renormalised" : "");
+    if (m.scale != 1) out << " x" << model::units::format_number(m.scale);
+    out << ", " << m.FE << " wide)";
     if (m.FS > 0) out << " and a shared one " << m.FS << " wide" << (m.shared_gate ? ", gated" : "");
     if (m.aux_coef > 0) out << ", load-balancing loss x" << model::units::format_number(m.aux_coef);
+    if (m.sigmoid) {
+      out << ", bias step " << model::units::format_number(optimizer_options_.moe_router_bias_update_rate);
+    }
   }
   out << ", vocabulary " << shape_.V << ", sequence " << shape_.S;
   if (shape_.qkv_bias) out << (shape_.out_bias ? ", q/k/v/o biases" : ", q/k/v biases");

@@ -62,9 +62,12 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     for (const ParamSlot& slot : c->math.params().slots) {
       c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
         const size_t at = c->shard_at(o);  // (ZeRO: its moments, from stage 2 its gradients, the shard's alone)
-        step_->adamw(c->ops(), c->params.data() + c->index_in(c->params, o), c->grad_at(o), c->m.data() + at,
-                     c->v.data() + at, n, lr,
-                     slot.decays, step);
+        float* params = c->params.data() + c->index_in(c->params, o);
+        if (slot.balancing) {
+          step_->balance(c->ops(), params, c->grad_at(o), n);
+        } else {
+          step_->adamw(c->ops(), params, c->grad_at(o), c->m.data() + at, c->v.data() + at, n, lr, slot.decays, step);
+        }
       });
     }
     c->ops().zero(c->grads.data(), c->grads.size());
@@ -73,7 +76,8 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
   }
 }
 
-// A device's part of the squared gradient norm: every parameter it holds once (under ZeRO its
+// A device's part of the squared gradient norm: every parameter it holds once but a router's
+// balancing bias, whose "gradient" is a count of tokens (under ZeRO its
 // shard: the replicas' parts meet in the plan's norm collective; the pieces of
 // one Megatron splits on every rank, even where a split leaves one rank all of it and the
 // others nothing; a replicated one on tensor rank 0 alone; a tied copy not at all; under
@@ -85,7 +89,7 @@ double Training::local_sum_squares(int device, int iteration) const {
   for (const auto& c : chunks_) {
     if (c->device != device) continue;
     for (const ParamSlot& slot : c->math.params().slots) {
-      if (slot.tied_copy || (!slot.split && c->tp_rank != 0)) continue;
+      if (slot.tied_copy || slot.balancing || (!slot.split && c->tp_rank != 0)) continue;
       // (Expert parallelism: the norm meets over the expert group, whose ranks each hold their
       // experts and a copy of the rest: the rest counts on rank 0. Under ZeRO it meets over
       // every replica, each with its own shard of the rest.)

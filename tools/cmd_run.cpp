@@ -79,6 +79,8 @@ void run_options(po::options_description& options) {
       ("adam-eps", po::value<std::string>()->default_value("1e-8"), "AdamW epsilon")
       ("weight-decay", po::value<std::string>()->default_value("0.01"), "decoupled weight decay of matrices and embeddings")
       ("clip-grad", po::value<std::string>()->default_value("1.0"), "clip gradients to this global norm (0: off)")
+      ("moe-router-bias-update-rate", po::value<std::string>()->default_value("1e-3"),
+       "a sigmoid router's balancing bias step (DeepSeek-V3's; 0: frozen)")
       ("loss-scale", po::value<std::string>(), "constant loss scale, a power of two (default: none; dynamic for fp16 GEMMs)")
       ("initial-loss-scale", po::value<std::string>()->default_value("4294967296"), "dynamic loss scale's start (2^32)")
       ("min-loss-scale", po::value<std::string>()->default_value("1"), "dynamic loss scale's floor")

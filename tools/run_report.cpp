@@ -100,6 +100,7 @@ Json run_report_json(const run::Request& r, const run::TrainingSetup& t, const e
     j["optimizer"] = {{"lr", r.optimizer.lr}, {"adam_beta1", r.optimizer.adam_beta1}, {"adam_beta2", r.optimizer.adam_beta2},
                       {"adam_eps", r.optimizer.adam_eps}, {"weight_decay", r.optimizer.weight_decay},
                       {"clip_grad", r.optimizer.clip_grad},
+                      {"moe_router_bias_update_rate", r.optimizer.moe_router_bias_update_rate},
                       {"lr_decay_style", std::string(exec::to_string(r.optimizer.lr_decay_style))},
                       {"min_lr", r.optimizer.min_lr}, {"lr_warmup_iters", r.optimizer.lr_warmup_iters},
                       {"lr_decay_iters", r.optimizer.lr_decay_iters}};

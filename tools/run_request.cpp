@@ -37,9 +37,9 @@ partition::Plan plan_of(const po::variables_map& vm) {
           "plan", "steps", "warmup", "progress", "backend", "loader-throttle", "trace", "chrome", "metrics", "watchdog",
           "max-tasks", "flop-scale", "max-buffer", "calibration", "json", "compute", "data-path", "init-weights",
           "save-weights", "resume", "save-checkpoint", "save-interval", "seed",
-          "lr", "adam-beta1",
-          "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "loss-scale", "initial-loss-scale", "min-loss-scale",
-          "loss-scale-window", "hysteresis", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
+          "lr", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "moe-router-bias-update-rate",
+          "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis", "lr-decay-style",
+          "lr-warmup-iters", "lr-decay-iters", "min-lr", "yes"};
       const bool allowed = run_options.count(name) > 0;
       if (!allowed && !value.defaulted()) {
         throw InputError("<command line>", 0, "--" + name,
@@ -128,6 +128,7 @@ run::Request read_run_request(po::variables_map& vm) {
   r.optimizer.adam_eps = number("adam-eps", 0, 1, true);
   r.optimizer.weight_decay = number("weight-decay", 0, 10, false);
   r.optimizer.clip_grad = number("clip-grad", 0, 1e12, false);
+  r.optimizer.moe_router_bias_update_rate = number("moe-router-bias-update-rate", 0, 1, false);
   // Megatron's schedule; the decay ends with the run (warm-up steps included) unless told.
   const std::string style = vm["lr-decay-style"].as<std::string>();
   if (!exec::parse_lr_style(style, r.optimizer.lr_decay_style)) {

@@ -65,6 +65,25 @@ inline model::Network odd_qwen2_moe(int layers = 3, int seq = 11) {
   return model::make_transformer(c, model::Precision::fp32);
 }
 
+// DeepSeek-V3's router on LLaMA-style blocks (GLM-4.5's mixture): the first block dense, then
+// 6 experts 19 wide in 3 groups, each token's top 2 chosen within its best 2 groups by sigmoid
+// score plus the balancing bias, renormalised and scaled by 2.5; one ungated shared expert.
+inline model::Network odd_deepseek(int layers = 3, int seq = 11) {
+  model::TransformerConfig c = *odd_llama(layers, seq).architecture;
+  c.name = "deepseek-router-odd";
+  c.moe.experts = 6;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_ffn = 19;
+  c.moe.shared_experts = 1;
+  c.moe.router = model::MoeConfig::Router::sigmoid;
+  c.moe.groups = 3;
+  c.moe.groups_chosen = 2;
+  c.moe.routed_scale = 2.5;
+  c.moe.aux_loss_coef = 0.01;
+  c.moe.first_dense_layers = 1;
+  return model::make_transformer(c, model::Precision::fp32);
+}
+
 // Weights as a trained checkpoint has them: the seeded initialisation plus noise on every
 // parameter, so no tensor (a bias, a norm's shift) starts at zero, where the relative
 // difference of two runs would measure nothing but Adam's sign of rounding noise.

@@ -36,6 +36,7 @@ using exec::OptimizerOptions;
 using partition::Plan;
 using partition::TaskKind;
 
+using test_support::odd_deepseek;
 using test_support::odd_gpt;
 using test_support::odd_llama;
 using test_support::odd_mixtral;
@@ -730,7 +731,7 @@ class MoeTraining : public testing::TestWithParam<DistributedCase> {};
 
 TEST_P(MoeTraining, EqualsOneDevice) {
   const DistributedCase& c = GetParam();
-  for (const model::Network& net : {odd_mixtral(8), odd_mixtral(8, 11, 1.0), odd_qwen2_moe(8)}) {
+  for (const model::Network& net : {odd_mixtral(8), odd_mixtral(8, 11, 1.0), odd_qwen2_moe(8), odd_deepseek(8)}) {
     const Plan many = test_support::planned(model::cpu_cluster(8), net, options_of(c));
     expect_trains_as_one_device(many, net);
     expect_balances_as_one_device(many, net);
@@ -812,6 +813,58 @@ INSTANTIATE_TEST_SUITE_P(
                                false},
                     ExpertCase{"zero_3_interleaved_kept", "interleaved", 2, partition::Recompute::none, 2, {}, 0, 3, false}),
     [](const testing::TestParamInfo<ExpertCase>& p) { return std::string(p.param.name); });
+
+// DeepSeek-V3's router under expert parallelism: each rank counts its own tokens' loads, and
+// the balancing biases' sums over the data replicas (their "gradients") are the step's, so the
+// biases move as one device's; with ZeRO sharding them and over two expert groups.
+TEST(ExpertParallelTraining, SigmoidRouterAndItsBalancingEqualOneDevice) {
+  const model::Network net = odd_deepseek(8);
+  for (const auto& [data, zero] : {std::pair{2, 0}, {4, 1}, {2, 3}}) {
+    SCOPED_TRACE("data " + std::to_string(data) + ", ZeRO " + std::to_string(zero));
+    partition::PlanOptions o = options(4, data, 8 / data, "1f1b");
+    o.bucket_bytes = 4096;
+    o.experts.parallel = 2;
+    o.zero_stage = zero;
+    const Plan plan = test_support::planned(model::cpu_cluster(4 * data), net, o);
+    ASSERT_EQ(plan.layout.experts.parallel, 2);
+    expect_trains_as_one_device(plan, net);
+    expect_balances_as_one_device(plan, net);
+  }
+}
+
+// The balancing bias (DeepSeek-V3's auxiliary-loss-free balancing): no loss gradient moves it;
+// each step adds the rate times the sign of each expert's load below the step's mean, so after
+// a step every bias has moved by exactly the rate, up or down (or not, at the mean), and the
+// experts that took the most tokens went down. At rate 0 it stays; the gradient norm, which
+// clipping divides by, leaves it out.
+TEST(Training, ASigmoidRoutersBiasMovesByTheSignOfItsLoad) {
+  const model::Network net = odd_deepseek(2);
+  const Plan plan = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 2, "1f1b"));
+  const exec::SafetensorsFile init = checkpoint_like(plan);
+  for (const double rate : {0.0, 0.25}) {
+    OptimizerOptions o = optimizer();
+    o.moe_router_bias_update_rate = rate;
+    const Trained trained = train(plan, 1, o, 7, &init);
+    const std::string name = "model.layers.1.mlp.gate.e_score_correction_bias";
+    const auto floats = [&name](const exec::SafetensorsFile& f) {
+      for (const exec::NamedTensor& t : f.tensors) {
+        if (t.name == name) return t.data;
+      }
+      ADD_FAILURE() << "no " << name;
+      return std::vector<float>{};
+    };
+    const std::vector<float> before = floats(init), after = floats(trained.weights);
+    ASSERT_EQ(after.size(), 6u);
+    int up = 0, down = 0;
+    for (size_t e = 0; e < after.size(); ++e) {
+      const double moved = static_cast<double>(after[e]) - before[e];
+      EXPECT_TRUE(moved == 0 || std::abs(std::abs(moved) - rate) < 1e-6) << "expert " << e << " moved " << moved;
+      up += moved > 0;
+      down += moved < 0;
+    }
+    EXPECT_EQ(up > 0 && down > 0, rate > 0) << up << " up, " << down << " down";
+  }
+}
 
 // Parameter servers under expert parallelism: each chunk pushes the gradients of what it holds
 // (the dense parameters and its expert rank's experts) to their servers and pulls the same
@@ -1019,7 +1072,7 @@ class MoeTensorTraining : public testing::TestWithParam<MoeTensorCase> {};
 
 TEST_P(MoeTensorTraining, EqualsOneDevice) {
   const MoeTensorCase& c = GetParam();
-  for (const model::Network& net : {odd_mixtral(3, 12, c.capacity_factor), odd_qwen2_moe(3, 12)}) {
+  for (const model::Network& net : {odd_mixtral(3, 12, c.capacity_factor), odd_qwen2_moe(3, 12), odd_deepseek(3, 12)}) {
     partition::PlanOptions o = options(c.pipeline, c.data, 8 / c.data, c.schedule);
     o.tensor = 2;
     o.sequence_parallel = c.sequence_parallel;
@@ -1093,7 +1146,7 @@ TEST_P(MoeContextTraining, EqualsOneDevice) {
   model::TransformerConfig four = *odd_mixtral(3, seq).architecture;
   four.moe.experts = 4;  // (as the planner divides them over 2 expert ranks)
   for (const model::Network& net : {c.experts > 1 ? model::make_transformer(four, model::Precision::fp32) : odd_mixtral(3, seq),
-                                    odd_qwen2_moe(3, seq)}) {
+                                    odd_qwen2_moe(3, seq), odd_deepseek(3, seq)}) {
     if (c.experts > 1 && net.name.find("qwen") != std::string::npos) continue;
     partition::PlanOptions o = options(c.pipeline, 2, 4, c.schedule);
     o.context = c.context;

@@ -218,6 +218,17 @@ TEST(PyTorchOracle, Qwen3MoeOnEverySecondLayerMatchesAfterThreeAdamWSteps) {
   compare_with_torch("qwen3_moe_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .llama3_tokens = true});
 }
 
+// GLM-4.5's mixture, DeepSeek-V3's router: sigmoid scores plus the balancing bias choose the
+// top 3 of 8 experts within each token's best 2 of 4 groups, the chosen scores renormalised and
+// scaled by 2.5 weigh them, one ungated shared expert; q, k, v biases and QK-norm. The biases
+// start apart (the init's noise) and move by 0.01 a step by each expert's load, as
+// Megatron-Core's --moe-router-bias-update-rate; the balance loss reads the scores over their
+// sum.
+TEST(PyTorchOracle, Glm45StyleSigmoidRouterAndItsBalancingMatchAfterThreeAdamWSteps) {
+  compare_with_torch("glm4_moe_odd", 11,
+                     {.worst_tensor = 1e-4, .adam_eps = 1e-6, .schedule = "--moe-router-bias-update-rate 0.01"});
+}
+
 // Mixtral dropping copies past each expert's capacity (Megatron-Core's
 // moe_expert_capacity_factor 1.0, its "probs" policy): the copies of the smallest weights go.
 TEST(PyTorchOracle, MixtralDroppingPastItsExpertsCapacityMatchesAfterThreeAdamWSteps) {

@@ -69,10 +69,19 @@ class Config:
         self.qkv_bias = self.o_bias = False
         self.qk_norm = False  # Qwen3: q and k RMS-normalised per head (gains of head_dim) before RoPE
         eps_default = 1e-6  # LlamaConfig's, MistralConfig's and Qwen2Config's
-        self.moe = None  # a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): Config.read_moe's dict
-        moe_type = self.model_type if self.model_type in ("mixtral", "qwen2_moe", "qwen3_moe") else None
-        if moe_type:  # their attention is Mistral's, Qwen2's and Qwen3's
-            self.model_type = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}[moe_type]
+        self.moe = None  # a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5): Config.read_moe's dict
+        moe_type = self.model_type if self.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe") else None
+        if moe_type:  # their attention is Mistral's, Qwen2's, Qwen3's and (GLM-4.5) LLaMA's
+            self.model_type = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3",
+                               "glm4_moe": "llama"}[moe_type]
+        if moe_type == "glm4_moe":  # Glm4MoeAttention: q, k, v biases with attention_bias, QK-norm with use_qk_norm
+            eps_default = 1e-5
+            self.qkv_bias = bool(d.get("attention_bias", False))
+            self.qk_norm = bool(d.get("use_qk_norm", False))
+            rotary = (d.get("rope_parameters") or {}).get("partial_rotary_factor", d.get("partial_rotary_factor", 0.5))
+            if rotary != 1:
+                raise InputError("config: partial_rotary_factor %r (rotary positions on part of each head) is not "
+                                 "supported" % (rotary,))
         source_type = self.model_type
         if self.model_type in ("mistral", "qwen2", "qwen3"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
@@ -92,7 +101,7 @@ class Config:
                     if d.get("max_window_layers", 28) != 0:
                         raise InputError("config: a window on some layers only is not supported")
                     self.window = w
-        elif self.model_type == "llama" and d.get("attention_bias"):
+        elif self.model_type == "llama" and d.get("attention_bias") and moe_type != "glm4_moe":
             self.qkv_bias = self.o_bias = True
 
         def need(key):
@@ -155,7 +164,7 @@ class Config:
             if self.n_head % self.n_kv_head:
                 raise InputError("config: num_attention_heads %d not divisible by num_key_value_heads %d"
                                  % (self.n_head, self.n_kv_head))
-            hd = d.get("head_dim", 128 if source_type == "qwen3" else None)  # Qwen3Config's default
+            hd = d.get("head_dim", 128 if source_type == "qwen3" or moe_type == "glm4_moe" else None)  # their default
             if hd is None:
                 if self.hidden % self.n_head:
                     raise InputError("config: hidden_size %d not divisible by num_attention_heads %d"
@@ -166,14 +175,15 @@ class Config:
                 raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
         else:
             raise InputError("config: model_type %r is not 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', "
-                             "'qwen2_moe' or 'qwen3_moe'" % self.model_type)
+                             "'qwen2_moe', 'qwen3_moe' or 'glm4_moe'" % self.model_type)
         if moe_type:
             self.moe = self.read_moe(d, moe_type, need)
 
     def read_moe(self, d, moe_type, need):
-        """The mixture of experts of a Mixtral, Qwen2-MoE or Qwen3-MoE config.json, with
+        """The mixture of experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or GLM-4.5 config.json, with
         transformers' defaults: E experts, each token through its top K, experts FE wide;
-        Qwen2-MoE's one shared expert FS wide with its sigmoid gate; which layers are MoE."""
+        Qwen2-MoE's one shared expert FS wide with its sigmoid gate, GLM-4.5's ungated shared
+        experts; GLM-4.5's sigmoid router (DeepSeek-V3's); which layers are MoE."""
         def count(key, default):
             v = d.get(key, default)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -181,9 +191,27 @@ class Config:
             return v
         # Megatron-Core's --moe-expert-capacity-factor (not a transformers key): 0 or absent, dropless.
         m = {"aux": float(d.get("router_aux_loss_coef", 0.001)), "capacity": float(d.get("moe_expert_capacity_factor") or 0)}
+        m.update(sigmoid=False, groups=1, groups_chosen=1, scale=1.0, shared_gate=True)
         if moe_type == "mixtral":
             m.update(E=count("num_local_experts", 8), K=count("num_experts_per_tok", 2), FE=self.inner, FS=0,
                      normalize=True, prefix="block_sparse_moe.", names=("w1", "w3", "w2"), layers=None)
+        elif moe_type == "glm4_moe":
+            # Glm4MoeMoE: sigmoid scores plus e_score_correction_bias choose the top K within the
+            # topk_group best of n_group groups; the chosen scores, renormalised with
+            # norm_topk_prob, times routed_scaling_factor, weigh; n_shared_experts ungated
+            # experts beside. Layers from first_k_dense_replace on. transformers has no
+            # balance loss here: router_aux_loss_coef (absent: 0) asks for Megatron-Core's.
+            m["aux"] = float(d.get("router_aux_loss_coef", 0.0))
+            fe = count("moe_intermediate_size", 1408)
+            m.update(E=count("n_routed_experts", 128), K=count("num_experts_per_tok", 8), FE=fe,
+                     FS=fe * count("n_shared_experts", 1), normalize=bool(d.get("norm_topk_prob", True)),
+                     prefix="mlp.", names=("gate_proj", "up_proj", "down_proj"), sigmoid=True,
+                     groups=count("n_group", 1), groups_chosen=count("topk_group", 1),
+                     scale=float(d.get("routed_scaling_factor", 1.0)), shared_gate=False)
+            m["layers"] = list(range(count("first_k_dense_replace", 1), self.n_layer))
+            if m["groups"] < 1 or m["E"] % m["groups"] or not 1 <= m["groups_chosen"] <= m["groups"]:
+                raise InputError("config: n_group %d, topk_group %d: expected n_group to divide the %d experts "
+                                 "and 1 <= topk_group <= n_group" % (m["groups"], m["groups_chosen"], m["E"]))
         else:
             qwen2 = moe_type == "qwen2_moe"
             m.update(E=count("num_experts", 60 if qwen2 else 128), K=count("num_experts_per_tok", 4 if qwen2 else 8),
@@ -214,7 +242,8 @@ class Config:
     def param_specs(self):
         """(name, shape, role) in HuggingFace's state_dict order.
 
-        role: 'matrix' | 'embedding' | 'gain' | 'bias'. A tied embedding appears once.
+        role: 'matrix' | 'embedding' | 'gain' | 'bias' | 'balance' (a sigmoid router's bias:
+        no gradient, no AdamW; moved by the load after each step). A tied embedding appears once.
         """
         C, F_, V, L = self.hidden, self.inner, self.vocab, self.n_layer
         s = []
@@ -263,15 +292,19 @@ class Config:
         m, C = self.moe, self.hidden
         pre = p + m["prefix"]
         s = [(pre + "gate.weight", (m["E"], C), "matrix")]
+        if m["sigmoid"]:  # the balancing bias: it chooses and does not weigh; the load moves it, not a gradient
+            s.append((pre + "gate.e_score_correction_bias", (m["E"],), "balance"))
         gate, up, down = m["names"]
         for e in range(m["E"]):
             x = pre + "experts.%d." % e
             s += [(x + gate + ".weight", (m["FE"], C), "matrix"), (x + up + ".weight", (m["FE"], C), "matrix"),
                   (x + down + ".weight", (C, m["FE"]), "matrix")]
         if m["FS"] > 0:
-            x = pre + "shared_expert."
+            x = pre + ("shared_expert." if m["shared_gate"] else "shared_experts.")
             s += [(x + "gate_proj.weight", (m["FS"], C), "matrix"), (x + "up_proj.weight", (m["FS"], C), "matrix"),
-                  (x + "down_proj.weight", (C, m["FS"]), "matrix"), (pre + "shared_expert_gate.weight", (1, C), "matrix")]
+                  (x + "down_proj.weight", (C, m["FS"]), "matrix")]
+            if m["shared_gate"]:
+                s.append((pre + "shared_expert_gate.weight", (1, C), "matrix"))
         return s
 
     def embedding_name(self):
@@ -554,20 +587,34 @@ def gpt2_forward(cfg, P, idx):
     return x @ wte.t()
 
 
-def moe_mlp(cfg, P, p, h):
-    """A mixture of experts on h [N, C] as transformers' MixtralSparseMoeBlock and
-    Qwen2MoeSparseMoeBlock compute it (softmax router, top-k, the chosen weights renormalised
-    when the config says so, each expert's SwiGLU on its tokens, the weighted sum; the shared
-    expert gated by a sigmoid), and Megatron-Core's load-balancing loss of the layer
-    (switch_load_balancing_loss_func): E / (N^2 K) sum_e P_e c_e, P_e the sum of expert e's
-    probabilities over the N tokens, c_e the tokens that chose it (a count: no gradient)."""
+def moe_mlp(cfg, P, p, h, loads=None):
+    """A mixture of experts on h [N, C] as transformers' MixtralSparseMoeBlock,
+    Qwen2MoeSparseMoeBlock and Glm4MoeMoE compute it (softmax router, top-k, the chosen weights
+    renormalised when the config says so; or GLM-4.5's and DeepSeek-V3's sigmoid router, its
+    bias choosing within the best groups; each expert's SwiGLU on its tokens, the weighted sum;
+    the shared expert, gated by a sigmoid in Qwen2-MoE), and Megatron-Core's load-balancing
+    loss of the layer (switch_load_balancing_loss_func): E / (N^2 K) sum_e P_e c_e, P_e the sum
+    of expert e's probabilities over the N tokens (under a sigmoid router its scores over their
+    sum, as Megatron-Core's compute_routing_scores_for_aux_loss), c_e the tokens that chose it
+    (a count: no gradient). The counts are appended to `loads` when given."""
     m = cfg.moe
     pre = p + m["prefix"]
     E, K, N = m["E"], m["K"], h.shape[0]
-    probs = torch.softmax(h @ P[pre + "gate.weight"].t(), dim=-1)
-    weights, chosen = torch.topk(probs, K, dim=-1)
-    if m["normalize"]:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+    logits = h @ P[pre + "gate.weight"].t()
+    if m["sigmoid"]:
+        scores = torch.sigmoid(logits)
+        chosen = sigmoid_choice(scores.detach() + P[pre + "gate.e_score_correction_bias"].detach(), K, m["groups"],
+                                m["groups_chosen"])
+        weights = scores.gather(1, chosen)
+        if m["normalize"]:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        weights = weights * m["scale"]
+        probs = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20)
+    else:
+        probs = torch.softmax(logits, dim=-1)
+        weights, chosen = torch.topk(probs, K, dim=-1)
+        if m["normalize"]:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
     if m["capacity"] > 0:
         weights = weights * capacity_mask(weights, chosen, E, math.ceil(N * K / E * m["capacity"]))
     gate, up, down = m["names"]
@@ -581,12 +628,29 @@ def moe_mlp(cfg, P, p, h):
         y = (F.silu(z @ P[x + gate + ".weight"].t()) * (z @ P[x + up + ".weight"].t())) @ P[x + down + ".weight"].t()
         out = out.index_add(0, tok, y * weights[tok, k, None])
     if m["FS"] > 0:
-        x = pre + "shared_expert."
+        x = pre + ("shared_expert." if m["shared_gate"] else "shared_experts.")
         y = (F.silu(h @ P[x + "gate_proj.weight"].t()) * (h @ P[x + "up_proj.weight"].t())) @ P[x + "down_proj.weight"].t()
-        out = out + torch.sigmoid(h @ P[pre + "shared_expert_gate.weight"].t()) * y
+        out = out + (torch.sigmoid(h @ P[pre + "shared_expert_gate.weight"].t()) * y if m["shared_gate"] else y)
     counts = torch.bincount(chosen.reshape(-1), minlength=E).to(h.dtype)
+    if loads is not None and m["sigmoid"]:
+        loads.append((pre + "gate.e_score_correction_bias", counts))
     aux = (probs.sum(dim=0) * counts).sum() * (E / (N * N * K))
     return out, aux
+
+
+def sigmoid_choice(biased, K, groups, groups_chosen):
+    """DeepSeek-V3's choice [N, K] from biased scores [N, E]: each group's two best summed, the
+    groups_chosen best groups kept (the rest masked to -inf, as DeepSeek's and Megatron-Core's
+    code do), the K best of what is left; ties to the lower index (a stable sort)."""
+    N, E = biased.shape
+    if groups_chosen < groups:
+        grouped = biased.view(N, groups, E // groups)
+        top2 = torch.sort(grouped, dim=-1, descending=True, stable=True).values[..., :2].sum(dim=-1)
+        keep = torch.sort(top2, dim=-1, descending=True, stable=True).indices[:, :groups_chosen]
+        mask = torch.zeros(N, groups, dtype=torch.bool)
+        mask.scatter_(1, keep, True)
+        biased = biased.masked_fill(~mask.repeat_interleave(E // groups, dim=1), float("-inf"))
+    return torch.sort(biased, dim=-1, descending=True, stable=True).indices[:, :K]
 
 
 def capacity_mask(weights, chosen, E, capacity):
@@ -603,7 +667,7 @@ def capacity_mask(weights, chosen, E, capacity):
     return keep
 
 
-def llama_forward(cfg, P, idx, aux=None):
+def llama_forward(cfg, P, idx, aux=None, loads=None):
     B, T = idx.shape
     NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     emb = P["model.embed_tokens.weight"]
@@ -627,7 +691,7 @@ def llama_forward(cfg, P, idx, aux=None):
         x = x + proj("o", y)
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
         if cfg.is_moe(i):
-            y, layer_aux = moe_mlp(cfg, P, p, h.reshape(B * T, -1))
+            y, layer_aux = moe_mlp(cfg, P, p, h.reshape(B * T, -1), loads)
             x = x + y.view(B, T, -1)
             if aux is not None:
                 aux.append(layer_aux)
@@ -640,12 +704,13 @@ def llama_forward(cfg, P, idx, aux=None):
     return x @ head.t()
 
 
-def forward(cfg, P, idx, aux=None):
-    """Logits [B, T, V]; each MoE layer's load-balancing loss appended to `aux` when given."""
+def forward(cfg, P, idx, aux=None, loads=None):
+    """Logits [B, T, V]; each MoE layer's load-balancing loss appended to `aux` when given, and
+    (name of its router's bias, each expert's tokens) to `loads`."""
     T = idx.shape[1]
     if T > cfg.max_pos and cfg.model_type == "gpt2":  # rotary positions have no table to run out of
         raise InputError("sequence length %d exceeds the model's %d positions" % (T, cfg.max_pos))
-    return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx, aux)
+    return gpt2_forward(cfg, P, idx) if cfg.model_type == "gpt2" else llama_forward(cfg, P, idx, aux, loads)
 
 
 def loss_fn(cfg, P, idx, tgt):
@@ -653,12 +718,12 @@ def loss_fn(cfg, P, idx, tgt):
     return objective(cfg, P, idx, tgt)[0]
 
 
-def objective(cfg, P, idx, tgt):
+def objective(cfg, P, idx, tgt, loads=None):
     """(the mean cross-entropy, what training minimises: it plus router_aux_loss_coef times
     the MoE layers' load-balancing losses, as Megatron-Core adds them, and those losses' mean
     over the layers as Megatron logs it, None without experts)."""
     aux = []
-    logits = forward(cfg, P, idx, aux)
+    logits = forward(cfg, P, idx, aux, loads)
     ce = F.cross_entropy(logits.reshape(-1, cfg.vocab), tgt.reshape(-1))
     if not aux:
         return ce, ce, None
@@ -670,13 +735,18 @@ def objective(cfg, P, idx, tgt):
 
 
 def make_params(cfg, weights, dtype=torch.float32):
-    return {n: torch.nn.Parameter(torch.tensor(np.asarray(weights[n]), dtype=dtype))
-            for n, _, _ in cfg.param_specs()}
+    return {n: torch.nn.Parameter(torch.tensor(np.asarray(weights[n]), dtype=dtype), requires_grad=role != "balance")
+            for n, _, role in cfg.param_specs()}
+
+
+def trained(cfg, P):
+    """The parameters the loss's gradient trains (all but a sigmoid router's balancing bias)."""
+    return [P[n] for n, _, role in cfg.param_specs() if role != "balance"]
 
 
 def make_optimizer(cfg, P, lr, b1, b2, eps, wd):
-    decay = [P[n] for n, _, _ in cfg.param_specs() if P[n].dim() >= 2]
-    no_decay = [P[n] for n, _, _ in cfg.param_specs() if P[n].dim() < 2]
+    decay = [p for p in trained(cfg, P) if p.dim() >= 2]
+    no_decay = [p for p in trained(cfg, P) if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
 
@@ -685,11 +755,12 @@ def grad_norm(params):
     return torch.norm(torch.stack([torch.norm(p.grad.detach(), 2) for p in params]), 2)
 
 
-def train_step(cfg, P, opt, idx, tgt, clip):
+def train_step(cfg, P, opt, idx, tgt, clip, bias_rate=0.0):
     opt.zero_grad(set_to_none=True)
-    loss, total, balance = objective(cfg, P, idx, tgt)
+    loads = []
+    loss, total, balance = objective(cfg, P, idx, tgt, loads)
     total.backward()
-    params = list(P.values())
+    params = trained(cfg, P)
     for p in params:  # an expert no token chose: a zero gradient, and AdamW steps it (Megatron's buffers)
         if p.grad is None:
             p.grad = torch.zeros_like(p)
@@ -698,6 +769,12 @@ def train_step(cfg, P, opt, idx, tgt, clip):
     else:
         norm = grad_norm(params)
     opt.step()
+    # DeepSeek-V3's auxiliary-loss-free balancing (section 2.1.2), as Megatron-Core's
+    # --moe-router-bias-update-rate runs it after each step: each expert's bias rises by the
+    # rate where it took fewer than the mean of the step's tokens, falls where more.
+    with torch.no_grad():
+        for name, counts in loads:
+            P[name] += bias_rate * torch.sign(counts.mean() - counts)
     return float(loss.detach()), float(norm), balance
 
 
@@ -732,7 +809,7 @@ def train(cfg, weights, tokens, a, log=True):
         for group in opt.param_groups:
             group["lr"] = scheduled_lr(a, k)
         idx, tgt = batch_at(tokens, p, a.batch, a.seq)
-        loss, norm, balance = train_step(cfg, P, opt, idx, tgt, a.clip_grad)
+        loss, norm, balance = train_step(cfg, P, opt, idx, tgt, a.clip_grad, a.moe_router_bias_update_rate)
         losses.append(loss)
         norms.append(norm)
         balances.append(balance)
@@ -839,17 +916,28 @@ def np_moe(cfg, W, p, h):
     out = np.zeros_like(h)
     for t in range(h.shape[0]):
         z = W[pre + "gate.weight"] @ h[t]
-        prob = np.exp(z - z.max())
-        prob /= prob.sum()
-        top = np.argsort(-prob, kind="stable")[:m["K"]]
-        w = prob[top] / (prob[top].sum() if m["normalize"] else 1.0)
+        if m["sigmoid"]:  # DeepSeek-V3's: rank the groups, then the experts of the kept ones, by biased score
+            prob = 1 / (1 + np.exp(-z))
+            biased = prob + W[pre + "gate.e_score_correction_bias"]
+            size = m["E"] // m["groups"]
+            best = [sum(sorted(biased[g * size:(g + 1) * size], reverse=True)[:2]) for g in range(m["groups"])]
+            kept = sorted(range(m["groups"]), key=lambda g: (-best[g], g))[:m["groups_chosen"]]
+            allowed = [e for e in range(m["E"]) if e // size in kept]
+            top = sorted(allowed, key=lambda e: (-biased[e], e))[:m["K"]]
+            w = prob[top] / (prob[top].sum() if m["normalize"] else 1.0) * m["scale"]
+        else:
+            prob = np.exp(z - z.max())
+            prob /= prob.sum()
+            top = np.argsort(-prob, kind="stable")[:m["K"]]
+            w = prob[top] / (prob[top].sum() if m["normalize"] else 1.0)
         for e, we in zip(top, w):
             out[t] += we * swiglu(h[t], pre + "experts.%d." % e)
         if m["FS"] > 0:
-            x = pre + "shared_expert."
+            x = pre + ("shared_expert." if m["shared_gate"] else "shared_experts.")
             g, u = W[x + "gate_proj.weight"] @ h[t], W[x + "up_proj.weight"] @ h[t]
             shared = W[x + "down_proj.weight"] @ (g / (1 + np.exp(-g)) * u)
-            out[t] += shared / (1 + np.exp(-(W[pre + "shared_expert_gate.weight"] @ h[t])[0]))
+            gated = m["shared_gate"]
+            out[t] += shared / (1 + np.exp(-(W[pre + "shared_expert_gate.weight"] @ h[t])[0])) if gated else shared
     return out
 
 
@@ -941,6 +1029,15 @@ MIXTRAL_CAPACITY = dict(MIXTRAL_ODD, moe_expert_capacity_factor=1.0)
 QWEN2_MOE_ODD = dict(LLAMA_ODD, model_type="qwen2_moe", num_hidden_layers=3, mlp_only_layers=[0], num_experts=7,
                      num_experts_per_tok=3, moe_intermediate_size=23, shared_expert_intermediate_size=41,
                      norm_topk_prob=False, router_aux_loss_coef=0.01)
+# GLM-4.5's mixture (DeepSeek-V3's router) on LLaMA-style attention: 3 layers, the first dense
+# (first_k_dense_replace); 8 experts 19 wide in 4 groups, each token's top 3 within its best
+# 2 groups by sigmoid score plus the balancing bias, renormalised and scaled by 2.5; one
+# ungated shared expert; q, k, v biases and QK-norm; rotary positions on whole heads (the
+# released GLM-4.5 turns half of each; the real layers refuse that); a balance loss added.
+GLM4_MOE_ODD = dict(LLAMA_ODD, model_type="glm4_moe", num_hidden_layers=3, first_k_dense_replace=1,
+                    n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=19, n_shared_experts=1,
+                    n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, attention_bias=True,
+                    use_qk_norm=True, head_dim=10, partial_rotary_factor=1.0, router_aux_loss_coef=0.01)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
 MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
@@ -982,7 +1079,8 @@ def self_test():
             "qwen3": Config(QWEN3_ODD),
             "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
             "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True)),
-            "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD), "qwen3_moe": Config(QWEN3_MOE_ODD)}
+            "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD), "qwen3_moe": Config(QWEN3_MOE_ODD),
+            "glm4_moe": Config(GLM4_MOE_ODD)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1341,7 +1439,7 @@ def self_test():
                          ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD),
                          ("qwen3_odd.json", QWEN3_ODD), ("mixtral_odd.json", MIXTRAL_ODD),
                          ("qwen2_moe_odd.json", QWEN2_MOE_ODD), ("mixtral_capacity.json", MIXTRAL_CAPACITY),
-                         ("qwen3_moe_odd.json", QWEN3_MOE_ODD)):
+                         ("qwen3_moe_odd.json", QWEN3_MOE_ODD), ("glm4_moe_odd.json", GLM4_MOE_ODD)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
@@ -1423,6 +1521,9 @@ def parse_args(argv):
     ap.add_argument("--weight-decay", type=float, default=0.0,
                     help="AdamW decoupled decay on tensors of 2+ dimensions only (0)")
     ap.add_argument("--clip-grad", type=float, default=0.0, help="global gradient-norm clip, 0 = off (0)")
+    ap.add_argument("--moe-router-bias-update-rate", type=float, default=1e-3,
+                    help="a sigmoid router's bias step per training step, by the sign of each expert's load "
+                         "below the mean (1e-3, Megatron-Core's)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1)")
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the exact answer FP32 runs are measured from); weights still written F32")
@@ -1491,7 +1592,8 @@ def main(argv):
         os.makedirs(a.out_moments, exist_ok=True)
         for moment in ("exp_avg", "exp_avg_sq"):
             write_safetensors(os.path.join(a.out_moments, moment + ".safetensors"),
-                              {n: opt.state[P[n]][moment] for n, _, _ in cfg.param_specs()})
+                              {n: torch.zeros_like(P[n]) if role == "balance" else opt.state[P[n]][moment]
+                               for n, _, role in cfg.param_specs()})
     if a.out_losses:
         with open(a.out_losses, "w") as f:
             out = {"losses": losses, "grad_norms": norms}
