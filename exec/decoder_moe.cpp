@@ -1,14 +1,16 @@
 // A mixture-of-experts MLP's forward and backward (decoder.hpp's promises; decoder_ops.def's
-// MoE ops): the router's softmax and top-k on the device, the copies' order built on the host
+// MoE ops): the router's softmax and top-k (or DeepSeek-V3's sigmoid, its balancing bias
+// choosing within the best groups) on the device, the copies' order built on the host
 // from the choices (as Megatron's dispatcher syncs its token counts), copies past an expert's
 // capacity dropped where the shape asks, each expert's SwiGLU as linear ops on its run of
 // rows, the weighted combine, the shared experts beside.
 //
 // The load-balancing loss is Megatron-Core's (switch_load_balancing_loss_func), per layer and
 // micro-batch of N tokens: aux = coef E / (N^2 K) sum_e P_e c_e, with P_e the sum over tokens
-// of expert e's router probability and c_e the tokens that chose e. It enters the objective
-// weighted as the micro-batch's tokens are (loss_scale N), so its gradient of each
-// probability is loss_scale coef E c_e / (N K), the same for every token. Under context
+// of expert e's router probability (a sigmoid router's: its scores over their sum) and c_e
+// the tokens that chose e. It enters the objective weighted as the micro-batch's tokens are
+// (loss_scale N), so its gradient of each probability is loss_scale coef E c_e / (N K), the
+// same for every token. Under context
 // parallelism N, P and c are the group's (summed over it: one all-reduce of 2 E floats, where
 // Megatron-Core reduces the counts alone and leaves each rank its part of the loss's value),
 // and capacity is each rank's own tokens', as Megatron-Core drops them.
