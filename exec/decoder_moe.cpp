@@ -13,7 +13,10 @@
 // same for every token. Under context
 // parallelism N, P and c are the group's (summed over it: one all-reduce of 2 E floats, where
 // Megatron-Core reduces the counts alone and leaves each rank its part of the loss's value),
-// and capacity is each rank's own tokens', as Megatron-Core drops them.
+// and capacity is each rank's own tokens', as Megatron-Core drops them. A sequence-wise loss
+// (DeepSeek-V2/V3's; Megatron-Core's seq_aux_loss) is the same over each sequence's T tokens,
+// averaged over the micro-batch's sequences: per sequence its own statistics (2 E a sequence
+// in the all-reduce) and gradient loss_scale coef E c / (T K).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -221,10 +224,12 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
   }
   const int M = a.offsets.back();  // the copies kept
   // The loss's statistics: each expert's tokens and its probability summed over them (the
-  // value, for the report; its gradient needs only the counts). Under context parallelism
-  // the micro-batch's tokens are the group's: the plan's all-reduce sums both over it, so
-  // every rank's loss and gradient are the whole sequence's.
-  std::vector<double> P(sz(E), 0.0);
+  // value, for the report; its gradient needs only the counts), over the micro-batch's
+  // tokens or, for a sequence-wise loss, over each sequence's (rows of a sample are
+  // contiguous). Under context parallelism the tokens are the group's: the plan's all-reduce
+  // sums both over it, so every rank's loss and gradient are the whole sequence's.
+  const int groups = m.per_sequence ? d.B : 1, group_rows = N / groups;
+  std::vector<double> P(sz(groups) * sz(E), 0.0), counted(P.size(), 0.0);
   {
     std::vector<float> probs(a.probs.size());
     ops.download(probs.data(), a.probs.data(), probs.size());
@@ -236,34 +241,44 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
         total = 1e-20;
         for (int e = 0; e < E; ++e) total += s[e];
       }
-      for (int e = 0; e < E; ++e) P[sz(e)] += m.sigmoid ? s[e] / total : s[e];
+      double* into = P.data() + row / sz(group_rows) * sz(E);
+      for (int e = 0; e < E; ++e) into[e] += m.sigmoid ? s[e] / total : s[e];
     }
+    std::vector<int> chosen(sz(1LL * N * K));
+    ops.download_ints(chosen.data(), a.experts.data(), chosen.size());
+    for (size_t i = 0; i < chosen.size(); ++i) counted[i / sz(K) / sz(group_rows) * sz(E) + sz(chosen[i])] += 1;
   }
-  double tokens = N;
+  double tokens = group_rows;  // of a group
   if (d.cp > 1) {
     if (d.cgroup == nullptr) throw std::invalid_argument("a mixture of experts under context parallelism needs its group");
-    std::vector<float> stats(2 * sz(E));
-    for (int e = 0; e < E; ++e) {
-      stats[sz(e)] = static_cast<float>(count[sz(e)]);  // (exact: fewer than 2^24 tokens)
-      stats[sz(E + e)] = static_cast<float>(P[sz(e)]);
+    std::vector<float> stats(2 * P.size());  // per group: its counts, then its probability sums
+    for (size_t g = 0; g < sz(groups); ++g) {
+      for (size_t e = 0; e < sz(E); ++e) {
+        stats[2 * g * sz(E) + e] = static_cast<float>(counted[g * sz(E) + e]);  // (exact: fewer than 2^24 tokens)
+        stats[(2 * g + 1) * sz(E) + e] = static_cast<float>(P[g * sz(E) + e]);
+      }
     }
     d.cgroup->all_reduce(stats, false);
-    for (int e = 0; e < E; ++e) {
-      count[sz(e)] = static_cast<int>(std::lround(stats[sz(e)]));
-      P[sz(e)] = stats[sz(E + e)];
+    for (size_t g = 0; g < sz(groups); ++g) {
+      for (size_t e = 0; e < sz(E); ++e) {
+        counted[g * sz(E) + e] = std::round(stats[2 * g * sz(E) + e]);
+        P[g * sz(E) + e] = stats[(2 * g + 1) * sz(E) + e];
+      }
     }
     tokens *= d.cp;
   }
   double sum = 0;
-  for (int e = 0; e < E; ++e) sum += P[sz(e)] * count[sz(e)];
-  a.balance = sum * E / (tokens * tokens * K);
+  for (size_t i = 0; i < P.size(); ++i) sum += P[i] * counted[i];
+  a.balance = sum * E / (tokens * tokens * K) / groups;  // (a sequence-wise loss: the sequences' mean)
   if (m.aux_coef > 0) {
-    std::vector<float> dprobs(sz(E));
-    for (int e = 0; e < E; ++e) {
-      dprobs[sz(e)] = static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * count[sz(e)] / (tokens * K));
+    // Weighted as the micro-batch's tokens (N, or a sequence's T for each of B sequences'
+    // losses averaged): each probability's gradient is loss_scale coef E c / (tokens K).
+    std::vector<float> dprobs(P.size());
+    for (size_t i = 0; i < P.size(); ++i) {
+      dprobs[i] = static_cast<float>(static_cast<double>(d.loss_scale) * m.aux_coef * E * counted[i] / (tokens * K));
     }
-    a.dprobs = ops.floats(sz(E));
-    ops.upload(a.dprobs.data(), dprobs.data(), sz(E));
+    a.dprobs = ops.floats(dprobs.size());
+    ops.upload(a.dprobs.data(), dprobs.data(), dprobs.size());
   }
   // The copies, to their experts' holders under expert parallelism.
   a.xp = ops.floats(sz(1LL * M * C));
@@ -394,16 +409,23 @@ void decoder_detail::moe_backward(const Dims& d, const BlockParams& p, const flo
   }
   // The router: the weights' gradient and the load-balancing loss's, through the softmax
   // (or the sigmoid). A sigmoid router's bias takes the loads instead (ParamSlot::balancing).
+  // A sequence-wise balance loss gives each sequence's rows their own dprobs.
   const Floats dlogits = ops.zeros(sz(1LL * N * E));
-  const float* dprobs = a.dprobs.empty() ? nullptr : a.dprobs.data();
-  if (m.sigmoid) {
-    ops.moe_sigmoid_router_backward(dlogits.data(), dweights.data(), dprobs, a.probs.data(), a.experts.data(), N, E, K,
-                                    m.normalize ? 1 : 0, static_cast<float>(m.scale));
-    wg.add_values(p.router_bias, a.underload);
-  } else {
-    ops.moe_router_backward(dlogits.data(), dweights.data(), dprobs, a.probs.data(), a.weights.data(),
-                            a.experts.data(), N, E, K, m.normalize ? 1 : 0);
+  const int groups = m.per_sequence ? d.B : 1, group_rows = N / groups;
+  for (int g = 0; g < groups; ++g) {
+    const size_t r = sz(1LL * g * group_rows);
+    const float* dprobs = a.dprobs.empty() ? nullptr : a.dprobs.data() + sz(g) * sz(E);
+    if (m.sigmoid) {
+      ops.moe_sigmoid_router_backward(dlogits.data() + r * sz(E), dweights.data() + r * sz(K), dprobs,
+                                      a.probs.data() + r * sz(E), a.experts.data() + r * sz(K), group_rows, E, K,
+                                      m.normalize ? 1 : 0, static_cast<float>(m.scale));
+    } else {
+      ops.moe_router_backward(dlogits.data() + r * sz(E), dweights.data() + r * sz(K), dprobs,
+                              a.probs.data() + r * sz(E), a.weights.data() + r * sz(K), a.experts.data() + r * sz(K),
+                              group_rows, E, K, m.normalize ? 1 : 0);
+    }
   }
+  if (m.sigmoid) wg.add_values(p.router_bias, a.underload);
   if (once) ops.linear_backward_input(dx, dlogits.data(), w + p.router_w, N, C, E);
   wg.add(p.router_w, npos, dlogits, x, N, C, E);
 }

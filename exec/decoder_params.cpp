@@ -63,6 +63,7 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
     }
     s.moe.shared_gate = m.shared_expert_gate && s.moe.FS > 0;
     s.moe.aux_coef = m.aux_loss_coef;
+    s.moe.per_sequence = m.sequence_aux_loss;
     s.moe.capacity_factor = m.capacity_factor;
     s.moe.first_dense = m.first_dense_layers;
     s.moe.every = m.every;

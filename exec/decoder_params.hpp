@@ -135,6 +135,7 @@ struct DecoderShape {
     int groups = 1, groups_chosen = 1;
     double scale = 1;
     double aux_coef = 0;
+    bool per_sequence = false;  // the balance loss over each sequence (MoeConfig::sequence_aux_loss)
     // Megatron-Core's token dropping: an expert keeps at most ceil(N K / E x capacity_factor)
     // of a micro-batch's N K copies, those of the largest weights (its "probs" policy; a tie to
     // the earlier token); 0: dropless.

@@ -354,7 +354,9 @@ std::string Training::describe() const {
     if (m.scale != 1) out << " x" << model::units::format_number(m.scale);
     out << ", " << m.FE << " wide)";
     if (m.FS > 0) out << " and a shared one " << m.FS << " wide" << (m.shared_gate ? ", gated" : "");
-    if (m.aux_coef > 0) out << ", load-balancing loss x" << model::units::format_number(m.aux_coef);
+    if (m.aux_coef > 0) {
+      out << ", load-balancing loss x" << model::units::format_number(m.aux_coef) << (m.per_sequence ? " per sequence" : "");
+    }
     if (m.sigmoid) {
       out << ", bias step " << model::units::format_number(optimizer_options_.moe_router_bias_update_rate);
     }

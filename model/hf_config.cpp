@@ -269,6 +269,7 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.normalize_top_k = r.boolean("norm_topk_prob", true);
     m.routed_scale = r.positive("routed_scaling_factor", 1.0);
     m.aux_loss_coef = r.non_negative("router_aux_loss_coef", 0);
+    m.sequence_aux_loss = r.boolean("seq_aux", false);  // (DeepSeek's key, for a sequence-wise one)
     m.router = MoeConfig::Router::sigmoid;
     m.groups = r.integer({"n_group"}, false, 1);
     m.groups_chosen = r.integer({"topk_group"}, false, 1);
@@ -289,6 +290,7 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.normalize_top_k = r.boolean("norm_topk_prob", v3);
     m.routed_scale = r.positive("routed_scaling_factor", v3 ? 2.5 : 1.0);
     m.aux_loss_coef = r.non_negative("aux_loss_alpha", 0.001);
+    m.sequence_aux_loss = r.boolean("seq_aux", true);  // (DeepseekV2Config's and V3's default)
     if (r.present("scoring_func")) {
       if (!r.at("scoring_func").is_string()) r.fail("scoring_func", "expected softmax or sigmoid, found " + brief(r.at("scoring_func")));
       const std::string f = r.at("scoring_func").get<std::string>();

@@ -169,6 +169,10 @@ struct MoeConfig {
   // experts); past it a token's copy is dropped (its residual passes alone). 0: dropless.
   double capacity_factor = 0;
   double aux_loss_coef = 0;  // weight of the load-balancing loss (Switch Transformer's)
+  // The balance loss over each sequence's tokens, averaged over the micro-batch's sequences
+  // (DeepSeek-V2/V3's sequence-wise loss, their configs' seq_aux; Megatron-Core's
+  // seq_aux_loss), rather than over the micro-batch's tokens at once (aux_loss).
+  bool sequence_aux_loss = false;
   // Which layers are MoE: from first_dense_layers on, every `every`-th one (layer i when
   // (i - first_dense_layers) % every == 0). The others keep the dense MLP of width ffn.
   int first_dense_layers = 0;

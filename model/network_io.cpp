@@ -219,6 +219,7 @@ MoeConfig parse_moe(const YAML::Node& node, const std::string& file, const std::
   m.routed_scale = r.number_or("routed_scale", 1, 0, limits::kMaxCapacityFactor);
   m.capacity_factor = r.number_or("capacity_factor", 0, 0, limits::kMaxCapacityFactor);
   m.aux_loss_coef = r.number_or("aux_loss_coef", 0, 0, limits::kMaxCapacityFactor);
+  m.sequence_aux_loss = r.boolean_or("sequence_aux_loss", false);
   m.first_dense_layers = r.int_or("first_dense_layers", 0, 0, limits::kMaxTransformerLayers);
   m.every = r.int_or("every", 1, 1, limits::kMaxTransformerLayers);
   const std::string names = r.string_or("tensor_names", "qwen");
@@ -454,6 +455,7 @@ std::string write_network(const Network& n) {
       out << YAML::Key << "routed_scale" << YAML::Value << units::format_number(m.routed_scale);
       out << YAML::Key << "capacity_factor" << YAML::Value << units::format_number(m.capacity_factor);
       out << YAML::Key << "aux_loss_coef" << YAML::Value << units::format_number(m.aux_loss_coef);
+      if (m.sequence_aux_loss) out << YAML::Key << "sequence_aux_loss" << YAML::Value << true;
       // (Written only where it is not the default: every other network keeps its bytes.)
       if (m.tensor_names == MoeConfig::TensorNames::mixtral) out << YAML::Key << "tensor_names" << YAML::Value << "mixtral";
       out << YAML::EndMap;

@@ -159,13 +159,15 @@ TransformerConfig deepseek_v3() {
   c.moe.groups_chosen = 4;
   c.moe.routed_scale = 2.5;
   c.moe.aux_loss_coef = 0.0001;
+  c.moe.sequence_aux_loss = true;
   c.moe.first_dense_layers = 3;
   return c;
 }
 
 // DeepSeek-V2-Lite (DeepSeek-AI 2024, arXiv:2405.04434, and the released config.json): MLA
 // without a query latent, the first layer dense (ffn 10944), then 64 routed experts of 1408,
-// top-6, softmax weights not renormalised, and 2 shared experts.
+// top-6, softmax weights not renormalised, and 2 shared experts; the sequence-wise balance
+// loss.
 TransformerConfig deepseek_v2_lite() {
   TransformerConfig c = llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944);
   c.vocab = 102400;
@@ -177,6 +179,7 @@ TransformerConfig deepseek_v2_lite() {
   c.moe.shared_experts = 2;
   c.moe.normalize_top_k = false;
   c.moe.aux_loss_coef = 0.001;
+  c.moe.sequence_aux_loss = true;  // (its config's seq_aux)
   c.moe.first_dense_layers = 1;
   return c;
 }

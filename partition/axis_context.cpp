@@ -88,8 +88,9 @@ std::vector<PassCall> pass_context_calls(const model::Network& net, const PassSh
   if (pass.context <= 1 || !net.architecture) return {};
   const model::TransformerConfig& c = *net.architecture;
   const double kv = context_kv_elems(c, pass.tensor);
-  // (The router's statistics are the micro-batch's, not a sample's: per sample, a share.)
-  const double statistics = 2.0 * c.moe.experts / std::max(1, pass.micro_batch);
+  // (The router's statistics are the micro-batch's, not a sample's: per sample, a share;
+  // under a sequence-wise balance loss, each sequence's own.)
+  const double statistics = 2.0 * c.moe.experts / (c.moe.sequence_aux_loss ? 1 : std::max(1, pass.micro_batch));
   return place_pass_calls(net, pass, [&](const model::Layer& l, LayerPart part, std::vector<PassCall>& out) {
     if (l.attention_core_flops <= 0 || l.forward_flops <= 0) return;
     const AttentionPlace a = attention_place(c, l);

@@ -221,6 +221,7 @@ Json network_json(const model::Network& n) {
     e["router"] = m.router == model::MoeConfig::Router::sigmoid ? "sigmoid" : "softmax";
     e["capacity_factor"] = m.capacity_factor;
     e["aux_loss_coef"] = m.aux_loss_coef;
+    e["sequence_aux_loss"] = m.sequence_aux_loss;
     int layers = 0;
     for (int i = 0; i < n.architecture->layers; ++i) layers += m.is_moe_layer(i);
     e["moe_layers"] = layers;
@@ -272,7 +273,8 @@ void print_network(std::ostream& out, const model::Network& n) {
     }
     out << "; on " << layers << " of " << n.architecture->layers << " layers; "
         << (m.capacity_factor > 0 ? "capacity factor " + u::format_number(m.capacity_factor) : std::string("dropless"))
-        << (m.aux_loss_coef > 0 ? ", balance loss x" + u::format_number(m.aux_loss_coef) : "") << "\n";
+        << (m.aux_loss_coef > 0 ? ", balance loss x" + u::format_number(m.aux_loss_coef) : "")
+        << (m.aux_loss_coef > 0 && m.sequence_aux_loss ? " per sequence" : "") << "\n";
   }
   out << "  FLOPs per sample      forward " << u::human_flops(n.forward_flops_per_sample()) << ", backward "
       << u::human_flops(n.backward_flops_per_sample()) << ", training " << u::human_flops(n.training_flops_per_sample())

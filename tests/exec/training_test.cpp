@@ -832,6 +832,42 @@ TEST(ExpertParallelTraining, SigmoidRouterAndItsBalancingEqualOneDevice) {
   }
 }
 
+// A sequence-wise balance loss (DeepSeek-V2/V3's) is each sequence's whatever the micro-batch
+// holds: micro-batches of 2 and 4 sequences, over data parallelism, context parallelism 2
+// (each sequence's statistics summed over its group) and expert groups, train as one device
+// on micro-batches of one. The micro-batch's loss (the switch loss) at 2 sequences does not.
+TEST(MoeTraining, ASequenceWiseBalanceLossIsEachSequencesWhateverTheMicroBatch) {
+  model::TransformerConfig c = *odd_deepseek(3, 12).architecture;
+  c.moe.sequence_aux_loss = true;
+  const model::Network net = model::make_transformer(c, model::Precision::fp32);
+  struct Split {
+    int data, micro_batch, context, experts;
+  };
+  for (const Split s : {Split{2, 2, 1, 1}, Split{1, 4, 2, 1}, Split{2, 2, 1, 2}, Split{2, 2, 2, 1}}) {
+    SCOPED_TRACE("data " + std::to_string(s.data) + ", micro-batch " + std::to_string(s.micro_batch) + ", context " +
+                 std::to_string(s.context) + ", experts " + std::to_string(s.experts));
+    partition::PlanOptions o = options(1, s.data, 8 / (s.data * s.micro_batch), "1f1b");
+    o.micro_batch = s.micro_batch;
+    o.context = s.context;
+    o.experts.parallel = s.experts;
+    const Plan plan = test_support::planned(model::cpu_cluster(s.data * s.context), net, o);
+    ASSERT_EQ(plan.layout.micro_batch_size, s.micro_batch);
+    expect_trains_as_one_device(plan, net);
+    expect_balances_as_one_device(plan, net);
+  }
+  model::TransformerConfig whole = c;
+  whole.moe.sequence_aux_loss = false;
+  const model::Network switch_loss = model::make_transformer(whole, model::Precision::fp32);
+  partition::PlanOptions o = options(1, 2, 2, "1f1b");
+  o.micro_batch = 2;
+  const std::vector<double> two = train(test_support::planned(model::cpu_cluster(2), switch_loss, o), 1).balances,
+                            one = train(test_support::planned(model::cpu_cluster(1), switch_loss, options(1, 1, 8, "1f1b")), 1)
+                                      .balances;
+  ASSERT_EQ(two.size(), 1u);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_GT(std::abs(two[0] - one[0]), 1e-4 * one[0]);
+}
+
 // The balancing bias (DeepSeek-V3's auxiliary-loss-free balancing): no loss gradient moves it;
 // each step adds the rate times the sign of each expert's load below the step's mean, so after
 // a step every bias has moved by exactly the rate, up or down (or not, at the mean), and the

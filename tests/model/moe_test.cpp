@@ -201,6 +201,7 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_EQ(v3.architecture->mla, (MlaConfig{1536, 512, 128, 64, 128}));
   EXPECT_EQ(v3.architecture->moe.groups, 8);  // the best 4 of 8 groups of 32 experts: the real layers route so
   EXPECT_EQ(v3.architecture->moe.groups_chosen, 4);
+  EXPECT_TRUE(v3.architecture->moe.sequence_aux_loss);  // (its seq_aux: the sequence-wise balance loss)
   EXPECT_EQ(v3.architecture->unmodelled, "rope_scaling (yarn), num_nextn_predict_layers 1 (multi-token prediction)");
 
   // GLM-4.5-Air: DeepSeek-V3's router (sigmoid, the balancing bias) over 128 experts, one
@@ -215,6 +216,7 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_EQ(g.first_dense_layers, 1);
   EXPECT_EQ(g.groups, 1);
   EXPECT_DOUBLE_EQ(g.aux_loss_coef, 0);  // transformers computes none for it
+  EXPECT_FALSE(g.sequence_aux_loss);
   EXPECT_EQ(air.architecture->attention_bias, TransformerConfig::AttentionBias::qkv);
   EXPECT_DOUBLE_EQ(air.architecture->norm_eps, 1e-5);
   const double C = 4096, Q = 96 * 128, KV = 8 * 128, attention = C * Q + 2 * C * KV + Q * C + Q + 2 * KV + 2 * C;

@@ -229,6 +229,13 @@ TEST(PyTorchOracle, Glm45StyleSigmoidRouterAndItsBalancingMatchAfterThreeAdamWSt
                      {.worst_tensor = 1e-4, .adam_eps = 1e-6, .schedule = "--moe-router-bias-update-rate 0.01"});
 }
 
+// The same with DeepSeek's sequence-wise balance loss (seq_aux): each of the 4 sequences' own
+// loss, averaged, where the one above is the micro-batch's.
+TEST(PyTorchOracle, Glm45StyleWithASequenceWiseBalanceLossMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("glm4_moe_seq_aux", 11,
+                     {.worst_tensor = 1e-4, .adam_eps = 1e-6, .schedule = "--moe-router-bias-update-rate 0.01"});
+}
+
 // Mixtral dropping copies past each expert's capacity (Megatron-Core's
 // moe_expert_capacity_factor 1.0, its "probs" policy): the copies of the smallest weights go.
 TEST(PyTorchOracle, MixtralDroppingPastItsExpertsCapacityMatchesAfterThreeAdamWSteps) {

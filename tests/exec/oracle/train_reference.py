@@ -191,7 +191,7 @@ class Config:
             return v
         # Megatron-Core's --moe-expert-capacity-factor (not a transformers key): 0 or absent, dropless.
         m = {"aux": float(d.get("router_aux_loss_coef", 0.001)), "capacity": float(d.get("moe_expert_capacity_factor") or 0)}
-        m.update(sigmoid=False, groups=1, groups_chosen=1, scale=1.0, shared_gate=True)
+        m.update(sigmoid=False, groups=1, groups_chosen=1, scale=1.0, shared_gate=True, seq_aux=False)
         if moe_type == "mixtral":
             m.update(E=count("num_local_experts", 8), K=count("num_experts_per_tok", 2), FE=self.inner, FS=0,
                      normalize=True, prefix="block_sparse_moe.", names=("w1", "w3", "w2"), layers=None)
@@ -202,6 +202,7 @@ class Config:
             # experts beside. Layers from first_k_dense_replace on. transformers has no
             # balance loss here: router_aux_loss_coef (absent: 0) asks for Megatron-Core's.
             m["aux"] = float(d.get("router_aux_loss_coef", 0.0))
+            m["seq_aux"] = bool(d.get("seq_aux", False))  # DeepSeek's key: the loss per sequence
             fe = count("moe_intermediate_size", 1408)
             m.update(E=count("n_routed_experts", 128), K=count("num_experts_per_tok", 8), FE=fe,
                      FS=fe * count("n_shared_experts", 1), normalize=bool(d.get("norm_topk_prob", True)),
@@ -587,7 +588,7 @@ def gpt2_forward(cfg, P, idx):
     return x @ wte.t()
 
 
-def moe_mlp(cfg, P, p, h, loads=None):
+def moe_mlp(cfg, P, p, h, loads=None, sequences=1):
     """A mixture of experts on h [N, C] as transformers' MixtralSparseMoeBlock,
     Qwen2MoeSparseMoeBlock and Glm4MoeMoE compute it (softmax router, top-k, the chosen weights
     renormalised when the config says so; or GLM-4.5's and DeepSeek-V3's sigmoid router, its
@@ -596,7 +597,9 @@ def moe_mlp(cfg, P, p, h, loads=None):
     loss of the layer (switch_load_balancing_loss_func): E / (N^2 K) sum_e P_e c_e, P_e the sum
     of expert e's probabilities over the N tokens (under a sigmoid router its scores over their
     sum, as Megatron-Core's compute_routing_scores_for_aux_loss), c_e the tokens that chose it
-    (a count: no gradient). The counts are appended to `loads` when given."""
+    (a count: no gradient); with the config's seq_aux, DeepSeek's sequence-wise loss (Megatron-
+    Core's sequence_load_balancing_loss_func): the same over each of the `sequences` (rows
+    sequence by sequence), averaged. The counts are appended to `loads` when given."""
     m = cfg.moe
     pre = p + m["prefix"]
     E, K, N = m["E"], m["K"], h.shape[0]
@@ -634,8 +637,14 @@ def moe_mlp(cfg, P, p, h, loads=None):
     counts = torch.bincount(chosen.reshape(-1), minlength=E).to(h.dtype)
     if loads is not None and m["sigmoid"]:
         loads.append((pre + "gate.e_score_correction_bias", counts))
-    aux = (probs.sum(dim=0) * counts).sum() * (E / (N * N * K))
-    return out, aux
+    if not m["seq_aux"]:
+        return out, (probs.sum(dim=0) * counts).sum() * (E / (N * N * K))
+    T = N // sequences
+    aux = 0
+    for b in range(sequences):
+        c = torch.bincount(chosen[b * T:(b + 1) * T].reshape(-1), minlength=E).to(h.dtype)
+        aux = aux + (probs[b * T:(b + 1) * T].sum(dim=0) * c).sum() * (E / (T * T * K))
+    return out, aux / sequences
 
 
 def sigmoid_choice(biased, K, groups, groups_chosen):
@@ -691,7 +700,7 @@ def llama_forward(cfg, P, idx, aux=None, loads=None):
         x = x + proj("o", y)
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], cfg.eps)
         if cfg.is_moe(i):
-            y, layer_aux = moe_mlp(cfg, P, p, h.reshape(B * T, -1), loads)
+            y, layer_aux = moe_mlp(cfg, P, p, h.reshape(B * T, -1), loads, B)
             x = x + y.view(B, T, -1)
             if aux is not None:
                 aux.append(layer_aux)
@@ -1038,6 +1047,8 @@ GLM4_MOE_ODD = dict(LLAMA_ODD, model_type="glm4_moe", num_hidden_layers=3, first
                     n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=19, n_shared_experts=1,
                     n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, attention_bias=True,
                     use_qk_norm=True, head_dim=10, partial_rotary_factor=1.0, router_aux_loss_coef=0.01)
+# The same with DeepSeek's sequence-wise balance loss (seq_aux): each sequence's, averaged.
+GLM4_MOE_SEQ_AUX = dict(GLM4_MOE_ODD, seq_aux=True)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
 MISTRAL_WINDOW = dict(LLAMA_ODD, model_type="mistral", sliding_window=4)
 # Llama 3.1's RoPE scaling, its bands placed so that this config's four frequencies cover all
@@ -1080,7 +1091,7 @@ def self_test():
             "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
             "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True)),
             "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD), "qwen3_moe": Config(QWEN3_MOE_ODD),
-            "glm4_moe": Config(GLM4_MOE_ODD)}
+            "glm4_moe": Config(GLM4_MOE_ODD), "glm4_moe_seq_aux": Config(GLM4_MOE_SEQ_AUX)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1414,6 +1425,27 @@ def self_test():
         c.check("its gradient reaches the router", router is not None and float(router.abs().max()) > 0)
     c.run("load balancing", load_balancing)
 
+    # 11b'. The sequence-wise loss is the micro-batch's for one sequence, and the mean of each
+    # sequence's alone for several.
+    def sequence_wise():
+        whole, per_seq = cfgs["glm4_moe"], cfgs["glm4_moe_seq_aux"]
+        P = make_params(whole, make_init(whole, 5), torch.float64)
+        idx = torch.from_numpy(np.random.RandomState(9).randint(whole.vocab, size=(3, 7)))
+        def aux(cfg, x):
+            out = []
+            with torch.no_grad():
+                forward(cfg, P, x, out)
+            return [float(a) for a in out]
+        c.check("one sequence: the sequence-wise loss is the micro-batch's",
+                max(abs(a - b) for a, b in zip(aux(per_seq, idx[:1]), aux(whole, idx[:1]))) < 1e-12)
+        alone = [aux(per_seq, idx[b:b + 1]) for b in range(3)]
+        mean = [sum(a[i] for a in alone) / 3 for i in range(len(alone[0]))]
+        together = aux(per_seq, idx)
+        c.check("three sequences: the mean of each one's", max(abs(a - b) for a, b in zip(together, mean)) < 1e-12,
+                str(together) + " vs " + str(mean))
+        c.check("three sequences: not the micro-batch's", max(abs(a - b) for a, b in zip(together, aux(whole, idx))) > 1e-6)
+    c.run("sequence-wise load balancing", sequence_wise)
+
     # 11c. Token dropping past an expert's capacity: the largest weights kept, a tie to the
     # earlier token; a capacity of every copy drops none.
     def capacity():
@@ -1439,7 +1471,8 @@ def self_test():
                          ("llama_dynamic.json", LLAMA_DYNAMIC), ("qwen2_odd.json", QWEN2_ODD),
                          ("qwen3_odd.json", QWEN3_ODD), ("mixtral_odd.json", MIXTRAL_ODD),
                          ("qwen2_moe_odd.json", QWEN2_MOE_ODD), ("mixtral_capacity.json", MIXTRAL_CAPACITY),
-                         ("qwen3_moe_odd.json", QWEN3_MOE_ODD), ("glm4_moe_odd.json", GLM4_MOE_ODD)):
+                         ("qwen3_moe_odd.json", QWEN3_MOE_ODD), ("glm4_moe_odd.json", GLM4_MOE_ODD),
+                         ("glm4_moe_seq_aux.json", GLM4_MOE_SEQ_AUX)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
