@@ -116,6 +116,7 @@ struct Case {
   partition::PlanOptions options;
   bool moe = false;  // a mixture of experts rather than the GPT
   bool two_memories = false;  // CPU devices of 16 and 24 GiB in turn, a node each, rather than cpu-N
+  bool deepseek = false;      // the mixture routed by DeepSeek-V3's sigmoid router, balanced per sequence
 };
 
 // Threads against ranks, bitwise: the same plan trained both ways (the threaded run on every
@@ -222,6 +223,21 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      }(),
                      true});
   }
+  // DeepSeek-V3's router: the balancing bias's loads summed over ranks as gradients are, the
+  // sequence-wise balance loss over micro-batches of 2 sequences, each split over a context
+  // group of 2 (its statistics all-reduced per sequence) beside expert groups of 2.
+  Case deepseek{"deepseek router x expert parallel 2 x context 2 x zero 1", 4, [] {
+                  auto o = options(1, 2, 2, "1f1b");
+                  o.micro_batch = 2;
+                  o.experts.parallel = 2;
+                  o.context = 2;
+                  o.zero_stage = 1;
+                  o.bucket_bytes = 4096;
+                  return o;
+                }(),
+                true};
+  deepseek.deepseek = true;
+  cases.push_back(deepseek);
   // Context parallelism: keys and values all-gathered and their gradients reduce-scattered
   // inside the passes, or passed around a ring block by block with the work in flight.
   cases.push_back({"context 2 x data 2, all-gather", 4, [] {
@@ -252,11 +268,21 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
   memory.two_memories = true;
   cases.push_back(memory);
   for (const Case& c : cases) {
-    const model::Network net =
+    model::Network net =
         c.moe ? model::network_from_spec("llama:layers=4,hidden=32,heads=2,kv_heads=2,ffn=40,seq=16,vocab=97,experts=4,"
                                          "experts_per_token=2,expert_ffn=24,shared_experts=1",
                                          model::Precision::fp32)
               : gpt(4, c.options.tensor > 1 ? 4 : 2);
+    if (c.deepseek) {
+      model::TransformerConfig d = *net.architecture;
+      d.moe.router = model::MoeConfig::Router::sigmoid;
+      d.moe.groups = 2;
+      d.moe.groups_chosen = 1;
+      d.moe.routed_scale = 2.5;
+      d.moe.aux_loss_coef = 0.01;
+      d.moe.sequence_aux_loss = true;
+      net = model::make_transformer(d, model::Precision::fp32);
+    }
     const Plan plan = test_support::planned(c.two_memories ? test_support::cpus_of_two_memories(c.devices) : model::cpu_cluster(c.devices),
                                             net, c.options);
     const Trained threads = train(plan, nullptr);
