@@ -222,6 +222,8 @@ Json network_json(const model::Network& n) {
     e["capacity_factor"] = m.capacity_factor;
     e["aux_loss_coef"] = m.aux_loss_coef;
     e["sequence_aux_loss"] = m.sequence_aux_loss;
+    e["groups"] = m.groups;
+    e["groups_chosen"] = m.groups_chosen;
     int layers = 0;
     for (int i = 0; i < n.architecture->layers; ++i) layers += m.is_moe_layer(i);
     e["moe_layers"] = layers;
@@ -267,7 +269,11 @@ void print_network(std::ostream& out, const model::Network& n) {
     out << "  experts               " << m.experts << " of width " << m.expert_ffn << ", " << m.experts_per_token
         << " per token (" << (m.router == model::MoeConfig::Router::sigmoid ? "sigmoid" : "softmax") << " router"
         << (m.normalize_top_k ? ", weights renormalised" : "")
-        << (m.routed_scale != 1 ? ", scaled x" + u::format_number(m.routed_scale) : "") << ")";
+        << (m.routed_scale != 1 ? ", scaled x" + u::format_number(m.routed_scale) : "")
+        << (m.groups_chosen < m.groups
+                ? ", within the best " + std::to_string(m.groups_chosen) + " of " + std::to_string(m.groups) + " groups"
+                : "")
+        << ")";
     if (m.shared_experts > 0) {
       out << ", " << m.shared_experts << " shared of width " << m.shared_width() << (m.shared_expert_gate ? " (gated)" : "");
     }
