@@ -350,8 +350,8 @@ std::string Training::describe() const {
       out << " by sigmoid score and balancing bias";
       if (m.groups_chosen < m.groups) out << " in the best " << m.groups_chosen << " of " << m.groups << " groups";
     }
-    out << (m.normalize ? " renormalised" : "");
-    if (m.scale != 1) out << " x" << model::units::format_number(m.scale);
+    out << (m.normalize ? (m.sigmoid ? ", renormalised" : " renormalised") : "");
+    if (m.scale != 1) out << ", x" << model::units::format_number(m.scale);
     out << ", " << m.FE << " wide)";
     if (m.FS > 0) out << " and a shared one " << m.FS << " wide" << (m.shared_gate ? ", gated" : "");
     if (m.aux_coef > 0) {
