@@ -18,6 +18,7 @@
 #include "model/zoo.hpp"
 #include "partition/traffic.hpp"
 #include "tests/exec/exec_test_util.hpp"
+#include "tests/exec/odd_networks.hpp"
 #include "traces/traffic.hpp"
 
 namespace hetflow {
@@ -274,12 +275,7 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                                          model::Precision::fp32)
               : gpt(4, c.options.tensor > 1 ? 4 : 2);
     if (c.deepseek) {
-      model::TransformerConfig d = *net.architecture;
-      d.moe.router = model::MoeConfig::Router::sigmoid;
-      d.moe.groups = 2;
-      d.moe.groups_chosen = 1;
-      d.moe.routed_scale = 2.5;
-      d.moe.aux_loss_coef = 0.01;
+      model::TransformerConfig d = *test_support::odd_deepseek(2, 16).architecture;
       d.moe.sequence_aux_loss = true;
       net = model::make_transformer(d, model::Precision::fp32);
     }
