@@ -141,6 +141,7 @@ TEST(RunCli, BadOptionsExit2) {
       {"--adam-eps 0", "--adam-eps"},
       {"--adam-beta2 1", "--adam-beta2"},
       {"--clip-grad nan", "--clip-grad"},
+      {"--moe-router-bias-update-rate -0.001", "--moe-router-bias-update-rate: expected a number from 0 to 1"},
       {"--loss-scale 1000", "--loss-scale: expected a power of two"},
       {"--initial-loss-scale 4 --min-loss-scale 8", "--min-loss-scale: is above --initial-loss-scale"},
       {"--hysteresis 0", "--hysteresis"},
