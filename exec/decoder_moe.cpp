@@ -32,12 +32,13 @@ namespace {
 
 // The copies' order from the router's choices: expert by expert, each expert's tokens in
 // order; past an expert's capacity (DecoderShape::Moe::capacity_factor) the copies of the
-// smallest weights are dropped (slot -1). Fills a.rows, a.slots, a.offsets; returns the
-// tokens that chose each expert (dropped or not: what the load-balancing loss counts).
-std::vector<int> order_copies(const Dims& d, MoeActs& a) {
+// smallest weights are dropped (slot -1). Fills a.rows, a.slots, a.offsets and `chosen`
+// (the choices [N, K], on the host); returns the tokens that chose each expert (dropped or
+// not: what the load-balancing loss counts).
+std::vector<int> order_copies(const Dims& d, MoeActs& a, std::vector<int>& chosen) {
   const DecoderShape::Moe& m = *d.moe;
   const size_t choices = sz(1LL * d.N * m.K);
-  std::vector<int> chosen(choices);
+  chosen.resize(choices);
   d.ops.download_ints(chosen.data(), a.experts.data(), choices);
   std::vector<int> count(sz(m.E), 0);
   for (const int e : chosen) ++count[sz(e)];
@@ -215,7 +216,8 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
     ops.moe_router_forward(a.probs.data(), a.weights.data(), a.experts.data(), logits.data(), N, E, K,
                            m.normalize ? 1 : 0);
   }
-  std::vector<int> count = order_copies(d, a);
+  std::vector<int> chosen;
+  const std::vector<int> count = order_copies(d, a, chosen);
   if (m.sigmoid) {  // (this rank's tokens: the gradients' sum over ranks gives the step's)
     long long all = 0;
     for (const int c : count) all += c;
@@ -244,8 +246,6 @@ void decoder_detail::moe_forward(const Dims& d, const BlockParams& p, const floa
       double* into = P.data() + row / sz(group_rows) * sz(E);
       for (int e = 0; e < E; ++e) into[e] += m.sigmoid ? s[e] / total : s[e];
     }
-    std::vector<int> chosen(sz(1LL * N * K));
-    ops.download_ints(chosen.data(), a.experts.data(), chosen.size());
     for (size_t i = 0; i < chosen.size(); ++i) counted[i / sz(K) / sz(group_rows) * sz(E) + sz(chosen[i])] += 1;
   }
   double tokens = group_rows;  // of a group

@@ -1,7 +1,7 @@
 // The Mixture-of-Experts kernels of transformer.hpp (decoder_ops.def documents each): the
 // routers (the softmax and top-k; DeepSeek-V3's sigmoid, bias and group-limited top-k) with
-// their backwards, the permutation of token copies into runs by
-// expert and its backward, the weighted combine and its backward, and Qwen2-MoE's gated add.
+// their backwards, the permutation of token copies into runs by expert and its backward, the
+// weighted combine and its backward, and Qwen2-MoE's gated add.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -80,14 +80,13 @@ void moe_router_backward(float* dlogits, const float* dweights, const float* dpr
 namespace {
 
 // The sigmoid router's choice for one row (moe_sigmoid_router_forward): `biased` the row's
-// scores plus their bias; fills chosen[K].
+// scores plus their bias; fills chosen[K]. `allowed` (E) and `group` (groups) are scratch.
 void choose_in_groups(const std::vector<double>& biased, int E, int K, int groups, int groups_chosen, int* chosen,
-                      std::vector<char>& allowed) {
+                      std::vector<char>& allowed, std::vector<double>& group) {
   const int size = E / groups;
   std::fill(allowed.begin(), allowed.end(), 1);
   if (groups_chosen < groups) {
     // A group's score: its two best biased scores' sum (its one, in groups of one expert).
-    std::vector<double> group(static_cast<std::size_t>(groups));
     for (int g = 0; g < groups; ++g) {
       const double* b = biased.data() + at(g, size);
       int first = 0;
@@ -110,7 +109,8 @@ void choose_in_groups(const std::vector<double>& biased, int E, int K, int group
   for (int k = 0; k < K; ++k) {
     int best = -1;
     for (int e = 0; e < E; ++e) {  // strictly larger: a tie goes to the lower index
-      if (allowed[static_cast<std::size_t>(e)] && (best < 0 || biased[static_cast<std::size_t>(e)] > biased[static_cast<std::size_t>(best)])) best = e;
+      const auto i = static_cast<std::size_t>(e);
+      if (allowed[i] && (best < 0 || biased[i] > biased[static_cast<std::size_t>(best)])) best = e;
     }
     allowed[static_cast<std::size_t>(best)] = 0;
     chosen[k] = best;
@@ -123,6 +123,7 @@ void moe_sigmoid_router_forward(float* scores, float* weights, int* experts, con
                                 int N, int E, int K, int groups, int groups_chosen, int normalize, float scale) {
   std::vector<double> biased(static_cast<std::size_t>(E));
   std::vector<char> allowed(static_cast<std::size_t>(E));
+  std::vector<double> group(static_cast<std::size_t>(groups));
   for (int n = 0; n < N; ++n) {
     const float* z = logits + at(n, E);
     float* s = scores + at(n, E);
@@ -131,7 +132,7 @@ void moe_sigmoid_router_forward(float* scores, float* weights, int* experts, con
       biased[static_cast<std::size_t>(e)] = static_cast<double>(s[e]) + (bias != nullptr ? bias[e] : 0.0f);
     }
     int* chosen = experts + at(n, K);
-    choose_in_groups(biased, E, K, groups, groups_chosen, chosen, allowed);
+    choose_in_groups(biased, E, K, groups, groups_chosen, chosen, allowed, group);
     float* w = weights + at(n, K);
     double kept = 0;
     for (int k = 0; k < K; ++k) kept += s[chosen[k]];
