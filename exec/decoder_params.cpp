@@ -41,7 +41,16 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (gpt2 && s.HS * s.NH != s.C) refuse("GPT-2 style heads are hidden / heads wide, not head_dim " + std::to_string(s.HS));
   if (gpt2 && c.qk_norm) refuse("GPT-2 style attention has no QK-norm");
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
-  if (llama) s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, s.HS);
+  if (llama) {
+    // Partial rotary turns the first rotary_dims values of a head as a head of that size.
+    const int rotary = c.rotary_dims();
+    if (rotary < 2 || rotary % 2 != 0 || rotary > s.HS) {
+      refuse("its rotary positions turn " + std::to_string(rotary) + " values of each head of " + std::to_string(s.HS) +
+             " (partial_rotary_factor); an even number from 2 to the head size is needed");
+    }
+    s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, rotary);
+    if (rotary < s.HS) s.rope.rotary_dims = rotary;
+  }
   if (c.sliding_window > 0 && c.sliding_window < s.S) s.window = c.sliding_window;
   s.qkv_bias = llama && c.attention_bias != model::TransformerConfig::AttentionBias::none;
   s.out_bias = llama && c.attention_bias == model::TransformerConfig::AttentionBias::qkvo;

@@ -150,8 +150,9 @@ struct DecoderShape {
 DecoderShape decoder_shape(const model::TransformerConfig& c);
 
 // The rotary frequencies of a config's rope_theta and rope_scaling for sequences of `seq`
-// tokens and heads of head_dim (dynamic NTK scaling resolves to a larger theta when seq
-// exceeds the trained context). Throws PlanError when they are not usable.
+// tokens and head_dim rotary values a head (the rotary part of a partial rotary's heads;
+// dynamic NTK scaling resolves to a larger theta when seq exceeds the trained context).
+// Throws PlanError when they are not usable.
 kernels::RopeFrequencies rope_frequencies(double theta, const model::RopeScaling& scaling, int seq, int head_dim);
 
 // Rank `tp_rank` of `tp` (throws PlanError when tp does not divide the key/value heads).

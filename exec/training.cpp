@@ -371,6 +371,7 @@ std::string Training::describe() const {
     if (r.scaling != Scaling::none) {
       out << (r.scaling == Scaling::linear ? " linear" : " llama3") << " x" << model::units::format_number(r.factor);
     }
+    if (r.rotary_dims > 0) out << " on " << r.rotary_dims << " of " << shape_.HS << " values a head";
   }
   return out.str();
 }

@@ -18,12 +18,12 @@ std::size_t at(long row, long width) { return static_cast<std::size_t>(row) * st
 // (the transpose of a rotation is the rotation back, so also the gradient).
 void rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign) {
   if (N <= 0 || T <= 0) return;
-  const int half = head_dim / 2;
+  const int rotary = rope_rotary_dims(rope, head_dim), half = rotary / 2;  // values rotary.. pass through
   const int positions = std::min(N, T);
   // One table of cos and sin per (position, pair), shared by every row and head at that position.
   std::vector<double> cosines(at(positions, half)), sines(at(positions, half));
   std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[static_cast<std::size_t>(i)] = rope_inv_freq(rope, i, head_dim);
+  for (int i = 0; i < half; ++i) inv_freq[static_cast<std::size_t>(i)] = rope_inv_freq(rope, i, rotary);
   for (int pos = 0; pos < positions; ++pos) {
     for (int i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[static_cast<std::size_t>(i)];

@@ -83,10 +83,10 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dy
 // rope_inv_freq's llama3 blend: a double's last bit, far below fp32's).
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFrequencies frequencies, double sign) {
   extern __shared__ double table[];
-  const int half = head_dim / 2;
+  const int rotary = rope_rotary_dims(frequencies, head_dim), half = rotary / 2;  // values rotary.. pass through
   const int pos = static_cast<int>(blockIdx.x % static_cast<unsigned int>(T));
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = __dmul_rn(pos, rope_inv_freq(frequencies, i, head_dim));
+    const double angle = __dmul_rn(pos, rope_inv_freq(frequencies, i, rotary));
     double s, c;
     sincos(angle, &s, &c);
     table[i] = c;
@@ -122,7 +122,8 @@ __global__ void from_fp16_kernel(float* out, const std::uint16_t* in, long n) {
 // sign +1: the forward rotation; -1: its inverse (the gradient).
 Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& frequencies, double sign,
                    CudaStream stream) {
-  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(head_dim);  // cos and sin of half pairs
+  // cos and sin of the rotary_dims / 2 pairs
+  const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(rope_rotary_dims(frequencies, head_dim));
   rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
   return cuda::launched();
 }

@@ -11,6 +11,11 @@
 // Dynamic NTK scaling only changes theta (for a sequence longer than the original context), so
 // callers pass the theta it gives with Scaling::none.
 //
+// Partial rotary (GLM-4.5's and GPT-NeoX's partial_rotary_factor, Megatron's --rotary-percent):
+// only the first rotary_dims values of each head turn, as a head of that size would (pair i <
+// rotary_dims / 2 is (x[i], x[i + rotary_dims / 2]) at inv_freq(i) of rotary_dims); the rest
+// pass through.
+//
 // One definition for the CPU reference and the CUDA kernel (host and device), so the two turn
 // by the same angles; the PyTorch oracle (tests/exec/oracle) computes them independently.
 #include <math.h>
@@ -31,7 +36,13 @@ struct RopeFrequencies {
   double low_freq_factor = 1;          // llama3: < high_freq_factor
   double high_freq_factor = 4;         // llama3
   double original_positions = 8192;    // llama3: L, > 0
+  int rotary_dims = 0;                 // the leading values of a head that turn, even; 0: all of it
 };
+
+// The values of each head of head_dim that turn: rotary_dims, or the whole head where it is 0.
+HETFLOW_HOST_DEVICE inline int rope_rotary_dims(const RopeFrequencies& r, int head_dim) {
+  return r.rotary_dims > 0 ? r.rotary_dims : head_dim;
+}
 
 // Whether the frequencies are finite and positive: theta, factor, L > 0 and, for llama3,
 // low_freq_factor < high_freq_factor (both > 0).

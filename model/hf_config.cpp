@@ -333,18 +333,16 @@ void read_mla(const Reader& r, const std::string& type, TransformerConfig& c) {
 }
 
 // GLM-4.5's rotary positions turn the first partial_rotary_factor of each head (0.5 by
-// Glm4MoeConfig's default; transformers 5 keeps it in rope_parameters). Planning counts the
-// same FLOPs; the real layers rotate whole heads, so anything less is noted.
-void read_partial_rotary(const Reader& top, const std::string& file, std::vector<std::string>& notes) {
+// Glm4MoeConfig's default; transformers 5 keeps it in rope_parameters).
+void read_partial_rotary(const Reader& top, const std::string& file, TransformerConfig& c) {
   const bool inner = !top.present("partial_rotary_factor") && top.present("rope_parameters") &&
                      top.at("rope_parameters").is_object() && top.at("rope_parameters").contains("partial_rotary_factor");
   const Reader r = inner ? Reader(top.at("rope_parameters"), file, "rope_parameters.") : top;
-  const double fraction = r.positive("partial_rotary_factor", 0.5);
-  if (fraction > 1) {
-    r.fail("partial_rotary_factor", "expected a fraction of each head in (0, 1], found " + brief(r.at("partial_rotary_factor")));
-  }
-  if (fraction != 1) {
-    notes.push_back("partial_rotary_factor " + units::format_number(fraction) + " (rotary positions on part of each head)");
+  c.partial_rotary_factor = r.positive("partial_rotary_factor", 0.5);
+  try {
+    check_partial_rotary(c);
+  } catch (const InputError& e) {
+    r.fail("partial_rotary_factor", e.message());
   }
 }
 
@@ -393,7 +391,7 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
     c.attention_bias = TransformerConfig::AttentionBias::qkvo;
   }
   if (glm && r.boolean("attention_bias", false)) c.attention_bias = TransformerConfig::AttentionBias::qkv;
-  if (glm) read_partial_rotary(r, file, notes);
+  if (glm) read_partial_rotary(r, file, c);
   if (deepseek) r.true_unmodelled("attention_bias", notes);
   if (type == "llama") r.true_unmodelled("mlp_bias", notes);
   read_rope(r, file, c, notes, d.rope_theta);

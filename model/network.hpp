@@ -239,6 +239,9 @@ struct TransformerConfig {
   double norm_eps = 1e-5;         // LayerNorm/RMSNorm epsilon (HF layer_norm_epsilon, rms_norm_eps)
   double rope_theta = 10000;      // rotary base (HF rope_theta); unused with learned positions
   RopeScaling rope_scaling;       // plain unless a config asks for more
+  // The fraction of each head that rotary positions turn (HF partial_rotary_factor, GLM-4.5's
+  // 0.5): its first rotary_dims() values, as a head of that size would; the rest carry none.
+  double partial_rotary_factor = 1;
   // Sliding-window attention (HF sliding_window, Mistral): each query attends to this many
   // keys, its own included, and no earlier ones. 0: every earlier key.
   int sliding_window = 0;
@@ -253,6 +256,8 @@ struct TransformerConfig {
   int type_vocab = 0;
   int head_size() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // int(head_size() x partial_rotary_factor), transformers' truncation.
+  int rotary_dims() const { return static_cast<int>(head_size() * partial_rotary_factor); }
   bool operator==(const TransformerConfig&) const = default;
 };
 

@@ -279,6 +279,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   c.sliding_window = r.int_or("sliding_window", 0, 0, limits::kMaxSeq);
   if (r.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(r.get("rope_scaling"), file, r.field("rope_scaling"));
+  c.partial_rotary_factor = r.number_or("partial_rotary_factor", 1, 0, 1);
   c.encoder = r.boolean_or("encoder", false);
   c.type_vocab = r.int_or("type_vocab", 0, 0, limits::kMaxVocab);
   c.unmodelled = r.string_or("unmodelled", "");
@@ -429,6 +430,9 @@ std::string write_network(const Network& n) {
       out << YAML::EndMap;
     }
     if (c.sliding_window != 0) out << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
+    if (c.partial_rotary_factor != 1) {
+      out << YAML::Key << "partial_rotary_factor" << YAML::Value << units::format_number(c.partial_rotary_factor);
+    }
     if (c.attention_bias != TransformerConfig::AttentionBias::none) {
       out << YAML::Key << "attention_bias" << YAML::Value
           << (c.attention_bias == TransformerConfig::AttentionBias::qkv ? "qkv" : "qkvo");

@@ -27,6 +27,9 @@ void check_rope_scaling(const RopeScaling& scaling);
 // settings alone, which it includes.
 void check_moe(const TransformerConfig& config);
 void check_mla(const TransformerConfig& config);
+// The same for its partial_rotary_factor (field "partial_rotary_factor"): in (0, 1], and below
+// 1 only for heads with rotary positions that keep an even number of rotary values.
+void check_partial_rotary(const TransformerConfig& config);
 
 // Layers: "embedding", then `layers` x "transformer", then "head" (final norm + LM/MLM head).
 Network make_transformer(const TransformerConfig& config, Precision precision);

@@ -289,6 +289,20 @@ void check_transformer_config(const TransformerConfig& c) {
   if (c.learned_positions && !c.rope_scaling.type.empty()) {
     throw InputError("<spec>", 0, "rope_scaling", "scales rotary positions, but these layers learn their positions");
   }
+  check_partial_rotary(c);
+}
+
+void check_partial_rotary(const TransformerConfig& c) {
+  const double f = c.partial_rotary_factor;
+  auto fail = [](const std::string& why) { throw InputError("<spec>", 0, "partial_rotary_factor", why); };
+  if (!(f > 0 && f <= 1)) fail("expected a fraction of each head in (0, 1], found " + units::format_number(f));
+  if (f == 1) return;
+  if (c.learned_positions) fail("turns part of each head by rotary positions, but these layers learn their positions");
+  if (c.mla.enabled()) fail("is for heads with rotary positions throughout; latent attention's part is mla.qk_rope_head_dim");
+  if (const int r = c.rotary_dims(); r < 2 || r % 2 != 0) {
+    fail("gives int(head size " + std::to_string(c.head_size()) + " x " + units::format_number(f) + ") = " +
+         std::to_string(r) + " rotary values a head; expected an even number of at least 2");
+  }
 }
 
 void check_moe(const TransformerConfig& c) {

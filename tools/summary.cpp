@@ -203,6 +203,10 @@ Json network_json(const model::Network& n) {
     j["rope_theta"] = n.architecture->rope_theta;
     j["rope_scaling"] = r;
   }
+  if (n.architecture && n.architecture->partial_rotary_factor != 1) {
+    j["partial_rotary_factor"] = n.architecture->partial_rotary_factor;
+    j["rotary_dims"] = n.architecture->rotary_dims();
+  }
   if (n.architecture && n.architecture->sliding_window > 0) j["sliding_window"] = n.architecture->sliding_window;
   if (n.architecture && n.architecture->heads > 0 && !n.architecture->mla.enabled()) j["head_dim"] = n.architecture->head_size();
   if (n.architecture && n.architecture->qk_norm) j["qk_norm"] = true;
@@ -292,15 +296,18 @@ void print_network(std::ostream& out, const model::Network& n) {
   out << "  memory                weights " << u::human_bytes(n.param_bytes()) << "; weights+grads+Adam "
       << u::human_bytes(n.adam_training_state_bytes()) << " (16 B/param); activations "
       << u::human_bytes(stash) << " per sample without recomputation\n";
-  if (n.architecture && !n.architecture->rope_scaling.type.empty()) {
-    const model::RopeScaling& s = n.architecture->rope_scaling;
-    out << "  rotary positions      theta " << u::format_number(n.architecture->rope_theta) << ", " << s.type
-        << " scaling x" << u::format_number(s.factor);
+  if (const auto& a = n.architecture; a && (!a->rope_scaling.type.empty() || a->partial_rotary_factor != 1)) {
+    const model::RopeScaling& s = a->rope_scaling;
+    out << "  rotary positions      theta " << u::format_number(a->rope_theta);
+    if (!s.type.empty()) out << ", " << s.type << " scaling x" << u::format_number(s.factor);
     if (s.type == "llama3") {
       out << " of wavelengths above " << u::format_number(s.original_positions / s.low_freq_factor)
           << " positions, blended down to " << u::format_number(s.original_positions / s.high_freq_factor);
     } else if (s.type == "dynamic") {
       out << " beyond " << s.original_positions << " positions";
+    }
+    if (a->partial_rotary_factor != 1) {
+      out << ", on the first " << a->rotary_dims() << " of each head's " << a->head_size() << " values";
     }
     out << "\n";
   }

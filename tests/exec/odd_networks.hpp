@@ -67,7 +67,8 @@ inline model::Network odd_qwen2_moe(int layers = 3, int seq = 11) {
 
 // DeepSeek-V3's router on LLaMA-style blocks (GLM-4.5's mixture): the first block dense, then
 // 6 experts 19 wide in 3 groups, each token's top 2 chosen within its best 2 groups by sigmoid
-// score plus the balancing bias, renormalised and scaled by 2.5; one ungated shared expert.
+// score plus the balancing bias, renormalised and scaled by 2.5; one ungated shared expert;
+// GLM-4.5's partial rotary, positions turning the first 4 of each head's 8 values.
 inline model::Network odd_deepseek(int layers = 3, int seq = 11) {
   model::TransformerConfig c = *odd_llama(layers, seq).architecture;
   c.name = "deepseek-router-odd";
@@ -81,6 +82,7 @@ inline model::Network odd_deepseek(int layers = 3, int seq = 11) {
   c.moe.routed_scale = 2.5;
   c.moe.aux_loss_coef = 0.01;
   c.moe.first_dense_layers = 1;
+  c.partial_rotary_factor = 0.5;
   return model::make_transformer(c, model::Precision::fp32);
 }
 

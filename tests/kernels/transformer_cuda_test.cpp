@@ -458,8 +458,13 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
   // wavelengths 6 to 7e4 against bands at 64 and 256 positions) and linear.
   const RopeFrequencies llama3{10000, RopeFrequencies::Scaling::llama3, 8, 1, 4, 256};
   const RopeFrequencies linear{10000, RopeFrequencies::Scaling::linear, 2.5};
-  for (const Shape s : {Shape{6, 3, 2, 4, {10000}}, Shape{10, 5, 3, 8, {500000}}, Shape{300, 150, 4, 64, {10000}},
-                        Shape{2, 2, 1, 640, {10000}}, Shape{300, 150, 4, 64, llama3}, Shape{40, 20, 2, 16, linear}}) {
+  // Partial rotary: GLM-4.5's first 64 of 128 values a head, and llama3's bands over 6 of 10.
+  RopeFrequencies glm{1000000}, partial_llama3 = llama3;
+  glm.rotary_dims = 64;
+  partial_llama3.rotary_dims = 6;
+  for (const Shape& s : {Shape{6, 3, 2, 4, {10000}}, Shape{10, 5, 3, 8, {500000}}, Shape{300, 150, 4, 64, {10000}},
+                        Shape{2, 2, 1, 640, {10000}}, Shape{300, 150, 4, 64, llama3}, Shape{40, 20, 2, 16, linear},
+                        Shape{64, 32, 6, 128, glm}, Shape{30, 15, 3, 10, partial_llama3}}) {
     const std::string shape = "rope N=" + std::to_string(s.N) + " head_dim=" + std::to_string(s.head_dim);
     std::mt19937 rng(12);
     const std::size_t n = size_of(static_cast<long long>(s.N) * s.heads * s.head_dim);
@@ -1150,6 +1155,12 @@ TEST(TransformerCuda, EntryPointsSayWhyTheyCannotRun) {
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 3, RopeFrequencies{10000}, nullptr), Status::invalid_value);  // odd head_dim
   EXPECT_EQ(rope_forward_cuda(f, 1, 0, 1, 4, RopeFrequencies{10000}, nullptr), Status::invalid_value);  // no positions
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{-1}, nullptr), Status::invalid_value);  // no frequencies
+  for (const int rotary_dims : {-2, 3, 6}) {  // a partial rotary of a negative, odd or too large size
+    RopeFrequencies partial{10000};
+    partial.rotary_dims = rotary_dims;
+    EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, partial, nullptr), Status::invalid_value) << rotary_dims;
+    EXPECT_EQ(rope_backward_cuda(f, 1, 1, 1, 4, partial, nullptr), Status::invalid_value) << rotary_dims;
+  }
   EXPECT_EQ(rope_forward_cuda(f, 1, 1, 1, 4, RopeFrequencies{10000, RopeFrequencies::Scaling::llama3, 8, 4, 1, 8192},
                               nullptr),
             Status::invalid_value);  // llama3's bands out of order

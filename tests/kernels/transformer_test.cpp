@@ -349,6 +349,55 @@ TEST(Rope, ScaledFrequenciesAreHuggingFacesBands) {
   EXPECT_FALSE(rope_frequencies_valid(RopeFrequencies{0}));
 }
 
+// Partial rotary (GLM-4.5's partial_rotary_factor): the first rotary_dims values of each head
+// turn exactly as a head of that size would, llama3's bands over that size included; the rest
+// pass through untouched, forward and backward.
+TEST(Rope, PartialRotaryTurnsTheLeadingValuesAsASmallerHead) {
+  const int T = 5, N = 10, heads = 3, hd = 10, rd = 6;
+  for (RopeFrequencies whole : {RopeFrequencies{10000}, RopeFrequencies{100, RopeFrequencies::Scaling::llama3, 4, 0.25, 1, 8}}) {
+    RopeFrequencies partial = whole;
+    partial.rotary_dims = rd;
+    EXPECT_EQ(rope_rotary_dims(partial, hd), rd);
+    EXPECT_EQ(rope_rotary_dims(whole, hd), hd);
+    std::mt19937 rng(15);
+    const Vec x = random_vec(N * heads * hd, rng, -3, 3);
+    Vec lead(static_cast<std::size_t>(N * heads * rd));  // the leading values, as heads of rd
+    for (int r = 0; r < N * heads; ++r) {
+      for (int d = 0; d < rd; ++d) lead[static_cast<std::size_t>(r * rd + d)] = x[static_cast<std::size_t>(r * hd + d)];
+    }
+    for (const double sign : {1.0, -1.0}) {
+      Vec y = x, want = lead;
+      if (sign > 0) {
+        rope_forward(y.data(), N, T, heads, hd, partial);
+        rope_forward(want.data(), N, T, heads, rd, whole);
+      } else {
+        rope_backward(y.data(), N, T, heads, hd, partial);
+        rope_backward(want.data(), N, T, heads, rd, whole);
+      }
+      for (int r = 0; r < N * heads; ++r) {
+        for (int d = 0; d < hd; ++d) {
+          const std::size_t at = static_cast<std::size_t>(r * hd + d);
+          const float expected = d < rd ? want[static_cast<std::size_t>(r * rd + d)] : x[at];
+          EXPECT_EQ(y[at], expected) << "head row " << r << " value " << d << " sign " << sign;
+        }
+      }
+    }
+  }
+  // Its gradient, by central differences.
+  RopeFrequencies partial{10000};
+  partial.rotary_dims = 4;
+  std::mt19937 rng(16);
+  Vec x = random_vec(N * heads * 8, rng), r = random_vec(x.size(), rng);
+  const auto loss = [&] {
+    Vec y = x;
+    rope_forward(y.data(), N, T, heads, 8, partial);
+    return weighted_sum(r, y);
+  };
+  Vec dx = r;
+  rope_backward(dx.data(), N, T, heads, 8, partial);
+  expect_gradient("dx", x, dx, loss);
+}
+
 TEST(Rope, BackwardUndoesForward) {
   const int T = 5, N = 10, heads = 3, hd = 8;
   std::mt19937 rng(12);

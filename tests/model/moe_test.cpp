@@ -222,9 +222,63 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   const double C = 4096, Q = 96 * 128, KV = 8 * 128, attention = C * Q + 2 * C * KV + Q * C + Q + 2 * KV + 2 * C;
   const double moe_layer = attention + 129 * 3 * C * 1408 + 128 * C + 128, dense_layer = attention + 3 * C * 10944;
   EXPECT_DOUBLE_EQ(air.param_count(), 2 * 151552 * C + C + dense_layer + 45 * moe_layer);
-  EXPECT_EQ(air.architecture->unmodelled,
-            "partial_rotary_factor 0.5 (rotary positions on part of each head), num_nextn_predict_layers 1 "
-            "(multi-token prediction)");
+  // Rotary positions on the first half of each head, as its release (the real layers do that).
+  EXPECT_DOUBLE_EQ(air.architecture->partial_rotary_factor, 0.5);
+  EXPECT_EQ(air.architecture->rotary_dims(), 64);
+  EXPECT_EQ(air.architecture->unmodelled, "num_nextn_predict_layers 1 (multi-token prediction)");
+}
+
+// GLM-4.5's partial rotary: read from a config (top level, or transformers 5's
+// rope_parameters; Glm4MoeConfig's 0.5 where absent), kept by a network file (the key written
+// only below 1, so other files keep their bytes), and refused where no even number of a
+// head's values would turn, naming the field.
+TEST(Moe, PartialRotaryIsReadKeptAndChecked) {
+  std::string config = kGlm45AirConfig;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = config;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  const std::string factor = R"("partial_rotary_factor": 0.5, )";
+  EXPECT_DOUBLE_EQ(transformer_from_hf_config(with(factor, ""), "config.json").partial_rotary_factor, 0.5);
+  const TransformerConfig inner = transformer_from_hf_config(
+      with(factor, R"("rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}, )"), "config.json");
+  EXPECT_DOUBLE_EQ(inner.partial_rotary_factor, 0.25);
+  EXPECT_EQ(inner.rotary_dims(), 32);
+  EXPECT_EQ(transformer_from_hf_config(with(factor, R"("partial_rotary_factor": 1, )"), "config.json").rotary_dims(), 128);
+  const std::string few = error_of([&] {
+    transformer_from_hf_config(with(factor, R"("partial_rotary_factor": 0.01, )"), "config.json");
+  });
+  EXPECT_EQ(few, "partial_rotary_factor: gives int(head size 128 x 0.01) = 1 rotary values a head; expected an even "
+                 "number of at least 2");
+  EXPECT_NE(error_of([&] {
+              transformer_from_hf_config(with(factor, R"("partial_rotary_factor": 0.3046875, )"), "config.json");
+            }).find("= 39 rotary values a head"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { transformer_from_hf_config(with(factor, R"("partial_rotary_factor": 1.5, )"), "config.json"); }),
+            "partial_rotary_factor: expected a fraction of each head in (0, 1], found 1.5");
+
+  const Network air = from_hf(kGlm45AirConfig);
+  const std::string text = write_network(air);
+  EXPECT_NE(text.find("partial_rotary_factor: 0.5"), std::string::npos);
+  EXPECT_EQ(parse_network(text, "net.yaml"), air);
+  EXPECT_EQ(write_network(zoo("mixtral-8x7b")).find("partial_rotary_factor"), std::string::npos);
+  // A network file's factor is checked as a config's: learned positions have no rotary part.
+  auto network_error = [](const std::string& family, const std::string& fraction = "0.5") {
+    return error_of([&] {
+      parse_network("name: n\nprecision: fp32\ntokens_per_sample: 16\narchitecture: {layers: 1, hidden: 8, heads: 2, "
+                    "seq: 16, vocab: 10, " + family + ", dropout: false, partial_rotary_factor: " + fraction + "}\nlayers: []\n",
+                    "net.yaml");
+    });
+  };
+  EXPECT_EQ(network_error("norm: layernorm, mlp: gelu, biases: true, tied_embeddings: true, learned_positions: true"),
+            "architecture.partial_rotary_factor: turns part of each head by rotary positions, but these layers learn "
+            "their positions");
+  EXPECT_EQ(network_error("norm: rmsnorm, mlp: swiglu, biases: false, tied_embeddings: false, learned_positions: false",
+                          "0.25"),
+            "architecture.partial_rotary_factor: gives int(head size 4 x 0.25) = 1 rotary values a head; expected an "
+            "even number of at least 2");
 }
 
 // A network file keeps an MoE architecture and its layers' experts: written, read, equal.

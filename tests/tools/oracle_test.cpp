@@ -220,7 +220,8 @@ TEST(PyTorchOracle, Qwen3MoeOnEverySecondLayerMatchesAfterThreeAdamWSteps) {
 
 // GLM-4.5's mixture, DeepSeek-V3's router: sigmoid scores plus the balancing bias choose the
 // top 3 of 8 experts within each token's best 2 of 4 groups, the chosen scores renormalised and
-// scaled by 2.5 weigh them, one ungated shared expert; q, k, v biases and QK-norm. The biases
+// scaled by 2.5 weigh them, one ungated shared expert; q, k, v biases, QK-norm and rotary
+// positions on the first 6 of each head's 10 values (partial_rotary_factor 0.6). The biases
 // start apart (the init's noise) and move by 0.01 a step by each expert's load, as
 // Megatron-Core's --moe-router-bias-update-rate; the balance loss reads the scores over their
 // sum.

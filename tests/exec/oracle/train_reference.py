@@ -68,6 +68,7 @@ class Config:
         # LLaMA's attention biases: q, k and v (Qwen2, LLaMA's attention_bias) and o (LLaMA's).
         self.qkv_bias = self.o_bias = False
         self.qk_norm = False  # Qwen3: q and k RMS-normalised per head (gains of head_dim) before RoPE
+        self.partial_rotary = 1.0  # the fraction of each head that RoPE turns (GLM-4.5's partial_rotary_factor)
         eps_default = 1e-6  # LlamaConfig's, MistralConfig's and Qwen2Config's
         self.moe = None  # a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5): Config.read_moe's dict
         moe_type = self.model_type if self.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe") else None
@@ -78,10 +79,13 @@ class Config:
             eps_default = 1e-5
             self.qkv_bias = bool(d.get("attention_bias", False))
             self.qk_norm = bool(d.get("use_qk_norm", False))
+            # Rotary positions on the first partial_rotary_factor of each head (GPT-NeoX's
+            # apply_rotary_pos_emb); Glm4MoeConfig's default is half. transformers 5 keeps it in
+            # rope_parameters.
             rotary = (d.get("rope_parameters") or {}).get("partial_rotary_factor", d.get("partial_rotary_factor", 0.5))
-            if rotary != 1:
-                raise InputError("config: partial_rotary_factor %r (rotary positions on part of each head) is not "
-                                 "supported" % (rotary,))
+            if not isinstance(rotary, (int, float)) or isinstance(rotary, bool) or not 0 < rotary <= 1:
+                raise InputError("config: partial_rotary_factor %r is not a fraction in (0, 1]" % (rotary,))
+            self.partial_rotary = float(rotary)
         source_type = self.model_type
         if self.model_type in ("mistral", "qwen2", "qwen3"):  # LLaMA's layers and names, and more
             self.model_type = "llama"
@@ -173,6 +177,11 @@ class Config:
             self.head_dim = int(hd)
             if self.head_dim % 2:
                 raise InputError("config: head dimension %d is odd; RoPE needs it even" % self.head_dim)
+            # transformers' int(head_dim * partial_rotary_factor): the leading values that turn
+            self.rotary_dim = int(self.head_dim * self.partial_rotary)
+            if self.rotary_dim < 2 or self.rotary_dim % 2:
+                raise InputError("config: partial_rotary_factor %r turns %d values of a head; RoPE needs an even "
+                                 "number" % (self.partial_rotary, self.rotary_dim))
         else:
             raise InputError("config: model_type %r is not 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3', 'mixtral', "
                              "'qwen2_moe', 'qwen3_moe' or 'glm4_moe'" % self.model_type)
@@ -564,7 +573,11 @@ def rotate_half(x):
 
 
 def apply_rope(x, cos, sin):
-    """x: [B, H, T, HS]; cos/sin: [T, HS]."""
+    """x: [B, H, T, HS]; cos/sin: [T, R] with R <= HS even: the first R values of each head turn
+    (R < HS: partial rotary, GPT-NeoX's and GLM-4.5's), the rest pass through."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     return x * cos + rotate_half(x) * sin
 
 
@@ -681,7 +694,7 @@ def llama_forward(cfg, P, idx, aux=None, loads=None):
     NH, NKV, HS = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     emb = P["model.embed_tokens.weight"]
     x = F.embedding(idx, emb)
-    cos, sin = rope_cos_sin(T, HS, cfg.theta, x.dtype, cfg.rope_scaling, cfg.max_pos)
+    cos, sin = rope_cos_sin(T, cfg.rotary_dim, cfg.theta, x.dtype, cfg.rope_scaling, cfg.max_pos)
     rep = NH // NKV
     for i in range(cfg.n_layer):
         p = "model.layers.%d." % i
@@ -897,17 +910,19 @@ def np_frequency(i, hs, theta, scaling, T, max_pos):
     return w
 
 
-def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None):
-    """RoPE as explicit 2x2 rotations of the pairs (i, i + d/2): x [T, n_heads*hs]."""
+def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None, rotary=None):
+    """RoPE as explicit 2x2 rotations of the pairs (i, i + r/2), i < r/2, at the frequencies of a
+    head of r = rotary values (hs unless partial); values r.. untouched: x [T, n_heads*hs]."""
     T = x.shape[0]
+    r = rotary or hs
     out = x.copy()
     for h in range(n_heads):
         for t in range(T):
-            for i in range(hs // 2):
-                a = t * np_frequency(i, hs, theta, scaling, T, max_pos)
-                x1, x2 = x[t, h * hs + i], x[t, h * hs + i + hs // 2]
+            for i in range(r // 2):
+                a = t * np_frequency(i, r, theta, scaling, T, max_pos)
+                x1, x2 = x[t, h * hs + i], x[t, h * hs + i + r // 2]
                 out[t, h * hs + i] = x1 * math.cos(a) - x2 * math.sin(a)
-                out[t, h * hs + i + hs // 2] = x2 * math.cos(a) + x1 * math.sin(a)
+                out[t, h * hs + i + r // 2] = x2 * math.cos(a) + x1 * math.sin(a)
     return out
 
 
@@ -986,8 +1001,8 @@ def np_forward(cfg, W, idx):
                     for z, heads, name in ((q, NH, "q_norm"), (k, NKV, "k_norm")):
                         for hh in range(heads):
                             z[:, hh * HS:(hh + 1) * HS] = rms(z[:, hh * HS:(hh + 1) * HS], W[p + "self_attn.%s.weight" % name])
-                q = np_rope_pairs(q, NH, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
-                k = np_rope_pairs(k, NKV, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos)
+                q = np_rope_pairs(q, NH, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos, cfg.rotary_dim)
+                k = np_rope_pairs(k, NKV, HS, cfg.theta, cfg.rope_scaling, cfg.max_pos, cfg.rotary_dim)
                 v = lin("v", h)
                 x = x + lin("o", np_attention_loops(q, k, v, NH, NKV, HS, cfg.window))
                 h = rms(x, W[p + "post_attention_layernorm.weight"])
@@ -1041,12 +1056,12 @@ QWEN2_MOE_ODD = dict(LLAMA_ODD, model_type="qwen2_moe", num_hidden_layers=3, mlp
 # GLM-4.5's mixture (DeepSeek-V3's router) on LLaMA-style attention: 3 layers, the first dense
 # (first_k_dense_replace); 8 experts 19 wide in 4 groups, each token's top 3 within its best
 # 2 groups by sigmoid score plus the balancing bias, renormalised and scaled by 2.5; one
-# ungated shared expert; q, k, v biases and QK-norm; rotary positions on whole heads (the
-# released GLM-4.5 turns half of each; the real layers refuse that); a balance loss added.
+# ungated shared expert; q, k, v biases and QK-norm; rotary positions on the first 6 of each
+# head's 10 values (partial_rotary_factor; the released GLM-4.5 turns half); a balance loss added.
 GLM4_MOE_ODD = dict(LLAMA_ODD, model_type="glm4_moe", num_hidden_layers=3, first_k_dense_replace=1,
                     n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=19, n_shared_experts=1,
                     n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, attention_bias=True,
-                    use_qk_norm=True, head_dim=10, partial_rotary_factor=1.0, router_aux_loss_coef=0.01)
+                    use_qk_norm=True, head_dim=10, partial_rotary_factor=0.6, router_aux_loss_coef=0.01)
 # The same with DeepSeek's sequence-wise balance loss (seq_aux): each sequence's, averaged.
 GLM4_MOE_SEQ_AUX = dict(GLM4_MOE_ODD, seq_aux=True)
 # Mistral: LLaMA's layers with a sliding window of 4 keys over 11 tokens.
@@ -1195,6 +1210,15 @@ def self_test():
         ref = np_rope_pairs(x[0].transpose(0, 1).reshape(T, 2 * HS).numpy(), 2, HS, 10000.0)
         e2 = np.abs(y[0].transpose(0, 1).reshape(T, 2 * HS).numpy() - ref).max()
         c.check("RoPE rotate-half == pairwise rotation of (i, i+d/2)", e2 < 1e-12, "max |diff| %.3g" % e2)
+        # Partial rotary (6 of 8 values): the pairs (i, i+3) at a 6-value head's frequencies turn,
+        # the last two values pass through; the loop formulation agrees.
+        pcos, psin = rope_cos_sin(T, 6, 10000.0, torch.float64)
+        py = apply_rope(x, pcos, psin)
+        c.check("partial RoPE leaves the values past the rotary part", torch.equal(py[..., 6:], x[..., 6:]))
+        c.check("partial RoPE turns the rest as a head of that size", torch.equal(py[..., :6], apply_rope(x[..., :6], pcos, psin)))
+        pref = np_rope_pairs(x[0].transpose(0, 1).reshape(T, 2 * HS).numpy(), 2, HS, 10000.0, rotary=6)
+        e3 = np.abs(py[0].transpose(0, 1).reshape(T, 2 * HS).numpy() - pref).max()
+        c.check("partial RoPE rotate-half == pairwise rotation of (i, i+r/2)", e3 < 1e-12, "max |diff| %.3g" % e3)
         # llama3's bands: the shortest wavelength kept, the long ones divided by the factor,
         # the one between strictly between; no jump at either band edge.
         rs = cfgs["llama_rope_scaled"]
@@ -1501,7 +1525,8 @@ def self_test():
     # 13. Bad input is refused with a message.
     def refusals():
         bad = [dict(GPT2_ODD, n_head=5), dict(LLAMA_ODD, num_key_value_heads=4), {"model_type": "bert"},
-               dict(GPT2_ODD, n_layer=0)]
+               dict(GPT2_ODD, n_layer=0), dict(GLM4_MOE_ODD, partial_rotary_factor=0.3),  # 3 rotary values
+               dict(GLM4_MOE_ODD, partial_rotary_factor=1.5)]
         refused = 0
         for d in bad:
             try:
