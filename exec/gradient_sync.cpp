@@ -75,6 +75,32 @@ std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkP
   });
 }
 
+// A chunk holding a tied embedding's table [table, table + t) of its `count` floats, ordered
+// for ZeRO's collectives member by member: member i's slice [round(lo count), round(hi count))
+// of the buffer holds its [round(lo t), round(hi t)) of the table and then as much of the rest
+// of the chunk, in order. `parts`: every member's [lo, hi), tiling [0, 1). So each replica
+// owns the same rows of the table in the first chunk and in the last, whatever else they
+// hold. Empty where the parts do not tile, or a member's slice would hold less than its rows
+// of the table (a chunk of little more than the table, cut in many parts).
+std::vector<FloatRun> tied_member_runs(size_t count, size_t table, size_t t, std::vector<std::pair<double, double>> parts) {
+  std::sort(parts.begin(), parts.end());
+  const auto at = [](double f, size_t n) { return std::min(n, static_cast<size_t>(std::llround(f * static_cast<double>(n)))); };
+  std::vector<FloatRun> rest;  // the chunk less the table
+  if (table > 0) rest.push_back({0, table});
+  if (table + t < count) rest.push_back({table + t, count - table - t});
+  std::vector<FloatRun> runs;
+  double tiled = 0;
+  for (const auto& [lo, hi] : parts) {
+    const size_t a = at(lo, count), b = at(hi, count), ta = at(lo, t), tb = at(hi, t);
+    if (lo != tiled || b - tb < a - ta) return {};
+    tiled = hi;
+    if (tb > ta) runs.push_back({table + ta, tb - ta});
+    for (const FloatRun& run : slice_runs(rest, a - ta, b - tb)) runs.push_back(run);
+  }
+  if (tiled != 1) return {};
+  return runs;
+}
+
 }  // namespace
 
 GradientSync::GradientSync(const partition::Plan& plan, const DecoderShape& shape,
@@ -229,6 +255,81 @@ void GradientSync::check_collective_sizes() const {
   }
 }
 
+// From stage 2 the two copies of a tied embedding (the first chunk's table, the last chunk's
+// head) add after the reduce-scatters, each replica its shard: so each such chunk's ZeRO
+// collectives move it member by member (tied_member_runs), and the embedding all-reduce sums
+// in place the table's rows the member owns, the same rows at both ends. Refused, naming the
+// collective, where the two ends would own different rows (their replicas' parts differ), or
+// where the table is not one piece of its chunk (tensor-parallel degrees that differ between
+// the ends, expert parallelism's pieces).
+std::map<const ChunkState*, std::vector<FloatRun>> GradientSync::map_tied_embedding(const std::function<int(int)>& node) {
+  const partition::Plan& plan = plan_;
+  tied_shard_.assign(plan.tasks.size(), 0);
+  std::map<const ChunkState*, std::vector<FloatRun>> runs_of_chunk;
+  if (zero_stage_ < 2) return runs_of_chunk;
+  // Each device's reduce-scatter leaving it a shard of a chunk, by that chunk's weight_grad.
+  std::map<std::pair<int, int>, int> scatter_of;  // (device, weight_grad tensor) -> collective
+  std::map<int, std::vector<int>> tasks_of;       // embedding collective -> its tasks
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const partition::Task& task = plan.tasks[t];
+    if (task.kind != TaskKind::collective) continue;
+    const partition::Collective& c = plan.collective(task.collective);
+    if (c.purpose == partition::Purpose::embedding) tasks_of[task.collective].push_back(static_cast<int>(t));
+    if (c.purpose != partition::Purpose::data_parallel || c.kind != CollectiveKind::reduce_scatter) continue;
+    const int grad = tensor_of_kind(plan, plan.writes(static_cast<int>(t)), TensorKind::weight_grad);
+    if (grad >= 0) scatter_of.emplace(std::pair{task.device, grad}, task.collective);
+  }
+  for (const auto& [id, tasks] : tasks_of) {
+    const std::string what = "collective " + std::to_string(id) + " sums a tied embedding between pipeline stages " +
+                             "(layout.sync.zero.stage " + std::to_string(zero_stage_) + ")";
+    // Each end's rows of the table: its fractions of its chunk's reduce-scatters.
+    std::vector<std::pair<double, double>> rows;
+    for (const int t : tasks) {
+      const partition::Task& task = plan.task(t);
+      const auto reads = plan.reads(t);
+      const auto scatter = reads.empty() ? scatter_of.end() : scatter_of.find({task.device, reads[0]});
+      if (scatter == scatter_of.end()) {
+        throw PlanError(what + ": no reduce-scatter leaves device " + std::to_string(task.device) +
+                        " a shard of the gradients it sums");
+      }
+      const partition::CollectiveSpec spec = partition::collective_spec(plan, plan.collective(scatter->second));
+      rows.push_back(partition::member_part(spec, task.device, node));
+      if (!local_(task.device)) continue;
+      ChunkState& chunk = *chunk_of_tensor_.at(reads[0]);
+      const ChunkParams& p = chunk.math.params();
+      if (!collective_runs_[static_cast<size_t>(t)].empty()) {
+        throw PlanError(what + ": its ends are tensor-parallel ranks of different degrees, whose shards of the table "
+                               "are not one piece; plan them at one degree, or with --zero-stage 1");
+      }
+      if (chunk.math.experts().size > 1 && has_routed_experts(p, p.layer_begin, p.layer_end)) {
+        throw PlanError(what + ": its chunk on device " + std::to_string(task.device) +
+                        " holds experts sharded in pieces of their own (expert parallelism); plan it with --zero-stage 1");
+      }
+      const ParamSlot& table = p.slots[p.has_embedding ? 0 : p.head_slot];
+      std::vector<std::pair<double, double>> parts;
+      for (const int m : spec.devices) parts.push_back(partition::member_part(spec, m, node));
+      std::vector<FloatRun> runs = tied_member_runs(p.count, table.offset, table.count, parts);
+      if (runs.empty()) {
+        throw PlanError(what + ": device " + std::to_string(task.device) + "'s chunk holds too little beside the table "
+                        "to give each of its " + std::to_string(spec.devices.size()) + " replicas its rows of it");
+      }
+      const auto [lo, hi] = rows.back();
+      const auto at = [&](double f) {
+        return std::min(table.count, static_cast<size_t>(std::llround(f * static_cast<double>(table.count))));
+      };
+      collective_span_[static_cast<size_t>(t)] = {table.offset + at(lo), table.offset + at(hi)};
+      tied_shard_[static_cast<size_t>(t)] = 1;
+      runs_of_chunk[&chunk] = std::move(runs);
+    }
+    if (std::adjacent_find(rows.begin(), rows.end(), std::not_equal_to<>()) != rows.end()) {
+      throw PlanError(what + ": its ends' replicas shard the table differently (their ZeRO parts differ: " +
+                      "layout.sync.zero.shares by memory over devices of different memories); plan them with equal "
+                      "shares, or with --zero-stage 1");
+    }
+  }
+  return runs_of_chunk;
+}
+
 // The part of Megatron's split that every member holds: the intersection of their ranks'
 // [j / t, (j + 1) / t) (a member outside tensor parallelism holds all of it).
 SplitPart GradientSync::common_part(const std::vector<int>& members) const {
@@ -249,18 +350,10 @@ void GradientSync::map_zero() {
   zero_role_.assign(plan.tasks.size(), ZeroRole::none);
   zero_part_.assign(plan.tasks.size(), {0, 0});
   if (zero_stage_ == 0) return;
-  for (size_t id = 0; id < plan.collectives.size() && zero_stage_ >= 2; ++id) {
-    // (Stage 1 sums the two copies whole before its reduce-scatters: plan_builder_sync.cpp.)
-    if (plan.collectives[id].purpose == partition::Purpose::embedding) {
-      throw PlanError("collective " + std::to_string(id) + " sums a tied embedding between pipeline stages, whose "
-                      "replicas shard its two copies differently (layout.sync.zero.stage " +
-                      std::to_string(zero_stage_) + "): the executors do not run it; keep the embedding and the head "
-                      "on one stage, untie them, or plan without --zero-stage");
-    }
-  }
   std::vector<int> node_of;
   for (const model::Device& d : plan.cluster.devices()) node_of.push_back(d.node);
   const auto node = [&](int d) { return d >= 0 && static_cast<size_t>(d) < node_of.size() ? node_of[static_cast<size_t>(d)] : d; };
+  const std::map<const ChunkState*, std::vector<FloatRun>> tied = map_tied_embedding(node);
   // Per chunk: the ranges its reduce-scatters leave it, its all-gathers bring it, and every
   // range a reduce-scatter moves (what none moves is the chunk's alone: under expert
   // parallelism, experts of a rank that one replica holds).
@@ -307,6 +400,7 @@ void GradientSync::map_zero() {
         const bool routed = moves_experts(plan, c);
         collective_runs_[t] = expert_piece_runs(p, p.layer_begin, p.layer_end, routed);
       }
+      if (const auto found_tied = tied.find(&chunk); found_tied != tied.end()) collective_runs_[t] = found_tied->second;
       if (role == ZeroRole::scatter_whole) ++scatters_of_whole_[reads[0]];
     }
     const auto [lo, hi] = partition::member_part(partition::collective_spec(plan, c), task.device, node);
@@ -533,6 +627,10 @@ std::span<float> GradientSync::data(const TaskContext& task) {
   if (zero_stage_ > 0 && zero_role_[static_cast<size_t>(task.task)] != ZeroRole::none) return zero_data(task);
   ChunkState* c = collective_chunk_[static_cast<size_t>(task.task)];
   if (c == nullptr) return {};
+  if (!tied_shard_.empty() && tied_shard_[static_cast<size_t>(task.task)]) {  // the table's owned rows, in place
+    const auto [begin, end] = collective_span_[static_cast<size_t>(task.task)];
+    return {c->grad_at(begin), end - begin};
+  }
   if (c->grads_sharded) {
     throw PlanError(partition::describe_task(plan_, task.task) + " reduces whole gradients, which a replica under "
                     "layout.sync.zero.stage " + std::to_string(zero_stage_) + " keeps only its shard of");

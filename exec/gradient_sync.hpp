@@ -22,8 +22,12 @@
 //    when its last reader ends.
 // Plans it cannot run are refused in the constructor with PlanError naming the collective:
 // members that would sum different parameters, all-gathers that bring back other ranges
-// than the reduce-scatters left, a tied embedding summed between stages from stage 2,
-// sequence parallelism from stage 2, a stage-3 all-gather of an expert-parallel piece.
+// than the reduce-scatters left, a tied embedding summed between stages from stage 2 whose
+// ends would own different rows of it, sequence parallelism from stage 2, a stage-3
+// all-gather of an expert-parallel piece.
+//  - From stage 2 a tied embedding's two copies add shard by shard: the chunks holding them
+//    are moved by their ZeRO collectives member by member, each member's rows of the table
+//    first (the same rows at both ends), and the embedding all-reduce sums those in place.
 //
 // Thread-safety: each device's collectives and passes run on its own threads in the plan's
 // order; the transient buffers, which passes and collectives of one device share, are
@@ -74,6 +78,9 @@ class GradientSync {
   void check_collective_sizes() const;
   SplitPart common_part(const std::vector<int>& members) const;
   void map_zero();  // the sharded collectives' roles and parts, each chunk's owned ranges
+  // From stage 2: the tied embedding's all-reduces (tied_shard_) and the runs its chunks' ZeRO
+  // collectives move them in, by chunk.
+  std::map<const ChunkState*, std::vector<FloatRun>> map_tied_embedding(const std::function<int(int)>& node);
   std::span<float> zero_data(const TaskContext& task);
   void zero_done(const TaskContext& task);
 
@@ -89,6 +96,7 @@ class GradientSync {
   std::vector<OpsFloats> gathered_;                         // per task: its runs' floats while it runs
   std::vector<ZeroRole> zero_role_;                         // per task
   std::vector<std::pair<size_t, size_t>> zero_part_;        // per task: the flat range this member owns
+  std::vector<char> tied_shard_;  // per task: sums its span of the tied table's owned rows, in place (stage 2, 3)
   std::map<int, int> readers_of_;         // gathered_weight tensor -> tasks reading it in an iteration
   // Stage 3 under expert parallelism: a pass reads one gathered copy per piece (the dense
   // part's, its experts'), which together make the chunk's whole copy, kept under the

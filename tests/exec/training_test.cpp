@@ -1248,22 +1248,77 @@ TEST(ZeroTraining, AReplicaKeepsTheStateOfItsShardAlone) {
   }
 }
 
-// A tied embedding between stages: at stage 1 its two copies add whole before the buckets
-// are scattered, and a GPT over two stages trains as one device; from stage 2 (its copies
-// scattered micro-batch by micro-batch, each replica's shard another range of each) it is
+// A tied embedding between stages (a GPT over two stages, its head on the second): at stage 1
+// its two copies add whole before the buckets are scattered; from stage 2 each chunk holding a
+// copy is sharded member by member, each replica's rows of the table first, and the two ends
+// add the rows they own in place. Trains as one device at every stage (3 also kept gathered):
+// with an interleaved schedule (the head's chunk beside another on its device), over 2
+// tensor-parallel ranks, and with shares by memory (0.4 and 0.6 of both copies). Where the two ends' replicas would own
+// different rows (shares by memory of 16, 16 GiB at one end and 24, 16 at the other) it is
 // refused before the run, blaming the plan.
-TEST(ZeroTraining, ATiedEmbeddingBetweenStagesTrainsAtStage1AndIsRefusedFrom2) {
+TEST(ZeroTraining, ATiedEmbeddingBetweenStagesTrainsAsOneDeviceAtEveryStage) {
+  for (const int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    for (const char* schedule : {"1f1b", "interleaved"}) {
+      SCOPED_TRACE(schedule);
+      partition::PlanOptions o = options(2, 2, 4, schedule);
+      o.virtual_stages = std::string(schedule) == "interleaved" ? 2 : 1;  // 4 chunks of one layer on 2 devices
+      o.bucket_bytes = 4096;
+      o.zero_stage = stage;
+      const Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(4), o);
+      ASSERT_EQ(plan.layout.sync.zero.stage, stage);
+      bool tied = false;
+      for (const partition::Collective& c : plan.collectives) tied = tied || c.purpose == partition::Purpose::embedding;
+      ASSERT_TRUE(tied) << "no collective sums the tied embedding between stages";
+      expect_trains_as_one_device(plan, odd_gpt(4));
+      if (stage == 3) {  // a chunk's parameters gathered once a step, its gradients scattered once
+        o.reshard_after_forward = false;
+        SCOPED_TRACE("kept gathered");
+        expect_trains_as_one_device(test_support::planned(model::cpu_cluster(4), odd_gpt(4), o), odd_gpt(4));
+      }
+    }
+    partition::PlanOptions o = options(2, 2, 4, "1f1b");
+    o.bucket_bytes = 4096;
+    o.zero_stage = stage;
+    o.tensor = 2;
+    SCOPED_TRACE("tensor parallel");
+    expect_trains_as_one_device(test_support::planned(model::cpu_cluster(8), odd_gpt(4, 6), o), odd_gpt(4, 6));
+    o.tensor = 1;
+    o.zero_shares = partition::ZeroShares::memory;
+    o.axis_order = "tensor,data,pipeline";  // each stage's replicas one of each memory
+    const Plan shared = test_support::planned(test_support::cpus_of_two_memories(4), odd_gpt(4), o);
+    bool uneven = false;
+    for (const partition::Collective& c : shared.collectives) uneven = uneven || c.parts == std::vector<double>{0.4, 0.6};
+    ASSERT_TRUE(uneven);
+    SCOPED_TRACE("shares by memory");
+    expect_trains_as_one_device(shared, odd_gpt(4));
+  }
+  // One end's replicas of 16 and 16 GiB (halves), the other's of 24 and 16 (0.6 and 0.4).
+  std::string yaml = "name: cpu-uneven-ends\ngpu_types:\n";
+  for (const char* memory : {"16", "24"}) {
+    yaml += std::string("  - {name: CPU-") + memory + ", fp16: 200 GFLOP/s, fp32: 200 GFLOP/s, bf16: 200 GFLOP/s, memory: " +
+            memory + " GiB, memory_bandwidth: 20 GB/s, link: pcie, link_bandwidth: 10 GB/s}\n";
+  }
+  yaml += "fabric: {kind: switch, latency: 1 us}\nnodes:\n";
+  int n = 0;
+  for (const char* memory : {"16", "16", "24", "16"}) {
+    yaml += "  - {name: n" + std::to_string(n++) + ", gpu: CPU-" + memory +
+            ", gpus: 1, intra: {kind: pcie, bandwidth: 10 GB/s, latency: 1 us}, nic: {count: 1, bandwidth: 10 GB/s, "
+            "latency: 1 us}}\n";
+  }
   partition::PlanOptions o = options(2, 2, 4, "1f1b");
-  o.bucket_bytes = 4096;
-  o.zero_stage = 1;
-  expect_trains_as_one_device(test_support::planned(model::cpu_cluster(4), odd_gpt(4), o), odd_gpt(4));
   o.zero_stage = 2;
-  const Plan plan = test_support::planned(model::cpu_cluster(4), odd_gpt(4), o);
+  o.zero_shares = partition::ZeroShares::memory;
+  o.axis_order = "tensor,data,pipeline";
+  const Plan plan = test_support::planned(model::parse_cluster(yaml, "uneven.yaml"), odd_gpt(4), o);
   try {
     exec::Training(plan, exec::markov_stream(97, 1), optimizer(), 42);
     FAIL() << "expected a PlanError";
   } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("sums a tied embedding between pipeline stages"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sums a tied embedding between pipeline stages (layout.sync.zero.stage 2): its "
+                                         "ends' replicas shard the table differently"),
+              std::string::npos)
+        << e.what();
   }
 }
 

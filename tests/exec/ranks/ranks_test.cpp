@@ -170,6 +170,14 @@ TEST(Ranks, TrainBitwiseAsThreadsDo) {
                      o.bucket_bytes = 4096;
                      return o;
                    }()});
+  // A tied embedding between two stages from ZeRO 2: each end's rows of the table shared
+  // member by member, the two ends (ranks apart) summing their rows in place.
+  cases.push_back({"zero 2 x pipeline 2 x data 2, the embedding tied between the stages", 4, [] {
+                     auto o = options(2, 2, 2, "1f1b");
+                     o.zero_stage = 2;
+                     o.bucket_bytes = 4096;
+                     return o;
+                   }()});
   // Offload over a pipeline: each device's step on its own host stream, the copies' bytes.
   cases.push_back({"offload x zero 1 x pipeline 2 x data 2", 4, [] {
                      auto o = options(2, 2, 2, "1f1b");
