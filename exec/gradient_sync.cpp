@@ -75,6 +75,10 @@ std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkP
   });
 }
 
+// The float where fraction f of a buffer of n begins, rounded as the back ends slice the parts
+// of a reduce-scatter or all-gather (exec/cpu_backend.cpp).
+size_t part_at(double f, size_t n) { return std::min(n, static_cast<size_t>(std::llround(f * static_cast<double>(n)))); }
+
 // A chunk holding a tied embedding's table [table, table + t) of its `count` floats, ordered
 // for ZeRO's collectives member by member: member i's slice [round(lo count), round(hi count))
 // of the buffer holds its [round(lo t), round(hi t)) of the table and then as much of the rest
@@ -84,14 +88,13 @@ std::vector<FloatRun> runs_of_collective(const DecoderShape& shape, const ChunkP
 // of the table (a chunk of little more than the table, cut in many parts).
 std::vector<FloatRun> tied_member_runs(size_t count, size_t table, size_t t, std::vector<std::pair<double, double>> parts) {
   std::sort(parts.begin(), parts.end());
-  const auto at = [](double f, size_t n) { return std::min(n, static_cast<size_t>(std::llround(f * static_cast<double>(n)))); };
   std::vector<FloatRun> rest;  // the chunk less the table
   if (table > 0) rest.push_back({0, table});
   if (table + t < count) rest.push_back({table + t, count - table - t});
   std::vector<FloatRun> runs;
   double tiled = 0;
   for (const auto& [lo, hi] : parts) {
-    const size_t a = at(lo, count), b = at(hi, count), ta = at(lo, t), tb = at(hi, t);
+    const size_t a = part_at(lo, count), b = part_at(hi, count), ta = part_at(lo, t), tb = part_at(hi, t);
     if (lo != tiled || b - tb < a - ta) return {};
     tiled = hi;
     if (tb > ta) runs.push_back({table + ta, tb - ta});
@@ -314,10 +317,8 @@ std::map<const ChunkState*, std::vector<FloatRun>> GradientSync::map_tied_embedd
                         "to give each of its " + std::to_string(spec.devices.size()) + " replicas its rows of it");
       }
       const auto [lo, hi] = rows.back();
-      const auto at = [&](double f) {
-        return std::min(table.count, static_cast<size_t>(std::llround(f * static_cast<double>(table.count))));
-      };
-      collective_span_[static_cast<size_t>(t)] = {table.offset + at(lo), table.offset + at(hi)};
+      collective_span_[static_cast<size_t>(t)] = {table.offset + part_at(lo, table.count),
+                                                  table.offset + part_at(hi, table.count)};
       tied_shard_[static_cast<size_t>(t)] = 1;
       runs_of_chunk[&chunk] = std::move(runs);
     }
@@ -405,15 +406,13 @@ void GradientSync::map_zero() {
     }
     const auto [lo, hi] = partition::member_part(partition::collective_spec(plan, c), task.device, node);
     zero_role_[t] = role;
-    const auto at = [&](double f, size_t count) {
-      return std::min(count, static_cast<size_t>(std::llround(f * static_cast<double>(count))));
-    };
     if (const auto& runs = collective_runs_[t]; !runs.empty()) {
       // Under expert parallelism a piece is runs of the chunk (map_collectives; stage 2 above),
-      // packed into one buffer; the member's part of the buffer is runs of the chunk too.
+      // as is a chunk holding a tied copy (member by member: map_tied_embedding), packed into
+      // one buffer; the member's part of the buffer is runs of the chunk too.
       const size_t count = floats_of(runs);
-      zero_part_[t] = {at(lo, count), at(hi, count)};  // (of the packed buffer)
-      for (const FloatRun& run : slice_runs(runs, at(lo, count), at(hi, count))) {
+      zero_part_[t] = {part_at(lo, count), part_at(hi, count)};  // (of the packed buffer)
+      for (const FloatRun& run : slice_runs(runs, part_at(lo, count), part_at(hi, count))) {
         (scatter ? scattered : gathered)[&chunk].emplace_back(run.at, run.at + run.count);
       }
       if (scatter) {
@@ -422,7 +421,7 @@ void GradientSync::map_zero() {
       continue;
     }
     const auto [begin, end] = collective_span_[t];
-    zero_part_[t] = {begin + at(lo, end - begin), begin + at(hi, end - begin)};
+    zero_part_[t] = {begin + part_at(lo, end - begin), begin + part_at(hi, end - begin)};
     (scatter ? scattered : gathered)[&chunk].push_back(zero_part_[t]);
     if (scatter) moved[&chunk].emplace_back(begin, end);
   }
