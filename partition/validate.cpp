@@ -24,6 +24,8 @@ namespace hetflow::partition {
 namespace validate_detail {
 void check_roles(const Plan& plan, std::vector<std::string>& problems);  // validate_roles.cpp
 void check_memory(const Plan& plan, const TaskOrder& order, Validation& v);  // validate_memory.cpp
+void check_coverage(const Plan& plan, std::vector<std::string>& problems);  // validate_coverage.cpp
+void check_tied_ends(const Plan& plan, std::vector<std::string>& problems);  // validate_coverage.cpp
 }  // namespace validate_detail
 
 namespace {
@@ -591,46 +593,6 @@ void check_local_dependencies(const Plan& plan, Problems& problems) {
   }
 }
 
-// Each virtual worker's chunks cover the layers in order, and so do the forward tasks of
-// its first micro-batch, once per tensor-parallel rank of the chunk that holds the layer.
-void check_coverage(const Plan& plan, Problems& problems) {
-  const int layers = static_cast<int>(plan.network.layers.size());
-  for (size_t w = 0; w < plan.layout.workers.size(); ++w) {
-    if (w >= plan.layout.task_workers()) break;  // a folded plan's replicas have no tasks of their own
-    const VirtualWorker& vw = plan.layout.workers[w];
-    const std::string where = "virtual worker " + std::to_string(w);
-    int next = 0;
-    std::vector<int> copies(static_cast<size_t>(layers), 0);
-    for (const Stage& s : vw.stages) {
-      if (in_range(s.rank, vw.ranks.size())) {
-        for (int l = std::max(s.layer_begin, 0); l < std::min(s.layer_end, layers); ++l) {
-          copies[static_cast<size_t>(l)] = static_cast<int>(vw.ranks[static_cast<size_t>(s.rank)].size());
-        }
-      }
-      if (s.layer_begin != next) {
-        problems.push_back(where + ": its chunks do not cover the layers in order (chunk [" + std::to_string(s.layer_begin) +
-                           ", " + std::to_string(s.layer_end) + ") after layer " + std::to_string(next) + ")");
-        break;
-      }
-      next = s.layer_end;
-    }
-    if (next != layers) problems.push_back(where + ": its chunks end at layer " + std::to_string(next) + " of " + std::to_string(layers));
-    std::vector<int> count(static_cast<size_t>(layers), 0);
-    for (const Task& t : plan.tasks) {
-      if (t.kind != TaskKind::forward || t.worker != static_cast<int>(w) || t.microbatch != 0) continue;
-      for (int l = t.layer_begin; l < t.layer_end; ++l) ++count[static_cast<size_t>(l)];
-    }
-    for (int l = 0; l < layers; ++l) {
-      if (count[static_cast<size_t>(l)] != copies[static_cast<size_t>(l)]) {
-        problems.push_back(where + ": layer " + std::to_string(l) + " is computed " +
-                           std::to_string(count[static_cast<size_t>(l)]) + " times per micro-batch (expected " +
-                           std::to_string(copies[static_cast<size_t>(l)]) + ", once per tensor-parallel rank)");
-        break;
-      }
-    }
-  }
-}
-
 }  // namespace
 
 Validation validate_plan(const Plan& plan) {
@@ -651,7 +613,8 @@ Validation validate_plan(const Plan& plan) {
   validate_detail::check_roles(plan, v.problems);
   check_tensors(plan, v.problems);
   check_local_dependencies(plan, v.problems);
-  check_coverage(plan, v.problems);
+  validate_detail::check_coverage(plan, v.problems);
+  validate_detail::check_tied_ends(plan, v.problems);
   if (!v.ok()) return v;
   const TaskOrder order = order_tasks(plan);
   if (!order.complete()) {

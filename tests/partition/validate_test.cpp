@@ -392,3 +392,29 @@ TEST(Validate, MixedTensorDegreesAreCheckedPerStage) {
   EXPECT_TRUE(mentions(validate_plan(regrouped), "virtual worker 0: layer 2 is computed 2 times per micro-batch (expected 1"))
       << first_problem(validate_plan(regrouped));
 }
+
+// A tied head in a later chunk on the device of the first chunk (interleaving on one pipeline
+// rank): nothing would sum its two copies, so the plan is refused, naming the worker and the
+// device; on two ranks the embedding all-reduce sums them and the plan is valid.
+TEST(Validate, ATiedHeadOnTheFirstChunksDeviceIsRefused) {
+  const model::Network gpt = model::network_from_spec("gpt:layers=4,hidden=32,heads=2,seq=16,vocab=64", model::Precision::fp32);
+  for (const int ranks : {1, 2}) {
+    const model::Cluster cluster = test_support::identical_cluster(ranks);
+    PlanOptions o;
+    o.pipeline = ranks;
+    o.data = 1;
+    o.microbatches = 2;
+    o.schedule = "interleaved";
+    o.virtual_stages = 2;
+    o.precision = gpt.precision;
+    const CostModel cost(cluster, gpt.precision);
+    const Validation v = validate_plan(build_plan(cluster, gpt, make_layout(cluster, gpt, o, cost), cost));
+    if (ranks == 1) {
+      EXPECT_TRUE(mentions(v, "virtual worker 0: its chunk 1 holds the head tied to the embedding of its first chunk on "
+                              "the same device 0, where no collective sums the two copies"))
+          << first_problem(v);
+    } else {
+      EXPECT_TRUE(v.ok()) << first_problem(v);
+    }
+  }
+}
