@@ -1406,6 +1406,29 @@ TEST_P(Conservation, EveryCommunicatorCarriesWhatThePlanSays) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Conservation, testing::ValuesIn(kDistributedCases), case_name);
 
+// The same under ZeRO 2 and 3 for a GPT whose head, on the second stage, is tied to the
+// embedding on the first: the embedding group carries each replica's rows of the table, as
+// many as the plan says.
+TEST(Conservation, ATiedEmbeddingUnderZeroCarriesWhatThePlanSays) {
+  for (const int stage : {2, 3}) {
+    partition::PlanOptions o = options(2, 2, 4, "1f1b");
+    o.bucket_bytes = 4096;
+    o.zero_stage = stage;
+    const model::Network net = odd_gpt(4);
+    const Plan plan = test_support::planned(model::cpu_cluster(4), net, o);
+    exec::Training training(plan, exec::markov_stream(net.architecture->vocab, 7), optimizer(), 42);
+    exec::CpuBackend backend({}, &training);
+    exec::EngineOptions e;
+    e.iterations = 2;
+    const exec::RunResult r = exec::run_plan(plan, backend, e);
+    ASSERT_TRUE(r.completed) << r.error;
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    double total = 0;
+    for (const double bytes : test_support::expect_carries_what_the_plan_says(plan, r.trace, 2, net.name)) total += bytes;
+    EXPECT_GT(total, 0);
+  }
+}
+
 // What one step moved each weight by: `after` less `before`, tensor by tensor.
 exec::SafetensorsFile step_of(exec::SafetensorsFile after, const exec::SafetensorsFile& before) {
   for (auto& t : after.tensors) {
