@@ -323,16 +323,15 @@ void ParameterServers::update(TaskContext& task, const std::atomic<bool>& stop, 
   }
   std::map<std::string, std::vector<float>> version;
   for (auto& [name, sp] : s.params) {
-    if (!verdict.skip) {  // a skipped step (gradients not finite) leaves the weights as they were
+    if (sp.balancing) {
+      // By the signs of the loads, skipped step or not (Training::step_balancing says why).
+      step.balance_host(sp.p.data(), sp.g.data(), sp.p.size());
+      if (!verdict.skip) ++sp.steps;
+    } else if (!verdict.skip) {  // a skipped step (gradients not finite) leaves the weights as they were
       if (loss_scale != 1) kernels::scale(sp.g.data(), static_cast<float>(1 / loss_scale), static_cast<long>(sp.g.size()));
       if (verdict.clip != 1) kernels::scale(sp.g.data(), verdict.clip, static_cast<long>(sp.g.size()));
       const double lr = step.lr(sp.steps);  // steps taken before this one
-      if (sp.balancing) {
-        step.balance_host(sp.p.data(), sp.g.data(), sp.p.size());
-        ++sp.steps;
-      } else {
-        step.adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
-      }
+      step.adamw_host(sp.p.data(), sp.g.data(), sp.m.data(), sp.v.data(), sp.p.size(), lr, sp.decays, ++sp.steps);
     }
     std::fill(sp.g.begin(), sp.g.end(), 0.0f);
     version[name] = sp.p;

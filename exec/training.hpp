@@ -272,6 +272,7 @@ class Training {
   void forward(TaskContext& task, Chunk& c, TensorParallelExchange* exchange);
   void backward(TaskContext& task, Chunk& c, bool split, TensorParallelExchange* exchange);
   void optimizer(TaskContext& task, const std::atomic<bool>& stop);
+  void step_balancing(Chunk& c);  // the routers' balancing biases, by their loads' signs
   struct Init {
     const WeightSource* source = nullptr;
     const ResumeFrom* resume = nullptr;  // its moments and counters (source: its weights)

@@ -48,9 +48,12 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
     }
     // (The norm is of the unscaled gradients: a scaled one could overflow where they do not.)
     verdict = step_->judge(task.iteration, norm);
-    if (verdict.skip) {  // not finite: skip the step
+    if (verdict.skip) {  // not finite: skip the step, but for the routers' balancing biases
       log_->add_skipped(task.iteration);
-      for (Chunk* c : mine) c->ops().zero(c->grads.data(), c->grads.size());
+      for (Chunk* c : mine) {
+        step_balancing(*c);
+        c->ops().zero(c->grads.data(), c->grads.size());
+      }
       return;
     }
   }
@@ -63,16 +66,28 @@ void Training::optimizer(TaskContext& task, const std::atomic<bool>& stop) {
       c->each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {  // (ZeRO: its shard)
         const size_t at = c->shard_at(o);  // (ZeRO: its moments, from stage 2 its gradients, the shard's alone)
         float* params = c->params.data() + c->index_in(c->params, o);
-        if (slot.balancing) {
-          step_->balance(c->ops(), params, c->grad_at(o), n);
-        } else {
+        if (!slot.balancing) {
           step_->adamw(c->ops(), params, c->grad_at(o), c->m.data() + at, c->v.data() + at, n, lr, slot.decays, step);
         }
       });
     }
+    step_balancing(*c);
     c->ops().zero(c->grads.data(), c->grads.size());
     // What others own is theirs to bring: the plan's all-gathers, before any pass reads it.
     if (!c->owned.empty()) c->set_unowned(std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
+// The routers' balancing biases of a chunk (its shard, under ZeRO) stepped by the signs of
+// the loads their gradient arrays hold: whether or not the rest of the step is skipped, as
+// Megatron-Core updates them from the loads before its optimizer decides
+// (finalize_model_grads). The loss scale and clipping, positive factors, leave the signs.
+void Training::step_balancing(Chunk& c) {
+  for (const ParamSlot& slot : c.math.params().slots) {
+    if (!slot.balancing) continue;
+    c.each_owned(slot.offset, slot.offset + slot.count, [&](size_t o, size_t n) {
+      step_->balance(c.ops(), c.params.data() + c.index_in(c.params, o), c.grad_at(o), n);
+    });
   }
 }
 

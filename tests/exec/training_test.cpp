@@ -902,6 +902,47 @@ TEST(Training, ASigmoidRoutersBiasMovesByTheSignOfItsLoad) {
   }
 }
 
+// A step whose gradients are not finite (the final norm's weight +inf: every gradient NaN,
+// the routers' choices untouched) is skipped under dynamic loss scaling, all but the
+// balancing biases: they move by the signs of the loads, as Megatron-Core updates them before
+// its optimizer decides. (Parameter servers take a constant scale, which skips nothing.)
+TEST(Training, ASkippedStepStillStepsTheBalancingBiases) {
+  const model::Network net = odd_deepseek(2);
+  const Plan plan = test_support::planned(model::cpu_cluster(1), net, options(1, 1, 2, "1f1b"));
+  exec::SafetensorsFile init = checkpoint_like(plan);
+  for (auto& t : init.tensors) {
+    if (t.name == "model.norm.weight") t.data[0] = std::numeric_limits<float>::infinity();
+  }
+  OptimizerOptions o = optimizer();
+  o.loss_scale.dynamic = true;
+  o.loss_scale.initial_loss_scale = 65536;
+  o.moe_router_bias_update_rate = 0.25;
+  exec::Training training(plan, exec::markov_stream(net.architecture->vocab, 7), o, 42, &init, "init.safetensors");
+  exec::CpuBackend backend({}, &training);
+  exec::EngineOptions e;
+  e.iterations = 1;
+  ASSERT_TRUE(exec::run_plan(plan, backend, e).completed);
+  ASSERT_EQ(training.skipped_steps(), 1);
+  std::map<std::string, const exec::NamedTensor*> start;
+  for (const auto& t : init.tensors) start[t.name] = &t;
+  int up = 0, down = 0;
+  for (const auto& t : training.weights().tensors) {
+    ASSERT_TRUE(start.count(t.name)) << t.name;
+    const std::vector<float>& before = start[t.name]->data;
+    if (t.name.find("e_score_correction_bias") == std::string::npos) {
+      EXPECT_EQ(0, std::memcmp(t.data.data(), before.data(), t.data.size() * sizeof(float))) << t.name;
+      continue;
+    }
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      const double moved = static_cast<double>(t.data[i]) - before[i];
+      EXPECT_TRUE(moved == 0 || std::abs(std::abs(moved) - 0.25) < 1e-6) << t.name << "[" << i << "] moved " << moved;
+      up += moved > 0;
+      down += moved < 0;
+    }
+  }
+  EXPECT_TRUE(up > 0 && down > 0) << up << " up, " << down << " down";
+}
+
 // Parameter servers under expert parallelism: each chunk pushes the gradients of what it holds
 // (the dense parameters and its expert rank's experts) to their servers and pulls the same
 // back; a server adds, parameter by parameter, the pushes of the chunks that hold it (an
