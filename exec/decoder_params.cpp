@@ -42,12 +42,9 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (gpt2 && c.qk_norm) refuse("GPT-2 style attention has no QK-norm");
   if (llama && s.HS % 2 != 0) refuse("rotary positions need an even head size, found " + std::to_string(s.HS));
   if (llama) {
-    // Partial rotary turns the first rotary_dims values of a head as a head of that size.
+    // Partial rotary turns the first rotary_dims values of a head as a head of that size
+    // (an even number from 2 to the head: model::check_partial_rotary).
     const int rotary = c.rotary_dims();
-    if (rotary < 2 || rotary % 2 != 0 || rotary > s.HS) {
-      refuse("its rotary positions turn " + std::to_string(rotary) + " values of each head of " + std::to_string(s.HS) +
-             " (partial_rotary_factor); an even number from 2 to the head size is needed");
-    }
     s.rope = rope_frequencies(c.rope_theta, c.rope_scaling, s.S, rotary);
     if (rotary < s.HS) s.rope.rotary_dims = rotary;
   }
