@@ -10,6 +10,7 @@
 // from the same training in float64 (PyTorch's --float64), which tells rounding from error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -73,7 +74,8 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
   const std::string got = (dir / (config + "-hetflow.safetensors")).string();
   const std::string torch_moments = (dir / (config + "-torch-moments")).string(),
                     checkpoint = (dir / (config + "-hetflow-checkpoint")).string();
-  const std::string exact = (dir / (config + "-torch64.safetensors")).string();
+  const std::string exact = (dir / (config + "-torch64.safetensors")).string(),
+                    exact_moments = (dir / (config + "-torch64-moments")).string();
   const std::string cfg = kOracleDir + config + ".json";
   std::string log;
   ASSERT_EQ(python("--config " + cfg + " --make-init " + init + " --seed 3", &log), 0) << log;
@@ -91,7 +93,8 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
             0)
       << log;
   ASSERT_EQ(python("--config " + cfg + " --init " + init + " --tokens " + tokens + " --batch " + std::to_string(batch) +
-                       " --seq " + std::to_string(seq) + " --steps 3" + optimizer + " --float64 --out-weights " + exact,
+                       " --seq " + std::to_string(seq) + " --steps 3" + optimizer + " --float64 --out-weights " + exact +
+                       " --out-moments " + exact_moments,
                    &log),
             0)
       << log;
@@ -131,8 +134,21 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
             << ours_from_exact.worst_relative << ", of PyTorch FP32 " << torch_from_exact.worst << " at "
             << torch_from_exact.worst_relative << "\n";
   EXPECT_TRUE(diff.same_names) << "hetflow and PyTorch wrote different tensors";
-  EXPECT_LT(diff.whole_relative, 1e-5) << config;
-  EXPECT_LT(diff.worst_relative, c.worst_tensor) << config << ": " << diff.worst;
+  // Two FP32 trainings part by their roundings, which differ with the machine's kernels
+  // (OpenBLAS's and PyTorch's pick their code by CPU). A small mixture near a discontinuity
+  // (two experts' scores within rounding of a tie) parts them further: measured, the GLM-4.5
+  // sequence-wise config on an AVX-512 host at 1.2e-5 whole, both FP32 runs 4e-5 and 9e-5 from
+  // the float64 one at their worst tensors. Past the bounds the float64 training decides:
+  // hetflow must be no further from it than PyTorch's FP32 is (twice, for the luck of a
+  // rounding), and within 1e-4 of it; a wrong formula moves a model by 1e-3 and more.
+  const bool within = diff.whole_relative < 1e-5 && diff.worst_relative < c.worst_tensor;
+  if (!within) {
+    std::cout << config << ": past the FP32 bounds; the float64 training decides: hetflow " << ours_from_exact.whole_relative
+              << " whole from it, PyTorch FP32 " << torch_from_exact.whole_relative << "\n";
+    EXPECT_LT(ours_from_exact.whole_relative, std::min(1e-4, 2 * torch_from_exact.whole_relative)) << config;
+    EXPECT_LT(ours_from_exact.worst_relative, std::min(1e-3, 2 * torch_from_exact.worst_relative))
+        << config << ": " << ours_from_exact.worst;
+  }
   // Noise moves a parameter by lr |g| / (|g| + eps) a step, under 1% of lr for |g| < 1e-10;
   // a real gradient would move it by about lr.
   EXPECT_LT(diff.key_bias_abs, 0.01 * 3 * 1e-2) << config;
@@ -145,7 +161,15 @@ void compare_with_torch(const std::string& config, int seq, const Comparison& c 
     std::cout << config << ": " << moment << " whole " << m.whole_relative << " relative, worst tensor " << m.worst << " at "
               << m.worst_relative << "\n";
     EXPECT_TRUE(m.same_names) << config << " " << moment;
-    EXPECT_LT(m.whole_relative, 3e-5) << config << " " << moment;  // (measured: 3e-7 to 7e-6)
+    if (within) {
+      EXPECT_LT(m.whole_relative, 3e-5) << config << " " << moment;  // (measured: 3e-7 to 7e-6)
+      continue;
+    }
+    const auto ours = compare_weights(read_safetensors(checkpoint + file), read_safetensors(exact_moments + file));
+    const auto theirs = compare_weights(read_safetensors(torch_moments + file), read_safetensors(exact_moments + file));
+    std::cout << config << ": " << moment << " from the float64 training's: hetflow " << ours.whole_relative
+              << " whole, PyTorch FP32 " << theirs.whole_relative << "\n";
+    EXPECT_LT(ours.whole_relative, std::min(3e-4, 2 * theirs.whole_relative)) << config << " " << moment;
   }
 }
 
