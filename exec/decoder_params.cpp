@@ -90,6 +90,13 @@ kernels::RopeFrequencies rope_frequencies(double theta, const model::RopeScaling
     r.low_freq_factor = scaling.low_freq_factor;
     r.high_freq_factor = scaling.high_freq_factor;
     r.original_positions = scaling.original_positions;
+  } else if (scaling.type == "yarn") {
+    r.scaling = Scaling::yarn;
+    r.original_positions = scaling.original_positions;
+    r.beta_fast = scaling.beta_fast;
+    r.beta_slow = scaling.beta_slow;
+    r.truncate = scaling.truncate;
+    r.attention_factor = scaling.attention_factor;
   } else if (scaling.type == "dynamic") {
     // HuggingFace's dynamic NTK: plain RoPE up to the trained context L; a longer sequence of
     // T tokens raises the base to theta (factor T / L - (factor - 1))^(d / (d - 2)).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
 #include <limits>
@@ -369,7 +370,13 @@ std::string Training::describe() const {
   if (shape_.family == DecoderFamily::llama) {
     out << ", RoPE theta " << model::units::format_number(r.theta);
     if (r.scaling != Scaling::none) {
-      out << (r.scaling == Scaling::linear ? " linear" : " llama3") << " x" << model::units::format_number(r.factor);
+      out << (r.scaling == Scaling::linear ? " linear" : r.scaling == Scaling::llama3 ? " llama3" : " yarn") << " x"
+          << model::units::format_number(r.factor);
+    }
+    if (r.attention_factor != 1) {
+      char scale[32];
+      std::snprintf(scale, sizeof scale, "%.4g", r.attention_factor);
+      out << " (cos and sin x" << scale << ")";
     }
     if (r.rotary_dims > 0) out << " on " << r.rotary_dims << " of " << shape_.HS << " values a head";
   }

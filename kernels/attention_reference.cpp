@@ -14,8 +14,9 @@ namespace {
 
 std::size_t at(long row, long width) { return static_cast<std::size_t>(row) * static_cast<std::size_t>(width); }
 
-// Rotates every pair of every head by sign * its angle: +1 is the forward, -1 its inverse
-// (the transpose of a rotation is the rotation back, so also the gradient).
+// Rotates every pair of every head by sign * its angle and scales it by the attention factor:
+// +1 is the forward, -1 the gradient (the transpose of a scaled rotation is the scaled rotation
+// back; the factor is 1 but for YaRN, and x * 1 is x).
 void rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFrequencies& rope, double sign) {
   if (N <= 0 || T <= 0) return;
   const int rotary = rope_rotary_dims(rope, head_dim), half = rotary / 2;  // values rotary.. pass through
@@ -27,8 +28,8 @@ void rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFreq
   for (int pos = 0; pos < positions; ++pos) {
     for (int i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[static_cast<std::size_t>(i)];
-      cosines[at(pos, half) + static_cast<std::size_t>(i)] = std::cos(angle);
-      sines[at(pos, half) + static_cast<std::size_t>(i)] = sign * std::sin(angle);
+      cosines[at(pos, half) + static_cast<std::size_t>(i)] = std::cos(angle) * rope.attention_factor;
+      sines[at(pos, half) + static_cast<std::size_t>(i)] = sign * (std::sin(angle) * rope.attention_factor);
     }
   }
   for (int n = 0; n < N; ++n) {

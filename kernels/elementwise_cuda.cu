@@ -80,7 +80,8 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dy
 // in double into shared memory (cos at [0, half), sign * sin at [half, 2 half)), as the
 // reference's table, then rotates every pair of every head in double, rounding once. The
 // double operations are the reference's, without fused multiply-adds (nvcc may fuse those of
-// rope_inv_freq's llama3 blend: a double's last bit, far below fp32's).
+// rope_inv_freq's llama3 and yarn blends, and the device's log may round yarn's range apart
+// from the host's: a double's last bit, far below fp32's).
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFrequencies frequencies, double sign) {
   extern __shared__ double table[];
   const int rotary = rope_rotary_dims(frequencies, head_dim), half = rotary / 2;  // values rotary.. pass through
@@ -89,8 +90,8 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFreque
     const double angle = __dmul_rn(pos, rope_inv_freq(frequencies, i, rotary));
     double s, c;
     sincos(angle, &s, &c);
-    table[i] = c;
-    table[half + i] = sign * s;
+    table[i] = __dmul_rn(c, frequencies.attention_factor);
+    table[half + i] = sign * __dmul_rn(s, frequencies.attention_factor);
   }
   __syncthreads();
   float* row = x + static_cast<std::size_t>(blockIdx.x) * heads * head_dim;

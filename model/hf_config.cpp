@@ -116,10 +116,48 @@ TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
   return c;
 }
 
+// YaRN as transformers' current _compute_yarn_parameters reads it: the original context from
+// original_max_position_embeddings, else max_position_embeddings (`positions`); the factor
+// given, else positions over the original context; the cos and sin scale attention_factor
+// given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are given
+// and non-zero (DeepSeek's), else mscale(factor), with mscale(f, m) = 0.1 m ln f + 1 for f > 1
+// (1 otherwise); beta_fast 32 and beta_slow 1 unless given (0 and null as absent, its `or`);
+// truncate true unless given. Some 4.5x releases took the factor from the two contexts even
+// where it was given (the released configs give the same number both ways) and 4.4x ones
+// the ramp over max_position_embeddings. DeepSeek's latent attention also scales its softmax
+// by mscale(factor, mscale_all_dim)^2, noted as not modelled (its attention is not either).
+void read_yarn(const Reader& r, int positions, int original, RopeScaling& s, std::vector<std::string>& notes,
+               bool latent_attention) {
+  s.original_positions = original;
+  s.factor = r.positive("factor", static_cast<double>(positions) / original);
+  if (s.factor < 1) {
+    r.fail("factor", "expected a number >= 1 for yarn scaling, found " + units::format_number(s.factor) +
+                         (r.present("factor") ? "" : " (max_position_embeddings over original_max_position_embeddings)"));
+  }
+  const auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+  const auto nonzero = [&](const char* k) { return r.present(k) && r.non_negative(k, 0) != 0; };
+  if (r.present("attention_factor")) {
+    s.attention_factor = r.positive("attention_factor", 1);
+  } else if (nonzero("mscale") && nonzero("mscale_all_dim")) {
+    s.attention_factor = mscale(r.non_negative("mscale", 0)) / mscale(r.non_negative("mscale_all_dim", 0));
+  } else {
+    s.attention_factor = mscale(1);
+  }
+  const auto beta = [&](const char* k, double fallback) {
+    return r.present(k) && r.at(k).is_number() && r.at(k).get<double>() == 0 ? fallback : r.positive(k, fallback);
+  };
+  s.beta_fast = beta("beta_fast", 32);
+  s.beta_slow = beta("beta_slow", 1);
+  s.truncate = r.boolean("truncate", true);
+  if (latent_attention && nonzero("mscale_all_dim") && s.factor > 1) {
+    notes.push_back("yarn's mscale_all_dim on latent attention's softmax scale");
+  }
+}
+
 // RoPE: transformers 4 writes the base as rope_theta and its scaling as a `rope_scaling`
 // object; transformers 5 both in one `rope_parameters` object.
 void read_rope(const Reader& top, const std::string& file, TransformerConfig& c, std::vector<std::string>& notes,
-               double default_theta) {
+               double default_theta, bool latent_attention) {
   c.rope_theta = top.positive("rope_theta", default_theta);
   const char* key = top.present("rope_parameters") ? "rope_parameters" : top.present("rope_scaling") ? "rope_scaling" : "";
   if (*key == '\0') return;
@@ -130,28 +168,37 @@ void read_rope(const Reader& top, const std::string& file, TransformerConfig& c,
   const char* type_key = object.is_object() && r.given("type") ? "type" : "rope_type";
   const std::string kind =
       object.is_object() && r.given(type_key) && r.at(type_key).is_string() ? r.at(type_key).get<std::string>() : "";
-  if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3") {
+  if (kind != "default" && kind != "linear" && kind != "dynamic" && kind != "llama3" && kind != "yarn") {
     notes.push_back(std::string(key) + (kind.empty() ? std::string() : " (" + kind + ")"));
     return;
   }
   RopeScaling& s = c.rope_scaling;
   if (kind == "default") return;
   s.type = kind;
-  s.factor = r.required_positive("factor", kind);
-  if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
-  if (kind == "llama3") {
-    s.low_freq_factor = r.required_positive("low_freq_factor", kind);
-    s.high_freq_factor = r.required_positive("high_freq_factor", kind);
-    const double original = r.required_positive("original_max_position_embeddings", kind);
+  const auto original_positions = [&](double fallback) {
+    const double original = kind == "llama3" ? r.required_positive("original_max_position_embeddings", kind)
+                                             : r.positive("original_max_position_embeddings", fallback);
     if (original != std::floor(original) || original > limits::kMaxSeq) {
       r.fail("original_max_position_embeddings", "expected a whole number up to " + std::to_string(limits::kMaxSeq) +
                                                      ", found " + brief(r.at("original_max_position_embeddings")));
     }
-    s.original_positions = static_cast<int>(original);
+    return static_cast<int>(original);
+  };
+  if (kind == "yarn") {
+    read_yarn(r, c.seq, original_positions(c.seq), s, notes, latent_attention);
+  } else {
+    s.factor = r.required_positive("factor", kind);
   }
-  // Linear or llama3 scaling by a factor of 1 stretches nothing (llama3's bands then all keep
-  // their frequencies); dynamic's still raises the base beyond the trained context.
-  if (s.factor == 1 && s.type != "dynamic") s = RopeScaling{};
+  if (kind == "dynamic") s.original_positions = c.seq;  // the context the model was trained with
+  if (kind == "llama3") {
+    s.low_freq_factor = r.required_positive("low_freq_factor", kind);
+    s.high_freq_factor = r.required_positive("high_freq_factor", kind);
+    s.original_positions = original_positions(0);
+  }
+  // Linear, llama3 or yarn scaling by a factor of 1 stretches nothing (llama3's bands and
+  // yarn's ramp then all keep their frequencies; yarn's cos and sin may still be scaled);
+  // dynamic's still raises the base beyond the trained context.
+  if (s.factor == 1 && s.type != "dynamic" && s.attention_factor == 1) s = RopeScaling{};
 }
 
 // Mistral's sliding window: 4096 when the key is absent (the Qwen configs' too; Mixtral's
@@ -394,7 +441,7 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   if (glm) read_partial_rotary(r, file, c);
   if (deepseek) r.true_unmodelled("attention_bias", notes);
   if (type == "llama") r.true_unmodelled("mlp_bias", notes);
-  read_rope(r, file, c, notes, d.rope_theta);
+  read_rope(r, file, c, notes, d.rope_theta, deepseek);
   read_window(r, type, c, notes);
   if (deepseek) read_mla(r, type, c);
   read_moe(r, type, c, notes);

@@ -130,13 +130,18 @@ std::optional<TpCall::Op> tp_call_op(std::string_view name);  // nullopt for an 
 // context. Only the rotation angles change (not the FLOPs or the shapes).
 struct RopeScaling {
   // "" (plain RoPE), "linear" (frequencies / factor), "dynamic" (NTK: theta grows when seq
-  // exceeds original_positions) or "llama3" (Llama 3.1's bands of wavelengths).
+  // exceeds original_positions), "llama3" (Llama 3.1's bands of wavelengths) or "yarn" (YaRN's
+  // ramp between kept and interpolated frequencies, cos and sin scaled by attention_factor;
+  // kernels/rope_frequencies.hpp has the formulas).
   std::string type;
   double factor = 1;
   double low_freq_factor = 1, high_freq_factor = 4;  // llama3
-  // llama3: original_max_position_embeddings; dynamic: the max_position_embeddings the
-  // model was trained with. 0 for the other types.
+  // llama3, yarn: original_max_position_embeddings; dynamic: the max_position_embeddings the
+  // model was trained with. 0 for linear.
   int original_positions = 0;
+  double beta_fast = 32, beta_slow = 1;  // yarn: the ramp's ends, in turns over original_positions
+  double attention_factor = 1;           // yarn: resolved from the config (0.1 ln factor + 1 unless given)
+  bool truncate = true;                  // yarn: the ramp's ends rounded outward to whole pairs
   bool operator==(const RopeScaling&) const = default;
 };
 

@@ -191,6 +191,10 @@ RopeScaling parse_rope_scaling(const YAML::Node& node, const std::string& file, 
   s.low_freq_factor = r.number_or("low_freq_factor", 1, 0);
   s.high_freq_factor = r.number_or("high_freq_factor", 4, 0);
   s.original_positions = r.int_or("original_positions", 0, 0, limits::kMaxSeq);
+  s.beta_fast = r.number_or("beta_fast", 32, 0);
+  s.beta_slow = r.number_or("beta_slow", 1, 0);
+  s.attention_factor = r.number_or("attention_factor", 1, 0);
+  s.truncate = r.boolean_or("truncate", true);
   r.finish();
   try {
     check_rope_scaling(s);
@@ -427,6 +431,12 @@ std::string write_network(const Network& n) {
         out << YAML::Key << "high_freq_factor" << YAML::Value << units::format_number(s.high_freq_factor);
       }
       if (s.original_positions != 0) out << YAML::Key << "original_positions" << YAML::Value << s.original_positions;
+      if (s.type == "yarn") {
+        out << YAML::Key << "beta_fast" << YAML::Value << units::format_number(s.beta_fast);
+        out << YAML::Key << "beta_slow" << YAML::Value << units::format_number(s.beta_slow);
+        out << YAML::Key << "attention_factor" << YAML::Value << units::format_number(s.attention_factor);
+        if (!s.truncate) out << YAML::Key << "truncate" << YAML::Value << false;
+      }
       out << YAML::EndMap;
     }
     if (c.sliding_window != 0) out << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;

@@ -278,6 +278,11 @@ void check_transformer_config(const TransformerConfig& c) {
                                                   ", found " + std::to_string(c.kv_heads));
   }
   check_rope_scaling(c.rope_scaling);
+  if (c.rope_scaling.type == "yarn" && !(c.rope_theta > 1)) {
+    // YaRN's correction range divides by ln theta.
+    throw InputError("<spec>", 0, "rope_theta", "expected a number > 1 under yarn scaling, found " +
+                                                    units::format_number(c.rope_theta));
+  }
   check_moe(c);
   check_mla(c);
   if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
@@ -414,8 +419,8 @@ void check_rope_scaling(const RopeScaling& r) {
     if (!(r == RopeScaling{})) fail("type", "is required when other rope_scaling settings are given");
     return;
   }
-  if (r.type != "linear" && r.type != "dynamic" && r.type != "llama3") {
-    fail("type", "expected linear, dynamic or llama3, found '" + r.type + "'");
+  if (r.type != "linear" && r.type != "dynamic" && r.type != "llama3" && r.type != "yarn") {
+    fail("type", "expected linear, dynamic, llama3 or yarn, found '" + r.type + "'");
   }
   if (!(r.factor > 0) || !std::isfinite(r.factor)) fail("factor", "expected a number > 0, found " + number(r.factor));
   if (r.type == "linear") {
@@ -435,6 +440,18 @@ void check_rope_scaling(const RopeScaling& r) {
     }
   } else if (r.low_freq_factor != 1 || r.high_freq_factor != 4) {
     fail(r.low_freq_factor != 1 ? "low_freq_factor" : "high_freq_factor", "is a setting of llama3 scaling only");
+  }
+  if (r.type == "yarn") {
+    for (const auto& [field, x] : {std::pair{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow},
+                                   {"attention_factor", r.attention_factor}}) {
+      if (!(x > 0) || !std::isfinite(x)) fail(field, "expected a number > 0, found " + number(x));
+    }
+  } else if (r.beta_fast != 32 || r.beta_slow != 1 || r.attention_factor != 1 || !r.truncate) {
+    const char* field = r.beta_fast != 32          ? "beta_fast"
+                        : r.beta_slow != 1          ? "beta_slow"
+                        : r.attention_factor != 1   ? "attention_factor"
+                                                    : "truncate";
+    fail(field, "is a setting of yarn scaling only");
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tools/summary.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -13,6 +14,13 @@ namespace hetflow::tools {
 namespace u = model::units;
 
 namespace {
+
+// A scale such as YaRN's attention factor, to four significant digits ("1.139").
+std::string four_digits(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", x);
+  return text;
+}
 
 struct TypeTotals {
   int devices = 0;
@@ -200,6 +208,12 @@ Json network_json(const model::Network& n) {
       r["high_freq_factor"] = s.high_freq_factor;
     }
     if (s.original_positions > 0) r["original_positions"] = s.original_positions;
+    if (s.type == "yarn") {
+      r["beta_fast"] = s.beta_fast;
+      r["beta_slow"] = s.beta_slow;
+      r["attention_factor"] = s.attention_factor;
+      r["truncate"] = s.truncate;
+    }
     j["rope_theta"] = n.architecture->rope_theta;
     j["rope_scaling"] = r;
   }
@@ -305,6 +319,11 @@ void print_network(std::ostream& out, const model::Network& n) {
           << " positions, blended down to " << u::format_number(s.original_positions / s.high_freq_factor);
     } else if (s.type == "dynamic") {
       out << " beyond " << s.original_positions << " positions";
+    } else if (s.type == "yarn") {
+      // YaRN's betas are turns over the original context: wavelengths L / beta.
+      out << " of wavelengths above " << u::format_number(s.original_positions / s.beta_slow)
+          << " positions, ramped down to " << u::format_number(s.original_positions / s.beta_fast)
+          << (s.truncate ? " (in whole pairs)" : "") << ", cos and sin x" << four_digits(s.attention_factor);
     }
     if (a->partial_rotary_factor != 1) {
       out << ", on the first " << a->rotary_dims() << " of each head's " << a->head_size() << " values";

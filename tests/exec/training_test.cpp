@@ -189,6 +189,17 @@ TEST(DecoderParams, RopeScalingBecomesTheFrequenciesOfTheSequence) {
   EXPECT_EQ(llama3.original_positions, 8192);
   c.rope_scaling = {"linear", 2.5, 1, 4, 0};
   EXPECT_EQ(exec::decoder_shape(c).rope.scaling, Scaling::linear);
+  // YaRN's settings reach the kernels as read, the cos and sin scale among them.
+  c.rope_scaling = {"yarn", 4, 1, 4, 32768, 16, 0.5, 1.25, false};
+  const kernels::RopeFrequencies yarn = exec::decoder_shape(c).rope;
+  EXPECT_EQ(yarn.scaling, Scaling::yarn);
+  EXPECT_EQ(yarn.factor, 4);
+  EXPECT_EQ(yarn.original_positions, 32768);
+  EXPECT_EQ(yarn.beta_fast, 16);
+  EXPECT_EQ(yarn.beta_slow, 0.5);
+  EXPECT_EQ(yarn.attention_factor, 1.25);
+  EXPECT_FALSE(yarn.truncate);
+  EXPECT_EQ(exec::decoder_shape(*odd_llama().architecture).rope.attention_factor, 1);
   // 16 tokens against a trained context of 8, factor 2: 10000 (2 * 16 / 8 - 1)^(8 / 6) = 10000 * 3^(4/3).
   const kernels::RopeFrequencies dynamic = exec::rope_frequencies(10000, {"dynamic", 2, 1, 4, 8}, 16, 8);
   EXPECT_EQ(dynamic.scaling, Scaling::none);

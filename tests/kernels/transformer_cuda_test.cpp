@@ -462,9 +462,18 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
   RopeFrequencies glm{1000000}, partial_llama3 = llama3;
   glm.rotary_dims = 64;
   partial_llama3.rotary_dims = 6;
+  // YaRN as Qwen3's long-context config sets it (x4 over 32768 positions, theta 1e6, heads of
+  // 128: the ramp spans pairs 23 to 40), and untruncated over the first 64 of 96 values.
+  RopeFrequencies qwen_yarn{1000000, RopeFrequencies::Scaling::yarn, 4};
+  qwen_yarn.original_positions = 32768;
+  qwen_yarn.attention_factor = 0.1 * std::log(4.0) + 1;
+  RopeFrequencies loose_yarn = qwen_yarn;
+  loose_yarn.truncate = false;
+  loose_yarn.rotary_dims = 64;
   for (const Shape& s : {Shape{6, 3, 2, 4, {10000}}, Shape{10, 5, 3, 8, {500000}}, Shape{300, 150, 4, 64, {10000}},
                         Shape{2, 2, 1, 640, {10000}}, Shape{300, 150, 4, 64, llama3}, Shape{40, 20, 2, 16, linear},
-                        Shape{64, 32, 6, 128, glm}, Shape{30, 15, 3, 10, partial_llama3}}) {
+                        Shape{64, 32, 6, 128, glm}, Shape{30, 15, 3, 10, partial_llama3},
+                        Shape{64, 32, 4, 128, qwen_yarn}, Shape{40, 20, 2, 96, loose_yarn}}) {
     const std::string shape = "rope N=" + std::to_string(s.N) + " head_dim=" + std::to_string(s.head_dim);
     std::mt19937 rng(12);
     const std::size_t n = size_of(static_cast<long long>(s.N) * s.heads * s.head_dim);
@@ -472,6 +481,8 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
     Vec y = x, dx = dy;
     rope_forward(y.data(), s.N, s.T, s.heads, s.head_dim, s.theta);
     rope_backward(dx.data(), s.N, s.T, s.heads, s.head_dim, s.theta);
+    Vec back = y;  // x, scaled twice by YaRN's attention factor
+    rope_backward(back.data(), s.N, s.T, s.heads, s.head_dim, s.theta);
     const std::vector<Vec> got = run_twice(shape, [&] {
       Device device;
       float *dev_x = device.upload(x), *dev_dy = device.upload(dy);
@@ -483,7 +494,7 @@ TEST(TransformerCuda, RopeMatchesTheReference) {
     });
     expect_close(shape + " forward", got[0], y, kPointwise);
     expect_close(shape + " backward", got[1], dx, kPointwise);
-    expect_close(shape + " backward of forward", got[2], x, kPointwise);
+    expect_close(shape + " backward of forward", got[2], back, kPointwise);
   }
 }
 

@@ -349,6 +349,85 @@ TEST(Rope, ScaledFrequenciesAreHuggingFacesBands) {
   EXPECT_FALSE(rope_frequencies_valid(RopeFrequencies{0}));
 }
 
+// YaRN (transformers' current _compute_yarn_parameters), counted by hand: over a head of 10
+// at theta 100, the pair turning b times in L = 16 positions is 5 log_100(16 / (2 pi b)):
+// -1.24 for beta_fast 8 and 1.77 for beta_slow 0.5, truncated to pairs 0 and 2, so pair 0
+// keeps its frequency, pair 1 is half-way to a quarter of it and pairs 2-4 are a quarter.
+// Untruncated over a head of 8 with L = 11 the ends are -1.32 (clamped to 0) and
+// 4 log_100(11 / pi) = 1.0885, pair 1 that far along. cos and sin are scaled by the attention
+// factor, so the rotation is scaled, forward and backward.
+RopeFrequencies yarn(int original, bool truncate) {
+  RopeFrequencies r{100, RopeFrequencies::Scaling::yarn, 4};
+  r.original_positions = original;
+  r.beta_fast = 8;
+  r.beta_slow = 0.5;
+  r.truncate = truncate;
+  r.attention_factor = 0.1 * std::log(4.0) + 1;
+  return r;
+}
+
+TEST(Rope, YarnRampsFromKeptToInterpolatedFrequencies) {
+  const RopeFrequencies truncated = yarn(16, true), untruncated = yarn(11, false);
+  const double ramp10[] = {0, 0.5, 1, 1, 1};
+  for (int i = 0; i < 5; ++i) {
+    const double w = std::pow(100.0, -2.0 * i / 10);
+    EXPECT_NEAR(rope_inv_freq(truncated, i, 10), w * (1 - ramp10[i]) + w / 4 * ramp10[i], 1e-15 * w) << "pair " << i;
+  }
+  const double end = 4 * std::log(11 / 3.141592653589793) / std::log(100.0);
+  const double ramp8[] = {0, 1 / end, 1, 1};
+  for (int i = 0; i < 4; ++i) {
+    const double w = std::pow(100.0, -2.0 * i / 8);
+    EXPECT_NEAR(rope_inv_freq(untruncated, i, 8), w * (1 - ramp8[i]) + w / 4 * ramp8[i], 1e-14 * w) << "pair " << i;
+  }
+  // Where the two ends meet (both betas 8, untruncated: pair 5 log_100(10) = 2.5 of a head of
+  // 10 for L = 2 pi 8 10), the ramp is a step 0.001 wide: pair 2 keeps its frequency, pair 3
+  // is a quarter of it.
+  RopeFrequencies step = yarn(16, false);
+  step.original_positions = 2 * 3.141592653589793 * 8 * 10;
+  step.beta_slow = 8;
+  EXPECT_NEAR(rope_inv_freq(step, 2, 10), std::pow(100.0, -0.4), 1e-15);
+  EXPECT_NEAR(rope_inv_freq(step, 3, 10), std::pow(100.0, -0.6) / 4, 1e-15);
+  // rope_forward turns each pair by position * its frequency and scales it.
+  const int T = 5, N = 10, heads = 2, hd = 10;
+  const double a = truncated.attention_factor;
+  std::mt19937 rng(17);
+  const Vec x = random_vec(N * heads * hd, rng);
+  Vec y = x;
+  rope_forward(y.data(), N, T, heads, hd, truncated);
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t base = static_cast<std::size_t>((n * heads + h) * hd);
+      for (int i = 0; i < hd / 2; ++i) {
+        const double w = std::pow(100.0, -2.0 * i / 10), angle = (n % T) * (w * (1 - ramp10[i]) + w / 4 * ramp10[i]);
+        const double x1 = x[base + i], x2 = x[base + i + 5];
+        EXPECT_NEAR(y[base + i], a * (x1 * std::cos(angle) - x2 * std::sin(angle)), 1e-6) << "row " << n;
+        EXPECT_NEAR(y[base + i + 5], a * (x2 * std::cos(angle) + x1 * std::sin(angle)), 1e-6) << "row " << n;
+      }
+    }
+  }
+  // Its gradient, by central differences (the scale included), with a partial rotary part.
+  RopeFrequencies partial = untruncated;
+  partial.rotary_dims = 8;
+  Vec z = random_vec(N * heads * hd, rng), r = random_vec(z.size(), rng);
+  const auto loss = [&] {
+    Vec out = z;
+    rope_forward(out.data(), N, T, heads, hd, partial);
+    return weighted_sum(r, out);
+  };
+  Vec dz = r;
+  rope_backward(dz.data(), N, T, heads, hd, partial);
+  expect_gradient("dx", z, dz, loss);
+  EXPECT_TRUE(rope_frequencies_valid(truncated));
+  for (const auto& [what, broken] :
+       {std::pair{"theta 1", [] { auto f = yarn(16, true); f.theta = 1; return f; }()},
+        {"beta_fast 0", [] { auto f = yarn(16, true); f.beta_fast = 0; return f; }()},
+        {"beta_slow inf", [] { auto f = yarn(16, true); f.beta_slow = INFINITY; return f; }()},
+        {"attention_factor 0", [] { auto f = yarn(16, true); f.attention_factor = 0; return f; }()},
+        {"original 0", [] { auto f = yarn(16, true); f.original_positions = 0; return f; }()}}) {
+    EXPECT_FALSE(rope_frequencies_valid(broken)) << what;
+  }
+}
+
 // Partial rotary (GLM-4.5's partial_rotary_factor): the first rotary_dims values of each head
 // turn exactly as a head of that size would, llama3's bands over that size included; the rest
 // pass through untouched, forward and backward.

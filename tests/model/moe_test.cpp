@@ -202,7 +202,13 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_EQ(v3.architecture->moe.groups, 8);  // the best 4 of 8 groups of 32 experts: the real layers route so
   EXPECT_EQ(v3.architecture->moe.groups_chosen, 4);
   EXPECT_TRUE(v3.architecture->moe.sequence_aux_loss);  // (its seq_aux: the sequence-wise balance loss)
-  EXPECT_EQ(v3.architecture->unmodelled, "rope_scaling (yarn), num_nextn_predict_layers 1 (multi-token prediction)");
+  // YaRN x40 over its 4,096 pre-training positions, cos and sin unscaled (mscale over
+  // mscale_all_dim, both 1); its latent attention's softmax scale (mscale_all_dim's square) is
+  // noted with the attention itself.
+  RopeScaling yarn{"yarn", 40, 1, 4, 4096};
+  EXPECT_EQ(v3.architecture->rope_scaling, yarn);
+  EXPECT_EQ(v3.architecture->unmodelled, "yarn's mscale_all_dim on latent attention's softmax scale, "
+                                         "num_nextn_predict_layers 1 (multi-token prediction)");
 
   // GLM-4.5-Air: DeepSeek-V3's router (sigmoid, the balancing bias) over 128 experts, one
   // shared, the first layer dense; q, k, v biases. Its parameters counted here part by part

@@ -326,6 +326,80 @@ TEST(ZooTransformer, Qwen2AndLlamaAttentionBiasesAreCounted) {
   }
 }
 
+// YaRN as transformers' current _compute_yarn_parameters reads it: Qwen3's long-context
+// settings (its model card's rope_scaling), the factor from the two contexts where absent,
+// DeepSeek's mscale ratio, GPT-OSS's untruncated range, transformers 5's rope_parameters; the
+// result carried by a network file; bad values named.
+TEST(ZooTransformer, ConfigYarnIsReadAsTransformersReadsIt) {
+  auto qwen3_with = [](const std::string& scaling, int positions = 131072) {
+    return transformer_from_hf_config(R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 100,
+      "rope_theta": 1000000, "max_position_embeddings": )" + std::to_string(positions) +
+                                          R"(, "rope_scaling": )" + scaling + "}",
+                                      "c.json");
+  };
+  const double ln4 = std::log(4.0);
+  const TransformerConfig qwen = qwen3_with(R"({"rope_type": "yarn", "factor": 4.0,
+    "original_max_position_embeddings": 32768})");
+  EXPECT_EQ(qwen.unmodelled, "");
+  EXPECT_EQ(qwen.rope_scaling, (RopeScaling{"yarn", 4, 1, 4, 32768, 32, 1, 0.1 * ln4 + 1, true}));
+  const Network net = make_transformer(qwen, Precision::bf16);
+  const Network back = parse_network(write_network(net), "net.yaml");
+  ASSERT_TRUE(back.architecture);
+  EXPECT_EQ(back.architecture->rope_scaling, qwen.rope_scaling);  // the attention factor to the last bit
+  EXPECT_EQ(back, net);
+  // The factor from the contexts; without original_max_position_embeddings the context is
+  // max_position_embeddings (a factor of 1: plain RoPE, but for a given attention factor).
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn", "original_max_position_embeddings": 32768})").rope_scaling,
+            (RopeScaling{"yarn", 4, 1, 4, 32768, 32, 1, 0.1 * ln4 + 1, true}));
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn", "factor": 2})", 4096).rope_scaling,
+            (RopeScaling{"yarn", 2, 1, 4, 4096, 32, 1, 0.1 * std::log(2.0) + 1, true}));
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn"})").rope_scaling, RopeScaling{});
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn", "attention_factor": 1.25})").rope_scaling,
+            (RopeScaling{"yarn", 1, 1, 4, 131072, 32, 1, 1.25, true}));
+  // DeepSeek's magnitude: mscale(4, 0.707) / mscale(4, 1) where both are non-zero; one of them
+  // 0 falls back to mscale(4). Betas given, 0 taken as absent (transformers' `or`); GPT-OSS's
+  // truncate false.
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn", "factor": 4, "original_max_position_embeddings": 32768,
+                          "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 16, "beta_slow": 0, "truncate": false})")
+                .rope_scaling,
+            (RopeScaling{"yarn", 4, 1, 4, 32768, 16, 1, (0.0707 * ln4 + 1) / (0.1 * ln4 + 1), false}));
+  EXPECT_EQ(qwen3_with(R"({"type": "yarn", "factor": 4, "mscale": 0.707, "mscale_all_dim": 0})").rope_scaling,
+            (RopeScaling{"yarn", 4, 1, 4, 131072, 32, 1, 0.1 * ln4 + 1, true}));
+  // transformers 5 keeps it in rope_parameters.
+  const TransformerConfig v5 = transformer_from_hf_config(R"({"model_type": "qwen3", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 131072,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0,
+    "factor": 4.0, "original_max_position_embeddings": 32768}})",
+                                                          "c.json");
+  EXPECT_EQ(v5.rope_theta, 1000000);
+  EXPECT_EQ(v5.rope_scaling, qwen.rope_scaling);
+  auto error = [&](const std::string& scaling, int positions = 131072) {
+    try {
+      qwen3_with(scaling, positions);
+    } catch (const hetflow::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(R"({"type": "yarn", "factor": 0.5})").find("rope_scaling.factor: expected a number >= 1 for yarn "
+                                                            "scaling, found 0.5"),
+            std::string::npos)
+      << error(R"({"type": "yarn", "factor": 0.5})");
+  EXPECT_NE(error(R"({"type": "yarn", "original_max_position_embeddings": 8192})", 4096)
+                .find("found 0.5 (max_position_embeddings over original_max_position_embeddings)"),
+            std::string::npos)
+      << error(R"({"type": "yarn", "original_max_position_embeddings": 8192})", 4096);
+  EXPECT_NE(error(R"({"type": "yarn", "factor": 4, "original_max_position_embeddings": 32768.5})")
+                .find("rope_scaling.original_max_position_embeddings: expected a whole number"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"type": "yarn", "factor": 4, "beta_fast": -1})").find("rope_scaling.beta_fast: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"type": "yarn", "factor": 4, "truncate": "no"})").find("rope_scaling.truncate: expected true or false"),
+            std::string::npos);
+}
+
 // A network file's rope_scaling is checked as a config's, naming the field.
 TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
   auto parse_error = [](const std::string& family, const std::string& scaling) {
@@ -342,9 +416,29 @@ TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
     return parse_error("norm: rmsnorm, mlp: swiglu, biases: false, tied_embeddings: false, learned_positions: false",
                        scaling);
   };
-  EXPECT_NE(error("{type: yarn, factor: 4}").find("architecture.rope_scaling.type: expected linear, dynamic or llama3"),
+  EXPECT_NE(error("{type: longrope, factor: 4}")
+                .find("architecture.rope_scaling.type: expected linear, dynamic, llama3 or yarn"),
             std::string::npos)
-      << error("{type: yarn, factor: 4}");
+      << error("{type: longrope, factor: 4}");
+  // YaRN's settings: its context required, its own keys positive, theirs on no other type,
+  // and a base its range can divide by.
+  for (const auto& [scaling, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{type: yarn, factor: 4}", "original_positions: expected a whole number in [1, 134217728] for yarn"},
+           {"{type: yarn, factor: 4, original_positions: 8, beta_fast: 0}", "beta_fast: expected a number > 0, found 0"},
+           {"{type: yarn, factor: 4, original_positions: 8, attention_factor: 0}",
+            "attention_factor: expected a number > 0, found 0"},
+           {"{type: linear, factor: 4, beta_slow: 2}", "beta_slow: is a setting of yarn scaling only"},
+           {"{type: llama3, factor: 4, original_positions: 8, truncate: false}", "truncate: is a setting of yarn scaling only"},
+       }) {
+    EXPECT_NE(error(scaling).find("architecture.rope_scaling." + want), std::string::npos) << error(scaling);
+  }
+  const std::string theta_one =
+      parse_error("norm: rmsnorm, mlp: swiglu, biases: false, tied_embeddings: false, learned_positions: false, "
+                  "rope_theta: 1",
+                  "{type: yarn, factor: 4, original_positions: 8}");
+  EXPECT_NE(theta_one.find("architecture.rope_theta: expected a number > 1 under yarn scaling, found 1"),
+            std::string::npos)
+      << theta_one;
   EXPECT_NE(error("{type: linear, factor: 4, original_positions: 8}")
                 .find("architecture.rope_scaling.original_positions: is not a setting of linear scaling"),
             std::string::npos)
@@ -371,8 +465,8 @@ TEST(ZooTransformer, ConfigSettingsTheLayersLeaveOutAreNoted) {
   const TransformerConfig c = transformer_from_hf_config(R"({"model_type": "mistral", "hidden_size": 64,
     "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
     "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "gelu", "attention_bias": true,
-    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
-  EXPECT_EQ(c.unmodelled, "hidden_act gelu, rope_scaling (yarn)");  // Mistral reads no attention_bias
+    "rope_scaling": {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 8192}})", "c.json");
+  EXPECT_EQ(c.unmodelled, "hidden_act gelu, rope_scaling (longrope)");  // Mistral reads no attention_bias
   EXPECT_EQ(c.attention_bias, TransformerConfig::AttentionBias::none);
   EXPECT_EQ(c.rope_scaling, RopeScaling{});
   EXPECT_EQ(c.sliding_window, 4096);  // modelled

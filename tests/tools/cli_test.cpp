@@ -162,6 +162,23 @@ TEST(Cli, DescribeSaysTheRopeScaling) {
   EXPECT_EQ(nlohmann::json::parse(json.out)["network"]["rope_scaling"],
             nlohmann::json::parse(R"({"type": "llama3", "factor": 32, "low_freq_factor": 1, "high_freq_factor": 4,
                                       "original_positions": 8192})"));
+  // Qwen3-30B-A3B with its model card's YaRN: the ramp's wavelengths are the original context
+  // over beta_slow 1 and beta_fast 32; cos and sin x (0.1 ln 4 + 1).
+  const std::string qwen = HETFLOW_SOURCE_DIR "/tests/fuzz/corpus/hf_config/qwen3_moe_yarn.json";
+  const auto yarn = run_hetflow("describe --model " + qwen);
+  ASSERT_EQ(yarn.status, 0) << yarn.err;
+  EXPECT_NE(yarn.out.find("rotary positions      theta 1000000, yarn scaling x4 of wavelengths above 32768 positions, "
+                          "ramped down to 1024 (in whole pairs), cos and sin x1.139\n"),
+            std::string::npos)
+      << yarn.out;
+  EXPECT_EQ(yarn.out.find("not modelled"), std::string::npos) << yarn.out;
+  const auto yarn_json = run_hetflow("describe --model " + qwen + " --json");
+  ASSERT_EQ(yarn_json.status, 0) << yarn_json.err;
+  nlohmann::json scaling = nlohmann::json::parse(yarn_json.out)["network"]["rope_scaling"];
+  EXPECT_NEAR(scaling["attention_factor"].get<double>(), 0.1 * std::log(4.0) + 1, 1e-15);
+  scaling.erase("attention_factor");
+  EXPECT_EQ(scaling, nlohmann::json::parse(R"({"type": "yarn", "factor": 4, "original_positions": 32768,
+                                               "beta_fast": 32, "beta_slow": 1, "truncate": true})"));
 }
 
 // Linking cuBLAS made every process ~200 MiB resident before main, only for GPU GEMMs

@@ -242,6 +242,19 @@ TEST(PyTorchOracle, Qwen3MoeOnEverySecondLayerMatchesAfterThreeAdamWSteps) {
   compare_with_torch("qwen3_moe_odd", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .llama3_tokens = true});
 }
 
+// YaRN (Qwen's long-context rope_scaling, transformers' current formulas) on the Qwen3-MoE:
+// an original context of 64 puts the ramp inside a head's 5 pairs (one kept, one half-way,
+// three divided by 8) and cos and sin are scaled by 0.1 ln 8 + 1.
+TEST(PyTorchOracle, Qwen3MoeWithYarnRopeScalingMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("qwen3_moe_yarn", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .llama3_tokens = true});
+}
+
+// YaRN untruncated (GPT-OSS's truncate false), its factor from the two contexts (33 / 11) and
+// DeepSeek's mscale ratio scaling cos and sin; run at 11 of its 33 positions.
+TEST(PyTorchOracle, LlamaWithUntruncatedYarnMatchesAfterThreeAdamWSteps) {
+  compare_with_torch("llama_yarn", 11, {.worst_tensor = 1e-4, .adam_eps = 1e-6, .seq_length = true});
+}
+
 // GLM-4.5's mixture, DeepSeek-V3's router: sigmoid scores plus the balancing bias choose the
 // top 3 of 8 experts within each token's best 2 of 4 groups, the chosen scores renormalised and
 // scaled by 2.5 weigh them, one ungated shared expert; q, k, v biases, QK-norm and rotary

@@ -577,22 +577,22 @@ TEST(RunCli, AutoFallsBackToProxiesSayingWhyAndRealRefuses) {
                                "--flop-scale 0.001");
   ASSERT_EQ(cnn.status, 0) << cnn.err;
   EXPECT_NE(cnn.out.find("compute proxy"), std::string::npos) << cnn.out;
-  // A config.json asking for what the real layers leave out (YaRN's RoPE scaling) runs as
+  // A config.json asking for what the real layers leave out (LongRoPE's scaling) runs as
   // proxies under auto, saying so, and is refused under real.
   const auto config = scratch_dir() / "config.json";
   std::ofstream(config) << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 16,
-    "rope_scaling": {"rope_type": "yarn", "factor": 8.0}})";
+    "rope_scaling": {"rope_type": "longrope", "factor": 8.0}})";
   const std::string scaled = "run --cluster cpu-1 --model " + config.string() + " --workspace 0 --steps 1 --precision fp32";
   const auto fell_back = run_hetflow(scaled);
   ASSERT_EQ(fell_back.status, 0) << fell_back.err;
   EXPECT_NE(fell_back.out.find("proxies because the network 'llama(config.json)' cannot be trained with real math: its "
-                               "config asks for what the real layers leave out: rope_scaling (yarn)"),
+                               "config asks for what the real layers leave out: rope_scaling (longrope)"),
             std::string::npos)
       << fell_back.out;
   const auto real = run_hetflow(scaled + " --compute real");
   EXPECT_EQ(real.status, 3) << real.err;
-  EXPECT_NE(real.err.find("rope_scaling (yarn)"), std::string::npos) << real.err;
+  EXPECT_NE(real.err.find("rope_scaling (longrope)"), std::string::npos) << real.err;
 }
 
 // A long task is not a stall: unless --watchdog is given, the watchdog waits at least ten

@@ -155,13 +155,15 @@ class Config:
                 kind = rs.get("type", rs.get("rope_type"))
                 need_keys = {"default": (), "linear": ("factor",), "dynamic": ("factor",),
                              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
-                                        "original_max_position_embeddings")}
+                                        "original_max_position_embeddings"), "yarn": ()}
                 if kind not in need_keys:
                     raise InputError("config: rope_scaling type %r is not supported" % kind)
                 for key in need_keys[kind]:
                     if not isinstance(rs.get(key), (int, float)) or rs[key] <= 0:
                         raise InputError("config: rope_scaling.%s must be a number > 0" % key)
-                if kind != "default":
+                if kind == "yarn":
+                    self.rope_scaling = yarn_parameters(rs, self.max_pos)
+                elif kind != "default":
                     self.rope_scaling = dict(rs, kind=kind)
             if d.get("mlp_bias"):
                 raise InputError("config: mlp_bias is not supported")
@@ -532,6 +534,33 @@ def causal_attention(q, k, v, window=0):
     return torch.softmax(att, dim=-1) @ v
 
 
+def yarn_parameters(rs, max_pos):
+    """YaRN's settings as transformers' current _compute_yarn_parameters resolves them: the
+    original context (original_max_position_embeddings, else max_position_embeddings), the
+    factor (given, else the ratio of the two), the cos/sin scale (attention_factor; else
+    DeepSeek's mscale ratio where mscale and mscale_all_dim are both non-zero; else
+    0.1 ln(factor) + 1), beta_fast 32 and beta_slow 1 (an absent or zero one), truncate."""
+    for key in ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow"):
+        if rs.get(key) is not None and (not isinstance(rs[key], (int, float)) or rs[key] < 0):
+            raise InputError("config: rope_scaling.%s must be a number > 0" % key)
+    original = rs.get("original_max_position_embeddings") or max_pos
+    factor = rs.get("factor") or max_pos / original
+    if factor < 1:
+        raise InputError("config: rope_scaling.factor %g: yarn scaling needs a factor >= 1" % factor)
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    attention = rs.get("attention_factor")
+    if attention is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attention = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+        else:
+            attention = mscale(factor)
+    return dict(rs, kind="yarn", factor=float(factor), original_max_position_embeddings=original,
+                attention_factor=float(attention), beta_fast=rs.get("beta_fast") or 32,
+                beta_slow=rs.get("beta_slow") or 1, truncate=rs.get("truncate", True))
+
+
 def rope_inv_freq(T, head_dim, theta, scaling=None, max_pos=None):
     """HF's inverse frequencies [d/2] for a sequence of T tokens, in float64, rescaled as its
     rope_scaling asks (transformers' modeling_rope_utils): linear divides them by the factor;
@@ -555,6 +584,22 @@ def rope_inv_freq(T, head_dim, theta, scaling=None, max_pos=None):
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
         inv_freq = torch.where(medium, smoothed, scaled)
+    elif kind == "yarn":
+        # The pairs that turn more than beta_fast times over the original context L keep their
+        # frequency, those that turn fewer than beta_slow times are interpolated (/ factor),
+        # and a linear ramp over the pair index joins them.
+        L = scaling["original_max_position_embeddings"]
+
+        def correction_dim(turns):
+            return head_dim * math.log(L / (turns * 2 * math.pi)) / (2 * math.log(theta))
+        low, high = correction_dim(scaling["beta_fast"]), correction_dim(scaling["beta_slow"])
+        if scaling["truncate"]:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, head_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        inv_freq = inv_freq * (1 - ramp) + inv_freq / scaling["factor"] * ramp
     return inv_freq
 
 
@@ -564,7 +609,8 @@ def rope_cos_sin(T, head_dim, theta, dtype, scaling=None, max_pos=None):
     inv_freq = rope_inv_freq(T, head_dim, theta, scaling, max_pos)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
     emb = torch.cat([ang, ang], dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    a = scaling.get("attention_factor", 1.0) if scaling else 1.0  # YaRN's; 1 for the others
+    return (emb.cos() * a).to(dtype), (emb.sin() * a).to(dtype)
 
 
 def rotate_half(x):
@@ -907,6 +953,17 @@ def np_frequency(i, hs, theta, scaling, T, max_pos):
             return w / f
         s = (turns_per_context - lo) / (hi - lo)
         return w * (s + (1 - s) / f)
+    if kind == "yarn":
+        # Pair j turns L theta^(-2j/hs) / (2 pi) times over the original context L: the pair
+        # index that turns b times is (hs / 2) log_theta(L / (2 pi b)).
+        L = scaling["original_max_position_embeddings"]
+        ends = [hs / 2 * math.log(L / (2 * math.pi * b), theta) for b in (scaling["beta_fast"], scaling["beta_slow"])]
+        if scaling["truncate"]:
+            ends = [math.floor(ends[0]), math.ceil(ends[1])]
+        lo, hi = max(ends[0], 0), min(ends[1], hs - 1)
+        hi = hi + 0.001 if hi == lo else hi
+        r = 0.0 if i <= lo else 1.0 if i >= hi else (i - lo) / (hi - lo)
+        return w * (1 - r) + w / scaling["factor"] * r
     return w
 
 
@@ -915,14 +972,15 @@ def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None, rotary=None
     head of r = rotary values (hs unless partial); values r.. untouched: x [T, n_heads*hs]."""
     T = x.shape[0]
     r = rotary or hs
+    a_scale = scaling.get("attention_factor", 1.0) if scaling else 1.0  # YaRN's cos and sin scale
     out = x.copy()
     for h in range(n_heads):
         for t in range(T):
             for i in range(r // 2):
-                a = t * np_frequency(i, r, theta, scaling, T, max_pos)
+                ang = t * np_frequency(i, r, theta, scaling, T, max_pos)
                 x1, x2 = x[t, h * hs + i], x[t, h * hs + i + r // 2]
-                out[t, h * hs + i] = x1 * math.cos(a) - x2 * math.sin(a)
-                out[t, h * hs + i + r // 2] = x2 * math.cos(a) + x1 * math.sin(a)
+                out[t, h * hs + i] = a_scale * (x1 * math.cos(ang) - x2 * math.sin(ang))
+                out[t, h * hs + i + r // 2] = a_scale * (x2 * math.cos(ang) + x1 * math.sin(ang))
     return out
 
 
@@ -1072,6 +1130,22 @@ LLAMA_ROPE_SCALED = dict(LLAMA_ODD, rope_theta=100.0,
                          rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 0.25,
                                        "high_freq_factor": 1.0, "original_max_position_embeddings": 8})
 
+# YaRN (Qwen's long-context configs, its default betas 32 and 1): an original context of 64
+# places the correction range inside the 5 pairs of a head of 10 (pair ends
+# 5 log_10000(64 / (2 pi b)) = -0.62 and 1.26, truncated to 0 and 2: pair 0 kept, 1 half-way,
+# 2-4 divided by 8); cos and sin x (0.1 ln 8 + 1). (At factors 2 and 4 this small mixture's
+# training parts two FP32 runs by 1e-5 to 1e-4, hetflow and PyTorch alike from the float64
+# run at 2: ill-conditioned there, as a near tie of two experts would make it.)
+QWEN3_MOE_YARN = dict(QWEN3_MOE_ODD,
+                      rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64})
+# YaRN untruncated (GPT-OSS's truncate false) over a head of 8: pair ends -1.32 and 1.09
+# (8 ln(11 / pi) / (2 ln 100)), so pair 1 is 0.92 of the way; DeepSeek's mscale ratio
+# (0.0707 ln 3 + 1) / (0.1 ln 3 + 1) scales cos and sin; the factor comes from the contexts
+# (33 / 11 = 3).
+LLAMA_YARN = dict(LLAMA_ODD, rope_theta=100.0, max_position_embeddings=33,
+                  rope_scaling={"type": "yarn", "original_max_position_embeddings": 11, "beta_fast": 8,
+                                "beta_slow": 0.5, "truncate": False, "mscale": 0.707, "mscale_all_dim": 1.0})
+
 
 class Checks:
     def __init__(self):
@@ -1106,7 +1180,8 @@ def self_test():
             "qwen3_attention_bias": Config(dict(QWEN3_ODD, attention_bias=True, tie_word_embeddings=True)),
             "llama_attention_bias": Config(dict(LLAMA_ODD, attention_bias=True)),
             "mixtral": Config(MIXTRAL_ODD), "qwen2_moe": Config(QWEN2_MOE_ODD), "qwen3_moe": Config(QWEN3_MOE_ODD),
-            "glm4_moe": Config(GLM4_MOE_ODD), "glm4_moe_seq_aux": Config(GLM4_MOE_SEQ_AUX)}
+            "glm4_moe": Config(GLM4_MOE_ODD), "glm4_moe_seq_aux": Config(GLM4_MOE_SEQ_AUX),
+            "qwen3_moe_yarn": Config(QWEN3_MOE_YARN), "llama_yarn": Config(LLAMA_YARN)}
 
     # 1. The batched torch forward against the loop-based float64 numpy formulation.
     def forward_vs_loops(key):
@@ -1235,6 +1310,33 @@ def self_test():
         c.check("linear scaling divides every frequency",
                 torch.allclose(rope_inv_freq(T, HS, lin.theta, lin.rope_scaling),
                                rope_inv_freq(T, HS, lin.theta) / 2.5, rtol=1e-15, atol=0))
+        # YaRN: the ramp's pairs as the comments on its configs count them, transformers'
+        # attention factors, and the torch and per-pair formulations alike (truncated or not).
+        untruncated = 1 / (8 * math.log(11 / math.pi) / (2 * math.log(100)))
+        for key, want in (("qwen3_moe_yarn", [0.0, 0.5, 1.0, 1.0, 1.0]), ("llama_yarn", [0.0, untruncated, 1.0, 1.0])):
+            y = cfgs[key]
+            d = y.rotary_dim
+            base = rope_inv_freq(T, d, y.theta)
+            got = rope_inv_freq(T, d, y.theta, y.rope_scaling)
+            f = y.rope_scaling["factor"]
+            ramp = [float((base[i] - got[i]) / (base[i] - base[i] / f)) for i in range(d // 2)]
+            c.check("yarn ramps %s's pairs as counted" % key, max(abs(a - b) for a, b in zip(ramp, want)) < 1e-12,
+                    str(ramp))
+            loops = [np_frequency(i, d, y.theta, y.rope_scaling, T, y.max_pos) for i in range(d // 2)]
+            e = max(abs(float(got[i]) - loops[i]) / loops[i] for i in range(d // 2))
+            c.check("yarn's frequencies: vectorised == per pair (%s)" % key, e < 1e-14, "max rel %.3g" % e)
+            ycos, ysin = rope_cos_sin(T, d, y.theta, torch.float64, y.rope_scaling)
+            xy = torch.randn(1, 2, T, d, dtype=torch.float64)
+            yy = apply_rope(xy, ycos, ysin)
+            ny = np_rope_pairs(xy[0].transpose(0, 1).reshape(T, 2 * d).numpy(), 2, d, y.theta, y.rope_scaling)
+            e4 = np.abs(yy[0].transpose(0, 1).reshape(T, 2 * d).numpy() - ny).max()
+            c.check("yarn rotate-half == scaled pairwise rotation (%s)" % key, e4 < 1e-12, "max |diff| %.3g" % e4)
+        c.check("yarn's default attention factor is 0.1 ln(factor) + 1",
+                abs(cfgs["qwen3_moe_yarn"].rope_scaling["attention_factor"] - (0.1 * math.log(8) + 1)) < 1e-15)
+        c.check("yarn's factor from the contexts and DeepSeek's mscale ratio",
+                cfgs["llama_yarn"].rope_scaling["factor"] == 3.0 and
+                abs(cfgs["llama_yarn"].rope_scaling["attention_factor"] -
+                    (0.0707 * math.log(3) + 1) / (0.1 * math.log(3) + 1)) < 1e-15)
         dyn = cfgs["llama_dynamic"]
         c.check("dynamic NTK scaling is plain up to the trained context",
                 torch.equal(rope_inv_freq(7, HS, dyn.theta, dyn.rope_scaling, 7), rope_inv_freq(7, HS, dyn.theta)))
@@ -1496,7 +1598,8 @@ def self_test():
                          ("qwen3_odd.json", QWEN3_ODD), ("mixtral_odd.json", MIXTRAL_ODD),
                          ("qwen2_moe_odd.json", QWEN2_MOE_ODD), ("mixtral_capacity.json", MIXTRAL_CAPACITY),
                          ("qwen3_moe_odd.json", QWEN3_MOE_ODD), ("glm4_moe_odd.json", GLM4_MOE_ODD),
-                         ("glm4_moe_seq_aux.json", GLM4_MOE_SEQ_AUX)):
+                         ("glm4_moe_seq_aux.json", GLM4_MOE_SEQ_AUX), ("qwen3_moe_yarn.json", QWEN3_MOE_YARN),
+                         ("llama_yarn.json", LLAMA_YARN)):
             path = os.path.join(here, fname)
             if os.path.exists(path):
                 with open(path) as f:
