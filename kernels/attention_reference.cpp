@@ -24,7 +24,8 @@ void rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFreq
   // One table of cos and sin per (position, pair), shared by every row and head at that position.
   std::vector<double> cosines(at(positions, half)), sines(at(positions, half));
   std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[static_cast<std::size_t>(i)] = rope_inv_freq(rope, i, rotary);
+  const RopeFrequencies resolved = rope_resolved(rope, rotary);  // (as the CUDA launcher resolves it)
+  for (int i = 0; i < half; ++i) inv_freq[static_cast<std::size_t>(i)] = rope_inv_freq(resolved, i, rotary);
   for (int pos = 0; pos < positions; ++pos) {
     for (int i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[static_cast<std::size_t>(i)];

@@ -80,8 +80,8 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dy
 // in double into shared memory (cos at [0, half), sign * sin at [half, 2 half)), as the
 // reference's table, then rotates every pair of every head in double, rounding once. The
 // double operations are the reference's, without fused multiply-adds (nvcc may fuse those of
-// rope_inv_freq's llama3 and yarn blends, and the device's log may round yarn's range apart
-// from the host's: a double's last bit, far below fp32's).
+// rope_inv_freq's llama3 and yarn blends: a double's last bit, far below fp32's); yarn's range
+// comes resolved from the host (rope_resolved), its floor and ceil the reference's.
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, RopeFrequencies frequencies, double sign) {
   extern __shared__ double table[];
   const int rotary = rope_rotary_dims(frequencies, head_dim), half = rotary / 2;  // values rotary.. pass through
@@ -125,7 +125,8 @@ Status rope_rotate(float* x, int N, int T, int heads, int head_dim, const RopeFr
                    CudaStream stream) {
   // cos and sin of the rotary_dims / 2 pairs
   const std::size_t table_bytes = sizeof(double) * static_cast<std::size_t>(rope_rotary_dims(frequencies, head_dim));
-  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, frequencies, sign);
+  const RopeFrequencies resolved = rope_resolved(frequencies, rope_rotary_dims(frequencies, head_dim));
+  rope_kernel<<<N, 128, table_bytes, stream>>>(x, T, heads, head_dim, resolved, sign);
   return cuda::launched();
 }
 

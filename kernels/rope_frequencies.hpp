@@ -47,6 +47,11 @@ struct RopeFrequencies {
   double beta_fast = 32, beta_slow = 1;  // yarn: the turns over L that bound the ramp, > 0
   bool truncate = true;                // yarn: the range's ends rounded outward to whole pairs
   double attention_factor = 1;         // cos and sin scaled by it (yarn's; 1 for the others), > 0
+  // yarn: the correction range in pairs, resolved once on the host for a rotary size
+  // (rope_resolved), so the CUDA kernel takes the host's range as is: a range end at a whole
+  // pair cannot floor or ceil apart on the device. Unresolved, rope_inv_freq computes it.
+  bool ramp_resolved = false;
+  double ramp_low = 0, ramp_high = 0;
   int rotary_dims = 0;                 // the leading values of a head that turn, even; 0: all of it
 };
 
@@ -74,6 +79,31 @@ inline bool rope_frequencies_valid(const RopeFrequencies& r) {
   }
 }
 
+// YaRN's correction range over the pairs of a rotary part of `dims` values: transformers'
+// find_correction_range, and linear_ramp_factor's nudge where the two ends meet (kept for
+// fidelity: the clamp below would also take 0 / 0 as 0).
+HETFLOW_HOST_DEVICE inline void rope_yarn_range(const RopeFrequencies& r, int dims, double& low, double& high) {
+  const double d = dims, two_pi = 2 * 3.14159265358979323846;
+  low = d * ::log(r.original_positions / (r.beta_fast * two_pi)) / (2 * ::log(r.theta));
+  high = d * ::log(r.original_positions / (r.beta_slow * two_pi)) / (2 * ::log(r.theta));
+  if (r.truncate) {
+    low = ::floor(low);
+    high = ::ceil(high);
+  }
+  low = ::fmax(low, 0.0);
+  high = ::fmin(high, d - 1);
+  if (low == high) high += 0.001;
+}
+
+// `r` with yarn's range resolved for a rotary part of `dims` values (as it is for the others).
+inline RopeFrequencies rope_resolved(RopeFrequencies r, int dims) {
+  if (r.scaling == RopeFrequencies::Scaling::yarn && !r.ramp_resolved) {
+    rope_yarn_range(r, dims, r.ramp_low, r.ramp_high);
+    r.ramp_resolved = true;
+  }
+  return r;
+}
+
 HETFLOW_HOST_DEVICE inline double rope_inv_freq(const RopeFrequencies& r, int i, int head_dim) {
   const double inv_freq = ::pow(r.theta, -2.0 * i / head_dim);
   switch (r.scaling) {
@@ -89,16 +119,8 @@ HETFLOW_HOST_DEVICE inline double rope_inv_freq(const RopeFrequencies& r, int i,
       return (1 - s) * inv_freq / r.factor + s * inv_freq;
     }
     case RopeFrequencies::Scaling::yarn: {
-      const double d = head_dim, two_pi = 2 * 3.14159265358979323846;
-      double low = d * ::log(r.original_positions / (r.beta_fast * two_pi)) / (2 * ::log(r.theta));
-      double high = d * ::log(r.original_positions / (r.beta_slow * two_pi)) / (2 * ::log(r.theta));
-      if (r.truncate) {
-        low = ::floor(low);
-        high = ::ceil(high);
-      }
-      low = ::fmax(low, 0.0);
-      high = ::fmin(high, d - 1);
-      if (low == high) high += 0.001;
+      double low = r.ramp_low, high = r.ramp_high;
+      if (!r.ramp_resolved) rope_yarn_range(r, head_dim, low, high);
       const double ramp = ::fmin(::fmax((i - low) / (high - low), 0.0), 1.0);
       return (1 - ramp) * inv_freq + ramp * inv_freq / r.factor;
     }

@@ -122,15 +122,17 @@ TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
 // given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are given
 // and non-zero (DeepSeek's), else mscale(factor), with mscale(f, m) = 0.1 m ln f + 1 for f > 1
 // (1 otherwise); beta_fast 32 and beta_slow 1 unless given (0 and null as absent, its `or`);
-// truncate true unless given. Some 4.5x releases took the factor from the two contexts even
+// truncate true unless given. A factor or original context of 0 is refused (transformers'
+// `or` would take either as absent), as is a negative mscale. Some 4.5x releases took the factor from the two contexts even
 // where it was given (the released configs give the same number both ways) and 4.4x ones
 // the ramp over max_position_embeddings. DeepSeek's latent attention also scales its softmax
 // by mscale(factor, mscale_all_dim)^2, noted as not modelled (its attention is not either).
 void read_yarn(const Reader& r, int positions, int original, RopeScaling& s, std::vector<std::string>& notes,
                bool latent_attention) {
+  if (original <= 0) r.fail("original_max_position_embeddings", "is absent, and max_position_embeddings is 0: give it");
   s.original_positions = original;
   s.factor = r.positive("factor", static_cast<double>(positions) / original);
-  if (s.factor < 1) {
+  if (!(s.factor >= 1)) {
     r.fail("factor", "expected a number >= 1 for yarn scaling, found " + units::format_number(s.factor) +
                          (r.present("factor") ? "" : " (max_position_embeddings over original_max_position_embeddings)"));
   }
@@ -175,9 +177,10 @@ void read_rope(const Reader& top, const std::string& file, TransformerConfig& c,
   RopeScaling& s = c.rope_scaling;
   if (kind == "default") return;
   s.type = kind;
-  const auto original_positions = [&](double fallback) {
-    const double original = kind == "llama3" ? r.required_positive("original_max_position_embeddings", kind)
-                                             : r.positive("original_max_position_embeddings", fallback);
+  // (yarn's falls back to max_position_embeddings, checked against the same bound later)
+  const auto original_positions = [&](int fallback) {
+    if (kind != "llama3" && !r.present("original_max_position_embeddings")) return fallback;
+    const double original = r.required_positive("original_max_position_embeddings", kind);
     if (original != std::floor(original) || original > limits::kMaxSeq) {
       r.fail("original_max_position_embeddings", "expected a whole number up to " + std::to_string(limits::kMaxSeq) +
                                                      ", found " + brief(r.at("original_max_position_embeddings")));
@@ -415,6 +418,10 @@ TransformerConfig read_llama_family(const Reader& r, const std::string& type, co
   }
   c.ffn = r.integer({"intermediate_size"}, true, 0);
   c.seq = r.integer({"max_position_embeddings"}, false, d.seq);
+  if (c.seq > limits::kMaxSeq) {
+    r.fail("max_position_embeddings", "expected at most " + std::to_string(limits::kMaxSeq) + " positions, found " +
+                                          std::to_string(c.seq));
+  }
   c.vocab = r.integer({"vocab_size"}, true, 0);
   c.tied_embeddings = r.boolean("tie_word_embeddings", false);
   c.norm_eps = r.positive("rms_norm_eps", d.norm_eps);

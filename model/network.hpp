@@ -250,7 +250,7 @@ struct TransformerConfig {
   // Sliding-window attention (HF sliding_window, Mistral): each query attends to this many
   // keys, its own included, and no earlier ones. 0: every earlier key.
   int sliding_window = 0;
-  // What of the source's settings these layers leave out, e.g. "rope_scaling (yarn),
+  // What of the source's settings these layers leave out, e.g. "rope_scaling (longrope),
   // sliding_window 4096" from a HuggingFace config.json: the cost model still counts the
   // network, but its real training math is not this (exec refuses it). Empty: nothing.
   std::string unmodelled;

@@ -442,9 +442,14 @@ void check_rope_scaling(const RopeScaling& r) {
     fail(r.low_freq_factor != 1 ? "low_freq_factor" : "high_freq_factor", "is a setting of llama3 scaling only");
   }
   if (r.type == "yarn") {
-    for (const auto& [field, x] : {std::pair{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow},
-                                   {"attention_factor", r.attention_factor}}) {
+    // (factor >= 1 as transformers requires; the cos and sin scale at most 100, which
+    // 0.1 ln factor + 1 reaches only past any context: far beyond, q and k would overflow.)
+    if (!(r.factor >= 1)) fail("factor", "expected a number >= 1 for yarn scaling, found " + number(r.factor));
+    for (const auto& [field, x] : {std::pair{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}}) {
       if (!(x > 0) || !std::isfinite(x)) fail(field, "expected a number > 0, found " + number(x));
+    }
+    if (!(r.attention_factor > 0) || r.attention_factor > 100) {
+      fail("attention_factor", "expected a number in (0, 100], found " + number(r.attention_factor));
     }
   } else if (r.beta_fast != 32 || r.beta_slow != 1 || r.attention_factor != 1 || !r.truncate) {
     const char* field = r.beta_fast != 32          ? "beta_fast"

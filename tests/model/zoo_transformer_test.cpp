@@ -398,6 +398,11 @@ TEST(ZooTransformer, ConfigYarnIsReadAsTransformersReadsIt) {
             std::string::npos);
   EXPECT_NE(error(R"({"type": "yarn", "factor": 4, "truncate": "no"})").find("rope_scaling.truncate: expected true or false"),
             std::string::npos);
+  // Without original_max_position_embeddings the context is max_position_embeddings, whose
+  // own bound then speaks (this read an absent key once).
+  EXPECT_NE(error(R"({"type": "yarn", "factor": 4})", 1 << 30).find("c.json: max_position_embeddings: expected at most"),
+            std::string::npos)
+      << error(R"({"type": "yarn", "factor": 4})", 1 << 30);
 }
 
 // A network file's rope_scaling is checked as a config's, naming the field.
@@ -426,7 +431,10 @@ TEST(ZooTransformer, NetworkFileRopeScalingIsChecked) {
            {"{type: yarn, factor: 4}", "original_positions: expected a whole number in [1, 134217728] for yarn"},
            {"{type: yarn, factor: 4, original_positions: 8, beta_fast: 0}", "beta_fast: expected a number > 0, found 0"},
            {"{type: yarn, factor: 4, original_positions: 8, attention_factor: 0}",
-            "attention_factor: expected a number > 0, found 0"},
+            "attention_factor: expected a number in (0, 100], found 0"},
+           {"{type: yarn, factor: 4, original_positions: 8, attention_factor: 1000}",
+            "attention_factor: expected a number in (0, 100], found 1000"},
+           {"{type: yarn, factor: 0.5, original_positions: 8}", "factor: expected a number >= 1 for yarn scaling, found 0.5"},
            {"{type: linear, factor: 4, beta_slow: 2}", "beta_slow: is a setting of yarn scaling only"},
            {"{type: llama3, factor: 4, original_positions: 8, truncate: false}", "truncate: is a setting of yarn scaling only"},
        }) {

@@ -609,7 +609,7 @@ def rope_cos_sin(T, head_dim, theta, dtype, scaling=None, max_pos=None):
     inv_freq = rope_inv_freq(T, head_dim, theta, scaling, max_pos)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
     emb = torch.cat([ang, ang], dim=-1)
-    a = scaling.get("attention_factor", 1.0) if scaling else 1.0  # YaRN's; 1 for the others
+    a = scaling["attention_factor"] if scaling and scaling["kind"] == "yarn" else 1.0  # YaRN's alone
     return (emb.cos() * a).to(dtype), (emb.sin() * a).to(dtype)
 
 
@@ -962,7 +962,7 @@ def np_frequency(i, hs, theta, scaling, T, max_pos):
             ends = [math.floor(ends[0]), math.ceil(ends[1])]
         lo, hi = max(ends[0], 0), min(ends[1], hs - 1)
         hi = hi + 0.001 if hi == lo else hi
-        r = 0.0 if i <= lo else 1.0 if i >= hi else (i - lo) / (hi - lo)
+        r = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # (hi may fall below lo: a short context)
         return w * (1 - r) + w / scaling["factor"] * r
     return w
 
@@ -972,7 +972,7 @@ def np_rope_pairs(x, n_heads, hs, theta, scaling=None, max_pos=None, rotary=None
     head of r = rotary values (hs unless partial); values r.. untouched: x [T, n_heads*hs]."""
     T = x.shape[0]
     r = rotary or hs
-    a_scale = scaling.get("attention_factor", 1.0) if scaling else 1.0  # YaRN's cos and sin scale
+    a_scale = scaling["attention_factor"] if scaling and scaling["kind"] == "yarn" else 1.0  # YaRN's alone
     out = x.copy()
     for h in range(n_heads):
         for t in range(T):
@@ -1331,6 +1331,16 @@ def self_test():
             ny = np_rope_pairs(xy[0].transpose(0, 1).reshape(T, 2 * d).numpy(), 2, d, y.theta, y.rope_scaling)
             e4 = np.abs(yy[0].transpose(0, 1).reshape(T, 2 * d).numpy() - ny).max()
             c.check("yarn rotate-half == scaled pairwise rotation (%s)" % key, e4 < 1e-12, "max |diff| %.3g" % e4)
+        # A context too short for the betas (L = 4 over a head of 8 at theta 1e4, untruncated:
+        # the range ends at -1.70 and -0.20, clamped to 0 and -0.20) ramps as transformers'
+        # clamp makes it, pair by pair too: nothing interpolated.
+        short = yarn_parameters({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4,
+                                 "truncate": False}, 8)
+        got = rope_inv_freq(T, 8, 10000.0, short)
+        c.check("yarn with an inverted range keeps every frequency",
+                torch.allclose(got, rope_inv_freq(T, 8, 10000.0), rtol=1e-15, atol=0) and
+                all(abs(np_frequency(i, 8, 10000.0, short, T, 8) - float(got[i])) <= 1e-15 * float(got[i])
+                    for i in range(4)), str(got.tolist()))
         c.check("yarn's default attention factor is 0.1 ln(factor) + 1",
                 abs(cfgs["qwen3_moe_yarn"].rope_scaling["attention_factor"] - (0.1 * math.log(8) + 1)) < 1e-15)
         c.check("yarn's factor from the contexts and DeepSeek's mscale ratio",
