@@ -17,6 +17,10 @@ DecoderShape decoder_shape(const model::TransformerConfig& c) {
   if (c.encoder) refuse("it is an encoder");
   if (!c.unmodelled.empty()) refuse("its config asks for what the real layers leave out: " + c.unmodelled);
   if (c.mla.enabled()) refuse("its attention is latent (architecture.mla), which the real layers do not run yet");
+  if (c.mtp_layers > 0) {
+    refuse("it predicts tokens ahead (architecture.mtp_layers " + std::to_string(c.mtp_layers) +
+           ", multi-token prediction), which the real layers do not run yet");
+  }
   DecoderShape s;
   const bool gpt2 = !c.rms_norm && !c.gated_mlp && c.learned_positions && c.tied_embeddings;
   const bool llama = c.rms_norm && c.gated_mlp && !c.learned_positions && !c.biases;

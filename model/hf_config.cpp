@@ -259,6 +259,16 @@ TypeDefaults defaults_of(const std::string& type) {
 
 // The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 and GLM-4.5, with their
 // configs' defaults; which layers are MoE as each model's code decides it.
+// Multi-token prediction's modules (DeepSeek-V3's and GLM-4.5's num_nextn_predict_layers):
+// planning and simulation count them (model/zoo_transformer.cpp, mtp_layer); the real
+// layers refuse them.
+void read_mtp(const Reader& r, TransformerConfig& c) {
+  c.mtp_layers = r.integer({"num_nextn_predict_layers"}, false, 0);
+  if (c.mtp_layers > 16) {
+    r.fail("num_nextn_predict_layers", "expected at most 16 modules, found " + std::to_string(c.mtp_layers));
+  }
+}
+
 void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
   MoeConfig& m = c.moe;
   const bool qwen = type == "qwen2_moe" || type == "qwen3_moe", deepseek = type.rfind("deepseek", 0) == 0;
@@ -324,9 +334,7 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
     m.groups = r.integer({"n_group"}, false, 1);
     m.groups_chosen = r.integer({"topk_group"}, false, 1);
     m.first_dense_layers = r.integer({"first_k_dense_replace"}, false, 1);
-    if (const int mtp = r.integer({"num_nextn_predict_layers"}, false, 0); mtp > 0) {
-      notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) + " (multi-token prediction)");
-    }
+    read_mtp(r, c);
     return;
   }
   if (deepseek) {
@@ -363,9 +371,7 @@ void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, st
       notes.push_back("group-limited routing (topk_group " + std::to_string(chosen) + " of n_group " +
                       std::to_string(groups) + ")");
     }
-    if (const int mtp = r.integer({"num_nextn_predict_layers"}, false, 0); mtp > 0) {
-      notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) + " (multi-token prediction)");
-    }
+    read_mtp(r, c);
   }
 }
 

@@ -256,6 +256,11 @@ struct TransformerConfig {
   std::string unmodelled;
   MoeConfig moe;  // Mixture-of-Experts MLPs; none unless moe.experts > 0
   MlaConfig mla;  // multi-head latent attention in place of heads x head_dim projections
+  // Multi-token prediction (DeepSeek-V3's D modules; HF num_nextn_predict_layers, Megatron-Core
+  // --mtp-num-layers): module k predicts the token k + 1 ahead from the previous depth's
+  // hidden states and token k's embedding, through one more decoder block, and the shared
+  // head scores it too. 0: none.
+  int mtp_layers = 0;
   // Encoder (BERT) extras: token-type embeddings, a pooler, and an MLM head transform.
   bool encoder = false;
   int type_vocab = 0;

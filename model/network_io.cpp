@@ -289,6 +289,7 @@ TransformerConfig parse_architecture(const YAML::Node& node, const std::string& 
   c.unmodelled = r.string_or("unmodelled", "");
   if (r.has("moe")) c.moe = parse_moe(r.get("moe"), file, r.field("moe"));
   if (r.has("mla")) c.mla = parse_mla(r.get("mla"), file, r.field("mla"));
+  c.mtp_layers = r.int_or("mtp_layers", 0, 0, 16);
   r.finish();
   try {
     check_transformer_config(c);
@@ -395,6 +396,29 @@ Network parse_network(const std::string& text, const std::string& file, std::opt
   return net;
 }
 
+namespace {
+
+// `rope_scaling:` of an architecture: the keys its type reads (parse_rope_scaling's).
+void write_rope_scaling(YAML::Emitter& out, const RopeScaling& s) {
+  out << YAML::Key << "rope_scaling" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "type" << YAML::Value << s.type;
+  out << YAML::Key << "factor" << YAML::Value << units::format_number(s.factor);
+  if (s.type == "llama3") {
+    out << YAML::Key << "low_freq_factor" << YAML::Value << units::format_number(s.low_freq_factor);
+    out << YAML::Key << "high_freq_factor" << YAML::Value << units::format_number(s.high_freq_factor);
+  }
+  if (s.original_positions != 0) out << YAML::Key << "original_positions" << YAML::Value << s.original_positions;
+  if (s.type == "yarn") {
+    out << YAML::Key << "beta_fast" << YAML::Value << units::format_number(s.beta_fast);
+    out << YAML::Key << "beta_slow" << YAML::Value << units::format_number(s.beta_slow);
+    out << YAML::Key << "attention_factor" << YAML::Value << units::format_number(s.attention_factor);
+    if (!s.truncate) out << YAML::Key << "truncate" << YAML::Value << false;
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
 std::string write_network(const Network& n) {
   YAML::Emitter out;
   out << YAML::BeginMap;
@@ -422,23 +446,7 @@ std::string write_network(const Network& n) {
     // their bytes (and fingerprints).
     if (c.norm_eps != 1e-5) out << YAML::Key << "norm_eps" << YAML::Value << units::format_number(c.norm_eps);
     if (c.rope_theta != 10000) out << YAML::Key << "rope_theta" << YAML::Value << units::format_number(c.rope_theta);
-    if (const RopeScaling& s = c.rope_scaling; !s.type.empty()) {
-      out << YAML::Key << "rope_scaling" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      out << YAML::Key << "type" << YAML::Value << s.type;
-      out << YAML::Key << "factor" << YAML::Value << units::format_number(s.factor);
-      if (s.type == "llama3") {
-        out << YAML::Key << "low_freq_factor" << YAML::Value << units::format_number(s.low_freq_factor);
-        out << YAML::Key << "high_freq_factor" << YAML::Value << units::format_number(s.high_freq_factor);
-      }
-      if (s.original_positions != 0) out << YAML::Key << "original_positions" << YAML::Value << s.original_positions;
-      if (s.type == "yarn") {
-        out << YAML::Key << "beta_fast" << YAML::Value << units::format_number(s.beta_fast);
-        out << YAML::Key << "beta_slow" << YAML::Value << units::format_number(s.beta_slow);
-        out << YAML::Key << "attention_factor" << YAML::Value << units::format_number(s.attention_factor);
-        if (!s.truncate) out << YAML::Key << "truncate" << YAML::Value << false;
-      }
-      out << YAML::EndMap;
-    }
+    if (!c.rope_scaling.type.empty()) write_rope_scaling(out, c.rope_scaling);
     if (c.sliding_window != 0) out << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
     if (c.partial_rotary_factor != 1) {
       out << YAML::Key << "partial_rotary_factor" << YAML::Value << units::format_number(c.partial_rotary_factor);
@@ -450,6 +458,7 @@ std::string write_network(const Network& n) {
     if (c.head_dim != 0) out << YAML::Key << "head_dim" << YAML::Value << c.head_dim;
     if (c.positions != 0) out << YAML::Key << "positions" << YAML::Value << c.positions;
     if (c.qk_norm) out << YAML::Key << "qk_norm" << YAML::Value << true;
+    if (c.mtp_layers != 0) out << YAML::Key << "mtp_layers" << YAML::Value << c.mtp_layers;
     if (!c.unmodelled.empty()) out << YAML::Key << "unmodelled" << YAML::Value << YAML::DoubleQuoted << c.unmodelled;
     if (const MoeConfig& m = c.moe; m.experts > 0) {
       out << YAML::Key << "moe" << YAML::Value << YAML::Flow << YAML::BeginMap;

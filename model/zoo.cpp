@@ -143,8 +143,10 @@ TransformerConfig qwen15_moe() {
 // sigmoid scores with a per-expert bias, chosen in the best 4 of 8 groups of 32 experts, the
 // chosen 8 renormalised and scaled by 2.5; the
 // sequence-wise balance loss at alpha 0.0001 (section 4.2); multi-head latent attention with
-// 128 heads. Pretrained at 4096 tokens. Its multi-token-prediction module is not here:
-// 671B parameters, 37B active, as the report counts the main model.
+// 128 heads. Pretrained at 4096 tokens with one multi-token prediction module (a 62nd block,
+// an MoE one, with eh_proj and norms: 11.6B more parameters); the main model is the report's
+// 671B parameters, 37B active, the released checkpoint's 685B both and the module's copies of
+// the embedding and head.
 TransformerConfig deepseek_v3() {
   TransformerConfig c = llama("deepseek-v3", 61, 7168, 128, 128, 18432);
   c.vocab = 129280;
@@ -161,6 +163,7 @@ TransformerConfig deepseek_v3() {
   c.moe.aux_loss_coef = 0.0001;
   c.moe.sequence_aux_loss = true;
   c.moe.first_dense_layers = 3;
+  c.mtp_layers = 1;  // trained with one multi-token prediction module (section 2.2, D = 1)
   return c;
 }
 
@@ -244,7 +247,8 @@ const std::vector<NamedTransformer>& transformers() {
         {qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 1536),
          "Qwen3-235B-A22B (128 experts, top-8), 235.1B parameters, 22.2B active, seq 4096"},
         {deepseek_v2_lite(), "DeepSeek-V2-Lite (MLA, 64 experts top-6 + 2 shared), 15.7B parameters, 2.7B active, seq 4096"},
-        {deepseek_v3(), "DeepSeek-V3 (MLA, 256 experts top-8 + 1 shared), 671B parameters, 37.6B active, seq 4096"},
+        {deepseek_v3(), "DeepSeek-V3 (MLA, 256 experts top-8 + 1 shared, 1 MTP module), 671B parameters + 11.6B MTP, "
+                        "37.6B active, seq 4096"},
         {bert("bert-base", 12, 768, 12), "BERT-base, 110M parameters, seq 512"},
         {bert("bert-large", 24, 1024, 16), "BERT-large, 340M parameters, seq 512"},
     };

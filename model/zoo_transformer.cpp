@@ -197,12 +197,47 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
   return l;
 }
 
+// Multi-token prediction's module k (DeepSeek-V3 section 2.2; Megatron-Core's
+// MultiTokenPredictionLayer): the previous depth's hidden states and the embeddings of the
+// tokens k ahead, each RMS-normalised, concatenated and projected 2h -> h (eh_proj), then a
+// decoder block (the config's block L + k - 1: a mixture where its layers are) and the
+// module's own final norm. The shared head scores its output (head_layer counts the pass).
+// It looks the tokens up in the embedding table, a copy where it runs apart from layer 0
+// (Megatron keeps one on the last stage for it, summed with the first stage's). Under tensor
+// parallelism eh_proj is split as a row-parallel GEMM whose partial sums are summed (one g
+// call of s h before the block's first f): Megatron splits it over the group too.
+Layer mtp_layer(const TransformerConfig& c, const Shape& x, double e, int k) {
+  Layer l = transformer_layer(c, x, e, c.layers + k - 1);
+  l.name = "mtp" + std::to_string(k);
+  l.kind = "mtp";
+  l.shape = "depth " + std::to_string(k) + ", eh_proj 2h->h, " + l.shape;
+  l.params += 2 * x.h * x.h + 3 * norm_params(c, x.h);  // eh_proj; enorm, hnorm, its final norm
+  l.tied_params = c.tied_embeddings ? 0 : x.v * x.h;  // (a tied table is the head's copy already)
+  const double block = l.forward_flops, eh = 2 * x.s * (2 * x.h) * x.h;
+  l.forward_flops = eh + block;
+  l.backward_flops = 2 * l.forward_flops;
+  for (TpCall& call : l.tp_calls) call.at = (eh + call.at * block) / l.forward_flops;
+  l.tp_calls.insert(l.tp_calls.begin(), {TpCall::Op::g, x.s * x.h, eh / l.forward_flops});
+  l.tp_allreduce_elems += x.s * x.h;
+  l.tp_allreduces += 1;
+  // The two normalised inputs, concatenated (eh_proj's input), and the two norms' inputs;
+  // its output norm's input. Every tensor-parallel rank keeps the concatenation whole.
+  l.stashed_bytes += 2 * e * x.s * x.h + 2 * e * x.s * x.h + e * x.s * x.h;
+  l.tp_replicated_bytes += 2 * e * x.s * x.h;
+  l.tp_summed_gains_sequence_parallel += 3 * norm_params(c, x.h);
+  l.output_elems = x.s * x.h;
+  return l;
+}
+
 Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   Layer l;
   l.name = "head";
   l.kind = "head";
   l.params = norm_params(c, x.h) + (c.tied_embeddings ? 0 : x.v * x.h);
   l.tied_params = c.tied_embeddings ? x.v * x.h : 0;
+  // The main model's pass and, under multi-token prediction, one for each module's output
+  // (their norms are the modules'): each pass its logits, its cross-entropy and its calls.
+  const double passes = 1 + c.mtp_layers;
   double flops = 2 * x.s * x.h * x.v;  // logits
   if (c.encoder) {
     // BERT: pooler on the first token, MLM transform (dense + LayerNorm), decoder bias.
@@ -211,24 +246,29 @@ Layer head_layer(const TransformerConfig& c, const Shape& x, double e) {
   }
   l.shape = "vocab=" + std::to_string(c.vocab) + " h=" + std::to_string(c.hidden) +
             (c.tied_embeddings ? " (tied to the embedding)" : "");
-  l.forward_flops = flops;
-  l.backward_flops = 2 * flops;
+  l.forward_flops = passes * flops;
+  l.backward_flops = 2 * l.forward_flops;
   l.output_elems = x.s * x.v;
   // Norm input, head input, and fp32 logits for the cross-entropy (computed in fp32).
-  l.stashed_bytes = 2 * e * x.s * x.h + 4 * x.s * x.v;
+  l.stashed_bytes = passes * (2 * e * x.s * x.h + 4 * x.s * x.v);
   l.tp_splittable = true;    // vocab-parallel logits
   // Vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy): each token's
   // maximum logit, then its sum of exponentials and target logit, all-reduced: 3 s values in
   // two collectives.
-  l.tp_allreduce_elems = 3 * x.s;
-  l.tp_allreduces = 2;
-  l.tp_backward_allreduce_elems = x.s * x.h;  // the column-parallel logits' input gradient
-  l.tp_backward_allreduces = 1;
-  // f before the logits; after them each token's maximum, then [sum of exponentials | target
-  // logit] (exec/decoder.cpp, parallel_crossentropy).
-  l.tp_calls = {{TpCall::Op::f, x.s * x.h, 0}, {TpCall::Op::loss, x.s, 1}, {TpCall::Op::loss, 2 * x.s, 1}};
+  l.tp_allreduce_elems = passes * 3 * x.s;
+  l.tp_allreduces = static_cast<int>(passes) * 2;
+  l.tp_backward_allreduce_elems = passes * x.s * x.h;  // the column-parallel logits' input gradient
+  l.tp_backward_allreduces = static_cast<int>(passes);
+  // Each pass: f before the logits; after them each token's maximum, then [sum of
+  // exponentials | target logit] (exec/decoder.cpp, parallel_crossentropy).
+  for (int p = 0; p < static_cast<int>(passes); ++p) {
+    const double begin = p / passes, end = (p + 1) / passes;
+    l.tp_calls.push_back({TpCall::Op::f, x.s * x.h, begin});
+    l.tp_calls.push_back({TpCall::Op::loss, x.s, end});
+    l.tp_calls.push_back({TpCall::Op::loss, 2 * x.s, end});
+  }
   l.tp_summed_gains_sequence_parallel = norm_params(c, x.h);  // the final norm
-  l.tp_replicated_bytes = 2 * e * x.s * x.h;  // norm and head inputs; logits are split
+  l.tp_replicated_bytes = passes * 2 * e * x.s * x.h;  // norm and head inputs; logits are split
   return l;
 }
 
@@ -285,6 +325,13 @@ void check_transformer_config(const TransformerConfig& c) {
   }
   check_moe(c);
   check_mla(c);
+  if (c.mtp_layers < 0 || c.mtp_layers > 16) {
+    throw InputError("<spec>", 0, "mtp_layers", "expected a whole number in [0, 16], found " + std::to_string(c.mtp_layers));
+  }
+  if (c.mtp_layers > 0 && (c.encoder || !c.gated_mlp)) {
+    throw InputError("<spec>", 0, "mtp_layers", "predicts tokens ahead with decoder blocks of gated MLPs (DeepSeek-V3's), "
+                                                "which these layers are not");
+  }
   if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
     throw InputError("<spec>", 0, "attention_bias", "names the biases of layers that otherwise have none, but biases is true");
   }
@@ -479,14 +526,22 @@ Network make_transformer(const TransformerConfig& config, Precision precision) {
                     std::to_string(config.layers) + " h=" + std::to_string(config.hidden) +
                     " heads=" + std::to_string(config.heads) + " s=" + std::to_string(config.seq) +
                     " vocab=" + std::to_string(config.vocab);
-  net.layers.reserve(static_cast<size_t>(config.layers) + 2);
+  net.layers.reserve(static_cast<size_t>(config.layers + config.mtp_layers) + 2);
   net.layers.push_back(embedding_layer(config, x));
   for (int i = 0; i < config.layers; ++i) {
     net.layers.push_back(transformer_layer(config, x, e, i));
     net.layers.back().inputs = {i};
   }
+  // Module k reads depth k - 1's hidden states (the last block's for the first); the head
+  // reads the main model's and every module's.
+  std::vector<int> head_inputs{config.layers};
+  for (int k = 1; k <= config.mtp_layers; ++k) {
+    net.layers.push_back(mtp_layer(config, x, e, k));
+    net.layers.back().inputs = {config.layers + k - 1};
+    head_inputs.push_back(config.layers + k);
+  }
   net.layers.push_back(head_layer(config, x, e));
-  net.layers.back().inputs = {config.layers};
+  net.layers.back().inputs = head_inputs;
   return net;
 }
 

@@ -328,6 +328,32 @@ void embedding(Ops& o, const Dims& x, OpPass pass) {
   }
 }
 
+// Multi-token prediction's module (model/zoo_transformer.cpp, mtp_layer): the two inputs'
+// norms and their concatenation, eh_proj (2h -> h, split over the tensor group along its
+// input as a row-parallel GEMM), the decoder block, the module's final norm.
+void mtp(Ops& o, const Dims& x, OpPass pass, const OpOptions& opt) {
+  const double n = x.Tn * x.h;
+  switch (pass) {
+    case OpPass::forward:
+      o.memory("mtp input norms", 2 * 2 * x.e * n);
+      o.memory("mtp concatenation", 2 * 2 * x.e * x.T * x.h);
+      o.gemm("eh_proj", x.T, x.h, 2 * x.h / x.t, 1, x.e);
+      transformer_forward(o, x, opt);
+      o.memory("mtp final norm", 2 * x.e * n);
+      break;
+    case OpPass::backward_data:
+      o.memory("mtp final norm (backward)", 3 * x.e * n);
+      transformer_backward_data(o, x, opt);
+      o.gemm("eh_proj (data)", x.T, 2 * x.h / x.t, x.h, 1, x.e);
+      o.memory("mtp input norms (backward)", 2 * 3 * x.e * n);
+      break;
+    case OpPass::backward_weight:
+      transformer_backward_weight(o, x);
+      o.gemm("eh_proj (weight)", 2 * x.h / x.t, x.h, x.T, 1, x.e);
+      break;
+  }
+}
+
 void head(Ops& o, const Dims& x, OpPass pass) {
   const double logits = x.T * x.V / x.t;
   switch (pass) {
@@ -456,7 +482,10 @@ std::vector<Op> layer_ops(const model::Network& network, int layer, OpPass pass,
   } else if (kind == "embedding") {
     embedding(o, x, pass);
   } else if (kind == "head") {
-    head(o, x, pass);
+    // The main model's pass and one for each multi-token prediction module's output.
+    for (int p = 0; p <= network.architecture->mtp_layers; ++p) head(o, x, pass);
+  } else if (kind == "mtp") {
+    mtp(o, x, pass, options);
   }
   return o.take();
 }

@@ -133,6 +133,9 @@ void megatron_moe_and_mla(const model::TransformerConfig& a, std::vector<std::st
                    " --v-head-dim " + std::to_string(m.v_head_dim));
     if (m.q_lora_rank > 0) args.push_back("--q-lora-rank " + std::to_string(m.q_lora_rank));
   }
+  // Multi-token prediction: Megatron-Core places its modules on the last pipeline stage, as
+  // the plan's uniform stages do.
+  if (a.mtp_layers > 0) args.push_back("--mtp-num-layers " + std::to_string(a.mtp_layers));
 }
 
 void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {

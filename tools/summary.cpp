@@ -22,6 +22,14 @@ std::string four_digits(double x) {
   return text;
 }
 
+// Parameters of the multi-token prediction modules (the layers of kind "mtp"): apart from the
+// main model's in a release's count (DeepSeek-V3's 671B), in memory with the rest.
+double mtp_params(const model::Network& n) {
+  double sum = 0;
+  for (const model::Layer& l : n.layers) sum += l.kind == "mtp" ? l.params : 0;
+  return sum;
+}
+
 struct TypeTotals {
   int devices = 0;
   double fp16_flops_per_s = 0, fp32_flops_per_s = 0, memory_bytes = 0;
@@ -247,6 +255,10 @@ Json network_json(const model::Network& n) {
     e["moe_layers"] = layers;
     j["moe"] = e;
   }
+  if (n.architecture && n.architecture->mtp_layers > 0) {
+    j["mtp_layers"] = n.architecture->mtp_layers;
+    j["mtp_params"] = mtp_params(n);
+  }
   if (n.architecture && n.architecture->mla.enabled()) {
     const model::MlaConfig& m = n.architecture->mla;
     j["mla"] = Json{{"q_lora_rank", m.q_lora_rank}, {"kv_lora_rank", m.kv_lora_rank},
@@ -337,6 +349,13 @@ void print_network(std::ostream& out, const model::Network& n) {
         << (m.q_lora_rank > 0 ? ", queries from a " + std::to_string(m.q_lora_rank) + "-wide one" : std::string())
         << "; query/key heads " << m.qk_nope_head_dim << " + " << m.qk_rope_head_dim << " rotary, values "
         << m.v_head_dim << "\n";
+  }
+  if (n.architecture && n.architecture->mtp_layers > 0) {
+    const int d = n.architecture->mtp_layers;
+    const double mtp = mtp_params(n);
+    out << "  multi-token prediction " << d << (d == 1 ? " module" : " modules")
+        << " (a decoder block, eh_proj and norms each; the head scores each again): " << u::human_count(mtp)
+        << " parameters beside the main model's " << u::human_count(n.param_count() - mtp) << "\n";
   }
   if (n.architecture && (n.architecture->sliding_window > 0 || n.architecture->head_dim > 0 || n.architecture->qk_norm ||
                          n.architecture->attention_bias != model::TransformerConfig::AttentionBias::none)) {

@@ -178,6 +178,20 @@ TEST(DecoderParams, UncoveredFamiliesAreRefusedWithTheReason) {
 // A config's rope_scaling becomes the kernels' frequencies for the plan's sequence length:
 // linear and llama3 as given; dynamic NTK as plain RoPE up to the trained context and, beyond
 // it, a base raised by HuggingFace's (factor T / L - (factor - 1))^(d / (d - 2)).
+// Multi-token prediction is planned and simulated; the real layers refuse it, naming it.
+TEST(DecoderParams, MultiTokenPredictionIsRefusedNamingIt) {
+  model::TransformerConfig c = *odd_llama().architecture;
+  c.mtp_layers = 1;
+  try {
+    exec::decoder_shape(c);
+    FAIL() << "expected a PlanError";
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("it predicts tokens ahead (architecture.mtp_layers 1, multi-token prediction)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DecoderParams, RopeScalingBecomesTheFrequenciesOfTheSequence) {
   using Scaling = kernels::RopeFrequencies::Scaling;
   model::TransformerConfig c = *odd_llama().architecture;  // head size 8, seq 11

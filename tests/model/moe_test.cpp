@@ -86,7 +86,8 @@ Network from_hf(const char* text) {
 }  // namespace
 
 // Parameter counts of the released checkpoints (model.safetensors' totals; DeepSeek-V3's main
-// model as its report counts it, its multi-token-prediction module and fp8 scales apart).
+// model as its report counts it, then with its multi-token-prediction module, whose
+// checkpoint tensors also copy the embedding and the head; fp8 scales apart).
 TEST(Moe, ZooEntriesCountTheirCheckpoints) {
   EXPECT_DOUBLE_EQ(zoo("mixtral-8x7b").param_count(), 46702792704);
   EXPECT_DOUBLE_EQ(zoo("qwen3-30b-a3b").param_count(), 30532122624);
@@ -99,8 +100,15 @@ TEST(Moe, ZooEntriesCountTheirCheckpoints) {
   const double expert = 3.0 * 7168 * 2048;
   const double deepseek = 2 * 129280.0 * 7168 + 61 * (mla + 2 * 7168) + 3 * (3.0 * 7168 * 18432) +
                           58 * (257 * expert + 7168.0 * 256 + 256) + 7168;
-  EXPECT_DOUBLE_EQ(zoo("deepseek-v3").param_count(), deepseek);
+  // Layer 61 of the checkpoint: a MoE block, eh_proj 7168 x 14336, enorm, hnorm and
+  // shared_head.norm (its embed_tokens and shared_head.head are the main model's, copied).
+  const double mtp = mla + 2 * 7168 + 257 * expert + 7168.0 * 256 + 256 + 7168.0 * 14336 + 3 * 7168;
+  const Network v3 = zoo("deepseek-v3");
+  EXPECT_DOUBLE_EQ(v3.param_count(), deepseek + mtp);
+  ASSERT_EQ(v3.layers[62].kind, "mtp");
+  EXPECT_DOUBLE_EQ(v3.layers[62].params, mtp);
   EXPECT_NEAR(deepseek / 671e9, 1, 0.0005);  // "671B total parameters"
+  EXPECT_NEAR((deepseek + mtp + 2 * 129280.0 * 7168) / 685e9, 1, 0.001);  // the checkpoint's "685B"
   // The others against their model cards' rounded totals and active counts.
   EXPECT_NEAR(zoo("mixtral-8x22b").param_count() / 141e9, 1, 0.005);          // "141B", "39B active"
   EXPECT_NEAR(zoo("mixtral-8x22b").active_param_count() / 39e9, 1, 0.01);
@@ -116,7 +124,8 @@ TEST(Moe, ActiveParametersAreThoseATokenPassesThrough) {
   EXPECT_DOUBLE_EQ(mixtral.active_param_count(), 46702792704 - 32 * 6 * (3.0 * 4096 * 14336));
   EXPECT_NEAR(mixtral.active_param_count() / 12.9e9, 1, 0.005);
   EXPECT_NEAR(zoo("qwen3-30b-a3b").active_param_count() / 3.3e9, 1, 0.02);
-  EXPECT_NEAR(zoo("deepseek-v3").active_param_count() / 37e9, 1, 0.02);
+  const Network v3 = zoo("deepseek-v3");  // (the main model's; its MTP module's layer apart)
+  EXPECT_NEAR((v3.active_param_count() - v3.layers[62].active_params()) / 37e9, 1, 0.02);
   const Network dense = zoo("llama3-8b");
   EXPECT_DOUBLE_EQ(dense.active_param_count(), dense.param_count());
 }
@@ -207,8 +216,8 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   // noted with the attention itself.
   RopeScaling yarn{"yarn", 40, 1, 4, 4096};
   EXPECT_EQ(v3.architecture->rope_scaling, yarn);
-  EXPECT_EQ(v3.architecture->unmodelled, "yarn's mscale_all_dim on latent attention's softmax scale, "
-                                         "num_nextn_predict_layers 1 (multi-token prediction)");
+  EXPECT_EQ(v3.architecture->unmodelled, "yarn's mscale_all_dim on latent attention's softmax scale");
+  EXPECT_EQ(v3.architecture->mtp_layers, 1);  // planned and simulated (the real layers refuse it)
 
   // GLM-4.5-Air: DeepSeek-V3's router (sigmoid, the balancing bias) over 128 experts, one
   // shared, the first layer dense; q, k, v biases. Its parameters counted here part by part
@@ -227,11 +236,14 @@ TEST(Moe, ReleasedConfigsReadAsTheZoosNetworks) {
   EXPECT_DOUBLE_EQ(air.architecture->norm_eps, 1e-5);
   const double C = 4096, Q = 96 * 128, KV = 8 * 128, attention = C * Q + 2 * C * KV + Q * C + Q + 2 * KV + 2 * C;
   const double moe_layer = attention + 129 * 3 * C * 1408 + 128 * C + 128, dense_layer = attention + 3 * C * 10944;
-  EXPECT_DOUBLE_EQ(air.param_count(), 2 * 151552 * C + C + dense_layer + 45 * moe_layer);
+  // Its multi-token prediction module: a 47th (MoE) block, eh_proj 2C -> C and three norms.
+  const double mtp = moe_layer + 2 * C * C + 3 * C;
+  EXPECT_DOUBLE_EQ(air.param_count(), 2 * 151552 * C + C + dense_layer + 45 * moe_layer + mtp);
+  EXPECT_EQ(air.architecture->mtp_layers, 1);
   // Rotary positions on the first half of each head, as its release (the real layers do that).
   EXPECT_DOUBLE_EQ(air.architecture->partial_rotary_factor, 0.5);
   EXPECT_EQ(air.architecture->rotary_dims(), 64);
-  EXPECT_EQ(air.architecture->unmodelled, "num_nextn_predict_layers 1 (multi-token prediction)");
+  EXPECT_EQ(air.architecture->unmodelled, "");
 }
 
 // GLM-4.5's partial rotary: read from a config (top level, or transformers 5's
@@ -326,4 +338,52 @@ TEST(Moe, BadSettingsNameTheirField) {
   EXPECT_EQ(error_of([&] { check_transformer_config(mla); }).substr(0, 20), "mla.qk_rope_head_dim");
   const std::string file = "name: x\ntokens_per_sample: 1\nlayers:\n  - {name: a, output_elems: 1, params: 10, experts: 4}\n";
   EXPECT_NE(error_of([&] { parse_network(file, "net.yaml"); }).find("experts_per_token"), std::string::npos);
+}
+
+// Multi-token prediction (DeepSeek-V3 section 2.2): module k after the last block, a block of
+// its own (the config's block L + k - 1: here a mixture) with eh_proj (2h -> h) and three
+// norms, looking the next tokens up in a copy of the embedding table; the head scores the
+// main model's and every module's hidden states, each pass a logits GEMM and a loss. The
+// head reads both outputs, so a cut between the module and the head carries both.
+TEST(Moe, MultiTokenPredictionIsABlockEhProjAndAHeadPassMore) {
+  const Network v3 = zoo("deepseek-v3");
+  const TransformerConfig& c = *v3.architecture;
+  ASSERT_EQ(c.mtp_layers, 1);
+  ASSERT_EQ(v3.layers.size(), 64u);  // embedding, 61 blocks, the module, the head
+  const Layer &last = v3.layers[61], &mtp = v3.layers[62], &head = v3.layers[63];
+  EXPECT_EQ(mtp.kind, "mtp");
+  const double s = c.seq, h = c.hidden, V = c.vocab;
+  EXPECT_DOUBLE_EQ(mtp.forward_flops, last.forward_flops + 2 * s * (2 * h) * h);
+  EXPECT_DOUBLE_EQ(mtp.backward_flops, 2 * mtp.forward_flops);
+  EXPECT_DOUBLE_EQ(mtp.params, last.params + 2 * h * h + 3 * h);
+  EXPECT_DOUBLE_EQ(mtp.tied_params, V * h);
+  EXPECT_EQ(mtp.experts, 256);
+  EXPECT_DOUBLE_EQ(head.forward_flops, 2 * (2 * s * h * V));
+  EXPECT_EQ(mtp.inputs, (std::vector<int>{61}));
+  EXPECT_EQ(head.inputs, (std::vector<int>{61, 62}));
+  EXPECT_DOUBLE_EQ(v3.cut_bytes(62), s * h * 2);        // the last block's output (bf16)
+  EXPECT_DOUBLE_EQ(v3.cut_bytes(63), 2 * s * h * 2);    // and the module's
+  // Its tensor-parallel calls: eh_proj's sum (g) first, then the block's, moved past it.
+  ASSERT_EQ(mtp.tp_calls.size(), last.tp_calls.size() + 1);
+  EXPECT_EQ(mtp.tp_calls[0].op, TpCall::Op::g);
+  EXPECT_DOUBLE_EQ(mtp.tp_calls[0].at, 2 * s * (2 * h) * h / mtp.forward_flops);
+  EXPECT_EQ(head.tp_calls.size(), 6u);  // f, loss, loss a pass
+  // A network file keeps it; two modules chain; the real layers refuse it.
+  TransformerConfig two = c;
+  two.mtp_layers = 2;
+  const Network deeper = make_transformer(two, Precision::bf16);
+  EXPECT_EQ(deeper.layers[63].inputs, (std::vector<int>{62}));
+  EXPECT_EQ(deeper.layers[64].inputs, (std::vector<int>{61, 62, 63}));
+  EXPECT_DOUBLE_EQ(deeper.layers[64].forward_flops, 3 * (2 * s * h * V));
+  const Network back = parse_network(write_network(deeper), "net.yaml");
+  EXPECT_EQ(back, deeper);
+  TransformerConfig bad = c;
+  bad.mtp_layers = 17;
+  try {
+    make_transformer(bad, Precision::bf16);
+    FAIL() << "17 modules accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mtp_layers: expected a whole number in [0, 16], found 17"), std::string::npos)
+        << e.what();
+  }
 }
