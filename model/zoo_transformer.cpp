@@ -200,31 +200,37 @@ Layer transformer_layer(const TransformerConfig& c, const Shape& x, double e, in
 // Multi-token prediction's module k (DeepSeek-V3 section 2.2; Megatron-Core's
 // MultiTokenPredictionLayer): the previous depth's hidden states and the embeddings of the
 // tokens k ahead, each RMS-normalised, concatenated and projected 2h -> h (eh_proj), then a
-// decoder block (the config's block L + k - 1: a mixture where its layers are) and the
-// module's own final norm. The shared head scores its output (head_layer counts the pass).
-// It looks the tokens up in the embedding table, a copy where it runs apart from layer 0
-// (Megatron keeps one on the last stage for it, summed with the first stage's). Under tensor
-// parallelism eh_proj is split as a row-parallel GEMM whose partial sums are summed (one g
-// call of s h before the block's first f): Megatron splits it over the group too.
+// decoder block (the config's block L + k - 1: a mixture where its layers are). The shared
+// head scores its output after the module's own final norm (head_layer counts that pass;
+// the norm's gain is the module's). It looks the tokens up in the embedding table, a copy
+// where it runs apart from layer 0 (Megatron keeps one on the last stage for it, summed with
+// the first stage's). Under tensor parallelism, as Megatron-Core splits it: the look-up is
+// vocabulary-parallel (a g of s h), eh_proj column-parallel (an f of its 2 s h input) with its
+// output gathered over the group (a g of s h: an all-gather's volume, or under sequence
+// parallelism the reduce-scatter's), and then the block's own calls.
 Layer mtp_layer(const TransformerConfig& c, const Shape& x, double e, int k) {
   Layer l = transformer_layer(c, x, e, c.layers + k - 1);
   l.name = "mtp" + std::to_string(k);
   l.kind = "mtp";
   l.shape = "depth " + std::to_string(k) + ", eh_proj 2h->h, " + l.shape;
   l.params += 2 * x.h * x.h + 3 * norm_params(c, x.h);  // eh_proj; enorm, hnorm, its final norm
-  l.tied_params = c.tied_embeddings ? 0 : x.v * x.h;  // (a tied table is the head's copy already)
+  l.tied_params = x.v * x.h;  // (check_transformer_config refuses a tied table: no release has one)
   const double block = l.forward_flops, eh = 2 * x.s * (2 * x.h) * x.h;
   l.forward_flops = eh + block;
   l.backward_flops = 2 * l.forward_flops;
   for (TpCall& call : l.tp_calls) call.at = (eh + call.at * block) / l.forward_flops;
-  l.tp_calls.insert(l.tp_calls.begin(), {TpCall::Op::g, x.s * x.h, eh / l.forward_flops});
-  l.tp_allreduce_elems += x.s * x.h;
-  l.tp_allreduces += 1;
-  // The two normalised inputs, concatenated (eh_proj's input), and the two norms' inputs;
-  // its output norm's input. Every tensor-parallel rank keeps the concatenation whole.
-  l.stashed_bytes += 2 * e * x.s * x.h + 2 * e * x.s * x.h + e * x.s * x.h;
-  l.tp_replicated_bytes += 2 * e * x.s * x.h;
-  l.tp_summed_gains_sequence_parallel += 3 * norm_params(c, x.h);
+  l.tp_calls.insert(l.tp_calls.begin(), {{TpCall::Op::g, x.s * x.h, 0},
+                                         {TpCall::Op::f, 2 * x.s * x.h, 0},
+                                         {TpCall::Op::g, x.s * x.h, eh / l.forward_flops}});
+  l.tp_allreduce_elems += 2 * x.s * x.h;
+  l.tp_allreduces += 2;
+  l.tp_backward_allreduce_elems += 2 * x.s * x.h;
+  l.tp_backward_allreduces += 1;
+  // The two norms' inputs and their concatenation (eh_proj's input), which every
+  // tensor-parallel rank keeps whole unless sequence parallelism splits the norms' inputs.
+  l.stashed_bytes += 2 * e * x.s * x.h + 2 * e * x.s * x.h;
+  l.tp_replicated_bytes += 2 * e * x.s * x.h + 2 * e * x.s * x.h;
+  l.tp_summed_gains_sequence_parallel += 3 * norm_params(c, x.h);  // enorm, hnorm, the final norm's gain
   l.output_elems = x.s * x.h;
   return l;
 }
@@ -331,6 +337,12 @@ void check_transformer_config(const TransformerConfig& c) {
   if (c.mtp_layers > 0 && (c.encoder || !c.gated_mlp)) {
     throw InputError("<spec>", 0, "mtp_layers", "predicts tokens ahead with decoder blocks of gated MLPs (DeepSeek-V3's), "
                                                 "which these layers are not");
+  }
+  if (c.mtp_layers > 0 && c.tied_embeddings) {
+    // The module's table copy and the tied head's would be one copy where they share a stage
+    // and two apart: not modelled, and no release ties its embeddings with MTP.
+    throw InputError("<spec>", 0, "mtp_layers", "with tied_embeddings is not modelled (DeepSeek-V3's and GLM-4.5's "
+                                                "embeddings are untied)");
   }
   if (c.biases && c.attention_bias != TransformerConfig::AttentionBias::none) {
     throw InputError("<spec>", 0, "attention_bias", "names the biases of layers that otherwise have none, but biases is true");

@@ -30,15 +30,16 @@ namespace hetflow::partition {
 namespace {
 
 // Where a decoder layer's attention sits in its forward FLOPs: after the QKV projection, for
-// attention_core_flops.
+// attention_core_flops (a multi-token prediction module's after its eh_proj too).
 struct AttentionPlace {
   double begin = 0, end = 0;  // parts of the layer's forward FLOPs
 };
 
 AttentionPlace attention_place(const model::TransformerConfig& c, const model::Layer& l) {
   const double d = c.head_size(), q = c.heads * d, kv = c.kv_head_count() * d;
+  const double eh = l.kind == "mtp" ? 2.0 * c.seq * (2.0 * c.hidden) * c.hidden : 0;
   const double qkv = 2.0 * c.seq * c.hidden * (q + 2 * kv);
-  const double begin = std::clamp(qkv / l.forward_flops, 0.0, 1.0);
+  const double begin = std::clamp((eh + qkv) / l.forward_flops, 0.0, 1.0);
   return {begin, std::clamp(begin + l.attention_core_flops / l.forward_flops, begin, 1.0)};
 }
 

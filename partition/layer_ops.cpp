@@ -328,28 +328,29 @@ void embedding(Ops& o, const Dims& x, OpPass pass) {
   }
 }
 
-// Multi-token prediction's module (model/zoo_transformer.cpp, mtp_layer): the two inputs'
-// norms and their concatenation, eh_proj (2h -> h, split over the tensor group along its
-// input as a row-parallel GEMM), the decoder block, the module's final norm.
+// Multi-token prediction's module (model/zoo_transformer.cpp, mtp_layer): the look-up of the
+// tokens ahead (vocabulary-parallel: every rank looks up every token), the two inputs' norms
+// and their concatenation, eh_proj (2h -> h, column-parallel), the decoder block. Its final
+// norm runs in the head's pass for it.
 void mtp(Ops& o, const Dims& x, OpPass pass, const OpOptions& opt) {
   const double n = x.Tn * x.h;
   switch (pass) {
     case OpPass::forward:
+      o.memory("mtp embedding look-up", 2 * x.e * x.T * x.h);
       o.memory("mtp input norms", 2 * 2 * x.e * n);
       o.memory("mtp concatenation", 2 * 2 * x.e * x.T * x.h);
-      o.gemm("eh_proj", x.T, x.h, 2 * x.h / x.t, 1, x.e);
+      o.gemm("eh_proj", x.T, x.h / x.t, 2 * x.h, 1, x.e);
       transformer_forward(o, x, opt);
-      o.memory("mtp final norm", 2 * x.e * n);
       break;
     case OpPass::backward_data:
-      o.memory("mtp final norm (backward)", 3 * x.e * n);
       transformer_backward_data(o, x, opt);
-      o.gemm("eh_proj (data)", x.T, 2 * x.h / x.t, x.h, 1, x.e);
+      o.gemm("eh_proj (data)", x.T, 2 * x.h, x.h / x.t, 1, x.e);
       o.memory("mtp input norms (backward)", 2 * 3 * x.e * n);
       break;
     case OpPass::backward_weight:
       transformer_backward_weight(o, x);
-      o.gemm("eh_proj (weight)", 2 * x.h / x.t, x.h, x.T, 1, x.e);
+      o.gemm("eh_proj (weight)", 2 * x.h, x.h / x.t, x.T, 1, x.e);
+      o.memory("mtp embedding gradient", (x.e + 8) * x.T * x.h);  // scatter-add into the copy's fp32 rows
       break;
   }
 }

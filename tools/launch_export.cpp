@@ -105,6 +105,21 @@ bool equal_chunks(const Grid& g) {
 
 // Megatron-Core's flags for a mixture of experts (tokens dispatched all-to-all, experts as
 // grouped GEMMs) and for multi-head latent attention.
+// Whether every multi-token prediction module runs in the chunk of the head, where
+// Megatron-Core builds them (the last pipeline stage); true without modules.
+bool mtp_with_the_head(const partition::Plan& plan) {
+  const auto& layers = plan.network.layers;
+  const int head = static_cast<int>(layers.size()) - 1;
+  for (const partition::Stage& s : plan.layout.workers.front().stages) {
+    if (s.layer_begin <= head && head < s.layer_end) {
+      for (int i = 0; i < s.layer_begin; ++i) {
+        if (layers[static_cast<size_t>(i)].kind == "mtp") return false;
+      }
+    }
+  }
+  return true;
+}
+
 void megatron_moe_and_mla(const model::TransformerConfig& a, std::vector<std::string>& args) {
   if (const model::MoeConfig& m = a.moe; m.experts > 0) {
     args.push_back("--num-experts " + std::to_string(m.experts) + " --moe-router-topk " +
@@ -155,6 +170,10 @@ void megatron(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (!a.tied_embeddings) args.push_back("--untie-embeddings-and-output-weights");
   if (!a.biases) args.push_back("--disable-bias-linear");
   megatron_moe_and_mla(a, args);
+  if (!mtp_with_the_head(plan)) {
+    g.cannot.push_back("a multi-token prediction module off the head's pipeline stage (Megatron-Core builds them on the "
+                       "last one)");
+  }
   if (l.precision == model::Precision::fp16) args.push_back("--fp16");
   if (l.precision == model::Precision::bf16) args.push_back("--bf16");
   if (l.schedule == "interleaved" && g.virtual_stages > 1) {
@@ -236,6 +255,10 @@ void deepspeed(std::ostream& out, const partition::Plan& plan, Grid& g) {
     g.cannot.push_back("expert parallelism " + std::to_string(l.experts.parallel) +
                        " (DeepSpeed-MoE takes ep_size in the model's MoE layers, not in this config)");
   }
+  if (plan.network.architecture && plan.network.architecture->mtp_layers > 0) {
+    g.cannot.push_back("multi-token prediction (mtp_layers " + std::to_string(plan.network.architecture->mtp_layers) +
+                       "): DeepSpeed's config has no module for it");
+  }
   config["zero_optimization"] = {
       {"stage", l.sync.zero.stage}, {"reduce_bucket_size", bucket_elements(l)}, {"overlap_comm", l.sync.overlap_grad_reduce}};
   if (l.offload.optimizer) {
@@ -295,6 +318,10 @@ void torchtitan(std::ostream& out, const partition::Plan& plan, Grid& g) {
   if (l.precision == model::Precision::bf16) out << "mixed_precision_param = \"bfloat16\"\n";
   if (l.precision == model::Precision::fp32) out << "mixed_precision_param = \"float32\"\n";
   if (l.precision == model::Precision::fp16) g.cannot.push_back("fp16 (torchtitan's mixed precision is bfloat16 or float32)");
+  if (a.mtp_layers > 0) {
+    g.cannot.push_back("multi-token prediction (mtp_layers " + std::to_string(a.mtp_layers) +
+                       "): torchtitan's config has no module for it");
+  }
   out << "\n[parallelism]\ndata_parallel_replicate_degree = " << g.data << "\ndata_parallel_shard_degree = 1\n"
       << "tensor_parallel_degree = " << g.tensor << "\npipeline_parallel_degree = " << g.pipeline << "\n";
   if (g.context > 1) {

@@ -363,10 +363,18 @@ TEST(Moe, MultiTokenPredictionIsABlockEhProjAndAHeadPassMore) {
   EXPECT_EQ(head.inputs, (std::vector<int>{61, 62}));
   EXPECT_DOUBLE_EQ(v3.cut_bytes(62), s * h * 2);        // the last block's output (bf16)
   EXPECT_DOUBLE_EQ(v3.cut_bytes(63), 2 * s * h * 2);    // and the module's
-  // Its tensor-parallel calls: eh_proj's sum (g) first, then the block's, moved past it.
-  ASSERT_EQ(mtp.tp_calls.size(), last.tp_calls.size() + 1);
+  // Its tensor-parallel calls, Megatron-Core's split: the vocabulary-parallel look-up's sum
+  // (g), eh_proj's column-parallel input (f, 2 s h) and its gathered output (g), then the
+  // block's, moved past eh_proj.
+  ASSERT_EQ(mtp.tp_calls.size(), last.tp_calls.size() + 3);
   EXPECT_EQ(mtp.tp_calls[0].op, TpCall::Op::g);
-  EXPECT_DOUBLE_EQ(mtp.tp_calls[0].at, 2 * s * (2 * h) * h / mtp.forward_flops);
+  EXPECT_DOUBLE_EQ(mtp.tp_calls[0].at, 0);
+  EXPECT_EQ(mtp.tp_calls[1].op, TpCall::Op::f);
+  EXPECT_DOUBLE_EQ(mtp.tp_calls[1].elems, 2 * s * h);
+  EXPECT_EQ(mtp.tp_calls[2].op, TpCall::Op::g);
+  EXPECT_DOUBLE_EQ(mtp.tp_calls[2].at, 2 * s * (2 * h) * h / mtp.forward_flops);
+  EXPECT_DOUBLE_EQ(mtp.tp_allreduce_elems, last.tp_allreduce_elems + 2 * s * h);
+  EXPECT_DOUBLE_EQ(mtp.tp_backward_allreduce_elems, last.tp_backward_allreduce_elems + 2 * s * h);
   EXPECT_EQ(head.tp_calls.size(), 6u);  // f, loss, loss a pass
   // A network file keeps it; two modules chain; the real layers refuse it.
   TransformerConfig two = c;
@@ -377,6 +385,15 @@ TEST(Moe, MultiTokenPredictionIsABlockEhProjAndAHeadPassMore) {
   EXPECT_DOUBLE_EQ(deeper.layers[64].forward_flops, 3 * (2 * s * h * V));
   const Network back = parse_network(write_network(deeper), "net.yaml");
   EXPECT_EQ(back, deeper);
+  TransformerConfig tied = c;
+  tied.tied_embeddings = true;
+  try {
+    make_transformer(tied, Precision::bf16);
+    FAIL() << "a tied table with a module accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mtp_layers: with tied_embeddings is not modelled"), std::string::npos)
+        << e.what();
+  }
   TransformerConfig bad = c;
   bad.mtp_layers = 17;
   try {

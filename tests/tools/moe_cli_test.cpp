@@ -53,9 +53,22 @@ TEST(MoeCli, ExportLaunchWritesMegatronsMoeAndLatentAttentionFlags) {
                            "--moe-layer-freq \"[0,0,0,1,1", "--moe-shared-expert-intermediate-size 2048",
                            "--moe-router-score-function sigmoid --moe-router-enable-expert-bias",
                            "--moe-router-topk-scaling-factor 2.5", "--multi-latent-attention --kv-lora-rank 512",
-                           "--q-lora-rank 1536"}) {
+                           "--q-lora-rank 1536", "--mtp-num-layers 1"}) {
     EXPECT_NE(v3.out.find(flag), std::string::npos) << flag << "\n" << v3.out;
   }
+  EXPECT_EQ(v3.out.find("multi-token prediction module off"), std::string::npos) << v3.out;
+  // Its module on a stage of its own, apart from the head: not Megatron-Core's placement.
+  const auto apart = run_hetflow("export-launch --framework megatron --cluster dgx-a100-x4 --model deepseek-v3 "
+                                 "--precision bf16 --tensor 8 --pipeline 4 --global-batch 32 --stage-layers 16,16,31,1");
+  ASSERT_EQ(apart.status, 0) << apart.err;
+  EXPECT_NE(apart.out.find("a multi-token prediction module off the head's pipeline stage"), std::string::npos)
+      << apart.out;
+  const auto titan = run_hetflow("export-launch --framework torchtitan --cluster dgx-a100-x4 --model deepseek-v3 "
+                                 "--precision bf16 --tensor 8 --pipeline 4 --global-batch 32");
+  ASSERT_EQ(titan.status, 0) << titan.err;
+  EXPECT_NE(titan.out.find("multi-token prediction (mtp_layers 1): torchtitan's config has no module for it"),
+            std::string::npos)
+      << titan.out;
   const auto qwen = run_hetflow("export-launch --framework megatron --cluster dgx-a100-x4 --model qwen1.5-moe-a2.7b "
                                 "--precision bf16 --tensor 2 --global-batch 32");
   ASSERT_EQ(qwen.status, 0) << qwen.err;
