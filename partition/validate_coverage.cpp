@@ -54,10 +54,11 @@ void check_coverage(const Plan& plan, Problems& problems) {
   }
 }
 
-// A tied embedding's two copies (the first chunk's table, a later chunk's head) are summed by
-// the plan's embedding all-reduce between their devices; a worker whose head chunk shares a
-// device with its first chunk would train two copies that nothing adds (plan_builder_sync.cpp
-// makes no collective of one device). Parameter servers add both copies' pushes themselves.
+// A tied embedding's two copies (the first chunk's table, a later chunk's head or multi-token
+// prediction module) are summed by the plan's embedding all-reduce between their devices; a
+// worker whose later copy shares a device with its first chunk would train two copies that
+// nothing adds (plan_builder_sync.cpp makes no collective of one device). Parameter servers
+// add both copies' pushes themselves.
 void check_tied_ends(const Plan& plan, Problems& problems) {
   if (plan.layout.sync.kind != SyncKind::allreduce) return;
   const int layers = static_cast<int>(plan.network.layers.size());
@@ -68,16 +69,18 @@ void check_tied_ends(const Plan& plan, Problems& problems) {
     for (size_t k = 1; k < vw.stages.size(); ++k) {
       const Stage& s = vw.stages[k];
       if (!in_range(s.rank, vw.ranks.size())) continue;
-      bool tied = false;
-      for (int l = std::max(s.layer_begin, 0); l < std::min(s.layer_end, layers); ++l) {
-        tied = tied || plan.network.layers[static_cast<size_t>(l)].tied_params > 0;
+      const model::Layer* tied = nullptr;  // the chunk's first layer holding a copy
+      for (int l = std::max(s.layer_begin, 0); l < std::min(s.layer_end, layers) && tied == nullptr; ++l) {
+        if (plan.network.layers[static_cast<size_t>(l)].tied_params > 0) tied = &plan.network.layers[static_cast<size_t>(l)];
       }
-      if (!tied) continue;
+      if (tied == nullptr) continue;
+      const std::string what =
+          tied->kind == "mtp" ? "the multi-token prediction module " + tied->name + " (its copy of the table)" : "the head";
       for (const int d : vw.ranks[static_cast<size_t>(s.rank)]) {
         if (std::find(first.begin(), first.end(), d) == first.end()) continue;
         problems.push_back("virtual worker " + std::to_string(w) + ": its chunk " + std::to_string(k) +
-                           " holds the head tied to the embedding of its first chunk on the same device " +
-                           std::to_string(d) + ", where no collective sums the two copies; put the head in the "
+                           " holds " + what + " tied to the embedding of its first chunk on the same device " +
+                           std::to_string(d) + ", where no collective sums the two copies; put it in the "
                            "first chunk or on another device (--virtual-stages needs 2 or more pipeline ranks here)");
         break;
       }

@@ -417,4 +417,24 @@ TEST(Validate, ATiedHeadOnTheFirstChunksDeviceIsRefused) {
       EXPECT_TRUE(v.ok()) << first_problem(v);
     }
   }
+  // An untied model's multi-token prediction module keeps its own copy of the table: the
+  // same rule, naming the module.
+  model::TransformerConfig c =
+      *model::network_from_spec("llama:layers=4,hidden=32,heads=2,seq=16,vocab=64", model::Precision::fp32).architecture;
+  c.tied_embeddings = false;
+  c.mtp_layers = 1;
+  const model::Network mtp = model::make_transformer(c, model::Precision::fp32);
+  const model::Cluster cluster = test_support::identical_cluster(1);
+  PlanOptions o;
+  o.pipeline = 1;
+  o.data = 1;
+  o.microbatches = 2;
+  o.schedule = "interleaved";
+  o.virtual_stages = 2;
+  o.precision = mtp.precision;
+  const CostModel cost(cluster, mtp.precision);
+  const Validation v = validate_plan(build_plan(cluster, mtp, make_layout(cluster, mtp, o, cost), cost));
+  EXPECT_TRUE(mentions(v, "virtual worker 0: its chunk 1 holds the multi-token prediction module mtp1 (its copy of the "
+                          "table) tied to the embedding of its first chunk on the same device 0"))
+      << first_problem(v);
 }
