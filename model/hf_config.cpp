@@ -123,9 +123,9 @@ TransformerConfig read_gpt2(const Reader& r, std::vector<std::string>& notes) {
 // and non-zero (DeepSeek's), else mscale(factor), with mscale(f, m) = 0.1 m ln f + 1 for f > 1
 // (1 otherwise); beta_fast 32 and beta_slow 1 unless given (0 and null as absent, its `or`);
 // truncate true unless given. A factor or original context of 0 is refused (transformers'
-// `or` would take either as absent), as is a negative mscale. Some 4.5x releases took the factor from the two contexts even
-// where it was given (the released configs give the same number both ways) and 4.4x ones
-// the ramp over max_position_embeddings. DeepSeek's latent attention also scales its softmax
+// `or` would take either as absent), as is a negative mscale. Some 4.5x releases took the
+// factor from the two contexts even where it was given (the released configs give the same
+// number both ways) and 4.4x ones the ramp over max_position_embeddings. DeepSeek's latent attention also scales its softmax
 // by mscale(factor, mscale_all_dim)^2, noted as not modelled (its attention is not either).
 void read_yarn(const Reader& r, int positions, int original, RopeScaling& s, std::vector<std::string>& notes,
                bool latent_attention) {
@@ -257,8 +257,6 @@ TypeDefaults defaults_of(const std::string& type) {
   return {};
 }
 
-// The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 and GLM-4.5, with their
-// configs' defaults; which layers are MoE as each model's code decides it.
 // Multi-token prediction's modules (DeepSeek-V3's and GLM-4.5's num_nextn_predict_layers):
 // planning and simulation count them (model/zoo_transformer.cpp, mtp_layer); the real
 // layers refuse them.
@@ -269,6 +267,8 @@ void read_mtp(const Reader& r, TransformerConfig& c) {
   }
 }
 
+// The mixture of experts of Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 and GLM-4.5, with their
+// configs' defaults; which layers are MoE as each model's code decides it.
 void read_moe(const Reader& r, const std::string& type, TransformerConfig& c, std::vector<std::string>& notes) {
   MoeConfig& m = c.moe;
   const bool qwen = type == "qwen2_moe" || type == "qwen3_moe", deepseek = type.rfind("deepseek", 0) == 0;
